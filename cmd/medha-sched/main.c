@@ -1,0 +1,410 @@
+/*
+ * medha-sched: a replica's scheduler. With --sim it runs the scheduler
+ * core in virtual time against the runtime predictor: a trace in on
+ * stdin (or FILE), one result record per request out on stdout. Flags
+ * and wiring only; every decision lives in libcore/sched.c.
+ */
+#include "medha.h"
+#include "pred.h"
+#include "sched.h"
+#include "sim.h"
+#include "trace.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c N|adaptive]\n"
+	    "           [-o FILE] [-p POLICY] [--block-size N] [--deadline-floor S]\n"
+	    "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
+	    "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills N]\n"
+	    "           [--mem-util X] [--profile FILE] [--share-cap X] [--spp N]\n"
+	    "           [--target-batch-time S] [--tp N] [FILE]\n");
+}
+
+struct out {
+	struct medha_writer *rec;
+	struct medha_writer *blog;
+	int progress; /* stderr is a terminal */
+};
+
+static int
+on_record(void *arg, const struct medha_record *rec)
+{
+	struct out *o = arg;
+
+	return medha_record_write(o->rec, rec);
+}
+
+static int
+on_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
+{
+	struct out *o = arg;
+	int rc;
+
+	rc = medha_writer_printf(o->blog, "%.6f %.6f %d", b->start, b->latency,
+	    b->n_decode);
+	for (int i = 0; i < b->n_items && rc == 0; i++) {
+		const struct medha_item *it = &b->items[i];
+		if (it->decode)
+			continue;
+		rc = medha_writer_printf(o->blog, " %s:%lld:%lld",
+		    medha_sched_req(s, it->req)->spec.id, (long long)it->tokens,
+		    (long long)it->kv);
+	}
+	if (rc == 0)
+		rc = medha_writer_write(o->blog, "\n", 1);
+	return rc;
+}
+
+static void
+on_progress(void *arg, double now, size_t done, size_t total)
+{
+	struct out *o = arg;
+
+	if (o->progress)
+		fprintf(stderr, "\rmedha-sched: t=%.0fs  %zu/%zu requests done ",
+		    now, done, total);
+}
+
+enum {
+	OPT_SIM = 256,
+	OPT_BLOCK,
+	OPT_DFLOOR,
+	OPT_DMULT,
+	OPT_KVBLOCKS,
+	OPT_KVP,
+	OPT_KVPMAX,
+	OPT_MAXCHUNK,
+	OPT_MAXPRE,
+	OPT_MEMUTIL,
+	OPT_PROFILE,
+	OPT_SHARE,
+	OPT_SPP,
+	OPT_TARGET,
+	OPT_TP,
+};
+
+static const struct option longopts[] = {
+	{"batch-log", required_argument, NULL, 'b'},
+	{"block-size", required_argument, NULL, OPT_BLOCK},
+	{"chunk", required_argument, NULL, 'c'},
+	{"deadline-floor", required_argument, NULL, OPT_DFLOOR},
+	{"deadline-mult", required_argument, NULL, OPT_DMULT},
+	{"help", no_argument, NULL, 'h'},
+	{"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
+	{"kvp", required_argument, NULL, OPT_KVP},
+	{"kvp-max-tokens", required_argument, NULL, OPT_KVPMAX},
+	{"max-chunk", required_argument, NULL, OPT_MAXCHUNK},
+	{"max-prefills", required_argument, NULL, OPT_MAXPRE},
+	{"mem-util", required_argument, NULL, OPT_MEMUTIL},
+	{"model", required_argument, NULL, 'm'},
+	{"output", required_argument, NULL, 'o'},
+	{"policy", required_argument, NULL, 'p'},
+	{"profile", required_argument, NULL, OPT_PROFILE},
+	{"share-cap", required_argument, NULL, OPT_SHARE},
+	{"sim", required_argument, NULL, OPT_SIM},
+	{"spp", required_argument, NULL, OPT_SPP},
+	{"target-batch-time", required_argument, NULL, OPT_TARGET},
+	{"tp", required_argument, NULL, OPT_TP},
+	{"verbose", no_argument, NULL, 'v'},
+	{NULL, 0, NULL, 0},
+};
+
+/* Parse a flag's number or exit 2 naming the flag. */
+static int64_t
+num(const char *flag, const char *s, int64_t lo, int64_t hi)
+{
+	int64_t v;
+
+	if (medha_parse_i64(s, lo, hi, &v) != 0) {
+		fprintf(stderr, "medha-sched: %s: %s: expected an integer in "
+		    "[%lld, %lld]\n", flag, s, (long long)lo, (long long)hi);
+		exit(2);
+	}
+	return v;
+}
+
+static double
+fnum(const char *flag, const char *s, double lo, double hi)
+{
+	double v;
+
+	if (medha_parse_f64(s, lo, hi, &v) != 0) {
+		fprintf(stderr, "medha-sched: %s: %s: expected a number in "
+		    "[%g, %g]\n", flag, s, lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+static FILE *
+open_out(const char *path)
+{
+	FILE *f;
+
+	if (path == NULL || strcmp(path, "-") == 0)
+		return stdout;
+	if ((f = fopen(path, "w")) == NULL) {
+		fprintf(stderr, "medha-sched: %s: ", path);
+		perror(NULL);
+		exit(1);
+	}
+	return f;
+}
+
+/* Read the whole trace; exits 1 with the line at fault on bad input. */
+static struct medha_reqspec *
+read_trace(const char *path, size_t *np)
+{
+	FILE *f = stdin;
+	struct medha_trace_in *t;
+	struct medha_reqspec *v = NULL, rs;
+	size_t n = 0, cap = 0;
+	int rc;
+
+	if (path != NULL && strcmp(path, "-") != 0 &&
+	    (f = fopen(path, "rb")) == NULL) {
+		fprintf(stderr, "medha-sched: %s: ", path);
+		perror(NULL);
+		exit(1);
+	}
+	if ((rc = medha_trace_open(&t, f)) != 0) {
+		fprintf(stderr, "medha-sched: %s\n", medha_strerror(rc));
+		exit(1);
+	}
+	memset(&rs, 0, sizeof(rs));
+	while ((rc = medha_trace_next(t, &rs)) == 1) {
+		if (n == cap) {
+			cap = cap ? 2 * cap : 1024;
+			if ((v = medha_reallocarray(v, cap, sizeof(*v))) == NULL) {
+				fprintf(stderr, "medha-sched: out of memory\n");
+				exit(1);
+			}
+		}
+		v[n] = rs;
+		v[n].prompt = NULL;
+		n++;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "medha-sched: %s: %s\n",
+		    path != NULL ? path : "stdin", medha_trace_error(t));
+		exit(1);
+	}
+	medha_reqspec_clear(&rs);
+	medha_trace_close(t);
+	if (f != stdin)
+		fclose(f);
+	*np = n;
+	return v;
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct medha_sched_config cfg;
+	struct medha_pred pred;
+	struct medha_model model;
+	struct medha_sim_stats st;
+	struct medha_sim_hooks hooks;
+	const struct medha_gpu *gpu = NULL;
+	const char *model_name = NULL, *out_path = NULL, *blog_path = NULL;
+	const char *profile = NULL, *gpu_name = NULL;
+	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc;
+	struct medha_reqspec *reqs;
+	struct out o;
+	FILE *of, *bf = NULL;
+	size_t n;
+	struct timespec t0, t1;
+
+	medha_progname = "medha-sched";
+	medha_sched_config_default(&cfg);
+	while ((ch = getopt_long(argc, argv, "b:c:hm:o:p:v", longopts, NULL)) !=
+	    -1) {
+		switch (ch) {
+		case 'b':
+			blog_path = optarg;
+			break;
+		case 'c':
+			if (strcmp(optarg, "adaptive") == 0)
+				cfg.chunk = 0;
+			else
+				cfg.chunk = num("--chunk", optarg, 1, 1 << 24);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'm':
+			model_name = optarg;
+			break;
+		case 'o':
+			out_path = optarg;
+			break;
+		case 'p':
+			if ((cfg.policy = medha_policy_parse(optarg)) < 0) {
+				fprintf(stderr, "medha-sched: --policy: %s: "
+				    "expected fcfs, edf, lrs or medha\n", optarg);
+				return 2;
+			}
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case OPT_SIM:
+			gpu_name = optarg;
+			break;
+		case OPT_BLOCK:
+			cfg.block_size = num("--block-size", optarg, 1, 4096);
+			break;
+		case OPT_DFLOOR:
+			cfg.deadline_floor = fnum("--deadline-floor", optarg, 0, 1e9);
+			break;
+		case OPT_DMULT:
+			cfg.deadline_mult = fnum("--deadline-mult", optarg, 1e-3, 1e6);
+			break;
+		case OPT_KVBLOCKS:
+			cfg.kv_blocks = num("--kv-blocks", optarg, 1, INT64_MAX / 65536);
+			break;
+		case OPT_KVP:
+			kvp = num("--kvp", optarg, 1, MEDHA_KVP_MAX);
+			break;
+		case OPT_KVPMAX:
+			cfg.kvp_max_tokens = num("--kvp-max-tokens", optarg, 1,
+			    INT64_MAX / 65536);
+			break;
+		case OPT_MAXCHUNK:
+			cfg.max_chunk = num("--max-chunk", optarg, 32, 1 << 24);
+			break;
+		case OPT_MAXPRE:
+			cfg.max_prefills = num("--max-prefills", optarg, 1, 1 << 20);
+			break;
+		case OPT_MEMUTIL:
+			cfg.mem_util = fnum("--mem-util", optarg, 0.01, 1);
+			break;
+		case OPT_PROFILE:
+			profile = optarg;
+			break;
+		case OPT_SHARE:
+			cfg.share_cap = fnum("--share-cap", optarg, 0, 1);
+			break;
+		case OPT_SPP:
+			spp = num("--spp", optarg, 1, 1024);
+			break;
+		case OPT_TARGET:
+			cfg.target = fnum("--target-batch-time", optarg, 1e-6, 1e6);
+			break;
+		case OPT_TP:
+			tp = num("--tp", optarg, 1, 1024);
+			break;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc > 1) {
+		usage(stderr);
+		return 2;
+	}
+	if (gpu_name == NULL) {
+		fprintf(stderr, "medha-sched: only the simulator exists so far: "
+		    "give --sim GPU\n");
+		usage(stderr);
+		return 2;
+	}
+	if (model_name == NULL) {
+		fprintf(stderr, "medha-sched: -m MODEL is required\n");
+		usage(stderr);
+		return 2;
+	}
+	if (cfg.kvp_max_tokens % cfg.block_size != 0) {
+		fprintf(stderr, "medha-sched: --kvp-max-tokens must be a multiple "
+		    "of the block size (%d)\n", cfg.block_size);
+		return 2;
+	}
+	medha_log_level = MEDHA_LOG_WARN + verbose;
+	if ((gpu = medha_gpu_find(gpu_name)) == NULL) {
+		fprintf(stderr, "medha-sched: --sim: unknown GPU %s (built in: "
+		    "a100, h100)\n", gpu_name);
+		return 1;
+	}
+	if ((rc = medha_model_resolve(model_name, &model)) != 0) {
+		fprintf(stderr, "medha-sched: -m %s: %s (built in: llama3-8b, "
+		    "llama3-70b, smollm2-135m, or a GGUF file)\n", model_name,
+		    medha_strerror(rc));
+		return 1;
+	}
+	if ((rc = medha_pred_init(&pred, gpu, &model, tp, spp, kvp)) != 0) {
+		fprintf(stderr, "medha-sched: cannot split %s over tp %d spp %d "
+		    "kvp %d: %s\n", model.name, tp, spp, kvp, medha_strerror(rc));
+		return 1;
+	}
+	if (profile != NULL) {
+		char why[256] = "";
+		if ((rc = medha_pred_load_table(&pred, profile, why,
+		    sizeof(why))) != 0) {
+			fprintf(stderr, "medha-sched: %s: %s\n", profile,
+			    why[0] ? why : medha_strerror(rc));
+			return 1;
+		}
+	}
+
+	reqs = read_trace(argc == 1 ? argv[0] : NULL, &n);
+	of = open_out(out_path);
+	memset(&o, 0, sizeof(o));
+	o.progress = isatty(STDERR_FILENO);
+	if (medha_writer_open(&o.rec, of, out_path != NULL && medha_path_is_zst(out_path)) != 0)
+		return 1;
+	if (blog_path != NULL) {
+		bf = open_out(blog_path);
+		if (medha_writer_open(&o.blog, bf,
+		    medha_path_is_zst(blog_path)) != 0)
+			return 1;
+	}
+	memset(&hooks, 0, sizeof(hooks));
+	hooks.arg = &o;
+	hooks.record = on_record;
+	hooks.batch = blog_path != NULL ? on_batch : NULL;
+	hooks.progress = on_progress;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = medha_sim_run(&cfg, &pred, reqs, n, &hooks, &st);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (o.progress)
+		fputc('\n', stderr);
+	if (rc != 0) {
+		fprintf(stderr, "medha-sched: simulation failed: %s\n",
+		    rc < 0 ? medha_strerror(rc) : "write error");
+		return 1;
+	}
+	if (medha_writer_close(o.rec) != 0 || (of != stdout && fclose(of) != 0)) {
+		fprintf(stderr, "medha-sched: writing records failed\n");
+		return 1;
+	}
+	if (o.blog != NULL &&
+	    (medha_writer_close(o.blog) != 0 || (bf != stdout && fclose(bf) != 0))) {
+		fprintf(stderr, "medha-sched: writing the batch log failed\n");
+		return 1;
+	}
+	if (verbose)
+		fprintf(stderr, "medha-sched: %zu requests, %lld iterations, "
+		    "%lld tokens, %.1f s virtual (stage 0 busy %.1f%%), %.2f s "
+		    "wall\n", n, (long long)st.iterations, (long long)st.tokens,
+		    st.end, st.end > 0 ? 100 * st.busy / st.end : 0,
+		    (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+	free(reqs);
+	medha_pred_free(&pred);
+	if (fclose(stdout) != 0) {
+		perror("medha-sched: stdout");
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,280 @@
+/*
+ * gen.c: "medha-trace gen", the synthetic workload of the Medha paper.
+ * Poisson arrivals; each request is long with a given probability. Short
+ * requests follow ShareGPT4's shape (log-normal prompt and output, capped
+ * to 8K tokens in all), long ones Medha-SWE's (log-normal prompt of a few
+ * hundred thousand tokens, clipped to [128K, 1M]). TTFT SLOs scale with a
+ * reference prefill time of the prompt, so a 1M-token prompt may take
+ * minutes and a chat prompt under a second. The generator is its own
+ * seeded xoshiro256** so that a seed gives the same trace everywhere.
+ */
+#include "medha-trace.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <string.h>
+
+#define Z90 1.2815515655446004 /* standard normal 90th percentile */
+
+/* Log-normal shapes: median, and sigma (from the median and P90). */
+#define SHORT_PROMPT_MEDIAN 1730.0 /* ShareGPT4: P50 1730, P90 5696 */
+#define SHORT_PROMPT_P90 5696.0
+#define SHORT_OUTPUT_MEDIAN 415.0  /* P50 415, P90 834 */
+#define SHORT_OUTPUT_P90 834.0
+#define LONG_PROMPT_MEDIAN 393000.0 /* Medha-SWE: P50 393K, P90 ~840K */
+#define LONG_PROMPT_SIGMA 0.6
+#define LONG_OUTPUT_MEDIAN 518.0    /* P50 518, P90 ~810 */
+#define LONG_OUTPUT_SIGMA 0.35
+
+/*
+ * Reference prefill time of p tokens: Llama-3-8B on 16 A100s at 50% of
+ * peak. 2 x 8e9 linear FLOPs a token, plus causal attention 2 p^2 d h_q L
+ * (d 128, h_q 32, L 32), over 16 x 312e12 x 0.5 FLOP/s.
+ */
+#define REF_LINEAR 1.6e10
+#define REF_ATTN 262144.0
+#define REF_FLOPS 2.496e15
+
+struct gen {
+	double qps;        /* -q: mean arrival rate, requests/s */
+	double duration;   /* -t: stop at the first arrival >= this (s) */
+	int64_t count;     /* -n: requests to write; 0: use duration */
+	uint64_t seed;     /* -s */
+	double long_frac;  /* -l: probability that a request is long */
+	int64_t long_min;  /* --long-min: long prompt bounds (tokens) */
+	int64_t long_max;  /* --long-max */
+	int64_t short_max; /* --short-max: short prompt + output cap */
+	double ttft_floor; /* --ttft-floor: least TTFT SLO (s) */
+	double ttft_mult;  /* --ttft-mult: TTFT SLO / reference prefill time */
+	double tpot_slo;   /* --tpot-slo: s per output token */
+	uint64_t s[4];     /* xoshiro256** state */
+};
+
+/* ---- random numbers ---- */
+
+static uint64_t
+splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static uint64_t
+rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+/* xoshiro256** (Blackman and Vigna). */
+static uint64_t
+rng_next(uint64_t s[4])
+{
+	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+/* Uniform in the open interval (0, 1). */
+static double
+rng_uniform(uint64_t s[4])
+{
+	return ((double)(rng_next(s) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+static int64_t
+clamp(double v, int64_t lo, int64_t hi)
+{
+	if (!(v >= (double)lo)) /* NaN too */
+		return lo;
+	if (v >= (double)hi)
+		return hi;
+	return llround(v) < lo ? lo : llround(v);
+}
+
+static double
+ref_prefill(double p)
+{
+	return (REF_LINEAR * p + REF_ATTN * p * p) / REF_FLOPS;
+}
+
+/*
+ * One request after the one arriving at *t. Every request draws four
+ * uniforms (gap, class, and a Box-Muller pair for prompt and output) so
+ * the stream stays aligned whatever the flags. Returns 0 when a duration
+ * is set and the arrival passes it.
+ */
+static int
+gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
+{
+	double u1, u2, r, z1, z2, ref;
+	int is_long;
+
+	*t += -log(rng_uniform(g->s)) / g->qps;
+	is_long = rng_uniform(g->s) < g->long_frac;
+	u1 = rng_uniform(g->s);
+	u2 = rng_uniform(g->s);
+	if (g->count == 0 && *t >= g->duration)
+		return 0;
+	r = sqrt(-2 * log(u1));
+	z1 = r * cos(2 * M_PI * u2);
+	z2 = r * sin(2 * M_PI * u2);
+	if (is_long) {
+		rs->prompt_tokens = clamp(LONG_PROMPT_MEDIAN *
+		    exp(LONG_PROMPT_SIGMA * z1), g->long_min, g->long_max);
+		rs->max_tokens = clamp(LONG_OUTPUT_MEDIAN *
+		    exp(LONG_OUTPUT_SIGMA * z2), 1, INT64_MAX / 2);
+	} else {
+		rs->max_tokens = clamp(SHORT_OUTPUT_MEDIAN *
+		    exp(log(SHORT_OUTPUT_P90 / SHORT_OUTPUT_MEDIAN) / Z90 * z2),
+		    1, g->short_max / 2);
+		rs->prompt_tokens = clamp(SHORT_PROMPT_MEDIAN *
+		    exp(log(SHORT_PROMPT_P90 / SHORT_PROMPT_MEDIAN) / Z90 * z1),
+		    1, g->short_max - rs->max_tokens);
+	}
+	rs->arrival = *t;
+	ref = g->ttft_mult * ref_prefill((double)rs->prompt_tokens);
+	rs->ttft_slo = ref > g->ttft_floor ? ref : g->ttft_floor;
+	rs->tpot_slo = g->tpot_slo;
+	return 1;
+}
+
+/* ---- the subcommand ---- */
+
+enum {
+	OPT_LONG_MAX = 256,
+	OPT_LONG_MIN,
+	OPT_SHORT_MAX,
+	OPT_TPOT_SLO,
+	OPT_TTFT_FLOOR,
+	OPT_TTFT_MULT,
+};
+
+#define FLAG_MAX 1000000000LL /* bound of -n and the token flags */
+
+int
+trace_gen(int argc, char *argv[])
+{
+	static const struct option longopts[] = {
+		{"count", required_argument, NULL, 'n'},
+		{"duration", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
+		{"long-fraction", required_argument, NULL, 'l'},
+		{"long-max", required_argument, NULL, OPT_LONG_MAX},
+		{"long-min", required_argument, NULL, OPT_LONG_MIN},
+		{"output", required_argument, NULL, 'o'},
+		{"qps", required_argument, NULL, 'q'},
+		{"seed", required_argument, NULL, 's'},
+		{"short-max", required_argument, NULL, OPT_SHORT_MAX},
+		{"tpot-slo", required_argument, NULL, OPT_TPOT_SLO},
+		{"ttft-floor", required_argument, NULL, OPT_TTFT_FLOOR},
+		{"ttft-mult", required_argument, NULL, OPT_TTFT_MULT},
+		{NULL, 0, NULL, 0},
+	};
+	struct gen g = {
+		.qps = 1,            /* one request a second */
+		.duration = 3600,    /* an hour, unless -n */
+		.count = 0,
+		.seed = 1,
+		.long_frac = 0.05,   /* the paper's 5% long requests */
+		.long_min = 131072,  /* 128K */
+		.long_max = 1048576, /* 1M */
+		.short_max = 8192,   /* ShareGPT4 capped at 8K */
+		.ttft_floor = 0.5,
+		.ttft_mult = 1.5,
+		.tpot_slo = 0.1,
+	};
+	struct medha_reqspec rs = {0};
+	struct medha_writer *w;
+	const char *out = NULL; /* -o: stdout */
+	double t = 0;
+	int64_t i;
+	uint64_t x;
+	FILE *f;
+	int ch, have_t = 0, rc = 0;
+
+	while ((ch = getopt_long(argc, argv, "hl:n:o:q:s:t:", longopts,
+		    NULL)) != -1) {
+		switch (ch) {
+		case 'h':
+			usage(0);
+		case 'l':
+			g.long_frac = flag_f64("-l", optarg, 0, 1, 0);
+			break;
+		case 'n':
+			g.count = flag_i64("-n", optarg, 1, FLAG_MAX);
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		case 'q':
+			g.qps = flag_f64("-q", optarg, 0, 1e6, 1);
+			break;
+		case 's':
+			g.seed = flag_i64("-s", optarg, 0, INT64_MAX);
+			break;
+		case 't':
+			g.duration = flag_f64("-t", optarg, 0, 1e9, 1);
+			have_t = 1;
+			break;
+		case OPT_LONG_MAX:
+			g.long_max = flag_i64("--long-max", optarg, 1,
+			    FLAG_MAX);
+			break;
+		case OPT_LONG_MIN:
+			g.long_min = flag_i64("--long-min", optarg, 1,
+			    FLAG_MAX);
+			break;
+		case OPT_SHORT_MAX:
+			g.short_max = flag_i64("--short-max", optarg, 2,
+			    FLAG_MAX);
+			break;
+		case OPT_TPOT_SLO:
+			g.tpot_slo = flag_f64("--tpot-slo", optarg, 0, 1e6, 1);
+			break;
+		case OPT_TTFT_FLOOR:
+			g.ttft_floor = flag_f64("--ttft-floor", optarg, 0, 1e9,
+			    0);
+			break;
+		case OPT_TTFT_MULT:
+			g.ttft_mult = flag_f64("--ttft-mult", optarg, 0, 1e6,
+			    1);
+			break;
+		default:
+			usage(2);
+		}
+	}
+	if (optind != argc)
+		usage(2);
+	if (have_t && g.count != 0) {
+		medha_log(MEDHA_LOG_ERROR, "-n and -t exclude each other");
+		usage(2);
+	}
+	if (g.long_min > g.long_max) {
+		medha_log(MEDHA_LOG_ERROR, "--long-min %lld exceeds --long-max "
+		    "%lld", (long long)g.long_min, (long long)g.long_max);
+		exit(2);
+	}
+
+	x = g.seed;
+	for (i = 0; i < 4; i++)
+		g.s[i] = splitmix64(&x);
+	if ((f = out_open(out, &w)) == NULL)
+		return 1;
+	for (i = 0; g.count == 0 || i < g.count; i++) {
+		if (!gen_next(&g, &t, &rs))
+			break;
+		snprintf(rs.id, sizeof(rs.id), "%lld", (long long)i);
+		if ((rc = medha_reqspec_write(w, &rs)) != 0)
+			break; /* out_close says why */
+	}
+	return out_close(out, f, w) != 0 || rc != 0;
+}

@@ -1,0 +1,222 @@
+/*
+ * medha-trace: makes, converts and reports traces. This file dispatches
+ * to the subcommands (gen.c, report.c, and convert below), and holds what
+ * they share: usage, checked flag numbers, and opening an output file
+ * that is compressed when its name ends in ".zst". man/medha-trace.1
+ * describes the program, man/medha-trace.5 the formats.
+ */
+#include "medha-trace.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <string.h>
+
+void
+usage(int status)
+{
+	FILE *fp = status == 0 ? stdout : stderr;
+
+	fprintf(fp,
+	    "usage: medha-trace gen [-h] [-l fraction] [-n count | -t seconds] "
+	    "[-o file] [-q qps]\n"
+	    "           [-s seed] [--long-max tokens] [--long-min tokens] "
+	    "[--short-max tokens]\n"
+	    "           [--tpot-slo seconds] [--ttft-floor seconds] "
+	    "[--ttft-mult factor]\n"
+	    "       medha-trace convert [-h] [-o file] [--time-scale factor] "
+	    "[file]\n"
+	    "       medha-trace report [-h] [--json] "
+	    "[--long-threshold tokens]\n"
+	    "           [--plot file.png] [file ...]\n"
+	    "       medha-trace -h\n");
+	exit(status);
+}
+
+double
+flag_f64(const char *flag, const char *arg, double lo, double hi, int lo_open)
+{
+	double v;
+	int rc;
+
+	rc = medha_parse_f64(arg, lo, hi, &v);
+	if (rc == 0 && lo_open && v == lo)
+		rc = MEDHA_ERANGE;
+	if (rc == MEDHA_EINVAL) {
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not a number", flag, arg);
+		exit(2);
+	}
+	if (rc != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not in %c%.15g, %.15g]",
+		    flag, arg, lo_open ? '(' : '[', lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+int64_t
+flag_i64(const char *flag, const char *arg, int64_t lo, int64_t hi)
+{
+	int64_t v;
+	int rc;
+
+	rc = medha_parse_i64(arg, lo, hi, &v);
+	if (rc == MEDHA_EINVAL) {
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not an integer", flag, arg);
+		exit(2);
+	}
+	if (rc != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not in [%lld, %lld]", flag,
+		    arg, (long long)lo, (long long)hi);
+		exit(2);
+	}
+	return v;
+}
+
+FILE *
+out_open(const char *path, struct medha_writer **w)
+{
+	FILE *f = stdout;
+	int rc;
+
+	if (path != NULL && strcmp(path, "-") != 0 &&
+	    (f = fopen(path, "w")) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	rc = medha_writer_open(w, f,
+	    path != NULL && f != stdout && medha_path_is_zst(path));
+	if (rc != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(rc));
+		if (f != stdout)
+			fclose(f);
+		return NULL;
+	}
+	return f;
+}
+
+int
+out_close(const char *path, FILE *f, struct medha_writer *w)
+{
+	int bad;
+
+	bad = medha_writer_close(w) != 0;
+	if (f != stdout && fclose(f) != 0)
+		bad = 1;
+	if (bad) {
+		medha_log(MEDHA_LOG_ERROR, "%s: write error: %s",
+		    f != stdout ? path : "stdout", strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- convert ---- */
+
+enum { OPT_TIME_SCALE = 256 };
+
+int
+trace_convert(int argc, char *argv[])
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{"output", required_argument, NULL, 'o'},
+		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+		{NULL, 0, NULL, 0},
+	};
+	struct medha_reqspec rs = {0};
+	struct medha_trace_in *t = NULL;
+	struct medha_writer *w;
+	const char *out = NULL;   /* -o: stdout */
+	const char *in = "-";     /* stdin */
+	double scale = 1;         /* --time-scale: arrivals unchanged */
+	FILE *inf = stdin, *outf;
+	int ch, rc, wrc = 0, status = 1;
+
+	while ((ch = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'h':
+			usage(0);
+		case 'o':
+			out = optarg;
+			break;
+		case OPT_TIME_SCALE:
+			scale = flag_f64("--time-scale", optarg, 0, 1e6, 1);
+			break;
+		default:
+			usage(2);
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc > 1)
+		usage(2);
+	if (argc == 1)
+		in = argv[0];
+	if (strcmp(in, "-") != 0 && (inf = fopen(in, "r")) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", in, strerror(errno));
+		return 1;
+	}
+	if (strcmp(in, "-") == 0)
+		in = "stdin";
+	if ((rc = medha_trace_open(&t, inf)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", in, medha_strerror(rc));
+		goto done;
+	}
+	if ((outf = out_open(out, &w)) == NULL)
+		goto done;
+	while ((rc = medha_trace_next(t, &rs)) == 1) {
+		rs.arrival *= scale;
+		if ((wrc = medha_reqspec_write(w, &rs)) != 0)
+			break;
+	}
+	if (rc < 0)
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", in, medha_trace_error(t));
+	else if (wrc != 0 && wrc != MEDHA_EIO) /* out_close reports EIO */
+		medha_log(MEDHA_LOG_ERROR, "%s: request %s: %s", in, rs.id,
+		    medha_strerror(wrc));
+	status = out_close(out, outf, w) != 0 || rc != 0;
+done:
+	medha_reqspec_clear(&rs);
+	medha_trace_close(t);
+	if (inf != stdin)
+		fclose(inf);
+	return status;
+}
+
+/* ---- main ---- */
+
+int
+main(int argc, char *argv[])
+{
+	static const struct {
+		const char *name;
+		const char *argv0; /* getopt's prefix for its messages */
+		int (*fn)(int, char *[]);
+	} cmds[] = {
+		{"convert", "medha-trace convert", trace_convert},
+		{"gen", "medha-trace gen", trace_gen},
+		{"report", "medha-trace report", trace_report},
+	};
+	size_t i;
+	int status;
+
+	medha_progname = "medha-trace";
+	if (argc < 2)
+		usage(2);
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
+		usage(0);
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (strcmp(argv[1], cmds[i].name) == 0)
+			break;
+	if (i == sizeof(cmds) / sizeof(cmds[0])) {
+		medha_log(MEDHA_LOG_ERROR, "%s: unknown subcommand", argv[1]);
+		usage(2);
+	}
+	argv[1] = (char *)cmds[i].argv0;
+	status = cmds[i].fn(argc - 1, argv + 1);
+	if (fclose(stdout) != 0 && status == 0) {
+		medha_log(MEDHA_LOG_ERROR, "stdout: %s", strerror(errno));
+		status = 1;
+	}
+	return status;
+}

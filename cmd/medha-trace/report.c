@@ -1,0 +1,490 @@
+/*
+ * report.c: "medha-trace report", what a run's result records add up to.
+ * Requests are split into short and long by prompt length; for all, short
+ * and long it gives percentiles of TTFT, TPOT and end-to-end latency over
+ * completed requests, the share of requests that met their SLOs, and
+ * throughput, as an aligned table or one JSON object. With --plot it has
+ * gnuplot draw their CDFs into a PNG, the samples passing through files
+ * in a temporary directory.
+ */
+#include "medha-trace.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { CLS_ALL, CLS_SHORT, CLS_LONG, NCLS };
+enum { M_TTFT, M_TPOT, M_E2E, NMETRIC };
+
+static const char *cls_names[NCLS] = {"all", "short", "long"};
+static const char *metric_names[NMETRIC] = {"ttft", "tpot", "e2e"};
+
+struct series {
+	double *v; /* (n), sorted once reading is done */
+	size_t n, cap;
+};
+
+struct cls {
+	int64_t requests;
+	int64_t completed;      /* status "ok" */
+	int64_t met;            /* completed within both SLOs */
+	int64_t out_tokens;     /* of completed requests */
+	double first_arrival;   /* throughput span: first arrival ... */
+	double last_finish;     /* ... to last finish */
+	struct series m[NMETRIC]; /* s; TPOT only with >= 2 output tokens */
+};
+
+static int
+series_push(struct series *s, double v)
+{
+	double *p;
+
+	if (s->n == s->cap) {
+		p = medha_reallocarray(s->v, s->cap ? s->cap * 2 : 256,
+		    sizeof(*p));
+		if (p == NULL)
+			return MEDHA_ENOMEM;
+		s->v = p;
+		s->cap = s->cap ? s->cap * 2 : 256;
+	}
+	s->v[s->n++] = v;
+	return 0;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* q-quantile of sorted v, linear between order statistics (numpy's). */
+static double
+percentile(const struct series *s, double q)
+{
+	double h = (s->n - 1) * q;
+	size_t lo = (size_t)floor(h);
+
+	if (lo + 1 >= s->n)
+		return s->v[s->n - 1];
+	return s->v[lo] + (h - lo) * (s->v[lo + 1] - s->v[lo]);
+}
+
+static int
+cls_add(struct cls *c, const struct medha_record *r)
+{
+	int rc;
+
+	if (c->requests++ == 0 || r->arrival < c->first_arrival)
+		c->first_arrival = r->arrival;
+	if (r->status != MEDHA_STATUS_OK)
+		return 0;
+	c->completed++;
+	c->out_tokens += r->output_tokens;
+	if (c->completed == 1 || r->finish > c->last_finish)
+		c->last_finish = r->finish;
+	if ((r->ttft_slo <= 0 || r->ttft <= r->ttft_slo) &&
+	    (r->tpot_slo <= 0 || r->output_tokens < 2 ||
+		r->tpot_mean <= r->tpot_slo))
+		c->met++;
+	if ((rc = series_push(&c->m[M_TTFT], r->ttft)) != 0 ||
+	    (rc = series_push(&c->m[M_E2E], r->finish - r->arrival)) != 0)
+		return rc;
+	if (r->output_tokens >= 2)
+		return series_push(&c->m[M_TPOT], r->tpot_mean);
+	return 0;
+}
+
+/* Completed requests (out: tokens) per second over the class's span. */
+static double
+cls_rate(const struct cls *c, int tokens)
+{
+	double span = c->last_finish - c->first_arrival;
+
+	if (c->completed == 0 || !(span > 0))
+		return 0;
+	return (tokens ? c->out_tokens : c->completed) / span;
+}
+
+/* Reads the records of one file ("-": stdin) into the classes. */
+static int
+read_records(const char *path, int64_t long_min, struct cls *cls)
+{
+	struct medha_reader *r = NULL;
+	struct medha_record rec;
+	const char *name = path;
+	char why[200], *line, *s;
+	long long lineno = 0;
+	size_t len;
+	FILE *f = stdin;
+	int c, rc, status = 1;
+
+	if (strcmp(path, "-") == 0)
+		name = "stdin";
+	else if ((f = fopen(path, "r")) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, strerror(errno));
+		return 1;
+	}
+	if ((rc = medha_reader_open(&r, f)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", name, medha_strerror(rc));
+		goto out;
+	}
+	while ((rc = medha_reader_line(r, &line, &len)) == 1) {
+		lineno++;
+		for (s = line; *s == ' ' || *s == '\t'; s++)
+			;
+		if (*s == '\0' || *s == '#')
+			continue;
+		if ((rc = medha_record_parse(s, &rec, why, sizeof(why))) != 0) {
+			medha_log(MEDHA_LOG_ERROR, "%s: line %lld: %s", name,
+			    lineno, rc == MEDHA_EFORMAT ? why
+							: medha_strerror(rc));
+			goto out;
+		}
+		c = rec.prompt_tokens >= long_min ? CLS_LONG : CLS_SHORT;
+		if ((rc = cls_add(&cls[CLS_ALL], &rec)) != 0 ||
+		    (rc = cls_add(&cls[c], &rec)) != 0) {
+			medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(rc));
+			goto out;
+		}
+	}
+	if (rc < 0)
+		medha_log(MEDHA_LOG_ERROR, "%s: line %lld: %s", name,
+		    lineno + 1, medha_reader_error(r));
+	else
+		status = 0;
+out:
+	medha_reader_close(r);
+	if (f != stdin)
+		fclose(f);
+	return status;
+}
+
+/* ---- output ---- */
+
+static void
+print_table(const struct cls *cls)
+{
+	static const char *units[NMETRIC] = {"(s)", "(ms)", "(s)"};
+	static const double scale[NMETRIC] = {1, 1e3, 1};
+	static const double q[3] = {0.5, 0.9, 0.99};
+	const struct cls *c;
+	int i, m, k;
+	double v;
+
+	printf("%-5s %8s %9s", "class", "requests", "completed");
+	for (m = 0; m < NMETRIC; m++)
+		for (k = 0; k < 3; k++)
+			printf(" %5s_p%-2d", metric_names[m],
+			    (int)(q[k] * 100 + 0.5));
+	printf(" %7s %9s %9s\n", "slo", "req/s", "tok/s");
+	printf("%-5s %8s %9s", "", "", "");
+	for (m = 0; m < NMETRIC; m++)
+		for (k = 0; k < 3; k++)
+			printf(" %9s", units[m]);
+	printf("\n");
+	for (i = 0; i < NCLS; i++) {
+		c = &cls[i];
+		printf("%-5s %8lld %9lld", cls_names[i], (long long)c->requests,
+		    (long long)c->completed);
+		for (m = 0; m < NMETRIC; m++)
+			for (k = 0; k < 3; k++) {
+				if (c->m[m].n == 0) {
+					printf(" %9s", "-");
+					continue;
+				}
+				v = scale[m] * percentile(&c->m[m], q[k]);
+				printf(m == M_TPOT ? " %9.2f" : " %9.3f", v);
+			}
+		if (c->requests == 0)
+			printf(" %7s", "-");
+		else
+			printf(" %6.1f%%", 100.0 * c->met / c->requests);
+		printf(" %9.3f %9.1f\n", cls_rate(c, 0), cls_rate(c, 1));
+	}
+}
+
+static json_t *
+cls_json(const struct cls *c)
+{
+	static const char *qname[3] = {"p50", "p90", "p99"};
+	static const double q[3] = {0.5, 0.9, 0.99};
+	json_t *o, *p;
+	int m, k;
+
+	o = json_object();
+	json_object_set_new(o, "requests", json_integer(c->requests));
+	json_object_set_new(o, "completed", json_integer(c->completed));
+	for (m = 0; m < NMETRIC; m++) {
+		p = json_object();
+		for (k = 0; k < 3; k++)
+			json_object_set_new(p, qname[k], c->m[m].n == 0
+				? json_null()
+				: json_real(percentile(&c->m[m], q[k])));
+		json_object_set_new(o, metric_names[m], p);
+	}
+	json_object_set_new(o, "slo_attainment", c->requests == 0
+		? json_null()
+		: json_real((double)c->met / c->requests));
+	json_object_set_new(o, "throughput_rps", json_real(cls_rate(c, 0)));
+	json_object_set_new(o, "throughput_tps", json_real(cls_rate(c, 1)));
+	return o;
+}
+
+static int
+print_json(const struct cls *cls)
+{
+	json_t *root;
+	char *s;
+	int i;
+
+	root = json_object();
+	json_object_set_new(root, "requests", json_integer(cls[0].requests));
+	json_object_set_new(root, "completed", json_integer(cls[0].completed));
+	for (i = 0; i < NCLS; i++)
+		json_object_set_new(root, cls_names[i], cls_json(&cls[i]));
+	s = json_dumps(root, JSON_REAL_PRECISION(9));
+	json_decref(root);
+	if (s == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(MEDHA_ENOMEM));
+		return 1;
+	}
+	printf("%s\n", s);
+	free(s);
+	return 0;
+}
+
+/* ---- plot ---- */
+
+/* One CDF line of a panel: samples of a class and metric. */
+struct line {
+	const char *file; /* name in the temporary directory */
+	int cls, metric;
+	size_t n;         /* samples written */
+};
+
+/* Writes a gnuplot single-quoted string. */
+static void
+gp_quote(FILE *gp, const char *s)
+{
+	fputc('\'', gp);
+	for (; *s != '\0'; s++) {
+		if (*s == '\'')
+			fputc('\'', gp);
+		fputc(*s, gp);
+	}
+	fputc('\'', gp);
+}
+
+/* Writes "x cdf" lines; a log axis cannot show x <= 0. */
+static int
+write_cdf(const char *path, const struct series *s, double scale, int logx,
+    size_t *written)
+{
+	FILE *f;
+	size_t i;
+
+	*written = 0;
+	if ((f = fopen(path, "w")) == NULL)
+		return -1;
+	for (i = 0; i < s->n; i++)
+		if (!logx || s->v[i] > 0) {
+			fprintf(f, "%.9g %.9g\n", scale * s->v[i],
+			    (double)(i + 1) / s->n);
+			(*written)++;
+		}
+	return fclose(f) != 0 ? -1 : 0;
+}
+
+static int
+plot(const char *png, const struct cls *cls)
+{
+	static const struct {
+		const char *xlabel;
+		int logx;
+		double scale;
+		struct line lines[2];
+	} panels[] = {
+		{"TTFT of short requests (s)", 1, 1,
+		    {{"ttft-short", CLS_SHORT, M_TTFT, 0}, {NULL, 0, 0, 0}}},
+		{"TTFT of long requests (s)", 1, 1,
+		    {{"ttft-long", CLS_LONG, M_TTFT, 0}, {NULL, 0, 0, 0}}},
+		{"TPOT (ms)", 0, 1e3,
+		    {{"tpot-short", CLS_SHORT, M_TPOT, 0},
+			{"tpot-long", CLS_LONG, M_TPOT, 0}}},
+		{"end-to-end latency (s)", 1, 1,
+		    {{"e2e-short", CLS_SHORT, M_E2E, 0},
+			{"e2e-long", CLS_LONG, M_E2E, 0}}},
+	};
+	const size_t np = sizeof(panels) / sizeof(panels[0]);
+	char dir[4096], path[4200];
+	const char *tmp;
+	size_t n[4][2] = {{0}};
+	void (*oldpipe)(int);
+	size_t i, j;
+	FILE *gp;
+	int st, drawn, status = 1;
+
+	if ((gp = fopen(png, "w")) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", png, strerror(errno));
+		return 1;
+	}
+	fclose(gp);
+	if ((tmp = getenv("TMPDIR")) == NULL || *tmp == '\0')
+		tmp = "/tmp";
+	snprintf(dir, sizeof(dir), "%s/medha-trace.XXXXXX", tmp);
+	if (mkdtemp(dir) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", dir, strerror(errno));
+		unlink(png);
+		return 1;
+	}
+	for (i = 0; i < np; i++)
+		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
+			const struct line *l = &panels[i].lines[j];
+
+			snprintf(path, sizeof(path), "%s/%s", dir, l->file);
+			if (write_cdf(path, &cls[l->cls].m[l->metric],
+				panels[i].scale, panels[i].logx,
+				&n[i][j]) != 0) {
+				medha_log(MEDHA_LOG_ERROR, "%s: %s", path,
+				    strerror(errno));
+				goto clean;
+			}
+		}
+
+	oldpipe = signal(SIGPIPE, SIG_IGN);
+	if ((gp = popen("exec gnuplot >/dev/null", "w")) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "gnuplot: %s", strerror(errno));
+		signal(SIGPIPE, oldpipe);
+		goto clean;
+	}
+	fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
+		    "{ set terminal pngcairo size 1200,900 } "
+		    "else { set terminal png size 1200,900 }\n"
+		    "set output ");
+	gp_quote(gp, png);
+	fprintf(gp, "\nset multiplot layout 2,2 title '%lld requests, "
+		    "%lld completed'\n"
+		    "set grid\nset key bottom right\nset ylabel 'CDF'\n"
+		    "set yrange [0:1]\n",
+	    (long long)cls[CLS_ALL].requests,
+	    (long long)cls[CLS_ALL].completed);
+	for (i = 0; i < np; i++) {
+		fprintf(gp, "set xlabel '%s'\n%s logscale x\n",
+		    panels[i].xlabel, panels[i].logx ? "set" : "unset");
+		drawn = 0;
+		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
+			if (n[i][j] == 0)
+				continue;
+			fprintf(gp, "%s", drawn++ == 0 ? "plot " : ", ");
+			snprintf(path, sizeof(path), "%s/%s", dir,
+			    panels[i].lines[j].file);
+			gp_quote(gp, path);
+			fprintf(gp, " using 1:2 with steps lw 2 "
+				    "title '%s (n=%zu)'",
+			    cls_names[panels[i].lines[j].cls], n[i][j]);
+		}
+		if (drawn == 0)
+			fprintf(gp, "\nset label 1 'no data' at graph 0.5,0.5 "
+				    "center\nunset logscale x\n"
+				    "set xrange [0:1]\nplot -1 notitle\n"
+				    "unset label 1\nset autoscale x");
+		fprintf(gp, "\n");
+	}
+	fprintf(gp, "unset multiplot\nset output\n");
+	st = pclose(gp);
+	signal(SIGPIPE, oldpipe);
+	if (st == -1)
+		medha_log(MEDHA_LOG_ERROR, "gnuplot: %s", strerror(errno));
+	else if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+		medha_log(MEDHA_LOG_ERROR, "gnuplot: not found; "
+		    "install gnuplot to use --plot");
+	else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		medha_log(MEDHA_LOG_ERROR, "gnuplot failed; %s not written",
+		    png);
+	else
+		status = 0;
+clean:
+	for (i = 0; i < np; i++)
+		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
+			snprintf(path, sizeof(path), "%s/%s", dir,
+			    panels[i].lines[j].file);
+			unlink(path);
+		}
+	rmdir(dir);
+	if (status != 0)
+		unlink(png); /* no half-drawn picture */
+	return status;
+}
+
+/* ---- the subcommand ---- */
+
+enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT };
+
+int
+trace_report(int argc, char *argv[])
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{"json", no_argument, NULL, OPT_JSON},
+		{"long-threshold", required_argument, NULL, OPT_LONG_THRESHOLD},
+		{"plot", required_argument, NULL, OPT_PLOT},
+		{NULL, 0, NULL, 0},
+	};
+	static char *dash[] = {"-", NULL};
+	struct cls cls[NCLS];
+	int64_t long_min = 131072; /* --long-threshold: 128K tokens */
+	const char *png = NULL;    /* --plot: none */
+	int ch, json = 0, i, m, status = 0;
+
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'h':
+			usage(0);
+		case OPT_JSON:
+			json = 1;
+			break;
+		case OPT_LONG_THRESHOLD:
+			long_min = flag_i64("--long-threshold", optarg, 1,
+			    INT64_MAX);
+			break;
+		case OPT_PLOT:
+			png = optarg;
+			break;
+		default:
+			usage(2);
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc == 0) {
+		argc = 1;
+		argv = dash;
+	}
+	memset(cls, 0, sizeof(cls));
+	for (i = 0; i < argc && status == 0; i++)
+		status = read_records(argv[i], long_min, cls);
+	if (status == 0) {
+		for (i = 0; i < NCLS; i++)
+			for (m = 0; m < NMETRIC; m++)
+				if (cls[i].m[m].n > 0)
+					qsort(cls[i].m[m].v, cls[i].m[m].n,
+					    sizeof(double), cmp_double);
+		if (json)
+			status = print_json(cls);
+		else
+			print_table(cls);
+		if (status == 0 && png != NULL)
+			status = plot(png, cls);
+	}
+	for (i = 0; i < NCLS; i++)
+		for (m = 0; m < NMETRIC; m++)
+			free(cls[i].m[m].v);
+	return status;
+}

@@ -1,0 +1,11 @@
+#!/bin/sh
+# install-deps.sh: install what medha needs to build and test on a fresh
+# Debian machine (run as root). The CUDA toolkit is optional: the CUDA
+# parts build only where nvcc is found.
+set -e
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends \
+	build-essential pkg-config ca-certificates python3 \
+	libnng-dev libmsgpack-dev libzstd-dev zstd libjansson-dev \
+	libcmocka-dev gnuplot-nox mandoc

@@ -1,0 +1,77 @@
+/*
+ * medha.h: what every part of libcore shares: the error enum and its
+ * strings, the assertion macro, levelled logging to stderr, and checked
+ * number parsing for the command-line front ends.
+ *
+ * libcore never exits the process and never writes to stdout; functions
+ * return 0 or a negative MEDHA_E* code, and medha_strerror() names it.
+ *
+ *	int64_t n;
+ *	if (medha_parse_i64(optarg, 1, 1 << 20, &n) != 0)
+ *		usage();
+ *	medha_log(MEDHA_LOG_INFO, "chunk %lld", (long long)n);
+ */
+#ifndef MEDHA_H
+#define MEDHA_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum medha_err {
+	MEDHA_OK = 0,
+	MEDHA_ENOMEM = -1,   /* allocation failed */
+	MEDHA_EINVAL = -2,   /* argument out of range or malformed */
+	MEDHA_EIO = -3,      /* read or write failed (errno is kept) */
+	MEDHA_EFORMAT = -4,  /* input does not follow its format */
+	MEDHA_ENOTFOUND = -5,/* named thing (model, GPU, key) unknown */
+	MEDHA_ERANGE = -6,   /* number does not fit */
+	MEDHA_ETRUNC = -7,   /* input ends early */
+	MEDHA_ENOSPACE = -8, /* no KV memory (or other capacity) left */
+	MEDHA_EUNSUP = -9,   /* valid but not supported by this build */
+};
+
+/* Static string for an error code; never NULL. */
+const char *medha_strerror(int err);
+
+/* Programmer errors only: abort with file and line. */
+#define MEDHA_ASSERT(c)                                                       \
+	do {                                                                  \
+		if (!(c))                                                     \
+			medha_assert_fail(#c, __FILE__, __LINE__);            \
+	} while (0)
+void medha_assert_fail(const char *expr, const char *file, int line)
+    __attribute__((noreturn));
+
+enum medha_log_level {
+	MEDHA_LOG_ERROR = 0,
+	MEDHA_LOG_WARN = 1,
+	MEDHA_LOG_INFO = 2,
+	MEDHA_LOG_DEBUG = 3,
+};
+
+/* Messages at or below this level are written (default WARN). */
+extern int medha_log_level;
+/* Program name used as the prefix of log lines (default "medha"). */
+extern const char *medha_progname;
+
+#define medha_log(lvl, ...)                                                   \
+	do {                                                                  \
+		if ((lvl) <= medha_log_level)                                 \
+			medha_log_write((lvl), __VA_ARGS__);                  \
+	} while (0)
+void medha_log_write(int lvl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/*
+ * Parse a whole string as a number within [lo, hi]. Returns 0, or
+ * MEDHA_EINVAL (not a number, trailing junk) or MEDHA_ERANGE.
+ */
+int medha_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+int medha_parse_f64(const char *s, double lo, double hi, double *out);
+
+/* Allocation helpers that return NULL on overflow as well as on failure. */
+void *medha_calloc(size_t n, size_t size);
+void *medha_reallocarray(void *p, size_t n, size_t size);
+
+#endif

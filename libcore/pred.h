@@ -1,0 +1,169 @@
+/*
+ * pred.h: the runtime predictor. Given a model shape, a GPU and the
+ * parallel layout (tp, spp, kvp), it says how long the operators of one
+ * batch take on one worker, and how much KV memory a worker has.
+ *
+ * Two sources of operator times, one interface:
+ *  - analytic: a roofline per operator from the GPU's peak FLOP/s and
+ *    bandwidths times achievable-efficiency factors;
+ *  - table: per-layer times measured by medha-prof (man/medha-profile.5),
+ *    interpolated; an operator the table lacks falls back to analytic.
+ *
+ * Every medha_pred_* time is in seconds for ONE pipeline stage (that is,
+ * ceil(n_layers / spp) layers) on one worker of a TP group, unless said
+ * otherwise. The scheduler composes them into batch times.
+ *
+ *	struct medha_pred p;
+ *	const struct medha_gpu *g = medha_gpu_find("a100");
+ *	struct medha_model m;
+ *	medha_model_resolve("llama3-8b", &m);
+ *	medha_pred_init(&p, g, &m, 8, 2, 1);
+ *	double t = medha_pred_linear(&p, 512) + medha_pred_attn_prefill(&p, 512, 0);
+ */
+#ifndef MEDHA_PRED_H
+#define MEDHA_PRED_H
+
+#include "medha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct medha_gpu {
+	const char *name;
+	double peak_flops;  /* dense bf16 FLOP/s */
+	double hbm_bw;      /* bytes/s */
+	double mem_bytes;   /* HBM capacity */
+	double nvlink_bw;   /* bytes/s per GPU, one direction, inside a node */
+	double net_bw;      /* bytes/s per GPU across nodes (InfiniBand) */
+	int gpus_per_node;  /* NVLink domain size */
+	double eff_flops;   /* achievable fraction of peak in GEMMs */
+	double eff_attn;    /* achievable fraction of peak in attention */
+	double eff_bw;      /* achievable fraction of HBM bandwidth */
+	double eff_link;    /* achievable fraction of link bandwidth */
+	double launch_s;    /* fixed cost per layer (kernel launches, norms) */
+	double comm_lat_s;  /* latency of one collective or send */
+};
+
+/* Built-in GPUs: "a100" (80 GB SXM), "h100" (SXM 80 GB). NULL if unknown. */
+const struct medha_gpu *medha_gpu_find(const char *name);
+
+struct medha_model {
+	char name[64];
+	int n_layers;
+	int hidden;
+	int n_heads;      /* query heads */
+	int n_kv_heads;
+	int head_dim;
+	int ffn;          /* MLP intermediate size (SwiGLU: gate, up, down) */
+	int vocab;
+	double w_bytes;   /* bytes per weight as served (2 for bf16) */
+	double kv_bytes;  /* bytes per KV element (2 for bf16) */
+};
+
+/*
+ * Built-in names ("llama3-8b", "llama3-70b", "smollm2-135m"), else a
+ * path to a GGUF file whose header gives the shape (bf16 serving is
+ * assumed for w_bytes and kv_bytes). Returns 0, MEDHA_ENOTFOUND, or the
+ * GGUF reader's error.
+ */
+int medha_model_resolve(const char *name_or_path, struct medha_model *m);
+
+/* Weights of one transformer layer (attention + MLP), in parameters. */
+double medha_model_layer_params(const struct medha_model *m);
+
+struct medha_table; /* measured operator times (pred_table.c) */
+
+struct medha_pred {
+	struct medha_gpu gpu;
+	struct medha_model model;
+	int tp, spp, kvp;
+	int stage_layers;           /* ceil(n_layers / spp) */
+	struct medha_table *table;  /* owned; NULL: analytic only */
+};
+
+/* Returns MEDHA_EINVAL if tp, spp or kvp < 1 or spp > n_layers. */
+int medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
+    const struct medha_model *m, int tp, int spp, int kvp);
+/*
+ * Load measured times from a profile CSV (man/medha-profile.5); p keeps
+ * them. Returns 0, MEDHA_EIO, or MEDHA_EFORMAT with why filled in.
+ */
+int medha_pred_load_table(struct medha_pred *p, const char *path, char *why,
+    size_t whylen);
+void medha_pred_free(struct medha_pred *p);
+
+/* Non-attention work of `tokens` tokens: QKV, O, MLP, norms, TP all-reduce. */
+double medha_pred_linear(const struct medha_pred *p, int64_t tokens);
+/* Attention of a prefill chunk of `chunk` tokens after `kv` cached tokens. */
+double medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk,
+    int64_t kv);
+/* Attention of `n_seqs` decode tokens reading `kv_total` cached tokens in all. */
+double medha_pred_attn_decode(const struct medha_pred *p, int64_t n_seqs,
+    int64_t kv_total);
+/* Sending `tokens` hidden states from one stage to the next. */
+double medha_pred_spp_send(const struct medha_pred *p, int64_t tokens);
+/* Merging the partial attention outputs of `tokens` query tokens spread
+ * over `groups` KVP groups (all-gather of outputs and log-sum-exps). */
+double medha_pred_kvp_merge(const struct medha_pred *p, int64_t tokens,
+    int groups);
+/* Output projection for `n_seqs` last tokens (last stage only; whole op). */
+double medha_pred_lm_head(const struct medha_pred *p, int64_t n_seqs);
+
+/*
+ * Operators, as named in a profile table (man/medha-profile.5). Added
+ * for the table reader and for tests that compare the two sources.
+ */
+enum medha_op {
+	MEDHA_OP_LINEAR = 0,    /* tokens */
+	MEDHA_OP_ATTN_PREFILL,  /* chunk, kv cached before it */
+	MEDHA_OP_ATTN_DECODE,   /* sequences, kv (table: per sequence) */
+	MEDHA_OP_SPP_SEND,      /* tokens */
+	MEDHA_OP_KVP_MERGE,     /* tokens, groups */
+	MEDHA_OP_LM_HEAD,       /* sequences */
+	MEDHA_OP_COUNT
+};
+
+/* "linear", "attn_prefill", ...; NULL if op is out of range. */
+const char *medha_op_name(int op);
+/* Operator by table name, or MEDHA_ENOTFOUND. */
+int medha_op_find(const char *name);
+
+/*
+ * The analytic time of op for p, as the medha_pred_* function of that op
+ * returns it when no table is loaded (seconds per stage; kv is kv_total
+ * for attn_decode, groups for kvp_merge, ignored by one-argument ops).
+ */
+double medha_pred_analytic(const struct medha_pred *p, int op,
+    int64_t tokens, int64_t kv);
+
+/*
+ * Interpolated table time of op at (tokens, kv), in seconds per layer
+ * (linear, attn_prefill, attn_decode, kvp_merge) or per operation
+ * (spp_send, lm_head). kv means what it means to the medha_pred_*
+ * function of op: for attn_decode the total over all sequences (the
+ * table's per-sequence kv is converted at load). Returns 1 and sets
+ * *sec, or 0 when t is NULL or has no rows for op. O(log n).
+ */
+int medha_table_lookup(const struct medha_table *t, int op, double tokens,
+    double kv, double *sec);
+
+/*
+ * medha_model_resolve() with the reason for a failure in why (GGUF
+ * errors, unknown names). medha_model_resolve() logs that reason at
+ * MEDHA_LOG_WARN when a GGUF file fails to read. The reasons of this and
+ * of medha_pred_load_table() leave out the path; callers prefix it.
+ */
+int medha_model_resolve_why(const char *name_or_path, struct medha_model *m,
+    char *why, size_t whylen);
+
+/* Model weights held by one worker, bytes. */
+double medha_pred_weight_bytes(const struct medha_pred *p);
+/* KV bytes one token costs on one worker. */
+double medha_pred_kv_bytes_per_token(const struct medha_pred *p);
+/*
+ * Tokens of KV one KVP group can hold: (mem_bytes * mem_util - weights
+ * - 1 GiB activation reserve) / kv bytes per token; 0 if nothing is left.
+ */
+int64_t medha_pred_kv_capacity(const struct medha_pred *p, double mem_util);
+
+#endif

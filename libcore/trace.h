@@ -1,0 +1,131 @@
+/*
+ * trace.h: traces in, result records out (DESIGN.md section 7;
+ * man/medha-trace.5 is normative).
+ *
+ * A trace is JSON Lines, one request a line; the reader also takes the
+ * Azure LLM inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens) and
+ * Vidur's CSV (arrived_at,num_prefill_tokens,num_decode_tokens), told
+ * apart by their header line. Any input may be zstd-compressed: the
+ * reader looks at the first four bytes (the zstd magic), not at a name.
+ *
+ *	struct medha_trace_in *t;
+ *	struct medha_reqspec rs;
+ *	if (medha_trace_open(&t, stdin) != 0) ...
+ *	while ((rc = medha_trace_next(t, &rs)) == 1)
+ *		...;
+ *	if (rc < 0) fprintf(stderr, "%s\n", medha_trace_error(t));
+ *	medha_trace_close(t);
+ */
+#ifndef MEDHA_TRACE_H
+#define MEDHA_TRACE_H
+
+#include "medha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MEDHA_ID_MAX 64 /* longest id, NUL included */
+
+/* One request as a trace gives it. */
+struct medha_reqspec {
+	char id[MEDHA_ID_MAX]; /* NUL-terminated; numbers are kept as text */
+	double arrival;        /* s since the trace's origin, >= 0 */
+	int64_t prompt_tokens; /* >= 1; 0 if the line gave only "prompt" */
+	int64_t max_tokens;    /* >= 0 output tokens to generate */
+	double ttft_slo;       /* s; 0 if not given */
+	double tpot_slo;       /* s; 0 if not given */
+	char *prompt;          /* owned text prompt, or NULL */
+};
+
+/* Frees rs->prompt and clears it. */
+void medha_reqspec_clear(struct medha_reqspec *rs);
+
+enum medha_status {
+	MEDHA_STATUS_OK = 0,   /* completed */
+	MEDHA_STATUS_REJECTED, /* could never be served (too long, bad line) */
+	MEDHA_STATUS_FAILED,   /* lost: a worker died and it could not finish */
+};
+const char *medha_status_name(int status);
+/* Returns MEDHA_STATUS_* or -1 if the name is unknown. */
+int medha_status_parse(const char *name);
+
+/* One result record: what happened to one request. */
+struct medha_record {
+	char id[MEDHA_ID_MAX];
+	double arrival;       /* s */
+	double first_token;   /* s, absolute; = finish when output_tokens = 0 */
+	double finish;        /* s, absolute */
+	int64_t prompt_tokens;
+	int64_t output_tokens;
+	double ttft;          /* first_token - arrival */
+	double tpot_mean;     /* (finish - first_token) / (output_tokens - 1); 0 if < 2 */
+	double tpot_max;      /* longest gap between consecutive tokens; 0 if < 2 */
+	double ttft_slo;      /* the TTFT SLO the request was held to (s) */
+	double tpot_slo;      /* the TPOT SLO the request was held to (s); 0 if none */
+	int status;           /* MEDHA_STATUS_* */
+};
+
+/* ---- lines in and out, zstd transparent ---- */
+
+struct medha_reader;
+/* Reads lines from f (not closed by the reader; caller owns f). */
+int medha_reader_open(struct medha_reader **r, FILE *f);
+/*
+ * Next line, newline stripped, NUL-terminated; *line is valid until the
+ * next call. Returns 1, 0 at end of input, or MEDHA_EIO / MEDHA_EFORMAT
+ * (corrupt zstd frame) / MEDHA_ENOMEM. Lines longer than 16 MiB are
+ * MEDHA_EFORMAT.
+ */
+int medha_reader_line(struct medha_reader *r, char **line, size_t *len);
+/* Reason for the last error ("truncated zstd stream"); "" if none. Static
+ * storage of r, valid until medha_reader_close(). */
+const char *medha_reader_error(const struct medha_reader *r);
+void medha_reader_close(struct medha_reader *r);
+
+struct medha_writer;
+/* Writes to f (caller owns f); zstd != 0 compresses (level 3). */
+int medha_writer_open(struct medha_writer **w, FILE *f, int zstd);
+int medha_writer_write(struct medha_writer *w, const void *buf, size_t len);
+int medha_writer_printf(struct medha_writer *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Ends the zstd frame and flushes f; returns MEDHA_EIO if any write failed. */
+int medha_writer_close(struct medha_writer *w);
+/* 1 if path ends in ".zst". */
+int medha_path_is_zst(const char *path);
+
+/* ---- traces ---- */
+
+struct medha_trace_in;
+int medha_trace_open(struct medha_trace_in **t, FILE *f);
+/*
+ * Next request into *rs (previous contents cleared). Returns 1, 0 at end,
+ * or a negative code with medha_trace_error() naming the line and the
+ * problem (e.g. "line 7: prompt_tokens: not a positive integer").
+ * Blank lines and lines starting with '#' are skipped. *rs must start
+ * zeroed (its prompt is freed); an id the input lacks becomes the 0-based
+ * number of the request in the trace.
+ */
+int medha_trace_next(struct medha_trace_in *t, struct medha_reqspec *rs);
+const char *medha_trace_error(const struct medha_trace_in *t);
+void medha_trace_close(struct medha_trace_in *t);
+
+/*
+ * Parse one JSON trace line; why gets a reason on MEDHA_EFORMAT. *rs is
+ * overwritten (an earlier rs->prompt is not freed); on success a prompt
+ * is owned by the caller (medha_reqspec_clear), on failure none is left.
+ * A line without "id" leaves rs->id empty.
+ */
+int medha_reqspec_parse(const char *line, struct medha_reqspec *rs,
+    char *why, size_t whylen);
+/* Write rs as one JSON line (with newline). */
+int medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs);
+
+/* ---- records ---- */
+
+int medha_record_parse(const char *line, struct medha_record *rec, char *why,
+    size_t whylen);
+/* Write rec as one JSON line (with newline). */
+int medha_record_write(struct medha_writer *w, const struct medha_record *rec);
+
+#endif

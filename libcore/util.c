@@ -1,0 +1,106 @@
+/*
+ * util.c: error strings, assertion failure, levelled logging and checked
+ * number parsing shared by every libcore module and front end.
+ */
+#include "medha.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+int medha_log_level = MEDHA_LOG_WARN;
+const char *medha_progname = "medha";
+
+const char *
+medha_strerror(int err)
+{
+	switch (err) {
+	case MEDHA_OK: return "success";
+	case MEDHA_ENOMEM: return "out of memory";
+	case MEDHA_EINVAL: return "invalid argument";
+	case MEDHA_EIO: return "input/output error";
+	case MEDHA_EFORMAT: return "malformed input";
+	case MEDHA_ENOTFOUND: return "not found";
+	case MEDHA_ERANGE: return "value out of range";
+	case MEDHA_ETRUNC: return "input truncated";
+	case MEDHA_ENOSPACE: return "no space left";
+	case MEDHA_EUNSUP: return "not supported";
+	}
+	return "unknown error";
+}
+
+void
+medha_assert_fail(const char *expr, const char *file, int line)
+{
+	fprintf(stderr, "%s: assertion failed: %s (%s:%d)\n", medha_progname,
+	    expr, file, line);
+	abort();
+}
+
+void
+medha_log_write(int lvl, const char *fmt, ...)
+{
+	static const char *names[] = {"error", "warning", "info", "debug"};
+	va_list ap;
+
+	if (lvl < 0 || lvl > MEDHA_LOG_DEBUG)
+		lvl = MEDHA_LOG_DEBUG;
+	fprintf(stderr, "%s: %s: ", medha_progname, names[lvl]);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int
+medha_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (s == NULL || *s == '\0')
+		return MEDHA_EINVAL;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (*end != '\0')
+		return MEDHA_EINVAL;
+	if (errno == ERANGE || v < lo || v > hi)
+		return MEDHA_ERANGE;
+	*out = v;
+	return 0;
+}
+
+int
+medha_parse_f64(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	double v;
+
+	if (s == NULL || *s == '\0')
+		return MEDHA_EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (*end != '\0' || isnan(v))
+		return MEDHA_EINVAL;
+	if (errno == ERANGE || v < lo || v > hi)
+		return MEDHA_ERANGE;
+	*out = v;
+	return 0;
+}
+
+void *
+medha_calloc(size_t n, size_t size)
+{
+	if (n == 0 || size == 0)
+		return calloc(1, 1);
+	return calloc(n, size);
+}
+
+void *
+medha_reallocarray(void *p, size_t n, size_t size)
+{
+	if (size != 0 && n > SIZE_MAX / size)
+		return NULL;
+	return realloc(p, n * size == 0 ? 1 : n * size);
+}

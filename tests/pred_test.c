@@ -1,0 +1,606 @@
+/*
+ * pred_test.c: the runtime predictor (libcore/pred.c, pred_table.c).
+ *
+ * The analytic model is checked against roofline numbers worked out here
+ * from the formulas (so a changed formula shows up as a failing number),
+ * for its regimes (decode attention memory-bound, big prefills compute-
+ * bound), for monotonicity in every token and kv argument (the scheduler
+ * binary-searches over them) and for sane KV capacities. Table mode is
+ * checked by writing a profile from analytic values on a grid: exact at
+ * the grid points, bracketed between them, monotone, falling back to the
+ * analytic model for missing operators; malformed profiles must be
+ * rejected with a reason naming the line.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pred.h"
+
+static void
+near(double got, double want, double rel)
+{
+	double err = fabs(got - want) / (fabs(want) > 0 ? fabs(want) : 1);
+
+	if (err > rel)
+		fail_msg("got %.17g want %.17g (relative error %g > %g)", got,
+		    want, err, rel);
+}
+
+static void
+setup(struct medha_pred *p, const char *gpu, const char *model, int tp,
+    int spp, int kvp)
+{
+	struct medha_model m;
+	const struct medha_gpu *g = medha_gpu_find(gpu);
+
+	assert_non_null(g);
+	assert_int_equal(medha_model_resolve(model, &m), 0);
+	assert_int_equal(medha_pred_init(p, g, &m, tp, spp, kvp), 0);
+}
+
+/* Write s to a new temporary file; the caller unlinks path. */
+static void
+write_tmp(char *path, size_t len, const char *s)
+{
+	FILE *f;
+	int fd;
+
+	snprintf(path, len, "/tmp/pred_test.XXXXXX");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	assert_non_null(f);
+	fputs(s, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void
+test_builtins(void **state)
+{
+	struct medha_model m;
+	struct medha_pred p;
+	const struct medha_gpu *g;
+
+	(void)state;
+	g = medha_gpu_find("A100");
+	assert_non_null(g);
+	assert_string_equal(g->name, "a100");
+	assert_true(g->peak_flops == 312e12 && g->hbm_bw == 2.039e12);
+	g = medha_gpu_find("h100");
+	assert_non_null(g);
+	assert_true(g->peak_flops == 989e12 && g->net_bw == 50e9);
+	assert_null(medha_gpu_find("v100"));
+	assert_null(medha_gpu_find(NULL));
+
+	assert_int_equal(medha_model_resolve("LLaMA3-70B", &m), 0);
+	assert_int_equal(m.n_layers, 80);
+	assert_int_equal(m.hidden, 8192);
+	assert_int_equal(m.ffn, 28672);
+	assert_int_equal(medha_model_resolve("smollm2-135m", &m), 0);
+	assert_int_equal(m.n_kv_heads, 3);
+	assert_int_equal(m.head_dim, 64);
+	assert_int_equal(medha_model_resolve("no-such-model", &m),
+	    MEDHA_ENOTFOUND);
+	assert_int_equal(medha_model_resolve("/nonexistent/x.gguf", &m),
+	    MEDHA_ENOTFOUND);
+
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	g = medha_gpu_find("a100");
+	assert_int_equal(medha_pred_init(&p, g, &m, 0, 1, 1), MEDHA_EINVAL);
+	assert_int_equal(medha_pred_init(&p, g, &m, 1, 0, 1), MEDHA_EINVAL);
+	assert_int_equal(medha_pred_init(&p, g, &m, 1, 1, 0), MEDHA_EINVAL);
+	assert_int_equal(medha_pred_init(&p, g, &m, 1, 33, 1), MEDHA_EINVAL);
+	assert_int_equal(medha_pred_init(&p, g, &m, 8, 3, 1), 0);
+	assert_int_equal(p.stage_layers, 11);
+	assert_null(p.table);
+	near(medha_model_layer_params(&m), 218103808, 0);
+	medha_pred_free(&p);
+}
+
+/*
+ * llama3-8b on a100, tp 8, spp 2 (16 layers a stage), worked out from
+ * the formulas with the numbers written in.
+ */
+static void
+test_hand_numbers(void **state)
+{
+	struct medha_pred p;
+	double P, fl, by, t, ar;
+
+	(void)state;
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	P = 4096.0 * 32 * 128 + 2 * 4096.0 * 8 * 128 + 32 * 128.0 * 4096 +
+	    3 * 4096.0 * 14336;
+
+	/* linear(4096): GEMMs, launch, two ring all-reduces over NVLink */
+	fl = 2 * 4096.0 * P / 8;
+	by = P * 2 / 8 + 2 * 4096.0 * (2 * 4096 + 2 * 14336 / 8.0 +
+	    (32 + 2 * 8) * 128 / 8.0);
+	ar = 2 * 7 / 8.0 * (4096.0 * 4096 * 2) / (300e9 * 0.7) + 10e-6;
+	t = fmax(fl / (312e12 * 0.6), by / (2.039e12 * 0.8)) + 30e-6 + 2 * ar;
+	near(medha_pred_linear(&p, 4096), 16 * t, 1e-9);
+	assert_true(medha_pred_linear(&p, 0) == 0);
+
+	/* attn_prefill(512, 100000): ceil(8 / 8) = 1 kv head a worker */
+	fl = 4 * 512.0 * (100000 + 513 / 2.0) * 128 * 32 / 8;
+	by = (100000 + 512.0) * 2 * 128 * 1 * 2 + 2 * 512.0 * 128 * 32 / 8 * 2;
+	t = fmax(fl / (312e12 * 0.5), by / (2.039e12 * 0.8));
+	near(medha_pred_attn_prefill(&p, 512, 100000), 16 * t, 1e-9);
+
+	/* attn_decode(32, 32 * 4096) */
+	fl = 4 * 32.0 * 4096 * 128 * 32 / 8;
+	by = 32.0 * 4096 * 2 * 128 * 1 * 2 + 32.0 * 128 * 32 / 8 * 4;
+	t = fmax(fl / (312e12 * 0.5), by / (2.039e12 * 0.8));
+	near(medha_pred_attn_decode(&p, 32, 32 * 4096), 16 * t, 1e-9);
+
+	/* spp_send(1000): tp * spp = 16 > 8 GPUs a node, so InfiniBand */
+	t = 1000.0 * 4096 * 2 / 8 / (25e9 * 0.7) + 10e-6;
+	near(medha_pred_spp_send(&p, 1000), t, 1e-9);
+
+	/* kvp_merge(64, 4): per layer, over InfiniBand */
+	by = 64.0 * 32 / 8 * 128 * 2 + 64.0 * 32 / 8 * 4;
+	t = 3 * by / (25e9 * 0.7) + 10e-6;
+	near(medha_pred_kvp_merge(&p, 64, 4), 16 * t, 1e-9);
+	assert_true(medha_pred_kvp_merge(&p, 64, 1) == 0);
+
+	/* lm_head(16): whole op */
+	t = fmax(2 * 16.0 * 4096 * 128256 / 8 / (312e12 * 0.6),
+	    4096.0 * 128256 * 2 / 8 / (2.039e12 * 0.8));
+	near(medha_pred_lm_head(&p, 16), t, 1e-9);
+
+	/* weights, KV bytes, capacity */
+	by = (16 * P + 2 * 128256.0 * 4096) * 2 / 8;
+	near(medha_pred_weight_bytes(&p), by, 1e-12);
+	near(medha_pred_kv_bytes_per_token(&p), 2 * 16 * 1 * 128 * 2, 0);
+	assert_int_equal(medha_pred_kv_capacity(&p, 0.9),
+	    (int64_t)floor((80e9 * 0.9 - by - 1073741824.0) / 8192));
+	medha_pred_free(&p);
+
+	/* spp within one node: tp 2, spp 2 sends over NVLink */
+	setup(&p, "h100", "llama3-8b", 2, 2, 1);
+	t = 1000.0 * 4096 * 2 / 2 / (450e9 * 0.7) + 10e-6;
+	near(medha_pred_spp_send(&p, 1000), t, 1e-9);
+	medha_pred_free(&p);
+	setup(&p, "h100", "llama3-8b", 8, 1, 1);
+	assert_true(medha_pred_spp_send(&p, 1000) == 0);
+	medha_pred_free(&p);
+
+	/* llama3-70b on h100, tp 16: all-reduces cross nodes; 80 layers */
+	setup(&p, "h100", "llama3-70b", 16, 1, 1);
+	P = 8192.0 * 64 * 128 + 2 * 8192.0 * 8 * 128 + 64 * 128.0 * 8192 +
+	    3 * 8192.0 * 28672;
+	fl = 2 * 2048.0 * P / 16;
+	by = P * 2 / 16 + 2 * 2048.0 * (2 * 8192 + 2 * 28672 / 16.0 +
+	    (64 + 2 * 8) * 128 / 16.0);
+	ar = 2 * 15 / 16.0 * (2048.0 * 8192 * 2) / (50e9 * 0.7) + 10e-6;
+	t = fmax(fl / (989e12 * 0.6), by / (3.35e12 * 0.8)) + 30e-6 + 2 * ar;
+	near(medha_pred_linear(&p, 2048), 80 * t, 1e-9);
+	/* ceil(8 / 16) = 1 kv head a worker, 64 / 16 = 4 query heads */
+	fl = 4 * 8000.0 * 128 * 4;
+	by = 8000.0 * 2 * 128 * 1 * 2 + 8.0 * 128 * 4 * 4;
+	t = fmax(fl / (989e12 * 0.5), by / (3.35e12 * 0.8));
+	near(medha_pred_attn_decode(&p, 8, 8000), 80 * t, 1e-9);
+	medha_pred_free(&p);
+
+	/* smollm2-135m on a100, tp 1: no all-reduce, 3 kv heads */
+	setup(&p, "a100", "smollm2-135m", 1, 1, 1);
+	P = 576.0 * 9 * 64 + 2 * 576.0 * 3 * 64 + 9 * 64.0 * 576 +
+	    3 * 576.0 * 1536;
+	fl = 2 * 64.0 * P;
+	by = P * 2 + 2 * 64.0 * (2 * 576 + 2 * 1536 + (9 + 2 * 3) * 64);
+	t = fmax(fl / (312e12 * 0.6), by / (2.039e12 * 0.8)) + 30e-6;
+	near(medha_pred_linear(&p, 64), 30 * t, 1e-9);
+	fl = 4 * 100.0 * (50 + 101 / 2.0) * 64 * 9;
+	by = (50 + 100.0) * 2 * 64 * 3 * 2 + 2 * 100.0 * 64 * 9 * 2;
+	t = fmax(fl / (312e12 * 0.5), by / (2.039e12 * 0.8));
+	near(medha_pred_attn_prefill(&p, 100, 50), 30 * t, 1e-9);
+	medha_pred_free(&p);
+}
+
+static void
+test_regimes(void **state)
+{
+	struct medha_pred p;
+	double L, by, fl;
+
+	(void)state;
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	L = p.stage_layers;
+	/* decode attention reads the whole cache: memory-bound */
+	by = 64.0 * 8000 * 2 * 128 * 1 * 2 + 64.0 * 128 * 4 * 4;
+	near(medha_pred_attn_decode(&p, 64, 64 * 8000),
+	    L * by / (2.039e12 * 0.8), 1e-12);
+	/* a long chunk over a long cache: compute-bound */
+	fl = 4 * 8192.0 * (1e6 + 8193 / 2.0) * 128 * 4;
+	near(medha_pred_attn_prefill(&p, 8192, 1000000),
+	    L * fl / (312e12 * 0.5), 1e-12);
+	/* one token of linear reads the weights; 8192 tokens are GEMM-bound */
+	assert_true(medha_pred_linear(&p, 1) > 0.5 * medha_pred_linear(&p,
+	    64));
+	assert_true(medha_pred_linear(&p, 8192) > 1.8 * medha_pred_linear(&p,
+	    4096));
+	medha_pred_free(&p);
+}
+
+/* f(x) is non-decreasing over the sweep, for x from 0 to big. */
+#define SWEEP(expr, var, big)                                                 \
+	do {                                                                  \
+		double prev_ = -1, cur_;                                      \
+		int64_t var;                                                  \
+		for (var = 0; var <= (big); var = var < 64 ? var + 1 :        \
+		    var + var / 7 + 1) {                                      \
+			cur_ = (expr);                                        \
+			if (!(cur_ >= prev_) || !(cur_ >= 0) || isinf(cur_))  \
+				fail_msg("%s not monotone at %s=%lld: %.17g " \
+				    "after %.17g", #expr, #var,               \
+				    (long long)var, cur_, prev_);             \
+			prev_ = cur_;                                         \
+		}                                                             \
+	} while (0)
+
+static void
+check_monotone(const struct medha_pred *p)
+{
+	static const int64_t fixed[] = {0, 1, 31, 512, 4096, 100000, 3000000};
+	size_t i;
+	int64_t f;
+
+	SWEEP(medha_pred_linear(p, t), t, 1 << 22);
+	SWEEP(medha_pred_spp_send(p, t), t, 1 << 22);
+	SWEEP(medha_pred_lm_head(p, t), t, 1 << 16);
+	for (i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+		f = fixed[i];
+		SWEEP(medha_pred_attn_prefill(p, t, f), t, 1 << 20);
+		SWEEP(medha_pred_attn_prefill(p, f, k), k, 1 << 24);
+		SWEEP(medha_pred_attn_decode(p, f, k), k, 1 << 26);
+		SWEEP(medha_pred_attn_decode(p, n, f * 1000), n, 1 << 14);
+		SWEEP(medha_pred_kvp_merge(p, t, (int)(f % 16)), t, 1 << 20);
+		SWEEP(medha_pred_kvp_merge(p, f, (int)g), g, 64);
+	}
+}
+
+static void
+test_monotone(void **state)
+{
+	struct medha_pred p;
+
+	(void)state;
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	check_monotone(&p);
+	setup(&p, "h100", "llama3-70b", 8, 1, 4);
+	check_monotone(&p);
+	setup(&p, "h100", "llama3-70b", 16, 4, 2);
+	check_monotone(&p);
+	setup(&p, "a100", "smollm2-135m", 1, 1, 1);
+	check_monotone(&p);
+	setup(&p, "a100", "smollm2-135m", 4, 3, 1);
+	check_monotone(&p);
+}
+
+static void
+test_capacity(void **state)
+{
+	struct medha_pred p;
+	int64_t c;
+
+	(void)state;
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	c = medha_pred_kv_capacity(&p, 0.9);
+	assert_true(c > 5000000 && c < 12000000);
+	assert_true(medha_pred_kv_capacity(&p, 0.5) < c);
+	assert_int_equal(medha_pred_kv_capacity(&p, 0.01), 0);
+	assert_int_equal(medha_pred_kv_capacity(&p, NAN), 0);
+	setup(&p, "h100", "llama3-70b", 8, 1, 1);
+	c = medha_pred_kv_capacity(&p, 0.9);
+	assert_true(c > 1000000 && c < 2000000);
+	near(medha_pred_kv_bytes_per_token(&p), 2 * 80 * 1 * 128 * 2, 0);
+	/* 70B in bf16 does not fit on one GPU */
+	setup(&p, "h100", "llama3-70b", 1, 1, 1);
+	assert_int_equal(medha_pred_kv_capacity(&p, 0.9), 0);
+}
+
+/* ---------------------------------------------------------------- */
+/* Table mode                                                         */
+
+static const double g_lin[] = {1, 16, 64, 256, 1024, 4096, 16384};
+static const double g_pc[] = {32, 128, 512, 2048};
+static const double g_pk[] = {0, 4096, 65536, 1 << 20};
+static const double g_dn[] = {1, 8, 64, 256};
+static const double g_dk[] = {128, 4096, 65536};
+static const double g_send[] = {1, 256, 4096, 65536};
+static const double g_mt[] = {1, 64, 1024};
+static const double g_mg[] = {2, 4, 8};
+static const double g_lm[] = {1, 32, 256};
+#define N(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+/* Per-layer (or per-op) microseconds of op at a table point. */
+static double
+table_us(const struct medha_pred *p, int op, double t, double k)
+{
+	double s;
+
+	if (op == MEDHA_OP_ATTN_DECODE)
+		k *= t; /* the table's kv is per sequence */
+	s = medha_pred_analytic(p, op, (int64_t)t, (int64_t)k);
+	if (op != MEDHA_OP_SPP_SEND && op != MEDHA_OP_LM_HEAD)
+		s /= p->stage_layers;
+	return s * 1e6;
+}
+
+static void
+put(FILE *f, const struct medha_pred *p, int op, const double *t, int nt,
+    const double *k, int nk)
+{
+	int i, j;
+
+	for (j = 0; j < nk; j++)
+		for (i = 0; i < nt; i++)
+			fprintf(f, "%s,%.0f,%.0f,%.17g\n", medha_op_name(op),
+			    t[i], k != NULL ? k[j] : 0,
+			    table_us(p, op, t[i], k != NULL ? k[j] : 0));
+}
+
+/* A profile of every operator from p's analytic model; path to unlink. */
+static void
+write_profile(const struct medha_pred *p, char *path, size_t len,
+    int only_linear)
+{
+	FILE *f;
+	int fd;
+
+	snprintf(path, len, "/tmp/pred_test.XXXXXX");
+	assert_true((fd = mkstemp(path)) >= 0);
+	assert_non_null(f = fdopen(fd, "w"));
+	fprintf(f, "# medha-profile v1 model=%s gpu=%s tp=%d\n"
+	    "op,tokens,kv,time_us\n", p->model.name, p->gpu.name, p->tp);
+	put(f, p, MEDHA_OP_LINEAR, g_lin, N(g_lin), NULL, 1);
+	if (!only_linear) {
+		fprintf(f, "\n# attention\n");
+		put(f, p, MEDHA_OP_ATTN_PREFILL, g_pc, N(g_pc), g_pk, N(g_pk));
+		put(f, p, MEDHA_OP_ATTN_DECODE, g_dn, N(g_dn), g_dk, N(g_dk));
+		put(f, p, MEDHA_OP_SPP_SEND, g_send, N(g_send), NULL, 1);
+		put(f, p, MEDHA_OP_KVP_MERGE, g_mt, N(g_mt), g_mg, N(g_mg));
+		put(f, p, MEDHA_OP_LM_HEAD, g_lm, N(g_lm), NULL, 1);
+	}
+	assert_int_equal(fclose(f), 0);
+}
+
+/* The predictor's value of op (table or not) with the table's kv meaning. */
+static double
+pred_op(const struct medha_pred *p, int op, double t, double k)
+{
+	switch (op) {
+	case MEDHA_OP_LINEAR: return medha_pred_linear(p, (int64_t)t);
+	case MEDHA_OP_ATTN_PREFILL:
+		return medha_pred_attn_prefill(p, (int64_t)t, (int64_t)k);
+	case MEDHA_OP_ATTN_DECODE:
+		return medha_pred_attn_decode(p, (int64_t)t, (int64_t)(t * k));
+	case MEDHA_OP_SPP_SEND: return medha_pred_spp_send(p, (int64_t)t);
+	case MEDHA_OP_KVP_MERGE:
+		return medha_pred_kvp_merge(p, (int64_t)t, (int)k);
+	case MEDHA_OP_LM_HEAD: return medha_pred_lm_head(p, (int64_t)t);
+	}
+	return -1;
+}
+
+/* Exact at the grid, between the corners inside each cell. */
+static void
+check_grid(const struct medha_pred *p, int op, const double *t, int nt,
+    const double *k, int nk)
+{
+	double want, got, c[4], lo, hi, tm, km;
+	int i, j, a;
+
+	for (j = 0; j < nk; j++)
+		for (i = 0; i < nt; i++) {
+			want = pred_op(p, op, t[i], k ? k[j] : 0);
+			got = medha_pred_analytic(p, op, (int64_t)t[i],
+			    (int64_t)(k ? (op == MEDHA_OP_ATTN_DECODE ?
+			    t[i] * k[j] : k[j]) : 0));
+			near(want, got, 1e-9);
+		}
+	for (j = 0; j < (k ? nk - 1 : 1); j++)
+		for (i = 0; i + 1 < nt; i++) {
+			c[0] = pred_op(p, op, t[i], k ? k[j] : 0);
+			c[1] = pred_op(p, op, t[i + 1], k ? k[j] : 0);
+			c[2] = pred_op(p, op, t[i], k ? k[j + 1] : 0);
+			c[3] = pred_op(p, op, t[i + 1], k ? k[j + 1] : 0);
+			lo = hi = c[0];
+			for (a = 1; a < 4; a++) {
+				lo = fmin(lo, c[a]);
+				hi = fmax(hi, c[a]);
+			}
+			tm = floor((t[i] + t[i + 1]) / 2);
+			km = k ? floor((k[j] + k[j + 1]) / 2) : 0;
+			got = pred_op(p, op, tm, km);
+			if (got < lo * (1 - 1e-12) || got > hi * (1 + 1e-12))
+				fail_msg("%s(%g, %g) = %g outside [%g, %g]",
+				    medha_op_name(op), tm, km, got, lo, hi);
+		}
+}
+
+static void
+test_table_exact(void **state)
+{
+	struct medha_pred p;
+	char path[64], why[256];
+	double a;
+
+	(void)state;
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	write_profile(&p, path, sizeof(path), 0);
+	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)), 0);
+	unlink(path);
+	assert_non_null(p.table);
+	check_grid(&p, MEDHA_OP_LINEAR, g_lin, N(g_lin), NULL, 1);
+	check_grid(&p, MEDHA_OP_ATTN_PREFILL, g_pc, N(g_pc), g_pk, N(g_pk));
+	check_grid(&p, MEDHA_OP_ATTN_DECODE, g_dn, N(g_dn), g_dk, N(g_dk));
+	check_grid(&p, MEDHA_OP_SPP_SEND, g_send, N(g_send), NULL, 1);
+	check_grid(&p, MEDHA_OP_KVP_MERGE, g_mt, N(g_mt), g_mg, N(g_mg));
+	check_grid(&p, MEDHA_OP_LM_HEAD, g_lm, N(g_lm), NULL, 1);
+	check_monotone(&p);
+
+	/* piecewise linear between two points of linear */
+	a = (medha_pred_linear(&p, 1024) + medha_pred_linear(&p, 4096)) / 2;
+	near(medha_pred_linear(&p, 2560), a, 1e-12);
+	/* below the first point (chunk 32): towards (0, 0) */
+	near(medha_pred_attn_prefill(&p, 16, 4096) * 2,
+	    medha_pred_attn_prefill(&p, 32, 4096), 1e-12);
+	/* past the last two points: extrapolated along them */
+	a = medha_pred_linear(&p, 16384) + (medha_pred_linear(&p, 16384) -
+	    medha_pred_linear(&p, 4096)) / (16384 - 4096) * 16384;
+	near(medha_pred_linear(&p, 32768), a, 1e-9);
+	/* past the last kv row: grows with kv */
+	assert_true(medha_pred_attn_prefill(&p, 512, 2 << 20) >
+	    medha_pred_attn_prefill(&p, 512, 1 << 20));
+	medha_pred_free(&p);
+	assert_null(p.table);
+
+	/* a table with only linear: the rest is analytic */
+	setup(&p, "h100", "llama3-70b", 8, 4, 2);
+	write_profile(&p, path, sizeof(path), 1);
+	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)), 0);
+	unlink(path);
+	near(medha_pred_linear(&p, 4096), medha_pred_analytic(&p,
+	    MEDHA_OP_LINEAR, 4096, 0), 1e-9);
+	assert_true(medha_pred_linear(&p, 100) > medha_pred_analytic(&p,
+	    MEDHA_OP_LINEAR, 100, 0));
+	assert_true(medha_pred_attn_prefill(&p, 300, 5000) ==
+	    medha_pred_analytic(&p, MEDHA_OP_ATTN_PREFILL, 300, 5000));
+	assert_true(medha_pred_kvp_merge(&p, 33, 2) ==
+	    medha_pred_analytic(&p, MEDHA_OP_KVP_MERGE, 33, 2));
+	check_monotone(&p);
+	medha_pred_free(&p);
+}
+
+/* Noisy measurements are raised to running maxima: still monotone. */
+static void
+test_table_noisy(void **state)
+{
+	struct medha_pred p;
+	char path[64], why[256];
+
+	(void)state;
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	write_tmp(path, sizeof(path), "op,tokens,kv,time_us\n"
+	    "linear,1,0,100\nlinear,64,0,90\nlinear,512,0,300\n"
+	    "linear,1024,0,250\n"
+	    "attn_prefill,32,0,10\nattn_prefill,512,0,8\n"
+	    "attn_prefill,32,1000,9\nattn_prefill,512,1000,30\n"
+	    "attn_prefill,128,100000,50\nattn_prefill,256,100000,40\n"
+	    "attn_decode,1,100,5\nattn_decode,64,100,4\n"
+	    "attn_decode,1,10000,7\nattn_decode,64,10000,90\n"
+	    "attn_decode,16,50000,20\nattn_decode,128,50000,400\n"
+	    "kvp_merge,1,2,3\nkvp_merge,100,2,3\n"
+	    "kvp_merge,1,4,2\nkvp_merge,100,4,6\n");
+	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)), 0);
+	unlink(path);
+	check_monotone(&p);
+	near(medha_pred_linear(&p, 64), 100e-6 * 16, 1e-12);
+	near(medha_pred_linear(&p, 1024), 300e-6 * 16, 1e-12);
+	near(medha_pred_linear(&p, 2048), 300e-6 * 16, 1e-12);
+	medha_pred_free(&p);
+}
+
+static void
+check_bad(const char *csv, int want, const char *reason)
+{
+	struct medha_pred p;
+	char path[64], why[256];
+
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	write_tmp(path, sizeof(path), csv);
+	why[0] = '\0';
+	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)),
+	    want);
+	unlink(path);
+	assert_null(p.table);
+	if (strstr(why, reason) == NULL)
+		fail_msg("reason \"%s\" lacks \"%s\"", why, reason);
+	medha_pred_free(&p);
+}
+
+static void
+test_table_malformed(void **state)
+{
+	struct medha_pred p;
+	char path[64], why[256];
+
+	(void)state;
+	check_bad("", MEDHA_EFORMAT, "no header");
+	check_bad("# only a comment\n", MEDHA_EFORMAT, "no header");
+	check_bad("op,tokens,kv,time_us\n", MEDHA_EFORMAT, "no data rows");
+	check_bad("linear,1,0,1\n", MEDHA_EFORMAT, "line 1: expected the "
+	    "header");
+	check_bad("op,tokens,kv\nlinear,1,0,1\n", MEDHA_EFORMAT, "line 1");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinearr,2,0,2\n",
+	    MEDHA_EFORMAT, "line 3: unknown op \"linearr\"");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2x,0,2\n",
+	    MEDHA_EFORMAT, "line 3: tokens \"2x\" is not a whole number");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,0,fast\n",
+	    MEDHA_EFORMAT, "line 3: time_us \"fast\" is not a finite number");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,0,inf\n",
+	    MEDHA_EFORMAT, "line 3: time_us");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,0,-3\n",
+	    MEDHA_EFORMAT, "line 3: negative time");
+	check_bad("op,tokens,kv,time_us\nlinear,-1,0,1\nlinear,2,0,3\n",
+	    MEDHA_EFORMAT, "line 2: tokens \"-1\" out of range");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,0\n",
+	    MEDHA_EFORMAT, "line 3: 3 fields, expected 4");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,0,2,9\n",
+	    MEDHA_EFORMAT, "line 3: 5 fields");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,5,2\n",
+	    MEDHA_EFORMAT, "line 3: kv must be 0 for linear");
+	check_bad("op,tokens,kv,time_us\n# c\nlinear,1,0,1\nlinear,2,0,2\n"
+	    "linear,1,0,3\n", MEDHA_EFORMAT,
+	    "line 5: duplicate point linear tokens=1 kv=0 (first on line 3)");
+	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,0,2\n"
+	    "lm_head,1,0,4\n", MEDHA_EFORMAT,
+	    "line 4: lm_head has 1 point, at least 2");
+	check_bad("op,tokens,kv,time_us\nattn_prefill,32,0,1\n"
+	    "attn_prefill,64,0,2\n", MEDHA_EFORMAT,
+	    "attn_prefill has 1 kv value");
+	check_bad("op,tokens,kv,time_us\nattn_prefill,32,0,1\n"
+	    "attn_prefill,64,0,2\nattn_prefill,32,4096,3\n", MEDHA_EFORMAT,
+	    "line 4: attn_prefill kv=4096 has 1 point");
+
+	/* byte-order mark, CRLF, spaces around fields: fine */
+	setup(&p, "a100", "llama3-8b", 8, 2, 1);
+	write_tmp(path, sizeof(path), "\xef\xbb\xbfop,tokens,kv,time_us\r\n"
+	    "linear,1,0,1\r\n linear , 2 ,0,\t2 \r\n");
+	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)), 0);
+	unlink(path);
+	near(medha_pred_linear(&p, 2), 2e-6 * 16, 1e-12);
+	assert_int_equal(medha_pred_load_table(&p, "/nonexistent/prof.csv",
+	    why, sizeof(why)), MEDHA_EIO);
+	assert_non_null(strstr(why, "No such file"));
+	assert_int_equal(medha_pred_load_table(&p, "/nonexistent/prof.csv",
+	    NULL, 0), MEDHA_EIO);
+	medha_pred_free(&p);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_builtins),
+		cmocka_unit_test(test_hand_numbers),
+		cmocka_unit_test(test_regimes),
+		cmocka_unit_test(test_monotone),
+		cmocka_unit_test(test_capacity),
+		cmocka_unit_test(test_table_exact),
+		cmocka_unit_test(test_table_noisy),
+		cmocka_unit_test(test_table_malformed),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,67 @@
+#!/bin/sh
+# sched-usage.sh: medha-sched exits 2 on bad usage (unknown flag, value out
+# of range, missing --sim or -m, unknown policy), 0 for -h with the usage on
+# stdout, and 1 for an unknown GPU or model, an unreadable or malformed
+# trace (naming the line), with nothing half-written.
+set -e
+bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
+ms=$bin/medha-sched
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf '{"id":1,"arrival":0,"prompt_tokens":100,"max_tokens":4}\n' > "$tmp/ok"
+
+want() {
+	code=$1
+	shift
+	st=0
+	"$ms" "$@" <"$tmp/ok" >"$tmp/out" 2>"$tmp/err" || st=$?
+	if [ "$st" -ne "$code" ]; then
+		echo "medha-sched $*: status $st, want $code"
+		cat "$tmp/err"
+		exit 1
+	fi
+}
+
+want 0 -h
+grep -q '^usage: medha-sched --sim GPU -m MODEL' "$tmp/out"
+want 2 --bogus
+grep -q '^usage:' "$tmp/err"
+want 2 -m llama3-8b
+grep -q 'sim' "$tmp/err"
+want 2 --sim a100
+grep -q -- '-m MODEL' "$tmp/err"
+want 2 --sim a100 -m llama3-8b --tp 0
+grep -q -- '--tp' "$tmp/err"
+want 2 --sim a100 -m llama3-8b --chunk -5
+want 2 --sim a100 -m llama3-8b --chunk 12x
+want 2 --sim a100 -m llama3-8b -p sjf
+grep -q 'fcfs, edf, lrs or medha' "$tmp/err"
+want 2 --sim a100 -m llama3-8b --target-batch-time 0
+want 2 --sim a100 -m llama3-8b --kvp 65
+want 2 --sim a100 -m llama3-8b --kvp-max-tokens 1000
+want 2 --sim a100 -m llama3-8b a b
+want 1 --sim v100 -m llama3-8b
+grep -q 'unknown GPU v100' "$tmp/err"
+want 1 --sim a100 -m llama9-1t
+grep -q 'llama9-1t' "$tmp/err"
+want 1 --sim a100 -m llama3-8b --spp 33
+want 1 --sim a100 -m llama3-8b "$tmp/missing"
+grep -q 'missing' "$tmp/err"
+want 1 --sim a100 -m llama3-8b --profile "$tmp/missing"
+
+# a malformed trace line is named, and nothing is written
+printf '{"id":1,"arrival":0,"prompt_tokens":100,"max_tokens":4}\n{"id":2,"arrival":"soon","prompt_tokens":5,"max_tokens":1}\n' > "$tmp/bad"
+want 1 --sim a100 -m llama3-8b "$tmp/bad"
+grep -q 'line 2' "$tmp/err"
+[ ! -s "$tmp/out" ]
+printf 'not json at all\n' > "$tmp/bad2"
+want 1 --sim a100 -m llama3-8b "$tmp/bad2"
+grep -q 'line 1' "$tmp/err"
+# a truncated zstd trace
+"$bin/medha-trace" gen -n 200 -s 3 -o "$tmp/t.zst"
+head -c 300 "$tmp/t.zst" > "$tmp/cut.zst"
+want 1 --sim a100 -m llama3-8b "$tmp/cut.zst"
+# an empty trace is fine: no records
+: > "$tmp/empty"
+want 0 --sim a100 -m llama3-8b "$tmp/empty"
+[ ! -s "$tmp/out" ]

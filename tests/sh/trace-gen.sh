@@ -1,0 +1,63 @@
+#!/bin/sh
+# trace-gen.sh: medha-trace gen is deterministic for a seed and differs
+# across seeds; -n 2000 -l 0.05 gives about 5% long requests with prompts
+# inside their bounds; .zst output is real zstd and report reads it.
+set -e
+bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$bin/medha-trace" gen -n 500 -s 7 >"$tmp/a"
+"$bin/medha-trace" gen -n 500 -s 7 >"$tmp/b"
+"$bin/medha-trace" gen -n 500 -s 8 >"$tmp/c"
+cmp -s "$tmp/a" "$tmp/b" || { echo "same seed, different traces"; exit 1; }
+if cmp -s "$tmp/a" "$tmp/c"; then
+	echo "different seeds, same trace"
+	exit 1
+fi
+[ "$(wc -l <"$tmp/a")" -eq 500 ] || { echo "-n 500: wrong count"; exit 1; }
+
+"$bin/medha-trace" gen -n 2000 -l 0.05 -s 3 >"$tmp/mix"
+python3 - "$tmp/mix" <<'PY'
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(reqs) == 2000, len(reqs)
+assert [r["id"] for r in reqs] == list(range(2000)), "ids"
+arr = [r["arrival"] for r in reqs]
+assert arr[0] > 0 and all(a <= b for a, b in zip(arr, arr[1:])), "arrivals"
+long = [r for r in reqs if r["prompt_tokens"] >= 131072]
+short = [r for r in reqs if r["prompt_tokens"] < 131072]
+frac = len(long) / len(reqs)
+assert 0.03 <= frac <= 0.07, "long fraction %g" % frac
+for r in long:
+    assert 131072 <= r["prompt_tokens"] <= 1048576, r
+    assert r["max_tokens"] >= 1, r
+for r in short:
+    assert 1 <= r["prompt_tokens"] <= 8192, r
+    assert 1 <= r["max_tokens"] <= 4096, r
+    assert r["prompt_tokens"] + r["max_tokens"] <= 8192, r
+for r in reqs:
+    assert r["tpot_slo"] == 0.1 and r["ttft_slo"] >= 0.5, r
+PY
+
+"$bin/medha-trace" gen -n 300 -l 0 -t 5 >/dev/null 2>&1 && {
+	echo "-n with -t accepted"; exit 1; }
+"$bin/medha-trace" gen -n 300 -l 0 >"$tmp/short"
+python3 -c '
+import json, sys
+assert all(json.loads(l)["prompt_tokens"] <= 8192 for l in open(sys.argv[1]))
+' "$tmp/short"
+
+"$bin/medha-trace" gen -t 60 -q 2 -s 5 -o "$tmp/t.jsonl.zst"
+zstd -q -dc "$tmp/t.jsonl.zst" >"$tmp/t.jsonl"
+python3 -c '
+import json, sys
+a = [json.loads(l)["arrival"] for l in open(sys.argv[1])]
+assert 60 < len(a) < 200 and a[-1] < 60, (len(a), a[-1])
+' "$tmp/t.jsonl"
+"$bin/medha-trace" gen -t 60 -q 2 -s 5 | cmp -s - "$tmp/t.jsonl" || {
+	echo "compressed and plain output differ"; exit 1; }
+"$bin/medha-trace" report "$tmp/t.jsonl.zst" >"$tmp/report" 2>&1 && {
+	echo "report took a trace for records"; exit 1; }
+grep -q 'line 1: status: missing' "$tmp/report"
+echo ok

@@ -1,0 +1,107 @@
+#!/bin/sh
+# trace-report.sh: medha-trace report --json on hand-written records gives
+# the percentiles, SLO attainment and throughput worked out by hand; zstd
+# records read the same; --plot writes a PNG; a bad line exits 1 naming it.
+set -e
+bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cat >"$tmp/rec" <<'J'
+{"id": 0, "arrival": 0, "first_token": 1, "finish": 2, "prompt_tokens": 100, "output_tokens": 11, "ttft": 1, "tpot_mean": 0.1, "tpot_max": 0.1, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
+{"id": 1, "arrival": 1, "first_token": 3, "finish": 5, "prompt_tokens": 100, "output_tokens": 11, "ttft": 2, "tpot_mean": 0.2, "tpot_max": 0.2, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
+
+{"id": 2, "arrival": 2, "first_token": 5, "finish": 5, "prompt_tokens": 100, "output_tokens": 1, "ttft": 3, "tpot_mean": 0, "tpot_max": 0, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
+{"id": 3, "arrival": 3, "first_token": 7, "finish": 11, "prompt_tokens": 100, "output_tokens": 11, "ttft": 4, "tpot_mean": 0.4, "tpot_max": 0.4, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
+{"id": 4, "arrival": 4, "first_token": 0, "finish": 0, "prompt_tokens": 100, "output_tokens": 0, "ttft": 0, "tpot_mean": 0, "tpot_max": 0, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "failed"}
+{"id": "L", "arrival": 0, "first_token": 10, "finish": 11, "prompt_tokens": 200000, "output_tokens": 3, "ttft": 10, "tpot_mean": 0.5, "tpot_max": 0.6, "ttft_slo": 20, "tpot_slo": 0.1, "status": "ok"}
+J
+
+check() {
+	python3 - "$1" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+want = {
+    "requests": 6, "completed": 5,
+    "all": {"requests": 6, "completed": 5,
+            "ttft": {"p50": 3, "p90": 7.6, "p99": 9.76},
+            "tpot": {"p50": 0.3, "p90": 0.47, "p99": 0.497},
+            "e2e": {"p50": 4, "p90": 9.8, "p99": 10.88},
+            "slo_attainment": 2 / 6,
+            "throughput_rps": 5 / 11, "throughput_tps": 37 / 11},
+    "short": {"requests": 5, "completed": 4,
+              "ttft": {"p50": 2.5, "p90": 3.7, "p99": 3.97},
+              "tpot": {"p50": 0.2, "p90": 0.36, "p99": 0.396},
+              "e2e": {"p50": 3.5, "p90": 6.8, "p99": 7.88},
+              "slo_attainment": 0.4,
+              "throughput_rps": 4 / 11, "throughput_tps": 34 / 11},
+    "long": {"requests": 1, "completed": 1,
+             "ttft": {"p50": 10, "p90": 10, "p99": 10},
+             "tpot": {"p50": 0.5, "p90": 0.5, "p99": 0.5},
+             "e2e": {"p50": 11, "p90": 11, "p99": 11},
+             "slo_attainment": 0,
+             "throughput_rps": 1 / 11, "throughput_tps": 3 / 11},
+}
+def same(w, g, path):
+    if isinstance(w, dict):
+        assert isinstance(g, dict) and set(w) == set(g), (path, g)
+        for k in w:
+            same(w[k], g[k], path + "." + k)
+    else:
+        assert abs(w - g) <= 1e-8 * max(1, abs(w)), (path, w, g)
+same(want, doc, "")
+PY
+}
+
+"$bin/medha-trace" report --json "$tmp/rec" >"$tmp/out"
+[ "$(wc -l <"$tmp/out")" -eq 1 ] || { echo "not one line"; exit 1; }
+check "$tmp/out"
+zstd -q -c "$tmp/rec" >"$tmp/rec.zst"
+head -n 3 "$tmp/rec" >"$tmp/part1"
+tail -n +4 "$tmp/rec" | zstd -q -c >"$tmp/part2.zst"
+"$bin/medha-trace" report --json - <"$tmp/rec.zst" >"$tmp/out2"
+check "$tmp/out2"
+"$bin/medha-trace" report --json "$tmp/part1" "$tmp/part2.zst" >"$tmp/out3"
+check "$tmp/out3"
+
+# the table: one row per class
+"$bin/medha-trace" report "$tmp/rec" >"$tmp/table"
+grep -q '^short *5 *4 *2\.500 *3\.700 *3\.970 *200\.00' "$tmp/table"
+
+# no records: nulls, exit 0
+"$bin/medha-trace" report --json </dev/null >"$tmp/empty"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["requests"] == 0 and d["long"]["ttft"]["p50"] is None
+assert d["all"]["slo_attainment"] is None
+' "$tmp/empty"
+
+# a line that is no record
+sed '3s/.*/{"id": 9, "arrival": "soon"}/' "$tmp/rec" >"$tmp/bad"
+if "$bin/medha-trace" report "$tmp/bad" >/dev/null 2>"$tmp/err"; then
+	echo "bad record accepted"
+	exit 1
+else
+	[ $? -eq 1 ] || { echo "bad record: wrong status"; exit 1; }
+fi
+grep -q 'line 3: ' "$tmp/err" || { cat "$tmp/err"; exit 1; }
+
+# the plot
+if command -v gnuplot >/dev/null 2>&1; then
+	"$bin/medha-trace" report --plot "$tmp/cdf.png" "$tmp/rec" >/dev/null
+	[ "$(od -An -tx1 -N8 "$tmp/cdf.png" | tr -d ' \n')" = \
+	    89504e470d0a1a0a ] || { echo "not a PNG"; exit 1; }
+	"$bin/medha-trace" report --plot "$tmp/none.png" </dev/null >/dev/null
+	[ -s "$tmp/none.png" ]
+else
+	echo "skip: no gnuplot"
+fi
+# without gnuplot: error, exit 1, no picture
+mt=$(cd "$bin" && pwd)/medha-trace
+st=0
+PATH=/nonexistent "$mt" report --plot "$tmp/x.png" "$tmp/rec" \
+    >/dev/null 2>"$tmp/err" || st=$?
+[ "$st" -eq 1 ] && grep -q gnuplot "$tmp/err" && [ ! -e "$tmp/x.png" ] || {
+	echo "missing gnuplot: status $st"; cat "$tmp/err"; exit 1; }
+echo ok

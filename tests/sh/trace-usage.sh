@@ -1,0 +1,60 @@
+#!/bin/sh
+# trace-usage.sh: medha-trace exits 2 on bad usage (no subcommand, an
+# unknown subcommand or flag, a flag value out of range), 0 for -h with
+# the usage on stdout, and 1 for an unreadable input.
+set -e
+bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
+mt=$bin/medha-trace
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+want() {
+	code=$1
+	shift
+	st=0
+	"$mt" "$@" </dev/null >"$tmp/out" 2>"$tmp/err" || st=$?
+	if [ "$st" -ne "$code" ]; then
+		echo "medha-trace $*: status $st, want $code"
+		cat "$tmp/err"
+		exit 1
+	fi
+}
+
+want 2
+grep -q '^usage: medha-trace gen' "$tmp/err"
+want 0 -h
+grep -q '^usage: medha-trace gen' "$tmp/out"
+grep -q 'medha-trace report' "$tmp/out"
+want 0 --help
+want 0 gen -h
+grep -q '^usage:' "$tmp/out"
+want 2 frobnicate
+want 2 -x
+want 2 gen --bogus
+want 2 gen -q 0
+want 2 gen -q -1
+want 2 gen -q 2e6
+want 2 gen -q fast
+want 2 gen -l 1.5
+want 2 gen -l -0.1
+want 2 gen -n 0
+want 2 gen -n 5 -t 5
+want 2 gen -t 0
+want 2 gen -s -1
+want 2 gen --long-min 10 --long-max 5
+want 2 gen --short-max 1
+want 2 gen --tpot-slo 0
+want 2 gen --ttft-mult 0
+want 2 gen --ttft-floor -1
+want 2 gen extra
+want 2 convert --time-scale 0
+want 2 convert a b
+want 2 report --long-threshold 0
+want 2 report --plot
+want 1 report "$tmp/does-not-exist"
+want 1 convert "$tmp/does-not-exist"
+want 0 gen -n 3 -l 0 --long-min 5 --long-max 5
+if [ -w /dev/full ]; then
+	want 1 gen -n 10 -o /dev/full
+fi
+echo ok

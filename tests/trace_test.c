@@ -1,0 +1,624 @@
+/*
+ * trace_test.c: unit tests of libcore/trace.c: JSON trace lines and
+ * records parsed and rejected with a reason, write-then-parse round
+ * trips, the zstd-transparent reader and writer (through tmpfile()), the
+ * detection of the Azure and Vidur CSV formats, and damaged input that
+ * must give an error rather than a crash.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "trace.h"
+
+/* A read-only stream over a string. */
+static FILE *
+str_stream(const char *s)
+{
+	FILE *f = fmemopen((void *)s, strlen(s), "r");
+
+	assert_non_null(f);
+	return f;
+}
+
+/* ---- parsing ---- */
+
+static void
+test_parse_valid(void **state)
+{
+	struct medha_reqspec rs;
+	char why[128];
+
+	(void)state;
+	assert_int_equal(medha_reqspec_parse("{\"id\": \"req-1\", "
+	    "\"arrival\": 1.5, \"prompt_tokens\": 100, \"max_tokens\": 20, "
+	    "\"ttft_slo\": 0.5, \"tpot_slo\": 0.05, \"extra\": [1, {}]}", &rs,
+	    why, sizeof(why)), 0);
+	assert_string_equal(rs.id, "req-1");
+	assert_true(rs.arrival == 1.5);
+	assert_int_equal(rs.prompt_tokens, 100);
+	assert_int_equal(rs.max_tokens, 20);
+	assert_true(rs.ttft_slo == 0.5);
+	assert_true(rs.tpot_slo == 0.05);
+	assert_null(rs.prompt);
+
+	/* integer id, prompt text only, no SLOs, integral real count */
+	assert_int_equal(medha_reqspec_parse("{\"id\": 42, \"arrival\": 0, "
+	    "\"prompt\": \"hi \\\"there\\\"\", \"max_tokens\": 3.0}", &rs, why,
+	    sizeof(why)), 0);
+	assert_string_equal(rs.id, "42");
+	assert_int_equal(rs.prompt_tokens, 0);
+	assert_int_equal(rs.max_tokens, 3);
+	assert_string_equal(rs.prompt, "hi \"there\"");
+	assert_true(rs.ttft_slo == 0 && rs.tpot_slo == 0);
+	medha_reqspec_clear(&rs);
+	assert_null(rs.prompt);
+
+	/* no id: left empty for the trace reader to fill */
+	assert_int_equal(medha_reqspec_parse("{\"arrival\": 2, "
+	    "\"prompt_tokens\": 1, \"max_tokens\": 0}", &rs, why,
+	    sizeof(why)), 0);
+	assert_string_equal(rs.id, "");
+}
+
+static void
+test_parse_malformed(void **state)
+{
+	static const struct {
+		const char *line, *why;
+	} cases[] = {
+		{"{\"prompt_tokens\": 5, \"max_tokens\": 1}",
+		    "arrival: missing"},
+		{"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": -1}",
+		    "max_tokens: not a non-negative integer"},
+		{"{\"arrival\": \"1\", \"prompt_tokens\": 5, "
+		 "\"max_tokens\": 1}",
+		    "arrival: not a non-negative number (got a string)"},
+		{"{\"arrival\": 1, \"prompt_tokens\": true, \"max_tokens\": 1}",
+		    "prompt_tokens: not a positive integer (got a boolean)"},
+		{"{\"arrival\": 1, \"prompt_tokens\": 0, \"max_tokens\": 1}",
+		    "prompt_tokens: not a positive integer"},
+		{"{\"arrival\": 1, \"prompt_tokens\": 2.5, \"max_tokens\": 1}",
+		    "prompt_tokens: not a positive integer (got 2.5)"},
+		{"{\"arrival\": -1, \"prompt_tokens\": 5, \"max_tokens\": 1}",
+		    "arrival: not a non-negative number"},
+		{"{\"arrival\": 1, \"prompt_tokens\": 5}",
+		    "max_tokens: missing"},
+		{"{\"arrival\": 1, \"max_tokens\": 1}",
+		    "prompt_tokens: missing"},
+		{"{\"arrival\": 1, \"prompt\": 7, \"max_tokens\": 1}",
+		    "prompt: not a string"},
+		{"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1, "
+		 "\"ttft_slo\": 0}", "ttft_slo: not a positive number"},
+		{"{\"id\": \"0123456789012345678901234567890123456789"
+		 "012345678901234567890123\", \"arrival\": 1, "
+		 "\"prompt_tokens\": 5, \"max_tokens\": 1}",
+		    "id: longer than 63 bytes"},
+		{"{\"id\": -4, \"arrival\": 1, \"prompt_tokens\": 5, "
+		 "\"max_tokens\": 1}", "id: not a string or non-negative"},
+		{"{\"id\": \"\", \"arrival\": 1, \"prompt_tokens\": 5, "
+		 "\"max_tokens\": 1}", "id: empty"},
+		{"hello", "not JSON"},
+		{"", "not JSON"},
+		{"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1} x",
+		    "not JSON"},
+		{"{\"arrival\": 1, \"arrival\": 2, \"prompt_tokens\": 5, "
+		 "\"max_tokens\": 1}", "duplicate"},
+		{"[1, 2]", "not a JSON object"},
+		{"{\"arrival\": 1e999, \"prompt_tokens\": 5, "
+		 "\"max_tokens\": 1}",
+		    "not JSON"},
+	};
+	struct medha_reqspec rs;
+	char why[128];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		why[0] = '\0';
+		assert_int_equal(medha_reqspec_parse(cases[i].line, &rs, why,
+		    sizeof(why)), MEDHA_EFORMAT);
+		if (strstr(why, cases[i].why) == NULL)
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, why,
+			    cases[i].why);
+		assert_null(rs.prompt);
+	}
+}
+
+static void
+test_record_parse(void **state)
+{
+	struct medha_record r;
+	char why[128];
+
+	(void)state;
+	/* ttft and tpot_mean derived when absent */
+	assert_int_equal(medha_record_parse("{\"id\": 3, \"arrival\": 2, "
+	    "\"first_token\": 12, \"finish\": 20, \"prompt_tokens\": 300, "
+	    "\"output_tokens\": 5, \"status\": \"ok\"}", &r, why, sizeof(why)),
+	    0);
+	assert_true(r.ttft == 10);
+	assert_true(r.tpot_mean == 2);
+	assert_int_equal(r.status, MEDHA_STATUS_OK);
+
+	/* a rejected request needs no times */
+	assert_int_equal(medha_record_parse("{\"id\": \"x\", \"arrival\": 1, "
+	    "\"prompt_tokens\": 0, \"output_tokens\": 0, "
+	    "\"status\": \"rejected\"}", &r, why, sizeof(why)), 0);
+	assert_int_equal(r.status, MEDHA_STATUS_REJECTED);
+
+	assert_int_equal(medha_record_parse("{\"id\": 3, \"arrival\": 2, "
+	    "\"prompt_tokens\": 300, \"output_tokens\": 5, \"status\": \"ok\"}",
+	    &r, why, sizeof(why)), MEDHA_EFORMAT);
+	assert_non_null(strstr(why, "first_token: missing"));
+	assert_int_equal(medha_record_parse("{\"id\": 3, \"arrival\": 2, "
+	    "\"prompt_tokens\": 300, \"output_tokens\": 5, "
+	    "\"status\": \"done\"}",
+	    &r, why, sizeof(why)), MEDHA_EFORMAT);
+	assert_non_null(strstr(why, "status: not one of"));
+
+	assert_string_equal(medha_status_name(MEDHA_STATUS_FAILED), "failed");
+	assert_int_equal(medha_status_parse("failed"), MEDHA_STATUS_FAILED);
+	assert_int_equal(medha_status_parse("nope"), -1);
+}
+
+/* ---- round trips ---- */
+
+/* Rewinds f and reads its first line. */
+static void
+first_line(FILE *f, struct medha_reader **r, char **line)
+{
+	size_t len;
+
+	rewind(f);
+	assert_int_equal(medha_reader_open(r, f), 0);
+	assert_int_equal(medha_reader_line(*r, line, &len), 1);
+	assert_int_equal(strlen(*line), len);
+}
+
+static void
+test_reqspec_roundtrip(void **state)
+{
+	static const char *ids[] = {"123", "007", "abc \"q\"", "0",
+	    "1234567890123456789"};
+	struct medha_reqspec in = {0}, out = {0};
+	struct medha_writer *w;
+	struct medha_reader *r;
+	char why[128], *line;
+	size_t i;
+	FILE *f;
+
+	(void)state;
+	for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		assert_non_null(f = tmpfile());
+		snprintf(in.id, sizeof(in.id), "%s", ids[i]);
+		in.arrival = 3600.125;
+		in.prompt_tokens = i == 0 ? 0 : 1048576;
+		in.max_tokens = 518;
+		in.ttft_slo = i == 1 ? 0 : 183.297832;
+		in.tpot_slo = 0.1;
+		in.prompt = i == 0
+		    ? "line\none\ttab \\ \"quoted\" \x01 h\xc3\xa9"
+		    : NULL;
+		assert_int_equal(medha_writer_open(&w, f, 0), 0);
+		assert_int_equal(medha_reqspec_write(w, &in), 0);
+		assert_int_equal(medha_writer_close(w), 0);
+		first_line(f, &r, &line);
+		if (i == 0)
+			assert_non_null(strstr(line, "\"id\": 123,"));
+		if (i == 1)
+			assert_non_null(strstr(line, "\"id\": \"007\","));
+		assert_int_equal(medha_reqspec_parse(line, &out, why,
+		    sizeof(why)), 0);
+		assert_string_equal(out.id, in.id);
+		assert_true(out.arrival == in.arrival);
+		assert_int_equal(out.prompt_tokens, in.prompt_tokens);
+		assert_int_equal(out.max_tokens, in.max_tokens);
+		assert_true(out.ttft_slo == in.ttft_slo);
+		assert_true(out.tpot_slo == in.tpot_slo);
+		if (in.prompt != NULL)
+			assert_string_equal(out.prompt, in.prompt);
+		else
+			assert_null(out.prompt);
+		medha_reqspec_clear(&out);
+		medha_reader_close(r);
+		fclose(f);
+	}
+
+	/* what could not be read back is not written */
+	in.prompt_tokens = 0;
+	in.prompt = NULL;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_reqspec_write(w, &in), MEDHA_EINVAL);
+	assert_int_equal(medha_writer_close(w), 0);
+	fclose(f);
+}
+
+static void
+test_record_roundtrip(void **state)
+{
+	struct medha_record in, out;
+	struct medha_writer *w;
+	struct medha_reader *r;
+	char why[128], *line;
+	int st;
+	FILE *f;
+
+	(void)state;
+	for (st = MEDHA_STATUS_OK; st <= MEDHA_STATUS_FAILED; st++) {
+		memset(&in, 0, sizeof(in));
+		snprintf(in.id, sizeof(in.id), st == 0 ? "17" : "r-%d", st);
+		in.arrival = 12.5;
+		in.first_token = 13.75;
+		in.finish = 20.25;
+		in.prompt_tokens = 393000;
+		in.output_tokens = 27;
+		in.ttft = 1.25;
+		in.tpot_mean = 0.25;
+		in.tpot_max = 0.5;
+		in.ttft_slo = 28.1105;
+		in.tpot_slo = st == 2 ? 0 : 0.1;
+		in.status = st;
+		assert_non_null(f = tmpfile());
+		assert_int_equal(medha_writer_open(&w, f, 0), 0);
+		assert_int_equal(medha_record_write(w, &in), 0);
+		assert_int_equal(medha_writer_close(w), 0);
+		first_line(f, &r, &line);
+		assert_int_equal(medha_record_parse(line, &out, why,
+		    sizeof(why)), 0);
+		assert_string_equal(out.id, in.id);
+		assert_true(out.arrival == in.arrival);
+		assert_true(out.first_token == in.first_token);
+		assert_true(out.finish == in.finish);
+		assert_int_equal(out.prompt_tokens, in.prompt_tokens);
+		assert_int_equal(out.output_tokens, in.output_tokens);
+		assert_true(out.ttft == in.ttft);
+		assert_true(out.tpot_mean == in.tpot_mean);
+		assert_true(out.tpot_max == in.tpot_max);
+		assert_true(out.ttft_slo == in.ttft_slo);
+		assert_true(out.tpot_slo == in.tpot_slo);
+		assert_int_equal(out.status, in.status);
+		medha_reader_close(r);
+		fclose(f);
+	}
+}
+
+/* Writes n numbered lines (and one of 300 KB) through a writer, then
+ * reads them back. */
+static void
+lines_roundtrip(int zstd)
+{
+	static char big[300001];
+	struct medha_writer *w;
+	struct medha_reader *r;
+	unsigned char magic[4];
+	char *line, want[64];
+	size_t len;
+	FILE *f;
+	int i;
+
+	memset(big, 'x', sizeof(big) - 1);
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, zstd), 0);
+	for (i = 0; i < 5000; i++) {
+		assert_int_equal(medha_writer_printf(w, "line %d\n", i), 0);
+		if (i == 2500)
+			assert_int_equal(medha_writer_printf(w, "%s\n", big),
+			    0);
+	}
+	assert_int_equal(medha_writer_printf(w, "last, no newline"), 0);
+	assert_int_equal(medha_writer_close(w), 0);
+
+	rewind(f);
+	assert_int_equal(fread(magic, 1, 4, f), 4);
+	assert_int_equal(memcmp(magic, "\x28\xb5\x2f\xfd", 4) == 0, zstd);
+	rewind(f);
+	assert_int_equal(medha_reader_open(&r, f), 0);
+	for (i = 0; i < 5000; i++) {
+		snprintf(want, sizeof(want), "line %d", i);
+		assert_int_equal(medha_reader_line(r, &line, &len), 1);
+		assert_string_equal(line, want);
+		if (i == 2500) {
+			assert_int_equal(medha_reader_line(r, &line, &len), 1);
+			assert_int_equal(len, sizeof(big) - 1);
+			assert_string_equal(line, big);
+		}
+	}
+	assert_int_equal(medha_reader_line(r, &line, &len), 1);
+	assert_string_equal(line, "last, no newline");
+	assert_int_equal(medha_reader_line(r, &line, &len), 0);
+	assert_int_equal(medha_reader_line(r, &line, &len), 0);
+	medha_reader_close(r);
+	fclose(f);
+}
+
+static void
+test_plain_roundtrip(void **state)
+{
+	(void)state;
+	lines_roundtrip(0);
+}
+
+static void
+test_zstd_roundtrip(void **state)
+{
+	(void)state;
+	lines_roundtrip(1);
+}
+
+static void
+test_reader_edges(void **state)
+{
+	static const char nul[] = "ab\0cd\n";
+	struct medha_reader *r;
+	char *line;
+	size_t len;
+	FILE *f;
+
+	(void)state;
+	/* empty input */
+	f = str_stream("");
+	assert_int_equal(medha_reader_open(&r, f), 0);
+	assert_int_equal(medha_reader_line(r, &line, &len), 0);
+	medha_reader_close(r);
+	fclose(f);
+
+	/* CRLF, a blank first line, a first byte like the magic's */
+	f = str_stream("\r\n(x\r\n\n");
+	assert_int_equal(medha_reader_open(&r, f), 0);
+	assert_int_equal(medha_reader_line(r, &line, &len), 1);
+	assert_string_equal(line, "");
+	assert_int_equal(medha_reader_line(r, &line, &len), 1);
+	assert_string_equal(line, "(x");
+	assert_int_equal(medha_reader_line(r, &line, &len), 1);
+	assert_int_equal(len, 0);
+	assert_int_equal(medha_reader_line(r, &line, &len), 0);
+	medha_reader_close(r);
+	fclose(f);
+
+	/* a NUL byte in a line */
+	assert_non_null(f = fmemopen((void *)nul, sizeof(nul) - 1, "r"));
+	assert_int_equal(medha_reader_open(&r, f), 0);
+	assert_int_equal(medha_reader_line(r, &line, &len), MEDHA_EFORMAT);
+	assert_non_null(strstr(medha_reader_error(r), "NUL"));
+	medha_reader_close(r);
+	fclose(f);
+}
+
+static void
+test_zstd_damaged(void **state)
+{
+	static const char junk[] = "\x28\xb5\x2f\xfd this is no frame\n";
+	struct medha_writer *w;
+	struct medha_reader *r;
+	char *buf, *line;
+	size_t n, len;
+	FILE *f, *g;
+	int i, rc;
+
+	(void)state;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 1), 0);
+	for (i = 0; i < 20000; i++)
+		medha_writer_printf(w, "{\"arrival\": %d, "
+		    "\"prompt_tokens\": %d, \"max_tokens\": 1}\n", i,
+		    i * 7 + 1);
+	assert_int_equal(medha_writer_close(w), 0);
+	n = (size_t)ftell(f);
+	assert_non_null(buf = malloc(n));
+	rewind(f);
+	assert_int_equal(fread(buf, 1, n, f), n);
+	fclose(f);
+
+	/* cut in half: some lines, then an error */
+	assert_non_null(g = fmemopen(buf, n / 2, "r"));
+	assert_int_equal(medha_reader_open(&r, g), 0);
+	while ((rc = medha_reader_line(r, &line, &len)) == 1)
+		;
+	assert_int_equal(rc, MEDHA_EFORMAT);
+	assert_non_null(strstr(medha_reader_error(r), "truncated"));
+	assert_int_equal(medha_reader_line(r, &line, &len), MEDHA_EFORMAT);
+	medha_reader_close(r);
+	fclose(g);
+
+	/* a flipped byte in the middle */
+	buf[n / 2] ^= 0x55;
+	assert_non_null(g = fmemopen(buf, n, "r"));
+	assert_int_equal(medha_reader_open(&r, g), 0);
+	while ((rc = medha_reader_line(r, &line, &len)) == 1)
+		;
+	assert_true(rc < 0);
+	medha_reader_close(r);
+	fclose(g);
+	free(buf);
+
+	/* the magic, then garbage */
+	assert_non_null(g = fmemopen((void *)junk, sizeof(junk) - 1, "r"));
+	assert_int_equal(medha_reader_open(&r, g), 0);
+	assert_int_equal(medha_reader_line(r, &line, &len), MEDHA_EFORMAT);
+	assert_non_null(strstr(medha_reader_error(r), "zstd"));
+	medha_reader_close(r);
+	fclose(g);
+}
+
+static void
+test_writer_error(void **state)
+{
+	struct medha_writer *w;
+	FILE *f;
+
+	(void)state;
+	if ((f = fopen("/dev/full", "w")) == NULL)
+		skip();
+	setvbuf(f, NULL, _IONBF, 0);
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	medha_writer_printf(w, "data\n");
+	medha_writer_printf(w, "more\n");
+	assert_int_equal(medha_writer_close(w), MEDHA_EIO);
+	fclose(f);
+}
+
+/* ---- trace formats ---- */
+
+static void
+test_trace_jsonl(void **state)
+{
+	struct medha_reqspec rs = {0};
+	struct medha_trace_in *t;
+	FILE *f;
+
+	(void)state;
+	f = str_stream("# a comment\n\n"
+	    "{\"arrival\": 0.5, \"prompt_tokens\": 10, \"max_tokens\": 2}\n"
+	    "  {\"id\": \"x\", \"arrival\": 1, \"prompt\": \"p\", "
+	    "\"max_tokens\": 0}\n"
+	    "{\"arrival\": 2, \"prompt_tokens\": 10, \"max_tokens\": 2}\n"
+	    "{\"arrival\": 3, \"prompt_tokens\": 10, \"max_tokens\": -2}\n");
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_string_equal(rs.id, "0");
+	assert_true(rs.arrival == 0.5);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_string_equal(rs.id, "x");
+	assert_string_equal(rs.prompt, "p");
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_string_equal(rs.id, "2"); /* requests are counted, not lines */
+	assert_null(rs.prompt);
+	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
+	assert_string_equal(medha_trace_error(t),
+	    "line 6: max_tokens: not a non-negative integer (got -2)");
+	medha_trace_close(t);
+	fclose(f);
+}
+
+static void
+test_trace_azure(void **state)
+{
+	struct medha_reqspec rs = {0};
+	struct medha_trace_in *t;
+	FILE *f;
+
+	(void)state;
+	f = str_stream("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+	    "2023-11-16 18:15:46.6805900,374,44\r\n"
+	    "2023-11-16 18:15:50.9951690,396,109\r\n"
+	    "2023-11-17 00:00:00,5,0\r\n"
+	    "2023-11-16 18:15:40,5,0\r\n");
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_string_equal(rs.id, "0");
+	assert_true(rs.arrival == 0);
+	assert_int_equal(rs.prompt_tokens, 374);
+	assert_int_equal(rs.max_tokens, 44);
+	assert_true(rs.ttft_slo == 0 && rs.tpot_slo == 0);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_string_equal(rs.id, "1");
+	assert_float_equal(rs.arrival, 4.314579, 1e-9);
+	assert_int_equal(rs.prompt_tokens, 396);
+	assert_int_equal(rs.max_tokens, 109);
+	assert_int_equal(medha_trace_next(t, &rs), 1); /* across midnight */
+	assert_float_equal(rs.arrival, 20653.31941, 1e-9);
+	assert_int_equal(rs.max_tokens, 0);
+	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
+	assert_non_null(strstr(medha_trace_error(t), "line 5: TIMESTAMP"));
+	medha_trace_close(t);
+	fclose(f);
+
+	f = str_stream("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+	    "2023-11-16 18:15:46,0,44\n");
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
+	assert_string_equal(medha_trace_error(t),
+	    "line 2: ContextTokens: not a positive integer");
+	medha_trace_close(t);
+	fclose(f);
+}
+
+static void
+test_trace_vidur(void **state)
+{
+	struct medha_reqspec rs = {0};
+	struct medha_trace_in *t;
+	FILE *f;
+
+	(void)state;
+	f = str_stream(",num_decode_tokens,arrived_at,num_prefill_tokens,pd\n"
+	    "0,20,0.25,100,5.0\n"
+	    "1,7.0,1.75,3000.0,x\n"
+	    "2,7,1.75\n");
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_string_equal(rs.id, "0");
+	assert_true(rs.arrival == 0.25);
+	assert_int_equal(rs.prompt_tokens, 100);
+	assert_int_equal(rs.max_tokens, 20);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_true(rs.arrival == 1.75);
+	assert_int_equal(rs.prompt_tokens, 3000);
+	assert_int_equal(rs.max_tokens, 7);
+	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
+	assert_non_null(strstr(medha_trace_error(t), "line 4: 3 fields"));
+	medha_trace_close(t);
+	fclose(f);
+
+	f = str_stream("a,b,c\n1,2,3\n");
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
+	assert_non_null(strstr(medha_trace_error(t),
+	    "line 1: unknown trace format"));
+	medha_trace_close(t);
+	fclose(f);
+}
+
+static void
+test_trace_zstd(void **state)
+{
+	struct medha_reqspec rs = {0};
+	struct medha_trace_in *t;
+	struct medha_writer *w;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 1), 0);
+	medha_writer_printf(w, "arrived_at,num_prefill_tokens,"
+	    "num_decode_tokens\n3,4,5\n");
+	assert_int_equal(medha_writer_close(w), 0);
+	rewind(f);
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_true(rs.arrival == 3);
+	assert_int_equal(rs.prompt_tokens, 4);
+	assert_int_equal(rs.max_tokens, 5);
+	assert_int_equal(medha_trace_next(t, &rs), 0);
+	medha_trace_close(t);
+	fclose(f);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_valid),
+		cmocka_unit_test(test_parse_malformed),
+		cmocka_unit_test(test_record_parse),
+		cmocka_unit_test(test_reqspec_roundtrip),
+		cmocka_unit_test(test_record_roundtrip),
+		cmocka_unit_test(test_plain_roundtrip),
+		cmocka_unit_test(test_zstd_roundtrip),
+		cmocka_unit_test(test_reader_edges),
+		cmocka_unit_test(test_zstd_damaged),
+		cmocka_unit_test(test_writer_error),
+		cmocka_unit_test(test_trace_jsonl),
+		cmocka_unit_test(test_trace_azure),
+		cmocka_unit_test(test_trace_vidur),
+		cmocka_unit_test(test_trace_zstd),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
