@@ -97,7 +97,7 @@ install: all
 	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7)
 
 format:
-	clang-format -i libcore/*.[ch] cmd/*/*.c tests/*.[ch]
+	clang-format -i libcore/*.[ch] cmd/*/*.[ch] tests/*.c
 
 clean:
 	rm -rf build bin

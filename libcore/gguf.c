@@ -28,29 +28,29 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GGUF_KV_MAX (1u << 16)       /* most metadata entries we accept */
-#define GGUF_ARR_MAX (1ull << 32)    /* most elements in one array */
-#define GGUF_HEADER_BYTES 24         /* magic, version, two counts */
-#define GGUF_KV_MIN_BYTES 14         /* u64 len, 1-byte key, u32 type, u8 */
-#define GGUF_TENSOR_MIN_BYTES 24     /* u64 len, u32 dims, u32 type, u64 off */
+#define GGUF_KV_MAX (1u << 16)    /* most metadata entries we accept */
+#define GGUF_ARR_MAX (1ull << 32) /* most elements in one array */
+#define GGUF_HEADER_BYTES 24      /* magic, version, two counts */
+#define GGUF_KV_MIN_BYTES 14      /* u64 len, 1-byte key, u32 type, u8 */
+#define GGUF_TENSOR_MIN_BYTES 24  /* u64 len, u32 dims, u32 type, u64 off */
 
 struct gguf_kv {
-	const char *key;     /* into the mapping, keylen bytes, no NUL */
+	const char *key; /* into the mapping, keylen bytes, no NUL */
 	size_t keylen;
-	int type;            /* enum medha_gguf_type */
-	int elem_type;       /* arrays: type of the elements */
-	uint64_t n;          /* arrays: element count; strings: byte length */
-	size_t val;          /* offset of the value (string bytes, element 0) */
+	int type;      /* enum medha_gguf_type */
+	int elem_type; /* arrays: type of the elements */
+	uint64_t n;    /* arrays: element count; strings: byte length */
+	size_t val;    /* offset of the value (string bytes, element 0) */
 };
 
 struct medha_gguf {
-	unsigned char *map;      /* whole file, read-only */
+	unsigned char *map; /* whole file, read-only */
 	size_t size;
 	uint32_t version;
 	uint64_t n_tensors;
 	uint64_t tensor_info_off;
 	size_t nkv;
-	struct gguf_kv *kv;          /* (nkv) in file order */
+	struct gguf_kv *kv;            /* (nkv) in file order */
 	const struct gguf_kv **byname; /* (nkv) sorted by key */
 };
 
@@ -61,14 +61,25 @@ struct rd {
 	size_t off;
 	char *why;
 	size_t whylen;
-	char ctx[160];                  /* e.g. metadata key 3 ("a.b") */
-	int depth;                      /* array nesting being read */
+	char ctx[160];                      /* e.g. metadata key 3 ("a.b") */
+	int depth;                          /* array nesting being read */
 	uint64_t idx[MEDHA_GGUF_DEPTH_MAX]; /* element index per depth */
 };
 
 static const char *type_names[] = {
-	"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-	"bool", "string", "array", "uint64", "int64", "float64",
+    "uint8",
+    "int8",
+    "uint16",
+    "int16",
+    "uint32",
+    "int32",
+    "float32",
+    "bool",
+    "string",
+    "array",
+    "uint64",
+    "int64",
+    "float64",
 };
 
 /* Bytes of one element of a fixed-size type; 0 for string and array. */
@@ -99,18 +110,6 @@ medha_gguf_type_name(int type)
 	return type_names[type];
 }
 
-static void
-setwhy(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why == NULL || whylen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-}
-
 /*
  * Fill why with "<ctx>: <element path>: <message> (at offset X of Y)"
  * and return err.
@@ -132,9 +131,9 @@ fail(struct rd *r, int err, const char *fmt, ...)
 		    i == 0 ? "element " : ".", (unsigned long long)r->idx[i]);
 		n = strlen(path);
 	}
-	setwhy(r->why, r->whylen, "%s%s%s%s%s (at offset %zu of %zu)", r->ctx,
-	    r->ctx[0] != '\0' ? ": " : "", path, path[0] != '\0' ? ": " : "",
-	    msg, r->off, r->size);
+	medha_why(r->why, r->whylen, 0, "%s%s%s%s%s (at offset %zu of %zu)",
+	    r->ctx, r->ctx[0] != '\0' ? ": " : "", path,
+	    path[0] != '\0' ? ": " : "", msg, r->off, r->size);
 	return err;
 }
 
@@ -189,21 +188,22 @@ rd_u64(struct rd *r, const char *what, uint64_t *v)
 
 /* A string: check its length against max and the bytes left, skip it. */
 static int
-rd_str(struct rd *r, const char *what, uint64_t max, size_t *off,
-    uint64_t *len)
+rd_str(struct rd *r, const char *what, uint64_t max, size_t *off, uint64_t *len)
 {
 	int rc;
 
 	if ((rc = rd_u64(r, what, len)) != 0)
 		return rc;
 	if (*len > max)
-		return fail(r, MEDHA_EFORMAT, "%s length %llu exceeds the "
-		    "limit of %llu", what, (unsigned long long)*len,
-		    (unsigned long long)max);
+		return fail(r, MEDHA_EFORMAT,
+		    "%s length %llu exceeds the "
+		    "limit of %llu",
+		    what, (unsigned long long)*len, (unsigned long long)max);
 	if (*len > left(r))
-		return fail(r, MEDHA_ETRUNC, "%s length %llu runs past the "
-		    "end of the file (%zu bytes left)", what,
-		    (unsigned long long)*len, left(r));
+		return fail(r, MEDHA_ETRUNC,
+		    "%s length %llu runs past the "
+		    "end of the file (%zu bytes left)",
+		    what, (unsigned long long)*len, left(r));
 	*off = r->off;
 	r->off += (size_t)*len;
 	return 0;
@@ -226,11 +226,14 @@ skip_elems(struct rd *r, int et, uint64_t n)
 		return fail(r, MEDHA_EFORMAT, "arrays nested deeper than %d",
 		    MEDHA_GGUF_DEPTH_MAX);
 	if (n > GGUF_ARR_MAX)
-		return fail(r, MEDHA_EFORMAT, "array count %llu exceeds the "
-		    "limit of %llu", (unsigned long long)n, GGUF_ARR_MAX);
+		return fail(r, MEDHA_EFORMAT,
+		    "array count %llu exceeds the "
+		    "limit of %llu",
+		    (unsigned long long)n, GGUF_ARR_MAX);
 	min = esz != 0 ? esz : et == MEDHA_GGUF_STRING ? 8 : 12;
 	if (n > left(r) / min)
-		return fail(r, MEDHA_ETRUNC, "array of %llu %s elements runs "
+		return fail(r, MEDHA_ETRUNC,
+		    "array of %llu %s elements runs "
 		    "past the end of the file (%zu bytes left)",
 		    (unsigned long long)n, medha_gguf_type_name(et), left(r));
 	if (esz != 0) {
@@ -263,8 +266,10 @@ skip_value(struct rd *r, int type)
 		if ((rc = rd_u32(r, "array element type", &et)) != 0)
 			return rc;
 		if (et > MEDHA_GGUF_FLOAT64)
-			return fail(r, MEDHA_EFORMAT, "unknown array element "
-			    "type %u", et);
+			return fail(r, MEDHA_EFORMAT,
+			    "unknown array element "
+			    "type %u",
+			    et);
 		if ((rc = rd_u64(r, "array count", &n)) != 0)
 			return rc;
 		return skip_elems(r, (int)et, n);
@@ -285,8 +290,8 @@ set_ctx(struct rd *r, size_t i, const char *key, size_t keylen)
 	size_t j, n = keylen < 48 ? keylen : 48;
 
 	for (j = 0; j < n; j++)
-		k[j] = key[j] >= 0x20 && key[j] < 0x7f && key[j] != '"' ?
-		    key[j] : '?';
+		k[j] = key[j] >= 0x20 && key[j] < 0x7f && key[j] != '"' ? key[j]
+		                                                        : '?';
 	k[n] = '\0';
 	snprintf(r->ctx, sizeof(r->ctx), "metadata key %zu (\"%s%s\")", i, k,
 	    keylen > n ? "..." : "");
@@ -323,8 +328,10 @@ read_kv(struct rd *r, size_t i, struct gguf_kv *e)
 		if ((rc = rd_u32(r, "array element type", &et)) != 0)
 			return rc;
 		if (et > MEDHA_GGUF_FLOAT64)
-			return fail(r, MEDHA_EFORMAT, "unknown array element "
-			    "type %u", et);
+			return fail(r, MEDHA_EFORMAT,
+			    "unknown array element "
+			    "type %u",
+			    et);
 		if ((rc = rd_u64(r, "array count", &n)) != 0)
 			return rc;
 		e->elem_type = (int)et;
@@ -374,32 +381,38 @@ parse(struct medha_gguf *g, char *why, size_t whylen)
 	if ((rc = need(&r, 4, "magic")) != 0)
 		return rc;
 	if (memcmp(g->map, "GGUF", 4) != 0)
-		return fail(&r, MEDHA_EFORMAT, "bad magic %02x %02x %02x %02x "
-		    "(want \"GGUF\")", g->map[0], g->map[1], g->map[2],
-		    g->map[3]);
+		return fail(&r, MEDHA_EFORMAT,
+		    "bad magic %02x %02x %02x %02x "
+		    "(want \"GGUF\")",
+		    g->map[0], g->map[1], g->map[2], g->map[3]);
 	r.off = 4;
 	if ((rc = rd_u32(&r, "version", &v)) != 0)
 		return rc;
 	if (v == 0x02000000 || v == 0x03000000)
 		return fail(&r, MEDHA_EUNSUP, "big-endian GGUF not supported");
 	if (v != 2 && v != 3)
-		return fail(&r, MEDHA_EUNSUP, "GGUF version %u not supported "
-		    "(2 and 3 are)", v);
+		return fail(&r, MEDHA_EUNSUP,
+		    "GGUF version %u not supported "
+		    "(2 and 3 are)",
+		    v);
 	g->version = v;
 	if ((rc = rd_u64(&r, "tensor count", &g->n_tensors)) != 0 ||
 	    (rc = rd_u64(&r, "metadata count", &nkv)) != 0)
 		return rc;
 	if (nkv > GGUF_KV_MAX)
-		return fail(&r, MEDHA_EFORMAT, "metadata count %llu exceeds "
-		    "the limit of %u", (unsigned long long)nkv, GGUF_KV_MAX);
+		return fail(&r, MEDHA_EFORMAT,
+		    "metadata count %llu exceeds "
+		    "the limit of %u",
+		    (unsigned long long)nkv, GGUF_KV_MAX);
 	if (nkv > left(&r) / GGUF_KV_MIN_BYTES)
-		return fail(&r, MEDHA_ETRUNC, "%llu metadata entries cannot "
-		    "fit in the %zu bytes left", (unsigned long long)nkv,
-		    left(&r));
+		return fail(&r, MEDHA_ETRUNC,
+		    "%llu metadata entries cannot "
+		    "fit in the %zu bytes left",
+		    (unsigned long long)nkv, left(&r));
 	g->kv = medha_calloc((size_t)nkv, sizeof(*g->kv));
 	g->byname = medha_calloc((size_t)nkv, sizeof(*g->byname));
 	if (g->kv == NULL || g->byname == NULL) {
-		setwhy(why, whylen, "out of memory");
+		medha_why(why, whylen, 0, "out of memory");
 		return MEDHA_ENOMEM;
 	}
 	for (i = 0; i < nkv; i++) {
@@ -411,7 +424,8 @@ parse(struct medha_gguf *g, char *why, size_t whylen)
 	snprintf(r.ctx, sizeof(r.ctx), "tensor information");
 	g->tensor_info_off = r.off;
 	if (g->n_tensors > left(&r) / GGUF_TENSOR_MIN_BYTES)
-		return fail(&r, MEDHA_ETRUNC, "%llu tensors announced but "
+		return fail(&r, MEDHA_ETRUNC,
+		    "%llu tensors announced but "
 		    "only %zu bytes follow the metadata",
 		    (unsigned long long)g->n_tensors, left(&r));
 	qsort(g->byname, g->nkv, sizeof(*g->byname), byname_cmp);
@@ -420,10 +434,12 @@ parse(struct medha_gguf *g, char *why, size_t whylen)
 
 		if (keycmp(a->key, a->keylen, b->key, b->keylen) == 0) {
 			set_ctx(&r, (size_t)(b - g->kv), b->key, b->keylen);
-			r.off = (size_t)((const unsigned char *)b->key -
-			    g->map);
-			return fail(&r, MEDHA_EFORMAT, "duplicate key (first "
-			    "as metadata key %zu)", (size_t)(a - g->kv));
+			r.off =
+			    (size_t)((const unsigned char *)b->key - g->map);
+			return fail(&r, MEDHA_EFORMAT,
+			    "duplicate key (first "
+			    "as metadata key %zu)",
+			    (size_t)(a - g->kv));
 		}
 	}
 	return 0;
@@ -442,44 +458,45 @@ medha_gguf_open(struct medha_gguf **gp, const char *path, char *why,
 	*gp = NULL;
 	/* O_NONBLOCK: a FIFO must not hang us before fstat refuses it */
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) == -1) {
-		setwhy(why, whylen, "%s", strerror(errno));
+		medha_why(why, whylen, 0, "%s", strerror(errno));
 		return MEDHA_EIO;
 	}
 	if (fstat(fd, &st) == -1) {
 		e = errno;
 		close(fd);
-		setwhy(why, whylen, "%s", strerror(e));
+		medha_why(why, whylen, 0, "%s", strerror(e));
 		errno = e;
 		return MEDHA_EIO;
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		setwhy(why, whylen, "not a regular file");
+		medha_why(why, whylen, 0, "not a regular file");
 		return MEDHA_EFORMAT;
 	}
 	if (st.st_size < GGUF_HEADER_BYTES) {
 		close(fd);
-		setwhy(why, whylen, "file is %lld bytes, shorter than the "
-		    "%d-byte GGUF header", (long long)st.st_size,
-		    GGUF_HEADER_BYTES);
+		medha_why(why, whylen, 0,
+		    "file is %lld bytes, shorter than the "
+		    "%d-byte GGUF header",
+		    (long long)st.st_size, GGUF_HEADER_BYTES);
 		return MEDHA_ETRUNC;
 	}
 	if ((uint64_t)st.st_size > SIZE_MAX) {
 		close(fd);
-		setwhy(why, whylen, "file too large to map");
+		medha_why(why, whylen, 0, "file too large to map");
 		return MEDHA_ERANGE;
 	}
 	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	e = errno;
 	close(fd);
 	if (m == MAP_FAILED) {
-		setwhy(why, whylen, "mmap: %s", strerror(e));
+		medha_why(why, whylen, 0, "mmap: %s", strerror(e));
 		errno = e;
 		return MEDHA_EIO;
 	}
 	if ((g = calloc(1, sizeof(*g))) == NULL) {
 		munmap(m, (size_t)st.st_size);
-		setwhy(why, whylen, "out of memory");
+		medha_why(why, whylen, 0, "out of memory");
 		return MEDHA_ENOMEM;
 	}
 	g->map = m;
@@ -682,8 +699,8 @@ medha_gguf_get_f64(const struct medha_gguf *g, const char *key, double *v)
 }
 
 int
-medha_gguf_get_str(const struct medha_gguf *g, const char *key,
-    const char **s, size_t *len)
+medha_gguf_get_str(const struct medha_gguf *g, const char *key, const char **s,
+    size_t *len)
 {
 	const struct gguf_kv *e = lookup(g, key);
 
@@ -697,8 +714,8 @@ medha_gguf_get_str(const struct medha_gguf *g, const char *key,
 }
 
 int
-medha_gguf_get_strbuf(const struct medha_gguf *g, const char *key,
-    char *buf, size_t bufsz)
+medha_gguf_get_strbuf(const struct medha_gguf *g, const char *key, char *buf,
+    size_t bufsz)
 {
 	const char *s;
 	size_t len;

@@ -45,9 +45,9 @@ enum medha_gguf_type {
 	MEDHA_GGUF_FLOAT64 = 12,
 };
 
-#define MEDHA_GGUF_KEY_MAX (64u << 10)   /* longest key, bytes (spec: 65535) */
-#define MEDHA_GGUF_STR_MAX (16u << 20)   /* longest string value, bytes */
-#define MEDHA_GGUF_DEPTH_MAX 8           /* deepest nesting of arrays */
+#define MEDHA_GGUF_KEY_MAX (64u << 10) /* longest key, bytes (spec: 65535) */
+#define MEDHA_GGUF_STR_MAX (16u << 20) /* longest string value, bytes */
+#define MEDHA_GGUF_DEPTH_MAX 8         /* deepest nesting of arrays */
 
 struct medha_gguf; /* opaque: the mapping and an index of the metadata */
 
@@ -89,12 +89,10 @@ int medha_gguf_find(const struct medha_gguf *g, const char *key);
  * integer type or bool and return MEDHA_ERANGE when the value does not fit;
  * get_f64 takes floats and integers.
  */
-int medha_gguf_get_u64(const struct medha_gguf *g, const char *key,
-    uint64_t *v);
-int medha_gguf_get_i64(const struct medha_gguf *g, const char *key,
-    int64_t *v);
-int medha_gguf_get_f64(const struct medha_gguf *g, const char *key,
-    double *v);
+int
+medha_gguf_get_u64(const struct medha_gguf *g, const char *key, uint64_t *v);
+int medha_gguf_get_i64(const struct medha_gguf *g, const char *key, int64_t *v);
+int medha_gguf_get_f64(const struct medha_gguf *g, const char *key, double *v);
 /*
  * A string value: *s points into the mapping (valid until close), is
  * *len bytes long and is NOT NUL-terminated.
@@ -105,8 +103,8 @@ int medha_gguf_get_str(const struct medha_gguf *g, const char *key,
 int medha_gguf_get_strbuf(const struct medha_gguf *g, const char *key,
     char *buf, size_t bufsz);
 /* Element count and element type (NULL to skip) of an array value. */
-int medha_gguf_arr_len(const struct medha_gguf *g, const char *key,
-    uint64_t *n, int *elem_type);
+int medha_gguf_arr_len(const struct medha_gguf *g, const char *key, uint64_t *n,
+    int *elem_type);
 
 /* Name of a value type ("uint32", "array", ...); "unknown" if out of range. */
 const char *medha_gguf_type_name(int type);

@@ -20,25 +20,25 @@
 
 enum medha_err {
 	MEDHA_OK = 0,
-	MEDHA_ENOMEM = -1,   /* allocation failed */
-	MEDHA_EINVAL = -2,   /* argument out of range or malformed */
-	MEDHA_EIO = -3,      /* read or write failed (errno is kept) */
-	MEDHA_EFORMAT = -4,  /* input does not follow its format */
-	MEDHA_ENOTFOUND = -5,/* named thing (model, GPU, key) unknown */
-	MEDHA_ERANGE = -6,   /* number does not fit */
-	MEDHA_ETRUNC = -7,   /* input ends early */
-	MEDHA_ENOSPACE = -8, /* no KV memory (or other capacity) left */
-	MEDHA_EUNSUP = -9,   /* valid but not supported by this build */
+	MEDHA_ENOMEM = -1,    /* allocation failed */
+	MEDHA_EINVAL = -2,    /* argument out of range or malformed */
+	MEDHA_EIO = -3,       /* read or write failed (errno is kept) */
+	MEDHA_EFORMAT = -4,   /* input does not follow its format */
+	MEDHA_ENOTFOUND = -5, /* named thing (model, GPU, key) unknown */
+	MEDHA_ERANGE = -6,    /* number does not fit */
+	MEDHA_ETRUNC = -7,    /* input ends early */
+	MEDHA_ENOSPACE = -8,  /* no KV memory (or other capacity) left */
+	MEDHA_EUNSUP = -9,    /* valid but not supported by this build */
 };
 
 /* Static string for an error code; never NULL. */
 const char *medha_strerror(int err);
 
 /* Programmer errors only: abort with file and line. */
-#define MEDHA_ASSERT(c)                                                       \
-	do {                                                                  \
-		if (!(c))                                                     \
-			medha_assert_fail(#c, __FILE__, __LINE__);            \
+#define MEDHA_ASSERT(c)                                            \
+	do {                                                       \
+		if (!(c))                                          \
+			medha_assert_fail(#c, __FILE__, __LINE__); \
 	} while (0)
 void medha_assert_fail(const char *expr, const char *file, int line)
     __attribute__((noreturn));
@@ -55,10 +55,10 @@ extern int medha_log_level;
 /* Program name used as the prefix of log lines (default "medha"). */
 extern const char *medha_progname;
 
-#define medha_log(lvl, ...)                                                   \
-	do {                                                                  \
-		if ((lvl) <= medha_log_level)                                 \
-			medha_log_write((lvl), __VA_ARGS__);                  \
+#define medha_log(lvl, ...)                                  \
+	do {                                                 \
+		if ((lvl) <= medha_log_level)                \
+			medha_log_write((lvl), __VA_ARGS__); \
 	} while (0)
 void medha_log_write(int lvl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -69,6 +69,14 @@ void medha_log_write(int lvl, const char *fmt, ...)
  */
 int medha_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int medha_parse_f64(const char *s, double lo, double hi, double *out);
+
+/*
+ * Write a reason into why (if why is not NULL and whylen > 0) and return
+ * err: the one way libcore explains an error to its caller.
+ *	return medha_why(why, whylen, MEDHA_EFORMAT, "line %d: ...", n);
+ */
+int medha_why(char *why, size_t whylen, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Allocation helpers that return NULL on overflow as well as on failure. */
 void *medha_calloc(size_t n, size_t size);

@@ -26,28 +26,32 @@
 #define ACT_RESERVE GIB /* activations and workspace, per worker */
 
 static const struct medha_gpu gpus[] = {
-	/*
-	 * name, peak bf16, HBM, capacity, NVLink (one direction), IB per
-	 * GPU, GPUs per node, eff flops/attn/bw/link, launch, comm latency.
-	 */
-	{"a100", 312e12, 2.039e12, 80e9, 300e9, 25e9, 8,
-	    0.6, 0.5, 0.8, 0.7, 30e-6, 10e-6},
-	{"h100", 989e12, 3.35e12, 80e9, 450e9, 50e9, 8,
-	    0.6, 0.5, 0.8, 0.7, 30e-6, 10e-6},
+    /*
+     * name, peak bf16, HBM, capacity, NVLink (one direction), IB per
+     * GPU, GPUs per node, eff flops/attn/bw/link, launch, comm latency.
+     */
+    {"a100", 312e12, 2.039e12, 80e9, 300e9, 25e9, 8, 0.6, 0.5, 0.8, 0.7, 30e-6,
+        10e-6},
+    {"h100", 989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 0.6, 0.5, 0.8, 0.7, 30e-6,
+        10e-6},
 };
 
 static const struct medha_model models[] = {
-	/* name, layers, hidden, heads, kv heads, head dim, ffn, vocab, w, kv */
-	{"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 2, 2},
-	{"llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 2, 2},
-	{"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 2, 2},
+    /* name, layers, hidden, heads, kv heads, head dim, ffn, vocab, w, kv */
+    {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 2, 2},
+    {"llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 2, 2},
+    {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 2, 2},
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *op_names[MEDHA_OP_COUNT] = {
-	"linear", "attn_prefill", "attn_decode", "spp_send", "kvp_merge",
-	"lm_head",
+    "linear",
+    "attn_prefill",
+    "attn_decode",
+    "spp_send",
+    "kvp_merge",
+    "lm_head",
 };
 
 const char *
@@ -85,22 +89,10 @@ medha_gpu_find(const char *name)
 /* ---------------------------------------------------------------- */
 /* Model shapes: built-in names and GGUF headers                      */
 
-static void __attribute__((format(printf, 3, 4)))
-setwhy(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why == NULL || whylen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-}
-
 /* One positive integer hyper-parameter "{arch}.{what}" within [1, max]. */
 static int
-gguf_int(struct medha_gguf *g, const char *arch, const char *what,
-    uint64_t max, int *out, char *why, size_t whylen)
+gguf_int(struct medha_gguf *g, const char *arch, const char *what, uint64_t max,
+    int *out, char *why, size_t whylen)
 {
 	char key[128];
 	uint64_t v;
@@ -109,12 +101,12 @@ gguf_int(struct medha_gguf *g, const char *arch, const char *what,
 	snprintf(key, sizeof(key), "%s.%s", arch, what);
 	rc = medha_gguf_get_u64(g, key, &v);
 	if (rc == MEDHA_ENOTFOUND) {
-		setwhy(why, whylen, "missing key %s", key);
+		medha_why(why, whylen, 0, "missing key %s", key);
 		return MEDHA_EFORMAT;
 	}
 	if (rc != 0 || v < 1 || v > max) {
-		setwhy(why, whylen, "key %s: %s", key, rc == MEDHA_EFORMAT ?
-		    "not an integer" : "out of range");
+		medha_why(why, whylen, 0, "key %s: %s", key,
+		    rc == MEDHA_EFORMAT ? "not an integer" : "out of range");
 		return rc == MEDHA_EFORMAT ? rc : MEDHA_ERANGE;
 	}
 	*out = (int)v;
@@ -139,61 +131,67 @@ model_from_gguf(const char *path, struct medha_model *m, char *why,
 	rc = medha_gguf_get_strbuf(g, "general.architecture", arch,
 	    sizeof(arch));
 	if (rc != 0) {
-		setwhy(why, whylen, "general.architecture: %s",
+		medha_why(why, whylen, 0, "general.architecture: %s",
 		    medha_strerror(rc));
 		rc = MEDHA_EFORMAT;
 		goto out;
 	}
 	if (strcmp(arch, "llama") != 0) {
-		setwhy(why, whylen, "architecture \"%s\" not supported "
-		    "(llama only)", arch);
+		medha_why(why, whylen, 0,
+		    "architecture \"%s\" not supported "
+		    "(llama only)",
+		    arch);
 		rc = MEDHA_EUNSUP;
 		goto out;
 	}
-	if ((rc = gguf_int(g, arch, "block_count", 1 << 16, &m->n_layers,
-	    why, whylen)) != 0 ||
+	if ((rc = gguf_int(g, arch, "block_count", 1 << 16, &m->n_layers, why,
+	         whylen)) != 0 ||
 	    (rc = gguf_int(g, arch, "embedding_length", 1 << 20, &m->hidden,
-	    why, whylen)) != 0 ||
+	         why, whylen)) != 0 ||
 	    (rc = gguf_int(g, arch, "attention.head_count", 1 << 16,
-	    &m->n_heads, why, whylen)) != 0 ||
+	         &m->n_heads, why, whylen)) != 0 ||
 	    (rc = gguf_int(g, arch, "feed_forward_length", 1 << 24, &m->ffn,
-	    why, whylen)) != 0)
+	         why, whylen)) != 0)
 		goto out;
 	snprintf(key, sizeof(key), "%s.attention.head_count_kv", arch);
 	m->n_kv_heads = m->n_heads;
-	if (medha_gguf_find(g, key) >= 0 && (rc = gguf_int(g, arch,
-	    "attention.head_count_kv", (uint64_t)m->n_heads, &m->n_kv_heads,
-	    why, whylen)) != 0)
+	if (medha_gguf_find(g, key) >= 0 &&
+	    (rc = gguf_int(g, arch, "attention.head_count_kv",
+	         (uint64_t)m->n_heads, &m->n_kv_heads, why, whylen)) != 0)
 		goto out;
 	snprintf(key, sizeof(key), "%s.attention.key_length", arch);
 	m->head_dim = m->hidden / m->n_heads;
-	if (medha_gguf_find(g, key) >= 0 && (rc = gguf_int(g, arch,
-	    "attention.key_length", 1 << 16, &m->head_dim, why,
-	    whylen)) != 0)
+	if (medha_gguf_find(g, key) >= 0 &&
+	    (rc = gguf_int(g, arch, "attention.key_length", 1 << 16,
+	         &m->head_dim, why, whylen)) != 0)
 		goto out;
 	if (m->head_dim < 1 || m->n_heads % m->n_kv_heads != 0) {
-		setwhy(why, whylen, "bad attention shape (%s)",
-		    m->head_dim < 1 ? "head dimension 0" :
-		    "query heads not a multiple of kv heads");
+		medha_why(why, whylen, 0, "bad attention shape (%s)",
+		    m->head_dim < 1 ? "head dimension 0"
+		                    : "query heads not a multiple of kv heads");
 		rc = MEDHA_EFORMAT;
 		goto out;
 	}
 	snprintf(key, sizeof(key), "%s.vocab_size", arch);
 	if (medha_gguf_find(g, key) >= 0) {
 		if ((rc = gguf_int(g, arch, "vocab_size", 1 << 24, &m->vocab,
-		    why, whylen)) != 0)
+		         why, whylen)) != 0)
 			goto out;
-	} else if (medha_gguf_arr_len(g, "tokenizer.ggml.tokens", &n,
-	    NULL) == 0 && n >= 1 && n <= (1 << 24)) {
+	} else if (medha_gguf_arr_len(g, "tokenizer.ggml.tokens", &n, NULL) ==
+	        0 &&
+	    n >= 1 && n <= (1 << 24)) {
 		m->vocab = (int)n;
 	} else {
-		setwhy(why, whylen, "no vocabulary size (%s.vocab_size or "
-		    "%s)", arch, "tokenizer.ggml.tokens");
+		medha_why(why, whylen, 0,
+		    "no vocabulary size (%s.vocab_size or "
+		    "%s)",
+		    arch, "tokenizer.ggml.tokens");
 		rc = MEDHA_EFORMAT;
 		goto out;
 	}
 	if (medha_gguf_get_strbuf(g, "general.name", m->name,
-	    sizeof(m->name)) != 0 || m->name[0] == '\0') {
+	        sizeof(m->name)) != 0 ||
+	    m->name[0] == '\0') {
 		base = strrchr(path, '/');
 		base = base != NULL ? base + 1 : path;
 		len = strlen(base);
@@ -227,8 +225,10 @@ medha_model_resolve_why(const char *name, struct medha_model *m, char *why,
 		}
 	if (stat(name, &st) != 0 || !S_ISREG(st.st_mode) ||
 	    access(name, R_OK) != 0) {
-		setwhy(why, whylen, "unknown model \"%s\" (neither a built-in "
-		    "name nor a readable file)", name);
+		medha_why(why, whylen, 0,
+		    "unknown model \"%s\" (neither a built-in "
+		    "name nor a readable file)",
+		    name);
 		return MEDHA_ENOTFOUND;
 	}
 	return model_from_gguf(name, m, why, whylen);
@@ -316,15 +316,17 @@ an_linear(const struct medha_pred *p, double T)
 	if (!(T > 0))
 		return 0;
 	flops = 2 * T * P / tp;
-	bytes = P * m->w_bytes / tp + 2 * T * (2.0 * m->hidden +
-	    2.0 * m->ffn / tp + (m->n_heads + 2.0 * m->n_kv_heads) *
-	    m->head_dim / tp);
+	bytes = P * m->w_bytes / tp +
+	    2 * T *
+	        (2.0 * m->hidden + 2.0 * m->ffn / tp +
+	            (m->n_heads + 2.0 * m->n_kv_heads) * m->head_dim / tp);
 	t = roofline(p, flops, bytes, p->gpu.eff_flops) + p->gpu.launch_s;
 	if (p->tp > 1) {
-		link = p->tp <= p->gpu.gpus_per_node ? p->gpu.nvlink_bw :
-		    p->gpu.net_bw;
+		link = p->tp <= p->gpu.gpus_per_node ? p->gpu.nvlink_bw
+		                                     : p->gpu.net_bw;
 		ar = 2 * (tp - 1) / tp * (T * m->hidden * 2) /
-		    (link * p->gpu.eff_link) + p->gpu.comm_lat_s;
+		        (link * p->gpu.eff_link) +
+		    p->gpu.comm_lat_s;
 		t += 2 * ar;
 	}
 	return t;
@@ -361,8 +363,8 @@ an_attn_decode(const struct medha_pred *p, double n, double K)
 	if (!(K > 0))
 		K = 0;
 	flops = 4 * K * d * hq / tp;
-	bytes = K * 2 * d * kv_heads_local(p) * m->kv_bytes +
-	    n * d * hq / tp * 4;
+	bytes =
+	    K * 2 * d * kv_heads_local(p) * m->kv_bytes + n * d * hq / tp * 4;
 	return roofline(p, flops, bytes, p->gpu.eff_attn);
 }
 
@@ -374,8 +376,8 @@ an_spp_send(const struct medha_pred *p, double T)
 
 	if (p->spp == 1 || !(T > 0))
 		return 0;
-	link = p->tp * p->spp > p->gpu.gpus_per_node ? p->gpu.net_bw :
-	    p->gpu.nvlink_bw;
+	link = p->tp * p->spp > p->gpu.gpus_per_node ? p->gpu.net_bw
+	                                             : p->gpu.nvlink_bw;
 	return T * p->model.hidden * 2 / p->tp / (link * p->gpu.eff_link) +
 	    p->gpu.comm_lat_s;
 }
@@ -435,14 +437,13 @@ medha_pred_linear(const struct medha_pred *p, int64_t tokens)
 	if (tokens <= 0)
 		return 0;
 	if (medha_table_lookup(p->table, MEDHA_OP_LINEAR, (double)tokens, 0,
-	    &s))
+	        &s))
 		return s * p->stage_layers;
 	return p->stage_layers * an_linear(p, (double)tokens);
 }
 
 double
-medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk,
-    int64_t kv)
+medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk, int64_t kv)
 {
 	double s;
 
@@ -450,11 +451,10 @@ medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk,
 		return 0;
 	if (kv < 0)
 		kv = 0;
-	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_PREFILL,
-	    (double)chunk, (double)kv, &s))
+	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_PREFILL, (double)chunk,
+	        (double)kv, &s))
 		return s * p->stage_layers;
-	return p->stage_layers * an_attn_prefill(p, (double)chunk,
-	    (double)kv);
+	return p->stage_layers * an_attn_prefill(p, (double)chunk, (double)kv);
 }
 
 double
@@ -467,11 +467,11 @@ medha_pred_attn_decode(const struct medha_pred *p, int64_t n_seqs,
 		return 0;
 	if (kv_total < 0)
 		kv_total = 0;
-	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_DECODE,
-	    (double)n_seqs, (double)kv_total, &s))
+	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_DECODE, (double)n_seqs,
+	        (double)kv_total, &s))
 		return s * p->stage_layers;
-	return p->stage_layers * an_attn_decode(p, (double)n_seqs,
-	    (double)kv_total);
+	return p->stage_layers *
+	    an_attn_decode(p, (double)n_seqs, (double)kv_total);
 }
 
 double
@@ -481,8 +481,8 @@ medha_pred_spp_send(const struct medha_pred *p, int64_t tokens)
 
 	if (p->spp == 1 || tokens <= 0)
 		return 0;
-	if (medha_table_lookup(p->table, MEDHA_OP_SPP_SEND, (double)tokens,
-	    0, &s))
+	if (medha_table_lookup(p->table, MEDHA_OP_SPP_SEND, (double)tokens, 0,
+	        &s))
 		return s;
 	return an_spp_send(p, (double)tokens);
 }
@@ -495,10 +495,10 @@ medha_pred_kvp_merge(const struct medha_pred *p, int64_t tokens, int groups)
 	if (groups <= 1 || tokens <= 0)
 		return 0;
 	if (medha_table_lookup(p->table, MEDHA_OP_KVP_MERGE, (double)tokens,
-	    (double)groups, &s))
+	        (double)groups, &s))
 		return s * p->stage_layers;
-	return p->stage_layers * an_kvp_merge(p, (double)tokens,
-	    (double)groups);
+	return p->stage_layers *
+	    an_kvp_merge(p, (double)tokens, (double)groups);
 }
 
 double
@@ -509,7 +509,7 @@ medha_pred_lm_head(const struct medha_pred *p, int64_t n_seqs)
 	if (n_seqs <= 0)
 		return 0;
 	if (medha_table_lookup(p->table, MEDHA_OP_LM_HEAD, (double)n_seqs, 0,
-	    &s))
+	        &s))
 		return s;
 	return an_lm_head(p, (double)n_seqs);
 }
@@ -527,14 +527,15 @@ medha_pred_weight_bytes(const struct medha_pred *p)
 	const struct medha_model *m = &p->model;
 
 	return (p->stage_layers * medha_model_layer_params(m) +
-	    2.0 * m->vocab * m->hidden) * m->w_bytes / p->tp;
+	           2.0 * m->vocab * m->hidden) *
+	    m->w_bytes / p->tp;
 }
 
 double
 medha_pred_kv_bytes_per_token(const struct medha_pred *p)
 {
-	return 2.0 * p->stage_layers * kv_heads_local(p) *
-	    p->model.head_dim * p->model.kv_bytes;
+	return 2.0 * p->stage_layers * kv_heads_local(p) * p->model.head_dim *
+	    p->model.kv_bytes;
 }
 
 int64_t

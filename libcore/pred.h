@@ -18,7 +18,8 @@
  *	struct medha_model m;
  *	medha_model_resolve("llama3-8b", &m);
  *	medha_pred_init(&p, g, &m, 8, 2, 1);
- *	double t = medha_pred_linear(&p, 512) + medha_pred_attn_prefill(&p, 512, 0);
+ *	double t = medha_pred_linear(&p, 512) + medha_pred_attn_prefill(&p, 512,
+ *0);
  */
 #ifndef MEDHA_PRED_H
 #define MEDHA_PRED_H
@@ -30,18 +31,18 @@
 
 struct medha_gpu {
 	const char *name;
-	double peak_flops;  /* dense bf16 FLOP/s */
-	double hbm_bw;      /* bytes/s */
-	double mem_bytes;   /* HBM capacity */
-	double nvlink_bw;   /* bytes/s per GPU, one direction, inside a node */
-	double net_bw;      /* bytes/s per GPU across nodes (InfiniBand) */
-	int gpus_per_node;  /* NVLink domain size */
-	double eff_flops;   /* achievable fraction of peak in GEMMs */
-	double eff_attn;    /* achievable fraction of peak in attention */
-	double eff_bw;      /* achievable fraction of HBM bandwidth */
-	double eff_link;    /* achievable fraction of link bandwidth */
-	double launch_s;    /* fixed cost per layer (kernel launches, norms) */
-	double comm_lat_s;  /* latency of one collective or send */
+	double peak_flops; /* dense bf16 FLOP/s */
+	double hbm_bw;     /* bytes/s */
+	double mem_bytes;  /* HBM capacity */
+	double nvlink_bw;  /* bytes/s per GPU, one direction, inside a node */
+	double net_bw;     /* bytes/s per GPU across nodes (InfiniBand) */
+	int gpus_per_node; /* NVLink domain size */
+	double eff_flops;  /* achievable fraction of peak in GEMMs */
+	double eff_attn;   /* achievable fraction of peak in attention */
+	double eff_bw;     /* achievable fraction of HBM bandwidth */
+	double eff_link;   /* achievable fraction of link bandwidth */
+	double launch_s;   /* fixed cost per layer (kernel launches, norms) */
+	double comm_lat_s; /* latency of one collective or send */
 };
 
 /* Built-in GPUs: "a100" (80 GB SXM), "h100" (SXM 80 GB). NULL if unknown. */
@@ -51,13 +52,13 @@ struct medha_model {
 	char name[64];
 	int n_layers;
 	int hidden;
-	int n_heads;      /* query heads */
+	int n_heads; /* query heads */
 	int n_kv_heads;
 	int head_dim;
-	int ffn;          /* MLP intermediate size (SwiGLU: gate, up, down) */
+	int ffn; /* MLP intermediate size (SwiGLU: gate, up, down) */
 	int vocab;
-	double w_bytes;   /* bytes per weight as served (2 for bf16) */
-	double kv_bytes;  /* bytes per KV element (2 for bf16) */
+	double w_bytes;  /* bytes per weight as served (2 for bf16) */
+	double kv_bytes; /* bytes per KV element (2 for bf16) */
 };
 
 /*
@@ -77,8 +78,8 @@ struct medha_pred {
 	struct medha_gpu gpu;
 	struct medha_model model;
 	int tp, spp, kvp;
-	int stage_layers;           /* ceil(n_layers / spp) */
-	struct medha_table *table;  /* owned; NULL: analytic only */
+	int stage_layers;          /* ceil(n_layers / spp) */
+	struct medha_table *table; /* owned; NULL: analytic only */
 };
 
 /* Returns MEDHA_EINVAL if tp, spp or kvp < 1 or spp > n_layers. */
@@ -95,17 +96,18 @@ void medha_pred_free(struct medha_pred *p);
 /* Non-attention work of `tokens` tokens: QKV, O, MLP, norms, TP all-reduce. */
 double medha_pred_linear(const struct medha_pred *p, int64_t tokens);
 /* Attention of a prefill chunk of `chunk` tokens after `kv` cached tokens. */
-double medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk,
-    int64_t kv);
-/* Attention of `n_seqs` decode tokens reading `kv_total` cached tokens in all. */
+double
+medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk, int64_t kv);
+/* Attention of `n_seqs` decode tokens reading `kv_total` cached tokens in all.
+ */
 double medha_pred_attn_decode(const struct medha_pred *p, int64_t n_seqs,
     int64_t kv_total);
 /* Sending `tokens` hidden states from one stage to the next. */
 double medha_pred_spp_send(const struct medha_pred *p, int64_t tokens);
 /* Merging the partial attention outputs of `tokens` query tokens spread
  * over `groups` KVP groups (all-gather of outputs and log-sum-exps). */
-double medha_pred_kvp_merge(const struct medha_pred *p, int64_t tokens,
-    int groups);
+double
+medha_pred_kvp_merge(const struct medha_pred *p, int64_t tokens, int groups);
 /* Output projection for `n_seqs` last tokens (last stage only; whole op). */
 double medha_pred_lm_head(const struct medha_pred *p, int64_t n_seqs);
 
@@ -114,12 +116,12 @@ double medha_pred_lm_head(const struct medha_pred *p, int64_t n_seqs);
  * for the table reader and for tests that compare the two sources.
  */
 enum medha_op {
-	MEDHA_OP_LINEAR = 0,    /* tokens */
-	MEDHA_OP_ATTN_PREFILL,  /* chunk, kv cached before it */
-	MEDHA_OP_ATTN_DECODE,   /* sequences, kv (table: per sequence) */
-	MEDHA_OP_SPP_SEND,      /* tokens */
-	MEDHA_OP_KVP_MERGE,     /* tokens, groups */
-	MEDHA_OP_LM_HEAD,       /* sequences */
+	MEDHA_OP_LINEAR = 0,   /* tokens */
+	MEDHA_OP_ATTN_PREFILL, /* chunk, kv cached before it */
+	MEDHA_OP_ATTN_DECODE,  /* sequences, kv (table: per sequence) */
+	MEDHA_OP_SPP_SEND,     /* tokens */
+	MEDHA_OP_KVP_MERGE,    /* tokens, groups */
+	MEDHA_OP_LM_HEAD,      /* sequences */
 	MEDHA_OP_COUNT
 };
 
@@ -133,8 +135,8 @@ int medha_op_find(const char *name);
  * returns it when no table is loaded (seconds per stage; kv is kv_total
  * for attn_decode, groups for kvp_merge, ignored by one-argument ops).
  */
-double medha_pred_analytic(const struct medha_pred *p, int op,
-    int64_t tokens, int64_t kv);
+double medha_pred_analytic(const struct medha_pred *p, int op, int64_t tokens,
+    int64_t kv);
 
 /*
  * Interpolated table time of op at (tokens, kv), in seconds per layer

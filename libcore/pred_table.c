@@ -24,9 +24,9 @@
 #include <stdarg.h>
 #include <string.h>
 
-#define ROWS_MAX (1 << 20)      /* data lines in one file */
-#define CELLS_MAX (1 << 22)     /* tokens x kv grid of one operator */
-#define COUNT_MAX (1LL << 40)   /* largest tokens or kv value */
+#define ROWS_MAX (1 << 20)    /* data lines in one file */
+#define CELLS_MAX (1 << 22)   /* tokens x kv grid of one operator */
+#define COUNT_MAX (1LL << 40) /* largest tokens or kv value */
 
 /* One operator's grid. */
 struct optab {
@@ -57,27 +57,14 @@ is_2d(int op)
 	    op == MEDHA_OP_KVP_MERGE;
 }
 
-static int __attribute__((format(printf, 3, 4)))
-bad(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why != NULL && whylen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return MEDHA_EFORMAT;
-}
-
 /* ---------------------------------------------------------------- */
 /* Interpolation                                                      */
 
 /* Where q falls on an ascending grid x of n >= 2 points. */
 struct pos {
-	int i;       /* segment [x[i], x[i+1]], or the end used */
-	int mode;    /* 0 inside, 1 below x[0], 2 past x[n-1] */
-	double w;    /* inside: fraction; below: q / x[0]; past: q - x[n-1] */
+	int i;    /* segment [x[i], x[i+1]], or the end used */
+	int mode; /* 0 inside, 1 below x[0], 2 past x[n-1] */
+	double w; /* inside: fraction; below: q / x[0]; past: q - x[n-1] */
 };
 
 static struct pos
@@ -126,11 +113,8 @@ row_at(const double *y, struct pos ps, double tail)
 	int i = ps.i;
 
 	switch (ps.mode) {
-	case 1:
-		v = y[0] * ps.w;
-		return v < y[0] ? v : y[0];
-	case 2:
-		return y[i + 1] + ps.w * tail;
+	case 1: v = y[0] * ps.w; return v < y[0] ? v : y[0];
+	case 2: return y[i + 1] + ps.w * tail;
 	}
 	v = y[i] + ps.w * (y[i + 1] - y[i]);
 	return v < y[i + 1] ? v : y[i + 1];
@@ -232,11 +216,10 @@ raw_row_at(const struct point *r, int n, double q)
 	double s;
 
 	if (q <= r[0].tok)
-		return r[0].tok > 0 ? r[0].us * (q / r[0].tok) * 1e-6 :
-		    r[0].us * 1e-6;
+		return r[0].tok > 0 ? r[0].us * (q / r[0].tok) * 1e-6
+		                    : r[0].us * 1e-6;
 	if (q >= r[n - 1].tok) {
-		s = (r[n - 1].us - r[n - 2].us) / (r[n - 1].tok -
-		    r[n - 2].tok);
+		s = (r[n - 1].us - r[n - 2].us) / (r[n - 1].tok - r[n - 2].tok);
 		return (r[n - 1].us + (q - r[n - 1].tok) * (s > 0 ? s : 0)) *
 		    1e-6;
 	}
@@ -249,8 +232,10 @@ raw_row_at(const struct point *r, int n, double q)
 	}
 	if (q == r[lo].tok)
 		return r[lo].us * 1e-6;
-	return (r[lo].us + (q - r[lo].tok) / (r[lo + 1].tok - r[lo].tok) *
-	    (r[lo + 1].us - r[lo].us)) * 1e-6;
+	return (r[lo].us +
+	           (q - r[lo].tok) / (r[lo + 1].tok - r[lo].tok) *
+	               (r[lo + 1].us - r[lo].us)) *
+	    1e-6;
 }
 
 /* Room for the rows and slope of o, whose token grid o->t is set. */
@@ -259,8 +244,10 @@ optab_alloc(struct optab *o, int nt, int nk, const char *name, char *why,
     size_t whylen)
 {
 	if ((long long)nt * nk > CELLS_MAX)
-		return bad(why, whylen, "%s: %d by %d values is more than %d "
-		    "grid cells", name, nt, nk, CELLS_MAX);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "%s: %d by %d values is more than %d "
+		    "grid cells",
+		    name, nt, nk, CELLS_MAX);
 	o->nt = nt;
 	o->nk = nk;
 	o->kv = medha_calloc((size_t)nk, sizeof(double));
@@ -307,10 +294,10 @@ optab_finish(struct optab *o)
 		return;
 	for (k = 0; k < nt; k++) {
 		s = (o->v[(size_t)(nk - 1) * nt + k] -
-		    o->v[(size_t)(nk - 2) * nt + k]) /
+		        o->v[(size_t)(nk - 2) * nt + k]) /
 		    (o->kv[nk - 1] - o->kv[nk - 2]);
-		o->slope[k] = k > 0 && s < o->slope[k - 1] ? o->slope[k - 1] :
-		    s;
+		o->slope[k] =
+		    k > 0 && s < o->slope[k - 1] ? o->slope[k - 1] : s;
 	}
 	o->slope_tail = (o->slope[nt - 1] - o->slope[nt - 2]) / dt;
 }
@@ -351,8 +338,8 @@ decode_regrid(struct optab *o, const char *name, char *why, size_t whylen)
 	for (i = 0; i < g.nt; i++) {
 		d.kv[i] = g.t[i];
 		for (k = 0; k < nK; k++)
-			d.v[(size_t)i * nK + k] = grid_at(&g, g.t[i],
-			    K[k] / g.t[i]);
+			d.v[(size_t)i * nK + k] =
+			    grid_at(&g, g.t[i], K[k] / g.t[i]);
 	}
 	optab_finish(&d);
 	optab_free(o);
@@ -370,21 +357,25 @@ build_op(struct optab *o, int op, const struct point *p, int n, char *why,
 
 	for (i = 1; i < n; i++)
 		if (p[i].kv == p[i - 1].kv && p[i].tok == p[i - 1].tok)
-			return bad(why, whylen, "line %ld: duplicate point %s "
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "line %ld: duplicate point %s "
 			    "tokens=%.0f kv=%.0f (first on line %ld)",
 			    p[i].line, name, p[i].tok, p[i].kv, p[i - 1].line);
 	for (nk = 1, i = 1; i < n; i++)
 		nk += p[i].kv != p[i - 1].kv;
 	if (is_2d(op) && nk < 2)
-		return bad(why, whylen, "line %ld: %s has 1 kv value (%.0f), "
-		    "at least 2 are needed", p[0].line, name, p[0].kv);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "line %ld: %s has 1 kv value (%.0f), "
+		    "at least 2 are needed",
+		    p[0].line, name, p[0].kv);
 	for (start = 0, i = 1; i <= n; i++) {
 		if (i < n && p[i].kv == p[start].kv)
 			continue;
 		if (i - start < 2)
-			return bad(why, whylen, "line %ld: %s kv=%.0f has 1 "
-			    "point, at least 2 are needed", p[start].line,
-			    name, p[start].kv);
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "line %ld: %s kv=%.0f has 1 "
+			    "point, at least 2 are needed",
+			    p[start].line, name, p[start].kv);
 		start = i;
 	}
 	if ((o->t = medha_calloc((size_t)n, sizeof(double))) == NULL)
@@ -402,8 +393,8 @@ build_op(struct optab *o, int op, const struct point *p, int n, char *why,
 			continue;
 		o->kv[j] = is_2d(op) ? p[start].kv : 0;
 		for (k = 0; k < nt; k++)
-			o->v[(size_t)j * nt + k] = raw_row_at(p + start,
-			    i - start, o->t[k]);
+			o->v[(size_t)j * nt + k] =
+			    raw_row_at(p + start, i - start, o->t[k]);
 		j++;
 		start = i;
 	}
@@ -431,8 +422,8 @@ split(char *line, char **f)
 		n++;
 		if ((e = strchr(s, ',')) != NULL)
 			*e = '\0';
-		for (t = s + strlen(s); t > s && (t[-1] == ' ' ||
-		    t[-1] == '\t'); t--)
+		for (t = s + strlen(s);
+		     t > s && (t[-1] == ' ' || t[-1] == '\t'); t--)
 			t[-1] = '\0';
 		if (e == NULL)
 			return n;
@@ -451,30 +442,38 @@ parse_row(char *line, long lno, struct point *pt, char *why, size_t whylen)
 	int n, i, rc;
 
 	if ((n = split(line, f)) != 4)
-		return bad(why, whylen, "line %ld: %d fields, expected 4 "
-		    "(op,tokens,kv,time_us)", lno, n);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "line %ld: %d fields, expected 4 "
+		    "(op,tokens,kv,time_us)",
+		    lno, n);
 	if ((pt->op = medha_op_find(f[0])) < 0)
-		return bad(why, whylen, "line %ld: unknown op \"%.40s\"", lno,
-		    f[0]);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "line %ld: unknown op \"%.40s\"", lno, f[0]);
 	for (i = 0; i < 2; i++) {
 		rc = medha_parse_i64(f[i + 1], 1 - i, COUNT_MAX, &iv[i]);
 		if (rc == MEDHA_ERANGE)
-			return bad(why, whylen, "line %ld: %s \"%.40s\" out "
-			    "of range [%d, %lld]", lno, what[i + 1], f[i + 1],
-			    1 - i, COUNT_MAX);
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "line %ld: %s \"%.40s\" out "
+			    "of range [%d, %lld]",
+			    lno, what[i + 1], f[i + 1], 1 - i, COUNT_MAX);
 		if (rc != 0)
-			return bad(why, whylen, "line %ld: %s \"%.40s\" is "
-			    "not a whole number", lno, what[i + 1], f[i + 1]);
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "line %ld: %s \"%.40s\" is "
+			    "not a whole number",
+			    lno, what[i + 1], f[i + 1]);
 	}
 	rc = medha_parse_f64(f[3], -DBL_MAX, DBL_MAX, &us);
 	if (rc != 0)
-		return bad(why, whylen, "line %ld: time_us \"%.40s\" is not "
-		    "a finite number", lno, f[3]);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "line %ld: time_us \"%.40s\" is not "
+		    "a finite number",
+		    lno, f[3]);
 	if (us < 0)
-		return bad(why, whylen, "line %ld: negative time %g", lno, us);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "line %ld: negative time %g", lno, us);
 	if (!is_2d(pt->op) && iv[1] != 0)
-		return bad(why, whylen, "line %ld: kv must be 0 for %s", lno,
-		    f[0]);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "line %ld: kv must be 0 for %s", lno, f[0]);
 	pt->tok = (double)iv[0];
 	pt->kv = (double)iv[1];
 	pt->us = us;
@@ -508,9 +507,9 @@ read_points(FILE *f, struct point **pts, int *npts, char *why, size_t whylen)
 	while ((got = getline(&line, &cap, f)) != -1) {
 		lno++;
 		len = (size_t)got;
-		while (len > 0 && (line[len - 1] == '\n' ||
-		    line[len - 1] == '\r' || line[len - 1] == ' ' ||
-		    line[len - 1] == '\t'))
+		while (len > 0 &&
+		    (line[len - 1] == '\n' || line[len - 1] == '\r' ||
+		        line[len - 1] == ' ' || line[len - 1] == '\t'))
 			line[--len] = '\0';
 		if (lno == 1 && len >= 3 &&
 		    memcmp(line, "\xef\xbb\xbf", 3) == 0) {
@@ -520,7 +519,8 @@ read_points(FILE *f, struct point **pts, int *npts, char *why, size_t whylen)
 		if (len == 0 || line[0] == '#')
 			continue;
 		if (strlen(line) != len) {
-			rc = bad(why, whylen, "line %ld: NUL byte", lno);
+			rc = medha_why(why, whylen, MEDHA_EFORMAT,
+			    "line %ld: NUL byte", lno);
 			break;
 		}
 		if (!header) {
@@ -530,16 +530,18 @@ read_points(FILE *f, struct point **pts, int *npts, char *why, size_t whylen)
 			    strcmp(h[1], "tokens") != 0 ||
 			    strcmp(h[2], "kv") != 0 ||
 			    strcmp(h[3], "time_us") != 0) {
-				rc = bad(why, whylen, "line %ld: expected the "
-				    "header op,tokens,kv,time_us", lno);
+				rc = medha_why(why, whylen, MEDHA_EFORMAT,
+				    "line %ld: expected the "
+				    "header op,tokens,kv,time_us",
+				    lno);
 				break;
 			}
 			header = 1;
 			continue;
 		}
 		if (n == ROWS_MAX) {
-			rc = bad(why, whylen, "line %ld: more than %d rows",
-			    lno, ROWS_MAX);
+			rc = medha_why(why, whylen, MEDHA_EFORMAT,
+			    "line %ld: more than %d rows", lno, ROWS_MAX);
 			break;
 		}
 		if (n == alloc) {
@@ -560,8 +562,9 @@ read_points(FILE *f, struct point **pts, int *npts, char *why, size_t whylen)
 		rc = MEDHA_EIO;
 	}
 	if (rc == 0 && n == 0)
-		rc = bad(why, whylen, "%s", header ? "no data rows" :
-		    "no header line op,tokens,kv,time_us");
+		rc = medha_why(why, whylen, MEDHA_EFORMAT, "%s",
+		    header ? "no data rows"
+		           : "no header line op,tokens,kv,time_us");
 	free(line);
 	if (rc != 0) {
 		free(p);
@@ -605,9 +608,10 @@ medha_pred_load_table(struct medha_pred *pr, const char *path, char *why,
 		for (j = i; j < n && p[j].op == p[i].op; j++)
 			;
 		if (j - i < 2) {
-			rc = bad(why, whylen, "line %ld: %s has 1 point, at "
-			    "least 2 are needed", p[i].line,
-			    medha_op_name(p[i].op));
+			rc = medha_why(why, whylen, MEDHA_EFORMAT,
+			    "line %ld: %s has 1 point, at "
+			    "least 2 are needed",
+			    p[i].line, medha_op_name(p[i].op));
 			break;
 		}
 		rc = build_op(&t->op[p[i].op], p[i].op, p + i, j - i, why,

@@ -30,9 +30,9 @@ struct acc {
 	int64_t dec_n[MEDHA_KVP_MAX];  /* decode sequences attending here */
 	int64_t dec_kv[MEDHA_KVP_MAX]; /* KV tokens those decodes read here */
 	double attn[MEDHA_KVP_MAX];    /* prefill attention time here, s */
-	int64_t merge_tokens;          /* query tokens of multi-group requests */
-	int merge_groups;              /* most groups one of them spans */
-	int64_t n_logits;              /* sequences that need logits */
+	int64_t merge_tokens; /* query tokens of multi-group requests */
+	int merge_groups;     /* most groups one of them spans */
+	int64_t n_logits;     /* sequences that need logits */
 	int64_t n_tokens;
 	int n_items;
 };
@@ -58,10 +58,11 @@ struct medha_sched {
 	struct medha_sched_config cfg;
 	const struct medha_pred *pred;
 	int kvp;
-	int64_t cap_blocks;          /* per group */
-	int64_t glimit;              /* KV tokens of one request per group */
-	int64_t res[MEDHA_KVP_MAX];  /* blocks reserved per group */
-	int64_t pend[MEDHA_KVP_MAX]; /* prompt tokens still to prefill per group */
+	int64_t cap_blocks;         /* per group */
+	int64_t glimit;             /* KV tokens of one request per group */
+	int64_t res[MEDHA_KVP_MAX]; /* blocks reserved per group */
+	int64_t
+	    pend[MEDHA_KVP_MAX]; /* prompt tokens still to prefill per group */
 
 	struct req *reqs;
 	int nreqs, reqs_cap;
@@ -155,7 +156,8 @@ acc_latency(const struct medha_sched *s, const struct acc *a)
 			core = t;
 	}
 	if (a->merge_groups > 1)
-		core += medha_pred_kvp_merge(p, a->merge_tokens, a->merge_groups);
+		core +=
+		    medha_pred_kvp_merge(p, a->merge_tokens, a->merge_groups);
 	l.stage = core + (p->spp > 1 ? medha_pred_spp_send(p, a->n_tokens) : 0);
 	l.last = core + medha_pred_lm_head(p, a->n_logits);
 	l.latency = (p->spp - 1) * l.stage + l.last;
@@ -294,7 +296,8 @@ static struct lat
 lone_latency(const struct medha_sched *s, int64_t c, int64_t kv)
 {
 	const struct medha_pred *p = s->pred;
-	double core = medha_pred_linear(p, c) + medha_pred_attn_prefill(p, c, kv);
+	double core =
+	    medha_pred_linear(p, c) + medha_pred_attn_prefill(p, c, kv);
 	struct lat l;
 
 	l.stage = core + (p->spp > 1 ? medha_pred_spp_send(p, c) : 0);
@@ -350,7 +353,8 @@ plan_alone(const struct medha_sched *s, int64_t prompt, double *cum)
 		occ = l.stage > l.last ? l.stage : l.last;
 		cum[i + 1] = cum[i] + occ * (double)seg / (double)c;
 	}
-	return cum[MEDHA_SLACK_SEGS] + (l.latency - (l.stage > l.last ? l.stage : l.last));
+	return cum[MEDHA_SLACK_SEGS] +
+	    (l.latency - (l.stage > l.last ? l.stage : l.last));
 }
 
 double
@@ -423,7 +427,8 @@ admit(struct medha_sched *s, struct req *q)
 		ng = 1;
 	for (int i = 0; i < ng; i++) {
 		int64_t lo = (int64_t)i * s->glimit;
-		int64_t nb = blocks_for(s, overlap(0, need, lo, lo + s->glimit));
+		int64_t nb =
+		    blocks_for(s, overlap(0, need, lo, lo + s->glimit));
 		int best = -1;
 		for (int g = 0; g < s->kvp; g++) {
 			if (used[g] || s->cap_blocks - s->res[g] < nb)
@@ -470,10 +475,10 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	*sp = NULL;
 	if (c->policy < 0 || c->policy > MEDHA_POLICY_MEDHA || c->chunk < 0 ||
 	    c->max_chunk < 32 || c->target <= 0 || c->share_cap < 0 ||
-	    c->share_cap > 1 || c->deadline_mult <= 0 || c->deadline_floor < 0 ||
-	    c->block_size < 1 || c->kv_blocks < 0 || c->mem_util <= 0 ||
-	    c->mem_util > 1 || c->kvp_max_tokens < 0 || c->max_prefills < 1 ||
-	    p->kvp < 1 || p->kvp > MEDHA_KVP_MAX)
+	    c->share_cap > 1 || c->deadline_mult <= 0 ||
+	    c->deadline_floor < 0 || c->block_size < 1 || c->kv_blocks < 0 ||
+	    c->mem_util <= 0 || c->mem_util > 1 || c->kvp_max_tokens < 0 ||
+	    c->max_prefills < 1 || p->kvp < 1 || p->kvp > MEDHA_KVP_MAX)
 		return MEDHA_EINVAL;
 	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens % c->block_size != 0)
 		return MEDHA_EINVAL;
@@ -520,7 +525,8 @@ push_record(struct medha_sched *s, const struct medha_req *r, int status,
 
 	if (s->rec_n == s->rec_cap) {
 		int ncap = s->rec_cap ? 2 * s->rec_cap : 64;
-		struct medha_record *n = medha_reallocarray(NULL, ncap, sizeof(*n));
+		struct medha_record *n =
+		    medha_reallocarray(NULL, ncap, sizeof(*n));
 		if (n == NULL)
 			return MEDHA_ENOMEM;
 		for (int i = 0; i < s->rec_n; i++)
@@ -545,7 +551,8 @@ push_record(struct medha_sched *s, const struct medha_req *r, int status,
 	if (status == MEDHA_STATUS_OK || r->decoded > 0)
 		rec->ttft = rec->first_token - rec->arrival;
 	if (r->decoded >= 2) {
-		rec->tpot_mean = (r->last_token - r->first_token) / (r->decoded - 1);
+		rec->tpot_mean =
+		    (r->last_token - r->first_token) / (r->decoded - 1);
 		rec->tpot_max = r->tpot_max;
 	}
 	return 0;
@@ -612,8 +619,8 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 	s->nreqs++;
 
 	if (spec->prompt_tokens < 1 || spec->max_tokens < 0) {
-		medha_log(MEDHA_LOG_WARN, "request %s: no prompt_tokens; rejected",
-		    spec->id);
+		medha_log(MEDHA_LOG_WARN,
+		    "request %s: no prompt_tokens; rejected", spec->id);
 		r->deadline_dur = spec->ttft_slo;
 		return finish(s, q, MEDHA_STATUS_REJECTED, now);
 	}
@@ -750,7 +757,8 @@ share_batch(struct medha_sched *s, int i, int nc, double limit, int *npre)
 		c->packed = 1;
 		return 1;
 	}
-	if (c->rem <= s->cfg.max_chunk && trial_cost(s, &q->pub, c->rem) <= limit)
+	if (c->rem <= s->cfg.max_chunk &&
+	    trial_cost(s, &q->pub, c->rem) <= limit)
 		return 0; /* it finishes here anyway */
 	share = u < s->cfg.share_cap ? u : s->cfg.share_cap;
 	base = acc_cost(s, &s->acc);
@@ -759,7 +767,7 @@ share_batch(struct medha_sched *s, int i, int nc, double limit, int *npre)
 		if (!is_short(s, d, c))
 			continue;
 		if ((rc = pack_prefill(s, d, base + share * (limit - base),
-		    npre)) < 0)
+		         npre)) < 0)
 			return rc;
 	}
 	if ((rc = pack_prefill(s, c, limit, npre)) < 0)
@@ -776,7 +784,8 @@ medha_sched_next_batch(struct medha_sched *s, double now, struct medha_batch *b)
 
 	memset(&s->acc, 0, sizeof(s->acc));
 	if (s->cands_cap < s->nactive) {
-		void *n = medha_reallocarray(s->cands, s->nactive, sizeof(*s->cands));
+		void *n =
+		    medha_reallocarray(s->cands, s->nactive, sizeof(*s->cands));
 		if (n == NULL)
 			return MEDHA_ENOMEM;
 		s->cands = n;
@@ -791,7 +800,8 @@ medha_sched_next_batch(struct medha_sched *s, double now, struct medha_batch *b)
 		if (r->busy)
 			continue;
 		if (r->state == MEDHA_REQ_DECODE) {
-			if ((rc = push_item(s, idx, 1, r->kv_tokens, 1, 0)) != 0)
+			if ((rc = push_item(s, idx, 1, r->kv_tokens, 1, 0)) !=
+			    0)
 				return rc;
 			r->kv_tokens++;
 			r->busy = 1;
@@ -802,17 +812,13 @@ medha_sched_next_batch(struct medha_sched *s, double now, struct medha_batch *b)
 		c->rem = r->spec.prompt_tokens - r->sched_prefill;
 		c->packed = 0;
 		c->urgency = 1 - relative_slack(r, now);
-		c->urgency = c->urgency < 0 ? 0 : c->urgency > 1 ? 1 : c->urgency;
+		c->urgency = c->urgency < 0 ? 0
+		    : c->urgency > 1        ? 1
+		                            : c->urgency;
 		switch (s->cfg.policy) {
-		case MEDHA_POLICY_FCFS:
-			c->key = r->spec.arrival;
-			break;
-		case MEDHA_POLICY_EDF:
-			c->key = r->deadline;
-			break;
-		default:
-			c->key = relative_slack(r, now);
-			break;
+		case MEDHA_POLICY_FCFS: c->key = r->spec.arrival; break;
+		case MEDHA_POLICY_EDF: c->key = r->deadline; break;
+		default: c->key = relative_slack(r, now); break;
 		}
 	}
 	b->n_decode = s->acc.n_items;
@@ -934,8 +940,9 @@ medha_sched_check(const struct medha_sched *s, char *why, size_t whylen)
 			if (used > r->res_blocks[g]) {
 				snprintf(why, whylen,
 				    "request %s uses %lld blocks of group %d, "
-				    "reserved %lld", r->spec.id, (long long)used,
-				    r->groups[g], (long long)r->res_blocks[g]);
+				    "reserved %lld",
+				    r->spec.id, (long long)used, r->groups[g],
+				    (long long)r->res_blocks[g]);
 				return MEDHA_EINVAL;
 			}
 		}
@@ -948,8 +955,8 @@ medha_sched_check(const struct medha_sched *s, char *why, size_t whylen)
 	for (int g = 0; g < s->kvp; g++) {
 		if (sum[g] != s->res[g] || s->res[g] > s->cap_blocks) {
 			snprintf(why, whylen,
-			    "group %d: reserved %lld (sum %lld) of %lld blocks", g,
-			    (long long)s->res[g], (long long)sum[g],
+			    "group %d: reserved %lld (sum %lld) of %lld blocks",
+			    g, (long long)s->res[g], (long long)sum[g],
 			    (long long)s->cap_blocks);
 			return MEDHA_EINVAL;
 		}

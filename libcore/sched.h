@@ -31,7 +31,7 @@
 
 #include <stdint.h>
 
-#define MEDHA_KVP_MAX 64 /* most KVP groups a replica may have */
+#define MEDHA_KVP_MAX 64    /* most KVP groups a replica may have */
 #define MEDHA_SLACK_SEGS 16 /* pieces of the remaining-prefill-time curve */
 
 enum medha_policy {
@@ -45,18 +45,19 @@ int medha_policy_parse(const char *name);
 const char *medha_policy_name(int policy);
 
 struct medha_sched_config {
-	int policy;               /* MEDHA_POLICY_* (medha) */
-	int64_t chunk;            /* fixed token budget; 0 = adaptive (0) */
-	int64_t max_chunk;        /* adaptive: largest chunk (8192) */
-	double target;            /* adaptive: target batch latency, s (0.05) */
-	double share_cap;         /* medha: most a long prefill gives up (0.5) */
-	double deadline_mult;     /* no ttft_slo: x predicted prefill time (1.5) */
-	double deadline_floor;    /* no ttft_slo: at least this, s (0.5) */
-	int block_size;           /* KV block, tokens (16) */
-	int64_t kv_blocks;        /* blocks per KVP group; 0 = from GPU memory (0) */
-	double mem_util;          /* fraction of GPU memory usable (0.9) */
-	int64_t kvp_max_tokens;   /* KV tokens per request per group; 0 = no limit (0) */
-	int max_prefills;         /* prefills in one batch (64) */
+	int policy;            /* MEDHA_POLICY_* (medha) */
+	int64_t chunk;         /* fixed token budget; 0 = adaptive (0) */
+	int64_t max_chunk;     /* adaptive: largest chunk (8192) */
+	double target;         /* adaptive: target batch latency, s (0.05) */
+	double share_cap;      /* medha: most a long prefill gives up (0.5) */
+	double deadline_mult;  /* no ttft_slo: x predicted prefill time (1.5) */
+	double deadline_floor; /* no ttft_slo: at least this, s (0.5) */
+	int block_size;        /* KV block, tokens (16) */
+	int64_t kv_blocks; /* blocks per KVP group; 0 = from GPU memory (0) */
+	double mem_util;   /* fraction of GPU memory usable (0.9) */
+	int64_t kvp_max_tokens; /* KV tokens per request per group; 0 = no limit
+	                           (0) */
+	int max_prefills;       /* prefills in one batch (64) */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 
@@ -73,15 +74,16 @@ struct medha_req {
 	int64_t sched_prefill;     /* prompt tokens handed to batches */
 	int64_t decoded;           /* output tokens produced */
 	int64_t kv_tokens;         /* KV tokens appended (or being appended) */
-	int busy;                  /* a decode token or last chunk is in flight */
-	double deadline;           /* absolute TTFT deadline, s */
-	double deadline_dur;       /* deadline - arrival, s */
-	double cum[MEDHA_SLACK_SEGS + 1]; /* predicted time to prefill x_i tokens alone */
+	int busy;            /* a decode token or last chunk is in flight */
+	double deadline;     /* absolute TTFT deadline, s */
+	double deadline_dur; /* deadline - arrival, s */
+	double cum[MEDHA_SLACK_SEGS +
+	    1]; /* predicted time to prefill x_i tokens alone */
 	double first_token, last_token, tpot_max;
 	/* KVP placement, fixed at admission */
-	int n_groups;                     /* groups reserved */
-	int groups[MEDHA_KVP_MAX];        /* in the order they are entered */
-	int64_t res_blocks[MEDHA_KVP_MAX];/* blocks reserved on each */
+	int n_groups;                      /* groups reserved */
+	int groups[MEDHA_KVP_MAX];         /* in the order they are entered */
+	int64_t res_blocks[MEDHA_KVP_MAX]; /* blocks reserved on each */
 };
 
 /* A batch item: one sequence's tokens in this iteration. */

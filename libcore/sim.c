@@ -48,8 +48,8 @@ drain(struct medha_sched *s, const struct medha_sim_hooks *h,
 
 int
 medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
-    const struct medha_reqspec *reqs, size_t n,
-    const struct medha_sim_hooks *h, struct medha_sim_stats *st)
+    const struct medha_reqspec *reqs, size_t n, const struct medha_sim_hooks *h,
+    struct medha_sim_stats *st)
 {
 	struct medha_sched *s = NULL;
 	const struct medha_reqspec **order = NULL;
@@ -79,7 +79,7 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 
 		while (ai < n && order[ai]->arrival <= t) {
 			if ((rc = medha_sched_arrive(s, order[ai],
-			    order[ai]->arrival)) != 0)
+			         order[ai]->arrival)) != 0)
 				goto out;
 			ai++;
 		}
@@ -109,10 +109,12 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 				f->b = b;
 				f->b.items = f->items;
 				for (int k = 0; k < spp; k++) {
-					double start = end > stage_free[k] ?
-					    end : stage_free[k];
-					end = start + (k < spp - 1 ?
-					    b.stage_time : b.last_time);
+					double start = end > stage_free[k]
+					    ? end
+					    : stage_free[k];
+					end = start +
+					    (k < spp - 1 ? b.stage_time
+					                 : b.last_time);
 					stage_free[k] = end;
 				}
 				f->done = end;
@@ -155,7 +157,7 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 			if (fl[first].done > t)
 				break;
 			if ((rc = medha_sched_batch_done(s, &fl[first].b,
-			    fl[first].done)) != 0)
+			         fl[first].done)) != 0)
 				goto out;
 			tmp = fl[first];
 			fl[first] = fl[nfl - 1];

@@ -25,12 +25,12 @@ static const unsigned char zstd_magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
 /* ---- line reader ---- */
 
 struct medha_reader {
-	FILE *f;           /* not owned */
-	char *buf;         /* text, unread part [pos, len), (cap) */
+	FILE *f;   /* not owned */
+	char *buf; /* text, unread part [pos, len), (cap) */
 	size_t cap, pos, len;
-	size_t scan;       /* bytes after pos known to hold no newline */
-	int eof;           /* all text is in buf */
-	char *gl;          /* plain input: getline() buffer, (glcap) */
+	size_t scan; /* bytes after pos known to hold no newline */
+	int eof;     /* all text is in buf */
+	char *gl;    /* plain input: getline() buffer, (glcap) */
 	size_t glcap;
 	ZSTD_DCtx *dctx;   /* zstd input only */
 	unsigned char *in; /* compressed bytes, (incap) */
@@ -134,9 +134,9 @@ reader_fill(struct medha_reader *r)
 		errno = 0;
 		if ((n = getline(&r->gl, &r->glcap, r->f)) < 0) {
 			if (ferror(r->f) || errno == ENOMEM)
-				return reader_fail(r, errno == ENOMEM ?
-				    MEDHA_ENOMEM : MEDHA_EIO, "read error: %s",
-				    strerror(errno));
+				return reader_fail(r,
+				    errno == ENOMEM ? MEDHA_ENOMEM : MEDHA_EIO,
+				    "read error: %s", strerror(errno));
 			r->eof = 1;
 			return 0;
 		}
@@ -237,7 +237,7 @@ struct medha_writer {
 	ZSTD_CCtx *cctx; /* NULL for plain output */
 	void *out;       /* compressed bytes, (outcap) */
 	size_t outcap;
-	int err;         /* sticky */
+	int err; /* sticky */
 };
 
 int
@@ -361,19 +361,6 @@ medha_path_is_zst(const char *path)
 
 /* ---- JSON fields ---- */
 
-static int
-why_set(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why != NULL && whylen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return MEDHA_EFORMAT;
-}
-
 /* What v is, for messages: its value if a number, else its type. */
 static const char *
 json_what(json_t *v, char *buf, size_t len)
@@ -385,9 +372,7 @@ json_what(json_t *v, char *buf, size_t len)
 	case JSON_TRUE:
 	case JSON_FALSE: return "a boolean";
 	case JSON_NULL: return "null";
-	default:
-		snprintf(buf, len, "%.9g", json_number_value(v));
-		return buf;
+	default: snprintf(buf, len, "%.9g", json_number_value(v)); return buf;
 	}
 }
 
@@ -404,10 +389,13 @@ json_time(json_t *o, const char *key, int required, int positive, double *out,
 	double d;
 
 	if (v == NULL)
-		return required ? why_set(why, whylen, "%s: missing", key) : 0;
+		return required
+		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
+		    : 0;
 	d = json_number_value(v);
 	if (!json_is_number(v) || !isfinite(d) || d < 0 || (positive && d == 0))
-		return why_set(why, whylen, "%s: not a %s number (got %s)", key,
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "%s: not a %s number (got %s)", key,
 		    positive ? "positive" : "non-negative",
 		    json_what(v, buf, sizeof(buf)));
 	*out = d;
@@ -416,15 +404,17 @@ json_time(json_t *o, const char *key, int required, int positive, double *out,
 
 /* A count: a JSON integer (or integral real) >= min (0 or 1). */
 static int
-json_count(json_t *o, const char *key, int required, int64_t min,
-    int64_t *out, char *why, size_t whylen)
+json_count(json_t *o, const char *key, int required, int64_t min, int64_t *out,
+    char *why, size_t whylen)
 {
 	json_t *v = json_object_get(o, key);
 	char buf[32];
 	double d;
 
 	if (v == NULL)
-		return required ? why_set(why, whylen, "%s: missing", key) : 0;
+		return required
+		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
+		    : 0;
 	if (json_is_integer(v) && json_integer_value(v) >= min) {
 		*out = json_integer_value(v);
 		return 0;
@@ -435,7 +425,8 @@ json_count(json_t *o, const char *key, int required, int64_t min,
 		*out = (int64_t)d;
 		return 0;
 	}
-	return why_set(why, whylen, "%s: not a %s integer (got %s)", key,
+	return medha_why(why, whylen, MEDHA_EFORMAT,
+	    "%s: not a %s integer (got %s)", key,
 	    min > 0 ? "positive" : "non-negative",
 	    json_what(v, buf, sizeof(buf)));
 }
@@ -450,22 +441,24 @@ json_id(json_t *o, int required, char *id, char *why, size_t whylen)
 
 	id[0] = '\0';
 	if (v == NULL)
-		return required ? why_set(why, whylen, "id: missing") : 0;
+		return required
+		    ? medha_why(why, whylen, MEDHA_EFORMAT, "id: missing")
+		    : 0;
 	if (json_is_integer(v) && json_integer_value(v) >= 0) {
 		snprintf(id, MEDHA_ID_MAX, "%lld",
 		    (long long)json_integer_value(v));
 		return 0;
 	}
 	if (!json_is_string(v))
-		return why_set(why, whylen,
+		return medha_why(why, whylen, MEDHA_EFORMAT,
 		    "id: not a string or non-negative integer (got %s)",
 		    json_what(v, buf, sizeof(buf)));
 	n = json_string_length(v);
 	if (n == 0)
-		return why_set(why, whylen, "id: empty");
+		return medha_why(why, whylen, MEDHA_EFORMAT, "id: empty");
 	if (n > MEDHA_ID_MAX - 1)
-		return why_set(why, whylen, "id: longer than %d bytes",
-		    MEDHA_ID_MAX - 1);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "id: longer than %d bytes", MEDHA_ID_MAX - 1);
 	memcpy(id, json_string_value(v), n + 1);
 	return 0;
 }
@@ -478,12 +471,13 @@ json_line(const char *line, json_t **root, char *why, size_t whylen)
 
 	*root = json_loads(line, JSON_REJECT_DUPLICATES, &e);
 	if (*root == NULL)
-		return why_set(why, whylen, "not JSON: %s (column %d)", e.text,
-		    e.column);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "not JSON: %s (column %d)", e.text, e.column);
 	if (!json_is_object(*root)) {
 		json_decref(*root);
 		*root = NULL;
-		return why_set(why, whylen, "not a JSON object");
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "not a JSON object");
 	}
 	return 0;
 }
@@ -506,7 +500,9 @@ write_jstr(struct medha_writer *w, const char *s)
 			snprintf(esc, sizeof(esc), "\\%c", c);
 		else if (c == '\n' || c == '\t' || c == '\r')
 			snprintf(esc, sizeof(esc), "\\%c",
-			    c == '\n' ? 'n' : c == '\t' ? 't' : 'r');
+			    c == '\n'       ? 'n'
+			        : c == '\t' ? 't'
+			                    : 'r');
 		else
 			snprintf(esc, sizeof(esc), "\\u%04x", c);
 		medha_writer_write(w, esc, strlen(esc));
@@ -554,19 +550,20 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 		return rc;
 	if ((rc = json_id(root, 0, rs->id, why, whylen)) != 0 ||
 	    (rc = json_time(root, "arrival", 1, 0, &rs->arrival, why,
-		 whylen)) != 0 ||
+	         whylen)) != 0 ||
 	    (rc = json_count(root, "prompt_tokens", 0, 1, &rs->prompt_tokens,
-		 why, whylen)) != 0 ||
+	         why, whylen)) != 0 ||
 	    (rc = json_count(root, "max_tokens", 1, 0, &rs->max_tokens, why,
-		 whylen)) != 0 ||
+	         whylen)) != 0 ||
 	    (rc = json_time(root, "ttft_slo", 0, 1, &rs->ttft_slo, why,
-		 whylen)) != 0 ||
+	         whylen)) != 0 ||
 	    (rc = json_time(root, "tpot_slo", 0, 1, &rs->tpot_slo, why,
-		 whylen)) != 0)
+	         whylen)) != 0)
 		goto out;
 	if ((p = json_object_get(root, "prompt")) != NULL) {
 		if (!json_is_string(p)) {
-			rc = why_set(why, whylen, "prompt: not a string");
+			rc = medha_why(why, whylen, MEDHA_EFORMAT,
+			    "prompt: not a string");
 			goto out;
 		}
 		if ((rs->prompt = strdup(json_string_value(p))) == NULL) {
@@ -574,7 +571,7 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 			goto out;
 		}
 	} else if (rs->prompt_tokens == 0)
-		rc = why_set(why, whylen,
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
 		    "prompt_tokens: missing (and no prompt)");
 out:
 	json_decref(root);
@@ -589,8 +586,8 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 	if (!id_valid(rs->id) || !isfinite(rs->arrival) || rs->arrival < 0 ||
 	    rs->prompt_tokens < 0 ||
 	    (rs->prompt_tokens == 0 && rs->prompt == NULL) ||
-	    rs->max_tokens < 0 || !isfinite(rs->ttft_slo) ||
-	    rs->ttft_slo < 0 || !isfinite(rs->tpot_slo) || rs->tpot_slo < 0)
+	    rs->max_tokens < 0 || !isfinite(rs->ttft_slo) || rs->ttft_slo < 0 ||
+	    !isfinite(rs->tpot_slo) || rs->tpot_slo < 0)
 		return MEDHA_EINVAL;
 	medha_writer_write(w, "{", 1);
 	if (rs->id[0] != '\0') {
@@ -651,12 +648,12 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 		return rc;
 	v = json_object_get(root, "status");
 	if (v == NULL) {
-		rc = why_set(why, whylen, "status: missing");
+		rc = medha_why(why, whylen, MEDHA_EFORMAT, "status: missing");
 		goto out;
 	}
 	if (!json_is_string(v) ||
 	    (r.status = medha_status_parse(json_string_value(v))) < 0) {
-		rc = why_set(why, whylen,
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
 		    "status: not one of \"ok\", \"rejected\", \"failed\"");
 		goto out;
 	}
@@ -664,32 +661,32 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	have_ttft = json_object_get(root, "ttft") != NULL;
 	have_tpot = json_object_get(root, "tpot_mean") != NULL;
 	if ((rc = json_id(root, 1, r.id, why, whylen)) != 0 ||
-	    (rc = json_time(root, "arrival", 1, 0, &r.arrival, why,
-		 whylen)) != 0 ||
+	    (rc = json_time(root, "arrival", 1, 0, &r.arrival, why, whylen)) !=
+	        0 ||
 	    (rc = json_time(root, "first_token", ok, 0, &r.first_token, why,
-		 whylen)) != 0 ||
-	    (rc = json_time(root, "finish", ok, 0, &r.finish, why,
-		 whylen)) != 0 ||
-	    (rc = json_count(root, "prompt_tokens", 1, 0, &r.prompt_tokens,
-		 why, whylen)) != 0 ||
-	    (rc = json_count(root, "output_tokens", 1, 0, &r.output_tokens,
-		 why, whylen)) != 0 ||
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "finish", ok, 0, &r.finish, why, whylen)) !=
+	        0 ||
+	    (rc = json_count(root, "prompt_tokens", 1, 0, &r.prompt_tokens, why,
+	         whylen)) != 0 ||
+	    (rc = json_count(root, "output_tokens", 1, 0, &r.output_tokens, why,
+	         whylen)) != 0 ||
 	    (rc = json_time(root, "ttft", 0, 0, &r.ttft, why, whylen)) != 0 ||
 	    (rc = json_time(root, "tpot_mean", 0, 0, &r.tpot_mean, why,
-		 whylen)) != 0 ||
+	         whylen)) != 0 ||
 	    (rc = json_time(root, "tpot_max", 0, 0, &r.tpot_max, why,
-		 whylen)) != 0 ||
+	         whylen)) != 0 ||
 	    (rc = json_time(root, "ttft_slo", 0, 0, &r.ttft_slo, why,
-		 whylen)) != 0 ||
+	         whylen)) != 0 ||
 	    (rc = json_time(root, "tpot_slo", 0, 0, &r.tpot_slo, why,
-		 whylen)) != 0)
+	         whylen)) != 0)
 		goto out;
 	/* Derive what a terse writer left out. */
 	if (!have_ttft && ok)
 		r.ttft = r.first_token - r.arrival;
 	if (!have_tpot && ok && r.output_tokens >= 2)
-		r.tpot_mean = (r.finish - r.first_token) /
-		    (r.output_tokens - 1);
+		r.tpot_mean =
+		    (r.finish - r.first_token) / (r.output_tokens - 1);
 	*rec = r;
 out:
 	json_decref(root);
@@ -732,15 +729,15 @@ enum trace_fmt { FMT_UNKNOWN, FMT_JSON, FMT_AZURE, FMT_VIDUR };
 struct medha_trace_in {
 	struct medha_reader *r;
 	enum trace_fmt fmt;
-	long long lineno;  /* physical line last read, 1-based */
-	long long nreq;    /* requests returned so far: the default id */
-	int ncols;         /* CSV: fields in the header */
-	int col[3];        /* CSV: arrival, prompt, output columns */
+	long long lineno;    /* physical line last read, 1-based */
+	long long nreq;      /* requests returned so far: the default id */
+	int ncols;           /* CSV: fields in the header */
+	int col[3];          /* CSV: arrival, prompt, output columns */
 	const char *name[3]; /* CSV: their names, for messages */
-	int have_t0;       /* Azure: origin taken from the first row */
+	int have_t0;         /* Azure: origin taken from the first row */
 	int64_t t0_sec;
 	double t0_frac;
-	int err;           /* sticky */
+	int err; /* sticky */
 	char why[256];
 };
 
@@ -881,11 +878,11 @@ parse_timestamp(const char *s, int64_t *sec, double *frac)
 	char sep;
 	char *p;
 
-	if (sscanf(s, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &y, &mo, &d, &sep, &h,
-		&mi, &se, &n) != 7 || n == 0 || (sep != ' ' && sep != 'T') ||
-	    mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 ||
-	    mi < 0 || mi > 59 || se < 0 || se > 60 ||
-	    !isdigit((unsigned char)*s))
+	if (sscanf(s, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &y, &mo, &d, &sep, &h, &mi,
+	        &se, &n) != 7 ||
+	    n == 0 || (sep != ' ' && sep != 'T') || mo < 1 || mo > 12 ||
+	    d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 || se < 0 ||
+	    se > 60 || !isdigit((unsigned char)*s))
 		return -1;
 	*frac = 0;
 	p = (char *)s + n;

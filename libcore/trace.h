@@ -53,17 +53,19 @@ int medha_status_parse(const char *name);
 /* One result record: what happened to one request. */
 struct medha_record {
 	char id[MEDHA_ID_MAX];
-	double arrival;       /* s */
-	double first_token;   /* s, absolute; = finish when output_tokens = 0 */
-	double finish;        /* s, absolute */
+	double arrival;     /* s */
+	double first_token; /* s, absolute; = finish when output_tokens = 0 */
+	double finish;      /* s, absolute */
 	int64_t prompt_tokens;
 	int64_t output_tokens;
-	double ttft;          /* first_token - arrival */
-	double tpot_mean;     /* (finish - first_token) / (output_tokens - 1); 0 if < 2 */
-	double tpot_max;      /* longest gap between consecutive tokens; 0 if < 2 */
-	double ttft_slo;      /* the TTFT SLO the request was held to (s) */
-	double tpot_slo;      /* the TPOT SLO the request was held to (s); 0 if none */
-	int status;           /* MEDHA_STATUS_* */
+	double ttft;      /* first_token - arrival */
+	double tpot_mean; /* (finish - first_token) / (output_tokens - 1); 0 if
+	                     < 2 */
+	double tpot_max;  /* longest gap between consecutive tokens; 0 if < 2 */
+	double ttft_slo;  /* the TTFT SLO the request was held to (s) */
+	double
+	    tpot_slo; /* the TPOT SLO the request was held to (s); 0 if none */
+	int status;   /* MEDHA_STATUS_* */
 };
 
 /* ---- lines in and out, zstd transparent ---- */
@@ -116,8 +118,8 @@ void medha_trace_close(struct medha_trace_in *t);
  * is owned by the caller (medha_reqspec_clear), on failure none is left.
  * A line without "id" leaves rs->id empty.
  */
-int medha_reqspec_parse(const char *line, struct medha_reqspec *rs,
-    char *why, size_t whylen);
+int medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
+    size_t whylen);
 /* Write rs as one JSON line (with newline). */
 int medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs);
 

@@ -89,6 +89,19 @@ medha_parse_f64(const char *s, double lo, double hi, double *out)
 	return 0;
 }
 
+int
+medha_why(char *why, size_t whylen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why == NULL || whylen == 0)
+		return err;
+	va_start(ap, fmt);
+	vsnprintf(why, whylen, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
 void *
 medha_calloc(size_t n, size_t size)
 {

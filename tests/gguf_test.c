@@ -27,14 +27,14 @@
 struct buf {
 	unsigned char b[4096];
 	size_t n;
-	size_t name_len;     /* u64 length of general.name's value */
-	size_t arch_type;    /* u32 type of general.architecture */
-	size_t tok_count;    /* u64 count of tokenizer.ggml.tokens */
-	size_t tok_etype;    /* u32 element type of that array */
-	size_t tok_str3;     /* u64 length of its 4th string */
-	size_t key0_len;     /* u64 length of the first key */
-	size_t kv_count;     /* u64 count of metadata entries */
-	size_t arch_val;     /* first byte of "llama" */
+	size_t name_len;  /* u64 length of general.name's value */
+	size_t arch_type; /* u32 type of general.architecture */
+	size_t tok_count; /* u64 count of tokenizer.ggml.tokens */
+	size_t tok_etype; /* u32 element type of that array */
+	size_t tok_str3;  /* u64 length of its 4th string */
+	size_t key0_len;  /* u64 length of the first key */
+	size_t kv_count;  /* u64 count of metadata entries */
+	size_t arch_val;  /* first byte of "llama" */
 };
 
 static void
@@ -77,8 +77,14 @@ static const char *tokens[] = {"<s>", "</s>", "a", "bb", "hello", " world",
  * The test model: llama, 4 layers, hidden 256, 8 heads, 2 kv heads, ffn
  * 688, 10 tokens. Flags leave parts out or change them.
  */
-enum { NO_KV_HEADS = 1, NO_NAME = 2, VOCAB_KEY = 4, ARCH_GPT2 = 8,
-    NO_BLOCKS = 16, DUP_KEY = 32 };
+enum {
+	NO_KV_HEADS = 1,
+	NO_NAME = 2,
+	VOCAB_KEY = 4,
+	ARCH_GPT2 = 8,
+	NO_BLOCKS = 16,
+	DUP_KEY = 32
+};
 
 static void
 build(struct buf *b, uint32_t version, int flags)
@@ -96,7 +102,7 @@ build(struct buf *b, uint32_t version, int flags)
 	nkv += !!(flags & VOCAB_KEY) + !!(flags & DUP_KEY);
 	put(b, 0x46554747, 4); /* "GGUF" */
 	put(b, version, 4);
-	put(b, 0, 8);          /* tensors */
+	put(b, 0, 8); /* tensors */
 	b->kv_count = b->n;
 	put(b, nkv, 8);
 
@@ -279,7 +285,8 @@ test_read_back(void **state)
 	    MEDHA_EFORMAT);
 
 	assert_int_equal(medha_gguf_arr_len(g, "tokenizer.ggml.tokens", &n,
-	    &type), 0);
+	                     &type),
+	    0);
 	assert_int_equal(n, 10);
 	assert_int_equal(type, MEDHA_GGUF_STRING);
 	assert_int_equal(medha_gguf_arr_len(g, "test.nested", &n, &type), 0);
@@ -322,7 +329,8 @@ test_resolve(void **state)
 	assert_int_equal(m.vocab, 10);
 	assert_true(m.w_bytes == 2 && m.kv_bytes == 2);
 	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 2, 2,
-	    1), 0);
+	                     1),
+	    0);
 	assert_true(medha_pred_linear(&p, 100) > 0);
 	assert_true(medha_pred_kv_capacity(&p, 0.9) > 0);
 	medha_pred_free(&p);
@@ -353,7 +361,8 @@ test_resolve(void **state)
 	unlink(path);
 
 	assert_int_equal(medha_model_resolve_why("/nonexistent.gguf", &m, why,
-	    sizeof(why)), MEDHA_ENOTFOUND);
+	                     sizeof(why)),
+	    MEDHA_ENOTFOUND);
 	assert_non_null(strstr(why, "unknown model"));
 }
 
@@ -380,7 +389,8 @@ test_truncations(void **state)
 		assert_true(strlen(why) > 0);
 		if (n > 24 && strstr(why, "offset") == NULL)
 			fail_msg("prefix of %zu bytes: reason \"%s\" gives no "
-			    "offset", n, why);
+			         "offset",
+			    n, why);
 	}
 	/* and through the model resolver */
 	write_file(&b, b.n - 1, path, sizeof(path));
@@ -498,7 +508,8 @@ test_corrupt(void **state)
 	assert_int_equal(medha_gguf_open(&g, "/tmp", why, sizeof(why)),
 	    MEDHA_EFORMAT);
 	assert_int_equal(medha_gguf_open(&g, "/nonexistent/m.gguf", why,
-	    sizeof(why)), MEDHA_EIO);
+	                     sizeof(why)),
+	    MEDHA_EIO);
 	assert_int_equal(medha_gguf_open(&g, "/nonexistent/m.gguf", NULL, 0),
 	    MEDHA_EIO);
 
@@ -518,10 +529,10 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_read_back),
-		cmocka_unit_test(test_resolve),
-		cmocka_unit_test(test_truncations),
-		cmocka_unit_test(test_corrupt),
+	    cmocka_unit_test(test_read_back),
+	    cmocka_unit_test(test_resolve),
+	    cmocka_unit_test(test_truncations),
+	    cmocka_unit_test(test_corrupt),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

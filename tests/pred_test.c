@@ -36,8 +36,8 @@ near(double got, double want, double rel)
 }
 
 static void
-setup(struct medha_pred *p, const char *gpu, const char *model, int tp,
-    int spp, int kvp)
+setup(struct medha_pred *p, const char *gpu, const char *model, int tp, int spp,
+    int kvp)
 {
 	struct medha_model m;
 	const struct medha_gpu *g = medha_gpu_find(gpu);
@@ -123,8 +123,9 @@ test_hand_numbers(void **state)
 
 	/* linear(4096): GEMMs, launch, two ring all-reduces over NVLink */
 	fl = 2 * 4096.0 * P / 8;
-	by = P * 2 / 8 + 2 * 4096.0 * (2 * 4096 + 2 * 14336 / 8.0 +
-	    (32 + 2 * 8) * 128 / 8.0);
+	by = P * 2 / 8 +
+	    2 * 4096.0 *
+	        (2 * 4096 + 2 * 14336 / 8.0 + (32 + 2 * 8) * 128 / 8.0);
 	ar = 2 * 7 / 8.0 * (4096.0 * 4096 * 2) / (300e9 * 0.7) + 10e-6;
 	t = fmax(fl / (312e12 * 0.6), by / (2.039e12 * 0.8)) + 30e-6 + 2 * ar;
 	near(medha_pred_linear(&p, 4096), 16 * t, 1e-9);
@@ -179,8 +180,9 @@ test_hand_numbers(void **state)
 	P = 8192.0 * 64 * 128 + 2 * 8192.0 * 8 * 128 + 64 * 128.0 * 8192 +
 	    3 * 8192.0 * 28672;
 	fl = 2 * 2048.0 * P / 16;
-	by = P * 2 / 16 + 2 * 2048.0 * (2 * 8192 + 2 * 28672 / 16.0 +
-	    (64 + 2 * 8) * 128 / 16.0);
+	by = P * 2 / 16 +
+	    2 * 2048.0 *
+	        (2 * 8192 + 2 * 28672 / 16.0 + (64 + 2 * 8) * 128 / 16.0);
 	ar = 2 * 15 / 16.0 * (2048.0 * 8192 * 2) / (50e9 * 0.7) + 10e-6;
 	t = fmax(fl / (989e12 * 0.6), by / (3.35e12 * 0.8)) + 30e-6 + 2 * ar;
 	near(medha_pred_linear(&p, 2048), 80 * t, 1e-9);
@@ -224,27 +226,26 @@ test_regimes(void **state)
 	near(medha_pred_attn_prefill(&p, 8192, 1000000),
 	    L * fl / (312e12 * 0.5), 1e-12);
 	/* one token of linear reads the weights; 8192 tokens are GEMM-bound */
-	assert_true(medha_pred_linear(&p, 1) > 0.5 * medha_pred_linear(&p,
-	    64));
-	assert_true(medha_pred_linear(&p, 8192) > 1.8 * medha_pred_linear(&p,
-	    4096));
+	assert_true(medha_pred_linear(&p, 1) > 0.5 * medha_pred_linear(&p, 64));
+	assert_true(
+	    medha_pred_linear(&p, 8192) > 1.8 * medha_pred_linear(&p, 4096));
 	medha_pred_free(&p);
 }
 
 /* f(x) is non-decreasing over the sweep, for x from 0 to big. */
-#define SWEEP(expr, var, big)                                                 \
-	do {                                                                  \
-		double prev_ = -1, cur_;                                      \
-		int64_t var;                                                  \
-		for (var = 0; var <= (big); var = var < 64 ? var + 1 :        \
-		    var + var / 7 + 1) {                                      \
-			cur_ = (expr);                                        \
-			if (!(cur_ >= prev_) || !(cur_ >= 0) || isinf(cur_))  \
-				fail_msg("%s not monotone at %s=%lld: %.17g " \
-				    "after %.17g", #expr, #var,               \
-				    (long long)var, cur_, prev_);             \
-			prev_ = cur_;                                         \
-		}                                                             \
+#define SWEEP(expr, var, big)                                                  \
+	do {                                                                   \
+		double prev_ = -1, cur_;                                       \
+		int64_t var;                                                   \
+		for (var = 0; var <= (big);                                    \
+		     var = var < 64 ? var + 1 : var + var / 7 + 1) {           \
+			cur_ = (expr);                                         \
+			if (!(cur_ >= prev_) || !(cur_ >= 0) || isinf(cur_))   \
+				fail_msg("%s not monotone at %s=%lld: %.17g "  \
+				         "after %.17g",                        \
+				    #expr, #var, (long long)var, cur_, prev_); \
+			prev_ = cur_;                                          \
+		}                                                              \
 	} while (0)
 
 static void
@@ -360,8 +361,10 @@ write_profile(const struct medha_pred *p, char *path, size_t len,
 	snprintf(path, len, "/tmp/pred_test.XXXXXX");
 	assert_true((fd = mkstemp(path)) >= 0);
 	assert_non_null(f = fdopen(fd, "w"));
-	fprintf(f, "# medha-profile v1 model=%s gpu=%s tp=%d\n"
-	    "op,tokens,kv,time_us\n", p->model.name, p->gpu.name, p->tp);
+	fprintf(f,
+	    "# medha-profile v1 model=%s gpu=%s tp=%d\n"
+	    "op,tokens,kv,time_us\n",
+	    p->model.name, p->gpu.name, p->tp);
 	put(f, p, MEDHA_OP_LINEAR, g_lin, N(g_lin), NULL, 1);
 	if (!only_linear) {
 		fprintf(f, "\n# attention\n");
@@ -404,8 +407,10 @@ check_grid(const struct medha_pred *p, int op, const double *t, int nt,
 		for (i = 0; i < nt; i++) {
 			want = pred_op(p, op, t[i], k ? k[j] : 0);
 			got = medha_pred_analytic(p, op, (int64_t)t[i],
-			    (int64_t)(k ? (op == MEDHA_OP_ATTN_DECODE ?
-			    t[i] * k[j] : k[j]) : 0));
+			    (int64_t)(k
+			            ? (op == MEDHA_OP_ATTN_DECODE ? t[i] * k[j]
+			                                          : k[j])
+			            : 0));
 			near(want, got, 1e-9);
 		}
 	for (j = 0; j < (k ? nk - 1 : 1); j++)
@@ -456,8 +461,9 @@ test_table_exact(void **state)
 	near(medha_pred_attn_prefill(&p, 16, 4096) * 2,
 	    medha_pred_attn_prefill(&p, 32, 4096), 1e-12);
 	/* past the last two points: extrapolated along them */
-	a = medha_pred_linear(&p, 16384) + (medha_pred_linear(&p, 16384) -
-	    medha_pred_linear(&p, 4096)) / (16384 - 4096) * 16384;
+	a = medha_pred_linear(&p, 16384) +
+	    (medha_pred_linear(&p, 16384) - medha_pred_linear(&p, 4096)) /
+	        (16384 - 4096) * 16384;
 	near(medha_pred_linear(&p, 32768), a, 1e-9);
 	/* past the last kv row: grows with kv */
 	assert_true(medha_pred_attn_prefill(&p, 512, 2 << 20) >
@@ -470,10 +476,10 @@ test_table_exact(void **state)
 	write_profile(&p, path, sizeof(path), 1);
 	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)), 0);
 	unlink(path);
-	near(medha_pred_linear(&p, 4096), medha_pred_analytic(&p,
-	    MEDHA_OP_LINEAR, 4096, 0), 1e-9);
-	assert_true(medha_pred_linear(&p, 100) > medha_pred_analytic(&p,
-	    MEDHA_OP_LINEAR, 100, 0));
+	near(medha_pred_linear(&p, 4096),
+	    medha_pred_analytic(&p, MEDHA_OP_LINEAR, 4096, 0), 1e-9);
+	assert_true(medha_pred_linear(&p, 100) >
+	    medha_pred_analytic(&p, MEDHA_OP_LINEAR, 100, 0));
 	assert_true(medha_pred_attn_prefill(&p, 300, 5000) ==
 	    medha_pred_analytic(&p, MEDHA_OP_ATTN_PREFILL, 300, 5000));
 	assert_true(medha_pred_kvp_merge(&p, 33, 2) ==
@@ -491,7 +497,8 @@ test_table_noisy(void **state)
 
 	(void)state;
 	setup(&p, "a100", "llama3-8b", 8, 2, 1);
-	write_tmp(path, sizeof(path), "op,tokens,kv,time_us\n"
+	write_tmp(path, sizeof(path),
+	    "op,tokens,kv,time_us\n"
 	    "linear,1,0,100\nlinear,64,0,90\nlinear,512,0,300\n"
 	    "linear,1024,0,250\n"
 	    "attn_prefill,32,0,10\nattn_prefill,512,0,8\n"
@@ -539,7 +546,8 @@ test_table_malformed(void **state)
 	check_bad("", MEDHA_EFORMAT, "no header");
 	check_bad("# only a comment\n", MEDHA_EFORMAT, "no header");
 	check_bad("op,tokens,kv,time_us\n", MEDHA_EFORMAT, "no data rows");
-	check_bad("linear,1,0,1\n", MEDHA_EFORMAT, "line 1: expected the "
+	check_bad("linear,1,0,1\n", MEDHA_EFORMAT,
+	    "line 1: expected the "
 	    "header");
 	check_bad("op,tokens,kv\nlinear,1,0,1\n", MEDHA_EFORMAT, "line 1");
 	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinearr,2,0,2\n",
@@ -561,30 +569,34 @@ test_table_malformed(void **state)
 	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,5,2\n",
 	    MEDHA_EFORMAT, "line 3: kv must be 0 for linear");
 	check_bad("op,tokens,kv,time_us\n# c\nlinear,1,0,1\nlinear,2,0,2\n"
-	    "linear,1,0,3\n", MEDHA_EFORMAT,
+	          "linear,1,0,3\n",
+	    MEDHA_EFORMAT,
 	    "line 5: duplicate point linear tokens=1 kv=0 (first on line 3)");
 	check_bad("op,tokens,kv,time_us\nlinear,1,0,1\nlinear,2,0,2\n"
-	    "lm_head,1,0,4\n", MEDHA_EFORMAT,
-	    "line 4: lm_head has 1 point, at least 2");
+	          "lm_head,1,0,4\n",
+	    MEDHA_EFORMAT, "line 4: lm_head has 1 point, at least 2");
 	check_bad("op,tokens,kv,time_us\nattn_prefill,32,0,1\n"
-	    "attn_prefill,64,0,2\n", MEDHA_EFORMAT,
-	    "attn_prefill has 1 kv value");
+	          "attn_prefill,64,0,2\n",
+	    MEDHA_EFORMAT, "attn_prefill has 1 kv value");
 	check_bad("op,tokens,kv,time_us\nattn_prefill,32,0,1\n"
-	    "attn_prefill,64,0,2\nattn_prefill,32,4096,3\n", MEDHA_EFORMAT,
-	    "line 4: attn_prefill kv=4096 has 1 point");
+	          "attn_prefill,64,0,2\nattn_prefill,32,4096,3\n",
+	    MEDHA_EFORMAT, "line 4: attn_prefill kv=4096 has 1 point");
 
 	/* byte-order mark, CRLF, spaces around fields: fine */
 	setup(&p, "a100", "llama3-8b", 8, 2, 1);
-	write_tmp(path, sizeof(path), "\xef\xbb\xbfop,tokens,kv,time_us\r\n"
+	write_tmp(path, sizeof(path),
+	    "\xef\xbb\xbfop,tokens,kv,time_us\r\n"
 	    "linear,1,0,1\r\n linear , 2 ,0,\t2 \r\n");
 	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)), 0);
 	unlink(path);
 	near(medha_pred_linear(&p, 2), 2e-6 * 16, 1e-12);
-	assert_int_equal(medha_pred_load_table(&p, "/nonexistent/prof.csv",
-	    why, sizeof(why)), MEDHA_EIO);
+	assert_int_equal(medha_pred_load_table(&p, "/nonexistent/prof.csv", why,
+	                     sizeof(why)),
+	    MEDHA_EIO);
 	assert_non_null(strstr(why, "No such file"));
 	assert_int_equal(medha_pred_load_table(&p, "/nonexistent/prof.csv",
-	    NULL, 0), MEDHA_EIO);
+	                     NULL, 0),
+	    MEDHA_EIO);
 	medha_pred_free(&p);
 }
 
@@ -592,14 +604,14 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_builtins),
-		cmocka_unit_test(test_hand_numbers),
-		cmocka_unit_test(test_regimes),
-		cmocka_unit_test(test_monotone),
-		cmocka_unit_test(test_capacity),
-		cmocka_unit_test(test_table_exact),
-		cmocka_unit_test(test_table_noisy),
-		cmocka_unit_test(test_table_malformed),
+	    cmocka_unit_test(test_builtins),
+	    cmocka_unit_test(test_hand_numbers),
+	    cmocka_unit_test(test_regimes),
+	    cmocka_unit_test(test_monotone),
+	    cmocka_unit_test(test_capacity),
+	    cmocka_unit_test(test_table_exact),
+	    cmocka_unit_test(test_table_noisy),
+	    cmocka_unit_test(test_table_malformed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -64,7 +64,7 @@ random_trace(size_t n, double qps, double lfrac, int64_t long_max,
 
 struct obs {
 	size_t n;
-	int *seen;            /* records per request id */
+	int *seen; /* records per request id */
 	const struct medha_reqspec *reqs;
 	double target;
 	int adaptive;
@@ -133,7 +133,8 @@ obs_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
 		o->decode_batches++;
 		if (o->adaptive && b->latency > 1.1 * o->target) {
 			print_error("batch %llu: latency %g with %d decodes\n",
-			    (unsigned long long)b->seq, b->latency, b->n_decode);
+			    (unsigned long long)b->seq, b->latency,
+			    b->n_decode);
 			o->errors++;
 		}
 	}
@@ -142,8 +143,8 @@ obs_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
 
 static void
 run_case(const char *gpu, const char *model, int tp, int spp, int kvp,
-    int policy, int64_t chunk, int64_t kv_blocks, int64_t kvp_max,
-    size_t n, double qps, uint64_t seed)
+    int policy, int64_t chunk, int64_t kv_blocks, int64_t kvp_max, size_t n,
+    double qps, uint64_t seed)
 {
 	struct medha_pred p;
 	struct medha_model m;
@@ -155,7 +156,8 @@ run_case(const char *gpu, const char *model, int tp, int spp, int kvp,
 
 	assert_int_equal(medha_model_resolve(model, &m), 0);
 	assert_int_equal(medha_pred_init(&p, medha_gpu_find(gpu), &m, tp, spp,
-	    kvp), 0);
+	                     kvp),
+	    0);
 	medha_sched_config_default(&c);
 	c.policy = policy;
 	c.chunk = chunk;
@@ -202,8 +204,8 @@ test_invariants_tight_memory(void **state)
 	/* 20000 blocks of 16 = 320K tokens: requests must wait for memory */
 	run_case("a100", "llama3-8b", 8, 1, 1, MEDHA_POLICY_MEDHA, 0, 20000, 0,
 	    300, 4.0, 5);
-	run_case("a100", "llama3-8b", 8, 4, 1, MEDHA_POLICY_FCFS, 2048, 20000, 0,
-	    300, 4.0, 6);
+	run_case("a100", "llama3-8b", 8, 4, 1, MEDHA_POLICY_FCFS, 2048, 20000,
+	    0, 300, 4.0, 6);
 }
 
 static void
@@ -258,7 +260,8 @@ sim(const char *model, int spp, struct medha_sched_config *c,
 	memset(out, 0, sizeof(*out));
 	assert_int_equal(medha_model_resolve(model, &m), 0);
 	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, spp,
-	    1), 0);
+	                     1),
+	    0);
 	h.arg = out;
 	h.record = col_record;
 	assert_int_equal(medha_sim_run(c, &p, r, n, &h, &st), 0);
@@ -287,8 +290,8 @@ test_policy_order(void **state)
 	struct collect col;
 	/* a long prompt arrives first, a short one right after */
 	struct medha_reqspec r[2] = {
-		req("long", 0, 200000, 4, 1000),
-		req("short", 0.001, 1000, 4, 0.3),
+	    req("long", 0, 200000, 4, 1000),
+	    req("short", 0.001, 1000, 4, 0.3),
 	};
 
 	(void)state;
@@ -317,10 +320,10 @@ test_share_beats_lrs(void **state)
 	struct medha_sched_config c;
 	struct collect col;
 	struct medha_reqspec r[3] = {
-		/* the long one has the least slack from the start */
-		req("long", 0, 300000, 2, 0),
-		req("s1", 1.0, 2000, 2, 5),
-		req("s2", 1.5, 2000, 2, 5),
+	    /* the long one has the least slack from the start */
+	    req("long", 0, 300000, 2, 0),
+	    req("s1", 1.0, 2000, 2, 5),
+	    req("s2", 1.5, 2000, 2, 5),
 	};
 	double lrs_ttft, medha_ttft, lrs_long, medha_long;
 
@@ -350,9 +353,9 @@ test_deadline_rule(void **state)
 	struct medha_sched *s;
 	struct collect col;
 	struct medha_reqspec r[3] = {
-		req("tiny", 0, 100, 1, 0),
-		req("big", 0, 500000, 1, 0),
-		req("given", 0, 500000, 1, 42),
+	    req("tiny", 0, 100, 1, 0),
+	    req("big", 0, 500000, 1, 0),
+	    req("given", 0, 500000, 1, 42),
 	};
 	double alone;
 
@@ -361,7 +364,8 @@ test_deadline_rule(void **state)
 	sim("llama3-8b", 2, &c, r, 3, &col);
 	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
 	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 2,
-	    1), 0);
+	                     1),
+	    0);
 	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
 	alone = medha_sched_prefill_alone(s, 500000);
 	assert_true(alone > 1.0);
@@ -380,8 +384,8 @@ test_reject_too_long(void **state)
 	struct medha_sched_config c;
 	struct collect col;
 	struct medha_reqspec r[2] = {
-		req("fits", 0, 1000, 10, 0),
-		req("huge", 0, 2000000, 10, 0),
+	    req("fits", 0, 1000, 10, 0),
+	    req("huge", 0, 2000000, 10, 0),
 	};
 
 	(void)state;
@@ -420,8 +424,8 @@ test_zero_output(void **state)
 	struct medha_sched_config c;
 	struct collect col;
 	struct medha_reqspec r[2] = {
-		req("a", 0, 100, 0, 0),
-		req("b", 0, 0, 5, 0), /* no prompt_tokens: rejected */
+	    req("a", 0, 100, 0, 0),
+	    req("b", 0, 0, 5, 0), /* no prompt_tokens: rejected */
 	};
 
 	(void)state;
@@ -436,15 +440,15 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_invariants_policies),
-		cmocka_unit_test(test_invariants_tight_memory),
-		cmocka_unit_test(test_invariants_kvp),
-		cmocka_unit_test(test_policy_order),
-		cmocka_unit_test(test_share_beats_lrs),
-		cmocka_unit_test(test_deadline_rule),
-		cmocka_unit_test(test_reject_too_long),
-		cmocka_unit_test(test_spp_pipelines_chunks),
-		cmocka_unit_test(test_zero_output),
+	    cmocka_unit_test(test_invariants_policies),
+	    cmocka_unit_test(test_invariants_tight_memory),
+	    cmocka_unit_test(test_invariants_kvp),
+	    cmocka_unit_test(test_policy_order),
+	    cmocka_unit_test(test_share_beats_lrs),
+	    cmocka_unit_test(test_deadline_rule),
+	    cmocka_unit_test(test_reject_too_long),
+	    cmocka_unit_test(test_spp_pipelines_chunks),
+	    cmocka_unit_test(test_zero_output),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

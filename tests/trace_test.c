@@ -34,10 +34,13 @@ test_parse_valid(void **state)
 	char why[128];
 
 	(void)state;
-	assert_int_equal(medha_reqspec_parse("{\"id\": \"req-1\", "
-	    "\"arrival\": 1.5, \"prompt_tokens\": 100, \"max_tokens\": 20, "
-	    "\"ttft_slo\": 0.5, \"tpot_slo\": 0.05, \"extra\": [1, {}]}", &rs,
-	    why, sizeof(why)), 0);
+	assert_int_equal(
+	    medha_reqspec_parse(
+	        "{\"id\": \"req-1\", "
+	        "\"arrival\": 1.5, \"prompt_tokens\": 100, \"max_tokens\": 20, "
+	        "\"ttft_slo\": 0.5, \"tpot_slo\": 0.05, \"extra\": [1, {}]}",
+	        &rs, why, sizeof(why)),
+	    0);
 	assert_string_equal(rs.id, "req-1");
 	assert_true(rs.arrival == 1.5);
 	assert_int_equal(rs.prompt_tokens, 100);
@@ -47,9 +50,12 @@ test_parse_valid(void **state)
 	assert_null(rs.prompt);
 
 	/* integer id, prompt text only, no SLOs, integral real count */
-	assert_int_equal(medha_reqspec_parse("{\"id\": 42, \"arrival\": 0, "
-	    "\"prompt\": \"hi \\\"there\\\"\", \"max_tokens\": 3.0}", &rs, why,
-	    sizeof(why)), 0);
+	assert_int_equal(
+	    medha_reqspec_parse(
+	        "{\"id\": 42, \"arrival\": 0, "
+	        "\"prompt\": \"hi \\\"there\\\"\", \"max_tokens\": 3.0}",
+	        &rs, why, sizeof(why)),
+	    0);
 	assert_string_equal(rs.id, "42");
 	assert_int_equal(rs.prompt_tokens, 0);
 	assert_int_equal(rs.max_tokens, 3);
@@ -59,9 +65,11 @@ test_parse_valid(void **state)
 	assert_null(rs.prompt);
 
 	/* no id: left empty for the trace reader to fill */
-	assert_int_equal(medha_reqspec_parse("{\"arrival\": 2, "
-	    "\"prompt_tokens\": 1, \"max_tokens\": 0}", &rs, why,
-	    sizeof(why)), 0);
+	assert_int_equal(
+	    medha_reqspec_parse("{\"arrival\": 2, "
+	                        "\"prompt_tokens\": 1, \"max_tokens\": 0}",
+	        &rs, why, sizeof(why)),
+	    0);
 	assert_string_equal(rs.id, "");
 }
 
@@ -71,47 +79,48 @@ test_parse_malformed(void **state)
 	static const struct {
 		const char *line, *why;
 	} cases[] = {
-		{"{\"prompt_tokens\": 5, \"max_tokens\": 1}",
-		    "arrival: missing"},
-		{"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": -1}",
-		    "max_tokens: not a non-negative integer"},
-		{"{\"arrival\": \"1\", \"prompt_tokens\": 5, "
-		 "\"max_tokens\": 1}",
-		    "arrival: not a non-negative number (got a string)"},
-		{"{\"arrival\": 1, \"prompt_tokens\": true, \"max_tokens\": 1}",
-		    "prompt_tokens: not a positive integer (got a boolean)"},
-		{"{\"arrival\": 1, \"prompt_tokens\": 0, \"max_tokens\": 1}",
-		    "prompt_tokens: not a positive integer"},
-		{"{\"arrival\": 1, \"prompt_tokens\": 2.5, \"max_tokens\": 1}",
-		    "prompt_tokens: not a positive integer (got 2.5)"},
-		{"{\"arrival\": -1, \"prompt_tokens\": 5, \"max_tokens\": 1}",
-		    "arrival: not a non-negative number"},
-		{"{\"arrival\": 1, \"prompt_tokens\": 5}",
-		    "max_tokens: missing"},
-		{"{\"arrival\": 1, \"max_tokens\": 1}",
-		    "prompt_tokens: missing"},
-		{"{\"arrival\": 1, \"prompt\": 7, \"max_tokens\": 1}",
-		    "prompt: not a string"},
-		{"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1, "
-		 "\"ttft_slo\": 0}", "ttft_slo: not a positive number"},
-		{"{\"id\": \"0123456789012345678901234567890123456789"
-		 "012345678901234567890123\", \"arrival\": 1, "
-		 "\"prompt_tokens\": 5, \"max_tokens\": 1}",
-		    "id: longer than 63 bytes"},
-		{"{\"id\": -4, \"arrival\": 1, \"prompt_tokens\": 5, "
-		 "\"max_tokens\": 1}", "id: not a string or non-negative"},
-		{"{\"id\": \"\", \"arrival\": 1, \"prompt_tokens\": 5, "
-		 "\"max_tokens\": 1}", "id: empty"},
-		{"hello", "not JSON"},
-		{"", "not JSON"},
-		{"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1} x",
-		    "not JSON"},
-		{"{\"arrival\": 1, \"arrival\": 2, \"prompt_tokens\": 5, "
-		 "\"max_tokens\": 1}", "duplicate"},
-		{"[1, 2]", "not a JSON object"},
-		{"{\"arrival\": 1e999, \"prompt_tokens\": 5, "
-		 "\"max_tokens\": 1}",
-		    "not JSON"},
+	    {"{\"prompt_tokens\": 5, \"max_tokens\": 1}", "arrival: missing"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": -1}",
+	        "max_tokens: not a non-negative integer"},
+	    {"{\"arrival\": \"1\", \"prompt_tokens\": 5, "
+	     "\"max_tokens\": 1}",
+	        "arrival: not a non-negative number (got a string)"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": true, \"max_tokens\": 1}",
+	        "prompt_tokens: not a positive integer (got a boolean)"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 0, \"max_tokens\": 1}",
+	        "prompt_tokens: not a positive integer"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 2.5, \"max_tokens\": 1}",
+	        "prompt_tokens: not a positive integer (got 2.5)"},
+	    {"{\"arrival\": -1, \"prompt_tokens\": 5, \"max_tokens\": 1}",
+	        "arrival: not a non-negative number"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 5}", "max_tokens: missing"},
+	    {"{\"arrival\": 1, \"max_tokens\": 1}", "prompt_tokens: missing"},
+	    {"{\"arrival\": 1, \"prompt\": 7, \"max_tokens\": 1}",
+	        "prompt: not a string"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1, "
+	     "\"ttft_slo\": 0}",
+	        "ttft_slo: not a positive number"},
+	    {"{\"id\": \"0123456789012345678901234567890123456789"
+	     "012345678901234567890123\", \"arrival\": 1, "
+	     "\"prompt_tokens\": 5, \"max_tokens\": 1}",
+	        "id: longer than 63 bytes"},
+	    {"{\"id\": -4, \"arrival\": 1, \"prompt_tokens\": 5, "
+	     "\"max_tokens\": 1}",
+	        "id: not a string or non-negative"},
+	    {"{\"id\": \"\", \"arrival\": 1, \"prompt_tokens\": 5, "
+	     "\"max_tokens\": 1}",
+	        "id: empty"},
+	    {"hello", "not JSON"},
+	    {"", "not JSON"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1} x",
+	        "not JSON"},
+	    {"{\"arrival\": 1, \"arrival\": 2, \"prompt_tokens\": 5, "
+	     "\"max_tokens\": 1}",
+	        "duplicate"},
+	    {"[1, 2]", "not a JSON object"},
+	    {"{\"arrival\": 1e999, \"prompt_tokens\": 5, "
+	     "\"max_tokens\": 1}",
+	        "not JSON"},
 	};
 	struct medha_reqspec rs;
 	char why[128];
@@ -121,7 +130,8 @@ test_parse_malformed(void **state)
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		why[0] = '\0';
 		assert_int_equal(medha_reqspec_parse(cases[i].line, &rs, why,
-		    sizeof(why)), MEDHA_EFORMAT);
+		                     sizeof(why)),
+		    MEDHA_EFORMAT);
 		if (strstr(why, cases[i].why) == NULL)
 			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, why,
 			    cases[i].why);
@@ -137,28 +147,39 @@ test_record_parse(void **state)
 
 	(void)state;
 	/* ttft and tpot_mean derived when absent */
-	assert_int_equal(medha_record_parse("{\"id\": 3, \"arrival\": 2, "
-	    "\"first_token\": 12, \"finish\": 20, \"prompt_tokens\": 300, "
-	    "\"output_tokens\": 5, \"status\": \"ok\"}", &r, why, sizeof(why)),
+	assert_int_equal(
+	    medha_record_parse(
+	        "{\"id\": 3, \"arrival\": 2, "
+	        "\"first_token\": 12, \"finish\": 20, \"prompt_tokens\": 300, "
+	        "\"output_tokens\": 5, \"status\": \"ok\"}",
+	        &r, why, sizeof(why)),
 	    0);
 	assert_true(r.ttft == 10);
 	assert_true(r.tpot_mean == 2);
 	assert_int_equal(r.status, MEDHA_STATUS_OK);
 
 	/* a rejected request needs no times */
-	assert_int_equal(medha_record_parse("{\"id\": \"x\", \"arrival\": 1, "
-	    "\"prompt_tokens\": 0, \"output_tokens\": 0, "
-	    "\"status\": \"rejected\"}", &r, why, sizeof(why)), 0);
+	assert_int_equal(
+	    medha_record_parse("{\"id\": \"x\", \"arrival\": 1, "
+	                       "\"prompt_tokens\": 0, \"output_tokens\": 0, "
+	                       "\"status\": \"rejected\"}",
+	        &r, why, sizeof(why)),
+	    0);
 	assert_int_equal(r.status, MEDHA_STATUS_REJECTED);
 
-	assert_int_equal(medha_record_parse("{\"id\": 3, \"arrival\": 2, "
-	    "\"prompt_tokens\": 300, \"output_tokens\": 5, \"status\": \"ok\"}",
-	    &r, why, sizeof(why)), MEDHA_EFORMAT);
+	assert_int_equal(
+	    medha_record_parse("{\"id\": 3, \"arrival\": 2, "
+	                       "\"prompt_tokens\": 300, \"output_tokens\": 5, "
+	                       "\"status\": \"ok\"}",
+	        &r, why, sizeof(why)),
+	    MEDHA_EFORMAT);
 	assert_non_null(strstr(why, "first_token: missing"));
-	assert_int_equal(medha_record_parse("{\"id\": 3, \"arrival\": 2, "
-	    "\"prompt_tokens\": 300, \"output_tokens\": 5, "
-	    "\"status\": \"done\"}",
-	    &r, why, sizeof(why)), MEDHA_EFORMAT);
+	assert_int_equal(
+	    medha_record_parse("{\"id\": 3, \"arrival\": 2, "
+	                       "\"prompt_tokens\": 300, \"output_tokens\": 5, "
+	                       "\"status\": \"done\"}",
+	        &r, why, sizeof(why)),
+	    MEDHA_EFORMAT);
 	assert_non_null(strstr(why, "status: not one of"));
 
 	assert_string_equal(medha_status_name(MEDHA_STATUS_FAILED), "failed");
@@ -213,7 +234,8 @@ test_reqspec_roundtrip(void **state)
 		if (i == 1)
 			assert_non_null(strstr(line, "\"id\": \"007\","));
 		assert_int_equal(medha_reqspec_parse(line, &out, why,
-		    sizeof(why)), 0);
+		                     sizeof(why)),
+		    0);
 		assert_string_equal(out.id, in.id);
 		assert_true(out.arrival == in.arrival);
 		assert_int_equal(out.prompt_tokens, in.prompt_tokens);
@@ -270,7 +292,8 @@ test_record_roundtrip(void **state)
 		assert_int_equal(medha_writer_close(w), 0);
 		first_line(f, &r, &line);
 		assert_int_equal(medha_record_parse(line, &out, why,
-		    sizeof(why)), 0);
+		                     sizeof(why)),
+		    0);
 		assert_string_equal(out.id, in.id);
 		assert_true(out.arrival == in.arrival);
 		assert_true(out.first_token == in.first_token);
@@ -405,9 +428,10 @@ test_zstd_damaged(void **state)
 	assert_non_null(f = tmpfile());
 	assert_int_equal(medha_writer_open(&w, f, 1), 0);
 	for (i = 0; i < 20000; i++)
-		medha_writer_printf(w, "{\"arrival\": %d, "
-		    "\"prompt_tokens\": %d, \"max_tokens\": 1}\n", i,
-		    i * 7 + 1);
+		medha_writer_printf(w,
+		    "{\"arrival\": %d, "
+		    "\"prompt_tokens\": %d, \"max_tokens\": 1}\n",
+		    i, i * 7 + 1);
 	assert_int_equal(medha_writer_close(w), 0);
 	n = (size_t)ftell(f);
 	assert_non_null(buf = malloc(n));
@@ -473,7 +497,8 @@ test_trace_jsonl(void **state)
 	FILE *f;
 
 	(void)state;
-	f = str_stream("# a comment\n\n"
+	f = str_stream(
+	    "# a comment\n\n"
 	    "{\"arrival\": 0.5, \"prompt_tokens\": 10, \"max_tokens\": 2}\n"
 	    "  {\"id\": \"x\", \"arrival\": 1, \"prompt\": \"p\", "
 	    "\"max_tokens\": 0}\n"
@@ -505,10 +530,10 @@ test_trace_azure(void **state)
 
 	(void)state;
 	f = str_stream("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
-	    "2023-11-16 18:15:46.6805900,374,44\r\n"
-	    "2023-11-16 18:15:50.9951690,396,109\r\n"
-	    "2023-11-17 00:00:00,5,0\r\n"
-	    "2023-11-16 18:15:40,5,0\r\n");
+	               "2023-11-16 18:15:46.6805900,374,44\r\n"
+	               "2023-11-16 18:15:50.9951690,396,109\r\n"
+	               "2023-11-17 00:00:00,5,0\r\n"
+	               "2023-11-16 18:15:40,5,0\r\n");
 	assert_int_equal(medha_trace_open(&t, f), 0);
 	assert_int_equal(medha_trace_next(t, &rs), 1);
 	assert_string_equal(rs.id, "0");
@@ -530,7 +555,7 @@ test_trace_azure(void **state)
 	fclose(f);
 
 	f = str_stream("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-	    "2023-11-16 18:15:46,0,44\n");
+	               "2023-11-16 18:15:46,0,44\n");
 	assert_int_equal(medha_trace_open(&t, f), 0);
 	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
 	assert_string_equal(medha_trace_error(t),
@@ -548,9 +573,9 @@ test_trace_vidur(void **state)
 
 	(void)state;
 	f = str_stream(",num_decode_tokens,arrived_at,num_prefill_tokens,pd\n"
-	    "0,20,0.25,100,5.0\n"
-	    "1,7.0,1.75,3000.0,x\n"
-	    "2,7,1.75\n");
+	               "0,20,0.25,100,5.0\n"
+	               "1,7.0,1.75,3000.0,x\n"
+	               "2,7,1.75\n");
 	assert_int_equal(medha_trace_open(&t, f), 0);
 	assert_int_equal(medha_trace_next(t, &rs), 1);
 	assert_string_equal(rs.id, "0");
@@ -569,8 +594,8 @@ test_trace_vidur(void **state)
 	f = str_stream("a,b,c\n1,2,3\n");
 	assert_int_equal(medha_trace_open(&t, f), 0);
 	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
-	assert_non_null(strstr(medha_trace_error(t),
-	    "line 1: unknown trace format"));
+	assert_non_null(
+	    strstr(medha_trace_error(t), "line 1: unknown trace format"));
 	medha_trace_close(t);
 	fclose(f);
 }
@@ -586,7 +611,8 @@ test_trace_zstd(void **state)
 	(void)state;
 	assert_non_null(f = tmpfile());
 	assert_int_equal(medha_writer_open(&w, f, 1), 0);
-	medha_writer_printf(w, "arrived_at,num_prefill_tokens,"
+	medha_writer_printf(w,
+	    "arrived_at,num_prefill_tokens,"
 	    "num_decode_tokens\n3,4,5\n");
 	assert_int_equal(medha_writer_close(w), 0);
 	rewind(f);
@@ -604,20 +630,20 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parse_valid),
-		cmocka_unit_test(test_parse_malformed),
-		cmocka_unit_test(test_record_parse),
-		cmocka_unit_test(test_reqspec_roundtrip),
-		cmocka_unit_test(test_record_roundtrip),
-		cmocka_unit_test(test_plain_roundtrip),
-		cmocka_unit_test(test_zstd_roundtrip),
-		cmocka_unit_test(test_reader_edges),
-		cmocka_unit_test(test_zstd_damaged),
-		cmocka_unit_test(test_writer_error),
-		cmocka_unit_test(test_trace_jsonl),
-		cmocka_unit_test(test_trace_azure),
-		cmocka_unit_test(test_trace_vidur),
-		cmocka_unit_test(test_trace_zstd),
+	    cmocka_unit_test(test_parse_valid),
+	    cmocka_unit_test(test_parse_malformed),
+	    cmocka_unit_test(test_record_parse),
+	    cmocka_unit_test(test_reqspec_roundtrip),
+	    cmocka_unit_test(test_record_roundtrip),
+	    cmocka_unit_test(test_plain_roundtrip),
+	    cmocka_unit_test(test_zstd_roundtrip),
+	    cmocka_unit_test(test_reader_edges),
+	    cmocka_unit_test(test_zstd_damaged),
+	    cmocka_unit_test(test_writer_error),
+	    cmocka_unit_test(test_trace_jsonl),
+	    cmocka_unit_test(test_trace_azure),
+	    cmocka_unit_test(test_trace_vidur),
+	    cmocka_unit_test(test_trace_zstd),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,11 +21,15 @@ static void
 usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c N|adaptive]\n"
-	    "           [-o FILE] [-p POLICY] [--block-size N] [--deadline-floor S]\n"
+	    "usage: medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c "
+	    "N|adaptive]\n"
+	    "           [-o FILE] [-p POLICY] [--block-size N] "
+	    "[--deadline-floor S]\n"
 	    "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
-	    "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills N]\n"
-	    "           [--mem-util X] [--profile FILE] [--share-cap X] [--spp N]\n"
+	    "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills "
+	    "N]\n"
+	    "           [--mem-util X] [--profile FILE] [--share-cap X] [--spp "
+	    "N]\n"
 	    "           [--target-batch-time S] [--tp N] [FILE]\n");
 }
 
@@ -70,8 +74,9 @@ on_progress(void *arg, double now, size_t done, size_t total)
 	struct out *o = arg;
 
 	if (o->progress)
-		fprintf(stderr, "\rmedha-sched: t=%.0fs  %zu/%zu requests done ",
-		    now, done, total);
+		fprintf(stderr,
+		    "\rmedha-sched: t=%.0fs  %zu/%zu requests done ", now, done,
+		    total);
 }
 
 enum {
@@ -93,29 +98,29 @@ enum {
 };
 
 static const struct option longopts[] = {
-	{"batch-log", required_argument, NULL, 'b'},
-	{"block-size", required_argument, NULL, OPT_BLOCK},
-	{"chunk", required_argument, NULL, 'c'},
-	{"deadline-floor", required_argument, NULL, OPT_DFLOOR},
-	{"deadline-mult", required_argument, NULL, OPT_DMULT},
-	{"help", no_argument, NULL, 'h'},
-	{"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
-	{"kvp", required_argument, NULL, OPT_KVP},
-	{"kvp-max-tokens", required_argument, NULL, OPT_KVPMAX},
-	{"max-chunk", required_argument, NULL, OPT_MAXCHUNK},
-	{"max-prefills", required_argument, NULL, OPT_MAXPRE},
-	{"mem-util", required_argument, NULL, OPT_MEMUTIL},
-	{"model", required_argument, NULL, 'm'},
-	{"output", required_argument, NULL, 'o'},
-	{"policy", required_argument, NULL, 'p'},
-	{"profile", required_argument, NULL, OPT_PROFILE},
-	{"share-cap", required_argument, NULL, OPT_SHARE},
-	{"sim", required_argument, NULL, OPT_SIM},
-	{"spp", required_argument, NULL, OPT_SPP},
-	{"target-batch-time", required_argument, NULL, OPT_TARGET},
-	{"tp", required_argument, NULL, OPT_TP},
-	{"verbose", no_argument, NULL, 'v'},
-	{NULL, 0, NULL, 0},
+    {"batch-log", required_argument, NULL, 'b'},
+    {"block-size", required_argument, NULL, OPT_BLOCK},
+    {"chunk", required_argument, NULL, 'c'},
+    {"deadline-floor", required_argument, NULL, OPT_DFLOOR},
+    {"deadline-mult", required_argument, NULL, OPT_DMULT},
+    {"help", no_argument, NULL, 'h'},
+    {"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
+    {"kvp", required_argument, NULL, OPT_KVP},
+    {"kvp-max-tokens", required_argument, NULL, OPT_KVPMAX},
+    {"max-chunk", required_argument, NULL, OPT_MAXCHUNK},
+    {"max-prefills", required_argument, NULL, OPT_MAXPRE},
+    {"mem-util", required_argument, NULL, OPT_MEMUTIL},
+    {"model", required_argument, NULL, 'm'},
+    {"output", required_argument, NULL, 'o'},
+    {"policy", required_argument, NULL, 'p'},
+    {"profile", required_argument, NULL, OPT_PROFILE},
+    {"share-cap", required_argument, NULL, OPT_SHARE},
+    {"sim", required_argument, NULL, OPT_SIM},
+    {"spp", required_argument, NULL, OPT_SPP},
+    {"target-batch-time", required_argument, NULL, OPT_TARGET},
+    {"tp", required_argument, NULL, OPT_TP},
+    {"verbose", no_argument, NULL, 'v'},
+    {NULL, 0, NULL, 0},
 };
 
 /* Parse a flag's number or exit 2 naming the flag. */
@@ -125,8 +130,10 @@ num(const char *flag, const char *s, int64_t lo, int64_t hi)
 	int64_t v;
 
 	if (medha_parse_i64(s, lo, hi, &v) != 0) {
-		fprintf(stderr, "medha-sched: %s: %s: expected an integer in "
-		    "[%lld, %lld]\n", flag, s, (long long)lo, (long long)hi);
+		fprintf(stderr,
+		    "medha-sched: %s: %s: expected an integer in "
+		    "[%lld, %lld]\n",
+		    flag, s, (long long)lo, (long long)hi);
 		exit(2);
 	}
 	return v;
@@ -138,8 +145,10 @@ fnum(const char *flag, const char *s, double lo, double hi)
 	double v;
 
 	if (medha_parse_f64(s, lo, hi, &v) != 0) {
-		fprintf(stderr, "medha-sched: %s: %s: expected a number in "
-		    "[%g, %g]\n", flag, s, lo, hi);
+		fprintf(stderr,
+		    "medha-sched: %s: %s: expected a number in "
+		    "[%g, %g]\n",
+		    flag, s, lo, hi);
 		exit(2);
 	}
 	return v;
@@ -184,7 +193,8 @@ read_trace(const char *path, size_t *np)
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
 		if (n == cap) {
 			cap = cap ? 2 * cap : 1024;
-			if ((v = medha_reallocarray(v, cap, sizeof(*v))) == NULL) {
+			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
+			    NULL) {
 				fprintf(stderr, "medha-sched: out of memory\n");
 				exit(1);
 			}
@@ -229,48 +239,41 @@ main(int argc, char *argv[])
 	while ((ch = getopt_long(argc, argv, "b:c:hm:o:p:v", longopts, NULL)) !=
 	    -1) {
 		switch (ch) {
-		case 'b':
-			blog_path = optarg;
-			break;
+		case 'b': blog_path = optarg; break;
 		case 'c':
 			if (strcmp(optarg, "adaptive") == 0)
 				cfg.chunk = 0;
 			else
 				cfg.chunk = num("--chunk", optarg, 1, 1 << 24);
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'm':
-			model_name = optarg;
-			break;
-		case 'o':
-			out_path = optarg;
-			break;
+		case 'h': usage(stdout); return 0;
+		case 'm': model_name = optarg; break;
+		case 'o': out_path = optarg; break;
 		case 'p':
 			if ((cfg.policy = medha_policy_parse(optarg)) < 0) {
-				fprintf(stderr, "medha-sched: --policy: %s: "
-				    "expected fcfs, edf, lrs or medha\n", optarg);
+				fprintf(stderr,
+				    "medha-sched: --policy: %s: "
+				    "expected fcfs, edf, lrs or medha\n",
+				    optarg);
 				return 2;
 			}
 			break;
-		case 'v':
-			verbose++;
-			break;
-		case OPT_SIM:
-			gpu_name = optarg;
-			break;
+		case 'v': verbose++; break;
+		case OPT_SIM: gpu_name = optarg; break;
 		case OPT_BLOCK:
 			cfg.block_size = num("--block-size", optarg, 1, 4096);
 			break;
 		case OPT_DFLOOR:
-			cfg.deadline_floor = fnum("--deadline-floor", optarg, 0, 1e9);
+			cfg.deadline_floor =
+			    fnum("--deadline-floor", optarg, 0, 1e9);
 			break;
 		case OPT_DMULT:
-			cfg.deadline_mult = fnum("--deadline-mult", optarg, 1e-3, 1e6);
+			cfg.deadline_mult =
+			    fnum("--deadline-mult", optarg, 1e-3, 1e6);
 			break;
 		case OPT_KVBLOCKS:
-			cfg.kv_blocks = num("--kv-blocks", optarg, 1, INT64_MAX / 65536);
+			cfg.kv_blocks =
+			    num("--kv-blocks", optarg, 1, INT64_MAX / 65536);
 			break;
 		case OPT_KVP:
 			kvp = num("--kvp", optarg, 1, MEDHA_KVP_MAX);
@@ -283,29 +286,23 @@ main(int argc, char *argv[])
 			cfg.max_chunk = num("--max-chunk", optarg, 32, 1 << 24);
 			break;
 		case OPT_MAXPRE:
-			cfg.max_prefills = num("--max-prefills", optarg, 1, 1 << 20);
+			cfg.max_prefills =
+			    num("--max-prefills", optarg, 1, 1 << 20);
 			break;
 		case OPT_MEMUTIL:
 			cfg.mem_util = fnum("--mem-util", optarg, 0.01, 1);
 			break;
-		case OPT_PROFILE:
-			profile = optarg;
-			break;
+		case OPT_PROFILE: profile = optarg; break;
 		case OPT_SHARE:
 			cfg.share_cap = fnum("--share-cap", optarg, 0, 1);
 			break;
-		case OPT_SPP:
-			spp = num("--spp", optarg, 1, 1024);
-			break;
+		case OPT_SPP: spp = num("--spp", optarg, 1, 1024); break;
 		case OPT_TARGET:
-			cfg.target = fnum("--target-batch-time", optarg, 1e-6, 1e6);
+			cfg.target =
+			    fnum("--target-batch-time", optarg, 1e-6, 1e6);
 			break;
-		case OPT_TP:
-			tp = num("--tp", optarg, 1, 1024);
-			break;
-		default:
-			usage(stderr);
-			return 2;
+		case OPT_TP: tp = num("--tp", optarg, 1, 1024); break;
+		default: usage(stderr); return 2;
 		}
 	}
 	argc -= optind;
@@ -315,7 +312,8 @@ main(int argc, char *argv[])
 		return 2;
 	}
 	if (gpu_name == NULL) {
-		fprintf(stderr, "medha-sched: only the simulator exists so far: "
+		fprintf(stderr,
+		    "medha-sched: only the simulator exists so far: "
 		    "give --sim GPU\n");
 		usage(stderr);
 		return 2;
@@ -326,31 +324,38 @@ main(int argc, char *argv[])
 		return 2;
 	}
 	if (cfg.kvp_max_tokens % cfg.block_size != 0) {
-		fprintf(stderr, "medha-sched: --kvp-max-tokens must be a multiple "
-		    "of the block size (%d)\n", cfg.block_size);
+		fprintf(stderr,
+		    "medha-sched: --kvp-max-tokens must be a multiple "
+		    "of the block size (%d)\n",
+		    cfg.block_size);
 		return 2;
 	}
 	medha_log_level = MEDHA_LOG_WARN + verbose;
 	if ((gpu = medha_gpu_find(gpu_name)) == NULL) {
-		fprintf(stderr, "medha-sched: --sim: unknown GPU %s (built in: "
-		    "a100, h100)\n", gpu_name);
+		fprintf(stderr,
+		    "medha-sched: --sim: unknown GPU %s (built in: "
+		    "a100, h100)\n",
+		    gpu_name);
 		return 1;
 	}
 	if ((rc = medha_model_resolve(model_name, &model)) != 0) {
-		fprintf(stderr, "medha-sched: -m %s: %s (built in: llama3-8b, "
-		    "llama3-70b, smollm2-135m, or a GGUF file)\n", model_name,
-		    medha_strerror(rc));
+		fprintf(stderr,
+		    "medha-sched: -m %s: %s (built in: llama3-8b, "
+		    "llama3-70b, smollm2-135m, or a GGUF file)\n",
+		    model_name, medha_strerror(rc));
 		return 1;
 	}
 	if ((rc = medha_pred_init(&pred, gpu, &model, tp, spp, kvp)) != 0) {
-		fprintf(stderr, "medha-sched: cannot split %s over tp %d spp %d "
-		    "kvp %d: %s\n", model.name, tp, spp, kvp, medha_strerror(rc));
+		fprintf(stderr,
+		    "medha-sched: cannot split %s over tp %d spp %d "
+		    "kvp %d: %s\n",
+		    model.name, tp, spp, kvp, medha_strerror(rc));
 		return 1;
 	}
 	if (profile != NULL) {
 		char why[256] = "";
 		if ((rc = medha_pred_load_table(&pred, profile, why,
-		    sizeof(why))) != 0) {
+		         sizeof(why))) != 0) {
 			fprintf(stderr, "medha-sched: %s: %s\n", profile,
 			    why[0] ? why : medha_strerror(rc));
 			return 1;
@@ -361,12 +366,13 @@ main(int argc, char *argv[])
 	of = open_out(out_path);
 	memset(&o, 0, sizeof(o));
 	o.progress = isatty(STDERR_FILENO);
-	if (medha_writer_open(&o.rec, of, out_path != NULL && medha_path_is_zst(out_path)) != 0)
+	if (medha_writer_open(&o.rec, of,
+	        out_path != NULL && medha_path_is_zst(out_path)) != 0)
 		return 1;
 	if (blog_path != NULL) {
 		bf = open_out(blog_path);
 		if (medha_writer_open(&o.blog, bf,
-		    medha_path_is_zst(blog_path)) != 0)
+		        medha_path_is_zst(blog_path)) != 0)
 			return 1;
 	}
 	memset(&hooks, 0, sizeof(hooks));
@@ -385,20 +391,24 @@ main(int argc, char *argv[])
 		    rc < 0 ? medha_strerror(rc) : "write error");
 		return 1;
 	}
-	if (medha_writer_close(o.rec) != 0 || (of != stdout && fclose(of) != 0)) {
+	if (medha_writer_close(o.rec) != 0 ||
+	    (of != stdout && fclose(of) != 0)) {
 		fprintf(stderr, "medha-sched: writing records failed\n");
 		return 1;
 	}
 	if (o.blog != NULL &&
-	    (medha_writer_close(o.blog) != 0 || (bf != stdout && fclose(bf) != 0))) {
+	    (medha_writer_close(o.blog) != 0 ||
+	        (bf != stdout && fclose(bf) != 0))) {
 		fprintf(stderr, "medha-sched: writing the batch log failed\n");
 		return 1;
 	}
 	if (verbose)
-		fprintf(stderr, "medha-sched: %zu requests, %lld iterations, "
+		fprintf(stderr,
+		    "medha-sched: %zu requests, %lld iterations, "
 		    "%lld tokens, %.1f s virtual (stage 0 busy %.1f%%), %.2f s "
-		    "wall\n", n, (long long)st.iterations, (long long)st.tokens,
-		    st.end, st.end > 0 ? 100 * st.busy / st.end : 0,
+		    "wall\n",
+		    n, (long long)st.iterations, (long long)st.tokens, st.end,
+		    st.end > 0 ? 100 * st.busy / st.end : 0,
 		    (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 	free(reqs);
 	medha_pred_free(&pred);

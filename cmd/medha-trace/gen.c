@@ -19,11 +19,11 @@
 /* Log-normal shapes: median, and sigma (from the median and P90). */
 #define SHORT_PROMPT_MEDIAN 1730.0 /* ShareGPT4: P50 1730, P90 5696 */
 #define SHORT_PROMPT_P90 5696.0
-#define SHORT_OUTPUT_MEDIAN 415.0  /* P50 415, P90 834 */
+#define SHORT_OUTPUT_MEDIAN 415.0 /* P50 415, P90 834 */
 #define SHORT_OUTPUT_P90 834.0
 #define LONG_PROMPT_MEDIAN 393000.0 /* Medha-SWE: P50 393K, P90 ~840K */
 #define LONG_PROMPT_SIGMA 0.6
-#define LONG_OUTPUT_MEDIAN 518.0    /* P50 518, P90 ~810 */
+#define LONG_OUTPUT_MEDIAN 518.0 /* P50 518, P90 ~810 */
 #define LONG_OUTPUT_SIGMA 0.35
 
 /*
@@ -128,16 +128,20 @@ gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
 	z1 = r * cos(2 * M_PI * u2);
 	z2 = r * sin(2 * M_PI * u2);
 	if (is_long) {
-		rs->prompt_tokens = clamp(LONG_PROMPT_MEDIAN *
-		    exp(LONG_PROMPT_SIGMA * z1), g->long_min, g->long_max);
-		rs->max_tokens = clamp(LONG_OUTPUT_MEDIAN *
-		    exp(LONG_OUTPUT_SIGMA * z2), 1, INT64_MAX / 2);
+		rs->prompt_tokens =
+		    clamp(LONG_PROMPT_MEDIAN * exp(LONG_PROMPT_SIGMA * z1),
+		        g->long_min, g->long_max);
+		rs->max_tokens =
+		    clamp(LONG_OUTPUT_MEDIAN * exp(LONG_OUTPUT_SIGMA * z2), 1,
+		        INT64_MAX / 2);
 	} else {
 		rs->max_tokens = clamp(SHORT_OUTPUT_MEDIAN *
-		    exp(log(SHORT_OUTPUT_P90 / SHORT_OUTPUT_MEDIAN) / Z90 * z2),
+		        exp(log(SHORT_OUTPUT_P90 / SHORT_OUTPUT_MEDIAN) / Z90 *
+		            z2),
 		    1, g->short_max / 2);
 		rs->prompt_tokens = clamp(SHORT_PROMPT_MEDIAN *
-		    exp(log(SHORT_PROMPT_P90 / SHORT_PROMPT_MEDIAN) / Z90 * z1),
+		        exp(log(SHORT_PROMPT_P90 / SHORT_PROMPT_MEDIAN) / Z90 *
+		            z1),
 		    1, g->short_max - rs->max_tokens);
 	}
 	rs->arrival = *t;
@@ -164,33 +168,33 @@ int
 trace_gen(int argc, char *argv[])
 {
 	static const struct option longopts[] = {
-		{"count", required_argument, NULL, 'n'},
-		{"duration", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},
-		{"long-fraction", required_argument, NULL, 'l'},
-		{"long-max", required_argument, NULL, OPT_LONG_MAX},
-		{"long-min", required_argument, NULL, OPT_LONG_MIN},
-		{"output", required_argument, NULL, 'o'},
-		{"qps", required_argument, NULL, 'q'},
-		{"seed", required_argument, NULL, 's'},
-		{"short-max", required_argument, NULL, OPT_SHORT_MAX},
-		{"tpot-slo", required_argument, NULL, OPT_TPOT_SLO},
-		{"ttft-floor", required_argument, NULL, OPT_TTFT_FLOOR},
-		{"ttft-mult", required_argument, NULL, OPT_TTFT_MULT},
-		{NULL, 0, NULL, 0},
+	    {"count", required_argument, NULL, 'n'},
+	    {"duration", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"long-fraction", required_argument, NULL, 'l'},
+	    {"long-max", required_argument, NULL, OPT_LONG_MAX},
+	    {"long-min", required_argument, NULL, OPT_LONG_MIN},
+	    {"output", required_argument, NULL, 'o'},
+	    {"qps", required_argument, NULL, 'q'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"short-max", required_argument, NULL, OPT_SHORT_MAX},
+	    {"tpot-slo", required_argument, NULL, OPT_TPOT_SLO},
+	    {"ttft-floor", required_argument, NULL, OPT_TTFT_FLOOR},
+	    {"ttft-mult", required_argument, NULL, OPT_TTFT_MULT},
+	    {NULL, 0, NULL, 0},
 	};
 	struct gen g = {
-		.qps = 1,            /* one request a second */
-		.duration = 3600,    /* an hour, unless -n */
-		.count = 0,
-		.seed = 1,
-		.long_frac = 0.05,   /* the paper's 5% long requests */
-		.long_min = 131072,  /* 128K */
-		.long_max = 1048576, /* 1M */
-		.short_max = 8192,   /* ShareGPT4 capped at 8K */
-		.ttft_floor = 0.5,
-		.ttft_mult = 1.5,
-		.tpot_slo = 0.1,
+	    .qps = 1,         /* one request a second */
+	    .duration = 3600, /* an hour, unless -n */
+	    .count = 0,
+	    .seed = 1,
+	    .long_frac = 0.05,   /* the paper's 5% long requests */
+	    .long_min = 131072,  /* 128K */
+	    .long_max = 1048576, /* 1M */
+	    .short_max = 8192,   /* ShareGPT4 capped at 8K */
+	    .ttft_floor = 0.5,
+	    .ttft_mult = 1.5,
+	    .tpot_slo = 0.1,
 	};
 	struct medha_reqspec rs = {0};
 	struct medha_writer *w;
@@ -202,54 +206,42 @@ trace_gen(int argc, char *argv[])
 	int ch, have_t = 0, rc = 0;
 
 	while ((ch = getopt_long(argc, argv, "hl:n:o:q:s:t:", longopts,
-		    NULL)) != -1) {
+	            NULL)) != -1) {
 		switch (ch) {
-		case 'h':
-			usage(0);
-		case 'l':
-			g.long_frac = flag_f64("-l", optarg, 0, 1, 0);
-			break;
-		case 'n':
-			g.count = flag_i64("-n", optarg, 1, FLAG_MAX);
-			break;
-		case 'o':
-			out = optarg;
-			break;
-		case 'q':
-			g.qps = flag_f64("-q", optarg, 0, 1e6, 1);
-			break;
-		case 's':
-			g.seed = flag_i64("-s", optarg, 0, INT64_MAX);
-			break;
+		case 'h': usage(0);
+		case 'l': g.long_frac = flag_f64("-l", optarg, 0, 1, 0); break;
+		case 'n': g.count = flag_i64("-n", optarg, 1, FLAG_MAX); break;
+		case 'o': out = optarg; break;
+		case 'q': g.qps = flag_f64("-q", optarg, 0, 1e6, 1); break;
+		case 's': g.seed = flag_i64("-s", optarg, 0, INT64_MAX); break;
 		case 't':
 			g.duration = flag_f64("-t", optarg, 0, 1e9, 1);
 			have_t = 1;
 			break;
 		case OPT_LONG_MAX:
-			g.long_max = flag_i64("--long-max", optarg, 1,
-			    FLAG_MAX);
+			g.long_max =
+			    flag_i64("--long-max", optarg, 1, FLAG_MAX);
 			break;
 		case OPT_LONG_MIN:
-			g.long_min = flag_i64("--long-min", optarg, 1,
-			    FLAG_MAX);
+			g.long_min =
+			    flag_i64("--long-min", optarg, 1, FLAG_MAX);
 			break;
 		case OPT_SHORT_MAX:
-			g.short_max = flag_i64("--short-max", optarg, 2,
-			    FLAG_MAX);
+			g.short_max =
+			    flag_i64("--short-max", optarg, 2, FLAG_MAX);
 			break;
 		case OPT_TPOT_SLO:
 			g.tpot_slo = flag_f64("--tpot-slo", optarg, 0, 1e6, 1);
 			break;
 		case OPT_TTFT_FLOOR:
-			g.ttft_floor = flag_f64("--ttft-floor", optarg, 0, 1e9,
-			    0);
+			g.ttft_floor =
+			    flag_f64("--ttft-floor", optarg, 0, 1e9, 0);
 			break;
 		case OPT_TTFT_MULT:
-			g.ttft_mult = flag_f64("--ttft-mult", optarg, 0, 1e6,
-			    1);
+			g.ttft_mult =
+			    flag_f64("--ttft-mult", optarg, 0, 1e6, 1);
 			break;
-		default:
-			usage(2);
+		default: usage(2);
 		}
 	}
 	if (optind != argc)
@@ -259,8 +251,10 @@ trace_gen(int argc, char *argv[])
 		usage(2);
 	}
 	if (g.long_min > g.long_max) {
-		medha_log(MEDHA_LOG_ERROR, "--long-min %lld exceeds --long-max "
-		    "%lld", (long long)g.long_min, (long long)g.long_max);
+		medha_log(MEDHA_LOG_ERROR,
+		    "--long-min %lld exceeds --long-max "
+		    "%lld",
+		    (long long)g.long_min, (long long)g.long_max);
 		exit(2);
 	}
 

@@ -118,32 +118,28 @@ int
 trace_convert(int argc, char *argv[])
 {
 	static const struct option longopts[] = {
-		{"help", no_argument, NULL, 'h'},
-		{"output", required_argument, NULL, 'o'},
-		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
-		{NULL, 0, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},
+	    {"output", required_argument, NULL, 'o'},
+	    {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+	    {NULL, 0, NULL, 0},
 	};
 	struct medha_reqspec rs = {0};
 	struct medha_trace_in *t = NULL;
 	struct medha_writer *w;
-	const char *out = NULL;   /* -o: stdout */
-	const char *in = "-";     /* stdin */
-	double scale = 1;         /* --time-scale: arrivals unchanged */
+	const char *out = NULL; /* -o: stdout */
+	const char *in = "-";   /* stdin */
+	double scale = 1;       /* --time-scale: arrivals unchanged */
 	FILE *inf = stdin, *outf;
 	int ch, rc, wrc = 0, status = 1;
 
 	while ((ch = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
 		switch (ch) {
-		case 'h':
-			usage(0);
-		case 'o':
-			out = optarg;
-			break;
+		case 'h': usage(0);
+		case 'o': out = optarg; break;
 		case OPT_TIME_SCALE:
 			scale = flag_f64("--time-scale", optarg, 0, 1e6, 1);
 			break;
-		default:
-			usage(2);
+		default: usage(2);
 		}
 	}
 	argc -= optind;
@@ -193,9 +189,9 @@ main(int argc, char *argv[])
 		const char *argv0; /* getopt's prefix for its messages */
 		int (*fn)(int, char *[]);
 	} cmds[] = {
-		{"convert", "medha-trace convert", trace_convert},
-		{"gen", "medha-trace gen", trace_gen},
-		{"report", "medha-trace report", trace_report},
+	    {"convert", "medha-trace convert", trace_convert},
+	    {"gen", "medha-trace gen", trace_gen},
+	    {"report", "medha-trace report", trace_report},
 	};
 	size_t i;
 	int status;

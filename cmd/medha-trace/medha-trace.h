@@ -20,8 +20,8 @@ void usage(int status) __attribute__((noreturn));
  * A flag's number within [lo, hi] ((lo, hi] if lo_open); a bad one is
  * logged and exits 2.
  */
-double flag_f64(const char *flag, const char *arg, double lo, double hi,
-    int lo_open);
+double
+flag_f64(const char *flag, const char *arg, double lo, double hi, int lo_open);
 int64_t flag_i64(const char *flag, const char *arg, int64_t lo, int64_t hi);
 
 /*

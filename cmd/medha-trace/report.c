@@ -31,11 +31,11 @@ struct series {
 
 struct cls {
 	int64_t requests;
-	int64_t completed;      /* status "ok" */
-	int64_t met;            /* completed within both SLOs */
-	int64_t out_tokens;     /* of completed requests */
-	double first_arrival;   /* throughput span: first arrival ... */
-	double last_finish;     /* ... to last finish */
+	int64_t completed;        /* status "ok" */
+	int64_t met;              /* completed within both SLOs */
+	int64_t out_tokens;       /* of completed requests */
+	double first_arrival;     /* throughput span: first arrival ... */
+	double last_finish;       /* ... to last finish */
 	struct series m[NMETRIC]; /* s; TPOT only with >= 2 output tokens */
 };
 
@@ -91,7 +91,7 @@ cls_add(struct cls *c, const struct medha_record *r)
 		c->last_finish = r->finish;
 	if ((r->ttft_slo <= 0 || r->ttft <= r->ttft_slo) &&
 	    (r->tpot_slo <= 0 || r->output_tokens < 2 ||
-		r->tpot_mean <= r->tpot_slo))
+	        r->tpot_mean <= r->tpot_slo))
 		c->met++;
 	if ((rc = series_push(&c->m[M_TTFT], r->ttft)) != 0 ||
 	    (rc = series_push(&c->m[M_E2E], r->finish - r->arrival)) != 0)
@@ -143,8 +143,8 @@ read_records(const char *path, int64_t long_min, struct cls *cls)
 			continue;
 		if ((rc = medha_record_parse(s, &rec, why, sizeof(why))) != 0) {
 			medha_log(MEDHA_LOG_ERROR, "%s: line %lld: %s", name,
-			    lineno, rc == MEDHA_EFORMAT ? why
-							: medha_strerror(rc));
+			    lineno,
+			    rc == MEDHA_EFORMAT ? why : medha_strerror(rc));
 			goto out;
 		}
 		c = rec.prompt_tokens >= long_min ? CLS_LONG : CLS_SHORT;
@@ -224,14 +224,15 @@ cls_json(const struct cls *c)
 	for (m = 0; m < NMETRIC; m++) {
 		p = json_object();
 		for (k = 0; k < 3; k++)
-			json_object_set_new(p, qname[k], c->m[m].n == 0
-				? json_null()
-				: json_real(percentile(&c->m[m], q[k])));
+			json_object_set_new(p, qname[k],
+			    c->m[m].n == 0
+			        ? json_null()
+			        : json_real(percentile(&c->m[m], q[k])));
 		json_object_set_new(o, metric_names[m], p);
 	}
-	json_object_set_new(o, "slo_attainment", c->requests == 0
-		? json_null()
-		: json_real((double)c->met / c->requests));
+	json_object_set_new(o, "slo_attainment",
+	    c->requests == 0 ? json_null()
+	                     : json_real((double)c->met / c->requests));
 	json_object_set_new(o, "throughput_rps", json_real(cls_rate(c, 0)));
 	json_object_set_new(o, "throughput_tps", json_real(cls_rate(c, 1)));
 	return o;
@@ -266,7 +267,7 @@ print_json(const struct cls *cls)
 struct line {
 	const char *file; /* name in the temporary directory */
 	int cls, metric;
-	size_t n;         /* samples written */
+	size_t n; /* samples written */
 };
 
 /* Writes a gnuplot single-quoted string. */
@@ -311,16 +312,16 @@ plot(const char *png, const struct cls *cls)
 		double scale;
 		struct line lines[2];
 	} panels[] = {
-		{"TTFT of short requests (s)", 1, 1,
-		    {{"ttft-short", CLS_SHORT, M_TTFT, 0}, {NULL, 0, 0, 0}}},
-		{"TTFT of long requests (s)", 1, 1,
-		    {{"ttft-long", CLS_LONG, M_TTFT, 0}, {NULL, 0, 0, 0}}},
-		{"TPOT (ms)", 0, 1e3,
-		    {{"tpot-short", CLS_SHORT, M_TPOT, 0},
-			{"tpot-long", CLS_LONG, M_TPOT, 0}}},
-		{"end-to-end latency (s)", 1, 1,
-		    {{"e2e-short", CLS_SHORT, M_E2E, 0},
-			{"e2e-long", CLS_LONG, M_E2E, 0}}},
+	    {"TTFT of short requests (s)", 1, 1,
+	        {{"ttft-short", CLS_SHORT, M_TTFT, 0}, {NULL, 0, 0, 0}}},
+	    {"TTFT of long requests (s)", 1, 1,
+	        {{"ttft-long", CLS_LONG, M_TTFT, 0}, {NULL, 0, 0, 0}}},
+	    {"TPOT (ms)", 0, 1e3,
+	        {{"tpot-short", CLS_SHORT, M_TPOT, 0},
+	            {"tpot-long", CLS_LONG, M_TPOT, 0}}},
+	    {"end-to-end latency (s)", 1, 1,
+	        {{"e2e-short", CLS_SHORT, M_E2E, 0},
+	            {"e2e-long", CLS_LONG, M_E2E, 0}}},
 	};
 	const size_t np = sizeof(panels) / sizeof(panels[0]);
 	char dir[4096], path[4200];
@@ -350,8 +351,8 @@ plot(const char *png, const struct cls *cls)
 
 			snprintf(path, sizeof(path), "%s/%s", dir, l->file);
 			if (write_cdf(path, &cls[l->cls].m[l->metric],
-				panels[i].scale, panels[i].logx,
-				&n[i][j]) != 0) {
+			        panels[i].scale, panels[i].logx,
+			        &n[i][j]) != 0) {
 				medha_log(MEDHA_LOG_ERROR, "%s: %s", path,
 				    strerror(errno));
 				goto clean;
@@ -364,15 +365,17 @@ plot(const char *png, const struct cls *cls)
 		signal(SIGPIPE, oldpipe);
 		goto clean;
 	}
-	fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
-		    "{ set terminal pngcairo size 1200,900 } "
-		    "else { set terminal png size 1200,900 }\n"
-		    "set output ");
+	fprintf(gp,
+	    "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
+	    "{ set terminal pngcairo size 1200,900 } "
+	    "else { set terminal png size 1200,900 }\n"
+	    "set output ");
 	gp_quote(gp, png);
-	fprintf(gp, "\nset multiplot layout 2,2 title '%lld requests, "
-		    "%lld completed'\n"
-		    "set grid\nset key bottom right\nset ylabel 'CDF'\n"
-		    "set yrange [0:1]\n",
+	fprintf(gp,
+	    "\nset multiplot layout 2,2 title '%lld requests, "
+	    "%lld completed'\n"
+	    "set grid\nset key bottom right\nset ylabel 'CDF'\n"
+	    "set yrange [0:1]\n",
 	    (long long)cls[CLS_ALL].requests,
 	    (long long)cls[CLS_ALL].completed);
 	for (i = 0; i < np; i++) {
@@ -386,15 +389,17 @@ plot(const char *png, const struct cls *cls)
 			snprintf(path, sizeof(path), "%s/%s", dir,
 			    panels[i].lines[j].file);
 			gp_quote(gp, path);
-			fprintf(gp, " using 1:2 with steps lw 2 "
-				    "title '%s (n=%zu)'",
+			fprintf(gp,
+			    " using 1:2 with steps lw 2 "
+			    "title '%s (n=%zu)'",
 			    cls_names[panels[i].lines[j].cls], n[i][j]);
 		}
 		if (drawn == 0)
-			fprintf(gp, "\nset label 1 'no data' at graph 0.5,0.5 "
-				    "center\nunset logscale x\n"
-				    "set xrange [0:1]\nplot -1 notitle\n"
-				    "unset label 1\nset autoscale x");
+			fprintf(gp,
+			    "\nset label 1 'no data' at graph 0.5,0.5 "
+			    "center\nunset logscale x\n"
+			    "set xrange [0:1]\nplot -1 notitle\n"
+			    "unset label 1\nset autoscale x");
 		fprintf(gp, "\n");
 	}
 	fprintf(gp, "unset multiplot\nset output\n");
@@ -403,7 +408,8 @@ plot(const char *png, const struct cls *cls)
 	if (st == -1)
 		medha_log(MEDHA_LOG_ERROR, "gnuplot: %s", strerror(errno));
 	else if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
-		medha_log(MEDHA_LOG_ERROR, "gnuplot: not found; "
+		medha_log(MEDHA_LOG_ERROR,
+		    "gnuplot: not found; "
 		    "install gnuplot to use --plot");
 	else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		medha_log(MEDHA_LOG_ERROR, "gnuplot failed; %s not written",
@@ -431,11 +437,11 @@ int
 trace_report(int argc, char *argv[])
 {
 	static const struct option longopts[] = {
-		{"help", no_argument, NULL, 'h'},
-		{"json", no_argument, NULL, OPT_JSON},
-		{"long-threshold", required_argument, NULL, OPT_LONG_THRESHOLD},
-		{"plot", required_argument, NULL, OPT_PLOT},
-		{NULL, 0, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"long-threshold", required_argument, NULL, OPT_LONG_THRESHOLD},
+	    {"plot", required_argument, NULL, OPT_PLOT},
+	    {NULL, 0, NULL, 0},
 	};
 	static char *dash[] = {"-", NULL};
 	struct cls cls[NCLS];
@@ -445,20 +451,14 @@ trace_report(int argc, char *argv[])
 
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
-		case 'h':
-			usage(0);
-		case OPT_JSON:
-			json = 1;
-			break;
+		case 'h': usage(0);
+		case OPT_JSON: json = 1; break;
 		case OPT_LONG_THRESHOLD:
-			long_min = flag_i64("--long-threshold", optarg, 1,
-			    INT64_MAX);
+			long_min =
+			    flag_i64("--long-threshold", optarg, 1, INT64_MAX);
 			break;
-		case OPT_PLOT:
-			png = optarg;
-			break;
-		default:
-			usage(2);
+		case OPT_PLOT: png = optarg; break;
+		default: usage(2);
 		}
 	}
 	argc -= optind;
