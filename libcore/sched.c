@@ -13,6 +13,7 @@
  * entered group appends KV.
  */
 #include "sched.h"
+#include "batchcost.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,28 +23,6 @@
 struct req {
 	struct medha_req pub;
 	int slot; /* index in s->active, -1 once done */
-};
-
-/* Work of one batch per KVP group, as the latency model needs it. */
-struct acc {
-	int64_t lin[MEDHA_KVP_MAX];    /* tokens whose linear layers run here */
-	int64_t dec_n[MEDHA_KVP_MAX];  /* decode sequences attending here */
-	int64_t dec_kv[MEDHA_KVP_MAX]; /* KV tokens those decodes read here */
-	double attn[MEDHA_KVP_MAX];    /* prefill attention time here, s */
-	int64_t merge_tokens; /* query tokens of multi-group requests */
-	int merge_groups;     /* most groups one of them spans */
-	int64_t n_logits;     /* sequences that need logits */
-	int64_t n_tokens;
-	int n_items;
-};
-
-/* What adding one item changed, so a trial can be undone exactly. */
-struct undo {
-	struct acc saved_tail; /* merge_tokens .. n_items */
-	int ng;
-	int g[MEDHA_KVP_MAX];
-	int64_t lin[MEDHA_KVP_MAX], dec_n[MEDHA_KVP_MAX], dec_kv[MEDHA_KVP_MAX];
-	double attn[MEDHA_KVP_MAX];
 };
 
 struct cand {
@@ -57,12 +36,7 @@ struct cand {
 struct medha_sched {
 	struct medha_sched_config cfg;
 	const struct medha_pred *pred;
-	int kvp;
-	int64_t cap_blocks;         /* per group */
-	int64_t glimit;             /* KV tokens of one request per group */
-	int64_t res[MEDHA_KVP_MAX]; /* blocks reserved per group */
-	int64_t
-	    pend[MEDHA_KVP_MAX]; /* prompt tokens still to prefill per group */
+	struct medha_kvplace kv; /* KV blocks per KVP group */
 
 	struct req *reqs;
 	int nreqs, reqs_cap;
@@ -76,7 +50,7 @@ struct medha_sched {
 	int cands_cap;
 	struct medha_item *items;
 	int items_cap;
-	struct acc acc;
+	struct medha_cost acc;
 	uint64_t seq;
 };
 
@@ -119,141 +93,26 @@ medha_sched_config_default(struct medha_sched_config *c)
 
 /* ---- batch latency model ---- */
 
-static int64_t
-overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1)
-{
-	int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
-	return hi > lo ? hi - lo : 0;
-}
-
-/* Groups a request's KV occupies once it holds `kv` tokens (at least 1). */
-static int
-groups_entered(const struct medha_sched *s, const struct medha_req *r,
-    int64_t kv)
-{
-	int64_t n = kv <= 0 ? 1 : (kv + s->glimit - 1) / s->glimit;
-	return n > r->n_groups ? r->n_groups : (int)n;
-}
-
-struct lat {
-	double stage, last, latency;
-};
-
-static struct lat
-acc_latency(const struct medha_sched *s, const struct acc *a)
-{
-	const struct medha_pred *p = s->pred;
-	double core = 0;
-	struct lat l;
-
-	for (int g = 0; g < s->kvp; g++) {
-		double t;
-		if (a->lin[g] == 0 && a->dec_n[g] == 0 && a->attn[g] == 0)
-			continue;
-		t = medha_pred_linear(p, a->lin[g]) + a->attn[g] +
-		    medha_pred_attn_decode(p, a->dec_n[g], a->dec_kv[g]);
-		if (t > core)
-			core = t;
-	}
-	if (a->merge_groups > 1)
-		core +=
-		    medha_pred_kvp_merge(p, a->merge_tokens, a->merge_groups);
-	l.stage = core + (p->spp > 1 ? medha_pred_spp_send(p, a->n_tokens) : 0);
-	l.last = core + medha_pred_lm_head(p, a->n_logits);
-	l.latency = (p->spp - 1) * l.stage + l.last;
-	return l;
-}
-
-static void
-save_group(struct undo *u, const struct acc *a, int g)
-{
-	for (int i = 0; i < u->ng; i++)
-		if (u->g[i] == g)
-			return;
-	u->g[u->ng] = g;
-	u->lin[u->ng] = a->lin[g];
-	u->dec_n[u->ng] = a->dec_n[g];
-	u->dec_kv[u->ng] = a->dec_kv[g];
-	u->attn[u->ng] = a->attn[g];
-	u->ng++;
-}
-
-/* Add t tokens of request r after kv cached tokens; record an undo if u. */
-static void
-acc_add(const struct medha_sched *s, struct acc *a, const struct medha_req *r,
-    int64_t t, int64_t kv, int decode, int last, struct undo *u)
-{
-	int na = groups_entered(s, r, kv + t);
-
-	if (u != NULL) {
-		u->ng = 0;
-		u->saved_tail.merge_tokens = a->merge_tokens;
-		u->saved_tail.merge_groups = a->merge_groups;
-		u->saved_tail.n_logits = a->n_logits;
-		u->saved_tail.n_tokens = a->n_tokens;
-		u->saved_tail.n_items = a->n_items;
-		for (int i = 0; i < na; i++)
-			save_group(u, a, r->groups[i]);
-	}
-	a->lin[r->groups[na - 1]] += t;
-	for (int i = 0; i < na; i++) {
-		int g = r->groups[i];
-		int64_t lo = (int64_t)i * s->glimit, hi = lo + s->glimit;
-		if (decode) {
-			a->dec_n[g] += 1;
-			a->dec_kv[g] += overlap(0, kv + 1, lo, hi);
-		} else {
-			a->attn[g] += medha_pred_attn_prefill(s->pred, t,
-			    overlap(0, kv, lo, hi));
-		}
-	}
-	if (na > 1) {
-		a->merge_tokens += t;
-		if (na > a->merge_groups)
-			a->merge_groups = na;
-	}
-	a->n_logits += decode || last;
-	a->n_tokens += t;
-	a->n_items++;
-}
-
-static void
-acc_undo(struct acc *a, const struct undo *u)
-{
-	for (int i = 0; i < u->ng; i++) {
-		int g = u->g[i];
-		a->lin[g] = u->lin[i];
-		a->dec_n[g] = u->dec_n[i];
-		a->dec_kv[g] = u->dec_kv[i];
-		a->attn[g] = u->attn[i];
-	}
-	a->merge_tokens = u->saved_tail.merge_tokens;
-	a->merge_groups = u->saved_tail.merge_groups;
-	a->n_logits = u->saved_tail.n_logits;
-	a->n_tokens = u->saved_tail.n_tokens;
-	a->n_items = u->saved_tail.n_items;
-}
-
 /* The cost a chunking mode budgets: latency (adaptive) or tokens (fixed). */
 static double
-acc_cost(const struct medha_sched *s, const struct acc *a)
+acc_cost(const struct medha_sched *s, const struct medha_cost *a)
 {
 	if (s->cfg.chunk > 0)
 		return (double)a->n_tokens;
-	return acc_latency(s, a).latency;
+	return medha_cost_latency(a, s->pred, s->kv.kvp).latency;
 }
 
 static double
 trial_cost(struct medha_sched *s, const struct medha_req *r, int64_t t)
 {
-	struct undo u;
+	struct medha_cost_undo u;
 	double c;
 	int64_t kv = r->kv_tokens;
 
-	acc_add(s, &s->acc, r, t, kv, 0,
+	medha_cost_add(&s->acc, s->pred, &s->kv, &r->kv, t, kv, 0,
 	    r->sched_prefill + t == r->spec.prompt_tokens, &u);
 	c = acc_cost(s, &s->acc);
-	acc_undo(&s->acc, &u);
+	medha_cost_undo(&s->acc, &u);
 	return c;
 }
 
@@ -292,20 +151,6 @@ choose_chunk(struct medha_sched *s, const struct medha_req *r, double limit)
 /* ---- prefill time alone, deadlines, slack ---- */
 
 /* Latency of one chunk alone on one group, no decodes. */
-static struct lat
-lone_latency(const struct medha_sched *s, int64_t c, int64_t kv)
-{
-	const struct medha_pred *p = s->pred;
-	double core =
-	    medha_pred_linear(p, c) + medha_pred_attn_prefill(p, c, kv);
-	struct lat l;
-
-	l.stage = core + (p->spp > 1 ? medha_pred_spp_send(p, c) : 0);
-	l.last = core + medha_pred_lm_head(p, 1);
-	l.latency = (p->spp - 1) * l.stage + l.last;
-	return l;
-}
-
 static int64_t
 lone_chunk(const struct medha_sched *s, int64_t kv, int64_t rem)
 {
@@ -314,11 +159,12 @@ lone_chunk(const struct medha_sched *s, int64_t kv, int64_t rem)
 	if (s->cfg.chunk > 0)
 		return s->cfg.chunk < rem ? s->cfg.chunk : rem;
 	hi = s->cfg.max_chunk / 32;
-	if (lone_latency(s, 32, kv).latency > s->cfg.target)
+	if (medha_cost_lone(s->pred, 32, kv).latency > s->cfg.target)
 		return 32;
 	while (lo < hi) {
 		int64_t mid = lo + (hi - lo + 1) / 2;
-		if (lone_latency(s, 32 * mid, kv).latency <= s->cfg.target)
+		if (medha_cost_lone(s->pred, 32 * mid, kv).latency <=
+		    s->cfg.target)
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -335,7 +181,7 @@ lone_chunk(const struct medha_sched *s, int64_t kv, int64_t rem)
 static double
 plan_alone(const struct medha_sched *s, int64_t prompt, double *cum)
 {
-	struct lat l = {0, 0, 0};
+	struct medha_lat l = {0, 0, 0};
 
 	cum[0] = 0;
 	for (int i = 0; i < MEDHA_SLACK_SEGS; i++) {
@@ -349,7 +195,7 @@ plan_alone(const struct medha_sched *s, int64_t prompt, double *cum)
 			continue;
 		}
 		c = lone_chunk(s, kv, seg);
-		l = lone_latency(s, c, kv);
+		l = medha_cost_lone(s->pred, c, kv);
 		occ = l.stage > l.last ? l.stage : l.last;
 		cum[i + 1] = cum[i] + occ * (double)seg / (double)c;
 	}
@@ -386,13 +232,7 @@ relative_slack(const struct medha_req *r, double now)
 	return (r->deadline - now - remaining_time(r)) / r->deadline_dur;
 }
 
-/* ---- memory: reservation per KVP group ---- */
-
-static int64_t
-blocks_for(const struct medha_sched *s, int64_t tokens)
-{
-	return (tokens + s->cfg.block_size - 1) / s->cfg.block_size;
-}
+/* ---- memory: a lease of KV blocks per KVP group (kvplace.c) ---- */
 
 /* KV tokens a request needs in all: prompt and every output token. */
 static int64_t
@@ -401,66 +241,17 @@ kv_need(const struct medha_req *r)
 	return r->spec.prompt_tokens + r->spec.max_tokens;
 }
 
-/* 1 if r could be placed on an empty replica. */
-static int
-fits_ever(const struct medha_sched *s, const struct medha_req *r)
-{
-	int64_t need = kv_need(r);
-	int64_t ng = (need + s->glimit - 1) / s->glimit;
-
-	if (ng < 1)
-		ng = 1;
-	return ng <= s->kvp &&
-	    blocks_for(s, need < s->glimit ? need : s->glimit) <= s->cap_blocks;
-}
-
-/* Reserve blocks for r on ceil(need / glimit) groups; 0 or ENOSPACE. */
+/* Reserve r's KV; it then starts its prefill. 0 or MEDHA_ENOSPACE. */
 static int
 admit(struct medha_sched *s, struct req *q)
 {
 	struct medha_req *r = &q->pub;
-	int64_t need = kv_need(r), P = r->spec.prompt_tokens;
-	int ng = (int)((need + s->glimit - 1) / s->glimit);
-	int used[MEDHA_KVP_MAX] = {0};
+	int rc = medha_kvplace_admit(&s->kv, &r->kv, kv_need(r),
+	    r->spec.prompt_tokens);
 
-	if (ng < 1)
-		ng = 1;
-	for (int i = 0; i < ng; i++) {
-		int64_t lo = (int64_t)i * s->glimit;
-		int64_t nb =
-		    blocks_for(s, overlap(0, need, lo, lo + s->glimit));
-		int best = -1;
-		for (int g = 0; g < s->kvp; g++) {
-			if (used[g] || s->cap_blocks - s->res[g] < nb)
-				continue;
-			if (best < 0 || s->pend[g] < s->pend[best])
-				best = g;
-		}
-		if (best < 0) {
-			for (int j = 0; j < i; j++)
-				s->res[r->groups[j]] -= r->res_blocks[j];
-			r->n_groups = 0;
-			return MEDHA_ENOSPACE;
-		}
-		used[best] = 1;
-		r->groups[i] = best;
-		r->res_blocks[i] = nb;
-		s->res[best] += nb;
-	}
-	r->n_groups = ng;
-	for (int i = 0; i < ng; i++) {
-		int64_t lo = (int64_t)i * s->glimit;
-		s->pend[r->groups[i]] += overlap(0, P, lo, lo + s->glimit);
-	}
-	r->state = MEDHA_REQ_PREFILL;
-	return 0;
-}
-
-static void
-release(struct medha_sched *s, struct medha_req *r)
-{
-	for (int i = 0; i < r->n_groups; i++)
-		s->res[r->groups[i]] -= r->res_blocks[i];
+	if (rc == 0)
+		r->state = MEDHA_REQ_PREFILL;
+	return rc;
 }
 
 /* ---- life cycle ---- */
@@ -470,7 +261,7 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
     const struct medha_pred *p)
 {
 	struct medha_sched *s;
-	int64_t cap;
+	int64_t blocks;
 
 	*sp = NULL;
 	if (c->policy < 0 || c->policy > MEDHA_POLICY_MEDHA || c->chunk < 0 ||
@@ -482,24 +273,20 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 		return MEDHA_EINVAL;
 	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens % c->block_size != 0)
 		return MEDHA_EINVAL;
+	blocks = c->kv_blocks;
+	if (blocks == 0)
+		blocks = medha_pred_kv_capacity(p, c->mem_util) / c->block_size;
+	if (blocks <= 0)
+		return MEDHA_ENOSPACE;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return MEDHA_ENOMEM;
 	s->cfg = *c;
 	s->pred = p;
-	s->kvp = p->kvp;
-	if (c->kv_blocks > 0)
-		s->cap_blocks = c->kv_blocks;
-	else {
-		cap = medha_pred_kv_capacity(p, c->mem_util);
-		s->cap_blocks = cap / c->block_size;
-	}
-	if (s->cap_blocks <= 0) {
+	if (medha_kvplace_init(&s->kv, p->kvp, c->block_size, blocks,
+	        c->kvp_max_tokens) != 0) {
 		free(s);
-		return MEDHA_ENOSPACE;
+		return MEDHA_EINVAL;
 	}
-	s->glimit = s->cap_blocks * c->block_size;
-	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens < s->glimit)
-		s->glimit = c->kvp_max_tokens;
 	*sp = s;
 	return 0;
 }
@@ -584,7 +371,7 @@ deactivate(struct medha_sched *s, struct req *q)
 static int
 finish(struct medha_sched *s, struct req *q, int status, double now)
 {
-	release(s, &q->pub);
+	medha_kvplace_release(&s->kv, &q->pub.kv);
 	deactivate(s, q);
 	return push_record(s, &q->pub, status, now);
 }
@@ -595,6 +382,7 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 {
 	struct req *q;
 	struct medha_req *r;
+	char why[160];
 
 	if (s->nreqs == s->reqs_cap) {
 		int ncap = s->reqs_cap ? 2 * s->reqs_cap : 256;
@@ -631,12 +419,12 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 	if (spec->ttft_slo > 0)
 		r->deadline_dur = spec->ttft_slo;
 	r->deadline = spec->arrival + r->deadline_dur;
-	if (!fits_ever(s, r)) {
+	if (!medha_kvplace_fits_ever(&s->kv, kv_need(r), why, sizeof(why))) {
 		medha_log(MEDHA_LOG_WARN,
-		    "request %s: %lld prompt + %lld output tokens exceed the "
-		    "replica's KV memory; rejected",
+		    "request %s: %lld prompt + %lld output tokens: %s; "
+		    "rejected",
 		    spec->id, (long long)spec->prompt_tokens,
-		    (long long)spec->max_tokens);
+		    (long long)spec->max_tokens, why);
 		return finish(s, q, MEDHA_STATUS_REJECTED, now);
 	}
 	return 0;
@@ -676,7 +464,8 @@ push_item(struct medha_sched *s, int idx, int64_t t, int64_t kv, int decode,
 	it->kv = kv;
 	it->decode = decode;
 	it->last = last;
-	acc_add(s, &s->acc, &s->reqs[idx].pub, t, kv, decode, last, NULL);
+	medha_cost_add(&s->acc, s->pred, &s->kv, &s->reqs[idx].pub.kv, t, kv,
+	    decode, last, NULL);
 	return 0;
 }
 
@@ -707,11 +496,8 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	last = r->sched_prefill + t == P;
 	if ((rc = push_item(s, c->idx, t, r->kv_tokens, 0, last)) != 0)
 		return rc;
-	for (int i = 0; i < r->n_groups; i++) {
-		int64_t lo = (int64_t)i * s->glimit;
-		s->pend[r->groups[i]] -= overlap(r->sched_prefill,
-		    r->sched_prefill + t, lo, lo + s->glimit);
-	}
+	medha_kvplace_prefilled(&s->kv, &r->kv, r->sched_prefill,
+	    r->sched_prefill + t);
 	r->sched_prefill += t;
 	r->kv_tokens += t;
 	if (last)
@@ -780,7 +566,7 @@ medha_sched_next_batch(struct medha_sched *s, double now, struct medha_batch *b)
 {
 	int nc = 0, npre = 0, rc;
 	double limit = s->cfg.chunk > 0 ? (double)s->cfg.chunk : s->cfg.target;
-	struct lat l;
+	struct medha_lat l;
 
 	memset(&s->acc, 0, sizeof(s->acc));
 	if (s->cands_cap < s->nactive) {
@@ -842,7 +628,7 @@ medha_sched_next_batch(struct medha_sched *s, double now, struct medha_batch *b)
 	if (s->acc.n_items == 0)
 		return 0;
 
-	l = acc_latency(s, &s->acc);
+	l = medha_cost_latency(&s->acc, s->pred, s->kv.kvp);
 	b->seq = s->seq++;
 	b->start = now;
 	b->stage_time = l.stage;
@@ -914,52 +700,29 @@ medha_sched_req(const struct medha_sched *s, int idx)
 int64_t
 medha_sched_group_capacity(const struct medha_sched *s)
 {
-	return s->cap_blocks;
+	return s->kv.cap_blocks;
 }
 
 int64_t
 medha_sched_group_reserved(const struct medha_sched *s, int group)
 {
-	if (group < 0 || group >= s->kvp)
+	if (group < 0 || group >= s->kv.kvp)
 		return -1;
-	return s->res[group];
+	return s->kv.res[group];
 }
 
 int
 medha_sched_check(const struct medha_sched *s, char *why, size_t whylen)
 {
 	int64_t sum[MEDHA_KVP_MAX] = {0};
+	char msg[200];
 
 	for (int i = 0; i < s->nactive; i++) {
 		const struct medha_req *r = &s->reqs[s->active[i]].pub;
-		for (int g = 0; g < r->n_groups; g++) {
-			int64_t lo = (int64_t)g * s->glimit;
-			int64_t used = blocks_for(s,
-			    overlap(0, r->kv_tokens, lo, lo + s->glimit));
-			sum[r->groups[g]] += r->res_blocks[g];
-			if (used > r->res_blocks[g]) {
-				snprintf(why, whylen,
-				    "request %s uses %lld blocks of group %d, "
-				    "reserved %lld",
-				    r->spec.id, (long long)used, r->groups[g],
-				    (long long)r->res_blocks[g]);
-				return MEDHA_EINVAL;
-			}
-		}
-		if (r->n_groups == 0 && r->kv_tokens > 0) {
-			snprintf(why, whylen, "request %s has KV but no group",
-			    r->spec.id);
-			return MEDHA_EINVAL;
-		}
+		if (medha_kvplace_check_lease(&s->kv, &r->kv, r->kv_tokens, sum,
+		        msg, sizeof(msg)) != 0)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "request %s: %s", r->spec.id, msg);
 	}
-	for (int g = 0; g < s->kvp; g++) {
-		if (sum[g] != s->res[g] || s->res[g] > s->cap_blocks) {
-			snprintf(why, whylen,
-			    "group %d: reserved %lld (sum %lld) of %lld blocks",
-			    g, (long long)s->res[g], (long long)sum[g],
-			    (long long)s->cap_blocks);
-			return MEDHA_EINVAL;
-		}
-	}
-	return 0;
+	return medha_kvplace_check(&s->kv, sum, why, whylen);
 }

@@ -25,6 +25,7 @@
 #ifndef MEDHA_SCHED_H
 #define MEDHA_SCHED_H
 
+#include "kvplace.h"
 #include "medha.h"
 #include "pred.h"
 #include "trace.h"
@@ -80,10 +81,7 @@ struct medha_req {
 	double cum[MEDHA_SLACK_SEGS +
 	    1]; /* predicted time to prefill x_i tokens alone */
 	double first_token, last_token, tpot_max;
-	/* KVP placement, fixed at admission */
-	int n_groups;                      /* groups reserved */
-	int groups[MEDHA_KVP_MAX];         /* in the order they are entered */
-	int64_t res_blocks[MEDHA_KVP_MAX]; /* blocks reserved on each */
+	struct medha_kvlease kv; /* KVP placement, fixed at admission */
 };
 
 /* A batch item: one sequence's tokens in this iteration. */

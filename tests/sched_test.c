@@ -68,6 +68,7 @@ struct obs {
 	const struct medha_reqspec *reqs;
 	double target;
 	int adaptive;
+	int64_t chunk, max_chunk;
 	int64_t batches, decode_batches, errors;
 	char why[256];
 };
@@ -120,6 +121,11 @@ obs_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
 				o->errors++;
 			continue;
 		}
+		if (o->adaptive && it->tokens > o->max_chunk) {
+			print_error("chunk %lld above the maximum\n",
+			    (long long)it->tokens);
+			o->errors++;
+		}
 		if (o->adaptive && !it->last &&
 		    (it->tokens < 32 || it->tokens % 32 != 0)) {
 			print_error("chunk %lld of %s\n", (long long)it->tokens,
@@ -128,6 +134,14 @@ obs_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
 		}
 		if (it->last && it->kv + it->tokens != r->spec.prompt_tokens)
 			o->errors++;
+	}
+	/* a fixed budget: decodes first, prefill chunks fill the rest */
+	if (!o->adaptive && b->n_tokens > o->chunk &&
+	    b->n_tokens > b->n_decode) {
+		print_error("batch %llu: %lld tokens over a budget of %lld\n",
+		    (unsigned long long)b->seq, (long long)b->n_tokens,
+		    (long long)o->chunk);
+		o->errors++;
 	}
 	if (b->n_decode > 0) {
 		o->decode_batches++;
@@ -168,6 +182,8 @@ run_case(const char *gpu, const char *model, int tp, int spp, int kvp,
 	o.reqs = reqs;
 	o.target = c.target;
 	o.adaptive = chunk == 0;
+	o.chunk = chunk;
+	o.max_chunk = c.max_chunk;
 	h.arg = &o;
 	h.record = obs_record;
 	h.batch = obs_batch;

@@ -1,0 +1,91 @@
+/*
+ * kvplace.h: KV memory of one replica, counted in blocks per KVP group,
+ * and where each request's KV lives.
+ *
+ * A request's KV (prompt plus every output token) is cut into pieces of at
+ * most `group_tokens` tokens; piece i lives on one KVP group. At admission
+ * the request reserves the blocks of every piece, each on the group with
+ * the least pending prefill work that has room, so memory is never
+ * over-committed and a running request never has to give memory back.
+ * The request enters piece i's group when its KV passes i * group_tokens.
+ *
+ *	struct medha_kvplace pl;
+ *	medha_kvplace_init(&pl, kvp, 16, blocks_per_group, 0);
+ *	if (medha_kvplace_admit(&pl, &lease, prompt + max_out, prompt) == 0)
+ *		...;
+ *	medha_kvplace_release(&pl, &lease);
+ */
+#ifndef MEDHA_KVPLACE_H
+#define MEDHA_KVPLACE_H
+
+#include "medha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MEDHA_KVP_MAX 64 /* most KVP groups a replica may have */
+
+/* Where one request's KV lives: piece i on group groups[i]. */
+struct medha_kvlease {
+	int n_groups;                      /* pieces reserved; 0 = none yet */
+	int groups[MEDHA_KVP_MAX];         /* group of each piece, in order */
+	int64_t res_blocks[MEDHA_KVP_MAX]; /* blocks reserved for each piece */
+};
+
+struct medha_kvplace {
+	int kvp;                    /* groups */
+	int block_size;             /* tokens per block */
+	int64_t cap_blocks;         /* blocks per group */
+	int64_t group_tokens;       /* tokens of one request per group */
+	int64_t res[MEDHA_KVP_MAX]; /* blocks reserved per group */
+	int64_t
+	    pend[MEDHA_KVP_MAX]; /* prompt tokens still to prefill per group */
+};
+
+/*
+ * kvp groups of cap_blocks blocks of block_size tokens; a request keeps at
+ * most max_tokens tokens on one group (0: no limit but the group's memory;
+ * else a multiple of block_size). Returns 0 or MEDHA_EINVAL.
+ */
+int medha_kvplace_init(struct medha_kvplace *pl, int kvp, int block_size,
+    int64_t cap_blocks, int64_t max_tokens);
+
+/*
+ * 1 if `need` tokens of KV could be placed on an empty replica; else 0
+ * with the reason in why.
+ */
+int medha_kvplace_fits_ever(const struct medha_kvplace *pl, int64_t need,
+    char *why, size_t whylen);
+
+/*
+ * Reserve the pieces of `need` tokens of KV, of which the first `prompt`
+ * are still to be prefilled. Returns 0 with *l filled, or MEDHA_ENOSPACE
+ * (nothing reserved) if some piece finds no group with room.
+ */
+int medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t need, int64_t prompt);
+/* Give back everything l holds; l is left empty. */
+void medha_kvplace_release(struct medha_kvplace *pl, struct medha_kvlease *l);
+/* Prompt tokens [from, to) were handed to a batch: less pending work. */
+void medha_kvplace_prefilled(struct medha_kvplace *pl,
+    const struct medha_kvlease *l, int64_t from, int64_t to);
+
+/* Groups l has entered once it holds kv tokens (at least 1 if admitted). */
+int medha_kvplace_entered(const struct medha_kvplace *pl,
+    const struct medha_kvlease *l, int64_t kv);
+/* Tokens of [from, to) that fall in piece i. */
+int64_t medha_kvplace_in_piece(const struct medha_kvplace *pl, int i,
+    int64_t from, int64_t to);
+
+/*
+ * Check l against holding kv tokens: every piece within its reservation.
+ * Adds l's reservations to sum[] (per group). Returns 0 or MEDHA_EINVAL.
+ */
+int medha_kvplace_check_lease(const struct medha_kvplace *pl,
+    const struct medha_kvlease *l, int64_t kv, int64_t *sum, char *why,
+    size_t whylen);
+/* Check the groups' totals against sum[] from the leases. */
+int medha_kvplace_check(const struct medha_kvplace *pl, const int64_t *sum,
+    char *why, size_t whylen);
+
+#endif
