@@ -6,6 +6,6 @@ set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends \
-	build-essential pkg-config ca-certificates python3 \
+	build-essential pkg-config ca-certificates python3 python3-venv python3-pip \
 	libnng-dev libmsgpack-dev libzstd-dev zstd libjansson-dev \
 	libcmocka-dev gnuplot-nox mandoc
