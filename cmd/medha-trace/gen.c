@@ -7,10 +7,16 @@
  * reference prefill time of the prompt, so a 1M-token prompt may take
  * minutes and a chat prompt under a second. The generator is its own
  * seeded xoshiro256** so that a seed gives the same trace everywhere.
+ *
+ * With --base FILE the short requests are a real trace instead (Azure,
+ * Vidur or medha format), and long requests are mixed in at Poisson times
+ * over its span, so that they make up the given fraction of the whole.
  */
 #include "medha-trace.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -106,6 +112,37 @@ ref_prefill(double p)
 	return (REF_LINEAR * p + REF_ATTN * p * p) / REF_FLOPS;
 }
 
+/* SLOs for a request that has none: see medha-trace(1). */
+static void
+set_slos(const struct gen *g, struct medha_reqspec *rs)
+{
+	double ref = g->ttft_mult * ref_prefill((double)rs->prompt_tokens);
+
+	if (rs->ttft_slo <= 0)
+		rs->ttft_slo = ref > g->ttft_floor ? ref : g->ttft_floor;
+	if (rs->tpot_slo <= 0)
+		rs->tpot_slo = g->tpot_slo;
+}
+
+/* A long request's lengths from two standard normal deviates. */
+static void
+long_shape(const struct gen *g, double z1, double z2, struct medha_reqspec *rs)
+{
+	rs->prompt_tokens =
+	    clamp(LONG_PROMPT_MEDIAN * exp(LONG_PROMPT_SIGMA * z1), g->long_min,
+	        g->long_max);
+	rs->max_tokens = clamp(LONG_OUTPUT_MEDIAN * exp(LONG_OUTPUT_SIGMA * z2),
+	    1, INT64_MAX / 2);
+}
+
+static int
+by_arrival(const void *a, const void *b)
+{
+	const struct medha_reqspec *x = a, *y = b;
+
+	return (x->arrival > y->arrival) - (x->arrival < y->arrival);
+}
+
 /*
  * One request after the one arriving at *t. Every request draws four
  * uniforms (gap, class, and a Box-Muller pair for prompt and output) so
@@ -115,7 +152,7 @@ ref_prefill(double p)
 static int
 gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
 {
-	double u1, u2, r, z1, z2, ref;
+	double u1, u2, r, z1, z2;
 	int is_long;
 
 	*t += -log(rng_uniform(g->s)) / g->qps;
@@ -128,12 +165,7 @@ gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
 	z1 = r * cos(2 * M_PI * u2);
 	z2 = r * sin(2 * M_PI * u2);
 	if (is_long) {
-		rs->prompt_tokens =
-		    clamp(LONG_PROMPT_MEDIAN * exp(LONG_PROMPT_SIGMA * z1),
-		        g->long_min, g->long_max);
-		rs->max_tokens =
-		    clamp(LONG_OUTPUT_MEDIAN * exp(LONG_OUTPUT_SIGMA * z2), 1,
-		        INT64_MAX / 2);
+		long_shape(g, z1, z2, rs);
 	} else {
 		rs->max_tokens = clamp(SHORT_OUTPUT_MEDIAN *
 		        exp(log(SHORT_OUTPUT_P90 / SHORT_OUTPUT_MEDIAN) / Z90 *
@@ -145,16 +177,109 @@ gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
 		    1, g->short_max - rs->max_tokens);
 	}
 	rs->arrival = *t;
-	ref = g->ttft_mult * ref_prefill((double)rs->prompt_tokens);
-	rs->ttft_slo = ref > g->ttft_floor ? ref : g->ttft_floor;
-	rs->tpot_slo = g->tpot_slo;
+	rs->ttft_slo = rs->tpot_slo = 0;
+	set_slos(g, rs);
 	return 1;
+}
+
+/*
+ * --base: the base trace's requests, with long ones mixed in at Poisson
+ * times over its span so that they are long_frac of the whole, all in
+ * arrival order and numbered anew. Requests without SLOs get them by the
+ * same rule as generated ones.
+ */
+static int
+gen_mixed(struct gen *g, const char *path, struct medha_writer *w)
+{
+	struct medha_trace_in *t;
+	struct medha_reqspec rs = {0}, *v = NULL;
+	size_t n = 0, cap = 0, nbase;
+	double t0, t1, rate, at;
+	FILE *f;
+	int rc;
+
+	if ((f = fopen(path, "rb")) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, strerror(errno));
+		return 1;
+	}
+	if ((rc = medha_trace_open(&t, f)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, medha_strerror(rc));
+		fclose(f);
+		return 1;
+	}
+	while ((rc = medha_trace_next(t, &rs)) == 1) {
+		if (n == cap) {
+			cap = cap ? 2 * cap : 1024;
+			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
+			    NULL)
+				break;
+		}
+		v[n] = rs;
+		v[n].prompt = NULL;
+		set_slos(g, &v[n]);
+		n++;
+	}
+	if (rc < 0 || v == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", path,
+		    rc < 0 ? medha_trace_error(t) : "empty or out of memory");
+		medha_trace_close(t);
+		fclose(f);
+		free(v);
+		return 1;
+	}
+	medha_reqspec_clear(&rs);
+	medha_trace_close(t);
+	fclose(f);
+
+	nbase = n;
+	qsort(v, n, sizeof(*v), by_arrival);
+	t0 = v[0].arrival;
+	t1 = v[n - 1].arrival;
+	/* long requests at rate frac/(1-frac) x the base's rate */
+	rate = g->long_frac >= 1 || t1 <= t0
+	    ? 0
+	    : g->long_frac / (1 - g->long_frac) * (double)nbase / (t1 - t0);
+	for (at = t0; rate > 0;) {
+		double u1, u2, r;
+		at += -log(rng_uniform(g->s)) / rate;
+		u1 = rng_uniform(g->s);
+		u2 = rng_uniform(g->s);
+		if (at >= t1)
+			break;
+		if (n == cap) {
+			void *m = medha_reallocarray(v, cap * 2, sizeof(*v));
+			if (m == NULL) {
+				free(v);
+				return 1;
+			}
+			v = m;
+			cap *= 2;
+		}
+		memset(&v[n], 0, sizeof(v[n]));
+		r = sqrt(-2 * log(u1));
+		long_shape(g, r * cos(2 * M_PI * u2), r * sin(2 * M_PI * u2),
+		    &v[n]);
+		v[n].arrival = at;
+		set_slos(g, &v[n]);
+		n++;
+	}
+	qsort(v, n, sizeof(*v), by_arrival);
+	rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		snprintf(v[i].id, sizeof(v[i].id), "%zu", i);
+		rc = medha_reqspec_write(w, &v[i]);
+	}
+	medha_log(MEDHA_LOG_INFO, "%zu base requests, %zu long ones mixed in",
+	    nbase, n - nbase);
+	free(v);
+	return rc != 0;
 }
 
 /* ---- the subcommand ---- */
 
 enum {
-	OPT_LONG_MAX = 256,
+	OPT_BASE = 256,
+	OPT_LONG_MAX,
 	OPT_LONG_MIN,
 	OPT_SHORT_MAX,
 	OPT_TPOT_SLO,
@@ -168,6 +293,7 @@ int
 trace_gen(int argc, char *argv[])
 {
 	static const struct option longopts[] = {
+	    {"base", required_argument, NULL, OPT_BASE},
 	    {"count", required_argument, NULL, 'n'},
 	    {"duration", required_argument, NULL, 't'},
 	    {"help", no_argument, NULL, 'h'},
@@ -198,12 +324,13 @@ trace_gen(int argc, char *argv[])
 	};
 	struct medha_reqspec rs = {0};
 	struct medha_writer *w;
-	const char *out = NULL; /* -o: stdout */
+	const char *out = NULL;  /* -o: stdout */
+	const char *base = NULL; /* --base: a real trace for the short ones */
 	double t = 0;
 	int64_t i;
 	uint64_t x;
 	FILE *f;
-	int ch, have_t = 0, rc = 0;
+	int ch, have_t = 0, have_q = 0, rc = 0;
 
 	while ((ch = getopt_long(argc, argv, "hl:n:o:q:s:t:", longopts,
 	            NULL)) != -1) {
@@ -212,12 +339,16 @@ trace_gen(int argc, char *argv[])
 		case 'l': g.long_frac = flag_f64("-l", optarg, 0, 1, 0); break;
 		case 'n': g.count = flag_i64("-n", optarg, 1, FLAG_MAX); break;
 		case 'o': out = optarg; break;
-		case 'q': g.qps = flag_f64("-q", optarg, 0, 1e6, 1); break;
+		case 'q':
+			g.qps = flag_f64("-q", optarg, 0, 1e6, 1);
+			have_q = 1;
+			break;
 		case 's': g.seed = flag_i64("-s", optarg, 0, INT64_MAX); break;
 		case 't':
 			g.duration = flag_f64("-t", optarg, 0, 1e9, 1);
 			have_t = 1;
 			break;
+		case OPT_BASE: base = optarg; break;
 		case OPT_LONG_MAX:
 			g.long_max =
 			    flag_i64("--long-max", optarg, 1, FLAG_MAX);
@@ -250,6 +381,12 @@ trace_gen(int argc, char *argv[])
 		medha_log(MEDHA_LOG_ERROR, "-n and -t exclude each other");
 		usage(2);
 	}
+	if (base != NULL && (have_t || have_q || g.count != 0)) {
+		medha_log(MEDHA_LOG_ERROR,
+		    "--base takes its times from the base trace: no -n, -q, "
+		    "-t");
+		usage(2);
+	}
 	if (g.long_min > g.long_max) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "--long-min %lld exceeds --long-max "
@@ -263,6 +400,10 @@ trace_gen(int argc, char *argv[])
 		g.s[i] = splitmix64(&x);
 	if ((f = out_open(out, &w)) == NULL)
 		return 1;
+	if (base != NULL) {
+		rc = gen_mixed(&g, base, w);
+		return out_close(out, f, w) != 0 || rc != 0;
+	}
 	for (i = 0; g.count == 0 || i < g.count; i++) {
 		if (!gen_next(&g, &t, &rs))
 			break;

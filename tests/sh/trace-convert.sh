@@ -49,3 +49,27 @@ st=0
 [ "$st" -eq 1 ] && grep -q 'line 3: max_tokens' "$tmp/err" || {
 	echo "bad line: status $st"; cat "$tmp/err"; exit 1; }
 echo ok
+
+if [ -f "$azure" ]; then
+	# gen --base: the base trace's requests all kept, long ones mixed in
+	# at about the asked fraction, inside the base's span, ids renumbered
+	"$bin/medha-trace" convert --time-scale 4 "$azure" > "$tmp/base.jsonl"
+	"$bin/medha-trace" gen --base "$tmp/base.jsonl" -l 0.2 -s 5 > "$tmp/mixed.jsonl"
+	python3 - "$tmp/base.jsonl" "$tmp/mixed.jsonl" <<'PY'
+import json, sys
+base = [json.loads(l) for l in open(sys.argv[1])]
+mixed = [json.loads(l) for l in open(sys.argv[2])]
+longs = [r for r in mixed if r["prompt_tokens"] >= 131072]
+assert len(mixed) - len(longs) == len(base), (len(mixed), len(longs), len(base))
+frac = len(longs) / len(mixed)
+assert 0.17 < frac < 0.23, frac
+arr = [r["arrival"] for r in mixed]
+assert arr == sorted(arr)
+assert min(arr) == base[0]["arrival"] and max(arr) <= base[-1]["arrival"]
+assert [r["id"] for r in mixed] == list(range(len(mixed)))
+assert all(r["ttft_slo"] > 0 and r["tpot_slo"] > 0 for r in mixed)
+PY
+	st=0
+	"$bin/medha-trace" gen --base "$tmp/base.jsonl" -q 2 > /dev/null 2>&1 || st=$?
+	[ "$st" -eq 2 ]
+fi
