@@ -68,7 +68,7 @@ struct medha_record {
 	int status;   /* MEDHA_STATUS_* */
 };
 
-/* ---- lines in and out, zstd transparent ---- */
+/* ---- lines in and out, zstd transparent (lineio.c) ---- */
 
 struct medha_reader;
 /* Reads lines from f (not closed by the reader; caller owns f). */
@@ -91,6 +91,8 @@ int medha_writer_open(struct medha_writer **w, FILE *f, int zstd);
 int medha_writer_write(struct medha_writer *w, const void *buf, size_t len);
 int medha_writer_printf(struct medha_writer *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The sticky error: 0, or the first write's failure (MEDHA_EIO, ...). */
+int medha_writer_error(const struct medha_writer *w);
 /* Ends the zstd frame and flushes f; returns MEDHA_EIO if any write failed. */
 int medha_writer_close(struct medha_writer *w);
 /* 1 if path ends in ".zst". */
