@@ -21,7 +21,7 @@ SAN     ?=
 CFLAGS  ?= $(OPT) -g
 override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Ilibcore
 override LDFLAGS += $(SAN)
-LDLIBS  += -ljansson -lzstd -lm
+LDLIBS  += -ljansson -lzstd -lpcre2-32 -lpthread -lm
 TESTLIBS = -lcmocka
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })

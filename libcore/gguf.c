@@ -1,15 +1,16 @@
 /*
- * gguf.c: the GGUF metadata reader (gguf.h). The file is mapped
- * read-only; a cursor walks the header and the key/value section with
- * every read checked against the bytes left, and each entry is recorded
- * as offsets into the mapping (nothing is copied). An index sorted by key
- * serves the lookups and catches duplicate keys.
+ * gguf.c: the GGUF reader's core (gguf.h): map the file (or take a
+ * buffer), walk the header and the key/value section with a cursor whose
+ * every read is checked against the bytes left, and record each entry as
+ * offsets into the mapping (nothing is copied). An index sorted by key
+ * serves the lookups (gguf_meta.c) and catches duplicate keys; the tensor
+ * information that follows is read by gguf_tensor.c.
  *
  * Layout read here (all little-endian):
  *
  *	magic "GGUF", u32 version (2 or 3), u64 tensor_count, u64 kv_count,
  *	kv_count times { string key, u32 type, value },
- *	then tensor_count tensor infos (not read yet), padding, tensor data.
+ *	then tensor_count tensor infos, padding, tensor data.
  *
  * A string is a u64 byte length and the bytes (no NUL); an array is a u32
  * element type, a u64 count and the elements, which may be arrays again.
@@ -18,7 +19,7 @@
  * its limit that runs past the end of the file is MEDHA_ETRUNC. Every
  * reason names the entry, the element and the file offset.
  */
-#include "gguf.h"
+#include "gguf_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,44 +28,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define GGUF_KV_MAX (1u << 16)    /* most metadata entries we accept */
-#define GGUF_ARR_MAX (1ull << 32) /* most elements in one array */
-#define GGUF_HEADER_BYTES 24      /* magic, version, two counts */
-#define GGUF_KV_MIN_BYTES 14      /* u64 len, 1-byte key, u32 type, u8 */
-#define GGUF_TENSOR_MIN_BYTES 24  /* u64 len, u32 dims, u32 type, u64 off */
-
-struct gguf_kv {
-	const char *key; /* into the mapping, keylen bytes, no NUL */
-	size_t keylen;
-	int type;      /* enum medha_gguf_type */
-	int elem_type; /* arrays: type of the elements */
-	uint64_t n;    /* arrays: element count; strings: byte length */
-	size_t val;    /* offset of the value (string bytes, element 0) */
-};
-
-struct medha_gguf {
-	unsigned char *map; /* whole file, read-only */
-	size_t size;
-	uint32_t version;
-	uint64_t n_tensors;
-	uint64_t tensor_info_off;
-	size_t nkv;
-	struct gguf_kv *kv;            /* (nkv) in file order */
-	const struct gguf_kv **byname; /* (nkv) sorted by key */
-};
-
-/* Cursor over the mapping; ctx names what is being read for messages. */
-struct rd {
-	const unsigned char *p;
-	size_t size;
-	size_t off;
-	char *why;
-	size_t whylen;
-	char ctx[160];                      /* e.g. metadata key 3 ("a.b") */
-	int depth;                          /* array nesting being read */
-	uint64_t idx[MEDHA_GGUF_DEPTH_MAX]; /* element index per depth */
-};
 
 static const char *type_names[] = {
     "uint8",
@@ -82,9 +45,8 @@ static const char *type_names[] = {
     "float64",
 };
 
-/* Bytes of one element of a fixed-size type; 0 for string and array. */
-static size_t
-type_size(int type)
+size_t
+gguf_type_size(int type)
 {
 	switch (type) {
 	case MEDHA_GGUF_UINT8:
@@ -114,8 +76,8 @@ medha_gguf_type_name(int type)
  * Fill why with "<ctx>: <element path>: <message> (at offset X of Y)"
  * and return err.
  */
-static int
-fail(struct rd *r, int err, const char *fmt, ...)
+int
+gguf_fail(struct gguf_rd *r, int err, const char *fmt, ...)
 {
 	char msg[256], path[160];
 	size_t n = 0;
@@ -137,23 +99,23 @@ fail(struct rd *r, int err, const char *fmt, ...)
 	return err;
 }
 
-static size_t
-left(const struct rd *r)
+size_t
+gguf_left(const struct gguf_rd *r)
 {
 	return r->size - r->off;
 }
 
-static int
-need(struct rd *r, size_t n, const char *what)
+int
+gguf_need(struct gguf_rd *r, size_t n, const char *what)
 {
-	if (n > left(r))
-		return fail(r, MEDHA_ETRUNC, "%s needs %zu bytes, %zu left",
-		    what, n, left(r));
+	if (n > gguf_left(r))
+		return gguf_fail(r, MEDHA_ETRUNC,
+		    "%s needs %zu bytes, %zu left", what, n, gguf_left(r));
 	return 0;
 }
 
-static uint64_t
-le(const unsigned char *p, size_t n)
+uint64_t
+gguf_le(const unsigned char *p, size_t n)
 {
 	uint64_t v = 0;
 
@@ -162,80 +124,82 @@ le(const unsigned char *p, size_t n)
 	return v;
 }
 
-static int
-rd_u32(struct rd *r, const char *what, uint32_t *v)
+int
+gguf_rd_u32(struct gguf_rd *r, const char *what, uint32_t *v)
 {
 	int rc;
 
-	if ((rc = need(r, 4, what)) != 0)
+	if ((rc = gguf_need(r, 4, what)) != 0)
 		return rc;
-	*v = (uint32_t)le(r->p + r->off, 4);
+	*v = (uint32_t)gguf_le(r->p + r->off, 4);
 	r->off += 4;
 	return 0;
 }
 
-static int
-rd_u64(struct rd *r, const char *what, uint64_t *v)
+int
+gguf_rd_u64(struct gguf_rd *r, const char *what, uint64_t *v)
 {
 	int rc;
 
-	if ((rc = need(r, 8, what)) != 0)
+	if ((rc = gguf_need(r, 8, what)) != 0)
 		return rc;
-	*v = le(r->p + r->off, 8);
+	*v = gguf_le(r->p + r->off, 8);
 	r->off += 8;
 	return 0;
 }
 
 /* A string: check its length against max and the bytes left, skip it. */
-static int
-rd_str(struct rd *r, const char *what, uint64_t max, size_t *off, uint64_t *len)
+int
+gguf_rd_str(struct gguf_rd *r, const char *what, uint64_t max, size_t *off,
+    uint64_t *len)
 {
 	int rc;
 
-	if ((rc = rd_u64(r, what, len)) != 0)
+	if ((rc = gguf_rd_u64(r, what, len)) != 0)
 		return rc;
 	if (*len > max)
-		return fail(r, MEDHA_EFORMAT,
+		return gguf_fail(r, MEDHA_EFORMAT,
 		    "%s length %llu exceeds the "
 		    "limit of %llu",
 		    what, (unsigned long long)*len, (unsigned long long)max);
-	if (*len > left(r))
-		return fail(r, MEDHA_ETRUNC,
+	if (*len > gguf_left(r))
+		return gguf_fail(r, MEDHA_ETRUNC,
 		    "%s length %llu runs past the "
 		    "end of the file (%zu bytes left)",
-		    what, (unsigned long long)*len, left(r));
+		    what, (unsigned long long)*len, gguf_left(r));
 	*off = r->off;
 	r->off += (size_t)*len;
 	return 0;
 }
 
-static int skip_value(struct rd *, int);
+static int skip_value(struct gguf_rd *, int);
 
 /*
  * An array after its u32 element type and u64 count: check the count
  * against the bytes its elements need at least, then walk them.
  */
 static int
-skip_elems(struct rd *r, int et, uint64_t n)
+skip_elems(struct gguf_rd *r, int et, uint64_t n)
 {
-	size_t esz = type_size(et), min;
+	size_t esz = gguf_type_size(et), min;
 	uint64_t i;
 	int rc;
 
 	if (r->depth >= MEDHA_GGUF_DEPTH_MAX)
-		return fail(r, MEDHA_EFORMAT, "arrays nested deeper than %d",
-		    MEDHA_GGUF_DEPTH_MAX);
+		return gguf_fail(r, MEDHA_EFORMAT,
+		    "arrays nested deeper than %d", MEDHA_GGUF_DEPTH_MAX);
 	if (n > GGUF_ARR_MAX)
-		return fail(r, MEDHA_EFORMAT,
+		return gguf_fail(r, MEDHA_EFORMAT,
 		    "array count %llu exceeds the "
 		    "limit of %llu",
 		    (unsigned long long)n, GGUF_ARR_MAX);
 	min = esz != 0 ? esz : et == MEDHA_GGUF_STRING ? 8 : 12;
-	if (n > left(r) / min)
-		return fail(r, MEDHA_ETRUNC,
+	if (n > gguf_left(r) / min)
+		return gguf_fail(r, MEDHA_ETRUNC,
 		    "array of %llu %s elements runs "
 		    "past the end of the file (%zu bytes left)",
-		    (unsigned long long)n, medha_gguf_type_name(et), left(r));
+		    (unsigned long long)n, medha_gguf_type_name(et),
+		    gguf_left(r));
 	if (esz != 0) {
 		r->off += (size_t)n * esz;
 		return 0;
@@ -252,7 +216,7 @@ skip_elems(struct rd *r, int et, uint64_t n)
 
 /* Read past one value of the given type. */
 static int
-skip_value(struct rd *r, int type)
+skip_value(struct gguf_rd *r, int type)
 {
 	size_t off;
 	uint64_t n;
@@ -261,30 +225,32 @@ skip_value(struct rd *r, int type)
 
 	switch (type) {
 	case MEDHA_GGUF_STRING:
-		return rd_str(r, "string", MEDHA_GGUF_STR_MAX, &off, &n);
+		return gguf_rd_str(r, "string", MEDHA_GGUF_STR_MAX, &off, &n);
 	case MEDHA_GGUF_ARRAY:
-		if ((rc = rd_u32(r, "array element type", &et)) != 0)
+		if ((rc = gguf_rd_u32(r, "array element type", &et)) != 0)
 			return rc;
 		if (et > MEDHA_GGUF_FLOAT64)
-			return fail(r, MEDHA_EFORMAT,
+			return gguf_fail(r, MEDHA_EFORMAT,
 			    "unknown array element "
 			    "type %u",
 			    et);
-		if ((rc = rd_u64(r, "array count", &n)) != 0)
+		if ((rc = gguf_rd_u64(r, "array count", &n)) != 0)
 			return rc;
 		return skip_elems(r, (int)et, n);
 	}
 	if (type < 0 || type > MEDHA_GGUF_FLOAT64)
-		return fail(r, MEDHA_EFORMAT, "unknown value type %d", type);
-	if ((rc = need(r, type_size(type), medha_gguf_type_name(type))) != 0)
+		return gguf_fail(r, MEDHA_EFORMAT, "unknown value type %d",
+		    type);
+	if ((rc = gguf_need(r, gguf_type_size(type),
+	         medha_gguf_type_name(type))) != 0)
 		return rc;
-	r->off += type_size(type);
+	r->off += gguf_type_size(type);
 	return 0;
 }
 
 /* Name an entry for messages: printable bytes of its key, shortened. */
 static void
-set_ctx(struct rd *r, size_t i, const char *key, size_t keylen)
+set_ctx(struct gguf_rd *r, size_t i, const char *key, size_t keylen)
 {
 	char k[52];
 	size_t j, n = keylen < 48 ? keylen : 48;
@@ -299,7 +265,7 @@ set_ctx(struct rd *r, size_t i, const char *key, size_t keylen)
 
 /* One key/value entry, recorded into e. */
 static int
-read_kv(struct rd *r, size_t i, struct gguf_kv *e)
+read_kv(struct gguf_rd *r, size_t i, struct gguf_kv *e)
 {
 	size_t koff;
 	uint64_t klen, n;
@@ -307,32 +273,34 @@ read_kv(struct rd *r, size_t i, struct gguf_kv *e)
 	int rc;
 
 	snprintf(r->ctx, sizeof(r->ctx), "metadata key %zu", i);
-	if ((rc = rd_str(r, "key", MEDHA_GGUF_KEY_MAX, &koff, &klen)) != 0)
+	if ((rc = gguf_rd_str(r, "key", MEDHA_GGUF_KEY_MAX, &koff, &klen)) != 0)
 		return rc;
 	if (klen == 0)
-		return fail(r, MEDHA_EFORMAT, "empty key");
+		return gguf_fail(r, MEDHA_EFORMAT, "empty key");
 	e->key = (const char *)r->p + koff;
 	e->keylen = (size_t)klen;
 	set_ctx(r, i, e->key, e->keylen);
-	if ((rc = rd_u32(r, "value type", &type)) != 0)
+	if ((rc = gguf_rd_u32(r, "value type", &type)) != 0)
 		return rc;
 	if (type > MEDHA_GGUF_FLOAT64)
-		return fail(r, MEDHA_EFORMAT, "unknown value type %u", type);
+		return gguf_fail(r, MEDHA_EFORMAT, "unknown value type %u",
+		    type);
 	e->type = (int)type;
 	e->elem_type = -1;
 	e->n = 0;
 	switch (e->type) {
 	case MEDHA_GGUF_STRING:
-		return rd_str(r, "string", MEDHA_GGUF_STR_MAX, &e->val, &e->n);
+		return gguf_rd_str(r, "string", MEDHA_GGUF_STR_MAX, &e->val,
+		    &e->n);
 	case MEDHA_GGUF_ARRAY:
-		if ((rc = rd_u32(r, "array element type", &et)) != 0)
+		if ((rc = gguf_rd_u32(r, "array element type", &et)) != 0)
 			return rc;
 		if (et > MEDHA_GGUF_FLOAT64)
-			return fail(r, MEDHA_EFORMAT,
+			return gguf_fail(r, MEDHA_EFORMAT,
 			    "unknown array element "
 			    "type %u",
 			    et);
-		if ((rc = rd_u64(r, "array count", &n)) != 0)
+		if ((rc = gguf_rd_u64(r, "array count", &n)) != 0)
 			return rc;
 		e->elem_type = (int)et;
 		e->n = n;
@@ -343,8 +311,8 @@ read_kv(struct rd *r, size_t i, struct gguf_kv *e)
 	return skip_value(r, e->type);
 }
 
-static int
-keycmp(const char *a, size_t alen, const char *b, size_t blen)
+int
+gguf_keycmp(const char *a, size_t alen, const char *b, size_t blen)
 {
 	int c = memcmp(a, b, alen < blen ? alen : blen);
 
@@ -359,14 +327,14 @@ byname_cmp(const void *a, const void *b)
 	const struct gguf_kv *x = *(const struct gguf_kv *const *)a;
 	const struct gguf_kv *y = *(const struct gguf_kv *const *)b;
 
-	return keycmp(x->key, x->keylen, y->key, y->keylen);
+	return gguf_keycmp(x->key, x->keylen, y->key, y->keylen);
 }
 
 /* Header and metadata of the mapped file g->map. */
 static int
 parse(struct medha_gguf *g, char *why, size_t whylen)
 {
-	struct rd r;
+	struct gguf_rd r;
 	uint64_t nkv;
 	uint32_t v;
 	size_t i;
@@ -378,37 +346,38 @@ parse(struct medha_gguf *g, char *why, size_t whylen)
 	r.why = why;
 	r.whylen = whylen;
 	snprintf(r.ctx, sizeof(r.ctx), "header");
-	if ((rc = need(&r, 4, "magic")) != 0)
+	if ((rc = gguf_need(&r, 4, "magic")) != 0)
 		return rc;
 	if (memcmp(g->map, "GGUF", 4) != 0)
-		return fail(&r, MEDHA_EFORMAT,
+		return gguf_fail(&r, MEDHA_EFORMAT,
 		    "bad magic %02x %02x %02x %02x "
 		    "(want \"GGUF\")",
 		    g->map[0], g->map[1], g->map[2], g->map[3]);
 	r.off = 4;
-	if ((rc = rd_u32(&r, "version", &v)) != 0)
+	if ((rc = gguf_rd_u32(&r, "version", &v)) != 0)
 		return rc;
 	if (v == 0x02000000 || v == 0x03000000)
-		return fail(&r, MEDHA_EUNSUP, "big-endian GGUF not supported");
+		return gguf_fail(&r, MEDHA_EUNSUP,
+		    "big-endian GGUF not supported");
 	if (v != 2 && v != 3)
-		return fail(&r, MEDHA_EUNSUP,
+		return gguf_fail(&r, MEDHA_EUNSUP,
 		    "GGUF version %u not supported "
 		    "(2 and 3 are)",
 		    v);
 	g->version = v;
-	if ((rc = rd_u64(&r, "tensor count", &g->n_tensors)) != 0 ||
-	    (rc = rd_u64(&r, "metadata count", &nkv)) != 0)
+	if ((rc = gguf_rd_u64(&r, "tensor count", &g->n_tensors)) != 0 ||
+	    (rc = gguf_rd_u64(&r, "metadata count", &nkv)) != 0)
 		return rc;
 	if (nkv > GGUF_KV_MAX)
-		return fail(&r, MEDHA_EFORMAT,
+		return gguf_fail(&r, MEDHA_EFORMAT,
 		    "metadata count %llu exceeds "
 		    "the limit of %u",
 		    (unsigned long long)nkv, GGUF_KV_MAX);
-	if (nkv > left(&r) / GGUF_KV_MIN_BYTES)
-		return fail(&r, MEDHA_ETRUNC,
+	if (nkv > gguf_left(&r) / GGUF_KV_MIN_BYTES)
+		return gguf_fail(&r, MEDHA_ETRUNC,
 		    "%llu metadata entries cannot "
 		    "fit in the %zu bytes left",
-		    (unsigned long long)nkv, left(&r));
+		    (unsigned long long)nkv, gguf_left(&r));
 	g->kv = medha_calloc((size_t)nkv, sizeof(*g->kv));
 	g->byname = medha_calloc((size_t)nkv, sizeof(*g->byname));
 	if (g->kv == NULL || g->byname == NULL) {
@@ -421,27 +390,43 @@ parse(struct medha_gguf *g, char *why, size_t whylen)
 		g->byname[i] = &g->kv[i];
 		g->nkv = i + 1;
 	}
-	snprintf(r.ctx, sizeof(r.ctx), "tensor information");
-	g->tensor_info_off = r.off;
-	if (g->n_tensors > left(&r) / GGUF_TENSOR_MIN_BYTES)
-		return fail(&r, MEDHA_ETRUNC,
-		    "%llu tensors announced but "
-		    "only %zu bytes follow the metadata",
-		    (unsigned long long)g->n_tensors, left(&r));
 	qsort(g->byname, g->nkv, sizeof(*g->byname), byname_cmp);
 	for (i = 1; i < g->nkv; i++) {
 		const struct gguf_kv *a = g->byname[i - 1], *b = g->byname[i];
 
-		if (keycmp(a->key, a->keylen, b->key, b->keylen) == 0) {
+		if (gguf_keycmp(a->key, a->keylen, b->key, b->keylen) == 0) {
 			set_ctx(&r, (size_t)(b - g->kv), b->key, b->keylen);
 			r.off =
 			    (size_t)((const unsigned char *)b->key - g->map);
-			return fail(&r, MEDHA_EFORMAT,
+			return gguf_fail(&r, MEDHA_EFORMAT,
 			    "duplicate key (first "
 			    "as metadata key %zu)",
 			    (size_t)(a - g->kv));
 		}
 	}
+	g->tensor_info_off = r.off;
+	return gguf_read_tensors(g, &r);
+}
+
+/* Parse the bytes g->map (g->size of them); free g on failure. */
+static int
+open_common(struct medha_gguf *g, struct medha_gguf **gp, char *why,
+    size_t whylen)
+{
+	int rc;
+
+	if (g->size < GGUF_HEADER_BYTES) {
+		rc = medha_why(why, whylen, MEDHA_ETRUNC,
+		    "file is %zu bytes, shorter than the %d-byte GGUF header",
+		    g->size, GGUF_HEADER_BYTES);
+		medha_gguf_close(g);
+		return rc;
+	}
+	if ((rc = parse(g, why, whylen)) != 0) {
+		medha_gguf_close(g);
+		return rc;
+	}
+	*gp = g;
 	return 0;
 }
 
@@ -452,7 +437,7 @@ medha_gguf_open(struct medha_gguf **gp, const char *path, char *why,
 	struct medha_gguf *g;
 	struct stat st;
 	void *m;
-	int fd, rc, e;
+	int fd, e;
 
 	MEDHA_ASSERT(gp != NULL && path != NULL);
 	*gp = NULL;
@@ -473,18 +458,17 @@ medha_gguf_open(struct medha_gguf **gp, const char *path, char *why,
 		medha_why(why, whylen, 0, "not a regular file");
 		return MEDHA_EFORMAT;
 	}
-	if (st.st_size < GGUF_HEADER_BYTES) {
-		close(fd);
-		medha_why(why, whylen, 0,
-		    "file is %lld bytes, shorter than the "
-		    "%d-byte GGUF header",
-		    (long long)st.st_size, GGUF_HEADER_BYTES);
-		return MEDHA_ETRUNC;
-	}
 	if ((uint64_t)st.st_size > SIZE_MAX) {
 		close(fd);
 		medha_why(why, whylen, 0, "file too large to map");
 		return MEDHA_ERANGE;
+	}
+	if (st.st_size == 0) { /* mmap refuses a length of 0 */
+		close(fd);
+		medha_why(why, whylen, 0,
+		    "file is 0 bytes, shorter than the %d-byte GGUF header",
+		    GGUF_HEADER_BYTES);
+		return MEDHA_ETRUNC;
 	}
 	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	e = errno;
@@ -501,12 +485,25 @@ medha_gguf_open(struct medha_gguf **gp, const char *path, char *why,
 	}
 	g->map = m;
 	g->size = (size_t)st.st_size;
-	if ((rc = parse(g, why, whylen)) != 0) {
-		medha_gguf_close(g);
-		return rc;
+	g->mapped = 1;
+	return open_common(g, gp, why, whylen);
+}
+
+int
+medha_gguf_open_mem(struct medha_gguf **gp, const void *buf, size_t size,
+    char *why, size_t whylen)
+{
+	struct medha_gguf *g;
+
+	MEDHA_ASSERT(gp != NULL && (buf != NULL || size == 0));
+	*gp = NULL;
+	if ((g = calloc(1, sizeof(*g))) == NULL) {
+		medha_why(why, whylen, 0, "out of memory");
+		return MEDHA_ENOMEM;
 	}
-	*gp = g;
-	return 0;
+	g->map = buf;
+	g->size = size;
+	return open_common(g, gp, why, whylen);
 }
 
 void
@@ -514,10 +511,11 @@ medha_gguf_close(struct medha_gguf *g)
 {
 	if (g == NULL)
 		return;
-	if (g->map != NULL)
-		munmap(g->map, g->size);
+	if (g->mapped)
+		munmap((void *)g->map, g->size);
 	free(g->kv);
 	free(g->byname);
+	gguf_free_tensors(g);
 	free(g);
 }
 
@@ -560,8 +558,8 @@ medha_gguf_kv_key(const struct medha_gguf *g, size_t i, const char **key,
 	return 0;
 }
 
-static const struct gguf_kv *
-lookup(const struct medha_gguf *g, const char *key)
+const struct gguf_kv *
+gguf_lookup(const struct medha_gguf *g, const char *key)
 {
 	size_t lo = 0, hi = g->nkv, mid, klen = strlen(key);
 	const struct gguf_kv *e;
@@ -570,7 +568,7 @@ lookup(const struct medha_gguf *g, const char *key)
 	while (lo < hi) {
 		mid = lo + (hi - lo) / 2;
 		e = g->byname[mid];
-		c = keycmp(key, klen, e->key, e->keylen);
+		c = gguf_keycmp(key, klen, e->key, e->keylen);
 		if (c == 0)
 			return e;
 		if (c < 0)
@@ -584,165 +582,9 @@ lookup(const struct medha_gguf *g, const char *key)
 int
 medha_gguf_find(const struct medha_gguf *g, const char *key)
 {
-	const struct gguf_kv *e = lookup(g, key);
+	const struct gguf_kv *e = gguf_lookup(g, key);
 
 	if (e == NULL)
 		return MEDHA_ENOTFOUND;
 	return (int)(e - g->kv);
-}
-
-/*
- * An integer or bool value: *u is the value as unsigned (sign-extended
- * for signed types), *neg says it is negative, and then *s holds it.
- * Returns MEDHA_EFORMAT for the other types.
- */
-static int
-get_int(const struct medha_gguf *g, const struct gguf_kv *e, uint64_t *u,
-    int64_t *s, int *neg)
-{
-	const unsigned char *p = g->map + e->val;
-	size_t n = type_size(e->type);
-	uint64_t raw;
-
-	switch (e->type) {
-	case MEDHA_GGUF_UINT8:
-	case MEDHA_GGUF_UINT16:
-	case MEDHA_GGUF_UINT32:
-	case MEDHA_GGUF_UINT64:
-	case MEDHA_GGUF_BOOL:
-		*u = le(p, n);
-		*s = 0;
-		*neg = 0;
-		return 0;
-	case MEDHA_GGUF_INT8:
-	case MEDHA_GGUF_INT16:
-	case MEDHA_GGUF_INT32:
-	case MEDHA_GGUF_INT64:
-		raw = le(p, n);
-		if (n < 8 && (raw >> (8 * n - 1)) != 0)
-			raw |= ~0ull << (8 * n); /* sign-extend */
-		memcpy(s, &raw, sizeof(*s));
-		*u = raw;
-		*neg = *s < 0;
-		return 0;
-	}
-	return MEDHA_EFORMAT;
-}
-
-int
-medha_gguf_get_u64(const struct medha_gguf *g, const char *key, uint64_t *v)
-{
-	const struct gguf_kv *e = lookup(g, key);
-	uint64_t u;
-	int64_t s;
-	int neg, rc;
-
-	if (e == NULL)
-		return MEDHA_ENOTFOUND;
-	if ((rc = get_int(g, e, &u, &s, &neg)) != 0)
-		return rc;
-	if (neg)
-		return MEDHA_ERANGE;
-	*v = u;
-	return 0;
-}
-
-int
-medha_gguf_get_i64(const struct medha_gguf *g, const char *key, int64_t *v)
-{
-	const struct gguf_kv *e = lookup(g, key);
-	uint64_t u;
-	int64_t s;
-	int neg, rc;
-
-	if (e == NULL)
-		return MEDHA_ENOTFOUND;
-	if ((rc = get_int(g, e, &u, &s, &neg)) != 0)
-		return rc;
-	if (neg) {
-		*v = s;
-		return 0;
-	}
-	if (u > INT64_MAX)
-		return MEDHA_ERANGE;
-	*v = (int64_t)u;
-	return 0;
-}
-
-int
-medha_gguf_get_f64(const struct medha_gguf *g, const char *key, double *v)
-{
-	const struct gguf_kv *e = lookup(g, key);
-	uint64_t u;
-	uint32_t b32;
-	int64_t s;
-	float f;
-	int neg;
-
-	if (e == NULL)
-		return MEDHA_ENOTFOUND;
-	if (e->type == MEDHA_GGUF_FLOAT32) {
-		b32 = (uint32_t)le(g->map + e->val, 4);
-		memcpy(&f, &b32, sizeof(f));
-		*v = f;
-		return 0;
-	}
-	if (e->type == MEDHA_GGUF_FLOAT64) {
-		u = le(g->map + e->val, 8);
-		memcpy(v, &u, sizeof(*v));
-		return 0;
-	}
-	if (get_int(g, e, &u, &s, &neg) != 0)
-		return MEDHA_EFORMAT;
-	*v = neg ? (double)s : (double)u;
-	return 0;
-}
-
-int
-medha_gguf_get_str(const struct medha_gguf *g, const char *key, const char **s,
-    size_t *len)
-{
-	const struct gguf_kv *e = lookup(g, key);
-
-	if (e == NULL)
-		return MEDHA_ENOTFOUND;
-	if (e->type != MEDHA_GGUF_STRING)
-		return MEDHA_EFORMAT;
-	*s = (const char *)g->map + e->val;
-	*len = (size_t)e->n;
-	return 0;
-}
-
-int
-medha_gguf_get_strbuf(const struct medha_gguf *g, const char *key, char *buf,
-    size_t bufsz)
-{
-	const char *s;
-	size_t len;
-	int rc;
-
-	MEDHA_ASSERT(bufsz > 0);
-	if ((rc = medha_gguf_get_str(g, key, &s, &len)) != 0)
-		return rc;
-	if (len > bufsz - 1)
-		len = bufsz - 1;
-	memcpy(buf, s, len);
-	buf[len] = '\0';
-	return 0;
-}
-
-int
-medha_gguf_arr_len(const struct medha_gguf *g, const char *key, uint64_t *n,
-    int *elem_type)
-{
-	const struct gguf_kv *e = lookup(g, key);
-
-	if (e == NULL)
-		return MEDHA_ENOTFOUND;
-	if (e->type != MEDHA_GGUF_ARRAY)
-		return MEDHA_EFORMAT;
-	*n = e->n;
-	if (elem_type != NULL)
-		*elem_type = e->elem_type;
-	return 0;
 }

@@ -8,6 +8,10 @@
  * prefix of it must be refused (and never crash: run under ASan); and
  * corrupted lengths, counts, magic, version and types must be refused
  * with a reason that says what is wrong.
+ *
+ * The array accessors are checked on the same file, and opening from
+ * memory. (Tensor information is tested in gguf_tensor_test.c, the
+ * writer in gguf_write_test.c, the tensor types in quant_test.c.)
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -525,6 +529,119 @@ test_corrupt(void **state)
 	}
 }
 
+struct collect {
+	char s[10][16];
+	uint64_t n, stop;
+};
+
+static int
+collect(void *arg, uint64_t i, const char *s, size_t len)
+{
+	struct collect *c = arg;
+
+	assert_true(i == c->n && len < 16);
+	memcpy(c->s[i], s, len);
+	c->s[i][len] = '\0';
+	c->n++;
+	return c->n == c->stop ? 42 : 0;
+}
+
+static void
+test_arrays(void **state)
+{
+	struct medha_gguf *g, *gm;
+	struct collect c;
+	struct buf b;
+	char why[256];
+	int32_t v[10];
+	float f[10];
+	int i;
+
+	(void)state;
+	build(&b, 3, 0);
+	assert_int_equal(open_bytes(&b, b.n, &g, why, sizeof(why)), 0);
+	memset(&c, 0, sizeof(c));
+	assert_int_equal(medha_gguf_arr_strings(g, "tokenizer.ggml.tokens",
+	                     collect, &c),
+	    0);
+	assert_int_equal(c.n, 10);
+	for (i = 0; i < 10; i++)
+		assert_string_equal(c.s[i], tokens[i]);
+	memset(&c, 0, sizeof(c));
+	c.stop = 3; /* fn's non-zero value stops the walk */
+	assert_int_equal(medha_gguf_arr_strings(g, "tokenizer.ggml.tokens",
+	                     collect, &c),
+	    42);
+	assert_int_equal(c.n, 3);
+	assert_int_equal(medha_gguf_arr_strings(g, "tokenizer.ggml.token_type",
+	                     collect, &c),
+	    MEDHA_EFORMAT);
+	assert_int_equal(medha_gguf_arr_strings(g, "general.name", collect, &c),
+	    MEDHA_EFORMAT);
+	assert_int_equal(medha_gguf_arr_strings(g, "nope", collect, &c),
+	    MEDHA_ENOTFOUND);
+
+	assert_int_equal(medha_gguf_arr_i32(g, "tokenizer.ggml.token_type", v,
+	                     10),
+	    0);
+	assert_int_equal(medha_gguf_arr_f32(g, "tokenizer.ggml.token_type", f,
+	                     10),
+	    0);
+	for (i = 0; i < 10; i++) {
+		assert_int_equal(v[i], i < 2 ? 3 : 1);
+		assert_true(f[i] == (i < 2 ? 3.0f : 1.0f));
+	}
+	assert_int_equal(medha_gguf_arr_i32(g, "tokenizer.ggml.token_type", v,
+	                     9),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_gguf_arr_f32(g, "tokenizer.ggml.tokens", f, 10),
+	    MEDHA_EFORMAT);
+	assert_int_equal(medha_gguf_arr_i32(g, "test.nested", v, 3),
+	    MEDHA_EFORMAT);
+	assert_int_equal(medha_gguf_arr_i32(g, "test.u8", v, 1), MEDHA_EFORMAT);
+	assert_int_equal(medha_gguf_arr_f32(g, "nope", f, 1), MEDHA_ENOTFOUND);
+
+	/* the same bytes from memory read the same */
+	assert_int_equal(medha_gguf_open_mem(&gm, b.b, b.n, why, sizeof(why)),
+	    0);
+	assert_int_equal(medha_gguf_kv_count(gm), medha_gguf_kv_count(g));
+	assert_int_equal(medha_gguf_arr_i32(gm, "tokenizer.ggml.token_type", v,
+	                     10),
+	    0);
+	assert_int_equal(v[0], 3);
+	medha_gguf_close(gm);
+	medha_gguf_close(g);
+	assert_int_equal(medha_gguf_open_mem(&gm, b.b, 10, why, sizeof(why)),
+	    MEDHA_ETRUNC);
+	assert_null(gm);
+	assert_non_null(strstr(why, "shorter than the 24-byte GGUF header"));
+
+	/* integers that do not fit int32, floats: refused by arr_i32 */
+	memset(&b, 0, sizeof(b));
+	put(&b, 0x46554747, 4);
+	put(&b, 3, 4);
+	put(&b, 0, 8);
+	put(&b, 2, 8);
+	key(&b, "big", MEDHA_GGUF_ARRAY);
+	put(&b, MEDHA_GGUF_UINT32, 4);
+	put(&b, 2, 8);
+	put(&b, 7, 4);
+	put(&b, 3000000000u, 4);
+	key(&b, "f64", MEDHA_GGUF_ARRAY);
+	put(&b, MEDHA_GGUF_FLOAT64, 4);
+	put(&b, 1, 8);
+	put(&b, 0x3ff8000000000000ull, 8); /* 1.5 */
+	assert_int_equal(medha_gguf_open_mem(&g, b.b, b.n, why, sizeof(why)),
+	    0);
+	assert_int_equal(medha_gguf_arr_i32(g, "big", v, 2), MEDHA_ERANGE);
+	assert_int_equal(medha_gguf_arr_f32(g, "big", f, 2), 0);
+	assert_true(f[0] == 7.0f && f[1] == 3e9f);
+	assert_int_equal(medha_gguf_arr_i32(g, "f64", v, 1), MEDHA_EFORMAT);
+	assert_int_equal(medha_gguf_arr_f32(g, "f64", f, 1), 0);
+	assert_true(f[0] == 1.5f);
+	medha_gguf_close(g);
+}
+
 int
 main(void)
 {
@@ -533,6 +650,7 @@ main(void)
 	    cmocka_unit_test(test_resolve),
 	    cmocka_unit_test(test_truncations),
 	    cmocka_unit_test(test_corrupt),
+	    cmocka_unit_test(test_arrays),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,95 @@
+/*
+ * quant.h: the ggml tensor types a GGUF file stores its weights in, and
+ * the conversions between them and float32: block sizes, names, and a
+ * dequantizer and quantizer per type that give the same bits as ggml's
+ * reference C code (and the gguf Python package).
+ *
+ * A type packs a row of n floats into n / block_elems blocks of
+ * block_bytes bytes each; a row's length must be a multiple of the block
+ * size. Quantized blocks are byte arrays (little-endian fields, no
+ * alignment needed), so data may come straight from a mapped file.
+ *
+ *	float row[576];
+ *	if (medha_dequant_row(t->type, t->data, row, t->ne[0]) != 0)
+ *		...;
+ *
+ * Layouts (fp16 is IEEE binary16; "d" a scale, "m" a minimum):
+ *
+ *	F32   4 bytes, F16 2 bytes, BF16 2 bytes (the top half of an F32)
+ *	Q8_0  32 elems, 34 bytes: fp16 d, int8 q[32];          x = d*q
+ *	Q4_0  32 elems, 18 bytes: fp16 d, u8 qs[16];           x = d*(q-8)
+ *	      (element j is qs[j] & 15, element j+16 is qs[j] >> 4)
+ *	Q4_1  32 elems, 20 bytes: fp16 d, fp16 m, u8 qs[16];   x = d*q + m
+ *	Q4_K  256 elems, 144 bytes: fp16 d, fp16 dmin, u8 scales[12] (eight
+ *	      6-bit scales and mins), u8 qs[128]; eight sub-blocks of 32:
+ *	      x = d*sc*q - dmin*mn
+ *	Q6_K  256 elems, 210 bytes: u8 ql[128] (low 4 bits), u8 qh[64]
+ *	      (high 2 bits), int8 scales[16], fp16 d; sixteen sub-blocks of
+ *	      16: x = d*sc*(q-32)
+ */
+#ifndef MEDHA_QUANT_H
+#define MEDHA_QUANT_H
+
+#include "medha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Tensor types, numbered as ggml and GGUF number them. */
+enum medha_ggml_type {
+	MEDHA_GGML_F32 = 0,
+	MEDHA_GGML_F16 = 1,
+	MEDHA_GGML_Q4_0 = 2,
+	MEDHA_GGML_Q4_1 = 3,
+	MEDHA_GGML_Q8_0 = 8,
+	MEDHA_GGML_Q4_K = 12,
+	MEDHA_GGML_Q6_K = 14,
+	MEDHA_GGML_BF16 = 30,
+};
+
+#define MEDHA_QK 32    /* elements in a Q8_0, Q4_0 or Q4_1 block */
+#define MEDHA_QK_K 256 /* elements in a K-quant super-block */
+
+/*
+ * Elements per block and bytes per block of a type; both 0 for a type
+ * this build does not know (the way to ask "is it supported").
+ */
+int medha_ggml_block_elems(int type);
+int medha_ggml_block_bytes(int type);
+/*
+ * Bytes of a row of n elements; 0 if the type is unknown, n is negative
+ * or not a multiple of the block size, or the size overflows size_t.
+ */
+size_t medha_ggml_row_bytes(int type, int64_t n);
+/* "f32", "q4_K", ...; "unknown" for a type this build does not know. */
+const char *medha_ggml_type_name(int type);
+/* The type named name (as medha_ggml_type_name spells it, any case), or -1. */
+int medha_ggml_type_from_name(const char *name);
+
+/*
+ * Dequantize one row: n elements (a multiple of the block size) from src
+ * (medha_ggml_row_bytes(type, n) bytes) into dst (n floats, the
+ * caller's). Bit-exact with ggml's reference code. Returns 0, MEDHA_EUNSUP
+ * (unknown type) or MEDHA_EINVAL (bad n).
+ */
+int medha_dequant_row(int type, const void *src, float *dst, int64_t n);
+/*
+ * Quantize one row: the inverse, with ggml's reference round-to-nearest
+ * quantizers for Q8_0, Q4_0 and Q4_1; F16 and BF16 round to nearest even
+ * (NaN stays NaN, overflow gives infinity). The K-quants and unknown
+ * types give MEDHA_EUNSUP; bad n MEDHA_EINVAL. Non-finite input to the
+ * block types gives defined (but useless) blocks.
+ */
+int medha_quant_row(int type, const float *src, void *dst, int64_t n);
+
+/*
+ * Scalar conversions, exact: fp16 -> fp32 keeps subnormals, infinities
+ * and NaN payloads; fp32 -> fp16 and fp32 -> bf16 round to nearest even
+ * and keep NaN a (quiet) NaN.
+ */
+float medha_fp16_to_fp32(uint16_t h);
+uint16_t medha_fp32_to_fp16(float f);
+float medha_bf16_to_fp32(uint16_t h);
+uint16_t medha_fp32_to_bf16(float f);
+
+#endif
