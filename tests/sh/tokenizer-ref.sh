@@ -1,0 +1,178 @@
+#!/bin/sh
+# tokenizer-ref.sh: libcore's tokenizer against llama.cpp's on the same
+# GGUF files, string by string over tests/ref/tokenizer_corpus.jsonl:
+# the real SmolLM2 file, and vocabulary-only files made here from its
+# vocabulary with other pre-tokenizer types (gpt-2, llama-bpe with its
+# BOS and Llama-3 chat template, qwen2, starcoder, none = default) and as
+# SentencePiece-style vocabularies (with and without the space prefix).
+# For each file: the ids of every string, the bytes of every token and,
+# for the chat templates, the formatted prompt must be identical, and
+# decode(encode(s)) == s for every valid UTF-8 string (SPM with a space
+# prefix excepted: it adds a space after each special token, by design).
+# Needs the cache that contrib/fetch-refs.sh fills (MEDHA_CACHE, default
+# the repository's cache/) and PCRE2; prints "skip: ..." without them.
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cache=${MEDHA_CACHE:-$top/cache}
+model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+py=$cache/venv/bin/python
+ref=$top/tests/ref/llamacpp.py
+corpus=$top/tests/ref/tokenizer_corpus.jsonl
+
+[ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
+[ -x "$py" ] || { echo "skip: no $py (run contrib/fetch-refs.sh)"; exit 0; }
+"$py" -c 'import gguf, importlib.util as u; assert u.find_spec("xllamacpp")' \
+    2>/dev/null || { echo "skip: gguf or xllamacpp missing in $py"; exit 0; }
+pkg-config --exists libpcre2-32 2>/dev/null ||
+	[ -e /usr/include/pcre2.h ] || { echo "skip: PCRE2 not installed"; exit 0; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$top"
+${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Ilibcore -o "$tmp/tok-dump" \
+    contrib/tok-dump.c libcore/tokenizer.c libcore/tok_encode.c \
+    libcore/pretok.c libcore/gguf*.c $(ls libcore/quant.c 2>/dev/null) \
+    libcore/util.c -lpcre2-32 -lm
+
+# vocabulary-only GGUF files with SmolLM2's tokenizer and other settings
+"$py" - "$model" "$tmp" <<'PY'
+import os, sys
+import gguf
+
+src, outdir = sys.argv[1], sys.argv[2]
+F = gguf.GGUFReader(src).fields
+tokens = F["tokenizer.ggml.tokens"].contents()
+types = F["tokenizer.ggml.token_type"].contents()
+merges = F["tokenizer.ggml.merges"].contents()
+HP = ["llama.block_count", "llama.context_length", "llama.embedding_length",
+      "llama.feed_forward_length", "llama.attention.head_count",
+      "llama.attention.head_count_kv", "llama.rope.freq_base",
+      "llama.attention.layer_norm_rms_epsilon", "llama.rope.dimension_count"]
+
+def writer(name, model, toks, ttypes):
+    w = gguf.GGUFWriter(os.path.join(outdir, name + ".gguf"), "llama")
+    for k in HP:
+        w.add_key_value(k, F[k].contents(), F[k].types[0])
+    w.add_uint32("llama.vocab_size", len(toks))
+    w.add_tokenizer_model(model)
+    w.add_token_list(toks)
+    w.add_token_types(ttypes)
+    return w
+
+def done(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+for pre in ["gpt-2", "llama-bpe", "qwen2", "starcoder", None]:
+    toks, tt = list(tokens), list(types)
+    if pre == "llama-bpe":
+        extra = ["<|begin_of_text|>", "<|start_header_id|>",
+                 "<|end_header_id|>", "<|eot_id|>"]
+        w = writer("bpe-" + pre, "gpt2", toks + extra, tt + [3] * 4)
+        w.add_bos_token_id(len(toks))  # add_bos left to llama-bpe's default
+        w.add_eos_token_id(len(toks) + 3)
+        w.add_chat_template(
+            "{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
+            "<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>"
+            "{% endfor %}")
+    else:
+        w = writer("bpe-" + (pre or "default"), "gpt2", toks, tt)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(pre == "gpt-2")
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_token_merges(merges)
+    done(w)
+
+# SentencePiece-style: SmolLM2's tokens as text, spaces as U+2581,
+# scores falling with the id, <0xXX> byte tokens, two control tokens
+bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs = bs[:]
+n = 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + n)
+        n += 1
+unbyte = {chr(c): b for b, c in zip(bs, cs)}
+toks = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+toks += ["<0x%02X>" % b for b in range(256)]
+tt = [2, 3, 3, 3, 3] + [6] * 256
+sc = [0.0] * len(toks)
+seen = set(toks)
+for i, t in enumerate(tokens):
+    try:
+        s = bytes(unbyte[c] for c in t).decode("utf-8").replace(" ", "\u2581")
+    except (KeyError, UnicodeDecodeError):
+        continue
+    if types[i] != 1 or not s or s in seen:
+        continue
+    seen.add(s)
+    toks.append(s)
+    tt.append(1)
+    sc.append(-float(i))
+for name, prefix in (("spm", None), ("spm-noprefix", False)):
+    w = writer(name, "llama", toks, tt)
+    w.add_token_scores(sc)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    if prefix is not None:
+        w.add_add_space_prefix(prefix)
+    done(w)
+PY
+
+count() { grep -c "$1" "$2" || true; }
+
+n=$(wc -l < "$corpus")
+fail=0
+for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
+    "$tmp"/bpe-qwen2.gguf "$tmp"/bpe-starcoder.gguf \
+    "$tmp"/bpe-default.gguf "$tmp"/spm.gguf "$tmp"/spm-noprefix.gguf; do
+	name=$(basename "$m" .gguf)
+	"$tmp/tok-dump" "$m" < "$corpus" > "$tmp/ours"
+	"$py" "$ref" tokenize --jsonl "$m" "$corpus" > "$tmp/theirs"
+	same=$(paste -d '|' "$tmp/ours" "$tmp/theirs" |
+	    awk -F '|' '$1 == $2' | wc -l)
+	msg="$name: ids $same/$n identical to llama.cpp"
+	if [ "$same" -ne "$n" ]; then
+		fail=1
+		paste -d '|' "$tmp/ours" "$tmp/theirs" | awk -F '|' \
+		    '$1 != $2 { print "  line " NR ": ours " $1 "; llama.cpp " $2 }' |
+		    head -5
+	fi
+	"$tmp/tok-dump" -p "$m" > "$tmp/ours"
+	"$py" "$ref" pieces "$m" > "$tmp/theirs"
+	if cmp -s "$tmp/ours" "$tmp/theirs"; then
+		msg="$msg, all $(wc -l < "$tmp/ours") token pieces identical"
+	else
+		msg="$msg, token pieces DIFFER"
+		fail=1
+	fi
+	case $name in
+	spm) ;;
+	*)
+		"$tmp/tok-dump" -d "$m" < "$corpus" > "$tmp/rt" || fail=1
+		msg="$msg, round trip $(count '^ok' "$tmp/rt") ok,"
+		msg="$msg $(count '^invalid' "$tmp/rt") not UTF-8"
+		msg="$msg, $(count '^FAIL' "$tmp/rt") failed"
+		;;
+	esac
+	case $name in
+	SmolLM2*|bpe-llama-bpe)
+		"$tmp/tok-dump" -c "$m" < "$corpus" > "$tmp/ours"
+		"$py" "$ref" chat --jsonl "$m" "$corpus" > "$tmp/theirs"
+		if cmp -s "$tmp/ours" "$tmp/theirs"; then
+			msg="$msg, chat template identical"
+		else
+			msg="$msg, chat template DIFFERS"
+			fail=1
+		fi
+		;;
+	esac
+	echo "$msg"
+done
+exit $fail
