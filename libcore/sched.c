@@ -48,7 +48,7 @@ struct medha_sched {
 
 	struct cand *cands;
 	int cands_cap;
-	struct medha_item *items;
+	struct medha_sched_item *items;
 	int items_cap;
 	struct medha_cost acc;
 	uint64_t seq;
@@ -448,7 +448,7 @@ static int
 push_item(struct medha_sched *s, int idx, int64_t t, int64_t kv, int decode,
     int last)
 {
-	struct medha_item *it;
+	struct medha_sched_item *it;
 
 	if (s->acc.n_items >= s->items_cap) {
 		int ncap = s->items_cap ? 2 * s->items_cap : 256;
@@ -562,7 +562,8 @@ share_batch(struct medha_sched *s, int i, int nc, double limit, int *npre)
 }
 
 int
-medha_sched_next_batch(struct medha_sched *s, double now, struct medha_batch *b)
+medha_sched_next_batch(struct medha_sched *s, double now,
+    struct medha_sched_batch *b)
 {
 	int nc = 0, npre = 0, rc;
 	double limit = s->cfg.chunk > 0 ? (double)s->cfg.chunk : s->cfg.target;
@@ -641,11 +642,11 @@ medha_sched_next_batch(struct medha_sched *s, double now, struct medha_batch *b)
 }
 
 int
-medha_sched_batch_done(struct medha_sched *s, const struct medha_batch *b,
+medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
     double now)
 {
 	for (int i = 0; i < b->n_items; i++) {
-		const struct medha_item *it = &b->items[i];
+		const struct medha_sched_item *it = &b->items[i];
 		struct req *q = &s->reqs[it->req];
 		struct medha_req *r = &q->pub;
 		int rc;

@@ -85,7 +85,7 @@ struct medha_req {
 };
 
 /* A batch item: one sequence's tokens in this iteration. */
-struct medha_item {
+struct medha_sched_item {
 	int req;        /* request index (medha_sched_req) */
 	int64_t tokens; /* 1 for a decode, the chunk for a prefill */
 	int64_t kv;     /* KV tokens of this sequence before these tokens */
@@ -93,7 +93,7 @@ struct medha_item {
 	int last;       /* 1 if this is the prompt's last chunk */
 };
 
-struct medha_batch {
+struct medha_sched_batch {
 	uint64_t seq;      /* iteration number, from 0 */
 	double start;      /* time it was formed (enters stage 0), s */
 	double stage_time; /* predicted time in each of stages 0..spp-2, s */
@@ -101,8 +101,8 @@ struct medha_batch {
 	double latency;    /* predicted latency through all stages, s */
 	int n_items, n_decode;
 	int64_t n_tokens;
-	struct medha_item *items; /* owned by the scheduler; valid until the
-	                             next medha_sched_next_batch() */
+	struct medha_sched_item *items; /* owned by the scheduler; valid until
+	                             the next medha_sched_next_batch() */
 };
 
 struct medha_sched;
@@ -130,11 +130,11 @@ int medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
  * filled, 0 if there is nothing to run now, or MEDHA_ENOMEM.
  */
 int medha_sched_next_batch(struct medha_sched *s, double now,
-    struct medha_batch *b);
+    struct medha_sched_batch *b);
 
 /* Batch b (as returned) left the last stage at `now`: tokens come out. */
-int medha_sched_batch_done(struct medha_sched *s, const struct medha_batch *b,
-    double now);
+int medha_sched_batch_done(struct medha_sched *s,
+    const struct medha_sched_batch *b, double now);
 
 /* Returns 1 and fills *rec if a finished request's record is waiting. */
 int medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec);

@@ -13,8 +13,8 @@
 #include <string.h>
 
 struct flight {
-	struct medha_batch b;
-	struct medha_item *items; /* private copy */
+	struct medha_sched_batch b;
+	struct medha_sched_item *items; /* private copy */
 	int cap;
 	double done; /* leaves the last stage */
 };
@@ -87,7 +87,7 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 			goto out;
 
 		if (stage_free[0] <= t && nfl < spp) {
-			struct medha_batch b;
+			struct medha_sched_batch b;
 			rc = medha_sched_next_batch(s, t, &b);
 			if (rc < 0)
 				goto out;

@@ -20,7 +20,7 @@ struct medha_sim_hooks {
 	int (*record)(void *arg, const struct medha_record *rec);
 	/* Each batch as it is formed (optional). Non-zero return stops. */
 	int (*batch)(void *arg, const struct medha_sched *s,
-	    const struct medha_batch *b);
+	    const struct medha_sched_batch *b);
 	/* Called now and then with the virtual time and requests finished. */
 	void (*progress)(void *arg, double now, size_t done, size_t total);
 };

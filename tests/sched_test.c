@@ -95,7 +95,8 @@ obs_record(void *arg, const struct medha_record *rec)
 }
 
 static int
-obs_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
+obs_batch(void *arg, const struct medha_sched *s,
+    const struct medha_sched_batch *b)
 {
 	struct obs *o = arg;
 
@@ -114,7 +115,7 @@ obs_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
 		}
 	}
 	for (int i = 0; i < b->n_items; i++) {
-		const struct medha_item *it = &b->items[i];
+		const struct medha_sched_item *it = &b->items[i];
 		const struct medha_req *r = medha_sched_req(s, it->req);
 		if (it->decode) {
 			if (it->tokens != 1)

@@ -48,7 +48,8 @@ on_record(void *arg, const struct medha_record *rec)
 }
 
 static int
-on_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
+on_batch(void *arg, const struct medha_sched *s,
+    const struct medha_sched_batch *b)
 {
 	struct out *o = arg;
 	int rc;
@@ -56,7 +57,7 @@ on_batch(void *arg, const struct medha_sched *s, const struct medha_batch *b)
 	rc = medha_writer_printf(o->blog, "%.6f %.6f %d", b->start, b->latency,
 	    b->n_decode);
 	for (int i = 0; i < b->n_items && rc == 0; i++) {
-		const struct medha_item *it = &b->items[i];
+		const struct medha_sched_item *it = &b->items[i];
 		if (it->decode)
 			continue;
 		rc = medha_writer_printf(o->blog, " %s:%lld:%lld",
