@@ -19,14 +19,14 @@ CC      ?= cc
 OPT     ?= -O2
 SAN     ?=
 CFLAGS  ?= $(OPT) -g
-override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Ilibcore
+override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=native -Wall -Wextra -iquote libcore
 override LDFLAGS += $(SAN)
 LDLIBS  += -ljansson -lzstd -lpcre2-32 -lpthread -lm
 TESTLIBS = -lcmocka
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 
-PROGS     = medha-sched medha-trace
+PROGS     = medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c)
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a

@@ -22,11 +22,11 @@ src="libcore/gguf.c libcore/gguf_meta.c libcore/gguf_tensor.c
 
 mkdir -p "$dir/corpus" "$dir/seeds"
 # shellcheck disable=SC2086
-$CC -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Ilibcore \
+$CC -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -iquote libcore \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -o "$dir/fuzz-gguf" contrib/fuzz-gguf.c $src
 # shellcheck disable=SC2086
-cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Ilibcore \
+cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -iquote libcore \
     -o "$dir/gguf-dump" contrib/gguf-dump.c $src -lm
 
 "$dir/gguf-dump" -w "$dir/seeds/example.gguf"

@@ -29,7 +29,7 @@ pkg-config --exists libpcre2-32 2>/dev/null ||
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$top"
-${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Ilibcore -o "$tmp/tok-dump" \
+${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/tok-dump" \
     contrib/tok-dump.c libcore/tokenizer.c libcore/tok_encode.c \
     libcore/pretok.c libcore/gguf*.c $(ls libcore/quant.c 2>/dev/null) \
     libcore/util.c -lpcre2-32 -lm

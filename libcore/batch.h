@@ -1,0 +1,66 @@
+/*
+ * batch.h: what one forward pass of a backend is given (DESIGN.md
+ * section 6): a flat list of tokens and, for each sequence with tokens in
+ * it, where its tokens sit in that list, the KV cache sequence they
+ * extend, the position of its first token and which logits it wants
+ * back. Any mix of prefill chunks (many tokens) and decodes (one token)
+ * of different sequences goes in one batch; a sequence appears at most
+ * once.
+ *
+ * The tokens of sequence i are tokens[first_i .. first_i + n_tokens_i),
+ * where first_i is the sum of n_tokens over the sequences before it. The
+ * logits come back as rows of vocabulary size, sequence by sequence in
+ * batch order: one row (its last token's) for MEDHA_LOGITS_LAST, one per
+ * token for MEDHA_LOGITS_ALL, none for MEDHA_LOGITS_NONE (a prefill chunk
+ * that is not its prompt's last).
+ *
+ *	int32_t tok[] = { 1, 2, 3, 4, 9 };
+ *	struct medha_batch_seq s[] = {
+ *		{ .seq = a, .pos = 0, .n_tokens = 4, .logits = MEDHA_LOGITS_LAST
+ *}, { .seq = b, .pos = 57, .n_tokens = 1, .logits = MEDHA_LOGITS_LAST },
+ *	};
+ *	struct medha_batch b = { tok, 5, s, 2 };
+ *	float *logits = calloc(medha_batch_logit_rows(&b) * vocab, 4);
+ */
+#ifndef MEDHA_BATCH_H
+#define MEDHA_BATCH_H
+
+#include <stdint.h>
+
+enum medha_logits_mode {
+	MEDHA_LOGITS_LAST = 0, /* the last token's row */
+	MEDHA_LOGITS_ALL = 1,  /* a row for every token */
+	MEDHA_LOGITS_NONE = 2, /* no row */
+};
+
+struct medha_batch_seq {
+	int seq;          /* KV cache sequence handle (medha_kv_seq_alloc) */
+	int64_t pos;      /* position of the first token; at most the
+	                     sequence's cached length, which becomes pos +
+	                     n_tokens (a smaller pos forgets the tail) */
+	int32_t n_tokens; /* tokens of this sequence in the batch, >= 1 */
+	int logits;       /* MEDHA_LOGITS_* */
+};
+
+struct medha_batch {
+	const int32_t *tokens;             /* (n_tokens) token ids */
+	int32_t n_tokens;                  /* sum of the sequences' n_tokens */
+	const struct medha_batch_seq *seq; /* (n_seqs) */
+	int32_t n_seqs;
+};
+
+/* Rows of logits a batch returns (see above). */
+static inline int64_t
+medha_batch_logit_rows(const struct medha_batch *b)
+{
+	int64_t n = 0;
+	int32_t i;
+
+	for (i = 0; i < b->n_seqs; i++)
+		n += b->seq[i].logits == MEDHA_LOGITS_ALL   ? b->seq[i].n_tokens
+		    : b->seq[i].logits == MEDHA_LOGITS_LAST ? 1
+		                                            : 0;
+	return n;
+}
+
+#endif

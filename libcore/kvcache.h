@@ -1,0 +1,145 @@
+/*
+ * kvcache.h: the paged KV cache of the CPU backend. Keys and values are
+ * kept in blocks of MEDHA_KV_BLOCK (16) token positions; a sequence owns
+ * a block table (its i-th block holds positions 16*i .. 16*i+15), and
+ * blocks come from one pool sized at creation, so many sequences of any
+ * length share the memory without copying or fragmentation. Storage is
+ * float32 or float16 (selectable; f16 halves the memory and the bytes
+ * attention reads, f32 makes chunked prefill bit-exact).
+ *
+ * A block is one contiguous region holding every layer's K and V for its
+ * 16 positions: block b, layer l, K (0) or V (1), kv head h is the run of
+ * 16 * head_dim elements at element offset
+ *	(((b * n_layers + l) * 2 + kv) * n_kv_heads + h) * 16 * head_dim
+ * so attention reads one head's keys for 16 positions in one stream. In
+ * a K run, element c of position i (0..15) is at c * 16 + i (dimension
+ * major: a query's scores against the 16 keys are 16-wide multiply-adds
+ * over the dimensions, with no transposing); in a V run it is at
+ * i * head_dim + c (position major: each value row is added whole).
+ *
+ *	struct medha_kvcache *kv;
+ *	struct medha_kv_config c = { .n_layers = 30, .n_kv_heads = 3,
+ *	    .head_dim = 64, .n_blocks = 4096, .type = MEDHA_KV_F16 };
+ *	int seq;
+ *	if (medha_kvcache_init(&kv, &c) != 0 || medha_kv_seq_alloc(kv, &seq))
+ *		...;
+ *	medha_kv_reserve(kv, seq, 100);	(then the forward pass writes)
+ *	medha_kv_seq_free(kv, seq);
+ *	medha_kvcache_free(kv);
+ */
+#ifndef MEDHA_KVCACHE_H
+#define MEDHA_KVCACHE_H
+
+#include "medha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MEDHA_KV_BLOCK 16 /* token positions per block */
+
+enum medha_kv_type {
+	MEDHA_KV_F32 = 0,
+	MEDHA_KV_F16 = 1,
+};
+
+struct medha_kv_config {
+	int n_layers;     /* layers of the model */
+	int n_kv_heads;   /* key/value heads */
+	int head_dim;     /* elements per head */
+	int64_t n_blocks; /* blocks in the pool */
+	int type;         /* MEDHA_KV_F32 or MEDHA_KV_F16 */
+	int max_seqs;     /* sequences at once; 0 = 256 */
+};
+
+/* One sequence's block table. */
+struct medha_kv_seq {
+	int used;       /* allocated to a caller */
+	int64_t len;    /* positions 0 .. len-1 hold valid K/V */
+	int32_t *block; /* (nblock) pool block of each 16 positions */
+	int64_t nblock; /* blocks held */
+	int64_t cap;    /* room in block[] */
+};
+
+struct medha_kvcache {
+	struct medha_kv_config c;
+	size_t elsize;    /* bytes per element: 4 or 2 */
+	size_t block_els; /* elements per block, all layers, K and V */
+	void *data;    /* (n_blocks, n_layers, 2, n_kv_heads, 16, head_dim) */
+	int32_t *free; /* (n_blocks) stack of free block numbers */
+	int64_t nfree; /* blocks on the stack */
+	struct medha_kv_seq *seq; /* (max_seqs) */
+};
+
+/*
+ * Create a cache. On success *kv is the caller's, for
+ * medha_kvcache_free(). Returns 0, MEDHA_EINVAL (a size out of range or
+ * an unknown type) or MEDHA_ENOMEM; *kv is NULL on failure.
+ */
+int
+medha_kvcache_init(struct medha_kvcache **kv, const struct medha_kv_config *c);
+/* Free the cache and every sequence in it; kv may be NULL. */
+void medha_kvcache_free(struct medha_kvcache *kv);
+/* Bytes a cache of this configuration holds for K/V (0 on overflow). */
+size_t medha_kvcache_bytes(const struct medha_kv_config *c);
+
+/*
+ * Allocate an empty sequence: *seq is its handle (0 <= *seq < max_seqs).
+ * Returns 0 or MEDHA_ENOSPACE (every handle in use).
+ */
+int medha_kv_seq_alloc(struct medha_kvcache *kv, int *seq);
+/* Give a sequence's blocks back to the pool and free the handle. */
+void medha_kv_seq_free(struct medha_kvcache *kv, int seq);
+/* Valid positions of a sequence, or MEDHA_EINVAL for a bad handle. */
+int64_t medha_kv_seq_len(const struct medha_kvcache *kv, int seq);
+/*
+ * Make room for positions 0 .. n-1 (taking blocks from the pool as
+ * needed; nothing is given back if n is less than held). Returns 0,
+ * MEDHA_EINVAL (bad handle, negative n) or MEDHA_ENOSPACE / MEDHA_ENOMEM
+ * (the blocks taken so far stay with the sequence).
+ */
+int medha_kv_reserve(struct medha_kvcache *kv, int seq, int64_t n);
+/*
+ * Set the valid length (after the forward pass wrote positions up to it,
+ * or to forget a tail). n must not exceed the reserved room. Blocks past
+ * the new length go back to the pool. Returns 0 or MEDHA_EINVAL.
+ */
+int medha_kv_set_len(struct medha_kvcache *kv, int seq, int64_t n);
+/* Blocks left in the pool. */
+int64_t medha_kv_free_blocks(const struct medha_kvcache *kv);
+
+/*
+ * Store n positions' K and V for one layer, starting at position pos
+ * (which must be reserved): k and v are (n, n_kv_heads, head_dim) f32,
+ * rounded to f16 (nearest even) for an f16 cache. Returns 0 or
+ * MEDHA_EINVAL (bad handle or positions outside the reserved room).
+ */
+int medha_kv_write(struct medha_kvcache *kv, int seq, int layer, int64_t pos,
+    int n, const float *k, const float *v);
+
+/*
+ * Where the 16-position run of (layer, K or V, head) for block slot i of
+ * a sequence starts (elements of the cache's type, 16 * head_dim of
+ * them, laid out as above). No checks: for the attention loops, which
+ * know the bounds.
+ */
+static inline const void *
+medha_kv_run(const struct medha_kvcache *kv, int seq, int layer, int which,
+    int head, int64_t i)
+{
+	size_t b = (size_t)kv->seq[seq].block[i];
+	size_t off =
+	    ((b * kv->c.n_layers + layer) * 2 + which) * kv->c.n_kv_heads +
+	    head;
+
+	return (const char *)kv->data +
+	    off * MEDHA_KV_BLOCK * kv->c.head_dim * kv->elsize;
+}
+
+/*
+ * Read position pos of (layer, K or V, head) as f32 into dst (head_dim
+ * floats); for tests and debugging. Returns 0 or MEDHA_EINVAL.
+ */
+int medha_kv_read(const struct medha_kvcache *kv, int seq, int layer, int which,
+    int head, int64_t pos, float *dst);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * sample.h: choosing the next token from a row of logits: greedy, or
+ * random after top-k, top-p and temperature, from a seeded generator of
+ * our own (xoshiro256**), so that a seed gives the same tokens on every
+ * machine and run.
+ *
+ * The order is llama.cpp's default chain: top-k keeps the k largest
+ * logits; top-p keeps the smallest prefix (by falling probability,
+ * computed before temperature) whose probability reaches p; temperature
+ * then divides the kept logits, and one token is drawn from their
+ * softmax. Ties in logit go to the lower token id, in greedy choice as in
+ * sorting. A temperature <= 0 is greedy.
+ *
+ *	struct medha_sampler *s;
+ *	struct medha_sampler_params p = { .temp = 0.8f, .top_k = 40,
+ *	    .top_p = 0.95f, .seed = 42 };
+ *	if (medha_sampler_init(&s, &p, vocab) != 0)
+ *		...;
+ *	tok = medha_sample(s, logits);
+ *	medha_sampler_free(s);
+ */
+#ifndef MEDHA_SAMPLE_H
+#define MEDHA_SAMPLE_H
+
+#include "medha.h"
+
+#include <stdint.h>
+
+struct medha_sampler_params {
+	float temp;    /* temperature; <= 0 is greedy */
+	int top_k;     /* keep the k largest logits; <= 0 keeps all */
+	float top_p;   /* keep the top-p nucleus; 0 or >= 1 keeps all */
+	uint64_t seed; /* the generator's seed */
+};
+
+struct medha_sampler; /* opaque: parameters, generator, scratch */
+
+/*
+ * A sampler for rows of n_vocab logits. On success *s is the caller's,
+ * for medha_sampler_free(). Returns 0, MEDHA_EINVAL (n_vocab < 1, a NaN
+ * temperature or top_p) or MEDHA_ENOMEM.
+ */
+int medha_sampler_init(struct medha_sampler **s,
+    const struct medha_sampler_params *p, int n_vocab);
+void medha_sampler_free(struct medha_sampler *s);
+
+/* The next token for logits (n_vocab floats); advances the generator. */
+int medha_sample(struct medha_sampler *s, const float *logits);
+
+/*
+ * The candidates medha_sample() draws from for these logits, without
+ * drawing: *ids and *probs (valid until the next call on s) hold the
+ * returned count of token ids by falling probability and their
+ * probabilities after temperature (summing to 1). Greedy gives one.
+ */
+int medha_sample_candidates(struct medha_sampler *s, const float *logits,
+    const int **ids, const float **probs);
+
+/* The index of the largest of n logits, the lowest on ties. */
+int medha_sample_greedy(const float *logits, int n);
+
+/* A uniform float in [0, 1) from the sampler's generator (for tests). */
+float medha_sampler_uniform(struct medha_sampler *s);
+
+#endif

@@ -1,0 +1,439 @@
+/*
+ * cpu_kernel_test.c: the CPU backend's kernels (libcore/cpu_mm.c,
+ * cpu_attn.c) and its thread pool (libcore/threadpool.c), each against a
+ * float64 reference computed here.
+ *  - attention and its log-sum-exp against float64, f32 and f16 caches,
+ *    whole and split into 1-4 key ranges merged with medha_attn_merge(),
+ *    and ranges a query sees only partly or not at all;
+ *  - the matrix product of every weight type (F32, F16, BF16, Q8_0, Q4_0,
+ *    Q4_1, Q4_K, Q6_K) with 1 to 13 tokens, tightly (1e-5 of sum |w x|)
+ *    against the same activation rounding redone in float64, and loosely
+ *    (2e-2) against the exact activations; the reference mode within
+ *    1e-5 of sum |w x| for every type;
+ *  - the pool runs every task exactly once, for any count and size.
+ * The largest errors seen are printed (stderr) for the record.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "kvcache.h"
+#include "model.h"
+#include "quant.h"
+#include "sample.h"
+#include "threadpool.h"
+
+/* ---- a deterministic generator ---- */
+
+static uint64_t rng_state = 1;
+
+static void
+rng_seed(uint64_t s)
+{
+	rng_state = s * 2862933555777941757ull + 3037000493ull;
+}
+
+static float
+frand(void) /* uniform in [-1, 1) */
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+/* ---- a KV cache shaped like the test models of cpu_test.c ---- */
+
+#define NL 2
+#define NH 4
+#define NKV 2
+#define HD 16
+
+static struct medha_kvcache *
+kv_new(int type, int64_t blocks)
+{
+	struct medha_kvcache *kv;
+	struct medha_kv_config c = {.n_layers = NL,
+	    .n_kv_heads = NKV,
+	    .head_dim = HD,
+	    .n_blocks = blocks,
+	    .type = type,
+	    .max_seqs = 8};
+
+	assert_int_equal(medha_kvcache_init(&kv, &c), 0);
+	return kv;
+}
+
+/* ---- attention and LSE against float64 ---- */
+
+static void
+attn_ref(struct medha_kvcache *kv, int seq, const float *q, int nq,
+    int64_t qpos, int64_t lo, int64_t hi, double *out, double *lse)
+{
+	float krow[HD], vrow[HD];
+	double s[256], m, z;
+	int i, h, d;
+	int64_t j, e;
+
+	for (i = 0; i < nq; i++)
+		for (h = 0; h < NH; h++) {
+			const float *qh = q + ((size_t)i * NH + h) * HD;
+			double *o = out + ((size_t)i * NH + h) * HD;
+			e = hi < qpos + i + 1 ? hi : qpos + i + 1;
+			m = -INFINITY;
+			for (j = lo; j < e; j++) {
+				medha_kv_read(kv, seq, 0, 0, h / (NH / NKV), j,
+				    krow);
+				s[j - lo] = 0;
+				for (d = 0; d < HD; d++)
+					s[j - lo] += (double)qh[d] * krow[d];
+				s[j - lo] /= sqrt((double)HD);
+				m = fmax(m, s[j - lo]);
+			}
+			z = 0;
+			for (d = 0; d < HD; d++)
+				o[d] = 0;
+			for (j = lo; j < e; j++) {
+				double p = exp(s[j - lo] - m);
+				z += p;
+				medha_kv_read(kv, seq, 0, 1, h / (NH / NKV), j,
+				    vrow);
+				for (d = 0; d < HD; d++)
+					o[d] += p * vrow[d];
+			}
+			for (d = 0; d < HD; d++)
+				o[d] = e > lo ? o[d] / z : 0;
+			lse[(size_t)i * NH + h] =
+			    e > lo ? m + log(z) : -INFINITY;
+		}
+}
+
+static void
+test_attention(void **state)
+{
+	enum { LEN = 150, NQ = 20 };
+	struct medha_threadpool *tp;
+	float k[LEN * NKV * HD], v[LEN * NKV * HD], q[NQ * NH * HD];
+	float out[4][NQ * NH * HD], lse[4][NQ * NH];
+	double ro[NQ * NH * HD], rl[NQ * NH], eo = 0, el = 0;
+	const float *po[4], *pl[4];
+	int type, i, seq, sh, k_;
+
+	(void)state;
+	assert_int_equal(medha_threadpool_init(&tp, 2), 0);
+	for (type = MEDHA_KV_F32; type <= MEDHA_KV_F16; type++) {
+		struct medha_kvcache *kv = kv_new(type, 16);
+		rng_seed(77 + type);
+		for (i = 0; i < LEN * NKV * HD; i++) {
+			k[i] = 2.0f * frand();
+			v[i] = frand();
+		}
+		for (i = 0; i < NQ * NH * HD; i++)
+			q[i] = 2.0f * frand();
+		assert_int_equal(medha_kv_seq_alloc(kv, &seq), 0);
+		assert_int_equal(medha_kv_reserve(kv, seq, LEN), 0);
+		assert_int_equal(medha_kv_write(kv, seq, 0, 0, LEN, k, v), 0);
+		assert_int_equal(medha_kv_set_len(kv, seq, LEN), 0);
+		/* 20 queries at 130..149 over all keys, then 1..4 ranges */
+		for (k_ = 1; k_ <= 4; k_++) {
+			for (sh = 0; sh < k_; sh++) {
+				assert_int_equal(medha_cpu_attn(tp, kv, seq, 0,
+				                     NH, q, NQ, LEN - NQ,
+				                     (int64_t)LEN * sh / k_,
+				                     (int64_t)LEN * (sh + 1) /
+				                         k_,
+				                     out[sh], lse[sh]),
+				    0);
+				po[sh] = out[sh];
+				pl[sh] = lse[sh];
+			}
+			medha_attn_merge(k_, po, pl, NQ * NH, HD, out[0],
+			    lse[0]);
+			attn_ref(kv, seq, q, NQ, LEN - NQ, 0, LEN, ro, rl);
+			for (i = 0; i < NQ * NH * HD; i++)
+				eo = fmax(eo, fabs(out[0][i] - ro[i]));
+			for (i = 0; i < NQ * NH; i++)
+				el = fmax(el,
+				    fabs(lse[0][i] - rl[i]) /
+				        fmax(1, fabs(rl[i])));
+		}
+		/* a range after every query sees nothing */
+		assert_int_equal(medha_cpu_attn(tp, kv, seq, 0, NH, q, 2, 10,
+		                     100, LEN, out[1], lse[1]),
+		    0);
+		assert_true(isinf(lse[1][0]) && lse[1][0] < 0);
+		assert_true(out[1][5] == 0);
+		/* a range that only some queries reach */
+		assert_int_equal(medha_cpu_attn(tp, kv, seq, 0, NH, q, NQ, 60,
+		                     70, 100, out[1], lse[1]),
+		    0);
+		attn_ref(kv, seq, q, NQ, 60, 70, 100, ro, rl);
+		for (i = 0; i < NQ * NH * HD; i++)
+			eo = fmax(eo, fabs(out[1][i] - ro[i]));
+		for (i = 0; i < NQ * NH; i++)
+			if (isinf(rl[i]))
+				assert_true(isinf(lse[1][i]));
+			else
+				el = fmax(el,
+				    fabs(lse[1][i] - rl[i]) /
+				        fmax(1, fabs(rl[i])));
+		medha_kvcache_free(kv);
+	}
+	fprintf(stderr,
+	    "# attention vs float64: out abs err %g (values in "
+	    "[-1,1]), lse rel err %g\n",
+	    eo, el);
+	assert_true(eo < 1e-5);
+	assert_true(el < 1e-5);
+	medha_threadpool_free(tp);
+}
+
+/* ---- matrix products against float64 ---- */
+
+/* The activation rounding of the fast path, redone here in float64. */
+static void
+act_round(int type, const float *x, int k, double *xr, double *xs)
+{
+	int b, j;
+
+	for (j = 0; j < k; j++)
+		xr[j] = x[j];
+	if (type == MEDHA_GGML_F16)
+		for (j = 0; j < k; j++)
+			xr[j] = medha_fp16_to_fp32(medha_fp32_to_fp16(x[j]));
+	else if (type == MEDHA_GGML_BF16)
+		for (j = 0; j < k; j++)
+			xr[j] = medha_bf16_to_fp32(medha_fp32_to_bf16(x[j]));
+	else if (type == MEDHA_GGML_Q8_0 || type == MEDHA_GGML_Q4_0 ||
+	    type == MEDHA_GGML_Q4_1)
+		for (b = 0; b < k / 32; b++) {
+			float amax = 0, id, d;
+			int sum = 0, q;
+			for (j = 0; j < 32; j++)
+				amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+			d = amax / 127.0f;
+			id = amax != 0 ? 127.0f / amax : 0;
+			for (j = 0; j < 32; j++) {
+				q = (int)rintf(x[b * 32 + j] * id);
+				sum += q;
+				xr[b * 32 + j] = q *
+				    (double)medha_fp16_to_fp32(
+				        medha_fp32_to_fp16(d));
+			}
+			/* Q4_1 takes d * sum(q) rounded to f16 for the mins */
+			xs[b] = medha_fp16_to_fp32(medha_fp32_to_fp16(d * sum));
+		}
+}
+
+static void
+test_matmul(void **state)
+{
+	static const int types[] = {MEDHA_GGML_F32, MEDHA_GGML_F16,
+	    MEDHA_GGML_BF16, MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_0, MEDHA_GGML_Q4_1,
+	    MEDHA_GGML_Q4_K, MEDHA_GGML_Q6_K};
+	enum { ROWS = 67, K = 256, N = 13 };
+	struct medha_threadpool *tp;
+	struct medha_tensor w;
+	float *wd = malloc(sizeof(float) * ROWS * K), x[N * K], y[N * ROWS];
+	unsigned char *wq = malloc(ROWS * 210 * (K / 256) + ROWS * K * 4);
+	double xr[K], xs[K / 32], tight, loose, abs_, e;
+	int ti, r, t, j, ref, n;
+	size_t rb;
+
+	(void)state;
+	assert_non_null(wd);
+	assert_non_null(wq);
+	assert_int_equal(medha_threadpool_init(&tp, 3), 0);
+	rng_seed(99);
+	for (j = 0; j < N * K; j++)
+		x[j] = frand() * (j % 7 == 0 ? 4.0f : 1.0f);
+	for (ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
+		int type = types[ti];
+		rb = medha_ggml_row_bytes(type, K);
+		for (r = 0; r < ROWS; r++) {
+			float row[K];
+			for (j = 0; j < K; j++)
+				row[j] = 0.5f * frand() + 0.05f;
+			if (medha_quant_row(type, row, wq + rb * r, K) != 0) {
+				/* K-quants: random blocks with sane scales */
+				for (j = 0; j < (int)rb; j++)
+					wq[rb * r + j] =
+					    (unsigned char)(frand() * 128 +
+					        128);
+				for (j = 0; j < (int)rb; j += (int)rb) {
+					uint16_t h = medha_fp32_to_fp16(0.01f);
+					unsigned char *p = wq + rb * r + j;
+					if (type == MEDHA_GGML_Q4_K) {
+						p[0] = p[2] = (unsigned char)h;
+						p[1] = p[3] = h >> 8;
+					} else {
+						p[208] = (unsigned char)h;
+						p[209] = h >> 8;
+					}
+				}
+			}
+			assert_int_equal(medha_dequant_row(type, wq + rb * r,
+			                     wd + (size_t)r * K, K),
+			    0);
+		}
+		memset(&w, 0, sizeof(w));
+		w.name = "w";
+		w.type = type;
+		w.n_dims = 2;
+		w.ne[0] = K;
+		w.ne[1] = ROWS;
+		w.ne[2] = w.ne[3] = 1;
+		w.data = wq;
+		w.nbytes = rb * ROWS;
+		for (ref = 0; ref <= 1; ref++)
+			for (n = 1; n <= N; n += 4) {
+				assert_int_equal(medha_cpu_matmul(ref ? NULL
+				                                      : tp,
+				                     &w, x, n, y, ref),
+				    0);
+				tight = loose = 0;
+				for (t = 0; t < n; t++) {
+					act_round(ref ? MEDHA_GGML_F32 : type,
+					    x + t * K, K, xr, xs);
+					for (r = 0; r < ROWS; r++) {
+						double s = 0, se = 0;
+						const float *wr =
+						    wd + (size_t)r * K;
+						abs_ = 0;
+						for (j = 0; j < K; j++) {
+							s += (double)wr[j] *
+							    xr[j];
+							se += (double)wr[j] *
+							    x[t * K + j];
+							abs_ +=
+							    fabs((double)wr[j] *
+							        x[t * K + j]);
+						}
+						if (!ref &&
+						    type == MEDHA_GGML_Q4_1) {
+							/* the mins times s */
+							double sm = 0;
+							const unsigned char *p =
+							    wq + rb * r;
+							s = 0;
+							for (j = 0; j < K / 32;
+							     j++) {
+								double d = medha_fp16_to_fp32(
+								    (uint16_t)(p[20 *
+								                   j] |
+								        p[20 * j +
+								            1]
+								            << 8));
+								double m = medha_fp16_to_fp32((
+								    uint16_t)(p[20 * j +
+								                  2] |
+								    p[20 * j +
+								        3]
+								        << 8));
+								int b2;
+								for (b2 = 0;
+								     b2 < 32;
+								     b2++) {
+									int qq =
+									    b2 <
+									        16
+									    ? p[20 * j +
+									          4 +
+									          b2] &
+									        15
+									    : p[20 * j +
+									          4 +
+									          b2 -
+									          16] >>
+									        4;
+									s += d *
+									    qq *
+									    xr[j * 32 +
+									        b2];
+								}
+								sm += m * xs[j];
+							}
+							s += sm;
+						}
+						e = fabs(y[t * ROWS + r] - s) /
+						    abs_;
+						tight = fmax(tight, e);
+						loose = fmax(loose,
+						    fabs(y[t * ROWS + r] - se) /
+						        abs_);
+					}
+				}
+				if (tight > 1e-5 || loose > 2e-2)
+					fail_msg("%s%s n=%d: err %g (exact "
+					         "activations %g)",
+					    medha_ggml_type_name(type),
+					    ref ? " (ref)" : "", n, tight,
+					    loose);
+				if (n == 13)
+					fprintf(stderr,
+					    "# matmul %-5s%s: err %.2g of sum "
+					    "|w x| (vs exact activations "
+					    "%.2g)\n",
+					    medha_ggml_type_name(type),
+					    ref ? " ref" : "    ", tight,
+					    loose);
+			}
+	}
+	medha_threadpool_free(tp);
+	free(wd);
+	free(wq);
+}
+
+/* ---- the thread pool ---- */
+
+struct count {
+	int hits[1000];
+};
+
+static void
+count_task(void *arg, int i, int thread)
+{
+	struct count *c = arg;
+
+	(void)thread;
+	__atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
+}
+
+static void
+test_threadpool(void **state)
+{
+	struct medha_threadpool *tp;
+	struct count c;
+	int n, i, nt;
+
+	(void)state;
+	for (nt = 1; nt <= 4; nt++) {
+		assert_int_equal(medha_threadpool_init(&tp, nt), 0);
+		for (n = 0; n <= 1000; n += 37) {
+			memset(&c, 0, sizeof(c));
+			medha_threadpool_run(tp, n, count_task, &c);
+			for (i = 0; i < 1000; i++)
+				assert_int_equal(c.hits[i], i < n ? 1 : 0);
+		}
+		medha_threadpool_free(tp);
+	}
+	assert_int_equal(medha_threadpool_init(&tp, 0), MEDHA_EINVAL);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_threadpool),
+	    cmocka_unit_test(test_matmul),
+	    cmocka_unit_test(test_attention),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

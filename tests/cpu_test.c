@@ -1,0 +1,595 @@
+/*
+ * cpu_test.c: the CPU backend's forward pass (libcore/cpu.c) and the
+ * model it runs (libcore/model.c); its kernels are checked on their own
+ * in cpu_kernel_test.c.
+ *
+ * Tiny random Llama models are made in memory (2 layers, hidden 64, 4
+ * heads over 2 kv heads of 16, ffn 128, vocab 97; every matrix in one of
+ * F32, F16, BF16, Q8_0, Q4_0, Q4_1; tied or separate output). The checks:
+ *  - exactness of chunking: a prompt's logits after prefill in chunks of
+ *    1, 7, 32, 64 and all at once agree within 1e-5 relative (f32 KV; in
+ *    fact they are bit-identical, for 1 and 3 threads), and every
+ *    position's logits from one MEDHA_LOGITS_ALL prefill equal those of
+ *    one-token steps (f16 KV);
+ *  - the KVP test mode: each sequence's keys split into 2, 3 and 4 ranges,
+ *    attended apart and merged, give the unsplit logits within 1e-5
+ *    relative (f32 activations: F32 weights, and every type in reference
+ *    mode; rounded activations turn the merge's last-bit changes into an
+ *    occasional rounding step, which is reported, not bounded);
+ *  - a mixed batch (a prefill chunk and two decodes of other sequences)
+ *    gives each sequence exactly the logits it gets alone;
+ *  - malformed batches and a full cache are refused with reasons;
+ *  - wrong, missing and short tensors are named by the model loader.
+ * The largest errors seen are printed (stderr) for the record.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "kvcache.h"
+#include "model.h"
+#include "quant.h"
+#include "threadpool.h"
+
+/* ---- a deterministic generator ---- */
+
+static uint64_t rng_state = 1;
+
+static void
+rng_seed(uint64_t s)
+{
+	rng_state = s * 2862933555777941757ull + 3037000493ull;
+}
+
+static float
+frand(void) /* uniform in [-1, 1) */
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+/* ---- tiny models in memory ---- */
+
+#define NT_MAX 64
+#define VOCAB 97
+#define DIM 64
+#define NH 4
+#define NKV 2
+#define HD 16
+#define FFN 128
+#define NL 2
+
+struct tmodel {
+	struct medha_tensor t[NT_MAX];
+	char name[NT_MAX][48];
+	void *data[NT_MAX];
+	int nt;
+	struct medha_model_config c;
+	struct medha_model *m;
+};
+
+static void
+tm_add(struct tmodel *tm, const char *name, int type, int64_t cols,
+    int64_t rows, float scale, float offset)
+{
+	size_t rb = medha_ggml_row_bytes(type, cols);
+	float *row = malloc(sizeof(float) * cols);
+	unsigned char *d = malloc(rb * (size_t)rows);
+	struct medha_tensor *t = &tm->t[tm->nt];
+	int64_t r, i;
+
+	assert_non_null(row);
+	assert_non_null(d);
+	assert_true(rb > 0 && tm->nt < NT_MAX);
+	for (r = 0; r < rows; r++) {
+		for (i = 0; i < cols; i++)
+			row[i] = offset + scale * frand();
+		assert_int_equal(medha_quant_row(type, row, d + rb * r, cols),
+		    0);
+	}
+	free(row);
+	snprintf(tm->name[tm->nt], sizeof(tm->name[0]), "%s", name);
+	t->name = tm->name[tm->nt];
+	t->type = type;
+	t->n_dims = rows > 1 ? 2 : 1;
+	t->ne[0] = cols;
+	t->ne[1] = rows;
+	t->ne[2] = t->ne[3] = 1;
+	t->data = d;
+	t->nbytes = rb * (size_t)rows;
+	tm->data[tm->nt++] = d;
+}
+
+static const struct medha_tensor *
+tm_find(void *ctx, const char *name)
+{
+	struct tmodel *tm = ctx;
+	int i;
+
+	for (i = 0; i < tm->nt; i++)
+		if (strcmp(tm->name[i], name) == 0)
+			return &tm->t[i];
+	return NULL;
+}
+
+/* Matrices of type wt, embedding of type et, output tied or not. */
+static void
+tm_make(struct tmodel *tm, int wt, int et, int tied, uint64_t seed)
+{
+	char n[48];
+	char why[256];
+	int l;
+
+	memset(tm, 0, sizeof(*tm));
+	rng_seed(seed);
+	tm->c = (struct medha_model_config){.n_layers = NL,
+	    .dim = DIM,
+	    .n_heads = NH,
+	    .n_kv_heads = NKV,
+	    .head_dim = HD,
+	    .n_rot = HD,
+	    .ffn_dim = FFN,
+	    .rope_theta = 10000.0f,
+	    .norm_eps = 1e-5f};
+	tm_add(tm, "token_embd.weight", et, DIM, VOCAB, 1.0f, 0);
+	tm_add(tm, "output_norm.weight", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
+	if (!tied)
+		tm_add(tm, "output.weight", wt, DIM, VOCAB, 0.3f, 0);
+	for (l = 0; l < NL; l++) {
+#define ADD(s, ty, c, r, sc, off)                                 \
+	do {                                                      \
+		snprintf(n, sizeof(n), "blk.%d.%s.weight", l, s); \
+		tm_add(tm, n, ty, c, r, sc, off);                 \
+	} while (0)
+		ADD("attn_norm", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
+		ADD("attn_q", wt, DIM, NH * HD, 0.4f, 0);
+		ADD("attn_k", wt, DIM, NKV * HD, 0.4f, 0);
+		ADD("attn_v", wt, DIM, NKV * HD, 0.4f, 0);
+		ADD("attn_output", wt, NH * HD, DIM, 0.2f, 0);
+		ADD("ffn_norm", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
+		ADD("ffn_gate", wt, DIM, FFN, 0.3f, 0);
+		ADD("ffn_up", wt, DIM, FFN, 0.3f, 0);
+		ADD("ffn_down", wt, FFN, DIM, 0.2f, 0);
+#undef ADD
+	}
+	if (medha_model_build(&tm->m, &tm->c, tm_find, tm, why, sizeof(why)) !=
+	    0)
+		fail_msg("model: %s", why);
+	assert_int_equal(tm->m->c.vocab, VOCAB);
+	assert_int_equal(tm->m->tied, tied);
+}
+
+static void
+tm_free(struct tmodel *tm)
+{
+	int i;
+
+	medha_model_free(tm->m);
+	for (i = 0; i < tm->nt; i++)
+		free(tm->data[i]);
+}
+
+static struct medha_kvcache *
+kv_new(int type, int64_t blocks)
+{
+	struct medha_kvcache *kv;
+	struct medha_kv_config c = {.n_layers = NL,
+	    .n_kv_heads = NKV,
+	    .head_dim = HD,
+	    .n_blocks = blocks,
+	    .type = type,
+	    .max_seqs = 8};
+
+	assert_int_equal(medha_kvcache_init(&kv, &c), 0);
+	return kv;
+}
+
+static struct medha_cpu *
+cpu_new(struct tmodel *tm, struct medha_kvcache *kv, int threads, int shards,
+    int ref)
+{
+	struct medha_cpu *cpu;
+	struct medha_cpu_opts o = {.n_threads = threads,
+	    .ref = ref,
+	    .kv_shards = shards};
+	char why[256];
+
+	if (medha_cpu_init(&cpu, tm->m, kv, &o, why, sizeof(why)) != 0)
+		fail_msg("cpu: %s", why);
+	return cpu;
+}
+
+/* One forward of a single sequence's tokens. */
+static void
+step(struct medha_cpu *cpu, int seq, int64_t pos, const int32_t *tok, int n,
+    int mode, float *logits)
+{
+	struct medha_batch_seq s = {seq, pos, n, mode};
+	struct medha_batch b = {tok, n, &s, 1};
+	char why[256];
+
+	if (medha_cpu_forward(cpu, &b, logits, why, sizeof(why)) != 0)
+		fail_msg("forward: %s", why);
+}
+
+/* Prefill tok[0..n) in chunks of ch on a fresh sequence; last logits. */
+static int
+prefill(struct medha_cpu *cpu, struct medha_kvcache *kv, const int32_t *tok,
+    int n, int ch, float *logits)
+{
+	int seq, i, c;
+
+	assert_int_equal(medha_kv_seq_alloc(kv, &seq), 0);
+	for (i = 0; i < n; i += c) {
+		c = n - i < ch ? n - i : ch;
+		step(cpu, seq, i, tok + i, c,
+		    i + c == n ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE, logits);
+	}
+	return seq;
+}
+
+/* max |a - b| / max |b| */
+static double
+rel_err(const float *a, const float *b, int64_t n)
+{
+	double num = 0, den = 0;
+	int64_t i;
+
+	for (i = 0; i < n; i++) {
+		num = fmax(num, fabs((double)a[i] - b[i]));
+		den = fmax(den, fabs((double)b[i]));
+	}
+	return den > 0 ? num / den : num;
+}
+
+static void
+prompt(int32_t *tok, int n, uint64_t seed)
+{
+	int i;
+
+	rng_seed(seed);
+	for (i = 0; i < n; i++)
+		tok[i] = (int32_t)((frand() + 1.0f) * 0.5f * VOCAB) % VOCAB;
+}
+
+static const int wtypes[] = {MEDHA_GGML_F32, MEDHA_GGML_F16, MEDHA_GGML_BF16,
+    MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_0, MEDHA_GGML_Q4_1};
+#define NWT (int)(sizeof(wtypes) / sizeof(wtypes[0]))
+
+/* ---- (a) chunking ---- */
+
+#define PLEN 100
+
+static void
+test_chunking(void **state)
+{
+	static const int chunks[] = {1, 7, 32, 64, PLEN};
+	int32_t tok[PLEN];
+	float ref[VOCAB], got[VOCAB];
+	double worst = 0, e;
+	int w, i, threads;
+
+	(void)state;
+	prompt(tok, PLEN, 7);
+	for (w = 0; w < NWT; w++)
+		for (threads = 1; threads <= 3; threads += 2) {
+			struct tmodel tm;
+			struct medha_kvcache *kv;
+			struct medha_cpu *cpu;
+			tm_make(&tm, wtypes[w], wtypes[w], w % 2, 100 + w);
+			kv = kv_new(MEDHA_KV_F32, 64);
+			cpu = cpu_new(&tm, kv, threads, 1, 0);
+			medha_kv_seq_free(kv,
+			    prefill(cpu, kv, tok, PLEN, PLEN, ref));
+			for (i = 0; i < 5; i++) {
+				medha_kv_seq_free(kv,
+				    prefill(cpu, kv, tok, PLEN, chunks[i],
+				        got));
+				e = rel_err(got, ref, VOCAB);
+				if (e > 1e-5)
+					fail_msg("%s chunk %d threads %d: rel "
+					         "err %g",
+					    medha_ggml_type_name(wtypes[w]),
+					    chunks[i], threads, e);
+				worst = fmax(worst, e);
+			}
+			medha_cpu_free(cpu);
+			medha_kvcache_free(kv);
+			tm_free(&tm);
+		}
+	fprintf(stderr, "# chunking: max rel err %g\n", worst);
+}
+
+/* every position of an all-logits prefill equals one-token steps */
+static void
+test_all_logits(void **state)
+{
+	struct tmodel tm;
+	struct medha_kvcache *kv;
+	struct medha_cpu *cpu;
+	int32_t tok[40];
+	float *all = malloc(sizeof(float) * 40 * VOCAB), one[VOCAB];
+	int seq, i;
+
+	(void)state;
+	assert_non_null(all);
+	prompt(tok, 40, 9);
+	tm_make(&tm, MEDHA_GGML_Q4_1, MEDHA_GGML_Q8_0, 1, 5);
+	kv = kv_new(MEDHA_KV_F16, 16);
+	cpu = cpu_new(&tm, kv, 2, 1, 0);
+	assert_int_equal(medha_kv_seq_alloc(kv, &seq), 0);
+	step(cpu, seq, 0, tok, 40, MEDHA_LOGITS_ALL, all);
+	medha_kv_seq_free(kv, seq);
+	assert_int_equal(medha_kv_seq_alloc(kv, &seq), 0);
+	for (i = 0; i < 40; i++) {
+		step(cpu, seq, i, tok + i, 1, MEDHA_LOGITS_LAST, one);
+		assert_true(rel_err(one, all + i * VOCAB, VOCAB) == 0);
+	}
+	/* going back: a smaller position forgets the tail */
+	step(cpu, seq, 20, tok + 20, 1, MEDHA_LOGITS_LAST, one);
+	assert_true(rel_err(one, all + 20 * VOCAB, VOCAB) == 0);
+	assert_int_equal(medha_kv_seq_len(kv, seq), 21);
+	medha_cpu_free(cpu);
+	medha_kvcache_free(kv);
+	tm_free(&tm);
+	free(all);
+}
+
+/* ---- (b) KVP shards ---- */
+
+static void
+test_shards(void **state)
+{
+	int32_t tok[PLEN + 8];
+	float ref[9][VOCAB], got[VOCAB];
+	double worst = 0, loose = 0, e;
+	int w, k, i, seq, mode;
+
+	(void)state;
+	prompt(tok, PLEN + 8, 11);
+	/*
+	 * mode 0: the fast path; mode 1: reference numerics. Only f32
+	 * activations are continuous in the attention output: rounding
+	 * them to f16, bf16 or int8 turns the merge's last-bit changes
+	 * into a rounding step now and then, so the 1e-5 bound is for
+	 * F32 weights and for every type in reference mode.
+	 */
+	for (w = 0; w < NWT; w++)
+		for (mode = 0; mode <= 1; mode++) {
+			struct tmodel tm;
+			struct medha_kvcache *kv;
+			struct medha_cpu *cpu;
+			double err = 0;
+			tm_make(&tm, wtypes[w], MEDHA_GGML_Q8_0, 1, 200 + w);
+			kv = kv_new(MEDHA_KV_F32, 64);
+			for (k = 1; k <= 4; k++) {
+				cpu = cpu_new(&tm, kv, 2, k, mode);
+				/* the prompt in chunks of 30, 8 decode steps */
+				seq = prefill(cpu, kv, tok, PLEN, 30, got);
+				if (k == 1)
+					memcpy(ref[0], got, sizeof(got));
+				else
+					err = fmax(err,
+					    rel_err(got, ref[0], VOCAB));
+				for (i = 0; i < 8; i++) {
+					step(cpu, seq, PLEN + i, tok + PLEN + i,
+					    1, MEDHA_LOGITS_LAST, got);
+					if (k == 1)
+						memcpy(ref[i + 1], got,
+						    sizeof(got));
+					else
+						err = fmax(err,
+						    rel_err(got, ref[i + 1],
+						        VOCAB));
+				}
+				medha_kv_seq_free(kv, seq);
+				medha_cpu_free(cpu);
+			}
+			e = err;
+			fprintf(stderr, "# kv shards %s%s: %g\n",
+			    medha_ggml_type_name(wtypes[w]), mode ? " ref" : "",
+			    e);
+			if (mode == 1 || wtypes[w] == MEDHA_GGML_F32) {
+				if (e > 1e-5)
+					fail_msg("%s%s: kv shards rel err %g",
+					    medha_ggml_type_name(wtypes[w]),
+					    mode ? " (ref)" : "", e);
+				worst = fmax(worst, e);
+			} else
+				loose = fmax(loose, e);
+			medha_kvcache_free(kv);
+			tm_free(&tm);
+		}
+	fprintf(stderr,
+	    "# kv shards 2-4 merged: max rel err %g (f32 activations), "
+	    "%g (rounded activations)\n",
+	    worst, loose);
+}
+
+/* ---- (c) a mixed batch ---- */
+
+static void
+test_mixed_batch(void **state)
+{
+	struct tmodel tm;
+	struct medha_kvcache *kv;
+	struct medha_cpu *cpu;
+	int32_t ta[60], tb[30], tc[45], tok[42];
+	float alone[3][VOCAB], mixed[3 * VOCAB], tmp[VOCAB];
+	int a, b, c, i;
+	char why[256];
+
+	(void)state;
+	prompt(ta, 60, 21);
+	prompt(tb, 30, 22);
+	prompt(tc, 45, 23);
+	tm_make(&tm, MEDHA_GGML_Q4_1, MEDHA_GGML_Q8_0, 1, 31);
+	kv = kv_new(MEDHA_KV_F32, 64);
+	cpu = cpu_new(&tm, kv, 2, 1, 0);
+	/* alone: a's second chunk (20..60), b's and c's last token */
+	a = prefill(cpu, kv, ta, 20, 20, tmp);
+	step(cpu, a, 20, ta + 20, 40, MEDHA_LOGITS_LAST, alone[0]);
+	b = prefill(cpu, kv, tb, 30, 30, alone[1]);
+	c = prefill(cpu, kv, tc, 45, 45, alone[2]);
+	medha_kv_seq_free(kv, a);
+	medha_kv_seq_free(kv, b);
+	medha_kv_seq_free(kv, c);
+	/* together: a's chunk with b's and c's decodes in one batch */
+	a = prefill(cpu, kv, ta, 20, 20, tmp);
+	b = prefill(cpu, kv, tb, 29, 29, tmp);
+	c = prefill(cpu, kv, tc, 44, 44, tmp);
+	{
+		struct medha_batch_seq s[3] = {
+		    {b, 29, 1, MEDHA_LOGITS_LAST},
+		    {a, 20, 40, MEDHA_LOGITS_LAST},
+		    {c, 44, 1, MEDHA_LOGITS_LAST},
+		};
+		struct medha_batch bt = {tok, 42, s, 3};
+		tok[0] = tb[29];
+		for (i = 0; i < 40; i++)
+			tok[1 + i] = ta[20 + i];
+		tok[41] = tc[44];
+		if (medha_cpu_forward(cpu, &bt, mixed, why, sizeof(why)) != 0)
+			fail_msg("mixed: %s", why);
+	}
+	assert_true(rel_err(mixed, alone[1], VOCAB) == 0);
+	assert_true(rel_err(mixed + VOCAB, alone[0], VOCAB) == 0);
+	assert_true(rel_err(mixed + 2 * VOCAB, alone[2], VOCAB) == 0);
+	assert_int_equal(medha_kv_seq_len(kv, a), 60);
+	assert_int_equal(medha_kv_seq_len(kv, b), 30);
+	assert_int_equal(medha_kv_seq_len(kv, c), 45);
+	medha_cpu_free(cpu);
+	medha_kvcache_free(kv);
+	tm_free(&tm);
+}
+
+/* malformed batches are refused with a reason */
+static void
+test_bad_batch(void **state)
+{
+	struct tmodel tm;
+	struct medha_kvcache *kv;
+	struct medha_cpu *cpu;
+	int32_t tok[4] = {1, 2, 3, 500};
+	float lg[2 * VOCAB];
+	struct medha_batch_seq s[2];
+	struct medha_batch b = {tok, 3, s, 1};
+	char why[256];
+	int a;
+
+	(void)state;
+	tm_make(&tm, MEDHA_GGML_F32, MEDHA_GGML_F32, 1, 3);
+	kv = kv_new(MEDHA_KV_F32, 2);
+	cpu = cpu_new(&tm, kv, 1, 1, 0);
+	assert_int_equal(medha_kv_seq_alloc(kv, &a), 0);
+	s[0] = (struct medha_batch_seq){a, 1, 3, MEDHA_LOGITS_LAST};
+	assert_int_equal(medha_cpu_forward(cpu, &b, lg, why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "position 1 but 0 cached"));
+	s[0].pos = 0;
+	s[1] = s[0];
+	b.n_seqs = 2;
+	b.n_tokens = 4;
+	s[1].n_tokens = 1;
+	assert_int_equal(medha_cpu_forward(cpu, &b, lg, why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "twice"));
+	b.n_seqs = 1;
+	b.n_tokens = 4;
+	s[0].n_tokens = 4;
+	assert_int_equal(medha_cpu_forward(cpu, &b, lg, why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "outside the vocabulary"));
+	/* 2 blocks hold 32 positions */
+	tok[3] = 4;
+	s[0].pos = 0;
+	assert_int_equal(medha_cpu_forward(cpu, &b, lg, why, sizeof(why)), 0);
+	s[0].pos = 30;
+	s[0].n_tokens = 1;
+	b.n_tokens = 1;
+	s[0].pos = 4;
+	{
+		int32_t many[40] = {0};
+		struct medha_batch_seq s2 = {a, 4, 40, MEDHA_LOGITS_LAST};
+		struct medha_batch b2 = {many, 40, &s2, 1};
+		assert_int_equal(medha_cpu_forward(cpu, &b2, lg, why,
+		                     sizeof(why)),
+		    MEDHA_ENOSPACE);
+	}
+	medha_cpu_free(cpu);
+	medha_kvcache_free(kv);
+	tm_free(&tm);
+}
+
+/* ---- the model's shape checks ---- */
+
+static void
+test_model_checks(void **state)
+{
+	struct tmodel tm;
+	struct medha_model *m;
+	char why[256];
+	int i;
+
+	(void)state;
+	tm_make(&tm, MEDHA_GGML_Q8_0, MEDHA_GGML_Q8_0, 0, 1);
+	/* a wrong shape is named */
+	for (i = 0; i < tm.nt; i++)
+		if (strcmp(tm.name[i], "blk.1.attn_k.weight") == 0)
+			tm.t[i].ne[1] = 64;
+	assert_int_equal(medha_model_build(&m, &tm.c, tm_find, &tm, why,
+	                     sizeof(why)),
+	    MEDHA_EFORMAT);
+	assert_null(m);
+	assert_non_null(strstr(why, "blk.1.attn_k.weight"));
+	assert_non_null(strstr(why, "expected 64 x 32"));
+	/* a missing one too */
+	for (i = 0; i < tm.nt; i++)
+		if (strcmp(tm.name[i], "blk.1.attn_k.weight") == 0)
+			strcpy(tm.name[i], "gone");
+	assert_int_equal(medha_model_build(&m, &tm.c, tm_find, &tm, why,
+	                     sizeof(why)),
+	    MEDHA_ENOTFOUND);
+	assert_non_null(strstr(why, "blk.1.attn_k.weight is missing"));
+	/* too few bytes */
+	for (i = 0; i < tm.nt; i++)
+		if (strcmp(tm.name[i], "gone") == 0) {
+			strcpy(tm.name[i], "blk.1.attn_k.weight");
+			tm.t[i].ne[1] = 32;
+			tm.t[i].nbytes -= 1;
+		}
+	assert_int_equal(medha_model_build(&m, &tm.c, tm_find, &tm, why,
+	                     sizeof(why)),
+	    MEDHA_EFORMAT);
+	assert_non_null(strstr(why, "bytes of data"));
+	/* heads that do not group */
+	tm.c.n_kv_heads = 3;
+	assert_int_equal(medha_model_build(&m, &tm.c, tm_find, &tm, why,
+	                     sizeof(why)),
+	    MEDHA_EINVAL);
+	tm_free(&tm);
+}
+
+/* the pool runs every task exactly once, whatever the count */
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_model_checks),
+	    cmocka_unit_test(test_chunking),
+	    cmocka_unit_test(test_all_logits),
+	    cmocka_unit_test(test_shards),
+	    cmocka_unit_test(test_mixed_batch),
+	    cmocka_unit_test(test_bad_batch),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,164 @@
+/*
+ * sample_test.c: the sampler (libcore/sample.c): greedy is the argmax
+ * with ties to the lowest id; a seed repeats its draws and another seed
+ * does not; top-k keeps the k largest logits, by falling logit; top-p
+ * keeps the smallest prefix (by untempered probability) that reaches p;
+ * draws stay in the kept set and follow its probabilities.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sample.h"
+
+/* ---- a deterministic generator ---- */
+
+static uint64_t rng_state = 1;
+
+static void
+rng_seed(uint64_t s)
+{
+	rng_state = s * 2862933555777941757ull + 3037000493ull;
+}
+
+static float
+frand(void) /* uniform in [-1, 1) */
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+static void
+test_sampling(void **state)
+{
+	enum { V = 1000 };
+	struct medha_sampler *s, *s2;
+	struct medha_sampler_params p = {.temp = 0.0f};
+	float lg[V];
+	const int *ids;
+	const float *pr;
+	int i, n, a[50], b[50], counts[V];
+	double cum;
+
+	(void)state;
+	rng_seed(5);
+	for (i = 0; i < V; i++)
+		lg[i] = 3.0f * frand();
+	lg[500] = 10.0f;
+	lg[700] = 10.0f; /* a tie: the lower id wins */
+	assert_int_equal(medha_sample_greedy(lg, V), 500);
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	assert_int_equal(medha_sample(s, lg), 500);
+	medha_sampler_free(s);
+	lg[700] = 0;
+
+	/* a seed repeats itself; another seed does not */
+	p = (struct medha_sampler_params){.temp = 1.5f, .seed = 42};
+	lg[500] = 3.0f;
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	assert_int_equal(medha_sampler_init(&s2, &p, V), 0);
+	for (i = 0; i < 50; i++) {
+		a[i] = medha_sample(s, lg);
+		b[i] = medha_sample(s2, lg);
+	}
+	assert_memory_equal(a, b, sizeof(a));
+	medha_sampler_free(s2);
+	p.seed = 43;
+	assert_int_equal(medha_sampler_init(&s2, &p, V), 0);
+	for (i = 0; i < 50; i++)
+		b[i] = medha_sample(s2, lg);
+	assert_memory_not_equal(a, b, sizeof(a));
+	medha_sampler_free(s);
+	medha_sampler_free(s2);
+
+	/* top-k keeps the k largest, by falling logit */
+	p = (struct medha_sampler_params){.temp = 1.0f,
+	    .top_k = 10,
+	    .top_p = 1.0f,
+	    .seed = 1};
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	n = medha_sample_candidates(s, lg, &ids, &pr);
+	assert_int_equal(n, 10);
+	for (i = 0; i < n; i++) {
+		int j, above = 0;
+		for (j = 0; j < V; j++)
+			above += lg[j] > lg[ids[i]];
+		assert_int_equal(above, i);
+	}
+	cum = 0;
+	for (i = 0; i < n; i++)
+		cum += pr[i];
+	assert_true(fabs(cum - 1) < 1e-5);
+	for (i = 0; i < 2000; i++) { /* draws stay in the set */
+		int t = medha_sample(s, lg), j, in = 0;
+		for (j = 0; j < n; j++)
+			in |= ids[j] == t;
+		assert_true(in);
+	}
+	medha_sampler_free(s);
+
+	/* top-p keeps the smallest prefix reaching p */
+	for (i = 0; i < 4; i++) {
+		float tp_ = i == 0 ? 0.5f
+		    : i == 1       ? 0.9f
+		    : i == 2       ? 0.99f
+		                   : 0.1f;
+		double z = 0, c2 = 0, mx = 10;
+		int j, m;
+		float sorted[V];
+		p = (struct medha_sampler_params){.temp = 0.7f,
+		    .top_p = tp_,
+		    .seed = 1};
+		assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+		n = medha_sample_candidates(s, lg, &ids, &pr);
+		for (j = 0; j < V; j++)
+			z += exp(lg[j] - mx);
+		memcpy(sorted, lg, sizeof(sorted));
+		/* expected count: walk the logits from the top */
+		for (m = 0; m < V; m++) {
+			int best = 0;
+			for (j = 1; j < V; j++)
+				if (sorted[j] > sorted[best])
+					best = j;
+			c2 += exp(sorted[best] - mx) / z;
+			sorted[best] = -INFINITY;
+			if (c2 >= tp_)
+				break;
+		}
+		assert_int_equal(n, m + 1);
+		for (j = 1; j < n; j++)
+			assert_true(lg[ids[j]] <= lg[ids[j - 1]]);
+		medha_sampler_free(s);
+	}
+
+	/* frequencies follow the probabilities */
+	p = (struct medha_sampler_params){.temp = 1.0f,
+	    .top_k = 3,
+	    .top_p = 1.0f,
+	    .seed = 9};
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	n = medha_sample_candidates(s, lg, &ids, &pr);
+	memset(counts, 0, sizeof(counts));
+	for (i = 0; i < 20000; i++)
+		counts[medha_sample(s, lg)]++;
+	for (i = 0; i < n; i++)
+		assert_true(fabs(counts[ids[i]] / 20000.0 - pr[i]) < 0.02);
+	medha_sampler_free(s);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_sampling),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
