@@ -1,0 +1,333 @@
+/*
+ * medha-worker: runs a real model on the CPU backend. In this one-shot
+ * mode it tokenizes a prompt the way llama.cpp does for the GGUF (or
+ * through the GGUF's chat template), prefills it in chunks, and generates
+ * with greedy or temperature / top-k / top-p sampling, printing the text
+ * (or the token ids) as it goes. The daemon mode that executes the
+ * scheduler's batches comes with the wire protocol. Flags and wiring
+ * only: the model lives in libcore (runner.c, cpu*.c, tokenizer.c).
+ */
+#include "medha.h"
+#include "runner.h"
+#include "sample.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
+	    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
+	    "f16|f32]\n"
+	    "           [--logits FILE] [--seed S] [--temp T] [--tokenize]\n"
+	    "           [--tokens] [--top-k K] [--top-p P]\n");
+}
+
+enum {
+	OPT_CHAT = 256,
+	OPT_IGNORE_EOS,
+	OPT_KV,
+	OPT_LOGITS,
+	OPT_SEED,
+	OPT_TEMP,
+	OPT_TOKENIZE,
+	OPT_TOKENS,
+	OPT_TOPK,
+	OPT_TOPP,
+};
+
+static const struct option longopts[] = {
+    {"chat", no_argument, NULL, OPT_CHAT},
+    {"chunk", required_argument, NULL, 'c'},
+    {"file", required_argument, NULL, 'f'},
+    {"help", no_argument, NULL, 'h'},
+    {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+    {"kv", required_argument, NULL, OPT_KV},
+    {"logits", required_argument, NULL, OPT_LOGITS},
+    {"model", required_argument, NULL, 'm'},
+    {"n-predict", required_argument, NULL, 'n'},
+    {"prompt", required_argument, NULL, 'p'},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"temp", required_argument, NULL, OPT_TEMP},
+    {"threads", required_argument, NULL, 't'},
+    {"tokenize", no_argument, NULL, OPT_TOKENIZE},
+    {"tokens", no_argument, NULL, OPT_TOKENS},
+    {"top-k", required_argument, NULL, OPT_TOPK},
+    {"top-p", required_argument, NULL, OPT_TOPP},
+    {"verbose", no_argument, NULL, 'v'},
+    {NULL, 0, NULL, 0},
+};
+
+static int64_t
+num(const char *flag, const char *s, int64_t lo, int64_t hi)
+{
+	int64_t v;
+
+	if (medha_parse_i64(s, lo, hi, &v) != 0) {
+		fprintf(stderr,
+		    "medha-worker: %s: %s: expected an integer in "
+		    "[%lld, %lld]\n",
+		    flag, s, (long long)lo, (long long)hi);
+		exit(2);
+	}
+	return v;
+}
+
+static double
+fnum(const char *flag, const char *s, double lo, double hi)
+{
+	double v;
+
+	if (medha_parse_f64(s, lo, hi, &v) != 0) {
+		fprintf(stderr,
+		    "medha-worker: %s: %s: expected a number in [%g, %g]\n",
+		    flag, s, lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+/* The whole of path ("-": stdin) as a NUL-terminated string; exits 1. */
+static char *
+slurp(const char *path, size_t *len)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+	char *buf = NULL;
+	size_t n = 0, cap = 0, got;
+
+	if (f == NULL) {
+		fprintf(stderr, "medha-worker: %s: %s\n", path,
+		    strerror(errno));
+		exit(1);
+	}
+	do {
+		if (cap - n < 65536) {
+			cap = cap ? 2 * cap : 65536;
+			if ((buf = realloc(buf, cap + 1)) == NULL) {
+				fprintf(stderr,
+				    "medha-worker: out of memory\n");
+				exit(1);
+			}
+		}
+		got = fread(buf + n, 1, cap - n, f);
+		n += got;
+	} while (got > 0);
+	if (ferror(f)) {
+		fprintf(stderr, "medha-worker: %s: read error\n", path);
+		exit(1);
+	}
+	if (f != stdin)
+		fclose(f);
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+die(const char *what, const char *why)
+{
+	fprintf(stderr, "medha-worker: %s: %s\n", what, why);
+	exit(1);
+}
+
+/* Print token id's text (or, with as_ids, its number). */
+static void
+emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
+{
+	const char *s;
+	size_t len;
+
+	if (as_ids) {
+		printf("%s%d", first ? "" : " ", id);
+		return;
+	}
+	if (medha_tok_piece(t, id, &s, &len) == 0) {
+		char buf[256];
+		size_t out;
+		/* control tokens print nothing, as in llama.cpp */
+		if (medha_tok_decode(t, &id, 1, 0, buf, sizeof(buf), &out) == 0)
+			fwrite(buf, 1, out, stdout);
+		else
+			fwrite(s, 1, len, stdout);
+	}
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct medha_runner_opts ro = {.n_threads = 0}; /* -t: all CPUs */
+	struct medha_sampler_params sp = {.temp = 0,
+	    .top_k = 0,
+	    .top_p = 1,
+	    .seed = 1};
+	const char *model = NULL, *prompt = NULL, *pfile = NULL;
+	const char *logits_path = NULL;
+	int64_t n_gen = 64, chunk = 512;
+	int chat = 0, ignore_eos = 0, tokenize = 0, as_ids = 0, verbose = 0;
+	struct medha_runner *r;
+	struct medha_sampler *smp;
+	const struct medha_tok *tok;
+	int32_t *ids, next;
+	size_t n_ids, plen;
+	char *text = NULL, *chat_text = NULL, why[512];
+	float *logits;
+	double t0, t_prompt, t_gen = 0;
+	int64_t n_out = 0;
+	int ch, rc, vocab;
+
+	medha_progname = "medha-worker";
+	while ((ch = getopt_long(argc, argv, "c:f:hm:n:p:t:v", longopts,
+	            NULL)) != -1) {
+		switch (ch) {
+		case 'c': chunk = num("--chunk", optarg, 0, 1 << 24); break;
+		case 'f': pfile = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case 'm': model = optarg; break;
+		case 'n': n_gen = num("-n", optarg, 0, 1 << 24); break;
+		case 'p': prompt = optarg; break;
+		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
+		case 'v': verbose++; break;
+		case OPT_CHAT: chat = 1; break;
+		case OPT_IGNORE_EOS: ignore_eos = 1; break;
+		case OPT_KV:
+			if (strcmp(optarg, "f16") == 0)
+				ro.kv_f16 = 1;
+			else if (strcmp(optarg, "f32") == 0)
+				ro.kv_f16 = 0;
+			else {
+				fprintf(stderr,
+				    "medha-worker: --kv: %s: "
+				    "expected f16 or f32\n",
+				    optarg);
+				return 2;
+			}
+			break;
+		case OPT_LOGITS: logits_path = optarg; break;
+		case OPT_SEED:
+			sp.seed = num("--seed", optarg, 0, INT64_MAX);
+			break;
+		case OPT_TEMP: sp.temp = fnum("--temp", optarg, 0, 100); break;
+		case OPT_TOKENIZE: tokenize = 1; break;
+		case OPT_TOKENS: as_ids = 1; break;
+		case OPT_TOPK:
+			sp.top_k = num("--top-k", optarg, 0, 1 << 24);
+			break;
+		case OPT_TOPP: sp.top_p = fnum("--top-p", optarg, 0, 1); break;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc || model == NULL ||
+	    (prompt == NULL) == (pfile == NULL)) {
+		if (model == NULL)
+			fprintf(stderr, "medha-worker: -m MODEL is required\n");
+		else if (optind == argc)
+			fprintf(stderr,
+			    "medha-worker: give the prompt with -p or -f\n");
+		usage(stderr);
+		return 2;
+	}
+	medha_log_level = MEDHA_LOG_WARN + verbose;
+	if (ro.n_threads == 0) {
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		ro.n_threads = nc > 0 && nc < 256 ? (int)nc : 1;
+	}
+	if (pfile != NULL)
+		text = slurp(pfile, &plen);
+	else {
+		text = strdup(prompt);
+		plen = strlen(prompt);
+	}
+
+	if ((rc = medha_runner_open(&r, model, &ro, why, sizeof(why))) != 0)
+		die(model, why);
+	tok = medha_runner_tok(r);
+	if (chat && (rc = medha_tok_chat(tok, text, &chat_text)) != 0)
+		die("--chat", medha_strerror(rc));
+	if ((rc = medha_tok_encode(tok, chat ? chat_text : text,
+	         chat ? strlen(chat_text) : plen, MEDHA_TOK_DEFAULT, &ids,
+	         &n_ids)) != 0)
+		die("tokenizing the prompt", medha_strerror(rc));
+	if (tokenize) {
+		for (size_t i = 0; i < n_ids; i++)
+			printf("%s%d", i ? " " : "", ids[i]);
+		printf("\n");
+		goto out;
+	}
+	if (n_ids == 0) {
+		fprintf(stderr, "medha-worker: the prompt has no tokens\n");
+		return 1;
+	}
+	if ((rc = medha_runner_start(r, (int64_t)n_ids + n_gen, why,
+	         sizeof(why))) != 0)
+		die("prompt", why);
+	vocab = medha_runner_model(r)->c.vocab;
+	if ((logits = calloc((size_t)vocab, sizeof(float))) == NULL)
+		die("logits", "out of memory");
+	if (medha_sampler_init(&smp, &sp, vocab) != 0)
+		die("sampler", "bad parameters");
+
+	t0 = now();
+	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, chunk, logits,
+	         why, sizeof(why))) != 0)
+		die("prompt", why);
+	t_prompt = now() - t0;
+	if (logits_path != NULL) {
+		FILE *f = fopen(logits_path, "wb");
+		if (f == NULL ||
+		    fwrite(logits, sizeof(float), (size_t)vocab, f) !=
+		        (size_t)vocab ||
+		    fclose(f) != 0)
+			die(logits_path, strerror(errno));
+	}
+	t0 = now();
+	while (n_out < n_gen) {
+		next = medha_sample(smp, logits);
+		if (!ignore_eos && medha_tok_is_eog(tok, next))
+			break;
+		emit(tok, next, as_ids, n_out == 0);
+		fflush(stdout);
+		if (++n_out == n_gen)
+			break;
+		if ((rc = medha_runner_decode(r, next, logits, why,
+		         sizeof(why))) != 0)
+			die("generation", why);
+	}
+	t_gen = now() - t0;
+	if (as_ids || n_gen > 0)
+		printf("\n");
+	if (verbose)
+		fprintf(stderr,
+		    "medha-worker: prompt %zu tokens in %.3f s (%.1f tok/s), "
+		    "generated %lld in %.3f s, %d threads\n",
+		    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
+		    ro.n_threads);
+	medha_sampler_free(smp);
+	free(logits);
+out:
+	free(ids);
+	free(text);
+	free(chat_text);
+	medha_runner_close(r);
+	if (fclose(stdout) != 0) {
+		perror("medha-worker: stdout");
+		return 1;
+	}
+	return 0;
+}

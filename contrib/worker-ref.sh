@@ -1,0 +1,95 @@
+#!/bin/sh
+# worker-ref.sh: issue 3's acceptance check 3, not yet met and so not in
+# `make test`: medha-worker against llama.cpp on the real model,
+# SmolLM2-135M-Instruct (Q4_1), 12 prompts: the prompt's token ids are the
+# same, greedy generation of 64 tokens is token-identical, and the logits
+# after the prompt agree to a relative L2 error under 1e-3. llama.cpp runs
+# through tests/ref/llamacpp.py with an f32 KV cache and no flash
+# attention. Needs the cache that contrib/fetch-refs.sh fills
+# (MEDHA_CACHE, default the repository's cache/); "skip: ..." without it.
+set -e
+top=$(cd "$(dirname "$0")/.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+cache=${MEDHA_CACHE:-$top/cache}
+model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+py=$cache/venv/bin/python
+ref=$top/tests/ref/llamacpp.py
+
+[ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
+[ -x "$py" ] || { echo "skip: no $py (run contrib/fetch-refs.sh)"; exit 0; }
+"$py" -c 'import numpy, importlib.util as u; assert u.find_spec("xllamacpp")' \
+    2>/dev/null || { echo "skip: numpy or xllamacpp missing in $py"; exit 0; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cat > "$tmp/prompts" <<'P'
+The capital of France is
+Once upon a time, in a small village by the sea,
+def fibonacci(n):
+The three laws of thermodynamics are
+<|im_start|>user
+What is the boiling point of water?<|im_end|>
+<|im_start|>assistant
+1, 2, 3, 5, 8, 13,
+In 1969, Neil Armstrong
+Explain the difference between TCP and UDP.
+Le chat est assis sur
+import numpy as np
+x = np.
+The quick brown fox jumps over the lazy dog. The quick brown fox
+Water boils at 100 degrees Celsius and freezes at
+P
+# one prompt per paragraph: a line that does not start a new prompt is
+# joined (the ChatML prompt and the Python one span lines)
+"$py" - "$tmp/prompts" "$tmp" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")[:-1]
+prompts, cur = [], None
+for l in lines:
+    if cur is not None and (l.startswith("What is") or l.startswith("<|im_start|>assistant") or l.startswith("x = ")):
+        cur += "\n" + l
+        continue
+    if cur is not None:
+        prompts.append(cur)
+    cur = l
+prompts.append(cur)
+if prompts[4].endswith("assistant"):
+    prompts[4] += "\n"
+assert len(prompts) == 12, len(prompts)
+for i, p in enumerate(prompts):
+    open("%s/p%02d" % (sys.argv[2], i), "w").write(p)
+PY
+
+fail=0
+i=0
+while [ $i -lt 12 ]; do
+	p=$tmp/p$(printf %02d $i)
+	ids=$("$bin/medha-worker" -m "$model" -f "$p" --tokenize)
+	"$bin/medha-worker" -m "$model" -f "$p" -n 64 --ignore-eos --tokens \
+	    -t 2 --logits "$tmp/ours.f32" > "$tmp/ours.ids"
+	# shellcheck disable=SC2086
+	"$py" "$ref" greedy --kv f32 --fa off "$model" 64 $ids > "$tmp/ref.ids"
+	# shellcheck disable=SC2086
+	"$py" "$ref" logits --kv f32 --fa off -o "$tmp/ref.f32" "$model" $ids
+	if ! "$py" - "$tmp" "$i" <<'PY'
+import sys
+import numpy as np
+d, i = sys.argv[1], int(sys.argv[2])
+ours = open(d + "/ours.ids").read().split()
+ref = open(d + "/ref.ids").read().split()
+a = np.fromfile(d + "/ours.f32", dtype="<f4").astype(np.float64)
+b = np.fromfile(d + "/ref.f32", dtype="<f4").astype(np.float64)
+rel = np.linalg.norm(a - b) / np.linalg.norm(b)
+same = ours == ref
+first = next((k for k in range(min(len(ours), len(ref))) if ours[k] != ref[k]), None)
+print("prompt %2d: greedy 64 %s, logits rel L2 %.2e" % (
+    i, "identical" if same else "differ at token %s" % first, rel))
+sys.exit(0 if same and rel < 1e-3 and len(ours) == 64 else 1)
+PY
+	then
+		fail=$((fail + 1))
+	fi
+	i=$((i + 1))
+done
+[ "$fail" -eq 0 ] || { echo "$fail of 12 prompts differ from llama.cpp"; exit 1; }

@@ -1,0 +1,81 @@
+#!/bin/sh
+# worker.sh: medha-worker's behaviour on the real model (SmolLM2-135M-
+# Instruct, Q4_1): usage errors exit 2; a missing, truncated or foreign
+# file and a prompt past the model's context exit 1 with a reason; the
+# logits after the prompt do not depend on the prefill chunk size; greedy
+# generation is deterministic; --tokens and --logits write what they say.
+# Needs contrib/fetch-refs.sh (MEDHA_CACHE, default cache/); the usage
+# checks run without it.
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+mw=$bin/medha-worker
+cache=${MEDHA_CACHE:-$top/cache}
+model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+want() {
+	code=$1
+	shift
+	st=0
+	"$mw" "$@" </dev/null >"$tmp/out" 2>"$tmp/err" || st=$?
+	if [ "$st" -ne "$code" ]; then
+		echo "medha-worker $*: status $st, want $code"
+		cat "$tmp/err"
+		exit 1
+	fi
+}
+
+want 0 -h
+grep -q '^usage: medha-worker -m MODEL' "$tmp/out"
+want 2
+want 2 -m x.gguf
+grep -q 'give the prompt' "$tmp/err"
+want 2 -m x.gguf -p hi -f y
+want 2 -m x.gguf -p hi --bogus
+want 2 -m x.gguf -p hi -n -1
+want 2 -m x.gguf -p hi --temp nan
+want 2 -m x.gguf -p hi --kv f8
+want 1 -m "$tmp/none.gguf" -p hi
+grep -q 'none.gguf' "$tmp/err"
+printf 'not a model' > "$tmp/junk.gguf"
+want 1 -m "$tmp/junk.gguf" -p hi
+
+[ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
+
+# a model file cut short: a clear error, no crash
+head -c 5000000 "$model" > "$tmp/cut.gguf"
+want 1 -m "$tmp/cut.gguf" -p hi
+grep -qi 'end of the file\|truncat\|past the end' "$tmp/err"
+
+# prompt and output past the context of 8192 tokens
+want 1 -m "$model" -p hi -n 9000
+grep -q 'context' "$tmp/err"
+
+# the same logits whatever the prefill chunk
+p="The quick brown fox jumps over the lazy dog, and then it runs far away into the forest where nobody can find it."
+for c in 0 1 7 32; do
+	want 0 -m "$model" -p "$p" -n 0 -c "$c" -t 2 --logits "$tmp/l$c"
+	[ "$(wc -c < "$tmp/l$c")" -eq $((49152 * 4)) ]
+done
+for c in 1 7 32; do
+	cmp "$tmp/l0" "$tmp/l$c" || { echo "chunk $c: logits differ"; exit 1; }
+done
+
+# greedy is deterministic; --tokens prints ids, text mode the same text
+want 0 -m "$model" -p "The capital of France is" -n 16 --tokens --ignore-eos
+cp "$tmp/out" "$tmp/ids1"
+want 0 -m "$model" -p "The capital of France is" -n 16 --tokens --ignore-eos -t 1
+cmp "$tmp/ids1" "$tmp/out"
+[ "$(wc -w < "$tmp/ids1")" -eq 16 ]
+want 0 -m "$model" -p "The capital of France is" -n 16 --ignore-eos
+grep -q 'Paris' "$tmp/out"
+
+# --tokenize: the prompt's ids (BOS-free for SmolLM2, as llama.cpp)
+want 0 -m "$model" -p "The capital of France is" --tokenize
+[ "$(cat "$tmp/out")" = "504 3575 282 4649 314" ]
+
+# chat template and a stop at the end of the turn
+want 0 -m "$model" --chat -p "What is 2+2?" -n 100
+grep -q '4' "$tmp/out"
