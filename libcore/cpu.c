@@ -22,6 +22,7 @@ struct medha_cpu {
 	int nt;     /* threads */
 	int ref;    /* f32 reference numerics */
 	int shards; /* KVP test mode: key ranges per sequence (1: off) */
+	int compat; /* llama.cpp's attention order (opts.llama_compat) */
 
 	int cap;       /* tokens the buffers below hold */
 	float *x;      /* (cap, dim) the residual stream */
@@ -79,6 +80,7 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 	if ((e = getenv("MEDHA_CPU_REF")) != NULL && strcmp(e, "1") == 0)
 		c->ref = 1;
 	c->shards = o != NULL && o->kv_shards > 1 ? o->kv_shards : 1;
+	c->compat = o != NULL && o->llama_compat && c->shards == 1;
 	if ((rc = medha_threadpool_init(&c->tp, nt)) != 0) {
 		free(c);
 		return medha_why(why, whylen, rc, "thread pool of %d: %s", nt,
@@ -271,6 +273,7 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
 			a->qpos = b->seq[i].pos;
 			a->k_lo = len * sh / c->shards;
 			a->k_hi = len * (sh + 1) / c->shards;
+			a->compat = c->compat;
 			if (c->shards == 1) {
 				a->out = c->att + (size_t)t0 * qd;
 				a->lse = c->lse + (size_t)t0 * mc->n_heads;
@@ -322,7 +325,8 @@ rows_task(void *arg, int i, int thread)
 	for (t = i * PAR_TOKENS; t < t1; t++) {
 		float *x = c->x + (size_t)t * d, *xn = c->xn + (size_t)t * d;
 		if (r->w == NULL) {
-			medha_cpu_swiglu(c->g + (size_t)t * f,
+			(c->compat ? medha_cpu_swiglu_llama
+			           : medha_cpu_swiglu)(c->g + (size_t)t * f,
 			    c->u + (size_t)t * f, f);
 			continue;
 		}
@@ -364,10 +368,11 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l)
 		return rc;
 	for (t = 0; t < n; t++) {
 		const float *cs = c->cs + (size_t)t * mc->n_rot;
-		medha_cpu_rope(c->q + t * qd, mc->n_heads, mc->head_dim,
-		    mc->n_rot, cs);
-		medha_cpu_rope(c->k + t * kvd, mc->n_kv_heads, mc->head_dim,
-		    mc->n_rot, cs);
+		(c->compat ? medha_cpu_rope_llama : medha_cpu_rope)(
+		    c->q + t * qd, mc->n_heads, mc->head_dim, mc->n_rot, cs);
+		(c->compat ? medha_cpu_rope_llama : medha_cpu_rope)(
+		    c->k + t * kvd, mc->n_kv_heads, mc->head_dim, mc->n_rot,
+		    cs);
 	}
 	for (i = 0, t0 = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
 		if ((rc = medha_kv_write(c->kv, b->seq[i].seq, l, b->seq[i].pos,

@@ -22,9 +22,13 @@
  * float operations its own way (cpu_attn.c). Every token's arithmetic is
  * independent of what else is in the batch and of the thread count, so
  * prefill in chunks of any size gives bit-identical results (with an f32
- * KV cache). A reference mode (opts.ref, or MEDHA_CPU_REF=1 in the
- * environment) instead dequantizes every weight to f32 and keeps the
- * activations in f32: slow, for debugging the fast paths.
+ * KV cache). A llama.cpp mode (opts.llama_compat) does RoPE, attention
+ * and SwiGLU in the order of llama.cpp's prebuilt AVX2 CPU build instead,
+ * giving its logits bit for bit (not chunk invariant: llama.cpp's
+ * attention order depends on the batch). A reference mode (opts.ref, or
+ * MEDHA_CPU_REF=1 in the environment) instead dequantizes every weight
+ * to f32 and keeps the activations in f32: slow, for debugging the fast
+ * paths.
  *
  *	struct medha_cpu *cpu;
  *	struct medha_cpu_opts o = { .n_threads = 2 };
@@ -52,6 +56,11 @@ struct medha_cpu_opts {
 	int kv_shards; /* test mode: >1 splits each sequence's keys into that
 	                  many position ranges, attends to each range apart
 	                  and merges the parts with medha_attn_merge() (1) */
+	int llama_compat; /* RoPE, attention and SwiGLU in the float order
+	                     of llama.cpp's AVX2 CPU build without flash
+	                     attention, for matching it bit for bit
+	                     (contrib/worker-ref.sh); prefill results then
+	                     depend on the chunking; off with kv_shards (0) */
 };
 
 struct medha_cpu; /* opaque: model, cache, pool, scratch */
@@ -181,8 +190,14 @@ void medha_cpu_rope_table(float *cs, int64_t pos, int n_rot, float theta_base,
 /* Rotate adjacent pairs of the first n_rot elements of each head. */
 void
 medha_cpu_rope(float *v, int n_heads, int head_dim, int n_rot, const float *cs);
+/* The same with the fmas of llama.cpp's build, for llama_compat. */
+void medha_cpu_rope_llama(float *v, int n_heads, int head_dim, int n_rot,
+    const float *cs);
 /* g = silu(g) * u = g / (1 + exp(-g)) * u over n elements. */
 void medha_cpu_swiglu(float *g, const float *u, int64_t n);
+/* The same and e^x with ggml's AVX2 exp (ggml_v_expf), for llama_compat. */
+void medha_cpu_swiglu_llama(float *g, const float *u, int64_t n);
+void medha_cpu_vexp_llama(const float *src, float *dst, int64_t n);
 
 /* One sequence's part of an attention region (see medha_cpu_attn). */
 struct medha_attn_seq {
@@ -193,6 +208,8 @@ struct medha_attn_seq {
 	int64_t k_lo, k_hi; /* key positions [k_lo, k_hi) */
 	float *out;         /* (nq, n_heads, head_dim) */
 	float *lse;         /* (nq, n_heads) */
+	int compat;         /* llama.cpp's order (opts.llama_compat); needs
+	                       k_lo 0 */
 };
 
 /* Floats of per-thread scratch attention needs for keys up to nkeys. */

@@ -109,6 +109,94 @@ medha_cpu_vexp(const float *src, float *dst, int64_t n)
 		dst[i] = exp1(src[i]);
 }
 
+/* ---- exp and SwiGLU in llama.cpp's AVX2 way (opts.llama_compat) ---- */
+
+static inline float
+u2f(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static inline uint32_t
+f2u(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+/* ggml_v_expf (AVX2), one lane */
+static inline float
+gexp(float x)
+{
+	const float r = 0x1.8p23f;
+	float z = fmaf(x, 0x1.715476p+0f, r), n = z - r, b, k, u, j, s1, s2;
+	uint32_t e, g;
+
+	b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+	e = f2u(z) << 23;
+	k = u2f(e + f2u(1.0f));
+	u = b * b;
+	j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+	             fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+	    u, 0x1.ffffecp-1f * b);
+	if (!(fabsf(n) > 126.0f))
+		return fmaf(j, k, k);
+	g = n <= 0.0f ? 0x82000000u : 0;
+	s1 = u2f(g + 0x7f000000u);
+	s2 = u2f(e - g);
+	if (fabsf(n) > 192.0f)
+		return s1 * s1;
+	return fmaf(s2, j, s2) * s1;
+}
+
+void
+medha_cpu_vexp_llama(const float *src, float *dst, int64_t n)
+{
+	int64_t i;
+
+	for (i = 0; i < n; i++)
+		dst[i] = gexp(src[i]);
+}
+
+void
+medha_cpu_swiglu_llama(float *g, const float *u, int64_t n)
+{
+	int64_t i;
+
+	/* ggml_vec_swiglu_f32: x / (1 + ggml_v_expf(0 - x)) * g, 8 at a
+	   time; the tail (n % 8) with libm's expf */
+	for (i = 0; i < (n & ~(int64_t)7); i++)
+		g[i] = g[i] / (1.0f + gexp(0.0f - g[i])) * u[i];
+	for (; i < n; i++)
+		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/*
+ * RoPE as ggml's rotate_pairs compiled by GCC with -ffp-contract=fast
+ * (the prebuilt llama.cpp): x0*c - x1*s and x0*s + x1*c each become
+ * one fma of the first product into the rounded second.
+ */
+void
+medha_cpu_rope_llama(float *v, int n_heads, int head_dim, int n_rot,
+    const float *cs)
+{
+	float x0, x1;
+	int h, i;
+
+	for (h = 0; h < n_heads; h++, v += head_dim)
+		for (i = 0; i < n_rot / 2; i++) {
+			x0 = v[2 * i];
+			x1 = v[2 * i + 1];
+			v[2 * i] = fmaf(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
+			v[2 * i + 1] = fmaf(x0, cs[2 * i + 1], x1 * cs[2 * i]);
+		}
+}
+
 /* ---- norms, rope, swiglu ---- */
 
 void

@@ -73,6 +73,7 @@ medha_runner_start(struct medha_runner *r, int64_t max_tokens, char *why,
 	co.n_threads = r->o.n_threads;
 	co.ref = r->o.ref;
 	co.kv_shards = 1;
+	co.llama_compat = r->o.llama_compat;
 	if ((rc = medha_cpu_init(&r->cpu, r->m, r->kv, &co, why, whylen)) != 0)
 		return rc;
 	if ((rc = medha_kv_seq_alloc(r->kv, &r->seq)) != 0)

@@ -28,6 +28,7 @@ struct medha_runner_opts {
 	int n_threads; /* threads in all (1) */
 	int kv_f16;    /* f16 KV cache instead of f32 (0) */
 	int ref;       /* f32 reference numerics (0) */
+	int llama_compat; /* llama.cpp's attention order (0; cpu.h) */
 };
 
 struct medha_runner; /* opaque */

@@ -18,6 +18,12 @@
  *    occasional rounding step, which is reported, not bounded);
  *  - a mixed batch (a prefill chunk and two decodes of other sequences)
  *    gives each sequence exactly the logits it gets alone;
+ *  - the llama_compat mode (llama.cpp's attention order, ggml's exp, its
+ *    RoPE fmas) stays within 1e-4 relative of the default on F32
+ *    weights, prefill and decode, and is independent of the threads;
+ *    its exp, RoPE and SwiGLU agree with the default ones to a few ulps
+ *    (its bit-exactness against llama.cpp itself is
+ *    contrib/worker-ref.sh's, on the real model);
  *  - malformed batches and a full cache are refused with reasons;
  *  - wrong, missing and short tensors are named by the model loader.
  * The largest errors seen are printed (stderr) for the record.
@@ -578,6 +584,76 @@ test_model_checks(void **state)
 	tm_free(&tm);
 }
 
+/* ---- llama_compat ---- */
+
+static void
+test_llama_compat(void **state)
+{
+	struct tmodel tm;
+	struct medha_kvcache *kv;
+	struct medha_cpu *cpu, *c1, *c3;
+	struct medha_cpu_opts o = {.n_threads = 1, .llama_compat = 1};
+	int32_t tok[PLEN];
+	float ref[VOCAB], got[VOCAB], got3[VOCAB];
+	float x[64], y[64], g[64], u[64], g2[64], cs[32];
+	double e, worst = 0;
+	char why[256];
+	int i, s0, s1, s3;
+
+	(void)state;
+	/* the element-wise parts against the default ones */
+	rng_seed(3);
+	for (i = 0; i < 64; i++) {
+		x[i] = frand() * 80.0f;
+		g[i] = g2[i] = frand() * 8.0f;
+		u[i] = frand();
+	}
+	medha_cpu_vexp_llama(x, y, 64);
+	for (i = 0; i < 64; i++)
+		assert_true(fabs(y[i] - expf(x[i])) <= 1e-6 * expf(x[i]));
+	medha_cpu_swiglu_llama(g, u, 60); /* 56 with ggml's exp, 4 libm */
+	medha_cpu_swiglu(g2, u, 60);
+	assert_true(rel_err(g, g2, 60) < 1e-6);
+	medha_cpu_rope_table(cs, 37, 32, 10000.0f, NULL);
+	memcpy(g, x, sizeof(x));
+	memcpy(g2, x, sizeof(x));
+	medha_cpu_rope_llama(g, 2, 32, 32, cs);
+	medha_cpu_rope(g2, 2, 32, 32, cs);
+	assert_true(rel_err(g, g2, 64) < 1e-6);
+
+	/* the forward pass: prefill, then decode steps */
+	prompt(tok, PLEN, 11);
+	tm_make(&tm, MEDHA_GGML_F32, MEDHA_GGML_F32, 1, 21);
+	kv = kv_new(MEDHA_KV_F32, 64);
+	cpu = cpu_new(&tm, kv, 2, 1, 0);
+	if (medha_cpu_init(&c1, tm.m, kv, &o, why, sizeof(why)) != 0)
+		fail_msg("cpu: %s", why);
+	o.n_threads = 3;
+	if (medha_cpu_init(&c3, tm.m, kv, &o, why, sizeof(why)) != 0)
+		fail_msg("cpu: %s", why);
+	s0 = prefill(cpu, kv, tok, PLEN - 4, PLEN - 4, ref);
+	s1 = prefill(c1, kv, tok, PLEN - 4, PLEN - 4, got);
+	s3 = prefill(c3, kv, tok, PLEN - 4, PLEN - 4, got3);
+	assert_true(rel_err(got3, got, VOCAB) == 0);
+	worst = rel_err(got, ref, VOCAB);
+	for (i = PLEN - 4; i < PLEN; i++) {
+		step(cpu, s0, i, tok + i, 1, MEDHA_LOGITS_LAST, ref);
+		step(c1, s1, i, tok + i, 1, MEDHA_LOGITS_LAST, got);
+		step(c3, s3, i, tok + i, 1, MEDHA_LOGITS_LAST, got3);
+		assert_true(rel_err(got3, got, VOCAB) == 0);
+		e = rel_err(got, ref, VOCAB);
+		worst = fmax(worst, e);
+	}
+	if (worst > 1e-4)
+		fail_msg("llama_compat: rel err %g against the default", worst);
+	fprintf(stderr, "# llama_compat: max rel err %g\n", worst);
+	medha_cpu_free(c3);
+	medha_cpu_free(c1);
+	medha_cpu_free(cpu);
+	medha_kvcache_free(kv);
+	tm_free(&tm);
+}
+
 /* the pool runs every task exactly once, whatever the count */
 int
 main(void)
@@ -589,6 +665,7 @@ main(void)
 	    cmocka_unit_test(test_shards),
 	    cmocka_unit_test(test_mixed_batch),
 	    cmocka_unit_test(test_bad_batch),
+	    cmocka_unit_test(test_llama_compat),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,14 +27,16 @@ usage(FILE *f)
 	    "usage: medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
 	    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
 	    "f16|f32]\n"
-	    "           [--logits FILE] [--seed S] [--temp T] [--tokenize]\n"
-	    "           [--tokens] [--top-k K] [--top-p P]\n");
+	    "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
+	    "T]\n"
+	    "           [--tokenize] [--tokens] [--top-k K] [--top-p P]\n");
 }
 
 enum {
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
+	OPT_LLAMA_COMPAT,
 	OPT_LOGITS,
 	OPT_SEED,
 	OPT_TEMP,
@@ -51,6 +53,7 @@ static const struct option longopts[] = {
     {"help", no_argument, NULL, 'h'},
     {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
     {"kv", required_argument, NULL, OPT_KV},
+    {"llama-compat", no_argument, NULL, OPT_LLAMA_COMPAT},
     {"logits", required_argument, NULL, OPT_LOGITS},
     {"model", required_argument, NULL, 'm'},
     {"n-predict", required_argument, NULL, 'n'},
@@ -151,22 +154,22 @@ die(const char *what, const char *why)
 static void
 emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
 {
-	const char *s;
+	char small[256], *buf = small;
 	size_t len;
+	int rc;
 
 	if (as_ids) {
 		printf("%s%d", first ? "" : " ", id);
 		return;
 	}
-	if (medha_tok_piece(t, id, &s, &len) == 0) {
-		char buf[256];
-		size_t out;
-		/* control tokens print nothing, as in llama.cpp */
-		if (medha_tok_decode(t, &id, 1, 0, buf, sizeof(buf), &out) == 0)
-			fwrite(buf, 1, out, stdout);
-		else
-			fwrite(s, 1, len, stdout);
-	}
+	/* control tokens give no text, as in llama.cpp */
+	rc = medha_tok_decode(t, &id, 1, 0, buf, sizeof(small), &len);
+	if (rc == MEDHA_ENOSPACE && (buf = malloc(len)) != NULL)
+		rc = medha_tok_decode(t, &id, 1, 0, buf, len, &len);
+	if (rc == 0)
+		fwrite(buf, 1, len, stdout);
+	if (buf != small)
+		free(buf);
 }
 
 int
@@ -206,6 +209,7 @@ main(int argc, char *argv[])
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;
 		case OPT_IGNORE_EOS: ignore_eos = 1; break;
+		case OPT_LLAMA_COMPAT: ro.llama_compat = 1; break;
 		case OPT_KV:
 			if (strcmp(optarg, "f16") == 0)
 				ro.kv_f16 = 1;

@@ -1,14 +1,14 @@
 #!/bin/sh
-# worker-ref.sh: issue 3's acceptance check 3, not yet met and so not in
-# `make test`: medha-worker against llama.cpp on the real model,
+# worker-ref.sh: medha-worker --llama-compat against llama.cpp on the real model,
 # SmolLM2-135M-Instruct (Q4_1), 12 prompts: the prompt's token ids are the
 # same, greedy generation of 64 tokens is token-identical, and the logits
 # after the prompt agree to a relative L2 error under 1e-3. llama.cpp runs
 # through tests/ref/llamacpp.py with an f32 KV cache and no flash
-# attention. Needs the cache that contrib/fetch-refs.sh fills
+# attention; --llama-compat gives its logits bit for bit (rel L2 0). Needs
+# the cache that contrib/fetch-refs.sh fills
 # (MEDHA_CACHE, default the repository's cache/); "skip: ..." without it.
 set -e
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
 cache=${MEDHA_CACHE:-$top/cache}
 model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -67,7 +67,7 @@ while [ $i -lt 12 ]; do
 	p=$tmp/p$(printf %02d $i)
 	ids=$("$bin/medha-worker" -m "$model" -f "$p" --tokenize)
 	"$bin/medha-worker" -m "$model" -f "$p" -n 64 --ignore-eos --tokens \
-	    -t 2 --logits "$tmp/ours.f32" > "$tmp/ours.ids"
+	    -t 2 --llama-compat --logits "$tmp/ours.f32" > "$tmp/ours.ids"
 	# shellcheck disable=SC2086
 	"$py" "$ref" greedy --kv f32 --fa off "$model" 64 $ids > "$tmp/ref.ids"
 	# shellcheck disable=SC2086
