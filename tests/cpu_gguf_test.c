@@ -1,0 +1,539 @@
+/*
+ * cpu_gguf_test.c: tiny random Llama models written with the GGUF writer
+ * (libcore/gguf_write.c), read back with the reader and the model loader
+ * (gguf.c, model.c) and run on the CPU backend (cpu.c).
+ *
+ * For each weight type F32, F16, BF16, Q8_0 and Q4_1 a model (2 layers,
+ * hidden 64, 4 heads over 2 kv heads of 16 (GQA), ffn 96, vocab 97; f32
+ * norms; the output tied to the embedding for F32, BF16 and Q4_1, a
+ * separate output.weight for F16 and Q8_0) is drawn from a seeded
+ * generator, quantized with medha_quant_row and written to a temporary
+ * file. The checks:
+ *  - the file loads with the configuration written (GQA, rope base,
+ *    epsilon, context length) and every tensor reads back byte for byte;
+ *  - a 20-token prompt prefilled in chunks of 1, 7 and 20 gives
+ *    bit-identical last logits (f32 KV);
+ *  - the loaded model's logits are bit-identical to those of the same
+ *    quantized buffers built in memory with medha_model_build;
+ *  - a copy cut to half its size, and one whose first tensor's type is
+ *    changed to an unknown id, are refused by medha_gguf_open or
+ *    medha_model_load with a reason, without a crash.
+ * Temporary files are removed.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu.h"
+#include "gguf.h"
+#include "kvcache.h"
+#include "model.h"
+#include "quant.h"
+
+/* ---- a deterministic generator ---- */
+
+static uint64_t rng_state = 1;
+
+static void
+rng_seed(uint64_t s)
+{
+	rng_state = s * 2862933555777941757ull + 3037000493ull;
+}
+
+static float
+frand(void) /* uniform in [-1, 1) */
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+
+/* ---- a tiny model: quantized buffers, as tensors in memory ---- */
+
+#define NT_MAX 32
+#define VOCAB 97
+#define DIM 64
+#define NH 4
+#define NKV 2
+#define HD 16
+#define FFN 96
+#define NL 2
+#define CTX 256
+#define THETA 5000.0f /* not the defaults, so that reading them shows */
+#define EPS 1e-6f
+#define PLEN 20
+
+struct tmodel {
+	struct medha_tensor t[NT_MAX];
+	char name[NT_MAX][48];
+	void *data[NT_MAX];
+	int nt;
+	struct medha_model_config c;
+};
+
+static void
+tm_add(struct tmodel *tm, const char *name, int type, int64_t cols,
+    int64_t rows, float scale, float offset)
+{
+	size_t rb = medha_ggml_row_bytes(type, cols);
+	float *row = malloc(sizeof(float) * (size_t)cols);
+	unsigned char *d = malloc(rb * (size_t)rows);
+	struct medha_tensor *t = &tm->t[tm->nt];
+	int64_t r, i;
+
+	assert_non_null(row);
+	assert_non_null(d);
+	assert_true(rb > 0 && tm->nt < NT_MAX);
+	for (r = 0; r < rows; r++) {
+		for (i = 0; i < cols; i++)
+			row[i] = offset + scale * frand();
+		assert_int_equal(medha_quant_row(type, row, d + rb * r, cols),
+		    0);
+	}
+	free(row);
+	snprintf(tm->name[tm->nt], sizeof(tm->name[0]), "%s", name);
+	t->name = tm->name[tm->nt];
+	t->type = type;
+	t->n_dims = rows > 1 ? 2 : 1;
+	t->ne[0] = cols;
+	t->ne[1] = rows;
+	t->ne[2] = t->ne[3] = 1;
+	t->data = d;
+	t->nbytes = rb * (size_t)rows;
+	tm->data[tm->nt++] = d;
+}
+
+static const struct medha_tensor *
+tm_find(void *ctx, const char *name)
+{
+	struct tmodel *tm = ctx;
+	int i;
+
+	for (i = 0; i < tm->nt; i++)
+		if (strcmp(tm->name[i], name) == 0)
+			return &tm->t[i];
+	return NULL;
+}
+
+/* Every matrix (the embedding too) of type wt; output tied or not. */
+static void
+tm_make(struct tmodel *tm, int wt, int tied, uint64_t seed)
+{
+	char n[48];
+	int l;
+
+	memset(tm, 0, sizeof(*tm));
+	rng_seed(seed);
+	tm->c = (struct medha_model_config){.n_layers = NL,
+	    .dim = DIM,
+	    .n_heads = NH,
+	    .n_kv_heads = NKV,
+	    .head_dim = HD,
+	    .n_rot = HD,
+	    .ffn_dim = FFN,
+	    .ctx_len = CTX,
+	    .rope_theta = THETA,
+	    .norm_eps = EPS};
+	tm_add(tm, "token_embd.weight", wt, DIM, VOCAB, 1.0f, 0);
+	tm_add(tm, "output_norm.weight", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
+	if (!tied)
+		tm_add(tm, "output.weight", wt, DIM, VOCAB, 0.3f, 0);
+	for (l = 0; l < NL; l++) {
+#define ADD(s, ty, c, r, sc, off)                                 \
+	do {                                                      \
+		snprintf(n, sizeof(n), "blk.%d.%s.weight", l, s); \
+		tm_add(tm, n, ty, c, r, sc, off);                 \
+	} while (0)
+		ADD("attn_norm", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
+		ADD("attn_q", wt, DIM, NH * HD, 0.4f, 0);
+		ADD("attn_k", wt, DIM, NKV * HD, 0.4f, 0);
+		ADD("attn_v", wt, DIM, NKV * HD, 0.4f, 0);
+		ADD("attn_output", wt, NH * HD, DIM, 0.2f, 0);
+		ADD("ffn_norm", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
+		ADD("ffn_gate", wt, DIM, FFN, 0.3f, 0);
+		ADD("ffn_up", wt, DIM, FFN, 0.3f, 0);
+		ADD("ffn_down", wt, FFN, DIM, 0.2f, 0);
+#undef ADD
+	}
+}
+
+static void
+tm_free(struct tmodel *tm)
+{
+	int i;
+
+	for (i = 0; i < tm->nt; i++)
+		free(tm->data[i]);
+}
+
+/* ---- temporary files ---- */
+
+/* A fresh empty file's name in path (PATH_LEN bytes). */
+#define PATH_LEN 256
+
+static void
+tmp_name(char *path)
+{
+	const char *dir = getenv("TMPDIR");
+	int fd;
+
+	snprintf(path, PATH_LEN, "%s/medha-gguf-XXXXXX",
+	    dir != NULL && *dir != '\0' ? dir : "/tmp");
+	assert_true((fd = mkstemp(path)) >= 0);
+	close(fd);
+}
+
+/* Write tm to path with the GGUF writer. */
+static void
+tm_write(const struct tmodel *tm, const char *path)
+{
+	struct medha_gguf_writer *w;
+	int i;
+
+	assert_int_equal(medha_gguf_writer_open(&w, path), 0);
+	medha_gguf_writer_add_str(w, "general.architecture", "llama");
+	medha_gguf_writer_add_str(w, "general.name", "cpu_gguf_test");
+	medha_gguf_writer_add_u32(w, "llama.block_count", NL);
+	medha_gguf_writer_add_u32(w, "llama.embedding_length", DIM);
+	medha_gguf_writer_add_u32(w, "llama.attention.head_count", NH);
+	medha_gguf_writer_add_u32(w, "llama.attention.head_count_kv", NKV);
+	medha_gguf_writer_add_u32(w, "llama.feed_forward_length", FFN);
+	medha_gguf_writer_add_u32(w, "llama.context_length", CTX);
+	medha_gguf_writer_add_u32(w, "llama.rope.dimension_count", HD);
+	medha_gguf_writer_add_f32(w, "llama.rope.freq_base", THETA);
+	medha_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon",
+	    EPS);
+	for (i = 0; i < tm->nt; i++)
+		medha_gguf_writer_add_tensor(w, tm->t[i].name, tm->t[i].type,
+		    tm->t[i].n_dims, tm->t[i].ne, tm->t[i].data,
+		    tm->t[i].nbytes);
+	/* errors are sticky: close reports the first */
+	assert_int_equal(medha_gguf_writer_close(w), 0);
+}
+
+static unsigned char *
+slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *buf;
+	long n;
+
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	assert_true((n = ftell(f)) > 0);
+	rewind(f);
+	assert_non_null(buf = malloc((size_t)n));
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+static void
+spill(const char *path, const unsigned char *buf, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(buf, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* ---- running a model ---- */
+
+/* Last logits of tok[0..n) prefilled in chunks of ch on a fresh sequence. */
+static void
+prefill(struct medha_cpu *cpu, struct medha_kvcache *kv, const int32_t *tok,
+    int n, int ch, float *logits)
+{
+	char why[256];
+	int seq, i, c;
+
+	assert_int_equal(medha_kv_seq_alloc(kv, &seq), 0);
+	for (i = 0; i < n; i += c) {
+		struct medha_batch_seq s;
+		struct medha_batch b;
+		c = n - i < ch ? n - i : ch;
+		s = (struct medha_batch_seq){seq, i, c,
+		    i + c == n ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE};
+		b = (struct medha_batch){tok + i, c, &s, 1};
+		if (medha_cpu_forward(cpu, &b, logits, why, sizeof(why)) != 0)
+			fail_msg("forward: %s", why);
+	}
+	medha_kv_seq_free(kv, seq);
+}
+
+/*
+ * Run m on the prompt in chunks of 1, 7 and PLEN, check the three last
+ * logits are bit-identical, and leave them in logits (VOCAB).
+ */
+static void
+run_chunks(const struct medha_model *m, const int32_t *tok, float *logits)
+{
+	static const int chunks[] = {1, 7, PLEN};
+	struct medha_kv_config kc = {.n_layers = NL,
+	    .n_kv_heads = NKV,
+	    .head_dim = HD,
+	    .n_blocks = 16,
+	    .type = MEDHA_KV_F32,
+	    .max_seqs = 4};
+	struct medha_cpu_opts o = {.n_threads = 2, .kv_shards = 1};
+	struct medha_kvcache *kv;
+	struct medha_cpu *cpu;
+	float got[VOCAB];
+	char why[256];
+	int i;
+
+	assert_int_equal(medha_kvcache_init(&kv, &kc), 0);
+	if (medha_cpu_init(&cpu, m, kv, &o, why, sizeof(why)) != 0)
+		fail_msg("cpu: %s", why);
+	prefill(cpu, kv, tok, PLEN, PLEN, logits);
+	for (i = 0; i < 2; i++) {
+		prefill(cpu, kv, tok, PLEN, chunks[i], got);
+		if (memcmp(got, logits, sizeof(got)) != 0)
+			fail_msg("chunks of %d: logits differ from one chunk",
+			    chunks[i]);
+	}
+	medha_cpu_free(cpu);
+	medha_kvcache_free(kv);
+}
+
+/* ---- write, load, run ---- */
+
+static void
+roundtrip(int wt, int tied, uint64_t seed)
+{
+	struct tmodel tm;
+	struct medha_gguf *g;
+	struct medha_model *mg, *mm;
+	const struct medha_tensor *t;
+	const struct medha_model_config *c;
+	char path[PATH_LEN], why[256];
+	int32_t tok[PLEN];
+	float lg[VOCAB], lm[VOCAB];
+	int i;
+
+	tm_make(&tm, wt, tied, seed);
+	tmp_name(path);
+	tm_write(&tm, path);
+
+	/* (a) it loads, with the configuration written */
+	why[0] = '\0';
+	if (medha_gguf_open(&g, path, why, sizeof(why)) != 0) {
+		unlink(path);
+		fail_msg("open: %s", why);
+	}
+	if (medha_model_load(&mg, g, why, sizeof(why)) != 0) {
+		unlink(path);
+		fail_msg("load: %s", why);
+	}
+	unlink(path); /* the mapping stays valid */
+	assert_int_equal(medha_gguf_version(g), 3);
+	assert_int_equal(medha_gguf_tensor_count(g), tm.nt);
+	c = &mg->c;
+	assert_int_equal(c->n_layers, NL);
+	assert_int_equal(c->dim, DIM);
+	assert_int_equal(c->n_heads, NH);
+	assert_int_equal(c->n_kv_heads, NKV);
+	assert_int_equal(c->head_dim, HD);
+	assert_int_equal(c->n_rot, HD);
+	assert_int_equal(c->ffn_dim, FFN);
+	assert_int_equal(c->vocab, VOCAB);
+	assert_int_equal(c->ctx_len, CTX);
+	assert_true(c->rope_theta == THETA);
+	assert_true(c->norm_eps == EPS);
+	assert_int_equal(mg->tied, tied);
+	assert_int_equal(mg->tok_embd->type, wt);
+	assert_int_equal(mg->layer[1].wk->ne[1], NKV * HD);
+	for (i = 0; i < tm.nt; i++) {
+		t = medha_gguf_tensor_get(g, tm.t[i].name);
+		assert_non_null(t);
+		assert_int_equal(t->type, tm.t[i].type);
+		assert_int_equal(t->n_dims, tm.t[i].n_dims);
+		assert_int_equal(t->ne[0], tm.t[i].ne[0]);
+		assert_int_equal(t->ne[1], tm.t[i].ne[1]);
+		assert_int_equal(t->nbytes, tm.t[i].nbytes);
+		assert_int_equal(t->offset % medha_gguf_alignment(g), 0);
+		assert_memory_equal(t->data, tm.t[i].data, t->nbytes);
+	}
+
+	/* (b) chunking is exact; (c) the file's model is the memory one */
+	for (i = 0; i < PLEN; i++)
+		tok[i] = (int32_t)((uint32_t)(i * 37 + 11) % VOCAB);
+	run_chunks(mg, tok, lg);
+	if (medha_model_build(&mm, &tm.c, tm_find, &tm, why, sizeof(why)) != 0)
+		fail_msg("build: %s", why);
+	run_chunks(mm, tok, lm);
+	assert_memory_equal(lg, lm, sizeof(lg));
+	for (i = 0; i < VOCAB; i++) /* and not all zero or NaN */
+		if (lg[i] != 0 && lg[i] == lg[i])
+			break;
+	assert_true(i < VOCAB);
+
+	medha_model_free(mm);
+	medha_model_free(mg);
+	medha_gguf_close(g);
+	tm_free(&tm);
+}
+
+static void
+test_f32(void **state)
+{
+	(void)state;
+	roundtrip(MEDHA_GGML_F32, 1, 11);
+}
+
+static void
+test_f16(void **state)
+{
+	(void)state;
+	roundtrip(MEDHA_GGML_F16, 0, 12);
+}
+
+static void
+test_bf16(void **state)
+{
+	(void)state;
+	roundtrip(MEDHA_GGML_BF16, 1, 13);
+}
+
+static void
+test_q8_0(void **state)
+{
+	(void)state;
+	roundtrip(MEDHA_GGML_Q8_0, 0, 14);
+}
+
+static void
+test_q4_1(void **state)
+{
+	(void)state;
+	roundtrip(MEDHA_GGML_Q4_1, 1, 15);
+}
+
+/* ---- (d) damaged files ---- */
+
+/*
+ * Open path and load a model from it; both must not succeed together.
+ * Returns the error, with a non-empty reason.
+ */
+static int
+refused(const char *path)
+{
+	struct medha_gguf *g = NULL;
+	struct medha_model *m = NULL;
+	char why[256];
+	int rc;
+
+	why[0] = '\0';
+	if ((rc = medha_gguf_open(&g, path, why, sizeof(why))) == 0) {
+		rc = medha_model_load(&m, g, why, sizeof(why));
+		medha_model_free(m);
+		medha_gguf_close(g);
+	} else
+		assert_null(g);
+	assert_true(rc < 0);
+	assert_true(why[0] != '\0');
+	print_message("# refused (%d): %s\n", rc, why);
+	return rc;
+}
+
+/* A written Q8_0 model's bytes, with the offset of its first tensor's type. */
+static unsigned char *
+written(size_t *len, size_t *type_at)
+{
+	struct tmodel tm;
+	struct medha_gguf *g;
+	const struct medha_tensor *t;
+	char path[PATH_LEN], why[256];
+	unsigned char *buf;
+	uint64_t namelen;
+	size_t at;
+
+	tm_make(&tm, MEDHA_GGML_Q8_0, 0, 21);
+	tmp_name(path);
+	tm_write(&tm, path);
+	buf = slurp(path, len);
+	unlink(path);
+	tm_free(&tm);
+	if (medha_gguf_open_mem(&g, buf, *len, why, sizeof(why)) != 0)
+		fail_msg("open: %s", why);
+	/* tensor info: u64 name length, name, u32 n_dims, i64 ne[], u32 type */
+	at = (size_t)medha_gguf_tensor_info_offset(g);
+	t = medha_gguf_tensor_at(g, 0);
+	assert_non_null(t);
+	assert_true(at + 8 <= *len);
+	memcpy(&namelen, buf + at, 8); /* the file is little-endian, as we */
+	assert_int_equal(namelen, strlen(t->name));
+	at += 8 + namelen + 4 + 8 * (size_t)t->n_dims;
+	assert_true(at + 4 <= *len);
+	assert_int_equal(buf[at], t->type);
+	*type_at = at;
+	medha_gguf_close(g);
+	return buf;
+}
+
+static void
+test_truncated(void **state)
+{
+	char path[PATH_LEN];
+	unsigned char *buf;
+	size_t len, at, cut[] = {0, 0, 0, 0};
+	int i;
+
+	(void)state;
+	buf = written(&len, &at);
+	cut[0] = len / 2;
+	cut[1] = len - 1;
+	cut[2] = at; /* inside the tensor information */
+	cut[3] = 10; /* inside the header */
+	tmp_name(path);
+	for (i = 0; i < 4; i++) {
+		spill(path, buf, cut[i]);
+		refused(path);
+	}
+	unlink(path);
+	free(buf);
+}
+
+static void
+test_bad_type(void **state)
+{
+	char path[PATH_LEN];
+	unsigned char *buf;
+	size_t len, at;
+	int rc;
+
+	(void)state;
+	buf = written(&len, &at);
+	buf[at] = 99; /* no such ggml type */
+	tmp_name(path);
+	spill(path, buf, len);
+	rc = refused(path);
+	unlink(path);
+	free(buf);
+	/* the reader lists an unknown type; the loader refuses it */
+	assert_int_equal(rc, MEDHA_EUNSUP);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_f32),
+	    cmocka_unit_test(test_f16),
+	    cmocka_unit_test(test_bf16),
+	    cmocka_unit_test(test_q8_0),
+	    cmocka_unit_test(test_q4_1),
+	    cmocka_unit_test(test_truncated),
+	    cmocka_unit_test(test_bad_type),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
