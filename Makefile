@@ -3,7 +3,7 @@
 #   make                 build every program into bin/
 #   make test            build and run every test; ends with "N passed, N failed"
 #   make asan            the same tests under AddressSanitizer + UBSan
-#   make demo            the main job: simulate an hour, report, plot
+#   make demo            the main job: simulate an hour, report, plot; run SmolLM2
 #   make bench           simulator speed benchmark
 #   make install PREFIX=/usr/local
 #
@@ -77,13 +77,19 @@ asan:
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    test
 
-# the main job: one simulated hour of the paper's workload, report and plot
+# the main job, until the live topology exists: one simulated hour of the
+# paper's workload (report and plot), then the real model, SmolLM2-135M-
+# Instruct, answering on the CPU backend
+MODEL ?= cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 demo: all
+	sh contrib/fetch-refs.sh
 	$(BIN)/medha-trace gen -q 0.75 -l 0.05 -t 3600 -s 1 | \
 	$(BIN)/medha-sched --sim a100 -m llama3-8b --tp 8 --spp 2 \
 	    --policy medha --chunk adaptive | \
 	$(BIN)/medha-trace report --plot medha-report.png
 	@echo "plot: medha-report.png"
+	$(BIN)/medha-worker -m $(MODEL) -v --chat -n 128 \
+	    -p "In two sentences, why do long prompts make LLM serving hard?"
 
 bench: all
 	@sh contrib/bench-sim.sh $(BIN)

@@ -316,6 +316,7 @@ main(int argc, char *argv[])
 	t_gen = now() - t0;
 	if (as_ids || n_gen > 0)
 		printf("\n");
+	fflush(stdout);
 	if (verbose)
 		fprintf(stderr,
 		    "medha-worker: prompt %zu tokens in %.3f s (%.1f tok/s), "
