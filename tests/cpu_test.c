@@ -44,27 +44,10 @@
 #include "model.h"
 #include "quant.h"
 #include "threadpool.h"
+#include "tinymodel.h"
 
-/* ---- a deterministic generator ---- */
+/* ---- tiny models in memory (tinymodel.h) ---- */
 
-static uint64_t rng_state = 1;
-
-static void
-rng_seed(uint64_t s)
-{
-	rng_state = s * 2862933555777941757ull + 3037000493ull;
-}
-
-static float
-frand(void) /* uniform in [-1, 1) */
-{
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
-}
-
-/* ---- tiny models in memory ---- */
-
-#define NT_MAX 64
 #define VOCAB 97
 #define DIM 64
 #define NH 4
@@ -73,70 +56,11 @@ frand(void) /* uniform in [-1, 1) */
 #define FFN 128
 #define NL 2
 
-struct tmodel {
-	struct medha_tensor t[NT_MAX];
-	char name[NT_MAX][48];
-	void *data[NT_MAX];
-	int nt;
-	struct medha_model_config c;
-	struct medha_model *m;
-};
-
-static void
-tm_add(struct tmodel *tm, const char *name, int type, int64_t cols,
-    int64_t rows, float scale, float offset)
-{
-	size_t rb = medha_ggml_row_bytes(type, cols);
-	float *row = malloc(sizeof(float) * cols);
-	unsigned char *d = malloc(rb * (size_t)rows);
-	struct medha_tensor *t = &tm->t[tm->nt];
-	int64_t r, i;
-
-	assert_non_null(row);
-	assert_non_null(d);
-	assert_true(rb > 0 && tm->nt < NT_MAX);
-	for (r = 0; r < rows; r++) {
-		for (i = 0; i < cols; i++)
-			row[i] = offset + scale * frand();
-		assert_int_equal(medha_quant_row(type, row, d + rb * r, cols),
-		    0);
-	}
-	free(row);
-	snprintf(tm->name[tm->nt], sizeof(tm->name[0]), "%s", name);
-	t->name = tm->name[tm->nt];
-	t->type = type;
-	t->n_dims = rows > 1 ? 2 : 1;
-	t->ne[0] = cols;
-	t->ne[1] = rows;
-	t->ne[2] = t->ne[3] = 1;
-	t->data = d;
-	t->nbytes = rb * (size_t)rows;
-	tm->data[tm->nt++] = d;
-}
-
-static const struct medha_tensor *
-tm_find(void *ctx, const char *name)
-{
-	struct tmodel *tm = ctx;
-	int i;
-
-	for (i = 0; i < tm->nt; i++)
-		if (strcmp(tm->name[i], name) == 0)
-			return &tm->t[i];
-	return NULL;
-}
-
 /* Matrices of type wt, embedding of type et, output tied or not. */
 static void
 tm_make(struct tmodel *tm, int wt, int et, int tied, uint64_t seed)
 {
-	char n[48];
-	char why[256];
-	int l;
-
-	memset(tm, 0, sizeof(*tm));
-	rng_seed(seed);
-	tm->c = (struct medha_model_config){.n_layers = NL,
+	struct medha_model_config c = {.n_layers = NL,
 	    .dim = DIM,
 	    .n_heads = NH,
 	    .n_kv_heads = NKV,
@@ -145,42 +69,14 @@ tm_make(struct tmodel *tm, int wt, int et, int tied, uint64_t seed)
 	    .ffn_dim = FFN,
 	    .rope_theta = 10000.0f,
 	    .norm_eps = 1e-5f};
-	tm_add(tm, "token_embd.weight", et, DIM, VOCAB, 1.0f, 0);
-	tm_add(tm, "output_norm.weight", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
-	if (!tied)
-		tm_add(tm, "output.weight", wt, DIM, VOCAB, 0.3f, 0);
-	for (l = 0; l < NL; l++) {
-#define ADD(s, ty, c, r, sc, off)                                 \
-	do {                                                      \
-		snprintf(n, sizeof(n), "blk.%d.%s.weight", l, s); \
-		tm_add(tm, n, ty, c, r, sc, off);                 \
-	} while (0)
-		ADD("attn_norm", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
-		ADD("attn_q", wt, DIM, NH * HD, 0.4f, 0);
-		ADD("attn_k", wt, DIM, NKV * HD, 0.4f, 0);
-		ADD("attn_v", wt, DIM, NKV * HD, 0.4f, 0);
-		ADD("attn_output", wt, NH * HD, DIM, 0.2f, 0);
-		ADD("ffn_norm", MEDHA_GGML_F32, DIM, 1, 0.2f, 1.0f);
-		ADD("ffn_gate", wt, DIM, FFN, 0.3f, 0);
-		ADD("ffn_up", wt, DIM, FFN, 0.3f, 0);
-		ADD("ffn_down", wt, FFN, DIM, 0.2f, 0);
-#undef ADD
-	}
+	char why[256];
+
+	tm_fill(tm, &c, VOCAB, wt, et, tied, seed);
 	if (medha_model_build(&tm->m, &tm->c, tm_find, tm, why, sizeof(why)) !=
 	    0)
 		fail_msg("model: %s", why);
 	assert_int_equal(tm->m->c.vocab, VOCAB);
 	assert_int_equal(tm->m->tied, tied);
-}
-
-static void
-tm_free(struct tmodel *tm)
-{
-	int i;
-
-	medha_model_free(tm->m);
-	for (i = 0; i < tm->nt; i++)
-		free(tm->data[i]);
 }
 
 static struct medha_kvcache *
