@@ -71,6 +71,16 @@ int medha_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int medha_parse_f64(const char *s, double lo, double hi, double *out);
 
 /*
+ * A command-line flag's value: like medha_parse_i64/f64, but a bad value
+ * is also logged as "FLAG ARG: not in [lo, hi]" (or "not a number").
+ * lo_open excludes lo itself. The caller exits 2 on a non-zero return.
+ */
+int medha_flag_i64(const char *flag, const char *arg, int64_t lo, int64_t hi,
+    int64_t *out);
+int medha_flag_f64(const char *flag, const char *arg, double lo, double hi,
+    int lo_open, double *out);
+
+/*
  * Write a reason into why (if why is not NULL and whylen > 0) and return
  * err: the one way libcore explains an error to its caller.
  *	return medha_why(why, whylen, MEDHA_EFORMAT, "line %d: ...", n);

@@ -90,6 +90,36 @@ medha_parse_f64(const char *s, double lo, double hi, double *out)
 }
 
 int
+medha_flag_i64(const char *flag, const char *arg, int64_t lo, int64_t hi,
+    int64_t *out)
+{
+	int rc = medha_parse_i64(arg, lo, hi, out);
+
+	if (rc == MEDHA_EINVAL)
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not an integer", flag, arg);
+	else if (rc != 0)
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not in [%lld, %lld]", flag,
+		    arg, (long long)lo, (long long)hi);
+	return rc;
+}
+
+int
+medha_flag_f64(const char *flag, const char *arg, double lo, double hi,
+    int lo_open, double *out)
+{
+	int rc = medha_parse_f64(arg, lo, hi, out);
+
+	if (rc == 0 && lo_open && *out == lo)
+		rc = MEDHA_ERANGE;
+	if (rc == MEDHA_EINVAL)
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not a number", flag, arg);
+	else if (rc != 0)
+		medha_log(MEDHA_LOG_ERROR, "%s %s: not in %c%.15g, %.15g]",
+		    flag, arg, lo_open ? '(' : '[', lo, hi);
+	return rc;
+}
+
+int
 medha_why(char *why, size_t whylen, int err, const char *fmt, ...)
 {
 	va_list ap;

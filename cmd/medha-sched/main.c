@@ -124,19 +124,14 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* Parse a flag's number or exit 2 naming the flag. */
+/* A flag's number or exit 2 (medha_flag_* says why). */
 static int64_t
 num(const char *flag, const char *s, int64_t lo, int64_t hi)
 {
 	int64_t v;
 
-	if (medha_parse_i64(s, lo, hi, &v) != 0) {
-		fprintf(stderr,
-		    "medha-sched: %s: %s: expected an integer in "
-		    "[%lld, %lld]\n",
-		    flag, s, (long long)lo, (long long)hi);
+	if (medha_flag_i64(flag, s, lo, hi, &v) != 0)
 		exit(2);
-	}
 	return v;
 }
 
@@ -145,13 +140,8 @@ fnum(const char *flag, const char *s, double lo, double hi)
 {
 	double v;
 
-	if (medha_parse_f64(s, lo, hi, &v) != 0) {
-		fprintf(stderr,
-		    "medha-sched: %s: %s: expected a number in "
-		    "[%g, %g]\n",
-		    flag, s, lo, hi);
+	if (medha_flag_f64(flag, s, lo, hi, 0, &v) != 0)
 		exit(2);
-	}
 	return v;
 }
 

@@ -37,20 +37,9 @@ double
 flag_f64(const char *flag, const char *arg, double lo, double hi, int lo_open)
 {
 	double v;
-	int rc;
 
-	rc = medha_parse_f64(arg, lo, hi, &v);
-	if (rc == 0 && lo_open && v == lo)
-		rc = MEDHA_ERANGE;
-	if (rc == MEDHA_EINVAL) {
-		medha_log(MEDHA_LOG_ERROR, "%s %s: not a number", flag, arg);
+	if (medha_flag_f64(flag, arg, lo, hi, lo_open, &v) != 0)
 		exit(2);
-	}
-	if (rc != 0) {
-		medha_log(MEDHA_LOG_ERROR, "%s %s: not in %c%.15g, %.15g]",
-		    flag, arg, lo_open ? '(' : '[', lo, hi);
-		exit(2);
-	}
 	return v;
 }
 
@@ -58,18 +47,9 @@ int64_t
 flag_i64(const char *flag, const char *arg, int64_t lo, int64_t hi)
 {
 	int64_t v;
-	int rc;
 
-	rc = medha_parse_i64(arg, lo, hi, &v);
-	if (rc == MEDHA_EINVAL) {
-		medha_log(MEDHA_LOG_ERROR, "%s %s: not an integer", flag, arg);
+	if (medha_flag_i64(flag, arg, lo, hi, &v) != 0)
 		exit(2);
-	}
-	if (rc != 0) {
-		medha_log(MEDHA_LOG_ERROR, "%s %s: not in [%lld, %lld]", flag,
-		    arg, (long long)lo, (long long)hi);
-		exit(2);
-	}
 	return v;
 }
 
