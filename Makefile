@@ -2,7 +2,10 @@
 #
 #   make                 build every program into bin/
 #   make test            build and run every test; ends with "N passed, N failed"
+#   make unit            build and run the unit tests only
 #   make asan            the same tests under AddressSanitizer + UBSan
+#   make ARCH=x86-64-v2  a build that runs on any x86-64-v2 machine
+#                        (default: native, the machine it is built on)
 #   make demo            the main job: simulate an hour, report, plot; run SmolLM2
 #   make bench           simulator speed benchmark
 #   make install PREFIX=/usr/local
@@ -18,8 +21,9 @@ BIN     ?= bin
 CC      ?= cc
 OPT     ?= -O2
 SAN     ?=
+ARCH    ?= native
 CFLAGS  ?= $(OPT) -g
-override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=native -Wall -Wextra -iquote libcore
+override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=$(ARCH) -Wall -Wextra -iquote libcore
 override LDFLAGS += $(SAN)
 LDLIBS  += -ljansson -lzstd -lpcre2-32 -lpthread -lm
 TESTLIBS = -lcmocka
@@ -27,7 +31,7 @@ TESTLIBS = -lcmocka
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 
 PROGS     = medha-sched medha-trace medha-worker
-LIB_SRCS  = $(wildcard libcore/*.c)
+LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
 TEST_SRCS = $(wildcard tests/*_test.c)
@@ -37,10 +41,10 @@ MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
 MAN7      = $(wildcard man/*.7)
 
-.PHONY: all test asan bench demo install clean kernels format
+.PHONY: all test unit asan bench demo install clean kernels format
 all: $(PROGS:%=$(BIN)/%) kernels
 
-$(BUILD)/%.o: %.c $(wildcard libcore/*.h cmd/*/*.h)
+$(BUILD)/%.o: %.c $(wildcard libcore/*.h libcore/*/*.h cmd/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -71,6 +75,9 @@ endif
 
 test: all $(TESTS)
 	@sh tests/run.sh $(BUILD)/tests $(BIN)
+
+unit: $(TESTS)
+	@sh tests/run.sh --unit $(BUILD)/tests $(BIN)
 
 asan:
 	$(MAKE) BUILD=build/asan BIN=build/asan/bin OPT=-O1 \
@@ -103,7 +110,7 @@ install: all
 	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7)
 
 format:
-	clang-format -i libcore/*.[ch] cmd/*/*.[ch] tests/*.c
+	clang-format -i libcore/*.[ch] libcore/*/*.[ch] cmd/*/*.[ch] tests/*.c
 
 clean:
 	rm -rf build bin

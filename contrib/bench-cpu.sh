@@ -23,12 +23,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$top"
 cc=${CC:-cc}
+make -s build/libmedha.a
+libs="build/libmedha.a -ljansson -lzstd -lpcre2-32 -lm -lpthread"
 $cc -std=c11 -D_GNU_SOURCE -O2 -march=native -iquote libcore \
-    -o "$tmp/cpu-run" contrib/cpu-run.c libcore/cpu*.c libcore/model.c \
-    libcore/kvcache.c libcore/sample.c libcore/threadpool.c libcore/gguf*.c \
-    libcore/quant.c libcore/util.c -lm -lpthread
+    -o "$tmp/cpu-run" contrib/cpu-run.c $libs
 $cc -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/gguf-convert" \
-    contrib/gguf-convert.c libcore/gguf*.c libcore/quant.c libcore/util.c -lm
+    contrib/gguf-convert.c $libs
 for t in q8_0 f16; do
 	f=$cache/models/SmolLM2-135M-Instruct.$t.gguf
 	[ -s "$f" ] || "$tmp/gguf-convert" "$q41" "$f" "$t"

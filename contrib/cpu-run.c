@@ -16,11 +16,10 @@
  *	-r  f32 reference numerics
  *	-t  threads (2)
  *
- * Build (until the Makefile has a rule):
+ * Build (after make):
  *	cc -std=c11 -D_GNU_SOURCE -O2 -march=native -iquote libcore \
- *	    -o bin/cpu-run contrib/cpu-run.c libcore/cpu*.c libcore/model.c \
- *	    libcore/kvcache.c libcore/sample.c libcore/threadpool.c \
- *	    libcore/gguf*.c libcore/quant.c libcore/util.c -lm -lpthread
+ *	    -o cpu-run contrib/cpu-run.c build/libmedha.a -ljansson -lzstd \
+ *	    -lpcre2-32 -lm -lpthread
  */
 #include <err.h>
 #include <getopt.h>
@@ -29,11 +28,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu.h"
-#include "gguf.h"
-#include "kvcache.h"
-#include "model.h"
-#include "sample.h"
+#include "cpu/cpu.h"
+#include "model/gguf.h"
+#include "cpu/kvcache.h"
+#include "model/model.h"
+#include "model/sample.h"
 
 static void
 usage(void)

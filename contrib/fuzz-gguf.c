@@ -1,6 +1,6 @@
 /*
- * fuzz-gguf.c: a libFuzzer target for the GGUF reader (libcore/gguf*.c)
- * and the dequantizers (libcore/quant.c). Each input is opened from
+ * fuzz-gguf.c: a libFuzzer target for the GGUF reader (libcore/model/gguf*.c)
+ * and the dequantizers (libcore/model/quant.c). Each input is opened from
  * memory; on success every metadata value is read through the typed
  * lookups (arrays element by element) and the first row of every tensor
  * is dequantized. The reader must refuse bad input with a reason and
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 static int
 each_str(void *arg, uint64_t i, const char *s, size_t len)

@@ -17,8 +17,8 @@ dir=${FUZZ_DIR:-build/fuzz-gguf}
 cache=${MEDHA_CACHE:-$here/cache}
 CC=${CC:-clang}
 case $CC in *clang*) ;; *) CC=clang ;; esac
-src="libcore/gguf.c libcore/gguf_meta.c libcore/gguf_tensor.c
-    libcore/gguf_write.c libcore/quant.c libcore/util.c"
+src="libcore/model/gguf.c libcore/model/gguf_meta.c libcore/model/gguf_tensor.c
+    libcore/model/gguf_write.c libcore/model/quant.c libcore/util.c"
 
 mkdir -p "$dir/corpus" "$dir/seeds"
 # shellcheck disable=SC2086

@@ -8,13 +8,13 @@
  *
  *	gguf-convert IN.gguf OUT.gguf f16|bf16|f32|q8_0|q4_0|q4_1
  *
- * Build: cc -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o gguf-convert \
- *	    contrib/gguf-convert.c libcore/gguf*.c libcore/quant.c \
- *	    libcore/util.c -lm
+ * Build (after make): cc -std=c11 -D_GNU_SOURCE -O2 -iquote libcore
+ *	-o gguf-convert contrib/gguf-convert.c build/libmedha.a -ljansson
+ *	-lzstd -lpcre2-32 -lm -lpthread
  */
-#include "gguf.h"
+#include "model/gguf.h"
 #include "medha.h"
-#include "quant.h"
+#include "model/quant.h"
 
 #include <err.h>
 #include <stdio.h>

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 static void
 usage(void)

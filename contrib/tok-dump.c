@@ -22,18 +22,17 @@
  * each string (up to a NUL, as a C string) is formatted as one user
  * message by the model's chat template and printed in hex, one line each.
  *
- * Build: cc -std=c11 -D_GNU_SOURCE -O2 -Ilibcore -o tok-dump
- *	contrib/tok-dump.c libcore/tokenizer.c libcore/tok_encode.c
- *	libcore/pretok.c libcore/gguf*.c libcore/quant.c libcore/util.c
- *	-lpcre2-32 -lm
+ * Build (after make): cc -std=c11 -D_GNU_SOURCE -O2 -iquote libcore
+ *	-o tok-dump contrib/tok-dump.c build/libmedha.a -ljansson -lzstd
+ *	-lpcre2-32 -lm -lpthread
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 static void
 usage(void)

@@ -31,11 +31,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu.h"
-#include "gguf.h"
-#include "kvcache.h"
-#include "model.h"
-#include "quant.h"
+#include "cpu/cpu.h"
+#include "model/gguf.h"
+#include "cpu/kvcache.h"
+#include "model/model.h"
+#include "model/quant.h"
 #include "tinymodel.h"
 
 /* ---- a tiny model: quantized buffers, as tensors (tinymodel.h) ---- */

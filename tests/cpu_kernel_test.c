@@ -24,12 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "kvcache.h"
-#include "model.h"
-#include "quant.h"
-#include "sample.h"
-#include "threadpool.h"
+#include "cpu/cpu.h"
+#include "cpu/kvcache.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "model/sample.h"
+#include "cpu/threadpool.h"
 
 /* ---- a deterministic generator ---- */
 

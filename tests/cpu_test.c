@@ -39,11 +39,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "kvcache.h"
-#include "model.h"
-#include "quant.h"
-#include "threadpool.h"
+#include "cpu/cpu.h"
+#include "cpu/kvcache.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "cpu/threadpool.h"
 #include "tinymodel.h"
 
 /* ---- tiny models in memory (tinymodel.h) ---- */

@@ -24,8 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "pred.h"
+#include "model/gguf.h"
+#include "sched/pred.h"
 
 /* A file being built, and where some of its fields sit. */
 struct buf {

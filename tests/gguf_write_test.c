@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 static const int types[] = {MEDHA_GGML_F32, MEDHA_GGML_F16, MEDHA_GGML_BF16,
     MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_0, MEDHA_GGML_Q4_1, MEDHA_GGML_Q4_K,

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvcache.h"
+#include "cpu/kvcache.h"
 
 #define NL 2
 #define NKV 2

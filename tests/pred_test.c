@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pred.h"
+#include "sched/pred.h"
 
 static void
 near(double got, double want, double rel)

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "model/quant.h"
 
 static uint32_t
 bits(float f)

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sample.h"
+#include "model/sample.h"
 
 /* ---- a deterministic generator ---- */
 

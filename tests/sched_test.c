@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sched.h"
-#include "sim.h"
+#include "sched/sched.h"
+#include "sched/sim.h"
 
 static uint64_t rng_state;
 

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "quant.h"
+#include "model/model.h"
+#include "model/quant.h"
 
 /* ---- a deterministic generator ---- */
 

@@ -23,8 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 #define MAXTOK 400
 

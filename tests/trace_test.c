@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "trace.h"
+#include "io/trace.h"
 
 /* A read-only stream over a string. */
 static FILE *

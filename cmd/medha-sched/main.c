@@ -5,10 +5,10 @@
  * and wiring only; every decision lives in libcore/sched.c.
  */
 #include "medha.h"
-#include "pred.h"
-#include "sched.h"
-#include "sim.h"
-#include "trace.h"
+#include "sched/pred.h"
+#include "sched/sched.h"
+#include "sched/sim.h"
+#include "io/trace.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #ifndef MEDHA_TRACE_CMD_H
 #define MEDHA_TRACE_CMD_H
 
-#include "trace.h"
+#include "io/trace.h"
 
 /* Each takes the arguments after the subcommand name (argv[0] is the
  * subcommand) and returns the exit status. */

@@ -8,9 +8,9 @@
  * only: the model lives in libcore (runner.c, cpu*.c, tokenizer.c).
  */
 #include "medha.h"
-#include "runner.h"
-#include "sample.h"
-#include "tokenizer.h"
+#include "engine/runner.h"
+#include "model/sample.h"
+#include "model/tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -24,8 +24,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 lib=$top/libcore
-${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -I"$lib" \
-    -o "$tmp/gguf-dump" "$top/contrib/gguf-dump.c" "$lib/gguf.c" \
-    "$lib/gguf_meta.c" "$lib/gguf_tensor.c" "$lib/gguf_write.c" \
-    "$lib/quant.c" "$lib/util.c" -lm
+${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -iquote "$lib" \
+    -o "$tmp/gguf-dump" "$top/contrib/gguf-dump.c" "$lib/model/gguf.c" \
+    "$lib/model/gguf_meta.c" "$lib/model/gguf_tensor.c" "$lib/model/gguf_write.c" \
+    "$lib/model/quant.c" "$lib/util.c" -lm
 "$py" "$top/tests/ref/gguf_check.py" "$tmp/gguf-dump" "$model" "$tmp"

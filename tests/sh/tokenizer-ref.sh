@@ -30,8 +30,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$top"
 ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/tok-dump" \
-    contrib/tok-dump.c libcore/tokenizer.c libcore/tok_encode.c \
-    libcore/pretok.c libcore/gguf*.c $(ls libcore/quant.c 2>/dev/null) \
+    contrib/tok-dump.c libcore/model/tokenizer.c libcore/model/tok_encode.c \
+    libcore/model/pretok.c libcore/model/gguf*.c libcore/model/quant.c \
     libcore/util.c -lpcre2-32 -lm
 
 # vocabulary-only GGUF files with SmolLM2's tokenizer and other settings

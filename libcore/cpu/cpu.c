@@ -1,0 +1,480 @@
+/*
+ * cpu.c: the CPU backend's forward pass (see cpu.h): checks a batch,
+ * reserves its KV blocks, and runs the layers over every token of the
+ * batch at once, each sequence's tokens attending to that sequence's
+ * cache. Buffers grow to the largest batch seen and are kept.
+ *
+ * Per layer there are eight parallel regions: the residual add and norm
+ * (row-wise), the Q/K/V products together, attention, the output
+ * product, add and norm again, gate and up together, SwiGLU, down. RoPE
+ * and the KV writes run on the calling thread in between.
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct medha_cpu {
+	const struct medha_model *m;
+	struct medha_kvcache *kv;
+	struct medha_threadpool *tp;
+	int nt;     /* threads */
+	int ref;    /* f32 reference numerics */
+	int shards; /* KVP test mode: key ranges per sequence (1: off) */
+	int compat; /* llama.cpp's attention order (opts.llama_compat) */
+
+	int cap;       /* tokens the buffers below hold */
+	float *x;      /* (cap, dim) the residual stream */
+	float *xn;     /* (cap, max(dim, q_dim)) normed rows, product outputs */
+	float *q;      /* (cap, n_heads * head_dim) */
+	float *k;      /* (cap, n_kv_heads * head_dim) */
+	float *v;      /* (cap, n_kv_heads * head_dim) */
+	float *att;    /* (cap, n_heads * head_dim) attention output */
+	float *lse;    /* (cap, n_heads) its log-sum-exp */
+	float *g;      /* (cap, ffn_dim) gate, then silu(gate) * up */
+	float *u;      /* (cap, ffn_dim) up */
+	float *cs;     /* (cap, n_rot) cos/sin pairs per token */
+	float *part_o; /* (shards, cap, n_heads * head_dim) shard mode */
+	float *part_l; /* (shards, cap, n_heads) shard mode */
+
+	struct medha_attn_seq *as; /* (as_cap) */
+	int as_cap;
+	float *ascr;         /* (nt, ascr_per) attention scratch */
+	size_t ascr_per;     /* floats per thread */
+	size_t ascr_cap;     /* floats allocated */
+	unsigned char *seen; /* (kv max_seqs) duplicate check */
+	struct medha_act act;
+};
+
+int
+medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
+    struct medha_kvcache *kv, const struct medha_cpu_opts *o, char *why,
+    size_t whylen)
+{
+	struct medha_cpu *c;
+	const char *e;
+	int rc, nt = o != NULL && o->n_threads > 0 ? o->n_threads : 1;
+
+	*cp = NULL;
+	if (kv->c.n_layers != m->c.n_layers ||
+	    kv->c.n_kv_heads != m->c.n_kv_heads ||
+	    kv->c.head_dim != m->c.head_dim)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "KV cache shape (%d layers, %d kv heads of %d) does not "
+		    "match the model (%d, %d of %d)",
+		    kv->c.n_layers, kv->c.n_kv_heads, kv->c.head_dim,
+		    m->c.n_layers, m->c.n_kv_heads, m->c.head_dim);
+	if (m->c.n_heads / m->c.n_kv_heads > 64)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "more than 64 query heads per kv head");
+	if (o != NULL && (o->kv_shards < 0 || o->kv_shards > 64))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "kv_shards %d out of range [0, 64]", o->kv_shards);
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	c->m = m;
+	c->kv = kv;
+	c->nt = nt;
+	c->ref = o != NULL && o->ref;
+	if ((e = getenv("MEDHA_CPU_REF")) != NULL && strcmp(e, "1") == 0)
+		c->ref = 1;
+	c->shards = o != NULL && o->kv_shards > 1 ? o->kv_shards : 1;
+	c->compat = o != NULL && o->llama_compat && c->shards == 1;
+	if ((rc = medha_threadpool_init(&c->tp, nt)) != 0) {
+		free(c);
+		return medha_why(why, whylen, rc, "thread pool of %d: %s", nt,
+		    medha_strerror(rc));
+	}
+	if ((c->seen = calloc((size_t)kv->c.max_seqs, 1)) == NULL) {
+		medha_cpu_free(c);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	*cp = c;
+	return 0;
+}
+
+static void
+free_bufs(struct medha_cpu *c)
+{
+	free(c->x);
+	free(c->xn);
+	free(c->q);
+	free(c->k);
+	free(c->v);
+	free(c->att);
+	free(c->lse);
+	free(c->g);
+	free(c->u);
+	free(c->cs);
+	free(c->part_o);
+	free(c->part_l);
+	c->x = c->xn = c->q = c->k = c->v = c->att = c->lse = NULL;
+	c->g = c->u = c->cs = c->part_o = c->part_l = NULL;
+	c->cap = 0;
+}
+
+void
+medha_cpu_free(struct medha_cpu *c)
+{
+	if (c == NULL)
+		return;
+	free_bufs(c);
+	free(c->as);
+	free(c->ascr);
+	free(c->seen);
+	medha_act_free(&c->act);
+	medha_threadpool_free(c->tp);
+	free(c);
+}
+
+struct medha_threadpool *
+medha_cpu_pool(struct medha_cpu *c)
+{
+	return c->tp;
+}
+
+static int
+grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
+{
+	const struct medha_model_config *mc = &c->m->c;
+	size_t qd = (size_t)mc->n_heads * mc->head_dim;
+	size_t kvd = (size_t)mc->n_kv_heads * mc->head_dim;
+	size_t d = (size_t)mc->dim, wide = qd > d ? qd : d, per;
+
+	if (n > c->cap) {
+		size_t N = (size_t)n;
+		free_bufs(c);
+		c->x = medha_calloc(N * d, sizeof(float));
+		c->xn = medha_calloc(N * wide, sizeof(float));
+		c->q = medha_calloc(N * qd, sizeof(float));
+		c->k = medha_calloc(N * kvd, sizeof(float));
+		c->v = medha_calloc(N * kvd, sizeof(float));
+		c->att = medha_calloc(N * qd, sizeof(float));
+		c->lse = medha_calloc(N * mc->n_heads, sizeof(float));
+		c->g = medha_calloc(N * mc->ffn_dim, sizeof(float));
+		c->u = medha_calloc(N * mc->ffn_dim, sizeof(float));
+		c->cs = medha_calloc(N * mc->n_rot, sizeof(float));
+		if (c->shards > 1) {
+			c->part_o =
+			    medha_calloc(N * qd * c->shards, sizeof(float));
+			c->part_l = medha_calloc(N * mc->n_heads * c->shards,
+			    sizeof(float));
+		}
+		if (c->x == NULL || c->xn == NULL || c->q == NULL ||
+		    c->k == NULL || c->v == NULL || c->att == NULL ||
+		    c->lse == NULL || c->g == NULL || c->u == NULL ||
+		    c->cs == NULL ||
+		    (c->shards > 1 &&
+		        (c->part_o == NULL || c->part_l == NULL))) {
+			free_bufs(c);
+			return MEDHA_ENOMEM;
+		}
+		c->cap = n;
+	}
+	if (ns > c->as_cap) {
+		free(c->as);
+		if ((c->as = medha_calloc((size_t)ns, sizeof(*c->as))) ==
+		    NULL) {
+			c->as_cap = 0;
+			return MEDHA_ENOMEM;
+		}
+		c->as_cap = ns;
+	}
+	per = medha_attn_scratch(c->kv, mc->n_heads, nk_max);
+	if (per * (size_t)c->nt > c->ascr_cap) {
+		free(c->ascr);
+		if ((c->ascr = medha_calloc(per * (size_t)c->nt,
+		         sizeof(float))) == NULL) {
+			c->ascr_cap = 0;
+			return MEDHA_ENOMEM;
+		}
+		c->ascr_cap = per * (size_t)c->nt;
+	}
+	c->ascr_per = per;
+	return 0;
+}
+
+static int
+check_batch(struct medha_cpu *c, const struct medha_batch *b, char *why,
+    size_t whylen)
+{
+	const struct medha_batch_seq *s;
+	int64_t sum = 0, len;
+	int i, rc = 0;
+
+	if (b->n_seqs < 1 || b->n_tokens < 1 || b->tokens == NULL ||
+	    b->seq == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL, "empty batch");
+	for (i = 0; i < b->n_seqs && rc == 0; i++) {
+		s = &b->seq[i];
+		len = medha_kv_seq_len(c->kv, s->seq);
+		if (len < 0)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d (batch entry %d) is not allocated",
+			    s->seq, i);
+		else if (c->seen[s->seq])
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d appears twice in the batch", s->seq);
+		else if (s->n_tokens < 1)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: %d tokens", s->seq, s->n_tokens);
+		else if (s->pos < 0 || s->pos > len)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: position %lld but %lld cached",
+			    s->seq, (long long)s->pos, (long long)len);
+		else if (s->pos > INT32_MAX - s->n_tokens)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: position %lld too large", s->seq,
+			    (long long)s->pos);
+		else if (s->logits < MEDHA_LOGITS_LAST ||
+		    s->logits > MEDHA_LOGITS_NONE)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: logits mode %d", s->seq, s->logits);
+		else
+			c->seen[s->seq] = 1;
+		sum += s->n_tokens > 0 ? s->n_tokens : 0;
+	}
+	for (i--; i >= 0; i--)
+		if (medha_kv_seq_len(c->kv, b->seq[i].seq) >= 0)
+			c->seen[b->seq[i].seq] = 0;
+	if (rc != 0)
+		return rc;
+	if (sum != b->n_tokens)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "sequences hold %lld tokens, batch has %d", (long long)sum,
+		    b->n_tokens);
+	for (i = 0; i < b->n_tokens; i++)
+		if (b->tokens[i] < 0 || b->tokens[i] >= c->m->c.vocab)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "token %d at %d is outside the vocabulary (%d)",
+			    b->tokens[i], i, c->m->c.vocab);
+	return 0;
+}
+
+/* Attention of every sequence of the batch at one layer. */
+static int
+attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
+{
+	const struct medha_model_config *mc = &c->m->c;
+	const size_t qd = (size_t)mc->n_heads * mc->head_dim;
+	const float *po[64], *pl[64];
+	int i, sh, t0, rc;
+	int64_t len;
+
+	for (sh = 0; sh < c->shards; sh++) {
+		for (i = 0, t0 = 0; i < b->n_seqs;
+		     t0 += b->seq[i].n_tokens, i++) {
+			struct medha_attn_seq *a = &c->as[i];
+			len = b->seq[i].pos + b->seq[i].n_tokens;
+			a->seq = b->seq[i].seq;
+			a->q = c->q + (size_t)t0 * qd;
+			a->nq = b->seq[i].n_tokens;
+			a->qpos = b->seq[i].pos;
+			a->k_lo = len * sh / c->shards;
+			a->k_hi = len * (sh + 1) / c->shards;
+			a->compat = c->compat;
+			if (c->shards == 1) {
+				a->out = c->att + (size_t)t0 * qd;
+				a->lse = c->lse + (size_t)t0 * mc->n_heads;
+			} else {
+				a->out =
+				    c->part_o + ((size_t)sh * c->cap + t0) * qd;
+				a->lse = c->part_l +
+				    ((size_t)sh * c->cap + t0) * mc->n_heads;
+			}
+		}
+		if ((rc = medha_attn_run(c->tp, c->kv, layer, mc->n_heads,
+		         c->as, b->n_seqs, c->ascr, c->ascr_per)) != 0)
+			return rc;
+	}
+	if (c->shards > 1) {
+		for (sh = 0; sh < c->shards; sh++) {
+			po[sh] = c->part_o + (size_t)sh * c->cap * qd;
+			pl[sh] = c->part_l + (size_t)sh * c->cap * mc->n_heads;
+		}
+		medha_attn_merge(c->shards, po, pl, b->n_tokens * mc->n_heads,
+		    mc->head_dim, c->att, c->lse);
+	}
+	return 0;
+}
+
+/*
+ * Row-wise work on the batch's tokens, PAR_TOKENS at a time on the pool:
+ * x += y (if add), then xn = rmsnorm(x) * w; or the SwiGLU of g and u.
+ */
+#define PAR_TOKENS 8
+
+struct rows {
+	struct medha_cpu *c;
+	int n;          /* tokens */
+	int add;        /* x += xn first */
+	const float *w; /* the norm's weights, or NULL for SwiGLU */
+};
+
+static void
+rows_task(void *arg, int i, int thread)
+{
+	const struct rows *r = arg;
+	struct medha_cpu *c = r->c;
+	const int d = c->m->c.dim, f = c->m->c.ffn_dim;
+	int t, t1 = (i + 1) * PAR_TOKENS < r->n ? (i + 1) * PAR_TOKENS : r->n;
+	size_t j;
+
+	(void)thread;
+	for (t = i * PAR_TOKENS; t < t1; t++) {
+		float *x = c->x + (size_t)t * d, *xn = c->xn + (size_t)t * d;
+		if (r->w == NULL) {
+			(c->compat ? medha_cpu_swiglu_llama
+			           : medha_cpu_swiglu)(c->g + (size_t)t * f,
+			    c->u + (size_t)t * f, f);
+			continue;
+		}
+		if (r->add)
+			for (j = 0; j < (size_t)d; j++)
+				x[j] = xn[j] + x[j];
+		medha_cpu_rmsnorm(xn, x, r->w, d, c->m->c.norm_eps);
+	}
+}
+
+static void
+rows(struct medha_cpu *c, int n, int add, const float *w)
+{
+	struct rows r = {c, n, add, w};
+
+	medha_threadpool_run(c->tp, (n + PAR_TOKENS - 1) / PAR_TOKENS,
+	    rows_task, &r);
+}
+
+static int
+layer(struct medha_cpu *c, const struct medha_batch *b, int l)
+{
+	const struct medha_model_config *mc = &c->m->c;
+	const struct medha_layer *L = &c->m->layer[l];
+	const int n = b->n_tokens, d = mc->dim;
+	const size_t qd = (size_t)mc->n_heads * mc->head_dim;
+	const size_t kvd = (size_t)mc->n_kv_heads * mc->head_dim;
+	struct medha_mm mm[3];
+	int t, i, t0, rc;
+
+	/* the residual add of the previous layer's output, then the norm */
+	rows(c, n, l > 0, L->attn_norm);
+	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
+		return rc;
+	mm[0] = (struct medha_mm){L->wq, c->q};
+	mm[1] = (struct medha_mm){L->wk, c->k};
+	mm[2] = (struct medha_mm){L->wv, c->v};
+	if ((rc = medha_mm_run(c->tp, &c->act, mm, 3, c->ref)) != 0)
+		return rc;
+	for (t = 0; t < n; t++) {
+		const float *cs = c->cs + (size_t)t * mc->n_rot;
+		(c->compat ? medha_cpu_rope_llama : medha_cpu_rope)(
+		    c->q + t * qd, mc->n_heads, mc->head_dim, mc->n_rot, cs);
+		(c->compat ? medha_cpu_rope_llama : medha_cpu_rope)(
+		    c->k + t * kvd, mc->n_kv_heads, mc->head_dim, mc->n_rot,
+		    cs);
+	}
+	for (i = 0, t0 = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
+		if ((rc = medha_kv_write(c->kv, b->seq[i].seq, l, b->seq[i].pos,
+		         b->seq[i].n_tokens, c->k + (size_t)t0 * kvd,
+		         c->v + (size_t)t0 * kvd)) != 0)
+			return rc;
+	if ((rc = attention(c, b, l)) != 0)
+		return rc;
+	if ((rc = medha_act_set(&c->act, c->att, n, (int)qd, c->nt)) != 0)
+		return rc;
+	mm[0] = (struct medha_mm){L->wo, c->xn};
+	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
+		return rc;
+	rows(c, n, 1, L->ffn_norm);
+	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
+		return rc;
+	mm[0] = (struct medha_mm){L->gate, c->g};
+	mm[1] = (struct medha_mm){L->up, c->u};
+	if ((rc = medha_mm_run(c->tp, &c->act, mm, 2, c->ref)) != 0)
+		return rc;
+	rows(c, n, 0, NULL);
+	if ((rc = medha_act_set(&c->act, c->g, n, mc->ffn_dim, c->nt)) != 0)
+		return rc;
+	/* its output stays in xn for the next layer's (or the end's) add */
+	mm[0] = (struct medha_mm){L->down, c->xn};
+	return medha_mm_run(c->tp, &c->act, mm, 1, c->ref);
+}
+
+int
+medha_cpu_forward(struct medha_cpu *c, const struct medha_batch *b,
+    float *logits, char *why, size_t whylen)
+{
+	const struct medha_model *m = c->m;
+	const struct medha_model_config *mc = &m->c;
+	const int d = mc->dim;
+	const struct medha_tensor *te = m->tok_embd;
+	size_t rb = medha_ggml_row_bytes(te->type, d);
+	struct medha_mm mm;
+	int64_t nk_max = 0, nrows;
+	int i, t, t0, j, l, rc;
+
+	if ((rc = check_batch(c, b, why, whylen)) != 0)
+		return rc;
+	nrows = medha_batch_logit_rows(b);
+	if (nrows > 0 && logits == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no room for %lld rows of logits", (long long)nrows);
+	for (i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		if ((rc = medha_kv_reserve(c->kv, s->seq,
+		         s->pos + s->n_tokens)) != 0)
+			return medha_why(why, whylen, rc,
+			    "sequence %d: KV room for %lld positions: %s",
+			    s->seq, (long long)(s->pos + s->n_tokens),
+			    medha_strerror(rc));
+		if (s->pos + s->n_tokens > nk_max)
+			nk_max = s->pos + s->n_tokens;
+	}
+	if ((rc = grow(c, b->n_tokens, b->n_seqs, nk_max)) != 0)
+		return medha_why(why, whylen, rc, "buffers for %d tokens: %s",
+		    b->n_tokens, medha_strerror(rc));
+
+	for (i = 0, t = 0; i < b->n_seqs; i++)
+		for (j = 0; j < b->seq[i].n_tokens; j++, t++) {
+			medha_dequant_row(te->type,
+			    (const char *)te->data + rb * b->tokens[t],
+			    c->x + (size_t)t * d, d);
+			medha_cpu_rope_table(c->cs + (size_t)t * mc->n_rot,
+			    b->seq[i].pos + j, mc->n_rot, mc->rope_theta,
+			    m->rope_freqs);
+		}
+	for (l = 0; l < mc->n_layers; l++)
+		if ((rc = layer(c, b, l)) != 0)
+			return medha_why(why, whylen, rc, "layer %d: %s", l,
+			    medha_strerror(rc));
+	for (t = 0; t < b->n_tokens; t++) /* the last layer's residual */
+		for (j = 0; j < d; j++)
+			c->x[(size_t)t * d + j] =
+			    c->xn[(size_t)t * d + j] + c->x[(size_t)t * d + j];
+	for (i = 0; i < b->n_seqs; i++)
+		medha_kv_set_len(c->kv, b->seq[i].seq,
+		    b->seq[i].pos + b->seq[i].n_tokens);
+	if (nrows == 0)
+		return 0;
+
+	/* the final norm of the rows asked for, then the logits */
+	for (i = 0, t0 = 0, j = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
+		for (t = t0; t < t0 + b->seq[i].n_tokens; t++) {
+			if (b->seq[i].logits == MEDHA_LOGITS_NONE ||
+			    (b->seq[i].logits == MEDHA_LOGITS_LAST &&
+			        t != t0 + b->seq[i].n_tokens - 1))
+				continue;
+			medha_cpu_rmsnorm(c->xn + (size_t)j * d,
+			    c->x + (size_t)t * d, m->out_norm, d, mc->norm_eps);
+			j++;
+		}
+	if ((rc = medha_act_set(&c->act, c->xn, (int)nrows, d, c->nt)) != 0)
+		return medha_why(why, whylen, rc, "logits: %s",
+		    medha_strerror(rc));
+	mm = (struct medha_mm){m->output, logits};
+	if ((rc = medha_mm_run(c->tp, &c->act, &mm, 1, c->ref)) != 0)
+		return medha_why(why, whylen, rc, "logits: %s",
+		    medha_strerror(rc));
+	return 0;
+}

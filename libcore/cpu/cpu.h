@@ -1,0 +1,227 @@
+/*
+ * cpu.h: the CPU backend, the reference every other backend is checked
+ * against: the forward pass of a Llama model (model.h) over a batch
+ * (batch.h) of any mix of prefill chunks and decodes, with K/V kept in a
+ * paged cache (kvcache.h), on a pool of threads.
+ *
+ * One forward call: embedding rows; then per layer RMSNorm, the Q/K/V
+ * projections, RoPE at each token's position (the GGUF llama layout:
+ * adjacent pairs rotate), K/V appended to each sequence's blocks,
+ * grouped-query attention of each sequence's new tokens against its
+ * cached keys and itself (causal), the output projection, RMSNorm and
+ * the SwiGLU MLP, with residual adds; then the final norm and logits for
+ * the rows the batch asks for.
+ *
+ * Numerics follow llama.cpp's x86 CPU backend: the activations entering
+ * a matrix product are rounded to the weight type's partner (Q8_0-style
+ * int8 blocks for Q8_0/Q4_0/Q4_1 weights, multiplied with integer dot
+ * products; f16 or bf16 for F16 or BF16 weights; f32 for F32 and the
+ * K-quants, which are dequantized row by row), and norms, RoPE and the
+ * products do ggml's operations in ggml's order (one-token logits equal
+ * llama.cpp's bit for bit without flash attention). Attention orders its
+ * float operations its own way (cpu_attn.c). Every token's arithmetic is
+ * independent of what else is in the batch and of the thread count, so
+ * prefill in chunks of any size gives bit-identical results (with an f32
+ * KV cache). A llama.cpp mode (opts.llama_compat) does RoPE, attention
+ * and SwiGLU in the order of llama.cpp's prebuilt AVX2 CPU build instead,
+ * giving its logits bit for bit (not chunk invariant: llama.cpp's
+ * attention order depends on the batch). A reference mode (opts.ref, or
+ * MEDHA_CPU_REF=1 in the environment) instead dequantizes every weight
+ * to f32 and keeps the activations in f32: slow, for debugging the fast
+ * paths.
+ *
+ *	struct medha_cpu *cpu;
+ *	struct medha_cpu_opts o = { .n_threads = 2 };
+ *	if (medha_cpu_init(&cpu, model, kv, &o, why, sizeof(why)) != 0)
+ *		...;
+ *	if (medha_cpu_forward(cpu, &batch, logits, why, sizeof(why)) != 0)
+ *		...;
+ *	medha_cpu_free(cpu);
+ */
+#ifndef MEDHA_CPU_H
+#define MEDHA_CPU_H
+
+#include "medha.h"
+#include "engine/batch.h"
+#include "cpu/kvcache.h"
+#include "model/model.h"
+#include "cpu/threadpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct medha_cpu_opts {
+	int n_threads; /* threads in all, the caller's included (1) */
+	int ref;       /* f32 reference numerics (0; MEDHA_CPU_REF=1 sets it) */
+	int kv_shards; /* test mode: >1 splits each sequence's keys into that
+	                  many position ranges, attends to each range apart
+	                  and merges the parts with medha_attn_merge() (1) */
+	int llama_compat; /* RoPE, attention and SwiGLU in the float order
+	                     of llama.cpp's AVX2 CPU build without flash
+	                     attention, for matching it bit for bit
+	                     (contrib/worker-ref.sh); prefill results then
+	                     depend on the chunking; off with kv_shards (0) */
+};
+
+struct medha_cpu; /* opaque: model, cache, pool, scratch */
+
+/*
+ * A backend for model m writing into cache kv (whose layers, kv heads
+ * and head size must match m). Both must outlive it; it owns neither.
+ * opts may be NULL (defaults). On success *cpu is the caller's, for
+ * medha_cpu_free(). Returns 0, MEDHA_EINVAL (mismatched cache, bad
+ * options) or MEDHA_ENOMEM, with a reason in why.
+ */
+int medha_cpu_init(struct medha_cpu **cpu, const struct medha_model *m,
+    struct medha_kvcache *kv, const struct medha_cpu_opts *opts, char *why,
+    size_t whylen);
+void medha_cpu_free(struct medha_cpu *cpu);
+
+/*
+ * Run batch b. Every sequence must be allocated in the cache, have
+ * pos <= its cached length and appear once; its length becomes pos +
+ * n_tokens. logits (the caller's) receives medha_batch_logit_rows(b)
+ * rows of vocab floats (it may be NULL when that is 0). Returns 0,
+ * MEDHA_EINVAL (a malformed batch: token out of range, bad handle,
+ * position past the cached length, duplicate sequence), MEDHA_ENOSPACE
+ * (no KV blocks left: nothing is changed but blocks reserved for the
+ * sequences) or MEDHA_ENOMEM, with a reason in why.
+ */
+int medha_cpu_forward(struct medha_cpu *cpu, const struct medha_batch *b,
+    float *logits, char *why, size_t whylen);
+
+/* The pool the backend runs on (for callers that time or reuse it). */
+struct medha_threadpool *medha_cpu_pool(struct medha_cpu *cpu);
+
+/* ---- kernels, as the forward pass uses them (also for tests) ---- */
+
+/*
+ * y (n, rows) = x (n, cols) times W transposed, for a (rows, cols)
+ * weight of any supported type, with the forward pass's numerics (ref:
+ * the f32 reference). tp may be NULL (one thread). Returns 0,
+ * MEDHA_EUNSUP (weight type) or MEDHA_ENOMEM.
+ */
+int medha_cpu_matmul(struct medha_threadpool *tp, const struct medha_tensor *w,
+    const float *x, int n, float *y, int ref);
+
+/*
+ * Attention for nq new tokens of one sequence (queries q (nq, n_heads,
+ * head_dim), the first at position qpos) against the keys cached for
+ * positions [k_lo, k_hi) of layer layer, each query seeing only keys at
+ * or before its own position; query head h reads kv head h / (n_heads /
+ * n_kv_heads). Scores are q.k / sqrt(head_dim). Writes out (nq, n_heads,
+ * head_dim), the softmax-weighted values, and lse (nq, n_heads), the
+ * natural log of the sum of exp(score) (a row that sees no key gets 0s
+ * and -INFINITY). tp may be NULL. Returns 0, MEDHA_EINVAL or
+ * MEDHA_ENOMEM.
+ */
+int medha_cpu_attn(struct medha_threadpool *tp, const struct medha_kvcache *kv,
+    int seq, int layer, int n_heads, const float *q, int nq, int64_t qpos,
+    int64_t k_lo, int64_t k_hi, float *out, float *lse);
+
+/*
+ * The KVP merge: k partial attention results over disjoint key sets,
+ * o[i] (n, d) with lse[i] (n), into the result over their union, out
+ * (n, d) and out_lse (n) (either may alias o[0] / lse[0]). Exact online
+ * softmax: m = max lse_i, w_i = exp(lse_i - m), out = sum w_i o_i /
+ * sum w_i, out_lse = m + log sum w_i; parts with lse -INFINITY weigh
+ * nothing.
+ */
+void medha_attn_merge(int k, const float *const *o, const float *const *lse,
+    int n, int d, float *out, float *out_lse);
+
+/* e^x for n floats (dst may be src), the one exp the backend uses. */
+void medha_cpu_vexp(const float *src, float *dst, int64_t n);
+
+/* ---- internals of cpu*.c (declared here for the tests as well) ---- */
+
+enum {
+	MEDHA_ACT_Q8 = 1,   /* int8 blocks of 32 with scales (and sums) */
+	MEDHA_ACT_F16 = 2,  /* rounded through f16 */
+	MEDHA_ACT_BF16 = 4, /* rounded through bf16 */
+};
+
+/* Activations entering matrix products, with the forms made of them. */
+struct medha_act {
+	const float *x;     /* (n, k) the rows, the caller's */
+	int n;              /* rows (tokens) */
+	int k;              /* row length */
+	int have;           /* MEDHA_ACT_* forms made since medha_act_set */
+	int8_t *q;          /* (n, k) quants */
+	float *qd;          /* (n, k / 32) block scales, f16-rounded */
+	float *qs;          /* (n, k / 32) scale * sum of quants, f16-rounded */
+	float *r16;         /* (n, k) x rounded to f16 */
+	float *rbf;         /* (n, k) x rounded to bf16 */
+	size_t cap;         /* elements room in the arrays above */
+	float *scratch;     /* (threads, scratch_per) per-thread scratch */
+	size_t scratch_per; /* floats per thread */
+	size_t scratch_cap; /* floats allocated */
+};
+
+/* One product of a batch: y (n, rows) = x W^T. */
+struct medha_mm {
+	const struct medha_tensor *w; /* (rows, k) */
+	float *y;                     /* (n, rows) */
+};
+
+/*
+ * Point a at x (n, k), forgetting the forms made, and grow its buffers
+ * (owned by a; zero a first, free with medha_act_free). 0 or
+ * MEDHA_ENOMEM (a is then empty).
+ */
+int
+medha_act_set(struct medha_act *a, const float *x, int n, int k, int n_threads);
+void medha_act_free(struct medha_act *a);
+/* The form (MEDHA_ACT_*, or 0 for x itself) a weight type multiplies. */
+int medha_act_form(int type, int ref);
+/* Make the forms in need (MEDHA_ACT_* bits) that a lacks. */
+void
+medha_act_prepare(struct medha_threadpool *tp, struct medha_act *a, int need);
+/* Up to 7 products sharing the input a, in one parallel region. */
+int medha_mm_run(struct medha_threadpool *tp, struct medha_act *a,
+    const struct medha_mm *mm, int nmm, int ref);
+
+/* y = x / rms(x) * w, n elements (ggml's order of operations). */
+void
+medha_cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* cos, sin pairs (n_rot / 2 of each, interleaved) for position pos. */
+void medha_cpu_rope_table(float *cs, int64_t pos, int n_rot, float theta_base,
+    const float *freqs);
+/* Rotate adjacent pairs of the first n_rot elements of each head. */
+void
+medha_cpu_rope(float *v, int n_heads, int head_dim, int n_rot, const float *cs);
+/* The same with the fmas of llama.cpp's build, for llama_compat. */
+void medha_cpu_rope_llama(float *v, int n_heads, int head_dim, int n_rot,
+    const float *cs);
+/* g = silu(g) * u = g / (1 + exp(-g)) * u over n elements. */
+void medha_cpu_swiglu(float *g, const float *u, int64_t n);
+/* The same and e^x with ggml's AVX2 exp (ggml_v_expf), for llama_compat. */
+void medha_cpu_swiglu_llama(float *g, const float *u, int64_t n);
+void medha_cpu_vexp_llama(const float *src, float *dst, int64_t n);
+
+/* One sequence's part of an attention region (see medha_cpu_attn). */
+struct medha_attn_seq {
+	int seq;            /* KV cache sequence */
+	const float *q;     /* (nq, n_heads, head_dim) */
+	int nq;             /* query tokens */
+	int64_t qpos;       /* position of the first */
+	int64_t k_lo, k_hi; /* key positions [k_lo, k_hi) */
+	float *out;         /* (nq, n_heads, head_dim) */
+	float *lse;         /* (nq, n_heads) */
+	int compat;         /* llama.cpp's order (opts.llama_compat); needs
+	                       k_lo 0 */
+};
+
+/* Floats of per-thread scratch attention needs for keys up to nkeys. */
+size_t
+medha_attn_scratch(const struct medha_kvcache *kv, int n_heads, int64_t nkeys);
+/*
+ * Attention for ns sequences of one layer in one parallel region;
+ * scratch holds medha_attn_scratch() floats per thread. 0 or
+ * MEDHA_ENOMEM.
+ */
+int medha_attn_run(struct medha_threadpool *tp, const struct medha_kvcache *kv,
+    int layer, int n_heads, const struct medha_attn_seq *s, int ns,
+    float *scratch, size_t scratch_per);
+
+#endif

@@ -1,0 +1,636 @@
+/*
+ * cpu_attn.c: attention of new tokens against the paged KV cache, with
+ * its log-sum-exp, and the KVP merge of partial results.
+ *
+ * One task is (sequence, kv head, up to ATTN_QUERIES queries): the query
+ * heads that share the kv head are done together, so each key and value
+ * row is read (and, from an f16 cache, converted) once for all of them.
+ * Scores come 16 keys at a time from the dimension-major K runs of the
+ * cache (kvcache.h): two chains of 16-wide multiply-adds per head, over
+ * the first and second half of the dimensions, then added. A query's
+ * scores over its visible keys are kept whole (two passes: scores and
+ * their max, then exp, sum and the weighted values), so each query's
+ * result depends only on its position and the cached K/V, not on the
+ * chunk it came in or the thread that ran it. opts.llama_compat swaps
+ * in llama.cpp's order (attn_query_compat below).
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define ATTN_QUERIES 8 /* queries per task */
+
+/* ---- small vector helpers with a fixed order of operations ---- */
+
+/*
+ * Scores of G query heads q (G, hd) against the 16 keys of a K run (hd,
+ * 16): out (G, 16), unscaled. Per key and head: two fma chains over the
+ * two halves of the dimensions, added.
+ */
+static inline __attribute__((always_inline)) void
+scores_g(const int G, const struct medha_kvcache *kv, const void *run,
+    const float *q, float *out)
+{
+	const int hd = kv->c.head_dim, h2 = hd / 2;
+	int g, c;
+#if defined(__AVX512F__)
+	__m512 a0[8], a1[8], k0, k1;
+
+#pragma GCC unroll 8
+	for (g = 0; g < G; g++)
+		a0[g] = a1[g] = _mm512_setzero_ps();
+	for (c = 0; c < hd - h2; c++) {
+		if (kv->c.type == MEDHA_KV_F32) {
+			k1 =
+			    _mm512_loadu_ps((const float *)run + (c + h2) * 16);
+			k0 = _mm512_loadu_ps((const float *)run + c * 16);
+		} else {
+			k1 = _mm512_cvtph_ps(_mm256_loadu_si256(
+			    (const __m256i *)((const uint16_t *)run +
+			        (c + h2) * 16)));
+			k0 = _mm512_cvtph_ps(_mm256_loadu_si256(
+			    (const __m256i *)((const uint16_t *)run + c * 16)));
+		}
+#pragma GCC unroll 8
+		for (g = 0; g < G; g++) {
+			if (c < h2)
+				a0[g] = _mm512_fmadd_ps(_mm512_set1_ps(
+				                            q[g * hd + c]),
+				    k0, a0[g]);
+			a1[g] =
+			    _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + c + h2]),
+			        k1, a1[g]);
+		}
+	}
+#pragma GCC unroll 8
+	for (g = 0; g < G; g++)
+		_mm512_storeu_ps(out + g * 16, _mm512_add_ps(a0[g], a1[g]));
+#else
+	float a0, a1, kc;
+	int i;
+
+#pragma GCC unroll 8
+	for (g = 0; g < G; g++)
+		for (i = 0; i < 16; i++) {
+			a0 = a1 = 0;
+			for (c = 0; c < hd; c++) {
+				kc = kv->c.type == MEDHA_KV_F32
+				    ? ((const float *)run)[c * 16 + i]
+				    : medha_fp16_to_fp32(
+				          ((const uint16_t *)run)[c * 16 + i]);
+				if (c < h2)
+					a0 = fmaf(q[g * hd + c], kc, a0);
+				else
+					a1 = fmaf(q[g * hd + c], kc, a1);
+			}
+			out[g * 16 + i] = a0 + a1;
+		}
+#endif
+}
+
+static void
+scores(int G, const struct medha_kvcache *kv, const void *run, const float *q,
+    float *out)
+{
+	int g;
+
+	switch (G) { /* constant G: the accumulators stay in registers */
+	case 1: scores_g(1, kv, run, q, out); break;
+	case 2: scores_g(2, kv, run, q, out); break;
+	case 3: scores_g(3, kv, run, q, out); break;
+	case 4: scores_g(4, kv, run, q, out); break;
+	case 8: scores_g(8, kv, run, q, out); break;
+	default: /* by fours: the same per-head arithmetic */
+		for (g = 0; g + 4 <= G; g += 4)
+			scores_g(4, kv, run, q + g * kv->c.head_dim,
+			    out + g * 16);
+		for (; g < G; g++)
+			scores_g(1, kv, run, q + g * kv->c.head_dim,
+			    out + g * 16);
+	}
+}
+
+static inline float
+vmax(const float *x, int64_t n)
+{
+	float m = -INFINITY;
+	int64_t i = 0;
+
+#if defined(__AVX512F__)
+	__m512 v = _mm512_set1_ps(-INFINITY);
+	for (; i + 16 <= n; i += 16)
+		v = _mm512_max_ps(v, _mm512_loadu_ps(x + i));
+	m = _mm512_reduce_max_ps(v);
+#endif
+	for (; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	return m;
+}
+
+/* x = exp(x - m); returns the sum: lane i % 16 adds x[i], then a tree */
+static float
+exp_sum(float *x, int64_t n, float m)
+{
+	float lane[16] = {0};
+	int64_t i = 0;
+	int l, j;
+
+	for (i = 0; i < n; i++)
+		x[i] -= m;
+	medha_cpu_vexp(x, x, n);
+	i = 0;
+#if defined(__AVX512F__)
+	__m512 acc = _mm512_setzero_ps();
+	for (; i + 16 <= n; i += 16)
+		acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + i));
+	_mm512_storeu_ps(lane, acc);
+#endif
+	for (; i < n; i++)
+		lane[i & 15] += x[i];
+	for (l = 8; l > 0; l /= 2)
+		for (j = 0; j < l; j++)
+			lane[j] += lane[j + l];
+	return lane[0];
+}
+
+/*
+ * acc (G, hd) = the sum over keys j in [lo, hi) of p[g * nk + j - lo]
+ * times value row j: one fma chain per output element, in key order,
+ * so any split of the work gives the same bits. W vectors of 16
+ * dimensions at a time stay in registers for all G heads.
+ */
+static inline __attribute__((always_inline)) void
+pv_gw(const int G, const int W, const struct medha_kvcache *kv, int seq,
+    int layer, int kvh, const float *p, int64_t nk, int64_t lo, float *acc)
+{
+	const int hd = kv->c.head_dim;
+	int64_t j;
+	int c0, g;
+#if defined(__AVX512F__)
+	__m512 a[4][4], v[4], pj;
+	int w;
+	const char *run = NULL, *row;
+
+	for (c0 = 0; c0 < hd; c0 += 16 * W) {
+#pragma GCC unroll 8
+		for (g = 0; g < G; g++)
+#pragma GCC unroll 4
+			for (w = 0; w < W; w++)
+				a[g][w] = _mm512_setzero_ps();
+		for (j = lo; j < lo + nk; j++) {
+			if (j == lo || j % MEDHA_KV_BLOCK == 0)
+				run = medha_kv_run(kv, seq, layer, 1, kvh,
+				    j / MEDHA_KV_BLOCK);
+			row = run +
+			    (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
+#pragma GCC unroll 4
+			for (w = 0; w < W; w++)
+				v[w] = kv->c.type == MEDHA_KV_F32
+				    ? _mm512_loadu_ps(
+				          (const float *)row + c0 + 16 * w)
+				    : _mm512_cvtph_ps(_mm256_loadu_si256(
+				          (const __m256i *)((const uint16_t *)
+				                                row +
+				              c0 + 16 * w)));
+#pragma GCC unroll 8
+			for (g = 0; g < G; g++) {
+				pj = _mm512_set1_ps(p[g * nk + (j - lo)]);
+#pragma GCC unroll 4
+				for (w = 0; w < W; w++)
+					a[g][w] =
+					    _mm512_fmadd_ps(pj, v[w], a[g][w]);
+			}
+		}
+#pragma GCC unroll 8
+		for (g = 0; g < G; g++)
+#pragma GCC unroll 4
+			for (w = 0; w < W; w++)
+				_mm512_storeu_ps(acc + g * hd + c0 + 16 * w,
+				    a[g][w]);
+	}
+#else
+	const char *run = NULL, *row;
+	float vj;
+
+	(void)W;
+	memset(acc, 0, sizeof(float) * G * hd);
+	for (j = lo; j < lo + nk; j++) {
+		if (j == lo || j % MEDHA_KV_BLOCK == 0)
+			run = medha_kv_run(kv, seq, layer, 1, kvh,
+			    j / MEDHA_KV_BLOCK);
+		row = run + (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
+		for (c0 = 0; c0 < hd; c0++) {
+			vj = kv->c.type == MEDHA_KV_F32
+			    ? ((const float *)row)[c0]
+			    : medha_fp16_to_fp32(((const uint16_t *)row)[c0]);
+#pragma GCC unroll 8
+			for (g = 0; g < G; g++)
+				acc[g * hd + c0] = fmaf(p[g * nk + (j - lo)],
+				    vj, acc[g * hd + c0]);
+		}
+	}
+#endif
+}
+
+static void
+pv(int G, const struct medha_kvcache *kv, int seq, int layer, int kvh,
+    const float *p, int64_t nk, int64_t lo, float *acc)
+{
+	const int hd = kv->c.head_dim;
+	int g, n;
+
+#if defined(__AVX512F__)
+	if (hd % 16 != 0) { /* per element the same chain, done by hand */
+		const char *run = NULL, *row;
+		int64_t j;
+		int c;
+		float vj;
+		memset(acc, 0, sizeof(float) * G * hd);
+		for (j = lo; j < lo + nk; j++) {
+			if (j == lo || j % MEDHA_KV_BLOCK == 0)
+				run = medha_kv_run(kv, seq, layer, 1, kvh,
+				    j / MEDHA_KV_BLOCK);
+			row = run +
+			    (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
+			for (c = 0; c < hd; c++) {
+				vj = kv->c.type == MEDHA_KV_F32
+				    ? ((const float *)row)[c]
+				    : medha_fp16_to_fp32(
+				          ((const uint16_t *)row)[c]);
+				for (g = 0; g < G; g++)
+					acc[g * hd + c] =
+					    fmaf(p[g * nk + (j - lo)], vj,
+					        acc[g * hd + c]);
+			}
+		}
+		return;
+	}
+#endif
+	for (g = 0; g < G; g += n) {
+		n = G - g >= 4 ? 4 : G - g;
+#define PV(gg)                                                                \
+	do {                                                                  \
+		if (hd % 64 == 0)                                             \
+			pv_gw(gg, 4, kv, seq, layer, kvh, p + g * nk, nk, lo, \
+			    acc + g * hd);                                    \
+		else if (hd % 32 == 0)                                        \
+			pv_gw(gg, 2, kv, seq, layer, kvh, p + g * nk, nk, lo, \
+			    acc + g * hd);                                    \
+		else                                                          \
+			pv_gw(gg, 1, kv, seq, layer, kvh, p + g * nk, nk, lo, \
+			    acc + g * hd);                                    \
+	} while (0)
+		switch (n) {
+		case 4: PV(4); break;
+		case 3: PV(3); break;
+		case 2: PV(2); break;
+		default: PV(1); break;
+		}
+#undef PV
+	}
+}
+
+/* ---- the region ---- */
+
+struct attn_run {
+	const struct medha_kvcache *kv;
+	int layer;
+	int n_heads;
+	const struct medha_attn_seq *s;
+	int ns;
+	int *first; /* (ns + 1) first task of each sequence */
+	float *scratch;
+	size_t scratch_per;
+	int64_t nk_max; /* longest key range */
+};
+
+size_t
+medha_attn_scratch(const struct medha_kvcache *kv, int n_heads, int64_t nkeys)
+{
+	size_t g = (size_t)(n_heads / kv->c.n_kv_heads);
+
+	/* (the llama_compat order needs nkeys + 8 + 33 * head_dim) */
+	return g * (size_t)nkeys + (g + 33) * (size_t)kv->c.head_dim + 72;
+}
+
+/* ---- llama.cpp's order (opts.llama_compat) ---- */
+
+/*
+ * llama.cpp's CPU attention without flash attention, as its AVX2 build
+ * (the prebuilt one tests/ref/llamacpp.py drives, checked against its
+ * intermediate tensors) orders it, per query row and head. Its KV view
+ * is padded to n_kv, a multiple of 256 cells; keys past the query's own
+ * position are masked (weight 0) there and skipped here.
+ *  - KQ = mul_mat(K, Q): each score is ggml_vec_dot_f32 (4 accumulators
+ *    of 8 lanes over steps of 32, then ggml's tree; the tail, head_dim %
+ *    32, fma'd into the sum), times the scale.
+ *  - soft_max: the max, then ggml_v_expf 8 at a time, each group's
+ *    horizontal sum (hsum8) added in double; every weight times
+ *    (float)(1 / sum).
+ *  - KQV = mul_mat(V^T, KQ): with more than one token in the batch,
+ *    llamafile's tinyBLAS: per output element 8 lanes, lane j % 8 an fma
+ *    chain over keys j, then hsum8; with one token (a decode, or a
+ *    one-token chunk), ggml_vec_dot_f32 over the n_kv cells: 32 lanes,
+ *    lane j % 32, then ggml's tree.
+ * "Tokens in the batch" is this sequence's nq here (llama.cpp counts the
+ * whole ubatch: the same for one sequence per batch, as in the worker).
+ */
+
+/* tinyBLAS's hsum of 8 lanes */
+static inline float
+hsum8(const float *l)
+{
+	float h0 = l[4] + l[0], h1 = l[5] + l[1], h2 = l[6] + l[2],
+	      h3 = l[7] + l[3];
+
+	return (h0 + h2) + (h1 + h3);
+}
+
+/* ggml_vec_dot_f32's sum of its 4 accumulators of 8 lanes (a[j * 8 + l]) */
+static inline float
+vec_reduce(const float *a)
+{
+	float x0[8], t0[4];
+	int l;
+
+	for (l = 0; l < 8; l++)
+		x0[l] = (a[l] + a[16 + l]) + (a[8 + l] + a[24 + l]);
+	for (l = 0; l < 4; l++)
+		t0[l] = x0[l] + x0[l + 4];
+	return (t0[0] + t0[1]) + (t0[2] + t0[3]);
+}
+
+/* ggml_vec_dot_f32 (AVX2) */
+static float
+dot_vec(const float *x, const float *y, int n)
+{
+	float a[32] = {0}, sum;
+	int np = n & ~31, i, l;
+
+	for (i = 0; i < np; i += 32)
+		for (l = 0; l < 32; l++)
+			a[l] = fmaf(x[i + l], y[i + l], a[l]);
+	sum = vec_reduce(a);
+	for (i = np; i < n; i++)
+		sum = fmaf(x[i], y[i], sum);
+	return sum;
+}
+
+static void
+attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
+    int kvh, int qi, float *scr)
+{
+	const struct medha_kvcache *kv = r->kv;
+	const int hd = kv->c.head_dim, G = r->n_heads / kv->c.n_kv_heads;
+	const int nh = r->n_heads, f32 = kv->c.type == MEDHA_KV_F32;
+	const float scale = 1.0f / sqrtf((float)hd);
+	int64_t p = s->qpos + qi, hi = s->k_hi, nk, n8, j;
+	float *w = scr, *lane = scr + r->nk_max + 8, *kj = lane + 32 * hd, *o;
+	const float *q = s->q + ((size_t)qi * nh + (size_t)kvh * G) * hd;
+	const char *run = NULL, *row;
+	int g, d, l, one = s->nq == 1, a;
+	double sum;
+	float m, inv, vj;
+
+	if (hi > p + 1)
+		hi = p + 1;
+	nk = hi;
+	n8 = (nk + 7) & ~(int64_t)7;
+	o = s->out + ((size_t)qi * nh + (size_t)kvh * G) * hd;
+	for (g = 0; g < G; g++) {
+		const float *qg = q + (size_t)g * hd;
+		for (j = 0; j < nk; j++) {
+			if (j % MEDHA_KV_BLOCK == 0)
+				run = medha_kv_run(kv, s->seq, r->layer, 0, kvh,
+				    j / MEDHA_KV_BLOCK);
+			for (d = 0; d < hd; d++) {
+				size_t at = (size_t)d * 16 + j % 16;
+				kj[d] = f32 ? ((const float *)run)[at]
+				            : medha_fp16_to_fp32(
+				                  ((const uint16_t *)run)[at]);
+			}
+			w[j] = dot_vec(kj, qg, hd) * scale;
+		}
+		m = -INFINITY;
+		for (j = 0; j < nk; j++)
+			m = w[j] > m ? w[j] : m;
+		for (j = nk; j < n8; j++)
+			w[j] = -INFINITY;
+		sum = 0;
+		for (j = 0; j < n8; j += 8) {
+			for (l = 0; l < 8; l++)
+				w[j + l] -= m;
+			medha_cpu_vexp_llama(w + j, w + j, 8);
+			sum += (double)hsum8(w + j);
+		}
+		inv = (float)(1.0 / sum);
+		for (j = 0; j < nk; j++)
+			w[j] *= inv;
+		memset(lane, 0, sizeof(float) * 32 * hd);
+		for (j = 0; j < nk; j++) {
+			if (j % MEDHA_KV_BLOCK == 0)
+				run = medha_kv_run(kv, s->seq, r->layer, 1, kvh,
+				    j / MEDHA_KV_BLOCK);
+			row = run +
+			    (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
+			for (d = 0; d < hd; d++) {
+				vj = f32 ? ((const float *)row)[d]
+				         : medha_fp16_to_fp32(
+				               ((const uint16_t *)row)[d]);
+				a = d * 32 + (one ? (int)(j & 31) : (int)(j & 7));
+				lane[a] = fmaf(vj, w[j], lane[a]);
+			}
+		}
+		for (d = 0; d < hd; d++)
+			o[(size_t)g * hd + d] =
+			    one ? vec_reduce(lane + d * 32) : hsum8(lane + d * 32);
+		s->lse[(size_t)qi * nh + kvh * G + g] = m + logf((float)sum);
+	}
+}
+
+static void
+attn_query(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
+    int qi, float *scr)
+{
+	const struct medha_kvcache *kv = r->kv;
+	const int hd = kv->c.head_dim, G = r->n_heads / kv->c.n_kv_heads;
+	const int nh = r->n_heads;
+	const float scale = 1.0f / sqrtf((float)hd);
+	int64_t p = s->qpos + qi, lo = s->k_lo, hi = s->k_hi, nk, j, blk;
+	float *sc = scr, *acc = scr + (size_t)G * r->nk_max;
+	float sum[64], *o;
+	const float *q = s->q + ((size_t)qi * nh + (size_t)kvh * G) * hd;
+	int g;
+
+	if (s->compat && lo <= 0) {
+		attn_query_compat(r, s, kvh, qi, scr);
+		return;
+	}
+	if (hi > p + 1)
+		hi = p + 1;
+	if (lo < 0)
+		lo = 0;
+	nk = hi - lo;
+	o = s->out + ((size_t)qi * nh + (size_t)kvh * G) * hd;
+	if (nk <= 0) {
+		memset(o, 0, sizeof(float) * G * hd);
+		for (g = 0; g < G; g++)
+			s->lse[(size_t)qi * nh + kvh * G + g] = -INFINITY;
+		return;
+	}
+	/* scores, 16 keys at a time, every head of the group */
+	for (blk = lo / MEDHA_KV_BLOCK; blk <= (hi - 1) / MEDHA_KV_BLOCK;
+	     blk++) {
+		int64_t b0 = blk * MEDHA_KV_BLOCK, j0, j1;
+		float bs[64 * 16];
+		scores(G, kv, medha_kv_run(kv, s->seq, r->layer, 0, kvh, blk),
+		    q, bs);
+		j0 = b0 > lo ? b0 : lo;
+		j1 = b0 + MEDHA_KV_BLOCK < hi ? b0 + MEDHA_KV_BLOCK : hi;
+		for (g = 0; g < G; g++)
+			for (j = j0; j < j1; j++)
+				sc[g * nk + (j - lo)] =
+				    bs[g * 16 + (j - b0)] * scale;
+	}
+	for (g = 0; g < G; g++) {
+		float m = vmax(sc + g * nk, nk);
+		sum[g] = exp_sum(sc + g * nk, nk, m);
+		s->lse[(size_t)qi * nh + kvh * G + g] = m + logf(sum[g]);
+	}
+	/* the weighted values */
+	pv(G, kv, s->seq, r->layer, kvh, sc, nk, lo, acc);
+	for (g = 0; g < G; g++) {
+		float inv = 1.0f / sum[g];
+		int d;
+		for (d = 0; d < hd; d++)
+			o[g * hd + d] = acc[g * hd + d] * inv;
+	}
+}
+
+static void
+attn_task(void *arg, int i, int thread)
+{
+	const struct attn_run *r = arg;
+	const struct medha_attn_seq *s;
+	int lo = 0, hi = r->ns - 1, mid, local, nch, kvh, c, qi, q1;
+	float *scr = r->scratch + r->scratch_per * (size_t)thread;
+
+	while (lo < hi) { /* the last sequence whose first task <= i */
+		mid = (lo + hi + 1) / 2;
+		if (r->first[mid] <= i)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	s = &r->s[lo];
+	local = i - r->first[lo];
+	nch = (s->nq + ATTN_QUERIES - 1) / ATTN_QUERIES;
+	kvh = local / nch;
+	c = local % nch;
+	q1 = (c + 1) * ATTN_QUERIES < s->nq ? (c + 1) * ATTN_QUERIES : s->nq;
+	for (qi = c * ATTN_QUERIES; qi < q1; qi++)
+		attn_query(r, s, kvh, qi, scr);
+}
+
+int
+medha_attn_run(struct medha_threadpool *tp, const struct medha_kvcache *kv,
+    int layer, int n_heads, const struct medha_attn_seq *s, int ns,
+    float *scratch, size_t scratch_per)
+{
+	struct attn_run r;
+	int i, n;
+
+	if (ns <= 0)
+		return 0;
+	if ((r.first = medha_calloc((size_t)ns + 1, sizeof(int))) == NULL)
+		return MEDHA_ENOMEM;
+	r.kv = kv;
+	r.layer = layer;
+	r.n_heads = n_heads;
+	r.s = s;
+	r.ns = ns;
+	r.scratch = scratch;
+	r.scratch_per = scratch_per;
+	r.nk_max = 0;
+	for (i = 0; i < ns; i++) {
+		int64_t nk = s[i].k_hi - (s[i].k_lo > 0 ? s[i].k_lo : 0);
+		if (nk > r.nk_max)
+			r.nk_max = nk;
+		r.first[i + 1] = r.first[i] +
+		    kv->c.n_kv_heads *
+		        ((s[i].nq + ATTN_QUERIES - 1) / ATTN_QUERIES);
+	}
+	n = r.first[ns];
+	if (tp != NULL)
+		medha_threadpool_run(tp, n, attn_task, &r);
+	else
+		for (i = 0; i < n; i++)
+			attn_task(&r, i, 0);
+	free(r.first);
+	return 0;
+}
+
+int
+medha_cpu_attn(struct medha_threadpool *tp, const struct medha_kvcache *kv,
+    int seq, int layer, int n_heads, const float *q, int nq, int64_t qpos,
+    int64_t k_lo, int64_t k_hi, float *out, float *lse)
+{
+	struct medha_attn_seq s = {seq, q, nq, qpos, k_lo, k_hi, out, lse, 0};
+	int64_t len = medha_kv_seq_len(kv, seq);
+	size_t per;
+	float *scr;
+	int nt = tp != NULL ? medha_threadpool_size(tp) : 1, rc;
+
+	if (len < 0 || layer < 0 || layer >= kv->c.n_layers || n_heads < 1 ||
+	    n_heads % kv->c.n_kv_heads != 0 ||
+	    n_heads / kv->c.n_kv_heads > 64 || nq < 0 || qpos < 0 ||
+	    k_hi > len || k_hi > kv->seq[seq].nblock * MEDHA_KV_BLOCK)
+		return MEDHA_EINVAL;
+	if (k_hi < k_lo)
+		k_hi = k_lo;
+	per = medha_attn_scratch(kv, n_heads, k_hi - (k_lo > 0 ? k_lo : 0));
+	if ((scr = medha_calloc(per * (size_t)nt, sizeof(float))) == NULL)
+		return MEDHA_ENOMEM;
+	rc = medha_attn_run(tp, kv, layer, n_heads, &s, 1, scr, per);
+	free(scr);
+	return rc;
+}
+
+void
+medha_attn_merge(int k, const float *const *o, const float *const *lse, int n,
+    int d, float *out, float *out_lse)
+{
+	float m, w, sum, acc;
+	int i, r, j;
+
+	for (r = 0; r < n; r++) {
+		m = -INFINITY;
+		for (i = 0; i < k; i++)
+			m = fmaxf(m, lse[i][r]);
+		if (m == -INFINITY) {
+			for (j = 0; j < d; j++)
+				out[(size_t)r * d + j] = 0;
+			out_lse[r] = -INFINITY;
+			continue;
+		}
+		sum = 0;
+		for (i = 0; i < k; i++)
+			sum += lse[i][r] == -INFINITY ? 0 : expf(lse[i][r] - m);
+		for (j = 0; j < d; j++) {
+			acc = 0;
+			for (i = 0; i < k; i++) {
+				if (lse[i][r] == -INFINITY)
+					continue;
+				w = expf(lse[i][r] - m);
+				acc += w * o[i][(size_t)r * d + j];
+			}
+			out[(size_t)r * d + j] = acc / sum;
+		}
+		out_lse[r] = m + logf(sum);
+	}
+}

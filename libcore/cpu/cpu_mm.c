@@ -1,0 +1,573 @@
+/*
+ * cpu_mm.c: the matrix product of the CPU backend: y (n, rows) = x (n,
+ * k) times W transposed, W in its stored type, x in the form cpu_ops.c
+ * rounds it to for that type.
+ *
+ * A product is split into tasks of a few dozen to MM_ROWS_MAX weight
+ * rows (about four tasks per thread, so that each thread streams long
+ * runs of weights and the hardware prefetchers keep up; software
+ * prefetches run PF_AHEAD bytes ahead as well). A task walks its rows
+ * against the tokens in blocks of MM_TOKENS tokens, so that the
+ * activations stay in cache, with register tiles of 4 rows by 4, 2 or 1
+ * tokens (or, for one token, one row at a time where long rows stream
+ * better). Every (row, token) dot product does the same operations in
+ * the same order whatever tile it falls in: results never depend on the
+ * batch or the threads.
+ *
+ * Two kinds of dot product:
+ *  - integer (Q8_0, Q4_0, Q4_1 weights with Q8 activations): a block's
+ *    dot is eight int32 lanes of four byte products each (VNNI vpdpbusd
+ *    where the compiler targets it, AVX2 maddubs otherwise, or scalar),
+ *    converted and accumulated as acc = fma(dw * dx, lanes, acc); the
+ *    result is the horizontal sum (plus, for Q4_1, the fma-accumulated
+ *    sum of m * s): the operations of ggml's x86 vec_dot kernels;
+ *  - float (everything else, and all weights in reference mode): F32,
+ *    F16 and BF16 rows are converted as they are loaded, other types are
+ *    dequantized a tile at a time with medha_dequant_row(); one 16-wide
+ *    fma accumulator per pair, then its horizontal sum.
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#define MM_ROWS_MIN 16  /* weight rows per task, at least */
+#define MM_ROWS_MAX 256 /* and at most */
+#define PF_AHEAD 2048   /* bytes of weights prefetched ahead */
+#define MM_TOKENS 64    /* tokens per cache block of a task */
+#define TILE 4          /* rows (and most tokens) of a register tile */
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* ---- integer dot products: Q8_0, Q4_0, Q4_1 x int8 activations ---- */
+
+static inline uint16_t
+u16at(const unsigned char *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, sizeof(h));
+	return h;
+}
+
+#if defined(__AVX2__)
+static inline float
+hsum8(__m256 v)
+{
+	__m128 r =
+	    _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+	r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+	r = _mm_add_ss(r, _mm_movehdup_ps(r));
+	return _mm_cvtss_f32(r);
+}
+
+/* 32 nibbles of a block as bytes: element j low nibble, j+16 high */
+static inline __m256i
+nibbles(const unsigned char *p)
+{
+	__m128i t = _mm_loadu_si128((const __m128i *)p);
+
+	return _mm256_and_si256(_mm256_set1_epi8(0x0f),
+	    _mm256_inserti128_si256(_mm256_castsi128_si256(t),
+	        _mm_srli_epi16(t, 4), 1));
+}
+
+/* an f16 at p, converted and broadcast */
+static inline __m256
+bcast_h(const unsigned char *p)
+{
+#ifdef __F16C__
+	return _mm256_cvtph_ps(_mm_set1_epi16((short)u16at(p)));
+#else
+	return _mm256_set1_ps(medha_fp16_to_fp32(u16at(p)));
+#endif
+}
+#endif
+
+/*
+ * R (1 or 4) weight rows w[0..R-1] (tails repeat a row) times the T
+ * activation rows tk[0..T-1]: out[r][t]. One row at a time streams
+ * best when there is one token (decode); four rows share each loaded
+ * activation block otherwise. Each (row, token) pair does the same
+ * operations whatever R and T are: eight int32 lanes per block, then
+ * acc = fma(dw * dx, lanes, acc); hsum8(acc) (+ the Q4_1 sum of m * s,
+ * an fma per block).
+ */
+ALWAYS_INLINE void
+q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
+    const struct medha_act *a, const int *tk, float (*out)[4])
+{
+	const int nb = a->k / MEDHA_QK;
+	const int bs = type == MEDHA_GGML_Q8_0 ? 34
+	    : type == MEDHA_GGML_Q4_0          ? 18
+	                                       : 20;
+	const int off = type == MEDHA_GGML_Q4_1 ? 4 : 2;
+	const int8_t *xq[4];
+	const float *xd[4], *xs[4];
+	int r, t, b;
+
+#pragma GCC unroll 4
+	for (t = 0; t < T; t++) {
+		xq[t] = a->q + (size_t)tk[t] * a->k;
+		xd[t] = a->qd + (size_t)tk[t] * nb;
+		xs[t] = a->qs + (size_t)tk[t] * nb;
+	}
+#if defined(__AVX2__)
+	__m256 acc[4][4];
+	__m128 sm[4];
+#pragma GCC unroll 4
+	for (t = 0; t < T; t++) {
+		sm[t] = _mm_setzero_ps();
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++)
+			acc[r][t] = _mm256_setzero_ps();
+	}
+	for (b = 0; b < nb; b++) {
+		__m256i wv[4];
+		__m256 dwv[4];
+		__m128 mv = _mm_setzero_ps();
+		/*
+		 * The four rows are consecutive in memory (but short), and
+		 * the next tile follows them: keep the lines ahead coming.
+		 */
+		const char *pf =
+		    (const char *)w[0] + PF_AHEAD + (size_t)b * R * bs;
+		_mm_prefetch(pf, _MM_HINT_T0);
+		if (R > 1) {
+			_mm_prefetch(pf + 64, _MM_HINT_T0);
+			if (type == MEDHA_GGML_Q8_0)
+				_mm_prefetch(pf + 128, _MM_HINT_T0);
+		}
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++) {
+			const unsigned char *p = w[r] + (size_t)b * bs;
+			if (type == MEDHA_GGML_Q8_0)
+				wv[r] = _mm256_loadu_si256(
+				    (const __m256i *)(p + off));
+			else
+				wv[r] = nibbles(p + off);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+			if (type == MEDHA_GGML_Q8_0) /* w + 128, unsigned */
+				wv[r] = _mm256_xor_si256(wv[r],
+				    _mm256_set1_epi8((char)0x80));
+#else
+			if (type == MEDHA_GGML_Q4_0)
+				wv[r] =
+				    _mm256_sub_epi8(wv[r], _mm256_set1_epi8(8));
+#endif
+			dwv[r] = bcast_h(p);
+		}
+		if (type == MEDHA_GGML_Q4_1) {
+			const size_t o = (size_t)b * bs + 2;
+#ifdef __F16C__
+			if (R == 1)
+				mv = _mm_cvtph_ps(
+				    _mm_cvtsi32_si128(u16at(w[0] + o)));
+			else
+				mv = _mm_cvtph_ps(
+				    _mm_setr_epi16((short)u16at(w[0] + o),
+				        (short)u16at(w[1] + o),
+				        (short)u16at(w[2] + o),
+				        (short)u16at(w[3] + o), 0, 0, 0, 0));
+#else
+			mv = _mm_setr_ps(medha_fp16_to_fp32(u16at(w[0] + o)),
+			    R > 1 ? medha_fp16_to_fp32(u16at(w[1] + o)) : 0,
+			    R > 1 ? medha_fp16_to_fp32(u16at(w[2] + o)) : 0,
+			    R > 1 ? medha_fp16_to_fp32(u16at(w[3] + o)) : 0);
+#endif
+		}
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++) {
+			__m256i xv = _mm256_loadu_si256(
+			    (const __m256i *)(xq[t] + b * MEDHA_QK));
+			__m256 dxv = _mm256_set1_ps(xd[t][b]);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+			/* lanes start at -c * (sum of 4 x), c the offset
+			   that made the weights unsigned */
+			__m256i init = _mm256_setzero_si256();
+			if (type != MEDHA_GGML_Q4_1)
+				init = _mm256_sub_epi32(init,
+				    _mm256_dpbusd_epi32(init,
+				        _mm256_set1_epi8(type == MEDHA_GGML_Q8_0
+				                ? (char)0x80
+				                : 8),
+				        xv));
+#pragma GCC unroll 4
+			for (r = 0; r < R; r++) {
+				__m256i l =
+				    _mm256_dpbusd_epi32(init, wv[r], xv);
+				acc[r][t] =
+				    _mm256_fmadd_ps(_mm256_mul_ps(dwv[r], dxv),
+				        _mm256_cvtepi32_ps(l), acc[r][t]);
+			}
+#else
+#pragma GCC unroll 4
+			for (r = 0; r < R; r++) {
+				__m256i ax = wv[r], sy = xv, l;
+				if (type != MEDHA_GGML_Q4_1) {
+					ax = _mm256_sign_epi8(wv[r], wv[r]);
+					sy = _mm256_sign_epi8(xv, wv[r]);
+				}
+				l = _mm256_madd_epi16(_mm256_set1_epi16(1),
+				    _mm256_maddubs_epi16(ax, sy));
+				acc[r][t] =
+				    _mm256_fmadd_ps(_mm256_mul_ps(dwv[r], dxv),
+				        _mm256_cvtepi32_ps(l), acc[r][t]);
+			}
+#endif
+			if (type == MEDHA_GGML_Q4_1)
+				sm[t] = _mm_fmadd_ps(mv, _mm_set1_ps(xs[t][b]),
+				    sm[t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (t = 0; t < T; t++) {
+		float m[4];
+		_mm_storeu_ps(m, sm[t]);
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++)
+			out[r][t] = type == MEDHA_GGML_Q4_1
+			    ? hsum8(acc[r][t]) + m[r]
+			    : hsum8(acc[r][t]);
+	}
+#else
+	for (r = 0; r < R; r++)
+		for (t = 0; t < T; t++) {
+			float acc[8] = {0}, h[4], sm = 0;
+			int j, l;
+			for (b = 0; b < nb; b++) {
+				const unsigned char *p = w[r] + (size_t)b * bs;
+				const int8_t *xb = xq[t] + b * MEDHA_QK;
+				float sc =
+				    medha_fp16_to_fp32(u16at(p)) * xd[t][b];
+				for (l = 0; l < 8; l++) {
+					int li = 0, wq;
+					for (j = 4 * l; j < 4 * l + 4; j++) {
+						wq = type == MEDHA_GGML_Q8_0
+						    ? (int8_t)p[off + j]
+						    : j < 16
+						    ? p[off + j] & 0x0f
+						    : p[off + j - 16] >> 4;
+						if (type == MEDHA_GGML_Q4_0)
+							wq -= 8;
+						li += wq * xb[j];
+					}
+					acc[l] = fmaf(sc, (float)li, acc[l]);
+				}
+				if (type == MEDHA_GGML_Q4_1)
+					sm = fmaf(medha_fp16_to_fp32(
+					              u16at(p + 2)),
+					    xs[t][b], sm);
+			}
+			for (l = 0; l < 4; l++)
+				h[l] = acc[l + 4] + acc[l];
+			h[0] += h[2];
+			h[1] += h[3];
+			out[r][t] = h[0] + h[1];
+			if (type == MEDHA_GGML_Q4_1)
+				out[r][t] += sm;
+		}
+#endif
+}
+
+/* ---- float dot products ---- */
+
+/*
+ * R (1 or 4) weight rows (f32, or f16 / bf16 converted as they are
+ * loaded) times T f32 activation rows of length k: out[r][t]; one
+ * accumulator per pair, whatever R and T (see q8_kern).
+ */
+ALWAYS_INLINE void
+f_kern(const int R, const int T, const int wtype, const void *const *w,
+    const float *x, const int *tk, int k, float (*out)[4])
+{
+	const float *xr[4];
+	int r, t, i = 0;
+
+#pragma GCC unroll 4
+	for (t = 0; t < T; t++)
+		xr[t] = x + (size_t)tk[t] * k;
+#if defined(__AVX512F__)
+	__m512 acc[4][4];
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			acc[r][t] = _mm512_setzero_ps();
+	for (; i < k; i += 16) {
+		__mmask16 m =
+		    k - i >= 16 ? 0xffff : (__mmask16)((1u << (k - i)) - 1);
+		__m512 wv[4], xv;
+		{ /* as in q8_kern: 4 rows of 16 elements a step */
+			const int eb = wtype == MEDHA_GGML_F32 ? 4 : 2;
+			const char *pf =
+			    (const char *)w[0] + PF_AHEAD + (size_t)i * R * eb;
+			int l;
+			for (l = 0; l < 4 * R * eb; l += 64)
+				_mm_prefetch(pf + l, _MM_HINT_T0);
+		}
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++) {
+			if (wtype == MEDHA_GGML_F32)
+				wv[r] = _mm512_maskz_loadu_ps(m,
+				    (const float *)w[r] + i);
+			else if (wtype == MEDHA_GGML_F16)
+				wv[r] =
+				    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m,
+				        (const uint16_t *)w[r] + i));
+			else
+				wv[r] = _mm512_castsi512_ps(_mm512_slli_epi32(
+				    _mm512_cvtepu16_epi32(
+				        _mm256_maskz_loadu_epi16(m,
+				            (const uint16_t *)w[r] + i)),
+				    16));
+		}
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++) {
+			xv = _mm512_maskz_loadu_ps(m, xr[t] + i);
+#pragma GCC unroll 4
+			for (r = 0; r < R; r++)
+				acc[r][t] =
+				    _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			out[r][t] = _mm512_reduce_add_ps(acc[r][t]);
+#else
+	for (r = 0; r < R; r++)
+		for (t = 0; t < T; t++) {
+			float s = 0;
+			for (i = 0; i < k; i++) {
+				float wi = wtype == MEDHA_GGML_F32
+				    ? ((const float *)w[r])[i]
+				    : wtype == MEDHA_GGML_F16
+				    ? medha_fp16_to_fp32(
+				          ((const uint16_t *)w[r])[i])
+				    : medha_bf16_to_fp32(
+				          ((const uint16_t *)w[r])[i]);
+				s = fmaf(wi, xr[t][i], s);
+			}
+			out[r][t] = s;
+		}
+#endif
+}
+
+/* ---- the product: tasks of MM_ROWS rows over every job ---- */
+
+struct mm_run {
+	struct medha_act *a;
+	const struct medha_mm *mm;
+	int nmm;
+	int ref;
+	int first[8]; /* first task of each job, and the total at [nmm] */
+	int rows[8];  /* rows per task of each job */
+};
+
+/* tokens per kernel call: 4, 2 or 1 */
+static inline int
+tile_tokens(int left)
+{
+	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
+
+static void
+store_tile(float (*out)[4], int R, int T, float *y, int ldy, int t0)
+{
+	int r, t;
+
+	for (t = 0; t < T; t++)
+		for (r = 0; r < R; r++)
+			y[(size_t)(t0 + t) * ldy + r] = out[r][t];
+}
+
+/* Rows r0 .. r0+R-1 (R <= 4) of an integer-path weight, tokens tb0..tb1. */
+static void
+q8_rows(const struct medha_act *a, const struct medha_tensor *wt, int r0, int R,
+    float *y, int ldy, int tb0, int tb1)
+{
+	size_t rb = medha_ggml_row_bytes(wt->type, a->k);
+	const unsigned char *w[4];
+	float out[4][4];
+	int r, t0, T, tk[4];
+
+	for (r = 0; r < 4; r++)
+		w[r] = (const unsigned char *)wt->data +
+		    rb * (size_t)(r0 + (r < R ? r : R - 1));
+	for (t0 = tb0; t0 < tb1; t0 += T) {
+		T = tile_tokens(tb1 - t0);
+		for (r = 0; r < T; r++)
+			tk[r] = t0 + r;
+#define Q8K(ty)                                                           \
+	do {                                                              \
+		if (T == 4)                                               \
+			q8_kern(4, 4, ty, w, a, tk, out);                 \
+		else if (T == 2)                                          \
+			q8_kern(4, 2, ty, w, a, tk, out);                 \
+		else if (ty != MEDHA_GGML_Q8_0)                           \
+			q8_kern(4, 1, ty, w, a, tk, out);                 \
+		else /* long rows stream better one by one */             \
+			for (r = 0; r < R; r++)                           \
+				q8_kern(1, 1, ty, w + r, a, tk, out + r); \
+	} while (0)
+		switch (wt->type) {
+		case MEDHA_GGML_Q8_0: Q8K(MEDHA_GGML_Q8_0); break;
+		case MEDHA_GGML_Q4_0: Q8K(MEDHA_GGML_Q4_0); break;
+		default: Q8K(MEDHA_GGML_Q4_1); break;
+		}
+#undef Q8K
+		store_tile(out, R, T, y + r0, ldy, t0);
+	}
+}
+
+/*
+ * The same for the float path. F32, F16 and BF16 rows are read in
+ * place; other types (and every type but F32 in reference mode) are
+ * dequantized into scr first.
+ */
+static void
+f_rows(const struct medha_act *a, const struct medha_tensor *wt, int form,
+    int ref, int r0, int R, float *y, int ldy, int tb0, int tb1, float *scr)
+{
+	size_t rb = medha_ggml_row_bytes(wt->type, a->k);
+	const void *w[4];
+	const float *x = form == MEDHA_ACT_F16 ? a->r16
+	    : form == MEDHA_ACT_BF16           ? a->rbf
+	                                       : a->x;
+	float out[4][4];
+	int r, t0, T, tk[4], k = a->k, wtype = wt->type;
+
+	if (wtype != MEDHA_GGML_F32 &&
+	    (ref || (wtype != MEDHA_GGML_F16 && wtype != MEDHA_GGML_BF16))) {
+		for (r = 0; r < R; r++)
+			medha_dequant_row(wtype,
+			    (const char *)wt->data + rb * (size_t)(r0 + r),
+			    scr + (size_t)r * k, k);
+		for (r = 0; r < 4; r++)
+			w[r] = scr + (size_t)(r < R ? r : R - 1) * k;
+		wtype = MEDHA_GGML_F32;
+	} else
+		for (r = 0; r < 4; r++)
+			w[r] = (const char *)wt->data +
+			    rb * (size_t)(r0 + (r < R ? r : R - 1));
+	for (t0 = tb0; t0 < tb1; t0 += T) {
+		T = tile_tokens(tb1 - t0);
+		for (r = 0; r < T; r++)
+			tk[r] = t0 + r;
+#define FK(ty)                                                              \
+	do {                                                                \
+		if (T == 4)                                                 \
+			f_kern(4, 4, ty, w, x, tk, k, out);                 \
+		else if (T == 2)                                            \
+			f_kern(4, 2, ty, w, x, tk, k, out);                 \
+		else                                                        \
+			for (r = 0; r < R; r++)                             \
+				f_kern(1, 1, ty, w + r, x, tk, k, out + r); \
+	} while (0)
+		switch (wtype) {
+		case MEDHA_GGML_F16: FK(MEDHA_GGML_F16); break;
+		case MEDHA_GGML_BF16: FK(MEDHA_GGML_BF16); break;
+		default: FK(MEDHA_GGML_F32); break;
+		}
+#undef FK
+		store_tile(out, R, T, y + r0, ldy, t0);
+	}
+}
+
+static void
+mm_task(void *arg, int i, int thread)
+{
+	struct mm_run *m = arg;
+	const struct medha_act *a = m->a;
+	const struct medha_mm *job;
+	float *scr = a->scratch + a->scratch_per * (size_t)thread;
+	int j = 0, rows, r0, r1, r, R, tb0, tb1, form;
+
+	while (i >= m->first[j + 1])
+		j++;
+	job = &m->mm[j];
+	rows = (int)job->w->ne[1];
+	r0 = (i - m->first[j]) * m->rows[j];
+	r1 = r0 + m->rows[j] < rows ? r0 + m->rows[j] : rows;
+	form = medha_act_form(job->w->type, m->ref);
+	for (tb0 = 0; tb0 < a->n; tb0 = tb1) {
+		tb1 = tb0 + MM_TOKENS < a->n ? tb0 + MM_TOKENS : a->n;
+		for (r = r0; r < r1; r += TILE) {
+			R = r1 - r < TILE ? r1 - r : TILE;
+			if (form == MEDHA_ACT_Q8)
+				q8_rows(a, job->w, r, R, job->y, rows, tb0,
+				    tb1);
+			else
+				f_rows(a, job->w, form, m->ref, r, R, job->y,
+				    rows, tb0, tb1, scr);
+		}
+	}
+}
+
+int
+medha_mm_run(struct medha_threadpool *tp, struct medha_act *a,
+    const struct medha_mm *mm, int nmm, int ref)
+{
+	struct mm_run run;
+	int j, need = 0, form, nt;
+
+	if (nmm < 1 || nmm > 7)
+		return MEDHA_EINVAL;
+	for (j = 0; j < nmm; j++) {
+		if (mm[j].w->ne[0] != a->k ||
+		    medha_ggml_row_bytes(mm[j].w->type, a->k) == 0)
+			return MEDHA_EINVAL;
+		form = medha_act_form(mm[j].w->type, ref);
+		if (form == 0 && mm[j].w->type != MEDHA_GGML_F32 &&
+		    medha_ggml_block_elems(mm[j].w->type) == 0)
+			return MEDHA_EUNSUP;
+		need |= form & ~a->have;
+	}
+	medha_act_prepare(tp, a, need);
+	run.a = a;
+	run.mm = mm;
+	run.nmm = nmm;
+	run.ref = ref;
+	run.first[0] = 0;
+	nt = tp != NULL ? medha_threadpool_size(tp) : 1;
+	for (j = 0; j < nmm; j++) {
+		int64_t rows = mm[j].w->ne[1], per = rows / (4 * nt);
+		per = (per + MM_ROWS_MIN - 1) / MM_ROWS_MIN * MM_ROWS_MIN;
+		per = per < MM_ROWS_MIN ? MM_ROWS_MIN
+		    : per > MM_ROWS_MAX ? MM_ROWS_MAX
+		                        : per;
+		run.rows[j] = (int)per;
+		run.first[j + 1] = run.first[j] + (int)((rows + per - 1) / per);
+	}
+	if (tp != NULL)
+		medha_threadpool_run(tp, run.first[nmm], mm_task, &run);
+	else
+		for (j = 0; j < run.first[nmm]; j++)
+			mm_task(&run, j, 0);
+	return 0;
+}
+
+int
+medha_cpu_matmul(struct medha_threadpool *tp, const struct medha_tensor *w,
+    const float *x, int n, float *y, int ref)
+{
+	struct medha_act a;
+	struct medha_mm mm = {w, y};
+	int rc;
+
+	memset(&a, 0, sizeof(a));
+	if (n < 1 || w->ne[0] < 1 || w->ne[0] > INT32_MAX)
+		return MEDHA_EINVAL;
+	if ((rc = medha_act_set(&a, x, n, (int)w->ne[0],
+	         tp != NULL ? medha_threadpool_size(tp) : 1)) != 0)
+		return rc;
+	rc = medha_mm_run(tp, &a, &mm, 1, ref);
+	medha_act_free(&a);
+	return rc;
+}

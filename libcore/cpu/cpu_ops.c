@@ -1,0 +1,455 @@
+/*
+ * cpu_ops.c: the CPU backend's element-wise arithmetic: the one exp
+ * every part uses, RMSNorm, RoPE, SwiGLU, and the forms activations are
+ * rounded to before a matrix product (cpu_mm.c) multiplies them with a
+ * weight type:
+ *  - Q8 (for Q8_0, Q4_0, Q4_1 weights): quantized per 32 like ggml's
+ *    Q8_0/Q8_1 on x86: d = amax/127 (stored rounded to f16), q = the
+ *    nearest-even integer of x*127/amax, and s = d*sum(q) (rounded to
+ *    f16) for the Q4_1 minimums;
+ *  - x rounded through f16 (F16 weights) or bf16 (BF16 weights);
+ *  - x itself (F32, the K-quants, and everything in reference mode).
+ * A row's forms depend on that row alone, so they never depend on what
+ * else is in the batch.
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#define TILE 4 /* weight rows a thread dequantizes at once (cpu_mm.c) */
+
+/* ---- scalar helpers ---- */
+
+static inline float
+f16_round(float f)
+{
+	return medha_fp16_to_fp32(medha_fp32_to_fp16(f));
+}
+
+/* ---- exp: Cephes' expf, the same operations in every lane ---- */
+
+#define EXP_HI 88.3762626647949f /* 2^127.5: n stays a normal exponent */
+#define EXP_LO -87.3365478515625f
+#define LOG2E 1.44269504088896341f
+#define LN2_HI 0.693359375f
+#define LN2_LO -2.12194440e-4f
+#define P0 1.9875691500e-4f
+#define P1 1.3981999507e-3f
+#define P2 8.3334519073e-3f
+#define P3 4.1665795894e-2f
+#define P4 1.6666665459e-1f
+#define P5 5.0000001201e-1f
+
+static inline float
+exp1(float x)
+{
+	float n, r, z, p, s;
+	int32_t e;
+
+	x = fminf(fmaxf(x, EXP_LO), EXP_HI);
+	n = rintf(x * LOG2E);
+	r = fmaf(n, -LN2_HI, x);
+	r = fmaf(n, -LN2_LO, r);
+	z = r * r;
+	p = fmaf(P0, r, P1);
+	p = fmaf(p, r, P2);
+	p = fmaf(p, r, P3);
+	p = fmaf(p, r, P4);
+	p = fmaf(p, r, P5);
+	p = fmaf(p, z, r);
+	p = p + 1.0f;
+	e = ((int32_t)n + 127) << 23;
+	memcpy(&s, &e, sizeof(s));
+	return p * s;
+}
+
+#ifdef __AVX512F__
+static inline __m512
+exp16(__m512 x)
+{
+	__m512 n, r, z, p;
+	__m512i e;
+
+	x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_LO)),
+	    _mm512_set1_ps(EXP_HI));
+	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
+	r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+	z = _mm512_mul_ps(r, r);
+	p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
+	p = _mm512_fmadd_ps(p, z, r);
+	p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+	e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n),
+	                          _mm512_set1_epi32(127)),
+	    23);
+	return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+#endif
+
+void
+medha_cpu_vexp(const float *src, float *dst, int64_t n)
+{
+	int64_t i = 0;
+
+#ifdef __AVX512F__
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(dst + i, exp16(_mm512_loadu_ps(src + i)));
+#endif
+	for (; i < n; i++)
+		dst[i] = exp1(src[i]);
+}
+
+/* ---- exp and SwiGLU in llama.cpp's AVX2 way (opts.llama_compat) ---- */
+
+static inline float
+u2f(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static inline uint32_t
+f2u(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+/* ggml_v_expf (AVX2), one lane */
+static inline float
+gexp(float x)
+{
+	const float r = 0x1.8p23f;
+	float z = fmaf(x, 0x1.715476p+0f, r), n = z - r, b, k, u, j, s1, s2;
+	uint32_t e, g;
+
+	b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+	e = f2u(z) << 23;
+	k = u2f(e + f2u(1.0f));
+	u = b * b;
+	j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+	             fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+	    u, 0x1.ffffecp-1f * b);
+	if (!(fabsf(n) > 126.0f))
+		return fmaf(j, k, k);
+	g = n <= 0.0f ? 0x82000000u : 0;
+	s1 = u2f(g + 0x7f000000u);
+	s2 = u2f(e - g);
+	if (fabsf(n) > 192.0f)
+		return s1 * s1;
+	return fmaf(s2, j, s2) * s1;
+}
+
+void
+medha_cpu_vexp_llama(const float *src, float *dst, int64_t n)
+{
+	int64_t i;
+
+	for (i = 0; i < n; i++)
+		dst[i] = gexp(src[i]);
+}
+
+void
+medha_cpu_swiglu_llama(float *g, const float *u, int64_t n)
+{
+	int64_t i;
+
+	/* ggml_vec_swiglu_f32: x / (1 + ggml_v_expf(0 - x)) * g, 8 at a
+	   time; the tail (n % 8) with libm's expf */
+	for (i = 0; i < (n & ~(int64_t)7); i++)
+		g[i] = g[i] / (1.0f + gexp(0.0f - g[i])) * u[i];
+	for (; i < n; i++)
+		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/*
+ * RoPE as ggml's rotate_pairs compiled by GCC with -ffp-contract=fast
+ * (the prebuilt llama.cpp): x0*c - x1*s and x0*s + x1*c each become
+ * one fma of the first product into the rounded second.
+ */
+void
+medha_cpu_rope_llama(float *v, int n_heads, int head_dim, int n_rot,
+    const float *cs)
+{
+	float x0, x1;
+	int h, i;
+
+	for (h = 0; h < n_heads; h++, v += head_dim)
+		for (i = 0; i < n_rot / 2; i++) {
+			x0 = v[2 * i];
+			x1 = v[2 * i + 1];
+			v[2 * i] = fmaf(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
+			v[2 * i + 1] = fmaf(x0, cs[2 * i + 1], x1 * cs[2 * i]);
+		}
+}
+
+/* ---- norms, rope, swiglu ---- */
+
+void
+medha_cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+	double sum = 0;
+	float scale;
+	int i;
+
+	/* as ggml: squares in f32, their sum in f64, then x*scale*w */
+	for (i = 0; i < n; i++)
+		sum += (double)(x[i] * x[i]);
+	scale = 1.0f / sqrtf((float)(sum / n) + eps);
+	for (i = 0; i < n; i++)
+		y[i] = (x[i] * scale) * w[i];
+}
+
+void
+medha_cpu_rope_table(float *cs, int64_t pos, int n_rot, float theta_base,
+    const float *freqs)
+{
+	float theta = (float)pos, th;
+	float scale = powf(theta_base, -2.0f / (float)n_rot);
+	int i;
+
+	/* ggml's rope cache: the angle is multiplied up in f32 */
+	for (i = 0; i < n_rot / 2; i++) {
+		th = freqs != NULL ? theta / freqs[i] : theta;
+		cs[2 * i] = cosf(th);
+		cs[2 * i + 1] = sinf(th);
+		theta *= scale;
+	}
+}
+
+void
+medha_cpu_rope(float *v, int n_heads, int head_dim, int n_rot, const float *cs)
+{
+	float x0, x1;
+	int h, i;
+
+	for (h = 0; h < n_heads; h++, v += head_dim)
+		for (i = 0; i < n_rot / 2; i++) {
+			x0 = v[2 * i];
+			x1 = v[2 * i + 1];
+			v[2 * i] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+			v[2 * i + 1] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+		}
+}
+
+void
+medha_cpu_swiglu(float *g, const float *u, int64_t n)
+{
+	int64_t i = 0;
+
+#ifdef __AVX512F__
+	for (; i + 16 <= n; i += 16) {
+		__m512 x = _mm512_loadu_ps(g + i);
+		__m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+		_mm512_storeu_ps(g + i,
+		    _mm512_mul_ps(_mm512_div_ps(x,
+		                      _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+		        _mm512_loadu_ps(u + i)));
+	}
+#endif
+	for (; i < n; i++)
+		g[i] = g[i] / (1.0f + exp1(-g[i])) * u[i];
+}
+
+/* ---- activations ---- */
+
+void
+medha_act_free(struct medha_act *a)
+{
+	free(a->q);
+	free(a->qd);
+	free(a->qs);
+	free(a->r16);
+	free(a->rbf);
+	free(a->scratch);
+	memset(a, 0, sizeof(*a));
+}
+
+int
+medha_act_set(struct medha_act *a, const float *x, int n, int k, int n_threads)
+{
+	size_t need = (size_t)n * (size_t)k, per;
+
+	a->x = x;
+	a->n = n;
+	a->k = k;
+	a->have = 0;
+	if (need > a->cap) {
+		free(a->q);
+		free(a->qd);
+		free(a->qs);
+		free(a->r16);
+		free(a->rbf);
+		a->q = malloc(need);
+		a->qd = medha_calloc(need / MEDHA_QK + 1, sizeof(float));
+		a->qs = medha_calloc(need / MEDHA_QK + 1, sizeof(float));
+		a->r16 = medha_calloc(need, sizeof(float));
+		a->rbf = medha_calloc(need, sizeof(float));
+		a->cap = need;
+		if (a->q == NULL || a->qd == NULL || a->qs == NULL ||
+		    a->r16 == NULL || a->rbf == NULL) {
+			medha_act_free(a);
+			return MEDHA_ENOMEM;
+		}
+	}
+	/* per thread: TILE dequantized weight rows */
+	per = (size_t)TILE * (size_t)k + 64;
+	if (per * (size_t)n_threads > a->scratch_cap) {
+		free(a->scratch);
+		a->scratch =
+		    medha_calloc(per * (size_t)n_threads, sizeof(float));
+		if (a->scratch == NULL) {
+			medha_act_free(a);
+			return MEDHA_ENOMEM;
+		}
+		a->scratch_cap = per * (size_t)n_threads;
+	}
+	a->scratch_per = per;
+	return 0;
+}
+
+/* Quantize row t in ggml's Q8_0/Q8_1 way (its x86 variant). */
+static void
+act_q8_row(struct medha_act *a, int t)
+{
+	const float *x = a->x + (size_t)t * a->k;
+	int8_t *q = a->q + (size_t)t * a->k;
+	int nb = a->k / MEDHA_QK, b, j, sum;
+	float amax, d, id;
+
+	for (b = 0; b < nb; b++, x += MEDHA_QK, q += MEDHA_QK) {
+#if defined(__AVX512F__)
+		/* the same operations, 16 lanes at a time */
+		__m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+		__m512i i0, i1;
+		amax = _mm512_reduce_max_ps(
+		    _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+		d = amax / 127.0f;
+		id = amax != 0.0f ? 127.0f / amax : 0.0f;
+		i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+		i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+		_mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(i0));
+		_mm_storeu_si128((__m128i *)(q + 16),
+		    _mm512_cvtsepi32_epi8(i1));
+		sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+		(void)j;
+#else
+		amax = 0.0f;
+		for (j = 0; j < MEDHA_QK; j++) {
+			float ax = fabsf(x[j]);
+			amax = ax > amax ? ax : amax;
+		}
+		d = amax / 127.0f;
+		id = amax != 0.0f ? 127.0f / amax : 0.0f;
+		sum = 0;
+		for (j = 0; j < MEDHA_QK; j++) {
+			q[j] = (int8_t)rintf(x[j] * id);
+			sum += q[j];
+		}
+#endif
+		a->qd[(size_t)t * nb + b] = f16_round(d);
+		a->qs[(size_t)t * nb + b] = f16_round(d * (float)sum);
+	}
+}
+
+static void
+act_r16_row(struct medha_act *a, int t)
+{
+	const float *x = a->x + (size_t)t * a->k;
+	float *y = a->r16 + (size_t)t * a->k;
+	int i = 0;
+
+#if defined(__AVX512F__)
+	for (; i + 16 <= a->k; i += 16)
+		_mm512_storeu_ps(y + i,
+		    _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+		        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
+	for (; i < a->k; i++)
+		y[i] = f16_round(x[i]);
+}
+
+static void
+act_rbf_row(struct medha_act *a, int t)
+{
+	const float *x = a->x + (size_t)t * a->k;
+	float *y = a->rbf + (size_t)t * a->k;
+	int i;
+
+	for (i = 0; i < a->k; i++)
+		y[i] = medha_bf16_to_fp32(medha_fp32_to_bf16(x[i]));
+}
+
+struct prep {
+	struct medha_act *a;
+	int need; /* MEDHA_ACT_* */
+};
+
+#define PREP_TOKENS 8
+
+static void
+prep_task(void *arg, int i, int thread)
+{
+	struct prep *p = arg;
+	int t, t1 = (i + 1) * PREP_TOKENS;
+
+	(void)thread;
+	if (t1 > p->a->n)
+		t1 = p->a->n;
+	for (t = i * PREP_TOKENS; t < t1; t++) {
+		if (p->need & MEDHA_ACT_Q8)
+			act_q8_row(p->a, t);
+		if (p->need & MEDHA_ACT_F16)
+			act_r16_row(p->a, t);
+		if (p->need & MEDHA_ACT_BF16)
+			act_rbf_row(p->a, t);
+	}
+}
+
+int
+medha_act_form(int type, int ref)
+{
+	if (ref)
+		return 0;
+	switch (type) {
+	case MEDHA_GGML_Q8_0:
+	case MEDHA_GGML_Q4_0:
+	case MEDHA_GGML_Q4_1: return MEDHA_ACT_Q8;
+	case MEDHA_GGML_F16: return MEDHA_ACT_F16;
+	case MEDHA_GGML_BF16: return MEDHA_ACT_BF16;
+	default: return 0;
+	}
+}
+
+void
+medha_act_prepare(struct medha_threadpool *tp, struct medha_act *a, int need)
+{
+	struct prep p;
+	int i, n = (a->n + PREP_TOKENS - 1) / PREP_TOKENS;
+
+	need &= ~a->have;
+	if (need == 0)
+		return;
+	p.a = a;
+	p.need = need;
+	if (tp != NULL)
+		medha_threadpool_run(tp, n, prep_task, &p);
+	else
+		for (i = 0; i < n; i++)
+			prep_task(&p, i, 0);
+	a->have |= need;
+}

@@ -1,0 +1,169 @@
+/*
+ * runner.c: a model, tokenizer, KV cache and CPU backend for one
+ * sequence (runner.h).
+ */
+#include "engine/runner.h"
+
+#include "engine/batch.h"
+#include "cpu/cpu.h"
+#include "model/gguf.h"
+#include "cpu/kvcache.h"
+
+#include <stdlib.h>
+
+struct medha_runner {
+	struct medha_gguf *g;
+	struct medha_tok *tok;
+	struct medha_model *m;
+	struct medha_kvcache *kv;
+	struct medha_cpu *cpu;
+	struct medha_runner_opts o;
+	int seq;
+	int64_t len, max; /* tokens held, room (0 before start) */
+};
+
+int
+medha_runner_open(struct medha_runner **rp, const char *path,
+    const struct medha_runner_opts *o, char *why, size_t whylen)
+{
+	struct medha_runner *r;
+	int rc;
+
+	*rp = NULL;
+	if (o->n_threads < 1)
+		return medha_why(why, whylen, MEDHA_EINVAL, "need a thread");
+	if ((r = calloc(1, sizeof(*r))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	r->o = *o;
+	if ((rc = medha_gguf_open(&r->g, path, why, whylen)) != 0 ||
+	    (rc = medha_tok_open(&r->tok, r->g, why, whylen)) != 0 ||
+	    (rc = medha_model_load(&r->m, r->g, why, whylen)) != 0) {
+		medha_runner_close(r);
+		return rc;
+	}
+	*rp = r;
+	return 0;
+}
+
+int
+medha_runner_start(struct medha_runner *r, int64_t max_tokens, char *why,
+    size_t whylen)
+{
+	struct medha_kv_config kc;
+	struct medha_cpu_opts co = {0};
+	int rc;
+
+	if (r->cpu != NULL || max_tokens < 1)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "started twice, or no room asked for");
+	if (r->m->c.ctx_len > 0 && max_tokens > r->m->c.ctx_len)
+		return medha_why(why, whylen, MEDHA_ERANGE,
+		    "%lld tokens (prompt and output) exceed the model's "
+		    "context of %lld",
+		    (long long)max_tokens, (long long)r->m->c.ctx_len);
+	kc = (struct medha_kv_config){.n_layers = r->m->c.n_layers,
+	    .n_kv_heads = r->m->c.n_kv_heads,
+	    .head_dim = r->m->c.head_dim,
+	    .n_blocks = (max_tokens + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK,
+	    .type = r->o.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32,
+	    .max_seqs = 1};
+	if ((rc = medha_kvcache_init(&r->kv, &kc)) != 0)
+		return medha_why(why, whylen, rc, "KV cache of %lld tokens: %s",
+		    (long long)max_tokens, medha_strerror(rc));
+	co.n_threads = r->o.n_threads;
+	co.ref = r->o.ref;
+	co.kv_shards = 1;
+	co.llama_compat = r->o.llama_compat;
+	if ((rc = medha_cpu_init(&r->cpu, r->m, r->kv, &co, why, whylen)) != 0)
+		return rc;
+	if ((rc = medha_kv_seq_alloc(r->kv, &r->seq)) != 0)
+		return medha_why(why, whylen, rc, "KV cache: no sequence");
+	r->max = max_tokens;
+	return 0;
+}
+
+void
+medha_runner_close(struct medha_runner *r)
+{
+	if (r == NULL)
+		return;
+	medha_cpu_free(r->cpu);
+	medha_kvcache_free(r->kv);
+	medha_model_free(r->m);
+	medha_tok_close(r->tok);
+	medha_gguf_close(r->g);
+	free(r);
+}
+
+const struct medha_model *
+medha_runner_model(const struct medha_runner *r)
+{
+	return r->m;
+}
+
+const struct medha_tok *
+medha_runner_tok(const struct medha_runner *r)
+{
+	return r->tok;
+}
+
+int64_t
+medha_runner_len(const struct medha_runner *r)
+{
+	return r->len;
+}
+
+static int
+run(struct medha_runner *r, const int32_t *ids, int32_t n, int logits_mode,
+    float *logits, char *why, size_t whylen)
+{
+	struct medha_batch_seq s = {r->seq, r->len, n, logits_mode};
+	struct medha_batch b = {ids, n, &s, 1};
+	int rc;
+
+	if (r->cpu == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL, "not started");
+	if (r->len + n > r->max)
+		return medha_why(why, whylen, MEDHA_ENOSPACE,
+		    "%lld tokens exceed the room of %lld asked for",
+		    (long long)(r->len + n), (long long)r->max);
+	for (int32_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= r->m->c.vocab)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "token id %d out of range [0, %d)", ids[i],
+			    r->m->c.vocab);
+	if ((rc = medha_cpu_forward(r->cpu, &b, logits, why, whylen)) != 0)
+		return rc;
+	r->len += n;
+	return 0;
+}
+
+int
+medha_runner_prefill(struct medha_runner *r, const int32_t *ids, int64_t n,
+    int64_t chunk, float *logits, char *why, size_t whylen)
+{
+	int rc;
+
+	if (n < 1)
+		return medha_why(why, whylen, MEDHA_EINVAL, "empty prompt");
+	if (chunk <= 0 || chunk > n)
+		chunk = n;
+	if (chunk > INT32_MAX)
+		chunk = INT32_MAX;
+	for (int64_t i = 0; i < n; i += chunk) {
+		int32_t c = (int32_t)(n - i < chunk ? n - i : chunk);
+		int last = i + c == n;
+		if ((rc = run(r, ids + i, c,
+		         last ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE,
+		         last ? logits : NULL, why, whylen)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int
+medha_runner_decode(struct medha_runner *r, int32_t id, float *logits,
+    char *why, size_t whylen)
+{
+	return run(r, &id, 1, MEDHA_LOGITS_LAST, logits, why, whylen);
+}

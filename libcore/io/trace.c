@@ -1,0 +1,663 @@
+/*
+ * trace.c: traces in, result records out: the JSON Lines trace and record
+ * formats (jansson), and the trace reader, which tells JSON Lines, the
+ * Azure LLM inference CSV and Vidur's CSV apart by their first line. Lines
+ * come and go through lineio.c, which hides zstd.
+ * man/medha-trace.5 is the normative description of every format here.
+ */
+#include "io/trace.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* ---- JSON fields ---- */
+
+/* What v is, for messages: its value if a number, else its type. */
+static const char *
+json_what(json_t *v, char *buf, size_t len)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	case JSON_NULL: return "null";
+	default: snprintf(buf, len, "%.9g", json_number_value(v)); return buf;
+	}
+}
+
+/*
+ * A time in seconds: any JSON number, >= 0 (positive: > 0). An absent
+ * optional key leaves *out alone. Returns 0 or MEDHA_EFORMAT.
+ */
+static int
+json_time(json_t *o, const char *key, int required, int positive, double *out,
+    char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, key);
+	char buf[32];
+	double d;
+
+	if (v == NULL)
+		return required
+		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
+		    : 0;
+	d = json_number_value(v);
+	if (!json_is_number(v) || !isfinite(d) || d < 0 || (positive && d == 0))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "%s: not a %s number (got %s)", key,
+		    positive ? "positive" : "non-negative",
+		    json_what(v, buf, sizeof(buf)));
+	*out = d;
+	return 0;
+}
+
+/* A count: a JSON integer (or integral real) >= min (0 or 1). */
+static int
+json_count(json_t *o, const char *key, int required, int64_t min, int64_t *out,
+    char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, key);
+	char buf[32];
+	double d;
+
+	if (v == NULL)
+		return required
+		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
+		    : 0;
+	if (json_is_integer(v) && json_integer_value(v) >= min) {
+		*out = json_integer_value(v);
+		return 0;
+	}
+	d = json_real_value(v);
+	if (json_is_real(v) && d >= min && d <= 9007199254740992.0 &&
+	    d == floor(d)) {
+		*out = (int64_t)d;
+		return 0;
+	}
+	return medha_why(why, whylen, MEDHA_EFORMAT,
+	    "%s: not a %s integer (got %s)", key,
+	    min > 0 ? "positive" : "non-negative",
+	    json_what(v, buf, sizeof(buf)));
+}
+
+/* "id": a string of 1 to MEDHA_ID_MAX - 1 bytes or an integer >= 0. */
+static int
+json_id(json_t *o, int required, char *id, char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, "id");
+	char buf[32];
+	size_t n;
+
+	id[0] = '\0';
+	if (v == NULL)
+		return required
+		    ? medha_why(why, whylen, MEDHA_EFORMAT, "id: missing")
+		    : 0;
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		snprintf(id, MEDHA_ID_MAX, "%lld",
+		    (long long)json_integer_value(v));
+		return 0;
+	}
+	if (!json_is_string(v))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "id: not a string or non-negative integer (got %s)",
+		    json_what(v, buf, sizeof(buf)));
+	n = json_string_length(v);
+	if (n == 0)
+		return medha_why(why, whylen, MEDHA_EFORMAT, "id: empty");
+	if (n > MEDHA_ID_MAX - 1)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "id: longer than %d bytes", MEDHA_ID_MAX - 1);
+	memcpy(id, json_string_value(v), n + 1);
+	return 0;
+}
+
+/* Parses line as one JSON object; *root is to be json_decref()ed. */
+static int
+json_line(const char *line, json_t **root, char *why, size_t whylen)
+{
+	json_error_t e;
+
+	*root = json_loads(line, JSON_REJECT_DUPLICATES, &e);
+	if (*root == NULL)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "not JSON: %s (column %d)", e.text, e.column);
+	if (!json_is_object(*root)) {
+		json_decref(*root);
+		*root = NULL;
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "not a JSON object");
+	}
+	return 0;
+}
+
+/* Writes s as a JSON string. */
+static int
+write_jstr(struct medha_writer *w, const char *s)
+{
+	const char *run = s;
+	char esc[8];
+
+	medha_writer_write(w, "\"", 1);
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		medha_writer_write(w, run, s - run);
+		if (c == '"' || c == '\\')
+			snprintf(esc, sizeof(esc), "\\%c", c);
+		else if (c == '\n' || c == '\t' || c == '\r')
+			snprintf(esc, sizeof(esc), "\\%c",
+			    c == '\n'       ? 'n'
+			        : c == '\t' ? 't'
+			                    : 'r');
+		else
+			snprintf(esc, sizeof(esc), "\\u%04x", c);
+		medha_writer_write(w, esc, strlen(esc));
+		run = s + 1;
+	}
+	medha_writer_write(w, run, s - run);
+	return medha_writer_write(w, "\"", 1);
+}
+
+/* Writes an id as a JSON integer if it is one (<= 18 digits), else a string. */
+static int
+write_id(struct medha_writer *w, const char *id)
+{
+	size_t n = strspn(id, "0123456789");
+
+	if (id[n] == '\0' && n >= 1 && n <= 18 && (n == 1 || id[0] != '0'))
+		return medha_writer_write(w, id, n);
+	return write_jstr(w, id);
+}
+
+static int
+id_valid(const char *id)
+{
+	return memchr(id, '\0', MEDHA_ID_MAX) != NULL;
+}
+
+/* ---- requests ---- */
+
+void
+medha_reqspec_clear(struct medha_reqspec *rs)
+{
+	free(rs->prompt);
+	rs->prompt = NULL;
+}
+
+int
+medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
+    size_t whylen)
+{
+	json_t *root, *p;
+	int rc;
+
+	memset(rs, 0, sizeof(*rs));
+	if ((rc = json_line(line, &root, why, whylen)) != 0)
+		return rc;
+	if ((rc = json_id(root, 0, rs->id, why, whylen)) != 0 ||
+	    (rc = json_time(root, "arrival", 1, 0, &rs->arrival, why,
+	         whylen)) != 0 ||
+	    (rc = json_count(root, "prompt_tokens", 0, 1, &rs->prompt_tokens,
+	         why, whylen)) != 0 ||
+	    (rc = json_count(root, "max_tokens", 1, 0, &rs->max_tokens, why,
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "ttft_slo", 0, 1, &rs->ttft_slo, why,
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "tpot_slo", 0, 1, &rs->tpot_slo, why,
+	         whylen)) != 0)
+		goto out;
+	if ((p = json_object_get(root, "prompt")) != NULL) {
+		if (!json_is_string(p)) {
+			rc = medha_why(why, whylen, MEDHA_EFORMAT,
+			    "prompt: not a string");
+			goto out;
+		}
+		if ((rs->prompt = strdup(json_string_value(p))) == NULL) {
+			rc = MEDHA_ENOMEM;
+			goto out;
+		}
+	} else if (rs->prompt_tokens == 0)
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "prompt_tokens: missing (and no prompt)");
+out:
+	json_decref(root);
+	if (rc != 0)
+		medha_reqspec_clear(rs);
+	return rc;
+}
+
+int
+medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
+{
+	if (!id_valid(rs->id) || !isfinite(rs->arrival) || rs->arrival < 0 ||
+	    rs->prompt_tokens < 0 ||
+	    (rs->prompt_tokens == 0 && rs->prompt == NULL) ||
+	    rs->max_tokens < 0 || !isfinite(rs->ttft_slo) || rs->ttft_slo < 0 ||
+	    !isfinite(rs->tpot_slo) || rs->tpot_slo < 0)
+		return MEDHA_EINVAL;
+	medha_writer_write(w, "{", 1);
+	if (rs->id[0] != '\0') {
+		medha_writer_write(w, "\"id\": ", 6);
+		write_id(w, rs->id);
+		medha_writer_write(w, ", ", 2);
+	}
+	medha_writer_printf(w, "\"arrival\": %.9g", rs->arrival);
+	if (rs->prompt_tokens > 0)
+		medha_writer_printf(w, ", \"prompt_tokens\": %lld",
+		    (long long)rs->prompt_tokens);
+	if (rs->prompt != NULL) {
+		medha_writer_write(w, ", \"prompt\": ", 12);
+		write_jstr(w, rs->prompt);
+	}
+	medha_writer_printf(w, ", \"max_tokens\": %lld",
+	    (long long)rs->max_tokens);
+	if (rs->ttft_slo > 0)
+		medha_writer_printf(w, ", \"ttft_slo\": %.9g", rs->ttft_slo);
+	if (rs->tpot_slo > 0)
+		medha_writer_printf(w, ", \"tpot_slo\": %.9g", rs->tpot_slo);
+	return medha_writer_write(w, "}\n", 2);
+}
+
+/* ---- records ---- */
+
+static const char *status_names[] = {"ok", "rejected", "failed"};
+
+const char *
+medha_status_name(int status)
+{
+	if (status < 0 || status > MEDHA_STATUS_FAILED)
+		return "unknown";
+	return status_names[status];
+}
+
+int
+medha_status_parse(const char *name)
+{
+	int i;
+
+	for (i = 0; i <= MEDHA_STATUS_FAILED; i++)
+		if (strcmp(name, status_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+int
+medha_record_parse(const char *line, struct medha_record *rec, char *why,
+    size_t whylen)
+{
+	struct medha_record r;
+	json_t *root, *v;
+	int rc, ok, have_ttft, have_tpot;
+
+	memset(&r, 0, sizeof(r));
+	if ((rc = json_line(line, &root, why, whylen)) != 0)
+		return rc;
+	v = json_object_get(root, "status");
+	if (v == NULL) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT, "status: missing");
+		goto out;
+	}
+	if (!json_is_string(v) ||
+	    (r.status = medha_status_parse(json_string_value(v))) < 0) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "status: not one of \"ok\", \"rejected\", \"failed\"");
+		goto out;
+	}
+	ok = r.status == MEDHA_STATUS_OK;
+	have_ttft = json_object_get(root, "ttft") != NULL;
+	have_tpot = json_object_get(root, "tpot_mean") != NULL;
+	if ((rc = json_id(root, 1, r.id, why, whylen)) != 0 ||
+	    (rc = json_time(root, "arrival", 1, 0, &r.arrival, why, whylen)) !=
+	        0 ||
+	    (rc = json_time(root, "first_token", ok, 0, &r.first_token, why,
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "finish", ok, 0, &r.finish, why, whylen)) !=
+	        0 ||
+	    (rc = json_count(root, "prompt_tokens", 1, 0, &r.prompt_tokens, why,
+	         whylen)) != 0 ||
+	    (rc = json_count(root, "output_tokens", 1, 0, &r.output_tokens, why,
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "ttft", 0, 0, &r.ttft, why, whylen)) != 0 ||
+	    (rc = json_time(root, "tpot_mean", 0, 0, &r.tpot_mean, why,
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "tpot_max", 0, 0, &r.tpot_max, why,
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "ttft_slo", 0, 0, &r.ttft_slo, why,
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "tpot_slo", 0, 0, &r.tpot_slo, why,
+	         whylen)) != 0)
+		goto out;
+	/* Derive what a terse writer left out. */
+	if (!have_ttft && ok)
+		r.ttft = r.first_token - r.arrival;
+	if (!have_tpot && ok && r.output_tokens >= 2)
+		r.tpot_mean =
+		    (r.finish - r.first_token) / (r.output_tokens - 1);
+	*rec = r;
+out:
+	json_decref(root);
+	return rc;
+}
+
+int
+medha_record_write(struct medha_writer *w, const struct medha_record *rec)
+{
+	const double *t[] = {&rec->arrival, &rec->first_token, &rec->finish,
+	    &rec->ttft, &rec->tpot_mean, &rec->tpot_max, &rec->ttft_slo,
+	    &rec->tpot_slo};
+	size_t i;
+
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		if (!isfinite(*t[i]) || *t[i] < 0)
+			return MEDHA_EINVAL;
+	if (!id_valid(rec->id) || rec->id[0] == '\0' ||
+	    rec->prompt_tokens < 0 || rec->output_tokens < 0 ||
+	    rec->status < 0 || rec->status > MEDHA_STATUS_FAILED)
+		return MEDHA_EINVAL;
+	medha_writer_write(w, "{\"id\": ", 7);
+	write_id(w, rec->id);
+	medha_writer_printf(w,
+	    ", \"arrival\": %.9g, \"first_token\": %.9g, \"finish\": %.9g"
+	    ", \"prompt_tokens\": %lld, \"output_tokens\": %lld"
+	    ", \"ttft\": %.9g, \"tpot_mean\": %.9g, \"tpot_max\": %.9g"
+	    ", \"ttft_slo\": %.9g, \"tpot_slo\": %.9g, \"status\": \"%s\"}\n",
+	    rec->arrival, rec->first_token, rec->finish,
+	    (long long)rec->prompt_tokens, (long long)rec->output_tokens,
+	    rec->ttft, rec->tpot_mean, rec->tpot_max, rec->ttft_slo,
+	    rec->tpot_slo, medha_status_name(rec->status));
+	return medha_writer_error(w);
+}
+
+/* ---- trace reader: JSON Lines and the two CSVs ---- */
+
+enum trace_fmt { FMT_UNKNOWN, FMT_JSON, FMT_AZURE, FMT_VIDUR };
+
+struct medha_trace_in {
+	struct medha_reader *r;
+	enum trace_fmt fmt;
+	long long lineno;    /* physical line last read, 1-based */
+	long long nreq;      /* requests returned so far: the default id */
+	int ncols;           /* CSV: fields in the header */
+	int col[3];          /* CSV: arrival, prompt, output columns */
+	const char *name[3]; /* CSV: their names, for messages */
+	int have_t0;         /* Azure: origin taken from the first row */
+	int64_t t0_sec;
+	double t0_frac;
+	int err; /* sticky */
+	char why[256];
+};
+
+static const char *azure_cols[3] = {"TIMESTAMP", "ContextTokens",
+    "GeneratedTokens"};
+static const char *vidur_cols[3] = {"arrived_at", "num_prefill_tokens",
+    "num_decode_tokens"};
+
+int
+medha_trace_open(struct medha_trace_in **tp, FILE *f)
+{
+	struct medha_trace_in *t;
+	int rc;
+
+	*tp = NULL;
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		return MEDHA_ENOMEM;
+	if ((rc = medha_reader_open(&t->r, f)) != 0) {
+		free(t);
+		return rc;
+	}
+	*tp = t;
+	return 0;
+}
+
+static int
+trace_fail(struct medha_trace_in *t, int err, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(t->why, sizeof(t->why), "line %lld: ", t->lineno);
+	va_start(ap, fmt);
+	vsnprintf(t->why + n, sizeof(t->why) - n, fmt, ap);
+	va_end(ap);
+	t->err = err;
+	return err;
+}
+
+/* Splits a CSV line in place at commas; fields are trimmed of blanks
+ * and of one pair of double quotes. Returns the number of fields. */
+static int
+csv_split(char *s, char **field, int max)
+{
+	int n = 0;
+	char *e, *end;
+
+	for (;;) {
+		end = strchr(s, ',');
+		if (end != NULL)
+			*end = '\0';
+		while (isspace((unsigned char)*s))
+			s++;
+		e = s + strlen(s);
+		while (e > s && isspace((unsigned char)e[-1]))
+			*--e = '\0';
+		if (e - s >= 2 && *s == '"' && e[-1] == '"') {
+			e[-1] = '\0';
+			s++;
+		}
+		if (n < max)
+			field[n] = s;
+		n++;
+		if (end == NULL)
+			return n;
+		s = end + 1;
+	}
+}
+
+#define CSV_MAXCOLS 64
+
+static int
+trace_header(struct medha_trace_in *t, char *line)
+{
+	char *f[CSV_MAXCOLS];
+	const char **want;
+	int n, i, j, fmt;
+
+	t->ncols = csv_split(line, f, CSV_MAXCOLS);
+	n = t->ncols < CSV_MAXCOLS ? t->ncols : CSV_MAXCOLS;
+	for (fmt = FMT_AZURE; fmt <= FMT_VIDUR; fmt++) {
+		want = fmt == FMT_AZURE ? azure_cols : vidur_cols;
+		for (j = 0; j < 3; j++) {
+			for (i = 0; i < n && strcmp(f[i], want[j]) != 0; i++)
+				;
+			if (i == n)
+				break;
+			t->col[j] = i;
+			t->name[j] = want[j];
+		}
+		if (j == 3) {
+			t->fmt = fmt;
+			return 0;
+		}
+	}
+	return trace_fail(t, MEDHA_EFORMAT,
+	    "unknown trace format: expected a JSON object or a CSV header "
+	    "with TIMESTAMP,ContextTokens,GeneratedTokens or "
+	    "arrived_at,num_prefill_tokens,num_decode_tokens");
+}
+
+/* A CSV count: an integer, or a decimal with no fraction ("12.0"). */
+static int
+csv_count(const char *s, int64_t min, int64_t *out)
+{
+	double d;
+
+	if (medha_parse_i64(s, min, INT64_MAX, out) == 0)
+		return 0;
+	if (medha_parse_f64(s, (double)min, 9007199254740992.0, &d) == 0 &&
+	    d == floor(d)) {
+		*out = (int64_t)d;
+		return 0;
+	}
+	return -1;
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
+static int64_t
+days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+	int64_t era;
+	unsigned yoe, doy, doe;
+
+	y -= m <= 2;
+	era = (y >= 0 ? y : y - 399) / 400;
+	yoe = (unsigned)(y - era * 400);
+	doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+	return era * 146097 + (int64_t)doe - 719468;
+}
+
+/* "YYYY-MM-DD HH:MM:SS[.frac]" (or 'T' between), as UTC. */
+static int
+parse_timestamp(const char *s, int64_t *sec, double *frac)
+{
+	int y, mo, d, h, mi, se, n = 0;
+	char sep;
+	char *p;
+
+	if (sscanf(s, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &y, &mo, &d, &sep, &h, &mi,
+	        &se, &n) != 7 ||
+	    n == 0 || (sep != ' ' && sep != 'T') || mo < 1 || mo > 12 ||
+	    d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 || se < 0 ||
+	    se > 60 || !isdigit((unsigned char)*s))
+		return -1;
+	*frac = 0;
+	p = (char *)s + n;
+	if (*p == '.') {
+		if (!isdigit((unsigned char)p[1]))
+			return -1;
+		*frac = strtod(p, &p);
+	}
+	if (*p == 'Z')
+		p++;
+	if (*p != '\0')
+		return -1;
+	*sec = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+	return 0;
+}
+
+static int
+trace_csv_row(struct medha_trace_in *t, char *line, struct medha_reqspec *rs)
+{
+	char *f[CSV_MAXCOLS];
+	const char *a, *p, *o;
+	int64_t sec;
+	double frac;
+	int n;
+
+	n = csv_split(line, f, CSV_MAXCOLS);
+	if (n != t->ncols)
+		return trace_fail(t, MEDHA_EFORMAT,
+		    "%d fields, the header has %d", n, t->ncols);
+	a = f[t->col[0]];
+	p = f[t->col[1]];
+	o = f[t->col[2]];
+	if (t->fmt == FMT_AZURE) {
+		if (parse_timestamp(a, &sec, &frac) != 0)
+			return trace_fail(t, MEDHA_EFORMAT,
+			    "TIMESTAMP: not a time like "
+			    "\"2023-11-16 18:15:46.6805900\"");
+		if (!t->have_t0) {
+			t->have_t0 = 1;
+			t->t0_sec = sec;
+			t->t0_frac = frac;
+		}
+		rs->arrival = (double)(sec - t->t0_sec) + (frac - t->t0_frac);
+		if (rs->arrival < 0)
+			return trace_fail(t, MEDHA_EFORMAT,
+			    "TIMESTAMP: earlier than the first row's");
+	} else if (medha_parse_f64(a, 0, 1e300, &rs->arrival) != 0)
+		return trace_fail(t, MEDHA_EFORMAT,
+		    "arrived_at: not a non-negative number");
+	if (csv_count(p, 1, &rs->prompt_tokens) != 0)
+		return trace_fail(t, MEDHA_EFORMAT,
+		    "%s: not a positive integer", t->name[1]);
+	if (csv_count(o, 0, &rs->max_tokens) != 0)
+		return trace_fail(t, MEDHA_EFORMAT,
+		    "%s: not a non-negative integer", t->name[2]);
+	return 0;
+}
+
+int
+medha_trace_next(struct medha_trace_in *t, struct medha_reqspec *rs)
+{
+	char why[200];
+	char *line, *s;
+	size_t len;
+	int rc;
+
+	medha_reqspec_clear(rs);
+	memset(rs, 0, sizeof(*rs));
+	if (t->err != 0)
+		return t->err;
+	for (;;) {
+		rc = medha_reader_line(t->r, &line, &len);
+		if (rc == 0)
+			return 0;
+		t->lineno++;
+		if (rc < 0)
+			return trace_fail(t, rc, "%s",
+			    medha_reader_error(t->r));
+		s = line;
+		if (t->lineno == 1 && strncmp(s, "\xef\xbb\xbf", 3) == 0)
+			s += 3; /* UTF-8 byte order mark */
+		while (isspace((unsigned char)*s))
+			s++;
+		if (*s == '\0' || *s == '#')
+			continue;
+		if (t->fmt == FMT_UNKNOWN) {
+			if (*s != '{') {
+				if ((rc = trace_header(t, s)) != 0)
+					return rc;
+				continue;
+			}
+			t->fmt = FMT_JSON;
+		}
+		if (t->fmt == FMT_JSON) {
+			rc = medha_reqspec_parse(s, rs, why, sizeof(why));
+			if (rc == MEDHA_EFORMAT)
+				return trace_fail(t, rc, "%s", why);
+			if (rc != 0)
+				return trace_fail(t, rc, "%s",
+				    medha_strerror(rc));
+		} else if ((rc = trace_csv_row(t, s, rs)) != 0)
+			return rc;
+		if (rs->id[0] == '\0')
+			snprintf(rs->id, sizeof(rs->id), "%lld", t->nreq);
+		t->nreq++;
+		return 1;
+	}
+}
+
+const char *
+medha_trace_error(const struct medha_trace_in *t)
+{
+	return t->err != 0 ? t->why : "";
+}
+
+void
+medha_trace_close(struct medha_trace_in *t)
+{
+	if (t == NULL)
+		return;
+	medha_reader_close(t->r);
+	free(t);
+}

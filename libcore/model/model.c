@@ -1,0 +1,386 @@
+/*
+ * model.c: a Llama model from GGUF metadata and tensors (see model.h).
+ * Every tensor is checked before it is used: present, of a type the CPU
+ * backend multiplies with, of exactly the shape the hyper-parameters
+ * imply, and with as many bytes as that shape needs in that type; the
+ * first failure is reported by name ("blk.3.attn_k.weight: shape 64 x 128,
+ * expected 64 x 32").
+ */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LAYERS_MAX 1024
+#define DIM_MAX (1 << 20)
+
+/* ---- hyper-parameters ---- */
+
+static int
+get_int(const struct medha_gguf *g, const char *arch, const char *key, int need,
+    int64_t lo, int64_t hi, int64_t *v, char *why, size_t whylen)
+{
+	char k[128];
+	uint64_t u;
+	int rc;
+
+	snprintf(k, sizeof(k), "%s.%s", arch, key);
+	if ((rc = medha_gguf_get_u64(g, k, &u)) == MEDHA_ENOTFOUND && !need)
+		return 1;
+	if (rc != 0)
+		return medha_why(why, whylen, rc, "metadata %s: %s", k,
+		    medha_strerror(rc));
+	if (u < (uint64_t)lo || u > (uint64_t)hi)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "metadata %s: %llu out of range [%lld, %lld]", k,
+		    (unsigned long long)u, (long long)lo, (long long)hi);
+	*v = (int64_t)u;
+	return 0;
+}
+
+static int
+get_float(const struct medha_gguf *g, const char *arch, const char *key,
+    float *v, char *why, size_t whylen)
+{
+	char k[128];
+	double d;
+	int rc;
+
+	snprintf(k, sizeof(k), "%s.%s", arch, key);
+	if ((rc = medha_gguf_get_f64(g, k, &d)) == MEDHA_ENOTFOUND)
+		return 0; /* keep the default */
+	if (rc != 0)
+		return medha_why(why, whylen, rc, "metadata %s: %s", k,
+		    medha_strerror(rc));
+	if (!(d > 0) || !isfinite(d))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "metadata %s: %g is not a positive number", k, d);
+	*v = (float)d;
+	return 0;
+}
+
+int
+medha_model_config_read(const struct medha_gguf *g,
+    struct medha_model_config *c, char *why, size_t whylen)
+{
+	char arch[64], st[96];
+	int64_t v, kl, vl;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	if ((rc = medha_gguf_get_strbuf(g, "general.architecture", arch,
+	         sizeof(arch))) != 0)
+		return medha_why(why, whylen, rc,
+		    "metadata general.architecture: %s", medha_strerror(rc));
+	if (strcmp(arch, "llama") != 0)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "architecture \"%s\" is not supported (only llama)", arch);
+#define INT(key, need, lo, hi, dst)                                    \
+	do {                                                           \
+		if ((rc = get_int(g, arch, key, need, lo, hi, &v, why, \
+		         whylen)) < 0)                                 \
+			return rc;                                     \
+		if (rc == 0)                                           \
+			dst = v;                                       \
+	} while (0)
+	INT("block_count", 1, 1, LAYERS_MAX, c->n_layers);
+	INT("embedding_length", 1, 1, DIM_MAX, c->dim);
+	INT("attention.head_count", 1, 1, 4096, c->n_heads);
+	c->n_kv_heads = c->n_heads;
+	INT("attention.head_count_kv", 0, 1, 4096, c->n_kv_heads);
+	INT("feed_forward_length", 1, 1, DIM_MAX, c->ffn_dim);
+	c->head_dim = c->dim / c->n_heads;
+	kl = vl = c->head_dim;
+	INT("attention.key_length", 0, 1, 4096, kl);
+	INT("attention.value_length", 0, 1, 4096, vl);
+	if (kl != vl)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "key length %lld differs from value length %lld",
+		    (long long)kl, (long long)vl);
+	c->head_dim = (int)kl;
+	c->n_rot = c->head_dim;
+	INT("rope.dimension_count", 0, 2, 4096, c->n_rot);
+	INT("context_length", 0, 1, INT64_MAX, c->ctx_len);
+#undef INT
+	c->rope_theta = 10000.0f;
+	c->norm_eps = 1e-5f;
+	if ((rc = get_float(g, arch, "rope.freq_base", &c->rope_theta, why,
+	         whylen)) != 0 ||
+	    (rc = get_float(g, arch, "attention.layer_norm_rms_epsilon",
+	         &c->norm_eps, why, whylen)) != 0)
+		return rc;
+	snprintf(st, sizeof(st), "%s.rope.scaling.type", arch);
+	if (medha_gguf_find(g, st) >= 0) {
+		char t[32] = "?";
+		if (medha_gguf_get_strbuf(g, st, t, sizeof(t)) != 0 ||
+		    strcmp(t, "none") != 0)
+			return medha_why(why, whylen, MEDHA_EUNSUP,
+			    "metadata %s: rope scaling \"%s\" is not "
+			    "supported",
+			    st, t);
+	}
+	return 0;
+}
+
+/* ---- tensors ---- */
+
+/* A type the CPU backend's matmul and embedding lookup handle. */
+static int
+type_ok(int type)
+{
+	switch (type) {
+	case MEDHA_GGML_F32:
+	case MEDHA_GGML_F16:
+	case MEDHA_GGML_BF16:
+	case MEDHA_GGML_Q8_0:
+	case MEDHA_GGML_Q4_0:
+	case MEDHA_GGML_Q4_1:
+	case MEDHA_GGML_Q4_K:
+	case MEDHA_GGML_Q6_K: return 1;
+	default: return 0;
+	}
+}
+
+/*
+ * The tensor name, checked to be a (rows, cols) matrix (rows == 0: a
+ * vector of cols) whose data has the bytes its type needs. Optional
+ * tensors that are absent give *t = NULL and 0.
+ */
+static int
+want(const struct medha_tensor **t, medha_tensor_find_fn find, void *ctx,
+    const char *name, int64_t rows, int64_t cols, int optional, char *why,
+    size_t whylen)
+{
+	const struct medha_tensor *x;
+	int64_t r, i;
+	size_t rb;
+
+	*t = NULL;
+	if ((x = find(ctx, name)) == NULL) {
+		if (optional)
+			return 0;
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "tensor %s is missing", name);
+	}
+	if (!type_ok(x->type))
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "tensor %s: type %s (%d) is not supported", name,
+		    medha_ggml_type_name(x->type), x->type);
+	r = x->n_dims >= 2 ? x->ne[1] : 1;
+	for (i = 2; i < x->n_dims && i < 4; i++)
+		if (x->ne[i] != 1)
+			r = -1;
+	if (x->n_dims < 1 || x->n_dims > 4 || x->ne[0] != cols ||
+	    (rows == 0 ? r != 1 : r != rows)) {
+		if (rows == 0)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "tensor %s: shape %lld x %lld (%d dims), expected "
+			    "a vector of %lld",
+			    name, (long long)x->ne[0],
+			    (long long)(x->n_dims >= 2 ? x->ne[1] : 1),
+			    x->n_dims, (long long)cols);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tensor %s: shape %lld x %lld (%d dims), expected %lld x "
+		    "%lld (row length x rows)",
+		    name, (long long)x->ne[0],
+		    (long long)(x->n_dims >= 2 ? x->ne[1] : 1), x->n_dims,
+		    (long long)cols, (long long)rows);
+	}
+	if ((rb = medha_ggml_row_bytes(x->type, cols)) == 0)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tensor %s: row length %lld is not a multiple of the %s "
+		    "block (%d)",
+		    name, (long long)cols, medha_ggml_type_name(x->type),
+		    medha_ggml_block_elems(x->type));
+	if (x->data == NULL || x->nbytes / rb < (size_t)(rows ? rows : 1))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tensor %s: %zu bytes of data, %lld rows of %zu bytes "
+		    "needed",
+		    name, x->nbytes, (long long)(rows ? rows : 1), rb);
+	*t = x;
+	return 0;
+}
+
+/* A vector of n as an owned f32 array. */
+static int
+want_vec(float **v, medha_tensor_find_fn find, void *ctx, const char *name,
+    int64_t n, int optional, char *why, size_t whylen)
+{
+	const struct medha_tensor *t;
+	int rc;
+
+	*v = NULL;
+	if ((rc = want(&t, find, ctx, name, 0, n, optional, why, whylen)) != 0)
+		return rc;
+	if (t == NULL)
+		return 0;
+	if ((*v = medha_calloc((size_t)n, sizeof(float))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	if ((rc = medha_dequant_row(t->type, t->data, *v, n)) != 0)
+		return medha_why(why, whylen, rc, "tensor %s: %s", name,
+		    medha_strerror(rc));
+	return 0;
+}
+
+static int
+check_config(const struct medha_model_config *c, char *why, size_t whylen)
+{
+	if (c->n_layers < 1 || c->n_layers > LAYERS_MAX || c->dim < 1 ||
+	    c->dim > DIM_MAX || c->ffn_dim < 1 || c->ffn_dim > DIM_MAX ||
+	    c->n_heads < 1 || c->n_kv_heads < 1 || c->head_dim < 1 ||
+	    c->head_dim > 4096 || c->vocab < 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "hyper-parameters out of range");
+	if (c->n_heads % c->n_kv_heads != 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "%d heads are not a multiple of %d kv heads", c->n_heads,
+		    c->n_kv_heads);
+	if (c->n_rot < 2 || c->n_rot > c->head_dim || c->n_rot % 2 != 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "rope dimension %d: must be even and at most the head "
+		    "size %d",
+		    c->n_rot, c->head_dim);
+	if (!(c->rope_theta > 0) || !(c->norm_eps > 0))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "rope base and norm epsilon must be positive");
+	return 0;
+}
+
+int
+medha_model_build(struct medha_model **mp, const struct medha_model_config *c,
+    medha_tensor_find_fn find, void *ctx, char *why, size_t whylen)
+{
+	struct medha_model *m;
+	const struct medha_tensor *t;
+	struct medha_layer *L;
+	char name[96];
+	int64_t q, kvd, d, f;
+	int i, rc;
+
+	*mp = NULL;
+	if ((rc = check_config(c, why, whylen)) != 0)
+		return rc;
+	if ((m = calloc(1, sizeof(*m))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	m->c = *c;
+	d = c->dim;
+	f = c->ffn_dim;
+	q = (int64_t)c->n_heads * c->head_dim;
+	kvd = (int64_t)c->n_kv_heads * c->head_dim;
+	/* the vocabulary is the embedding's row count */
+	if ((t = find(ctx, "token_embd.weight")) != NULL && t->n_dims >= 2 &&
+	    m->c.vocab == 0 && t->ne[1] > 0 && t->ne[1] <= INT32_MAX)
+		m->c.vocab = (int)t->ne[1];
+	if (m->c.vocab < 1) {
+		rc = medha_why(why, whylen,
+		    t == NULL ? MEDHA_ENOTFOUND : MEDHA_EFORMAT,
+		    "tensor token_embd.weight is missing or has no rows");
+		goto fail;
+	}
+#define W(dst, nm, rows, cols, opt)                                         \
+	do {                                                                \
+		if ((rc = want(&(dst), find, ctx, nm, rows, cols, opt, why, \
+		         whylen)) != 0)                                     \
+			goto fail;                                          \
+	} while (0)
+#define V(dst, nm, n, opt)                                             \
+	do {                                                           \
+		if ((rc = want_vec(&(dst), find, ctx, nm, n, opt, why, \
+		         whylen)) != 0)                                \
+			goto fail;                                     \
+	} while (0)
+	W(m->tok_embd, "token_embd.weight", m->c.vocab, d, 0);
+	W(m->output, "output.weight", m->c.vocab, d, 1);
+	if (m->output == NULL) {
+		m->output = m->tok_embd;
+		m->tied = 1;
+	}
+	V(m->out_norm, "output_norm.weight", d, 0);
+	V(m->rope_freqs, "rope_freqs.weight", c->n_rot / 2, 1);
+	if ((m->layer = medha_calloc((size_t)c->n_layers, sizeof(*m->layer))) ==
+	    NULL) {
+		rc = medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (i = 0; i < c->n_layers; i++) {
+		L = &m->layer[i];
+#define NM(s) (snprintf(name, sizeof(name), "blk.%d.%s.weight", i, s), name)
+		V(L->attn_norm, NM("attn_norm"), d, 0);
+		W(L->wq, NM("attn_q"), q, d, 0);
+		W(L->wk, NM("attn_k"), kvd, d, 0);
+		W(L->wv, NM("attn_v"), kvd, d, 0);
+		W(L->wo, NM("attn_output"), d, q, 0);
+		V(L->ffn_norm, NM("ffn_norm"), d, 0);
+		W(L->gate, NM("ffn_gate"), f, d, 0);
+		W(L->up, NM("ffn_up"), f, d, 0);
+		W(L->down, NM("ffn_down"), d, f, 0);
+#undef NM
+	}
+#undef W
+#undef V
+	*mp = m;
+	return 0;
+fail:
+	medha_model_free(m);
+	return rc;
+}
+
+static const struct medha_tensor *
+gguf_find(void *ctx, const char *name)
+{
+	return medha_gguf_tensor_get(ctx, name);
+}
+
+int
+medha_model_load(struct medha_model **m, const struct medha_gguf *g, char *why,
+    size_t whylen)
+{
+	struct medha_model_config c;
+	int rc;
+
+	*m = NULL;
+	if ((rc = medha_model_config_read(g, &c, why, whylen)) != 0)
+		return rc;
+	return medha_model_build(m, &c, gguf_find, (void *)g, why, whylen);
+}
+
+void
+medha_model_free(struct medha_model *m)
+{
+	int i;
+
+	if (m == NULL)
+		return;
+	if (m->layer != NULL)
+		for (i = 0; i < m->c.n_layers; i++) {
+			free(m->layer[i].attn_norm);
+			free(m->layer[i].ffn_norm);
+		}
+	free(m->layer);
+	free(m->out_norm);
+	free(m->rope_freqs);
+	free(m);
+}
+
+static size_t
+tbytes(const struct medha_tensor *t)
+{
+	return medha_ggml_row_bytes(t->type, t->ne[0]) *
+	    (size_t)(t->n_dims >= 2 ? t->ne[1] : 1);
+}
+
+size_t
+medha_model_weight_bytes(const struct medha_model *m)
+{
+	size_t n = tbytes(m->output);
+	int i;
+
+	for (i = 0; i < m->c.n_layers; i++) {
+		const struct medha_layer *L = &m->layer[i];
+		n += tbytes(L->wq) + tbytes(L->wk) + tbytes(L->wv) +
+		    tbytes(L->wo) + tbytes(L->gate) + tbytes(L->up) +
+		    tbytes(L->down);
+	}
+	return n;
+}

@@ -1,0 +1,256 @@
+/*
+ * sample.c: greedy and random choice of tokens (see sample.h).
+ *
+ * Only the head of the distribution is ever sorted: the top-k (or, for
+ * top-p alone, a growing prefix of 64, 128, ... candidates, until its
+ * probability mass reaches p) is selected in linear time and then
+ * sorted, so a vocabulary of 150k costs a pass or two, not a sort.
+ */
+#include "model/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cand {
+	float logit;
+	int id;
+};
+
+struct medha_sampler {
+	struct medha_sampler_params p;
+	int n;          /* vocabulary */
+	uint64_t st[4]; /* xoshiro256** state */
+	struct cand *c; /* (n) candidates */
+	int *ids;       /* (n) kept ids */
+	float *probs;   /* (n) their probabilities */
+};
+
+static uint64_t
+splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static inline uint64_t
+rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t
+next(struct medha_sampler *s)
+{
+	uint64_t *t = s->st, r = rotl(t[1] * 5, 7) * 9, u = t[1] << 17;
+
+	t[2] ^= t[0];
+	t[3] ^= t[1];
+	t[1] ^= t[2];
+	t[0] ^= t[3];
+	t[2] ^= u;
+	t[3] = rotl(t[3], 45);
+	return r;
+}
+
+float
+medha_sampler_uniform(struct medha_sampler *s)
+{
+	return (float)(next(s) >> 40) * (1.0f / 16777216.0f);
+}
+
+int
+medha_sampler_init(struct medha_sampler **sp,
+    const struct medha_sampler_params *p, int n_vocab)
+{
+	struct medha_sampler *s;
+	uint64_t x;
+	int i;
+
+	*sp = NULL;
+	if (n_vocab < 1 || isnan(p->temp) || isnan(p->top_p))
+		return MEDHA_EINVAL;
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return MEDHA_ENOMEM;
+	s->p = *p;
+	s->n = n_vocab;
+	x = p->seed;
+	for (i = 0; i < 4; i++)
+		s->st[i] = splitmix(&x);
+	s->c = medha_calloc((size_t)n_vocab, sizeof(*s->c));
+	s->ids = medha_calloc((size_t)n_vocab, sizeof(*s->ids));
+	s->probs = medha_calloc((size_t)n_vocab, sizeof(*s->probs));
+	if (s->c == NULL || s->ids == NULL || s->probs == NULL) {
+		medha_sampler_free(s);
+		return MEDHA_ENOMEM;
+	}
+	*sp = s;
+	return 0;
+}
+
+void
+medha_sampler_free(struct medha_sampler *s)
+{
+	if (s == NULL)
+		return;
+	free(s->c);
+	free(s->ids);
+	free(s->probs);
+	free(s);
+}
+
+int
+medha_sample_greedy(const float *logits, int n)
+{
+	int i, best = 0;
+
+	for (i = 1; i < n; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	return best;
+}
+
+/* a before b: larger logit first, then lower id */
+static inline int
+before(const struct cand *a, const struct cand *b)
+{
+	return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int
+cand_cmp(const void *x, const void *y)
+{
+	const struct cand *a = x, *b = y;
+
+	return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+/* Move the m first (in "before" order) of c[0..n) to the front. */
+static void
+partition_top(struct cand *c, int n, int m)
+{
+	int lo = 0, hi = n - 1, i, j;
+	struct cand piv, t;
+
+	if (m < n) {
+		while (lo < hi) { /* quickselect: c[m-1] lands in place */
+			piv = c[lo + (hi - lo) / 2];
+			i = lo;
+			j = hi;
+			while (i <= j) {
+				while (before(&c[i], &piv))
+					i++;
+				while (before(&piv, &c[j]))
+					j--;
+				if (i <= j) {
+					t = c[i];
+					c[i] = c[j];
+					c[j] = t;
+					i++;
+					j--;
+				}
+			}
+			if (m - 1 <= j)
+				hi = j;
+			else if (m - 1 >= i)
+				lo = i;
+			else
+				break;
+		}
+	}
+}
+
+/* The same, and sort them. */
+static void
+select_top(struct cand *c, int n, int m)
+{
+	partition_top(c, n, m);
+	qsort(c, (size_t)(m < n ? m : n), sizeof(*c), cand_cmp);
+}
+
+int
+medha_sample_candidates(struct medha_sampler *s, const float *logits,
+    const int **ids, const float **probs)
+{
+	const struct medha_sampler_params *p = &s->p;
+	int i, n = s->n, m, k;
+	double z, cum, e;
+	float max;
+
+	*ids = s->ids;
+	*probs = s->probs;
+	if (p->temp <= 0) {
+		s->ids[0] = medha_sample_greedy(logits, n);
+		s->probs[0] = 1;
+		return 1;
+	}
+	for (i = 0; i < n; i++) {
+		s->c[i].logit = logits[i];
+		s->c[i].id = i;
+	}
+	k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+	if (p->top_p >= 1 || p->top_p <= 0) {
+		select_top(s->c, n, k);
+		m = k;
+	} else {
+		/* the nucleus of the top-k, by untempered probability */
+		partition_top(s->c, n, k);
+		select_top(s->c, k, k < 64 ? k : 64);
+		max = s->c[0].logit;
+		z = 0;
+		for (i = 0; i < k; i++)
+			z += exp((double)s->c[i].logit - max);
+		m = k < 64 ? k : 64;
+		for (;;) {
+			cum = 0;
+			for (i = 0; i < m; i++) {
+				cum += exp((double)s->c[i].logit - max) / z;
+				if (cum >= p->top_p)
+					break;
+			}
+			if (i < m) {
+				m = i + 1;
+				break;
+			}
+			if (m == k)
+				break;
+			m = 2 * m < k ? 2 * m : k;
+			select_top(s->c, k, m);
+		}
+	}
+	/* temperature and softmax over the kept */
+	max = s->c[0].logit;
+	z = 0;
+	for (i = 0; i < m; i++) {
+		e = exp(((double)s->c[i].logit - max) / p->temp);
+		s->probs[i] = (float)e;
+		s->ids[i] = s->c[i].id;
+		z += e;
+	}
+	for (i = 0; i < m; i++)
+		s->probs[i] = (float)(s->probs[i] / z);
+	return m;
+}
+
+int
+medha_sample(struct medha_sampler *s, const float *logits)
+{
+	const int *ids;
+	const float *probs;
+	int n, i;
+	float r, cum = 0;
+
+	n = medha_sample_candidates(s, logits, &ids, &probs);
+	if (n == 1 && s->p.temp <= 0)
+		return ids[0];
+	r = medha_sampler_uniform(s);
+	for (i = 0; i < n; i++) {
+		cum += probs[i];
+		if (r < cum)
+			return ids[i];
+	}
+	return ids[n - 1];
+}

@@ -1,0 +1,182 @@
+/*
+ * kvplace.c: KV blocks per KVP group and the placement of each request's
+ * KV pieces on groups (kvplace.h). Pure bookkeeping: no clock, no I/O.
+ */
+#include "sched/kvplace.h"
+
+#include <string.h>
+
+static int64_t
+overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1)
+{
+	int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+
+	return hi > lo ? hi - lo : 0;
+}
+
+static int64_t
+blocks(const struct medha_kvplace *pl, int64_t tokens)
+{
+	return (tokens + pl->block_size - 1) / pl->block_size;
+}
+
+static int64_t
+pieces(const struct medha_kvplace *pl, int64_t need)
+{
+	int64_t n = (need + pl->group_tokens - 1) / pl->group_tokens;
+
+	return n < 1 ? 1 : n;
+}
+
+int
+medha_kvplace_init(struct medha_kvplace *pl, int kvp, int block_size,
+    int64_t cap_blocks, int64_t max_tokens)
+{
+	memset(pl, 0, sizeof(*pl));
+	if (kvp < 1 || kvp > MEDHA_KVP_MAX || block_size < 1 ||
+	    cap_blocks < 1 || max_tokens < 0 ||
+	    (max_tokens > 0 && max_tokens % block_size != 0))
+		return MEDHA_EINVAL;
+	pl->kvp = kvp;
+	pl->block_size = block_size;
+	pl->cap_blocks = cap_blocks;
+	pl->group_tokens = cap_blocks * block_size;
+	if (max_tokens > 0 && max_tokens < pl->group_tokens)
+		pl->group_tokens = max_tokens;
+	return 0;
+}
+
+int64_t
+medha_kvplace_in_piece(const struct medha_kvplace *pl, int i, int64_t from,
+    int64_t to)
+{
+	int64_t lo = (int64_t)i * pl->group_tokens;
+
+	return overlap(from, to, lo, lo + pl->group_tokens);
+}
+
+int
+medha_kvplace_fits_ever(const struct medha_kvplace *pl, int64_t need, char *why,
+    size_t whylen)
+{
+	int64_t first = need < pl->group_tokens ? need : pl->group_tokens;
+
+	if (pieces(pl, need) > pl->kvp &&
+	    pl->group_tokens == pl->cap_blocks * pl->block_size) {
+		medha_why(why, whylen, 0,
+		    "needs %lld KV blocks, the replica has %d group(s) of %lld",
+		    (long long)blocks(pl, need), pl->kvp,
+		    (long long)pl->cap_blocks);
+		return 0;
+	}
+	if (pieces(pl, need) > pl->kvp) {
+		medha_why(why, whylen, 0,
+		    "needs %lld KVP groups of %lld tokens, the replica has %d",
+		    (long long)pieces(pl, need), (long long)pl->group_tokens,
+		    pl->kvp);
+		return 0;
+	}
+	if (blocks(pl, first) > pl->cap_blocks) {
+		medha_why(why, whylen, 0,
+		    "needs %lld KV blocks on one group, a group has %lld",
+		    (long long)blocks(pl, first), (long long)pl->cap_blocks);
+		return 0;
+	}
+	return 1;
+}
+
+int
+medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t need, int64_t prompt)
+{
+	int n = (int)pieces(pl, need);
+	int used[MEDHA_KVP_MAX] = {0};
+
+	l->n_groups = 0;
+	if (n > pl->kvp)
+		return MEDHA_ENOSPACE;
+	for (int i = 0; i < n; i++) {
+		int64_t nb = blocks(pl, medha_kvplace_in_piece(pl, i, 0, need));
+		int best = -1;
+		for (int g = 0; g < pl->kvp; g++) {
+			if (used[g] || pl->cap_blocks - pl->res[g] < nb)
+				continue;
+			if (best < 0 || pl->pend[g] < pl->pend[best])
+				best = g;
+		}
+		if (best < 0) {
+			medha_kvplace_release(pl, l);
+			return MEDHA_ENOSPACE;
+		}
+		used[best] = 1;
+		l->groups[i] = best;
+		l->res_blocks[i] = nb;
+		l->n_groups = i + 1;
+		pl->res[best] += nb;
+	}
+	for (int i = 0; i < n; i++)
+		pl->pend[l->groups[i]] +=
+		    medha_kvplace_in_piece(pl, i, 0, prompt);
+	return 0;
+}
+
+void
+medha_kvplace_release(struct medha_kvplace *pl, struct medha_kvlease *l)
+{
+	for (int i = 0; i < l->n_groups; i++)
+		pl->res[l->groups[i]] -= l->res_blocks[i];
+	l->n_groups = 0;
+}
+
+void
+medha_kvplace_prefilled(struct medha_kvplace *pl, const struct medha_kvlease *l,
+    int64_t from, int64_t to)
+{
+	for (int i = 0; i < l->n_groups; i++)
+		pl->pend[l->groups[i]] -=
+		    medha_kvplace_in_piece(pl, i, from, to);
+}
+
+int
+medha_kvplace_entered(const struct medha_kvplace *pl,
+    const struct medha_kvlease *l, int64_t kv)
+{
+	int64_t n = pieces(pl, kv);
+
+	return n > l->n_groups ? l->n_groups : (int)n;
+}
+
+int
+medha_kvplace_check_lease(const struct medha_kvplace *pl,
+    const struct medha_kvlease *l, int64_t kv, int64_t *sum, char *why,
+    size_t whylen)
+{
+	if (l->n_groups == 0 && kv > 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "%lld KV tokens but no group", (long long)kv);
+	for (int i = 0; i < l->n_groups; i++) {
+		int64_t used = blocks(pl, medha_kvplace_in_piece(pl, i, 0, kv));
+		sum[l->groups[i]] += l->res_blocks[i];
+		if (used > l->res_blocks[i])
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "uses %lld blocks of group %d, reserved %lld",
+			    (long long)used, l->groups[i],
+			    (long long)l->res_blocks[i]);
+	}
+	return 0;
+}
+
+int
+medha_kvplace_check(const struct medha_kvplace *pl, const int64_t *sum,
+    char *why, size_t whylen)
+{
+	for (int g = 0; g < pl->kvp; g++)
+		if (sum[g] != pl->res[g] || pl->res[g] > pl->cap_blocks ||
+		    pl->res[g] < 0 || pl->pend[g] < 0)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "group %d: reserved %lld (leases say %lld) of %lld "
+			    "blocks, %lld tokens pending",
+			    g, (long long)pl->res[g], (long long)sum[g],
+			    (long long)pl->cap_blocks, (long long)pl->pend[g]);
+	return 0;
+}

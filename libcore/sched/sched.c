@@ -1,0 +1,729 @@
+/*
+ * sched.c: the scheduler core. Request state, paged KV-block accounting
+ * per KVP group, the four prefill orders, adaptive and fixed chunking,
+ * prefill-prefill batching, and the batch-latency model that composes
+ * the predictor's operator times for one batch on a tp x spp x kvp grid.
+ *
+ * Memory: at admission a request reserves the KV blocks for its prompt
+ * and all of its output tokens, so a decode can never run out of memory
+ * and be preempted; a request that cannot get its blocks waits. Its KV is
+ * cut into pieces of at most kvp_max_tokens, one KVP group each, chosen
+ * at admission by least pending prefill work; the request enters the next
+ * group when its KV passes the previous group's limit, and only its last
+ * entered group appends KV.
+ */
+#include "sched/sched.h"
+#include "sched/batchcost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Internal request: the public view plus bookkeeping. */
+struct req {
+	struct medha_req pub;
+	int slot; /* index in s->active, -1 once done */
+};
+
+struct cand {
+	int idx;
+	double key;     /* policy order, smaller first */
+	double urgency; /* 1 - relative slack, clamped to [0, 1] */
+	int64_t rem;    /* prompt tokens not yet handed out */
+	int packed;
+};
+
+struct medha_sched {
+	struct medha_sched_config cfg;
+	const struct medha_pred *pred;
+	struct medha_kvplace kv; /* KV blocks per KVP group */
+
+	struct req *reqs;
+	int nreqs, reqs_cap;
+	int *active; /* indices of requests not done */
+	int nactive;
+
+	struct medha_record *recs; /* finished, not yet popped (ring) */
+	int rec_head, rec_n, rec_cap;
+
+	struct cand *cands;
+	int cands_cap;
+	struct medha_sched_item *items;
+	int items_cap;
+	struct medha_cost acc;
+	uint64_t seq;
+};
+
+static const char *policy_names[] = {"fcfs", "edf", "lrs", "medha"};
+
+int
+medha_policy_parse(const char *name)
+{
+	for (int i = 0; i < 4; i++)
+		if (strcmp(name, policy_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *
+medha_policy_name(int policy)
+{
+	if (policy < 0 || policy > 3)
+		return "?";
+	return policy_names[policy];
+}
+
+void
+medha_sched_config_default(struct medha_sched_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->policy = MEDHA_POLICY_MEDHA;
+	c->chunk = 0;
+	c->max_chunk = 8192;
+	c->target = 0.05;
+	c->share_cap = 0.5;
+	c->deadline_mult = 1.5;
+	c->deadline_floor = 0.5;
+	c->block_size = 16;
+	c->kv_blocks = 0;
+	c->mem_util = 0.9;
+	c->kvp_max_tokens = 0;
+	c->max_prefills = 64;
+}
+
+/* ---- batch latency model ---- */
+
+/* The cost a chunking mode budgets: latency (adaptive) or tokens (fixed). */
+static double
+acc_cost(const struct medha_sched *s, const struct medha_cost *a)
+{
+	if (s->cfg.chunk > 0)
+		return (double)a->n_tokens;
+	return medha_cost_latency(a, s->pred, s->kv.kvp).latency;
+}
+
+static double
+trial_cost(struct medha_sched *s, const struct medha_req *r, int64_t t)
+{
+	struct medha_cost_undo u;
+	double c;
+	int64_t kv = r->kv_tokens;
+
+	medha_cost_add(&s->acc, s->pred, &s->kv, &r->kv, t, kv, 0,
+	    r->sched_prefill + t == r->spec.prompt_tokens, &u);
+	c = acc_cost(s, &s->acc);
+	medha_cost_undo(&s->acc, &u);
+	return c;
+}
+
+/*
+ * Chunk for prefill r against the batch so far, so that the batch cost
+ * stays within limit: the whole remainder if it fits, else the largest
+ * multiple of 32 (adaptive) or the tokens left in the budget (fixed).
+ * 0 if nothing fits.
+ */
+static int64_t
+choose_chunk(struct medha_sched *s, const struct medha_req *r, double limit)
+{
+	int64_t rem = r->spec.prompt_tokens - r->sched_prefill;
+	int64_t lo, hi;
+
+	if (s->cfg.chunk > 0) {
+		int64_t room = (int64_t)limit - s->acc.n_tokens;
+		return room <= 0 ? 0 : (rem < room ? rem : room);
+	}
+	if (rem <= s->cfg.max_chunk && trial_cost(s, r, rem) <= limit)
+		return rem;
+	hi = (rem < s->cfg.max_chunk ? rem : s->cfg.max_chunk) / 32;
+	if (hi == 0 || trial_cost(s, r, 32) > limit)
+		return 0;
+	lo = 1; /* invariant: 32*lo fits, 32*(hi+1) does not (or is too big) */
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo + 1) / 2;
+		if (trial_cost(s, r, 32 * mid) <= limit)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return 32 * lo;
+}
+
+/* ---- prefill time alone, deadlines, slack ---- */
+
+/* Latency of one chunk alone on one group, no decodes. */
+static int64_t
+lone_chunk(const struct medha_sched *s, int64_t kv, int64_t rem)
+{
+	int64_t lo = 1, hi;
+
+	if (s->cfg.chunk > 0)
+		return s->cfg.chunk < rem ? s->cfg.chunk : rem;
+	hi = s->cfg.max_chunk / 32;
+	if (medha_cost_lone(s->pred, 32, kv).latency > s->cfg.target)
+		return 32;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo + 1) / 2;
+		if (medha_cost_lone(s->pred, 32 * mid, kv).latency <=
+		    s->cfg.target)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return 32 * lo;
+}
+
+/*
+ * cum[i]: predicted time to prefill the first i/SEGS of the prompt alone,
+ * counting the time each chunk holds the slowest pipeline stage (chunks
+ * of one prompt follow each other through the stages). Returns the full
+ * prefill time including the last chunk's trip through the pipeline.
+ */
+static double
+plan_alone(const struct medha_sched *s, int64_t prompt, double *cum)
+{
+	struct medha_lat l = {0, 0, 0};
+
+	cum[0] = 0;
+	for (int i = 0; i < MEDHA_SLACK_SEGS; i++) {
+		int64_t x0 = prompt * i / MEDHA_SLACK_SEGS;
+		int64_t x1 = prompt * (i + 1) / MEDHA_SLACK_SEGS;
+		int64_t seg = x1 - x0, c, kv = (x0 + x1) / 2;
+		double occ;
+
+		if (seg == 0) {
+			cum[i + 1] = cum[i];
+			continue;
+		}
+		c = lone_chunk(s, kv, seg);
+		l = medha_cost_lone(s->pred, c, kv);
+		occ = l.stage > l.last ? l.stage : l.last;
+		cum[i + 1] = cum[i] + occ * (double)seg / (double)c;
+	}
+	return cum[MEDHA_SLACK_SEGS] +
+	    (l.latency - (l.stage > l.last ? l.stage : l.last));
+}
+
+double
+medha_sched_prefill_alone(const struct medha_sched *s, int64_t prompt)
+{
+	double cum[MEDHA_SLACK_SEGS + 1];
+
+	return plan_alone(s, prompt, cum);
+}
+
+/* Predicted prefill time still ahead of r, alone. */
+static double
+remaining_time(const struct medha_req *r)
+{
+	int64_t P = r->spec.prompt_tokens;
+	double x = (double)r->sched_prefill * MEDHA_SLACK_SEGS / (double)P;
+	int i = (int)x;
+	double done;
+
+	if (i >= MEDHA_SLACK_SEGS)
+		return 0;
+	done = r->cum[i] + (x - i) * (r->cum[i + 1] - r->cum[i]);
+	return r->cum[MEDHA_SLACK_SEGS] - done;
+}
+
+static double
+relative_slack(const struct medha_req *r, double now)
+{
+	return (r->deadline - now - remaining_time(r)) / r->deadline_dur;
+}
+
+/* ---- memory: a lease of KV blocks per KVP group (kvplace.c) ---- */
+
+/* KV tokens a request needs in all: prompt and every output token. */
+static int64_t
+kv_need(const struct medha_req *r)
+{
+	return r->spec.prompt_tokens + r->spec.max_tokens;
+}
+
+/* Reserve r's KV; it then starts its prefill. 0 or MEDHA_ENOSPACE. */
+static int
+admit(struct medha_sched *s, struct req *q)
+{
+	struct medha_req *r = &q->pub;
+	int rc = medha_kvplace_admit(&s->kv, &r->kv, kv_need(r),
+	    r->spec.prompt_tokens);
+
+	if (rc == 0)
+		r->state = MEDHA_REQ_PREFILL;
+	return rc;
+}
+
+/* ---- life cycle ---- */
+
+int
+medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
+    const struct medha_pred *p)
+{
+	struct medha_sched *s;
+	int64_t blocks;
+
+	*sp = NULL;
+	if (c->policy < 0 || c->policy > MEDHA_POLICY_MEDHA || c->chunk < 0 ||
+	    c->max_chunk < 32 || c->target <= 0 || c->share_cap < 0 ||
+	    c->share_cap > 1 || c->deadline_mult <= 0 ||
+	    c->deadline_floor < 0 || c->block_size < 1 || c->kv_blocks < 0 ||
+	    c->mem_util <= 0 || c->mem_util > 1 || c->kvp_max_tokens < 0 ||
+	    c->max_prefills < 1 || p->kvp < 1 || p->kvp > MEDHA_KVP_MAX)
+		return MEDHA_EINVAL;
+	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens % c->block_size != 0)
+		return MEDHA_EINVAL;
+	blocks = c->kv_blocks;
+	if (blocks == 0)
+		blocks = medha_pred_kv_capacity(p, c->mem_util) / c->block_size;
+	if (blocks <= 0)
+		return MEDHA_ENOSPACE;
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return MEDHA_ENOMEM;
+	s->cfg = *c;
+	s->pred = p;
+	if (medha_kvplace_init(&s->kv, p->kvp, c->block_size, blocks,
+	        c->kvp_max_tokens) != 0) {
+		free(s);
+		return MEDHA_EINVAL;
+	}
+	*sp = s;
+	return 0;
+}
+
+void
+medha_sched_free(struct medha_sched *s)
+{
+	if (s == NULL)
+		return;
+	free(s->reqs);
+	free(s->active);
+	free(s->recs);
+	free(s->cands);
+	free(s->items);
+	free(s);
+}
+
+static int
+push_record(struct medha_sched *s, const struct medha_req *r, int status,
+    double now)
+{
+	struct medha_record *rec;
+
+	if (s->rec_n == s->rec_cap) {
+		int ncap = s->rec_cap ? 2 * s->rec_cap : 64;
+		struct medha_record *n =
+		    medha_reallocarray(NULL, ncap, sizeof(*n));
+		if (n == NULL)
+			return MEDHA_ENOMEM;
+		for (int i = 0; i < s->rec_n; i++)
+			n[i] = s->recs[(s->rec_head + i) % s->rec_cap];
+		free(s->recs);
+		s->recs = n;
+		s->rec_cap = ncap;
+		s->rec_head = 0;
+	}
+	rec = &s->recs[(s->rec_head + s->rec_n) % s->rec_cap];
+	s->rec_n++;
+	memset(rec, 0, sizeof(*rec));
+	memcpy(rec->id, r->spec.id, sizeof(rec->id));
+	rec->arrival = r->spec.arrival;
+	rec->prompt_tokens = r->spec.prompt_tokens;
+	rec->status = status;
+	rec->ttft_slo = r->deadline_dur;
+	rec->tpot_slo = r->spec.tpot_slo;
+	rec->finish = now;
+	rec->output_tokens = r->decoded;
+	rec->first_token = r->decoded > 0 ? r->first_token : now;
+	if (status == MEDHA_STATUS_OK || r->decoded > 0)
+		rec->ttft = rec->first_token - rec->arrival;
+	if (r->decoded >= 2) {
+		rec->tpot_mean =
+		    (r->last_token - r->first_token) / (r->decoded - 1);
+		rec->tpot_max = r->tpot_max;
+	}
+	return 0;
+}
+
+int
+medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec)
+{
+	if (s->rec_n == 0)
+		return 0;
+	*rec = s->recs[s->rec_head];
+	s->rec_head = (s->rec_head + 1) % s->rec_cap;
+	s->rec_n--;
+	return 1;
+}
+
+static void
+deactivate(struct medha_sched *s, struct req *q)
+{
+	int slot = q->slot;
+	int last = s->active[--s->nactive];
+
+	s->active[slot] = last;
+	s->reqs[last].slot = slot;
+	q->slot = -1;
+	q->pub.state = MEDHA_REQ_DONE;
+}
+
+static int
+finish(struct medha_sched *s, struct req *q, int status, double now)
+{
+	medha_kvplace_release(&s->kv, &q->pub.kv);
+	deactivate(s, q);
+	return push_record(s, &q->pub, status, now);
+}
+
+int
+medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
+    double now)
+{
+	struct req *q;
+	struct medha_req *r;
+	char why[160];
+
+	if (s->nreqs == s->reqs_cap) {
+		int ncap = s->reqs_cap ? 2 * s->reqs_cap : 256;
+		void *n1 = medha_reallocarray(s->reqs, ncap, sizeof(*s->reqs));
+		if (n1 == NULL)
+			return MEDHA_ENOMEM;
+		s->reqs = n1;
+		n1 = medha_reallocarray(s->active, ncap, sizeof(*s->active));
+		if (n1 == NULL)
+			return MEDHA_ENOMEM;
+		s->active = n1;
+		s->reqs_cap = ncap;
+	}
+	q = &s->reqs[s->nreqs];
+	memset(q, 0, sizeof(*q));
+	r = &q->pub;
+	r->spec = *spec;
+	r->spec.prompt = NULL;
+	r->state = MEDHA_REQ_WAITING;
+	q->slot = s->nactive;
+	s->active[s->nactive++] = s->nreqs;
+	s->nreqs++;
+
+	if (spec->prompt_tokens < 1 || spec->max_tokens < 0) {
+		medha_log(MEDHA_LOG_WARN,
+		    "request %s: no prompt_tokens; rejected", spec->id);
+		r->deadline_dur = spec->ttft_slo;
+		return finish(s, q, MEDHA_STATUS_REJECTED, now);
+	}
+	r->deadline_dur = plan_alone(s, spec->prompt_tokens, r->cum);
+	r->deadline_dur *= s->cfg.deadline_mult;
+	if (r->deadline_dur < s->cfg.deadline_floor)
+		r->deadline_dur = s->cfg.deadline_floor;
+	if (spec->ttft_slo > 0)
+		r->deadline_dur = spec->ttft_slo;
+	r->deadline = spec->arrival + r->deadline_dur;
+	if (!medha_kvplace_fits_ever(&s->kv, kv_need(r), why, sizeof(why))) {
+		medha_log(MEDHA_LOG_WARN,
+		    "request %s: %lld prompt + %lld output tokens: %s; "
+		    "rejected",
+		    spec->id, (long long)spec->prompt_tokens,
+		    (long long)spec->max_tokens, why);
+		return finish(s, q, MEDHA_STATUS_REJECTED, now);
+	}
+	return 0;
+}
+
+/* ---- forming a batch ---- */
+
+static int
+cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->key < y->key)
+		return -1;
+	if (x->key > y->key)
+		return 1;
+	return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static int
+push_item(struct medha_sched *s, int idx, int64_t t, int64_t kv, int decode,
+    int last)
+{
+	struct medha_sched_item *it;
+
+	if (s->acc.n_items >= s->items_cap) {
+		int ncap = s->items_cap ? 2 * s->items_cap : 256;
+		void *n = medha_reallocarray(s->items, ncap, sizeof(*s->items));
+		if (n == NULL)
+			return MEDHA_ENOMEM;
+		s->items = n;
+		s->items_cap = ncap;
+	}
+	it = &s->items[s->acc.n_items];
+	it->req = idx;
+	it->tokens = t;
+	it->kv = kv;
+	it->decode = decode;
+	it->last = last;
+	medha_cost_add(&s->acc, s->pred, &s->kv, &s->reqs[idx].pub.kv, t, kv,
+	    decode, last, NULL);
+	return 0;
+}
+
+/*
+ * Pack prefill candidate c within limit; admits it first if it waits for
+ * memory. Returns 1 if packed, 0 if not, or a negative error.
+ */
+static int
+pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
+{
+	struct req *q = &s->reqs[c->idx];
+	struct medha_req *r = &q->pub;
+	int64_t t, P = r->spec.prompt_tokens;
+	int last, rc;
+
+	c->packed = 1;
+	if (*npre >= s->cfg.max_prefills)
+		return 0;
+	if (r->state == MEDHA_REQ_WAITING && admit(s, q) != 0)
+		return 0;
+	t = choose_chunk(s, r, limit);
+	if (t == 0 && s->acc.n_items == 0) /* alone, it must make progress */
+		t = s->cfg.chunk > 0 ? s->cfg.chunk : 32;
+	if (t > P - r->sched_prefill)
+		t = P - r->sched_prefill;
+	if (t == 0)
+		return 0;
+	last = r->sched_prefill + t == P;
+	if ((rc = push_item(s, c->idx, t, r->kv_tokens, 0, last)) != 0)
+		return rc;
+	medha_kvplace_prefilled(&s->kv, &r->kv, r->sched_prefill,
+	    r->sched_prefill + t);
+	r->sched_prefill += t;
+	r->kv_tokens += t;
+	if (last)
+		r->busy = 1;
+	(*npre)++;
+	return 1;
+}
+
+/*
+ * A short prefill is one that can finish in a single chunk and has less
+ * left than the prefill it would share with.
+ */
+static int
+is_short(const struct medha_sched *s, const struct cand *d,
+    const struct cand *c)
+{
+	int64_t one = s->cfg.chunk > 0 ? s->cfg.chunk : s->cfg.max_chunk;
+
+	return !d->packed && d->rem < c->rem && d->rem <= one;
+}
+
+/*
+ * Prefill-prefill batching for candidate i: if it cannot finish in this
+ * batch and short prefills wait behind it, they are packed first within
+ * share = min(share_cap, the most urgent one's urgency) of the budget
+ * left, then i takes what remains. Returns 1 if i was dealt with (packed
+ * or found unadmittable), 0 to pack it the ordinary way, or an error.
+ */
+static int
+share_batch(struct medha_sched *s, int i, int nc, double limit, int *npre)
+{
+	struct cand *c = &s->cands[i];
+	struct req *q = &s->reqs[c->idx];
+	double u = -1, base, share;
+	int rc;
+
+	for (int j = i + 1; j < nc; j++)
+		if (is_short(s, &s->cands[j], c) && s->cands[j].urgency > u)
+			u = s->cands[j].urgency;
+	if (u < 0)
+		return 0;
+	if (q->pub.state == MEDHA_REQ_WAITING && admit(s, q) != 0) {
+		c->packed = 1;
+		return 1;
+	}
+	if (c->rem <= s->cfg.max_chunk &&
+	    trial_cost(s, &q->pub, c->rem) <= limit)
+		return 0; /* it finishes here anyway */
+	share = u < s->cfg.share_cap ? u : s->cfg.share_cap;
+	base = acc_cost(s, &s->acc);
+	for (int j = i + 1; j < nc; j++) {
+		struct cand *d = &s->cands[j];
+		if (!is_short(s, d, c))
+			continue;
+		if ((rc = pack_prefill(s, d, base + share * (limit - base),
+		         npre)) < 0)
+			return rc;
+	}
+	if ((rc = pack_prefill(s, c, limit, npre)) < 0)
+		return rc;
+	return 1;
+}
+
+int
+medha_sched_next_batch(struct medha_sched *s, double now,
+    struct medha_sched_batch *b)
+{
+	int nc = 0, npre = 0, rc;
+	double limit = s->cfg.chunk > 0 ? (double)s->cfg.chunk : s->cfg.target;
+	struct medha_lat l;
+
+	memset(&s->acc, 0, sizeof(s->acc));
+	if (s->cands_cap < s->nactive) {
+		void *n =
+		    medha_reallocarray(s->cands, s->nactive, sizeof(*s->cands));
+		if (n == NULL)
+			return MEDHA_ENOMEM;
+		s->cands = n;
+		s->cands_cap = s->nactive;
+	}
+	/* (1) every decode that has its previous token; (2) candidates */
+	for (int i = 0; i < s->nactive; i++) {
+		int idx = s->active[i];
+		struct medha_req *r = &s->reqs[idx].pub;
+		struct cand *c;
+
+		if (r->busy)
+			continue;
+		if (r->state == MEDHA_REQ_DECODE) {
+			if ((rc = push_item(s, idx, 1, r->kv_tokens, 1, 0)) !=
+			    0)
+				return rc;
+			r->kv_tokens++;
+			r->busy = 1;
+			continue;
+		}
+		c = &s->cands[nc++];
+		c->idx = idx;
+		c->rem = r->spec.prompt_tokens - r->sched_prefill;
+		c->packed = 0;
+		c->urgency = 1 - relative_slack(r, now);
+		c->urgency = c->urgency < 0 ? 0
+		    : c->urgency > 1        ? 1
+		                            : c->urgency;
+		switch (s->cfg.policy) {
+		case MEDHA_POLICY_FCFS: c->key = r->spec.arrival; break;
+		case MEDHA_POLICY_EDF: c->key = r->deadline; break;
+		default: c->key = relative_slack(r, now); break;
+		}
+	}
+	b->n_decode = s->acc.n_items;
+	if (nc > 1)
+		qsort(s->cands, nc, sizeof(*s->cands), cand_cmp);
+
+	/* (3) prefills in policy order; medha lets short ones share */
+	for (int i = 0; i < nc; i++) {
+		struct cand *c = &s->cands[i];
+		if (c->packed)
+			continue;
+		if (s->cfg.policy == MEDHA_POLICY_MEDHA &&
+		    (rc = share_batch(s, i, nc, limit, &npre)) != 0) {
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		if ((rc = pack_prefill(s, c, limit, &npre)) < 0)
+			return rc;
+	}
+	if (s->acc.n_items == 0)
+		return 0;
+
+	l = medha_cost_latency(&s->acc, s->pred, s->kv.kvp);
+	b->seq = s->seq++;
+	b->start = now;
+	b->stage_time = l.stage;
+	b->last_time = l.last;
+	b->latency = l.latency;
+	b->n_items = s->acc.n_items;
+	b->n_tokens = s->acc.n_tokens;
+	b->items = s->items;
+	return 1;
+}
+
+int
+medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
+    double now)
+{
+	for (int i = 0; i < b->n_items; i++) {
+		const struct medha_sched_item *it = &b->items[i];
+		struct req *q = &s->reqs[it->req];
+		struct medha_req *r = &q->pub;
+		int rc;
+
+		if (r->state == MEDHA_REQ_DONE)
+			continue;
+		if (!it->decode && !it->last)
+			continue;
+		r->busy = 0;
+		if (it->decode) {
+			double gap = now - r->last_token;
+			if (gap > r->tpot_max)
+				r->tpot_max = gap;
+			r->decoded++;
+			r->last_token = now;
+		} else {
+			r->state = MEDHA_REQ_DECODE;
+			r->first_token = now;
+			r->last_token = now;
+			if (r->spec.max_tokens > 0)
+				r->decoded = 1;
+		}
+		if (r->decoded >= r->spec.max_tokens &&
+		    (rc = finish(s, q, MEDHA_STATUS_OK, now)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- views and checks ---- */
+
+int64_t
+medha_sched_pending(const struct medha_sched *s)
+{
+	return s->nactive;
+}
+
+int
+medha_sched_nreq(const struct medha_sched *s)
+{
+	return s->nreqs;
+}
+
+const struct medha_req *
+medha_sched_req(const struct medha_sched *s, int idx)
+{
+	if (idx < 0 || idx >= s->nreqs)
+		return NULL;
+	return &s->reqs[idx].pub;
+}
+
+int64_t
+medha_sched_group_capacity(const struct medha_sched *s)
+{
+	return s->kv.cap_blocks;
+}
+
+int64_t
+medha_sched_group_reserved(const struct medha_sched *s, int group)
+{
+	if (group < 0 || group >= s->kv.kvp)
+		return -1;
+	return s->kv.res[group];
+}
+
+int
+medha_sched_check(const struct medha_sched *s, char *why, size_t whylen)
+{
+	int64_t sum[MEDHA_KVP_MAX] = {0};
+	char msg[200];
+
+	for (int i = 0; i < s->nactive; i++) {
+		const struct medha_req *r = &s->reqs[s->active[i]].pub;
+		if (medha_kvplace_check_lease(&s->kv, &r->kv, r->kv_tokens, sum,
+		        msg, sizeof(msg)) != 0)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "request %s: %s", r->spec.id, msg);
+	}
+	return medha_kvplace_check(&s->kv, sum, why, whylen);
+}

@@ -1,0 +1,161 @@
+/*
+ * sched.h: the scheduler core. A pure library: no sockets, no clock of
+ * its own. It is handed events (a request arrives, a batch is done) with
+ * a time, and asked for the next batch. The simulator (sim.c) and the
+ * live medha-sched drive the same code.
+ *
+ * One iteration (DESIGN.md section 5): every running decode that is not
+ * waiting for its previous token enters the batch (one token each);
+ * prefills are taken in policy order (fcfs, edf, lrs, medha); each gets
+ * a chunk sized so the predicted batch latency stays within the target
+ * (adaptive) or a share of a fixed token budget (fixed N); KVP groups
+ * were chosen at admission and are entered as the prompt grows.
+ *
+ * Calling protocol: medha_sched_next_batch() only when pipeline stage 0
+ * is free (so every chunk handed out before has left stage 0, and the
+ * next chunk of the same prompt may go); medha_sched_batch_done() when a
+ * batch leaves the last stage; records of finished requests are then
+ * taken with medha_sched_pop_record().
+ *
+ *	medha_sched_arrive(s, &spec, now);
+ *	while (medha_sched_next_batch(s, now, &b) == 1) { ...run b...;
+ *		medha_sched_batch_done(s, &b, later); }
+ *	while (medha_sched_pop_record(s, &rec) == 1) ...;
+ */
+#ifndef MEDHA_SCHED_H
+#define MEDHA_SCHED_H
+
+#include "sched/kvplace.h"
+#include "medha.h"
+#include "sched/pred.h"
+#include "io/trace.h"
+
+#include <stdint.h>
+
+#define MEDHA_KVP_MAX 64    /* most KVP groups a replica may have */
+#define MEDHA_SLACK_SEGS 16 /* pieces of the remaining-prefill-time curve */
+
+enum medha_policy {
+	MEDHA_POLICY_FCFS = 0, /* arrival order */
+	MEDHA_POLICY_EDF,      /* earliest TTFT deadline */
+	MEDHA_POLICY_LRS,      /* least relative slack */
+	MEDHA_POLICY_MEDHA,    /* lrs + prefill-prefill batching */
+};
+/* Returns MEDHA_POLICY_* or -1. */
+int medha_policy_parse(const char *name);
+const char *medha_policy_name(int policy);
+
+struct medha_sched_config {
+	int policy;            /* MEDHA_POLICY_* (medha) */
+	int64_t chunk;         /* fixed token budget; 0 = adaptive (0) */
+	int64_t max_chunk;     /* adaptive: largest chunk (8192) */
+	double target;         /* adaptive: target batch latency, s (0.05) */
+	double share_cap;      /* medha: most a long prefill gives up (0.5) */
+	double deadline_mult;  /* no ttft_slo: x predicted prefill time (1.5) */
+	double deadline_floor; /* no ttft_slo: at least this, s (0.5) */
+	int block_size;        /* KV block, tokens (16) */
+	int64_t kv_blocks; /* blocks per KVP group; 0 = from GPU memory (0) */
+	double mem_util;   /* fraction of GPU memory usable (0.9) */
+	int64_t kvp_max_tokens; /* KV tokens per request per group; 0 = no limit
+	                           (0) */
+	int max_prefills;       /* prefills in one batch (64) */
+};
+void medha_sched_config_default(struct medha_sched_config *c);
+
+enum medha_req_state {
+	MEDHA_REQ_WAITING = 0, /* arrived, no KV memory reserved yet */
+	MEDHA_REQ_PREFILL,     /* memory reserved, prompt in progress */
+	MEDHA_REQ_DECODE,      /* first token out, generating */
+	MEDHA_REQ_DONE,
+};
+
+struct medha_req {
+	struct medha_reqspec spec; /* as it arrived (prompt text dropped) */
+	int state;                 /* MEDHA_REQ_* */
+	int64_t sched_prefill;     /* prompt tokens handed to batches */
+	int64_t decoded;           /* output tokens produced */
+	int64_t kv_tokens;         /* KV tokens appended (or being appended) */
+	int busy;            /* a decode token or last chunk is in flight */
+	double deadline;     /* absolute TTFT deadline, s */
+	double deadline_dur; /* deadline - arrival, s */
+	double cum[MEDHA_SLACK_SEGS +
+	    1]; /* predicted time to prefill x_i tokens alone */
+	double first_token, last_token, tpot_max;
+	struct medha_kvlease kv; /* KVP placement, fixed at admission */
+};
+
+/* A batch item: one sequence's tokens in this iteration. */
+struct medha_sched_item {
+	int req;        /* request index (medha_sched_req) */
+	int64_t tokens; /* 1 for a decode, the chunk for a prefill */
+	int64_t kv;     /* KV tokens of this sequence before these tokens */
+	int decode;     /* 1 for a decode token */
+	int last;       /* 1 if this is the prompt's last chunk */
+};
+
+struct medha_sched_batch {
+	uint64_t seq;      /* iteration number, from 0 */
+	double start;      /* time it was formed (enters stage 0), s */
+	double stage_time; /* predicted time in each of stages 0..spp-2, s */
+	double last_time;  /* predicted time in the last stage (+ lm head), s */
+	double latency;    /* predicted latency through all stages, s */
+	int n_items, n_decode;
+	int64_t n_tokens;
+	struct medha_sched_item *items; /* owned by the scheduler; valid until
+	                             the next medha_sched_next_batch() */
+};
+
+struct medha_sched;
+
+/*
+ * The predictor p is borrowed and must outlive s. Returns 0,
+ * MEDHA_EINVAL (bad config), MEDHA_ENOSPACE (the GPUs have no memory
+ * left for KV after the weights) or MEDHA_ENOMEM.
+ */
+int medha_sched_init(struct medha_sched **s, const struct medha_sched_config *c,
+    const struct medha_pred *p);
+void medha_sched_free(struct medha_sched *s);
+
+/*
+ * A request arrives at `now` (spec->prompt is not kept). A request that
+ * could never be served (prompt + max_tokens larger than the replica's KV
+ * memory, or no prompt_tokens) gets a "rejected" record at once.
+ * Returns 0 or MEDHA_ENOMEM.
+ */
+int medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
+    double now);
+
+/*
+ * Form the next batch at `now` (stage 0 must be free). Returns 1 with *b
+ * filled, 0 if there is nothing to run now, or MEDHA_ENOMEM.
+ */
+int medha_sched_next_batch(struct medha_sched *s, double now,
+    struct medha_sched_batch *b);
+
+/* Batch b (as returned) left the last stage at `now`: tokens come out. */
+int medha_sched_batch_done(struct medha_sched *s,
+    const struct medha_sched_batch *b, double now);
+
+/* Returns 1 and fills *rec if a finished request's record is waiting. */
+int medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec);
+
+/* Requests not yet finished (waiting, prefilling or decoding). */
+int64_t medha_sched_pending(const struct medha_sched *s);
+
+/* Read-only views for tests, logs and the live front end. */
+int medha_sched_nreq(const struct medha_sched *s);
+const struct medha_req *medha_sched_req(const struct medha_sched *s, int idx);
+int64_t medha_sched_group_capacity(const struct medha_sched *s); /* blocks */
+int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
+
+/*
+ * Check the invariants: reserved blocks within capacity on every group,
+ * each request's KV within its reservation. Returns 0 or MEDHA_EINVAL with
+ * why filled in.
+ */
+int medha_sched_check(const struct medha_sched *s, char *why, size_t whylen);
+
+/* Predicted time to prefill `prompt` tokens alone on this replica, s. */
+double medha_sched_prefill_alone(const struct medha_sched *s, int64_t prompt);
+
+#endif
