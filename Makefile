@@ -6,7 +6,8 @@
 #   make asan            the same tests under AddressSanitizer + UBSan
 #   make ARCH=x86-64-v2  a build that runs on any x86-64-v2 machine
 #                        (default: native, the machine it is built on)
-#   make demo            the main job: simulate an hour, report, plot; run SmolLM2
+#   make demo            the main job: a live replica on SmolLM2 answers a
+#                        trace; then a simulated hour, report and plot
 #   make bench           simulator speed benchmark
 #   make install PREFIX=/usr/local
 #
@@ -25,7 +26,7 @@ ARCH    ?= native
 CFLAGS  ?= $(OPT) -g
 override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=$(ARCH) -Wall -Wextra -iquote libcore
 override LDFLAGS += $(SAN)
-LDLIBS  += -ljansson -lzstd -lpcre2-32 -lpthread -lm
+LDLIBS  += -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm
 TESTLIBS = -lcmocka
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -84,19 +85,18 @@ asan:
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    test
 
-# the main job, until the live topology exists: one simulated hour of the
-# paper's workload (report and plot), then the real model, SmolLM2-135M-
-# Instruct, answering on the CPU backend
-MODEL ?= cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+# the main job: a live replica (medha-sched and a cpu medha-worker on
+# SmolLM2-135M-Instruct) answers a short generated trace of real text
+# prompts, with the answers' first lines and a report; then one simulated
+# hour of the paper's workload (report and plot)
 demo: all
 	sh contrib/fetch-refs.sh
+	bash examples/demo-live.sh $(BIN)
 	$(BIN)/medha-trace gen -q 0.75 -l 0.05 -t 3600 -s 1 | \
 	$(BIN)/medha-sched --sim a100 -m llama3-8b --tp 8 --spp 2 \
 	    --policy medha --chunk adaptive | \
 	$(BIN)/medha-trace report --plot medha-report.png
-	@echo "plot: medha-report.png"
-	$(BIN)/medha-worker -m $(MODEL) -v --chat -n 128 \
-	    -p "In two sentences, why do long prompts make LLM serving hard?"
+	@echo "plot: medha-report.png; live records: live-records.jsonl"
 
 bench: all
 	@sh contrib/bench-sim.sh $(BIN)

@@ -18,6 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/*
+ * Token positions per KV block: the paged cache of the cpu engine
+ * (cpu/kvcache.h) and the scheduler's default block size. A live
+ * scheduler takes the block size its workers announce.
+ */
+#define MEDHA_KV_BLOCK 16
+
 enum medha_err {
 	MEDHA_OK = 0,
 	MEDHA_ENOMEM = -1,    /* allocation failed */
@@ -29,6 +36,8 @@ enum medha_err {
 	MEDHA_ETRUNC = -7,    /* input ends early */
 	MEDHA_ENOSPACE = -8,  /* no KV memory (or other capacity) left */
 	MEDHA_EUNSUP = -9,    /* valid but not supported by this build */
+	MEDHA_ETIMEOUT = -10, /* a peer did not answer in time */
+	MEDHA_EPEER = -11,    /* the connection to a peer closed or failed */
 };
 
 /* Static string for an error code; never NULL. */

@@ -26,6 +26,8 @@ medha_strerror(int err)
 	case MEDHA_ETRUNC: return "input truncated";
 	case MEDHA_ENOSPACE: return "no space left";
 	case MEDHA_EUNSUP: return "not supported";
+	case MEDHA_ETIMEOUT: return "timed out";
+	case MEDHA_EPEER: return "peer closed or unreachable";
 	}
 	return "unknown error";
 }

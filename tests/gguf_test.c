@@ -314,7 +314,7 @@ test_read_back(void **state)
 static void
 test_resolve(void **state)
 {
-	struct medha_model m;
+	struct medha_pred_model m;
 	struct medha_pred p;
 	struct buf b;
 	char path[64], why[256];
@@ -324,13 +324,13 @@ test_resolve(void **state)
 	write_file(&b, b.n, path, sizeof(path));
 	assert_int_equal(medha_model_resolve(path, &m), 0);
 	assert_string_equal(m.name, "tiny llama");
-	assert_int_equal(m.n_layers, 4);
-	assert_int_equal(m.hidden, 256);
-	assert_int_equal(m.n_heads, 8);
-	assert_int_equal(m.n_kv_heads, 2);
-	assert_int_equal(m.head_dim, 32);
-	assert_int_equal(m.ffn, 688);
-	assert_int_equal(m.vocab, 10);
+	assert_int_equal(m.c.n_layers, 4);
+	assert_int_equal(m.c.dim, 256);
+	assert_int_equal(m.c.n_heads, 8);
+	assert_int_equal(m.c.n_kv_heads, 2);
+	assert_int_equal(m.c.head_dim, 32);
+	assert_int_equal(m.c.ffn_dim, 688);
+	assert_int_equal(m.c.vocab, 10);
 	assert_true(m.w_bytes == 2 && m.kv_bytes == 2);
 	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 2, 2,
 	                     1),
@@ -345,8 +345,8 @@ test_resolve(void **state)
 	write_file(&b, b.n, path, sizeof(path));
 	assert_int_equal(medha_model_resolve_why(path, &m, why, sizeof(why)),
 	    0);
-	assert_int_equal(m.n_kv_heads, 8);
-	assert_int_equal(m.vocab, 32000);
+	assert_int_equal(m.c.n_kv_heads, 8);
+	assert_int_equal(m.c.vocab, 32000);
 	assert_string_equal(m.name, strrchr(path, '/') + 1);
 	unlink(path);
 
@@ -374,7 +374,7 @@ test_resolve(void **state)
 static void
 test_truncations(void **state)
 {
-	struct medha_model m;
+	struct medha_pred_model m;
 	struct medha_gguf *g;
 	struct buf b;
 	char path[64], why[256];

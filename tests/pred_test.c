@@ -1,5 +1,5 @@
 /*
- * pred_test.c: the runtime predictor (libcore/pred.c, pred_table.c).
+ * pred_test.c: the runtime predictor (libcore/sched/pred.c, pred_table.c).
  *
  * The analytic model is checked against roofline numbers worked out here
  * from the formulas (so a changed formula shows up as a failing number),
@@ -9,7 +9,8 @@
  * checked by writing a profile from analytic values on a grid: exact at
  * the grid points, bracketed between them, monotone, falling back to the
  * analytic model for missing operators; malformed profiles must be
- * rejected with a reason naming the line.
+ * rejected with a reason naming the line. Model shapes: the built-ins and
+ * one read from a GGUF written here.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,7 +40,7 @@ static void
 setup(struct medha_pred *p, const char *gpu, const char *model, int tp, int spp,
     int kvp)
 {
-	struct medha_model m;
+	struct medha_pred_model m;
 	const struct medha_gpu *g = medha_gpu_find(gpu);
 
 	assert_non_null(g);
@@ -66,7 +67,7 @@ write_tmp(char *path, size_t len, const char *s)
 static void
 test_builtins(void **state)
 {
-	struct medha_model m;
+	struct medha_pred_model m;
 	struct medha_pred p;
 	const struct medha_gpu *g;
 
@@ -82,12 +83,17 @@ test_builtins(void **state)
 	assert_null(medha_gpu_find(NULL));
 
 	assert_int_equal(medha_model_resolve("LLaMA3-70B", &m), 0);
-	assert_int_equal(m.n_layers, 80);
-	assert_int_equal(m.hidden, 8192);
-	assert_int_equal(m.ffn, 28672);
+	assert_int_equal(m.c.n_layers, 80);
+	assert_int_equal(m.c.dim, 8192);
+	assert_int_equal(m.c.ffn_dim, 28672);
 	assert_int_equal(medha_model_resolve("smollm2-135m", &m), 0);
-	assert_int_equal(m.n_kv_heads, 3);
-	assert_int_equal(m.head_dim, 64);
+	assert_int_equal(m.c.n_kv_heads, 3);
+	assert_int_equal(m.c.head_dim, 64);
+	assert_true(m.c.n_rot == 64 && m.c.ctx_len == 8192 &&
+	    m.c.rope_theta == 100000.0f && m.c.norm_eps == 1e-5f);
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_true(m.c.n_rot == 128 && m.c.ctx_len == 131072 &&
+	    m.c.rope_theta == 500000.0f && m.c.vocab == 128256);
 	assert_int_equal(medha_model_resolve("no-such-model", &m),
 	    MEDHA_ENOTFOUND);
 	assert_int_equal(medha_model_resolve("/nonexistent/x.gguf", &m),
@@ -104,6 +110,72 @@ test_builtins(void **state)
 	assert_null(p.table);
 	near(medha_model_layer_params(&m), 218103808, 0);
 	medha_pred_free(&p);
+}
+
+/*
+ * A GGUF with tensors: the shape is the engine's (medha_model_config_read),
+ * the vocabulary the rows of token_embd.weight, ahead of the tokenizer's
+ * array; a token_embd.weight of the wrong width is refused by name.
+ */
+static void
+write_gguf(char *path, size_t len, int64_t embd_cols)
+{
+	static float embd[16 * 12];
+	static const char *tokens[] = {"a", "b", "c", "d", "e"};
+	struct medha_gguf_writer *w;
+	int64_t ne[4] = {embd_cols, 12, 1, 1};
+	int fd;
+
+	snprintf(path, len, "/tmp/pred_test.XXXXXX");
+	assert_true((fd = mkstemp(path)) >= 0);
+	close(fd);
+	assert_int_equal(medha_gguf_writer_open(&w, path), 0);
+	medha_gguf_writer_add_str(w, "general.architecture", "llama");
+	medha_gguf_writer_add_str(w, "general.name", "tiny");
+	medha_gguf_writer_add_u32(w, "llama.block_count", 3);
+	medha_gguf_writer_add_u32(w, "llama.embedding_length", 16);
+	medha_gguf_writer_add_u32(w, "llama.attention.head_count", 4);
+	medha_gguf_writer_add_u32(w, "llama.attention.head_count_kv", 2);
+	medha_gguf_writer_add_u32(w, "llama.feed_forward_length", 40);
+	medha_gguf_writer_add_u32(w, "llama.context_length", 2048);
+	medha_gguf_writer_add_f32(w, "llama.rope.freq_base", 250000.0f);
+	medha_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, 5);
+	medha_gguf_writer_add_tensor(w, "token_embd.weight", MEDHA_GGML_F32, 2,
+	    ne, embd, sizeof(float) * (size_t)embd_cols * 12);
+	assert_int_equal(medha_gguf_writer_close(w), 0);
+}
+
+static void
+test_gguf_shape(void **state)
+{
+	struct medha_pred_model m;
+	struct medha_pred p;
+	char path[64], why[256];
+
+	(void)state;
+	write_gguf(path, sizeof(path), 16);
+	assert_int_equal(medha_model_resolve_why(path, &m, why, sizeof(why)),
+	    0);
+	assert_string_equal(m.name, "tiny");
+	assert_true(m.c.n_layers == 3 && m.c.dim == 16 && m.c.n_heads == 4 &&
+	    m.c.n_kv_heads == 2 && m.c.head_dim == 4 && m.c.n_rot == 4 &&
+	    m.c.ffn_dim == 40 && m.c.ctx_len == 2048);
+	assert_true(m.c.rope_theta == 250000.0f && m.c.norm_eps == 1e-5f);
+	assert_int_equal(m.c.vocab, 12);
+	assert_true(m.w_bytes == 2 && m.kv_bytes == 2);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("h100"), &m, 1, 1,
+	                     1),
+	    0);
+	near(medha_pred_weight_bytes(&p),
+	    (3 * medha_model_layer_params(&m) + 2.0 * 12 * 16) * 2, 1e-15);
+	medha_pred_free(&p);
+	unlink(path);
+
+	write_gguf(path, sizeof(path), 8);
+	assert_int_equal(medha_model_resolve_why(path, &m, why, sizeof(why)),
+	    MEDHA_EFORMAT);
+	assert_non_null(strstr(why, "token_embd.weight: shape 8 x 12"));
+	unlink(path);
 }
 
 /*
@@ -605,6 +677,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_builtins),
+	    cmocka_unit_test(test_gguf_shape),
 	    cmocka_unit_test(test_hand_numbers),
 	    cmocka_unit_test(test_regimes),
 	    cmocka_unit_test(test_monotone),

@@ -106,8 +106,8 @@ obs_batch(void *arg, const struct medha_sched *s,
 		o->errors++;
 	}
 	/* a running decode that is not in flight would have been left out */
-	for (int i = 0; i < medha_sched_nreq(s); i++) {
-		const struct medha_req *r = medha_sched_req(s, i);
+	for (int i = 0; i < medha_sched_pending(s); i++) {
+		const struct medha_req *r = medha_sched_active(s, i);
 		if (r->state == MEDHA_REQ_DECODE && !r->busy) {
 			print_error("decode %s left out of batch %llu\n",
 			    r->spec.id, (unsigned long long)b->seq);
@@ -162,7 +162,7 @@ run_case(const char *gpu, const char *model, int tp, int spp, int kvp,
     double qps, uint64_t seed)
 {
 	struct medha_pred p;
-	struct medha_model m;
+	struct medha_pred_model m;
 	struct medha_sched_config c;
 	struct medha_sim_hooks h = {0};
 	struct medha_sim_stats st;
@@ -270,7 +270,7 @@ sim(const char *model, int spp, struct medha_sched_config *c,
     struct medha_reqspec *r, size_t n, struct collect *out)
 {
 	struct medha_pred p;
-	struct medha_model m;
+	struct medha_pred_model m;
 	struct medha_sim_hooks h = {0};
 	struct medha_sim_stats st;
 
@@ -366,7 +366,7 @@ test_deadline_rule(void **state)
 {
 	struct medha_sched_config c;
 	struct medha_pred p;
-	struct medha_model m;
+	struct medha_pred_model m;
 	struct medha_sched *s;
 	struct collect col;
 	struct medha_reqspec r[3] = {

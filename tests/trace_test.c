@@ -311,6 +311,122 @@ test_record_roundtrip(void **state)
 	}
 }
 
+/* The fields a live replica adds: sampling, stops, ids, text. */
+static void
+test_live_fields_roundtrip(void **state)
+{
+	struct medha_reqspec in = {0}, out = {0};
+	struct medha_record rin, rout;
+	struct medha_writer *w;
+	struct medha_reader *r;
+	char why[160], *line, s1[] = "\n\n", s2[] = "User:";
+	int32_t ids[] = {1, 9906, 28, 0, 49151};
+	int32_t gen[] = {504, 3458, 0};
+	static const char *bad[] = {
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt_ids\": [1, -2]}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt_ids\": []}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt_tokens\": 3, "
+	    "\"prompt_ids\": [1, 2]}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"temperature\": 101}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"top_p\": 1.5}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"stop\": [\"\"]}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"stop\": 3}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"ignore_eos\": 1}",
+	};
+	FILE *f;
+
+	(void)state;
+	snprintf(in.id, sizeof(in.id), "q1");
+	in.prompt_tokens = 5;
+	in.prompt_ids = ids;
+	in.max_tokens = 64;
+	in.sampling = (struct medha_sampler_params){0.7f, 40, 0.9f, 42};
+	in.ignore_eos = 1;
+	in.n_stop = 2;
+	in.stop[0] = s1;
+	in.stop[1] = s2;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_reqspec_write(w, &in), 0);
+	assert_int_equal(medha_writer_close(w), 0);
+	first_line(f, &r, &line);
+	assert_int_equal(medha_reqspec_parse(line, &out, why, sizeof(why)), 0);
+	assert_int_equal(out.prompt_tokens, 5);
+	assert_memory_equal(out.prompt_ids, ids, sizeof(ids));
+	assert_true(out.sampling.temp == 0.7f);
+	assert_int_equal(out.sampling.top_k, 40);
+	assert_true(out.sampling.top_p == 0.9f);
+	assert_int_equal(out.sampling.seed, 42);
+	assert_int_equal(out.ignore_eos, 1);
+	assert_int_equal(out.n_stop, 2);
+	assert_string_equal(out.stop[0], "\n\n");
+	assert_string_equal(out.stop[1], "User:");
+	medha_reqspec_clear(&out);
+	medha_reader_close(r);
+	fclose(f);
+
+	/* a line without sampling fields is greedy */
+	assert_int_equal(medha_reqspec_parse("{\"arrival\": 0, \"max_tokens\": "
+	                                     "1, \"prompt\": \"hi\", "
+	                                     "\"stop\": \"x\"}",
+	                     &out, why, sizeof(why)),
+	    0);
+	assert_true(out.sampling.temp == 0);
+	assert_int_equal(out.n_stop, 1);
+	medha_reqspec_clear(&out);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(medha_reqspec_parse(bad[i], &out, why,
+		                     sizeof(why)),
+		    MEDHA_EFORMAT);
+		assert_null(out.prompt_ids);
+	}
+
+	memset(&rin, 0, sizeof(rin));
+	snprintf(rin.id, sizeof(rin.id), "q1");
+	rin.status = MEDHA_STATUS_CANCELLED;
+	snprintf(rin.reason, sizeof(rin.reason), "client \"7\" went away");
+	rin.token_ids = gen;
+	rin.n_token_ids = 3;
+	/* a stray byte and a character cut short become U+FFFD */
+	rin.text = "caf\xc3\xa9 \xff ok \xe2\x82";
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_record_write(w, &rin), 0);
+	rin.status = MEDHA_STATUS_OK;
+	rin.finish_reason = MEDHA_FINISH_STOP;
+	rin.reason[0] = '\0';
+	rin.token_ids = NULL;
+	rin.text = NULL;
+	assert_int_equal(medha_record_write(w, &rin), 0);
+	assert_int_equal(medha_writer_close(w), 0);
+	rewind(f);
+	assert_int_equal(medha_reader_open(&r, f), 0);
+	assert_int_equal(medha_reader_line(r, &line, &(size_t){0}), 1);
+	assert_int_equal(medha_record_parse(line, &rout, why, sizeof(why)), 0);
+	assert_int_equal(rout.status, MEDHA_STATUS_CANCELLED);
+	assert_string_equal(rout.reason, "client \"7\" went away");
+	assert_int_equal(rout.n_token_ids, 3);
+	assert_memory_equal(rout.token_ids, gen, sizeof(gen));
+	assert_string_equal(rout.text,
+	    "caf\xc3\xa9 \xef\xbf\xbd ok \xef\xbf\xbd\xef\xbf\xbd");
+	assert_int_equal(rout.finish_reason, MEDHA_FINISH_NONE);
+	medha_record_clear(&rout);
+	assert_int_equal(medha_reader_line(r, &line, &(size_t){0}), 1);
+	assert_int_equal(medha_record_parse(line, &rout, why, sizeof(why)), 0);
+	assert_int_equal(rout.finish_reason, MEDHA_FINISH_STOP);
+	assert_null(rout.token_ids);
+	assert_null(rout.text);
+	medha_reader_close(r);
+	fclose(f);
+}
+
 /* Writes n numbered lines (and one of 300 KB) through a writer, then
  * reads them back. */
 static void
@@ -635,6 +751,7 @@ main(void)
 	    cmocka_unit_test(test_record_parse),
 	    cmocka_unit_test(test_reqspec_roundtrip),
 	    cmocka_unit_test(test_record_roundtrip),
+	    cmocka_unit_test(test_live_fields_roundtrip),
 	    cmocka_unit_test(test_plain_roundtrip),
 	    cmocka_unit_test(test_zstd_roundtrip),
 	    cmocka_unit_test(test_reader_edges),

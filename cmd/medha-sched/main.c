@@ -9,8 +9,10 @@
 #include "sched/sched.h"
 #include "sched/sim.h"
 #include "io/trace.h"
+#include "net/replica.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,12 @@ static void
 usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c "
+	    "usage: medha-sched -l ADDR [-v] [-c N|adaptive] [-m MODEL] "
+	    "[-p POLICY]\n"
+	    "           [--drain-timeout S] [--max-queue N] [--predictor "
+	    "FILE]\n"
+	    "           [--target-batch-time S] [--workers N] [...]\n"
+	    "       medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c "
 	    "N|adaptive]\n"
 	    "           [-o FILE] [-p POLICY] [--block-size N] "
 	    "[--deadline-floor S]\n"
@@ -96,6 +103,9 @@ enum {
 	OPT_SPP,
 	OPT_TARGET,
 	OPT_TP,
+	OPT_DRAIN,
+	OPT_MAXQ,
+	OPT_WORKERS,
 };
 
 static const struct option longopts[] = {
@@ -104,16 +114,20 @@ static const struct option longopts[] = {
     {"chunk", required_argument, NULL, 'c'},
     {"deadline-floor", required_argument, NULL, OPT_DFLOOR},
     {"deadline-mult", required_argument, NULL, OPT_DMULT},
+    {"drain-timeout", required_argument, NULL, OPT_DRAIN},
     {"help", no_argument, NULL, 'h'},
     {"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
     {"kvp", required_argument, NULL, OPT_KVP},
     {"kvp-max-tokens", required_argument, NULL, OPT_KVPMAX},
+    {"listen", required_argument, NULL, 'l'},
     {"max-chunk", required_argument, NULL, OPT_MAXCHUNK},
     {"max-prefills", required_argument, NULL, OPT_MAXPRE},
+    {"max-queue", required_argument, NULL, OPT_MAXQ},
     {"mem-util", required_argument, NULL, OPT_MEMUTIL},
     {"model", required_argument, NULL, 'm'},
     {"output", required_argument, NULL, 'o'},
     {"policy", required_argument, NULL, 'p'},
+    {"predictor", required_argument, NULL, OPT_PROFILE},
     {"profile", required_argument, NULL, OPT_PROFILE},
     {"share-cap", required_argument, NULL, OPT_SHARE},
     {"sim", required_argument, NULL, OPT_SIM},
@@ -121,6 +135,7 @@ static const struct option longopts[] = {
     {"target-batch-time", required_argument, NULL, OPT_TARGET},
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
+    {"workers", required_argument, NULL, OPT_WORKERS},
     {NULL, 0, NULL, 0},
 };
 
@@ -207,17 +222,66 @@ read_trace(const char *path, size_t *np)
 	return v;
 }
 
+static volatile sig_atomic_t stop;
+
+static void
+on_stop(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+/* medha-sched -l: a live replica until SIGTERM or SIGINT. */
+static int
+run_live(const char *addr, const struct medha_sched_config *sc,
+    const char *model, const char *predictor, int workers, double drain,
+    int64_t max_queue)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct sigaction sa;
+	char why[512];
+	int rc;
+
+	medha_replica_config_default(&c);
+	c.listen = addr;
+	c.workers = workers;
+	c.sched = *sc;
+	c.model = model;
+	c.predictor = predictor;
+	c.drain_timeout = drain;
+	c.max_queue = max_queue;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if ((rc = medha_replica_open(&r, &c, why, sizeof(why))) != 0) {
+		fprintf(stderr, "medha-sched: %s\n", why);
+		return rc == MEDHA_EINVAL ? 2 : 1;
+	}
+	rc = medha_replica_run(r, &stop);
+	medha_replica_close(r);
+	if (rc != 0) {
+		fprintf(stderr, "medha-sched: %s\n", medha_strerror(rc));
+		return 1;
+	}
+	return 0;
+}
+
 int
 main(int argc, char *argv[])
 {
 	struct medha_sched_config cfg;
 	struct medha_pred pred;
-	struct medha_model model;
+	struct medha_pred_model model;
 	struct medha_sim_stats st;
 	struct medha_sim_hooks hooks;
 	const struct medha_gpu *gpu = NULL;
 	const char *model_name = NULL, *out_path = NULL, *blog_path = NULL;
-	const char *profile = NULL, *gpu_name = NULL;
+	const char *profile = NULL, *gpu_name = NULL, *listen = NULL;
+	int64_t workers = 1, max_queue = 100000;
+	double drain = 30;
 	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc;
 	struct medha_reqspec *reqs;
 	struct out o;
@@ -227,7 +291,7 @@ main(int argc, char *argv[])
 
 	medha_progname = "medha-sched";
 	medha_sched_config_default(&cfg);
-	while ((ch = getopt_long(argc, argv, "b:c:hm:o:p:v", longopts, NULL)) !=
+	while ((ch = getopt_long(argc, argv, "b:c:hl:m:o:p:v", longopts, NULL)) !=
 	    -1) {
 		switch (ch) {
 		case 'b': blog_path = optarg; break;
@@ -238,6 +302,7 @@ main(int argc, char *argv[])
 				cfg.chunk = num("--chunk", optarg, 1, 1 << 24);
 			break;
 		case 'h': usage(stdout); return 0;
+		case 'l': listen = optarg; break;
 		case 'm': model_name = optarg; break;
 		case 'o': out_path = optarg; break;
 		case 'p':
@@ -293,6 +358,15 @@ main(int argc, char *argv[])
 			    fnum("--target-batch-time", optarg, 1e-6, 1e6);
 			break;
 		case OPT_TP: tp = num("--tp", optarg, 1, 1024); break;
+		case OPT_DRAIN:
+			drain = fnum("--drain-timeout", optarg, 0, 1e6);
+			break;
+		case OPT_MAXQ:
+			max_queue = num("--max-queue", optarg, 1, 1 << 30);
+			break;
+		case OPT_WORKERS:
+			workers = num("--workers", optarg, 1, 4096);
+			break;
 		default: usage(stderr); return 2;
 		}
 	}
@@ -302,12 +376,21 @@ main(int argc, char *argv[])
 		usage(stderr);
 		return 2;
 	}
-	if (gpu_name == NULL) {
-		fprintf(stderr,
-		    "medha-sched: only the simulator exists so far: "
-		    "give --sim GPU\n");
+	if ((gpu_name == NULL) == (listen == NULL)) {
+		fprintf(stderr, "medha-sched: give -l ADDR (a live replica) "
+		                "or --sim GPU (the simulator)\n");
 		usage(stderr);
 		return 2;
+	}
+	if (listen != NULL) {
+		if (argc > 0) {
+			fprintf(stderr, "medha-sched: -l takes no trace file: "
+			                "clients submit requests\n");
+			return 2;
+		}
+		medha_log_level = MEDHA_LOG_WARN + verbose;
+		return run_live(listen, &cfg, model_name, profile,
+		    (int)workers, drain, max_queue);
 	}
 	if (model_name == NULL) {
 		fprintf(stderr, "medha-sched: -m MODEL is required\n");

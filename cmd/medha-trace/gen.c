@@ -285,7 +285,58 @@ enum {
 	OPT_TPOT_SLO,
 	OPT_TTFT_FLOOR,
 	OPT_TTFT_MULT,
+	OPT_PROMPTS,
+	OPT_MAX_TOKENS,
 };
+
+/*
+ * --prompts: the non-empty lines of path, for text prompts. Returns the
+ * count (at least 1) and *lines (malloc'd, each line malloc'd), or
+ * exits 1 after saying why.
+ */
+static size_t
+read_prompts(const char *path, char ***lines)
+{
+	FILE *f = fopen(path, "r");
+	size_t n = 0, cap = 0, len = 0;
+	char *line = NULL, **v = NULL;
+	ssize_t got;
+
+	if (f == NULL) {
+		fprintf(stderr, "medha-trace gen: --prompts %s: %s\n", path,
+		    strerror(errno));
+		exit(1);
+	}
+	while ((got = getline(&line, &len, f)) >= 0) {
+		while (got > 0 &&
+		    (line[got - 1] == '\n' || line[got - 1] == '\r'))
+			line[--got] = '\0';
+		if (got == 0 || strlen(line) != (size_t)got)
+			continue; /* blank, or a NUL inside */
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
+			    NULL) {
+				fprintf(stderr, "medha-trace gen: out of "
+				                "memory\n");
+				exit(1);
+			}
+		}
+		if ((v[n++] = strdup(line)) == NULL) {
+			fprintf(stderr, "medha-trace gen: out of memory\n");
+			exit(1);
+		}
+	}
+	free(line);
+	if (ferror(f) || n == 0) {
+		fprintf(stderr, "medha-trace gen: --prompts %s: %s\n", path,
+		    ferror(f) ? "read error" : "no prompts in it");
+		exit(1);
+	}
+	fclose(f);
+	*lines = v;
+	return n;
+}
 
 #define FLAG_MAX 1000000000LL /* bound of -n and the token flags */
 
@@ -299,8 +350,10 @@ trace_gen(int argc, char *argv[])
 	    {"help", no_argument, NULL, 'h'},
 	    {"long-fraction", required_argument, NULL, 'l'},
 	    {"long-max", required_argument, NULL, OPT_LONG_MAX},
+	    {"max-tokens", required_argument, NULL, OPT_MAX_TOKENS},
 	    {"long-min", required_argument, NULL, OPT_LONG_MIN},
 	    {"output", required_argument, NULL, 'o'},
+	    {"prompts", required_argument, NULL, OPT_PROMPTS},
 	    {"qps", required_argument, NULL, 'q'},
 	    {"seed", required_argument, NULL, 's'},
 	    {"short-max", required_argument, NULL, OPT_SHORT_MAX},
@@ -326,6 +379,10 @@ trace_gen(int argc, char *argv[])
 	struct medha_writer *w;
 	const char *out = NULL;  /* -o: stdout */
 	const char *base = NULL; /* --base: a real trace for the short ones */
+	const char *prompts = NULL; /* --prompts: text prompts, one a line */
+	char **ptext = NULL;
+	size_t nprompts = 0;
+	int64_t max_tokens = 0; /* --max-tokens: output cap (0: none) */
 	double t = 0;
 	int64_t i;
 	uint64_t x;
@@ -349,6 +406,10 @@ trace_gen(int argc, char *argv[])
 			have_t = 1;
 			break;
 		case OPT_BASE: base = optarg; break;
+		case OPT_PROMPTS: prompts = optarg; break;
+		case OPT_MAX_TOKENS:
+			max_tokens = flag_i64("--max-tokens", optarg, 1, FLAG_MAX);
+			break;
 		case OPT_LONG_MAX:
 			g.long_max =
 			    flag_i64("--long-max", optarg, 1, FLAG_MAX);
@@ -387,6 +448,12 @@ trace_gen(int argc, char *argv[])
 		    "-t");
 		usage(2);
 	}
+	if (base != NULL && (prompts != NULL || max_tokens != 0)) {
+		medha_log(MEDHA_LOG_ERROR,
+		    "--base keeps the base trace's requests: no --prompts, "
+		    "--max-tokens");
+		usage(2);
+	}
 	if (g.long_min > g.long_max) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "--long-min %lld exceeds --long-max "
@@ -395,6 +462,8 @@ trace_gen(int argc, char *argv[])
 		exit(2);
 	}
 
+	if (prompts != NULL)
+		nprompts = read_prompts(prompts, &ptext);
 	x = g.seed;
 	for (i = 0; i < 4; i++)
 		g.s[i] = splitmix64(&x);
@@ -408,8 +477,20 @@ trace_gen(int argc, char *argv[])
 		if (!gen_next(&g, &t, &rs))
 			break;
 		snprintf(rs.id, sizeof(rs.id), "%lld", (long long)i);
-		if ((rc = medha_reqspec_write(w, &rs)) != 0)
+		if (max_tokens > 0 && rs.max_tokens > max_tokens)
+			rs.max_tokens = max_tokens;
+		if (nprompts > 0) {
+			/* a text prompt in turn, its length the model's */
+			rs.prompt = ptext[i % (int64_t)nprompts];
+			rs.prompt_tokens = 0;
+		}
+		rc = medha_reqspec_write(w, &rs);
+		rs.prompt = NULL;
+		if (rc != 0)
 			break; /* out_close says why */
 	}
+	for (size_t k = 0; k < nprompts; k++)
+		free(ptext[k]);
+	free(ptext);
 	return out_close(out, f, w) != 0 || rc != 0;
 }

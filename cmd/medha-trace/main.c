@@ -1,7 +1,8 @@
 /*
- * medha-trace: makes, converts and reports traces. This file dispatches
- * to the subcommands (gen.c, report.c, and convert below), and holds what
- * they share: usage, checked flag numbers, and opening an output file
+ * medha-trace: makes, converts, replays and reports traces. This file
+ * dispatches to the subcommands (gen.c, report.c, replay.c, and convert
+ * below), and holds what they share: usage, checked flag numbers, and
+ * opening an output file
  * that is compressed when its name ends in ".zst". man/medha-trace.1
  * describes the program, man/medha-trace.5 the formats.
  */
@@ -23,12 +24,15 @@ usage(int status)
 	    "[--long-min tokens]\n"
 	    "           [--short-max tokens]"
 	    " [--tpot-slo seconds] [--ttft-floor seconds]\n"
-	    "           [--ttft-mult factor]\n"
+	    "           [--max-tokens n] [--prompts file] [--ttft-mult factor]\n"
 	    "       medha-trace convert [-h] [-o file] [--time-scale factor] "
 	    "[file]\n"
 	    "       medha-trace report [-h] [--json] "
 	    "[--long-threshold tokens]\n"
 	    "           [--plot file.png] [file ...]\n"
+	    "       medha-trace replay -a addr [-hv] [-o file] [--speed x] "
+	    "[--text]\n"
+	    "           [--token-ids] [--wait seconds] [file]\n"
 	    "       medha-trace -h\n");
 	exit(status);
 }
@@ -172,6 +176,7 @@ main(int argc, char *argv[])
 	} cmds[] = {
 	    {"convert", "medha-trace convert", trace_convert},
 	    {"gen", "medha-trace gen", trace_gen},
+	    {"replay", "medha-trace replay", trace_replay},
 	    {"report", "medha-trace report", trace_report},
 	};
 	size_t i;

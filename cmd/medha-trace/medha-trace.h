@@ -13,6 +13,7 @@
 int trace_gen(int argc, char *argv[]);
 int trace_convert(int argc, char *argv[]);
 int trace_report(int argc, char *argv[]);
+int trace_replay(int argc, char *argv[]);
 
 /* Prints the synopsis to stdout (status 0) or stderr and exits. */
 void usage(int status) __attribute__((noreturn));

@@ -8,6 +8,9 @@
  * only: the model lives in libcore (runner.c, cpu*.c, tokenizer.c).
  */
 #include "medha.h"
+#include "medha-worker.h"
+#include "engine/backend_cpu.h"
+#include "engine/backend_sim.h"
 #include "engine/runner.h"
 #include "model/sample.h"
 #include "model/tokenizer.h"
@@ -24,7 +27,11 @@ static void
 usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
+	    "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim] "
+	    "[--gpu NAME]\n"
+	    "           [--kv f16|f32] [--kv-blocks N] [--max-seqs N] "
+	    "[--speed X] [-t THREADS]\n"
+	    "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
 	    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
 	    "f16|f32]\n"
 	    "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
@@ -33,6 +40,11 @@ usage(FILE *f)
 }
 
 enum {
+	OPT_BACKEND = 300,
+	OPT_GPU,
+	OPT_KVBLOCKS,
+	OPT_MAXSEQS,
+	OPT_SPEED,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -47,18 +59,24 @@ enum {
 };
 
 static const struct option longopts[] = {
+    {"backend", required_argument, NULL, OPT_BACKEND},
     {"chat", no_argument, NULL, OPT_CHAT},
     {"chunk", required_argument, NULL, 'c'},
     {"file", required_argument, NULL, 'f'},
+    {"gpu", required_argument, NULL, OPT_GPU},
     {"help", no_argument, NULL, 'h'},
     {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
     {"kv", required_argument, NULL, OPT_KV},
+    {"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
     {"llama-compat", no_argument, NULL, OPT_LLAMA_COMPAT},
     {"logits", required_argument, NULL, OPT_LOGITS},
+    {"max-seqs", required_argument, NULL, OPT_MAXSEQS},
     {"model", required_argument, NULL, 'm'},
     {"n-predict", required_argument, NULL, 'n'},
     {"prompt", required_argument, NULL, 'p'},
+    {"sched", required_argument, NULL, 's'},
     {"seed", required_argument, NULL, OPT_SEED},
+    {"speed", required_argument, NULL, OPT_SPEED},
     {"temp", required_argument, NULL, OPT_TEMP},
     {"threads", required_argument, NULL, 't'},
     {"tokenize", no_argument, NULL, OPT_TOKENIZE},
@@ -164,6 +182,42 @@ emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
 		free(buf);
 }
 
+/* Daemon mode: open the backend, then serve the scheduler. */
+static int
+daemon_main(const char *addr, const char *backend, const char *model,
+    const char *gpu, const struct medha_runner_opts *ro, int64_t kv_blocks,
+    int max_seqs, double speed)
+{
+	struct medha_backend *be = NULL;
+	struct worker_daemon_opts o = {addr, model, gpu};
+	char why[512];
+	int rc;
+
+	if (strcmp(backend, "cpu") == 0) {
+		struct medha_backend_cpu_opts co = {0};
+		co.n_threads = ro->n_threads;
+		co.max_seqs = max_seqs;
+		co.kv_blocks = kv_blocks;
+		co.kv_type = ro->kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
+		co.ref = ro->ref;
+		rc = medha_backend_cpu_open(&be, model, &co, why, sizeof(why));
+		o.gpu = "cpu";
+	} else {
+		struct medha_backend_sim_opts so = {0};
+		so.gpu = gpu;
+		so.model = model;
+		so.max_seqs = max_seqs;
+		so.kv_blocks = kv_blocks;
+		so.speed = speed;
+		rc = medha_backend_sim_open(&be, &so, why, sizeof(why));
+	}
+	if (rc != 0)
+		die(model, why);
+	rc = worker_daemon(be, &o);
+	medha_backend_close(be);
+	return rc;
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -173,7 +227,10 @@ main(int argc, char *argv[])
 	    .top_p = 1,
 	    .seed = 1};
 	const char *model = NULL, *prompt = NULL, *pfile = NULL;
-	const char *logits_path = NULL;
+	const char *logits_path = NULL, *addr = NULL, *backend = "cpu";
+	const char *gpu = "a100";
+	int64_t kv_blocks = 0, max_seqs = 0;
+	double speed = 1;
 	int64_t n_gen = 64, chunk = 512;
 	int chat = 0, ignore_eos = 0, tokenize = 0, as_ids = 0, verbose = 0;
 	struct medha_runner *r;
@@ -188,7 +245,7 @@ main(int argc, char *argv[])
 	int ch, rc, vocab;
 
 	medha_progname = "medha-worker";
-	while ((ch = getopt_long(argc, argv, "c:f:hm:n:p:t:v", longopts,
+	while ((ch = getopt_long(argc, argv, "c:f:hm:n:p:s:t:v", longopts,
 	            NULL)) != -1) {
 		switch (ch) {
 		case 'c': chunk = num("--chunk", optarg, 0, 1 << 24); break;
@@ -197,6 +254,26 @@ main(int argc, char *argv[])
 		case 'm': model = optarg; break;
 		case 'n': n_gen = num("-n", optarg, 0, 1 << 24); break;
 		case 'p': prompt = optarg; break;
+		case 's': addr = optarg; break;
+		case OPT_BACKEND:
+			if (strcmp(optarg, "cpu") != 0 &&
+			    strcmp(optarg, "sim") != 0) {
+				fprintf(stderr,
+				    "medha-worker: --backend: %s: expected "
+				    "cpu or sim\n",
+				    optarg);
+				return 2;
+			}
+			backend = optarg;
+			break;
+		case OPT_GPU: gpu = optarg; break;
+		case OPT_KVBLOCKS:
+			kv_blocks = num("--kv-blocks", optarg, 1, INT32_MAX);
+			break;
+		case OPT_MAXSEQS:
+			max_seqs = num("--max-seqs", optarg, 1, 65536);
+			break;
+		case OPT_SPEED: speed = fnum("--speed", optarg, 1e-3, 1e6); break;
 		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;
@@ -228,6 +305,22 @@ main(int argc, char *argv[])
 		case OPT_TOPP: sp.top_p = fnum("--top-p", optarg, 0, 1); break;
 		default: usage(stderr); return 2;
 		}
+	}
+	if (addr != NULL) {
+		if (optind != argc || model == NULL || prompt != NULL ||
+		    pfile != NULL) {
+			fprintf(stderr, "medha-worker: -s ADDR takes -m MODEL "
+			                "and no prompt\n");
+			usage(stderr);
+			return 2;
+		}
+		medha_log_level = MEDHA_LOG_WARN + verbose;
+		if (ro.n_threads == 0) {
+			long nc = sysconf(_SC_NPROCESSORS_ONLN);
+			ro.n_threads = nc > 0 && nc < 256 ? (int)nc : 1;
+		}
+		return daemon_main(addr, backend, model, gpu, &ro, kv_blocks,
+		    (int)max_seqs, speed);
 	}
 	if (optind != argc || model == NULL ||
 	    (prompt == NULL) == (pfile == NULL)) {

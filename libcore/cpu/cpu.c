@@ -1,8 +1,10 @@
 /*
  * cpu.c: the CPU backend's forward pass (see cpu.h): checks a batch,
- * reserves its KV blocks, and runs the layers over every token of the
- * batch at once, each sequence's tokens attending to that sequence's
- * cache. Buffers grow to the largest batch seen and are kept.
+ * reserves its KV blocks, and runs a range of layers over every token of
+ * the batch at once, each sequence's tokens attending to that sequence's
+ * cache, from the token embeddings or from hidden states handed in, to
+ * hidden states handed out or to logits. Buffers grow to the largest
+ * batch seen and are kept.
  *
  * Per layer there are eight parallel regions: the residual add and norm
  * (row-wise), the Q/K/V products together, attention, the output
@@ -23,6 +25,7 @@ struct medha_cpu {
 	int ref;    /* f32 reference numerics */
 	int shards; /* KVP test mode: key ranges per sequence (1: off) */
 	int compat; /* llama.cpp's attention order (opts.llama_compat) */
+	int lo, hi; /* the layers it runs, [lo, hi) (opts.layer_lo/hi) */
 
 	int cap;       /* tokens the buffers below hold */
 	float *x;      /* (cap, dim) the residual stream */
@@ -71,6 +74,14 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 	if (o != NULL && (o->kv_shards < 0 || o->kv_shards > 64))
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "kv_shards %d out of range [0, 64]", o->kv_shards);
+	if (o != NULL &&
+	    (o->layer_lo < 0 || o->layer_hi < 0 ||
+	        o->layer_hi > m->c.n_layers ||
+	        (o->layer_hi > 0 && o->layer_lo >= o->layer_hi) ||
+	        (o->layer_hi == 0 && o->layer_lo != 0)))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layers [%d, %d) out of range for %d layers", o->layer_lo,
+		    o->layer_hi, m->c.n_layers);
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	c->m = m;
@@ -81,6 +92,8 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		c->ref = 1;
 	c->shards = o != NULL && o->kv_shards > 1 ? o->kv_shards : 1;
 	c->compat = o != NULL && o->llama_compat && c->shards == 1;
+	c->lo = o != NULL ? o->layer_lo : 0;
+	c->hi = o != NULL && o->layer_hi > 0 ? o->layer_hi : m->c.n_layers;
 	if ((rc = medha_threadpool_init(&c->tp, nt)) != 0) {
 		free(c);
 		return medha_why(why, whylen, rc, "thread pool of %d: %s", nt,
@@ -195,15 +208,21 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 	return 0;
 }
 
+/*
+ * A batch's shape against the cache. A call that claims the positions
+ * (it starts at the backend's first layer) may start each sequence
+ * anywhere up to its cached length; a later call finds them claimed.
+ * The token ids are checked when they are read (at layer 0).
+ */
 static int
-check_batch(struct medha_cpu *c, const struct medha_batch *b, char *why,
-    size_t whylen)
+check_batch(struct medha_cpu *c, const struct medha_batch *b, int claim,
+    int embed, char *why, size_t whylen)
 {
 	const struct medha_batch_seq *s;
 	int64_t sum = 0, len;
 	int i, rc = 0;
 
-	if (b->n_seqs < 1 || b->n_tokens < 1 || b->tokens == NULL ||
+	if (b->n_seqs < 1 || b->n_tokens < 1 || (embed && b->tokens == NULL) ||
 	    b->seq == NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL, "empty batch");
 	for (i = 0; i < b->n_seqs && rc == 0; i++) {
@@ -227,6 +246,12 @@ check_batch(struct medha_cpu *c, const struct medha_batch *b, char *why,
 			rc = medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d: position %lld too large", s->seq,
 			    (long long)s->pos);
+		else if (!claim && s->pos + s->n_tokens > len)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: positions up to %lld not claimed "
+			    "(%lld cached): run layer %d on this batch first",
+			    s->seq, (long long)(s->pos + s->n_tokens),
+			    (long long)len, c->lo);
 		else if (s->logits < MEDHA_LOGITS_LAST ||
 		    s->logits > MEDHA_LOGITS_NONE)
 			rc = medha_why(why, whylen, MEDHA_EINVAL,
@@ -244,7 +269,7 @@ check_batch(struct medha_cpu *c, const struct medha_batch *b, char *why,
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "sequences hold %lld tokens, batch has %d", (long long)sum,
 		    b->n_tokens);
-	for (i = 0; i < b->n_tokens; i++)
+	for (i = 0; embed && i < b->n_tokens; i++)
 		if (b->tokens[i] < 0 || b->tokens[i] >= c->m->c.vocab)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "token %d at %d is outside the vocabulary (%d)",
@@ -346,8 +371,13 @@ rows(struct medha_cpu *c, int n, int add, const float *w)
 	    rows_task, &r);
 }
 
+/*
+ * Layer l over the batch. add: the previous layer's output (in xn) is
+ * added into the residual stream x first; 0 where x was just set (the
+ * embeddings, or hidden states handed in).
+ */
 static int
-layer(struct medha_cpu *c, const struct medha_batch *b, int l)
+layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 {
 	const struct medha_model_config *mc = &c->m->c;
 	const struct medha_layer *L = &c->m->layer[l];
@@ -358,7 +388,7 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l)
 	int t, i, t0, rc;
 
 	/* the residual add of the previous layer's output, then the norm */
-	rows(c, n, l > 0, L->attn_norm);
+	rows(c, n, add, L->attn_norm);
 	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
 		return rc;
 	mm[0] = (struct medha_mm){L->wq, c->q};
@@ -368,11 +398,12 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l)
 		return rc;
 	for (t = 0; t < n; t++) {
 		const float *cs = c->cs + (size_t)t * mc->n_rot;
-		(c->compat ? medha_cpu_rope_llama : medha_cpu_rope)(
-		    c->q + t * qd, mc->n_heads, mc->head_dim, mc->n_rot, cs);
-		(c->compat ? medha_cpu_rope_llama : medha_cpu_rope)(
-		    c->k + t * kvd, mc->n_kv_heads, mc->head_dim, mc->n_rot,
-		    cs);
+		(c->compat ? medha_cpu_rope_llama
+		           : medha_cpu_rope)(c->q + t * qd, mc->n_heads,
+		    mc->head_dim, mc->n_rot, cs);
+		(c->compat ? medha_cpu_rope_llama
+		           : medha_cpu_rope)(c->k + t * kvd, mc->n_kv_heads,
+		    mc->head_dim, mc->n_rot, cs);
 	}
 	for (i = 0, t0 = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
 		if ((rc = medha_kv_write(c->kv, b->seq[i].seq, l, b->seq[i].pos,
@@ -402,27 +433,46 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l)
 }
 
 int
-medha_cpu_forward(struct medha_cpu *c, const struct medha_batch *b,
-    float *logits, char *why, size_t whylen)
+medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
+    int lo, int hi, const float *h_in, float *h_out, float *logits, char *why,
+    size_t whylen)
 {
 	const struct medha_model *m = c->m;
 	const struct medha_model_config *mc = &m->c;
-	const int d = mc->dim;
+	const int d = mc->dim, nl = mc->n_layers;
 	const struct medha_tensor *te = m->tok_embd;
-	size_t rb = medha_ggml_row_bytes(te->type, d);
+	size_t rb = medha_ggml_row_bytes(te->type, d), k;
 	struct medha_mm mm;
 	int64_t nk_max = 0, nrows;
-	int i, t, t0, j, l, rc;
+	int i, t, t0, j, l, rc, claim = lo == c->lo;
 
-	if ((rc = check_batch(c, b, why, whylen)) != 0)
+	if (lo < c->lo || hi > c->hi || lo >= hi)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layers [%d, %d): not a range within [%d, %d), the "
+		    "layers this backend runs",
+		    lo, hi, c->lo, c->hi);
+	if ((lo > 0) != (h_in != NULL))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    lo > 0 ? "no hidden states to enter layer %d with"
+		           : "hidden states handed to layer %d (the "
+		             "embedding starts there)",
+		    lo);
+	if ((hi < nl) != (h_out != NULL))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    hi < nl ? "no room for the hidden states leaving layer %d"
+		            : "room for hidden states leaving layer %d, the "
+		              "last (it gives logits)",
+		    hi - 1);
+	if (hi < nl && logits != NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "logits asked for after layer %d of %d", hi - 1, nl);
+	if ((rc = check_batch(c, b, claim, lo == 0, why, whylen)) != 0)
 		return rc;
 	nrows = medha_batch_logit_rows(b);
-	if (nrows > 0 && logits == NULL)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "no room for %lld rows of logits", (long long)nrows);
 	for (i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
-		if ((rc = medha_kv_reserve(c->kv, s->seq,
+		if (claim &&
+		    (rc = medha_kv_reserve(c->kv, s->seq,
 		         s->pos + s->n_tokens)) != 0)
 			return medha_why(why, whylen, rc,
 			    "sequence %d: KV room for %lld positions: %s",
@@ -435,27 +485,34 @@ medha_cpu_forward(struct medha_cpu *c, const struct medha_batch *b,
 		return medha_why(why, whylen, rc, "buffers for %d tokens: %s",
 		    b->n_tokens, medha_strerror(rc));
 
-	for (i = 0, t = 0; i < b->n_seqs; i++)
-		for (j = 0; j < b->seq[i].n_tokens; j++, t++) {
+	/* the residual stream: the embeddings, or the states handed in */
+	if (lo == 0)
+		for (t = 0; t < b->n_tokens; t++)
 			medha_dequant_row(te->type,
 			    (const char *)te->data + rb * b->tokens[t],
 			    c->x + (size_t)t * d, d);
+	else
+		memcpy(c->x, h_in, sizeof(float) * (size_t)b->n_tokens * d);
+	for (i = 0, t = 0; i < b->n_seqs; i++)
+		for (j = 0; j < b->seq[i].n_tokens; j++, t++)
 			medha_cpu_rope_table(c->cs + (size_t)t * mc->n_rot,
 			    b->seq[i].pos + j, mc->n_rot, mc->rope_theta,
 			    m->rope_freqs);
-		}
-	for (l = 0; l < mc->n_layers; l++)
-		if ((rc = layer(c, b, l)) != 0)
+	for (l = lo; l < hi; l++)
+		if ((rc = layer(c, b, l, l > lo)) != 0)
 			return medha_why(why, whylen, rc, "layer %d: %s", l,
 			    medha_strerror(rc));
-	for (t = 0; t < b->n_tokens; t++) /* the last layer's residual */
-		for (j = 0; j < d; j++)
-			c->x[(size_t)t * d + j] =
-			    c->xn[(size_t)t * d + j] + c->x[(size_t)t * d + j];
-	for (i = 0; i < b->n_seqs; i++)
-		medha_kv_set_len(c->kv, b->seq[i].seq,
-		    b->seq[i].pos + b->seq[i].n_tokens);
-	if (nrows == 0)
+	/*
+	 * The last layer's residual add, in the order the next layer would
+	 * do it (xn + x), so that a split run is bit-identical to a whole.
+	 */
+	for (k = 0; k < (size_t)b->n_tokens * d; k++)
+		(hi < nl ? h_out : c->x)[k] = c->xn[k] + c->x[k];
+	if (claim)
+		for (i = 0; i < b->n_seqs; i++)
+			medha_kv_set_len(c->kv, b->seq[i].seq,
+			    b->seq[i].pos + b->seq[i].n_tokens);
+	if (hi < nl || nrows == 0 || logits == NULL)
 		return 0;
 
 	/* the final norm of the rows asked for, then the logits */
@@ -477,4 +534,17 @@ medha_cpu_forward(struct medha_cpu *c, const struct medha_batch *b,
 		return medha_why(why, whylen, rc, "logits: %s",
 		    medha_strerror(rc));
 	return 0;
+}
+
+int
+medha_cpu_forward(struct medha_cpu *c, const struct medha_batch *b,
+    float *logits, char *why, size_t whylen)
+{
+	if (logits == NULL && b->seq != NULL && b->n_seqs > 0 &&
+	    medha_batch_logit_rows(b) > 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no room for %lld rows of logits",
+		    (long long)medha_batch_logit_rows(b));
+	return medha_cpu_forward_layers(c, b, 0, c->m->c.n_layers, NULL, NULL,
+	    logits, why, whylen);
 }

@@ -10,7 +10,10 @@
  * grouped-query attention of each sequence's new tokens against its
  * cached keys and itself (causal), the output projection, RMSNorm and
  * the SwiGLU MLP, with residual adds; then the final norm and logits for
- * the rows the batch asks for.
+ * the rows the batch asks for. A call may also run a range of layers
+ * only (a pipeline stage, medha_cpu_forward_layers()): from the hidden
+ * states that left the layer before, to the hidden states leaving its
+ * last layer, bit-identical to the same layers of a whole pass.
  *
  * Numerics follow llama.cpp's x86 CPU backend: the activations entering
  * a matrix product are rounded to the weight type's partner (Q8_0-style
@@ -56,11 +59,13 @@ struct medha_cpu_opts {
 	int kv_shards; /* test mode: >1 splits each sequence's keys into that
 	                  many position ranges, attends to each range apart
 	                  and merges the parts with medha_attn_merge() (1) */
-	int llama_compat; /* RoPE, attention and SwiGLU in the float order
-	                     of llama.cpp's AVX2 CPU build without flash
-	                     attention, for matching it bit for bit
-	                     (contrib/worker-ref.sh); prefill results then
-	                     depend on the chunking; off with kv_shards (0) */
+	int llama_compat;       /* RoPE, attention and SwiGLU in the float order
+	                           of llama.cpp's AVX2 CPU build without flash
+	                           attention, for matching it bit for bit
+	                           (contrib/worker-ref.sh); prefill results then
+	                           depend on the chunking; off with kv_shards (0) */
+	int layer_lo, layer_hi; /* the layers it runs, [layer_lo, layer_hi)
+	                           (0, 0: all); see the KV claim below */
 };
 
 struct medha_cpu; /* opaque: model, cache, pool, scratch */
@@ -89,6 +94,35 @@ void medha_cpu_free(struct medha_cpu *cpu);
  */
 int medha_cpu_forward(struct medha_cpu *cpu, const struct medha_batch *b,
     float *logits, char *why, size_t whylen);
+
+/*
+ * Run layers [lo, hi) of batch b, within the backend's layers
+ * (opts.layer_lo/hi). h_in (n_tokens, dim), the caller's, is the
+ * residual stream entering layer lo: NULL when lo is 0 (the embeddings
+ * of b->tokens, which may be NULL otherwise), required when lo > 0. h_out
+ * (n_tokens, dim), the caller's, receives the stream leaving layer hi - 1
+ * (that layer's output added to its input, in the order the next layer
+ * adds it): required when hi < n_layers, NULL when hi is the last.
+ * logits, only when hi == n_layers, receives medha_batch_logit_rows(b)
+ * rows as medha_cpu_forward() does; NULL skips them.
+ *
+ * The KV claim: a call starting at the backend's first layer (layer_lo)
+ * reserves each sequence's blocks and, once its layers have run, sets
+ * its cached length to pos + n_tokens (pos <= the length before); a
+ * call starting later finds the positions claimed (pos + n_tokens <= the
+ * length) and only writes its layers' K/V. So a batch run as calls
+ * [0, k) then [k, n) on one cache sets each length once, a stage's
+ * next chunk may be claimed before the later stages ran the previous
+ * one, and a backend made for layers [k, n) keeps its own cache's
+ * lengths. K/V are written at the global layer index. Results are bit
+ * for bit those of one call over the whole range. Returns 0,
+ * MEDHA_EINVAL (a malformed batch or range, with h_in, h_out or logits
+ * where they do not belong or missing), MEDHA_ENOSPACE or MEDHA_ENOMEM,
+ * with a reason in why.
+ */
+int medha_cpu_forward_layers(struct medha_cpu *cpu, const struct medha_batch *b,
+    int lo, int hi, const float *h_in, float *h_out, float *logits, char *why,
+    size_t whylen);
 
 /* The pool the backend runs on (for callers that time or reuse it). */
 struct medha_threadpool *medha_cpu_pool(struct medha_cpu *cpu);

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MEDHA_KV_BLOCK 16 /* token positions per block */
+/* MEDHA_KV_BLOCK (medha.h): token positions per block */
 
 enum medha_kv_type {
 	MEDHA_KV_F32 = 0,

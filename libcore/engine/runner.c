@@ -1,13 +1,13 @@
 /*
- * runner.c: a model, tokenizer, KV cache and CPU backend for one
- * sequence (runner.h).
+ * runner.c: a model, tokenizer and cpu backend (engine/backend_cpu.h)
+ * for one sequence (runner.h): whole-model forward calls through the
+ * backend interface, one sequence in a cache sized for it.
  */
 #include "engine/runner.h"
 
+#include "engine/backend_cpu.h"
 #include "engine/batch.h"
-#include "cpu/cpu.h"
 #include "model/gguf.h"
-#include "cpu/kvcache.h"
 
 #include <stdlib.h>
 
@@ -15,8 +15,7 @@ struct medha_runner {
 	struct medha_gguf *g;
 	struct medha_tok *tok;
 	struct medha_model *m;
-	struct medha_kvcache *kv;
-	struct medha_cpu *cpu;
+	struct medha_backend *be; /* on m, borrowed; NULL before start */
 	struct medha_runner_opts o;
 	int seq;
 	int64_t len, max; /* tokens held, room (0 before start) */
@@ -49,11 +48,10 @@ int
 medha_runner_start(struct medha_runner *r, int64_t max_tokens, char *why,
     size_t whylen)
 {
-	struct medha_kv_config kc;
-	struct medha_cpu_opts co = {0};
+	struct medha_backend_cpu_opts bo = {0};
 	int rc;
 
-	if (r->cpu != NULL || max_tokens < 1)
+	if (r->be != NULL || max_tokens < 1)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "started twice, or no room asked for");
 	if (r->m->c.ctx_len > 0 && max_tokens > r->m->c.ctx_len)
@@ -61,22 +59,15 @@ medha_runner_start(struct medha_runner *r, int64_t max_tokens, char *why,
 		    "%lld tokens (prompt and output) exceed the model's "
 		    "context of %lld",
 		    (long long)max_tokens, (long long)r->m->c.ctx_len);
-	kc = (struct medha_kv_config){.n_layers = r->m->c.n_layers,
-	    .n_kv_heads = r->m->c.n_kv_heads,
-	    .head_dim = r->m->c.head_dim,
-	    .n_blocks = (max_tokens + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK,
-	    .type = r->o.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32,
-	    .max_seqs = 1};
-	if ((rc = medha_kvcache_init(&r->kv, &kc)) != 0)
-		return medha_why(why, whylen, rc, "KV cache of %lld tokens: %s",
-		    (long long)max_tokens, medha_strerror(rc));
-	co.n_threads = r->o.n_threads;
-	co.ref = r->o.ref;
-	co.kv_shards = 1;
-	co.llama_compat = r->o.llama_compat;
-	if ((rc = medha_cpu_init(&r->cpu, r->m, r->kv, &co, why, whylen)) != 0)
+	bo.n_threads = r->o.n_threads;
+	bo.max_seqs = 1;
+	bo.kv_blocks = (max_tokens + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
+	bo.kv_type = r->o.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
+	bo.ref = r->o.ref;
+	bo.llama_compat = r->o.llama_compat;
+	if ((rc = medha_backend_cpu_init(&r->be, r->m, &bo, why, whylen)) != 0)
 		return rc;
-	if ((rc = medha_kv_seq_alloc(r->kv, &r->seq)) != 0)
+	if ((rc = medha_backend_seq_alloc(r->be, &r->seq)) != 0)
 		return medha_why(why, whylen, rc, "KV cache: no sequence");
 	r->max = max_tokens;
 	return 0;
@@ -87,8 +78,7 @@ medha_runner_close(struct medha_runner *r)
 {
 	if (r == NULL)
 		return;
-	medha_cpu_free(r->cpu);
-	medha_kvcache_free(r->kv);
+	medha_backend_close(r->be);
 	medha_model_free(r->m);
 	medha_tok_close(r->tok);
 	medha_gguf_close(r->g);
@@ -119,9 +109,13 @@ run(struct medha_runner *r, const int32_t *ids, int32_t n, int logits_mode,
 {
 	struct medha_batch_seq s = {r->seq, r->len, n, logits_mode};
 	struct medha_batch b = {ids, n, &s, 1};
+	struct medha_fwd f = {.b = &b,
+	    .layer_lo = 0,
+	    .layer_hi = r->m->c.n_layers,
+	    .logits = logits};
 	int rc;
 
-	if (r->cpu == NULL)
+	if (r->be == NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL, "not started");
 	if (r->len + n > r->max)
 		return medha_why(why, whylen, MEDHA_ENOSPACE,
@@ -132,7 +126,7 @@ run(struct medha_runner *r, const int32_t *ids, int32_t n, int logits_mode,
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "token id %d out of range [0, %d)", ids[i],
 			    r->m->c.vocab);
-	if ((rc = medha_cpu_forward(r->cpu, &b, logits, why, whylen)) != 0)
+	if ((rc = medha_backend_forward(r->be, &f, why, whylen)) != 0)
 		return rc;
 	r->len += n;
 	return 0;

@@ -1,9 +1,9 @@
 /*
- * runner.h: one model, its tokenizer, a KV cache and the CPU backend,
- * opened together from a GGUF file to run one sequence at a time: the
- * engine behind medha-worker's one-shot mode. The prompt is prefilled in
- * chunks; each decode step appends one token and yields the logits of
- * the next.
+ * runner.h: one model, its tokenizer and the cpu backend (backend_cpu.h,
+ * with a KV cache for one sequence), opened together from a GGUF file to
+ * run one sequence at a time: the engine behind medha-worker's one-shot
+ * mode. The prompt is prefilled in chunks; each decode step appends one
+ * token and yields the logits of the next.
  *
  *	struct medha_runner *r;
  *	struct medha_runner_opts o = { .n_threads = 2 };
@@ -25,9 +25,9 @@
 #include <stdint.h>
 
 struct medha_runner_opts {
-	int n_threads; /* threads in all (1) */
-	int kv_f16;    /* f16 KV cache instead of f32 (0) */
-	int ref;       /* f32 reference numerics (0) */
+	int n_threads;    /* threads in all (1) */
+	int kv_f16;       /* f16 KV cache instead of f32 (0) */
+	int ref;          /* f32 reference numerics (0) */
 	int llama_compat; /* llama.cpp's attention order (0; cpu.h) */
 };
 

@@ -137,21 +137,65 @@ json_line(const char *line, json_t **root, char *why, size_t whylen)
 	return 0;
 }
 
-/* Writes s as a JSON string. */
+/*
+ * Length of the valid UTF-8 sequence at s (1 to 4), or 0 if s does not
+ * start one (a stray continuation byte, an overlong form, a surrogate, a
+ * sequence cut short): generated text may end inside a character.
+ */
+static int
+utf8_len(const unsigned char *s)
+{
+	int n, i;
+	uint32_t c;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, c = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, c = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, c = s[0] & 0x07;
+	else
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+	    (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/* Writes a string literal. */
+#define WLIT(w, lit) medha_writer_write((w), (lit), sizeof(lit) - 1)
+
+/* Writes s as a JSON string; bytes that are not UTF-8 become U+FFFD. */
 static int
 write_jstr(struct medha_writer *w, const char *s)
 {
 	const char *run = s;
 	char esc[8];
+	int n;
 
 	medha_writer_write(w, "\"", 1);
-	for (; *s != '\0'; s++) {
+	while (*s != '\0') {
 		unsigned char c = (unsigned char)*s;
 
-		if (c >= 0x20 && c != '"' && c != '\\')
+		if (c >= 0x80 && (n = utf8_len((const unsigned char *)s)) > 0) {
+			s += n;
 			continue;
+		}
+		if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+			s++;
+			continue;
+		}
 		medha_writer_write(w, run, s - run);
-		if (c == '"' || c == '\\')
+		if (c >= 0x80)
+			snprintf(esc, sizeof(esc), "\\ufffd");
+		else if (c == '"' || c == '\\')
 			snprintf(esc, sizeof(esc), "\\%c", c);
 		else if (c == '\n' || c == '\t' || c == '\r')
 			snprintf(esc, sizeof(esc), "\\%c",
@@ -161,7 +205,7 @@ write_jstr(struct medha_writer *w, const char *s)
 		else
 			snprintf(esc, sizeof(esc), "\\u%04x", c);
 		medha_writer_write(w, esc, strlen(esc));
-		run = s + 1;
+		run = ++s;
 	}
 	medha_writer_write(w, run, s - run);
 	return medha_writer_write(w, "\"", 1);
@@ -178,6 +222,16 @@ write_id(struct medha_writer *w, const char *id)
 	return write_jstr(w, id);
 }
 
+/* Writes n ids as a JSON array. */
+static int
+write_ids(struct medha_writer *w, const int32_t *ids, int64_t n)
+{
+	medha_writer_write(w, "[", 1);
+	for (int64_t i = 0; i < n; i++)
+		medha_writer_printf(w, i ? ", %d" : "%d", ids[i]);
+	return medha_writer_write(w, "]", 1);
+}
+
 static int
 id_valid(const char *id)
 {
@@ -186,11 +240,119 @@ id_valid(const char *id)
 
 /* ---- requests ---- */
 
-void
-medha_reqspec_clear(struct medha_reqspec *rs)
+/* A number in [lo, hi] under key, if present. */
+static int
+json_num(json_t *o, const char *key, double lo, double hi, double *out,
+    char *why, size_t whylen)
 {
-	free(rs->prompt);
-	rs->prompt = NULL;
+	json_t *v = json_object_get(o, key);
+	char buf[32];
+	double d;
+
+	if (v == NULL)
+		return 0;
+	d = json_number_value(v);
+	if (!json_is_number(v) || !isfinite(d) || d < lo || d > hi)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "%s: not a number in [%g, %g] (got %s)", key, lo, hi,
+		    json_what(v, buf, sizeof(buf)));
+	*out = d;
+	return 0;
+}
+
+/* temperature, top_k, top_p, seed and ignore_eos, each optional. */
+static int
+json_sampling(json_t *o, struct medha_sampler_params *sp, int *ignore_eos,
+    char *why, size_t whylen)
+{
+	double temp = sp->temp, top_p = sp->top_p;
+	int64_t top_k = sp->top_k, seed = (int64_t)sp->seed;
+	json_t *v;
+	int rc;
+
+	if ((rc = json_num(o, "temperature", 0, 100, &temp, why, whylen)) !=
+	        0 ||
+	    (rc = json_num(o, "top_p", 0, 1, &top_p, why, whylen)) != 0 ||
+	    (rc = json_count(o, "top_k", 0, 0, &top_k, why, whylen)) != 0 ||
+	    (rc = json_count(o, "seed", 0, 0, &seed, why, whylen)) != 0)
+		return rc;
+	if (top_k > 1 << 24)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "top_k: more than %d", 1 << 24);
+	if ((v = json_object_get(o, "ignore_eos")) != NULL) {
+		if (!json_is_boolean(v))
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "ignore_eos: not a boolean");
+		*ignore_eos = json_is_true(v);
+	}
+	sp->temp = (float)temp;
+	sp->top_p = (float)top_p;
+	sp->top_k = (int)top_k;
+	sp->seed = (uint64_t)seed;
+	return 0;
+}
+
+/* "stop": a string or an array of up to MEDHA_STOP_MAX strings. */
+static int
+json_stop(json_t *o, struct medha_reqspec *rs, char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, "stop"), *e;
+	size_t i, n;
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	n = json_is_array(v) ? json_array_size(v) : 1;
+	if (!json_is_array(v) && !json_is_string(v))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "stop: not a string or an array of strings");
+	if (n > MEDHA_STOP_MAX)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "stop: more than %d strings", MEDHA_STOP_MAX);
+	for (i = 0; i < n; i++) {
+		e = json_is_array(v) ? json_array_get(v, i) : v;
+		if (!json_is_string(e) || json_string_length(e) == 0 ||
+		    json_string_length(e) > MEDHA_STOP_LEN ||
+		    strlen(json_string_value(e)) != json_string_length(e))
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "stop: each must be a string of 1 to %d bytes "
+			    "without NUL",
+			    MEDHA_STOP_LEN);
+		if ((rs->stop[i] = strdup(json_string_value(e))) == NULL)
+			return MEDHA_ENOMEM;
+		rs->n_stop = (int)i + 1;
+	}
+	return 0;
+}
+
+/* "prompt_ids": an array of token ids >= 0; sets prompt_tokens. */
+static int
+json_prompt_ids(json_t *o, struct medha_reqspec *rs, char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, "prompt_ids"), *e;
+	size_t i, n;
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_array(v) || (n = json_array_size(v)) == 0)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "prompt_ids: not a non-empty array");
+	if (rs->prompt_tokens != 0 && rs->prompt_tokens != (int64_t)n)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "prompt_tokens: %lld but prompt_ids has %zu",
+		    (long long)rs->prompt_tokens, n);
+	if ((rs->prompt_ids = medha_reallocarray(NULL, n, sizeof(int32_t))) ==
+	    NULL)
+		return MEDHA_ENOMEM;
+	for (i = 0; i < n; i++) {
+		e = json_array_get(v, i);
+		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+		    json_integer_value(e) > INT32_MAX)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "prompt_ids[%zu]: not a token id", i);
+		rs->prompt_ids[i] = (int32_t)json_integer_value(e);
+	}
+	rs->prompt_tokens = (int64_t)n;
+	return 0;
 }
 
 int
@@ -201,6 +363,7 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 	int rc;
 
 	memset(rs, 0, sizeof(*rs));
+	rs->sampling = medha_sampling_greedy;
 	if ((rc = json_line(line, &root, why, whylen)) != 0)
 		return rc;
 	if ((rc = json_id(root, 0, rs->id, why, whylen)) != 0 ||
@@ -215,6 +378,11 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 	    (rc = json_time(root, "tpot_slo", 0, 1, &rs->tpot_slo, why,
 	         whylen)) != 0)
 		goto out;
+	if ((rc = json_sampling(root, &rs->sampling, &rs->ignore_eos, why,
+	         whylen)) != 0 ||
+	    (rc = json_stop(root, rs, why, whylen)) != 0 ||
+	    (rc = json_prompt_ids(root, rs, why, whylen)) != 0)
+		goto out;
 	if ((p = json_object_get(root, "prompt")) != NULL) {
 		if (!json_is_string(p)) {
 			rc = medha_why(why, whylen, MEDHA_EFORMAT,
@@ -227,7 +395,7 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 		}
 	} else if (rs->prompt_tokens == 0)
 		rc = medha_why(why, whylen, MEDHA_EFORMAT,
-		    "prompt_tokens: missing (and no prompt)");
+		    "prompt_tokens: missing (and no prompt or prompt_ids)");
 out:
 	json_decref(root);
 	if (rc != 0)
@@ -264,30 +432,80 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 		medha_writer_printf(w, ", \"ttft_slo\": %.9g", rs->ttft_slo);
 	if (rs->tpot_slo > 0)
 		medha_writer_printf(w, ", \"tpot_slo\": %.9g", rs->tpot_slo);
+	if (rs->prompt_ids != NULL) {
+		WLIT(w, ", \"prompt_ids\": ");
+		write_ids(w, rs->prompt_ids, rs->prompt_tokens);
+	}
+	if (rs->sampling.temp > 0)
+		medha_writer_printf(w,
+		    ", \"temperature\": %.9g, \"top_k\": %d, \"top_p\": %.9g"
+		    ", \"seed\": %llu",
+		    rs->sampling.temp, rs->sampling.top_k, rs->sampling.top_p,
+		    (unsigned long long)rs->sampling.seed);
+	if (rs->ignore_eos)
+		WLIT(w, ", \"ignore_eos\": true");
+	for (int i = 0; i < rs->n_stop; i++) {
+		if (i == 0)
+			WLIT(w, ", \"stop\": [");
+		else
+			WLIT(w, ", ");
+		write_jstr(w, rs->stop[i]);
+		if (i == rs->n_stop - 1)
+			medha_writer_write(w, "]", 1);
+	}
 	return medha_writer_write(w, "}\n", 2);
 }
 
 /* ---- records ---- */
 
-static const char *status_names[] = {"ok", "rejected", "failed"};
-
-const char *
-medha_status_name(int status)
+/* finish_reason, reason, token_ids and text, each optional. */
+static int
+json_record_extra(json_t *o, struct medha_record *r, char *why, size_t whylen)
 {
-	if (status < 0 || status > MEDHA_STATUS_FAILED)
-		return "unknown";
-	return status_names[status];
-}
+	json_t *v;
+	size_t i, n;
 
-int
-medha_status_parse(const char *name)
-{
-	int i;
-
-	for (i = 0; i <= MEDHA_STATUS_FAILED; i++)
-		if (strcmp(name, status_names[i]) == 0)
-			return i;
-	return -1;
+	if ((v = json_object_get(o, "finish_reason")) != NULL &&
+	    !json_is_null(v) &&
+	    (!json_is_string(v) ||
+	        (r->finish_reason = medha_finish_parse(json_string_value(v))) <
+	            0))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "finish_reason: not \"length\" or \"stop\"");
+	if ((v = json_object_get(o, "reason")) != NULL) {
+		if (!json_is_string(v))
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "reason: not a string");
+		snprintf(r->reason, sizeof(r->reason), "%s",
+		    json_string_value(v));
+	}
+	if ((v = json_object_get(o, "text")) != NULL) {
+		if (!json_is_string(v))
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "text: not a string");
+		if ((r->text = strdup(json_string_value(v))) == NULL)
+			return MEDHA_ENOMEM;
+	}
+	if ((v = json_object_get(o, "token_ids")) != NULL) {
+		if (!json_is_array(v))
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "token_ids: not an array");
+		n = json_array_size(v);
+		r->token_ids = medha_reallocarray(NULL, n ? n : 1,
+		    sizeof(int32_t));
+		if (r->token_ids == NULL)
+			return MEDHA_ENOMEM;
+		for (i = 0; i < n; i++) {
+			json_t *e = json_array_get(v, i);
+			if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+			    json_integer_value(e) > INT32_MAX)
+				return medha_why(why, whylen, MEDHA_EFORMAT,
+				    "token_ids[%zu]: not a token id", i);
+			r->token_ids[i] = (int32_t)json_integer_value(e);
+		}
+		r->n_token_ids = (int64_t)n;
+	}
+	return 0;
 }
 
 int
@@ -309,7 +527,8 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	if (!json_is_string(v) ||
 	    (r.status = medha_status_parse(json_string_value(v))) < 0) {
 		rc = medha_why(why, whylen, MEDHA_EFORMAT,
-		    "status: not one of \"ok\", \"rejected\", \"failed\"");
+		    "status: not one of \"ok\", \"rejected\", \"failed\", "
+		    "\"cancelled\"");
 		goto out;
 	}
 	ok = r.status == MEDHA_STATUS_OK;
@@ -336,6 +555,8 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	    (rc = json_time(root, "tpot_slo", 0, 0, &r.tpot_slo, why,
 	         whylen)) != 0)
 		goto out;
+	if ((rc = json_record_extra(root, &r, why, whylen)) != 0)
+		goto out;
 	/* Derive what a terse writer left out. */
 	if (!have_ttft && ok)
 		r.ttft = r.first_token - r.arrival;
@@ -345,6 +566,8 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	*rec = r;
 out:
 	json_decref(root);
+	if (rc != 0)
+		medha_record_clear(&r);
 	return rc;
 }
 
@@ -361,7 +584,9 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 			return MEDHA_EINVAL;
 	if (!id_valid(rec->id) || rec->id[0] == '\0' ||
 	    rec->prompt_tokens < 0 || rec->output_tokens < 0 ||
-	    rec->status < 0 || rec->status > MEDHA_STATUS_FAILED)
+	    rec->status < 0 || rec->status >= MEDHA_STATUS_COUNT ||
+	    rec->finish_reason < 0 || rec->finish_reason >= MEDHA_FINISH_COUNT ||
+	    memchr(rec->reason, '\0', sizeof(rec->reason)) == NULL)
 		return MEDHA_EINVAL;
 	medha_writer_write(w, "{\"id\": ", 7);
 	write_id(w, rec->id);
@@ -369,11 +594,27 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	    ", \"arrival\": %.9g, \"first_token\": %.9g, \"finish\": %.9g"
 	    ", \"prompt_tokens\": %lld, \"output_tokens\": %lld"
 	    ", \"ttft\": %.9g, \"tpot_mean\": %.9g, \"tpot_max\": %.9g"
-	    ", \"ttft_slo\": %.9g, \"tpot_slo\": %.9g, \"status\": \"%s\"}\n",
+	    ", \"ttft_slo\": %.9g, \"tpot_slo\": %.9g, \"status\": \"%s\"",
 	    rec->arrival, rec->first_token, rec->finish,
 	    (long long)rec->prompt_tokens, (long long)rec->output_tokens,
 	    rec->ttft, rec->tpot_mean, rec->tpot_max, rec->ttft_slo,
 	    rec->tpot_slo, medha_status_name(rec->status));
+	if (rec->finish_reason != MEDHA_FINISH_NONE)
+		medha_writer_printf(w, ", \"finish_reason\": \"%s\"",
+		    medha_finish_name(rec->finish_reason));
+	if (rec->reason[0] != '\0') {
+		WLIT(w, ", \"reason\": ");
+		write_jstr(w, rec->reason);
+	}
+	if (rec->token_ids != NULL) {
+		WLIT(w, ", \"token_ids\": ");
+		write_ids(w, rec->token_ids, rec->n_token_ids);
+	}
+	if (rec->text != NULL) {
+		WLIT(w, ", \"text\": ");
+		write_jstr(w, rec->text);
+	}
+	medha_writer_write(w, "}\n", 2);
 	return medha_writer_error(w);
 }
 

@@ -20,53 +20,11 @@
 #define MEDHA_TRACE_H
 
 #include "medha.h"
+#include "req.h"
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-
-#define MEDHA_ID_MAX 64 /* longest id, NUL included */
-
-/* One request as a trace gives it. */
-struct medha_reqspec {
-	char id[MEDHA_ID_MAX]; /* NUL-terminated; numbers are kept as text */
-	double arrival;        /* s since the trace's origin, >= 0 */
-	int64_t prompt_tokens; /* >= 1; 0 if the line gave only "prompt" */
-	int64_t max_tokens;    /* >= 0 output tokens to generate */
-	double ttft_slo;       /* s; 0 if not given */
-	double tpot_slo;       /* s; 0 if not given */
-	char *prompt;          /* owned text prompt, or NULL */
-};
-
-/* Frees rs->prompt and clears it. */
-void medha_reqspec_clear(struct medha_reqspec *rs);
-
-enum medha_status {
-	MEDHA_STATUS_OK = 0,   /* completed */
-	MEDHA_STATUS_REJECTED, /* could never be served (too long, bad line) */
-	MEDHA_STATUS_FAILED,   /* lost: a worker died and it could not finish */
-};
-const char *medha_status_name(int status);
-/* Returns MEDHA_STATUS_* or -1 if the name is unknown. */
-int medha_status_parse(const char *name);
-
-/* One result record: what happened to one request. */
-struct medha_record {
-	char id[MEDHA_ID_MAX];
-	double arrival;     /* s */
-	double first_token; /* s, absolute; = finish when output_tokens = 0 */
-	double finish;      /* s, absolute */
-	int64_t prompt_tokens;
-	int64_t output_tokens;
-	double ttft;      /* first_token - arrival */
-	double tpot_mean; /* (finish - first_token) / (output_tokens - 1); 0 if
-	                     < 2 */
-	double tpot_max;  /* longest gap between consecutive tokens; 0 if < 2 */
-	double ttft_slo;  /* the TTFT SLO the request was held to (s) */
-	double
-	    tpot_slo; /* the TPOT SLO the request was held to (s); 0 if none */
-	int status;   /* MEDHA_STATUS_* */
-};
 
 /* ---- lines in and out, zstd transparent (lineio.c) ---- */
 

@@ -28,6 +28,8 @@ get_int(const struct medha_gguf *g, const char *arch, const char *key, int need,
 	snprintf(k, sizeof(k), "%s.%s", arch, key);
 	if ((rc = medha_gguf_get_u64(g, k, &u)) == MEDHA_ENOTFOUND && !need)
 		return 1;
+	if (rc == MEDHA_ENOTFOUND)
+		return medha_why(why, whylen, rc, "missing key %s", k);
 	if (rc != 0)
 		return medha_why(why, whylen, rc, "metadata %s: %s", k,
 		    medha_strerror(rc));
@@ -75,7 +77,7 @@ medha_model_config_read(const struct medha_gguf *g,
 		    "metadata general.architecture: %s", medha_strerror(rc));
 	if (strcmp(arch, "llama") != 0)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
-		    "architecture \"%s\" is not supported (only llama)", arch);
+		    "architecture \"%s\" not supported (llama only)", arch);
 #define INT(key, need, lo, hi, dst)                                    \
 	do {                                                           \
 		if ((rc = get_int(g, arch, key, need, lo, hi, &v, why, \

@@ -23,15 +23,10 @@
 #define MEDHA_SAMPLE_H
 
 #include "medha.h"
+#include "req.h" /* struct medha_sampler_params */
 
 #include <stdint.h>
 
-struct medha_sampler_params {
-	float temp;    /* temperature; <= 0 is greedy */
-	int top_k;     /* keep the k largest logits; <= 0 keeps all */
-	float top_p;   /* keep the top-p nucleus; 0 or >= 1 keeps all */
-	uint64_t seed; /* the generator's seed */
-};
 
 struct medha_sampler; /* opaque: parameters, generator, scratch */
 

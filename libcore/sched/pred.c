@@ -1,6 +1,7 @@
 /*
  * pred.c: the runtime predictor's built-in GPUs and models, model shapes
- * read from GGUF headers, and the analytic cost model (pred.h).
+ * read from GGUF headers (through the engine's medha_model_config_read()),
+ * and the analytic cost model (pred.h).
  *
  * Every operator is a roofline: time = max(FLOPs / (peak * efficiency),
  * bytes / (HBM bandwidth * efficiency)), per layer and per worker of a TP
@@ -36,11 +37,17 @@ static const struct medha_gpu gpus[] = {
         10e-6},
 };
 
-static const struct medha_model models[] = {
-    /* name, layers, hidden, heads, kv heads, head dim, ffn, vocab, w, kv */
-    {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 2, 2},
-    {"llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 2, 2},
-    {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 2, 2},
+static const struct medha_pred_model models[] = {
+    /*
+     * name, {layers, dim, heads, kv heads, head dim, rope dims, ffn,
+     * vocab, context, rope base, norm epsilon}, w bytes, kv bytes
+     */
+    {"llama3-8b", /* Meta Llama 3.1 8B */
+        {32, 4096, 32, 8, 128, 128, 14336, 128256, 131072, 5e5f, 1e-5f}, 2, 2},
+    {"llama3-70b", /* Meta Llama 3.1 70B */
+        {80, 8192, 64, 8, 128, 128, 28672, 128256, 131072, 5e5f, 1e-5f}, 2, 2},
+    {"smollm2-135m", /* HuggingFaceTB SmolLM2-135M */
+        {30, 576, 9, 3, 64, 64, 1536, 49152, 8192, 1e5f, 1e-5f}, 2, 2},
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -89,106 +96,85 @@ medha_gpu_find(const char *name)
 /* ---------------------------------------------------------------- */
 /* Model shapes: built-in names and GGUF headers                      */
 
-/* One positive integer hyper-parameter "{arch}.{what}" within [1, max]. */
+#define VOCAB_MAX (1 << 24)
+
+/*
+ * Vocabulary size of the llama model in g (medha_model_config_read()
+ * leaves it 0): the rows of token_embd.weight, else llama.vocab_size,
+ * else the length of tokenizer.ggml.tokens.
+ */
 static int
-gguf_int(struct medha_gguf *g, const char *arch, const char *what, uint64_t max,
-    int *out, char *why, size_t whylen)
+gguf_vocab(const struct medha_gguf *g, const struct medha_model_config *c,
+    int *vocab, char *why, size_t whylen)
 {
-	char key[128];
-	uint64_t v;
+	const struct medha_tensor *t;
+	uint64_t n;
 	int rc;
 
-	snprintf(key, sizeof(key), "%s.%s", arch, what);
-	rc = medha_gguf_get_u64(g, key, &v);
-	if (rc == MEDHA_ENOTFOUND) {
-		medha_why(why, whylen, 0, "missing key %s", key);
-		return MEDHA_EFORMAT;
+	if ((t = medha_gguf_tensor_get(g, "token_embd.weight")) != NULL) {
+		if (t->n_dims != 2 || t->ne[0] != c->dim || t->ne[1] < 1 ||
+		    t->ne[1] > VOCAB_MAX)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "tensor token_embd.weight: shape %lld x %lld (%d "
+			    "dims), expected %d x the vocabulary size (row "
+			    "length x rows, at most %d rows)",
+			    (long long)t->ne[0], (long long)t->ne[1], t->n_dims,
+			    c->dim, VOCAB_MAX);
+		*vocab = (int)t->ne[1];
+		return 0;
 	}
-	if (rc != 0 || v < 1 || v > max) {
-		medha_why(why, whylen, 0, "key %s: %s", key,
+	rc = medha_gguf_get_u64(g, "llama.vocab_size", &n);
+	if (rc == 0 && n >= 1 && n <= VOCAB_MAX) {
+		*vocab = (int)n;
+		return 0;
+	}
+	if (rc != MEDHA_ENOTFOUND)
+		return medha_why(why, whylen,
+		    rc == MEDHA_EFORMAT ? rc : MEDHA_ERANGE,
+		    "key llama.vocab_size: %s",
 		    rc == MEDHA_EFORMAT ? "not an integer" : "out of range");
-		return rc == MEDHA_EFORMAT ? rc : MEDHA_ERANGE;
+	if (medha_gguf_arr_len(g, "tokenizer.ggml.tokens", &n, NULL) == 0 &&
+	    n >= 1 && n <= VOCAB_MAX) {
+		*vocab = (int)n;
+		return 0;
 	}
-	*out = (int)v;
-	return 0;
+	return medha_why(why, whylen, MEDHA_EFORMAT,
+	    "no vocabulary size (tensor token_embd.weight, key "
+	    "llama.vocab_size or tokenizer.ggml.tokens)");
 }
 
 /* Shape of the model in the GGUF file at path. */
 static int
-model_from_gguf(const char *path, struct medha_model *m, char *why,
+model_from_gguf(const char *path, struct medha_pred_model *m, char *why,
     size_t whylen)
 {
 	struct medha_gguf *g;
-	char arch[32], key[128];
+	struct medha_model_config *c = &m->c;
 	const char *base;
-	uint64_t n;
 	size_t len;
 	int rc;
 
 	if ((rc = medha_gguf_open(&g, path, why, whylen)) != 0)
 		return rc;
 	memset(m, 0, sizeof(*m));
-	rc = medha_gguf_get_strbuf(g, "general.architecture", arch,
-	    sizeof(arch));
-	if (rc != 0) {
-		medha_why(why, whylen, 0, "general.architecture: %s",
-		    medha_strerror(rc));
-		rc = MEDHA_EFORMAT;
+	/*
+	 * A key the file lacks is a malformed file here: MEDHA_ENOTFOUND
+	 * from medha_model_resolve() means "no such model".
+	 */
+	if ((rc = medha_model_config_read(g, c, why, whylen)) != 0) {
+		if (rc == MEDHA_ENOTFOUND)
+			rc = MEDHA_EFORMAT;
 		goto out;
 	}
-	if (strcmp(arch, "llama") != 0) {
-		medha_why(why, whylen, 0,
-		    "architecture \"%s\" not supported "
-		    "(llama only)",
-		    arch);
-		rc = MEDHA_EUNSUP;
-		goto out;
-	}
-	if ((rc = gguf_int(g, arch, "block_count", 1 << 16, &m->n_layers, why,
-	         whylen)) != 0 ||
-	    (rc = gguf_int(g, arch, "embedding_length", 1 << 20, &m->hidden,
-	         why, whylen)) != 0 ||
-	    (rc = gguf_int(g, arch, "attention.head_count", 1 << 16,
-	         &m->n_heads, why, whylen)) != 0 ||
-	    (rc = gguf_int(g, arch, "feed_forward_length", 1 << 24, &m->ffn,
-	         why, whylen)) != 0)
-		goto out;
-	snprintf(key, sizeof(key), "%s.attention.head_count_kv", arch);
-	m->n_kv_heads = m->n_heads;
-	if (medha_gguf_find(g, key) >= 0 &&
-	    (rc = gguf_int(g, arch, "attention.head_count_kv",
-	         (uint64_t)m->n_heads, &m->n_kv_heads, why, whylen)) != 0)
-		goto out;
-	snprintf(key, sizeof(key), "%s.attention.key_length", arch);
-	m->head_dim = m->hidden / m->n_heads;
-	if (medha_gguf_find(g, key) >= 0 &&
-	    (rc = gguf_int(g, arch, "attention.key_length", 1 << 16,
-	         &m->head_dim, why, whylen)) != 0)
-		goto out;
-	if (m->head_dim < 1 || m->n_heads % m->n_kv_heads != 0) {
-		medha_why(why, whylen, 0, "bad attention shape (%s)",
-		    m->head_dim < 1 ? "head dimension 0"
+	if (c->head_dim < 1 || c->n_heads % c->n_kv_heads != 0) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "bad attention shape (%s)",
+		    c->head_dim < 1 ? "head dimension 0"
 		                    : "query heads not a multiple of kv heads");
-		rc = MEDHA_EFORMAT;
 		goto out;
 	}
-	snprintf(key, sizeof(key), "%s.vocab_size", arch);
-	if (medha_gguf_find(g, key) >= 0) {
-		if ((rc = gguf_int(g, arch, "vocab_size", 1 << 24, &m->vocab,
-		         why, whylen)) != 0)
-			goto out;
-	} else if (medha_gguf_arr_len(g, "tokenizer.ggml.tokens", &n, NULL) ==
-	        0 &&
-	    n >= 1 && n <= (1 << 24)) {
-		m->vocab = (int)n;
-	} else {
-		medha_why(why, whylen, 0,
-		    "no vocabulary size (%s.vocab_size or "
-		    "%s)",
-		    arch, "tokenizer.ggml.tokens");
-		rc = MEDHA_EFORMAT;
+	if ((rc = gguf_vocab(g, c, &c->vocab, why, whylen)) != 0)
 		goto out;
-	}
 	if (medha_gguf_get_strbuf(g, "general.name", m->name,
 	        sizeof(m->name)) != 0 ||
 	    m->name[0] == '\0') {
@@ -211,7 +197,7 @@ out:
 }
 
 int
-medha_model_resolve_why(const char *name, struct medha_model *m, char *why,
+medha_model_resolve_why(const char *name, struct medha_pred_model *m, char *why,
     size_t whylen)
 {
 	struct stat st;
@@ -235,7 +221,7 @@ medha_model_resolve_why(const char *name, struct medha_model *m, char *why,
 }
 
 int
-medha_model_resolve(const char *name, struct medha_model *m)
+medha_model_resolve(const char *name, struct medha_pred_model *m)
 {
 	char why[256];
 	int rc;
@@ -248,25 +234,25 @@ medha_model_resolve(const char *name, struct medha_model *m)
 }
 
 double
-medha_model_layer_params(const struct medha_model *m)
+medha_model_layer_params(const struct medha_pred_model *m)
 {
-	double h = m->hidden, d = m->head_dim;
+	double h = m->c.dim, d = m->c.head_dim;
 
-	return h * m->n_heads * d + 2 * h * m->n_kv_heads * d +
-	    m->n_heads * d * h + 3 * h * m->ffn;
+	return h * m->c.n_heads * d + 2 * h * m->c.n_kv_heads * d +
+	    m->c.n_heads * d * h + 3 * h * m->c.ffn_dim;
 }
 
 int
 medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
-    const struct medha_model *m, int tp, int spp, int kvp)
+    const struct medha_pred_model *m, int tp, int spp, int kvp)
 {
 	MEDHA_ASSERT(p != NULL && g != NULL && m != NULL);
 	memset(p, 0, sizeof(*p));
-	if (tp < 1 || spp < 1 || kvp < 1 || m->n_layers < 1 ||
-	    spp > m->n_layers)
+	if (tp < 1 || spp < 1 || kvp < 1 || m->c.n_layers < 1 ||
+	    spp > m->c.n_layers)
 		return MEDHA_EINVAL;
-	if (m->hidden < 1 || m->n_heads < 1 || m->n_kv_heads < 1 ||
-	    m->head_dim < 1 || m->ffn < 1 || m->vocab < 1 ||
+	if (m->c.dim < 1 || m->c.n_heads < 1 || m->c.n_kv_heads < 1 ||
+	    m->c.head_dim < 1 || m->c.ffn_dim < 1 || m->c.vocab < 1 ||
 	    !(m->w_bytes > 0) || !(m->kv_bytes > 0))
 		return MEDHA_EINVAL;
 	p->gpu = *g;
@@ -274,7 +260,7 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 	p->tp = tp;
 	p->spp = spp;
 	p->kvp = kvp;
-	p->stage_layers = (m->n_layers + spp - 1) / spp;
+	p->stage_layers = (m->c.n_layers + spp - 1) / spp;
 	p->table = NULL;
 	return 0;
 }
@@ -295,7 +281,7 @@ roofline(const struct medha_pred *p, double flops, double bytes, double eff)
 static double
 kv_heads_local(const struct medha_pred *p)
 {
-	return (double)((p->model.n_kv_heads + p->tp - 1) / p->tp);
+	return (double)((p->model.c.n_kv_heads + p->tp - 1) / p->tp);
 }
 
 /*
@@ -309,7 +295,7 @@ kv_heads_local(const struct medha_pred *p)
 static double
 an_linear(const struct medha_pred *p, double T)
 {
-	const struct medha_model *m = &p->model;
+	const struct medha_pred_model *m = &p->model;
 	double tp = p->tp, P = medha_model_layer_params(m);
 	double flops, bytes, t, ar, link;
 
@@ -318,13 +304,14 @@ an_linear(const struct medha_pred *p, double T)
 	flops = 2 * T * P / tp;
 	bytes = P * m->w_bytes / tp +
 	    2 * T *
-	        (2.0 * m->hidden + 2.0 * m->ffn / tp +
-	            (m->n_heads + 2.0 * m->n_kv_heads) * m->head_dim / tp);
+	        (2.0 * m->c.dim + 2.0 * m->c.ffn_dim / tp +
+	            (m->c.n_heads + 2.0 * m->c.n_kv_heads) * m->c.head_dim /
+	                tp);
 	t = roofline(p, flops, bytes, p->gpu.eff_flops) + p->gpu.launch_s;
 	if (p->tp > 1) {
 		link = p->tp <= p->gpu.gpus_per_node ? p->gpu.nvlink_bw
 		                                     : p->gpu.net_bw;
-		ar = 2 * (tp - 1) / tp * (T * m->hidden * 2) /
+		ar = 2 * (tp - 1) / tp * (T * m->c.dim * 2) /
 		        (link * p->gpu.eff_link) +
 		    p->gpu.comm_lat_s;
 		t += 2 * ar;
@@ -336,8 +323,8 @@ an_linear(const struct medha_pred *p, double T)
 static double
 an_attn_prefill(const struct medha_pred *p, double c, double kv)
 {
-	const struct medha_model *m = &p->model;
-	double tp = p->tp, d = m->head_dim, hq = m->n_heads;
+	const struct medha_pred_model *m = &p->model;
+	double tp = p->tp, d = m->c.head_dim, hq = m->c.n_heads;
 	double flops, bytes;
 
 	if (!(c > 0))
@@ -354,8 +341,8 @@ an_attn_prefill(const struct medha_pred *p, double c, double kv)
 static double
 an_attn_decode(const struct medha_pred *p, double n, double K)
 {
-	const struct medha_model *m = &p->model;
-	double tp = p->tp, d = m->head_dim, hq = m->n_heads;
+	const struct medha_pred_model *m = &p->model;
+	double tp = p->tp, d = m->c.head_dim, hq = m->c.n_heads;
 	double flops, bytes;
 
 	if (!(n > 0))
@@ -378,7 +365,7 @@ an_spp_send(const struct medha_pred *p, double T)
 		return 0;
 	link = p->tp * p->spp > p->gpu.gpus_per_node ? p->gpu.net_bw
 	                                             : p->gpu.nvlink_bw;
-	return T * p->model.hidden * 2 / p->tp / (link * p->gpu.eff_link) +
+	return T * p->model.c.dim * 2 / p->tp / (link * p->gpu.eff_link) +
 	    p->gpu.comm_lat_s;
 }
 
@@ -386,12 +373,12 @@ an_spp_send(const struct medha_pred *p, double T)
 static double
 an_kvp_merge(const struct medha_pred *p, double T, double g)
 {
-	const struct medha_model *m = &p->model;
-	double hq = (double)m->n_heads / p->tp, bytes;
+	const struct medha_pred_model *m = &p->model;
+	double hq = (double)m->c.n_heads / p->tp, bytes;
 
 	if (!(g > 1) || !(T > 0))
 		return 0;
-	bytes = T * hq * m->head_dim * 2 + T * hq * 4;
+	bytes = T * hq * m->c.head_dim * 2 + T * hq * 4;
 	return (g - 1) * bytes / (p->gpu.net_bw * p->gpu.eff_link) +
 	    p->gpu.comm_lat_s;
 }
@@ -400,8 +387,8 @@ an_kvp_merge(const struct medha_pred *p, double T, double g)
 static double
 an_lm_head(const struct medha_pred *p, double n)
 {
-	const struct medha_model *m = &p->model;
-	double hv = (double)m->hidden * m->vocab;
+	const struct medha_pred_model *m = &p->model;
+	double hv = (double)m->c.dim * m->c.vocab;
 
 	if (!(n > 0))
 		return 0;
@@ -524,17 +511,17 @@ medha_pred_lm_head(const struct medha_pred *p, int64_t n_seqs)
 double
 medha_pred_weight_bytes(const struct medha_pred *p)
 {
-	const struct medha_model *m = &p->model;
+	const struct medha_pred_model *m = &p->model;
 
 	return (p->stage_layers * medha_model_layer_params(m) +
-	           2.0 * m->vocab * m->hidden) *
+	           2.0 * m->c.vocab * m->c.dim) *
 	    m->w_bytes / p->tp;
 }
 
 double
 medha_pred_kv_bytes_per_token(const struct medha_pred *p)
 {
-	return 2.0 * p->stage_layers * kv_heads_local(p) * p->model.head_dim *
+	return 2.0 * p->stage_layers * kv_heads_local(p) * p->model.c.head_dim *
 	    p->model.kv_bytes;
 }
 

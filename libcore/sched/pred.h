@@ -15,7 +15,7 @@
  *
  *	struct medha_pred p;
  *	const struct medha_gpu *g = medha_gpu_find("a100");
- *	struct medha_model m;
+ *	struct medha_pred_model m;
  *	medha_model_resolve("llama3-8b", &m);
  *	medha_pred_init(&p, g, &m, 8, 2, 1);
  *	double t = medha_pred_linear(&p, 512) + medha_pred_attn_prefill(&p, 512,
@@ -25,6 +25,7 @@
 #define MEDHA_PRED_H
 
 #include "medha.h"
+#include "model/model.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -48,35 +49,47 @@ struct medha_gpu {
 /* Built-in GPUs: "a100" (80 GB SXM), "h100" (SXM 80 GB). NULL if unknown. */
 const struct medha_gpu *medha_gpu_find(const char *name);
 
-struct medha_model {
+/*
+ * The "cpu" device (pred_cpu.c): *g gets the streaming-read bandwidth
+ * and fused multiply-add rate of this machine measured with `threads`
+ * threads (about half a second), with efficiency factors for the cpu
+ * backend. Returns 0 or MEDHA_ENOMEM.
+ */
+int medha_gpu_measure_cpu(struct medha_gpu *g, int threads);
+
+/*
+ * A model as the predictor sees it: the engine's shape (model.h) plus how
+ * it is served. The predictor uses n_layers, dim, n_heads, n_kv_heads,
+ * head_dim, ffn_dim and vocab of c; the rest is filled for the record.
+ */
+struct medha_pred_model {
 	char name[64];
-	int n_layers;
-	int hidden;
-	int n_heads; /* query heads */
-	int n_kv_heads;
-	int head_dim;
-	int ffn; /* MLP intermediate size (SwiGLU: gate, up, down) */
-	int vocab;
+	struct medha_model_config c; /* the one shape type */
 	double w_bytes;  /* bytes per weight as served (2 for bf16) */
 	double kv_bytes; /* bytes per KV element (2 for bf16) */
 };
 
 /*
- * Built-in names ("llama3-8b", "llama3-70b", "smollm2-135m"), else a
- * path to a GGUF file whose header gives the shape (bf16 serving is
- * assumed for w_bytes and kv_bytes). Returns 0, MEDHA_ENOTFOUND, or the
- * GGUF reader's error.
+ * Built-in names ("llama3-8b", "llama3-70b", "smollm2-135m"; any case),
+ * else a path to a GGUF file: its shape is medha_model_config_read()'s,
+ * with vocab the rows of token_embd.weight (else llama.vocab_size, else
+ * the length of tokenizer.ggml.tokens), and its name general.name (else
+ * the file name without ".gguf"); bf16 serving is assumed for w_bytes and
+ * kv_bytes. Fills *m (the caller's). Returns 0, MEDHA_ENOTFOUND (neither
+ * a built-in name nor a readable file), or MEDHA_EFORMAT, MEDHA_ERANGE,
+ * MEDHA_EUNSUP or the GGUF reader's error for a file that does not give a
+ * usable llama shape.
  */
-int medha_model_resolve(const char *name_or_path, struct medha_model *m);
+int medha_model_resolve(const char *name_or_path, struct medha_pred_model *m);
 
 /* Weights of one transformer layer (attention + MLP), in parameters. */
-double medha_model_layer_params(const struct medha_model *m);
+double medha_model_layer_params(const struct medha_pred_model *m);
 
 struct medha_table; /* measured operator times (pred_table.c) */
 
 struct medha_pred {
 	struct medha_gpu gpu;
-	struct medha_model model;
+	struct medha_pred_model model;
 	int tp, spp, kvp;
 	int stage_layers;          /* ceil(n_layers / spp) */
 	struct medha_table *table; /* owned; NULL: analytic only */
@@ -84,7 +97,7 @@ struct medha_pred {
 
 /* Returns MEDHA_EINVAL if tp, spp or kvp < 1 or spp > n_layers. */
 int medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
-    const struct medha_model *m, int tp, int spp, int kvp);
+    const struct medha_pred_model *m, int tp, int spp, int kvp);
 /*
  * Load measured times from a profile CSV (man/medha-profile.5); p keeps
  * them. Returns 0, MEDHA_EIO, or MEDHA_EFORMAT with why filled in.
@@ -155,8 +168,8 @@ int medha_table_lookup(const struct medha_table *t, int op, double tokens,
  * MEDHA_LOG_WARN when a GGUF file fails to read. The reasons of this and
  * of medha_pred_load_table() leave out the path; callers prefix it.
  */
-int medha_model_resolve_why(const char *name_or_path, struct medha_model *m,
-    char *why, size_t whylen);
+int medha_model_resolve_why(const char *name_or_path,
+    struct medha_pred_model *m, char *why, size_t whylen);
 
 /* Model weights held by one worker, bytes. */
 double medha_pred_weight_bytes(const struct medha_pred *p);

@@ -19,10 +19,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Internal request: the public view plus bookkeeping. */
+/*
+ * Internal request: the public view plus bookkeeping. Requests live in a
+ * table of slots; a finished request's slot goes on a free list and is
+ * reused, with its generation bumped, so a handle (generation << 32 |
+ * slot) names one request forever and the table is as large as the most
+ * requests ever in flight at once.
+ */
 struct req {
 	struct medha_req pub;
-	int slot; /* index in s->active, -1 once done */
+	int slot;      /* index in s->active, -1 when free */
+	uint32_t gen;  /* generation of the slot's current (or last) use */
+	int next_free; /* free list link, -1 at the end */
 };
 
 struct cand {
@@ -38,10 +46,12 @@ struct medha_sched {
 	const struct medha_pred *pred;
 	struct medha_kvplace kv; /* KV blocks per KVP group */
 
-	struct req *reqs;
-	int nreqs, reqs_cap;
-	int *active; /* indices of requests not done */
+	struct req *reqs; /* (reqs_cap) slots */
+	int reqs_cap;
+	int free_head; /* first free slot, -1 if none */
+	int *active;   /* (reqs_cap) slots of requests not done */
 	int nactive;
+	int nadmitted; /* requests holding KV (prefill or decode) */
 
 	struct medha_record *recs; /* finished, not yet popped (ring) */
 	int rec_head, rec_n, rec_cap;
@@ -84,11 +94,12 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->share_cap = 0.5;
 	c->deadline_mult = 1.5;
 	c->deadline_floor = 0.5;
-	c->block_size = 16;
+	c->block_size = MEDHA_KV_BLOCK;
 	c->kv_blocks = 0;
 	c->mem_util = 0.9;
 	c->kvp_max_tokens = 0;
 	c->max_prefills = 64;
+	c->max_seqs = 0;
 }
 
 /* ---- batch latency model ---- */
@@ -246,11 +257,16 @@ static int
 admit(struct medha_sched *s, struct req *q)
 {
 	struct medha_req *r = &q->pub;
-	int rc = medha_kvplace_admit(&s->kv, &r->kv, kv_need(r),
-	    r->spec.prompt_tokens);
+	int rc;
 
-	if (rc == 0)
+	if (s->cfg.max_seqs > 0 && s->nadmitted >= s->cfg.max_seqs)
+		return MEDHA_ENOSPACE;
+	rc = medha_kvplace_admit(&s->kv, &r->kv, kv_need(r),
+	    r->spec.prompt_tokens);
+	if (rc == 0) {
 		r->state = MEDHA_REQ_PREFILL;
+		s->nadmitted++;
+	}
 	return rc;
 }
 
@@ -269,7 +285,8 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	    c->share_cap > 1 || c->deadline_mult <= 0 ||
 	    c->deadline_floor < 0 || c->block_size < 1 || c->kv_blocks < 0 ||
 	    c->mem_util <= 0 || c->mem_util > 1 || c->kvp_max_tokens < 0 ||
-	    c->max_prefills < 1 || p->kvp < 1 || p->kvp > MEDHA_KVP_MAX)
+	    c->max_prefills < 1 || c->max_seqs < 0 || p->kvp < 1 ||
+	    p->kvp > MEDHA_KVP_MAX)
 		return MEDHA_EINVAL;
 	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens % c->block_size != 0)
 		return MEDHA_EINVAL;
@@ -282,6 +299,7 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 		return MEDHA_ENOMEM;
 	s->cfg = *c;
 	s->pred = p;
+	s->free_head = -1;
 	if (medha_kvplace_init(&s->kv, p->kvp, c->block_size, blocks,
 	        c->kvp_max_tokens) != 0) {
 		free(s);
@@ -306,7 +324,7 @@ medha_sched_free(struct medha_sched *s)
 
 static int
 push_record(struct medha_sched *s, const struct medha_req *r, int status,
-    double now)
+    int finish, const char *reason, double now)
 {
 	struct medha_record *rec;
 
@@ -327,9 +345,13 @@ push_record(struct medha_sched *s, const struct medha_req *r, int status,
 	s->rec_n++;
 	memset(rec, 0, sizeof(*rec));
 	memcpy(rec->id, r->spec.id, sizeof(rec->id));
+	rec->handle = r->handle;
 	rec->arrival = r->spec.arrival;
 	rec->prompt_tokens = r->spec.prompt_tokens;
 	rec->status = status;
+	rec->finish_reason = finish;
+	if (reason != NULL)
+		snprintf(rec->reason, sizeof(rec->reason), "%s", reason);
 	rec->ttft_slo = r->deadline_dur;
 	rec->tpot_slo = r->spec.tpot_slo;
 	rec->finish = now;
@@ -356,6 +378,7 @@ medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec)
 	return 1;
 }
 
+/* Take q out of the active list and put its slot on the free list. */
 static void
 deactivate(struct medha_sched *s, struct req *q)
 {
@@ -366,51 +389,103 @@ deactivate(struct medha_sched *s, struct req *q)
 	s->reqs[last].slot = slot;
 	q->slot = -1;
 	q->pub.state = MEDHA_REQ_DONE;
+	q->next_free = s->free_head;
+	s->free_head = (int)(q - s->reqs);
 }
 
 static int
-finish(struct medha_sched *s, struct req *q, int status, double now)
+finish(struct medha_sched *s, struct req *q, int status, int fin,
+    const char *reason, double now)
 {
+	int rc;
+
+	if (q->pub.state != MEDHA_REQ_WAITING)
+		s->nadmitted--;
 	medha_kvplace_release(&s->kv, &q->pub.kv);
+	rc = push_record(s, &q->pub, status, fin, reason, now);
 	deactivate(s, q);
-	return push_record(s, &q->pub, status, now);
+	return rc;
+}
+
+/* The live request of handle h, or NULL. */
+static struct req *
+lookup(const struct medha_sched *s, uint64_t h)
+{
+	uint64_t slot = h & 0xffffffffu;
+	struct req *q;
+
+	if (slot >= (uint64_t)s->reqs_cap)
+		return NULL;
+	q = &s->reqs[slot];
+	if (q->slot < 0 || q->gen != (uint32_t)(h >> 32))
+		return NULL;
+	return q;
+}
+
+/* A free slot, growing the table if none is left; -1 on failure. */
+static int
+take_slot(struct medha_sched *s)
+{
+	int i;
+
+	if (s->free_head < 0) {
+		int ncap = s->reqs_cap ? 2 * s->reqs_cap : 256;
+		void *n1 = medha_reallocarray(s->reqs, ncap, sizeof(*s->reqs));
+		if (n1 == NULL)
+			return -1;
+		s->reqs = n1;
+		n1 = medha_reallocarray(s->active, ncap, sizeof(*s->active));
+		if (n1 == NULL)
+			return -1;
+		s->active = n1;
+		for (i = ncap - 1; i >= s->reqs_cap; i--) {
+			s->reqs[i].slot = -1;
+			s->reqs[i].gen = 0;
+			s->reqs[i].next_free = s->free_head;
+			s->free_head = i;
+		}
+		s->reqs_cap = ncap;
+	}
+	i = s->free_head;
+	s->free_head = s->reqs[i].next_free;
+	return i;
 }
 
 int
 medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
-    double now)
+    double now, uint64_t *handle)
 {
 	struct req *q;
 	struct medha_req *r;
-	char why[160];
+	char why[160], reason[256];
+	uint32_t gen;
+	int i;
 
-	if (s->nreqs == s->reqs_cap) {
-		int ncap = s->reqs_cap ? 2 * s->reqs_cap : 256;
-		void *n1 = medha_reallocarray(s->reqs, ncap, sizeof(*s->reqs));
-		if (n1 == NULL)
-			return MEDHA_ENOMEM;
-		s->reqs = n1;
-		n1 = medha_reallocarray(s->active, ncap, sizeof(*s->active));
-		if (n1 == NULL)
-			return MEDHA_ENOMEM;
-		s->active = n1;
-		s->reqs_cap = ncap;
-	}
-	q = &s->reqs[s->nreqs];
+	if ((i = take_slot(s)) < 0)
+		return MEDHA_ENOMEM;
+	q = &s->reqs[i];
+	gen = q->gen + 1 ? q->gen + 1 : 1; /* never 0: handle 0 is none */
 	memset(q, 0, sizeof(*q));
+	q->gen = gen;
 	r = &q->pub;
 	r->spec = *spec;
 	r->spec.prompt = NULL;
+	r->spec.prompt_ids = NULL;
+	r->spec.n_stop = 0;
+	memset(r->spec.stop, 0, sizeof(r->spec.stop));
+	r->handle = (uint64_t)gen << 32 | (uint64_t)i;
 	r->state = MEDHA_REQ_WAITING;
 	q->slot = s->nactive;
-	s->active[s->nactive++] = s->nreqs;
-	s->nreqs++;
+	s->active[s->nactive++] = i;
+	if (handle != NULL)
+		*handle = r->handle;
 
 	if (spec->prompt_tokens < 1 || spec->max_tokens < 0) {
 		medha_log(MEDHA_LOG_WARN,
 		    "request %s: no prompt_tokens; rejected", spec->id);
 		r->deadline_dur = spec->ttft_slo;
-		return finish(s, q, MEDHA_STATUS_REJECTED, now);
+		return finish(s, q, MEDHA_STATUS_REJECTED, MEDHA_FINISH_NONE,
+		    "no prompt tokens", now);
 	}
 	r->deadline_dur = plan_alone(s, spec->prompt_tokens, r->cum);
 	r->deadline_dur *= s->cfg.deadline_mult;
@@ -420,14 +495,50 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 		r->deadline_dur = spec->ttft_slo;
 	r->deadline = spec->arrival + r->deadline_dur;
 	if (!medha_kvplace_fits_ever(&s->kv, kv_need(r), why, sizeof(why))) {
-		medha_log(MEDHA_LOG_WARN,
-		    "request %s: %lld prompt + %lld output tokens: %s; "
-		    "rejected",
-		    spec->id, (long long)spec->prompt_tokens,
-		    (long long)spec->max_tokens, why);
-		return finish(s, q, MEDHA_STATUS_REJECTED, now);
+		snprintf(reason, sizeof(reason),
+		    "%lld prompt + %lld output tokens: %s",
+		    (long long)spec->prompt_tokens, (long long)spec->max_tokens,
+		    why);
+		medha_log(MEDHA_LOG_WARN, "request %s: %s; rejected", spec->id,
+		    reason);
+		return finish(s, q, MEDHA_STATUS_REJECTED, MEDHA_FINISH_NONE,
+		    reason, now);
 	}
 	return 0;
+}
+
+int
+medha_sched_cancel(struct medha_sched *s, uint64_t handle, const char *reason,
+    double now)
+{
+	struct req *q = lookup(s, handle);
+
+	if (q == NULL)
+		return MEDHA_ENOTFOUND;
+	return finish(s, q, MEDHA_STATUS_CANCELLED, MEDHA_FINISH_NONE,
+	    reason != NULL ? reason : "cancelled", now);
+}
+
+int
+medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
+{
+	int n = 0, rc;
+
+	for (int i = 0; i < s->nactive;) {
+		struct req *q = &s->reqs[s->active[i]];
+		struct medha_req *r = &q->pub;
+
+		if (r->state == MEDHA_REQ_WAITING) {
+			i++;
+			continue;
+		}
+		/* finish() moves the last active request into slot i */
+		if ((rc = finish(s, q, MEDHA_STATUS_FAILED, MEDHA_FINISH_NONE,
+		         reason, now)) != 0)
+			return rc;
+		n++;
+	}
+	return n;
 }
 
 /* ---- forming a batch ---- */
@@ -448,6 +559,7 @@ static int
 push_item(struct medha_sched *s, int idx, int64_t t, int64_t kv, int decode,
     int last)
 {
+	/* idx: the request's slot; the item carries its handle */
 	struct medha_sched_item *it;
 
 	if (s->acc.n_items >= s->items_cap) {
@@ -459,7 +571,7 @@ push_item(struct medha_sched *s, int idx, int64_t t, int64_t kv, int decode,
 		s->items_cap = ncap;
 	}
 	it = &s->items[s->acc.n_items];
-	it->req = idx;
+	it->req = s->reqs[idx].pub.handle;
 	it->tokens = t;
 	it->kv = kv;
 	it->decode = decode;
@@ -643,19 +755,31 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 
 int
 medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
-    double now)
+    const struct medha_sched_result *res, double now)
 {
 	for (int i = 0; i < b->n_items; i++) {
 		const struct medha_sched_item *it = &b->items[i];
-		struct req *q = &s->reqs[it->req];
-		struct medha_req *r = &q->pub;
-		int rc;
+		struct req *q = lookup(s, it->req);
+		struct medha_req *r;
+		int rc, stop = res != NULL && res[i].stop != 0;
 
-		if (r->state == MEDHA_REQ_DONE)
+		if (q == NULL) /* cancelled or failed meanwhile */
 			continue;
+		r = &q->pub;
 		if (!it->decode && !it->last)
 			continue;
 		r->busy = 0;
+		if (stop) {
+			/* the stopping token is not output */
+			if (!it->decode) {
+				r->first_token = now;
+				r->last_token = now;
+			}
+			if ((rc = finish(s, q, MEDHA_STATUS_OK,
+			         MEDHA_FINISH_STOP, NULL, now)) != 0)
+				return rc;
+			continue;
+		}
 		if (it->decode) {
 			double gap = now - r->last_token;
 			if (gap > r->tpot_max)
@@ -670,7 +794,8 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 				r->decoded = 1;
 		}
 		if (r->decoded >= r->spec.max_tokens &&
-		    (rc = finish(s, q, MEDHA_STATUS_OK, now)) != 0)
+		    (rc = finish(s, q, MEDHA_STATUS_OK, MEDHA_FINISH_LENGTH,
+		         NULL, now)) != 0)
 			return rc;
 	}
 	return 0;
@@ -684,24 +809,42 @@ medha_sched_pending(const struct medha_sched *s)
 	return s->nactive;
 }
 
-int
-medha_sched_nreq(const struct medha_sched *s)
+const struct medha_req *
+medha_sched_req(const struct medha_sched *s, uint64_t handle)
 {
-	return s->nreqs;
+	const struct req *q = lookup(s, handle);
+
+	return q != NULL ? &q->pub : NULL;
 }
 
 const struct medha_req *
-medha_sched_req(const struct medha_sched *s, int idx)
+medha_sched_active(const struct medha_sched *s, int i)
 {
-	if (idx < 0 || idx >= s->nreqs)
+	if (i < 0 || i >= s->nactive)
 		return NULL;
-	return &s->reqs[idx].pub;
+	return &s->reqs[s->active[i]].pub;
+}
+
+size_t
+medha_sched_footprint(const struct medha_sched *s)
+{
+	return sizeof(*s) +
+	    (size_t)s->reqs_cap * (sizeof(*s->reqs) + sizeof(*s->active)) +
+	    (size_t)s->rec_cap * sizeof(*s->recs) +
+	    (size_t)s->cands_cap * sizeof(*s->cands) +
+	    (size_t)s->items_cap * sizeof(*s->items);
 }
 
 int64_t
 medha_sched_group_capacity(const struct medha_sched *s)
 {
 	return s->kv.cap_blocks;
+}
+
+int
+medha_sched_block_size(const struct medha_sched *s)
+{
+	return s->cfg.block_size;
 }
 
 int64_t

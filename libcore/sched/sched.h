@@ -14,12 +14,18 @@
  * Calling protocol: medha_sched_next_batch() only when pipeline stage 0
  * is free (so every chunk handed out before has left stage 0, and the
  * next chunk of the same prompt may go); medha_sched_batch_done() when a
- * batch leaves the last stage; records of finished requests are then
- * taken with medha_sched_pop_record().
+ * batch leaves the last stage, with each item's sampled token and
+ * whether its sequence stopped; records of finished requests are then
+ * taken with medha_sched_pop_record(). A request is known by the 64-bit
+ * handle medha_sched_arrive() gives it; a handle is never reused, so a
+ * batch item whose request was cancelled meanwhile is simply skipped.
+ * The scheduler's memory depends on the requests in flight, not on those
+ * served (finished requests' slots are reused).
  *
- *	medha_sched_arrive(s, &spec, now);
+ *	uint64_t h;
+ *	medha_sched_arrive(s, &spec, now, &h);
  *	while (medha_sched_next_batch(s, now, &b) == 1) { ...run b...;
- *		medha_sched_batch_done(s, &b, later); }
+ *		medha_sched_batch_done(s, &b, results, later); }
  *	while (medha_sched_pop_record(s, &rec) == 1) ...;
  */
 #ifndef MEDHA_SCHED_H
@@ -28,7 +34,7 @@
 #include "sched/kvplace.h"
 #include "medha.h"
 #include "sched/pred.h"
-#include "io/trace.h"
+#include "req.h"
 
 #include <stdint.h>
 
@@ -53,12 +59,15 @@ struct medha_sched_config {
 	double share_cap;      /* medha: most a long prefill gives up (0.5) */
 	double deadline_mult;  /* no ttft_slo: x predicted prefill time (1.5) */
 	double deadline_floor; /* no ttft_slo: at least this, s (0.5) */
-	int block_size;        /* KV block, tokens (16) */
+	int block_size;        /* KV block, tokens (MEDHA_KV_BLOCK); a live
+	                          scheduler takes its workers' */
 	int64_t kv_blocks; /* blocks per KVP group; 0 = from GPU memory (0) */
 	double mem_util;   /* fraction of GPU memory usable (0.9) */
 	int64_t kvp_max_tokens; /* KV tokens per request per group; 0 = no limit
 	                           (0) */
 	int max_prefills;       /* prefills in one batch (64) */
+	int max_seqs; /* requests holding KV at once; 0 = no limit but
+	                 memory (0); a live scheduler takes its workers' */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 
@@ -70,7 +79,9 @@ enum medha_req_state {
 };
 
 struct medha_req {
-	struct medha_reqspec spec; /* as it arrived (prompt text dropped) */
+	struct medha_reqspec spec; /* as it arrived (prompt, prompt_ids and
+	                              stop strings dropped: the caller's) */
+	uint64_t handle;           /* its stable id (medha_sched_arrive) */
 	int state;                 /* MEDHA_REQ_* */
 	int64_t sched_prefill;     /* prompt tokens handed to batches */
 	int64_t decoded;           /* output tokens produced */
@@ -86,7 +97,7 @@ struct medha_req {
 
 /* A batch item: one sequence's tokens in this iteration. */
 struct medha_sched_item {
-	int req;        /* request index (medha_sched_req) */
+	uint64_t req;   /* request handle (medha_sched_req) */
 	int64_t tokens; /* 1 for a decode, the chunk for a prefill */
 	int64_t kv;     /* KV tokens of this sequence before these tokens */
 	int decode;     /* 1 for a decode token */
@@ -117,12 +128,33 @@ int medha_sched_init(struct medha_sched **s, const struct medha_sched_config *c,
 void medha_sched_free(struct medha_sched *s);
 
 /*
- * A request arrives at `now` (spec->prompt is not kept). A request that
- * could never be served (prompt + max_tokens larger than the replica's KV
- * memory, or no prompt_tokens) gets a "rejected" record at once.
+ * A request arrives at `now` (spec's prompt, prompt_ids and stop strings
+ * are not kept: the caller keeps what it needs under the handle). *handle
+ * (if not NULL) gets its handle, never 0. A request that could never be
+ * served (prompt + max_tokens larger than the replica's KV memory, or no
+ * prompt_tokens) gets a "rejected" record at once (and still a handle).
  * Returns 0 or MEDHA_ENOMEM.
  */
 int medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
+    double now, uint64_t *handle);
+
+/*
+ * The request's client went away or asked to stop: it ends with a
+ * "cancelled" record (reason copied from `reason`) and its KV is freed at
+ * once; items of it still in flight are skipped when their batch is done.
+ * Returns 0, or MEDHA_ENOTFOUND if the handle is unknown or finished.
+ */
+int medha_sched_cancel(struct medha_sched *s, uint64_t handle,
+    const char *reason, double now);
+
+/*
+ * A worker of the replica was lost: every batch in flight is void and
+ * every request that was admitted (holds KV) ends with a "failed" record
+ * giving `reason`; requests still waiting for memory stay queued. The
+ * caller must not report the void batches as done. Returns the number of
+ * requests failed, or MEDHA_ENOMEM.
+ */
+int medha_sched_worker_lost(struct medha_sched *s, const char *reason,
     double now);
 
 /*
@@ -132,9 +164,24 @@ int medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 int medha_sched_next_batch(struct medha_sched *s, double now,
     struct medha_sched_batch *b);
 
-/* Batch b (as returned) left the last stage at `now`: tokens come out. */
+/* What came out of one batch item (medha_sched_batch_done). */
+struct medha_sched_result {
+	int32_t token; /* the sampled token (decodes, last chunks); -1 none */
+	int stop;      /* MEDHA_FINISH_STOP: the sequence ended here (an
+	                  end-of-generation token or a stop string); the
+	                  token is then not counted as output. 0: go on */
+};
+
+/*
+ * Batch b (as returned) left the last stage at `now`: tokens come out.
+ * res (may be NULL: no early stops, as in simulation) has b->n_items
+ * entries, one per item. A request ends with a record when it reaches
+ * max_tokens (finish_reason "length") or its result says stop ("stop").
+ * Returns 0 or MEDHA_ENOMEM.
+ */
 int medha_sched_batch_done(struct medha_sched *s,
-    const struct medha_sched_batch *b, double now);
+    const struct medha_sched_batch *b, const struct medha_sched_result *res,
+    double now);
 
 /* Returns 1 and fills *rec if a finished request's record is waiting. */
 int medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec);
@@ -143,9 +190,16 @@ int medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec);
 int64_t medha_sched_pending(const struct medha_sched *s);
 
 /* Read-only views for tests, logs and the live front end. */
-int medha_sched_nreq(const struct medha_sched *s);
-const struct medha_req *medha_sched_req(const struct medha_sched *s, int idx);
+/* The request of a handle, or NULL if unknown or finished. */
+const struct medha_req *
+medha_sched_req(const struct medha_sched *s, uint64_t handle);
+/* The i-th of the medha_sched_pending() unfinished requests (any order). */
+const struct medha_req *medha_sched_active(const struct medha_sched *s, int i);
+/* Bytes the scheduler holds (its arrays' capacities): grows with the
+ * requests in flight, never with the requests served. */
+size_t medha_sched_footprint(const struct medha_sched *s);
 int64_t medha_sched_group_capacity(const struct medha_sched *s); /* blocks */
+int medha_sched_block_size(const struct medha_sched *s); /* tokens */
 int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
 
 /*

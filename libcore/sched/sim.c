@@ -79,7 +79,7 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 
 		while (ai < n && order[ai]->arrival <= t) {
 			if ((rc = medha_sched_arrive(s, order[ai],
-			         order[ai]->arrival)) != 0)
+			         order[ai]->arrival, NULL)) != 0)
 				goto out;
 			ai++;
 		}
@@ -156,7 +156,7 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 					first = i;
 			if (fl[first].done > t)
 				break;
-			if ((rc = medha_sched_batch_done(s, &fl[first].b,
+			if ((rc = medha_sched_batch_done(s, &fl[first].b, NULL,
 			         fl[first].done)) != 0)
 				goto out;
 			tmp = fl[first];

@@ -23,7 +23,17 @@ want() {
 }
 
 want 0 -h
-grep -q '^usage: medha-sched --sim GPU -m MODEL' "$tmp/out"
+grep -q '^usage: medha-sched -l ADDR' "$tmp/out"
+grep -q '^       medha-sched --sim GPU -m MODEL' "$tmp/out"
+want 2 -l ipc:///x --sim a100 -m llama3-8b
+grep -q -- '-l ADDR' "$tmp/err"
+want 2 -l ipc:///x trace.jsonl
+grep -q 'no trace file' "$tmp/err"
+want 2 -l ipc:///x --workers 0
+want 2 -l nope://x
+grep -q 'nope://x' "$tmp/err"
+want 1 -l "ipc://$tmp/no/such/dir/s.sock"
+grep -q 'cannot listen' "$tmp/err"
 want 2 --bogus
 grep -q '^usage:' "$tmp/err"
 want 2 -m llama3-8b

@@ -28,7 +28,15 @@ want() {
 }
 
 want 0 -h
-grep -q '^usage: medha-worker -m MODEL' "$tmp/out"
+grep -q '^usage: medha-worker -s ADDR -m MODEL' "$tmp/out"
+grep -q '^       medha-worker -m MODEL (-p PROMPT' "$tmp/out"
+want 2 -s ipc:///nonexistent/x -m x.gguf -p hi
+grep -q 'no prompt' "$tmp/err"
+want 2 -s ipc:///x -m x.gguf --backend gpu
+want 1 -s ipc:///x -m "$tmp/none.gguf"
+grep -q 'none.gguf' "$tmp/err"
+want 1 -s ipc:///x --backend sim --gpu z80 -m llama3-8b
+grep -q 'z80' "$tmp/err"
 want 2
 want 2 -m x.gguf
 grep -q 'give the prompt' "$tmp/err"

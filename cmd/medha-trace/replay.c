@@ -1,0 +1,369 @@
+/*
+ * replay.c: medha-trace replay. Submits each request of a trace to a
+ * scheduler (or router) at its arrival time, divided by --speed, and
+ * prints one result record per request as it ends. A line with "prompt"
+ * sends the text, one with "prompt_ids" the ids, one with only
+ * "prompt_tokens" asks for a made-up prompt of that length. The trace is
+ * read as it is replayed, so `gen | replay | report` streams.
+ *
+ * Two req contexts: the main thread submits (SUBMIT, answered ACCEPTED
+ * or ERROR: a refused request is printed at once as a "rejected"
+ * record); a second thread polls (POLL, answered with token and record
+ * events) and prints the records. Every submitted request ends with
+ * exactly one record: if the scheduler goes silent for longer than
+ * MEDHA_PROTO_DEAD_MS, the requests still open get "failed" records.
+ */
+#include "medha-trace.h"
+
+#include "net/link.h"
+#include "net/proto.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct open_req {
+	uint64_t handle;
+	char id[MEDHA_ID_MAX];
+	double arrival;
+	int64_t prompt_tokens;
+};
+
+struct rp {
+	struct medha_cli *cli;
+	struct medha_writer *w;
+	pthread_mutex_t mu;
+	int ids;           /* --token-ids: keep token_ids and text */
+	int text;          /* --text: keep text */
+	int input_done;    /* every line submitted */
+	int64_t submitted, accepted, done, failed_submit;
+	struct open_req *open; /* accepted, no record yet */
+	int64_t nopen, cap;
+	int lost; /* the scheduler went away */
+	int wrerr;
+	int progress;
+};
+
+static double
+mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Encode, call, decode (the answer into *rep). */
+static int
+call(struct rp *p, int ctx, const struct medha_msg *m, struct medha_msg *rep,
+    double timeout, char *why, size_t whylen)
+{
+	void *buf, *in;
+	size_t len, inlen;
+	int rc;
+
+	if ((rc = medha_msg_encode(m, &buf, &len, why, whylen)) != 0)
+		return rc;
+	rc = medha_cli_call(p->cli, ctx, buf, len, &in, &inlen, timeout);
+	free(buf);
+	if (rc != 0)
+		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
+	rc = medha_msg_decode(rep, in, inlen, why, whylen);
+	free(in);
+	return rc;
+}
+
+/* Write rec (mutex held), dropping what was not asked for. */
+static void
+emit(struct rp *p, struct medha_record *rec)
+{
+	int32_t *ids = rec->token_ids;
+	char *text = rec->text;
+
+	if (!p->ids)
+		rec->token_ids = NULL;
+	if (!p->ids && !p->text)
+		rec->text = NULL;
+	if (medha_record_write(p->w, rec) != 0)
+		p->wrerr = 1;
+	rec->token_ids = ids;
+	rec->text = text;
+	p->done++;
+	if (p->progress)
+		fprintf(stderr, "\rmedha-trace replay: %lld submitted, %lld done ",
+		    (long long)p->submitted, (long long)p->done);
+}
+
+static void
+record_for(struct rp *p, const char *id, double arrival, int64_t prompt,
+    int status, const char *reason)
+{
+	struct medha_record rec;
+
+	memset(&rec, 0, sizeof(rec));
+	snprintf(rec.id, sizeof(rec.id), "%s", id);
+	rec.arrival = arrival;
+	rec.first_token = arrival;
+	rec.finish = arrival;
+	rec.prompt_tokens = prompt;
+	rec.status = status;
+	snprintf(rec.reason, sizeof(rec.reason), "%s", reason);
+	emit(p, &rec);
+}
+
+static void
+close_open(struct rp *p, uint64_t handle)
+{
+	for (int64_t i = 0; i < p->nopen; i++)
+		if (p->open[i].handle == handle) {
+			p->open[i] = p->open[--p->nopen];
+			return;
+		}
+}
+
+static void *
+poll_main(void *arg)
+{
+	struct rp *p = arg;
+	struct medha_msg m = {.type = MEDHA_MSG_POLL}, rep;
+	double silent_since = 0;
+	char why[256];
+
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		if (p->input_done && p->done >= p->accepted + p->failed_submit) {
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		pthread_mutex_unlock(&p->mu);
+		if (call(p, 1, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
+		        sizeof(why)) != 0) {
+			if (silent_since == 0)
+				silent_since = mono();
+			if (mono() - silent_since < MEDHA_PROTO_DEAD_MS / 1e3)
+				continue;
+			pthread_mutex_lock(&p->mu);
+			medha_log(MEDHA_LOG_ERROR,
+			    "scheduler lost (%s): %lld requests fail", why,
+			    (long long)p->nopen);
+			for (int64_t i = 0; i < p->nopen; i++)
+				record_for(p, p->open[i].id, p->open[i].arrival,
+				    p->open[i].prompt_tokens,
+				    MEDHA_STATUS_FAILED, "scheduler lost");
+			p->nopen = 0;
+			p->lost = 1;
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		silent_since = 0;
+		if (rep.type != MEDHA_MSG_EVENTS) {
+			medha_log(MEDHA_LOG_WARN, "POLL answered with %s%s%s",
+			    medha_msg_type_name(rep.type),
+			    rep.type == MEDHA_MSG_ERROR ? ": " : "",
+			    rep.type == MEDHA_MSG_ERROR ? rep.error.reason : "");
+			medha_msg_clear(&rep);
+			usleep(100000);
+			continue;
+		}
+		pthread_mutex_lock(&p->mu);
+		for (int64_t i = 0; i < rep.events.n; i++) {
+			struct medha_msg_event *e = &rep.events.ev[i];
+			if (e->kind != MEDHA_EVENT_RECORD)
+				continue;
+			close_open(p, e->handle);
+			emit(p, e->record);
+		}
+		pthread_mutex_unlock(&p->mu);
+		medha_msg_clear(&rep);
+	}
+}
+
+/* Wait until the scheduler says it is ready; 0, or 1 after logging. */
+static int
+wait_ready(struct rp *p, double wait)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_STATUS}, rep;
+	double until = mono() + wait;
+	char why[256];
+	int said = 0;
+
+	for (;;) {
+		if (call(p, 0, &m, &rep, 1, why, sizeof(why)) == 0) {
+			int ok = rep.type == MEDHA_MSG_STATUS_REPLY &&
+			    rep.status.ready;
+			if (rep.type == MEDHA_MSG_STATUS_REPLY && !ok && !said++)
+				medha_log(MEDHA_LOG_WARN,
+				    "waiting for the replica: %lld of %lld "
+				    "workers",
+				    (long long)rep.status.workers,
+				    (long long)rep.status.workers_wanted);
+			medha_msg_clear(&rep);
+			if (ok)
+				return 0;
+			usleep(100000);
+		}
+		if (mono() > until) {
+			medha_log(MEDHA_LOG_ERROR, "not ready after %.0f s%s%s",
+			    wait, said ? "" : ": ", said ? "" : why);
+			return 1;
+		}
+	}
+}
+
+enum { OPT_SPEED = 256, OPT_IDS, OPT_TEXT, OPT_WAIT };
+
+int
+trace_replay(int argc, char *argv[])
+{
+	static const struct option opts[] = {
+	    {"addr", required_argument, NULL, 'a'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"output", required_argument, NULL, 'o'},
+	    {"speed", required_argument, NULL, OPT_SPEED},
+	    {"text", no_argument, NULL, OPT_TEXT},
+	    {"token-ids", no_argument, NULL, OPT_IDS},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"wait", required_argument, NULL, OPT_WAIT},
+	    {NULL, 0, NULL, 0},
+	};
+	struct rp p;
+	struct medha_trace_in *t;
+	struct medha_reqspec rs;
+	const char *addr = NULL, *out = NULL, *in = NULL;
+	double speed = 1, wait = 60, t0;
+	FILE *f = stdin, *of;
+	pthread_t poller;
+	char why[512];
+	int ch, rc, status = 0;
+
+	memset(&p, 0, sizeof(p));
+	while ((ch = getopt_long(argc, argv, "a:ho:v", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'a': addr = optarg; break;
+		case 'h': usage(0);
+		case 'o': out = optarg; break;
+		case 'v': medha_log_level++; break;
+		case OPT_SPEED:
+			speed = flag_f64("--speed", optarg, 0, 1e9, 1);
+			break;
+		case OPT_IDS: p.ids = 1; break;
+		case OPT_TEXT: p.text = 1; break;
+		case OPT_WAIT:
+			wait = flag_f64("--wait", optarg, 0, 1e6, 0);
+			break;
+		default: usage(2);
+		}
+	}
+	if (addr == NULL) {
+		fprintf(stderr, "medha-trace replay: -a ADDR is required\n");
+		usage(2);
+	}
+	if (argc - optind > 1) {
+		fprintf(stderr, "medha-trace replay: one trace at most\n");
+		usage(2);
+	}
+	if (optind < argc && strcmp(argv[optind], "-") != 0)
+		in = argv[optind];
+	if (in != NULL && (f = fopen(in, "rb")) == NULL) {
+		fprintf(stderr, "medha-trace replay: %s: %s\n", in,
+		    strerror(errno));
+		return 1;
+	}
+	if ((rc = medha_trace_open(&t, f)) != 0) {
+		fprintf(stderr, "medha-trace replay: %s\n", medha_strerror(rc));
+		return 1;
+	}
+	if ((of = out_open(out, &p.w)) == NULL)
+		return 1;
+	signal(SIGPIPE, SIG_IGN);
+	if (medha_cli_open(&p.cli, addr, 2, why, sizeof(why)) != 0) {
+		fprintf(stderr, "medha-trace replay: %s\n", why);
+		return 2;
+	}
+	pthread_mutex_init(&p.mu, NULL);
+	p.progress = isatty(STDERR_FILENO);
+	if (wait_ready(&p, wait) != 0) {
+		medha_cli_close(p.cli);
+		return 1;
+	}
+	pthread_create(&poller, NULL, poll_main, &p);
+	t0 = mono();
+	memset(&rs, 0, sizeof(rs));
+	while ((rc = medha_trace_next(t, &rs)) == 1) {
+		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
+		double at = t0 + rs.arrival / speed, d = at - mono();
+		int lost;
+
+		pthread_mutex_lock(&p.mu);
+		lost = p.lost;
+		pthread_mutex_unlock(&p.mu);
+		if (lost)
+			break;
+		if (d > 0)
+			usleep((useconds_t)(d * 1e6));
+		m.submit = rs;
+		rc = call(&p, 0, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
+		    sizeof(why));
+		pthread_mutex_lock(&p.mu);
+		p.submitted++;
+		if (rc != 0 || rep.type != MEDHA_MSG_ACCEPTED) {
+			const char *reason = rc != 0 ? why
+			    : rep.type == MEDHA_MSG_ERROR
+			    ? rep.error.reason
+			    : "unexpected answer";
+			medha_log(MEDHA_LOG_INFO, "request %s refused: %s", rs.id,
+			    reason);
+			p.failed_submit++;
+			record_for(&p, rs.id, mono() - t0, rs.prompt_tokens,
+			    MEDHA_STATUS_REJECTED, reason);
+		} else {
+			p.accepted++;
+			if (p.nopen == p.cap) {
+				int64_t ncap = p.cap ? 2 * p.cap : 256;
+				void *n = medha_reallocarray(p.open, (size_t)ncap,
+				    sizeof(*p.open));
+				if (n == NULL) {
+					fprintf(stderr, "medha-trace replay: "
+					                "out of memory\n");
+					exit(1);
+				}
+				p.open = n;
+				p.cap = ncap;
+			}
+			p.open[p.nopen++] = (struct open_req){
+			    rep.accepted.handle, "", rs.arrival, rs.prompt_tokens};
+			memcpy(p.open[p.nopen - 1].id, rs.id, MEDHA_ID_MAX);
+		}
+		pthread_mutex_unlock(&p.mu);
+		if (rc == 0)
+			medha_msg_clear(&rep);
+		medha_reqspec_clear(&rs);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "medha-trace replay: %s: %s\n",
+		    in != NULL ? in : "stdin", medha_trace_error(t));
+		status = 1;
+	}
+	medha_reqspec_clear(&rs);
+	pthread_mutex_lock(&p.mu);
+	p.input_done = 1;
+	pthread_mutex_unlock(&p.mu);
+	pthread_join(poller, NULL);
+	if (p.progress)
+		fputc('\n', stderr);
+	medha_trace_close(t);
+	if (f != stdin)
+		fclose(f);
+	medha_cli_close(p.cli);
+	free(p.open);
+	if (out_close(out, of, p.w) != 0 || p.wrerr)
+		status = 1;
+	if (p.lost)
+		status = 1;
+	return status;
+}

@@ -1,0 +1,413 @@
+/*
+ * daemon.c: medha-worker's daemon mode. It dials its scheduler, says
+ * HELLO (backend, model, layout, KV block size and count), then asks for
+ * work with READY and answers each BATCH with a RESULT of the tokens it
+ * sampled, on one req context; a second context sends HEARTBEAT every
+ * second while a batch runs, so the scheduler can tell a long batch from
+ * a dead worker. Every sequence lives in the backend under the
+ * scheduler's request handle until a BATCH or IDLE lists it in frees.
+ * If the scheduler goes away (no answer within MEDHA_PROTO_DEAD_MS, or
+ * an ERROR), the worker frees every sequence and says HELLO again.
+ * Wiring only: the numerics are the backend's (libcore/engine).
+ */
+#include "medha-worker.h"
+
+#include "engine/backend.h"
+#include "model/sample.h"
+#include "net/link.h"
+#include "net/proto.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stopping;
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+/* One sequence the backend holds for a request handle. */
+struct wseq {
+	uint64_t handle; /* 0: free entry */
+	int seq;         /* backend sequence */
+	struct medha_sampler *smp;
+};
+
+struct worker {
+	struct medha_backend *be;
+	struct medha_cli *cli;
+	int id;
+	struct wseq *seqs; /* (max_seqs) */
+	int max_seqs;
+	/* a batch's scratch, grown to the largest seen */
+	int32_t *tok;
+	struct medha_batch_seq *bs;
+	struct medha_sampler **smp;
+	int32_t *out;
+	size_t tok_cap, seq_cap;
+	/* heartbeats */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int running, quit;
+};
+
+static struct wseq *
+find_seq(struct worker *w, uint64_t h)
+{
+	for (int i = 0; i < w->max_seqs; i++)
+		if (w->seqs[i].handle == h)
+			return &w->seqs[i];
+	return NULL;
+}
+
+static void
+free_seq(struct worker *w, struct wseq *q)
+{
+	medha_backend_seq_free(w->be, q->seq);
+	medha_sampler_free(q->smp);
+	memset(q, 0, sizeof(*q));
+}
+
+static void
+free_all(struct worker *w)
+{
+	for (int i = 0; i < w->max_seqs; i++)
+		if (w->seqs[i].handle != 0)
+			free_seq(w, &w->seqs[i]);
+}
+
+/* Encode m, call on context ctx, decode the answer into *rep. */
+static int
+call(struct worker *w, int ctx, const struct medha_msg *m,
+    struct medha_msg *rep, double timeout, char *why, size_t whylen)
+{
+	void *buf, *in;
+	size_t len, inlen;
+	int rc;
+
+	if ((rc = medha_msg_encode(m, &buf, &len, why, whylen)) != 0)
+		return rc;
+	rc = medha_cli_call(w->cli, ctx, buf, len, &in, &inlen, timeout);
+	free(buf);
+	if (rc != 0)
+		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
+	rc = medha_msg_decode(rep, in, inlen, why, whylen);
+	free(in);
+	return rc;
+}
+
+static void *
+heartbeat_main(void *arg)
+{
+	struct worker *w = arg;
+	struct medha_msg m = {.type = MEDHA_MSG_HEARTBEAT}, rep;
+	char why[256];
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->quit) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += MEDHA_PROTO_HEARTBEAT_MS / 1000;
+		pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+		if (w->quit || !w->running)
+			continue;
+		m.worker_id = w->id;
+		pthread_mutex_unlock(&w->mu);
+		if (call(w, 1, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
+		        sizeof(why)) == 0)
+			medha_msg_clear(&rep);
+		else
+			medha_log(MEDHA_LOG_WARN, "heartbeat: %s", why);
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+static int
+grow_scratch(struct worker *w, size_t ntok, size_t nseq)
+{
+	if (ntok > w->tok_cap) {
+		void *p = medha_reallocarray(w->tok, ntok, sizeof(*w->tok));
+		if (p == NULL)
+			return MEDHA_ENOMEM;
+		w->tok = p;
+		w->tok_cap = ntok;
+	}
+	if (nseq > w->seq_cap) {
+		void *a = medha_reallocarray(w->bs, nseq, sizeof(*w->bs));
+		if (a != NULL)
+			w->bs = a;
+		void *b = medha_reallocarray(w->smp, nseq, sizeof(*w->smp));
+		if (b != NULL)
+			w->smp = b;
+		void *c = medha_reallocarray(w->out, nseq, sizeof(*w->out));
+		if (c != NULL)
+			w->out = c;
+		if (a == NULL || b == NULL || c == NULL)
+			return MEDHA_ENOMEM;
+		w->seq_cap = nseq;
+	}
+	return 0;
+}
+
+/*
+ * Run one BATCH into *res (a RESULT). A request's first item (position
+ * 0) opens its sequence and sampler. On failure res->error says why.
+ */
+static void
+run_batch(struct worker *w, const struct medha_msg_batch *b,
+    struct medha_msg_result *res)
+{
+	const struct medha_model_config *mc = &w->be->info.shape;
+	struct medha_batch batch;
+	struct medha_fwd f;
+	size_t ntok = 0;
+	int64_t i, nsample = 0;
+	int rc;
+
+	res->seq = b->seq;
+	res->worker_id = w->id;
+	for (i = 0; i < b->n_items; i++)
+		ntok += (size_t)b->items[i].n_ids;
+	if (b->n_items == 0)
+		return;
+	if (grow_scratch(w, ntok, (size_t)b->n_items) != 0) {
+		snprintf(res->error, sizeof(res->error), "out of memory");
+		return;
+	}
+	ntok = 0;
+	for (i = 0; i < b->n_items; i++) {
+		const struct medha_msg_item *it = &b->items[i];
+		struct wseq *q = find_seq(w, it->handle);
+
+		if (q == NULL && it->pos == 0) {
+			struct medha_sampler_params sp = it->has_params
+			    ? it->params
+			    : medha_sampling_greedy;
+			if ((q = find_seq(w, 0)) == NULL ||
+			    medha_backend_seq_alloc(w->be, &q->seq) != 0) {
+				snprintf(res->error, sizeof(res->error),
+				    "no room for another sequence (%d held)",
+				    w->max_seqs);
+				return;
+			}
+			if (medha_sampler_init(&q->smp, &sp, mc->vocab) != 0) {
+				medha_backend_seq_free(w->be, q->seq);
+				snprintf(res->error, sizeof(res->error),
+				    "request %llx: bad sampling parameters",
+				    (unsigned long long)it->handle);
+				return;
+			}
+			q->handle = it->handle;
+		} else if (q == NULL) {
+			snprintf(res->error, sizeof(res->error),
+			    "request %llx at position %lld: no such sequence",
+			    (unsigned long long)it->handle,
+			    (long long)it->pos);
+			return;
+		}
+		memcpy(w->tok + ntok, it->ids, (size_t)it->n_ids * sizeof(int32_t));
+		ntok += (size_t)it->n_ids;
+		w->bs[i] = (struct medha_batch_seq){.seq = q->seq,
+		    .pos = it->pos,
+		    .n_tokens = (int32_t)it->n_ids,
+		    .logits = it->sample ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE};
+		w->smp[i] = it->sample ? q->smp : NULL;
+		nsample += it->sample != 0;
+	}
+	batch = (struct medha_batch){w->tok, (int32_t)ntok, w->bs,
+	    (int32_t)b->n_items};
+	memset(&f, 0, sizeof(f));
+	f.b = &batch;
+	f.layer_lo = w->be->info.layer_lo;
+	f.layer_hi = w->be->info.layer_hi;
+	f.samplers = w->smp;
+	f.tokens = w->out;
+	rc = medha_backend_forward(w->be, &f, res->error, sizeof(res->error));
+	if (rc != 0)
+		return;
+	if ((res->tokens = medha_calloc((size_t)(nsample ? nsample : 1),
+	         sizeof(*res->tokens))) == NULL) {
+		snprintf(res->error, sizeof(res->error), "out of memory");
+		return;
+	}
+	for (i = 0; i < b->n_items; i++)
+		if (b->items[i].sample && w->out[i] >= 0)
+			res->tokens[res->n_tokens++] = (struct medha_msg_token){
+			    b->items[i].handle, w->out[i]};
+}
+
+static void
+apply_frees(struct worker *w, const struct medha_msg_batch *b)
+{
+	for (int64_t i = 0; i < b->n_frees; i++) {
+		struct wseq *q = find_seq(w, b->frees[i]);
+		if (q != NULL)
+			free_seq(w, q);
+	}
+}
+
+/* HELLO until WELCOME (or a stop). 0, or 1 when stopping. */
+static int
+hello(struct worker *w, const struct medha_msg_hello *h)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_HELLO}, rep;
+	char why[512];
+	int said = 0;
+
+	m.hello = *h;
+	while (!stopping) {
+		if (call(w, 0, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
+		        sizeof(why)) != 0) {
+			if (!said++)
+				medha_log(MEDHA_LOG_INFO,
+				    "waiting for the scheduler: %s", why);
+			continue;
+		}
+		if (rep.type == MEDHA_MSG_WELCOME) {
+			w->id = rep.worker_id;
+			medha_msg_clear(&rep);
+			return 0;
+		}
+		if (rep.type == MEDHA_MSG_ERROR)
+			medha_log(MEDHA_LOG_ERROR, "scheduler refused us: %s",
+			    rep.error.reason);
+		else
+			medha_log(MEDHA_LOG_ERROR, "HELLO answered with %s",
+			    medha_msg_type_name(rep.type));
+		medha_msg_clear(&rep);
+		sleep(1);
+	}
+	return 1;
+}
+
+int
+worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
+{
+	struct worker w;
+	struct medha_msg_hello h;
+	struct medha_msg out, rep;
+	struct sigaction sa;
+	pthread_t hb;
+	char why[512];
+	int rc = 0, batches = 0;
+
+	memset(&w, 0, sizeof(w));
+	w.be = be;
+	w.max_seqs = be->info.max_seqs;
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	if ((w.seqs = medha_calloc(w.max_seqs, sizeof(*w.seqs))) == NULL) {
+		fprintf(stderr, "medha-worker: out of memory\n");
+		return 1;
+	}
+	if (medha_cli_open(&w.cli, o->addr, 2, why, sizeof(why)) != 0) {
+		fprintf(stderr, "medha-worker: %s\n", why);
+		free(w.seqs);
+		return o->addr[0] ? 1 : 2;
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	pthread_create(&hb, NULL, heartbeat_main, &w);
+
+	memset(&h, 0, sizeof(h));
+	snprintf(h.backend, sizeof(h.backend), "%s", be->info.name);
+	snprintf(h.model, sizeof(h.model), "%s", o->model);
+	snprintf(h.gpu, sizeof(h.gpu), "%s", o->gpu);
+	h.tp = h.spp = h.kvp = 1;
+	h.layer_lo = be->info.layer_lo;
+	h.layer_hi = be->info.layer_hi;
+	h.block_size = be->info.block_size;
+	h.n_blocks = be->info.n_blocks > INT32_MAX ? INT32_MAX
+	                                           : (int)be->info.n_blocks;
+	h.max_seqs = be->info.max_seqs;
+	h.vocab = be->info.shape.vocab;
+	h.dim = be->info.shape.dim;
+	h.pid = (int)getpid();
+
+	while (!stopping) {
+		if (hello(&w, &h) != 0)
+			break;
+		medha_log(MEDHA_LOG_WARN,
+		    "ready: worker %d of %s, %s backend, %lld KV blocks of %d",
+		    w.id, o->addr, be->info.name, (long long)be->info.n_blocks,
+		    be->info.block_size);
+		memset(&out, 0, sizeof(out));
+		out.type = MEDHA_MSG_READY;
+		out.worker_id = w.id;
+		while (!stopping) {
+			rc = call(&w, 0, &out, &rep, MEDHA_PROTO_DEAD_MS / 1e3,
+			    why, sizeof(why));
+			free(out.result.tokens);
+			memset(&out, 0, sizeof(out));
+			out.type = MEDHA_MSG_READY;
+			out.worker_id = w.id;
+			if (rc != 0) {
+				medha_log(MEDHA_LOG_WARN,
+				    "scheduler lost (%s): freeing every "
+				    "sequence",
+				    why);
+				break;
+			}
+			if (rep.type == MEDHA_MSG_IDLE) {
+				apply_frees(&w, &rep.batch);
+			} else if (rep.type == MEDHA_MSG_BATCH) {
+				apply_frees(&w, &rep.batch);
+				out.type = MEDHA_MSG_RESULT;
+				out.result.worker_id = w.id;
+				pthread_mutex_lock(&w.mu);
+				w.running = 1;
+				pthread_mutex_unlock(&w.mu);
+				run_batch(&w, &rep.batch, &out.result);
+				pthread_mutex_lock(&w.mu);
+				w.running = 0;
+				pthread_mutex_unlock(&w.mu);
+				if (out.result.error[0] != '\0')
+					medha_log(MEDHA_LOG_ERROR,
+					    "batch %llu failed: %s",
+					    (unsigned long long)rep.batch.seq,
+					    out.result.error);
+				if (++batches % 1000 == 0)
+					medha_log(MEDHA_LOG_INFO,
+					    "%d batches run", batches);
+			} else {
+				medha_log(MEDHA_LOG_WARN,
+				    "scheduler answered %s%s%s: starting over",
+				    medha_msg_type_name(rep.type),
+				    rep.type == MEDHA_MSG_ERROR ? ": " : "",
+				    rep.type == MEDHA_MSG_ERROR
+				        ? rep.error.reason
+				        : "");
+				medha_msg_clear(&rep);
+				break;
+			}
+			medha_msg_clear(&rep);
+		}
+		free(out.result.tokens);
+		free_all(&w);
+	}
+	pthread_mutex_lock(&w.mu);
+	w.quit = 1;
+	pthread_cond_signal(&w.cv);
+	pthread_mutex_unlock(&w.mu);
+	pthread_join(hb, NULL);
+	medha_cli_close(w.cli);
+	free_all(&w);
+	free(w.seqs);
+	free(w.tok);
+	free(w.bs);
+	free(w.smp);
+	free(w.out);
+	medha_log(MEDHA_LOG_WARN, "stopped after %d batches", batches);
+	return 0;
+}

@@ -1,0 +1,23 @@
+/*
+ * medha-worker.h: what medha-worker's two modes share: the daemon mode
+ * (daemon.c) that serves a scheduler, beside the one-shot mode in
+ * main.c.
+ */
+#ifndef MEDHA_WORKER_CMD_H
+#define MEDHA_WORKER_CMD_H
+
+#include "engine/backend.h"
+
+struct worker_daemon_opts {
+	const char *addr;  /* the scheduler's address (-s) */
+	const char *model; /* as given with -m: announced in HELLO */
+	const char *gpu;   /* the predictor's device: "cpu" or a GPU name */
+};
+
+/*
+ * Serve the scheduler at o->addr with backend be until SIGTERM or
+ * SIGINT. Returns the exit status (0 after a stop on a signal).
+ */
+int worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o);
+
+#endif

@@ -1,0 +1,200 @@
+/*
+ * backend.c: what every backend shares (backend.h): the checks a forward
+ * call passes before it reaches the backend (the batch's shape, the
+ * layer range, which buffers are given), the dispatch through the
+ * function table, and the helpers implementations use (making the
+ * backend struct, sampling each sequence from its logits row).
+ */
+#include "engine/backend.h"
+
+#include <stdlib.h>
+
+/* ---- checks ---- */
+
+/* The batch's own consistency, and its tokens when they are read. */
+static int
+check_batch(const struct medha_backend_info *in, const struct medha_batch *b,
+    int embed, char *why, size_t whylen)
+{
+	int64_t sum = 0;
+	int32_t i;
+
+	if (b->n_seqs < 1 || b->n_tokens < 1 || b->seq == NULL ||
+	    (embed && b->tokens == NULL))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "empty batch (%d sequences, %d tokens)", b->n_seqs,
+		    b->n_tokens);
+	for (i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		if (s->n_tokens < 1 || s->pos < 0)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "batch entry %d: %d tokens at position %lld", i,
+			    s->n_tokens, (long long)s->pos);
+		if (s->logits < MEDHA_LOGITS_LAST ||
+		    s->logits > MEDHA_LOGITS_NONE)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "batch entry %d: logits mode %d", i, s->logits);
+		sum += s->n_tokens;
+	}
+	if (sum != b->n_tokens)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "sequences hold %lld tokens, batch has %d", (long long)sum,
+		    b->n_tokens);
+	for (i = 0; embed && i < b->n_tokens; i++)
+		if (b->tokens[i] < 0 || b->tokens[i] >= in->shape.vocab)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "token %d at %d is outside the vocabulary (%d)",
+			    b->tokens[i], i, in->shape.vocab);
+	return 0;
+}
+
+/* f against the backend's info: range, buffers, samplers. */
+static int
+check_fwd(const struct medha_backend_info *in, const struct medha_fwd *f,
+    char *why, size_t whylen)
+{
+	const int lo = f->layer_lo, hi = f->layer_hi, nl = in->shape.n_layers;
+	int32_t i;
+	int rc;
+
+	if (f->b == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL, "no batch");
+	if (lo >= hi || lo < in->layer_lo || hi > in->layer_hi)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layers [%d, %d): not a range within [%d, %d), the "
+		    "layers the %s backend runs",
+		    lo, hi, in->layer_lo, in->layer_hi, in->name);
+	if (lo > 0 && f->h_in == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no hidden states (h_in) to enter layer %d with", lo);
+	if (lo == 0 && f->h_in != NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "hidden states (h_in) handed to layer 0, which embeds "
+		    "the tokens");
+	if (hi < nl && f->h_out == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no room (h_out) for the hidden states leaving layer %d "
+		    "of %d",
+		    hi - 1, nl);
+	if (hi == nl && f->h_out != NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "room (h_out) for hidden states after the last layer, "
+		    "which gives logits");
+	if (hi < nl && (f->logits != NULL || f->samplers != NULL))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "%s asked for after layer %d of %d",
+		    f->logits != NULL ? "logits" : "samples", hi - 1, nl);
+	if ((rc = check_batch(in, f->b, lo == 0, why, whylen)) != 0)
+		return rc;
+	if (f->samplers == NULL)
+		return 0;
+	if (f->tokens == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "samplers but no room for the tokens");
+	for (i = 0; i < f->b->n_seqs; i++)
+		if (f->samplers[i] != NULL &&
+		    f->b->seq[i].logits != MEDHA_LOGITS_LAST)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "batch entry %d: a sampler, but logits mode %d "
+			    "(not the last token's)",
+			    i, f->b->seq[i].logits);
+	return 0;
+}
+
+/* ---- the interface ---- */
+
+int
+medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
+    char *why, size_t whylen)
+{
+	int32_t i;
+	int rc;
+
+	if (be == NULL || f == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no backend or no call");
+	if ((rc = check_fwd(&be->info, f, why, whylen)) != 0)
+		return rc;
+	if (f->samplers != NULL)
+		for (i = 0; i < f->b->n_seqs; i++)
+			f->tokens[i] = -1;
+	return be->ops->forward(be->impl, f, why, whylen);
+}
+
+int
+medha_backend_seq_alloc(struct medha_backend *be, int *seq)
+{
+	return be->ops->seq_alloc(be->impl, seq);
+}
+
+void
+medha_backend_seq_free(struct medha_backend *be, int seq)
+{
+	be->ops->seq_free(be->impl, seq);
+}
+
+int64_t
+medha_backend_seq_len(struct medha_backend *be, int seq)
+{
+	if (be->ops->seq_len == NULL)
+		return MEDHA_EUNSUP;
+	return be->ops->seq_len(be->impl, seq);
+}
+
+int64_t
+medha_backend_free_blocks(struct medha_backend *be)
+{
+	if (be->ops->free_blocks == NULL)
+		return MEDHA_EUNSUP;
+	return be->ops->free_blocks(be->impl);
+}
+
+void
+medha_backend_close(struct medha_backend *be)
+{
+	if (be == NULL)
+		return;
+	be->ops->close(be->impl);
+	free(be);
+}
+
+/* ---- for implementations ---- */
+
+int
+medha_backend_new(struct medha_backend **bep,
+    const struct medha_backend_ops *ops, void *impl,
+    const struct medha_backend_info *info)
+{
+	struct medha_backend *be;
+
+	MEDHA_ASSERT(ops->seq_alloc != NULL && ops->seq_free != NULL &&
+	    ops->forward != NULL && ops->close != NULL);
+	*bep = NULL;
+	if ((be = calloc(1, sizeof(*be))) == NULL)
+		return MEDHA_ENOMEM;
+	be->ops = ops;
+	be->impl = impl;
+	be->info = *info;
+	*bep = be;
+	return 0;
+}
+
+void
+medha_backend_sample(const struct medha_batch *b, const float *logits,
+    int vocab, struct medha_sampler *const *samplers, int32_t *tokens)
+{
+	int64_t row = 0;
+	int32_t i;
+
+	for (i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		int64_t last = s->logits == MEDHA_LOGITS_ALL ? s->n_tokens - 1
+		    : s->logits == MEDHA_LOGITS_LAST         ? 0
+		                                             : -1;
+		tokens[i] = samplers[i] != NULL && last >= 0
+		    ? medha_sample(samplers[i],
+		          logits + (size_t)(row + last) * (size_t)vocab)
+		    : -1;
+		row += last + 1;
+	}
+}

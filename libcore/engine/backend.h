@@ -1,0 +1,188 @@
+/*
+ * backend.h: the one interface every execution backend implements (cpu
+ * now, sim and cuda to come; DESIGN.md sections 5a and 6): sequences
+ * held in the backend's paged KV cache, and a forward pass over a batch
+ * of many sequences (batch.h) for a range of layers, hidden states in
+ * and out, so that one worker runs the whole model, an SPP pipeline
+ * stage, or (later) a KVP shard. A backend is a table of function
+ * pointers (some optional, marked) over its private state, with what a
+ * scheduler must agree on (the model's shape, the KV block size and
+ * count) in info. Callers go through the medha_backend_* functions,
+ * which check a call before it reaches the backend, so implementations
+ * see only well-formed calls. One call at a time per backend.
+ *
+ * Hidden states are the residual stream: (n_tokens, dim) f32 rows in the
+ * batch's token order. The last stage gives logits (optionally, rows as
+ * batch.h says) and sampled tokens (optionally, one per sequence that
+ * has a sampler); a backend that computes no logits (sim) still gives
+ * tokens, so callers that only need tokens never ask for logits.
+ *
+ * Positions are claimed once per batch: the call that starts at the
+ * backend's first layer (info.layer_lo) sets each sequence's cached
+ * length to pos + n_tokens (pos at most the length before: a smaller pos
+ * forgets the tail); a later call of the same batch finds them claimed
+ * (pos + n_tokens at most the length). So a batch run as calls [0, k)
+ * then [k, n) on one backend, stages pipelined (stage 0 a batch ahead
+ * of stage 1), and two backends made for [0, k) and [k, n) with caches
+ * of their own all give what whole calls give, bit for bit on cpu.
+ *
+ *	struct medha_backend *be;	(backend_cpu.h)
+ *	struct medha_backend_cpu_opts o = { .n_threads = 4,
+ *	    .kv_blocks = 1024 };
+ *	if (medha_backend_cpu_open(&be, "model.gguf", &o, why, sizeof(why)))
+ *		...;
+ *	int n = be->info.shape.n_layers, k = n / 2, seq;
+ *	medha_backend_seq_alloc(be, &seq);
+ *	struct medha_batch_seq s = { .seq = seq, .pos = 0, .n_tokens = 5,
+ *	    .logits = MEDHA_LOGITS_LAST };
+ *	struct medha_batch b = { ids, 5, &s, 1 };
+ *	float *h = malloc(5 * be->info.shape.dim * sizeof(float));
+ *	struct medha_sampler *sp[1] = { greedy };
+ *	int32_t next;
+ *	struct medha_fwd f0 = { .b = &b, .layer_lo = 0, .layer_hi = k,
+ *	    .h_out = h };			(stage 0: embed, layers [0, k))
+ *	struct medha_fwd f1 = { .b = &b, .layer_lo = k, .layer_hi = n,
+ *	    .h_in = h, .samplers = sp, .tokens = &next };	(stage 1)
+ *	if (medha_backend_forward(be, &f0, why, sizeof(why)) != 0 ||
+ *	    medha_backend_forward(be, &f1, why, sizeof(why)) != 0)
+ *		...;
+ *	(next is the greedy token after ids; s.pos = 5, ids = &next, ...)
+ *	medha_backend_seq_free(be, seq);
+ *	medha_backend_close(be);
+ */
+#ifndef MEDHA_BACKEND_H
+#define MEDHA_BACKEND_H
+
+#include "medha.h"
+#include "engine/batch.h"
+#include "model/model.h"
+#include "model/sample.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * One forward call: layers [layer_lo, layer_hi) of batch b. All memory
+ * is the caller's; the backend reads b, h_in and samplers and writes
+ * h_out, logits and tokens (and advances the samplers' generators).
+ */
+struct medha_fwd {
+	/* the batch (batch.h); b->tokens may be NULL when layer_lo > 0 */
+	const struct medha_batch *b;
+	/* run layers [lo, hi), lo < hi, within info.layer_lo/hi */
+	int layer_lo, layer_hi;
+	/* (b->n_tokens, dim) the stream entering layer_lo: required when
+	   layer_lo > 0, NULL at 0 (the embeddings of b->tokens) */
+	const float *h_in;
+	/* (b->n_tokens, dim) out: the stream leaving layer_hi - 1: required
+	   when layer_hi < n_layers, NULL when it is n_layers */
+	float *h_out;
+	/* optional out, only when layer_hi == n_layers:
+	   medha_batch_logit_rows(b) rows of vocab floats */
+	float *logits;
+	/* optional, only when layer_hi == n_layers: (b->n_seqs) a sampler
+	   per sequence (NULL entries allowed), drawn in batch order; a
+	   sequence with one must be in MEDHA_LOGITS_LAST */
+	struct medha_sampler *const *samplers;
+	/* (b->n_seqs) out, required with samplers: the token sampled for
+	   each sequence with a sampler, -1 for the others; ignored
+	   without samplers */
+	int32_t *tokens;
+};
+
+/* What a backend holds and runs; filled by its constructor. */
+struct medha_backend_info {
+	const char *name;                /* "cpu", "sim", ... (static) */
+	struct medha_model_config shape; /* the model's hyper-parameters,
+	                                    vocab included */
+	int layer_lo, layer_hi;          /* the layers it runs, [lo, hi) */
+	int block_size;                  /* positions per KV block (16,
+	                                    MEDHA_KV_BLOCK) */
+	int64_t n_blocks;                /* KV blocks in its pool */
+	int max_seqs;                    /* sequences held at once */
+	int kv_type;                     /* MEDHA_KV_F32 or MEDHA_KV_F16
+	                                    (cpu/kvcache.h) */
+};
+
+/*
+ * The table an implementation fills. impl is its state. Required slots
+ * first; the optional ones may be NULL (the medha_backend_* wrapper then
+ * answers MEDHA_EUNSUP).
+ */
+struct medha_backend_ops {
+	/* An empty sequence: *seq is its handle. 0 or MEDHA_ENOSPACE. */
+	int (*seq_alloc)(void *impl, int *seq);
+	/* Free a sequence and give its KV blocks back; a bad handle is
+	   ignored. */
+	void (*seq_free)(void *impl, int seq);
+	/*
+	 * Run f, already checked against info (shape, range, which buffers
+	 * are given) by medha_backend_forward(); the backend checks the
+	 * rest (sequence handles, positions against its cache) and fills
+	 * f->tokens where samplers are given. 0 or a MEDHA_E* code with a
+	 * reason in why.
+	 */
+	int (*forward)(void *impl, const struct medha_fwd *f, char *why,
+	    size_t whylen);
+	/* Free impl and everything it owns. */
+	void (*close)(void *impl);
+
+	/* optional: positions cached for seq, MEDHA_EINVAL (bad handle) */
+	int64_t (*seq_len)(void *impl, int seq);
+	/* optional: KV blocks left in the pool */
+	int64_t (*free_blocks)(void *impl);
+};
+
+struct medha_backend {
+	const struct medha_backend_ops *ops; /* static, the implementation's */
+	void *impl;                          /* owned, freed by ops->close */
+	struct medha_backend_info info;
+};
+
+/*
+ * Check f against be->info, set f->tokens to -1 (when samplers are
+ * given) and run it. A malformed call (an empty or inconsistent batch, a
+ * token outside the vocabulary at layer 0, a layer range not within the
+ * backend's, h_in missing past layer 0 or given at it, h_out missing
+ * before the last layer or given at it, logits or samplers before the
+ * last layer, samplers without tokens or on a sequence not in
+ * MEDHA_LOGITS_LAST) is refused with MEDHA_EINVAL and a reason before
+ * the backend sees it. Otherwise returns the backend's answer: 0,
+ * MEDHA_EINVAL (a bad sequence or position), MEDHA_ENOSPACE (no KV
+ * blocks left), MEDHA_ENOMEM, with a reason in why.
+ */
+int medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
+    char *why, size_t whylen);
+
+/* A new empty sequence's handle in *seq: 0 or MEDHA_ENOSPACE. */
+int medha_backend_seq_alloc(struct medha_backend *be, int *seq);
+/* Free a sequence (its KV blocks go back); a bad handle is ignored. */
+void medha_backend_seq_free(struct medha_backend *be, int seq);
+/* Positions cached, MEDHA_EINVAL (bad handle) or MEDHA_EUNSUP. */
+int64_t medha_backend_seq_len(struct medha_backend *be, int seq);
+/* KV blocks left in the pool, or MEDHA_EUNSUP. */
+int64_t medha_backend_free_blocks(struct medha_backend *be);
+/* Free the backend and all it owns; be may be NULL. */
+void medha_backend_close(struct medha_backend *be);
+
+/* ---- for implementations ---- */
+
+/*
+ * A backend over ops (static) and impl with info (copied). Returns 0,
+ * and then *be owns impl (medha_backend_close() calls ops->close), or
+ * MEDHA_ENOMEM, and then impl stays the caller's.
+ */
+int medha_backend_new(struct medha_backend **be,
+    const struct medha_backend_ops *ops, void *impl,
+    const struct medha_backend_info *info);
+
+/*
+ * tokens[i] (b->n_seqs) = medha_sample(samplers[i], the row of its last
+ * token) for each sequence with a sampler and a row, in batch order; -1
+ * for the others. logits (borrowed) holds medha_batch_logit_rows(b) rows
+ * of vocab floats; it may be NULL when no sequence has a sampler.
+ */
+void medha_backend_sample(const struct medha_batch *b, const float *logits,
+    int vocab, struct medha_sampler *const *samplers, int32_t *tokens);
+
+#endif

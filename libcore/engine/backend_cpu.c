@@ -1,0 +1,242 @@
+/*
+ * backend_cpu.c: the cpu backend behind the backend interface
+ * (backend_cpu.h): the function table over a model, the paged KV cache
+ * sized from the options, and the CPU forward pass (cpu/cpu.c) over a
+ * range of layers; when the caller wants sampled tokens but no logits,
+ * the logits go into a buffer of its own, kept at the largest size seen.
+ */
+#include "engine/backend_cpu.h"
+
+#include "cpu/cpu.h"
+#include "model/gguf.h"
+
+#include <stdlib.h>
+
+#define MAX_SEQS_DEFAULT 64
+#define CTX_DEFAULT 4096 /* tokens of a context where the model says none */
+
+struct cpu_be {
+	struct medha_gguf *g;        /* owned (cpu_open), or NULL */
+	struct medha_model *own;     /* owned (cpu_open), or NULL */
+	const struct medha_model *m; /* the model it runs */
+	struct medha_kvcache *kv;    /* owned */
+	struct medha_cpu *cpu;       /* owned */
+	float *lg;                   /* (lg_cap) logits for sampling only */
+	size_t lg_cap;               /* floats */
+};
+
+/* ---- the function table ---- */
+
+static int
+cpu_seq_alloc(void *impl, int *seq)
+{
+	struct cpu_be *c = impl;
+
+	return medha_kv_seq_alloc(c->kv, seq);
+}
+
+static void
+cpu_seq_free(void *impl, int seq)
+{
+	struct cpu_be *c = impl;
+
+	medha_kv_seq_free(c->kv, seq);
+}
+
+static int64_t
+cpu_seq_len(void *impl, int seq)
+{
+	struct cpu_be *c = impl;
+
+	return medha_kv_seq_len(c->kv, seq);
+}
+
+static int64_t
+cpu_free_blocks(void *impl)
+{
+	struct cpu_be *c = impl;
+
+	return medha_kv_free_blocks(c->kv);
+}
+
+static int
+cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
+{
+	struct cpu_be *c = impl;
+	float *lg = f->logits;
+	size_t need;
+	int rc;
+
+	if (f->samplers != NULL && lg == NULL) {
+		need = (size_t)medha_batch_logit_rows(f->b) * c->m->c.vocab;
+		if (need > c->lg_cap) {
+			free(c->lg);
+			c->lg_cap = 0;
+			if ((c->lg = medha_calloc(need, sizeof(float))) == NULL)
+				return medha_why(why, whylen, MEDHA_ENOMEM,
+				    "logits for sampling: out of memory");
+			c->lg_cap = need;
+		}
+		lg = c->lg;
+	}
+	if ((rc = medha_cpu_forward_layers(c->cpu, f->b, f->layer_lo,
+	         f->layer_hi, f->h_in, f->h_out, lg, why, whylen)) != 0)
+		return rc;
+	if (f->samplers != NULL)
+		medha_backend_sample(f->b, lg, c->m->c.vocab, f->samplers,
+		    f->tokens);
+	return 0;
+}
+
+static void
+cpu_close(void *impl)
+{
+	struct cpu_be *c = impl;
+
+	if (c == NULL)
+		return;
+	medha_cpu_free(c->cpu);
+	medha_kvcache_free(c->kv);
+	free(c->lg);
+	medha_model_free(c->own);
+	medha_gguf_close(c->g);
+	free(c);
+}
+
+static const struct medha_backend_ops cpu_ops = {
+    .seq_alloc = cpu_seq_alloc,
+    .seq_free = cpu_seq_free,
+    .forward = cpu_forward,
+    .close = cpu_close,
+    .seq_len = cpu_seq_len,
+    .free_blocks = cpu_free_blocks,
+};
+
+/* ---- making one ---- */
+
+/* The blocks the options ask for, into kc->n_blocks (see the header). */
+static int
+kv_size(const struct medha_model_config *mc,
+    const struct medha_backend_cpu_opts *o, struct medha_kv_config *kc,
+    char *why, size_t whylen)
+{
+	size_t per;
+	int64_t n, ctx;
+
+	kc->n_blocks = 1;
+	if ((per = medha_kvcache_bytes(kc)) == 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "a KV block of this model is too large");
+	if (o->kv_blocks > 0)
+		n = o->kv_blocks;
+	else if (o->kv_bytes > 0)
+		n = (int64_t)(o->kv_bytes / per);
+	else {
+		ctx = mc->ctx_len > 0 ? mc->ctx_len : CTX_DEFAULT;
+		n = (ctx + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
+		if (n >
+		    (int64_t)(MEDHA_BACKEND_CPU_KV_BYTES / per) / kc->max_seqs)
+			n = (int64_t)(MEDHA_BACKEND_CPU_KV_BYTES / per);
+		else
+			n *= kc->max_seqs;
+	}
+	if (n < 1 || n > INT32_MAX)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "a KV cache of %lld blocks of %zu bytes (kv_blocks %lld, "
+		    "kv_bytes %zu)",
+		    (long long)n, per, (long long)o->kv_blocks, o->kv_bytes);
+	kc->n_blocks = n;
+	return 0;
+}
+
+/* The backend on c->m, filling c's cache and forward pass. */
+static int
+cpu_make(struct medha_backend **be, struct cpu_be *c,
+    const struct medha_backend_cpu_opts *o, char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->m->c;
+	struct medha_backend_cpu_opts d = {0};
+	struct medha_kv_config kc;
+	struct medha_cpu_opts co = {0};
+	struct medha_backend_info in;
+	int rc;
+
+	if (o == NULL)
+		o = &d;
+	if (o->n_threads < 0 || o->max_seqs < 0 || o->kv_blocks < 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "negative threads (%d), sequences (%d) or KV blocks "
+		    "(%lld)",
+		    o->n_threads, o->max_seqs, (long long)o->kv_blocks);
+	kc = (struct medha_kv_config){.n_layers = mc->n_layers,
+	    .n_kv_heads = mc->n_kv_heads,
+	    .head_dim = mc->head_dim,
+	    .type = o->kv_type,
+	    .max_seqs = o->max_seqs > 0 ? o->max_seqs : MAX_SEQS_DEFAULT};
+	if (kc.type != MEDHA_KV_F32 && kc.type != MEDHA_KV_F16)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "KV type %d: not f32 (%d) or f16 (%d)", o->kv_type,
+		    MEDHA_KV_F32, MEDHA_KV_F16);
+	if ((rc = kv_size(mc, o, &kc, why, whylen)) != 0)
+		return rc;
+	if ((rc = medha_kvcache_init(&c->kv, &kc)) != 0)
+		return medha_why(why, whylen, rc,
+		    "KV cache of %lld blocks for %d sequences: %s",
+		    (long long)kc.n_blocks, kc.max_seqs, medha_strerror(rc));
+	co.n_threads = o->n_threads > 0 ? o->n_threads : 1;
+	co.ref = o->ref;
+	co.kv_shards = 1;
+	co.llama_compat = o->llama_compat;
+	co.layer_lo = o->layer_lo;
+	co.layer_hi = o->layer_hi;
+	if ((rc = medha_cpu_init(&c->cpu, c->m, c->kv, &co, why, whylen)) != 0)
+		return rc;
+	in = (struct medha_backend_info){.name = "cpu",
+	    .shape = *mc,
+	    .layer_lo = o->layer_lo,
+	    .layer_hi = o->layer_hi > 0 ? o->layer_hi : mc->n_layers,
+	    .block_size = MEDHA_KV_BLOCK,
+	    .n_blocks = kc.n_blocks,
+	    .max_seqs = kc.max_seqs,
+	    .kv_type = kc.type};
+	if ((rc = medha_backend_new(be, &cpu_ops, c, &in)) != 0)
+		return medha_why(why, whylen, rc, "out of memory");
+	return 0;
+}
+
+int
+medha_backend_cpu_init(struct medha_backend **be, const struct medha_model *m,
+    const struct medha_backend_cpu_opts *o, char *why, size_t whylen)
+{
+	struct cpu_be *c;
+	int rc;
+
+	*be = NULL;
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	c->m = m;
+	if ((rc = cpu_make(be, c, o, why, whylen)) != 0)
+		cpu_close(c);
+	return rc;
+}
+
+int
+medha_backend_cpu_open(struct medha_backend **be, const char *path,
+    const struct medha_backend_cpu_opts *o, char *why, size_t whylen)
+{
+	struct cpu_be *c;
+	int rc;
+
+	*be = NULL;
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	if ((rc = medha_gguf_open(&c->g, path, why, whylen)) != 0 ||
+	    (rc = medha_model_load(&c->own, c->g, why, whylen)) != 0) {
+		cpu_close(c);
+		return rc;
+	}
+	c->m = c->own;
+	if ((rc = cpu_make(be, c, o, why, whylen)) != 0)
+		cpu_close(c);
+	return rc;
+}

@@ -1,0 +1,250 @@
+/*
+ * backend_sim.c: the sim backend (backend_sim.h). A forward call builds
+ * the batch's cost the way the scheduler does (sched/batchcost.h: each
+ * sequence's tokens after its cached ones; one token with logits after a
+ * cached prefix counts as a decode), sleeps until the predicted latency
+ * (divided by the speed-up) has passed since the call began, and hands
+ * back placeholder tokens.
+ */
+#include "engine/backend_sim.h"
+
+#include "sched/batchcost.h"
+#include "sched/kvplace.h"
+#include "sched/pred.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct sim {
+	struct medha_pred pred;
+	struct medha_kvplace pl; /* one group, for the cost model */
+	struct medha_kvlease lease;
+	double speed;
+	int max_seqs;
+	int vocab;
+	int64_t *len; /* (max_seqs) positions held; -1 free */
+	int64_t free_blocks;
+};
+
+int32_t
+medha_backend_sim_token(int64_t pos, int vocab)
+{
+	uint64_t z = (uint64_t)pos + 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return (int32_t)(z % (uint64_t)(vocab > 0 ? vocab : 1));
+}
+
+static int64_t
+blocks_of(int64_t n)
+{
+	return (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
+}
+
+static int
+sim_seq_alloc(void *impl, int *seq)
+{
+	struct sim *s = impl;
+
+	for (int i = 0; i < s->max_seqs; i++)
+		if (s->len[i] < 0) {
+			s->len[i] = 0;
+			*seq = i;
+			return 0;
+		}
+	return MEDHA_ENOSPACE;
+}
+
+static void
+sim_seq_free(void *impl, int seq)
+{
+	struct sim *s = impl;
+
+	if (seq < 0 || seq >= s->max_seqs || s->len[seq] < 0)
+		return;
+	s->free_blocks += blocks_of(s->len[seq]);
+	s->len[seq] = -1;
+}
+
+static int64_t
+sim_seq_len(void *impl, int seq)
+{
+	struct sim *s = impl;
+
+	if (seq < 0 || seq >= s->max_seqs || s->len[seq] < 0)
+		return MEDHA_EINVAL;
+	return s->len[seq];
+}
+
+static int64_t
+sim_free_blocks(void *impl)
+{
+	return ((struct sim *)impl)->free_blocks;
+}
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int
+sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
+{
+	struct sim *s = impl;
+	const struct medha_batch *b = f->b;
+	struct medha_cost a;
+	struct timespec until;
+	double t0 = now(), t;
+	int64_t need = 0;
+
+	memset(&a, 0, sizeof(a));
+	for (int i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *q = &b->seq[i];
+		int64_t end = q->pos + q->n_tokens;
+
+		if (q->seq < 0 || q->seq >= s->max_seqs || s->len[q->seq] < 0)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d (batch entry %d) is not allocated",
+			    q->seq, i);
+		if (q->pos > s->len[q->seq])
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: position %lld but %lld cached",
+			    q->seq, (long long)q->pos,
+			    (long long)s->len[q->seq]);
+		if (end > s->len[q->seq])
+			need += blocks_of(end) - blocks_of(s->len[q->seq]);
+	}
+	if (need > s->free_blocks)
+		return medha_why(why, whylen, MEDHA_ENOSPACE,
+		    "%lld KV blocks needed, %lld free", (long long)need,
+		    (long long)s->free_blocks);
+	for (int i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *q = &b->seq[i];
+		int decode = q->n_tokens == 1 && q->pos > 0 &&
+		    q->logits != MEDHA_LOGITS_NONE;
+
+		medha_cost_add(&a, &s->pred, &s->pl, &s->lease, q->n_tokens,
+		    q->pos, decode, q->logits != MEDHA_LOGITS_NONE, NULL);
+	}
+	for (int i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *q = &b->seq[i];
+		int64_t end = q->pos + q->n_tokens;
+
+		if (end > s->len[q->seq])
+			s->free_blocks -=
+			    blocks_of(end) - blocks_of(s->len[q->seq]);
+		else
+			s->free_blocks +=
+			    blocks_of(s->len[q->seq]) - blocks_of(end);
+		s->len[q->seq] = end;
+		if (f->samplers != NULL && f->samplers[i] != NULL)
+			f->tokens[i] = medha_backend_sim_token(end, s->vocab);
+	}
+	t = t0 + medha_cost_latency(&a, &s->pred, 1).latency / s->speed;
+	until.tv_sec = (time_t)t;
+	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) ==
+	    EINTR)
+		;
+	return 0;
+}
+
+static void
+sim_close(void *impl)
+{
+	struct sim *s = impl;
+
+	medha_pred_free(&s->pred);
+	free(s->len);
+	free(s);
+}
+
+static const struct medha_backend_ops sim_ops = {
+    .seq_alloc = sim_seq_alloc,
+    .seq_free = sim_seq_free,
+    .forward = sim_forward,
+    .close = sim_close,
+    .seq_len = sim_seq_len,
+    .free_blocks = sim_free_blocks,
+};
+
+int
+medha_backend_sim_open(struct medha_backend **be,
+    const struct medha_backend_sim_opts *o, char *why, size_t whylen)
+{
+	const struct medha_gpu *g;
+	struct medha_pred_model m;
+	struct medha_backend_info info;
+	struct sim *s;
+	int64_t cap;
+	int rc;
+
+	*be = NULL;
+	if (o->gpu == NULL || (g = medha_gpu_find(o->gpu)) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "GPU %s: unknown", o->gpu ? o->gpu : "(none)");
+	if (o->model == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL, "no model");
+	if ((rc = medha_model_resolve_why(o->model, &m, why, whylen)) != 0)
+		return rc;
+	if (o->max_seqs < 0 || o->kv_blocks < 0 || o->speed < 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "negative max_seqs, kv_blocks or speed");
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	if ((rc = medha_pred_init(&s->pred, g, &m, o->tp > 0 ? o->tp : 1,
+	         o->spp > 0 ? o->spp : 1, o->kvp > 0 ? o->kvp : 1)) != 0) {
+		free(s);
+		return medha_why(why, whylen, rc,
+		    "layout tp %d spp %d kvp %d does not fit %s", o->tp, o->spp,
+		    o->kvp, m.name);
+	}
+	if (o->table != NULL &&
+	    (rc = medha_pred_load_table(&s->pred, o->table, why, whylen)) !=
+	        0) {
+		sim_close(s);
+		return rc;
+	}
+	cap = o->kv_blocks > 0
+	    ? o->kv_blocks
+	    : medha_pred_kv_capacity(&s->pred, 0.9) / MEDHA_KV_BLOCK;
+	if (cap < 1) {
+		sim_close(s);
+		return medha_why(why, whylen, MEDHA_ENOSPACE,
+		    "%s on %s leaves no memory for KV", m.name, g->name);
+	}
+	s->speed = o->speed > 0 ? o->speed : 1;
+	s->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1024;
+	s->vocab = m.c.vocab;
+	s->free_blocks = cap;
+	if ((s->len = medha_calloc(s->max_seqs, sizeof(*s->len))) == NULL) {
+		sim_close(s);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < s->max_seqs; i++)
+		s->len[i] = -1;
+	medha_kvplace_init(&s->pl, 1, MEDHA_KV_BLOCK, (int64_t)1 << 40, 0);
+	s->lease.n_groups = 1;
+	s->lease.groups[0] = 0;
+	memset(&info, 0, sizeof(info));
+	info.name = "sim";
+	info.shape = m.c;
+	info.layer_lo = 0;
+	info.layer_hi = m.c.n_layers;
+	info.block_size = MEDHA_KV_BLOCK;
+	info.n_blocks = cap;
+	info.max_seqs = s->max_seqs;
+	if ((rc = medha_backend_new(be, &sim_ops, s, &info)) != 0) {
+		sim_close(s);
+		return medha_why(why, whylen, rc, "out of memory");
+	}
+	return 0;
+}

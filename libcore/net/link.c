@@ -1,0 +1,455 @@
+/*
+ * link.c: the req/rep transport (link.h). The server keeps a pool of
+ * rep contexts, each with one aio. A context is receiving (posted to
+ * nng), held (its request handed to the caller, not yet answered) or
+ * sending (its answer on the way, after which it receives again). nng's
+ * threads run the aio callbacks, which only move contexts between those
+ * states and queue what arrived under one mutex; everything else happens
+ * on the caller's thread in medha_srv_next().
+ */
+#include "net/link.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIN_RECEIVING 4 /* contexts kept posted for new requests */
+
+enum { C_RECV, C_HELD, C_SEND, C_DEAD };
+
+struct medha_srv_call {
+	struct medha_srv *s;
+	nng_ctx ctx;
+	nng_aio *aio;
+	int state;     /* C_* */
+	nng_msg *msg;  /* the request while held */
+	uint32_t peer; /* its pipe */
+	struct medha_srv_call *next; /* inbox link */
+};
+
+struct medha_srv {
+	nng_socket sock;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct medha_srv_call **calls; /* (ncalls) every context */
+	int ncalls, cap;
+	int receiving; /* contexts in C_RECV */
+	int held;      /* contexts in C_HELD (inbox included) */
+	struct medha_srv_call *in_head, *in_tail; /* arrived, not taken */
+	uint32_t *gone;                           /* closed pipes, not taken */
+	int ngone, gone_cap;
+	int closing;
+};
+
+static int
+nng_err(int rv)
+{
+	switch (rv) {
+	case NNG_ENOMEM: return MEDHA_ENOMEM;
+	case NNG_ETIMEDOUT: return MEDHA_ETIMEOUT;
+	case NNG_EINVAL:
+	case NNG_EADDRINVAL:
+	case NNG_ENOTSUP: return MEDHA_EINVAL;
+	case NNG_ECLOSED:
+	case NNG_ECONNREFUSED:
+	case NNG_ECONNRESET:
+	case NNG_ECONNSHUT:
+	case NNG_ECANCELED: return MEDHA_EPEER;
+	default: return MEDHA_EIO;
+	}
+}
+
+/* Post a receive on c (mutex held). */
+static void
+post_recv(struct medha_srv_call *c)
+{
+	c->state = C_RECV;
+	c->s->receiving++;
+	nng_ctx_recv(c->ctx, c->aio);
+}
+
+static void
+call_cb(void *arg)
+{
+	struct medha_srv_call *c = arg;
+	struct medha_srv *s = c->s;
+	int rv = nng_aio_result(c->aio);
+
+	pthread_mutex_lock(&s->mu);
+	if (c->state == C_RECV) {
+		s->receiving--;
+		if (rv != 0) {
+			c->state = C_DEAD;
+			if (!s->closing && rv != NNG_ECLOSED)
+				post_recv(c); /* a transient error */
+			pthread_mutex_unlock(&s->mu);
+			return;
+		}
+		c->msg = nng_aio_get_msg(c->aio);
+		nng_aio_set_msg(c->aio, NULL);
+		c->peer = nng_pipe_id(nng_msg_get_pipe(c->msg));
+		c->state = C_HELD;
+		c->next = NULL;
+		if (s->in_tail != NULL)
+			s->in_tail->next = c;
+		else
+			s->in_head = c;
+		s->in_tail = c;
+		s->held++;
+		pthread_cond_signal(&s->cv);
+	} else if (c->state == C_SEND) {
+		if (rv != 0) {
+			nng_msg_free(nng_aio_get_msg(c->aio));
+			nng_aio_set_msg(c->aio, NULL);
+		}
+		c->state = C_DEAD;
+		if (!s->closing && rv != NNG_ECLOSED)
+			post_recv(c);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct medha_srv *s = arg;
+
+	(void)ev;
+	pthread_mutex_lock(&s->mu);
+	if (s->ngone == s->gone_cap) {
+		int ncap = s->gone_cap ? 2 * s->gone_cap : 16;
+		uint32_t *n = medha_reallocarray(s->gone, ncap, sizeof(*n));
+		if (n == NULL) { /* lost news of one peer: logged */
+			pthread_mutex_unlock(&s->mu);
+			medha_log(MEDHA_LOG_ERROR,
+			    "out of memory noting a closed connection");
+			return;
+		}
+		s->gone = n;
+		s->gone_cap = ncap;
+	}
+	s->gone[s->ngone++] = nng_pipe_id(p);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* One more context, receiving (mutex held). */
+static int
+add_call(struct medha_srv *s)
+{
+	struct medha_srv_call *c;
+
+	if (s->ncalls == s->cap) {
+		int ncap = s->cap ? 2 * s->cap : 64;
+		void *n = medha_reallocarray(s->calls, ncap, sizeof(*s->calls));
+		if (n == NULL)
+			return MEDHA_ENOMEM;
+		s->calls = n;
+		s->cap = ncap;
+	}
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return MEDHA_ENOMEM;
+	c->s = s;
+	if (nng_ctx_open(&c->ctx, s->sock) != 0) {
+		free(c);
+		return MEDHA_ENOMEM;
+	}
+	if (nng_aio_alloc(&c->aio, call_cb, c) != 0) {
+		nng_ctx_close(c->ctx);
+		free(c);
+		return MEDHA_ENOMEM;
+	}
+	s->calls[s->ncalls++] = c;
+	post_recv(c);
+	return 0;
+}
+
+int
+medha_srv_open(struct medha_srv **sp, const char *url, char *why,
+    size_t whylen)
+{
+	struct medha_srv *s;
+	pthread_condattr_t ca;
+	int rv;
+
+	*sp = NULL;
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if ((rv = nng_rep0_open(&s->sock)) != 0) {
+		free(s);
+		return medha_why(why, whylen, nng_err(rv), "rep socket: %s",
+		    nng_strerror(rv));
+	}
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, MEDHA_LINK_MAX_FRAME);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
+	if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
+		medha_srv_close(s);
+		return medha_why(why, whylen,
+		    rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? MEDHA_EINVAL
+		                                              : MEDHA_EIO,
+		    "cannot listen at %s: %s", url, nng_strerror(rv));
+	}
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < MIN_RECEIVING; i++)
+		if (add_call(s) != 0) {
+			pthread_mutex_unlock(&s->mu);
+			medha_srv_close(s);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		}
+	pthread_mutex_unlock(&s->mu);
+	*sp = s;
+	return 0;
+}
+
+void
+medha_srv_close(struct medha_srv *s)
+{
+	if (s == NULL)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->closing = 1;
+	pthread_mutex_unlock(&s->mu);
+	nng_close(s->sock); /* every aio completes with NNG_ECLOSED */
+	for (int i = 0; i < s->ncalls; i++) {
+		struct medha_srv_call *c = s->calls[i];
+		nng_aio_free(c->aio); /* waits for its callback */
+		if (c->msg != NULL)
+			nng_msg_free(c->msg);
+		free(c);
+	}
+	free(s->calls);
+	free(s->gone);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+int
+medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
+{
+	struct timespec until;
+	struct medha_srv_call *c;
+	int rc = 0;
+
+	memset(ev, 0, sizeof(*ev));
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	if (timeout > 0) {
+		double sec = (double)until.tv_sec + until.tv_nsec * 1e-9 + timeout;
+		until.tv_sec = (time_t)sec;
+		until.tv_nsec = (long)((sec - (double)until.tv_sec) * 1e9);
+	}
+	pthread_mutex_lock(&s->mu);
+	/* keep enough contexts posted for new requests */
+	while (s->receiving < MIN_RECEIVING && s->ncalls < MEDHA_LINK_MAX_CALLS)
+		if ((rc = add_call(s)) != 0)
+			break;
+	while (s->ngone == 0 && s->in_head == NULL && timeout > 0)
+		if (pthread_cond_timedwait(&s->cv, &s->mu, &until) != 0)
+			break;
+	if (s->ngone > 0) {
+		ev->kind = MEDHA_SRV_GONE;
+		ev->peer = s->gone[0];
+		memmove(s->gone, s->gone + 1, --s->ngone * sizeof(*s->gone));
+	} else if ((c = s->in_head) != NULL) {
+		s->in_head = c->next;
+		if (s->in_head == NULL)
+			s->in_tail = NULL;
+		ev->kind = MEDHA_SRV_CALL;
+		ev->peer = c->peer;
+		ev->call = c;
+		ev->data = nng_msg_body(c->msg);
+		ev->len = nng_msg_len(c->msg);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc == MEDHA_ENOMEM && ev->kind == MEDHA_SRV_TIMEOUT ? rc : 0;
+}
+
+int
+medha_srv_reply(struct medha_srv *s, struct medha_srv_call *c, const void *buf,
+    size_t len)
+{
+	nng_msg *m;
+
+	if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, buf, len) != 0) {
+		if (m != NULL)
+			nng_msg_free(m);
+		medha_srv_drop(s, c);
+		return MEDHA_ENOMEM;
+	}
+	pthread_mutex_lock(&s->mu);
+	nng_msg_free(c->msg);
+	c->msg = NULL;
+	s->held--;
+	c->state = C_SEND;
+	nng_aio_set_msg(c->aio, m);
+	nng_ctx_send(c->ctx, c->aio);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void
+medha_srv_drop(struct medha_srv *s, struct medha_srv_call *c)
+{
+	pthread_mutex_lock(&s->mu);
+	nng_msg_free(c->msg);
+	c->msg = NULL;
+	s->held--;
+	post_recv(c); /* a new receive forgets the unanswered request */
+	pthread_mutex_unlock(&s->mu);
+}
+
+int
+medha_srv_held(const struct medha_srv *s)
+{
+	return s->held;
+}
+
+/* ---- client ---- */
+
+#define CLI_MAX_CTX 16
+
+struct medha_cli {
+	nng_socket sock;
+	int nctx;
+	nng_ctx ctx[CLI_MAX_CTX];
+	nng_aio *aio[CLI_MAX_CTX];
+	int npipes; /* live connections */
+	pthread_mutex_t mu;
+};
+
+static void
+cli_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct medha_cli *c = arg;
+
+	(void)p;
+	pthread_mutex_lock(&c->mu);
+	c->npipes += ev == NNG_PIPE_EV_ADD_POST ? 1 : -1;
+	pthread_mutex_unlock(&c->mu);
+}
+
+int
+medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
+    size_t whylen)
+{
+	struct medha_cli *c;
+	int rv, i;
+
+	*cp = NULL;
+	if (nctx < 1 || nctx > CLI_MAX_CTX)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "%d contexts, not in [1, %d]", nctx, CLI_MAX_CTX);
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	pthread_mutex_init(&c->mu, NULL);
+	if ((rv = nng_req0_open(&c->sock)) != 0) {
+		free(c);
+		return medha_why(why, whylen, nng_err(rv), "req socket: %s",
+		    nng_strerror(rv));
+	}
+	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME,
+	    NNG_DURATION_INFINITE);
+	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, MEDHA_LINK_MAX_FRAME);
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20);
+	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
+	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, cli_pipe_cb, c);
+	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, cli_pipe_cb, c);
+	for (i = 0; i < nctx; i++) {
+		if ((rv = nng_ctx_open(&c->ctx[i], c->sock)) != 0 ||
+		    (rv = nng_aio_alloc(&c->aio[i], NULL, NULL)) != 0) {
+			c->nctx = i;
+			medha_cli_close(c);
+			return medha_why(why, whylen, nng_err(rv),
+			    "context: %s", nng_strerror(rv));
+		}
+		c->nctx = i + 1;
+	}
+	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+		medha_cli_close(c);
+		return medha_why(why, whylen,
+		    rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? MEDHA_EINVAL
+		                                              : nng_err(rv),
+		    "cannot dial %s: %s", url, nng_strerror(rv));
+	}
+	*cp = c;
+	return 0;
+}
+
+void
+medha_cli_close(struct medha_cli *c)
+{
+	if (c == NULL)
+		return;
+	nng_close(c->sock);
+	for (int i = 0; i < c->nctx; i++)
+		if (c->aio[i] != NULL)
+			nng_aio_free(c->aio[i]);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+int
+medha_cli_connected(const struct medha_cli *c)
+{
+	int n;
+
+	pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+	n = c->npipes;
+	pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+	return n > 0;
+}
+
+int
+medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
+    void **rep, size_t *replen, double timeout)
+{
+	nng_aio *aio;
+	nng_msg *m;
+	int rv;
+
+	*rep = NULL;
+	*replen = 0;
+	if (i < 0 || i >= c->nctx)
+		return MEDHA_EINVAL;
+	aio = c->aio[i];
+	nng_aio_set_timeout(aio,
+	    timeout < 0 ? NNG_DURATION_INFINITE : (nng_duration)(timeout * 1e3));
+	if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, req, len) != 0) {
+		if (m != NULL)
+			nng_msg_free(m);
+		return MEDHA_ENOMEM;
+	}
+	nng_aio_set_msg(aio, m);
+	nng_ctx_send(c->ctx[i], aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0) {
+		nng_msg_free(nng_aio_get_msg(aio));
+		nng_aio_set_msg(aio, NULL);
+		return nng_err(rv);
+	}
+	nng_ctx_recv(c->ctx[i], aio);
+	nng_aio_wait(aio);
+	if ((rv = nng_aio_result(aio)) != 0)
+		return nng_err(rv);
+	m = nng_aio_get_msg(aio);
+	nng_aio_set_msg(aio, NULL);
+	*replen = nng_msg_len(m);
+	if ((*rep = malloc(*replen ? *replen : 1)) == NULL) {
+		nng_msg_free(m);
+		return MEDHA_ENOMEM;
+	}
+	memcpy(*rep, nng_msg_body(m), *replen);
+	nng_msg_free(m);
+	return 0;
+}

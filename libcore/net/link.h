@@ -1,0 +1,115 @@
+/*
+ * link.h: the transport under the wire protocol (man/medha-proto.7): nng
+ * req/rep sockets over ipc:// or tcp://, carrying opaque frames (the
+ * codec in net/proto.h gives them meaning).
+ *
+ * A server (medha-sched) listens with a rep socket and answers every
+ * request exactly once, but may hold a request for as long as it likes
+ * before answering (a long poll): that is how tokens stream to clients
+ * and batches go out to workers without either side polling in a loop.
+ * Each request it holds occupies one nng context; the pool of contexts
+ * grows as requests are held, up to MEDHA_LINK_MAX_CALLS. The server is
+ * driven from one thread: medha_srv_next() hands out the next request or
+ * the news that a peer's connection closed; nng's own threads only queue.
+ *
+ * A client (medha-worker, medha-trace replay, the router) dials with a
+ * req socket that keeps redialling until the server is there, and makes
+ * calls on numbered contexts: one call at a time per context, any number
+ * of contexts at once from different threads. Requests are never resent
+ * behind the caller's back (a resent submit would run twice).
+ *
+ *	struct medha_srv *s;
+ *	struct medha_srv_ev ev;
+ *	medha_srv_open(&s, "ipc:///tmp/medha.sock", why, sizeof(why));
+ *	while (medha_srv_next(s, 1.0, &ev) >= 0)
+ *		if (ev.kind == MEDHA_SRV_CALL)
+ *			medha_srv_reply(s, ev.call, answer, n);
+ *	medha_srv_close(s);
+ *
+ *	struct medha_cli *c;
+ *	medha_cli_open(&c, "ipc:///tmp/medha.sock", 2, why, sizeof(why));
+ *	medha_cli_call(c, 0, req, n, &rep, &repn, 5.0);	(free(rep))
+ */
+#ifndef MEDHA_LINK_H
+#define MEDHA_LINK_H
+
+#include "medha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MEDHA_LINK_MAX_FRAME (64u << 20) /* bytes; a peer that sends a
+                                            larger frame is disconnected */
+#define MEDHA_LINK_MAX_CALLS 8192        /* requests a server holds */
+
+struct medha_srv;
+struct medha_srv_call; /* one request held by the server */
+
+enum medha_srv_ev_kind {
+	MEDHA_SRV_TIMEOUT = 0, /* nothing happened within the timeout */
+	MEDHA_SRV_CALL,        /* a request: answer it with medha_srv_reply */
+	MEDHA_SRV_GONE,        /* a peer's connection closed */
+};
+
+struct medha_srv_ev {
+	int kind;      /* MEDHA_SRV_* */
+	uint32_t peer; /* the connection (nng pipe id) it came from / closed */
+	struct medha_srv_call *call; /* MEDHA_SRV_CALL: the request */
+	const void *data;            /* its bytes, valid until answered */
+	size_t len;
+};
+
+/*
+ * Listen at url (ipc://PATH or tcp://HOST:PORT). On success *s is the
+ * caller's, for medha_srv_close(). Returns 0, MEDHA_EINVAL (a bad url),
+ * MEDHA_EIO (cannot listen: address in use, no permission) or
+ * MEDHA_ENOMEM, with why.
+ */
+int medha_srv_open(struct medha_srv **s, const char *url, char *why,
+    size_t whylen);
+void medha_srv_close(struct medha_srv *s);
+
+/*
+ * Wait up to timeout seconds (0: do not wait) for the next event into
+ * *ev. Closed connections are reported before further requests. Returns
+ * 0, or MEDHA_ENOMEM.
+ */
+int medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev);
+
+/*
+ * Answer a request with len bytes of buf (copied) and let go of it. A
+ * request whose peer is gone may be answered all the same (the answer is
+ * dropped) or let go without one (medha_srv_drop). Returns 0 or
+ * MEDHA_ENOMEM (the request is let go unanswered).
+ */
+int medha_srv_reply(struct medha_srv *s, struct medha_srv_call *call,
+    const void *buf, size_t len);
+void medha_srv_drop(struct medha_srv *s, struct medha_srv_call *call);
+
+/* Requests now held (answered neither yet), for logs and tests. */
+int medha_srv_held(const struct medha_srv *s);
+
+struct medha_cli;
+
+/*
+ * Dial url with nctx (1..16) contexts; the dialer keeps retrying in the
+ * background, so the server may start later. Returns 0, MEDHA_EINVAL or
+ * MEDHA_ENOMEM, with why.
+ */
+int medha_cli_open(struct medha_cli **c, const char *url, int nctx, char *why,
+    size_t whylen);
+void medha_cli_close(struct medha_cli *c);
+
+/*
+ * Send len bytes of req on context ctx and wait for the answer, at most
+ * timeout seconds for each of the two (< 0: forever). On success *rep
+ * (malloc'd, the caller's) holds *replen bytes. Returns 0,
+ * MEDHA_ETIMEOUT, MEDHA_EPEER (closed) or MEDHA_ENOMEM.
+ */
+int medha_cli_call(struct medha_cli *c, int ctx, const void *req, size_t len,
+    void **rep, size_t *replen, double timeout);
+
+/* 1 if the client has a live connection to the server now. */
+int medha_cli_connected(const struct medha_cli *c);
+
+#endif

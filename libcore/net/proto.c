@@ -1,0 +1,760 @@
+/*
+ * proto.c: the wire protocol's vocabulary (net/proto.h): message names,
+ * what makes a valid frame and a valid message, freeing what a decoded
+ * message owns, and equality. The byte scan (proto_scan) is the gate a
+ * frame passes before msgpack-c parses it. The struct checks
+ * (proto_check) are the one statement of every range: the encoder runs
+ * them before it writes a byte and the decoder after it has filled a
+ * struct, so the two agree by construction; the decoder adds only what a
+ * struct cannot show (wrong msgpack types, unknown or repeated keys, a
+ * value present but 0 where it must be > 0).
+ */
+#include "net/proto_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *msg_names[MEDHA_MSG_TYPE_COUNT] = {
+    [MEDHA_MSG_SUBMIT] = "submit",
+    [MEDHA_MSG_ACCEPTED] = "accepted",
+    [MEDHA_MSG_POLL] = "poll",
+    [MEDHA_MSG_EVENTS] = "events",
+    [MEDHA_MSG_CANCEL] = "cancel",
+    [MEDHA_MSG_OK] = "ok",
+    [MEDHA_MSG_STATUS] = "status",
+    [MEDHA_MSG_STATUS_REPLY] = "status_reply",
+    [MEDHA_MSG_ERROR] = "error",
+    [MEDHA_MSG_HELLO] = "hello",
+    [MEDHA_MSG_WELCOME] = "welcome",
+    [MEDHA_MSG_READY] = "ready",
+    [MEDHA_MSG_RESULT] = "result",
+    [MEDHA_MSG_HEARTBEAT] = "heartbeat",
+    [MEDHA_MSG_BATCH] = "batch",
+    [MEDHA_MSG_IDLE] = "idle",
+};
+
+const char *
+medha_msg_type_name(int type)
+{
+	if (type <= 0 || type >= MEDHA_MSG_TYPE_COUNT)
+		return "unknown";
+	return msg_names[type];
+}
+
+int
+proto_fail(char *why, size_t whylen, int err, const char *msg, const char *path,
+    const char *fmt, ...)
+{
+	char detail[192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	if (path == NULL || path[0] == '\0')
+		return medha_why(why, whylen, err, "%s: %s", msg, detail);
+	return medha_why(why, whylen, err, "%s: %s: %s", msg, path, detail);
+}
+
+int
+proto_utf8_valid(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, k, len;
+	uint32_t c;
+
+	while (i < n) {
+		if (p[i] < 0x80) {
+			i++;
+			continue;
+		}
+		if (p[i] >= 0xc2 && p[i] <= 0xdf)
+			len = 2, c = p[i] & 0x1f;
+		else if (p[i] >= 0xe0 && p[i] <= 0xef)
+			len = 3, c = p[i] & 0x0f;
+		else if (p[i] >= 0xf0 && p[i] <= 0xf4)
+			len = 4, c = p[i] & 0x07;
+		else
+			return 0;
+		if (len > n - i)
+			return 0;
+		for (k = 1; k < len; k++) {
+			if ((p[i + k] & 0xc0) != 0x80)
+				return 0;
+			c = c << 6 | (p[i + k] & 0x3f);
+		}
+		if ((len == 3 && c < 0x800) ||
+		    (len == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+		    (c >= 0xd800 && c <= 0xdfff))
+			return 0;
+		i += len;
+	}
+	return 1;
+}
+
+int
+proto_backend_valid(const char *s)
+{
+	return strcmp(s, "cpu") == 0 || strcmp(s, "sim") == 0 ||
+	    strcmp(s, "cuda") == 0;
+}
+
+/* ---- freeing ---- */
+
+void
+medha_msg_event_clear(struct medha_msg_event *ev)
+{
+	free(ev->ids);
+	free(ev->text);
+	if (ev->record != NULL) {
+		medha_record_clear(ev->record);
+		free(ev->record);
+	}
+	memset(ev, 0, sizeof(*ev));
+}
+
+void
+medha_msg_clear(struct medha_msg *m)
+{
+	int64_t i;
+
+	switch (m->type) {
+	case MEDHA_MSG_SUBMIT: medha_reqspec_clear(&m->submit); break;
+	case MEDHA_MSG_EVENTS:
+		for (i = 0; m->events.ev != NULL && i < m->events.n; i++)
+			medha_msg_event_clear(&m->events.ev[i]);
+		free(m->events.ev);
+		break;
+	case MEDHA_MSG_RESULT: free(m->result.tokens); break;
+	case MEDHA_MSG_BATCH:
+	case MEDHA_MSG_IDLE:
+		free(m->batch.frees);
+		for (i = 0; m->batch.items != NULL && i < m->batch.n_items; i++)
+			free(m->batch.items[i].ids);
+		free(m->batch.items);
+		break;
+	}
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- the byte scan ---- */
+
+static uint64_t
+be(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+int
+proto_scan(const uint8_t *p, size_t len, char *why, size_t whylen)
+{
+	uint64_t left[PROTO_DEPTH + 1], n, skip;
+	size_t off = 0, at;
+	int depth = 0, w, what; /* what: 0 bytes, 1 array, 2 map */
+	uint8_t c;
+
+	left[0] = 1;
+	while (depth >= 0) {
+		if (left[depth] == 0) {
+			depth--;
+			continue;
+		}
+		left[depth]--;
+		if (off >= len)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "frame: ends early, at byte %zu", off);
+		at = off;
+		c = p[off++];
+		n = skip = 0;
+		w = what = 0;
+		if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 ||
+		    c == 0xc3)
+			;
+		else if (c <= 0x8f)
+			n = 2 * (c & 0x0f);
+		else if (c <= 0x9f)
+			n = c & 0x0f;
+		else if (c <= 0xbf)
+			skip = c & 0x1f;
+		else
+			switch (c) {
+			case 0xc4:
+			case 0xd9: w = 1; break;
+			case 0xc5:
+			case 0xda: w = 2; break;
+			case 0xc6:
+			case 0xdb: w = 4; break;
+			case 0xca: skip = 4; break;
+			case 0xcb: skip = 8; break;
+			case 0xcc:
+			case 0xd0: skip = 1; break;
+			case 0xcd:
+			case 0xd1: skip = 2; break;
+			case 0xce:
+			case 0xd2: skip = 4; break;
+			case 0xcf:
+			case 0xd3: skip = 8; break;
+			case 0xdc: w = 2, what = 1; break;
+			case 0xdd: w = 4, what = 1; break;
+			case 0xde: w = 2, what = 2; break;
+			case 0xdf: w = 4, what = 2; break;
+			default:
+				return medha_why(why, whylen, MEDHA_EFORMAT,
+				    "frame: byte %zu: type 0x%02x is not used "
+				    "by the protocol",
+				    at, c);
+			}
+		if (w > 0) {
+			if ((size_t)w > len - off)
+				return medha_why(why, whylen, MEDHA_EFORMAT,
+				    "frame: ends early, at byte %zu", len);
+			n = be(p + off, w);
+			off += (size_t)w;
+			if (what == 0)
+				skip = n, n = 0;
+			else if (what == 2)
+				n *= 2;
+		}
+		if (skip > len - off)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "frame: ends early, in the value at byte %zu", at);
+		off += (size_t)skip;
+		if (n == 0)
+			continue;
+		if (n > len - off)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "frame: byte %zu: %llu elements but only %zu bytes "
+			    "left",
+			    at, (unsigned long long)n, len - off);
+		if (depth == PROTO_DEPTH)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "frame: byte %zu: nested more than %d deep", at,
+			    PROTO_DEPTH);
+		left[++depth] = n;
+	}
+	if (off != len)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "frame: %zu bytes after the message", len - off);
+	return 0;
+}
+
+/* ---- checks shared by the encoder and the decoder ---- */
+
+struct chk {
+	int err;
+	const char *msg; /* message name, the first part of every reason */
+	char *why;
+	size_t whylen;
+};
+
+#define FAIL(c, path, ...)                                            \
+	proto_fail((c)->why, (c)->whylen, (c)->err, (c)->msg, (path), \
+	    __VA_ARGS__)
+
+/* 1 if buf (of cap bytes) holds a string of lo to cap - 1 bytes. */
+static int
+fits(const char *buf, size_t cap, size_t lo)
+{
+	const char *nul = memchr(buf, '\0', cap);
+
+	return nul != NULL && (size_t)(nul - buf) >= lo;
+}
+
+static int
+time_ok(double t)
+{
+	return isfinite(t) && t >= 0;
+}
+
+static int
+check_ids(struct chk *c, const char *path, const int32_t *ids, int64_t n)
+{
+	char buf[192];
+
+	if (n > 0 && ids == NULL)
+		return FAIL(c, path, "%lld ids but no array", (long long)n);
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] < 0) {
+			snprintf(buf, sizeof(buf), "%s[%lld]", path,
+			    (long long)i);
+			return FAIL(c, buf, "not a token id");
+		}
+	return 0;
+}
+
+static int
+check_sampling(struct chk *c, const char *pfx,
+    const struct medha_sampler_params *sp)
+{
+	char path[64];
+
+	if (!isfinite(sp->temp) || sp->temp < 0 || sp->temp > 100) {
+		snprintf(path, sizeof(path), "%stemperature", pfx);
+		return FAIL(c, path, "not a number in [0, 100]");
+	}
+	if (sp->top_k < 0 || sp->top_k > MEDHA_PROTO_TOPK_MAX) {
+		snprintf(path, sizeof(path), "%stop_k", pfx);
+		return FAIL(c, path, "not an integer in [0, %d]",
+		    MEDHA_PROTO_TOPK_MAX);
+	}
+	if (!isfinite(sp->top_p) || sp->top_p < 0 || sp->top_p > 1) {
+		snprintf(path, sizeof(path), "%stop_p", pfx);
+		return FAIL(c, path, "not a number in [0, 1]");
+	}
+	return 0;
+}
+
+static int
+check_reqspec(struct chk *c, const struct medha_reqspec *rs)
+{
+	int rc;
+
+	if (!fits(rs->id, sizeof(rs->id), 1))
+		return FAIL(c, "request.id", "not a string of 1 to %d bytes",
+		    MEDHA_ID_MAX - 1);
+	if (!time_ok(rs->arrival))
+		return FAIL(c, "request.arrival", "not a number >= 0");
+	if (rs->prompt_tokens < 0 ||
+	    (rs->prompt_ids != NULL && rs->prompt_tokens == 0))
+		return FAIL(c, "request.prompt_tokens",
+		    "not a positive integer");
+	if (rs->prompt == NULL && rs->prompt_tokens == 0)
+		return FAIL(c, "request",
+		    "no prompt, prompt_ids or prompt_tokens");
+	if (rs->max_tokens < 0)
+		return FAIL(c, "request.max_tokens",
+		    "not a non-negative integer");
+	if (!time_ok(rs->ttft_slo))
+		return FAIL(c, "request.ttft_slo", "not a number > 0");
+	if (!time_ok(rs->tpot_slo))
+		return FAIL(c, "request.tpot_slo", "not a number > 0");
+	if ((rc = check_sampling(c, "request.", &rs->sampling)) != 0)
+		return rc;
+	if (rs->n_stop < 0 || rs->n_stop > MEDHA_STOP_MAX)
+		return FAIL(c, "request.stop", "more than %d strings",
+		    MEDHA_STOP_MAX);
+	for (int i = 0; i < rs->n_stop; i++)
+		if (rs->stop[i] == NULL || rs->stop[i][0] == '\0' ||
+		    strnlen(rs->stop[i], MEDHA_STOP_LEN + 1) > MEDHA_STOP_LEN)
+			return FAIL(c, "request.stop",
+			    "each must be a string of 1 to %d bytes without "
+			    "NUL",
+			    MEDHA_STOP_LEN);
+	if (rs->prompt_ids != NULL)
+		return check_ids(c, "request.prompt_ids", rs->prompt_ids,
+		    rs->prompt_tokens);
+	return 0;
+}
+
+/* A record as medha_record_write (io/trace.c) would accept it. */
+static int
+check_record(struct chk *c, const char *pfx, const struct medha_record *r)
+{
+	const double t[] = {r->arrival, r->first_token, r->finish, r->ttft,
+	    r->tpot_mean, r->tpot_max, r->ttft_slo, r->tpot_slo};
+	static const char *tn[] = {"arrival", "first_token", "finish", "ttft",
+	    "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo"};
+	const char *what = NULL, *bad = NULL;
+	char path[96];
+	size_t i;
+
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		if (!time_ok(t[i]))
+			what = tn[i], bad = "not a number >= 0";
+	if (!fits(r->id, sizeof(r->id), 1))
+		what = "id", bad = "not a string of 1 to 63 bytes";
+	else if (r->prompt_tokens < 0)
+		what = "prompt_tokens", bad = "not a non-negative integer";
+	else if (r->output_tokens < 0)
+		what = "output_tokens", bad = "not a non-negative integer";
+	else if (r->status < 0 || r->status >= MEDHA_STATUS_COUNT)
+		what = "status",
+		bad = "not \"ok\", \"rejected\", "
+		      "\"failed\" or \"cancelled\"";
+	else if (r->finish_reason < 0 || r->finish_reason >= MEDHA_FINISH_COUNT)
+		what = "finish_reason", bad = "not \"length\" or \"stop\"";
+	else if (!fits(r->reason, sizeof(r->reason), 0))
+		what = "reason", bad = "not a string of at most 127 bytes";
+	else if (r->n_token_ids < 0 ||
+	    (r->token_ids == NULL && r->n_token_ids != 0))
+		what = "token_ids", bad = "not an array";
+	if (what != NULL) {
+		snprintf(path, sizeof(path), "%s.%s", pfx, what);
+		return FAIL(c, path, "%s", bad);
+	}
+	snprintf(path, sizeof(path), "%s.token_ids", pfx);
+	return check_ids(c, path, r->token_ids, r->n_token_ids);
+}
+
+static int
+check_events(struct chk *c, const struct medha_msg_events *e)
+{
+	char path[64];
+	int rc;
+
+	if (e->n < 0 || e->n > MEDHA_PROTO_MAX_EVENTS ||
+	    (e->n > 0 && e->ev == NULL))
+		return FAIL(c, "", "not an array of at most %d events",
+		    MEDHA_PROTO_MAX_EVENTS);
+	for (int64_t i = 0; i < e->n; i++) {
+		const struct medha_msg_event *ev = &e->ev[i];
+
+		snprintf(path, sizeof(path), "[%lld]", (long long)i);
+		if (ev->kind == MEDHA_EVENT_TOKENS) {
+			if (ev->text == NULL && ev->text_len != 0)
+				return FAIL(c, path, "text: no bytes");
+			snprintf(path, sizeof(path), "[%lld].ids",
+			    (long long)i);
+			if (ev->n_ids < 0)
+				return FAIL(c, path, "out of range");
+			if ((rc = check_ids(c, path, ev->ids, ev->n_ids)) != 0)
+				return rc;
+		} else if (ev->kind == MEDHA_EVENT_RECORD) {
+			if (ev->record == NULL)
+				return FAIL(c, path, "no record");
+			snprintf(path, sizeof(path), "[%lld].record",
+			    (long long)i);
+			if ((rc = check_record(c, path, ev->record)) != 0)
+				return rc;
+		} else
+			return FAIL(c, path, "kind %d: not 0 or 1", ev->kind);
+	}
+	return 0;
+}
+
+static int
+check_status(struct chk *c, const struct medha_msg_status *s)
+{
+	const int64_t n[] = {s->workers, s->workers_wanted, s->pending,
+	    s->queue, s->kv_blocks, s->kv_used, s->block_size};
+	static const char *nn[] = {"workers", "workers_wanted", "pending",
+	    "queue", "kv_blocks", "kv_used", "block_size"};
+
+	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++)
+		if (n[i] < 0)
+			return FAIL(c, nn[i], "not a non-negative integer");
+	if (!fits(s->model, sizeof(s->model), 0))
+		return FAIL(c, "model", "not a string of at most %d bytes",
+		    (int)sizeof(s->model) - 1);
+	if (!fits(s->backend, sizeof(s->backend), 0))
+		return FAIL(c, "backend", "not a string of at most %d bytes",
+		    (int)sizeof(s->backend) - 1);
+	return 0;
+}
+
+static int
+check_hello(struct chk *c, const struct medha_msg_hello *h)
+{
+	const int deg[3] = {h->tp, h->spp, h->kvp};
+	const int rank[3] = {h->rank_tp, h->rank_spp, h->rank_kvp};
+	static const char *dn[3] = {"tp", "spp", "kvp"};
+	static const char *rn[3] = {"rank_tp", "rank_spp", "rank_kvp"};
+	const int pos[5] = {h->block_size, h->n_blocks, h->max_seqs, h->vocab,
+	    h->dim};
+	static const char *pn[5] = {"block_size", "n_blocks", "max_seqs",
+	    "vocab", "dim"};
+	int i;
+
+	if (!fits(h->backend, sizeof(h->backend), 1) ||
+	    !proto_backend_valid(h->backend))
+		return FAIL(c, "backend", "not \"cpu\", \"sim\" or \"cuda\"");
+	if (!fits(h->model, sizeof(h->model), 1))
+		return FAIL(c, "model", "not a string of 1 to %d bytes",
+		    (int)sizeof(h->model) - 1);
+	if (!fits(h->gpu, sizeof(h->gpu), 1))
+		return FAIL(c, "gpu", "not a string of 1 to %d bytes",
+		    (int)sizeof(h->gpu) - 1);
+	for (i = 0; i < 3; i++) {
+		if (deg[i] < 1 || deg[i] > MEDHA_PROTO_MAX_DEGREE)
+			return FAIL(c, dn[i], "not an integer in [1, %d]",
+			    MEDHA_PROTO_MAX_DEGREE);
+		if (rank[i] < 0 || rank[i] >= deg[i])
+			return FAIL(c, rn[i], "not in [0, %s)", dn[i]);
+	}
+	if (h->layer_lo < 0 || h->layer_lo >= h->layer_hi ||
+	    h->layer_hi > MEDHA_PROTO_MAX_DEGREE)
+		return FAIL(c, "layers", "not [lo, hi) with 0 <= lo < hi <= %d",
+		    MEDHA_PROTO_MAX_DEGREE);
+	for (i = 0; i < 5; i++)
+		if (pos[i] < 1)
+			return FAIL(c, pn[i], "not a positive integer");
+	if (h->pid < 0)
+		return FAIL(c, "pid", "not a non-negative integer");
+	return 0;
+}
+
+static int
+check_result(struct chk *c, const struct medha_msg_result *r)
+{
+	char path[48];
+
+	if (r->worker_id < 0)
+		return FAIL(c, "worker_id", "not a non-negative integer");
+	if (r->n_tokens < 0 || r->n_tokens > MEDHA_PROTO_MAX_ITEMS ||
+	    (r->n_tokens > 0 && r->tokens == NULL))
+		return FAIL(c, "tokens", "not an array of at most %d",
+		    MEDHA_PROTO_MAX_ITEMS);
+	for (int64_t i = 0; i < r->n_tokens; i++)
+		if (r->tokens[i].token < 0) {
+			snprintf(path, sizeof(path), "tokens[%lld]",
+			    (long long)i);
+			return FAIL(c, path, "not a token id");
+		}
+	if (!fits(r->error, sizeof(r->error), 0))
+		return FAIL(c, "error", "not a string of at most %d bytes",
+		    (int)sizeof(r->error) - 1);
+	return 0;
+}
+
+static int
+check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
+{
+	char path[48];
+	int64_t total = 0;
+	int rc;
+
+	if (b->n_frees < 0 || b->n_frees > MEDHA_PROTO_MAX_ITEMS ||
+	    (b->n_frees > 0 && b->frees == NULL))
+		return FAIL(c, "frees", "not an array of at most %d handles",
+		    MEDHA_PROTO_MAX_ITEMS);
+	if (idle && (b->seq != 0 || b->n_items != 0))
+		return FAIL(c, "", "has a batch_seq or items");
+	if (b->n_items < 0 || b->n_items > MEDHA_PROTO_MAX_ITEMS ||
+	    (b->n_items > 0 && b->items == NULL))
+		return FAIL(c, "items", "not an array of at most %d items",
+		    MEDHA_PROTO_MAX_ITEMS);
+	for (int64_t i = 0; i < b->n_items; i++) {
+		const struct medha_msg_item *it = &b->items[i];
+
+		if (it->pos < 0) {
+			snprintf(path, sizeof(path), "items[%lld].pos",
+			    (long long)i);
+			return FAIL(c, path, "not a non-negative integer");
+		}
+		snprintf(path, sizeof(path), "items[%lld].ids", (long long)i);
+		if (it->n_ids < 1 || it->ids == NULL)
+			return FAIL(c, path, "not a non-empty array");
+		if (it->n_ids > MEDHA_PROTO_MAX_IDS - total)
+			return FAIL(c, "items", "more than %d ids in all",
+			    MEDHA_PROTO_MAX_IDS);
+		total += it->n_ids;
+		if ((rc = check_ids(c, path, it->ids, it->n_ids)) != 0)
+			return rc;
+		snprintf(path, sizeof(path), "items[%lld].params.",
+		    (long long)i);
+		if (it->has_params &&
+		    (rc = check_sampling(c, path, &it->params)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int
+proto_check(const struct medha_msg *m, int err, char *why, size_t whylen)
+{
+	struct chk c = {err, medha_msg_type_name(m->type), why, whylen};
+
+	switch (m->type) {
+	case MEDHA_MSG_SUBMIT: return check_reqspec(&c, &m->submit);
+	case MEDHA_MSG_ACCEPTED:
+		if (!fits(m->accepted.id, sizeof(m->accepted.id), 1))
+			return FAIL(&c, "id", "not a string of 1 to %d bytes",
+			    MEDHA_ID_MAX - 1);
+		return 0;
+	case MEDHA_MSG_EVENTS: return check_events(&c, &m->events);
+	case MEDHA_MSG_STATUS_REPLY: return check_status(&c, &m->status);
+	case MEDHA_MSG_ERROR:
+		if (m->error.code >= 0)
+			return FAIL(&c, "code", "not a negative integer");
+		if (!fits(m->error.reason, sizeof(m->error.reason), 0))
+			return FAIL(&c, "reason",
+			    "not a string of at most %d bytes",
+			    (int)sizeof(m->error.reason) - 1);
+		return 0;
+	case MEDHA_MSG_HELLO: return check_hello(&c, &m->hello);
+	case MEDHA_MSG_WELCOME:
+	case MEDHA_MSG_READY:
+	case MEDHA_MSG_HEARTBEAT:
+		if (m->worker_id < 0)
+			return FAIL(&c, "worker_id",
+			    "not a non-negative integer");
+		return 0;
+	case MEDHA_MSG_RESULT: return check_result(&c, &m->result);
+	case MEDHA_MSG_BATCH: return check_batch(&c, &m->batch, 0);
+	case MEDHA_MSG_IDLE: return check_batch(&c, &m->batch, 1);
+	case MEDHA_MSG_POLL:
+	case MEDHA_MSG_CANCEL:
+	case MEDHA_MSG_OK:
+	case MEDHA_MSG_STATUS: return 0;
+	}
+	return medha_why(why, whylen, err, "unknown message type %d", m->type);
+}
+
+/* ---- equality ---- */
+
+static int
+ids_eq(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+	return na == nb &&
+	    (na == 0 || memcmp(a, b, (size_t)na * sizeof(*a)) == 0);
+}
+
+/* Two C strings, either of which may be NULL. */
+static int
+str_eq(const char *a, const char *b)
+{
+	return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+static int
+sampling_eq(const struct medha_sampler_params *a,
+    const struct medha_sampler_params *b)
+{
+	return a->temp == b->temp && a->top_k == b->top_k &&
+	    a->top_p == b->top_p && a->seed == b->seed;
+}
+
+static int
+reqspec_eq(const struct medha_reqspec *a, const struct medha_reqspec *b)
+{
+	if (strcmp(a->id, b->id) != 0 || a->arrival != b->arrival ||
+	    a->prompt_tokens != b->prompt_tokens ||
+	    a->max_tokens != b->max_tokens || a->ttft_slo != b->ttft_slo ||
+	    a->tpot_slo != b->tpot_slo || !str_eq(a->prompt, b->prompt) ||
+	    (a->prompt_ids == NULL) != (b->prompt_ids == NULL) ||
+	    (a->prompt_ids != NULL &&
+	        !ids_eq(a->prompt_ids, a->prompt_tokens, b->prompt_ids,
+	            b->prompt_tokens)) ||
+	    !sampling_eq(&a->sampling, &b->sampling) ||
+	    !a->ignore_eos != !b->ignore_eos || a->n_stop != b->n_stop)
+		return 0;
+	for (int i = 0; i < a->n_stop; i++)
+		if (!str_eq(a->stop[i], b->stop[i]))
+			return 0;
+	return 1;
+}
+
+static int
+record_eq(const struct medha_record *a, const struct medha_record *b)
+{
+	return strcmp(a->id, b->id) == 0 && a->arrival == b->arrival &&
+	    a->first_token == b->first_token && a->finish == b->finish &&
+	    a->prompt_tokens == b->prompt_tokens &&
+	    a->output_tokens == b->output_tokens && a->ttft == b->ttft &&
+	    a->tpot_mean == b->tpot_mean && a->tpot_max == b->tpot_max &&
+	    a->ttft_slo == b->ttft_slo && a->tpot_slo == b->tpot_slo &&
+	    a->status == b->status && a->finish_reason == b->finish_reason &&
+	    strcmp(a->reason, b->reason) == 0 &&
+	    (a->token_ids == NULL) == (b->token_ids == NULL) &&
+	    ids_eq(a->token_ids, a->n_token_ids, b->token_ids,
+	        b->n_token_ids) &&
+	    str_eq(a->text, b->text);
+}
+
+static int
+event_eq(const struct medha_msg_event *a, const struct medha_msg_event *b)
+{
+	if (a->kind != b->kind || a->handle != b->handle)
+		return 0;
+	if (a->kind == MEDHA_EVENT_RECORD)
+		return record_eq(a->record, b->record);
+	return ids_eq(a->ids, a->n_ids, b->ids, b->n_ids) &&
+	    a->text_len == b->text_len &&
+	    (a->text_len == 0 || memcmp(a->text, b->text, a->text_len) == 0);
+}
+
+static int
+item_eq(const struct medha_msg_item *a, const struct medha_msg_item *b)
+{
+	return a->handle == b->handle && a->pos == b->pos &&
+	    ids_eq(a->ids, a->n_ids, b->ids, b->n_ids) &&
+	    !a->sample == !b->sample && !a->has_params == !b->has_params &&
+	    (!a->has_params || sampling_eq(&a->params, &b->params));
+}
+
+static int
+batch_eq(const struct medha_msg_batch *a, const struct medha_msg_batch *b)
+{
+	if (a->seq != b->seq || a->n_frees != b->n_frees ||
+	    a->n_items != b->n_items ||
+	    (a->n_frees > 0 &&
+	        memcmp(a->frees, b->frees,
+	            (size_t)a->n_frees * sizeof(*a->frees)) != 0))
+		return 0;
+	for (int64_t i = 0; i < a->n_items; i++)
+		if (!item_eq(&a->items[i], &b->items[i]))
+			return 0;
+	return 1;
+}
+
+int
+medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
+{
+	const struct medha_msg_status *s = &a->status, *t = &b->status;
+	const struct medha_msg_hello *h = &a->hello, *k = &b->hello;
+
+	if (a->type != b->type)
+		return 0;
+	switch (a->type) {
+	case MEDHA_MSG_SUBMIT: return reqspec_eq(&a->submit, &b->submit);
+	case MEDHA_MSG_ACCEPTED:
+		return strcmp(a->accepted.id, b->accepted.id) == 0 &&
+		    a->accepted.handle == b->accepted.handle;
+	case MEDHA_MSG_EVENTS:
+		if (a->events.n != b->events.n)
+			return 0;
+		for (int64_t i = 0; i < a->events.n; i++)
+			if (!event_eq(&a->events.ev[i], &b->events.ev[i]))
+				return 0;
+		return 1;
+	case MEDHA_MSG_CANCEL: return a->cancel == b->cancel;
+	case MEDHA_MSG_STATUS_REPLY:
+		return s->workers == t->workers &&
+		    s->workers_wanted == t->workers_wanted &&
+		    !s->ready == !t->ready && s->pending == t->pending &&
+		    s->queue == t->queue && s->kv_blocks == t->kv_blocks &&
+		    s->kv_used == t->kv_used &&
+		    s->block_size == t->block_size &&
+		    strcmp(s->model, t->model) == 0 &&
+		    strcmp(s->backend, t->backend) == 0;
+	case MEDHA_MSG_ERROR:
+		return a->error.code == b->error.code &&
+		    strcmp(a->error.reason, b->error.reason) == 0;
+	case MEDHA_MSG_HELLO:
+		return strcmp(h->backend, k->backend) == 0 &&
+		    strcmp(h->model, k->model) == 0 &&
+		    strcmp(h->gpu, k->gpu) == 0 && h->tp == k->tp &&
+		    h->spp == k->spp && h->kvp == k->kvp &&
+		    h->rank_tp == k->rank_tp && h->rank_spp == k->rank_spp &&
+		    h->rank_kvp == k->rank_kvp && h->layer_lo == k->layer_lo &&
+		    h->layer_hi == k->layer_hi &&
+		    h->block_size == k->block_size &&
+		    h->n_blocks == k->n_blocks && h->max_seqs == k->max_seqs &&
+		    h->vocab == k->vocab && h->dim == k->dim &&
+		    h->pid == k->pid;
+	case MEDHA_MSG_WELCOME:
+	case MEDHA_MSG_READY:
+	case MEDHA_MSG_HEARTBEAT: return a->worker_id == b->worker_id;
+	case MEDHA_MSG_RESULT:
+		if (a->result.worker_id != b->result.worker_id ||
+		    a->result.seq != b->result.seq ||
+		    a->result.n_tokens != b->result.n_tokens ||
+		    strcmp(a->result.error, b->result.error) != 0)
+			return 0;
+		for (int64_t i = 0; i < a->result.n_tokens; i++)
+			if (a->result.tokens[i].handle !=
+			        b->result.tokens[i].handle ||
+			    a->result.tokens[i].token !=
+			        b->result.tokens[i].token)
+				return 0;
+		return 1;
+	case MEDHA_MSG_BATCH:
+	case MEDHA_MSG_IDLE: return batch_eq(&a->batch, &b->batch);
+	}
+	return 1; /* POLL, OK, STATUS */
+}

@@ -1,0 +1,1208 @@
+/*
+ * replica.c: the live replica (replica.h). One thread runs everything:
+ * medha_srv_next() hands it each request message and each closed
+ * connection; it answers at once or holds the request (a client's POLL
+ * until there are events, a worker's READY or RESULT until there is a
+ * batch), and on each pass answers what has been held too long. The
+ * scheduler core decides what runs; this file only moves tokens between
+ * the core, the workers and the clients.
+ *
+ * Per request (struct lreq) it keeps what the core does not: the prompt's
+ * token ids, the client's connection, the sampling parameters and stop
+ * strings, and the output so far (ids, and text for stop strings and the
+ * record). A request's output text is streamed to its client as tokens
+ * come, holding back the bytes that could still turn into a stop string.
+ */
+#include "net/replica.h"
+
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "net/link.h"
+#include "net/proto.h"
+#include "sched/pred.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
+#define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
+#define CLIENT_MAX_EVENTS (1 << 20) /* queued for one client: then slow */
+
+/* ---- state ---- */
+
+struct lreq {
+	uint64_t handle;
+	uint32_t peer; /* the client's connection */
+	char id[MEDHA_ID_MAX];
+	int32_t *ids; /* (n_prompt) the prompt */
+	int64_t n_prompt;
+	struct medha_sampler_params sp;
+	int ignore_eos;
+	int n_stop;
+	char *stop[MEDHA_STOP_MAX];
+	size_t stop_max; /* longest stop string */
+	int started;     /* a worker holds its sequence */
+	int32_t last;    /* the last sampled token: the next decode's input */
+	int32_t *out;    /* (n_out) generated ids */
+	int64_t n_out, out_cap;
+	char *text; /* (text_len) generated text, NUL-terminated */
+	size_t text_len, text_cap, text_sent;
+	int64_t ids_sent; /* ids already sent in token events */
+};
+
+struct client {
+	uint32_t peer;
+	struct medha_msg_event *q; /* (nq) events not yet polled */
+	int64_t nq, qcap;
+	struct medha_srv_call *poll; /* its held POLL, or NULL */
+	double poll_since;
+	int64_t live; /* its requests in flight */
+};
+
+struct wslot {
+	int present;
+	uint32_t peer;
+	struct medha_msg_hello hello;
+	struct medha_srv_call *call; /* its held READY / RESULT */
+	double call_since;
+	double last_seen;
+	int busy;        /* a batch in flight */
+	uint64_t bseq;   /* its batch_seq */
+	struct medha_sched_batch b;   /* the batch in flight (items copied) */
+	struct medha_sched_item *items;
+	int items_cap;
+	uint64_t *frees; /* handles to free with the next answer */
+	int64_t nfrees, frees_cap;
+};
+
+struct medha_replica {
+	struct medha_replica_config cfg;
+	struct medha_srv *srv;
+	double t0;
+	/* made at the first worker's HELLO */
+	struct medha_pred pred;
+	int have_pred;
+	struct medha_sched *core;
+	struct medha_tok *tok; /* NULL: token ids only */
+	int sim;               /* the workers are sim: no EOG check */
+	int vocab;
+	int64_t ctx_len; /* 0: no limit */
+	char model[MEDHA_PROTO_NAME_MAX];
+	char backend[MEDHA_PROTO_BACKEND_MAX];
+	/* requests by the core's slot (handle & 0xffffffff) */
+	struct lreq **by_slot;
+	size_t slots;
+	int64_t live;
+	struct client *clients;
+	int nclients, clients_cap;
+	struct wslot *w; /* (cfg.workers) */
+	int nworkers;    /* present */
+	int ready;
+	int draining;
+	uint64_t bseq;
+	int64_t served, batches;
+};
+
+static double
+mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double
+now_s(const struct medha_replica *r)
+{
+	return mono() - r->t0;
+}
+
+void
+medha_replica_config_default(struct medha_replica_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->workers = 1;
+	medha_sched_config_default(&c->sched);
+	c->cpu_threads = 2;
+	c->drain_timeout = 30;
+	c->max_queue = 100000;
+}
+
+/* ---- sending ---- */
+
+/* Encode m and answer call with it; a failure is logged and the call
+ * dropped. */
+static void
+answer(struct medha_replica *r, struct medha_srv_call *call,
+    const struct medha_msg *m)
+{
+	void *buf;
+	size_t len;
+	char why[256];
+
+	if (medha_msg_encode(m, &buf, &len, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "cannot encode %s: %s",
+		    medha_msg_type_name(m->type), why);
+		medha_srv_drop(r->srv, call);
+		return;
+	}
+	medha_srv_reply(r->srv, call, buf, len);
+	free(buf);
+}
+
+static void
+answer_error(struct medha_replica *r, struct medha_srv_call *call, int code,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void
+answer_error(struct medha_replica *r, struct medha_srv_call *call, int code,
+    const char *fmt, ...)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_ERROR};
+	va_list ap;
+
+	m.error.code = code;
+	va_start(ap, fmt);
+	vsnprintf(m.error.reason, sizeof(m.error.reason), fmt, ap);
+	va_end(ap);
+	answer(r, call, &m);
+}
+
+static void
+answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
+{
+	struct medha_msg m = {.type = type};
+
+	answer(r, call, &m);
+}
+
+/* ---- clients and their events ---- */
+
+static struct client *
+client_find(struct medha_replica *r, uint32_t peer, int make)
+{
+	struct client *c;
+
+	for (int i = 0; i < r->nclients; i++)
+		if (r->clients[i].peer == peer)
+			return &r->clients[i];
+	if (!make)
+		return NULL;
+	if (r->nclients == r->clients_cap) {
+		int ncap = r->clients_cap ? 2 * r->clients_cap : 16;
+		void *n = medha_reallocarray(r->clients, ncap, sizeof(*c));
+		if (n == NULL)
+			return NULL;
+		r->clients = n;
+		r->clients_cap = ncap;
+	}
+	c = &r->clients[r->nclients++];
+	memset(c, 0, sizeof(*c));
+	c->peer = peer;
+	return c;
+}
+
+static void
+client_free(struct medha_replica *r, struct client *c)
+{
+	for (int64_t i = 0; i < c->nq; i++)
+		medha_msg_event_clear(&c->q[i]);
+	free(c->q);
+	if (c->poll != NULL)
+		medha_srv_drop(r->srv, c->poll);
+	*c = r->clients[--r->nclients];
+}
+
+/* Answer c's held POLL with its queued events (or none). */
+static void
+client_flush(struct medha_replica *r, struct client *c)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_EVENTS};
+	int64_t n = c->nq < MEDHA_PROTO_MAX_EVENTS ? c->nq
+	                                           : MEDHA_PROTO_MAX_EVENTS;
+
+	if (c->poll == NULL)
+		return;
+	m.events.ev = c->q;
+	m.events.n = n;
+	answer(r, c->poll, &m);
+	c->poll = NULL;
+	for (int64_t i = 0; i < n; i++)
+		medha_msg_event_clear(&c->q[i]);
+	memmove(c->q, c->q + n, (size_t)(c->nq - n) * sizeof(*c->q));
+	c->nq -= n;
+}
+
+/* Queue ev (taken over) for the client at peer; a gone client's events
+ * are dropped. */
+static void
+push_event(struct medha_replica *r, uint32_t peer, struct medha_msg_event *ev)
+{
+	struct client *c = client_find(r, peer, 0);
+
+	if (c == NULL || c->nq >= CLIENT_MAX_EVENTS) {
+		if (c != NULL)
+			medha_log(MEDHA_LOG_WARN,
+			    "client %u: %lld events not collected; dropping",
+			    peer, (long long)c->nq);
+		medha_msg_event_clear(ev);
+		return;
+	}
+	if (c->nq == c->qcap) {
+		int64_t ncap = c->qcap ? 2 * c->qcap : 64;
+		void *n = medha_reallocarray(c->q, (size_t)ncap, sizeof(*ev));
+		if (n == NULL) {
+			medha_log(MEDHA_LOG_ERROR, "out of memory: event lost");
+			medha_msg_event_clear(ev);
+			return;
+		}
+		c->q = n;
+		c->qcap = ncap;
+	}
+	c->q[c->nq++] = *ev;
+	memset(ev, 0, sizeof(*ev));
+	client_flush(r, c);
+}
+
+/* ---- requests ---- */
+
+static struct lreq *
+lreq_get(const struct medha_replica *r, uint64_t h)
+{
+	size_t slot = (size_t)(h & 0xffffffffu);
+
+	if (slot >= r->slots || r->by_slot[slot] == NULL ||
+	    r->by_slot[slot]->handle != h)
+		return NULL;
+	return r->by_slot[slot];
+}
+
+static void
+lreq_free(struct lreq *q)
+{
+	free(q->ids);
+	free(q->out);
+	free(q->text);
+	for (int i = 0; i < q->n_stop; i++)
+		free(q->stop[i]);
+	free(q);
+}
+
+static void
+worker_free_later(struct medha_replica *r, uint64_t h)
+{
+	for (int i = 0; i < r->cfg.workers; i++) {
+		struct wslot *w = &r->w[i];
+		if (!w->present)
+			continue;
+		if (w->nfrees == w->frees_cap) {
+			int64_t ncap = w->frees_cap ? 2 * w->frees_cap : 64;
+			void *n = medha_reallocarray(w->frees, (size_t)ncap,
+			    sizeof(*w->frees));
+			if (n == NULL) {
+				medha_log(MEDHA_LOG_ERROR,
+				    "out of memory: worker %d keeps request "
+				    "%llx",
+				    i, (unsigned long long)h);
+				continue;
+			}
+			w->frees = n;
+			w->frees_cap = ncap;
+		}
+		w->frees[w->nfrees++] = h;
+	}
+}
+
+/* Tokens and text of q not yet sent, as an event for its client. */
+static void
+send_tokens(struct medha_replica *r, struct lreq *q, int final)
+{
+	struct medha_msg_event ev = {.kind = MEDHA_EVENT_TOKENS};
+	size_t upto = q->text_len;
+
+	if (!final && q->n_stop > 0)
+		upto = q->text_len > q->stop_max - 1
+		    ? q->text_len - (q->stop_max - 1)
+		    : 0;
+	if (upto < q->text_sent)
+		upto = q->text_sent;
+	if (q->n_out == q->ids_sent && upto == q->text_sent)
+		return;
+	ev.handle = q->handle;
+	ev.n_ids = q->n_out - q->ids_sent;
+	if (ev.n_ids > 0 &&
+	    (ev.ids = medha_reallocarray(NULL, (size_t)ev.n_ids,
+	         sizeof(int32_t))) == NULL)
+		return;
+	if (ev.n_ids > 0)
+		memcpy(ev.ids, q->out + q->ids_sent,
+		    (size_t)ev.n_ids * sizeof(int32_t));
+	ev.text_len = upto - q->text_sent;
+	if ((ev.text = malloc(ev.text_len + 1)) == NULL) {
+		free(ev.ids);
+		return;
+	}
+	memcpy(ev.text, q->text + q->text_sent, ev.text_len);
+	ev.text[ev.text_len] = '\0';
+	q->ids_sent = q->n_out;
+	q->text_sent = upto;
+	push_event(r, q->peer, &ev);
+}
+
+/* The core finished a request: its record goes to its client. */
+static void
+finalize(struct medha_replica *r, struct medha_record *rec)
+{
+	struct lreq *q = lreq_get(r, rec->handle);
+	struct medha_msg_event ev = {.kind = MEDHA_EVENT_RECORD};
+	struct client *c;
+
+	r->served++;
+	medha_log(rec->status == MEDHA_STATUS_OK ? MEDHA_LOG_DEBUG
+	                                         : MEDHA_LOG_INFO,
+	    "request %s: %s%s%s, %lld tokens", rec->id,
+	    medha_status_name(rec->status), rec->reason[0] ? ": " : "",
+	    rec->reason, (long long)rec->output_tokens);
+	if (q == NULL) /* rejected at arrival, before it had an lreq */
+		return;
+	if (q->text_sent > q->text_len) /* cut at a stop string */
+		q->text_sent = q->text_len;
+	send_tokens(r, q, 1);
+	if ((ev.record = malloc(sizeof(*ev.record))) != NULL) {
+		*ev.record = *rec;
+		ev.record->token_ids = q->out;
+		ev.record->n_token_ids = q->n_out;
+		ev.record->text = q->text;
+		if (ev.record->text == NULL)
+			ev.record->text = strdup("");
+		q->out = NULL;
+		q->text = NULL;
+		ev.handle = q->handle;
+		push_event(r, q->peer, &ev);
+	}
+	if ((c = client_find(r, q->peer, 0)) != NULL)
+		c->live--;
+	if (q->started)
+		worker_free_later(r, q->handle);
+	r->by_slot[q->handle & 0xffffffffu] = NULL;
+	r->live--;
+	lreq_free(q);
+}
+
+static void
+drain_records(struct medha_replica *r)
+{
+	struct medha_record rec;
+
+	while (medha_sched_pop_record(r->core, &rec) == 1)
+		finalize(r, &rec);
+}
+
+static int
+append_text(struct lreq *q, const char *s, size_t n)
+{
+	if (q->text_len + n + 1 > q->text_cap) {
+		size_t ncap = (q->text_len + n + 1) * 2;
+		char *t = realloc(q->text, ncap);
+		if (t == NULL)
+			return MEDHA_ENOMEM;
+		q->text = t;
+		q->text_cap = ncap;
+	}
+	memcpy(q->text + q->text_len, s, n);
+	q->text_len += n;
+	q->text[q->text_len] = '\0';
+	return 0;
+}
+
+/*
+ * A token came out for q: returns MEDHA_FINISH_STOP if the request ends
+ * here (end of generation, or its text now holds a stop string, where
+ * the text is cut), else 0.
+ */
+static int
+on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
+{
+	const char *piece = "";
+	size_t plen = 0, from;
+	char buf[256];
+
+	q->last = tok;
+	if (r->tok != NULL && !r->sim && !q->ignore_eos &&
+	    medha_tok_is_eog(r->tok, tok))
+		return MEDHA_FINISH_STOP;
+	if (q->n_out == q->out_cap) {
+		int64_t ncap = q->out_cap ? 2 * q->out_cap : 64;
+		void *n = medha_reallocarray(q->out, (size_t)ncap, sizeof(*q->out));
+		if (n == NULL)
+			return 0;
+		q->out = n;
+		q->out_cap = ncap;
+	}
+	q->out[q->n_out++] = tok;
+	if (r->tok != NULL && medha_tok_decode(r->tok, &tok, 1, 0, buf,
+	                          sizeof(buf), &plen) == 0)
+		piece = buf;
+	else
+		plen = 0;
+	from = q->text_len > q->stop_max ? q->text_len - q->stop_max : 0;
+	if (append_text(q, piece, plen) != 0)
+		return 0;
+	for (int i = 0; i < q->n_stop; i++) {
+		char *hit = memmem(q->text + from, q->text_len - from,
+		    q->stop[i], strlen(q->stop[i]));
+		if (hit != NULL) {
+			q->text_len = (size_t)(hit - q->text);
+			q->text[q->text_len] = '\0';
+			return MEDHA_FINISH_STOP;
+		}
+	}
+	return 0;
+}
+
+/* ---- the core and its predictor, from the first worker ---- */
+
+static int
+is_file(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int
+make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
+    size_t whylen)
+{
+	struct medha_pred_model m;
+	struct medha_gpu cpu;
+	const struct medha_gpu *g;
+	struct medha_sched_config sc = r->cfg.sched;
+	const char *model = r->cfg.model != NULL ? r->cfg.model : h->model;
+	int rc;
+
+	if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
+		return rc;
+	if (m.c.vocab != h->vocab || m.c.dim != h->dim)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "model %s (vocab %d, dim %d) is not the worker's "
+		    "(vocab %d, dim %d)",
+		    model, m.c.vocab, m.c.dim, h->vocab, h->dim);
+	if (strcmp(h->gpu, "cpu") == 0) {
+		if (medha_gpu_measure_cpu(&cpu, r->cfg.cpu_threads) != 0)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		g = &cpu;
+		medha_log(MEDHA_LOG_INFO,
+		    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d threads)",
+		    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9,
+		    r->cfg.cpu_threads);
+	} else if ((g = medha_gpu_find(h->gpu)) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "device %s: unknown", h->gpu);
+	if ((rc = medha_pred_init(&r->pred, g, &m, h->tp, h->spp, h->kvp)) !=
+	    0)
+		return medha_why(why, whylen, rc, "predictor: bad layout");
+	r->have_pred = 1;
+	if (r->cfg.predictor != NULL &&
+	    (rc = medha_pred_load_table(&r->pred, r->cfg.predictor, why,
+	         whylen)) != 0)
+		return rc;
+	sc.block_size = h->block_size;
+	sc.kv_blocks = h->n_blocks;
+	sc.max_seqs = h->max_seqs;
+	if (sc.kvp_max_tokens % sc.block_size != 0)
+		sc.kvp_max_tokens -= sc.kvp_max_tokens % sc.block_size;
+	if ((rc = medha_sched_init(&r->core, &sc, &r->pred)) != 0)
+		return medha_why(why, whylen, rc, "scheduler: %s",
+		    medha_strerror(rc));
+	r->sim = strcmp(h->backend, "sim") == 0;
+	r->vocab = h->vocab;
+	r->ctx_len = r->sim ? 0 : m.c.ctx_len;
+	snprintf(r->model, sizeof(r->model), "%s", model);
+	snprintf(r->backend, sizeof(r->backend), "%s", h->backend);
+	if (is_file(model)) {
+		struct medha_gguf *gg;
+		char w2[256];
+		if (medha_gguf_open(&gg, model, w2, sizeof(w2)) == 0) {
+			if (medha_tok_open(&r->tok, gg, w2, sizeof(w2)) != 0)
+				medha_log(MEDHA_LOG_WARN,
+				    "%s: no tokenizer (%s): token ids only",
+				    model, w2);
+			medha_gguf_close(gg);
+		}
+	}
+	if (r->tok == NULL)
+		medha_log(MEDHA_LOG_WARN,
+		    "no tokenizer for %s: text prompts are refused", model);
+	return 0;
+}
+
+/* ---- workers ---- */
+
+static struct wslot *
+worker_of(struct medha_replica *r, uint32_t peer, int id)
+{
+	if (id < 0 || id >= r->cfg.workers || !r->w[id].present ||
+	    r->w[id].peer != peer)
+		return NULL;
+	return &r->w[id];
+}
+
+static void
+worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
+{
+	int id = (int)(w - r->w), n = 0;
+
+	if (w->call != NULL)
+		medha_srv_drop(r->srv, w->call);
+	free(w->frees);
+	free(w->items);
+	memset(w, 0, sizeof(*w));
+	r->nworkers--;
+	r->ready = 0;
+	if (r->core != NULL) {
+		char reason[160];
+		snprintf(reason, sizeof(reason), "worker %d lost: %s", id,
+		    why);
+		n = medha_sched_worker_lost(r->core, reason, now_s(r));
+		if (n > 0)
+			drain_records(r);
+	}
+	medha_log(MEDHA_LOG_WARN,
+	    "worker %d lost (%s): %d requests failed; degraded, %d of %d "
+	    "workers",
+	    id, why, n > 0 ? n : 0, r->nworkers, r->cfg.workers);
+}
+
+static void
+on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
+    const struct medha_msg_hello *h)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_WELCOME};
+	char why[256];
+	int id = -1;
+
+	if (strcmp(h->backend, "cpu") != 0 && strcmp(h->backend, "sim") != 0) {
+		answer_error(r, ev->call, MEDHA_EUNSUP,
+		    "backend %s: this scheduler drives cpu and sim",
+		    h->backend);
+		return;
+	}
+	if (h->tp * h->spp * h->kvp != r->cfg.workers) {
+		answer_error(r, ev->call, MEDHA_EINVAL,
+		    "layout tp %d x spp %d x kvp %d is not the replica's %d "
+		    "workers",
+		    h->tp, h->spp, h->kvp, r->cfg.workers);
+		return;
+	}
+	if (r->cfg.workers != 1) {
+		answer_error(r, ev->call, MEDHA_EUNSUP,
+		    "replicas of more than one worker are not supported yet");
+		return;
+	}
+	for (int i = 0; i < r->cfg.workers; i++) {
+		if (r->w[i].present && r->w[i].peer == ev->peer)
+			id = i; /* the same worker again: start over */
+		else if (!r->w[i].present && id < 0)
+			id = i;
+	}
+	if (id < 0) {
+		answer_error(r, ev->call, MEDHA_ENOSPACE,
+		    "all %d workers are connected", r->cfg.workers);
+		return;
+	}
+	if (r->core == NULL && make_core(r, h, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		answer_error(r, ev->call, MEDHA_EINVAL, "%s", why);
+		if (r->have_pred) {
+			medha_pred_free(&r->pred);
+			r->have_pred = 0;
+		}
+		return;
+	}
+	if (r->core != NULL &&
+	    (h->block_size != medha_sched_block_size(r->core) ||
+	        h->n_blocks < medha_sched_group_capacity(r->core) ||
+	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
+		answer_error(r, ev->call, MEDHA_EINVAL,
+		    "worker does not match the replica (%s backend, blocks "
+		    "of %d, %lld blocks, vocab %d)",
+		    r->backend, medha_sched_block_size(r->core),
+		    (long long)medha_sched_group_capacity(r->core), r->vocab);
+		return;
+	}
+	if (r->w[id].present)
+		worker_lost(r, &r->w[id], "said HELLO again");
+	memset(&r->w[id], 0, sizeof(r->w[id]));
+	r->w[id].present = 1;
+	r->w[id].peer = ev->peer;
+	r->w[id].hello = *h;
+	r->w[id].last_seen = mono();
+	r->nworkers++;
+	m.worker_id = id;
+	answer(r, ev->call, &m);
+	medha_log(MEDHA_LOG_INFO,
+	    "worker %d: %s backend, %s, pid %d, %d KV blocks of %d", id,
+	    h->backend, h->model, h->pid, h->n_blocks, h->block_size);
+	if (r->nworkers == r->cfg.workers && !r->ready) {
+		r->ready = 1;
+		medha_log(MEDHA_LOG_WARN,
+		    "ready: %d worker%s, %s backend, model %s, %lld KV blocks "
+		    "of %d",
+		    r->nworkers, r->nworkers > 1 ? "s" : "", r->backend,
+		    r->model, (long long)medha_sched_group_capacity(r->core),
+		    medha_sched_block_size(r->core));
+	}
+}
+
+/* Answer w's held call with a batch, or with IDLE when asked to. */
+static void
+dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
+{
+	struct medha_msg m;
+	struct medha_sched_batch b;
+	struct medha_msg_item *items = NULL;
+	int rc;
+
+	if (w->call == NULL || w->busy)
+		return;
+	memset(&m, 0, sizeof(m));
+	rc = r->ready ? 1 : 0;
+	if (rc && (rc = medha_sched_next_batch(r->core, now_s(r), &b)) < 0)
+		medha_log(MEDHA_LOG_ERROR, "forming a batch: %s",
+		    medha_strerror(rc));
+	if (rc == 1) {
+		if (w->items_cap < b.n_items) {
+			void *n = medha_reallocarray(w->items, b.n_items,
+			    sizeof(*w->items));
+			if (n == NULL)
+				goto nomem;
+			w->items = n;
+			w->items_cap = b.n_items;
+		}
+		if ((items = medha_calloc(b.n_items, sizeof(*items))) == NULL)
+			goto nomem;
+		memcpy(w->items, b.items, b.n_items * sizeof(*b.items));
+		w->b = b;
+		w->b.items = w->items;
+		for (int i = 0; i < b.n_items; i++) {
+			const struct medha_sched_item *it = &b.items[i];
+			struct lreq *q = lreq_get(r, it->req);
+			struct medha_msg_item *mi = &items[i];
+
+			MEDHA_ASSERT(q != NULL);
+			mi->handle = it->req;
+			mi->pos = it->kv;
+			if (it->decode) {
+				mi->ids = &q->last;
+				mi->n_ids = 1;
+			} else {
+				mi->ids = q->ids + it->kv;
+				mi->n_ids = it->tokens;
+			}
+			mi->sample = it->decode || it->last;
+			if (!it->decode && it->kv == 0) {
+				mi->has_params = 1;
+				mi->params = q->sp;
+				q->started = 1;
+			}
+		}
+		m.type = MEDHA_MSG_BATCH;
+		m.batch.seq = ++r->bseq;
+		m.batch.items = items;
+		m.batch.n_items = b.n_items;
+		w->busy = 1;
+		w->bseq = m.batch.seq;
+		r->batches++;
+	} else if (idle_ok || w->nfrees > 0) {
+		m.type = MEDHA_MSG_IDLE;
+	} else
+		return;
+	m.batch.frees = w->frees;
+	m.batch.n_frees = w->nfrees;
+	answer(r, w->call, &m);
+	w->call = NULL;
+	w->nfrees = 0;
+	w->last_seen = mono();
+	free(items);
+	return;
+nomem:
+	medha_log(MEDHA_LOG_ERROR, "out of memory sending a batch");
+	medha_sched_worker_lost(r->core, "out of memory", now_s(r));
+	drain_records(r);
+}
+
+static void
+on_result(struct medha_replica *r, struct wslot *w,
+    const struct medha_msg_result *res)
+{
+	struct medha_sched_result *out;
+	int64_t k = 0;
+
+	if (!w->busy || res->seq != w->bseq) {
+		medha_log(MEDHA_LOG_WARN,
+		    "worker %d: result of batch %llu, expected %llu",
+		    (int)(w - r->w), (unsigned long long)res->seq,
+		    (unsigned long long)w->bseq);
+		return;
+	}
+	w->busy = 0;
+	if (res->error[0] != '\0') {
+		char reason[300];
+		snprintf(reason, sizeof(reason), "batch failed on worker %d: %s",
+		    (int)(w - r->w), res->error);
+		medha_log(MEDHA_LOG_ERROR, "%s", reason);
+		medha_sched_worker_lost(r->core, reason, now_s(r));
+		drain_records(r);
+		return;
+	}
+	if ((out = medha_calloc(w->b.n_items, sizeof(*out))) == NULL) {
+		medha_sched_worker_lost(r->core, "out of memory", now_s(r));
+		drain_records(r);
+		return;
+	}
+	for (int i = 0; i < w->b.n_items; i++) {
+		const struct medha_sched_item *it = &w->b.items[i];
+		struct lreq *q = lreq_get(r, it->req);
+
+		out[i].token = -1;
+		if (!(it->decode || it->last))
+			continue;
+		/* tokens come in item order; find this item's */
+		while (k < res->n_tokens && res->tokens[k].handle != it->req)
+			k++;
+		if (k == res->n_tokens) {
+			k = 0;
+			continue;
+		}
+		out[i].token = res->tokens[k].token;
+		if (q != NULL) {
+			out[i].stop = on_token(r, q, out[i].token);
+			send_tokens(r, q, 0);
+		}
+	}
+	medha_sched_batch_done(r->core, &w->b, out, now_s(r));
+	free(out);
+	drain_records(r);
+}
+
+/* ---- client requests ---- */
+
+static void
+on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
+    struct medha_reqspec *rs)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
+	struct client *c;
+	struct lreq *q;
+	size_t n = 0;
+	int rc;
+
+	if (r->draining) {
+		answer_error(r, ev->call, MEDHA_EUNSUP,
+		    "shutting down: not accepting requests");
+		return;
+	}
+	if (r->core == NULL) {
+		answer_error(r, ev->call, MEDHA_ENOSPACE,
+		    "not ready: %d of %d workers connected", r->nworkers,
+		    r->cfg.workers);
+		return;
+	}
+	if (r->live >= r->cfg.max_queue) {
+		answer_error(r, ev->call, MEDHA_ENOSPACE,
+		    "overloaded: %lld requests in flight", (long long)r->live);
+		return;
+	}
+	if ((c = client_find(r, ev->peer, 1)) == NULL ||
+	    (q = calloc(1, sizeof(*q))) == NULL) {
+		answer_error(r, ev->call, MEDHA_ENOMEM, "out of memory");
+		return;
+	}
+	if (rs->prompt_ids != NULL) {
+		q->ids = rs->prompt_ids;
+		rs->prompt_ids = NULL;
+		q->n_prompt = rs->prompt_tokens;
+	} else if (rs->prompt != NULL) {
+		if (r->tok == NULL) {
+			answer_error(r, ev->call, MEDHA_EUNSUP,
+			    "no tokenizer for %s: send prompt_ids or "
+			    "prompt_tokens",
+			    r->model);
+			goto fail;
+		}
+		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
+		    MEDHA_TOK_DEFAULT, &q->ids, &n);
+		if (rc != 0) {
+			answer_error(r, ev->call, rc, "tokenizing: %s",
+			    medha_strerror(rc));
+			goto fail;
+		}
+		q->n_prompt = (int64_t)n;
+	} else {
+		q->n_prompt = rs->prompt_tokens;
+		if (q->n_prompt > (int64_t)1 << 40 ||
+		    (q->ids = medha_reallocarray(NULL, (size_t)q->n_prompt,
+		         sizeof(*q->ids))) == NULL) {
+			answer_error(r, ev->call, MEDHA_ENOMEM,
+			    "no memory for a prompt of %lld tokens",
+			    (long long)q->n_prompt);
+			goto fail;
+		}
+		/* a made-up prompt: the same ids for the same request id */
+		uint64_t z = 1469598103934665603ULL;
+		for (const char *s = rs->id; *s != '\0'; s++)
+			z = (z ^ (unsigned char)*s) * 1099511628211ULL;
+		for (int64_t i = 0; i < q->n_prompt; i++) {
+			z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+			q->ids[i] = (int32_t)((z >> 33) % (uint64_t)r->vocab);
+		}
+	}
+	if (q->n_prompt < 1) {
+		answer_error(r, ev->call, MEDHA_EINVAL, "the prompt is empty");
+		goto fail;
+	}
+	for (int64_t i = 0; i < q->n_prompt; i++)
+		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
+			answer_error(r, ev->call, MEDHA_EINVAL,
+			    "prompt_ids[%lld] = %d: outside the vocabulary "
+			    "(%d)",
+			    (long long)i, q->ids[i], r->vocab);
+			goto fail;
+		}
+	if (r->ctx_len > 0 && q->n_prompt + rs->max_tokens > r->ctx_len) {
+		answer_error(r, ev->call, MEDHA_ERANGE,
+		    "%lld prompt + %lld output tokens exceed the model's "
+		    "context of %lld",
+		    (long long)q->n_prompt, (long long)rs->max_tokens,
+		    (long long)r->ctx_len);
+		goto fail;
+	}
+	memcpy(q->id, rs->id, sizeof(q->id));
+	q->peer = ev->peer;
+	q->sp = rs->sampling;
+	q->ignore_eos = rs->ignore_eos;
+	for (int i = 0; i < rs->n_stop; i++) {
+		q->stop[i] = rs->stop[i];
+		rs->stop[i] = NULL;
+		if (strlen(q->stop[i]) > q->stop_max)
+			q->stop_max = strlen(q->stop[i]);
+	}
+	q->n_stop = rs->n_stop;
+	rs->n_stop = 0;
+	rs->prompt_tokens = q->n_prompt;
+	rs->arrival = now_s(r);
+	if ((rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle)) !=
+	    0) {
+		answer_error(r, ev->call, rc, "%s", medha_strerror(rc));
+		goto fail;
+	}
+	{
+		size_t slot = (size_t)(q->handle & 0xffffffffu);
+		if (slot >= r->slots) {
+			size_t ns = r->slots ? r->slots : 256;
+			while (ns <= slot)
+				ns *= 2;
+			void *p = medha_reallocarray(r->by_slot, ns,
+			    sizeof(*r->by_slot));
+			if (p == NULL) {
+				medha_sched_cancel(r->core, q->handle,
+				    "out of memory", now_s(r));
+				answer_error(r, ev->call, MEDHA_ENOMEM,
+				    "out of memory");
+				drain_records(r);
+				goto fail;
+			}
+			r->by_slot = p;
+			memset(r->by_slot + r->slots, 0,
+			    (ns - r->slots) * sizeof(*r->by_slot));
+			r->slots = ns;
+		}
+		r->by_slot[slot] = q;
+	}
+	r->live++;
+	c->live++;
+	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
+	m.accepted.handle = q->handle;
+	answer(r, ev->call, &m);
+	drain_records(r); /* rejected at once: its record follows */
+	return;
+fail:
+	lreq_free(q);
+}
+
+static void
+on_cancel(struct medha_replica *r, struct medha_srv_ev *ev, uint64_t h)
+{
+	struct lreq *q = lreq_get(r, h);
+
+	if (q == NULL || q->peer != ev->peer) {
+		answer_error(r, ev->call, MEDHA_ENOTFOUND,
+		    "request %llx: not in flight for this client",
+		    (unsigned long long)h);
+		return;
+	}
+	medha_sched_cancel(r->core, h, "cancelled by its client", now_s(r));
+	drain_records(r);
+	answer_type(r, ev->call, MEDHA_MSG_OK);
+}
+
+static void
+on_status(struct medha_replica *r, struct medha_srv_ev *ev)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_STATUS_REPLY};
+
+	m.status.workers = r->nworkers;
+	m.status.workers_wanted = r->cfg.workers;
+	m.status.ready = r->ready && !r->draining;
+	m.status.pending = r->live;
+	if (r->core != NULL) {
+		int64_t waiting = 0;
+		for (int i = 0; i < medha_sched_pending(r->core); i++)
+			waiting += medha_sched_active(r->core, i)->state ==
+			    MEDHA_REQ_WAITING;
+		m.status.queue = waiting;
+		m.status.kv_blocks = medha_sched_group_capacity(r->core);
+		m.status.kv_used = medha_sched_group_reserved(r->core, 0);
+		m.status.block_size = medha_sched_block_size(r->core);
+	}
+	snprintf(m.status.model, sizeof(m.status.model), "%s", r->model);
+	snprintf(m.status.backend, sizeof(m.status.backend), "%s", r->backend);
+	answer(r, ev->call, &m);
+}
+
+static void
+on_gone(struct medha_replica *r, uint32_t peer)
+{
+	struct client *c;
+
+	for (int i = 0; i < r->cfg.workers; i++)
+		if (r->w[i].present && r->w[i].peer == peer) {
+			worker_lost(r, &r->w[i], "connection closed");
+			return;
+		}
+	if ((c = client_find(r, peer, 0)) == NULL)
+		return;
+	if (c->live > 0) {
+		int n = 0;
+		for (size_t s = 0; s < r->slots; s++) {
+			struct lreq *q = r->by_slot[s];
+			if (q == NULL || q->peer != peer)
+				continue;
+			medha_sched_cancel(r->core, q->handle,
+			    "client went away", now_s(r));
+			n++;
+		}
+		medha_log(MEDHA_LOG_INFO,
+		    "client %u went away: %d requests cancelled", peer, n);
+		drain_records(r);
+	}
+	if ((c = client_find(r, peer, 0)) != NULL)
+		client_free(r, c);
+}
+
+static void
+on_call(struct medha_replica *r, struct medha_srv_ev *ev)
+{
+	struct medha_msg m;
+	struct wslot *w;
+	struct client *c;
+	char why[256];
+
+	if (medha_msg_decode(&m, ev->data, ev->len, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_WARN, "peer %u: message refused: %s",
+		    ev->peer, why);
+		answer_error(r, ev->call, MEDHA_EFORMAT, "%s", why);
+		return;
+	}
+	switch (m.type) {
+	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
+	case MEDHA_MSG_POLL:
+		if ((c = client_find(r, ev->peer, 1)) == NULL) {
+			answer_error(r, ev->call, MEDHA_ENOMEM, "out of memory");
+			break;
+		}
+		if (c->poll != NULL) /* one poll at a time: the old one ends */
+			client_flush(r, c);
+		c->poll = ev->call;
+		c->poll_since = mono();
+		if (c->nq > 0)
+			client_flush(r, c);
+		break;
+	case MEDHA_MSG_CANCEL: on_cancel(r, ev, m.cancel); break;
+	case MEDHA_MSG_STATUS: on_status(r, ev); break;
+	case MEDHA_MSG_HELLO: on_hello(r, ev, &m.hello); break;
+	case MEDHA_MSG_READY:
+	case MEDHA_MSG_RESULT:
+	case MEDHA_MSG_HEARTBEAT:
+		w = worker_of(r, ev->peer,
+		    m.type == MEDHA_MSG_RESULT ? m.result.worker_id
+		                               : m.worker_id);
+		if (w == NULL) {
+			answer_error(r, ev->call, MEDHA_ENOTFOUND,
+			    "not a worker of this replica: say HELLO");
+			break;
+		}
+		w->last_seen = mono();
+		if (m.type == MEDHA_MSG_HEARTBEAT) {
+			answer_type(r, ev->call, MEDHA_MSG_OK);
+			break;
+		}
+		if (w->call != NULL) /* a second request: the first ends */
+			medha_srv_drop(r->srv, w->call);
+		w->call = ev->call;
+		w->call_since = mono();
+		if (m.type == MEDHA_MSG_RESULT)
+			on_result(r, w, &m.result);
+		else if (w->busy) {
+			/* READY with a batch out: the worker started over */
+			w->busy = 0;
+			medha_sched_worker_lost(r->core,
+			    "worker dropped its batch", now_s(r));
+			drain_records(r);
+		}
+		dispatch(r, w, 0);
+		break;
+	default:
+		answer_error(r, ev->call, MEDHA_EUNSUP,
+		    "%s is not a request to a scheduler",
+		    medha_msg_type_name(m.type));
+	}
+	medha_msg_clear(&m);
+}
+
+/* Held calls answered, dead workers noticed, batches sent. */
+static void
+housekeeping(struct medha_replica *r)
+{
+	double t = mono();
+
+	for (int i = 0; i < r->nclients; i++) {
+		struct client *c = &r->clients[i];
+		if (c->poll != NULL && t - c->poll_since >= HB)
+			client_flush(r, c);
+	}
+	for (int i = 0; i < r->cfg.workers; i++) {
+		struct wslot *w = &r->w[i];
+		if (!w->present)
+			continue;
+		if (t - w->last_seen > DEAD) {
+			worker_lost(r, w, "silent for too long");
+			continue;
+		}
+		dispatch(r, w, w->call != NULL && t - w->call_since >= HB);
+	}
+}
+
+/* ---- life cycle ---- */
+
+int
+medha_replica_open(struct medha_replica **rp,
+    const struct medha_replica_config *c, char *why, size_t whylen)
+{
+	struct medha_replica *r;
+	int rc;
+
+	*rp = NULL;
+	if (c->listen == NULL || c->workers < 1 || c->workers > 4096 ||
+	    c->cpu_threads < 1 || c->drain_timeout < 0 || c->max_queue < 1)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "bad replica configuration");
+	if ((r = calloc(1, sizeof(*r))) == NULL ||
+	    (r->w = medha_calloc(c->workers, sizeof(*r->w))) == NULL) {
+		free(r);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	r->cfg = *c;
+	r->t0 = mono();
+	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
+		free(r->w);
+		free(r);
+		return rc;
+	}
+	*rp = r;
+	return 0;
+}
+
+int
+medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
+{
+	struct medha_srv_ev ev;
+	double drain_until = 0, linger_until = 0;
+
+	medha_log(MEDHA_LOG_INFO, "listening at %s for %d worker%s",
+	    r->cfg.listen, r->cfg.workers, r->cfg.workers > 1 ? "s" : "");
+	for (;;) {
+		if (*stop && !r->draining) {
+			r->draining = 1;
+			drain_until = mono() + r->cfg.drain_timeout;
+			medha_log(MEDHA_LOG_WARN,
+			    "stopping: %lld requests in flight, waiting up "
+			    "to %.0f s",
+			    (long long)r->live, r->cfg.drain_timeout);
+		}
+		if (r->draining) {
+			if (r->live > 0 && mono() >= drain_until) {
+				for (size_t s = 0; s < r->slots; s++)
+					if (r->by_slot[s] != NULL)
+						medha_sched_cancel(r->core,
+						    r->by_slot[s]->handle,
+						    "scheduler stopped",
+						    now_s(r));
+				drain_records(r);
+			}
+			if (r->live == 0) {
+				int queued = 0;
+				if (linger_until == 0)
+					linger_until = mono() + 2 * HB;
+				for (int i = 0; i < r->nclients; i++)
+					queued += r->clients[i].nq > 0;
+				if (queued == 0 || mono() >= linger_until)
+					break;
+			}
+		}
+		if (medha_srv_next(r->srv, 0.1, &ev) != 0)
+			return MEDHA_ENOMEM;
+		if (ev.kind == MEDHA_SRV_GONE)
+			on_gone(r, ev.peer);
+		else if (ev.kind == MEDHA_SRV_CALL)
+			on_call(r, &ev);
+		housekeeping(r);
+	}
+	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld batches",
+	    (long long)r->served, (long long)r->batches);
+	return 0;
+}
+
+void
+medha_replica_close(struct medha_replica *r)
+{
+	if (r == NULL)
+		return;
+	while (r->nclients > 0)
+		client_free(r, &r->clients[0]);
+	for (int i = 0; i < r->cfg.workers; i++) {
+		if (r->w[i].call != NULL)
+			medha_srv_drop(r->srv, r->w[i].call);
+		free(r->w[i].frees);
+		free(r->w[i].items);
+	}
+	medha_srv_close(r->srv);
+	for (size_t s = 0; s < r->slots; s++)
+		if (r->by_slot[s] != NULL)
+			lreq_free(r->by_slot[s]);
+	free(r->by_slot);
+	free(r->clients);
+	free(r->w);
+	medha_sched_free(r->core);
+	if (r->have_pred)
+		medha_pred_free(&r->pred);
+	medha_tok_close(r->tok);
+	free(r);
+}

@@ -1,0 +1,121 @@
+/*
+ * req.h: the one vocabulary of requests and results that every part of
+ * medha shares (DESIGN.md sections 5a and 7). A request is what a client
+ * asks for: a prompt (text, token ids, or only a length for simulation),
+ * how many tokens to generate, how to sample them, when to stop, and its
+ * latency targets. A record is what happened to it: exactly one per
+ * request, whatever its fate.
+ *
+ * Two codecs carry these structs: JSON Lines for traces and records
+ * (io/trace.h, man/medha-trace.5) and msgpack on the wire (net/proto.h,
+ * man/medha-proto.7). Neither format travels further than its codec.
+ *
+ *	struct medha_reqspec rs = {0};
+ *	strcpy(rs.id, "q1");
+ *	rs.prompt = strdup("Hello");
+ *	rs.max_tokens = 16;
+ *	rs.sampling = medha_sampling_greedy;
+ *	...
+ *	medha_reqspec_clear(&rs);	(frees prompt, prompt_ids, stop)
+ */
+#ifndef MEDHA_REQ_H
+#define MEDHA_REQ_H
+
+#include "medha.h"
+
+#include <stdint.h>
+
+#define MEDHA_ID_MAX 64   /* longest id, NUL included */
+#define MEDHA_STOP_MAX 4  /* stop strings per request */
+#define MEDHA_STOP_LEN 64 /* longest stop string, bytes, NUL excluded */
+
+/* How the next token is drawn (model/sample.h implements it). */
+struct medha_sampler_params {
+	float temp;    /* temperature; <= 0 is greedy */
+	int top_k;     /* keep the k largest logits; <= 0 keeps all */
+	float top_p;   /* keep the top-p nucleus; 0 or >= 1 keeps all */
+	uint64_t seed; /* the generator's seed */
+};
+
+/* Greedy decoding: temperature 0, seed 1. */
+extern const struct medha_sampler_params medha_sampling_greedy;
+
+/* One request as a trace or a client gives it. */
+struct medha_reqspec {
+	char id[MEDHA_ID_MAX]; /* NUL-terminated; numbers are kept as text */
+	double arrival;        /* s since the trace's origin, >= 0 */
+	int64_t prompt_tokens; /* >= 1; with prompt_ids, their count; 0 if
+	                          only a text prompt is given (not yet
+	                          tokenized) */
+	int64_t max_tokens;    /* >= 0 output tokens to generate at most */
+	double ttft_slo;       /* s; 0 if not given */
+	double tpot_slo;       /* s; 0 if not given */
+	char *prompt;          /* owned text prompt, or NULL */
+	int32_t *prompt_ids;   /* owned (prompt_tokens) token ids, or NULL */
+	struct medha_sampler_params sampling;
+	int ignore_eos;             /* generate past end-of-generation */
+	int n_stop;                 /* stop strings in stop[] */
+	char *stop[MEDHA_STOP_MAX]; /* owned stop strings: the output ends
+	                               before the first one it contains */
+};
+
+/* Frees rs's prompt, prompt_ids and stop strings and clears them. */
+void medha_reqspec_clear(struct medha_reqspec *rs);
+/*
+ * A deep copy of src into *dst (whose old contents are not freed).
+ * Returns 0 or MEDHA_ENOMEM (then *dst owns nothing).
+ */
+int medha_reqspec_copy(struct medha_reqspec *dst,
+    const struct medha_reqspec *src);
+
+enum medha_status {
+	MEDHA_STATUS_OK = 0,    /* completed */
+	MEDHA_STATUS_REJECTED,  /* could never be served (too long, bad) */
+	MEDHA_STATUS_FAILED,    /* lost: a worker died and it could not end */
+	MEDHA_STATUS_CANCELLED, /* its client went away or cancelled it */
+	MEDHA_STATUS_COUNT
+};
+/* "ok", "rejected", "failed", "cancelled"; "unknown" out of range. */
+const char *medha_status_name(int status);
+/* Returns MEDHA_STATUS_* or -1 if the name is unknown. */
+int medha_status_parse(const char *name);
+
+/* Why a completed request stopped. */
+enum medha_finish {
+	MEDHA_FINISH_NONE = 0, /* not completed (or not known) */
+	MEDHA_FINISH_LENGTH,   /* max_tokens reached */
+	MEDHA_FINISH_STOP,     /* end-of-generation token or a stop string */
+	MEDHA_FINISH_COUNT
+};
+/* "", "length", "stop" (the OpenAI API's finish_reason). */
+const char *medha_finish_name(int finish);
+/* Returns MEDHA_FINISH_* or -1. */
+int medha_finish_parse(const char *name);
+
+/* One result record: what happened to one request. */
+struct medha_record {
+	char id[MEDHA_ID_MAX];
+	double arrival;     /* s */
+	double first_token; /* s, absolute; = finish when output_tokens = 0 */
+	double finish;      /* s, absolute */
+	int64_t prompt_tokens;
+	int64_t output_tokens;
+	double ttft;      /* first_token - arrival */
+	double tpot_mean; /* (finish - first_token) / (output_tokens - 1); 0
+	                     if < 2 */
+	double tpot_max;  /* longest gap between consecutive tokens; 0 if < 2 */
+	double ttft_slo;  /* the TTFT SLO the request was held to (s) */
+	double tpot_slo;  /* the TPOT SLO it was held to (s); 0 if none */
+	int status;       /* MEDHA_STATUS_* */
+	int finish_reason;    /* MEDHA_FINISH_* */
+	char reason[128];     /* why it was rejected, failed or cancelled */
+	int32_t *token_ids;   /* owned generated ids (n_token_ids), or NULL */
+	int64_t n_token_ids;  /* the end-of-generation token not counted */
+	char *text;           /* owned generated text, or NULL */
+	uint64_t handle;      /* the scheduler's handle (not in JSON) */
+};
+
+/* Frees rec's token_ids and text and clears them. */
+void medha_record_clear(struct medha_record *rec);
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * pred_cpu.c: a roofline "device" for the cpu backend, measured on the
+ * machine it runs on: the bandwidth of a streaming read over a buffer
+ * far larger than the caches and the rate of fused multiply-adds, each
+ * with the given number of threads. The scheduler uses it to size
+ * chunks for cpu workers until a profile measured by medha-prof
+ * (medha-profile(5)) replaces it. Efficiency factors are the fractions
+ * of those two figures the cpu backend's kernels reach (its quantized
+ * products, its attention), a rough guess, and a fixed cost per layer
+ * for the thread pool's eight parallel regions.
+ */
+#include "sched/pred.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BW_BYTES (256u << 20) /* per pass, all threads together */
+#define FMA_ITERS 2000000     /* per thread */
+
+typedef float v8 __attribute__((vector_size(32)));
+
+struct part {
+	const float *p;
+	size_t n;
+	double out;
+	int fma;
+};
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* a * x + y as one fused operation where the machine has one */
+__attribute__((optimize("fp-contract=fast"))) static void *
+part_main(void *arg)
+{
+	struct part *t = arg;
+
+	if (t->fma) {
+		v8 x = {1.0001f, 1.0001f, 1.0001f, 1.0001f, 1.0001f, 1.0001f,
+		    1.0001f, 1.0001f};
+		v8 y = x * 0.5f;
+		v8 a0 = x, a1 = x + 1, a2 = x + 2, a3 = x + 3, a4 = x + 4,
+		   a5 = x + 5, a6 = x + 6, a7 = x + 7, a8 = x + 8, a9 = x + 9;
+		for (int i = 0; i < FMA_ITERS; i++) {
+			a0 = a0 * x + y;
+			a1 = a1 * x + y;
+			a2 = a2 * x + y;
+			a3 = a3 * x + y;
+			a4 = a4 * x + y;
+			a5 = a5 * x + y;
+			a6 = a6 * x + y;
+			a7 = a7 * x + y;
+			a8 = a8 * x + y;
+			a9 = a9 * x + y;
+		}
+		a0 += a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;
+		t->out = a0[0];
+	} else {
+		const v8 *v = (const v8 *)t->p;
+		v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+		for (size_t i = 0; i + 4 <= t->n / 8; i += 4) {
+			s0 += v[i];
+			s1 += v[i + 1];
+			s2 += v[i + 2];
+			s3 += v[i + 3];
+		}
+		s0 += s1 + s2 + s3;
+		t->out = s0[0];
+	}
+	return NULL;
+}
+
+/* Seconds for `threads` threads to run their parts. */
+static double
+run(struct part *pt, int threads)
+{
+	pthread_t th[64];
+	double t0 = now();
+
+	for (int i = 1; i < threads; i++)
+		pthread_create(&th[i], NULL, part_main, &pt[i]);
+	part_main(&pt[0]);
+	for (int i = 1; i < threads; i++)
+		pthread_join(th[i], NULL);
+	return now() - t0;
+}
+
+int
+medha_gpu_measure_cpu(struct medha_gpu *g, int threads)
+{
+	struct part pt[64];
+	float *buf;
+	double t, best = 1e30;
+	size_t per;
+
+	if (threads < 1)
+		threads = 1;
+	if (threads > 64)
+		threads = 64;
+	if ((buf = aligned_alloc(64, BW_BYTES)) == NULL)
+		return MEDHA_ENOMEM;
+	memset(buf, 1, BW_BYTES);
+	per = BW_BYTES / sizeof(float) / (size_t)threads / 32 * 32;
+	for (int i = 0; i < threads; i++)
+		pt[i] = (struct part){buf + (size_t)i * per, per, 0, 0};
+	for (int r = 0; r < 3; r++)
+		if ((t = run(pt, threads)) < best)
+			best = t;
+	free(buf);
+	memset(g, 0, sizeof(*g));
+	g->name = "cpu";
+	g->hbm_bw = (double)per * sizeof(float) * threads / best;
+	for (int i = 0; i < threads; i++)
+		pt[i] = (struct part){NULL, 0, 0, 1};
+	t = run(pt, threads);
+	g->peak_flops = 2.0 * 10 * 8 * FMA_ITERS * threads / t;
+	g->mem_bytes = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
+	g->nvlink_bw = g->hbm_bw; /* workers on one host share memory */
+	g->net_bw = 1e9;
+	g->gpus_per_node = 1;
+	g->eff_flops = 0.5;
+	g->eff_attn = 0.3;
+	g->eff_bw = 0.6;
+	g->eff_link = 0.5;
+	g->launch_s = 50e-6;
+	g->comm_lat_s = 50e-6;
+	return 0;
+}

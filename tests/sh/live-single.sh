@@ -1,0 +1,135 @@
+#!/bin/sh
+# live-single.sh: the live replica (examples/serve.sh single: medha-sched
+# -l and one cpu medha-worker -s) against medha-worker -p. Sixteen
+# requests arrive at once (prompts of 3 to about 700 tokens, so chunked
+# prefills share batches with decodes), greedy: each must give exactly
+# the tokens medha-worker -p gives for it alone, and every request ends
+# with one record. Then the bad cases: a malformed trace line is refused
+# by replay with a reason, an empty and a too-long prompt get "rejected"
+# records with a reason, a stop string cuts the text, and SIGTERM stops
+# every process. Needs contrib/fetch-refs.sh (the real model).
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+cache=${MEDHA_CACHE:-$top/cache}
+model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+if [ ! -s "$model" ]; then
+	echo "skip: $model missing (run contrib/fetch-refs.sh)"
+	exit 0
+fi
+tmp=$(mktemp -d)
+addr=ipc://$tmp/r.sock
+serve=
+cleanup() {
+	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+echo "live-single: starting examples/serve.sh single" >&2
+
+MEDHA_BIN=$bin MEDHA_ADDR=$addr MEDHA_MODEL=$model MEDHA_LOG=$tmp/logs \
+    bash "$top/examples/serve.sh" single 2>"$tmp/serve.err" &
+serve=$!
+i=0
+until grep -qx ready "$tmp/serve.err"; do
+	i=$((i + 1))
+	if [ $i -gt 600 ] || ! kill -0 "$serve" 2>/dev/null; then
+		echo "serve.sh did not become ready"
+		cat "$tmp/serve.err" "$tmp"/logs/*.log
+		exit 1
+	fi
+	sleep 0.1
+done
+
+# sixteen prompts, all arriving at once
+python3 - "$tmp/trace.jsonl" <<'PY'
+import json, sys
+base = [
+    "The capital of France is",
+    "Once upon a time",
+    "Write a haiku about the sea.",
+    "def fibonacci(n):",
+    "List three prime numbers:",
+    "The quick brown fox",
+    "In 1969, the first humans",
+    "Water boils at",
+]
+long = ("Medha serves long prompts by splitting them into chunks that "
+        "share each batch with the decodes of other requests. ")
+prompts = base + [long * k + "In short," for k in (2, 4, 6, 8, 10, 12, 14, 25)]
+with open(sys.argv[1], "w") as f:
+    for i, p in enumerate(prompts):
+        f.write(json.dumps({"id": "p%d" % i, "arrival": 0, "prompt": p,
+                            "max_tokens": 24, "temperature": 0}) + "\n")
+PY
+"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
+    >"$tmp/out.jsonl"
+python3 - "$tmp/trace.jsonl" "$tmp/out.jsonl" "$bin/medha-worker" "$model" <<'PY'
+import json, subprocess, sys
+trace = [json.loads(l) for l in open(sys.argv[1])]
+out = [json.loads(l) for l in open(sys.argv[2])]
+ids = [r["id"] for r in out]
+assert sorted(ids) == sorted(t["id"] for t in trace), ids
+assert len(set(ids)) == len(ids), "a request with two records"
+bad = 0
+for t in trace:
+    r = next(o for o in out if o["id"] == t["id"])
+    assert r["status"] == "ok", r
+    solo = subprocess.run([sys.argv[3], "-m", sys.argv[4], "-p", t["prompt"],
+                           "-n", str(t["max_tokens"]), "--tokens", "-t", "2"],
+                          capture_output=True, text=True, check=True).stdout
+    want = [int(x) for x in solo.split()]
+    if r["token_ids"] != want:
+        bad += 1
+        print("%s (%d prompt tokens): live %s, alone %s" %
+              (t["id"], r["prompt_tokens"], r["token_ids"], want))
+    assert r["output_tokens"] == len(r["token_ids"])
+    assert r["finish_reason"] in ("length", "stop")
+print("%d requests, %d differ from medha-worker -p; prompts of %d..%d tokens"
+      % (len(trace), bad, min(r["prompt_tokens"] for r in out),
+         max(r["prompt_tokens"] for r in out)))
+sys.exit(1 if bad else 0)
+PY
+
+# refused and rejected requests still end with one record and a reason
+cat >"$tmp/bad.jsonl" <<'EOF'
+{"id": "empty", "arrival": 0, "prompt": "", "max_tokens": 4}
+{"id": "toolong", "arrival": 0, "prompt_tokens": 9000, "max_tokens": 4}
+{"id": "badid", "arrival": 0, "prompt_ids": [1, 99999999], "max_tokens": 4}
+{"id": "stop", "arrival": 0, "prompt": "Count: 1, 2, 3,", "max_tokens": 30, "stop": [" 7"]}
+EOF
+"$bin/medha-trace" replay -a "$addr" --text "$tmp/bad.jsonl" >"$tmp/bad.out"
+python3 - "$tmp/bad.out" <<'PY'
+import json, sys
+out = {}
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    assert r["id"] not in out
+    out[r["id"]] = r
+assert set(out) == {"empty", "toolong", "badid", "stop"}, out
+for k in ("empty", "toolong", "badid"):
+    assert out[k]["status"] == "rejected" and out[k]["reason"], out[k]
+assert "context" in out["toolong"]["reason"], out["toolong"]
+assert "vocabulary" in out["badid"]["reason"], out["badid"]
+s = out["stop"]
+assert s["status"] == "ok" and s["finish_reason"] == "stop", s
+assert " 7" not in s["text"] and "6" in s["text"], s
+PY
+
+# a malformed line stops replay with the line number
+printf '{"id": "x", "arrival": 0, "max_tokens": "many", "prompt": "a"}\n' |
+    "$bin/medha-trace" replay -a "$addr" >/dev/null 2>"$tmp/err" && exit 1
+grep -q "line 1: max_tokens" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+
+# SIGTERM stops the scheduler and the worker
+kill -TERM "$serve"
+wait "$serve" || true
+serve=
+sleep 0.5
+if pgrep -f "medha-sched -l $addr" >/dev/null ||
+    pgrep -f "medha-worker -s $addr" >/dev/null; then
+	echo "processes left after SIGTERM"
+	exit 1
+fi
+grep -q "stopped:" "$tmp/logs/sched.log"
+echo "live-single: ok"
