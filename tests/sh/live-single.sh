@@ -1,10 +1,11 @@
 #!/bin/sh
 # live-single.sh: the live replica (examples/serve.sh single: medha-sched
-# -l and one cpu medha-worker -s) against medha-worker -p. Sixteen
-# requests arrive at once (prompts of 3 to about 700 tokens, so chunked
-# prefills share batches with decodes), greedy: each must give exactly
-# the tokens medha-worker -p gives for it alone, and every request ends
-# with one record. Then the bad cases: a malformed trace line is refused
+# -l and one cpu medha-worker -s) against medha-worker -p, on a random
+# model written by the gguf package and on SmolLM2. Sixteen requests
+# arrive at once (prompts of 3 to about 550 tokens, so chunked prefills
+# share batches with decodes), greedy: each must give exactly the tokens
+# medha-worker -p gives for it alone, and every request ends with one
+# record. Then the bad cases: a malformed trace line is refused
 # by replay with a reason, an empty and a too-long prompt get "rejected"
 # records with a reason, a stop string cuts the text, and SIGTERM stops
 # every process. Needs contrib/fetch-refs.sh (the real model).
@@ -27,20 +28,6 @@ cleanup() {
 trap cleanup EXIT
 echo "live-single: starting examples/serve.sh single" >&2
 
-MEDHA_BIN=$bin MEDHA_ADDR=$addr MEDHA_MODEL=$model MEDHA_LOG=$tmp/logs \
-    bash "$top/examples/serve.sh" single 2>"$tmp/serve.err" &
-serve=$!
-i=0
-until grep -qx ready "$tmp/serve.err"; do
-	i=$((i + 1))
-	if [ $i -gt 600 ] || ! kill -0 "$serve" 2>/dev/null; then
-		echo "serve.sh did not become ready"
-		cat "$tmp/serve.err" "$tmp"/logs/*.log
-		exit 1
-	fi
-	sleep 0.1
-done
-
 # sixteen prompts, all arriving at once
 python3 - "$tmp/trace.jsonl" <<'PY'
 import json, sys
@@ -62,9 +49,25 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": "p%d" % i, "arrival": 0, "prompt": p,
                             "max_tokens": 24, "temperature": 0}) + "\n")
 PY
-"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
-    >"$tmp/out.jsonl"
-python3 - "$tmp/trace.jsonl" "$tmp/out.jsonl" "$bin/medha-worker" "$model" <<'PY'
+# start a replica on model $1, check 16 concurrent requests against -p
+serve_and_compare() {
+	m=$1
+	MEDHA_BIN=$bin MEDHA_ADDR=$addr MEDHA_MODEL=$m MEDHA_LOG=$tmp/logs \
+	    bash "$top/examples/serve.sh" single 2>"$tmp/serve.err" &
+	serve=$!
+	i=0
+	until grep -qx ready "$tmp/serve.err"; do
+		i=$((i + 1))
+		if [ $i -gt 600 ] || ! kill -0 "$serve" 2>/dev/null; then
+			echo "serve.sh did not become ready"
+			cat "$tmp/serve.err" "$tmp"/logs/*.log
+			exit 1
+		fi
+		sleep 0.1
+	done
+	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
+	    >"$tmp/out.jsonl"
+	python3 - "$tmp/trace.jsonl" "$tmp/out.jsonl" "$bin/medha-worker" "$m" <<'PY'
 import json, subprocess, sys
 trace = [json.loads(l) for l in open(sys.argv[1])]
 out = [json.loads(l) for l in open(sys.argv[2])]
@@ -85,11 +88,25 @@ for t in trace:
               (t["id"], r["prompt_tokens"], r["token_ids"], want))
     assert r["output_tokens"] == len(r["token_ids"])
     assert r["finish_reason"] in ("length", "stop")
-print("%d requests, %d differ from medha-worker -p; prompts of %d..%d tokens"
-      % (len(trace), bad, min(r["prompt_tokens"] for r in out),
+print("%s: %d requests, %d differ from medha-worker -p; prompts of %d..%d "
+      "tokens" % (sys.argv[4].split("/")[-1], len(trace), bad,
+                  min(r["prompt_tokens"] for r in out),
          max(r["prompt_tokens"] for r in out)))
 sys.exit(1 if bad else 0)
 PY
+}
+
+# a random model written by the gguf package (not libcore), then SmolLM2
+py=${MEDHA_PY:-$cache/venv/bin/python}
+if "$py" -c 'import gguf, numpy' 2>/dev/null; then
+	"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
+	serve_and_compare "$tmp/random.gguf"
+	kill -TERM "$serve"
+	wait "$serve" || true
+else
+	echo "skip: the random model needs $py with gguf (contrib/fetch-refs.sh)"
+fi
+serve_and_compare "$model"
 
 # refused and rejected requests still end with one record and a reason
 cat >"$tmp/bad.jsonl" <<'EOF'
