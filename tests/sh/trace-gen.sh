@@ -60,4 +60,24 @@ assert 60 < len(a) < 200 and a[-1] < 60, (len(a), a[-1])
 "$bin/medha-trace" report "$tmp/t.jsonl.zst" >"$tmp/report" 2>&1 && {
 	echo "report took a trace for records"; exit 1; }
 grep -q 'line 1: status: missing' "$tmp/report"
+
+# --prompts: text prompts in turn, --max-tokens caps the output
+printf 'first prompt\n\nsecond "quoted"\n' >"$tmp/prompts"
+"$bin/medha-trace" gen -n 5 --prompts "$tmp/prompts" --max-tokens 7 \
+    >"$tmp/p.jsonl"
+python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert [x["prompt"] for x in r] == ["first prompt", "second \"quoted\""] * 2 + ["first prompt"], r
+assert all("prompt_tokens" not in x and 0 <= x["max_tokens"] <= 7 for x in r), r
+' "$tmp/p.jsonl"
+"$bin/medha-trace" gen -n 2 --prompts "$tmp/none" 2>"$tmp/err" && exit 1
+grep -q 'none' "$tmp/err"
+: >"$tmp/empty"
+"$bin/medha-trace" gen -n 2 --prompts "$tmp/empty" 2>"$tmp/err" && exit 1
+grep -q 'no prompts' "$tmp/err"
+st=0
+"$bin/medha-trace" gen --base "$tmp/p.jsonl" --prompts "$tmp/prompts" \
+    2>"$tmp/err" || st=$?
+[ "$st" = 2 ] || { echo "--base with --prompts: status $st"; exit 1; }
 echo ok
