@@ -9,6 +9,9 @@
 #   make demo            the main job: a live replica on SmolLM2 answers a
 #                        trace; then a simulated hour, report and plot
 #   make bench           simulator speed benchmark
+#   make bench-live      the live replica on SmolLM2: continuous batching,
+#                        and one request against medha-worker -p
+#   make bench-sched     scheduler decision time, dispatch round trips
 #   make install PREFIX=/usr/local
 #
 # CUDA parts (kernels/*.cu) build only where nvcc is found.
@@ -42,7 +45,8 @@ MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
 MAN7      = $(wildcard man/*.7)
 
-.PHONY: all test unit asan bench demo install clean kernels format
+.PHONY: all test unit asan bench bench-live bench-sched demo install clean \
+    kernels format
 all: $(PROGS:%=$(BIN)/%) kernels
 
 $(BUILD)/%.o: %.c $(wildcard libcore/*.h libcore/*/*.h cmd/*/*.h)
@@ -100,6 +104,12 @@ demo: all
 
 bench: all
 	@sh contrib/bench-sim.sh $(BIN)
+
+bench-live: all
+	@BUILD=$(BUILD) sh contrib/bench-live.sh $(BIN)
+
+bench-sched: $(LIB)
+	@BUILD=$(BUILD) sh contrib/bench-sched.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MANDIR)/man1 \

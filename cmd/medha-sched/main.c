@@ -235,7 +235,7 @@ on_stop(int sig)
 static int
 run_live(const char *addr, const struct medha_sched_config *sc,
     const char *model, const char *predictor, int workers, double drain,
-    int64_t max_queue)
+    int64_t max_queue, int target_auto)
 {
 	struct medha_replica_config c;
 	struct medha_replica *r;
@@ -251,6 +251,7 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 	c.predictor = predictor;
 	c.drain_timeout = drain;
 	c.max_queue = max_queue;
+	c.target_auto = target_auto;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_stop;
 	sigaction(SIGTERM, &sa, NULL);
@@ -281,6 +282,7 @@ main(int argc, char *argv[])
 	const char *model_name = NULL, *out_path = NULL, *blog_path = NULL;
 	const char *profile = NULL, *gpu_name = NULL, *listen = NULL;
 	int64_t workers = 1, max_queue = 100000;
+	int target_set = 0;
 	double drain = 30;
 	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc;
 	struct medha_reqspec *reqs;
@@ -356,6 +358,7 @@ main(int argc, char *argv[])
 		case OPT_TARGET:
 			cfg.target =
 			    fnum("--target-batch-time", optarg, 1e-6, 1e6);
+			target_set = 1;
 			break;
 		case OPT_TP: tp = num("--tp", optarg, 1, 1024); break;
 		case OPT_DRAIN:
@@ -390,7 +393,7 @@ main(int argc, char *argv[])
 		}
 		medha_log_level = MEDHA_LOG_WARN + verbose;
 		return run_live(listen, &cfg, model_name, profile,
-		    (int)workers, drain, max_queue);
+		    (int)workers, drain, max_queue, !target_set);
 	}
 	if (model_name == NULL) {
 		fprintf(stderr, "medha-sched: -m MODEL is required\n");

@@ -279,7 +279,7 @@ int
 medha_srv_reply(struct medha_srv *s, struct medha_srv_call *c, const void *buf,
     size_t len)
 {
-	nng_msg *m;
+	nng_msg *m = NULL;
 
 	if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, buf, len) != 0) {
 		if (m != NULL)
@@ -415,7 +415,7 @@ medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
     void **rep, size_t *replen, double timeout)
 {
 	nng_aio *aio;
-	nng_msg *m;
+	nng_msg *m = NULL;
 	int rv;
 
 	*rep = NULL;

@@ -42,6 +42,8 @@ medha_msg_type_name(int type)
 	return msg_names[type];
 }
 
+_Thread_local int proto_quiet;
+
 int
 proto_fail(char *why, size_t whylen, int err, const char *msg, const char *path,
     const char *fmt, ...)
@@ -49,6 +51,8 @@ proto_fail(char *why, size_t whylen, int err, const char *msg, const char *path,
 	char detail[192];
 	va_list ap;
 
+	if (proto_quiet)
+		return err;
 	va_start(ap, fmt);
 	vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);
@@ -280,7 +284,7 @@ check_ids(struct chk *c, const char *path, const int32_t *ids, int64_t n)
 		return FAIL(c, path, "%lld ids but no array", (long long)n);
 	for (int64_t i = 0; i < n; i++)
 		if (ids[i] < 0) {
-			snprintf(buf, sizeof(buf), "%s[%lld]", path,
+			PROTO_PATH(buf, "%s[%lld]", path,
 			    (long long)i);
 			return FAIL(c, buf, "not a token id");
 		}
@@ -294,16 +298,16 @@ check_sampling(struct chk *c, const char *pfx,
 	char path[64];
 
 	if (!isfinite(sp->temp) || sp->temp < 0 || sp->temp > 100) {
-		snprintf(path, sizeof(path), "%stemperature", pfx);
+		PROTO_PATH(path, "%stemperature", pfx);
 		return FAIL(c, path, "not a number in [0, 100]");
 	}
 	if (sp->top_k < 0 || sp->top_k > MEDHA_PROTO_TOPK_MAX) {
-		snprintf(path, sizeof(path), "%stop_k", pfx);
+		PROTO_PATH(path, "%stop_k", pfx);
 		return FAIL(c, path, "not an integer in [0, %d]",
 		    MEDHA_PROTO_TOPK_MAX);
 	}
 	if (!isfinite(sp->top_p) || sp->top_p < 0 || sp->top_p > 1) {
-		snprintf(path, sizeof(path), "%stop_p", pfx);
+		PROTO_PATH(path, "%stop_p", pfx);
 		return FAIL(c, path, "not a number in [0, 1]");
 	}
 	return 0;
@@ -384,10 +388,10 @@ check_record(struct chk *c, const char *pfx, const struct medha_record *r)
 	    (r->token_ids == NULL && r->n_token_ids != 0))
 		what = "token_ids", bad = "not an array";
 	if (what != NULL) {
-		snprintf(path, sizeof(path), "%s.%s", pfx, what);
+		PROTO_PATH(path, "%s.%s", pfx, what);
 		return FAIL(c, path, "%s", bad);
 	}
-	snprintf(path, sizeof(path), "%s.token_ids", pfx);
+	PROTO_PATH(path, "%s.token_ids", pfx);
 	return check_ids(c, path, r->token_ids, r->n_token_ids);
 }
 
@@ -404,11 +408,11 @@ check_events(struct chk *c, const struct medha_msg_events *e)
 	for (int64_t i = 0; i < e->n; i++) {
 		const struct medha_msg_event *ev = &e->ev[i];
 
-		snprintf(path, sizeof(path), "[%lld]", (long long)i);
+		PROTO_PATH(path, "[%lld]", (long long)i);
 		if (ev->kind == MEDHA_EVENT_TOKENS) {
 			if (ev->text == NULL && ev->text_len != 0)
 				return FAIL(c, path, "text: no bytes");
-			snprintf(path, sizeof(path), "[%lld].ids",
+			PROTO_PATH(path, "[%lld].ids",
 			    (long long)i);
 			if (ev->n_ids < 0)
 				return FAIL(c, path, "out of range");
@@ -417,7 +421,7 @@ check_events(struct chk *c, const struct medha_msg_events *e)
 		} else if (ev->kind == MEDHA_EVENT_RECORD) {
 			if (ev->record == NULL)
 				return FAIL(c, path, "no record");
-			snprintf(path, sizeof(path), "[%lld].record",
+			PROTO_PATH(path, "[%lld].record",
 			    (long long)i);
 			if ((rc = check_record(c, path, ev->record)) != 0)
 				return rc;
@@ -501,7 +505,7 @@ check_result(struct chk *c, const struct medha_msg_result *r)
 		    MEDHA_PROTO_MAX_ITEMS);
 	for (int64_t i = 0; i < r->n_tokens; i++)
 		if (r->tokens[i].token < 0) {
-			snprintf(path, sizeof(path), "tokens[%lld]",
+			PROTO_PATH(path, "tokens[%lld]",
 			    (long long)i);
 			return FAIL(c, path, "not a token id");
 		}
@@ -532,11 +536,11 @@ check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 		const struct medha_msg_item *it = &b->items[i];
 
 		if (it->pos < 0) {
-			snprintf(path, sizeof(path), "items[%lld].pos",
+			PROTO_PATH(path, "items[%lld].pos",
 			    (long long)i);
 			return FAIL(c, path, "not a non-negative integer");
 		}
-		snprintf(path, sizeof(path), "items[%lld].ids", (long long)i);
+		PROTO_PATH(path, "items[%lld].ids", (long long)i);
 		if (it->n_ids < 1 || it->ids == NULL)
 			return FAIL(c, path, "not a non-empty array");
 		if (it->n_ids > MEDHA_PROTO_MAX_IDS - total)
@@ -545,7 +549,7 @@ check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 		total += it->n_ids;
 		if ((rc = check_ids(c, path, it->ids, it->n_ids)) != 0)
 			return rc;
-		snprintf(path, sizeof(path), "items[%lld].params.",
+		PROTO_PATH(path, "items[%lld].params.",
 		    (long long)i);
 		if (it->has_params &&
 		    (rc = check_sampling(c, path, &it->params)) != 0)
@@ -554,8 +558,24 @@ check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 	return 0;
 }
 
+static int check_loud(const struct medha_msg *m, int err, char *why,
+    size_t whylen);
+
 int
 proto_check(const struct medha_msg *m, int err, char *why, size_t whylen)
+{
+	int rc, q = proto_quiet;
+
+	proto_quiet = 1;
+	rc = check_loud(m, err, why, whylen);
+	proto_quiet = q;
+	if (rc != 0 && !q)
+		rc = check_loud(m, err, why, whylen);
+	return rc;
+}
+
+static int
+check_loud(const struct medha_msg *m, int err, char *why, size_t whylen)
 {
 	struct chk c = {err, medha_msg_type_name(m->type), why, whylen};
 

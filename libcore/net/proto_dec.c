@@ -32,7 +32,10 @@ struct dec {
 static const char *
 join(char *buf, size_t size, const char *a, const char *b)
 {
-	snprintf(buf, size, "%s%s%s", a, a[0] != '\0' ? "." : "", b);
+	if (proto_quiet)
+		buf[0] = '\0';
+	else
+		snprintf(buf, size, "%s%s%s", a, a[0] != '\0' ? "." : "", b);
 	return buf;
 }
 
@@ -40,7 +43,10 @@ join(char *buf, size_t size, const char *a, const char *b)
 static const char *
 join_idx(char *buf, size_t size, const char *a, uint32_t i)
 {
-	snprintf(buf, size, "%s[%u]", a, i);
+	if (proto_quiet)
+		buf[0] = '\0';
+	else
+		snprintf(buf, size, "%s[%u]", a, i);
 	return buf;
 }
 
@@ -515,7 +521,7 @@ dec_events(struct dec *d, const msgpack_object *o, struct medha_msg_events *e)
 	for (i = 0; i < o->via.array.size; i++) {
 		ev = &e->ev[i];
 		x = &o->via.array.ptr[i];
-		snprintf(path, sizeof(path), "[%u]", i);
+		PROTO_PATH(path, "[%u]", i);
 		if ((rc = get_arr(d, x, path, 3, 4)) != 0)
 			return rc;
 		a = x->via.array.ptr;
@@ -527,23 +533,23 @@ dec_events(struct dec *d, const msgpack_object *o, struct medha_msg_events *e)
 			    "record]");
 		kind = a[0].via.u64;
 		ev->kind = (int)kind;
-		snprintf(path, sizeof(path), "[%u].handle", i);
+		PROTO_PATH(path, "[%u].handle", i);
 		if ((rc = get_u64(d, &a[1], path, &ev->handle)) != 0)
 			return rc;
 		if (kind == MEDHA_EVENT_RECORD) {
 			if ((ev->record = calloc(1, sizeof(*ev->record))) ==
 			    NULL)
 				return MEDHA_ENOMEM;
-			snprintf(path, sizeof(path), "[%u].record", i);
+			PROTO_PATH(path, "[%u].record", i);
 			if ((rc = dec_record(d, &a[2], path, ev->record)) != 0)
 				return rc;
 			continue;
 		}
-		snprintf(path, sizeof(path), "[%u].ids", i);
+		PROTO_PATH(path, "[%u].ids", i);
 		if ((rc = get_ids(d, &a[2], path, 0, UINT32_MAX, &ev->ids,
 		         &ev->n_ids)) != 0)
 			return rc;
-		snprintf(path, sizeof(path), "[%u].text", i);
+		PROTO_PATH(path, "[%u].text", i);
 		if ((rc = dup_text(d, &a[3], path, 1, &ev->text,
 		         &ev->text_len)) != 0)
 			return rc;
@@ -681,7 +687,7 @@ dec_frees(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 		return MEDHA_ENOMEM;
 	b->n_frees = o->via.array.size;
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
-		snprintf(path, sizeof(path), "frees[%u]", i);
+		PROTO_PATH(path, "frees[%u]", i);
 		if ((rc = get_u64(d, &o->via.array.ptr[i], path,
 		         &b->frees[i])) != 0)
 			return rc;
@@ -707,17 +713,17 @@ dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 	b->n_items = o->via.array.size;
 	for (i = 0; i < o->via.array.size; i++) {
 		it = &b->items[i];
-		snprintf(path, sizeof(path), "items[%u]", i);
+		PROTO_PATH(path, "items[%u]", i);
 		if ((rc = get_arr(d, &o->via.array.ptr[i], path, 5, 5)) != 0)
 			return rc;
 		a = o->via.array.ptr[i].via.array.ptr;
-		snprintf(path, sizeof(path), "items[%u].handle", i);
+		PROTO_PATH(path, "items[%u].handle", i);
 		if ((rc = get_u64(d, &a[0], path, &it->handle)) != 0)
 			return rc;
-		snprintf(path, sizeof(path), "items[%u].pos", i);
+		PROTO_PATH(path, "items[%u].pos", i);
 		if ((rc = get_i64(d, &a[1], path, &it->pos)) != 0)
 			return rc;
-		snprintf(path, sizeof(path), "items[%u].ids", i);
+		PROTO_PATH(path, "items[%u].ids", i);
 		if (a[2].type == MSGPACK_OBJECT_ARRAY &&
 		    (total += a[2].via.array.size) > MEDHA_PROTO_MAX_IDS)
 			return BAD(d, "items", "more than %d ids in all",
@@ -725,13 +731,13 @@ dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 		if ((rc = get_ids(d, &a[2], path, 1, UINT32_MAX, &it->ids,
 		         &it->n_ids)) != 0)
 			return rc;
-		snprintf(path, sizeof(path), "items[%u].sample", i);
+		PROTO_PATH(path, "items[%u].sample", i);
 		if ((rc = get_bool(d, &a[3], path, &it->sample)) != 0)
 			return rc;
 		if (a[4].type == MSGPACK_OBJECT_NIL)
 			continue;
 		it->has_params = 1;
-		snprintf(path, sizeof(path), "items[%u].params", i);
+		PROTO_PATH(path, "items[%u].params", i);
 		if ((rc = dec_params(d, &a[4], path, &it->params)) != 0)
 			return rc;
 	}
@@ -757,7 +763,7 @@ dec_result(struct dec *d, const msgpack_object *a, struct medha_msg_result *r)
 	r->n_tokens = o->via.array.size;
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
 		t = &o->via.array.ptr[i];
-		snprintf(path, sizeof(path), "tokens[%u]", i);
+		PROTO_PATH(path, "tokens[%u]", i);
 		if ((rc = get_arr(d, t, path, 2, 2)) != 0 ||
 		    (rc = get_u64(d, &t->via.array.ptr[0], path,
 		         &r->tokens[i].handle)) != 0)
@@ -859,8 +865,25 @@ dec_frame(struct medha_msg *m, const msgpack_object *o, char *why,
 	return rc;
 }
 
+static int decode_once(struct medha_msg *m, const void *buf, size_t len,
+    char *why, size_t whylen);
+
 int
 medha_msg_decode(struct medha_msg *m, const void *buf, size_t len, char *why,
+    size_t whylen)
+{
+	int rc;
+
+	proto_quiet = 1;
+	rc = decode_once(m, buf, len, why, whylen);
+	proto_quiet = 0;
+	if (rc != 0 && rc != MEDHA_ENOMEM) /* again, for the reason */
+		rc = decode_once(m, buf, len, why, whylen);
+	return rc;
+}
+
+static int
+decode_once(struct medha_msg *m, const void *buf, size_t len, char *why,
     size_t whylen)
 {
 	msgpack_unpacked up;

@@ -35,6 +35,21 @@ int proto_scan(const uint8_t *p, size_t len, char *why, size_t whylen);
 int proto_check(const struct medha_msg *m, int err, char *why, size_t whylen);
 
 /*
+ * Quiet mode: the checks and the decoder first run with proto_quiet set,
+ * building no field paths and no reasons (snprintf on every field cost
+ * more than the decoding itself); only when they fail do they run again
+ * loud, for the reason. PROTO_PATH writes a path only when loud.
+ */
+extern _Thread_local int proto_quiet;
+#define PROTO_PATH(buf, ...)                                   \
+	do {                                                   \
+		if (proto_quiet)                               \
+			(buf)[0] = '\0';                       \
+		else                                           \
+			snprintf((buf), sizeof(buf), __VA_ARGS__); \
+	} while (0)
+
+/*
  * Write "<msg>: <path>: <fmt...>" into why and return err; an empty path
  * leaves out its part.
  */

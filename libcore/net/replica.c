@@ -19,6 +19,7 @@
 #include "model/tokenizer.h"
 #include "net/link.h"
 #include "net/proto.h"
+#include "sched/batchcost.h"
 #include "sched/pred.h"
 
 #include <math.h>
@@ -129,6 +130,7 @@ medha_replica_config_default(struct medha_replica_config *c)
 	c->workers = 1;
 	medha_sched_config_default(&c->sched);
 	c->cpu_threads = 2;
+	c->target_auto = 1;
 	c->drain_timeout = 30;
 	c->max_queue = 100000;
 }
@@ -234,7 +236,8 @@ client_flush(struct medha_replica *r, struct client *c)
 	c->poll = NULL;
 	for (int64_t i = 0; i < n; i++)
 		medha_msg_event_clear(&c->q[i]);
-	memmove(c->q, c->q + n, (size_t)(c->nq - n) * sizeof(*c->q));
+	if (c->nq > n)
+		memmove(c->q, c->q + n, (size_t)(c->nq - n) * sizeof(*c->q));
 	c->nq -= n;
 }
 
@@ -347,7 +350,8 @@ send_tokens(struct medha_replica *r, struct lreq *q, int final)
 		free(ev.ids);
 		return;
 	}
-	memcpy(ev.text, q->text + q->text_sent, ev.text_len);
+	if (ev.text_len > 0)
+		memcpy(ev.text, q->text + q->text_sent, ev.text_len);
 	ev.text[ev.text_len] = '\0';
 	q->ids_sent = q->n_out;
 	q->text_sent = upto;
@@ -475,6 +479,26 @@ is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Bytes per weight of the layers' matrices as stored in a GGUF; 0 if
+ * path is not one. */
+static double
+stored_weight_bytes(const char *path)
+{
+	const struct medha_tensor *t;
+	struct medha_gguf *g;
+	double bytes = 0, n = 0;
+
+	if (!is_file(path) || medha_gguf_open(&g, path, NULL, 0) != 0)
+		return 0;
+	for (uint64_t i = 0; (t = medha_gguf_tensor_at(g, i)) != NULL; i++)
+		if (t->n_dims == 2 && strncmp(t->name, "blk.", 4) == 0) {
+			bytes += (double)t->nbytes;
+			n += (double)t->ne[0] * (double)t->ne[1];
+		}
+	medha_gguf_close(g);
+	return n > 0 ? bytes / n : 0;
+}
+
 static int
 make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
     size_t whylen)
@@ -494,14 +518,20 @@ make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
 		    "(vocab %d, dim %d)",
 		    model, m.c.vocab, m.c.dim, h->vocab, h->dim);
 	if (strcmp(h->gpu, "cpu") == 0) {
+		/* the cpu backend serves weights as stored, KV in f32 */
+		double wb = stored_weight_bytes(model);
+		if (wb > 0)
+			m.w_bytes = wb;
+		m.kv_bytes = 4;
 		if (medha_gpu_measure_cpu(&cpu, r->cfg.cpu_threads) != 0)
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
 		g = &cpu;
 		medha_log(MEDHA_LOG_INFO,
-		    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d threads)",
-		    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9,
-		    r->cfg.cpu_threads);
+		    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d threads); "
+		    "weights %.2f bytes each",
+		    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9, r->cfg.cpu_threads,
+		    m.w_bytes);
 	} else if ((g = medha_gpu_find(h->gpu)) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "device %s: unknown", h->gpu);
@@ -513,6 +543,18 @@ make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
 	    (rc = medha_pred_load_table(&r->pred, r->cfg.predictor, why,
 	         whylen)) != 0)
 		return rc;
+	if (r->cfg.target_auto && sc.chunk == 0) {
+		/* the smallest chunk must fit beside decodes, or a prefill
+		 * never joins a running batch and requests run one by one */
+		double lone = medha_cost_lone(&r->pred, 32, 0).latency;
+		if (2 * lone > sc.target) {
+			medha_log(MEDHA_LOG_WARN,
+			    "target batch time %.0f ms: a 32-token chunk alone "
+			    "takes %.0f ms on %s",
+			    2e3 * lone, 1e3 * lone, g->name);
+			sc.target = 2 * lone;
+		}
+	}
 	sc.block_size = h->block_size;
 	sc.kv_blocks = h->n_blocks;
 	sc.max_seqs = h->max_seqs;
@@ -594,7 +636,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    h->backend);
 		return;
 	}
-	if (h->tp * h->spp * h->kvp != r->cfg.workers) {
+	if ((int64_t)h->tp * h->spp * h->kvp != r->cfg.workers) {
 		answer_error(r, ev->call, MEDHA_EINVAL,
 		    "layout tp %d x spp %d x kvp %d is not the replica's %d "
 		    "workers",
@@ -846,9 +888,19 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		}
 		q->n_prompt = (int64_t)n;
 	} else {
+		/* made up below, so never more than the KV cache holds: a
+		 * bigger one could never run, and would cost its size */
+		int64_t kv = medha_sched_group_capacity(r->core) *
+		    medha_sched_block_size(r->core);
 		q->n_prompt = rs->prompt_tokens;
-		if (q->n_prompt > (int64_t)1 << 40 ||
-		    (q->ids = medha_reallocarray(NULL, (size_t)q->n_prompt,
+		if (q->n_prompt / r->pred.kvp > kv) {
+			answer_error(r, ev->call, MEDHA_ERANGE,
+			    "a prompt of %lld tokens: more than the replica's "
+			    "KV cache holds (%lld per group)",
+			    (long long)q->n_prompt, (long long)kv);
+			goto fail;
+		}
+		if ((q->ids = medha_reallocarray(NULL, (size_t)q->n_prompt,
 		         sizeof(*q->ids))) == NULL) {
 			answer_error(r, ev->call, MEDHA_ENOMEM,
 			    "no memory for a prompt of %lld tokens",
@@ -876,7 +928,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 			    (long long)i, q->ids[i], r->vocab);
 			goto fail;
 		}
-	if (r->ctx_len > 0 && q->n_prompt + rs->max_tokens > r->ctx_len) {
+	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - q->n_prompt) {
 		answer_error(r, ev->call, MEDHA_ERANGE,
 		    "%lld prompt + %lld output tokens exceed the model's "
 		    "context of %lld",
@@ -1045,6 +1097,10 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 		    m.type == MEDHA_MSG_RESULT ? m.result.worker_id
 		                               : m.worker_id);
 		if (w == NULL) {
+			medha_log(MEDHA_LOG_WARN,
+			    "peer %u: message refused: %s from a peer that is "
+			    "not a worker of this replica",
+			    ev->peer, medha_msg_type_name(m.type));
 			answer_error(r, ev->call, MEDHA_ENOTFOUND,
 			    "not a worker of this replica: say HELLO");
 			break;
@@ -1070,6 +1126,10 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 		dispatch(r, w, 0);
 		break;
 	default:
+		medha_log(MEDHA_LOG_WARN,
+		    "peer %u: message refused: %s is not a request to a "
+		    "scheduler",
+		    ev->peer, medha_msg_type_name(m.type));
 		answer_error(r, ev->call, MEDHA_EUNSUP,
 		    "%s is not a request to a scheduler",
 		    medha_msg_type_name(m.type));

@@ -45,6 +45,10 @@ struct medha_replica_config {
 	                          the path the worker announces (NULL) */
 	const char *predictor; /* measured profile (medha-profile(5)) or NULL */
 	int cpu_threads;       /* threads the "cpu" device is measured with (2) */
+	int target_auto;       /* raise sched.target to twice the predicted
+	                          time of a 32-token chunk alone when that is
+	                          more, so prefills can join running decodes
+	                          on a slow device (1) */
 	double drain_timeout;  /* s a stop waits for requests in flight (30) */
 	int64_t max_queue;     /* requests in flight at most; more are
 	                          refused (100000) */

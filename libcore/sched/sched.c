@@ -16,8 +16,17 @@
 #include "sched/batchcost.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * Most prompt or output tokens of one request: far more than any KV
+ * cache holds, and small enough that the sums and products of token
+ * counts below (prompt + output, prompt * MEDHA_SLACK_SEGS) cannot
+ * overflow. A request beyond it is rejected at arrival.
+ */
+#define MAX_REQ_TOKENS ((int64_t)1 << 50)
 
 /*
  * Internal request: the public view plus bookkeeping. Requests live in a
@@ -486,6 +495,17 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 		r->deadline_dur = spec->ttft_slo;
 		return finish(s, q, MEDHA_STATUS_REJECTED, MEDHA_FINISH_NONE,
 		    "no prompt tokens", now);
+	}
+	if (spec->prompt_tokens > MAX_REQ_TOKENS ||
+	    spec->max_tokens > MAX_REQ_TOKENS) {
+		snprintf(reason, sizeof(reason),
+		    "%lld prompt + %lld output tokens: more than any KV cache "
+		    "holds",
+		    (long long)spec->prompt_tokens,
+		    (long long)spec->max_tokens);
+		r->deadline_dur = spec->ttft_slo;
+		return finish(s, q, MEDHA_STATUS_REJECTED, MEDHA_FINISH_NONE,
+		    reason, now);
 	}
 	r->deadline_dur = plan_alone(s, spec->prompt_tokens, r->cum);
 	r->deadline_dur *= s->cfg.deadline_mult;

@@ -78,21 +78,27 @@ enum medha_req_state {
 	MEDHA_REQ_DONE,
 };
 
+/*
+ * A request in the scheduler. What every iteration reads of a running
+ * decode (state, busy, kv_tokens, the first KV groups) comes first, in
+ * one cache line: with a thousand requests in flight the iteration is
+ * bound by these loads.
+ */
 struct medha_req {
-	struct medha_reqspec spec; /* as it arrived (prompt, prompt_ids and
-	                              stop strings dropped: the caller's) */
-	uint64_t handle;           /* its stable id (medha_sched_arrive) */
-	int state;                 /* MEDHA_REQ_* */
-	int64_t sched_prefill;     /* prompt tokens handed to batches */
-	int64_t decoded;           /* output tokens produced */
-	int64_t kv_tokens;         /* KV tokens appended (or being appended) */
-	int busy;            /* a decode token or last chunk is in flight */
-	double deadline;     /* absolute TTFT deadline, s */
-	double deadline_dur; /* deadline - arrival, s */
+	int state;             /* MEDHA_REQ_* */
+	int busy;              /* a decode token or last chunk is in flight */
+	int64_t kv_tokens;     /* KV tokens appended (or being appended) */
+	int64_t sched_prefill; /* prompt tokens handed to batches */
+	int64_t decoded;       /* output tokens produced */
+	uint64_t handle;       /* its stable id (medha_sched_arrive) */
+	struct medha_kvlease kv; /* KVP placement, fixed at admission */
+	double deadline;         /* absolute TTFT deadline, s */
+	double deadline_dur;     /* deadline - arrival, s */
 	double cum[MEDHA_SLACK_SEGS +
 	    1]; /* predicted time to prefill x_i tokens alone */
 	double first_token, last_token, tpot_max;
-	struct medha_kvlease kv; /* KVP placement, fixed at admission */
+	struct medha_reqspec spec; /* as it arrived (prompt, prompt_ids and
+	                              stop strings dropped: the caller's) */
 };
 
 /* A batch item: one sequence's tokens in this iteration. */
