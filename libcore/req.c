@@ -7,8 +7,10 @@
 
 #include <string.h>
 
-const struct medha_sampler_params medha_sampling_greedy = {
-    .temp = 0, .top_k = 0, .top_p = 1, .seed = 1};
+const struct medha_sampler_params medha_sampling_greedy = {.temp = 0,
+    .top_k = 0,
+    .top_p = 1,
+    .seed = 1};
 
 void
 medha_reqspec_clear(struct medha_reqspec *rs)

@@ -65,8 +65,8 @@ void medha_reqspec_clear(struct medha_reqspec *rs);
  * A deep copy of src into *dst (whose old contents are not freed).
  * Returns 0 or MEDHA_ENOMEM (then *dst owns nothing).
  */
-int medha_reqspec_copy(struct medha_reqspec *dst,
-    const struct medha_reqspec *src);
+int
+medha_reqspec_copy(struct medha_reqspec *dst, const struct medha_reqspec *src);
 
 enum medha_status {
 	MEDHA_STATUS_OK = 0,    /* completed */
@@ -107,12 +107,12 @@ struct medha_record {
 	double ttft_slo;  /* the TTFT SLO the request was held to (s) */
 	double tpot_slo;  /* the TPOT SLO it was held to (s); 0 if none */
 	int status;       /* MEDHA_STATUS_* */
-	int finish_reason;    /* MEDHA_FINISH_* */
-	char reason[128];     /* why it was rejected, failed or cancelled */
-	int32_t *token_ids;   /* owned generated ids (n_token_ids), or NULL */
-	int64_t n_token_ids;  /* the end-of-generation token not counted */
-	char *text;           /* owned generated text, or NULL */
-	uint64_t handle;      /* the scheduler's handle (not in JSON) */
+	int finish_reason;   /* MEDHA_FINISH_* */
+	char reason[128];    /* why it was rejected, failed or cancelled */
+	int32_t *token_ids;  /* owned generated ids (n_token_ids), or NULL */
+	int64_t n_token_ids; /* the end-of-generation token not counted */
+	char *text;          /* owned generated text, or NULL */
+	uint64_t handle;     /* the scheduler's handle (not in JSON) */
 };
 
 /* Frees rec's token_ids and text and clears them. */

@@ -200,8 +200,7 @@ test_worker_lost(void **state)
 	arrive(&f, "running", 1000, 10, 0);
 	arrive(&f, "waiting", 1000, 10, 0);
 	assert_int_equal(medha_sched_next_batch(f.s, 0, &b), 1);
-	assert_int_equal(medha_sched_worker_lost(f.s, "worker 0 lost", 0.5),
-	    1);
+	assert_int_equal(medha_sched_worker_lost(f.s, "worker 0 lost", 0.5), 1);
 	assert_int_equal(medha_sched_group_reserved(f.s, 0), 0);
 	assert_int_equal(pop(&f, &rec), 1);
 	assert_string_equal(rec.id, "running");
@@ -236,8 +235,8 @@ test_max_seqs(void **state)
 		int admitted = 0;
 		step(&f, it * 0.01, 0);
 		for (int i = 0; i < medha_sched_pending(f.s); i++)
-			admitted +=
-			    medha_sched_active(f.s, i)->state != MEDHA_REQ_WAITING;
+			admitted += medha_sched_active(f.s, i)->state !=
+			    MEDHA_REQ_WAITING;
 		assert_true(admitted <= 2);
 	}
 	while (pop(&f, &rec) == 1) {

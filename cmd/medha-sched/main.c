@@ -293,8 +293,8 @@ main(int argc, char *argv[])
 
 	medha_progname = "medha-sched";
 	medha_sched_config_default(&cfg);
-	while ((ch = getopt_long(argc, argv, "b:c:hl:m:o:p:v", longopts, NULL)) !=
-	    -1) {
+	while ((ch = getopt_long(argc, argv, "b:c:hl:m:o:p:v", longopts,
+	            NULL)) != -1) {
 		switch (ch) {
 		case 'b': blog_path = optarg; break;
 		case 'c':
@@ -380,20 +380,22 @@ main(int argc, char *argv[])
 		return 2;
 	}
 	if ((gpu_name == NULL) == (listen == NULL)) {
-		fprintf(stderr, "medha-sched: give -l ADDR (a live replica) "
-		                "or --sim GPU (the simulator)\n");
+		fprintf(stderr,
+		    "medha-sched: give -l ADDR (a live replica) "
+		    "or --sim GPU (the simulator)\n");
 		usage(stderr);
 		return 2;
 	}
 	if (listen != NULL) {
 		if (argc > 0) {
-			fprintf(stderr, "medha-sched: -l takes no trace file: "
-			                "clients submit requests\n");
+			fprintf(stderr,
+			    "medha-sched: -l takes no trace file: "
+			    "clients submit requests\n");
 			return 2;
 		}
 		medha_log_level = MEDHA_LOG_WARN + verbose;
-		return run_live(listen, &cfg, model_name, profile,
-		    (int)workers, drain, max_queue, !target_set);
+		return run_live(listen, &cfg, model_name, profile, (int)workers,
+		    drain, max_queue, !target_set);
 	}
 	if (model_name == NULL) {
 		fprintf(stderr, "medha-sched: -m MODEL is required\n");

@@ -308,8 +308,8 @@ read_prompts(const char *path, char ***lines)
 		exit(1);
 	}
 	while ((got = getline(&line, &len, f)) >= 0) {
-		while (got > 0 &&
-		    (line[got - 1] == '\n' || line[got - 1] == '\r'))
+		while (
+		    got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
 			line[--got] = '\0';
 		if (got == 0 || strlen(line) != (size_t)got)
 			continue; /* blank, or a NUL inside */
@@ -317,8 +317,9 @@ read_prompts(const char *path, char ***lines)
 			cap = cap ? 2 * cap : 64;
 			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
 			    NULL) {
-				fprintf(stderr, "medha-trace gen: out of "
-				                "memory\n");
+				fprintf(stderr,
+				    "medha-trace gen: out of "
+				    "memory\n");
 				exit(1);
 			}
 		}
@@ -408,7 +409,8 @@ trace_gen(int argc, char *argv[])
 		case OPT_BASE: base = optarg; break;
 		case OPT_PROMPTS: prompts = optarg; break;
 		case OPT_MAX_TOKENS:
-			max_tokens = flag_i64("--max-tokens", optarg, 1, FLAG_MAX);
+			max_tokens =
+			    flag_i64("--max-tokens", optarg, 1, FLAG_MAX);
 			break;
 		case OPT_LONG_MAX:
 			g.long_max =

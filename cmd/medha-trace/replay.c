@@ -38,9 +38,9 @@ struct rp {
 	struct medha_cli *cli;
 	struct medha_writer *w;
 	pthread_mutex_t mu;
-	int ids;           /* --token-ids: keep token_ids and text */
-	int text;          /* --text: keep text */
-	int input_done;    /* every line submitted */
+	int ids;        /* --token-ids: keep token_ids and text */
+	int text;       /* --text: keep text */
+	int input_done; /* every line submitted */
 	int64_t submitted, accepted, done, failed_submit;
 	struct open_req *open; /* accepted, no record yet */
 	int64_t nopen, cap;
@@ -56,26 +56,6 @@ mono(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Encode, call, decode (the answer into *rep). */
-static int
-call(struct rp *p, int ctx, const struct medha_msg *m, struct medha_msg *rep,
-    double timeout, char *why, size_t whylen)
-{
-	void *buf, *in;
-	size_t len, inlen;
-	int rc;
-
-	if ((rc = medha_msg_encode(m, &buf, &len, why, whylen)) != 0)
-		return rc;
-	rc = medha_cli_call(p->cli, ctx, buf, len, &in, &inlen, timeout);
-	free(buf);
-	if (rc != 0)
-		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
-	rc = medha_msg_decode(rep, in, inlen, why, whylen);
-	free(in);
-	return rc;
 }
 
 /* Write rec (mutex held), dropping what was not asked for. */
@@ -95,7 +75,8 @@ emit(struct rp *p, struct medha_record *rec)
 	rec->text = text;
 	p->done++;
 	if (p->progress)
-		fprintf(stderr, "\rmedha-trace replay: %lld submitted, %lld done ",
+		fprintf(stderr,
+		    "\rmedha-trace replay: %lld submitted, %lld done ",
 		    (long long)p->submitted, (long long)p->done);
 }
 
@@ -136,13 +117,14 @@ poll_main(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&p->mu);
-		if (p->input_done && p->done >= p->accepted + p->failed_submit) {
+		if (p->input_done &&
+		    p->done >= p->accepted + p->failed_submit) {
 			pthread_mutex_unlock(&p->mu);
 			return NULL;
 		}
 		pthread_mutex_unlock(&p->mu);
-		if (call(p, 1, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
-		        sizeof(why)) != 0) {
+		if (medha_cli_msg(p->cli, 1, &m, &rep,
+		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
 			if (silent_since == 0)
 				silent_since = mono();
 			if (mono() - silent_since < MEDHA_PROTO_DEAD_MS / 1e3)
@@ -165,7 +147,8 @@ poll_main(void *arg)
 			medha_log(MEDHA_LOG_WARN, "POLL answered with %s%s%s",
 			    medha_msg_type_name(rep.type),
 			    rep.type == MEDHA_MSG_ERROR ? ": " : "",
-			    rep.type == MEDHA_MSG_ERROR ? rep.error.reason : "");
+			    rep.type == MEDHA_MSG_ERROR ? rep.error.reason
+			                                : "");
 			medha_msg_clear(&rep);
 			usleep(100000);
 			continue;
@@ -193,10 +176,12 @@ wait_ready(struct rp *p, double wait)
 	int said = 0;
 
 	for (;;) {
-		if (call(p, 0, &m, &rep, 1, why, sizeof(why)) == 0) {
+		if (medha_cli_msg(p->cli, 0, &m, &rep, 1, why, sizeof(why)) ==
+		    0) {
 			int ok = rep.type == MEDHA_MSG_STATUS_REPLY &&
 			    rep.status.ready;
-			if (rep.type == MEDHA_MSG_STATUS_REPLY && !ok && !said++)
+			if (rep.type == MEDHA_MSG_STATUS_REPLY && !ok &&
+			    !said++)
 				medha_log(MEDHA_LOG_WARN,
 				    "waiting for the replica: %lld of %lld "
 				    "workers",
@@ -307,17 +292,16 @@ trace_replay(int argc, char *argv[])
 		if (d > 0)
 			usleep((useconds_t)(d * 1e6));
 		m.submit = rs;
-		rc = call(&p, 0, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
-		    sizeof(why));
+		rc = medha_cli_msg(p.cli, 0, &m, &rep,
+		    MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why));
 		pthread_mutex_lock(&p.mu);
 		p.submitted++;
 		if (rc != 0 || rep.type != MEDHA_MSG_ACCEPTED) {
-			const char *reason = rc != 0 ? why
-			    : rep.type == MEDHA_MSG_ERROR
-			    ? rep.error.reason
-			    : "unexpected answer";
-			medha_log(MEDHA_LOG_INFO, "request %s refused: %s", rs.id,
-			    reason);
+			const char *reason = rc != 0      ? why
+			    : rep.type == MEDHA_MSG_ERROR ? rep.error.reason
+			                                  : "unexpected answer";
+			medha_log(MEDHA_LOG_INFO, "request %s refused: %s",
+			    rs.id, reason);
 			p.failed_submit++;
 			record_for(&p, rs.id, mono() - t0, rs.prompt_tokens,
 			    MEDHA_STATUS_REJECTED, reason);
@@ -325,18 +309,20 @@ trace_replay(int argc, char *argv[])
 			p.accepted++;
 			if (p.nopen == p.cap) {
 				int64_t ncap = p.cap ? 2 * p.cap : 256;
-				void *n = medha_reallocarray(p.open, (size_t)ncap,
-				    sizeof(*p.open));
+				void *n = medha_reallocarray(p.open,
+				    (size_t)ncap, sizeof(*p.open));
 				if (n == NULL) {
-					fprintf(stderr, "medha-trace replay: "
-					                "out of memory\n");
+					fprintf(stderr,
+					    "medha-trace replay: "
+					    "out of memory\n");
 					exit(1);
 				}
 				p.open = n;
 				p.cap = ncap;
 			}
-			p.open[p.nopen++] = (struct open_req){
-			    rep.accepted.handle, "", rs.arrival, rs.prompt_tokens};
+			p.open[p.nopen++] =
+			    (struct open_req){rep.accepted.handle, "",
+			        rs.arrival, rs.prompt_tokens};
 			memcpy(p.open[p.nopen - 1].id, rs.id, MEDHA_ID_MAX);
 		}
 		pthread_mutex_unlock(&p.mu);

@@ -83,26 +83,6 @@ free_all(struct worker *w)
 			free_seq(w, &w->seqs[i]);
 }
 
-/* Encode m, call on context ctx, decode the answer into *rep. */
-static int
-call(struct worker *w, int ctx, const struct medha_msg *m,
-    struct medha_msg *rep, double timeout, char *why, size_t whylen)
-{
-	void *buf, *in;
-	size_t len, inlen;
-	int rc;
-
-	if ((rc = medha_msg_encode(m, &buf, &len, why, whylen)) != 0)
-		return rc;
-	rc = medha_cli_call(w->cli, ctx, buf, len, &in, &inlen, timeout);
-	free(buf);
-	if (rc != 0)
-		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
-	rc = medha_msg_decode(rep, in, inlen, why, whylen);
-	free(in);
-	return rc;
-}
-
 static void *
 heartbeat_main(void *arg)
 {
@@ -120,8 +100,8 @@ heartbeat_main(void *arg)
 			continue;
 		m.worker_id = w->id;
 		pthread_mutex_unlock(&w->mu);
-		if (call(w, 1, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
-		        sizeof(why)) == 0)
+		if (medha_cli_msg(w->cli, 1, &m, &rep,
+		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) == 0)
 			medha_msg_clear(&rep);
 		else
 			medha_log(MEDHA_LOG_WARN, "heartbeat: %s", why);
@@ -189,9 +169,8 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 		struct wseq *q = find_seq(w, it->handle);
 
 		if (q == NULL && it->pos == 0) {
-			struct medha_sampler_params sp = it->has_params
-			    ? it->params
-			    : medha_sampling_greedy;
+			struct medha_sampler_params sp =
+			    it->has_params ? it->params : medha_sampling_greedy;
 			if ((q = find_seq(w, 0)) == NULL ||
 			    medha_backend_seq_alloc(w->be, &q->seq) != 0) {
 				snprintf(res->error, sizeof(res->error),
@@ -210,16 +189,17 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 		} else if (q == NULL) {
 			snprintf(res->error, sizeof(res->error),
 			    "request %llx at position %lld: no such sequence",
-			    (unsigned long long)it->handle,
-			    (long long)it->pos);
+			    (unsigned long long)it->handle, (long long)it->pos);
 			return;
 		}
-		memcpy(w->tok + ntok, it->ids, (size_t)it->n_ids * sizeof(int32_t));
+		memcpy(w->tok + ntok, it->ids,
+		    (size_t)it->n_ids * sizeof(int32_t));
 		ntok += (size_t)it->n_ids;
 		w->bs[i] = (struct medha_batch_seq){.seq = q->seq,
 		    .pos = it->pos,
 		    .n_tokens = (int32_t)it->n_ids,
-		    .logits = it->sample ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE};
+		    .logits =
+		        it->sample ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE};
 		w->smp[i] = it->sample ? q->smp : NULL;
 		nsample += it->sample != 0;
 	}
@@ -241,8 +221,9 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	}
 	for (i = 0; i < b->n_items; i++)
 		if (b->items[i].sample && w->out[i] >= 0)
-			res->tokens[res->n_tokens++] = (struct medha_msg_token){
-			    b->items[i].handle, w->out[i]};
+			res->tokens[res->n_tokens++] =
+			    (struct medha_msg_token){b->items[i].handle,
+			        w->out[i]};
 }
 
 static void
@@ -265,8 +246,8 @@ hello(struct worker *w, const struct medha_msg_hello *h)
 
 	m.hello = *h;
 	while (!stopping) {
-		if (call(w, 0, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3, why,
-		        sizeof(why)) != 0) {
+		if (medha_cli_msg(w->cli, 0, &m, &rep,
+		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
 			if (!said++)
 				medha_log(MEDHA_LOG_INFO,
 				    "waiting for the scheduler: %s", why);
@@ -328,8 +309,8 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	h.layer_lo = be->info.layer_lo;
 	h.layer_hi = be->info.layer_hi;
 	h.block_size = be->info.block_size;
-	h.n_blocks = be->info.n_blocks > INT32_MAX ? INT32_MAX
-	                                           : (int)be->info.n_blocks;
+	h.n_blocks =
+	    be->info.n_blocks > INT32_MAX ? INT32_MAX : (int)be->info.n_blocks;
 	h.max_seqs = be->info.max_seqs;
 	h.vocab = be->info.shape.vocab;
 	h.dim = be->info.shape.dim;
@@ -346,8 +327,8 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 		out.type = MEDHA_MSG_READY;
 		out.worker_id = w.id;
 		while (!stopping) {
-			rc = call(&w, 0, &out, &rep, MEDHA_PROTO_DEAD_MS / 1e3,
-			    why, sizeof(why));
+			rc = medha_cli_msg(w.cli, 0, &out, &rep,
+			    MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why));
 			free(out.result.tokens);
 			memset(&out, 0, sizeof(out));
 			out.type = MEDHA_MSG_READY;

@@ -273,7 +273,9 @@ main(int argc, char *argv[])
 		case OPT_MAXSEQS:
 			max_seqs = num("--max-seqs", optarg, 1, 65536);
 			break;
-		case OPT_SPEED: speed = fnum("--speed", optarg, 1e-3, 1e6); break;
+		case OPT_SPEED:
+			speed = fnum("--speed", optarg, 1e-3, 1e6);
+			break;
 		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;
@@ -309,8 +311,9 @@ main(int argc, char *argv[])
 	if (addr != NULL) {
 		if (optind != argc || model == NULL || prompt != NULL ||
 		    pfile != NULL) {
-			fprintf(stderr, "medha-worker: -s ADDR takes -m MODEL "
-			                "and no prompt\n");
+			fprintf(stderr,
+			    "medha-worker: -s ADDR takes -m MODEL "
+			    "and no prompt\n");
 			usage(stderr);
 			return 2;
 		}

@@ -163,7 +163,8 @@ utf8_len(const unsigned char *s)
 			return 0;
 		c = c << 6 | (s[i] & 0x3f);
 	}
-	if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+	if ((n == 3 && c < 0x800) ||
+	    (n == 4 && (c < 0x10000 || c > 0x10ffff)) ||
 	    (c >= 0xd800 && c <= 0xdfff))
 		return 0;
 	return n;
@@ -324,12 +325,41 @@ json_stop(json_t *o, struct medha_reqspec *rs, char *why, size_t whylen)
 	return 0;
 }
 
+/*
+ * The array v of token ids (each an integer in [0, INT32_MAX]) into a
+ * malloc'd *out of *n ids (at least one element allocated). key names
+ * it in reasons. 0, MEDHA_EFORMAT or MEDHA_ENOMEM (*out then NULL).
+ */
+static int
+json_ids(json_t *v, const char *key, int32_t **out, int64_t *n, char *why,
+    size_t whylen)
+{
+	size_t i, len = json_array_size(v);
+
+	*out = medha_reallocarray(NULL, len ? len : 1, sizeof(int32_t));
+	if (*out == NULL)
+		return MEDHA_ENOMEM;
+	for (i = 0; i < len; i++) {
+		json_t *e = json_array_get(v, i);
+		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+		    json_integer_value(e) > INT32_MAX) {
+			free(*out);
+			*out = NULL;
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "%s[%zu]: not a token id", key, i);
+		}
+		(*out)[i] = (int32_t)json_integer_value(e);
+	}
+	*n = (int64_t)len;
+	return 0;
+}
+
 /* "prompt_ids": an array of token ids >= 0; sets prompt_tokens. */
 static int
 json_prompt_ids(json_t *o, struct medha_reqspec *rs, char *why, size_t whylen)
 {
-	json_t *v = json_object_get(o, "prompt_ids"), *e;
-	size_t i, n;
+	json_t *v = json_object_get(o, "prompt_ids");
+	size_t n;
 
 	if (v == NULL)
 		return 0;
@@ -340,19 +370,8 @@ json_prompt_ids(json_t *o, struct medha_reqspec *rs, char *why, size_t whylen)
 		return medha_why(why, whylen, MEDHA_EFORMAT,
 		    "prompt_tokens: %lld but prompt_ids has %zu",
 		    (long long)rs->prompt_tokens, n);
-	if ((rs->prompt_ids = medha_reallocarray(NULL, n, sizeof(int32_t))) ==
-	    NULL)
-		return MEDHA_ENOMEM;
-	for (i = 0; i < n; i++) {
-		e = json_array_get(v, i);
-		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-		    json_integer_value(e) > INT32_MAX)
-			return medha_why(why, whylen, MEDHA_EFORMAT,
-			    "prompt_ids[%zu]: not a token id", i);
-		rs->prompt_ids[i] = (int32_t)json_integer_value(e);
-	}
-	rs->prompt_tokens = (int64_t)n;
-	return 0;
+	return json_ids(v, "prompt_ids", &rs->prompt_ids, &rs->prompt_tokens,
+	    why, whylen);
 }
 
 int
@@ -463,7 +482,6 @@ static int
 json_record_extra(json_t *o, struct medha_record *r, char *why, size_t whylen)
 {
 	json_t *v;
-	size_t i, n;
 
 	if ((v = json_object_get(o, "finish_reason")) != NULL &&
 	    !json_is_null(v) &&
@@ -490,20 +508,8 @@ json_record_extra(json_t *o, struct medha_record *r, char *why, size_t whylen)
 		if (!json_is_array(v))
 			return medha_why(why, whylen, MEDHA_EFORMAT,
 			    "token_ids: not an array");
-		n = json_array_size(v);
-		r->token_ids = medha_reallocarray(NULL, n ? n : 1,
-		    sizeof(int32_t));
-		if (r->token_ids == NULL)
-			return MEDHA_ENOMEM;
-		for (i = 0; i < n; i++) {
-			json_t *e = json_array_get(v, i);
-			if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-			    json_integer_value(e) > INT32_MAX)
-				return medha_why(why, whylen, MEDHA_EFORMAT,
-				    "token_ids[%zu]: not a token id", i);
-			r->token_ids[i] = (int32_t)json_integer_value(e);
-		}
-		r->n_token_ids = (int64_t)n;
+		return json_ids(v, "token_ids", &r->token_ids, &r->n_token_ids,
+		    why, whylen);
 	}
 	return 0;
 }
@@ -585,7 +591,8 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	if (!id_valid(rec->id) || rec->id[0] == '\0' ||
 	    rec->prompt_tokens < 0 || rec->output_tokens < 0 ||
 	    rec->status < 0 || rec->status >= MEDHA_STATUS_COUNT ||
-	    rec->finish_reason < 0 || rec->finish_reason >= MEDHA_FINISH_COUNT ||
+	    rec->finish_reason < 0 ||
+	    rec->finish_reason >= MEDHA_FINISH_COUNT ||
 	    memchr(rec->reason, '\0', sizeof(rec->reason)) == NULL)
 		return MEDHA_EINVAL;
 	medha_writer_write(w, "{\"id\": ", 7);

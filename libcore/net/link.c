@@ -8,6 +8,7 @@
  * on the caller's thread in medha_srv_next().
  */
 #include "net/link.h"
+#include "net/proto.h"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -26,9 +27,9 @@ struct medha_srv_call {
 	struct medha_srv *s;
 	nng_ctx ctx;
 	nng_aio *aio;
-	int state;     /* C_* */
-	nng_msg *msg;  /* the request while held */
-	uint32_t peer; /* its pipe */
+	int state;                   /* C_* */
+	nng_msg *msg;                /* the request while held */
+	uint32_t peer;               /* its pipe */
 	struct medha_srv_call *next; /* inbox link */
 };
 
@@ -170,8 +171,7 @@ add_call(struct medha_srv *s)
 }
 
 int
-medha_srv_open(struct medha_srv **sp, const char *url, char *why,
-    size_t whylen)
+medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 {
 	struct medha_srv *s;
 	pthread_condattr_t ca;
@@ -245,7 +245,8 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 	memset(ev, 0, sizeof(*ev));
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	if (timeout > 0) {
-		double sec = (double)until.tv_sec + until.tv_nsec * 1e-9 + timeout;
+		double sec =
+		    (double)until.tv_sec + until.tv_nsec * 1e-9 + timeout;
 		until.tv_sec = (time_t)sec;
 		until.tv_nsec = (long)((sec - (double)until.tv_sec) * 1e9);
 	}
@@ -424,7 +425,8 @@ medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
 		return MEDHA_EINVAL;
 	aio = c->aio[i];
 	nng_aio_set_timeout(aio,
-	    timeout < 0 ? NNG_DURATION_INFINITE : (nng_duration)(timeout * 1e3));
+	    timeout < 0 ? NNG_DURATION_INFINITE
+	                : (nng_duration)(timeout * 1e3));
 	if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, req, len) != 0) {
 		if (m != NULL)
 			nng_msg_free(m);
@@ -452,4 +454,23 @@ medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
 	memcpy(*rep, nng_msg_body(m), *replen);
 	nng_msg_free(m);
 	return 0;
+}
+
+int
+medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
+    struct medha_msg *rep, double timeout, char *why, size_t whylen)
+{
+	void *buf, *in;
+	size_t len, inlen;
+	int rc;
+
+	if ((rc = medha_msg_encode(m, &buf, &len, why, whylen)) != 0)
+		return rc;
+	rc = medha_cli_call(c, ctx, buf, len, &in, &inlen, timeout);
+	free(buf);
+	if (rc != 0)
+		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
+	rc = medha_msg_decode(rep, in, inlen, why, whylen);
+	free(in);
+	return rc;
 }

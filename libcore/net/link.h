@@ -38,9 +38,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MEDHA_LINK_MAX_FRAME (64u << 20) /* bytes; a peer that sends a
-                                            larger frame is disconnected */
-#define MEDHA_LINK_MAX_CALLS 8192        /* requests a server holds */
+#define MEDHA_LINK_MAX_FRAME                                    \
+	(64u << 20)               /* bytes; a peer that sends a \
+	                             larger frame is disconnected */
+#define MEDHA_LINK_MAX_CALLS 8192 /* requests a server holds */
 
 struct medha_srv;
 struct medha_srv_call; /* one request held by the server */
@@ -65,8 +66,8 @@ struct medha_srv_ev {
  * MEDHA_EIO (cannot listen: address in use, no permission) or
  * MEDHA_ENOMEM, with why.
  */
-int medha_srv_open(struct medha_srv **s, const char *url, char *why,
-    size_t whylen);
+int
+medha_srv_open(struct medha_srv **s, const char *url, char *why, size_t whylen);
 void medha_srv_close(struct medha_srv *s);
 
 /*
@@ -74,7 +75,8 @@ void medha_srv_close(struct medha_srv *s);
  * *ev. Closed connections are reported before further requests. Returns
  * 0, or MEDHA_ENOMEM.
  */
-int medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev);
+int
+medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev);
 
 /*
  * Answer a request with len bytes of buf (copied) and let go of it. A
@@ -111,5 +113,16 @@ int medha_cli_call(struct medha_cli *c, int ctx, const void *req, size_t len,
 
 /* 1 if the client has a live connection to the server now. */
 int medha_cli_connected(const struct medha_cli *c);
+
+struct medha_msg; /* net/proto.h */
+
+/*
+ * medha_cli_call() with messages: encode m (net/proto.h), call on
+ * context ctx, decode the answer into *rep (the caller's, for
+ * medha_msg_clear()). Returns 0, the codec's or the call's error, with a
+ * reason in why.
+ */
+int medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
+    struct medha_msg *rep, double timeout, char *why, size_t whylen);
 
 #endif

@@ -71,9 +71,9 @@ struct wslot {
 	struct medha_srv_call *call; /* its held READY / RESULT */
 	double call_since;
 	double last_seen;
-	int busy;        /* a batch in flight */
-	uint64_t bseq;   /* its batch_seq */
-	struct medha_sched_batch b;   /* the batch in flight (items copied) */
+	int busy;                   /* a batch in flight */
+	uint64_t bseq;              /* its batch_seq */
+	struct medha_sched_batch b; /* the batch in flight (items copied) */
 	struct medha_sched_item *items;
 	int items_cap;
 	uint64_t *frees; /* handles to free with the next answer */
@@ -157,9 +157,8 @@ answer(struct medha_replica *r, struct medha_srv_call *call,
 	free(buf);
 }
 
-static void
-answer_error(struct medha_replica *r, struct medha_srv_call *call, int code,
-    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void answer_error(struct medha_replica *r, struct medha_srv_call *call,
+    int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static void
 answer_error(struct medha_replica *r, struct medha_srv_call *call, int code,
@@ -225,8 +224,8 @@ static void
 client_flush(struct medha_replica *r, struct client *c)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_EVENTS};
-	int64_t n = c->nq < MEDHA_PROTO_MAX_EVENTS ? c->nq
-	                                           : MEDHA_PROTO_MAX_EVENTS;
+	int64_t n =
+	    c->nq < MEDHA_PROTO_MAX_EVENTS ? c->nq : MEDHA_PROTO_MAX_EVENTS;
 
 	if (c->poll == NULL)
 		return;
@@ -442,15 +441,16 @@ on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
 		return MEDHA_FINISH_STOP;
 	if (q->n_out == q->out_cap) {
 		int64_t ncap = q->out_cap ? 2 * q->out_cap : 64;
-		void *n = medha_reallocarray(q->out, (size_t)ncap, sizeof(*q->out));
+		void *n =
+		    medha_reallocarray(q->out, (size_t)ncap, sizeof(*q->out));
 		if (n == NULL)
 			return 0;
 		q->out = n;
 		q->out_cap = ncap;
 	}
 	q->out[q->n_out++] = tok;
-	if (r->tok != NULL && medha_tok_decode(r->tok, &tok, 1, 0, buf,
-	                          sizeof(buf), &plen) == 0)
+	if (r->tok != NULL &&
+	    medha_tok_decode(r->tok, &tok, 1, 0, buf, sizeof(buf), &plen) == 0)
 		piece = buf;
 	else
 		plen = 0;
@@ -535,8 +535,7 @@ make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
 	} else if ((g = medha_gpu_find(h->gpu)) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "device %s: unknown", h->gpu);
-	if ((rc = medha_pred_init(&r->pred, g, &m, h->tp, h->spp, h->kvp)) !=
-	    0)
+	if ((rc = medha_pred_init(&r->pred, g, &m, h->tp, h->spp, h->kvp)) != 0)
 		return medha_why(why, whylen, rc, "predictor: bad layout");
 	r->have_pred = 1;
 	if (r->cfg.predictor != NULL &&
@@ -610,8 +609,7 @@ worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 	r->ready = 0;
 	if (r->core != NULL) {
 		char reason[160];
-		snprintf(reason, sizeof(reason), "worker %d lost: %s", id,
-		    why);
+		snprintf(reason, sizeof(reason), "worker %d lost: %s", id, why);
 		n = medha_sched_worker_lost(r->core, reason, now_s(r));
 		if (n > 0)
 			drain_records(r);
@@ -797,8 +795,9 @@ on_result(struct medha_replica *r, struct wslot *w,
 	w->busy = 0;
 	if (res->error[0] != '\0') {
 		char reason[300];
-		snprintf(reason, sizeof(reason), "batch failed on worker %d: %s",
-		    (int)(w - r->w), res->error);
+		snprintf(reason, sizeof(reason),
+		    "batch failed on worker %d: %s", (int)(w - r->w),
+		    res->error);
 		medha_log(MEDHA_LOG_ERROR, "%s", reason);
 		medha_sched_worker_lost(r->core, reason, now_s(r));
 		drain_records(r);
@@ -1077,7 +1076,8 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
 	case MEDHA_MSG_POLL:
 		if ((c = client_find(r, ev->peer, 1)) == NULL) {
-			answer_error(r, ev->call, MEDHA_ENOMEM, "out of memory");
+			answer_error(r, ev->call, MEDHA_ENOMEM,
+			    "out of memory");
 			break;
 		}
 		if (c->poll != NULL) /* one poll at a time: the old one ends */

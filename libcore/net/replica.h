@@ -36,22 +36,22 @@
 #include <signal.h>
 
 struct medha_replica_config {
-	const char *listen; /* url to listen at */
-	int workers;        /* workers the replica waits for (1) */
+	const char *listen;              /* url to listen at */
+	int workers;                     /* workers the replica waits for (1) */
 	struct medha_sched_config sched; /* policy and chunking; block size,
 	                                    KV blocks and max_seqs come from
 	                                    the workers */
 	const char *model;     /* GGUF for the tokenizer and predictor; NULL:
 	                          the path the worker announces (NULL) */
 	const char *predictor; /* measured profile (medha-profile(5)) or NULL */
-	int cpu_threads;       /* threads the "cpu" device is measured with (2) */
-	int target_auto;       /* raise sched.target to twice the predicted
-	                          time of a 32-token chunk alone when that is
-	                          more, so prefills can join running decodes
-	                          on a slow device (1) */
-	double drain_timeout;  /* s a stop waits for requests in flight (30) */
-	int64_t max_queue;     /* requests in flight at most; more are
-	                          refused (100000) */
+	int cpu_threads; /* threads the "cpu" device is measured with (2) */
+	int target_auto; /* raise sched.target to twice the predicted
+	                    time of a 32-token chunk alone when that is
+	                    more, so prefills can join running decodes
+	                    on a slow device (1) */
+	double drain_timeout; /* s a stop waits for requests in flight (30) */
+	int64_t max_queue;    /* requests in flight at most; more are
+	                         refused (100000) */
 };
 
 void medha_replica_config_default(struct medha_replica_config *c);

@@ -66,8 +66,8 @@ struct medha_sched_config {
 	int64_t kvp_max_tokens; /* KV tokens per request per group; 0 = no limit
 	                           (0) */
 	int max_prefills;       /* prefills in one batch (64) */
-	int max_seqs; /* requests holding KV at once; 0 = no limit but
-	                 memory (0); a live scheduler takes its workers' */
+	int max_seqs;           /* requests holding KV at once; 0 = no limit but
+	                           memory (0); a live scheduler takes its workers' */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 
@@ -85,12 +85,12 @@ enum medha_req_state {
  * bound by these loads.
  */
 struct medha_req {
-	int state;             /* MEDHA_REQ_* */
-	int busy;              /* a decode token or last chunk is in flight */
-	int64_t kv_tokens;     /* KV tokens appended (or being appended) */
-	int64_t sched_prefill; /* prompt tokens handed to batches */
-	int64_t decoded;       /* output tokens produced */
-	uint64_t handle;       /* its stable id (medha_sched_arrive) */
+	int state;               /* MEDHA_REQ_* */
+	int busy;                /* a decode token or last chunk is in flight */
+	int64_t kv_tokens;       /* KV tokens appended (or being appended) */
+	int64_t sched_prefill;   /* prompt tokens handed to batches */
+	int64_t decoded;         /* output tokens produced */
+	uint64_t handle;         /* its stable id (medha_sched_arrive) */
 	struct medha_kvlease kv; /* KVP placement, fixed at admission */
 	double deadline;         /* absolute TTFT deadline, s */
 	double deadline_dur;     /* deadline - arrival, s */
@@ -160,8 +160,8 @@ int medha_sched_cancel(struct medha_sched *s, uint64_t handle,
  * caller must not report the void batches as done. Returns the number of
  * requests failed, or MEDHA_ENOMEM.
  */
-int medha_sched_worker_lost(struct medha_sched *s, const char *reason,
-    double now);
+int
+medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now);
 
 /*
  * Form the next batch at `now` (stage 0 must be free). Returns 1 with *b
@@ -185,9 +185,9 @@ struct medha_sched_result {
  * max_tokens (finish_reason "length") or its result says stop ("stop").
  * Returns 0 or MEDHA_ENOMEM.
  */
-int medha_sched_batch_done(struct medha_sched *s,
-    const struct medha_sched_batch *b, const struct medha_sched_result *res,
-    double now);
+int
+medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
+    const struct medha_sched_result *res, double now);
 
 /* Returns 1 and fills *rec if a finished request's record is waiting. */
 int medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec);
@@ -205,7 +205,7 @@ const struct medha_req *medha_sched_active(const struct medha_sched *s, int i);
  * requests in flight, never with the requests served. */
 size_t medha_sched_footprint(const struct medha_sched *s);
 int64_t medha_sched_group_capacity(const struct medha_sched *s); /* blocks */
-int medha_sched_block_size(const struct medha_sched *s); /* tokens */
+int medha_sched_block_size(const struct medha_sched *s);         /* tokens */
 int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
 
 /*
