@@ -36,6 +36,27 @@ near(double got, double want, double rel)
 		    want, err, rel);
 }
 
+/* TP must split the heads: 32 query and 8 KV heads for Llama-3 8B. */
+static void
+test_tp_divides_heads(void **state)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	const struct medha_gpu *g = medha_gpu_find("a100");
+
+	(void)state;
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	for (int tp = 1; tp <= 64; tp++) {
+		int ok = tp == 1 || tp == 2 || tp == 4 || tp == 8 || tp == 16 ||
+		    tp == 32;
+		assert_int_equal(medha_pred_init(&p, g, &m, tp, 1, 1),
+		    ok ? 0 : MEDHA_EINVAL);
+		if (ok)
+			medha_pred_free(&p);
+	}
+	assert_int_equal(medha_pred_init(&p, g, &m, 1024, 1, 1), MEDHA_EINVAL);
+}
+
 static void
 setup(struct medha_pred *p, const char *gpu, const char *model, int tp, int spp,
     int kvp)
@@ -355,7 +376,7 @@ test_monotone(void **state)
 	check_monotone(&p);
 	setup(&p, "a100", "smollm2-135m", 1, 1, 1);
 	check_monotone(&p);
-	setup(&p, "a100", "smollm2-135m", 4, 3, 1);
+	setup(&p, "a100", "smollm2-135m", 3, 3, 1); /* 9 heads over 3 */
 	check_monotone(&p);
 }
 
@@ -681,6 +702,7 @@ main(void)
 	    cmocka_unit_test(test_hand_numbers),
 	    cmocka_unit_test(test_regimes),
 	    cmocka_unit_test(test_monotone),
+	    cmocka_unit_test(test_tp_divides_heads),
 	    cmocka_unit_test(test_capacity),
 	    cmocka_unit_test(test_table_exact),
 	    cmocka_unit_test(test_table_noisy),

@@ -426,9 +426,11 @@ main(int argc, char *argv[])
 	}
 	if ((rc = medha_pred_init(&pred, gpu, &model, tp, spp, kvp)) != 0) {
 		fprintf(stderr,
-		    "medha-sched: cannot split %s over tp %d spp %d "
-		    "kvp %d: %s\n",
-		    model.name, tp, spp, kvp, medha_strerror(rc));
+		    "medha-sched: cannot split %s (%d layers, %d query "
+		    "heads, %d KV heads) over tp %d spp %d kvp %d: tp must "
+		    "divide the query heads, spp at most the layers\n",
+		    model.name, model.c.n_layers, model.c.n_heads,
+		    model.c.n_kv_heads, tp, spp, kvp);
 		return 1;
 	}
 	if (profile != NULL) {

@@ -394,7 +394,8 @@ main(int argc, char *argv[])
 		if (!ignore_eos && medha_tok_is_eog(tok, next))
 			break;
 		emit(tok, next, as_ids, n_out == 0);
-		fflush(stdout);
+		if (fflush(stdout) != 0) /* the reader is gone, a full disk */
+			die("stdout", strerror(errno));
 		if (++n_out == n_gen)
 			break;
 		if ((rc = medha_runner_decode(r, next, logits, why,
@@ -418,8 +419,9 @@ out:
 	free(text);
 	free(chat_text);
 	medha_runner_close(r);
-	if (fclose(stdout) != 0) {
-		perror("medha-worker: stdout");
+	if (ferror(stdout) || fclose(stdout) != 0) {
+		fprintf(stderr, "medha-worker: stdout: %s\n",
+		    errno ? strerror(errno) : "write error");
 		return 1;
 	}
 	return 0;

@@ -255,6 +255,11 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 	    m->c.head_dim < 1 || m->c.ffn_dim < 1 || m->c.vocab < 1 ||
 	    !(m->w_bytes > 0) || !(m->kv_bytes > 0))
 		return MEDHA_EINVAL;
+	/* TP splits the query heads evenly; KV heads are split too, or,
+	 * when there are fewer of them than GPUs, replicated evenly */
+	if (m->c.n_heads % tp != 0 ||
+	    (m->c.n_kv_heads % tp != 0 && tp % m->c.n_kv_heads != 0))
+		return MEDHA_EINVAL;
 	p->gpu = *g;
 	p->model = *m;
 	p->tp = tp;

@@ -95,7 +95,10 @@ struct medha_pred {
 	struct medha_table *table; /* owned; NULL: analytic only */
 };
 
-/* Returns MEDHA_EINVAL if tp, spp or kvp < 1 or spp > n_layers. */
+/*
+ * Returns MEDHA_EINVAL if tp, spp or kvp < 1, spp > n_layers, or tp does
+ * not divide the query heads (and the KV heads, or they it).
+ */
 int medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
     const struct medha_pred_model *m, int tp, int spp, int kvp);
 /*

@@ -55,6 +55,11 @@ grep -q 'unknown GPU v100' "$tmp/err"
 want 1 --sim a100 -m llama9-1t
 grep -q 'llama9-1t' "$tmp/err"
 want 1 --sim a100 -m llama3-8b --spp 33
+# tensor parallelism must divide the heads (32 query, 8 KV heads)
+want 1 --sim a100 -m llama3-8b --tp 3
+grep -q 'tp 3 .*divide the query heads' "$tmp/err"
+want 1 --sim a100 -m llama3-8b --tp 1024
+want 1 --sim a100 -m llama3-8b --tp 64
 want 1 --sim a100 -m llama3-8b "$tmp/missing"
 grep -q 'missing' "$tmp/err"
 want 1 --sim a100 -m llama3-8b --profile "$tmp/missing"

@@ -52,6 +52,16 @@ want 1 -m "$tmp/junk.gguf" -p hi
 
 [ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
 
+# a write error on stdout is an error (exit 1, with the reason), not
+# output silently lost
+for args in "-n 30" "-n 0 --tokenize"; do
+	st=0
+	# shellcheck disable=SC2086
+	"$mw" -m "$model" -p hi $args -t 2 >/dev/full 2>"$tmp/err" || st=$?
+	[ "$st" = 1 ] || { echo "stdout on /dev/full ($args): status $st"; exit 1; }
+	grep -q 'stdout: No space left' "$tmp/err" || { cat "$tmp/err"; exit 1; }
+done
+
 # a model file cut short: a clear error, no crash
 head -c 5000000 "$model" > "$tmp/cut.gguf"
 want 1 -m "$tmp/cut.gguf" -p hi
