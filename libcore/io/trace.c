@@ -563,6 +563,19 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 		goto out;
 	if ((rc = json_record_extra(root, &r, why, whylen)) != 0)
 		goto out;
+	/* Times in order: a token cannot come before its request. */
+	if (ok && r.first_token < r.arrival) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "first_token %.9g is before arrival %.9g", r.first_token,
+		    r.arrival);
+		goto out;
+	}
+	if (ok && r.finish < r.first_token) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "finish %.9g is before first_token %.9g", r.finish,
+		    r.first_token);
+		goto out;
+	}
 	/* Derive what a terse writer left out. */
 	if (!have_ttft && ok)
 		r.ttft = r.first_token - r.arrival;

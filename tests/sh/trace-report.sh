@@ -104,4 +104,14 @@ PATH=/nonexistent "$mt" report --plot "$tmp/x.png" "$tmp/rec" \
     >/dev/null 2>"$tmp/err" || st=$?
 [ "$st" -eq 1 ] && grep -q gnuplot "$tmp/err" && [ ! -e "$tmp/x.png" ] || {
 	echo "missing gnuplot: status $st"; cat "$tmp/err"; exit 1; }
+# times out of order are an error with the line, not a negative TTFT
+for rec in \
+    '{"id":1,"arrival":10,"first_token":5,"finish":12,"prompt_tokens":3,"output_tokens":2,"status":"ok"}' \
+    '{"id":1,"arrival":1,"first_token":5,"finish":2,"prompt_tokens":3,"output_tokens":2,"status":"ok"}'; do
+	st=0
+	printf '%s\n' "$rec" | "$bin/medha-trace" report >/dev/null \
+	    2>"$tmp/err" || st=$?
+	[ "$st" -eq 1 ] && grep -q 'line 1: .* is before ' "$tmp/err" || {
+		echo "out-of-order times: status $st"; cat "$tmp/err"; exit 1; }
+done
 echo ok
