@@ -44,8 +44,14 @@ struct worker {
 	struct medha_backend *be;
 	struct medha_cli *cli;
 	int id;
-	struct wseq *seqs; /* (max_seqs) */
+	struct wseq *seqs; /* (max_seqs) entries */
 	int max_seqs;
+	int *spare; /* (max_seqs) stack of free entries */
+	int nspare;
+	int *index;    /* (index_cap) entry of a handle, -1 empty: an
+	                  open-addressing table, so a batch of thousands
+	                  of items finds its sequences at once */
+	int index_cap; /* a power of two, at least 2 * max_seqs */
 	/* a batch's scratch, grown to the largest seen */
 	int32_t *tok;
 	struct medha_batch_seq *bs;
@@ -58,21 +64,60 @@ struct worker {
 	int running, quit;
 };
 
+/* The slot of handle h in w->index: its own, or the empty one to take. */
+static int
+slot_of(const struct worker *w, uint64_t h)
+{
+	int mask = w->index_cap - 1;
+	int i = (int)((h * 0x9e3779b97f4a7c15ULL) >> 32) & mask;
+
+	while (w->index[i] >= 0 && w->seqs[w->index[i]].handle != h)
+		i = (i + 1) & mask;
+	return i;
+}
+
 static struct wseq *
 find_seq(struct worker *w, uint64_t h)
 {
-	for (int i = 0; i < w->max_seqs; i++)
-		if (w->seqs[i].handle == h)
-			return &w->seqs[i];
-	return NULL;
+	int e = w->index[slot_of(w, h)];
+
+	return e >= 0 ? &w->seqs[e] : NULL;
+}
+
+/* A free entry under handle h (not held yet), or NULL if all are held. */
+static struct wseq *
+new_seq(struct worker *w, uint64_t h)
+{
+	int e;
+
+	if (w->nspare == 0)
+		return NULL;
+	e = w->spare[--w->nspare];
+	w->seqs[e].handle = h;
+	w->seqs[e].seq = -1; /* none in the backend yet */
+	w->index[slot_of(w, h)] = e;
+	return &w->seqs[e];
 }
 
 static void
 free_seq(struct worker *w, struct wseq *q)
 {
+	int mask = w->index_cap - 1, i = slot_of(w, q->handle), j, k;
+
+	/* delete by shifting back the entries that probed past slot i */
+	w->index[i] = -1;
+	for (j = (i + 1) & mask; w->index[j] >= 0; j = (j + 1) & mask) {
+		k = slot_of(w, w->seqs[w->index[j]].handle);
+		if (k == j)
+			continue; /* already where it hashes: stays */
+		w->index[i] = w->index[j];
+		w->index[j] = -1;
+		i = j;
+	}
 	medha_backend_seq_free(w->be, q->seq);
 	medha_sampler_free(q->smp);
 	memset(q, 0, sizeof(*q));
+	w->spare[w->nspare++] = (int)(q - w->seqs);
 }
 
 static void
@@ -171,21 +216,22 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 		if (q == NULL && it->pos == 0) {
 			struct medha_sampler_params sp =
 			    it->has_params ? it->params : medha_sampling_greedy;
-			if ((q = find_seq(w, 0)) == NULL ||
+			if ((q = new_seq(w, it->handle)) == NULL ||
 			    medha_backend_seq_alloc(w->be, &q->seq) != 0) {
+				if (q != NULL)
+					free_seq(w, q);
 				snprintf(res->error, sizeof(res->error),
 				    "no room for another sequence (%d held)",
 				    w->max_seqs);
 				return;
 			}
 			if (medha_sampler_init(&q->smp, &sp, mc->vocab) != 0) {
-				medha_backend_seq_free(w->be, q->seq);
+				free_seq(w, q);
 				snprintf(res->error, sizeof(res->error),
 				    "request %llx: bad sampling parameters",
 				    (unsigned long long)it->handle);
 				return;
 			}
-			q->handle = it->handle;
 		} else if (q == NULL) {
 			snprintf(res->error, sizeof(res->error),
 			    "request %llx at position %lld: no such sequence",
@@ -286,14 +332,24 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	w.max_seqs = be->info.max_seqs;
 	pthread_mutex_init(&w.mu, NULL);
 	pthread_cond_init(&w.cv, NULL);
-	if ((w.seqs = medha_calloc(w.max_seqs, sizeof(*w.seqs))) == NULL) {
+	for (w.index_cap = 16; w.index_cap < 2 * w.max_seqs;)
+		w.index_cap *= 2;
+	w.seqs = medha_calloc(w.max_seqs, sizeof(*w.seqs));
+	w.spare = medha_calloc(w.max_seqs, sizeof(*w.spare));
+	w.index = medha_calloc(w.index_cap, sizeof(*w.index));
+	if (w.seqs == NULL || w.spare == NULL || w.index == NULL) {
 		fprintf(stderr, "medha-worker: out of memory\n");
-		return 1;
+		rc = 1;
+		goto out;
 	}
+	for (int i = 0; i < w.index_cap; i++)
+		w.index[i] = -1;
+	for (w.nspare = 0; w.nspare < w.max_seqs; w.nspare++)
+		w.spare[w.nspare] = w.max_seqs - 1 - w.nspare;
 	if (medha_cli_open(&w.cli, o->addr, 2, why, sizeof(why)) != 0) {
 		fprintf(stderr, "medha-worker: %s\n", why);
-		free(w.seqs);
-		return o->addr[0] ? 1 : 2;
+		rc = o->addr[0] ? 1 : 2;
+		goto out;
 	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
@@ -384,11 +440,15 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	pthread_join(hb, NULL);
 	medha_cli_close(w.cli);
 	free_all(&w);
+	medha_log(MEDHA_LOG_WARN, "stopped after %d batches", batches);
+	rc = 0; /* a stop on a signal */
+out:
 	free(w.seqs);
+	free(w.spare);
+	free(w.index);
 	free(w.tok);
 	free(w.bs);
 	free(w.smp);
 	free(w.out);
-	medha_log(MEDHA_LOG_WARN, "stopped after %d batches", batches);
-	return 0;
+	return rc;
 }

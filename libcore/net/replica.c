@@ -479,39 +479,60 @@ is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Bytes per weight of the layers' matrices as stored in a GGUF; 0 if
- * path is not one. */
+/* Bytes per weight of the layers' matrices as g stores them (0: none). */
 static double
-stored_weight_bytes(const char *path)
+stored_weight_bytes(const struct medha_gguf *g)
 {
 	const struct medha_tensor *t;
-	struct medha_gguf *g;
 	double bytes = 0, n = 0;
 
-	if (!is_file(path) || medha_gguf_open(&g, path, NULL, 0) != 0)
-		return 0;
 	for (uint64_t i = 0; (t = medha_gguf_tensor_at(g, i)) != NULL; i++)
 		if (t->n_dims == 2 && strncmp(t->name, "blk.", 4) == 0) {
 			bytes += (double)t->nbytes;
 			n += (double)t->ne[0] * (double)t->ne[1];
 		}
-	medha_gguf_close(g);
 	return n > 0 ? bytes / n : 0;
 }
 
+static int
+make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
+    const char *model, const struct medha_gguf *gg, struct medha_pred_model *mp,
+    char *why, size_t whylen);
+
+/*
+ * The scheduler core, its predictor and the tokenizer, from the first
+ * worker's HELLO (and -m, which overrides the model it names).
+ */
 static int
 make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
     size_t whylen)
 {
 	struct medha_pred_model m;
-	struct medha_gpu cpu;
-	const struct medha_gpu *g;
-	struct medha_sched_config sc = r->cfg.sched;
 	const char *model = r->cfg.model != NULL ? r->cfg.model : h->model;
+	struct medha_gguf *gg = NULL; /* the model's file, if it is one */
 	int rc;
 
 	if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
 		return rc;
+	if (is_file(model) && medha_gguf_open(&gg, model, NULL, 0) != 0)
+		gg = NULL;
+	rc = make_core_on(r, h, model, gg, &m, why, whylen);
+	medha_gguf_close(gg);
+	return rc;
+}
+
+/* make_core() on the resolved model m and its open file gg (or NULL). */
+static int
+make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
+    const char *model, const struct medha_gguf *gg, struct medha_pred_model *mp,
+    char *why, size_t whylen)
+{
+	struct medha_pred_model m = *mp;
+	struct medha_gpu cpu;
+	const struct medha_gpu *g;
+	struct medha_sched_config sc = r->cfg.sched;
+	int rc;
+
 	if (m.c.vocab != h->vocab || m.c.dim != h->dim)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "model %s (vocab %d, dim %d) is not the worker's "
@@ -519,7 +540,7 @@ make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
 		    model, m.c.vocab, m.c.dim, h->vocab, h->dim);
 	if (strcmp(h->gpu, "cpu") == 0) {
 		/* the cpu backend serves weights as stored, KV in f32 */
-		double wb = stored_weight_bytes(model);
+		double wb = gg != NULL ? stored_weight_bytes(gg) : 0;
 		if (wb > 0)
 			m.w_bytes = wb;
 		m.kv_bytes = 4;
@@ -567,16 +588,11 @@ make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
 	r->ctx_len = r->sim ? 0 : m.c.ctx_len;
 	snprintf(r->model, sizeof(r->model), "%s", model);
 	snprintf(r->backend, sizeof(r->backend), "%s", h->backend);
-	if (is_file(model)) {
-		struct medha_gguf *gg;
+	if (gg != NULL) {
 		char w2[256];
-		if (medha_gguf_open(&gg, model, w2, sizeof(w2)) == 0) {
-			if (medha_tok_open(&r->tok, gg, w2, sizeof(w2)) != 0)
-				medha_log(MEDHA_LOG_WARN,
-				    "%s: no tokenizer (%s): token ids only",
-				    model, w2);
-			medha_gguf_close(gg);
-		}
+		if (medha_tok_open(&r->tok, gg, w2, sizeof(w2)) != 0)
+			medha_log(MEDHA_LOG_WARN,
+			    "%s: no tokenizer (%s): token ids only", model, w2);
 	}
 	if (r->tok == NULL)
 		medha_log(MEDHA_LOG_WARN,
