@@ -228,6 +228,8 @@ example(int t, int full, struct medha_msg *m)
 		    .kv_blocks = 1 << 20,
 		    .kv_used = 12345,
 		    .block_size = 16,
+		    .prefill = 4096,
+		    .work = 1.25,
 		    .model = "cache/models/SmolLM2-135M-Instruct.Q4_1.gguf",
 		    .backend = "cpu"};
 		break;
@@ -791,6 +793,11 @@ test_encode_refuses(void **state)
 	example(MEDHA_MSG_HELLO, 1, &m);
 	m.hello.layer_hi = m.hello.layer_lo;
 	refuse(&m, "hello: layers: not [lo, hi) with 0 <= lo < hi <= 65536");
+	example(MEDHA_MSG_STATUS_REPLY, 1, &m);
+	m.status.work = -0.5;
+	refuse(&m, "status_reply: work: not a number of seconds >= 0");
+	m.status.work = NAN;
+	refuse(&m, "status_reply: work: not a number of seconds >= 0");
 
 	rec = ex_rec_full;
 	rec.status = MEDHA_STATUS_COUNT;
@@ -1176,6 +1183,8 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 		break;
 	case MEDHA_MSG_STATUS_REPLY:
 		m->status.workers = rnd_int(), m->status.kv_used = rnd_int();
+		m->status.prefill = rnd_int();
+		m->status.work = (double)(rnd() % 1000) / 8;
 		m->status.ready = (int)(rnd() % 3);
 		rnd_name(m->status.model, sizeof(m->status.model));
 		rnd_name(m->status.backend, sizeof(m->status.backend));

@@ -15,6 +15,8 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +46,7 @@ struct medha_srv {
 	struct medha_srv_call *in_head, *in_tail; /* arrived, not taken */
 	uint32_t *gone;                           /* closed pipes, not taken */
 	int ngone, gone_cap;
+	int woken; /* medha_srv_wake() since the last medha_srv_next() */
 	int closing;
 };
 
@@ -255,9 +258,10 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 	while (s->receiving < MIN_RECEIVING && s->ncalls < MEDHA_LINK_MAX_CALLS)
 		if ((rc = add_call(s)) != 0)
 			break;
-	while (s->ngone == 0 && s->in_head == NULL && timeout > 0)
+	while (s->ngone == 0 && s->in_head == NULL && !s->woken && timeout > 0)
 		if (pthread_cond_timedwait(&s->cv, &s->mu, &until) != 0)
 			break;
+	s->woken = 0;
 	if (s->ngone > 0) {
 		ev->kind = MEDHA_SRV_GONE;
 		ev->peer = s->gone[0];
@@ -310,6 +314,15 @@ medha_srv_drop(struct medha_srv *s, struct medha_srv_call *c)
 	pthread_mutex_unlock(&s->mu);
 }
 
+void
+medha_srv_wake(struct medha_srv *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->woken = 1;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
 int
 medha_srv_held(const struct medha_srv *s)
 {
@@ -325,7 +338,8 @@ struct medha_cli {
 	int nctx;
 	nng_ctx ctx[CLI_MAX_CTX];
 	nng_aio *aio[CLI_MAX_CTX];
-	int npipes; /* live connections */
+	int npipes;     /* live connections */
+	uint64_t epoch; /* connections lost so far */
 	pthread_mutex_t mu;
 };
 
@@ -336,7 +350,12 @@ cli_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 	(void)p;
 	pthread_mutex_lock(&c->mu);
-	c->npipes += ev == NNG_PIPE_EV_ADD_POST ? 1 : -1;
+	if (ev == NNG_PIPE_EV_ADD_POST)
+		c->npipes++;
+	else {
+		c->npipes--;
+		c->epoch++;
+	}
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -411,6 +430,17 @@ medha_cli_connected(const struct medha_cli *c)
 	return n > 0;
 }
 
+uint64_t
+medha_cli_epoch(const struct medha_cli *c)
+{
+	uint64_t e;
+
+	pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+	e = c->epoch;
+	pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+	return e;
+}
+
 int
 medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
     void **rep, size_t *replen, double timeout)
@@ -473,4 +503,36 @@ medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
 	rc = medha_msg_decode(rep, in, inlen, why, whylen);
 	free(in);
 	return rc;
+}
+
+void
+medha_srv_msg(struct medha_srv *s, struct medha_srv_call *call,
+    const struct medha_msg *m)
+{
+	void *buf;
+	size_t len;
+	char why[256];
+
+	if (medha_msg_encode(m, &buf, &len, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "cannot encode %s: %s",
+		    medha_msg_type_name(m->type), why);
+		medha_srv_drop(s, call);
+		return;
+	}
+	medha_srv_reply(s, call, buf, len);
+	free(buf);
+}
+
+void
+medha_srv_error(struct medha_srv *s, struct medha_srv_call *call, int code,
+    const char *fmt, ...)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_ERROR};
+	va_list ap;
+
+	m.error.code = code;
+	va_start(ap, fmt);
+	vsnprintf(m.error.reason, sizeof(m.error.reason), fmt, ap);
+	va_end(ap);
+	medha_srv_msg(s, call, &m);
 }

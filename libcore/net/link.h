@@ -72,8 +72,9 @@ void medha_srv_close(struct medha_srv *s);
 
 /*
  * Wait up to timeout seconds (0: do not wait) for the next event into
- * *ev. Closed connections are reported before further requests. Returns
- * 0, or MEDHA_ENOMEM.
+ * *ev. Closed connections are reported before further requests. A
+ * medha_srv_wake() from another thread ends the wait early (kind
+ * MEDHA_SRV_TIMEOUT). Returns 0, or MEDHA_ENOMEM.
  */
 int
 medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev);
@@ -87,6 +88,9 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev);
 int medha_srv_reply(struct medha_srv *s, struct medha_srv_call *call,
     const void *buf, size_t len);
 void medha_srv_drop(struct medha_srv *s, struct medha_srv_call *call);
+
+/* From any thread: make the next or current medha_srv_next() return. */
+void medha_srv_wake(struct medha_srv *s);
 
 /* Requests now held (answered neither yet), for logs and tests. */
 int medha_srv_held(const struct medha_srv *s);
@@ -114,6 +118,14 @@ int medha_cli_call(struct medha_cli *c, int ctx, const void *req, size_t len,
 /* 1 if the client has a live connection to the server now. */
 int medha_cli_connected(const struct medha_cli *c);
 
+/*
+ * Connections to the server lost so far. A server forgets what a
+ * connection asked for when it closes (medha-sched cancels a client's
+ * requests), so a change between two readings means that what was
+ * started before the first may be gone.
+ */
+uint64_t medha_cli_epoch(const struct medha_cli *c);
+
 struct medha_msg; /* net/proto.h */
 
 /*
@@ -124,5 +136,15 @@ struct medha_msg; /* net/proto.h */
  */
 int medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
     struct medha_msg *rep, double timeout, char *why, size_t whylen);
+
+/*
+ * medha_srv_reply() with messages: encode m and answer call with it (a
+ * message that cannot be encoded is logged and the call dropped);
+ * medha_srv_error() answers an ERROR of code with a printf-style reason.
+ */
+void medha_srv_msg(struct medha_srv *s, struct medha_srv_call *call,
+    const struct medha_msg *m);
+void medha_srv_error(struct medha_srv *s, struct medha_srv_call *call,
+    int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -435,13 +435,15 @@ static int
 check_status(struct chk *c, const struct medha_msg_status *s)
 {
 	const int64_t n[] = {s->workers, s->workers_wanted, s->pending,
-	    s->queue, s->kv_blocks, s->kv_used, s->block_size};
+	    s->queue, s->kv_blocks, s->kv_used, s->block_size, s->prefill};
 	static const char *nn[] = {"workers", "workers_wanted", "pending",
-	    "queue", "kv_blocks", "kv_used", "block_size"};
+	    "queue", "kv_blocks", "kv_used", "block_size", "prefill"};
 
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++)
 		if (n[i] < 0)
 			return FAIL(c, nn[i], "not a non-negative integer");
+	if (!(s->work >= 0 && s->work <= 1e18))
+		return FAIL(c, "work", "not a number of seconds >= 0");
 	if (!fits(s->model, sizeof(s->model), 0))
 		return FAIL(c, "model", "not a string of at most %d bytes",
 		    (int)sizeof(s->model) - 1);
@@ -740,6 +742,7 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 		    s->queue == t->queue && s->kv_blocks == t->kv_blocks &&
 		    s->kv_used == t->kv_used &&
 		    s->block_size == t->block_size &&
+		    s->prefill == t->prefill && s->work == t->work &&
 		    strcmp(s->model, t->model) == 0 &&
 		    strcmp(s->backend, t->backend) == 0;
 	case MEDHA_MSG_ERROR:

@@ -126,6 +126,8 @@ struct medha_msg_status {
 	int64_t kv_blocks;      /* KV blocks in all */
 	int64_t kv_used;        /* of those, held */
 	int64_t block_size;     /* tokens per KV block */
+	int64_t prefill;        /* prompt tokens not yet prefilled */
+	double work;            /* predicted seconds of those prefills, >= 0 */
 	char model[MEDHA_PROTO_NAME_MAX];
 	char backend[MEDHA_PROTO_BACKEND_MAX];
 };

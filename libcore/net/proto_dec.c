@@ -565,29 +565,35 @@ enum {
 	ST_KV_BLOCKS,
 	ST_KV_USED,
 	ST_BLOCK_SIZE,
+	ST_PREFILL,
+	ST_WORK,
 	ST_READY,
 	ST_MODEL,
 	ST_BACKEND,
 	ST_N
 };
 static const char *const st_keys[ST_N] = {"workers", "workers_wanted",
-    "pending", "queue", "kv_blocks", "kv_used", "block_size", "ready", "model",
-    "backend"};
+    "pending", "queue", "kv_blocks", "kv_used", "block_size", "prefill", "work", "ready",
+    "model", "backend"};
 
 static int
 dec_status(struct dec *d, const msgpack_object *o, struct medha_msg_status *s)
 {
 	int64_t *n[] = {&s->workers, &s->workers_wanted, &s->pending, &s->queue,
-	    &s->kv_blocks, &s->kv_used, &s->block_size};
+	    &s->kv_blocks, &s->kv_used, &s->block_size, &s->prefill};
 	const msgpack_object *v[ST_N];
 	int rc, k;
 
 	if ((rc = get_map(d, o, "", st_keys, ST_N, v)) != 0 ||
 	    (rc = need(d, "", st_keys, ST_N, v, (1u << ST_N) - 1)) != 0)
 		return rc;
-	for (k = 0; k <= ST_BLOCK_SIZE; k++)
+	for (k = 0; k <= ST_PREFILL; k++)
 		if ((rc = get_i64(d, v[k], st_keys[k], n[k])) != 0)
 			return rc;
+	if ((rc = get_num(d, v[ST_WORK], "work", &s->work)) != 0)
+		return rc;
+	if (!(s->work >= 0 && s->work <= 1e18))
+		return BAD(d, "work", "not a number of seconds >= 0");
 	if ((rc = get_bool(d, v[ST_READY], "ready", &s->ready)) != 0 ||
 	    (rc = get_str(d, v[ST_MODEL], "model", 0, s->model,
 	         sizeof(s->model), 0)) != 0 ||

@@ -227,15 +227,17 @@ static void
 enc_status(struct enc *e, const struct medha_msg_status *s)
 {
 	const int64_t n[] = {s->workers, s->workers_wanted, s->pending,
-	    s->queue, s->kv_blocks, s->kv_used, s->block_size};
+	    s->queue, s->kv_blocks, s->kv_used, s->block_size, s->prefill};
 	static const char *nn[] = {"workers", "workers_wanted", "pending",
-	    "queue", "kv_blocks", "kv_used", "block_size"};
+	    "queue", "kv_blocks", "kv_used", "block_size", "prefill"};
 
-	put_map(e, 10);
+	put_map(e, 12);
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
 		put_name(e, nn[i]);
 		put_i64(e, n[i]);
 	}
+	put_name(e, "work");
+	put_f64(e, s->work);
 	put_name(e, "ready");
 	put_bool(e, s->ready);
 	put_name(e, "model");

@@ -17,13 +17,13 @@
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "net/clients.h"
 #include "net/link.h"
 #include "net/proto.h"
 #include "sched/batchcost.h"
 #include "sched/pred.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,7 +31,6 @@
 
 #define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
 #define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
-#define CLIENT_MAX_EVENTS (1 << 20) /* queued for one client: then slow */
 
 /* ---- state ---- */
 
@@ -53,15 +52,6 @@ struct lreq {
 	char *text; /* (text_len) generated text, NUL-terminated */
 	size_t text_len, text_cap, text_sent;
 	int64_t ids_sent; /* ids already sent in token events */
-};
-
-struct client {
-	uint32_t peer;
-	struct medha_msg_event *q; /* (nq) events not yet polled */
-	int64_t nq, qcap;
-	struct medha_srv_call *poll; /* its held POLL, or NULL */
-	double poll_since;
-	int64_t live; /* its requests in flight */
 };
 
 struct wslot {
@@ -98,8 +88,7 @@ struct medha_replica {
 	struct lreq **by_slot;
 	size_t slots;
 	int64_t live;
-	struct client *clients;
-	int nclients, clients_cap;
+	struct medha_clients clients;
 	struct wslot *w; /* (cfg.workers) */
 	int nworkers;    /* present */
 	int ready;
@@ -137,138 +126,12 @@ medha_replica_config_default(struct medha_replica_config *c)
 
 /* ---- sending ---- */
 
-/* Encode m and answer call with it; a failure is logged and the call
- * dropped. */
-static void
-answer(struct medha_replica *r, struct medha_srv_call *call,
-    const struct medha_msg *m)
-{
-	void *buf;
-	size_t len;
-	char why[256];
-
-	if (medha_msg_encode(m, &buf, &len, why, sizeof(why)) != 0) {
-		medha_log(MEDHA_LOG_ERROR, "cannot encode %s: %s",
-		    medha_msg_type_name(m->type), why);
-		medha_srv_drop(r->srv, call);
-		return;
-	}
-	medha_srv_reply(r->srv, call, buf, len);
-	free(buf);
-}
-
-static void answer_error(struct medha_replica *r, struct medha_srv_call *call,
-    int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static void
-answer_error(struct medha_replica *r, struct medha_srv_call *call, int code,
-    const char *fmt, ...)
-{
-	struct medha_msg m = {.type = MEDHA_MSG_ERROR};
-	va_list ap;
-
-	m.error.code = code;
-	va_start(ap, fmt);
-	vsnprintf(m.error.reason, sizeof(m.error.reason), fmt, ap);
-	va_end(ap);
-	answer(r, call, &m);
-}
-
 static void
 answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
 {
 	struct medha_msg m = {.type = type};
 
-	answer(r, call, &m);
-}
-
-/* ---- clients and their events ---- */
-
-static struct client *
-client_find(struct medha_replica *r, uint32_t peer, int make)
-{
-	struct client *c;
-
-	for (int i = 0; i < r->nclients; i++)
-		if (r->clients[i].peer == peer)
-			return &r->clients[i];
-	if (!make)
-		return NULL;
-	if (r->nclients == r->clients_cap) {
-		int ncap = r->clients_cap ? 2 * r->clients_cap : 16;
-		void *n = medha_reallocarray(r->clients, ncap, sizeof(*c));
-		if (n == NULL)
-			return NULL;
-		r->clients = n;
-		r->clients_cap = ncap;
-	}
-	c = &r->clients[r->nclients++];
-	memset(c, 0, sizeof(*c));
-	c->peer = peer;
-	return c;
-}
-
-static void
-client_free(struct medha_replica *r, struct client *c)
-{
-	for (int64_t i = 0; i < c->nq; i++)
-		medha_msg_event_clear(&c->q[i]);
-	free(c->q);
-	if (c->poll != NULL)
-		medha_srv_drop(r->srv, c->poll);
-	*c = r->clients[--r->nclients];
-}
-
-/* Answer c's held POLL with its queued events (or none). */
-static void
-client_flush(struct medha_replica *r, struct client *c)
-{
-	struct medha_msg m = {.type = MEDHA_MSG_EVENTS};
-	int64_t n =
-	    c->nq < MEDHA_PROTO_MAX_EVENTS ? c->nq : MEDHA_PROTO_MAX_EVENTS;
-
-	if (c->poll == NULL)
-		return;
-	m.events.ev = c->q;
-	m.events.n = n;
-	answer(r, c->poll, &m);
-	c->poll = NULL;
-	for (int64_t i = 0; i < n; i++)
-		medha_msg_event_clear(&c->q[i]);
-	if (c->nq > n)
-		memmove(c->q, c->q + n, (size_t)(c->nq - n) * sizeof(*c->q));
-	c->nq -= n;
-}
-
-/* Queue ev (taken over) for the client at peer; a gone client's events
- * are dropped. */
-static void
-push_event(struct medha_replica *r, uint32_t peer, struct medha_msg_event *ev)
-{
-	struct client *c = client_find(r, peer, 0);
-
-	if (c == NULL || c->nq >= CLIENT_MAX_EVENTS) {
-		if (c != NULL)
-			medha_log(MEDHA_LOG_WARN,
-			    "client %u: %lld events not collected; dropping",
-			    peer, (long long)c->nq);
-		medha_msg_event_clear(ev);
-		return;
-	}
-	if (c->nq == c->qcap) {
-		int64_t ncap = c->qcap ? 2 * c->qcap : 64;
-		void *n = medha_reallocarray(c->q, (size_t)ncap, sizeof(*ev));
-		if (n == NULL) {
-			medha_log(MEDHA_LOG_ERROR, "out of memory: event lost");
-			medha_msg_event_clear(ev);
-			return;
-		}
-		c->q = n;
-		c->qcap = ncap;
-	}
-	c->q[c->nq++] = *ev;
-	memset(ev, 0, sizeof(*ev));
-	client_flush(r, c);
+	medha_srv_msg(r->srv, call, &m);
 }
 
 /* ---- requests ---- */
@@ -354,7 +217,7 @@ send_tokens(struct medha_replica *r, struct lreq *q, int final)
 	ev.text[ev.text_len] = '\0';
 	q->ids_sent = q->n_out;
 	q->text_sent = upto;
-	push_event(r, q->peer, &ev);
+	medha_clients_push(&r->clients, q->peer, &ev);
 }
 
 /* The core finished a request: its record goes to its client. */
@@ -363,7 +226,7 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 {
 	struct lreq *q = lreq_get(r, rec->handle);
 	struct medha_msg_event ev = {.kind = MEDHA_EVENT_RECORD};
-	struct client *c;
+	struct medha_client *c;
 
 	r->served++;
 	medha_log(rec->status == MEDHA_STATUS_OK ? MEDHA_LOG_DEBUG
@@ -386,9 +249,9 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 		q->out = NULL;
 		q->text = NULL;
 		ev.handle = q->handle;
-		push_event(r, q->peer, &ev);
+		medha_clients_push(&r->clients, q->peer, &ev);
 	}
-	if ((c = client_find(r, q->peer, 0)) != NULL)
+	if ((c = medha_clients_find(&r->clients, q->peer, 0)) != NULL)
 		c->live--;
 	if (q->started)
 		worker_free_later(r, q->handle);
@@ -645,20 +508,20 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	int id = -1;
 
 	if (strcmp(h->backend, "cpu") != 0 && strcmp(h->backend, "sim") != 0) {
-		answer_error(r, ev->call, MEDHA_EUNSUP,
+		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 		    "backend %s: this scheduler drives cpu and sim",
 		    h->backend);
 		return;
 	}
 	if ((int64_t)h->tp * h->spp * h->kvp != r->cfg.workers) {
-		answer_error(r, ev->call, MEDHA_EINVAL,
+		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
 		    "layout tp %d x spp %d x kvp %d is not the replica's %d "
 		    "workers",
 		    h->tp, h->spp, h->kvp, r->cfg.workers);
 		return;
 	}
 	if (r->cfg.workers != 1) {
-		answer_error(r, ev->call, MEDHA_EUNSUP,
+		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 		    "replicas of more than one worker are not supported yet");
 		return;
 	}
@@ -669,13 +532,13 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 			id = i;
 	}
 	if (id < 0) {
-		answer_error(r, ev->call, MEDHA_ENOSPACE,
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
 		    "all %d workers are connected", r->cfg.workers);
 		return;
 	}
 	if (r->core == NULL && make_core(r, h, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		answer_error(r, ev->call, MEDHA_EINVAL, "%s", why);
+		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "%s", why);
 		if (r->have_pred) {
 			medha_pred_free(&r->pred);
 			r->have_pred = 0;
@@ -686,7 +549,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	    (h->block_size != medha_sched_block_size(r->core) ||
 	        h->n_blocks < medha_sched_group_capacity(r->core) ||
 	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
-		answer_error(r, ev->call, MEDHA_EINVAL,
+		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
 		    "worker does not match the replica (%s backend, blocks "
 		    "of %d, %lld blocks, vocab %d)",
 		    r->backend, medha_sched_block_size(r->core),
@@ -702,7 +565,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	r->w[id].last_seen = mono();
 	r->nworkers++;
 	m.worker_id = id;
-	answer(r, ev->call, &m);
+	medha_srv_msg(r->srv, ev->call, &m);
 	medha_log(MEDHA_LOG_INFO,
 	    "worker %d: %s backend, %s, pid %d, %d KV blocks of %d", id,
 	    h->backend, h->model, h->pid, h->n_blocks, h->block_size);
@@ -782,7 +645,7 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 		return;
 	m.batch.frees = w->frees;
 	m.batch.n_frees = w->nfrees;
-	answer(r, w->call, &m);
+	medha_srv_msg(r->srv, w->call, &m);
 	w->call = NULL;
 	w->nfrees = 0;
 	w->last_seen = mono();
@@ -856,30 +719,30 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
     struct medha_reqspec *rs)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
-	struct client *c;
+	struct medha_client *c;
 	struct lreq *q;
 	size_t n = 0;
 	int rc;
 
 	if (r->draining) {
-		answer_error(r, ev->call, MEDHA_EUNSUP,
+		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 		    "shutting down: not accepting requests");
 		return;
 	}
 	if (r->core == NULL) {
-		answer_error(r, ev->call, MEDHA_ENOSPACE,
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
 		    "not ready: %d of %d workers connected", r->nworkers,
 		    r->cfg.workers);
 		return;
 	}
 	if (r->live >= r->cfg.max_queue) {
-		answer_error(r, ev->call, MEDHA_ENOSPACE,
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
 		    "overloaded: %lld requests in flight", (long long)r->live);
 		return;
 	}
-	if ((c = client_find(r, ev->peer, 1)) == NULL ||
+	if ((c = medha_clients_find(&r->clients, ev->peer, 1)) == NULL ||
 	    (q = calloc(1, sizeof(*q))) == NULL) {
-		answer_error(r, ev->call, MEDHA_ENOMEM, "out of memory");
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM, "out of memory");
 		return;
 	}
 	if (rs->prompt_ids != NULL) {
@@ -888,7 +751,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		q->n_prompt = rs->prompt_tokens;
 	} else if (rs->prompt != NULL) {
 		if (r->tok == NULL) {
-			answer_error(r, ev->call, MEDHA_EUNSUP,
+			medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 			    "no tokenizer for %s: send prompt_ids or "
 			    "prompt_tokens",
 			    r->model);
@@ -897,7 +760,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
 		    MEDHA_TOK_DEFAULT, &q->ids, &n);
 		if (rc != 0) {
-			answer_error(r, ev->call, rc, "tokenizing: %s",
+			medha_srv_error(r->srv, ev->call, rc, "tokenizing: %s",
 			    medha_strerror(rc));
 			goto fail;
 		}
@@ -909,7 +772,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		    medha_sched_block_size(r->core);
 		q->n_prompt = rs->prompt_tokens;
 		if (q->n_prompt / r->pred.kvp > kv) {
-			answer_error(r, ev->call, MEDHA_ERANGE,
+			medha_srv_error(r->srv, ev->call, MEDHA_ERANGE,
 			    "a prompt of %lld tokens: more than the replica's "
 			    "KV cache holds (%lld per group)",
 			    (long long)q->n_prompt, (long long)kv);
@@ -917,7 +780,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		}
 		if ((q->ids = medha_reallocarray(NULL, (size_t)q->n_prompt,
 		         sizeof(*q->ids))) == NULL) {
-			answer_error(r, ev->call, MEDHA_ENOMEM,
+			medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
 			    "no memory for a prompt of %lld tokens",
 			    (long long)q->n_prompt);
 			goto fail;
@@ -932,19 +795,19 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		}
 	}
 	if (q->n_prompt < 1) {
-		answer_error(r, ev->call, MEDHA_EINVAL, "the prompt is empty");
+		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "the prompt is empty");
 		goto fail;
 	}
 	for (int64_t i = 0; i < q->n_prompt; i++)
 		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
-			answer_error(r, ev->call, MEDHA_EINVAL,
+			medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
 			    "prompt_ids[%lld] = %d: outside the vocabulary "
 			    "(%d)",
 			    (long long)i, q->ids[i], r->vocab);
 			goto fail;
 		}
 	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - q->n_prompt) {
-		answer_error(r, ev->call, MEDHA_ERANGE,
+		medha_srv_error(r->srv, ev->call, MEDHA_ERANGE,
 		    "%lld prompt + %lld output tokens exceed the model's "
 		    "context of %lld",
 		    (long long)q->n_prompt, (long long)rs->max_tokens,
@@ -967,7 +830,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 	rs->arrival = now_s(r);
 	if ((rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle)) !=
 	    0) {
-		answer_error(r, ev->call, rc, "%s", medha_strerror(rc));
+		medha_srv_error(r->srv, ev->call, rc, "%s", medha_strerror(rc));
 		goto fail;
 	}
 	{
@@ -981,7 +844,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 			if (p == NULL) {
 				medha_sched_cancel(r->core, q->handle,
 				    "out of memory", now_s(r));
-				answer_error(r, ev->call, MEDHA_ENOMEM,
+				medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
 				    "out of memory");
 				drain_records(r);
 				goto fail;
@@ -997,7 +860,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 	c->live++;
 	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
 	m.accepted.handle = q->handle;
-	answer(r, ev->call, &m);
+	medha_srv_msg(r->srv, ev->call, &m);
 	drain_records(r); /* rejected at once: its record follows */
 	return;
 fail:
@@ -1010,7 +873,7 @@ on_cancel(struct medha_replica *r, struct medha_srv_ev *ev, uint64_t h)
 	struct lreq *q = lreq_get(r, h);
 
 	if (q == NULL || q->peer != ev->peer) {
-		answer_error(r, ev->call, MEDHA_ENOTFOUND,
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOTFOUND,
 		    "request %llx: not in flight for this client",
 		    (unsigned long long)h);
 		return;
@@ -1038,23 +901,25 @@ on_status(struct medha_replica *r, struct medha_srv_ev *ev)
 		m.status.kv_blocks = medha_sched_group_capacity(r->core);
 		m.status.kv_used = medha_sched_group_reserved(r->core, 0);
 		m.status.block_size = medha_sched_block_size(r->core);
+		m.status.work =
+		    medha_sched_pending_work(r->core, &m.status.prefill);
 	}
 	snprintf(m.status.model, sizeof(m.status.model), "%s", r->model);
 	snprintf(m.status.backend, sizeof(m.status.backend), "%s", r->backend);
-	answer(r, ev->call, &m);
+	medha_srv_msg(r->srv, ev->call, &m);
 }
 
 static void
 on_gone(struct medha_replica *r, uint32_t peer)
 {
-	struct client *c;
+	struct medha_client *c;
 
 	for (int i = 0; i < r->cfg.workers; i++)
 		if (r->w[i].present && r->w[i].peer == peer) {
 			worker_lost(r, &r->w[i], "connection closed");
 			return;
 		}
-	if ((c = client_find(r, peer, 0)) == NULL)
+	if ((c = medha_clients_find(&r->clients, peer, 0)) == NULL)
 		return;
 	if (c->live > 0) {
 		int n = 0;
@@ -1070,8 +935,7 @@ on_gone(struct medha_replica *r, uint32_t peer)
 		    "client %u went away: %d requests cancelled", peer, n);
 		drain_records(r);
 	}
-	if ((c = client_find(r, peer, 0)) != NULL)
-		client_free(r, c);
+	medha_clients_drop(&r->clients, peer);
 }
 
 static void
@@ -1079,29 +943,18 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 {
 	struct medha_msg m;
 	struct wslot *w;
-	struct client *c;
 	char why[256];
 
 	if (medha_msg_decode(&m, ev->data, ev->len, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_WARN, "peer %u: message refused: %s",
 		    ev->peer, why);
-		answer_error(r, ev->call, MEDHA_EFORMAT, "%s", why);
+		medha_srv_error(r->srv, ev->call, MEDHA_EFORMAT, "%s", why);
 		return;
 	}
 	switch (m.type) {
 	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
 	case MEDHA_MSG_POLL:
-		if ((c = client_find(r, ev->peer, 1)) == NULL) {
-			answer_error(r, ev->call, MEDHA_ENOMEM,
-			    "out of memory");
-			break;
-		}
-		if (c->poll != NULL) /* one poll at a time: the old one ends */
-			client_flush(r, c);
-		c->poll = ev->call;
-		c->poll_since = mono();
-		if (c->nq > 0)
-			client_flush(r, c);
+		medha_clients_poll(&r->clients, ev->peer, ev->call, mono());
 		break;
 	case MEDHA_MSG_CANCEL: on_cancel(r, ev, m.cancel); break;
 	case MEDHA_MSG_STATUS: on_status(r, ev); break;
@@ -1117,7 +970,7 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 			    "peer %u: message refused: %s from a peer that is "
 			    "not a worker of this replica",
 			    ev->peer, medha_msg_type_name(m.type));
-			answer_error(r, ev->call, MEDHA_ENOTFOUND,
+			medha_srv_error(r->srv, ev->call, MEDHA_ENOTFOUND,
 			    "not a worker of this replica: say HELLO");
 			break;
 		}
@@ -1146,7 +999,7 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 		    "peer %u: message refused: %s is not a request to a "
 		    "scheduler",
 		    ev->peer, medha_msg_type_name(m.type));
-		answer_error(r, ev->call, MEDHA_EUNSUP,
+		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 		    "%s is not a request to a scheduler",
 		    medha_msg_type_name(m.type));
 	}
@@ -1159,11 +1012,7 @@ housekeeping(struct medha_replica *r)
 {
 	double t = mono();
 
-	for (int i = 0; i < r->nclients; i++) {
-		struct client *c = &r->clients[i];
-		if (c->poll != NULL && t - c->poll_since >= HB)
-			client_flush(r, c);
-	}
+	medha_clients_tick(&r->clients, t);
 	for (int i = 0; i < r->cfg.workers; i++) {
 		struct wslot *w = &r->w[i];
 		if (!w->present)
@@ -1202,6 +1051,7 @@ medha_replica_open(struct medha_replica **rp,
 		free(r);
 		return rc;
 	}
+	r->clients.srv = r->srv;
 	*rp = r;
 	return 0;
 }
@@ -1234,12 +1084,10 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 				drain_records(r);
 			}
 			if (r->live == 0) {
-				int queued = 0;
 				if (linger_until == 0)
 					linger_until = mono() + 2 * HB;
-				for (int i = 0; i < r->nclients; i++)
-					queued += r->clients[i].nq > 0;
-				if (queued == 0 || mono() >= linger_until)
+				if (medha_clients_pending(&r->clients) == 0 ||
+				    mono() >= linger_until)
 					break;
 			}
 		}
@@ -1261,8 +1109,7 @@ medha_replica_close(struct medha_replica *r)
 {
 	if (r == NULL)
 		return;
-	while (r->nclients > 0)
-		client_free(r, &r->clients[0]);
+	medha_clients_free(&r->clients);
 	for (int i = 0; i < r->cfg.workers; i++) {
 		if (r->w[i].call != NULL)
 			medha_srv_drop(r->srv, r->w[i].call);
@@ -1274,7 +1121,6 @@ medha_replica_close(struct medha_replica *r)
 		if (r->by_slot[s] != NULL)
 			lreq_free(r->by_slot[s]);
 	free(r->by_slot);
-	free(r->clients);
 	free(r->w);
 	medha_sched_free(r->core);
 	if (r->have_pred)

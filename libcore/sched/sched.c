@@ -246,6 +246,24 @@ remaining_time(const struct medha_req *r)
 	return r->cum[MEDHA_SLACK_SEGS] - done;
 }
 
+double
+medha_sched_pending_work(const struct medha_sched *s, int64_t *tokens)
+{
+	double w = 0;
+	int64_t n = 0;
+
+	for (int i = 0; i < s->nactive; i++) {
+		const struct medha_req *r = &s->reqs[s->active[i]].pub;
+		if (r->state == MEDHA_REQ_DONE)
+			continue;
+		w += remaining_time(r);
+		n += r->spec.prompt_tokens - r->sched_prefill;
+	}
+	if (tokens != NULL)
+		*tokens = n;
+	return w;
+}
+
 static double
 relative_slack(const struct medha_req *r, double now)
 {

@@ -215,6 +215,13 @@ int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
  */
 int medha_sched_check(const struct medha_sched *s, char *why, size_t whylen);
 
+/*
+ * The prefill work still ahead of the unfinished requests: their
+ * predicted remaining prefill times, each alone, summed (s); with the
+ * prompt tokens not yet handed to a batch in *tokens (if not NULL).
+ */
+double medha_sched_pending_work(const struct medha_sched *s, int64_t *tokens);
+
 /* Predicted time to prefill `prompt` tokens alone on this replica, s. */
 double medha_sched_prefill_alone(const struct medha_sched *s, int64_t prompt);
 

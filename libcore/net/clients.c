@@ -1,0 +1,151 @@
+/* clients.c: the clients' event queues and held polls (clients.h). */
+#include "net/clients.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct medha_client *
+medha_clients_find(struct medha_clients *cs, uint32_t peer, int make)
+{
+	struct medha_client *c = medha_map_get(&cs->by_peer, peer);
+
+	if (c != NULL || !make || peer == 0)
+		return c;
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return NULL;
+	c->peer = peer;
+	if (medha_map_put(&cs->by_peer, peer, c) != 0) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Answer c's held POLL with its queued events (or none). */
+static void
+flush(struct medha_clients *cs, struct medha_client *c)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_EVENTS};
+	int64_t n =
+	    c->nq < MEDHA_PROTO_MAX_EVENTS ? c->nq : MEDHA_PROTO_MAX_EVENTS;
+
+	if (c->poll == NULL)
+		return;
+	m.events.ev = c->q;
+	m.events.n = n;
+	medha_srv_msg(cs->srv, c->poll, &m);
+	c->poll = NULL;
+	for (int64_t i = 0; i < n; i++)
+		medha_msg_event_clear(&c->q[i]);
+	if (c->nq > n)
+		memmove(c->q, c->q + n, (size_t)(c->nq - n) * sizeof(*c->q));
+	else if (n > 0)
+		cs->queued--;
+	c->nq -= n;
+}
+
+int
+medha_clients_poll(struct medha_clients *cs, uint32_t peer,
+    struct medha_srv_call *call, double now)
+{
+	struct medha_client *c = medha_clients_find(cs, peer, 1);
+
+	if (c == NULL) {
+		medha_srv_error(cs->srv, call, MEDHA_ENOMEM, "out of memory");
+		return MEDHA_ENOMEM;
+	}
+	if (c->poll != NULL) /* one poll at a time: the old one ends */
+		flush(cs, c);
+	c->poll = call;
+	c->poll_since = now;
+	if (c->nq > 0)
+		flush(cs, c);
+	return 0;
+}
+
+void
+medha_clients_push(struct medha_clients *cs, uint32_t peer,
+    struct medha_msg_event *ev)
+{
+	struct medha_client *c = medha_clients_find(cs, peer, 0);
+
+	if (c == NULL || c->nq >= MEDHA_CLIENT_MAX_EVENTS) {
+		if (c != NULL)
+			medha_log(MEDHA_LOG_WARN,
+			    "client %u: %lld events not collected; dropping",
+			    peer, (long long)c->nq);
+		medha_msg_event_clear(ev);
+		return;
+	}
+	if (c->nq == c->qcap) {
+		int64_t ncap = c->qcap ? 2 * c->qcap : 64;
+		void *n = medha_reallocarray(c->q, (size_t)ncap, sizeof(*ev));
+		if (n == NULL) {
+			medha_log(MEDHA_LOG_ERROR, "out of memory: event lost");
+			medha_msg_event_clear(ev);
+			return;
+		}
+		c->q = n;
+		c->qcap = ncap;
+	}
+	if (c->nq == 0)
+		cs->queued++;
+	c->q[c->nq++] = *ev;
+	memset(ev, 0, sizeof(*ev));
+	flush(cs, c);
+}
+
+void
+medha_clients_tick(struct medha_clients *cs, double now)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *v;
+
+	while (medha_map_next(&cs->by_peer, &it, &key, &v)) {
+		struct medha_client *c = v;
+		if (c->poll != NULL &&
+		    now - c->poll_since >= MEDHA_PROTO_HEARTBEAT_MS / 1e3)
+			flush(cs, c);
+	}
+}
+
+static void
+client_free(struct medha_clients *cs, struct medha_client *c)
+{
+	for (int64_t i = 0; i < c->nq; i++)
+		medha_msg_event_clear(&c->q[i]);
+	if (c->nq > 0)
+		cs->queued--;
+	free(c->q);
+	if (c->poll != NULL)
+		medha_srv_drop(cs->srv, c->poll);
+	free(c);
+}
+
+void
+medha_clients_drop(struct medha_clients *cs, uint32_t peer)
+{
+	struct medha_client *c = medha_map_del(&cs->by_peer, peer);
+
+	if (c != NULL)
+		client_free(cs, c);
+}
+
+int64_t
+medha_clients_pending(const struct medha_clients *cs)
+{
+	return cs->queued;
+}
+
+void
+medha_clients_free(struct medha_clients *cs)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *v;
+
+	while (medha_map_next(&cs->by_peer, &it, &key, &v))
+		client_free(cs, v);
+	medha_map_free(&cs->by_peer);
+}

@@ -1,0 +1,67 @@
+/*
+ * clients.h: the clients of a server that streams events (medha-sched
+ * and medha-router): each connection's queue of token and record events
+ * not yet collected, and its POLL held until there are some. A client
+ * is known by its connection (the nng pipe id its requests come on).
+ *
+ *	struct medha_clients cs = {.srv = srv};
+ *	on POLL:	medha_clients_poll(&cs, ev->peer, ev->call, now);
+ *	to send:	medha_clients_push(&cs, peer, &event);
+ *	each pass:	medha_clients_tick(&cs, now);	(keep-alives)
+ *	peer gone:	medha_clients_drop(&cs, peer);
+ *	medha_clients_free(&cs);
+ */
+#ifndef MEDHA_CLIENTS_H
+#define MEDHA_CLIENTS_H
+
+#include "map.h"
+#include "net/link.h"
+#include "net/proto.h"
+
+#include <stdint.h>
+
+/* Events queued for one client before it counts as not reading. */
+#define MEDHA_CLIENT_MAX_EVENTS (1 << 20)
+
+struct medha_client {
+	uint32_t peer;
+	struct medha_msg_event *q; /* (nq) events not yet polled */
+	int64_t nq, qcap;
+	struct medha_srv_call *poll; /* its held POLL, or NULL */
+	double poll_since;
+	int64_t live; /* its requests in flight (the caller's count) */
+};
+
+struct medha_clients {
+	struct medha_srv *srv; /* set by the caller */
+	struct medha_map by_peer;
+	int64_t queued; /* clients with events not collected */
+};
+
+/* The client at peer; with make, a new one if absent (NULL: no memory). */
+struct medha_client *
+medha_clients_find(struct medha_clients *cs, uint32_t peer, int make);
+
+/* Hold call (a POLL from peer): answered once it has events, or after a
+ * heartbeat with none. 0, or MEDHA_ENOMEM (call answered with ERROR). */
+int medha_clients_poll(struct medha_clients *cs, uint32_t peer,
+    struct medha_srv_call *call, double now);
+
+/* Queue ev (taken over: *ev is zeroed) for peer; dropped, with a
+ * warning, if peer is unknown or has stopped reading. */
+void
+medha_clients_push(struct medha_clients *cs, uint32_t peer,
+    struct medha_msg_event *ev);
+
+/* Answer every POLL held MEDHA_PROTO_HEARTBEAT_MS or longer. */
+void medha_clients_tick(struct medha_clients *cs, double now);
+
+/* Forget peer and its queue (its held POLL is let go). */
+void medha_clients_drop(struct medha_clients *cs, uint32_t peer);
+
+/* Clients that have events not yet collected. */
+int64_t medha_clients_pending(const struct medha_clients *cs);
+
+void medha_clients_free(struct medha_clients *cs);
+
+#endif
