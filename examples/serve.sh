@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# serve.sh: start a live replica, say "ready" on stderr once it accepts
-# requests, and stop every process it started on SIGINT or SIGTERM.
+# serve.sh: start a serving topology, say "ready" on stderr once it
+# accepts requests, and stop every process it started on SIGINT or
+# SIGTERM.
 #
 # usage: examples/serve.sh TOPOLOGY [--tcp]
 #
 # Topologies:
-#   single  one scheduler and one cpu worker on the real model
-#   sim     one scheduler and one sim worker (Llama-3 8B on an A100, no
-#           numerics: batches take their predicted time)
+#   single        one scheduler and one cpu worker on the real model; a
+#                 router in front of it when MEDHA_ROUTER is set
+#   sim           one scheduler and one sim worker (Llama-3 8B on an A100,
+#                 no numerics: batches take their predicted time)
+#   two-replicas  a router in front of two replicas, each a scheduler and
+#                 one cpu worker (MEDHA_THREADS 1 each by default)
 #
 # Environment:
-#   MEDHA_ADDR    where the replica listens (default ipc:///tmp/medha-UID/
-#                 TOPOLOGY.sock, or tcp://127.0.0.1:$MEDHA_PORT with --tcp)
-#   MEDHA_PORT    the port for --tcp (5555)
+#   MEDHA_ADDR    where single's or sim's scheduler listens (default
+#                 ipc:///tmp/medha-UID/TOPOLOGY.sock, or
+#                 tcp://127.0.0.1:$MEDHA_PORT with --tcp)
+#   MEDHA_ROUTER  where the router listens (two-replicas: default
+#                 ipc:///tmp/medha-UID/TOPOLOGY.sock, or
+#                 tcp://127.0.0.1:$MEDHA_PORT with --tcp); its replicas
+#                 listen at TOPOLOGY-rN.sock beside it (ports
+#                 MEDHA_PORT+1+N)
+#   MEDHA_PORT    the first port for --tcp (5555)
 #   MEDHA_MODEL   the GGUF for cpu workers (cache/models/SmolLM2-135M-
 #                 Instruct.Q4_1.gguf, fetched by contrib/fetch-refs.sh)
 #   MEDHA_BIN     the programs (bin/)
-#   MEDHA_THREADS threads of a cpu worker (2)
-#   MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS  more flags for each
+#   MEDHA_THREADS threads of each cpu worker (2; two-replicas 1)
+#   MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS, MEDHA_ROUTER_OPTS  more flags
 #   MEDHA_LOG     a directory for the processes' logs (a temporary one)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,22 +35,31 @@ bin=${MEDHA_BIN:-$top/bin}
 topo=${1:-}
 tcp=0
 [ "${2:-}" = --tcp ] && tcp=1
+usage="usage: serve.sh single|sim|two-replicas [--tcp]"
 if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# = 2 ] && [ $tcp = 0 ]; }; then
-	echo "usage: serve.sh single|sim [--tcp]" >&2
+	echo "$usage" >&2
 	exit 2
 fi
 model=${MEDHA_MODEL:-$top/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-threads=${MEDHA_THREADS:-2}
-if [ $tcp = 1 ]; then
-	addr=${MEDHA_ADDR:-tcp://127.0.0.1:${MEDHA_PORT:-5555}}
-else
-	mkdir -p "/tmp/medha-$(id -u)"
-	addr=${MEDHA_ADDR:-ipc:///tmp/medha-$(id -u)/$topo.sock}
-fi
+port=${MEDHA_PORT:-5555}
+dir=/tmp/medha-$(id -u)
+[ $tcp = 1 ] || mkdir -p "$dir"
 logs=${MEDHA_LOG:-$(mktemp -d)}
 mkdir -p "$logs"
 
+# url N: the N-th address of this topology (0: the front door)
+url() {
+	if [ $tcp = 1 ]; then
+		echo "tcp://127.0.0.1:$((port + $1))"
+	elif [ "$1" = 0 ]; then
+		echo "ipc://$dir/$topo.sock"
+	else
+		echo "ipc://$dir/$topo-r$(($1 - 1)).sock"
+	fi
+}
+
 pids=()
+ready_logs=()
 stop() {
 	trap - INT TERM EXIT
 	[ ${#pids[@]} -gt 0 ] && kill -TERM "${pids[@]}" 2>/dev/null
@@ -50,32 +69,77 @@ stop() {
 trap 'stop 0' INT TERM
 trap 'stop 1' EXIT
 
+need_model() {
+	[ -s "$model" ] && return
+	echo "serve.sh: $model: no such model (run contrib/fetch-refs.sh or set MEDHA_MODEL)" >&2
+	exit 1
+}
+
+# replica NAME ADDR cpu|sim THREADS: a scheduler and its worker
+replica() {
+	"$bin/medha-sched" -l "$2" ${MEDHA_SCHED_OPTS:-} 2>"$logs/$1.log" &
+	pids+=($!)
+	ready_logs+=("$logs/$1.log")
+	if [ "$3" = cpu ]; then
+		"$bin/medha-worker" -s "$2" -m "$model" -t "$4" \
+		    ${MEDHA_WORKER_OPTS:-} 2>"$logs/$1-worker0.log" &
+	else
+		"$bin/medha-worker" -s "$2" --backend sim --gpu a100 \
+		    -m llama3-8b ${MEDHA_WORKER_OPTS:-} \
+		    2>"$logs/$1-worker0.log" &
+	fi
+	pids+=($!)
+}
+
+# router ADDR REPLICA_ADDR...
+router() {
+	local a=$1 r=()
+	shift
+	for x in "$@"; do r+=(-r "$x"); done
+	"$bin/medha-router" -l "$a" "${r[@]}" ${MEDHA_ROUTER_OPTS:-} \
+	    2>"$logs/router.log" &
+	pids+=($!)
+	ready_logs+=("$logs/router.log")
+}
+
 case $topo in
-single)
-	[ -s "$model" ] || { echo "serve.sh: $model: no such model (run contrib/fetch-refs.sh or set MEDHA_MODEL)" >&2; exit 1; }
-	"$bin/medha-sched" -l "$addr" ${MEDHA_SCHED_OPTS:-} 2>"$logs/sched.log" &
-	pids+=($!)
-	"$bin/medha-worker" -s "$addr" -m "$model" -t "$threads" \
-	    ${MEDHA_WORKER_OPTS:-} 2>"$logs/worker0.log" &
-	pids+=($!)
+single | sim)
+	addr=${MEDHA_ADDR:-$(url 0)}
+	kind=cpu
+	[ $topo = sim ] && kind=sim
+	[ $kind = cpu ] && need_model
+	replica sched "$addr" $kind "${MEDHA_THREADS:-2}"
+	where=$addr
+	if [ -n "${MEDHA_ROUTER:-}" ]; then
+		router "$MEDHA_ROUTER" "$addr"
+		where="$MEDHA_ROUTER (router) -> $addr"
+	fi
 	;;
-sim)
-	"$bin/medha-sched" -l "$addr" ${MEDHA_SCHED_OPTS:-} 2>"$logs/sched.log" &
-	pids+=($!)
-	"$bin/medha-worker" -s "$addr" --backend sim --gpu a100 -m llama3-8b \
-	    ${MEDHA_WORKER_OPTS:-} 2>"$logs/worker0.log" &
-	pids+=($!)
+two-replicas)
+	need_model
+	front=${MEDHA_ROUTER:-$(url 0)}
+	replica sched0 "$(url 1)" cpu "${MEDHA_THREADS:-1}"
+	replica sched1 "$(url 2)" cpu "${MEDHA_THREADS:-1}"
+	router "$front" "$(url 1)" "$(url 2)"
+	where="$front (router) -> $(url 1) $(url 2)"
 	;;
 *)
-	echo "serve.sh: $topo: unknown topology (single, sim)" >&2
+	echo "serve.sh: $topo: unknown topology" >&2
+	echo "$usage" >&2
 	exit 2
 	;;
 esac
 
-echo "serve.sh: $topo at $addr, logs in $logs" >&2
-# ready once the scheduler says so; give up if a process dies first
+echo "serve.sh: $topo at $where, logs in $logs" >&2
+# ready once every scheduler and the router say so; give up if a
+# process dies first
+all_ready() {
+	for l in "${ready_logs[@]}"; do
+		grep -q 'ready:' "$l" 2>/dev/null || return 1
+	done
+}
 for _ in $(seq 600); do
-	grep -q 'ready:' "$logs/sched.log" 2>/dev/null && break
+	all_ready && break
 	for p in "${pids[@]}"; do
 		if ! kill -0 "$p" 2>/dev/null; then
 			echo "serve.sh: a process exited early:" >&2
@@ -85,7 +149,7 @@ for _ in $(seq 600); do
 	done
 	sleep 0.1
 done
-if ! grep -q 'ready:' "$logs/sched.log"; then
+if ! all_ready; then
 	echo "serve.sh: not ready after 60 s" >&2
 	stop 1
 fi

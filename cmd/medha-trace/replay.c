@@ -44,6 +44,8 @@ struct rp {
 	int64_t submitted, accepted, done, failed_submit;
 	struct open_req *open; /* accepted, no record yet */
 	int64_t nopen, cap;
+	struct medha_record *early; /* records that overtook their ACCEPTED */
+	int64_t nearly, early_cap;
 	int lost; /* the scheduler went away */
 	int wrerr;
 	int progress;
@@ -97,14 +99,54 @@ record_for(struct rp *p, const char *id, double arrival, int64_t prompt,
 	emit(p, &rec);
 }
 
-static void
+/* 1 if handle was open (and is closed now), 0 if it was not. */
+static int
 close_open(struct rp *p, uint64_t handle)
 {
 	for (int64_t i = 0; i < p->nopen; i++)
 		if (p->open[i].handle == handle) {
 			p->open[i] = p->open[--p->nopen];
+			return 1;
+		}
+	return 0;
+}
+
+/*
+ * A record for a handle not open (mutex held): its ACCEPTED may still be
+ * on the way to the other thread, which looks here first. Taken over.
+ */
+static void
+keep_early(struct rp *p, struct medha_record *rec)
+{
+	if (p->nearly == p->early_cap) {
+		int64_t ncap = p->early_cap ? 2 * p->early_cap : 16;
+		void *n = medha_reallocarray(p->early, (size_t)ncap,
+		    sizeof(*p->early));
+		if (n == NULL) {
+			medha_log(MEDHA_LOG_ERROR,
+			    "out of memory: record of %s lost", rec->id);
 			return;
 		}
+		p->early = n;
+		p->early_cap = ncap;
+	}
+	p->early[p->nearly++] = *rec;
+	rec->token_ids = NULL;
+	rec->text = NULL;
+}
+
+/* Its record if it came already (mutex held): 1 and written, else 0. */
+static int
+take_early(struct rp *p, uint64_t handle)
+{
+	for (int64_t i = 0; i < p->nearly; i++)
+		if (p->early[i].handle == handle) {
+			emit(p, &p->early[i]);
+			medha_record_clear(&p->early[i]);
+			p->early[i] = p->early[--p->nearly];
+			return 1;
+		}
+	return 0;
 }
 
 static void *
@@ -158,8 +200,14 @@ poll_main(void *arg)
 			struct medha_msg_event *e = &rep.events.ev[i];
 			if (e->kind != MEDHA_EVENT_RECORD)
 				continue;
-			close_open(p, e->handle);
-			emit(p, e->record);
+			/* one record a request: not for one that already
+			   has one (refused after its SUBMIT timed out) */
+			if (close_open(p, e->handle))
+				emit(p, e->record);
+			else {
+				e->record->handle = e->handle;
+				keep_early(p, e->record);
+			}
 		}
 		pthread_mutex_unlock(&p->mu);
 		medha_msg_clear(&rep);
@@ -305,8 +353,7 @@ trace_replay(int argc, char *argv[])
 			p.failed_submit++;
 			record_for(&p, rs.id, mono() - t0, rs.prompt_tokens,
 			    MEDHA_STATUS_REJECTED, reason);
-		} else {
-			p.accepted++;
+		} else if (p.accepted++, !take_early(&p, rep.accepted.handle)) {
 			if (p.nopen == p.cap) {
 				int64_t ncap = p.cap ? 2 * p.cap : 256;
 				void *n = medha_reallocarray(p.open,
@@ -347,6 +394,12 @@ trace_replay(int argc, char *argv[])
 		fclose(f);
 	medha_cli_close(p.cli);
 	free(p.open);
+	for (int64_t i = 0; i < p.nearly; i++) { /* not ours after all */
+		medha_log(MEDHA_LOG_WARN, "record for %s, not submitted: ignored",
+		    p.early[i].id);
+		medha_record_clear(&p.early[i]);
+	}
+	free(p.early);
 	if (out_close(out, of, p.w) != 0 || p.wrerr)
 		status = 1;
 	if (p.lost)

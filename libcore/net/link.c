@@ -419,6 +419,12 @@ medha_cli_close(struct medha_cli *c)
 	free(c);
 }
 
+void
+medha_cli_abort(struct medha_cli *c)
+{
+	nng_close(c->sock); /* again in medha_cli_close: harmless */
+}
+
 int
 medha_cli_connected(const struct medha_cli *c)
 {

@@ -107,6 +107,13 @@ int medha_cli_open(struct medha_cli **c, const char *url, int nctx, char *why,
 void medha_cli_close(struct medha_cli *c);
 
 /*
+ * From any thread: end every call in progress on c and every later one
+ * (MEDHA_EPEER), so that threads blocked in calls return; the owner then
+ * joins them and calls medha_cli_close().
+ */
+void medha_cli_abort(struct medha_cli *c);
+
+/*
  * Send len bytes of req on context ctx and wait for the answer, at most
  * timeout seconds for each of the two (< 0: forever). On success *rep
  * (malloc'd, the caller's) holds *replen bytes. Returns 0,

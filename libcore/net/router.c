@@ -1,0 +1,1105 @@
+/*
+ * router.c: medha-router (router.h). The main thread serves the clients'
+ * socket (medha_srv_next), and owns every request and every decision.
+ * Each replica has two threads that only carry messages: a sender that
+ * makes the SUBMIT and CANCEL calls queued for it, and asks for STATUS
+ * every status_interval; and a poller that keeps a POLL outstanding and
+ * hands back the events it brings. What they learn goes into the main
+ * thread's inbox (one mutex for the whole router), and medha_srv_wake()
+ * makes the main thread look.
+ *
+ * A client's SUBMIT is answered at once: ERROR if no replica is ready,
+ * else ACCEPTED with the router's handle, and from then on a record
+ * follows whatever happens (a replica's refusal is a "rejected" record),
+ * so that a slow or stopped replica never keeps a client waiting for an
+ * answer. A replica's events can overtake its ACCEPTED (two threads, two
+ * contexts): events for a handle not yet known wait, for up to
+ * MEDHA_PROTO_DEAD_MS, for it; then they go, and the request is
+ * cancelled there.
+ */
+#include "net/router.h"
+
+#include "map.h"
+#include "net/clients.h"
+#include "net/link.h"
+#include "net/proto.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
+#define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
+
+/* ---- state ---- */
+
+/* A request in flight through the router. */
+struct rreq {
+	uint64_t handle; /* the router's, as the client knows it */
+	uint32_t peer;   /* the client's connection */
+	char id[MEDHA_ID_MAX];
+	double arrival;   /* router clock, s */
+	int64_t prompt;   /* prompt tokens (estimated for text) */
+	int64_t need;     /* KV tokens it needs: prompt + max_tokens */
+	int rep;          /* the replica it was sent to, or -1 */
+	uint64_t up;      /* the replica's handle once accepted, else 0 */
+	uint64_t epoch;   /* the replica connection it was accepted on */
+	uint64_t *tried;  /* bitmap of replicas tried */
+	struct medha_reqspec spec; /* kept until accepted, for a retry */
+	int gone;                  /* its client went away */
+	int cancel;                /* cancel it once accepted */
+};
+
+enum { OP_SUBMIT, OP_CANCEL };
+
+/* A call for a replica's sender thread. */
+struct op {
+	int kind;
+	uint64_t rh;               /* OP_SUBMIT: the router's handle */
+	struct medha_reqspec spec; /* OP_SUBMIT: a copy */
+	uint64_t up;               /* OP_CANCEL: the replica's handle */
+	struct op *next;
+};
+
+enum { N_ANSWER, N_EVENTS };
+
+/* What a replica's thread learnt, for the main thread. */
+struct note {
+	int kind;
+	int rep;
+	uint64_t rh;           /* N_ANSWER: the request */
+	int rc;                /* N_ANSWER: the call's error, or 0 */
+	char why[256];         /* its reason */
+	uint64_t epoch0, epoch1; /* connection epochs around the call */
+	struct medha_msg msg;  /* the answer, or the EVENTS */
+	struct note *next;
+};
+
+/* An event that came before its request's ACCEPTED. */
+struct orphan {
+	double since;
+	struct medha_msg_event ev;
+};
+
+struct up {
+	struct medha_router *r;
+	int idx;
+	const char *url;
+	struct medha_cli *cli;
+	pthread_t sender, poller;
+	int threads;
+	pthread_cond_t cv; /* ops queued, or quit */
+	/* under r->mu */
+	struct op *ops, *ops_tail;
+	double last_ok; /* mono() of the last answer it gave */
+	struct medha_msg_status st;
+	uint64_t st_gen; /* statuses received */
+	/* main thread only */
+	int alive;          /* counted up (answered within DEAD) */
+	int ready;          /* and its workers are all there */
+	uint64_t st_seen;   /* the st_gen acted on */
+	struct medha_msg_status now; /* the latest status */
+	uint64_t epoch;     /* the connection epoch acted on */
+	struct medha_map by_up; /* the replica's handle -> struct rreq */
+	int64_t live;       /* requests accepted there, not ended */
+	int64_t placed;     /* prompt tokens sent since its last status */
+	int64_t placed_kv;  /* KV tokens likewise */
+	double s_per_tok;   /* predicted prefill seconds per prompt token */
+	struct orphan *orph;
+	int norph, orph_cap;
+};
+
+struct medha_router {
+	struct medha_router_config cfg;
+	struct medha_srv *srv;
+	struct medha_clients clients;
+	double t0;
+	struct up *up; /* (cfg.nreplicas) */
+	int nup;
+	pthread_mutex_t mu;
+	struct note *in_head, *in_tail; /* under mu */
+	int quit;                       /* under mu */
+	struct medha_map reqs;          /* the router's handle -> rreq */
+	uint64_t next_handle;
+	int64_t live;
+	int rr; /* where the tie-break starts */
+	int ready, draining;
+	int64_t served, failed;
+};
+
+static double
+mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void
+medha_router_config_default(struct medha_router_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->drain_timeout = 30;
+	c->max_queue = 100000;
+	c->status_interval = 0.1;
+}
+
+/* ---- the replicas' threads ---- */
+
+static void
+post(struct medha_router *r, struct note *n)
+{
+	pthread_mutex_lock(&r->mu);
+	n->next = NULL;
+	if (r->in_tail != NULL)
+		r->in_tail->next = n;
+	else
+		r->in_head = n;
+	r->in_tail = n;
+	pthread_mutex_unlock(&r->mu);
+	medha_srv_wake(r->srv);
+}
+
+static void
+op_free(struct op *o)
+{
+	medha_reqspec_clear(&o->spec);
+	free(o);
+}
+
+static void *
+sender_main(void *arg)
+{
+	struct up *u = arg;
+	struct medha_router *r = u->r;
+	double st_at = 0;
+	char why[256];
+
+	pthread_mutex_lock(&r->mu);
+	while (!r->quit) {
+		struct op *o = u->ops;
+		double t = mono();
+		if (o != NULL) {
+			struct medha_msg m = {0};
+			struct note *n = calloc(1, sizeof(*n));
+			u->ops = o->next;
+			if (u->ops == NULL)
+				u->ops_tail = NULL;
+			pthread_mutex_unlock(&r->mu);
+			if (o->kind == OP_SUBMIT) {
+				m.type = MEDHA_MSG_SUBMIT;
+				m.submit = o->spec;
+			} else {
+				m.type = MEDHA_MSG_CANCEL;
+				m.cancel = o->up;
+			}
+			if (n == NULL) { /* the request is failed by a timeout */
+				medha_log(MEDHA_LOG_ERROR, "out of memory");
+				op_free(o);
+				pthread_mutex_lock(&r->mu);
+				continue;
+			}
+			n->kind = N_ANSWER;
+			n->rep = u->idx;
+			n->rh = o->rh;
+			n->epoch0 = medha_cli_epoch(u->cli);
+			n->rc = medha_cli_msg(u->cli, 0, &m, &n->msg, DEAD,
+			    n->why, sizeof(n->why));
+			n->epoch1 = medha_cli_epoch(u->cli);
+			if (n->rc == 0) {
+				pthread_mutex_lock(&r->mu);
+				u->last_ok = mono();
+				pthread_mutex_unlock(&r->mu);
+			}
+			if (o->kind == OP_SUBMIT)
+				post(r, n);
+			else {
+				medha_msg_clear(&n->msg);
+				free(n);
+			}
+			op_free(o);
+			pthread_mutex_lock(&r->mu);
+			continue;
+		}
+		if (t - st_at >= r->cfg.status_interval) {
+			struct medha_msg m = {.type = MEDHA_MSG_STATUS}, rep;
+			int rc;
+			st_at = t;
+			pthread_mutex_unlock(&r->mu);
+			rc = medha_cli_msg(u->cli, 0, &m, &rep, HB, why,
+			    sizeof(why));
+			pthread_mutex_lock(&r->mu);
+			if (rc == 0 && rep.type == MEDHA_MSG_STATUS_REPLY) {
+				u->st = rep.status;
+				u->st_gen++;
+				u->last_ok = mono();
+			}
+			if (rc == 0)
+				medha_msg_clear(&rep);
+			continue;
+		}
+		{ /* u->cv runs on CLOCK_MONOTONIC, as mono() */
+			double until = st_at + r->cfg.status_interval;
+			struct timespec ts = {.tv_sec = (time_t)until,
+			    .tv_nsec = (long)((until - (double)(time_t)until) *
+			        1e9)};
+			pthread_cond_timedwait(&u->cv, &r->mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+static void *
+poller_main(void *arg)
+{
+	struct up *u = arg;
+	struct medha_router *r = u->r;
+	struct medha_msg m = {.type = MEDHA_MSG_POLL};
+
+	for (;;) {
+		struct note *n;
+		int quit;
+
+		pthread_mutex_lock(&r->mu);
+		quit = r->quit;
+		pthread_mutex_unlock(&r->mu);
+		if (quit)
+			return NULL;
+		if ((n = calloc(1, sizeof(*n))) == NULL) {
+			struct timespec ts = {0, 100000000};
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		n->kind = N_EVENTS;
+		n->rep = u->idx;
+		n->epoch0 = medha_cli_epoch(u->cli);
+		n->rc = medha_cli_msg(u->cli, 1, &m, &n->msg, DEAD, n->why,
+		    sizeof(n->why));
+		if (n->rc != 0 || n->msg.type != MEDHA_MSG_EVENTS) {
+			if (n->rc == 0)
+				medha_msg_clear(&n->msg);
+			free(n);
+			if (!medha_cli_connected(u->cli)) {
+				struct timespec ts = {0, 50000000};
+				nanosleep(&ts, NULL);
+			}
+			continue;
+		}
+		pthread_mutex_lock(&r->mu);
+		u->last_ok = mono();
+		pthread_mutex_unlock(&r->mu);
+		if (n->msg.events.n == 0) { /* a keep-alive */
+			medha_msg_clear(&n->msg);
+			free(n);
+			continue;
+		}
+		post(r, n);
+	}
+}
+
+/* Queue a call for replica u's sender (taken over). */
+static void
+enqueue(struct medha_router *r, struct up *u, struct op *o)
+{
+	pthread_mutex_lock(&r->mu);
+	o->next = NULL;
+	if (u->ops_tail != NULL)
+		u->ops_tail->next = o;
+	else
+		u->ops = o;
+	u->ops_tail = o;
+	pthread_cond_signal(&u->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void
+cancel_upstream(struct medha_router *r, int rep, uint64_t up)
+{
+	struct op *o = calloc(1, sizeof(*o));
+
+	if (o == NULL) /* the replica cancels it when we go, or it ends */
+		return;
+	o->kind = OP_CANCEL;
+	o->up = up;
+	enqueue(r, &r->up[rep], o);
+}
+
+/* ---- requests ---- */
+
+static void
+rreq_free(struct rreq *q)
+{
+	medha_reqspec_clear(&q->spec);
+	free(q->tried);
+	free(q);
+}
+
+/* q is over: forget it everywhere. */
+static void
+rreq_end(struct medha_router *r, struct rreq *q)
+{
+	struct medha_client *c;
+
+	if (q->rep >= 0 && q->up != 0 &&
+	    medha_map_get(&r->up[q->rep].by_up, q->up) == q) {
+		medha_map_del(&r->up[q->rep].by_up, q->up);
+		r->up[q->rep].live--;
+	}
+	medha_map_del(&r->reqs, q->handle);
+	if ((c = medha_clients_find(&r->clients, q->peer, 0)) != NULL)
+		c->live--;
+	r->live--;
+	rreq_free(q);
+}
+
+/* End q with a record of status and reason made here. */
+static void
+rreq_fail(struct medha_router *r, struct rreq *q, int status,
+    const char *reason)
+{
+	struct medha_msg_event ev = {.kind = MEDHA_EVENT_RECORD};
+	double t = mono() - r->t0;
+
+	if (!q->gone && (ev.record = calloc(1, sizeof(*ev.record))) != NULL) {
+		struct medha_record *rec = ev.record;
+		memcpy(rec->id, q->id, sizeof(rec->id));
+		rec->arrival = q->arrival;
+		rec->first_token = rec->finish = t;
+		rec->ttft = t - q->arrival;
+		rec->prompt_tokens = q->prompt;
+		rec->status = status;
+		snprintf(rec->reason, sizeof(rec->reason), "%s", reason);
+		rec->text = strdup("");
+		ev.handle = q->handle;
+		medha_clients_push(&r->clients, q->peer, &ev);
+	}
+	if (status == MEDHA_STATUS_FAILED)
+		r->failed++;
+	rreq_end(r, q);
+}
+
+/*
+ * The replica for q: the least predicted pending work among the ready
+ * ones not yet tried that have KV memory for it, else among all ready
+ * ones not yet tried; ties go round. -1 if none is left.
+ */
+static int
+choose(struct medha_router *r, const struct rreq *q)
+{
+	int best = -1, best_fits = 0;
+	double best_w = 0;
+
+	for (int k = 0; k < r->nup; k++) {
+		int i = (r->rr + k) % r->nup;
+		struct up *u = &r->up[i];
+		if (!u->alive || !u->ready || (q->tried[i / 64] >> (i % 64) & 1))
+			continue;
+		int64_t free_kv = (u->now.kv_blocks - u->now.kv_used) *
+		    u->now.block_size - u->placed_kv;
+		int fits = q->need <= free_kv;
+		double w = u->now.work + (double)u->placed * u->s_per_tok;
+		if (best < 0 || fits > best_fits ||
+		    (fits == best_fits &&
+		        (w < best_w ||
+		            (w == best_w && u->live < r->up[best].live)))) {
+			best = i;
+			best_fits = fits;
+			best_w = w;
+		}
+	}
+	r->rr = (r->rr + 1) % r->nup;
+	return best;
+}
+
+/* Send q to the best replica left: 0, or -1 if none is left. */
+static int
+place(struct medha_router *r, struct rreq *q)
+{
+	int i = choose(r, q);
+	struct op *o;
+
+	if (i < 0)
+		return -1;
+	if ((o = calloc(1, sizeof(*o))) == NULL ||
+	    medha_reqspec_copy(&o->spec, &q->spec) != 0) {
+		free(o);
+		return -1;
+	}
+	o->kind = OP_SUBMIT;
+	o->rh = q->handle;
+	q->rep = i;
+	q->tried[i / 64] |= 1ull << (i % 64);
+	r->up[i].placed += q->prompt;
+	r->up[i].placed_kv += q->need;
+	enqueue(r, &r->up[i], o);
+	return 0;
+}
+
+/* Place q again after a replica failed it, or end it with why. */
+static void
+replace(struct medha_router *r, struct rreq *q, int status, const char *why)
+{
+	if (q->gone || q->cancel) {
+		rreq_fail(r, q, MEDHA_STATUS_CANCELLED,
+		    q->gone ? "client went away" : "cancelled by its client");
+		return;
+	}
+	if (place(r, q) != 0)
+		rreq_fail(r, q, status, why);
+}
+
+static void
+on_submit(struct medha_router *r, struct medha_srv_ev *ev,
+    struct medha_reqspec *rs)
+{
+	struct medha_client *c;
+	struct rreq *q = NULL;
+
+	if (r->draining) {
+		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
+		    "shutting down: not accepting requests");
+		return;
+	}
+	if (r->live >= r->cfg.max_queue) {
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
+		    "overloaded: %lld requests in flight", (long long)r->live);
+		return;
+	}
+	if ((c = medha_clients_find(&r->clients, ev->peer, 1)) == NULL ||
+	    (q = calloc(1, sizeof(*q))) == NULL ||
+	    (q->tried = medha_calloc((size_t)(r->nup + 63) / 64,
+	         sizeof(*q->tried))) == NULL) {
+		free(q);
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
+		return;
+	}
+	q->handle = ++r->next_handle;
+	if (medha_map_put(&r->reqs, q->handle, q) != 0) {
+		rreq_free(q);
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
+		return;
+	}
+	q->peer = ev->peer;
+	memcpy(q->id, rs->id, sizeof(q->id));
+	q->arrival = mono() - r->t0;
+	q->prompt = rs->prompt_tokens > 0 ? rs->prompt_tokens
+	    : rs->prompt != NULL          ? (int64_t)strlen(rs->prompt) / 3 + 1
+	                                  : 1;
+	q->need = q->prompt + rs->max_tokens;
+	q->rep = -1;
+	q->spec = *rs; /* taken over */
+	memset(rs, 0, sizeof(*rs));
+	if (place(r, q) != 0) {
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
+		    "no replica is ready");
+		medha_map_del(&r->reqs, q->handle);
+		rreq_free(q);
+		return;
+	}
+	r->live++;
+	c->live++;
+	{
+		struct medha_msg a = {.type = MEDHA_MSG_ACCEPTED};
+		memcpy(a.accepted.id, q->id, sizeof(a.accepted.id));
+		a.accepted.handle = q->handle;
+		medha_srv_msg(r->srv, ev->call, &a);
+	}
+}
+
+/* A replica's events for handle up arrived: pass them on. */
+static void
+relay(struct medha_router *r, struct up *u, struct rreq *q,
+    struct medha_msg_event *ev)
+{
+	if (ev->kind == MEDHA_EVENT_RECORD) {
+		struct medha_record *rec = ev->record;
+		/* the replica's clock to the router's */
+		double d = q->arrival - rec->arrival;
+		rec->arrival = q->arrival;
+		rec->first_token += d;
+		rec->finish += d;
+		rec->ttft = rec->first_token - rec->arrival;
+		r->served++;
+		ev->handle = q->handle;
+		if (!q->gone)
+			medha_clients_push(&r->clients, q->peer, ev);
+		else
+			medha_msg_event_clear(ev);
+		rreq_end(r, q);
+		return;
+	}
+	(void)u;
+	ev->handle = q->handle;
+	if (!q->gone)
+		medha_clients_push(&r->clients, q->peer, ev);
+	else
+		medha_msg_event_clear(ev);
+}
+
+static void
+orphan_add(struct up *u, struct medha_msg_event *ev)
+{
+	if (u->norph == u->orph_cap) {
+		int ncap = u->orph_cap ? 2 * u->orph_cap : 16;
+		void *n = medha_reallocarray(u->orph, ncap, sizeof(*u->orph));
+		if (n == NULL) {
+			medha_msg_event_clear(ev);
+			return;
+		}
+		u->orph = n;
+		u->orph_cap = ncap;
+	}
+	u->orph[u->norph].since = mono();
+	u->orph[u->norph++].ev = *ev;
+	memset(ev, 0, sizeof(*ev));
+}
+
+/* Events that waited for handle up (now known as q): pass them on. */
+static void
+orphans_claim(struct medha_router *r, struct up *u, uint64_t up)
+{
+	for (int i = 0; i < u->norph;) {
+		if (u->orph[i].ev.handle != up) {
+			i++;
+			continue;
+		}
+		struct medha_msg_event ev = u->orph[i].ev;
+		memmove(&u->orph[i], &u->orph[i + 1],
+		    (size_t)(u->norph - i - 1) * sizeof(*u->orph));
+		u->norph--;
+		struct rreq *q = medha_map_get(&u->by_up, up);
+		if (q != NULL)
+			relay(r, u, q, &ev);
+		else
+			medha_msg_event_clear(&ev);
+	}
+}
+
+static void
+on_answer(struct medha_router *r, struct note *n)
+{
+	struct up *u = &r->up[n->rep];
+	struct rreq *q = medha_map_get(&r->reqs, n->rh);
+	const struct medha_msg *m = &n->msg;
+	char why[512];
+
+	if (q != NULL && q->rep != n->rep)
+		q = NULL; /* an answer from a replica given up on */
+	if (n->rc == 0 && m->type == MEDHA_MSG_ACCEPTED &&
+	    n->epoch0 == n->epoch1 && n->epoch0 == u->epoch) {
+		if (q == NULL) { /* ended meanwhile: the replica stops it */
+			cancel_upstream(r, n->rep, m->accepted.handle);
+			return;
+		}
+		if (medha_map_put(&u->by_up, m->accepted.handle, q) != 0) {
+			cancel_upstream(r, n->rep, m->accepted.handle);
+			rreq_fail(r, q, MEDHA_STATUS_FAILED, "out of memory");
+			return;
+		}
+		q->up = m->accepted.handle;
+		q->epoch = n->epoch0;
+		u->live++;
+		medha_reqspec_clear(&q->spec);
+		if (q->gone || q->cancel) /* its record follows */
+			cancel_upstream(r, n->rep, q->up);
+		orphans_claim(r, u, q->up);
+		return;
+	}
+	if (q == NULL)
+		return;
+	/* refused, or lost on the way: another replica may take it */
+	if (n->rc != 0)
+		snprintf(why, sizeof(why), "replica %s: %s", u->url, n->why);
+	else if (m->type == MEDHA_MSG_ERROR)
+		snprintf(why, sizeof(why), "%s", m->error.reason);
+	else if (m->type == MEDHA_MSG_ACCEPTED)
+		snprintf(why, sizeof(why), "replica %s: connection lost",
+		    u->url);
+	else
+		snprintf(why, sizeof(why), "replica %s: answered %s", u->url,
+		    medha_msg_type_name(m->type));
+	if (n->rc == 0 && m->type == MEDHA_MSG_ERROR &&
+	    m->error.code != MEDHA_ENOSPACE) {
+		/* the request itself is at fault: every replica says so */
+		rreq_fail(r, q, MEDHA_STATUS_REJECTED, why);
+		return;
+	}
+	medha_log(MEDHA_LOG_INFO, "request %s: %s; trying another replica",
+	    q->id, why);
+	replace(r, q,
+	    n->rc == 0 && m->type == MEDHA_MSG_ERROR ? MEDHA_STATUS_REJECTED
+	                                             : MEDHA_STATUS_FAILED,
+	    why);
+}
+
+static void
+on_events(struct medha_router *r, struct note *n)
+{
+	struct up *u = &r->up[n->rep];
+
+	/*
+	 * By handle, whatever the connection: a POLL sent on a connection
+	 * that closed may be answered on the next one, and its events are
+	 * then the new connection's (those of a connection given up on have
+	 * no request left and wait as orphans, then go).
+	 */
+	for (int64_t i = 0; i < n->msg.events.n; i++) {
+		struct medha_msg_event *ev = &n->msg.events.ev[i];
+		struct rreq *q = medha_map_get(&u->by_up, ev->handle);
+		if (q != NULL)
+			relay(r, u, q, ev);
+		else
+			orphan_add(u, ev);
+	}
+}
+
+/*
+ * Replica u is down: what was on its way to it goes elsewhere (an
+ * answer it gives later is for a request given up on there).
+ */
+static void
+divert(struct medha_router *r, struct up *u, const char *why)
+{
+	struct op *o, *next;
+	struct rreq **qs;
+	size_t it = 0;
+	uint64_t key;
+	void *v;
+	int n = 0;
+
+	pthread_mutex_lock(&r->mu);
+	o = u->ops;
+	u->ops = u->ops_tail = NULL;
+	pthread_mutex_unlock(&r->mu);
+	for (; o != NULL; o = next) {
+		next = o->next;
+		op_free(o);
+	}
+	if ((qs = medha_calloc(r->reqs.n ? r->reqs.n : 1, sizeof(*qs))) ==
+	    NULL)
+		return;
+	while (medha_map_next(&r->reqs, &it, &key, &v)) {
+		struct rreq *q = v;
+		if (q->rep == u->idx && q->up == 0)
+			qs[n++] = q;
+	}
+	for (int i = 0; i < n; i++)
+		replace(r, qs[i], MEDHA_STATUS_FAILED, why);
+	free(qs);
+}
+
+/* Every request replica u held ends "failed". */
+static void
+fail_all(struct medha_router *r, struct up *u, const char *why)
+{
+	char reason[256];
+	size_t it = 0;
+	uint64_t key;
+	void *v;
+	int n = 0;
+
+	snprintf(reason, sizeof(reason), "replica %s: %s", u->url, why);
+	/* rreq_end edits by_up: collect first */
+	struct rreq **qs = medha_calloc(u->by_up.n ? u->by_up.n : 1,
+	    sizeof(*qs));
+	if (qs == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "out of memory failing requests");
+		return;
+	}
+	while (medha_map_next(&u->by_up, &it, &key, &v))
+		qs[n++] = v;
+	for (int i = 0; i < n; i++)
+		rreq_fail(r, qs[i], MEDHA_STATUS_FAILED, reason);
+	free(qs);
+	if (n > 0)
+		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
+	for (int i = 0; i < u->norph; i++)
+		medha_msg_event_clear(&u->orph[i].ev);
+	u->norph = 0;
+}
+
+/* ---- clients ---- */
+
+static void
+on_cancel(struct medha_router *r, struct medha_srv_ev *ev, uint64_t h)
+{
+	struct rreq *q = medha_map_get(&r->reqs, h);
+
+	if (q == NULL || q->peer != ev->peer || q->gone) {
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOTFOUND,
+		    "request %llx: not in flight for this client",
+		    (unsigned long long)h);
+		return;
+	}
+	if (q->up != 0 && !q->cancel)
+		cancel_upstream(r, q->rep, q->up);
+	q->cancel = 1; /* not accepted yet: cancelled when it is */
+	medha_srv_msg(r->srv, ev->call, &(struct medha_msg){.type = MEDHA_MSG_OK});
+}
+
+static void
+on_status(struct medha_router *r, struct medha_srv_ev *ev)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_STATUS_REPLY};
+	struct medha_msg_status *s = &m.status;
+
+	for (int i = 0; i < r->nup; i++) {
+		const struct up *u = &r->up[i];
+		if (!u->alive)
+			continue;
+		s->workers += u->now.workers;
+		s->workers_wanted += u->now.workers_wanted;
+		s->queue += u->now.queue;
+		s->kv_blocks += u->now.kv_blocks;
+		s->kv_used += u->now.kv_used;
+		s->prefill += u->now.prefill;
+		s->work += u->now.work;
+		if (s->block_size == 0 || (u->ready && s->model[0] == '\0')) {
+			s->block_size = u->now.block_size;
+			memcpy(s->model, u->now.model, sizeof(s->model));
+			memcpy(s->backend, u->now.backend, sizeof(s->backend));
+		}
+	}
+	s->ready = r->ready && !r->draining;
+	s->pending = r->live;
+	medha_srv_msg(r->srv, ev->call, &m);
+}
+
+static void
+on_gone(struct medha_router *r, uint32_t peer)
+{
+	struct medha_client *c = medha_clients_find(&r->clients, peer, 0);
+	size_t it = 0;
+	uint64_t key;
+	void *v;
+	int n = 0;
+
+	if (c == NULL)
+		return;
+	if (c->live > 0)
+		while (medha_map_next(&r->reqs, &it, &key, &v)) {
+			struct rreq *q = v;
+			if (q->peer != peer || q->gone)
+				continue;
+			q->gone = 1;
+			n++;
+			if (q->up != 0 && !q->cancel)
+				cancel_upstream(r, q->rep, q->up);
+		}
+	if (n > 0)
+		medha_log(MEDHA_LOG_INFO,
+		    "client %u went away: %d requests cancelled", peer, n);
+	medha_clients_drop(&r->clients, peer);
+}
+
+static void
+on_call(struct medha_router *r, struct medha_srv_ev *ev)
+{
+	struct medha_msg m;
+	char why[256];
+
+	if (medha_msg_decode(&m, ev->data, ev->len, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_WARN, "peer %u: message refused: %s",
+		    ev->peer, why);
+		medha_srv_error(r->srv, ev->call, MEDHA_EFORMAT, "%s", why);
+		return;
+	}
+	switch (m.type) {
+	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
+	case MEDHA_MSG_POLL:
+		medha_clients_poll(&r->clients, ev->peer, ev->call, mono());
+		break;
+	case MEDHA_MSG_CANCEL: on_cancel(r, ev, m.cancel); break;
+	case MEDHA_MSG_STATUS: on_status(r, ev); break;
+	default:
+		medha_log(MEDHA_LOG_WARN,
+		    "peer %u: message refused: %s is not a request to a "
+		    "router",
+		    ev->peer, medha_msg_type_name(m.type));
+		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
+		    "%s is not a request to a router",
+		    medha_msg_type_name(m.type));
+	}
+	medha_msg_clear(&m);
+}
+
+/* ---- the main loop ---- */
+
+/* What the replicas' threads learnt: answers, events, statuses. */
+static void
+take_inbox(struct medha_router *r)
+{
+	struct note *n;
+
+	pthread_mutex_lock(&r->mu);
+	n = r->in_head;
+	r->in_head = r->in_tail = NULL;
+	pthread_mutex_unlock(&r->mu);
+	while (n != NULL) {
+		struct note *next = n->next;
+		if (n->kind == N_ANSWER)
+			on_answer(r, n);
+		else
+			on_events(r, n);
+		if (n->rc == 0)
+			medha_msg_clear(&n->msg);
+		free(n);
+		n = next;
+	}
+}
+
+/* Replicas up and down, statuses taken in, stale orphans let go. */
+static void
+watch(struct medha_router *r)
+{
+	double t = mono();
+	int ready = 0;
+
+	for (int i = 0; i < r->nup; i++) {
+		struct up *u = &r->up[i];
+		uint64_t epoch = medha_cli_epoch(u->cli), gen;
+		double last_ok;
+		pthread_mutex_lock(&r->mu);
+		last_ok = u->last_ok;
+		gen = u->st_gen;
+		if (gen != u->st_seen)
+			u->now = u->st;
+		pthread_mutex_unlock(&r->mu);
+		if (epoch != u->epoch) {
+			if (u->live > 0)
+				fail_all(r, u, "connection lost");
+			u->epoch = epoch;
+		}
+		if (gen != u->st_seen) {
+			u->st_seen = gen;
+			u->placed = u->placed_kv = 0;
+			if (u->now.prefill > 0 && u->now.work > 0)
+				u->s_per_tok = u->now.work / u->now.prefill;
+		}
+		int alive = last_ok > 0 && t - last_ok <= DEAD;
+		if (u->alive && !alive) {
+			medha_log(MEDHA_LOG_WARN,
+			    "replica %s: silent for %.1f s: down", u->url,
+			    t - last_ok);
+			u->alive = u->ready = 0;
+			fail_all(r, u, "silent for too long");
+			divert(r, u, "no replica is ready");
+		}
+		int rdy = alive && u->now.ready;
+		if (rdy != u->ready || alive != u->alive)
+			medha_log(MEDHA_LOG_WARN, "replica %s: %s (%lld of %lld workers)", u->url,
+			    rdy ? "ready" : alive ? "not ready" : "down",
+			    (long long)u->now.workers,
+			    (long long)u->now.workers_wanted);
+		u->alive = alive;
+		u->ready = rdy;
+		ready += rdy;
+		for (int k = 0; k < u->norph;) {
+			if (t - u->orph[k].since <= DEAD) {
+				k++;
+				continue;
+			}
+			medha_log(MEDHA_LOG_WARN,
+			    "replica %s: event for unknown request %llx "
+			    "dropped",
+			    u->url, (unsigned long long)u->orph[k].ev.handle);
+			if (u->orph[k].ev.kind != MEDHA_EVENT_RECORD)
+				cancel_upstream(r, i, u->orph[k].ev.handle);
+			medha_msg_event_clear(&u->orph[k].ev);
+			u->orph[k] = u->orph[--u->norph];
+		}
+	}
+	if (ready > 0 && !r->ready)
+		medha_log(MEDHA_LOG_WARN, "ready: %d of %d replicas ready",
+		    ready, r->nup);
+	else if (ready == 0 && r->ready)
+		medha_log(MEDHA_LOG_WARN, "no replica ready");
+	r->ready = ready > 0;
+	medha_clients_tick(&r->clients, t);
+}
+
+/* Stop waiting: cancel what is left, ending each with a record. */
+static void
+cancel_all(struct medha_router *r)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *v;
+	int64_t n = 0, i = 0;
+	struct rreq **qs = medha_calloc(r->reqs.n ? r->reqs.n : 1,
+	    sizeof(*qs));
+
+	if (qs == NULL)
+		return;
+	while (medha_map_next(&r->reqs, &it, &key, &v))
+		qs[n++] = v;
+	for (i = 0; i < n; i++) {
+		if (qs[i]->up != 0)
+			cancel_upstream(r, qs[i]->rep, qs[i]->up);
+		rreq_fail(r, qs[i], MEDHA_STATUS_CANCELLED, "router stopped");
+	}
+	free(qs);
+}
+
+int
+medha_router_open(struct medha_router **rp,
+    const struct medha_router_config *c, char *why, size_t whylen)
+{
+	struct medha_router *r;
+	int rc;
+
+	*rp = NULL;
+	if (c->listen == NULL || c->nreplicas < 1 ||
+	    c->nreplicas > MEDHA_ROUTER_MAX_REPLICAS || c->drain_timeout < 0 ||
+	    c->max_queue < 1 || !(c->status_interval > 0))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "bad router configuration");
+	if ((r = calloc(1, sizeof(*r))) == NULL ||
+	    (r->up = medha_calloc(c->nreplicas, sizeof(*r->up))) == NULL) {
+		free(r);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	r->cfg = *c;
+	r->t0 = mono();
+	pthread_mutex_init(&r->mu, NULL);
+	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
+		medha_router_close(r);
+		return rc;
+	}
+	r->clients.srv = r->srv;
+	for (int i = 0; i < c->nreplicas; i++) {
+		struct up *u = &r->up[i];
+		u->r = r;
+		u->idx = i;
+		u->url = c->replicas[i];
+		u->s_per_tok = 1e-3;
+		{
+			pthread_condattr_t ca;
+			pthread_condattr_init(&ca);
+			pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+			pthread_cond_init(&u->cv, &ca);
+			pthread_condattr_destroy(&ca);
+		}
+		r->nup = i + 1;
+		if ((rc = medha_cli_open(&u->cli, u->url, 2, why, whylen)) !=
+		    0) {
+			medha_router_close(r);
+			return rc;
+		}
+		if (pthread_create(&u->sender, NULL, sender_main, u) != 0) {
+			medha_router_close(r);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "cannot start a thread");
+		}
+		u->threads = 1;
+		if (pthread_create(&u->poller, NULL, poller_main, u) != 0) {
+			medha_router_close(r);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "cannot start a thread");
+		}
+		u->threads = 2;
+	}
+	*rp = r;
+	return 0;
+}
+
+int
+medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
+{
+	struct medha_srv_ev ev;
+	double drain_until = 0, linger_until = 0;
+
+	medha_log(MEDHA_LOG_INFO, "listening at %s for %d replica%s",
+	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "");
+	for (;;) {
+		if (*stop && !r->draining) {
+			r->draining = 1;
+			drain_until = mono() + r->cfg.drain_timeout;
+			medha_log(MEDHA_LOG_WARN,
+			    "stopping: %lld requests in flight, waiting up "
+			    "to %.0f s",
+			    (long long)r->live, r->cfg.drain_timeout);
+		}
+		if (r->draining) {
+			if (r->live > 0 && mono() >= drain_until)
+				cancel_all(r);
+			if (r->live == 0) {
+				if (linger_until == 0)
+					linger_until = mono() + 2 * HB;
+				if (medha_clients_pending(&r->clients) == 0 ||
+				    mono() >= linger_until)
+					break;
+			}
+		}
+		if (medha_srv_next(r->srv, 0.1, &ev) != 0)
+			return MEDHA_ENOMEM;
+		if (ev.kind == MEDHA_SRV_GONE)
+			on_gone(r, ev.peer);
+		else if (ev.kind == MEDHA_SRV_CALL)
+			on_call(r, &ev);
+		watch(r); /* first: an answer is judged by the epoch now */
+		take_inbox(r);
+	}
+	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld failed",
+	    (long long)r->served, (long long)r->failed);
+	return 0;
+}
+
+void
+medha_router_close(struct medha_router *r)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *v;
+	struct note *n;
+
+	if (r == NULL)
+		return;
+	pthread_mutex_lock(&r->mu);
+	r->quit = 1;
+	for (int i = 0; i < r->nup; i++)
+		pthread_cond_signal(&r->up[i].cv);
+	pthread_mutex_unlock(&r->mu);
+	for (int i = 0; i < r->nup; i++)
+		if (r->up[i].cli != NULL)
+			medha_cli_abort(r->up[i].cli);
+	for (int i = 0; i < r->nup; i++) {
+		struct up *u = &r->up[i];
+		if (u->threads > 0)
+			pthread_join(u->sender, NULL);
+		if (u->threads > 1)
+			pthread_join(u->poller, NULL);
+		medha_cli_close(u->cli);
+		while (u->ops != NULL) {
+			struct op *o = u->ops;
+			u->ops = o->next;
+			op_free(o);
+		}
+		for (int k = 0; k < u->norph; k++)
+			medha_msg_event_clear(&u->orph[k].ev);
+		free(u->orph);
+		medha_map_free(&u->by_up);
+		pthread_cond_destroy(&u->cv);
+	}
+	while ((n = r->in_head) != NULL) {
+		r->in_head = n->next;
+		if (n->rc == 0)
+			medha_msg_clear(&n->msg);
+		free(n);
+	}
+	while (medha_map_next(&r->reqs, &it, &key, &v)) {
+		rreq_free(v);
+	}
+	medha_map_free(&r->reqs);
+	medha_clients_free(&r->clients);
+	medha_srv_close(r->srv);
+	pthread_mutex_destroy(&r->mu);
+	free(r->up);
+	free(r);
+}

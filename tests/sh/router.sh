@@ -1,0 +1,173 @@
+#!/bin/sh
+# router.sh: medha-router in front of replicas.
+#  1. examples/serve.sh two-replicas (two cpu replicas of SmolLM2 behind a
+#     router): sixteen greedy requests at once, each exactly the tokens
+#     medha-worker -p gives alone; both replicas serve some; one record
+#     each.
+#  2. Three sim replicas behind a router, a replay running: one scheduler
+#     is stopped (SIGSTOP: its heartbeats stop, its connection stays) and
+#     another killed (SIGKILL: its connection closes). Every request ends
+#     with exactly one record; those the lost replicas held are "failed"
+#     with the replica named; the router keeps answering; once both are
+#     back (SIGCONT, and a new scheduler at the same address), requests
+#     are served by all three again. SIGTERM stops the router cleanly.
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+cache=${MEDHA_CACHE:-$top/cache}
+model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+tmp=$(mktemp -d)
+pids=
+cleanup() {
+	[ -n "$pids" ] && kill -CONT $pids 2>/dev/null
+	[ -n "$pids" ] && kill $pids 2>/dev/null
+	wait 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# wait_line FILE PATTERN: until FILE has a line matching PATTERN (60 s)
+wait_line() {
+	i=0
+	until grep -q "$2" "$1" 2>/dev/null; do
+		i=$((i + 1))
+		if [ $i -gt 600 ]; then
+			echo "no \"$2\" in $1 after 60 s"
+			cat "$1" "$tmp"/logs/*.log 2>/dev/null
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
+# ---- 1. two cpu replicas: the single process's tokens ----
+if [ -s "$model" ]; then
+	python3 - "$tmp/trace.jsonl" <<'PY'
+import json, sys
+base = ["The capital of France is", "Once upon a time",
+        "Write a haiku about the sea.", "def fibonacci(n):",
+        "List three prime numbers:", "The quick brown fox",
+        "In 1969, the first humans", "Water boils at"]
+long = ("Medha serves long prompts by splitting them into chunks that "
+        "share each batch with the decodes of other requests. ")
+prompts = base + [long * k + "In short," for k in (2, 3, 4, 5, 6, 7, 8, 12)]
+with open(sys.argv[1], "w") as f:
+    for i, p in enumerate(prompts):
+        f.write(json.dumps({"id": "p%d" % i, "arrival": 0, "prompt": p,
+                            "max_tokens": 16, "temperature": 0}) + "\n")
+PY
+	MEDHA_BIN=$bin MEDHA_ROUTER=ipc://$tmp/router.sock MEDHA_LOG=$tmp/logs \
+	    MEDHA_MODEL=$model bash "$top/examples/serve.sh" two-replicas \
+	    2>"$tmp/serve.err" &
+	pids=$!
+	wait_line "$tmp/serve.err" '^ready$'
+	"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --token-ids \
+	    "$tmp/trace.jsonl" >"$tmp/out.jsonl"
+	kill -TERM $pids
+	wait $pids || true
+	pids=
+	python3 - "$tmp/trace.jsonl" "$tmp/out.jsonl" "$bin/medha-worker" \
+	    "$model" "$tmp/logs" <<'PY'
+import json, re, subprocess, sys
+trace = [json.loads(l) for l in open(sys.argv[1])]
+out = [json.loads(l) for l in open(sys.argv[2])]
+ids = [r["id"] for r in out]
+assert sorted(ids) == sorted(t["id"] for t in trace), ids
+bad = 0
+for t in trace:
+    r = next(o for o in out if o["id"] == t["id"])
+    assert r["status"] == "ok", r
+    solo = subprocess.run([sys.argv[3], "-m", sys.argv[4], "-p", t["prompt"],
+                           "-n", str(t["max_tokens"]), "--tokens", "-t", "2"],
+                          capture_output=True, text=True, check=True).stdout
+    want = [int(x) for x in solo.split()]
+    if r["token_ids"] != want:
+        bad += 1
+        print("%s: routed %s, alone %s" % (t["id"], r["token_ids"], want))
+    assert r["ttft"] >= 0 and r["finish"] >= r["first_token"] >= r["arrival"]
+served = []
+for k in (0, 1):
+    log = open("%s/sched%d.log" % (sys.argv[5], k)).read()
+    served.append(int(re.search(r"stopped: (\d+) requests served", log)[1]))
+print("two-replicas: %d requests, %d differ from medha-worker -p; "
+      "served by the replicas: %s" % (len(trace), bad, served))
+assert sum(served) == len(trace) and min(served) > 0, served
+sys.exit(1 if bad else 0)
+PY
+else
+	echo "skip: $model missing (run contrib/fetch-refs.sh)"
+fi
+
+# ---- 2. replicas lost and back ----
+mkdir -p "$tmp/logs"
+sched() { # sched N: replica N's scheduler, in the background
+	"$bin/medha-sched" -l "ipc://$tmp/r$1.sock" 2>>"$tmp/logs/s$1.log" &
+}
+for n in 0 1 2; do
+	sched $n
+	eval "s$n=\$!"
+	"$bin/medha-worker" -s "ipc://$tmp/r$n.sock" --backend sim --gpu a100 \
+	    -m llama3-8b --speed 10 2>>"$tmp/logs/w$n.log" &
+	pids="$pids $!"
+done
+"$bin/medha-router" -l "ipc://$tmp/router.sock" -r "ipc://$tmp/r0.sock" \
+    -r "ipc://$tmp/r1.sock" -r "ipc://$tmp/r2.sock" 2>"$tmp/logs/router.log" &
+router=$!
+pids="$pids $s0 $s1 $s2 $router"
+wait_line "$tmp/logs/router.log" 'ready: '
+"$bin/medha-trace" gen -n 240 -q 20 -l 0 -s 5 >"$tmp/t.jsonl"
+"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --speed 2 \
+    "$tmp/t.jsonl" >"$tmp/lost.jsonl" &
+replay=$!
+sleep 2
+kill -STOP $s1
+kill -KILL $s2
+wait_line "$tmp/logs/router.log" "r1.sock: silent"
+# the router answers while a replica is down
+"$bin/medha-trace" gen -n 5 -q 50 -s 9 |
+    "$bin/medha-trace" replay -a "ipc://$tmp/router.sock" >"$tmp/during.jsonl"
+wait $replay
+kill -CONT $s1
+sched 2
+s2=$!
+pids="$pids $s2"
+wait_line "$tmp/logs/router.log" "r2.sock: ready"
+sleep 0.5
+"$bin/medha-trace" gen -n 60 -q 60 -s 11 |
+    "$bin/medha-trace" replay -a "ipc://$tmp/router.sock" >"$tmp/after.jsonl"
+kill -TERM $router
+wait $router
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+def load(name):
+    return [json.loads(l) for l in open("%s/%s" % (d, name))]
+trace = load("t.jsonl")
+lost = load("lost.jsonl")
+ids = [str(r["id"]) for r in lost]
+assert len(ids) == len(set(ids)), "a request with two records"
+assert set(ids) == set(str(t["id"]) for t in trace), "requests lost"
+st = {}
+for r in lost:
+    st[r["status"]] = st.get(r["status"], 0) + 1
+    if r["status"] == "failed":
+        assert "replica ipc://" in r["reason"], r
+assert st.get("failed", 0) > 0 and st.get("ok", 0) > 0, st
+during = load("during.jsonl")
+assert len(during) == 5 and all(r["status"] == "ok" for r in during), during
+after = load("after.jsonl")
+assert len(after) == 60 and all(r["status"] == "ok" for r in after), after
+print("lost replicas: %s; while down: 5 ok; after: 60 ok" % st)
+PY
+# after the losses every replica served requests again
+kill -TERM $pids 2>/dev/null || true
+wait 2>/dev/null || true
+pids=
+for n in 0 1; do
+	grep -q "stopped: [1-9]" "$tmp/logs/s$n.log" ||
+	    { cat "$tmp/logs/s$n.log"; exit 1; }
+done
+tail -n 1 "$tmp/logs/s2.log" | grep -q "stopped: [1-9]" ||
+    { cat "$tmp/logs/s2.log"; exit 1; }
+grep -q "stopped: " "$tmp/logs/router.log"
+echo "router: ok"
