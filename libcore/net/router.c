@@ -45,7 +45,6 @@ struct rreq {
 	int64_t need;     /* KV tokens it needs: prompt + max_tokens */
 	int rep;          /* the replica it was sent to, or -1 */
 	uint64_t up;      /* the replica's handle once accepted, else 0 */
-	uint64_t epoch;   /* the replica connection it was accepted on */
 	uint64_t *tried;  /* bitmap of replicas tried */
 	struct medha_reqspec spec; /* kept until accepted, for a retry */
 	int gone;                  /* its client went away */
@@ -512,34 +511,28 @@ on_submit(struct medha_router *r, struct medha_srv_ev *ev,
 	}
 }
 
-/* A replica's events for handle up arrived: pass them on. */
+/* One of a replica's events for q: on to q's client (its record ends q). */
 static void
-relay(struct medha_router *r, struct up *u, struct rreq *q,
-    struct medha_msg_event *ev)
+relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 {
-	if (ev->kind == MEDHA_EVENT_RECORD) {
+	int record = ev->kind == MEDHA_EVENT_RECORD;
+
+	if (record) { /* the replica's clock to the router's */
 		struct medha_record *rec = ev->record;
-		/* the replica's clock to the router's */
 		double d = q->arrival - rec->arrival;
 		rec->arrival = q->arrival;
 		rec->first_token += d;
 		rec->finish += d;
 		rec->ttft = rec->first_token - rec->arrival;
 		r->served++;
-		ev->handle = q->handle;
-		if (!q->gone)
-			medha_clients_push(&r->clients, q->peer, ev);
-		else
-			medha_msg_event_clear(ev);
-		rreq_end(r, q);
-		return;
 	}
-	(void)u;
 	ev->handle = q->handle;
 	if (!q->gone)
 		medha_clients_push(&r->clients, q->peer, ev);
 	else
 		medha_msg_event_clear(ev);
+	if (record)
+		rreq_end(r, q);
 }
 
 static void
@@ -575,7 +568,7 @@ orphans_claim(struct medha_router *r, struct up *u, uint64_t up)
 		u->norph--;
 		struct rreq *q = medha_map_get(&u->by_up, up);
 		if (q != NULL)
-			relay(r, u, q, &ev);
+			relay(r, q, &ev);
 		else
 			medha_msg_event_clear(&ev);
 	}
@@ -603,7 +596,6 @@ on_answer(struct medha_router *r, struct note *n)
 			return;
 		}
 		q->up = m->accepted.handle;
-		q->epoch = n->epoch0;
 		u->live++;
 		medha_reqspec_clear(&q->spec);
 		if (q->gone || q->cancel) /* its record follows */
@@ -653,7 +645,7 @@ on_events(struct medha_router *r, struct note *n)
 		struct medha_msg_event *ev = &n->msg.events.ev[i];
 		struct rreq *q = medha_map_get(&u->by_up, ev->handle);
 		if (q != NULL)
-			relay(r, u, q, ev);
+			relay(r, q, ev);
 		else
 			orphan_add(u, ev);
 	}
