@@ -50,8 +50,8 @@ struct medha_srv {
 	int closing;
 };
 
-static int
-nng_err(int rv)
+int
+medha_link_nng_err(int rv)
 {
 	switch (rv) {
 	case NNG_ENOMEM: return MEDHA_ENOMEM;
@@ -190,7 +190,7 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 	pthread_condattr_destroy(&ca);
 	if ((rv = nng_rep0_open(&s->sock)) != 0) {
 		free(s);
-		return medha_why(why, whylen, nng_err(rv), "rep socket: %s",
+		return medha_why(why, whylen, medha_link_nng_err(rv), "rep socket: %s",
 		    nng_strerror(rv));
 	}
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, MEDHA_LINK_MAX_FRAME);
@@ -375,7 +375,7 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 	pthread_mutex_init(&c->mu, NULL);
 	if ((rv = nng_req0_open(&c->sock)) != 0) {
 		free(c);
-		return medha_why(why, whylen, nng_err(rv), "req socket: %s",
+		return medha_why(why, whylen, medha_link_nng_err(rv), "req socket: %s",
 		    nng_strerror(rv));
 	}
 	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME,
@@ -390,7 +390,7 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 		    (rv = nng_aio_alloc(&c->aio[i], NULL, NULL)) != 0) {
 			c->nctx = i;
 			medha_cli_close(c);
-			return medha_why(why, whylen, nng_err(rv),
+			return medha_why(why, whylen, medha_link_nng_err(rv),
 			    "context: %s", nng_strerror(rv));
 		}
 		c->nctx = i + 1;
@@ -399,7 +399,7 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 		medha_cli_close(c);
 		return medha_why(why, whylen,
 		    rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? MEDHA_EINVAL
-		                                              : nng_err(rv),
+		                                              : medha_link_nng_err(rv),
 		    "cannot dial %s: %s", url, nng_strerror(rv));
 	}
 	*cp = c;
@@ -474,12 +474,12 @@ medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
 	if ((rv = nng_aio_result(aio)) != 0) {
 		nng_msg_free(nng_aio_get_msg(aio));
 		nng_aio_set_msg(aio, NULL);
-		return nng_err(rv);
+		return medha_link_nng_err(rv);
 	}
 	nng_ctx_recv(c->ctx[i], aio);
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0)
-		return nng_err(rv);
+		return medha_link_nng_err(rv);
 	m = nng_aio_get_msg(aio);
 	nng_aio_set_msg(aio, NULL);
 	*replen = nng_msg_len(m);

@@ -154,4 +154,8 @@ void medha_srv_msg(struct medha_srv *s, struct medha_srv_call *call,
 void medha_srv_error(struct medha_srv *s, struct medha_srv_call *call,
     int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+
+/* For the net modules: an nng error (NNG_E*) as a MEDHA_E* code. */
+int medha_link_nng_err(int rv);
+
 #endif

@@ -1,0 +1,431 @@
+/*
+ * coll.c: collectives over nng push/pull (coll.h). A message is a 24-byte
+ * header (magic, the sender's rank, the generation, the tag) and the
+ * payload. Messages that arrive before they are asked for wait in a
+ * small list, searched newest last; it stays short because every
+ * message is asked for within a batch or two of its arrival.
+ */
+#include "net/coll.h"
+#include "net/link.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <nng/protocol/pipeline0/push.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAGIC 0x4c4f434du /* "MCOL" little-endian */
+#define HDR 24
+
+struct waiting {
+	int src;
+	uint64_t gen, tag;
+	nng_msg *m;
+};
+
+struct medha_coll {
+	nng_socket pull;
+	char url[256];
+	uint64_t gen;
+	int rank, n;
+	nng_socket *push; /* (n) dialers; push[rank] unused */
+	int *open;        /* (n) whether push[i] is open */
+	struct waiting *w;
+	int nw, wcap;
+};
+
+static double
+mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static nng_duration
+ms_of(double s)
+{
+	return s < 0 ? NNG_DURATION_INFINITE
+	    : s > 86400 ? 86400000
+	                : (nng_duration)ceil(s * 1e3);
+}
+
+static void
+put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+int
+medha_coll_open(struct medha_coll **cp, const char *url, char *why,
+    size_t whylen)
+{
+	struct medha_coll *c;
+	nng_listener l;
+	int rv;
+
+	*cp = NULL;
+	if (url == NULL || strlen(url) >= sizeof(c->url) - 16)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: bad address");
+	if ((c = medha_calloc(1, sizeof(*c))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	c->rank = -1;
+	if ((rv = nng_pull0_open(&c->pull)) != 0) {
+		free(c);
+		return medha_why(why, whylen, MEDHA_ENOMEM,
+		    "collectives: %s", nng_strerror(rv));
+	}
+	nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ, MEDHA_COLL_MAX_MSG + HDR);
+	if ((rv = nng_listen(c->pull, url, &l, 0)) != 0) {
+		nng_close(c->pull);
+		free(c);
+		return medha_why(why, whylen, medha_link_nng_err(rv),
+		    "collectives: cannot listen at %s: %s", url,
+		    nng_strerror(rv));
+	}
+	snprintf(c->url, sizeof(c->url), "%s", url);
+	if (strncmp(url, "tcp://", 6) == 0) {
+		/* port 0: say the port picked */
+		nng_sockaddr sa;
+		const char *colon = strrchr(url, ':');
+		if (nng_listener_get_addr(l, NNG_OPT_LOCADDR, &sa) == 0 &&
+		    (sa.s_family == NNG_AF_INET || sa.s_family == NNG_AF_INET6) &&
+		    colon != NULL) {
+			unsigned port = sa.s_family == NNG_AF_INET
+			    ? sa.s_in.sa_port
+			    : sa.s_in6.sa_port;
+			port = ((port & 0xff) << 8) | (port >> 8); /* network order */
+			snprintf(c->url, sizeof(c->url), "%.*s:%u",
+			    (int)(colon - url), url, port);
+		}
+	}
+	*cp = c;
+	return 0;
+}
+
+static void
+drop_peers(struct medha_coll *c)
+{
+	for (int i = 0; i < c->n; i++)
+		if (c->open[i])
+			nng_close(c->push[i]);
+	free(c->push);
+	free(c->open);
+	c->push = NULL;
+	c->open = NULL;
+	c->n = 0;
+	c->rank = -1;
+}
+
+void
+medha_coll_close(struct medha_coll *c)
+{
+	if (c == NULL)
+		return;
+	drop_peers(c);
+	nng_close(c->pull);
+	for (int i = 0; i < c->nw; i++)
+		nng_msg_free(c->w[i].m);
+	free(c->w);
+	free(c);
+}
+
+const char *
+medha_coll_url(const struct medha_coll *c)
+{
+	return c->url;
+}
+
+uint64_t
+medha_coll_gen(const struct medha_coll *c)
+{
+	return c->gen;
+}
+
+int
+medha_coll_rank(const struct medha_coll *c)
+{
+	return c->rank;
+}
+
+int
+medha_coll_size(const struct medha_coll *c)
+{
+	return c->n;
+}
+
+/* Drop the waiting messages of generations before gen. */
+static void
+forget_before(struct medha_coll *c, uint64_t gen)
+{
+	int j = 0;
+
+	for (int i = 0; i < c->nw; i++)
+		if (c->w[i].gen < gen)
+			nng_msg_free(c->w[i].m);
+		else
+			c->w[j++] = c->w[i];
+	c->nw = j;
+}
+
+int
+medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
+    const char *const *urls, char *why, size_t whylen)
+{
+	int rv;
+
+	if (n < 1 || n > MEDHA_COLL_MAX_PEERS || rank < 0 || rank >= n)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: rank %d of %d", rank, n);
+	drop_peers(c);
+	forget_before(c, gen);
+	c->gen = gen;
+	if ((c->push = medha_calloc(n, sizeof(*c->push))) == NULL ||
+	    (c->open = medha_calloc(n, sizeof(*c->open))) == NULL) {
+		drop_peers(c);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	c->n = n;
+	c->rank = rank;
+	for (int i = 0; i < n; i++) {
+		if (i == rank)
+			continue;
+		if ((rv = nng_push0_open(&c->push[i])) != 0) {
+			drop_peers(c);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "collectives: %s", nng_strerror(rv));
+		}
+		c->open[i] = 1;
+		nng_socket_set_ms(c->push[i], NNG_OPT_RECONNMINT, 10);
+		nng_socket_set_ms(c->push[i], NNG_OPT_RECONNMAXT, 500);
+		if (urls[i] == NULL ||
+		    (rv = nng_dial(c->push[i], urls[i], NULL,
+		         NNG_FLAG_NONBLOCK)) != 0) {
+			int e = urls[i] == NULL ? NNG_EADDRINVAL : rv;
+			drop_peers(c);
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "collectives: rank %d at %s: %s", i,
+			    urls[i] ? urls[i] : "(none)", nng_strerror(e));
+		}
+	}
+	return 0;
+}
+
+int
+medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
+    const void *buf, size_t len, double timeout, char *why, size_t whylen)
+{
+	nng_msg *m;
+	uint8_t *p;
+	int rv;
+
+	if (dst < 0 || dst >= c->n || dst == c->rank)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: send to rank %d of %d (I am %d)", dst, c->n,
+		    c->rank);
+	if (len > MEDHA_COLL_MAX_MSG)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: %zu bytes is too large a message", len);
+	if (nng_msg_alloc(&m, HDR + len) != 0)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	p = nng_msg_body(m);
+	put32(p, MAGIC);
+	put32(p + 4, (uint32_t)c->rank);
+	put64(p + 8, c->gen);
+	put64(p + 16, tag);
+	if (len > 0)
+		memcpy(p + HDR, buf, len);
+	nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO, ms_of(timeout));
+	if ((rv = nng_sendmsg(c->push[dst], m, 0)) != 0) {
+		nng_msg_free(m);
+		return medha_why(why, whylen, medha_link_nng_err(rv),
+		    "collectives: sending to rank %d: %s", dst,
+		    nng_strerror(rv));
+	}
+	return 0;
+}
+
+/* The waiting message from src under tag (this generation), or -1. */
+static int
+find_waiting(const struct medha_coll *c, int src, uint64_t tag)
+{
+	for (int i = 0; i < c->nw; i++)
+		if (c->w[i].src == src && c->w[i].tag == tag &&
+		    c->w[i].gen == c->gen)
+			return i;
+	return -1;
+}
+
+/* Take message m: keep it waiting, or drop it. 0 or MEDHA_ENOSPACE. */
+static int
+keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
+{
+	if (c->nw == c->wcap) {
+		int cap = c->wcap ? 2 * c->wcap : 16;
+		void *n;
+		if (cap > MEDHA_COLL_MAX_WAITING ||
+		    (n = medha_reallocarray(c->w, cap, sizeof(*c->w))) == NULL) {
+			nng_msg_free(m);
+			return MEDHA_ENOSPACE;
+		}
+		c->w = n;
+		c->wcap = cap;
+	}
+	c->w[c->nw++] = (struct waiting){src, gen, tag, m};
+	return 0;
+}
+
+int
+medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
+    size_t len, double timeout, char *why, size_t whylen)
+{
+	double end = timeout < 0 ? -1 : mono() + timeout;
+	nng_msg *m = NULL;
+	int i, rv;
+
+	if (src < 0 || src >= c->n || src == c->rank)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: receive from rank %d of %d (I am %d)", src,
+		    c->n, c->rank);
+	if ((i = find_waiting(c, src, tag)) >= 0) {
+		m = c->w[i].m;
+		c->w[i] = c->w[--c->nw];
+	}
+	while (m == NULL) {
+		double left = end < 0 ? -1 : end - mono();
+		const uint8_t *p;
+		uint64_t mgen, mtag;
+		int msrc;
+
+		if (end >= 0 && left <= 0)
+			return medha_why(why, whylen, MEDHA_ETIMEOUT,
+			    "collectives: nothing from rank %d in %.0f s", src,
+			    timeout);
+		nng_socket_set_ms(c->pull, NNG_OPT_RECVTIMEO, ms_of(left));
+		if ((rv = nng_recvmsg(c->pull, &m, 0)) != 0) {
+			m = NULL;
+			if (rv == NNG_ETIMEDOUT)
+				continue;
+			return medha_why(why, whylen, medha_link_nng_err(rv),
+			    "collectives: %s", nng_strerror(rv));
+		}
+		p = nng_msg_body(m);
+		if (nng_msg_len(m) < HDR || get(p, 4) != MAGIC) {
+			medha_log(MEDHA_LOG_WARN,
+			    "collectives: a malformed message dropped");
+			nng_msg_free(m);
+			m = NULL;
+			continue;
+		}
+		msrc = (int)get(p + 4, 4);
+		mgen = get(p + 8, 8);
+		mtag = get(p + 16, 8);
+		if (mgen < c->gen) {
+			nng_msg_free(m); /* from before a restart */
+			m = NULL;
+			continue;
+		}
+		if (msrc == src && mgen == c->gen && mtag == tag)
+			break;
+		if (keep(c, m, msrc, mgen, mtag) != 0)
+			return medha_why(why, whylen, MEDHA_ENOSPACE,
+			    "collectives: %d messages waiting", c->nw);
+		m = NULL;
+	}
+	if (nng_msg_len(m) - HDR != len) {
+		size_t got = nng_msg_len(m) - HDR;
+		nng_msg_free(m);
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "collectives: %zu bytes from rank %d, expected %zu", got,
+		    src, len);
+	}
+	if (len > 0)
+		memcpy(buf, (const uint8_t *)nng_msg_body(m) + HDR, len);
+	nng_msg_free(m);
+	return 0;
+}
+
+/* This endpoint's index in group, or -1. */
+static int
+index_in(const struct medha_coll *c, const int *group, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (group[i] == c->rank)
+			return i;
+	return -1;
+}
+
+int
+medha_coll_all_gather(struct medha_coll *c, const int *group, int n,
+    uint64_t tag, const void *mine, size_t len, void *all, double timeout,
+    char *why, size_t whylen)
+{
+	int me = index_in(c, group, n), rc;
+
+	if (me < 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: rank %d is not in the group", c->rank);
+	memcpy((uint8_t *)all + (size_t)me * len, mine, len);
+	for (int i = 0; i < n; i++)
+		if (i != me && (rc = medha_coll_send(c, group[i], tag, mine,
+		                    len, timeout, why, whylen)) != 0)
+			return rc;
+	for (int i = 0; i < n; i++)
+		if (i != me &&
+		    (rc = medha_coll_recv(c, group[i], tag,
+		         (uint8_t *)all + (size_t)i * len, len, timeout, why,
+		         whylen)) != 0)
+			return rc;
+	return 0;
+}
+
+int
+medha_coll_all_reduce(struct medha_coll *c, const int *group, int n,
+    uint64_t tag, float *x, size_t count, double timeout, char *why,
+    size_t whylen)
+{
+	float *all;
+	int rc;
+
+	if (n == 1 && index_in(c, group, n) == 0)
+		return 0;
+	if ((all = medha_calloc((size_t)n * (count ? count : 1),
+	         sizeof(float))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	rc = medha_coll_all_gather(c, group, n, tag, x, count * sizeof(float),
+	    all, timeout, why, whylen);
+	if (rc == 0) {
+		memcpy(x, all, count * sizeof(float));
+		for (int i = 1; i < n; i++) {
+			const float *y = all + (size_t)i * count;
+			for (size_t j = 0; j < count; j++)
+				x[j] += y[j];
+		}
+	}
+	free(all);
+	return rc;
+}

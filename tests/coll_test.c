@@ -1,0 +1,211 @@
+/*
+ * coll_test.c: the collectives over nng (net/coll.c), with one thread per
+ * rank on real ipc:// and tcp:// sockets: an all-reduce whose result is
+ * the same bits on every rank and equal to the sum in rank order, an
+ * all-gather, messages taken in another order than they were sent, a
+ * message of a wrong length refused, a message of an older generation
+ * dropped, and a receive that times out.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "net/coll.h"
+
+#define N 3
+#define COUNT 1000
+
+static struct medha_coll *ep[N];
+static const char *urls[N];
+static float result[N][COUNT];
+static unsigned char gathered[N][N * 8];
+
+static float
+val(int rank, int j)
+{
+	/* values whose float sum depends on the order of addition */
+	return (float)((j % 7) - 3) * (rank == 1 ? 1e-7f : 1.0f) +
+	    (float)rank * 0.1f + (float)j * 1e-3f;
+}
+
+static void *
+rank_main(void *arg)
+{
+	int r = (int)(intptr_t)arg, group[N] = {0, 1, 2};
+	unsigned char mine[8];
+	char why[256];
+
+	for (int j = 0; j < COUNT; j++)
+		result[r][j] = val(r, j);
+	if (medha_coll_all_reduce(ep[r], group, N, MEDHA_COLL_TAG(7, 3, 1),
+	        result[r], COUNT, 10, why, sizeof(why)) != 0)
+		fail_msg("rank %d: %s", r, why);
+	memset(mine, 'a' + r, sizeof(mine));
+	if (medha_coll_all_gather(ep[r], group, N, MEDHA_COLL_TAG(7, 3, 2),
+	        mine, sizeof(mine), gathered[r], 10, why, sizeof(why)) != 0)
+		fail_msg("rank %d: %s", r, why);
+	return NULL;
+}
+
+static void
+open_all(const char *fmt)
+{
+	char why[256], u[128];
+
+	for (int i = 0; i < N; i++) {
+		snprintf(u, sizeof(u), fmt, (int)getpid(), i);
+		if (medha_coll_open(&ep[i], u, why, sizeof(why)) != 0)
+			fail_msg("%s", why);
+		urls[i] = medha_coll_url(ep[i]);
+	}
+	for (int i = 0; i < N; i++)
+		assert_int_equal(medha_coll_peers(ep[i], 1, i, N, urls, why,
+		                     sizeof(why)),
+		    0);
+}
+
+static void
+close_all(void)
+{
+	for (int i = 0; i < N; i++)
+		medha_coll_close(ep[i]);
+}
+
+static void
+check_reduce(void)
+{
+	pthread_t t[N];
+
+	for (int i = 0; i < N; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, rank_main,
+		                     (void *)(intptr_t)i),
+		    0);
+	for (int i = 0; i < N; i++)
+		pthread_join(t[i], NULL);
+	for (int j = 0; j < COUNT; j++) {
+		float want = val(0, j);
+		want += val(1, j);
+		want += val(2, j);
+		for (int r = 0; r < N; r++)
+			assert_memory_equal(&result[r][j], &want, sizeof(want));
+	}
+	for (int r = 0; r < N; r++)
+		for (int i = 0; i < N; i++)
+			for (int k = 0; k < 8; k++)
+				assert_int_equal(gathered[r][i * 8 + k], 'a' + i);
+}
+
+static void
+test_reduce_ipc(void **st)
+{
+	(void)st;
+	open_all("ipc:///tmp/medha-coll-test-%d-%d.sock");
+	check_reduce();
+	close_all();
+}
+
+static void
+test_reduce_tcp(void **st)
+{
+	(void)st;
+	open_all("tcp://127.0.0.1:0"); /* ports picked; fmt args unused */
+	for (int i = 0; i < N; i++)
+		assert_string_not_equal(medha_coll_url(ep[i]),
+		    "tcp://127.0.0.1:0");
+	check_reduce();
+	close_all();
+}
+
+static void
+test_order_and_errors(void **st)
+{
+	char why[256], u0[128], u1[128];
+	const char *u[2] = {u0, u1};
+	struct medha_coll *a, *b;
+	int x = 0, y[2];
+
+	(void)st;
+	snprintf(u0, sizeof(u0), "ipc:///tmp/medha-coll-test-%d-a.sock",
+	    (int)getpid());
+	snprintf(u1, sizeof(u1), "ipc:///tmp/medha-coll-test-%d-b.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, u0, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&b, u1, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(a, 5, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(b, 5, 1, 2, u, why, sizeof(why)), 0);
+
+	/* sent 1, 2, 3 under tags 1, 2, 3; taken 3, 1, 2 */
+	for (x = 1; x <= 3; x++)
+		assert_int_equal(medha_coll_send(a, 1, x, &x, sizeof(x), 5, why,
+		                     sizeof(why)),
+		    0);
+	assert_int_equal(medha_coll_recv(b, 0, 3, y, sizeof(int), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(y[0], 3);
+	assert_int_equal(medha_coll_recv(b, 0, 1, y, sizeof(int), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(y[0], 1);
+	assert_int_equal(medha_coll_recv(b, 0, 2, y, sizeof(int), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(y[0], 2);
+
+	/* a wrong length is an error, not a short copy */
+	assert_int_equal(medha_coll_send(a, 1, 9, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(medha_coll_recv(b, 0, 9, y, sizeof(y), 5, why,
+	                     sizeof(why)),
+	    MEDHA_EFORMAT);
+
+	/* b moves to generation 6: a's message of generation 5 is dropped
+	 * and the receive times out; a's next one (generation 6) arrives */
+	assert_int_equal(medha_coll_send(a, 1, 10, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	usleep(100000);
+	assert_int_equal(medha_coll_peers(b, 6, 1, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_recv(b, 0, 10, y, sizeof(int), 0.3, why,
+	                     sizeof(why)),
+	    MEDHA_ETIMEOUT);
+	assert_int_equal(medha_coll_peers(a, 6, 0, 2, u, why, sizeof(why)), 0);
+	x = 42;
+	assert_int_equal(medha_coll_send(a, 1, 10, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(medha_coll_recv(b, 0, 10, y, sizeof(int), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(y[0], 42);
+
+	/* bad ranks */
+	assert_int_equal(medha_coll_send(a, 0, 1, &x, sizeof(x), 1, why,
+	                     sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_coll_recv(a, 2, 1, &x, sizeof(x), 1, why,
+	                     sizeof(why)),
+	    MEDHA_EINVAL);
+	medha_coll_close(a);
+	medha_coll_close(b);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_reduce_ipc),
+	    cmocka_unit_test(test_reduce_tcp),
+	    cmocka_unit_test(test_order_and_errors),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
