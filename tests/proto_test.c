@@ -168,8 +168,16 @@ static struct medha_msg_item ex_items[] = {
         .sample = 1,
         .has_params = 1,
         .params = {.temp = 0.7f, .top_k = 40, .top_p = 0.9f, .seed = 99}},
-    {.handle = UINT64_MAX, .pos = INT64_MAX, .ids = ex_ids2, .n_ids = 1},
+    {.handle = UINT64_MAX,
+        .pos = INT64_MAX,
+        .ids = ex_ids2,
+        .n_ids = 1,
+        .n_groups = 3,
+        .groups = {2, 0, 63}},
 };
+static char ex_urls[2][MEDHA_PROTO_URL_MAX] = {"ipc:///tmp/w0.peer",
+    "tcp://10.0.0.7:40123"};
+static struct medha_msg_peers ex_peers = {7, 2, ex_urls, 256};
 static struct medha_msg_token ex_tokens[] = {{1, 5}, {UINT64_MAX, 0},
     {3, INT32_MAX}};
 
@@ -255,7 +263,8 @@ example(int t, int full, struct medha_msg *m)
 		    .max_seqs = 256,
 		    .vocab = 128256,
 		    .dim = 4096,
-		    .pid = 4242};
+		    .pid = 4242,
+		    .peer = "tcp://10.1.2.3:40000"};
 		if (!full)
 			m->hello = (struct medha_msg_hello){.backend = "cpu",
 			    .model = "m",
@@ -288,6 +297,7 @@ example(int t, int full, struct medha_msg *m)
 		m->batch.n_frees = 3;
 		m->batch.items = ex_items;
 		m->batch.n_items = 2;
+		m->batch.peers = &ex_peers;
 		break;
 	case MEDHA_MSG_IDLE:
 		m->batch.frees = full ? ex_frees : NULL;
@@ -733,6 +743,7 @@ refuse(const struct medha_msg *m, const char *reason)
 static void
 test_encode_refuses(void **state)
 {
+	struct medha_msg_peers peers;
 	struct medha_record rec;
 	struct medha_msg_event ev;
 	struct medha_msg_item it;
@@ -836,6 +847,17 @@ test_encode_refuses(void **state)
 	it.has_params = 0;
 	it.n_ids = MEDHA_PROTO_MAX_IDS + 1;
 	refuse(&m, "batch: items: more than 16777216 ids in all");
+	it = ex_items[1];
+	it.groups[1] = 64;
+	refuse(&m, "batch: items[0].groups: a group not below 64");
+	it = ex_items[1];
+	peers = ex_peers;
+	m.batch.peers = &peers;
+	peers.gen = 0;
+	refuse(&m, "batch: peers.gen: not a positive integer");
+	peers = ex_peers;
+	peers.kvp_tokens = 0;
+	refuse(&m, "batch: peers.kvp_tokens: not a positive integer");
 	m = (struct medha_msg){.type = 99};
 	refuse(&m, "unknown message type 99");
 }

@@ -8,12 +8,20 @@
  * scheduler's request handle until a BATCH or IDLE lists it in frees.
  * If the scheduler goes away (no answer within MEDHA_PROTO_DEAD_MS, or
  * an ERROR), the worker frees every sequence and says HELLO again.
+ *
+ * In a replica of several workers (tp * spp * kvp), every worker gets
+ * every batch and runs its part: its SPP stage's layers on the items of
+ * its KVP group. A stage after the first receives the hidden states from
+ * the same TP rank of the stage before and the last stage samples; the
+ * collectives (net/coll.h) go straight between workers, at the
+ * addresses the scheduler hands out with the first batch.
  * Wiring only: the numerics are the backend's (libcore/engine).
  */
 #include "medha-worker.h"
 
 #include "engine/backend.h"
 #include "model/sample.h"
+#include "net/coll.h"
 #include "net/link.h"
 #include "net/proto.h"
 
@@ -44,6 +52,11 @@ struct worker {
 	struct medha_backend *be;
 	struct medha_cli *cli;
 	int id;
+	/* the replica's layout and this worker's place in it */
+	int tp, spp, kvp, rank, rt, rs, rg;
+	struct medha_coll *coll; /* NULL in a replica of one worker */
+	float *h;                /* hidden states between stages */
+	size_t h_cap;            /* floats */
 	struct wseq *seqs; /* (max_seqs) entries */
 	int max_seqs;
 	int *spare; /* (max_seqs) stack of free entries */
@@ -57,6 +70,7 @@ struct worker {
 	struct medha_batch_seq *bs;
 	struct medha_sampler **smp;
 	int32_t *out;
+	int32_t *idx; /* (seq_cap) the batch item of each sequence run */
 	size_t tok_cap, seq_cap;
 	/* heartbeats */
 	pthread_mutex_t mu;
@@ -176,33 +190,57 @@ grow_scratch(struct worker *w, size_t ntok, size_t nseq)
 		void *c = medha_reallocarray(w->out, nseq, sizeof(*w->out));
 		if (c != NULL)
 			w->out = c;
-		if (a == NULL || b == NULL || c == NULL)
+		void *d = medha_reallocarray(w->idx, nseq, sizeof(*w->idx));
+		if (d != NULL)
+			w->idx = d;
+		if (a == NULL || b == NULL || c == NULL || d == NULL)
 			return MEDHA_ENOMEM;
 		w->seq_cap = nseq;
 	}
 	return 0;
 }
 
+/* How long a collective waits for a peer: a stage before may be
+ * running a long batch. */
+#define COLL_WAIT 120.0
+
+/* Whether the item is this worker's: its KVP group holds a piece. */
+static int
+mine(const struct worker *w, const struct medha_msg_item *it)
+{
+	if (it->n_groups == 0)
+		return w->rg == 0;
+	for (int g = 0; g < it->n_groups; g++)
+		if (it->groups[g] == w->rg)
+			return 1;
+	return 0;
+}
+
 /*
- * Run one BATCH into *res (a RESULT). A request's first item (position
- * 0) opens its sequence and sampler. On failure res->error says why.
+ * Run this worker's part of one BATCH into *res (a RESULT). A request's
+ * first item (position 0) opens its sequence and sampler. On failure
+ * res->error says why.
  */
 static void
 run_batch(struct worker *w, const struct medha_msg_batch *b,
     struct medha_msg_result *res)
 {
 	const struct medha_model_config *mc = &w->be->info.shape;
+	int first = w->rs == 0, last = w->rs == w->spp - 1;
+	int report = last && w->rt == 0;
 	struct medha_batch batch;
 	struct medha_fwd f;
-	size_t ntok = 0;
-	int64_t i, nsample = 0;
+	size_t ntok = 0, nh;
+	int64_t i, n = 0, nsample = 0;
+	int32_t *seqi = NULL;
 	int rc;
 
 	res->seq = b->seq;
 	res->worker_id = w->id;
 	for (i = 0; i < b->n_items; i++)
-		ntok += (size_t)b->items[i].n_ids;
-	if (b->n_items == 0)
+		if (mine(w, &b->items[i]))
+			ntok += (size_t)b->items[i].n_ids;
+	if (ntok == 0)
 		return;
 	if (grow_scratch(w, ntok, (size_t)b->n_items) != 0) {
 		snprintf(res->error, sizeof(res->error), "out of memory");
@@ -211,8 +249,11 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	ntok = 0;
 	for (i = 0; i < b->n_items; i++) {
 		const struct medha_msg_item *it = &b->items[i];
-		struct wseq *q = find_seq(w, it->handle);
+		struct wseq *q;
 
+		if (!mine(w, it))
+			continue;
+		q = find_seq(w, it->handle);
 		if (q == NULL && it->pos == 0) {
 			struct medha_sampler_params sp =
 			    it->has_params ? it->params : medha_sampling_greedy;
@@ -241,34 +282,65 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 		memcpy(w->tok + ntok, it->ids,
 		    (size_t)it->n_ids * sizeof(int32_t));
 		ntok += (size_t)it->n_ids;
-		w->bs[i] = (struct medha_batch_seq){.seq = q->seq,
+		w->bs[n] = (struct medha_batch_seq){.seq = q->seq,
 		    .pos = it->pos,
 		    .n_tokens = (int32_t)it->n_ids,
-		    .logits =
-		        it->sample ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE};
-		w->smp[i] = it->sample ? q->smp : NULL;
-		nsample += it->sample != 0;
+		    .logits = it->sample && report ? MEDHA_LOGITS_LAST
+		                                   : MEDHA_LOGITS_NONE};
+		w->smp[n] = it->sample && report ? q->smp : NULL;
+		nsample += it->sample && report;
+		w->idx[n++] = (int32_t)i;
 	}
-	batch = (struct medha_batch){w->tok, (int32_t)ntok, w->bs,
-	    (int32_t)b->n_items};
+	seqi = w->idx;
+	batch = (struct medha_batch){w->tok, (int32_t)ntok, w->bs, (int32_t)n};
+	nh = ntok * (size_t)mc->dim;
+	if ((!first || !last) && nh > w->h_cap) {
+		void *p = medha_reallocarray(w->h, nh, sizeof(float));
+		if (p == NULL) {
+			snprintf(res->error, sizeof(res->error),
+			    "out of memory");
+			return;
+		}
+		w->h = p;
+		w->h_cap = nh;
+	}
 	memset(&f, 0, sizeof(f));
 	f.b = &batch;
 	f.layer_lo = w->be->info.layer_lo;
 	f.layer_hi = w->be->info.layer_hi;
-	f.samplers = w->smp;
-	f.tokens = w->out;
+	if (!first) {
+		f.h_in = w->h;
+		if ((rc = medha_coll_recv(w->coll, w->rank - w->tp,
+		         MEDHA_COLL_TAG(b->seq, w->rs, 1), w->h,
+		         nh * sizeof(float), COLL_WAIT, res->error,
+		         sizeof(res->error))) != 0)
+			return;
+	}
+	if (!last)
+		f.h_out = w->h; /* the backend reads h_in before writing */
+	if (nsample > 0) {
+		f.samplers = w->smp;
+		f.tokens = w->out;
+	}
 	rc = medha_backend_forward(w->be, &f, res->error, sizeof(res->error));
 	if (rc != 0)
 		return;
-	if ((res->tokens = medha_calloc((size_t)(nsample ? nsample : 1),
+	if (!last &&
+	    medha_coll_send(w->coll, w->rank + w->tp,
+	        MEDHA_COLL_TAG(b->seq, w->rs + 1, 1), w->h, nh * sizeof(float),
+	        COLL_WAIT, res->error, sizeof(res->error)) != 0)
+		return;
+	if (nsample == 0)
+		return;
+	if ((res->tokens = medha_calloc((size_t)nsample,
 	         sizeof(*res->tokens))) == NULL) {
 		snprintf(res->error, sizeof(res->error), "out of memory");
 		return;
 	}
-	for (i = 0; i < b->n_items; i++)
-		if (b->items[i].sample && w->out[i] >= 0)
+	for (i = 0; i < n; i++)
+		if (w->smp[i] != NULL && w->out[i] >= 0)
 			res->tokens[res->n_tokens++] =
-			    (struct medha_msg_token){b->items[i].handle,
+			    (struct medha_msg_token){b->items[seqi[i]].handle,
 			        w->out[i]};
 }
 
@@ -280,6 +352,39 @@ apply_frees(struct worker *w, const struct medha_msg_batch *b)
 		if (q != NULL)
 			free_seq(w, q);
 	}
+}
+
+/* The replica's peer table: dial the workers this one sends to. */
+static int
+take_peers(struct worker *w, const struct medha_msg_peers *p)
+{
+	const char **urls;
+	char why[512];
+	int rc;
+
+	if (w->coll == NULL || p->n != w->tp * w->spp * w->kvp) {
+		medha_log(MEDHA_LOG_ERROR,
+		    "scheduler sent a table of %d workers; this one is "
+		    "rank %d of %d: starting over",
+		    p->n, w->rank, w->tp * w->spp * w->kvp);
+		return -1;
+	}
+	if (p->gen == medha_coll_gen(w->coll))
+		return 0;
+	if ((urls = medha_calloc(p->n, sizeof(*urls))) == NULL)
+		return -1;
+	for (int i = 0; i < p->n; i++)
+		urls[i] = p->urls[i];
+	rc = medha_coll_peers(w->coll, p->gen, w->rank, p->n, urls, why,
+	    sizeof(why));
+	free(urls);
+	if (rc != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: starting over", why);
+		return -1;
+	}
+	medha_log(MEDHA_LOG_INFO, "peers: generation %llu, %d workers",
+	    (unsigned long long)p->gen, p->n);
+	return 0;
 }
 
 /* HELLO until WELCOME (or a stop). 0, or 1 when stopping. */
@@ -316,6 +421,29 @@ hello(struct worker *w, const struct medha_msg_hello *h)
 	return 1;
 }
 
+/*
+ * Where the other workers reach this one: --peer, or beside the
+ * scheduler: ipc://PATH-wRANK.sock for ipc://PATH, tcp://HOST:0 (a free
+ * port) for tcp://HOST:PORT.
+ */
+static void
+peer_url(const struct worker_daemon_opts *o, char *url, size_t n)
+{
+	const char *colon;
+
+	if (o->peer != NULL)
+		snprintf(url, n, "%s", o->peer);
+	else if (strncmp(o->addr, "tcp://", 6) == 0 &&
+	    (colon = strrchr(o->addr, ':')) != NULL && colon > o->addr + 5)
+		snprintf(url, n, "%.*s:0", (int)(colon - o->addr), o->addr);
+	else {
+		size_t len = strlen(o->addr);
+		if (len > 5 && strcmp(o->addr + len - 5, ".sock") == 0)
+			len -= 5;
+		snprintf(url, n, "%.*s-w%d.sock", (int)len, o->addr, o->rank);
+	}
+}
+
 int
 worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 {
@@ -329,6 +457,13 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 
 	memset(&w, 0, sizeof(w));
 	w.be = be;
+	w.tp = o->tp > 0 ? o->tp : 1;
+	w.spp = o->spp > 0 ? o->spp : 1;
+	w.kvp = o->kvp > 0 ? o->kvp : 1;
+	w.rank = o->rank;
+	w.rt = w.rank % w.tp;
+	w.rs = w.rank / w.tp % w.spp;
+	w.rg = w.rank / (w.tp * w.spp);
 	w.max_seqs = be->info.max_seqs;
 	pthread_mutex_init(&w.mu, NULL);
 	pthread_cond_init(&w.cv, NULL);
@@ -351,6 +486,15 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 		rc = o->addr[0] ? 1 : 2;
 		goto out;
 	}
+	if (w.tp * w.spp * w.kvp > 1) {
+		char url[MEDHA_PROTO_URL_MAX];
+		peer_url(o, url, sizeof(url));
+		if (medha_coll_open(&w.coll, url, why, sizeof(why)) != 0) {
+			fprintf(stderr, "medha-worker: --peer: %s\n", why);
+			rc = 1;
+			goto out;
+		}
+	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
@@ -361,7 +505,14 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	snprintf(h.backend, sizeof(h.backend), "%s", be->info.name);
 	snprintf(h.model, sizeof(h.model), "%s", o->model);
 	snprintf(h.gpu, sizeof(h.gpu), "%s", o->gpu);
-	h.tp = h.spp = h.kvp = 1;
+	h.tp = w.tp;
+	h.spp = w.spp;
+	h.kvp = w.kvp;
+	h.rank_tp = w.rt;
+	h.rank_spp = w.rs;
+	h.rank_kvp = w.rg;
+	if (w.coll != NULL)
+		snprintf(h.peer, sizeof(h.peer), "%s", medha_coll_url(w.coll));
 	h.layer_lo = be->info.layer_lo;
 	h.layer_hi = be->info.layer_hi;
 	h.block_size = be->info.block_size;
@@ -400,6 +551,11 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 				apply_frees(&w, &rep.batch);
 			} else if (rep.type == MEDHA_MSG_BATCH) {
 				apply_frees(&w, &rep.batch);
+				if (rep.batch.peers != NULL &&
+				    take_peers(&w, rep.batch.peers) != 0) {
+					medha_msg_clear(&rep);
+					break;
+				}
 				out.type = MEDHA_MSG_RESULT;
 				out.result.worker_id = w.id;
 				pthread_mutex_lock(&w.mu);
@@ -450,5 +606,8 @@ out:
 	free(w.bs);
 	free(w.smp);
 	free(w.out);
+	free(w.idx);
+	free(w.h);
+	medha_coll_close(w.coll);
 	return rc;
 }

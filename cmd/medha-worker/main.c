@@ -31,6 +31,8 @@ usage(FILE *f)
 	    "[--gpu NAME]\n"
 	    "           [--kv f16|f32] [--kv-blocks N] [--max-seqs N] "
 	    "[--speed X] [-t THREADS]\n"
+	    "           [--tp N] [--spp N] [--kvp N] [--rank R] "
+	    "[--peer ADDR]\n"
 	    "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
 	    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
 	    "f16|f32]\n"
@@ -45,6 +47,11 @@ enum {
 	OPT_KVBLOCKS,
 	OPT_MAXSEQS,
 	OPT_SPEED,
+	OPT_TP,
+	OPT_SPP,
+	OPT_KVP,
+	OPT_RANK,
+	OPT_PEER,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -68,21 +75,26 @@ static const struct option longopts[] = {
     {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
     {"kv", required_argument, NULL, OPT_KV},
     {"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
+    {"kvp", required_argument, NULL, OPT_KVP},
     {"llama-compat", no_argument, NULL, OPT_LLAMA_COMPAT},
     {"logits", required_argument, NULL, OPT_LOGITS},
     {"max-seqs", required_argument, NULL, OPT_MAXSEQS},
     {"model", required_argument, NULL, 'm'},
     {"n-predict", required_argument, NULL, 'n'},
+    {"peer", required_argument, NULL, OPT_PEER},
     {"prompt", required_argument, NULL, 'p'},
+    {"rank", required_argument, NULL, OPT_RANK},
     {"sched", required_argument, NULL, 's'},
     {"seed", required_argument, NULL, OPT_SEED},
     {"speed", required_argument, NULL, OPT_SPEED},
+    {"spp", required_argument, NULL, OPT_SPP},
     {"temp", required_argument, NULL, OPT_TEMP},
     {"threads", required_argument, NULL, 't'},
     {"tokenize", no_argument, NULL, OPT_TOKENIZE},
     {"tokens", no_argument, NULL, OPT_TOKENS},
     {"top-k", required_argument, NULL, OPT_TOPK},
     {"top-p", required_argument, NULL, OPT_TOPP},
+    {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
     {NULL, 0, NULL, 0},
 };
@@ -184,17 +196,26 @@ emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
 
 /* Daemon mode: open the backend, then serve the scheduler. */
 static int
-daemon_main(const char *addr, const char *backend, const char *model,
-    const char *gpu, const struct medha_runner_opts *ro, int64_t kv_blocks,
-    int max_seqs, double speed)
+daemon_main(struct worker_daemon_opts o, const char *backend,
+    const struct medha_runner_opts *ro, int64_t kv_blocks, int max_seqs,
+    double speed)
 {
 	struct medha_backend *be = NULL;
-	struct worker_daemon_opts o = {addr, model, gpu};
+	const char *model = o.model, *gpu = o.gpu;
 	char why[512];
 	int rc;
 
+	if (o.rank >= o.tp * o.spp * o.kvp) {
+		fprintf(stderr,
+		    "medha-worker: --rank %d: not below tp %d x spp %d x kvp "
+		    "%d\n",
+		    o.rank, o.tp, o.spp, o.kvp);
+		return 2;
+	}
 	if (strcmp(backend, "cpu") == 0) {
 		struct medha_backend_cpu_opts co = {0};
+		co.spp = o.spp;
+		co.stage = o.rank / o.tp % o.spp;
 		co.n_threads = ro->n_threads;
 		co.max_seqs = max_seqs;
 		co.kv_blocks = kv_blocks;
@@ -209,6 +230,9 @@ daemon_main(const char *addr, const char *backend, const char *model,
 		so.max_seqs = max_seqs;
 		so.kv_blocks = kv_blocks;
 		so.speed = speed;
+		so.tp = o.tp;
+		so.spp = o.spp;
+		so.kvp = o.kvp;
 		rc = medha_backend_sim_open(&be, &so, why, sizeof(why));
 	}
 	if (rc != 0)
@@ -230,6 +254,7 @@ main(int argc, char *argv[])
 	const char *logits_path = NULL, *addr = NULL, *backend = "cpu";
 	const char *gpu = "a100";
 	int64_t kv_blocks = 0, max_seqs = 0;
+	struct worker_daemon_opts wo = {.tp = 1, .spp = 1, .kvp = 1};
 	double speed = 1;
 	int64_t n_gen = 64, chunk = 512;
 	int chat = 0, ignore_eos = 0, tokenize = 0, as_ids = 0, verbose = 0;
@@ -276,6 +301,11 @@ main(int argc, char *argv[])
 		case OPT_SPEED:
 			speed = fnum("--speed", optarg, 1e-3, 1e6);
 			break;
+		case OPT_TP: wo.tp = num("--tp", optarg, 1, 64); break;
+		case OPT_SPP: wo.spp = num("--spp", optarg, 1, 64); break;
+		case OPT_KVP: wo.kvp = num("--kvp", optarg, 1, 64); break;
+		case OPT_RANK: wo.rank = num("--rank", optarg, 0, 4095); break;
+		case OPT_PEER: wo.peer = optarg; break;
 		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;
@@ -322,8 +352,11 @@ main(int argc, char *argv[])
 			long nc = sysconf(_SC_NPROCESSORS_ONLN);
 			ro.n_threads = nc > 0 && nc < 256 ? (int)nc : 1;
 		}
-		return daemon_main(addr, backend, model, gpu, &ro, kv_blocks,
-		    (int)max_seqs, speed);
+		wo.addr = addr;
+		wo.model = model;
+		wo.gpu = gpu;
+		return daemon_main(wo, backend, &ro, kv_blocks, (int)max_seqs,
+		    speed);
 	}
 	if (optind != argc || model == NULL ||
 	    (prompt == NULL) == (pfile == NULL)) {

@@ -12,7 +12,13 @@ struct worker_daemon_opts {
 	const char *addr;  /* the scheduler's address (-s) */
 	const char *model; /* as given with -m: announced in HELLO */
 	const char *gpu;   /* the predictor's device: "cpu" or a GPU name */
+	int tp, spp, kvp;  /* the replica's layout (1 each) */
+	int rank;          /* this worker's, in [0, tp * spp * kvp): rank_tp +
+	                      tp * (rank_spp + spp * rank_kvp) */
+	const char *peer;  /* where the other workers reach this one; NULL:
+	                      beside the scheduler's address */
 };
+
 
 /*
  * Serve the scheduler at o->addr with backend be until SIGTERM or

@@ -163,6 +163,16 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 
 	if (o == NULL)
 		o = &d;
+	if (o->spp > 1) {
+		if (o->spp > mc->n_layers || o->stage < 0 || o->stage >= o->spp)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "stage %d of %d: the model has %d layers", o->stage,
+			    o->spp, mc->n_layers);
+		d = *o;
+		medha_stage_layers(mc->n_layers, o->spp, o->stage, &d.layer_lo,
+		    &d.layer_hi);
+		o = &d;
+	}
 	if (o->n_threads < 0 || o->max_seqs < 0 || o->kv_blocks < 0)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "negative threads (%d), sequences (%d) or KV blocks "

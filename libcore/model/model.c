@@ -386,3 +386,12 @@ medha_model_weight_bytes(const struct medha_model *m)
 	}
 	return n;
 }
+
+void
+medha_stage_layers(int n, int spp, int s, int *lo, int *hi)
+{
+	int q = n / spp, r = n % spp;
+
+	*lo = s * q + (s < r ? s : r);
+	*hi = *lo + q + (s < r);
+}

@@ -107,4 +107,11 @@ void medha_model_free(struct medha_model *m);
 /* Bytes of the weight matrices as stored (what a decode step reads). */
 size_t medha_model_weight_bytes(const struct medha_model *m);
 
+/*
+ * Layers [*lo, *hi) of SPP stage s (0 <= s < spp <= n) over n layers:
+ * as even as can be, the earlier stages taking one more where spp does
+ * not divide n. Every worker and its scheduler split the same way.
+ */
+void medha_stage_layers(int n, int spp, int s, int *lo, int *hi);
+
 #endif

@@ -137,6 +137,9 @@ medha_msg_clear(struct medha_msg *m)
 		for (i = 0; m->batch.items != NULL && i < m->batch.n_items; i++)
 			free(m->batch.items[i].ids);
 		free(m->batch.items);
+		if (m->batch.peers != NULL)
+			free(m->batch.peers->urls);
+		free(m->batch.peers);
 		break;
 	}
 	memset(m, 0, sizeof(*m));
@@ -491,6 +494,9 @@ check_hello(struct chk *c, const struct medha_msg_hello *h)
 			return FAIL(c, pn[i], "not a positive integer");
 	if (h->pid < 0)
 		return FAIL(c, "pid", "not a non-negative integer");
+	if (!fits(h->peer, sizeof(h->peer), 0))
+		return FAIL(c, "peer", "not a string of at most %d bytes",
+		    (int)sizeof(h->peer) - 1);
 	return 0;
 }
 
@@ -556,6 +562,32 @@ check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 		if (it->has_params &&
 		    (rc = check_sampling(c, path, &it->params)) != 0)
 			return rc;
+		PROTO_PATH(path, "items[%lld].groups", (long long)i);
+		if (it->n_groups < 0 || it->n_groups > MEDHA_PROTO_MAX_GROUPS)
+			return FAIL(c, path, "not an array of at most %d",
+			    MEDHA_PROTO_MAX_GROUPS);
+		for (int g = 0; g < it->n_groups; g++)
+			if (it->groups[g] >= MEDHA_PROTO_MAX_GROUPS)
+				return FAIL(c, path, "a group not below %d",
+				    MEDHA_PROTO_MAX_GROUPS);
+	}
+	if (b->peers != NULL) {
+		const struct medha_msg_peers *p = b->peers;
+		if (idle)
+			return FAIL(c, "peers", "given with an idle");
+		if (p->gen < 1)
+			return FAIL(c, "peers.gen", "not a positive integer");
+		if (p->n < 1 || p->n > MEDHA_PROTO_MAX_PEERS || p->urls == NULL)
+			return FAIL(c, "peers.urls", "not an array of 1 to %d",
+			    MEDHA_PROTO_MAX_PEERS);
+		for (int i = 0; i < p->n; i++)
+			if (!fits(p->urls[i], sizeof(p->urls[i]), 0))
+				return FAIL(c, "peers.urls",
+				    "not strings of at most %d bytes",
+				    MEDHA_PROTO_URL_MAX - 1);
+		if (p->kvp_tokens < 1)
+			return FAIL(c, "peers.kvp_tokens",
+			    "not a positive integer");
 	}
 	return 0;
 }
@@ -696,7 +728,22 @@ item_eq(const struct medha_msg_item *a, const struct medha_msg_item *b)
 	return a->handle == b->handle && a->pos == b->pos &&
 	    ids_eq(a->ids, a->n_ids, b->ids, b->n_ids) &&
 	    !a->sample == !b->sample && !a->has_params == !b->has_params &&
-	    (!a->has_params || sampling_eq(&a->params, &b->params));
+	    (!a->has_params || sampling_eq(&a->params, &b->params)) &&
+	    a->n_groups == b->n_groups &&
+	    memcmp(a->groups, b->groups, (size_t)a->n_groups) == 0;
+}
+
+static int
+peers_eq(const struct medha_msg_peers *a, const struct medha_msg_peers *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	if (a->gen != b->gen || a->n != b->n || a->kvp_tokens != b->kvp_tokens)
+		return 0;
+	for (int i = 0; i < a->n; i++)
+		if (strcmp(a->urls[i], b->urls[i]) != 0)
+			return 0;
+	return 1;
 }
 
 static int
@@ -711,7 +758,7 @@ batch_eq(const struct medha_msg_batch *a, const struct medha_msg_batch *b)
 	for (int64_t i = 0; i < a->n_items; i++)
 		if (!item_eq(&a->items[i], &b->items[i]))
 			return 0;
-	return 1;
+	return peers_eq(a->peers, b->peers);
 }
 
 int
@@ -759,7 +806,7 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 		    h->block_size == k->block_size &&
 		    h->n_blocks == k->n_blocks && h->max_seqs == k->max_seqs &&
 		    h->vocab == k->vocab && h->dim == k->dim &&
-		    h->pid == k->pid;
+		    h->pid == k->pid && strcmp(h->peer, k->peer) == 0;
 	case MEDHA_MSG_WELCOME:
 	case MEDHA_MSG_READY:
 	case MEDHA_MSG_HEARTBEAT: return a->worker_id == b->worker_id;

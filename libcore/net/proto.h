@@ -56,6 +56,10 @@
 #define MEDHA_PROTO_GPU_MAX 64         /* device name, NUL included */
 #define MEDHA_PROTO_BACKEND_MAX 16     /* "cpu", "sim", "cuda" */
 #define MEDHA_PROTO_REASON_MAX 256     /* ERROR and RESULT reasons */
+#define MEDHA_PROTO_URL_MAX 256        /* a worker's peer address, NUL
+                                          included */
+#define MEDHA_PROTO_MAX_GROUPS 64      /* KVP groups of one item */
+#define MEDHA_PROTO_MAX_PEERS 4096     /* workers of one replica */
 /*
  * Liveness: a worker sends HEARTBEAT this often while a batch runs, and
  * the scheduler answers a held POLL or READY within this time; a peer
@@ -152,6 +156,9 @@ struct medha_msg_hello {
 	int vocab;                       /* vocabulary size, >= 1 */
 	int dim;                         /* model width, >= 1 */
 	int pid;                         /* its process id, >= 0 */
+	char peer[MEDHA_PROTO_URL_MAX];  /* where the replica's other workers
+	                                    reach it ("" for none: a replica
+	                                    of one worker) */
 };
 
 /* One sampled token of a RESULT. */
@@ -179,6 +186,20 @@ struct medha_msg_item {
 	int sample;     /* sample a token after the last id */
 	int has_params; /* params given (a request's first item) */
 	struct medha_sampler_params params;
+	int n_groups; /* KVP groups holding the sequence's pieces of KV
+	                 (0: one group, kvp 1) */
+	uint8_t groups[MEDHA_PROTO_MAX_GROUPS]; /* piece i's group; piece i
+	                 holds positions [i * kvp_tokens, (i + 1) *
+	                 kvp_tokens), the last piece the rest */
+};
+
+/* The replica's workers, sent with a worker's first batch after any
+ * worker (re)joined: rank i listens at urls[i]. */
+struct medha_msg_peers {
+	uint64_t gen;       /* generation, >= 1: grows at each change */
+	int n;              /* workers, 1 .. MEDHA_PROTO_MAX_PEERS */
+	char (*urls)[MEDHA_PROTO_URL_MAX]; /* (n) addresses */
+	int64_t kvp_tokens; /* KV positions per piece, >= 1 (kvp 1: any) */
 };
 
 /* BATCH (and IDLE: frees only, seq 0 and no items). */
@@ -189,6 +210,7 @@ struct medha_msg_batch {
 	struct medha_msg_item *items; /* owned (n_items) items */
 	int64_t n_items;              /* <= MEDHA_PROTO_MAX_ITEMS, with at most
 	                                 MEDHA_PROTO_MAX_IDS ids in all */
+	struct medha_msg_peers *peers; /* owned, or NULL (BATCH only) */
 };
 
 /*

@@ -620,11 +620,12 @@ enum {
 	HE_MODEL,
 	HE_GPU,
 	HE_LAYERS,
+	HE_PEER,
 	HE_N
 };
 static const char *const he_keys[HE_N] = {"tp", "spp", "kvp", "rank_tp",
     "rank_spp", "rank_kvp", "block_size", "n_blocks", "max_seqs", "vocab",
-    "dim", "pid", "backend", "model", "gpu", "layers"};
+    "dim", "pid", "backend", "model", "gpu", "layers", "peer"};
 
 static int
 dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
@@ -636,7 +637,11 @@ dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
 	int rc, k;
 
 	if ((rc = get_map(d, o, "", he_keys, HE_N, v)) != 0 ||
-	    (rc = need(d, "", he_keys, HE_N, v, (1u << HE_N) - 1)) != 0)
+	    (rc = need(d, "", he_keys, HE_N, v, (1u << HE_PEER) - 1)) != 0)
+		return rc;
+	if (v[HE_PEER] != NULL &&
+	    (rc = get_str(d, v[HE_PEER], "peer", 0, h->peer, sizeof(h->peer),
+	         0)) != 0)
 		return rc;
 	for (k = 0; k <= HE_PID; k++)
 		if ((rc = get_int(d, v[k], he_keys[k], n[k])) != 0)
@@ -701,6 +706,29 @@ dec_frees(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 	return 0;
 }
 
+/* An item's KVP groups: [g, ...], each below MEDHA_PROTO_MAX_GROUPS. */
+static int
+dec_groups(struct dec *d, const msgpack_object *o, uint32_t i,
+    struct medha_msg_item *it)
+{
+	char path[48];
+	int rc, g;
+
+	PROTO_PATH(path, "items[%u].groups", i);
+	if ((rc = get_arr(d, o, path, 0, MEDHA_PROTO_MAX_GROUPS)) != 0)
+		return rc;
+	it->n_groups = (int)o->via.array.size;
+	for (uint32_t k = 0; k < o->via.array.size; k++) {
+		if ((rc = get_int(d, &o->via.array.ptr[k], path, &g)) != 0)
+			return rc;
+		if (g < 0 || g >= MEDHA_PROTO_MAX_GROUPS)
+			return BAD(d, path, "a group not in [0, %d)",
+			    MEDHA_PROTO_MAX_GROUPS);
+		it->groups[k] = (uint8_t)g;
+	}
+	return 0;
+}
+
 static int
 dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 {
@@ -720,7 +748,7 @@ dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 	for (i = 0; i < o->via.array.size; i++) {
 		it = &b->items[i];
 		PROTO_PATH(path, "items[%u]", i);
-		if ((rc = get_arr(d, &o->via.array.ptr[i], path, 5, 5)) != 0)
+		if ((rc = get_arr(d, &o->via.array.ptr[i], path, 5, 6)) != 0)
 			return rc;
 		a = o->via.array.ptr[i].via.array.ptr;
 		PROTO_PATH(path, "items[%u].handle", i);
@@ -740,11 +768,45 @@ dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 		PROTO_PATH(path, "items[%u].sample", i);
 		if ((rc = get_bool(d, &a[3], path, &it->sample)) != 0)
 			return rc;
-		if (a[4].type == MSGPACK_OBJECT_NIL)
-			continue;
-		it->has_params = 1;
-		PROTO_PATH(path, "items[%u].params", i);
-		if ((rc = dec_params(d, &a[4], path, &it->params)) != 0)
+		if (a[4].type != MSGPACK_OBJECT_NIL) {
+			it->has_params = 1;
+			PROTO_PATH(path, "items[%u].params", i);
+			if ((rc = dec_params(d, &a[4], path, &it->params)) != 0)
+				return rc;
+		}
+		if (o->via.array.ptr[i].via.array.size == 6 &&
+		    (rc = dec_groups(d, &a[5], i, it)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* [gen, [url, ...], kvp_tokens] */
+static int
+dec_peers(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
+{
+	const msgpack_object *a = o->via.array.ptr, *u;
+	struct medha_msg_peers *p;
+	char path[32];
+	int rc;
+
+	if ((rc = get_arr(d, o, "peers", 3, 3)) != 0 ||
+	    (rc = get_arr(d, &a[1], "peers.urls", 1, MEDHA_PROTO_MAX_PEERS)) !=
+	        0)
+		return rc;
+	if ((p = b->peers = medha_calloc(1, sizeof(*p))) == NULL ||
+	    (p->urls = medha_calloc(a[1].via.array.size, sizeof(*p->urls))) ==
+	        NULL)
+		return MEDHA_ENOMEM;
+	p->n = (int)a[1].via.array.size;
+	if ((rc = get_u64(d, &a[0], "peers.gen", &p->gen)) != 0 ||
+	    (rc = get_i64(d, &a[2], "peers.kvp_tokens", &p->kvp_tokens)) != 0)
+		return rc;
+	for (int i = 0; i < p->n; i++) {
+		u = &a[1].via.array.ptr[i];
+		PROTO_PATH(path, "peers.urls[%d]", i);
+		if ((rc = get_str(d, u, path, 0, p->urls[i], sizeof(p->urls[i]),
+		         0)) != 0)
 			return rc;
 	}
 	return 0;
@@ -804,7 +866,8 @@ static const uint32_t frame_len[MEDHA_MSG_TYPE_COUNT] = {
 };
 
 static int
-dec_body(struct dec *d, struct medha_msg *m, const msgpack_object *a)
+dec_body(struct dec *d, struct medha_msg *m, const msgpack_object *a,
+    uint32_t nbody)
 {
 	int rc;
 
@@ -833,7 +896,11 @@ dec_body(struct dec *d, struct medha_msg *m, const msgpack_object *a)
 		if ((rc = get_u64(d, &a[0], "batch_seq", &m->batch.seq)) != 0 ||
 		    (rc = dec_frees(d, &a[1], &m->batch)) != 0)
 			return rc;
-		return dec_items(d, &a[2], &m->batch);
+		if ((rc = dec_items(d, &a[2], &m->batch)) != 0)
+			return rc;
+		if (nbody == 4 && a[3].type != MSGPACK_OBJECT_NIL)
+			return dec_peers(d, &a[3], &m->batch);
+		return 0;
 	case MEDHA_MSG_IDLE: return dec_frees(d, a, &m->batch);
 	}
 	return 0; /* POLL, OK, STATUS: no body */
@@ -863,10 +930,13 @@ dec_frame(struct medha_msg *m, const msgpack_object *o, char *why,
 		    (unsigned long long)type);
 	m->type = (int)type;
 	d.msg = medha_msg_type_name(m->type);
-	if (o->via.array.size != frame_len[type])
+	if (o->via.array.size != frame_len[type] &&
+	    !(type == MEDHA_MSG_BATCH &&
+	        o->via.array.size == frame_len[type] + 1)) /* peers */
 		return BAD(&d, "", "a frame of %u elements, not %u",
 		    o->via.array.size, frame_len[type]);
-	if ((rc = dec_body(&d, m, a + 2)) == MEDHA_ENOMEM)
+	if ((rc = dec_body(&d, m, a + 2, o->via.array.size - 2)) ==
+	    MEDHA_ENOMEM)
 		return medha_why(why, whylen, rc, "%s: out of memory", d.msg);
 	return rc;
 }

@@ -256,7 +256,11 @@ enc_hello(struct enc *e, const struct medha_msg_hello *h)
 	    "rank_kvp", "block_size", "n_blocks", "max_seqs", "vocab", "dim",
 	    "pid"};
 
-	put_map(e, 16);
+	put_map(e, 16 + (h->peer[0] != '\0'));
+	if (h->peer[0] != '\0') {
+		put_name(e, "peer");
+		put_name(e, h->peer);
+	}
 	put_name(e, "backend");
 	put_name(e, h->backend);
 	put_name(e, "model");
@@ -290,20 +294,33 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 	for (int64_t i = 0; i < b->n_items; i++) {
 		const struct medha_msg_item *it = &b->items[i];
 
-		put_arr(e, 5);
+		put_arr(e, 5 + (it->n_groups > 0));
 		put_u64(e, it->handle);
 		put_i64(e, it->pos);
 		put_ids(e, it->ids, it->n_ids);
 		put_bool(e, it->sample);
 		if (!it->has_params) {
 			e->err |= msgpack_pack_nil(&e->pk) != 0;
-			continue;
+		} else {
+			put_arr(e, 4);
+			put_f64(e, it->params.temp);
+			put_i64(e, it->params.top_k);
+			put_f64(e, it->params.top_p);
+			put_u64(e, it->params.seed);
 		}
-		put_arr(e, 4);
-		put_f64(e, it->params.temp);
-		put_i64(e, it->params.top_k);
-		put_f64(e, it->params.top_p);
-		put_u64(e, it->params.seed);
+		if (it->n_groups > 0) {
+			put_arr(e, (size_t)it->n_groups);
+			for (int g = 0; g < it->n_groups; g++)
+				put_i64(e, it->groups[g]);
+		}
+	}
+	if (b->peers != NULL) {
+		put_arr(e, 3);
+		put_u64(e, b->peers->gen);
+		put_arr(e, (size_t)b->peers->n);
+		for (int i = 0; i < b->peers->n; i++)
+			put_name(e, b->peers->urls[i]);
+		put_i64(e, b->peers->kvp_tokens);
 	}
 }
 
@@ -378,7 +395,8 @@ medha_msg_encode(const struct medha_msg *m, void **buf, size_t *len, char *why,
 	memset(&e, 0, sizeof(e));
 	msgpack_sbuffer_init(&e.sb);
 	msgpack_packer_init(&e.pk, &e.sb, msgpack_sbuffer_write);
-	put_arr(&e, 2 + (size_t)body_len[m->type]);
+	put_arr(&e, 2 + (size_t)body_len[m->type] +
+	    (m->type == MEDHA_MSG_BATCH && m->batch.peers != NULL));
 	put_i64(&e, MEDHA_PROTO_VERSION);
 	put_i64(&e, m->type);
 	enc_body(&e, m);

@@ -54,6 +54,22 @@ struct lreq {
 	int64_t ids_sent; /* ids already sent in token events */
 };
 
+/*
+ * A batch on its way through the workers: every worker gets it and
+ * answers it; it is done when all have, and stage 0 is free for the
+ * next one when the first stage's workers have.
+ */
+struct flight {
+	uint64_t seq;               /* its batch_seq */
+	struct medha_sched_batch b; /* as the core formed it (items copied) */
+	struct medha_msg_item *mi;  /* (b.n_items) as sent */
+	int32_t *ids;               /* the items' ids, copied */
+	int32_t *tok;               /* (b.n_items) sampled, -1 none yet */
+	int left;                   /* workers yet to answer */
+	int left0;                  /* of them, stage 0's */
+};
+
+/* A worker's place: slot i holds rank i (net/coll.h's rank). */
 struct wslot {
 	int present;
 	uint32_t peer;
@@ -61,12 +77,10 @@ struct wslot {
 	struct medha_srv_call *call; /* its held READY / RESULT */
 	double call_since;
 	double last_seen;
-	int busy;                   /* a batch in flight */
-	uint64_t bseq;              /* its batch_seq */
-	struct medha_sched_batch b; /* the batch in flight (items copied) */
-	struct medha_sched_item *items;
-	int items_cap;
-	uint64_t *frees; /* handles to free with the next answer */
+	uint64_t sent;     /* the last batch_seq sent to it */
+	uint64_t done;     /* the last batch_seq it answered */
+	uint64_t gen_sent; /* the peer table generation it has */
+	uint64_t *frees;   /* handles to free with the next answer */
 	int64_t nfrees, frees_cap;
 };
 
@@ -91,6 +105,11 @@ struct medha_replica {
 	struct medha_clients clients;
 	struct wslot *w; /* (cfg.workers) */
 	int nworkers;    /* present */
+	int tp, spp, kvp; /* the layout, from the first HELLO */
+	int n_layers;
+	struct flight *fl; /* (spp) ring of batches in flight */
+	int fl_head, nfl;
+	struct medha_msg_peers peers; /* urls: (cfg.workers) */
 	int ready;
 	int draining;
 	uint64_t bseq;
@@ -447,6 +466,7 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 		return medha_why(why, whylen, rc, "scheduler: %s",
 		    medha_strerror(rc));
 	r->sim = strcmp(h->backend, "sim") == 0;
+	r->n_layers = m.c.n_layers;
 	r->vocab = h->vocab;
 	r->ctx_len = r->sim ? 0 : m.c.ctx_len;
 	snprintf(r->model, sizeof(r->model), "%s", model);
@@ -465,6 +485,8 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 
 /* ---- workers ---- */
 
+static void dispatch(struct medha_replica *r, struct wslot *w, int idle_ok);
+
 static struct wslot *
 worker_of(struct medha_replica *r, uint32_t peer, int id)
 {
@@ -475,28 +497,107 @@ worker_of(struct medha_replica *r, uint32_t peer, int id)
 }
 
 static void
-worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
+flight_clear(struct flight *f)
 {
-	int id = (int)(w - r->w), n = 0;
+	free(f->b.items);
+	free(f->mi);
+	free(f->ids);
+	free(f->tok);
+	memset(f, 0, sizeof(*f));
+}
 
-	if (w->call != NULL)
-		medha_srv_drop(r->srv, w->call);
-	free(w->frees);
-	free(w->items);
-	memset(w, 0, sizeof(*w));
-	r->nworkers--;
-	r->ready = 0;
+/* Every batch in flight is void (the core was told). */
+static void
+flights_void(struct medha_replica *r)
+{
+	for (int i = 0; i < r->nfl; i++)
+		flight_clear(&r->fl[(r->fl_head + i) % r->spp]);
+	r->nfl = 0;
+	r->fl_head = 0;
+}
+
+/* The batch in flight of batch_seq seq, or NULL. */
+static struct flight *
+flight_of(struct medha_replica *r, uint64_t seq)
+{
+	for (int i = 0; i < r->nfl; i++) {
+		struct flight *f = &r->fl[(r->fl_head + i) % r->spp];
+		if (f->seq == seq)
+			return f;
+	}
+	return NULL;
+}
+
+/* The core fails what depended on the workers; batches in flight void. */
+static void
+replica_fault(struct medha_replica *r, const char *reason)
+{
+	int n = 0;
+
 	if (r->core != NULL) {
-		char reason[160];
-		snprintf(reason, sizeof(reason), "worker %d lost: %s", id, why);
 		n = medha_sched_worker_lost(r->core, reason, now_s(r));
 		if (n > 0)
 			drain_records(r);
 	}
-	medha_log(MEDHA_LOG_WARN,
-	    "worker %d lost (%s): %d requests failed; degraded, %d of %d "
-	    "workers",
-	    id, why, n > 0 ? n : 0, r->nworkers, r->cfg.workers);
+	flights_void(r);
+	if (n > 0)
+		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
+}
+
+static void
+worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
+{
+	int id = (int)(w - r->w);
+	char reason[200];
+
+	if (w->call != NULL)
+		medha_srv_drop(r->srv, w->call);
+	free(w->frees);
+	memset(w, 0, sizeof(*w));
+	r->nworkers--;
+	r->ready = 0;
+	snprintf(reason, sizeof(reason), "worker %d lost: %s", id, why);
+	replica_fault(r, reason);
+	medha_log(MEDHA_LOG_WARN, "worker %d lost (%s); degraded, %d of %d "
+	    "workers", id, why, r->nworkers, r->cfg.workers);
+}
+
+/* Whether h fits the replica's layout; why says how it does not. */
+static int
+hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen)
+{
+	int lo, hi;
+
+	if ((int64_t)h->tp * h->spp * h->kvp != r->cfg.workers)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layout tp %d x spp %d x kvp %d is not the replica's %d "
+		    "workers",
+		    h->tp, h->spp, h->kvp, r->cfg.workers);
+	if (r->nworkers > 0 &&
+	    (h->tp != r->tp || h->spp != r->spp || h->kvp != r->kvp))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layout tp %d x spp %d x kvp %d is not that of the "
+		    "workers there (tp %d x spp %d x kvp %d)",
+		    h->tp, h->spp, h->kvp, r->tp, r->spp, r->kvp);
+	if (h->spp > MEDHA_PROTO_MAX_GROUPS || h->kvp > MEDHA_PROTO_MAX_GROUPS)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "spp %d, kvp %d: at most %d each", h->spp, h->kvp,
+		    MEDHA_PROTO_MAX_GROUPS);
+	if (r->cfg.workers > 1 && h->peer[0] == '\0')
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no peer address: a replica of %d workers needs one",
+		    r->cfg.workers);
+	if (r->n_layers > 0) {
+		medha_stage_layers(r->n_layers, h->spp, h->rank_spp, &lo, &hi);
+		if (h->layer_lo != lo || h->layer_hi != hi)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "stage %d of %d runs layers [%d, %d), not the "
+			    "worker's [%d, %d)",
+			    h->rank_spp, h->spp, lo, hi, h->layer_lo,
+			    h->layer_hi);
+	}
+	return 0;
 }
 
 static void
@@ -505,7 +606,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 {
 	struct medha_msg m = {.type = MEDHA_MSG_WELCOME};
 	char why[256];
-	int id = -1;
+	int id = h->rank_tp + h->tp * (h->rank_spp + h->spp * h->rank_kvp);
 
 	if (strcmp(h->backend, "cpu") != 0 && strcmp(h->backend, "sim") != 0) {
 		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
@@ -513,27 +614,15 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    h->backend);
 		return;
 	}
-	if ((int64_t)h->tp * h->spp * h->kvp != r->cfg.workers) {
-		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
-		    "layout tp %d x spp %d x kvp %d is not the replica's %d "
-		    "workers",
-		    h->tp, h->spp, h->kvp, r->cfg.workers);
+	if (hello_fits(r, h, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "%s", why);
 		return;
 	}
-	if (r->cfg.workers != 1) {
-		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
-		    "replicas of more than one worker are not supported yet");
-		return;
-	}
-	for (int i = 0; i < r->cfg.workers; i++) {
-		if (r->w[i].present && r->w[i].peer == ev->peer)
-			id = i; /* the same worker again: start over */
-		else if (!r->w[i].present && id < 0)
-			id = i;
-	}
-	if (id < 0) {
+	if (r->w[id].present && r->w[id].peer != ev->peer) {
 		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
-		    "all %d workers are connected", r->cfg.workers);
+		    "rank %d (tp %d, spp %d, kvp %d) is connected already",
+		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
 		return;
 	}
 	if (r->core == NULL && make_core(r, h, why, sizeof(why)) != 0) {
@@ -548,100 +637,165 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	if (r->core != NULL &&
 	    (h->block_size != medha_sched_block_size(r->core) ||
 	        h->n_blocks < medha_sched_group_capacity(r->core) ||
-	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
+	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0 ||
+	        hello_fits(r, h, why, sizeof(why)) != 0)) {
 		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
 		    "worker does not match the replica (%s backend, blocks "
-		    "of %d, %lld blocks, vocab %d)",
+		    "of %d, %lld blocks, vocab %d, %d layers)",
 		    r->backend, medha_sched_block_size(r->core),
-		    (long long)medha_sched_group_capacity(r->core), r->vocab);
+		    (long long)medha_sched_group_capacity(r->core), r->vocab,
+		    r->n_layers);
+		return;
+	}
+	if (r->fl == NULL &&
+	    (r->fl = medha_calloc(h->spp, sizeof(*r->fl))) == NULL) {
+		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
 		return;
 	}
 	if (r->w[id].present)
 		worker_lost(r, &r->w[id], "said HELLO again");
+	r->tp = h->tp;
+	r->spp = h->spp;
+	r->kvp = h->kvp;
 	memset(&r->w[id], 0, sizeof(r->w[id]));
 	r->w[id].present = 1;
 	r->w[id].peer = ev->peer;
 	r->w[id].hello = *h;
 	r->w[id].last_seen = mono();
+	r->w[id].sent = r->w[id].done = r->bseq;
+	snprintf(r->peers.urls[id], sizeof(r->peers.urls[id]), "%s", h->peer);
 	r->nworkers++;
 	m.worker_id = id;
 	medha_srv_msg(r->srv, ev->call, &m);
 	medha_log(MEDHA_LOG_INFO,
-	    "worker %d: %s backend, %s, pid %d, %d KV blocks of %d", id,
-	    h->backend, h->model, h->pid, h->n_blocks, h->block_size);
+	    "worker %d (tp %d, spp %d, kvp %d): %s backend, %s, layers "
+	    "[%d, %d), pid %d, %d KV blocks of %d",
+	    id, h->rank_tp, h->rank_spp, h->rank_kvp, h->backend, h->model,
+	    h->layer_lo, h->layer_hi, h->pid, h->n_blocks, h->block_size);
 	if (r->nworkers == r->cfg.workers && !r->ready) {
 		r->ready = 1;
+		r->peers.gen++; /* the table the workers get next */
 		medha_log(MEDHA_LOG_WARN,
-		    "ready: %d worker%s, %s backend, model %s, %lld KV blocks "
-		    "of %d",
-		    r->nworkers, r->nworkers > 1 ? "s" : "", r->backend,
-		    r->model, (long long)medha_sched_group_capacity(r->core),
+		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
+		    "backend, model %s, %lld KV blocks of %d",
+		    r->nworkers, r->nworkers > 1 ? "s" : "", r->tp, r->spp,
+		    r->kvp, r->backend, r->model,
+		    (long long)medha_sched_group_capacity(r->core),
 		    medha_sched_block_size(r->core));
 	}
 }
 
-/* Answer w's held call with a batch, or with IDLE when asked to. */
+/* A batch from the core into the ring: 1, 0 (nothing to run) or < 0. */
+static int
+flight_form(struct medha_replica *r)
+{
+	struct medha_sched_batch b;
+	struct flight *f;
+	int64_t nids = 0;
+	int rc;
+
+	if ((rc = medha_sched_next_batch(r->core, now_s(r), &b)) != 1) {
+		if (rc < 0)
+			medha_log(MEDHA_LOG_ERROR, "forming a batch: %s",
+			    medha_strerror(rc));
+		return rc;
+	}
+	f = &r->fl[(r->fl_head + r->nfl) % r->spp];
+	memset(f, 0, sizeof(*f));
+	f->b = b;
+	for (int i = 0; i < b.n_items; i++)
+		nids += b.items[i].decode ? 1 : b.items[i].tokens;
+	f->b.items = medha_reallocarray(NULL, b.n_items, sizeof(*b.items));
+	f->mi = medha_calloc(b.n_items, sizeof(*f->mi));
+	f->ids = medha_reallocarray(NULL, (size_t)nids, sizeof(int32_t));
+	f->tok = medha_reallocarray(NULL, b.n_items, sizeof(int32_t));
+	if (f->b.items == NULL || f->mi == NULL || f->ids == NULL ||
+	    f->tok == NULL) {
+		flight_clear(f);
+		medha_log(MEDHA_LOG_ERROR, "out of memory sending a batch");
+		medha_sched_worker_lost(r->core, "out of memory", now_s(r));
+		flights_void(r);
+		drain_records(r);
+		return MEDHA_ENOMEM;
+	}
+	memcpy(f->b.items, b.items, b.n_items * sizeof(*b.items));
+	nids = 0;
+	for (int i = 0; i < b.n_items; i++) {
+		const struct medha_sched_item *it = &b.items[i];
+		struct lreq *q = lreq_get(r, it->req);
+		struct medha_msg_item *mi = &f->mi[i];
+
+		MEDHA_ASSERT(q != NULL);
+		mi->handle = it->req;
+		mi->pos = it->kv;
+		mi->ids = f->ids + nids;
+		mi->n_ids = it->decode ? 1 : it->tokens;
+		memcpy(mi->ids, it->decode ? &q->last : q->ids + it->kv,
+		    (size_t)mi->n_ids * sizeof(int32_t));
+		nids += mi->n_ids;
+		mi->sample = it->decode || it->last;
+		if (!it->decode && it->kv == 0) {
+			mi->has_params = 1;
+			mi->params = q->sp;
+			q->started = 1;
+		}
+		f->tok[i] = -1;
+	}
+	f->seq = ++r->bseq;
+	f->left = r->cfg.workers;
+	f->left0 = r->tp * r->kvp;
+	r->nfl++;
+	r->batches++;
+	return 1;
+}
+
+/* Form the next batch when stage 0 is free and fewer than spp fly. */
+static void
+flights_fill(struct medha_replica *r)
+{
+	if (!r->ready || r->core == NULL || r->nfl >= r->spp)
+		return;
+	if (r->nfl > 0 &&
+	    r->fl[(r->fl_head + r->nfl - 1) % r->spp].left0 > 0)
+		return; /* stage 0 still runs the last one */
+	if (flight_form(r) == 1)
+		for (int i = 0; i < r->cfg.workers; i++)
+			if (r->w[i].present && r->w[i].call != NULL)
+				dispatch(r, &r->w[i], 0);
+}
+
+/* Answer w's held call with its next batch, or with IDLE when asked
+ * to or when it has sequences to free. */
 static void
 dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 {
 	struct medha_msg m;
-	struct medha_sched_batch b;
-	struct medha_msg_item *items = NULL;
-	int rc;
+	struct flight *f = NULL;
 
-	if (w->call == NULL || w->busy)
+	if (w->call == NULL || w->done < w->sent)
 		return;
+	for (int i = 0; i < r->nfl && f == NULL; i++) {
+		struct flight *g = &r->fl[(r->fl_head + i) % r->spp];
+		if (g->seq > w->sent)
+			f = g;
+	}
 	memset(&m, 0, sizeof(m));
-	rc = r->ready ? 1 : 0;
-	if (rc && (rc = medha_sched_next_batch(r->core, now_s(r), &b)) < 0)
-		medha_log(MEDHA_LOG_ERROR, "forming a batch: %s",
-		    medha_strerror(rc));
-	if (rc == 1) {
-		if (w->items_cap < b.n_items) {
-			void *n = medha_reallocarray(w->items, b.n_items,
-			    sizeof(*w->items));
-			if (n == NULL)
-				goto nomem;
-			w->items = n;
-			w->items_cap = b.n_items;
-		}
-		if ((items = medha_calloc(b.n_items, sizeof(*items))) == NULL)
-			goto nomem;
-		memcpy(w->items, b.items, b.n_items * sizeof(*b.items));
-		w->b = b;
-		w->b.items = w->items;
-		for (int i = 0; i < b.n_items; i++) {
-			const struct medha_sched_item *it = &b.items[i];
-			struct lreq *q = lreq_get(r, it->req);
-			struct medha_msg_item *mi = &items[i];
-
-			MEDHA_ASSERT(q != NULL);
-			mi->handle = it->req;
-			mi->pos = it->kv;
-			if (it->decode) {
-				mi->ids = &q->last;
-				mi->n_ids = 1;
-			} else {
-				mi->ids = q->ids + it->kv;
-				mi->n_ids = it->tokens;
-			}
-			mi->sample = it->decode || it->last;
-			if (!it->decode && it->kv == 0) {
-				mi->has_params = 1;
-				mi->params = q->sp;
-				q->started = 1;
-			}
-		}
+	if (f != NULL) {
 		m.type = MEDHA_MSG_BATCH;
-		m.batch.seq = ++r->bseq;
-		m.batch.items = items;
-		m.batch.n_items = b.n_items;
-		w->busy = 1;
-		w->bseq = m.batch.seq;
-		r->batches++;
-	} else if (idle_ok || w->nfrees > 0) {
+		m.batch.seq = f->seq;
+		m.batch.items = f->mi;
+		m.batch.n_items = f->b.n_items;
+		if (w->gen_sent != r->peers.gen && r->cfg.workers > 1) {
+			r->peers.n = r->cfg.workers;
+			r->peers.kvp_tokens = 1;
+			m.batch.peers = &r->peers;
+			w->gen_sent = r->peers.gen;
+		}
+		w->sent = f->seq;
+	} else if (idle_ok || w->nfrees > 0)
 		m.type = MEDHA_MSG_IDLE;
-	} else
+	else
 		return;
 	m.batch.frees = w->frees;
 	m.batch.n_frees = w->nfrees;
@@ -649,67 +803,82 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 	w->call = NULL;
 	w->nfrees = 0;
 	w->last_seen = mono();
-	free(items);
-	return;
-nomem:
-	medha_log(MEDHA_LOG_ERROR, "out of memory sending a batch");
-	medha_sched_worker_lost(r->core, "out of memory", now_s(r));
-	drain_records(r);
+}
+
+/* The batches at the head of the ring that every worker has answered. */
+static void
+flights_land(struct medha_replica *r)
+{
+	while (r->nfl > 0 && r->fl[r->fl_head].left == 0) {
+		struct flight *f = &r->fl[r->fl_head];
+		struct medha_sched_result *out =
+		    medha_calloc(f->b.n_items, sizeof(*out));
+
+		if (out == NULL) {
+			replica_fault(r, "out of memory");
+			return;
+		}
+		for (int i = 0; i < f->b.n_items; i++) {
+			const struct medha_sched_item *it = &f->b.items[i];
+			struct lreq *q = lreq_get(r, it->req);
+
+			out[i].token = -1;
+			if (!(it->decode || it->last) || f->tok[i] < 0)
+				continue;
+			out[i].token = f->tok[i];
+			if (q != NULL) {
+				out[i].stop = on_token(r, q, out[i].token);
+				send_tokens(r, q, 0);
+			}
+		}
+		medha_sched_batch_done(r->core, &f->b, out, now_s(r));
+		free(out);
+		flight_clear(f);
+		r->fl_head = (r->fl_head + 1) % r->spp;
+		r->nfl--;
+		drain_records(r);
+	}
 }
 
 static void
 on_result(struct medha_replica *r, struct wslot *w,
     const struct medha_msg_result *res)
 {
-	struct medha_sched_result *out;
+	struct flight *f;
 	int64_t k = 0;
 
-	if (!w->busy || res->seq != w->bseq) {
+	if (res->seq <= w->done || res->seq > w->sent) {
 		medha_log(MEDHA_LOG_WARN,
 		    "worker %d: result of batch %llu, expected %llu",
 		    (int)(w - r->w), (unsigned long long)res->seq,
-		    (unsigned long long)w->bseq);
+		    (unsigned long long)w->sent);
 		return;
 	}
-	w->busy = 0;
+	w->done = res->seq;
+	if ((f = flight_of(r, res->seq)) == NULL)
+		return; /* a batch made void by a fault */
 	if (res->error[0] != '\0') {
 		char reason[300];
 		snprintf(reason, sizeof(reason),
 		    "batch failed on worker %d: %s", (int)(w - r->w),
 		    res->error);
 		medha_log(MEDHA_LOG_ERROR, "%s", reason);
-		medha_sched_worker_lost(r->core, reason, now_s(r));
-		drain_records(r);
+		replica_fault(r, reason);
 		return;
 	}
-	if ((out = medha_calloc(w->b.n_items, sizeof(*out))) == NULL) {
-		medha_sched_worker_lost(r->core, "out of memory", now_s(r));
-		drain_records(r);
-		return;
-	}
-	for (int i = 0; i < w->b.n_items; i++) {
-		const struct medha_sched_item *it = &w->b.items[i];
-		struct lreq *q = lreq_get(r, it->req);
-
-		out[i].token = -1;
-		if (!(it->decode || it->last))
-			continue;
-		/* tokens come in item order; find this item's */
-		while (k < res->n_tokens && res->tokens[k].handle != it->req)
-			k++;
-		if (k == res->n_tokens) {
-			k = 0;
-			continue;
-		}
-		out[i].token = res->tokens[k].token;
-		if (q != NULL) {
-			out[i].stop = on_token(r, q, out[i].token);
-			send_tokens(r, q, 0);
-		}
-	}
-	medha_sched_batch_done(r->core, &w->b, out, now_s(r));
-	free(out);
-	drain_records(r);
+	/* tokens come in item order; each item's from one worker */
+	for (int i = 0; i < f->b.n_items && k < res->n_tokens; i++)
+		if (f->mi[i].handle == res->tokens[k].handle)
+			f->tok[i] = res->tokens[k++].token;
+	if (k < res->n_tokens)
+		medha_log(MEDHA_LOG_WARN,
+		    "worker %d: %lld tokens of batch %llu for no item",
+		    (int)(w - r->w), (long long)(res->n_tokens - k),
+		    (unsigned long long)res->seq);
+	f->left--;
+	if (w->hello.rank_spp == 0)
+		f->left0--;
+	flights_land(r);
 }
 
 /* ---- client requests ---- */
@@ -985,13 +1154,12 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 		w->call_since = mono();
 		if (m.type == MEDHA_MSG_RESULT)
 			on_result(r, w, &m.result);
-		else if (w->busy) {
+		else if (w->done < w->sent) {
 			/* READY with a batch out: the worker started over */
-			w->busy = 0;
-			medha_sched_worker_lost(r->core,
-			    "worker dropped its batch", now_s(r));
-			drain_records(r);
+			w->done = w->sent;
+			replica_fault(r, "worker dropped its batch");
 		}
+		flights_fill(r);
 		dispatch(r, w, 0);
 		break;
 	default:
@@ -1023,6 +1191,7 @@ housekeeping(struct medha_replica *r)
 		}
 		dispatch(r, w, w->call != NULL && t - w->call_since >= HB);
 	}
+	flights_fill(r);
 }
 
 /* ---- life cycle ---- */
@@ -1040,13 +1209,18 @@ medha_replica_open(struct medha_replica **rp,
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "bad replica configuration");
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
-	    (r->w = medha_calloc(c->workers, sizeof(*r->w))) == NULL) {
+	    (r->w = medha_calloc(c->workers, sizeof(*r->w))) == NULL ||
+	    (r->peers.urls = medha_calloc(c->workers,
+	         sizeof(*r->peers.urls))) == NULL) {
+		if (r != NULL)
+			free(r->w);
 		free(r);
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
 	r->cfg = *c;
 	r->t0 = mono();
 	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
+		free(r->peers.urls);
 		free(r->w);
 		free(r);
 		return rc;
@@ -1114,8 +1288,11 @@ medha_replica_close(struct medha_replica *r)
 		if (r->w[i].call != NULL)
 			medha_srv_drop(r->srv, r->w[i].call);
 		free(r->w[i].frees);
-		free(r->w[i].items);
 	}
+	if (r->fl != NULL)
+		flights_void(r);
+	free(r->fl);
+	free(r->peers.urls);
 	medha_srv_close(r->srv);
 	for (size_t s = 0; s < r->slots; s++)
 		if (r->by_slot[s] != NULL)
