@@ -12,6 +12,11 @@
 #                 no numerics: batches take their predicted time)
 #   two-replicas  a router in front of two replicas, each a scheduler and
 #                 one cpu worker (MEDHA_THREADS 1 each by default)
+#   spp2          a router in front of one replica of two cpu workers, a
+#                 pipeline of two stages (MEDHA_THREADS 1 each by default)
+#   sim64         a router in front of one replica of 64 sim workers
+#                 (Llama-3 70B on H100s, tp 8 x spp 8; MEDHA_SIM_SPEED, 10,
+#                 divides the batch times)
 #
 # Environment:
 #   MEDHA_ADDR    where single's or sim's scheduler listens (default
@@ -26,7 +31,7 @@
 #   MEDHA_MODEL   the GGUF for cpu workers (cache/models/SmolLM2-135M-
 #                 Instruct.Q4_1.gguf, fetched by contrib/fetch-refs.sh)
 #   MEDHA_BIN     the programs (bin/)
-#   MEDHA_THREADS threads of each cpu worker (2; two-replicas 1)
+#   MEDHA_THREADS threads of each cpu worker (single 2; the others 1)
 #   MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS, MEDHA_ROUTER_OPTS  more flags
 #   MEDHA_LOG     a directory for the processes' logs (a temporary one)
 set -u
@@ -35,7 +40,7 @@ bin=${MEDHA_BIN:-$top/bin}
 topo=${1:-}
 tcp=0
 [ "${2:-}" = --tcp ] && tcp=1
-usage="usage: serve.sh single|sim|two-replicas [--tcp]"
+usage="usage: serve.sh single|sim|two-replicas|spp2|sim64 [--tcp]"
 if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# = 2 ] && [ $tcp = 0 ]; }; then
 	echo "$usage" >&2
 	exit 2
@@ -75,20 +80,32 @@ need_model() {
 	exit 1
 }
 
-# replica NAME ADDR cpu|sim THREADS: a scheduler and its worker
+# replica NAME ADDR cpu|sim THREADS [TP SPP KVP [SCHED_FLAGS...]]: a
+# scheduler and its tp * spp * kvp workers (logs NAME.log,
+# NAME-workerR.log)
 replica() {
-	"$bin/medha-sched" -l "$2" ${MEDHA_SCHED_OPTS:-} 2>"$logs/$1.log" &
+	local name=$1 addr=$2 kind=$3 threads=$4 tp=${5:-1} spp=${6:-1}
+	local kvp=${7:-1} n r
+	shift 7 2>/dev/null || shift $#
+	n=$((tp * spp * kvp))
+	"$bin/medha-sched" -l "$addr" --workers $n "$@" \
+	    ${MEDHA_SCHED_OPTS:-} 2>"$logs/$name.log" &
 	pids+=($!)
-	ready_logs+=("$logs/$1.log")
-	if [ "$3" = cpu ]; then
-		"$bin/medha-worker" -s "$2" -m "$model" -t "$4" \
-		    ${MEDHA_WORKER_OPTS:-} 2>"$logs/$1-worker0.log" &
-	else
-		"$bin/medha-worker" -s "$2" --backend sim --gpu a100 \
-		    -m llama3-8b ${MEDHA_WORKER_OPTS:-} \
-		    2>"$logs/$1-worker0.log" &
-	fi
-	pids+=($!)
+	ready_logs+=("$logs/$name.log")
+	for ((r = 0; r < n; r++)); do
+		if [ "$kind" = cpu ]; then
+			"$bin/medha-worker" -s "$addr" -m "$model" -t "$threads" \
+			    --tp $tp --spp $spp --kvp $kvp --rank $r \
+			    ${MEDHA_WORKER_OPTS:-} 2>"$logs/$name-worker$r.log" &
+		else
+			"$bin/medha-worker" -s "$addr" --backend sim \
+			    --gpu "${MEDHA_SIM_GPU:-a100}" \
+			    -m "${MEDHA_SIM_MODEL:-llama3-8b}" \
+			    --tp $tp --spp $spp --kvp $kvp --rank $r \
+			    ${MEDHA_WORKER_OPTS:-} 2>"$logs/$name-worker$r.log" &
+		fi
+		pids+=($!)
+	done
 }
 
 # router ADDR REPLICA_ADDR...
@@ -114,6 +131,21 @@ single | sim)
 		router "$MEDHA_ROUTER" "$addr"
 		where="$MEDHA_ROUTER (router) -> $addr"
 	fi
+	;;
+spp2)
+	need_model
+	front=${MEDHA_ROUTER:-$(url 0)}
+	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 1 2 1
+	router "$front" "$(url 1)"
+	where="$front (router) -> $(url 1): tp 1 x spp 2 x kvp 1"
+	;;
+sim64)
+	front=${MEDHA_ROUTER:-$(url 0)}
+	MEDHA_SIM_GPU=${MEDHA_SIM_GPU:-h100} MEDHA_SIM_MODEL=${MEDHA_SIM_MODEL:-llama3-70b} \
+	    MEDHA_WORKER_OPTS="--speed ${MEDHA_SIM_SPEED:-10} ${MEDHA_WORKER_OPTS:-}" \
+	    replica sched "$(url 1)" sim 1 8 8 1
+	router "$front" "$(url 1)"
+	where="$front (router) -> $(url 1): 64 sim workers, tp 8 x spp 8"
 	;;
 two-replicas)
 	need_model

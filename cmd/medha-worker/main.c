@@ -233,6 +233,7 @@ daemon_main(struct worker_daemon_opts o, const char *backend,
 		so.tp = o.tp;
 		so.spp = o.spp;
 		so.kvp = o.kvp;
+		so.stage = o.rank / o.tp % o.spp;
 		rc = medha_backend_sim_open(&be, &so, why, sizeof(why));
 	}
 	if (rc != 0)

@@ -22,6 +22,7 @@ struct sim {
 	struct medha_kvplace pl; /* one group, for the cost model */
 	struct medha_kvlease lease;
 	double speed;
+	int last; /* runs the last stage (spp 1: the only one) */
 	int max_seqs;
 	int vocab;
 	int64_t *len; /* (max_seqs) positions held; -1 free */
@@ -101,6 +102,7 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	struct sim *s = impl;
 	const struct medha_batch *b = f->b;
 	struct medha_cost a;
+	struct medha_lat lat;
 	struct timespec until;
 	double t0 = now(), t;
 	int64_t need = 0;
@@ -148,7 +150,11 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		if (f->samplers != NULL && f->samplers[i] != NULL)
 			f->tokens[i] = medha_backend_sim_token(end, s->vocab);
 	}
-	t = t0 + medha_cost_latency(&a, &s->pred, 1).latency / s->speed;
+	lat = medha_cost_latency(&a, &s->pred, 1);
+	t = t0 + (s->pred.spp == 1 ? lat.latency
+	              : s->last  ? lat.last
+	                         : lat.stage) /
+	        s->speed;
 	until.tv_sec = (time_t)t;
 	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) ==
@@ -198,6 +204,9 @@ medha_backend_sim_open(struct medha_backend **be,
 	if (o->max_seqs < 0 || o->kv_blocks < 0 || o->speed < 0)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "negative max_seqs, kv_blocks or speed");
+	if (o->stage < 0 || o->stage >= (o->spp > 0 ? o->spp : 1))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "stage %d of spp %d", o->stage, o->spp);
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	if ((rc = medha_pred_init(&s->pred, g, &m, o->tp > 0 ? o->tp : 1,
@@ -237,8 +246,9 @@ medha_backend_sim_open(struct medha_backend **be,
 	memset(&info, 0, sizeof(info));
 	info.name = "sim";
 	info.shape = m.c;
-	info.layer_lo = 0;
-	info.layer_hi = m.c.n_layers;
+	medha_stage_layers(m.c.n_layers, s->pred.spp, o->stage, &info.layer_lo,
+	    &info.layer_hi);
+	s->last = o->stage == s->pred.spp - 1;
 	info.block_size = MEDHA_KV_BLOCK;
 	info.n_blocks = cap;
 	info.max_seqs = s->max_seqs;

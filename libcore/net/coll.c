@@ -36,7 +36,10 @@ struct medha_coll {
 	int *open;        /* (n) whether push[i] is open */
 	struct waiting *w;
 	int nw, wcap;
+	volatile sig_atomic_t *stop;
 };
+
+#define SLICE 0.2 /* s between looks at the stop flag */
 
 static double
 mono(void)
@@ -154,6 +157,12 @@ medha_coll_close(struct medha_coll *c)
 	free(c);
 }
 
+void
+medha_coll_stop_on(struct medha_coll *c, volatile sig_atomic_t *stop)
+{
+	c->stop = stop;
+}
+
 const char *
 medha_coll_url(const struct medha_coll *c)
 {
@@ -259,8 +268,20 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	put64(p + 16, tag);
 	if (len > 0)
 		memcpy(p + HDR, buf, len);
-	nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO, ms_of(timeout));
-	if ((rv = nng_sendmsg(c->push[dst], m, 0)) != 0) {
+	for (double end = timeout < 0 ? -1 : mono() + timeout;;) {
+		double left = end < 0 ? SLICE : end - mono();
+		nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO,
+		    ms_of(left < SLICE ? left : SLICE));
+		rv = nng_sendmsg(c->push[dst], m, 0);
+		if (rv != NNG_ETIMEDOUT || (end >= 0 && mono() >= end))
+			break;
+		if (c->stop != NULL && *c->stop) {
+			nng_msg_free(m);
+			return medha_why(why, whylen, MEDHA_EPEER,
+			    "collectives: stopping");
+		}
+	}
+	if (rv != 0) {
 		nng_msg_free(m);
 		return medha_why(why, whylen, medha_link_nng_err(rv),
 		    "collectives: sending to rank %d: %s", dst,
@@ -325,7 +346,11 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			return medha_why(why, whylen, MEDHA_ETIMEOUT,
 			    "collectives: nothing from rank %d in %.0f s", src,
 			    timeout);
-		nng_socket_set_ms(c->pull, NNG_OPT_RECVTIMEO, ms_of(left));
+		if (c->stop != NULL && *c->stop)
+			return medha_why(why, whylen, MEDHA_EPEER,
+			    "collectives: stopping");
+		nng_socket_set_ms(c->pull, NNG_OPT_RECVTIMEO,
+		    ms_of(left < 0 || left > SLICE ? SLICE : left));
 		if ((rv = nng_recvmsg(c->pull, &m, 0)) != 0) {
 			m = NULL;
 			if (rv == NNG_ETIMEDOUT)

@@ -34,6 +34,7 @@
 
 #include "medha.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +71,13 @@ const char *medha_coll_url(const struct medha_coll *c);
  */
 int medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
     const char *const *urls, char *why, size_t whylen);
+
+/*
+ * A flag (the caller's, e.g. set by a signal handler) that ends every
+ * wait of c within a fifth of a second once non-zero: the call then
+ * returns MEDHA_EPEER ("stopping").
+ */
+void medha_coll_stop_on(struct medha_coll *c, volatile sig_atomic_t *stop);
 
 /* The generation, rank and size set by medha_coll_peers (0, -1, 0 before). */
 uint64_t medha_coll_gen(const struct medha_coll *c);
