@@ -40,6 +40,7 @@
 #include <jansson.h>
 #include <errno.h>
 #include <pthread.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,7 @@ struct hreq {
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
 	int rx_busy, tx_busy;
+	int cont; /* tx is writing "100 Continue": the body follows */
 	char *body;
 	size_t body_len;
 	char rxbuf[256];
@@ -425,6 +427,8 @@ stream_start(struct medha_http *h, struct hreq *r)
 		emit_chunk(h, r, "", 0, 1, 0, NULL);
 }
 
+static void read_body(struct medha_http *h, struct hreq *r);
+
 static void
 tx_cb(void *arg)
 {
@@ -434,7 +438,18 @@ tx_cb(void *arg)
 
 	pthread_mutex_lock(&h->mu);
 	r->tx_busy = 0;
-	if (!r->reaped) {
+	if (r->cont) { /* "100 Continue" is out: now the body */
+		r->cont = 0;
+		if (r->haio == NULL) {
+			r->up = U_DONE;
+			maybe_reap(h, r);
+		} else if (rv != 0) {
+			nng_aio_finish(r->haio, rv); /* the server closes */
+			r->haio = NULL;
+			maybe_reap(h, r);
+		} else
+			read_body(h, r);
+	} else if (!r->reaped) {
 		r->wr.n = 0;
 		if (rv != 0)
 			on_gone(h, r);
@@ -865,10 +880,10 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 {
 	const char *cl = nng_http_req_get_header(req, "Content-Length");
 	const char *te = nng_http_req_get_header(req, "Transfer-Encoding");
+	const char *expect = nng_http_req_get_header(req, "Expect");
 	struct medha_oai_error e;
 	struct hreq *r;
 	int64_t len;
-	nng_iov iov;
 	char model[MEDHA_PROTO_NAME_MAX];
 
 	if (te != NULL || cl == NULL) {
@@ -941,13 +956,30 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 	if (h->all != NULL)
 		h->all->prev = r;
 	h->all = r;
-	iov.iov_buf = r->body;
-	iov.iov_len = r->body_len;
+	if (expect != NULL && strcasecmp(expect, "100-continue") == 0) {
+		/* curl waits a second for this before a body over 1 KiB */
+		static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+		nng_iov iov = {.iov_buf = cont, .iov_len = sizeof(cont) - 1};
+		nng_aio_set_iov(r->tx, 1, &iov);
+		nng_aio_set_timeout(r->tx,
+		    (nng_duration)(h->cfg.body_timeout * 1e3));
+		r->cont = r->tx_busy = 1;
+		nng_http_conn_write_all(conn, r->tx);
+	} else
+		read_body(h, r);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Read r's body, within body_timeout (mu held). */
+static void
+read_body(struct medha_http *h, struct hreq *r)
+{
+	nng_iov iov = {.iov_buf = r->body, .iov_len = r->body_len};
+
 	nng_aio_set_iov(r->rx, 1, &iov);
 	nng_aio_set_timeout(r->rx, (nng_duration)(h->cfg.body_timeout * 1e3));
 	r->rx_busy = 1;
-	nng_http_conn_read_all(conn, r->rx);
-	pthread_mutex_unlock(&h->mu);
+	nng_http_conn_read_all(r->conn, r->rx);
 }
 
 static void
