@@ -812,15 +812,10 @@ rx_cb(void *arg)
 		pthread_mutex_unlock(&h->mu);
 		return;
 	}
-	if (rv != 0) {
-		if (rv == NNG_ETIMEDOUT) {
-			medha_oai_error_set(&e, 408, "invalid_request_error",
-			    "request_timeout", NULL,
-			    "the request body did not arrive within %g s",
-			    h->cfg.body_timeout);
-			reply_error(h, r->haio, &e, 1, 1);
-		} else
-			nng_aio_finish(r->haio, rv); /* the server closes */
+	if (rv != 0) { /* late (nng has closed the connection), or gone */
+		medha_log(MEDHA_LOG_INFO, "http: %s: body not read: %s", r->id,
+		    nng_strerror(rv));
+		nng_aio_finish(r->haio, rv); /* the server lets it go */
 		r->haio = NULL;
 		maybe_reap(h, r);
 		pthread_mutex_unlock(&h->mu);

@@ -22,7 +22,7 @@
  * client that goes away during a stream has its request cancelled.
  *
  * Every resource is bounded: the request body (max_body bytes, read
- * within body_timeout seconds), the requests in progress (max_conns,
+ * within body_timeout seconds, else the connection closes), the requests in progress (max_conns,
  * more are answered 429 at once), and what a request holds (its output).
  *
  *	struct medha_http_config c;
