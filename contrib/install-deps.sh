@@ -8,4 +8,4 @@ apt-get update
 apt-get install -y --no-install-recommends \
 	build-essential pkg-config ca-certificates python3 python3-venv python3-pip \
 	libnng-dev libmsgpack-dev libzstd-dev zstd libjansson-dev \
-	libcmocka-dev libpcre2-dev gnuplot-nox mandoc
+	libcmocka-dev libpcre2-dev gnuplot-nox mandoc curl

@@ -7,7 +7,8 @@
 #
 # Topologies:
 #   single        one scheduler and one cpu worker on the real model; a
-#                 router in front of it when MEDHA_ROUTER is set
+#                 router in front of it when MEDHA_ROUTER or MEDHA_HTTP
+#                 is set
 #   sim           one scheduler and one sim worker (Llama-3 8B on an A100,
 #                 no numerics: batches take their predicted time)
 #   two-replicas  a router in front of two replicas, each a scheduler and
@@ -27,6 +28,10 @@
 #                 tcp://127.0.0.1:$MEDHA_PORT with --tcp); its replicas
 #                 listen at TOPOLOGY-rN.sock beside it (ports
 #                 MEDHA_PORT+1+N)
+#   MEDHA_HTTP    HOST:PORT where the router serves the OpenAI-compatible
+#                 HTTP API (medha-router --http, with -m MEDHA_MODEL);
+#                 with single and no MEDHA_ROUTER, the router listens at
+#                 TOPOLOGY-router.sock (port MEDHA_PORT+9)
 #   MEDHA_PORT    the first port for --tcp (5555)
 #   MEDHA_MODEL   the GGUF for cpu workers (cache/models/SmolLM2-135M-
 #                 Instruct.Q4_1.gguf, fetched by contrib/fetch-refs.sh)
@@ -113,6 +118,10 @@ router() {
 	local a=$1 r=()
 	shift
 	for x in "$@"; do r+=(-r "$x"); done
+	if [ -n "${MEDHA_HTTP:-}" ]; then
+		r+=(--http "$MEDHA_HTTP")
+		[ "$topo" != sim ] && [ -s "$model" ] && r+=(-m "$model")
+	fi
 	"$bin/medha-router" -l "$a" "${r[@]}" ${MEDHA_ROUTER_OPTS:-} \
 	    2>"$logs/router.log" &
 	pids+=($!)
@@ -127,9 +136,14 @@ single | sim)
 	[ $kind = cpu ] && need_model
 	replica sched "$addr" $kind "${MEDHA_THREADS:-2}"
 	where=$addr
-	if [ -n "${MEDHA_ROUTER:-}" ]; then
-		router "$MEDHA_ROUTER" "$addr"
-		where="$MEDHA_ROUTER (router) -> $addr"
+	if [ -n "${MEDHA_ROUTER:-}${MEDHA_HTTP:-}" ]; then
+		if [ $tcp = 1 ]; then
+			front=${MEDHA_ROUTER:-tcp://127.0.0.1:$((port + 9))}
+		else
+			front=${MEDHA_ROUTER:-ipc://$dir/$topo-router.sock}
+		fi
+		router "$front" "$addr"
+		where="$front (router) -> $addr"
 	fi
 	;;
 spp2)
@@ -162,6 +176,7 @@ two-replicas)
 	;;
 esac
 
+[ -n "${MEDHA_HTTP:-}" ] && where="$where, HTTP at http://$MEDHA_HTTP"
 echo "serve.sh: $topo at $where, logs in $logs" >&2
 # ready once every scheduler and the router say so; give up if a
 # process dies first

@@ -1,8 +1,10 @@
 /*
- * medha-router: the front door of one or more replicas (net/router.h).
- * Flags and wiring only.
+ * medha-router: the front door of one or more replicas (net/router.h),
+ * and with --http its OpenAI-compatible HTTP front door (net/http.h), a
+ * client of the router at an inproc:// address. Flags and wiring only.
  */
 #include "medha.h"
+#include "net/http.h"
 #include "net/router.h"
 
 #include <getopt.h>
@@ -16,8 +18,10 @@ usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: medha-router -l ADDR -r REPLICA_ADDR [-r REPLICA_ADDR ...]"
-	    " [-v]\n"
-	    "           [--drain-timeout S] [--max-queue N] "
+	    " [-v] [-m MODEL]\n"
+	    "           [--drain-timeout S] [--http HOST:PORT] "
+	    "[--http-max-body BYTES]\n"
+	    "           [--http-max-conns N] [--max-queue N] "
 	    "[--status-interval S]\n");
 }
 
@@ -30,7 +34,17 @@ on_stop(int sig)
 	stop = 1;
 }
 
-enum { OPT_DRAIN = 256, OPT_MAXQ, OPT_STATUS };
+enum {
+	OPT_DRAIN = 256,
+	OPT_HTTP,
+	OPT_HTTP_BODY,
+	OPT_HTTP_CONNS,
+	OPT_MAXQ,
+	OPT_STATUS
+};
+
+/* The router's address for its own HTTP front door (one per process). */
+#define HTTP_UPSTREAM "inproc://medha-router-http"
 
 int
 main(int argc, char *argv[])
@@ -38,8 +52,12 @@ main(int argc, char *argv[])
 	static const struct option opts[] = {
 	    {"drain-timeout", required_argument, NULL, OPT_DRAIN},
 	    {"help", no_argument, NULL, 'h'},
+	    {"http", required_argument, NULL, OPT_HTTP},
+	    {"http-max-body", required_argument, NULL, OPT_HTTP_BODY},
+	    {"http-max-conns", required_argument, NULL, OPT_HTTP_CONNS},
 	    {"listen", required_argument, NULL, 'l'},
 	    {"max-queue", required_argument, NULL, OPT_MAXQ},
+	    {"model", required_argument, NULL, 'm'},
 	    {"replica", required_argument, NULL, 'r'},
 	    {"status-interval", required_argument, NULL, OPT_STATUS},
 	    {"verbose", no_argument, NULL, 'v'},
@@ -47,18 +65,22 @@ main(int argc, char *argv[])
 	};
 	static const char *reps[MEDHA_ROUTER_MAX_REPLICAS];
 	struct medha_router_config c;
+	struct medha_http_config hc;
 	struct medha_router *r;
+	struct medha_http *http = NULL;
 	struct sigaction sa;
 	char why[512];
 	int ch, rc;
 
 	medha_progname = "medha-router";
 	medha_router_config_default(&c);
+	medha_http_config_default(&hc);
 	c.replicas = reps;
-	while ((ch = getopt_long(argc, argv, "hl:r:v", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "hl:m:r:v", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'h': usage(stdout); return 0;
 		case 'l': c.listen = optarg; break;
+		case 'm': hc.model = optarg; break;
 		case 'r':
 			if (c.nreplicas == MEDHA_ROUTER_MAX_REPLICAS) {
 				fprintf(stderr,
@@ -72,6 +94,17 @@ main(int argc, char *argv[])
 		case OPT_DRAIN:
 			if (medha_flag_f64("--drain-timeout", optarg, 0, 1e6, 0,
 			        &c.drain_timeout) != 0)
+				return 2;
+			break;
+		case OPT_HTTP: hc.listen = optarg; break;
+		case OPT_HTTP_BODY:
+			if (medha_flag_i64("--http-max-body", optarg, 1,
+			        MEDHA_PROTO_MAX_FRAME / 2, &hc.max_body) != 0)
+				return 2;
+			break;
+		case OPT_HTTP_CONNS:
+			if (medha_flag_i64("--http-max-conns", optarg, 1,
+			        1 << 20, &hc.max_conns) != 0)
 				return 2;
 			break;
 		case OPT_MAXQ:
@@ -111,11 +144,27 @@ main(int argc, char *argv[])
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	if (hc.listen == NULL && hc.model != NULL) {
+		fprintf(stderr, "medha-router: -m MODEL needs --http\n");
+		return 2;
+	}
 	if ((rc = medha_router_open(&r, &c, why, sizeof(why))) != 0) {
 		fprintf(stderr, "medha-router: %s\n", why);
 		return rc == MEDHA_EINVAL ? 2 : 1;
 	}
+	if (hc.listen != NULL) {
+		hc.upstream = HTTP_UPSTREAM;
+		hc.router = r;
+		if ((rc = medha_router_listen(r, HTTP_UPSTREAM, why,
+		         sizeof(why))) != 0 ||
+		    (rc = medha_http_open(&http, &hc, why, sizeof(why))) != 0) {
+			fprintf(stderr, "medha-router: %s\n", why);
+			medha_router_close(r);
+			return rc == MEDHA_EINVAL ? 2 : 1;
+		}
+	}
 	rc = medha_router_run(r, &stop);
+	medha_http_close(http);
 	medha_router_close(r);
 	if (rc != 0) {
 		fprintf(stderr, "medha-router: %s\n", medha_strerror(rc));

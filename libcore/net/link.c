@@ -215,6 +215,19 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 	return 0;
 }
 
+int
+medha_srv_listen(struct medha_srv *s, const char *url, char *why, size_t whylen)
+{
+	int rv = nng_listen(s->sock, url, NULL, 0);
+
+	if (rv == 0)
+		return 0;
+	return medha_why(why, whylen,
+	    rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? MEDHA_EINVAL
+	                                              : MEDHA_EIO,
+	    "cannot listen at %s: %s", url, nng_strerror(rv));
+}
+
 void
 medha_srv_close(struct medha_srv *s)
 {

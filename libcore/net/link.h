@@ -61,14 +61,23 @@ struct medha_srv_ev {
 };
 
 /*
- * Listen at url (ipc://PATH or tcp://HOST:PORT). On success *s is the
- * caller's, for medha_srv_close(). Returns 0, MEDHA_EINVAL (a bad url),
+ * Listen at url (ipc://PATH, tcp://HOST:PORT or inproc://NAME). On success *s
+ * is the caller's, for medha_srv_close(). Returns 0, MEDHA_EINVAL (a bad url),
  * MEDHA_EIO (cannot listen: address in use, no permission) or
  * MEDHA_ENOMEM, with why.
  */
 int
 medha_srv_open(struct medha_srv **s, const char *url, char *why, size_t whylen);
 void medha_srv_close(struct medha_srv *s);
+
+/*
+ * Listen at one more url with the same socket (an inproc:// address for
+ * a client in the same process, such as the router's HTTP front door):
+ * its peers are served exactly as those of the first. Returns 0,
+ * MEDHA_EINVAL (a bad url) or MEDHA_EIO (cannot listen), with why.
+ */
+int medha_srv_listen(struct medha_srv *s, const char *url, char *why,
+    size_t whylen);
 
 /*
  * Wait up to timeout seconds (0: do not wait) for the next event into
@@ -151,8 +160,8 @@ int medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
  */
 void medha_srv_msg(struct medha_srv *s, struct medha_srv_call *call,
     const struct medha_msg *m);
-void medha_srv_error(struct medha_srv *s, struct medha_srv_call *call,
-    int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void medha_srv_error(struct medha_srv *s, struct medha_srv_call *call, int code,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 
 /* For the net modules: an nng error (NNG_E*) as a MEDHA_E* code. */

@@ -16,6 +16,10 @@
  * contexts): events for a handle not yet known wait, for up to
  * MEDHA_PROTO_DEAD_MS, for it; then they go, and the request is
  * cancelled there.
+ *
+ * The main thread also keeps the figures of medha_router_metrics() (what
+ * /metrics of the HTTP front door shows) under a mutex of their own, so
+ * that a snapshot never waits for the inbox.
  */
 #include "net/router.h"
 
@@ -126,7 +130,14 @@ struct medha_router {
 	int rr; /* where the tie-break starts */
 	int ready, draining;
 	int64_t served, failed;
+	pthread_mutex_t mmu;               /* guards met */
+	struct medha_router_metrics met;   /* met.rep: (nup) */
 };
+
+const double medha_router_ttft_le[MEDHA_HIST_BUCKETS] = {0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const double medha_router_tpot_le[MEDHA_HIST_BUCKETS] = {0.001, 0.0025,
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
 
 static double
 mono(void)
@@ -144,6 +155,101 @@ medha_router_config_default(struct medha_router_config *c)
 	c->drain_timeout = 30;
 	c->max_queue = 100000;
 	c->status_interval = 0.1;
+}
+
+/* ---- metrics ---- */
+
+void
+medha_hist_add(struct medha_hist *h, const double *le, double v)
+{
+	int i = 0;
+
+	while (i < MEDHA_HIST_BUCKETS && v > le[i])
+		i++;
+	h->n[i]++;
+	h->count++;
+	h->sum += v;
+}
+
+/* A request ended with rec (from a replica) or with status (made here). */
+static void
+count_end(struct medha_router *r, const struct medha_record *rec, int status)
+{
+	pthread_mutex_lock(&r->mmu);
+	if (rec == NULL) {
+		r->met.requests[status]++;
+	} else {
+		if (rec->status >= 0 && rec->status < MEDHA_STATUS_COUNT)
+			r->met.requests[rec->status]++;
+		r->met.prompt_tokens += rec->prompt_tokens;
+		r->met.generation_tokens += rec->output_tokens;
+		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 0)
+			medha_hist_add(&r->met.ttft, medha_router_ttft_le,
+			    rec->ttft);
+		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 1)
+			medha_hist_add(&r->met.tpot, medha_router_tpot_le,
+			    rec->tpot_mean);
+	}
+	pthread_mutex_unlock(&r->mmu);
+}
+
+static void
+count_refused(struct medha_router *r)
+{
+	pthread_mutex_lock(&r->mmu);
+	r->met.refused++;
+	pthread_mutex_unlock(&r->mmu);
+}
+
+/* The replicas' states and the gauges, after watch(). */
+static void
+count_gauges(struct medha_router *r)
+{
+	const char *model = NULL;
+
+	pthread_mutex_lock(&r->mmu);
+	for (int i = 0; i < r->nup; i++) {
+		const struct up *u = &r->up[i];
+		struct medha_router_replica_stat *st = &r->met.rep[i];
+		st->url = u->url;
+		st->up = u->alive;
+		st->ready = u->ready;
+		st->workers = u->now.workers;
+		st->workers_wanted = u->now.workers_wanted;
+		st->pending = u->now.pending;
+		st->queue = u->now.queue;
+		st->kv_blocks = u->now.kv_blocks;
+		st->kv_used = u->now.kv_used;
+		st->block_size = u->now.block_size;
+		st->live = u->live;
+		if (u->alive && u->now.model[0] != '\0' &&
+		    (model == NULL || u->ready))
+			model = u->now.model;
+	}
+	if (model != NULL)
+		memcpy(r->met.model, model, sizeof(r->met.model));
+	r->met.ready = r->ready && !r->draining;
+	r->met.draining = r->draining;
+	r->met.in_flight = r->live;
+	pthread_mutex_unlock(&r->mmu);
+}
+
+int
+medha_router_metrics(struct medha_router *r, struct medha_router_metrics *m)
+{
+	struct medha_router_replica_stat *rep =
+	    medha_calloc((size_t)r->nup, sizeof(*rep));
+
+	if (rep == NULL)
+		return MEDHA_ENOMEM;
+	pthread_mutex_lock(&r->mmu);
+	*m = r->met;
+	memcpy(rep, r->met.rep, (size_t)r->nup * sizeof(*rep));
+	pthread_mutex_unlock(&r->mmu);
+	m->rep = rep;
+	m->nreplicas = r->nup;
+	m->uptime = mono() - r->t0;
+	return 0;
 }
 
 /* ---- the replicas' threads ---- */
@@ -378,6 +484,7 @@ rreq_fail(struct medha_router *r, struct rreq *q, int status,
 	}
 	if (status == MEDHA_STATUS_FAILED)
 		r->failed++;
+	count_end(r, NULL, status);
 	rreq_end(r, q);
 }
 
@@ -459,11 +566,13 @@ on_submit(struct medha_router *r, struct medha_srv_ev *ev,
 	struct rreq *q = NULL;
 
 	if (r->draining) {
+		count_refused(r);
 		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 		    "shutting down: not accepting requests");
 		return;
 	}
 	if (r->live >= r->cfg.max_queue) {
+		count_refused(r);
 		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
 		    "overloaded: %lld requests in flight", (long long)r->live);
 		return;
@@ -495,6 +604,7 @@ on_submit(struct medha_router *r, struct medha_srv_ev *ev,
 	q->spec = *rs; /* taken over */
 	memset(rs, 0, sizeof(*rs));
 	if (place(r, q) != 0) {
+		count_refused(r);
 		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
 		    "no replica is ready");
 		medha_map_del(&r->reqs, q->handle);
@@ -525,6 +635,7 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 		rec->finish += d;
 		rec->ttft = rec->first_token - rec->arrival;
 		r->served++;
+		count_end(r, rec, 0);
 	}
 	ev->handle = q->handle;
 	if (!q->gone)
@@ -953,13 +1064,18 @@ medha_router_open(struct medha_router **rp,
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "bad router configuration");
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
-	    (r->up = medha_calloc(c->nreplicas, sizeof(*r->up))) == NULL) {
+	    (r->up = medha_calloc(c->nreplicas, sizeof(*r->up))) == NULL ||
+	    (r->met.rep = medha_calloc(c->nreplicas, sizeof(*r->met.rep))) ==
+	        NULL) {
+		if (r != NULL)
+			free(r->up);
 		free(r);
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
 	r->cfg = *c;
 	r->t0 = mono();
 	pthread_mutex_init(&r->mu, NULL);
+	pthread_mutex_init(&r->mmu, NULL);
 	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
 		medha_router_close(r);
 		return rc;
@@ -970,6 +1086,7 @@ medha_router_open(struct medha_router **rp,
 		u->r = r;
 		u->idx = i;
 		u->url = c->replicas[i];
+		r->met.rep[i].url = u->url;
 		u->s_per_tok = 1e-3;
 		{
 			pthread_condattr_t ca;
@@ -999,6 +1116,13 @@ medha_router_open(struct medha_router **rp,
 	}
 	*rp = r;
 	return 0;
+}
+
+int
+medha_router_listen(struct medha_router *r, const char *url, char *why,
+    size_t whylen)
+{
+	return medha_srv_listen(r->srv, url, why, whylen);
 }
 
 int
@@ -1037,6 +1161,7 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 			on_call(r, &ev);
 		watch(r); /* first: an answer is judged by the epoch now */
 		take_inbox(r);
+		count_gauges(r);
 	}
 	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld failed",
 	    (long long)r->served, (long long)r->failed);
@@ -1092,6 +1217,8 @@ medha_router_close(struct medha_router *r)
 	medha_clients_free(&r->clients);
 	medha_srv_close(r->srv);
 	pthread_mutex_destroy(&r->mu);
+	pthread_mutex_destroy(&r->mmu);
+	free(r->met.rep);
 	free(r->up);
 	free(r);
 }

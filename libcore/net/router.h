@@ -32,6 +32,8 @@
 #define MEDHA_ROUTER_H
 
 #include "medha.h"
+#include "net/proto.h"
+#include "req.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -66,5 +68,66 @@ int medha_router_open(struct medha_router **r,
 int medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop);
 
 void medha_router_close(struct medha_router *r);
+
+/*
+ * Listen at one more url (link.h's medha_srv_listen): the HTTP front
+ * door (net/http.h) is a client of the router at an inproc:// address.
+ * Call before medha_router_run. Returns 0, MEDHA_EINVAL or MEDHA_EIO,
+ * with why.
+ */
+int medha_router_listen(struct medha_router *r, const char *url, char *why,
+    size_t whylen);
+
+/* ---- metrics: a snapshot any thread may take while the router runs ---- */
+
+/* Histogram buckets: upper bounds in seconds, +Inf beyond the last. */
+#define MEDHA_HIST_BUCKETS 12
+extern const double medha_router_ttft_le[MEDHA_HIST_BUCKETS];
+extern const double medha_router_tpot_le[MEDHA_HIST_BUCKETS];
+
+struct medha_hist {
+	uint64_t n[MEDHA_HIST_BUCKETS + 1]; /* observations in (le[i-1],
+	                                       le[i]]; the last: > le[11] */
+	uint64_t count;
+	double sum;
+};
+
+/* One replica as the router last saw it (its latest STATUS). */
+struct medha_router_replica_stat {
+	const char *url; /* the configuration's string */
+	int up;          /* answered within MEDHA_PROTO_DEAD_MS */
+	int ready;       /* and all its workers are there */
+	int64_t workers, workers_wanted;
+	int64_t pending, queue; /* requests in flight there; of those, queued */
+	int64_t kv_blocks, kv_used, block_size;
+	int64_t live; /* requests the router has accepted there */
+};
+
+struct medha_router_metrics {
+	double uptime;    /* s since medha_router_open */
+	int ready;        /* a replica is ready and the router not stopping */
+	int draining;     /* stopping */
+	int64_t in_flight; /* requests in flight through the router */
+	int64_t refused;   /* SUBMITs answered with ERROR */
+	int64_t requests[MEDHA_STATUS_COUNT]; /* ended, by record status */
+	int64_t prompt_tokens;     /* of ended requests, as their records say */
+	int64_t generation_tokens; /* likewise, output tokens */
+	struct medha_hist ttft;    /* records of "ok" requests with output */
+	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
+	char model[MEDHA_PROTO_NAME_MAX]; /* a replica's model, or "" */
+	int nreplicas;
+	struct medha_router_replica_stat *rep; /* (nreplicas), malloc'd */
+};
+
+/*
+ * A consistent copy of the router's figures, updated by its main thread
+ * as it goes (requests from every client count, nng and HTTP alike).
+ * From any thread, while r is open. On success m->rep is the caller's,
+ * freed with free(). Returns 0 or MEDHA_ENOMEM.
+ */
+int medha_router_metrics(struct medha_router *r, struct medha_router_metrics *m);
+
+/* Count one observation of v seconds into h with bounds le. */
+void medha_hist_add(struct medha_hist *h, const double *le, double v);
 
 #endif

@@ -1,0 +1,214 @@
+#!/bin/sh
+# http.sh: the router's OpenAI-compatible HTTP front door (medha-router
+# --http), on examples/serve.sh single with MEDHA_HTTP on a free loopback
+# port (one cpu replica of SmolLM2 behind the router).
+#  1. curl: /health, /v1/models, a completion whole and streamed (SSE,
+#     usage chunk, [DONE]), a chat completion; bad JSON 400, a wrong
+#     type 400, an unsupported field 400, an unknown model 404, an
+#     unknown route 404, a wrong method 405, a huge body 413, each with
+#     OpenAI's error body; a client that leaves mid-stream has its
+#     request cancelled; /metrics counters move.
+#  2. The openai Python package (cache/venv): completions and chat,
+#     streamed and not, greedy: the text must be exactly what
+#     medha-worker -p (--chat) gives alone.
+#  3. SIGTERM stops every process.
+# Skips without the model (contrib/fetch-refs.sh) or curl; part 2 skips
+# without the openai package.
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+cache=${MEDHA_CACHE:-$top/cache}
+model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+py=${MEDHA_PY:-$cache/venv/bin/python}
+if [ ! -s "$model" ]; then
+	echo "skip: $model missing (run contrib/fetch-refs.sh)"
+	exit 0
+fi
+if ! command -v curl >/dev/null; then
+	echo "skip: no curl (contrib/install-deps.sh)"
+	exit 0
+fi
+tmp=$(mktemp -d)
+serve=
+cleanup() {
+	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+base=http://127.0.0.1:$port
+MEDHA_BIN=$bin MEDHA_MODEL=$model MEDHA_ADDR=ipc://$tmp/r.sock \
+    MEDHA_ROUTER=ipc://$tmp/router.sock MEDHA_HTTP=127.0.0.1:$port \
+    MEDHA_LOG=$tmp/logs bash "$top/examples/serve.sh" single \
+    2>"$tmp/serve.err" &
+serve=$!
+i=0
+until grep -qx ready "$tmp/serve.err"; do
+	i=$((i + 1))
+	if [ $i -gt 600 ] || ! kill -0 "$serve" 2>/dev/null; then
+		echo "serve.sh did not become ready"
+		cat "$tmp/serve.err" "$tmp"/logs/*.log
+		exit 1
+	fi
+	sleep 0.1
+done
+grep -q "http: listening at http://127.0.0.1:$port" "$tmp/logs/router.log"
+
+# ---- 1. curl ----
+# req NAME ARGS...: the body into $tmp/NAME, the status into $tmp/NAME.code
+req() {
+	n=$1
+	shift
+	curl -sS -o "$tmp/$n" -w '%{http_code}' "$@" >"$tmp/$n.code"
+}
+req metrics0 "$base/metrics"
+req health "$base/health"
+req models "$base/v1/models"
+req cmpl -H 'Content-Type: application/json' "$base/v1/completions" \
+    -d '{"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}'
+req sse -N "$base/v1/completions" -d '{"prompt": "The capital of France is",
+    "max_tokens": 8, "temperature": 0, "stream": true,
+    "stream_options": {"include_usage": true}}'
+req chat "$base/v1/chat/completions" -d '{"messages": [{"role": "user",
+    "content": "What is 2+2?"}], "max_tokens": 12, "temperature": 0}'
+req badjson "$base/v1/completions" -d '{"prompt": "x",'
+req badtype "$base/v1/completions" -d '{"prompt": "x", "max_tokens": "many"}'
+req unsup "$base/v1/completions" -d '{"prompt": "x", "n": 2}'
+req badmodel "$base/v1/completions" -d '{"prompt": "x", "model": "gpt-9"}'
+req noroute "$base/v1/nothing"
+req method -X DELETE "$base/v1/completions"
+head -c 2000000 /dev/zero | tr '\0' a >"$tmp/big"
+req huge "$base/v1/completions" --data-binary "@$tmp/big"
+# a stream the client leaves after a second: cancelled upstream
+curl -sN -m 1 "$base/v1/completions" -d '{"prompt": "Once upon a time",
+    "max_tokens": 4000, "ignore_eos": true, "stream": true}' \
+    >"$tmp/left" 2>/dev/null || true
+sleep 1
+req metrics1 "$base/metrics"
+python3 - "$tmp" "$model" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+mid = os.path.basename(sys.argv[2])
+def got(name):
+    return int(open("%s/%s.code" % (d, name)).read()), open("%s/%s" % (d, name)).read()
+def err(name, status, code=None):
+    s, body = got(name)
+    assert s == status, (name, s, body)
+    e = json.loads(body)["error"]
+    assert e["message"] and e["type"], (name, e)
+    if code:
+        assert e["code"] == code, (name, e)
+    print("%s: %d %s" % (name, s, e["message"]))
+s, h = got("health")
+assert s == 200 and json.loads(h)["status"] == "ok", h
+s, m = got("models")
+assert s == 200 and [x["id"] for x in json.loads(m)["data"]] == [mid], m
+s, c = got("cmpl")
+c = json.loads(c)
+assert s == 200 and c["object"] == "text_completion", c
+assert c["id"].startswith("cmpl-") and c["model"] == mid, c
+assert c["choices"][0]["finish_reason"] in ("length", "stop"), c
+u = c["usage"]
+assert u["completion_tokens"] <= 8 and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
+s, sse = got("sse")
+assert s == 200
+events = [e[6:] for e in sse.split("\n\n") if e]
+assert all(e.startswith("data: ") is False for e in events)
+assert events[-1] == "[DONE]", events[-3:]
+chunks = [json.loads(e) for e in events[:-1]]
+assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == u, chunks[-1]
+text = "".join(ch["choices"][0]["text"] for ch in chunks[:-1])
+assert text == c["choices"][0]["text"], (text, c)
+assert chunks[-2]["choices"][0]["finish_reason"] == c["choices"][0]["finish_reason"]
+s, ch = got("chat")
+ch = json.loads(ch)
+assert s == 200 and ch["object"] == "chat.completion", ch
+assert ch["choices"][0]["message"]["role"] == "assistant", ch
+assert ch["choices"][0]["message"]["content"], ch
+err("badjson", 400)
+err("badtype", 400)
+err("unsup", 400, "unsupported")
+err("badmodel", 404, "model_not_found")
+err("noroute", 404, "not_found")
+err("method", 405)
+err("huge", 413)
+def metrics(name):
+    out = {}
+    for l in open("%s/%s" % (d, name)):
+        if l.startswith("#") or not l.strip():
+            continue
+        k, v = l.rsplit(" ", 1)
+        out[k] = float(v)
+    return out
+m0, m1 = metrics("metrics0"), metrics("metrics1")
+ok = 'medha_requests_total{status="ok"}'
+assert m1[ok] >= m0[ok] + 3, (m0[ok], m1[ok])
+assert m1['medha_requests_total{status="cancelled"}'] >= m0['medha_requests_total{status="cancelled"}'] + 1
+assert m1["medha_generation_tokens_total"] > m0["medha_generation_tokens_total"]
+assert m1["medha_time_to_first_token_seconds_count"] >= 3
+assert m1["medha_requests_in_flight"] == 0 and m1["medha_http_streams"] == 0, m1
+assert m1['medha_http_responses_total{code="400"}'] >= 3
+assert any(k.startswith("medha_kv_blocks{") and v > 0 for k, v in m1.items())
+print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1['medha_requests_total{status="cancelled"}']))
+PY
+
+# ---- 2. the openai package against medha-worker -p ----
+if "$py" -c 'import openai' 2>/dev/null; then
+	"$py" - "$base/v1" "$bin/medha-worker" "$model" <<'PY'
+import subprocess, sys
+import openai
+c = openai.OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0)
+worker, model = sys.argv[2], sys.argv[3]
+mid = c.models.list().data[0].id
+def alone(prompt, n, chat):
+    out = subprocess.run([worker, "-m", model, "-p", prompt, "-n", str(n),
+                          "-t", "2"] + (["--chat"] if chat else []),
+                         capture_output=True, text=True, check=True).stdout
+    assert out.endswith("\n")
+    return out[:-1]
+cases = [("The capital of France is", 16, False), ("def fibonacci(n):", 16, False),
+         ("What is 2+2?", 16, True), ("Write a haiku about the sea.", 16, True)]
+bad = 0
+for prompt, n, chat in cases:
+    want = alone(prompt, n, chat)
+    if chat:
+        msgs = [{"role": "user", "content": prompt}]
+        r = c.chat.completions.create(model=mid, messages=msgs, max_tokens=n, temperature=0)
+        whole = r.choices[0].message.content
+        s = c.chat.completions.create(model=mid, messages=msgs, max_tokens=n,
+                                      temperature=0, stream=True)
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices)
+    else:
+        r = c.completions.create(model=mid, prompt=prompt, max_tokens=n, temperature=0)
+        whole = r.choices[0].text
+        s = c.completions.create(model=mid, prompt=prompt, max_tokens=n,
+                                 temperature=0, stream=True)
+        streamed = "".join(ch.choices[0].text for ch in s if ch.choices)
+    ok = whole == want and streamed == want
+    bad += not ok
+    print("%s %s%r: %s" % ("ok  " if ok else "FAIL", "chat " if chat else "", prompt,
+                            "" if ok else "http %r, stream %r, alone %r" % (whole, streamed, want)))
+try:
+    c.completions.create(model=mid, prompt="x", max_tokens=100000)
+    bad += 1
+except openai.BadRequestError as e:
+    assert e.body["code"] == "context_length_exceeded", e.body
+print("openai %s: %d of %d cases differ from medha-worker -p" % (openai.__version__, bad, len(cases)))
+sys.exit(1 if bad else 0)
+PY
+else
+	echo "skip: the openai package is not in $py (contrib/fetch-refs.sh)"
+fi
+
+# ---- 3. SIGTERM stops every process ----
+kill -TERM "$serve"
+wait "$serve" || true
+serve=
+sleep 0.5
+if pgrep -f "medha-router -l ipc://$tmp/router.sock" >/dev/null ||
+    pgrep -f "medha-sched -l ipc://$tmp/r.sock" >/dev/null; then
+	echo "processes left after SIGTERM"
+	exit 1
+fi
+grep -q "stopped:" "$tmp/logs/router.log"
+echo "http: ok"
