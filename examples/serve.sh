@@ -72,6 +72,12 @@ pids=()
 ready_logs=()
 stop() {
 	trap - INT TERM EXIT
+	# the router first, while its replicas still answer: nng 1.5 may
+	# block for ever closing a connection whose server went away first
+	if [ -n "${router_pid:-}" ]; then
+		kill -TERM "$router_pid" 2>/dev/null
+		wait "$router_pid" 2>/dev/null
+	fi
 	[ ${#pids[@]} -gt 0 ] && kill -TERM "${pids[@]}" 2>/dev/null
 	wait 2>/dev/null
 	exit "${1:-0}"
@@ -125,6 +131,7 @@ router() {
 	"$bin/medha-router" -l "$a" "${r[@]}" ${MEDHA_ROUTER_OPTS:-} \
 	    2>"$logs/router.log" &
 	pids+=($!)
+	router_pid=$!
 	ready_logs+=("$logs/router.log")
 }
 
