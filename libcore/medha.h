@@ -101,4 +101,12 @@ int medha_why(char *why, size_t whylen, int err, const char *fmt, ...)
 void *medha_calloc(size_t n, size_t size);
 void *medha_reallocarray(void *p, size_t n, size_t size);
 
+/*
+ * Length (1 to 4) of the valid UTF-8 sequence at s, of which n bytes may
+ * be read, or 0 if s does not start one: a stray continuation byte, an
+ * overlong form, a surrogate, a code point past U+10FFFF, or a sequence
+ * cut short (by n, or by a NUL in a NUL-terminated string).
+ */
+size_t medha_utf8_len(const char *s, size_t n);
+
 #endif

@@ -149,3 +149,35 @@ medha_reallocarray(void *p, size_t n, size_t size)
 		return NULL;
 	return realloc(p, n * size == 0 ? 1 : n * size);
 }
+
+size_t
+medha_utf8_len(const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t k;
+	uint32_t c;
+
+	if (n == 0)
+		return 0;
+	if (u[0] < 0x80)
+		return 1;
+	if (u[0] >= 0xc2 && u[0] <= 0xdf)
+		k = 2, c = u[0] & 0x1f;
+	else if (u[0] >= 0xe0 && u[0] <= 0xef)
+		k = 3, c = u[0] & 0x0f;
+	else if (u[0] >= 0xf0 && u[0] <= 0xf4)
+		k = 4, c = u[0] & 0x07;
+	else
+		return 0;
+	if (n < k)
+		return 0;
+	for (size_t i = 1; i < k; i++) {
+		if ((u[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (u[i] & 0x3f);
+	}
+	if ((k == 3 && c < 0x800) || (k == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+	    (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	return k;
+}

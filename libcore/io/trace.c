@@ -137,39 +137,6 @@ json_line(const char *line, json_t **root, char *why, size_t whylen)
 	return 0;
 }
 
-/*
- * Length of the valid UTF-8 sequence at s (1 to 4), or 0 if s does not
- * start one (a stray continuation byte, an overlong form, a surrogate, a
- * sequence cut short): generated text may end inside a character.
- */
-static int
-utf8_len(const unsigned char *s)
-{
-	int n, i;
-	uint32_t c;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		n = 2, c = s[0] & 0x1f;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		n = 3, c = s[0] & 0x0f;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		n = 4, c = s[0] & 0x07;
-	else
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (s[i] & 0x3f);
-	}
-	if ((n == 3 && c < 0x800) ||
-	    (n == 4 && (c < 0x10000 || c > 0x10ffff)) ||
-	    (c >= 0xd800 && c <= 0xdfff))
-		return 0;
-	return n;
-}
-
 /* Writes a string literal. */
 #define WLIT(w, lit) medha_writer_write((w), (lit), sizeof(lit) - 1)
 
@@ -185,7 +152,7 @@ write_jstr(struct medha_writer *w, const char *s)
 	while (*s != '\0') {
 		unsigned char c = (unsigned char)*s;
 
-		if (c >= 0x80 && (n = utf8_len((const unsigned char *)s)) > 0) {
+		if (c >= 0x80 && (n = (int)medha_utf8_len(s, SIZE_MAX)) > 0) {
 			s += n;
 			continue;
 		}

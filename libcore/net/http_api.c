@@ -119,47 +119,16 @@ medha_oai_error_json(const struct medha_oai_error *e, size_t *len)
 
 /* ---- UTF-8 ---- */
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
-static size_t
-utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned c = s[0];
-	size_t k;
-	unsigned min, cp;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		k = 2, min = 0x80, cp = c & 0x1f;
-	else if (c >= 0xe0 && c <= 0xef)
-		k = 3, min = 0x800, cp = c & 0x0f;
-	else if (c >= 0xf0 && c <= 0xf4)
-		k = 4, min = 0x10000, cp = c & 0x07;
-	else
-		return 0;
-	if (n < k)
-		return 0;
-	for (size_t i = 1; i < k; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return k;
-}
-
 char *
 medha_utf8_fix(const char *s, size_t len, size_t *outlen)
 {
-	const unsigned char *u = (const unsigned char *)s;
 	char *out = medha_reallocarray(NULL, len + 1, 3); /* worst: all bad */
 	size_t o = 0;
 
 	if (out == NULL)
 		return NULL;
 	for (size_t i = 0; i < len;) {
-		size_t k = utf8_seq(u + i, len - i);
+		size_t k = medha_utf8_len(s + i, len - i);
 		if (k == 0) {
 			memcpy(out + o, "\xef\xbf\xbd", 3);
 			o += 3;

@@ -64,35 +64,12 @@ proto_fail(char *why, size_t whylen, int err, const char *msg, const char *path,
 int
 proto_utf8_valid(const char *s, size_t n)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0, k, len;
-	uint32_t c;
+	size_t i = 0, k;
 
 	while (i < n) {
-		if (p[i] < 0x80) {
-			i++;
-			continue;
-		}
-		if (p[i] >= 0xc2 && p[i] <= 0xdf)
-			len = 2, c = p[i] & 0x1f;
-		else if (p[i] >= 0xe0 && p[i] <= 0xef)
-			len = 3, c = p[i] & 0x0f;
-		else if (p[i] >= 0xf0 && p[i] <= 0xf4)
-			len = 4, c = p[i] & 0x07;
-		else
+		if ((k = medha_utf8_len(s + i, n - i)) == 0)
 			return 0;
-		if (len > n - i)
-			return 0;
-		for (k = 1; k < len; k++) {
-			if ((p[i + k] & 0xc0) != 0x80)
-				return 0;
-			c = c << 6 | (p[i + k] & 0x3f);
-		}
-		if ((len == 3 && c < 0x800) ||
-		    (len == 4 && (c < 0x10000 || c > 0x10ffff)) ||
-		    (c >= 0xd800 && c <= 0xdfff))
-			return 0;
-		i += len;
+		i += k;
 	}
 	return 1;
 }
