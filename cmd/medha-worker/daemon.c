@@ -237,7 +237,6 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	struct medha_fwd f;
 	size_t ntok = 0, nh;
 	int64_t i, n = 0, nsample = 0;
-	int32_t *seqi = NULL;
 	int rc;
 
 	res->seq = b->seq;
@@ -296,7 +295,6 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 		nsample += it->sample && report;
 		w->idx[n++] = (int32_t)i;
 	}
-	seqi = w->idx;
 	batch = (struct medha_batch){w->tok, (int32_t)ntok, w->bs, (int32_t)n};
 	nh = sim ? 0 : ntok * (size_t)mc->dim;
 	if ((!first || !last) && nh > w->h_cap) {
@@ -345,7 +343,7 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	for (i = 0; i < n; i++)
 		if (w->smp[i] != NULL && w->out[i] >= 0)
 			res->tokens[res->n_tokens++] =
-			    (struct medha_msg_token){b->items[seqi[i]].handle,
+			    (struct medha_msg_token){b->items[w->idx[i]].handle,
 			        w->out[i]};
 }
 

@@ -149,3 +149,25 @@ medha_clients_free(struct medha_clients *cs)
 		client_free(cs, v);
 	medha_map_free(&cs->by_peer);
 }
+
+int
+medha_drain_step(struct medha_drain *d, volatile sig_atomic_t *stop,
+    int64_t live, double timeout, const struct medha_clients *cs, double now)
+{
+	if (*stop && !d->on) {
+		d->on = 1;
+		d->until = now + timeout;
+		medha_log(MEDHA_LOG_WARN,
+		    "stopping: %lld requests in flight, waiting up to %.0f s",
+		    (long long)live, timeout);
+	}
+	if (!d->on)
+		return MEDHA_DRAIN_RUN;
+	if (live > 0)
+		return now >= d->until ? MEDHA_DRAIN_CANCEL : MEDHA_DRAIN_RUN;
+	if (d->linger == 0)
+		d->linger = now + 2 * MEDHA_PROTO_HEARTBEAT_MS / 1e3;
+	return medha_clients_pending(cs) == 0 || now >= d->linger
+	    ? MEDHA_DRAIN_DONE
+	    : MEDHA_DRAIN_RUN;
+}

@@ -18,6 +18,7 @@
 #include "net/link.h"
 #include "net/proto.h"
 
+#include <signal.h>
 #include <stdint.h>
 
 /* Events queued for one client before it counts as not reading. */
@@ -63,5 +64,26 @@ void medha_clients_drop(struct medha_clients *cs, uint32_t peer);
 int64_t medha_clients_pending(const struct medha_clients *cs);
 
 void medha_clients_free(struct medha_clients *cs);
+
+/*
+ * A streaming server's stop: once *stop is set it refuses new work
+ * (`on`), waits up to timeout seconds for the live requests to end,
+ * then for up to two heartbeats for the clients to collect their last
+ * events. Called on each pass of the server's loop:
+ *
+ *	switch (medha_drain_step(&d, stop, live, timeout, &clients, now))
+ *	case MEDHA_DRAIN_CANCEL: cancel every live request; break;
+ *	case MEDHA_DRAIN_DONE: leave the loop;
+ */
+struct medha_drain {
+	int on;       /* stopping: refuse new requests */
+	double until; /* when live requests are cancelled */
+	double linger; /* when the loop ends at the latest (0: not yet) */
+};
+
+enum { MEDHA_DRAIN_RUN = 0, MEDHA_DRAIN_CANCEL, MEDHA_DRAIN_DONE };
+
+int medha_drain_step(struct medha_drain *d, volatile sig_atomic_t *stop,
+    int64_t live, double timeout, const struct medha_clients *cs, double now);
 
 #endif

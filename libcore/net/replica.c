@@ -111,7 +111,7 @@ struct medha_replica {
 	int fl_head, nfl;
 	struct medha_msg_peers peers; /* urls: (cfg.workers) */
 	int ready;
-	int draining;
+	struct medha_drain drain;
 	uint64_t bseq;
 	int64_t served, batches;
 };
@@ -614,6 +614,8 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    h->backend);
 		return;
 	}
+	/* the layout before its rank indexes r->w; the layers once the
+	 * model is known (below) */
 	if (hello_fits(r, h, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
 		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "%s", why);
@@ -634,17 +636,20 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		}
 		return;
 	}
+	if (hello_fits(r, h, why, sizeof(why)) != 0) { /* now its layers */
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "%s", why);
+		return;
+	}
 	if (r->core != NULL &&
 	    (h->block_size != medha_sched_block_size(r->core) ||
 	        h->n_blocks < medha_sched_group_capacity(r->core) ||
-	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0 ||
-	        hello_fits(r, h, why, sizeof(why)) != 0)) {
+	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
 		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
 		    "worker does not match the replica (%s backend, blocks "
-		    "of %d, %lld blocks, vocab %d, %d layers)",
+		    "of %d, %lld blocks, vocab %d)",
 		    r->backend, medha_sched_block_size(r->core),
-		    (long long)medha_sched_group_capacity(r->core), r->vocab,
-		    r->n_layers);
+		    (long long)medha_sched_group_capacity(r->core), r->vocab);
 		return;
 	}
 	if (r->fl == NULL &&
@@ -676,6 +681,8 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	if (r->nworkers == r->cfg.workers && !r->ready) {
 		r->ready = 1;
 		r->peers.gen++; /* the table the workers get next */
+		r->peers.n = r->cfg.workers;
+		r->peers.kvp_tokens = 1; /* kvp 1 so far: one piece */
 		medha_log(MEDHA_LOG_WARN,
 		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
 		    "backend, model %s, %lld KV blocks of %d",
@@ -714,9 +721,7 @@ flight_form(struct medha_replica *r)
 	    f->tok == NULL) {
 		flight_clear(f);
 		medha_log(MEDHA_LOG_ERROR, "out of memory sending a batch");
-		medha_sched_worker_lost(r->core, "out of memory", now_s(r));
-		flights_void(r);
-		drain_records(r);
+		replica_fault(r, "out of memory");
 		return MEDHA_ENOMEM;
 	}
 	memcpy(f->b.items, b.items, b.n_items * sizeof(*b.items));
@@ -787,8 +792,6 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 		m.batch.items = f->mi;
 		m.batch.n_items = f->b.n_items;
 		if (w->gen_sent != r->peers.gen && r->cfg.workers > 1) {
-			r->peers.n = r->cfg.workers;
-			r->peers.kvp_tokens = 1;
 			m.batch.peers = &r->peers;
 			w->gen_sent = r->peers.gen;
 		}
@@ -893,7 +896,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 	size_t n = 0;
 	int rc;
 
-	if (r->draining) {
+	if (r->drain.on) {
 		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 		    "shutting down: not accepting requests");
 		return;
@@ -1059,7 +1062,7 @@ on_status(struct medha_replica *r, struct medha_srv_ev *ev)
 
 	m.status.workers = r->nworkers;
 	m.status.workers_wanted = r->cfg.workers;
-	m.status.ready = r->ready && !r->draining;
+	m.status.ready = r->ready && !r->drain.on;
 	m.status.pending = r->live;
 	if (r->core != NULL) {
 		int64_t waiting = 0;
@@ -1234,36 +1237,21 @@ int
 medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 {
 	struct medha_srv_ev ev;
-	double drain_until = 0, linger_until = 0;
 
 	medha_log(MEDHA_LOG_INFO, "listening at %s for %d worker%s",
 	    r->cfg.listen, r->cfg.workers, r->cfg.workers > 1 ? "s" : "");
 	for (;;) {
-		if (*stop && !r->draining) {
-			r->draining = 1;
-			drain_until = mono() + r->cfg.drain_timeout;
-			medha_log(MEDHA_LOG_WARN,
-			    "stopping: %lld requests in flight, waiting up "
-			    "to %.0f s",
-			    (long long)r->live, r->cfg.drain_timeout);
-		}
-		if (r->draining) {
-			if (r->live > 0 && mono() >= drain_until) {
-				for (size_t s = 0; s < r->slots; s++)
-					if (r->by_slot[s] != NULL)
-						medha_sched_cancel(r->core,
-						    r->by_slot[s]->handle,
-						    "scheduler stopped",
-						    now_s(r));
-				drain_records(r);
-			}
-			if (r->live == 0) {
-				if (linger_until == 0)
-					linger_until = mono() + 2 * HB;
-				if (medha_clients_pending(&r->clients) == 0 ||
-				    mono() >= linger_until)
-					break;
-			}
+		int d = medha_drain_step(&r->drain, stop, r->live,
+		    r->cfg.drain_timeout, &r->clients, mono());
+		if (d == MEDHA_DRAIN_DONE)
+			break;
+		if (d == MEDHA_DRAIN_CANCEL) {
+			for (size_t s = 0; s < r->slots; s++)
+				if (r->by_slot[s] != NULL)
+					medha_sched_cancel(r->core,
+					    r->by_slot[s]->handle,
+					    "scheduler stopped", now_s(r));
+			drain_records(r);
 		}
 		if (medha_srv_next(r->srv, 0.1, &ev) != 0)
 			return MEDHA_ENOMEM;

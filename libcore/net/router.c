@@ -128,7 +128,8 @@ struct medha_router {
 	uint64_t next_handle;
 	int64_t live;
 	int rr; /* where the tie-break starts */
-	int ready, draining;
+	int ready;
+	struct medha_drain drain;
 	int64_t served, failed;
 	pthread_mutex_t mmu;               /* guards met */
 	struct medha_router_metrics met;   /* met.rep: (nup) */
@@ -228,8 +229,8 @@ count_gauges(struct medha_router *r)
 	}
 	if (model != NULL)
 		memcpy(r->met.model, model, sizeof(r->met.model));
-	r->met.ready = r->ready && !r->draining;
-	r->met.draining = r->draining;
+	r->met.ready = r->ready && !r->drain.on;
+	r->met.draining = r->drain.on;
 	r->met.in_flight = r->live;
 	pthread_mutex_unlock(&r->mmu);
 }
@@ -565,7 +566,7 @@ on_submit(struct medha_router *r, struct medha_srv_ev *ev,
 	struct medha_client *c;
 	struct rreq *q = NULL;
 
-	if (r->draining) {
+	if (r->drain.on) {
 		count_refused(r);
 		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
 		    "shutting down: not accepting requests");
@@ -869,7 +870,7 @@ on_status(struct medha_router *r, struct medha_srv_ev *ev)
 			memcpy(s->backend, u->now.backend, sizeof(s->backend));
 		}
 	}
-	s->ready = r->ready && !r->draining;
+	s->ready = r->ready && !r->drain.on;
 	s->pending = r->live;
 	medha_srv_msg(r->srv, ev->call, &m);
 }
@@ -1129,30 +1130,16 @@ int
 medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 {
 	struct medha_srv_ev ev;
-	double drain_until = 0, linger_until = 0;
 
 	medha_log(MEDHA_LOG_INFO, "listening at %s for %d replica%s",
 	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "");
 	for (;;) {
-		if (*stop && !r->draining) {
-			r->draining = 1;
-			drain_until = mono() + r->cfg.drain_timeout;
-			medha_log(MEDHA_LOG_WARN,
-			    "stopping: %lld requests in flight, waiting up "
-			    "to %.0f s",
-			    (long long)r->live, r->cfg.drain_timeout);
-		}
-		if (r->draining) {
-			if (r->live > 0 && mono() >= drain_until)
-				cancel_all(r);
-			if (r->live == 0) {
-				if (linger_until == 0)
-					linger_until = mono() + 2 * HB;
-				if (medha_clients_pending(&r->clients) == 0 ||
-				    mono() >= linger_until)
-					break;
-			}
-		}
+		int d = medha_drain_step(&r->drain, stop, r->live,
+		    r->cfg.drain_timeout, &r->clients, mono());
+		if (d == MEDHA_DRAIN_DONE)
+			break;
+		if (d == MEDHA_DRAIN_CANCEL)
+			cancel_all(r);
 		if (medha_srv_next(r->srv, 0.1, &ev) != 0)
 			return MEDHA_ENOMEM;
 		if (ev.kind == MEDHA_SRV_GONE)
