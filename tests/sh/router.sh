@@ -42,20 +42,7 @@ wait_line() {
 
 # ---- 1. two cpu replicas: the single process's tokens ----
 if [ -s "$model" ]; then
-	python3 - "$tmp/trace.jsonl" <<'PY'
-import json, sys
-base = ["The capital of France is", "Once upon a time",
-        "Write a haiku about the sea.", "def fibonacci(n):",
-        "List three prime numbers:", "The quick brown fox",
-        "In 1969, the first humans", "Water boils at"]
-long = ("Medha serves long prompts by splitting them into chunks that "
-        "share each batch with the decodes of other requests. ")
-prompts = base + [long * k + "In short," for k in (2, 3, 4, 5, 6, 7, 8, 12)]
-with open(sys.argv[1], "w") as f:
-    for i, p in enumerate(prompts):
-        f.write(json.dumps({"id": "p%d" % i, "arrival": 0, "prompt": p,
-                            "max_tokens": 16, "temperature": 0}) + "\n")
-PY
+	python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 3 4 5 6 7 8 12
 	MEDHA_BIN=$bin MEDHA_ROUTER=ipc://$tmp/router.sock MEDHA_LOG=$tmp/logs \
 	    MEDHA_MODEL=$model bash "$top/examples/serve.sh" two-replicas \
 	    2>"$tmp/serve.err" &
@@ -66,33 +53,16 @@ PY
 	kill -TERM $pids
 	wait $pids || true
 	pids=
-	python3 - "$tmp/trace.jsonl" "$tmp/out.jsonl" "$bin/medha-worker" \
-	    "$model" "$tmp/logs" <<'PY'
-import json, re, subprocess, sys
-trace = [json.loads(l) for l in open(sys.argv[1])]
-out = [json.loads(l) for l in open(sys.argv[2])]
-ids = [r["id"] for r in out]
-assert sorted(ids) == sorted(t["id"] for t in trace), ids
-bad = 0
-for t in trace:
-    r = next(o for o in out if o["id"] == t["id"])
-    assert r["status"] == "ok", r
-    solo = subprocess.run([sys.argv[3], "-m", sys.argv[4], "-p", t["prompt"],
-                           "-n", str(t["max_tokens"]), "--tokens", "-t", "2"],
-                          capture_output=True, text=True, check=True).stdout
-    want = [int(x) for x in solo.split()]
-    if r["token_ids"] != want:
-        bad += 1
-        print("%s: routed %s, alone %s" % (t["id"], r["token_ids"], want))
-    assert r["ttft"] >= 0 and r["finish"] >= r["first_token"] >= r["arrival"]
+	python3 "$top/tests/ref/solo.py" check "$tmp/trace.jsonl" \
+	    "$tmp/out.jsonl" "$bin/medha-worker" "$model" two-replicas
+	python3 - "$tmp/logs" 16 <<'PY'
+import re, sys
 served = []
 for k in (0, 1):
-    log = open("%s/sched%d.log" % (sys.argv[5], k)).read()
+    log = open("%s/sched%d.log" % (sys.argv[1], k)).read()
     served.append(int(re.search(r"stopped: (\d+) requests served", log)[1]))
-print("two-replicas: %d requests, %d differ from medha-worker -p; "
-      "served by the replicas: %s" % (len(trace), bad, served))
-assert sum(served) == len(trace) and min(served) > 0, served
-sys.exit(1 if bad else 0)
+print("two-replicas: served by the replicas: %s" % served)
+assert sum(served) == int(sys.argv[2]) and min(served) > 0, served
 PY
 else
 	echo "skip: $model missing (run contrib/fetch-refs.sh)"

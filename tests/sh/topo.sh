@@ -54,20 +54,7 @@ stop() {
 	fi
 }
 
-python3 - "$tmp/trace.jsonl" <<'PY'
-import json, sys
-base = ["The capital of France is", "Once upon a time",
-        "Write a haiku about the sea.", "def fibonacci(n):",
-        "List three prime numbers:", "The quick brown fox",
-        "In 1969, the first humans", "Water boils at"]
-long = ("Medha serves long prompts by splitting them into chunks that "
-        "share each batch with the decodes of other requests. ")
-prompts = base + [long * k + "In short," for k in (2, 4, 6, 8, 10, 12, 14, 25)]
-with open(sys.argv[1], "w") as f:
-    for i, p in enumerate(prompts):
-        f.write(json.dumps({"id": "p%d" % i, "arrival": 0, "prompt": p,
-                            "max_tokens": 16, "temperature": 0}) + "\n")
-PY
+python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 4 6 8 10 12 14 25
 
 # compare TOPOLOGY MODEL: 16 requests through the topology against -p
 compare() {
@@ -75,30 +62,8 @@ compare() {
 	"$bin/medha-trace" replay -a "$router" --token-ids "$tmp/trace.jsonl" \
 	    >"$tmp/out.jsonl"
 	stop
-	python3 - "$tmp/trace.jsonl" "$tmp/out.jsonl" "$bin/medha-worker" \
-	    "$2" "$1" <<'PY'
-import json, subprocess, sys
-trace = [json.loads(l) for l in open(sys.argv[1])]
-out = [json.loads(l) for l in open(sys.argv[2])]
-ids = [r["id"] for r in out]
-assert sorted(ids) == sorted(t["id"] for t in trace), ids
-bad = 0
-for t in trace:
-    r = next(o for o in out if o["id"] == t["id"])
-    assert r["status"] == "ok", r
-    solo = subprocess.run([sys.argv[3], "-m", sys.argv[4], "-p", t["prompt"],
-                           "-n", str(t["max_tokens"]), "--tokens", "-t", "2"],
-                          capture_output=True, text=True, check=True).stdout
-    want = [int(x) for x in solo.split()]
-    if r["token_ids"] != want:
-        bad += 1
-        print("%s (%d prompt tokens): %s %s, alone %s" %
-              (t["id"], r["prompt_tokens"], sys.argv[5], r["token_ids"],
-               want))
-print("%s on %s: %d requests, %d differ from medha-worker -p" %
-      (sys.argv[5], sys.argv[4].split("/")[-1], len(trace), bad))
-sys.exit(1 if bad else 0)
-PY
+	python3 "$top/tests/ref/solo.py" check "$tmp/trace.jsonl" \
+	    "$tmp/out.jsonl" "$bin/medha-worker" "$2" "$1"
 }
 
 if [ -s "$model" ]; then

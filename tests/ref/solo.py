@@ -1,0 +1,70 @@
+"""solo.py: the live tests' check against the single process.
+
+  solo.py trace OUT MAX_TOKENS K...
+      sixteen greedy requests arriving at once: eight short prompts and
+      eight long ones (a paragraph repeated K times each)
+  solo.py check TRACE OUT WORKER MODEL LABEL
+      one "ok" record for every request of TRACE in OUT (records with
+      --token-ids), each with exactly the tokens WORKER -m MODEL -p gives
+      for its prompt alone; prints how many differ and exits 1 if any
+"""
+import json
+import subprocess
+import sys
+
+BASE = ["The capital of France is", "Once upon a time",
+        "Write a haiku about the sea.", "def fibonacci(n):",
+        "List three prime numbers:", "The quick brown fox",
+        "In 1969, the first humans", "Water boils at"]
+LONG = ("Medha serves long prompts by splitting them into chunks that "
+        "share each batch with the decodes of other requests. ")
+
+
+def trace(out, max_tokens, ks):
+    prompts = BASE + [LONG * k + "In short," for k in ks]
+    with open(out, "w") as f:
+        for i, p in enumerate(prompts):
+            f.write(json.dumps({"id": "p%d" % i, "arrival": 0, "prompt": p,
+                                "max_tokens": max_tokens,
+                                "temperature": 0}) + "\n")
+
+
+def check(trace_path, out_path, worker, model, label):
+    trace = [json.loads(l) for l in open(trace_path)]
+    out = [json.loads(l) for l in open(out_path)]
+    ids = [r["id"] for r in out]
+    assert sorted(ids) == sorted(t["id"] for t in trace), ids
+    assert len(set(ids)) == len(ids), "a request with two records"
+    bad = 0
+    for t in trace:
+        r = next(o for o in out if o["id"] == t["id"])
+        assert r["status"] == "ok", r
+        solo = subprocess.run([worker, "-m", model, "-p", t["prompt"],
+                               "-n", str(t["max_tokens"]), "--tokens",
+                               "-t", "2"],
+                              capture_output=True, text=True,
+                              check=True).stdout
+        want = [int(x) for x in solo.split()]
+        if r["token_ids"] != want:
+            bad += 1
+            print("%s (%d prompt tokens): %s %s, alone %s" %
+                  (t["id"], r["prompt_tokens"], label, r["token_ids"], want))
+        assert r["output_tokens"] == len(r["token_ids"])
+        assert r["finish_reason"] in ("length", "stop")
+        assert r["ttft"] >= 0
+        assert r["finish"] >= r["first_token"] >= r["arrival"]
+    print("%s on %s: %d requests, %d differ from medha-worker -p; prompts "
+          "of %d..%d tokens" %
+          (label, model.split("/")[-1], len(trace), bad,
+           min(r["prompt_tokens"] for r in out),
+           max(r["prompt_tokens"] for r in out)))
+    return bad
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 5 and sys.argv[1] == "trace":
+        trace(sys.argv[2], int(sys.argv[3]), [int(k) for k in sys.argv[4:]])
+    elif len(sys.argv) == 7 and sys.argv[1] == "check":
+        sys.exit(1 if check(*sys.argv[2:]) else 0)
+    else:
+        sys.exit(__doc__)
