@@ -24,6 +24,11 @@
  *    its exp, RoPE and SwiGLU agree with the default ones to a few ulps
  *    (its bit-exactness against llama.cpp itself is
  *    contrib/worker-ref.sh's, on the real model);
+ *  - TP: two backends of TP ranks 0 and 1 (each with its half of the
+ *    heads, rows and cache), run on two threads that all-gather through
+ *    memory, give bit for bit the logits of one backend, for every
+ *    weight type, fast and reference numerics, f32 and f16 KV; bad
+ *    TP shapes are refused;
  *  - malformed batches and a full cache are refused with reasons;
  *  - wrong, missing and short tensors are named by the model loader.
  * The largest errors seen are printed (stderr) for the record.
@@ -35,6 +40,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,14 +62,16 @@
 #define FFN 128
 #define NL 2
 
-/* Matrices of type wt, embedding of type et, output tied or not. */
+/* nh heads over nkv; matrices of type wt, embedding of type et, output
+ * tied or not. */
 static void
-tm_make(struct tmodel *tm, int wt, int et, int tied, uint64_t seed)
+tm_shape(struct tmodel *tm, int nh, int nkv, int wt, int et, int tied,
+    uint64_t seed)
 {
 	struct medha_model_config c = {.n_layers = NL,
 	    .dim = DIM,
-	    .n_heads = NH,
-	    .n_kv_heads = NKV,
+	    .n_heads = nh,
+	    .n_kv_heads = nkv,
 	    .head_dim = HD,
 	    .n_rot = HD,
 	    .ffn_dim = FFN,
@@ -77,6 +85,12 @@ tm_make(struct tmodel *tm, int wt, int et, int tied, uint64_t seed)
 		fail_msg("model: %s", why);
 	assert_int_equal(tm->m->c.vocab, VOCAB);
 	assert_int_equal(tm->m->tied, tied);
+}
+
+static void
+tm_make(struct tmodel *tm, int wt, int et, int tied, uint64_t seed)
+{
+	tm_shape(tm, NH, NKV, wt, et, tied, seed);
 }
 
 static struct medha_kvcache *
@@ -550,6 +564,218 @@ test_llama_compat(void **state)
 	tm_free(&tm);
 }
 
+/* ---- (e) TP ---- */
+
+/* An all-gather through memory between the threads of TP ranks. */
+struct tpx {
+	pthread_barrier_t bar;
+	const void *mine[4];
+	int n;
+	int calls[4];
+};
+
+struct tprank {
+	struct tpx *x;
+	int rank;
+	struct tmodel *tm;
+	int ref, kvt;
+	const int32_t *tok;
+	float (*logits)[VOCAB]; /* (9) rank 0's: after the prompt, 8 steps */
+	char err[256];
+};
+
+static int
+tp_gather(void *arg, int layer, int kind, const void *mine, size_t len,
+    void *all, char *why, size_t whylen)
+{
+	struct tprank *r = arg;
+	struct tpx *x = r->x;
+
+	(void)layer;
+	(void)kind;
+	(void)why;
+	(void)whylen;
+	x->mine[r->rank] = mine;
+	x->calls[r->rank]++;
+	pthread_barrier_wait(&x->bar);
+	for (int i = 0; i < x->n; i++)
+		memcpy((char *)all + i * len, x->mine[i], len);
+	pthread_barrier_wait(&x->bar);
+	return 0;
+}
+
+/* The prompt in chunks of 30, then 8 decode steps, on one TP rank. */
+static void *
+tp_main(void *arg)
+{
+	struct tprank *r = arg;
+	struct medha_kvcache *kv;
+	struct medha_tp_share sh;
+	struct medha_kv_config kc = {.n_layers = NL,
+	    .head_dim = HD,
+	    .n_blocks = 64,
+	    .type = r->kvt,
+	    .max_seqs = 8};
+	struct medha_cpu_opts o = {.n_threads = 1,
+	    .ref = r->ref,
+	    .tp = r->x->n,
+	    .tp_rank = r->rank};
+	struct medha_cpu *cpu;
+	int seq, i, c, n;
+
+	medha_tp_share(&r->tm->m->c, r->x->n, r->rank, &sh);
+	kc.n_kv_heads = sh.kv_hi - sh.kv_lo;
+	if (medha_kvcache_init(&kv, &kc) != 0) {
+		snprintf(r->err, sizeof(r->err), "cache");
+		return NULL;
+	}
+	if (medha_cpu_init(&cpu, r->tm->m, kv, &o, r->err, sizeof(r->err)) !=
+	    0) {
+		medha_kvcache_free(kv);
+		return NULL;
+	}
+	medha_cpu_set_gather(cpu, tp_gather, r);
+	medha_kv_seq_alloc(kv, &seq);
+	for (i = 0, n = 0; i < PLEN + 8 && r->err[0] == '\0'; i += c) {
+		c = i < PLEN ? (PLEN - i < 30 ? PLEN - i : 30) : 1;
+		int last = i + c == PLEN || i >= PLEN;
+		struct medha_batch_seq s = {seq, i, c,
+		    last ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE};
+		struct medha_batch b = {r->tok + i, c, &s, 1};
+		/* only rank 0 asks for logits, as the worker daemon does */
+		float *lg = last && r->rank == 0 ? r->logits[n] : NULL;
+		if (medha_cpu_forward_layers(cpu, &b, 0, NL, NULL, NULL, lg,
+		        r->err, sizeof(r->err)) != 0)
+			break;
+		n += last;
+	}
+	medha_cpu_free(cpu);
+	medha_kvcache_free(kv);
+	return NULL;
+}
+
+/* One model's logits, tp 1 against tp n: 0 if bit for bit equal. */
+static int
+tp_differ(struct tmodel *tm, int tp, int mode, int kvt, const int32_t *tok)
+{
+	static float lg[2][9][VOCAB];
+	struct tpx x;
+	struct tprank r[4];
+	pthread_t th[4];
+	int n, i, k;
+
+	for (k = 0; k < 2; k++) {
+		n = k == 0 ? 1 : tp;
+		memset(&x, 0, sizeof(x));
+		x.n = n;
+		pthread_barrier_init(&x.bar, NULL, (unsigned)n);
+		for (i = 0; i < n; i++) {
+			r[i] = (struct tprank){&x, i, tm, mode, kvt, tok, lg[k],
+			    {0}};
+			pthread_create(&th[i], NULL, tp_main, &r[i]);
+		}
+		for (i = 0; i < n; i++) {
+			pthread_join(th[i], NULL);
+			if (r[i].err[0] != '\0')
+				fail_msg("tp %d rank %d: %s", n, i, r[i].err);
+		}
+		pthread_barrier_destroy(&x.bar);
+		/* 4 gathers a layer, for 4 prompt chunks and 8 steps */
+		for (i = 0; i < n; i++)
+			assert_int_equal(x.calls[i], n > 1 ? 4 * NL * 12 : 0);
+	}
+	if (memcmp(lg[0], lg[1], sizeof(lg[0])) == 0)
+		return 0;
+	fprintf(stderr, "# tp %d %s%s kv %s: rel err %g\n", tp,
+	    medha_ggml_type_name(tm->m->layer[0].wq->type), mode ? " ref" : "",
+	    kvt ? "f16" : "f32", rel_err(lg[1][8], lg[0][8], VOCAB));
+	return 1;
+}
+
+static void
+test_tp(void **state)
+{
+	/* heads, kv heads, tp: even shares, and uneven ones (2 + 1 kv
+	   heads; 22 + 21 + 21 rows of 64, 43 + 43 + 42 of 128) */
+	static const int shapes[][3] = {{4, 2, 2}, {6, 3, 2}, {6, 3, 3}};
+	int32_t tok[PLEN + 8];
+	int w, mode, kvt, sh, differ = 0, runs = 0;
+
+	(void)state;
+	prompt(tok, PLEN + 8, 17);
+	for (sh = 0; sh < 3; sh++)
+		for (w = 0; w < NWT; w++) {
+			struct tmodel tm;
+			tm_shape(&tm, shapes[sh][0], shapes[sh][1], wtypes[w],
+			    MEDHA_GGML_Q8_0, w % 2, 300 + w);
+			for (mode = 0; mode <= 1; mode++)
+				for (kvt = MEDHA_KV_F32; kvt <= MEDHA_KV_F16;
+				     kvt++, runs++)
+					differ += tp_differ(&tm, shapes[sh][2],
+					    mode, kvt, tok);
+			tm_free(&tm);
+		}
+	assert_int_equal(differ, 0);
+	fprintf(stderr,
+	    "# tp 2 and 3: logits bit-identical to tp 1 in %d "
+	    "configurations\n",
+	    runs);
+}
+
+static void
+test_tp_shapes(void **state)
+{
+	struct tmodel tm;
+	struct medha_kvcache *kv;
+	struct medha_cpu *cpu;
+	struct medha_cpu_opts o = {.n_threads = 1, .tp = 4, .tp_rank = 0};
+	int32_t t = 1;
+	struct medha_batch_seq s = {0, 0, 1, MEDHA_LOGITS_LAST};
+	struct medha_batch b = {&t, 1, &s, 1};
+	float lg[VOCAB];
+	char why[256];
+
+	(void)state;
+	tm_make(&tm, MEDHA_GGML_F32, MEDHA_GGML_F32, 1, 5);
+	kv = kv_new(MEDHA_KV_F32, 8);
+	/* 2 kv heads do not split 4 ways */
+	assert_int_equal(medha_cpu_init(&cpu, tm.m, kv, &o, why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "kv heads"));
+	/* a rank past tp */
+	o.tp = 2;
+	o.tp_rank = 2;
+	assert_int_equal(medha_cpu_init(&cpu, tm.m, kv, &o, why, sizeof(why)),
+	    MEDHA_EINVAL);
+	/* a cache of every kv head for a rank that holds half */
+	o.tp_rank = 1;
+	assert_int_equal(medha_cpu_init(&cpu, tm.m, kv, &o, why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "KV cache shape"));
+	medha_kvcache_free(kv);
+	/* the right cache, but no all-gather */
+	{
+		struct medha_kv_config kc = {.n_layers = NL,
+		    .n_kv_heads = NKV / 2,
+		    .head_dim = HD,
+		    .n_blocks = 8,
+		    .max_seqs = 2};
+		int seq;
+		assert_int_equal(medha_kvcache_init(&kv, &kc), 0);
+		assert_int_equal(
+		    medha_cpu_init(&cpu, tm.m, kv, &o, why, sizeof(why)), 0);
+		medha_kv_seq_alloc(kv, &seq);
+		s.seq = seq;
+		assert_int_equal(medha_cpu_forward(cpu, &b, lg, why,
+		                     sizeof(why)),
+		    MEDHA_EINVAL);
+		assert_non_null(strstr(why, "all-gather"));
+		medha_cpu_free(cpu);
+		medha_kvcache_free(kv);
+	}
+	tm_free(&tm);
+}
+
 /* the pool runs every task exactly once, whatever the count */
 int
 main(void)
@@ -560,6 +786,8 @@ main(void)
 	    cmocka_unit_test(test_all_logits),
 	    cmocka_unit_test(test_shards),
 	    cmocka_unit_test(test_mixed_batch),
+	    cmocka_unit_test(test_tp),
+	    cmocka_unit_test(test_tp_shapes),
 	    cmocka_unit_test(test_bad_batch),
 	    cmocka_unit_test(test_llama_compat),
 	};

@@ -205,6 +205,31 @@ grow_scratch(struct worker *w, size_t ntok, size_t nseq)
  * running a long batch. */
 #define COLL_WAIT 120.0
 
+/* Collective kinds in tags (MEDHA_COLL_TAG): hidden states between
+ * stages; the backend's TP all-gathers are TAG_TP + its kind (0-3). */
+enum { TAG_STAGE = 1, TAG_TP = 8 };
+
+/* The TP all-gather among this worker's TP group, for one batch. */
+struct tpcall {
+	struct worker *w;
+	uint64_t bseq;
+};
+
+static int
+tp_gather(void *arg, int layer, int kind, const void *mine, size_t len,
+    void *all, char *why, size_t whylen)
+{
+	const struct tpcall *t = arg;
+	struct worker *w = t->w;
+	int group[64], base = w->rank - w->rt;
+
+	for (int i = 0; i < w->tp; i++)
+		group[i] = base + i;
+	return medha_coll_all_gather(w->coll, group, w->tp,
+	    MEDHA_COLL_TAG(t->bseq, layer, TAG_TP + kind), mine, len, all,
+	    COLL_WAIT, why, whylen);
+}
+
 /* Whether the item is this worker's: its KVP group holds a piece. */
 static int
 mine(const struct worker *w, const struct medha_msg_item *it)
@@ -235,6 +260,8 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	int want = last && (report || sim);
 	struct medha_batch batch;
 	struct medha_fwd f;
+	struct tpcall tc = {w, b->seq};
+	struct medha_comm comm = {tp_gather, &tc};
 	size_t ntok = 0, nh;
 	int64_t i, n = 0, nsample = 0;
 	int rc;
@@ -311,10 +338,12 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	f.b = &batch;
 	f.layer_lo = w->be->info.layer_lo;
 	f.layer_hi = w->be->info.layer_hi;
+	if (w->tp > 1)
+		f.comm = &comm;
 	if (!first) {
 		f.h_in = sim ? w->tok0 : w->h; /* sim reads nothing */
 		if ((rc = medha_coll_recv(w->coll, w->rank - w->tp,
-		         MEDHA_COLL_TAG(b->seq, w->rs, 1), w->h,
+		         MEDHA_COLL_TAG(b->seq, w->rs, TAG_STAGE), w->h,
 		         nh * sizeof(float), COLL_WAIT, res->error,
 		         sizeof(res->error))) != 0)
 			return;
@@ -330,7 +359,7 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 		return;
 	if (!last &&
 	    medha_coll_send(w->coll, w->rank + w->tp,
-	        MEDHA_COLL_TAG(b->seq, w->rs + 1, 1), w->h, nh * sizeof(float),
+	        MEDHA_COLL_TAG(b->seq, w->rs + 1, TAG_STAGE), w->h, nh * sizeof(float),
 	        COLL_WAIT, res->error, sizeof(res->error)) != 0)
 		return;
 	if (nsample == 0)

@@ -216,6 +216,8 @@ daemon_main(struct worker_daemon_opts o, const char *backend,
 		struct medha_backend_cpu_opts co = {0};
 		co.spp = o.spp;
 		co.stage = o.rank / o.tp % o.spp;
+		co.tp = o.tp;
+		co.tp_rank = o.rank % o.tp;
 		co.n_threads = ro->n_threads;
 		co.max_seqs = max_seqs;
 		co.kv_blocks = kv_blocks;

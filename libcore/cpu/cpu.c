@@ -9,7 +9,10 @@
  * Per layer there are eight parallel regions: the residual add and norm
  * (row-wise), the Q/K/V products together, attention, the output
  * product, add and norm again, gate and up together, SwiGLU, down. RoPE
- * and the KV writes run on the calling thread in between.
+ * and the KV writes run on the calling thread in between. A TP rank
+ * (cpu.h) multiplies by its rows only and all-gathers four times a layer
+ * on the calling thread (after attention, the output projection, SwiGLU
+ * and down).
  */
 #include "cpu/cpu.h"
 
@@ -26,6 +29,16 @@ struct medha_cpu {
 	int shards; /* KVP test mode: key ranges per sequence (1: off) */
 	int compat; /* llama.cpp's attention order (opts.llama_compat) */
 	int lo, hi; /* the layers it runs, [lo, hi) (opts.layer_lo/hi) */
+	int tpn, tpr; /* TP: rank tpr of tpn (1, 0) */
+	struct medha_tp_share *share; /* (tpn) what each rank holds */
+	int nh, nkv;  /* query and kv heads of this rank */
+	/* (n_layers, W_N) the matrices it multiplies by: the model's, or
+	   views of its rows (TP) */
+	const struct medha_tensor *(*w)[7];
+	struct medha_tensor *view; /* (n_layers, 7) the TP views, or NULL */
+	medha_gather_fn gather;    /* TP all-gather, and its argument */
+	void *garg;
+	char gwhy[256]; /* why the last gather failed */
 
 	int cap;       /* tokens the buffers below hold */
 	float *x;      /* (cap, dim) the residual stream */
@@ -40,6 +53,10 @@ struct medha_cpu {
 	float *cs;     /* (cap, n_rot) cos/sin pairs per token */
 	float *part_o; /* (shards, cap, n_heads * head_dim) shard mode */
 	float *part_l; /* (shards, cap, n_heads) shard mode */
+	float *yl;     /* (cap, rank 0's dim rows) a TP rank's rows of an
+	                  output projection */
+	float *gb;     /* (tp, cap, rank 0's share of the widest of q_dim,
+	                  dim and ffn_dim) what a TP gather receives */
 
 	struct medha_attn_seq *as; /* (as_cap) */
 	int as_cap;
@@ -50,6 +67,23 @@ struct medha_cpu {
 	struct medha_act act;
 };
 
+/* The matrices of a layer, in c->w order. */
+enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN };
+
+/* v = rows [lo, hi) of w. */
+static const struct medha_tensor *
+rows_view(struct medha_tensor *v, const struct medha_tensor *w, int lo, int hi)
+{
+	size_t rb = medha_ggml_row_bytes(w->type, w->ne[0]);
+
+	*v = *w;
+	v->ne[1] = hi - lo;
+	v->data = (const char *)w->data + rb * (size_t)lo;
+	v->nbytes = rb * (size_t)(hi - lo);
+	v->offset = w->offset + rb * (size_t)lo;
+	return v;
+}
+
 int
 medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
     struct medha_kvcache *kv, const struct medha_cpu_opts *o, char *why,
@@ -58,16 +92,24 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 	struct medha_cpu *c;
 	const char *e;
 	int rc, nt = o != NULL && o->n_threads > 0 ? o->n_threads : 1;
+	int tpn = o != NULL && o->tp > 1 ? o->tp : 1;
+	int tpr = o != NULL ? o->tp_rank : 0;
+	struct medha_tp_share me;
 
 	*cp = NULL;
+	if (medha_tp_share(&m->c, tpn, tpr, &me) != 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "TP rank %d of %d: the rank must be below tp, and tp at "
+		    "most the kv heads (%d)",
+		    tpr, tpn, m->c.n_kv_heads);
 	if (kv->c.n_layers != m->c.n_layers ||
-	    kv->c.n_kv_heads != m->c.n_kv_heads ||
+	    kv->c.n_kv_heads != me.kv_hi - me.kv_lo ||
 	    kv->c.head_dim != m->c.head_dim)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "KV cache shape (%d layers, %d kv heads of %d) does not "
 		    "match the model (%d, %d of %d)",
 		    kv->c.n_layers, kv->c.n_kv_heads, kv->c.head_dim,
-		    m->c.n_layers, m->c.n_kv_heads, m->c.head_dim);
+		    m->c.n_layers, me.kv_hi - me.kv_lo, m->c.head_dim);
 	if (m->c.n_heads / m->c.n_kv_heads > 64)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "more than 64 query heads per kv head");
@@ -99,12 +141,45 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		return medha_why(why, whylen, rc, "thread pool of %d: %s", nt,
 		    medha_strerror(rc));
 	}
-	if ((c->seen = calloc((size_t)kv->c.max_seqs, 1)) == NULL) {
+	c->tpn = tpn;
+	c->tpr = tpr;
+	c->nh = me.h_hi - me.h_lo;
+	c->nkv = me.kv_hi - me.kv_lo;
+	if ((c->seen = calloc((size_t)kv->c.max_seqs, 1)) == NULL ||
+	    (c->share = calloc((size_t)tpn, sizeof(*c->share))) == NULL ||
+	    (c->w = calloc((size_t)m->c.n_layers, sizeof(*c->w))) == NULL ||
+	    (tpn > 1 &&
+	        (c->view = calloc((size_t)m->c.n_layers * 7,
+	             sizeof(*c->view))) == NULL)) {
 		medha_cpu_free(c);
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
+	for (int r = 0; r < tpn; r++)
+		medha_tp_share(&m->c, tpn, r, &c->share[r]);
+	for (int l = 0; l < m->c.n_layers; l++) {
+		const struct medha_layer *L = &m->layer[l];
+		const struct medha_tensor *all[7] = {L->wq, L->wk, L->wv,
+		    L->wo, L->gate, L->up, L->down};
+		/* the rows of each matrix this rank holds */
+		const int hd = m->c.head_dim, lo[7] = {me.h_lo * hd,
+		    me.kv_lo * hd, me.kv_lo * hd, me.d_lo, me.f_lo, me.f_lo,
+		    me.d_lo};
+		const int hi[7] = {me.h_hi * hd, me.kv_hi * hd, me.kv_hi * hd,
+		    me.d_hi, me.f_hi, me.f_hi, me.d_hi};
+		for (int i = 0; i < 7; i++)
+			c->w[l][i] = tpn == 1 ? all[i]
+			                      : rows_view(&c->view[l * 7 + i],
+			                            all[i], lo[i], hi[i]);
+	}
 	*cp = c;
 	return 0;
+}
+
+void
+medha_cpu_set_gather(struct medha_cpu *c, medha_gather_fn fn, void *arg)
+{
+	c->gather = fn;
+	c->garg = arg;
 }
 
 static void
@@ -122,8 +197,10 @@ free_bufs(struct medha_cpu *c)
 	free(c->cs);
 	free(c->part_o);
 	free(c->part_l);
+	free(c->yl);
+	free(c->gb);
 	c->x = c->xn = c->q = c->k = c->v = c->att = c->lse = NULL;
-	c->g = c->u = c->cs = c->part_o = c->part_l = NULL;
+	c->g = c->u = c->cs = c->part_o = c->part_l = c->yl = c->gb = NULL;
 	c->cap = 0;
 }
 
@@ -136,6 +213,9 @@ medha_cpu_free(struct medha_cpu *c)
 	free(c->as);
 	free(c->ascr);
 	free(c->seen);
+	free(c->share);
+	free(c->w);
+	free(c->view);
 	medha_act_free(&c->act);
 	medha_threadpool_free(c->tp);
 	free(c);
@@ -168,6 +248,16 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 		c->g = medha_calloc(N * mc->ffn_dim, sizeof(float));
 		c->u = medha_calloc(N * mc->ffn_dim, sizeof(float));
 		c->cs = medha_calloc(N * mc->n_rot, sizeof(float));
+		if (c->tpn > 1) {
+			const struct medha_tp_share *s0 = &c->share[0];
+			size_t dr = (size_t)(s0->d_hi - s0->d_lo), wmax = dr;
+			size_t qr = (size_t)(s0->h_hi - s0->h_lo) * mc->head_dim;
+			size_t fr = (size_t)(s0->f_hi - s0->f_lo);
+			wmax = qr > wmax ? qr : wmax;
+			wmax = fr > wmax ? fr : wmax;
+			c->yl = medha_calloc(N * dr, sizeof(float));
+			c->gb = medha_calloc(N * wmax * c->tpn, sizeof(float));
+		}
 		if (c->shards > 1) {
 			c->part_o =
 			    medha_calloc(N * qd * c->shards, sizeof(float));
@@ -178,6 +268,7 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 		    c->k == NULL || c->v == NULL || c->att == NULL ||
 		    c->lse == NULL || c->g == NULL || c->u == NULL ||
 		    c->cs == NULL ||
+		    (c->tpn > 1 && (c->yl == NULL || c->gb == NULL)) ||
 		    (c->shards > 1 &&
 		        (c->part_o == NULL || c->part_l == NULL))) {
 			free_bufs(c);
@@ -194,7 +285,7 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 		}
 		c->as_cap = ns;
 	}
-	per = medha_attn_scratch(c->kv, mc->n_heads, nk_max);
+	per = medha_attn_scratch(c->kv, c->nh, nk_max);
 	if (per * (size_t)c->nt > c->ascr_cap) {
 		free(c->ascr);
 		if ((c->ascr = medha_calloc(per * (size_t)c->nt,
@@ -282,7 +373,8 @@ static int
 attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
 {
 	const struct medha_model_config *mc = &c->m->c;
-	const size_t qd = (size_t)mc->n_heads * mc->head_dim;
+	const int nh = c->nh;
+	const size_t qd = (size_t)nh * mc->head_dim;
 	const float *po[64], *pl[64];
 	int i, sh, t0, rc;
 	int64_t len;
@@ -301,24 +393,24 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
 			a->compat = c->compat;
 			if (c->shards == 1) {
 				a->out = c->att + (size_t)t0 * qd;
-				a->lse = c->lse + (size_t)t0 * mc->n_heads;
+				a->lse = c->lse + (size_t)t0 * nh;
 			} else {
 				a->out =
 				    c->part_o + ((size_t)sh * c->cap + t0) * qd;
 				a->lse = c->part_l +
-				    ((size_t)sh * c->cap + t0) * mc->n_heads;
+				    ((size_t)sh * c->cap + t0) * nh;
 			}
 		}
-		if ((rc = medha_attn_run(c->tp, c->kv, layer, mc->n_heads,
+		if ((rc = medha_attn_run(c->tp, c->kv, layer, nh,
 		         c->as, b->n_seqs, c->ascr, c->ascr_per)) != 0)
 			return rc;
 	}
 	if (c->shards > 1) {
 		for (sh = 0; sh < c->shards; sh++) {
 			po[sh] = c->part_o + (size_t)sh * c->cap * qd;
-			pl[sh] = c->part_l + (size_t)sh * c->cap * mc->n_heads;
+			pl[sh] = c->part_l + (size_t)sh * c->cap * nh;
 		}
-		medha_attn_merge(c->shards, po, pl, b->n_tokens * mc->n_heads,
+		medha_attn_merge(c->shards, po, pl, b->n_tokens * nh,
 		    mc->head_dim, c->att, c->lse);
 	}
 	return 0;
@@ -342,7 +434,8 @@ rows_task(void *arg, int i, int thread)
 {
 	const struct rows *r = arg;
 	struct medha_cpu *c = r->c;
-	const int d = c->m->c.dim, f = c->m->c.ffn_dim;
+	const struct medha_tp_share *me = &c->share[c->tpr];
+	const int d = c->m->c.dim, f = me->f_hi - me->f_lo;
 	int t, t1 = (i + 1) * PAR_TOKENS < r->n ? (i + 1) * PAR_TOKENS : r->n;
 	size_t j;
 
@@ -372,18 +465,57 @@ rows(struct medha_cpu *c, int n, int add, const float *w)
 }
 
 /*
+ * TP: this rank's (n, w) part of an output, mine, gathered from every
+ * rank into dst (n, W), rank r's part at columns [lo_r, lo_r + w_r):
+ * kind 0, the attention output (heads); 1 and 3, dim rows; 2, ffn_dim
+ * rows. Every rank sends n * w_0 floats (rank 0's part is the largest),
+ * its own n * w_r first, so mine must have room for that many. dst may
+ * be mine.
+ */
+static int
+gather(struct medha_cpu *c, int layer, int kind, const float *mine, int n,
+    float *dst)
+{
+	const int hd = c->m->c.head_dim;
+	int lo[MEDHA_TP_MAX], w[MEDHA_TP_MAX], W, rc, t, r;
+	size_t w0;
+
+	for (r = 0; r < c->tpn; r++) {
+		const struct medha_tp_share *s = &c->share[r];
+		lo[r] = kind == 0 ? s->h_lo * hd : kind == 2 ? s->f_lo : s->d_lo;
+		w[r] = (kind == 0 ? s->h_hi * hd : kind == 2 ? s->f_hi : s->d_hi) -
+		    lo[r];
+	}
+	w0 = (size_t)w[0];
+	W = lo[c->tpn - 1] + w[c->tpn - 1];
+	if ((rc = c->gather(c->garg, layer, kind, mine,
+	         (size_t)n * w0 * sizeof(float), c->gb, c->gwhy,
+	         sizeof(c->gwhy))) != 0)
+		return rc;
+	for (t = 0; t < n; t++)
+		for (r = 0; r < c->tpn; r++)
+			memcpy(dst + (size_t)t * W + lo[r],
+			    c->gb + (size_t)r * n * w0 + (size_t)t * w[r],
+			    sizeof(float) * w[r]);
+	return 0;
+}
+
+/*
  * Layer l over the batch. add: the previous layer's output (in xn) is
  * added into the residual stream x first; 0 where x was just set (the
- * embeddings, or hidden states handed in).
+ * embeddings, or hidden states handed in). With TP the products give
+ * this rank's rows, gathered whole before the next step reads them.
  */
 static int
 layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 {
 	const struct medha_model_config *mc = &c->m->c;
 	const struct medha_layer *L = &c->m->layer[l];
-	const int n = b->n_tokens, d = mc->dim;
-	const size_t qd = (size_t)mc->n_heads * mc->head_dim;
-	const size_t kvd = (size_t)mc->n_kv_heads * mc->head_dim;
+	const struct medha_tensor *const *W = c->w[l];
+	const int n = b->n_tokens, d = mc->dim, tpn = c->tpn;
+	const size_t qd = (size_t)c->nh * mc->head_dim;
+	const size_t kvd = (size_t)c->nkv * mc->head_dim;
+	float *y = tpn > 1 ? c->yl : c->xn; /* an output projection's rows */
 	struct medha_mm mm[3];
 	int t, i, t0, rc;
 
@@ -391,18 +523,18 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	rows(c, n, add, L->attn_norm);
 	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
 		return rc;
-	mm[0] = (struct medha_mm){L->wq, c->q};
-	mm[1] = (struct medha_mm){L->wk, c->k};
-	mm[2] = (struct medha_mm){L->wv, c->v};
+	mm[0] = (struct medha_mm){W[W_Q], c->q};
+	mm[1] = (struct medha_mm){W[W_K], c->k};
+	mm[2] = (struct medha_mm){W[W_V], c->v};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 3, c->ref)) != 0)
 		return rc;
 	for (t = 0; t < n; t++) {
 		const float *cs = c->cs + (size_t)t * mc->n_rot;
 		(c->compat ? medha_cpu_rope_llama
-		           : medha_cpu_rope)(c->q + t * qd, mc->n_heads,
+		           : medha_cpu_rope)(c->q + t * qd, c->nh,
 		    mc->head_dim, mc->n_rot, cs);
 		(c->compat ? medha_cpu_rope_llama
-		           : medha_cpu_rope)(c->k + t * kvd, mc->n_kv_heads,
+		           : medha_cpu_rope)(c->k + t * kvd, c->nkv,
 		    mc->head_dim, mc->n_rot, cs);
 	}
 	for (i = 0, t0 = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
@@ -412,24 +544,35 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 			return rc;
 	if ((rc = attention(c, b, l)) != 0)
 		return rc;
-	if ((rc = medha_act_set(&c->act, c->att, n, (int)qd, c->nt)) != 0)
+	if (tpn > 1 && (rc = gather(c, l, 0, c->att, n, c->att)) != 0)
 		return rc;
-	mm[0] = (struct medha_mm){L->wo, c->xn};
+	if ((rc = medha_act_set(&c->act, c->att, n, mc->n_heads * mc->head_dim,
+	         c->nt)) != 0)
+		return rc;
+	mm[0] = (struct medha_mm){W[W_O], y};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
+		return rc;
+	if (tpn > 1 && (rc = gather(c, l, 1, y, n, c->xn)) != 0)
 		return rc;
 	rows(c, n, 1, L->ffn_norm);
 	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
 		return rc;
-	mm[0] = (struct medha_mm){L->gate, c->g};
-	mm[1] = (struct medha_mm){L->up, c->u};
+	mm[0] = (struct medha_mm){W[W_GATE], c->g};
+	mm[1] = (struct medha_mm){W[W_UP], c->u};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 2, c->ref)) != 0)
 		return rc;
 	rows(c, n, 0, NULL);
+	if (tpn > 1 && (rc = gather(c, l, 2, c->g, n, c->g)) != 0)
+		return rc;
 	if ((rc = medha_act_set(&c->act, c->g, n, mc->ffn_dim, c->nt)) != 0)
 		return rc;
 	/* its output stays in xn for the next layer's (or the end's) add */
-	mm[0] = (struct medha_mm){L->down, c->xn};
-	return medha_mm_run(c->tp, &c->act, mm, 1, c->ref);
+	mm[0] = (struct medha_mm){W[W_DOWN], y};
+	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
+		return rc;
+	if (tpn > 1 && (rc = gather(c, l, 3, y, n, c->xn)) != 0)
+		return rc;
+	return 0;
 }
 
 int
@@ -466,6 +609,9 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 	if (hi < nl && logits != NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "logits asked for after layer %d of %d", hi - 1, nl);
+	if (c->tpn > 1 && c->gather == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "TP rank %d of %d: no all-gather to call", c->tpr, c->tpn);
 	if ((rc = check_batch(c, b, claim, lo == 0, why, whylen)) != 0)
 		return rc;
 	nrows = medha_batch_logit_rows(b);
@@ -498,10 +644,12 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 			medha_cpu_rope_table(c->cs + (size_t)t * mc->n_rot,
 			    b->seq[i].pos + j, mc->n_rot, mc->rope_theta,
 			    m->rope_freqs);
-	for (l = lo; l < hi; l++)
+	for (l = lo; l < hi; l++) {
+		c->gwhy[0] = '\0';
 		if ((rc = layer(c, b, l, l > lo)) != 0)
 			return medha_why(why, whylen, rc, "layer %d: %s", l,
-			    medha_strerror(rc));
+			    c->gwhy[0] != '\0' ? c->gwhy : medha_strerror(rc));
+	}
 	/*
 	 * The last layer's residual add, in the order the next layer would
 	 * do it (xn + x), so that a split run is bit-identical to a whole.

@@ -66,13 +66,45 @@ struct medha_cpu_opts {
 	                           depend on the chunking; off with kv_shards (0) */
 	int layer_lo, layer_hi; /* the layers it runs, [layer_lo, layer_hi)
 	                           (0, 0: all); see the KV claim below */
+	int tp, tp_rank;        /* tensor parallelism: this backend is rank
+	                           tp_rank of tp (1, 0); see TP below */
 };
+
+/*
+ * TP: a backend of rank r of tp holds the share medha_tp_share() gives
+ * (model.h): a range of kv heads (its cache has only those) and the
+ * query heads that read them, and a range of the rows of every layer
+ * matrix: Q, K, V by those heads, the output projection and down by dim
+ * rows, gate and up by ffn_dim rows (views into the model's weights: a
+ * rank reads only its rows, so a mapped file's other pages are never
+ * touched). Shares need not be equal: 3 kv heads go 2 + 1 over tp 2. Four all-gathers per layer put the pieces
+ * together: the attention output before the output projection, that
+ * projection's output, SwiGLU's output before down, and down's output.
+ * Each rank thus multiplies the whole of every product's input by its
+ * rows, doing for every (row, token) the operations a single backend
+ * does: logits are bit for bit those of tp 1 in every mode, at the cost
+ * of gathering about (q_dim + 2 dim + ffn_dim) / tp floats per token and
+ * layer from each rank, against 2 dim for Megatron's all-reduces after
+ * an output projection and down split by their input columns (partial
+ * sums added across ranks change the order of the float sums, so int8
+ * activations may round differently). Norms, RoPE
+ * tables and the residual stream are computed whole on every rank; the
+ * logits only where asked for.
+ *
+ * The all-gather is the caller's (medha_cpu_set_gather): it is called on
+ * every rank with the same (layer, kind) in the same order, kind 0 the
+ * attention output, 1 the output projection's, 2 SwiGLU's, 3 down's; all
+ * (tp * len bytes) receives rank i's mine at all + i * len, this rank's
+ * included. It returns 0 or a MEDHA_E* code with a reason in why.
+ */
+typedef int (*medha_gather_fn)(void *arg, int layer, int kind,
+    const void *mine, size_t len, void *all, char *why, size_t whylen);
 
 struct medha_cpu; /* opaque: model, cache, pool, scratch */
 
 /*
  * A backend for model m writing into cache kv (whose layers, kv heads
- * and head size must match m). Both must outlive it; it owns neither.
+ * (n_kv_heads / tp) and head size must match m). Both must outlive it; it owns neither.
  * opts may be NULL (defaults). On success *cpu is the caller's, for
  * medha_cpu_free(). Returns 0, MEDHA_EINVAL (mismatched cache, bad
  * options) or MEDHA_ENOMEM, with a reason in why.
@@ -81,6 +113,9 @@ int medha_cpu_init(struct medha_cpu **cpu, const struct medha_model *m,
     struct medha_kvcache *kv, const struct medha_cpu_opts *opts, char *why,
     size_t whylen);
 void medha_cpu_free(struct medha_cpu *cpu);
+
+/* The TP all-gather for the calls that follow (required with tp > 1). */
+void medha_cpu_set_gather(struct medha_cpu *cpu, medha_gather_fn fn, void *arg);
 
 /*
  * Run batch b. Every sequence must be allocated in the cache, have

@@ -115,6 +115,10 @@ medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
 		    "no backend or no call");
 	if ((rc = check_fwd(&be->info, f, why, whylen)) != 0)
 		return rc;
+	if (be->info.tp > 1 && (f->comm == NULL || f->comm->tp_gather == NULL))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "TP rank %d of %d called without collectives",
+		    be->info.tp_rank, be->info.tp);
 	if (f->samplers != NULL)
 		for (i = 0; i < f->b->n_seqs; i++)
 			f->tokens[i] = -1;

@@ -62,6 +62,19 @@
 #include <stdint.h>
 
 /*
+ * The collectives a sharded backend calls during one forward pass,
+ * implemented by the caller (the worker daemon over net/coll.h; the cuda
+ * backend's own with NCCL). tp_gather: the TP all-gather (cpu/cpu.h says
+ * what it must do), called on every TP rank with the same (layer, kind)
+ * in the same order.
+ */
+struct medha_comm {
+	int (*tp_gather)(void *arg, int layer, int kind, const void *mine,
+	    size_t len, void *all, char *why, size_t whylen);
+	void *arg;
+};
+
+/*
  * One forward call: layers [layer_lo, layer_hi) of batch b. All memory
  * is the caller's; the backend reads b, h_in and samplers and writes
  * h_out, logits and tokens (and advances the samplers' generators).
@@ -88,6 +101,8 @@ struct medha_fwd {
 	   each sequence with a sampler, -1 for the others; ignored
 	   without samplers */
 	int32_t *tokens;
+	/* the collectives: required when info.tp > 1 */
+	const struct medha_comm *comm;
 };
 
 /* What a backend holds and runs; filled by its constructor. */
@@ -102,6 +117,9 @@ struct medha_backend_info {
 	int max_seqs;                    /* sequences held at once */
 	int kv_type;                     /* MEDHA_KV_F32 or MEDHA_KV_F16
 	                                    (cpu/kvcache.h) */
+	int tp, tp_rank;                 /* TP rank tp_rank of tp: it holds
+	                                    that share of the heads and
+	                                    weights (1, 0: all) */
 };
 
 /*

@@ -79,6 +79,8 @@ cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		}
 		lg = c->lg;
 	}
+	if (f->comm != NULL)
+		medha_cpu_set_gather(c->cpu, f->comm->tp_gather, f->comm->arg);
 	if ((rc = medha_cpu_forward_layers(c->cpu, f->b, f->layer_lo,
 	         f->layer_hi, f->h_in, f->h_out, lg, why, whylen)) != 0)
 		return rc;
@@ -159,7 +161,8 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	struct medha_kv_config kc;
 	struct medha_cpu_opts co = {0};
 	struct medha_backend_info in;
-	int rc;
+	struct medha_tp_share share;
+	int rc, tp;
 
 	if (o == NULL)
 		o = &d;
@@ -178,8 +181,14 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 		    "negative threads (%d), sequences (%d) or KV blocks "
 		    "(%lld)",
 		    o->n_threads, o->max_seqs, (long long)o->kv_blocks);
+	tp = o->tp > 1 ? o->tp : 1;
+	if (medha_tp_share(mc, tp, o->tp_rank, &share) != 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "TP rank %d of %d: the model has %d kv heads (tp may be "
+		    "at most that, or %d)",
+		    o->tp_rank, tp, mc->n_kv_heads, MEDHA_TP_MAX);
 	kc = (struct medha_kv_config){.n_layers = mc->n_layers,
-	    .n_kv_heads = mc->n_kv_heads,
+	    .n_kv_heads = share.kv_hi - share.kv_lo,
 	    .head_dim = mc->head_dim,
 	    .type = o->kv_type,
 	    .max_seqs = o->max_seqs > 0 ? o->max_seqs : MAX_SEQS_DEFAULT};
@@ -199,6 +208,8 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	co.llama_compat = o->llama_compat;
 	co.layer_lo = o->layer_lo;
 	co.layer_hi = o->layer_hi;
+	co.tp = tp;
+	co.tp_rank = o->tp_rank;
 	if ((rc = medha_cpu_init(&c->cpu, c->m, c->kv, &co, why, whylen)) != 0)
 		return rc;
 	in = (struct medha_backend_info){.name = "cpu",
@@ -208,7 +219,9 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	    .block_size = MEDHA_KV_BLOCK,
 	    .n_blocks = kc.n_blocks,
 	    .max_seqs = kc.max_seqs,
-	    .kv_type = kc.type};
+	    .kv_type = kc.type,
+	    .tp = tp,
+	    .tp_rank = o->tp_rank};
 	if ((rc = medha_backend_new(be, &cpu_ops, c, &in)) != 0)
 		return medha_why(why, whylen, rc, "out of memory");
 	return 0;

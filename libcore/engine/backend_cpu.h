@@ -48,6 +48,9 @@ struct medha_backend_cpu_opts {
 	                           still holds every layer's K/V */
 	int spp, stage;         /* spp > 1: the layers of SPP stage `stage`
 	                           (medha_stage_layers), not layer_lo/hi */
+	int tp, tp_rank;        /* tp > 1: TP rank tp_rank's share of the
+	                           heads and weights (cpu/cpu.h); its cache
+	                           holds its kv heads (medha_tp_share) */
 };
 
 /*

@@ -395,3 +395,22 @@ medha_stage_layers(int n, int spp, int s, int *lo, int *hi)
 	*lo = s * q + (s < r ? s : r);
 	*hi = *lo + q + (s < r);
 }
+
+int
+medha_tp_share(const struct medha_model_config *c, int tp, int r,
+    struct medha_tp_share *s)
+{
+	int g;
+
+	if (tp < 1 || tp > MEDHA_TP_MAX || r < 0 || r >= tp ||
+	    c->n_kv_heads < tp ||
+	    c->n_heads % c->n_kv_heads != 0 || c->dim < tp || c->ffn_dim < tp)
+		return MEDHA_EINVAL;
+	g = c->n_heads / c->n_kv_heads;
+	medha_stage_layers(c->n_kv_heads, tp, r, &s->kv_lo, &s->kv_hi);
+	s->h_lo = s->kv_lo * g;
+	s->h_hi = s->kv_hi * g;
+	medha_stage_layers(c->dim, tp, r, &s->d_lo, &s->d_hi);
+	medha_stage_layers(c->ffn_dim, tp, r, &s->f_lo, &s->f_hi);
+	return 0;
+}

@@ -114,4 +114,20 @@ size_t medha_model_weight_bytes(const struct medha_model *m);
  */
 void medha_stage_layers(int n, int spp, int s, int *lo, int *hi);
 
+/*
+ * What TP rank r of tp holds: kv heads [kv_lo, kv_hi) and the query
+ * heads that read them, [h_lo, h_hi); rows [d_lo, d_hi) of the matrices
+ * of dim rows (the output projection, down) and [f_lo, f_hi) of those of
+ * ffn_dim rows (gate, up). Each split as medha_stage_layers() splits
+ * layers, so rank 0 holds the most of each. Returns 0, or MEDHA_EINVAL
+ * where r is not in [0, tp) or tp exceeds the kv heads or MEDHA_TP_MAX.
+ */
+#define MEDHA_TP_MAX 64 /* TP ranks at most */
+
+struct medha_tp_share {
+	int kv_lo, kv_hi, h_lo, h_hi, d_lo, d_hi, f_lo, f_hi;
+};
+int medha_tp_share(const struct medha_model_config *c, int tp, int r,
+    struct medha_tp_share *s);
+
 #endif
