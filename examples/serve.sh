@@ -13,6 +13,9 @@
 #                 no numerics: batches take their predicted time)
 #   two-replicas  a router in front of two replicas, each a scheduler and
 #                 one cpu worker (MEDHA_THREADS 1 each by default)
+#   tp2           a router in front of one replica of two cpu workers,
+#                 each with half of the heads and weight rows (tensor
+#                 parallel; MEDHA_THREADS 1 each by default)
 #   spp2          a router in front of one replica of two cpu workers, a
 #                 pipeline of two stages (MEDHA_THREADS 1 each by default)
 #   sim64         a router in front of one replica of 64 sim workers
@@ -45,7 +48,7 @@ bin=${MEDHA_BIN:-$top/bin}
 topo=${1:-}
 tcp=0
 [ "${2:-}" = --tcp ] && tcp=1
-usage="usage: serve.sh single|sim|two-replicas|spp2|sim64 [--tcp]"
+usage="usage: serve.sh single|sim|two-replicas|tp2|spp2|sim64 [--tcp]"
 if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# = 2 ] && [ $tcp = 0 ]; }; then
 	echo "$usage" >&2
 	exit 2
@@ -152,6 +155,13 @@ single | sim)
 		router "$front" "$addr"
 		where="$front (router) -> $addr"
 	fi
+	;;
+tp2)
+	need_model
+	front=${MEDHA_ROUTER:-$(url 0)}
+	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 2 1 1
+	router "$front" "$(url 1)"
+	where="$front (router) -> $(url 1): tp 2 x spp 1 x kvp 1"
 	;;
 spp2)
 	need_model

@@ -196,8 +196,17 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "KV type %d: not f32 (%d) or f16 (%d)", o->kv_type,
 		    MEDHA_KV_F32, MEDHA_KV_F16);
-	if ((rc = kv_size(mc, o, &kc, why, whylen)) != 0)
-		return rc;
+	/* every TP rank holds as many positions: sized by rank 0's share,
+	   the largest */
+	{
+		struct medha_tp_share s0;
+		struct medha_kv_config k0 = kc;
+		medha_tp_share(mc, tp, 0, &s0);
+		k0.n_kv_heads = s0.kv_hi - s0.kv_lo;
+		if ((rc = kv_size(mc, o, &k0, why, whylen)) != 0)
+			return rc;
+		kc.n_blocks = k0.n_blocks;
+	}
 	if ((rc = medha_kvcache_init(&c->kv, &kc)) != 0)
 		return medha_why(why, whylen, rc,
 		    "KV cache of %lld blocks for %d sequences: %s",

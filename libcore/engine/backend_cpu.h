@@ -50,7 +50,9 @@ struct medha_backend_cpu_opts {
 	                           (medha_stage_layers), not layer_lo/hi */
 	int tp, tp_rank;        /* tp > 1: TP rank tp_rank's share of the
 	                           heads and weights (cpu/cpu.h); its cache
-	                           holds its kv heads (medha_tp_share) */
+	                           holds its kv heads (medha_tp_share), as
+	                           many blocks as rank 0's (the largest
+	                           share) would from kv_bytes */
 };
 
 /*

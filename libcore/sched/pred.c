@@ -29,12 +29,13 @@
 static const struct medha_gpu gpus[] = {
     /*
      * name, peak bf16, HBM, capacity, NVLink (one direction), IB per
-     * GPU, GPUs per node, eff flops/attn/bw/link, launch, comm latency.
+     * GPU, GPUs per node, eff flops/attn/bw/link, launch, comm latency,
+     * uneven TP (no).
      */
     {"a100", 312e12, 2.039e12, 80e9, 300e9, 25e9, 8, 0.6, 0.5, 0.8, 0.7, 30e-6,
-        10e-6},
+        10e-6, 0},
     {"h100", 989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 0.6, 0.5, 0.8, 0.7, 30e-6,
-        10e-6},
+        10e-6, 0},
 };
 
 static const struct medha_pred_model models[] = {
@@ -256,9 +257,12 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 	    !(m->w_bytes > 0) || !(m->kv_bytes > 0))
 		return MEDHA_EINVAL;
 	/* TP splits the query heads evenly; KV heads are split too, or,
-	 * when there are fewer of them than GPUs, replicated evenly */
-	if (m->c.n_heads % tp != 0 ||
-	    (m->c.n_kv_heads % tp != 0 && tp % m->c.n_kv_heads != 0))
+	 * when there are fewer of them than GPUs, replicated evenly; the
+	 * cpu backend splits kv heads (and theirs) as evenly as it can */
+	if (g->tp_uneven ? tp > m->c.n_kv_heads
+	                 : (m->c.n_heads % tp != 0 ||
+	                       (m->c.n_kv_heads % tp != 0 &&
+	                           tp % m->c.n_kv_heads != 0)))
 		return MEDHA_EINVAL;
 	p->gpu = *g;
 	p->model = *m;

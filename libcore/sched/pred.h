@@ -44,6 +44,10 @@ struct medha_gpu {
 	double eff_link;   /* achievable fraction of link bandwidth */
 	double launch_s;   /* fixed cost per layer (kernel launches, norms) */
 	double comm_lat_s; /* latency of one collective or send */
+	int tp_uneven;     /* TP may split the heads unevenly (the cpu
+	                      backend: medha_tp_share), up to one kv head
+	                      per rank; otherwise TP divides the query heads
+	                      and divides or is a multiple of the kv heads */
 };
 
 /* Built-in GPUs: "a100" (80 GB SXM), "h100" (SXM 80 GB). NULL if unknown. */

@@ -118,6 +118,7 @@ medha_gpu_measure_cpu(struct medha_gpu *g, int threads)
 	free(buf);
 	memset(g, 0, sizeof(*g));
 	g->name = "cpu";
+	g->tp_uneven = 1;
 	g->hbm_bw = (double)per * sizeof(float) * threads / best;
 	for (int i = 0; i < threads; i++)
 		pt[i] = (struct part){NULL, 0, 0, 1};

@@ -1,8 +1,9 @@
 #!/bin/sh
 # topo.sh: the multi-worker topologies of examples/serve.sh against the
 # single process.
-#  1. Each cpu topology (spp2) on a random model written by the gguf
-#     package and on SmolLM2: sixteen greedy requests arriving at once
+#  1. Each cpu topology (tp2, spp2) on a random model written by the
+#     gguf package (4 heads over 2 kv heads) and on SmolLM2 (9 over 3,
+#     which tp2 splits 2 + 1): sixteen greedy requests arriving at once
 #     through the router (prompts of 3 to about 550 tokens, so chunks of
 #     one prompt follow each other through the stages), each exactly the
 #     tokens medha-worker -p gives alone.
@@ -69,10 +70,12 @@ compare() {
 if [ -s "$model" ]; then
 	if "$py" -c 'import gguf, numpy' 2>/dev/null; then
 		"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
+		compare tp2 "$tmp/random.gguf"
 		compare spp2 "$tmp/random.gguf"
 	else
 		echo "skip: the random model needs $py with gguf"
 	fi
+	compare tp2 "$model"
 	compare spp2 "$model"
 else
 	echo "skip: $model missing (run contrib/fetch-refs.sh)"
