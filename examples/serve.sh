@@ -18,6 +18,11 @@
 #                 parallel; MEDHA_THREADS 1 each by default)
 #   spp2          a router in front of one replica of two cpu workers, a
 #                 pipeline of two stages (MEDHA_THREADS 1 each by default)
+#   kvp2          a router in front of one replica of two cpu workers, two
+#                 KVP groups: a request's KV past MEDHA_KVP_MAX_TOKENS
+#                 (256) positions goes on the other group, and attention
+#                 is merged across them (MEDHA_THREADS 1 each by default)
+#   tp2-spp2-kvp2 the three at once: eight cpu workers (MEDHA_THREADS 1)
 #   sim64         a router in front of one replica of 64 sim workers
 #                 (Llama-3 70B on H100s, tp 8 x spp 8; MEDHA_SIM_SPEED, 10,
 #                 divides the batch times)
@@ -40,6 +45,8 @@
 #                 Instruct.Q4_1.gguf, fetched by contrib/fetch-refs.sh)
 #   MEDHA_BIN     the programs (bin/)
 #   MEDHA_THREADS threads of each cpu worker (single 2; the others 1)
+#   MEDHA_KVP_MAX_TOKENS  KV positions of a request per KVP group (kvp2,
+#                 tp2-spp2-kvp2: 256; a multiple of 16)
 #   MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS, MEDHA_ROUTER_OPTS  more flags
 #   MEDHA_LOG     a directory for the processes' logs (a temporary one)
 set -u
@@ -48,7 +55,7 @@ bin=${MEDHA_BIN:-$top/bin}
 topo=${1:-}
 tcp=0
 [ "${2:-}" = --tcp ] && tcp=1
-usage="usage: serve.sh single|sim|two-replicas|tp2|spp2|sim64 [--tcp]"
+usage="usage: serve.sh single|sim|two-replicas|tp2|spp2|kvp2|tp2-spp2-kvp2|sim64 [--tcp]"
 if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# = 2 ] && [ $tcp = 0 ]; }; then
 	echo "$usage" >&2
 	exit 2
@@ -169,6 +176,22 @@ spp2)
 	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 1 2 1
 	router "$front" "$(url 1)"
 	where="$front (router) -> $(url 1): tp 1 x spp 2 x kvp 1"
+	;;
+kvp2)
+	need_model
+	front=${MEDHA_ROUTER:-$(url 0)}
+	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 1 1 2 \
+	    --kvp-max-tokens "${MEDHA_KVP_MAX_TOKENS:-256}"
+	router "$front" "$(url 1)"
+	where="$front (router) -> $(url 1): tp 1 x spp 1 x kvp 2"
+	;;
+tp2-spp2-kvp2)
+	need_model
+	front=${MEDHA_ROUTER:-$(url 0)}
+	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 2 2 2 \
+	    --kvp-max-tokens "${MEDHA_KVP_MAX_TOKENS:-256}"
+	router "$front" "$(url 1)"
+	where="$front (router) -> $(url 1): tp 2 x spp 2 x kvp 2"
 	;;
 sim64)
 	front=${MEDHA_ROUTER:-$(url 0)}

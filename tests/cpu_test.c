@@ -29,6 +29,11 @@
  *    memory, give bit for bit the logits of one backend, for every
  *    weight type, fast and reference numerics, f32 and f16 KV; bad
  *    TP shapes are refused;
+ *  - KVP: two groups on two threads, each holding one piece of 64
+ *    positions of a sequence (either way round), appending where the
+ *    tokens fall and merging attention through memory once both pieces
+ *    are entered, give the same bits on both groups and the single
+ *    backend's logits within 1e-5 relative with f32 activations;
  *  - malformed batches and a full cache are refused with reasons;
  *  - wrong, missing and short tensors are named by the model loader.
  * The largest errors seen are printed (stderr) for the record.
@@ -776,6 +781,179 @@ test_tp_shapes(void **state)
 	tm_free(&tm);
 }
 
+/* ---- (f) KVP: two groups, each holding one piece of a sequence ---- */
+
+#define PIECE 64 /* positions per piece */
+
+struct kvpx {
+	pthread_barrier_t bar;
+	float *out[2], *lse[2];
+	int calls[2];
+};
+
+struct kvprank {
+	struct kvpx *x;
+	int group;  /* this group */
+	int first;  /* the group holding piece 0 (the other holds piece 1) */
+	struct tmodel *tm;
+	int ref;
+	const int32_t *tok;
+	float (*logits)[VOCAB]; /* (9) after the prompt, then 8 steps */
+	char err[256];
+};
+
+/* The two groups' parts, merged in group order on both (the same bits). */
+static int
+kvp_merge(void *arg, int layer, float *out, float *lse, int n, int nh, int hd,
+    char *why, size_t whylen)
+{
+	struct kvprank *r = arg;
+	struct kvpx *x = r->x;
+	size_t no = (size_t)n * nh * hd, nl = (size_t)n * nh;
+	float *mo = malloc(no * sizeof(float)), *ml = malloc(nl * sizeof(float));
+	const float *po[2], *pl[2];
+
+	(void)layer;
+	(void)why;
+	(void)whylen;
+	x->out[r->group] = out;
+	x->lse[r->group] = lse;
+	x->calls[r->group]++;
+	pthread_barrier_wait(&x->bar);
+	for (int g = 0; g < 2; g++) {
+		po[g] = x->out[g];
+		pl[g] = x->lse[g];
+	}
+	medha_attn_merge(2, po, pl, n * nh, hd, mo, ml);
+	pthread_barrier_wait(&x->bar);
+	memcpy(out, mo, no * sizeof(float));
+	memcpy(lse, ml, nl * sizeof(float));
+	free(mo);
+	free(ml);
+	return 0;
+}
+
+/*
+ * The prompt in chunks of 30 cut at the piece boundary, then 8 decode
+ * steps, on one group: an item runs here if this group holds a piece at
+ * or before the item's, appending if the item is in its piece, merging
+ * once both pieces are entered.
+ */
+static void *
+kvp_main(void *arg)
+{
+	struct kvprank *r = arg;
+	struct medha_kvcache *kv = kv_new(MEDHA_KV_F32, 64);
+	struct medha_cpu *cpu = cpu_new(r->tm, kv, 1, 1, r->ref);
+	int mine = r->group == r->first ? 0 : 1; /* the piece held here */
+	int seq, i, c, n;
+
+	medha_kv_seq_alloc(kv, &seq);
+	for (i = 0, n = 0; i < PLEN + 8 && r->err[0] == '\0'; i += c) {
+		int piece = i / PIECE, last;
+		c = i < PLEN ? 30 : 1;
+		if (i < PLEN && i + c > PLEN)
+			c = PLEN - i;
+		if ((i + c - 1) / PIECE != piece)
+			c = (piece + 1) * PIECE - i;
+		last = i + c == PLEN || i >= PLEN;
+		n += last;
+		if (mine > piece)
+			continue; /* not entered yet */
+		struct medha_batch_kv k = {mine * PIECE, mine == piece,
+		    piece > 0};
+		struct medha_batch_seq s = {seq, i, c,
+		    last ? MEDHA_LOGITS_LAST : MEDHA_LOGITS_NONE};
+		struct medha_batch b = {r->tok + i, c, &s, 1};
+		medha_cpu_set_kvp(cpu, &k, kvp_merge, r);
+		if (medha_cpu_forward_layers(cpu, &b, 0, NL, NULL, NULL,
+		        last ? r->logits[n - 1] : NULL, r->err,
+		        sizeof(r->err)) != 0)
+			break;
+	}
+	medha_cpu_free(cpu);
+	medha_kvcache_free(kv);
+	return NULL;
+}
+
+static void
+test_kvp(void **state)
+{
+	static float one[9][VOCAB], two[2][9][VOCAB];
+	int32_t tok[PLEN + 8];
+	double worst = 0, loose = 0;
+	int w, mode, first, i, seq, part = 0;
+
+	(void)state;
+	prompt(tok, PLEN + 8, 23);
+	for (w = 0; w < NWT; w++)
+		for (mode = 0; mode <= 1; mode++)
+			for (first = 0; first <= 1; first++) {
+				struct tmodel tm;
+				struct medha_kvcache *kv;
+				struct medha_cpu *cpu;
+				struct kvpx x;
+				struct kvprank r[2];
+				pthread_t th[2];
+				double e = 0;
+				tm_make(&tm, wtypes[w], MEDHA_GGML_Q8_0, 1,
+				    400 + w);
+				/* one backend alone, the same chunks */
+				kv = kv_new(MEDHA_KV_F32, 64);
+				cpu = cpu_new(&tm, kv, 1, 1, mode);
+				seq = prefill(cpu, kv, tok, PIECE, 30, one[0]);
+				step(cpu, seq, PIECE, tok + PIECE, PLEN - PIECE,
+				    MEDHA_LOGITS_LAST, one[0]);
+				for (i = 0; i < 8; i++)
+					step(cpu, seq, PLEN + i, tok + PLEN + i,
+					    1, MEDHA_LOGITS_LAST, one[i + 1]);
+				medha_cpu_free(cpu);
+				medha_kvcache_free(kv);
+				/* two groups */
+				memset(&x, 0, sizeof(x));
+				pthread_barrier_init(&x.bar, NULL, 2);
+				for (i = 0; i < 2; i++) {
+					r[i] = (struct kvprank){&x, i, first,
+					    &tm, mode, tok, two[i], {0}};
+					pthread_create(&th[i], NULL, kvp_main,
+					    &r[i]);
+				}
+				for (i = 0; i < 2; i++) {
+					pthread_join(th[i], NULL);
+					if (r[i].err[0] != '\0')
+						fail_msg("group %d: %s", i,
+						    r[i].err);
+				}
+				pthread_barrier_destroy(&x.bar);
+				/* merged from the prompt's piece 1 on: the
+				   chunk [64, 94), [94, 100), 8 steps; a
+				   layer each */
+				assert_int_equal(x.calls[0], NL * 10);
+				assert_int_equal(x.calls[1], NL * 10);
+				/* both groups hold the same bits */
+				assert_memory_equal(two[0], two[1],
+				    sizeof(two[0]));
+				for (i = 0; i < 9; i++)
+					e = fmax(e,
+					    rel_err(two[0][i], one[i], VOCAB));
+				if (mode == 1 || wtypes[w] == MEDHA_GGML_F32) {
+					if (e > 1e-5)
+						fail_msg("%s%s: kvp rel err %g",
+						    medha_ggml_type_name(
+							wtypes[w]),
+						    mode ? " ref" : "", e);
+					worst = fmax(worst, e);
+				} else
+					loose = fmax(loose, e);
+				part++;
+				tm_free(&tm);
+			}
+	fprintf(stderr,
+	    "# kvp 2 groups (%d runs): max rel err %g (f32 activations), "
+	    "%g (rounded activations)\n",
+	    part, worst, loose);
+}
+
 /* the pool runs every task exactly once, whatever the count */
 int
 main(void)
@@ -788,6 +966,7 @@ main(void)
 	    cmocka_unit_test(test_mixed_batch),
 	    cmocka_unit_test(test_tp),
 	    cmocka_unit_test(test_tp_shapes),
+	    cmocka_unit_test(test_kvp),
 	    cmocka_unit_test(test_bad_batch),
 	    cmocka_unit_test(test_llama_compat),
 	};

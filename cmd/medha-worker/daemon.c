@@ -19,6 +19,7 @@
  */
 #include "medha-worker.h"
 
+#include "cpu/cpu.h" /* medha_attn_merge: the KVP merge */
 #include "engine/backend.h"
 #include "model/sample.h"
 #include "net/coll.h"
@@ -55,6 +56,7 @@ struct worker {
 	/* the replica's layout and this worker's place in it */
 	int tp, spp, kvp, rank, rt, rs, rg;
 	struct medha_coll *coll; /* NULL in a replica of one worker */
+	int64_t kvp_tokens;      /* KV positions per piece (peer table) */
 	float *h;                /* hidden states between stages */
 	float tok0[1];           /* what a sim stage "hands on" */
 	size_t h_cap;            /* floats */
@@ -72,6 +74,12 @@ struct worker {
 	struct medha_sampler **smp;
 	int32_t *out;
 	int32_t *idx; /* (seq_cap) the batch item of each sequence run */
+	struct medha_batch_kv *kvx; /* (seq_cap) KVP: each one's piece */
+	int32_t *t0;  /* (seq_cap) its first token in the batch */
+	float *mrg;   /* (mrg_cap) KVP merge buffers */
+	size_t mrg_cap;
+	const struct medha_msg_batch *cur; /* the batch being run */
+	int ncur;                          /* its sequences run here */
 	size_t tok_cap, seq_cap;
 	/* heartbeats */
 	pthread_mutex_t mu;
@@ -194,7 +202,14 @@ grow_scratch(struct worker *w, size_t ntok, size_t nseq)
 		void *d = medha_reallocarray(w->idx, nseq, sizeof(*w->idx));
 		if (d != NULL)
 			w->idx = d;
-		if (a == NULL || b == NULL || c == NULL || d == NULL)
+		void *e = medha_reallocarray(w->kvx, nseq, sizeof(*w->kvx));
+		if (e != NULL)
+			w->kvx = e;
+		void *f = medha_reallocarray(w->t0, nseq, sizeof(*w->t0));
+		if (f != NULL)
+			w->t0 = f;
+		if (a == NULL || b == NULL || c == NULL || d == NULL ||
+		    e == NULL || f == NULL)
 			return MEDHA_ENOMEM;
 		w->seq_cap = nseq;
 	}
@@ -206,8 +221,9 @@ grow_scratch(struct worker *w, size_t ntok, size_t nseq)
 #define COLL_WAIT 120.0
 
 /* Collective kinds in tags (MEDHA_COLL_TAG): hidden states between
- * stages; the backend's TP all-gathers are TAG_TP + its kind (0-3). */
-enum { TAG_STAGE = 1, TAG_TP = 8 };
+ * stages, KVP partial attention; the backend's TP all-gathers are
+ * TAG_TP + its kind (0-3). */
+enum { TAG_STAGE = 1, TAG_KVP = 2, TAG_TP = 8 };
 
 /* The TP all-gather among this worker's TP group, for one batch. */
 struct tpcall {
@@ -230,15 +246,186 @@ tp_gather(void *arg, int layer, int kind, const void *mine, size_t len,
 	    COLL_WAIT, why, whylen);
 }
 
-/* Whether the item is this worker's: its KVP group holds a piece. */
+/*
+ * KVP: an item's tokens fall in piece k (a chunk never spans two), and
+ * it attends to pieces 0..k, held by groups[0..k]; without groups it is
+ * group 0's alone. *piece gets the piece this worker's group holds (-1:
+ * none, the item is not run here), *k the item's. 0, or -1 with why for
+ * an item that breaks those rules.
+ */
 static int
-mine(const struct worker *w, const struct medha_msg_item *it)
+item_piece(const struct worker *w, const struct medha_msg_item *it,
+    int *piece, int *k, char *why, size_t whylen)
 {
-	if (it->n_groups == 0)
-		return w->rg == 0;
-	for (int g = 0; g < it->n_groups; g++)
+	int64_t P = w->kvp_tokens;
+
+	*piece = -1;
+	*k = 0;
+	if (it->n_groups == 0) {
+		*piece = w->rg == 0 ? 0 : -1;
+		return 0;
+	}
+	if (P < 1) {
+		snprintf(why, whylen, "KVP groups given, but no piece size");
+		return -1;
+	}
+	*k = (int)(it->pos / P);
+	if ((it->pos + it->n_ids - 1) / P != *k || *k >= it->n_groups) {
+		snprintf(why, whylen,
+		    "request %llx: positions %lld..%lld span pieces of %lld "
+		    "or lack a group (%d given)",
+		    (unsigned long long)it->handle, (long long)it->pos,
+		    (long long)(it->pos + it->n_ids - 1), (long long)P,
+		    it->n_groups);
+		return -1;
+	}
+	for (int g = 0; g <= *k; g++)
 		if (it->groups[g] == w->rg)
+			*piece = g;
+	return 0;
+}
+
+/* Whether KVP group g holds one of pieces 0..k of item it. */
+static int
+holds(const struct medha_msg_item *it, int k, int g)
+{
+	for (int i = 0; i <= k; i++)
+		if (it->groups[i] == g)
 			return 1;
+	return 0;
+}
+
+/* The piece an item's tokens fall in (its pieces 0..k are entered). */
+static int
+item_k(const struct worker *w, const struct medha_msg_item *it)
+{
+	return it->n_groups == 0 ? 0 : (int)(it->pos / w->kvp_tokens);
+}
+
+/* Floats group g sends in a KVP merge: its merged items' rows. */
+static size_t
+kvp_size(const struct worker *w, const struct medha_msg_batch *b, int g,
+    size_t row)
+{
+	size_t n = 0;
+
+	for (int64_t i = 0; i < b->n_items; i++) {
+		const struct medha_msg_item *it = &b->items[i];
+		int k = item_k(w, it);
+		if (k > 0 && holds(it, k, g))
+			n += (size_t)it->n_ids * row;
+	}
+	return n;
+}
+
+/* Whether groups g and h merge some item of b together. */
+static int
+kvp_shares(const struct worker *w, const struct medha_msg_batch *b, int g,
+    int h)
+{
+	for (int64_t i = 0; i < b->n_items; i++) {
+		const struct medha_msg_item *it = &b->items[i];
+		int k = item_k(w, it);
+		if (k > 0 && holds(it, k, g) && holds(it, k, h))
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * The KVP merge of one layer (medha_merge_fn): this group's partial
+ * attention of every item it merges (out rows, then lse rows, items in
+ * batch order) goes to each group that merges an item with it; theirs
+ * come back alike; then each item's parts are merged in group order, so
+ * every group holds the same bits. One message per pair of groups that
+ * share an item, per layer.
+ */
+static int
+kvp_merge(void *arg, int layer, float *out, float *lse, int n_tokens,
+    int nh, int hd, char *why, size_t whylen)
+{
+	const struct tpcall *tc = arg;
+	struct worker *w = tc->w;
+	const struct medha_msg_batch *b = w->cur;
+	const size_t ro = (size_t)nh * hd, rl = (size_t)nh, row = ro + rl;
+	size_t at[MEDHA_PROTO_MAX_GROUPS], cur[MEDHA_PROTO_MAX_GROUPS];
+	size_t need = 0, len;
+	const uint64_t tag = MEDHA_COLL_TAG(tc->bseq, layer, TAG_KVP);
+	int sh[MEDHA_PROTO_MAX_GROUPS]; /* groups exchanged with, us too */
+	int g, e, rc, rank;
+
+	(void)n_tokens;
+	for (g = 0; g < w->kvp; g++) {
+		at[g] = need;
+		cur[g] = 0;
+		sh[g] = g == w->rg || kvp_shares(w, b, w->rg, g);
+		if (sh[g])
+			need += kvp_size(w, b, g, row);
+	}
+	if (need > w->mrg_cap) {
+		void *p = medha_reallocarray(w->mrg, need, sizeof(float));
+		if (p == NULL) {
+			snprintf(why, whylen, "KVP merge: out of memory");
+			return MEDHA_ENOMEM;
+		}
+		w->mrg = p;
+		w->mrg_cap = need;
+	}
+	/* ours, packed */
+	for (e = 0, len = 0; e < w->ncur; e++) {
+		size_t nt = (size_t)w->bs[e].n_tokens;
+		if (!w->kvx[e].merge)
+			continue;
+		memcpy(w->mrg + at[w->rg] + len, out + (size_t)w->t0[e] * ro,
+		    nt * ro * sizeof(float));
+		memcpy(w->mrg + at[w->rg] + len + nt * ro,
+		    lse + (size_t)w->t0[e] * rl, nt * rl * sizeof(float));
+		len += nt * row;
+	}
+	for (g = 0; g < w->kvp; g++) {
+		if (g == w->rg || !sh[g])
+			continue;
+		rank = w->rt + w->tp * (w->rs + w->spp * g);
+		if ((rc = medha_coll_send(w->coll, rank, tag, w->mrg + at[w->rg],
+		         len * sizeof(float), COLL_WAIT, why, whylen)) != 0)
+			return rc;
+	}
+	for (g = 0; g < w->kvp; g++) {
+		if (g == w->rg || !sh[g])
+			continue;
+		rank = w->rt + w->tp * (w->rs + w->spp * g);
+		if ((rc = medha_coll_recv(w->coll, rank, tag, w->mrg + at[g],
+		         kvp_size(w, b, g, row) * sizeof(float), COLL_WAIT,
+		         why, whylen)) != 0)
+			return rc;
+	}
+	/* each merged item: the parts of its groups, in group order */
+	for (int64_t i = 0, e = 0; i < b->n_items; i++) {
+		const struct medha_msg_item *it = &b->items[i];
+		const float *po[MEDHA_PROTO_MAX_GROUPS], *pl[MEDHA_PROTO_MAX_GROUPS];
+		int k = item_k(w, it), np = 0, here;
+		size_t nt = (size_t)it->n_ids;
+
+		if (k == 0)
+			continue;
+		while (e < w->ncur && w->idx[e] < i)
+			e++;
+		here = e < w->ncur && w->idx[e] == i;
+		for (g = 0; g < w->kvp; g++) {
+			if (!holds(it, k, g))
+				continue;
+			if (here) {
+				po[np] = w->mrg + at[g] + cur[g];
+				pl[np++] = w->mrg + at[g] + cur[g] + nt * ro;
+			}
+			if (sh[g])
+				cur[g] += nt * row;
+		}
+		if (here)
+			medha_attn_merge(np, po, pl, (int)(nt * nh), hd,
+			    out + (size_t)w->t0[e] * ro,
+			    lse + (size_t)w->t0[e] * rl);
+	}
 	return 0;
 }
 
@@ -257,20 +444,23 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	/* sim computes nothing: stages only wait for each other; and every
 	 * last-stage worker takes the time of the logits */
 	int sim = strcmp(w->be->info.name, "sim") == 0;
-	int want = last && (report || sim);
 	struct medha_batch batch;
 	struct medha_fwd f;
 	struct tpcall tc = {w, b->seq};
-	struct medha_comm comm = {tp_gather, &tc};
+	struct medha_comm comm = {tp_gather, kvp_merge, &tc};
 	size_t ntok = 0, nh;
-	int64_t i, n = 0, nsample = 0;
-	int rc;
+	int64_t i, n = 0, nsample = 0, nmerge = 0;
+	int rc, piece, k;
 
 	res->seq = b->seq;
 	res->worker_id = w->id;
-	for (i = 0; i < b->n_items; i++)
-		if (mine(w, &b->items[i]))
+	for (i = 0; i < b->n_items; i++) {
+		if (item_piece(w, &b->items[i], &piece, &k, res->error,
+		        sizeof(res->error)) != 0)
+			return;
+		if (piece >= 0)
 			ntok += (size_t)b->items[i].n_ids;
+	}
 	if (ntok == 0)
 		return;
 	if (grow_scratch(w, ntok, (size_t)b->n_items) != 0) {
@@ -280,12 +470,19 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	ntok = 0;
 	for (i = 0; i < b->n_items; i++) {
 		const struct medha_msg_item *it = &b->items[i];
+		int64_t base;
+		int samp;
 		struct wseq *q;
 
-		if (!mine(w, it))
+		item_piece(w, it, &piece, &k, res->error, sizeof(res->error));
+		if (piece < 0)
 			continue;
+		/* the group of piece 0 takes part in every item of a
+		   request: it samples */
+		base = (int64_t)piece * w->kvp_tokens;
+		samp = it->sample && last && piece == 0;
 		q = find_seq(w, it->handle);
-		if (q == NULL && it->pos == 0) {
+		if (q == NULL && piece == k && it->pos == base) {
 			struct medha_sampler_params sp =
 			    it->has_params ? it->params : medha_sampling_greedy;
 			if ((q = new_seq(w, it->handle)) == NULL ||
@@ -316,13 +513,18 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 		w->bs[n] = (struct medha_batch_seq){.seq = q->seq,
 		    .pos = it->pos,
 		    .n_tokens = (int32_t)it->n_ids,
-		    .logits = it->sample && want ? MEDHA_LOGITS_LAST
-		                                 : MEDHA_LOGITS_NONE};
-		w->smp[n] = it->sample && report ? q->smp : NULL;
-		nsample += it->sample && report;
+		    .logits = samp && (report || sim) ? MEDHA_LOGITS_LAST
+		                                      : MEDHA_LOGITS_NONE};
+		w->kvx[n] = (struct medha_batch_kv){base, piece == k, k > 0};
+		w->t0[n] = (int32_t)(ntok - (size_t)it->n_ids);
+		nmerge += k > 0;
+		w->smp[n] = samp && report ? q->smp : NULL;
+		nsample += samp && report;
 		w->idx[n++] = (int32_t)i;
 	}
 	batch = (struct medha_batch){w->tok, (int32_t)ntok, w->bs, (int32_t)n};
+	w->cur = b;
+	w->ncur = (int)n;
 	nh = sim ? 0 : ntok * (size_t)mc->dim;
 	if ((!first || !last) && nh > w->h_cap) {
 		void *p = medha_reallocarray(w->h, nh, sizeof(float));
@@ -338,8 +540,10 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 	f.b = &batch;
 	f.layer_lo = w->be->info.layer_lo;
 	f.layer_hi = w->be->info.layer_hi;
-	if (w->tp > 1)
+	if (w->tp > 1 || nmerge > 0)
 		f.comm = &comm;
+	if (w->kvp > 1)
+		f.kv = w->kvx;
 	if (!first) {
 		f.h_in = sim ? w->tok0 : w->h; /* sim reads nothing */
 		if ((rc = medha_coll_recv(w->coll, w->rank - w->tp,
@@ -401,6 +605,7 @@ take_peers(struct worker *w, const struct medha_msg_peers *p)
 		    p->n, w->rank, w->tp * w->spp * w->kvp);
 		return -1;
 	}
+	w->kvp_tokens = p->kvp_tokens;
 	if (p->gen == medha_coll_gen(w->coll))
 		return 0;
 	if ((urls = medha_calloc(p->n, sizeof(*urls))) == NULL)

@@ -38,6 +38,10 @@ struct medha_cpu {
 	struct medha_tensor *view; /* (n_layers, 7) the TP views, or NULL */
 	medha_gather_fn gather;    /* TP all-gather, and its argument */
 	void *garg;
+	const struct medha_batch_kv *kvx; /* KVP pieces of the batch, or NULL */
+	int nmerge;                       /* its sequences marked merge */
+	medha_merge_fn merge;             /* KVP merge, and its argument */
+	void *marg;
 	char gwhy[256]; /* why the last gather failed */
 
 	int cap;       /* tokens the buffers below hold */
@@ -182,6 +186,38 @@ medha_cpu_set_gather(struct medha_cpu *c, medha_gather_fn fn, void *arg)
 	c->garg = arg;
 }
 
+void
+medha_cpu_set_kvp(struct medha_cpu *c, const struct medha_batch_kv *kv,
+    medha_merge_fn fn, void *arg)
+{
+	c->kvx = kv;
+	c->merge = fn;
+	c->marg = arg;
+}
+
+/* KVP: where entry i's cache sequence starts, and whether it appends. */
+static int64_t
+base_of(const struct medha_cpu *c, int i)
+{
+	return c->kvx != NULL ? c->kvx[i].base : 0;
+}
+
+static int
+appends(const struct medha_cpu *c, int i)
+{
+	return c->kvx == NULL || c->kvx[i].append;
+}
+
+/* Keys entry i attends to in its cache sequence (after its append). */
+static int64_t
+keys_of(const struct medha_cpu *c, const struct medha_batch *b, int i)
+{
+	const struct medha_batch_seq *s = &b->seq[i];
+
+	return appends(c, i) ? s->pos - base_of(c, i) + s->n_tokens
+	                     : medha_kv_seq_len(c->kv, s->seq);
+}
+
 static void
 free_bufs(struct medha_cpu *c)
 {
@@ -303,6 +339,8 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
  * A batch's shape against the cache. A call that claims the positions
  * (it starts at the backend's first layer) may start each sequence
  * anywhere up to its cached length; a later call finds them claimed.
+ * With KVP, positions in the cache are counted from the piece's base,
+ * and a sequence that only attends must hold only keys before pos.
  * The token ids are checked when they are read (at layer 0).
  */
 static int
@@ -310,7 +348,7 @@ check_batch(struct medha_cpu *c, const struct medha_batch *b, int claim,
     int embed, char *why, size_t whylen)
 {
 	const struct medha_batch_seq *s;
-	int64_t sum = 0, len;
+	int64_t sum = 0, len, lp;
 	int i, rc = 0;
 
 	if (b->n_seqs < 1 || b->n_tokens < 1 || (embed && b->tokens == NULL) ||
@@ -319,6 +357,7 @@ check_batch(struct medha_cpu *c, const struct medha_batch *b, int claim,
 	for (i = 0; i < b->n_seqs && rc == 0; i++) {
 		s = &b->seq[i];
 		len = medha_kv_seq_len(c->kv, s->seq);
+		lp = s->pos - base_of(c, i);
 		if (len < 0)
 			rc = medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d (batch entry %d) is not allocated",
@@ -329,19 +368,22 @@ check_batch(struct medha_cpu *c, const struct medha_batch *b, int claim,
 		else if (s->n_tokens < 1)
 			rc = medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d: %d tokens", s->seq, s->n_tokens);
-		else if (s->pos < 0 || s->pos > len)
+		else if (s->pos < 0 || s->pos > INT32_MAX - s->n_tokens)
 			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: position %lld but %lld cached",
-			    s->seq, (long long)s->pos, (long long)len);
-		else if (s->pos > INT32_MAX - s->n_tokens)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: position %lld too large", s->seq,
+			    "sequence %d: position %lld out of range", s->seq,
 			    (long long)s->pos);
-		else if (!claim && s->pos + s->n_tokens > len)
+		else if (lp < 0 || (appends(c, i) ? lp > len : lp < len))
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: position %lld but %lld cached from "
+			    "%lld%s",
+			    s->seq, (long long)s->pos, (long long)len,
+			    (long long)base_of(c, i),
+			    appends(c, i) ? "" : " (attending only)");
+		else if (!claim && appends(c, i) && lp + s->n_tokens > len)
 			rc = medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d: positions up to %lld not claimed "
 			    "(%lld cached): run layer %d on this batch first",
-			    s->seq, (long long)(s->pos + s->n_tokens),
+			    s->seq, (long long)(lp + s->n_tokens),
 			    (long long)len, c->lo);
 		else if (s->logits < MEDHA_LOGITS_LAST ||
 		    s->logits > MEDHA_LOGITS_NONE)
@@ -383,11 +425,11 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
 		for (i = 0, t0 = 0; i < b->n_seqs;
 		     t0 += b->seq[i].n_tokens, i++) {
 			struct medha_attn_seq *a = &c->as[i];
-			len = b->seq[i].pos + b->seq[i].n_tokens;
+			len = keys_of(c, b, i);
 			a->seq = b->seq[i].seq;
 			a->q = c->q + (size_t)t0 * qd;
 			a->nq = b->seq[i].n_tokens;
-			a->qpos = b->seq[i].pos;
+			a->qpos = b->seq[i].pos - base_of(c, i);
 			a->k_lo = len * sh / c->shards;
 			a->k_hi = len * (sh + 1) / c->shards;
 			a->compat = c->compat;
@@ -538,11 +580,16 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		    mc->head_dim, mc->n_rot, cs);
 	}
 	for (i = 0, t0 = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
-		if ((rc = medha_kv_write(c->kv, b->seq[i].seq, l, b->seq[i].pos,
-		         b->seq[i].n_tokens, c->k + (size_t)t0 * kvd,
-		         c->v + (size_t)t0 * kvd)) != 0)
+		if (appends(c, i) &&
+		    (rc = medha_kv_write(c->kv, b->seq[i].seq, l,
+		         b->seq[i].pos - base_of(c, i), b->seq[i].n_tokens,
+		         c->k + (size_t)t0 * kvd, c->v + (size_t)t0 * kvd)) != 0)
 			return rc;
 	if ((rc = attention(c, b, l)) != 0)
+		return rc;
+	if (c->kvx != NULL && c->nmerge > 0 &&
+	    (rc = c->merge(c->marg, l, c->att, c->lse, n, c->nh, mc->head_dim,
+	         c->gwhy, sizeof(c->gwhy))) != 0)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 0, c->att, n, c->att)) != 0)
 		return rc;
@@ -615,18 +662,22 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 	if ((rc = check_batch(c, b, claim, lo == 0, why, whylen)) != 0)
 		return rc;
 	nrows = medha_batch_logit_rows(b);
+	c->nmerge = 0;
 	for (i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
-		if (claim &&
-		    (rc = medha_kv_reserve(c->kv, s->seq,
-		         s->pos + s->n_tokens)) != 0)
+		int64_t nk = keys_of(c, b, i);
+		if (claim && appends(c, i) &&
+		    (rc = medha_kv_reserve(c->kv, s->seq, nk)) != 0)
 			return medha_why(why, whylen, rc,
 			    "sequence %d: KV room for %lld positions: %s",
-			    s->seq, (long long)(s->pos + s->n_tokens),
-			    medha_strerror(rc));
-		if (s->pos + s->n_tokens > nk_max)
-			nk_max = s->pos + s->n_tokens;
+			    s->seq, (long long)nk, medha_strerror(rc));
+		if (nk > nk_max)
+			nk_max = nk;
+		c->nmerge += c->kvx != NULL && c->kvx[i].merge;
 	}
+	if (c->nmerge > 0 && c->merge == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "a KVP merge asked for, and no merge to call");
 	if ((rc = grow(c, b->n_tokens, b->n_seqs, nk_max)) != 0)
 		return medha_why(why, whylen, rc, "buffers for %d tokens: %s",
 		    b->n_tokens, medha_strerror(rc));
@@ -658,8 +709,9 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 		(hi < nl ? h_out : c->x)[k] = c->xn[k] + c->x[k];
 	if (claim)
 		for (i = 0; i < b->n_seqs; i++)
-			medha_kv_set_len(c->kv, b->seq[i].seq,
-			    b->seq[i].pos + b->seq[i].n_tokens);
+			if (appends(c, i))
+				medha_kv_set_len(c->kv, b->seq[i].seq,
+				    keys_of(c, b, i));
 	if (hi < nl || nrows == 0 || logits == NULL)
 		return 0;
 

@@ -118,6 +118,28 @@ void medha_cpu_free(struct medha_cpu *cpu);
 void medha_cpu_set_gather(struct medha_cpu *cpu, medha_gather_fn fn, void *arg);
 
 /*
+ * The KVP merge of one layer (a KVP group's backend): out (n_tokens,
+ * n_heads, head_dim) and lse (n_tokens, n_heads), this group's
+ * attention over the pieces it holds for every token of the batch (its
+ * n_heads, the TP rank's), become, for the tokens of every sequence
+ * marked merge, the attention over all groups' pieces (medha_attn_merge
+ * of the groups' parts, in the same order on every group so that all
+ * hold the same bits). Called on the calling thread after attention,
+ * at every layer of a batch with a sequence marked merge. 0 or a
+ * MEDHA_E* code with why.
+ */
+typedef int (*medha_merge_fn)(void *arg, int layer, float *out, float *lse,
+    int n_tokens, int n_heads, int head_dim, char *why, size_t whylen);
+
+/*
+ * KVP for the calls that follow: kv (the caller's, b->n_seqs entries,
+ * batch.h) for each call's batch, or NULL (every sequence alone, from
+ * position 0); fn is called where kv marks a merge.
+ */
+void medha_cpu_set_kvp(struct medha_cpu *cpu, const struct medha_batch_kv *kv,
+    medha_merge_fn fn, void *arg);
+
+/*
  * Run batch b. Every sequence must be allocated in the cache, have
  * pos <= its cached length and appear once; its length becomes pos +
  * n_tokens. logits (the caller's) receives medha_batch_logit_rows(b)

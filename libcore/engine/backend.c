@@ -119,6 +119,12 @@ medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "TP rank %d of %d called without collectives",
 		    be->info.tp_rank, be->info.tp);
+	for (i = 0; f->kv != NULL && i < f->b->n_seqs; i++)
+		if (f->kv[i].merge &&
+		    (f->comm == NULL || f->comm->kvp_merge == NULL))
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "batch entry %d: a KVP merge without collectives",
+			    i);
 	if (f->samplers != NULL)
 		for (i = 0; i < f->b->n_seqs; i++)
 			f->tokens[i] = -1;

@@ -71,6 +71,11 @@
 struct medha_comm {
 	int (*tp_gather)(void *arg, int layer, int kind, const void *mine,
 	    size_t len, void *all, char *why, size_t whylen);
+	/* the KVP merge of one layer's attention (cpu/cpu.h
+	   medha_merge_fn), where kv marks a sequence merge */
+	int (*kvp_merge)(void *arg, int layer, float *out, float *lse,
+	    int n_tokens, int n_heads, int head_dim, char *why,
+	    size_t whylen);
 	void *arg;
 };
 
@@ -101,8 +106,12 @@ struct medha_fwd {
 	   each sequence with a sampler, -1 for the others; ignored
 	   without samplers */
 	int32_t *tokens;
-	/* the collectives: required when info.tp > 1 */
+	/* the collectives: required when info.tp > 1 or kv marks a merge */
 	const struct medha_comm *comm;
+	/* KVP (optional): (b->n_seqs) where each sequence's piece starts,
+	   whether it appends, whether it merges (batch.h); NULL: every
+	   sequence alone from position 0 */
+	const struct medha_batch_kv *kv;
 };
 
 /* What a backend holds and runs; filled by its constructor. */

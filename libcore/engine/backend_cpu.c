@@ -81,6 +81,9 @@ cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	}
 	if (f->comm != NULL)
 		medha_cpu_set_gather(c->cpu, f->comm->tp_gather, f->comm->arg);
+	medha_cpu_set_kvp(c->cpu, f->kv,
+	    f->comm != NULL ? f->comm->kvp_merge : NULL,
+	    f->comm != NULL ? f->comm->arg : NULL);
 	if ((rc = medha_cpu_forward_layers(c->cpu, f->b, f->layer_lo,
 	         f->layer_hi, f->h_in, f->h_out, lg, why, whylen)) != 0)
 		return rc;

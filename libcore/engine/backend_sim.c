@@ -110,13 +110,17 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	memset(&a, 0, sizeof(a));
 	for (int i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *q = &b->seq[i];
-		int64_t end = q->pos + q->n_tokens;
+		/* KVP: the cache holds this group's piece, from its base */
+		int64_t lp = q->pos - (f->kv != NULL ? f->kv[i].base : 0);
+		int64_t end = lp + q->n_tokens;
 
 		if (q->seq < 0 || q->seq >= s->max_seqs || s->len[q->seq] < 0)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d (batch entry %d) is not allocated",
 			    q->seq, i);
-		if (q->pos > s->len[q->seq])
+		if (f->kv != NULL && !f->kv[i].append)
+			continue;
+		if (lp < 0 || lp > s->len[q->seq])
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d: position %lld but %lld cached",
 			    q->seq, (long long)q->pos,
@@ -140,6 +144,13 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		const struct medha_batch_seq *q = &b->seq[i];
 		int64_t end = q->pos + q->n_tokens;
 
+		if (f->samplers != NULL && f->samplers[i] != NULL)
+			f->tokens[i] = medha_backend_sim_token(end, s->vocab);
+		if (f->kv != NULL) {
+			if (!f->kv[i].append)
+				continue;
+			end -= f->kv[i].base;
+		}
 		if (end > s->len[q->seq])
 			s->free_blocks -=
 			    blocks_of(end) - blocks_of(s->len[q->seq]);
@@ -147,8 +158,6 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 			s->free_blocks +=
 			    blocks_of(s->len[q->seq]) - blocks_of(end);
 		s->len[q->seq] = end;
-		if (f->samplers != NULL && f->samplers[i] != NULL)
-			f->tokens[i] = medha_backend_sim_token(end, s->vocab);
 	}
 	lat = medha_cost_latency(&a, &s->pred, 1);
 	t = t0 + (s->pred.spp == 1 ? lat.latency

@@ -49,6 +49,22 @@ struct medha_batch {
 	int32_t n_seqs;
 };
 
+/*
+ * KVP (optional, one per sequence of a batch, given beside it): on one
+ * KVP group, a sequence whose KV is cut into pieces held by several
+ * groups. Its cache sequence holds this group's piece, the positions
+ * [base, base + its length); the new tokens' K/V go into it (append) or
+ * into another group's piece (attend only: the cached keys all come
+ * before pos); and when other groups hold pieces (merge) its attention
+ * output is merged with theirs before it goes on (the backend's
+ * collectives). Positions (pos, RoPE, causality) stay the request's.
+ */
+struct medha_batch_kv {
+	int64_t base; /* the first position the cache sequence holds */
+	int append;   /* 1: the new tokens are appended to it */
+	int merge;    /* 1: other groups hold pieces to merge with */
+};
+
 /* Rows of logits a batch returns (see above). */
 static inline int64_t
 medha_batch_logit_rows(const struct medha_batch *b)

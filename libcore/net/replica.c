@@ -682,7 +682,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		r->ready = 1;
 		r->peers.gen++; /* the table the workers get next */
 		r->peers.n = r->cfg.workers;
-		r->peers.kvp_tokens = 1; /* kvp 1 so far: one piece */
+		r->peers.kvp_tokens = medha_sched_group_tokens(r->core);
 		medha_log(MEDHA_LOG_WARN,
 		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
 		    "backend, model %s, %lld KV blocks of %d",
@@ -740,6 +740,18 @@ flight_form(struct medha_replica *r)
 		    (size_t)mi->n_ids * sizeof(int32_t));
 		nids += mi->n_ids;
 		mi->sample = it->decode || it->last;
+		if (r->kvp > 1) {
+			/* KVP: the groups of the pieces up to the one the
+			   tokens fall in (the core never cuts across one) */
+			const struct medha_req *cr =
+			    medha_sched_req(r->core, it->req);
+			int64_t P = medha_sched_group_tokens(r->core);
+			int k = (int)(it->kv / P);
+			MEDHA_ASSERT(cr != NULL && k < cr->kv.n_groups);
+			mi->n_groups = k + 1;
+			for (int g = 0; g <= k; g++)
+				mi->groups[g] = (uint8_t)cr->kv.groups[g];
+		}
 		if (!it->decode && it->kv == 0) {
 			mi->has_params = 1;
 			mi->params = q->sp;

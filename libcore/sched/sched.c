@@ -137,6 +137,25 @@ trial_cost(struct medha_sched *s, const struct medha_req *r, int64_t t)
 }
 
 /*
+ * The most prompt tokens r's next chunk may take: the rest of the
+ * prompt, and with KVP no more than is left of its current piece, so
+ * that one group appends the whole chunk.
+ */
+static int64_t
+chunk_room(const struct medha_sched *s, const struct medha_req *r)
+{
+	int64_t rem = r->spec.prompt_tokens - r->sched_prefill, gt, room;
+
+	if (s->kv.kvp > 1) {
+		gt = s->kv.group_tokens;
+		room = (r->kv_tokens / gt + 1) * gt - r->kv_tokens;
+		if (room < rem)
+			rem = room;
+	}
+	return rem;
+}
+
+/*
  * Chunk for prefill r against the batch so far, so that the batch cost
  * stays within limit: the whole remainder if it fits, else the largest
  * multiple of 32 (adaptive) or the tokens left in the budget (fixed).
@@ -145,7 +164,7 @@ trial_cost(struct medha_sched *s, const struct medha_req *r, int64_t t)
 static int64_t
 choose_chunk(struct medha_sched *s, const struct medha_req *r, double limit)
 {
-	int64_t rem = r->spec.prompt_tokens - r->sched_prefill;
+	int64_t rem = chunk_room(s, r);
 	int64_t lo, hi;
 
 	if (s->cfg.chunk > 0) {
@@ -639,8 +658,8 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	t = choose_chunk(s, r, limit);
 	if (t == 0 && s->acc.n_items == 0) /* alone, it must make progress */
 		t = s->cfg.chunk > 0 ? s->cfg.chunk : 32;
-	if (t > P - r->sched_prefill)
-		t = P - r->sched_prefill;
+	if (t > chunk_room(s, r))
+		t = chunk_room(s, r);
 	if (t == 0)
 		return 0;
 	last = r->sched_prefill + t == P;
@@ -883,6 +902,12 @@ int
 medha_sched_block_size(const struct medha_sched *s)
 {
 	return s->cfg.block_size;
+}
+
+int64_t
+medha_sched_group_tokens(const struct medha_sched *s)
+{
+	return s->kv.group_tokens;
 }
 
 int64_t

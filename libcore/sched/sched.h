@@ -206,6 +206,8 @@ const struct medha_req *medha_sched_active(const struct medha_sched *s, int i);
 size_t medha_sched_footprint(const struct medha_sched *s);
 int64_t medha_sched_group_capacity(const struct medha_sched *s); /* blocks */
 int medha_sched_block_size(const struct medha_sched *s);         /* tokens */
+/* KV positions of one request per KVP group (a piece; medha_kvplace) */
+int64_t medha_sched_group_tokens(const struct medha_sched *s);
 int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
 
 /*

@@ -1,12 +1,17 @@
 #!/bin/sh
 # topo.sh: the multi-worker topologies of examples/serve.sh against the
 # single process.
-#  1. Each cpu topology (tp2, spp2) on a random model written by the
-#     gguf package (4 heads over 2 kv heads) and on SmolLM2 (9 over 3,
-#     which tp2 splits 2 + 1): sixteen greedy requests arriving at once
+#  1. Each cpu topology (tp2, spp2, kvp2, tp2-spp2-kvp2) on a random
+#     model written by the gguf package (4 heads over 2 kv heads) and on
+#     SmolLM2 (9 over 3, which tp2 splits 2 + 1): sixteen greedy
+#     requests arriving at once
 #     through the router (prompts of 3 to about 550 tokens, so chunks of
-#     one prompt follow each other through the stages), each exactly the
-#     tokens medha-worker -p gives alone.
+#     one prompt follow each other through the stages; for KVP, with 256
+#     positions per group, up to 443 tokens, so that prompts spill onto
+#     the second group and one decode crosses over), each exactly the
+#     tokens medha-worker -p gives alone (with the fast int8 paths: TP
+#     is bit-exact by construction, and the KVP merge's last-bit
+#     differences have not flipped a token here).
 #  2. sim64 (64 sim workers behind a router): a generated trace replayed
 #     fast ends every request with exactly one record, and SIGTERM stops
 #     all 66 processes.
@@ -56,27 +61,34 @@ stop() {
 }
 
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 4 6 8 10 12 14 25
+# for KVP (two groups of 256 positions): prompts of up to 443 tokens,
+# four of them past 256, and one of 245 whose decode crosses it
+python3 "$top/tests/ref/solo.py" trace "$tmp/trace-kvp.jsonl" 16 2 4 6 8 10 11 14 20
 
 # compare TOPOLOGY MODEL: 16 requests through the topology against -p
 compare() {
+	t=$tmp/trace.jsonl
+	case $1 in *kvp*) t=$tmp/trace-kvp.jsonl ;; esac
 	start "$1" "$2"
-	"$bin/medha-trace" replay -a "$router" --token-ids "$tmp/trace.jsonl" \
+	"$bin/medha-trace" replay -a "$router" --token-ids "$t" \
 	    >"$tmp/out.jsonl"
 	stop
-	python3 "$top/tests/ref/solo.py" check "$tmp/trace.jsonl" \
+	python3 "$top/tests/ref/solo.py" check "$t" \
 	    "$tmp/out.jsonl" "$bin/medha-worker" "$2" "$1"
 }
 
 if [ -s "$model" ]; then
 	if "$py" -c 'import gguf, numpy' 2>/dev/null; then
 		"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
-		compare tp2 "$tmp/random.gguf"
-		compare spp2 "$tmp/random.gguf"
+		for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
+			compare $t "$tmp/random.gguf"
+		done
 	else
 		echo "skip: the random model needs $py with gguf"
 	fi
-	compare tp2 "$model"
-	compare spp2 "$model"
+	for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
+		compare $t "$model"
+	done
 else
 	echo "skip: $model missing (run contrib/fetch-refs.sh)"
 fi
