@@ -163,35 +163,22 @@ single | sim)
 		where="$front (router) -> $addr"
 	fi
 	;;
-tp2)
+tp2 | spp2 | kvp2 | tp2-spp2-kvp2)
+	# one replica of cpu workers, the layout read from the name
 	need_model
+	tp=1 spp=1 kvp=1 kflags=()
+	case $topo in *tp2*) tp=2 ;; esac
+	case $topo in *spp2*) spp=2 ;; esac
+	case $topo in *kvp2*)
+		kvp=2
+		kflags=(--kvp-max-tokens "${MEDHA_KVP_MAX_TOKENS:-256}")
+		;;
+	esac
 	front=${MEDHA_ROUTER:-$(url 0)}
-	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 2 1 1
+	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" $tp $spp $kvp \
+	    "${kflags[@]}"
 	router "$front" "$(url 1)"
-	where="$front (router) -> $(url 1): tp 2 x spp 1 x kvp 1"
-	;;
-spp2)
-	need_model
-	front=${MEDHA_ROUTER:-$(url 0)}
-	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 1 2 1
-	router "$front" "$(url 1)"
-	where="$front (router) -> $(url 1): tp 1 x spp 2 x kvp 1"
-	;;
-kvp2)
-	need_model
-	front=${MEDHA_ROUTER:-$(url 0)}
-	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 1 1 2 \
-	    --kvp-max-tokens "${MEDHA_KVP_MAX_TOKENS:-256}"
-	router "$front" "$(url 1)"
-	where="$front (router) -> $(url 1): tp 1 x spp 1 x kvp 2"
-	;;
-tp2-spp2-kvp2)
-	need_model
-	front=${MEDHA_ROUTER:-$(url 0)}
-	replica sched "$(url 1)" cpu "${MEDHA_THREADS:-1}" 2 2 2 \
-	    --kvp-max-tokens "${MEDHA_KVP_MAX_TOKENS:-256}"
-	router "$front" "$(url 1)"
-	where="$front (router) -> $(url 1): tp 2 x spp 2 x kvp 2"
+	where="$front (router) -> $(url 1): tp $tp x spp $spp x kvp $kvp"
 	;;
 sim64)
 	front=${MEDHA_ROUTER:-$(url 0)}
