@@ -10,12 +10,16 @@
  * an ERROR), the worker frees every sequence and says HELLO again.
  *
  * In a replica of several workers (tp * spp * kvp), every worker gets
- * every batch and runs its part: its SPP stage's layers on the items of
- * its KVP group. A stage after the first receives the hidden states from
- * the same TP rank of the stage before and the last stage samples; the
- * collectives (net/coll.h) go straight between workers, at the
- * addresses the scheduler hands out with the first batch.
- * Wiring only: the numerics are the backend's (libcore/engine).
+ * every batch and runs its part: its SPP stage's layers on the items
+ * whose KV its KVP group holds a piece of. A stage after the first
+ * receives the hidden states from the same TP rank of the stage before;
+ * TP ranks all-gather inside the backend (tp_gather), KVP groups merge
+ * partial attention (kvp_merge); the first TP rank of the last stage in
+ * the group of an item's piece 0 samples it. The collectives
+ * (net/coll.h) go straight between workers, at the addresses the
+ * scheduler hands out with the first batch.
+ * Wiring only: the numerics are the backend's (libcore/engine, and
+ * medha_attn_merge for the KVP merge).
  */
 #include "medha-worker.h"
 
@@ -237,13 +241,23 @@ tp_gather(void *arg, int layer, int kind, const void *mine, size_t len,
 {
 	const struct tpcall *t = arg;
 	struct worker *w = t->w;
-	int group[64], base = w->rank - w->rt;
+	int group[MEDHA_TP_MAX], base = w->rank - w->rt;
 
 	for (int i = 0; i < w->tp; i++)
 		group[i] = base + i;
 	return medha_coll_all_gather(w->coll, group, w->tp,
 	    MEDHA_COLL_TAG(t->bseq, layer, TAG_TP + kind), mine, len, all,
 	    COLL_WAIT, why, whylen);
+}
+
+/* Whether KVP group g holds one of pieces 0..k of item it. */
+static int
+holds(const struct medha_msg_item *it, int k, int g)
+{
+	for (int i = 0; i <= k; i++)
+		if (it->groups[i] == g)
+			return 1;
+	return 0;
 }
 
 /*
@@ -279,19 +293,19 @@ item_piece(const struct worker *w, const struct medha_msg_item *it,
 		    it->n_groups);
 		return -1;
 	}
-	for (int g = 0; g <= *k; g++)
+	for (int g = 0; g <= *k; g++) {
+		if (it->groups[g] >= w->kvp ||
+		    holds(it, g - 1, it->groups[g])) {
+			snprintf(why, whylen,
+			    "request %llx: piece %d on group %d: not one of "
+			    "the %d groups, or one holding another piece",
+			    (unsigned long long)it->handle, g, it->groups[g],
+			    w->kvp);
+			return -1;
+		}
 		if (it->groups[g] == w->rg)
 			*piece = g;
-	return 0;
-}
-
-/* Whether KVP group g holds one of pieces 0..k of item it. */
-static int
-holds(const struct medha_msg_item *it, int k, int g)
-{
-	for (int i = 0; i <= k; i++)
-		if (it->groups[i] == g)
-			return 1;
+	}
 	return 0;
 }
 

@@ -104,7 +104,7 @@ struct medha_cpu; /* opaque: model, cache, pool, scratch */
 
 /*
  * A backend for model m writing into cache kv (whose layers, kv heads
- * (n_kv_heads / tp) and head size must match m). Both must outlive it; it owns neither.
+ * (the TP rank's share: medha_tp_share) and head size must match m). Both must outlive it; it owns neither.
  * opts may be NULL (defaults). On success *cpu is the caller's, for
  * medha_cpu_free(). Returns 0, MEDHA_EINVAL (mismatched cache, bad
  * options) or MEDHA_ENOMEM, with a reason in why.
