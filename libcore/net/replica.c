@@ -80,7 +80,10 @@ struct wslot {
 	uint64_t sent;     /* the last batch_seq sent to it */
 	uint64_t done;     /* the last batch_seq it answered */
 	uint64_t gen_sent; /* the peer table generation it has */
-	uint64_t *frees;   /* handles to free with the next answer */
+	/* handles to free, in the order they ended: each with the last
+	   batch formed then, which may still hold its items, so that it
+	   goes out only once the worker has been sent that batch */
+	uint64_t *frees, *frees_after;
 	int64_t nfrees, frees_cap;
 };
 
@@ -188,16 +191,22 @@ worker_free_later(struct medha_replica *r, uint64_t h)
 			int64_t ncap = w->frees_cap ? 2 * w->frees_cap : 64;
 			void *n = medha_reallocarray(w->frees, (size_t)ncap,
 			    sizeof(*w->frees));
-			if (n == NULL) {
+			void *a = n == NULL ? NULL :
+			    medha_reallocarray(w->frees_after, (size_t)ncap,
+			    sizeof(*w->frees_after));
+			if (n != NULL)
+				w->frees = n;
+			if (a == NULL) {
 				medha_log(MEDHA_LOG_ERROR,
 				    "out of memory: worker %d keeps request "
 				    "%llx",
 				    i, (unsigned long long)h);
 				continue;
 			}
-			w->frees = n;
+			w->frees_after = a;
 			w->frees_cap = ncap;
 		}
+		w->frees_after[w->nfrees] = r->bseq;
 		w->frees[w->nfrees++] = h;
 	}
 }
@@ -553,6 +562,7 @@ worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 	if (w->call != NULL)
 		medha_srv_drop(r->srv, w->call);
 	free(w->frees);
+	free(w->frees_after);
 	memset(w, 0, sizeof(*w));
 	r->nworkers--;
 	r->ready = 0;
@@ -783,15 +793,23 @@ flights_fill(struct medha_replica *r)
 }
 
 /* Answer w's held call with its next batch, or with IDLE when asked
- * to or when it has sequences to free. */
+ * to or when it has sequences to free. A free goes out once w has been
+ * sent every batch that was formed before its request ended: the
+ * worker frees before it runs the batch of the same message, and a
+ * request cancelled while its prompt chunks fly still has items in the
+ * batches it was not sent yet. */
 static void
 dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 {
 	struct medha_msg m;
 	struct flight *f = NULL;
+	int64_t nf = 0;
 
 	if (w->call == NULL || w->done < w->sent)
 		return;
+	while (nf < w->nfrees && nf < MEDHA_PROTO_MAX_ITEMS &&
+	    w->frees_after[nf] <= w->sent)
+		nf++; /* the rest go with the next message */
 	for (int i = 0; i < r->nfl && f == NULL; i++) {
 		struct flight *g = &r->fl[(r->fl_head + i) % r->spp];
 		if (g->seq > w->sent)
@@ -808,15 +826,18 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 			w->gen_sent = r->peers.gen;
 		}
 		w->sent = f->seq;
-	} else if (idle_ok || w->nfrees > 0)
+	} else if (idle_ok || nf > 0)
 		m.type = MEDHA_MSG_IDLE;
 	else
 		return;
 	m.batch.frees = w->frees;
-	m.batch.n_frees = w->nfrees;
+	m.batch.n_frees = nf;
 	medha_srv_msg(r->srv, w->call, &m);
 	w->call = NULL;
-	w->nfrees = 0;
+	w->nfrees -= nf;
+	memmove(w->frees, w->frees + nf, (size_t)w->nfrees * sizeof(*w->frees));
+	memmove(w->frees_after, w->frees_after + nf,
+	    (size_t)w->nfrees * sizeof(*w->frees_after));
 	w->last_seen = mono();
 }
 

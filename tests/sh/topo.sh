@@ -12,9 +12,10 @@
 #     tokens medha-worker -p gives alone (with the fast int8 paths: TP
 #     is bit-exact by construction, and the KVP merge's last-bit
 #     differences have not flipped a token here).
-#  2. sim64 (64 sim workers behind a router): a generated trace replayed
-#     fast ends every request with exactly one record, and SIGTERM stops
-#     all 66 processes.
+#  2. sim64 (64 sim workers behind a router): after a client went away
+#     in the middle of a long prompt, a generated trace replayed fast
+#     ends every request with exactly one record, all ok, and SIGTERM
+#     stops all 66 processes.
 set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -95,6 +96,25 @@ fi
 
 # ---- 2. sim64 ----
 start sim64
+# a client that goes away while the chunks of its million-token prompt
+# run through the stages: the frees of its sequence must not reach a
+# stage before the batches that still hold its chunks
+# (another client's long decode runs meanwhile and must end ok)
+echo '{"id": "stays", "arrival": 0, "prompt_tokens": 900, "max_tokens": 400}' \
+    >"$tmp/stays.jsonl"
+echo '{"id": "gone", "arrival": 0, "prompt_tokens": 1000000, "max_tokens": 4}' \
+    >"$tmp/gone.jsonl"
+"$bin/medha-trace" replay -a "$router" "$tmp/stays.jsonl" >"$tmp/stays.out" &
+stays=$!
+sleep 0.3
+timeout 1 "$bin/medha-trace" replay -a "$router" "$tmp/gone.jsonl" \
+    >/dev/null 2>&1 || true
+wait $stays
+grep -q '"status": "ok"' "$tmp/stays.out" || {
+	echo "a request failed when another client went away:"
+	cat "$tmp/stays.out"
+	exit 1
+}
 "$bin/medha-trace" gen -n 100 -q 50 -l 0 -s 9 --max-tokens 16 \
     >"$tmp/t.jsonl"
 "$bin/medha-trace" replay -a "$router" --speed 4 "$tmp/t.jsonl" \
@@ -106,6 +126,8 @@ want = [json.loads(l)["id"] for l in open(sys.argv[1])]
 got = [json.loads(l) for l in open(sys.argv[2])]
 ids = collections.Counter(r["id"] for r in got)
 assert sorted(ids) == sorted(want) and max(ids.values()) == 1, ids
+bad = [r for r in got if r["status"] != "ok"]
+assert not bad, bad[:3]
 print("sim64: %d requests, one record each: %s" %
       (len(want), dict(collections.Counter(r["status"] for r in got))))
 PY
