@@ -508,7 +508,9 @@ run_batch(struct worker *w, const struct medha_msg_batch *b,
 				    w->max_seqs);
 				return;
 			}
-			if (medha_sampler_init(&q->smp, &sp, mc->vocab) != 0) {
+			/* only the worker that samples holds a sampler */
+			if (report && piece == 0 &&
+			    medha_sampler_init(&q->smp, &sp, mc->vocab) != 0) {
 				free_seq(w, q);
 				snprintf(res->error, sizeof(res->error),
 				    "request %llx: bad sampling parameters",

@@ -21,9 +21,11 @@ struct medha_sampler {
 	struct medha_sampler_params p;
 	int n;          /* vocabulary */
 	uint64_t st[4]; /* xoshiro256** state */
-	struct cand *c; /* (n) candidates */
-	int *ids;       /* (n) kept ids */
-	float *probs;   /* (n) their probabilities */
+	struct cand *c; /* (n) candidates; NULL when greedy */
+	int *ids;       /* (n) kept ids; greedy: &id1 */
+	float *probs;   /* (n) their probabilities; greedy: &p1 */
+	int id1;        /* a greedy sampler's one candidate: a sequence */
+	float p1;       /* that decodes greedily holds no vocab-sized scratch */
 };
 
 static uint64_t
@@ -80,6 +82,12 @@ medha_sampler_init(struct medha_sampler **sp,
 	x = p->seed;
 	for (i = 0; i < 4; i++)
 		s->st[i] = splitmix(&x);
+	if (p->temp <= 0) {
+		s->ids = &s->id1;
+		s->probs = &s->p1;
+		*sp = s;
+		return 0;
+	}
 	s->c = medha_calloc((size_t)n_vocab, sizeof(*s->c));
 	s->ids = medha_calloc((size_t)n_vocab, sizeof(*s->ids));
 	s->probs = medha_calloc((size_t)n_vocab, sizeof(*s->probs));
@@ -96,9 +104,11 @@ medha_sampler_free(struct medha_sampler *s)
 {
 	if (s == NULL)
 		return;
-	free(s->c);
-	free(s->ids);
-	free(s->probs);
+	if (s->ids != &s->id1) {
+		free(s->c);
+		free(s->ids);
+		free(s->probs);
+	}
 	free(s);
 }
 

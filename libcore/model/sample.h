@@ -28,7 +28,8 @@
 #include <stdint.h>
 
 
-struct medha_sampler; /* opaque: parameters, generator, scratch */
+struct medha_sampler; /* opaque: parameters, generator, scratch (none
+                       * when greedy: a greedy sequence costs bytes) */
 
 /*
  * A sampler for rows of n_vocab logits. On success *s is the caller's,
