@@ -40,6 +40,8 @@ LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
 TEST_SRCS = $(wildcard tests/*_test.c)
 TESTS     = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+# programs the shell tests run (tests/topo_dist.c: tests/sh/topo.sh)
+TEST_TOOLS = $(BUILD)/tests/topo_dist
 CU_SRCS   = $(wildcard kernels/*.cu)
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
@@ -78,7 +80,7 @@ else
 	@echo "kernels: CUDA sources present but no CUDA backend target yet"
 endif
 
-test: all $(TESTS)
+test: all $(TESTS) $(TEST_TOOLS)
 	@sh tests/run.sh $(BUILD)/tests $(BIN)
 
 unit: $(TESTS)

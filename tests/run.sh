@@ -12,7 +12,8 @@ tdir=$1
 bindir=$2
 here=$(cd "$(dirname "$0")" && pwd)
 MEDHA_BIN=$(cd "$bindir" 2>/dev/null && pwd)
-export MEDHA_BIN
+MEDHA_TESTS=$(cd "$tdir" 2>/dev/null && pwd)
+export MEDHA_BIN MEDHA_TESTS
 pass=0
 fail=0
 log=$(mktemp)

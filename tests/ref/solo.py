@@ -7,6 +7,10 @@
       one "ok" record for every request of TRACE in OUT (records with
       --token-ids), each with exactly the tokens WORKER -m MODEL -p gives
       for its prompt alone; prints how many differ and exits 1 if any
+  solo.py ids TRACE WORKER MODEL OUT
+      each request of TRACE as a line of OUT: its max_tokens, then its
+      prompt's token ids (WORKER -m MODEL -p PROMPT --tokenize), the
+      input of tests/topo_dist
 """
 import json
 import subprocess
@@ -61,9 +65,21 @@ def check(trace_path, out_path, worker, model, label):
     return bad
 
 
+def ids(trace_path, worker, model, out):
+    with open(out, "w") as f:
+        for l in open(trace_path):
+            t = json.loads(l)
+            tok = subprocess.run([worker, "-m", model, "-p", t["prompt"],
+                                  "--tokenize"], capture_output=True,
+                                 text=True, check=True).stdout.split()
+            f.write("%d %s\n" % (t["max_tokens"], " ".join(tok)))
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "trace":
         trace(sys.argv[2], int(sys.argv[3]), [int(k) for k in sys.argv[4:]])
+    elif len(sys.argv) == 6 and sys.argv[1] == "ids":
+        ids(*sys.argv[2:])
     elif len(sys.argv) == 7 and sys.argv[1] == "check":
         sys.exit(1 if check(*sys.argv[2:]) else 0)
     else:

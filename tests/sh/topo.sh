@@ -11,7 +11,11 @@
 #     the second group and one decode crosses over), each exactly the
 #     tokens medha-worker -p gives alone (with the fast int8 paths: TP
 #     is bit-exact by construction, and the KVP merge's last-bit
-#     differences have not flipped a token here).
+#     differences have not flipped a token here); then tests/topo_dist
+#     prints how far tp2's and kvp2's logits are from the single
+#     process's (relative L2; where greedy tokens part, the top-2 gap
+#     there) and fails if tokens part with f32 activations (the random
+#     model in both modes; SmolLM2 with int8 only: f32 is slow there).
 #  2. sim64 (64 sim workers behind a router): after a client went away
 #     in the middle of a long prompt, a generated trace replayed fast
 #     ends every request with exactly one record, all ok, and SIGTERM
@@ -22,6 +26,7 @@ bin=${MEDHA_BIN:-$top/bin}
 cache=${MEDHA_CACHE:-$top/cache}
 model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 py=${MEDHA_PY:-$cache/venv/bin/python}
+tests=${MEDHA_TESTS:-$top/build/tests}
 tmp=$(mktemp -d)
 router=ipc://$tmp/router.sock
 serve=
@@ -78,18 +83,35 @@ compare() {
 	    "$tmp/out.jsonl" "$bin/medha-worker" "$2" "$1"
 }
 
+# dist MODE MODEL: how far tp2's and kvp2's logits are from the single
+# process's on the KVP trace (tests/topo_dist: in one process, with the
+# daemon's arithmetic; it fails if tokens part with f32 activations,
+# which are several times slower than the int8 paths on SmolLM2)
+dist() {
+	python3 "$top/tests/ref/solo.py" ids "$tmp/trace-kvp.jsonl" \
+	    "$bin/medha-worker" "$2" "$tmp/kvp.ids"
+	"$tests/topo_dist" -m "$1" "$2" "$tmp/kvp.ids" 256 >"$tmp/dist.txt" || {
+		cat "$tmp/dist.txt"
+		exit 1
+	}
+	echo "on ${2##*/}:"
+	grep -v ' request ' "$tmp/dist.txt" | sed 's/^/  /'
+}
+
 if [ -s "$model" ]; then
 	if "$py" -c 'import gguf, numpy' 2>/dev/null; then
 		"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
 		for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
 			compare $t "$tmp/random.gguf"
 		done
+		dist both "$tmp/random.gguf"
 	else
 		echo "skip: the random model needs $py with gguf"
 	fi
 	for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
 		compare $t "$model"
 	done
+	dist int8 "$model"
 else
 	echo "skip: $model missing (run contrib/fetch-refs.sh)"
 fi
