@@ -182,6 +182,9 @@ gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
 	return 1;
 }
 
+/* --base: -l at most this (99 long requests per base request) */
+#define MAX_MIXED_FRAC 0.99
+
 /*
  * --base: the base trace's requests, with long ones mixed in at Poisson
  * times over its span so that they are long_frac of the whole, all in
@@ -209,21 +212,32 @@ gen_mixed(struct gen *g, const char *path, struct medha_writer *w)
 	}
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
 		if (n == cap) {
-			cap = cap ? 2 * cap : 1024;
-			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
-			    NULL)
+			size_t ncap = cap ? 2 * cap : 1024;
+			void *m = medha_reallocarray(v, ncap, sizeof(*v));
+			if (m == NULL) {
+				rc = MEDHA_ENOMEM;
 				break;
+			}
+			v = m;
+			cap = ncap;
 		}
+		/* the request (its prompt, ids and stop strings) moves
+		   into v: the next read would free them */
 		v[n] = rs;
-		v[n].prompt = NULL;
+		memset(&rs, 0, sizeof(rs));
 		set_slos(g, &v[n]);
 		n++;
 	}
-	if (rc < 0 || v == NULL) {
+	if (rc < 0 || n == 0) {
 		medha_log(MEDHA_LOG_ERROR, "%s: %s", path,
-		    rc < 0 ? medha_trace_error(t) : "empty or out of memory");
+		    rc == MEDHA_ENOMEM ? "out of memory"
+		    : rc < 0           ? medha_trace_error(t)
+		                       : "no requests");
+		medha_reqspec_clear(&rs);
 		medha_trace_close(t);
 		fclose(f);
+		for (size_t i = 0; i < n; i++)
+			medha_reqspec_clear(&v[i]);
 		free(v);
 		return 1;
 	}
@@ -249,6 +263,12 @@ gen_mixed(struct gen *g, const char *path, struct medha_writer *w)
 		if (n == cap) {
 			void *m = medha_reallocarray(v, cap * 2, sizeof(*v));
 			if (m == NULL) {
+				medha_log(MEDHA_LOG_ERROR,
+				    "out of memory mixing in long requests "
+				    "(%zu so far)",
+				    n - nbase);
+				for (size_t i = 0; i < n; i++)
+					medha_reqspec_clear(&v[i]);
 				free(v);
 				return 1;
 			}
@@ -269,8 +289,13 @@ gen_mixed(struct gen *g, const char *path, struct medha_writer *w)
 		snprintf(v[i].id, sizeof(v[i].id), "%zu", i);
 		rc = medha_reqspec_write(w, &v[i]);
 	}
+	if (rc != 0)
+		medha_log(MEDHA_LOG_ERROR, "writing the trace: %s",
+		    medha_strerror(rc));
 	medha_log(MEDHA_LOG_INFO, "%zu base requests, %zu long ones mixed in",
 	    nbase, n - nbase);
+	for (size_t i = 0; i < n; i++)
+		medha_reqspec_clear(&v[i]);
 	free(v);
 	return rc != 0;
 }
@@ -455,6 +480,16 @@ trace_gen(int argc, char *argv[])
 		    "--base keeps the base trace's requests: no --prompts, "
 		    "--max-tokens");
 		usage(2);
+	}
+	if (base != NULL && g.long_frac > MAX_MIXED_FRAC) {
+		/* the base's requests are all kept: a fraction near 1 asks
+		   for unboundedly many long ones per base request */
+		medha_log(MEDHA_LOG_ERROR,
+		    "--base keeps the base trace's requests: -l at most "
+		    "%g (%g long requests per base request); without "
+		    "--base, -l 1 gives only long requests",
+		    MAX_MIXED_FRAC, MAX_MIXED_FRAC / (1 - MAX_MIXED_FRAC));
+		exit(2);
 	}
 	if (g.long_min > g.long_max) {
 		medha_log(MEDHA_LOG_ERROR,

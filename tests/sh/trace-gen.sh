@@ -80,4 +80,23 @@ st=0
 "$bin/medha-trace" gen --base "$tmp/p.jsonl" --prompts "$tmp/prompts" \
     2>"$tmp/err" || st=$?
 [ "$st" = 2 ] || { echo "--base with --prompts: status $st"; exit 1; }
+# a long fraction near 1 with --base asked for unboundedly many long
+# requests (gigabytes, then exit 1 without a word); 1 mixed in none
+for l in 0.999999999999 1; do
+	st=0
+	timeout 10 "$bin/medha-trace" gen --base "$tmp/p.jsonl" -l $l \
+	    >/dev/null 2>"$tmp/err" || st=$?
+	[ "$st" = 2 ] || { echo "--base -l $l: status $st"; exit 1; }
+	grep -q -- '-l at most 0.99' "$tmp/err" || { cat "$tmp/err"; exit 1; }
+done
+# a base of text prompts keeps them (it failed without a word)
+"$bin/medha-trace" gen --base "$tmp/p.jsonl" -l 0.99 -s 3 >"$tmp/mixed.jsonl"
+python3 -c '
+import json, sys
+base = [json.loads(l) for l in open(sys.argv[1])]
+mixed = [json.loads(l) for l in open(sys.argv[2])]
+kept = [x["prompt"] for x in mixed if "prompt" in x]
+assert kept == [x["prompt"] for x in base], kept
+assert len(mixed) > len(base), "-l 0.99 mixed in none"
+' "$tmp/p.jsonl" "$tmp/mixed.jsonl"
 echo ok
