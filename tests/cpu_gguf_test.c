@@ -87,9 +87,9 @@ tmp_name(char *path)
 	close(fd);
 }
 
-/* Write tm to path with the GGUF writer. */
+/* Write tm to path with the GGUF writer, saying it has nl layers. */
 static void
-tm_write(const struct tmodel *tm, const char *path)
+tm_write_nl(const struct tmodel *tm, const char *path, int nl)
 {
 	struct medha_gguf_writer *w;
 	int i;
@@ -97,7 +97,7 @@ tm_write(const struct tmodel *tm, const char *path)
 	assert_int_equal(medha_gguf_writer_open(&w, path), 0);
 	medha_gguf_writer_add_str(w, "general.architecture", "llama");
 	medha_gguf_writer_add_str(w, "general.name", "cpu_gguf_test");
-	medha_gguf_writer_add_u32(w, "llama.block_count", NL);
+	medha_gguf_writer_add_u32(w, "llama.block_count", (uint32_t)nl);
 	medha_gguf_writer_add_u32(w, "llama.embedding_length", DIM);
 	medha_gguf_writer_add_u32(w, "llama.attention.head_count", NH);
 	medha_gguf_writer_add_u32(w, "llama.attention.head_count_kv", NKV);
@@ -113,6 +113,12 @@ tm_write(const struct tmodel *tm, const char *path)
 		    tm->t[i].nbytes);
 	/* errors are sticky: close reports the first */
 	assert_int_equal(medha_gguf_writer_close(w), 0);
+}
+
+static void
+tm_write(const struct tmodel *tm, const char *path)
+{
+	tm_write_nl(tm, path, NL);
 }
 
 static unsigned char *
@@ -420,6 +426,22 @@ test_bad_type(void **state)
 	assert_int_equal(rc, MEDHA_EUNSUP);
 }
 
+/* block_count smaller than the layers' tensors: refused, not cut short */
+static void
+test_extra_layers(void **state)
+{
+	struct tmodel tm;
+	char path[PATH_LEN];
+
+	(void)state;
+	tm_make(&tm, MEDHA_GGML_Q8_0, 0, 22);
+	tmp_name(path);
+	tm_write_nl(&tm, path, NL - 1);
+	assert_int_equal(refused(path), MEDHA_EFORMAT);
+	unlink(path);
+	tm_free(&tm);
+}
+
 int
 main(void)
 {
@@ -431,6 +453,7 @@ main(void)
 	    cmocka_unit_test(test_q4_1),
 	    cmocka_unit_test(test_truncated),
 	    cmocka_unit_test(test_bad_type),
+	    cmocka_unit_test(test_extra_layers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LAYERS_MAX 1024
@@ -344,6 +345,24 @@ medha_model_load(struct medha_model **m, const struct medha_gguf *g, char *why,
 	*m = NULL;
 	if ((rc = medha_model_config_read(g, &c, why, whylen)) != 0)
 		return rc;
+	/* a layer's tensors past block_count: the file is not what its
+	   header says (llama.cpp refuses it too), not a smaller model */
+	for (uint64_t i = 0;; i++) {
+		const struct medha_tensor *t = medha_gguf_tensor_at(g, i);
+		char *end;
+		long l;
+
+		if (t == NULL)
+			break;
+		if (strncmp(t->name, "blk.", 4) != 0)
+			continue;
+		l = strtol(t->name + 4, &end, 10);
+		if (end != t->name + 4 && *end == '.' &&
+		    (l < 0 || l >= c.n_layers))
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "%s: layer %ld, but block_count is %d", t->name,
+			    l, c.n_layers);
+	}
 	return medha_model_build(m, &c, gguf_find, (void *)g, why, whylen);
 }
 
