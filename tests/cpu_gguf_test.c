@@ -426,6 +426,40 @@ test_bad_type(void **state)
 	assert_int_equal(rc, MEDHA_EUNSUP);
 }
 
+/* A tensor whose data is pointed at another's: a format error. */
+static void
+test_overlap(void **state)
+{
+	struct medha_gguf *g;
+	const struct medha_tensor *t0, *t1;
+	char path[PATH_LEN], why[256];
+	unsigned char *buf;
+	size_t len, at, off0, off1;
+	uint64_t namelen;
+
+	(void)state;
+	buf = written(&len, &at);
+	if (medha_gguf_open_mem(&g, buf, len, why, sizeof(why)) != 0)
+		fail_msg("open: %s", why);
+	t0 = medha_gguf_tensor_at(g, 0);
+	t1 = medha_gguf_tensor_at(g, 1);
+	assert_non_null(t1);
+	/* tensor 0: ... u32 type (at), u64 offset; then tensor 1: u64 name
+	   length, name, u32 n_dims, i64 ne[], u32 type, u64 offset */
+	off0 = at + 4;
+	memcpy(&namelen, buf + off0 + 8, 8);
+	assert_int_equal(namelen, strlen(t1->name));
+	off1 = off0 + 8 + 8 + namelen + 4 + 8 * (size_t)t1->n_dims + 4;
+	assert_true(t0->nbytes > 0);
+	medha_gguf_close(g);
+	memcpy(buf + off1, buf + off0, 8); /* tensor 1's data is tensor 0's */
+	tmp_name(path);
+	spill(path, buf, len);
+	assert_int_equal(refused(path), MEDHA_EFORMAT);
+	unlink(path);
+	free(buf);
+}
+
 /* block_count smaller than the layers' tensors: refused, not cut short */
 static void
 test_extra_layers(void **state)
@@ -454,6 +488,7 @@ main(void)
 	    cmocka_unit_test(test_truncated),
 	    cmocka_unit_test(test_bad_type),
 	    cmocka_unit_test(test_extra_layers),
+	    cmocka_unit_test(test_overlap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -151,6 +151,50 @@ read_alignment(struct medha_gguf *g, struct gguf_rd *r)
 	return 0;
 }
 
+static int
+by_offset(const void *a, const void *b)
+{
+	const struct medha_tensor *x = *(const struct medha_tensor *const *)a;
+	const struct medha_tensor *y = *(const struct medha_tensor *const *)b;
+
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* No two tensors' data share a byte (one pointed at another's is a
+ * corrupt or hostile file, not a model). */
+static int
+check_overlap(struct medha_gguf *g, struct gguf_rd *r, const struct tinfo *ti)
+{
+	const struct medha_tensor **v;
+	uint64_t i, m = 0;
+
+	if (g->n_tensors < 2)
+		return 0;
+	if ((v = medha_reallocarray(NULL, (size_t)g->n_tensors,
+	         sizeof(*v))) == NULL)
+		return gguf_fail(r, MEDHA_ENOMEM, "out of memory");
+	for (i = 0; i < g->n_tensors; i++)
+		if (g->tensors[i].nbytes > 0)
+			v[m++] = &g->tensors[i];
+	qsort(v, (size_t)m, sizeof(*v), by_offset);
+	for (i = 1; i < m; i++)
+		if (v[i]->offset < v[i - 1]->offset + v[i - 1]->nbytes) {
+			uint64_t k = (uint64_t)(v[i] - g->tensors);
+			tensor_ctx(r, k, v[i]->name, strlen(v[i]->name));
+			r->off = ti[k].info_off;
+			int rc = gguf_fail(r, MEDHA_EFORMAT,
+			    "data at offset %llu overlaps that of %s "
+			    "(%zu bytes at %llu)",
+			    (unsigned long long)v[i]->offset, v[i - 1]->name,
+			    v[i - 1]->nbytes,
+			    (unsigned long long)v[i - 1]->offset);
+			free(v);
+			return rc;
+		}
+	free(v);
+	return 0;
+}
+
 /* Second pass: names into one block, data within the file, no twins. */
 static int
 check_tensors(struct medha_gguf *g, struct gguf_rd *r, struct tinfo *ti,
@@ -159,6 +203,7 @@ check_tensors(struct medha_gguf *g, struct gguf_rd *r, struct tinfo *ti,
 	struct medha_tensor *t;
 	uint64_t i, n = g->n_tensors, room;
 	char *p;
+	int rc;
 
 	if ((g->names = malloc(names)) == NULL)
 		return gguf_fail(r, MEDHA_ENOMEM, "out of memory");
@@ -187,6 +232,8 @@ check_tensors(struct medha_gguf *g, struct gguf_rd *r, struct tinfo *ti,
 		t->data = g->map + g->data_off + t->offset;
 		t->nbytes = (size_t)ti[i].nbytes;
 	}
+	if ((rc = check_overlap(g, r, ti)) != 0)
+		return rc;
 	qsort(g->tbyname, (size_t)n, sizeof(*g->tbyname), tbyname_cmp);
 	for (i = 1; i < n; i++)
 		if (strcmp(g->tbyname[i - 1]->name, g->tbyname[i]->name) == 0) {
