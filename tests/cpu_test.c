@@ -954,6 +954,47 @@ test_kvp(void **state)
 	    part, worst, loose);
 }
 
+/* NaN or infinite activations give an error, not NaN logits or UB in the
+ * int8 quantizer (in every weight type and numeric mode). */
+static void
+test_nonfinite(void **state)
+{
+	static const int wt[] = {MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_1,
+	    MEDHA_GGML_F32};
+	static const float bad[] = {NAN, INFINITY};
+	int32_t tok[3] = {1, 2, 3};
+	float lg[VOCAB];
+	char why[256];
+
+	(void)state;
+	for (int w = 0; w < 3; w++)
+		for (int ref = 0; ref <= 1; ref++)
+			for (int k = 0; k < 2; k++) {
+				struct tmodel tm;
+				struct medha_kvcache *kv;
+				struct medha_cpu *cpu;
+				struct medha_batch_seq s;
+				struct medha_batch b = {tok, 3, &s, 1};
+				int a;
+
+				tm_make(&tm, wt[w], wt[w], 1, 5);
+				tm.m->layer[0].attn_norm[3] = bad[k];
+				kv = kv_new(MEDHA_KV_F32, 4);
+				cpu = cpu_new(&tm, kv, 1, 1, ref);
+				assert_int_equal(medha_kv_seq_alloc(kv, &a), 0);
+				s = (struct medha_batch_seq){a, 0, 3,
+				    MEDHA_LOGITS_LAST};
+				why[0] = '\0';
+				assert_int_equal(medha_cpu_forward(cpu, &b, lg,
+				                     why, sizeof(why)),
+				    MEDHA_ERANGE);
+				assert_non_null(strstr(why, "logits row 0"));
+				medha_cpu_free(cpu);
+				medha_kvcache_free(kv);
+				tm_free(&tm);
+			}
+}
+
 /* the pool runs every task exactly once, whatever the count */
 int
 main(void)
@@ -968,6 +1009,7 @@ main(void)
 	    cmocka_unit_test(test_tp_shapes),
 	    cmocka_unit_test(test_kvp),
 	    cmocka_unit_test(test_bad_batch),
+	    cmocka_unit_test(test_nonfinite),
 	    cmocka_unit_test(test_llama_compat),
 	};
 

@@ -733,6 +733,17 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 	if ((rc = medha_mm_run(c->tp, &c->act, &mm, 1, c->ref)) != 0)
 		return medha_why(why, whylen, rc, "logits: %s",
 		    medha_strerror(rc));
+	/* NaN or infinite logits (weights that overflow, or NaN in the
+	   file) would sample token 0 or nothing: an error instead */
+	for (size_t r = 0; r < (size_t)nrows; r++) {
+		const float *l = logits + r * (size_t)mc->vocab;
+		for (int v = 0; v < mc->vocab; v++)
+			if (!isfinite(l[v]))
+				return medha_why(why, whylen, MEDHA_ERANGE,
+				    "logits row %zu: token %d is %g (the "
+				    "model's numbers overflow or are NaN)",
+				    r, v, (double)l[v]);
+	}
 	return 0;
 }
 

@@ -338,6 +338,8 @@ act_q8_row(struct medha_act *a, int t)
 		__m512i i0, i1;
 		amax = _mm512_reduce_max_ps(
 		    _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+		if (_mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q) != 0)
+			amax = NAN; /* a NaN: the block's scale carries it */
 		d = amax / 127.0f;
 		id = amax != 0.0f ? 127.0f / amax : 0.0f;
 		i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
@@ -351,13 +353,16 @@ act_q8_row(struct medha_act *a, int t)
 		amax = 0.0f;
 		for (j = 0; j < MEDHA_QK; j++) {
 			float ax = fabsf(x[j]);
-			amax = ax > amax ? ax : amax;
+			amax = ax > amax || isnan(ax) ? ax : amax;
 		}
 		d = amax / 127.0f;
 		id = amax != 0.0f ? 127.0f / amax : 0.0f;
 		sum = 0;
 		for (j = 0; j < MEDHA_QK; j++) {
-			q[j] = (int8_t)rintf(x[j] * id);
+			/* NaN or infinite input: the quants are 0 and the
+			   scale (NaN or inf) carries it to the products */
+			float v = x[j] * id;
+			q[j] = isnan(v) ? 0 : (int8_t)rintf(v);
 			sum += q[j];
 		}
 #endif
