@@ -36,6 +36,11 @@ struct medha_cpu {
 	   views of its rows (TP) */
 	const struct medha_tensor *(*w)[7];
 	struct medha_tensor *view; /* (n_layers, 7) the TP views, or NULL */
+	/* (n_layers * 7 + 1) the matrices repacked for the integer kernel
+	   (medha_pack; data NULL: multiply the tensor itself), the last
+	   the output's, made at its first use */
+	struct medha_pack *pk;
+	int out_packed; /* the output's pack was tried */
 	medha_gather_fn gather;    /* TP all-gather, and its argument */
 	void *garg;
 	const struct medha_batch_kv *kvx; /* KVP pieces of the batch, or NULL */
@@ -152,6 +157,8 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 	if ((c->seen = calloc((size_t)kv->c.max_seqs, 1)) == NULL ||
 	    (c->share = calloc((size_t)tpn, sizeof(*c->share))) == NULL ||
 	    (c->w = calloc((size_t)m->c.n_layers, sizeof(*c->w))) == NULL ||
+	    (c->pk = calloc((size_t)m->c.n_layers * 7 + 1,
+	         sizeof(*c->pk))) == NULL ||
 	    (tpn > 1 &&
 	        (c->view = calloc((size_t)m->c.n_layers * 7,
 	             sizeof(*c->view))) == NULL)) {
@@ -170,13 +177,32 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		    me.d_lo};
 		const int hi[7] = {me.h_hi * hd, me.kv_hi * hd, me.kv_hi * hd,
 		    me.d_hi, me.f_hi, me.f_hi, me.d_hi};
-		for (int i = 0; i < 7; i++)
+		for (int i = 0; i < 7; i++) {
 			c->w[l][i] = tpn == 1 ? all[i]
 			                      : rows_view(&c->view[l * 7 + i],
 			                            all[i], lo[i], hi[i]);
+			if (l >= c->lo && l < c->hi && !c->ref && !c->compat &&
+			    (rc = medha_pack_make(&c->pk[l * 7 + i],
+			         c->w[l][i])) != 0 &&
+			    rc != MEDHA_EUNSUP) {
+				medha_cpu_free(c);
+				return medha_why(why, whylen, rc,
+				    "repacking %s: %s", all[i]->name,
+				    medha_strerror(rc));
+			}
+		}
 	}
 	*cp = c;
 	return 0;
+}
+
+/* The pack of W[i] of layer l, or NULL. */
+static const struct medha_pack *
+pack_of(const struct medha_cpu *c, int l, int i)
+{
+	const struct medha_pack *p = &c->pk[l * 7 + i];
+
+	return p->data != NULL ? p : NULL;
 }
 
 void
@@ -252,6 +278,10 @@ medha_cpu_free(struct medha_cpu *c)
 	free(c->share);
 	free(c->w);
 	free(c->view);
+	if (c->pk != NULL)
+		for (int i = 0; i <= c->m->c.n_layers * 7; i++)
+			medha_pack_free(&c->pk[i]);
+	free(c->pk);
 	medha_act_free(&c->act);
 	medha_threadpool_free(c->tp);
 	free(c);
@@ -565,9 +595,9 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	rows(c, n, add, L->attn_norm);
 	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
 		return rc;
-	mm[0] = (struct medha_mm){W[W_Q], c->q};
-	mm[1] = (struct medha_mm){W[W_K], c->k};
-	mm[2] = (struct medha_mm){W[W_V], c->v};
+	mm[0] = (struct medha_mm){W[W_Q], c->q, pack_of(c, l, W_Q)};
+	mm[1] = (struct medha_mm){W[W_K], c->k, pack_of(c, l, W_K)};
+	mm[2] = (struct medha_mm){W[W_V], c->v, pack_of(c, l, W_V)};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 3, c->ref)) != 0)
 		return rc;
 	for (t = 0; t < n; t++) {
@@ -596,7 +626,7 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	if ((rc = medha_act_set(&c->act, c->att, n, mc->n_heads * mc->head_dim,
 	         c->nt)) != 0)
 		return rc;
-	mm[0] = (struct medha_mm){W[W_O], y};
+	mm[0] = (struct medha_mm){W[W_O], y, pack_of(c, l, W_O)};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 1, y, n, c->xn)) != 0)
@@ -604,8 +634,9 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	rows(c, n, 1, L->ffn_norm);
 	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
 		return rc;
-	mm[0] = (struct medha_mm){W[W_GATE], c->g};
-	mm[1] = (struct medha_mm){W[W_UP], c->u};
+	mm[0] = (struct medha_mm){W[W_GATE], c->g,
+	    pack_of(c, l, W_GATE)};
+	mm[1] = (struct medha_mm){W[W_UP], c->u, pack_of(c, l, W_UP)};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 2, c->ref)) != 0)
 		return rc;
 	rows(c, n, 0, NULL);
@@ -614,7 +645,7 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	if ((rc = medha_act_set(&c->act, c->g, n, mc->ffn_dim, c->nt)) != 0)
 		return rc;
 	/* its output stays in xn for the next layer's (or the end's) add */
-	mm[0] = (struct medha_mm){W[W_DOWN], y};
+	mm[0] = (struct medha_mm){W[W_DOWN], y, pack_of(c, l, W_DOWN)};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 3, y, n, c->xn)) != 0)
@@ -729,7 +760,18 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 	if ((rc = medha_act_set(&c->act, c->xn, (int)nrows, d, c->nt)) != 0)
 		return medha_why(why, whylen, rc, "logits: %s",
 		    medha_strerror(rc));
-	mm = (struct medha_mm){m->output, logits};
+	if (!c->out_packed && !c->ref && !c->compat) {
+		/* the output's pack, at its first use (only the stage that
+		   makes logits needs it) */
+		const int o = m->c.n_layers * 7;
+		c->out_packed = 1;
+		if ((rc = medha_pack_make(&c->pk[o], m->output)) != 0 &&
+		    rc != MEDHA_EUNSUP)
+			return medha_why(why, whylen, rc, "repacking %s: %s",
+			    m->output->name, medha_strerror(rc));
+	}
+	mm = (struct medha_mm){m->output, logits,
+	    pack_of(c, m->c.n_layers, 0)};
 	if ((rc = medha_mm_run(c->tp, &c->act, &mm, 1, c->ref)) != 0)
 		return medha_why(why, whylen, rc, "logits: %s",
 		    medha_strerror(rc));

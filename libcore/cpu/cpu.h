@@ -61,7 +61,9 @@ struct medha_cpu_opts {
 	                  and merges the parts with medha_attn_merge() (1) */
 	int llama_compat;       /* RoPE, attention and SwiGLU in the float order
 	                           of llama.cpp's AVX2 CPU build without flash
-	                           attention, for matching it bit for bit
+	                           attention, and ggml's lane-wise integer dot
+	                           products (no medha_pack), for matching it
+	                           bit for bit
 	                           (contrib/worker-ref.sh); prefill results then
 	                           depend on the chunking; off with kv_shards (0) */
 	int layer_lo, layer_hi; /* the layers it runs, [layer_lo, layer_hi)
@@ -241,6 +243,7 @@ struct medha_act {
 	int8_t *q;          /* (n, k) quants */
 	float *qd;          /* (n, k / 32) block scales, f16-rounded */
 	float *qs;          /* (n, k / 32) scale * sum of quants, f16-rounded */
+	int32_t *qi;        /* (n, k / 32) sum of quants */
 	float *r16;         /* (n, k) x rounded to f16 */
 	float *rbf;         /* (n, k) x rounded to bf16 */
 	size_t cap;         /* elements room in the arrays above */
@@ -249,10 +252,36 @@ struct medha_act {
 	size_t scratch_cap; /* floats allocated */
 };
 
+/*
+ * A Q8_0, Q4_0 or Q4_1 weight repacked for the integer kernel of builds
+ * with AVX512-VNNI: rows in groups of eight (the last padded with zero
+ * rows), a group's blocks one after another, each block the eight rows'
+ * scales (f16; Q4_1: then their mins) and their quants interleaved four
+ * bytes at a time (Q8_0's made unsigned, + 128), so that one vpdpbusd
+ * takes four products of each of the eight rows. Each (row, token) dot
+ * product sums a block exactly in int32, then acc = fma(dw * dx,
+ * (float)sum, acc) (Q4_1: then acc = fma(m, s, acc)), block by block,
+ * whatever the batch and the rows around it.
+ */
+struct medha_pack {
+	int type;             /* the weight's ggml type */
+	int rows, k;          /* its shape */
+	unsigned char *data;  /* (groups, k / 32, block bytes) */
+};
+
+/*
+ * Repack w into p (free with medha_pack_free). 0; MEDHA_EUNSUP where
+ * the build has no packed kernel or the type none (multiply w itself);
+ * MEDHA_ENOMEM.
+ */
+int medha_pack_make(struct medha_pack *p, const struct medha_tensor *w);
+void medha_pack_free(struct medha_pack *p);
+
 /* One product of a batch: y (n, rows) = x W^T. */
 struct medha_mm {
 	const struct medha_tensor *w; /* (rows, k) */
 	float *y;                     /* (n, rows) */
+	const struct medha_pack *pk;  /* w repacked, or NULL */
 };
 
 /*

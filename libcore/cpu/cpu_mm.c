@@ -21,6 +21,13 @@
  *    converted and accumulated as acc = fma(dw * dx, lanes, acc); the
  *    result is the horizontal sum (plus, for Q4_1, the fma-accumulated
  *    sum of m * s): the operations of ggml's x86 vec_dot kernels;
+ *  - packed integer (the same weights where the build has AVX512-VNNI,
+ *    outside reference and llama.cpp modes: medha_pack): eight rows
+ *    interleaved four bytes at a time, so one vpdpbusd makes four
+ *    products for each of eight rows and a block's dot is summed exactly
+ *    in int32 before one conversion, acc = fma(dw * dx, (float)sum, acc)
+ *    per block; a third of the vector work of the lane-wise kernel, which
+ *    converts and scales eight lanes per block and pair;
  *  - float (everything else, and all weights in reference mode): F32,
  *    F16 and BF16 rows are converted as they are loaded, other types are
  *    dequantized a tile at a time with medha_dequant_row(); one 16-wide
@@ -29,6 +36,7 @@
 #include "cpu/cpu.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
@@ -274,6 +282,229 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 #endif
 }
 
+/* ---- the packed integer kernel (medha_pack, AVX512-VNNI builds) ---- */
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define PACK8 1
+#endif
+
+/* bytes of one packed block of eight rows: scales (mins), quants */
+static int
+pack_block_bytes(int type)
+{
+	switch (type) {
+	case MEDHA_GGML_Q8_0: return 16 + 8 * 32;
+	case MEDHA_GGML_Q4_0: return 16 + 8 * 16;
+	case MEDHA_GGML_Q4_1: return 32 + 8 * 16;
+	default: return 0;
+	}
+}
+
+void
+medha_pack_free(struct medha_pack *p)
+{
+	free(p->data);
+	memset(p, 0, sizeof(*p));
+}
+
+int
+medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
+{
+	const int type = w->type, bb = pack_block_bytes(type);
+	const int q8 = type == MEDHA_GGML_Q8_0, off = type == MEDHA_GGML_Q4_1
+	    ? 4
+	    : 2;
+	const int sq = type == MEDHA_GGML_Q4_1 ? 32 : 16; /* quants start */
+	int64_t rows = w->ne[1], k = w->ne[0], groups, g, b, r, j;
+	size_t rb, nb;
+
+	memset(p, 0, sizeof(*p));
+#ifndef PACK8
+	(void)bb, (void)q8, (void)off, (void)sq, (void)rows, (void)k;
+	(void)groups, (void)g, (void)b, (void)r, (void)j;
+	(void)rb, (void)nb;
+	return MEDHA_EUNSUP;
+#else
+	if (bb == 0 || w->data == NULL || k % MEDHA_QK != 0 || k > INT32_MAX ||
+	    rows < 1 || rows > INT32_MAX)
+		return MEDHA_EUNSUP;
+	rb = medha_ggml_row_bytes(type, k);
+	nb = (size_t)k / MEDHA_QK;
+	groups = (rows + 7) / 8;
+	if ((p->data = medha_calloc((size_t)groups * nb, (size_t)bb)) == NULL)
+		return MEDHA_ENOMEM;
+	for (g = 0; g < groups; g++)
+		for (b = 0; b < (int64_t)nb; b++) {
+			unsigned char *d = p->data + ((size_t)g * nb + b) * bb;
+			for (r = 0; r < 8 && g * 8 + r < rows; r++) {
+				const unsigned char *s =
+				    (const unsigned char *)w->data +
+				    rb * (size_t)(g * 8 + r) +
+				    (size_t)b * (rb / nb);
+				memcpy(d + 2 * r, s, 2); /* the scale */
+				if (type == MEDHA_GGML_Q4_1)
+					memcpy(d + 16 + 2 * r, s + 2, 2);
+				/* four bytes of row r at lane r of vector j */
+				for (j = 0; j < (q8 ? 8 : 4); j++) {
+					uint32_t v;
+					memcpy(&v, s + off + 4 * j, 4);
+					if (q8)
+						v ^= 0x80808080u;
+					memcpy(d + sq + 32 * j + 4 * r, &v, 4);
+				}
+			}
+		}
+	p->type = type;
+	p->rows = (int)rows;
+	p->k = (int)k;
+	return 0;
+#endif
+}
+
+#ifdef PACK8
+/*
+ * One group of eight packed rows (g) times the T activation rows
+ * tk[0..T-1]: out[t] holds the eight rows' results for token t. Per
+ * block: the eight rows' quants as eight vectors of four bytes a lane,
+ * then per token eight vpdpbusd against four bytes of x broadcast (two
+ * chains, added), less the offset that made the weights unsigned times
+ * the sum of x (Q8_0: 128, Q4_0: 8), converted, and acc = fma(dw * dx,
+ * sum, acc) (Q4_1: acc = fma(m, s, acc) after). The same operations for
+ * a token whatever T is.
+ */
+ALWAYS_INLINE void
+p8_kern(const int T, const int type, const unsigned char *g,
+    const struct medha_act *a, const int *tk, __m256 *out)
+{
+	const int nb = a->k / MEDHA_QK, bb = pack_block_bytes(type);
+	const int sq = type == MEDHA_GGML_Q4_1 ? 32 : 16;
+	const int c = type == MEDHA_GGML_Q8_0 ? 128 : 8;
+	const int8_t *xq[8];
+	const float *xd[8], *xs[8];
+	const int32_t *xi[8];
+	__m256 acc[8];
+	int t, b, j;
+
+#pragma GCC unroll 8
+	for (t = 0; t < T; t++) {
+		xq[t] = a->q + (size_t)tk[t] * a->k;
+		xd[t] = a->qd + (size_t)tk[t] * nb;
+		xs[t] = a->qs + (size_t)tk[t] * nb;
+		xi[t] = a->qi + (size_t)tk[t] * nb;
+		acc[t] = _mm256_setzero_ps();
+	}
+	for (b = 0; b < nb; b++) {
+		const unsigned char *p = g + (size_t)b * bb;
+		__m256i wv[8];
+		__m256 dw, mw = _mm256_setzero_ps();
+
+		_mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+		_mm_prefetch((const char *)p + PF_AHEAD + 64, _MM_HINT_T0);
+		if (bb > 128) {
+			_mm_prefetch((const char *)p + PF_AHEAD + 128,
+			    _MM_HINT_T0);
+			if (bb > 192)
+				_mm_prefetch((const char *)p + PF_AHEAD + 192,
+				    _MM_HINT_T0);
+		}
+		dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+		if (type == MEDHA_GGML_Q4_1)
+			mw = _mm256_cvtph_ps(
+			    _mm_loadu_si128((const __m128i *)(p + 16)));
+		if (type == MEDHA_GGML_Q8_0) {
+#pragma GCC unroll 8
+			for (j = 0; j < 8; j++)
+				wv[j] = _mm256_loadu_si256(
+				    (const __m256i *)(p + sq + 32 * j));
+		} else {
+			const __m256i lo = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
+			for (j = 0; j < 4; j++) {
+				__m256i v = _mm256_loadu_si256(
+				    (const __m256i *)(p + sq + 32 * j));
+				wv[j] = _mm256_and_si256(v, lo);
+				wv[j + 4] = _mm256_and_si256(
+				    _mm256_srli_epi16(v, 4), lo);
+			}
+		}
+#pragma GCC unroll 8
+		for (t = 0; t < T; t++) {
+			const int8_t *x = xq[t] + b * MEDHA_QK;
+			__m256i s0 = _mm256_setzero_si256();
+			__m256i s1 = _mm256_setzero_si256();
+			int32_t x4[8];
+			memcpy(x4, x, sizeof(x4));
+#pragma GCC unroll 4
+			for (j = 0; j < 8; j += 2) {
+				s0 = _mm256_dpbusd_epi32(s0, wv[j],
+				    _mm256_set1_epi32(x4[j]));
+				s1 = _mm256_dpbusd_epi32(s1, wv[j + 1],
+				    _mm256_set1_epi32(x4[j + 1]));
+			}
+			s0 = _mm256_add_epi32(s0, s1);
+			if (type != MEDHA_GGML_Q4_1)
+				s0 = _mm256_sub_epi32(s0,
+				    _mm256_set1_epi32(c * xi[t][b]));
+			acc[t] = _mm256_fmadd_ps(
+			    _mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])),
+			    _mm256_cvtepi32_ps(s0), acc[t]);
+			if (type == MEDHA_GGML_Q4_1)
+				acc[t] = _mm256_fmadd_ps(mw,
+				    _mm256_set1_ps(xs[t][b]), acc[t]);
+		}
+	}
+#pragma GCC unroll 8
+	for (t = 0; t < T; t++)
+		out[t] = acc[t];
+}
+
+/* tokens per packed kernel call: 8, 4, 2 or 1 */
+static inline int
+tile_tokens8(int left)
+{
+	return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
+
+/* Rows r0 .. r0+R-1 (r0 a multiple of 8, R <= 8) of a packed weight. */
+static void
+p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
+    float *y, int ldy, int tb0, int tb1)
+{
+	const unsigned char *g = pk->data +
+	    (size_t)(r0 / 8) * (size_t)(a->k / MEDHA_QK) *
+	        (size_t)pack_block_bytes(pk->type);
+	const __mmask8 m = (__mmask8)((1u << R) - 1);
+	__m256 out[8];
+	int t, t0, T, tk[8];
+
+	for (t0 = tb0; t0 < tb1; t0 += T) {
+		T = tile_tokens8(tb1 - t0);
+		for (t = 0; t < T; t++)
+			tk[t] = t0 + t;
+#define P8K(ty)                                                 \
+	do {                                                    \
+		if (T == 8)                                     \
+			p8_kern(8, ty, g, a, tk, out);          \
+		else if (T == 4)                                \
+			p8_kern(4, ty, g, a, tk, out);          \
+		else if (T == 2)                                \
+			p8_kern(2, ty, g, a, tk, out);          \
+		else                                            \
+			p8_kern(1, ty, g, a, tk, out);          \
+	} while (0)
+		switch (pk->type) {
+		case MEDHA_GGML_Q8_0: P8K(MEDHA_GGML_Q8_0); break;
+		case MEDHA_GGML_Q4_0: P8K(MEDHA_GGML_Q4_0); break;
+		default: P8K(MEDHA_GGML_Q4_1); break;
+		}
+#undef P8K
+		for (t = 0; t < T; t++)
+			_mm256_mask_storeu_ps(y + (size_t)(t0 + t) * ldy + r0,
+			    m, out[t]);
+	}
+}
+#endif
+
 /* ---- float dot products ---- */
 
 /*
@@ -498,6 +729,14 @@ mm_task(void *arg, int i, int thread)
 	form = medha_act_form(job->w->type, m->ref);
 	for (tb0 = 0; tb0 < a->n; tb0 = tb1) {
 		tb1 = tb0 + MM_TOKENS < a->n ? tb0 + MM_TOKENS : a->n;
+#ifdef PACK8
+		if (job->pk != NULL && form == MEDHA_ACT_Q8) {
+			for (r = r0; r < r1; r += 8)
+				p8_rows(a, job->pk, r, r1 - r < 8 ? r1 - r : 8,
+				    job->y, rows, tb0, tb1);
+			continue;
+		}
+#endif
 		for (r = r0; r < r1; r += TILE) {
 			R = r1 - r < TILE ? r1 - r : TILE;
 			if (form == MEDHA_ACT_Q8)
@@ -558,16 +797,23 @@ medha_cpu_matmul(struct medha_threadpool *tp, const struct medha_tensor *w,
     const float *x, int n, float *y, int ref)
 {
 	struct medha_act a;
-	struct medha_mm mm = {w, y};
+	struct medha_pack pk;
+	struct medha_mm mm = {w, y, NULL};
 	int rc;
 
 	memset(&a, 0, sizeof(a));
 	if (n < 1 || w->ne[0] < 1 || w->ne[0] > INT32_MAX)
 		return MEDHA_EINVAL;
+	if (!ref && (rc = medha_pack_make(&pk, w)) != MEDHA_EUNSUP) {
+		if (rc != 0)
+			return rc;
+		mm.pk = &pk;
+	}
 	if ((rc = medha_act_set(&a, x, n, (int)w->ne[0],
-	         tp != NULL ? medha_threadpool_size(tp) : 1)) != 0)
-		return rc;
-	rc = medha_mm_run(tp, &a, &mm, 1, ref);
+	         tp != NULL ? medha_threadpool_size(tp) : 1)) == 0)
+		rc = medha_mm_run(tp, &a, &mm, 1, ref);
 	medha_act_free(&a);
+	if (mm.pk != NULL)
+		medha_pack_free(&pk);
 	return rc;
 }

@@ -273,6 +273,7 @@ medha_act_free(struct medha_act *a)
 	free(a->q);
 	free(a->qd);
 	free(a->qs);
+	free(a->qi);
 	free(a->r16);
 	free(a->rbf);
 	free(a->scratch);
@@ -292,16 +293,18 @@ medha_act_set(struct medha_act *a, const float *x, int n, int k, int n_threads)
 		free(a->q);
 		free(a->qd);
 		free(a->qs);
+		free(a->qi);
 		free(a->r16);
 		free(a->rbf);
 		a->q = malloc(need);
 		a->qd = medha_calloc(need / MEDHA_QK + 1, sizeof(float));
 		a->qs = medha_calloc(need / MEDHA_QK + 1, sizeof(float));
+		a->qi = medha_calloc(need / MEDHA_QK + 1, sizeof(int32_t));
 		a->r16 = medha_calloc(need, sizeof(float));
 		a->rbf = medha_calloc(need, sizeof(float));
 		a->cap = need;
 		if (a->q == NULL || a->qd == NULL || a->qs == NULL ||
-		    a->r16 == NULL || a->rbf == NULL) {
+		    a->qi == NULL || a->r16 == NULL || a->rbf == NULL) {
 			medha_act_free(a);
 			return MEDHA_ENOMEM;
 		}
@@ -368,6 +371,7 @@ act_q8_row(struct medha_act *a, int t)
 #endif
 		a->qd[(size_t)t * nb + b] = f16_round(d);
 		a->qs[(size_t)t * nb + b] = f16_round(d * (float)sum);
+		a->qi[(size_t)t * nb + b] = sum;
 	}
 }
 
