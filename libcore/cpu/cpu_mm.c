@@ -432,15 +432,16 @@ p8_kern(const int T, const int type, const unsigned char *g,
 			const int8_t *x = xq[t] + b * MEDHA_QK;
 			__m256i s0 = _mm256_setzero_si256();
 			__m256i s1 = _mm256_setzero_si256();
-			int32_t x4[8];
-			memcpy(x4, x, sizeof(x4));
+			/* four bytes of x broadcast straight from memory (a
+			   load, not a move from a general register) */
+#define X4(j) _mm256_castps_si256(_mm256_broadcast_ss((const float *)(x + 4 * (j))))
 #pragma GCC unroll 4
 			for (j = 0; j < 8; j += 2) {
-				s0 = _mm256_dpbusd_epi32(s0, wv[j],
-				    _mm256_set1_epi32(x4[j]));
+				s0 = _mm256_dpbusd_epi32(s0, wv[j], X4(j));
 				s1 = _mm256_dpbusd_epi32(s1, wv[j + 1],
-				    _mm256_set1_epi32(x4[j + 1]));
+				    X4(j + 1));
 			}
+#undef X4
 			s0 = _mm256_add_epi32(s0, s1);
 			if (type != MEDHA_GGML_Q4_1)
 				s0 = _mm256_sub_epi32(s0,
