@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,6 +425,23 @@ test_threadpool(void **state)
 		medha_threadpool_free(tp);
 	}
 	assert_int_equal(medha_threadpool_init(&tp, 0), MEDHA_EINVAL);
+	/* never more threads than CPUs to run them (-t 256 on 2 cores ran
+	   20x slower than -t 2), and the tasks all run */
+	{
+		cpu_set_t cs;
+		int cpus;
+		assert_int_equal(sched_getaffinity(0, sizeof(cs), &cs), 0);
+		cpus = CPU_COUNT(&cs);
+		assert_int_equal(
+		    medha_threadpool_init(&tp, MEDHA_THREADS_MAX), 0);
+		assert_int_equal(medha_threadpool_size(tp),
+		    cpus < MEDHA_THREADS_MAX ? cpus : MEDHA_THREADS_MAX);
+		memset(&c, 0, sizeof(c));
+		medha_threadpool_run(tp, 1000, count_task, &c);
+		for (i = 0; i < 1000; i++)
+			assert_int_equal(c.hits[i], 1);
+		medha_threadpool_free(tp);
+	}
 }
 
 int

@@ -32,7 +32,9 @@ typedef void (*medha_task_fn)(void *arg, int i, int thread);
 
 /*
  * A pool of n_threads threads in all, the calling thread included (so 1
- * starts no thread). On success *tp is the caller's, to be released
+ * starts no thread), or of as many as the CPUs the process may run on
+ * (sched_getaffinity) where those are fewer: medha_threadpool_size()
+ * says how many. On success *tp is the caller's, to be released
  * with medha_threadpool_free(). Returns 0, MEDHA_EINVAL (n_threads out
  * of [1, MEDHA_THREADS_MAX]) or MEDHA_ENOMEM (allocation or thread
  * creation failed; *tp is NULL).
