@@ -78,7 +78,7 @@ attn_ref(struct medha_kvcache *kv, int seq, const float *q, int nq,
     int64_t qpos, int64_t lo, int64_t hi, double *out, double *lse)
 {
 	float krow[HD], vrow[HD];
-	double s[256], m, z;
+	double s[1024], m, z;
 	int i, h, d;
 	int64_t j, e;
 
@@ -118,7 +118,7 @@ attn_ref(struct medha_kvcache *kv, int seq, const float *q, int nq,
 static void
 test_attention(void **state)
 {
-	enum { LEN = 150, NQ = 20 };
+	enum { LEN = 700, NQ = 20 };
 	struct medha_threadpool *tp;
 	float k[LEN * NKV * HD], v[LEN * NKV * HD], q[NQ * NH * HD];
 	float out[4][NQ * NH * HD], lse[4][NQ * NH];
@@ -129,7 +129,7 @@ test_attention(void **state)
 	(void)state;
 	assert_int_equal(medha_threadpool_init(&tp, 2), 0);
 	for (type = MEDHA_KV_F32; type <= MEDHA_KV_F16; type++) {
-		struct medha_kvcache *kv = kv_new(type, 16);
+		struct medha_kvcache *kv = kv_new(type, 48);
 		rng_seed(77 + type);
 		for (i = 0; i < LEN * NKV * HD; i++) {
 			k[i] = 2.0f * frand();
@@ -162,6 +162,34 @@ test_attention(void **state)
 			for (i = 0; i < NQ * NH; i++)
 				el = fmax(el,
 				    fabs(lse[0][i] - rl[i]) /
+				        fmax(1, fabs(rl[i])));
+		}
+		/* past one partition of 256 keys: one and two queries (a
+		   decode, split across threads by partition) and the same
+		   positions among 20 (one task per query tile): the same
+		   bits, within float64's reach */
+		for (k_ = 1; k_ <= 2; k_++) {
+			assert_int_equal(medha_cpu_attn(tp, kv, seq, 0, NH,
+			                     q + (size_t)(NQ - k_) * NH * HD,
+			                     k_, LEN - k_, 0, LEN, out[1],
+			                     lse[1]),
+			    0);
+			assert_int_equal(medha_cpu_attn(tp, kv, seq, 0, NH, q,
+			                     NQ, LEN - NQ, 0, LEN, out[2],
+			                     lse[2]),
+			    0);
+			assert_memory_equal(out[1],
+			    out[2] + (size_t)(NQ - k_) * NH * HD,
+			    sizeof(float) * k_ * NH * HD);
+			assert_memory_equal(lse[1], lse[2] + (NQ - k_) * NH,
+			    sizeof(float) * k_ * NH);
+			attn_ref(kv, seq, q + (size_t)(NQ - k_) * NH * HD, k_,
+			    LEN - k_, 0, LEN, ro, rl);
+			for (i = 0; i < k_ * NH * HD; i++)
+				eo = fmax(eo, fabs(out[1][i] - ro[i]));
+			for (i = 0; i < k_ * NH; i++)
+				el = fmax(el,
+				    fabs(lse[1][i] - rl[i]) /
 				        fmax(1, fabs(rl[i])));
 		}
 		/* a range after every query sees nothing */

@@ -229,6 +229,52 @@ test_chunking(void **state)
 	fprintf(stderr, "# chunking: max rel err %g\n", worst);
 }
 
+/*
+ * Past one attention partition (256 keys) a query's keys are taken a
+ * partition at a time and folded in order, and a decode's partitions
+ * run on different threads: the same bits whatever the chunk (1: the
+ * split decode path; the whole prompt: one task per query tile), in
+ * both numeric modes.
+ */
+static void
+test_chunking_long(void **state)
+{
+	enum { LONG = 600 };
+	static const int chunks[] = {1, 2, 100, 333};
+	int32_t tok[LONG];
+	float ref[VOCAB], got[VOCAB];
+	int w, i, r;
+
+	(void)state;
+	prompt(tok, LONG, 11);
+	for (w = 0; w < NWT; w += 3)
+		for (r = 0; r <= 1; r++) {
+			struct tmodel tm;
+			struct medha_kvcache *kv;
+			struct medha_cpu *cpu;
+			tm_make(&tm, wtypes[w], wtypes[w], 0, 300 + w);
+			kv = kv_new(MEDHA_KV_F32, 2 * LONG / 16);
+			cpu = cpu_new(&tm, kv, 2, 1, r);
+			medha_kv_seq_free(kv,
+			    prefill(cpu, kv, tok, LONG, LONG, ref));
+			for (i = 0; i < 4; i++) {
+				medha_kv_seq_free(kv,
+				    prefill(cpu, kv, tok, LONG, chunks[i],
+				        got));
+				if (memcmp(got, ref, sizeof(ref)) != 0)
+					fail_msg("%s%s chunk %d: rel err %g",
+					    medha_ggml_type_name(wtypes[w]),
+					    r ? " ref" : "", chunks[i],
+					    rel_err(got, ref, VOCAB));
+			}
+			medha_cpu_free(cpu);
+			medha_kvcache_free(kv);
+			tm_free(&tm);
+		}
+	fprintf(stderr, "# chunking past 256 keys (600-token prompt): "
+	                "bit-identical\n");
+}
+
 /* every position of an all-logits prefill equals one-token steps */
 static void
 test_all_logits(void **state)
@@ -1002,6 +1048,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_model_checks),
 	    cmocka_unit_test(test_chunking),
+	    cmocka_unit_test(test_chunking_long),
 	    cmocka_unit_test(test_all_logits),
 	    cmocka_unit_test(test_shards),
 	    cmocka_unit_test(test_mixed_batch),

@@ -24,8 +24,29 @@
 #endif
 
 #define ATTN_QUERIES 8 /* queries per task */
+#define ATTN_PART 256  /* keys per partition (a multiple of the KV block) */
+#define ATTN_SPLIT_Q 2 /* a sequence of at most this many queries is split
+                          across threads by partitions */
 
 /* ---- small vector helpers with a fixed order of operations ---- */
+
+/*
+ * Ask for run i (16 keys, or values, of one kv head) ahead of its use:
+ * runs are pages of the cache, scattered, so the hardware prefetcher
+ * cannot see the next one coming.
+ */
+#define RUNS_AHEAD 4 /* runs prefetched ahead of the one in use */
+
+static inline void
+prefetch_run(const struct medha_kvcache *kv, int seq, int layer, int which,
+    int head, int64_t i)
+{
+	const char *p = medha_kv_run(kv, seq, layer, which, head, i);
+	size_t n = (size_t)MEDHA_KV_BLOCK * kv->c.head_dim * kv->elsize, o;
+
+	for (o = 0; o < n; o += 64)
+		__builtin_prefetch(p + o, 0, 3);
+}
 
 /*
  * Scores of G query heads q (G, hd) against the 16 keys of a K run (hd,
@@ -183,9 +204,16 @@ pv_gw(const int G, const int W, const struct medha_kvcache *kv, int seq,
 			for (w = 0; w < W; w++)
 				a[g][w] = _mm512_setzero_ps();
 		for (j = lo; j < lo + nk; j++) {
-			if (j == lo || j % MEDHA_KV_BLOCK == 0)
+			if (j == lo || j % MEDHA_KV_BLOCK == 0) {
 				run = medha_kv_run(kv, seq, layer, 1, kvh,
 				    j / MEDHA_KV_BLOCK);
+				if (c0 == 0 &&
+				    (j / MEDHA_KV_BLOCK + RUNS_AHEAD) *
+				            MEDHA_KV_BLOCK <
+				        lo + nk)
+					prefetch_run(kv, seq, layer, 1, kvh,
+					    j / MEDHA_KV_BLOCK + RUNS_AHEAD);
+			}
 			row = run +
 			    (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
 #pragma GCC unroll 4
@@ -307,6 +335,10 @@ struct attn_run {
 	float *scratch;
 	size_t scratch_per;
 	int64_t nk_max; /* longest key range */
+	int *np;        /* (ns) partitions of a split sequence, or 0 */
+	int *ffirst;    /* (ns + 1) first fold task of each sequence */
+	size_t *poff;   /* (ns) where a split sequence's parts start */
+	float *part;    /* the parts of the split sequences */
 };
 
 size_t
@@ -314,8 +346,13 @@ medha_attn_scratch(const struct medha_kvcache *kv, int n_heads, int64_t nkeys)
 {
 	size_t g = (size_t)(n_heads / kv->c.n_kv_heads);
 
-	/* (the llama_compat order needs nkeys + 8 + 33 * head_dim) */
-	return g * (size_t)nkeys + (g + 33) * (size_t)kv->c.head_dim + 72;
+	size_t hd = (size_t)kv->c.head_dim, part, compat;
+
+	/* a partition's scores and values, a part (attn_queries) */
+	part = g * ATTN_PART + 2 * g * hd + g + 16;
+	/* the llama_compat order: nkeys + 8 + 33 * head_dim */
+	compat = g * (size_t)nkeys + (g + 33) * hd + 72;
+	return part > compat ? part : compat;
 }
 
 /* ---- llama.cpp's order (opts.llama_compat) ---- */
@@ -453,34 +490,34 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 	}
 }
 
+/*
+ * Keys [lo, hi) (clipped to the query's own position) for query qi of s
+ * and the query heads of kv head kvh: o (G, hd) normalized and lse (G).
+ * An empty range gives 0s and -INFINITY.
+ */
 static void
-attn_query(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
-    int qi, float *scr)
+attn_span(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
+    int qi, int64_t lo, int64_t hi, float *scr, float *o, float *lse)
 {
 	const struct medha_kvcache *kv = r->kv;
 	const int hd = kv->c.head_dim, G = r->n_heads / kv->c.n_kv_heads;
 	const int nh = r->n_heads;
 	const float scale = 1.0f / sqrtf((float)hd);
-	int64_t p = s->qpos + qi, lo = s->k_lo, hi = s->k_hi, nk, j, blk;
-	float *sc = scr, *acc = scr + (size_t)G * r->nk_max;
-	float sum[64], *o;
+	int64_t p = s->qpos + qi, nk, j, blk;
+	float *sc = scr, *acc = scr + (size_t)G * ATTN_PART;
+	float sum[64];
 	const float *q = s->q + ((size_t)qi * nh + (size_t)kvh * G) * hd;
 	int g;
 
-	if (s->compat && lo <= 0) {
-		attn_query_compat(r, s, kvh, qi, scr);
-		return;
-	}
 	if (hi > p + 1)
 		hi = p + 1;
 	if (lo < 0)
 		lo = 0;
 	nk = hi - lo;
-	o = s->out + ((size_t)qi * nh + (size_t)kvh * G) * hd;
 	if (nk <= 0) {
 		memset(o, 0, sizeof(float) * G * hd);
 		for (g = 0; g < G; g++)
-			s->lse[(size_t)qi * nh + kvh * G + g] = -INFINITY;
+			lse[g] = -INFINITY;
 		return;
 	}
 	/* scores, 16 keys at a time, every head of the group */
@@ -488,6 +525,13 @@ attn_query(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 	     blk++) {
 		int64_t b0 = blk * MEDHA_KV_BLOCK, j0, j1;
 		float bs[64 * 16];
+		if (blk + RUNS_AHEAD <= (hi - 1) / MEDHA_KV_BLOCK)
+			prefetch_run(kv, s->seq, r->layer, 0, kvh,
+			    blk + RUNS_AHEAD);
+		else /* the values come next */
+			prefetch_run(kv, s->seq, r->layer, 1, kvh,
+			    lo / MEDHA_KV_BLOCK + (hi - 1) / MEDHA_KV_BLOCK -
+			        blk);
 		scores(G, kv, medha_kv_run(kv, s->seq, r->layer, 0, kvh, blk),
 		    q, bs);
 		j0 = b0 > lo ? b0 : lo;
@@ -500,7 +544,7 @@ attn_query(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 	for (g = 0; g < G; g++) {
 		float m = vmax(sc + g * nk, nk);
 		sum[g] = exp_sum(sc + g * nk, nk, m);
-		s->lse[(size_t)qi * nh + kvh * G + g] = m + logf(sum[g]);
+		lse[g] = m + logf(sum[g]);
 	}
 	/* the weighted values */
 	pv(G, kv, s->seq, r->layer, kvh, sc, nk, lo, acc);
@@ -512,29 +556,193 @@ attn_query(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 	}
 }
 
+/*
+ * Fold the part (po, pl) of keys that come after those of (o, l) into
+ * it, G heads of d: m = max, w = exp(l - m) each, o = (wa oa + wb ob) /
+ * (wa + wb), l = m + log(wa + wb). A part with no keys changes nothing;
+ * first: (o, l) holds nothing yet (the part is copied).
+ */
+static void
+fold(int G, int d, float *o, float *l, const float *po, const float *pl,
+    int first)
+{
+	int g, i;
+
+	for (g = 0; g < G; g++) {
+		float m, wa, wb, inv;
+		if (first || l[g] == -INFINITY) {
+			memcpy(o + g * d, po + g * d, sizeof(float) * d);
+			l[g] = pl[g];
+			continue;
+		}
+		if (pl[g] == -INFINITY)
+			continue;
+		m = l[g] > pl[g] ? l[g] : pl[g];
+		wa = expf(l[g] - m);
+		wb = expf(pl[g] - m);
+		inv = 1.0f / (wa + wb);
+		for (i = 0; i < d; i++)
+			o[g * d + i] =
+			    (wa * o[g * d + i] + wb * po[g * d + i]) * inv;
+		l[g] = m + logf(wa + wb);
+	}
+}
+
+/* the partitions of ATTN_PART keys that query qi of s sees: [*p0, *p1) */
+static void
+parts_of(const struct medha_attn_seq *s, int qi, int64_t *p0, int64_t *p1)
+{
+	int64_t lo = s->k_lo > 0 ? s->k_lo : 0, hi = s->k_hi;
+
+	if (hi > s->qpos + qi + 1)
+		hi = s->qpos + qi + 1;
+	*p0 = lo / ATTN_PART;
+	*p1 = hi > lo ? (hi - 1) / ATTN_PART + 1 : *p0 + 1;
+}
+
+/* s->out, s->lse of query qi, kv head kvh */
+static float *
+out_of(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
+    int qi, float **lse)
+{
+	const int G = r->n_heads / r->kv->c.n_kv_heads;
+
+	*lse = s->lse + (size_t)qi * r->n_heads + (size_t)kvh * G;
+	return s->out + ((size_t)qi * r->n_heads + (size_t)kvh * G) *
+	    r->kv->c.head_dim;
+}
+
+/*
+ * Queries [q0, q1) of s, kv head kvh: each over its keys a partition of
+ * ATTN_PART at a time (partitions fixed by position, so the arithmetic
+ * of a query depends only on its position, whatever the chunk, the
+ * batch or the threads), the partitions folded in order; the partition
+ * loop outside the query loop, so that a partition's keys and values are
+ * read from memory once for all the queries of the task.
+ */
+static void
+attn_queries(const struct attn_run *r, const struct medha_attn_seq *s,
+    int kvh, int q0, int q1, float *scr)
+{
+	const int hd = r->kv->c.head_dim, G = r->n_heads / r->kv->c.n_kv_heads;
+	float *po = scr + (size_t)G * ATTN_PART + (size_t)G * hd, *pl = po +
+	    (size_t)G * hd, *o, *l;
+	int64_t p, p0, p1, lo, hi, pa, pb;
+	int qi;
+
+	if (s->compat && s->k_lo <= 0) {
+		for (qi = q0; qi < q1; qi++)
+			attn_query_compat(r, s, kvh, qi, scr);
+		return;
+	}
+	parts_of(s, q0, &p0, &pb);
+	parts_of(s, q1 - 1, &pa, &p1);
+	lo = s->k_lo > 0 ? s->k_lo : 0;
+	for (p = p0; p < p1; p++)
+		for (qi = q0; qi < q1; qi++) {
+			parts_of(s, qi, &pa, &pb);
+			if (p >= pb)
+				continue;
+			o = out_of(r, s, kvh, qi, &l);
+			hi = (p + 1) * ATTN_PART < s->k_hi ? (p + 1) * ATTN_PART
+			                                    : s->k_hi;
+			if (pb - pa == 1) { /* one partition: straight out */
+				attn_span(r, s, kvh, qi, lo, hi, scr, o, l);
+				continue;
+			}
+			attn_span(r, s, kvh, qi,
+			    p * ATTN_PART > lo ? p * ATTN_PART : lo, hi, scr, po,
+			    pl);
+			fold(G, hd, o, l, po, pl, p == pa);
+		}
+}
+
+/*
+ * Tasks: a sequence of few queries (a decode) whose keys span several
+ * partitions has a task per (kv head, query, partition), each writing
+ * its part (o (G, hd), then lse (G)) to r->part, folded in order by a
+ * second region; any other has a task per (kv head, ATTN_QUERIES
+ * queries). The same arithmetic either way.
+ */
+static int
+split_parts(const struct medha_attn_seq *s)
+{
+	int64_t p0, p1;
+
+	if (s->nq < 1 || s->nq > ATTN_SPLIT_Q || (s->compat && s->k_lo <= 0))
+		return 0;
+	parts_of(s, s->nq - 1, &p0, &p1);
+	return p1 - p0 > 1 ? (int)(p1 - p0) : 0;
+}
+
+/* the sequence whose first task (r->first) is the last <= i */
+static int
+seq_of(const struct attn_run *r, const int *first, int i)
+{
+	int lo = 0, hi = r->ns - 1, mid;
+
+	while (lo < hi) {
+		mid = (lo + hi + 1) / 2;
+		if (first[mid] <= i)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
 static void
 attn_task(void *arg, int i, int thread)
 {
 	const struct attn_run *r = arg;
 	const struct medha_attn_seq *s;
-	int lo = 0, hi = r->ns - 1, mid, local, nch, kvh, c, qi, q1;
+	const int hd = r->kv->c.head_dim, G = r->n_heads / r->kv->c.n_kv_heads;
+	int si, local, nch, kvh, c, q1;
 	float *scr = r->scratch + r->scratch_per * (size_t)thread;
 
-	while (lo < hi) { /* the last sequence whose first task <= i */
-		mid = (lo + hi + 1) / 2;
-		if (r->first[mid] <= i)
-			lo = mid;
-		else
-			hi = mid - 1;
+	si = seq_of(r, r->first, i);
+	s = &r->s[si];
+	local = i - r->first[si];
+	if (r->np[si] > 0) { /* one partition of one query */
+		int np = r->np[si], pi = local % np, qi = local / np % s->nq;
+		int64_t p0, p1, lo = s->k_lo > 0 ? s->k_lo : 0, p, hi;
+		float *po = r->part + r->poff[si] +
+		    (size_t)local * G * (hd + 1);
+		kvh = local / np / s->nq;
+		parts_of(s, 0, &p0, &p1);
+		p = p0 + pi;
+		hi = (p + 1) * ATTN_PART < s->k_hi ? (p + 1) * ATTN_PART
+		                                    : s->k_hi;
+		attn_span(r, s, kvh, qi, p * ATTN_PART > lo ? p * ATTN_PART : lo,
+		    hi, scr, po, po + (size_t)G * hd);
+		return;
 	}
-	s = &r->s[lo];
-	local = i - r->first[lo];
 	nch = (s->nq + ATTN_QUERIES - 1) / ATTN_QUERIES;
 	kvh = local / nch;
 	c = local % nch;
 	q1 = (c + 1) * ATTN_QUERIES < s->nq ? (c + 1) * ATTN_QUERIES : s->nq;
-	for (qi = c * ATTN_QUERIES; qi < q1; qi++)
-		attn_query(r, s, kvh, qi, scr);
+	attn_queries(r, s, kvh, c * ATTN_QUERIES, q1, scr);
+}
+
+/* the second region: fold the parts of (split sequence, kv head, query) */
+static void
+fold_task(void *arg, int i, int thread)
+{
+	const struct attn_run *r = arg;
+	const int hd = r->kv->c.head_dim, G = r->n_heads / r->kv->c.n_kv_heads;
+	int si = seq_of(r, r->ffirst, i), local = i - r->ffirst[si], pi, np;
+	const struct medha_attn_seq *s = &r->s[si];
+	int qi = local % s->nq, kvh = local / s->nq;
+	float *o, *l;
+
+	(void)thread;
+	np = r->np[si];
+	o = out_of(r, s, kvh, qi, &l);
+	for (pi = 0; pi < np; pi++) {
+		const float *po = r->part + r->poff[si] +
+		    ((size_t)local * np + pi) * G * (hd + 1);
+		fold(G, hd, o, l, po, po + (size_t)G * hd, pi == 0);
+	}
 }
 
 int
@@ -543,12 +751,21 @@ medha_attn_run(struct medha_threadpool *tp, const struct medha_kvcache *kv,
     float *scratch, size_t scratch_per)
 {
 	struct attn_run r;
-	int i, n;
+	const size_t G = (size_t)(n_heads / kv->c.n_kv_heads);
+	const size_t per = G * ((size_t)kv->c.head_dim + 1);
+	size_t nparts = 0;
+	int i, n, nf;
 
 	if (ns <= 0)
 		return 0;
-	if ((r.first = medha_calloc((size_t)ns + 1, sizeof(int))) == NULL)
-		return MEDHA_ENOMEM;
+	memset(&r, 0, sizeof(r));
+	r.first = medha_calloc((size_t)ns + 1, sizeof(int));
+	r.ffirst = medha_calloc((size_t)ns + 1, sizeof(int));
+	r.np = medha_calloc((size_t)ns, sizeof(int));
+	r.poff = medha_calloc((size_t)ns, sizeof(size_t));
+	if (r.first == NULL || r.ffirst == NULL || r.np == NULL ||
+	    r.poff == NULL)
+		goto nomem;
 	r.kv = kv;
 	r.layer = layer;
 	r.n_heads = n_heads;
@@ -559,20 +776,48 @@ medha_attn_run(struct medha_threadpool *tp, const struct medha_kvcache *kv,
 	r.nk_max = 0;
 	for (i = 0; i < ns; i++) {
 		int64_t nk = s[i].k_hi - (s[i].k_lo > 0 ? s[i].k_lo : 0);
+		int units = kv->c.n_kv_heads * s[i].nq;
 		if (nk > r.nk_max)
 			r.nk_max = nk;
-		r.first[i + 1] = r.first[i] +
-		    kv->c.n_kv_heads *
-		        ((s[i].nq + ATTN_QUERIES - 1) / ATTN_QUERIES);
+		r.np[i] = split_parts(&s[i]);
+		r.poff[i] = nparts * per;
+		if (r.np[i] > 0) {
+			nparts += (size_t)units * r.np[i];
+			r.first[i + 1] = r.first[i] + units * r.np[i];
+			r.ffirst[i + 1] = r.ffirst[i] + units;
+		} else {
+			r.first[i + 1] = r.first[i] +
+			    kv->c.n_kv_heads *
+			        ((s[i].nq + ATTN_QUERIES - 1) / ATTN_QUERIES);
+			r.ffirst[i + 1] = r.ffirst[i];
+		}
 	}
+	if (nparts > 0 &&
+	    (r.part = medha_calloc(nparts, per * sizeof(float))) == NULL)
+		goto nomem;
 	n = r.first[ns];
-	if (tp != NULL)
+	nf = r.ffirst[ns];
+	if (tp != NULL) {
 		medha_threadpool_run(tp, n, attn_task, &r);
-	else
+		medha_threadpool_run(tp, nf, fold_task, &r);
+	} else {
 		for (i = 0; i < n; i++)
 			attn_task(&r, i, 0);
+		for (i = 0; i < nf; i++)
+			fold_task(&r, i, 0);
+	}
 	free(r.first);
+	free(r.ffirst);
+	free(r.np);
+	free(r.poff);
+	free(r.part);
 	return 0;
+nomem:
+	free(r.first);
+	free(r.ffirst);
+	free(r.np);
+	free(r.poff);
+	return MEDHA_ENOMEM;
 }
 
 int

@@ -7,11 +7,15 @@
  * float32 or float16 (selectable; f16 halves the memory and the bytes
  * attention reads, f32 makes chunked prefill bit-exact).
  *
- * A block is one contiguous region holding every layer's K and V for its
- * 16 positions: block b, layer l, K (0) or V (1), kv head h is the run of
- * 16 * head_dim elements at element offset
- *	(((b * n_layers + l) * 2 + kv) * n_kv_heads + h) * 16 * head_dim
- * so attention reads one head's keys for 16 positions in one stream. In
+ * Block b, layer l, K (0) or V (1), kv head h is the run of 16 *
+ * head_dim elements at element offset
+ *	(((l * 2 + kv) * n_kv_heads + h) * n_blocks + b) * 16 * head_dim
+ * so attention reads one head's keys for 16 positions in one stream,
+ * and the runs of consecutive blocks (a fresh cache hands them out in
+ * order) one after another: a long sequence's keys of one layer and head
+ * are one stream, not 2 KB islands a page or more apart (decode
+ * attention at 8K keys ran at 6 GB/s that way). A backend that runs only
+ * some layers (SPP) touches only their planes. In
  * a K run, element c of position i (0..15) is at c * 16 + i (dimension
  * major: a query's scores against the 16 keys are 16-wide multiply-adds
  * over the dimensions, with no transposing); in a V run it is at
@@ -64,7 +68,7 @@ struct medha_kvcache {
 	struct medha_kv_config c;
 	size_t elsize;    /* bytes per element: 4 or 2 */
 	size_t block_els; /* elements per block, all layers, K and V */
-	void *data;    /* (n_blocks, n_layers, 2, n_kv_heads, 16, head_dim) */
+	void *data; /* (n_layers, 2, n_kv_heads, n_blocks, 16 * head_dim) */
 	int32_t *free; /* (n_blocks) stack of free block numbers */
 	int64_t nfree; /* blocks on the stack */
 	struct medha_kv_seq *seq; /* (max_seqs) */
@@ -127,9 +131,9 @@ medha_kv_run(const struct medha_kvcache *kv, int seq, int layer, int which,
     int head, int64_t i)
 {
 	size_t b = (size_t)kv->seq[seq].block[i];
-	size_t off =
-	    ((b * kv->c.n_layers + layer) * 2 + which) * kv->c.n_kv_heads +
-	    head;
+	size_t off = (((size_t)layer * 2 + which) * kv->c.n_kv_heads + head) *
+	        (size_t)kv->c.n_blocks +
+	    b;
 
 	return (const char *)kv->data +
 	    off * MEDHA_KV_BLOCK * kv->c.head_dim * kv->elsize;
