@@ -2,17 +2,25 @@
  * cpu_attn.c: attention of new tokens against the paged KV cache, with
  * its log-sum-exp, and the KVP merge of partial results.
  *
- * One task is (sequence, kv head, up to ATTN_QUERIES queries): the query
- * heads that share the kv head are done together, so each key and value
- * row is read (and, from an f16 cache, converted) once for all of them.
- * Scores come 16 keys at a time from the dimension-major K runs of the
- * cache (kvcache.h): two chains of 16-wide multiply-adds per head, over
- * the first and second half of the dimensions, then added. A query's
- * scores over its visible keys are kept whole (two passes: scores and
- * their max, then exp, sum and the weighted values), so each query's
- * result depends only on its position and the cached K/V, not on the
- * chunk it came in or the thread that ran it. opts.llama_compat swaps
- * in llama.cpp's order (attn_query_compat below).
+ * A query's keys are taken in partitions of ATTN_PART positions, fixed
+ * by position (0..255, 256..511, ...). Over one partition (attn_span),
+ * the query heads that share a kv head are done together, so each key
+ * and value row is read (and, from an f16 cache, converted) once for
+ * all of them: scores come 16 keys at a time from the dimension-major K
+ * runs of the cache (kvcache.h), two chains of 16-wide multiply-adds per
+ * head over the first and second half of the dimensions, then added;
+ * then their max, exp and sum, and the weighted values. The partitions'
+ * normalized results and log-sum-exps are folded in order (fold), so a
+ * query's result depends only on its position and the cached K/V, not
+ * on the chunk it came in, the batch or the thread that ran it.
+ *
+ * Tasks: (sequence, kv head, up to ATTN_QUERIES queries), walking the
+ * partitions outside the queries so that a partition is read from
+ * memory once for all of them; a decode (at most ATTN_SPLIT_Q queries)
+ * whose keys span partitions gets a task per partition instead (three
+ * kv heads would keep most threads idle) and a second region folds the
+ * parts. opts.llama_compat swaps in llama.cpp's order (attn_query_compat
+ * below).
  */
 #include "cpu/cpu.h"
 
