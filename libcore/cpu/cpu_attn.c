@@ -25,6 +25,7 @@
 #include "cpu/cpu.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512F__)
@@ -169,7 +170,12 @@ exp_sum(float *x, int64_t n, float m)
 	int64_t i = 0;
 	int l, j;
 
-	for (i = 0; i < n; i++)
+#if defined(__AVX512F__)
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(x + i,
+		    _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(m)));
+#endif
+	for (; i < n; i++)
 		x[i] -= m;
 	medha_cpu_vexp(x, x, n);
 	i = 0;
@@ -544,6 +550,15 @@ attn_span(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 		    q, bs);
 		j0 = b0 > lo ? b0 : lo;
 		j1 = b0 + MEDHA_KV_BLOCK < hi ? b0 + MEDHA_KV_BLOCK : hi;
+#if defined(__AVX512F__)
+		if (j1 - j0 == 16) { /* the same products, 16 at a time */
+			for (g = 0; g < G; g++)
+				_mm512_storeu_ps(sc + g * nk + (j0 - lo),
+				    _mm512_mul_ps(_mm512_loadu_ps(bs + g * 16),
+				        _mm512_set1_ps(scale)));
+			continue;
+		}
+#endif
 		for (g = 0; g < G; g++)
 			for (j = j0; j < j1; j++)
 				sc[g * nk + (j - lo)] =
@@ -801,7 +816,7 @@ medha_attn_run(struct medha_threadpool *tp, const struct medha_kvcache *kv,
 		}
 	}
 	if (nparts > 0 &&
-	    (r.part = medha_calloc(nparts, per * sizeof(float))) == NULL)
+	    (r.part = malloc(nparts * per * sizeof(float))) == NULL)
 		goto nomem;
 	n = r.first[ns];
 	nf = r.ffirst[ns];
