@@ -9,6 +9,8 @@
 #   make demo            the main job: a live replica on SmolLM2 answers a
 #                        trace; then a simulated hour, report and plot
 #   make bench           simulator speed benchmark
+#   make bench-cpu       the CPU backend against llama.cpp: by weight type,
+#                        and at depths of 0 to 128K tokens
 #   make bench-live      the live replica on SmolLM2: continuous batching,
 #                        and one request against medha-worker -p
 #   make bench-sched     scheduler decision time, dispatch round trips
@@ -47,7 +49,7 @@ MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
 MAN7      = $(wildcard man/*.7)
 
-.PHONY: all test unit asan bench bench-live bench-sched demo install clean \
+.PHONY: all test unit asan bench bench-cpu bench-live bench-sched demo install clean \
     kernels format
 all: $(PROGS:%=$(BIN)/%) kernels
 
@@ -109,6 +111,9 @@ bench: all
 
 bench-live: all
 	@BUILD=$(BUILD) sh contrib/bench-live.sh $(BIN)
+
+bench-cpu: $(LIB)
+	@sh contrib/bench-cpu.sh
 
 bench-sched: $(LIB)
 	@BUILD=$(BUILD) sh contrib/bench-sched.sh

@@ -1,15 +1,31 @@
 #!/bin/sh
-# bench-cpu.sh: the CPU backend against llama.cpp on SmolLM2-135M-Instruct
-# in Q4_1 (the published file), Q8_0 and F16 (made from it with
-# contrib/gguf-convert.c, libcore's own GGUF writer): prompt processing of
-# 512 tokens in one batch (pp512) and generation of 128 tokens one at a
-# time (tg128), tokens/s at THREADS threads (2), both measured in this
-# run, the mean of REPS (3) runs, and their ratio (medha / llama.cpp). llama.cpp
-# runs through tests/ref/llamacpp.py (its C API; f16 KV cache, flash
-# attention as it chooses, like llama-bench); medha through
-# contrib/cpu-run.c (f32 KV cache). Needs contrib/fetch-refs.sh first.
+# bench-cpu.sh: the CPU backend against llama.cpp, both measured in this
+# run, at THREADS threads (2). Two parts (usage: bench-cpu.sh [types|ctx]
+# runs one; no argument, both):
 #
-# usage: sh contrib/bench-cpu.sh        (THREADS=2 REPS=3 to change)
+# types: SmolLM2-135M-Instruct in Q4_1 (the published file), Q8_0 and F16
+#   (made from it with contrib/gguf-convert.c, libcore's own GGUF writer):
+#   prompt processing of 512 tokens in one batch (pp512) and generation
+#   of 128 tokens one at a time (tg128), the mean of REPS (3) runs, and
+#   their ratio (medha / llama.cpp). llama.cpp is the prebuilt xllamacpp
+#   wheel through tests/ref/llamacpp.py (its C API; f16 KV cache, flash
+#   attention as it chooses, like llama-bench); medha is
+#   contrib/cpu-run.c (f32 KV cache).
+#
+# ctx: speed at depth. At each context length (SmolLM2 Q4_1: 0, 1K, 4K,
+#   ~8K; a random model with a long context_length written by
+#   tests/ref/random_model.py, 2 layers of 2 query heads over 1 KV head
+#   of 64: 16K, 32K, 64K, 128K) a prefill of 512 tokens and 32 decode
+#   steps, f16 KV cache on both sides: medha through contrib/bench-ctx.c,
+#   llama.cpp through contrib/bench-ctx-llama.py on llama-cpp-python
+#   compiled on this machine (-DGGML_NATIVE=ON; built once into
+#   cache/wheels, about 10 minutes on 2 cores). The last column is the
+#   decode's share of the memory-bandwidth floor: the bytes one step
+#   must read (every weight, and K and V of every position) over the
+#   bandwidth a streaming read of 1 GiB gets in the same run with the
+#   same threads (bench-ctx -B), against the time a step took.
+#
+# Needs contrib/fetch-refs.sh first. (THREADS=2 REPS=3 to change)
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${MEDHA_CACHE:-$top/cache}
@@ -17,6 +33,9 @@ py=$cache/venv/bin/python
 q41=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 threads=${THREADS:-2}
 reps=${REPS:-3}
+part=${1:-all}
+case $part in types | ctx | all) ;; *)
+	echo "usage: bench-cpu.sh [types|ctx]" >&2; exit 2 ;; esac
 [ -s "$q41" ] && [ -x "$py" ] ||
 	{ echo "bench-cpu: run contrib/fetch-refs.sh first" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -34,6 +53,10 @@ for t in q8_0 f16; do
 	[ -s "$f" ] || "$tmp/gguf-convert" "$q41" "$f" "$t"
 done
 
+$cc -std=c11 -D_GNU_SOURCE -O2 -march=native -iquote libcore \
+    -o "$tmp/bench-ctx" contrib/bench-ctx.c $libs
+
+types() {
 mean() { awk '{ s += $1; n++ } END { if (n) printf "%.3f\n", s / n }'; }
 printf '%-6s %10s %10s %7s %10s %10s %7s\n' type "pp512" "llama.cpp" ratio \
     "tg128" "llama.cpp" ratio
@@ -55,3 +78,60 @@ pp, lpp, tg, ltg = $pp, $lpp, $tg, $ltg
 print('%-6s %10.1f %10.1f %7.2f %10.1f %10.1f %7.2f' % ('$t', pp, lpp, pp / lpp, tg, ltg, tg / ltg))"
 done
 echo "tokens/s at $threads threads, mean of $reps runs each; ratio = medha / llama.cpp"
+}
+
+# ---- ctx: speed at depth against a native llama.cpp ----
+
+native_llama() {
+	"$py" -c 'import llama_cpp' 2>/dev/null && return 0
+	whl=$(ls "$cache"/wheels/llama_cpp_python-0.3.36-*.whl 2>/dev/null |
+	    head -1)
+	if [ -z "$whl" ]; then
+		echo "bench-cpu: building llama-cpp-python 0.3.36 natively" \
+		    "(once, about 10 minutes on 2 cores)" >&2
+		mkdir -p "$cache/wheels"
+		CMAKE_ARGS="-DGGML_NATIVE=ON" "$cache/venv/bin/pip" wheel -q \
+		    --no-deps -w "$cache/wheels" llama-cpp-python==0.3.36
+		whl=$(ls "$cache"/wheels/llama_cpp_python-0.3.36-*.whl | head -1)
+	fi
+	"$cache/venv/bin/pip" install -q "$whl" diskcache jinja2 \
+	    typing-extensions
+}
+
+ctx() {
+	native_llama
+	long=$cache/models/random-long-131k.gguf
+	[ -s "$long" ] ||
+		"$py" tests/ref/random_model.py "$q41" "$long" 1 132096 2
+	bw=$("$tmp/bench-ctx" -B -t "$threads" "$q41" 0 |
+	    sed -n 's/^read \([0-9.]*\) GB.*/\1/p')
+	printf '%-22s %6s %9s %9s %6s %8s %8s %6s %7s\n' model depth \
+	    prefill llama.cpp ratio decode llama.cpp ratio "floor"
+	for m in "SmolLM2-Q4_1 $q41 0 1024 4096 7648" \
+	    "random-long $long 16384 32768 65536 131072"; do
+		set -- $m
+		name=$1 f=$2
+		shift 2
+		"$tmp/bench-ctx" -t "$threads" "$f" "$@" > "$tmp/ours"
+		"$py" contrib/bench-ctx-llama.py -t "$threads" "$f" "$@" \
+		    > "$tmp/peer"
+		paste "$tmp/ours" "$tmp/peer" | awk -v n="$name" -v bw="$bw" '{
+			# ours: depth D prefill X tok/s decode Y tok/s bytes/token B
+			# peer: depth D prefill X tok/s decode Y tok/s
+			floor = $10 * $7 / (bw * 1e9)
+			printf "%-22s %6d %9.1f %9.1f %6.2f %8.1f %8.1f %6.2f %6.0f%%\n",
+			    n, $2, $4, $14, $4 / $14, $7, $17, $7 / $17, 100 * floor
+		}'
+	done
+	echo "tokens/s at $threads threads, one run; prefill: 512 tokens at that" \
+	    "depth; decode: 32 steps after it; ratio = medha / llama.cpp" \
+	    "(llama-cpp-python 0.3.36 built natively); floor: the decode's" \
+	    "share of the bandwidth floor at $bw GB/s (a streaming read," \
+	    "same run)"
+}
+
+case $part in
+types) types ;;
+ctx) ctx ;;
+all) types; echo; ctx ;;
+esac

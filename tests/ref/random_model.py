@@ -5,7 +5,11 @@ layers, width 128, 4 query heads over 2 KV heads, FFN 320; Q8_0
 matrices, an F16 embedding, F32 norms. Weights are scaled so that
 activations stay in range and generation does not collapse at once.
 
-usage: random_model.py TOKENIZER.gguf OUT.gguf [SEED]
+With CTX and LAYERS (contrib/bench-cpu.sh's long-context model): that
+context_length, that many layers, and 2 query heads of 64 over one KV
+head, so that filling 128K positions is cheap enough to measure.
+
+usage: random_model.py TOKENIZER.gguf OUT.gguf [SEED [CTX LAYERS]]
 """
 import sys
 
@@ -18,6 +22,9 @@ rng = np.random.default_rng(seed)
 r = gguf.GGUFReader(src)
 
 L, D, H, KV, F = 4, 128, 4, 2, 320
+CTX = 2048
+if len(sys.argv) > 5:
+    CTX, L, H, KV = int(sys.argv[4]), int(sys.argv[5]), 2, 1
 HD = D // H
 
 
@@ -37,7 +44,7 @@ tokens = field("tokenizer.ggml.tokens")
 V = len(tokens)
 w = gguf.GGUFWriter(out, "llama")
 w.add_block_count(L)
-w.add_context_length(2048)
+w.add_context_length(CTX)
 w.add_embedding_length(D)
 w.add_feed_forward_length(F)
 w.add_head_count(H)
