@@ -788,6 +788,9 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 		out.type = MEDHA_MSG_READY;
 		out.worker_id = w.id;
 		while (!stopping) {
+			/* the reply may be a while: let the backend's
+			   threads give the cores to the scheduler */
+			medha_backend_idle(w.be);
 			rc = medha_cli_msg(w.cli, 0, &out, &rep,
 			    MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why));
 			free(out.result.tokens);

@@ -67,6 +67,7 @@ struct medha_threadpool {
 	atomic_int done;            /* tasks of the current region finished */
 	atomic_int sleepers;        /* workers in (or entering) cond_wait */
 	atomic_int stop;
+	atomic_int nap; /* medha_threadpool_nap: sleep now, not after spinning */
 	uint32_t gen; /* the caller's count of regions */
 };
 
@@ -108,6 +109,11 @@ worker_main(void *p)
 			if (GEN(atomic_load(&tp->state)) != seen ||
 			    atomic_load(&tp->stop))
 				break;
+			if (atomic_load_explicit(&tp->nap,
+			        memory_order_relaxed)) {
+				spin = SPIN_ROUNDS;
+				break;
+			}
 			cpu_relax();
 		}
 		if (spin == SPIN_ROUNDS) {
@@ -166,6 +172,7 @@ medha_threadpool_init(struct medha_threadpool **tpp, int n_threads)
 	atomic_init(&tp->r[1].ntasks, 0);
 	atomic_init(&tp->sleepers, 0);
 	atomic_init(&tp->stop, 0);
+	atomic_init(&tp->nap, 0);
 	if (n_threads > 1) {
 		tp->th = medha_calloc(n_threads - 1, sizeof(*tp->th));
 		tp->w = medha_calloc(n_threads - 1, sizeof(*tp->w));
@@ -229,6 +236,7 @@ medha_threadpool_run(struct medha_threadpool *tp, int n, medha_task_fn fn,
 			fn(arg, i, 0);
 		return;
 	}
+	atomic_store_explicit(&tp->nap, 0, memory_order_relaxed);
 	tp->gen++;
 	r = &tp->r[tp->gen & 1];
 	r->fn = fn;
@@ -244,4 +252,11 @@ medha_threadpool_run(struct medha_threadpool *tp, int n, medha_task_fn fn,
 			sched_yield();
 		else
 			cpu_relax();
+}
+
+void
+medha_threadpool_nap(struct medha_threadpool *tp)
+{
+	if (tp != NULL)
+		atomic_store_explicit(&tp->nap, 1, memory_order_relaxed);
 }

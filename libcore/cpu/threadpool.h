@@ -50,5 +50,11 @@ int medha_threadpool_size(const struct medha_threadpool *tp);
  */
 void medha_threadpool_run(struct medha_threadpool *tp, int n, medha_task_fn fn,
     void *arg);
+/*
+ * The caller will be a while (a live worker waiting for its next batch):
+ * spinning workers sleep now rather than keep cores from the processes
+ * beside it; the next region wakes them.
+ */
+void medha_threadpool_nap(struct medha_threadpool *tp);
 
 #endif

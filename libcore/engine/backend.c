@@ -160,6 +160,13 @@ medha_backend_free_blocks(struct medha_backend *be)
 }
 
 void
+medha_backend_idle(struct medha_backend *be)
+{
+	if (be->ops->idle != NULL)
+		be->ops->idle(be->impl);
+}
+
+void
 medha_backend_close(struct medha_backend *be)
 {
 	if (be == NULL)

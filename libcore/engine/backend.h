@@ -158,6 +158,9 @@ struct medha_backend_ops {
 	int64_t (*seq_len)(void *impl, int seq);
 	/* optional: KV blocks left in the pool */
 	int64_t (*free_blocks)(void *impl);
+	/* optional: the caller waits a while for its next call (idle
+	   threads may sleep) */
+	void (*idle)(void *impl);
 };
 
 struct medha_backend {
@@ -189,6 +192,9 @@ void medha_backend_seq_free(struct medha_backend *be, int seq);
 int64_t medha_backend_seq_len(struct medha_backend *be, int seq);
 /* KV blocks left in the pool, or MEDHA_EUNSUP. */
 int64_t medha_backend_free_blocks(struct medha_backend *be);
+/* The caller will wait a while before its next call (a live worker
+   between batches): the backend's idle threads may sleep. */
+void medha_backend_idle(struct medha_backend *be);
 /* Free the backend and all it owns; be may be NULL. */
 void medha_backend_close(struct medha_backend *be);
 

@@ -108,6 +108,14 @@ cpu_close(void *impl)
 	free(c);
 }
 
+static void
+cpu_idle(void *impl)
+{
+	struct cpu_be *c = impl;
+
+	medha_threadpool_nap(medha_cpu_pool(c->cpu));
+}
+
 static const struct medha_backend_ops cpu_ops = {
     .seq_alloc = cpu_seq_alloc,
     .seq_free = cpu_seq_free,
@@ -115,6 +123,7 @@ static const struct medha_backend_ops cpu_ops = {
     .close = cpu_close,
     .seq_len = cpu_seq_len,
     .free_blocks = cpu_free_blocks,
+    .idle = cpu_idle,
 };
 
 /* ---- making one ---- */
