@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # serve.sh: start a serving topology, say "ready" on stderr once it
-# accepts requests, and stop every process it started on SIGINT or
-# SIGTERM.
+# accepts requests, restart any of its processes that ends (a worker
+# killed, a scheduler that crashed: the others keep serving, and the
+# process rejoins), and stop every process it started on SIGINT or
+# SIGTERM. A process that ends within 10 s of its start three times in
+# a row, or any that ends before "ready", stops the whole topology
+# (exit 1).
 #
 # usage: examples/serve.sh TOPOLOGY [--tcp]
 #
@@ -48,7 +52,10 @@
 #   MEDHA_KVP_MAX_TOKENS  KV positions of a request per KVP group (kvp2,
 #                 tp2-spp2-kvp2: 256; a multiple of 16)
 #   MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS, MEDHA_ROUTER_OPTS  more flags
-#   MEDHA_LOG     a directory for the processes' logs (a temporary one)
+#   MEDHA_LOG     a directory for the processes' logs (a temporary one);
+#                 a restarted process appends to its log
+#   MEDHA_RESTART 0: stop the whole topology when any process ends,
+#                 instead of restarting it (default 1)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -78,15 +85,41 @@ url() {
 	fi
 }
 
+# the processes: pids[i] runs cmds[i] (a quoted command line), its
+# stderr appended to $logs/${names[i]}.log; born[i] is when it started,
+# quick[i] how many times in a row it ended within 10 s of that
 pids=()
+cmds=()
+names=()
+born=()
+quick=()
 ready_logs=()
+
+# spawn I: start process I (again)
+spawn() {
+	eval "exec ${cmds[$1]}" 2>>"$logs/${names[$1]}.log" &
+	pids[$1]=$!
+	born[$1]=$SECONDS
+}
+
+# proc NAME COMMAND...: a new process; sets $last to its index
+proc() {
+	last=${#cmds[@]}
+	names[last]=$1
+	shift
+	cmds[last]=$(printf '%q ' "$@")
+	quick[last]=0
+	: >"$logs/${names[last]}.log"
+	spawn "$last"
+}
+
 stop() {
 	trap - INT TERM EXIT
 	# the router first, while its replicas still answer: nng 1.5 may
 	# block for ever closing a connection whose server went away first
-	if [ -n "${router_pid:-}" ]; then
-		kill -TERM "$router_pid" 2>/dev/null
-		wait "$router_pid" 2>/dev/null
+	if [ -n "${router_idx:-}" ]; then
+		kill -TERM "${pids[router_idx]}" 2>/dev/null
+		wait "${pids[router_idx]}" 2>/dev/null
 	fi
 	[ ${#pids[@]} -gt 0 ] && kill -TERM "${pids[@]}" 2>/dev/null
 	wait 2>/dev/null
@@ -109,23 +142,22 @@ replica() {
 	local kvp=${7:-1} n r
 	shift 7 2>/dev/null || shift $#
 	n=$((tp * spp * kvp))
-	"$bin/medha-sched" -l "$addr" --workers $n "$@" \
-	    ${MEDHA_SCHED_OPTS:-} 2>"$logs/$name.log" &
-	pids+=($!)
+	proc "$name" "$bin/medha-sched" -l "$addr" --workers $n "$@" \
+	    ${MEDHA_SCHED_OPTS:-}
 	ready_logs+=("$logs/$name.log")
 	for ((r = 0; r < n; r++)); do
 		if [ "$kind" = cpu ]; then
-			"$bin/medha-worker" -s "$addr" -m "$model" -t "$threads" \
+			proc "$name-worker$r" "$bin/medha-worker" -s "$addr" \
+			    -m "$model" -t "$threads" \
 			    --tp $tp --spp $spp --kvp $kvp --rank $r \
-			    ${MEDHA_WORKER_OPTS:-} 2>"$logs/$name-worker$r.log" &
+			    ${MEDHA_WORKER_OPTS:-}
 		else
-			"$bin/medha-worker" -s "$addr" --backend sim \
-			    --gpu "${MEDHA_SIM_GPU:-a100}" \
+			proc "$name-worker$r" "$bin/medha-worker" -s "$addr" \
+			    --backend sim --gpu "${MEDHA_SIM_GPU:-a100}" \
 			    -m "${MEDHA_SIM_MODEL:-llama3-8b}" \
 			    --tp $tp --spp $spp --kvp $kvp --rank $r \
-			    ${MEDHA_WORKER_OPTS:-} 2>"$logs/$name-worker$r.log" &
+			    ${MEDHA_WORKER_OPTS:-}
 		fi
-		pids+=($!)
 	done
 }
 
@@ -138,10 +170,9 @@ router() {
 		r+=(--http "$MEDHA_HTTP")
 		[ "$topo" != sim ] && [ -s "$model" ] && r+=(-m "$model")
 	fi
-	"$bin/medha-router" -l "$a" "${r[@]}" ${MEDHA_ROUTER_OPTS:-} \
-	    2>"$logs/router.log" &
-	pids+=($!)
-	router_pid=$!
+	proc router "$bin/medha-router" -l "$a" "${r[@]}" \
+	    ${MEDHA_ROUTER_OPTS:-}
+	router_idx=$last
 	ready_logs+=("$logs/router.log")
 }
 
@@ -228,14 +259,31 @@ if ! all_ready; then
 	stop 1
 fi
 echo ready >&2
-# wait for a signal (or for a process to end on its own)
+# wait for a signal; restart a process that ends on its own
 while :; do
-	for p in "${pids[@]}"; do
-		if ! kill -0 "$p" 2>/dev/null; then
-			echo "serve.sh: process $p ended; stopping" >&2
+	for i in "${!pids[@]}"; do
+		p=${pids[i]}
+		kill -0 "$p" 2>/dev/null && continue
+		wait "$p" 2>/dev/null
+		st=$?
+		[ $st -gt 128 ] && st="signal $((st - 128))" || st="status $st"
+		echo "serve.sh: ${names[i]} (pid $p) ended ($st)" >&2
+		if [ "${MEDHA_RESTART:-1}" = 0 ]; then
 			tail -n 5 "$logs"/*.log >&2
 			stop 1
 		fi
+		if [ $((SECONDS - born[i])) -lt 10 ]; then
+			quick[i]=$((quick[i] + 1))
+		else
+			quick[i]=0
+		fi
+		if [ "${quick[i]}" -ge 3 ]; then
+			echo "serve.sh: ${names[i]} ended 3 times within 10 s of its start; stopping" >&2
+			tail -n 5 "$logs/${names[i]}.log" >&2
+			stop 1
+		fi
+		spawn "$i"
+		echo "serve.sh: ${names[i]} restarted (pid ${pids[i]})" >&2
 	done
 	sleep 0.5 &
 	wait $! 2>/dev/null

@@ -4,7 +4,8 @@
  * the same bits on every rank and equal to the sum in rank order, an
  * all-gather, messages taken in another order than they were sent, a
  * message of a wrong length refused, a message of an older generation
- * dropped, and a receive that times out.
+ * dropped, a receive that times out, and a peer that dies in the middle
+ * (a process of its own, killed): the wait for it ends at once.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,9 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,13 +203,99 @@ test_order_and_errors(void **st)
 	medha_coll_close(b);
 }
 
+/* coll_test --peer U0 U1: rank 1 of 2 that answers once, then dies. */
+static int
+peer_main(const char *u0, const char *u1)
+{
+	const char *u[2] = {u0, u1};
+	struct medha_coll *b;
+	char why[256];
+	int x;
+
+	if (medha_coll_open(&b, u1, why, sizeof(why)) != 0 ||
+	    medha_coll_peers(b, 1, 1, 2, u, why, sizeof(why)) != 0 ||
+	    medha_coll_recv(b, 0, 1, &x, sizeof(x), 10, why, sizeof(why)) !=
+	        0 ||
+	    medha_coll_send(b, 0, 1, &x, sizeof(x), 10, why, sizeof(why)) !=
+	        0) {
+		fprintf(stderr, "peer: %s\n", why);
+		return 1;
+	}
+	usleep(200000);
+	kill(getpid(), SIGKILL);
+	return 1;
+}
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+test_peer_dies(void **st)
+{
+	char why[256], u0[128], u1[128];
+	const char *u[2] = {u0, u1};
+	struct medha_coll *a;
+	int x = 5, y = 0, status;
+	double t;
+	pid_t pid;
+
+	(void)st;
+	snprintf(u0, sizeof(u0), "ipc:///tmp/medha-coll-test-%d-c.sock",
+	    (int)getpid());
+	snprintf(u1, sizeof(u1), "ipc:///tmp/medha-coll-test-%d-d.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, u0, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(a, 1, 0, 2, u, why, sizeof(why)), 0);
+	if ((pid = fork()) == 0) {
+		execl("/proc/self/exe", "coll_test", "--peer", u0, u1,
+		    (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(medha_coll_send(a, 1, 1, &x, sizeof(x), 10, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(medha_coll_recv(a, 1, 1, &y, sizeof(y), 10, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(y, 5);
+	/* it dies now: a wait for it ends well before its timeout */
+	t = now();
+	assert_int_equal(medha_coll_recv(a, 1, 2, &y, sizeof(y), 60, why,
+	                     sizeof(why)),
+	    MEDHA_EPEER);
+	assert_non_null(strstr(why, "rank 1 went away"));
+	assert_int_equal(medha_coll_send(a, 1, 3, &x, sizeof(x), 60, why,
+	                     sizeof(why)),
+	    MEDHA_EPEER);
+	assert_true(now() - t < 5);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	/* a new table (the peer back) clears it */
+	assert_int_equal(medha_coll_peers(a, 2, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_recv(a, 1, 2, &y, sizeof(y), 0.3, why,
+	                     sizeof(why)),
+	    MEDHA_ETIMEOUT);
+	medha_coll_close(a);
+}
+
 int
-main(void)
+main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_reduce_ipc),
 	    cmocka_unit_test(test_reduce_tcp),
 	    cmocka_unit_test(test_order_and_errors),
+	    cmocka_unit_test(test_peer_dies),
 	};
+
+	if (argc == 4 && strcmp(argv[1], "--peer") == 0)
+		return peer_main(argv[2], argv[3]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
  */
 #include "medha.h"
 #include "net/http.h"
+#include "net/link.h"
 #include "net/router.h"
 
 #include <getopt.h>
@@ -164,6 +165,7 @@ main(int argc, char *argv[])
 		}
 	}
 	rc = medha_router_run(r, &stop);
+	medha_link_exit_by(3, rc != 0);
 	medha_http_close(http);
 	medha_router_close(r);
 	if (rc != 0) {

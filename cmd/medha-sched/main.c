@@ -9,6 +9,7 @@
 #include "sched/sched.h"
 #include "sched/sim.h"
 #include "io/trace.h"
+#include "net/link.h"
 #include "net/replica.h"
 
 #include <getopt.h>
@@ -262,6 +263,7 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 		return rc == MEDHA_EINVAL ? 2 : 1;
 	}
 	rc = medha_replica_run(r, &stop);
+	medha_link_exit_by(3, rc != 0);
 	medha_replica_close(r);
 	if (rc != 0) {
 		fprintf(stderr, "medha-sched: %s\n", medha_strerror(rc));

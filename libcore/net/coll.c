@@ -34,12 +34,24 @@ struct medha_coll {
 	int rank, n;
 	nng_socket *push; /* (n) dialers; push[rank] unused */
 	int *open;        /* (n) whether push[i] is open */
+	struct lost *lost; /* this generation's, and older ones */
 	struct waiting *w;
 	int nw, wcap;
 	volatile sig_atomic_t *stop;
 };
 
 #define SLICE 0.2 /* s between looks at the stop flag */
+
+/*
+ * Whether rank i's connection closed in a generation: set from nng's
+ * pipe callback (another thread). Kept until the endpoint closes, as a
+ * callback of a closing socket may still be on its way.
+ */
+struct lost {
+	struct lost *older;
+	int n;
+	int v[]; /* (n) */
+};
 
 static double
 mono(void)
@@ -130,6 +142,23 @@ medha_coll_open(struct medha_coll **cp, const char *url, char *why,
 	return 0;
 }
 
+/* A peer's connection closed: it died (or stopped) under this table. */
+static void
+on_pipe_gone(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void)p;
+	(void)ev;
+	__atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+/* Whether rank i's connection closed since the table was set. */
+static int
+gone(const struct medha_coll *c, int i)
+{
+	return c->lost != NULL && i < c->lost->n &&
+	    __atomic_load_n(&c->lost->v[i], __ATOMIC_ACQUIRE);
+}
+
 static void
 drop_peers(struct medha_coll *c)
 {
@@ -151,6 +180,11 @@ medha_coll_close(struct medha_coll *c)
 		return;
 	drop_peers(c);
 	nng_close(c->pull);
+	while (c->lost != NULL) {
+		struct lost *l = c->lost;
+		c->lost = l->older;
+		free(l);
+	}
 	for (int i = 0; i < c->nw; i++)
 		nng_msg_free(c->w[i].m);
 	free(c->w);
@@ -218,6 +252,18 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 		drop_peers(c);
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
+	{
+		struct lost *l = medha_calloc(1, sizeof(*l) +
+		    (size_t)n * sizeof(l->v[0]));
+		if (l == NULL) {
+			drop_peers(c);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		}
+		l->n = n;
+		l->older = c->lost;
+		c->lost = l;
+	}
 	c->n = n;
 	c->rank = rank;
 	for (int i = 0; i < n; i++) {
@@ -229,6 +275,8 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 			    "collectives: %s", nng_strerror(rv));
 		}
 		c->open[i] = 1;
+		nng_pipe_notify(c->push[i], NNG_PIPE_EV_REM_POST, on_pipe_gone,
+		    &c->lost->v[i]);
 		nng_socket_set_ms(c->push[i], NNG_OPT_RECONNMINT, 10);
 		nng_socket_set_ms(c->push[i], NNG_OPT_RECONNMAXT, 500);
 		if (urls[i] == NULL ||
@@ -279,6 +327,11 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 			nng_msg_free(m);
 			return medha_why(why, whylen, MEDHA_EPEER,
 			    "collectives: stopping");
+		}
+		if (gone(c, dst)) {
+			nng_msg_free(m);
+			return medha_why(why, whylen, MEDHA_EPEER,
+			    "collectives: rank %d went away", dst);
 		}
 	}
 	if (rv != 0) {
@@ -353,6 +406,10 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 		    ms_of(left < 0 || left > SLICE ? SLICE : left));
 		if ((rv = nng_recvmsg(c->pull, &m, 0)) != 0) {
 			m = NULL;
+			/* nothing left from src: is it still there? */
+			if (rv == NNG_ETIMEDOUT && gone(c, src))
+				return medha_why(why, whylen, MEDHA_EPEER,
+				    "collectives: rank %d went away", src);
 			if (rv == NNG_ETIMEDOUT)
 				continue;
 			return medha_why(why, whylen, medha_link_nng_err(rv),

@@ -12,7 +12,10 @@
  * that the caller makes unique per use (batch, layer, kind: see
  * MEDHA_COLL_TAG), so messages of pipelined batches that arrive out of
  * order wait in a mailbox until they are asked for, and a message left
- * over from an older generation (a peer restarted) is dropped.
+ * over from an older generation (a peer restarted) is dropped. When the
+ * connection to a peer closes (it died), every wait on that peer under
+ * the same table ends at once with MEDHA_EPEER ("rank R went away")
+ * instead of running to its timeout; the next table clears it.
  *
  * Reductions are deterministic: every member receives every other's
  * buffer and adds them in rank order, so all members hold the same bits
@@ -87,7 +90,8 @@ int medha_coll_size(const struct medha_coll *c);
 /*
  * Send len bytes of buf to rank dst under tag, waiting at most timeout
  * seconds for the peer to take it. Returns 0, MEDHA_EINVAL (a bad rank),
- * MEDHA_ETIMEOUT, MEDHA_EPEER or MEDHA_ENOMEM, with why.
+ * MEDHA_ETIMEOUT, MEDHA_EPEER (stopping, or the peer went away) or
+ * MEDHA_ENOMEM, with why.
  */
 int medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
     const void *buf, size_t len, double timeout, char *why, size_t whylen);
@@ -95,8 +99,9 @@ int medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 /*
  * Receive exactly len bytes from rank src under tag into buf, waiting at
  * most timeout seconds. A message of another length under that tag is
- * MEDHA_EFORMAT. Returns 0, MEDHA_EINVAL, MEDHA_ETIMEOUT, MEDHA_EFORMAT
- * or MEDHA_ENOSPACE (too many messages waiting), with why.
+ * MEDHA_EFORMAT. Returns 0, MEDHA_EINVAL, MEDHA_ETIMEOUT, MEDHA_EFORMAT,
+ * MEDHA_EPEER (stopping, or src went away with nothing more sent) or
+ * MEDHA_ENOSPACE (too many messages waiting), with why.
  */
 int medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
     size_t len, double timeout, char *why, size_t whylen);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MIN_RECEIVING 4 /* contexts kept posted for new requests */
 
@@ -554,4 +555,40 @@ medha_srv_error(struct medha_srv *s, struct medha_srv_call *call, int code,
 	vsnprintf(m.error.reason, sizeof(m.error.reason), fmt, ap);
 	va_end(ap);
 	medha_srv_msg(s, call, &m);
+}
+
+struct exit_by {
+	double s;
+	int rc;
+};
+
+static void *
+exit_by_main(void *arg)
+{
+	struct exit_by e = *(struct exit_by *)arg;
+
+	free(arg);
+	usleep((useconds_t)(e.s * 1e6));
+	medha_log(MEDHA_LOG_INFO, "closing the sockets takes too long: "
+	    "exiting");
+	_exit(e.rc);
+	return NULL;
+}
+
+void
+medha_link_exit_by(double s, int rc)
+{
+	struct exit_by *e = malloc(sizeof(*e));
+	pthread_attr_t a;
+	pthread_t t;
+
+	if (e == NULL)
+		return;
+	e->s = s;
+	e->rc = rc;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &a, exit_by_main, e) != 0)
+		free(e);
+	pthread_attr_destroy(&a);
 }

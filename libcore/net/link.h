@@ -167,4 +167,12 @@ void medha_srv_error(struct medha_srv *s, struct medha_srv_call *call, int code,
 /* For the net modules: an nng error (NNG_E*) as a MEDHA_E* code. */
 int medha_link_nng_err(int rv);
 
+/*
+ * After a program has stopped (its work done, "stopped" logged): exit
+ * with status rc within s seconds whatever closing its sockets does.
+ * nng 1.5 may block for ever closing a socket whose peer went away, so a
+ * clean stop must not wait on it. Starts a thread; returns at once.
+ */
+void medha_link_exit_by(double s, int rc);
+
 #endif
