@@ -52,8 +52,10 @@
 #   MEDHA_KVP_MAX_TOKENS  KV positions of a request per KVP group (kvp2,
 #                 tp2-spp2-kvp2: 256; a multiple of 16)
 #   MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS, MEDHA_ROUTER_OPTS  more flags
-#   MEDHA_LOG     a directory for the processes' logs (a temporary one);
-#                 a restarted process appends to its log
+#   MEDHA_LOG     a directory for the processes' logs (a temporary one):
+#                 NAME.log (a restarted process appends to it) and
+#                 NAME.pid, where NAME is sched (sched0, sched1 for
+#                 two-replicas), sched-workerR (rank R) or router
 #   MEDHA_RESTART 0: stop the whole topology when any process ends,
 #                 instead of restarting it (default 1)
 set -u
@@ -100,6 +102,7 @@ spawn() {
 	eval "exec ${cmds[$1]}" 2>>"$logs/${names[$1]}.log" &
 	pids[$1]=$!
 	born[$1]=$SECONDS
+	echo "$!" >"$logs/${names[$1]}.pid"
 }
 
 # proc NAME COMMAND...: a new process; sets $last to its index

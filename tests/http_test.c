@@ -328,6 +328,15 @@ test_error_mapping(void **state)
 	    "8192");
 	medha_oai_error_record(&e, &rec);
 	assert_int_equal(e.status, 400);
+	/* held at the router until it gave up: the service's fault */
+	snprintf(rec.reason, sizeof(rec.reason),
+	    "no replica ready within 30 s");
+	medha_oai_error_record(&e, &rec);
+	assert_int_equal(e.status, 503);
+	snprintf(rec.reason, sizeof(rec.reason),
+	    "9 prompt + 9000 output tokens exceed the model's context of "
+	    "8192");
+	medha_oai_error_record(&e, &rec);
 	assert_string_equal(e.code, "context_length_exceeded");
 	rec.status = MEDHA_STATUS_REJECTED;
 	snprintf(rec.reason, sizeof(rec.reason), "the prompt is empty");

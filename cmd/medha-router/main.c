@@ -22,8 +22,8 @@ usage(FILE *f)
 	    " [-v] [-m MODEL]\n"
 	    "           [--drain-timeout S] [--http HOST:PORT] "
 	    "[--http-max-body BYTES]\n"
-	    "           [--http-max-conns N] [--max-queue N] "
-	    "[--status-interval S]\n");
+	    "           [--hold-timeout S] [--http-max-conns N] [--max-queue N]\n"
+	    "           [--status-interval S]\n");
 }
 
 static volatile sig_atomic_t stop;
@@ -41,7 +41,8 @@ enum {
 	OPT_HTTP_BODY,
 	OPT_HTTP_CONNS,
 	OPT_MAXQ,
-	OPT_STATUS
+	OPT_STATUS,
+	OPT_HOLD
 };
 
 /* The router's address for its own HTTP front door (one per process). */
@@ -53,6 +54,7 @@ main(int argc, char *argv[])
 	static const struct option opts[] = {
 	    {"drain-timeout", required_argument, NULL, OPT_DRAIN},
 	    {"help", no_argument, NULL, 'h'},
+	    {"hold-timeout", required_argument, NULL, OPT_HOLD},
 	    {"http", required_argument, NULL, OPT_HTTP},
 	    {"http-max-body", required_argument, NULL, OPT_HTTP_BODY},
 	    {"http-max-conns", required_argument, NULL, OPT_HTTP_CONNS},
@@ -95,6 +97,11 @@ main(int argc, char *argv[])
 		case OPT_DRAIN:
 			if (medha_flag_f64("--drain-timeout", optarg, 0, 1e6, 0,
 			        &c.drain_timeout) != 0)
+				return 2;
+			break;
+		case OPT_HOLD:
+			if (medha_flag_f64("--hold-timeout", optarg, 0, 1e6, 0,
+			        &c.hold_timeout) != 0)
 				return 2;
 			break;
 		case OPT_HTTP: hc.listen = optarg; break;

@@ -999,11 +999,14 @@ on_health(struct medha_http *h, nng_aio *aio)
 	}
 	n = snprintf(js, sizeof(js),
 	    "{\"status\":\"%s\",\"replicas\":%d,\"replicas_up\":%d,"
-	    "\"replicas_ready\":%d,\"requests_in_flight\":%lld}",
-	    m.ready          ? "ok"
-	        : m.draining ? "stopping"
-	                     : "unavailable",
-	    m.nreplicas, up, ready, (long long)m.in_flight);
+	    "\"replicas_ready\":%d,\"requests_in_flight\":%lld,"
+	    "\"requests_held\":%lld}",
+	    m.draining         ? "stopping"
+	        : !m.ready     ? "unavailable"
+	        : ready < m.nreplicas ? "degraded"
+	                              : "ok",
+	    m.nreplicas, up, ready, (long long)m.in_flight,
+	    (long long)m.held);
 	free(m.rep);
 	reply_json(h, aio, m.ready ? 200 : 503, js, (size_t)n, 0, 0);
 }

@@ -61,7 +61,10 @@ medha_oai_error_record(struct medha_oai_error *e,
 
 	switch (rec->status) {
 	case MEDHA_STATUS_REJECTED:
-		if (strstr(why, "context") != NULL)
+		if (strncmp(why, "no replica ready", 16) == 0)
+			medha_oai_error_set(e, 503, "server_error",
+			    "service_unavailable", NULL, "%s", why);
+		else if (strstr(why, "context") != NULL)
 			medha_oai_error_set(e, 400, "invalid_request_error",
 			    "context_length_exceeded", NULL, "%s", why);
 		else
@@ -941,6 +944,10 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 		    "Requests accepted by the router that have not ended.");
 		sb_printf(&b, "medha_requests_in_flight %lld\n",
 		    (long long)m->in_flight);
+		head(&b, "medha_requests_held", "gauge",
+		    "Of those, waiting at the router for a ready replica.");
+		sb_printf(&b, "medha_requests_held %lld\n",
+		    (long long)m->held);
 		head(&b, "medha_requests_queued", "gauge",
 		    "Requests the replicas hold that wait for their first "
 		    "batch.");
@@ -956,6 +963,11 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	        "1 while the replica answers (within 3 s)."},
 	    {"medha_replica_ready", "gauge",
 	        "1 while the replica answers and has all its workers."},
+	    {"medha_replica_workers", "gauge",
+	        "Workers connected to the replica (fewer than wanted: "
+	        "degraded)."},
+	    {"medha_replica_workers_wanted", "gauge",
+	        "Workers the replica is made of."},
 	    {"medha_replica_requests", "gauge",
 	        "Requests in flight on the replica (its STATUS)."},
 	    {"medha_replica_requests_queued", "gauge",
@@ -969,7 +981,8 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 		head(&b, per[k].name, per[k].type, per[k].help);
 		for (int i = 0; i < m->nreplicas; i++) {
 			const struct medha_router_replica_stat *r = &m->rep[i];
-			int64_t v[] = {r->up, r->ready, r->pending, r->queue,
+			int64_t v[] = {r->up, r->ready, r->workers,
+			    r->workers_wanted, r->pending, r->queue,
 			    r->kv_blocks, r->kv_used, r->block_size};
 			sb_printf(&b, "%s{replica=\"%s\"} %lld\n", per[k].name,
 			    label(r->url, lb, sizeof(lb)), (long long)v[k]);

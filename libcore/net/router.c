@@ -8,9 +8,10 @@
  * thread's inbox (one mutex for the whole router), and medha_srv_wake()
  * makes the main thread look.
  *
- * A client's SUBMIT is answered at once: ERROR if no replica is ready,
- * else ACCEPTED with the router's handle, and from then on a record
- * follows whatever happens (a replica's refusal is a "rejected" record),
+ * A client's SUBMIT is answered at once: ERROR if the router is
+ * stopping or full, else ACCEPTED with the router's handle (the request
+ * is held if no replica is ready), and from then on a record follows
+ * whatever happens (a replica's refusal is a "rejected" record),
  * so that a slow or stopped replica never keeps a client waiting for an
  * answer. A replica's events can overtake its ACCEPTED (two threads, two
  * contexts): events for a handle not yet known wait, for up to
@@ -53,6 +54,8 @@ struct rreq {
 	struct medha_reqspec spec; /* kept until accepted, for a retry */
 	int gone;                  /* its client went away */
 	int cancel;                /* cancel it once accepted */
+	int held;                  /* waiting in r->held for a replica */
+	double held_since;         /* router clock when first held, or 0 */
 };
 
 enum { OP_SUBMIT, OP_CANCEL };
@@ -129,6 +132,9 @@ struct medha_router {
 	int64_t live;
 	int rr; /* where the tie-break starts */
 	int ready;
+	struct rreq **held; /* waiting for a replica, in arrival order */
+	int64_t nheld, held_cap;
+	double held_tried;  /* mono() when they were last offered out */
 	struct medha_drain drain;
 	int64_t served, failed;
 	pthread_mutex_t mmu;               /* guards met */
@@ -156,6 +162,7 @@ medha_router_config_default(struct medha_router_config *c)
 	c->drain_timeout = 30;
 	c->max_queue = 100000;
 	c->status_interval = 0.1;
+	c->hold_timeout = 30;
 }
 
 /* ---- metrics ---- */
@@ -232,6 +239,7 @@ count_gauges(struct medha_router *r)
 	r->met.ready = r->ready && !r->drain.on;
 	r->met.draining = r->drain.on;
 	r->met.in_flight = r->live;
+	r->met.held = r->nheld;
 	pthread_mutex_unlock(&r->mmu);
 }
 
@@ -444,6 +452,54 @@ rreq_free(struct rreq *q)
 	free(q);
 }
 
+/* q waits no more in r->held. */
+static void
+unhold(struct medha_router *r, struct rreq *q)
+{
+	int64_t i = 0;
+
+	while (i < r->nheld && r->held[i] != q)
+		i++;
+	if (i < r->nheld) {
+		memmove(&r->held[i], &r->held[i + 1],
+		    (size_t)(r->nheld - i - 1) * sizeof(*r->held));
+		r->nheld--;
+	}
+	q->held = 0;
+}
+
+/* q waits in r->held for a replica: 0, or -1 (holding is off, or no
+ * memory). */
+static int
+hold(struct medha_router *r, struct rreq *q)
+{
+	if (!(r->cfg.hold_timeout > 0) || r->drain.on)
+		return -1;
+	if (r->nheld == r->held_cap) {
+		int64_t cap = r->held_cap ? 2 * r->held_cap : 64;
+		void *n = medha_reallocarray(r->held, (size_t)cap,
+		    sizeof(*r->held));
+		if (n == NULL)
+			return -1;
+		r->held = n;
+		r->held_cap = cap;
+	}
+	/* in arrival order (handles are): one put back goes before those
+	 * that came after it */
+	int64_t i = r->nheld;
+	while (i > 0 && r->held[i - 1]->handle > q->handle)
+		i--;
+	memmove(&r->held[i + 1], &r->held[i],
+	    (size_t)(r->nheld - i) * sizeof(*r->held));
+	r->held[i] = q;
+	r->nheld++;
+	q->held = 1;
+	q->rep = -1;
+	if (q->held_since == 0)
+		q->held_since = mono() - r->t0;
+	return 0;
+}
+
 /* q is over: forget it everywhere. */
 static void
 rreq_end(struct medha_router *r, struct rreq *q)
@@ -455,6 +511,8 @@ rreq_end(struct medha_router *r, struct rreq *q)
 		medha_map_del(&r->up[q->rep].by_up, q->up);
 		r->up[q->rep].live--;
 	}
+	if (q->held)
+		unhold(r, q);
 	medha_map_del(&r->reqs, q->handle);
 	if ((c = medha_clients_find(&r->clients, q->peer, 0)) != NULL)
 		c->live--;
@@ -555,7 +613,7 @@ replace(struct medha_router *r, struct rreq *q, int status, const char *why)
 		    q->gone ? "client went away" : "cancelled by its client");
 		return;
 	}
-	if (place(r, q) != 0)
+	if (place(r, q) != 0 && hold(r, q) != 0)
 		rreq_fail(r, q, status, why);
 }
 
@@ -604,7 +662,7 @@ on_submit(struct medha_router *r, struct medha_srv_ev *ev,
 	q->rep = -1;
 	q->spec = *rs; /* taken over */
 	memset(rs, 0, sizeof(*rs));
-	if (place(r, q) != 0) {
+	if (place(r, q) != 0 && hold(r, q) != 0) {
 		count_refused(r);
 		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
 		    "no replica is ready");
@@ -717,7 +775,8 @@ on_answer(struct medha_router *r, struct note *n)
 	}
 	if (q == NULL)
 		return;
-	/* refused, or lost on the way: another replica may take it */
+	/* refused (full, not ready, stopping), or lost on the way: another
+	 * replica may take it, or it waits here for one */
 	if (n->rc != 0)
 		snprintf(why, sizeof(why), "replica %s: %s", u->url, n->why);
 	else if (m->type == MEDHA_MSG_ERROR)
@@ -729,7 +788,8 @@ on_answer(struct medha_router *r, struct note *n)
 		snprintf(why, sizeof(why), "replica %s: answered %s", u->url,
 		    medha_msg_type_name(m->type));
 	if (n->rc == 0 && m->type == MEDHA_MSG_ERROR &&
-	    m->error.code != MEDHA_ENOSPACE) {
+	    m->error.code != MEDHA_ENOSPACE &&
+	    strncmp(m->error.reason, "shutting down", 13) != 0) {
 		/* the request itself is at fault: every replica says so */
 		rreq_fail(r, q, MEDHA_STATUS_REJECTED, why);
 		return;
@@ -958,6 +1018,56 @@ take_inbox(struct medha_router *r)
 	}
 }
 
+/*
+ * The requests held at the router: those whose client left, or that
+ * waited hold_timeout, end; while a replica is ready the rest go out in
+ * arrival order until one finds no replica. Every status_interval.
+ */
+static void
+release_held(struct medha_router *r, double t)
+{
+	double now = t - r->t0;
+	int64_t i, j, k;
+
+	if (r->nheld == 0 || t - r->held_tried < r->cfg.status_interval)
+		return;
+	r->held_tried = t;
+	for (i = j = 0; i < r->nheld; i++) {
+		struct rreq *q = r->held[i];
+		char why[128];
+		if (q->gone || q->cancel) {
+			q->held = 0;
+			rreq_fail(r, q, MEDHA_STATUS_CANCELLED,
+			    q->gone ? "client went away"
+			            : "cancelled by its client");
+		} else if (now - q->held_since > r->cfg.hold_timeout) {
+			q->held = 0;
+			snprintf(why, sizeof(why),
+			    "no replica ready within %g s", r->cfg.hold_timeout);
+			rreq_fail(r, q, MEDHA_STATUS_REJECTED, why);
+		} else {
+			r->held[j++] = q;
+		}
+	}
+	r->nheld = j;
+	if (!r->ready)
+		return;
+	for (k = 0; k < r->nheld; k++) {
+		struct rreq *q = r->held[k];
+		memset(q->tried, 0, (size_t)(r->nup + 63) / 64 *
+		    sizeof(*q->tried));
+		if (place(r, q) != 0)
+			break;
+		q->held = 0;
+	}
+	if (k > 0)
+		medha_log(MEDHA_LOG_INFO, "%lld held requests sent on",
+		    (long long)k);
+	memmove(r->held, r->held + k,
+	    (size_t)(r->nheld - k) * sizeof(*r->held));
+	r->nheld -= k;
+}
+
 /* Replicas up and down, statuses taken in, stale orphans let go. */
 static void
 watch(struct medha_router *r)
@@ -1025,6 +1135,7 @@ watch(struct medha_router *r)
 	else if (ready == 0 && r->ready)
 		medha_log(MEDHA_LOG_WARN, "no replica ready");
 	r->ready = ready > 0;
+	release_held(r, t);
 	medha_clients_tick(&r->clients, t);
 }
 
@@ -1061,7 +1172,8 @@ medha_router_open(struct medha_router **rp,
 	*rp = NULL;
 	if (c->listen == NULL || c->nreplicas < 1 ||
 	    c->nreplicas > MEDHA_ROUTER_MAX_REPLICAS || c->drain_timeout < 0 ||
-	    c->max_queue < 1 || !(c->status_interval > 0))
+	    c->max_queue < 1 || !(c->status_interval > 0) ||
+	    !(c->hold_timeout >= 0))
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "bad router configuration");
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
@@ -1201,6 +1313,7 @@ medha_router_close(struct medha_router *r)
 		rreq_free(v);
 	}
 	medha_map_free(&r->reqs);
+	free(r->held);
 	medha_clients_free(&r->clients);
 	medha_srv_close(r->srv);
 	pthread_mutex_destroy(&r->mu);

@@ -18,7 +18,11 @@
  * A replica whose connection closes, or that answers nothing for
  * MEDHA_PROTO_DEAD_MS, is down: every request it held ends with a
  * "failed" record, and nothing is placed on it until it answers again.
- * Every request ends with exactly one record.
+ * A request that no replica can take now (none ready, or every one
+ * refused it as not ready or overloaded, or it was on its way to one
+ * that went down) waits at the router, in arrival order, for up to
+ * hold_timeout seconds, and goes out as soon as a replica is ready; then
+ * it is "rejected". Every request ends with exactly one record.
  *
  *	struct medha_router_config c;
  *	medha_router_config_default(&c);
@@ -49,6 +53,9 @@ struct medha_router_config {
 	                                  more are refused (100000) */
 	double status_interval;        /* s between STATUS calls to each
 	                                  replica (0.1) */
+	double hold_timeout;           /* s a request may wait at the router
+	                                  for a ready replica (30); 0: refuse
+	                                  it at once */
 };
 
 void medha_router_config_default(struct medha_router_config *c);
@@ -108,6 +115,7 @@ struct medha_router_metrics {
 	int ready;        /* a replica is ready and the router not stopping */
 	int draining;     /* stopping */
 	int64_t in_flight; /* requests in flight through the router */
+	int64_t held;      /* of those, waiting at the router for a replica */
 	int64_t refused;   /* SUBMITs answered with ERROR */
 	int64_t requests[MEDHA_STATUS_COUNT]; /* ended, by record status */
 	int64_t prompt_tokens;     /* of ended requests, as their records say */
