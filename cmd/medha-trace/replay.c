@@ -214,12 +214,13 @@ poll_main(void *arg)
 	}
 }
 
-/* Wait until the scheduler says it is ready; 0, or 1 after logging. */
+/* Wait until the scheduler says it is ready (wait 0: until it answers,
+ * ready or not, for up to 10 s); 0, or 1 after logging. */
 static int
 wait_ready(struct rp *p, double wait)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_STATUS}, rep;
-	double until = mono() + wait;
+	double until = mono() + (wait > 0 ? wait : 10);
 	char why[256];
 	int said = 0;
 
@@ -227,7 +228,7 @@ wait_ready(struct rp *p, double wait)
 		if (medha_cli_msg(p->cli, 0, &m, &rep, 1, why, sizeof(why)) ==
 		    0) {
 			int ok = rep.type == MEDHA_MSG_STATUS_REPLY &&
-			    rep.status.ready;
+			    (rep.status.ready || wait == 0);
 			if (rep.type == MEDHA_MSG_STATUS_REPLY && !ok &&
 			    !said++)
 				medha_log(MEDHA_LOG_WARN,
@@ -241,8 +242,10 @@ wait_ready(struct rp *p, double wait)
 			usleep(100000);
 		}
 		if (mono() > until) {
-			medha_log(MEDHA_LOG_ERROR, "not ready after %.0f s%s%s",
-			    wait, said ? "" : ": ", said ? "" : why);
+			medha_log(MEDHA_LOG_ERROR, "%s after %.0f s%s%s",
+			    wait > 0 ? "not ready" : "no answer",
+			    wait > 0 ? wait : 10, said ? "" : ": ",
+			    said ? "" : why);
 			return 1;
 		}
 	}

@@ -56,6 +56,7 @@ struct rreq {
 	int cancel;                /* cancel it once accepted */
 	int held;                  /* waiting in r->held for a replica */
 	double held_since;         /* router clock when first held, or 0 */
+	double sent;               /* router clock when last placed */
 };
 
 enum { OP_SUBMIT, OP_CANCEL };
@@ -597,6 +598,7 @@ place(struct medha_router *r, struct rreq *q)
 	o->kind = OP_SUBMIT;
 	o->rh = q->handle;
 	q->rep = i;
+	q->sent = mono() - r->t0;
 	q->tried[i / 64] |= 1ull << (i % 64);
 	r->up[i].placed += q->prompt;
 	r->up[i].placed_kv += q->need;
@@ -686,9 +688,10 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 {
 	int record = ev->kind == MEDHA_EVENT_RECORD;
 
-	if (record) { /* the replica's clock to the router's */
+	if (record) { /* the replica's clock to the router's: it got q
+		         when the router sent it (after any hold) */
 		struct medha_record *rec = ev->record;
-		double d = q->arrival - rec->arrival;
+		double d = q->sent - rec->arrival;
 		rec->arrival = q->arrival;
 		rec->first_token += d;
 		rec->finish += d;

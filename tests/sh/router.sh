@@ -11,6 +11,10 @@
 #     with the replica named; the router keeps answering; once both are
 #     back (SIGCONT, and a new scheduler at the same address), requests
 #     are served by all three again. SIGTERM stops the router cleanly.
+#  3. A router whose one replica is not there yet: requests wait at the
+#     router and are served once it starts (all ok); with --hold-timeout
+#     1 and no replica they end "rejected" after about a second; with
+#     --hold-timeout 0 they are refused at once.
 set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -140,4 +144,50 @@ done
 tail -n 1 "$tmp/logs/s2.log" | grep -q "stopped: [1-9]" ||
     { cat "$tmp/logs/s2.log"; exit 1; }
 grep -q "stopped: " "$tmp/logs/router.log"
+
+# ---- 3. held at the router until a replica is ready ----
+hold() { # hold SECONDS NAME: a router in front of nothing yet
+	"$bin/medha-router" -l "ipc://$tmp/h$2.sock" -r "ipc://$tmp/hr$2.sock" \
+	    --hold-timeout "$1" 2>"$tmp/logs/h$2.log" &
+	pids="$pids $!"
+}
+"$bin/medha-trace" gen -n 3 -q 100 -l 0 -s 3 >"$tmp/h.jsonl"
+hold 30 a
+"$bin/medha-trace" replay -a "ipc://$tmp/ha.sock" --wait 0 "$tmp/h.jsonl" \
+    >"$tmp/held.jsonl" &
+replay=$!
+sleep 1.5
+"$bin/medha-sched" -l "ipc://$tmp/hra.sock" 2>>"$tmp/logs/hs.log" &
+pids="$pids $!"
+"$bin/medha-worker" -s "ipc://$tmp/hra.sock" --backend sim --gpu a100 \
+    -m llama3-8b --speed 10 2>>"$tmp/logs/hw.log" &
+pids="$pids $!"
+wait $replay
+hold 1 b
+t0=$(date +%s)
+"$bin/medha-trace" replay -a "ipc://$tmp/hb.sock" --wait 0 "$tmp/h.jsonl" \
+    >"$tmp/timeout.jsonl"
+t1=$(date +%s)
+hold 0 c
+"$bin/medha-trace" replay -a "ipc://$tmp/hc.sock" --wait 0 "$tmp/h.jsonl" \
+    >"$tmp/refused.jsonl"
+python3 - "$tmp" $((t1 - t0)) <<'PY'
+import json, sys
+d = sys.argv[1]
+def load(name):
+    return [json.loads(l) for l in open("%s/%s" % (d, name))]
+held = load("held.jsonl")
+assert len(held) == 3 and all(r["status"] == "ok" for r in held), held
+assert all(r["ttft"] > 1 for r in held), [r["ttft"] for r in held]
+out = load("timeout.jsonl")
+assert len(out) == 3 and all(r["status"] == "rejected" and
+    "no replica ready within 1 s" in r["reason"] for r in out), out
+assert int(sys.argv[2]) <= 4, "held for %s s" % sys.argv[2]
+ref = load("refused.jsonl")
+assert len(ref) == 3 and all(r["status"] == "rejected" and
+    "no replica is ready" in r["reason"] for r in ref), ref
+print("held until a replica came: 3 ok (ttft %.1f-%.1f s); "
+      "--hold-timeout 1: 3 rejected; 0: 3 refused" %
+      (min(r["ttft"] for r in held), max(r["ttft"] for r in held)))
+PY
 echo "router: ok"
