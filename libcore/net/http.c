@@ -887,8 +887,14 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 		    "chunked transfer coding)");
 		return;
 	}
-	if (medha_parse_i64(cl, 0, INT64_MAX, &len) != 0 ||
-	    len > h->cfg.max_body) {
+	if (*cl == '\0' || strspn(cl, "0123456789") != strlen(cl)) {
+		error_now(h, aio, 400, "invalid_request_error", NULL, 1,
+		    "Content-Length is not a number of bytes");
+		return;
+	}
+	if (medha_parse_i64(cl, 0, INT64_MAX, &len) != 0)
+		len = INT64_MAX; /* digits past what fits: too large */
+	if (len > h->cfg.max_body) {
 		medha_oai_error_set(&e, 413, "invalid_request_error",
 		    "request_too_large", NULL,
 		    "the request body is larger than %lld bytes",

@@ -149,6 +149,8 @@ for topo in ${MEDHA_FAULT_TOPOS:-tp2 spp2 kvp2 two-replicas}; do
 	rp=$!
 	sleep 0.8
 	kill -KILL "$(cat "$logs/$victim.pid")"
+	[ "$topo" = two-replicas ] &&
+	    wait_log "$logs/router.log" "r1\.sock: \(down\|not ready\)"
 	t0=$(date +%s)
 	replay "$tmp/late.jsonl" "$tmp/late-out.jsonl"
 	wait $rp
@@ -167,10 +169,10 @@ for topo in ${MEDHA_FAULT_TOPOS:-tp2 spp2 kvp2 two-replicas}; do
 	done
 	wait_log "$tmp/serve.err" "$victim restarted"
 	if [ "$topo" = two-replicas ]; then
-		# both replicas again (the router's latest word)
+		# the router's latest word on replica 1: ready again
 		i=0
-		until grep 'ready: [0-9]* of 2 replicas\|no replica' \
-		    "$logs/router.log" | tail -n 1 | grep -q 'ready: 2 of 2'; do
+		until grep 'r1\.sock: ' "$logs/router.log" | tail -n 1 |
+		    grep -q ': ready ('; do
 			i=$((i + 1))
 			[ $i -gt 600 ] && { echo "$topo: sched1 did not rejoin"; exit 1; }
 			sleep 0.1

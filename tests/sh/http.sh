@@ -11,7 +11,13 @@
 #  2. The openai Python package (cache/venv): completions and chat,
 #     streamed and not, greedy: the text must be exactly what
 #     medha-worker -p (--chat) gives alone.
-#  3. SIGTERM stops every process.
+#  3. Hostile clients on raw sockets (tests/ref/http_hostile.py): invalid
+#     UTF-8, bodies that are not JSON or nested 100,000 deep, bad
+#     Content-Lengths, bytes that are not HTTP, a 64 KB header line,
+#     slowloris connections (half-sent headers and bodies) and a stream
+#     nobody reads: clear 4xx answers, everyone else served meanwhile,
+#     half-sent bodies let go, a completion served at the end.
+#  4. SIGTERM stops every process.
 # Skips without the model (contrib/fetch-refs.sh) or curl; part 2 skips
 # without the openai package.
 set -e
@@ -200,7 +206,10 @@ else
 	echo "skip: the openai package is not in $py (contrib/fetch-refs.sh)"
 fi
 
-# ---- 3. SIGTERM stops every process ----
+# ---- 3. hostile clients ----
+python3 "$top/tests/ref/http_hostile.py" 127.0.0.1 "$port"
+
+# ---- 4. SIGTERM stops every process ----
 kill -TERM "$serve"
 wait "$serve" || true
 serve=
