@@ -97,6 +97,20 @@ int medha_flag_f64(const char *flag, const char *arg, double lo, double hi,
 int medha_why(char *why, size_t whylen, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/*
+ * A server gone idle gives its freed heap back to the system (glibc's
+ * malloc_trim), so that its memory returns to where it was after a burst
+ * of load: call each pass of its loop with the requests in flight and a
+ * count that grows with activity; it trims once the count has moved and
+ * nothing is in flight, at most once a second (now: monotonic seconds).
+ */
+struct medha_trim {
+	int64_t seen;
+	double at;
+};
+void medha_trim_idle(struct medha_trim *t, int64_t live, int64_t activity,
+    double now);
+
 /* Allocation helpers that return NULL on overflow as well as on failure. */
 void *medha_calloc(size_t n, size_t size);
 void *medha_reallocarray(void *p, size_t n, size_t size);

@@ -5,6 +5,9 @@
 #include "medha.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -180,4 +183,17 @@ medha_utf8_len(const char *s, size_t n)
 	    (c >= 0xd800 && c <= 0xdfff))
 		return 0;
 	return k;
+}
+
+void
+medha_trim_idle(struct medha_trim *t, int64_t live, int64_t activity,
+    double now)
+{
+	if (live > 0 || activity == t->seen || now - t->at < 1)
+		return;
+	t->seen = activity;
+	t->at = now;
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
 }

@@ -117,6 +117,7 @@ struct medha_replica {
 	struct medha_drain drain;
 	uint64_t bseq;
 	int64_t served, batches;
+	struct medha_trim trim;
 };
 
 static double
@@ -1293,6 +1294,8 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 		else if (ev.kind == MEDHA_SRV_CALL)
 			on_call(r, &ev);
 		housekeeping(r);
+		medha_trim_idle(&r->trim, r->live, r->batches + r->served,
+		    mono());
 	}
 	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld batches",
 	    (long long)r->served, (long long)r->batches);

@@ -137,6 +137,7 @@ struct medha_router {
 	int64_t nheld, held_cap;
 	double held_tried;  /* mono() when they were last offered out */
 	struct medha_drain drain;
+	struct medha_trim trim;
 	int64_t served, failed;
 	pthread_mutex_t mmu;               /* guards met */
 	struct medha_router_metrics met;   /* met.rep: (nup) */
@@ -1264,6 +1265,8 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 		watch(r); /* first: an answer is judged by the epoch now */
 		take_inbox(r);
 		count_gauges(r);
+		medha_trim_idle(&r->trim, r->live, (int64_t)r->next_handle,
+		    mono());
 	}
 	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld failed",
 	    (long long)r->served, (long long)r->failed);
