@@ -3,7 +3,9 @@
  * calls answered at once and held answers (long polls) interleaved on
  * several contexts, a client that dials before the server listens, a
  * closed connection reported, and a frame over the size limit costing
- * its sender the connection while the server goes on serving.
+ * its sender the connection while the server goes on serving; and a
+ * client of a streaming server that stops collecting its events is
+ * named as not reading after MEDHA_CLIENT_STALL_S (net/clients.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net/clients.h"
 #include "net/link.h"
+#include "net/proto.h"
+
+#include <time.h>
 
 static char url[128];
 
@@ -164,11 +170,43 @@ test_link(void **state)
 	assert_non_null(strstr(why, "nope://x"));
 }
 
+static void
+test_deaf_client(void **state)
+{
+	struct medha_clients cs = {.srv = NULL};
+	struct medha_msg_event ev;
+	struct medha_client *c;
+	struct timespec ts;
+	double t;
+
+	(void)state;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+	assert_non_null(c = medha_clients_find(&cs, 7, 1));
+	assert_non_null(medha_clients_find(&cs, 8, 1));
+	/* nothing queued: never deaf, however long it has not polled */
+	assert_int_equal(medha_clients_tick(&cs, t + 1000), 0);
+	memset(&ev, 0, sizeof(ev));
+	ev.kind = MEDHA_EVENT_TOKENS;
+	ev.handle = 1;
+	medha_clients_push(&cs, 7, &ev);
+	assert_int_equal(c->nq, 1);
+	assert_int_equal(medha_clients_tick(&cs, t + 1), 0);
+	assert_int_equal(medha_clients_tick(&cs, t + MEDHA_CLIENT_STALL_S - 1),
+	    0);
+	assert_int_equal(medha_clients_tick(&cs, t + MEDHA_CLIENT_STALL_S + 2),
+	    7);
+	medha_clients_drop(&cs, 7);
+	assert_int_equal(medha_clients_tick(&cs, t + 1000), 0);
+	medha_clients_free(&cs);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_link),
+	    cmocka_unit_test(test_deaf_client),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,6 +3,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double
+mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 struct medha_client *
 medha_clients_find(struct medha_clients *cs, uint32_t peer, int make)
@@ -14,6 +24,7 @@ medha_clients_find(struct medha_clients *cs, uint32_t peer, int make)
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return NULL;
 	c->peer = peer;
+	c->polled = mono();
 	if (medha_map_put(&cs->by_peer, peer, c) != 0) {
 		free(c);
 		return NULL;
@@ -57,7 +68,7 @@ medha_clients_poll(struct medha_clients *cs, uint32_t peer,
 	if (c->poll != NULL) /* one poll at a time: the old one ends */
 		flush(cs, c);
 	c->poll = call;
-	c->poll_since = now;
+	c->poll_since = c->polled = now;
 	if (c->nq > 0)
 		flush(cs, c);
 	return 0;
@@ -95,9 +106,10 @@ medha_clients_push(struct medha_clients *cs, uint32_t peer,
 	flush(cs, c);
 }
 
-void
+uint32_t
 medha_clients_tick(struct medha_clients *cs, double now)
 {
+	uint32_t stalled = 0;
 	size_t it = 0;
 	uint64_t key;
 	void *v;
@@ -107,7 +119,12 @@ medha_clients_tick(struct medha_clients *cs, double now)
 		if (c->poll != NULL &&
 		    now - c->poll_since >= MEDHA_PROTO_HEARTBEAT_MS / 1e3)
 			flush(cs, c);
+		if (c->poll == NULL && c->nq > 0 && stalled == 0 &&
+		    (now - c->polled > MEDHA_CLIENT_STALL_S ||
+		        c->nq >= MEDHA_CLIENT_MAX_EVENTS))
+			stalled = c->peer;
 	}
+	return stalled;
 }
 
 static void

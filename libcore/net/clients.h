@@ -23,6 +23,9 @@
 
 /* Events queued for one client before it counts as not reading. */
 #define MEDHA_CLIENT_MAX_EVENTS (1 << 20)
+/* Seconds a client may leave events uncollected (no POLL) before it
+ * counts as not reading. */
+#define MEDHA_CLIENT_STALL_S 30
 
 struct medha_client {
 	uint32_t peer;
@@ -30,6 +33,7 @@ struct medha_client {
 	int64_t nq, qcap;
 	struct medha_srv_call *poll; /* its held POLL, or NULL */
 	double poll_since;
+	double polled; /* when it last polled (or appeared) */
 	int64_t live; /* its requests in flight (the caller's count) */
 };
 
@@ -54,8 +58,14 @@ void
 medha_clients_push(struct medha_clients *cs, uint32_t peer,
     struct medha_msg_event *ev);
 
-/* Answer every POLL held MEDHA_PROTO_HEARTBEAT_MS or longer. */
-void medha_clients_tick(struct medha_clients *cs, double now);
+/*
+ * Answer every POLL held MEDHA_PROTO_HEARTBEAT_MS or longer. Returns a
+ * client that does not read (events uncollected for MEDHA_CLIENT_STALL_S
+ * seconds, or MEDHA_CLIENT_MAX_EVENTS of them), for the caller to treat
+ * as gone (cancel its requests, medha_clients_drop), or 0. now is
+ * CLOCK_MONOTONIC seconds.
+ */
+uint32_t medha_clients_tick(struct medha_clients *cs, double now);
 
 /* Forget peer and its queue (its held POLL is let go). */
 void medha_clients_drop(struct medha_clients *cs, uint32_t peer);

@@ -1217,7 +1217,13 @@ housekeeping(struct medha_replica *r)
 {
 	double t = mono();
 
-	medha_clients_tick(&r->clients, t);
+	uint32_t deaf = medha_clients_tick(&r->clients, t);
+	if (deaf != 0) {
+		medha_log(MEDHA_LOG_WARN,
+		    "client %u has not collected its events for %d s: "
+		    "cancelling its requests", deaf, MEDHA_CLIENT_STALL_S);
+		on_gone(r, deaf);
+	}
 	for (int i = 0; i < r->cfg.workers; i++) {
 		struct wslot *w = &r->w[i];
 		if (!w->present)

@@ -1140,7 +1140,13 @@ watch(struct medha_router *r)
 		medha_log(MEDHA_LOG_WARN, "no replica ready");
 	r->ready = ready > 0;
 	release_held(r, t);
-	medha_clients_tick(&r->clients, t);
+	uint32_t deaf = medha_clients_tick(&r->clients, t);
+	if (deaf != 0) {
+		medha_log(MEDHA_LOG_WARN,
+		    "client %u has not collected its events for %d s: "
+		    "cancelling its requests", deaf, MEDHA_CLIENT_STALL_S);
+		on_gone(r, deaf);
+	}
 }
 
 /* Stop waiting: cancel what is left, ending each with a record. */
