@@ -51,7 +51,9 @@ struct rreq {
 	int rep;          /* the replica it was sent to, or -1 */
 	uint64_t up;      /* the replica's handle once accepted, else 0 */
 	uint64_t *tried;  /* bitmap of replicas tried */
-	struct medha_reqspec spec; /* kept until accepted, for a retry */
+	struct medha_reqspec spec; /* kept until its first event, for a
+	                              retry elsewhere */
+	int started;               /* an event came: it cannot move */
 	int gone;                  /* its client went away */
 	int cancel;                /* cancel it once accepted */
 	int held;                  /* waiting in r->held for a replica */
@@ -689,6 +691,10 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 {
 	int record = ev->kind == MEDHA_EVENT_RECORD;
 
+	if (!q->started) { /* the client sees it now: it stays there */
+		q->started = 1;
+		medha_reqspec_clear(&q->spec);
+	}
 	if (record) { /* the replica's clock to the router's: it got q
 		         when the router sent it (after any hold) */
 		struct medha_record *rec = ev->record;
@@ -771,7 +777,6 @@ on_answer(struct medha_router *r, struct note *n)
 		}
 		q->up = m->accepted.handle;
 		u->live++;
-		medha_reqspec_clear(&q->spec);
 		if (q->gone || q->cancel) /* its record follows */
 			cancel_upstream(r, n->rep, q->up);
 		orphans_claim(r, u, q->up);
@@ -862,7 +867,11 @@ divert(struct medha_router *r, struct up *u, const char *why)
 	free(qs);
 }
 
-/* Every request replica u held ends "failed". */
+/*
+ * Replica u is lost: a request it held that has not started (no event
+ * yet: its client has seen nothing) goes to another replica or waits
+ * for one; every other ends "failed".
+ */
 static void
 fail_all(struct medha_router *r, struct up *u, const char *why)
 {
@@ -882,11 +891,28 @@ fail_all(struct medha_router *r, struct up *u, const char *why)
 	}
 	while (medha_map_next(&u->by_up, &it, &key, &v))
 		qs[n++] = v;
-	for (int i = 0; i < n; i++)
-		rreq_fail(r, qs[i], MEDHA_STATUS_FAILED, reason);
+	int moved = 0;
+	for (int i = 0; i < n; i++) {
+		struct rreq *q = qs[i];
+		if (q->started) {
+			rreq_fail(r, q, MEDHA_STATUS_FAILED, reason);
+			continue;
+		}
+		medha_map_del(&u->by_up, q->up);
+		u->live--;
+		q->up = 0;
+		q->rep = -1;
+		moved++;
+		replace(r, q, MEDHA_STATUS_FAILED, reason);
+	}
 	free(qs);
-	if (n > 0)
-		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
+	if (n - moved > 0)
+		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason,
+		    n - moved);
+	if (moved > 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "%s: %d requests not started there sent elsewhere", reason,
+		    moved);
 	for (int i = 0; i < u->norph; i++)
 		medha_msg_event_clear(&u->orph[i].ev);
 	u->norph = 0;

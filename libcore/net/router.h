@@ -16,8 +16,9 @@
  * that TTFT includes the router).
  *
  * A replica whose connection closes, or that answers nothing for
- * MEDHA_PROTO_DEAD_MS, is down: every request it held ends with a
- * "failed" record, and nothing is placed on it until it answers again.
+ * MEDHA_PROTO_DEAD_MS, is down: every request it held that had started
+ * (an event came back) ends with a "failed" record, those that had not
+ * are placed again, and nothing is placed on it until it answers again.
  * A request that no replica can take now (none ready, or every one
  * refused it as not ready or overloaded, or it was on its way to one
  * that went down) waits at the router, in arrival order, for up to

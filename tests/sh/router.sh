@@ -15,6 +15,9 @@
 #     router and are served once it starts (all ok); with --hold-timeout
 #     1 and no replica they end "rejected" after about a second; with
 #     --hold-timeout 0 they are refused at once.
+#  4. Two sim replicas, the first one's worker stopped (SIGSTOP), so
+#     what that replica accepts cannot start; its scheduler is then
+#     killed: the requests it held go to the other replica, all ok.
 set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -190,4 +193,45 @@ print("held until a replica came: 3 ok (ttft %.1f-%.1f s); "
       "--hold-timeout 1: 3 rejected; 0: 3 refused" %
       (min(r["ttft"] for r in held), max(r["ttft"] for r in held)))
 PY
+# ---- 4. accepted but not started on a lost replica: placed again ----
+for n in 0 1; do
+	"$bin/medha-sched" -l "ipc://$tmp/m$n.sock" 2>>"$tmp/logs/ms$n.log" &
+	eval "ms$n=\$!"
+	"$bin/medha-worker" -s "ipc://$tmp/m$n.sock" --backend sim --gpu a100 \
+	    -m llama3-8b --speed 10 2>>"$tmp/logs/mw$n.log" &
+	eval "mw$n=\$!"
+	pids="$pids $! $(eval echo \$ms$n)"
+done
+"$bin/medha-router" -l "ipc://$tmp/m.sock" -r "ipc://$tmp/m0.sock" \
+    -r "ipc://$tmp/m1.sock" 2>"$tmp/logs/m.log" &
+mr=$!
+pids="$pids $mr"
+until grep -q 'm1.sock: ready' "$tmp/logs/m.log" &&
+    grep -q 'm0.sock: ready' "$tmp/logs/m.log"; do sleep 0.1; done
+kill -STOP $mw0
+"$bin/medha-trace" gen -n 6 -q 100 -l 0 -s 4 >"$tmp/m.jsonl"
+"$bin/medha-trace" replay -a "ipc://$tmp/m.sock" "$tmp/m.jsonl" \
+    >"$tmp/moved.jsonl" &
+replay=$!
+sleep 1
+kill -KILL $ms0
+wait $replay
+kill -CONT $mw0
+python3 - "$tmp" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+out = [json.loads(l) for l in open(d + "/moved.jsonl")]
+assert len(out) == 6 and all(r["status"] == "ok" for r in out), out
+log = open(d + "/logs/m.log").read()
+m = re.search(r"m0.sock: connection lost: (\d+) requests not started there "
+              r"sent elsewhere", log)
+assert m and int(m[1]) > 0, log
+print("replica lost with %s requests accepted, not started: 6 of 6 ok "
+      "on the other" % m[1])
+PY
+for p in $pids; do
+	[ "$p" = "$ms0" ] || kill -TERM "$p" 2>/dev/null || true
+done
+wait 2>/dev/null || true
+pids=
 echo "router: ok"
