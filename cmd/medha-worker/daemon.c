@@ -864,8 +864,14 @@ out:
 	free(w.smp);
 	free(w.out);
 	free(w.idx);
+	free(w.kvx);
+	free(w.t0);
 	free(w.h);
-	/* w.coll is left to the exit: nng 1.5 may block for ever closing a
-	 * push socket whose peer went away first (as all do at a stop) */
+	/* nng 1.5 may block for ever closing a push socket whose peer went
+	 * away first (as all do at a stop): the exit comes within 3 s */
+	if (w.coll != NULL) {
+		medha_link_exit_by(3, rc != 0);
+		medha_coll_close(w.coll);
+	}
 	return rc;
 }

@@ -836,9 +836,12 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 	medha_srv_msg(r->srv, w->call, &m);
 	w->call = NULL;
 	w->nfrees -= nf;
-	memmove(w->frees, w->frees + nf, (size_t)w->nfrees * sizeof(*w->frees));
-	memmove(w->frees_after, w->frees_after + nf,
-	    (size_t)w->nfrees * sizeof(*w->frees_after));
+	if (w->nfrees > 0) { /* (frees may be NULL when there are none) */
+		memmove(w->frees, w->frees + nf,
+		    (size_t)w->nfrees * sizeof(*w->frees));
+		memmove(w->frees_after, w->frees_after + nf,
+		    (size_t)w->nfrees * sizeof(*w->frees_after));
+	}
 	w->last_seen = mono();
 }
 
@@ -1318,6 +1321,7 @@ medha_replica_close(struct medha_replica *r)
 		if (r->w[i].call != NULL)
 			medha_srv_drop(r->srv, r->w[i].call);
 		free(r->w[i].frees);
+		free(r->w[i].frees_after);
 	}
 	if (r->fl != NULL)
 		flights_void(r);

@@ -187,5 +187,10 @@ for topo in ${MEDHA_FAULT_TOPOS:-tp2 spp2 kvp2 two-replicas}; do
 	    "placed again); 4 arriving meanwhile: $late (records within" \
 	    "$((t1 - t0)) s); rejoined, 12 of 12 tokens as before"
 	stop
+	# under make asan: no sanitizer report from any process
+	if grep -l 'Sanitizer\|runtime error' "$logs"/*.log; then
+		grep -h -A12 'Sanitizer\|runtime error' "$logs"/*.log | head -60
+		exit 1
+	fi
 done
 echo "faults: ok"

@@ -220,4 +220,9 @@ if pgrep -f "medha-router -l ipc://$tmp/router.sock" >/dev/null ||
 	exit 1
 fi
 grep -q "stopped:" "$tmp/logs/router.log"
+# under make asan: no sanitizer report from any process
+if grep -l 'Sanitizer\|runtime error' "$tmp"/logs/*.log; then
+	grep -h -A12 'Sanitizer\|runtime error' "$tmp"/logs/*.log | head -60
+	exit 1
+fi
 echo "http: ok"

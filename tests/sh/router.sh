@@ -234,4 +234,9 @@ for p in $pids; do
 done
 wait 2>/dev/null || true
 pids=
+# under make asan: no sanitizer report from any process
+if grep -l 'Sanitizer\|runtime error' "$tmp"/logs/*.log; then
+	grep -h -A12 'Sanitizer\|runtime error' "$tmp"/logs/*.log | head -60
+	exit 1
+fi
 echo "router: ok"
