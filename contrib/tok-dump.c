@@ -282,7 +282,7 @@ main(int argc, char **argv)
 		if (mode == 'c') {
 			char *c;
 
-			if (medha_tok_chat(t, s, &c) != 0) {
+			if (medha_tok_chat(t, s, len, &c, NULL) != 0) {
 				fprintf(stderr, "tok-dump: no chat template\n");
 				return 1;
 			}

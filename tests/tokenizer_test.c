@@ -523,9 +523,10 @@ test_chat(void **state)
 {
 	struct vocab v;
 	struct medha_tok *t;
-	struct medha_tok_msg m[2] = {{"system", "Be brief."},
-	    {"user", "  Hi there \n"}};
+	struct medha_tok_msg m[2] = {{"system", "Be brief.", 0},
+	    {"user", "  Hi there \n", 0}};
 	char *out;
+	size_t len;
 	int err;
 
 	(void)state;
@@ -533,11 +534,17 @@ test_chat(void **state)
 	t = open_vocab(&v, "gpt2", "gpt-2", 0,
 	    "{% for m in messages %}<|im_start|>{{ m.role }}\n...", &err);
 	assert_string_equal(medha_tok_chat_name(t), "chatml");
-	assert_int_equal(medha_tok_chat(t, "Hi", &out), 0);
+	assert_int_equal(medha_tok_chat(t, "Hi", 2, &out, &len), 0);
 	assert_string_equal(out,
 	    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+	assert_int_equal(len, strlen(out));
 	free(out);
-	assert_int_equal(medha_tok_chat_msgs(t, m, 2, 0, &out), 0);
+	/* a NUL in the message is kept, not an end */
+	assert_int_equal(medha_tok_chat(t, "a\0b", 3, &out, &len), 0);
+	assert_int_equal(len, strlen("<|im_start|>user\na") + 1 +
+	    strlen("b<|im_end|>\n<|im_start|>assistant\n"));
+	assert_memory_equal(out, "<|im_start|>user\na\0b<|im_end|>\n", 24);
+	assert_int_equal(medha_tok_chat_msgs(t, m, 2, 0, &out, NULL), 0);
 	assert_string_equal(out,
 	    "<|im_start|>system\nBe brief.<|im_end|>\n"
 	    "<|im_start|>user\n  Hi there \n<|im_end|>\n");
@@ -546,7 +553,7 @@ test_chat(void **state)
 	t = open_vocab(&v, "gpt2", "gpt-2", 0,
 	    "{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}", &err);
 	assert_string_equal(medha_tok_chat_name(t), "llama3");
-	assert_int_equal(medha_tok_chat_msgs(t, m, 2, 1, &out), 0);
+	assert_int_equal(medha_tok_chat_msgs(t, m, 2, 1, &out, NULL), 0);
 	assert_string_equal(out,
 	    "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
 	    "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
@@ -555,7 +562,7 @@ test_chat(void **state)
 	medha_tok_close(t);
 	t = open_vocab(&v, "gpt2", "gpt-2", 0, "{{ '[INST]' }}", &err);
 	assert_null(medha_tok_chat_name(t));
-	assert_int_equal(medha_tok_chat(t, "Hi", &out), MEDHA_EUNSUP);
+	assert_int_equal(medha_tok_chat(t, "Hi", 2, &out, NULL), MEDHA_EUNSUP);
 	assert_null(out);
 	medha_tok_close(t);
 	t = open_vocab(&v, "gpt2", "gpt-2", 0, NULL, &err);

@@ -12,6 +12,7 @@
 #include "net/link.h"
 #include "net/replica.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,14 +46,20 @@ struct out {
 	struct medha_writer *rec;
 	struct medha_writer *blog;
 	int progress; /* stderr is a terminal */
+	int werr;     /* errno of a failed write of records, or 0 */
+	int berr;     /* of the batch log */
 };
 
 static int
 on_record(void *arg, const struct medha_record *rec)
 {
 	struct out *o = arg;
+	int rc;
 
-	return medha_record_write(o->rec, rec);
+	errno = 0;
+	if ((rc = medha_record_write(o->rec, rec)) != 0 && o->werr == 0)
+		o->werr = errno ? errno : EIO;
+	return rc;
 }
 
 static int
@@ -286,7 +293,7 @@ main(int argc, char *argv[])
 	int64_t workers = 1, max_queue = 100000;
 	int target_set = 0;
 	double drain = 30;
-	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc;
+	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc, status;
 	struct medha_reqspec *reqs;
 	struct out o;
 	FILE *of, *bf = NULL;
@@ -449,14 +456,15 @@ main(int argc, char *argv[])
 	of = open_out(out_path);
 	memset(&o, 0, sizeof(o));
 	o.progress = isatty(STDERR_FILENO);
+	status = 1; /* until it all went well */
 	if (medha_writer_open(&o.rec, of,
 	        out_path != NULL && medha_path_is_zst(out_path)) != 0)
-		return 1;
+		goto out;
 	if (blog_path != NULL) {
 		bf = open_out(blog_path);
 		if (medha_writer_open(&o.blog, bf,
 		        medha_path_is_zst(blog_path)) != 0)
-			return 1;
+			goto out;
 	}
 	memset(&hooks, 0, sizeof(hooks));
 	hooks.arg = &o;
@@ -469,21 +477,36 @@ main(int argc, char *argv[])
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (o.progress)
 		fputc('\n', stderr);
+	if (rc != 0 && o.werr != 0) {
+		fprintf(stderr, "medha-sched: writing records to %s: %s\n",
+		    out_path != NULL ? out_path : "stdout", strerror(o.werr));
+		goto out;
+	}
 	if (rc != 0) {
 		fprintf(stderr, "medha-sched: simulation failed: %s\n",
 		    rc < 0 ? medha_strerror(rc) : "write error");
-		return 1;
+		goto out;
 	}
-	if (medha_writer_close(o.rec) != 0 ||
-	    (of != stdout && fclose(of) != 0)) {
-		fprintf(stderr, "medha-sched: writing records failed\n");
-		return 1;
+	rc = medha_writer_close(o.rec);
+	o.rec = NULL;
+	if (rc != 0 || (of != stdout && fclose(of) != 0)) {
+		of = NULL;
+		fprintf(stderr, "medha-sched: writing records to %s: %s\n",
+		    out_path != NULL ? out_path : "stdout",
+		    strerror(errno ? errno : EIO));
+		goto out;
 	}
-	if (o.blog != NULL &&
-	    (medha_writer_close(o.blog) != 0 ||
-	        (bf != stdout && fclose(bf) != 0))) {
-		fprintf(stderr, "medha-sched: writing the batch log failed\n");
-		return 1;
+	of = NULL;
+	if (o.blog != NULL) {
+		rc = medha_writer_close(o.blog);
+		o.blog = NULL;
+		if (rc != 0 || (bf != stdout && fclose(bf) != 0)) {
+			bf = NULL;
+			fprintf(stderr,
+			    "medha-sched: writing the batch log failed\n");
+			goto out;
+		}
+		bf = NULL;
 	}
 	if (verbose)
 		fprintf(stderr,
@@ -493,11 +516,22 @@ main(int argc, char *argv[])
 		    n, (long long)st.iterations, (long long)st.tokens, st.end,
 		    st.end > 0 ? 100 * st.busy / st.end : 0,
 		    (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+	status = 0;
+out:
+	/* on a failure, what is open is let go (its errors are moot) */
+	if (o.rec != NULL)
+		medha_writer_close(o.rec);
+	if (o.blog != NULL)
+		medha_writer_close(o.blog);
+	if (of != NULL && of != stdout)
+		fclose(of);
+	if (bf != NULL && bf != stdout)
+		fclose(bf);
 	free(reqs);
 	medha_pred_free(&pred);
-	if (fclose(stdout) != 0) {
+	if (fclose(stdout) != 0 && status == 0) {
 		perror("medha-sched: stdout");
 		return 1;
 	}
-	return 0;
+	return status;
 }

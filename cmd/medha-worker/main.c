@@ -120,9 +120,13 @@ fnum(const char *flag, const char *s, double lo, double hi)
 	return v;
 }
 
-/* The whole of path ("-": stdin) as a NUL-terminated string; exits 1. */
+/*
+ * The whole of path ("-": stdin) as a NUL-terminated string, of at most
+ * limit bytes; exits 1 (a longer file is an error, found without reading
+ * more than limit + 1 bytes of it).
+ */
 static char *
-slurp(const char *path, size_t *len)
+slurp(const char *path, size_t *len, size_t limit, const char *why_limit)
 {
 	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
 	char *buf = NULL;
@@ -144,9 +148,16 @@ slurp(const char *path, size_t *len)
 		}
 		got = fread(buf + n, 1, cap - n, f);
 		n += got;
+		if (n > limit) {
+			fprintf(stderr, "medha-worker: %s: more than %zu bytes: %s\n",
+			    path, limit, why_limit);
+			free(buf);
+			exit(1);
+		}
 	} while (got > 0);
 	if (ferror(f)) {
 		fprintf(stderr, "medha-worker: %s: read error\n", path);
+		free(buf);
 		exit(1);
 	}
 	if (f != stdin)
@@ -267,6 +278,8 @@ main(int argc, char *argv[])
 	int32_t *ids, next;
 	size_t n_ids, plen;
 	char *text = NULL, *chat_text = NULL, why[512];
+	size_t chat_len = 0;
+	int status = 0;
 	float *logits;
 	double t0, t_prompt, t_gen = 0;
 	int64_t n_out = 0;
@@ -376,20 +389,39 @@ main(int argc, char *argv[])
 		long nc = sysconf(_SC_NPROCESSORS_ONLN);
 		ro.n_threads = nc > 0 && nc < 256 ? (int)nc : 1;
 	}
-	if (pfile != NULL)
-		text = slurp(pfile, &plen);
-	else {
-		text = strdup(prompt);
-		plen = strlen(prompt);
-	}
-
 	if ((rc = medha_runner_open(&r, model, &ro, why, sizeof(why))) != 0)
 		die(model, why);
 	tok = medha_runner_tok(r);
-	if (chat && (rc = medha_tok_chat(tok, text, &chat_text)) != 0)
+	if (pfile != NULL) {
+		/* no token is longer than the longest piece: a file longer
+		 * than the context's worth of them cannot fit */
+		int64_t ctx = medha_runner_model(r)->c.ctx_len;
+		size_t piece = 1, limit;
+		char msg[160];
+		for (size_t i = 0; i < medha_tok_n_vocab(tok); i++) {
+			const char *p;
+			size_t l;
+			if (medha_tok_piece(tok, (int32_t)i, &p, &l) == 0 &&
+			    l > piece)
+				piece = l;
+		}
+		if (ctx <= 0)
+			ctx = (int64_t)1 << 20;
+		limit = (size_t)ctx * piece + 65536;
+		snprintf(msg, sizeof(msg),
+		    "the model's context holds %lld tokens of at most %zu "
+		    "bytes",
+		    (long long)ctx, piece);
+		text = slurp(pfile, &plen, limit, msg);
+	} else {
+		text = strdup(prompt);
+		plen = strlen(prompt);
+	}
+	if (chat && (rc = medha_tok_chat(tok, text, plen, &chat_text,
+	                  &chat_len)) != 0)
 		die("--chat", medha_strerror(rc));
 	if ((rc = medha_tok_encode(tok, chat ? chat_text : text,
-	         chat ? strlen(chat_text) : plen, MEDHA_TOK_DEFAULT, &ids,
+	         chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
 	         &n_ids)) != 0)
 		die("tokenizing the prompt", medha_strerror(rc));
 	if (tokenize) {
@@ -400,7 +432,8 @@ main(int argc, char *argv[])
 	}
 	if (n_ids == 0) {
 		fprintf(stderr, "medha-worker: the prompt has no tokens\n");
-		return 1;
+		status = 1;
+		goto out;
 	}
 	if ((rc = medha_runner_start(r, (int64_t)n_ids + n_gen, why,
 	         sizeof(why))) != 0)
@@ -460,5 +493,5 @@ out:
 		    errno ? strerror(errno) : "write error");
 		return 1;
 	}
-	return 0;
+	return status;
 }

@@ -787,9 +787,19 @@ medha_tok_chat_name(const struct medha_tok *t)
 	                              : NULL;
 }
 
+/* Append len bytes of p to s at *k (room made by the caller). */
+static void
+put(char *s, size_t *k, const char *p, size_t len)
+{
+	memcpy(s + *k, p, len);
+	*k += len;
+}
+
+#define PUTS(s, k, lit) put(s, k, lit, strlen(lit))
+
 int
 medha_tok_chat_msgs(const struct medha_tok *t, const struct medha_tok_msg *msgs,
-    size_t n, int add_assistant, char **out)
+    size_t n, int add_assistant, char **out, size_t *outlen)
 {
 	size_t i, cap = 64, k = 0, a, b;
 	char *s;
@@ -797,42 +807,56 @@ medha_tok_chat_msgs(const struct medha_tok *t, const struct medha_tok_msg *msgs,
 	*out = NULL;
 	if (t->chat == CHAT_NONE)
 		return MEDHA_EUNSUP;
-	for (i = 0; i < n; i++)
-		cap += strlen(msgs[i].role) + strlen(msgs[i].content) + 64;
+	for (i = 0; i < n; i++) {
+		size_t len = msgs[i].len ? msgs[i].len : strlen(msgs[i].content);
+		if (len > SIZE_MAX / 2 - cap)
+			return MEDHA_ENOMEM;
+		cap += strlen(msgs[i].role) + len + 64;
+	}
 	if ((s = malloc(cap)) == NULL)
 		return MEDHA_ENOMEM;
 	for (i = 0; i < n; i++) {
-		const char *c = msgs[i].content;
+		const char *c = msgs[i].content, *role = msgs[i].role;
+		size_t len = msgs[i].len ? msgs[i].len : strlen(c);
 
 		if (t->chat == CHAT_CHATML) {
-			k += (size_t)sprintf(s + k,
-			    "<|im_start|>%s\n%s<|im_end|>\n", msgs[i].role, c);
+			PUTS(s, &k, "<|im_start|>");
+			put(s, &k, role, strlen(role));
+			PUTS(s, &k, "\n");
+			put(s, &k, c, len);
+			PUTS(s, &k, "<|im_end|>\n");
 			continue;
 		}
 		/* llama.cpp trims the content (isspace, C locale) */
-		for (a = 0, b = strlen(c);
-		     a < b && isspace((unsigned char)c[a]);)
+		for (a = 0, b = len; a < b && isspace((unsigned char)c[a]);)
 			a++;
 		while (b > a && isspace((unsigned char)c[b - 1]))
 			b--;
-		k += (size_t)sprintf(s + k,
-		    "<|start_header_id|>%s<|end_header_id|>\n\n%.*s<|eot_id|>",
-		    msgs[i].role, (int)(b - a), c + a);
+		PUTS(s, &k, "<|start_header_id|>");
+		put(s, &k, role, strlen(role));
+		PUTS(s, &k, "<|end_header_id|>\n\n");
+		put(s, &k, c + a, b - a);
+		PUTS(s, &k, "<|eot_id|>");
 	}
 	if (add_assistant)
-		k += (size_t)sprintf(s + k, "%s",
+		PUTS(s, &k,
 		    t->chat == CHAT_CHATML
 		        ? "<|im_start|>assistant\n"
 		        : "<|start_header_id|>assistant<|end_header_id|>\n\n");
+	s[k] = '\0';
 	*out = s;
+	if (outlen != NULL)
+		*outlen = k;
 	return 0;
 }
 
 int
-medha_tok_chat(const struct medha_tok *t, const char *user_msg, char **out)
+medha_tok_chat(const struct medha_tok *t, const char *user_msg, size_t len,
+    char **out, size_t *outlen)
 {
-	struct medha_tok_msg m = {"user", NULL};
+	struct medha_tok_msg m = {"user", NULL, 0};
 
 	m.content = user_msg;
-	return medha_tok_chat_msgs(t, &m, 1, 1, out);
+	m.len = len;
+	return medha_tok_chat_msgs(t, &m, 1, 1, out, outlen);
 }

@@ -109,10 +109,11 @@ int medha_tok_is_eog(const struct medha_tok *t, int32_t id);
 const char *medha_tok_kind(const struct medha_tok *t);
 const char *medha_tok_pre(const struct medha_tok *t);
 
-/* One chat message; both strings are NUL-terminated. */
+/* One chat message. */
 struct medha_tok_msg {
-	const char *role; /* "system", "user", "assistant" */
-	const char *content;
+	const char *role;    /* "system", "user", "assistant" (NUL-ended) */
+	const char *content; /* len bytes (any, NULs too) */
+	size_t len;          /* 0: up to content's NUL */
 };
 
 /*
@@ -128,13 +129,17 @@ const char *medha_tok_chat_name(const struct medha_tok *t);
  * "<|start_header_id|>role<|end_header_id|>\n\n" + trimmed content +
  * "<|eot_id|>", BOS left to the tokenizer). A default system prompt
  * inside a Jinja template is not applied (llama.cpp's C API does not
- * either). On success *out is a malloc'd NUL-terminated string that the
- * caller frees; on failure it is NULL. Returns 0, MEDHA_EUNSUP (template
- * not recognised) or MEDHA_ENOMEM.
+ * either). On success *out is a malloc'd string of *outlen bytes (outlen
+ * may be NULL), NUL-terminated, that the caller frees (a message may
+ * hold NULs: then so does *out); on failure it is NULL. Returns 0,
+ * MEDHA_EUNSUP (template not recognised) or MEDHA_ENOMEM.
  */
 int medha_tok_chat_msgs(const struct medha_tok *t,
-    const struct medha_tok_msg *msgs, size_t n, int add_assistant, char **out);
-/* One user message and the assistant's header: the common case. */
-int medha_tok_chat(const struct medha_tok *t, const char *user_msg, char **out);
+    const struct medha_tok_msg *msgs, size_t n, int add_assistant, char **out,
+    size_t *outlen);
+/* One user message of len bytes and the assistant's header: the common
+ * case. */
+int medha_tok_chat(const struct medha_tok *t, const char *user_msg, size_t len,
+    char **out, size_t *outlen);
 
 #endif

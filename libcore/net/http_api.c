@@ -458,7 +458,7 @@ parse_messages(json_t *o, const struct medha_tok *tok, struct medha_reqspec *rs,
 		msgs[i].content = texts[i];
 	}
 	if (rc == 0) {
-		int t = medha_tok_chat_msgs(tok, msgs, n, 1, &rs->prompt);
+		int t = medha_tok_chat_msgs(tok, msgs, n, 1, &rs->prompt, NULL);
 		if (t == MEDHA_EUNSUP)
 			rc =
 			    medha_oai_error_set(e, 400, "invalid_request_error",

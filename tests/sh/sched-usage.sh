@@ -22,6 +22,16 @@ want() {
 	fi
 }
 
+# no_sanitizer_report: $tmp/err holds no AddressSanitizer, LeakSanitizer
+# or UBSan report (make asan)
+no_sanitizer_report() {
+	if grep -q 'Sanitizer\|runtime error' "$tmp/err"; then
+		echo "a sanitizer report:"
+		cat "$tmp/err"
+		exit 1
+	fi
+}
+
 want 0 -h
 grep -q '^usage: medha-sched -l ADDR' "$tmp/out"
 grep -q '^       medha-sched --sim GPU -m MODEL' "$tmp/out"
@@ -80,3 +90,15 @@ want 1 --sim a100 -m llama3-8b "$tmp/cut.zst"
 : > "$tmp/empty"
 want 0 --sim a100 -m llama3-8b "$tmp/empty"
 [ ! -s "$tmp/out" ]
+# failures end without leaks (make asan: no LeakSanitizer report): a
+# simulation that cannot fit, records to /dev/full
+"$bin/medha-trace" gen -n 50 -s 1 >"$tmp/t50"
+want 1 --sim a100 -m llama3-8b --mem-util 0.01 "$tmp/t50"
+grep -q 'simulation failed' "$tmp/err"
+no_sanitizer_report
+st=0
+"$bin/medha-sched" --sim a100 -m llama3-8b "$tmp/t50" >/dev/full \
+    2>"$tmp/err" || st=$?
+[ "$st" -eq 1 ] || { echo "records to /dev/full: status $st, want 1"; exit 1; }
+grep -q 'writing records to stdout: No space left on device' "$tmp/err"
+no_sanitizer_report

@@ -27,6 +27,16 @@ want() {
 	fi
 }
 
+# no_sanitizer_report: $tmp/err holds no AddressSanitizer, LeakSanitizer
+# or UBSan report (make asan)
+no_sanitizer_report() {
+	if grep -q 'Sanitizer\|runtime error' "$tmp/err"; then
+		echo "a sanitizer report:"
+		cat "$tmp/err"
+		exit 1
+	fi
+}
+
 want 0 -h
 grep -q '^usage: medha-worker -s ADDR -m MODEL' "$tmp/out"
 grep -q '^       medha-worker -m MODEL (-p PROMPT' "$tmp/out"
@@ -97,3 +107,39 @@ want 0 -m "$model" -p "The capital of France is" --tokenize
 # chat template and a stop at the end of the turn
 want 0 -m "$model" --chat -p "What is 2+2?" -n 100
 grep -q '4' "$tmp/out"
+
+# a prompt file is read no further than the context could hold (it read
+# /dev/zero until memory ran out): an error at once
+st=0
+timeout 20 "$mw" -m "$model" -f /dev/zero -n 1 >/dev/null 2>"$tmp/err" || st=$?
+[ "$st" -eq 1 ] || { echo "-f /dev/zero: status $st, want 1"; cat "$tmp/err"; exit 1; }
+grep -q "/dev/zero: more than [0-9]* bytes: the model's context holds 8192 tokens" "$tmp/err"
+
+# --chat keeps what follows a NUL byte (it cut the prompt there)
+printf 'Say a\000b' >"$tmp/nul.txt"
+printf 'Say a' >"$tmp/cut.txt"
+want 0 -m "$model" --chat -f "$tmp/nul.txt" --tokenize
+cp "$tmp/out" "$tmp/nul.ids"
+want 0 -m "$model" --chat -f "$tmp/cut.txt" --tokenize
+if cmp -s "$tmp/out" "$tmp/nul.ids"; then
+	echo "--chat: the prompt was cut at its NUL byte"
+	exit 1
+fi
+want 0 -m "$model" -f "$tmp/nul.txt" --tokenize
+cp "$tmp/out" "$tmp/plain.ids"
+# the chat ids hold the plain prompt's
+grep -q "$(cat "$tmp/plain.ids")" "$tmp/nul.ids"
+
+# failures end without leaks (make asan: no LeakSanitizer report): an
+# empty prompt, a prompt file too long, stdout on /dev/full
+want 1 -m "$model" -p "" -n 3
+grep -q 'the prompt has no tokens' "$tmp/err"
+no_sanitizer_report
+want 1 -m "$model" -f /dev/zero
+no_sanitizer_report
+st=0
+"$mw" -m "$model" -p hi -n 5 >/dev/full 2>"$tmp/err" || st=$?
+[ "$st" -eq 1 ] || { echo "stdout on /dev/full: status $st, want 1"; cat "$tmp/err"; exit 1; }
+grep -q 'stdout: No space left on device' "$tmp/err"
+no_sanitizer_report
+echo "worker: ok"
