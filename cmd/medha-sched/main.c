@@ -199,8 +199,12 @@ read_trace(const char *path, size_t *np)
 		perror(NULL);
 		exit(1);
 	}
+	errno = 0;
 	if ((rc = medha_trace_open(&t, f)) != 0) {
-		fprintf(stderr, "medha-sched: %s\n", medha_strerror(rc));
+		fprintf(stderr, "medha-sched: %s: %s\n",
+		    path != NULL ? path : "stdin",
+		    rc == MEDHA_EIO && errno != 0 ? strerror(errno)
+		                                  : medha_strerror(rc));
 		exit(1);
 	}
 	memset(&rs, 0, sizeof(rs));
@@ -385,6 +389,8 @@ main(int argc, char *argv[])
 	argc -= optind;
 	argv += optind;
 	if (argc > 1) {
+		fprintf(stderr, "medha-sched: one trace file at most (%d "
+		    "given)\n", argc);
 		usage(stderr);
 		return 2;
 	}
@@ -426,12 +432,18 @@ main(int argc, char *argv[])
 		    gpu_name);
 		return 1;
 	}
-	if ((rc = medha_model_resolve(model_name, &model)) != 0) {
-		fprintf(stderr,
-		    "medha-sched: -m %s: %s (built in: llama3-8b, "
-		    "llama3-70b, smollm2-135m, or a GGUF file)\n",
-		    model_name, medha_strerror(rc));
-		return 1;
+	{
+		char why[256] = "";
+		if ((rc = medha_model_resolve_why(model_name, &model, why,
+		         sizeof(why))) != 0) {
+			fprintf(stderr, "medha-sched: -m %s: %s%s\n", model_name,
+			    why[0] ? why : medha_strerror(rc),
+			    rc == MEDHA_ENOTFOUND
+			        ? " (built in: llama3-8b, llama3-70b, "
+			          "smollm2-135m)"
+			        : "");
+			return 1;
+		}
 	}
 	if ((rc = medha_pred_init(&pred, gpu, &model, tp, spp, kvp)) != 0) {
 		fprintf(stderr,
@@ -452,6 +464,21 @@ main(int argc, char *argv[])
 		}
 	}
 
+	if (cfg.kv_blocks == 0 &&
+	    medha_pred_kv_capacity(&pred, cfg.mem_util) < cfg.block_size) {
+		double gib = 1024.0 * 1024 * 1024;
+		fprintf(stderr,
+		    "medha-sched: %s does not fit on %s with tp %d spp %d: "
+		    "%.1f GiB of weights a worker, and 1 GiB of activations, "
+		    "in the %.1f GiB that --mem-util %.2f leaves of %.0f "
+		    "GiB: no room for KV\n",
+		    model.name, gpu->name, tp, spp,
+		    medha_pred_weight_bytes(&pred) / gib,
+		    gpu->mem_bytes * cfg.mem_util / gib, cfg.mem_util,
+		    gpu->mem_bytes / gib);
+		medha_pred_free(&pred);
+		return 1;
+	}
 	reqs = read_trace(argc == 1 ? argv[0] : NULL, &n);
 	of = open_out(out_path);
 	memset(&o, 0, sizeof(o));

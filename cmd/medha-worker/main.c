@@ -419,7 +419,10 @@ main(int argc, char *argv[])
 	}
 	if (chat && (rc = medha_tok_chat(tok, text, plen, &chat_text,
 	                  &chat_len)) != 0)
-		die("--chat", medha_strerror(rc));
+		die("--chat", rc == MEDHA_EUNSUP
+		        ? "the model's chat template is neither ChatML nor "
+		          "Llama-3 (the two medha renders)"
+		        : medha_strerror(rc));
 	if ((rc = medha_tok_encode(tok, chat ? chat_text : text,
 	         chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
 	         &n_ids)) != 0)

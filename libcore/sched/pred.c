@@ -16,6 +16,7 @@
 #include "sched/pred.h"
 #include "model/gguf.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -210,13 +211,20 @@ medha_model_resolve_why(const char *name, struct medha_pred_model *m, char *why,
 			*m = models[i];
 			return 0;
 		}
-	if (stat(name, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    access(name, R_OK) != 0) {
+	if (stat(name, &st) != 0) {
 		medha_why(why, whylen, 0,
-		    "unknown model \"%s\" (neither a built-in "
-		    "name nor a readable file)",
-		    name);
+		    "neither a built-in model nor a file (%s)",
+		    strerror(errno));
 		return MEDHA_ENOTFOUND;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		medha_why(why, whylen, 0, "%s, not a GGUF file",
+		    S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+		return MEDHA_EINVAL;
+	}
+	if (access(name, R_OK) != 0) {
+		medha_why(why, whylen, 0, "%s", strerror(errno));
+		return MEDHA_EIO;
 	}
 	return model_from_gguf(name, m, why, whylen);
 }

@@ -91,10 +91,9 @@ want 1 --sim a100 -m llama3-8b "$tmp/cut.zst"
 want 0 --sim a100 -m llama3-8b "$tmp/empty"
 [ ! -s "$tmp/out" ]
 # failures end without leaks (make asan: no LeakSanitizer report): a
-# simulation that cannot fit, records to /dev/full
+# model that does not fit, records to /dev/full
 "$bin/medha-trace" gen -n 50 -s 1 >"$tmp/t50"
 want 1 --sim a100 -m llama3-8b --mem-util 0.01 "$tmp/t50"
-grep -q 'simulation failed' "$tmp/err"
 no_sanitizer_report
 st=0
 "$bin/medha-sched" --sim a100 -m llama3-8b "$tmp/t50" >/dev/full \
@@ -102,3 +101,22 @@ st=0
 [ "$st" -eq 1 ] || { echo "records to /dev/full: status $st, want 1"; exit 1; }
 grep -q 'writing records to stdout: No space left on device' "$tmp/err"
 no_sanitizer_report
+# errors that say what is wrong and where
+want 1 --sim a100 -m llama3-8b --mem-util 0.01 "$tmp/t50"
+grep -q 'llama3-8b does not fit on a100 with tp 1 spp 1: 15.0 GiB of weights' "$tmp/err"
+want 1 --sim a100 -m llama3-70b "$tmp/t50"
+grep -q 'no room for KV' "$tmp/err"
+want 1 --sim a100 -m /dev/null "$tmp/t50"
+grep -q -- '-m /dev/null: not a regular file, not a GGUF file' "$tmp/err"
+want 1 --sim a100 -m "$tmp" "$tmp/t50"
+grep -q -- "-m $tmp: a directory, not a GGUF file" "$tmp/err"
+want 1 --sim a100 -m nosuch "$tmp/t50"
+grep -q -- '-m nosuch: neither a built-in model nor a file' "$tmp/err"
+want 1 --sim a100 -m llama3-8b "$tmp"
+grep -q "medha-sched: $tmp: Is a directory" "$tmp/err"
+want 2 --sim a100 -m llama3-8b "$tmp/t50" "$tmp/t50"
+grep -q 'one trace file at most (2 given)' "$tmp/err"
+st=0
+"$ms" --sim a100 -m llama3-8b <&- >/dev/null 2>"$tmp/err" || st=$?
+[ "$st" -eq 1 ] && grep -q 'medha-sched: stdin: Bad file descriptor' "$tmp/err" ||
+    { echo "closed stdin: status $st"; cat "$tmp/err"; exit 1; }
