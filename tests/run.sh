@@ -2,7 +2,8 @@
 # run.sh [--unit] TESTDIR BINDIR: run every unit-test program (cmocka, TAP
 # output) and, without --unit, every shell test in tests/sh, then print
 # "N passed, N failed". A unit-test program that dies without reporting
-# counts as one failure.
+# counts as one failure. On a terminal, the test running now is shown
+# (some take minutes).
 unit=0
 if [ "$1" = --unit ]; then
 	unit=1
@@ -18,10 +19,17 @@ pass=0
 fail=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+tty=0
+[ -t 1 ] && tty=1
+# running NAME: on a terminal, say what runs until its result replaces it
+running() {
+	[ "$tty" = 1 ] && printf '...  %s\r' "$1"
+}
 
 for t in "$tdir"/*_test; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
+	running "$name"
 	CMOCKA_MESSAGE_OUTPUT=TAP "$t" >"$log" 2>&1
 	rc=$?
 	p=$(grep -c '^ok ' "$log")
@@ -42,6 +50,7 @@ done
 for s in "$here"/sh/*.sh; do
 	[ "$unit" = 0 ] && [ -f "$s" ] || continue
 	name=$(basename "$s" .sh)
+	running "sh/$name"
 	if sh "$s" >"$log" 2>&1; then
 		pass=$((pass + 1))
 		echo "ok   sh/$name"

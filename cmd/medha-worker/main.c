@@ -481,8 +481,9 @@ main(int argc, char *argv[])
 	if (verbose)
 		fprintf(stderr,
 		    "medha-worker: prompt %zu tokens in %.3f s (%.1f tok/s), "
-		    "generated %lld in %.3f s, %d threads\n",
+		    "generated %lld in %.3f s (%.1f tok/s), %d threads\n",
 		    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
+		    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0,
 		    ro.n_threads);
 	medha_sampler_free(smp);
 	free(logits);

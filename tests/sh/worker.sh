@@ -142,4 +142,7 @@ st=0
 [ "$st" -eq 1 ] || { echo "stdout on /dev/full: status $st, want 1"; cat "$tmp/err"; exit 1; }
 grep -q 'stdout: No space left on device' "$tmp/err"
 no_sanitizer_report
+# -v reports the generation's speed as well as the prompt's
+want 0 -m "$model" -p "The capital of France is" -n 8 --ignore-eos -v
+grep -q 'prompt 5 tokens in [0-9.]* s ([0-9.]* tok/s), generated 8 in [0-9.]* s ([0-9.]* tok/s)' "$tmp/err"
 echo "worker: ok"
