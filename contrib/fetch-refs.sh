@@ -37,5 +37,8 @@ fi
 	"$cache/venv/bin/pip" install -q gguf==0.19.0 numpy xllamacpp==2026.10.11549
 "$cache/venv/bin/python" -c 'import openai' 2>/dev/null ||
 	"$cache/venv/bin/pip" install -q openai==3.54.0
+# the reference for chat template rendering (tests/ref/jinja_check.py)
+"$cache/venv/bin/python" -c 'import jinja2' 2>/dev/null ||
+	"$cache/venv/bin/pip" install -q jinja2==3.1.6
 echo "model: $model"
 echo "python: $cache/venv/bin/python"
