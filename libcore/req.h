@@ -29,6 +29,20 @@
 #define MEDHA_STOP_MAX 4  /* stop strings per request */
 #define MEDHA_STOP_LEN 64 /* longest stop string, bytes, NUL excluded */
 
+/*
+ * Limits of what a trace, a result record or a flag may say, checked once
+ * where the number is read (io/trace.c, medha-trace gen's flags;
+ * man/medha-trace.5). A count of tokens is at most MEDHA_TOKENS_MAX:
+ * a hundred times the longest context of any model (10M tokens), yet
+ * small enough that a sum of two counts fits an int32_t and a product of
+ * two (a prompt's causal attention) an int64_t, so that no scheduler
+ * arithmetic on counts that passed can overflow. A time (arrival, SLO)
+ * is at most MEDHA_TIME_MAX seconds, about 31.7 years: a double there
+ * still resolves 0.12 microseconds, far below one iteration.
+ */
+#define MEDHA_TOKENS_MAX ((int64_t)1000000000) /* 1e9 tokens */
+#define MEDHA_TIME_MAX 1e9                     /* s */
+
 /* How the next token is drawn (model/sample.h implements it). */
 struct medha_sampler_params {
 	float temp;    /* temperature; <= 0 is greedy */
@@ -43,13 +57,15 @@ extern const struct medha_sampler_params medha_sampling_greedy;
 /* One request as a trace or a client gives it. */
 struct medha_reqspec {
 	char id[MEDHA_ID_MAX]; /* NUL-terminated; numbers are kept as text */
-	double arrival;        /* s since the trace's origin, >= 0 */
-	int64_t prompt_tokens; /* >= 1; with prompt_ids, their count; 0 if
-	                          only a text prompt is given (not yet
-	                          tokenized) */
-	int64_t max_tokens;    /* >= 0 output tokens to generate at most */
-	double ttft_slo;       /* s; 0 if not given */
-	double tpot_slo;       /* s; 0 if not given */
+	double arrival;        /* s since the trace's origin, in [0,
+	                          MEDHA_TIME_MAX] */
+	int64_t prompt_tokens; /* in [1, MEDHA_TOKENS_MAX]; with prompt_ids,
+	                          their count; 0 if only a text prompt is
+	                          given (not yet tokenized) */
+	int64_t max_tokens;    /* output tokens to generate at most, in [0,
+	                          MEDHA_TOKENS_MAX] */
+	double ttft_slo;       /* s, <= MEDHA_TIME_MAX; 0 if not given */
+	double tpot_slo;       /* s, <= MEDHA_TIME_MAX; 0 if not given */
 	char *prompt;          /* owned text prompt, or NULL */
 	int32_t *prompt_ids;   /* owned (prompt_tokens) token ids, or NULL */
 	struct medha_sampler_params sampling;
@@ -98,9 +114,9 @@ struct medha_record {
 	double arrival;     /* s */
 	double first_token; /* s, absolute; = finish when output_tokens = 0 */
 	double finish;      /* s, absolute */
-	int64_t prompt_tokens;
-	int64_t output_tokens;
-	double ttft;      /* first_token - arrival */
+	int64_t prompt_tokens; /* in [0, MEDHA_TOKENS_MAX] */
+	int64_t output_tokens; /* in [0, MEDHA_TOKENS_MAX] */
+	double ttft;           /* first_token - arrival */
 	double tpot_mean; /* (finish - first_token) / (output_tokens - 1); 0
 	                     if < 2 */
 	double tpot_max;  /* longest gap between consecutive tokens; 0 if < 2 */

@@ -2,8 +2,9 @@
  * trace_test.c: unit tests of libcore/trace.c: JSON trace lines and
  * records parsed and rejected with a reason, write-then-parse round
  * trips, the zstd-transparent reader and writer (through tmpfile()), the
- * detection of the Azure and Vidur CSV formats, and damaged input that
- * must give an error rather than a crash.
+ * detection of the Azure and Vidur CSV formats, damaged input that
+ * must give an error rather than a crash, and the limits on counts and
+ * times (MEDHA_TOKENS_MAX, MEDHA_TIME_MAX) that every reader enforces.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -81,25 +82,26 @@ test_parse_malformed(void **state)
 	} cases[] = {
 	    {"{\"prompt_tokens\": 5, \"max_tokens\": 1}", "arrival: missing"},
 	    {"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": -1}",
-	        "max_tokens: not a non-negative integer"},
+	        "max_tokens: not an integer in [0, 1000000000] (got -1)"},
 	    {"{\"arrival\": \"1\", \"prompt_tokens\": 5, "
 	     "\"max_tokens\": 1}",
-	        "arrival: not a non-negative number (got a string)"},
+	        "arrival: not a number in [0, 1000000000] (got a string)"},
 	    {"{\"arrival\": 1, \"prompt_tokens\": true, \"max_tokens\": 1}",
-	        "prompt_tokens: not a positive integer (got a boolean)"},
+	        "prompt_tokens: not an integer in [1, 1000000000] (got a "
+	        "boolean)"},
 	    {"{\"arrival\": 1, \"prompt_tokens\": 0, \"max_tokens\": 1}",
-	        "prompt_tokens: not a positive integer"},
+	        "prompt_tokens: not an integer in [1, 1000000000] (got 0)"},
 	    {"{\"arrival\": 1, \"prompt_tokens\": 2.5, \"max_tokens\": 1}",
-	        "prompt_tokens: not a positive integer (got 2.5)"},
+	        "prompt_tokens: not an integer in [1, 1000000000] (got 2.5)"},
 	    {"{\"arrival\": -1, \"prompt_tokens\": 5, \"max_tokens\": 1}",
-	        "arrival: not a non-negative number"},
+	        "arrival: not a number in [0, 1000000000] (got -1)"},
 	    {"{\"arrival\": 1, \"prompt_tokens\": 5}", "max_tokens: missing"},
 	    {"{\"arrival\": 1, \"max_tokens\": 1}", "prompt_tokens: missing"},
 	    {"{\"arrival\": 1, \"prompt\": 7, \"max_tokens\": 1}",
 	        "prompt: not a string"},
 	    {"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1, "
 	     "\"ttft_slo\": 0}",
-	        "ttft_slo: not a positive number"},
+	        "ttft_slo: not a number in (0, 1000000000] (got 0)"},
 	    {"{\"id\": \"0123456789012345678901234567890123456789"
 	     "012345678901234567890123\", \"arrival\": 1, "
 	     "\"prompt_tokens\": 5, \"max_tokens\": 1}",
@@ -632,7 +634,7 @@ test_trace_jsonl(void **state)
 	assert_null(rs.prompt);
 	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
 	assert_string_equal(medha_trace_error(t),
-	    "line 6: max_tokens: not a non-negative integer (got -2)");
+	    "line 6: max_tokens: not an integer in [0, 1000000000] (got -2)");
 	medha_trace_close(t);
 	fclose(f);
 }
@@ -675,7 +677,8 @@ test_trace_azure(void **state)
 	assert_int_equal(medha_trace_open(&t, f), 0);
 	assert_int_equal(medha_trace_next(t, &rs), MEDHA_EFORMAT);
 	assert_string_equal(medha_trace_error(t),
-	    "line 2: ContextTokens: not a positive integer");
+	    "line 2: ContextTokens: not an integer in [1, 1000000000] (got "
+	    "\"0\")");
 	medha_trace_close(t);
 	fclose(f);
 }
@@ -742,6 +745,307 @@ test_trace_zstd(void **state)
 	fclose(f);
 }
 
+/* ---- limits (man/medha-trace.5): counts and times read from outside ---- */
+
+/* Each line must fail to parse with a reason containing why. */
+static void
+reqspec_refuses(const char *line, const char *why_want)
+{
+	struct medha_reqspec rs;
+	char why[200];
+
+	why[0] = '\0';
+	if (medha_reqspec_parse(line, &rs, why, sizeof(why)) != MEDHA_EFORMAT)
+		fail_msg("%s: accepted (prompt_tokens %lld, max_tokens %lld)",
+		    line, (long long)rs.prompt_tokens,
+		    (long long)rs.max_tokens);
+	if (strstr(why, why_want) == NULL)
+		fail_msg("%s: \"%s\" lacks \"%s\"", line, why, why_want);
+	assert_null(rs.prompt);
+}
+
+static void
+test_parse_limits(void **state)
+{
+	struct medha_reqspec rs;
+	char why[200];
+
+	(void)state;
+	assert_int_equal(MEDHA_TOKENS_MAX, 1000000000);
+	assert_true(MEDHA_TIME_MAX == 1e9);
+	/* the sum of two counts fits an int32_t, their product an int64_t */
+	assert_true(2 * MEDHA_TOKENS_MAX <= INT32_MAX);
+	assert_true(MEDHA_TOKENS_MAX <= INT64_MAX / MEDHA_TOKENS_MAX);
+
+	/* the limits themselves pass */
+	assert_int_equal(
+	    medha_reqspec_parse("{\"arrival\": 1e9, \"prompt_tokens\": "
+	                        "1000000000, \"max_tokens\": 1e9, "
+	                        "\"ttft_slo\": 1e9, \"tpot_slo\": 1000000000}",
+	        &rs, why, sizeof(why)),
+	    0);
+	assert_int_equal(rs.prompt_tokens, MEDHA_TOKENS_MAX);
+	assert_int_equal(rs.max_tokens, MEDHA_TOKENS_MAX);
+	assert_true(rs.arrival == MEDHA_TIME_MAX);
+	assert_true(rs.ttft_slo == MEDHA_TIME_MAX);
+	assert_true(rs.tpot_slo == MEDHA_TIME_MAX);
+
+	/* one past them, and far past, does not; the reason names the
+	   field, the value and the range */
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": "
+	                "9223372036854775807, \"max_tokens\": 5}",
+	    "prompt_tokens: not an integer in [1, 1000000000] "
+	    "(got 9223372036854775807)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 1000000001, "
+	                "\"max_tokens\": 5}",
+	    "prompt_tokens: not an integer in [1, 1000000000] "
+	    "(got 1000000001)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 1e18, "
+	                "\"max_tokens\": 5}",
+	    "prompt_tokens: not an integer in [1, 1000000000] (got 1e+18)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": "
+	                "1000000000000000000, \"max_tokens\": 5}",
+	    "(got 1000000000000000000)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 9223372036854775000}",
+	    "max_tokens: not an integer in [0, 1000000000] "
+	    "(got 9223372036854775000)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 1000000001}",
+	    "max_tokens: not an integer in [0, 1000000000]");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": -9223372036854775807}",
+	    "max_tokens: not an integer in [0, 1000000000]");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": \"NaN\", "
+	                "\"max_tokens\": 5}",
+	    "prompt_tokens: not an integer in [1, 1000000000] (got a string)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": NaN, "
+	                "\"max_tokens\": 5}",
+	    "not JSON");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 1e400, "
+	                "\"max_tokens\": 5}",
+	    "not JSON");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": "
+	                "99999999999999999999, \"max_tokens\": 5}",
+	    "not JSON");
+	reqspec_refuses("{\"arrival\": 1e300, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5}",
+	    "arrival: not a number in [0, 1000000000] (got 1e+300)");
+	reqspec_refuses("{\"arrival\": 1000000000.5, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5}",
+	    "arrival: not a number in [0, 1000000000]");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5, \"ttft_slo\": 1e300}",
+	    "ttft_slo: not a number in (0, 1000000000] (got 1e+300)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5, \"tpot_slo\": -1}",
+	    "tpot_slo: not a number in (0, 1000000000] (got -1)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5, \"top_k\": 16777217}",
+	    "top_k: not an integer in [0, 16777216] (got 16777217)");
+	reqspec_refuses("{\"arrival\": 0, \"max_tokens\": 5, "
+	                "\"prompt_ids\": [1, 2147483648]}",
+	    "prompt_ids[1]: not a token id in [0, 2147483647] "
+	    "(got 2147483648)");
+	reqspec_refuses("{\"arrival\": 0, \"max_tokens\": 5, "
+	                "\"prompt_ids\": [-1]}",
+	    "prompt_ids[0]: not a token id in [0, 2147483647] (got -1)");
+}
+
+static void
+test_record_limits(void **state)
+{
+	static const struct {
+		const char *counts, *why;
+	} bad[] = {
+	    {"\"prompt_tokens\": 9223372036854775807, \"output_tokens\": 5",
+	        "prompt_tokens: not an integer in [0, 1000000000] "
+	        "(got 9223372036854775807)"},
+	    {"\"prompt_tokens\": 5, \"output_tokens\": 9223372036854775807",
+	        "output_tokens: not an integer in [0, 1000000000]"},
+	    {"\"prompt_tokens\": 5, \"output_tokens\": 1e18",
+	        "output_tokens: not an integer in [0, 1000000000] "
+	        "(got 1e+18)"},
+	    {"\"prompt_tokens\": 5, \"output_tokens\": -1",
+	        "output_tokens: not an integer in [0, 1000000000] (got -1)"},
+	};
+	struct medha_record r;
+	char line[512], why[200];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(line, sizeof(line),
+		    "{\"id\": 1, \"arrival\": 0, \"first_token\": 1, "
+		    "\"finish\": 2, %s, \"status\": \"ok\"}",
+		    bad[i].counts);
+		why[0] = '\0';
+		assert_int_equal(medha_record_parse(line, &r, why, sizeof(why)),
+		    MEDHA_EFORMAT);
+		if (strstr(why, bad[i].why) == NULL)
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, why,
+			    bad[i].why);
+	}
+	/* a record's times are what happened: any finite number >= 0 */
+	assert_int_equal(medha_record_parse("{\"id\": 1, \"arrival\": 1e300, "
+	                                    "\"first_token\": 1e300, "
+	                                    "\"finish\": 1e300, "
+	                                    "\"prompt_tokens\": 1000000000, "
+	                                    "\"output_tokens\": 1000000000, "
+	                                    "\"status\": \"ok\"}",
+	                     &r, why, sizeof(why)),
+	    0);
+	assert_int_equal(r.output_tokens, MEDHA_TOKENS_MAX);
+	assert_int_equal(medha_record_parse("{\"id\": 1, \"arrival\": -1, "
+	                                    "\"prompt_tokens\": 1, "
+	                                    "\"output_tokens\": 0, "
+	                                    "\"status\": \"rejected\"}",
+	                     &r, why, sizeof(why)),
+	    MEDHA_EFORMAT);
+	assert_non_null(strstr(why, "arrival: not a non-negative number"));
+}
+
+/* The first request of a trace must fail with exactly why_want. */
+static void
+trace_refuses(const char *text, const char *why_want)
+{
+	struct medha_reqspec rs = {0};
+	struct medha_trace_in *t;
+	FILE *f = str_stream(text);
+	int rc;
+
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	while ((rc = medha_trace_next(t, &rs)) == 1)
+		;
+	if (rc != MEDHA_EFORMAT || strcmp(medha_trace_error(t), why_want) != 0)
+		fail_msg("%s: %d \"%s\", want \"%s\"", text, rc,
+		    medha_trace_error(t), why_want);
+	medha_reqspec_clear(&rs);
+	medha_trace_close(t);
+	fclose(f);
+}
+
+static void
+test_trace_csv_limits(void **state)
+{
+	struct medha_reqspec rs = {0};
+	struct medha_trace_in *t;
+	FILE *f;
+
+	(void)state;
+#define AZ "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+#define VI "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+	/* the limits themselves pass */
+	f = str_stream(AZ "2023-11-16 18:15:46,1000000000,1000000000\n"
+	                  "2055-07-25 20:02:26,1,0\n");
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_int_equal(rs.prompt_tokens, MEDHA_TOKENS_MAX);
+	assert_int_equal(rs.max_tokens, MEDHA_TOKENS_MAX);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_true(rs.arrival == MEDHA_TIME_MAX);
+	medha_trace_close(t);
+	fclose(f);
+	f = str_stream(VI "1e9,1e9,1000000000.0\n");
+	assert_int_equal(medha_trace_open(&t, f), 0);
+	assert_int_equal(medha_trace_next(t, &rs), 1);
+	assert_true(rs.arrival == MEDHA_TIME_MAX);
+	assert_int_equal(rs.prompt_tokens, MEDHA_TOKENS_MAX);
+	assert_int_equal(rs.max_tokens, MEDHA_TOKENS_MAX);
+	medha_trace_close(t);
+	fclose(f);
+
+	trace_refuses(AZ "2023-11-16 18:15:46,9223372036854775807,44\n",
+	    "line 2: ContextTokens: not an integer in [1, 1000000000] "
+	    "(got \"9223372036854775807\")");
+	trace_refuses(AZ "2023-11-16 18:15:46,5,9223372036854775000\n",
+	    "line 2: GeneratedTokens: not an integer in [0, 1000000000] "
+	    "(got \"9223372036854775000\")");
+	trace_refuses(AZ "2023-11-16 18:15:46,1e18,4\n",
+	    "line 2: ContextTokens: not an integer in [1, 1000000000] "
+	    "(got \"1e18\")");
+	trace_refuses(AZ "2023-11-16 18:15:46,5,4\n"
+	                 "2023-11-16 18:15:47,5,-4\n",
+	    "line 3: GeneratedTokens: not an integer in [0, 1000000000] "
+	    "(got \"-4\")");
+	trace_refuses(AZ "2023-11-16 18:15:46,nan,4\n",
+	    "line 2: ContextTokens: not an integer in [1, 1000000000] "
+	    "(got \"nan\")");
+	trace_refuses(AZ "2023-11-16 18:15:46,5,1e400\n",
+	    "line 2: GeneratedTokens: not an integer in [0, 1000000000] "
+	    "(got \"1e400\")");
+	/* a fraction of a second is digits: not ".5e999", which was inf */
+	trace_refuses(AZ "2023-11-16 18:15:46.5e999,5,4\n",
+	    "line 2: TIMESTAMP: not a time like "
+	    "\"2023-11-16 18:15:46.6805900\"");
+	trace_refuses(AZ "2023-11-16 18:15:46,5,4\n"
+	                 "2055-07-25 20:02:27,5,4\n",
+	    "line 3: TIMESTAMP: \"2055-07-25 20:02:27\" is 1000000001 s "
+	    "after the first row's, more than 1000000000");
+	trace_refuses(VI "1e400,5,4\n",
+	    "line 2: arrived_at: not a number in [0, 1000000000] "
+	    "(got \"1e400\")");
+	trace_refuses(VI "1e300,5,4\n",
+	    "line 2: arrived_at: not a number in [0, 1000000000] "
+	    "(got \"1e300\")");
+	trace_refuses(VI "nan,5,4\n",
+	    "line 2: arrived_at: not a number in [0, 1000000000] "
+	    "(got \"nan\")");
+	trace_refuses(VI "inf,5,4\n",
+	    "line 2: arrived_at: not a number in [0, 1000000000] "
+	    "(got \"inf\")");
+	trace_refuses(VI "-1,5,4\n",
+	    "line 2: arrived_at: not a number in [0, 1000000000] "
+	    "(got \"-1\")");
+	trace_refuses(VI "0,9223372036854775807,4\n",
+	    "line 2: num_prefill_tokens: not an integer in [1, 1000000000] "
+	    "(got \"9223372036854775807\")");
+	trace_refuses(VI "0,5,1e18\n",
+	    "line 2: num_decode_tokens: not an integer in [0, 1000000000] "
+	    "(got \"1e18\")");
+	trace_refuses(VI "0,5,-0.5\n",
+	    "line 2: num_decode_tokens: not an integer in [0, 1000000000] "
+	    "(got \"-0.5\")");
+	trace_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	              "\"max_tokens\": 1}\n"
+	              "{\"arrival\": 0, \"prompt_tokens\": "
+	              "9223372036854775807, \"max_tokens\": 5}\n",
+	    "line 2: prompt_tokens: not an integer in [1, 1000000000] "
+	    "(got 9223372036854775807)");
+#undef AZ
+#undef VI
+}
+
+/* Writers refuse what the parser would: a trace out is a trace in. */
+static void
+test_write_limits(void **state)
+{
+	struct medha_reqspec rs = {0};
+	struct medha_writer *w;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	rs.arrival = MEDHA_TIME_MAX;
+	rs.prompt_tokens = MEDHA_TOKENS_MAX;
+	rs.max_tokens = MEDHA_TOKENS_MAX;
+	assert_int_equal(medha_reqspec_write(w, &rs), 0);
+	rs.prompt_tokens = MEDHA_TOKENS_MAX + 1;
+	assert_int_equal(medha_reqspec_write(w, &rs), MEDHA_EINVAL);
+	rs.prompt_tokens = 1;
+	rs.max_tokens = INT64_MAX;
+	assert_int_equal(medha_reqspec_write(w, &rs), MEDHA_EINVAL);
+	rs.max_tokens = 1;
+	rs.arrival = 2e9;
+	assert_int_equal(medha_reqspec_write(w, &rs), MEDHA_EINVAL);
+	rs.arrival = 0;
+	rs.ttft_slo = 1e300;
+	assert_int_equal(medha_reqspec_write(w, &rs), MEDHA_EINVAL);
+	assert_int_equal(medha_writer_close(w), 0);
+	fclose(f);
+}
+
 int
 main(void)
 {
@@ -761,6 +1065,10 @@ main(void)
 	    cmocka_unit_test(test_trace_azure),
 	    cmocka_unit_test(test_trace_vidur),
 	    cmocka_unit_test(test_trace_zstd),
+	    cmocka_unit_test(test_parse_limits),
+	    cmocka_unit_test(test_record_limits),
+	    cmocka_unit_test(test_trace_csv_limits),
+	    cmocka_unit_test(test_write_limits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -120,6 +120,8 @@ set_slos(const struct gen *g, struct medha_reqspec *rs)
 
 	if (rs->ttft_slo <= 0)
 		rs->ttft_slo = ref > g->ttft_floor ? ref : g->ttft_floor;
+	if (rs->ttft_slo > MEDHA_TIME_MAX) /* a 1G prompt at --ttft-mult 1e6 */
+		rs->ttft_slo = MEDHA_TIME_MAX;
 	if (rs->tpot_slo <= 0)
 		rs->tpot_slo = g->tpot_slo;
 }
@@ -132,7 +134,7 @@ long_shape(const struct gen *g, double z1, double z2, struct medha_reqspec *rs)
 	    clamp(LONG_PROMPT_MEDIAN * exp(LONG_PROMPT_SIGMA * z1), g->long_min,
 	        g->long_max);
 	rs->max_tokens = clamp(LONG_OUTPUT_MEDIAN * exp(LONG_OUTPUT_SIGMA * z2),
-	    1, INT64_MAX / 2);
+	    1, MEDHA_TOKENS_MAX);
 }
 
 static int
@@ -364,7 +366,7 @@ read_prompts(const char *path, char ***lines)
 	return n;
 }
 
-#define FLAG_MAX 1000000000LL /* bound of -n and the token flags */
+#define COUNT_MAX 1000000000LL /* bound of -n */
 
 int
 trace_gen(int argc, char *argv[])
@@ -420,7 +422,7 @@ trace_gen(int argc, char *argv[])
 		switch (ch) {
 		case 'h': usage(0);
 		case 'l': g.long_frac = flag_f64("-l", optarg, 0, 1, 0); break;
-		case 'n': g.count = flag_i64("-n", optarg, 1, FLAG_MAX); break;
+		case 'n': g.count = flag_i64("-n", optarg, 1, COUNT_MAX); break;
 		case 'o': out = optarg; break;
 		case 'q':
 			g.qps = flag_f64("-q", optarg, 0, 1e6, 1);
@@ -428,33 +430,34 @@ trace_gen(int argc, char *argv[])
 			break;
 		case 's': g.seed = flag_i64("-s", optarg, 0, INT64_MAX); break;
 		case 't':
-			g.duration = flag_f64("-t", optarg, 0, 1e9, 1);
+			g.duration =
+			    flag_f64("-t", optarg, 0, MEDHA_TIME_MAX, 1);
 			have_t = 1;
 			break;
 		case OPT_BASE: base = optarg; break;
 		case OPT_PROMPTS: prompts = optarg; break;
 		case OPT_MAX_TOKENS:
-			max_tokens =
-			    flag_i64("--max-tokens", optarg, 1, FLAG_MAX);
+			max_tokens = flag_i64("--max-tokens", optarg, 1,
+			    MEDHA_TOKENS_MAX);
 			break;
 		case OPT_LONG_MAX:
 			g.long_max =
-			    flag_i64("--long-max", optarg, 1, FLAG_MAX);
+			    flag_i64("--long-max", optarg, 1, MEDHA_TOKENS_MAX);
 			break;
 		case OPT_LONG_MIN:
 			g.long_min =
-			    flag_i64("--long-min", optarg, 1, FLAG_MAX);
+			    flag_i64("--long-min", optarg, 1, MEDHA_TOKENS_MAX);
 			break;
 		case OPT_SHORT_MAX:
-			g.short_max =
-			    flag_i64("--short-max", optarg, 2, FLAG_MAX);
+			g.short_max = flag_i64("--short-max", optarg, 2,
+			    MEDHA_TOKENS_MAX);
 			break;
 		case OPT_TPOT_SLO:
 			g.tpot_slo = flag_f64("--tpot-slo", optarg, 0, 1e6, 1);
 			break;
 		case OPT_TTFT_FLOOR:
-			g.ttft_floor =
-			    flag_f64("--ttft-floor", optarg, 0, 1e9, 0);
+			g.ttft_floor = flag_f64("--ttft-floor", optarg, 0,
+			    MEDHA_TIME_MAX, 0);
 			break;
 		case OPT_TTFT_MULT:
 			g.ttft_mult =
@@ -513,6 +516,16 @@ trace_gen(int argc, char *argv[])
 	for (i = 0; g.count == 0 || i < g.count; i++) {
 		if (!gen_next(&g, &t, &rs))
 			break;
+		if (rs.arrival > MEDHA_TIME_MAX) {
+			/* -n at a tiny -q: not writable (medha-trace(5)) */
+			medha_log(MEDHA_LOG_ERROR,
+			    "request %lld arrives at %.9g s, past the limit "
+			    "of %.15g s: ask for fewer (-n) or a higher rate "
+			    "(-q)",
+			    (long long)i, rs.arrival, MEDHA_TIME_MAX);
+			rc = 1;
+			break;
+		}
 		snprintf(rs.id, sizeof(rs.id), "%lld", (long long)i);
 		if (max_tokens > 0 && rs.max_tokens > max_tokens)
 			rs.max_tokens = max_tokens;

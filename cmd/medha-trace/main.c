@@ -147,12 +147,22 @@ trace_convert(int argc, char *argv[])
 		goto done;
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
 		rs.arrival *= scale;
+		if (rs.arrival > MEDHA_TIME_MAX) {
+			/* the reader checked it unscaled */
+			medha_log(MEDHA_LOG_ERROR,
+			    "%s: request %s: arrival %.9g s after "
+			    "--time-scale, more than %.15g",
+			    in, rs.id, rs.arrival, MEDHA_TIME_MAX);
+			wrc = MEDHA_ERANGE;
+			break;
+		}
 		if ((wrc = medha_reqspec_write(w, &rs)) != 0)
 			break;
 	}
 	if (rc < 0)
 		medha_log(MEDHA_LOG_ERROR, "%s: %s", in, medha_trace_error(t));
-	else if (wrc != 0 && wrc != MEDHA_EIO) /* out_close reports EIO */
+	else if (wrc != 0 && wrc != MEDHA_EIO && wrc != MEDHA_ERANGE)
+		/* out_close reports EIO; ERANGE is said above */
 		medha_log(MEDHA_LOG_ERROR, "%s: request %s: %s", in, rs.id,
 		    medha_strerror(wrc));
 	status = out_close(out, outf, w) != 0 || rc != 0;

@@ -16,7 +16,10 @@
 
 /* ---- JSON fields ---- */
 
-/* What v is, for messages: its value if a number, else its type. */
+/*
+ * What v is, for messages: its value if a number (an integer exactly),
+ * else its type.
+ */
 static const char *
 json_what(json_t *v, char *buf, size_t len)
 {
@@ -27,19 +30,25 @@ json_what(json_t *v, char *buf, size_t len)
 	case JSON_TRUE:
 	case JSON_FALSE: return "a boolean";
 	case JSON_NULL: return "null";
+	case JSON_INTEGER:
+		snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+		return buf;
 	default: snprintf(buf, len, "%.9g", json_number_value(v)); return buf;
 	}
 }
 
 /*
- * A time in seconds: any JSON number, >= 0 (positive: > 0). An absent
- * optional key leaves *out alone. Returns 0 or MEDHA_EFORMAT.
+ * A time in seconds: a JSON number >= 0 (positive: > 0) and <= max
+ * (MEDHA_TIME_MAX for what a trace asks; HUGE_VAL, any finite number, for
+ * what a record says happened). An absent optional key leaves *out
+ * alone. Returns 0 or MEDHA_EFORMAT, the reason naming the range.
  */
 static int
-json_time(json_t *o, const char *key, int required, int positive, double *out,
-    char *why, size_t whylen)
+json_time(json_t *o, const char *key, int required, int positive, double max,
+    double *out, char *why, size_t whylen)
 {
 	json_t *v = json_object_get(o, key);
+	const char *what;
 	char buf[32];
 	double d;
 
@@ -48,19 +57,29 @@ json_time(json_t *o, const char *key, int required, int positive, double *out,
 		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
 		    : 0;
 	d = json_number_value(v);
-	if (!json_is_number(v) || !isfinite(d) || d < 0 || (positive && d == 0))
+	if (json_is_number(v) && isfinite(d) && d <= max &&
+	    (positive ? d > 0 : d >= 0)) {
+		*out = d;
+		return 0;
+	}
+	what = json_what(v, buf, sizeof(buf));
+	if (isfinite(max))
 		return medha_why(why, whylen, MEDHA_EFORMAT,
-		    "%s: not a %s number (got %s)", key,
-		    positive ? "positive" : "non-negative",
-		    json_what(v, buf, sizeof(buf)));
-	*out = d;
-	return 0;
+		    "%s: not a number in %c0, %.15g] (got %s)", key,
+		    positive ? '(' : '[', max, what);
+	return medha_why(why, whylen, MEDHA_EFORMAT,
+	    "%s: not a %s number (got %s)", key,
+	    positive ? "positive" : "non-negative", what);
 }
 
-/* A count: a JSON integer (or integral real) >= min (0 or 1). */
+/*
+ * A count: a JSON integer (or a real with no fraction, up to 2^53) in
+ * [min, max]. An absent optional key leaves *out alone. Returns 0 or
+ * MEDHA_EFORMAT, the reason naming the value and the range.
+ */
 static int
-json_count(json_t *o, const char *key, int required, int64_t min, int64_t *out,
-    char *why, size_t whylen)
+json_count(json_t *o, const char *key, int required, int64_t min, int64_t max,
+    int64_t *out, char *why, size_t whylen)
 {
 	json_t *v = json_object_get(o, key);
 	char buf[32];
@@ -70,20 +89,20 @@ json_count(json_t *o, const char *key, int required, int64_t min, int64_t *out,
 		return required
 		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
 		    : 0;
-	if (json_is_integer(v) && json_integer_value(v) >= min) {
+	if (json_is_integer(v) && json_integer_value(v) >= min &&
+	    json_integer_value(v) <= max) {
 		*out = json_integer_value(v);
 		return 0;
 	}
 	d = json_real_value(v);
-	if (json_is_real(v) && d >= min && d <= 9007199254740992.0 &&
-	    d == floor(d)) {
+	if (json_is_real(v) && d >= (double)min && d <= (double)max &&
+	    d <= 9007199254740992.0 && d == floor(d)) {
 		*out = (int64_t)d;
 		return 0;
 	}
 	return medha_why(why, whylen, MEDHA_EFORMAT,
-	    "%s: not a %s integer (got %s)", key,
-	    min > 0 ? "positive" : "non-negative",
-	    json_what(v, buf, sizeof(buf)));
+	    "%s: not an integer in [%lld, %lld] (got %s)", key, (long long)min,
+	    (long long)max, json_what(v, buf, sizeof(buf)));
 }
 
 /* "id": a string of 1 to MEDHA_ID_MAX - 1 bytes or an integer >= 0. */
@@ -241,12 +260,11 @@ json_sampling(json_t *o, struct medha_sampler_params *sp, int *ignore_eos,
 	if ((rc = json_num(o, "temperature", 0, 100, &temp, why, whylen)) !=
 	        0 ||
 	    (rc = json_num(o, "top_p", 0, 1, &top_p, why, whylen)) != 0 ||
-	    (rc = json_count(o, "top_k", 0, 0, &top_k, why, whylen)) != 0 ||
-	    (rc = json_count(o, "seed", 0, 0, &seed, why, whylen)) != 0)
+	    (rc = json_count(o, "top_k", 0, 0, 1 << 24, &top_k, why, whylen)) !=
+	        0 ||
+	    (rc = json_count(o, "seed", 0, 0, INT64_MAX, &seed, why, whylen)) !=
+	        0)
 		return rc;
-	if (top_k > 1 << 24)
-		return medha_why(why, whylen, MEDHA_EFORMAT,
-		    "top_k: more than %d", 1 << 24);
 	if ((v = json_object_get(o, "ignore_eos")) != NULL) {
 		if (!json_is_boolean(v))
 			return medha_why(why, whylen, MEDHA_EFORMAT,
@@ -308,12 +326,15 @@ json_ids(json_t *v, const char *key, int32_t **out, int64_t *n, char *why,
 		return MEDHA_ENOMEM;
 	for (i = 0; i < len; i++) {
 		json_t *e = json_array_get(v, i);
+		char buf[32];
+
 		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
 		    json_integer_value(e) > INT32_MAX) {
 			free(*out);
 			*out = NULL;
 			return medha_why(why, whylen, MEDHA_EFORMAT,
-			    "%s[%zu]: not a token id", key, i);
+			    "%s[%zu]: not a token id in [0, %d] (got %s)", key,
+			    i, INT32_MAX, json_what(e, buf, sizeof(buf)));
 		}
 		(*out)[i] = (int32_t)json_integer_value(e);
 	}
@@ -353,16 +374,16 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 	if ((rc = json_line(line, &root, why, whylen)) != 0)
 		return rc;
 	if ((rc = json_id(root, 0, rs->id, why, whylen)) != 0 ||
-	    (rc = json_time(root, "arrival", 1, 0, &rs->arrival, why,
-	         whylen)) != 0 ||
-	    (rc = json_count(root, "prompt_tokens", 0, 1, &rs->prompt_tokens,
+	    (rc = json_time(root, "arrival", 1, 0, MEDHA_TIME_MAX, &rs->arrival,
 	         why, whylen)) != 0 ||
-	    (rc = json_count(root, "max_tokens", 1, 0, &rs->max_tokens, why,
-	         whylen)) != 0 ||
-	    (rc = json_time(root, "ttft_slo", 0, 1, &rs->ttft_slo, why,
-	         whylen)) != 0 ||
-	    (rc = json_time(root, "tpot_slo", 0, 1, &rs->tpot_slo, why,
-	         whylen)) != 0)
+	    (rc = json_count(root, "prompt_tokens", 0, 1, MEDHA_TOKENS_MAX,
+	         &rs->prompt_tokens, why, whylen)) != 0 ||
+	    (rc = json_count(root, "max_tokens", 1, 0, MEDHA_TOKENS_MAX,
+	         &rs->max_tokens, why, whylen)) != 0 ||
+	    (rc = json_time(root, "ttft_slo", 0, 1, MEDHA_TIME_MAX,
+	         &rs->ttft_slo, why, whylen)) != 0 ||
+	    (rc = json_time(root, "tpot_slo", 0, 1, MEDHA_TIME_MAX,
+	         &rs->tpot_slo, why, whylen)) != 0)
 		goto out;
 	if ((rc = json_sampling(root, &rs->sampling, &rs->ignore_eos, why,
 	         whylen)) != 0 ||
@@ -392,11 +413,14 @@ out:
 int
 medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 {
-	if (!id_valid(rs->id) || !isfinite(rs->arrival) || rs->arrival < 0 ||
-	    rs->prompt_tokens < 0 ||
+	/* what medha_reqspec_parse() would refuse is not written */
+	if (!id_valid(rs->id) || !(rs->arrival >= 0) ||
+	    !(rs->arrival <= MEDHA_TIME_MAX) || rs->prompt_tokens < 0 ||
+	    rs->prompt_tokens > MEDHA_TOKENS_MAX ||
 	    (rs->prompt_tokens == 0 && rs->prompt == NULL) ||
-	    rs->max_tokens < 0 || !isfinite(rs->ttft_slo) || rs->ttft_slo < 0 ||
-	    !isfinite(rs->tpot_slo) || rs->tpot_slo < 0)
+	    rs->max_tokens < 0 || rs->max_tokens > MEDHA_TOKENS_MAX ||
+	    !(rs->ttft_slo >= 0) || !(rs->ttft_slo <= MEDHA_TIME_MAX) ||
+	    !(rs->tpot_slo >= 0) || !(rs->tpot_slo <= MEDHA_TIME_MAX))
 		return MEDHA_EINVAL;
 	medha_writer_write(w, "{", 1);
 	if (rs->id[0] != '\0') {
@@ -507,25 +531,29 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	ok = r.status == MEDHA_STATUS_OK;
 	have_ttft = json_object_get(root, "ttft") != NULL;
 	have_tpot = json_object_get(root, "tpot_mean") != NULL;
+	/* times: any finite number >= 0 (a record's clock runs on past the
+	   trace's last arrival); counts: at most MEDHA_TOKENS_MAX, which
+	   keeps a reader's sum of them from overflowing */
 	if ((rc = json_id(root, 1, r.id, why, whylen)) != 0 ||
-	    (rc = json_time(root, "arrival", 1, 0, &r.arrival, why, whylen)) !=
-	        0 ||
-	    (rc = json_time(root, "first_token", ok, 0, &r.first_token, why,
+	    (rc = json_time(root, "arrival", 1, 0, HUGE_VAL, &r.arrival, why,
 	         whylen)) != 0 ||
-	    (rc = json_time(root, "finish", ok, 0, &r.finish, why, whylen)) !=
-	        0 ||
-	    (rc = json_count(root, "prompt_tokens", 1, 0, &r.prompt_tokens, why,
+	    (rc = json_time(root, "first_token", ok, 0, HUGE_VAL,
+	         &r.first_token, why, whylen)) != 0 ||
+	    (rc = json_time(root, "finish", ok, 0, HUGE_VAL, &r.finish, why,
 	         whylen)) != 0 ||
-	    (rc = json_count(root, "output_tokens", 1, 0, &r.output_tokens, why,
+	    (rc = json_count(root, "prompt_tokens", 1, 0, MEDHA_TOKENS_MAX,
+	         &r.prompt_tokens, why, whylen)) != 0 ||
+	    (rc = json_count(root, "output_tokens", 1, 0, MEDHA_TOKENS_MAX,
+	         &r.output_tokens, why, whylen)) != 0 ||
+	    (rc = json_time(root, "ttft", 0, 0, HUGE_VAL, &r.ttft, why,
 	         whylen)) != 0 ||
-	    (rc = json_time(root, "ttft", 0, 0, &r.ttft, why, whylen)) != 0 ||
-	    (rc = json_time(root, "tpot_mean", 0, 0, &r.tpot_mean, why,
+	    (rc = json_time(root, "tpot_mean", 0, 0, HUGE_VAL, &r.tpot_mean,
+	         why, whylen)) != 0 ||
+	    (rc = json_time(root, "tpot_max", 0, 0, HUGE_VAL, &r.tpot_max, why,
 	         whylen)) != 0 ||
-	    (rc = json_time(root, "tpot_max", 0, 0, &r.tpot_max, why,
+	    (rc = json_time(root, "ttft_slo", 0, 0, HUGE_VAL, &r.ttft_slo, why,
 	         whylen)) != 0 ||
-	    (rc = json_time(root, "ttft_slo", 0, 0, &r.ttft_slo, why,
-	         whylen)) != 0 ||
-	    (rc = json_time(root, "tpot_slo", 0, 0, &r.tpot_slo, why,
+	    (rc = json_time(root, "tpot_slo", 0, 0, HUGE_VAL, &r.tpot_slo, why,
 	         whylen)) != 0)
 		goto out;
 	if ((rc = json_record_extra(root, &r, why, whylen)) != 0)
@@ -722,20 +750,27 @@ trace_header(struct medha_trace_in *t, char *line)
 	    "arrived_at,num_prefill_tokens,num_decode_tokens");
 }
 
-/* A CSV count: an integer, or a decimal with no fraction ("12.0"). */
+/*
+ * A CSV count in [min, MEDHA_TOKENS_MAX]: an integer, or a decimal with no
+ * fraction ("12.0"). Fails naming the column, the field and the range.
+ */
 static int
-csv_count(const char *s, int64_t min, int64_t *out)
+csv_count(struct medha_trace_in *t, const char *col, const char *s, int64_t min,
+    int64_t *out)
 {
 	double d;
 
-	if (medha_parse_i64(s, min, INT64_MAX, out) == 0)
+	if (medha_parse_i64(s, min, MEDHA_TOKENS_MAX, out) == 0)
 		return 0;
-	if (medha_parse_f64(s, (double)min, 9007199254740992.0, &d) == 0 &&
+	if (medha_parse_f64(s, (double)min, (double)MEDHA_TOKENS_MAX, &d) ==
+	        0 &&
 	    d == floor(d)) {
 		*out = (int64_t)d;
 		return 0;
 	}
-	return -1;
+	return trace_fail(t, MEDHA_EFORMAT,
+	    "%s: not an integer in [%lld, %lld] (got \"%.40s\")", col,
+	    (long long)min, (long long)MEDHA_TOKENS_MAX, s);
 }
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
@@ -770,9 +805,16 @@ parse_timestamp(const char *s, int64_t *sec, double *frac)
 	*frac = 0;
 	p = (char *)s + n;
 	if (*p == '.') {
-		if (!isdigit((unsigned char)p[1]))
+		/* digits only: strtod alone would take ".5e999" (inf) */
+		size_t nd = strspn(p + 1, "0123456789");
+		char digits[32];
+
+		if (nd == 0)
 			return -1;
-		*frac = strtod(p, &p);
+		snprintf(digits, sizeof(digits), "0.%.*s",
+		    (int)(nd < 28 ? nd : 28), p + 1);
+		*frac = strtod(digits, NULL);
+		p += 1 + nd;
 	}
 	if (*p == 'Z')
 		p++;
@@ -812,15 +854,18 @@ trace_csv_row(struct medha_trace_in *t, char *line, struct medha_reqspec *rs)
 		if (rs->arrival < 0)
 			return trace_fail(t, MEDHA_EFORMAT,
 			    "TIMESTAMP: earlier than the first row's");
-	} else if (medha_parse_f64(a, 0, 1e300, &rs->arrival) != 0)
+		if (rs->arrival > MEDHA_TIME_MAX)
+			return trace_fail(t, MEDHA_EFORMAT,
+			    "TIMESTAMP: \"%.40s\" is %.15g s after the first "
+			    "row's, more than %.15g",
+			    a, rs->arrival, MEDHA_TIME_MAX);
+	} else if (medha_parse_f64(a, 0, MEDHA_TIME_MAX, &rs->arrival) != 0)
 		return trace_fail(t, MEDHA_EFORMAT,
-		    "arrived_at: not a non-negative number");
-	if (csv_count(p, 1, &rs->prompt_tokens) != 0)
-		return trace_fail(t, MEDHA_EFORMAT,
-		    "%s: not a positive integer", t->name[1]);
-	if (csv_count(o, 0, &rs->max_tokens) != 0)
-		return trace_fail(t, MEDHA_EFORMAT,
-		    "%s: not a non-negative integer", t->name[2]);
+		    "arrived_at: not a number in [0, %.15g] (got \"%.40s\")",
+		    MEDHA_TIME_MAX, a);
+	if (csv_count(t, t->name[1], p, 1, &rs->prompt_tokens) != 0 ||
+	    csv_count(t, t->name[2], o, 0, &rs->max_tokens) != 0)
+		return t->err;
 	return 0;
 }
 

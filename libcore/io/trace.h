@@ -63,7 +63,9 @@ int medha_trace_open(struct medha_trace_in **t, FILE *f);
 /*
  * Next request into *rs (previous contents cleared). Returns 1, 0 at end,
  * or a negative code with medha_trace_error() naming the line and the
- * problem (e.g. "line 7: prompt_tokens: not a positive integer").
+ * problem (e.g. "line 7: prompt_tokens: not an integer in [1, 1000000000]
+ * (got 0)"). Every format is held to the limits of req.h
+ * (MEDHA_TOKENS_MAX, MEDHA_TIME_MAX): a request returned is within them.
  * Blank lines and lines starting with '#' are skipped. *rs must start
  * zeroed (its prompt is freed); an id the input lacks becomes the 0-based
  * number of the request in the trace.
@@ -73,18 +75,22 @@ const char *medha_trace_error(const struct medha_trace_in *t);
 void medha_trace_close(struct medha_trace_in *t);
 
 /*
- * Parse one JSON trace line; why gets a reason on MEDHA_EFORMAT. *rs is
+ * Parse one JSON trace line, its counts and times within the limits of
+ * req.h; why gets a reason on MEDHA_EFORMAT. *rs is
  * overwritten (an earlier rs->prompt is not freed); on success a prompt
  * is owned by the caller (medha_reqspec_clear), on failure none is left.
  * A line without "id" leaves rs->id empty.
  */
 int medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
     size_t whylen);
-/* Write rs as one JSON line (with newline). */
+/* Write rs as one JSON line (with newline); MEDHA_EINVAL (nothing
+ * written) for what medha_reqspec_parse() would refuse. */
 int medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs);
 
 /* ---- records ---- */
 
+/* Parse one record line: counts within MEDHA_TOKENS_MAX, times any
+ * finite number >= 0; why gets a reason on MEDHA_EFORMAT. */
 int medha_record_parse(const char *line, struct medha_record *rec, char *why,
     size_t whylen);
 /* Write rec as one JSON line (with newline). */

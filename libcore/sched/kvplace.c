@@ -14,16 +14,27 @@ overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1)
 	return hi > lo ? hi - lo : 0;
 }
 
+/* a / b rounded up, for a >= 0 and b >= 1, without forming a + b - 1
+ * (which overflows for an a near INT64_MAX) */
 static int64_t
-blocks(const struct medha_kvplace *pl, int64_t tokens)
+div_up(int64_t a, int64_t b)
 {
-	return (tokens + pl->block_size - 1) / pl->block_size;
+	return a / b + (a % b != 0);
 }
 
 static int64_t
+blocks(const struct medha_kvplace *pl, int64_t tokens)
+{
+	return tokens > 0 ? div_up(tokens, pl->block_size) : 0;
+}
+
+/* Pieces of group_tokens that need tokens make: at least 1, and right
+ * for any need up to INT64_MAX (callers compare it with kvp as an
+ * int64_t before narrowing it). */
+static int64_t
 pieces(const struct medha_kvplace *pl, int64_t need)
 {
-	int64_t n = (need + pl->group_tokens - 1) / pl->group_tokens;
+	int64_t n = need > 0 ? div_up(need, pl->group_tokens) : 0;
 
 	return n < 1 ? 1 : n;
 }
@@ -33,9 +44,11 @@ medha_kvplace_init(struct medha_kvplace *pl, int kvp, int block_size,
     int64_t cap_blocks, int64_t max_tokens)
 {
 	memset(pl, 0, sizeof(*pl));
+	/* cap_blocks bounded so that the end of every piece, up to
+	   kvp x group_tokens, fits an int64_t */
 	if (kvp < 1 || kvp > MEDHA_KVP_MAX || block_size < 1 ||
-	    cap_blocks < 1 || max_tokens < 0 ||
-	    (max_tokens > 0 && max_tokens % block_size != 0))
+	    cap_blocks < 1 || cap_blocks > INT64_MAX / block_size / kvp ||
+	    max_tokens < 0 || (max_tokens > 0 && max_tokens % block_size != 0))
 		return MEDHA_EINVAL;
 	pl->kvp = kvp;
 	pl->block_size = block_size;
@@ -89,12 +102,14 @@ int
 medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
     int64_t need, int64_t prompt)
 {
-	int n = (int)pieces(pl, need);
+	int64_t np = pieces(pl, need);
 	int used[MEDHA_KVP_MAX] = {0};
+	int n;
 
 	l->n_groups = 0;
-	if (n > pl->kvp)
+	if (np > pl->kvp) /* before narrowing: (int) of 2^32 + 1 is 1 */
 		return MEDHA_ENOSPACE;
+	n = (int)np;
 	for (int i = 0; i < n; i++) {
 		int64_t nb = blocks(pl, medha_kvplace_in_piece(pl, i, 0, need));
 		int best = -1;
