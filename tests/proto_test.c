@@ -203,7 +203,7 @@ example(int t, int full, struct medha_msg *m)
 		rs->prompt = ex_prompt;
 		rs->prompt_ids = ex_ids;
 		rs->prompt_tokens = 5;
-		rs->max_tokens = INT64_MAX;
+		rs->max_tokens = MEDHA_TOKENS_MAX;
 		rs->sampling = (struct medha_sampler_params){.temp = 0.7f,
 		    .top_k = 1 << 24,
 		    .top_p = 0.95f,
@@ -361,7 +361,7 @@ test_roundtrip_values(void **state)
 	assert_string_equal(out.submit.prompt, ex_prompt);
 	assert_int_equal(out.submit.prompt_tokens, 5);
 	assert_memory_equal(out.submit.prompt_ids, ex_ids, sizeof(ex_ids));
-	assert_true(out.submit.max_tokens == INT64_MAX);
+	assert_true(out.submit.max_tokens == MEDHA_TOKENS_MAX);
 	assert_true(out.submit.sampling.temp == 0.7f);
 	assert_true(out.submit.sampling.top_p == 0.95f);
 	assert_int_equal(out.submit.sampling.top_k, 1 << 24);
@@ -502,7 +502,18 @@ test_reject_submit(void **state)
 	id64[64] = '\0';
 	reject(SUB("sssssI", 3, "id", "q", "prompt", "hi", "max_tokens",
 	           (int64_t)-1),
-	    "submit: request.max_tokens: not a non-negative integer");
+	    "submit: request.max_tokens: not an integer in [0, 1000000000]");
+	/* the limits of a trace: nothing a client sends can overflow the
+	 * scheduler's sums */
+	reject(SUB("sssssI", 3, "id", "q", "prompt", "hi", "max_tokens",
+	           (int64_t)MEDHA_TOKENS_MAX + 1),
+	    "submit: request.max_tokens: not an integer in [0, 1000000000]");
+	reject(SUB("sssIsi", 3, "id", "q", "prompt_tokens",
+	           (int64_t)INT64_MAX, "max_tokens", 1),
+	    "submit: request.prompt_tokens: not an integer in [1, 1000000000]");
+	reject(SUB("sssdsssi", 4, "id", "q", "arrival", 1e300, "prompt", "hi",
+	           "max_tokens", 1),
+	    "submit: request.arrival: not a number in [0, 1e+09]");
 	reject(SUB("sssi", 2, "id", "q", "prompt_tokens", 5),
 	    "submit: request.max_tokens: missing");
 	reject(SUB("sisi", 2, "id", 5, "max_tokens", 1),
@@ -573,7 +584,7 @@ test_reject_submit(void **state)
 	    "submit: request.tpot_slo: not a number > 0");
 	reject(SUB("sssisisd", 4, "id", "q", "max_tokens", 1, "prompt_tokens",
 	           1, "arrival", -1.0),
-	    "submit: request.arrival: not a number >= 0");
+	    "submit: request.arrival: not a number in [0, 1e+09]");
 	reject(SUB("sssisisi", 4, "id", "q", "max_tokens", 1, "prompt_tokens",
 	           1, "max_token", 1),
 	    "submit: request: unknown key \"max_token\"");
@@ -755,7 +766,7 @@ test_encode_refuses(void **state)
 	(void)state;
 	example(MEDHA_MSG_SUBMIT, 0, &m);
 	m.submit.max_tokens = -1;
-	refuse(&m, "submit: request.max_tokens: not a non-negative integer");
+	refuse(&m, "submit: request.max_tokens: not an integer in [0, 1000000000]");
 	example(MEDHA_MSG_SUBMIT, 0, &m);
 	m.submit.id[0] = '\0';
 	refuse(&m, "submit: request.id: not a string of 1 to 63 bytes");
@@ -773,7 +784,7 @@ test_encode_refuses(void **state)
 	refuse(&m, "submit: request.prompt_ids[1]: not a token id");
 	example(MEDHA_MSG_SUBMIT, 0, &m);
 	m.submit.tpot_slo = -1;
-	refuse(&m, "submit: request.tpot_slo: not a number > 0");
+	refuse(&m, "submit: request.tpot_slo: not a number in (0, 1e+09]");
 	example(MEDHA_MSG_SUBMIT, 0, &m);
 	m.submit.n_stop = 1;
 	m.submit.stop[0] = "";

@@ -301,22 +301,28 @@ check_reqspec(struct chk *c, const struct medha_reqspec *rs)
 	if (!fits(rs->id, sizeof(rs->id), 1))
 		return FAIL(c, "request.id", "not a string of 1 to %d bytes",
 		    MEDHA_ID_MAX - 1);
-	if (!time_ok(rs->arrival))
-		return FAIL(c, "request.arrival", "not a number >= 0");
-	if (rs->prompt_tokens < 0 ||
+	/* the limits of a trace (req.h), so that no count or time from a
+	 * client can overflow the scheduler's sums */
+	if (!time_ok(rs->arrival) || rs->arrival > MEDHA_TIME_MAX)
+		return FAIL(c, "request.arrival", "not a number in [0, %g]",
+		    MEDHA_TIME_MAX);
+	if (rs->prompt_tokens < 0 || rs->prompt_tokens > MEDHA_TOKENS_MAX ||
 	    (rs->prompt_ids != NULL && rs->prompt_tokens == 0))
 		return FAIL(c, "request.prompt_tokens",
-		    "not a positive integer");
+		    "not an integer in [1, %lld]",
+		    (long long)MEDHA_TOKENS_MAX);
 	if (rs->prompt == NULL && rs->prompt_tokens == 0)
 		return FAIL(c, "request",
 		    "no prompt, prompt_ids or prompt_tokens");
-	if (rs->max_tokens < 0)
+	if (rs->max_tokens < 0 || rs->max_tokens > MEDHA_TOKENS_MAX)
 		return FAIL(c, "request.max_tokens",
-		    "not a non-negative integer");
-	if (!time_ok(rs->ttft_slo))
-		return FAIL(c, "request.ttft_slo", "not a number > 0");
-	if (!time_ok(rs->tpot_slo))
-		return FAIL(c, "request.tpot_slo", "not a number > 0");
+		    "not an integer in [0, %lld]", (long long)MEDHA_TOKENS_MAX);
+	if (!time_ok(rs->ttft_slo) || rs->ttft_slo > MEDHA_TIME_MAX)
+		return FAIL(c, "request.ttft_slo", "not a number in (0, %g]",
+		    MEDHA_TIME_MAX);
+	if (!time_ok(rs->tpot_slo) || rs->tpot_slo > MEDHA_TIME_MAX)
+		return FAIL(c, "request.tpot_slo", "not a number in (0, %g]",
+		    MEDHA_TIME_MAX);
 	if ((rc = check_sampling(c, "request.", &rs->sampling)) != 0)
 		return rc;
 	if (rs->n_stop < 0 || rs->n_stop > MEDHA_STOP_MAX)
