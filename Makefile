@@ -103,7 +103,8 @@ demo: all
 	$(BIN)/medha-trace gen -q 0.75 -l 0.05 -t 3600 -s 1 | \
 	$(BIN)/medha-sched --sim a100 -m llama3-8b --tp 8 --spp 2 \
 	    --policy medha --chunk adaptive | \
-	$(BIN)/medha-trace report --plot medha-report.png
+	$(BIN)/medha-trace report --plot medha-report.png \
+	    --title 'medha (adaptive chunks), 0.75 QPS, Llama-3 8B on 16 A100s (tp 8, spp 2)'
 	@echo "plot: medha-report.png; live records: live-records.jsonl"
 
 bench: all

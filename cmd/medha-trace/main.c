@@ -29,7 +29,7 @@ usage(int status)
 	    "[file]\n"
 	    "       medha-trace report [-h] [--json] "
 	    "[--long-threshold tokens]\n"
-	    "           [--plot file.png] [file ...]\n"
+	    "           [--plot file.png] [--title text] [file ...]\n"
 	    "       medha-trace replay -a addr [-hv] [-o file] [--speed x] "
 	    "[--text]\n"
 	    "           [--token-ids] [--wait seconds] [file]\n"

@@ -303,8 +303,11 @@ write_cdf(const char *path, const struct series *s, double scale, int logx,
 	return fclose(f) != 0 ? -1 : 0;
 }
 
+/* One colour a class in every panel: all, short, long. */
+static const char *cls_colour[NCLS] = {"#555555", "#1f77b4", "#d62728"};
+
 static int
-plot(const char *png, const struct cls *cls)
+plot(const char *png, const char *title, const struct cls *cls)
 {
 	static const struct {
 		const char *xlabel;
@@ -316,7 +319,7 @@ plot(const char *png, const struct cls *cls)
 	        {{"ttft-short", CLS_SHORT, M_TTFT, 0}, {NULL, 0, 0, 0}}},
 	    {"TTFT of long requests (s)", 1, 1,
 	        {{"ttft-long", CLS_LONG, M_TTFT, 0}, {NULL, 0, 0, 0}}},
-	    {"TPOT (ms)", 0, 1e3,
+	    {"TPOT (ms)", 1, 1e3,
 	        {{"tpot-short", CLS_SHORT, M_TPOT, 0},
 	            {"tpot-long", CLS_LONG, M_TPOT, 0}}},
 	    {"end-to-end latency (s)", 1, 1,
@@ -371,13 +374,21 @@ plot(const char *png, const struct cls *cls)
 	    "else { set terminal png size 1200,900 }\n"
 	    "set output ");
 	gp_quote(gp, png);
+	/* a CDF rises from the bottom left to the top right: the top left
+	 * corner is where the key covers nothing */
+	fprintf(gp, "\nset multiplot layout 2,2 title ");
+	{
+		char t[1024];
+		snprintf(t, sizeof(t), "%s%s%lld requests, %lld completed",
+		    title != NULL ? title : "", title != NULL ? ": " : "",
+		    (long long)cls[CLS_ALL].requests,
+		    (long long)cls[CLS_ALL].completed);
+		gp_quote(gp, t);
+	}
 	fprintf(gp,
-	    "\nset multiplot layout 2,2 title '%lld requests, "
-	    "%lld completed'\n"
-	    "set grid\nset key bottom right\nset ylabel 'CDF'\n"
-	    "set yrange [0:1]\n",
-	    (long long)cls[CLS_ALL].requests,
-	    (long long)cls[CLS_ALL].completed);
+	    " font ',14'\n"
+	    "set grid\nset key top left opaque box\nset ylabel 'CDF'\n"
+	    "set yrange [0:1.02]\nset offsets 0, graph 0.05, 0, 0\n");
 	for (i = 0; i < np; i++) {
 		fprintf(gp, "set xlabel '%s'\n%s logscale x\n",
 		    panels[i].xlabel, panels[i].logx ? "set" : "unset");
@@ -390,8 +401,9 @@ plot(const char *png, const struct cls *cls)
 			    panels[i].lines[j].file);
 			gp_quote(gp, path);
 			fprintf(gp,
-			    " using 1:2 with steps lw 2 "
+			    " using 1:2 with steps lw 2 lc rgb '%s' "
 			    "title '%s (n=%zu)'",
+			    cls_colour[panels[i].lines[j].cls],
 			    cls_names[panels[i].lines[j].cls], n[i][j]);
 		}
 		if (drawn == 0)
@@ -431,7 +443,7 @@ clean:
 
 /* ---- the subcommand ---- */
 
-enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT };
+enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT, OPT_TITLE };
 
 int
 trace_report(int argc, char *argv[])
@@ -441,12 +453,14 @@ trace_report(int argc, char *argv[])
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"long-threshold", required_argument, NULL, OPT_LONG_THRESHOLD},
 	    {"plot", required_argument, NULL, OPT_PLOT},
+	    {"title", required_argument, NULL, OPT_TITLE},
 	    {NULL, 0, NULL, 0},
 	};
 	static char *dash[] = {"-", NULL};
 	struct cls cls[NCLS];
 	int64_t long_min = 131072; /* --long-threshold: 128K tokens */
 	const char *png = NULL;    /* --plot: none */
+	const char *title = NULL;  /* --title: none */
 	int ch, json = 0, i, m, status = 0;
 
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -458,6 +472,7 @@ trace_report(int argc, char *argv[])
 			    flag_i64("--long-threshold", optarg, 1, INT64_MAX);
 			break;
 		case OPT_PLOT: png = optarg; break;
+		case OPT_TITLE: title = optarg; break;
 		default: usage(2);
 		}
 	}
@@ -481,7 +496,7 @@ trace_report(int argc, char *argv[])
 		else
 			print_table(cls);
 		if (status == 0 && png != NULL)
-			status = plot(png, cls);
+			status = plot(png, title, cls);
 	}
 	for (i = 0; i < NCLS; i++)
 		for (m = 0; m < NMETRIC; m++)

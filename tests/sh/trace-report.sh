@@ -90,6 +90,9 @@ grep -q 'line 3: ' "$tmp/err" || { cat "$tmp/err"; exit 1; }
 # the plot
 if command -v gnuplot >/dev/null 2>&1; then
 	"$bin/medha-trace" report --plot "$tmp/cdf.png" "$tmp/rec" >/dev/null
+	"$bin/medha-trace" report --plot "$tmp/titled.png" \
+	    --title "fcfs, 1 QPS, 'quoted'" "$tmp/rec" >/dev/null
+	[ -s "$tmp/titled.png" ] || { echo "--title: no plot"; exit 1; }
 	[ "$(od -An -tx1 -N8 "$tmp/cdf.png" | tr -d ' \n')" = \
 	    89504e470d0a1a0a ] || { echo "not a PNG"; exit 1; }
 	"$bin/medha-trace" report --plot "$tmp/none.png" </dev/null >/dev/null
