@@ -142,9 +142,19 @@ read_records(const char *path, int64_t long_min, struct cls *cls)
 		if (*s == '\0' || *s == '#')
 			continue;
 		if ((rc = medha_record_parse(s, &rec, why, sizeof(why))) != 0) {
-			medha_log(MEDHA_LOG_ERROR, "%s: line %lld: %s", name,
-			    lineno,
-			    rc == MEDHA_EFORMAT ? why : medha_strerror(rc));
+			if (strstr(s, "\"status\"") == NULL &&
+			    strstr(s, "\"max_tokens\"") != NULL)
+				medha_log(MEDHA_LOG_ERROR,
+				    "%s: line %lld: a request of a trace, not "
+				    "a result record: run the trace through "
+				    "medha-sched --sim (or medha-trace replay) "
+				    "and report on what it prints",
+				    name, lineno);
+			else
+				medha_log(MEDHA_LOG_ERROR, "%s: line %lld: %s",
+				    name, lineno,
+				    rc == MEDHA_EFORMAT ? why
+				                        : medha_strerror(rc));
 			goto out;
 		}
 		c = rec.prompt_tokens >= long_min ? CLS_LONG : CLS_SHORT;
@@ -485,6 +495,12 @@ trace_report(int argc, char *argv[])
 	memset(cls, 0, sizeof(cls));
 	for (i = 0; i < argc && status == 0; i++)
 		status = read_records(argv[i], long_min, cls);
+	if (status == 0 && cls[CLS_ALL].requests == 0) {
+		medha_log(MEDHA_LOG_ERROR, "no records in %s",
+		    argc == 1 && strcmp(argv[0], "-") == 0 ? "the input"
+		                                           : "the files");
+		status = 1;
+	}
 	if (status == 0) {
 		for (i = 0; i < NCLS; i++)
 			for (m = 0; m < NMETRIC; m++)

@@ -68,14 +68,17 @@ check "$tmp/out3"
 "$bin/medha-trace" report "$tmp/rec" >"$tmp/table"
 grep -q '^short *5 *4 *2\.500 *3\.700 *3\.970 *200\.00' "$tmp/table"
 
-# no records: nulls, exit 0
-"$bin/medha-trace" report --json </dev/null >"$tmp/empty"
-python3 -c '
-import json, sys
-d = json.load(open(sys.argv[1]))
-assert d["requests"] == 0 and d["long"]["ttft"]["p50"] is None
-assert d["all"]["slo_attainment"] is None
-' "$tmp/empty"
+# no records: an error (it printed a table of zeros), exit 1
+st=0
+"$bin/medha-trace" report --json </dev/null >"$tmp/empty" 2>"$tmp/err" || st=$?
+[ "$st" -eq 1 ] && grep -q 'no records in the input' "$tmp/err" &&
+    [ ! -s "$tmp/empty" ] || { echo "no records: status $st"; exit 1; }
+# a trace instead of records: say so (it said "status: missing")
+st=0
+"$bin/medha-trace" gen -n 3 -s 1 | "$bin/medha-trace" report \
+    >/dev/null 2>"$tmp/err" || st=$?
+[ "$st" -eq 1 ] && grep -q 'line 1: a request of a trace, not a result record: run the trace through medha-sched --sim' "$tmp/err" ||
+    { echo "a trace to report: status $st"; cat "$tmp/err"; exit 1; }
 
 # a line that is no record
 sed '3s/.*/{"id": 9, "arrival": "soon"}/' "$tmp/rec" >"$tmp/bad"
@@ -95,8 +98,9 @@ if command -v gnuplot >/dev/null 2>&1; then
 	[ -s "$tmp/titled.png" ] || { echo "--title: no plot"; exit 1; }
 	[ "$(od -An -tx1 -N8 "$tmp/cdf.png" | tr -d ' \n')" = \
 	    89504e470d0a1a0a ] || { echo "not a PNG"; exit 1; }
-	"$bin/medha-trace" report --plot "$tmp/none.png" </dev/null >/dev/null
-	[ -s "$tmp/none.png" ]
+	"$bin/medha-trace" report --plot "$tmp/none.png" </dev/null \
+	    >/dev/null 2>&1 && { echo "no records: exit 0"; exit 1; }
+	[ ! -e "$tmp/none.png" ] || { echo "no records: a plot"; exit 1; }
 else
 	echo "skip: no gnuplot"
 fi
