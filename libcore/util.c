@@ -46,12 +46,14 @@ medha_assert_fail(const char *expr, const char *file, int line)
 void
 medha_log_write(int lvl, const char *fmt, ...)
 {
-	static const char *names[] = {"error", "warning", "info", "debug"};
+	/* an error reads as every program's own messages do, "prog:
+	 * reason"; the other levels say what they are */
+	static const char *names[] = {"", "warning: ", "info: ", "debug: "};
 	va_list ap;
 
 	if (lvl < 0 || lvl > MEDHA_LOG_DEBUG)
 		lvl = MEDHA_LOG_DEBUG;
-	fprintf(stderr, "%s: %s: ", medha_progname, names[lvl]);
+	fprintf(stderr, "%s: %s", medha_progname, names[lvl]);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);

@@ -59,7 +59,7 @@ assert 60 < len(a) < 200 and a[-1] < 60, (len(a), a[-1])
 	echo "compressed and plain output differ"; exit 1; }
 "$bin/medha-trace" report "$tmp/t.jsonl.zst" >"$tmp/report" 2>&1 && {
 	echo "report took a trace for records"; exit 1; }
-grep -q 'line 1: status: missing' "$tmp/report"
+grep -q 'line 1: a request of a trace, not a result record' "$tmp/report"
 
 # --prompts: text prompts in turn, --max-tokens caps the output
 printf 'first prompt\n\nsecond "quoted"\n' >"$tmp/prompts"
