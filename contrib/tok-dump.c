@@ -282,7 +282,9 @@ main(int argc, char **argv)
 		if (mode == 'c') {
 			char *c;
 
-			if (medha_tok_chat(t, s, len, &c, NULL) != 0) {
+			/* up to a NUL, as llama.cpp's C API (C strings),
+			 * which this output is compared with */
+			if (medha_tok_chat(t, s, strlen(s), &c, NULL) != 0) {
 				fprintf(stderr, "tok-dump: no chat template\n");
 				return 1;
 			}

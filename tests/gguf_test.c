@@ -367,7 +367,15 @@ test_resolve(void **state)
 	assert_int_equal(medha_model_resolve_why("/nonexistent.gguf", &m, why,
 	                     sizeof(why)),
 	    MEDHA_ENOTFOUND);
-	assert_non_null(strstr(why, "unknown model"));
+	assert_non_null(strstr(why, "neither a built-in model nor a file"));
+	/* a path that is there but is no model says what it is */
+	assert_int_equal(medha_model_resolve_why("/tmp", &m, why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "a directory, not a GGUF file"));
+	assert_int_equal(medha_model_resolve_why("/dev/null", &m, why,
+	                     sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "not a regular file"));
 }
 
 /* Every prefix of the file is refused, and nothing leaks or crashes. */
