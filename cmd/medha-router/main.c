@@ -26,6 +26,44 @@ usage(FILE *f)
 	    "           [--status-interval S]\n");
 }
 
+/* -h: the synopsis, then every option with a line on it (medha-router(1)) */
+static const struct {
+	const char *opt, *desc;
+} help_lines[] = {
+    {"-l, --listen ADDR",
+        "where clients connect: ipc://PATH or tcp://HOST:PORT"},
+    {"-r, --replica REPLICA_ADDR",
+        "a replica's scheduler, once each (at most 1024)"},
+    {"-m, --model MODEL",
+        "--http: GGUF for tokenizer, chat template, model id"},
+    {"-v, --verbose", "log more: retries on another replica, clients gone"},
+    {"-h, --help", "print this help and exit"},
+    {"--drain-timeout S",
+        "on SIGTERM/SIGINT, wait for requests in flight (30 s)"},
+    {"--hold-timeout S", "wait for a ready replica (30 s); 0: refuse at once"},
+    {"--http HOST:PORT", "serve the HTTP front door there (port 0: any free)"},
+    {"--http-max-body BYTES",
+        "largest request body (1048576, at most 33554432)"},
+    {"--http-max-conns N",
+        "HTTP requests answered at once; more get 429 (1024)"},
+    {"--max-queue N", "requests in flight at most; more refused (100000)"},
+    {"--status-interval S", "seconds between STATUS calls to a replica (0.1)"},
+};
+
+static int
+help(void)
+{
+	usage(stdout);
+	printf("\n");
+	for (size_t i = 0; i < sizeof(help_lines) / sizeof(help_lines[0]); i++)
+		printf("  %-22s  %s\n", help_lines[i].opt, help_lines[i].desc);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		perror("medha-router: stdout");
+		return 1;
+	}
+	return 0;
+}
+
 static volatile sig_atomic_t stop;
 
 static void
@@ -81,7 +119,7 @@ main(int argc, char *argv[])
 	c.replicas = reps;
 	while ((ch = getopt_long(argc, argv, "hl:m:r:v", opts, NULL)) != -1) {
 		switch (ch) {
-		case 'h': usage(stdout); return 0;
+		case 'h': return help();
 		case 'l': c.listen = optarg; break;
 		case 'm': hc.model = optarg; break;
 		case 'r':

@@ -42,6 +42,70 @@ usage(FILE *f)
 	    "           [--target-batch-time S] [--tp N] [FILE]\n");
 }
 
+/* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
+static const struct {
+	const char *opt, *desc; /* opt NULL: desc heads a group */
+} help_lines[] = {
+    {NULL, "Live replica (-l ADDR):"},
+    {"-l, --listen ADDR", "be a live replica listening at ADDR"},
+    {"-m, --model MODEL",
+        "tokenizer and shape from this GGUF, not the workers'"},
+    {"--drain-timeout S",
+        "how long a stop waits for requests in flight (30 s)"},
+    {"--max-queue N", "most requests in flight; more are refused (100000)"},
+    {"--workers N", "workers to wait for, tp x spp x kvp (1, at most 4096)"},
+    {NULL, "Simulation (--sim GPU):"},
+    {"--sim GPU", "simulate on a100 (80 GB SXM) or h100 (SXM 80 GB)"},
+    {"-m, --model MODEL",
+        "llama3-8b, llama3-70b, smollm2-135m or a GGUF (bf16)"},
+    {"-b, --batch-log FILE",
+        "a line per batch: time, latency, decodes, id:chunk:kv"},
+    {"-o, --output FILE",
+        "write records to FILE, not stdout (.zst: compressed)"},
+    {"--block-size N", "KV block size in tokens (16)"},
+    {"--kv-blocks N", "KV blocks per KVP group (default: from GPU memory)"},
+    {"--kvp N", "KVP groups (1, at most 64)"},
+    {"--mem-util X", "fraction of GPU memory usable (0.9)"},
+    {"--spp N", "pipeline stages (1)"},
+    {"--tp N", "tensor-parallel GPUs per stage (1); must fit heads"},
+    {"FILE", "trace: JSON Lines or Azure/Vidur CSV (default: stdin)"},
+    {NULL, "Both modes:"},
+    {"-c, --chunk N|adaptive",
+        "N tokens per batch (fixed), or adaptive (default)"},
+    {"-h, --help", "print this help and exit"},
+    {"-p, --policy POLICY", "fcfs, edf, lrs or medha (default)"},
+    {"-v, --verbose", "more messages on stderr, a summary; repeat for more"},
+    {"--deadline-floor S", "shortest default TTFT deadline, in seconds (0.5)"},
+    {"--deadline-mult X",
+        "default TTFT deadline: X x prefill time alone (1.5)"},
+    {"--kvp-max-tokens N",
+        "request KV tokens per group, block-aligned (no limit)"},
+    {"--max-chunk N", "largest adaptive chunk in tokens (8192)"},
+    {"--max-prefills N", "most prefills in one batch (64)"},
+    {"--predictor, --profile FILE",
+        "operator times from a medha-profile(5) table"},
+    {"--share-cap X", "medha: most of a batch a long prefill gives up (0.5)"},
+    {"--target-batch-time S",
+        "adaptive chunks' target batch latency, seconds (0.05)"},
+};
+
+static int
+help(void)
+{
+	usage(stdout);
+	for (size_t i = 0; i < sizeof(help_lines) / sizeof(help_lines[0]); i++)
+		if (help_lines[i].opt == NULL)
+			printf("\n%s\n", help_lines[i].desc);
+		else
+			printf("  %-22s  %s\n", help_lines[i].opt,
+			    help_lines[i].desc);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		perror("medha-sched: stdout");
+		return 1;
+	}
+	return 0;
+}
+
 struct out {
 	struct medha_writer *rec;
 	struct medha_writer *blog;
@@ -316,7 +380,7 @@ main(int argc, char *argv[])
 			else
 				cfg.chunk = num("--chunk", optarg, 1, 1 << 24);
 			break;
-		case 'h': usage(stdout); return 0;
+		case 'h': return help();
 		case 'l': listen = optarg; break;
 		case 'm': model_name = optarg; break;
 		case 'o': out_path = optarg; break;

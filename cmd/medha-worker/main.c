@@ -41,6 +41,65 @@ usage(FILE *f)
 	    "           [--tokenize] [--tokens] [--top-k K] [--top-p P]\n");
 }
 
+/* -h: the synopsis, then every option with a line on it (medha-worker(1)) */
+static const struct {
+	const char *opt, *desc; /* opt NULL: desc heads a group */
+} help_lines[] = {
+    {NULL, "Daemon mode (-s ADDR):"},
+    {"-s, --sched ADDR", "serve the scheduler (medha-sched -l) at ADDR"},
+    {"-m, --model MODEL",
+        "a GGUF file, or for sim a built-in name (llama3-8b)"},
+    {"--backend cpu|sim", "the backend (cpu)"},
+    {"--gpu NAME", "the device a sim worker models: a100 (default), h100"},
+    {"--kv-blocks N", "16-token KV blocks (cpu: ctx x seqs; sim: GPU memory)"},
+    {"--max-seqs N", "sequences held at once (cpu 64, sim 1024)"},
+    {"--speed X", "sim backend: divide every batch's time by X (1)"},
+    {"--tp N", "tensor-parallel degree of the replica (1, at most 64)"},
+    {"--spp N", "sequence-pipeline degree (1, at most 64)"},
+    {"--kvp N", "KV-cache-parallel degree (1, at most 64)"},
+    {"--rank R", "this worker's place in the tp x spp x kvp layout (0)"},
+    {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
+    {NULL, "One-shot mode (-p PROMPT or -f FILE):"},
+    {"-m, --model MODEL", "the model, a GGUF file"},
+    {"-p, --prompt PROMPT", "the prompt text"},
+    {"-f, --file FILE", "read the prompt from FILE (- for standard input)"},
+    {"-c, --chunk N", "prefill N prompt tokens at a time (512); 0: one piece"},
+    {"-n, --n-predict N", "tokens to generate (64); 0 runs the prompt only"},
+    {"--chat", "apply the GGUF's chat template to the prompt"},
+    {"--ignore-eos", "do not stop at end-of-generation tokens"},
+    {"--llama-compat", "match llama.cpp's CPU logits bit for bit (f32 KV)"},
+    {"--logits FILE", "write the last prompt position's logits (float32 LE)"},
+    {"--seed S", "seed of the sampler's generator (1)"},
+    {"--temp T", "sampling temperature; 0 (the default) is greedy"},
+    {"--tokenize", "print the prompt's token ids and exit"},
+    {"--tokens", "print the generated token ids instead of text"},
+    {"--top-k K", "sample among the K most likely tokens (0: all)"},
+    {"--top-p P", "sample within the smallest set reaching P (1: all)"},
+    {NULL, "Both modes:"},
+    {"-h, --help", "print this help and exit"},
+    {"-t, --threads THREADS",
+        "threads in all (default: online CPUs, at most usable)"},
+    {"-v, --verbose", "more on stderr (one-shot: prompt's tokens, tokens/s)"},
+    {"--kv f16|f32", "KV cache element type (f32)"},
+};
+
+static int
+help(void)
+{
+	usage(stdout);
+	for (size_t i = 0; i < sizeof(help_lines) / sizeof(help_lines[0]); i++)
+		if (help_lines[i].opt == NULL)
+			printf("\n%s\n", help_lines[i].desc);
+		else
+			printf("  %-22s  %s\n", help_lines[i].opt,
+			    help_lines[i].desc);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		perror("medha-worker: stdout");
+		return 1;
+	}
+	return 0;
+}
+
 enum {
 	OPT_BACKEND = 300,
 	OPT_GPU,
@@ -291,7 +350,7 @@ main(int argc, char *argv[])
 		switch (ch) {
 		case 'c': chunk = num("--chunk", optarg, 0, 1 << 24); break;
 		case 'f': pfile = optarg; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': return help();
 		case 'm': model = optarg; break;
 		case 'n': n_gen = num("-n", optarg, 0, 1 << 24); break;
 		case 'p': prompt = optarg; break;
