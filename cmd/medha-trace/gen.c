@@ -368,6 +368,31 @@ read_prompts(const char *path, char ***lines)
 
 #define COUNT_MAX 1000000000LL /* bound of -n */
 
+/* -h: every option of longopts below, as medha-trace(1) says */
+static const struct help_line gen_help[] = {
+    {"-h, --help", "print this help and exit"},
+    {"-l, --long-fraction fraction",
+        "probability a request is long, in [0, 1] (0.05)"},
+    {"-n, --count count",
+        "write exactly count requests (1 to 1e9); not with -t"},
+    {"-o, --output file", "write to file, not stdout (.zst: compressed)"},
+    {"-q, --qps qps", "mean arrivals per second, in (0, 1e6] (1)"},
+    {"-s, --seed seed", "seed of the generator, 0 to 2^63-1 (1)"},
+    {"-t, --duration seconds",
+        "stop at the first arrival at seconds or later (3600)"},
+    {"--base file", "short requests from this trace, long ones mixed in"},
+    {"--long-max tokens", "longest long prompt (1048576: 1M)"},
+    {"--long-min tokens", "shortest long prompt, at most --long-max (131072)"},
+    {"--max-tokens n", "cap every request's max_tokens at n (no cap)"},
+    {"--prompts file", "text prompts, file's lines in turn; not with --base"},
+    {"--short-max tokens",
+        "most tokens of a short request, prompt + output (8192)"},
+    {"--tpot-slo seconds", "TPOT SLO of every request, > 0 (0.1 s)"},
+    {"--ttft-floor seconds", "least TTFT SLO, >= 0 (0.5 s)"},
+    {"--ttft-mult factor",
+        "TTFT SLO: factor x the reference prefill time (1.5)"},
+};
+
 int
 trace_gen(int argc, char *argv[])
 {
@@ -420,7 +445,7 @@ trace_gen(int argc, char *argv[])
 	while ((ch = getopt_long(argc, argv, "hl:n:o:q:s:t:", longopts,
 	            NULL)) != -1) {
 		switch (ch) {
-		case 'h': usage(0);
+		case 'h': HELP("gen", gen_help);
 		case 'l': g.long_frac = flag_f64("-l", optarg, 0, 1, 0); break;
 		case 'n': g.count = flag_i64("-n", optarg, 1, COUNT_MAX); break;
 		case 'o': out = optarg; break;

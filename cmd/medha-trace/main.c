@@ -1,10 +1,10 @@
 /*
  * medha-trace: makes, converts, replays and reports traces. This file
  * dispatches to the subcommands (gen.c, report.c, replay.c, and convert
- * below), and holds what they share: usage, checked flag numbers, and
- * opening an output file
- * that is compressed when its name ends in ".zst". man/medha-trace.1
- * describes the program, man/medha-trace.5 the formats.
+ * below), and holds what they share: usage and help, checked flag
+ * numbers, and opening an output file that is compressed when its name
+ * ends in ".zst". man/medha-trace.1 describes the program,
+ * man/medha-trace.5 the formats.
  */
 #include "medha-trace.h"
 
@@ -12,29 +12,92 @@
 #include <getopt.h>
 #include <string.h>
 
+/* The subcommands, in the synopsis's order. */
+static const struct {
+	const char *name;
+	const char *argv0; /* getopt's prefix for its messages */
+	int (*fn)(int, char *[]);
+	const char *what;     /* its line in -h */
+	const char *synopsis; /* without "usage: " */
+} cmds[] = {
+    {"gen", "medha-trace gen", trace_gen,
+        "write a synthetic trace of short and long requests",
+        "medha-trace gen [-h] [-l fraction] [-n count | -t seconds] "
+        "[-o file]\n"
+        "           [-q qps] [-s seed] [--base file] [--long-max tokens]\n"
+        "           [--long-min tokens] [--max-tokens n] [--prompts file]\n"
+        "           [--short-max tokens] [--tpot-slo seconds]\n"
+        "           [--ttft-floor seconds] [--ttft-mult factor]\n"},
+    {"convert", "medha-trace convert", trace_convert,
+        "rewrite a CSV or JSON Lines trace as medha JSON Lines",
+        "medha-trace convert [-h] [-o file] [--time-scale factor] "
+        "[file]\n"},
+    {"report", "medha-trace report", trace_report,
+        "sum up result records: latencies, SLOs, throughput",
+        "medha-trace report [-h] [--json] [--long-threshold tokens]\n"
+        "           [--plot file.png] [--title text] [file ...]\n"},
+    {"replay", "medha-trace replay", trace_replay,
+        "submit a trace to a live replica, write its records",
+        "medha-trace replay -a addr [-hv] [-o file] [--speed x] "
+        "[--text]\n"
+        "           [--token-ids] [--wait seconds] [file]\n"},
+};
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static void
+synopsis(FILE *fp)
+{
+	for (size_t i = 0; i < NCMDS; i++)
+		fprintf(fp, "%s%s", i == 0 ? "usage: " : "       ",
+		    cmds[i].synopsis);
+	fprintf(fp, "       medha-trace -h\n");
+}
+
 void
 usage(int status)
 {
-	FILE *fp = status == 0 ? stdout : stderr;
-
-	fprintf(fp,
-	    "usage: medha-trace gen [-h] [-l fraction] [-n count | -t seconds] "
-	    "[-o file] [-q qps]\n"
-	    "           [-s seed] [--base file] [--long-max tokens] "
-	    "[--long-min tokens]\n"
-	    "           [--short-max tokens]"
-	    " [--tpot-slo seconds] [--ttft-floor seconds]\n"
-	    "           [--max-tokens n] [--prompts file] [--ttft-mult factor]\n"
-	    "       medha-trace convert [-h] [-o file] [--time-scale factor] "
-	    "[file]\n"
-	    "       medha-trace report [-h] [--json] "
-	    "[--long-threshold tokens]\n"
-	    "           [--plot file.png] [--title text] [file ...]\n"
-	    "       medha-trace replay -a addr [-hv] [-o file] [--speed x] "
-	    "[--text]\n"
-	    "           [--token-ids] [--wait seconds] [file]\n"
-	    "       medha-trace -h\n");
+	synopsis(status == 0 ? stdout : stderr);
 	exit(status);
+}
+
+static void help_done(void) __attribute__((noreturn));
+static void help_top(void) __attribute__((noreturn));
+
+/* The end of -h: stdout must have taken it all. */
+static void
+help_done(void)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		medha_log(MEDHA_LOG_ERROR, "stdout: %s", strerror(errno));
+		exit(1);
+	}
+	exit(0);
+}
+
+/* -h without a subcommand: the synopsis and what each subcommand does */
+static void
+help_top(void)
+{
+	synopsis(stdout);
+	printf("\nSubcommands (medha-trace SUBCOMMAND -h for its options):\n");
+	for (size_t i = 0; i < NCMDS; i++)
+		printf("  %-22s  %s\n", cmds[i].name, cmds[i].what);
+	help_done();
+}
+
+void
+help(const char *sub, const struct help_line *lines, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < NCMDS && strcmp(cmds[i].name, sub) != 0; i++)
+		;
+	if (i < NCMDS)
+		printf("usage: %s", cmds[i].synopsis);
+	printf("\n");
+	for (i = 0; i < n; i++)
+		printf("  %-22s  %s\n", lines[i].opt, lines[i].desc);
+	help_done();
 }
 
 double
@@ -99,6 +162,15 @@ out_close(const char *path, FILE *f, struct medha_writer *w)
 
 enum { OPT_TIME_SCALE = 256 };
 
+/* -h: every option of longopts below, as medha-trace(1) says */
+static const struct help_line convert_help[] = {
+    {"-h, --help", "print this help and exit"},
+    {"-o, --output file", "write to file, not stdout (.zst: compressed)"},
+    {"--time-scale factor",
+        "multiply arrival times by factor (1); 0.5: 2x load"},
+    {"file", "trace: JSON Lines or Azure/Vidur CSV (default: stdin)"},
+};
+
 int
 trace_convert(int argc, char *argv[])
 {
@@ -119,7 +191,7 @@ trace_convert(int argc, char *argv[])
 
 	while ((ch = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
 		switch (ch) {
-		case 'h': usage(0);
+		case 'h': HELP("convert", convert_help);
 		case 'o': out = optarg; break;
 		case OPT_TIME_SCALE:
 			scale = flag_f64("--time-scale", optarg, 0, 1e6, 1);
@@ -179,16 +251,6 @@ done:
 int
 main(int argc, char *argv[])
 {
-	static const struct {
-		const char *name;
-		const char *argv0; /* getopt's prefix for its messages */
-		int (*fn)(int, char *[]);
-	} cmds[] = {
-	    {"convert", "medha-trace convert", trace_convert},
-	    {"gen", "medha-trace gen", trace_gen},
-	    {"replay", "medha-trace replay", trace_replay},
-	    {"report", "medha-trace report", trace_report},
-	};
 	size_t i;
 	int status;
 
@@ -196,11 +258,11 @@ main(int argc, char *argv[])
 	if (argc < 2)
 		usage(2);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
-		usage(0);
-	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		help_top();
+	for (i = 0; i < NCMDS; i++)
 		if (strcmp(argv[1], cmds[i].name) == 0)
 			break;
-	if (i == sizeof(cmds) / sizeof(cmds[0])) {
+	if (i == NCMDS) {
 		medha_log(MEDHA_LOG_ERROR, "%s: unknown subcommand", argv[1]);
 		usage(2);
 	}

@@ -1,7 +1,7 @@
 /*
  * medha-trace.h: what the subcommands of medha-trace share: their entry
- * points, usage(), and opening and closing an output file (".zst" names
- * are compressed). Only this program includes it.
+ * points, usage() and help(), and opening and closing an output file
+ * (".zst" names are compressed). Only this program includes it.
  */
 #ifndef MEDHA_TRACE_CMD_H
 #define MEDHA_TRACE_CMD_H
@@ -17,6 +17,18 @@ int trace_replay(int argc, char *argv[]);
 
 /* Prints the synopsis to stdout (status 0) or stderr and exits. */
 void usage(int status) __attribute__((noreturn));
+
+/* A line of a subcommand's -h: an option and what it does (medha-trace(1)). */
+struct help_line {
+	const char *opt, *desc;
+};
+/*
+ * -h of subcommand sub: prints its synopsis and then each of the n lines to
+ * stdout and exits 0 (1 if stdout fails).
+ */
+void help(const char *sub, const struct help_line *lines, size_t n)
+    __attribute__((noreturn));
+#define HELP(sub, lines) help(sub, lines, sizeof(lines) / sizeof(lines[0]))
 /*
  * A flag's number within [lo, hi] ((lo, hi] if lo_open); a bad one is
  * logged and exits 2.

@@ -253,6 +253,20 @@ wait_ready(struct rp *p, double wait)
 
 enum { OPT_SPEED = 256, OPT_IDS, OPT_TEXT, OPT_WAIT };
 
+/* -h: every option of opts below, as medha-trace(1) says */
+static const struct help_line replay_help[] = {
+    {"-a, --addr addr", "the replica or router: ipc://PATH or tcp://HOST:PORT"},
+    {"-h, --help", "print this help and exit"},
+    {"-o, --output file",
+        "write records to file, not stdout (.zst: compressed)"},
+    {"-v, --verbose", "more messages (each refused request)"},
+    {"--speed x", "divide every arrival time by x (1)"},
+    {"--text", "records carry the generated text"},
+    {"--token-ids", "records carry the generated token_ids and text"},
+    {"--wait seconds", "wait for a ready replica (60 s); 0: till it answers"},
+    {"file", "the trace to submit (default: stdin)"},
+};
+
 int
 trace_replay(int argc, char *argv[])
 {
@@ -281,7 +295,7 @@ trace_replay(int argc, char *argv[])
 	while ((ch = getopt_long(argc, argv, "a:ho:v", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'a': addr = optarg; break;
-		case 'h': usage(0);
+		case 'h': HELP("replay", replay_help);
 		case 'o': out = optarg; break;
 		case 'v': medha_log_level++; break;
 		case OPT_SPEED:

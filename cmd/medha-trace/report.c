@@ -455,6 +455,17 @@ clean:
 
 enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT, OPT_TITLE };
 
+/* -h: every option of longopts below, as medha-trace(1) says */
+static const struct help_line report_help[] = {
+    {"-h, --help", "print this help and exit"},
+    {"--json", "print one JSON object, not the table (times in s)"},
+    {"--long-threshold tokens",
+        "a request is long from this prompt length (131072)"},
+    {"--plot file.png", "also draw latency CDFs into a PNG with gnuplot(1)"},
+    {"--title text", "the plot's title: what the records are of"},
+    {"file ...", "result records, JSON Lines (default: stdin)"},
+};
+
 int
 trace_report(int argc, char *argv[])
 {
@@ -475,7 +486,7 @@ trace_report(int argc, char *argv[])
 
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
-		case 'h': usage(0);
+		case 'h': HELP("report", report_help);
 		case OPT_JSON: json = 1; break;
 		case OPT_LONG_THRESHOLD:
 			long_min =
