@@ -284,7 +284,9 @@ main(int argc, char **argv)
 
 			/* up to a NUL, as llama.cpp's C API (C strings),
 			 * which this output is compared with */
-			if (medha_tok_chat(t, s, strlen(s), &c, NULL) != 0) {
+			struct medha_tok_msg um = {"user", s, 0};
+
+			if (medha_tok_chat_builtin(t, &um, 1, 1, &c, NULL) != 0) {
 				fprintf(stderr, "tok-dump: no chat template\n");
 				return 1;
 			}

@@ -553,14 +553,52 @@ test_chat(void **state)
 	t = open_vocab(&v, "gpt2", "gpt-2", 0,
 	    "{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}", &err);
 	assert_string_equal(medha_tok_chat_name(t), "llama3");
-	assert_int_equal(medha_tok_chat_msgs(t, m, 2, 1, &out, NULL), 0);
+	/* (this line is no template Jinja can render: the layout itself) */
+	assert_int_equal(medha_tok_chat_builtin(t, m, 2, 1, &out, NULL), 0);
 	assert_string_equal(out,
 	    "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
 	    "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
 	    "<|start_header_id|>assistant<|end_header_id|>\n\n");
 	free(out);
 	medha_tok_close(t);
+	/* a real template: the file's Jinja, its default system prompt
+	 * included, not the ChatML layout alone */
+	t = open_vocab(&v, "gpt2", "gpt-2", 0,
+	    "{% for message in messages %}{% if loop.first and "
+	    "messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe "
+	    "kind.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
+	    "message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+	    "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+	    "'<|im_start|>assistant\n' }}{% endif %}",
+	    &err);
+	assert_true(medha_tok_chat_jinja(t));
+	assert_int_equal(medha_tok_chat(t, "Hi", 2, &out, &len), 0);
+	assert_string_equal(out,
+	    "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi"
+	    "<|im_end|>\n<|im_start|>assistant\n");
+	free(out);
+	assert_int_equal(medha_tok_chat_msgs(t, m, 2, 0, &out, NULL), 0);
+	assert_string_equal(out,
+	    "<|im_start|>system\nBe brief.<|im_end|>\n"
+	    "<|im_start|>user\n  Hi there \n<|im_end|>\n");
+	free(out);
+	medha_tok_close(t);
+	/* a template that refuses the conversation: an error, not a guess */
+	t = open_vocab(&v, "gpt2", "gpt-2", 0,
+	    "{{ raise_exception('roles must alternate') }}", &err);
+	assert_int_equal(medha_tok_chat(t, "Hi", 2, &out, &len), MEDHA_EINVAL);
+	assert_null(out);
+	medha_tok_close(t);
+	/* any template Jinja renders is the model's own */
 	t = open_vocab(&v, "gpt2", "gpt-2", 0, "{{ '[INST]' }}", &err);
+	assert_null(medha_tok_chat_name(t));
+	assert_int_equal(medha_tok_chat(t, "Hi", 2, &out, NULL), 0);
+	assert_string_equal(out, "[INST]");
+	free(out);
+	medha_tok_close(t);
+	/* one it cannot read, of no family it knows: refused */
+	t = open_vocab(&v, "gpt2", "gpt-2", 0,
+	    "{% macro m() %}[INST]{% endmacro %}{{ m() }}", &err);
 	assert_null(medha_tok_chat_name(t));
 	assert_int_equal(medha_tok_chat(t, "Hi", 2, &out, NULL), MEDHA_EUNSUP);
 	assert_null(out);

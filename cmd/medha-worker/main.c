@@ -38,7 +38,8 @@ usage(FILE *f)
 	    "f16|f32]\n"
 	    "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
 	    "T]\n"
-	    "           [--tokenize] [--tokens] [--top-k K] [--top-p P]\n");
+	    "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
+	    "[--top-p P]\n");
 }
 
 /* -h: the synopsis, then every option with a line on it (medha-worker(1)) */
@@ -65,11 +66,12 @@ static const struct {
     {"-f, --file FILE", "read the prompt from FILE (- for standard input)"},
     {"-c, --chunk N", "prefill N prompt tokens at a time (512); 0: one piece"},
     {"-n, --n-predict N", "tokens to generate (64); 0 runs the prompt only"},
-    {"--chat", "apply the GGUF's chat template to the prompt"},
+    {"--chat", "apply the GGUF's own chat template to the prompt"},
     {"--ignore-eos", "do not stop at end-of-generation tokens"},
     {"--llama-compat", "match llama.cpp's CPU logits bit for bit (f32 KV)"},
     {"--logits FILE", "write the last prompt position's logits (float32 LE)"},
     {"--seed S", "seed of the sampler's generator (1)"},
+    {"--system TEXT", "--chat: a system message first (else the template's)"},
     {"--temp T", "sampling temperature; 0 (the default) is greedy"},
     {"--tokenize", "print the prompt's token ids and exit"},
     {"--tokens", "print the generated token ids instead of text"},
@@ -122,11 +124,13 @@ enum {
 	OPT_TOKENS,
 	OPT_TOPK,
 	OPT_TOPP,
+	OPT_SYSTEM,
 };
 
 static const struct option longopts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"chat", no_argument, NULL, OPT_CHAT},
+    {"system", required_argument, NULL, OPT_SYSTEM},
     {"chunk", required_argument, NULL, 'c'},
     {"file", required_argument, NULL, 'f'},
     {"gpu", required_argument, NULL, OPT_GPU},
@@ -339,6 +343,7 @@ main(int argc, char *argv[])
 	char *text = NULL, *chat_text = NULL, why[512];
 	size_t chat_len = 0;
 	int status = 0;
+	const char *sys_msg = NULL;
 	float *logits;
 	double t0, t_prompt, t_gen = 0;
 	int64_t n_out = 0;
@@ -384,6 +389,7 @@ main(int argc, char *argv[])
 		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;
+		case OPT_SYSTEM: sys_msg = optarg; break;
 		case OPT_IGNORE_EOS: ignore_eos = 1; break;
 		case OPT_LLAMA_COMPAT: ro.llama_compat = 1; break;
 		case OPT_KV:
@@ -476,12 +482,21 @@ main(int argc, char *argv[])
 		text = strdup(prompt);
 		plen = strlen(prompt);
 	}
-	if (chat && (rc = medha_tok_chat(tok, text, plen, &chat_text,
-	                  &chat_len)) != 0)
-		die("--chat", rc == MEDHA_EUNSUP
-		        ? "the model's chat template is neither ChatML nor "
-		          "Llama-3 (the two medha renders)"
-		        : medha_strerror(rc));
+	if (chat) {
+		struct medha_tok_msg msgs[2] = {{"system", sys_msg, 0},
+		    {"user", text, plen}};
+		int first = sys_msg == NULL;
+		if ((rc = medha_tok_chat_msgs(tok, msgs + first, 2 - first, 1,
+		         &chat_text, &chat_len)) != 0)
+			die("--chat", rc == MEDHA_EUNSUP
+			        ? "the model's chat template is not one medha "
+			          "can render (Jinja it cannot read, and "
+			          "neither ChatML nor Llama-3)"
+			        : rc == MEDHA_EINVAL
+			        ? "the model's chat template refused the "
+			          "conversation (the reason is above)"
+			        : medha_strerror(rc));
+	}
 	if ((rc = medha_tok_encode(tok, chat ? chat_text : text,
 	         chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
 	         &n_ids)) != 0)

@@ -26,6 +26,8 @@ enum {
 enum { K_BPE, K_SPM };
 enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3 };
 
+struct medha_jinja; /* model/jinja.h */
+
 struct smap {           /* string -> int32, keys in the owner's arena */
 	uint32_t *slot; /* (mask + 1) entry index + 1; 0 = empty */
 	size_t mask;
@@ -60,6 +62,8 @@ struct medha_tok {
 	int32_t bos, eos, unk;
 	int add_bos, add_eos, add_space_prefix;
 	int chat;
+	struct medha_jinja *tmpl; /* the file's chat template, parsed, or
+	                             NULL (none, or not one it can read) */
 	struct medha_pretok *pt;
 };
 

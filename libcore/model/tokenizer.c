@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "medha.h"
+#include "model/jinja.h"
 #include "model/tok_impl.h"
 
 /* ---------------------------------------------------------------- tables */
@@ -495,6 +496,29 @@ chat_detect(const struct medha_gguf *g)
 	return kind;
 }
 
+/*
+ * The file's chat template as Jinja, or NULL when it has none, names a
+ * built-in layout ("chatml"), or is one this renderer cannot read (the
+ * recognised layouts then stand in, as before).
+ */
+static struct medha_jinja *
+chat_parse(const struct medha_gguf *g)
+{
+	struct medha_jinja *j = NULL;
+	const char *s;
+	char why[256];
+	size_t len;
+
+	if (medha_gguf_get_str(g, "tokenizer.chat_template", &s, &len) != 0 ||
+	    memchr(s, '{', len) == NULL)
+		return NULL;
+	if (medha_jinja_parse(&j, s, len, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_INFO, "chat template: %s", why);
+		return NULL;
+	}
+	return j;
+}
+
 static int
 open_vocab(struct medha_tok *t, const struct medha_gguf *g, char *why,
     size_t whylen)
@@ -669,6 +693,7 @@ medha_tok_open(struct medha_tok **tp, const struct medha_gguf *g, char *why,
 		goto fail;
 	}
 	t->chat = chat_detect(g);
+	t->tmpl = chat_parse(g);
 	*tp = t;
 	return 0;
 fail:
@@ -682,6 +707,7 @@ medha_tok_close(struct medha_tok *t)
 	if (t == NULL)
 		return;
 	medha_pretok_free(t->pt);
+	medha_jinja_free(t->tmpl);
 	smap_free(&t->vocab);
 	smap_free(&t->mstr);
 	free(t->merges.key);
@@ -787,6 +813,12 @@ medha_tok_chat_name(const struct medha_tok *t)
 	                              : NULL;
 }
 
+int
+medha_tok_chat_jinja(const struct medha_tok *t)
+{
+	return t->tmpl != NULL;
+}
+
 /* Append len bytes of p to s at *k (room made by the caller). */
 static void
 put(char *s, size_t *k, const char *p, size_t len)
@@ -798,8 +830,9 @@ put(char *s, size_t *k, const char *p, size_t len)
 #define PUTS(s, k, lit) put(s, k, lit, strlen(lit))
 
 int
-medha_tok_chat_msgs(const struct medha_tok *t, const struct medha_tok_msg *msgs,
-    size_t n, int add_assistant, char **out, size_t *outlen)
+medha_tok_chat_builtin(const struct medha_tok *t,
+    const struct medha_tok_msg *msgs, size_t n, int add_assistant, char **out,
+    size_t *outlen)
 {
 	size_t i, cap = 64, k = 0, a, b;
 	char *s;
@@ -847,6 +880,63 @@ medha_tok_chat_msgs(const struct medha_tok *t, const struct medha_tok_msg *msgs,
 	*out = s;
 	if (outlen != NULL)
 		*outlen = k;
+	return 0;
+}
+
+/* A token's text as a NUL-terminated copy in buf, or NULL. */
+static const char *
+piece_str(const struct medha_tok *t, int32_t id, char *buf, size_t n)
+{
+	const char *p;
+	size_t len;
+
+	if (id < 0 || medha_tok_piece(t, id, &p, &len) != 0 || len >= n)
+		return NULL;
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+	return buf;
+}
+
+int
+medha_tok_chat_msgs(const struct medha_tok *t, const struct medha_tok_msg *msgs,
+    size_t n, int add_assistant, char **out, size_t *outlen)
+{
+	struct medha_jinja_msg *jm;
+	char bos[256], eos[256], why[256];
+	const char *b;
+	size_t len, blen;
+	int rc;
+
+	*out = NULL;
+	if (t->tmpl == NULL)
+		return medha_tok_chat_builtin(t, msgs, n, add_assistant, out,
+		    outlen);
+	if ((jm = medha_calloc(n ? n : 1, sizeof(*jm))) == NULL)
+		return MEDHA_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		jm[i].role = msgs[i].role;
+		jm[i].content = msgs[i].content;
+		jm[i].len = msgs[i].len ? msgs[i].len : strlen(msgs[i].content);
+	}
+	b = piece_str(t, t->bos, bos, sizeof(bos));
+	rc = medha_jinja_render(t->tmpl, jm, n, add_assistant, b,
+	    piece_str(t, t->eos, eos, sizeof(eos)), out, &len, why,
+	    sizeof(why));
+	free(jm);
+	if (rc != 0) {
+		medha_log(MEDHA_LOG_WARN, "chat template: %s", why);
+		*out = NULL;
+		return rc == MEDHA_ENOMEM ? rc : MEDHA_EINVAL;
+	}
+	/* BOS is the tokenizer's to add: a template that writes it too
+	 * would give two */
+	if (b != NULL && t->add_bos && (blen = strlen(b)) > 0 && len >= blen &&
+	    memcmp(*out, b, blen) == 0) {
+		memmove(*out, *out + blen, len - blen + 1);
+		len -= blen;
+	}
+	if (outlen != NULL)
+		*outlen = len;
 	return 0;
 }
 

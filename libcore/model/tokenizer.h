@@ -116,6 +116,9 @@ struct medha_tok_msg {
 	size_t len;          /* 0: up to content's NUL */
 };
 
+/* Whether the file's own chat template (Jinja) formats chats. */
+int medha_tok_chat_jinja(const struct medha_tok *t);
+
 /*
  * Name of the chat template recognised in tokenizer.chat_template:
  * "chatml" (also the fallback when the file has no template), "llama3",
@@ -123,18 +126,30 @@ struct medha_tok_msg {
  */
 const char *medha_tok_chat_name(const struct medha_tok *t);
 /*
- * Format n messages with the template, then the assistant's header when
- * add_assistant is set, as llama_chat_apply_template does (ChatML:
- * "<|im_start|>role\ncontent<|im_end|>\n"; Llama-3:
- * "<|start_header_id|>role<|end_header_id|>\n\n" + trimmed content +
- * "<|eot_id|>", BOS left to the tokenizer). A default system prompt
- * inside a Jinja template is not applied (llama.cpp's C API does not
- * either). On success *out is a malloc'd string of *outlen bytes (outlen
- * may be NULL), NUL-terminated, that the caller frees (a message may
- * hold NULs: then so does *out); on failure it is NULL. Returns 0,
- * MEDHA_EUNSUP (template not recognised) or MEDHA_ENOMEM.
+ * Format n messages as the model's own chat template does (the Jinja in
+ * tokenizer.chat_template, rendered as transformers' apply_chat_template
+ * does: model/jinja.h; SmolLM2's default system prompt included), then
+ * the assistant's header when add_assistant is set. A BOS the template
+ * writes at the start is left out when the tokenizer adds one. Without
+ * a template it can read, the recognised layout stands in
+ * (medha_tok_chat_builtin). On success *out is a malloc'd string of
+ * *outlen bytes (outlen may be NULL), NUL-terminated, that the caller
+ * frees (a message may hold NULs: then so does *out); on failure it is
+ * NULL. Returns 0, MEDHA_EUNSUP (no template it can use), MEDHA_EINVAL
+ * (the template refuses the conversation, e.g. roles that do not
+ * alternate; the reason is logged) or MEDHA_ENOMEM.
  */
 int medha_tok_chat_msgs(const struct medha_tok *t,
+    const struct medha_tok_msg *msgs, size_t n, int add_assistant, char **out,
+    size_t *outlen);
+/*
+ * The layout llama_chat_apply_template gives for the recognised
+ * templates (ChatML: "<|im_start|>role\ncontent<|im_end|>\n"; Llama-3:
+ * "<|start_header_id|>role<|end_header_id|>\n\n" + trimmed content +
+ * "<|eot_id|>"), without what the Jinja adds (a default system prompt):
+ * for comparison with llama.cpp. Returns as medha_tok_chat_msgs.
+ */
+int medha_tok_chat_builtin(const struct medha_tok *t,
     const struct medha_tok_msg *msgs, size_t n, int add_assistant, char **out,
     size_t *outlen);
 /* One user message of len bytes and the assistant's header: the common

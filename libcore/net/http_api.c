@@ -464,7 +464,14 @@ parse_messages(json_t *o, const struct medha_tok *tok, struct medha_reqspec *rs,
 			    medha_oai_error_set(e, 400, "invalid_request_error",
 			        "chat_template_missing", NULL,
 			        "the model's chat template is not one medha "
-			        "knows (ChatML, Llama-3)");
+			        "can render (Jinja it cannot read, and neither "
+			        "ChatML nor Llama-3)");
+		else if (t == MEDHA_EINVAL)
+			rc = medha_oai_error_set(e, 400, "invalid_request_error",
+			    NULL, "messages",
+			    "the model's chat template refused these messages "
+			    "(roles that do not alternate, or a role it does "
+			    "not take)");
 		else if (t != 0)
 			rc = medha_oai_error_set(e, 500, "server_error", NULL,
 			    NULL, "chat template: %s", medha_strerror(t));
