@@ -5,7 +5,8 @@
  * batch; adaptive chunks are multiples of 32 (but a prompt's last
  * remainder) and at least 32; with a decode in the batch the predicted
  * latency stays within 1.1 x the target. Plus policy order, deadlines,
- * rejection and SPP pipelining on small hand-made cases.
+ * rejection and SPP pipelining on small hand-made cases, and the work of
+ * forming a batch over a long queue (n log n, not n^2).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -453,6 +454,84 @@ test_zero_output(void **state)
 	assert_int_equal(find(&col, "b")->status, MEDHA_STATUS_REJECTED);
 }
 
+/*
+ * medha's prefill-prefill batching over a long queue: 20,000 requests
+ * with prompts of lo..hi tokens arrive at once and KV memory holds a few
+ * dozen of them, so nearly all of them wait, as prefill candidates of
+ * every batch. Returns the most candidate visits (medha_sched_visits) a
+ * batch took over its first 200 batches, in units of n (log2 n + 1) for
+ * the n requests pending.
+ */
+static double
+long_queue(int64_t lo, int64_t hi)
+{
+	const int n = 20000;
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_sched_config c;
+	struct medha_sched *s;
+	struct medha_sched_batch b;
+	struct medha_record rec;
+	double now = 0, most = 0;
+	int64_t served = 0;
+
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 1, 1,
+	                     1),
+	    0);
+	medha_sched_config_default(&c);
+	c.kv_blocks = 4000; /* 64K tokens */
+	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
+	rng_state = 42;
+	for (int i = 0; i < n; i++) {
+		struct medha_reqspec r;
+		memset(&r, 0, sizeof(r));
+		snprintf(r.id, sizeof(r.id), "%d", i);
+		r.prompt_tokens = lo + (int64_t)(rng() % (uint64_t)(hi - lo + 1));
+		r.max_tokens = 1 + rng() % 64;
+		if (unif() < 0.3)
+			r.ttft_slo = 0.2 + 2 * unif();
+		assert_int_equal(medha_sched_arrive(s, &r, 0, NULL), 0);
+	}
+	for (int k = 0; k < 200; k++) {
+		double q = (double)medha_sched_pending(s), v;
+		uint64_t v0 = medha_sched_visits(s);
+
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		v = (double)(medha_sched_visits(s) - v0) / (q * (log2(q) + 1));
+		if (v > most)
+			most = v;
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+		while (medha_sched_pop_record(s, &rec) == 1)
+			served++;
+	}
+	print_message("medha, %d waiting, prompts %lld..%lld: at most %.3f n "
+	              "(log2 n + 1) visits a batch; %lld served\n",
+	    n, (long long)lo, (long long)hi, most, (long long)served);
+	assert_true(served > 0); /* it went on serving meanwhile */
+	medha_sched_free(s);
+	medha_pred_free(&p);
+	return most;
+}
+
+/*
+ * Forming a batch costs O(n log n) visits, within 8 n (log2 n + 1),
+ * where asking each candidate about every one behind it cost up to
+ * n^2 / 2 (650 n (log2 n + 1) here, with prompts all of one length).
+ */
+static void
+test_medha_long_queue(void **state)
+{
+	double v;
+
+	(void)state;
+	v = long_queue(2000, 2000);
+	assert_true(v > 0 && v <= 8);
+	v = long_queue(1, 4000);
+	assert_true(v > 0 && v <= 8);
+}
+
 int
 main(void)
 {
@@ -466,6 +545,7 @@ main(void)
 	    cmocka_unit_test(test_reject_too_long),
 	    cmocka_unit_test(test_spp_pipelines_chunks),
 	    cmocka_unit_test(test_zero_output),
+	    cmocka_unit_test(test_medha_long_queue),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

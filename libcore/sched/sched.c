@@ -47,7 +47,22 @@ struct cand {
 	double key;     /* policy order, smaller first */
 	double urgency; /* 1 - relative slack, clamped to [0, 1] */
 	int64_t rem;    /* prompt tokens not yet handed out */
-	int packed;
+	int packed;     /* 1: dealt with in this batch (2: about to be) */
+	int rank; /* medha: place in the short index (s->srank), -1 if not in
+	             it (too long for one chunk, or packed) */
+};
+
+/* short_index sorts by counting while one chunk <= this x candidates */
+#define SHORT_COUNT_MAX 4
+/* share_batch walks up to this x its short prefills candidates to order
+ * them (else it takes them from a heap) */
+#define SHORT_WALK_MAX 8
+
+/* A candidate short enough for one chunk, in the index by its rem. */
+struct srank {
+	int64_t rem;
+	double urgency;
+	int pos; /* in s->cands */
 };
 
 struct medha_sched {
@@ -67,6 +82,18 @@ struct medha_sched {
 
 	struct cand *cands;
 	int cands_cap;
+	/*
+	 * medha's index of one batch's candidates that can finish in one
+	 * chunk (short_index), each (cands_cap) but nxt (cands_cap + 1):
+	 * srank sorted by rem; nxt, a union-find link from each place to the
+	 * next place not packed yet; pick, scratch.
+	 */
+	struct srank *srank;
+	int *nxt, *pick;
+	int *count;      /* (SHORT_COUNT_MAX * cands_cap + 1) short_index's */
+	int nshort;      /* places in srank */
+	int first;       /* short_any */
+	uint64_t visits; /* medha_sched_visits() */
 	struct medha_sched_item *items;
 	int items_cap;
 	struct medha_cost acc;
@@ -364,6 +391,10 @@ medha_sched_free(struct medha_sched *s)
 	free(s->active);
 	free(s->recs);
 	free(s->cands);
+	free(s->srank);
+	free(s->nxt);
+	free(s->count);
+	free(s->pick);
 	free(s->items);
 	free(s);
 }
@@ -598,6 +629,181 @@ medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
 	return n;
 }
 
+/* ---- medha: the index of short candidates ---- */
+
+/*
+ * Prefill-prefill batching (share_batch) asks, for each candidate in
+ * policy order, about the short prefills behind it: those not packed yet
+ * that can finish in one chunk and have less left than it. Asked by
+ * scanning, that was every candidate behind each candidate, n^2 / 2
+ * visits a batch, and with thousands of requests waiting for memory the
+ * scans were the scheduler's whole time. Instead, once a batch, the
+ * candidates that can finish in one chunk are sorted by what they have
+ * left (srank): a candidate's short prefills are then the unpacked
+ * places of a prefix of srank. A union-find link skips packed places;
+ * whether there is any short prefill at all is one comparison with the
+ * first unpacked place; and a prefix is walked only when its prefills
+ * are packed, so each place is walked once. A batch costs O(n log n) in
+ * all (sorting, and putting the short prefills that share back in policy
+ * order), never n^2.
+ */
+
+static int
+srank_cmp(const void *a, const void *b)
+{
+	const struct srank *x = a, *y = b;
+
+	if (x->rem != y->rem)
+		return x->rem < y->rem ? -1 : 1;
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Restore the min-heap s->pick of n places below place k. */
+static void
+heap_down(struct medha_sched *s, int n, int k)
+{
+	int *h = s->pick;
+
+	for (;; s->visits++) {
+		int m = k, l = 2 * k + 1, t;
+		if (l < n && h[l] < h[m])
+			m = l;
+		if (l + 1 < n && h[l + 1] < h[m])
+			m = l + 1;
+		if (m == k)
+			return;
+		t = h[k];
+		h[k] = h[m];
+		h[m] = t;
+		k = m;
+	}
+}
+
+/*
+ * Index the nc candidates (in policy order, none packed yet). srank is
+ * in (rem, pos) order; with many candidates against the most a chunk
+ * holds (one), a counting sort on rem gets it in O(nc + one).
+ */
+static void
+short_index(struct medha_sched *s, int nc)
+{
+	int64_t one = s->cfg.chunk > 0 ? s->cfg.chunk : s->cfg.max_chunk;
+	int n = 0, bycount = one <= SHORT_COUNT_MAX * (int64_t)nc;
+	int *at = s->count;
+
+	if (bycount) {
+		memset(at, 0, (size_t)(one + 1) * sizeof(*at));
+		for (int i = 0; i < nc; i++)
+			if (s->cands[i].rem <= one)
+				at[s->cands[i].rem]++;
+		for (int64_t r = 0, sum = 0; r <= one; r++) {
+			int c = at[r];
+			at[r] = (int)sum;
+			sum += c;
+		}
+	}
+	for (int i = 0; i < nc; i++) {
+		struct cand *c = &s->cands[i];
+		int k = n++;
+		if (c->rem > one) {
+			n--;
+			continue;
+		}
+		if (bycount)
+			k = at[c->rem]++;
+		s->srank[k].rem = c->rem;
+		s->srank[k].urgency = c->urgency;
+		s->srank[k].pos = i;
+	}
+	if (!bycount && n > 1)
+		qsort(s->srank, n, sizeof(*s->srank), srank_cmp);
+	for (int k = 0; k < n; k++) {
+		s->cands[s->srank[k].pos].rank = k;
+		s->nxt[k] = k;
+	}
+	s->nxt[n] = n;
+	s->nshort = n;
+	s->first = 0;
+	s->visits += (uint64_t)n;
+}
+
+/* The first place at or after k not packed yet (nshort if none). */
+static int
+short_next(struct medha_sched *s, int k)
+{
+	while (s->nxt[k] != k) {
+		s->nxt[k] = s->nxt[s->nxt[k]];
+		k = s->nxt[k];
+		s->visits++;
+	}
+	return k;
+}
+
+/*
+ * Whether a candidate with rem left has a short prefill that counts for
+ * its urgency: an unpacked one with less left whose urgency is a number
+ * (the scan this replaces never took a NaN as the highest urgency).
+ * s->first, the first such place in all of srank, only moves forward.
+ */
+static int
+short_any(struct medha_sched *s, int64_t rem)
+{
+	int k = short_next(s, s->first);
+
+	while (k < s->nshort && !(s->srank[k].urgency >= 0))
+		k = short_next(s, k + 1);
+	s->first = k;
+	return k < s->nshort && s->srank[k].rem < rem;
+}
+
+/* Candidate c is dealt with in this batch: out of the index. */
+static void
+set_packed(struct medha_sched *s, struct cand *c)
+{
+	c->packed = 1;
+	if (c->rank >= 0) {
+		s->nxt[c->rank] = c->rank + 1;
+		c->rank = -1;
+	}
+}
+
+/*
+ * Make room for n candidates (and medha's index of them). 0 or
+ * MEDHA_ENOMEM.
+ */
+static int
+grow_cands(struct medha_sched *s, int n)
+{
+	void *p;
+
+	if (s->cands_cap >= n)
+		return 0;
+	if ((p = medha_reallocarray(s->cands, n, sizeof(*s->cands))) == NULL)
+		return MEDHA_ENOMEM;
+	s->cands = p;
+	if (s->cfg.policy == MEDHA_POLICY_MEDHA) {
+		if ((p = medha_reallocarray(s->srank, n, sizeof(*s->srank))) ==
+		    NULL)
+			return MEDHA_ENOMEM;
+		s->srank = p;
+		if ((p = medha_reallocarray(s->count,
+		         SHORT_COUNT_MAX * (size_t)n + 1, sizeof(*s->count))) ==
+		    NULL)
+			return MEDHA_ENOMEM;
+		s->count = p;
+		if ((p = medha_reallocarray(s->nxt, (size_t)n + 1,
+		         sizeof(*s->nxt))) == NULL)
+			return MEDHA_ENOMEM;
+		s->nxt = p;
+		if ((p = medha_reallocarray(s->pick, n, sizeof(*s->pick))) ==
+		    NULL)
+			return MEDHA_ENOMEM;
+		s->pick = p;
+	}
+	s->cands_cap = n;
+	return 0;
+}
+
 /* ---- forming a batch ---- */
 
 static int
@@ -650,7 +856,7 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	int64_t t, P = r->spec.prompt_tokens;
 	int last, rc;
 
-	c->packed = 1;
+	set_packed(s, c);
 	if (*npre >= s->cfg.max_prefills)
 		return 0;
 	if (r->state == MEDHA_REQ_WAITING && admit(s, q) != 0)
@@ -676,54 +882,75 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 }
 
 /*
- * A short prefill is one that can finish in a single chunk and has less
- * left than the prefill it would share with.
- */
-static int
-is_short(const struct medha_sched *s, const struct cand *d,
-    const struct cand *c)
-{
-	int64_t one = s->cfg.chunk > 0 ? s->cfg.chunk : s->cfg.max_chunk;
-
-	return !d->packed && d->rem < c->rem && d->rem <= one;
-}
-
-/*
  * Prefill-prefill batching for candidate i: if it cannot finish in this
- * batch and short prefills wait behind it, they are packed first within
- * share = min(share_cap, the most urgent one's urgency) of the budget
- * left, then i takes what remains. Returns 1 if i was dealt with (packed
- * or found unadmittable), 0 to pack it the ordinary way, or an error.
+ * batch and short prefills wait behind it, they are packed first (in
+ * policy order) within share = min(share_cap, the most urgent one's
+ * urgency) of the budget left, then i takes what remains. A short
+ * prefill is one not packed yet that can finish in a single chunk and
+ * has less left than i. Returns 1 if i was dealt with (packed or found
+ * unadmittable), 0 to pack it the ordinary way, or an error.
+ *
+ * The short prefills are found in the index: when i's turn comes every
+ * candidate before it in policy order has been dealt with (packed), and
+ * i is not short against itself, so the index's unpacked candidates with
+ * less left than i are exactly the short ones behind i; u is the highest
+ * of their urgencies, as one pass over them in any order finds it.
  */
 static int
 share_batch(struct medha_sched *s, int i, int nc, double limit, int *npre)
 {
 	struct cand *c = &s->cands[i];
 	struct req *q = &s->reqs[c->idx];
-	double u = -1, base, share;
-	int rc;
+	int n = 0, rc;
+	double u = -1, base, share, lim;
 
-	for (int j = i + 1; j < nc; j++)
-		if (is_short(s, &s->cands[j], c) && s->cands[j].urgency > u)
-			u = s->cands[j].urgency;
-	if (u < 0)
+	if (!short_any(s, c->rem))
 		return 0;
 	if (q->pub.state == MEDHA_REQ_WAITING && admit(s, q) != 0) {
-		c->packed = 1;
+		set_packed(s, c);
 		return 1;
 	}
 	if (c->rem <= s->cfg.max_chunk &&
 	    trial_cost(s, &q->pub, c->rem) <= limit)
 		return 0; /* it finishes here anyway */
+	for (int k = short_next(s, 0);
+	     k < s->nshort && s->srank[k].rem < c->rem;
+	     k = short_next(s, k + 1)) {
+		if (s->srank[k].urgency > u)
+			u = s->srank[k].urgency;
+		s->pick[n++] = s->srank[k].pos;
+	}
+	s->visits += (uint64_t)n;
 	share = u < s->cfg.share_cap ? u : s->cfg.share_cap;
 	base = acc_cost(s, &s->acc);
-	for (int j = i + 1; j < nc; j++) {
-		struct cand *d = &s->cands[j];
-		if (!is_short(s, d, c))
-			continue;
-		if ((rc = pack_prefill(s, d, base + share * (limit - base),
-		         npre)) < 0)
-			return rc;
+	lim = base + share * (limit - base);
+	/*
+	 * Pack them in policy order: by walking the candidates behind i when
+	 * they are few against the short ones, else through a heap, only
+	 * while the batch may take prefills (past that, pack_prefill would
+	 * only mark them packed, in any order).
+	 */
+	if (nc - i - 1 <= SHORT_WALK_MAX * n) {
+		for (int k = 0; k < n; k++)
+			s->cands[s->pick[k]].packed = 2;
+		for (int j = i + 1; j < nc; j++)
+			if (s->cands[j].packed == 2 &&
+			    (rc = pack_prefill(s, &s->cands[j], lim, npre)) < 0)
+				return rc;
+		s->visits += (uint64_t)(nc - i - 1);
+	} else {
+		for (int k = n / 2 - 1; k >= 0; k--)
+			heap_down(s, n, k);
+		while (n > 0 && *npre < s->cfg.max_prefills) {
+			int pos = s->pick[0];
+			s->pick[0] = s->pick[--n];
+			heap_down(s, n, 0);
+			if ((rc = pack_prefill(s, &s->cands[pos], lim, npre)) <
+			    0)
+				return rc;
+		}
+		while (n > 0)
+			set_packed(s, &s->cands[s->pick[--n]]);
 	}
 	if ((rc = pack_prefill(s, c, limit, npre)) < 0)
 		return rc;
@@ -739,14 +966,8 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	struct medha_lat l;
 
 	memset(&s->acc, 0, sizeof(s->acc));
-	if (s->cands_cap < s->nactive) {
-		void *n =
-		    medha_reallocarray(s->cands, s->nactive, sizeof(*s->cands));
-		if (n == NULL)
-			return MEDHA_ENOMEM;
-		s->cands = n;
-		s->cands_cap = s->nactive;
-	}
+	if ((rc = grow_cands(s, s->nactive)) != 0)
+		return rc;
 	/* (1) every decode that has its previous token; (2) candidates */
 	for (int i = 0; i < s->nactive; i++) {
 		int idx = s->active[i];
@@ -767,6 +988,7 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 		c->idx = idx;
 		c->rem = r->spec.prompt_tokens - r->sched_prefill;
 		c->packed = 0;
+		c->rank = -1;
 		c->urgency = 1 - relative_slack(r, now);
 		c->urgency = c->urgency < 0 ? 0
 		    : c->urgency > 1        ? 1
@@ -780,10 +1002,13 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	b->n_decode = s->acc.n_items;
 	if (nc > 1)
 		qsort(s->cands, nc, sizeof(*s->cands), cand_cmp);
+	if (s->cfg.policy == MEDHA_POLICY_MEDHA && nc > 0)
+		short_index(s, nc);
 
 	/* (3) prefills in policy order; medha lets short ones share */
 	for (int i = 0; i < nc; i++) {
 		struct cand *c = &s->cands[i];
+		s->visits++;
 		if (c->packed)
 			continue;
 		if (s->cfg.policy == MEDHA_POLICY_MEDHA &&
@@ -882,13 +1107,26 @@ medha_sched_active(const struct medha_sched *s, int i)
 	return &s->reqs[s->active[i]].pub;
 }
 
+uint64_t
+medha_sched_visits(const struct medha_sched *s)
+{
+	return s->visits;
+}
+
 size_t
 medha_sched_footprint(const struct medha_sched *s)
 {
+	size_t cand = sizeof(*s->cands), extra = 0;
+
+	if (s->srank != NULL) { /* medha's index */
+		cand += sizeof(*s->srank) + sizeof(*s->nxt) + sizeof(*s->pick) +
+		    SHORT_COUNT_MAX * sizeof(*s->count);
+		extra = sizeof(*s->nxt) + sizeof(*s->count);
+	}
 	return sizeof(*s) +
 	    (size_t)s->reqs_cap * (sizeof(*s->reqs) + sizeof(*s->active)) +
 	    (size_t)s->rec_cap * sizeof(*s->recs) +
-	    (size_t)s->cands_cap * sizeof(*s->cands) +
+	    (size_t)s->cands_cap * cand + extra +
 	    (size_t)s->items_cap * sizeof(*s->items);
 }
 

@@ -201,6 +201,14 @@ const struct medha_req *
 medha_sched_req(const struct medha_sched *s, uint64_t handle);
 /* The i-th of the medha_sched_pending() unfinished requests (any order). */
 const struct medha_req *medha_sched_active(const struct medha_sched *s, int i);
+/*
+ * Candidate visits made forming batches so far: a deterministic measure
+ * of the scheduler's work, for tests. One per prefill candidate taken in
+ * policy order and, under medha, one per step through its index of short
+ * candidates (sorting, n log n, is not counted). A batch over n
+ * candidates costs O(n log n) of them, never n^2.
+ */
+uint64_t medha_sched_visits(const struct medha_sched *s);
 /* Bytes the scheduler holds (its arrays' capacities): grows with the
  * requests in flight, never with the requests served. */
 size_t medha_sched_footprint(const struct medha_sched *s);
