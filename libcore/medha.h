@@ -111,6 +111,20 @@ struct medha_trim {
 void medha_trim_idle(struct medha_trim *t, int64_t live, int64_t activity,
     double now);
 
+/*
+ * One line of a program's -h after its synopsis: an option and what it
+ * does, or (opt NULL) a heading for the options that follow.
+ */
+struct medha_help {
+	const char *opt, *desc;
+};
+/*
+ * Print the n lines of -h to stdout, a blank line before the first and
+ * before each heading, and flush it. Returns 0, or 1 after logging why
+ * stdout failed (the exit status of -h).
+ */
+int medha_help_print(const struct medha_help *lines, size_t n);
+
 /* Allocation helpers that return NULL on overflow as well as on failure. */
 void *medha_calloc(size_t n, size_t size);
 void *medha_reallocarray(void *p, size_t n, size_t size);

@@ -10,6 +10,7 @@
 #endif
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 int medha_log_level = MEDHA_LOG_WARN;
@@ -198,4 +199,21 @@ medha_trim_idle(struct medha_trim *t, int64_t live, int64_t activity,
 #ifdef __GLIBC__
 	malloc_trim(0);
 #endif
+}
+
+int
+medha_help_print(const struct medha_help *lines, size_t n)
+{
+	if (n > 0 && lines[0].opt != NULL)
+		printf("\n");
+	for (size_t i = 0; i < n; i++)
+		if (lines[i].opt == NULL)
+			printf("\n%s\n", lines[i].desc);
+		else
+			printf("  %-22s  %s\n", lines[i].opt, lines[i].desc);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		medha_log(MEDHA_LOG_ERROR, "stdout: %s", strerror(errno));
+		return 1;
+	}
+	return 0;
 }

@@ -27,9 +27,7 @@ usage(FILE *f)
 }
 
 /* -h: the synopsis, then every option with a line on it (medha-router(1)) */
-static const struct {
-	const char *opt, *desc;
-} help_lines[] = {
+static const struct medha_help help_lines[] = {
     {"-l, --listen ADDR",
         "where clients connect: ipc://PATH or tcp://HOST:PORT"},
     {"-r, --replica REPLICA_ADDR",
@@ -54,14 +52,8 @@ static int
 help(void)
 {
 	usage(stdout);
-	printf("\n");
-	for (size_t i = 0; i < sizeof(help_lines) / sizeof(help_lines[0]); i++)
-		printf("  %-22s  %s\n", help_lines[i].opt, help_lines[i].desc);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		perror("medha-router: stdout");
-		return 1;
-	}
-	return 0;
+	return medha_help_print(help_lines,
+	    sizeof(help_lines) / sizeof(help_lines[0]));
 }
 
 static volatile sig_atomic_t stop;

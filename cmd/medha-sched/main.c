@@ -43,9 +43,7 @@ usage(FILE *f)
 }
 
 /* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
-static const struct {
-	const char *opt, *desc; /* opt NULL: desc heads a group */
-} help_lines[] = {
+static const struct medha_help help_lines[] = {
     {NULL, "Live replica (-l ADDR):"},
     {"-l, --listen ADDR", "be a live replica listening at ADDR"},
     {"-m, --model MODEL",
@@ -93,17 +91,8 @@ static int
 help(void)
 {
 	usage(stdout);
-	for (size_t i = 0; i < sizeof(help_lines) / sizeof(help_lines[0]); i++)
-		if (help_lines[i].opt == NULL)
-			printf("\n%s\n", help_lines[i].desc);
-		else
-			printf("  %-22s  %s\n", help_lines[i].opt,
-			    help_lines[i].desc);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		perror("medha-sched: stdout");
-		return 1;
-	}
-	return 0;
+	return medha_help_print(help_lines,
+	    sizeof(help_lines) / sizeof(help_lines[0]));
 }
 
 struct out {

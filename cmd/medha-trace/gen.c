@@ -369,7 +369,7 @@ read_prompts(const char *path, char ***lines)
 #define COUNT_MAX 1000000000LL /* bound of -n */
 
 /* -h: every option of longopts below, as medha-trace(1) says */
-static const struct help_line gen_help[] = {
+static const struct medha_help gen_help[] = {
     {"-h, --help", "print this help and exit"},
     {"-l, --long-fraction fraction",
         "probability a request is long, in [0, 1] (0.05)"},

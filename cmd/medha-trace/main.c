@@ -86,7 +86,7 @@ help_top(void)
 }
 
 void
-help(const char *sub, const struct help_line *lines, size_t n)
+help(const char *sub, const struct medha_help *lines, size_t n)
 {
 	size_t i;
 
@@ -94,10 +94,7 @@ help(const char *sub, const struct help_line *lines, size_t n)
 		;
 	if (i < NCMDS)
 		printf("usage: %s", cmds[i].synopsis);
-	printf("\n");
-	for (i = 0; i < n; i++)
-		printf("  %-22s  %s\n", lines[i].opt, lines[i].desc);
-	help_done();
+	exit(medha_help_print(lines, n));
 }
 
 double
@@ -163,7 +160,7 @@ out_close(const char *path, FILE *f, struct medha_writer *w)
 enum { OPT_TIME_SCALE = 256 };
 
 /* -h: every option of longopts below, as medha-trace(1) says */
-static const struct help_line convert_help[] = {
+static const struct medha_help convert_help[] = {
     {"-h, --help", "print this help and exit"},
     {"-o, --output file", "write to file, not stdout (.zst: compressed)"},
     {"--time-scale factor",

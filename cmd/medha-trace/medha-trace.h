@@ -18,15 +18,11 @@ int trace_replay(int argc, char *argv[]);
 /* Prints the synopsis to stdout (status 0) or stderr and exits. */
 void usage(int status) __attribute__((noreturn));
 
-/* A line of a subcommand's -h: an option and what it does (medha-trace(1)). */
-struct help_line {
-	const char *opt, *desc;
-};
 /*
  * -h of subcommand sub: prints its synopsis and then each of the n lines to
  * stdout and exits 0 (1 if stdout fails).
  */
-void help(const char *sub, const struct help_line *lines, size_t n)
+void help(const char *sub, const struct medha_help *lines, size_t n)
     __attribute__((noreturn));
 #define HELP(sub, lines) help(sub, lines, sizeof(lines) / sizeof(lines[0]))
 /*

@@ -254,7 +254,7 @@ wait_ready(struct rp *p, double wait)
 enum { OPT_SPEED = 256, OPT_IDS, OPT_TEXT, OPT_WAIT };
 
 /* -h: every option of opts below, as medha-trace(1) says */
-static const struct help_line replay_help[] = {
+static const struct medha_help replay_help[] = {
     {"-a, --addr addr", "the replica or router: ipc://PATH or tcp://HOST:PORT"},
     {"-h, --help", "print this help and exit"},
     {"-o, --output file",

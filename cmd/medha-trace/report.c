@@ -456,7 +456,7 @@ clean:
 enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT, OPT_TITLE };
 
 /* -h: every option of longopts below, as medha-trace(1) says */
-static const struct help_line report_help[] = {
+static const struct medha_help report_help[] = {
     {"-h, --help", "print this help and exit"},
     {"--json", "print one JSON object, not the table (times in s)"},
     {"--long-threshold tokens",
