@@ -14,6 +14,8 @@
 #   make bench-live      the live replica on SmolLM2: continuous batching,
 #                        and one request against medha-worker -p
 #   make bench-sched     scheduler decision time, dispatch round trips
+#   make bench-predictor medha-prof profiles the cpu backend, then the
+#                        profile predicts 200 random batches: the error
 #   make install PREFIX=/usr/local
 #
 # CUDA parts (kernels/*.cu) build only where nvcc is found.
@@ -36,7 +38,7 @@ TESTLIBS = -lcmocka
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 
-PROGS     = medha-router medha-sched medha-trace medha-worker
+PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
@@ -49,7 +51,8 @@ MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
 MAN7      = $(wildcard man/*.7)
 
-.PHONY: all test unit asan bench bench-cpu bench-live bench-sched demo install clean \
+.PHONY: all test unit asan bench bench-cpu bench-live bench-sched bench-predictor \
+    demo install clean \
     kernels format
 all: $(PROGS:%=$(BIN)/%) kernels
 
@@ -118,6 +121,9 @@ bench-cpu: $(LIB)
 
 bench-sched: $(LIB)
 	@BUILD=$(BUILD) sh contrib/bench-sched.sh
+
+bench-predictor: all
+	@sh contrib/bench-predictor.sh $(BIN)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MANDIR)/man1 \

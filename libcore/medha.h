@@ -97,6 +97,9 @@ int medha_flag_f64(const char *flag, const char *arg, double lo, double hi,
 int medha_why(char *why, size_t whylen, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC). */
+double medha_now(void);
+
 /*
  * A server gone idle gives its freed heap back to the system (glibc's
  * malloc_trim), so that its memory returns to where it was after a burst

@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 int medha_log_level = MEDHA_LOG_WARN;
 const char *medha_progname = "medha";
@@ -186,6 +187,15 @@ medha_utf8_len(const char *s, size_t n)
 	    (c >= 0xd800 && c <= 0xdfff))
 		return 0;
 	return k;
+}
+
+double
+medha_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 void

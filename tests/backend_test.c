@@ -28,6 +28,12 @@
  *    inconsistent batch, tokens outside the vocabulary, positions not
  *    claimed) are refused with MEDHA_EINVAL and a reason, and change
  *    nothing;
+ *  - the profiling hooks (medha-prof): medha_backend_seq_fill() gives a
+ *    sequence any length at once (zero K/V, blocks taken and given
+ *    back, refusals for a bad handle, a negative or too large length),
+ *    after which a decode runs at that position; medha_fwd.times splits
+ *    a call into attention, merge and head within its total, the head
+ *    only where logits are made;
  *  - medha_backend_cpu_open() on the model written to a GGUF file gives
  *    the in-memory model's logits, sizes its cache as documented
  *    (kv_blocks, kv_bytes, the default) and refuses bad options and
@@ -39,6 +45,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -770,6 +777,67 @@ test_open(void **state)
 	tm_free(&tm);
 }
 
+/* ---- the profiling hooks ---- */
+
+static void
+test_profiling(void **state)
+{
+	struct tmodel tm;
+	struct medha_backend *be;
+	struct medha_batch_seq bs = {0, 0, 1, MEDHA_LOGITS_LAST};
+	struct medha_batch b = {NULL, 1, &bs, 1};
+	struct medha_fwd_times t;
+	struct medha_fwd f = {.b = &b, .layer_lo = 0, .layer_hi = NL,
+	    .times = &t};
+	float logits[VOCAB], h[DIM];
+	int32_t tok = 5;
+	char why[256];
+	int seq;
+
+	(void)state;
+	tm_make(&tm, MEDHA_GGML_F32, 3);
+	be = be_new(&tm, MEDHA_KV_F32, 0, 0); /* 16 blocks of 16 */
+	assert_int_equal(medha_backend_seq_alloc(be, &seq), 0);
+	assert_int_equal(medha_backend_seq_fill(be, seq, 100), 0);
+	assert_int_equal(medha_backend_seq_len(be, seq), 100);
+	assert_int_equal(medha_backend_free_blocks(be), 16 - 7);
+	assert_int_equal(medha_backend_seq_fill(be, seq, 20), 0);
+	assert_int_equal(medha_backend_free_blocks(be), 16 - 2);
+	assert_int_equal(medha_backend_seq_fill(be, seq, 200), 0);
+	assert_int_equal(medha_backend_seq_fill(be, seq, 257),
+	    MEDHA_ENOSPACE);
+	assert_int_equal(medha_backend_seq_fill(be, seq, -1), MEDHA_EINVAL);
+	assert_int_equal(medha_backend_seq_fill(be, seq + 1, 3),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_backend_seq_fill(be, seq, 200), 0);
+
+	/* a decode at position 200 of the filled sequence, timed */
+	bs.seq = seq;
+	bs.pos = 200;
+	b.tokens = &tok;
+	f.logits = logits;
+	if (medha_backend_forward(be, &f, why, sizeof(why)) != 0)
+		fail_msg("forward: %s", why);
+	assert_int_equal(medha_backend_seq_len(be, seq), 201);
+	for (int v = 0; v < VOCAB; v++)
+		assert_true(isfinite(logits[v]));
+	assert_int_equal(t.split, 1);
+	assert_true(t.total > 0 && t.attn > 0 && t.head > 0);
+	assert_true(t.merge == 0);
+	assert_true(t.attn + t.head <= t.total);
+	/* no logits, no head; without times, nothing is measured */
+	bs.logits = MEDHA_LOGITS_NONE;
+	bs.pos = 201;
+	f.logits = NULL;
+	f.layer_hi = NL - 1;
+	f.h_out = h;
+	if (medha_backend_forward(be, &f, why, sizeof(why)) != 0)
+		fail_msg("forward: %s", why);
+	assert_true(t.split == 1 && t.head == 0 && t.attn > 0);
+	medha_backend_close(be);
+	tm_free(&tm);
+}
+
 int
 main(void)
 {
@@ -778,6 +846,7 @@ main(void)
 	    cmocka_unit_test(test_sample),
 	    cmocka_unit_test(test_malformed),
 	    cmocka_unit_test(test_open),
+	    cmocka_unit_test(test_profiling),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

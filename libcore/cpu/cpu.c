@@ -48,6 +48,8 @@ struct medha_cpu {
 	medha_merge_fn merge;             /* KVP merge, and its argument */
 	void *marg;
 	char gwhy[256]; /* why the last gather failed */
+	int timing;     /* measure the operators (medha_cpu_set_timing) */
+	struct medha_cpu_times times; /* of the last call, when timing */
 
 	int cap;       /* tokens the buffers below hold */
 	float *x;      /* (cap, dim) the residual stream */
@@ -589,6 +591,7 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	const size_t kvd = (size_t)c->nkv * mc->head_dim;
 	float *y = tpn > 1 ? c->yl : c->xn; /* an output projection's rows */
 	struct medha_mm mm[3];
+	double t_op;
 	int t, i, t0, rc;
 
 	/* the residual add of the previous layer's output, then the norm */
@@ -615,12 +618,21 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		         b->seq[i].pos - base_of(c, i), b->seq[i].n_tokens,
 		         c->k + (size_t)t0 * kvd, c->v + (size_t)t0 * kvd)) != 0)
 			return rc;
+	t_op = c->timing ? medha_now() : 0;
 	if ((rc = attention(c, b, l)) != 0)
 		return rc;
-	if (c->kvx != NULL && c->nmerge > 0 &&
-	    (rc = c->merge(c->marg, l, c->att, c->lse, n, c->nh, mc->head_dim,
-	         c->gwhy, sizeof(c->gwhy))) != 0)
-		return rc;
+	if (c->timing) {
+		double t1 = medha_now();
+		c->times.attn += t1 - t_op;
+		t_op = t1;
+	}
+	if (c->kvx != NULL && c->nmerge > 0) {
+		if ((rc = c->merge(c->marg, l, c->att, c->lse, n, c->nh,
+		         mc->head_dim, c->gwhy, sizeof(c->gwhy))) != 0)
+			return rc;
+		if (c->timing)
+			c->times.merge += medha_now() - t_op;
+	}
 	if (tpn > 1 && (rc = gather(c, l, 0, c->att, n, c->att)) != 0)
 		return rc;
 	if ((rc = medha_act_set(&c->act, c->att, n, mc->n_heads * mc->head_dim,
@@ -665,6 +677,7 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 	size_t rb = medha_ggml_row_bytes(te->type, d), k;
 	struct medha_mm mm;
 	int64_t nk_max = 0, nrows;
+	double t_head;
 	int i, t, t0, j, l, rc, claim = lo == c->lo;
 
 	if (lo < c->lo || hi > c->hi || lo >= hi)
@@ -693,6 +706,7 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 	if ((rc = check_batch(c, b, claim, lo == 0, why, whylen)) != 0)
 		return rc;
 	nrows = medha_batch_logit_rows(b);
+	memset(&c->times, 0, sizeof(c->times));
 	c->nmerge = 0;
 	for (i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
@@ -747,6 +761,7 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 		return 0;
 
 	/* the final norm of the rows asked for, then the logits */
+	t_head = c->timing ? medha_now() : 0;
 	for (i = 0, t0 = 0, j = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
 		for (t = t0; t < t0 + b->seq[i].n_tokens; t++) {
 			if (b->seq[i].logits == MEDHA_LOGITS_NONE ||
@@ -786,7 +801,21 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 				    "model's numbers overflow or are NaN)",
 				    r, v, (double)l[v]);
 	}
+	if (c->timing)
+		c->times.head = medha_now() - t_head;
 	return 0;
+}
+
+void
+medha_cpu_set_timing(struct medha_cpu *c, int on)
+{
+	c->timing = on != 0;
+}
+
+struct medha_cpu_times
+medha_cpu_times(const struct medha_cpu *c)
+{
+	return c->times;
 }
 
 int

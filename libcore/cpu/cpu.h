@@ -142,6 +142,21 @@ void medha_cpu_set_kvp(struct medha_cpu *cpu, const struct medha_batch_kv *kv,
     medha_merge_fn fn, void *arg);
 
 /*
+ * Operator times of the last forward call, for profilers: with timing
+ * on, the call reads the monotonic clock around attention and the KVP
+ * merge of every layer and around the final norm and logits (a few
+ * dozen clock reads a call); off (the default), it reads none and the
+ * times stay 0.
+ */
+struct medha_cpu_times {
+	double attn;  /* attention, all layers run, s */
+	double merge; /* KVP merge calls, s */
+	double head;  /* final norm and logits, s */
+};
+void medha_cpu_set_timing(struct medha_cpu *cpu, int on);
+struct medha_cpu_times medha_cpu_times(const struct medha_cpu *cpu);
+
+/*
  * Run batch b. Every sequence must be allocated in the cache, have
  * pos <= its cached length and appear once; its length becomes pos +
  * n_tokens. logits (the caller's) receives medha_batch_logit_rows(b)

@@ -184,6 +184,31 @@ medha_kv_set_len(struct medha_kvcache *kv, int seq, int64_t n)
 	return 0;
 }
 
+int
+medha_kv_fill(struct medha_kvcache *kv, int seq, int64_t n)
+{
+	const size_t run = (size_t)MEDHA_KV_BLOCK * kv->c.head_dim;
+	const int64_t planes = (int64_t)kv->c.n_layers * 2 * kv->c.n_kv_heads;
+	struct medha_kv_seq *s;
+	int64_t b, from, p;
+	int rc;
+
+	if ((s = seq_get(kv, seq)) == NULL || n < 0)
+		return MEDHA_EINVAL;
+	from = s->len < n ? s->len / MEDHA_KV_BLOCK : 0;
+	if ((rc = medha_kv_reserve(kv, seq, n)) != 0)
+		return rc;
+	/* zeros, written: fresh pages are mapped, so that attention reads
+	   memory rather than the kernel's one page of zeros */
+	for (p = 0; p < planes && s->len < n; p++)
+		for (b = from; b < (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK; b++)
+			memset((char *)kv->data +
+			        ((size_t)p * kv->c.n_blocks + s->block[b]) *
+			            run * kv->elsize,
+			    0, run * kv->elsize);
+	return medha_kv_set_len(kv, seq, n);
+}
+
 /* head_dim floats of src into the cache's type at dst, stride apart */
 static void
 store_row(const struct medha_kvcache *kv, void *dst, const float *src,

@@ -108,6 +108,13 @@ int medha_kv_reserve(struct medha_kvcache *kv, int seq, int64_t n);
  * the new length go back to the pool. Returns 0 or MEDHA_EINVAL.
  */
 int medha_kv_set_len(struct medha_kvcache *kv, int seq, int64_t n);
+/*
+ * For profilers: make seq n positions long (reserving blocks, or
+ * forgetting the tail), the positions it did not hold before set to
+ * zero K/V, written to memory. Returns 0, MEDHA_EINVAL or the errors of
+ * medha_kv_reserve().
+ */
+int medha_kv_fill(struct medha_kvcache *kv, int seq, int64_t n);
 /* Blocks left in the pool. */
 int64_t medha_kv_free_blocks(const struct medha_kvcache *kv);
 

@@ -8,6 +8,7 @@
 #include "engine/backend.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- checks ---- */
 
@@ -107,6 +108,7 @@ int
 medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
     char *why, size_t whylen)
 {
+	double t0;
 	int32_t i;
 	int rc;
 
@@ -128,7 +130,13 @@ medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
 	if (f->samplers != NULL)
 		for (i = 0; i < f->b->n_seqs; i++)
 			f->tokens[i] = -1;
-	return be->ops->forward(be->impl, f, why, whylen);
+	if (f->times == NULL)
+		return be->ops->forward(be->impl, f, why, whylen);
+	memset(f->times, 0, sizeof(*f->times));
+	t0 = medha_now();
+	rc = be->ops->forward(be->impl, f, why, whylen);
+	f->times->total = medha_now() - t0;
+	return rc;
 }
 
 int
@@ -149,6 +157,16 @@ medha_backend_seq_len(struct medha_backend *be, int seq)
 	if (be->ops->seq_len == NULL)
 		return MEDHA_EUNSUP;
 	return be->ops->seq_len(be->impl, seq);
+}
+
+int
+medha_backend_seq_fill(struct medha_backend *be, int seq, int64_t n)
+{
+	if (be->ops->seq_fill == NULL)
+		return MEDHA_EUNSUP;
+	if (n < 0)
+		return MEDHA_EINVAL;
+	return be->ops->seq_fill(be->impl, seq, n);
 }
 
 int64_t

@@ -80,6 +80,21 @@ struct medha_comm {
 };
 
 /*
+ * Where one forward call's time went (medha_fwd.times, for profilers:
+ * medha-prof(1)). The wrapper measures total on the monotonic clock; a
+ * backend that can tell its operators apart fills the rest and sets
+ * split (the cpu backend: attention and merge over all layers run, the
+ * final norm and logits), and one that cannot leaves them 0.
+ */
+struct medha_fwd_times {
+	double total; /* the whole call, s */
+	double attn;  /* attention over the KV cache, every layer run, s */
+	double merge; /* KVP merges of partial attention outputs, s */
+	double head;  /* the final norm and the logits, s */
+	int split;    /* 1 if attn, merge and head were measured */
+};
+
+/*
  * One forward call: layers [layer_lo, layer_hi) of batch b. All memory
  * is the caller's; the backend reads b, h_in and samplers and writes
  * h_out, logits and tokens (and advances the samplers' generators).
@@ -112,6 +127,8 @@ struct medha_fwd {
 	   whether it appends, whether it merges (batch.h); NULL: every
 	   sequence alone from position 0 */
 	const struct medha_batch_kv *kv;
+	/* optional out: where the call's time went (cleared first) */
+	struct medha_fwd_times *times;
 };
 
 /* What a backend holds and runs; filled by its constructor. */
@@ -161,6 +178,11 @@ struct medha_backend_ops {
 	/* optional: the caller waits a while for its next call (idle
 	   threads may sleep) */
 	void (*idle)(void *impl);
+	/* optional, for profilers: seq gets n cached positions (blocks
+	   reserved, the tail past n forgotten) holding arbitrary finite
+	   K/V, written to memory, without running the model. 0,
+	   MEDHA_EINVAL (bad handle, n < 0) or MEDHA_ENOSPACE */
+	int (*seq_fill)(void *impl, int seq, int64_t n);
 };
 
 struct medha_backend {
@@ -190,6 +212,12 @@ int medha_backend_seq_alloc(struct medha_backend *be, int *seq);
 void medha_backend_seq_free(struct medha_backend *be, int seq);
 /* Positions cached, MEDHA_EINVAL (bad handle) or MEDHA_EUNSUP. */
 int64_t medha_backend_seq_len(struct medha_backend *be, int seq);
+/*
+ * For profilers (medha-prof): give seq n cached positions of arbitrary
+ * finite K/V without running the model, so that a batch can be timed at
+ * any context at once. 0, MEDHA_EINVAL, MEDHA_ENOSPACE or MEDHA_EUNSUP.
+ */
+int medha_backend_seq_fill(struct medha_backend *be, int seq, int64_t n);
 /* KV blocks left in the pool, or MEDHA_EUNSUP. */
 int64_t medha_backend_free_blocks(struct medha_backend *be);
 /* The caller will wait a while before its next call (a live worker

@@ -60,6 +60,14 @@ cpu_free_blocks(void *impl)
 }
 
 static int
+cpu_seq_fill(void *impl, int seq, int64_t n)
+{
+	struct cpu_be *c = impl;
+
+	return medha_kv_fill(c->kv, seq, n);
+}
+
+static int
 cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 {
 	struct cpu_be *c = impl;
@@ -84,9 +92,17 @@ cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	medha_cpu_set_kvp(c->cpu, f->kv,
 	    f->comm != NULL ? f->comm->kvp_merge : NULL,
 	    f->comm != NULL ? f->comm->arg : NULL);
+	medha_cpu_set_timing(c->cpu, f->times != NULL);
 	if ((rc = medha_cpu_forward_layers(c->cpu, f->b, f->layer_lo,
 	         f->layer_hi, f->h_in, f->h_out, lg, why, whylen)) != 0)
 		return rc;
+	if (f->times != NULL) {
+		struct medha_cpu_times t = medha_cpu_times(c->cpu);
+		f->times->attn = t.attn;
+		f->times->merge = t.merge;
+		f->times->head = t.head;
+		f->times->split = 1;
+	}
 	if (f->samplers != NULL)
 		medha_backend_sample(f->b, lg, c->m->c.vocab, f->samplers,
 		    f->tokens);
@@ -124,6 +140,7 @@ static const struct medha_backend_ops cpu_ops = {
     .seq_len = cpu_seq_len,
     .free_blocks = cpu_free_blocks,
     .idle = cpu_idle,
+    .seq_fill = cpu_seq_fill,
 };
 
 /* ---- making one ---- */

@@ -1,5 +1,5 @@
 #!/bin/sh
-# help.sh: -h and --help of medha-sched, medha-worker and medha-router exit
+# help.sh: -h and --help of medha-prof, -sched, -worker and -router exit
 # 0 with nothing on stderr and print, on stdout, the synopsis (the same
 # lines a usage error prints on stderr) and then every option with a
 # description on its line, no line of them wider than 80 columns. "Every
@@ -74,7 +74,7 @@ misused() {
 	fi
 }
 
-for prog in medha-sched medha-worker medha-router; do
+for prog in medha-prof medha-sched medha-worker medha-router; do
 	src=$top/cmd/$prog/main.c
 	man=$top/man/$prog.1
 	[ -f "$src" ] && [ -f "$man" ] || fail "no $src or $man"

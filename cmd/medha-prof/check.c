@@ -1,0 +1,165 @@
+/*
+ * check.c: medha-prof --check: how well a profile predicts batches it
+ * was not measured on. Random mixed batches (prefill chunks of 32 to
+ * 2048 tokens at contexts up to max_context, beside decodes at contexts
+ * up to the same) are timed whole, every layer and the logits, and
+ * predicted the way the scheduler predicts them (batchcost.h on the
+ * profile); the summary is the median and p90 of |predicted / measured
+ * - 1|.
+ */
+#include "medha-prof.h"
+
+#include "sched/batchcost.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint64_t
+next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double
+unif(uint64_t *s)
+{
+	return (double)(next(s) >> 11) / 9007199254740992.0;
+}
+
+/* exp(uniform(ln lo, ln hi)), a whole number in [lo, hi] */
+static int64_t
+logu(uint64_t *s, double lo, double hi)
+{
+	int64_t v = (int64_t)llround(exp(log(lo) + unif(s) * log(hi / lo)));
+
+	return v < lo ? (int64_t)lo : v > hi ? (int64_t)hi : v;
+}
+
+/*
+ * One random batch into it (prefills first, then decodes); returns the
+ * number of items and sets *npf. The KV it holds stays within room.
+ */
+static int
+gen_batch(uint64_t *s, const struct prof *P, int64_t room,
+    struct prof_item *it, int *npf)
+{
+	const int64_t ctx = P->max_context;
+	const int64_t chunk = P->max_tokens < 2048 ? P->max_tokens : 2048;
+	int n = 0, k, nd;
+	int64_t used = 0;
+	double u = unif(s);
+
+	/* 10% decodes only; else 1 to 3 prefills */
+	*npf = u < 0.1 ? 0 : u < 0.6 ? 1 : u < 0.85 ? 2 : 3;
+	for (k = 0; k < *npf; k++) {
+		it[n].tokens = logu(s, 32, (double)chunk);
+		it[n].kv = unif(s) < 0.2 ? 0 : logu(s, 64, (double)ctx);
+		it[n].logits = unif(s) < 0.5;
+		used += it[n].tokens + it[n].kv;
+		n++;
+	}
+	/* decodes: none in a quarter of the mixed batches, else 1 to 32 */
+	nd = *npf > 0 && unif(s) < 0.25 ? 0 : (int)logu(s, 1, 32);
+	for (k = 0; k < nd; k++) {
+		int64_t kv = logu(s, 16, (double)ctx);
+		if (used + kv + 1 > room)
+			break;
+		it[n] = (struct prof_item){1, kv, 1};
+		used += kv + 1;
+		n++;
+	}
+	if (n == 0)
+		it[n++] = (struct prof_item){1, 16, 1};
+	return n;
+}
+
+/* The scheduler's prediction of the batch: one KVP group. */
+static double
+predict(const struct medha_pred *p, const struct prof_item *it, int n,
+    int npf)
+{
+	struct medha_kvplace pl;
+	struct medha_kvlease l;
+	struct medha_cost a;
+	int i;
+
+	memset(&a, 0, sizeof(a));
+	medha_kvplace_init(&pl, 1, MEDHA_KV_BLOCK, (int64_t)1 << 40, 0);
+	if (medha_kvplace_admit(&pl, &l, (int64_t)1 << 30, 0) != 0)
+		return -1;
+	for (i = 0; i < n; i++)
+		medha_cost_add(&a, p, &pl, &l, it[i].tokens, it[i].kv, i >= npf,
+		    it[i].logits, NULL);
+	return medha_cost_latency(&a, p, 1).latency;
+}
+
+int
+prof_check(struct prof *P, const struct medha_pred *p, int n, uint64_t seed,
+    char *why, size_t whylen)
+{
+	const int L = P->be->info.shape.n_layers;
+	const int64_t room = P->decode_total + P->max_context + P->max_tokens -
+	    (int64_t)PROF_SEQS * MEDHA_KV_BLOCK;
+	struct prof_item it[PROF_SEQS];
+	struct prof_time t;
+	double *err, *aerr, meas = 0, pred = 0;
+	uint64_t s = seed;
+	int i, m, npf, rc = 0;
+
+	err = medha_calloc((size_t)n, sizeof(double));
+	aerr = medha_calloc((size_t)n, sizeof(double));
+	if (err == NULL || aerr == NULL) {
+		free(err);
+		free(aerr);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	if (medha_log_level >= MEDHA_LOG_INFO)
+		printf("%5s %4s %4s %6s %8s %10s %10s %7s\n", "batch",
+		    "pre", "dec", "tokens", "kv", "meas_ms", "pred_ms", "err");
+	for (i = 0; i < n; i++) {
+		double e, pr;
+		int64_t tok = 0, kv = 0;
+		prof_progress(P, "checking", i, n);
+		m = gen_batch(&s, P, room, it, &npf);
+		if ((rc = prof_time(P, it, m, 0, L, 0, &t, why, whylen)) != 0)
+			goto out;
+		if ((pr = predict(p, it, m, npf)) < 0) {
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "the predictor could not place a batch");
+			goto out;
+		}
+		e = pr / t.total - 1;
+		err[i] = e;
+		aerr[i] = fabs(e);
+		meas += t.total;
+		pred += pr;
+		for (int k = 0; k < m; k++) {
+			tok += it[k].tokens;
+			kv += it[k].kv;
+		}
+		if (medha_log_level >= MEDHA_LOG_INFO)
+			printf("%5d %4d %4d %6lld %8lld %10.2f %10.2f %+6.1f%%\n",
+			    i, npf, m - npf, (long long)tok, (long long)kv,
+			    1e3 * t.total, 1e3 * pr, 100 * e);
+	}
+	prof_progress(P, "checking", n, n);
+	{
+		double med = prof_median(aerr, n), bias = prof_median(err, n);
+		double p90 = aerr[(int)ceil(0.9 * n) - 1]; /* aerr is sorted */
+		printf("%d batches: measured %.1f s in all, predicted %.1f s; "
+		       "signed median error %+.1f%%\n",
+		    n, meas, pred, 100 * bias);
+		printf("predictor error: median %.1f%%, p90 %.1f%%\n",
+		    100 * med, 100 * p90);
+	}
+out:
+	if (rc != 0 && P->progress)
+		fputc('\n', stderr);
+	free(err);
+	free(aerr);
+	return rc;
+}

@@ -1,0 +1,373 @@
+/*
+ * medha-prof: profiles a backend on a model. By default it measures the
+ * operators the runtime predictor composes batch times from (linear
+ * layers by token count, attention by chunk and context, decode
+ * attention by sequences and context, the output head) and writes a
+ * medha-profile(5) table; --check times random mixed batches against
+ * that table's predictions; --chunks runs the chunk-size study. Flags
+ * and wiring only: measure.c, check.c and chunks.c do the work.
+ */
+#include "medha-prof.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <string.h>
+#include <unistd.h>
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: medha-prof -m MODEL [-hqv] [--backend cpu] [-o FILE] "
+	    "[-t THREADS]\n"
+	    "           [--kv f16|f32] [--reps N] [--attn-layers N] "
+	    "[--max-tokens N]\n"
+	    "           [--max-context N] [--decode-total N]\n"
+	    "           [--check N [--seed S] [--predictor FILE]]\n"
+	    "       medha-prof -m MODEL --chunks [--prompt N] [--plot "
+	    "FILE.png]\n"
+	    "           [--predictor FILE] [-t THREADS] [--kv f16|f32] "
+	    "[--reps N]\n");
+}
+
+static const struct medha_help help_lines[] = {
+    {"-h, --help", "print this help and exit"},
+    {"-m, --model MODEL", "the model, a GGUF file"},
+    {"-o, --output FILE", "write the profile there (default: standard output)"},
+    {"-q, --quick", "a few points per operator only (tests)"},
+    {"-t, --threads THREADS",
+        "threads of the backend (default: online CPUs)"},
+    {"-v, --verbose", "more on stderr; --check: one line a batch"},
+    {"--backend cpu", "the backend to profile (cpu)"},
+    {"--kv f16|f32", "KV cache element type, as the worker's (f32)"},
+    {"--reps N", "runs of each point, the median kept (3)"},
+    {"--attn-layers N", "layers run to time attention alone (4)"},
+    {"--max-tokens N", "largest token count measured (2048)"},
+    {"--max-context N", "largest context measured (8192)"},
+    {"--decode-total N", "most KV tokens a decode point reads (65536)"},
+    {"--check N", "then time N random mixed batches against the profile"},
+    {"--seed S", "--check: the batches' seed (1)"},
+    {"--predictor FILE", "--check, --chunks: this profile, not a new one"},
+    {"--chunks", "the chunk-size study instead of a profile"},
+    {"--prompt N", "--chunks: the prompt, a power of two (--max-context)"},
+    {"--plot FILE.png", "--chunks: draw it with gnuplot(1)"},
+};
+
+enum {
+	OPT_BACKEND = 256,
+	OPT_KV,
+	OPT_REPS,
+	OPT_ATTN_LAYERS,
+	OPT_MAX_TOKENS,
+	OPT_MAX_CONTEXT,
+	OPT_DECODE_TOTAL,
+	OPT_CHECK,
+	OPT_SEED,
+	OPT_PREDICTOR,
+	OPT_CHUNKS,
+	OPT_PROMPT,
+	OPT_PLOT,
+};
+
+static const struct option longopts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"model", required_argument, NULL, 'm'},
+    {"output", required_argument, NULL, 'o'},
+    {"quick", no_argument, NULL, 'q'},
+    {"threads", required_argument, NULL, 't'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"kv", required_argument, NULL, OPT_KV},
+    {"reps", required_argument, NULL, OPT_REPS},
+    {"attn-layers", required_argument, NULL, OPT_ATTN_LAYERS},
+    {"max-tokens", required_argument, NULL, OPT_MAX_TOKENS},
+    {"max-context", required_argument, NULL, OPT_MAX_CONTEXT},
+    {"decode-total", required_argument, NULL, OPT_DECODE_TOTAL},
+    {"check", required_argument, NULL, OPT_CHECK},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"predictor", required_argument, NULL, OPT_PREDICTOR},
+    {"chunks", no_argument, NULL, OPT_CHUNKS},
+    {"prompt", required_argument, NULL, OPT_PROMPT},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {NULL, 0, NULL, 0},
+};
+
+static int64_t
+num(const char *flag, const char *s, int64_t lo, int64_t hi)
+{
+	int64_t v;
+	int rc;
+
+	if ((rc = medha_parse_i64(s, lo, hi, &v)) != 0) {
+		fprintf(stderr, "medha-prof: %s: %s: %s (%lld to %lld)\n", flag,
+		    s, rc == MEDHA_ERANGE ? "out of range" : "not a number",
+		    (long long)lo, (long long)hi);
+		exit(2);
+	}
+	return v;
+}
+
+/* The file name without directories and ".gguf", for the comment. */
+static void
+short_name(const char *path, char *out, size_t len)
+{
+	const char *b = strrchr(path, '/');
+	size_t n;
+
+	b = b != NULL ? b + 1 : path;
+	n = strlen(b);
+	if (n > 5 && strcmp(b + n - 5, ".gguf") == 0)
+		n -= 5;
+	if (n >= len)
+		n = len - 1;
+	memcpy(out, b, n);
+	out[n] = '\0';
+	/* the comment is key=value words: no spaces */
+	for (char *p = out; *p != '\0'; p++)
+		if (*p == ' ' || *p == '\t')
+			*p = '_';
+}
+
+/*
+ * The predictor for --check and --chunks: the model's shape, the cpu
+ * device measured here (for operators a profile lacks), the table.
+ */
+static int
+load_pred(struct medha_pred *p, const struct prof *P, const char *table,
+    char *why, size_t whylen)
+{
+	struct medha_pred_model m;
+	struct medha_gpu g;
+	char w2[512];
+	int rc;
+
+	if ((rc = medha_model_resolve_why(P->model, &m, w2, sizeof(w2))) != 0)
+		return medha_why(why, whylen, rc, "%s: %s", P->model, w2);
+	if ((rc = medha_gpu_measure_cpu(&g, P->threads)) != 0)
+		return medha_why(why, whylen, rc, "measuring the cpu: %s",
+		    medha_strerror(rc));
+	m.kv_bytes = P->kv_f16 ? 2 : 4;
+	if ((rc = medha_pred_init(p, &g, &m, 1, 1, 1)) != 0)
+		return medha_why(why, whylen, rc, "predictor: %s",
+		    medha_strerror(rc));
+	if ((rc = medha_pred_load_table(p, table, w2, sizeof(w2))) != 0) {
+		medha_pred_free(p);
+		return medha_why(why, whylen, rc, "%s: %s", table, w2);
+	}
+	return 0;
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct prof P = {.reps = 3,
+	    .attn_layers = 4,
+	    .max_tokens = 2048,
+	    .max_context = 8192,
+	    .decode_total = 65536};
+	const char *out = NULL, *predictor = NULL, *png = NULL;
+	char name[128], why[1024], tmp[4200], part[4300];
+	int64_t check = 0, prompt = 0;
+	uint64_t seed = 1;
+	int chunks = 0, verbose = 0, ch, rc, status = 1, made_tmp = 0;
+	struct medha_pred pred;
+	int have_pred = 0;
+	FILE *f;
+
+	medha_progname = "medha-prof";
+	while ((ch = getopt_long(argc, argv, "hm:o:qt:v", longopts, NULL)) !=
+	    -1) {
+		switch (ch) {
+		case 'h':
+			usage(stdout);
+			return medha_help_print(help_lines,
+			    sizeof(help_lines) / sizeof(help_lines[0]));
+		case 'm': P.model = optarg; break;
+		case 'o': out = optarg; break;
+		case 'q': P.quick = 1; break;
+		case 't': P.threads = (int)num("-t", optarg, 1, 256); break;
+		case 'v': verbose++; break;
+		case OPT_BACKEND:
+			if (strcmp(optarg, "cpu") != 0) {
+				fprintf(stderr,
+				    "medha-prof: --backend: %s: %s\n", optarg,
+				    strcmp(optarg, "sim") == 0
+				        ? "the sim backend has nothing to "
+				          "measure (its times are the "
+				          "predictor's)"
+				    : strcmp(optarg, "cuda") == 0
+				        ? "not built yet"
+				        : "expected cpu");
+				return 2;
+			}
+			break;
+		case OPT_KV:
+			if (strcmp(optarg, "f16") != 0 &&
+			    strcmp(optarg, "f32") != 0) {
+				fprintf(stderr,
+				    "medha-prof: --kv: %s: expected f16 or "
+				    "f32\n",
+				    optarg);
+				return 2;
+			}
+			P.kv_f16 = strcmp(optarg, "f16") == 0;
+			break;
+		case OPT_REPS: P.reps = (int)num("--reps", optarg, 1, 64); break;
+		case OPT_ATTN_LAYERS:
+			P.attn_layers = (int)num("--attn-layers", optarg, 1, 4096);
+			break;
+		case OPT_MAX_TOKENS:
+			P.max_tokens = num("--max-tokens", optarg, 32, 8192);
+			break;
+		case OPT_MAX_CONTEXT:
+			P.max_context = num("--max-context", optarg, 256, 131072);
+			break;
+		case OPT_DECODE_TOTAL:
+			P.decode_total =
+			    num("--decode-total", optarg, 256, (int64_t)1 << 24);
+			break;
+		case OPT_CHECK: check = num("--check", optarg, 1, 100000); break;
+		case OPT_SEED:
+			seed = (uint64_t)num("--seed", optarg, 0, INT64_MAX);
+			break;
+		case OPT_PREDICTOR: predictor = optarg; break;
+		case OPT_CHUNKS: chunks = 1; break;
+		case OPT_PROMPT:
+			prompt = num("--prompt", optarg, 64, 131072);
+			if (prompt & (prompt - 1)) {
+				fprintf(stderr,
+				    "medha-prof: --prompt: %s: not a power "
+				    "of two\n",
+				    optarg);
+				return 2;
+			}
+			break;
+		case OPT_PLOT: png = optarg; break;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc || P.model == NULL) {
+		if (optind != argc)
+			fprintf(stderr, "medha-prof: %s: unexpected argument\n",
+			    argv[optind]);
+		else
+			fprintf(stderr, "medha-prof: -m MODEL is required\n");
+		usage(stderr);
+		return 2;
+	}
+	if (chunks && (check > 0 || out != NULL)) {
+		fprintf(stderr, "medha-prof: --chunks takes neither --check "
+		                "nor -o\n");
+		return 2;
+	}
+	if (!chunks && (png != NULL || prompt > 0)) {
+		fprintf(stderr, "medha-prof: --plot and --prompt go with "
+		                "--chunks\n");
+		return 2;
+	}
+	if (predictor != NULL && !chunks && check == 0) {
+		fprintf(stderr, "medha-prof: --predictor goes with --check or "
+		                "--chunks\n");
+		return 2;
+	}
+	if (predictor != NULL && out != NULL) {
+		fprintf(stderr, "medha-prof: --predictor FILE is measured "
+		                "already: no -o\n");
+		return 2;
+	}
+	if (prompt == 0) {
+		prompt = 64;
+		while (prompt * 2 <= P.max_context)
+			prompt *= 2;
+	}
+	if (chunks && prompt > P.max_context)
+		P.max_context = prompt;
+	medha_log_level = MEDHA_LOG_WARN + verbose;
+	P.progress = isatty(STDERR_FILENO);
+	if (P.threads == 0) {
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		P.threads = nc > 0 && nc < 256 ? (int)nc : 1;
+	}
+	short_name(P.model, name, sizeof(name));
+	P.name = name;
+	if ((rc = prof_open(&P, why, sizeof(why))) != 0) {
+		fprintf(stderr, "medha-prof: %s: %s\n", P.model, why);
+		prof_close(&P);
+		return 1;
+	}
+	medha_log(MEDHA_LOG_INFO, "%s: %d layers, %d threads, KV pool %lld "
+	                          "blocks",
+	    P.model, P.be->info.shape.n_layers, P.threads,
+	    (long long)P.be->info.n_blocks);
+
+	if (chunks) {
+		if (predictor != NULL &&
+		    load_pred(&pred, &P, predictor, why, sizeof(why)) != 0)
+			goto fail;
+		have_pred = predictor != NULL;
+		if (prof_chunks(&P, prompt, png, have_pred ? &pred : NULL, why,
+		        sizeof(why)) != 0)
+			goto fail;
+		status = 0;
+		goto done;
+	}
+	if (predictor == NULL) {
+		/* the table: to -o (whole or not at all), to standard output,
+		   or for --check alone to a file of its own */
+		const char *dst = out;
+		if (dst == NULL && check > 0) {
+			const char *td = getenv("TMPDIR");
+			snprintf(tmp, sizeof(tmp), "%s/medha-prof.%ld.csv",
+			    td != NULL && *td != '\0' ? td : "/tmp",
+			    (long)getpid());
+			dst = tmp;
+			made_tmp = 1;
+		}
+		if (dst != NULL) {
+			snprintf(part, sizeof(part), "%s.part", dst);
+			if ((f = fopen(part, "w")) == NULL) {
+				fprintf(stderr, "medha-prof: %s: %s\n", part,
+				    strerror(errno));
+				goto done;
+			}
+		} else
+			f = stdout;
+		rc = prof_table(&P, f, why, sizeof(why));
+		if (f != stdout && (fclose(f) != 0 && rc == 0))
+			rc = medha_why(why, sizeof(why), MEDHA_EIO, "%s",
+			    strerror(errno));
+		if (rc != 0) {
+			if (f != stdout)
+				unlink(part);
+			goto fail;
+		}
+		if (dst != NULL && rename(part, dst) != 0) {
+			fprintf(stderr, "medha-prof: %s: %s\n", dst,
+			    strerror(errno));
+			unlink(part);
+			goto done;
+		}
+		predictor = dst;
+		if (out != NULL)
+			medha_log(MEDHA_LOG_INFO, "profile written to %s", out);
+	}
+	if (check > 0) {
+		if (load_pred(&pred, &P, predictor, why, sizeof(why)) != 0)
+			goto fail;
+		have_pred = 1;
+		if (prof_check(&P, &pred, (int)check, seed, why, sizeof(why)) !=
+		    0)
+			goto fail;
+	}
+	status = 0;
+	goto done;
+fail:
+	fprintf(stderr, "medha-prof: %s\n", why);
+done:
+	if (made_tmp)
+		unlink(tmp);
+	if (have_pred)
+		medha_pred_free(&pred);
+	prof_close(&P);
+	return status;
+}

@@ -1,0 +1,352 @@
+/*
+ * measure.c: medha-prof's backend, its timing primitive, and the
+ * operator table (medha-profile(5)).
+ *
+ * Every figure comes from whole forward calls through the backend
+ * interface, with the backend saying where the time went
+ * (medha_fwd_times): attention and the output head are timed inside the
+ * call, and the rest of a call over every layer is the linear part
+ * (projections, MLP, norms, KV writes, and what any batch costs). The
+ * context a sequence attends to is made with medha_backend_seq_fill()
+ * instead of a prefill, so a point at 8K cached tokens costs one chunk.
+ * Attention is timed over a few layers only (attn_layers), the linear
+ * part over all of them, so that the fixed cost of a call is spread as
+ * it is in a real batch.
+ */
+#include "medha-prof.h"
+
+#include "engine/backend_cpu.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double
+prof_median(double *v, int n)
+{
+	if (n <= 0)
+		return 0;
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void
+prof_progress(const struct prof *P, const char *what, int i, int n)
+{
+	if (!P->progress)
+		return;
+	if (i < n)
+		fprintf(stderr, "\rmedha-prof: %s %d/%d   ", what, i + 1, n);
+	else
+		fprintf(stderr, "\rmedha-prof: %s %d/%d done\n", what, n, n);
+}
+
+/* Room for a batch of `tokens` tokens and `rows` rows of logits. */
+static int
+grow(struct prof *P, int64_t tokens, int64_t rows)
+{
+	const struct medha_model_config *c = &P->be->info.shape;
+	void *p;
+
+	if (tokens > P->cap_tokens) {
+		if ((p = realloc(P->ids, (size_t)tokens * sizeof(int32_t))) ==
+		    NULL)
+			return MEDHA_ENOMEM;
+		P->ids = p;
+		free(P->h);
+		/* two halves: the states handed in, the states handed out */
+		if ((P->h = medha_calloc((size_t)tokens * 2 * c->dim,
+		         sizeof(float))) == NULL)
+			return MEDHA_ENOMEM;
+		for (int64_t i = P->cap_tokens; i < tokens; i++)
+			P->ids[i] = (int32_t)((i * 7919 + 13) % c->vocab);
+		P->cap_tokens = tokens;
+	}
+	if (rows > P->cap_rows) {
+		free(P->logits);
+		if ((P->logits = medha_calloc((size_t)rows * c->vocab,
+		         sizeof(float))) == NULL)
+			return MEDHA_ENOMEM;
+		P->cap_rows = rows;
+	}
+	return 0;
+}
+
+/* Sequences to the items' contexts: shrink every one first, then grow. */
+static int
+set_contexts(struct prof *P, const struct prof_item *items, int n, char *why,
+    size_t whylen)
+{
+	int i, rc;
+
+	for (i = 0; i < PROF_SEQS; i++) {
+		int64_t len = medha_backend_seq_len(P->be, P->seq[i]);
+		int64_t want = i < n ? items[i].kv : 0;
+		if (len > want &&
+		    (rc = medha_backend_seq_fill(P->be, P->seq[i], want)) != 0)
+			return medha_why(why, whylen, rc, "sequence %d: %s", i,
+			    medha_strerror(rc));
+	}
+	for (i = 0; i < n; i++)
+		if ((rc = medha_backend_seq_fill(P->be, P->seq[i],
+		         items[i].kv)) != 0)
+			return medha_why(why, whylen, rc,
+			    "%lld cached tokens for sequence %d: %s (the KV "
+			    "pool holds %lld blocks of %d)",
+			    (long long)items[i].kv, i, medha_strerror(rc),
+			    (long long)P->be->info.n_blocks,
+			    P->be->info.block_size);
+	return 0;
+}
+
+#define REPS_MAX 64
+
+int
+prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
+    int hi, int reps, struct prof_time *t, char *why, size_t whylen)
+{
+	const struct medha_model_config *c = &P->be->info.shape;
+	struct medha_batch_seq bs[PROF_SEQS];
+	double tot[REPS_MAX], att[REPS_MAX], head[REPS_MAX], rest[REPS_MAX];
+	int64_t tokens = 0, rows = 0;
+	int i, r, rc;
+
+	MEDHA_ASSERT(n >= 1 && n <= PROF_SEQS && lo < hi);
+	if (reps < P->reps)
+		reps = P->reps;
+	if (reps > REPS_MAX)
+		reps = REPS_MAX;
+	for (i = 0; i < n; i++) {
+		bs[i] = (struct medha_batch_seq){.seq = P->seq[i],
+		    .pos = items[i].kv,
+		    .n_tokens = (int32_t)items[i].tokens,
+		    .logits = items[i].logits ? MEDHA_LOGITS_LAST
+		                              : MEDHA_LOGITS_NONE};
+		tokens += items[i].tokens;
+		rows += items[i].logits != 0;
+	}
+	if (hi < c->n_layers)
+		rows = 0;
+	if (tokens > INT32_MAX / 2 || (rc = grow(P, tokens, rows)) != 0)
+		return medha_why(why, whylen, MEDHA_ENOMEM,
+		    "buffers for %lld tokens: out of memory",
+		    (long long)tokens);
+	for (r = 0; r < reps; r++) {
+		struct medha_batch b = {P->ids, (int32_t)tokens, bs, n};
+		struct medha_fwd_times ft;
+		struct medha_fwd f = {.b = &b,
+		    .layer_lo = lo,
+		    .layer_hi = hi,
+		    .h_in = lo > 0 ? P->h : NULL,
+		    .h_out = hi < c->n_layers ? P->h + tokens * c->dim : NULL,
+		    .logits = rows > 0 ? P->logits : NULL,
+		    .times = &ft};
+		if ((rc = set_contexts(P, items, n, why, whylen)) != 0)
+			return rc;
+		if ((rc = medha_backend_forward(P->be, &f, why, whylen)) != 0)
+			return rc;
+		tot[r] = ft.total;
+		att[r] = ft.attn;
+		head[r] = ft.head;
+		rest[r] = ft.total - ft.attn - ft.merge - ft.head;
+		if (!ft.split)
+			return medha_why(why, whylen, MEDHA_EUNSUP,
+			    "backend %s does not say where a batch's time "
+			    "goes",
+			    P->be->info.name);
+	}
+	t->total = prof_median(tot, reps);
+	t->attn = prof_median(att, reps);
+	t->head = prof_median(head, reps);
+	t->rest = prof_median(rest, reps);
+	return 0;
+}
+
+int
+prof_open(struct prof *P, char *why, size_t whylen)
+{
+	struct medha_backend_cpu_opts o = {0};
+	struct prof_item it = {64, 0, 1};
+	struct prof_time t;
+	int64_t pool;
+	int i, rc;
+
+	/* the largest of: the decode points, a prompt (chunk study), a
+	   random batch's sequences (check) */
+	pool = P->decode_total + P->max_context + P->max_tokens;
+	o.n_threads = P->threads;
+	o.max_seqs = PROF_SEQS;
+	o.kv_type = P->kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
+	o.kv_blocks = (pool + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK + PROF_SEQS;
+	if ((rc = medha_backend_cpu_open(&P->be, P->model, &o, why, whylen)) !=
+	    0)
+		return rc;
+	for (i = 0; i < PROF_SEQS; i++)
+		if ((rc = medha_backend_seq_alloc(P->be, &P->seq[i])) != 0)
+			return medha_why(why, whylen, rc,
+			    "%d sequences: %s", PROF_SEQS, medha_strerror(rc));
+	/* the weights paged in, packed, the buffers grown: not timed */
+	return prof_time(P, &it, 1, 0, P->be->info.shape.n_layers, 2, &t, why,
+	    whylen);
+}
+
+void
+prof_close(struct prof *P)
+{
+	medha_backend_close(P->be);
+	free(P->ids);
+	free(P->h);
+	free(P->logits);
+	P->be = NULL;
+}
+
+/* ---- the table ---- */
+
+static const int64_t lin_full[] = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192,
+    256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192};
+static const int64_t head_full[] = {1, 2, 4, 8, 16, 32, 64};
+static const int64_t chunk_full[] = {16, 32, 64, 128, 256, 512, 1024, 2048,
+    4096, 8192};
+static const int64_t ctx_full[] = {0, 512, 1024, 2048, 4096, 8192, 16384,
+    32768, 65536, 131072};
+static const int64_t dec_full[] = {1, 2, 4, 8, 16, 32, 64};
+static const int64_t dctx_full[] = {16, 256, 1024, 2048, 4096, 8192, 16384,
+    32768, 65536, 131072};
+
+static const int64_t lin_quick[] = {1, 8, 32, 128};
+static const int64_t head_quick[] = {1, 4};
+static const int64_t chunk_quick[] = {16, 64};
+static const int64_t ctx_quick[] = {0, 256};
+static const int64_t dec_quick[] = {1, 4};
+static const int64_t dctx_quick[] = {16, 256};
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The points of a grid up to max (at least two, the quick grids' all). */
+static int
+upto(const int64_t *v, int n, int64_t max, int quick)
+{
+	int k = 0;
+
+	while (k < n && (quick || v[k] <= max))
+		k++;
+	return k < 2 && n >= 2 ? 2 : k;
+}
+
+struct row {
+	const char *op;
+	int64_t tokens, kv;
+	double us;
+};
+
+int
+prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
+{
+	const struct medha_model_config *c = &P->be->info.shape;
+	const int L = c->n_layers, q = P->quick;
+	const int al = P->attn_layers < L ? P->attn_layers : L;
+	const int64_t *lin = q ? lin_quick : lin_full;
+	const int64_t *hd = q ? head_quick : head_full;
+	const int64_t *ch = q ? chunk_quick : chunk_full;
+	const int64_t *cx = q ? ctx_quick : ctx_full;
+	const int64_t *dn = q ? dec_quick : dec_full;
+	const int64_t *dx = q ? dctx_quick : dctx_full;
+	int nlin = upto(lin, q ? N(lin_quick) : N(lin_full), P->max_tokens, q);
+	int nhd = q ? N(head_quick) : N(head_full);
+	int nch = upto(ch, q ? N(chunk_quick) : N(chunk_full), P->max_tokens, q);
+	int ncx = upto(cx, q ? N(ctx_quick) : N(ctx_full), P->max_context, q);
+	int ndn = q ? N(dec_quick) : N(dec_full);
+	int ndx = upto(dx, q ? N(dctx_quick) : N(dctx_full), P->max_context, q);
+	struct prof_item items[PROF_SEQS];
+	struct prof_time t;
+	struct row *rows;
+	int nrows = 0, i, j, k, rc, total, done = 0;
+	char date[64];
+	time_t now = time(NULL);
+
+	total = nlin + nhd + nch * ncx + ndn * ndx;
+	if ((rows = medha_calloc((size_t)total, sizeof(*rows))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+
+	/* linear: one sequence of T tokens from position 0, every layer,
+	   no logits; attention is timed and taken out */
+	for (i = 0; i < nlin; i++, done++) {
+		prof_progress(P, "profiling", done, total);
+		items[0] = (struct prof_item){lin[i], 0, 0};
+		if ((rc = prof_time(P, items, 1, 0, L, 0, &t, why, whylen)) != 0)
+			goto fail;
+		rows[nrows++] = (struct row){"linear", lin[i], 0,
+		    1e6 * t.rest / L};
+	}
+	/* lm_head: n one-token sequences, logits (every layer: a later
+	   layer alone finds the positions unclaimed) */
+	for (i = 0; i < nhd; i++, done++) {
+		prof_progress(P, "profiling", done, total);
+		for (k = 0; k < hd[i]; k++)
+			items[k] = (struct prof_item){1, 0, 1};
+		if ((rc = prof_time(P, items, (int)hd[i], 0, L, 0, &t, why,
+		         whylen)) != 0)
+			goto fail;
+		rows[nrows++] = (struct row){"lm_head", hd[i], 0, 1e6 * t.head};
+	}
+	/* attn_prefill: a chunk after kv cached tokens, al layers */
+	for (j = 0; j < ncx; j++)
+		for (i = 0; i < nch; i++, done++) {
+			prof_progress(P, "profiling", done, total);
+			items[0] = (struct prof_item){ch[i], cx[j], 0};
+			if ((rc = prof_time(P, items, 1, 0, al, 0, &t, why,
+			         whylen)) != 0)
+				goto fail;
+			rows[nrows++] = (struct row){"attn_prefill", ch[i],
+			    cx[j], 1e6 * t.attn / al};
+		}
+	/* attn_decode: n sequences of one token, kv cached each; points
+	   reading more than decode_total tokens in all are left out */
+	for (j = 0; j < ndx; j++)
+		for (i = 0; i < ndn; i++, done++) {
+			prof_progress(P, "profiling", done, total);
+			if (dn[i] * dx[j] > P->decode_total && i >= 2)
+				continue;
+			for (k = 0; k < dn[i]; k++)
+				items[k] = (struct prof_item){1, dx[j], 0};
+			if ((rc = prof_time(P, items, (int)dn[i], 0, al, 0, &t,
+			         why, whylen)) != 0)
+				goto fail;
+			rows[nrows++] = (struct row){"attn_decode", dn[i],
+			    dx[j], 1e6 * t.attn / al};
+		}
+	prof_progress(P, "profiling", total, total);
+
+	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+	fprintf(f,
+	    "# medha-profile v1 model=%s gpu=cpu tp=1 backend=%s threads=%d "
+	    "kv=%s\n"
+	    "# measured by medha-prof on %s: median of %d runs a point; "
+	    "attention over %d layers, the rest over all %d\n"
+	    "op,tokens,kv,time_us\n",
+	    P->name, P->be->info.name, P->threads, P->kv_f16 ? "f16" : "f32",
+	    date, P->reps, al, L);
+	for (i = 0; i < nrows; i++)
+		fprintf(f, "%s,%lld,%lld,%.3f\n", rows[i].op,
+		    (long long)rows[i].tokens, (long long)rows[i].kv,
+		    rows[i].us > 0 ? rows[i].us : 0);
+	free(rows);
+	if (fflush(f) != 0 || ferror(f))
+		return medha_why(why, whylen, MEDHA_EIO, "writing the table: %s",
+		    strerror(errno));
+	return 0;
+fail:
+	if (P->progress)
+		fputc('\n', stderr);
+	free(rows);
+	return rc;
+}

@@ -1,0 +1,92 @@
+/*
+ * medha-prof.h: what the parts of medha-prof share: a backend opened on
+ * a model, a pool of its sequences, and the one timing primitive every
+ * measurement goes through (prof_time: a batch of sequences at chosen
+ * contexts, run over a range of layers, the median over repetitions of
+ * where its time went).
+ */
+#ifndef MEDHA_PROF_H
+#define MEDHA_PROF_H
+
+#include "medha.h"
+#include "engine/backend.h"
+#include "sched/pred.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define PROF_SEQS 72 /* sequences a batch may hold */
+
+struct prof {
+	struct medha_backend *be;
+	const char *model;    /* the GGUF path */
+	const char *name;     /* its short name, for the table's comment */
+	int threads;          /* of the backend */
+	int kv_f16;           /* KV type */
+	int reps;             /* repetitions of each measurement */
+	int attn_layers;      /* layers run to time attention alone */
+	int64_t max_tokens;   /* largest linear / lm_head point */
+	int64_t max_context;  /* largest context measured */
+	int64_t decode_total; /* most KV tokens a decode point reads */
+	int quick;            /* a few points only (tests) */
+	int progress;         /* progress on stderr */
+	int seq[PROF_SEQS];   /* the backend's sequence handles */
+	int32_t *ids;         /* token ids of a batch (cap_tokens) */
+	float *h;             /* hidden states in and out (cap_tokens x dim) */
+	float *logits;        /* (cap_rows x vocab) */
+	int64_t cap_tokens, cap_rows;
+};
+
+/* One sequence of a timed batch. */
+struct prof_item {
+	int64_t tokens; /* new tokens */
+	int64_t kv;     /* cached before them */
+	int logits;     /* 1: its last token's logits */
+};
+
+/* Where a batch's time went, seconds (medians over the repetitions). */
+struct prof_time {
+	double total; /* the forward call */
+	double attn;  /* attention, over the layers run */
+	double head;  /* final norm and logits */
+	double rest;  /* total - attn - merge - head: the linear layers and
+	                 what every batch costs */
+};
+
+int prof_open(struct prof *P, char *why, size_t whylen);
+void prof_close(struct prof *P);
+
+/*
+ * Time n items (n <= PROF_SEQS), sequence i at context items[i].kv,
+ * through layers [lo, hi), P->reps times (at least reps_min). 0 or an
+ * error with why.
+ */
+int prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
+    int hi, int reps, struct prof_time *t, char *why, size_t whylen);
+
+/* Progress on stderr when it is a terminal: "what i/n". */
+void prof_progress(const struct prof *P, const char *what, int i, int n);
+
+/* Measure the operators and write the medha-profile(5) table to f. */
+int prof_table(struct prof *P, FILE *f, char *why, size_t whylen);
+
+/*
+ * n random mixed batches, each predicted by p (a table loaded) and
+ * measured; prints the error summary on stdout. seed picks the batches.
+ */
+int prof_check(struct prof *P, const struct medha_pred *p, int n,
+    uint64_t seed, char *why, size_t whylen);
+
+/*
+ * The chunk-size study: one prompt of `prompt` tokens prefilled in
+ * chunks of each size, every batch measured; prints batch times and the
+ * prefill overhead against the largest chunk for prompt lengths up to
+ * `prompt`, and draws them into png (NULL: no plot). p (may be NULL)
+ * adds the predictor's figures beside the measured ones.
+ */
+int prof_chunks(struct prof *P, int64_t prompt, const char *png,
+    const struct medha_pred *p, char *why, size_t whylen);
+
+double prof_median(double *v, int n);
+
+#endif

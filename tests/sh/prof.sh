@@ -1,0 +1,131 @@
+#!/bin/sh
+# prof.sh: medha-prof on the real model (SmolLM2-135M-Instruct, Q4_1):
+# usage errors exit 2 with a reason; a missing or truncated model exits
+# 1; a quick profile is a medha-profile(5) table that medha-sched loads
+# and that --check predicts batches with; -o writes whole or not at all;
+# --chunks prints the study and draws it. Needs contrib/fetch-refs.sh
+# (MEDHA_CACHE, default cache/); the usage checks run without it.
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+mp=$bin/medha-prof
+cache=${MEDHA_CACHE:-$top/cache}
+model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+want() {
+	code=$1
+	shift
+	st=0
+	"$mp" "$@" </dev/null >"$tmp/out" 2>"$tmp/err" || st=$?
+	if [ "$st" -ne "$code" ]; then
+		echo "medha-prof $*: status $st, want $code"
+		cat "$tmp/err"
+		exit 1
+	fi
+	if grep -q 'Sanitizer\|runtime error' "$tmp/err"; then
+		echo "medha-prof $*: a sanitizer report:"
+		cat "$tmp/err"
+		exit 1
+	fi
+}
+says() {
+	grep -q -- "$1" "$tmp/err" || {
+		echo "stderr lacks '$1':"
+		cat "$tmp/err"
+		exit 1
+	}
+}
+
+want 0 -h
+grep -q -- '--chunks' "$tmp/out"
+want 2
+says 'MODEL is required'
+want 2 -m x --bogus
+want 2 -m x --backend sim
+says 'nothing to measure'
+want 2 -m x --backend cuda
+says 'not built yet'
+want 2 -m x --chunks --prompt 100
+says 'power of two'
+want 2 -m x --plot x.png
+says 'go with --chunks'
+want 2 -m x --predictor p.csv
+says 'goes with --check'
+want 2 -m x --chunks --check 3
+want 2 -m x --reps 0
+want 2 -m x extra
+says 'unexpected argument'
+want 1 -m "$tmp/none.gguf" -q
+says 'none.gguf'
+echo "usage: ok"
+
+if [ ! -f "$model" ]; then
+	echo "skip: $model missing (sh contrib/fetch-refs.sh)"
+	exit 0
+fi
+head -c 100000 "$model" >"$tmp/trunc.gguf"
+want 1 -m "$tmp/trunc.gguf" -q
+says 'trunc.gguf'
+
+# a quick profile: the header, every operator, positive times
+want 0 -m "$model" -q -t 2 -o "$tmp/prof.csv"
+[ ! -s "$tmp/out" ] && [ ! -e "$tmp/prof.csv.part" ]
+sed -n 3p "$tmp/prof.csv" | grep -qx 'op,tokens,kv,time_us'
+head -1 "$tmp/prof.csv" | grep -q '^# medha-profile v1 model=SmolLM2-135M-Instruct.Q4_1 gpu=cpu tp=1'
+for op in linear:4 lm_head:2 attn_prefill:4 attn_decode:4; do
+	n=$(grep -c "^${op%:*}," "$tmp/prof.csv")
+	[ "$n" -eq "${op#*:}" ] || {
+		echo "${op%:*}: $n rows, want ${op#*:}"
+		cat "$tmp/prof.csv"
+		exit 1
+	}
+done
+awk -F, 'NR > 3 && !($4 > 0) { print "not positive: " $0; bad = 1 }
+    END { exit bad }' "$tmp/prof.csv"
+# to standard output without -o: the same rows
+want 0 -m "$model" -q -t 1 --reps 1
+[ "$(grep -c '^[a-z]' "$tmp/out")" -eq 15 ]
+# -o into a directory that does not exist: nothing written
+want 1 -m "$model" -q -o "$tmp/no/such/prof.csv"
+says 'no/such/prof.csv.part'
+
+# the scheduler loads it (simulating the model on a GPU with its table)
+printf '{"id":"a","arrival":0,"prompt_tokens":300,"max_tokens":4}\n' |
+    "$bin/medha-sched" --sim a100 -m "$model" --predictor "$tmp/prof.csv" \
+    >"$tmp/rec" 2>"$tmp/err"
+grep -q '"status": "ok"' "$tmp/rec" || {
+	echo "medha-sched with the profile:"
+	cat "$tmp/rec" "$tmp/err"
+	exit 1
+}
+echo "profile: ok"
+
+# --check on the profile just written, and on a new one
+want 0 -m "$model" -q -t 2 --max-context 512 --check 4 --predictor "$tmp/prof.csv"
+grep -Eq '^predictor error: median [0-9.]+%, p90 [0-9.]+%$' "$tmp/out" || {
+	echo "--check printed:"
+	cat "$tmp/out"
+	exit 1
+}
+want 0 -m "$model" -q -t 2 --max-context 512 --check 3 --reps 1 -v
+[ "$(grep -c '%$' "$tmp/out")" -eq 5 ]
+echo "check: ok"
+
+# --chunks: the batch times and overheads, and the plot
+if command -v gnuplot >/dev/null 2>&1; then
+	want 0 -m "$model" -t 2 --chunks --prompt 256 --reps 1 --plot "$tmp/c.png"
+	[ -s "$tmp/c.png" ] || { echo "no plot"; exit 1; }
+	grep -q "^plot: $tmp/c.png" "$tmp/out"
+else
+	want 0 -m "$model" -t 2 --chunks --prompt 256 --reps 1
+fi
+grep -q '^chunk-size study: SmolLM2' "$tmp/out"
+# 32, 64, 128 and 256-token chunks; the largest is the baseline
+[ "$(grep -Ec '^ +(32|64|128|256) \|' "$tmp/out")" -eq 8 ]
+grep -Eq '^ +256 \| +[0-9.]+ +\+0\.0%' "$tmp/out" || {
+	cat "$tmp/out"
+	exit 1
+}
+echo "chunks: ok"
