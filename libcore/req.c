@@ -1,10 +1,12 @@
 /*
  * req.c: the shared request and record structs (req.h): ownership
  * helpers and the names of statuses and finish reasons, which both
- * codecs (JSON Lines and msgpack) use.
+ * codecs (JSON Lines and msgpack) use; and the TBT histogram of a
+ * record.
  */
 #include "req.h"
 
+#include <math.h>
 #include <string.h>
 
 const struct medha_sampler_params medha_sampling_greedy = {.temp = 0,
@@ -102,4 +104,176 @@ medha_record_clear(struct medha_record *rec)
 	rec->token_ids = NULL;
 	rec->text = NULL;
 	rec->n_token_ids = 0;
+	medha_tbt_free(&rec->tbt);
+}
+
+/* ---- time between tokens ---- */
+
+int
+medha_tbt_bucket(double gap)
+{
+	double b;
+
+	if (!(gap >= 0))
+		return -1;
+	if (gap < MEDHA_TBT_MIN)
+		return 0;
+	b = floor(log(gap / MEDHA_TBT_MIN) / log(MEDHA_TBT_RATIO)) + 1;
+	return b < MEDHA_TBT_BUCKETS - 1 ? (int)b : MEDHA_TBT_BUCKETS - 1;
+}
+
+double
+medha_tbt_value(int bucket)
+{
+	if (bucket <= 0)
+		return 0;
+	if (bucket >= MEDHA_TBT_BUCKETS - 1)
+		return MEDHA_TBT_MIN *
+		    pow(MEDHA_TBT_RATIO, MEDHA_TBT_BUCKETS - 2);
+	return MEDHA_TBT_MIN * pow(MEDHA_TBT_RATIO, bucket - 0.5);
+}
+
+/* Adds count gaps to bucket, keeping the bins in order. */
+static int
+tbt_add_n(struct medha_tbt *h, int bucket, int64_t count)
+{
+	struct medha_tbt_bin *p;
+	int lo = 0, hi = h->n, mid;
+
+	/* the gaps of one request mostly fall where the last one did */
+	if (h->n > 0 && h->bin[h->n - 1].bucket == bucket) {
+		h->bin[h->n - 1].count += count;
+		return 0;
+	}
+	while (lo < hi) {
+		mid = (lo + hi) / 2;
+		if (h->bin[mid].bucket < bucket)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < h->n && h->bin[lo].bucket == bucket) {
+		h->bin[lo].count += count;
+		return 0;
+	}
+	if (h->n == h->cap) {
+		int ncap = h->cap ? 2 * h->cap : 8;
+
+		if (ncap > MEDHA_TBT_BUCKETS)
+			ncap = MEDHA_TBT_BUCKETS;
+		if ((p = medha_reallocarray(h->bin, ncap, sizeof(*p))) == NULL)
+			return MEDHA_ENOMEM;
+		h->bin = p;
+		h->cap = ncap;
+	}
+	memmove(&h->bin[lo + 1], &h->bin[lo], (h->n - lo) * sizeof(*h->bin));
+	h->bin[lo].bucket = bucket;
+	h->bin[lo].count = count;
+	h->n++;
+	return 0;
+}
+
+int
+medha_tbt_add(struct medha_tbt *h, double gap)
+{
+	int b = medha_tbt_bucket(gap);
+
+	if (b < 0)
+		return MEDHA_EINVAL;
+	return tbt_add_n(h, b, 1);
+}
+
+int
+medha_tbt_merge(struct medha_tbt *dst, const struct medha_tbt *src)
+{
+	int rc;
+
+	for (int i = 0; i < src->n; i++)
+		if ((rc = tbt_add_n(dst, src->bin[i].bucket,
+		         src->bin[i].count)) != 0)
+			return rc;
+	return 0;
+}
+
+int64_t
+medha_tbt_count(const struct medha_tbt *h)
+{
+	int64_t n = 0;
+
+	for (int i = 0; i < h->n; i++)
+		n += h->bin[i].count;
+	return n;
+}
+
+double
+medha_tbt_quantile(const struct medha_tbt *h, double q)
+{
+	int64_t n = medha_tbt_count(h), k, seen = 0;
+	double x = q * (double)n;
+	int i;
+
+	if (n == 0)
+		return NAN;
+	/* the rank, ceil(q * n) without the rounding of q * n past an
+	   integer (0.07 * 100 is 7.000000000000001) */
+	k = (int64_t)ceil(x - x * 1e-12);
+	if (k < 1)
+		k = 1;
+	for (i = 0; i < h->n - 1; i++) {
+		seen += h->bin[i].count;
+		if (seen >= k)
+			break;
+	}
+	return medha_tbt_value(h->bin[i].bucket);
+}
+
+int
+medha_tbt_check(const struct medha_tbt *h, int64_t max_gaps, char *why,
+    size_t whylen)
+{
+	int64_t total = 0;
+
+	if (h->n < 0 || h->n > MEDHA_TBT_BUCKETS ||
+	    (h->n > 0 && h->bin == NULL))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "not an array of at most %d bins", MEDHA_TBT_BUCKETS);
+	for (int i = 0; i < h->n; i++) {
+		const struct medha_tbt_bin *b = &h->bin[i];
+
+		if (b->bucket < 0 || b->bucket >= MEDHA_TBT_BUCKETS)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "bin %d: bucket %d not in [0, %d]", i, b->bucket,
+			    MEDHA_TBT_BUCKETS - 1);
+		if (i > 0 && b->bucket <= h->bin[i - 1].bucket)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "bin %d: bucket %d after bucket %d", i, b->bucket,
+			    h->bin[i - 1].bucket);
+		if (b->count < 1 || b->count > MEDHA_TOKENS_MAX)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "bin %d: count %lld not in [1, %lld]", i,
+			    (long long)b->count, (long long)MEDHA_TOKENS_MAX);
+		total += b->count; /* <= MEDHA_TBT_BUCKETS * 1e9: no overflow */
+	}
+	if (total > (max_gaps > 0 ? max_gaps : 0))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "%lld gaps, more than %lld", (long long)total,
+		    (long long)(max_gaps > 0 ? max_gaps : 0));
+	return 0;
+}
+
+void
+medha_tbt_move(struct medha_tbt *dst, struct medha_tbt *src)
+{
+	if (dst == src)
+		return;
+	medha_tbt_free(dst);
+	*dst = *src;
+	memset(src, 0, sizeof(*src));
+}
+
+void
+medha_tbt_free(struct medha_tbt *h)
+{
+	free(h->bin);
+	memset(h, 0, sizeof(*h));
 }

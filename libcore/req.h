@@ -108,6 +108,81 @@ const char *medha_finish_name(int finish);
 /* Returns MEDHA_FINISH_* or -1. */
 int medha_finish_parse(const char *name);
 
+/*
+ * Time between tokens (TBT): the gap from each output token to the one
+ * before it, kept per request as a histogram over fixed log-spaced
+ * buckets, so that a record stays small and the histograms of many
+ * requests add up to the histogram of all their gaps, from which any
+ * percentile is read within one bucket (man/medha-trace.5 gives the
+ * buckets to whoever decodes a record). Bucket 0 holds gaps under
+ * MEDHA_TBT_MIN; bucket b in [1, MEDHA_TBT_BUCKETS - 2] holds
+ * [MEDHA_TBT_MIN * r^(b-1), MEDHA_TBT_MIN * r^b) with r = MEDHA_TBT_RATIO;
+ * the last bucket everything from MEDHA_TBT_MIN * r^(MEDHA_TBT_BUCKETS - 2)
+ * (about 10031 s) up. Only buckets that hold a gap are stored.
+ *
+ *	struct medha_tbt h = {0};
+ *	if ((rc = medha_tbt_add(&h, now - last_token)) != 0) ...
+ *	...				(a gap per token after the first)
+ *	medha_tbt_move(&rec.tbt, &h);	(the record owns it now)
+ *	medha_tbt_quantile(&rec.tbt, 0.99);
+ *	medha_record_clear(&rec);	(frees it)
+ */
+#define MEDHA_TBT_MIN 1e-6    /* s: bucket 1's lower edge */
+#define MEDHA_TBT_RATIO 1.05  /* a bucket's upper edge over its lower */
+#define MEDHA_TBT_BUCKETS 474 /* 0: under 1 us; 473: from ~10031 s up */
+
+/* One bucket that holds gaps. */
+struct medha_tbt_bin {
+	int32_t bucket; /* in [0, MEDHA_TBT_BUCKETS) */
+	int64_t count;  /* gaps in it, >= 1 */
+};
+
+/* A TBT histogram; all zero is empty. */
+struct medha_tbt {
+	struct medha_tbt_bin *bin; /* owned (cap) bins, the first n used,
+	                              buckets ascending; NULL when cap is 0 */
+	int n;                     /* bins used, <= MEDHA_TBT_BUCKETS */
+	int cap;                   /* bins allocated */
+};
+
+/* The bucket of a gap >= 0 (s); -1 for a negative gap or NaN. */
+int medha_tbt_bucket(double gap);
+/*
+ * What a bucket stands for (s): 0 for bucket 0, the geometric middle
+ * MEDHA_TBT_MIN * r^(b - 1/2) of bucket b, the lower edge of the last; so
+ * a gap and its bucket's value differ by a factor of at most sqrt(r)
+ * (between 1 us and 10031 s).
+ */
+double medha_tbt_value(int bucket);
+/* Count one gap of gap seconds: 0, MEDHA_EINVAL for a negative gap or
+ * NaN, MEDHA_ENOMEM (h unchanged). */
+int medha_tbt_add(struct medha_tbt *h, double gap);
+/* Add src's counts to dst's (src only read): 0 or MEDHA_ENOMEM (dst is
+ * then partly merged, still valid). */
+int medha_tbt_merge(struct medha_tbt *dst, const struct medha_tbt *src);
+/* Gaps counted in all. */
+int64_t medha_tbt_count(const struct medha_tbt *h);
+/*
+ * The q-quantile (q in [0, 1]) of the gaps, the nearest-rank way: the
+ * value of the bucket of the ceil(q * count)-th smallest gap (the
+ * smallest for q = 0). NaN for an empty histogram.
+ */
+double medha_tbt_quantile(const struct medha_tbt *h, double q);
+/*
+ * 0 if h is a histogram the codecs may carry: at most MEDHA_TBT_BUCKETS
+ * bins, buckets in range and strictly ascending, each count in [1,
+ * MEDHA_TOKENS_MAX], and at most max_gaps gaps in all (a record's
+ * output_tokens - 1); else MEDHA_EINVAL with a reason ("bin 3: bucket 7
+ * after bucket 9").
+ */
+int medha_tbt_check(const struct medha_tbt *h, int64_t max_gaps, char *why,
+    size_t whylen);
+/* Moves src's bins into *dst (whose old bins are freed first); src is
+ * left empty. */
+void medha_tbt_move(struct medha_tbt *dst, struct medha_tbt *src);
+/* Frees h's bins and empties it. */
+void medha_tbt_free(struct medha_tbt *h);
+
 /* One result record: what happened to one request. */
 struct medha_record {
 	char id[MEDHA_ID_MAX];
@@ -120,18 +195,22 @@ struct medha_record {
 	double tpot_mean; /* (finish - first_token) / (output_tokens - 1); 0
 	                     if < 2 */
 	double tpot_max;  /* longest gap between consecutive tokens; 0 if < 2 */
-	double ttft_slo;  /* the TTFT SLO the request was held to (s) */
-	double tpot_slo;  /* the TPOT SLO it was held to (s); 0 if none */
-	int status;       /* MEDHA_STATUS_* */
-	int finish_reason;   /* MEDHA_FINISH_* */
-	char reason[128];    /* why it was rejected, failed or cancelled */
-	int32_t *token_ids;  /* owned generated ids (n_token_ids), or NULL */
-	int64_t n_token_ids; /* the end-of-generation token not counted */
-	char *text;          /* owned generated text, or NULL */
-	uint64_t handle;     /* the scheduler's handle (not in JSON) */
+	struct medha_tbt tbt; /* owned: every such gap; empty if not kept */
+	double prefill_alone; /* s: predicted time to prefill the prompt on an
+	                         empty replica (the TTFT it would have had
+	                         alone); 0 if not known */
+	double ttft_slo;      /* the TTFT SLO the request was held to (s) */
+	double tpot_slo;      /* the TPOT SLO it was held to (s); 0 if none */
+	int status;           /* MEDHA_STATUS_* */
+	int finish_reason;    /* MEDHA_FINISH_* */
+	char reason[128];     /* why it was rejected, failed or cancelled */
+	int32_t *token_ids;   /* owned generated ids (n_token_ids), or NULL */
+	int64_t n_token_ids;  /* the end-of-generation token not counted */
+	char *text;           /* owned generated text, or NULL */
+	uint64_t handle;      /* the scheduler's handle (not in JSON) */
 };
 
-/* Frees rec's token_ids and text and clears them. */
+/* Frees rec's token_ids, text and tbt and clears them. */
 void medha_record_clear(struct medha_record *rec);
 
 #endif

@@ -120,6 +120,8 @@ static char ex_stop0[] = "\n\n", ex_stop1[] = "END\xff";
 static char ex_prompt[] = "h\xc3\xa9llo \xff world";
 static char ex_text[] = "a\0b\xe2\x82\xac";
 static char ex_rtext[] = "The sky is blue.";
+static struct medha_tbt_bin ex_bins[] = {{0, 1}, {236, 8},
+    {MEDHA_TBT_BUCKETS - 1, 1}};
 static struct medha_record ex_rec_full = {.id = "req-1",
     .arrival = 1,
     .first_token = 1.25,
@@ -136,7 +138,9 @@ static struct medha_record ex_rec_full = {.id = "req-1",
     .reason = "",
     .token_ids = ex_ids,
     .n_token_ids = 5,
-    .text = ex_rtext};
+    .text = ex_rtext,
+    .tbt = {ex_bins, 3, 3},
+    .prefill_alone = 0.125};
 static struct medha_record ex_rec_min = {.id = "r",
     .prompt_tokens = 2000000,
     .status = MEDHA_STATUS_REJECTED,
@@ -407,6 +411,14 @@ test_roundtrip_values(void **state)
 	assert_string_equal(out.events.ev[4].record->text, "");
 	assert_int_equal(out.events.ev[2].record->finish_reason,
 	    MEDHA_FINISH_STOP);
+	/* the gaps and the prefill time alone; neither where not kept */
+	assert_true(out.events.ev[2].record->prefill_alone == 0.125);
+	assert_int_equal(out.events.ev[2].record->tbt.n, 3);
+	assert_int_equal(out.events.ev[2].record->tbt.bin[1].bucket, 236);
+	assert_int_equal(out.events.ev[2].record->tbt.bin[1].count, 8);
+	assert_int_equal(out.events.ev[3].record->tbt.n, 0);
+	assert_null(out.events.ev[3].record->tbt.bin);
+	assert_true(out.events.ev[3].record->prefill_alone == 0);
 	medha_msg_clear(&out);
 
 	/* a hand-made request: integers where numbers go, float32 */
@@ -664,6 +676,90 @@ test_reject_others(void **state)
 	    "result: error: not a string");
 }
 
+/*
+ * An EVENTS frame of one record with its required keys (11 output
+ * tokens: 10 gaps at most) and then the nextra key-value pairs of tail
+ * (freed here).
+ */
+static struct blob
+rec_frame(unsigned nextra, struct blob tail)
+{
+	struct blob head, b;
+
+	head = mk("AiiAAiUMsssdsdsdsdsdsdsdsdsisiss", 3, 1, MEDHA_MSG_EVENTS, 1,
+	    3, 1, (uint64_t)1, 12 + nextra, "id", "r", "arrival", 0.0,
+	    "first_token", 1.0, "finish", 2.0, "ttft", 1.0, "tpot_mean", 0.1,
+	    "tpot_max", 0.1, "ttft_slo", 0.0, "tpot_slo", 0.0, "prompt_tokens",
+	    5, "output_tokens", 11, "status", "ok");
+	b = mk("rr", head.p, (int)head.n, tail.p, (int)tail.n);
+	free(head.p);
+	free(tail.p);
+	return b;
+}
+
+/* A record's tbt and prefill_alone: taken when right, else refused. */
+static void
+test_record_tbt(void **state)
+{
+	struct medha_msg out;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+
+	(void)state;
+	take(rec_frame(2,
+	         mk("sAAiiAiisd", "tbt", 2, 2, 236, 9, 2, 286, 1,
+	             "prefill_alone", 0.5)),
+	    &out);
+	assert_int_equal(out.events.ev[0].record->tbt.n, 2);
+	assert_int_equal(out.events.ev[0].record->tbt.bin[1].bucket, 286);
+	assert_true(out.events.ev[0].record->prefill_alone == 0.5);
+	medha_msg_clear(&out);
+	take(rec_frame(1, mk("sA", "tbt", 0)), &out);
+	assert_int_equal(out.events.ev[0].record->tbt.n, 0);
+	medha_msg_clear(&out);
+
+	reject(rec_frame(1, mk("si", "tbt", 5)),
+	    "events: [0].record.tbt: not an array");
+	/* more bins than buckets */
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_str_with_body(&pk, "tbt", 3);
+	msgpack_pack_array(&pk, MEDHA_TBT_BUCKETS + 1);
+	for (int i = 0; i <= MEDHA_TBT_BUCKETS; i++) {
+		msgpack_pack_array(&pk, 2);
+		msgpack_pack_int(&pk, i);
+		msgpack_pack_int(&pk, 1);
+	}
+	reject(rec_frame(1, (struct blob){sb.data, sb.size}),
+	    "events: [0].record.tbt: not an array of 0 to 474");
+	reject(rec_frame(1, mk("sAi", "tbt", 1, 5)),
+	    "events: [0].record.tbt[0]: not a [bucket, count] pair");
+	reject(rec_frame(1, mk("sAAiii", "tbt", 1, 3, 5, 1, 1)),
+	    "events: [0].record.tbt[0]: not a [bucket, count] pair");
+	reject(rec_frame(1, mk("sAAis", "tbt", 1, 2, 5, "1")),
+	    "events: [0].record.tbt[0]: not an integer");
+	reject(rec_frame(1, mk("sAAdi", "tbt", 1, 2, 5.0, 1)),
+	    "events: [0].record.tbt[0]: not an integer");
+	reject(rec_frame(1, mk("sAAii", "tbt", 1, 2, -1, 1)),
+	    "events: [0].record.tbt[0]: bucket -1 not in [0, 473]");
+	reject(rec_frame(1, mk("sAAUi", "tbt", 1, 2, (uint64_t)1 << 32, 1)),
+	    "events: [0].record.tbt[0]: bucket 4294967296 not in [0, 473]");
+	reject(rec_frame(1, mk("sAAiiAii", "tbt", 2, 2, 9, 1, 2, 5, 1)),
+	    "events: [0].record.tbt: bin 1: bucket 5 after bucket 9");
+	reject(rec_frame(1, mk("sAAiiAii", "tbt", 2, 2, 9, 1, 2, 9, 1)),
+	    "events: [0].record.tbt: bin 1: bucket 9 after bucket 9");
+	reject(rec_frame(1, mk("sAAii", "tbt", 1, 2, 5, 0)),
+	    "events: [0].record.tbt: bin 0: count 0 not in [1, 1000000000]");
+	reject(rec_frame(1, mk("sAAii", "tbt", 1, 2, 5, 11)),
+	    "events: [0].record.tbt: 11 gaps, more than 10");
+	reject(rec_frame(1, mk("sd", "prefill_alone", 0.0)),
+	    "events: [0].record.prefill_alone: not a number > 0");
+	reject(rec_frame(1, mk("sd", "prefill_alone", NAN)),
+	    "events: [0].record.prefill_alone: not a number > 0");
+	reject(rec_frame(1, mk("ss", "prefill_alone", "1")),
+	    "events: [0].record.prefill_alone: not a number");
+}
+
 /* head (hlen bytes) then count copies of the byte v, as a blob. */
 static struct blob
 fill(const char *head, size_t hlen, unsigned count, int v)
@@ -834,6 +930,15 @@ test_encode_refuses(void **state)
 	rec = ex_rec_full;
 	rec.tpot_max = INFINITY;
 	refuse(&m, "events: [0].record.tpot_max: not a number >= 0");
+	rec = ex_rec_full;
+	rec.prefill_alone = -1;
+	refuse(&m, "events: [0].record.prefill_alone: not a number >= 0");
+	rec = ex_rec_full;
+	rec.output_tokens = 10; /* 9 gaps, the histogram holds 10 */
+	refuse(&m, "events: [0].record.tbt: 10 gaps, more than 9");
+	rec = ex_rec_full;
+	rec.tbt.bin = NULL;
+	refuse(&m, "events: [0].record.tbt: not an array of at most 474 bins");
 	ev.kind = 2;
 	refuse(&m, "events: [0]: kind 2: not 0 or 1");
 	m.events.n = MEDHA_PROTO_MAX_EVENTS + 1;
@@ -1113,6 +1218,7 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 	static char *stops[] = {"a", "",
 	    "0123456789012345678901234567890123"
 	    "456789012345678901234567890123"};
+	static struct medha_tbt_bin bins[2];
 	int n_ids = (int)(rnd() % 5);
 
 	memset(m, 0, sizeof(*m));
@@ -1169,6 +1275,14 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 		    : rnd() % 2                           ? 0
 		                                          : rnd_int();
 		rec->text = rnd() % 2 ? "done" : NULL;
+		rec->prefill_alone = rnd() % 2 ? 0 : rnd_num();
+		rec->tbt.n = rnd() % 2 ? 0 : (int)(rnd() % 3);
+		rec->tbt.bin = rec->tbt.n > 0 || rnd() % 2 ? bins : NULL;
+		for (int i = 0; i < rec->tbt.n; i++) {
+			bins[i].bucket = rnd() % 4 ? 5 * i + (int)(rnd() % 5)
+			                           : (int32_t)rnd_int();
+			bins[i].count = rnd() % 4 ? 1 : rnd_int();
+		}
 		break;
 	case MEDHA_MSG_HELLO:
 		strcpy(m->hello.backend, backends[rnd() % 5]);
@@ -1302,6 +1416,7 @@ main(void)
 	    cmocka_unit_test(test_reject_oversize),
 	    cmocka_unit_test(test_reject_submit),
 	    cmocka_unit_test(test_reject_others),
+	    cmocka_unit_test(test_record_tbt),
 	    cmocka_unit_test(test_reject_limits),
 	    cmocka_unit_test(test_reject_ids_total),
 	    cmocka_unit_test(test_encode_refuses),

@@ -5,6 +5,9 @@
  * detection of the Azure and Vidur CSV formats, damaged input that
  * must give an error rather than a crash, and the limits on counts and
  * times (MEDHA_TOKENS_MAX, MEDHA_TIME_MAX) that every reader enforces.
+ * Also the TBT histogram of req.h that records carry: its quantiles
+ * against the exact ones of random gaps, merging, its JSON form and the
+ * malformed ones refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "io/trace.h"
@@ -308,6 +312,11 @@ test_record_roundtrip(void **state)
 		assert_true(out.ttft_slo == in.ttft_slo);
 		assert_true(out.tpot_slo == in.tpot_slo);
 		assert_int_equal(out.status, in.status);
+		/* neither kept: left out, read back as unknown */
+		assert_null(strstr(line, "tbt"));
+		assert_null(strstr(line, "prefill_alone"));
+		assert_int_equal(out.tbt.n, 0);
+		assert_true(out.prefill_alone == 0);
 		medha_reader_close(r);
 		fclose(f);
 	}
@@ -427,6 +436,304 @@ test_live_fields_roundtrip(void **state)
 	assert_null(rout.text);
 	medha_reader_close(r);
 	fclose(f);
+}
+
+/* ---- time between tokens ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+/* Uniform in [0, 1). */
+static double
+rnd01(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* 1 if a and b hold the same bins. */
+static int
+tbt_same(const struct medha_tbt *a, const struct medha_tbt *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (int i = 0; i < a->n; i++)
+		if (a->bin[i].bucket != b->bin[i].bucket ||
+		    a->bin[i].count != b->bin[i].count)
+			return 0;
+	return 1;
+}
+
+/*
+ * Random gaps (log-uniform over 1e-8 .. 1e5 s, some 0, and runs of one
+ * value as a steady decode gives): every quantile is the bucket value of
+ * the exact nearest-rank order statistic, within the bucket ratio of it;
+ * under 1 us it is 0, past the last edge the last edge.
+ */
+static void
+test_tbt_quantiles(void **state)
+{
+	static const double qs[] = {0, 0.001, 0.01, 0.07, 0.25, 0.5, 0.9, 0.99,
+	    0.999, 1};
+	const double top =
+	    MEDHA_TBT_MIN * pow(MEDHA_TBT_RATIO, MEDHA_TBT_BUCKETS - 2);
+	static double v[20000];
+	struct medha_tbt h = {0};
+	size_t n, i, k, round;
+
+	(void)state;
+	for (round = 0; round < 20; round++) {
+		n = 1 + (size_t)(rnd01() * 20000);
+		for (i = 0; i < n; i++) {
+			double u = rnd01();
+			if (u < 0.02)
+				v[i] = 0;
+			else if (u < 0.5 && i > 0)
+				v[i] = v[i - 1];
+			else
+				v[i] = pow(10, -8 + 13 * rnd01());
+			assert_int_equal(medha_tbt_add(&h, v[i]), 0);
+		}
+		assert_int_equal(medha_tbt_count(&h), (int64_t)n);
+		assert_int_equal(medha_tbt_check(&h, (int64_t)n, NULL, 0), 0);
+		assert_int_equal(medha_tbt_check(&h, (int64_t)n - 1, NULL, 0),
+		    MEDHA_EINVAL);
+		qsort(v, n, sizeof(*v), cmp_double);
+		for (i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+			double got = medha_tbt_quantile(&h, qs[i]), want;
+
+			k = (size_t)ceil(qs[i] * n - qs[i] * n * 1e-12);
+			want = v[k < 1 ? 0 : k - 1];
+			if (want < MEDHA_TBT_MIN)
+				assert_true(got == 0);
+			else if (want >= top * MEDHA_TBT_RATIO)
+				assert_true(got == top);
+			else if (!(got >= want / MEDHA_TBT_RATIO &&
+			             got <= want * MEDHA_TBT_RATIO))
+				fail_msg("n %zu q %g: %.9g for %.9g", n, qs[i],
+				    got, want);
+		}
+		medha_tbt_free(&h);
+		assert_null(h.bin);
+		assert_int_equal(h.n, 0);
+	}
+}
+
+/* The buckets' edges and values; bad gaps; empty. */
+static void
+test_tbt_buckets(void **state)
+{
+	struct medha_tbt h = {0}, g = {0};
+
+	(void)state;
+	assert_int_equal(medha_tbt_bucket(0), 0);
+	assert_int_equal(medha_tbt_bucket(0.99e-6), 0);
+	assert_int_equal(medha_tbt_bucket(1e-6), 1);
+	assert_int_equal(medha_tbt_bucket(1.04e-6), 1);
+	assert_int_equal(medha_tbt_bucket(1.06e-6), 2);
+	assert_int_equal(medha_tbt_bucket(0.1), 236);
+	assert_int_equal(medha_tbt_bucket(1e4), MEDHA_TBT_BUCKETS - 2);
+	assert_int_equal(medha_tbt_bucket(1.01e4), MEDHA_TBT_BUCKETS - 1);
+	assert_int_equal(medha_tbt_bucket(1e300), MEDHA_TBT_BUCKETS - 1);
+	assert_int_equal(medha_tbt_bucket(INFINITY), MEDHA_TBT_BUCKETS - 1);
+	assert_int_equal(medha_tbt_bucket(-1e-9), -1);
+	assert_int_equal(medha_tbt_bucket(NAN), -1);
+	assert_true(medha_tbt_value(0) == 0);
+	assert_true(fabs(medha_tbt_value(1) / (1e-6 * sqrt(1.05)) - 1) < 1e-12);
+	assert_true(fabs(medha_tbt_value(MEDHA_TBT_BUCKETS - 1) / 10031.1139 -
+	                1) < 1e-8);
+	/* every bucket's value lies in it */
+	for (int b = 1; b < MEDHA_TBT_BUCKETS; b++)
+		assert_int_equal(medha_tbt_bucket(medha_tbt_value(b)), b);
+
+	assert_true(isnan(medha_tbt_quantile(&h, 0.5)));
+	assert_int_equal(medha_tbt_add(&h, -1), MEDHA_EINVAL);
+	assert_int_equal(medha_tbt_add(&h, NAN), MEDHA_EINVAL);
+	assert_int_equal(h.n, 0);
+	assert_int_equal(medha_tbt_add(&h, 0.05), 0);
+	assert_true(fabs(medha_tbt_quantile(&h, 0.99) / 0.05 - 1) < 0.05);
+	medha_tbt_move(&g, &h);
+	assert_int_equal(h.n, 0);
+	assert_null(h.bin);
+	assert_int_equal(medha_tbt_count(&g), 1);
+	medha_tbt_free(&g);
+}
+
+/* Merging histograms is adding their gaps to one. */
+static void
+test_tbt_merge(void **state)
+{
+	struct medha_tbt all = {0}, part[3] = {{0}}, sum = {0};
+	int i;
+
+	(void)state;
+	for (i = 0; i < 5000; i++) {
+		double gap = i % 7 == 0 ? pow(10, -7 + 12 * rnd01())
+		                        : 0.02 + 0.01 * rnd01();
+		assert_int_equal(medha_tbt_add(&all, gap), 0);
+		assert_int_equal(medha_tbt_add(&part[i % 3], gap), 0);
+	}
+	for (i = 0; i < 3; i++)
+		assert_int_equal(medha_tbt_merge(&sum, &part[i]), 0);
+	assert_true(tbt_same(&sum, &all));
+	assert_int_equal(medha_tbt_merge(&sum, &(struct medha_tbt){0}), 0);
+	assert_true(tbt_same(&sum, &all));
+	/* in the other order, and into a non-empty one */
+	assert_int_equal(medha_tbt_merge(&part[2], &part[1]), 0);
+	assert_int_equal(medha_tbt_merge(&part[2], &part[0]), 0);
+	assert_true(tbt_same(&part[2], &all));
+	for (i = 0; i < 3; i++)
+		medha_tbt_free(&part[i]);
+	medha_tbt_free(&sum);
+	medha_tbt_free(&all);
+}
+
+/* A record's tbt and prefill_alone survive writing and reading. */
+static void
+test_tbt_roundtrip(void **state)
+{
+	struct medha_record in, out;
+	struct medha_writer *w;
+	struct medha_reader *r;
+	char why[160], *line;
+	FILE *f;
+	int i;
+
+	(void)state;
+	memset(&in, 0, sizeof(in));
+	snprintf(in.id, sizeof(in.id), "t");
+	in.arrival = 1;
+	in.first_token = 2;
+	in.finish = 12;
+	in.prompt_tokens = 100;
+	in.output_tokens = 501;
+	in.status = MEDHA_STATUS_OK;
+	in.prefill_alone = 0.375;
+	for (i = 0; i < 500; i++)
+		assert_int_equal(medha_tbt_add(&in.tbt,
+		                     i == 250 ? 1.5 : 0.019 + 0.0001 * (i % 5)),
+		    0);
+	in.tpot_max = 1.5;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_record_write(w, &in), 0);
+	assert_int_equal(medha_writer_close(w), 0);
+	first_line(f, &r, &line);
+	assert_non_null(strstr(line, "\"prefill_alone\": 0.375"));
+	assert_non_null(strstr(line, "\"tbt\": [["));
+	assert_int_equal(medha_record_parse(line, &out, why, sizeof(why)), 0);
+	assert_true(out.prefill_alone == 0.375);
+	assert_true(tbt_same(&out.tbt, &in.tbt));
+	assert_true(medha_tbt_quantile(&out.tbt, 1) ==
+	    medha_tbt_value(medha_tbt_bucket(1.5)));
+	medha_record_clear(&out);
+	assert_null(out.tbt.bin);
+	medha_reader_close(r);
+	fclose(f);
+
+	/* the writer refuses what the reader would */
+	in.output_tokens = 500; /* 499 gaps at most */
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_record_write(w, &in), MEDHA_EINVAL);
+	in.output_tokens = 501;
+	in.tbt.bin[1].bucket = in.tbt.bin[0].bucket;
+	assert_int_equal(medha_record_write(w, &in), MEDHA_EINVAL);
+	medha_tbt_free(&in.tbt);
+	in.prefill_alone = NAN;
+	assert_int_equal(medha_record_write(w, &in), MEDHA_EINVAL);
+	assert_int_equal(medha_writer_close(w), 0);
+	assert_int_equal(ftell(f), 0);
+	fclose(f);
+}
+
+/* Malformed tbt and prefill_alone: refused, with the reason. */
+static void
+test_tbt_malformed(void **state)
+{
+	static const struct {
+		const char *extra, *why;
+	} bad[] = {
+	    {"\"tbt\": {}",
+	        "tbt: not an array of at most 474 [bucket, count] pairs"},
+	    {"\"tbt\": null",
+	        "tbt: not an array of at most 474 [bucket, count] pairs"},
+	    {"\"tbt\": [5, 1]", "tbt[0]: not a [bucket, count] pair"},
+	    {"\"tbt\": [[5]]", "tbt[0]: not a [bucket, count] pair"},
+	    {"\"tbt\": [[5, 1, 1]]", "tbt[0]: not a [bucket, count] pair"},
+	    {"\"tbt\": [[-1, 1]]",
+	        "tbt[0]: bucket: not an integer in [0, 473] (got -1)"},
+	    {"\"tbt\": [[474, 1]]",
+	        "tbt[0]: bucket: not an integer in [0, 473] (got 474)"},
+	    {"\"tbt\": [[4.5, 1]]",
+	        "tbt[0]: bucket: not an integer in [0, 473] (got 4.5)"},
+	    {"\"tbt\": [[\"4\", 1]]",
+	        "tbt[0]: bucket: not an integer in [0, 473] (got a string)"},
+	    {"\"tbt\": [[9, 1], [5, 1]]",
+	        "tbt[1]: bucket 5 not above the one before (9)"},
+	    {"\"tbt\": [[5, 1], [5, 1]]",
+	        "tbt[1]: bucket 5 not above the one before (5)"},
+	    {"\"tbt\": [[5, 0]]",
+	        "tbt[0]: count: not an integer in [1, 1000000000] (got 0)"},
+	    {"\"tbt\": [[5, 9223372036854775807]]",
+	        "tbt[0]: count: not an integer in [1, 1000000000]"},
+	    {"\"tbt\": [[5, 6], [7, 5]]",
+	        "tbt: 11 gaps, more than output_tokens - 1 (10)"},
+	    {"\"prefill_alone\": 0",
+	        "prefill_alone: not a positive number (got 0)"},
+	    {"\"prefill_alone\": -1",
+	        "prefill_alone: not a positive number (got -1)"},
+	    {"\"prefill_alone\": \"1\"",
+	        "prefill_alone: not a positive number (got a string)"},
+	};
+	struct medha_record r;
+	char line[8192], why[200];
+	size_t i, n;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(line, sizeof(line),
+		    "{\"id\": 1, \"arrival\": 0, \"first_token\": 1, "
+		    "\"finish\": 2, \"prompt_tokens\": 5, "
+		    "\"output_tokens\": 11, \"status\": \"ok\", %s}",
+		    bad[i].extra);
+		why[0] = '\0';
+		assert_int_equal(medha_record_parse(line, &r, why, sizeof(why)),
+		    MEDHA_EFORMAT);
+		if (strstr(why, bad[i].why) == NULL)
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, why,
+			    bad[i].why);
+	}
+	/* longer than there are buckets */
+	n = (size_t)snprintf(line, sizeof(line),
+	    "{\"id\": 1, \"arrival\": 0, \"prompt_tokens\": 5, "
+	    "\"output_tokens\": 0, \"status\": \"failed\", \"tbt\": [");
+	for (i = 0; i <= MEDHA_TBT_BUCKETS; i++)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "%s[%zu, 1]",
+		    i ? "," : "", i);
+	snprintf(line + n, sizeof(line) - n, "]}");
+	assert_int_equal(medha_record_parse(line, &r, why, sizeof(why)),
+	    MEDHA_EFORMAT);
+	assert_non_null(strstr(why, "tbt: not an array of at most 474"));
+	/* an empty one, and none at all, are both no gaps */
+	assert_int_equal(medha_record_parse("{\"id\": 1, \"arrival\": 0, "
+	                                    "\"prompt_tokens\": 5, "
+	                                    "\"output_tokens\": 0, "
+	                                    "\"status\": \"failed\", "
+	                                    "\"tbt\": []}",
+	                     &r, why, sizeof(why)),
+	    0);
+	assert_int_equal(r.tbt.n, 0);
+	medha_record_clear(&r);
 }
 
 /* Writes n numbered lines (and one of 300 KB) through a writer, then
@@ -1056,6 +1363,11 @@ main(void)
 	    cmocka_unit_test(test_reqspec_roundtrip),
 	    cmocka_unit_test(test_record_roundtrip),
 	    cmocka_unit_test(test_live_fields_roundtrip),
+	    cmocka_unit_test(test_tbt_quantiles),
+	    cmocka_unit_test(test_tbt_buckets),
+	    cmocka_unit_test(test_tbt_merge),
+	    cmocka_unit_test(test_tbt_roundtrip),
+	    cmocka_unit_test(test_tbt_malformed),
 	    cmocka_unit_test(test_plain_roundtrip),
 	    cmocka_unit_test(test_zstd_roundtrip),
 	    cmocka_unit_test(test_reader_edges),

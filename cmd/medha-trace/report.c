@@ -2,8 +2,10 @@
  * report.c: "medha-trace report", what a run's result records add up to.
  * Requests are split into short and long by prompt length; for all, short
  * and long it gives percentiles of TTFT, TPOT and end-to-end latency over
- * completed requests, the share of requests that met their SLOs, and
- * throughput, as an aligned table or one JSON object. With --plot it has
+ * completed requests, the share of requests that met their SLOs,
+ * throughput, percentiles of the time between tokens (every gap, from the
+ * records' TBT histograms merged) and of TTFT over the prompt's prefill
+ * time alone, as an aligned table or one JSON object. With --plot it has
  * gnuplot draw their CDFs into a PNG, the samples passing through files
  * in a temporary directory.
  */
@@ -37,6 +39,9 @@ struct cls {
 	double first_arrival;     /* throughput span: first arrival ... */
 	double last_finish;       /* ... to last finish */
 	struct series m[NMETRIC]; /* s; TPOT only with >= 2 output tokens */
+	struct series ttft_norm;  /* TTFT / prefill_alone, where known */
+	struct medha_tbt tbt;     /* every gap of the records that keep them */
+	double tbt_max;           /* s: the longest of those gaps */
 };
 
 static int
@@ -96,8 +101,20 @@ cls_add(struct cls *c, const struct medha_record *r)
 	if ((rc = series_push(&c->m[M_TTFT], r->ttft)) != 0 ||
 	    (rc = series_push(&c->m[M_E2E], r->finish - r->arrival)) != 0)
 		return rc;
-	if (r->output_tokens >= 2)
-		return series_push(&c->m[M_TPOT], r->tpot_mean);
+	if (r->output_tokens >= 2 &&
+	    (rc = series_push(&c->m[M_TPOT], r->tpot_mean)) != 0)
+		return rc;
+	if (r->prefill_alone > 0 && isfinite(r->ttft / r->prefill_alone) &&
+	    (rc = series_push(&c->ttft_norm, r->ttft / r->prefill_alone)) != 0)
+		return rc;
+	if (r->tbt.n > 0) {
+		/* tpot_max is exact; a record without it has its histogram */
+		double max = r->tpot_max > 0 ? r->tpot_max
+		                             : medha_tbt_quantile(&r->tbt, 1);
+		if (max > c->tbt_max)
+			c->tbt_max = max;
+		return medha_tbt_merge(&c->tbt, &r->tbt);
+	}
 	return 0;
 }
 
@@ -160,9 +177,11 @@ read_records(const char *path, int64_t long_min, struct cls *cls)
 		c = rec.prompt_tokens >= long_min ? CLS_LONG : CLS_SHORT;
 		if ((rc = cls_add(&cls[CLS_ALL], &rec)) != 0 ||
 		    (rc = cls_add(&cls[c], &rec)) != 0) {
+			medha_record_clear(&rec);
 			medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(rc));
 			goto out;
 		}
+		medha_record_clear(&rec);
 	}
 	if (rc < 0)
 		medha_log(MEDHA_LOG_ERROR, "%s: line %lld: %s", name,
@@ -193,11 +212,21 @@ print_table(const struct cls *cls)
 		for (k = 0; k < 3; k++)
 			printf(" %5s_p%-2d", metric_names[m],
 			    (int)(q[k] * 100 + 0.5));
-	printf(" %7s %9s %9s\n", "slo", "req/s", "tok/s");
-	printf("%-5s %8s %9s", "", "", "");
+	printf(" %7s %9s %9s", "slo", "req/s", "tok/s");
+	for (k = 0; k < 3; k++)
+		printf("   tbt_p%-2d", (int)(q[k] * 100 + 0.5));
+	printf(" %9s", "tbt_max");
+	for (k = 0; k < 3; k++)
+		printf(" ttftn_p%-2d", (int)(q[k] * 100 + 0.5));
+	printf("\n%-5s %8s %9s", "", "", "");
 	for (m = 0; m < NMETRIC; m++)
 		for (k = 0; k < 3; k++)
 			printf(" %9s", units[m]);
+	printf(" %7s %9s %9s", "", "", "");
+	for (k = 0; k < 4; k++)
+		printf(" %9s", "(ms)");
+	for (k = 0; k < 3; k++)
+		printf(" %9s", "(x)");
 	printf("\n");
 	for (i = 0; i < NCLS; i++) {
 		c = &cls[i];
@@ -216,7 +245,23 @@ print_table(const struct cls *cls)
 			printf(" %7s", "-");
 		else
 			printf(" %6.1f%%", 100.0 * c->met / c->requests);
-		printf(" %9.3f %9.1f\n", cls_rate(c, 0), cls_rate(c, 1));
+		printf(" %9.3f %9.1f", cls_rate(c, 0), cls_rate(c, 1));
+		for (k = 0; k < 4; k++)
+			if (c->tbt.n == 0)
+				printf(" %9s", "-");
+			else
+				printf(" %9.2f",
+				    1e3 *
+				        (k < 3 ? medha_tbt_quantile(&c->tbt,
+				                     q[k])
+				               : c->tbt_max));
+		for (k = 0; k < 3; k++)
+			if (c->ttft_norm.n == 0)
+				printf(" %9s", "-");
+			else
+				printf(" %9.2f",
+				    percentile(&c->ttft_norm, q[k]));
+		printf("\n");
 	}
 }
 
@@ -240,6 +285,22 @@ cls_json(const struct cls *c)
 			        : json_real(percentile(&c->m[m], q[k])));
 		json_object_set_new(o, metric_names[m], p);
 	}
+	p = json_object();
+	for (k = 0; k < 3; k++)
+		json_object_set_new(p, qname[k],
+		    c->tbt.n == 0
+		        ? json_null()
+		        : json_real(medha_tbt_quantile(&c->tbt, q[k])));
+	json_object_set_new(p, "max",
+	    c->tbt.n == 0 ? json_null() : json_real(c->tbt_max));
+	json_object_set_new(o, "tbt", p);
+	p = json_object();
+	for (k = 0; k < 3; k++)
+		json_object_set_new(p, qname[k],
+		    c->ttft_norm.n == 0
+		        ? json_null()
+		        : json_real(percentile(&c->ttft_norm, q[k])));
+	json_object_set_new(o, "ttft_norm", p);
 	json_object_set_new(o, "slo_attainment",
 	    c->requests == 0 ? json_null()
 	                     : json_real((double)c->met / c->requests));
@@ -513,11 +574,15 @@ trace_report(int argc, char *argv[])
 		status = 1;
 	}
 	if (status == 0) {
-		for (i = 0; i < NCLS; i++)
+		for (i = 0; i < NCLS; i++) {
 			for (m = 0; m < NMETRIC; m++)
 				if (cls[i].m[m].n > 0)
 					qsort(cls[i].m[m].v, cls[i].m[m].n,
 					    sizeof(double), cmp_double);
+			if (cls[i].ttft_norm.n > 0)
+				qsort(cls[i].ttft_norm.v, cls[i].ttft_norm.n,
+				    sizeof(double), cmp_double);
+		}
 		if (json)
 			status = print_json(cls);
 		else
@@ -525,8 +590,11 @@ trace_report(int argc, char *argv[])
 		if (status == 0 && png != NULL)
 			status = plot(png, title, cls);
 	}
-	for (i = 0; i < NCLS; i++)
+	for (i = 0; i < NCLS; i++) {
 		for (m = 0; m < NMETRIC; m++)
 			free(cls[i].m[m].v);
+		free(cls[i].ttft_norm.v);
+		medha_tbt_free(&cls[i].tbt);
+	}
 	return status;
 }

@@ -73,22 +73,17 @@ json_time(json_t *o, const char *key, int required, int positive, double max,
 }
 
 /*
- * A count: a JSON integer (or a real with no fraction, up to 2^53) in
- * [min, max]. An absent optional key leaves *out alone. Returns 0 or
+ * v, named name in messages, as an integer: a JSON integer (or a real
+ * with no fraction, up to 2^53) in [min, max]. Returns 0 or
  * MEDHA_EFORMAT, the reason naming the value and the range.
  */
 static int
-json_count(json_t *o, const char *key, int required, int64_t min, int64_t max,
-    int64_t *out, char *why, size_t whylen)
+json_int(json_t *v, const char *name, int64_t min, int64_t max, int64_t *out,
+    char *why, size_t whylen)
 {
-	json_t *v = json_object_get(o, key);
 	char buf[32];
 	double d;
 
-	if (v == NULL)
-		return required
-		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
-		    : 0;
 	if (json_is_integer(v) && json_integer_value(v) >= min &&
 	    json_integer_value(v) <= max) {
 		*out = json_integer_value(v);
@@ -101,8 +96,25 @@ json_count(json_t *o, const char *key, int required, int64_t min, int64_t max,
 		return 0;
 	}
 	return medha_why(why, whylen, MEDHA_EFORMAT,
-	    "%s: not an integer in [%lld, %lld] (got %s)", key, (long long)min,
+	    "%s: not an integer in [%lld, %lld] (got %s)", name, (long long)min,
 	    (long long)max, json_what(v, buf, sizeof(buf)));
+}
+
+/*
+ * A count: json_int() of key's value. An absent optional key leaves *out
+ * alone.
+ */
+static int
+json_count(json_t *o, const char *key, int required, int64_t min, int64_t max,
+    int64_t *out, char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (v == NULL)
+		return required
+		    ? medha_why(why, whylen, MEDHA_EFORMAT, "%s: missing", key)
+		    : 0;
+	return json_int(v, key, min, max, out, why, whylen);
 }
 
 /* "id": a string of 1 to MEDHA_ID_MAX - 1 bytes or an integer >= 0. */
@@ -505,6 +517,64 @@ json_record_extra(json_t *o, struct medha_record *r, char *why, size_t whylen)
 	return 0;
 }
 
+/*
+ * "tbt", optional: [[bucket, count], ...], buckets ascending (req.h,
+ * man/medha-trace.5), at most one gap for each output token after the
+ * first.
+ */
+static int
+json_tbt(json_t *o, struct medha_record *r, char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, "tbt"), *e;
+	struct medha_tbt *h = &r->tbt;
+	int64_t b, n, total = 0, gaps = r->output_tokens - 1;
+	char name[48];
+	size_t i;
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) > MEDHA_TBT_BUCKETS)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tbt: not an array of at most %d [bucket, count] pairs",
+		    MEDHA_TBT_BUCKETS);
+	if (json_array_size(v) == 0)
+		return 0;
+	if ((h->bin = medha_reallocarray(NULL, json_array_size(v),
+	         sizeof(*h->bin))) == NULL)
+		return MEDHA_ENOMEM;
+	h->cap = (int)json_array_size(v);
+	for (i = 0; i < json_array_size(v); i++) {
+		int rc;
+
+		e = json_array_get(v, i);
+		if (!json_is_array(e) || json_array_size(e) != 2)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "tbt[%zu]: not a [bucket, count] pair", i);
+		snprintf(name, sizeof(name), "tbt[%zu]: bucket", i);
+		if ((rc = json_int(json_array_get(e, 0), name, 0,
+		         MEDHA_TBT_BUCKETS - 1, &b, why, whylen)) != 0)
+			return rc;
+		if (i > 0 && b <= h->bin[i - 1].bucket)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "tbt[%zu]: bucket %lld not above the one before "
+			    "(%d)",
+			    i, (long long)b, h->bin[i - 1].bucket);
+		snprintf(name, sizeof(name), "tbt[%zu]: count", i);
+		if ((rc = json_int(json_array_get(e, 1), name, 1,
+		         MEDHA_TOKENS_MAX, &n, why, whylen)) != 0)
+			return rc;
+		h->bin[i].bucket = (int32_t)b;
+		h->bin[i].count = n;
+		h->n = (int)i + 1;
+		total += n;
+	}
+	if (total > (gaps > 0 ? gaps : 0))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tbt: %lld gaps, more than output_tokens - 1 (%lld)",
+		    (long long)total, (long long)(gaps > 0 ? gaps : 0));
+	return 0;
+}
+
 int
 medha_record_parse(const char *line, struct medha_record *rec, char *why,
     size_t whylen)
@@ -554,9 +624,12 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	    (rc = json_time(root, "ttft_slo", 0, 0, HUGE_VAL, &r.ttft_slo, why,
 	         whylen)) != 0 ||
 	    (rc = json_time(root, "tpot_slo", 0, 0, HUGE_VAL, &r.tpot_slo, why,
-	         whylen)) != 0)
+	         whylen)) != 0 ||
+	    (rc = json_time(root, "prefill_alone", 0, 1, HUGE_VAL,
+	         &r.prefill_alone, why, whylen)) != 0)
 		goto out;
-	if ((rc = json_record_extra(root, &r, why, whylen)) != 0)
+	if ((rc = json_record_extra(root, &r, why, whylen)) != 0 ||
+	    (rc = json_tbt(root, &r, why, whylen)) != 0)
 		goto out;
 	/* Times in order: a token cannot come before its request. */
 	if (ok && r.first_token < r.arrival) {
@@ -590,7 +663,7 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 {
 	const double *t[] = {&rec->arrival, &rec->first_token, &rec->finish,
 	    &rec->ttft, &rec->tpot_mean, &rec->tpot_max, &rec->ttft_slo,
-	    &rec->tpot_slo};
+	    &rec->tpot_slo, &rec->prefill_alone};
 	size_t i;
 
 	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++)
@@ -601,7 +674,8 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	    rec->status < 0 || rec->status >= MEDHA_STATUS_COUNT ||
 	    rec->finish_reason < 0 ||
 	    rec->finish_reason >= MEDHA_FINISH_COUNT ||
-	    memchr(rec->reason, '\0', sizeof(rec->reason)) == NULL)
+	    memchr(rec->reason, '\0', sizeof(rec->reason)) == NULL ||
+	    medha_tbt_check(&rec->tbt, rec->output_tokens - 1, NULL, 0) != 0)
 		return MEDHA_EINVAL;
 	medha_writer_write(w, "{\"id\": ", 7);
 	write_id(w, rec->id);
@@ -614,6 +688,9 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	    (long long)rec->prompt_tokens, (long long)rec->output_tokens,
 	    rec->ttft, rec->tpot_mean, rec->tpot_max, rec->ttft_slo,
 	    rec->tpot_slo, medha_status_name(rec->status));
+	if (rec->prefill_alone > 0)
+		medha_writer_printf(w, ", \"prefill_alone\": %.9g",
+		    rec->prefill_alone);
 	if (rec->finish_reason != MEDHA_FINISH_NONE)
 		medha_writer_printf(w, ", \"finish_reason\": \"%s\"",
 		    medha_finish_name(rec->finish_reason));
@@ -621,6 +698,11 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 		WLIT(w, ", \"reason\": ");
 		write_jstr(w, rec->reason);
 	}
+	for (i = 0; i < (size_t)rec->tbt.n; i++)
+		medha_writer_printf(w, "%s[%d, %lld]%s",
+		    i == 0 ? ", \"tbt\": [" : ", ", rec->tbt.bin[i].bucket,
+		    (long long)rec->tbt.bin[i].count,
+		    i + 1 == (size_t)rec->tbt.n ? "]" : "");
 	if (rec->token_ids != NULL) {
 		WLIT(w, ", \"token_ids\": ");
 		write_ids(w, rec->token_ids, rec->n_token_ids);

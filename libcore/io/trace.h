@@ -89,11 +89,18 @@ int medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs);
 
 /* ---- records ---- */
 
-/* Parse one record line: counts within MEDHA_TOKENS_MAX, times any
- * finite number >= 0; why gets a reason on MEDHA_EFORMAT. */
+/*
+ * Parse one record line: counts within MEDHA_TOKENS_MAX, times any
+ * finite number >= 0 (prefill_alone > 0), a "tbt" histogram as
+ * medha_tbt_check() takes it; why gets a reason on MEDHA_EFORMAT. On
+ * success *rec owns its token_ids, text and tbt (medha_record_clear);
+ * on failure it is not touched.
+ */
 int medha_record_parse(const char *line, struct medha_record *rec, char *why,
     size_t whylen);
-/* Write rec as one JSON line (with newline). */
+/* Write rec as one JSON line (with newline); MEDHA_EINVAL (nothing
+ * written) for what medha_record_parse() would refuse of its times,
+ * counts, names and tbt. */
 int medha_record_write(struct medha_writer *w, const struct medha_record *rec);
 
 #endif

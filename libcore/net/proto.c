@@ -346,11 +346,12 @@ static int
 check_record(struct chk *c, const char *pfx, const struct medha_record *r)
 {
 	const double t[] = {r->arrival, r->first_token, r->finish, r->ttft,
-	    r->tpot_mean, r->tpot_max, r->ttft_slo, r->tpot_slo};
+	    r->tpot_mean, r->tpot_max, r->ttft_slo, r->tpot_slo,
+	    r->prefill_alone};
 	static const char *tn[] = {"arrival", "first_token", "finish", "ttft",
-	    "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo"};
+	    "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo", "prefill_alone"};
 	const char *what = NULL, *bad = NULL;
-	char path[96];
+	char path[96], buf[96];
 	size_t i;
 
 	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++)
@@ -376,6 +377,11 @@ check_record(struct chk *c, const char *pfx, const struct medha_record *r)
 	if (what != NULL) {
 		PROTO_PATH(path, "%s.%s", pfx, what);
 		return FAIL(c, path, "%s", bad);
+	}
+	if (medha_tbt_check(&r->tbt, r->output_tokens - 1, buf, sizeof(buf)) !=
+	    0) {
+		PROTO_PATH(path, "%s.tbt", pfx);
+		return FAIL(c, path, "%s", buf);
 	}
 	PROTO_PATH(path, "%s.token_ids", pfx);
 	return check_ids(c, path, r->token_ids, r->n_token_ids);
@@ -677,6 +683,18 @@ reqspec_eq(const struct medha_reqspec *a, const struct medha_reqspec *b)
 }
 
 static int
+tbt_eq(const struct medha_tbt *a, const struct medha_tbt *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (int i = 0; i < a->n; i++)
+		if (a->bin[i].bucket != b->bin[i].bucket ||
+		    a->bin[i].count != b->bin[i].count)
+			return 0;
+	return 1;
+}
+
+static int
 record_eq(const struct medha_record *a, const struct medha_record *b)
 {
 	return strcmp(a->id, b->id) == 0 && a->arrival == b->arrival &&
@@ -690,7 +708,8 @@ record_eq(const struct medha_record *a, const struct medha_record *b)
 	    (a->token_ids == NULL) == (b->token_ids == NULL) &&
 	    ids_eq(a->token_ids, a->n_token_ids, b->token_ids,
 	        b->n_token_ids) &&
-	    str_eq(a->text, b->text);
+	    str_eq(a->text, b->text) && a->prefill_alone == b->prefill_alone &&
+	    tbt_eq(&a->tbt, &b->tbt);
 }
 
 static int

@@ -439,12 +439,54 @@ enum {
 	RC_REASON,
 	RC_TOKEN_IDS,
 	RC_TEXT,
+	RC_PREFILL_ALONE,
+	RC_TBT,
 	RC_N
 };
 static const char *const rc_keys[RC_N] = {"id", "arrival", "first_token",
     "finish", "ttft", "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo",
     "prompt_tokens", "output_tokens", "status", "finish_reason", "reason",
-    "token_ids", "text"};
+    "token_ids", "text", "prefill_alone", "tbt"};
+
+/*
+ * A record's "tbt": [[bucket, count], ...], each bucket in range (it is
+ * narrowed); order, counts and their sum are proto_check's.
+ */
+static int
+dec_tbt(struct dec *d, const msgpack_object *o, const char *path,
+    struct medha_tbt *h)
+{
+	const msgpack_object *e;
+	char buf[192];
+	int64_t b, n;
+	uint32_t i;
+	int rc;
+
+	if ((rc = get_arr(d, o, path, 0, MEDHA_TBT_BUCKETS)) != 0)
+		return rc;
+	if (o->via.array.size == 0)
+		return 0;
+	if ((h->bin = medha_reallocarray(NULL, o->via.array.size,
+	         sizeof(*h->bin))) == NULL)
+		return MEDHA_ENOMEM;
+	h->cap = (int)o->via.array.size;
+	for (i = 0; i < o->via.array.size; i++) {
+		e = &o->via.array.ptr[i];
+		join_idx(buf, sizeof(buf), path, i);
+		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
+			return BAD(d, buf, "not a [bucket, count] pair");
+		if ((rc = get_i64(d, &e->via.array.ptr[0], buf, &b)) != 0 ||
+		    (rc = get_i64(d, &e->via.array.ptr[1], buf, &n)) != 0)
+			return rc;
+		if (b < 0 || b >= MEDHA_TBT_BUCKETS)
+			return BAD(d, buf, "bucket %lld not in [0, %d]",
+			    (long long)b, MEDHA_TBT_BUCKETS - 1);
+		h->bin[i].bucket = (int32_t)b;
+		h->bin[i].count = n;
+		h->n = (int)i + 1;
+	}
+	return 0;
+}
 
 static int
 dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
@@ -496,7 +538,13 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	    (v[RC_TEXT] != NULL &&
 	        (rc = dup_text(d, v[RC_TEXT],
 	             join(path, sizeof(path), pfx, "text"), 0, &r->text,
-	             NULL)) != 0))
+	             NULL)) != 0) ||
+	    (rc = get_slo(d, v[RC_PREFILL_ALONE],
+	         join(path, sizeof(path), pfx, "prefill_alone"),
+	         &r->prefill_alone)) != 0 ||
+	    (v[RC_TBT] != NULL &&
+	        (rc = dec_tbt(d, v[RC_TBT],
+	             join(path, sizeof(path), pfx, "tbt"), &r->tbt)) != 0))
 		return rc;
 	return 0;
 }

@@ -171,6 +171,7 @@ enc_record(struct enc *e, const struct medha_record *r)
 
 	n += (r->finish_reason != MEDHA_FINISH_NONE) + (r->reason[0] != '\0');
 	n += (r->token_ids != NULL) + (r->text != NULL);
+	n += (r->prefill_alone > 0) + (r->tbt.n > 0);
 	put_map(e, n);
 	put_name(e, "id");
 	put_name(e, r->id);
@@ -199,6 +200,19 @@ enc_record(struct enc *e, const struct medha_record *r)
 	if (r->text != NULL) {
 		put_name(e, "text");
 		put_text(e, r->text, strlen(r->text));
+	}
+	if (r->prefill_alone > 0) {
+		put_name(e, "prefill_alone");
+		put_f64(e, r->prefill_alone);
+	}
+	if (r->tbt.n > 0) {
+		put_name(e, "tbt");
+		put_arr(e, (size_t)r->tbt.n);
+		for (int i = 0; i < r->tbt.n; i++) {
+			put_arr(e, 2);
+			put_i64(e, r->tbt.bin[i].bucket);
+			put_i64(e, r->tbt.bin[i].count);
+		}
 	}
 }
 

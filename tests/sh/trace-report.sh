@@ -1,44 +1,61 @@
 #!/bin/sh
 # trace-report.sh: medha-trace report --json on hand-written records gives
-# the percentiles, SLO attainment and throughput worked out by hand; zstd
-# records read the same; --plot writes a PNG; a bad line exits 1 naming it.
+# the percentiles, SLO attainment and throughput worked out by hand, TBT
+# percentiles from the records' gap histograms (a stall that per-request
+# means hide shows in p99) and TTFT over prefill_alone; records without
+# those fields give nulls and '-'; zstd records read the same; --plot
+# writes a PNG; a bad line exits 1 naming it.
 set -e
 bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# Gaps (man/medha-trace.5: bucket b holds [1e-6 1.05^(b-1), 1e-6 1.05^b)
+# s): 0 has ten of 0.1 s (bucket 236); 1 nine of 0.1 s and a stall of
+# 1.1 s (286); 3 keeps none (an older writer); L 0.4 s (265) and 0.6 s
+# (273). prefill_alone makes TTFT / prefill 2, 4, 6, -, -, 2.5.
 cat >"$tmp/rec" <<'J'
-{"id": 0, "arrival": 0, "first_token": 1, "finish": 2, "prompt_tokens": 100, "output_tokens": 11, "ttft": 1, "tpot_mean": 0.1, "tpot_max": 0.1, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
-{"id": 1, "arrival": 1, "first_token": 3, "finish": 5, "prompt_tokens": 100, "output_tokens": 11, "ttft": 2, "tpot_mean": 0.2, "tpot_max": 0.2, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
+{"id": 0, "arrival": 0, "first_token": 1, "finish": 2, "prompt_tokens": 100, "output_tokens": 11, "ttft": 1, "tpot_mean": 0.1, "tpot_max": 0.1, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok", "prefill_alone": 0.5, "tbt": [[236, 10]]}
+{"id": 1, "arrival": 1, "first_token": 3, "finish": 5, "prompt_tokens": 100, "output_tokens": 11, "ttft": 2, "tpot_mean": 0.2, "tpot_max": 1.1, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok", "prefill_alone": 0.5, "tbt": [[236, 9], [286, 1]]}
 
-{"id": 2, "arrival": 2, "first_token": 5, "finish": 5, "prompt_tokens": 100, "output_tokens": 1, "ttft": 3, "tpot_mean": 0, "tpot_max": 0, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
+{"id": 2, "arrival": 2, "first_token": 5, "finish": 5, "prompt_tokens": 100, "output_tokens": 1, "ttft": 3, "tpot_mean": 0, "tpot_max": 0, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok", "prefill_alone": 0.5}
 {"id": 3, "arrival": 3, "first_token": 7, "finish": 11, "prompt_tokens": 100, "output_tokens": 11, "ttft": 4, "tpot_mean": 0.4, "tpot_max": 0.4, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "ok"}
 {"id": 4, "arrival": 4, "first_token": 0, "finish": 0, "prompt_tokens": 100, "output_tokens": 0, "ttft": 0, "tpot_mean": 0, "tpot_max": 0, "ttft_slo": 2.5, "tpot_slo": 0.3, "status": "failed"}
-{"id": "L", "arrival": 0, "first_token": 10, "finish": 11, "prompt_tokens": 200000, "output_tokens": 3, "ttft": 10, "tpot_mean": 0.5, "tpot_max": 0.6, "ttft_slo": 20, "tpot_slo": 0.1, "status": "ok"}
+{"id": "L", "arrival": 0, "first_token": 10, "finish": 11, "prompt_tokens": 200000, "output_tokens": 3, "ttft": 10, "tpot_mean": 0.5, "tpot_max": 0.6, "ttft_slo": 20, "tpot_slo": 0.1, "status": "ok", "prefill_alone": 4, "tbt": [[265, 1], [273, 1]]}
 J
 
 check() {
 	python3 - "$1" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
+def v(b):  # what bucket b stands for: its geometric middle
+    return 1e-6 * 1.05 ** (b - 0.5)
 want = {
     "requests": 6, "completed": 5,
     "all": {"requests": 6, "completed": 5,
             "ttft": {"p50": 3, "p90": 7.6, "p99": 9.76},
             "tpot": {"p50": 0.3, "p90": 0.47, "p99": 0.497},
             "e2e": {"p50": 4, "p90": 9.8, "p99": 10.88},
+            "tbt": {"p50": v(236), "p90": v(265), "p99": v(286), "max": 1.1},
+            "ttft_norm": {"p50": 3.25, "p90": 5.4, "p99": 5.94},
             "slo_attainment": 2 / 6,
             "throughput_rps": 5 / 11, "throughput_tps": 37 / 11},
     "short": {"requests": 5, "completed": 4,
               "ttft": {"p50": 2.5, "p90": 3.7, "p99": 3.97},
               "tpot": {"p50": 0.2, "p90": 0.36, "p99": 0.396},
               "e2e": {"p50": 3.5, "p90": 6.8, "p99": 7.88},
+              "tbt": {"p50": v(236), "p90": v(236), "p99": v(286),
+                      "max": 1.1},
+              "ttft_norm": {"p50": 4, "p90": 5.6, "p99": 5.96},
               "slo_attainment": 0.4,
               "throughput_rps": 4 / 11, "throughput_tps": 34 / 11},
     "long": {"requests": 1, "completed": 1,
              "ttft": {"p50": 10, "p90": 10, "p99": 10},
              "tpot": {"p50": 0.5, "p90": 0.5, "p99": 0.5},
              "e2e": {"p50": 11, "p90": 11, "p99": 11},
+             "tbt": {"p50": v(265), "p90": v(273), "p99": v(273),
+                     "max": 0.6},
+             "ttft_norm": {"p50": 2.5, "p90": 2.5, "p99": 2.5},
              "slo_attainment": 0,
              "throughput_rps": 1 / 11, "throughput_tps": 3 / 11},
 }
@@ -50,6 +67,12 @@ def same(w, g, path):
     else:
         assert abs(w - g) <= 1e-8 * max(1, abs(w)), (path, w, g)
 same(want, doc, "")
+# each within a bucket's ratio of the gap it stands for: the short
+# class's p99 is the 1.1 s stall, which its TPOT p99 (0.396 s) hides
+for got, gap in ((doc["all"]["tbt"]["p50"], 0.1),
+                 (doc["short"]["tbt"]["p99"], 1.1),
+                 (doc["long"]["tbt"]["p50"], 0.4)):
+    assert gap / 1.05 <= got <= gap * 1.05, (got, gap)
 PY
 }
 
@@ -64,9 +87,30 @@ check "$tmp/out2"
 "$bin/medha-trace" report --json "$tmp/part1" "$tmp/part2.zst" >"$tmp/out3"
 check "$tmp/out3"
 
-# the table: one row per class
+# the table: one row per class; TBT (ms) and TTFT / prefill after tok/s
 "$bin/medha-trace" report "$tmp/rec" >"$tmp/table"
 grep -q '^short *5 *4 *2\.500 *3\.700 *3\.970 *200\.00' "$tmp/table"
+grep -q 'tok/s   tbt_p50   tbt_p90   tbt_p99   tbt_max ttftn_p50 ttftn_p90 ttftn_p99$' \
+    "$tmp/table" || { echo "table: no TBT columns"; cat "$tmp/table"; exit 1; }
+grep -q '^short .* 97\.74  *97\.74  *1120\.84  *1100\.00  *4\.00  *5\.60  *5\.96$' \
+    "$tmp/table" || { echo "table: TBT of short"; cat "$tmp/table"; exit 1; }
+
+# records without gaps or prefill_alone (older ones): null and '-', not 0
+grep -v -e tbt -e prefill_alone "$tmp/rec" >"$tmp/old"
+"$bin/medha-trace" report --json "$tmp/old" >"$tmp/oldj"
+python3 - "$tmp/oldj" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for c in ("all", "short", "long"):
+    assert doc[c]["tbt"] == {"p50": None, "p90": None, "p99": None,
+                             "max": None}, (c, doc[c]["tbt"])
+    assert doc[c]["ttft_norm"] == {"p50": None, "p90": None,
+                                   "p99": None}, (c, doc[c]["ttft_norm"])
+assert doc["all"]["ttft"]["p50"] == 4, doc["all"]["ttft"]
+PY
+"$bin/medha-trace" report "$tmp/old" >"$tmp/oldt"
+grep -q '^all .*  -  *-  *-  *-  *-  *-  *-$' "$tmp/oldt" ||
+    { echo "old records: not '-'"; cat "$tmp/oldt"; exit 1; }
 
 # no records: an error (it printed a table of zeros), exit 1
 st=0
@@ -89,6 +133,16 @@ else
 	[ $? -eq 1 ] || { echo "bad record: wrong status"; exit 1; }
 fi
 grep -q 'line 3: ' "$tmp/err" || { cat "$tmp/err"; exit 1; }
+# a histogram out of order, or with more gaps than tokens
+for tbt in '[[236, 5], [236, 1]]:tbt[1]: bucket 236 not above the one before (236)' \
+    '[[236, 11]]:tbt: 11 gaps, more than output_tokens - 1 (10)' \
+    '[[474, 1]]:tbt[0]: bucket: not an integer in [0, 473] (got 474)'; do
+	sed "1s/\"tbt\": \[\[236, 10\]\]/\"tbt\": ${tbt%%:*}/" "$tmp/rec" >"$tmp/bad"
+	st=0
+	"$bin/medha-trace" report "$tmp/bad" >/dev/null 2>"$tmp/err" || st=$?
+	[ "$st" -eq 1 ] && grep -qF "line 1: ${tbt#*:}" "$tmp/err" || {
+		echo "bad tbt ${tbt%%:*}: status $st"; cat "$tmp/err"; exit 1; }
+done
 
 # the plot
 if command -v gnuplot >/dev/null 2>&1; then
