@@ -3,11 +3,15 @@
  * read from GGUF headers (through the engine's medha_model_config_read()),
  * and the analytic cost model (pred.h).
  *
- * Every operator is a roofline: time = max(FLOPs / (peak * efficiency),
- * bytes / (HBM bandwidth * efficiency)), per layer and per worker of a TP
- * group, times the layers of one pipeline stage. Collectives are ring
- * all-reduces or sends over NVLink inside a node and InfiniBand across
- * nodes, each with a fixed latency. Each medha_pred_* function takes its
+ * Every kernel is a roofline: time = max(FLOPs / (peak * efficiency),
+ * bytes / (HBM bandwidth * efficiency)) plus a fixed cost per kernel,
+ * where the compute efficiency depends on the kernel's shape (GEMM tiles
+ * against the SMs, attention length); per layer and per worker of a TP
+ * group, times the layers of one pipeline stage. All-reduces inside a
+ * node follow NCCL's measured latency and bus bandwidth; sends and
+ * collectives across nodes use InfiniBand. A layer takes at least the
+ * host time of launching its kernels. The calibration and its sources
+ * are with the GPU table below. Each medha_pred_* function takes its
  * time from the measured table (pred_table.c) when that has the operator
  * and from the formulas here otherwise. All are pure, allocate nothing,
  * cost O(1) (O(log n) with a table) and never decrease when a token or kv
@@ -27,16 +31,84 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define ACT_RESERVE GIB /* activations and workspace, per worker */
 
+/*
+ * Calibration of the built-in GPUs. Each figure, where it comes from,
+ * and what was assumed where no measurement was found:
+ *
+ * GEMMs. Plateau: the largest bf16 matmul rate measured over a sweep of
+ * shapes ("Maximum Achievable Matmul FLOPS", S. Bekman, ml-engineering,
+ * github.com/stas00/ml-engineering compute/accelerator/README.md):
+ * A100 SXM 267.9 of 312 TFLOP/s (0.859), H100 SXM 792.1 of 989 (0.801).
+ * Below the plateau (NVIDIA, "Matrix Multiplication Background User's
+ * Guide", docs.nvidia.com/deeplearning/performance, tile and wave
+ * quantization): the output is cut into tiles (128 x 128 is cuBLAS's
+ * usual one), one thread block each, run in waves over the SMs; the
+ * last wave is on average half empty, so a GEMM of T tiles runs at the
+ * plateau times T / (T + SMs / 2): gemm_fill 54 on the A100 (108 SMs),
+ * 66 on the H100 (132 SMs). Tiles count M (tokens) against N of the TP
+ * shard, so efficiency rises with M toward the plateau, sooner for wide
+ * layers (the MLP) than narrow ones (QKV at tp 8); small M is bound by
+ * reading the weights (N x K) instead.
+ *
+ * Attention. H100: FlashAttention-3, bf16, head dim 128, 16k tokens per
+ * batch (T. Dao et al., arXiv 2407.08608, as rerun in pytorch/benchmark
+ * PR #2391): 430, 517, 566, 590, 614, 621 TFLOP/s at 0.5k, 1k, 2k, 4k,
+ * 8k, 16k tokens; a plateau of 0.63 of peak times L / (L + 220) fits
+ * every point within 2% (L = kv + chunk, the keys a chunk's last query
+ * sees). A100: FlashAttention-2 (T. Dao, "FlashAttention-2", arXiv
+ * 2307.08691) reports 50-73% of peak for the forward pass; 0.70 is
+ * assumed for long-context head dim 128, with the H100's 220-token
+ * half length (no A100 sweep by length was found). The paper's 50-60%
+ * MFU for 70B prefill on H100 is out of reach with FlashAttention-2 on
+ * Hopper (about 35% of peak, per the FlashAttention-3 paper), so the
+ * H100 figures are FlashAttention-3's. Decode and small chunks over a
+ * long cache are bound by reading K and V: eff_bw 0.85 of HBM bandwidth
+ * (assumed; Medha reports up to 92% MBU in decode, an upper bound).
+ *
+ * All-reduce inside a node (NCCL, nccl-tests all_reduce_perf):
+ * time = 2 (n-1)/n bytes / bus bandwidth + latency. A100: bus bandwidth
+ * 200 GB/s on 8 x A100-SXM4-80GB (github.com/NVIDIA/nccl-tests issue
+ * #149; 208 GB/s in #178); latency 15 us, NCCL's own tuning model for
+ * ring/LL over NVLink at 8 ranks, 6.6 + 14 x 0.6 us (NVIDIA/nccl
+ * src/graph/tuning.cc, quoted in NVIDIA/nccl issue #1334; 10.1 us
+ * measured at 2 GPUs in #583). H100: 370 GB/s, NCCL's effective NVLink
+ * bandwidth (S. Jeaugey in nccl-tests issue #212; NVLink SHARP reaches
+ * up to 480); latency 20 us: vLLM's benchmarks of pynccl on H100 give
+ * 23-24 us for 0.5 MiB and 561 us for 128 MiB (vllm-project/vllm PRs
+ * #24111 and #42324), and its custom all-reduce 10-24 us for small
+ * messages at tp 8 (sgl-project/sglang PR #2904). A 32-token chunk's
+ * all-reduce (256 KiB for Llama-3 8B) is thus latency-bound.
+ *
+ * Links. NVLink sends: 376-380 of 450 GB/s measured one way on H100
+ * (NVIDIA/nccl issue #1264), 0.84; A100 430-520 GB/s both ways of 600
+ * (nccl-tests issue #149), 0.8. InfiniBand assumed the same. Latency of
+ * one send or one step across nodes: 10 us (assumed; NCCL's tuning
+ * model puts a network ring/LL step at 5 us plus a 6.6 us base).
+ *
+ * Launches. A Llama layer runs 9 kernels outside attention (two fused
+ * add+RMSNorm, QKV, RoPE, KV-cache write, O, gate+up, SiLU-and-mul,
+ * down) plus two all-reduces with tp > 1, and one attention kernel
+ * (vLLM's LlamaDecoderLayer). Each costs the GPU kernel_s = 1 us beyond
+ * its roofline (a tiny op replayed in a CUDA graph takes 1.1-1.3 us,
+ * pytorch/pytorch issue #161104; a graph node about 0.6 us, ahrefs/ocannl
+ * issue #488). Without CUDA graphs the host also spends launch_s = 4.5
+ * us per launch (2.7 us for a bare cudaLaunchKernel enqueue in ocannl
+ * #488, plus PyTorch's dispatch; ~4-5 us is the usual eager figure) and
+ * runs ahead of the GPU, so a layer takes the longer of its GPU time
+ * and its launches. The model charges launches as if no batch used
+ * CUDA graphs (vLLM and Sarathi capture decode-only batches): this only
+ * binds when a layer's GPU time is under about 50 us.
+ *
+ * name, peak bf16, HBM, capacity, NVLink (one direction), IB per GPU,
+ * GPUs per node, GEMM plateau and fill, attention plateau and half
+ * length, eff bw and link, all-reduce bus bandwidth and latency,
+ * launch (host), kernel (GPU), send latency, uneven TP (no).
+ */
 static const struct medha_gpu gpus[] = {
-    /*
-     * name, peak bf16, HBM, capacity, NVLink (one direction), IB per
-     * GPU, GPUs per node, eff flops/attn/bw/link, launch, comm latency,
-     * uneven TP (no).
-     */
-    {"a100", 312e12, 2.039e12, 80e9, 300e9, 25e9, 8, 0.6, 0.5, 0.8, 0.7, 30e-6,
-        10e-6, 0},
-    {"h100", 989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 0.6, 0.5, 0.8, 0.7, 30e-6,
-        10e-6, 0},
+    {"a100", 312e12, 2.039e12, 80e9, 300e9, 25e9, 8, 0.859, 54, 0.70, 220, 0.85,
+        0.8, 200e9, 15e-6, 4.5e-6, 1e-6, 10e-6, 0},
+    {"h100", 989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 0.801, 66, 0.63, 220, 0.85,
+        0.84, 370e9, 20e-6, 4.5e-6, 1e-6, 10e-6, 0},
 };
 
 static const struct medha_pred_model models[] = {
@@ -285,15 +357,6 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 /* ---------------------------------------------------------------- */
 /* The analytic model: per layer, per worker                          */
 
-static double
-roofline(const struct medha_pred *p, double flops, double bytes, double eff)
-{
-	double tc = flops / (p->gpu.peak_flops * eff);
-	double tm = bytes / (p->gpu.hbm_bw * p->gpu.eff_bw);
-
-	return tc > tm ? tc : tm;
-}
-
 /* KV heads one worker holds: ceil(hkv / tp), replicated when tp > hkv. */
 static double
 kv_heads_local(const struct medha_pred *p)
@@ -301,48 +364,92 @@ kv_heads_local(const struct medha_pred *p)
 	return (double)((p->model.c.n_kv_heads + p->tp - 1) / p->tp);
 }
 
+#define TILE (128.0 * 128.0) /* outputs of one GEMM tile (thread block) */
+
 /*
- * QKV, O and MLP GEMMs of T tokens: all weights read once, activations
- * read and written in bf16 (per token: hidden state in and out of the
- * attention block and the MLP, 2 * hidden; gate and up outputs, 2 * ffn;
- * Q, K and V, (hq + 2 hkv) d; the sharded ones divided by tp). This is
- * an approximation of the traffic, not a kernel-by-kernel count. With
- * tp > 1, two ring all-reduces of the T x hidden bf16 output per layer.
+ * One GEMM of M tokens through an N x K weight (bf16 activations in and
+ * out). At T = M N / TILE output tiles it runs at eff_flops * T / (T +
+ * gemm_fill) of peak, that is the FLOPs of gemm_fill more tiles at the
+ * plateau; below a wave (T < 2 gemm_fill, the SMs) split-K keeps a
+ * wave's worth of work units, so the efficiency stays at 2/3 of the
+ * plateau there. Or it reads the weights and activations at eff_bw.
+ */
+static double
+an_gemm(const struct medha_pred *p, double M, double N, double K)
+{
+	const struct medha_gpu *g = &p->gpu;
+	double T = M * N / TILE, tc, tm;
+
+	if (T < 2 * g->gemm_fill)
+		tc = 2 * M * N * K * 1.5;
+	else
+		tc = 2 * M * N * K + 2 * TILE * K * g->gemm_fill;
+	tc /= g->peak_flops * g->eff_flops;
+	tm = (N * K * p->model.w_bytes + 2 * M * (K + N)) /
+	    (g->hbm_bw * g->eff_bw);
+	return (tc > tm ? tc : tm) + g->kernel_s;
+}
+
+/*
+ * Ring all-reduce of `bytes` over the TP group: NCCL's bus bandwidth and
+ * latency inside a node, InfiniBand and one more step's latency across.
+ */
+static double
+an_allreduce(const struct medha_pred *p, double bytes)
+{
+	const struct medha_gpu *g = &p->gpu;
+	double n = p->tp, wire = 2 * (n - 1) / n * bytes;
+
+	if (p->tp == 1 || !(bytes > 0))
+		return 0;
+	if (p->tp <= g->gpus_per_node)
+		return wire / g->ar_busbw + g->ar_lat_s;
+	return wire / (g->net_bw * g->eff_link) + g->ar_lat_s + g->comm_lat_s;
+}
+
+#define LIN_KERNELS 9 /* per layer outside attention, all-reduces aside */
+#define EW_KERNELS 5  /* of which elementwise (norms, RoPE, KV write, SiLU) */
+
+/*
+ * Everything of a layer but attention for T tokens: the QKV, O, gate+up
+ * and down GEMMs at their TP shard; two fused add+RMSNorms, RoPE, the KV
+ * write and SiLU-and-mul, bound by their bf16 traffic; with tp > 1 two
+ * all-reduces of the T x hidden output. At least the host time of
+ * launching those kernels.
  */
 static double
 an_linear(const struct medha_pred *p, double T)
 {
 	const struct medha_pred_model *m = &p->model;
-	double tp = p->tp, P = medha_model_layer_params(m);
-	double flops, bytes, t, ar, link;
+	const struct medha_gpu *g = &p->gpu;
+	double h = m->c.dim, d = m->c.head_dim,
+	       hq = m->c.n_heads / (double)p->tp;
+	double hkv = kv_heads_local(p), f = m->c.ffn_dim / (double)p->tp;
+	double t, ew, host;
 
 	if (!(T > 0))
 		return 0;
-	flops = 2 * T * P / tp;
-	bytes = P * m->w_bytes / tp +
-	    2 * T *
-	        (2.0 * m->c.dim + 2.0 * m->c.ffn_dim / tp +
-	            (m->c.n_heads + 2.0 * m->c.n_kv_heads) * m->c.head_dim /
-	                tp);
-	t = roofline(p, flops, bytes, p->gpu.eff_flops) + p->gpu.launch_s;
-	if (p->tp > 1) {
-		link = p->tp <= p->gpu.gpus_per_node ? p->gpu.nvlink_bw
-		                                     : p->gpu.net_bw;
-		ar = 2 * (tp - 1) / tp * (T * m->c.dim * 2) /
-		        (link * p->gpu.eff_link) +
-		    p->gpu.comm_lat_s;
-		t += 2 * ar;
-	}
-	return t;
+	t = an_gemm(p, T, (hq + 2 * hkv) * d, h) + an_gemm(p, T, h, hq * d) +
+	    an_gemm(p, T, 2 * f, h) + an_gemm(p, T, h, f);
+	ew = T * (16 * h + 4 * (hq + hkv) * d + 8 * hkv * d + 6 * f);
+	t += ew / (g->hbm_bw * g->eff_bw) + EW_KERNELS * g->kernel_s;
+	t += 2 * an_allreduce(p, T * h * 2);
+	host = (LIN_KERNELS + (p->tp > 1 ? 2 : 0)) * g->launch_s;
+	return t > host ? t : host;
 }
 
-/* Causal attention of a chunk of c tokens after kv cached ones. */
+/*
+ * Causal attention of a chunk of c tokens after kv cached ones. Compute
+ * runs at eff_attn * L / (L + attn_half) of peak, L = kv + c; reading K
+ * and V (once per chunk: GQA heads share them) at eff_bw.
+ */
 static double
 an_attn_prefill(const struct medha_pred *p, double c, double kv)
 {
 	const struct medha_pred_model *m = &p->model;
+	const struct medha_gpu *g = &p->gpu;
 	double tp = p->tp, d = m->c.head_dim, hq = m->c.n_heads;
-	double flops, bytes;
+	double flops, bytes, L, tc, tm;
 
 	if (!(c > 0))
 		return 0;
@@ -351,25 +458,30 @@ an_attn_prefill(const struct medha_pred *p, double c, double kv)
 	flops = 4 * c * (kv + (c + 1) / 2.0) * d * hq / tp;
 	bytes = (kv + c) * 2 * d * kv_heads_local(p) * m->kv_bytes +
 	    2 * c * d * hq / tp * 2;
-	return roofline(p, flops, bytes, p->gpu.eff_attn);
+	L = kv + c;
+	tc = flops * (L + g->attn_half) / (L * g->peak_flops * g->eff_attn);
+	tm = bytes / (g->hbm_bw * g->eff_bw);
+	return (tc > tm ? tc : tm) + g->kernel_s;
 }
 
-/* n decode queries against K cached tokens in all. */
+/* n decode queries against K cached tokens in all: reading K and V. */
 static double
 an_attn_decode(const struct medha_pred *p, double n, double K)
 {
 	const struct medha_pred_model *m = &p->model;
+	const struct medha_gpu *g = &p->gpu;
 	double tp = p->tp, d = m->c.head_dim, hq = m->c.n_heads;
-	double flops, bytes;
+	double tc, tm;
 
 	if (!(n > 0))
 		return 0;
 	if (!(K > 0))
 		K = 0;
-	flops = 4 * K * d * hq / tp;
-	bytes =
-	    K * 2 * d * kv_heads_local(p) * m->kv_bytes + n * d * hq / tp * 4;
-	return roofline(p, flops, bytes, p->gpu.eff_attn);
+	tc = 4 * K * d * hq / tp / (g->peak_flops * g->eff_attn);
+	tm = (K * 2 * d * kv_heads_local(p) * m->kv_bytes +
+	         n * d * hq / tp * 4) /
+	    (g->hbm_bw * g->eff_bw);
+	return (tc > tm ? tc : tm) + g->kernel_s;
 }
 
 /* One stage boundary: each TP rank sends its 1/tp of T hidden states. */
@@ -405,12 +517,10 @@ static double
 an_lm_head(const struct medha_pred *p, double n)
 {
 	const struct medha_pred_model *m = &p->model;
-	double hv = (double)m->c.dim * m->c.vocab;
 
 	if (!(n > 0))
 		return 0;
-	return roofline(p, 2 * n * hv / p->tp, hv * m->w_bytes / p->tp,
-	    p->gpu.eff_flops);
+	return an_gemm(p, n, (double)m->c.vocab / p->tp, m->c.dim);
 }
 
 double

@@ -4,8 +4,10 @@
  * batch take on one worker, and how much KV memory a worker has.
  *
  * Two sources of operator times, one interface:
- *  - analytic: a roofline per operator from the GPU's peak FLOP/s and
- *    bandwidths times achievable-efficiency factors;
+ *  - analytic: a roofline per kernel from the GPU's peak FLOP/s and
+ *    bandwidths times efficiencies that depend on the kernel's shape
+ *    (calibrated from published measurements, see pred.c), plus the
+ *    fixed costs of kernel launches and all-reduces;
  *  - table: per-layer times measured by medha-prof (man/medha-profile.5),
  *    interpolated; an operator the table lacks falls back to analytic.
  *
@@ -38,12 +40,26 @@ struct medha_gpu {
 	double nvlink_bw;  /* bytes/s per GPU, one direction, inside a node */
 	double net_bw;     /* bytes/s per GPU across nodes (InfiniBand) */
 	int gpus_per_node; /* NVLink domain size */
-	double eff_flops;  /* achievable fraction of peak in GEMMs */
-	double eff_attn;   /* achievable fraction of peak in attention */
+	double eff_flops;  /* GEMM efficiency plateau: fraction of peak that
+	                      large, well-shaped GEMMs reach */
+	double gemm_fill;  /* output tiles (128 x 128) of lost work per GEMM:
+	                      a GEMM of T tiles runs at eff_flops * T /
+	                      (T + gemm_fill); about half a wave of the SMs */
+	double eff_attn;   /* attention efficiency plateau at long context */
+	double attn_half;  /* kv + chunk tokens at which attention reaches
+	                      half its plateau */
 	double eff_bw;     /* achievable fraction of HBM bandwidth */
-	double eff_link;   /* achievable fraction of link bandwidth */
-	double launch_s;   /* fixed cost per layer (kernel launches, norms) */
-	double comm_lat_s; /* latency of one collective or send */
+	double eff_link;   /* achievable fraction of link bandwidth (sends,
+	                      and all-reduces across nodes) */
+	double ar_busbw;   /* all-reduce bus bandwidth inside a node, bytes/s
+	                      (time = 2 (n-1)/n bytes / ar_busbw + ar_lat_s) */
+	double ar_lat_s;   /* fixed latency of one all-reduce inside a node */
+	double launch_s;   /* host time to launch one kernel without CUDA
+	                      graphs: a layer takes at least its kernels x
+	                      this (the host runs ahead of the GPU otherwise) */
+	double kernel_s;   /* GPU time per kernel beyond its roofline (launch
+	                      latency, ramp and tail), with or without graphs */
+	double comm_lat_s; /* latency of a send or a step across nodes */
 	int tp_uneven;     /* TP may split the heads unevenly (the cpu
 	                      backend: medha_tp_share), up to one kv head
 	                      per rank; otherwise TP divides the query heads

@@ -6,8 +6,8 @@
  * chunks for cpu workers until a profile measured by medha-prof
  * (medha-profile(5)) replaces it. Efficiency factors are the fractions
  * of those two figures the cpu backend's kernels reach (its quantized
- * products, its attention), a rough guess, and a fixed cost per layer
- * for the thread pool's eight parallel regions.
+ * products, its attention), a rough guess, and a fixed cost per kernel
+ * for the thread pool's parallel regions (50 us a layer in all).
  */
 #include "sched/pred.h"
 
@@ -129,10 +129,15 @@ medha_gpu_measure_cpu(struct medha_gpu *g, int threads)
 	g->net_bw = 1e9;
 	g->gpus_per_node = 1;
 	g->eff_flops = 0.5;
+	g->gemm_fill = 0; /* no waves of thread blocks to fill */
 	g->eff_attn = 0.3;
+	g->attn_half = 0;
 	g->eff_bw = 0.6;
 	g->eff_link = 0.5;
-	g->launch_s = 50e-6;
+	g->ar_busbw = g->nvlink_bw * g->eff_link;
+	g->ar_lat_s = 50e-6;
+	g->launch_s = 0; /* no launches: the thread pool runs each kernel */
+	g->kernel_s = 50e-6 / 9; /* 50 us a layer over its 9 kernels */
 	g->comm_lat_s = 50e-6;
 	return 0;
 }
