@@ -90,10 +90,15 @@ step(struct fx *f, double now, uint64_t stop)
 	return 1;
 }
 
+/* The next record; its gap histogram (not looked at here) freed. */
 static int
 pop(struct fx *f, struct medha_record *rec)
 {
-	return medha_sched_pop_record(f->s, rec);
+	int rc = medha_sched_pop_record(f->s, rec);
+
+	if (rc == 1)
+		medha_tbt_free(&rec->tbt);
+	return rc;
 }
 
 static void

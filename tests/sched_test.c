@@ -6,7 +6,11 @@
  * remainder) and at least 32; with a decode in the batch the predicted
  * latency stays within 1.1 x the target. Plus policy order, deadlines,
  * rejection and SPP pipelining on small hand-made cases, and the work of
- * forming a batch over a long queue (n log n, not n^2).
+ * forming a batch over a long queue (n log n, not n^2). Then the
+ * simulator's fidelity: sarathi never has two chunks of a prompt in
+ * flight, batch time composed per layer over KVP groups, adaptive chunks
+ * bounded by the decodes' TPOT SLO and by the efficient chunk, and the
+ * KVP load balancer weighing predicted time and spreading ties.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sched/batchcost.h"
 #include "sched/sched.h"
 #include "sched/sim.h"
 
@@ -213,6 +218,11 @@ test_invariants_policies(void **state)
 		run_case("a100", "llama3-8b", 8, 2, 1, pol, 512, 0, 0, 300, 2.0,
 		    21 + pol);
 	}
+	/* sarathi takes a fixed budget only */
+	run_case("a100", "llama3-8b", 8, 2, 1, MEDHA_POLICY_SARATHI, 512, 0, 0,
+	    300, 2.0, 25);
+	run_case("h100", "llama3-70b", 8, 4, 2, MEDHA_POLICY_SARATHI, 2048,
+	    20000, 65536, 200, 2.0, 26);
 }
 
 static void
@@ -503,8 +513,10 @@ long_queue(int64_t lo, int64_t hi)
 			most = v;
 		now += b.latency;
 		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
-		while (medha_sched_pop_record(s, &rec) == 1)
+		while (medha_sched_pop_record(s, &rec) == 1) {
+			medha_record_clear(&rec);
 			served++;
+		}
 	}
 	print_message("medha, %d waiting, prompts %lld..%lld: at most %.3f n "
 	              "(log2 n + 1) visits a batch; %lld served\n",
@@ -532,6 +544,433 @@ test_medha_long_queue(void **state)
 	assert_true(v > 0 && v <= 8);
 }
 
+/* ---- simulator fidelity ---- */
+
+/* A scheduler on a tp x spp x kvp replica of model on gpu. */
+struct fx {
+	struct medha_pred p;
+	struct medha_sched *s;
+};
+
+static void
+fx_open(struct fx *f, const char *gpu, const char *model, int tp, int spp,
+    int kvp, const struct medha_sched_config *c)
+{
+	struct medha_pred_model m;
+
+	assert_int_equal(medha_model_resolve(model, &m), 0);
+	assert_int_equal(medha_pred_init(&f->p, medha_gpu_find(gpu), &m, tp,
+	                     spp, kvp),
+	    0);
+	assert_int_equal(medha_sched_init(&f->s, c, &f->p), 0);
+}
+
+static void
+fx_close(struct fx *f)
+{
+	medha_sched_free(f->s);
+	medha_pred_free(&f->p);
+}
+
+static uint64_t
+fx_arrive(struct fx *f, const char *id, int64_t prompt, int64_t out,
+    double tpot_slo, double now)
+{
+	struct medha_reqspec r = req(id, now, prompt, out, 0);
+	uint64_t h;
+
+	r.tpot_slo = tpot_slo;
+	assert_int_equal(medha_sched_arrive(f->s, &r, now, &h), 0);
+	return h;
+}
+
+/* The prefill item of handle h in b, or NULL. */
+static const struct medha_sched_item *
+prefill_of(const struct medha_sched_batch *b, uint64_t h)
+{
+	for (int i = 0; i < b->n_items; i++)
+		if (!b->items[i].decode && b->items[i].req == h)
+			return &b->items[i];
+	return NULL;
+}
+
+/*
+ * Sarathi-Serve cannot pipeline one prompt's chunks across stages: with
+ * spp 2, the batch formed while a's chunk is in stage 1 takes b's chunk,
+ * never a's next one, and with both in flight there is nothing to run;
+ * a's next chunk comes once its previous one is done. fcfs (Medha's
+ * SPP) hands out a's next chunk at once.
+ */
+static void
+test_sarathi_one_chunk_in_flight(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sched_batch b1, b2, b3;
+	struct medha_sched_item it1[4];
+	struct fx f;
+	uint64_t a, bh;
+
+	(void)state;
+	medha_sched_config_default(&c);
+	c.policy = MEDHA_POLICY_SARATHI;
+	c.chunk = 512;
+	fx_open(&f, "a100", "llama3-8b", 8, 2, 1, &c);
+	a = fx_arrive(&f, "a", 100000, 4, 0, 0);
+	bh = fx_arrive(&f, "b", 100000, 4, 0, 0.001);
+	assert_int_equal(medha_sched_next_batch(f.s, 0.01, &b1), 1);
+	assert_non_null(prefill_of(&b1, a));
+	assert_int_equal(prefill_of(&b1, a)->tokens, 512);
+	assert_null(prefill_of(&b1, bh)); /* the budget is a's */
+	assert_int_equal(b1.n_items, 1);
+	it1[0] = b1.items[0]; /* b1.items is the scheduler's, reused */
+	b1.items = it1;
+	assert_int_equal(medha_sched_next_batch(f.s, 0.02, &b2), 1);
+	assert_null(prefill_of(&b2, a)); /* a's chunk is still in flight */
+	assert_non_null(prefill_of(&b2, bh));
+	assert_int_equal(medha_sched_next_batch(f.s, 0.03, &b3), 0);
+	assert_int_equal(medha_sched_batch_done(f.s, &b1, NULL, 0.04), 0);
+	assert_int_equal(medha_sched_next_batch(f.s, 0.04, &b3), 1);
+	assert_non_null(prefill_of(&b3, a));
+	assert_int_equal(prefill_of(&b3, a)->kv, 512);
+	fx_close(&f);
+
+	c.policy = MEDHA_POLICY_FCFS;
+	fx_open(&f, "a100", "llama3-8b", 8, 2, 1, &c);
+	a = fx_arrive(&f, "a", 100000, 4, 0, 0);
+	bh = fx_arrive(&f, "b", 100000, 4, 0, 0.001);
+	assert_int_equal(medha_sched_next_batch(f.s, 0.01, &b1), 1);
+	assert_int_equal(medha_sched_next_batch(f.s, 0.02, &b2), 1);
+	assert_non_null(prefill_of(&b2, a));
+	assert_int_equal(prefill_of(&b2, a)->kv, 512);
+	fx_close(&f);
+}
+
+/*
+ * One long prompt alone: sarathi gains nothing from a second stage (each
+ * chunk crosses both before the next starts), where fcfs pipelines the
+ * chunks and nearly halves the TTFT; with one stage the two are the same
+ * schedule.
+ */
+static void
+test_sarathi_no_spp_speedup(void **state)
+{
+	struct medha_sched_config c;
+	struct collect col;
+	struct medha_reqspec r[4] = {
+	    req("0", 0, 300000, 8, 0),
+	    req("1", 0.5, 3000, 8, 0),
+	    req("2", 0.7, 50000, 8, 0),
+	    req("3", 9.0, 800, 8, 0),
+	};
+	double f1, f2, s2;
+
+	(void)state;
+	medha_sched_config_default(&c);
+	c.chunk = 512;
+	c.policy = MEDHA_POLICY_FCFS;
+	sim("llama3-8b", 1, &c, r, 1, &col);
+	f1 = col.recs[0].ttft;
+	sim("llama3-8b", 2, &c, r, 1, &col);
+	f2 = col.recs[0].ttft;
+	c.policy = MEDHA_POLICY_SARATHI;
+	sim("llama3-8b", 2, &c, r, 1, &col);
+	s2 = col.recs[0].ttft;
+	assert_true(f2 < 0.6 * f1);
+	assert_true(s2 > 0.95 * f1);
+
+	/* spp 1: sarathi is fcfs with the same budget, record for record */
+	{
+		struct collect a, b;
+		c.policy = MEDHA_POLICY_FCFS;
+		sim("llama3-8b", 1, &c, r, 4, &a);
+		c.policy = MEDHA_POLICY_SARATHI;
+		sim("llama3-8b", 1, &c, r, 4, &b);
+		for (int i = 0; i < 4; i++) {
+			assert_string_equal(a.recs[i].id, b.recs[i].id);
+			assert_true(a.recs[i].ttft == b.recs[i].ttft);
+			assert_true(a.recs[i].finish == b.recs[i].finish);
+		}
+	}
+	/* and it needs a budget */
+	{
+		struct medha_pred p;
+		struct medha_pred_model m;
+		struct medha_sched *s;
+		c.chunk = 0;
+		assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+		assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"),
+		                     &m, 8, 1, 1),
+		    0);
+		assert_int_equal(medha_sched_init(&s, &c, &p), MEDHA_EINVAL);
+		medha_pred_free(&p);
+	}
+	assert_int_equal(medha_policy_parse("sarathi"), MEDHA_POLICY_SARATHI);
+	assert_string_equal(medha_policy_name(MEDHA_POLICY_SARATHI), "sarathi");
+}
+
+/*
+ * Batch time over KVP groups, by hand: group 0 runs a 512-token chunk of
+ * a short request and the decode attention of a long request's first
+ * piece (1M tokens); group 1 holds the rest of the long request (500K
+ * tokens) and runs its decode token's linear layers. Per layer: the most
+ * linear work (group 0's 512 tokens), then the slowest attention (group
+ * 0's), then the merge of the long request's two partial outputs.
+ */
+static void
+test_cost_per_layer(void **state)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_cost a;
+	struct medha_lat l;
+	double lin, att0, att1, core, old;
+
+	(void)state;
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("h100"), &m, 8, 2,
+	                     2),
+	    0);
+	memset(&a, 0, sizeof(a));
+	a.lin[0] = 512;
+	a.attn[0] = medha_pred_attn_prefill(&p, 512, 0);
+	a.dec_n[0] = 1;
+	a.dec_kv[0] = 1000000;
+	a.lin[1] = 1;
+	a.dec_n[1] = 1;
+	a.dec_kv[1] = 500000;
+	a.merge_tokens = 1;
+	a.merge_groups = 2;
+	a.n_logits = 2;
+	a.n_tokens = 513;
+	a.n_items = 2;
+	l = medha_cost_latency(&a, &p, 2);
+
+	lin = medha_pred_linear(&p, 512);
+	att0 = a.attn[0] + medha_pred_attn_decode(&p, 1, 1000000);
+	att1 = medha_pred_attn_decode(&p, 1, 500000);
+	assert_true(att0 > att1);
+	core = lin + att0 + medha_pred_kvp_merge(&p, 1, 2);
+	assert_true(fabs(l.stage - (core + medha_pred_spp_send(&p, 513))) <=
+	    1e-12 * core);
+	assert_true(fabs(l.last - (core + medha_pred_lm_head(&p, 2))) <=
+	    1e-12 * core);
+	assert_true(fabs(l.latency - (l.stage + l.last)) <= 1e-12 * core);
+
+	/* the slowest group's linear + attention alone would be less here:
+	 * swap the attentions so the slow attention is on group 1 */
+	a.dec_kv[0] = 500000;
+	a.dec_kv[1] = 1000000;
+	a.attn[0] = 0;
+	l = medha_cost_latency(&a, &p, 2);
+	old = medha_pred_linear(&p, 512) + att1; /* group 0's own sum */
+	if (medha_pred_linear(&p, 1) + medha_pred_attn_decode(&p, 1, 1000000) >
+	    old)
+		old = medha_pred_linear(&p, 1) +
+		    medha_pred_attn_decode(&p, 1, 1000000);
+	core = lin + medha_pred_attn_decode(&p, 1, 1000000) +
+	    medha_pred_kvp_merge(&p, 1, 2);
+	assert_true(fabs(l.last - (core + medha_pred_lm_head(&p, 2))) <=
+	    1e-12 * core);
+	assert_true(core - medha_pred_kvp_merge(&p, 1, 2) > 1.01 * old);
+
+	/* one group: linear + attention, as it always was */
+	memset(&a, 0, sizeof(a));
+	a.lin[0] = 300;
+	a.attn[0] = medha_pred_attn_prefill(&p, 299, 7000);
+	a.dec_n[0] = 1;
+	a.dec_kv[0] = 7000;
+	a.n_logits = 1;
+	a.n_tokens = 300;
+	l = medha_cost_latency(&a, &p, 1);
+	core = medha_pred_linear(&p, 300) + a.attn[0] +
+	    medha_pred_attn_decode(&p, 1, 7000);
+	assert_true(l.last == core + medha_pred_lm_head(&p, 1));
+	medha_pred_free(&p);
+}
+
+/*
+ * Adaptive chunks: a decode whose tpot_slo is 20 ms bounds the batches
+ * it is in to 20 ms, where the 50 ms target alone lets a long prefill
+ * beside it take more; without a tpot_slo the target rules.
+ */
+static void
+test_chunk_tpot_bound(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sched_batch b;
+	struct fx f;
+	double slo[2] = {0.02, 0}, lat[2] = {0, 0};
+	int64_t chunk[2] = {0, 0};
+
+	(void)state;
+	medha_sched_config_default(&c);
+	c.policy = MEDHA_POLICY_FCFS;
+	for (int k = 0; k < 2; k++) {
+		uint64_t d, l;
+		fx_open(&f, "a100", "llama3-8b", 8, 1, 1, &c);
+		d = fx_arrive(&f, "d", 100, 1000, slo[k], 0);
+		assert_int_equal(medha_sched_next_batch(f.s, 0, &b), 1);
+		assert_int_equal(medha_sched_batch_done(f.s, &b, NULL, 0.01),
+		    0);
+		l = fx_arrive(&f, "l", 400000, 4, 0.1, 0.01);
+		/* a's decode and l's chunks, as l's KV grows */
+		for (int i = 0; i < 40; i++) {
+			const struct medha_sched_item *it;
+			assert_int_equal(medha_sched_next_batch(f.s, 1, &b), 1);
+			assert_int_equal(b.n_decode, 1);
+			it = prefill_of(&b, l);
+			assert_non_null(it);
+			assert_true(it->tokens >= 32 && it->tokens % 32 == 0);
+			if (b.latency > lat[k])
+				lat[k] = b.latency;
+			chunk[k] += it->tokens;
+			assert_int_equal(medha_sched_batch_done(f.s, &b, NULL,
+			                     1 + b.latency),
+			    0);
+		}
+		(void)d;
+		fx_close(&f);
+	}
+	print_message("tpot_slo 20 ms: batches at most %.1f ms, %lld tokens;"
+	              " none: %.1f ms, %lld tokens\n",
+	    lat[0] * 1e3, (long long)chunk[0], lat[1] * 1e3,
+	    (long long)chunk[1]);
+	assert_true(lat[0] <= 0.02);
+	assert_true(lat[1] > 0.03 && lat[1] <= 0.05);
+	assert_true(chunk[0] < chunk[1]);
+}
+
+/*
+ * The efficient chunk: the predictor's smallest multiple of 32 whose
+ * linear layers cost at most MEDHA_CHUNK_EFF x per token those of the
+ * largest chunk. A long prefill alone (no decode waits on it) never gets
+ * less, though past some context that takes longer than the target.
+ */
+static void
+test_chunk_floor(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sched_batch b;
+	struct fx f;
+	const char *gpu[2] = {"a100", "h100"};
+	int64_t m, most_kv = 0;
+	double best, over = 0;
+	uint64_t h;
+
+	(void)state;
+	medha_sched_config_default(&c);
+	for (int k = 0; k < 2; k++) {
+		fx_open(&f, gpu[k], "llama3-8b", 8, 1, 1, &c);
+		m = medha_sched_min_chunk(f.s);
+		best = medha_pred_linear(&f.p, 8192) / 8192;
+		print_message("efficient chunk, llama3-8b tp 8 on %s: %lld\n",
+		    gpu[k], (long long)m);
+		assert_true(m >= 32 && m % 32 == 0 && m < 8192);
+		assert_true(medha_pred_linear(&f.p, m) / m <=
+		    MEDHA_CHUNK_EFF * best);
+		assert_true(m == 32 ||
+		    medha_pred_linear(&f.p, m - 32) / (m - 32) >
+		        MEDHA_CHUNK_EFF * best);
+		assert_true(m > 32); /* 32-token chunks waste these GPUs */
+		fx_close(&f);
+	}
+
+	/* a floor of 1024 tokens: a 300K prompt alone, chunk by chunk */
+	c.min_chunk = 1000; /* rounded up to 1024 */
+	c.policy = MEDHA_POLICY_FCFS;
+	fx_open(&f, "a100", "llama3-8b", 8, 1, 1, &c);
+	assert_int_equal(medha_sched_min_chunk(f.s), 1024);
+	h = fx_arrive(&f, "l", 300000, 1, 0, 0);
+	for (;;) {
+		const struct medha_sched_item *it;
+		if (medha_sched_next_batch(f.s, 0, &b) != 1)
+			break;
+		it = prefill_of(&b, h);
+		assert_non_null(it);
+		if (!it->last)
+			assert_true(it->tokens >= 1024);
+		if (b.latency > c.target && it->kv > most_kv) {
+			most_kv = it->kv;
+			over = b.latency;
+		}
+		assert_int_equal(medha_sched_batch_done(f.s, &b, NULL, 0), 0);
+	}
+	/* late in the prompt 1024 tokens take longer than the target */
+	assert_true(over > c.target);
+	fx_close(&f);
+}
+
+/*
+ * The KVP load balancer weighs predicted prefill time, not tokens: a
+ * 200K prompt on one group is more work than four 60K prompts on the
+ * other (attention grows with the square), so a fifth 60K prompt joins
+ * the four. And an idle replica spreads requests over its groups (ties
+ * go by free memory, then round-robin), where they all went to group 0.
+ */
+static void
+test_kvp_balance(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sched_batch b;
+	struct fx f;
+	uint64_t h[6];
+	int g[6], seen[4] = {0, 0, 0, 0};
+
+	(void)state;
+	medha_sched_config_default(&c);
+	c.policy = MEDHA_POLICY_FCFS;
+	c.chunk = 512;
+	fx_open(&f, "h100", "llama3-8b", 8, 1, 2, &c);
+	h[0] = fx_arrive(&f, "L", 200000, 4, 0, 0);
+	for (int i = 1; i < 6; i++) {
+		char id[8];
+		snprintf(id, sizeof(id), "s%d", i);
+		h[i] = fx_arrive(&f, id, 60000, 4, 0, 0.001 * i);
+	}
+	assert_int_equal(medha_sched_next_batch(f.s, 0.01, &b), 1);
+	for (int i = 0; i < 6; i++) {
+		const struct medha_req *r = medha_sched_req(f.s, h[i]);
+		assert_int_equal(r->state, MEDHA_REQ_PREFILL);
+		assert_int_equal(r->kv.n_groups, 1);
+		g[i] = r->kv.groups[0];
+	}
+	for (int i = 2; i < 6; i++)
+		assert_int_equal(g[i], g[1]);
+	assert_true(g[0] != g[1]);
+	assert_true(medha_sched_group_pending(f.s, g[1]) <
+	    medha_sched_group_pending(f.s, g[0]));
+	fx_close(&f);
+
+	/* one at a time, each prefilled before the next arrives */
+	c.chunk = 0;
+	fx_open(&f, "h100", "llama3-8b", 8, 1, 4, &c);
+	for (int i = 0; i < 4; i++) {
+		char id[8];
+		uint64_t x;
+		snprintf(id, sizeof(id), "r%d", i);
+		x = fx_arrive(&f, id, 1000, 100000, 0, i);
+		assert_int_equal(medha_sched_next_batch(f.s, i, &b), 1);
+		assert_non_null(prefill_of(&b, x));
+		assert_true(prefill_of(&b, x)->last);
+		seen[medha_sched_req(f.s, x)->kv.groups[0]]++;
+		assert_int_equal(medha_sched_batch_done(f.s, &b, NULL, i + 0.5),
+		    0);
+		for (int k = 0; k < 4; k++)
+			assert_int_equal(medha_sched_group_pending(f.s, k), 0);
+	}
+	for (int k = 0; k < 4; k++)
+		assert_int_equal(seen[k], 1);
+	/* a cancelled prefill takes its pending work with it */
+	h[0] = fx_arrive(&f, "c", 900000, 4, 0, 5);
+	assert_int_equal(medha_sched_next_batch(f.s, 5, &b), 1);
+	assert_true(medha_sched_group_pending(f.s,
+	                medha_sched_req(f.s, h[0])->kv.groups[0]) > 0);
+	assert_int_equal(medha_sched_cancel(f.s, h[0], NULL, 5.1), 0);
+	for (int k = 0; k < 4; k++)
+		assert_int_equal(medha_sched_group_pending(f.s, k), 0);
+	fx_close(&f);
+}
+
 int
 main(void)
 {
@@ -546,6 +985,12 @@ main(void)
 	    cmocka_unit_test(test_spp_pipelines_chunks),
 	    cmocka_unit_test(test_zero_output),
 	    cmocka_unit_test(test_medha_long_queue),
+	    cmocka_unit_test(test_sarathi_one_chunk_in_flight),
+	    cmocka_unit_test(test_sarathi_no_spp_speedup),
+	    cmocka_unit_test(test_cost_per_layer),
+	    cmocka_unit_test(test_chunk_tpot_bound),
+	    cmocka_unit_test(test_chunk_floor),
+	    cmocka_unit_test(test_kvp_balance),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

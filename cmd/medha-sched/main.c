@@ -37,9 +37,9 @@ usage(FILE *f)
 	    "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
 	    "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills "
 	    "N]\n"
-	    "           [--mem-util X] [--profile FILE] [--share-cap X] [--spp "
-	    "N]\n"
-	    "           [--target-batch-time S] [--tp N] [FILE]\n");
+	    "           [--mem-util X] [--min-chunk N] [--profile FILE] "
+	    "[--share-cap X]\n"
+	    "           [--spp N] [--target-batch-time S] [--tp N] [FILE]\n");
 }
 
 /* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
@@ -71,7 +71,8 @@ static const struct medha_help help_lines[] = {
     {"-c, --chunk N|adaptive",
         "N tokens per batch (fixed), or adaptive (default)"},
     {"-h, --help", "print this help and exit"},
-    {"-p, --policy POLICY", "fcfs, edf, lrs or medha (default)"},
+    {"-p, --policy POLICY",
+        "fcfs, edf, lrs, medha (default) or sarathi (-c 512)"},
     {"-v, --verbose", "more messages on stderr, a summary; repeat for more"},
     {"--deadline-floor S", "shortest default TTFT deadline, in seconds (0.5)"},
     {"--deadline-mult X",
@@ -80,6 +81,8 @@ static const struct medha_help help_lines[] = {
         "request KV tokens per group, block-aligned (no limit)"},
     {"--max-chunk N", "largest adaptive chunk in tokens (8192)"},
     {"--max-prefills N", "most prefills in one batch (64)"},
+    {"--min-chunk N",
+        "fewest tokens in a batch without decodes (predictor)"},
     {"--predictor, --profile FILE",
         "operator times from a medha-profile(5) table"},
     {"--share-cap X", "medha: most of a batch a long prefill gives up (0.5)"},
@@ -159,6 +162,7 @@ enum {
 	OPT_MAXCHUNK,
 	OPT_MAXPRE,
 	OPT_MEMUTIL,
+	OPT_MINCHUNK,
 	OPT_PROFILE,
 	OPT_SHARE,
 	OPT_SPP,
@@ -185,6 +189,7 @@ static const struct option longopts[] = {
     {"max-prefills", required_argument, NULL, OPT_MAXPRE},
     {"max-queue", required_argument, NULL, OPT_MAXQ},
     {"mem-util", required_argument, NULL, OPT_MEMUTIL},
+    {"min-chunk", required_argument, NULL, OPT_MINCHUNK},
     {"model", required_argument, NULL, 'm'},
     {"output", required_argument, NULL, 'o'},
     {"policy", required_argument, NULL, 'p'},
@@ -348,7 +353,7 @@ main(int argc, char *argv[])
 	const char *model_name = NULL, *out_path = NULL, *blog_path = NULL;
 	const char *profile = NULL, *gpu_name = NULL, *listen = NULL;
 	int64_t workers = 1, max_queue = 100000;
-	int target_set = 0;
+	int target_set = 0, chunk_set = 0;
 	double drain = 30;
 	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc, status;
 	struct medha_reqspec *reqs;
@@ -368,6 +373,7 @@ main(int argc, char *argv[])
 				cfg.chunk = 0;
 			else
 				cfg.chunk = num("--chunk", optarg, 1, 1 << 24);
+			chunk_set = 1;
 			break;
 		case 'h': return help();
 		case 'l': listen = optarg; break;
@@ -377,7 +383,8 @@ main(int argc, char *argv[])
 			if ((cfg.policy = medha_policy_parse(optarg)) < 0) {
 				fprintf(stderr,
 				    "medha-sched: --policy: %s: "
-				    "expected fcfs, edf, lrs or medha\n",
+				    "expected sarathi, fcfs, edf, lrs or "
+				    "medha\n",
 				    optarg);
 				return 2;
 			}
@@ -416,6 +423,9 @@ main(int argc, char *argv[])
 		case OPT_MEMUTIL:
 			cfg.mem_util = fnum("--mem-util", optarg, 0.01, 1);
 			break;
+		case OPT_MINCHUNK:
+			cfg.min_chunk = num("--min-chunk", optarg, 32, 1 << 24);
+			break;
 		case OPT_PROFILE: profile = optarg; break;
 		case OPT_SHARE:
 			cfg.share_cap = fnum("--share-cap", optarg, 0, 1);
@@ -444,6 +454,16 @@ main(int argc, char *argv[])
 	if (argc > 1) {
 		fprintf(stderr, "medha-sched: one trace file at most (%d "
 		    "given)\n", argc);
+		usage(stderr);
+		return 2;
+	}
+	/* sarathi is a fixed budget: Sarathi-Serve's 512 unless given */
+	if (cfg.policy == MEDHA_POLICY_SARATHI && !chunk_set)
+		cfg.chunk = 512;
+	if (cfg.policy == MEDHA_POLICY_SARATHI && cfg.chunk == 0) {
+		fprintf(stderr,
+		    "medha-sched: --policy sarathi takes a fixed token budget "
+		    "(-c N), not adaptive chunks\n");
 		usage(stderr);
 		return 2;
 	}

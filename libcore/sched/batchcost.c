@@ -15,21 +15,41 @@ compose(const struct medha_pred *p, double core, int64_t tokens, int64_t logits)
 	return l;
 }
 
+/*
+ * Every layer waits for all KVP groups: the queries of a layer must exist
+ * before any group attends (QKV), and the output projection and the MLP
+ * run on the merged output. So a layer takes the linear layers of the
+ * group with the most linear work, then the slowest group's attention
+ * (prefill chunks and decodes against the shards held there), then the
+ * merge; a stage is that times its layers. Every medha_pred_* time is
+ * its layers times a per-layer time, so the sums of the stage times
+ * below are that per-layer composition exactly. With one group this is
+ * linear + attention, as before; taking the slowest group's linear plus
+ * attention (as this did) hid the linear layers of the other groups and
+ * overstated what KVP saves.
+ */
 struct medha_lat
 medha_cost_latency(const struct medha_cost *a, const struct medha_pred *p,
     int kvp)
 {
-	double core = 0;
+	double lin = 0, prefill = 0, decode = 0, core;
 
 	for (int g = 0; g < kvp; g++) {
-		double t;
+		double l, d;
 		if (a->lin[g] == 0 && a->dec_n[g] == 0 && a->attn[g] == 0)
 			continue;
-		t = medha_pred_linear(p, a->lin[g]) + a->attn[g] +
-		    medha_pred_attn_decode(p, a->dec_n[g], a->dec_kv[g]);
-		if (t > core)
-			core = t;
+		l = medha_pred_linear(p, a->lin[g]);
+		d = medha_pred_attn_decode(p, a->dec_n[g], a->dec_kv[g]);
+		if (l > lin)
+			lin = l;
+		/* the slowest group's attention, kept as its two terms so
+		   that one group sums in the order it always did */
+		if (a->attn[g] + d > prefill + decode) {
+			prefill = a->attn[g];
+			decode = d;
+		}
 	}
+	core = lin + prefill + decode;
 	if (a->merge_groups > 1)
 		core +=
 		    medha_pred_kvp_merge(p, a->merge_tokens, a->merge_groups);

@@ -5,10 +5,13 @@
  * Per KVP group: the linear layers of the tokens whose KV that group
  * appends, the prefill attention of every chunk against the shard of its
  * KV held there, and the decode attention over the shards held there.
- * A stage takes the slowest group plus the merge of partial attention
- * outputs of requests that span groups, plus the send to the next stage;
- * the last stage adds the output projection. The batch latency is the
- * sum over the spp stages.
+ * Composed per layer, since every layer waits for all groups: the most
+ * linear work of any group (the queries must exist before any group
+ * attends, and the MLP runs on the merged output), plus the slowest
+ * group's attention, plus the merge of partial attention outputs of
+ * requests that span groups; a stage is that over its layers, plus the
+ * send to the next stage; the last stage adds the output projection.
+ * The batch latency is the sum over the spp stages.
  *
  * The scheduler sizes chunks by trial: add an item, read the latency,
  * undo it exactly.

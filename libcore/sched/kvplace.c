@@ -98,9 +98,44 @@ medha_kvplace_fits_ever(const struct medha_kvplace *pl, int64_t need, char *why,
 	return 1;
 }
 
+/* Work of piece i still pending once `done` prompt tokens are handed
+ * out: it drains evenly from the piece's start to the prompt's end. */
+static int64_t
+work_left(const struct medha_kvplace *pl, const struct medha_kvlease *l, int i,
+    int64_t done)
+{
+	int64_t lo = (int64_t)i * pl->group_tokens;
+
+	if (l->work[i] == 0 || done >= l->prompt)
+		return 0;
+	if (done <= lo)
+		return l->work[i];
+	return (int64_t)((double)l->work[i] * (double)(l->prompt - done) /
+	    (double)(l->prompt - lo));
+}
+
+/* The group for a piece of nb blocks: least pending work, then most free
+ * blocks, then the first from pl->next on; -1 if none has room. */
+static int
+pick_group(const struct medha_kvplace *pl, const int *used, int64_t nb)
+{
+	int best = -1;
+
+	for (int k = 0; k < pl->kvp; k++) {
+		int g = (pl->next + k) % pl->kvp;
+		if (used[g] || pl->cap_blocks - pl->res[g] < nb)
+			continue;
+		if (best < 0 || pl->pend[g] < pl->pend[best] ||
+		    (pl->pend[g] == pl->pend[best] &&
+		        pl->res[g] < pl->res[best]))
+			best = g;
+	}
+	return best;
+}
+
 int
-medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
-    int64_t need, int64_t prompt)
+medha_kvplace_admit_work(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t need, int64_t prompt, const int64_t *work)
 {
 	int64_t np = pieces(pl, need);
 	int used[MEDHA_KVP_MAX] = {0};
@@ -112,15 +147,11 @@ medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
 	n = (int)np;
 	for (int i = 0; i < n; i++) {
 		int64_t nb = blocks(pl, medha_kvplace_in_piece(pl, i, 0, need));
-		int best = -1;
-		for (int g = 0; g < pl->kvp; g++) {
-			if (used[g] || pl->cap_blocks - pl->res[g] < nb)
-				continue;
-			if (best < 0 || pl->pend[g] < pl->pend[best])
-				best = g;
-		}
+		int best = pick_group(pl, used, nb);
 		if (best < 0) {
-			medha_kvplace_release(pl, l);
+			for (int j = 0; j < i; j++)
+				pl->res[l->groups[j]] -= l->res_blocks[j];
+			l->n_groups = 0;
 			return MEDHA_ENOSPACE;
 		}
 		used[best] = 1;
@@ -129,27 +160,44 @@ medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
 		l->n_groups = i + 1;
 		pl->res[best] += nb;
 	}
-	for (int i = 0; i < n; i++)
-		pl->pend[l->groups[i]] +=
-		    medha_kvplace_in_piece(pl, i, 0, prompt);
+	l->prompt = prompt;
+	l->done = 0;
+	for (int i = 0; i < n; i++) {
+		l->work[i] = work != NULL
+		    ? work[i]
+		    : medha_kvplace_in_piece(pl, i, 0, prompt);
+		pl->pend[l->groups[i]] += l->work[i];
+	}
+	pl->next = (l->groups[n - 1] + 1) % pl->kvp;
 	return 0;
+}
+
+int
+medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t need, int64_t prompt)
+{
+	return medha_kvplace_admit_work(pl, l, need, prompt, NULL);
 }
 
 void
 medha_kvplace_release(struct medha_kvplace *pl, struct medha_kvlease *l)
 {
-	for (int i = 0; i < l->n_groups; i++)
+	for (int i = 0; i < l->n_groups; i++) {
 		pl->res[l->groups[i]] -= l->res_blocks[i];
+		pl->pend[l->groups[i]] -= work_left(pl, l, i, l->done);
+	}
 	l->n_groups = 0;
 }
 
 void
-medha_kvplace_prefilled(struct medha_kvplace *pl, const struct medha_kvlease *l,
+medha_kvplace_prefilled(struct medha_kvplace *pl, struct medha_kvlease *l,
     int64_t from, int64_t to)
 {
+	MEDHA_ASSERT(from == l->done); /* handed out in order */
 	for (int i = 0; i < l->n_groups; i++)
 		pl->pend[l->groups[i]] -=
-		    medha_kvplace_in_piece(pl, i, from, to);
+		    work_left(pl, l, i, l->done) - work_left(pl, l, i, to);
+	l->done = to;
 }
 
 int

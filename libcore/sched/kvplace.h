@@ -5,9 +5,18 @@
  * A request's KV (prompt plus every output token) is cut into pieces of at
  * most `group_tokens` tokens; piece i lives on one KVP group. At admission
  * the request reserves the blocks of every piece, each on the group with
- * the least pending prefill work that has room, so memory is never
- * over-committed and a running request never has to give memory back.
- * The request enters piece i's group when its KV passes i * group_tokens.
+ * the least pending prefill work that has room (ties: the most free
+ * blocks, then round-robin from the group after the last one chosen), so
+ * memory is never over-committed and a running request never has to give
+ * memory back. The request enters piece i's group when its KV passes
+ * i * group_tokens.
+ *
+ * Pending work is what the caller says a piece costs its group (the
+ * scheduler: predicted prefill time, in ns; linear layers and attention
+ * within the piece, and the attention of the prompt's later tokens
+ * against it). It drains from the group evenly over the prompt tokens
+ * from the piece's start to the prompt's end, as they are handed out,
+ * and what is left goes when the request is released.
  *
  *	struct medha_kvplace pl;
  *	medha_kvplace_init(&pl, kvp, 16, blocks_per_group, 0);
@@ -30,16 +39,19 @@ struct medha_kvlease {
 	int n_groups;                      /* pieces reserved; 0 = none yet */
 	int groups[MEDHA_KVP_MAX];         /* group of each piece, in order */
 	int64_t res_blocks[MEDHA_KVP_MAX]; /* blocks reserved for each piece */
+	int64_t prompt;                    /* prompt tokens */
+	int64_t done;                      /* of them handed to batches */
+	int64_t work[MEDHA_KVP_MAX];       /* pending work each piece brought */
 };
 
 struct medha_kvplace {
-	int kvp;                    /* groups */
-	int block_size;             /* tokens per block */
-	int64_t cap_blocks;         /* blocks per group */
-	int64_t group_tokens;       /* tokens of one request per group */
-	int64_t res[MEDHA_KVP_MAX]; /* blocks reserved per group */
-	int64_t
-	    pend[MEDHA_KVP_MAX]; /* prompt tokens still to prefill per group */
+	int kvp;                     /* groups */
+	int block_size;              /* tokens per block */
+	int64_t cap_blocks;          /* blocks per group */
+	int64_t group_tokens;        /* tokens of one request per group */
+	int64_t res[MEDHA_KVP_MAX];  /* blocks reserved per group */
+	int64_t pend[MEDHA_KVP_MAX]; /* pending prefill work per group */
+	int next;                    /* round-robin: first group to try */
 };
 
 /*
@@ -59,16 +71,22 @@ int medha_kvplace_fits_ever(const struct medha_kvplace *pl, int64_t need,
 
 /*
  * Reserve the pieces of `need` tokens of KV, of which the first `prompt`
- * are still to be prefilled. Returns 0 with *l filled, or MEDHA_ENOSPACE
- * (nothing reserved) if some piece finds no group with room.
+ * are still to be prefilled; piece i brings work[i] of pending work
+ * (medha_kvplace_admit_work; 0 <= work[i] < 2^53, in one unit for all
+ * requests) or, with medha_kvplace_admit, its prompt tokens. work is
+ * read, not kept. Returns 0 with *l filled, or MEDHA_ENOSPACE (nothing
+ * reserved) if some piece finds no group with room.
  */
 int medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
     int64_t need, int64_t prompt);
+int medha_kvplace_admit_work(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t need, int64_t prompt, const int64_t *work);
 /* Give back everything l holds; l is left empty. */
 void medha_kvplace_release(struct medha_kvplace *pl, struct medha_kvlease *l);
-/* Prompt tokens [from, to) were handed to a batch: less pending work. */
-void medha_kvplace_prefilled(struct medha_kvplace *pl,
-    const struct medha_kvlease *l, int64_t from, int64_t to);
+/* Prompt tokens [from, to) were handed to a batch (from: all before
+ * them were): less pending work. */
+void medha_kvplace_prefilled(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t from, int64_t to);
 
 /* Groups l has entered once it holds kv tokens (at least 1 if admitted). */
 int medha_kvplace_entered(const struct medha_kvplace *pl,

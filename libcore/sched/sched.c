@@ -1,6 +1,6 @@
 /*
  * sched.c: the scheduler core. Request state, paged KV-block accounting
- * per KVP group, the four prefill orders, adaptive and fixed chunking,
+ * per KVP group, the five prefill orders, adaptive and fixed chunking,
  * prefill-prefill batching, and the batch-latency model that composes
  * the predictor's operator times for one batch on a tp x spp x kvp grid.
  *
@@ -8,9 +8,9 @@
  * and all of its output tokens, so a decode can never run out of memory
  * and be preempted; a request that cannot get its blocks waits. Its KV is
  * cut into pieces of at most kvp_max_tokens, one KVP group each, chosen
- * at admission by least pending prefill work; the request enters the next
- * group when its KV passes the previous group's limit, and only its last
- * entered group appends KV.
+ * at admission by least predicted pending prefill time (kvplace.c); the
+ * request enters the next group when its KV passes the previous group's
+ * limit, and only its last entered group appends KV.
  */
 #include "sched/sched.h"
 #include "sched/batchcost.h"
@@ -98,14 +98,18 @@ struct medha_sched {
 	int items_cap;
 	struct medha_cost acc;
 	uint64_t seq;
+	int64_t min_chunk; /* adaptive: a batch without decodes holds this */
+	double tpot_floor; /* a tpot_slo bounds batches down to this, s */
+	int ndec;          /* decodes in the batch being formed */
 };
 
-static const char *policy_names[] = {"fcfs", "edf", "lrs", "medha"};
+static const char *policy_names[] = {"fcfs", "edf", "lrs", "medha", "sarathi"};
+#define NPOLICY (int)(sizeof(policy_names) / sizeof(policy_names[0]))
 
 int
 medha_policy_parse(const char *name)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < NPOLICY; i++)
 		if (strcmp(name, policy_names[i]) == 0)
 			return i;
 	return -1;
@@ -114,7 +118,7 @@ medha_policy_parse(const char *name)
 const char *
 medha_policy_name(int policy)
 {
-	if (policy < 0 || policy > 3)
+	if (policy < 0 || policy >= NPOLICY)
 		return "?";
 	return policy_names[policy];
 }
@@ -126,6 +130,7 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->policy = MEDHA_POLICY_MEDHA;
 	c->chunk = 0;
 	c->max_chunk = 8192;
+	c->min_chunk = 0;
 	c->target = 0.05;
 	c->share_cap = 0.5;
 	c->deadline_mult = 1.5;
@@ -226,16 +231,18 @@ lone_chunk(const struct medha_sched *s, int64_t kv, int64_t rem)
 		return s->cfg.chunk < rem ? s->cfg.chunk : rem;
 	hi = s->cfg.max_chunk / 32;
 	if (medha_cost_lone(s->pred, 32, kv).latency > s->cfg.target)
-		return 32;
-	while (lo < hi) {
-		int64_t mid = lo + (hi - lo + 1) / 2;
-		if (medha_cost_lone(s->pred, 32 * mid, kv).latency <=
-		    s->cfg.target)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return 32 * lo;
+		lo = 1;
+	else
+		while (lo < hi) {
+			int64_t mid = lo + (hi - lo + 1) / 2;
+			if (medha_cost_lone(s->pred, 32 * mid, kv).latency <=
+			    s->cfg.target)
+				lo = mid;
+			else
+				hi = mid - 1;
+		}
+	/* alone, no decode waits on it: at least the efficient chunk */
+	return 32 * lo > s->min_chunk ? 32 * lo : s->min_chunk;
 }
 
 /*
@@ -267,6 +274,12 @@ plan_alone(const struct medha_sched *s, int64_t prompt, double *cum)
 	}
 	return cum[MEDHA_SLACK_SEGS] +
 	    (l.latency - (l.stage > l.last ? l.stage : l.last));
+}
+
+int64_t
+medha_sched_min_chunk(const struct medha_sched *s)
+{
+	return s->min_chunk;
 }
 
 double
@@ -325,17 +338,53 @@ kv_need(const struct medha_req *r)
 	return r->spec.prompt_tokens + r->spec.max_tokens;
 }
 
+/*
+ * The prefill time each piece of r's KV brings its KVP group, in ns (the
+ * load balancer's unit): the linear layers and causal attention of the
+ * prompt tokens in the piece, and the attention of the prompt's later
+ * tokens (queries that every group holding a piece serves) against it.
+ */
+static void
+piece_work(const struct medha_sched *s, const struct medha_req *r,
+    int64_t *work)
+{
+	const struct medha_pred *p = s->pred;
+	int64_t P = r->spec.prompt_tokens, gt = s->kv.group_tokens;
+
+	for (int i = 0; i < s->kv.kvp; i++) {
+		int64_t n = medha_kvplace_in_piece(&s->kv, i, 0, P);
+		int64_t after = P - n - (int64_t)i * gt;
+		double w, cross = 0;
+
+		work[i] = 0;
+		if (n <= 0)
+			continue; /* output tokens only */
+		if (after > 0) {
+			cross = medha_pred_attn_prefill(p, after, n) -
+			    medha_pred_attn_prefill(p, after, 0);
+			cross = cross > 0 ? cross : 0;
+		}
+		w = (medha_pred_linear(p, n) +
+		        medha_pred_attn_prefill(p, n, 0) + cross) *
+		    1e9;
+		work[i] = w < 4e15 ? (int64_t)w : (int64_t)4e15; /* < 2^53 */
+	}
+}
+
 /* Reserve r's KV; it then starts its prefill. 0 or MEDHA_ENOSPACE. */
 static int
 admit(struct medha_sched *s, struct req *q)
 {
 	struct medha_req *r = &q->pub;
+	int64_t work[MEDHA_KVP_MAX];
 	int rc;
 
 	if (s->cfg.max_seqs > 0 && s->nadmitted >= s->cfg.max_seqs)
 		return MEDHA_ENOSPACE;
-	rc = medha_kvplace_admit(&s->kv, &r->kv, kv_need(r),
-	    r->spec.prompt_tokens);
+	if (s->kv.kvp > 1)
+		piece_work(s, r, work);
+	rc = medha_kvplace_admit_work(&s->kv, &r->kv, kv_need(r),
+	    r->spec.prompt_tokens, s->kv.kvp > 1 ? work : NULL);
 	if (rc == 0) {
 		r->state = MEDHA_REQ_PREFILL;
 		s->nadmitted++;
@@ -345,6 +394,30 @@ admit(struct medha_sched *s, struct req *q)
 
 /* ---- life cycle ---- */
 
+/*
+ * Adaptive chunking's floor (medha_sched_min_chunk): c->min_chunk rounded
+ * up to a multiple of 32, or the smallest multiple of 32 whose linear
+ * layers cost at most MEDHA_CHUNK_EFF x per token what those of a
+ * max_chunk chunk cost; within [32, max_chunk rounded down to 32].
+ */
+static int64_t
+efficient_chunk(const struct medha_sched_config *c, const struct medha_pred *p)
+{
+	int64_t top = c->max_chunk / 32 * 32, m = c->min_chunk;
+
+	if (m > top)
+		m = top;
+	if (m == 0) {
+		double best = medha_pred_linear(p, top) / (double)top;
+		for (m = 32; m < top; m += 32)
+			if (medha_pred_linear(p, m) / (double)m <=
+			    MEDHA_CHUNK_EFF * best)
+				break;
+	}
+	m = (m + 31) / 32 * 32;
+	return m < top ? m : top;
+}
+
 int
 medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
     const struct medha_pred *p)
@@ -353,9 +426,10 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	int64_t blocks;
 
 	*sp = NULL;
-	if (c->policy < 0 || c->policy > MEDHA_POLICY_MEDHA || c->chunk < 0 ||
-	    c->max_chunk < 32 || c->target <= 0 || c->share_cap < 0 ||
-	    c->share_cap > 1 || c->deadline_mult <= 0 ||
+	if (c->policy < 0 || c->policy > MEDHA_POLICY_SARATHI || c->chunk < 0 ||
+	    (c->policy == MEDHA_POLICY_SARATHI && c->chunk == 0) ||
+	    c->max_chunk < 32 || c->min_chunk < 0 || c->target <= 0 ||
+	    c->share_cap < 0 || c->share_cap > 1 || c->deadline_mult <= 0 ||
 	    c->deadline_floor < 0 || c->block_size < 1 || c->kv_blocks < 0 ||
 	    c->mem_util <= 0 || c->mem_util > 1 || c->kvp_max_tokens < 0 ||
 	    c->max_prefills < 1 || c->max_seqs < 0 || p->kvp < 1 ||
@@ -373,6 +447,8 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	s->cfg = *c;
 	s->pred = p;
 	s->free_head = -1;
+	s->min_chunk = c->chunk > 0 ? 0 : efficient_chunk(c, p);
+	s->tpot_floor = 2 * medha_cost_lone(p, 32, 0).latency;
 	if (medha_kvplace_init(&s->kv, p->kvp, c->block_size, blocks,
 	        c->kvp_max_tokens) != 0) {
 		free(s);
@@ -387,6 +463,10 @@ medha_sched_free(struct medha_sched *s)
 {
 	if (s == NULL)
 		return;
+	for (int i = 0; i < s->nactive; i++)
+		medha_tbt_free(&s->reqs[s->active[i]].pub.tbt);
+	for (int i = 0; i < s->rec_n; i++)
+		medha_record_clear(&s->recs[(s->rec_head + i) % s->rec_cap]);
 	free(s->reqs);
 	free(s->active);
 	free(s->recs);
@@ -400,7 +480,7 @@ medha_sched_free(struct medha_sched *s)
 }
 
 static int
-push_record(struct medha_sched *s, const struct medha_req *r, int status,
+push_record(struct medha_sched *s, struct medha_req *r, int status,
     int finish, const char *reason, double now)
 {
 	struct medha_record *rec;
@@ -441,6 +521,8 @@ push_record(struct medha_sched *s, const struct medha_req *r, int status,
 		    (r->last_token - r->first_token) / (r->decoded - 1);
 		rec->tpot_max = r->tpot_max;
 	}
+	rec->prefill_alone = r->prefill_alone;
+	medha_tbt_move(&rec->tbt, &r->tbt);
 	return 0;
 }
 
@@ -480,6 +562,7 @@ finish(struct medha_sched *s, struct req *q, int status, int fin,
 		s->nadmitted--;
 	medha_kvplace_release(&s->kv, &q->pub.kv);
 	rc = push_record(s, &q->pub, status, fin, reason, now);
+	medha_tbt_free(&q->pub.tbt); /* moved, or not if that failed */
 	deactivate(s, q);
 	return rc;
 }
@@ -575,8 +658,8 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 		return finish(s, q, MEDHA_STATUS_REJECTED, MEDHA_FINISH_NONE,
 		    reason, now);
 	}
-	r->deadline_dur = plan_alone(s, spec->prompt_tokens, r->cum);
-	r->deadline_dur *= s->cfg.deadline_mult;
+	r->prefill_alone = plan_alone(s, spec->prompt_tokens, r->cum);
+	r->deadline_dur = r->prefill_alone * s->cfg.deadline_mult;
 	if (r->deadline_dur < s->cfg.deadline_floor)
 		r->deadline_dur = s->cfg.deadline_floor;
 	if (spec->ttft_slo > 0)
@@ -864,6 +947,11 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	t = choose_chunk(s, r, limit);
 	if (t == 0 && s->acc.n_items == 0) /* alone, it must make progress */
 		t = s->cfg.chunk > 0 ? s->cfg.chunk : 32;
+	/* adaptive, and no decode waits on this batch: fill it to the
+	   efficient chunk, however long that takes */
+	if (s->cfg.chunk == 0 && s->ndec == 0 &&
+	    s->acc.n_tokens + t < s->min_chunk)
+		t = (s->min_chunk - s->acc.n_tokens + 31) / 32 * 32;
 	if (t > chunk_room(s, r))
 		t = chunk_room(s, r);
 	if (t == 0)
@@ -875,7 +963,8 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	    r->sched_prefill + t);
 	r->sched_prefill += t;
 	r->kv_tokens += t;
-	if (last)
+	/* sarathi: the next chunk waits until this one left the last stage */
+	if (last || s->cfg.policy == MEDHA_POLICY_SARATHI)
 		r->busy = 1;
 	(*npre)++;
 	return 1;
@@ -963,6 +1052,7 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 {
 	int nc = 0, npre = 0, rc;
 	double limit = s->cfg.chunk > 0 ? (double)s->cfg.chunk : s->cfg.target;
+	double tight = INFINITY; /* the decodes' tightest tpot_slo */
 	struct medha_lat l;
 
 	memset(&s->acc, 0, sizeof(s->acc));
@@ -982,6 +1072,8 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 				return rc;
 			r->kv_tokens++;
 			r->busy = 1;
+			if (r->spec.tpot_slo > 0 && r->spec.tpot_slo < tight)
+				tight = r->spec.tpot_slo;
 			continue;
 		}
 		c = &s->cands[nc++];
@@ -994,12 +1086,23 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 		    : c->urgency > 1        ? 1
 		                            : c->urgency;
 		switch (s->cfg.policy) {
-		case MEDHA_POLICY_FCFS: c->key = r->spec.arrival; break;
+		case MEDHA_POLICY_FCFS:
+		case MEDHA_POLICY_SARATHI: c->key = r->spec.arrival; break;
 		case MEDHA_POLICY_EDF: c->key = r->deadline; break;
 		default: c->key = relative_slack(r, now); break;
 		}
 	}
-	b->n_decode = s->acc.n_items;
+	b->n_decode = s->ndec = s->acc.n_items;
+	/*
+	 * Adaptive: the batch is a token of each of its decodes, so their
+	 * tightest TPOT SLO bounds it where that is below the target; but
+	 * not below twice a 32-token chunk's time alone, where prefills
+	 * could not join at all (the SLO cannot be kept then anyway).
+	 */
+	if (s->cfg.chunk == 0 && tight < limit)
+		limit = tight > s->tpot_floor ? tight
+		    : s->tpot_floor < limit   ? s->tpot_floor
+		                              : limit;
 	if (nc > 1)
 		qsort(s->cands, nc, sizeof(*s->cands), cand_cmp);
 	if (s->cfg.policy == MEDHA_POLICY_MEDHA && nc > 0)
@@ -1048,8 +1151,11 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 		if (q == NULL) /* cancelled or failed meanwhile */
 			continue;
 		r = &q->pub;
-		if (!it->decode && !it->last)
+		if (!it->decode && !it->last) {
+			if (s->cfg.policy == MEDHA_POLICY_SARATHI)
+				r->busy = 0; /* its next chunk may go */
 			continue;
+		}
 		r->busy = 0;
 		if (stop) {
 			/* the stopping token is not output */
@@ -1066,6 +1172,10 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 			double gap = now - r->last_token;
 			if (gap > r->tpot_max)
 				r->tpot_max = gap;
+			/* a caller's clock that steps back counts no gap */
+			if ((rc = medha_tbt_add(&r->tbt, gap > 0 ? gap : 0)) !=
+			    0)
+				return rc;
 			r->decoded++;
 			r->last_token = now;
 		} else {
@@ -1154,6 +1264,14 @@ medha_sched_group_reserved(const struct medha_sched *s, int group)
 	if (group < 0 || group >= s->kv.kvp)
 		return -1;
 	return s->kv.res[group];
+}
+
+int64_t
+medha_sched_group_pending(const struct medha_sched *s, int group)
+{
+	if (group < 0 || group >= s->kv.kvp)
+		return -1;
+	return s->kv.pend[group];
 }
 
 int

@@ -6,14 +6,18 @@
  *
  * One iteration (DESIGN.md section 5): every running decode that is not
  * waiting for its previous token enters the batch (one token each);
- * prefills are taken in policy order (fcfs, edf, lrs, medha); each gets
- * a chunk sized so the predicted batch latency stays within the target
- * (adaptive) or a share of a fixed token budget (fixed N); KVP groups
- * were chosen at admission and are entered as the prompt grows.
+ * prefills are taken in policy order (fcfs, edf, lrs, medha, sarathi);
+ * each gets a chunk sized so the predicted batch latency stays within
+ * the target, or the tightest TPOT SLO of the batch's decodes if that is
+ * less, but a batch without decodes holds at least the predictor's
+ * smallest efficient chunk (adaptive), or a share of a fixed token
+ * budget (fixed N); KVP groups were chosen at admission and are entered
+ * as the prompt grows.
  *
  * Calling protocol: medha_sched_next_batch() only when pipeline stage 0
  * is free (so every chunk handed out before has left stage 0, and the
- * next chunk of the same prompt may go); medha_sched_batch_done() when a
+ * next chunk of the same prompt may go, except under sarathi, which
+ * waits for it to leave the last stage); medha_sched_batch_done() when a
  * batch leaves the last stage, with each item's sampled token and
  * whether its sequence stopped; records of finished requests are then
  * taken with medha_sched_pop_record(). A request is known by the 64-bit
@@ -46,6 +50,8 @@ enum medha_policy {
 	MEDHA_POLICY_EDF,      /* earliest TTFT deadline */
 	MEDHA_POLICY_LRS,      /* least relative slack */
 	MEDHA_POLICY_MEDHA,    /* lrs + prefill-prefill batching */
+	MEDHA_POLICY_SARATHI,  /* fcfs, fixed budget, one chunk of a
+	                          prompt in flight at a time */
 };
 /* Returns MEDHA_POLICY_* or -1. */
 int medha_policy_parse(const char *name);
@@ -53,9 +59,15 @@ const char *medha_policy_name(int policy);
 
 struct medha_sched_config {
 	int policy;            /* MEDHA_POLICY_* (medha) */
-	int64_t chunk;         /* fixed token budget; 0 = adaptive (0) */
+	int64_t chunk;         /* fixed token budget; 0 = adaptive (0);
+	                          sarathi needs one */
 	int64_t max_chunk;     /* adaptive: largest chunk (8192) */
-	double target;         /* adaptive: target batch latency, s (0.05) */
+	int64_t min_chunk;     /* adaptive: tokens a batch without decodes
+	                          holds at least; 0 = the predictor's smallest
+	                          efficient chunk (0) */
+	double target;         /* adaptive: target batch latency, s (0.05);
+	                          lowered per batch to its decodes' tightest
+	                          tpot_slo */
 	double share_cap;      /* medha: most a long prefill gives up (0.5) */
 	double deadline_mult;  /* no ttft_slo: x predicted prefill time (1.5) */
 	double deadline_floor; /* no ttft_slo: at least this, s (0.5) */
@@ -86,7 +98,8 @@ enum medha_req_state {
  */
 struct medha_req {
 	int state;               /* MEDHA_REQ_* */
-	int busy;                /* a decode token or last chunk is in flight */
+	int busy;                /* a decode token or last chunk (sarathi:
+	                            any chunk) is in flight */
 	int64_t kv_tokens;       /* KV tokens appended (or being appended) */
 	int64_t sched_prefill;   /* prompt tokens handed to batches */
 	int64_t decoded;         /* output tokens produced */
@@ -97,6 +110,8 @@ struct medha_req {
 	double cum[MEDHA_SLACK_SEGS +
 	    1]; /* predicted time to prefill x_i tokens alone */
 	double first_token, last_token, tpot_max;
+	double prefill_alone;   /* predicted prefill time alone, s */
+	struct medha_tbt tbt;   /* owned: the gaps between its tokens */
 	struct medha_reqspec spec; /* as it arrived (prompt, prompt_ids and
 	                              stop strings dropped: the caller's) */
 };
@@ -217,6 +232,10 @@ int medha_sched_block_size(const struct medha_sched *s);         /* tokens */
 /* KV positions of one request per KVP group (a piece; medha_kvplace) */
 int64_t medha_sched_group_tokens(const struct medha_sched *s);
 int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
+/* Pending prefill work the KVP load balancer counts on a group: ns of
+ * predicted prefill time (with one group, which needs no balancing,
+ * prompt tokens); -1 if there is no such group. */
+int64_t medha_sched_group_pending(const struct medha_sched *s, int group);
 
 /*
  * Check the invariants: reserved blocks within capacity on every group,
@@ -234,5 +253,14 @@ double medha_sched_pending_work(const struct medha_sched *s, int64_t *tokens);
 
 /* Predicted time to prefill `prompt` tokens alone on this replica, s. */
 double medha_sched_prefill_alone(const struct medha_sched *s, int64_t prompt);
+
+/*
+ * Adaptive chunking's floor: the tokens a batch without decodes holds at
+ * least (min_chunk, or when that is 0 the smallest multiple of 32 whose
+ * linear layers cost at most MEDHA_CHUNK_EFF x per token what those of
+ * a max_chunk chunk cost, per the predictor). 0 with a fixed budget.
+ */
+#define MEDHA_CHUNK_EFF 2.0
+int64_t medha_sched_min_chunk(const struct medha_sched *s);
 
 #endif

@@ -39,7 +39,9 @@ drain(struct medha_sched *s, const struct medha_sim_hooks *h,
 	int rc;
 
 	while (medha_sched_pop_record(s, &rec) == 1) {
-		if ((rc = h->record(h->arg, &rec)) != 0)
+		rc = h->record(h->arg, &rec);
+		medha_record_clear(&rec);
+		if (rc != 0)
 			return rc;
 		st->records++;
 	}

@@ -1,8 +1,9 @@
 #!/bin/sh
 # sched-sim.sh: the simulator end to end: one record per request for every
 # policy and chunking, zstd in and out, a batch log that follows its
-# format, rejected requests reported, not dropped, and output that does
-# not depend on the input's compression.
+# format, rejected requests reported, not dropped, output that does
+# not depend on the input's compression, and sarathi: fcfs's records with
+# one stage, a fixed budget only.
 set -e
 bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
 ms=$bin/medha-sched
@@ -14,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$mt" gen -q 2 -n 300 -l 0.05 -s 9 -o "$tmp/trace.zst"
 ids=$(python3 -c 'import json,sys; print(" ".join(sorted(str(json.loads(l)["id"]) for l in open(sys.argv[1]))))' "$tmp/trace")
 
-for pc in "fcfs 512" "fcfs 2048" "edf adaptive" "lrs adaptive" "medha adaptive"; do
+for pc in "fcfs 512" "fcfs 2048" "edf adaptive" "lrs adaptive" "medha adaptive" "sarathi 512"; do
 	set -- $pc
 	"$ms" --sim a100 -m llama3-8b --tp 8 --spp 2 -p "$1" -c "$2" \
 	    "$tmp/trace" > "$tmp/rec"
@@ -28,6 +29,17 @@ for l in open(sys.argv[1]):
     assert r["first_token"] >= r["arrival"] and r["finish"] >= r["first_token"], r
 PY
 done
+
+# sarathi: with one stage, fcfs with the same budget, record for record;
+# 512 tokens unless told; never adaptive
+"$ms" --sim a100 -m llama3-8b --tp 8 -p fcfs -c 512 "$tmp/trace" > "$tmp/f1"
+"$ms" --sim a100 -m llama3-8b --tp 8 -p sarathi "$tmp/trace" > "$tmp/s1"
+cmp "$tmp/f1" "$tmp/s1"
+st=0
+"$ms" --sim a100 -m llama3-8b -p sarathi -c adaptive "$tmp/trace" \
+    > /dev/null 2> "$tmp/err" || st=$?
+[ "$st" -eq 2 ] && grep -q 'sarathi takes a fixed token budget' "$tmp/err" ||
+    { echo "sarathi -c adaptive: status $st"; cat "$tmp/err"; exit 1; }
 
 # zstd in gives the same records; zstd out decompresses to them
 "$ms" --sim h100 -m llama3-70b --tp 8 --spp 4 --kvp 2 --kvp-max-tokens 131072 \
