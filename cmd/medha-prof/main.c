@@ -41,7 +41,7 @@ static const struct medha_help help_lines[] = {
     {"--backend cpu", "the backend to profile (cpu)"},
     {"--kv f16|f32", "KV cache element type, as the worker's (f32)"},
     {"--reps N", "runs of each point, the median kept (3)"},
-    {"--attn-layers N", "layers run to time attention alone (4)"},
+    {"--attn-layers N", "layers run to time attention (0: all, the default)"},
     {"--max-tokens N", "largest token count measured (2048)"},
     {"--max-context N", "largest context measured (8192)"},
     {"--decode-total N", "most KV tokens a decode point reads (65536)"},
@@ -161,7 +161,7 @@ int
 main(int argc, char *argv[])
 {
 	struct prof P = {.reps = 3,
-	    .attn_layers = 4,
+	    .attn_layers = 0,
 	    .max_tokens = 2048,
 	    .max_context = 8192,
 	    .decode_total = 65536};
@@ -214,7 +214,7 @@ main(int argc, char *argv[])
 			break;
 		case OPT_REPS: P.reps = (int)num("--reps", optarg, 1, 64); break;
 		case OPT_ATTN_LAYERS:
-			P.attn_layers = (int)num("--attn-layers", optarg, 1, 4096);
+			P.attn_layers = (int)num("--attn-layers", optarg, 0, 4096);
 			break;
 		case OPT_MAX_TOKENS:
 			P.max_tokens = num("--max-tokens", optarg, 32, 8192);

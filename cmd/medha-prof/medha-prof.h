@@ -24,7 +24,7 @@ struct prof {
 	int threads;          /* of the backend */
 	int kv_f16;           /* KV type */
 	int reps;             /* repetitions of each measurement */
-	int attn_layers;      /* layers run to time attention alone */
+	int attn_layers;      /* layers run to time attention (0: all) */
 	int64_t max_tokens;   /* largest linear / lm_head point */
 	int64_t max_context;  /* largest context measured */
 	int64_t decode_total; /* most KV tokens a decode point reads */

@@ -263,8 +263,10 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 	    "request %s: %s%s%s, %lld tokens", rec->id,
 	    medha_status_name(rec->status), rec->reason[0] ? ": " : "",
 	    rec->reason, (long long)rec->output_tokens);
-	if (q == NULL) /* rejected at arrival, before it had an lreq */
+	if (q == NULL) { /* rejected at arrival, before it had an lreq */
+		medha_record_clear(rec);
 		return;
+	}
 	if (q->text_sent > q->text_len) /* cut at a stop string */
 		q->text_sent = q->text_len;
 	send_tokens(r, q, 1);
@@ -279,7 +281,8 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 		q->text = NULL;
 		ev.handle = q->handle;
 		medha_clients_push(&r->clients, q->peer, &ev);
-	}
+	} else
+		medha_record_clear(rec);
 	if ((c = medha_clients_find(&r->clients, q->peer, 0)) != NULL)
 		c->live--;
 	if (q->started)
