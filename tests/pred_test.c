@@ -896,6 +896,46 @@ test_table_exact(void **state)
 	medha_pred_free(&p);
 }
 
+/*
+ * attn_prefill past its last chunk: time per token goes on along its
+ * last two points, so a time of the form c (a + b c) is extrapolated
+ * exactly; a row whose time per token falls there goes on linearly.
+ */
+static void
+test_table_quadratic(void **state)
+{
+	struct medha_pred p;
+	char path[64], why[256];
+	/* per layer: 3 c + c^2 / 100 us at kv 0; 5 c + c^2 / 100 at 4096 */
+	const char *csv = "op,tokens,kv,time_us\n"
+	                  "attn_prefill,512,0,4157.44\n"
+	                  "attn_prefill,1024,0,13557.76\n"
+	                  "attn_prefill,512,4096,5181.44\n"
+	                  "attn_prefill,1024,4096,15605.76\n"
+	                  "linear,1,0,10\n"
+	                  "linear,100,0,50\n"
+	                  "linear,200,0,60\n";
+	double L, want;
+
+	(void)state;
+	setup(&p, "a100", "llama3-8b", 8, 1, 1);
+	L = p.stage_layers;
+	write_tmp(path, sizeof(path), csv);
+	assert_int_equal(medha_pred_load_table(&p, path, why, sizeof(why)), 0);
+	unlink(path);
+	want = (3 * 4096 + 4096.0 * 4096 / 100) * 1e-6 * L;
+	near(medha_pred_attn_prefill(&p, 4096, 0), want, 1e-6);
+	want = (5 * 8192 + 8192.0 * 8192 / 100) * 1e-6 * L;
+	near(medha_pred_attn_prefill(&p, 8192, 4096), want, 1e-6);
+	/* between the rows: between their values */
+	assert_true(medha_pred_attn_prefill(&p, 4096, 2048) >
+	    medha_pred_attn_prefill(&p, 4096, 0));
+	/* linear's time per token falls: linear tail, 0.1 us a token */
+	near(medha_pred_linear(&p, 1200), (60 + 0.1 * 1000) * 1e-6 * L, 1e-6);
+	check_monotone(&p);
+	medha_pred_free(&p);
+}
+
 /* Noisy measurements are raised to running maxima: still monotone. */
 static void
 test_table_noisy(void **state)
@@ -1026,6 +1066,7 @@ main(void)
 	    cmocka_unit_test(test_tp_divides_heads),
 	    cmocka_unit_test(test_capacity),
 	    cmocka_unit_test(test_table_exact),
+	    cmocka_unit_test(test_table_quadratic),
 	    cmocka_unit_test(test_table_noisy),
 	    cmocka_unit_test(test_table_malformed),
 	};

@@ -244,9 +244,10 @@ prof_chunks(struct prof *P, int64_t prompt, const char *png,
 					                    .latency;
 			}
 		}
+		/* a chunk that starts exactly there (none: "-") */
 		for (k = 0; k < NCX; k++) {
 			i = (int)(S.ctx[k] / S.chunk[c]);
-			if (i < prompt / S.chunk[c])
+			if (S.ctx[k] % S.chunk[c] == 0 && i < prompt / S.chunk[c])
 				S.bt[c][k] = S.t[c][i];
 		}
 	}

@@ -7,7 +7,9 @@
  * token counts by its distinct kv values. Each measured kv row is first
  * carried onto the whole token grid by its own 1-D rule (piecewise linear,
  * linear towards (0, 0) below its first point, linear extrapolation past
- * its last two), so interpolating the grid gives the same values as
+ * its last two; for attn_prefill, whose time grows with the square of the
+ * chunk, the time per token extrapolated instead where it rises: see
+ * optab_finish), so interpolating the grid gives the same values as
  * interpolating the row. The grid is then made non-decreasing along both
  * axes by running maxima (measured noise must not make a bigger chunk look
  * cheaper to the scheduler's binary search), and for extrapolating past
@@ -36,6 +38,7 @@ struct optab {
 	double *v;         /* (nk, nt) seconds, non-decreasing both ways */
 	double *slope;     /* (nt) seconds per kv past the last row */
 	double *tail;      /* (nk) seconds per token past the last t, by row */
+	double *curv;      /* (nk) and per token squared (attn_prefill) */
 	double slope_tail; /* the same for the slope row */
 };
 
@@ -102,19 +105,20 @@ locate(const double *x, int n, double q)
 }
 
 /*
- * Value of the row y at ps; past the end it goes on with slope tail.
- * For a non-decreasing y and tail >= 0 every branch is non-decreasing in
- * q, also under rounding, and the branches meet without a step down.
+ * Value of the row y at ps; past the end it goes on with slope tail and
+ * curvature curv (0 but for attn_prefill). For a non-decreasing y and
+ * tail, curv >= 0 every branch is non-decreasing in q, also under
+ * rounding, and the branches meet without a step down.
  */
 static double
-row_at(const double *y, struct pos ps, double tail)
+row_at(const double *y, struct pos ps, double tail, double curv)
 {
 	double v;
 	int i = ps.i;
 
 	switch (ps.mode) {
 	case 1: v = y[0] * ps.w; return v < y[0] ? v : y[0];
-	case 2: return y[i + 1] + ps.w * tail;
+	case 2: return y[i + 1] + ps.w * tail + ps.w * ps.w * curv;
 	}
 	v = y[i] + ps.w * (y[i + 1] - y[i]);
 	return v < y[i + 1] ? v : y[i + 1];
@@ -129,19 +133,21 @@ grid_at(const struct optab *o, double t, double kv)
 
 	pt = locate(o->t, o->nt, t);
 	if (o->nk == 1)
-		return row_at(o->v, pt, o->tail[0]);
+		return row_at(o->v, pt, o->tail[0], o->curv[0]);
 	pk = locate(o->kv, o->nk, kv);
 	switch (pk.mode) {
 	case 1:
 		/* below the first row: that row */
-		return row_at(o->v, pt, o->tail[0]);
+		return row_at(o->v, pt, o->tail[0], o->curv[0]);
 	case 2:
 		a = row_at(o->v + (size_t)(o->nk - 1) * o->nt, pt,
-		    o->tail[o->nk - 1]);
-		return a + pk.w * row_at(o->slope, pt, o->slope_tail);
+		    o->tail[o->nk - 1], o->curv[o->nk - 1]);
+		return a + pk.w * row_at(o->slope, pt, o->slope_tail, 0);
 	}
-	a = row_at(o->v + (size_t)pk.i * o->nt, pt, o->tail[pk.i]);
-	b = row_at(o->v + (size_t)(pk.i + 1) * o->nt, pt, o->tail[pk.i + 1]);
+	a = row_at(o->v + (size_t)pk.i * o->nt, pt, o->tail[pk.i],
+	    o->curv[pk.i]);
+	b = row_at(o->v + (size_t)(pk.i + 1) * o->nt, pt, o->tail[pk.i + 1],
+	    o->curv[pk.i + 1]);
 	w = pk.w;
 	/* this form is monotone in t under rounding; the clamp keeps kv */
 	v = (1 - w) * a + w * b;
@@ -202,6 +208,7 @@ optab_free(struct optab *o)
 	free(o->v);
 	free(o->slope);
 	free(o->tail);
+	free(o->curv);
 	memset(o, 0, sizeof(*o));
 }
 
@@ -254,8 +261,9 @@ optab_alloc(struct optab *o, int nt, int nk, const char *name, char *why,
 	o->v = medha_calloc((size_t)nk * nt, sizeof(double));
 	o->slope = medha_calloc((size_t)nt, sizeof(double));
 	o->tail = medha_calloc((size_t)nk, sizeof(double));
+	o->curv = medha_calloc((size_t)nk, sizeof(double));
 	if (o->kv == NULL || o->v == NULL || o->slope == NULL ||
-	    o->tail == NULL)
+	    o->tail == NULL || o->curv == NULL)
 		return MEDHA_ENOMEM;
 	return 0;
 }
@@ -263,15 +271,20 @@ optab_alloc(struct optab *o, int nt, int nk, const char *name, char *why,
 /*
  * Running maxima along t in each row, then along kv. Past the last t
  * each row goes on along its last two points, with the slopes made
- * non-decreasing over the rows so that rows cannot cross out there. Past
- * the last row the grid goes on along the last two rows, with a slope
- * per t that is made non-decreasing in t so that it stays monotone in t.
+ * non-decreasing over the rows so that rows cannot cross out there; with
+ * quad (attn_prefill, whose time grows with the square of the chunk), a
+ * row whose time per token rises between its last two points goes on
+ * with its time per token along that line instead (a quadratic, its
+ * curvature also non-decreasing over the rows). Past the last row the
+ * grid goes on along the last two rows, with a slope per t that is made
+ * non-decreasing in t so that it stays monotone in t.
  */
 static void
-optab_finish(struct optab *o)
+optab_finish(struct optab *o, int quad)
 {
 	int j, k, nt = o->nt, nk = o->nk;
 	double *c, s, dt = o->t[nt - 1] - o->t[nt - 2];
+	const double x0 = o->t[nt - 2], x1 = o->t[nt - 1];
 
 	for (j = 0; j < nk; j++)
 		for (k = 1; k < nt; k++) {
@@ -286,9 +299,22 @@ optab_finish(struct optab *o)
 				c[0] = c[-nt];
 		}
 	for (j = 0; j < nk; j++) {
+		double g0, g1, gs = 0;
 		c = &o->v[(size_t)j * nt + nt - 1];
 		s = (c[0] - c[-1]) / dt;
+		if (quad && x0 > 0) {
+			/* t(x1 + d) = x * g(x), g linear through (x0, g0)
+			   and (x1, g1): c1 + d (g1 + x1 gs) + d^2 gs */
+			g0 = c[-1] / x0;
+			g1 = c[0] / x1;
+			gs = (g1 - g0) / dt;
+			if (gs > 0)
+				s = g1 + x1 * gs;
+			else
+				gs = 0;
+		}
 		o->tail[j] = j > 0 && s < o->tail[j - 1] ? o->tail[j - 1] : s;
+		o->curv[j] = j > 0 && gs < o->curv[j - 1] ? o->curv[j - 1] : gs;
 	}
 	if (nk < 2)
 		return;
@@ -341,7 +367,7 @@ decode_regrid(struct optab *o, const char *name, char *why, size_t whylen)
 			d.v[(size_t)i * nK + k] =
 			    grid_at(&g, g.t[i], K[k] / g.t[i]);
 	}
-	optab_finish(&d);
+	optab_finish(&d, 0);
 	optab_free(o);
 	*o = d;
 	return 0;
@@ -398,7 +424,7 @@ build_op(struct optab *o, int op, const struct point *p, int n, char *why,
 		j++;
 		start = i;
 	}
-	optab_finish(o);
+	optab_finish(o, op == MEDHA_OP_ATTN_PREFILL);
 	if (op == MEDHA_OP_ATTN_DECODE)
 		return decode_regrid(o, name, why, whylen);
 	return 0;
