@@ -243,12 +243,6 @@ upto(const int64_t *v, int n, int64_t max, int quick)
 	return k < 2 && n >= 2 ? 2 : k;
 }
 
-struct row {
-	const char *op;
-	int64_t tokens, kv;
-	double us;
-};
-
 int
 prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 {
@@ -270,12 +264,12 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 	int ndx = upto(dx, q ? N(dctx_quick) : N(dctx_full), P->max_context, q);
 	struct prof_item items[PROF_SEQS];
 	struct prof_time t;
-	struct row *rows;
+	struct prof_row *rows;
 	int nrows = 0, i, j, k, rc, total, done = 0;
 	char date[64];
 	time_t now = time(NULL);
 
-	total = nlin + nhd + nch * ncx + ndn * ndx;
+	total = nlin + nhd + nch * ncx + ndn * ndx + prof_coll_points(P);
 	if ((rows = medha_calloc((size_t)total, sizeof(*rows))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 
@@ -286,7 +280,7 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 		items[0] = (struct prof_item){lin[i], 0, 0};
 		if ((rc = prof_time(P, items, 1, 0, L, 0, &t, why, whylen)) != 0)
 			goto fail;
-		rows[nrows++] = (struct row){"linear", lin[i], 0,
+		rows[nrows++] = (struct prof_row){"linear", lin[i], 0,
 		    1e6 * t.rest / L};
 	}
 	/* lm_head: n one-token sequences, logits (every layer: a later
@@ -298,7 +292,7 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 		if ((rc = prof_time(P, items, (int)hd[i], 0, L, 0, &t, why,
 		         whylen)) != 0)
 			goto fail;
-		rows[nrows++] = (struct row){"lm_head", hd[i], 0, 1e6 * t.head};
+		rows[nrows++] = (struct prof_row){"lm_head", hd[i], 0, 1e6 * t.head};
 	}
 	/* attn_prefill: a chunk after kv cached tokens, al layers */
 	for (j = 0; j < ncx; j++)
@@ -308,7 +302,7 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 			if ((rc = prof_time(P, items, 1, 0, al, 0, &t, why,
 			         whylen)) != 0)
 				goto fail;
-			rows[nrows++] = (struct row){"attn_prefill", ch[i],
+			rows[nrows++] = (struct prof_row){"attn_prefill", ch[i],
 			    cx[j], 1e6 * t.attn / al};
 		}
 	/* attn_decode: n sequences of one token, kv cached each; points
@@ -323,9 +317,11 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 			if ((rc = prof_time(P, items, (int)dn[i], 0, al, 0, &t,
 			         why, whylen)) != 0)
 				goto fail;
-			rows[nrows++] = (struct row){"attn_decode", dn[i],
+			rows[nrows++] = (struct prof_row){"attn_decode", dn[i],
 			    dx[j], 1e6 * t.attn / al};
 		}
+	if ((rc = prof_coll(P, rows, &nrows, &done, total, why, whylen)) != 0)
+		goto fail;
 	prof_progress(P, "profiling", total, total);
 
 	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));

@@ -53,6 +53,13 @@ struct prof_time {
 	                 what every batch costs */
 };
 
+/* One row of the profile (medha-profile(5)). */
+struct prof_row {
+	const char *op;
+	int64_t tokens, kv;
+	double us;
+};
+
 int prof_open(struct prof *P, char *why, size_t whylen);
 void prof_close(struct prof *P);
 
@@ -69,6 +76,14 @@ void prof_progress(const struct prof *P, const char *what, int i, int n);
 
 /* Measure the operators and write the medha-profile(5) table to f. */
 int prof_table(struct prof *P, FILE *f, char *why, size_t whylen);
+
+/*
+ * spp_send and kvp_merge between endpoints in threads of this process
+ * (coll.c), appended to rows; *done counts points for the progress line.
+ */
+int prof_coll(struct prof *P, struct prof_row *rows, int *nrows, int *done,
+    int total, char *why, size_t whylen);
+int prof_coll_points(const struct prof *P);
 
 /*
  * n random mixed batches, each predicted by p (a table loaded) and

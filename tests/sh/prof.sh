@@ -1,7 +1,8 @@
 #!/bin/sh
 # prof.sh: medha-prof on the real model (SmolLM2-135M-Instruct, Q4_1):
 # usage errors exit 2 with a reason; a missing or truncated model exits
-# 1; a quick profile is a medha-profile(5) table that medha-sched loads
+# 1; a quick profile (every operator, the collectives between threads
+# of the process included) is a medha-profile(5) table that medha-sched loads
 # and that --check predicts batches with; -o writes whole or not at all;
 # --chunks prints the study and draws it. Needs contrib/fetch-refs.sh
 # (MEDHA_CACHE, default cache/); the usage checks run without it.
@@ -74,7 +75,8 @@ want 0 -m "$model" -q -t 2 -o "$tmp/prof.csv"
 [ ! -s "$tmp/out" ] && [ ! -e "$tmp/prof.csv.part" ]
 sed -n 3p "$tmp/prof.csv" | grep -qx 'op,tokens,kv,time_us'
 head -1 "$tmp/prof.csv" | grep -q '^# medha-profile v1 model=SmolLM2-135M-Instruct.Q4_1 gpu=cpu tp=1'
-for op in linear:4 lm_head:2 attn_prefill:4 attn_decode:4; do
+for op in linear:4 lm_head:2 attn_prefill:4 attn_decode:4 spp_send:2 \
+    kvp_merge:4; do
 	n=$(grep -c "^${op%:*}," "$tmp/prof.csv")
 	[ "$n" -eq "${op#*:}" ] || {
 		echo "${op%:*}: $n rows, want ${op#*:}"
@@ -86,7 +88,7 @@ awk -F, 'NR > 3 && !($4 > 0) { print "not positive: " $0; bad = 1 }
     END { exit bad }' "$tmp/prof.csv"
 # to standard output without -o: the same rows
 want 0 -m "$model" -q -t 1 --reps 1
-[ "$(grep -c '^[a-z]' "$tmp/out")" -eq 15 ]
+[ "$(grep -c '^[a-z]' "$tmp/out")" -eq 21 ]
 # -o into a directory that does not exist: nothing written
 want 1 -m "$model" -q -o "$tmp/no/such/prof.csv"
 says 'no/such/prof.csv.part'
