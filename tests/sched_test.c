@@ -923,7 +923,7 @@ test_kvp_balance(void **state)
 	fx_open(&f, "h100", "llama3-8b", 8, 1, 2, &c);
 	h[0] = fx_arrive(&f, "L", 200000, 4, 0, 0);
 	for (int i = 1; i < 6; i++) {
-		char id[8];
+		char id[16];
 		snprintf(id, sizeof(id), "s%d", i);
 		h[i] = fx_arrive(&f, id, 60000, 4, 0, 0.001 * i);
 	}
@@ -945,7 +945,7 @@ test_kvp_balance(void **state)
 	c.chunk = 0;
 	fx_open(&f, "h100", "llama3-8b", 8, 1, 4, &c);
 	for (int i = 0; i < 4; i++) {
-		char id[8];
+		char id[16];
 		uint64_t x;
 		snprintf(id, sizeof(id), "r%d", i);
 		x = fx_arrive(&f, id, 1000, 100000, 0, i);
