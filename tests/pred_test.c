@@ -897,9 +897,10 @@ test_table_exact(void **state)
 }
 
 /*
- * attn_prefill past its last chunk: time per token goes on along its
- * last two points, so a time of the form c (a + b c) is extrapolated
- * exactly; a row whose time per token falls there goes on linearly.
+ * attn_prefill: between and past its chunks the time per token goes
+ * along its points, so a time of the form c (a + b c) is interpolated and
+ * extrapolated exactly; linear's time per token falls, and it goes on
+ * linearly.
  */
 static void
 test_table_quadratic(void **state)
@@ -925,6 +926,9 @@ test_table_quadratic(void **state)
 	unlink(path);
 	want = (3 * 4096 + 4096.0 * 4096 / 100) * 1e-6 * L;
 	near(medha_pred_attn_prefill(&p, 4096, 0), want, 1e-6);
+	/* between the points too (linear in time: 7% high here) */
+	want = (3 * 768 + 768.0 * 768 / 100) * 1e-6 * L;
+	near(medha_pred_attn_prefill(&p, 768, 0), want, 1e-9);
 	want = (5 * 8192 + 8192.0 * 8192 / 100) * 1e-6 * L;
 	near(medha_pred_attn_prefill(&p, 8192, 4096), want, 1e-6);
 	/* between the rows: between their values */

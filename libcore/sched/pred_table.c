@@ -8,9 +8,9 @@
  * carried onto the whole token grid by its own 1-D rule (piecewise linear,
  * linear towards (0, 0) below its first point, linear extrapolation past
  * its last two; for attn_prefill, whose time grows with the square of the
- * chunk, the time per token extrapolated instead where it rises: see
- * optab_finish), so interpolating the grid gives the same values as
- * interpolating the row. The grid is then made non-decreasing along both
+ * chunk, the time per token interpolated and extrapolated instead where
+ * it rises: seg(), optab_finish), so interpolating the grid gives the same
+ * values as interpolating the row. The grid is then made non-decreasing along both
  * axes by running maxima (measured noise must not make a bigger chunk look
  * cheaper to the scheduler's binary search), and for extrapolating past
  * the last kv row a per-token slope is kept, itself non-decreasing.
@@ -40,6 +40,7 @@ struct optab {
 	double *tail;      /* (nk) seconds per token past the last t, by row */
 	double *curv;      /* (nk) and per token squared (attn_prefill) */
 	double slope_tail; /* the same for the slope row */
+	int quad;          /* attn_prefill: time per token interpolated */
 };
 
 struct medha_table {
@@ -105,13 +106,31 @@ locate(const double *x, int n, double q)
 }
 
 /*
- * Value of the row y at ps; past the end it goes on with slope tail and
- * curvature curv (0 but for attn_prefill). For a non-decreasing y and
- * tail, curv >= 0 every branch is non-decreasing in q, also under
- * rounding, and the branches meet without a step down.
+ * Between (x0, y0) and (x1, y1), at q: linear; with quad (attn_prefill,
+ * whose time grows with the square of the chunk) the time per token is
+ * linear in q instead where it rises from x0 to x1, so that times of the
+ * form q (a + b q) come back exactly. Both are exact at x0 and x1 and
+ * non-decreasing in q for y0 <= y1.
  */
 static double
-row_at(const double *y, struct pos ps, double tail, double curv)
+seg(double x0, double y0, double x1, double y1, double q, int quad)
+{
+	double g0, g1;
+
+	if (quad && x0 > 0 && (g1 = y1 / x1) >= (g0 = y0 / x0))
+		return q * (g0 + (q - x0) / (x1 - x0) * (g1 - g0));
+	return y0 + (q - x0) / (x1 - x0) * (y1 - y0);
+}
+
+/*
+ * Value of the row y over the token grid x at ps; past the end it goes
+ * on with slope tail and curvature curv (0 but for attn_prefill). For a
+ * non-decreasing y and tail, curv >= 0 every branch is non-decreasing in
+ * q, also under rounding, and the branches meet without a step down.
+ */
+static double
+row_at(const double *x, const double *y, struct pos ps, double tail,
+    double curv, int quad)
 {
 	double v;
 	int i = ps.i;
@@ -120,7 +139,12 @@ row_at(const double *y, struct pos ps, double tail, double curv)
 	case 1: v = y[0] * ps.w; return v < y[0] ? v : y[0];
 	case 2: return y[i + 1] + ps.w * tail + ps.w * ps.w * curv;
 	}
-	v = y[i] + ps.w * (y[i + 1] - y[i]);
+	if (quad)
+		v = seg(x[i], y[i], x[i + 1], y[i + 1],
+		    x[i] + ps.w * (x[i + 1] - x[i]), 1);
+	else
+		v = y[i] + ps.w * (y[i + 1] - y[i]);
+	v = v > y[i] ? v : y[i];
 	return v < y[i + 1] ? v : y[i + 1];
 }
 
@@ -133,21 +157,22 @@ grid_at(const struct optab *o, double t, double kv)
 
 	pt = locate(o->t, o->nt, t);
 	if (o->nk == 1)
-		return row_at(o->v, pt, o->tail[0], o->curv[0]);
+		return row_at(o->t, o->v, pt, o->tail[0], o->curv[0], o->quad);
 	pk = locate(o->kv, o->nk, kv);
 	switch (pk.mode) {
 	case 1:
 		/* below the first row: that row */
-		return row_at(o->v, pt, o->tail[0], o->curv[0]);
+		return row_at(o->t, o->v, pt, o->tail[0], o->curv[0], o->quad);
 	case 2:
-		a = row_at(o->v + (size_t)(o->nk - 1) * o->nt, pt,
-		    o->tail[o->nk - 1], o->curv[o->nk - 1]);
-		return a + pk.w * row_at(o->slope, pt, o->slope_tail, 0);
+		a = row_at(o->t, o->v + (size_t)(o->nk - 1) * o->nt, pt,
+		    o->tail[o->nk - 1], o->curv[o->nk - 1], o->quad);
+		return a +
+		    pk.w * row_at(o->t, o->slope, pt, o->slope_tail, 0, 0);
 	}
-	a = row_at(o->v + (size_t)pk.i * o->nt, pt, o->tail[pk.i],
-	    o->curv[pk.i]);
-	b = row_at(o->v + (size_t)(pk.i + 1) * o->nt, pt, o->tail[pk.i + 1],
-	    o->curv[pk.i + 1]);
+	a = row_at(o->t, o->v + (size_t)pk.i * o->nt, pt, o->tail[pk.i],
+	    o->curv[pk.i], o->quad);
+	b = row_at(o->t, o->v + (size_t)(pk.i + 1) * o->nt, pt,
+	    o->tail[pk.i + 1], o->curv[pk.i + 1], o->quad);
 	w = pk.w;
 	/* this form is monotone in t under rounding; the clamp keeps kv */
 	v = (1 - w) * a + w * b;
@@ -217,18 +242,20 @@ optab_free(struct optab *o)
  * microseconds) at q, by the 1-D rule, in seconds; exact at its points.
  */
 static double
-raw_row_at(const struct point *r, int n, double q)
+raw_row_at(const struct point *r, int n, double q, int quad)
 {
 	int lo = 0, hi = n - 1, mid;
-	double s;
+	double s, v;
 
 	if (q <= r[0].tok)
 		return r[0].tok > 0 ? r[0].us * (q / r[0].tok) * 1e-6
 		                    : r[0].us * 1e-6;
 	if (q >= r[n - 1].tok) {
-		s = (r[n - 1].us - r[n - 2].us) / (r[n - 1].tok - r[n - 2].tok);
-		return (r[n - 1].us + (q - r[n - 1].tok) * (s > 0 ? s : 0)) *
-		    1e-6;
+		const struct point *a = &r[n - 2], *b = &r[n - 1];
+		if (quad && a->us <= b->us && a->us / a->tok <= b->us / b->tok)
+			return seg(a->tok, a->us, b->tok, b->us, q, 1) * 1e-6;
+		s = (b->us - a->us) / (b->tok - a->tok);
+		return (b->us + (q - b->tok) * (s > 0 ? s : 0)) * 1e-6;
 	}
 	while (hi - lo > 1) {
 		mid = lo + (hi - lo) / 2;
@@ -239,10 +266,9 @@ raw_row_at(const struct point *r, int n, double q)
 	}
 	if (q == r[lo].tok)
 		return r[lo].us * 1e-6;
-	return (r[lo].us +
-	           (q - r[lo].tok) / (r[lo + 1].tok - r[lo].tok) *
-	               (r[lo + 1].us - r[lo].us)) *
-	    1e-6;
+	v = seg(r[lo].tok, r[lo].us, r[lo + 1].tok, r[lo + 1].us, q,
+	    quad && r[lo].us <= r[lo + 1].us);
+	return v * 1e-6;
 }
 
 /* Room for the rows and slope of o, whose token grid o->t is set. */
@@ -419,12 +445,13 @@ build_op(struct optab *o, int op, const struct point *p, int n, char *why,
 			continue;
 		o->kv[j] = is_2d(op) ? p[start].kv : 0;
 		for (k = 0; k < nt; k++)
-			o->v[(size_t)j * nt + k] =
-			    raw_row_at(p + start, i - start, o->t[k]);
+			o->v[(size_t)j * nt + k] = raw_row_at(p + start,
+			    i - start, o->t[k], op == MEDHA_OP_ATTN_PREFILL);
 		j++;
 		start = i;
 	}
-	optab_finish(o, op == MEDHA_OP_ATTN_PREFILL);
+	o->quad = op == MEDHA_OP_ATTN_PREFILL;
+	optab_finish(o, o->quad);
 	if (op == MEDHA_OP_ATTN_DECODE)
 		return decode_regrid(o, name, why, whylen);
 	return 0;
