@@ -97,6 +97,9 @@ int medha_flag_f64(const char *flag, const char *arg, double lo, double hi,
 int medha_why(char *why, size_t whylen, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Writes s to a gnuplot(1) script as a single-quoted string. */
+void medha_gp_quote(FILE *gp, const char *s);
+
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC). */
 double medha_now(void);
 

@@ -189,6 +189,18 @@ medha_utf8_len(const char *s, size_t n)
 	return k;
 }
 
+void
+medha_gp_quote(FILE *gp, const char *s)
+{
+	fputc('\'', gp);
+	for (; *s != '\0'; s++) {
+		if (*s == '\'')
+			fputc('\'', gp);
+		fputc(*s, gp);
+	}
+	fputc('\'', gp);
+}
+
 double
 medha_now(void)
 {

@@ -43,18 +43,6 @@ base_of(const struct study *S, int j)
 	return b;
 }
 
-static void
-gp_quote(FILE *gp, const char *s)
-{
-	fputc('\'', gp);
-	for (; *s != '\0'; s++) {
-		if (*s == '\'')
-			fputc('\'', gp);
-		fputc(*s, gp);
-	}
-	fputc('\'', gp);
-}
-
 static int
 plot(const struct study *S, const char *png, const char *title)
 {
@@ -78,9 +66,9 @@ plot(const struct study *S, const char *png, const char *title)
 	            "{ set terminal pngcairo size 1400,600 } "
 	            "else { set terminal png size 1400,600 }\n"
 	            "set termoption noenhanced\nset output ");
-	gp_quote(gp, png);
+	medha_gp_quote(gp, png);
 	fprintf(gp, "\nset multiplot layout 1,2 title ");
-	gp_quote(gp, title);
+	medha_gp_quote(gp, title);
 	fprintf(gp, " font ',13'\nset grid\nset logscale x 2\n"
 	            "set xlabel 'chunk size (tokens)'\nset key top right\n"
 	            "set ylabel 'prefill time over the largest chunk (%%)'\n"

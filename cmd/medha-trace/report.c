@@ -341,19 +341,6 @@ struct line {
 	size_t n; /* samples written */
 };
 
-/* Writes a gnuplot single-quoted string. */
-static void
-gp_quote(FILE *gp, const char *s)
-{
-	fputc('\'', gp);
-	for (; *s != '\0'; s++) {
-		if (*s == '\'')
-			fputc('\'', gp);
-		fputc(*s, gp);
-	}
-	fputc('\'', gp);
-}
-
 /* Writes "x cdf" lines; a log axis cannot show x <= 0. */
 static int
 write_cdf(const char *path, const struct series *s, double scale, int logx,
@@ -444,7 +431,7 @@ plot(const char *png, const char *title, const struct cls *cls)
 	    "{ set terminal pngcairo size 1200,900 } "
 	    "else { set terminal png size 1200,900 }\n"
 	    "set output ");
-	gp_quote(gp, png);
+	medha_gp_quote(gp, png);
 	/* a CDF rises from the bottom left to the top right: the top left
 	 * corner is where the key covers nothing */
 	fprintf(gp, "\nset multiplot layout 2,2 title ");
@@ -454,7 +441,7 @@ plot(const char *png, const char *title, const struct cls *cls)
 		    title != NULL ? title : "", title != NULL ? ": " : "",
 		    (long long)cls[CLS_ALL].requests,
 		    (long long)cls[CLS_ALL].completed);
-		gp_quote(gp, t);
+		medha_gp_quote(gp, t);
 	}
 	fprintf(gp,
 	    " font ',14'\n"
@@ -470,7 +457,7 @@ plot(const char *png, const char *title, const struct cls *cls)
 			fprintf(gp, "%s", drawn++ == 0 ? "plot " : ", ");
 			snprintf(path, sizeof(path), "%s/%s", dir,
 			    panels[i].lines[j].file);
-			gp_quote(gp, path);
+			medha_gp_quote(gp, path);
 			fprintf(gp,
 			    " using 1:2 with steps lw 2 lc rgb '%s' "
 			    "title '%s (n=%zu)'",
