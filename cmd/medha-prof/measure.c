@@ -122,7 +122,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 	int i, r, rc;
 
 	MEDHA_ASSERT(n >= 1 && n <= PROF_SEQS && lo < hi);
-	if (reps < P->reps)
+	if (reps <= 0)
 		reps = P->reps;
 	if (reps > REPS_MAX)
 		reps = REPS_MAX;

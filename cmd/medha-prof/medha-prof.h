@@ -65,8 +65,8 @@ void prof_close(struct prof *P);
 
 /*
  * Time n items (n <= PROF_SEQS), sequence i at context items[i].kv,
- * through layers [lo, hi), P->reps times (at least reps_min). 0 or an
- * error with why.
+ * through layers [lo, hi), reps times (0: P->reps). 0 or an error with
+ * why.
  */
 int prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
     int hi, int reps, struct prof_time *t, char *why, size_t whylen);
