@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define BW_BYTES (256u << 20) /* per pass, all threads together */
@@ -28,15 +27,6 @@ struct part {
 	double out;
 	int fma;
 };
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* a * x + y as one fused operation where the machine has one */
 __attribute__((optimize("fp-contract=fast"))) static void *
@@ -84,14 +74,14 @@ static double
 run(struct part *pt, int threads)
 {
 	pthread_t th[64];
-	double t0 = now();
+	double t0 = medha_now();
 
 	for (int i = 1; i < threads; i++)
 		pthread_create(&th[i], NULL, part_main, &pt[i]);
 	part_main(&pt[0]);
 	for (int i = 1; i < threads; i++)
 		pthread_join(th[i], NULL);
-	return now() - t0;
+	return medha_now() - t0;
 }
 
 int
