@@ -3,7 +3,10 @@
  * with ties to the lowest id; a seed repeats its draws and another seed
  * does not; top-k keeps the k largest logits, by falling logit; top-p
  * keeps the smallest prefix (by untempered probability) that reaches p;
- * draws stay in the kept set and follow its probabilities.
+ * draws stay in the kept set and follow its probabilities. The greedy
+ * choice (kept in lanes) equals a plain first-maximum loop for every
+ * length, any place of the maximum and ties across lanes and the tail;
+ * NaNs are never chosen.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,11 +156,62 @@ test_sampling(void **state)
 	medha_sampler_free(s);
 }
 
+/* the plain loop the lane-wise greedy choice must agree with */
+static int
+first_max(const float *lg, int n)
+{
+	int i, best = 0;
+
+	for (i = 1; i < n; i++)
+		if (lg[i] > lg[best])
+			best = i;
+	return best;
+}
+
+static void
+test_greedy_lanes(void **state)
+{
+	enum { V = 300 };
+	float lg[V];
+	int n, i, j, r;
+
+	(void)state;
+	rng_seed(9);
+	for (n = 1; n <= V; n++)
+		for (r = 0; r < 20; r++) {
+			for (i = 0; i < n; i++) /* few values: many ties */
+				lg[i] = (float)(int)(4 * frand());
+			if (r % 4 == 1) /* a tie between two places */
+				lg[(r * 7) % n] = lg[(r * 13 + 5) % n] = 9;
+			if (r % 4 == 2) /* the maximum in the tail */
+				lg[n - 1] = 9;
+			if (r % 4 == 3) /* -inf everywhere but one */
+				for (i = 0; i < n; i++)
+					lg[i] = i == (r * 3) % n ? -1e30f
+					                         : -INFINITY;
+			assert_int_equal(medha_sample_greedy(lg, n),
+			    first_max(lg, n));
+		}
+	for (n = 1; n <= 40; n++) { /* all -inf: the first */
+		for (i = 0; i < n; i++)
+			lg[i] = -INFINITY;
+		assert_int_equal(medha_sample_greedy(lg, n), 0);
+	}
+	for (i = 0; i < 40; i++) /* NaNs are passed over */
+		lg[i] = i % 3 == 0 ? NAN : (float)i;
+	lg[39] = NAN;
+	assert_int_equal(medha_sample_greedy(lg, 40), 38);
+	for (j = 0; j < 40; j++)
+		lg[j] = NAN;
+	assert_int_equal(medha_sample_greedy(lg, 40), 0);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_sampling),
+	    cmocka_unit_test(test_greedy_lanes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

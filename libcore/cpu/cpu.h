@@ -249,16 +249,26 @@ enum {
 	MEDHA_ACT_BF16 = 4, /* rounded through bf16 */
 };
 
-/* Activations entering matrix products, with the forms made of them. */
+/*
+ * Activations entering matrix products, with the forms made of them.
+ * The Q8 form is kept in tiles of MEDHA_ACT_TILE tokens, block-major
+ * within a tile: token t's block b is entry medha_act_blk(a, t, b) of
+ * qd, qs and qi and 32 bytes at 32 times that in q, so the tokens a
+ * kernel takes together are a fixed stride apart from one pointer (a
+ * register tile of eight tokens once kept 32 pointers, more than the
+ * registers, and reloaded them from the stack in its inner loop).
+ */
+#define MEDHA_ACT_TILE 8
+
 struct medha_act {
 	const float *x;     /* (n, k) the rows, the caller's */
 	int n;              /* rows (tokens) */
 	int k;              /* row length */
 	int have;           /* MEDHA_ACT_* forms made since medha_act_set */
-	int8_t *q;          /* (n, k) quants */
-	float *qd;          /* (n, k / 32) block scales, f16-rounded */
-	float *qs;          /* (n, k / 32) scale * sum of quants, f16-rounded */
-	int32_t *qi;        /* (n, k / 32) sum of quants */
+	int8_t *q;          /* quants, tiled (above) */
+	float *qd;          /* block scales, f16-rounded, tiled */
+	float *qs;          /* scale * sum of quants, f16-rounded, tiled */
+	int32_t *qi;        /* sum of quants, tiled */
 	float *r16;         /* (n, k) x rounded to f16 */
 	float *rbf;         /* (n, k) x rounded to bf16 */
 	size_t cap;         /* elements room in the arrays above */
@@ -266,6 +276,15 @@ struct medha_act {
 	size_t scratch_per; /* floats per thread */
 	size_t scratch_cap; /* floats allocated */
 };
+
+/* token t's block b in the tiled Q8 form */
+static inline size_t
+medha_act_blk(const struct medha_act *a, int t, int b)
+{
+	return ((size_t)(t / MEDHA_ACT_TILE) * (size_t)(a->k / 32) +
+	           (size_t)b) * MEDHA_ACT_TILE +
+	    (size_t)(t % MEDHA_ACT_TILE);
+}
 
 /*
  * A Q8_0, Q4_0 or Q4_1 weight repacked for the integer kernel of builds

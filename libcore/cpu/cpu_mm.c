@@ -51,6 +51,11 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
+
+/* strides of one block in the tiled Q8 activations: quants, scales */
+#define XS MEDHA_ACT_TILE
+#define XB (MEDHA_ACT_TILE * MEDHA_QK)
+
 /* ---- integer dot products: Q8_0, Q4_0, Q4_1 x int8 activations ---- */
 
 static inline uint16_t
@@ -118,11 +123,13 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 	const float *xd[4], *xs[4];
 	int r, t, b;
 
+	/* token t's block b: xq[t] + b * XB, xd[t][b * XS] (tiled form) */
 #pragma GCC unroll 4
 	for (t = 0; t < T; t++) {
-		xq[t] = a->q + (size_t)tk[t] * a->k;
-		xd[t] = a->qd + (size_t)tk[t] * nb;
-		xs[t] = a->qs + (size_t)tk[t] * nb;
+		size_t o = medha_act_blk(a, tk[t], 0);
+		xq[t] = a->q + o * MEDHA_QK;
+		xd[t] = a->qd + o;
+		xs[t] = a->qs + o;
 	}
 #if defined(__AVX2__)
 	__m256 acc[4][4];
@@ -191,8 +198,8 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 #pragma GCC unroll 4
 		for (t = 0; t < T; t++) {
 			__m256i xv = _mm256_loadu_si256(
-			    (const __m256i *)(xq[t] + b * MEDHA_QK));
-			__m256 dxv = _mm256_set1_ps(xd[t][b]);
+			    (const __m256i *)(xq[t] + b * XB));
+			__m256 dxv = _mm256_set1_ps(xd[t][b * XS]);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 			/* lanes start at -c * (sum of 4 x), c the offset
 			   that made the weights unsigned */
@@ -228,8 +235,8 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 			}
 #endif
 			if (type == MEDHA_GGML_Q4_1)
-				sm[t] = _mm_fmadd_ps(mv, _mm_set1_ps(xs[t][b]),
-				    sm[t]);
+				sm[t] = _mm_fmadd_ps(mv,
+				    _mm_set1_ps(xs[t][b * XS]), sm[t]);
 		}
 	}
 #pragma GCC unroll 4
@@ -249,9 +256,9 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 			int j, l;
 			for (b = 0; b < nb; b++) {
 				const unsigned char *p = w[r] + (size_t)b * bs;
-				const int8_t *xb = xq[t] + b * MEDHA_QK;
-				float sc =
-				    medha_fp16_to_fp32(u16at(p)) * xd[t][b];
+				const int8_t *xb = xq[t] + b * XB;
+				float sc = medha_fp16_to_fp32(u16at(p)) *
+				    xd[t][b * XS];
 				for (l = 0; l < 8; l++) {
 					int li = 0, wq;
 					for (j = 4 * l; j < 4 * l + 4; j++) {
@@ -269,7 +276,7 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 				if (type == MEDHA_GGML_Q4_1)
 					sm = fmaf(medha_fp16_to_fp32(
 					              u16at(p + 2)),
-					    xs[t][b], sm);
+					    xs[t][b * XS], sm);
 			}
 			for (l = 0; l < 4; l++)
 				h[l] = acc[l + 4] + acc[l];
@@ -363,37 +370,55 @@ medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
 
 #ifdef PACK8
 /*
+ * acc + w times the four bytes at x broadcast to every lane, the
+ * broadcast folded into the vpdpbusd as its memory operand ({1to8}).
+ * Compilers emit a vpbroadcastd of its own for _mm256_set1_epi32 of a
+ * load, a second vector instruction per product, and the packed kernel
+ * is bound by its vector instructions (14% slower at eight tokens).
+ */
+ALWAYS_INLINE __m256i
+dpbusd_bcast(__m256i acc, __m256i w, const int8_t *x)
+{
+	__asm__("vpdpbusd %2%{1to8%}, %1, %0"
+	        : "+v"(acc)
+	        : "v"(w), "m"(*(const int32_t *)(const void *)x));
+	return acc;
+}
+
+/*
  * One group of eight packed rows (g) times the T activation rows
- * tk[0..T-1]: out[t] holds the eight rows' results for token t. Per
- * block: the eight rows' quants as eight vectors of four bytes a lane,
- * then per token eight vpdpbusd against four bytes of x broadcast (two
- * chains, added), less the offset that made the weights unsigned times
- * the sum of x (Q8_0: 128, Q4_0: 8), converted, and acc = fma(dw * dx,
- * sum, acc) (Q4_1: acc = fma(m, s, acc) after). The same operations for
- * a token whatever T is.
+ * t0 .. t0+T-1, in one tile of the activations: out[t] holds the eight
+ * rows' results for token t0 + t. Per block: the eight rows' quants as
+ * eight vectors of four bytes a lane, then per token eight vpdpbusd
+ * against four bytes of x broadcast (two chains, added), less the
+ * offset that made the weights unsigned times the sum of x (Q8_0: 128,
+ * Q4_0: 8), converted, and acc = fma(dw * dx, sum, acc) (Q4_1: acc =
+ * fma(m, s, acc) after). The same operations for a token whatever T
+ * is. The T tokens' quants, scales and sums are at fixed offsets from
+ * one pointer each (the tiled form), so the loop keeps its registers
+ * for the accumulators.
  */
 ALWAYS_INLINE void
 p8_kern(const int T, const int type, const unsigned char *g,
-    const struct medha_act *a, const int *tk, __m256 *out)
+    const struct medha_act *a, int t0, __m256 *out)
 {
 	const int nb = a->k / MEDHA_QK, bb = pack_block_bytes(type);
 	const int sq = type == MEDHA_GGML_Q4_1 ? 32 : 16;
 	const int c = type == MEDHA_GGML_Q8_0 ? 128 : 8;
-	const int8_t *xq[8];
-	const float *xd[8], *xs[8];
-	const int32_t *xi[8];
+	const size_t o = medha_act_blk(a, t0, 0);
+	const int8_t *xq = a->q + o * MEDHA_QK;
+	const float *xd = a->qd + o, *xs = a->qs + o;
+	const int32_t *xi = a->qi + o;
+	/* chains per token: 8 tokens keep the vector units busy alone */
+	const int C = T >= 8 ? 1 : T == 4 ? 2 : 4;
 	__m256 acc[8];
+	__m256i sum[8];
 	int t, b, j;
 
 #pragma GCC unroll 8
-	for (t = 0; t < T; t++) {
-		xq[t] = a->q + (size_t)tk[t] * a->k;
-		xd[t] = a->qd + (size_t)tk[t] * nb;
-		xs[t] = a->qs + (size_t)tk[t] * nb;
-		xi[t] = a->qi + (size_t)tk[t] * nb;
+	for (t = 0; t < T; t++)
 		acc[t] = _mm256_setzero_ps();
-	}
-	for (b = 0; b < nb; b++) {
+	for (b = 0; b < nb; b++, xq += XB, xd += XS, xs += XS, xi += XS) {
 		const unsigned char *p = g + (size_t)b * bb;
 		__m256i wv[8];
 		__m256 dw, mw = _mm256_setzero_ps();
@@ -427,31 +452,42 @@ p8_kern(const int T, const int type, const unsigned char *g,
 				    _mm256_srli_epi16(v, 4), lo);
 			}
 		}
+		/* C chains of sums per token, side by side, so that
+		   consecutive vpdpbusd are independent (integer sums:
+		   exact in any order); Q8_0 and Q4_0 start from the
+		   offset's share, -c * (sum of x) */
+#pragma GCC unroll 8
+		for (t = 0; t < T * C; t++)
+			sum[t] = type == MEDHA_GGML_Q4_1 || t % C != 0
+			    ? _mm256_setzero_si256()
+			    : _mm256_set1_epi32(-c * xi[t / C]);
+#pragma GCC unroll 8
+		for (j = 0; j < 8; j++)
+#pragma GCC unroll 8
+			for (t = 0; t < T; t++)
+				sum[t * C + j % C] =
+				    dpbusd_bcast(sum[t * C + j % C], wv[j],
+				        xq + t * MEDHA_QK + 4 * j);
 #pragma GCC unroll 8
 		for (t = 0; t < T; t++) {
-			const int8_t *x = xq[t] + b * MEDHA_QK;
-			__m256i s0 = _mm256_setzero_si256();
-			__m256i s1 = _mm256_setzero_si256();
-			/* four bytes of x broadcast straight from memory (a
-			   load, not a move from a general register) */
-#define X4(j) _mm256_castps_si256(_mm256_broadcast_ss((const float *)(x + 4 * (j))))
-#pragma GCC unroll 4
-			for (j = 0; j < 8; j += 2) {
-				s0 = _mm256_dpbusd_epi32(s0, wv[j], X4(j));
-				s1 = _mm256_dpbusd_epi32(s1, wv[j + 1],
-				    X4(j + 1));
+			if (C == 4) {
+				sum[t * C] = _mm256_add_epi32(sum[t * C],
+				    sum[t * C + 1]);
+				sum[t * C + 2] = _mm256_add_epi32(
+				    sum[t * C + 2], sum[t * C + 3]);
 			}
-#undef X4
-			s0 = _mm256_add_epi32(s0, s1);
-			if (type != MEDHA_GGML_Q4_1)
-				s0 = _mm256_sub_epi32(s0,
-				    _mm256_set1_epi32(c * xi[t][b]));
+			if (C >= 2)
+				sum[t * C] = _mm256_add_epi32(sum[t * C],
+				    sum[t * C + C / 2]);
+		}
+#pragma GCC unroll 8
+		for (t = 0; t < T; t++) {
 			acc[t] = _mm256_fmadd_ps(
-			    _mm256_mul_ps(dw, _mm256_set1_ps(xd[t][b])),
-			    _mm256_cvtepi32_ps(s0), acc[t]);
+			    _mm256_mul_ps(dw, _mm256_set1_ps(xd[t])),
+			    _mm256_cvtepi32_ps(sum[t * C]), acc[t]);
 			if (type == MEDHA_GGML_Q4_1)
 				acc[t] = _mm256_fmadd_ps(mw,
-				    _mm256_set1_ps(xs[t][b]), acc[t]);
+				    _mm256_set1_ps(xs[t]), acc[t]);
 		}
 	}
 #pragma GCC unroll 8
@@ -476,22 +512,22 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 	        (size_t)pack_block_bytes(pk->type);
 	const __mmask8 m = (__mmask8)((1u << R) - 1);
 	__m256 out[8];
-	int t, t0, T, tk[8];
+	int t, t0, T;
 
 	for (t0 = tb0; t0 < tb1; t0 += T) {
+		/* whole tiles (tb0 is a multiple of MEDHA_ACT_TILE), then
+		   the last tile's 4, 2, 1 */
 		T = tile_tokens8(tb1 - t0);
-		for (t = 0; t < T; t++)
-			tk[t] = t0 + t;
 #define P8K(ty)                                                 \
 	do {                                                    \
 		if (T == 8)                                     \
-			p8_kern(8, ty, g, a, tk, out);          \
+			p8_kern(8, ty, g, a, t0, out);          \
 		else if (T == 4)                                \
-			p8_kern(4, ty, g, a, tk, out);          \
+			p8_kern(4, ty, g, a, t0, out);          \
 		else if (T == 2)                                \
-			p8_kern(2, ty, g, a, tk, out);          \
+			p8_kern(2, ty, g, a, t0, out);          \
 		else                                            \
-			p8_kern(1, ty, g, a, tk, out);          \
+			p8_kern(1, ty, g, a, t0, out);          \
 	} while (0)
 		switch (pk->type) {
 		case MEDHA_GGML_Q8_0: P8K(MEDHA_GGML_Q8_0); break;

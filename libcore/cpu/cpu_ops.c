@@ -25,10 +25,16 @@
 
 /* ---- scalar helpers ---- */
 
+/* f through f16 and back (nearest even): F16C's instructions where the
+   build has them (twice a block of every activation row), quant.c's */
 static inline float
 f16_round(float f)
 {
+#if defined(__F16C__)
+	return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#else
 	return medha_fp16_to_fp32(medha_fp32_to_fp16(f));
+#endif
 }
 
 /* ---- exp: Cephes' expf, the same operations in every lane ---- */
@@ -283,7 +289,10 @@ medha_act_free(struct medha_act *a)
 int
 medha_act_set(struct medha_act *a, const float *x, int n, int k, int n_threads)
 {
-	size_t need = (size_t)n * (size_t)k, per;
+	/* room for whole tiles of the Q8 form */
+	size_t need = ((size_t)n + MEDHA_ACT_TILE - 1) / MEDHA_ACT_TILE *
+	    MEDHA_ACT_TILE * (size_t)k,
+	       per;
 
 	a->x = x;
 	a->n = n;
@@ -325,16 +334,28 @@ medha_act_set(struct medha_act *a, const float *x, int n, int k, int n_threads)
 	return 0;
 }
 
-/* Quantize row t in ggml's Q8_0/Q8_1 way (its x86 variant). */
+/*
+ * Quantize blocks [b0, b1) of the rows, counted across rows (k is a
+ * multiple of MEDHA_QK), in ggml's Q8_0/Q8_1 way (its x86 variant), into
+ * the tiled form.
+ */
 static void
-act_q8_row(struct medha_act *a, int t)
+act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 {
-	const float *x = a->x + (size_t)t * a->k;
-	int8_t *q = a->q + (size_t)t * a->k;
-	int nb = a->k / MEDHA_QK, b, j, sum;
+	const int nb = a->k / MEDHA_QK;
+	const float *x = a->x + b0 * MEDHA_QK;
+	int8_t *q;
+	size_t u, o;
+	int j, sum, t = (int)(b0 / (size_t)nb), b = (int)(b0 % (size_t)nb);
 	float amax, d, id;
 
-	for (b = 0; b < nb; b++, x += MEDHA_QK, q += MEDHA_QK) {
+	for (u = b0; u < b1; u++, x += MEDHA_QK) {
+		o = medha_act_blk(a, t, b);
+		if (++b == nb) {
+			b = 0;
+			t++;
+		}
+		q = a->q + o * MEDHA_QK;
 #if defined(__AVX512F__)
 		/* the same operations, 16 lanes at a time */
 		__m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
@@ -369,64 +390,76 @@ act_q8_row(struct medha_act *a, int t)
 			sum += q[j];
 		}
 #endif
-		a->qd[(size_t)t * nb + b] = f16_round(d);
-		a->qs[(size_t)t * nb + b] = f16_round(d * (float)sum);
-		a->qi[(size_t)t * nb + b] = sum;
+		a->qd[o] = f16_round(d);
+		a->qs[o] = f16_round(d * (float)sum);
+		a->qi[o] = sum;
 	}
 }
 
+/* elements [i0, i1) of the rows, counted across rows, rounded to f16 */
 static void
-act_r16_row(struct medha_act *a, int t)
+act_r16_span(struct medha_act *a, size_t i0, size_t i1)
 {
-	const float *x = a->x + (size_t)t * a->k;
-	float *y = a->r16 + (size_t)t * a->k;
-	int i = 0;
+	const float *x = a->x;
+	float *y = a->r16;
+	size_t i = i0;
 
 #if defined(__AVX512F__)
-	for (; i + 16 <= a->k; i += 16)
+	for (; i + 16 <= i1; i += 16)
 		_mm512_storeu_ps(y + i,
 		    _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
 		        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 #endif
-	for (; i < a->k; i++)
+	for (; i < i1; i++)
 		y[i] = f16_round(x[i]);
 }
 
+/* the same, to bf16 */
 static void
-act_rbf_row(struct medha_act *a, int t)
+act_rbf_span(struct medha_act *a, size_t i0, size_t i1)
 {
-	const float *x = a->x + (size_t)t * a->k;
-	float *y = a->rbf + (size_t)t * a->k;
-	int i;
+	const float *x = a->x;
+	float *y = a->rbf;
+	size_t i;
 
-	for (i = 0; i < a->k; i++)
+	for (i = i0; i < i1; i++)
 		y[i] = medha_bf16_to_fp32(medha_fp32_to_bf16(x[i]));
 }
 
+/*
+ * The forms are made in tasks of units of MEDHA_QK elements counted
+ * across rows (every element's result is its own, so any split gives
+ * the same bits): at least PREP_UNITS a task, about 8 tasks a thread,
+ * so that the few rows of a batch of decodes are shared by the threads
+ * too (one thread quantizing eight tokens while the other waited cost
+ * a tenth of a decode step of eight).
+ */
+#define PREP_UNITS 64
+
 struct prep {
 	struct medha_act *a;
-	int need; /* MEDHA_ACT_* */
+	int need;   /* MEDHA_ACT_* */
+	size_t per; /* units per task */
+	size_t units;
 };
-
-#define PREP_TOKENS 8
 
 static void
 prep_task(void *arg, int i, int thread)
 {
 	struct prep *p = arg;
-	int t, t1 = (i + 1) * PREP_TOKENS;
+	size_t u0 = (size_t)i * p->per, u1 = u0 + p->per;
+	size_t e = (size_t)p->a->n * (size_t)p->a->k;
 
 	(void)thread;
-	if (t1 > p->a->n)
-		t1 = p->a->n;
-	for (t = i * PREP_TOKENS; t < t1; t++) {
-		if (p->need & MEDHA_ACT_Q8)
-			act_q8_row(p->a, t);
-		if (p->need & MEDHA_ACT_F16)
-			act_r16_row(p->a, t);
-		if (p->need & MEDHA_ACT_BF16)
-			act_rbf_row(p->a, t);
-	}
+	if (u1 > p->units)
+		u1 = p->units;
+	if (p->need & MEDHA_ACT_Q8)
+		act_q8_blocks(p->a, u0, u1);
+	u1 = u1 * MEDHA_QK < e ? u1 * MEDHA_QK : e;
+	if (p->need & MEDHA_ACT_F16)
+		act_r16_span(p->a, u0 * MEDHA_QK, u1);
+	if (p->need & MEDHA_ACT_BF16)
+		act_rbf_span(p->a, u0 * MEDHA_QK, u1);
 }
 
 int
@@ -448,13 +481,18 @@ void
 medha_act_prepare(struct medha_threadpool *tp, struct medha_act *a, int need)
 {
 	struct prep p;
-	int i, n = (a->n + PREP_TOKENS - 1) / PREP_TOKENS;
+	int i, n, nt = tp != NULL ? medha_threadpool_size(tp) : 1;
+	size_t per;
 
 	need &= ~a->have;
 	if (need == 0)
 		return;
 	p.a = a;
 	p.need = need;
+	p.units = ((size_t)a->n * (size_t)a->k + MEDHA_QK - 1) / MEDHA_QK;
+	per = (p.units + 8 * (size_t)nt - 1) / (8 * (size_t)nt);
+	p.per = per > PREP_UNITS ? per : PREP_UNITS;
+	n = (int)((p.units + p.per - 1) / p.per);
 	if (tp != NULL)
 		medha_threadpool_run(tp, n, prep_task, &p);
 	else

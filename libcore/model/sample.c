@@ -112,15 +112,51 @@ medha_sampler_free(struct medha_sampler *s)
 	free(s);
 }
 
+/*
+ * The first index of the largest logit, in LANES independent running
+ * maxima (a vector's lanes where the compiler targets one) combined at
+ * the end: one pass at memory speed, where a single running maximum is
+ * a chain of dependent compares (about 12 cycles a logit: 180 us for a
+ * 49k vocabulary, per sequence and step). A lane takes a logit only if
+ * strictly larger, so each lane holds its first maximum and the lowest
+ * index wins among equal lanes: the same answer as the plain loop for
+ * any logits without NaN. NaNs are never chosen; if every logit is NaN
+ * or -inf the answer is the first -inf, or 0.
+ */
+#define LANES 16
+
 int
 medha_sample_greedy(const float *logits, int n)
 {
-	int i, best = 0;
+	float m[LANES];
+	int at[LANES], i, j, best = -1;
 
-	for (i = 1; i < n; i++)
-		if (logits[i] > logits[best])
-			best = i;
-	return best;
+	for (j = 0; j < LANES; j++) {
+		m[j] = -INFINITY;
+		at[j] = n;
+	}
+	for (i = 0; i + LANES <= n; i += LANES)
+		for (j = 0; j < LANES; j++) {
+			float x = logits[i + j];
+			int gt = x > m[j];
+			m[j] = gt ? x : m[j];
+			at[j] = gt ? i + j : at[j];
+		}
+	for (; i < n; i++) /* the tail, into lane 0 */
+		if (logits[i] > m[0]) {
+			m[0] = logits[i];
+			at[0] = i;
+		}
+	for (j = 0; j < LANES; j++)
+		if (at[j] < n && (best < 0 || m[j] > m[best] ||
+		                     (m[j] == m[best] && at[j] < at[best])))
+			best = j;
+	if (best >= 0)
+		return at[best];
+	for (i = 0; i < n; i++)
+		if (logits[i] == -INFINITY)
+			return i;
+	return 0;
 }
 
 /* a before b: larger logit first, then lower id */
