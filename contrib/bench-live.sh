@@ -20,6 +20,9 @@
 #    default replica, (64 - 1) / (finish - first_token), against
 #    medha-worker -p on the same prompt (-n 64 --ignore-eos -v: its
 #    "generated" time covers the same 63 decode steps). Goal: under 5%.
+#    A third replica, its worker with --lookahead (each decode step runs
+#    while the step before makes its round trip to the scheduler), shows
+#    what that gives here.
 #
 # Every round runs medha-worker -p, then N = 1, 4, 8, 16 on each replica
 # in turn (a replica sits idle, blocked on its sockets, while the other
@@ -49,12 +52,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# start replica $1 (a name) with scheduler flags $2; wait for "ready"
+# start replica $1 (a name) with scheduler flags $2 (and worker flags
+# $3); wait for "ready"
 start() {
 	: >"$tmp/$1.err"
 	MEDHA_BIN=$bin MEDHA_ADDR=ipc://$tmp/$1.sock MEDHA_MODEL=$model \
 	    MEDHA_LOG=$tmp/$1.logs MEDHA_THREADS=$threads \
-	    MEDHA_SCHED_OPTS=$2 bash "$top/examples/serve.sh" single \
+	    MEDHA_SCHED_OPTS=$2 MEDHA_WORKER_OPTS=${3:-} \
+	    bash "$top/examples/serve.sh" single \
 	    2>"$tmp/$1.err" &
 	pids="$pids $!"
 	i=0
@@ -74,6 +79,7 @@ start() {
     -ljansson -lzstd -lpcre2-32 -lm -lpthread)
 start adaptive "-v"
 start fixed "-v --chunk 512"
+start ahead "-v" --lookahead
 
 # sixteen short distinct prompts; trace N holds the first N
 python3 - "$tmp" <<'PY'
@@ -125,6 +131,7 @@ while [ $r -lt "$reps" ]; do
 		live adaptive $n >>"$tmp/rows"
 		live fixed $n >>"$tmp/rows"
 	done
+	live ahead 1 >>"$tmp/rows"
 	"$tmp/decode-batch" -t "$threads" "$model" 1 4 8 16 |
 	    sed 's/^/backend /' >>"$tmp/rows"
 	r=$((r + 1))
@@ -185,7 +192,8 @@ print("one request, decode tok/s over its 63 decode steps, %s threads"
       % sys.argv[3])
 lv = live[("adaptive", 1)]
 print("%-20s %8s %8s   %s" % ("", "median", "best", "each round"))
-for name, xs in (("medha-worker -p", one), ("live replica", lv)):
+for name, xs in (("medha-worker -p", one), ("live replica", lv),
+                 ("  --lookahead", live[("ahead", 1)])):
     print("%-20s %8.1f %8.1f   %s" % (name, med(xs), max(xs),
                                       " ".join("%.1f" % x for x in xs)))
 ovm = (1 - med(lv) / med(one)) * 100

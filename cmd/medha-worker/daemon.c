@@ -20,6 +20,24 @@
  * scheduler hands out with the first batch.
  * Wiring only: the numerics are the backend's (libcore/engine, and
  * medha_attn_merge for the KVP merge).
+ *
+ * Lookahead (--lookahead): a worker alone in its replica (no TP, SPP or
+ * KVP peers) on a backend that computes, after a batch whose every item
+ * sampled a token here (decodes, last prompt chunks), runs the step the
+ * scheduler will most likely send next while its RESULT makes the round
+ * trip: the same sequences one position on, fed the tokens just
+ * sampled, keeping the logits. If the BATCH that comes back is exactly
+ * that step (the same items in the same order, positions and tokens)
+ * the worker samples from those logits and answers at once, so the
+ * round trip overlaps the computation instead of adding to every step.
+ * Anything else (another batch, IDLE, a fault) cuts the sequences back
+ * to the lengths they had, giving back any KV block the step took (the
+ * scheduler's count of blocks stays exact), and runs the batch as
+ * usual. A sequence's results do not depend on what else is in its
+ * batch, so the tokens are the same either way. Off by default: it pays
+ * where the round trip's threads (nng's, the scheduler's) have cores of
+ * their own; on a machine whose every core runs the backend they take
+ * back from the computation what the overlap saves (README).
  */
 #include "medha-worker.h"
 
@@ -85,6 +103,17 @@ struct worker {
 	const struct medha_msg_batch *cur; /* the batch being run */
 	int ncur;                          /* its sequences run here */
 	size_t tok_cap, seq_cap;
+	/* lookahead (above): the step after the batch just run */
+	int ahead_ok;       /* this worker may look ahead */
+	int na;             /* its sequences (0: none to run) */
+	int ran;            /* the step was run (its logits kept) */
+	uint64_t *a_handle; /* (na) */
+	int64_t *a_len;     /* (na) each one's length before the step */
+	int32_t *a_tok;     /* (na) the token fed: the one just sampled */
+	struct medha_batch_seq *a_bs; /* (na) */
+	float *a_lg;                  /* (na, vocab) the step's logits */
+	size_t a_cap;                 /* sequences room */
+	long long looked, hits;       /* steps run ahead; of them used */
 	/* heartbeats */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -606,6 +635,145 @@ apply_frees(struct worker *w, const struct medha_msg_batch *b)
 	}
 }
 
+/* ---- lookahead (see the top of this file) ---- */
+
+/* Keep the step after the batch just run (w->cur, its n run sequences):
+ * every item sampled here, or no step. */
+static void
+ahead_plan(struct worker *w, const struct medha_msg_batch *b)
+{
+	const int vocab = w->be->info.shape.vocab;
+	int i, n = w->ncur;
+
+	w->na = 0;
+	w->ran = 0;
+	if (!w->ahead_ok || n < 1 || n != b->n_items)
+		return;
+	for (i = 0; i < n; i++)
+		if (w->smp[i] == NULL || w->out[i] < 0)
+			return;
+	if ((size_t)n > w->a_cap) {
+		void *h = medha_reallocarray(w->a_handle, n, sizeof(*w->a_handle));
+		if (h != NULL)
+			w->a_handle = h;
+		void *l = medha_reallocarray(w->a_len, n, sizeof(*w->a_len));
+		if (l != NULL)
+			w->a_len = l;
+		void *t = medha_reallocarray(w->a_tok, n, sizeof(*w->a_tok));
+		if (t != NULL)
+			w->a_tok = t;
+		void *s = medha_reallocarray(w->a_bs, n, sizeof(*w->a_bs));
+		if (s != NULL)
+			w->a_bs = s;
+		void *g = medha_reallocarray(w->a_lg, (size_t)n * (size_t)vocab,
+		    sizeof(*w->a_lg));
+		if (g != NULL)
+			w->a_lg = g;
+		if (h == NULL || l == NULL || t == NULL || s == NULL ||
+		    g == NULL)
+			return;
+		w->a_cap = (size_t)n;
+	}
+	for (i = 0; i < n; i++) {
+		const struct medha_msg_item *it = &b->items[w->idx[i]];
+		w->a_handle[i] = it->handle;
+		w->a_tok[i] = w->out[i];
+		w->a_len[i] = it->pos + it->n_ids;
+		w->a_bs[i] = (struct medha_batch_seq){.seq = w->bs[i].seq,
+		    .pos = it->pos + it->n_ids,
+		    .n_tokens = 1,
+		    .logits = MEDHA_LOGITS_LAST};
+	}
+	w->na = n;
+}
+
+/* Cut the step's sequences back to where they were, and forget it. */
+static void
+ahead_drop(struct worker *w)
+{
+	for (int i = 0; w->ran && i < w->na; i++) {
+		struct wseq *q = find_seq(w, w->a_handle[i]);
+		if (q != NULL &&
+		    medha_backend_seq_len(w->be, q->seq) > w->a_len[i])
+			medha_backend_seq_fill(w->be, q->seq, w->a_len[i]);
+	}
+	w->na = 0;
+	w->ran = 0;
+}
+
+/* Run the planned step, logits kept (nothing sampled yet). */
+static void
+ahead_run(struct worker *w)
+{
+	struct medha_batch batch = {w->a_tok, w->na, w->a_bs, w->na};
+	struct medha_fwd f;
+	char why[256];
+
+	memset(&f, 0, sizeof(f));
+	f.b = &batch;
+	f.layer_lo = w->be->info.layer_lo;
+	f.layer_hi = w->be->info.layer_hi;
+	f.logits = w->a_lg;
+	w->looked++;
+	w->ran = 1; /* a failed call may have taken blocks: cut back too */
+	if (medha_backend_forward(w->be, &f, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_DEBUG, "lookahead of %d: %s", w->na, why);
+		ahead_drop(w);
+	}
+}
+/* 1 if b is exactly the step run ahead. */
+static int
+ahead_matches(const struct worker *w, const struct medha_msg_batch *b)
+{
+	if (!w->ran || b->n_items != w->na || b->peers != NULL)
+		return 0;
+	for (int i = 0; i < w->na; i++) {
+		const struct medha_msg_item *it = &b->items[i];
+		if (it->handle != w->a_handle[i] || it->pos != w->a_len[i] ||
+		    it->n_ids != 1 || it->ids[0] != w->a_tok[i] ||
+		    !it->sample || it->has_params || it->n_groups > 1)
+			return 0;
+	}
+	for (int64_t i = 0; i < b->n_frees; i++)
+		for (int j = 0; j < w->na; j++)
+			if (b->frees[i] == w->a_handle[j])
+				return 0;
+	return 1;
+}
+
+/* Answer b (the step run ahead) from the kept logits, into *res. */
+static void
+ahead_answer(struct worker *w, const struct medha_msg_batch *b,
+    struct medha_msg_result *res)
+{
+	const int vocab = w->be->info.shape.vocab;
+	int i;
+
+	res->seq = b->seq;
+	res->worker_id = w->id;
+	if (grow_scratch(w, (size_t)w->na, (size_t)w->na) != 0 ||
+	    (res->tokens = medha_calloc((size_t)w->na,
+	         sizeof(*res->tokens))) == NULL) {
+		snprintf(res->error, sizeof(res->error), "out of memory");
+		w->na = w->ran = 0;
+		return;
+	}
+	for (i = 0; i < w->na; i++) {
+		struct wseq *q = find_seq(w, w->a_handle[i]);
+		int32_t t = medha_sample(q->smp, w->a_lg + (size_t)i * vocab);
+		res->tokens[res->n_tokens++] =
+		    (struct medha_msg_token){w->a_handle[i], t};
+		/* as run_batch leaves them: the plan of the next step */
+		w->bs[i] = w->a_bs[i];
+		w->smp[i] = q->smp;
+		w->out[i] = t;
+		w->idx[i] = i;
+	}
+	w->hits++;
+	w->ncur = w->na;
+	ahead_plan(w, b);
+}
+
 /* The replica's peer table: dial the workers this one sends to. */
 static int
 take_peers(struct worker *w, const struct medha_msg_peers *p)
@@ -754,6 +922,11 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	pthread_create(&hb, NULL, heartbeat_main, &w);
+	/* lookahead needs a backend that computes (sim only waits) and
+	   no peers to keep in step */
+	w.ahead_ok = w.coll == NULL && o->lookahead &&
+	    strcmp(be->info.name, "sim") != 0 &&
+	    medha_backend_seq_fill(be, -1, 0) != MEDHA_EUNSUP;
 
 	memset(&h, 0, sizeof(h));
 	snprintf(h.backend, sizeof(h.backend), "%s", be->info.name);
@@ -787,16 +960,41 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 		memset(&out, 0, sizeof(out));
 		out.type = MEDHA_MSG_READY;
 		out.worker_id = w.id;
+		w.na = w.ran = 0;
 		while (!stopping) {
-			/* the reply may be a while: let the backend's
-			   threads give the cores to the scheduler */
-			medha_backend_idle(w.be);
-			rc = medha_cli_msg(w.cli, 0, &out, &rep,
-			    MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why));
+			if (w.na > 0) {
+				/* the next step runs while the answer comes */
+				rc = medha_cli_msg_send(w.cli, 0, &out,
+				    MEDHA_PROTO_DEAD_MS / 1e3, why,
+				    sizeof(why));
+				if (rc == 0) {
+					ahead_run(&w);
+					rc = medha_cli_msg_wait(w.cli, 0, &rep,
+					    why, sizeof(why));
+				}
+			} else {
+				/* the reply may be a while: let the
+				   backend's threads give the cores to the
+				   scheduler */
+				medha_backend_idle(w.be);
+				rc = medha_cli_msg(w.cli, 0, &out, &rep,
+				    MEDHA_PROTO_DEAD_MS / 1e3, why,
+				    sizeof(why));
+			}
 			free(out.result.tokens);
 			memset(&out, 0, sizeof(out));
 			out.type = MEDHA_MSG_READY;
 			out.worker_id = w.id;
+			if (rc == 0 && rep.type == MEDHA_MSG_BATCH &&
+			    ahead_matches(&w, &rep.batch)) {
+				apply_frees(&w, &rep.batch);
+				out.type = MEDHA_MSG_RESULT;
+				ahead_answer(&w, &rep.batch, &out.result);
+				batches++;
+				medha_msg_clear(&rep);
+				continue;
+			}
+			ahead_drop(&w);
 			if (rc != 0) {
 				medha_log(MEDHA_LOG_WARN,
 				    "scheduler lost (%s): freeing every "
@@ -822,6 +1020,8 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 				pthread_mutex_lock(&w.mu);
 				w.running = 0;
 				pthread_mutex_unlock(&w.mu);
+				if (out.result.error[0] == '\0')
+					ahead_plan(&w, &rep.batch);
 				if (out.result.error[0] != '\0')
 					medha_log(MEDHA_LOG_ERROR,
 					    "batch %llu failed: %s",
@@ -853,7 +1053,8 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	pthread_join(hb, NULL);
 	medha_cli_close(w.cli);
 	free_all(&w);
-	medha_log(MEDHA_LOG_WARN, "stopped after %d batches", batches);
+	medha_log(MEDHA_LOG_WARN, "stopped after %d batches (%lld of %lld "
+	    "steps run ahead used)", batches, w.hits, w.looked);
 	rc = 0; /* a stop on a signal */
 out:
 	free(w.seqs);
@@ -867,6 +1068,11 @@ out:
 	free(w.kvx);
 	free(w.t0);
 	free(w.h);
+	free(w.a_handle);
+	free(w.a_len);
+	free(w.a_tok);
+	free(w.a_bs);
+	free(w.a_lg);
 	/* nng 1.5 may block for ever closing a push socket whose peer went
 	 * away first (as all do at a stop): the exit comes within 3 s */
 	if (w.coll != NULL) {

@@ -33,6 +33,7 @@ usage(FILE *f)
 	    "[--speed X] [-t THREADS]\n"
 	    "           [--tp N] [--spp N] [--kvp N] [--rank R] "
 	    "[--peer ADDR]\n"
+	    "           [--lookahead]\n"
 	    "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
 	    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
 	    "f16|f32]\n"
@@ -58,6 +59,7 @@ static const struct medha_help help_lines[] = {
     {"--kvp N", "KV-cache-parallel degree (1, at most 64)"},
     {"--rank R", "this worker's place in the tp x spp x kvp layout (0)"},
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
+    {"--lookahead", "run the likely next decode step during the round trip"},
     {NULL, "One-shot mode (-p PROMPT or -f FILE):"},
     {"-m, --model MODEL", "the model, a GGUF file"},
     {"-p, --prompt PROMPT", "the prompt text"},
@@ -102,6 +104,7 @@ enum {
 	OPT_KVP,
 	OPT_RANK,
 	OPT_PEER,
+	OPT_LOOKAHEAD,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -133,6 +136,7 @@ static const struct option longopts[] = {
     {"max-seqs", required_argument, NULL, OPT_MAXSEQS},
     {"model", required_argument, NULL, 'm'},
     {"n-predict", required_argument, NULL, 'n'},
+    {"lookahead", no_argument, NULL, OPT_LOOKAHEAD},
     {"peer", required_argument, NULL, OPT_PEER},
     {"prompt", required_argument, NULL, 'p'},
     {"rank", required_argument, NULL, OPT_RANK},
@@ -375,6 +379,7 @@ main(int argc, char *argv[])
 		case OPT_KVP: wo.kvp = num("--kvp", optarg, 1, 64); break;
 		case OPT_RANK: wo.rank = num("--rank", optarg, 0, 4095); break;
 		case OPT_PEER: wo.peer = optarg; break;
+		case OPT_LOOKAHEAD: wo.lookahead = 1; break;
 		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;

@@ -462,15 +462,13 @@ medha_cli_epoch(const struct medha_cli *c)
 }
 
 int
-medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
-    void **rep, size_t *replen, double timeout)
+medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
+    double timeout)
 {
 	nng_aio *aio;
 	nng_msg *m = NULL;
 	int rv;
 
-	*rep = NULL;
-	*replen = 0;
 	if (i < 0 || i >= c->nctx)
 		return MEDHA_EINVAL;
 	aio = c->aio[i];
@@ -491,6 +489,21 @@ medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
 		return medha_link_nng_err(rv);
 	}
 	nng_ctx_recv(c->ctx[i], aio);
+	return 0;
+}
+
+int
+medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
+{
+	nng_aio *aio;
+	nng_msg *m;
+	int rv;
+
+	*rep = NULL;
+	*replen = 0;
+	if (i < 0 || i >= c->nctx)
+		return MEDHA_EINVAL;
+	aio = c->aio[i];
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0)
 		return medha_link_nng_err(rv);
@@ -507,22 +520,59 @@ medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
 }
 
 int
-medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
-    struct medha_msg *rep, double timeout, char *why, size_t whylen)
+medha_cli_call(struct medha_cli *c, int i, const void *req, size_t len,
+    void **rep, size_t *replen, double timeout)
 {
-	void *buf, *in;
-	size_t len, inlen;
+	int rc;
+
+	*rep = NULL;
+	*replen = 0;
+	if ((rc = medha_cli_send(c, i, req, len, timeout)) != 0)
+		return rc;
+	return medha_cli_wait(c, i, rep, replen);
+}
+
+int
+medha_cli_msg_send(struct medha_cli *c, int ctx, const struct medha_msg *m,
+    double timeout, char *why, size_t whylen)
+{
+	void *buf;
+	size_t len;
 	int rc;
 
 	if ((rc = medha_msg_encode(m, &buf, &len, why, whylen)) != 0)
 		return rc;
-	rc = medha_cli_call(c, ctx, buf, len, &in, &inlen, timeout);
+	rc = medha_cli_send(c, ctx, buf, len, timeout);
 	free(buf);
 	if (rc != 0)
+		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
+	return 0;
+}
+
+int
+medha_cli_msg_wait(struct medha_cli *c, int ctx, struct medha_msg *rep,
+    char *why, size_t whylen)
+{
+	void *in;
+	size_t inlen;
+	int rc;
+
+	if ((rc = medha_cli_wait(c, ctx, &in, &inlen)) != 0)
 		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
 	rc = medha_msg_decode(rep, in, inlen, why, whylen);
 	free(in);
 	return rc;
+}
+
+int
+medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
+    struct medha_msg *rep, double timeout, char *why, size_t whylen)
+{
+	int rc;
+
+	if ((rc = medha_cli_msg_send(c, ctx, m, timeout, why, whylen)) != 0)
+		return rc;
+	return medha_cli_msg_wait(c, ctx, rep, why, whylen);
 }
 
 void

@@ -131,6 +131,17 @@ void medha_cli_abort(struct medha_cli *c);
 int medha_cli_call(struct medha_cli *c, int ctx, const void *req, size_t len,
     void **rep, size_t *replen, double timeout);
 
+/*
+ * The same in two halves, so that the caller can work while the answer
+ * comes: medha_cli_send() sends and posts the receive (0, or the errors
+ * above); medha_cli_wait() waits for the answer (the timeout given to
+ * the send). A context is in one call at a time: every send is followed
+ * by its wait.
+ */
+int medha_cli_send(struct medha_cli *c, int ctx, const void *req, size_t len,
+    double timeout);
+int medha_cli_wait(struct medha_cli *c, int ctx, void **rep, size_t *replen);
+
 /* 1 if the client has a live connection to the server now. */
 int medha_cli_connected(const struct medha_cli *c);
 
@@ -152,6 +163,11 @@ struct medha_msg; /* net/proto.h */
  */
 int medha_cli_msg(struct medha_cli *c, int ctx, const struct medha_msg *m,
     struct medha_msg *rep, double timeout, char *why, size_t whylen);
+/* ... and in two halves (see medha_cli_send) */
+int medha_cli_msg_send(struct medha_cli *c, int ctx, const struct medha_msg *m,
+    double timeout, char *why, size_t whylen);
+int medha_cli_msg_wait(struct medha_cli *c, int ctx, struct medha_msg *rep,
+    char *why, size_t whylen);
 
 /*
  * medha_srv_reply() with messages: encode m and answer call with it (a

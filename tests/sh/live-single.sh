@@ -8,7 +8,9 @@
 # record. Then the bad cases: a malformed trace line is refused
 # by replay with a reason, an empty and a too-long prompt get "rejected"
 # records with a reason, a stop string cuts the text, and SIGTERM stops
-# every process. Needs contrib/fetch-refs.sh (the real model).
+# every process. The SmolLM2 replica's worker runs with --lookahead,
+# whose steps run ahead must have been used. Needs
+# contrib/fetch-refs.sh (the real model).
 set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -34,6 +36,7 @@ python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 24 2 4 6 8 10 12 14 25
 serve_and_compare() {
 	m=$1
 	MEDHA_BIN=$bin MEDHA_ADDR=$addr MEDHA_MODEL=$m MEDHA_LOG=$tmp/logs \
+	    MEDHA_WORKER_OPTS=${2:-} \
 	    bash "$top/examples/serve.sh" single 2>"$tmp/serve.err" &
 	serve=$!
 	i=0
@@ -62,7 +65,7 @@ if "$py" -c 'import gguf, numpy' 2>/dev/null; then
 else
 	echo "skip: the random model needs $py with gguf (contrib/fetch-refs.sh)"
 fi
-serve_and_compare "$model"
+serve_and_compare "$model" --lookahead
 
 # refused and rejected requests still end with one record and a reason
 cat >"$tmp/bad.jsonl" <<'EOF'
@@ -105,4 +108,14 @@ if pgrep -f "medha-sched -l $addr" >/dev/null ||
 	exit 1
 fi
 grep -q "stopped:" "$tmp/logs/sched.log"
-echo "live-single: ok"
+# the SmolLM2 worker (--lookahead) ran decode steps ahead during round
+# trips and used them (the tokens above are the same as -p's either way)
+sed -n 's/.*stopped after [0-9]* batches (\([0-9]*\) of \([0-9]*\) steps.*/\1 \2/p' \
+    "$tmp"/logs/sched-worker0.log | tail -n 1 >"$tmp/ahead"
+read -r used ran <"$tmp/ahead" || true
+if [ -z "$used" ] || [ "$used" -lt 1 ] || [ "$used" -gt "$ran" ]; then
+	echo "no step run ahead was used: $(cat "$tmp/ahead")"
+	cat "$tmp"/logs/sched-worker0.log
+	exit 1
+fi
+echo "live-single: ok ($used of $ran steps run ahead used)"

@@ -1,0 +1,64 @@
+#!/bin/sh
+# lookahead.sh: medha-worker --lookahead (running the likely next decode
+# step while its RESULT makes the round trip) where a live scheduler
+# rarely takes it: tests/lookahead_sched, a scripted scheduler, gives a
+# worker of two KV blocks a batch that does not use the step run ahead,
+# which then must give its KV block back (the batch after needs it), and
+# a step ahead that finds no block must take none. The tokens must be
+# those of the same worker without --lookahead. The live checks (16
+# requests at once give medha-worker -p's tokens, steps run ahead are
+# used) are in live-single.sh. Needs contrib/fetch-refs.sh.
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+tests=${MEDHA_TESTS:-$top/build/tests}
+cache=${MEDHA_CACHE:-$top/cache}
+model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+if [ ! -s "$model" ]; then
+	echo "skip: $model missing (run contrib/fetch-refs.sh)"
+	exit 0
+fi
+tmp=$(mktemp -d)
+worker=
+cleanup() {
+	[ -n "$worker" ] && kill "$worker" 2>/dev/null && wait "$worker" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# run the script against a worker with flags $1; tokens into $tmp/$2
+script() {
+	addr=ipc://$tmp/$2.sock
+	"$bin/medha-worker" -s "$addr" -m "$model" -t 2 --kv-blocks 2 \
+	    --max-seqs 4 -v $1 2>"$tmp/$2.log" &
+	worker=$!
+	if ! "$tests/lookahead_sched" "$addr" >"$tmp/$2" 2>"$tmp/$2.err"; then
+		echo "lookahead_sched against medha-worker $1:"
+		cat "$tmp/$2.err" "$tmp/$2.log"
+		exit 1
+	fi
+	kill -TERM "$worker"
+	wait "$worker" || true
+	worker=
+	if grep -q 'Sanitizer\|runtime error' "$tmp/$2.log"; then
+		echo "a sanitizer report:"
+		cat "$tmp/$2.log"
+		exit 1
+	fi
+}
+
+script --lookahead ahead
+script "" plain
+read -r a b c <"$tmp/ahead"
+if [ "$(cat "$tmp/ahead")" != "$(cat "$tmp/plain")" ] || [ "$a" != "$c" ]; then
+	echo "tokens: with lookahead $(cat "$tmp/ahead"), without" \
+	    "$(cat "$tmp/plain") (the first and third prompts are the same)"
+	exit 1
+fi
+# a step was run ahead after each batch (the second's found no block),
+# none used
+grep -q "stopped after 3 batches (0 of 3 steps run ahead used)" \
+    "$tmp/ahead.log" || { cat "$tmp/ahead.log"; exit 1; }
+grep -q "stopped after 3 batches (0 of 0 steps run ahead used)" \
+    "$tmp/plain.log" || { cat "$tmp/plain.log"; exit 1; }
+echo "lookahead: ok (tokens $a $b $c)"
