@@ -455,12 +455,14 @@ p8_kern(const int T, const int type, const unsigned char *g,
 		/* C chains of sums per token, side by side, so that
 		   consecutive vpdpbusd are independent (integer sums:
 		   exact in any order); Q8_0 and Q4_0 start from the
-		   offset's share, -c * (sum of x) */
+		   offset's share, -c * (sum of x), wrapping as the lanes do
+		   (a NaN block's sum is anything; its scale is NaN) */
 #pragma GCC unroll 8
 		for (t = 0; t < T * C; t++)
 			sum[t] = type == MEDHA_GGML_Q4_1 || t % C != 0
 			    ? _mm256_setzero_si256()
-			    : _mm256_set1_epi32(-c * xi[t / C]);
+			    : _mm256_set1_epi32((int32_t)(0u -
+			          (uint32_t)c * (uint32_t)xi[t / C]));
 #pragma GCC unroll 8
 		for (j = 0; j < 8; j++)
 #pragma GCC unroll 8
