@@ -721,6 +721,7 @@ ahead_run(struct worker *w)
 		ahead_drop(w);
 	}
 }
+
 /* 1 if b is exactly the step run ahead. */
 static int
 ahead_matches(const struct worker *w, const struct medha_msg_batch *b)
