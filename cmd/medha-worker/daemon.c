@@ -635,6 +635,17 @@ apply_frees(struct worker *w, const struct medha_msg_batch *b)
 	}
 }
 
+/* A batch answered (res): its failure logged, every 1000th counted. */
+static void
+batch_ran(int *batches, const struct medha_msg_result *res)
+{
+	if (res->error[0] != '\0')
+		medha_log(MEDHA_LOG_ERROR, "batch %llu failed: %s",
+		    (unsigned long long)res->seq, res->error);
+	if (++*batches % 1000 == 0)
+		medha_log(MEDHA_LOG_INFO, "%d batches run", *batches);
+}
+
 /* ---- lookahead (see the top of this file) ---- */
 
 /* Keep the step after the batch just run (w->cur, its n run sequences):
@@ -923,8 +934,9 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	pthread_create(&hb, NULL, heartbeat_main, &w);
-	/* lookahead needs a backend that computes (sim only waits) and
-	   no peers to keep in step */
+	/* lookahead needs a backend that computes (sim only waits), can
+	   cut a sequence back (seq_fill: a bad handle tells EINVAL from
+	   EUNSUP) and has no peers to keep in step */
 	w.ahead_ok = w.coll == NULL && o->lookahead &&
 	    strcmp(be->info.name, "sim") != 0 &&
 	    medha_backend_seq_fill(be, -1, 0) != MEDHA_EUNSUP;
@@ -991,7 +1003,7 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 				apply_frees(&w, &rep.batch);
 				out.type = MEDHA_MSG_RESULT;
 				ahead_answer(&w, &rep.batch, &out.result);
-				batches++;
+				batch_ran(&batches, &out.result);
 				medha_msg_clear(&rep);
 				continue;
 			}
@@ -1023,14 +1035,7 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 				pthread_mutex_unlock(&w.mu);
 				if (out.result.error[0] == '\0')
 					ahead_plan(&w, &rep.batch);
-				if (out.result.error[0] != '\0')
-					medha_log(MEDHA_LOG_ERROR,
-					    "batch %llu failed: %s",
-					    (unsigned long long)rep.batch.seq,
-					    out.result.error);
-				if (++batches % 1000 == 0)
-					medha_log(MEDHA_LOG_INFO,
-					    "%d batches run", batches);
+				batch_ran(&batches, &out.result);
 			} else {
 				medha_log(MEDHA_LOG_WARN,
 				    "scheduler answered %s%s%s: starting over",

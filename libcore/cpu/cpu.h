@@ -281,7 +281,7 @@ struct medha_act {
 static inline size_t
 medha_act_blk(const struct medha_act *a, int t, int b)
 {
-	return ((size_t)(t / MEDHA_ACT_TILE) * (size_t)(a->k / 32) +
+	return ((size_t)(t / MEDHA_ACT_TILE) * (size_t)(a->k / MEDHA_QK) +
 	           (size_t)b) * MEDHA_ACT_TILE +
 	    (size_t)(t % MEDHA_ACT_TILE);
 }
