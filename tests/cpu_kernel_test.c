@@ -419,6 +419,167 @@ test_matmul(void **state)
 	free(wq);
 }
 
+/*
+ * The packed integer kernel (builds with AVX2 or AVX512-VNNI) sums each
+ * block exactly in int32, then acc = fma(dw * dx, (float)sum, acc) block
+ * after block (Q4_1: acc = fma(m, s, acc) after): redone here step by
+ * step, its results must be equal bit for bit, for every tile of tokens
+ * and rows, on raw quants of every value (Q8_0's -128 as well).
+ */
+static void
+test_matmul_packed(void **state)
+{
+	static const int types[] = {MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_0,
+	    MEDHA_GGML_Q4_1};
+	enum { ROWS = 67, K = 256, N = 13, NB = K / 32 };
+	struct medha_threadpool *tp;
+	struct medha_tensor w;
+	struct medha_pack pk;
+	float x[N * K], y[N * ROWS], dx[N][NB], sx[N][NB];
+	int xq[N][K];
+	unsigned char *wq = malloc(ROWS * 34 * NB);
+	int ti, r, t, b, j, n, bad;
+
+	(void)state;
+	assert_non_null(wq);
+	assert_int_equal(medha_threadpool_init(&tp, 3), 0);
+	rng_seed(7);
+	for (j = 0; j < N * K; j++)
+		x[j] = frand() * (j % 5 == 0 ? 3.0f : 1.0f);
+	/* the activations' Q8 form: q = rint(x * 127 / amax), the scale
+	   and d * sum(q) rounded to f16 */
+	for (t = 0; t < N; t++)
+		for (b = 0; b < NB; b++) {
+			const float *xb = x + t * K + b * 32;
+			float amax = 0, d, id;
+			int sum = 0;
+			for (j = 0; j < 32; j++)
+				amax = fmaxf(amax, fabsf(xb[j]));
+			d = amax / 127.0f;
+			id = amax != 0 ? 127.0f / amax : 0;
+			for (j = 0; j < 32; j++)
+				sum += xq[t][b * 32 + j] = (int)rintf(xb[j] * id);
+			dx[t][b] = medha_fp16_to_fp32(medha_fp32_to_fp16(d));
+			sx[t][b] = medha_fp16_to_fp32(
+			    medha_fp32_to_fp16(d * (float)sum));
+		}
+	for (ti = 0; ti < 3; ti++) {
+		const int type = types[ti];
+		const size_t rb = medha_ggml_row_bytes(type, K), bb = rb / NB;
+
+		for (j = 0; j < (int)(rb * ROWS); j++)
+			wq[j] = (unsigned char)(frand() * 128 + 128);
+		for (r = 0; r < ROWS; r++)
+			for (b = 0; b < NB; b++) {
+				unsigned char *p = wq + rb * r + bb * b;
+				uint16_t h =
+				    medha_fp32_to_fp16(0.02f * frand() + 0.001f);
+				p[0] = (unsigned char)h, p[1] = h >> 8;
+				if (type == MEDHA_GGML_Q4_1) {
+					h = medha_fp32_to_fp16(0.1f * frand());
+					p[2] = (unsigned char)h, p[3] = h >> 8;
+				} else if (type == MEDHA_GGML_Q8_0 && b == 0)
+					p[2 + r % 32] = 0x80; /* -128 */
+			}
+		memset(&w, 0, sizeof(w));
+		w.name = "w";
+		w.type = type;
+		w.n_dims = 2;
+		w.ne[0] = K;
+		w.ne[1] = ROWS;
+		w.ne[2] = w.ne[3] = 1;
+		w.data = wq;
+		w.nbytes = rb * ROWS;
+		if (medha_pack_make(&pk, &w) == MEDHA_EUNSUP) {
+			fprintf(stderr, "# no packed kernel in this build\n");
+			break;
+		}
+		medha_pack_free(&pk);
+		for (n = 1, bad = 0; n <= N; n++) {
+			assert_int_equal(medha_cpu_matmul(tp, &w, x, n, y, 0), 0);
+			for (t = 0; t < n; t++)
+				for (r = 0; r < ROWS; r++) {
+					float acc = 0;
+					for (b = 0; b < NB; b++) {
+						const unsigned char *p =
+						    wq + rb * r + bb * b;
+						float dw = medha_fp16_to_fp32(
+						    (uint16_t)(p[0] | p[1] << 8));
+						int32_t sum = 0, q;
+						for (j = 0; j < 32; j++) {
+							q = type == MEDHA_GGML_Q8_0
+							    ? (int8_t)p[2 + j]
+							    : j < 16
+							    ? p[bb - 16 + j] & 15
+							    : p[bb - 32 + j] >> 4;
+							if (type == MEDHA_GGML_Q4_0)
+								q -= 8;
+							sum += q * xq[t][b * 32 + j];
+						}
+						acc = fmaf(dw * dx[t][b], (float)sum,
+						    acc);
+						if (type == MEDHA_GGML_Q4_1)
+							acc = fmaf(medha_fp16_to_fp32(
+							        (uint16_t)(p[2] |
+							            p[3] << 8)),
+							    sx[t][b], acc);
+					}
+					if (memcmp(&acc, &y[t * ROWS + r],
+					        sizeof(acc)) != 0 && bad++ < 3)
+						fprintf(stderr,
+						    "# %s n=%d token %d row %d: "
+						    "%.9g, expected %.9g\n",
+						    medha_ggml_type_name(type), n,
+						    t, r, y[t * ROWS + r], acc);
+				}
+		}
+		if (bad > 0)
+			fail_msg("%s: %d results differ from the exact sums'",
+			    medha_ggml_type_name(type), bad);
+	}
+	medha_threadpool_free(tp);
+	free(wq);
+}
+
+/*
+ * exp and SwiGLU give each element the same bits whether it falls in a
+ * vector (AVX2, AVX512) or in the scalar tail: one element at a time
+ * runs the tail's code. Values across the clamps, NaN and infinities.
+ */
+static void
+test_vexp_lanes(void **state)
+{
+	enum { N = 203 };
+	float x[N], y[N], e1, g[N], u[N], g1;
+	int i;
+
+	(void)state;
+	rng_seed(5);
+	for (i = 0; i < N; i++) {
+		x[i] = frand() * (i % 3 == 0 ? 100.0f : 10.0f);
+		u[i] = frand();
+	}
+	x[7] = NAN, x[8] = INFINITY, x[9] = -INFINITY, x[10] = 0.0f;
+	medha_cpu_vexp(x, y, N);
+	for (i = 0; i < N; i++) {
+		medha_cpu_vexp(x + i, &e1, 1);
+		if (memcmp(&e1, y + i, sizeof(e1)) != 0)
+			fail_msg("exp(%.9g): %.9g in a vector, %.9g alone",
+			    x[i], y[i], e1);
+	}
+	assert_true(fabsf(y[100] - expf(x[100])) <= 2e-7f * expf(x[100]));
+	memcpy(g, x, sizeof(g));
+	medha_cpu_swiglu(g, u, N);
+	for (i = 0; i < N; i++) {
+		g1 = x[i];
+		medha_cpu_swiglu(&g1, u + i, 1);
+		if (memcmp(&g1, g + i, sizeof(g1)) != 0 &&
+		    !(isnan(g1) && isnan(g[i])))
+			fail_msg("swiglu(%.9g): %.9g in a vector, %.9g alone",
+			    x[i], g[i], g1);
+	}
+}
+
 /* ---- the thread pool ---- */
 
 struct count {
@@ -480,6 +641,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_threadpool),
 	    cmocka_unit_test(test_matmul),
+	    cmocka_unit_test(test_matmul_packed),
+	    cmocka_unit_test(test_vexp_lanes),
 	    cmocka_unit_test(test_attention),
 	};
 

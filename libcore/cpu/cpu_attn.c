@@ -30,6 +30,9 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define ATTN_AVX2 1 /* eight lanes: every result as with sixteen */
 #endif
 
 #define ATTN_QUERIES 8 /* queries per task */
@@ -100,6 +103,44 @@ scores_g(const int G, const struct medha_kvcache *kv, const void *run,
 #pragma GCC unroll 8
 	for (g = 0; g < G; g++)
 		_mm512_storeu_ps(out + g * 16, _mm512_add_ps(a0[g], a1[g]));
+#elif defined(ATTN_AVX2)
+	__m256 a0[4], a1[4], k0, k1;
+	int h;
+
+	for (h = 0; h < 16; h += 8) { /* keys 0-7, then 8-15 */
+#pragma GCC unroll 4
+		for (g = 0; g < G; g++)
+			a0[g] = a1[g] = _mm256_setzero_ps();
+		for (c = 0; c < hd - h2; c++) {
+			if (kv->c.type == MEDHA_KV_F32) {
+				k1 = _mm256_loadu_ps(
+				    (const float *)run + (c + h2) * 16 + h);
+				k0 = _mm256_loadu_ps(
+				    (const float *)run + c * 16 + h);
+			} else {
+				k1 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)((const uint16_t *)run +
+				        (c + h2) * 16 + h)));
+				k0 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)((const uint16_t *)run +
+				        c * 16 + h)));
+			}
+#pragma GCC unroll 4
+			for (g = 0; g < G; g++) {
+				if (c < h2)
+					a0[g] = _mm256_fmadd_ps(
+					    _mm256_set1_ps(q[g * hd + c]), k0,
+					    a0[g]);
+				a1[g] = _mm256_fmadd_ps(
+				    _mm256_set1_ps(q[g * hd + c + h2]), k1,
+				    a1[g]);
+			}
+		}
+#pragma GCC unroll 4
+		for (g = 0; g < G; g++)
+			_mm256_storeu_ps(out + g * 16 + h,
+			    _mm256_add_ps(a0[g], a1[g]));
+	}
 #else
 	float a0, a1, kc;
 	int i;
@@ -134,7 +175,9 @@ scores(int G, const struct medha_kvcache *kv, const void *run, const float *q,
 	case 2: scores_g(2, kv, run, q, out); break;
 	case 3: scores_g(3, kv, run, q, out); break;
 	case 4: scores_g(4, kv, run, q, out); break;
+#ifndef ATTN_AVX2 /* (AVX2: sixteen registers hold four heads) */
 	case 8: scores_g(8, kv, run, q, out); break;
+#endif
 	default: /* by fours: the same per-head arithmetic */
 		for (g = 0; g + 4 <= G; g += 4)
 			scores_g(4, kv, run, q + g * kv->c.head_dim,
@@ -156,6 +199,15 @@ vmax(const float *x, int64_t n)
 	for (; i + 16 <= n; i += 16)
 		v = _mm512_max_ps(v, _mm512_loadu_ps(x + i));
 	m = _mm512_reduce_max_ps(v);
+#elif defined(ATTN_AVX2)
+	__m256 v = _mm256_set1_ps(-INFINITY);
+	float l8[8];
+	int l;
+	for (; i + 8 <= n; i += 8)
+		v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+	_mm256_storeu_ps(l8, v);
+	for (l = 0; l < 8; l++)
+		m = l8[l] > m ? l8[l] : m;
 #endif
 	for (; i < n; i++)
 		m = x[i] > m ? x[i] : m;
@@ -174,6 +226,10 @@ exp_sum(float *x, int64_t n, float m)
 	for (; i + 16 <= n; i += 16)
 		_mm512_storeu_ps(x + i,
 		    _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(m)));
+#elif defined(ATTN_AVX2)
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i,
+		    _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(m)));
 #endif
 	for (; i < n; i++)
 		x[i] -= m;
@@ -184,6 +240,16 @@ exp_sum(float *x, int64_t n, float m)
 	for (; i + 16 <= n; i += 16)
 		acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + i));
 	_mm512_storeu_ps(lane, acc);
+#elif defined(ATTN_AVX2)
+	{ /* lanes 0-7 and 8-15 */
+		__m256 lo = _mm256_setzero_ps(), hi = lo;
+		for (; i + 16 <= n; i += 16) {
+			lo = _mm256_add_ps(lo, _mm256_loadu_ps(x + i));
+			hi = _mm256_add_ps(hi, _mm256_loadu_ps(x + i + 8));
+		}
+		_mm256_storeu_ps(lane, lo);
+		_mm256_storeu_ps(lane + 8, hi);
+	}
 #endif
 	for (; i < n; i++)
 		lane[i & 15] += x[i];
@@ -255,6 +321,54 @@ pv_gw(const int G, const int W, const struct medha_kvcache *kv, int seq,
 				_mm512_storeu_ps(acc + g * hd + c0 + 16 * w,
 				    a[g][w]);
 	}
+#elif defined(ATTN_AVX2)
+	/* 16 dimensions a pass (sixteen registers: 4 heads by 2) */
+	__m256 a[4][2], v0, v1, pj;
+	const char *run = NULL, *row;
+
+	(void)W;
+	for (c0 = 0; c0 < hd; c0 += 16) {
+#pragma GCC unroll 4
+		for (g = 0; g < G; g++)
+			a[g][0] = a[g][1] = _mm256_setzero_ps();
+		for (j = lo; j < lo + nk; j++) {
+			if (j == lo || j % MEDHA_KV_BLOCK == 0) {
+				run = medha_kv_run(kv, seq, layer, 1, kvh,
+				    j / MEDHA_KV_BLOCK);
+				if (c0 == 0 &&
+				    (j / MEDHA_KV_BLOCK + RUNS_AHEAD) *
+				            MEDHA_KV_BLOCK <
+				        lo + nk)
+					prefetch_run(kv, seq, layer, 1, kvh,
+					    j / MEDHA_KV_BLOCK + RUNS_AHEAD);
+			}
+			row = run +
+			    (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
+			if (kv->c.type == MEDHA_KV_F32) {
+				v0 = _mm256_loadu_ps((const float *)row + c0);
+				v1 = _mm256_loadu_ps(
+				    (const float *)row + c0 + 8);
+			} else {
+				v0 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)((const uint16_t *)row +
+				        c0)));
+				v1 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)((const uint16_t *)row +
+				        c0 + 8)));
+			}
+#pragma GCC unroll 4
+			for (g = 0; g < G; g++) {
+				pj = _mm256_set1_ps(p[g * nk + (j - lo)]);
+				a[g][0] = _mm256_fmadd_ps(pj, v0, a[g][0]);
+				a[g][1] = _mm256_fmadd_ps(pj, v1, a[g][1]);
+			}
+		}
+#pragma GCC unroll 4
+		for (g = 0; g < G; g++) {
+			_mm256_storeu_ps(acc + g * hd + c0, a[g][0]);
+			_mm256_storeu_ps(acc + g * hd + c0 + 8, a[g][1]);
+		}
+	}
 #else
 	const char *run = NULL, *row;
 	float vj;
@@ -286,7 +400,7 @@ pv(int G, const struct medha_kvcache *kv, int seq, int layer, int kvh,
 	const int hd = kv->c.head_dim;
 	int g, n;
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(ATTN_AVX2)
 	if (hd % 16 != 0) { /* per element the same chain, done by hand */
 		const char *run = NULL, *row;
 		int64_t j;
@@ -556,6 +670,16 @@ attn_span(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 				_mm512_storeu_ps(sc + g * nk + (j0 - lo),
 				    _mm512_mul_ps(_mm512_loadu_ps(bs + g * 16),
 				        _mm512_set1_ps(scale)));
+			continue;
+		}
+#elif defined(ATTN_AVX2)
+		if (j1 - j0 == 16) { /* the same products, 8 at a time */
+			for (g = 0; g < G; g++)
+				for (j = 0; j < 16; j += 8)
+					_mm256_storeu_ps(sc + g * nk + (j0 - lo) + j,
+					    _mm256_mul_ps(
+					        _mm256_loadu_ps(bs + g * 16 + j),
+					        _mm256_set1_ps(scale)));
 			continue;
 		}
 #endif

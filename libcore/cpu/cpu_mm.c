@@ -293,6 +293,9 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define PACK8 1
+#define PACK8_VNNI 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define PACK8 1
 #endif
 
 /* bytes of one packed block of eight rows: scales (mins), quants */
@@ -355,8 +358,10 @@ medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
 				for (j = 0; j < (q8 ? 8 : 4); j++) {
 					uint32_t v;
 					memcpy(&v, s + off + 4 * j, 4);
-					if (q8)
+#ifdef PACK8_VNNI
+					if (q8) /* unsigned for vpdpbusd */
 						v ^= 0x80808080u;
+#endif
 					memcpy(d + sq + 32 * j + 4 * r, &v, 4);
 				}
 			}
@@ -368,7 +373,7 @@ medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
 #endif
 }
 
-#ifdef PACK8
+#ifdef PACK8_VNNI
 /*
  * acc + w times the four bytes at x broadcast to every lane, the
  * broadcast folded into the vpdpbusd as its memory operand ({1to8}).
@@ -497,11 +502,145 @@ p8_kern(const int T, const int type, const unsigned char *g,
 		out[t] = acc[t];
 }
 
-/* tokens per packed kernel call: 8, 4, 2 or 1 */
+#elif defined(PACK8)
+/*
+ * The same products with AVX2 alone (no vpdpbusd): per block and token,
+ * vpmaddubsw of the unsigned quants against four bytes of x broadcast
+ * gives each row two int16 pairs a group; then
+ *  - Q4_0, Q4_1: the eight groups' pairs are added in int16 (each pair
+ *    is at most 2 * 15 * 127 in size, eight of them 30480: exact), then
+ *    vpmaddwd by 1 to the row's int32 sum, less 8 * (sum of x) for Q4_0;
+ *  - Q8_0 (packed signed here: no offset): |w| against x with w's sign
+ *    (vpsignb; x is never -128), each group's pairs to int32 at once
+ *    (one pair is up to 2 * 128 * 127: two would not fit in int16).
+ * The sums are exact, so they equal vpdpbusd's, and the float steps
+ * after them are the same: results are those of the VNNI kernel.
+ */
+ALWAYS_INLINE __m256i
+bcast4(const int8_t *x)
+{
+	int32_t v;
+
+	memcpy(&v, x, sizeof(v));
+	return _mm256_set1_epi32(v);
+}
+
+ALWAYS_INLINE void
+p8_kern(const int T, const int type, const unsigned char *g,
+    const struct medha_act *a, int t0, __m256 *out)
+{
+	const int nb = a->k / MEDHA_QK, bb = pack_block_bytes(type);
+	const int sq = type == MEDHA_GGML_Q4_1 ? 32 : 16;
+	const size_t o = medha_act_blk(a, t0, 0);
+	const int8_t *xq = a->q + o * MEDHA_QK;
+	const float *xd = a->qd + o, *xs = a->qs + o;
+	const int32_t *xi = a->qi + o;
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256 acc[8];
+	__m256i sum[8];
+	int t, b, j;
+
+#pragma GCC unroll 8
+	for (t = 0; t < T; t++)
+		acc[t] = _mm256_setzero_ps();
+	for (b = 0; b < nb; b++, xq += XB, xd += XS, xs += XS, xi += XS) {
+		const unsigned char *p = g + (size_t)b * bb;
+		__m256 dw, mw = _mm256_setzero_ps();
+
+		_mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+		_mm_prefetch((const char *)p + PF_AHEAD + 64, _MM_HINT_T0);
+		if (bb > 128) {
+			_mm_prefetch((const char *)p + PF_AHEAD + 128,
+			    _MM_HINT_T0);
+			if (bb > 192)
+				_mm_prefetch((const char *)p + PF_AHEAD + 192,
+				    _MM_HINT_T0);
+		}
+		if (type == MEDHA_GGML_Q8_0) {
+#pragma GCC unroll 8
+			for (j = 0; j < 8; j++) {
+				const __m256i w = _mm256_loadu_si256(
+				    (const __m256i *)(p + sq + 32 * j));
+				const __m256i aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 8
+				for (t = 0; t < T; t++) {
+					__m256i s = _mm256_madd_epi16(
+					    _mm256_maddubs_epi16(aw,
+					        _mm256_sign_epi8(bcast4(xq +
+					                             t * MEDHA_QK +
+					                             4 * j),
+					            w)),
+					    ones);
+					sum[t] = j == 0
+					    ? s
+					    : _mm256_add_epi32(sum[t], s);
+				}
+			}
+		} else {
+			const __m256i lo = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
+			for (j = 0; j < 4; j++) {
+				const __m256i v = _mm256_loadu_si256(
+				    (const __m256i *)(p + sq + 32 * j));
+				const __m256i wl = _mm256_and_si256(v, lo);
+				const __m256i wh = _mm256_and_si256(
+				    _mm256_srli_epi16(v, 4), lo);
+#pragma GCC unroll 8
+				for (t = 0; t < T; t++) {
+					const int8_t *x = xq + t * MEDHA_QK;
+					__m256i s = _mm256_add_epi16(
+					    _mm256_maddubs_epi16(wl,
+					        bcast4(x + 4 * j)),
+					    _mm256_maddubs_epi16(wh,
+					        bcast4(x + 16 + 4 * j)));
+					sum[t] = j == 0
+					    ? s
+					    : _mm256_add_epi16(sum[t], s);
+				}
+			}
+#pragma GCC unroll 8
+			for (t = 0; t < T; t++) {
+				sum[t] = _mm256_madd_epi16(sum[t], ones);
+				if (type == MEDHA_GGML_Q4_0) /* wraps as VNNI's */
+					sum[t] = _mm256_sub_epi32(sum[t],
+					    _mm256_set1_epi32((int32_t)(8u *
+					        (uint32_t)xi[t])));
+			}
+		}
+		dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+		if (type == MEDHA_GGML_Q4_1)
+			mw = _mm256_cvtph_ps(
+			    _mm_loadu_si128((const __m128i *)(p + 16)));
+#pragma GCC unroll 8
+		for (t = 0; t < T; t++) {
+			acc[t] = _mm256_fmadd_ps(
+			    _mm256_mul_ps(dw, _mm256_set1_ps(xd[t])),
+			    _mm256_cvtepi32_ps(sum[t]), acc[t]);
+			if (type == MEDHA_GGML_Q4_1)
+				acc[t] = _mm256_fmadd_ps(mw,
+				    _mm256_set1_ps(xs[t]), acc[t]);
+		}
+	}
+#pragma GCC unroll 8
+	for (t = 0; t < T; t++)
+		out[t] = acc[t];
+}
+#endif
+
+#ifdef PACK8
+/*
+ * tokens per packed kernel call: 8, 4, 2 or 1 (AVX2 alone: at most 4;
+ * its sixteen registers hold eight tokens' sums only by spilling them,
+ * 6% slower)
+ */
 static inline int
 tile_tokens8(int left)
 {
-	return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+#ifdef PACK8_VNNI
+	if (left >= 8)
+		return 8;
+#endif
+	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
 }
 
 /* Rows r0 .. r0+R-1 (r0 a multiple of 8, R <= 8) of a packed weight. */
@@ -512,7 +651,6 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 	const unsigned char *g = pk->data +
 	    (size_t)(r0 / 8) * (size_t)(a->k / MEDHA_QK) *
 	        (size_t)pack_block_bytes(pk->type);
-	const __mmask8 m = (__mmask8)((1u << R) - 1);
 	__m256 out[8];
 	int t, t0, T;
 
@@ -537,14 +675,28 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 		default: P8K(MEDHA_GGML_Q4_1); break;
 		}
 #undef P8K
-		for (t = 0; t < T; t++)
-			_mm256_mask_storeu_ps(y + (size_t)(t0 + t) * ldy + r0,
-			    m, out[t]);
+		for (t = 0; t < T; t++) {
+			float *yt = y + (size_t)(t0 + t) * ldy + r0;
+			float tail[8];
+
+			if (R == 8) {
+				_mm256_storeu_ps(yt, out[t]);
+				continue;
+			}
+			_mm256_storeu_ps(tail, out[t]);
+			memcpy(yt, tail, (size_t)R * sizeof(float));
+		}
 	}
 }
 #endif
 
 /* ---- float dot products ---- */
+
+#if defined(__AVX512F__) || !defined(__AVX2__)
+#define F_ROWS1 1
+#else
+#define F_ROWS1 0
+#endif
 
 /*
  * R (1 or 4) weight rows (f32, or f16 / bf16 converted as they are
@@ -610,6 +762,73 @@ f_kern(const int R, const int T, const int wtype, const void *const *w,
 #pragma GCC unroll 4
 		for (t = 0; t < T; t++)
 			out[r][t] = _mm512_reduce_add_ps(acc[r][t]);
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+	/* eight lanes; a tail shorter than eight is read through tmp,
+	   zero-filled (f_rows asks for T <= 2: 8 accumulators) */
+	__m256 acc[4][4];
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			acc[r][t] = _mm256_setzero_ps();
+	for (; i < k; i += 8) {
+		__m256 wv[4], xv;
+		const int full = k - i >= 8;
+		{ /* as in q8_kern: 4 rows of 8 elements a step */
+			const int eb = wtype == MEDHA_GGML_F32 ? 4 : 2;
+			const char *pf =
+			    (const char *)w[0] + PF_AHEAD + (size_t)i * R * eb;
+			int l;
+			for (l = 0; l < 2 * R * eb; l += 64)
+				_mm_prefetch(pf + l, _MM_HINT_T0);
+		}
+#pragma GCC unroll 4
+		for (r = 0; r < R; r++) {
+			if (wtype == MEDHA_GGML_F32) {
+				const float *src = (const float *)w[r] + i;
+				float tmp[8] = {0};
+				if (!full) {
+					memcpy(tmp, src,
+					    (size_t)(k - i) * sizeof(float));
+					src = tmp;
+				}
+				wv[r] = _mm256_loadu_ps(src);
+			} else {
+				const uint16_t *src = (const uint16_t *)w[r] + i;
+				uint16_t tmp[8] = {0};
+				__m128i h;
+				if (!full) {
+					memcpy(tmp, src,
+					    (size_t)(k - i) * sizeof(uint16_t));
+					src = tmp;
+				}
+				h = _mm_loadu_si128((const __m128i *)src);
+				wv[r] = wtype == MEDHA_GGML_F16
+				    ? _mm256_cvtph_ps(h)
+				    : _mm256_castsi256_ps(_mm256_slli_epi32(
+				          _mm256_cvtepu16_epi32(h), 16));
+			}
+		}
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++) {
+			const float *src = xr[t] + i;
+			float tmp[8] = {0};
+			if (!full) {
+				memcpy(tmp, src, (size_t)(k - i) * sizeof(float));
+				src = tmp;
+			}
+			xv = _mm256_loadu_ps(src);
+#pragma GCC unroll 4
+			for (r = 0; r < R; r++)
+				acc[r][t] =
+				    _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (t = 0; t < T; t++)
+			out[r][t] = hsum8(acc[r][t]);
 #else
 	for (r = 0; r < R; r++)
 		for (t = 0; t < T; t++) {
@@ -728,6 +947,12 @@ f_rows(const struct medha_act *a, const struct medha_tensor *wt, int form,
 			    rb * (size_t)(r0 + (r < R ? r : R - 1));
 	for (t0 = tb0; t0 < tb1; t0 += T) {
 		T = tile_tokens(tb1 - t0);
+#if !defined(__AVX512F__)
+		T = T > 2 ? 2 : T; /* sixteen registers: 4 rows by 2 */
+#endif
+		/* one token: rows one by one (long rows stream better), but
+		   with AVX2's eight lanes, one chain of fma waits on itself:
+		   four rows at once */
 		for (r = 0; r < T; r++)
 			tk[r] = t0 + r;
 #define FK(ty)                                                              \
@@ -736,9 +961,11 @@ f_rows(const struct medha_act *a, const struct medha_tensor *wt, int form,
 			f_kern(4, 4, ty, w, x, tk, k, out);                 \
 		else if (T == 2)                                            \
 			f_kern(4, 2, ty, w, x, tk, k, out);                 \
-		else                                                        \
+		else if (F_ROWS1)                                           \
 			for (r = 0; r < R; r++)                             \
 				f_kern(1, 1, ty, w + r, x, tk, k, out + r); \
+		else                                                        \
+			f_kern(4, 1, ty, w, x, tk, k, out);                 \
 	} while (0)
 		switch (wtype) {
 		case MEDHA_GGML_F16: FK(MEDHA_GGML_F16); break;

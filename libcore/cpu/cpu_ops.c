@@ -100,6 +100,33 @@ exp16(__m512 x)
 	    23);
 	return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+/* the same, eight lanes */
+static inline __m256
+exp8(__m256 x)
+{
+	__m256 n, r, z, p;
+	__m256i e;
+
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)),
+	    _mm256_set1_ps(EXP_HI));
+	n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
+	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+	r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+	z = _mm256_mul_ps(r, r);
+	p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
+	p = _mm256_fmadd_ps(p, z, r);
+	p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+	                          _mm256_set1_epi32(127)),
+	    23);
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
 #endif
 
 void
@@ -110,6 +137,9 @@ medha_cpu_vexp(const float *src, float *dst, int64_t n)
 #ifdef __AVX512F__
 	for (; i + 16 <= n; i += 16)
 		_mm512_storeu_ps(dst + i, exp16(_mm512_loadu_ps(src + i)));
+#elif defined(__AVX2__) && defined(__FMA__)
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, exp8(_mm256_loadu_ps(src + i)));
 #endif
 	for (; i < n; i++)
 		dst[i] = exp1(src[i]);
@@ -266,6 +296,15 @@ medha_cpu_swiglu(float *g, const float *u, int64_t n)
 		                      _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
 		        _mm512_loadu_ps(u + i)));
 	}
+#elif defined(__AVX2__) && defined(__FMA__)
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(g + i);
+		__m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+		_mm256_storeu_ps(g + i,
+		    _mm256_mul_ps(_mm256_div_ps(x,
+		                      _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+		        _mm256_loadu_ps(u + i)));
+	}
 #endif
 	for (; i < n; i++)
 		g[i] = g[i] / (1.0f + exp1(-g[i])) * u[i];
@@ -373,6 +412,48 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 		    _mm512_cvtsepi32_epi8(i1));
 		sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
 		(void)j;
+#elif defined(__AVX2__)
+		/* the same operations, 8 lanes at a time */
+		__m256 xv[4], m = _mm256_setzero_ps(), un = m;
+		const __m256 sign = _mm256_set1_ps(-0.0f);
+		__m256i iv[4], p01, p23, s;
+		for (j = 0; j < 4; j++) {
+			xv[j] = _mm256_loadu_ps(x + 8 * j);
+			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, xv[j]));
+			un = _mm256_or_ps(un,
+			    _mm256_cmp_ps(xv[j], xv[j], _CMP_UNORD_Q));
+		}
+		{
+			__m128 h = _mm_max_ps(_mm256_extractf128_ps(m, 1),
+			    _mm256_castps256_ps128(m));
+			h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+			h = _mm_max_ss(h, _mm_movehdup_ps(h));
+			amax = _mm_cvtss_f32(h);
+		}
+		if (_mm256_movemask_ps(un) != 0)
+			amax = NAN; /* a NaN: the block's scale carries it */
+		d = amax / 127.0f;
+		id = amax != 0.0f ? 127.0f / amax : 0.0f;
+		for (j = 0; j < 4; j++) {
+			__m256 v = _mm256_mul_ps(xv[j], _mm256_set1_ps(id));
+			/* NaN (a NaN or infinite input): 0 */
+			v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+			iv[j] = _mm256_cvtps_epi32(v);
+		}
+		p01 = _mm256_packs_epi32(iv[0], iv[1]);
+		p23 = _mm256_packs_epi32(iv[2], iv[3]);
+		_mm256_storeu_si256((__m256i *)q,
+		    _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
+		        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+		s = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]),
+		    _mm256_add_epi32(iv[2], iv[3]));
+		{
+			__m128i h = _mm_add_epi32(_mm256_extracti128_si256(s, 1),
+			    _mm256_castsi256_si128(s));
+			h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+			h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+			sum = _mm_cvtsi128_si32(h);
+		}
 #else
 		amax = 0.0f;
 		for (j = 0; j < MEDHA_QK; j++) {
