@@ -288,11 +288,12 @@ medha_act_blk(const struct medha_act *a, int t, int b)
 
 /*
  * A Q8_0, Q4_0 or Q4_1 weight repacked for the integer kernel of builds
- * with AVX512-VNNI: rows in groups of eight (the last padded with zero
- * rows), a group's blocks one after another, each block the eight rows'
- * scales (f16; Q4_1: then their mins) and their quants interleaved four
- * bytes at a time (Q8_0's made unsigned, + 128), so that one vpdpbusd
- * takes four products of each of the eight rows. Each (row, token) dot
+ * with AVX512-VNNI or AVX2 (with FMA and F16C): rows in groups of eight
+ * (the last padded with zero rows), a group's blocks one after another,
+ * each block the eight rows' scales (f16; Q4_1: then their mins) and
+ * their quants interleaved four bytes at a time (VNNI: Q8_0's made
+ * unsigned, + 128), so that one vpdpbusd (AVX2: vpmaddubsw) takes four
+ * products of each of the eight rows. Each (row, token) dot
  * product sums a block exactly in int32, then acc = fma(dw * dx,
  * (float)sum, acc) (Q4_1: then acc = fma(m, s, acc)), block by block,
  * whatever the batch and the rows around it.

@@ -22,16 +22,18 @@
  *    result is the horizontal sum (plus, for Q4_1, the fma-accumulated
  *    sum of m * s): the operations of ggml's x86 vec_dot kernels;
  *  - packed integer (the same weights where the build has AVX512-VNNI,
- *    outside reference and llama.cpp modes: medha_pack): eight rows
- *    interleaved four bytes at a time, so one vpdpbusd makes four
- *    products for each of eight rows and a block's dot is summed exactly
- *    in int32 before one conversion, acc = fma(dw * dx, (float)sum, acc)
- *    per block; a third of the vector work of the lane-wise kernel, which
- *    converts and scales eight lanes per block and pair;
+ *    or AVX2 with FMA and F16C, outside reference and llama.cpp modes:
+ *    medha_pack): eight rows interleaved four bytes at a time, so one
+ *    vpdpbusd (AVX2: vpmaddubsw) makes four products for each of eight
+ *    rows and a block's dot is summed exactly in int32 before one
+ *    conversion, acc = fma(dw * dx, (float)sum, acc) per block; a third
+ *    of the vector work of the lane-wise kernel, which converts and
+ *    scales eight lanes per block and pair. The sums being exact, both
+ *    instruction sets give the same bits;
  *  - float (everything else, and all weights in reference mode): F32,
  *    F16 and BF16 rows are converted as they are loaded, other types are
  *    dequantized a tile at a time with medha_dequant_row(); one 16-wide
- *    fma accumulator per pair, then its horizontal sum.
+ *    (AVX2: 8-wide) fma accumulator per pair, then its horizontal sum.
  */
 #include "cpu/cpu.h"
 
@@ -289,7 +291,7 @@ q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
 #endif
 }
 
-/* ---- the packed integer kernel (medha_pack, AVX512-VNNI builds) ---- */
+/* ---- the packed integer kernel (medha_pack: AVX512-VNNI or AVX2) ---- */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define PACK8 1
