@@ -260,6 +260,24 @@ act_round(int type, const float *x, int k, double *xr, double *xs)
 		}
 }
 
+/* a (rows, k) weight of type over data */
+static struct medha_tensor
+weight(int type, int rows, int k, const void *data)
+{
+	struct medha_tensor w;
+
+	memset(&w, 0, sizeof(w));
+	w.name = "w";
+	w.type = type;
+	w.n_dims = 2;
+	w.ne[0] = k;
+	w.ne[1] = rows;
+	w.ne[2] = w.ne[3] = 1;
+	w.data = data;
+	w.nbytes = medha_ggml_row_bytes(type, k) * (size_t)rows;
+	return w;
+}
+
 static void
 test_matmul(void **state)
 {
@@ -311,15 +329,7 @@ test_matmul(void **state)
 			                     wd + (size_t)r * K, K),
 			    0);
 		}
-		memset(&w, 0, sizeof(w));
-		w.name = "w";
-		w.type = type;
-		w.n_dims = 2;
-		w.ne[0] = K;
-		w.ne[1] = ROWS;
-		w.ne[2] = w.ne[3] = 1;
-		w.data = wq;
-		w.nbytes = rb * ROWS;
+		w = weight(type, ROWS, K, wq);
 		for (ref = 0; ref <= 1; ref++)
 			for (n = 1; n <= N; n += 4) {
 				assert_int_equal(medha_cpu_matmul(ref ? NULL
@@ -481,15 +491,7 @@ test_matmul_packed(void **state)
 				} else if (type == MEDHA_GGML_Q8_0 && b == 0)
 					p[2 + r % 32] = 0x80; /* -128 */
 			}
-		memset(&w, 0, sizeof(w));
-		w.name = "w";
-		w.type = type;
-		w.n_dims = 2;
-		w.ne[0] = K;
-		w.ne[1] = ROWS;
-		w.ne[2] = w.ne[3] = 1;
-		w.data = wq;
-		w.nbytes = rb * ROWS;
+		w = weight(type, ROWS, K, wq);
 		if (medha_pack_make(&pk, &w) == MEDHA_EUNSUP) {
 			fprintf(stderr, "# no packed kernel in this build\n");
 			break;

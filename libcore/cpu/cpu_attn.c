@@ -260,6 +260,25 @@ exp_sum(float *x, int64_t n, float m)
 }
 
 /*
+ * Value row j of kv head kvh, for a pass over keys [lo, lo + nk): a new
+ * run is looked up where j starts one (*run keeps the current one), and
+ * the first pass (c0 0) prefetches RUNS_AHEAD runs ahead.
+ */
+static inline __attribute__((always_inline)) const char *
+value_row(const struct medha_kvcache *kv, int seq, int layer, int kvh,
+    int64_t j, int64_t lo, int64_t nk, int c0, const char **run)
+{
+	if (j == lo || j % MEDHA_KV_BLOCK == 0) {
+		*run = medha_kv_run(kv, seq, layer, 1, kvh, j / MEDHA_KV_BLOCK);
+		if (c0 == 0 &&
+		    (j / MEDHA_KV_BLOCK + RUNS_AHEAD) * MEDHA_KV_BLOCK < lo + nk)
+			prefetch_run(kv, seq, layer, 1, kvh,
+			    j / MEDHA_KV_BLOCK + RUNS_AHEAD);
+	}
+	return *run + (size_t)(j % MEDHA_KV_BLOCK) * kv->c.head_dim * kv->elsize;
+}
+
+/*
  * acc (G, hd) = the sum over keys j in [lo, hi) of p[g * nk + j - lo]
  * times value row j: one fma chain per output element, in key order,
  * so any split of the work gives the same bits. W vectors of 16
@@ -284,18 +303,8 @@ pv_gw(const int G, const int W, const struct medha_kvcache *kv, int seq,
 			for (w = 0; w < W; w++)
 				a[g][w] = _mm512_setzero_ps();
 		for (j = lo; j < lo + nk; j++) {
-			if (j == lo || j % MEDHA_KV_BLOCK == 0) {
-				run = medha_kv_run(kv, seq, layer, 1, kvh,
-				    j / MEDHA_KV_BLOCK);
-				if (c0 == 0 &&
-				    (j / MEDHA_KV_BLOCK + RUNS_AHEAD) *
-				            MEDHA_KV_BLOCK <
-				        lo + nk)
-					prefetch_run(kv, seq, layer, 1, kvh,
-					    j / MEDHA_KV_BLOCK + RUNS_AHEAD);
-			}
-			row = run +
-			    (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
+			row = value_row(kv, seq, layer, kvh, j, lo, nk, c0,
+			    &run);
 #pragma GCC unroll 4
 			for (w = 0; w < W; w++)
 				v[w] = kv->c.type == MEDHA_KV_F32
@@ -332,18 +341,8 @@ pv_gw(const int G, const int W, const struct medha_kvcache *kv, int seq,
 		for (g = 0; g < G; g++)
 			a[g][0] = a[g][1] = _mm256_setzero_ps();
 		for (j = lo; j < lo + nk; j++) {
-			if (j == lo || j % MEDHA_KV_BLOCK == 0) {
-				run = medha_kv_run(kv, seq, layer, 1, kvh,
-				    j / MEDHA_KV_BLOCK);
-				if (c0 == 0 &&
-				    (j / MEDHA_KV_BLOCK + RUNS_AHEAD) *
-				            MEDHA_KV_BLOCK <
-				        lo + nk)
-					prefetch_run(kv, seq, layer, 1, kvh,
-					    j / MEDHA_KV_BLOCK + RUNS_AHEAD);
-			}
-			row = run +
-			    (size_t)(j % MEDHA_KV_BLOCK) * hd * kv->elsize;
+			row = value_row(kv, seq, layer, kvh, j, lo, nk, c0,
+			    &run);
 			if (kv->c.type == MEDHA_KV_F32) {
 				v0 = _mm256_loadu_ps((const float *)row + c0);
 				v1 = _mm256_loadu_ps(
