@@ -107,6 +107,51 @@ scores_g(const int G, const struct medha_kvcache *kv, const void *run,
 	__m256 a0[4], a1[4], k0, k1;
 	int h;
 
+	if (G <= 2) { /* keys 0-15 at once: 8 chains for the fma latency */
+		__m256 b0[2], b1[2], k2, k3;
+#pragma GCC unroll 2
+		for (g = 0; g < G; g++)
+			a0[g] = a1[g] = b0[g] = b1[g] = _mm256_setzero_ps();
+		for (c = 0; c < hd - h2; c++) {
+			if (kv->c.type == MEDHA_KV_F32) {
+				const float *kr = (const float *)run;
+				k0 = _mm256_loadu_ps(kr + c * 16);
+				k2 = _mm256_loadu_ps(kr + c * 16 + 8);
+				k1 = _mm256_loadu_ps(kr + (c + h2) * 16);
+				k3 = _mm256_loadu_ps(kr + (c + h2) * 16 + 8);
+			} else {
+				const uint16_t *kr = (const uint16_t *)run;
+				k0 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)(kr + c * 16)));
+				k2 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)(kr + c * 16 + 8)));
+				k1 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)(kr + (c + h2) * 16)));
+				k3 = _mm256_cvtph_ps(_mm_loadu_si128(
+				    (const __m128i *)(kr + (c + h2) * 16 + 8)));
+			}
+#pragma GCC unroll 2
+			for (g = 0; g < G; g++) {
+				const __m256 qa = _mm256_set1_ps(q[g * hd + c]);
+				const __m256 qb =
+				    _mm256_set1_ps(q[g * hd + c + h2]);
+				if (c < h2) {
+					a0[g] = _mm256_fmadd_ps(qa, k0, a0[g]);
+					b0[g] = _mm256_fmadd_ps(qa, k2, b0[g]);
+				}
+				a1[g] = _mm256_fmadd_ps(qb, k1, a1[g]);
+				b1[g] = _mm256_fmadd_ps(qb, k3, b1[g]);
+			}
+		}
+#pragma GCC unroll 2
+		for (g = 0; g < G; g++) {
+			_mm256_storeu_ps(out + g * 16,
+			    _mm256_add_ps(a0[g], a1[g]));
+			_mm256_storeu_ps(out + g * 16 + 8,
+			    _mm256_add_ps(b0[g], b1[g]));
+		}
+		return;
+	}
 	for (h = 0; h < 16; h += 8) { /* keys 0-7, then 8-15 */
 #pragma GCC unroll 4
 		for (g = 0; g < G; g++)
@@ -331,42 +376,46 @@ pv_gw(const int G, const int W, const struct medha_kvcache *kv, int seq,
 				    a[g][w]);
 	}
 #elif defined(ATTN_AVX2)
-	/* 16 dimensions a pass (sixteen registers: 4 heads by 2) */
-	__m256 a[4][2], v0, v1, pj;
+	/* 8 * V dimensions a pass: 32 for up to 2 heads (8 chains for the
+	   fma latency), else 16 (sixteen registers: 4 heads by 2) */
+	const int V = G <= 2 && W >= 2 ? 4 : 2;
+	__m256 a[4][4], v, pj[4];
 	const char *run = NULL, *row;
+	int w;
 
-	(void)W;
-	for (c0 = 0; c0 < hd; c0 += 16) {
+	for (c0 = 0; c0 < hd; c0 += 8 * V) {
 #pragma GCC unroll 4
 		for (g = 0; g < G; g++)
-			a[g][0] = a[g][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+			for (w = 0; w < V; w++)
+				a[g][w] = _mm256_setzero_ps();
 		for (j = lo; j < lo + nk; j++) {
 			row = value_row(kv, seq, layer, kvh, j, lo, nk, c0,
 			    &run);
-			if (kv->c.type == MEDHA_KV_F32) {
-				v0 = _mm256_loadu_ps((const float *)row + c0);
-				v1 = _mm256_loadu_ps(
-				    (const float *)row + c0 + 8);
-			} else {
-				v0 = _mm256_cvtph_ps(_mm_loadu_si128(
-				    (const __m128i *)((const uint16_t *)row +
-				        c0)));
-				v1 = _mm256_cvtph_ps(_mm_loadu_si128(
-				    (const __m128i *)((const uint16_t *)row +
-				        c0 + 8)));
-			}
 #pragma GCC unroll 4
-			for (g = 0; g < G; g++) {
-				pj = _mm256_set1_ps(p[g * nk + (j - lo)]);
-				a[g][0] = _mm256_fmadd_ps(pj, v0, a[g][0]);
-				a[g][1] = _mm256_fmadd_ps(pj, v1, a[g][1]);
+			for (g = 0; g < G; g++)
+				pj[g] = _mm256_set1_ps(p[g * nk + (j - lo)]);
+#pragma GCC unroll 4
+			for (w = 0; w < V; w++) {
+				v = kv->c.type == MEDHA_KV_F32
+				    ? _mm256_loadu_ps(
+				          (const float *)row + c0 + 8 * w)
+				    : _mm256_cvtph_ps(_mm_loadu_si128(
+				          (const __m128i *)((const uint16_t *)
+				                                row +
+				              c0 + 8 * w)));
+#pragma GCC unroll 4
+				for (g = 0; g < G; g++)
+					a[g][w] =
+					    _mm256_fmadd_ps(pj[g], v, a[g][w]);
 			}
 		}
 #pragma GCC unroll 4
-		for (g = 0; g < G; g++) {
-			_mm256_storeu_ps(acc + g * hd + c0, a[g][0]);
-			_mm256_storeu_ps(acc + g * hd + c0 + 8, a[g][1]);
-		}
+		for (g = 0; g < G; g++)
+#pragma GCC unroll 4
+			for (w = 0; w < V; w++)
+				_mm256_storeu_ps(acc + g * hd + c0 + 8 * w,
+				    a[g][w]);
 	}
 #else
 	const char *run = NULL, *row;
