@@ -20,9 +20,12 @@
 #    default replica, (64 - 1) / (finish - first_token), against
 #    medha-worker -p on the same prompt (-n 64 --ignore-eos -v: its
 #    "generated" time covers the same 63 decode steps). Goal: under 5%.
-#    A third replica, its worker with --lookahead (each decode step runs
-#    while the step before makes its round trip to the scheduler), shows
-#    what that gives here.
+#    replay submits without a stream (its records carry the output); the
+#    same request from a client that streams (replay --stream: a token
+#    event to the client every step) shows what streaming costs. A third
+#    replica, its worker with --lookahead (each decode step runs while
+#    the step before makes its round trip to the scheduler), shows what
+#    that gives here.
 #
 # Every round runs medha-worker -p, then N = 1, 4, 8, 16 on each replica
 # in turn (a replica sits idle, blocked on its sockets, while the other
@@ -102,11 +105,12 @@ for n in (1, 4, 8, 16):
 PY
 prompt0="The capital of France is"
 
-# replay trace $2 on replica $1: "live NAME N RATE WALL BATCHES"
+# replay trace $2 on replica $1 (replay flags $3; row name $4, else $1):
+# "live NAME N RATE WALL"
 live() {
-	"$bin/medha-trace" replay -a "ipc://$tmp/$1.sock" "$tmp/trace$2.jsonl" \
-	    >"$tmp/out"
-	python3 - "$1" "$2" "$tmp/out" <<'PY'
+	"$bin/medha-trace" replay -a "ipc://$tmp/$1.sock" ${3:-} \
+	    "$tmp/trace$2.jsonl" >"$tmp/out"
+	python3 - "${4:-$1}" "$2" "$tmp/out" <<'PY'
 import json, sys
 name, n = sys.argv[1], int(sys.argv[2])
 out = [json.loads(l) for l in open(sys.argv[3])]
@@ -131,6 +135,7 @@ while [ $r -lt "$reps" ]; do
 		live adaptive $n >>"$tmp/rows"
 		live fixed $n >>"$tmp/rows"
 	done
+	live adaptive 1 --stream stream >>"$tmp/rows"
 	live ahead 1 >>"$tmp/rows"
 	"$tmp/decode-batch" -t "$threads" "$model" 1 4 8 16 |
 	    sed 's/^/backend /' >>"$tmp/rows"
@@ -193,6 +198,7 @@ print("one request, decode tok/s over its 63 decode steps, %s threads"
 lv = live[("adaptive", 1)]
 print("%-20s %8s %8s   %s" % ("", "median", "best", "each round"))
 for name, xs in (("medha-worker -p", one), ("live replica", lv),
+                 ("  streaming client", live[("stream", 1)]),
                  ("  --lookahead", live[("ahead", 1)])):
     print("%-20s %8.1f %8.1f   %s" % (name, med(xs), max(xs),
                                       " ".join("%.1f" % x for x in xs)))
@@ -200,5 +206,7 @@ ovm = (1 - med(lv) / med(one)) * 100
 ovb = (1 - max(lv) / max(one)) * 100
 print("goal: live overhead < 5%%: %.1f%% (medians), %.1f%% (best), %s" % (
     ovm, ovb, "met" if max(ovm, ovb) < 5 else "missed"))
+print("with a streaming client: %.1f%% (medians)" % (
+    (1 - med(live[("stream", 1)]) / med(one)) * 100))
 print("medians of %s interleaved rounds" % sys.argv[2])
 PY

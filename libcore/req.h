@@ -70,6 +70,10 @@ struct medha_reqspec {
 	int32_t *prompt_ids;   /* owned (prompt_tokens) token ids, or NULL */
 	struct medha_sampler_params sampling;
 	int ignore_eos;             /* generate past end-of-generation */
+	int no_stream;              /* the client wants no token events, the
+	                               record alone (it carries the whole
+	                               output); a client's choice on the wire
+	                               ("stream": false), not a trace's */
 	int n_stop;                 /* stop strings in stop[] */
 	char *stop[MEDHA_STOP_MAX]; /* owned stop strings: the output ends
 	                               before the first one it contains */

@@ -247,6 +247,8 @@ static const struct mcase submit_cases[] = {
     {"seed a float", {{"seed", D(7.0)}}},
     {"ignore_eos an int", {{"ignore_eos", I(1)}}},
     {"ignore_eos nil", {{"ignore_eos", NIL}}},
+    {"stream an int", {{"stream", I(0)}}},
+    {"stream a string", {{"stream", S("false")}}},
     {"arrival negative", {{"arrival", D(-1)}}},
     {"arrival NaN", {{"arrival", D(NAN)}}},
     {"arrival infinite", {{"arrival", D(INFINITY)}}},

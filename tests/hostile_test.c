@@ -750,6 +750,39 @@ test_still_serving(void **state)
 		medha_msg_clear(&rep);
 	}
 	assert_int_equal(ntok, 8);
+	free(buf);
+
+	/* one that asks for no stream gets its record alone, which
+	   carries every token */
+	strcpy(m.submit.id, "quiet");
+	m.submit.no_stream = 1;
+	buf = encode(&m, &len);
+	assert_int_equal(call(c, buf, len, &rep, 10 * L.slow), 0);
+	assert_int_equal(rep.type, MEDHA_MSG_ACCEPTED);
+	handle = rep.accepted.handle;
+	medha_msg_clear(&rep);
+	done = 0;
+	until = mono() + 20 * L.slow;
+	while (!done) {
+		if (mono() > until)
+			fail_msg("no record within %.0f s", 20 * L.slow);
+		assert_int_equal(call(c, pbuf, plen, &rep, 5 * L.slow), 0);
+		assert_int_equal(rep.type, MEDHA_MSG_EVENTS);
+		for (int64_t i = 0; i < rep.events.n; i++) {
+			const struct medha_msg_event *ev = &rep.events.ev[i];
+			assert_true(ev->handle == handle);
+			if (ev->kind == MEDHA_EVENT_TOKENS)
+				fail_msg("a token event for a request "
+				         "without a stream");
+			assert_string_equal(ev->record->id, "quiet");
+			assert_string_equal(medha_status_name(
+			                        ev->record->status),
+			    "ok");
+			assert_int_equal(ev->record->n_token_ids, 8);
+			done = 1;
+		}
+		medha_msg_clear(&rep);
+	}
 	medha_cli_close(c);
 	free(buf);
 	free(pbuf);

@@ -213,6 +213,7 @@ example(int t, int full, struct medha_msg *m)
 		    .top_p = 0.95f,
 		    .seed = UINT64_MAX};
 		rs->ignore_eos = 1;
+		rs->no_stream = 1;
 		rs->n_stop = 2;
 		rs->stop[0] = ex_stop0;
 		rs->stop[1] = ex_stop1;
@@ -371,6 +372,7 @@ test_roundtrip_values(void **state)
 	assert_int_equal(out.submit.sampling.top_k, 1 << 24);
 	assert_true(out.submit.sampling.seed == UINT64_MAX);
 	assert_int_equal(out.submit.ignore_eos, 1);
+	assert_int_equal(out.submit.no_stream, 1);
 	assert_int_equal(out.submit.n_stop, 2);
 	assert_string_equal(out.submit.stop[1], "END\xff");
 	medha_msg_clear(&out);
@@ -385,6 +387,7 @@ test_roundtrip_values(void **state)
 	assert_true(out.submit.sampling.top_p == 1);
 	assert_true(out.submit.sampling.seed == 1);
 	assert_true(out.submit.ttft_slo == 0 && out.submit.arrival == 0);
+	assert_int_equal(out.submit.no_stream, 0); /* streams by default */
 	medha_msg_clear(&out);
 
 	/* the minimal frames are small */
@@ -588,6 +591,9 @@ test_reject_submit(void **state)
 	reject(SUB("sssisisi", 4, "id", "q", "max_tokens", 1, "prompt_tokens",
 	           1, "ignore_eos", 1),
 	    "submit: request.ignore_eos: not a boolean");
+	reject(SUB("sssisisi", 4, "id", "q", "max_tokens", 1, "prompt_tokens",
+	           1, "stream", 0),
+	    "submit: request.stream: not a boolean");
 	reject(SUB("sssisisd", 4, "id", "q", "max_tokens", 1, "prompt_tokens",
 	           1, "ttft_slo", (double)INFINITY),
 	    "submit: request.ttft_slo: not a number > 0");
@@ -1242,6 +1248,7 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 		m->submit.sampling.top_k = (int)rnd_int();
 		m->submit.sampling.seed = rnd();
 		m->submit.ignore_eos = (int)(rnd() % 3);
+		m->submit.no_stream = (int)(rnd() % 3);
 		m->submit.n_stop = (int)(rnd() % 6);
 		for (int i = 0; i < m->submit.n_stop && i < MEDHA_STOP_MAX; i++)
 			m->submit.stop[i] = stops[rnd() % 3];

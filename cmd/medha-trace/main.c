@@ -39,8 +39,8 @@ static const struct {
     {"replay", "medha-trace replay", trace_replay,
         "submit a trace to a live replica, write its records",
         "medha-trace replay -a addr [-hv] [-o file] [--speed x] "
-        "[--text]\n"
-        "           [--token-ids] [--wait seconds] [file]\n"},
+        "[--stream]\n"
+        "           [--text] [--token-ids] [--wait seconds] [file]\n"},
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 

@@ -8,8 +8,10 @@
  *
  * Two req contexts: the main thread submits (SUBMIT, answered ACCEPTED
  * or ERROR: a refused request is printed at once as a "rejected"
- * record); a second thread polls (POLL, answered with token and record
- * events) and prints the records. Every submitted request ends with
+ * record); a second thread polls (POLL, answered with record events:
+ * each request is submitted with "stream": false, as the records carry
+ * the output and no token is printed before its request ends; token
+ * events too with --stream) and prints the records. Every submitted request ends with
  * exactly one record: if the scheduler goes silent for longer than
  * MEDHA_PROTO_DEAD_MS, the requests still open get "failed" records.
  */
@@ -251,7 +253,7 @@ wait_ready(struct rp *p, double wait)
 	}
 }
 
-enum { OPT_SPEED = 256, OPT_IDS, OPT_TEXT, OPT_WAIT };
+enum { OPT_SPEED = 256, OPT_IDS, OPT_STREAM, OPT_TEXT, OPT_WAIT };
 
 /* -h: every option of opts below, as medha-trace(1) says */
 static const struct medha_help replay_help[] = {
@@ -261,6 +263,7 @@ static const struct medha_help replay_help[] = {
         "write records to file, not stdout (.zst: compressed)"},
     {"-v, --verbose", "more messages (each refused request)"},
     {"--speed x", "divide every arrival time by x (1)"},
+    {"--stream", "ask for token events as a streaming client (not printed)"},
     {"--text", "records carry the generated text"},
     {"--token-ids", "records carry the generated token_ids and text"},
     {"--wait seconds", "wait for a ready replica (60 s); 0: till it answers"},
@@ -275,6 +278,7 @@ trace_replay(int argc, char *argv[])
 	    {"help", no_argument, NULL, 'h'},
 	    {"output", required_argument, NULL, 'o'},
 	    {"speed", required_argument, NULL, OPT_SPEED},
+	    {"stream", no_argument, NULL, OPT_STREAM},
 	    {"text", no_argument, NULL, OPT_TEXT},
 	    {"token-ids", no_argument, NULL, OPT_IDS},
 	    {"verbose", no_argument, NULL, 'v'},
@@ -289,7 +293,7 @@ trace_replay(int argc, char *argv[])
 	FILE *f = stdin, *of;
 	pthread_t poller;
 	char why[512];
-	int ch, rc, status = 0;
+	int ch, rc, status = 0, stream = 0;
 
 	memset(&p, 0, sizeof(p));
 	while ((ch = getopt_long(argc, argv, "a:ho:v", opts, NULL)) != -1) {
@@ -302,6 +306,7 @@ trace_replay(int argc, char *argv[])
 			speed = flag_f64("--speed", optarg, 0, 1e9, 1);
 			break;
 		case OPT_IDS: p.ids = 1; break;
+		case OPT_STREAM: stream = 1; break;
 		case OPT_TEXT: p.text = 1; break;
 		case OPT_WAIT:
 			wait = flag_f64("--wait", optarg, 0, 1e6, 0);
@@ -357,6 +362,7 @@ trace_replay(int argc, char *argv[])
 		if (d > 0)
 			usleep((useconds_t)(d * 1e6));
 		m.submit = rs;
+		m.submit.no_stream = !stream; /* it prints only records */
 		rc = medha_cli_msg(p.cli, 0, &m, &rep,
 		    MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why));
 		pthread_mutex_lock(&p.mu);

@@ -885,8 +885,10 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	struct medha_msg out, rep;
 	struct sigaction sa;
 	pthread_t hb;
+	struct medha_tbt rtt = {0}; /* RESULT sent -> next BATCH in */
 	char why[512];
 	int rc = 0, batches = 0;
+	double sent = 0;
 
 	memset(&w, 0, sizeof(w));
 	w.be = be;
@@ -975,6 +977,7 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 		out.worker_id = w.id;
 		w.na = w.ran = 0;
 		while (!stopping) {
+			sent = medha_now();
 			if (w.na > 0) {
 				/* the next step runs while the answer comes */
 				rc = medha_cli_msg_send(w.cli, 0, &out,
@@ -994,6 +997,9 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 				    MEDHA_PROTO_DEAD_MS / 1e3, why,
 				    sizeof(why));
 			}
+			if (rc == 0 && rep.type == MEDHA_MSG_BATCH &&
+			    out.type == MEDHA_MSG_RESULT)
+				(void)medha_tbt_add(&rtt, medha_now() - sent);
 			free(out.result.tokens);
 			memset(&out, 0, sizeof(out));
 			out.type = MEDHA_MSG_READY;
@@ -1061,6 +1067,13 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	free_all(&w);
 	medha_log(MEDHA_LOG_WARN, "stopped after %d batches (%lld of %lld "
 	    "steps run ahead used)", batches, w.hits, w.looked);
+	if (medha_tbt_count(&rtt) > 0)
+		medha_log(MEDHA_LOG_WARN, "from a result sent to the next batch "
+		    "in: median %.0f us, p90 %.0f us over %lld batches",
+		    medha_tbt_quantile(&rtt, 0.5) * 1e6,
+		    medha_tbt_quantile(&rtt, 0.9) * 1e6,
+		    (long long)medha_tbt_count(&rtt));
+	medha_tbt_free(&rtt);
 	rc = 0; /* a stop on a signal */
 out:
 	free(w.seqs);

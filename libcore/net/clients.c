@@ -103,7 +103,46 @@ medha_clients_push(struct medha_clients *cs, uint32_t peer,
 		cs->queued++;
 	c->q[c->nq++] = *ev;
 	memset(ev, 0, sizeof(*ev));
-	flush(cs, c);
+	if (!cs->hold) {
+		flush(cs, c);
+		return;
+	}
+	if (c->held)
+		return;
+	if (cs->nheld == cs->held_cap) {
+		int64_t ncap = cs->held_cap ? 2 * cs->held_cap : 16;
+		void *n = medha_reallocarray(cs->held, (size_t)ncap,
+		    sizeof(*cs->held));
+		if (n == NULL) { /* no room to remember it: send now */
+			flush(cs, c);
+			return;
+		}
+		cs->held = n;
+		cs->held_cap = ncap;
+	}
+	cs->held[cs->nheld++] = peer;
+	c->held = 1;
+}
+
+void
+medha_clients_hold(struct medha_clients *cs)
+{
+	cs->hold = 1;
+}
+
+void
+medha_clients_release(struct medha_clients *cs)
+{
+	cs->hold = 0;
+	for (int64_t i = 0; i < cs->nheld; i++) {
+		struct medha_client *c =
+		    medha_clients_find(cs, cs->held[i], 0);
+		if (c != NULL) { /* (gone meanwhile: dropped with its queue) */
+			c->held = 0;
+			flush(cs, c);
+		}
+	}
+	cs->nheld = 0;
 }
 
 uint32_t
@@ -165,6 +204,9 @@ medha_clients_free(struct medha_clients *cs)
 	while (medha_map_next(&cs->by_peer, &it, &key, &v))
 		client_free(cs, v);
 	medha_map_free(&cs->by_peer);
+	free(cs->held);
+	cs->held = NULL;
+	cs->nheld = cs->held_cap = 0;
 }
 
 int

@@ -8,6 +8,8 @@
  *	on POLL:	medha_clients_poll(&cs, ev->peer, ev->call, now);
  *	to send:	medha_clients_push(&cs, peer, &event);
  *	each pass:	medha_clients_tick(&cs, now);	(keep-alives)
+ *	to send later:	medha_clients_hold(&cs); ... pushes ...
+ *			medha_clients_release(&cs);
  *	peer gone:	medha_clients_drop(&cs, peer);
  *	medha_clients_free(&cs);
  */
@@ -35,12 +37,16 @@ struct medha_client {
 	double poll_since;
 	double polled; /* when it last polled (or appeared) */
 	int64_t live; /* its requests in flight (the caller's count) */
+	int held;     /* in its server's list of clients to flush */
 };
 
 struct medha_clients {
 	struct medha_srv *srv; /* set by the caller */
 	struct medha_map by_peer;
 	int64_t queued; /* clients with events not collected */
+	int hold;       /* pushes only queue (medha_clients_hold) */
+	uint32_t *held; /* (nheld) clients pushed to while holding */
+	int64_t nheld, held_cap;
 };
 
 /* The client at peer; with make, a new one if absent (NULL: no memory). */
@@ -66,6 +72,16 @@ medha_clients_push(struct medha_clients *cs, uint32_t peer,
  * CLOCK_MONOTONIC seconds.
  */
 uint32_t medha_clients_tick(struct medha_clients *cs, double now);
+
+/*
+ * From hold to release, pushed events only queue; release then answers
+ * the POLLs of the clients pushed to meanwhile, one message each for
+ * all their events. A server holds while it handles a worker's result,
+ * so that the worker's next batch goes out before the clients' tokens
+ * and a client gets one message a step for all its requests.
+ */
+void medha_clients_hold(struct medha_clients *cs);
+void medha_clients_release(struct medha_clients *cs);
 
 /* Forget peer and its queue (its held POLL is let go). */
 void medha_clients_drop(struct medha_clients *cs, uint32_t peer);

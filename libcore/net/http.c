@@ -675,6 +675,8 @@ submit(struct medha_http *h, struct hreq *r)
 		goto refuse;
 	}
 	m.submit = r->q.spec; /* borrowed */
+	/* a response that is not a stream is made from the record alone */
+	m.submit.no_stream = !r->q.stream;
 	rc = medha_cli_msg(h->cli, 0, &m, &rep, DEAD, why, sizeof(why));
 	pthread_mutex_lock(&h->mu);
 	if (rc != 0)

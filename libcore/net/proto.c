@@ -674,7 +674,8 @@ reqspec_eq(const struct medha_reqspec *a, const struct medha_reqspec *b)
 	        !ids_eq(a->prompt_ids, a->prompt_tokens, b->prompt_ids,
 	            b->prompt_tokens)) ||
 	    !sampling_eq(&a->sampling, &b->sampling) ||
-	    !a->ignore_eos != !b->ignore_eos || a->n_stop != b->n_stop)
+	    !a->ignore_eos != !b->ignore_eos || !a->no_stream != !b->no_stream ||
+	    a->n_stop != b->n_stop)
 		return 0;
 	for (int i = 0; i < a->n_stop; i++)
 		if (!str_eq(a->stop[i], b->stop[i]))

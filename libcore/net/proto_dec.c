@@ -308,11 +308,12 @@ enum {
 	RQ_STOP,
 	RQ_TTFT_SLO,
 	RQ_TPOT_SLO,
+	RQ_STREAM,
 	RQ_N
 };
 static const char *const rq_keys[RQ_N] = {"id", "arrival", "prompt",
     "prompt_ids", "prompt_tokens", "max_tokens", "temperature", "top_k",
-    "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo"};
+    "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream"};
 
 static int
 dec_stop(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
@@ -414,6 +415,13 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
 	             &rs->ignore_eos)) != 0) ||
 	    (v[RQ_STOP] != NULL && (rc = dec_stop(d, v[RQ_STOP], rs)) != 0))
 		return rc;
+	if (v[RQ_STREAM] != NULL) {
+		int stream = 1;
+		if ((rc = get_bool(d, v[RQ_STREAM], "request.stream",
+		         &stream)) != 0)
+			return rc;
+		rs->no_stream = !stream;
+	}
 	if ((rc = get_slo(d, v[RQ_TTFT_SLO], "request.ttft_slo",
 	         &rs->ttft_slo)) != 0 ||
 	    (rc = get_slo(d, v[RQ_TPOT_SLO], "request.tpot_slo",

@@ -103,7 +103,7 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	n += (rs->prompt != NULL) + (rs->prompt_ids != NULL) + with_pt;
 	n += (sp->temp != g->temp) + (sp->top_k != g->top_k) +
 	    (sp->top_p != g->top_p) + (sp->seed != g->seed);
-	n += (rs->ignore_eos != 0) + (rs->n_stop > 0);
+	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
 	put_name(e, "id");
@@ -143,6 +143,10 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	if (rs->ignore_eos) {
 		put_name(e, "ignore_eos");
 		put_bool(e, 1);
+	}
+	if (rs->no_stream) {
+		put_name(e, "stream");
+		put_bool(e, 0);
 	}
 	if (rs->n_stop > 0) {
 		put_name(e, "stop");

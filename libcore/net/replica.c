@@ -42,6 +42,7 @@ struct lreq {
 	int64_t n_prompt;
 	struct medha_sampler_params sp;
 	int ignore_eos;
+	int no_stream; /* no token events: the record carries the output */
 	int n_stop;
 	char *stop[MEDHA_STOP_MAX];
 	size_t stop_max; /* longest stop string */
@@ -219,6 +220,8 @@ send_tokens(struct medha_replica *r, struct lreq *q, int final)
 	struct medha_msg_event ev = {.kind = MEDHA_EVENT_TOKENS};
 	size_t upto = q->text_len;
 
+	if (q->no_stream)
+		return;
 	if (!final && q->n_stop > 0)
 		upto = q->text_len > q->stop_max - 1
 		    ? q->text_len - (q->stop_max - 1)
@@ -1030,6 +1033,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 	q->peer = ev->peer;
 	q->sp = rs->sampling;
 	q->ignore_eos = rs->ignore_eos;
+	q->no_stream = rs->no_stream;
 	for (int i = 0; i < rs->n_stop; i++) {
 		q->stop[i] = rs->stop[i];
 		rs->stop[i] = NULL;
@@ -1195,6 +1199,8 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 			medha_srv_drop(r->srv, w->call);
 		w->call = ev->call;
 		w->call_since = mono();
+		/* the next batch goes out before the tokens of this one */
+		medha_clients_hold(&r->clients);
 		if (m.type == MEDHA_MSG_RESULT)
 			on_result(r, w, &m.result);
 		else if (w->done < w->sent) {
@@ -1204,6 +1210,7 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 		}
 		flights_fill(r);
 		dispatch(r, w, 0);
+		medha_clients_release(&r->clients);
 		break;
 	default:
 		medha_log(MEDHA_LOG_WARN,

@@ -4,13 +4,16 @@
 #     router): sixteen greedy requests at once, each exactly the tokens
 #     medha-worker -p gives alone; both replicas serve some; one record
 #     each.
-#  2. Three sim replicas behind a router, a replay running: one scheduler
-#     is stopped (SIGSTOP: its heartbeats stop, its connection stays) and
+#  2. Three sim replicas behind a router, two replays running, one whose
+#     client streams (--stream) and one that does not: one scheduler is
+#     stopped (SIGSTOP: its heartbeats stop, its connection stays) and
 #     another killed (SIGKILL: its connection closes). Every request ends
-#     with exactly one record; those the lost replicas held are "failed"
-#     with the replica named; the router keeps answering; once both are
-#     back (SIGCONT, and a new scheduler at the same address), requests
-#     are served by all three again. SIGTERM stops the router cleanly.
+#     with exactly one record; of the streamed ones, those the lost
+#     replicas held are "failed" with the replica named; the others, whose
+#     client had seen nothing of them, went to the replica left: all ok.
+#     The router keeps answering; once both are back (SIGCONT, and a new
+#     scheduler at the same address), requests are served by all three
+#     again. SIGTERM stops the router cleanly.
 #  3. A router whose one replica is not there yet: requests wait at the
 #     router and are served once it starts (all ok); with --hold-timeout
 #     1 and no replica they end "rejected" after about a second; with
@@ -93,9 +96,13 @@ router=$!
 pids="$pids $s0 $s1 $s2 $router"
 wait_line "$tmp/logs/router.log" 'ready: '
 "$bin/medha-trace" gen -n 240 -q 20 -l 0 -s 5 >"$tmp/t.jsonl"
-"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --speed 2 \
+"$bin/medha-trace" gen -n 120 -q 10 -l 0 -s 6 >"$tmp/tq.jsonl"
+"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --speed 2 --stream \
     "$tmp/t.jsonl" >"$tmp/lost.jsonl" &
 replay=$!
+"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --speed 2 \
+    "$tmp/tq.jsonl" >"$tmp/lostq.jsonl" &
+replayq=$!
 sleep 2
 kill -STOP $s1
 kill -KILL $s2
@@ -104,6 +111,7 @@ wait_line "$tmp/logs/router.log" "r1.sock: silent"
 "$bin/medha-trace" gen -n 5 -q 50 -s 9 |
     "$bin/medha-trace" replay -a "ipc://$tmp/router.sock" >"$tmp/during.jsonl"
 wait $replay
+wait $replayq
 kill -CONT $s1
 sched 2
 s2=$!
@@ -130,11 +138,17 @@ for r in lost:
     if r["status"] == "failed":
         assert "replica ipc://" in r["reason"], r
 assert st.get("failed", 0) > 0 and st.get("ok", 0) > 0, st
+quiet = load("lostq.jsonl")
+assert sorted(str(r["id"]) for r in quiet) == \
+    sorted(str(t["id"]) for t in load("tq.jsonl")), "requests lost"
+assert all(r["status"] == "ok" for r in quiet), \
+    [r for r in quiet if r["status"] != "ok"][:3]
 during = load("during.jsonl")
 assert len(during) == 5 and all(r["status"] == "ok" for r in during), during
 after = load("after.jsonl")
 assert len(after) == 60 and all(r["status"] == "ok" for r in after), after
-print("lost replicas: %s; while down: 5 ok; after: 60 ok" % st)
+print("lost replicas: streamed %s; not streamed: %d ok; while down: 5 ok; "
+      "after: 60 ok" % (st, len(quiet)))
 PY
 # after the losses every replica served requests again
 kill -TERM $pids 2>/dev/null || true
