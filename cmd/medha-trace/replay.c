@@ -263,7 +263,7 @@ static const struct medha_help replay_help[] = {
         "write records to file, not stdout (.zst: compressed)"},
     {"-v, --verbose", "more messages (each refused request)"},
     {"--speed x", "divide every arrival time by x (1)"},
-    {"--stream", "ask for token events as a streaming client (not printed)"},
+    {"--stream", "ask for token events as a streaming client does"},
     {"--text", "records carry the generated text"},
     {"--token-ids", "records carry the generated token_ids and text"},
     {"--wait seconds", "wait for a ready replica (60 s); 0: till it answers"},
