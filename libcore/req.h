@@ -147,6 +147,8 @@ struct medha_tbt {
 	                              buckets ascending; NULL when cap is 0 */
 	int n;                     /* bins used, <= MEDHA_TBT_BUCKETS */
 	int cap;                   /* bins allocated */
+	int last;                  /* the bin added to last, tried first
+	                              (any index: checked) */
 };
 
 /* The bucket of a gap >= 0 (s); -1 for a negative gap or NaN. */

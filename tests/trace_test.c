@@ -528,6 +528,65 @@ test_tbt_quantiles(void **state)
 	}
 }
 
+/* The bucket as medha-trace(5) defines it, by the logarithm. */
+static int
+ref_bucket(double gap)
+{
+	double b;
+
+	if (gap < MEDHA_TBT_MIN)
+		return 0;
+	b = floor(log(gap / MEDHA_TBT_MIN) / log(MEDHA_TBT_RATIO)) + 1;
+	return b < MEDHA_TBT_BUCKETS - 1 ? (int)b : MEDHA_TBT_BUCKETS - 1;
+}
+
+/*
+ * medha_tbt_bucket (comparisons against a table of edges) and
+ * medha_tbt_add (which first tries the bin it added to last) place
+ * every gap where the definition does: at each edge MIN * r^k and a
+ * few doubles either side of it, and at random gaps from 1e-7 to 1e5 s,
+ * added in runs that stay in one bucket and that jump about.
+ */
+static void
+test_tbt_bucket_definition(void **state)
+{
+	struct medha_tbt h = {0};
+	static int64_t want[MEDHA_TBT_BUCKETS];
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	for (int k = 0; k <= MEDHA_TBT_BUCKETS; k++) {
+		double e = MEDHA_TBT_MIN * pow(MEDHA_TBT_RATIO, k);
+		for (int d = -4; d <= 4; d++) {
+			double g = e;
+			for (int i = 0; i < (d < 0 ? -d : d); i++)
+				g = nextafter(g, d < 0 ? 0 : INFINITY);
+			assert_int_equal(medha_tbt_bucket(g), ref_bucket(g));
+		}
+	}
+	for (int i = 0; i < 200000; i++) {
+		double u, g;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		u = (double)(x >> 11) / 9007199254740992.0;
+		g = 1e-7 * pow(1e12, u);
+		if (i % 100 >= 50) /* runs of nearly equal gaps */
+			g = 0.02 * (1 + 0.05 * u);
+		assert_int_equal(medha_tbt_bucket(g), ref_bucket(g));
+		assert_int_equal(medha_tbt_add(&h, g), 0);
+		want[ref_bucket(g)]++;
+	}
+	for (int i = 0; i < h.n; i++) {
+		assert_int_equal(h.bin[i].count, want[h.bin[i].bucket]);
+		want[h.bin[i].bucket] = 0;
+		if (i > 0)
+			assert_true(h.bin[i - 1].bucket < h.bin[i].bucket);
+	}
+	for (int b = 0; b < MEDHA_TBT_BUCKETS; b++)
+		assert_int_equal(want[b], 0);
+	medha_tbt_free(&h);
+}
+
 /* The buckets' edges and values; bad gaps; empty. */
 static void
 test_tbt_buckets(void **state)
@@ -1365,6 +1424,7 @@ main(void)
 	    cmocka_unit_test(test_live_fields_roundtrip),
 	    cmocka_unit_test(test_tbt_quantiles),
 	    cmocka_unit_test(test_tbt_buckets),
+	    cmocka_unit_test(test_tbt_bucket_definition),
 	    cmocka_unit_test(test_tbt_merge),
 	    cmocka_unit_test(test_tbt_roundtrip),
 	    cmocka_unit_test(test_tbt_malformed),
