@@ -278,6 +278,54 @@ weight(int type, int rows, int k, const void *data)
 	return w;
 }
 
+/*
+ * medha_cpu_mm_rate times real products: a positive, finite rate for
+ * each type it multiplies, one and several threads, a matrix larger
+ * than its 4M-weight cap; refusals for a type it cannot multiply and
+ * for bad shapes.
+ */
+static void
+test_mm_rate(void **state)
+{
+	static const int types[] = {MEDHA_GGML_F32, MEDHA_GGML_F16,
+	    MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_1};
+	enum { ROWS = 4104, K = 1024 }; /* 4.2M weights */
+	unsigned char *wq = calloc((size_t)ROWS * K, 4);
+	float row[K];
+	double f;
+
+	(void)state;
+	assert_non_null(wq);
+	rng_seed(5);
+	for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
+		size_t rb = medha_ggml_row_bytes(types[ti], K);
+		struct medha_tensor w = weight(types[ti], ROWS, K, wq);
+		for (int r = 0; r < ROWS; r++) {
+			for (int j = 0; j < K; j++)
+				row[j] = frand();
+			assert_int_equal(medha_quant_row(types[ti], row,
+			                     wq + rb * r, K),
+			    0);
+		}
+		for (int th = 1; th <= 2; th++) {
+			f = -1;
+			assert_int_equal(medha_cpu_mm_rate(&w, 16, th, &f), 0);
+			assert_true(f > 1e6 && isfinite(f));
+		}
+	}
+	{
+		struct medha_tensor w = weight(MEDHA_GGML_F32, 8, 64, wq);
+		w.type = 99; /* no product */
+		assert_int_equal(medha_cpu_mm_rate(&w, 4, 1, &f), MEDHA_EUNSUP);
+		assert_true(f == 0);
+		w.type = MEDHA_GGML_F32;
+		assert_int_equal(medha_cpu_mm_rate(&w, 0, 1, &f), MEDHA_EINVAL);
+		w.n_dims = 3;
+		assert_int_equal(medha_cpu_mm_rate(&w, 4, 1, &f), MEDHA_EINVAL);
+	}
+	free(wq);
+}
+
 static void
 test_matmul(void **state)
 {
@@ -644,6 +692,7 @@ main(void)
 	    cmocka_unit_test(test_threadpool),
 	    cmocka_unit_test(test_matmul),
 	    cmocka_unit_test(test_matmul_packed),
+	    cmocka_unit_test(test_mm_rate),
 	    cmocka_unit_test(test_vexp_lanes),
 	    cmocka_unit_test(test_attention),
 	};

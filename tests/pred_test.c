@@ -24,6 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu/cpu.h"
+#include "model/gguf.h"
+#include "model/quant.h"
 #include "sched/pred.h"
 
 static void
@@ -695,6 +698,76 @@ test_cpu_device(void **state)
 	medha_pred_free(&p);
 }
 
+/* A made-up (rows, k) weight of type, its data at d (room for it). */
+static struct medha_tensor
+made_weight(int type, int rows, int k, unsigned char *d)
+{
+	struct medha_tensor w;
+	size_t rb = medha_ggml_row_bytes(type, k);
+	float row[512];
+
+	memset(&w, 0, sizeof(w));
+	w.name = "blk.0.w";
+	w.type = type;
+	w.n_dims = 2;
+	w.ne[0] = k;
+	w.ne[1] = rows;
+	w.ne[2] = w.ne[3] = 1;
+	w.data = d;
+	w.nbytes = rb * (size_t)rows;
+	for (int r = 0; r < rows; r++) {
+		for (int j = 0; j < k; j++)
+			row[j] = (float)((r * 31 + j * 7) % 17) / 8.0f - 1.0f;
+		assert_int_equal(medha_quant_row(type, row, d + rb * r, k), 0);
+	}
+	return w;
+}
+
+/*
+ * The cpu device's GEMM efficiency from the products measured on a
+ * model's matrices: the FLOP-weighted rate of its types (each timed
+ * once), over the FMA rate; a type the backend cannot multiply leaves
+ * the guess alone.
+ */
+static void
+test_cpu_products(void **state)
+{
+	enum { K = 512, R1 = 512, R2 = 128 };
+	unsigned char *d1 = malloc((size_t)R1 * K * 4),
+	              *d2 = malloc((size_t)R2 * K * 4);
+	struct medha_tensor a, b, c;
+	const struct medha_tensor *w[3] = {&a, &b, &c};
+	struct medha_gpu g;
+	double rate, ra, rb, guess;
+
+	(void)state;
+	assert_non_null(d1);
+	assert_non_null(d2);
+	a = made_weight(MEDHA_GGML_Q4_1, R1, K, d1);
+	b = made_weight(MEDHA_GGML_F32, R2, K, d2);
+	c = a; /* a second matrix of a's type: not timed again */
+	assert_int_equal(medha_gpu_measure_cpu(&g, 2), 0);
+	guess = g.eff_flops;
+	assert_int_equal(medha_gpu_measure_products(&g, w, 3, 2, &rate), 0);
+	assert_true(rate > 1e6 && isfinite(rate));
+	assert_true(fabs(g.eff_flops * g.peak_flops - rate) <= 1e-9 * rate);
+	/* between the types' own rates (measured again: the machine's
+	   noise allowed for) */
+	assert_int_equal(medha_cpu_mm_rate(&a, 64, 2, &ra), 0);
+	assert_int_equal(medha_cpu_mm_rate(&b, 64, 2, &rb), 0);
+	assert_true(rate >= 0.5 * fmin(ra, rb) && rate <= 2 * fmax(ra, rb));
+	/* a type with no product: an error, g as it was */
+	g.eff_flops = guess;
+	b.type = 99;
+	assert_int_equal(medha_gpu_measure_products(&g, w, 3, 2, &rate),
+	    MEDHA_EUNSUP);
+	assert_true(g.eff_flops == guess && rate == 0);
+	assert_int_equal(medha_gpu_measure_products(&g, w, 0, 2, &rate),
+	    MEDHA_EINVAL);
+	free(d1);
+	free(d2);
+}
+
 static void
 test_capacity(void **state)
 {
@@ -1067,6 +1140,7 @@ main(void)
 	    cmocka_unit_test(test_gpus_compared),
 	    cmocka_unit_test(test_monotone),
 	    cmocka_unit_test(test_cpu_device),
+	    cmocka_unit_test(test_cpu_products),
 	    cmocka_unit_test(test_tp_divides_heads),
 	    cmocka_unit_test(test_capacity),
 	    cmocka_unit_test(test_table_exact),

@@ -198,6 +198,17 @@ int medha_cpu_forward_layers(struct medha_cpu *cpu, const struct medha_batch *b,
     int lo, int hi, const float *h_in, float *h_out, float *logits, char *why,
     size_t whylen);
 
+/*
+ * *flops gets the FLOP/s of y = x W^T for n tokens through w (its first
+ * rows, at most 4M weights) with this build's kernels and `threads`
+ * threads, as the forward pass runs it (repacked, activations made
+ * into the form w multiplies), best of three timings. Returns 0,
+ * MEDHA_EINVAL, MEDHA_EUNSUP (a type the backend cannot multiply) or
+ * MEDHA_ENOMEM.
+ */
+int medha_cpu_mm_rate(const struct medha_tensor *w, int n, int threads,
+    double *flops);
+
 /* The pool the backend runs on (for callers that time or reuse it). */
 struct medha_threadpool *medha_cpu_pool(struct medha_cpu *cpu);
 

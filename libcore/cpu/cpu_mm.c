@@ -1085,3 +1085,72 @@ medha_cpu_matmul(struct medha_threadpool *tp, const struct medha_tensor *w,
 		medha_pack_free(&pk);
 	return rc;
 }
+
+/*
+ * The rate of the products the forward pass runs, measured: the first
+ * rows of w (at most 4M weights: a layer's share of the caches, as in a
+ * prefill the weights are reused by every token of a chunk) times n
+ * made-up activations, repacked as the backend repacks it, the
+ * activations' Q8 form made anew each time (as each product group of a
+ * forward pass makes it), best of three.
+ */
+int
+medha_cpu_mm_rate(const struct medha_tensor *w, int n, int threads,
+    double *flops)
+{
+	struct medha_tensor v = *w;
+	struct medha_threadpool *tp = NULL;
+	struct medha_act a;
+	struct medha_pack pk;
+	struct medha_mm mm = {&v, NULL, NULL};
+	float *x = NULL;
+	double best = 1e30;
+	int64_t rows;
+	int rc;
+
+	*flops = 0;
+	memset(&a, 0, sizeof(a));
+	if (n < 1 || w->n_dims != 2 || w->ne[0] < 1 || w->ne[0] > INT32_MAX ||
+	    w->ne[1] < 1 || w->data == NULL)
+		return MEDHA_EINVAL;
+	if (medha_ggml_row_bytes(w->type, w->ne[0]) == 0)
+		return MEDHA_EUNSUP; /* a type (or row length) it has not */
+	rows = ((int64_t)1 << 22) / w->ne[0];
+	rows = rows < 8 ? 8 : rows / 8 * 8;
+	if (rows < v.ne[1])
+		v.ne[1] = rows;
+	v.nbytes = medha_ggml_row_bytes(v.type, v.ne[0]) * (size_t)v.ne[1];
+	if ((rc = medha_pack_make(&pk, &v)) == 0)
+		mm.pk = &pk;
+	else if (rc != MEDHA_EUNSUP)
+		return rc;
+	x = medha_reallocarray(NULL, (size_t)n * (size_t)v.ne[0], sizeof(*x));
+	mm.y = medha_reallocarray(NULL, (size_t)n * (size_t)v.ne[1],
+	    sizeof(float));
+	if (x == NULL || mm.y == NULL ||
+	    (threads > 1 && medha_threadpool_init(&tp, threads) != 0)) {
+		rc = MEDHA_ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < (size_t)n * (size_t)v.ne[0]; i++)
+		x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+	for (int r = 0; r < 4; r++) { /* the first one warms up */
+		double t0 = medha_now();
+		if ((rc = medha_act_set(&a, x, n, (int)v.ne[0],
+		         tp != NULL ? medha_threadpool_size(tp) : 1)) != 0 ||
+		    (rc = medha_mm_run(tp, &a, &mm, 1, 0)) != 0)
+			goto out;
+		t0 = medha_now() - t0;
+		if (r > 0 && t0 < best)
+			best = t0;
+	}
+	*flops = 2.0 * n * (double)v.ne[0] * (double)v.ne[1] / best;
+out:
+	medha_act_free(&a);
+	medha_threadpool_free(tp);
+	free(x);
+	free(mm.y);
+	if (mm.pk != NULL)
+		medha_pack_free(&pk);
+	return rc;
+}

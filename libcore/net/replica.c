@@ -377,6 +377,42 @@ is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/*
+ * The cpu device's products measured on the layers' matrices of g
+ * (pred_cpu.c); *rate 0 where they could not be. 0 or MEDHA_ENOMEM.
+ */
+static int
+measure_products(struct medha_gpu *cpu, const struct medha_gguf *g,
+    int threads, double *rate)
+{
+	const struct medha_tensor *t, **w = NULL;
+	int n = 0, cap = 0, rc;
+
+	*rate = 0;
+	for (uint64_t i = 0; (t = medha_gguf_tensor_at(g, i)) != NULL; i++)
+		if (t->n_dims == 2 && strncmp(t->name, "blk.", 4) == 0) {
+			if (n == cap) {
+				cap = cap ? 2 * cap : 64;
+				void *p = medha_reallocarray(w, (size_t)cap,
+				    sizeof(*w));
+				if (p == NULL) {
+					free(w);
+					return MEDHA_ENOMEM;
+				}
+				w = p;
+			}
+			w[n++] = t;
+		}
+	rc = n > 0 ? medha_gpu_measure_products(cpu, w, n, threads, rate)
+	           : MEDHA_EINVAL;
+	free(w);
+	if (rc == MEDHA_ENOMEM)
+		return rc;
+	if (rc != 0)
+		*rate = 0;
+	return 0;
+}
+
 /* Bytes per weight of the layers' matrices as g stores them (0: none). */
 static double
 stored_weight_bytes(const struct medha_gguf *g)
@@ -442,15 +478,27 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 		if (wb > 0)
 			m.w_bytes = wb;
 		m.kv_bytes = 4;
-		if (medha_gpu_measure_cpu(&cpu, r->cfg.cpu_threads) != 0)
+		double prod = 0;
+		if (medha_gpu_measure_cpu(&cpu, r->cfg.cpu_threads) != 0 ||
+		    (gg != NULL && measure_products(&cpu, gg,
+		                       r->cfg.cpu_threads, &prod) != 0))
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
 		g = &cpu;
-		medha_log(MEDHA_LOG_INFO,
-		    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d threads); "
-		    "weights %.2f bytes each",
-		    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9, r->cfg.cpu_threads,
-		    m.w_bytes);
+		if (prod > 0)
+			medha_log(MEDHA_LOG_INFO,
+			    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d "
+			    "threads), products of the model's weights %.1f "
+			    "GFLOP/s; weights %.2f bytes each",
+			    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9,
+			    r->cfg.cpu_threads, prod / 1e9, m.w_bytes);
+		else
+			medha_log(MEDHA_LOG_INFO,
+			    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d "
+			    "threads), products guessed at %.0f%% of that; "
+			    "weights %.2f bytes each",
+			    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9,
+			    r->cfg.cpu_threads, 100 * cpu.eff_flops, m.w_bytes);
 	} else if ((g = medha_gpu_find(h->gpu)) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "device %s: unknown", h->gpu);

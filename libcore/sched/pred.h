@@ -41,7 +41,8 @@ struct medha_gpu {
 	double net_bw;     /* bytes/s per GPU across nodes (InfiniBand) */
 	int gpus_per_node; /* NVLink domain size */
 	double eff_flops;  /* GEMM efficiency plateau: fraction of peak that
-	                      large, well-shaped GEMMs reach */
+	                      large, well-shaped GEMMs reach (cpu: measured,
+	                      above 1 for int8 products) */
 	double gemm_fill;  /* output tiles (128 x 128) of lost work per GEMM:
 	                      a GEMM of T tiles runs at eff_flops * T /
 	                      (T + gemm_fill); about half a wave of the SMs */
@@ -76,6 +77,20 @@ const struct medha_gpu *medha_gpu_find(const char *name);
  * backend. Returns 0 or MEDHA_ENOMEM.
  */
 int medha_gpu_measure_cpu(struct medha_gpu *g, int threads);
+
+/*
+ * The products of the cpu backend on a model's weights, measured: each
+ * weight type's first matrix in w (nw of them: the layers' matrices)
+ * times 64 tokens with `threads` threads (medha_cpu_mm_rate), the rates
+ * weighted by the FLOPs of every matrix. *rate gets that FLOP/s, and
+ * g (measured by medha_gpu_measure_cpu) its GEMM efficiency: *rate
+ * over the FMA rate (more than 1 where int8 products beat it). Returns
+ * 0, MEDHA_EINVAL (nothing to measure), MEDHA_EUNSUP (a type the
+ * backend cannot multiply: g unchanged) or MEDHA_ENOMEM.
+ */
+struct medha_tensor;
+int medha_gpu_measure_products(struct medha_gpu *g,
+    const struct medha_tensor *const *w, int nw, int threads, double *rate);
 
 /*
  * A model as the predictor sees it: the engine's shape (model.h) plus how
