@@ -681,20 +681,60 @@ test_hostile_frames(void **state)
 	L.failed--;
 }
 
+/*
+ * Polls c until the record of request `handle` (id) comes: it must be
+ * "ok" with 8 output tokens (and 64 prompt tokens), all in its
+ * token_ids; every event must be that request's. Returns the tokens
+ * its token events carried.
+ */
+static int64_t
+poll_to_end(struct medha_cli *c, uint64_t handle, const char *id)
+{
+	struct medha_msg poll = {.type = MEDHA_MSG_POLL}, rep;
+	double until = mono() + 20 * L.slow;
+	size_t plen;
+	void *pbuf = encode(&poll, &plen);
+	int64_t ntok = 0;
+	int done = 0;
+
+	while (!done) {
+		if (mono() > until)
+			fail_msg("no record within %.0f s", 20 * L.slow);
+		assert_int_equal(call(c, pbuf, plen, &rep, 5 * L.slow), 0);
+		assert_int_equal(rep.type, MEDHA_MSG_EVENTS);
+		for (int64_t i = 0; i < rep.events.n; i++) {
+			const struct medha_msg_event *ev = &rep.events.ev[i];
+			assert_true(ev->handle == handle);
+			if (ev->kind == MEDHA_EVENT_TOKENS) {
+				ntok += ev->n_ids;
+				continue;
+			}
+			assert_string_equal(ev->record->id, id);
+			assert_string_equal(medha_status_name(
+			                        ev->record->status),
+			    "ok");
+			assert_int_equal(ev->record->output_tokens, 8);
+			assert_int_equal(ev->record->prompt_tokens, 64);
+			assert_int_equal(ev->record->n_token_ids, 8);
+			done = 1;
+		}
+		medha_msg_clear(&rep);
+	}
+	free(pbuf);
+	return ntok;
+}
+
 static void
 test_still_serving(void **state)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
-	struct medha_msg poll = {.type = MEDHA_MSG_POLL};
 	struct medha_msg_status st;
 	struct medha_cli *c;
-	void *buf, *pbuf;
-	size_t len, plen;
+	void *buf;
+	size_t len;
 	uint64_t handle;
-	int64_t ntok = 0;
-	double until;
 	char why[256];
-	int done = 0, n;
+	int n;
 
 	(void)state;
 	L.failed++;
@@ -708,7 +748,6 @@ test_still_serving(void **state)
 	m.submit.max_tokens = 8;
 	m.submit.sampling = medha_sampling_greedy;
 	buf = encode(&m, &len);
-	pbuf = encode(&poll, &plen);
 	assert_int_equal(medha_cli_open(&c, L.url, 1, why, sizeof(why)), 0);
 	assert_int_equal(call(c, buf, len, &rep, 10 * L.slow), 0);
 	if (rep.type != MEDHA_MSG_ACCEPTED)
@@ -726,30 +765,7 @@ test_still_serving(void **state)
 		hostile(cb, len, "CANCEL of another client's request");
 		free(cb);
 	}
-	until = mono() + 20 * L.slow;
-	while (!done) {
-		if (mono() > until)
-			fail_msg("no record within %.0f s", 20 * L.slow);
-		assert_int_equal(call(c, pbuf, plen, &rep, 5 * L.slow), 0);
-		assert_int_equal(rep.type, MEDHA_MSG_EVENTS);
-		for (int64_t i = 0; i < rep.events.n; i++) {
-			const struct medha_msg_event *ev = &rep.events.ev[i];
-			assert_true(ev->handle == handle);
-			if (ev->kind == MEDHA_EVENT_TOKENS) {
-				ntok += ev->n_ids;
-				continue;
-			}
-			assert_string_equal(ev->record->id, "after");
-			assert_string_equal(medha_status_name(
-			                        ev->record->status),
-			    "ok");
-			assert_int_equal(ev->record->output_tokens, 8);
-			assert_int_equal(ev->record->prompt_tokens, 64);
-			done = 1;
-		}
-		medha_msg_clear(&rep);
-	}
-	assert_int_equal(ntok, 8);
+	assert_int_equal(poll_to_end(c, handle, "after"), 8);
 	free(buf);
 
 	/* one that asks for no stream gets its record alone, which
@@ -761,31 +777,9 @@ test_still_serving(void **state)
 	assert_int_equal(rep.type, MEDHA_MSG_ACCEPTED);
 	handle = rep.accepted.handle;
 	medha_msg_clear(&rep);
-	done = 0;
-	until = mono() + 20 * L.slow;
-	while (!done) {
-		if (mono() > until)
-			fail_msg("no record within %.0f s", 20 * L.slow);
-		assert_int_equal(call(c, pbuf, plen, &rep, 5 * L.slow), 0);
-		assert_int_equal(rep.type, MEDHA_MSG_EVENTS);
-		for (int64_t i = 0; i < rep.events.n; i++) {
-			const struct medha_msg_event *ev = &rep.events.ev[i];
-			assert_true(ev->handle == handle);
-			if (ev->kind == MEDHA_EVENT_TOKENS)
-				fail_msg("a token event for a request "
-				         "without a stream");
-			assert_string_equal(ev->record->id, "quiet");
-			assert_string_equal(medha_status_name(
-			                        ev->record->status),
-			    "ok");
-			assert_int_equal(ev->record->n_token_ids, 8);
-			done = 1;
-		}
-		medha_msg_clear(&rep);
-	}
+	assert_int_equal(poll_to_end(c, handle, "quiet"), 0);
 	medha_cli_close(c);
 	free(buf);
-	free(pbuf);
 
 	/* still ready, one worker, nothing left in flight */
 	assert_int_equal(status(L.cli, &st, 10 * L.slow), 0);
