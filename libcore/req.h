@@ -73,7 +73,8 @@ struct medha_reqspec {
 	int no_stream;              /* the client wants no token events, the
 	                               record alone (it carries the whole
 	                               output); a client's choice on the wire
-	                               ("stream": false), not a trace's */
+	                               ("stream": false); a trace line's
+	                               is ignored */
 	int n_stop;                 /* stop strings in stop[] */
 	char *stop[MEDHA_STOP_MAX]; /* owned stop strings: the output ends
 	                               before the first one it contains */
