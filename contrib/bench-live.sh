@@ -32,7 +32,9 @@
 # works), then decode-batch; REPS (3) rounds, so the machine's noise
 # falls on every column alike. Medians over rounds are printed, and for
 # the single request the best round too (noise on a shared machine only
-# ever slows a run down). decode-batch is built against
+# ever slows a run down), and the overhead of each round against its own
+# -p run, whose median leaves out the machine's drift from round to
+# round. decode-batch is built against
 # BUILD/libmedha.a (BUILD: build).
 #
 # usage: sh contrib/bench-live.sh [BINDIR]    (REPS=3 THREADS=2 to change)
@@ -208,5 +210,12 @@ print("goal: live overhead < 5%%: %.1f%% (medians), %.1f%% (best), %s" % (
     ovm, ovb, "met" if max(ovm, ovb) < 5 else "missed"))
 print("with a streaming client: %.1f%% (medians)" % (
     (1 - med(live[("stream", 1)]) / med(one)) * 100))
+# each round's replicas run right after its -p: their ratio within a
+# round leaves out what the machine's speed does between rounds
+for name, xs in (("live replica", lv), ("streaming client",
+                                         live[("stream", 1)])):
+    pr = [(1 - x / o) * 100 for x, o in zip(xs, one)]
+    print("paired, %s: median %.1f%% of the rounds' own -p (%s)" % (
+        name, med(pr), " ".join("%.1f" % p for p in pr)))
 print("medians of %s interleaved rounds" % sys.argv[2])
 PY
