@@ -124,9 +124,10 @@ bucket_of(double gap)
 }
 
 /*
- * A scheduler adds a gap for every decode token, and the logarithm was
- * a sixth of its time with 1000 requests decoding; a gap is placed by
- * its bits and two tables instead, in the same bucket to the last bit.
+ * A scheduler adds a gap for every decode token, and the logarithm and
+ * its division were an eighth of its time with 1000 requests decoding;
+ * a gap is placed by its bits and two tables instead, in the same
+ * bucket to the last bit.
  * edge[b]: the least double that bucket_of() puts in bucket b or above
  * (edge[0] 0, edge[MEDHA_TBT_BUCKETS] infinity), found once by
  * bisection over the doubles, which are ordered as their bits are;

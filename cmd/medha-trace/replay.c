@@ -11,9 +11,10 @@
  * record); a second thread polls (POLL, answered with record events:
  * each request is submitted with "stream": false, as the records carry
  * the output and no token is printed before its request ends; token
- * events too with --stream) and prints the records. Every submitted request ends with
- * exactly one record: if the scheduler goes silent for longer than
- * MEDHA_PROTO_DEAD_MS, the requests still open get "failed" records.
+ * events too with --stream) and prints the records. Every submitted
+ * request ends with exactly one record: if the scheduler goes silent
+ * for longer than MEDHA_PROTO_DEAD_MS, the requests still open get
+ * "failed" records.
  */
 #include "medha-trace.h"
 
