@@ -377,6 +377,13 @@ is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* One of the layers' weight matrices (not embeddings, norms, head). */
+static int
+layer_matrix(const struct medha_tensor *t)
+{
+	return t->n_dims == 2 && strncmp(t->name, "blk.", 4) == 0;
+}
+
 /*
  * The cpu device's products measured on the layers' matrices of g
  * (pred_cpu.c); *rate 0 where they could not be. 0 or MEDHA_ENOMEM.
@@ -390,7 +397,7 @@ measure_products(struct medha_gpu *cpu, const struct medha_gguf *g,
 
 	*rate = 0;
 	for (uint64_t i = 0; (t = medha_gguf_tensor_at(g, i)) != NULL; i++)
-		if (t->n_dims == 2 && strncmp(t->name, "blk.", 4) == 0) {
+		if (layer_matrix(t)) {
 			if (n == cap) {
 				cap = cap ? 2 * cap : 64;
 				void *p = medha_reallocarray(w, (size_t)cap,
@@ -421,7 +428,7 @@ stored_weight_bytes(const struct medha_gguf *g)
 	double bytes = 0, n = 0;
 
 	for (uint64_t i = 0; (t = medha_gguf_tensor_at(g, i)) != NULL; i++)
-		if (t->n_dims == 2 && strncmp(t->name, "blk.", 4) == 0) {
+		if (layer_matrix(t)) {
 			bytes += (double)t->nbytes;
 			n += (double)t->ne[0] * (double)t->ne[1];
 		}
@@ -485,20 +492,20 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
 		g = &cpu;
+		char pr[96];
 		if (prod > 0)
-			medha_log(MEDHA_LOG_INFO,
-			    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d "
-			    "threads), products of the model's weights %.1f "
-			    "GFLOP/s; weights %.2f bytes each",
-			    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9,
-			    r->cfg.cpu_threads, prod / 1e9, m.w_bytes);
+			snprintf(pr, sizeof(pr),
+			    "products of the model's weights %.1f GFLOP/s",
+			    prod / 1e9);
 		else
-			medha_log(MEDHA_LOG_INFO,
-			    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d "
-			    "threads), products guessed at %.0f%% of that; "
-			    "weights %.2f bytes each",
-			    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9,
-			    r->cfg.cpu_threads, 100 * cpu.eff_flops, m.w_bytes);
+			snprintf(pr, sizeof(pr),
+			    "products guessed at %.0f%% of that",
+			    100 * cpu.eff_flops);
+		medha_log(MEDHA_LOG_INFO,
+		    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d threads), "
+		    "%s; weights %.2f bytes each",
+		    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9, r->cfg.cpu_threads,
+		    pr, m.w_bytes);
 	} else if ((g = medha_gpu_find(h->gpu)) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "device %s: unknown", h->gpu);
