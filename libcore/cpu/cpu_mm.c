@@ -517,14 +517,6 @@ p8_kern(const int T, const int type, const unsigned char *g,
  *    (one pair is up to 2 * 128 * 127: two would not fit in int16).
  * The sums are exact, so they equal vpdpbusd's, and the float steps
  * after them are the same: results are those of the VNNI kernel.
- *
- * Q4_0 and Q4_1 unpack a block's eight quant vectors into registers
- * once and finish each token (its sum, then its two float steps) before
- * the next, so that up to 8 tokens share them without spilling: the
- * multiplies (vpmaddubsw, vpmaddwd, vmulps, vfmadd) share two ports on
- * the AVX2 machines measured, and what else a token needs fits beside
- * them. Q8_0 needs each vector twice (|w| and its sign) and keeps the
- * sums of up to 4 tokens side by side instead.
  */
 ALWAYS_INLINE __m256i
 bcast4(const int8_t *x)
@@ -547,6 +539,7 @@ p8_kern(const int T, const int type, const unsigned char *g,
 	const int32_t *xi = a->qi + o;
 	const __m256i ones = _mm256_set1_epi16(1);
 	__m256 acc[8];
+	__m256i sum[8];
 	int t, b, j;
 
 #pragma GCC unroll 8
@@ -555,7 +548,6 @@ p8_kern(const int T, const int type, const unsigned char *g,
 	for (b = 0; b < nb; b++, xq += XB, xd += XS, xs += XS, xi += XS) {
 		const unsigned char *p = g + (size_t)b * bb;
 		__m256 dw, mw = _mm256_setzero_ps();
-		__m256i sum[8];
 
 		_mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
 		_mm_prefetch((const char *)p + PF_AHEAD + 64, _MM_HINT_T0);
@@ -566,10 +558,6 @@ p8_kern(const int T, const int type, const unsigned char *g,
 				_mm_prefetch((const char *)p + PF_AHEAD + 192,
 				    _MM_HINT_T0);
 		}
-		dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-		if (type == MEDHA_GGML_Q4_1)
-			mw = _mm256_cvtph_ps(
-			    _mm_loadu_si128((const __m128i *)(p + 16)));
 		if (type == MEDHA_GGML_Q8_0) {
 #pragma GCC unroll 8
 			for (j = 0; j < 8; j++) {
@@ -590,51 +578,49 @@ p8_kern(const int T, const int type, const unsigned char *g,
 					    : _mm256_add_epi32(sum[t], s);
 				}
 			}
-#pragma GCC unroll 8
-			for (t = 0; t < T; t++)
-				acc[t] = _mm256_fmadd_ps(
-				    _mm256_mul_ps(dw, _mm256_set1_ps(xd[t])),
-				    _mm256_cvtepi32_ps(sum[t]), acc[t]);
-			continue;
-		}
-		{
+		} else {
 			const __m256i lo = _mm256_set1_epi8(0x0f);
-			__m256i wl[4], wh[4];
 #pragma GCC unroll 4
 			for (j = 0; j < 4; j++) {
 				const __m256i v = _mm256_loadu_si256(
 				    (const __m256i *)(p + sq + 32 * j));
-				wl[j] = _mm256_and_si256(v, lo);
-				wh[j] = _mm256_and_si256(
+				const __m256i wl = _mm256_and_si256(v, lo);
+				const __m256i wh = _mm256_and_si256(
 				    _mm256_srli_epi16(v, 4), lo);
+#pragma GCC unroll 8
+				for (t = 0; t < T; t++) {
+					const int8_t *x = xq + t * MEDHA_QK;
+					__m256i s = _mm256_add_epi16(
+					    _mm256_maddubs_epi16(wl,
+					        bcast4(x + 4 * j)),
+					    _mm256_maddubs_epi16(wh,
+					        bcast4(x + 16 + 4 * j)));
+					sum[t] = j == 0
+					    ? s
+					    : _mm256_add_epi16(sum[t], s);
+				}
 			}
 #pragma GCC unroll 8
 			for (t = 0; t < T; t++) {
-				const int8_t *x = xq + t * MEDHA_QK;
-				__m256i s = _mm256_add_epi16(
-				    _mm256_maddubs_epi16(wl[0], bcast4(x)),
-				    _mm256_maddubs_epi16(wh[0],
-				        bcast4(x + 16)));
-#pragma GCC unroll 4
-				for (j = 1; j < 4; j++)
-					s = _mm256_add_epi16(s,
-					    _mm256_add_epi16(
-					        _mm256_maddubs_epi16(wl[j],
-					            bcast4(x + 4 * j)),
-					        _mm256_maddubs_epi16(wh[j],
-					            bcast4(x + 16 + 4 * j))));
-				s = _mm256_madd_epi16(s, ones);
+				sum[t] = _mm256_madd_epi16(sum[t], ones);
 				if (type == MEDHA_GGML_Q4_0) /* wraps as VNNI's */
-					s = _mm256_sub_epi32(s,
+					sum[t] = _mm256_sub_epi32(sum[t],
 					    _mm256_set1_epi32((int32_t)(8u *
 					        (uint32_t)xi[t])));
-				acc[t] = _mm256_fmadd_ps(
-				    _mm256_mul_ps(dw, _mm256_set1_ps(xd[t])),
-				    _mm256_cvtepi32_ps(s), acc[t]);
-				if (type == MEDHA_GGML_Q4_1)
-					acc[t] = _mm256_fmadd_ps(mw,
-					    _mm256_set1_ps(xs[t]), acc[t]);
 			}
+		}
+		dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+		if (type == MEDHA_GGML_Q4_1)
+			mw = _mm256_cvtph_ps(
+			    _mm_loadu_si128((const __m128i *)(p + 16)));
+#pragma GCC unroll 8
+		for (t = 0; t < T; t++) {
+			acc[t] = _mm256_fmadd_ps(
+			    _mm256_mul_ps(dw, _mm256_set1_ps(xd[t])),
+			    _mm256_cvtepi32_ps(sum[t]), acc[t]);
+			if (type == MEDHA_GGML_Q4_1)
+				acc[t] = _mm256_fmadd_ps(mw,
+				    _mm256_set1_ps(xs[t]), acc[t]);
 		}
 	}
 #pragma GCC unroll 8
@@ -645,25 +631,36 @@ p8_kern(const int T, const int type, const unsigned char *g,
 
 #ifdef PACK8
 /*
- * tokens per packed kernel call: 8, 4, 2 or 1 (AVX2 alone, Q8_0: at
- * most 4; its sixteen registers hold eight tokens' sums only by spilling
- * them, 6% slower)
+ * tokens per packed kernel call: 8, 4, 2 or 1 (AVX2 alone: at most 4;
+ * its sixteen registers hold eight tokens' sums only by spilling them,
+ * 6% slower)
  */
 static inline int
-tile_tokens8(int type, int left)
+tile_tokens8(int left)
 {
 #ifdef PACK8_VNNI
-	(void)type;
 	if (left >= 8)
-		return 8;
-#else
-	if (left >= 8 && type != MEDHA_GGML_Q8_0)
 		return 8;
 #endif
 	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
 }
 
-/* Rows r0 .. r0+R-1 (r0 a multiple of 8, R <= 8) of a packed weight. */
+/*
+ * Rows r0 .. r0+R-1 (r0 a multiple of 8, R <= 8) of a packed weight.
+ *
+ * The AVX2 kernel asks GCC to schedule its instructions before register
+ * allocation, minding register pressure (off by default on x86): the
+ * multiplies (vpmaddubsw, vpmaddwd, vmulps, vfmadd) share two ports on
+ * the AVX2 machine measured (Zen 3: 8 maddubs alone take 4 cycles, with
+ * 8 fma beside them 7.2), and in the order written they wait on each
+ * other's results. One core, 1536x576 Q4_1 in L1, 4-token tiles (/tmp
+ * microbenchmark, medians of 15 rounds): 64.2 -> 80.9 GMAC/s; a version
+ * keeping a block's quants in registers for 8-token tiles gave 72.5
+ * without it, 62.2 with it.
+ */
+#if !defined(PACK8_VNNI) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("schedule-insns", "sched-pressure")))
+#endif
 static void
 p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
     float *y, int ldy, int tb0, int tb1)
@@ -677,7 +674,7 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 	for (t0 = tb0; t0 < tb1; t0 += T) {
 		/* whole tiles (tb0 is a multiple of MEDHA_ACT_TILE), then
 		   the last tile's 4, 2, 1 */
-		T = tile_tokens8(pk->type, tb1 - t0);
+		T = tile_tokens8(tb1 - t0);
 #define P8K(ty)                                                 \
 	do {                                                    \
 		if (T == 8)                                     \
