@@ -45,8 +45,10 @@ LIB       = $(BUILD)/libmedha.a
 TEST_SRCS = $(wildcard tests/*_test.c)
 TESTS     = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 # programs the shell tests run (tests/topo_dist.c: tests/sh/topo.sh;
-# tests/lookahead_sched.c: tests/sh/lookahead.sh)
-TEST_TOOLS = $(BUILD)/tests/topo_dist $(BUILD)/tests/lookahead_sched
+# tests/lookahead_sched.c: tests/sh/lookahead.sh; tests/slow_sched.c:
+# tests/sh/replay-burst.sh)
+TEST_TOOLS = $(BUILD)/tests/topo_dist $(BUILD)/tests/lookahead_sched \
+             $(BUILD)/tests/slow_sched
 CU_SRCS   = $(wildcard kernels/*.cu)
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)

@@ -6,15 +6,16 @@
  * "prompt_tokens" asks for a made-up prompt of that length. The trace is
  * read as it is replayed, so `gen | replay | report` streams.
  *
- * Two req contexts: the main thread submits (SUBMIT, answered ACCEPTED
- * or ERROR: a refused request is printed at once as a "rejected"
- * record); a second thread polls (POLL, answered with record events:
- * each request is submitted with "stream": false, as the records carry
- * the output and no token is printed before its request ends; token
- * events too with --stream) and prints the records. Every submitted
- * request ends with exactly one record: if the scheduler goes silent
- * for longer than MEDHA_PROTO_DEAD_MS, the requests still open get
- * "failed" records.
+ * Sixteen req contexts: the main thread submits (SUBMIT, answered
+ * ACCEPTED or ERROR: a refused request is printed at once as a
+ * "rejected" record) on up to fifteen at once, so that requests due
+ * together arrive together (see struct sent); a second thread polls
+ * (POLL, answered with record events: each request is submitted with
+ * "stream": false, as the records carry the output and no token is
+ * printed before its request ends; token events too with --stream) and
+ * prints the records. Every submitted request ends with exactly one
+ * record: if the scheduler goes silent for longer than
+ * MEDHA_PROTO_DEAD_MS, the requests still open get "failed" records.
  */
 #include "medha-trace.h"
 
@@ -254,6 +255,67 @@ wait_ready(struct rp *p, double wait)
 	}
 }
 
+/*
+ * A SUBMIT on its way. Requests due at once go out without waiting for
+ * each other's answers (a replica busy computing may take milliseconds
+ * to answer each; one after another, the last of a burst would arrive
+ * that much later than its trace says), on up to SUBMITS contexts;
+ * their answers are taken in the order they were sent.
+ */
+#define SUBMITS 15 /* contexts 0 and 2..15 (1 polls) */
+
+struct sent {
+	int ctx;
+	int rc; /* the send's error, 0 if it went */
+	char why[256];
+	char id[MEDHA_ID_MAX];
+	double arrival;
+	int64_t prompt_tokens;
+};
+
+/* Take the answer to s and account for it. */
+static void
+submitted(struct rp *p, struct sent *s, double t0)
+{
+	struct medha_msg rep;
+	int rc = s->rc;
+
+	if (rc == 0)
+		rc = medha_cli_msg_wait(p->cli, s->ctx, &rep, s->why,
+		    sizeof(s->why));
+	pthread_mutex_lock(&p->mu);
+	p->submitted++;
+	if (rc != 0 || rep.type != MEDHA_MSG_ACCEPTED) {
+		const char *reason = rc != 0      ? s->why
+		    : rep.type == MEDHA_MSG_ERROR ? rep.error.reason
+		                                  : "unexpected answer";
+		medha_log(MEDHA_LOG_INFO, "request %s refused: %s", s->id,
+		    reason);
+		p->failed_submit++;
+		record_for(p, s->id, mono() - t0, s->prompt_tokens,
+		    MEDHA_STATUS_REJECTED, reason);
+	} else if (p->accepted++, !take_early(p, rep.accepted.handle)) {
+		if (p->nopen == p->cap) {
+			int64_t ncap = p->cap ? 2 * p->cap : 256;
+			void *n = medha_reallocarray(p->open, (size_t)ncap,
+			    sizeof(*p->open));
+			if (n == NULL) {
+				fprintf(stderr,
+				    "medha-trace replay: out of memory\n");
+				exit(1);
+			}
+			p->open = n;
+			p->cap = ncap;
+		}
+		p->open[p->nopen++] = (struct open_req){rep.accepted.handle, "",
+		    s->arrival, s->prompt_tokens};
+		memcpy(p->open[p->nopen - 1].id, s->id, MEDHA_ID_MAX);
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (rc == 0)
+		medha_msg_clear(&rep);
+}
+
 enum { OPT_SPEED = 256, OPT_IDS, OPT_STREAM, OPT_TEXT, OPT_WAIT };
 
 /* -h: every option of opts below, as medha-trace(1) says */
@@ -293,6 +355,8 @@ trace_replay(int argc, char *argv[])
 	double speed = 1, wait = 60, t0;
 	FILE *f = stdin, *of;
 	pthread_t poller;
+	struct sent fl[SUBMITS]; /* in flight: a ring from head */
+	int freectx[SUBMITS], nfree, nfl = 0, head = 0;
 	char why[512];
 	int ch, rc, status = 0, stream = 0;
 
@@ -337,7 +401,7 @@ trace_replay(int argc, char *argv[])
 	if ((of = out_open(out, &p.w)) == NULL)
 		return 1;
 	signal(SIGPIPE, SIG_IGN);
-	if (medha_cli_open(&p.cli, addr, 2, why, sizeof(why)) != 0) {
+	if (medha_cli_open(&p.cli, addr, SUBMITS + 1, why, sizeof(why)) != 0) {
 		fprintf(stderr, "medha-trace replay: %s\n", why);
 		return 2;
 	}
@@ -350,9 +414,13 @@ trace_replay(int argc, char *argv[])
 	pthread_create(&poller, NULL, poll_main, &p);
 	t0 = mono();
 	memset(&rs, 0, sizeof(rs));
+	for (int i = 0; i < SUBMITS; i++)
+		freectx[i] = i == 0 ? 0 : i + 1;
+	nfree = SUBMITS;
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
-		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
-		double at = t0 + rs.arrival / speed, d = at - mono();
+		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT};
+		double at = t0 + rs.arrival / speed;
+		struct sent *s;
 		int lost;
 
 		pthread_mutex_lock(&p.mu);
@@ -360,47 +428,29 @@ trace_replay(int argc, char *argv[])
 		pthread_mutex_unlock(&p.mu);
 		if (lost)
 			break;
-		if (d > 0)
-			usleep((useconds_t)(d * 1e6));
+		/* not due yet: the answers first, then wait for its time;
+		   every context busy: the oldest answer first */
+		while (nfl > 0 && (at > mono() || nfl == SUBMITS)) {
+			submitted(&p, &fl[head], t0);
+			freectx[nfree++] = fl[head].ctx;
+			head = (head + 1) % SUBMITS;
+			nfl--;
+		}
+		if (at > mono())
+			usleep((useconds_t)((at - mono()) * 1e6));
+		s = &fl[(head + nfl++) % SUBMITS];
+		s->ctx = freectx[--nfree];
+		memcpy(s->id, rs.id, MEDHA_ID_MAX);
+		s->arrival = rs.arrival;
+		s->prompt_tokens = rs.prompt_tokens;
 		m.submit = rs;
 		m.submit.no_stream = !stream; /* it prints only records */
-		rc = medha_cli_msg(p.cli, 0, &m, &rep,
-		    MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why));
-		pthread_mutex_lock(&p.mu);
-		p.submitted++;
-		if (rc != 0 || rep.type != MEDHA_MSG_ACCEPTED) {
-			const char *reason = rc != 0      ? why
-			    : rep.type == MEDHA_MSG_ERROR ? rep.error.reason
-			                                  : "unexpected answer";
-			medha_log(MEDHA_LOG_INFO, "request %s refused: %s",
-			    rs.id, reason);
-			p.failed_submit++;
-			record_for(&p, rs.id, mono() - t0, rs.prompt_tokens,
-			    MEDHA_STATUS_REJECTED, reason);
-		} else if (p.accepted++, !take_early(&p, rep.accepted.handle)) {
-			if (p.nopen == p.cap) {
-				int64_t ncap = p.cap ? 2 * p.cap : 256;
-				void *n = medha_reallocarray(p.open,
-				    (size_t)ncap, sizeof(*p.open));
-				if (n == NULL) {
-					fprintf(stderr,
-					    "medha-trace replay: "
-					    "out of memory\n");
-					exit(1);
-				}
-				p.open = n;
-				p.cap = ncap;
-			}
-			p.open[p.nopen++] =
-			    (struct open_req){rep.accepted.handle, "",
-			        rs.arrival, rs.prompt_tokens};
-			memcpy(p.open[p.nopen - 1].id, rs.id, MEDHA_ID_MAX);
-		}
-		pthread_mutex_unlock(&p.mu);
-		if (rc == 0)
-			medha_msg_clear(&rep);
+		s->rc = medha_cli_msg_send(p.cli, s->ctx, &m,
+		    MEDHA_PROTO_DEAD_MS / 1e3, s->why, sizeof(s->why));
 		medha_reqspec_clear(&rs);
 	}
+	for (; nfl > 0; nfl--, head = (head + 1) % SUBMITS)
+		submitted(&p, &fl[head], t0); /* contexts are not reused */
 	if (rc < 0) {
 		fprintf(stderr, "medha-trace replay: %s: %s\n",
 		    in != NULL ? in : "stdin", medha_trace_error(t));
