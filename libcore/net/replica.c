@@ -31,6 +31,7 @@
 
 #define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
 #define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
+#define TAKE_AT_ONCE 256 /* messages taken before a decision, at most */
 
 /* ---- state ---- */
 
@@ -1363,10 +1364,17 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 		}
 		if (medha_srv_next(r->srv, 0.1, &ev) != 0)
 			return MEDHA_ENOMEM;
-		if (ev.kind == MEDHA_SRV_GONE)
-			on_gone(r, ev.peer);
-		else if (ev.kind == MEDHA_SRV_CALL)
-			on_call(r, &ev);
+		/* every message already here before the next decision, so
+		   that requests that come together share a batch */
+		for (int n = 0; ev.kind != MEDHA_SRV_TIMEOUT; n++) {
+			if (ev.kind == MEDHA_SRV_GONE)
+				on_gone(r, ev.peer);
+			else
+				on_call(r, &ev);
+			if (n == TAKE_AT_ONCE ||
+			    medha_srv_next(r->srv, 0, &ev) != 0)
+				break;
+		}
 		housekeeping(r);
 		medha_trim_idle(&r->trim, r->live, r->batches + r->served,
 		    mono());
