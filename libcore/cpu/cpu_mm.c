@@ -652,11 +652,11 @@ tile_tokens8(int left)
  * allocation, minding register pressure (off by default on x86): the
  * multiplies (vpmaddubsw, vpmaddwd, vmulps, vfmadd) share two ports on
  * the AVX2 machine measured (Zen 3: 8 maddubs alone take 4 cycles, with
- * 8 fma beside them 7.2), and in the order written they wait on each
- * other's results. One core, 1536x576 Q4_1 in L1, 4-token tiles (/tmp
- * microbenchmark, medians of 15 rounds): 64.2 -> 80.9 GMAC/s; a version
- * keeping a block's quants in registers for 8-token tiles gave 72.5
- * without it, 62.2 with it.
+ * 8 fma beside them 7.2), so where the other instructions go between
+ * them decides how busy those ports stay. One core, 1536x576 Q4_1 in
+ * L1, 4-token tiles (/tmp microbenchmark, medians of 15 rounds): 64.2
+ * -> 80.9 GMAC/s; a version keeping a block's quants in registers for
+ * 8-token tiles gave 72.5 without it, 62.2 with it.
  */
 #if !defined(PACK8_VNNI) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("schedule-insns", "sched-pressure")))
