@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_N 64
@@ -36,15 +35,6 @@ struct sub {
 	char id[MEDHA_ID_MAX];
 	int told; /* its record went out */
 };
-
-static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Answer a held POLL with the records not yet told; 1 if it was. */
 static int
@@ -87,7 +77,7 @@ main(int argc, char **argv)
 	struct medha_srv_call *poll = NULL;
 	struct sub sub[MAX_N];
 	struct medha_msg m, out;
-	double delay, t0 = mono(), poll_since = 0;
+	double delay, t0 = medha_now(), poll_since = 0;
 	char why[512];
 	int n, nsub = 0, told = 0;
 
@@ -102,7 +92,7 @@ main(int argc, char **argv)
 	}
 	memset(sub, 0, sizeof(sub));
 	while (told < n) {
-		if (mono() - t0 > 30) {
+		if (medha_now() - t0 > 30) {
 			fprintf(stderr, "slow_sched: %d of %d records after "
 			                "30 s\n",
 			    told, n);
@@ -111,7 +101,7 @@ main(int argc, char **argv)
 		/* the SUBMITs held long enough, and a POLL waiting */
 		for (int i = 0; i < nsub; i++)
 			if (sub[i].call != NULL &&
-			    mono() - sub[i].at >= delay) {
+			    medha_now() - sub[i].at >= delay) {
 				memset(&out, 0, sizeof(out));
 				out.type = MEDHA_MSG_ACCEPTED;
 				snprintf(out.accepted.id,
@@ -123,7 +113,7 @@ main(int argc, char **argv)
 		if (poll != NULL) {
 			if (tell(s, poll, sub, nsub, &told))
 				poll = NULL;
-			else if (mono() - poll_since > 0.1) {
+			else if (medha_now() - poll_since > 0.1) {
 				memset(&out, 0, sizeof(out));
 				out.type = MEDHA_MSG_EVENTS;
 				medha_srv_msg(s, poll, &out);
@@ -154,7 +144,7 @@ main(int argc, char **argv)
 				return 1;
 			}
 			sub[nsub].call = ev.call;
-			sub[nsub].at = mono();
+			sub[nsub].at = medha_now();
 			snprintf(sub[nsub].id, sizeof(sub[nsub].id), "%s",
 			    m.submit.id);
 			nsub++;
@@ -166,7 +156,7 @@ main(int argc, char **argv)
 				medha_srv_msg(s, poll, &out);
 			}
 			poll = ev.call;
-			poll_since = mono();
+			poll_since = medha_now();
 			break;
 		default:
 			fprintf(stderr, "slow_sched: unexpected %s\n",
