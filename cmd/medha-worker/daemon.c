@@ -646,6 +646,21 @@ batch_ran(int *batches, const struct medha_msg_result *res)
 		medha_log(MEDHA_LOG_INFO, "%d batches run", *batches);
 }
 
+/* -vv: a batch run from t (its request sent at sent): what it held, how
+ * long it ran and how long it took to come */
+static void
+log_batch(const struct medha_msg_batch *b, double t, double sent)
+{
+	int64_t tokens = 0;
+
+	for (int64_t i = 0; i < b->n_items; i++)
+		tokens += b->items[i].n_ids;
+	medha_log(MEDHA_LOG_DEBUG, "batch %llu: %lld items, %lld tokens, "
+	    "ran in %.1f ms, came %.0f us after the message before",
+	    (unsigned long long)b->seq, (long long)b->n_items,
+	    (long long)tokens, (medha_now() - t) * 1e3, (t - sent) * 1e6);
+}
+
 /* ---- lookahead (see the top of this file) ---- */
 
 /* Keep the step after the batch just run (w->cur, its n run sequences):
@@ -888,7 +903,7 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	struct medha_tbt rtt = {0}; /* RESULT sent -> next BATCH in */
 	char why[512];
 	int rc = 0, batches = 0;
-	double sent = 0;
+	double sent = 0, t_run;
 
 	memset(&w, 0, sizeof(w));
 	w.be = be;
@@ -1035,10 +1050,13 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 				pthread_mutex_lock(&w.mu);
 				w.running = 1;
 				pthread_mutex_unlock(&w.mu);
+				t_run = medha_now();
 				run_batch(&w, &rep.batch, &out.result);
 				pthread_mutex_lock(&w.mu);
 				w.running = 0;
 				pthread_mutex_unlock(&w.mu);
+				if (medha_log_level >= MEDHA_LOG_DEBUG)
+					log_batch(&rep.batch, t_run, sent);
 				if (out.result.error[0] == '\0')
 					ahead_plan(&w, &rep.batch);
 				batch_ran(&batches, &out.result);

@@ -81,7 +81,7 @@ static const struct medha_help help_lines[] = {
     {"-h, --help", "print this help and exit"},
     {"-t, --threads THREADS",
         "threads in all (default: online CPUs, at most usable)"},
-    {"-v, --verbose", "more on stderr (one-shot: prompt's tokens, tokens/s)"},
+    {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s -vv: each batch)"},
     {"--kv f16|f32", "KV cache element type (f32)"},
 };
 
