@@ -9,8 +9,8 @@
 # by replay with a reason, an empty and a too-long prompt get "rejected"
 # records with a reason, a stop string cuts the text, and SIGTERM stops
 # every process. The SmolLM2 replica's worker runs with --lookahead,
-# whose steps run ahead must have been used. Needs
-# contrib/fetch-refs.sh (the real model).
+# whose steps run ahead must have been used, and must have warmed up
+# before its HELLO. Needs contrib/fetch-refs.sh (the real model).
 set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -65,7 +65,7 @@ if "$py" -c 'import gguf, numpy' 2>/dev/null; then
 else
 	echo "skip: the random model needs $py with gguf (contrib/fetch-refs.sh)"
 fi
-serve_and_compare "$model" --lookahead
+serve_and_compare "$model" "--lookahead -v"
 
 # refused and rejected requests still end with one record and a reason
 cat >"$tmp/bad.jsonl" <<'EOF'
@@ -115,6 +115,14 @@ sed -n 's/.*stopped after [0-9]* batches (\([0-9]*\) of \([0-9]*\) steps.*/\1 \2
 read -r used ran <"$tmp/ahead" || true
 if [ -z "$used" ] || [ "$used" -lt 1 ] || [ "$used" -gt "$ran" ]; then
 	echo "no step run ahead was used: $(cat "$tmp/ahead")"
+	cat "$tmp"/logs/sched-worker0.log
+	exit 1
+fi
+# the worker warmed up before its HELLO (a forward on a sequence of its
+# own, freed after: the tokens above are -p's all the same)
+if ! grep -q "info: warm-up: a forward of 16 tokens in" \
+    "$tmp"/logs/sched-worker0.log; then
+	echo "the worker did not warm up"
 	cat "$tmp"/logs/sched-worker0.log
 	exit 1
 fi
