@@ -264,6 +264,9 @@ wait_ready(struct rp *p, double wait)
  */
 #define SUBMITS 15 /* contexts 0 and 2..15 (1 polls) */
 
+/* The context of ring slot i: its own, for the whole run. */
+#define SLOT_CTX(i) ((i) == 0 ? 0 : (i) + 1)
+
 struct sent {
 	int ctx;
 	int rc; /* the send's error, 0 if it went */
@@ -356,7 +359,7 @@ trace_replay(int argc, char *argv[])
 	FILE *f = stdin, *of;
 	pthread_t poller;
 	struct sent fl[SUBMITS]; /* in flight: a ring from head */
-	int freectx[SUBMITS], nfree, nfl = 0, head = 0;
+	int nfl = 0, head = 0;
 	char why[512];
 	int ch, rc, status = 0, stream = 0;
 
@@ -414,9 +417,6 @@ trace_replay(int argc, char *argv[])
 	pthread_create(&poller, NULL, poll_main, &p);
 	t0 = mono();
 	memset(&rs, 0, sizeof(rs));
-	for (int i = 0; i < SUBMITS; i++)
-		freectx[i] = i == 0 ? 0 : i + 1;
-	nfree = SUBMITS;
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
 		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT};
 		double at = t0 + rs.arrival / speed;
@@ -430,16 +430,14 @@ trace_replay(int argc, char *argv[])
 			break;
 		/* not due yet: the answers first, then wait for its time;
 		   every context busy: the oldest answer first */
-		while (nfl > 0 && (at > mono() || nfl == SUBMITS)) {
+		for (; nfl > 0 && (at > mono() || nfl == SUBMITS);
+		     nfl--, head = (head + 1) % SUBMITS)
 			submitted(&p, &fl[head], t0);
-			freectx[nfree++] = fl[head].ctx;
-			head = (head + 1) % SUBMITS;
-			nfl--;
-		}
 		if (at > mono())
 			usleep((useconds_t)((at - mono()) * 1e6));
-		s = &fl[(head + nfl++) % SUBMITS];
-		s->ctx = freectx[--nfree];
+		s = &fl[(head + nfl) % SUBMITS];
+		s->ctx = SLOT_CTX((head + nfl) % SUBMITS);
+		nfl++;
 		memcpy(s->id, rs.id, MEDHA_ID_MAX);
 		s->arrival = rs.arrival;
 		s->prompt_tokens = rs.prompt_tokens;
@@ -450,7 +448,7 @@ trace_replay(int argc, char *argv[])
 		medha_reqspec_clear(&rs);
 	}
 	for (; nfl > 0; nfl--, head = (head + 1) % SUBMITS)
-		submitted(&p, &fl[head], t0); /* contexts are not reused */
+		submitted(&p, &fl[head], t0);
 	if (rc < 0) {
 		fprintf(stderr, "medha-trace replay: %s: %s\n",
 		    in != NULL ? in : "stdin", medha_trace_error(t));

@@ -1371,7 +1371,7 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 				on_gone(r, ev.peer);
 			else
 				on_call(r, &ev);
-			if (n == TAKE_AT_ONCE ||
+			if (n + 1 == TAKE_AT_ONCE ||
 			    medha_srv_next(r->srv, 0, &ev) != 0)
 				break;
 		}
