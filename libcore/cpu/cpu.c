@@ -496,6 +496,10 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
  * par_tokens() tokens: PAR_TOKENS, or fewer so that a batch of a few
  * decodes still gives every thread a share (one thread norming eight
  * tokens while the others wait cost 5% of a decode step of eight).
+ * Each task then makes the forms (need) the next products take of its
+ * rows, c->act pointing at the output already: the rows are in its
+ * cache, where a region of its own would read half of them from the
+ * other cores' (and wait for one more region).
  */
 #define PAR_TOKENS 8
 
@@ -513,6 +517,7 @@ struct rows {
 	int per;        /* tokens per task */
 	int add;        /* x += xn first */
 	const float *w; /* the norm's weights, or NULL for SwiGLU */
+	int need;       /* the forms of c->act to make (MEDHA_ACT_*) */
 };
 
 static void
@@ -539,14 +544,16 @@ rows_task(void *arg, int i, int thread)
 				x[j] = xn[j] + x[j];
 		medha_cpu_rmsnorm(xn, x, r->w, d, c->m->c.norm_eps);
 	}
+	medha_act_make_rows(&c->act, r->need, i * r->per, t1);
 }
 
 static void
-rows(struct medha_cpu *c, int n, int add, const float *w)
+rows(struct medha_cpu *c, int n, int add, const float *w, int need)
 {
-	struct rows r = {c, n, par_tokens(c, n), add, w};
+	struct rows r = {c, n, par_tokens(c, n), add, w, need};
 
 	medha_threadpool_run(c->tp, (n + r.per - 1) / r.per, rows_task, &r);
+	c->act.have |= need;
 }
 
 /*
@@ -665,12 +672,12 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	int rc;
 
 	/* the residual add of the previous layer's output, then the norm */
-	rows(c, n, add, L->attn_norm);
-	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
-		return rc;
 	mm[0] = (struct medha_mm){W[W_Q], c->q, pack_of(c, l, W_Q)};
 	mm[1] = (struct medha_mm){W[W_K], c->k, pack_of(c, l, W_K)};
 	mm[2] = (struct medha_mm){W[W_V], c->v, pack_of(c, l, W_V)};
+	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
+		return rc;
+	rows(c, n, add, L->attn_norm, medha_mm_forms(mm, 3, c->ref));
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 3, c->ref)) != 0)
 		return rc;
 	if ((rc = rope_kv(c, b, l)) != 0)
@@ -700,21 +707,22 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 1, y, n, c->xn)) != 0)
 		return rc;
-	rows(c, n, 1, L->ffn_norm);
-	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
-		return rc;
 	mm[0] = (struct medha_mm){W[W_GATE], c->g,
 	    pack_of(c, l, W_GATE)};
 	mm[1] = (struct medha_mm){W[W_UP], c->u, pack_of(c, l, W_UP)};
+	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
+		return rc;
+	rows(c, n, 1, L->ffn_norm, medha_mm_forms(mm, 2, c->ref));
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 2, c->ref)) != 0)
-		return rc;
-	rows(c, n, 0, NULL);
-	if (tpn > 1 && (rc = gather(c, l, 2, c->g, n, c->g)) != 0)
-		return rc;
-	if ((rc = medha_act_set(&c->act, c->g, n, mc->ffn_dim, c->nt)) != 0)
 		return rc;
 	/* its output stays in xn for the next layer's (or the end's) add */
 	mm[0] = (struct medha_mm){W[W_DOWN], y, pack_of(c, l, W_DOWN)};
+	if ((rc = medha_act_set(&c->act, c->g, n, mc->ffn_dim, c->nt)) != 0)
+		return rc;
+	/* with TP the SwiGLU gives this rank's part, gathered after */
+	rows(c, n, 0, NULL, tpn > 1 ? 0 : medha_mm_forms(mm, 1, c->ref));
+	if (tpn > 1 && (rc = gather(c, l, 2, c->g, n, c->g)) != 0)
+		return rc;
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 3, y, n, c->xn)) != 0)

@@ -343,6 +343,15 @@ int medha_act_form(int type, int ref);
 /* Make the forms in need (MEDHA_ACT_* bits) that a lacks. */
 void
 medha_act_prepare(struct medha_threadpool *tp, struct medha_act *a, int need);
+/*
+ * Make the forms in need of rows [t0, t1) alone: a task's share, by the
+ * thread that just wrote those rows (they are in its cache); once every
+ * row is made, the caller adds need to a->have. The same bits as
+ * medha_act_prepare.
+ */
+void medha_act_make_rows(struct medha_act *a, int need, int t0, int t1);
+/* The forms (MEDHA_ACT_* bits) the products mm[0 .. nmm) take. */
+int medha_mm_forms(const struct medha_mm *mm, int nmm, int ref);
 /* Up to 7 products sharing the input a, in one parallel region. */
 int medha_mm_run(struct medha_threadpool *tp, struct medha_act *a,
     const struct medha_mm *mm, int nmm, int ref);

@@ -1033,6 +1033,16 @@ mm_task(void *arg, int i, int thread)
 }
 
 int
+medha_mm_forms(const struct medha_mm *mm, int nmm, int ref)
+{
+	int j, need = 0;
+
+	for (j = 0; j < nmm; j++)
+		need |= medha_act_form(mm[j].w->type, ref);
+	return need;
+}
+
+int
 medha_mm_run(struct medha_threadpool *tp, struct medha_act *a,
     const struct medha_mm *mm, int nmm, int ref)
 {

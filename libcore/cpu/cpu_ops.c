@@ -383,7 +383,9 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 {
 	const int nb = a->k / MEDHA_QK;
 	const float *x = a->x + b0 * MEDHA_QK;
-	int8_t *q;
+	int8_t *const q0 = a->q, *q;
+	float *const qd = a->qd, *const qs = a->qs;
+	int32_t *const qi = a->qi;
 	size_t u, o;
 	int j, sum, t = (int)(b0 / (size_t)nb), b = (int)(b0 % (size_t)nb);
 	float amax, d, id;
@@ -394,7 +396,7 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 			b = 0;
 			t++;
 		}
-		q = a->q + o * MEDHA_QK;
+		q = q0 + o * MEDHA_QK;
 #if defined(__AVX512F__)
 		/* the same operations, 16 lanes at a time */
 		__m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
@@ -417,6 +419,7 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 		__m256 xv[4], m = _mm256_setzero_ps(), un = m;
 		const __m256 sign = _mm256_set1_ps(-0.0f);
 		__m256i iv[4], p01, p23, s;
+#pragma GCC unroll 4
 		for (j = 0; j < 4; j++) {
 			xv[j] = _mm256_loadu_ps(x + 8 * j);
 			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, xv[j]));
@@ -434,6 +437,7 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 			amax = NAN; /* a NaN: the block's scale carries it */
 		d = amax / 127.0f;
 		id = amax != 0.0f ? 127.0f / amax : 0.0f;
+#pragma GCC unroll 4
 		for (j = 0; j < 4; j++) {
 			__m256 v = _mm256_mul_ps(xv[j], _mm256_set1_ps(id));
 			/* NaN (a NaN or infinite input): 0 */
@@ -471,9 +475,9 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 			sum += q[j];
 		}
 #endif
-		a->qd[o] = f16_round(d);
-		a->qs[o] = f16_round(d * (float)sum);
-		a->qi[o] = sum;
+		qd[o] = f16_round(d);
+		qs[o] = f16_round(d * (float)sum);
+		qi[o] = sum;
 	}
 }
 
@@ -541,6 +545,22 @@ prep_task(void *arg, int i, int thread)
 		act_r16_span(p->a, u0 * MEDHA_QK, u1);
 	if (p->need & MEDHA_ACT_BF16)
 		act_rbf_span(p->a, u0 * MEDHA_QK, u1);
+}
+
+void
+medha_act_make_rows(struct medha_act *a, int need, int t0, int t1)
+{
+	const size_t k = (size_t)a->k;
+
+	if (t0 >= t1)
+		return;
+	if ((need & MEDHA_ACT_Q8) && k % MEDHA_QK == 0) /* else refused */
+		act_q8_blocks(a, (size_t)t0 * (k / MEDHA_QK),
+		    (size_t)t1 * (k / MEDHA_QK));
+	if (need & MEDHA_ACT_F16)
+		act_r16_span(a, (size_t)t0 * k, (size_t)t1 * k);
+	if (need & MEDHA_ACT_BF16)
+		act_rbf_span(a, (size_t)t0 * k, (size_t)t1 * k);
 }
 
 int
