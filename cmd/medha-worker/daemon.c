@@ -26,15 +26,17 @@
  * sampled a token here (decodes, last prompt chunks), runs the step the
  * scheduler will most likely send next while its RESULT makes the round
  * trip: the same sequences one position on, fed the tokens just
- * sampled, keeping the logits. If the BATCH that comes back is exactly
- * that step (the same items in the same order, positions and tokens)
- * the worker samples from those logits and answers at once, so the
- * round trip overlaps the computation instead of adding to every step.
- * Anything else (another batch, IDLE, a fault) cuts the sequences back
- * to the lengths they had, giving back any KV block the step took (the
- * scheduler's count of blocks stays exact), and runs the batch as
- * usual. A sequence's results do not depend on what else is in its
- * batch, so the tokens are the same either way. Off by default: it pays
+ * sampled, keeping the logits. The items of the BATCH that comes back
+ * that are steps of it (the same handle, position and token) are
+ * sampled from those logits, so the round trip overlaps the
+ * computation instead of adding to every step; its other items (a new
+ * prompt's chunk) run as a batch of their own, and the sequences of the
+ * step it leaves out (a request that ended) are cut back to the lengths
+ * they had, giving back any KV block the step took (the scheduler's
+ * count of blocks stays exact), as are all of them when nothing of it
+ * is used (another batch, IDLE, a fault). A sequence's results do not
+ * depend on what else is in its batch, so the tokens are the same
+ * either way. Off by default: it pays
  * where the round trip's threads (nng's, the scheduler's) have cores of
  * their own; on a machine whose every core runs the backend they take
  * back from the computation what the overlap saves (README).
@@ -112,7 +114,11 @@ struct worker {
 	int32_t *a_tok;     /* (na) the token fed: the one just sampled */
 	struct medha_batch_seq *a_bs; /* (na) */
 	float *a_lg;                  /* (na, vocab) the step's logits */
+	int32_t *a_item;              /* (na) the item it answers, or -1 */
 	size_t a_cap;                 /* sequences room */
+	struct medha_msg_item *r_items; /* (r_cap) the items not run ahead */
+	int32_t *r_map;                 /* (r_cap) each one's item */
+	size_t r_cap;
 	long long looked, hits;       /* steps run ahead; of them used */
 	/* heartbeats */
 	pthread_mutex_t mu;
@@ -695,8 +701,11 @@ ahead_plan(struct worker *w, const struct medha_msg_batch *b)
 		    sizeof(*w->a_lg));
 		if (g != NULL)
 			w->a_lg = g;
+		void *m = medha_reallocarray(w->a_item, n, sizeof(*w->a_item));
+		if (m != NULL)
+			w->a_item = m;
 		if (h == NULL || l == NULL || t == NULL || s == NULL ||
-		    g == NULL)
+		    g == NULL || m == NULL)
 			return;
 		w->a_cap = (size_t)n;
 	}
@@ -711,6 +720,22 @@ ahead_plan(struct worker *w, const struct medha_msg_batch *b)
 		    .logits = MEDHA_LOGITS_LAST};
 	}
 	w->na = n;
+}
+
+/* Room for n items not run ahead (ahead_use). */
+static int
+grow_rest(struct worker *w, size_t n)
+{
+	void *a = medha_reallocarray(w->r_items, n, sizeof(*w->r_items));
+	if (a != NULL)
+		w->r_items = a;
+	void *b = medha_reallocarray(w->r_map, n, sizeof(*w->r_map));
+	if (b != NULL)
+		w->r_map = b;
+	if (a == NULL || b == NULL)
+		return MEDHA_ENOMEM;
+	w->r_cap = n;
+	return 0;
 }
 
 /* Cut the step's sequences back to where they were, and forget it. */
@@ -748,57 +773,146 @@ ahead_run(struct worker *w)
 	}
 }
 
-/* 1 if b is exactly the step run ahead. */
-static int
-ahead_matches(const struct worker *w, const struct medha_msg_batch *b)
+/*
+ * Which items of b the step run ahead answers: w->a_item[j], the item
+ * of sequence j of the step (the same handle, position and token, one
+ * id, sampled with the parameters it had), or -1. Returns how many.
+ * The batch may leave sequences of the step out (a request that ended)
+ * and hold items it did not run (a new prompt's chunk): those run as
+ * usual (ahead_use).
+ */
+static int64_t
+ahead_match(struct worker *w, const struct medha_msg_batch *b)
 {
-	if (!w->ran || b->n_items != w->na || b->peers != NULL)
+	int64_t i, f, nm = 0;
+	int j, k, hint = 0;
+
+	if (!w->ran || b->peers != NULL)
 		return 0;
-	for (int i = 0; i < w->na; i++) {
+	for (j = 0; j < w->na; j++)
+		w->a_item[j] = -1;
+	for (i = 0; i < b->n_items; i++) {
 		const struct medha_msg_item *it = &b->items[i];
-		if (it->handle != w->a_handle[i] || it->pos != w->a_len[i] ||
-		    it->n_ids != 1 || it->ids[0] != w->a_tok[i] ||
-		    !it->sample || it->has_params || it->n_groups > 1)
-			return 0;
+		if (it->n_ids != 1 || !it->sample || it->has_params ||
+		    it->n_groups > 1)
+			continue;
+		/* the batch keeps the step's order, most often */
+		for (k = 0, j = -1; k < w->na; k++)
+			if (w->a_handle[(hint + k) % w->na] == it->handle) {
+				j = (hint + k) % w->na;
+				break;
+			}
+		if (j < 0 || w->a_item[j] >= 0 || it->pos != w->a_len[j] ||
+		    it->ids[0] != w->a_tok[j])
+			continue;
+		for (f = 0; f < b->n_frees && b->frees[f] != it->handle; f++)
+			;
+		if (f < b->n_frees)
+			continue;
+		w->a_item[j] = (int32_t)i;
+		hint = j + 1;
+		nm++;
 	}
-	for (int64_t i = 0; i < b->n_frees; i++)
-		for (int j = 0; j < w->na; j++)
-			if (b->frees[i] == w->a_handle[j])
-				return 0;
-	return 1;
+	return nm;
 }
 
-/* Answer b (the step run ahead) from the kept logits, into *res. */
+/*
+ * Answer b, nm of whose items the step run ahead answers (ahead_match),
+ * into *res: the sequences of the step that b leaves out cut back, the
+ * items it did not run run as a batch of their own, the others sampled
+ * from the kept logits; then the next step planned from all of them. A
+ * sequence's results do not depend on its batch, so the tokens are the
+ * same as b's run whole.
+ */
 static void
-ahead_answer(struct worker *w, const struct medha_msg_batch *b,
+ahead_use(struct worker *w, const struct medha_msg_batch *b, int64_t nm,
     struct medha_msg_result *res)
 {
 	const int vocab = w->be->info.shape.vocab;
-	int i;
+	struct medha_msg_batch rest;
+	int32_t *tok = NULL;
+	int64_t i, k;
+	int j, n;
 
 	res->seq = b->seq;
 	res->worker_id = w->id;
-	if (grow_scratch(w, (size_t)w->na, (size_t)w->na) != 0 ||
-	    (res->tokens = medha_calloc((size_t)w->na,
+	for (j = 0; j < w->na; j++) {
+		struct wseq *q = find_seq(w, w->a_handle[j]);
+		if (w->a_item[j] < 0 && q != NULL &&
+		    medha_backend_seq_len(w->be, q->seq) > w->a_len[j])
+			medha_backend_seq_fill(w->be, q->seq, w->a_len[j]);
+	}
+	if (grow_scratch(w, 1, (size_t)b->n_items) != 0 ||
+	    (tok = medha_calloc((size_t)b->n_items, sizeof(*tok))) == NULL ||
+	    (nm < b->n_items &&
+	        (size_t)(b->n_items - nm) > w->r_cap &&
+	        grow_rest(w, (size_t)(b->n_items - nm)) != 0)) {
+		snprintf(res->error, sizeof(res->error), "out of memory");
+		goto drop;
+	}
+	w->ncur = 0;
+	if (nm < b->n_items) {
+		/* the items not run ahead: a batch of their own */
+		rest = *b;
+		rest.items = w->r_items;
+		rest.n_frees = 0;
+		for (i = 0, k = 0; i < b->n_items; i++) {
+			for (j = 0; j < w->na && w->a_item[j] != i; j++)
+				;
+			if (j == w->na) {
+				w->r_items[k] = b->items[i];
+				w->r_map[k++] = (int32_t)i;
+			}
+		}
+		rest.n_items = k;
+		run_batch(w, &rest, res);
+		free(res->tokens);
+		res->tokens = NULL;
+		res->n_tokens = 0;
+		if (res->error[0] != '\0')
+			goto drop;
+		for (j = 0; j < w->ncur; j++)
+			w->idx[j] = w->r_map[w->idx[j]];
+	}
+	/* the items run ahead, after them: as run_batch leaves its
+	   sequences, for ahead_plan */
+	for (j = 0; j < w->na; j++) {
+		struct wseq *q;
+		if (w->a_item[j] < 0)
+			continue;
+		q = find_seq(w, w->a_handle[j]);
+		n = w->ncur++;
+		w->bs[n] = w->a_bs[j];
+		w->smp[n] = q->smp;
+		w->out[n] = medha_sample(q->smp, w->a_lg + (size_t)j * vocab);
+		w->idx[n] = w->a_item[j];
+	}
+	/* the tokens in item order */
+	for (i = 0; i < b->n_items; i++)
+		tok[i] = -1;
+	for (n = 0; n < w->ncur; n++)
+		if (w->smp[n] != NULL && w->out[n] >= 0)
+			tok[w->idx[n]] = w->out[n];
+	if ((res->tokens = medha_calloc((size_t)b->n_items,
 	         sizeof(*res->tokens))) == NULL) {
 		snprintf(res->error, sizeof(res->error), "out of memory");
-		w->na = w->ran = 0;
-		return;
+		goto drop;
 	}
-	for (i = 0; i < w->na; i++) {
-		struct wseq *q = find_seq(w, w->a_handle[i]);
-		int32_t t = medha_sample(q->smp, w->a_lg + (size_t)i * vocab);
-		res->tokens[res->n_tokens++] =
-		    (struct medha_msg_token){w->a_handle[i], t};
-		/* as run_batch leaves them: the plan of the next step */
-		w->bs[i] = w->a_bs[i];
-		w->smp[i] = q->smp;
-		w->out[i] = t;
-		w->idx[i] = i;
-	}
+	for (i = 0; i < b->n_items; i++)
+		if (tok[i] >= 0)
+			res->tokens[res->n_tokens++] =
+			    (struct medha_msg_token){b->items[i].handle, tok[i]};
+	free(tok);
 	w->hits++;
-	w->ncur = w->na;
 	ahead_plan(w, b);
+	return;
+drop:
+	/* as a failed batch leaves them: the step's sequences cut back */
+	free(tok);
+	for (j = 0; j < w->na; j++)
+		w->a_item[j] = -1;
+	ahead_drop(w);
+	w->ncur = 0;
 }
 
 /*
@@ -948,6 +1062,7 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 	char why[512];
 	int rc = 0, batches = 0;
 	double sent = 0, t_run;
+	int64_t nm;
 
 	memset(&w, 0, sizeof(w));
 	w.be = be;
@@ -1067,10 +1182,19 @@ worker_daemon(struct medha_backend *be, const struct worker_daemon_opts *o)
 			out.type = MEDHA_MSG_READY;
 			out.worker_id = w.id;
 			if (rc == 0 && rep.type == MEDHA_MSG_BATCH &&
-			    ahead_matches(&w, &rep.batch)) {
+			    (nm = ahead_match(&w, &rep.batch)) > 0) {
 				apply_frees(&w, &rep.batch);
 				out.type = MEDHA_MSG_RESULT;
-				ahead_answer(&w, &rep.batch, &out.result);
+				pthread_mutex_lock(&w.mu);
+				w.running = 1;
+				pthread_mutex_unlock(&w.mu);
+				t_run = medha_now();
+				ahead_use(&w, &rep.batch, nm, &out.result);
+				pthread_mutex_lock(&w.mu);
+				w.running = 0;
+				pthread_mutex_unlock(&w.mu);
+				if (medha_log_level >= MEDHA_LOG_DEBUG)
+					log_batch(&rep.batch, t_run, sent);
 				batch_ran(&batches, &out.result);
 				medha_msg_clear(&rep);
 				continue;
@@ -1153,6 +1277,9 @@ out:
 	free(w.t0);
 	free(w.h);
 	free(w.a_handle);
+	free(w.a_item);
+	free(w.r_items);
+	free(w.r_map);
 	free(w.a_len);
 	free(w.a_tok);
 	free(w.a_bs);

@@ -4,8 +4,10 @@
 # rarely takes it: tests/lookahead_sched, a scripted scheduler, gives a
 # worker of two KV blocks a batch that does not use the step run ahead,
 # which then must give its KV block back (the batch after needs it), and
-# a step ahead that finds no block must take none. The tokens must be
-# those of the same worker without --lookahead. The live checks (16
+# a step ahead that finds no block must take none; then a batch that
+# uses the step run ahead and adds a new prompt, and one that uses it
+# for one of its two sequences. The tokens must be those of the same
+# worker without --lookahead. The live checks (16
 # requests at once give medha-worker -p's tokens, steps run ahead are
 # used) are in live-single.sh. Needs contrib/fetch-refs.sh.
 set -e
@@ -49,16 +51,17 @@ script() {
 
 script --lookahead ahead
 script "" plain
-read -r a b c <"$tmp/ahead"
+read -r a b c _ <"$tmp/ahead"
 if [ "$(cat "$tmp/ahead")" != "$(cat "$tmp/plain")" ] || [ "$a" != "$c" ]; then
 	echo "tokens: with lookahead $(cat "$tmp/ahead"), without" \
 	    "$(cat "$tmp/plain") (the first and third prompts are the same)"
 	exit 1
 fi
-# a step was run ahead after each batch (the second's found no block),
-# none used
-grep -q "stopped after 3 batches (0 of 3 steps run ahead used)" \
+# a step was run ahead after each batch (the second's found no block);
+# batch 5 used the one after batch 4 in part (E, with D run), batch 6
+# the one after batch 5 in part (D, E left out)
+grep -q "stopped after 7 batches (2 of 7 steps run ahead used)" \
     "$tmp/ahead.log" || { cat "$tmp/ahead.log"; exit 1; }
-grep -q "stopped after 3 batches (0 of 0 steps run ahead used)" \
+grep -q "stopped after 7 batches (0 of 0 steps run ahead used)" \
     "$tmp/plain.log" || { cat "$tmp/plain.log"; exit 1; }
-echo "lookahead: ok (tokens $a $b $c)"
+echo "lookahead: ok (tokens $(cat "$tmp/ahead"))"
