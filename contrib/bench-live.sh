@@ -22,10 +22,11 @@
 #    "generated" time covers the same 63 decode steps). Goal: under 5%.
 #    replay submits without a stream (its records carry the output); the
 #    same request from a client that streams (replay --stream: a token
-#    event to the client every step) shows what streaming costs. A third
-#    replica, its worker with --lookahead (each decode step runs while
-#    the step before makes its round trip to the scheduler), shows what
-#    that gives here.
+#    event to the client every step) shows what streaming costs. The
+#    workers run decode steps ahead (each while the step before makes
+#    its round trip to the scheduler; medha-worker's default); a third
+#    replica, its worker with --no-lookahead, shows what that gives
+#    here.
 #
 # Every round runs medha-worker -p, then N = 1, 4, 8, 16 on each replica
 # in turn (a replica sits idle, blocked on its sockets, while the other
@@ -84,7 +85,7 @@ start() {
     -ljansson -lzstd -lpcre2-32 -lm -lpthread)
 start adaptive "-v"
 start fixed "-v --chunk 512"
-start ahead "-v" --lookahead
+start plain "-v" --no-lookahead
 
 # sixteen short distinct prompts; trace N holds the first N
 python3 - "$tmp" <<'PY'
@@ -138,7 +139,7 @@ while [ $r -lt "$reps" ]; do
 		live fixed $n >>"$tmp/rows"
 	done
 	live adaptive 1 --stream stream >>"$tmp/rows"
-	live ahead 1 >>"$tmp/rows"
+	live plain 1 >>"$tmp/rows"
 	"$tmp/decode-batch" -t "$threads" "$model" 1 4 8 16 |
 	    sed 's/^/backend /' >>"$tmp/rows"
 	r=$((r + 1))
@@ -201,7 +202,7 @@ lv = live[("adaptive", 1)]
 print("%-20s %8s %8s   %s" % ("", "median", "best", "each round"))
 for name, xs in (("medha-worker -p", one), ("live replica", lv),
                  ("  streaming client", live[("stream", 1)]),
-                 ("  --lookahead", live[("ahead", 1)])):
+                 ("  --no-lookahead", live[("plain", 1)])):
     print("%-20s %8.1f %8.1f   %s" % (name, med(xs), max(xs),
                                       " ".join("%.1f" % x for x in xs)))
 ovm = (1 - med(lv) / med(one)) * 100

@@ -33,7 +33,7 @@ usage(FILE *f)
 	    "[--speed X] [-t THREADS]\n"
 	    "           [--tp N] [--spp N] [--kvp N] [--rank R] "
 	    "[--peer ADDR]\n"
-	    "           [--lookahead]\n"
+	    "           [--lookahead | --no-lookahead]\n"
 	    "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
 	    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
 	    "f16|f32]\n"
@@ -59,7 +59,8 @@ static const struct medha_help help_lines[] = {
     {"--kvp N", "KV-cache-parallel degree (1, at most 64)"},
     {"--rank R", "this worker's place in the tp x spp x kvp layout (0)"},
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
-    {"--lookahead", "run the likely next decode step during the round trip"},
+    {"--lookahead", "run the next decode step during the round trip (on)"},
+    {"--no-lookahead", "wait for each batch instead"},
     {NULL, "One-shot mode (-p PROMPT or -f FILE):"},
     {"-m, --model MODEL", "the model, a GGUF file"},
     {"-p, --prompt PROMPT", "the prompt text"},
@@ -105,6 +106,7 @@ enum {
 	OPT_RANK,
 	OPT_PEER,
 	OPT_LOOKAHEAD,
+	OPT_NO_LOOKAHEAD,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -137,6 +139,7 @@ static const struct option longopts[] = {
     {"model", required_argument, NULL, 'm'},
     {"n-predict", required_argument, NULL, 'n'},
     {"lookahead", no_argument, NULL, OPT_LOOKAHEAD},
+    {"no-lookahead", no_argument, NULL, OPT_NO_LOOKAHEAD},
     {"peer", required_argument, NULL, OPT_PEER},
     {"prompt", required_argument, NULL, 'p'},
     {"rank", required_argument, NULL, OPT_RANK},
@@ -324,7 +327,8 @@ main(int argc, char *argv[])
 	const char *logits_path = NULL, *addr = NULL, *backend = "cpu";
 	const char *gpu = "a100";
 	int64_t kv_blocks = 0, max_seqs = 0;
-	struct worker_daemon_opts wo = {.tp = 1, .spp = 1, .kvp = 1};
+	struct worker_daemon_opts wo = {
+	    .tp = 1, .spp = 1, .kvp = 1, .lookahead = 1};
 	double speed = 1;
 	int64_t n_gen = 64, chunk = 512;
 	int chat = 0, ignore_eos = 0, tokenize = 0, as_ids = 0, verbose = 0;
@@ -380,6 +384,7 @@ main(int argc, char *argv[])
 		case OPT_RANK: wo.rank = num("--rank", optarg, 0, 4095); break;
 		case OPT_PEER: wo.peer = optarg; break;
 		case OPT_LOOKAHEAD: wo.lookahead = 1; break;
+		case OPT_NO_LOOKAHEAD: wo.lookahead = 0; break;
 		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;

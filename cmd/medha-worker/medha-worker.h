@@ -17,7 +17,7 @@ struct worker_daemon_opts {
 	                      tp * (rank_spp + spp * rank_kvp) */
 	const char *peer;  /* where the other workers reach this one; NULL:
 	                      beside the scheduler's address */
-	int lookahead;     /* run the next decode step ahead (--lookahead) */
+	int lookahead;     /* run the next step ahead (1; --no-lookahead: 0) */
 };
 
 

@@ -8,9 +8,10 @@
 # record. Then the bad cases: a malformed trace line is refused
 # by replay with a reason, an empty and a too-long prompt get "rejected"
 # records with a reason, a stop string cuts the text, and SIGTERM stops
-# every process. The SmolLM2 replica's worker runs with --lookahead,
-# whose steps run ahead must have been used, and must have warmed up
-# before its HELLO. Needs contrib/fetch-refs.sh (the real model).
+# every process. The SmolLM2 replica's worker runs with lookahead (its
+# default), whose steps run ahead must have been used, and must have
+# warmed up before its HELLO; the random model's with --no-lookahead.
+# Needs contrib/fetch-refs.sh (the real model).
 set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -59,13 +60,13 @@ serve_and_compare() {
 py=${MEDHA_PY:-$cache/venv/bin/python}
 if "$py" -c 'import gguf, numpy' 2>/dev/null; then
 	"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
-	serve_and_compare "$tmp/random.gguf"
+	serve_and_compare "$tmp/random.gguf" --no-lookahead
 	kill -TERM "$serve"
 	wait "$serve" || true
 else
 	echo "skip: the random model needs $py with gguf (contrib/fetch-refs.sh)"
 fi
-serve_and_compare "$model" "--lookahead -v"
+serve_and_compare "$model" -v
 
 # refused and rejected requests still end with one record and a reason
 cat >"$tmp/bad.jsonl" <<'EOF'
@@ -108,8 +109,9 @@ if pgrep -f "medha-sched -l $addr" >/dev/null ||
 	exit 1
 fi
 grep -q "stopped:" "$tmp/logs/sched.log"
-# the SmolLM2 worker (--lookahead) ran decode steps ahead during round
-# trips and used them (the tokens above are the same as -p's either way)
+# the SmolLM2 worker (lookahead, its default) ran decode steps ahead
+# during round trips and used them (the tokens above are the same as
+# -p's either way)
 sed -n 's/.*stopped after [0-9]* batches (\([0-9]*\) of \([0-9]*\) steps.*/\1 \2/p' \
     "$tmp"/logs/sched-worker0.log | tail -n 1 >"$tmp/ahead"
 read -r used ran <"$tmp/ahead" || true

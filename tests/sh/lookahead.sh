@@ -7,7 +7,7 @@
 # a step ahead that finds no block must take none; then a batch that
 # uses the step run ahead and adds a new prompt, and one that uses it
 # for one of its two sequences. The tokens must be those of the same
-# worker without --lookahead. The live checks (16
+# worker with --no-lookahead. The live checks (16
 # requests at once give medha-worker -p's tokens, steps run ahead are
 # used) are in live-single.sh. Needs contrib/fetch-refs.sh.
 set -e
@@ -50,7 +50,7 @@ script() {
 }
 
 script --lookahead ahead
-script "" plain
+script --no-lookahead plain
 read -r a b c _ <"$tmp/ahead"
 if [ "$(cat "$tmp/ahead")" != "$(cat "$tmp/plain")" ] || [ "$a" != "$c" ]; then
 	echo "tokens: with lookahead $(cat "$tmp/ahead"), without" \
