@@ -443,8 +443,14 @@ check_batch(struct medha_cpu *c, const struct medha_batch *b, int claim,
 }
 
 /* Attention of every sequence of the batch at one layer. */
+/*
+ * need: the forms of c->act (pointing at c->att) that the tasks make of
+ * the outputs they finish, or 0 (outputs that are merged or gathered
+ * after, or heads of a group that do not fill whole blocks).
+ */
 static int
-attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
+attention(struct medha_cpu *c, const struct medha_batch *b, int layer,
+    int need)
 {
 	const struct medha_model_config *mc = &c->m->c;
 	const int nh = c->nh;
@@ -465,6 +471,9 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer)
 			a->k_lo = len * sh / c->shards;
 			a->k_hi = len * (sh + 1) / c->shards;
 			a->compat = c->compat;
+			a->act = need != 0 && c->shards == 1 ? &c->act : NULL;
+			a->act_t0 = t0;
+			a->act_need = need;
 			if (c->shards == 1) {
 				a->out = c->att + (size_t)t0 * qd;
 				a->lse = c->lse + (size_t)t0 * nh;
@@ -669,7 +678,7 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	float *y = tpn > 1 ? c->yl : c->xn; /* an output projection's rows */
 	struct medha_mm mm[3];
 	double t_op;
-	int rc;
+	int rc, need;
 
 	/* the residual add of the previous layer's output, then the norm */
 	mm[0] = (struct medha_mm){W[W_Q], c->q, pack_of(c, l, W_Q)};
@@ -682,9 +691,21 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		return rc;
 	if ((rc = rope_kv(c, b, l)) != 0)
 		return rc;
-	t_op = c->timing ? medha_now() : 0;
-	if ((rc = attention(c, b, l)) != 0)
+	/* the output projection's input: the attention's tasks make its
+	   forms, where its output is this process's whole */
+	mm[0] = (struct medha_mm){W[W_O], y, pack_of(c, l, W_O)};
+	if ((rc = medha_act_set(&c->act, c->att, n, mc->n_heads * mc->head_dim,
+	         c->nt)) != 0)
 		return rc;
+	need = tpn == 1 && c->shards == 1 &&
+	        !(c->kvx != NULL && c->nmerge > 0) &&
+	        mc->n_heads / mc->n_kv_heads * mc->head_dim % MEDHA_QK == 0
+	    ? medha_mm_forms(mm, 1, c->ref)
+	    : 0;
+	t_op = c->timing ? medha_now() : 0;
+	if ((rc = attention(c, b, l, need)) != 0)
+		return rc;
+	c->act.have |= need;
 	if (c->timing) {
 		double t1 = medha_now();
 		c->times.attn += t1 - t_op;
@@ -699,10 +720,6 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	}
 	if (tpn > 1 && (rc = gather(c, l, 0, c->att, n, c->att)) != 0)
 		return rc;
-	if ((rc = medha_act_set(&c->act, c->att, n, mc->n_heads * mc->head_dim,
-	         c->nt)) != 0)
-		return rc;
-	mm[0] = (struct medha_mm){W[W_O], y, pack_of(c, l, W_O)};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 1, y, n, c->xn)) != 0)

@@ -350,6 +350,9 @@ medha_act_prepare(struct medha_threadpool *tp, struct medha_act *a, int need);
  * medha_act_prepare.
  */
 void medha_act_make_rows(struct medha_act *a, int need, int t0, int t1);
+/* The same for elements [e0, e1) of row t, both multiples of MEDHA_QK. */
+void medha_act_make_span(struct medha_act *a, int need, int t, int e0,
+    int e1);
 /* The forms (MEDHA_ACT_* bits) the products mm[0 .. nmm) take. */
 int medha_mm_forms(const struct medha_mm *mm, int nmm, int ref);
 /* Up to 7 products sharing the input a, in one parallel region. */
@@ -385,6 +388,12 @@ struct medha_attn_seq {
 	float *lse;         /* (nq, n_heads) */
 	int compat;         /* llama.cpp's order (opts.llama_compat); needs
 	                       k_lo 0 */
+	/* or NULL: where out is rows act_t0 .. of act (struct medha_act,
+	   below), whose forms act_need the task that finishes a query's
+	   kv head makes of that head's outputs (medha_act_make_span) */
+	struct medha_act *act;
+	int act_t0;
+	int act_need;
 };
 
 /* Floats of per-thread scratch attention needs for keys up to nkeys. */

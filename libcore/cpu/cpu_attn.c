@@ -807,6 +807,18 @@ out_of(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 	    r->kv->c.head_dim;
 }
 
+/* the forms s asks for of query qi's outputs of kv head kvh (finished) */
+static void
+make_forms(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
+    int qi)
+{
+	const int gd = r->n_heads / r->kv->c.n_kv_heads * r->kv->c.head_dim;
+
+	if (s->act != NULL)
+		medha_act_make_span(s->act, s->act_need, s->act_t0 + qi,
+		    kvh * gd, (kvh + 1) * gd);
+}
+
 /*
  * Queries [q0, q1) of s, kv head kvh: each over its keys a partition of
  * ATTN_PART at a time (partitions fixed by position, so the arithmetic
@@ -826,8 +838,10 @@ attn_queries(const struct attn_run *r, const struct medha_attn_seq *s,
 	int qi;
 
 	if (s->compat && s->k_lo <= 0) {
-		for (qi = q0; qi < q1; qi++)
+		for (qi = q0; qi < q1; qi++) {
 			attn_query_compat(r, s, kvh, qi, scr);
+			make_forms(r, s, kvh, qi);
+		}
 		return;
 	}
 	parts_of(s, q0, &p0, &pb);
@@ -850,6 +864,8 @@ attn_queries(const struct attn_run *r, const struct medha_attn_seq *s,
 			    pl);
 			fold(G, hd, o, l, po, pl, p == pa);
 		}
+	for (qi = q0; qi < q1; qi++)
+		make_forms(r, s, kvh, qi);
 }
 
 /*
@@ -938,6 +954,7 @@ fold_task(void *arg, int i, int thread)
 		    ((size_t)local * np + pi) * G * (hd + 1);
 		fold(G, hd, o, l, po, po + (size_t)G * hd, pi == 0);
 	}
+	make_forms(r, s, kvh, qi);
 }
 
 int
@@ -1020,7 +1037,8 @@ medha_cpu_attn(struct medha_threadpool *tp, const struct medha_kvcache *kv,
     int seq, int layer, int n_heads, const float *q, int nq, int64_t qpos,
     int64_t k_lo, int64_t k_hi, float *out, float *lse)
 {
-	struct medha_attn_seq s = {seq, q, nq, qpos, k_lo, k_hi, out, lse, 0};
+	struct medha_attn_seq s = {
+	    seq, q, nq, qpos, k_lo, k_hi, out, lse, 0, NULL, 0, 0};
 	int64_t len = medha_kv_seq_len(kv, seq);
 	size_t per;
 	float *scr;

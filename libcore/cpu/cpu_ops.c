@@ -548,6 +548,22 @@ prep_task(void *arg, int i, int thread)
 }
 
 void
+medha_act_make_span(struct medha_act *a, int need, int t, int e0, int e1)
+{
+	const size_t k = (size_t)a->k, i0 = (size_t)t * k + (size_t)e0,
+	             i1 = (size_t)t * k + (size_t)e1;
+
+	if (e0 >= e1)
+		return;
+	if ((need & MEDHA_ACT_Q8) && k % MEDHA_QK == 0) /* else refused */
+		act_q8_blocks(a, i0 / MEDHA_QK, i1 / MEDHA_QK);
+	if (need & MEDHA_ACT_F16)
+		act_r16_span(a, i0, i1);
+	if (need & MEDHA_ACT_BF16)
+		act_rbf_span(a, i0, i1);
+}
+
+void
 medha_act_make_rows(struct medha_act *a, int need, int t0, int t1)
 {
 	const size_t k = (size_t)a->k;
