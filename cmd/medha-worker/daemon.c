@@ -910,8 +910,6 @@ ahead_use(struct worker *w, const struct medha_msg_batch *b, int64_t nm,
 drop:
 	/* as a failed batch leaves them: the step's sequences cut back */
 	free(tok);
-	for (j = 0; j < w->na; j++)
-		w->a_item[j] = -1;
 	ahead_drop(w);
 	w->ncur = 0;
 }

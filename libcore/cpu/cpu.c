@@ -442,11 +442,11 @@ check_batch(struct medha_cpu *c, const struct medha_batch *b, int claim,
 	return 0;
 }
 
-/* Attention of every sequence of the batch at one layer. */
 /*
- * need: the forms of c->act (pointing at c->att) that the tasks make of
- * the outputs they finish, or 0 (outputs that are merged or gathered
- * after, or heads of a group that do not fill whole blocks).
+ * Attention of every sequence of the batch at one layer. need: the
+ * forms of c->act (pointing at c->att) that the tasks make of the
+ * outputs they finish, or 0 (outputs that are merged or gathered after,
+ * or a kv head's group of heads that does not fill whole blocks).
  */
 static int
 attention(struct medha_cpu *c, const struct medha_batch *b, int layer,
@@ -471,7 +471,7 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer,
 			a->k_lo = len * sh / c->shards;
 			a->k_hi = len * (sh + 1) / c->shards;
 			a->compat = c->compat;
-			a->act = need != 0 && c->shards == 1 ? &c->act : NULL;
+			a->act = need != 0 ? &c->act : NULL;
 			a->act_t0 = t0;
 			a->act_need = need;
 			if (c->shards == 1) {

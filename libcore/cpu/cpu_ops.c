@@ -547,15 +547,14 @@ prep_task(void *arg, int i, int thread)
 		act_rbf_span(p->a, u0 * MEDHA_QK, u1);
 }
 
-void
-medha_act_make_span(struct medha_act *a, int need, int t, int e0, int e1)
+/* the forms in need of elements [i0, i1) counted across rows: whole
+   blocks where Q8 is made (k a multiple of MEDHA_QK, else refused) */
+static void
+make_elems(struct medha_act *a, int need, size_t i0, size_t i1)
 {
-	const size_t k = (size_t)a->k, i0 = (size_t)t * k + (size_t)e0,
-	             i1 = (size_t)t * k + (size_t)e1;
-
-	if (e0 >= e1)
+	if (i0 >= i1)
 		return;
-	if ((need & MEDHA_ACT_Q8) && k % MEDHA_QK == 0) /* else refused */
+	if ((need & MEDHA_ACT_Q8) && a->k % MEDHA_QK == 0)
 		act_q8_blocks(a, i0 / MEDHA_QK, i1 / MEDHA_QK);
 	if (need & MEDHA_ACT_F16)
 		act_r16_span(a, i0, i1);
@@ -564,19 +563,18 @@ medha_act_make_span(struct medha_act *a, int need, int t, int e0, int e1)
 }
 
 void
+medha_act_make_span(struct medha_act *a, int need, int t, int e0, int e1)
+{
+	const size_t row = (size_t)t * (size_t)a->k;
+
+	make_elems(a, need, row + (size_t)e0, row + (size_t)e1);
+}
+
+void
 medha_act_make_rows(struct medha_act *a, int need, int t0, int t1)
 {
-	const size_t k = (size_t)a->k;
-
-	if (t0 >= t1)
-		return;
-	if ((need & MEDHA_ACT_Q8) && k % MEDHA_QK == 0) /* else refused */
-		act_q8_blocks(a, (size_t)t0 * (k / MEDHA_QK),
-		    (size_t)t1 * (k / MEDHA_QK));
-	if (need & MEDHA_ACT_F16)
-		act_r16_span(a, (size_t)t0 * k, (size_t)t1 * k);
-	if (need & MEDHA_ACT_BF16)
-		act_rbf_span(a, (size_t)t0 * k, (size_t)t1 * k);
+	make_elems(a, need, (size_t)t0 * (size_t)a->k,
+	    (size_t)t1 * (size_t)a->k);
 }
 
 int
