@@ -37,7 +37,7 @@
  * is used (another batch, IDLE, a fault). A sequence's results do not
  * depend on what else is in its batch, so the tokens are the same
  * either way. On the 2-core machine of the README it gave one request
- * 2-9% more decode tokens a second, several at once about as many or
+ * 2-14% more decode tokens a second, several at once about as many or
  * more, though the round trip's threads take their cores from the
  * backend's there.
  */
