@@ -258,6 +258,14 @@ medha_tbt_add(struct medha_tbt *h, double gap)
 }
 
 int
+medha_tbt_add_n(struct medha_tbt *h, int bucket, int64_t n)
+{
+	if (bucket < 0 || bucket >= MEDHA_TBT_BUCKETS || n < 1)
+		return MEDHA_EINVAL;
+	return tbt_add_n(h, bucket, n);
+}
+
+int
 medha_tbt_merge(struct medha_tbt *dst, const struct medha_tbt *src)
 {
 	int rc;

@@ -164,6 +164,9 @@ double medha_tbt_value(int bucket);
 /* Count one gap of gap seconds: 0, MEDHA_EINVAL for a negative gap or
  * NaN, MEDHA_ENOMEM (h unchanged). */
 int medha_tbt_add(struct medha_tbt *h, double gap);
+/* Count n >= 1 gaps in bucket (medha_tbt_bucket's): 0, MEDHA_EINVAL for a
+ * bucket out of range or n < 1, MEDHA_ENOMEM (h unchanged). */
+int medha_tbt_add_n(struct medha_tbt *h, int bucket, int64_t n);
 /* Add src's counts to dst's (src only read): 0 or MEDHA_ENOMEM (dst is
  * then partly merged, still valid). */
 int medha_tbt_merge(struct medha_tbt *dst, const struct medha_tbt *src);

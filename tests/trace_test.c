@@ -620,10 +620,22 @@ test_tbt_buckets(void **state)
 	assert_int_equal(h.n, 0);
 	assert_int_equal(medha_tbt_add(&h, 0.05), 0);
 	assert_true(fabs(medha_tbt_quantile(&h, 0.99) / 0.05 - 1) < 0.05);
+	/* n gaps in a bucket at once: as n adds; bad buckets and counts */
+	assert_int_equal(medha_tbt_add_n(&h, medha_tbt_bucket(0.05), 3), 0);
+	assert_int_equal(medha_tbt_add_n(&h, 1, 2), 0);
+	assert_int_equal(medha_tbt_add_n(&h, -1, 1), MEDHA_EINVAL);
+	assert_int_equal(medha_tbt_add_n(&h, MEDHA_TBT_BUCKETS, 1),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_tbt_add_n(&h, 1, 0), MEDHA_EINVAL);
+	assert_int_equal(h.n, 2);
+	assert_int_equal(h.bin[0].bucket, 1);
+	assert_int_equal(h.bin[0].count, 2);
+	assert_int_equal(h.bin[1].bucket, medha_tbt_bucket(0.05));
+	assert_int_equal(h.bin[1].count, 4);
 	medha_tbt_move(&g, &h);
 	assert_int_equal(h.n, 0);
 	assert_null(h.bin);
-	assert_int_equal(medha_tbt_count(&g), 1);
+	assert_int_equal(medha_tbt_count(&g), 6);
 	medha_tbt_free(&g);
 }
 
