@@ -16,6 +16,9 @@
 #    which every prefill joins the running decodes at once. The ceiling,
 #    measured in the same rounds: the cpu backend alone running batches
 #    of N decode tokens (contrib/decode-batch.c, 64 forward calls per N).
+#    The peer, where a natively built llama.cpp is in the cache's venv
+#    (sh contrib/bench-cpu.sh ctx builds it): the same batches on
+#    llama.cpp (contrib/decode-batch-llama.py, its default f16 KV cache).
 #  - What does the live path cost one request? Its decode rate on the
 #    default replica, (64 - 1) / (finish - first_token), against
 #    medha-worker -p on the same prompt (-n 64 --ignore-eos -v: its
@@ -30,8 +33,8 @@
 #
 # Every round runs medha-worker -p, then N = 1, 4, 8, 16 on each replica
 # in turn (a replica sits idle, blocked on its sockets, while the other
-# works), then decode-batch; REPS (3) rounds, so the machine's noise
-# falls on every column alike. Medians over rounds are printed, and for
+# works), then decode-batch and the peer; REPS (3) rounds, so the
+# machine's noise falls on every column alike. Medians over rounds are printed, and for
 # the single request the best round too (noise on a shared machine only
 # ever slows a run down), and the overhead of each round against its own
 # -p run, whose median leaves out the machine's drift from round to
@@ -83,6 +86,9 @@ start() {
     ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -march=native -iquote libcore \
     -o "$tmp/decode-batch" contrib/decode-batch.c "$build/libmedha.a" \
     -ljansson -lzstd -lpcre2-32 -lm -lpthread)
+py=$cache/venv/bin/python
+peer=0
+"$py" -c 'import llama_cpp' 2>/dev/null && peer=1
 start adaptive "-v"
 start fixed "-v --chunk 512"
 start plain "-v" --no-lookahead
@@ -142,6 +148,9 @@ while [ $r -lt "$reps" ]; do
 	live plain 1 >>"$tmp/rows"
 	"$tmp/decode-batch" -t "$threads" "$model" 1 4 8 16 |
 	    sed 's/^/backend /' >>"$tmp/rows"
+	[ $peer = 0 ] ||
+		"$py" "$top/contrib/decode-batch-llama.py" -t "$threads" \
+		    "$model" 1 4 8 16 | sed 's/^/peer /' >>"$tmp/rows"
 	r=$((r + 1))
 done
 # the batches each replica ran (its log says so when it stops)
@@ -166,19 +175,21 @@ for l in open(sys.argv[1]):
         one.append((int(f[1]) - 1) / float(f[2]))
     elif f[0] == "live":
         live.setdefault((f[1], int(f[2])), []).append(float(f[3]))
-    elif f[0] == "backend":
-        live.setdefault(("backend", int(f[1])), []).append(float(f[2]))
+    elif f[0] in ("backend", "peer"):
+        live.setdefault((f[0], int(f[1])), []).append(float(f[2]))
     elif len(f) == 4:
         nb[f[1]] = (int(f[2]), int(f[3]))
 med = st.median
 cfgs = ("backend", "adaptive", "fixed")
+cols = cfgs + (("peer",) if ("peer", 1) in live else ())
+names = ("backend", "adaptive", "fixed 512", "llama.cpp")[:len(cols)]
 print("continuous batching: N requests at once, 64 output tokens each; "
       "aggregate decode tok/s")
-print("%4s | %9s %7s | %9s %7s | %9s %7s" % (
-    "N", "backend", "vs N=1", "adaptive", "vs N=1", "fixed 512", "vs N=1"))
+print(("%4s |" + " %9s %7s |" * len(cols))[:-2] %
+      (("N",) + sum(((c, "vs N=1") for c in names), ())))
 for n in (1, 4, 8, 16):
     row = "%4d |" % n
-    for c in cfgs:
+    for c in cols:
         rate = med(live[(c, n)])
         row += " %9.1f %6.2fx |" % (rate, rate / med(live[(c, 1)]))
     print(row[:-2])
@@ -195,6 +206,12 @@ for c in cfgs[1:]:
 print("backend: the cpu backend alone, N decode tokens per forward call "
       "(the ceiling);\nadaptive: the replica's defaults; fixed 512: "
       "--chunk 512")
+if "peer" in cols:
+    print("llama.cpp: the same batches as backend on llama.cpp (native "
+          "build, f16 KV), the peer")
+else:
+    print("llama.cpp: not measured (no native llama-cpp-python in the "
+          "cache's venv; sh contrib/bench-cpu.sh ctx builds it)")
 print()
 print("one request, decode tok/s over its 63 decode steps, %s threads"
       % sys.argv[3])
