@@ -490,8 +490,8 @@ medha_sched_free(struct medha_sched *s)
 }
 
 static int
-push_record(struct medha_sched *s, struct medha_req *r, int status,
-    int finish, const char *reason, double now)
+push_record(struct medha_sched *s, struct medha_req *r, int status, int finish,
+    const char *reason, double now)
 {
 	struct medha_record *rec;
 
@@ -577,7 +577,6 @@ finish(struct medha_sched *s, struct req *q, int status, int fin,
 	return rc;
 }
 
-/* The live request of handle h, or NULL. */
 /* Fetch the hot head of slot i's request. */
 static inline void
 prefetch_req(const struct medha_sched *s, int i)
@@ -588,6 +587,7 @@ prefetch_req(const struct medha_sched *s, int i)
 	__builtin_prefetch(p + 64);
 }
 
+/* The live request of handle h, or NULL. */
 static struct req *
 lookup(const struct medha_sched *s, uint64_t h)
 {
@@ -612,7 +612,8 @@ take_slot(struct medha_sched *s)
 		int ncap = s->reqs_cap ? 2 * s->reqs_cap : 256;
 		void *n1 = NULL;
 		if ((size_t)ncap > SIZE_MAX / sizeof(*s->reqs) ||
-		    posix_memalign(&n1, REQ_ALIGN, ncap * sizeof(*s->reqs)) != 0)
+		    posix_memalign(&n1, REQ_ALIGN, ncap * sizeof(*s->reqs)) !=
+		        0)
 			return -1;
 		if (s->reqs_cap > 0)
 			memcpy(n1, s->reqs, s->reqs_cap * sizeof(*s->reqs));
@@ -1188,9 +1189,11 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 		}
 		if (i + PF_REQS / 2 < b->n_items) {
 			/* its head was fetched PF_REQS / 2 items ago */
-			const struct req *n = lookup(s, b->items[i + PF_REQS / 2].req);
+			const struct req *n =
+			    lookup(s, b->items[i + PF_REQS / 2].req);
 			if (n != NULL && n->pub.tbt.bin != NULL)
-				__builtin_prefetch(&n->pub.tbt.bin[n->pub.tbt.last]);
+				__builtin_prefetch(
+				    &n->pub.tbt.bin[n->pub.tbt.last]);
 		}
 
 		if (q == NULL) /* cancelled or failed meanwhile */

@@ -99,9 +99,9 @@ enum medha_req_state {
  * put them on seven lines).
  */
 struct medha_req {
-	int state;       /* MEDHA_REQ_* */
-	int busy;        /* a decode token or last chunk (sarathi: any chunk)
-	                    is in flight */
+	int state;         /* MEDHA_REQ_* */
+	int busy;          /* a decode token or last chunk (sarathi: any chunk)
+	                      is in flight */
 	int64_t kv_tokens; /* KV tokens appended (or being appended) */
 	int64_t decoded;   /* output tokens produced */
 	uint64_t handle;   /* its stable id (medha_sched_arrive) */
@@ -112,9 +112,9 @@ struct medha_req {
 	struct medha_kvlease kv; /* KVP placement, fixed at admission */
 	int64_t sched_prefill;   /* prompt tokens handed to batches */
 	double first_token;
-	double deadline;         /* absolute TTFT deadline, s */
-	double deadline_dur;     /* deadline - arrival, s */
-	double prefill_alone;    /* predicted prefill time alone, s */
+	double deadline;      /* absolute TTFT deadline, s */
+	double deadline_dur;  /* deadline - arrival, s */
+	double prefill_alone; /* predicted prefill time alone, s */
 	double cum[MEDHA_SLACK_SEGS +
 	    1]; /* predicted time to prefill x_i tokens alone */
 	struct medha_reqspec spec; /* as it arrived (prompt, prompt_ids and
