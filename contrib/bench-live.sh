@@ -181,7 +181,8 @@ for l in open(sys.argv[1]):
         nb[f[1]] = (int(f[2]), int(f[3]))
 med = st.median
 cfgs = ("backend", "adaptive", "fixed")
-cols = cfgs + (("peer",) if ("peer", 1) in live else ())
+cols = cfgs + (("peer",) if all(("peer", n) in live
+                               for n in (1, 4, 8, 16)) else ())
 names = ("backend", "adaptive", "fixed 512", "llama.cpp")[:len(cols)]
 print("continuous batching: N requests at once, 64 output tokens each; "
       "aggregate decode tok/s")
@@ -211,7 +212,8 @@ if "peer" in cols:
           "build, f16 KV), the peer")
 else:
     print("llama.cpp: not measured (no native llama-cpp-python in the "
-          "cache's venv; sh contrib/bench-cpu.sh ctx builds it)")
+          "cache's venv, which sh contrib/bench-cpu.sh ctx builds, or it "
+          "failed)")
 print()
 print("one request, decode tok/s over its 63 decode steps, %s threads"
       % sys.argv[3])

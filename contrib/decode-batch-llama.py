@@ -34,7 +34,8 @@ def QUIET(level, text, data):
 
 
 def main():
-    ap = argparse.ArgumentParser(usage=__doc__.split("\n\n")[-2].strip())
+    ap = argparse.ArgumentParser(
+        usage=__doc__.split("\n\n")[-2].strip()[len("usage: "):])
     ap.add_argument("-t", type=int, default=2, dest="threads")
     ap.add_argument("--kv", choices=sorted(GGML_TYPE), default="f16")
     ap.add_argument("model")
