@@ -19,7 +19,7 @@ CC=${CC:-clang}
 case $CC in *clang*) ;; *) CC=clang ;; esac
 model=${MEDHA_MODEL:-$here/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -s "$model" ] || model=
-src="libcore/net/http_api.c libcore/net/router.c libcore/net/clients.c
+src="libcore/serve/http_api.c libcore/serve/router.c libcore/serve/clients.c
     libcore/net/link.c libcore/net/proto.c libcore/net/proto_dec.c
     libcore/net/proto_enc.c libcore/req.c libcore/util.c libcore/map.c
     $(ls libcore/model/*.c)"

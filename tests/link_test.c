@@ -5,7 +5,7 @@
  * closed connection reported, and a frame over the size limit costing
  * its sender the connection while the server goes on serving; and a
  * client of a streaming server that stops collecting its events is
- * named as not reading after MEDHA_CLIENT_STALL_S (net/clients.c).
+ * named as not reading after MEDHA_CLIENT_STALL_S (serve/clients.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "net/clients.h"
+#include "serve/clients.h"
 #include "net/link.h"
 #include "net/proto.h"
 

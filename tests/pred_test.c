@@ -27,7 +27,7 @@
 #include "cpu/cpu.h"
 #include "model/gguf.h"
 #include "model/quant.h"
-#include "sched/pred.h"
+#include "engine/measure.h"
 
 static void
 near(double got, double want, double rel)

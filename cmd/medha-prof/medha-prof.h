@@ -10,7 +10,7 @@
 
 #include "medha.h"
 #include "engine/backend.h"
-#include "sched/pred.h"
+#include "engine/measure.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,12 +1,12 @@
 /*
- * medha-router: the front door of one or more replicas (net/router.h),
- * and with --http its OpenAI-compatible HTTP front door (net/http.h), a
+ * medha-router: the front door of one or more replicas (serve/router.h),
+ * and with --http its OpenAI-compatible HTTP front door (serve/http.h), a
  * client of the router at an inproc:// address. Flags and wiring only.
  */
 #include "medha.h"
-#include "net/http.h"
+#include "serve/http.h"
 #include "net/link.h"
-#include "net/router.h"
+#include "serve/router.h"
 
 #include <getopt.h>
 #include <signal.h>

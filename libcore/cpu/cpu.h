@@ -45,7 +45,7 @@
 #define MEDHA_CPU_H
 
 #include "medha.h"
-#include "engine/batch.h"
+#include "batch.h"
 #include "cpu/kvcache.h"
 #include "model/model.h"
 #include "cpu/threadpool.h"

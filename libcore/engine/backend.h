@@ -54,7 +54,7 @@
 #define MEDHA_BACKEND_H
 
 #include "medha.h"
-#include "engine/batch.h"
+#include "batch.h"
 #include "model/model.h"
 #include "model/sample.h"
 

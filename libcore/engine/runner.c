@@ -6,7 +6,7 @@
 #include "engine/runner.h"
 
 #include "engine/backend_cpu.h"
-#include "engine/batch.h"
+#include "batch.h"
 #include "model/gguf.h"
 
 #include <stdlib.h>

@@ -71,28 +71,6 @@ struct medha_gpu {
 const struct medha_gpu *medha_gpu_find(const char *name);
 
 /*
- * The "cpu" device (pred_cpu.c): *g gets the streaming-read bandwidth
- * and fused multiply-add rate of this machine measured with `threads`
- * threads (about half a second), with efficiency factors for the cpu
- * backend. Returns 0 or MEDHA_ENOMEM.
- */
-int medha_gpu_measure_cpu(struct medha_gpu *g, int threads);
-
-/*
- * The products of the cpu backend on a model's weights, measured: each
- * weight type's first matrix in w (nw of them: the layers' matrices)
- * times 64 tokens with `threads` threads (medha_cpu_mm_rate), the rates
- * weighted by the FLOPs of every matrix. *rate gets that FLOP/s, and
- * g (measured by medha_gpu_measure_cpu) its GEMM efficiency: *rate
- * over the FMA rate (more than 1 where int8 products beat it). Returns
- * 0, MEDHA_EINVAL (nothing to measure), MEDHA_EUNSUP (a type the
- * backend cannot multiply: g unchanged) or MEDHA_ENOMEM.
- */
-struct medha_tensor;
-int medha_gpu_measure_products(struct medha_gpu *g,
-    const struct medha_tensor *const *w, int nw, int threads, double *rate);
-
-/*
  * A model as the predictor sees it: the engine's shape (model.h) plus how
  * it is served. The predictor uses n_layers, dim, n_heads, n_kv_heads,
  * head_dim, ffn_dim and vocab of c; the rest is filled for the record.

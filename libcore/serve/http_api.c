@@ -10,7 +10,7 @@
  * than ignored, and so is a field OpenAI does not define; the fields
  * that change nothing (user, metadata, store, ...) are accepted.
  */
-#include "net/http.h"
+#include "serve/http.h"
 
 #include <jansson.h>
 #include <stdarg.h>

@@ -22,10 +22,10 @@
  * /metrics of the HTTP front door shows) under a mutex of their own, so
  * that a snapshot never waits for the inbox.
  */
-#include "net/router.h"
+#include "serve/router.h"
 
 #include "map.h"
-#include "net/clients.h"
+#include "serve/clients.h"
 #include "net/link.h"
 #include "net/proto.h"
 

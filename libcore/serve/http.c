@@ -27,7 +27,7 @@
  * two threads and medha_http_close() take it. I/O is only started under
  * it (nng completes aios on its own threads, never in the caller).
  */
-#include "net/http.h"
+#include "serve/http.h"
 
 #include "map.h"
 #include "net/link.h"

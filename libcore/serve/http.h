@@ -47,7 +47,7 @@
 
 #include "medha.h"
 #include "model/tokenizer.h"
-#include "net/router.h"
+#include "serve/router.h"
 #include "req.h"
 
 #include <stddef.h>

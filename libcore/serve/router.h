@@ -79,7 +79,7 @@ void medha_router_close(struct medha_router *r);
 
 /*
  * Listen at one more url (link.h's medha_srv_listen): the HTTP front
- * door (net/http.h) is a client of the router at an inproc:// address.
+ * door (serve/http.h) is a client of the router at an inproc:// address.
  * Call before medha_router_run. Returns 0, MEDHA_EINVAL or MEDHA_EIO,
  * with why.
  */

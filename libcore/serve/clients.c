@@ -1,5 +1,5 @@
 /* clients.c: the clients' event queues and held polls (clients.h). */
-#include "net/clients.h"
+#include "serve/clients.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -13,15 +13,15 @@
  * record). A request's output text is streamed to its client as tokens
  * come, holding back the bytes that could still turn into a stop string.
  */
-#include "net/replica.h"
+#include "serve/replica.h"
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
-#include "net/clients.h"
+#include "serve/clients.h"
 #include "net/link.h"
 #include "net/proto.h"
 #include "sched/batchcost.h"
-#include "sched/pred.h"
+#include "engine/measure.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -387,7 +387,7 @@ layer_matrix(const struct medha_tensor *t)
 
 /*
  * The cpu device's products measured on the layers' matrices of g
- * (pred_cpu.c); *rate 0 where they could not be. 0 or MEDHA_ENOMEM.
+ * (engine/measure.c); *rate 0 where they could not be. 0 or MEDHA_ENOMEM.
  */
 static int
 measure_products(struct medha_gpu *cpu, const struct medha_gguf *g,

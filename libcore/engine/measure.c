@@ -1,5 +1,5 @@
 /*
- * pred_cpu.c: a roofline "device" for the cpu backend, measured on the
+ * measure.c: a roofline "device" for the cpu backend, measured on the
  * machine it runs on: the bandwidth of a streaming read over a buffer
  * far larger than the caches and the rate of fused multiply-adds, each
  * with the given number of threads. The scheduler uses it to size
@@ -13,7 +13,7 @@
  * otherwise a guess; for attention a guess; and a fixed cost per kernel for the
  * thread pool's parallel regions (50 us a layer in all).
  */
-#include "sched/pred.h"
+#include "engine/measure.h"
 
 #include "cpu/cpu.h"
 

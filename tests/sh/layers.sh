@@ -1,0 +1,46 @@
+#!/bin/sh
+# layers.sh: libcore's rooms include only rooms below them. The layers,
+# lowest first (doc/DESIGN.md, "Rooms"):
+#   base (libcore/*.h) -> model, io -> tok, template -> sched, cpu
+#   -> engine -> net -> serve
+# cmd/ sits above all of them. A room may include its own headers and
+# any lower layer's; an include of a room in the same or a higher layer
+# is a cycle waiting to happen and fails this test.
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top/libcore"
+rank() {
+	case $1 in
+	.) echo 0 ;;
+	model | io) echo 1 ;;
+	tok | template) echo 2 ;;
+	sched | cpu) echo 3 ;;
+	engine) echo 4 ;;
+	net) echo 5 ;;
+	serve) echo 6 ;;
+	*) echo unknown ;;
+	esac
+}
+bad=0
+for f in *.[ch] */*.[ch]; do
+	from=$(dirname "$f")
+	rf=$(rank "$from")
+	if [ "$rf" = unknown ]; then
+		echo "libcore/$f: room $from has no layer in tests/sh/layers.sh"
+		bad=1
+		continue
+	fi
+	for inc in $(sed -n 's/^#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
+		case $inc in
+		*/*) to=${inc%%/*} ;;
+		*) [ -f "$from/$inc" ] && continue; to=. ;;
+		esac
+		[ "$to" = "$from" ] && continue
+		rt=$(rank "$to")
+		if [ "$rt" = unknown ] || [ "$rt" -ge "$rf" ]; then
+			echo "libcore/$f includes $inc: $from (layer $rf) may not include $to (layer $rt)"
+			bad=1
+		fi
+	done
+done
+[ "$bad" = 0 ]
