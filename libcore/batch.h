@@ -60,9 +60,12 @@ struct medha_batch {
  * collectives). Positions (pos, RoPE, causality) stay the request's.
  */
 struct medha_batch_kv {
-	int64_t base; /* the first position the cache sequence holds */
-	int append;   /* 1: the new tokens are appended to it */
-	int merge;    /* 1: other groups hold pieces to merge with */
+	int64_t base;    /* the first position the cache sequence holds */
+	int append;      /* 1: the new tokens are appended to it */
+	int merge;       /* 1: other groups hold pieces to merge with */
+	uint64_t groups; /* with merge: the KVP groups whose pieces are
+	                    merged, this one's among them (bit g: group g;
+	                    at most 64), for the collectives; else 0 */
 };
 
 /* Rows of logits a batch returns (see above). */

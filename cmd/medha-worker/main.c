@@ -1,21 +1,23 @@
 /*
- * medha-worker: runs a real model on the CPU backend. In this one-shot
- * mode it tokenizes a prompt the way llama.cpp does for the GGUF (or
- * through the GGUF's chat template), prefills it in chunks, and generates
- * with greedy or temperature / top-k / top-p sampling, printing the text
- * (or the token ids) as it goes. The daemon mode that executes the
- * scheduler's batches comes with the wire protocol. Flags and wiring
- * only: the model lives in libcore (runner.c, cpu*.c, tokenizer.c).
+ * medha-worker: runs a model with one backend of the registry
+ * (engine/backend.h). In its one-shot mode it tokenizes a prompt the way
+ * llama.cpp does for the GGUF (or through the GGUF's chat template),
+ * prefills it in chunks, and generates with greedy or temperature /
+ * top-k / top-p sampling, printing the text (or the token ids) as it
+ * goes (engine/runner.c). With -s it serves a replica's scheduler
+ * (serve/worker.c). Flags and wiring only.
  */
 #include "medha.h"
-#include "medha-worker.h"
-#include "engine/backend_cpu.h"
-#include "engine/backend_sim.h"
+#include "engine/backend.h"
+#include "cpu/kvcache.h"
+#include "layout.h"
+#include "serve/worker.h"
 #include "engine/runner.h"
 #include "model/sample.h"
 #include "model/tokenizer.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,55 +266,55 @@ emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
 		free(buf);
 }
 
-/* Daemon mode: open the backend, then serve the scheduler. */
+static volatile sig_atomic_t stopping;
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+/* Daemon mode: open the backend (p), then serve the scheduler. */
 static int
-daemon_main(struct worker_daemon_opts o, const char *backend,
-    const struct medha_runner_opts *ro, int64_t kv_blocks, int max_seqs,
-    double speed)
+daemon_main(struct medha_worker_config c, const char *backend,
+    struct medha_backend_params p)
 {
 	struct medha_backend *be = NULL;
-	const char *model = o.model, *gpu = o.gpu;
+	struct medha_layout lay;
+	struct sigaction sa;
 	char why[512];
 	int rc;
 
-	if (o.rank >= o.tp * o.spp * o.kvp) {
+	if (medha_layout_init(&lay, c.tp, c.spp, c.kvp, c.rank) != 0) {
 		fprintf(stderr,
 		    "medha-worker: --rank %d: not below tp %d x spp %d x kvp "
 		    "%d\n",
-		    o.rank, o.tp, o.spp, o.kvp);
+		    c.rank, c.tp, c.spp, c.kvp);
 		return 2;
 	}
-	if (strcmp(backend, "cpu") == 0) {
-		struct medha_backend_cpu_opts co = {0};
-		co.spp = o.spp;
-		co.stage = o.rank / o.tp % o.spp;
-		co.tp = o.tp;
-		co.tp_rank = o.rank % o.tp;
-		co.n_threads = ro->n_threads;
-		co.max_seqs = max_seqs;
-		co.kv_blocks = kv_blocks;
-		co.kv_type = ro->kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
-		co.ref = ro->ref;
-		rc = medha_backend_cpu_open(&be, model, &co, why, sizeof(why));
-		o.gpu = "cpu";
-	} else {
-		struct medha_backend_sim_opts so = {0};
-		so.gpu = gpu;
-		so.model = model;
-		so.max_seqs = max_seqs;
-		so.kv_blocks = kv_blocks;
-		so.speed = speed;
-		so.tp = o.tp;
-		so.spp = o.spp;
-		so.kvp = o.kvp;
-		so.stage = o.rank / o.tp % o.spp;
-		rc = medha_backend_sim_open(&be, &so, why, sizeof(why));
-	}
-	if (rc != 0)
-		die(model, why);
-	rc = worker_daemon(be, &o);
+	p.model = c.model;
+	p.gpu = c.gpu;
+	p.tp = c.tp;
+	p.tp_rank = lay.rt;
+	p.spp = c.spp;
+	p.stage = lay.rs;
+	p.kvp = c.kvp;
+	if ((rc = medha_backend_open(&be, backend, &p, why, sizeof(why))) != 0)
+		die(c.model, why);
+	/* a backend that computes on this machine's CPUs is the
+	   predictor's "cpu" device */
+	if ((be->info.caps & MEDHA_BACKEND_COMPUTES) &&
+	    !(be->info.caps & MEDHA_BACKEND_GPU))
+		c.gpu = "cpu";
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	if ((rc = medha_worker_run(be, &c, &stopping, why, sizeof(why))) != 0)
+		fprintf(stderr, "medha-worker: %s\n", why);
 	medha_backend_close(be);
-	return rc;
+	return rc == 0 ? 0 : c.addr[0] == '\0' ? 2 : 1;
 }
 
 int
@@ -325,9 +327,10 @@ main(int argc, char *argv[])
 	    .seed = 1};
 	const char *model = NULL, *prompt = NULL, *pfile = NULL;
 	const char *logits_path = NULL, *addr = NULL, *backend = "cpu";
+	const struct medha_backend_kind *bk;
 	const char *gpu = "a100";
 	int64_t kv_blocks = 0, max_seqs = 0;
-	struct worker_daemon_opts wo = {
+	struct medha_worker_config wo = {
 	    .tp = 1, .spp = 1, .kvp = 1, .lookahead = 1};
 	double speed = 1;
 	int64_t n_gen = 64, chunk = 512;
@@ -358,12 +361,12 @@ main(int argc, char *argv[])
 		case 'p': prompt = optarg; break;
 		case 's': addr = optarg; break;
 		case OPT_BACKEND:
-			if (strcmp(optarg, "cpu") != 0 &&
-			    strcmp(optarg, "sim") != 0) {
+			if ((bk = medha_backend_find(optarg)) == NULL ||
+			    bk->open == NULL) {
 				fprintf(stderr,
-				    "medha-worker: --backend: %s: expected "
-				    "cpu or sim\n",
-				    optarg);
+				    "medha-worker: --backend: %s: %s\n", optarg,
+				    bk == NULL ? "expected cpu or sim"
+				               : "not built into this program");
 				return 2;
 			}
 			backend = optarg;
@@ -435,8 +438,13 @@ main(int argc, char *argv[])
 		wo.addr = addr;
 		wo.model = model;
 		wo.gpu = gpu;
-		return daemon_main(wo, backend, &ro, kv_blocks, (int)max_seqs,
-		    speed);
+		return daemon_main(wo, backend,
+		    (struct medha_backend_params){.n_threads = ro.n_threads,
+		        .max_seqs = (int)max_seqs,
+		        .kv_blocks = kv_blocks,
+		        .kv_type = ro.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32,
+		        .ref = ro.ref,
+		        .speed = speed});
 	}
 	if (optind != argc || model == NULL ||
 	    (prompt == NULL) == (pfile == NULL)) {

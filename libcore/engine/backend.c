@@ -200,6 +200,7 @@ medha_backend_new(struct medha_backend **bep,
     const struct medha_backend_ops *ops, void *impl,
     const struct medha_backend_info *info)
 {
+	const struct medha_backend_kind *k;
 	struct medha_backend *be;
 
 	MEDHA_ASSERT(ops->seq_alloc != NULL && ops->seq_free != NULL &&
@@ -210,6 +211,8 @@ medha_backend_new(struct medha_backend **bep,
 	be->ops = ops;
 	be->impl = impl;
 	be->info = *info;
+	if (be->info.caps == 0 && (k = medha_backend_find(info->name)) != NULL)
+		be->info.caps = k->caps;
 	*bep = be;
 	return 0;
 }

@@ -146,6 +146,7 @@ struct medha_backend_info {
 	int tp, tp_rank;                 /* TP rank tp_rank of tp: it holds
 	                                    that share of the heads and
 	                                    weights (1, 0: all) */
+	unsigned caps;                   /* MEDHA_BACKEND_* (the registry's) */
 };
 
 /*
@@ -226,10 +227,67 @@ void medha_backend_idle(struct medha_backend *be);
 /* Free the backend and all it owns; be may be NULL. */
 void medha_backend_close(struct medha_backend *be);
 
+/* ---- the registry: backends by name ---- */
+
+/* What a backend kind can do (medha_backend_kind.caps, info.caps). */
+enum medha_backend_cap {
+	MEDHA_BACKEND_COMPUTES = 1 << 0, /* real numerics: logits from the
+	                                    model (sim only waits the
+	                                    predicted time) */
+	MEDHA_BACKEND_TP = 1 << 1,       /* a TP rank's share of a layer */
+	MEDHA_BACKEND_SPP = 1 << 2,      /* a pipeline stage's layers */
+	MEDHA_BACKEND_KVP = 1 << 3,      /* KVP pieces and merges */
+	MEDHA_BACKEND_FILL = 1 << 4,     /* seq_fill: profilers can time a
+	                                    batch at any context */
+	MEDHA_BACKEND_GPU = 1 << 5,      /* runs on a GPU */
+};
+
+/* How to open a backend; each kind reads what it needs (the rest 0). */
+struct medha_backend_params {
+	const char *model; /* cpu, cuda: a GGUF path; sim: a built-in model
+	                      name or a GGUF path */
+	const char *gpu;   /* sim: the predictor's device ("a100") */
+	int tp, tp_rank;   /* TP: rank tp_rank of tp (1, 0) */
+	int spp, stage;    /* SPP: the layers of stage `stage` of spp (1, 0) */
+	int kvp;           /* sim: KVP groups of the replica (1) */
+	int n_threads;     /* cpu: threads in all (0: 1) */
+	int max_seqs;      /* sequences at once (0: the backend's default) */
+	int64_t kv_blocks; /* KV blocks (0: the backend's default) */
+	int kv_type;       /* MEDHA_KV_F32 (0) or MEDHA_KV_F16 */
+	int ref;           /* cpu: f32 reference numerics */
+	double speed;      /* sim: waits divided by this (0: 1) */
+};
+
+struct medha_backend_kind {
+	const char *name;  /* "cpu", "sim", "cuda" */
+	unsigned caps;     /* MEDHA_BACKEND_* */
+	const char *about; /* one line for usage text */
+	/* NULL: a kind this build knows (a scheduler drives its workers)
+	   but cannot run (not built here) */
+	int (*open)(struct medha_backend **be,
+	    const struct medha_backend_params *p, char *why, size_t whylen);
+};
+
+/* Every kind this build knows, in a fixed order; *n gets their count. */
+const struct medha_backend_kind *medha_backend_kinds(int *n);
+
+/* The kind named name, or NULL. */
+const struct medha_backend_kind *medha_backend_find(const char *name);
+
+/*
+ * Open a backend of kind name with p. On success *be is the caller's,
+ * for medha_backend_close(). Returns 0, MEDHA_EUNSUP (an unknown kind,
+ * or one not built into this program) or the kind's own errors, with a
+ * reason in why.
+ */
+int medha_backend_open(struct medha_backend **be, const char *name,
+    const struct medha_backend_params *p, char *why, size_t whylen);
+
 /* ---- for implementations ---- */
 
 /*
- * A backend over ops (static) and impl with info (copied). Returns 0,
+ * A backend over ops (static) and impl with info (copied; info.caps,
+ * when 0, from the registry's kind of info.name). Returns 0,
  * and then *be owns impl (medha_backend_close() calls ops->close), or
  * MEDHA_ENOMEM, and then impl stays the caller's.
  */

@@ -74,6 +74,9 @@ proto_utf8_valid(const char *s, size_t n)
 	return 1;
 }
 
+/* The backend kinds a HELLO may name: the registry's
+ * (engine/registry.c), which the codec does not link to stay small for
+ * its fuzzer; the replica asks the registry itself. */
 int
 proto_backend_valid(const char *s)
 {

@@ -21,7 +21,9 @@
 #include "net/link.h"
 #include "net/proto.h"
 #include "sched/batchcost.h"
+#include "engine/backend.h"
 #include "engine/measure.h"
+#include "layout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -537,7 +539,8 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	if ((rc = medha_sched_init(&r->core, &sc, &r->pred)) != 0)
 		return medha_why(why, whylen, rc, "scheduler: %s",
 		    medha_strerror(rc));
-	r->sim = strcmp(h->backend, "sim") == 0;
+	/* a backend that computes nothing makes no text (sim) */
+	r->sim = !(medha_backend_find(h->backend)->caps & MEDHA_BACKEND_COMPUTES);
 	r->n_layers = m.c.n_layers;
 	r->vocab = h->vocab;
 	r->ctx_len = r->sim ? 0 : m.c.ctx_len;
@@ -679,12 +682,18 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 {
 	struct medha_msg m = {.type = MEDHA_MSG_WELCOME};
 	char why[256];
-	int id = h->rank_tp + h->tp * (h->rank_spp + h->spp * h->rank_kvp);
+	const struct medha_backend_kind *k;
+	struct medha_layout lay = {h->tp, h->spp, h->kvp, 0, 0, 0, 0};
+	int id = medha_layout_rank(&lay, h->rank_tp, h->rank_spp, h->rank_kvp);
 
-	if (strcmp(h->backend, "cpu") != 0 && strcmp(h->backend, "sim") != 0) {
+	/* the kinds built here: a kind the registry knows but cannot open
+	   (cuda before its backend) has no workers to drive yet */
+	k = medha_backend_find(h->backend);
+	if (k == NULL || k->open == NULL) {
 		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
-		    "backend %s: this scheduler drives cpu and sim",
-		    h->backend);
+		    "backend %s: %s", h->backend,
+		    k == NULL ? "unknown to this scheduler"
+		              : "not built into this scheduler");
 		return;
 	}
 	/* the layout before its rank indexes r->w; the layers once the
