@@ -87,15 +87,6 @@ sim_free_blocks(void *impl)
 	return ((struct sim *)impl)->free_blocks;
 }
 
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int
 sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 {
@@ -104,7 +95,7 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	struct medha_cost a;
 	struct medha_lat lat;
 	struct timespec until;
-	double t0 = now(), t;
+	double t0 = medha_now(), t;
 	int64_t need = 0;
 
 	memset(&a, 0, sizeof(a));

@@ -53,15 +53,6 @@ struct lost {
 	int v[]; /* (n) */
 };
 
-static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static nng_duration
 ms_of(double s)
 {
@@ -316,12 +307,12 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	put64(p + 16, tag);
 	if (len > 0)
 		memcpy(p + HDR, buf, len);
-	for (double end = timeout < 0 ? -1 : mono() + timeout;;) {
-		double left = end < 0 ? SLICE : end - mono();
+	for (double end = timeout < 0 ? -1 : medha_now() + timeout;;) {
+		double left = end < 0 ? SLICE : end - medha_now();
 		nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO,
 		    ms_of(left < SLICE ? left : SLICE));
 		rv = nng_sendmsg(c->push[dst], m, 0);
-		if (rv != NNG_ETIMEDOUT || (end >= 0 && mono() >= end))
+		if (rv != NNG_ETIMEDOUT || (end >= 0 && medha_now() >= end))
 			break;
 		if (c->stop != NULL && *c->stop) {
 			nng_msg_free(m);
@@ -377,7 +368,7 @@ int
 medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
     size_t len, double timeout, char *why, size_t whylen)
 {
-	double end = timeout < 0 ? -1 : mono() + timeout;
+	double end = timeout < 0 ? -1 : medha_now() + timeout;
 	nng_msg *m = NULL;
 	int i, rv;
 
@@ -390,7 +381,7 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 		c->w[i] = c->w[--c->nw];
 	}
 	while (m == NULL) {
-		double left = end < 0 ? -1 : end - mono();
+		double left = end < 0 ? -1 : end - medha_now();
 		const uint8_t *p;
 		uint64_t mgen, mtag;
 		int msrc;

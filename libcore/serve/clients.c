@@ -5,15 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 struct medha_client *
 medha_clients_find(struct medha_clients *cs, uint32_t peer, int make)
 {
@@ -24,7 +15,7 @@ medha_clients_find(struct medha_clients *cs, uint32_t peer, int make)
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return NULL;
 	c->peer = peer;
-	c->polled = mono();
+	c->polled = medha_now();
 	if (medha_map_put(&cs->by_peer, peer, c) != 0) {
 		free(c);
 		return NULL;

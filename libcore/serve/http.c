@@ -122,15 +122,6 @@ struct medha_http {
 	struct medha_http_stats st;
 };
 
-static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t
 mix(uint64_t z)
 {
@@ -542,7 +533,7 @@ early_add(struct medha_http *h, struct medha_msg_event *ev)
 		h->early = n;
 		h->early_cap = ncap;
 	}
-	h->early[h->nearly].since = mono();
+	h->early[h->nearly].since = medha_now();
 	h->early[h->nearly++].ev = *ev;
 	memset(ev, 0, sizeof(*ev));
 }
@@ -570,7 +561,7 @@ early_claim(struct medha_http *h, struct hreq *r)
 static void
 early_prune(struct medha_http *h)
 {
-	double t = mono();
+	double t = medha_now();
 
 	for (int i = 0; i < h->nearly;) {
 		if (t - h->early[i].since <= 3 * DEAD) {
@@ -839,7 +830,7 @@ rx_cb(void *arg)
 		snprintf(r->q.spec.id, sizeof(r->q.spec.id), "%s", r->id);
 		if (!r->q.seed_set)
 			r->q.spec.sampling.seed =
-			    mix(h->seq++ ^ (uint64_t)(mono() * 1e9));
+			    mix(h->seq++ ^ (uint64_t)(medha_now() * 1e9));
 		r->up = U_QUEUED;
 		r->qnext = NULL;
 		if (h->sq_tail != NULL)
@@ -950,7 +941,7 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 	r->created = (int64_t)time(NULL);
 	{
 		uint64_t a = mix(++h->seq ^ (uint64_t)getpid() << 32),
-		         b = mix(a ^ (uint64_t)(mono() * 1e9));
+		         b = mix(a ^ (uint64_t)(medha_now() * 1e9));
 		snprintf(r->id, sizeof(r->id), "%s-%016llx%08llx",
 		    chat ? "chatcmpl" : "cmpl", (unsigned long long)a,
 		    (unsigned long long)(b >> 32));

@@ -125,18 +125,9 @@ struct medha_replica {
 };
 
 static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double
 now_s(const struct medha_replica *r)
 {
-	return mono() - r->t0;
+	return medha_now() - r->t0;
 }
 
 void
@@ -749,7 +740,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	r->w[id].present = 1;
 	r->w[id].peer = ev->peer;
 	r->w[id].hello = *h;
-	r->w[id].last_seen = mono();
+	r->w[id].last_seen = medha_now();
 	r->w[id].sent = r->w[id].done = r->bseq;
 	snprintf(r->peers.urls[id], sizeof(r->peers.urls[id]), "%s", h->peer);
 	r->nworkers++;
@@ -913,7 +904,7 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 		memmove(w->frees_after, w->frees_after + nf,
 		    (size_t)w->nfrees * sizeof(*w->frees_after));
 	}
-	w->last_seen = mono();
+	w->last_seen = medha_now();
 }
 
 /* The batches at the head of the ring that every worker has answered. */
@@ -1235,7 +1226,7 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 	switch (m.type) {
 	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
 	case MEDHA_MSG_POLL:
-		medha_clients_poll(&r->clients, ev->peer, ev->call, mono());
+		medha_clients_poll(&r->clients, ev->peer, ev->call, medha_now());
 		break;
 	case MEDHA_MSG_CANCEL: on_cancel(r, ev, m.cancel); break;
 	case MEDHA_MSG_STATUS: on_status(r, ev); break;
@@ -1255,7 +1246,7 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 			    "not a worker of this replica: say HELLO");
 			break;
 		}
-		w->last_seen = mono();
+		w->last_seen = medha_now();
 		if (m.type == MEDHA_MSG_HEARTBEAT) {
 			answer_type(r, ev->call, MEDHA_MSG_OK);
 			break;
@@ -1263,7 +1254,7 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 		if (w->call != NULL) /* a second request: the first ends */
 			medha_srv_drop(r->srv, w->call);
 		w->call = ev->call;
-		w->call_since = mono();
+		w->call_since = medha_now();
 		/* the next batch goes out before the tokens of this one */
 		medha_clients_hold(&r->clients);
 		if (m.type == MEDHA_MSG_RESULT)
@@ -1293,7 +1284,7 @@ on_call(struct medha_replica *r, struct medha_srv_ev *ev)
 static void
 housekeeping(struct medha_replica *r)
 {
-	double t = mono();
+	double t = medha_now();
 
 	uint32_t deaf = medha_clients_tick(&r->clients, t);
 	if (deaf != 0) {
@@ -1339,7 +1330,7 @@ medha_replica_open(struct medha_replica **rp,
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
 	r->cfg = *c;
-	r->t0 = mono();
+	r->t0 = medha_now();
 	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
 		free(r->peers.urls);
 		free(r->w);
@@ -1360,7 +1351,7 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 	    r->cfg.listen, r->cfg.workers, r->cfg.workers > 1 ? "s" : "");
 	for (;;) {
 		int d = medha_drain_step(&r->drain, stop, r->live,
-		    r->cfg.drain_timeout, &r->clients, mono());
+		    r->cfg.drain_timeout, &r->clients, medha_now());
 		if (d == MEDHA_DRAIN_DONE)
 			break;
 		if (d == MEDHA_DRAIN_CANCEL) {
@@ -1386,7 +1377,7 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 		}
 		housekeeping(r);
 		medha_trim_idle(&r->trim, r->live, r->batches + r->served,
-		    mono());
+		    medha_now());
 	}
 	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld batches",
 	    (long long)r->served, (long long)r->batches);

@@ -102,7 +102,7 @@ struct up {
 	pthread_cond_t cv; /* ops queued, or quit */
 	/* under r->mu */
 	struct op *ops, *ops_tail;
-	double last_ok; /* mono() of the last answer it gave */
+	double last_ok; /* medha_now() of the last answer it gave */
 	struct medha_msg_status st;
 	uint64_t st_gen; /* statuses received */
 	/* main thread only */
@@ -137,7 +137,7 @@ struct medha_router {
 	int ready;
 	struct rreq **held; /* waiting for a replica, in arrival order */
 	int64_t nheld, held_cap;
-	double held_tried;  /* mono() when they were last offered out */
+	double held_tried;  /* medha_now() when they were last offered out */
 	struct medha_drain drain;
 	struct medha_trim trim;
 	int64_t served, failed;
@@ -149,15 +149,6 @@ const double medha_router_ttft_le[MEDHA_HIST_BUCKETS] = {0.01, 0.025, 0.05,
     0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 const double medha_router_tpot_le[MEDHA_HIST_BUCKETS] = {0.001, 0.0025,
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
-
-static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void
 medha_router_config_default(struct medha_router_config *c)
@@ -261,7 +252,7 @@ medha_router_metrics(struct medha_router *r, struct medha_router_metrics *m)
 	pthread_mutex_unlock(&r->mmu);
 	m->rep = rep;
 	m->nreplicas = r->nup;
-	m->uptime = mono() - r->t0;
+	m->uptime = medha_now() - r->t0;
 	return 0;
 }
 
@@ -299,7 +290,7 @@ sender_main(void *arg)
 	pthread_mutex_lock(&r->mu);
 	while (!r->quit) {
 		struct op *o = u->ops;
-		double t = mono();
+		double t = medha_now();
 		if (o != NULL) {
 			struct medha_msg m = {0};
 			struct note *n = calloc(1, sizeof(*n));
@@ -329,7 +320,7 @@ sender_main(void *arg)
 			n->epoch1 = medha_cli_epoch(u->cli);
 			if (n->rc == 0) {
 				pthread_mutex_lock(&r->mu);
-				u->last_ok = mono();
+				u->last_ok = medha_now();
 				pthread_mutex_unlock(&r->mu);
 			}
 			if (o->kind == OP_SUBMIT)
@@ -353,13 +344,13 @@ sender_main(void *arg)
 			if (rc == 0 && rep.type == MEDHA_MSG_STATUS_REPLY) {
 				u->st = rep.status;
 				u->st_gen++;
-				u->last_ok = mono();
+				u->last_ok = medha_now();
 			}
 			if (rc == 0)
 				medha_msg_clear(&rep);
 			continue;
 		}
-		{ /* u->cv runs on CLOCK_MONOTONIC, as mono() */
+		{ /* u->cv runs on CLOCK_MONOTONIC, as medha_now() */
 			double until = st_at + r->cfg.status_interval;
 			struct timespec ts = {.tv_sec = (time_t)until,
 			    .tv_nsec = (long)((until - (double)(time_t)until) *
@@ -408,7 +399,7 @@ poller_main(void *arg)
 			continue;
 		}
 		pthread_mutex_lock(&r->mu);
-		u->last_ok = mono();
+		u->last_ok = medha_now();
 		pthread_mutex_unlock(&r->mu);
 		if (n->msg.events.n == 0) { /* a keep-alive */
 			medha_msg_clear(&n->msg);
@@ -500,7 +491,7 @@ hold(struct medha_router *r, struct rreq *q)
 	q->held = 1;
 	q->rep = -1;
 	if (q->held_since == 0)
-		q->held_since = mono() - r->t0;
+		q->held_since = medha_now() - r->t0;
 	return 0;
 }
 
@@ -530,7 +521,7 @@ rreq_fail(struct medha_router *r, struct rreq *q, int status,
     const char *reason)
 {
 	struct medha_msg_event ev = {.kind = MEDHA_EVENT_RECORD};
-	double t = mono() - r->t0;
+	double t = medha_now() - r->t0;
 
 	if (!q->gone && (ev.record = calloc(1, sizeof(*ev.record))) != NULL) {
 		struct medha_record *rec = ev.record;
@@ -601,7 +592,7 @@ place(struct medha_router *r, struct rreq *q)
 	o->kind = OP_SUBMIT;
 	o->rh = q->handle;
 	q->rep = i;
-	q->sent = mono() - r->t0;
+	q->sent = medha_now() - r->t0;
 	q->tried[i / 64] |= 1ull << (i % 64);
 	r->up[i].placed += q->prompt;
 	r->up[i].placed_kv += q->need;
@@ -659,7 +650,7 @@ on_submit(struct medha_router *r, struct medha_srv_ev *ev,
 	}
 	q->peer = ev->peer;
 	memcpy(q->id, rs->id, sizeof(q->id));
-	q->arrival = mono() - r->t0;
+	q->arrival = medha_now() - r->t0;
 	q->prompt = rs->prompt_tokens > 0 ? rs->prompt_tokens
 	    : rs->prompt != NULL          ? (int64_t)strlen(rs->prompt) / 3 + 1
 	                                  : 1;
@@ -728,7 +719,7 @@ orphan_add(struct up *u, struct medha_msg_event *ev)
 		u->orph = n;
 		u->orph_cap = ncap;
 	}
-	u->orph[u->norph].since = mono();
+	u->orph[u->norph].since = medha_now();
 	u->orph[u->norph++].ev = *ev;
 	memset(ev, 0, sizeof(*ev));
 }
@@ -1007,7 +998,7 @@ on_call(struct medha_router *r, struct medha_srv_ev *ev)
 	switch (m.type) {
 	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
 	case MEDHA_MSG_POLL:
-		medha_clients_poll(&r->clients, ev->peer, ev->call, mono());
+		medha_clients_poll(&r->clients, ev->peer, ev->call, medha_now());
 		break;
 	case MEDHA_MSG_CANCEL: on_cancel(r, ev, m.cancel); break;
 	case MEDHA_MSG_STATUS: on_status(r, ev); break;
@@ -1102,7 +1093,7 @@ release_held(struct medha_router *r, double t)
 static void
 watch(struct medha_router *r)
 {
-	double t = mono();
+	double t = medha_now();
 	int ready = 0;
 
 	for (int i = 0; i < r->nup; i++) {
@@ -1222,7 +1213,7 @@ medha_router_open(struct medha_router **rp,
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
 	r->cfg = *c;
-	r->t0 = mono();
+	r->t0 = medha_now();
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_mutex_init(&r->mmu, NULL);
 	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
@@ -1283,7 +1274,7 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "");
 	for (;;) {
 		int d = medha_drain_step(&r->drain, stop, r->live,
-		    r->cfg.drain_timeout, &r->clients, mono());
+		    r->cfg.drain_timeout, &r->clients, medha_now());
 		if (d == MEDHA_DRAIN_DONE)
 			break;
 		if (d == MEDHA_DRAIN_CANCEL)
@@ -1298,7 +1289,7 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 		take_inbox(r);
 		count_gauges(r);
 		medha_trim_idle(&r->trim, r->live, (int64_t)r->next_handle,
-		    mono());
+		    medha_now());
 	}
 	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld failed",
 	    (long long)r->served, (long long)r->failed);
