@@ -160,7 +160,7 @@ load_pred(struct medha_pred *p, const struct prof *P, const char *table,
 int
 main(int argc, char *argv[])
 {
-	struct prof P = {.reps = 3,
+	struct prof P = {.backend = "cpu", .reps = 3,
 	    .attn_layers = 0,
 	    .max_tokens = 2048,
 	    .max_context = 8192,
@@ -172,6 +172,7 @@ main(int argc, char *argv[])
 	int chunks = 0, verbose = 0, ch, rc, status = 1, made_tmp = 0;
 	struct medha_pred pred;
 	int have_pred = 0;
+	const struct medha_backend_kind *bk;
 	FILE *f;
 
 	medha_progname = "medha-prof";
@@ -188,18 +189,23 @@ main(int argc, char *argv[])
 		case 't': P.threads = (int)num("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_BACKEND:
-			if (strcmp(optarg, "cpu") != 0) {
+			/* a kind that computes, can fill a context, and is
+			   built here */
+			if ((bk = medha_backend_find(optarg)) == NULL ||
+			    !(bk->caps & MEDHA_BACKEND_COMPUTES) ||
+			    !(bk->caps & MEDHA_BACKEND_FILL) ||
+			    bk->open == NULL) {
 				fprintf(stderr,
 				    "medha-prof: --backend: %s: %s\n", optarg,
-				    strcmp(optarg, "sim") == 0
+				    bk == NULL ? "expected cpu"
+				    : !(bk->caps & MEDHA_BACKEND_COMPUTES)
 				        ? "the sim backend has nothing to "
 				          "measure (its times are the "
 				          "predictor's)"
-				    : strcmp(optarg, "cuda") == 0
-				        ? "not built yet"
-				        : "expected cpu");
+				        : "not built yet");
 				return 2;
 			}
+			P.backend = optarg;
 			break;
 		case OPT_KV:
 			if (strcmp(optarg, "f16") != 0 &&

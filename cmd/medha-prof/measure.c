@@ -16,7 +16,7 @@
  */
 #include "medha-prof.h"
 
-#include "engine/backend_cpu.h"
+#include "cpu/kvcache.h"
 
 #include <errno.h>
 #include <string.h>
@@ -175,7 +175,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 int
 prof_open(struct prof *P, char *why, size_t whylen)
 {
-	struct medha_backend_cpu_opts o = {0};
+	struct medha_backend_params o = {0};
 	struct prof_item it = {64, 0, 1};
 	struct prof_time t;
 	int64_t pool;
@@ -188,8 +188,8 @@ prof_open(struct prof *P, char *why, size_t whylen)
 	o.max_seqs = PROF_SEQS;
 	o.kv_type = P->kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
 	o.kv_blocks = (pool + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK + PROF_SEQS;
-	if ((rc = medha_backend_cpu_open(&P->be, P->model, &o, why, whylen)) !=
-	    0)
+	o.model = P->model;
+	if ((rc = medha_backend_open(&P->be, P->backend, &o, why, whylen)) != 0)
 		return rc;
 	for (i = 0; i < PROF_SEQS; i++)
 		if ((rc = medha_backend_seq_alloc(P->be, &P->seq[i])) != 0)

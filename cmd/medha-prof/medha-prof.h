@@ -18,6 +18,7 @@
 #define PROF_SEQS 72 /* sequences a batch may hold */
 
 struct prof {
+	const char *backend;  /* the registry's kind (--backend, "cpu") */
 	struct medha_backend *be;
 	const char *model;    /* the GGUF path */
 	const char *name;     /* its short name, for the table's comment */
