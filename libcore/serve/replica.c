@@ -17,7 +17,7 @@
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
-#include "serve/clients.h"
+#include "serve/front.h"
 #include "net/link.h"
 #include "net/proto.h"
 #include "sched/batchcost.h"
@@ -93,7 +93,7 @@ struct wslot {
 
 struct medha_replica {
 	struct medha_replica_config cfg;
-	struct medha_srv *srv;
+	struct medha_front f; /* socket, clients, drain, live requests */
 	double t0;
 	/* made at the first worker's HELLO */
 	struct medha_pred pred;
@@ -108,8 +108,6 @@ struct medha_replica {
 	/* requests by the core's slot (handle & 0xffffffff) */
 	struct lreq **by_slot;
 	size_t slots;
-	int64_t live;
-	struct medha_clients clients;
 	struct wslot *w; /* (cfg.workers) */
 	int nworkers;    /* present */
 	int tp, spp, kvp; /* the layout, from the first HELLO */
@@ -118,10 +116,8 @@ struct medha_replica {
 	int fl_head, nfl;
 	struct medha_msg_peers peers; /* urls: (cfg.workers) */
 	int ready;
-	struct medha_drain drain;
 	uint64_t bseq;
 	int64_t served, batches;
-	struct medha_trim trim;
 };
 
 static double
@@ -149,7 +145,7 @@ answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
 {
 	struct medha_msg m = {.type = type};
 
-	medha_srv_msg(r->srv, call, &m);
+	medha_srv_msg(r->f.srv, call, &m);
 }
 
 /* ---- requests ---- */
@@ -243,7 +239,7 @@ send_tokens(struct medha_replica *r, struct lreq *q, int final)
 	ev.text[ev.text_len] = '\0';
 	q->ids_sent = q->n_out;
 	q->text_sent = upto;
-	medha_clients_push(&r->clients, q->peer, &ev);
+	medha_clients_push(&r->f.clients, q->peer, &ev);
 }
 
 /* The core finished a request: its record goes to its client. */
@@ -277,15 +273,15 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 		q->out = NULL;
 		q->text = NULL;
 		ev.handle = q->handle;
-		medha_clients_push(&r->clients, q->peer, &ev);
+		medha_clients_push(&r->f.clients, q->peer, &ev);
 	} else
 		medha_record_clear(rec);
-	if ((c = medha_clients_find(&r->clients, q->peer, 0)) != NULL)
+	if ((c = medha_clients_find(&r->f.clients, q->peer, 0)) != NULL)
 		c->live--;
 	if (q->started)
 		worker_free_later(r, q->handle);
 	r->by_slot[q->handle & 0xffffffffu] = NULL;
-	r->live--;
+	r->f.live--;
 	lreq_free(q);
 }
 
@@ -617,7 +613,7 @@ worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 	char reason[200];
 
 	if (w->call != NULL)
-		medha_srv_drop(r->srv, w->call);
+		medha_srv_drop(r->f.srv, w->call);
 	free(w->frees);
 	free(w->frees_after);
 	memset(w, 0, sizeof(*w));
@@ -681,7 +677,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	   (cuda before its backend) has no workers to drive yet */
 	k = medha_backend_find(h->backend);
 	if (k == NULL || k->open == NULL) {
-		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
 		    "backend %s: %s", h->backend,
 		    k == NULL ? "unknown to this scheduler"
 		              : "not built into this scheduler");
@@ -691,18 +687,18 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	 * model is known (below) */
 	if (hello_fits(r, h, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "%s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
 		return;
 	}
 	if (r->w[id].present && r->w[id].peer != ev->peer) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
 		    "rank %d (tp %d, spp %d, kvp %d) is connected already",
 		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
 		return;
 	}
 	if (r->core == NULL && make_core(r, h, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "%s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
 		if (r->have_pred) {
 			medha_pred_free(&r->pred);
 			r->have_pred = 0;
@@ -711,14 +707,14 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	}
 	if (hello_fits(r, h, why, sizeof(why)) != 0) { /* now its layers */
 		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "%s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
 		return;
 	}
 	if (r->core != NULL &&
 	    (h->block_size != medha_sched_block_size(r->core) ||
 	        h->n_blocks < medha_sched_group_capacity(r->core) ||
 	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
-		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
 		    "worker does not match the replica (%s backend, blocks "
 		    "of %d, %lld blocks, vocab %d)",
 		    r->backend, medha_sched_block_size(r->core),
@@ -727,7 +723,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	}
 	if (r->fl == NULL &&
 	    (r->fl = medha_calloc(h->spp, sizeof(*r->fl))) == NULL) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 		    "out of memory");
 		return;
 	}
@@ -745,7 +741,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	snprintf(r->peers.urls[id], sizeof(r->peers.urls[id]), "%s", h->peer);
 	r->nworkers++;
 	m.worker_id = id;
-	medha_srv_msg(r->srv, ev->call, &m);
+	medha_srv_msg(r->f.srv, ev->call, &m);
 	medha_log(MEDHA_LOG_INFO,
 	    "worker %d (tp %d, spp %d, kvp %d): %s backend, %s, layers "
 	    "[%d, %d), pid %d, %d KV blocks of %d",
@@ -895,7 +891,7 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 		return;
 	m.batch.frees = w->frees;
 	m.batch.n_frees = nf;
-	medha_srv_msg(r->srv, w->call, &m);
+	medha_srv_msg(r->f.srv, w->call, &m);
 	w->call = NULL;
 	w->nfrees -= nf;
 	if (w->nfrees > 0) { /* (frees may be NULL when there are none) */
@@ -986,34 +982,34 @@ on_result(struct medha_replica *r, struct wslot *w,
 /* ---- client requests ---- */
 
 static void
-on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
-    struct medha_reqspec *rs)
+on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 {
+	struct medha_replica *r = arg;
 	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
 	struct medha_client *c;
 	struct lreq *q;
 	size_t n = 0;
 	int rc;
 
-	if (r->drain.on) {
-		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
+	if (r->f.drain.on) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
 		    "shutting down: not accepting requests");
 		return;
 	}
 	if (r->core == NULL) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
 		    "not ready: %d of %d workers connected", r->nworkers,
 		    r->cfg.workers);
 		return;
 	}
-	if (r->live >= r->cfg.max_queue) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
-		    "overloaded: %lld requests in flight", (long long)r->live);
+	if (r->f.live >= r->cfg.max_queue) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "overloaded: %lld requests in flight", (long long)r->f.live);
 		return;
 	}
-	if ((c = medha_clients_find(&r->clients, ev->peer, 1)) == NULL ||
+	if ((c = medha_clients_find(&r->f.clients, ev->peer, 1)) == NULL ||
 	    (q = calloc(1, sizeof(*q))) == NULL) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM, "out of memory");
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
 		return;
 	}
 	if (rs->prompt_ids != NULL) {
@@ -1022,7 +1018,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		q->n_prompt = rs->prompt_tokens;
 	} else if (rs->prompt != NULL) {
 		if (r->tok == NULL) {
-			medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
+			medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
 			    "no tokenizer for %s: send prompt_ids or "
 			    "prompt_tokens",
 			    r->model);
@@ -1031,7 +1027,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
 		    MEDHA_TOK_DEFAULT, &q->ids, &n);
 		if (rc != 0) {
-			medha_srv_error(r->srv, ev->call, rc, "tokenizing: %s",
+			medha_srv_error(r->f.srv, ev->call, rc, "tokenizing: %s",
 			    medha_strerror(rc));
 			goto fail;
 		}
@@ -1043,7 +1039,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		    medha_sched_block_size(r->core);
 		q->n_prompt = rs->prompt_tokens;
 		if (q->n_prompt / r->pred.kvp > kv) {
-			medha_srv_error(r->srv, ev->call, MEDHA_ERANGE,
+			medha_srv_error(r->f.srv, ev->call, MEDHA_ERANGE,
 			    "a prompt of %lld tokens: more than the replica's "
 			    "KV cache holds (%lld per group)",
 			    (long long)q->n_prompt, (long long)kv);
@@ -1051,7 +1047,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		}
 		if ((q->ids = medha_reallocarray(NULL, (size_t)q->n_prompt,
 		         sizeof(*q->ids))) == NULL) {
-			medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 			    "no memory for a prompt of %lld tokens",
 			    (long long)q->n_prompt);
 			goto fail;
@@ -1066,19 +1062,19 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		}
 	}
 	if (q->n_prompt < 1) {
-		medha_srv_error(r->srv, ev->call, MEDHA_EINVAL, "the prompt is empty");
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "the prompt is empty");
 		goto fail;
 	}
 	for (int64_t i = 0; i < q->n_prompt; i++)
 		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
-			medha_srv_error(r->srv, ev->call, MEDHA_EINVAL,
+			medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
 			    "prompt_ids[%lld] = %d: outside the vocabulary "
 			    "(%d)",
 			    (long long)i, q->ids[i], r->vocab);
 			goto fail;
 		}
 	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - q->n_prompt) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ERANGE,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ERANGE,
 		    "%lld prompt + %lld output tokens exceed the model's "
 		    "context of %lld",
 		    (long long)q->n_prompt, (long long)rs->max_tokens,
@@ -1102,7 +1098,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 	rs->arrival = now_s(r);
 	if ((rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle)) !=
 	    0) {
-		medha_srv_error(r->srv, ev->call, rc, "%s", medha_strerror(rc));
+		medha_srv_error(r->f.srv, ev->call, rc, "%s", medha_strerror(rc));
 		goto fail;
 	}
 	{
@@ -1116,7 +1112,7 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 			if (p == NULL) {
 				medha_sched_cancel(r->core, q->handle,
 				    "out of memory", now_s(r));
-				medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+				medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 				    "out of memory");
 				drain_records(r);
 				goto fail;
@@ -1128,170 +1124,175 @@ on_submit(struct medha_replica *r, struct medha_srv_ev *ev,
 		}
 		r->by_slot[slot] = q;
 	}
-	r->live++;
+	r->f.live++;
 	c->live++;
 	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
 	m.accepted.handle = q->handle;
-	medha_srv_msg(r->srv, ev->call, &m);
+	medha_srv_msg(r->f.srv, ev->call, &m);
 	drain_records(r); /* rejected at once: its record follows */
 	return;
 fail:
 	lreq_free(q);
 }
 
-static void
-on_cancel(struct medha_replica *r, struct medha_srv_ev *ev, uint64_t h)
+static int
+on_cancel(void *arg, uint32_t peer, uint64_t h)
 {
+	struct medha_replica *r = arg;
 	struct lreq *q = lreq_get(r, h);
 
-	if (q == NULL || q->peer != ev->peer) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOTFOUND,
-		    "request %llx: not in flight for this client",
-		    (unsigned long long)h);
-		return;
-	}
+	if (q == NULL || q->peer != peer)
+		return MEDHA_ENOTFOUND;
 	medha_sched_cancel(r->core, h, "cancelled by its client", now_s(r));
 	drain_records(r);
-	answer_type(r, ev->call, MEDHA_MSG_OK);
+	return 0;
 }
 
 static void
-on_status(struct medha_replica *r, struct medha_srv_ev *ev)
+on_status(void *arg, struct medha_msg_status *s)
 {
-	struct medha_msg m = {.type = MEDHA_MSG_STATUS_REPLY};
+	struct medha_replica *r = arg;
 
-	m.status.workers = r->nworkers;
-	m.status.workers_wanted = r->cfg.workers;
-	m.status.ready = r->ready && !r->drain.on;
-	m.status.pending = r->live;
+	s->workers = r->nworkers;
+	s->workers_wanted = r->cfg.workers;
+	s->ready = r->ready;
 	if (r->core != NULL) {
 		int64_t waiting = 0;
 		for (int i = 0; i < medha_sched_pending(r->core); i++)
 			waiting += medha_sched_active(r->core, i)->state ==
 			    MEDHA_REQ_WAITING;
-		m.status.queue = waiting;
-		m.status.kv_blocks = medha_sched_group_capacity(r->core);
-		m.status.kv_used = medha_sched_group_reserved(r->core, 0);
-		m.status.block_size = medha_sched_block_size(r->core);
-		m.status.work =
-		    medha_sched_pending_work(r->core, &m.status.prefill);
+		s->queue = waiting;
+		s->kv_blocks = medha_sched_group_capacity(r->core);
+		s->kv_used = medha_sched_group_reserved(r->core, 0);
+		s->block_size = medha_sched_block_size(r->core);
+		s->work = medha_sched_pending_work(r->core, &s->prefill);
 	}
-	snprintf(m.status.model, sizeof(m.status.model), "%s", r->model);
-	snprintf(m.status.backend, sizeof(m.status.backend), "%s", r->backend);
-	medha_srv_msg(r->srv, ev->call, &m);
+	snprintf(s->model, sizeof(s->model), "%s", r->model);
+	snprintf(s->backend, sizeof(s->backend), "%s", r->backend);
 }
 
-static void
-on_gone(struct medha_replica *r, uint32_t peer)
+/* A worker's connection closed: 1, or 0 if peer is no worker's. */
+static int
+on_peer_gone(void *arg, uint32_t peer)
 {
-	struct medha_client *c;
+	struct medha_replica *r = arg;
 
 	for (int i = 0; i < r->cfg.workers; i++)
 		if (r->w[i].present && r->w[i].peer == peer) {
 			worker_lost(r, &r->w[i], "connection closed");
-			return;
+			return 1;
 		}
-	if ((c = medha_clients_find(&r->clients, peer, 0)) == NULL)
-		return;
-	if (c->live > 0) {
-		int n = 0;
-		for (size_t s = 0; s < r->slots; s++) {
-			struct lreq *q = r->by_slot[s];
-			if (q == NULL || q->peer != peer)
-				continue;
-			medha_sched_cancel(r->core, q->handle,
-			    "client went away", now_s(r));
-			n++;
-		}
-		medha_log(MEDHA_LOG_INFO,
-		    "client %u went away: %d requests cancelled", peer, n);
-		drain_records(r);
-	}
-	medha_clients_drop(&r->clients, peer);
+	return 0;
 }
 
-static void
-on_call(struct medha_replica *r, struct medha_srv_ev *ev)
+/* A client went away: its requests cancelled. */
+static int
+on_client_gone(void *arg, uint32_t peer)
 {
-	struct medha_msg m;
-	struct wslot *w;
-	char why[256];
+	struct medha_replica *r = arg;
+	int n = 0;
 
-	if (medha_msg_decode(&m, ev->data, ev->len, why, sizeof(why)) != 0) {
-		medha_log(MEDHA_LOG_WARN, "peer %u: message refused: %s",
-		    ev->peer, why);
-		medha_srv_error(r->srv, ev->call, MEDHA_EFORMAT, "%s", why);
+	for (size_t s = 0; s < r->slots; s++) {
+		struct lreq *q = r->by_slot[s];
+		if (q == NULL || q->peer != peer)
+			continue;
+		medha_sched_cancel(r->core, q->handle, "client went away",
+		    now_s(r));
+		n++;
+	}
+	drain_records(r);
+	return n;
+}
+
+/* A worker's message: READY, RESULT or HEARTBEAT (after its HELLO). */
+static void
+on_worker(struct medha_replica *r, struct medha_srv_ev *ev,
+    const struct medha_msg *m)
+{
+	struct wslot *w = worker_of(r, ev->peer,
+	    m->type == MEDHA_MSG_RESULT ? m->result.worker_id : m->worker_id);
+
+	if (w == NULL) {
+		medha_log(MEDHA_LOG_WARN,
+		    "peer %u: message refused: %s from a peer that is not a "
+		    "worker of this replica",
+		    ev->peer, medha_msg_type_name(m->type));
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOTFOUND,
+		    "not a worker of this replica: say HELLO");
 		return;
 	}
-	switch (m.type) {
-	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
-	case MEDHA_MSG_POLL:
-		medha_clients_poll(&r->clients, ev->peer, ev->call, medha_now());
-		break;
-	case MEDHA_MSG_CANCEL: on_cancel(r, ev, m.cancel); break;
-	case MEDHA_MSG_STATUS: on_status(r, ev); break;
-	case MEDHA_MSG_HELLO: on_hello(r, ev, &m.hello); break;
+	w->last_seen = medha_now();
+	if (m->type == MEDHA_MSG_HEARTBEAT) {
+		answer_type(r, ev->call, MEDHA_MSG_OK);
+		return;
+	}
+	if (w->call != NULL) /* a second request: the first ends */
+		medha_srv_drop(r->f.srv, w->call);
+	w->call = ev->call;
+	w->call_since = medha_now();
+	/* the next batch goes out before the tokens of this one */
+	medha_clients_hold(&r->f.clients);
+	if (m->type == MEDHA_MSG_RESULT)
+		on_result(r, w, &m->result);
+	else if (w->done < w->sent) {
+		/* READY with a batch out: the worker started over */
+		w->done = w->sent;
+		replica_fault(r, "worker dropped its batch");
+	}
+	flights_fill(r);
+	dispatch(r, w, 0);
+	medha_clients_release(&r->f.clients);
+}
+
+/* The messages of workers; the rest are refused. */
+static int
+on_other(void *arg, struct medha_srv_ev *ev, struct medha_msg *m)
+{
+	struct medha_replica *r = arg;
+
+	switch (m->type) {
+	case MEDHA_MSG_HELLO: on_hello(r, ev, &m->hello); return 0;
 	case MEDHA_MSG_READY:
 	case MEDHA_MSG_RESULT:
-	case MEDHA_MSG_HEARTBEAT:
-		w = worker_of(r, ev->peer,
-		    m.type == MEDHA_MSG_RESULT ? m.result.worker_id
-		                               : m.worker_id);
-		if (w == NULL) {
-			medha_log(MEDHA_LOG_WARN,
-			    "peer %u: message refused: %s from a peer that is "
-			    "not a worker of this replica",
-			    ev->peer, medha_msg_type_name(m.type));
-			medha_srv_error(r->srv, ev->call, MEDHA_ENOTFOUND,
-			    "not a worker of this replica: say HELLO");
-			break;
-		}
-		w->last_seen = medha_now();
-		if (m.type == MEDHA_MSG_HEARTBEAT) {
-			answer_type(r, ev->call, MEDHA_MSG_OK);
-			break;
-		}
-		if (w->call != NULL) /* a second request: the first ends */
-			medha_srv_drop(r->srv, w->call);
-		w->call = ev->call;
-		w->call_since = medha_now();
-		/* the next batch goes out before the tokens of this one */
-		medha_clients_hold(&r->clients);
-		if (m.type == MEDHA_MSG_RESULT)
-			on_result(r, w, &m.result);
-		else if (w->done < w->sent) {
-			/* READY with a batch out: the worker started over */
-			w->done = w->sent;
-			replica_fault(r, "worker dropped its batch");
-		}
-		flights_fill(r);
-		dispatch(r, w, 0);
-		medha_clients_release(&r->clients);
-		break;
-	default:
-		medha_log(MEDHA_LOG_WARN,
-		    "peer %u: message refused: %s is not a request to a "
-		    "scheduler",
-		    ev->peer, medha_msg_type_name(m.type));
-		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
-		    "%s is not a request to a scheduler",
-		    medha_msg_type_name(m.type));
+	case MEDHA_MSG_HEARTBEAT: on_worker(r, ev, m); return 0;
+	default: return MEDHA_EUNSUP;
 	}
-	medha_msg_clear(&m);
+}
+
+/* Stopping, the drain over: every live request cancelled. */
+static void
+cancel_all(void *arg)
+{
+	struct medha_replica *r = arg;
+
+	for (size_t s = 0; s < r->slots; s++)
+		if (r->by_slot[s] != NULL)
+			medha_sched_cancel(r->core, r->by_slot[s]->handle,
+			    "scheduler stopped", now_s(r));
+	drain_records(r);
+}
+
+static int64_t
+activity(void *arg)
+{
+	const struct medha_replica *r = arg;
+
+	return r->batches + r->served;
 }
 
 /* Held calls answered, dead workers noticed, batches sent. */
 static void
-housekeeping(struct medha_replica *r)
+housekeeping(void *arg)
 {
+	struct medha_replica *r = arg;
 	double t = medha_now();
 
-	uint32_t deaf = medha_clients_tick(&r->clients, t);
+	uint32_t deaf = medha_clients_tick(&r->f.clients, t);
 	if (deaf != 0) {
 		medha_log(MEDHA_LOG_WARN,
 		    "client %u has not collected its events for %d s: "
 		    "cancelling its requests", deaf, MEDHA_CLIENT_STALL_S);
-		on_gone(r, deaf);
+		medha_front_gone(&r->f, deaf);
 	}
 	for (int i = 0; i < r->cfg.workers; i++) {
 		struct wslot *w = &r->w[i];
@@ -1306,6 +1307,20 @@ housekeeping(struct medha_replica *r)
 	flights_fill(r);
 }
 
+static const struct medha_front_ops ops = {
+    .name = "scheduler",
+    .take_at_once = TAKE_AT_ONCE,
+    .submit = on_submit,
+    .cancel = on_cancel,
+    .status = on_status,
+    .other = on_other,
+    .peer_gone = on_peer_gone,
+    .client_gone = on_client_gone,
+    .cancel_all = cancel_all,
+    .pass = housekeeping,
+    .activity = activity,
+};
+
 /* ---- life cycle ---- */
 
 int
@@ -1313,6 +1328,7 @@ medha_replica_open(struct medha_replica **rp,
     const struct medha_replica_config *c, char *why, size_t whylen)
 {
 	struct medha_replica *r;
+	struct medha_srv *srv;
 	int rc;
 
 	*rp = NULL;
@@ -1331,13 +1347,13 @@ medha_replica_open(struct medha_replica **rp,
 	}
 	r->cfg = *c;
 	r->t0 = medha_now();
-	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
+	if ((rc = medha_srv_open(&srv, c->listen, why, whylen)) != 0) {
 		free(r->peers.urls);
 		free(r->w);
 		free(r);
 		return rc;
 	}
-	r->clients.srv = r->srv;
+	medha_front_init(&r->f, &ops, r, srv, c->drain_timeout);
 	*rp = r;
 	return 0;
 }
@@ -1345,40 +1361,12 @@ medha_replica_open(struct medha_replica **rp,
 int
 medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 {
-	struct medha_srv_ev ev;
+	int rc;
 
 	medha_log(MEDHA_LOG_INFO, "listening at %s for %d worker%s",
 	    r->cfg.listen, r->cfg.workers, r->cfg.workers > 1 ? "s" : "");
-	for (;;) {
-		int d = medha_drain_step(&r->drain, stop, r->live,
-		    r->cfg.drain_timeout, &r->clients, medha_now());
-		if (d == MEDHA_DRAIN_DONE)
-			break;
-		if (d == MEDHA_DRAIN_CANCEL) {
-			for (size_t s = 0; s < r->slots; s++)
-				if (r->by_slot[s] != NULL)
-					medha_sched_cancel(r->core,
-					    r->by_slot[s]->handle,
-					    "scheduler stopped", now_s(r));
-			drain_records(r);
-		}
-		if (medha_srv_next(r->srv, 0.1, &ev) != 0)
-			return MEDHA_ENOMEM;
-		/* every message already here before the next decision, so
-		   that requests that come together share a batch */
-		for (int n = 0; ev.kind != MEDHA_SRV_TIMEOUT; n++) {
-			if (ev.kind == MEDHA_SRV_GONE)
-				on_gone(r, ev.peer);
-			else
-				on_call(r, &ev);
-			if (n + 1 == TAKE_AT_ONCE ||
-			    medha_srv_next(r->srv, 0, &ev) != 0)
-				break;
-		}
-		housekeeping(r);
-		medha_trim_idle(&r->trim, r->live, r->batches + r->served,
-		    medha_now());
-	}
+	if ((rc = medha_front_run(&r->f, stop)) != 0)
+		return rc;
 	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld batches",
 	    (long long)r->served, (long long)r->batches);
 	return 0;
@@ -1389,10 +1377,9 @@ medha_replica_close(struct medha_replica *r)
 {
 	if (r == NULL)
 		return;
-	medha_clients_free(&r->clients);
 	for (int i = 0; i < r->cfg.workers; i++) {
 		if (r->w[i].call != NULL)
-			medha_srv_drop(r->srv, r->w[i].call);
+			medha_srv_drop(r->f.srv, r->w[i].call);
 		free(r->w[i].frees);
 		free(r->w[i].frees_after);
 	}
@@ -1400,7 +1387,7 @@ medha_replica_close(struct medha_replica *r)
 		flights_void(r);
 	free(r->fl);
 	free(r->peers.urls);
-	medha_srv_close(r->srv);
+	medha_front_free(&r->f);
 	for (size_t s = 0; s < r->slots; s++)
 		if (r->by_slot[s] != NULL)
 			lreq_free(r->by_slot[s]);

@@ -25,7 +25,7 @@
 #include "serve/router.h"
 
 #include "map.h"
-#include "serve/clients.h"
+#include "serve/front.h"
 #include "net/link.h"
 #include "net/proto.h"
 
@@ -122,8 +122,7 @@ struct up {
 
 struct medha_router {
 	struct medha_router_config cfg;
-	struct medha_srv *srv;
-	struct medha_clients clients;
+	struct medha_front f; /* socket, clients, drain, live requests */
 	double t0;
 	struct up *up; /* (cfg.nreplicas) */
 	int nup;
@@ -132,14 +131,11 @@ struct medha_router {
 	int quit;                       /* under mu */
 	struct medha_map reqs;          /* the router's handle -> rreq */
 	uint64_t next_handle;
-	int64_t live;
 	int rr; /* where the tie-break starts */
 	int ready;
 	struct rreq **held; /* waiting for a replica, in arrival order */
 	int64_t nheld, held_cap;
 	double held_tried;  /* medha_now() when they were last offered out */
-	struct medha_drain drain;
-	struct medha_trim trim;
 	int64_t served, failed;
 	pthread_mutex_t mmu;               /* guards met */
 	struct medha_router_metrics met;   /* met.rep: (nup) */
@@ -231,9 +227,9 @@ count_gauges(struct medha_router *r)
 	}
 	if (model != NULL)
 		memcpy(r->met.model, model, sizeof(r->met.model));
-	r->met.ready = r->ready && !r->drain.on;
-	r->met.draining = r->drain.on;
-	r->met.in_flight = r->live;
+	r->met.ready = r->ready && !r->f.drain.on;
+	r->met.draining = r->f.drain.on;
+	r->met.in_flight = r->f.live;
 	r->met.held = r->nheld;
 	pthread_mutex_unlock(&r->mmu);
 }
@@ -269,7 +265,7 @@ post(struct medha_router *r, struct note *n)
 		r->in_head = n;
 	r->in_tail = n;
 	pthread_mutex_unlock(&r->mu);
-	medha_srv_wake(r->srv);
+	medha_srv_wake(r->f.srv);
 }
 
 static void
@@ -468,7 +464,7 @@ unhold(struct medha_router *r, struct rreq *q)
 static int
 hold(struct medha_router *r, struct rreq *q)
 {
-	if (!(r->cfg.hold_timeout > 0) || r->drain.on)
+	if (!(r->cfg.hold_timeout > 0) || r->f.drain.on)
 		return -1;
 	if (r->nheld == r->held_cap) {
 		int64_t cap = r->held_cap ? 2 * r->held_cap : 64;
@@ -509,9 +505,9 @@ rreq_end(struct medha_router *r, struct rreq *q)
 	if (q->held)
 		unhold(r, q);
 	medha_map_del(&r->reqs, q->handle);
-	if ((c = medha_clients_find(&r->clients, q->peer, 0)) != NULL)
+	if ((c = medha_clients_find(&r->f.clients, q->peer, 0)) != NULL)
 		c->live--;
-	r->live--;
+	r->f.live--;
 	rreq_free(q);
 }
 
@@ -534,7 +530,7 @@ rreq_fail(struct medha_router *r, struct rreq *q, int status,
 		snprintf(rec->reason, sizeof(rec->reason), "%s", reason);
 		rec->text = strdup("");
 		ev.handle = q->handle;
-		medha_clients_push(&r->clients, q->peer, &ev);
+		medha_clients_push(&r->f.clients, q->peer, &ev);
 	}
 	if (status == MEDHA_STATUS_FAILED)
 		r->failed++;
@@ -614,37 +610,37 @@ replace(struct medha_router *r, struct rreq *q, int status, const char *why)
 }
 
 static void
-on_submit(struct medha_router *r, struct medha_srv_ev *ev,
-    struct medha_reqspec *rs)
+on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 {
+	struct medha_router *r = arg;
 	struct medha_client *c;
 	struct rreq *q = NULL;
 
-	if (r->drain.on) {
+	if (r->f.drain.on) {
 		count_refused(r);
-		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
 		    "shutting down: not accepting requests");
 		return;
 	}
-	if (r->live >= r->cfg.max_queue) {
+	if (r->f.live >= r->cfg.max_queue) {
 		count_refused(r);
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
-		    "overloaded: %lld requests in flight", (long long)r->live);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "overloaded: %lld requests in flight", (long long)r->f.live);
 		return;
 	}
-	if ((c = medha_clients_find(&r->clients, ev->peer, 1)) == NULL ||
+	if ((c = medha_clients_find(&r->f.clients, ev->peer, 1)) == NULL ||
 	    (q = calloc(1, sizeof(*q))) == NULL ||
 	    (q->tried = medha_calloc((size_t)(r->nup + 63) / 64,
 	         sizeof(*q->tried))) == NULL) {
 		free(q);
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 		    "out of memory");
 		return;
 	}
 	q->handle = ++r->next_handle;
 	if (medha_map_put(&r->reqs, q->handle, q) != 0) {
 		rreq_free(q);
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOMEM,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 		    "out of memory");
 		return;
 	}
@@ -660,19 +656,19 @@ on_submit(struct medha_router *r, struct medha_srv_ev *ev,
 	memset(rs, 0, sizeof(*rs));
 	if (place(r, q) != 0 && hold(r, q) != 0) {
 		count_refused(r);
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOSPACE,
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
 		    "no replica is ready");
 		medha_map_del(&r->reqs, q->handle);
 		rreq_free(q);
 		return;
 	}
-	r->live++;
+	r->f.live++;
 	c->live++;
 	{
 		struct medha_msg a = {.type = MEDHA_MSG_ACCEPTED};
 		memcpy(a.accepted.id, q->id, sizeof(a.accepted.id));
 		a.accepted.handle = q->handle;
-		medha_srv_msg(r->srv, ev->call, &a);
+		medha_srv_msg(r->f.srv, ev->call, &a);
 	}
 }
 
@@ -699,7 +695,7 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 	}
 	ev->handle = q->handle;
 	if (!q->gone)
-		medha_clients_push(&r->clients, q->peer, ev);
+		medha_clients_push(&r->f.clients, q->peer, ev);
 	else
 		medha_msg_event_clear(ev);
 	if (record)
@@ -911,28 +907,24 @@ fail_all(struct medha_router *r, struct up *u, const char *why)
 
 /* ---- clients ---- */
 
-static void
-on_cancel(struct medha_router *r, struct medha_srv_ev *ev, uint64_t h)
+static int
+on_cancel(void *arg, uint32_t peer, uint64_t h)
 {
+	struct medha_router *r = arg;
 	struct rreq *q = medha_map_get(&r->reqs, h);
 
-	if (q == NULL || q->peer != ev->peer || q->gone) {
-		medha_srv_error(r->srv, ev->call, MEDHA_ENOTFOUND,
-		    "request %llx: not in flight for this client",
-		    (unsigned long long)h);
-		return;
-	}
+	if (q == NULL || q->peer != peer || q->gone)
+		return MEDHA_ENOTFOUND;
 	if (q->up != 0 && !q->cancel)
 		cancel_upstream(r, q->rep, q->up);
 	q->cancel = 1; /* not accepted yet: cancelled when it is */
-	medha_srv_msg(r->srv, ev->call, &(struct medha_msg){.type = MEDHA_MSG_OK});
+	return 0;
 }
 
 static void
-on_status(struct medha_router *r, struct medha_srv_ev *ev)
+on_status(void *arg, struct medha_msg_status *s)
 {
-	struct medha_msg m = {.type = MEDHA_MSG_STATUS_REPLY};
-	struct medha_msg_status *s = &m.status;
+	struct medha_router *r = arg;
 
 	for (int i = 0; i < r->nup; i++) {
 		const struct up *u = &r->up[i];
@@ -951,67 +943,29 @@ on_status(struct medha_router *r, struct medha_srv_ev *ev)
 			memcpy(s->backend, u->now.backend, sizeof(s->backend));
 		}
 	}
-	s->ready = r->ready && !r->drain.on;
-	s->pending = r->live;
-	medha_srv_msg(r->srv, ev->call, &m);
+	s->ready = r->ready;
 }
 
-static void
-on_gone(struct medha_router *r, uint32_t peer)
+/* A client went away: its requests cancelled. */
+static int
+on_client_gone(void *arg, uint32_t peer)
 {
-	struct medha_client *c = medha_clients_find(&r->clients, peer, 0);
+	struct medha_router *r = arg;
 	size_t it = 0;
 	uint64_t key;
 	void *v;
 	int n = 0;
 
-	if (c == NULL)
-		return;
-	if (c->live > 0)
-		while (medha_map_next(&r->reqs, &it, &key, &v)) {
-			struct rreq *q = v;
-			if (q->peer != peer || q->gone)
-				continue;
-			q->gone = 1;
-			n++;
-			if (q->up != 0 && !q->cancel)
-				cancel_upstream(r, q->rep, q->up);
-		}
-	if (n > 0)
-		medha_log(MEDHA_LOG_INFO,
-		    "client %u went away: %d requests cancelled", peer, n);
-	medha_clients_drop(&r->clients, peer);
-}
-
-static void
-on_call(struct medha_router *r, struct medha_srv_ev *ev)
-{
-	struct medha_msg m;
-	char why[256];
-
-	if (medha_msg_decode(&m, ev->data, ev->len, why, sizeof(why)) != 0) {
-		medha_log(MEDHA_LOG_WARN, "peer %u: message refused: %s",
-		    ev->peer, why);
-		medha_srv_error(r->srv, ev->call, MEDHA_EFORMAT, "%s", why);
-		return;
+	while (medha_map_next(&r->reqs, &it, &key, &v)) {
+		struct rreq *q = v;
+		if (q->peer != peer || q->gone)
+			continue;
+		q->gone = 1;
+		n++;
+		if (q->up != 0 && !q->cancel)
+			cancel_upstream(r, q->rep, q->up);
 	}
-	switch (m.type) {
-	case MEDHA_MSG_SUBMIT: on_submit(r, ev, &m.submit); break;
-	case MEDHA_MSG_POLL:
-		medha_clients_poll(&r->clients, ev->peer, ev->call, medha_now());
-		break;
-	case MEDHA_MSG_CANCEL: on_cancel(r, ev, m.cancel); break;
-	case MEDHA_MSG_STATUS: on_status(r, ev); break;
-	default:
-		medha_log(MEDHA_LOG_WARN,
-		    "peer %u: message refused: %s is not a request to a "
-		    "router",
-		    ev->peer, medha_msg_type_name(m.type));
-		medha_srv_error(r->srv, ev->call, MEDHA_EUNSUP,
-		    "%s is not a request to a router",
-		    medha_msg_type_name(m.type));
-	}
-	medha_msg_clear(&m);
+	return n;
 }
 
 /* ---- the main loop ---- */
@@ -1157,19 +1111,20 @@ watch(struct medha_router *r)
 		medha_log(MEDHA_LOG_WARN, "no replica ready");
 	r->ready = ready > 0;
 	release_held(r, t);
-	uint32_t deaf = medha_clients_tick(&r->clients, t);
+	uint32_t deaf = medha_clients_tick(&r->f.clients, t);
 	if (deaf != 0) {
 		medha_log(MEDHA_LOG_WARN,
 		    "client %u has not collected its events for %d s: "
 		    "cancelling its requests", deaf, MEDHA_CLIENT_STALL_S);
-		on_gone(r, deaf);
+		medha_front_gone(&r->f, deaf);
 	}
 }
 
 /* Stop waiting: cancel what is left, ending each with a record. */
 static void
-cancel_all(struct medha_router *r)
+cancel_all(void *arg)
 {
+	struct medha_router *r = arg;
 	size_t it = 0;
 	uint64_t key;
 	void *v;
@@ -1189,11 +1144,44 @@ cancel_all(struct medha_router *r)
 	free(qs);
 }
 
+/* Once a pass: the replicas watched (first: an answer is judged by the
+ * epoch now), their news taken, the gauges counted. */
+static void
+router_pass(void *arg)
+{
+	struct medha_router *r = arg;
+
+	watch(r);
+	take_inbox(r);
+	count_gauges(r);
+}
+
+static int64_t
+activity(void *arg)
+{
+	const struct medha_router *r = arg;
+
+	return (int64_t)r->next_handle;
+}
+
+static const struct medha_front_ops ops = {
+    .name = "router",
+    .take_at_once = 1,
+    .submit = on_submit,
+    .cancel = on_cancel,
+    .status = on_status,
+    .client_gone = on_client_gone,
+    .cancel_all = cancel_all,
+    .pass = router_pass,
+    .activity = activity,
+};
+
 int
 medha_router_open(struct medha_router **rp,
     const struct medha_router_config *c, char *why, size_t whylen)
 {
 	struct medha_router *r;
+	struct medha_srv *srv;
 	int rc;
 
 	*rp = NULL;
@@ -1216,11 +1204,11 @@ medha_router_open(struct medha_router **rp,
 	r->t0 = medha_now();
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_mutex_init(&r->mmu, NULL);
-	if ((rc = medha_srv_open(&r->srv, c->listen, why, whylen)) != 0) {
+	if ((rc = medha_srv_open(&srv, c->listen, why, whylen)) != 0) {
 		medha_router_close(r);
 		return rc;
 	}
-	r->clients.srv = r->srv;
+	medha_front_init(&r->f, &ops, r, srv, c->drain_timeout);
 	for (int i = 0; i < c->nreplicas; i++) {
 		struct up *u = &r->up[i];
 		u->r = r;
@@ -1262,35 +1250,18 @@ int
 medha_router_listen(struct medha_router *r, const char *url, char *why,
     size_t whylen)
 {
-	return medha_srv_listen(r->srv, url, why, whylen);
+	return medha_srv_listen(r->f.srv, url, why, whylen);
 }
 
 int
 medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 {
-	struct medha_srv_ev ev;
+	int rc;
 
 	medha_log(MEDHA_LOG_INFO, "listening at %s for %d replica%s",
 	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "");
-	for (;;) {
-		int d = medha_drain_step(&r->drain, stop, r->live,
-		    r->cfg.drain_timeout, &r->clients, medha_now());
-		if (d == MEDHA_DRAIN_DONE)
-			break;
-		if (d == MEDHA_DRAIN_CANCEL)
-			cancel_all(r);
-		if (medha_srv_next(r->srv, 0.1, &ev) != 0)
-			return MEDHA_ENOMEM;
-		if (ev.kind == MEDHA_SRV_GONE)
-			on_gone(r, ev.peer);
-		else if (ev.kind == MEDHA_SRV_CALL)
-			on_call(r, &ev);
-		watch(r); /* first: an answer is judged by the epoch now */
-		take_inbox(r);
-		count_gauges(r);
-		medha_trim_idle(&r->trim, r->live, (int64_t)r->next_handle,
-		    medha_now());
-	}
+	if ((rc = medha_front_run(&r->f, stop)) != 0)
+		return rc;
 	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld failed",
 	    (long long)r->served, (long long)r->failed);
 	return 0;
@@ -1343,8 +1314,7 @@ medha_router_close(struct medha_router *r)
 	}
 	medha_map_free(&r->reqs);
 	free(r->held);
-	medha_clients_free(&r->clients);
-	medha_srv_close(r->srv);
+	medha_front_free(&r->f);
 	pthread_mutex_destroy(&r->mu);
 	pthread_mutex_destroy(&r->mmu);
 	free(r->met.rep);
