@@ -1,7 +1,7 @@
 #!/bin/sh
 # layers.sh: libcore's rooms include only rooms below them. The layers,
 # lowest first (doc/DESIGN.md, "Rooms"):
-#   base (libcore/*.h) -> model, io -> tok, template -> sched, cpu
+#   base (libcore/*.h) -> model, io -> template -> tok -> sched, cpu
 #   -> engine -> net -> serve
 # cmd/ sits above all of them. A room may include its own headers and
 # any lower layer's; an include of a room in the same or a higher layer
@@ -13,11 +13,12 @@ rank() {
 	case $1 in
 	.) echo 0 ;;
 	model | io) echo 1 ;;
-	tok | template) echo 2 ;;
-	sched | cpu) echo 3 ;;
-	engine) echo 4 ;;
-	net) echo 5 ;;
-	serve) echo 6 ;;
+	template) echo 2 ;;
+	tok) echo 3 ;;
+	sched | cpu) echo 4 ;;
+	engine) echo 5 ;;
+	net) echo 6 ;;
+	serve) echo 7 ;;
 	*) echo unknown ;;
 	esac
 }
