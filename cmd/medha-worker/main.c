@@ -13,7 +13,7 @@
 #include "engine/backend_sim.h"
 #include "engine/runner.h"
 #include "model/sample.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>

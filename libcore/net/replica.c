@@ -16,7 +16,7 @@
 #include "net/replica.h"
 
 #include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 #include "net/clients.h"
 #include "net/link.h"
 #include "net/proto.h"

@@ -22,7 +22,7 @@
 
 #include "medha.h"
 #include "model/jinja.h"
-#include "model/tok_impl.h"
+#include "tok/tok_impl.h"
 
 /* ---------------------------------------------------------------- tables */
 

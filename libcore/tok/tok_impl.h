@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 
 /* llama_token_attr bits, as llama.cpp numbers them; EOG is ours. */
 enum {
