@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "medha.h"
-#include "model/jinja.h"
+#include "template/jinja.h"
 #include "tok/tok_impl.h"
 
 /* ---------------------------------------------------------------- tables */
