@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 #include "serve/http.h"
 
 static struct medha_tok *tok;

@@ -32,7 +32,7 @@
 #include <time.h>
 
 #include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 
 static void
 usage(void)

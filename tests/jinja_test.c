@@ -1,5 +1,5 @@
 /*
- * jinja_test.c: the chat-template renderer (libcore/model/jinja.c).
+ * jinja_test.c: the chat-template renderer (libcore/template/jinja.c).
  *
  * Unit tests of each piece of syntax on small templates (text, output,
  * if/elif/else, for with loop.*, scoping of set, namespaces, whitespace
@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "medha.h"
-#include "model/jinja.h"
+#include "template/jinja.h"
 
 static const struct medha_jinja_msg conv[] = {
 	{"system", "Be brief.", 9},

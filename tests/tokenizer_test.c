@@ -1,5 +1,5 @@
 /*
- * tokenizer_test.c: the tokenizer (libcore/tokenizer.c, tok_encode.c,
+ * tokenizer_test.c: the tokenizer (libcore/tok/tokenizer.c, tok_encode.c,
  * pretok.c) on small vocabularies written here with the GGUF writer.
  *
  * A byte-level BPE vocabulary (all 256 byte tokens, a few merges, control
@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #define MAXTOK 400
 

@@ -14,7 +14,7 @@
 #include "serve/worker.h"
 #include "engine/runner.h"
 #include "model/sample.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <errno.h>
 #include <signal.h>

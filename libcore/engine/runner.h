@@ -19,7 +19,7 @@
 
 #include "medha.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -46,7 +46,7 @@
 #define MEDHA_HTTP_H
 
 #include "medha.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 #include "serve/router.h"
 #include "req.h"
 

@@ -16,7 +16,7 @@
 #include "serve/replica.h"
 
 #include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 #include "serve/front.h"
 #include "net/link.h"
 #include "net/proto.h"

@@ -30,9 +30,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$top"
 ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/tok-dump" \
-    contrib/tok-dump.c libcore/model/tokenizer.c libcore/model/tok_encode.c \
-    libcore/model/jinja.c \
-    libcore/model/pretok.c libcore/model/gguf*.c libcore/model/quant.c \
+    contrib/tok-dump.c libcore/tok/tokenizer.c libcore/tok/tok_encode.c \
+    libcore/template/jinja.c \
+    libcore/tok/pretok.c libcore/model/gguf*.c libcore/model/quant.c \
     libcore/util.c -lpcre2-32 -lm
 
 # vocabulary-only GGUF files with SmolLM2's tokenizer and other settings

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 
 /* llama_token_attr bits, as llama.cpp numbers them; EOG is ours. */
 enum {
@@ -26,7 +26,7 @@ enum {
 enum { K_BPE, K_SPM };
 enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3 };
 
-struct medha_jinja; /* model/jinja.h */
+struct medha_jinja; /* template/jinja.h */
 
 struct smap {           /* string -> int32, keys in the owner's arena */
 	uint32_t *slot; /* (mask + 1) entry index + 1; 0 = empty */

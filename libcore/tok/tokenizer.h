@@ -128,7 +128,7 @@ const char *medha_tok_chat_name(const struct medha_tok *t);
 /*
  * Format n messages as the model's own chat template does (the Jinja in
  * tokenizer.chat_template, rendered as transformers' apply_chat_template
- * does: model/jinja.h; SmolLM2's default system prompt included), then
+ * does: template/jinja.h; SmolLM2's default system prompt included), then
  * the assistant's header when add_assistant is set. A BOS the template
  * writes at the start is left out when the tokenizer adds one. Without
  * a template it can read, the recognised layout stands in

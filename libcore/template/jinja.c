@@ -28,7 +28,7 @@
 #include <time.h>
 
 #include "medha.h"
-#include "model/jinja.h"
+#include "template/jinja.h"
 
 /* ---------------------------------------------------------------- arena */
 

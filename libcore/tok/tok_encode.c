@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "medha.h"
-#include "model/tok_impl.h"
+#include "tok/tok_impl.h"
 
 struct ids {
 	int32_t *v;

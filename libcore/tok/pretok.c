@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "medha.h"
-#include "model/tok_impl.h"
+#include "tok/tok_impl.h"
 
 /* llama.cpp's whitespace (unicode_set_whitespace: Unicode White_Space) */
 #define WS                                                                     \

@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "medha.h"
-#include "model/jinja.h"
-#include "model/tok_impl.h"
+#include "template/jinja.h"
+#include "tok/tok_impl.h"
 
 /* ---------------------------------------------------------------- tables */
 
