@@ -1,0 +1,206 @@
+/*
+ * replica_core.c: the replica's scheduler core, its predictor and its
+ * tokenizer, made when the first worker says HELLO (its backend, model,
+ * device and layout; -m names the model instead). The "cpu" device is
+ * measured on this machine (engine/measure.h), the products on the
+ * model's own weights where the GGUF is at hand.
+ */
+#include "serve/replica_impl.h"
+
+#include "model/gguf.h"
+#include "sched/batchcost.h"
+#include "engine/backend.h"
+#include "engine/measure.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- the core and its predictor, from the first worker ---- */
+
+static int
+is_file(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* One of the layers' weight matrices (not embeddings, norms, head). */
+static int
+layer_matrix(const struct medha_tensor *t)
+{
+	return t->n_dims == 2 && strncmp(t->name, "blk.", 4) == 0;
+}
+
+/*
+ * The cpu device's products measured on the layers' matrices of g
+ * (engine/measure.c); *rate 0 where they could not be. 0 or MEDHA_ENOMEM.
+ */
+static int
+measure_products(struct medha_gpu *cpu, const struct medha_gguf *g,
+    int threads, double *rate)
+{
+	const struct medha_tensor *t, **w = NULL;
+	int n = 0, cap = 0, rc;
+
+	*rate = 0;
+	for (uint64_t i = 0; (t = medha_gguf_tensor_at(g, i)) != NULL; i++)
+		if (layer_matrix(t)) {
+			if (n == cap) {
+				cap = cap ? 2 * cap : 64;
+				void *p = medha_reallocarray(w, (size_t)cap,
+				    sizeof(*w));
+				if (p == NULL) {
+					free(w);
+					return MEDHA_ENOMEM;
+				}
+				w = p;
+			}
+			w[n++] = t;
+		}
+	rc = n > 0 ? medha_gpu_measure_products(cpu, w, n, threads, rate)
+	           : MEDHA_EINVAL;
+	free(w);
+	if (rc == MEDHA_ENOMEM)
+		return rc;
+	if (rc != 0)
+		*rate = 0;
+	return 0;
+}
+
+/* Bytes per weight of the layers' matrices as g stores them (0: none). */
+static double
+stored_weight_bytes(const struct medha_gguf *g)
+{
+	const struct medha_tensor *t;
+	double bytes = 0, n = 0;
+
+	for (uint64_t i = 0; (t = medha_gguf_tensor_at(g, i)) != NULL; i++)
+		if (layer_matrix(t)) {
+			bytes += (double)t->nbytes;
+			n += (double)t->ne[0] * (double)t->ne[1];
+		}
+	return n > 0 ? bytes / n : 0;
+}
+
+static int
+make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
+    const char *model, const struct medha_gguf *gg, struct medha_pred_model *mp,
+    char *why, size_t whylen);
+
+/*
+ * The scheduler core, its predictor and the tokenizer, from the first
+ * worker's HELLO (and -m, which overrides the model it names).
+ */
+int
+rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
+    size_t whylen)
+{
+	struct medha_pred_model m;
+	const char *model = r->cfg.model != NULL ? r->cfg.model : h->model;
+	struct medha_gguf *gg = NULL; /* the model's file, if it is one */
+	int rc;
+
+	if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
+		return rc;
+	if (is_file(model) && medha_gguf_open(&gg, model, NULL, 0) != 0)
+		gg = NULL;
+	rc = make_core_on(r, h, model, gg, &m, why, whylen);
+	medha_gguf_close(gg);
+	return rc;
+}
+
+/* rep_make_core() on the resolved model m and its open file gg (or NULL). */
+static int
+make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
+    const char *model, const struct medha_gguf *gg, struct medha_pred_model *mp,
+    char *why, size_t whylen)
+{
+	struct medha_pred_model m = *mp;
+	struct medha_gpu cpu;
+	const struct medha_gpu *g;
+	struct medha_sched_config sc = r->cfg.sched;
+	int rc;
+
+	if (m.c.vocab != h->vocab || m.c.dim != h->dim)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "model %s (vocab %d, dim %d) is not the worker's "
+		    "(vocab %d, dim %d)",
+		    model, m.c.vocab, m.c.dim, h->vocab, h->dim);
+	if (strcmp(h->gpu, "cpu") == 0) {
+		/* the cpu backend serves weights as stored, KV in f32 */
+		double wb = gg != NULL ? stored_weight_bytes(gg) : 0;
+		if (wb > 0)
+			m.w_bytes = wb;
+		m.kv_bytes = 4;
+		double prod = 0;
+		if (medha_gpu_measure_cpu(&cpu, r->cfg.cpu_threads) != 0 ||
+		    (gg != NULL && measure_products(&cpu, gg,
+		                       r->cfg.cpu_threads, &prod) != 0))
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		g = &cpu;
+		char pr[96];
+		if (prod > 0)
+			snprintf(pr, sizeof(pr),
+			    "products of the model's weights %.1f GFLOP/s",
+			    prod / 1e9);
+		else
+			snprintf(pr, sizeof(pr),
+			    "products guessed at %.0f%% of that",
+			    100 * cpu.eff_flops);
+		medha_log(MEDHA_LOG_INFO,
+		    "cpu device: %.1f GB/s read, %.1f GFLOP/s (%d threads), "
+		    "%s; weights %.2f bytes each",
+		    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9, r->cfg.cpu_threads,
+		    pr, m.w_bytes);
+	} else if ((g = medha_gpu_find(h->gpu)) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "device %s: unknown", h->gpu);
+	if ((rc = medha_pred_init(&r->pred, g, &m, h->tp, h->spp, h->kvp)) != 0)
+		return medha_why(why, whylen, rc, "predictor: bad layout");
+	r->have_pred = 1;
+	if (r->cfg.predictor != NULL &&
+	    (rc = medha_pred_load_table(&r->pred, r->cfg.predictor, why,
+	         whylen)) != 0)
+		return rc;
+	if (r->cfg.target_auto && sc.chunk == 0) {
+		/* the smallest chunk must fit beside decodes, or a prefill
+		 * never joins a running batch and requests run one by one */
+		double lone = medha_cost_lone(&r->pred, 32, 0).latency;
+		if (2 * lone > sc.target) {
+			medha_log(MEDHA_LOG_WARN,
+			    "target batch time %.0f ms: a 32-token chunk alone "
+			    "takes %.0f ms on %s",
+			    2e3 * lone, 1e3 * lone, g->name);
+			sc.target = 2 * lone;
+		}
+	}
+	sc.block_size = h->block_size;
+	sc.kv_blocks = h->n_blocks;
+	sc.max_seqs = h->max_seqs;
+	if (sc.kvp_max_tokens % sc.block_size != 0)
+		sc.kvp_max_tokens -= sc.kvp_max_tokens % sc.block_size;
+	if ((rc = medha_sched_init(&r->core, &sc, &r->pred)) != 0)
+		return medha_why(why, whylen, rc, "scheduler: %s",
+		    medha_strerror(rc));
+	/* a backend that computes nothing makes no text (sim) */
+	r->sim = !(medha_backend_find(h->backend)->caps & MEDHA_BACKEND_COMPUTES);
+	r->n_layers = m.c.n_layers;
+	r->vocab = h->vocab;
+	r->ctx_len = r->sim ? 0 : m.c.ctx_len;
+	snprintf(r->model, sizeof(r->model), "%s", model);
+	snprintf(r->backend, sizeof(r->backend), "%s", h->backend);
+	if (gg != NULL) {
+		char w2[256];
+		if (medha_tok_open(&r->tok, gg, w2, sizeof(w2)) != 0)
+			medha_log(MEDHA_LOG_WARN,
+			    "%s: no tokenizer (%s): token ids only", model, w2);
+	}
+	if (r->tok == NULL)
+		medha_log(MEDHA_LOG_WARN,
+		    "no tokenizer for %s: text prompts are refused", model);
+	return 0;
+}

@@ -1,0 +1,148 @@
+/*
+ * replica_impl.h: what the live replica's files share (replica.c: its
+ * requests, clients and life cycle; replica_core.c: the scheduler core and
+ * its predictor, made from the first worker's HELLO; replica_work.c: the
+ * workers, the batches in flight and their results). Not for use outside
+ * serve/replica*.c.
+ */
+#ifndef MEDHA_REPLICA_IMPL_H
+#define MEDHA_REPLICA_IMPL_H
+
+#include "serve/replica.h"
+
+#include "serve/front.h"
+#include "net/link.h"
+#include "net/proto.h"
+#include "sched/pred.h"
+#include "tok/tokenizer.h"
+
+#define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
+#define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
+#define TAKE_AT_ONCE 256 /* messages taken before a decision, at most */
+
+/* ---- state ---- */
+
+struct lreq {
+	uint64_t handle;
+	uint32_t peer; /* the client's connection */
+	char id[MEDHA_ID_MAX];
+	int32_t *ids; /* (n_prompt) the prompt */
+	int64_t n_prompt;
+	struct medha_sampler_params sp;
+	int ignore_eos;
+	int no_stream; /* no token events: the record carries the output */
+	int n_stop;
+	char *stop[MEDHA_STOP_MAX];
+	size_t stop_max; /* longest stop string */
+	int started;     /* a worker holds its sequence */
+	int32_t last;    /* the last sampled token: the next decode's input */
+	int32_t *out;    /* (n_out) generated ids */
+	int64_t n_out, out_cap;
+	char *text; /* (text_len) generated text, NUL-terminated */
+	size_t text_len, text_cap, text_sent;
+	int64_t ids_sent; /* ids already sent in token events */
+};
+
+/*
+ * A batch on its way through the workers: every worker gets it and
+ * answers it; it is done when all have, and stage 0 is free for the
+ * next one when the first stage's workers have.
+ */
+struct flight {
+	uint64_t seq;               /* its batch_seq */
+	struct medha_sched_batch b; /* as the core formed it (items copied) */
+	struct medha_msg_item *mi;  /* (b.n_items) as sent */
+	int32_t *ids;               /* the items' ids, copied */
+	int32_t *tok;               /* (b.n_items) sampled, -1 none yet */
+	int left;                   /* workers yet to answer */
+	int left0;                  /* of them, stage 0's */
+};
+
+/* A worker's place: slot i holds rank i (net/coll.h's rank). */
+struct wslot {
+	int present;
+	uint32_t peer;
+	struct medha_msg_hello hello;
+	struct medha_srv_call *call; /* its held READY / RESULT */
+	double call_since;
+	double last_seen;
+	uint64_t sent;     /* the last batch_seq sent to it */
+	uint64_t done;     /* the last batch_seq it answered */
+	uint64_t gen_sent; /* the peer table generation it has */
+	/* handles to free, in the order they ended: each with the last
+	   batch formed then, which may still hold its items, so that it
+	   goes out only once the worker has been sent that batch */
+	uint64_t *frees, *frees_after;
+	int64_t nfrees, frees_cap;
+};
+
+struct medha_replica {
+	struct medha_replica_config cfg;
+	struct medha_front f; /* socket, clients, drain, live requests */
+	double t0;
+	/* made at the first worker's HELLO */
+	struct medha_pred pred;
+	int have_pred;
+	struct medha_sched *core;
+	struct medha_tok *tok; /* NULL: token ids only */
+	int sim;               /* the workers are sim: no EOG check */
+	int vocab;
+	int64_t ctx_len; /* 0: no limit */
+	char model[MEDHA_PROTO_NAME_MAX];
+	char backend[MEDHA_PROTO_BACKEND_MAX];
+	/* requests by the core's slot (handle & 0xffffffff) */
+	struct lreq **by_slot;
+	size_t slots;
+	struct wslot *w; /* (cfg.workers) */
+	int nworkers;    /* present */
+	int tp, spp, kvp; /* the layout, from the first HELLO */
+	int n_layers;
+	struct flight *fl; /* (spp) ring of batches in flight */
+	int fl_head, nfl;
+	struct medha_msg_peers peers; /* urls: (cfg.workers) */
+	int ready;
+	uint64_t bseq;
+	int64_t served, batches;
+};
+
+/* Seconds on the replica's clock (the core's time). */
+static inline double
+now_s(const struct medha_replica *r)
+{
+	return medha_now() - r->t0;
+}
+
+/* Answer call with a message of type alone (OK, IDLE). */
+static inline void
+answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
+{
+	struct medha_msg m = {.type = type};
+
+	medha_srv_msg(r->f.srv, call, &m);
+}
+
+/* replica.c: requests */
+/* The request of handle h, or NULL. */
+struct lreq *rep_lreq_get(const struct medha_replica *r, uint64_t h);
+void rep_lreq_free(struct lreq *q);
+/* Its new tokens (and, final, what is held back) to its client. */
+void rep_send_tokens(struct medha_replica *r, struct lreq *q, int final);
+/* The records the core has ready, sent to their clients. */
+void rep_drain_records(struct medha_replica *r);
+/* A token sampled for q: its text, stop strings, the end of output. */
+int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok);
+
+/* replica_core.c */
+/* The core, its predictor and the tokenizer from the first HELLO. */
+int rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen);
+
+/* replica_work.c: the workers (front ops and the life cycle's) */
+void rep_worker_lost(struct medha_replica *r, struct wslot *w,
+    const char *why);
+int rep_on_peer_gone(void *arg, uint32_t peer);
+int rep_on_other(void *arg, struct medha_srv_ev *ev, struct medha_msg *m);
+void rep_housekeeping(void *arg);
+void rep_flights_void(struct medha_replica *r);
+
+#endif

@@ -1,0 +1,548 @@
+/*
+ * replica_work.c: the replica's workers (replica.h). A worker says
+ * HELLO with its place in the tp x spp x kvp grid (layout.h), then asks
+ * for work with READY and brings the tokens it sampled with RESULT; each
+ * batch the core forms goes to every worker as a flight, done when all
+ * have answered (stage 0 is free for the next one when the first stage's
+ * workers have: SPP pipelining). A worker that goes away or falls silent
+ * fails the requests holding KV, and the replica serves again when one
+ * of the same shape returns.
+ */
+#include "serve/replica_impl.h"
+
+#include "engine/backend.h"
+#include "layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- workers ---- */
+
+static void dispatch(struct medha_replica *r, struct wslot *w, int idle_ok);
+
+static struct wslot *
+worker_of(struct medha_replica *r, uint32_t peer, int id)
+{
+	if (id < 0 || id >= r->cfg.workers || !r->w[id].present ||
+	    r->w[id].peer != peer)
+		return NULL;
+	return &r->w[id];
+}
+
+static void
+flight_clear(struct flight *f)
+{
+	free(f->b.items);
+	free(f->mi);
+	free(f->ids);
+	free(f->tok);
+	memset(f, 0, sizeof(*f));
+}
+
+/* Every batch in flight is void (the core was told). */
+void
+rep_flights_void(struct medha_replica *r)
+{
+	for (int i = 0; i < r->nfl; i++)
+		flight_clear(&r->fl[(r->fl_head + i) % r->spp]);
+	r->nfl = 0;
+	r->fl_head = 0;
+}
+
+/* The batch in flight of batch_seq seq, or NULL. */
+static struct flight *
+flight_of(struct medha_replica *r, uint64_t seq)
+{
+	for (int i = 0; i < r->nfl; i++) {
+		struct flight *f = &r->fl[(r->fl_head + i) % r->spp];
+		if (f->seq == seq)
+			return f;
+	}
+	return NULL;
+}
+
+/* The core fails what depended on the workers; batches in flight void. */
+static void
+replica_fault(struct medha_replica *r, const char *reason)
+{
+	int n = 0;
+
+	if (r->core != NULL) {
+		n = medha_sched_worker_lost(r->core, reason, now_s(r));
+		if (n > 0)
+			rep_drain_records(r);
+	}
+	rep_flights_void(r);
+	if (n > 0)
+		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
+}
+
+void
+rep_worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
+{
+	int id = (int)(w - r->w);
+	char reason[200];
+
+	if (w->call != NULL)
+		medha_srv_drop(r->f.srv, w->call);
+	free(w->frees);
+	free(w->frees_after);
+	memset(w, 0, sizeof(*w));
+	r->nworkers--;
+	r->ready = 0;
+	snprintf(reason, sizeof(reason), "worker %d lost: %s", id, why);
+	replica_fault(r, reason);
+	medha_log(MEDHA_LOG_WARN, "worker %d lost (%s); degraded, %d of %d "
+	    "workers", id, why, r->nworkers, r->cfg.workers);
+}
+
+/* Whether h fits the replica's layout; why says how it does not. */
+static int
+hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen)
+{
+	int lo, hi;
+
+	if ((int64_t)h->tp * h->spp * h->kvp != r->cfg.workers)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layout tp %d x spp %d x kvp %d is not the replica's %d "
+		    "workers",
+		    h->tp, h->spp, h->kvp, r->cfg.workers);
+	if (r->nworkers > 0 &&
+	    (h->tp != r->tp || h->spp != r->spp || h->kvp != r->kvp))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layout tp %d x spp %d x kvp %d is not that of the "
+		    "workers there (tp %d x spp %d x kvp %d)",
+		    h->tp, h->spp, h->kvp, r->tp, r->spp, r->kvp);
+	if (h->spp > MEDHA_PROTO_MAX_GROUPS || h->kvp > MEDHA_PROTO_MAX_GROUPS)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "spp %d, kvp %d: at most %d each", h->spp, h->kvp,
+		    MEDHA_PROTO_MAX_GROUPS);
+	if (r->cfg.workers > 1 && h->peer[0] == '\0')
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no peer address: a replica of %d workers needs one",
+		    r->cfg.workers);
+	if (r->n_layers > 0) {
+		medha_stage_layers(r->n_layers, h->spp, h->rank_spp, &lo, &hi);
+		if (h->layer_lo != lo || h->layer_hi != hi)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "stage %d of %d runs layers [%d, %d), not the "
+			    "worker's [%d, %d)",
+			    h->rank_spp, h->spp, lo, hi, h->layer_lo,
+			    h->layer_hi);
+	}
+	return 0;
+}
+
+static void
+on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
+    const struct medha_msg_hello *h)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_WELCOME};
+	char why[256];
+	const struct medha_backend_kind *k;
+	struct medha_layout lay = {h->tp, h->spp, h->kvp, 0, 0, 0, 0};
+	int id = medha_layout_rank(&lay, h->rank_tp, h->rank_spp, h->rank_kvp);
+
+	/* the kinds built here: a kind the registry knows but cannot open
+	   (cuda before its backend) has no workers to drive yet */
+	k = medha_backend_find(h->backend);
+	if (k == NULL || k->open == NULL) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
+		    "backend %s: %s", h->backend,
+		    k == NULL ? "unknown to this scheduler"
+		              : "not built into this scheduler");
+		return;
+	}
+	/* the layout before its rank indexes r->w; the layers once the
+	 * model is known (below) */
+	if (hello_fits(r, h, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
+		return;
+	}
+	if (r->w[id].present && r->w[id].peer != ev->peer) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "rank %d (tp %d, spp %d, kvp %d) is connected already",
+		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
+		return;
+	}
+	if (r->core == NULL && rep_make_core(r, h, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
+		if (r->have_pred) {
+			medha_pred_free(&r->pred);
+			r->have_pred = 0;
+		}
+		return;
+	}
+	if (hello_fits(r, h, why, sizeof(why)) != 0) { /* now its layers */
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
+		return;
+	}
+	if (r->core != NULL &&
+	    (h->block_size != medha_sched_block_size(r->core) ||
+	        h->n_blocks < medha_sched_group_capacity(r->core) ||
+	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
+		    "worker does not match the replica (%s backend, blocks "
+		    "of %d, %lld blocks, vocab %d)",
+		    r->backend, medha_sched_block_size(r->core),
+		    (long long)medha_sched_group_capacity(r->core), r->vocab);
+		return;
+	}
+	if (r->fl == NULL &&
+	    (r->fl = medha_calloc(h->spp, sizeof(*r->fl))) == NULL) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
+		return;
+	}
+	if (r->w[id].present)
+		rep_worker_lost(r, &r->w[id], "said HELLO again");
+	r->tp = h->tp;
+	r->spp = h->spp;
+	r->kvp = h->kvp;
+	memset(&r->w[id], 0, sizeof(r->w[id]));
+	r->w[id].present = 1;
+	r->w[id].peer = ev->peer;
+	r->w[id].hello = *h;
+	r->w[id].last_seen = medha_now();
+	r->w[id].sent = r->w[id].done = r->bseq;
+	snprintf(r->peers.urls[id], sizeof(r->peers.urls[id]), "%s", h->peer);
+	r->nworkers++;
+	m.worker_id = id;
+	medha_srv_msg(r->f.srv, ev->call, &m);
+	medha_log(MEDHA_LOG_INFO,
+	    "worker %d (tp %d, spp %d, kvp %d): %s backend, %s, layers "
+	    "[%d, %d), pid %d, %d KV blocks of %d",
+	    id, h->rank_tp, h->rank_spp, h->rank_kvp, h->backend, h->model,
+	    h->layer_lo, h->layer_hi, h->pid, h->n_blocks, h->block_size);
+	if (r->nworkers == r->cfg.workers && !r->ready) {
+		r->ready = 1;
+		r->peers.gen++; /* the table the workers get next */
+		r->peers.n = r->cfg.workers;
+		r->peers.kvp_tokens = medha_sched_group_tokens(r->core);
+		medha_log(MEDHA_LOG_WARN,
+		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
+		    "backend, model %s, %lld KV blocks of %d",
+		    r->nworkers, r->nworkers > 1 ? "s" : "", r->tp, r->spp,
+		    r->kvp, r->backend, r->model,
+		    (long long)medha_sched_group_capacity(r->core),
+		    medha_sched_block_size(r->core));
+	}
+}
+
+/* A batch from the core into the ring: 1, 0 (nothing to run) or < 0. */
+static int
+flight_form(struct medha_replica *r)
+{
+	struct medha_sched_batch b;
+	struct flight *f;
+	int64_t nids = 0;
+	int rc;
+
+	if ((rc = medha_sched_next_batch(r->core, now_s(r), &b)) != 1) {
+		if (rc < 0)
+			medha_log(MEDHA_LOG_ERROR, "forming a batch: %s",
+			    medha_strerror(rc));
+		return rc;
+	}
+	f = &r->fl[(r->fl_head + r->nfl) % r->spp];
+	memset(f, 0, sizeof(*f));
+	f->b = b;
+	for (int i = 0; i < b.n_items; i++)
+		nids += b.items[i].decode ? 1 : b.items[i].tokens;
+	f->b.items = medha_reallocarray(NULL, b.n_items, sizeof(*b.items));
+	f->mi = medha_calloc(b.n_items, sizeof(*f->mi));
+	f->ids = medha_reallocarray(NULL, (size_t)nids, sizeof(int32_t));
+	f->tok = medha_reallocarray(NULL, b.n_items, sizeof(int32_t));
+	if (f->b.items == NULL || f->mi == NULL || f->ids == NULL ||
+	    f->tok == NULL) {
+		flight_clear(f);
+		medha_log(MEDHA_LOG_ERROR, "out of memory sending a batch");
+		replica_fault(r, "out of memory");
+		return MEDHA_ENOMEM;
+	}
+	memcpy(f->b.items, b.items, b.n_items * sizeof(*b.items));
+	nids = 0;
+	for (int i = 0; i < b.n_items; i++) {
+		const struct medha_sched_item *it = &b.items[i];
+		struct lreq *q = rep_lreq_get(r, it->req);
+		struct medha_msg_item *mi = &f->mi[i];
+
+		MEDHA_ASSERT(q != NULL);
+		mi->handle = it->req;
+		mi->pos = it->kv;
+		mi->ids = f->ids + nids;
+		mi->n_ids = it->decode ? 1 : it->tokens;
+		memcpy(mi->ids, it->decode ? &q->last : q->ids + it->kv,
+		    (size_t)mi->n_ids * sizeof(int32_t));
+		nids += mi->n_ids;
+		mi->sample = it->decode || it->last;
+		if (r->kvp > 1) {
+			/* KVP: the groups of the pieces up to the one the
+			   tokens fall in (the core never cuts across one) */
+			const struct medha_req *cr =
+			    medha_sched_req(r->core, it->req);
+			int64_t P = medha_sched_group_tokens(r->core);
+			int k = (int)(it->kv / P);
+			MEDHA_ASSERT(cr != NULL && k < cr->kv.n_groups);
+			mi->n_groups = k + 1;
+			for (int g = 0; g <= k; g++)
+				mi->groups[g] = (uint8_t)cr->kv.groups[g];
+		}
+		if (!it->decode && it->kv == 0) {
+			mi->has_params = 1;
+			mi->params = q->sp;
+			q->started = 1;
+		}
+		f->tok[i] = -1;
+	}
+	f->seq = ++r->bseq;
+	f->left = r->cfg.workers;
+	f->left0 = r->tp * r->kvp;
+	r->nfl++;
+	r->batches++;
+	return 1;
+}
+
+/* Form the next batch when stage 0 is free and fewer than spp fly. */
+static void
+flights_fill(struct medha_replica *r)
+{
+	if (!r->ready || r->core == NULL || r->nfl >= r->spp)
+		return;
+	if (r->nfl > 0 &&
+	    r->fl[(r->fl_head + r->nfl - 1) % r->spp].left0 > 0)
+		return; /* stage 0 still runs the last one */
+	if (flight_form(r) == 1)
+		for (int i = 0; i < r->cfg.workers; i++)
+			if (r->w[i].present && r->w[i].call != NULL)
+				dispatch(r, &r->w[i], 0);
+}
+
+/* Answer w's held call with its next batch, or with IDLE when asked
+ * to or when it has sequences to free. A free goes out once w has been
+ * sent every batch that was formed before its request ended: the
+ * worker frees before it runs the batch of the same message, and a
+ * request cancelled while its prompt chunks fly still has items in the
+ * batches it was not sent yet. */
+static void
+dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
+{
+	struct medha_msg m;
+	struct flight *f = NULL;
+	int64_t nf = 0;
+
+	if (w->call == NULL || w->done < w->sent)
+		return;
+	while (nf < w->nfrees && nf < MEDHA_PROTO_MAX_ITEMS &&
+	    w->frees_after[nf] <= w->sent)
+		nf++; /* the rest go with the next message */
+	for (int i = 0; i < r->nfl && f == NULL; i++) {
+		struct flight *g = &r->fl[(r->fl_head + i) % r->spp];
+		if (g->seq > w->sent)
+			f = g;
+	}
+	memset(&m, 0, sizeof(m));
+	if (f != NULL) {
+		m.type = MEDHA_MSG_BATCH;
+		m.batch.seq = f->seq;
+		m.batch.items = f->mi;
+		m.batch.n_items = f->b.n_items;
+		if (w->gen_sent != r->peers.gen && r->cfg.workers > 1) {
+			m.batch.peers = &r->peers;
+			w->gen_sent = r->peers.gen;
+		}
+		w->sent = f->seq;
+	} else if (idle_ok || nf > 0)
+		m.type = MEDHA_MSG_IDLE;
+	else
+		return;
+	m.batch.frees = w->frees;
+	m.batch.n_frees = nf;
+	medha_srv_msg(r->f.srv, w->call, &m);
+	w->call = NULL;
+	w->nfrees -= nf;
+	if (w->nfrees > 0) { /* (frees may be NULL when there are none) */
+		memmove(w->frees, w->frees + nf,
+		    (size_t)w->nfrees * sizeof(*w->frees));
+		memmove(w->frees_after, w->frees_after + nf,
+		    (size_t)w->nfrees * sizeof(*w->frees_after));
+	}
+	w->last_seen = medha_now();
+}
+
+/* The batches at the head of the ring that every worker has answered. */
+static void
+flights_land(struct medha_replica *r)
+{
+	while (r->nfl > 0 && r->fl[r->fl_head].left == 0) {
+		struct flight *f = &r->fl[r->fl_head];
+		struct medha_sched_result *out =
+		    medha_calloc(f->b.n_items, sizeof(*out));
+
+		if (out == NULL) {
+			replica_fault(r, "out of memory");
+			return;
+		}
+		for (int i = 0; i < f->b.n_items; i++) {
+			const struct medha_sched_item *it = &f->b.items[i];
+			struct lreq *q = rep_lreq_get(r, it->req);
+
+			out[i].token = -1;
+			if (!(it->decode || it->last) || f->tok[i] < 0)
+				continue;
+			out[i].token = f->tok[i];
+			if (q != NULL) {
+				out[i].stop = rep_on_token(r, q, out[i].token);
+				rep_send_tokens(r, q, 0);
+			}
+		}
+		medha_sched_batch_done(r->core, &f->b, out, now_s(r));
+		free(out);
+		flight_clear(f);
+		r->fl_head = (r->fl_head + 1) % r->spp;
+		r->nfl--;
+		rep_drain_records(r);
+	}
+}
+
+static void
+on_result(struct medha_replica *r, struct wslot *w,
+    const struct medha_msg_result *res)
+{
+	struct flight *f;
+	int64_t k = 0;
+
+	if (res->seq <= w->done || res->seq > w->sent) {
+		medha_log(MEDHA_LOG_WARN,
+		    "worker %d: result of batch %llu, expected %llu",
+		    (int)(w - r->w), (unsigned long long)res->seq,
+		    (unsigned long long)w->sent);
+		return;
+	}
+	w->done = res->seq;
+	if ((f = flight_of(r, res->seq)) == NULL)
+		return; /* a batch made void by a fault */
+	if (res->error[0] != '\0') {
+		char reason[300];
+		snprintf(reason, sizeof(reason),
+		    "batch failed on worker %d: %s", (int)(w - r->w),
+		    res->error);
+		medha_log(MEDHA_LOG_ERROR, "%s", reason);
+		replica_fault(r, reason);
+		return;
+	}
+	/* tokens come in item order; each item's from one worker */
+	for (int i = 0; i < f->b.n_items && k < res->n_tokens; i++)
+		if (f->mi[i].handle == res->tokens[k].handle)
+			f->tok[i] = res->tokens[k++].token;
+	if (k < res->n_tokens)
+		medha_log(MEDHA_LOG_WARN,
+		    "worker %d: %lld tokens of batch %llu for no item",
+		    (int)(w - r->w), (long long)(res->n_tokens - k),
+		    (unsigned long long)res->seq);
+	f->left--;
+	if (w->hello.rank_spp == 0)
+		f->left0--;
+	flights_land(r);
+}
+
+/* A worker's connection closed: 1, or 0 if peer is no worker's. */
+int
+rep_on_peer_gone(void *arg, uint32_t peer)
+{
+	struct medha_replica *r = arg;
+
+	for (int i = 0; i < r->cfg.workers; i++)
+		if (r->w[i].present && r->w[i].peer == peer) {
+			rep_worker_lost(r, &r->w[i], "connection closed");
+			return 1;
+		}
+	return 0;
+}
+
+/* A worker's message: READY, RESULT or HEARTBEAT (after its HELLO). */
+static void
+on_worker(struct medha_replica *r, struct medha_srv_ev *ev,
+    const struct medha_msg *m)
+{
+	struct wslot *w = worker_of(r, ev->peer,
+	    m->type == MEDHA_MSG_RESULT ? m->result.worker_id : m->worker_id);
+
+	if (w == NULL) {
+		medha_log(MEDHA_LOG_WARN,
+		    "peer %u: message refused: %s from a peer that is not a "
+		    "worker of this replica",
+		    ev->peer, medha_msg_type_name(m->type));
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOTFOUND,
+		    "not a worker of this replica: say HELLO");
+		return;
+	}
+	w->last_seen = medha_now();
+	if (m->type == MEDHA_MSG_HEARTBEAT) {
+		answer_type(r, ev->call, MEDHA_MSG_OK);
+		return;
+	}
+	if (w->call != NULL) /* a second request: the first ends */
+		medha_srv_drop(r->f.srv, w->call);
+	w->call = ev->call;
+	w->call_since = medha_now();
+	/* the next batch goes out before the tokens of this one */
+	medha_clients_hold(&r->f.clients);
+	if (m->type == MEDHA_MSG_RESULT)
+		on_result(r, w, &m->result);
+	else if (w->done < w->sent) {
+		/* READY with a batch out: the worker started over */
+		w->done = w->sent;
+		replica_fault(r, "worker dropped its batch");
+	}
+	flights_fill(r);
+	dispatch(r, w, 0);
+	medha_clients_release(&r->f.clients);
+}
+
+/* The messages of workers; the rest are refused. */
+int
+rep_on_other(void *arg, struct medha_srv_ev *ev, struct medha_msg *m)
+{
+	struct medha_replica *r = arg;
+
+	switch (m->type) {
+	case MEDHA_MSG_HELLO: on_hello(r, ev, &m->hello); return 0;
+	case MEDHA_MSG_READY:
+	case MEDHA_MSG_RESULT:
+	case MEDHA_MSG_HEARTBEAT: on_worker(r, ev, m); return 0;
+	default: return MEDHA_EUNSUP;
+	}
+}
+
+/* Held calls answered, dead workers noticed, batches sent. */
+void
+rep_housekeeping(void *arg)
+{
+	struct medha_replica *r = arg;
+	double t = medha_now();
+
+	uint32_t deaf = medha_clients_tick(&r->f.clients, t);
+	if (deaf != 0) {
+		medha_log(MEDHA_LOG_WARN,
+		    "client %u has not collected its events for %d s: "
+		    "cancelling its requests", deaf, MEDHA_CLIENT_STALL_S);
+		medha_front_gone(&r->f, deaf);
+	}
+	for (int i = 0; i < r->cfg.workers; i++) {
+		struct wslot *w = &r->w[i];
+		if (!w->present)
+			continue;
+		if (t - w->last_seen > DEAD) {
+			rep_worker_lost(r, w, "silent for too long");
+			continue;
+		}
+		dispatch(r, w, w->call != NULL && t - w->call_since >= HB);
+	}
+	flights_fill(r);
+}
