@@ -1,0 +1,150 @@
+/*
+ * router_impl.h: what the router's files share (router.c: the clients'
+ * requests, placement and the life cycle; router_up.c: the replicas'
+ * threads, what they bring back, and the metrics). Not for use outside
+ * serve/router*.c.
+ */
+#ifndef MEDHA_ROUTER_IMPL_H
+#define MEDHA_ROUTER_IMPL_H
+
+#include "serve/router.h"
+
+#include "map.h"
+#include "serve/front.h"
+#include "net/link.h"
+#include "net/proto.h"
+
+#include <pthread.h>
+
+#define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
+#define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
+
+
+/* A request in flight through the router. */
+struct rreq {
+	uint64_t handle; /* the router's, as the client knows it */
+	uint32_t peer;   /* the client's connection */
+	char id[MEDHA_ID_MAX];
+	double arrival;   /* router clock, s */
+	int64_t prompt;   /* prompt tokens (estimated for text) */
+	int64_t need;     /* KV tokens it needs: prompt + max_tokens */
+	int rep;          /* the replica it was sent to, or -1 */
+	uint64_t up;      /* the replica's handle once accepted, else 0 */
+	uint64_t *tried;  /* bitmap of replicas tried */
+	struct medha_reqspec spec; /* kept until its first event, for a
+	                              retry elsewhere */
+	int started;               /* an event came: it cannot move */
+	int gone;                  /* its client went away */
+	int cancel;                /* cancel it once accepted */
+	int held;                  /* waiting in r->held for a replica */
+	double held_since;         /* router clock when first held, or 0 */
+	double sent;               /* router clock when last placed */
+};
+
+enum { OP_SUBMIT, OP_CANCEL };
+
+/* A call for a replica's sender thread. */
+struct op {
+	int kind;
+	uint64_t rh;               /* OP_SUBMIT: the router's handle */
+	struct medha_reqspec spec; /* OP_SUBMIT: a copy */
+	uint64_t up;               /* OP_CANCEL: the replica's handle */
+	struct op *next;
+};
+
+enum { N_ANSWER, N_EVENTS };
+
+/* What a replica's thread learnt, for the main thread. */
+struct note {
+	int kind;
+	int rep;
+	uint64_t rh;           /* N_ANSWER: the request */
+	int rc;                /* N_ANSWER: the call's error, or 0 */
+	char why[256];         /* its reason */
+	uint64_t epoch0, epoch1; /* connection epochs around the call */
+	struct medha_msg msg;  /* the answer, or the EVENTS */
+	struct note *next;
+};
+
+/* An event that came before its request's ACCEPTED. */
+struct orphan {
+	double since;
+	struct medha_msg_event ev;
+};
+
+struct up {
+	struct medha_router *r;
+	int idx;
+	const char *url;
+	struct medha_cli *cli;
+	pthread_t sender, poller;
+	int threads;
+	pthread_cond_t cv; /* ops queued, or quit */
+	/* under r->mu */
+	struct op *ops, *ops_tail;
+	double last_ok; /* medha_now() of the last answer it gave */
+	struct medha_msg_status st;
+	uint64_t st_gen; /* statuses received */
+	/* main thread only */
+	int alive;          /* counted up (answered within DEAD) */
+	int ready;          /* and its workers are all there */
+	uint64_t st_seen;   /* the st_gen acted on */
+	struct medha_msg_status now; /* the latest status */
+	uint64_t epoch;     /* the connection epoch acted on */
+	struct medha_map by_up; /* the replica's handle -> struct rreq */
+	int64_t live;       /* requests accepted there, not ended */
+	int64_t placed;     /* prompt tokens sent since its last status */
+	int64_t placed_kv;  /* KV tokens likewise */
+	double s_per_tok;   /* predicted prefill seconds per prompt token */
+	struct orphan *orph;
+	int norph, orph_cap;
+};
+
+struct medha_router {
+	struct medha_router_config cfg;
+	struct medha_front f; /* socket, clients, drain, live requests */
+	double t0;
+	struct up *up; /* (cfg.nreplicas) */
+	int nup;
+	pthread_mutex_t mu;
+	struct note *in_head, *in_tail; /* under mu */
+	int quit;                       /* under mu */
+	struct medha_map reqs;          /* the router's handle -> rreq */
+	uint64_t next_handle;
+	int rr; /* where the tie-break starts */
+	int ready;
+	struct rreq **held; /* waiting for a replica, in arrival order */
+	int64_t nheld, held_cap;
+	double held_tried;  /* medha_now() when they were last offered out */
+	int64_t served, failed;
+	pthread_mutex_t mmu;               /* guards met */
+	struct medha_router_metrics met;   /* met.rep: (nup) */
+};
+
+/* router.c: requests */
+/* q ends: forgotten (its client was sent its record). */
+void rt_rreq_end(struct medha_router *r, struct rreq *q);
+/* q fails with status and why: a record for its client, then the end. */
+void rt_rreq_fail(struct medha_router *r, struct rreq *q, int status,
+    const char *why);
+/* q, refused by its replica before it started, placed again. */
+void rt_replace(struct medha_router *r, struct rreq *q, int status,
+    const char *why);
+/* The requests held for want of a ready replica offered out again. */
+void rt_release_held(struct medha_router *r, double t);
+
+/* router_up.c: the replicas */
+void rt_cancel_upstream(struct medha_router *r, int rep, uint64_t up);
+void rt_enqueue(struct medha_router *r, struct up *u, struct op *o);
+void rt_op_free(struct op *o);
+void rt_take_inbox(struct medha_router *r);
+void rt_watch(struct medha_router *r);
+void *rt_sender_main(void *arg);
+void *rt_poller_main(void *arg);
+/* metrics */
+void rt_count_end(struct medha_router *r, const struct medha_record *rec,
+    int status);
+void rt_count_refused(struct medha_router *r);
+void rt_count_gauges(struct medha_router *r);
+
+#endif
