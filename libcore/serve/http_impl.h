@@ -1,0 +1,133 @@
+/*
+ * http_impl.h: what the HTTP front door's files share (http.c: the
+ * routes, their requests and the life cycle; http_stream.c: answers
+ * through the server, a request's lifetime and its SSE stream;
+ * http_up.c: the sender and poller threads that talk to the router).
+ * Not for use outside serve/http*.c.
+ */
+#ifndef MEDHA_HTTP_IMPL_H
+#define MEDHA_HTTP_IMPL_H
+
+#include "serve/http.h"
+
+#include "map.h"
+#include "net/link.h"
+#include "net/proto.h"
+
+#include <nng/nng.h>
+#include <nng/supplemental/http/http.h>
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <errno.h>
+#include <pthread.h>
+#include <strings.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
+
+struct buf {
+	char *p;
+	size_t n, cap;
+};
+
+/* Where a request stands with the router. */
+enum { U_NONE, U_QUEUED, U_SUBMITTED, U_LIVE, U_DONE };
+
+struct hreq {
+	struct medha_http *h;
+	struct hreq *prev, *next; /* h->all */
+	struct hreq *qnext;       /* h->sq or h->reap */
+	char id[48];              /* "cmpl-..." / "chatcmpl-...": also the
+	                             request id upstream */
+	char model[MEDHA_PROTO_NAME_MAX]; /* the model id answered */
+	int64_t created;
+	struct medha_oai_req q;
+	nng_aio *haio;       /* nng's handler aio, until answered */
+	nng_http_conn *conn; /* the server's until hijacked, then ours */
+	nng_http_req *nreq;  /* likewise */
+	int chat;            /* /v1/chat/completions */
+	int hijacked;        /* a stream that took the connection */
+	nng_aio *rx;         /* the body read, then a stream's watch read */
+	nng_aio *tx;         /* a stream's writes */
+	int rx_busy, tx_busy;
+	int cont; /* tx is writing "100 Continue": the body follows */
+	char *body;
+	size_t body_len;
+	char rxbuf[256];
+	int up;          /* U_* */
+	uint64_t handle; /* the router's, once U_LIVE */
+	int gone;        /* its client went away */
+	int ended;       /* a stream's last bytes are queued */
+	int reaped;      /* on h->reap: callbacks leave it alone */
+	struct buf out;  /* a stream's bytes not yet handed to tx */
+	struct buf wr;   /* those tx is writing */
+};
+
+/* An event that came before its request's ACCEPTED was read. */
+struct early {
+	double since;
+	struct medha_msg_event ev;
+};
+
+struct medha_http {
+	struct medha_http_config cfg;
+	nng_url *url;
+	nng_http_server *srv;
+	nng_http_handler *hd;
+	int port;
+	struct medha_cli *cli;
+	struct medha_tok *tok;               /* from cfg.model, or NULL */
+	int64_t ctx_len;                     /* its context length, or 0 */
+	char model_id[MEDHA_PROTO_NAME_MAX]; /* cfg.model's basename, or "" */
+	int64_t started;                     /* Unix time */
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* work for the sender */
+	int quit;
+	pthread_t sender, poller;
+	int threads;
+	/* under mu */
+	struct hreq *all;          /* every request not yet reaped */
+	struct hreq *sq, *sq_tail; /* to submit */
+	struct hreq *reap;         /* to free */
+	uint64_t *cancels;         /* handles to cancel */
+	int ncancel, cancel_cap;
+	struct medha_map live; /* handle -> hreq */
+	struct early *early;
+	int nearly, early_cap;
+	uint64_t seq;
+	struct medha_http_stats st;
+};
+
+/* http_stream.c: answers, lifetime, streams */
+void http_reply(struct medha_http *h, nng_aio *aio, int status,
+    const char *ctype, const char *body, size_t len, int close, int locked);
+void http_reply_json(struct medha_http *h, nng_aio *aio, int status,
+    const char *js, size_t len, int close, int locked);
+void http_reply_error(struct medha_http *h, nng_aio *aio,
+    const struct medha_oai_error *e, int close, int locked);
+void http_maybe_reap(struct medha_http *h, struct hreq *r);
+void http_req_free(struct medha_http *h, struct hreq *r);
+void http_push_cancel(struct medha_http *h, uint64_t handle);
+void http_on_gone(struct medha_http *h, struct hreq *r);
+void http_emit(struct medha_http *h, struct hreq *r, const char *p, size_t n);
+void http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text,
+    size_t len, int role, int finish, const struct medha_record *usage);
+void http_emit_end(struct hreq *r);
+void http_watch(struct hreq *r);
+void http_stream_start(struct medha_http *h, struct hreq *r);
+void http_tx_cb(void *arg);
+
+/* http_up.c: the router's side */
+uint64_t http_mix(uint64_t z);
+void *http_poller_main(void *arg);
+void *http_sender_main(void *arg);
+
+/* http.c */
+void http_read_body(struct medha_http *h, struct hreq *r);
+
+#endif

@@ -1,0 +1,317 @@
+/*
+ * http_stream.c: the HTTP front door's answers (serve/http.c): a whole
+ * answer through nng's server (keep-alive kept), a request's lifetime
+ * (freed once its record came and nothing of nng's still points at it),
+ * and a stream: after its first token a streaming request takes its
+ * connection over (nng_http_hijack), writes the SSE head and chunks
+ * itself (chunked transfer coding) and closes it after "data: [DONE]",
+ * with a read kept posted to notice a client that goes away.
+ */
+#include "serve/http_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int
+buf_add(struct buf *b, const void *p, size_t n)
+{
+	if (b->n + n > b->cap) {
+		size_t ncap = b->cap ? 2 * b->cap : 1024;
+		while (ncap < b->n + n)
+			ncap *= 2;
+		char *np = realloc(b->p, ncap);
+		if (np == NULL)
+			return MEDHA_ENOMEM;
+		b->p = np;
+		b->cap = ncap;
+	}
+	memcpy(b->p + b->n, p, n);
+	b->n += n;
+	return 0;
+}
+
+static void
+count_code(struct medha_http *h, int code)
+{
+	int i = 0;
+
+	while (i < MEDHA_HTTP_CODES && medha_http_codes[i] != code)
+		i++;
+	h->st.responses[i]++;
+}
+
+/*
+ * Answer nng's handler aio with status and len bytes of body (mutex
+ * held or not: counts under it when locked is 0). close asks the server
+ * to close the connection after it (a body was left unread).
+ */
+void
+http_reply(struct medha_http *h, nng_aio *aio, int status, const char *ctype,
+    const char *body, size_t len, int close, int locked)
+{
+	nng_http_res *res;
+
+	if (!locked)
+		pthread_mutex_lock(&h->mu);
+	count_code(h, status);
+	if (!locked)
+		pthread_mutex_unlock(&h->mu);
+	if (nng_http_res_alloc(&res) != 0) {
+		nng_aio_finish(aio, NNG_ENOMEM); /* the server closes */
+		return;
+	}
+	if (nng_http_res_set_status(res, (uint16_t)status) != 0 ||
+	    nng_http_res_set_header(res, "Content-Type", ctype) != 0 ||
+	    (close &&
+	        nng_http_res_set_header(res, "Connection", "close") != 0) ||
+	    (status == 405 &&
+	        nng_http_res_set_header(res, "Allow", "GET, POST") != 0) ||
+	    nng_http_res_copy_data(res, body, len) != 0) {
+		nng_http_res_free(res);
+		nng_aio_finish(aio, NNG_ENOMEM);
+		return;
+	}
+	nng_aio_set_output(aio, 0, res);
+	nng_aio_finish(aio, 0);
+}
+
+void
+http_reply_json(struct medha_http *h, nng_aio *aio, int status, const char *js,
+    size_t len, int close, int locked)
+{
+	if (js == NULL) {
+		static const char nomem[] =
+		    "{\"error\":{\"message\":\"out of memory\",\"type\":"
+		    "\"server_error\",\"param\":null,\"code\":null}}";
+		status = 500;
+		js = nomem;
+		len = sizeof(nomem) - 1;
+	}
+	http_reply(h, aio, status, "application/json", js, len, close, locked);
+}
+
+void
+http_reply_error(struct medha_http *h, nng_aio *aio, const struct medha_oai_error *e,
+    int close, int locked)
+{
+	size_t len = 0;
+	char *js = medha_oai_error_json(e, &len);
+
+	http_reply_json(h, aio, e->status, js, len, close, locked);
+	free(js);
+}
+
+/* Hand r to the sender to be freed once nothing refers to it (mu held). */
+void
+http_maybe_reap(struct medha_http *h, struct hreq *r)
+{
+	if (r->reaped || r->haio != NULL ||
+	    (r->up != U_NONE && r->up != U_DONE) ||
+	    (r->hijacked && !r->gone && (r->tx_busy || r->out.n > 0)))
+		return;
+	r->reaped = 1;
+	if (r->prev != NULL)
+		r->prev->next = r->next;
+	else
+		h->all = r->next;
+	if (r->next != NULL)
+		r->next->prev = r->prev;
+	r->qnext = h->reap;
+	h->reap = r;
+	pthread_cond_signal(&h->cv);
+}
+
+/* Free r: on the sender's thread (or at close), never in a callback. */
+void
+http_req_free(struct medha_http *h, struct hreq *r)
+{
+	if (r->hijacked && r->conn != NULL)
+		nng_http_conn_close(r->conn); /* ends the reads and writes */
+	if (r->rx != NULL)
+		nng_aio_free(r->rx); /* waits for its callback */
+	if (r->tx != NULL)
+		nng_aio_free(r->tx);
+	if (r->hijacked && r->nreq != NULL)
+		nng_http_req_free(r->nreq);
+	pthread_mutex_lock(&h->mu);
+	h->st.in_progress--;
+	if (r->hijacked)
+		h->st.streams--;
+	pthread_mutex_unlock(&h->mu);
+	medha_oai_req_clear(&r->q);
+	free(r->body);
+	free(r->out.p);
+	free(r->wr.p);
+	free(r);
+}
+
+void
+http_push_cancel(struct medha_http *h, uint64_t handle)
+{
+	if (h->ncancel == h->cancel_cap) {
+		int ncap = h->cancel_cap ? 2 * h->cancel_cap : 64;
+		void *n = medha_reallocarray(h->cancels, (size_t)ncap,
+		    sizeof(*h->cancels));
+		if (n == NULL) { /* it runs to its end: bounded */
+			medha_log(MEDHA_LOG_ERROR,
+			    "http: out of memory cancelling a request");
+			return;
+		}
+		h->cancels = n;
+		h->cancel_cap = ncap;
+	}
+	h->cancels[h->ncancel++] = handle;
+	pthread_cond_signal(&h->cv);
+}
+
+/* r's client is gone (mu held): cancel it upstream; its record ends it. */
+void
+http_on_gone(struct medha_http *h, struct hreq *r)
+{
+	if (r->gone)
+		return;
+	r->gone = 1;
+	r->out.n = 0;
+	if (r->up == U_LIVE)
+		http_push_cancel(h, r->handle);
+	medha_log(MEDHA_LOG_INFO, "http: %s: client went away", r->id);
+	http_maybe_reap(h, r);
+}
+
+/* Write what is queued, if no write is under way (mu held). */
+static void
+kick(struct hreq *r)
+{
+	nng_iov iov;
+	struct buf t;
+
+	if (r->tx_busy || r->out.n == 0 || r->gone)
+		return;
+	t = r->wr;
+	r->wr = r->out;
+	r->out = t;
+	r->out.n = 0;
+	iov.iov_buf = r->wr.p;
+	iov.iov_len = r->wr.n;
+	nng_aio_set_iov(r->tx, 1, &iov);
+	nng_aio_set_timeout(r->tx, NNG_DURATION_INFINITE);
+	r->tx_busy = 1;
+	nng_http_conn_write_all(r->conn, r->tx);
+}
+
+/* Queue n bytes of p as one chunk of the chunked body (mu held). */
+void
+http_emit(struct medha_http *h, struct hreq *r, const char *p, size_t n)
+{
+	char hd[24];
+	int k = snprintf(hd, sizeof(hd), "%zx\r\n", n);
+
+	if (r->gone || n == 0)
+		return;
+	if (buf_add(&r->out, hd, (size_t)k) != 0 ||
+	    buf_add(&r->out, p, n) != 0 || buf_add(&r->out, "\r\n", 2) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
+		http_on_gone(h, r);
+		return;
+	}
+	kick(r);
+}
+
+void
+http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text, size_t len,
+    int role, int finish, const struct medha_record *usage)
+{
+	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat};
+	size_t n = 0;
+	char *s = medha_oai_chunk(&hd, text, len, role, finish, usage,
+	    r->q.include_usage, &n);
+
+	if (s == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
+		http_on_gone(h, r);
+		return;
+	}
+	http_emit(h, r, s, n);
+	free(s);
+}
+
+/* The end of the chunked body: the connection closes once it is out. */
+void
+http_emit_end(struct hreq *r)
+{
+	r->ended = 1;
+	if (!r->gone && buf_add(&r->out, "0\r\n\r\n", 5) == 0)
+		kick(r);
+}
+
+void
+http_watch(struct hreq *r)
+{
+	nng_iov iov = {.iov_buf = r->rxbuf, .iov_len = sizeof(r->rxbuf)};
+
+	nng_aio_set_iov(r->rx, 1, &iov);
+	nng_aio_set_timeout(r->rx, NNG_DURATION_INFINITE);
+	r->rx_busy = 1;
+	nng_http_conn_read(r->conn, r->rx);
+}
+
+/* Take r's connection over and start its event stream (mu held). */
+void
+http_stream_start(struct medha_http *h, struct hreq *r)
+{
+	static const char head[] = "HTTP/1.1 200 OK\r\n"
+	                           "Content-Type: text/event-stream\r\n"
+	                           "Cache-Control: no-cache\r\n"
+	                           "Connection: close\r\n"
+	                           "Transfer-Encoding: chunked\r\n\r\n";
+
+	nng_http_hijack(r->conn);
+	r->hijacked = 1;
+	nng_aio_set_output(r->haio, 0, NULL);
+	nng_aio_finish(r->haio, 0); /* the server lets the connection go */
+	r->haio = NULL;
+	count_code(h, 200);
+	h->st.streams++;
+	if (buf_add(&r->out, head, sizeof(head) - 1) != 0) {
+		http_on_gone(h, r);
+		return;
+	}
+	kick(r);
+	http_watch(r);
+	if (r->q.chat) /* OpenAI's first chunk: the role */
+		http_emit_chunk(h, r, "", 0, 1, 0, NULL);
+}
+
+void
+http_tx_cb(void *arg)
+{
+	struct hreq *r = arg;
+	struct medha_http *h = r->h;
+	int rv = nng_aio_result(r->tx);
+
+	pthread_mutex_lock(&h->mu);
+	r->tx_busy = 0;
+	if (r->cont) { /* "100 Continue" is out: now the body */
+		r->cont = 0;
+		if (r->haio == NULL) {
+			r->up = U_DONE;
+			http_maybe_reap(h, r);
+		} else if (rv != 0) {
+			nng_aio_finish(r->haio, rv); /* the server closes */
+			r->haio = NULL;
+			http_maybe_reap(h, r);
+		} else
+			http_read_body(h, r);
+	} else if (!r->reaped) {
+		r->wr.n = 0;
+		if (rv != 0)
+			http_on_gone(h, r);
+		else {
+			kick(r);
+			http_maybe_reap(h, r);
+		}
+	}
+	pthread_mutex_unlock(&h->mu);
+}

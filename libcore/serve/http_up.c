@@ -1,0 +1,320 @@
+/*
+ * http_up.c: the HTTP front door's side of the router (serve/http.c):
+ * the sender thread makes the SUBMIT and CANCEL calls (ctx 0) and frees
+ * what has ended; the poller thread keeps a POLL outstanding (ctx 1),
+ * whose events carry the tokens and records of every HTTP request at
+ * once. Events that overtake their request's ACCEPTED wait for it.
+ */
+#include "serve/http_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t
+http_mix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* One of the router's events for r (mu held; the event is only read). */
+static void
+on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
+{
+	struct medha_oai_error e;
+
+	if (ev->kind == MEDHA_EVENT_TOKENS) {
+		if (r->gone || !r->q.stream)
+			return; /* the record carries the whole text */
+		if (!r->hijacked && r->haio == NULL)
+			return; /* answered 503: stopping */
+		if (!r->hijacked)
+			http_stream_start(h, r);
+		if (ev->text_len > 0)
+			http_emit_chunk(h, r, ev->text, ev->text_len, 0, 0, NULL);
+		return;
+	}
+	struct medha_record *rec = ev->record;
+	medha_map_del(&h->live, r->handle);
+	r->up = U_DONE;
+	if (r->gone) {
+		http_maybe_reap(h, r);
+		return;
+	}
+	if (rec->status != MEDHA_STATUS_OK) {
+		medha_oai_error_record(&e, rec);
+		if (r->haio != NULL) {
+			http_reply_error(h, r->haio, &e, 0, 1);
+			r->haio = NULL;
+		} else if (r->hijacked) { /* OpenAI's error event */
+			size_t n = 0;
+			char *js = medha_oai_error_json(&e, &n), *s;
+			if (js != NULL && (s = malloc(n + 9)) != NULL) {
+				memcpy(s, "data: ", 6);
+				memcpy(s + 6, js, n);
+				memcpy(s + 6 + n, "\n\n", 2);
+				http_emit(h, r, s, n + 8);
+				free(s);
+			}
+			free(js);
+			http_emit_end(r);
+		}
+	} else if (r->q.stream && (r->hijacked || r->haio != NULL)) {
+		if (!r->hijacked)
+			http_stream_start(h, r);
+		http_emit_chunk(h, r, "", 0, 0,
+		    rec->finish_reason ? rec->finish_reason : MEDHA_FINISH_STOP,
+		    NULL);
+		if (r->q.include_usage)
+			http_emit_chunk(h, r, NULL, 0, 0, 0, rec);
+		http_emit(h, r, "data: [DONE]\n\n", 14);
+		http_emit_end(r);
+	} else if (r->haio != NULL) {
+		struct medha_oai_head hd = {r->id, r->model, r->created,
+		    r->q.chat};
+		size_t n = 0;
+		const char *t = rec->text != NULL ? rec->text : "";
+		char *js = medha_oai_response(&hd, t, strlen(t), rec, &n);
+		http_reply_json(h, r->haio, 200, js, n, 0, 1);
+		free(js);
+		r->haio = NULL;
+	}
+	http_maybe_reap(h, r);
+}
+
+static void
+early_add(struct medha_http *h, struct medha_msg_event *ev)
+{
+	if (h->nearly == h->early_cap) {
+		int ncap = h->early_cap ? 2 * h->early_cap : 16;
+		void *n = medha_reallocarray(h->early, (size_t)ncap,
+		    sizeof(*h->early));
+		if (n == NULL) {
+			medha_msg_event_clear(ev);
+			return;
+		}
+		h->early = n;
+		h->early_cap = ncap;
+	}
+	h->early[h->nearly].since = medha_now();
+	h->early[h->nearly++].ev = *ev;
+	memset(ev, 0, sizeof(*ev));
+}
+
+/* Events that waited for r's ACCEPTED, in order (mu held). */
+static void
+early_claim(struct medha_http *h, struct hreq *r)
+{
+	for (int i = 0; i < h->nearly;) {
+		if (h->early[i].ev.handle != r->handle) {
+			i++;
+			continue;
+		}
+		struct medha_msg_event ev = h->early[i].ev;
+		memmove(&h->early[i], &h->early[i + 1],
+		    (size_t)(h->nearly - i - 1) * sizeof(*h->early));
+		h->nearly--;
+		if (medha_map_get(&h->live, r->handle) == r)
+			on_event(h, r, &ev);
+		medha_msg_event_clear(&ev);
+	}
+}
+
+/* Events for no request of ours, waiting too long: let go (mu held). */
+static void
+early_prune(struct medha_http *h)
+{
+	double t = medha_now();
+
+	for (int i = 0; i < h->nearly;) {
+		if (t - h->early[i].since <= 3 * DEAD) {
+			i++;
+			continue;
+		}
+		medha_log(MEDHA_LOG_WARN,
+		    "http: event for unknown request %llx dropped",
+		    (unsigned long long)h->early[i].ev.handle);
+		if (h->early[i].ev.kind != MEDHA_EVENT_RECORD)
+			http_push_cancel(h, h->early[i].ev.handle);
+		medha_msg_event_clear(&h->early[i].ev);
+		h->early[i] = h->early[--h->nearly];
+	}
+}
+
+void *
+http_poller_main(void *arg)
+{
+	struct medha_http *h = arg;
+	struct medha_msg m = {.type = MEDHA_MSG_POLL}, rep;
+	char why[256];
+
+	for (;;) {
+		int quit;
+		pthread_mutex_lock(&h->mu);
+		quit = h->quit;
+		pthread_mutex_unlock(&h->mu);
+		if (quit)
+			return NULL;
+		if (medha_cli_msg(h->cli, 1, &m, &rep, DEAD, why,
+		        sizeof(why)) != 0) {
+			if (!medha_cli_connected(h->cli))
+				usleep(50000);
+			continue;
+		}
+		if (rep.type != MEDHA_MSG_EVENTS) {
+			medha_log(MEDHA_LOG_WARN, "http: POLL answered with %s",
+			    medha_msg_type_name(rep.type));
+			medha_msg_clear(&rep);
+			usleep(100000);
+			continue;
+		}
+		pthread_mutex_lock(&h->mu);
+		for (int64_t i = 0; i < rep.events.n; i++) {
+			struct medha_msg_event *ev = &rep.events.ev[i];
+			struct hreq *r = medha_map_get(&h->live, ev->handle);
+			if (r != NULL)
+				on_event(h, r, ev);
+			else
+				early_add(h, ev);
+		}
+		early_prune(h);
+		pthread_mutex_unlock(&h->mu);
+		medha_msg_clear(&rep);
+	}
+}
+
+/* Chat without max_tokens: the room the context leaves (0, or 400). */
+static int
+fill_max_tokens(struct medha_http *h, struct hreq *r, struct medha_oai_error *e)
+{
+	int32_t *ids = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (r->q.max_tokens_set)
+		return 0;
+	if (h->tok == NULL || h->ctx_len <= 0) {
+		r->q.spec.max_tokens = 16;
+		return 0;
+	}
+	rc = medha_tok_encode(h->tok, r->q.spec.prompt,
+	    strlen(r->q.spec.prompt), MEDHA_TOK_DEFAULT, &ids, &n);
+	free(ids);
+	if (rc != 0)
+		return medha_oai_error_set(e, 400, "invalid_request_error",
+		    NULL, "messages", "tokenizing the messages: %s",
+		    medha_strerror(rc));
+	if ((int64_t)n >= h->ctx_len)
+		return medha_oai_error_set(e, 400, "invalid_request_error",
+		    "context_length_exceeded", "messages",
+		    "the messages are %zu tokens, the model's context is %lld",
+		    n, (long long)h->ctx_len);
+	r->q.spec.max_tokens = h->ctx_len - (int64_t)n;
+	return 0;
+}
+
+/* Submit r to the router; its answer decides what follows. */
+static void
+submit(struct medha_http *h, struct hreq *r)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
+	struct medha_oai_error e;
+	char why[256];
+	int rc;
+
+	if ((rc = fill_max_tokens(h, r, &e)) != 0) {
+		pthread_mutex_lock(&h->mu);
+		goto refuse;
+	}
+	m.submit = r->q.spec; /* borrowed */
+	/* a response that is not a stream is made from the record alone */
+	m.submit.no_stream = !r->q.stream;
+	rc = medha_cli_msg(h->cli, 0, &m, &rep, DEAD, why, sizeof(why));
+	pthread_mutex_lock(&h->mu);
+	if (rc != 0)
+		medha_oai_error_set(&e, 503, "server_error",
+		    "service_unavailable", NULL,
+		    "the router did not answer: %s", why);
+	else if (rep.type == MEDHA_MSG_ERROR)
+		medha_oai_error_submit(&e, rep.error.code, rep.error.reason);
+	else if (rep.type != MEDHA_MSG_ACCEPTED)
+		medha_oai_error_set(&e, 500, "server_error", NULL, NULL,
+		    "the router answered %s", medha_msg_type_name(rep.type));
+	else {
+		r->handle = rep.accepted.handle;
+		if (medha_map_put(&h->live, r->handle, r) != 0) {
+			http_push_cancel(h, r->handle);
+			medha_oai_error_set(&e, 500, "server_error", NULL, NULL,
+			    "out of memory");
+		} else {
+			r->up = U_LIVE;
+			if (r->gone)
+				http_push_cancel(h, r->handle);
+			early_claim(h, r);
+			medha_msg_clear(&rep);
+			http_maybe_reap(h, r);
+			return;
+		}
+	}
+	if (rc == 0)
+		medha_msg_clear(&rep);
+refuse:
+	r->up = U_DONE;
+	if (r->haio != NULL) {
+		http_reply_error(h, r->haio, &e, 0, 1);
+		r->haio = NULL;
+	}
+	http_maybe_reap(h, r);
+}
+
+void *
+http_sender_main(void *arg)
+{
+	struct medha_http *h = arg;
+	char why[256];
+
+	pthread_mutex_lock(&h->mu);
+	for (;;) {
+		struct hreq *r;
+		if ((r = h->reap) != NULL) {
+			h->reap = r->qnext;
+			pthread_mutex_unlock(&h->mu);
+			http_req_free(h, r);
+			pthread_mutex_lock(&h->mu);
+			continue;
+		}
+		if (h->quit)
+			break;
+		if (h->ncancel > 0) {
+			struct medha_msg m = {.type = MEDHA_MSG_CANCEL}, rep;
+			m.cancel = h->cancels[--h->ncancel];
+			pthread_mutex_unlock(&h->mu);
+			if (medha_cli_msg(h->cli, 0, &m, &rep, DEAD, why,
+			        sizeof(why)) == 0)
+				medha_msg_clear(&rep);
+			pthread_mutex_lock(&h->mu);
+			continue;
+		}
+		if ((r = h->sq) != NULL) {
+			h->sq = r->qnext;
+			if (h->sq == NULL)
+				h->sq_tail = NULL;
+			if (r->gone || r->haio == NULL) {
+				r->up = U_DONE;
+				http_maybe_reap(h, r);
+				continue;
+			}
+			r->up = U_SUBMITTED;
+			pthread_mutex_unlock(&h->mu);
+			submit(h, r); /* returns locked */
+			continue;
+		}
+		pthread_cond_wait(&h->cv, &h->mu);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
