@@ -1,0 +1,556 @@
+/*
+ * http_parse.c: the OpenAI request bodies of the HTTP front door (http.h):
+ * /v1/completions and /v1/chat/completions into a struct medha_reqspec
+ * with OpenAI's defaults and refusals. A request field that medha does
+ * not implement (n > 1, best_of > 1, echo, logprobs, suffix, penalties,
+ * tools) is refused with 400 rather than ignored, and so is a field
+ * OpenAI does not define; the fields that change nothing (user,
+ * metadata, store, ...) are accepted. No sockets here; tests/http_test.c
+ * checks it alone.
+ */
+#include "serve/http.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *
+jtype(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
+}
+
+#define BAD(e, param, ...)                                                    \
+	medha_oai_error_set((e), 400, "invalid_request_error", NULL, (param), \
+	    __VA_ARGS__)
+#define UNSUP(e, param, ...)                                                  \
+	medha_oai_error_set((e), 400, "invalid_request_error", "unsupported", \
+	    (param), __VA_ARGS__)
+
+/* A number in [lo, hi] at key, or null/absent (then *out is kept). */
+static int
+get_num(json_t *o, const char *key, double lo, double hi, double *out,
+    struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_number(v))
+		return BAD(e, key, "%s: expected a number, got %s", key,
+		    jtype(v));
+	double d = json_number_value(v);
+	if (!(d >= lo && d <= hi))
+		return BAD(e, key, "%s: %g is not in [%g, %g]", key, d, lo, hi);
+	*out = d;
+	return 0;
+}
+
+/* An integer in [lo, hi] at key, or null/absent (*set says which). */
+static int
+get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
+    int *set, struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v))
+		return BAD(e, key, "%s: expected an integer, got %s", key,
+		    jtype(v));
+	json_int_t n = json_integer_value(v);
+	if (n < lo || n > hi)
+		return BAD(e, key, "%s: %lld is not in [%lld, %lld]", key,
+		    (long long)n, (long long)lo, (long long)hi);
+	*out = n;
+	if (set != NULL)
+		*set = 1;
+	return 0;
+}
+
+static int
+get_bool(json_t *o, const char *key, int *out, struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v))
+		return BAD(e, key, "%s: expected a boolean, got %s", key,
+		    jtype(v));
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* A string without NUL bytes, as a new C string. */
+static int
+dup_text(json_t *v, const char *param, char **out, struct medha_oai_error *e)
+{
+	size_t n = json_string_length(v);
+	const char *s = json_string_value(v);
+
+	if (memchr(s, '\0', n) != NULL)
+		return BAD(e, param, "%s: a NUL character is not allowed",
+		    param);
+	if ((*out = strdup(s)) == NULL)
+		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+	return 0;
+}
+
+static int
+parse_stop(json_t *o, struct medha_reqspec *rs, struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, "stop"), *one[1], **list = one;
+	size_t n = 1;
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (json_is_string(v))
+		one[0] = v;
+	else if (json_is_array(v)) {
+		n = json_array_size(v);
+		if (n > MEDHA_STOP_MAX)
+			return BAD(e, "stop",
+			    "stop: at most %d strings, got %zu", MEDHA_STOP_MAX,
+			    n);
+		list = NULL;
+	} else
+		return BAD(e, "stop",
+		    "stop: expected a string or an array of strings, got %s",
+		    jtype(v));
+	for (size_t i = 0; i < n; i++) {
+		json_t *s = list != NULL ? list[i] : json_array_get(v, i);
+		int rc;
+		if (!json_is_string(s))
+			return BAD(e, "stop",
+			    "stop[%zu]: expected a string, got %s", i,
+			    jtype(s));
+		if (json_string_length(s) == 0)
+			continue; /* matches nothing */
+		if (json_string_length(s) > MEDHA_STOP_LEN)
+			return BAD(e, "stop", "stop[%zu]: longer than %d bytes",
+			    i, MEDHA_STOP_LEN);
+		if ((rc = dup_text(s, "stop", &rs->stop[rs->n_stop], e)) != 0)
+			return rc;
+		rs->n_stop++;
+	}
+	return 0;
+}
+
+/* The prompt of /v1/completions: a string, [string], or token ids. */
+static int
+parse_prompt(json_t *o, struct medha_reqspec *rs, struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, "prompt");
+	size_t n;
+
+	if (v == NULL || json_is_null(v))
+		return BAD(e, "prompt", "prompt: required");
+	if (json_is_array(v) && json_array_size(v) == 1 &&
+	    json_is_string(json_array_get(v, 0)))
+		v = json_array_get(v, 0);
+	if (json_is_string(v))
+		return dup_text(v, "prompt", &rs->prompt, e);
+	if (!json_is_array(v))
+		return BAD(e, "prompt",
+		    "prompt: expected a string or an array of token ids, got "
+		    "%s",
+		    jtype(v));
+	if ((n = json_array_size(v)) == 0)
+		return BAD(e, "prompt", "prompt: empty");
+	if (!json_is_integer(json_array_get(v, 0)))
+		return UNSUP(e, "prompt",
+		    "prompt: only one prompt per request (a string or an "
+		    "array of token ids) is supported");
+	if ((rs->prompt_ids = medha_reallocarray(NULL, n,
+	         sizeof(*rs->prompt_ids))) == NULL)
+		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		json_t *t = json_array_get(v, i);
+		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+		    json_integer_value(t) > INT32_MAX)
+			return BAD(e, "prompt",
+			    "prompt[%zu]: not a token id (an integer in [0, "
+			    "2147483647])",
+			    i);
+		rs->prompt_ids[i] = (int32_t)json_integer_value(t);
+	}
+	rs->prompt_tokens = (int64_t)n;
+	return 0;
+}
+
+/* A message's content: a string or an array of {"type": "text"} parts. */
+static int
+content_text(json_t *c, size_t i, char **out, struct medha_oai_error *e)
+{
+	size_t n, len = 0;
+	char *s;
+
+	if (c == NULL || json_is_null(c)) {
+		*out = strdup("");
+		goto done;
+	}
+	if (json_is_string(c))
+		return dup_text(c, "messages", out, e);
+	if (!json_is_array(c))
+		return BAD(e, "messages",
+		    "messages[%zu].content: expected a string or an array of "
+		    "text parts, got %s",
+		    i, jtype(c));
+	n = json_array_size(c);
+	for (size_t k = 0; k < n; k++) {
+		json_t *p = json_array_get(c, k), *t;
+		const char *ty;
+		if (!json_is_object(p) ||
+		    !json_is_string(json_object_get(p, "type")))
+			return BAD(e, "messages",
+			    "messages[%zu].content[%zu]: expected an object "
+			    "with a type",
+			    i, k);
+		ty = json_string_value(json_object_get(p, "type"));
+		if (strcmp(ty, "text") != 0)
+			return UNSUP(e, "messages",
+			    "messages[%zu].content[%zu]: parts of type %.40s "
+			    "are not supported (only text)",
+			    i, k, ty);
+		t = json_object_get(p, "text");
+		if (!json_is_string(t))
+			return BAD(e, "messages",
+			    "messages[%zu].content[%zu].text: expected a "
+			    "string",
+			    i, k);
+		if (memchr(json_string_value(t), '\0', json_string_length(t)))
+			return BAD(e, "messages",
+			    "messages: a NUL character is not allowed");
+		len += json_string_length(t) + 1;
+	}
+	if ((s = malloc(len + 1)) == NULL)
+		goto done;
+	len = 0;
+	for (size_t k = 0; k < n; k++) { /* parts joined by newlines */
+		json_t *t = json_object_get(json_array_get(c, k), "text");
+		if (k > 0)
+			s[len++] = '\n';
+		memcpy(s + len, json_string_value(t), json_string_length(t));
+		len += json_string_length(t);
+	}
+	s[len] = '\0';
+	*out = s;
+done:
+	if (*out == NULL)
+		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+	return 0;
+}
+
+static int
+parse_messages(json_t *o, const struct medha_tok *tok, struct medha_reqspec *rs,
+    struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, "messages");
+	struct medha_tok_msg *msgs;
+	char **texts;
+	size_t n;
+	int rc = 0;
+
+	if (v == NULL || json_is_null(v))
+		return BAD(e, "messages", "messages: required");
+	if (!json_is_array(v))
+		return BAD(e, "messages", "messages: expected an array, got %s",
+		    jtype(v));
+	if ((n = json_array_size(v)) == 0)
+		return BAD(e, "messages", "messages: empty");
+	if (tok == NULL)
+		return medha_oai_error_set(e, 400, "invalid_request_error",
+		    "chat_template_missing", NULL,
+		    "chat completions need the model's chat template: start "
+		    "medha-router with -m MODEL, or use /v1/completions");
+	msgs = medha_calloc(n, sizeof(*msgs));
+	texts = medha_calloc(n, sizeof(*texts));
+	if (msgs == NULL || texts == NULL) {
+		rc = medha_oai_error_set(e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		json_t *m = json_array_get(v, i), *role;
+		const char *r;
+		if (!json_is_object(m)) {
+			rc = BAD(e, "messages",
+			    "messages[%zu]: expected an object, got %s", i,
+			    jtype(m));
+			break;
+		}
+		role = json_object_get(m, "role");
+		if (!json_is_string(role)) {
+			rc = BAD(e, "messages",
+			    "messages[%zu].role: expected a string", i);
+			break;
+		}
+		r = json_string_value(role);
+		if (strcmp(r, "developer") == 0)
+			r = "system";
+		if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 &&
+		    strcmp(r, "assistant") != 0) {
+			rc = UNSUP(e, "messages",
+			    "messages[%zu].role: %.40s is not supported "
+			    "(system, developer, user, assistant)",
+			    i, json_string_value(role));
+			break;
+		}
+		if (json_object_get(m, "tool_calls") != NULL &&
+		    !json_is_null(json_object_get(m, "tool_calls"))) {
+			rc = UNSUP(e, "messages",
+			    "messages[%zu].tool_calls: tools are not supported",
+			    i);
+			break;
+		}
+		msgs[i].role = r;
+		rc = content_text(json_object_get(m, "content"), i, &texts[i],
+		    e);
+		msgs[i].content = texts[i];
+	}
+	if (rc == 0) {
+		int t = medha_tok_chat_msgs(tok, msgs, n, 1, &rs->prompt, NULL);
+		if (t == MEDHA_EUNSUP)
+			rc =
+			    medha_oai_error_set(e, 400, "invalid_request_error",
+			        "chat_template_missing", NULL,
+			        "the model's chat template is not one medha "
+			        "can render (Jinja it cannot read, and neither "
+			        "ChatML nor Llama-3)");
+		else if (t == MEDHA_EINVAL)
+			rc = medha_oai_error_set(e, 400, "invalid_request_error",
+			    NULL, "messages",
+			    "the model's chat template refused these messages "
+			    "(roles that do not alternate, or a role it does "
+			    "not take)");
+		else if (t != 0)
+			rc = medha_oai_error_set(e, 500, "server_error", NULL,
+			    NULL, "chat template: %s", medha_strerror(t));
+	}
+out:
+	for (size_t i = 0; texts != NULL && i < n; i++)
+		free(texts[i]);
+	free(texts);
+	free(msgs);
+	return rc;
+}
+
+/* Fields that are accepted when they ask for nothing medha lacks. */
+static int
+unsupported(json_t *o, int chat, struct medha_oai_error *e)
+{
+	json_t *v;
+	int64_t n = 1;
+	int b = 0;
+	double d = 0;
+
+	if (get_int(o, "n", 1, INT32_MAX, &n, NULL, e) != 0)
+		return e->status;
+	if (n != 1)
+		return UNSUP(e, "n", "n: only one choice per request (n = 1)");
+	if (get_int(o, "best_of", 1, INT32_MAX, &n, NULL, e) != 0)
+		return e->status;
+	if (n != 1)
+		return UNSUP(e, "best_of", "best_of: only 1 is supported");
+	if (get_bool(o, "echo", &b, e) != 0)
+		return e->status;
+	if (b)
+		return UNSUP(e, "echo", "echo: not supported");
+	v = json_object_get(o, "logprobs");
+	if (v != NULL && !json_is_null(v) && !json_is_false(v) &&
+	    !(json_is_integer(v) && json_integer_value(v) == 0))
+		return UNSUP(e, "logprobs", "logprobs: not supported");
+	v = json_object_get(o, "top_logprobs");
+	if (v != NULL && !json_is_null(v) &&
+	    !(json_is_integer(v) && json_integer_value(v) == 0))
+		return UNSUP(e, "top_logprobs", "top_logprobs: not supported");
+	v = json_object_get(o, "suffix");
+	if (v != NULL && !json_is_null(v) &&
+	    !(json_is_string(v) && json_string_length(v) == 0))
+		return UNSUP(e, "suffix", "suffix: not supported");
+	if (get_num(o, "frequency_penalty", -2, 2, &d, e) != 0)
+		return e->status;
+	if (d != 0)
+		return UNSUP(e, "frequency_penalty",
+		    "frequency_penalty: not supported (0 only)");
+	if (get_num(o, "presence_penalty", -2, 2, &d, e) != 0)
+		return e->status;
+	if (d != 0)
+		return UNSUP(e, "presence_penalty",
+		    "presence_penalty: not supported (0 only)");
+	v = json_object_get(o, "logit_bias");
+	if (v != NULL && !json_is_null(v) &&
+	    !(json_is_object(v) && json_object_size(v) == 0))
+		return UNSUP(e, "logit_bias", "logit_bias: not supported");
+	v = json_object_get(o, "tools");
+	if (v != NULL && !json_is_null(v) &&
+	    !(json_is_array(v) && json_array_size(v) == 0))
+		return UNSUP(e, "tools", "tools: not supported");
+	v = json_object_get(o, "response_format");
+	if (v != NULL && !json_is_null(v) &&
+	    !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
+	        strcmp(json_string_value(json_object_get(v, "type")), "text") ==
+	            0))
+		return UNSUP(e, "response_format",
+		    "response_format: only {\"type\": \"text\"} is supported");
+	(void)chat;
+	return 0;
+}
+
+static const char *const known_completion[] = {"model", "prompt", "max_tokens",
+    "temperature", "top_p", "seed", "stop", "stream", "stream_options", "top_k",
+    "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix",
+    "frequency_penalty", "presence_penalty", "logit_bias", "user", NULL};
+static const char *const known_chat[] = {"model", "messages", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "seed", "stop", "stream",
+    "stream_options", "top_k", "ignore_eos", "n", "logprobs", "top_logprobs",
+    "frequency_penalty", "presence_penalty", "logit_bias", "user", "tools",
+    "tool_choice", "parallel_tool_calls", "response_format", "metadata",
+    "store", "service_tier", NULL};
+
+int
+medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
+    const struct medha_tok *tok, struct medha_oai_error *e)
+{
+	struct medha_reqspec *rs = &q->spec;
+	json_error_t jerr;
+	json_t *o, *v;
+	const char *key;
+	double d;
+	int64_t n;
+	int rc;
+
+	memset(q, 0, sizeof(*q));
+	q->chat = chat;
+	o = json_loadb(body, len, 0, &jerr);
+	if (o == NULL)
+		return BAD(e, NULL,
+		    "We could not parse the JSON body of your request: %s "
+		    "(at byte %d)",
+		    jerr.text, jerr.position);
+	if (!json_is_object(o)) {
+		rc = BAD(e, NULL,
+		    "the request body must be a JSON object, not %s", jtype(o));
+		goto fail;
+	}
+	json_object_foreach(o, key, v)
+	{
+		const char *const *k = chat ? known_chat : known_completion;
+		while (*k != NULL && strcmp(*k, key) != 0)
+			k++;
+		if (*k == NULL) {
+			rc = BAD(e, NULL,
+			    "Unrecognized request argument supplied: %.64s",
+			    key);
+			goto fail;
+		}
+	}
+	v = json_object_get(o, "model");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v)) {
+			rc = BAD(e, "model", "model: expected a string, got %s",
+			    jtype(v));
+			goto fail;
+		}
+		snprintf(q->model, sizeof(q->model), "%s",
+		    json_string_value(v));
+	}
+	if ((rc = unsupported(o, chat, e)) != 0)
+		goto fail;
+	rs->sampling.temp = 1; /* OpenAI's defaults */
+	rs->sampling.top_p = 1;
+	rs->max_tokens = chat ? 0 : 16;
+	q->max_tokens_set = !chat;
+	{
+		int set = 0;
+		if ((rc = get_int(o, "max_tokens", 0, MEDHA_OAI_MAX_TOKENS,
+		         &rs->max_tokens, &set, e)) != 0)
+			goto fail;
+		if (chat &&
+		    (rc = get_int(o, "max_completion_tokens", 0,
+		         MEDHA_OAI_MAX_TOKENS, &rs->max_tokens, &set, e)) != 0)
+			goto fail;
+		q->max_tokens_set |= set;
+	}
+	d = rs->sampling.temp;
+	if ((rc = get_num(o, "temperature", 0, 2, &d, e)) != 0)
+		goto fail;
+	rs->sampling.temp = (float)d;
+	d = rs->sampling.top_p;
+	if ((rc = get_num(o, "top_p", 0, 1, &d, e)) != 0)
+		goto fail;
+	if (d == 0) {
+		rc = BAD(e, "top_p", "top_p: must be > 0");
+		goto fail;
+	}
+	rs->sampling.top_p = (float)d;
+	n = 0;
+	if ((rc = get_int(o, "top_k", -1, MEDHA_PROTO_TOPK_MAX, &n, NULL, e)) !=
+	    0)
+		goto fail;
+	rs->sampling.top_k = n < 0 ? 0 : (int)n; /* -1: all, as vLLM */
+	v = json_object_get(o, "seed");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_integer(v)) {
+			rc = BAD(e, "seed", "seed: expected an integer, got %s",
+			    jtype(v));
+			goto fail;
+		}
+		rs->sampling.seed = (uint64_t)json_integer_value(v);
+		q->seed_set = 1;
+	}
+	if ((rc = get_bool(o, "ignore_eos", &rs->ignore_eos, e)) != 0 ||
+	    (rc = get_bool(o, "stream", &q->stream, e)) != 0)
+		goto fail;
+	v = json_object_get(o, "stream_options");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_object(v)) {
+			rc = BAD(e, "stream_options",
+			    "stream_options: expected an object, got %s",
+			    jtype(v));
+			goto fail;
+		}
+		if (!q->stream) {
+			rc = BAD(e, "stream_options",
+			    "stream_options: only allowed when stream is "
+			    "true");
+			goto fail;
+		}
+		if ((rc = get_bool(v, "include_usage", &q->include_usage, e)) !=
+		    0)
+			goto fail;
+	}
+	if ((rc = parse_stop(o, rs, e)) != 0)
+		goto fail;
+	rc = chat ? parse_messages(o, tok, rs, e) : parse_prompt(o, rs, e);
+	if (rc != 0)
+		goto fail;
+	json_decref(o);
+	return 0;
+fail:
+	json_decref(o);
+	medha_oai_req_clear(q);
+	return rc;
+}
+
+void
+medha_oai_req_clear(struct medha_oai_req *q)
+{
+	medha_reqspec_clear(&q->spec);
+	memset(q, 0, sizeof(*q));
+}
