@@ -12,7 +12,9 @@
  * it: each sequence's positions follow on, the first item of a request
  * carries its sampling parameters, a decode feeds back the token sampled
  * last, nothing comes for a sequence after it was freed. The first
- * thing that is not so is kept in sw.error.
+ * thing that is not so is kept in sw.error. While sw.hold is set it
+ * keeps the batch it has, so that a test can act while requests are
+ * surely in flight.
  *
  * The client (struct cl) submits, cancels, asks for STATUS and polls,
  * sorting the events it gets by handle: token ids, token events, the
@@ -31,6 +33,7 @@
 #define MEDHA_SCRIPTED_WORKER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +87,9 @@ struct sw {
 	int vocab;
 	pthread_t thr;
 	int running;
-	volatile int quit;
+	atomic_int quit;
+	atomic_int hold; /* while set, a BATCH waits for its answer (keep
+	                    it under MEDHA_PROTO_DEAD_MS: no heartbeats) */
 	pthread_mutex_t mu; /* guards what follows */
 	struct sw_req req[SW_REQS];
 	int nreq;
@@ -249,11 +254,11 @@ sw_main(void *arg)
 	char why[256];
 
 	m.worker_id = w->worker_id;
-	while (!w->quit && tok != NULL) {
+	while (!atomic_load(&w->quit) && tok != NULL) {
 		int rc = medha_cli_msg(w->cli, 0, &m, &rep, SW_TIMEOUT, why,
 		    sizeof(why));
 		if (rc != 0) {
-			if (!w->quit) {
+			if (!atomic_load(&w->quit)) {
 				pthread_mutex_lock(&w->mu);
 				sw_fail(w, "call: %s", why);
 				pthread_mutex_unlock(&w->mu);
@@ -267,6 +272,10 @@ sw_main(void *arg)
 			m = (struct medha_msg){.type = MEDHA_MSG_READY,
 			    .worker_id = w->worker_id};
 		} else if (rep.type == MEDHA_MSG_BATCH) {
+			pthread_mutex_unlock(&w->mu);
+			while (atomic_load(&w->hold) && !atomic_load(&w->quit))
+				sw_sleep(0.002);
+			pthread_mutex_lock(&w->mu);
 			sw_frees(w, &rep.batch); /* before the items */
 			m = (struct medha_msg){.type = MEDHA_MSG_RESULT};
 			m.result.worker_id = w->worker_id;
@@ -301,7 +310,7 @@ sw_start(struct sw *w)
 static void
 sw_stop(struct sw *w)
 {
-	w->quit = 1;
+	atomic_store(&w->quit, 1);
 	if (w->cli != NULL)
 		medha_cli_abort(w->cli);
 	if (w->running)
