@@ -245,8 +245,8 @@ test_forward(void **state)
 	assert_int_equal(medha_backend_seq_alloc(be, &b), 0);
 
 	/* two prompts: a sampled, b a chunk without logits */
-	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){0, 0},
-	    (int[]){20, 5}, (int[]){1, 0}, (int[]){0, MEDHA_LOGITS_NONE}, g);
+	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){0, 0}, (int[]){20, 5},
+	    (int[]){1, 0}, (int[]){0, MEDHA_LOGITS_NONE}, g);
 	if (run(be, &c, why, sizeof(why)) != 0)
 		fail_msg("forward: %s", why);
 	assert_int_equal(c.tok[0], medha_backend_sim_token(20, vocab));
@@ -256,8 +256,8 @@ test_forward(void **state)
 	assert_int_equal(medha_backend_free_blocks(be), 8 - 2 - 1);
 
 	/* a decode of each, both sampled */
-	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){20, 5},
-	    (int[]){1, 1}, (int[]){1, 1}, (int[]){0, 0}, g);
+	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){20, 5}, (int[]){1, 1},
+	    (int[]){1, 1}, (int[]){0, 0}, g);
 	if (run(be, &c, why, sizeof(why)) != 0)
 		fail_msg("forward: %s", why);
 	assert_int_equal(c.tok[0], medha_backend_sim_token(21, vocab));
@@ -268,8 +268,8 @@ test_forward(void **state)
 
 	/* other ids at the same position: the same placeholder; logits
 	 * wanted without a sampler: no token */
-	call_init(&c, be, 2, (int[]){b, a}, (int64_t[]){6, 21},
-	    (int[]){1, 11}, (int[]){0, 1}, (int[]){MEDHA_LOGITS_LAST, 0}, g);
+	call_init(&c, be, 2, (int[]){b, a}, (int64_t[]){6, 21}, (int[]){1, 11},
+	    (int[]){0, 1}, (int[]){MEDHA_LOGITS_LAST, 0}, g);
 	c.ids[0] = 49151;
 	if (run(be, &c, why, sizeof(why)) != 0)
 		fail_msg("forward: %s", why);
@@ -295,8 +295,8 @@ test_forward(void **state)
 	assert_int_equal(medha_backend_free_blocks(be), 8 - 1 - 1);
 
 	/* without samplers: nothing sampled, lengths still move */
-	call_init(&c, be, 1, (int[]){b}, (int64_t[]){7}, (int[]){3},
-	    (int[]){0}, (int[]){MEDHA_LOGITS_ALL}, g);
+	call_init(&c, be, 1, (int[]){b}, (int64_t[]){7}, (int[]){3}, (int[]){0},
+	    (int[]){MEDHA_LOGITS_ALL}, g);
 	c.f.samplers = NULL;
 	c.f.tokens = NULL;
 	if (run(be, &c, why, sizeof(why)) != 0)
@@ -336,8 +336,8 @@ test_enospace(void **state)
 	assert_int_equal(medha_backend_free_blocks(be), 1);
 
 	/* a's step into a fourth block and b's 32 tokens: 3 needed, 1 free */
-	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){48, 0},
-	    (int[]){1, 32}, (int[]){1, 1}, (int[]){0, 0}, g);
+	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){48, 0}, (int[]){1, 32},
+	    (int[]){1, 1}, (int[]){0, 0}, g);
 	why[0] = '\0';
 	assert_int_equal(run(be, &c, why, sizeof(why)), MEDHA_ENOSPACE);
 	assert_non_null(strstr(why, "3 KV blocks needed, 1 free"));
@@ -400,14 +400,14 @@ test_refused(void **state)
 	assert_int_equal(medha_backend_seq_alloc(be, &b), 0);
 	medha_backend_seq_free(be, b);
 
-#define REFUSED(code, what)                                              \
-	do {                                                             \
-		why[0] = '\0';                                           \
-		assert_int_equal(run(be, &c, why, sizeof(why)), (code)); \
-		if (strstr(why, (what)) == NULL)                         \
+#define REFUSED(code, what)                                               \
+	do {                                                              \
+		why[0] = '\0';                                            \
+		assert_int_equal(run(be, &c, why, sizeof(why)), (code));  \
+		if (strstr(why, (what)) == NULL)                          \
 			fail_msg("reason \"%s\", not \"%s\"", why, what); \
-		assert_int_equal(medha_backend_seq_len(be, a), 0);       \
-		assert_int_equal(medha_backend_free_blocks(be), 8);      \
+		assert_int_equal(medha_backend_seq_len(be, a), 0);        \
+		assert_int_equal(medha_backend_free_blocks(be), 8);       \
 	} while (0)
 
 	/* a sequence freed, or never made */
@@ -418,24 +418,24 @@ test_refused(void **state)
 	    (int[]){1}, (int[]){0}, g);
 	REFUSED(MEDHA_EINVAL, "not allocated");
 	/* a position past the cached length */
-	call_init(&c, be, 1, (int[]){a}, (int64_t[]){1}, (int[]){4},
-	    (int[]){1}, (int[]){0}, g);
+	call_init(&c, be, 1, (int[]){a}, (int64_t[]){1}, (int[]){4}, (int[]){1},
+	    (int[]){0}, g);
 	REFUSED(MEDHA_EINVAL, "position");
 	/* the interface's own checks */
-	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4},
-	    (int[]){1}, (int[]){0}, g);
+	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4}, (int[]){1},
+	    (int[]){0}, g);
 	c.ids[2] = vocab;
 	REFUSED(MEDHA_EINVAL, "outside the vocabulary");
-	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4},
-	    (int[]){1}, (int[]){0}, g);
+	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4}, (int[]){1},
+	    (int[]){0}, g);
 	c.s[0].logits = MEDHA_LOGITS_ALL;
 	REFUSED(MEDHA_EINVAL, "a sampler");
-	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4},
-	    (int[]){1}, (int[]){0}, g);
+	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4}, (int[]){1},
+	    (int[]){0}, g);
 	c.f.layer_hi = be->info.layer_hi + 1;
 	REFUSED(MEDHA_EINVAL, "layers");
-	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4},
-	    (int[]){1}, (int[]){0}, g);
+	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){4}, (int[]){1},
+	    (int[]){0}, g);
 	c.b.n_tokens = 5;
 	REFUSED(MEDHA_EINVAL, "sequences hold 4 tokens");
 #undef REFUSED
@@ -445,8 +445,8 @@ test_refused(void **state)
 	h = calloc((size_t)4 * st->info.shape.dim, sizeof(float));
 	assert_non_null(h);
 	assert_int_equal(medha_backend_seq_alloc(st, &b), 0);
-	call_init(&c, st, 1, (int[]){b}, (int64_t[]){0}, (int[]){4},
-	    (int[]){1}, (int[]){0}, g);
+	call_init(&c, st, 1, (int[]){b}, (int64_t[]){0}, (int[]){4}, (int[]){1},
+	    (int[]){0}, g);
 	c.f.h_out = h;
 	assert_int_equal(medha_backend_forward(st, &c.f, why, sizeof(why)),
 	    MEDHA_EINVAL);
@@ -481,8 +481,8 @@ test_kvp(void **state)
 	assert_int_equal(medha_backend_seq_alloc(be, &b), 0);
 	/* a holds the piece from 64: tokens [64, 80) are its first 16;
 	 * b only attends (its piece is elsewhere): its cache is untouched */
-	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){64, 90},
-	    (int[]){16, 1}, (int[]){1, 1}, (int[]){0, 0}, g);
+	call_init(&c, be, 2, (int[]){a, b}, (int64_t[]){64, 90}, (int[]){16, 1},
+	    (int[]){1, 1}, (int[]){0, 0}, g);
 	kv[0] = (struct medha_batch_kv){.base = 64, .append = 1};
 	kv[1] = (struct medha_batch_kv){.base = 0, .append = 0};
 	c.f.kv = kv;
@@ -508,7 +508,9 @@ test_kvp(void **state)
 	/* a merge needs the collectives */
 	call_init(&c, be, 1, (int[]){a}, (int64_t[]){80}, (int[]){1},
 	    (int[]){1}, (int[]){0}, g);
-	kv[0] = (struct medha_batch_kv){.base = 64, .append = 1, .merge = 1,
+	kv[0] = (struct medha_batch_kv){.base = 64,
+	    .append = 1,
+	    .merge = 1,
 	    .groups = 3};
 	c.f.kv = kv;
 	assert_int_equal(run(be, &c, why, sizeof(why)), MEDHA_EINVAL);
@@ -576,9 +578,9 @@ test_bad_options(void **state)
 		if (strstr(why, (what)) == NULL)                          \
 			fail_msg("reason \"%s\", not \"%s\"", why, what); \
 	} while (0)
-#define BASE()                                                           \
-	(o = (struct medha_backend_sim_opts){.gpu = "a100",              \
-	     .model = "llama3-8b",                                       \
+#define BASE()                                              \
+	(o = (struct medha_backend_sim_opts){.gpu = "a100", \
+	     .model = "llama3-8b",                          \
 	     .speed = SPEED})
 
 	BASE();
@@ -693,8 +695,7 @@ test_registry(void **state)
 	assert_non_null(strstr(why, "backend x"));
 	be = (struct medha_backend *)&p;
 	why[0] = '\0';
-	assert_int_equal(medha_backend_open(&be, "cuda", &p, why,
-	                     sizeof(why)),
+	assert_int_equal(medha_backend_open(&be, "cuda", &p, why, sizeof(why)),
 	    MEDHA_EUNSUP);
 	assert_null(be);
 	assert_non_null(strstr(why, "not built"));

@@ -79,8 +79,8 @@ check_all(const struct medha_kvplace *pl, const struct medha_kvlease *l,
 }
 
 static void
-assert_consistent(const struct medha_kvplace *pl,
-    const struct medha_kvlease *l, const int64_t *kv, int n)
+assert_consistent(const struct medha_kvplace *pl, const struct medha_kvlease *l,
+    const int64_t *kv, int n)
 {
 	char why[256] = "";
 
@@ -122,8 +122,7 @@ test_init(void **state)
 	assert_int_equal(medha_kvplace_init(&pl, MEDHA_KVP_MAX + 1, 16, 100, 0),
 	    MEDHA_EINVAL);
 	assert_int_equal(medha_kvplace_init(&pl, 2, 0, 100, 0), MEDHA_EINVAL);
-	assert_int_equal(medha_kvplace_init(&pl, 2, -16, 100, 0),
-	    MEDHA_EINVAL);
+	assert_int_equal(medha_kvplace_init(&pl, 2, -16, 100, 0), MEDHA_EINVAL);
 	assert_int_equal(medha_kvplace_init(&pl, 2, 16, 0, 0), MEDHA_EINVAL);
 	assert_int_equal(medha_kvplace_init(&pl, 2, 16, -5, 0), MEDHA_EINVAL);
 	assert_int_equal(medha_kvplace_init(&pl, 2, 16, 100, -16),
@@ -315,8 +314,7 @@ test_admit_choice(void **state)
 	assert_int_equal(medha_kvplace_admit_work(&pl, &a, 16 * 8, 0, w_none),
 	    0);
 	assert_int_equal(a.groups[0], 0); /* free 2, 10; work 0, 0 */
-	assert_int_equal(medha_kvplace_admit_work(&pl, &b, 16, 16, w_small),
-	    0);
+	assert_int_equal(medha_kvplace_admit_work(&pl, &b, 16, 16, w_small), 0);
 	assert_int_equal(b.groups[0], 1); /* most free */
 	assert_int_equal(pl.pend[1], 50);
 	/* free 2, 9; work 0, 50: group 0, though it has less room */
@@ -368,9 +366,9 @@ test_refusal(void **state)
 	(void)state;
 	/* 2 groups of 10 blocks, at most 4 blocks (64 tokens) a group */
 	assert_int_equal(medha_kvplace_init(&pl, 2, 16, 10, 64), 0);
-	assert_int_equal(medha_kvplace_admit(&pl, &a, 64, 64), 0);  /* 4 */
-	assert_int_equal(medha_kvplace_admit(&pl, &b, 64, 64), 0);  /* 4 */
-	assert_int_equal(medha_kvplace_admit(&pl, &c, 80, 80), 0);  /* 4+1 */
+	assert_int_equal(medha_kvplace_admit(&pl, &a, 64, 64), 0); /* 4 */
+	assert_int_equal(medha_kvplace_admit(&pl, &b, 64, 64), 0); /* 4 */
+	assert_int_equal(medha_kvplace_admit(&pl, &c, 80, 80), 0); /* 4+1 */
 	/* reserved: one group 8, the other 5 */
 	assert_int_equal(pl.res[0] + pl.res[1], 13);
 	assert_true((pl.res[0] == 8 && pl.res[1] == 5) ||
@@ -574,12 +572,10 @@ test_checks(void **state)
  * as it is (pend, res, next): 1 and groups[] filled, or 0 if a piece
  * finds no room. */
 static int
-model_pick(const struct medha_kvplace *pl, int64_t need, int *groups,
-    int *n)
+model_pick(const struct medha_kvplace *pl, int64_t need, int *groups, int *n)
 {
-	int64_t np = need > 0 ? (need + pl->group_tokens - 1) /
-	        pl->group_tokens
-	                      : 1;
+	int64_t np =
+	    need > 0 ? (need + pl->group_tokens - 1) / pl->group_tokens : 1;
 	int64_t res[MEDHA_KVP_MAX];
 	int used[MEDHA_KVP_MAX] = {0};
 
@@ -614,8 +610,8 @@ model_pick(const struct medha_kvplace *pl, int64_t need, int *groups,
 /* Work still pending for piece i of a lease of prompt P once done of it
  * are prefilled, within rounding: [lo, hi]. */
 static void
-model_left(const struct medha_kvplace *pl, const struct medha_kvlease *l,
-    int i, int64_t *lo, int64_t *hi)
+model_left(const struct medha_kvplace *pl, const struct medha_kvlease *l, int i,
+    int64_t *lo, int64_t *hi)
 {
 	int64_t start = (int64_t)i * pl->group_tokens, w = l->work[i];
 
@@ -668,10 +664,10 @@ random_run(uint64_t seed)
 			   test_work_without_prompt) */
 			for (int k = 0; k < MEDHA_KVP_MAX; k++)
 				work[k] = prompt > 0 ? between(0, 100000) : 0;
-			rc = use_work ? medha_kvplace_admit_work(&pl, &l[i], n,
-			                    prompt, work)
-			              : medha_kvplace_admit(&pl, &l[i], n,
-			                    prompt);
+			rc = use_work
+			    ? medha_kvplace_admit_work(&pl, &l[i], n, prompt,
+			          work)
+			    : medha_kvplace_admit(&pl, &l[i], n, prompt);
 			if (!ok) {
 				assert_int_equal(rc, MEDHA_ENOSPACE);
 				assert_int_equal(l[i].n_groups, 0);
@@ -684,14 +680,15 @@ random_run(uint64_t seed)
 			assert_int_equal(rc, 0);
 			assert_int_equal(l[i].n_groups, nw);
 			for (int k = 0; k < nw; k++) {
-				int64_t t = medha_kvplace_in_piece(&pl, k, 0,
-				    n);
+				int64_t t =
+				    medha_kvplace_in_piece(&pl, k, 0, n);
 				int64_t wk = use_work
 				    ? work[k]
 				    : medha_kvplace_in_piece(&pl, k, 0, prompt);
 				if (l[i].groups[k] != want[k])
-					fail_msg("seed %llu step %d: piece %d "
-					         "on group %d, the rule says %d",
+					fail_msg(
+					    "seed %llu step %d: piece %d "
+					    "on group %d, the rule says %d",
 					    (unsigned long long)seed, step, k,
 					    l[i].groups[k], want[k]);
 				assert_int_equal(l[i].res_blocks[k],
@@ -725,7 +722,8 @@ random_run(uint64_t seed)
 		/* the invariants, and the pending work per group */
 		{
 			int64_t sum[MEDHA_KVP_MAX] = {0};
-			int64_t lo[MEDHA_KVP_MAX] = {0}, hi[MEDHA_KVP_MAX] = {0};
+			int64_t lo[MEDHA_KVP_MAX] = {0},
+			        hi[MEDHA_KVP_MAX] = {0};
 			for (int k = 0; k < NL; k++) {
 				if (!live[k])
 					continue;

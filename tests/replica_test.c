@@ -389,8 +389,8 @@ test_cancel(void **state)
 static void
 test_stop_drains(void **state)
 {
-	struct medha_reqspec rs = cl_spec("last", 24, 40), late = cl_spec(
-	                                                     "late", 8, 2);
+	struct medha_reqspec rs = cl_spec("last", 24, 40),
+	                     late = cl_spec("late", 8, 2);
 	struct medha_msg_status st;
 	uint64_t h, hl, lates[64];
 	int code, t, n_late = 0;
@@ -495,8 +495,8 @@ test_refused_hello_keeps_core(void **state)
 	cl_close(&cli);
 	medha_replica_close(r);
 	unlink(path);
-	assert_int_equal(st.kv_blocks, 0);      /* fails: 50 */
-	assert_int_equal(t_sub, MEDHA_MSG_ERROR); /* fails: accepted */
+	assert_int_equal(st.kv_blocks, 0);           /* fails: 50 */
+	assert_int_equal(t_sub, MEDHA_MSG_ERROR);    /* fails: accepted */
 	assert_int_equal(t_good, MEDHA_MSG_WELCOME); /* fails: error */
 }
 #endif

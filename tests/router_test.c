@@ -143,8 +143,7 @@ setup(void **state)
 	signal(SIGALRM, on_alarm);
 	alarm(WATCHDOG);
 	sw_tmpdir(T.dir, sizeof(T.dir), "router");
-	snprintf(T.rep_url, sizeof(T.rep_url), "ipc://%s/replica.sock",
-	    T.dir);
+	snprintf(T.rep_url, sizeof(T.rep_url), "ipc://%s/replica.sock", T.dir);
 	medha_replica_config_default(&c);
 	c.listen = T.rep_url;
 	c.drain_timeout = 10;
@@ -272,8 +271,7 @@ test_held_until_ready(void **state)
 	(void)state;
 	/* the router sees the replica, which has no worker */
 	assert_true(status_until(&T.c, &st, 0, 0, 1));
-	assert_int_equal(cl_submit(&T.c, &rs, &hd, &code),
-	    MEDHA_MSG_ACCEPTED);
+	assert_int_equal(cl_submit(&T.c, &rs, &hd, &code), MEDHA_MSG_ACCEPTED);
 	sw_sleep(0.2); /* a few status rounds: it waits */
 	assert_int_equal(cl_status(&T.c, &st), 0);
 	assert_false(st.ready);

@@ -71,10 +71,10 @@ static const struct medha_model_config shape = {.n_layers = NL,
 
 static struct {
 	char dir[PATH_LEN - 64];
-	char model[PATH_LEN];   /* model and tokenizer, EOS 2 */
-	char notok[PATH_LEN];   /* the model alone */
-	char cut[PATH_LEN];     /* the model file cut short */
-	char eos[PATH_LEN];     /* written by test_eos: another EOS */
+	char model[PATH_LEN]; /* model and tokenizer, EOS 2 */
+	char notok[PATH_LEN]; /* the model alone */
+	char cut[PATH_LEN];   /* the model file cut short */
+	char eos[PATH_LEN];   /* written by test_eos: another EOS */
 	struct tmodel tm;
 } F;
 
@@ -238,8 +238,7 @@ generate(struct medha_runner *r, const int32_t *ids, int n, int64_t chunk,
 		out[n_out] = next;
 		if (++n_out == n_gen)
 			break;
-		if (medha_runner_decode(r, next, logits, why, sizeof(why)) !=
-		    0)
+		if (medha_runner_decode(r, next, logits, why, sizeof(why)) != 0)
 			fail_msg("decode %d: %s", n_out, why);
 	}
 	return n_out;
@@ -273,15 +272,15 @@ test_open(void **state)
 	medha_runner_close(r);
 	medha_runner_close(NULL);
 
-#define REFUSED(path, opts)                                              \
-	do {                                                             \
-		why[0] = '\0';                                           \
-		r = (struct medha_runner *)&o;                           \
+#define REFUSED(path, opts)                                                \
+	do {                                                               \
+		why[0] = '\0';                                             \
+		r = (struct medha_runner *)&o;                             \
 		assert_int_not_equal(medha_runner_open(&r, (path), (opts), \
-		                         why, sizeof(why)),              \
-		    0);                                                  \
-		assert_null(r);                                          \
-		assert_true(why[0] != '\0');                             \
+		                         why, sizeof(why)),                \
+		    0);                                                    \
+		assert_null(r);                                            \
+		assert_true(why[0] != '\0');                               \
 	} while (0)
 
 	o.n_threads = 0;
@@ -430,8 +429,8 @@ test_deterministic(void **state)
 	for (int i = 0; i < NGEN; i++) {
 		assert_true(a[i] >= 0 && a[i] < VOCAB);
 		if (a[i] != b[i] || a[i] != c[i])
-			fail_msg("token %d: %d, %d again, %d on two threads",
-			    i, a[i], b[i], c[i]);
+			fail_msg("token %d: %d, %d again, %d on two threads", i,
+			    a[i], b[i], c[i]);
 	}
 	/* another prompt, another generation (the model reads it) */
 	prompt_ids(ids, PROMPT, 10);
@@ -453,8 +452,7 @@ test_chunked(void **state)
 	(void)state;
 	prompt_ids(ids, PROMPT, 11);
 	r = open_runner(F.model, 2, PROMPT + NGEN);
-	if (medha_runner_prefill(r, ids, PROMPT, 0, ref, why, sizeof(why)) !=
-	    0)
+	if (medha_runner_prefill(r, ids, PROMPT, 0, ref, why, sizeof(why)) != 0)
 		fail_msg("prefill: %s", why);
 	medha_runner_close(r);
 	r = open_runner(F.model, 2, PROMPT + NGEN);
@@ -524,7 +522,8 @@ test_eos(void **state)
 		r = open_runner(F.eos, 1, PROMPT + k - 1);
 		assert_int_equal(generate(r, ids, PROMPT, 0, k - 1, 0, got),
 		    k - 1);
-		assert_memory_equal(got, all, (size_t)(k - 1) * sizeof(int32_t));
+		assert_memory_equal(got, all,
+		    (size_t)(k - 1) * sizeof(int32_t));
 		medha_runner_close(r);
 	}
 	r = open_runner(F.eos, 1, PROMPT);

@@ -45,10 +45,10 @@
 #include "net/proto.h"
 #include "req.h"
 
-#define SW_REQS 64      /* requests a worker or a client follows */
-#define SW_PROMPT 256   /* prompt ids a worker keeps per request */
-#define SW_OUT 4096     /* output ids a client keeps per request */
-#define SW_TIMEOUT 5.0  /* s: any one call */
+#define SW_REQS 64     /* requests a worker or a client follows */
+#define SW_PROMPT 256  /* prompt ids a worker keeps per request */
+#define SW_OUT 4096    /* output ids a client keeps per request */
+#define SW_TIMEOUT 5.0 /* s: any one call */
 
 static double
 sw_now(void)
@@ -88,8 +88,8 @@ struct sw {
 	pthread_t thr;
 	int running;
 	atomic_int quit;
-	atomic_int hold; /* while set, a BATCH waits for its answer (keep
-	                    it under MEDHA_PROTO_DEAD_MS: no heartbeats) */
+	atomic_int hold;    /* while set, a BATCH waits for its answer (keep
+	                       it under MEDHA_PROTO_DEAD_MS: no heartbeats) */
 	pthread_mutex_t mu; /* guards what follows */
 	struct sw_req req[SW_REQS];
 	int nreq;
@@ -147,8 +147,7 @@ sw_hello(struct sw *w, const struct medha_msg_hello *h, struct medha_msg *rep)
 	return rep->type;
 }
 
-static void
-sw_fail(struct sw *w, const char *fmt, ...)
+static void sw_fail(struct sw *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void
@@ -213,16 +212,17 @@ sw_run(struct sw *w, const struct medha_msg_batch *b,
 			    (unsigned long long)it->handle);
 		if (it->pos != q->next)
 			sw_fail(w, "item of %llx at %lld, expected %lld",
-			    (unsigned long long)it->handle,
-			    (long long)it->pos, (long long)q->next);
+			    (unsigned long long)it->handle, (long long)it->pos,
+			    (long long)q->next);
 		if (!it->has_params != (it->pos != 0))
 			sw_fail(w, "item of %llx at %lld: params %d",
-			    (unsigned long long)it->handle,
-			    (long long)it->pos, it->has_params);
+			    (unsigned long long)it->handle, (long long)it->pos,
+			    it->has_params);
 		if (q->sampled) { /* a decode: the token answered last */
 			if (it->n_ids != 1 || it->ids[0] != q->last)
-				sw_fail(w, "decode of %llx: %lld ids, [0] "
-				           "%d, the last token was %d",
+				sw_fail(w,
+				    "decode of %llx: %lld ids, [0] "
+				    "%d, the last token was %d",
 				    (unsigned long long)it->handle,
 				    (long long)it->n_ids, it->ids[0], q->last);
 			q->decodes++;
@@ -236,7 +236,8 @@ sw_run(struct sw *w, const struct medha_msg_batch *b,
 		q->sampled = it->sample;
 		if (it->sample) {
 			tok[n].handle = it->handle;
-			tok[n].token = medha_backend_sim_token(q->next, w->vocab);
+			tok[n].token =
+			    medha_backend_sim_token(q->next, w->vocab);
 			q->last = tok[n].token;
 			n++;
 		}
@@ -287,7 +288,8 @@ sw_main(void *arg)
 		} else {
 			sw_fail(w, "answered %s (%s)",
 			    medha_msg_type_name(rep.type),
-			    rep.type == MEDHA_MSG_ERROR ? rep.error.reason : "");
+			    rep.type == MEDHA_MSG_ERROR ? rep.error.reason
+			                                : "");
 			pthread_mutex_unlock(&w->mu);
 			medha_msg_clear(&rep);
 			break;
@@ -359,7 +361,7 @@ struct cl_req {
 	int64_t n_ids;
 	int token_events;
 	int records;
-	int after_record; /* events after its record */
+	int after_record;        /* events after its record */
 	struct medha_record rec; /* owned, once records > 0 */
 };
 
@@ -416,8 +418,7 @@ cl_call(struct cl *c, const struct medha_msg *m, struct medha_msg *rep)
  * follows it; returns the answer's type, with an ERROR's code in *code.
  */
 static int
-cl_submit(struct cl *c, const struct medha_reqspec *rs, uint64_t *h,
-    int *code)
+cl_submit(struct cl *c, const struct medha_reqspec *rs, uint64_t *h, int *code)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
 	int t;
