@@ -21,7 +21,8 @@
  *    stream back (the worker's tokens, in order) and end with exactly
  *    one record, its last event: status ok, finish "length", the counts
  *    and token ids; token ids sent as the prompt reach the worker as
- *    they were; a request that asks for no stream gets its record
+ *    they were, a prompt longer than a chunk (fixed chunks of 64 here)
+ *    in pieces; a request that asks for no stream gets its record
  *    alone; every request that ran is freed on the worker;
  *  - refusals: a text prompt without a tokenizer, ids outside the
  *    vocabulary, a made-up prompt larger than the KV cache;
@@ -94,6 +95,7 @@ setup(void **state)
 	c.listen = R.url;
 	c.workers = 1;
 	c.drain_timeout = 10;
+	c.sched.chunk = 64; /* fixed chunks: long prompts come in several */
 	if (medha_replica_open(&R.rep, &c, why, sizeof(why)) != 0) {
 		print_error("replica: %s\n", why);
 		return -1;
@@ -297,24 +299,35 @@ static void
 test_submit(void **state)
 {
 	struct medha_reqspec a = cl_spec("a", 20, 3), b = cl_spec("b", 0, 2);
-	struct medha_reqspec c = cl_spec("c", 33, 5);
-	int32_t ids[10] = {5, 6, 7, 8, 9, 128255, 0, 1000, 2, 3};
+	struct medha_reqspec c = cl_spec("c", 33, 5), d = cl_spec("d", 0, 4);
+	int32_t ids[10] = {5, 6, 7, 8, 9, 128255, 0, 1000, 2, 3}, long_ids[150];
 	struct medha_msg_status st;
 	struct sw_req seen;
-	uint64_t ha, hb, hc;
+	uint64_t ha, hb, hc, hd;
 	int code;
 
 	(void)state;
 	b.prompt_ids = ids;
 	b.prompt_tokens = 10;
 	c.no_stream = 1;
+	for (int i = 0; i < 150; i++)
+		long_ids[i] = (i * 7919) % VOCAB;
+	d.prompt_ids = long_ids;
+	d.prompt_tokens = 150;
 	assert_int_equal(cl_submit(&R.c, &a, &ha, &code), MEDHA_MSG_ACCEPTED);
 	assert_int_equal(cl_submit(&R.c, &b, &hb, &code), MEDHA_MSG_ACCEPTED);
 	assert_int_equal(cl_submit(&R.c, &c, &hc, &code), MEDHA_MSG_ACCEPTED);
+	assert_int_equal(cl_submit(&R.c, &d, &hd, &code), MEDHA_MSG_ACCEPTED);
 	assert_true(ha != hb && hb != hc && ha != hc);
 	check_done(&R.c, ha, "a", 20, 3, 0);
 	check_done(&R.c, hb, "b", 10, 2, 0);
 	check_done(&R.c, hc, "c", 33, 5, 1);
+	check_done(&R.c, hd, "d", 150, 4, 0);
+	/* a prompt longer than a chunk came in pieces, in order, only the
+	 * last one sampled (the worker checks that) */
+	assert_true(sw_seen(&R.w, hd, &seen));
+	assert_true(seen.chunks >= 3);
+	assert_memory_equal(seen.prompt, long_ids, sizeof(long_ids));
 	/* the prompt ids reached the worker as sent; a made-up prompt is
 	 * in the vocabulary */
 	assert_true(sw_seen(&R.w, hb, &seen));

@@ -74,6 +74,7 @@ struct sw_req {
 	uint64_t handle;
 	int32_t prompt[SW_PROMPT]; /* its prefill ids (the first SW_PROMPT) */
 	int64_t n_prompt;          /* prefill ids seen */
+	int64_t chunks;            /* prefill items */
 	int64_t next;              /* the position its next item must have */
 	int sampled;               /* its last item asked for a sample */
 	int32_t last;              /* the token answered then */
@@ -231,6 +232,7 @@ sw_run(struct sw *w, const struct medha_msg_batch *b,
 				if (q->n_prompt + k < SW_PROMPT)
 					q->prompt[q->n_prompt + k] = it->ids[k];
 			q->n_prompt += it->n_ids;
+			q->chunks++;
 		}
 		q->next = it->pos + it->n_ids;
 		q->sampled = it->sample;
