@@ -34,7 +34,11 @@
  *    then medha_replica_run() returns 0.
  * A bug found here (a refused HELLO still makes the replica's core) is
  * pinned down by a test at the end, built only with
- * -DMEDHA_TEST_KNOWN_BUGS (it fails until fixed).
+ * -DMEDHA_TEST_KNOWN_BUGS (it fails until fixed):
+ *	cc -O2 -std=c11 -D_GNU_SOURCE -iquote libcore -Itests \
+ *	    -DMEDHA_TEST_KNOWN_BUGS -o /tmp/replica_bugs tests/replica_test.c \
+ *	    build/libmedha.a -lcmocka -lnng -lmsgpackc -ljansson -lzstd \
+ *	    -lpcre2-32 -lpthread -lm && /tmp/replica_bugs
  */
 #include <stdarg.h>
 #include <stddef.h>
