@@ -1,0 +1,538 @@
+/*
+ * replica_test.c: the live replica (libcore/serve/replica.c) in this
+ * process, on an ipc:// socket in a temporary directory, run by
+ * medha_replica_run() in a thread until a stop flag is set. The test
+ * plays its one worker (a sim worker of llama3-8b on an a100, answering
+ * each batch at once with the sim backend's placeholder tokens) and its
+ * clients, through tests/scripted_worker.h. The checks, in order on one
+ * replica:
+ *  - before any worker: STATUS says not ready (0 of 1 workers), a
+ *    SUBMIT is refused (MEDHA_ENOSPACE), READY from a peer that never
+ *    said HELLO is refused, and HELLOs from which no replica can be made
+ *    (an unknown device, another vocabulary, a layout of two workers,
+ *    a backend not built) are refused
+ *    with their reasons and leave it not ready;
+ *  - a good HELLO is welcomed as worker 0 and the replica is ready:
+ *    STATUS gives the worker's KV blocks and block size, the model and
+ *    the backend; a second HELLO for rank 0 from another connection is
+ *    refused while the first is there, as are layers that are not the
+ *    stage's;
+ *  - SUBMITs are ACCEPTED with their ids, and each request's tokens
+ *    stream back (the worker's tokens, in order) and end with exactly
+ *    one record, its last event: status ok, finish "length", the counts
+ *    and token ids; token ids sent as the prompt reach the worker as
+ *    they were, a prompt longer than a chunk (fixed chunks of 64 here)
+ *    in pieces; a request that asks for no stream gets its record
+ *    alone; every request that ran is freed on the worker;
+ *  - refusals: a text prompt without a tokenizer, ids outside the
+ *    vocabulary, a made-up prompt larger than the KV cache;
+ *  - CANCEL of an unknown handle, of another client's request and of
+ *    an ended one is an ERROR; of a running request it is OK, and its
+ *    record says "cancelled";
+ *  - a stop with a request in flight refuses new SUBMITs and says not
+ *    ready, lets the request finish (all its tokens, status ok), and
+ *    then medha_replica_run() returns 0.
+ * A bug found here (a refused HELLO still makes the replica's core) is
+ * pinned down by a test at the end, built only with
+ * -DMEDHA_TEST_KNOWN_BUGS (it fails until fixed):
+ *	cc -O2 -std=c11 -D_GNU_SOURCE -iquote libcore -Itests \
+ *	    -DMEDHA_TEST_KNOWN_BUGS -o /tmp/replica_bugs tests/replica_test.c \
+ *	    build/libmedha.a -lcmocka -lnng -lmsgpackc -ljansson -lzstd \
+ *	    -lpcre2-32 -lpthread -lm && /tmp/replica_bugs
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+
+#include "serve/replica.h"
+#include "scripted_worker.h"
+
+#define WATCHDOG 60 /* s: the whole test, whatever hangs */
+#define VOCAB 128256
+
+static struct {
+	char dir[128];
+	char url[192];
+	struct medha_replica *rep;
+	pthread_t thr;
+	int running;
+	volatile sig_atomic_t stop;
+	int run_rc;
+	struct sw w;  /* the worker */
+	struct cl c;  /* a client */
+	struct cl c2; /* another */
+} R;
+
+static void *
+replica_main(void *arg)
+{
+	(void)arg;
+	R.run_rc = medha_replica_run(R.rep, &R.stop);
+	return NULL;
+}
+
+static void
+on_alarm(int sig)
+{
+	(void)sig;
+	static const char msg[] = "replica_test: watchdog: hung\n";
+	(void)!write(2, msg, sizeof(msg) - 1);
+	_exit(1);
+}
+
+static int
+setup(void **state)
+{
+	struct medha_replica_config c;
+	char why[256];
+
+	(void)state;
+	signal(SIGALRM, on_alarm);
+	alarm(WATCHDOG);
+	sw_tmpdir(R.dir, sizeof(R.dir), "replica");
+	snprintf(R.url, sizeof(R.url), "ipc://%s/replica.sock", R.dir);
+	medha_replica_config_default(&c);
+	c.listen = R.url;
+	c.workers = 1;
+	c.drain_timeout = 10;
+	c.sched.chunk = 64; /* fixed chunks: long prompts come in several */
+	if (medha_replica_open(&R.rep, &c, why, sizeof(why)) != 0) {
+		print_error("replica: %s\n", why);
+		return -1;
+	}
+	if (pthread_create(&R.thr, NULL, replica_main, NULL) != 0)
+		return -1;
+	R.running = 1;
+	if (sw_open(&R.w, R.url) != 0 || cl_open(&R.c, R.url) != 0 ||
+	    cl_open(&R.c2, R.url) != 0)
+		return -1;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	char path[256];
+
+	(void)state;
+	R.stop = 1;
+	if (R.running)
+		pthread_join(R.thr, NULL);
+	R.running = 0;
+	sw_stop(&R.w);
+	cl_close(&R.c);
+	cl_close(&R.c2);
+	medha_replica_close(R.rep);
+	snprintf(path, sizeof(path), "%s/replica.sock", R.dir);
+	unlink(path);
+	rmdir(R.dir);
+	alarm(0);
+	return 0;
+}
+
+/* The worker saw nothing amiss. */
+static void
+worker_ok(void)
+{
+	char e[sizeof(R.w.error)];
+
+	pthread_mutex_lock(&R.w.mu);
+	memcpy(e, R.w.error, sizeof(e));
+	pthread_mutex_unlock(&R.w.mu);
+	if (e[0] != '\0')
+		fail_msg("worker: %s", e);
+}
+
+/* A HELLO that must be refused with code; its reason holds what. */
+static void
+hello_refused(const struct medha_msg_hello *h, int code, const char *what)
+{
+	struct medha_msg rep;
+	int t = sw_hello(&R.w, h, &rep);
+
+	if (t != MEDHA_MSG_ERROR)
+		fail_msg("HELLO (%s) answered %s", what,
+		    t > 0 ? medha_msg_type_name(t) : medha_strerror(t));
+	assert_int_equal(rep.error.code, code);
+	if (strstr(rep.error.reason, what) == NULL)
+		fail_msg("reason \"%s\", not \"%s\"", rep.error.reason, what);
+	medha_msg_clear(&rep);
+}
+
+/* ---- before the worker ---- */
+
+static void
+test_not_ready(void **state)
+{
+	struct medha_msg_status st;
+	struct medha_msg_hello h;
+	struct medha_msg m = {.type = MEDHA_MSG_READY, .worker_id = 0}, rep;
+	struct medha_reqspec rs = cl_spec("early", 10, 2);
+	uint64_t hd;
+	int code;
+
+	(void)state;
+	assert_int_equal(cl_status(&R.c, &st), 0);
+	assert_false(st.ready);
+	assert_int_equal(st.workers, 0);
+	assert_int_equal(st.workers_wanted, 1);
+	assert_int_equal(st.pending, 0);
+	assert_int_equal(cl_submit(&R.c, &rs, &hd, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOSPACE);
+	/* worker messages from a peer that said no HELLO */
+	assert_int_equal(cl_call(&R.c, &m, &rep), MEDHA_MSG_ERROR);
+	assert_int_equal(rep.error.code, MEDHA_ENOTFOUND);
+	medha_msg_clear(&rep);
+
+	/* HELLOs no replica can be made from */
+	sw_hello_default(&h);
+	snprintf(h.gpu, sizeof(h.gpu), "z80");
+	hello_refused(&h, MEDHA_EINVAL, "z80");
+	sw_hello_default(&h);
+	h.vocab = 1000;
+	hello_refused(&h, MEDHA_EINVAL, "vocab");
+	sw_hello_default(&h);
+	h.tp = 2;
+	hello_refused(&h, MEDHA_EINVAL, "layout");
+	sw_hello_default(&h);
+	snprintf(h.backend, sizeof(h.backend), "cuda");
+	hello_refused(&h, MEDHA_EUNSUP, "cuda");
+	assert_int_equal(cl_status(&R.c, &st), 0);
+	assert_false(st.ready);
+	assert_int_equal(st.workers, 0);
+}
+
+/* ---- the worker arrives ---- */
+
+static void
+test_hello(void **state)
+{
+	struct medha_msg_status st;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct sw other;
+
+	(void)state;
+	sw_hello_default(&h);
+	assert_int_equal(sw_hello(&R.w, &h, &rep), MEDHA_MSG_WELCOME);
+	assert_int_equal(rep.worker_id, 0);
+	medha_msg_clear(&rep);
+	assert_int_equal(cl_status(&R.c, &st), 0);
+	assert_true(st.ready);
+	assert_int_equal(st.workers, 1);
+	assert_int_equal(st.workers_wanted, 1);
+	assert_int_equal(st.kv_blocks, h.n_blocks);
+	assert_int_equal(st.kv_used, 0);
+	assert_int_equal(st.block_size, 16);
+	assert_int_equal(st.pending, 0);
+	assert_int_equal(st.queue, 0);
+	assert_string_equal(st.model, "llama3-8b");
+	assert_string_equal(st.backend, "sim");
+
+	/* rank 0 again, from another connection: refused, the first
+	 * stays; so are layers that are not the stage's */
+	assert_int_equal(sw_open(&other, R.url), 0);
+	h.layer_hi = 16;
+	assert_int_equal(sw_hello(&other, &h, &rep), MEDHA_MSG_ERROR);
+	assert_int_equal(rep.error.code, MEDHA_EINVAL);
+	assert_non_null(strstr(rep.error.reason, "layers"));
+	medha_msg_clear(&rep);
+	h.layer_hi = 32;
+	assert_int_equal(sw_hello(&other, &h, &rep), MEDHA_MSG_ERROR);
+	assert_int_equal(rep.error.code, MEDHA_ENOSPACE);
+	assert_non_null(strstr(rep.error.reason, "connected already"));
+	medha_msg_clear(&rep);
+	sw_stop(&other);
+	assert_int_equal(cl_status(&R.c, &st), 0);
+	assert_true(st.ready);
+	assert_int_equal(st.workers, 1);
+
+	sw_start(&R.w);
+}
+
+/* ---- requests ---- */
+
+/* h's record: ok, its tokens those of a prompt of n_prompt and max
+ * output tokens; streamed unless no_stream. */
+static void
+check_done(struct cl *c, uint64_t h, const char *id, int64_t n_prompt,
+    int64_t max, int no_stream)
+{
+	struct cl_req *q = cl_wait_record(c, h, 10);
+	struct sw_req seen;
+
+	if (q == NULL)
+		fail_msg("request %s: no record", id);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->after_record, 0);
+	assert_string_equal(q->rec.id, id);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("request %s: %s (%s)", id,
+		    medha_status_name(q->rec.status), q->rec.reason);
+	assert_int_equal(q->rec.finish_reason, MEDHA_FINISH_LENGTH);
+	assert_int_equal(q->rec.prompt_tokens, n_prompt);
+	assert_int_equal(q->rec.output_tokens, max);
+	assert_int_equal(q->rec.n_token_ids, max);
+	assert_true(q->rec.first_token >= q->rec.arrival);
+	assert_true(q->rec.finish >= q->rec.first_token);
+	for (int64_t i = 0; i < max; i++)
+		assert_int_equal(q->rec.token_ids[i],
+		    medha_backend_sim_token(n_prompt + i, VOCAB));
+	if (no_stream) {
+		assert_int_equal(q->token_events, 0);
+		assert_int_equal(q->n_ids, 0);
+	} else {
+		assert_true(q->token_events >= 1);
+		assert_int_equal(q->n_ids, max);
+		assert_memory_equal(q->ids, q->rec.token_ids,
+		    (size_t)max * sizeof(int32_t));
+	}
+	/* the worker ran it all, and frees it */
+	assert_true(sw_seen(&R.w, h, &seen));
+	assert_int_equal(seen.n_prompt, n_prompt);
+	assert_int_equal(seen.decodes, max - 1);
+	if (!sw_wait_freed(&R.w, h, 5))
+		fail_msg("request %s: never freed on the worker", id);
+}
+
+static void
+test_submit(void **state)
+{
+	struct medha_reqspec a = cl_spec("a", 20, 3), b = cl_spec("b", 0, 2);
+	struct medha_reqspec c = cl_spec("c", 33, 5), d = cl_spec("d", 0, 4);
+	int32_t ids[10] = {5, 6, 7, 8, 9, 128255, 0, 1000, 2, 3}, long_ids[150];
+	struct medha_msg_status st;
+	struct sw_req seen;
+	uint64_t ha, hb, hc, hd;
+	int code;
+
+	(void)state;
+	b.prompt_ids = ids;
+	b.prompt_tokens = 10;
+	c.no_stream = 1;
+	for (int i = 0; i < 150; i++)
+		long_ids[i] = (i * 7919) % VOCAB;
+	d.prompt_ids = long_ids;
+	d.prompt_tokens = 150;
+	assert_int_equal(cl_submit(&R.c, &a, &ha, &code), MEDHA_MSG_ACCEPTED);
+	assert_int_equal(cl_submit(&R.c, &b, &hb, &code), MEDHA_MSG_ACCEPTED);
+	assert_int_equal(cl_submit(&R.c, &c, &hc, &code), MEDHA_MSG_ACCEPTED);
+	assert_int_equal(cl_submit(&R.c, &d, &hd, &code), MEDHA_MSG_ACCEPTED);
+	assert_true(ha != hb && hb != hc && ha != hc);
+	check_done(&R.c, ha, "a", 20, 3, 0);
+	check_done(&R.c, hb, "b", 10, 2, 0);
+	check_done(&R.c, hc, "c", 33, 5, 1);
+	check_done(&R.c, hd, "d", 150, 4, 0);
+	/* a prompt longer than a chunk came in pieces, in order, only the
+	 * last one sampled (the worker checks that) */
+	assert_true(sw_seen(&R.w, hd, &seen));
+	assert_true(seen.chunks >= 3);
+	assert_memory_equal(seen.prompt, long_ids, sizeof(long_ids));
+	/* the prompt ids reached the worker as sent; a made-up prompt is
+	 * in the vocabulary */
+	assert_true(sw_seen(&R.w, hb, &seen));
+	assert_memory_equal(seen.prompt, ids, sizeof(ids));
+	assert_true(sw_seen(&R.w, ha, &seen));
+	for (int i = 0; i < 20; i++)
+		assert_true(seen.prompt[i] >= 0 && seen.prompt[i] < VOCAB);
+	assert_int_equal(R.c.strays, 0);
+	/* nothing left in flight */
+	assert_int_equal(cl_status(&R.c, &st), 0);
+	assert_int_equal(st.pending, 0);
+	assert_int_equal(st.kv_used, 0);
+	assert_int_equal(st.prefill, 0);
+	worker_ok();
+}
+
+static void
+test_refused(void **state)
+{
+	struct medha_reqspec rs = cl_spec("text", 0, 2);
+	int32_t ids[3] = {1, VOCAB, 2};
+	uint64_t h;
+	int code;
+
+	(void)state;
+	rs.prompt = "Hello";
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_EUNSUP); /* no tokenizer */
+	rs = cl_spec("ids", 3, 2);
+	rs.prompt_ids = ids;
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_EINVAL);
+	rs = cl_spec("huge", 10000 * 16 + 1, 2);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ERANGE);
+}
+
+static void
+test_cancel(void **state)
+{
+	struct medha_reqspec rs = cl_spec("long", 16, 100000);
+	struct cl_req *q;
+	uint64_t h;
+	int code;
+
+	(void)state;
+	assert_int_equal(cl_cancel(&R.c, 0xdeadbeefULL, &code),
+	    MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOTFOUND);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	assert_true(cl_wait_ids(&R.c, h, 1, 10));
+	/* not another client's to cancel */
+	assert_int_equal(cl_cancel(&R.c2, h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOTFOUND);
+	assert_int_equal(cl_cancel(&R.c, h, &code), MEDHA_MSG_OK);
+	q = cl_wait_record(&R.c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_CANCELLED);
+	assert_true(q->rec.output_tokens < 100000);
+	assert_int_equal(q->rec.output_tokens, q->n_ids);
+	assert_non_null(strstr(q->rec.reason, "cancel"));
+	/* ended: no longer in flight */
+	assert_int_equal(cl_cancel(&R.c, h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOTFOUND);
+	if (!sw_wait_freed(&R.w, h, 5))
+		fail_msg("cancelled request never freed on the worker");
+}
+
+/* ---- stopping ---- */
+
+static void
+test_stop_drains(void **state)
+{
+	struct medha_reqspec rs = cl_spec("last", 24, 40),
+	                     late = cl_spec("late", 8, 2);
+	struct medha_msg_status st;
+	uint64_t h, hl, lates[64];
+	int code, t, n_late = 0;
+	double until;
+
+	(void)state;
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	assert_true(cl_wait_ids(&R.c, h, 1, 10));
+	/* the worker keeps its next batch: the request stays in flight */
+	atomic_store(&R.w.hold, 1);
+	R.stop = 1;
+	/* the replica sees the stop on its next pass: new requests are
+	 * refused and it says it is not ready */
+	until = sw_now() + 5;
+	do { /* taken until it sees the stop, then refused */
+		t = cl_submit(&R.c, &late, &hl, &code);
+		if (t == MEDHA_MSG_ACCEPTED) {
+			assert_true(n_late < 64);
+			lates[n_late++] = hl;
+		}
+	} while (t != MEDHA_MSG_ERROR && sw_now() < until);
+	assert_int_equal(t, MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_EUNSUP);
+	assert_int_equal(cl_status(&R.c, &st), 0);
+	assert_false(st.ready);
+	/* the request in flight ends as it would have */
+	atomic_store(&R.w.hold, 0);
+	check_done(&R.c, h, "last", 24, 40, 0);
+	for (int i = 0; i < n_late; i++)
+		check_done(&R.c, lates[i], "late", 8, 2, 0);
+	pthread_join(R.thr, NULL);
+	R.running = 0;
+	assert_int_equal(R.run_rc, 0);
+	worker_ok();
+}
+
+#ifdef MEDHA_TEST_KNOWN_BUGS
+/*
+ * KNOWN BUG (not fixed here; built only with -DMEDHA_TEST_KNOWN_BUGS):
+ * on_hello() makes the scheduler core from the first HELLO before it
+ * checks that HELLO's layers, and keeps the core when it then refuses
+ * the worker. One refused HELLO (smollm2-135m, layers [0, 16) of 30)
+ * fixes the replica's model and KV blocks: STATUS reports them with no
+ * worker there, SUBMITs are ACCEPTED (and wait) where replica.h and
+ * test_not_ready expect "not ready", and a correct llama3-8b worker is
+ * refused for good ("stage 0 of 1 runs layers [0, 30)").
+ */
+static volatile sig_atomic_t poisoned_stop;
+
+static void *
+poisoned_main(void *arg)
+{
+	medha_replica_run(arg, &poisoned_stop);
+	return NULL;
+}
+
+static void
+test_refused_hello_keeps_core(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct medha_msg_status st;
+	struct sw bad, good;
+	struct cl cli;
+	char url[300], path[256], why[256];
+	struct medha_reqspec rs = cl_spec("x", 10, 2);
+	pthread_t thr;
+	uint64_t hd;
+	int code, t_sub, t_good;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/poisoned.sock", R.dir);
+	snprintf(url, sizeof(url), "ipc://%s", path);
+	medha_replica_config_default(&c);
+	c.listen = url;
+	c.drain_timeout = 0.5;
+	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
+	assert_int_equal(sw_open(&bad, url), 0);
+	assert_int_equal(sw_open(&good, url), 0);
+	assert_int_equal(cl_open(&cli, url), 0);
+	sw_hello_default(&h);
+	snprintf(h.model, sizeof(h.model), "smollm2-135m");
+	h.vocab = 49152;
+	h.dim = 576;
+	h.layer_hi = 16;
+	h.n_blocks = 50;
+	assert_int_equal(sw_hello(&bad, &h, &rep), MEDHA_MSG_ERROR);
+	medha_msg_clear(&rep);
+	assert_int_equal(cl_status(&cli, &st), 0);
+	t_sub = cl_submit(&cli, &rs, &hd, &code);
+	sw_hello_default(&h);
+	t_good = sw_hello(&good, &h, &rep);
+	if (t_good > 0)
+		medha_msg_clear(&rep);
+	poisoned_stop = 1;
+	pthread_join(thr, NULL);
+	sw_stop(&bad);
+	sw_stop(&good);
+	cl_close(&cli);
+	medha_replica_close(r);
+	unlink(path);
+	assert_int_equal(st.kv_blocks, 0);           /* fails: 50 */
+	assert_int_equal(t_sub, MEDHA_MSG_ERROR);    /* fails: accepted */
+	assert_int_equal(t_good, MEDHA_MSG_WELCOME); /* fails: error */
+}
+#endif
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_not_ready),
+	    cmocka_unit_test(test_hello),
+	    cmocka_unit_test(test_submit),
+	    cmocka_unit_test(test_refused),
+	    cmocka_unit_test(test_cancel),
+	    cmocka_unit_test(test_stop_drains),
+#ifdef MEDHA_TEST_KNOWN_BUGS
+	    cmocka_unit_test(test_refused_hello_keeps_core),
+#endif
+	};
+
+	medha_log_level = MEDHA_LOG_ERROR;
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

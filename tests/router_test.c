@@ -1,0 +1,510 @@
+/*
+ * router_test.c: medha-router's core (libcore/serve/router.c) in this
+ * process, in front of one live replica (serve/replica.c) whose worker
+ * the test plays (tests/scripted_worker.h: a sim worker of llama3-8b
+ * that answers each batch at once with the sim backend's placeholder
+ * tokens). Router and replica each run in a thread on ipc:// sockets in
+ * a temporary directory, until their stop flags are set. The checks:
+ *  - a request submitted while the replica has no worker is ACCEPTED and
+ *    held (router.h: it waits at the router for a ready replica); once
+ *    the worker says HELLO it goes out and ends "ok" with its tokens;
+ *  - requests go through and come back with the router's handles: the
+ *    replica's tokens, in order, and exactly one record each, the last
+ *    event; a request that asks for no stream gets its record alone;
+ *  - STATUS through the router gives the replica's figures (workers,
+ *    KV blocks, block size, model, backend) and the router's own count
+ *    of requests in flight; the metrics snapshot counts what ended;
+ *  - CANCEL of an unknown handle, and of another client's request, is
+ *    an ERROR; of a running request it is OK and its record says
+ *    "cancelled";
+ *  - a router whose replica is down (nothing listens at its address)
+ *    is not ready; with hold_timeout 0 it answers a SUBMIT with ERROR
+ *    (MEDHA_ENOSPACE), with a short hold_timeout it ACCEPTs it and
+ *    ends it "rejected" once the hold is over;
+ *  - a stop with a request in flight refuses new SUBMITs, lets the
+ *    request finish, and medha_router_run() returns 0 (and so does the
+ *    replica's after it).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+
+#include "serve/replica.h"
+#include "serve/router.h"
+#include "scripted_worker.h"
+
+#define WATCHDOG 60 /* s: the whole test, whatever hangs */
+#define VOCAB 128256
+
+/* A router and the thread that runs it. */
+struct rt {
+	char url[192];
+	const char *reps[1];
+	char rep_url[192];
+	struct medha_router *r;
+	pthread_t thr;
+	int running;
+	volatile sig_atomic_t stop;
+	int rc;
+};
+
+static struct {
+	char dir[128];
+	char rep_url[192];
+	struct medha_replica *rep;
+	pthread_t rep_thr;
+	int rep_running;
+	volatile sig_atomic_t rep_stop;
+	int rep_rc;
+	struct rt main;  /* in front of the replica */
+	struct sw w;     /* the replica's worker */
+	struct cl c, c2; /* clients of the router */
+} T;
+
+static void *
+replica_main(void *arg)
+{
+	(void)arg;
+	T.rep_rc = medha_replica_run(T.rep, &T.rep_stop);
+	return NULL;
+}
+
+static void *
+router_main(void *arg)
+{
+	struct rt *x = arg;
+
+	x->rc = medha_router_run(x->r, &x->stop);
+	return NULL;
+}
+
+static void
+on_alarm(int sig)
+{
+	(void)sig;
+	static const char msg[] = "router_test: watchdog: hung\n";
+	(void)!write(2, msg, sizeof(msg) - 1);
+	_exit(1);
+}
+
+/* Start a router at dir/name in front of the replica at rep_url. */
+static int
+rt_start(struct rt *x, const char *name, const char *rep_url, double hold)
+{
+	struct medha_router_config c;
+	char why[256];
+
+	memset(x, 0, sizeof(*x));
+	snprintf(x->url, sizeof(x->url), "ipc://%s/%s", T.dir, name);
+	snprintf(x->rep_url, sizeof(x->rep_url), "%s", rep_url);
+	x->reps[0] = x->rep_url;
+	medha_router_config_default(&c);
+	c.listen = x->url;
+	c.replicas = x->reps;
+	c.nreplicas = 1;
+	c.status_interval = 0.05;
+	c.hold_timeout = hold;
+	c.drain_timeout = 10;
+	if (medha_router_open(&x->r, &c, why, sizeof(why)) != 0) {
+		print_error("router: %s\n", why);
+		return -1;
+	}
+	if (pthread_create(&x->thr, NULL, router_main, x) != 0)
+		return -1;
+	x->running = 1;
+	return 0;
+}
+
+/* Stop it (run must return 0) and close it. */
+static void
+rt_stop(struct rt *x)
+{
+	x->stop = 1;
+	if (x->running) {
+		pthread_join(x->thr, NULL);
+		assert_int_equal(x->rc, 0);
+	}
+	x->running = 0;
+	medha_router_close(x->r);
+	x->r = NULL;
+}
+
+static int
+setup(void **state)
+{
+	struct medha_replica_config c;
+	char why[256];
+
+	(void)state;
+	signal(SIGALRM, on_alarm);
+	alarm(WATCHDOG);
+	sw_tmpdir(T.dir, sizeof(T.dir), "router");
+	snprintf(T.rep_url, sizeof(T.rep_url), "ipc://%s/replica.sock", T.dir);
+	medha_replica_config_default(&c);
+	c.listen = T.rep_url;
+	c.drain_timeout = 10;
+	if (medha_replica_open(&T.rep, &c, why, sizeof(why)) != 0) {
+		print_error("replica: %s\n", why);
+		return -1;
+	}
+	if (pthread_create(&T.rep_thr, NULL, replica_main, NULL) != 0)
+		return -1;
+	T.rep_running = 1;
+	if (rt_start(&T.main, "router.sock", T.rep_url, 30) != 0)
+		return -1;
+	if (sw_open(&T.w, T.rep_url) != 0 || cl_open(&T.c, T.main.url) != 0 ||
+	    cl_open(&T.c2, T.main.url) != 0)
+		return -1;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	char path[300];
+
+	(void)state;
+	if (T.main.r != NULL) {
+		T.main.stop = 1;
+		if (T.main.running)
+			pthread_join(T.main.thr, NULL);
+		T.main.running = 0;
+		medha_router_close(T.main.r);
+	}
+	T.rep_stop = 1;
+	if (T.rep_running)
+		pthread_join(T.rep_thr, NULL);
+	sw_stop(&T.w);
+	cl_close(&T.c);
+	cl_close(&T.c2);
+	medha_replica_close(T.rep);
+	snprintf(path, sizeof(path), "%s/replica.sock", T.dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/router.sock", T.dir);
+	unlink(path);
+	rmdir(T.dir);
+	alarm(0);
+	return 0;
+}
+
+static void
+worker_ok(void)
+{
+	char e[sizeof(T.w.error)];
+
+	pthread_mutex_lock(&T.w.mu);
+	memcpy(e, T.w.error, sizeof(e));
+	pthread_mutex_unlock(&T.w.mu);
+	if (e[0] != '\0')
+		fail_msg("worker: %s", e);
+}
+
+/* STATUS through c until it says ready, workers and workers_wanted as
+ * given (up to 5 s): 1, or 0; the last one in st. */
+static int
+status_until(struct cl *c, struct medha_msg_status *st, int ready,
+    int64_t workers, int64_t wanted)
+{
+	double until = sw_now() + 5;
+
+	do {
+		if (cl_status(c, st) == 0 && st->ready == ready &&
+		    st->workers == workers && st->workers_wanted == wanted)
+			return 1;
+		sw_sleep(0.02);
+	} while (sw_now() < until);
+	return 0;
+}
+
+/* h's record through the router: ok, the tokens of a prompt of
+ * n_prompt and max output tokens; streamed unless no_stream. */
+static void
+check_done(struct cl *c, uint64_t h, const char *id, int64_t n_prompt,
+    int64_t max, int no_stream)
+{
+	struct cl_req *q = cl_wait_record(c, h, 10);
+
+	if (q == NULL)
+		fail_msg("request %s: no record", id);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->after_record, 0);
+	assert_string_equal(q->rec.id, id);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("request %s: %s (%s)", id,
+		    medha_status_name(q->rec.status), q->rec.reason);
+	assert_int_equal(q->rec.finish_reason, MEDHA_FINISH_LENGTH);
+	assert_int_equal(q->rec.prompt_tokens, n_prompt);
+	assert_int_equal(q->rec.output_tokens, max);
+	assert_int_equal(q->rec.n_token_ids, max);
+	/* the router's clock: it got the request first */
+	assert_true(q->rec.first_token >= q->rec.arrival);
+	assert_true(q->rec.finish >= q->rec.first_token);
+	assert_true(q->rec.ttft >= 0);
+	for (int64_t i = 0; i < max; i++)
+		assert_int_equal(q->rec.token_ids[i],
+		    medha_backend_sim_token(n_prompt + i, VOCAB));
+	if (no_stream) {
+		assert_int_equal(q->token_events, 0);
+	} else {
+		assert_int_equal(q->n_ids, max);
+		assert_memory_equal(q->ids, q->rec.token_ids,
+		    (size_t)max * sizeof(int32_t));
+	}
+}
+
+/* ---- held until the replica is ready ---- */
+
+static void
+test_held_until_ready(void **state)
+{
+	struct medha_reqspec rs = cl_spec("early", 12, 4);
+	struct medha_msg_status st;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	uint64_t hd;
+	int code;
+
+	(void)state;
+	/* the router sees the replica, which has no worker */
+	assert_true(status_until(&T.c, &st, 0, 0, 1));
+	assert_int_equal(cl_submit(&T.c, &rs, &hd, &code), MEDHA_MSG_ACCEPTED);
+	sw_sleep(0.2); /* a few status rounds: it waits */
+	assert_int_equal(cl_status(&T.c, &st), 0);
+	assert_false(st.ready);
+	assert_int_equal(st.pending, 1);
+	assert_int_equal(cl_req_of(&T.c, hd)->records, 0);
+	/* the worker comes: the request goes out and is served */
+	sw_hello_default(&h);
+	assert_int_equal(sw_hello(&T.w, &h, &rep), MEDHA_MSG_WELCOME);
+	medha_msg_clear(&rep);
+	sw_start(&T.w);
+	check_done(&T.c, hd, "early", 12, 4, 0);
+	worker_ok();
+}
+
+/* ---- through the router ---- */
+
+static void
+test_through(void **state)
+{
+	struct medha_reqspec a = cl_spec("a", 20, 3), b = cl_spec("b", 0, 2);
+	struct medha_reqspec c = cl_spec("c", 40, 6);
+	int32_t ids[5] = {11, 12, 13, 14, 128255};
+	struct medha_msg_status st, direct;
+	struct medha_router_metrics m;
+	struct cl rc;
+	uint64_t ha, hb, hc;
+	int code;
+
+	(void)state;
+	b.prompt_ids = ids;
+	b.prompt_tokens = 5;
+	c.no_stream = 1;
+	assert_int_equal(cl_submit(&T.c, &a, &ha, &code), MEDHA_MSG_ACCEPTED);
+	assert_int_equal(cl_submit(&T.c, &b, &hb, &code), MEDHA_MSG_ACCEPTED);
+	assert_int_equal(cl_submit(&T.c2, &c, &hc, &code), MEDHA_MSG_ACCEPTED);
+	/* the router's own handles, one after another */
+	assert_int_equal(hb, ha + 1);
+	assert_int_equal(hc, hb + 1);
+	check_done(&T.c, ha, "a", 20, 3, 0);
+	check_done(&T.c, hb, "b", 5, 2, 0);
+	check_done(&T.c2, hc, "c", 40, 6, 1);
+	assert_int_equal(T.c.strays, 0);
+	assert_int_equal(T.c2.strays, 0);
+
+	/* the prompt ids reached the worker as sent (by the replica's
+	 * handle, which the test does not know: found by its prompt), and
+	 * the sequence was freed there once it ended */
+	{
+		uint64_t up = 0;
+		pthread_mutex_lock(&T.w.mu);
+		for (int i = 0; i < T.w.nreq; i++)
+			if (T.w.req[i].n_prompt == 5 &&
+			    memcmp(T.w.req[i].prompt, ids, sizeof(ids)) == 0)
+				up = T.w.req[i].handle;
+		pthread_mutex_unlock(&T.w.mu);
+		assert_true(up != 0);
+		assert_true(sw_wait_freed(&T.w, up, 5));
+	}
+
+	/* STATUS: the replica's figures, the router's count */
+	assert_int_equal(cl_open(&rc, T.rep_url), 0);
+	assert_int_equal(cl_status(&rc, &direct), 0);
+	cl_close(&rc);
+	assert_true(status_until(&T.c, &st, 1, 1, 1));
+	assert_int_equal(st.kv_blocks, direct.kv_blocks);
+	assert_int_equal(st.kv_blocks, 10000);
+	assert_int_equal(st.block_size, 16);
+	assert_string_equal(st.model, "llama3-8b");
+	assert_string_equal(st.backend, "sim");
+	assert_int_equal(st.pending, 0);
+
+	/* the metrics: four ended ok (early, a, b, c), with their tokens */
+	assert_int_equal(medha_router_metrics(T.main.r, &m), 0);
+	assert_int_equal(m.requests[MEDHA_STATUS_OK], 4);
+	assert_int_equal(m.generation_tokens, 4 + 3 + 2 + 6);
+	assert_int_equal(m.prompt_tokens, 12 + 20 + 5 + 40);
+	assert_int_equal(m.nreplicas, 1);
+	assert_true(m.rep[0].up && m.rep[0].ready);
+	assert_int_equal(m.refused, 0);
+	free(m.rep);
+	worker_ok();
+}
+
+/* ---- cancel ---- */
+
+static void
+test_cancel(void **state)
+{
+	struct medha_reqspec rs = cl_spec("long", 16, 100000);
+	struct cl_req *q;
+	uint64_t h;
+	int code;
+
+	(void)state;
+	assert_int_equal(cl_cancel(&T.c, 0xdeadbeefULL, &code),
+	    MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOTFOUND);
+	assert_int_equal(cl_submit(&T.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	assert_true(cl_wait_ids(&T.c, h, 1, 10));
+	assert_int_equal(cl_cancel(&T.c2, h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOTFOUND);
+	assert_int_equal(cl_cancel(&T.c, h, &code), MEDHA_MSG_OK);
+	q = cl_wait_record(&T.c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_CANCELLED);
+	assert_true(q->rec.output_tokens < 100000);
+	assert_int_equal(q->rec.output_tokens, q->n_ids);
+	assert_int_equal(cl_cancel(&T.c, h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOTFOUND);
+	worker_ok();
+}
+
+/* ---- a replica that is down ---- */
+
+static void
+test_replica_down(void **state)
+{
+	struct medha_reqspec rs = cl_spec("nowhere", 8, 2);
+	struct medha_router_metrics m;
+	struct medha_msg_status st;
+	char none[300], path[300];
+	struct rt x;
+	struct cl c;
+	struct cl_req *q;
+	uint64_t h;
+	int code;
+	double t0, until;
+
+	(void)state;
+	snprintf(none, sizeof(none), "ipc://%s/nobody.sock", T.dir);
+	/* hold_timeout 0: refused at once */
+	assert_int_equal(rt_start(&x, "down0.sock", none, 0), 0);
+	assert_int_equal(cl_open(&c, x.url), 0);
+	assert_int_equal(cl_status(&c, &st), 0);
+	assert_false(st.ready);
+	assert_int_equal(st.workers, 0);
+	assert_int_equal(st.kv_blocks, 0);
+	assert_int_equal(cl_submit(&c, &rs, &h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOSPACE);
+	assert_int_equal(medha_router_metrics(x.r, &m), 0);
+	assert_int_equal(m.refused, 1);
+	assert_false(m.ready);
+	assert_false(m.rep[0].up);
+	free(m.rep);
+	cl_close(&c);
+	rt_stop(&x);
+	snprintf(path, sizeof(path), "%s/down0.sock", T.dir);
+	unlink(path);
+
+	/* a short hold: accepted, then "rejected" when it is over */
+	assert_int_equal(rt_start(&x, "down1.sock", none, 0.3), 0);
+	assert_int_equal(cl_open(&c, x.url), 0);
+	t0 = sw_now();
+	assert_int_equal(cl_submit(&c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(&c, h, 10);
+	assert_non_null(q);
+	assert_true(sw_now() - t0 >= 0.3);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_REJECTED);
+	assert_non_null(strstr(q->rec.reason, "no replica ready"));
+	assert_int_equal(q->rec.output_tokens, 0);
+	/* the figures follow (the record may overtake them) */
+	until = sw_now() + 5;
+	do {
+		assert_int_equal(medha_router_metrics(x.r, &m), 0);
+		free(m.rep);
+		if (m.requests[MEDHA_STATUS_REJECTED] == 0)
+			sw_sleep(0.01);
+	} while (m.requests[MEDHA_STATUS_REJECTED] == 0 && sw_now() < until);
+	assert_int_equal(m.requests[MEDHA_STATUS_REJECTED], 1);
+	assert_int_equal(m.refused, 0);
+	cl_close(&c);
+	rt_stop(&x);
+	snprintf(path, sizeof(path), "%s/down1.sock", T.dir);
+	unlink(path);
+}
+
+/* ---- stopping ---- */
+
+static void
+test_stop_drains(void **state)
+{
+	struct medha_reqspec rs = cl_spec("last", 24, 40),
+	                     late = cl_spec("late", 8, 2);
+	uint64_t h, hl, lates[64];
+	int code, t, n_late = 0;
+	double until;
+
+	(void)state;
+	assert_int_equal(cl_submit(&T.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	assert_true(cl_wait_ids(&T.c, h, 1, 10));
+	/* the worker keeps its next batch: the request stays in flight */
+	atomic_store(&T.w.hold, 1);
+	T.main.stop = 1;
+	until = sw_now() + 5;
+	do { /* taken until it sees the stop, then refused */
+		t = cl_submit(&T.c, &late, &hl, &code);
+		if (t == MEDHA_MSG_ACCEPTED) {
+			assert_true(n_late < 64);
+			lates[n_late++] = hl;
+		}
+	} while (t != MEDHA_MSG_ERROR && sw_now() < until);
+	assert_int_equal(t, MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_EUNSUP);
+	atomic_store(&T.w.hold, 0);
+	check_done(&T.c, h, "last", 24, 40, 0);
+	for (int i = 0; i < n_late; i++)
+		check_done(&T.c, lates[i], "late", 8, 2, 0);
+	pthread_join(T.main.thr, NULL);
+	T.main.running = 0;
+	assert_int_equal(T.main.rc, 0);
+	medha_router_close(T.main.r);
+	T.main.r = NULL;
+	/* the replica stops as cleanly after it */
+	T.rep_stop = 1;
+	pthread_join(T.rep_thr, NULL);
+	T.rep_running = 0;
+	assert_int_equal(T.rep_rc, 0);
+	worker_ok();
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_held_until_ready),
+	    cmocka_unit_test(test_through),
+	    cmocka_unit_test(test_cancel),
+	    cmocka_unit_test(test_replica_down),
+	    cmocka_unit_test(test_stop_drains),
+	};
+
+	medha_log_level = MEDHA_LOG_ERROR;
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
