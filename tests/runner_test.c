@@ -42,7 +42,7 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "model/sample.h"
-#include "model/tokenizer.h"
+#include "tok/tokenizer.h"
 #include "tinymodel.h"
 
 /* ---- the model and its files ---- */
