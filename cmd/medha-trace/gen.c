@@ -59,16 +59,6 @@ struct gen {
 /* ---- random numbers ---- */
 
 static uint64_t
-splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static uint64_t
 rotl(uint64_t x, int k)
 {
 	return (x << k) | (x >> (64 - k));
@@ -488,26 +478,26 @@ trace_gen(int argc, char *argv[])
 			g.ttft_mult =
 			    flag_f64("--ttft-mult", optarg, 0, 1e6, 1);
 			break;
-		default: usage(2);
+		default: usage();
 		}
 	}
 	if (optind != argc)
-		usage(2);
+		usage();
 	if (have_t && g.count != 0) {
 		medha_log(MEDHA_LOG_ERROR, "-n and -t exclude each other");
-		usage(2);
+		usage();
 	}
 	if (base != NULL && (have_t || have_q || g.count != 0)) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "--base takes its times from the base trace: no -n, -q, "
 		    "-t");
-		usage(2);
+		usage();
 	}
 	if (base != NULL && (prompts != NULL || max_tokens != 0)) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "--base keeps the base trace's requests: no --prompts, "
 		    "--max-tokens");
-		usage(2);
+		usage();
 	}
 	if (base != NULL && g.long_frac > MAX_MIXED_FRAC) {
 		/* the base's requests are all kept: a fraction near 1 asks

@@ -379,16 +379,16 @@ trace_replay(int argc, char *argv[])
 		case OPT_WAIT:
 			wait = flag_f64("--wait", optarg, 0, 1e6, 0);
 			break;
-		default: usage(2);
+		default: usage();
 		}
 	}
 	if (addr == NULL) {
 		fprintf(stderr, "medha-trace replay: -a ADDR is required\n");
-		usage(2);
+		usage();
 	}
 	if (argc - optind > 1) {
 		fprintf(stderr, "medha-trace replay: one trace at most\n");
-		usage(2);
+		usage();
 	}
 	if (optind < argc && strcmp(argv[optind], "-") != 0)
 		in = argv[optind];
