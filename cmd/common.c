@@ -16,16 +16,24 @@
 
 /* ---- exits ---- */
 
+/* medha_log of an error from a va_list (medha_log takes none) */
+static void
+log_error(const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	medha_log(MEDHA_LOG_ERROR, "%s", msg);
+}
+
 void
 die(int status, const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	log_error(fmt, ap);
 	va_end(ap);
-	medha_log(MEDHA_LOG_ERROR, "%s", msg);
 	exit(status);
 }
 
@@ -70,13 +78,11 @@ usage_exit(const char *synopsis)
 void
 usage_fail(const char *synopsis, const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	log_error(fmt, ap);
 	va_end(ap);
-	medha_log(MEDHA_LOG_ERROR, "%s", msg);
 	usage_exit(synopsis);
 }
 
@@ -145,6 +151,29 @@ stdout_close(int status)
 		return 1;
 	}
 	return status;
+}
+
+/* ---- a server's stop ---- */
+
+volatile sig_atomic_t stop_requested;
+
+static void
+on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+void
+catch_stop(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
 }
 
 /* ---- small utilities ---- */

@@ -22,6 +22,7 @@
 
 #include "medha.h"
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -75,6 +76,14 @@ int out_close(const char *path, FILE *f, struct medha_writer *w);
  * into 1; returns the exit status.
  */
 int stdout_close(int status);
+
+/*
+ * A server's stop: after catch_stop(), SIGTERM and SIGINT set
+ * stop_requested (the flag its run loop polls) and SIGPIPE is ignored
+ * (a peer gone is an error return, not the end of the process).
+ */
+extern volatile sig_atomic_t stop_requested;
+void catch_stop(void);
 
 /* A progress line on stderr, "\rPROG: " and fmt; the caller checks that
  * stderr is a terminal and ends the line. */

@@ -9,7 +9,6 @@
 #include "net/router.h"
 
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,15 +42,6 @@ static const struct medha_help help_lines[] = {
     {"--max-queue N", "requests in flight at most; more refused (100000)"},
     {"--status-interval S", "seconds between STATUS calls to a replica (0.1)"},
 };
-
-static volatile sig_atomic_t stop;
-
-static void
-on_stop(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 enum {
 	OPT_DRAIN = 256,
@@ -89,7 +79,6 @@ main(int argc, char *argv[])
 	struct medha_http_config hc;
 	struct medha_router *r;
 	struct medha_http *http = NULL;
-	struct sigaction sa;
 	char why[512];
 	int ch, rc;
 
@@ -145,11 +134,7 @@ main(int argc, char *argv[])
 	for (int i = 0; i < c.nreplicas; i++)
 		if (strcmp(reps[i], c.listen) == 0)
 			die(2, "%s: the router's own address", reps[i]);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	catch_stop();
 	if (hc.listen == NULL && hc.model != NULL)
 		die(2, "-m MODEL needs --http");
 	if ((rc = medha_router_open(&r, &c, why, sizeof(why))) != 0)
@@ -165,7 +150,7 @@ main(int argc, char *argv[])
 			return rc == MEDHA_EINVAL ? 2 : 1;
 		}
 	}
-	rc = medha_router_run(r, &stop);
+	rc = medha_router_run(r, &stop_requested);
 	medha_link_exit_by(3, rc != 0);
 	medha_http_close(http);
 	medha_router_close(r);

@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,15 +230,6 @@ read_trace(const char *path, size_t *np)
 	return v;
 }
 
-static volatile sig_atomic_t stop;
-
-static void
-on_stop(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
 /* medha-sched -l: a live replica until SIGTERM or SIGINT. */
 static int
 run_live(const char *addr, const struct medha_sched_config *sc,
@@ -248,7 +238,6 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 {
 	struct medha_replica_config c;
 	struct medha_replica *r;
-	struct sigaction sa;
 	char why[512];
 	int rc;
 
@@ -261,14 +250,10 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 	c.drain_timeout = drain;
 	c.max_queue = max_queue;
 	c.target_auto = target_auto;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	catch_stop();
 	if ((rc = medha_replica_open(&r, &c, why, sizeof(why))) != 0)
 		die(rc == MEDHA_EINVAL ? 2 : 1, "%s", why);
-	rc = medha_replica_run(r, &stop);
+	rc = medha_replica_run(r, &stop_requested);
 	medha_link_exit_by(3, rc != 0);
 	medha_replica_close(r);
 	if (rc != 0)
