@@ -59,7 +59,7 @@ MAN7      = $(wildcard man/*.7)
     kernels format
 all: $(PROGS:%=$(BIN)/%) kernels
 
-$(BUILD)/%.o: %.c $(wildcard libcore/*.h libcore/*/*.h cmd/*/*.h)
+$(BUILD)/%.o: %.c $(wildcard libcore/*.h libcore/*/*.h cmd/*.h cmd/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -67,9 +67,10 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-# one directory per program under cmd/
+# one directory per program under cmd/, each linked with what they all
+# share (cmd/common.c)
 define prog_rule
-$(BIN)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/$(1)/*.c)) $(LIB)
+$(BIN)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/$(1)/*.c) cmd/common.c) $(LIB)
 	@mkdir -p $(BIN)
 	$$(CC) $$(CFLAGS) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
 endef
@@ -137,7 +138,7 @@ install: all
 	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7)
 
 format:
-	clang-format -i libcore/*.[ch] libcore/*/*.[ch] cmd/*/*.[ch] tests/*.c
+	clang-format -i libcore/*.[ch] libcore/*/*.[ch] cmd/*.[ch] cmd/*/*.[ch] tests/*.c
 
 clean:
 	rm -rf build bin

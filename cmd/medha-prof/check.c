@@ -14,20 +14,11 @@
 #include <math.h>
 #include <string.h>
 
-static uint64_t
-next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
+/* uniform in [0, 1) */
 static double
 unif(uint64_t *s)
 {
-	return (double)(next(s) >> 11) / 9007199254740992.0;
+	return (double)(splitmix64(s) >> 11) / 9007199254740992.0;
 }
 
 /* exp(uniform(ln lo, ln hi)), a whole number in [lo, hi] */

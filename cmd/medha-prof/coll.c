@@ -212,9 +212,7 @@ prof_coll(struct prof *P, struct prof_row *rows, int *nrows, int *done,
 	for (i = 0; i < COLL_PEERS; i++, started++)
 		if (pthread_create(&th[i], NULL, member_main, &sh.m[i]) != 0) {
 			/* the others wait at a barrier no one can complete */
-			fprintf(stderr, "medha-prof: no thread for the "
-			                "collectives\n");
-			exit(1);
+			die(1, "no thread for the collectives");
 		}
 	for (i = 0; i < ns && ts[i] <= P->max_tokens; i++, (*done)++) {
 		prof_progress(P, "profiling", *done, total);

@@ -14,21 +14,17 @@
 #include <string.h>
 #include <unistd.h>
 
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-	    "usage: medha-prof -m MODEL [-hqv] [--backend cpu] [-o FILE] "
-	    "[-t THREADS]\n"
-	    "           [--kv f16|f32] [--reps N] [--attn-layers N] "
-	    "[--max-tokens N]\n"
-	    "           [--max-context N] [--decode-total N]\n"
-	    "           [--check N [--seed S] [--predictor FILE]]\n"
-	    "       medha-prof -m MODEL --chunks [--prompt N] [--plot "
-	    "FILE.png]\n"
-	    "           [--predictor FILE] [-t THREADS] [--kv f16|f32] "
-	    "[--reps N]\n");
-}
+static const char synopsis[] =
+    "usage: medha-prof -m MODEL [-hqv] [--backend cpu] [-o FILE] "
+    "[-t THREADS]\n"
+    "           [--kv f16|f32] [--reps N] [--attn-layers N] "
+    "[--max-tokens N]\n"
+    "           [--max-context N] [--decode-total N]\n"
+    "           [--check N [--seed S] [--predictor FILE]]\n"
+    "       medha-prof -m MODEL --chunks [--prompt N] [--plot "
+    "FILE.png]\n"
+    "           [--predictor FILE] [-t THREADS] [--kv f16|f32] "
+    "[--reps N]\n";
 
 static const struct medha_help help_lines[] = {
     {"-h, --help", "print this help and exit"},
@@ -91,21 +87,6 @@ static const struct option longopts[] = {
     {"plot", required_argument, NULL, OPT_PLOT},
     {NULL, 0, NULL, 0},
 };
-
-static int64_t
-num(const char *flag, const char *s, int64_t lo, int64_t hi)
-{
-	int64_t v;
-	int rc;
-
-	if ((rc = medha_parse_i64(s, lo, hi, &v)) != 0) {
-		fprintf(stderr, "medha-prof: %s: %s: %s (%lld to %lld)\n", flag,
-		    s, rc == MEDHA_ERANGE ? "out of range" : "not a number",
-		    (long long)lo, (long long)hi);
-		exit(2);
-	}
-	return v;
-}
 
 /* The file name without directories and ".gguf", for the comment. */
 static void
@@ -179,108 +160,85 @@ main(int argc, char *argv[])
 	while ((ch = getopt_long(argc, argv, "hm:o:qt:v", longopts, NULL)) !=
 	    -1) {
 		switch (ch) {
-		case 'h':
-			usage(stdout);
-			return medha_help_print(help_lines,
-			    sizeof(help_lines) / sizeof(help_lines[0]));
+		case 'h': HELP_EXIT(synopsis, help_lines);
 		case 'm': P.model = optarg; break;
 		case 'o': out = optarg; break;
 		case 'q': P.quick = 1; break;
-		case 't': P.threads = (int)num("-t", optarg, 1, 256); break;
+		case 't':
+			P.threads = (int)flag_i64("-t", optarg, 1, 256);
+			break;
 		case 'v': verbose++; break;
 		case OPT_BACKEND:
 			/* a kind that computes, can fill a context, and is
 			   built here */
 			if ((bk = medha_backend_find(optarg)) == NULL ||
 			    !(bk->caps & MEDHA_BACKEND_COMPUTES) ||
-			    !(bk->caps & MEDHA_BACKEND_FILL) ||
-			    bk->open == NULL) {
-				fprintf(stderr,
-				    "medha-prof: --backend: %s: %s\n", optarg,
+			    !(bk->caps & MEDHA_BACKEND_FILL) || bk->open == NULL)
+				die(2, "--backend: %s: %s", optarg,
 				    bk == NULL ? "expected cpu"
 				    : !(bk->caps & MEDHA_BACKEND_COMPUTES)
 				        ? "the sim backend has nothing to "
 				          "measure (its times are the "
 				          "predictor's)"
 				        : "not built yet");
-				return 2;
-			}
 			P.backend = optarg;
 			break;
 		case OPT_KV:
 			if (strcmp(optarg, "f16") != 0 &&
-			    strcmp(optarg, "f32") != 0) {
-				fprintf(stderr,
-				    "medha-prof: --kv: %s: expected f16 or "
-				    "f32\n",
-				    optarg);
-				return 2;
-			}
+			    strcmp(optarg, "f32") != 0)
+				die(2, "--kv: %s: expected f16 or f32", optarg);
 			P.kv_f16 = strcmp(optarg, "f16") == 0;
 			break;
-		case OPT_REPS: P.reps = (int)num("--reps", optarg, 1, 64); break;
+		case OPT_REPS:
+			P.reps = (int)flag_i64("--reps", optarg, 1, 64);
+			break;
 		case OPT_ATTN_LAYERS:
-			P.attn_layers = (int)num("--attn-layers", optarg, 0, 4096);
+			P.attn_layers =
+			    (int)flag_i64("--attn-layers", optarg, 0, 4096);
 			break;
 		case OPT_MAX_TOKENS:
-			P.max_tokens = num("--max-tokens", optarg, 32, 8192);
+			P.max_tokens =
+			    flag_i64("--max-tokens", optarg, 32, 8192);
 			break;
 		case OPT_MAX_CONTEXT:
-			P.max_context = num("--max-context", optarg, 256, 131072);
+			P.max_context =
+			    flag_i64("--max-context", optarg, 256, 131072);
 			break;
 		case OPT_DECODE_TOTAL:
-			P.decode_total =
-			    num("--decode-total", optarg, 256, (int64_t)1 << 24);
+			P.decode_total = flag_i64("--decode-total", optarg, 256,
+			    (int64_t)1 << 24);
 			break;
-		case OPT_CHECK: check = num("--check", optarg, 1, 100000); break;
+		case OPT_CHECK:
+			check = flag_i64("--check", optarg, 1, 100000);
+			break;
 		case OPT_SEED:
-			seed = (uint64_t)num("--seed", optarg, 0, INT64_MAX);
+			seed =
+			    (uint64_t)flag_i64("--seed", optarg, 0, INT64_MAX);
 			break;
 		case OPT_PREDICTOR: predictor = optarg; break;
 		case OPT_CHUNKS: chunks = 1; break;
 		case OPT_PROMPT:
-			prompt = num("--prompt", optarg, 64, 131072);
-			if (prompt & (prompt - 1)) {
-				fprintf(stderr,
-				    "medha-prof: --prompt: %s: not a power "
-				    "of two\n",
+			prompt = flag_i64("--prompt", optarg, 64, 131072);
+			if (prompt & (prompt - 1))
+				die(2, "--prompt: %s: not a power of two",
 				    optarg);
-				return 2;
-			}
 			break;
 		case OPT_PLOT: png = optarg; break;
-		default: usage(stderr); return 2;
+		default: usage_exit(synopsis);
 		}
 	}
-	if (optind != argc || P.model == NULL) {
-		if (optind != argc)
-			fprintf(stderr, "medha-prof: %s: unexpected argument\n",
-			    argv[optind]);
-		else
-			fprintf(stderr, "medha-prof: -m MODEL is required\n");
-		usage(stderr);
-		return 2;
-	}
-	if (chunks && (check > 0 || out != NULL)) {
-		fprintf(stderr, "medha-prof: --chunks takes neither --check "
-		                "nor -o\n");
-		return 2;
-	}
-	if (!chunks && (png != NULL || prompt > 0)) {
-		fprintf(stderr, "medha-prof: --plot and --prompt go with "
-		                "--chunks\n");
-		return 2;
-	}
-	if (predictor != NULL && !chunks && check == 0) {
-		fprintf(stderr, "medha-prof: --predictor goes with --check or "
-		                "--chunks\n");
-		return 2;
-	}
-	if (predictor != NULL && out != NULL) {
-		fprintf(stderr, "medha-prof: --predictor FILE is measured "
-		                "already: no -o\n");
-		return 2;
-	}
+	if (optind != argc)
+		usage_fail(synopsis, "%s: unexpected argument", argv[optind]);
+	if (P.model == NULL)
+		usage_fail(synopsis, "-m MODEL is required");
+	if (chunks && (check > 0 || out != NULL))
+		die(2, "--chunks takes neither --check nor -o");
+	if (!chunks && (png != NULL || prompt > 0))
+		die(2, "--plot and --prompt go with --chunks");
+	if (predictor != NULL && !chunks && check == 0)
+		die(2, "--predictor goes with --check or --chunks");
+	if (predictor != NULL && out != NULL)
+		die(2, "--predictor FILE is measured already: no -o");
 	if (prompt == 0) {
 		prompt = 64;
 		while (prompt * 2 <= P.max_context)
@@ -290,14 +248,12 @@ main(int argc, char *argv[])
 		P.max_context = prompt;
 	medha_log_level = MEDHA_LOG_WARN + verbose;
 	P.progress = isatty(STDERR_FILENO);
-	if (P.threads == 0) {
-		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		P.threads = nc > 0 && nc < 256 ? (int)nc : 1;
-	}
+	if (P.threads == 0)
+		P.threads = online_cpus(256);
 	short_name(P.model, name, sizeof(name));
 	P.name = name;
 	if ((rc = prof_open(&P, why, sizeof(why))) != 0) {
-		fprintf(stderr, "medha-prof: %s: %s\n", P.model, why);
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", P.model, why);
 		prof_close(&P);
 		return 1;
 	}
@@ -331,15 +287,12 @@ main(int argc, char *argv[])
 		}
 		if (dst != NULL) {
 			snprintf(part, sizeof(part), "%s.part", dst);
-			if ((f = fopen(part, "w")) == NULL) {
-				fprintf(stderr, "medha-prof: %s: %s\n", part,
-				    strerror(errno));
+			if ((f = out_open(part, NULL)) == NULL)
 				goto done;
-			}
 		} else
 			f = stdout;
 		rc = prof_table(&P, f, why, sizeof(why));
-		if (f != stdout && (fclose(f) != 0 && rc == 0))
+		if (out_finish(f, NULL) != 0 && rc == 0)
 			rc = medha_why(why, sizeof(why), MEDHA_EIO, "%s",
 			    strerror(errno));
 		if (rc != 0) {
@@ -348,7 +301,7 @@ main(int argc, char *argv[])
 			goto fail;
 		}
 		if (dst != NULL && rename(part, dst) != 0) {
-			fprintf(stderr, "medha-prof: %s: %s\n", dst,
+			medha_log(MEDHA_LOG_ERROR, "%s: %s", dst,
 			    strerror(errno));
 			unlink(part);
 			goto done;
@@ -368,12 +321,12 @@ main(int argc, char *argv[])
 	status = 0;
 	goto done;
 fail:
-	fprintf(stderr, "medha-prof: %s\n", why);
+	medha_log(MEDHA_LOG_ERROR, "%s", why);
 done:
 	if (made_tmp)
 		unlink(tmp);
 	if (have_pred)
 		medha_pred_free(&pred);
 	prof_close(&P);
-	return status;
+	return stdout_close(status);
 }

@@ -46,9 +46,9 @@ prof_progress(const struct prof *P, const char *what, int i, int n)
 	if (!P->progress)
 		return;
 	if (i < n)
-		fprintf(stderr, "\rmedha-prof: %s %d/%d   ", what, i + 1, n);
+		progress("%s %d/%d   ", what, i + 1, n);
 	else
-		fprintf(stderr, "\rmedha-prof: %s %d/%d done\n", what, n, n);
+		progress("%s %d/%d done\n", what, n, n);
 }
 
 /* Room for a batch of `tokens` tokens and `rows` rows of logits. */

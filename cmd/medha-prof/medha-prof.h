@@ -8,7 +8,7 @@
 #ifndef MEDHA_PROF_H
 #define MEDHA_PROF_H
 
-#include "medha.h"
+#include "../common.h"
 #include "engine/backend.h"
 #include "engine/measure.h"
 

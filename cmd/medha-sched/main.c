@@ -4,7 +4,7 @@
  * stdin (or FILE), one result record per request out on stdout. Flags
  * and wiring only; every decision lives in libcore/sched.c.
  */
-#include "medha.h"
+#include "../common.h"
 #include "sched/pred.h"
 #include "sched/sched.h"
 #include "sched/sim.h"
@@ -14,33 +14,27 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-	    "usage: medha-sched -l ADDR [-v] [-c N|adaptive] [-m MODEL] "
-	    "[-p POLICY]\n"
-	    "           [--drain-timeout S] [--max-queue N] [--predictor "
-	    "FILE]\n"
-	    "           [--target-batch-time S] [--workers N] [...]\n"
-	    "       medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c "
-	    "N|adaptive]\n"
-	    "           [-o FILE] [-p POLICY] [--block-size N] "
-	    "[--deadline-floor S]\n"
-	    "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
-	    "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills "
-	    "N]\n"
-	    "           [--mem-util X] [--min-chunk N] [--profile FILE] "
-	    "[--share-cap X]\n"
-	    "           [--spp N] [--target-batch-time S] [--tp N] [FILE]\n");
-}
+static const char synopsis[] =
+    "usage: medha-sched -l ADDR [-v] [-c N|adaptive] [-m MODEL] "
+    "[-p POLICY]\n"
+    "           [--drain-timeout S] [--max-queue N] [--predictor "
+    "FILE]\n"
+    "           [--target-batch-time S] [--workers N] [...]\n"
+    "       medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c "
+    "N|adaptive]\n"
+    "           [-o FILE] [-p POLICY] [--block-size N] "
+    "[--deadline-floor S]\n"
+    "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
+    "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills "
+    "N]\n"
+    "           [--mem-util X] [--min-chunk N] [--profile FILE] "
+    "[--share-cap X]\n"
+    "           [--spp N] [--target-batch-time S] [--tp N] [FILE]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
 static const struct medha_help help_lines[] = {
@@ -90,14 +84,6 @@ static const struct medha_help help_lines[] = {
         "adaptive chunks' target batch latency, seconds (0.05)"},
 };
 
-static int
-help(void)
-{
-	usage(stdout);
-	return medha_help_print(help_lines,
-	    sizeof(help_lines) / sizeof(help_lines[0]));
-}
-
 struct out {
 	struct medha_writer *rec;
 	struct medha_writer *blog;
@@ -146,9 +132,7 @@ on_progress(void *arg, double now, size_t done, size_t total)
 	struct out *o = arg;
 
 	if (o->progress)
-		fprintf(stderr,
-		    "\rmedha-sched: t=%.0fs  %zu/%zu requests done ", now, done,
-		    total);
+		progress("t=%.0fs  %zu/%zu requests done ", now, done, total);
 }
 
 enum {
@@ -205,42 +189,6 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* A flag's number or exit 2 (medha_flag_* says why). */
-static int64_t
-num(const char *flag, const char *s, int64_t lo, int64_t hi)
-{
-	int64_t v;
-
-	if (medha_flag_i64(flag, s, lo, hi, &v) != 0)
-		exit(2);
-	return v;
-}
-
-static double
-fnum(const char *flag, const char *s, double lo, double hi)
-{
-	double v;
-
-	if (medha_flag_f64(flag, s, lo, hi, 0, &v) != 0)
-		exit(2);
-	return v;
-}
-
-static FILE *
-open_out(const char *path)
-{
-	FILE *f;
-
-	if (path == NULL || strcmp(path, "-") == 0)
-		return stdout;
-	if ((f = fopen(path, "w")) == NULL) {
-		fprintf(stderr, "medha-sched: %s: ", path);
-		perror(NULL);
-		exit(1);
-	}
-	return f;
-}
-
 /* Read the whole trace; exits 1 with the line at fault on bad input. */
 static struct medha_reqspec *
 read_trace(const char *path, size_t *np)
@@ -252,53 +200,34 @@ read_trace(const char *path, size_t *np)
 	int rc;
 
 	if (path != NULL && strcmp(path, "-") != 0 &&
-	    (f = fopen(path, "rb")) == NULL) {
-		fprintf(stderr, "medha-sched: %s: ", path);
-		perror(NULL);
-		exit(1);
-	}
+	    (f = fopen(path, "rb")) == NULL)
+		die(1, "%s: %s", path, strerror(errno));
 	errno = 0;
-	if ((rc = medha_trace_open(&t, f)) != 0) {
-		fprintf(stderr, "medha-sched: %s: %s\n",
-		    path != NULL ? path : "stdin",
+	if ((rc = medha_trace_open(&t, f)) != 0)
+		die(1, "%s: %s", path != NULL ? path : "stdin",
 		    rc == MEDHA_EIO && errno != 0 ? strerror(errno)
 		                                  : medha_strerror(rc));
-		exit(1);
-	}
 	memset(&rs, 0, sizeof(rs));
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
 		if (n == cap) {
 			cap = cap ? 2 * cap : 1024;
 			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
-			    NULL) {
-				fprintf(stderr, "medha-sched: out of memory\n");
-				exit(1);
-			}
+			    NULL)
+				die(1, "out of memory");
 		}
 		v[n] = rs;
 		v[n].prompt = NULL;
 		n++;
 	}
-	if (rc < 0) {
-		fprintf(stderr, "medha-sched: %s: %s\n",
-		    path != NULL ? path : "stdin", medha_trace_error(t));
-		exit(1);
-	}
+	if (rc < 0)
+		die(1, "%s: %s", path != NULL ? path : "stdin",
+		    medha_trace_error(t));
 	medha_reqspec_clear(&rs);
 	medha_trace_close(t);
 	if (f != stdin)
 		fclose(f);
 	*np = n;
 	return v;
-}
-
-static volatile sig_atomic_t stop;
-
-static void
-on_stop(int sig)
-{
-	(void)sig;
-	stop = 1;
 }
 
 /* medha-sched -l: a live replica until SIGTERM or SIGINT. */
@@ -309,7 +238,6 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 {
 	struct medha_replica_config c;
 	struct medha_replica *r;
-	struct sigaction sa;
 	char why[512];
 	int rc;
 
@@ -322,22 +250,14 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 	c.drain_timeout = drain;
 	c.max_queue = max_queue;
 	c.target_auto = target_auto;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	if ((rc = medha_replica_open(&r, &c, why, sizeof(why))) != 0) {
-		fprintf(stderr, "medha-sched: %s\n", why);
-		return rc == MEDHA_EINVAL ? 2 : 1;
-	}
-	rc = medha_replica_run(r, &stop);
+	catch_stop();
+	if ((rc = medha_replica_open(&r, &c, why, sizeof(why))) != 0)
+		die(rc == MEDHA_EINVAL ? 2 : 1, "%s", why);
+	rc = medha_replica_run(r, &stop_requested);
 	medha_link_exit_by(3, rc != 0);
 	medha_replica_close(r);
-	if (rc != 0) {
-		fprintf(stderr, "medha-sched: %s\n", medha_strerror(rc));
-		return 1;
-	}
+	if (rc != 0)
+		die(1, "%s", medha_strerror(rc));
 	return 0;
 }
 
@@ -358,9 +278,10 @@ main(int argc, char *argv[])
 	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc, status;
 	struct medha_reqspec *reqs;
 	struct out o;
-	FILE *of, *bf = NULL;
+	FILE *of = NULL, *bf = NULL;
 	size_t n;
-	struct timespec t0, t1;
+	double t0, wall;
+	char why[256] = "";
 
 	medha_progname = "medha-sched";
 	medha_sched_config_default(&cfg);
@@ -372,179 +293,148 @@ main(int argc, char *argv[])
 			if (strcmp(optarg, "adaptive") == 0)
 				cfg.chunk = 0;
 			else
-				cfg.chunk = num("--chunk", optarg, 1, 1 << 24);
+				cfg.chunk =
+				    flag_i64("--chunk", optarg, 1, 1 << 24);
 			chunk_set = 1;
 			break;
-		case 'h': return help();
+		case 'h': HELP_EXIT(synopsis, help_lines);
 		case 'l': listen = optarg; break;
 		case 'm': model_name = optarg; break;
 		case 'o': out_path = optarg; break;
 		case 'p':
-			if ((cfg.policy = medha_policy_parse(optarg)) < 0) {
-				fprintf(stderr,
-				    "medha-sched: --policy: %s: "
-				    "expected sarathi, fcfs, edf, lrs or "
-				    "medha\n",
+			if ((cfg.policy = medha_policy_parse(optarg)) < 0)
+				die(2,
+				    "--policy: %s: expected sarathi, fcfs, "
+				    "edf, lrs or medha",
 				    optarg);
-				return 2;
-			}
 			break;
 		case 'v': verbose++; break;
 		case OPT_SIM: gpu_name = optarg; break;
 		case OPT_BLOCK:
-			cfg.block_size = num("--block-size", optarg, 1, 4096);
+			cfg.block_size =
+			    flag_i64("--block-size", optarg, 1, 4096);
 			break;
 		case OPT_DFLOOR:
 			cfg.deadline_floor =
-			    fnum("--deadline-floor", optarg, 0, 1e9);
+			    flag_f64("--deadline-floor", optarg, 0, 1e9, 0);
 			break;
 		case OPT_DMULT:
 			cfg.deadline_mult =
-			    fnum("--deadline-mult", optarg, 1e-3, 1e6);
+			    flag_f64("--deadline-mult", optarg, 1e-3, 1e6, 0);
 			break;
 		case OPT_KVBLOCKS:
-			cfg.kv_blocks =
-			    num("--kv-blocks", optarg, 1, INT64_MAX / 65536);
-			break;
-		case OPT_KVP:
-			kvp = num("--kvp", optarg, 1, MEDHA_KVP_MAX);
-			break;
-		case OPT_KVPMAX:
-			cfg.kvp_max_tokens = num("--kvp-max-tokens", optarg, 1,
+			cfg.kv_blocks = flag_i64("--kv-blocks", optarg, 1,
 			    INT64_MAX / 65536);
 			break;
+		case OPT_KVP:
+			kvp = flag_i64("--kvp", optarg, 1, MEDHA_KVP_MAX);
+			break;
+		case OPT_KVPMAX:
+			cfg.kvp_max_tokens = flag_i64("--kvp-max-tokens",
+			    optarg, 1, INT64_MAX / 65536);
+			break;
 		case OPT_MAXCHUNK:
-			cfg.max_chunk = num("--max-chunk", optarg, 32, 1 << 24);
+			cfg.max_chunk =
+			    flag_i64("--max-chunk", optarg, 32, 1 << 24);
 			break;
 		case OPT_MAXPRE:
 			cfg.max_prefills =
-			    num("--max-prefills", optarg, 1, 1 << 20);
+			    flag_i64("--max-prefills", optarg, 1, 1 << 20);
 			break;
 		case OPT_MEMUTIL:
-			cfg.mem_util = fnum("--mem-util", optarg, 0.01, 1);
+			cfg.mem_util =
+			    flag_f64("--mem-util", optarg, 0.01, 1, 0);
 			break;
 		case OPT_MINCHUNK:
-			cfg.min_chunk = num("--min-chunk", optarg, 32, 1 << 24);
+			cfg.min_chunk =
+			    flag_i64("--min-chunk", optarg, 32, 1 << 24);
 			break;
 		case OPT_PROFILE: profile = optarg; break;
 		case OPT_SHARE:
-			cfg.share_cap = fnum("--share-cap", optarg, 0, 1);
+			cfg.share_cap =
+			    flag_f64("--share-cap", optarg, 0, 1, 0);
 			break;
-		case OPT_SPP: spp = num("--spp", optarg, 1, 1024); break;
+		case OPT_SPP: spp = flag_i64("--spp", optarg, 1, 1024); break;
 		case OPT_TARGET:
-			cfg.target =
-			    fnum("--target-batch-time", optarg, 1e-6, 1e6);
+			cfg.target = flag_f64("--target-batch-time", optarg,
+			    1e-6, 1e6, 0);
 			target_set = 1;
 			break;
-		case OPT_TP: tp = num("--tp", optarg, 1, 1024); break;
+		case OPT_TP: tp = flag_i64("--tp", optarg, 1, 1024); break;
 		case OPT_DRAIN:
-			drain = fnum("--drain-timeout", optarg, 0, 1e6);
+			drain = flag_f64("--drain-timeout", optarg, 0, 1e6, 0);
 			break;
 		case OPT_MAXQ:
-			max_queue = num("--max-queue", optarg, 1, 1 << 30);
+			max_queue = flag_i64("--max-queue", optarg, 1, 1 << 30);
 			break;
 		case OPT_WORKERS:
-			workers = num("--workers", optarg, 1, 4096);
+			workers = flag_i64("--workers", optarg, 1, 4096);
 			break;
-		default: usage(stderr); return 2;
+		default: usage_exit(synopsis);
 		}
 	}
 	argc -= optind;
 	argv += optind;
-	if (argc > 1) {
-		fprintf(stderr, "medha-sched: one trace file at most (%d "
-		    "given)\n", argc);
-		usage(stderr);
-		return 2;
-	}
+	if (argc > 1)
+		usage_fail(synopsis, "one trace file at most (%d given)", argc);
 	/* sarathi is a fixed budget: Sarathi-Serve's 512 unless given */
 	if (cfg.policy == MEDHA_POLICY_SARATHI && !chunk_set)
 		cfg.chunk = 512;
-	if (cfg.policy == MEDHA_POLICY_SARATHI && cfg.chunk == 0) {
-		fprintf(stderr,
-		    "medha-sched: --policy sarathi takes a fixed token budget "
-		    "(-c N), not adaptive chunks\n");
-		usage(stderr);
-		return 2;
-	}
-	if ((gpu_name == NULL) == (listen == NULL)) {
-		fprintf(stderr,
-		    "medha-sched: give -l ADDR (a live replica) "
-		    "or --sim GPU (the simulator)\n");
-		usage(stderr);
-		return 2;
-	}
+	if (cfg.policy == MEDHA_POLICY_SARATHI && cfg.chunk == 0)
+		usage_fail(synopsis,
+		    "--policy sarathi takes a fixed token budget (-c N), not "
+		    "adaptive chunks");
+	if ((gpu_name == NULL) == (listen == NULL))
+		usage_fail(synopsis,
+		    "give -l ADDR (a live replica) or --sim GPU (the "
+		    "simulator)");
 	if (listen != NULL) {
-		if (argc > 0) {
-			fprintf(stderr,
-			    "medha-sched: -l takes no trace file: "
-			    "clients submit requests\n");
-			return 2;
-		}
+		if (argc > 0)
+			die(2,
+			    "-l takes no trace file: clients submit "
+			    "requests");
 		medha_log_level = MEDHA_LOG_WARN + verbose;
 		return run_live(listen, &cfg, model_name, profile, (int)workers,
 		    drain, max_queue, !target_set);
 	}
-	if (model_name == NULL) {
-		fprintf(stderr, "medha-sched: -m MODEL is required\n");
-		usage(stderr);
-		return 2;
-	}
-	if (cfg.kvp_max_tokens % cfg.block_size != 0) {
-		fprintf(stderr,
-		    "medha-sched: --kvp-max-tokens must be a multiple "
-		    "of the block size (%d)\n",
+	if (model_name == NULL)
+		usage_fail(synopsis, "-m MODEL is required");
+	if (cfg.kvp_max_tokens % cfg.block_size != 0)
+		die(2,
+		    "--kvp-max-tokens must be a multiple of the block size "
+		    "(%d)",
 		    cfg.block_size);
-		return 2;
-	}
 	medha_log_level = MEDHA_LOG_WARN + verbose;
-	if ((gpu = medha_gpu_find(gpu_name)) == NULL) {
-		fprintf(stderr,
-		    "medha-sched: --sim: unknown GPU %s (built in: "
-		    "a100, h100)\n",
+	if ((gpu = medha_gpu_find(gpu_name)) == NULL)
+		die(1, "--sim: unknown GPU %s (built in: a100, h100)",
 		    gpu_name);
-		return 1;
-	}
-	{
-		char why[256] = "";
-		if ((rc = medha_model_resolve_why(model_name, &model, why,
-		         sizeof(why))) != 0) {
-			fprintf(stderr, "medha-sched: -m %s: %s%s\n", model_name,
-			    why[0] ? why : medha_strerror(rc),
-			    rc == MEDHA_ENOTFOUND
-			        ? " (built in: llama3-8b, llama3-70b, "
-			          "smollm2-135m)"
-			        : "");
-			return 1;
-		}
-	}
-	if ((rc = medha_pred_init(&pred, gpu, &model, tp, spp, kvp)) != 0) {
-		fprintf(stderr,
-		    "medha-sched: cannot split %s (%d layers, %d query "
-		    "heads, %d KV heads) over tp %d spp %d kvp %d: tp must "
-		    "divide the query heads, spp at most the layers\n",
+	if ((rc = medha_model_resolve_why(model_name, &model, why,
+	         sizeof(why))) != 0)
+		die(1, "-m %s: %s%s", model_name,
+		    why[0] ? why : medha_strerror(rc),
+		    rc == MEDHA_ENOTFOUND ? " (built in: llama3-8b, "
+		                            "llama3-70b, smollm2-135m)"
+		                          : "");
+	if ((rc = medha_pred_init(&pred, gpu, &model, tp, spp, kvp)) != 0)
+		die(1,
+		    "cannot split %s (%d layers, %d query heads, %d KV heads) "
+		    "over tp %d spp %d kvp %d: tp must divide the query "
+		    "heads, spp at most the layers",
 		    model.name, model.c.n_layers, model.c.n_heads,
 		    model.c.n_kv_heads, tp, spp, kvp);
-		return 1;
-	}
-	if (profile != NULL) {
-		char why[256] = "";
-		if ((rc = medha_pred_load_table(&pred, profile, why,
-		         sizeof(why))) != 0) {
-			fprintf(stderr, "medha-sched: %s: %s\n", profile,
-			    why[0] ? why : medha_strerror(rc));
-			return 1;
-		}
-	}
+	why[0] = '\0';
+	if (profile != NULL &&
+	    (rc = medha_pred_load_table(&pred, profile, why, sizeof(why))) != 0)
+		die(1, "%s: %s", profile, why[0] ? why : medha_strerror(rc));
 
 	if (cfg.kv_blocks == 0 &&
 	    medha_pred_kv_capacity(&pred, cfg.mem_util) < cfg.block_size) {
 		double gib = 1024.0 * 1024 * 1024;
-		fprintf(stderr,
-		    "medha-sched: %s does not fit on %s with tp %d spp %d: "
-		    "%.1f GiB of weights a worker, and 1 GiB of activations, "
-		    "in the %.1f GiB that --mem-util %.2f leaves of %.0f "
-		    "GiB: no room for KV\n",
+		medha_log(MEDHA_LOG_ERROR,
+		    "%s does not fit on %s with tp %d spp %d: %.1f GiB of "
+		    "weights a worker, and 1 GiB of activations, in the %.1f "
+		    "GiB that --mem-util %.2f leaves of %.0f GiB: no room for "
+		    "KV",
 		    model.name, gpu->name, tp, spp,
 		    medha_pred_weight_bytes(&pred) / gib,
 		    gpu->mem_bytes * cfg.mem_util / gib, cfg.mem_util,
@@ -553,69 +443,57 @@ main(int argc, char *argv[])
 		return 1;
 	}
 	reqs = read_trace(argc == 1 ? argv[0] : NULL, &n);
-	of = open_out(out_path);
 	memset(&o, 0, sizeof(o));
 	o.progress = isatty(STDERR_FILENO);
 	status = 1; /* until it all went well */
-	if (medha_writer_open(&o.rec, of,
-	        out_path != NULL && medha_path_is_zst(out_path)) != 0)
+	if ((of = out_open(out_path, &o.rec)) == NULL)
 		goto out;
-	if (blog_path != NULL) {
-		bf = open_out(blog_path);
-		if (medha_writer_open(&o.blog, bf,
-		        medha_path_is_zst(blog_path)) != 0)
-			goto out;
-	}
+	if (blog_path != NULL && (bf = out_open(blog_path, &o.blog)) == NULL)
+		goto out;
 	memset(&hooks, 0, sizeof(hooks));
 	hooks.arg = &o;
 	hooks.record = on_record;
 	hooks.batch = blog_path != NULL ? on_batch : NULL;
 	hooks.progress = on_progress;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = medha_now();
 	rc = medha_sim_run(&cfg, &pred, reqs, n, &hooks, &st);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
+	wall = medha_now() - t0;
 	if (o.progress)
 		fputc('\n', stderr);
 	if (rc != 0 && o.werr != 0) {
-		fprintf(stderr, "medha-sched: writing records to %s: %s\n",
+		medha_log(MEDHA_LOG_ERROR, "writing records to %s: %s",
 		    out_path != NULL ? out_path : "stdout", strerror(o.werr));
 		goto out;
 	}
 	if (rc != 0) {
-		fprintf(stderr, "medha-sched: simulation failed: %s\n",
+		medha_log(MEDHA_LOG_ERROR, "simulation failed: %s",
 		    rc < 0 ? medha_strerror(rc) : "write error");
 		goto out;
 	}
-	rc = medha_writer_close(o.rec);
+	rc = out_finish(of, o.rec);
 	o.rec = NULL;
-	if (rc != 0 || (of != stdout && fclose(of) != 0)) {
-		of = NULL;
-		fprintf(stderr, "medha-sched: writing records to %s: %s\n",
-		    out_path != NULL ? out_path : "stdout",
-		    strerror(errno ? errno : EIO));
+	of = NULL;
+	if (rc != 0) {
+		medha_log(MEDHA_LOG_ERROR, "writing records to %s: %s",
+		    out_path != NULL ? out_path : "stdout", strerror(errno));
 		goto out;
 	}
-	of = NULL;
 	if (o.blog != NULL) {
-		rc = medha_writer_close(o.blog);
+		rc = out_finish(bf, o.blog);
 		o.blog = NULL;
-		if (rc != 0 || (bf != stdout && fclose(bf) != 0)) {
-			bf = NULL;
-			fprintf(stderr,
-			    "medha-sched: writing the batch log failed\n");
+		bf = NULL;
+		if (rc != 0) {
+			medha_log(MEDHA_LOG_ERROR,
+			    "writing the batch log failed");
 			goto out;
 		}
-		bf = NULL;
 	}
-	if (verbose)
-		fprintf(stderr,
-		    "medha-sched: %zu requests, %lld iterations, "
-		    "%lld tokens, %.1f s virtual (stage 0 busy %.1f%%), %.2f s "
-		    "wall\n",
-		    n, (long long)st.iterations, (long long)st.tokens, st.end,
-		    st.end > 0 ? 100 * st.busy / st.end : 0,
-		    (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+	medha_log(MEDHA_LOG_INFO,
+	    "%zu requests, %lld iterations, %lld tokens, %.1f s virtual "
+	    "(stage 0 busy %.1f%%), %.2f s wall",
+	    n, (long long)st.iterations, (long long)st.tokens, st.end,
+	    st.end > 0 ? 100 * st.busy / st.end : 0, wall);
 	status = 0;
 out:
 	/* on a failure, what is open is let go (its errors are moot) */
@@ -629,9 +507,5 @@ out:
 		fclose(bf);
 	free(reqs);
 	medha_pred_free(&pred);
-	if (fclose(stdout) != 0 && status == 0) {
-		perror("medha-sched: stdout");
-		return 1;
-	}
-	return status;
+	return stdout_close(status);
 }

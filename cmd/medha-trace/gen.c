@@ -59,16 +59,6 @@ struct gen {
 /* ---- random numbers ---- */
 
 static uint64_t
-splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static uint64_t
 rotl(uint64_t x, int k)
 {
 	return (x << k) | (x >> (64 - k));
@@ -329,11 +319,8 @@ read_prompts(const char *path, char ***lines)
 	char *line = NULL, **v = NULL;
 	ssize_t got;
 
-	if (f == NULL) {
-		fprintf(stderr, "medha-trace gen: --prompts %s: %s\n", path,
-		    strerror(errno));
-		exit(1);
-	}
+	if (f == NULL)
+		die(1, "--prompts %s: %s", path, strerror(errno));
 	while ((got = getline(&line, &len, f)) >= 0) {
 		while (
 		    got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
@@ -343,24 +330,16 @@ read_prompts(const char *path, char ***lines)
 		if (n == cap) {
 			cap = cap ? 2 * cap : 64;
 			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
-			    NULL) {
-				fprintf(stderr,
-				    "medha-trace gen: out of "
-				    "memory\n");
-				exit(1);
-			}
+			    NULL)
+				die(1, "out of memory");
 		}
-		if ((v[n++] = strdup(line)) == NULL) {
-			fprintf(stderr, "medha-trace gen: out of memory\n");
-			exit(1);
-		}
+		if ((v[n++] = strdup(line)) == NULL)
+			die(1, "out of memory");
 	}
 	free(line);
-	if (ferror(f) || n == 0) {
-		fprintf(stderr, "medha-trace gen: --prompts %s: %s\n", path,
+	if (ferror(f) || n == 0)
+		die(1, "--prompts %s: %s", path,
 		    ferror(f) ? "read error" : "no prompts in it");
-		exit(1);
-	}
 	fclose(f);
 	*lines = v;
 	return n;
@@ -488,44 +467,38 @@ trace_gen(int argc, char *argv[])
 			g.ttft_mult =
 			    flag_f64("--ttft-mult", optarg, 0, 1e6, 1);
 			break;
-		default: usage(2);
+		default: usage();
 		}
 	}
 	if (optind != argc)
-		usage(2);
+		usage();
 	if (have_t && g.count != 0) {
 		medha_log(MEDHA_LOG_ERROR, "-n and -t exclude each other");
-		usage(2);
+		usage();
 	}
 	if (base != NULL && (have_t || have_q || g.count != 0)) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "--base takes its times from the base trace: no -n, -q, "
 		    "-t");
-		usage(2);
+		usage();
 	}
 	if (base != NULL && (prompts != NULL || max_tokens != 0)) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "--base keeps the base trace's requests: no --prompts, "
 		    "--max-tokens");
-		usage(2);
+		usage();
 	}
-	if (base != NULL && g.long_frac > MAX_MIXED_FRAC) {
+	if (base != NULL && g.long_frac > MAX_MIXED_FRAC)
 		/* the base's requests are all kept: a fraction near 1 asks
 		   for unboundedly many long ones per base request */
-		medha_log(MEDHA_LOG_ERROR,
-		    "--base keeps the base trace's requests: -l at most "
-		    "%g (%g long requests per base request); without "
-		    "--base, -l 1 gives only long requests",
+		die(2,
+		    "--base keeps the base trace's requests: -l at most %g (%g "
+		    "long requests per base request); without --base, -l 1 "
+		    "gives only long requests",
 		    MAX_MIXED_FRAC, MAX_MIXED_FRAC / (1 - MAX_MIXED_FRAC));
-		exit(2);
-	}
-	if (g.long_min > g.long_max) {
-		medha_log(MEDHA_LOG_ERROR,
-		    "--long-min %lld exceeds --long-max "
-		    "%lld",
+	if (g.long_min > g.long_max)
+		die(2, "--long-min %lld exceeds --long-max %lld",
 		    (long long)g.long_min, (long long)g.long_max);
-		exit(2);
-	}
 
 	if (prompts != NULL)
 		nprompts = read_prompts(prompts, &ptext);

@@ -1,10 +1,9 @@
 /*
  * medha-trace: makes, converts, replays and reports traces. This file
  * dispatches to the subcommands (gen.c, report.c, replay.c, and convert
- * below), and holds what they share: usage and help, checked flag
- * numbers, and opening an output file that is compressed when its name
- * ends in ".zst". man/medha-trace.1 describes the program,
- * man/medha-trace.5 the formats.
+ * below), and holds what they share beside ../common.c: the synopsis
+ * and -h built from the table of subcommands. man/medha-trace.1
+ * describes the program, man/medha-trace.5 the formats.
  */
 #include "medha-trace.h"
 
@@ -44,115 +43,52 @@ static const struct {
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 
-static void
-synopsis(FILE *fp)
+/* The synopsis, every subcommand's lines in turn, "usage: " first. */
+static const char *
+synopsis(void)
 {
+	static char buf[2048];
+	size_t len = 0;
+
+	if (buf[0] != '\0')
+		return buf;
 	for (size_t i = 0; i < NCMDS; i++)
-		fprintf(fp, "%s%s", i == 0 ? "usage: " : "       ",
-		    cmds[i].synopsis);
-	fprintf(fp, "       medha-trace -h\n");
+		len += snprintf(buf + len, sizeof(buf) - len, "%s%s",
+		    i == 0 ? "usage: " : "       ", cmds[i].synopsis);
+	snprintf(buf + len, sizeof(buf) - len, "       medha-trace -h\n");
+	return buf;
 }
 
 void
-usage(int status)
+usage(void)
 {
-	synopsis(status == 0 ? stdout : stderr);
-	exit(status);
+	usage_exit(synopsis());
 }
 
-static void help_done(void) __attribute__((noreturn));
 static void help_top(void) __attribute__((noreturn));
-
-/* The end of -h: stdout must have taken it all. */
-static void
-help_done(void)
-{
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		medha_log(MEDHA_LOG_ERROR, "stdout: %s", strerror(errno));
-		exit(1);
-	}
-	exit(0);
-}
 
 /* -h without a subcommand: the synopsis and what each subcommand does */
 static void
 help_top(void)
 {
-	synopsis(stdout);
-	printf("\nSubcommands (medha-trace SUBCOMMAND -h for its options):\n");
+	struct medha_help lines[1 + NCMDS] = {
+	    {NULL, "Subcommands (medha-trace SUBCOMMAND -h for its options):"}};
+
 	for (size_t i = 0; i < NCMDS; i++)
-		printf("  %-22s  %s\n", cmds[i].name, cmds[i].what);
-	help_done();
+		lines[1 + i] = (struct medha_help){cmds[i].name, cmds[i].what};
+	help_exit(synopsis(), lines, 1 + NCMDS);
 }
 
 void
 help(const char *sub, const struct medha_help *lines, size_t n)
 {
-	size_t i;
+	char syn[1024] = "";
 
-	for (i = 0; i < NCMDS && strcmp(cmds[i].name, sub) != 0; i++)
-		;
-	if (i < NCMDS)
-		printf("usage: %s", cmds[i].synopsis);
-	exit(medha_help_print(lines, n));
-}
-
-double
-flag_f64(const char *flag, const char *arg, double lo, double hi, int lo_open)
-{
-	double v;
-
-	if (medha_flag_f64(flag, arg, lo, hi, lo_open, &v) != 0)
-		exit(2);
-	return v;
-}
-
-int64_t
-flag_i64(const char *flag, const char *arg, int64_t lo, int64_t hi)
-{
-	int64_t v;
-
-	if (medha_flag_i64(flag, arg, lo, hi, &v) != 0)
-		exit(2);
-	return v;
-}
-
-FILE *
-out_open(const char *path, struct medha_writer **w)
-{
-	FILE *f = stdout;
-	int rc;
-
-	if (path != NULL && strcmp(path, "-") != 0 &&
-	    (f = fopen(path, "w")) == NULL) {
-		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, strerror(errno));
-		return NULL;
-	}
-	rc = medha_writer_open(w, f,
-	    path != NULL && f != stdout && medha_path_is_zst(path));
-	if (rc != 0) {
-		medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(rc));
-		if (f != stdout)
-			fclose(f);
-		return NULL;
-	}
-	return f;
-}
-
-int
-out_close(const char *path, FILE *f, struct medha_writer *w)
-{
-	int bad;
-
-	bad = medha_writer_close(w) != 0;
-	if (f != stdout && fclose(f) != 0)
-		bad = 1;
-	if (bad) {
-		medha_log(MEDHA_LOG_ERROR, "%s: write error: %s",
-		    f != stdout ? path : "stdout", strerror(errno));
-		return 1;
-	}
-	return 0;
+	for (size_t i = 0; i < NCMDS; i++)
+		if (strcmp(cmds[i].name, sub) == 0)
+			snprintf(syn, sizeof(syn), "usage: %s",
+			    cmds[i].synopsis);
+	help_exit(syn, lines, n);
 }
 
 /* ---- convert ---- */
@@ -193,13 +129,13 @@ trace_convert(int argc, char *argv[])
 		case OPT_TIME_SCALE:
 			scale = flag_f64("--time-scale", optarg, 0, 1e6, 1);
 			break;
-		default: usage(2);
+		default: usage();
 		}
 	}
 	argc -= optind;
 	argv += optind;
 	if (argc > 1)
-		usage(2);
+		usage();
 	if (argc == 1)
 		in = argv[0];
 	if (strcmp(in, "-") != 0 && (inf = fopen(in, "r")) == NULL) {
@@ -249,11 +185,10 @@ int
 main(int argc, char *argv[])
 {
 	size_t i;
-	int status;
 
 	medha_progname = "medha-trace";
 	if (argc < 2)
-		usage(2);
+		usage();
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
 		help_top();
 	for (i = 0; i < NCMDS; i++)
@@ -261,13 +196,8 @@ main(int argc, char *argv[])
 			break;
 	if (i == NCMDS) {
 		medha_log(MEDHA_LOG_ERROR, "%s: unknown subcommand", argv[1]);
-		usage(2);
+		usage();
 	}
 	argv[1] = (char *)cmds[i].argv0;
-	status = cmds[i].fn(argc - 1, argv + 1);
-	if (fclose(stdout) != 0 && status == 0) {
-		medha_log(MEDHA_LOG_ERROR, "stdout: %s", strerror(errno));
-		status = 1;
-	}
-	return status;
+	return stdout_close(cmds[i].fn(argc - 1, argv + 1));
 }

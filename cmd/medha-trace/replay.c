@@ -28,7 +28,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 struct open_req {
@@ -55,15 +54,6 @@ struct rp {
 	int progress;
 };
 
-static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Write rec (mutex held), dropping what was not asked for. */
 static void
 emit(struct rp *p, struct medha_record *rec)
@@ -81,9 +71,8 @@ emit(struct rp *p, struct medha_record *rec)
 	rec->text = text;
 	p->done++;
 	if (p->progress)
-		fprintf(stderr,
-		    "\rmedha-trace replay: %lld submitted, %lld done ",
-		    (long long)p->submitted, (long long)p->done);
+		progress("%lld submitted, %lld done ", (long long)p->submitted,
+		    (long long)p->done);
 }
 
 static void
@@ -172,8 +161,9 @@ poll_main(void *arg)
 		if (medha_cli_msg(p->cli, 1, &m, &rep,
 		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
 			if (silent_since == 0)
-				silent_since = mono();
-			if (mono() - silent_since < MEDHA_PROTO_DEAD_MS / 1e3)
+				silent_since = medha_now();
+			if (medha_now() - silent_since <
+			    MEDHA_PROTO_DEAD_MS / 1e3)
 				continue;
 			pthread_mutex_lock(&p->mu);
 			medha_log(MEDHA_LOG_ERROR,
@@ -224,7 +214,7 @@ static int
 wait_ready(struct rp *p, double wait)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_STATUS}, rep;
-	double until = mono() + (wait > 0 ? wait : 10);
+	double until = medha_now() + (wait > 0 ? wait : 10);
 	char why[256];
 	int said = 0;
 
@@ -245,7 +235,7 @@ wait_ready(struct rp *p, double wait)
 				return 0;
 			usleep(100000);
 		}
-		if (mono() > until) {
+		if (medha_now() > until) {
 			medha_log(MEDHA_LOG_ERROR, "%s after %.0f s%s%s",
 			    wait > 0 ? "not ready" : "no answer",
 			    wait > 0 ? wait : 10, said ? "" : ": ",
@@ -295,18 +285,15 @@ submitted(struct rp *p, struct sent *s, double t0)
 		medha_log(MEDHA_LOG_INFO, "request %s refused: %s", s->id,
 		    reason);
 		p->failed_submit++;
-		record_for(p, s->id, mono() - t0, s->prompt_tokens,
+		record_for(p, s->id, medha_now() - t0, s->prompt_tokens,
 		    MEDHA_STATUS_REJECTED, reason);
 	} else if (p->accepted++, !take_early(p, rep.accepted.handle)) {
 		if (p->nopen == p->cap) {
 			int64_t ncap = p->cap ? 2 * p->cap : 256;
 			void *n = medha_reallocarray(p->open, (size_t)ncap,
 			    sizeof(*p->open));
-			if (n == NULL) {
-				fprintf(stderr,
-				    "medha-trace replay: out of memory\n");
-				exit(1);
-			}
+			if (n == NULL)
+				die(1, "out of memory");
 			p->open = n;
 			p->cap = ncap;
 		}
@@ -379,33 +366,32 @@ trace_replay(int argc, char *argv[])
 		case OPT_WAIT:
 			wait = flag_f64("--wait", optarg, 0, 1e6, 0);
 			break;
-		default: usage(2);
+		default: usage();
 		}
 	}
 	if (addr == NULL) {
-		fprintf(stderr, "medha-trace replay: -a ADDR is required\n");
-		usage(2);
+		medha_log(MEDHA_LOG_ERROR, "-a ADDR is required");
+		usage();
 	}
 	if (argc - optind > 1) {
-		fprintf(stderr, "medha-trace replay: one trace at most\n");
-		usage(2);
+		medha_log(MEDHA_LOG_ERROR, "one trace at most");
+		usage();
 	}
 	if (optind < argc && strcmp(argv[optind], "-") != 0)
 		in = argv[optind];
 	if (in != NULL && (f = fopen(in, "rb")) == NULL) {
-		fprintf(stderr, "medha-trace replay: %s: %s\n", in,
-		    strerror(errno));
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", in, strerror(errno));
 		return 1;
 	}
 	if ((rc = medha_trace_open(&t, f)) != 0) {
-		fprintf(stderr, "medha-trace replay: %s\n", medha_strerror(rc));
+		medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(rc));
 		return 1;
 	}
 	if ((of = out_open(out, &p.w)) == NULL)
 		return 1;
 	signal(SIGPIPE, SIG_IGN);
 	if (medha_cli_open(&p.cli, addr, SUBMITS + 1, why, sizeof(why)) != 0) {
-		fprintf(stderr, "medha-trace replay: %s\n", why);
+		medha_log(MEDHA_LOG_ERROR, "%s", why);
 		return 2;
 	}
 	pthread_mutex_init(&p.mu, NULL);
@@ -415,7 +401,7 @@ trace_replay(int argc, char *argv[])
 		return 1;
 	}
 	pthread_create(&poller, NULL, poll_main, &p);
-	t0 = mono();
+	t0 = medha_now();
 	memset(&rs, 0, sizeof(rs));
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
 		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT};
@@ -430,11 +416,11 @@ trace_replay(int argc, char *argv[])
 			break;
 		/* not due yet: the answers first, then wait for its time;
 		   every context busy: the oldest answer first */
-		for (; nfl > 0 && (at > mono() || nfl == SUBMITS);
+		for (; nfl > 0 && (at > medha_now() || nfl == SUBMITS);
 		     nfl--, head = (head + 1) % SUBMITS)
 			submitted(&p, &fl[head], t0);
-		if (at > mono())
-			usleep((useconds_t)((at - mono()) * 1e6));
+		if (at > medha_now())
+			usleep((useconds_t)((at - medha_now()) * 1e6));
 		s = &fl[(head + nfl) % SUBMITS];
 		s->ctx = SLOT_CTX((head + nfl) % SUBMITS);
 		nfl++;
@@ -450,8 +436,8 @@ trace_replay(int argc, char *argv[])
 	for (; nfl > 0; nfl--, head = (head + 1) % SUBMITS)
 		submitted(&p, &fl[head], t0);
 	if (rc < 0) {
-		fprintf(stderr, "medha-trace replay: %s: %s\n",
-		    in != NULL ? in : "stdin", medha_trace_error(t));
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", in != NULL ? in : "stdin",
+		    medha_trace_error(t));
 		status = 1;
 	}
 	medha_reqspec_clear(&rs);

@@ -542,7 +542,7 @@ trace_report(int argc, char *argv[])
 			break;
 		case OPT_PLOT: png = optarg; break;
 		case OPT_TITLE: title = optarg; break;
-		default: usage(2);
+		default: usage();
 		}
 	}
 	argc -= optind;

@@ -7,7 +7,7 @@
  * goes (engine/runner.c). With -s it serves a replica's scheduler
  * (serve/worker.c). Flags and wiring only.
  */
-#include "medha.h"
+#include "../common.h"
 #include "engine/backend.h"
 #include "cpu/kvcache.h"
 #include "layout.h"
@@ -22,28 +22,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-	    "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim] "
-	    "[--gpu NAME]\n"
-	    "           [--kv f16|f32] [--kv-blocks N] [--max-seqs N] "
-	    "[--speed X] [-t THREADS]\n"
-	    "           [--tp N] [--spp N] [--kvp N] [--rank R] "
-	    "[--peer ADDR]\n"
-	    "           [--lookahead | --no-lookahead]\n"
-	    "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
-	    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
-	    "f16|f32]\n"
-	    "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
-	    "T]\n"
-	    "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
-	    "[--top-p P]\n");
-}
+static const char synopsis[] =
+    "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim] "
+    "[--gpu NAME]\n"
+    "           [--kv f16|f32] [--kv-blocks N] [--max-seqs N] "
+    "[--speed X] [-t THREADS]\n"
+    "           [--tp N] [--spp N] [--kvp N] [--rank R] "
+    "[--peer ADDR]\n"
+    "           [--lookahead | --no-lookahead]\n"
+    "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
+    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
+    "f16|f32]\n"
+    "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
+    "T]\n"
+    "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
+    "[--top-p P]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-worker(1)) */
 static const struct medha_help help_lines[] = {
@@ -87,14 +81,6 @@ static const struct medha_help help_lines[] = {
     {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s -vv: each batch)"},
     {"--kv f16|f32", "KV cache element type (f32)"},
 };
-
-static int
-help(void)
-{
-	usage(stdout);
-	return medha_help_print(help_lines,
-	    sizeof(help_lines) / sizeof(help_lines[0]));
-}
 
 enum {
 	OPT_BACKEND = 300,
@@ -160,27 +146,6 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* A flag's number or exit 2 (medha_flag_* says why). */
-static int64_t
-num(const char *flag, const char *s, int64_t lo, int64_t hi)
-{
-	int64_t v;
-
-	if (medha_flag_i64(flag, s, lo, hi, &v) != 0)
-		exit(2);
-	return v;
-}
-
-static double
-fnum(const char *flag, const char *s, double lo, double hi)
-{
-	double v;
-
-	if (medha_flag_f64(flag, s, lo, hi, 0, &v) != 0)
-		exit(2);
-	return v;
-}
-
 /*
  * The whole of path ("-": stdin) as a NUL-terminated string, of at most
  * limit bytes; exits 1 (a longer file is an error, found without reading
@@ -193,55 +158,31 @@ slurp(const char *path, size_t *len, size_t limit, const char *why_limit)
 	char *buf = NULL;
 	size_t n = 0, cap = 0, got;
 
-	if (f == NULL) {
-		fprintf(stderr, "medha-worker: %s: %s\n", path,
-		    strerror(errno));
-		exit(1);
-	}
+	if (f == NULL)
+		die(1, "%s: %s", path, strerror(errno));
 	do {
 		if (cap - n < 65536) {
 			cap = cap ? 2 * cap : 65536;
-			if ((buf = realloc(buf, cap + 1)) == NULL) {
-				fprintf(stderr,
-				    "medha-worker: out of memory\n");
-				exit(1);
-			}
+			if ((buf = realloc(buf, cap + 1)) == NULL)
+				die(1, "out of memory");
 		}
 		got = fread(buf + n, 1, cap - n, f);
 		n += got;
 		if (n > limit) {
-			fprintf(stderr, "medha-worker: %s: more than %zu bytes: %s\n",
-			    path, limit, why_limit);
 			free(buf);
-			exit(1);
+			die(1, "%s: more than %zu bytes: %s", path, limit,
+			    why_limit);
 		}
 	} while (got > 0);
 	if (ferror(f)) {
-		fprintf(stderr, "medha-worker: %s: read error\n", path);
 		free(buf);
-		exit(1);
+		die(1, "%s: read error", path);
 	}
 	if (f != stdin)
 		fclose(f);
 	buf[n] = '\0';
 	*len = n;
 	return buf;
-}
-
-static double
-now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void
-die(const char *what, const char *why)
-{
-	fprintf(stderr, "medha-worker: %s: %s\n", what, why);
-	exit(1);
 }
 
 /* Print token id's text (or, with as_ids, its number). */
@@ -266,15 +207,6 @@ emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
 		free(buf);
 }
 
-static volatile sig_atomic_t stopping;
-
-static void
-on_signal(int sig)
-{
-	(void)sig;
-	stopping = 1;
-}
-
 /* Daemon mode: open the backend (p), then serve the scheduler. */
 static int
 daemon_main(struct medha_worker_config c, const char *backend,
@@ -282,17 +214,12 @@ daemon_main(struct medha_worker_config c, const char *backend,
 {
 	struct medha_backend *be = NULL;
 	struct medha_layout lay;
-	struct sigaction sa;
 	char why[512];
 	int rc;
 
-	if (medha_layout_init(&lay, c.tp, c.spp, c.kvp, c.rank) != 0) {
-		fprintf(stderr,
-		    "medha-worker: --rank %d: not below tp %d x spp %d x kvp "
-		    "%d\n",
-		    c.rank, c.tp, c.spp, c.kvp);
-		return 2;
-	}
+	if (medha_layout_init(&lay, c.tp, c.spp, c.kvp, c.rank) != 0)
+		die(2, "--rank %d: not below tp %d x spp %d x kvp %d", c.rank,
+		    c.tp, c.spp, c.kvp);
 	p.model = c.model;
 	p.gpu = c.gpu;
 	p.tp = c.tp;
@@ -301,18 +228,16 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	p.stage = lay.rs;
 	p.kvp = c.kvp;
 	if ((rc = medha_backend_open(&be, backend, &p, why, sizeof(why))) != 0)
-		die(c.model, why);
+		die(1, "%s: %s", c.model, why);
 	/* a backend that computes on this machine's CPUs is the
 	   predictor's "cpu" device */
 	if ((be->info.caps & MEDHA_BACKEND_COMPUTES) &&
 	    !(be->info.caps & MEDHA_BACKEND_GPU))
 		c.gpu = "cpu";
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	if ((rc = medha_worker_run(be, &c, &stopping, why, sizeof(why))) != 0)
-		fprintf(stderr, "medha-worker: %s\n", why);
+	catch_stop();
+	if ((rc = medha_worker_run(be, &c, &stop_requested, why,
+	         sizeof(why))) != 0)
+		medha_log(MEDHA_LOG_ERROR, "%s", why);
 	medha_backend_close(be);
 	return rc == 0 ? 0 : c.addr[0] == '\0' ? 2 : 1;
 }
@@ -353,42 +278,44 @@ main(int argc, char *argv[])
 	while ((ch = getopt_long(argc, argv, "c:f:hm:n:p:s:t:v", longopts,
 	            NULL)) != -1) {
 		switch (ch) {
-		case 'c': chunk = num("--chunk", optarg, 0, 1 << 24); break;
+		case 'c':
+			chunk = flag_i64("--chunk", optarg, 0, 1 << 24);
+			break;
 		case 'f': pfile = optarg; break;
-		case 'h': return help();
+		case 'h': HELP_EXIT(synopsis, help_lines);
 		case 'm': model = optarg; break;
-		case 'n': n_gen = num("-n", optarg, 0, 1 << 24); break;
+		case 'n': n_gen = flag_i64("-n", optarg, 0, 1 << 24); break;
 		case 'p': prompt = optarg; break;
 		case 's': addr = optarg; break;
 		case OPT_BACKEND:
 			if ((bk = medha_backend_find(optarg)) == NULL ||
-			    bk->open == NULL) {
-				fprintf(stderr,
-				    "medha-worker: --backend: %s: %s\n", optarg,
+			    bk->open == NULL)
+				die(2, "--backend: %s: %s", optarg,
 				    bk == NULL ? "expected cpu or sim"
 				               : "not built into this program");
-				return 2;
-			}
 			backend = optarg;
 			break;
 		case OPT_GPU: gpu = optarg; break;
 		case OPT_KVBLOCKS:
-			kv_blocks = num("--kv-blocks", optarg, 1, INT32_MAX);
+			kv_blocks =
+			    flag_i64("--kv-blocks", optarg, 1, INT32_MAX);
 			break;
 		case OPT_MAXSEQS:
-			max_seqs = num("--max-seqs", optarg, 1, 65536);
+			max_seqs = flag_i64("--max-seqs", optarg, 1, 65536);
 			break;
 		case OPT_SPEED:
-			speed = fnum("--speed", optarg, 1e-3, 1e6);
+			speed = flag_f64("--speed", optarg, 1e-3, 1e6, 0);
 			break;
-		case OPT_TP: wo.tp = num("--tp", optarg, 1, 64); break;
-		case OPT_SPP: wo.spp = num("--spp", optarg, 1, 64); break;
-		case OPT_KVP: wo.kvp = num("--kvp", optarg, 1, 64); break;
-		case OPT_RANK: wo.rank = num("--rank", optarg, 0, 4095); break;
+		case OPT_TP: wo.tp = flag_i64("--tp", optarg, 1, 64); break;
+		case OPT_SPP: wo.spp = flag_i64("--spp", optarg, 1, 64); break;
+		case OPT_KVP: wo.kvp = flag_i64("--kvp", optarg, 1, 64); break;
+		case OPT_RANK:
+			wo.rank = flag_i64("--rank", optarg, 0, 4095);
+			break;
 		case OPT_PEER: wo.peer = optarg; break;
 		case OPT_LOOKAHEAD: wo.lookahead = 1; break;
 		case OPT_NO_LOOKAHEAD: wo.lookahead = 0; break;
-		case 't': ro.n_threads = num("-t", optarg, 1, 256); break;
+		case 't': ro.n_threads = flag_i64("-t", optarg, 1, 256); break;
 		case 'v': verbose++; break;
 		case OPT_CHAT: chat = 1; break;
 		case OPT_SYSTEM: sys_msg = optarg; break;
@@ -399,42 +326,35 @@ main(int argc, char *argv[])
 				ro.kv_f16 = 1;
 			else if (strcmp(optarg, "f32") == 0)
 				ro.kv_f16 = 0;
-			else {
-				fprintf(stderr,
-				    "medha-worker: --kv: %s: "
-				    "expected f16 or f32\n",
-				    optarg);
-				return 2;
-			}
+			else
+				die(2, "--kv: %s: expected f16 or f32", optarg);
 			break;
 		case OPT_LOGITS: logits_path = optarg; break;
 		case OPT_SEED:
-			sp.seed = num("--seed", optarg, 0, INT64_MAX);
+			sp.seed = flag_i64("--seed", optarg, 0, INT64_MAX);
 			break;
-		case OPT_TEMP: sp.temp = fnum("--temp", optarg, 0, 100); break;
+		case OPT_TEMP:
+			sp.temp = flag_f64("--temp", optarg, 0, 100, 0);
+			break;
 		case OPT_TOKENIZE: tokenize = 1; break;
 		case OPT_TOKENS: as_ids = 1; break;
 		case OPT_TOPK:
-			sp.top_k = num("--top-k", optarg, 0, 1 << 24);
+			sp.top_k = flag_i64("--top-k", optarg, 0, 1 << 24);
 			break;
-		case OPT_TOPP: sp.top_p = fnum("--top-p", optarg, 0, 1); break;
-		default: usage(stderr); return 2;
+		case OPT_TOPP:
+			sp.top_p = flag_f64("--top-p", optarg, 0, 1, 0);
+			break;
+		default: usage_exit(synopsis);
 		}
 	}
 	if (addr != NULL) {
 		if (optind != argc || model == NULL || prompt != NULL ||
-		    pfile != NULL) {
-			fprintf(stderr,
-			    "medha-worker: -s ADDR takes -m MODEL "
-			    "and no prompt\n");
-			usage(stderr);
-			return 2;
-		}
+		    pfile != NULL)
+			usage_fail(synopsis,
+			    "-s ADDR takes -m MODEL and no prompt");
 		medha_log_level = MEDHA_LOG_WARN + verbose;
-		if (ro.n_threads == 0) {
-			long nc = sysconf(_SC_NPROCESSORS_ONLN);
-			ro.n_threads = nc > 0 && nc < 256 ? (int)nc : 1;
-		}
+		if (ro.n_threads == 0)
+			ro.n_threads = online_cpus(256);
 		wo.addr = addr;
 		wo.model = model;
 		wo.gpu = gpu;
@@ -449,20 +369,16 @@ main(int argc, char *argv[])
 	if (optind != argc || model == NULL ||
 	    (prompt == NULL) == (pfile == NULL)) {
 		if (model == NULL)
-			fprintf(stderr, "medha-worker: -m MODEL is required\n");
-		else if (optind == argc)
-			fprintf(stderr,
-			    "medha-worker: give the prompt with -p or -f\n");
-		usage(stderr);
-		return 2;
+			usage_fail(synopsis, "-m MODEL is required");
+		if (optind == argc)
+			usage_fail(synopsis, "give the prompt with -p or -f");
+		usage_exit(synopsis);
 	}
 	medha_log_level = MEDHA_LOG_WARN + verbose;
-	if (ro.n_threads == 0) {
-		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		ro.n_threads = nc > 0 && nc < 256 ? (int)nc : 1;
-	}
+	if (ro.n_threads == 0)
+		ro.n_threads = online_cpus(256);
 	if ((rc = medha_runner_open(&r, model, &ro, why, sizeof(why))) != 0)
-		die(model, why);
+		die(1, "%s: %s", model, why);
 	tok = medha_runner_tok(r);
 	if (pfile != NULL) {
 		/* no token is longer than the longest piece: a file longer
@@ -495,7 +411,8 @@ main(int argc, char *argv[])
 		int first = sys_msg == NULL;
 		if ((rc = medha_tok_chat_msgs(tok, msgs + first, 2 - first, 1,
 		         &chat_text, &chat_len)) != 0)
-			die("--chat", rc == MEDHA_EUNSUP
+			die(1, "--chat: %s",
+			    rc == MEDHA_EUNSUP
 			        ? "the model's chat template is not one medha "
 			          "can render (Jinja it cannot read, and "
 			          "neither ChatML nor Llama-3)"
@@ -507,7 +424,7 @@ main(int argc, char *argv[])
 	if ((rc = medha_tok_encode(tok, chat ? chat_text : text,
 	         chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
 	         &n_ids)) != 0)
-		die("tokenizing the prompt", medha_strerror(rc));
+		die(1, "tokenizing the prompt: %s", medha_strerror(rc));
 	if (tokenize) {
 		for (size_t i = 0; i < n_ids; i++)
 			printf("%s%d", i ? " " : "", ids[i]);
@@ -515,57 +432,55 @@ main(int argc, char *argv[])
 		goto out;
 	}
 	if (n_ids == 0) {
-		fprintf(stderr, "medha-worker: the prompt has no tokens\n");
+		medha_log(MEDHA_LOG_ERROR, "the prompt has no tokens");
 		status = 1;
 		goto out;
 	}
 	if ((rc = medha_runner_start(r, (int64_t)n_ids + n_gen, why,
 	         sizeof(why))) != 0)
-		die("prompt", why);
+		die(1, "prompt: %s", why);
 	vocab = medha_runner_model(r)->c.vocab;
 	if ((logits = calloc((size_t)vocab, sizeof(float))) == NULL)
-		die("logits", "out of memory");
+		die(1, "logits: out of memory");
 	if (medha_sampler_init(&smp, &sp, vocab) != 0)
-		die("sampler", "bad parameters");
+		die(1, "sampler: bad parameters");
 
-	t0 = now();
+	t0 = medha_now();
 	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, chunk, logits,
 	         why, sizeof(why))) != 0)
-		die("prompt", why);
-	t_prompt = now() - t0;
+		die(1, "prompt: %s", why);
+	t_prompt = medha_now() - t0;
 	if (logits_path != NULL) {
 		FILE *f = fopen(logits_path, "wb");
 		if (f == NULL ||
 		    fwrite(logits, sizeof(float), (size_t)vocab, f) !=
 		        (size_t)vocab ||
 		    fclose(f) != 0)
-			die(logits_path, strerror(errno));
+			die(1, "%s: %s", logits_path, strerror(errno));
 	}
-	t0 = now();
+	t0 = medha_now();
 	while (n_out < n_gen) {
 		next = medha_sample(smp, logits);
 		if (!ignore_eos && medha_tok_is_eog(tok, next))
 			break;
 		emit(tok, next, as_ids, n_out == 0);
 		if (fflush(stdout) != 0) /* the reader is gone, a full disk */
-			die("stdout", strerror(errno));
+			die(1, "stdout: %s", strerror(errno));
 		if (++n_out == n_gen)
 			break;
 		if ((rc = medha_runner_decode(r, next, logits, why,
 		         sizeof(why))) != 0)
-			die("generation", why);
+			die(1, "generation: %s", why);
 	}
-	t_gen = now() - t0;
+	t_gen = medha_now() - t0;
 	if (as_ids || n_gen > 0)
 		printf("\n");
 	fflush(stdout);
-	if (verbose)
-		fprintf(stderr,
-		    "medha-worker: prompt %zu tokens in %.3f s (%.1f tok/s), "
-		    "generated %lld in %.3f s (%.1f tok/s), %d threads\n",
-		    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
-		    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0,
-		    ro.n_threads);
+	medha_log(MEDHA_LOG_INFO,
+	    "prompt %zu tokens in %.3f s (%.1f tok/s), generated %lld in %.3f "
+	    "s (%.1f tok/s), %d threads",
+	    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
+	    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0, ro.n_threads);
 	medha_sampler_free(smp);
 	free(logits);
 out:
@@ -573,10 +488,5 @@ out:
 	free(text);
 	free(chat_text);
 	medha_runner_close(r);
-	if (ferror(stdout) || fclose(stdout) != 0) {
-		fprintf(stderr, "medha-worker: stdout: %s\n",
-		    errno ? strerror(errno) : "write error");
-		return 1;
-	}
-	return status;
+	return stdout_close(status);
 }

@@ -1,0 +1,208 @@
+/*
+ * common.c: the command-line helpers every medha program links (see
+ * common.h): one copy of what medha-prof, -router, -sched, -trace and
+ * -worker each carried their own of: flag numbers that exit 2, -h and
+ * usage printing, output files ("-" for stdout, ".zst" compressed, the
+ * close of stdout checked), die(), and a few small utilities.
+ */
+#include "common.h"
+
+#include "io/trace.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- exits ---- */
+
+/* medha_log of an error from a va_list (medha_log takes none) */
+static void
+log_error(const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	medha_log(MEDHA_LOG_ERROR, "%s", msg);
+}
+
+void
+die(int status, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_error(fmt, ap);
+	va_end(ap);
+	exit(status);
+}
+
+/* ---- flag numbers ---- */
+
+int64_t
+flag_i64(const char *flag, const char *arg, int64_t lo, int64_t hi)
+{
+	int64_t v;
+
+	if (medha_flag_i64(flag, arg, lo, hi, &v) != 0)
+		exit(2);
+	return v;
+}
+
+double
+flag_f64(const char *flag, const char *arg, double lo, double hi, int lo_open)
+{
+	double v;
+
+	if (medha_flag_f64(flag, arg, lo, hi, lo_open, &v) != 0)
+		exit(2);
+	return v;
+}
+
+/* ---- -h and usage ---- */
+
+void
+help_exit(const char *synopsis, const struct medha_help *lines, size_t n)
+{
+	fputs(synopsis, stdout);
+	exit(medha_help_print(lines, n));
+}
+
+void
+usage_exit(const char *synopsis)
+{
+	fputs(synopsis, stderr);
+	exit(2);
+}
+
+void
+usage_fail(const char *synopsis, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_error(fmt, ap);
+	va_end(ap);
+	usage_exit(synopsis);
+}
+
+/* ---- output files ---- */
+
+FILE *
+out_open(const char *path, struct medha_writer **w)
+{
+	FILE *f = stdout;
+	int rc;
+
+	if (path != NULL && strcmp(path, "-") != 0 &&
+	    (f = fopen(path, "w")) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (w == NULL)
+		return f;
+	rc = medha_writer_open(w, f,
+	    path != NULL && f != stdout && medha_path_is_zst(path));
+	if (rc != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(rc));
+		if (f != stdout)
+			fclose(f);
+		return NULL;
+	}
+	return f;
+}
+
+int
+out_finish(FILE *f, struct medha_writer *w)
+{
+	int err = 0;
+
+	if (w != NULL && medha_writer_close(w) != 0)
+		err = errno != 0 ? errno : EIO;
+	if (f != stdout && fclose(f) != 0 && err == 0)
+		err = errno != 0 ? errno : EIO;
+	errno = err;
+	return err != 0 ? -1 : 0;
+}
+
+int
+out_close(const char *path, FILE *f, struct medha_writer *w)
+{
+	if (out_finish(f, w) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: write error: %s",
+		    f != stdout && path != NULL ? path : "stdout",
+		    strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+int
+stdout_close(int status)
+{
+	int bad = ferror(stdout);
+
+	errno = 0;
+	if (fclose(stdout) != 0)
+		bad = 1;
+	if (bad && status == 0) {
+		medha_log(MEDHA_LOG_ERROR, "stdout: %s",
+		    errno != 0 ? strerror(errno) : "write error");
+		return 1;
+	}
+	return status;
+}
+
+/* ---- a server's stop ---- */
+
+volatile sig_atomic_t stop_requested;
+
+static void
+on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+void
+catch_stop(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- small utilities ---- */
+
+void
+progress(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "\r%s: ", medha_progname);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
+
+int
+online_cpus(int max)
+{
+	long nc = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return nc > 0 && nc < max ? (int)nc : 1;
+}
+
+uint64_t
+splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
