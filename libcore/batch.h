@@ -1,6 +1,6 @@
 /*
- * batch.h: what one forward pass of a backend is given (DESIGN.md
- * section 6): a flat list of tokens and, for each sequence with tokens in
+ * batch.h: what one forward pass of a backend is given (doc/DESIGN.md
+ * section 4): a flat list of tokens and, for each sequence with tokens in
  * it, where its tokens sit in that list, the KV cache sequence they
  * extend, the position of its first token and which logits it wants
  * back. Any mix of prefill chunks (many tokens) and decodes (one token)

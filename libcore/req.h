@@ -1,6 +1,6 @@
 /*
  * req.h: the one vocabulary of requests and results that every part of
- * medha shares (DESIGN.md sections 5a and 7). A request is what a client
+ * medha shares (doc/DESIGN.md section 4). A request is what a client
  * asks for: a prompt (text, token ids, or only a length for simulation),
  * how many tokens to generate, how to sample them, when to stop, and its
  * latency targets. A record is what happened to it: exactly one per

@@ -1,6 +1,6 @@
 /*
  * backend.h: the one interface every execution backend implements (cpu
- * now, sim and cuda to come; DESIGN.md sections 5a and 6): sequences
+ * now, sim and cuda to come; doc/DESIGN.md sections 4 and 7): sequences
  * held in the backend's paged KV cache, and a forward pass over a batch
  * of many sequences (batch.h) for a range of layers, hidden states in
  * and out, so that one worker runs the whole model, an SPP pipeline

@@ -1,5 +1,5 @@
 /*
- * trace.h: traces in, result records out (DESIGN.md section 7;
+ * trace.h: traces in, result records out (doc/DESIGN.md section 4;
  * man/medha-trace.5 is normative).
  *
  * A trace is JSON Lines, one request a line; the reader also takes the

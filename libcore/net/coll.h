@@ -1,6 +1,6 @@
 /*
- * coll.h: the collectives between the workers of one replica (DESIGN.md
- * sections 4 and 5a), over nng for the cpu and sim backends: point-to-
+ * coll.h: the collectives between the workers of one replica (doc/DESIGN.md
+ * sections 5 and 7), over nng for the cpu and sim backends: point-to-
  * point send/recv of hidden states between SPP stages, the TP
  * all-reduce, and the all-gather of KVP partial attention outputs. The
  * cuda backend will implement the same calls with NCCL.

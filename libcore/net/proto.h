@@ -1,5 +1,5 @@
 /*
- * proto.h: the wire protocol, version 1 (DESIGN.md section 4;
+ * proto.h: the wire protocol, version 1 (doc/DESIGN.md section 5;
  * man/medha-proto.7 is normative). Every nng message is one msgpack
  * array [version, type, body...]; this codec turns it into a struct
  * medha_msg and back, and msgpack goes no further than it.

@@ -4,7 +4,7 @@
  * a time, and asked for the next batch. The simulator (sim.c) and the
  * live medha-sched drive the same code.
  *
- * One iteration (DESIGN.md section 5): every running decode that is not
+ * One iteration (doc/DESIGN.md section 6): every running decode that is not
  * waiting for its previous token enters the batch (one token each);
  * prefills are taken in policy order (fcfs, edf, lrs, medha, sarathi);
  * each gets a chunk sized so the predicted batch latency stays within
