@@ -43,7 +43,7 @@ str_affix(struct rctx *r, const struct val *o, const struct val *x, int end,
 		TRY(jinja_want_str(r, &alts[i], name, pos));
 		hit = alts[i].u.s.n <= o->u.s.n &&
 		    memcmp(o->u.s.p + (end ? o->u.s.n - alts[i].u.s.n : 0),
-		    alts[i].u.s.p, alts[i].u.s.n) == 0;
+		        alts[i].u.s.p, alts[i].u.s.n) == 0;
 	}
 	*out = mkint(V_BOOL, hit);
 	return 0;
@@ -68,12 +68,12 @@ str_split(struct rctx *r, const struct val *o, const struct val *sep,
 			if (i == n)
 				break;
 			if (max >= 0 && (int64_t)k == max) {
-				w[k++] = mkstr(s + i, jinja_rstrip_len(s + i,
-				    n - i, NULL, 0));
+				w[k++] = mkstr(s + i,
+				    jinja_rstrip_len(s + i, n - i, NULL, 0));
 				break;
 			}
-			for (b = i; i < n && jinja_span_space(s + i,
-			    n - i) == 0; i++)
+			for (b = i;
+			     i < n && jinja_span_space(s + i, n - i) == 0; i++)
 				;
 			w[k++] = mkstr(s + b, i - b);
 		}
@@ -83,9 +83,9 @@ str_split(struct rctx *r, const struct val *o, const struct val *sep,
 			return jinja_rfail(r, pos, MEDHA_EFORMAT,
 			    "split: empty separator");
 		for (;;) {
-			const char *hit = max >= 0 && (int64_t)k == max ?
-			    NULL : memmem(s + i, n - i, sep->u.s.p,
-			    sep->u.s.n);
+			const char *hit = max >= 0 && (int64_t)k == max
+			    ? NULL
+			    : memmem(s + i, n - i, sep->u.s.p, sep->u.s.n);
 
 			if (hit == NULL) {
 				w[k++] = mkstr(s + i, n - i);
@@ -106,11 +106,18 @@ str_method(struct rctx *r, const char *name, const struct val *o,
     struct args *a, struct val *out, size_t pos)
 {
 	if (M("strip") || M("lstrip") || M("rstrip"))
-		return jinja_strip(r, o, jinja_arg(a, 0, NULL), M("strip") ? 3 :
-		    M("lstrip") ? 1 : 2, out, pos);
+		return jinja_strip(r, o, jinja_arg(a, 0, NULL),
+		    M("strip")        ? 3
+		        : M("lstrip") ? 1
+		                      : 2,
+		    out, pos);
 	if (M("upper") || M("lower") || M("title") || M("capitalize"))
-		return jinja_recase(r, o, M("upper") ? 'U' : M("lower") ?
-		    'L' : M("title") ? 'T' : 'C', out, pos);
+		return jinja_recase(r, o,
+		    M("upper")       ? 'U'
+		        : M("lower") ? 'L'
+		        : M("title") ? 'T'
+		                     : 'C',
+		    out, pos);
 	if (M("replace"))
 		return jinja_replace(r, o, jinja_arg(a, 0, NULL),
 		    jinja_arg(a, 1, NULL), jinja_arg(a, 2, NULL), out, pos);
@@ -124,8 +131,8 @@ str_method(struct rctx *r, const char *name, const struct val *o,
 		struct val *w;
 		size_t k = 0;
 
-		if ((w = jinja_arena_array(&r->ar, o->u.s.n + 1,
-		    sizeof(*w))) == NULL)
+		if ((w = jinja_arena_array(&r->ar, o->u.s.n + 1, sizeof(*w))) ==
+		    NULL)
 			return jinja_nomem(r, pos);
 		TRY(str_split(r, o, sep, max, w, &k, pos));
 		return jinja_mklist(r, w, k, out, pos);
@@ -144,15 +151,16 @@ dict_method(struct rctx *r, const char *name, const struct val *o,
 		    o->u.d->n, out, pos);
 	if (M("get")) {
 		const struct val *k = jinja_arg(a, 0, NULL),
-				 *d = jinja_arg(a, 1, NULL);
+		                 *d = jinja_arg(a, 1, NULL);
 		struct val *x;
 
 		if (k == NULL)
 			return jinja_rfail(r, pos, MEDHA_EFORMAT,
 			    "get: missing key");
 		x = jinja_dict_get(o->u.d, k);
-		*out = x != NULL ? *x : d != NULL ? *d :
-		    (struct val){.t = V_NONE};
+		*out = x != NULL ? *x
+		    : d != NULL  ? *d
+		                 : (struct val){.t = V_NONE};
 		return 0;
 	}
 	return no_method(r, o, name, pos);
@@ -168,8 +176,8 @@ method(struct rctx *r, const struct node *e, const struct val *o,
 	const struct node *at = e->a;
 	char name[32];
 
-	snprintf(name, sizeof(name), "%.*s", (int)(at->nlen < 31 ?
-	    at->nlen : 31), at->name);
+	snprintf(name, sizeof(name), "%.*s",
+	    (int)(at->nlen < 31 ? at->nlen : 31), at->name);
 	if (o->t == V_STR)
 		return str_method(r, name, o, a, out, e->pos);
 	if (o->t == V_DICT)
@@ -182,8 +190,7 @@ method(struct rctx *r, const struct node *e, const struct val *o,
 /* ---------------------------------------------------------------- functions */
 
 static int
-strftime_now(struct rctx *r, const struct val *fmt, struct val *out,
-    size_t pos)
+strftime_now(struct rctx *r, const struct val *fmt, struct val *out, size_t pos)
 {
 	const char *env = getenv("MEDHA_JINJA_NOW");
 	char f[256], buf[512], *p;
@@ -194,7 +201,8 @@ strftime_now(struct rctx *r, const struct val *fmt, struct val *out,
 
 	TRY(jinja_want_str(r, fmt, "strftime_now", pos));
 	if (fmt->u.s.n >= sizeof(f) || memchr(fmt->u.s.p, 0, fmt->u.s.n))
-		return jinja_rfail(r, pos, MEDHA_EUNSUP, "strftime_now: bad format");
+		return jinja_rfail(r, pos, MEDHA_EUNSUP,
+		    "strftime_now: bad format");
 	memcpy(f, fmt->u.s.p, fmt->u.s.n);
 	f[fmt->u.s.n] = '\0';
 	memset(&tm, 0, sizeof(tm));
@@ -250,16 +258,18 @@ range(struct rctx *r, const struct args *a, struct val *out, size_t pos)
 	if ((st > 0 && hi <= lo) || (st < 0 && hi >= lo))
 		cnt = 0;
 	else if (st > 0)
-		cnt = (int64_t)(((uint64_t)hi - (uint64_t)lo - 1) /
-		    (uint64_t)st + 1);
+		cnt =
+		    (int64_t)(((uint64_t)hi - (uint64_t)lo - 1) / (uint64_t)st +
+		        1);
 	else
 		cnt = (int64_t)(((uint64_t)lo - (uint64_t)hi - 1) /
-		    (uint64_t)(-(st + 1) + 1) + 1);
+		        (uint64_t)(-(st + 1) + 1) +
+		    1);
 	if (cnt < 0 || cnt > 1000000)
 		return jinja_rfail(r, pos, MEDHA_ENOSPACE,
 		    "range of more than 1000000 items");
 	if ((w = jinja_arena_array(&r->ar, cnt ? (size_t)cnt : 1,
-	    sizeof(*w))) == NULL)
+	         sizeof(*w))) == NULL)
 		return jinja_nomem(r, pos);
 	for (k = 0; k < cnt; k++)
 		w[k] = mkint(V_INT, lo + k * st);
@@ -281,11 +291,11 @@ make_dict(struct rctx *r, int fn, const struct args *a, struct val *out,
 		    "positional arguments to namespace()/dict()");
 	for (i = 0; a->np > 0 && i < a->pv[0].u.d->n; i++)
 		if (jinja_dict_put(r, d, a->pv[0].u.d->k[i],
-		    a->pv[0].u.d->v[i]) != 0)
+		        a->pv[0].u.d->v[i]) != 0)
 			return jinja_nomem(r, pos);
 	for (i = 0; i < a->nk; i++)
-		if (jinja_dict_put(r, d, mkstr(a->kw[i]->name,
-		    a->kw[i]->nlen), a->kv[i]) != 0)
+		if (jinja_dict_put(r, d, mkstr(a->kw[i]->name, a->kw[i]->nlen),
+		        a->kv[i]) != 0)
 			return jinja_nomem(r, pos);
 	out->t = fn == F_NAMESPACE ? V_NS : V_DICT;
 	out->u.d = d;
@@ -310,8 +320,8 @@ jinja_call(struct rctx *r, const struct node *e, struct val *out)
 	if (fn.t == V_UNDEF)
 		return jinja_undef_use(r, e->a);
 	if (fn.t != V_FUNC)
-		return jinja_rfail(r, e->pos, MEDHA_EFORMAT, "a %s is not callable",
-		    jinja_tname(&fn));
+		return jinja_rfail(r, e->pos, MEDHA_EFORMAT,
+		    "a %s is not callable", jinja_tname(&fn));
 	TRY(jinja_eval_args(r, e, &a));
 	switch (fn.u.i) {
 	case F_RAISE:
@@ -321,8 +331,7 @@ jinja_call(struct rctx *r, const struct node *e, struct val *out)
 		    (int)(m.u.s.n > INT_MAX ? INT_MAX : m.u.s.n), m.u.s.p);
 	case F_STRFTIME:
 		return strftime_now(r, jinja_arg(&a, 0, NULL), out, e->pos);
-	case F_RANGE:
-		return range(r, &a, out, e->pos);
+	case F_RANGE: return range(r, &a, out, e->pos);
 	default: /* namespace(), dict() */
 		return make_dict(r, (int)fn.u.i, &a, out, e->pos);
 	}

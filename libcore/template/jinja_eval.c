@@ -21,7 +21,7 @@
 #include "medha.h"
 #include "template/jinja_impl.h"
 
-/* ---------------------------------------------------------------- errors, output */
+/* ----------------------------------------------------------- errors, output */
 
 int
 jinja_rfail(struct rctx *r, size_t pos, int err, const char *fmt, ...)
@@ -87,7 +87,7 @@ jinja_buf_take(struct rctx *r, struct buf *b, int rc, struct val *out,
 	return rc;
 }
 
-/* ---------------------------------------------------------------- expressions */
+/* -------------------------------------------------------------- expressions */
 
 int
 jinja_eval_args(struct rctx *r, const struct node *e, struct args *a)
@@ -172,8 +172,8 @@ eval_filter(struct rctx *r, const struct node *e, struct val *out)
 	if (e->kind == E_FILTER)
 		return jinja_filter(r, e->name, e->nlen, &a, &args, out,
 		    e->pos);
-	TRY(jinja_test(r, e->name, e->nlen, &a, args.np ? &args.pv[0] :
-	    NULL, args.np, &res, e->pos));
+	TRY(jinja_test(r, e->name, e->nlen, &a, args.np ? &args.pv[0] : NULL,
+	    args.np, &res, e->pos));
 	*out = mkint(V_BOOL, res != e->op);
 	return 0;
 }
@@ -198,8 +198,8 @@ eval_unary(struct rctx *r, const struct node *e, struct val *out)
 	else if (e->kind == E_POS)
 		*out = a;
 	else
-		return jinja_binop(r, '-', &(struct val){.t = V_INT}, &a,
-		    out, e->pos);
+		return jinja_binop(r, '-', &(struct val){.t = V_INT}, &a, out,
+		    e->pos);
 	return 0;
 }
 
@@ -255,25 +255,17 @@ eval1(struct rctx *r, const struct node *e, struct val *out)
 		return jinja_rfail(r, e->pos, MEDHA_ENOSPACE,
 		    "render takes more than %ld steps", MEDHA_JINJA_MAX_STEPS);
 	switch (e->kind) {
-	case E_LIT:
-		*out = e->lit;
-		return 0;
-	case E_NAME:
-		*out = jinja_lookup(r, e->name, e->nlen);
-		return 0;
+	case E_LIT: *out = e->lit; return 0;
+	case E_NAME: *out = jinja_lookup(r, e->name, e->nlen); return 0;
 	case E_ATTR:
 	case E_INDEX:
-	case E_SLICE:
-		return eval_access(r, e, out);
-	case E_CALL:
-		return jinja_call(r, e, out);
+	case E_SLICE: return eval_access(r, e, out);
+	case E_CALL: return jinja_call(r, e, out);
 	case E_FILTER:
-	case E_TEST:
-		return eval_filter(r, e, out);
+	case E_TEST: return eval_filter(r, e, out);
 	case E_NOT:
 	case E_NEG:
-	case E_POS:
-		return eval_unary(r, e, out);
+	case E_POS: return eval_unary(r, e, out);
 	case E_AND:
 	case E_OR:
 		TRY(jinja_eval(r, e->a, &a));
@@ -302,16 +294,13 @@ eval1(struct rctx *r, const struct node *e, struct val *out)
 		TRY(jinja_tostr(r, &b, &b, e->pos));
 		return jinja_concat(r, &a, &b, out, e->pos);
 	case E_LIST:
-	case E_TUPLE:
-		return eval_list(r, e, out);
-	case E_DICT:
-		return eval_dict(r, e, out);
-	default:
-		return jinja_rfail(r, e->pos, MEDHA_EFORMAT, "bad expression");
+	case E_TUPLE: return eval_list(r, e, out);
+	case E_DICT: return eval_dict(r, e, out);
+	default: return jinja_rfail(r, e->pos, MEDHA_EFORMAT, "bad expression");
 	}
 }
 
-/* ---------------------------------------------------------------- statements */
+/* --------------------------------------------------------------- statements */
 
 static int exec_body(struct rctx *, const struct node *, struct buf *);
 
@@ -330,7 +319,8 @@ exec_for(struct rctx *r, const struct node *s, struct buf *out)
 	f.up = r->top;
 	keep = items;
 	if (s->d != NULL && n > 0) { /* for x in xs if cond */
-		if ((keep = jinja_arena_array(&r->ar, n, sizeof(*keep))) == NULL)
+		if ((keep = jinja_arena_array(&r->ar, n, sizeof(*keep))) ==
+		    NULL)
 			return jinja_nomem(r, s->pos);
 		r->top = &f;
 		for (i = 0; i < n && rc == 0; i++) {
@@ -339,15 +329,17 @@ exec_for(struct rctx *r, const struct node *s, struct buf *out)
 			f.n = 0;
 			if (s->name2 == NULL)
 				rc = jinja_frame_set(r, &f, s->name, s->nlen,
-				    items[i]) ? jinja_nomem(r, s->pos) : 0;
-			else if (items[i].t != V_LIST ||
-			    items[i].u.l->n != 2)
+				         items[i])
+				    ? jinja_nomem(r, s->pos)
+				    : 0;
+			else if (items[i].t != V_LIST || items[i].u.l->n != 2)
 				rc = jinja_rfail(r, s->pos, MEDHA_EFORMAT,
 				    "cannot unpack a %s into two names",
 				    jinja_tname(&items[i]));
 			else if (jinja_frame_set(r, &f, s->name, s->nlen,
-			    items[i].u.l->v[0]) || jinja_frame_set(r, &f,
-			    s->name2, s->n2len, items[i].u.l->v[1]))
+			             items[i].u.l->v[0]) ||
+			    jinja_frame_set(r, &f, s->name2, s->n2len,
+			        items[i].u.l->v[1]))
 				rc = jinja_nomem(r, s->pos);
 			if (rc == 0 && (rc = jinja_eval(r, s->d, &c)) == 0 &&
 			    jinja_truthy(&c))
@@ -378,11 +370,13 @@ exec_for(struct rctx *r, const struct node *s, struct buf *out)
 			    "cannot unpack a %s into two names",
 			    jinja_tname(&keep[i]));
 		else if (jinja_frame_set(r, &f, s->name, s->nlen,
-		    keep[i].u.l->v[0]) || jinja_frame_set(r, &f, s->name2, s->n2len,
-		    keep[i].u.l->v[1]))
+		             keep[i].u.l->v[0]) ||
+		    jinja_frame_set(r, &f, s->name2, s->n2len,
+		        keep[i].u.l->v[1]))
 			rc = jinja_nomem(r, s->pos);
-		if (rc == 0 && jinja_frame_set(r, &f, "loop", 4, (struct val){
-		    .t = V_LOOP, .u.lp = &lp}))
+		if (rc == 0 &&
+		    jinja_frame_set(r, &f, "loop", 4,
+		        (struct val){.t = V_LOOP, .u.lp = &lp}))
 			rc = jinja_nomem(r, s->pos);
 		if (rc == 0)
 			rc = exec_body(r, s->b, out);
@@ -410,7 +404,8 @@ exec_body(struct rctx *r, const struct node *s, struct buf *out)
 	for (; s != NULL && rc == 0 && r->ctl == 0; s = s->next) {
 		switch (s->kind) {
 		case N_TEXT:
-			rc = jinja_put(r, out, s->lit.u.s.p, s->lit.u.s.n, s->pos);
+			rc = jinja_put(r, out, s->lit.u.s.p, s->lit.u.s.n,
+			    s->pos);
 			break;
 		case N_OUT:
 			if ((rc = jinja_eval(r, s->a, &v)) == 0)
@@ -421,26 +416,27 @@ exec_body(struct rctx *r, const struct node *s, struct buf *out)
 				break;
 			rc = exec_body(r, jinja_truthy(&v) ? s->b : s->c, out);
 			break;
-		case N_FOR:
-			rc = exec_for(r, s, out);
-			break;
+		case N_FOR: rc = exec_for(r, s, out); break;
 		case N_SET:
 			if ((rc = jinja_eval(r, s->a, &v)) != 0)
 				break;
 			if (s->name2 != NULL) {
-				struct val ns = jinja_lookup(r, s->name, s->nlen);
+				struct val ns =
+				    jinja_lookup(r, s->name, s->nlen);
 
 				if (ns.t != V_NS) {
-					rc = jinja_rfail(r, s->pos, MEDHA_EFORMAT,
+					rc = jinja_rfail(r, s->pos,
+					    MEDHA_EFORMAT,
 					    "can only set attributes of a "
 					    "namespace, not of a %s",
 					    jinja_tname(&ns));
 					break;
 				}
-				if (jinja_dict_put(r, ns.u.d, mkstr(s->name2,
-				    s->n2len), v) != 0)
+				if (jinja_dict_put(r, ns.u.d,
+				        mkstr(s->name2, s->n2len), v) != 0)
 					rc = jinja_nomem(r, s->pos);
-			} else if (jinja_frame_set(r, r->top, s->name, s->nlen, v))
+			} else if (jinja_frame_set(r, r->top, s->name, s->nlen,
+			               v))
 				rc = jinja_nomem(r, s->pos);
 			break;
 		case N_SETBLOCK: {
@@ -448,18 +444,14 @@ exec_body(struct rctx *r, const struct node *s, struct buf *out)
 
 			rc = exec_body(r, s->b, &b);
 			rc = jinja_buf_take(r, &b, rc, &v, s->pos);
-			if (rc == 0 && jinja_frame_set(r, r->top, s->name,
-			    s->nlen, v))
+			if (rc == 0 &&
+			    jinja_frame_set(r, r->top, s->name, s->nlen, v))
 				rc = jinja_nomem(r, s->pos);
 			break;
 		}
 		case N_BREAK:
-		case N_CONTINUE:
-			r->ctl = s->kind == N_BREAK ? 1 : 2;
-			break;
-		case N_BLOCK:
-			rc = exec_body(r, s->b, out);
-			break;
+		case N_CONTINUE: r->ctl = s->kind == N_BREAK ? 1 : 2; break;
+		case N_BLOCK: rc = exec_body(r, s->b, out); break;
 		}
 	}
 	r->depth--;
@@ -494,26 +486,30 @@ medha_jinja_render(const struct medha_jinja *j,
 	for (i = 0; i < n && rc == 0; i++) {
 		struct dict *d = jinja_dict_new(&r);
 
-		if (d == NULL || jinja_dict_put(&r, d, mkstr("role", 4),
-		    mkstr(msgs[i].role, strlen(msgs[i].role))) ||
+		if (d == NULL ||
+		    jinja_dict_put(&r, d, mkstr("role", 4),
+		        mkstr(msgs[i].role, strlen(msgs[i].role))) ||
 		    jinja_dict_put(&r, d, mkstr("content", 7),
-		    mkstr(msgs[i].content, msgs[i].len)))
+		        mkstr(msgs[i].content, msgs[i].len)))
 			rc = jinja_nomem(&r, 0);
 		else {
 			l->v[i].t = V_DICT;
 			l->v[i].u.d = d;
 		}
 	}
-	if (rc == 0 && (jinja_frame_set(&r, &root, "messages", 8,
-	    (struct val){.t = V_LIST, .u.l = l}) ||
-	    jinja_frame_set(&r, &root, "add_generation_prompt", 21,
-	    mkint(V_BOOL, add_generation_prompt != 0)) ||
-	    jinja_frame_set(&r, &root, "tools", 5, none) ||
-	    jinja_frame_set(&r, &root, "documents", 9, none) ||
-	    (bos_token != NULL && jinja_frame_set(&r, &root, "bos_token", 9,
-	    mkstr(bos_token, strlen(bos_token)))) ||
-	    (eos_token != NULL && jinja_frame_set(&r, &root, "eos_token", 9,
-	    mkstr(eos_token, strlen(eos_token))))))
+	if (rc == 0 &&
+	    (jinja_frame_set(&r, &root, "messages", 8,
+	         (struct val){.t = V_LIST, .u.l = l}) ||
+	        jinja_frame_set(&r, &root, "add_generation_prompt", 21,
+	            mkint(V_BOOL, add_generation_prompt != 0)) ||
+	        jinja_frame_set(&r, &root, "tools", 5, none) ||
+	        jinja_frame_set(&r, &root, "documents", 9, none) ||
+	        (bos_token != NULL &&
+	            jinja_frame_set(&r, &root, "bos_token", 9,
+	                mkstr(bos_token, strlen(bos_token)))) ||
+	        (eos_token != NULL &&
+	            jinja_frame_set(&r, &root, "eos_token", 9,
+	                mkstr(eos_token, strlen(eos_token))))))
 		rc = jinja_nomem(&r, 0);
 	if (rc == 0)
 		rc = exec_body(&r, j->body, &b);

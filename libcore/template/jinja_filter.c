@@ -42,11 +42,12 @@ jinja_arg(const struct args *a, size_t k, const char *name)
 }
 
 int
-jinja_want_str(struct rctx *r, const struct val *v, const char *what, size_t pos)
+jinja_want_str(struct rctx *r, const struct val *v, const char *what,
+    size_t pos)
 {
 	if (v == NULL || v->t != V_STR)
-		return jinja_rfail(r, pos, MEDHA_EFORMAT, "%s: expected a string",
-		    what);
+		return jinja_rfail(r, pos, MEDHA_EFORMAT,
+		    "%s: expected a string", what);
 	return 0;
 }
 
@@ -83,8 +84,8 @@ jinja_recase(struct rctx *r, const struct val *in, int mode, struct val *out,
 }
 
 int
-jinja_strip(struct rctx *r, const struct val *s, const struct val *chars, int lr,
-    struct val *out, size_t pos)
+jinja_strip(struct rctx *r, const struct val *s, const struct val *chars,
+    int lr, struct val *out, size_t pos)
 {
 	const char *set = NULL;
 	size_t setn = 0, a = 0, b = s->u.s.n;
@@ -104,8 +105,7 @@ jinja_strip(struct rctx *r, const struct val *s, const struct val *chars, int lr
 
 int
 jinja_replace(struct rctx *r, const struct val *s, const struct val *old,
-    const struct val *new, const struct val *count, struct val *out,
-    size_t pos)
+    const struct val *new, const struct val *count, struct val *out, size_t pos)
 {
 	struct buf b = {NULL, 0, 0};
 	int64_t max = count != NULL && count->t == V_INT ? count->u.i : -1;
@@ -139,8 +139,10 @@ jinja_replace(struct rctx *r, const struct val *s, const struct val *old,
 
 			if (at == s->u.s.n)
 				break;
-			i = at + jinja_utf8_dec(s->u.s.p + at, s->u.s.n - at, &cp);
-			rc = rc ? rc : jinja_put(r, &b, s->u.s.p + at, i - at, pos);
+			i = at +
+			    jinja_utf8_dec(s->u.s.p + at, s->u.s.n - at, &cp);
+			rc = rc ? rc
+			        : jinja_put(r, &b, s->u.s.p + at, i - at, pos);
 		} else
 			i = at + old->u.s.n;
 	}
@@ -208,8 +210,8 @@ f_default(struct rctx *r, const struct filter *f, const struct val *in,
 
 	(void)r;
 	(void)pos;
-	if (in->t == V_UNDEF || (b != NULL && jinja_truthy(b) &&
-	    !jinja_truthy(in)))
+	if (in->t == V_UNDEF ||
+	    (b != NULL && jinja_truthy(b) && !jinja_truthy(in)))
 		*out = d != NULL ? *d : empty;
 	else
 		*out = *in;
@@ -239,15 +241,14 @@ f_length(struct rctx *r, const struct filter *f, const struct val *in,
 	(void)f;
 	(void)a;
 	if (in->t == V_STR)
-		*out = mkint(V_INT, (int64_t)jinja_cp_count(in->u.s.p,
-		    in->u.s.n));
-	else if (in->t == V_LIST || in->t == V_DICT ||
-	    in->t == V_UNDEF) {
+		*out =
+		    mkint(V_INT, (int64_t)jinja_cp_count(in->u.s.p, in->u.s.n));
+	else if (in->t == V_LIST || in->t == V_DICT || in->t == V_UNDEF) {
 		TRY(jinja_iterate(r, in, &items, &n, pos));
 		*out = mkint(V_INT, (int64_t)n);
 	} else
-		return jinja_rfail(r, pos, MEDHA_EFORMAT,
-		    "a %s has no length", jinja_tname(in));
+		return jinja_rfail(r, pos, MEDHA_EFORMAT, "a %s has no length",
+		    jinja_tname(in));
 	return 0;
 }
 
@@ -263,7 +264,7 @@ f_tojson(struct rctx *r, const struct filter *f, const struct val *in,
 {
 	struct jsonfmt jf = {NULL, ", ", ": ", 0, 0};
 	const struct val *ind = param(a, f, 1), *sep = param(a, f, 3),
-			 *sk = param(a, f, 4);
+	                 *sk = param(a, f, 4);
 	static const char spaces[] = "                ";
 	struct buf b = {NULL, 0, 0};
 	int rc;
@@ -285,10 +286,10 @@ f_tojson(struct rctx *r, const struct filter *f, const struct val *in,
 		/* both end at a NUL-free copy below */
 		struct val x, y;
 
-		TRY(jinja_concat(r, &sep->u.l->v[0], &(struct val){.t = V_STR,
-		    .u.s = {"\0", 1}}, &x, pos));
-		TRY(jinja_concat(r, &sep->u.l->v[1], &(struct val){.t = V_STR,
-		    .u.s = {"\0", 1}}, &y, pos));
+		TRY(jinja_concat(r, &sep->u.l->v[0],
+		    &(struct val){.t = V_STR, .u.s = {"\0", 1}}, &x, pos));
+		TRY(jinja_concat(r, &sep->u.l->v[1],
+		    &(struct val){.t = V_STR, .u.s = {"\0", 1}}, &y, pos));
 		jf.isep = x.u.s.p;
 		jf.ksep = y.u.s.p;
 	}
@@ -324,8 +325,8 @@ f_list(struct rctx *r, const struct filter *f, const struct val *in,
 
 	(void)a;
 	if (rev && in->t != V_STR && in->t != V_LIST)
-		return jinja_rfail(r, pos, MEDHA_EFORMAT,
-		    "cannot reverse a %s", jinja_tname(in));
+		return jinja_rfail(r, pos, MEDHA_EFORMAT, "cannot reverse a %s",
+		    jinja_tname(in));
 	TRY(jinja_iterate(r, in, &items, &n, pos));
 	if ((w = jinja_arena_array(&r->ar, n ? n : 1, sizeof(*w))) == NULL)
 		return jinja_nomem(r, pos);
@@ -361,8 +362,9 @@ f_items(struct rctx *r, const struct filter *f, const struct val *in,
 	if ((w = jinja_arena_array(&r->ar, n ? n : 1, sizeof(*w))) == NULL)
 		return jinja_nomem(r, pos);
 	for (i = 0; i < n; i++) {
-		TRY(jinja_mklist(r, (struct val[2]){in->u.d->k[i],
-		    in->u.d->v[i]}, 2, &w[i], pos));
+		TRY(jinja_mklist(r,
+		    (struct val[2]){in->u.d->k[i], in->u.d->v[i]}, 2, &w[i],
+		    pos));
 		w[i].u.l->tuple = 1;
 	}
 	return jinja_mklist(r, w, n, out, pos);
@@ -385,8 +387,8 @@ f_join(struct rctx *r, const struct filter *f, const struct val *in,
 	for (i = 0; i < n && rc == 0; i++) {
 		struct val x = items[i];
 
-		if (at != NULL && (rc = jinja_want_str(r, at, "join",
-		    pos)) == 0)
+		if (at != NULL &&
+		    (rc = jinja_want_str(r, at, "join", pos)) == 0)
 			rc = attr_path(r, &x, at, &x, pos);
 		if (rc == 0 && i > 0 && sep != NULL)
 			rc = jinja_put(r, &b, sep->u.s.p, sep->u.s.n, pos);
@@ -417,8 +419,7 @@ map_one(struct rctx *r, struct args *a, struct val *x, size_t pos)
 	TRY(jinja_want_str(r, jinja_arg(a, 0, NULL), "map", pos));
 	memmove(sub.pv, sub.pv + 1, (sub.np - 1) * sizeof(*sub.pv));
 	sub.np--;
-	return jinja_filter(r, a->pv[0].u.s.p, a->pv[0].u.s.n, x, &sub, x,
-	    pos);
+	return jinja_filter(r, a->pv[0].u.s.p, a->pv[0].u.s.n, x, &sub, x, pos);
 }
 
 /*
@@ -448,15 +449,16 @@ f_seq(struct rctx *r, const struct filter *f, const struct val *in,
 			continue;
 		}
 		if (attr) {
-			TRY(jinja_want_str(r, jinja_arg(a, 0, NULL), name, pos));
+			TRY(jinja_want_str(r, jinja_arg(a, 0, NULL), name,
+			    pos));
 			TRY(attr_path(r, &x, &a->pv[0], &x, pos));
 		}
 		if (a->np > first) {
 			TRY(jinja_want_str(r, &a->pv[first], name, pos));
 			TRY(jinja_test(r, a->pv[first].u.s.p,
-			    a->pv[first].u.s.n, &x, a->np > first + 1 ?
-			    &a->pv[first + 1] : NULL, a->np > first + 1, &ok,
-			    pos));
+			    a->pv[first].u.s.n, &x,
+			    a->np > first + 1 ? &a->pv[first + 1] : NULL,
+			    a->np > first + 1, &ok, pos));
 		} else
 			ok = jinja_truthy(&x);
 		if (ok == sel)
@@ -523,16 +525,12 @@ f_str(struct rctx *r, const struct filter *f, const struct val *in,
 
 	TRY(jinja_tostr(r, in, &s, pos));
 	switch (f->how) {
-	case 0:
-		*out = s;
-		return 0;
-	case 1:
-		return jinja_strip(r, &s, param(a, f, 0), 3, out, pos);
+	case 0: *out = s; return 0;
+	case 1: return jinja_strip(r, &s, param(a, f, 0), 3, out, pos);
 	case 2:
 		return jinja_replace(r, &s, param(a, f, 0), param(a, f, 1),
 		    param(a, f, 2), out, pos);
-	default:
-		return jinja_recase(r, &s, f->how, out, pos);
+	default: return jinja_recase(r, &s, f->how, out, pos);
 	}
 }
 
@@ -541,61 +539,60 @@ f_str(struct rctx *r, const struct filter *f, const struct val *in,
  * does there; those with no fn fail when they are rendered.
  */
 static const struct filter filters[] = {
-	{"abs", f_abs, 0, {NULL}},
-	{"attr", NULL, 0, {NULL}},
-	{"batch", NULL, 0, {NULL}},
-	{"capitalize", f_str, 'C', {NULL}},
-	{"center", NULL, 0, {NULL}},
-	{"count", f_length, 0, {NULL}},
-	{"d", f_default, 0, {"default_value", "boolean"}},
-	{"default", f_default, 0, {"default_value", "boolean"}},
-	{"dictsort", NULL, 0, {NULL}},
-	{"e", NULL, 0, {NULL}},
-	{"escape", NULL, 0, {NULL}},
-	{"filesizeformat", NULL, 0, {NULL}},
-	{"first", f_first, 0, {NULL}},
-	{"float", NULL, 0, {NULL}},
-	{"forceescape", NULL, 0, {NULL}},
-	{"format", NULL, 0, {NULL}},
-	{"groupby", NULL, 0, {NULL}},
-	{"indent", NULL, 0, {NULL}},
-	{"int", f_int, 0, {"default"}},
-	{"items", f_items, 0, {NULL}},
-	{"join", f_join, 0, {"d", "attribute"}},
-	{"last", f_first, 1, {NULL}},
-	{"length", f_length, 0, {NULL}},
-	{"list", f_list, 0, {NULL}},
-	{"lower", f_str, 'L', {NULL}},
-	{"map", f_seq, 0, {NULL}},
-	{"max", NULL, 0, {NULL}},
-	{"min", NULL, 0, {NULL}},
-	{"pprint", NULL, 0, {NULL}},
-	{"random", NULL, 0, {NULL}},
-	{"reject", f_seq, 0, {NULL}},
-	{"rejectattr", f_seq, 0, {NULL}},
-	{"replace", f_str, 2, {"old", "new", "count"}},
-	{"reverse", f_list, 1, {NULL}},
-	{"round", NULL, 0, {NULL}},
-	{"safe", f_safe, 0, {NULL}},
-	{"select", f_seq, 0, {NULL}},
-	{"selectattr", f_seq, 0, {NULL}},
-	{"slice", NULL, 0, {NULL}},
-	{"sort", NULL, 0, {NULL}},
-	{"string", f_str, 0, {NULL}},
-	{"striptags", NULL, 0, {NULL}},
-	{"sum", NULL, 0, {NULL}},
-	{"title", f_str, 'T', {NULL}},
-	{"tojson", f_tojson, 0, {NULL, "indent", NULL, "separators",
-	    "sort_keys"}},
-	{"trim", f_str, 1, {"chars"}},
-	{"truncate", NULL, 0, {NULL}},
-	{"unique", NULL, 0, {NULL}},
-	{"upper", f_str, 'U', {NULL}},
-	{"urlencode", NULL, 0, {NULL}},
-	{"urlize", NULL, 0, {NULL}},
-	{"wordcount", NULL, 0, {NULL}},
-	{"wordwrap", NULL, 0, {NULL}},
-	{"xmlattr", NULL, 0, {NULL}},
+    {"abs", f_abs, 0, {NULL}},
+    {"attr", NULL, 0, {NULL}},
+    {"batch", NULL, 0, {NULL}},
+    {"capitalize", f_str, 'C', {NULL}},
+    {"center", NULL, 0, {NULL}},
+    {"count", f_length, 0, {NULL}},
+    {"d", f_default, 0, {"default_value", "boolean"}},
+    {"default", f_default, 0, {"default_value", "boolean"}},
+    {"dictsort", NULL, 0, {NULL}},
+    {"e", NULL, 0, {NULL}},
+    {"escape", NULL, 0, {NULL}},
+    {"filesizeformat", NULL, 0, {NULL}},
+    {"first", f_first, 0, {NULL}},
+    {"float", NULL, 0, {NULL}},
+    {"forceescape", NULL, 0, {NULL}},
+    {"format", NULL, 0, {NULL}},
+    {"groupby", NULL, 0, {NULL}},
+    {"indent", NULL, 0, {NULL}},
+    {"int", f_int, 0, {"default"}},
+    {"items", f_items, 0, {NULL}},
+    {"join", f_join, 0, {"d", "attribute"}},
+    {"last", f_first, 1, {NULL}},
+    {"length", f_length, 0, {NULL}},
+    {"list", f_list, 0, {NULL}},
+    {"lower", f_str, 'L', {NULL}},
+    {"map", f_seq, 0, {NULL}},
+    {"max", NULL, 0, {NULL}},
+    {"min", NULL, 0, {NULL}},
+    {"pprint", NULL, 0, {NULL}},
+    {"random", NULL, 0, {NULL}},
+    {"reject", f_seq, 0, {NULL}},
+    {"rejectattr", f_seq, 0, {NULL}},
+    {"replace", f_str, 2, {"old", "new", "count"}},
+    {"reverse", f_list, 1, {NULL}},
+    {"round", NULL, 0, {NULL}},
+    {"safe", f_safe, 0, {NULL}},
+    {"select", f_seq, 0, {NULL}},
+    {"selectattr", f_seq, 0, {NULL}},
+    {"slice", NULL, 0, {NULL}},
+    {"sort", NULL, 0, {NULL}},
+    {"string", f_str, 0, {NULL}},
+    {"striptags", NULL, 0, {NULL}},
+    {"sum", NULL, 0, {NULL}},
+    {"title", f_str, 'T', {NULL}},
+    {"tojson", f_tojson, 0, {NULL, "indent", NULL, "separators", "sort_keys"}},
+    {"trim", f_str, 1, {"chars"}},
+    {"truncate", NULL, 0, {NULL}},
+    {"unique", NULL, 0, {NULL}},
+    {"upper", f_str, 'U', {NULL}},
+    {"urlencode", NULL, 0, {NULL}},
+    {"urlize", NULL, 0, {NULL}},
+    {"wordcount", NULL, 0, {NULL}},
+    {"wordwrap", NULL, 0, {NULL}},
+    {"xmlattr", NULL, 0, {NULL}},
 };
 
 static const struct filter *
@@ -635,12 +632,12 @@ jinja_filter(struct rctx *r, const char *fs, size_t fn, const struct val *in,
 /* ---------------------------------------------------------------- tests */
 
 /* Tests Jinja2 knows: others fail at parse time, as there. */
-static const char *tests[] = {"boolean", "callable", "defined",
-    "divisibleby", "eq", "equalto", "escaped", "even", "false", "filter",
-    "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le",
-    "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd",
-    "sameas", "sequence", "string", "test", "true", "undefined", "upper",
-    "==", "!=", ">", ">=", "<", "<=", NULL};
+static const char *tests[] = {"boolean", "callable", "defined", "divisibleby",
+    "eq", "equalto", "escaped", "even", "false", "filter", "float", "ge", "gt",
+    "greaterthan", "in", "integer", "iterable", "le", "lessthan", "lower", "lt",
+    "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string",
+    "test", "true", "undefined", "upper", "==", "!=", ">", ">=", "<",
+    "<=", NULL};
 
 int
 jinja_test_known(const char *s, size_t n)
@@ -697,7 +694,8 @@ jinja_test(struct rctx *r, const char *ts, size_t tn, const struct val *v,
 		TRY(jinja_recase(r, &s, T("lower") ? 'L' : 'U', &t, pos));
 		*res = jinja_equal(&s, &t);
 		for (c = 0; *res && (size_t)c < s.u.s.n; c++)
-			if ((s.u.s.p[c] | 32) >= 'a' && (s.u.s.p[c] | 32) <= 'z')
+			if ((s.u.s.p[c] | 32) >= 'a' &&
+			    (s.u.s.p[c] | 32) <= 'z')
 				break;
 		*res = *res && (size_t)c < s.u.s.n; /* has a cased letter */
 	} else if (T("even") || T("odd") || T("divisibleby")) {
@@ -716,33 +714,36 @@ jinja_test(struct rctx *r, const char *ts, size_t tn, const struct val *v,
 		*res = d == -1 || v->u.i % d == 0;
 		if (T("odd"))
 			*res = !*res;
-	} else if (T("eq") || T("equalto") || T("==") || T("ne") ||
-	    T("!=") || T("sameas")) {
+	} else if (T("eq") || T("equalto") || T("==") || T("ne") || T("!=") ||
+	    T("sameas")) {
 		if (nx < 1)
-			return jinja_rfail(r, pos, MEDHA_EFORMAT, "test '%s' needs an "
-			    "argument", name);
+			return jinja_rfail(r, pos, MEDHA_EFORMAT,
+			    "test '%s' needs an "
+			    "argument",
+			    name);
 		*res = jinja_equal(v, x) == !(T("ne") || T("!="));
 		if (T("sameas") && v->t != x->t)
 			*res = 0;
-	} else if (T("lt") || T("lessthan") || T("<") || T("le") ||
-	    T("<=") || T("gt") || T("greaterthan") || T(">") || T("ge") ||
-	    T(">=")) {
+	} else if (T("lt") || T("lessthan") || T("<") || T("le") || T("<=") ||
+	    T("gt") || T("greaterthan") || T(">") || T("ge") || T(">=")) {
 		if (nx < 1)
-			return jinja_rfail(r, pos, MEDHA_EFORMAT, "test '%s' needs an "
-			    "argument", name);
+			return jinja_rfail(r, pos, MEDHA_EFORMAT,
+			    "test '%s' needs an "
+			    "argument",
+			    name);
 		TRY(jinja_cmp_order(r, v, x, &c, pos));
-		*res = name[0] == 'l' || name[0] == '<' ?
-		    (name[1] == 'e' || name[1] == '=' ? c <= 0 : c < 0) :
-		    (name[1] == 'e' || name[1] == '=' ? c >= 0 : c > 0);
+		*res = name[0] == 'l' || name[0] == '<'
+		    ? (name[1] == 'e' || name[1] == '=' ? c <= 0 : c < 0)
+		    : (name[1] == 'e' || name[1] == '=' ? c >= 0 : c > 0);
 	} else if (T("in")) {
 		if (nx < 1)
-			return jinja_rfail(r, pos, MEDHA_EFORMAT, "test 'in' needs an "
+			return jinja_rfail(r, pos, MEDHA_EFORMAT,
+			    "test 'in' needs an "
 			    "argument");
 		TRY(jinja_contains(r, x, v, res, pos));
 	} else
-		return jinja_rfail(r, pos, MEDHA_EUNSUP, "test '%s' is not supported",
-		    name);
+		return jinja_rfail(r, pos, MEDHA_EUNSUP,
+		    "test '%s' is not supported", name);
 #undef T
 	return 0;
 }
-

@@ -27,11 +27,11 @@
 #define OP2(a, b) ((a) | (b) << 8)
 
 /* Return x's error code, if any, from the calling function. */
-#define TRY(x)                        \
-	do {                          \
-		int rc_ = (x);        \
-		if (rc_ != 0)         \
-			return rc_;   \
+#define TRY(x)                      \
+	do {                        \
+		int rc_ = (x);      \
+		if (rc_ != 0)       \
+			return rc_; \
 	} while (0)
 
 /* ---------------------------------------------------------------- arena */
@@ -60,16 +60,14 @@ size_t jinja_utf8_enc(uint32_t cp, char *o);
 /* Length of the whitespace (Python's str.isspace()) at the start of s. */
 size_t jinja_span_space(const char *s, size_t n);
 /* Length of s without its trailing whitespace (or chars in set). */
-size_t jinja_rstrip_len(const char *s, size_t n, const char *set,
-    size_t setn);
+size_t jinja_rstrip_len(const char *s, size_t n, const char *set, size_t setn);
 /* Length of s's leading whitespace (or chars in set). */
-size_t jinja_lstrip_len(const char *s, size_t n, const char *set,
-    size_t setn);
+size_t jinja_lstrip_len(const char *s, size_t n, const char *set, size_t setn);
 /* Code points in s. */
 size_t jinja_cp_count(const char *s, size_t n);
 /* "line L col C: <fmt>" for byte pos of src into why; returns err. */
-int jinja_vfail(const char *src, size_t pos, char *why, size_t whylen,
-    int err, const char *fmt, va_list ap);
+int jinja_vfail(const char *src, size_t pos, char *why, size_t whylen, int err,
+    const char *fmt, va_list ap);
 
 /* ---------------------------------------------------------------- values */
 
@@ -196,7 +194,7 @@ enum nkind {
 
 struct node {
 	int kind;
-	int op;   /* E_BIN operator; E_TEST negated */
+	int op;     /* E_BIN operator; E_TEST negated */
 	size_t pos; /* byte offset in the source, for messages */
 	struct val lit;
 	const char *name, *name2; /* E_NAME, E_ATTR, filter, set target */
@@ -276,7 +274,8 @@ is_op(struct parser *p, int op)
 static inline int
 name_is(const struct tok *k, const char *s)
 {
-	return k->t == T_NAME && k->n == strlen(s) && memcmp(k->s, s, k->n) == 0;
+	return k->t == T_NAME && k->n == strlen(s) &&
+	    memcmp(k->s, s, k->n) == 0;
 }
 
 /* jinja_parse.c: token helpers, statements */
@@ -291,11 +290,11 @@ struct node *jinja_node(struct parser *p, int kind, size_t pos);
 int jinja_enter(struct parser *p);
 
 /* e = a new node, or return MEDHA_ENOMEM from a parsing function of p. */
-#define NEW(e, kind, pos)                                                   \
-	do {                                                                \
-		if (((e) = jinja_node(p, (kind), (pos))) == NULL)           \
-			return jinja_pfail(p, (pos), MEDHA_ENOMEM,           \
-			    "out of memory");                                \
+#define NEW(e, kind, pos)                                          \
+	do {                                                       \
+		if (((e) = jinja_node(p, (kind), (pos))) == NULL)  \
+			return jinja_pfail(p, (pos), MEDHA_ENOMEM, \
+			    "out of memory");                      \
 	} while (0)
 
 /* jinja_parse_expr.c: an expression into *out. */
@@ -354,8 +353,8 @@ int jinja_rfail(struct rctx *r, size_t pos, int err, const char *fmt, ...)
 /* Out of memory, or over the render's memory limit (MEDHA_ENOSPACE). */
 int jinja_nomem(struct rctx *r, size_t pos);
 /* Append n bytes to b, within MEDHA_JINJA_MAX_OUT. */
-int jinja_put(struct rctx *r, struct buf *b, const char *s, size_t n,
-    size_t pos);
+int
+jinja_put(struct rctx *r, struct buf *b, const char *s, size_t n, size_t pos);
 /* b's bytes as a string in the arena (unless rc != 0); frees b. */
 int jinja_buf_take(struct rctx *r, struct buf *b, int rc, struct val *out,
     size_t pos);
@@ -371,16 +370,15 @@ int jinja_truthy(const struct val *v);
 int jinja_equal(const struct val *a, const struct val *b);
 struct val *jinja_dict_get(struct dict *d, const struct val *k);
 /* Set d[k] = v; -1 when out of memory. */
-int jinja_dict_put(struct rctx *r, struct dict *d, struct val k,
-    struct val v);
+int jinja_dict_put(struct rctx *r, struct dict *d, struct val k, struct val v);
 struct dict *jinja_dict_new(struct rctx *r);
 struct list *jinja_list_new(struct rctx *r, size_t n);
 /* A list of copies of the n items. */
 int jinja_mklist(struct rctx *r, const struct val *items, size_t n,
     struct val *out, size_t pos);
 /* Set a name in frame f; -1 when out of memory. */
-int jinja_frame_set(struct rctx *r, struct frame *f, const char *name,
-    size_t n, struct val v);
+int jinja_frame_set(struct rctx *r, struct frame *f, const char *name, size_t n,
+    struct val v);
 /* A name from the innermost scope out, then the global functions. */
 struct val jinja_lookup(struct rctx *r, const char *name, size_t n);
 /* The items a for loop or a filter walks: list items, chars, keys. */
@@ -388,15 +386,15 @@ int jinja_iterate(struct rctx *r, const struct val *v, struct val **items,
     size_t *n, size_t pos);
 /* The error for using the undefined value that e gave. */
 int jinja_undef_use(struct rctx *r, const struct node *e);
-int jinja_getitem(struct rctx *r, const struct val *o,
-    const struct val *key, struct val *out, size_t pos);
+int jinja_getitem(struct rctx *r, const struct val *o, const struct val *key,
+    struct val *out, size_t pos);
 int jinja_slice(struct rctx *r, const struct val *o, const struct val *sv,
     size_t pos, struct val *out);
 /* *c: <0, 0, >0 as a orders before, with, after b. */
 int jinja_cmp_order(struct rctx *r, const struct val *a, const struct val *b,
     int *c, size_t pos);
-int jinja_contains(struct rctx *r, const struct val *hay,
-    const struct val *x, int *found, size_t pos);
+int jinja_contains(struct rctx *r, const struct val *hay, const struct val *x,
+    int *found, size_t pos);
 /* Two strings joined, in the arena. */
 int jinja_concat(struct rctx *r, const struct val *a, const struct val *b,
     struct val *out, size_t pos);
@@ -417,8 +415,8 @@ struct jsonfmt {
 int jinja_tostr_buf(struct rctx *r, const struct val *v, struct buf *b,
     int repr, size_t pos);
 /* str(v) as a string value (in the arena unless it is one already). */
-int jinja_tostr(struct rctx *r, const struct val *v, struct val *out,
-    size_t pos);
+int
+jinja_tostr(struct rctx *r, const struct val *v, struct val *out, size_t pos);
 int jinja_tojson(struct rctx *r, const struct val *v, struct buf *b,
     const struct jsonfmt *f, int level, size_t pos);
 

@@ -86,50 +86,28 @@ lex_string(struct parser *p, size_t *pos, struct tok *k)
 		if (++i == n)
 			break;
 		switch (src[i]) {
-		case '\n':
-			continue; /* a line continuation */
-		case 'n':
-			out[o++] = '\n';
-			continue;
-		case 't':
-			out[o++] = '\t';
-			continue;
-		case 'r':
-			out[o++] = '\r';
-			continue;
-		case 'a':
-			out[o++] = '\a';
-			continue;
-		case 'b':
-			out[o++] = '\b';
-			continue;
-		case 'f':
-			out[o++] = '\f';
-			continue;
-		case 'v':
-			out[o++] = '\v';
-			continue;
+		case '\n': continue; /* a line continuation */
+		case 'n': out[o++] = '\n'; continue;
+		case 't': out[o++] = '\t'; continue;
+		case 'r': out[o++] = '\r'; continue;
+		case 'a': out[o++] = '\a'; continue;
+		case 'b': out[o++] = '\b'; continue;
+		case 'f': out[o++] = '\f'; continue;
+		case 'v': out[o++] = '\v'; continue;
 		case '\\':
 		case '\'':
-		case '"':
-			out[o++] = src[i];
-			continue;
-		case 'x':
-			w = 2;
-			break;
-		case 'u':
-			w = 4;
-			break;
-		case 'U':
-			w = 8;
-			break;
+		case '"': out[o++] = src[i]; continue;
+		case 'x': w = 2; break;
+		case 'u': w = 4; break;
+		case 'U': w = 8; break;
 		case 'N':
 			return jinja_pfail(p, i - 1, MEDHA_EUNSUP,
 			    "\\N{...} escapes are not supported");
 		default:
 			if (src[i] >= '0' && src[i] <= '7') {
 				for (m = 0; m < 3 && i < n && src[i] >= '0' &&
-				     src[i] <= '7'; m++, i++)
+				     src[i] <= '7';
+				     m++, i++)
 					cp = cp * 8 + (uint32_t)(src[i] - '0');
 				i--;
 				o += jinja_utf8_enc(cp, out + o);
@@ -148,11 +126,13 @@ lex_string(struct parser *p, size_t *pos, struct tok *k)
 		}
 		i += (size_t)w;
 		if (cp > 0x10ffff)
-			return jinja_pfail(p, i, MEDHA_EFORMAT, "escape out of range");
+			return jinja_pfail(p, i, MEDHA_EFORMAT,
+			    "escape out of range");
 		o += jinja_utf8_enc(cp, out + o);
 	}
 	if (i >= n)
-		return jinja_pfail(p, *pos, MEDHA_EFORMAT, "unterminated string");
+		return jinja_pfail(p, *pos, MEDHA_EFORMAT,
+		    "unterminated string");
 	k->t = T_STR;
 	k->s = out;
 	k->n = o;
@@ -181,11 +161,13 @@ lex_number(struct parser *p, size_t *pos, struct tok *k)
 	char buf[64];
 	int isf = 0;
 
-	while (i < n && (is_digit(src[i]) || src[i] == '_' ||
-	    (src[i] == '.' && i + 1 < n && is_digit(src[i + 1]) && !isf) ||
-	    ((src[i] == 'e' || src[i] == 'E') && i + 1 < n &&
-	        (is_digit(src[i + 1]) || ((src[i + 1] == '-' ||
-	        src[i + 1] == '+') && i + 2 < n && is_digit(src[i + 2])))))) {
+	while (i < n &&
+	    (is_digit(src[i]) || src[i] == '_' ||
+	        (src[i] == '.' && i + 1 < n && is_digit(src[i + 1]) && !isf) ||
+	        ((src[i] == 'e' || src[i] == 'E') && i + 1 < n &&
+	            (is_digit(src[i + 1]) ||
+	                ((src[i + 1] == '-' || src[i + 1] == '+') &&
+	                    i + 2 < n && is_digit(src[i + 2])))))) {
 		if (src[i] == '.' || src[i] == 'e' || src[i] == 'E') {
 			isf = 1;
 			if (src[i] != '.' && o < sizeof(buf) - 1)
@@ -239,12 +221,14 @@ lex_tag(struct parser *p, size_t *pos, int kind, int *line_starting)
 			else if (i + 1 < n && memcmp(src + i, end, 2) == 0)
 				e = 2;
 			if (e != 0) {
-				if ((k = tok_add(p, kind == '%' ? T_BEND :
-				    T_VEND, i)) == NULL)
+				if ((k = tok_add(p,
+				         kind == '%' ? T_BEND : T_VEND, i)) ==
+				    NULL)
 					return MEDHA_ENOMEM;
 				if (src[i] == '-')
-					i += e + jinja_span_space(src + i + e,
-					    n - i - e);
+					i += e +
+					    jinja_span_space(src + i + e,
+					        n - i - e);
 				else if (src[i] == '+')
 					i += e;
 				else {
@@ -285,7 +269,8 @@ lex_tag(struct parser *p, size_t *pos, int kind, int *line_starting)
 			int c = src[i];
 
 			for (m = 0; m < 6; m++)
-				if (i + 1 < n && memcmp(src + i, two[m], 2) == 0)
+				if (i + 1 < n &&
+				    memcmp(src + i, two[m], 2) == 0)
 					break;
 			if (m < 6) {
 				k->op = OP2(src[i], src[i + 1]);
@@ -300,14 +285,17 @@ lex_tag(struct parser *p, size_t *pos, int kind, int *line_starting)
 			i++;
 			if (c == '(' || c == '[' || c == '{') {
 				if (nbal == MEDHA_JINJA_MAX_DEPTH)
-					return jinja_pfail(p, i - 1, MEDHA_ENOSPACE,
+					return jinja_pfail(p, i - 1,
+					    MEDHA_ENOSPACE,
 					    "brackets nested too deep");
-				bal[nbal++] = c == '(' ? ')' : c == '[' ?
-				    ']' : '}';
+				bal[nbal++] = c == '(' ? ')'
+				    : c == '['         ? ']'
+				                       : '}';
 			} else if (c == ')' || c == ']' || c == '}') {
 				if (nbal == 0 || bal[nbal - 1] != c)
-					return jinja_pfail(p, i - 1, MEDHA_EFORMAT,
-					    "unexpected '%c'", c);
+					return jinja_pfail(p, i - 1,
+					    MEDHA_EFORMAT, "unexpected '%c'",
+					    c);
 				nbal--;
 			}
 		}
@@ -328,8 +316,9 @@ jinja_lex(struct parser *p)
 		struct tok *k;
 
 		for (; i + 1 < n; i++)
-			if (src[i] == '{' && (src[i + 1] == '{' ||
-			    src[i + 1] == '%' || src[i + 1] == '#')) {
+			if (src[i] == '{' &&
+			    (src[i + 1] == '{' || src[i + 1] == '%' ||
+			        src[i + 1] == '#')) {
 				kind = src[i + 1];
 				break;
 			}
@@ -341,7 +330,8 @@ jinja_lex(struct parser *p)
 		if (sign == '-')
 			tn = jinja_rstrip_len(src + pos, tn, NULL, 0);
 		else if (kind != 0 && kind != '{' && sign != '+') {
-			/* lstrip_blocks: only whitespace since the line began */
+			/* lstrip_blocks: only whitespace since the line began
+			 */
 			size_t l = tn;
 
 			while (l > 0 && src[pos + l - 1] != '\n')
@@ -369,8 +359,9 @@ jinja_lex(struct parser *p)
 				    src[pos + 2] == '}') {
 					pos += 3;
 					if (src[pos - 3] == '-')
-						pos += jinja_span_space(src + pos,
-						    n - pos);
+						pos +=
+						    jinja_span_space(src + pos,
+						        n - pos);
 					break;
 				}
 				if (src[pos] == '#' && src[pos + 1] == '}') {
@@ -386,9 +377,8 @@ jinja_lex(struct parser *p)
 		if (tok_add(p, kind == '%' ? T_BBEGIN : T_VBEGIN, i) == NULL)
 			return MEDHA_ENOMEM;
 		if ((rc = lex_tag(p, &pos, kind == '%' ? '%' : '{',
-		    &line_starting)) != 0)
+		         &line_starting)) != 0)
 			return rc;
 	}
 	return tok_add(p, T_EOF, n) == NULL ? MEDHA_ENOMEM : 0;
 }
-

@@ -45,8 +45,9 @@ jinja_expect_op(struct parser *p, int op, const char *what)
 	char b[64];
 
 	if (!is_op(p, op))
-		return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT, "expected %s, got %s",
-		    what, jinja_tdesc(cur(p), b, sizeof(b)));
+		return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT,
+		    "expected %s, got %s", what,
+		    jinja_tdesc(cur(p), b, sizeof(b)));
 	p->i++;
 	return 0;
 }
@@ -74,8 +75,7 @@ jinja_enter(struct parser *p)
 	return 0;
 }
 
-
-/* ---------------------------------------------------------------- statements */
+/* --------------------------------------------------------------- statements */
 
 static int
 expect_bend(struct parser *p)
@@ -84,7 +84,8 @@ expect_bend(struct parser *p)
 
 	if (cur(p)->t != T_BEND)
 		return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT,
-		    "expected '%%}', got %s", jinja_tdesc(cur(p), b, sizeof(b)));
+		    "expected '%%}', got %s",
+		    jinja_tdesc(cur(p), b, sizeof(b)));
 	p->i++;
 	return 0;
 }
@@ -94,8 +95,7 @@ expect_bend(struct parser *p)
  * the end of the template when ends is NULL; *end is then the index of
  * the tag's name.
  */
-static int parse_body(struct parser *, struct node **, const char **,
-    size_t *);
+static int parse_body(struct parser *, struct node **, const char **, size_t *);
 
 static int
 parse_for(struct parser *p, struct node *s)
@@ -212,8 +212,7 @@ last(const char **ends)
 }
 
 static int
-parse_body(struct parser *p, struct node **out, const char **ends,
-    size_t *end)
+parse_body(struct parser *p, struct node **out, const char **ends, size_t *end)
 {
 	struct node *head = NULL, **tail = &head, *s;
 	size_t open = p->i ? p->tok[p->i - 1].pos : 0;
@@ -241,8 +240,8 @@ parse_body(struct parser *p, struct node **out, const char **ends,
 			p->i++;
 			TRY(jinja_parse_expr(p, &s->a));
 			if (cur(p)->t != T_VEND)
-				return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT,
-				    "expected '}}', got %s",
+				return jinja_pfail(p, cur(p)->pos,
+				    MEDHA_EFORMAT, "expected '}}', got %s",
 				    jinja_tdesc(cur(p), b, sizeof(b)));
 			p->i++;
 		} else {
@@ -271,7 +270,8 @@ parse_body(struct parser *p, struct node **out, const char **ends,
 				s->kind = N_SET;
 				TRY(parse_set(p, s));
 			} else if ((name_is(k, "break") ||
-			    name_is(k, "continue")) && p->loops > 0) {
+			               name_is(k, "continue")) &&
+			    p->loops > 0) {
 				s->kind = k->s[0] == 'b' ? N_BREAK : N_CONTINUE;
 				TRY(expect_bend(p));
 			} else if (name_is(k, "generation")) {
@@ -290,12 +290,12 @@ parse_body(struct parser *p, struct node **out, const char **ends,
 			    name_is(k, "from") || name_is(k, "with") ||
 			    name_is(k, "autoescape") || name_is(k, "do"))
 				return jinja_pfail(p, k->pos, MEDHA_EUNSUP,
-				    "{%% %.*s %%} is not supported",
-				    (int)k->n, k->s);
+				    "{%% %.*s %%} is not supported", (int)k->n,
+				    k->s);
 			else
 				return jinja_pfail(p, k->pos, MEDHA_EFORMAT,
-				    "unexpected tag %s", jinja_tdesc(k, b,
-				    sizeof(b)));
+				    "unexpected tag %s",
+				    jinja_tdesc(k, b, sizeof(b)));
 		}
 		*tail = s;
 		tail = &s->next;
@@ -367,4 +367,3 @@ medha_jinja_free(struct medha_jinja *j)
 	free(j->src);
 	free(j);
 }
-

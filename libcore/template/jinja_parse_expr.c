@@ -23,11 +23,12 @@ static int
 push(struct parser *p, struct node ***v, size_t *n, struct node *e)
 {
 	if ((*n & (*n - 1)) == 0) { /* 0, 1, 2, 4, ...: double */
-		struct node **w = jinja_arena_array(&p->j->ar, *n ? 2 * *n : 1,
-		    sizeof(*w));
+		struct node **w =
+		    jinja_arena_array(&p->j->ar, *n ? 2 * *n : 1, sizeof(*w));
 
 		if (w == NULL)
-			return jinja_pfail(p, e->pos, MEDHA_ENOMEM, "out of memory");
+			return jinja_pfail(p, e->pos, MEDHA_ENOMEM,
+			    "out of memory");
 		if (*n)
 			memcpy(w, *v, *n * sizeof(*w));
 		*v = w;
@@ -77,8 +78,8 @@ parse_subscript(struct parser *p, struct node *obj, struct node **out)
 	for (;;) {
 		if (is_op(p, ':')) {
 			if (++k > 2)
-				return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT,
-				    "bad slice");
+				return jinja_pfail(p, cur(p)->pos,
+				    MEDHA_EFORMAT, "bad slice");
 			slice = 1;
 			p->i++;
 			continue;
@@ -87,7 +88,8 @@ parse_subscript(struct parser *p, struct node *obj, struct node **out)
 			break;
 		if (part[k] != NULL)
 			return jinja_pfail(p, cur(p)->pos, MEDHA_EUNSUP,
-			    "expected ']' (tuple subscripts are not supported)");
+			    "expected ']' (tuple subscripts are not "
+			    "supported)");
 		TRY(jinja_parse_expr(p, &part[k]));
 	}
 	p->i++;
@@ -156,13 +158,14 @@ parse_filters(struct parser *p, struct node **e)
 		if (is_op(p, '|')) {
 			p->i++;
 			if (cur(p)->t != T_NAME)
-				return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT,
+				return jinja_pfail(p, cur(p)->pos,
+				    MEDHA_EFORMAT,
 				    "expected a filter name, got %s",
 				    jinja_tdesc(cur(p), b, sizeof(b)));
 			if (!jinja_filter_known(cur(p)->s, cur(p)->n))
-				return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT,
-				    "no filter named '%.*s'", (int)cur(p)->n,
-				    cur(p)->s);
+				return jinja_pfail(p, cur(p)->pos,
+				    MEDHA_EFORMAT, "no filter named '%.*s'",
+				    (int)cur(p)->n, cur(p)->s);
 			NEW(x, E_FILTER, pos);
 			x->name = cur(p)->s;
 			x->nlen = cur(p)->n;
@@ -183,8 +186,8 @@ parse_filters(struct parser *p, struct node **e)
 			}
 			if (cur(p)->t != T_NAME ||
 			    !jinja_test_known(cur(p)->s, cur(p)->n))
-				return jinja_pfail(p, cur(p)->pos, MEDHA_EFORMAT,
-				    "no test named %s",
+				return jinja_pfail(p, cur(p)->pos,
+				    MEDHA_EFORMAT, "no test named %s",
 				    jinja_tdesc(cur(p), b, sizeof(b)));
 			NEW(x, E_TEST, pos);
 			x->name = cur(p)->s;
@@ -196,10 +199,12 @@ parse_filters(struct parser *p, struct node **e)
 				p->i++;
 				TRY(parse_args(p, x));
 			} else if ((cur(p)->t == T_NAME &&
-			    !name_is(cur(p), "else") && !name_is(cur(p), "or") &&
-			    !name_is(cur(p), "and")) || cur(p)->t == T_STR ||
-			    cur(p)->t == T_INT || cur(p)->t == T_FLOAT ||
-			    is_op(p, '[') || is_op(p, '{')) {
+			               !name_is(cur(p), "else") &&
+			               !name_is(cur(p), "or") &&
+			               !name_is(cur(p), "and")) ||
+			    cur(p)->t == T_STR || cur(p)->t == T_INT ||
+			    cur(p)->t == T_FLOAT || is_op(p, '[') ||
+			    is_op(p, '{')) {
 				struct node *arg;
 
 				/* `is divisibleby 3`: one primary argument */
@@ -248,7 +253,8 @@ parse_primary(struct parser *p, struct node **out)
 		for (i = p->i; p->tok[i].t == T_STR; i++)
 			n += p->tok[i].n;
 		if ((s = jinja_arena_alloc(&p->j->ar, n + 1)) == NULL)
-			return jinja_pfail(p, k->pos, MEDHA_ENOMEM, "out of memory");
+			return jinja_pfail(p, k->pos, MEDHA_ENOMEM,
+			    "out of memory");
 		NEW(e, E_LIT, k->pos);
 		e->lit.t = V_STR;
 		e->lit.u.s.p = s;
@@ -393,8 +399,8 @@ parse_compare(struct parser *p, struct node **out)
 			op = cur(p)->op, p->i++;
 		else if (name_is(cur(p), "in"))
 			op = 'i', p->i++;
-		else if (name_is(cur(p), "not") && name_is(&p->tok[p->i + 1],
-		    "in"))
+		else if (name_is(cur(p), "not") &&
+		    name_is(&p->tok[p->i + 1], "in"))
 			op = 'n', p->i += 2;
 		else
 			break;
@@ -444,8 +450,8 @@ parse_and_or(struct parser *p, struct node **out, int kind)
 		NEW(x, kind, cur(p)->pos);
 		p->i++;
 		x->a = e;
-		TRY(kind == E_AND ? parse_not(p, &x->b) :
-		    parse_and_or(p, &x->b, E_AND));
+		TRY(kind == E_AND ? parse_not(p, &x->b)
+		                  : parse_and_or(p, &x->b, E_AND));
 		e = x;
 	}
 	*out = e;
@@ -481,4 +487,3 @@ jinja_parse_expr(struct parser *p, struct node **out)
 	*out = e;
 	return 0;
 }
-

@@ -137,8 +137,7 @@ tostr_seq(struct rctx *r, const struct val *v, struct buf *b, size_t pos)
 			TRY(jinja_tostr_buf(r, &v->u.d->v[i], b, 1, pos));
 		}
 		return jinja_put(r, b, "}", 1, pos);
-	default:
-		return 0;
+	default: return 0;
 	}
 }
 
@@ -160,13 +159,11 @@ jinja_tostr_buf(struct rctx *r, const struct val *v, struct buf *b, int repr,
 		return rc;
 	}
 	switch (v->t) {
-	case V_UNDEF:
-		return 0;
-	case V_NONE:
-		return jinja_put(r, b, "None", 4, pos);
+	case V_UNDEF: return 0;
+	case V_NONE: return jinja_put(r, b, "None", 4, pos);
 	case V_BOOL:
-		return v->u.i ? jinja_put(r, b, "True", 4, pos) :
-		    jinja_put(r, b, "False", 5, pos);
+		return v->u.i ? jinja_put(r, b, "True", 4, pos)
+		              : jinja_put(r, b, "False", 5, pos);
 	case V_INT:
 		snprintf(num, sizeof(num), "%lld", (long long)v->u.i);
 		return jinja_put(r, b, num, strlen(num), pos);
@@ -253,8 +250,8 @@ key_rank(const struct dict *d, size_t i)
 			m = x->u.s.n < y->u.s.n ? x->u.s.n : y->u.s.n;
 			if (x->t == V_STR && y->t == V_STR &&
 			    (memcmp(x->u.s.p, y->u.s.p, m) < 0 ||
-			    (memcmp(x->u.s.p, y->u.s.p, m) == 0 &&
-			    x->u.s.n < y->u.s.n)))
+			        (memcmp(x->u.s.p, y->u.s.p, m) == 0 &&
+			            x->u.s.n < y->u.s.n)))
 				rank++;
 		}
 		if (rank == i)
@@ -313,13 +310,13 @@ jinja_tojson(struct rctx *r, const struct val *v, struct buf *b,
 	char num[64];
 
 	if (level > MEDHA_JINJA_MAX_DEPTH)
-		return jinja_rfail(r, pos, MEDHA_ENOSPACE, "tojson: nested too deep");
+		return jinja_rfail(r, pos, MEDHA_ENOSPACE,
+		    "tojson: nested too deep");
 	switch (v->t) {
-	case V_NONE:
-		return jinja_put(r, b, "null", 4, pos);
+	case V_NONE: return jinja_put(r, b, "null", 4, pos);
 	case V_BOOL:
-		return v->u.i ? jinja_put(r, b, "true", 4, pos) :
-		    jinja_put(r, b, "false", 5, pos);
+		return v->u.i ? jinja_put(r, b, "true", 4, pos)
+		              : jinja_put(r, b, "false", 5, pos);
 	case V_INT:
 		snprintf(num, sizeof(num), "%lld", (long long)v->u.i);
 		return jinja_put(r, b, num, strlen(num), pos);
@@ -327,15 +324,14 @@ jinja_tojson(struct rctx *r, const struct val *v, struct buf *b,
 		if (isnan(v->u.f))
 			return jinja_put(r, b, "NaN", 3, pos);
 		if (isinf(v->u.f))
-			return v->u.f > 0 ? jinja_put(r, b, "Infinity", 8, pos) :
-			    jinja_put(r, b, "-Infinity", 9, pos);
+			return v->u.f > 0
+			    ? jinja_put(r, b, "Infinity", 8, pos)
+			    : jinja_put(r, b, "-Infinity", 9, pos);
 		float_repr(v->u.f, num, sizeof(num));
 		return jinja_put(r, b, num, strlen(num), pos);
-	case V_STR:
-		return json_str(r, v, b, pos);
+	case V_STR: return json_str(r, v, b, pos);
 	case V_LIST:
-	case V_DICT:
-		return json_seq(r, v, b, f, level, pos);
+	case V_DICT: return json_seq(r, v, b, f, level, pos);
 	default:
 		return jinja_rfail(r, pos, MEDHA_EFORMAT,
 		    "tojson: a %s is not JSON serializable", jinja_tname(v));

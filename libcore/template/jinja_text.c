@@ -86,20 +86,17 @@ jinja_utf8_dec(const char *s, size_t n, uint32_t *cp)
 	size_t k = medha_utf8_len(s, n);
 
 	switch (k) {
-	case 2:
-		*cp = (uint32_t)(u[0] & 0x1f) << 6 | (u[1] & 0x3f);
-		return 2;
+	case 2: *cp = (uint32_t)(u[0] & 0x1f) << 6 | (u[1] & 0x3f); return 2;
 	case 3:
-		*cp = (uint32_t)(u[0] & 0x0f) << 12 | (uint32_t)(u[1] & 0x3f)
-		    << 6 | (u[2] & 0x3f);
+		*cp = (uint32_t)(u[0] & 0x0f) << 12 |
+		    (uint32_t)(u[1] & 0x3f) << 6 | (u[2] & 0x3f);
 		return 3;
 	case 4:
-		*cp = (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3f)
-		    << 12 | (uint32_t)(u[2] & 0x3f) << 6 | (u[3] & 0x3f);
+		*cp = (uint32_t)(u[0] & 0x07) << 18 |
+		    (uint32_t)(u[1] & 0x3f) << 12 |
+		    (uint32_t)(u[2] & 0x3f) << 6 | (u[3] & 0x3f);
 		return 4;
-	default:
-		*cp = u[0];
-		return 1;
+	default: *cp = u[0]; return 1;
 	}
 }
 
@@ -173,7 +170,7 @@ jinja_rstrip_len(const char *s, size_t n, const char *set, size_t setn)
 
 		jinja_utf8_dec(s + i, n - i, &cp);
 		if (set != NULL ? memmem(set, setn, s + i, n - i) == NULL
-				: !py_space(cp))
+		                : !py_space(cp))
 			break;
 		n = i;
 	}
@@ -238,4 +235,3 @@ jinja_vfail(const char *src, size_t pos, char *why, size_t whylen, int err,
 	return medha_why(why, whylen, err, "line %d col %d: %s", line, col,
 	    msg);
 }
-

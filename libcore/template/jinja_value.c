@@ -37,21 +37,14 @@ jinja_truthy(const struct val *v)
 {
 	switch (v->t) {
 	case V_UNDEF:
-	case V_NONE:
-		return 0;
+	case V_NONE: return 0;
 	case V_BOOL:
-	case V_INT:
-		return v->u.i != 0;
-	case V_FLOAT:
-		return v->u.f != 0;
-	case V_STR:
-		return v->u.s.n != 0;
-	case V_LIST:
-		return v->u.l->n != 0;
-	case V_DICT:
-		return v->u.d->n != 0;
-	default:
-		return 1;
+	case V_INT: return v->u.i != 0;
+	case V_FLOAT: return v->u.f != 0;
+	case V_STR: return v->u.s.n != 0;
+	case V_LIST: return v->u.l->n != 0;
+	case V_DICT: return v->u.d->n != 0;
+	default: return 1;
 	}
 }
 
@@ -72,8 +65,7 @@ equal_d(const struct val *a, const struct val *b, int depth)
 		return 0;
 	switch (a->t) {
 	case V_UNDEF:
-	case V_NONE:
-		return 1;
+	case V_NONE: return 1;
 	case V_STR:
 		return a->u.s.n == b->u.s.n &&
 		    memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
@@ -89,19 +81,17 @@ equal_d(const struct val *a, const struct val *b, int depth)
 			return 0;
 		for (i = 0; i < a->u.d->n; i++) {
 			for (k = 0; k < b->u.d->n; k++)
-				if (equal_d(&a->u.d->k[i], &b->u.d->k[k], depth + 1))
+				if (equal_d(&a->u.d->k[i], &b->u.d->k[k],
+				        depth + 1))
 					break;
 			if (k == b->u.d->n ||
 			    !equal_d(&a->u.d->v[i], &b->u.d->v[k], depth + 1))
 				return 0;
 		}
 		return 1;
-	case V_NS:
-		return a->u.d == b->u.d;
-	case V_LOOP:
-		return a->u.lp == b->u.lp;
-	default:
-		return a->u.i == b->u.i;
+	case V_NS: return a->u.d == b->u.d;
+	case V_LOOP: return a->u.lp == b->u.lp;
+	default: return a->u.i == b->u.i;
 	}
 }
 
@@ -166,8 +156,9 @@ jinja_list_new(struct rctx *r, size_t n)
 {
 	struct list *l = jinja_arena_alloc(&r->ar, sizeof(*l));
 
-	if (l == NULL || (l->v = jinja_arena_array(&r->ar, n ? n : 1,
-	    sizeof(*l->v))) == NULL)
+	if (l == NULL ||
+	    (l->v = jinja_arena_array(&r->ar, n ? n : 1, sizeof(*l->v))) ==
+	        NULL)
 		return NULL;
 	l->n = n;
 	l->tuple = 0;
@@ -238,11 +229,12 @@ jinja_lookup(struct rctx *r, const char *name, size_t n)
 
 	for (f = r->top; f != NULL; f = f->up)
 		for (i = f->n; i-- > 0;)
-			if (f->v[i].n == n && memcmp(f->v[i].name, name, n) == 0)
+			if (f->v[i].n == n &&
+			    memcmp(f->v[i].name, name, n) == 0)
 				return f->v[i].v;
 	for (i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
-		if (strlen(fns[i].name) == n && memcmp(fns[i].name, name, n) ==
-		    0)
+		if (strlen(fns[i].name) == n &&
+		    memcmp(fns[i].name, name, n) == 0)
 			return mkint(V_FUNC, fns[i].fn);
 	v.t = V_UNDEF;
 	return v;
@@ -252,8 +244,8 @@ jinja_lookup(struct rctx *r, const char *name, size_t n)
 
 /* The items a for loop or a filter walks: list items, chars, keys. */
 int
-jinja_iterate(struct rctx *r, const struct val *v, struct val **items, size_t *n,
-    size_t pos)
+jinja_iterate(struct rctx *r, const struct val *v, struct val **items,
+    size_t *n, size_t pos)
 {
 	size_t i, k, c;
 
@@ -272,12 +264,13 @@ jinja_iterate(struct rctx *r, const struct val *v, struct val **items, size_t *n
 		return 0;
 	case V_STR:
 		c = jinja_cp_count(v->u.s.p, v->u.s.n);
-		if ((*items = jinja_arena_array(&r->ar, c ? c : 1, sizeof(**items))) ==
-		    NULL)
+		if ((*items = jinja_arena_array(&r->ar, c ? c : 1,
+		         sizeof(**items))) == NULL)
 			return jinja_nomem(r, pos);
 		for (i = 0, k = 0; i < v->u.s.n; k++) {
 			uint32_t cp;
-			size_t m = jinja_utf8_dec(v->u.s.p + i, v->u.s.n - i, &cp);
+			size_t m =
+			    jinja_utf8_dec(v->u.s.p + i, v->u.s.n - i, &cp);
 
 			(*items)[k] = mkstr(v->u.s.p + i, m);
 			i += m;
@@ -285,8 +278,8 @@ jinja_iterate(struct rctx *r, const struct val *v, struct val **items, size_t *n
 		*n = k;
 		return 0;
 	default:
-		return jinja_rfail(r, pos, MEDHA_EFORMAT, "a %s is not iterable",
-		    jinja_tname(v));
+		return jinja_rfail(r, pos, MEDHA_EFORMAT,
+		    "a %s is not iterable", jinja_tname(v));
 	}
 }
 
@@ -299,9 +292,10 @@ jinja_undef_use(struct rctx *r, const struct node *e)
 	    x->kind == E_SLICE)
 		x = x->a;
 	if (x->kind == E_NAME)
-		return jinja_rfail(r, e->pos, MEDHA_EFORMAT, "'%.*s' is undefined",
-		    (int)x->nlen, x->name);
-	return jinja_rfail(r, e->pos, MEDHA_EFORMAT, "use of an undefined value");
+		return jinja_rfail(r, e->pos, MEDHA_EFORMAT,
+		    "'%.*s' is undefined", (int)x->nlen, x->name);
+	return jinja_rfail(r, e->pos, MEDHA_EFORMAT,
+	    "use of an undefined value");
 }
 
 static struct val
@@ -376,8 +370,7 @@ jinja_getitem(struct rctx *r, const struct val *o, const struct val *key,
 		if (key->t == V_STR)
 			*out = loop_attr(o->u.lp, key->u.s.p, key->u.s.n);
 		return 0;
-	default:
-		return 0;
+	default: return 0;
 	}
 }
 
@@ -391,8 +384,8 @@ clampi(int64_t i, int64_t n, int64_t lo, int64_t hi)
 
 /* obj[a:b:c] of a list or a string, with Python's rules. */
 int
-jinja_slice(struct rctx *r, const struct val *o, const struct val *sv, size_t pos,
-    struct val *out)
+jinja_slice(struct rctx *r, const struct val *o, const struct val *sv,
+    size_t pos, struct val *out)
 {
 	struct val *items;
 	size_t n, k = 0, bytes = 0;
@@ -413,17 +406,22 @@ jinja_slice(struct rctx *r, const struct val *o, const struct val *sv, size_t po
 	if (sv[2].t == V_INT || sv[2].t == V_BOOL)
 		c = sv[2].u.i;
 	if (c == 0)
-		return jinja_rfail(r, pos, MEDHA_EFORMAT, "slice step cannot be zero");
+		return jinja_rfail(r, pos, MEDHA_EFORMAT,
+		    "slice step cannot be zero");
 	if (c > 0) {
-		a = sv[0].t == V_INT || sv[0].t == V_BOOL ?
-		    clampi(sv[0].u.i, len, 0, len) : 0;
-		b = sv[1].t == V_INT || sv[1].t == V_BOOL ?
-		    clampi(sv[1].u.i, len, 0, len) : len;
+		a = sv[0].t == V_INT || sv[0].t == V_BOOL
+		    ? clampi(sv[0].u.i, len, 0, len)
+		    : 0;
+		b = sv[1].t == V_INT || sv[1].t == V_BOOL
+		    ? clampi(sv[1].u.i, len, 0, len)
+		    : len;
 	} else {
-		a = sv[0].t == V_INT || sv[0].t == V_BOOL ?
-		    clampi(sv[0].u.i, len, -1, len - 1) : len - 1;
-		b = sv[1].t == V_INT || sv[1].t == V_BOOL ?
-		    clampi(sv[1].u.i, len, -1, len - 1) : -1;
+		a = sv[0].t == V_INT || sv[0].t == V_BOOL
+		    ? clampi(sv[0].u.i, len, -1, len - 1)
+		    : len - 1;
+		b = sv[1].t == V_INT || sv[1].t == V_BOOL
+		    ? clampi(sv[1].u.i, len, -1, len - 1)
+		    : -1;
 	}
 	if ((l = jinja_list_new(r, n)) == NULL)
 		return jinja_nomem(r, pos);
@@ -451,8 +449,8 @@ jinja_slice(struct rctx *r, const struct val *o, const struct val *sv, size_t po
 /* ---------------------------------------------------------------- operators */
 
 int
-jinja_cmp_order(struct rctx *r, const struct val *a, const struct val *b, int *c,
-    size_t pos)
+jinja_cmp_order(struct rctx *r, const struct val *a, const struct val *b,
+    int *c, size_t pos)
 {
 	size_t m, i;
 
@@ -489,8 +487,8 @@ jinja_cmp_order(struct rctx *r, const struct val *a, const struct val *b, int *c
 		*c = a->u.l->n < b->u.l->n ? -1 : a->u.l->n > b->u.l->n;
 		return 0;
 	}
-	return jinja_rfail(r, pos, MEDHA_EFORMAT,
-	    "cannot order a %s and a %s", jinja_tname(a), jinja_tname(b));
+	return jinja_rfail(r, pos, MEDHA_EFORMAT, "cannot order a %s and a %s",
+	    jinja_tname(a), jinja_tname(b));
 }
 
 int
@@ -506,18 +504,15 @@ jinja_contains(struct rctx *r, const struct val *hay, const struct val *x,
 			return jinja_rfail(r, pos, MEDHA_EFORMAT,
 			    "'in <string>' requires a string, not a %s",
 			    jinja_tname(x));
-		*found = x->u.s.n == 0 || memmem(hay->u.s.p, hay->u.s.n,
-		    x->u.s.p, x->u.s.n) != NULL;
+		*found = x->u.s.n == 0 ||
+		    memmem(hay->u.s.p, hay->u.s.n, x->u.s.p, x->u.s.n) != NULL;
 		return 0;
 	case V_LIST:
 		for (i = 0; i < hay->u.l->n && !*found; i++)
 			*found = jinja_equal(&hay->u.l->v[i], x);
 		return 0;
-	case V_DICT:
-		*found = jinja_dict_get(hay->u.d, x) != NULL;
-		return 0;
-	case V_UNDEF:
-		return 0;
+	case V_DICT: *found = jinja_dict_get(hay->u.d, x) != NULL; return 0;
+	case V_UNDEF: return 0;
 	default:
 		return jinja_rfail(r, pos, MEDHA_EFORMAT,
 		    "a %s does not support 'in'", jinja_tname(hay));
@@ -550,19 +545,18 @@ jinja_binop(struct rctx *r, int op, const struct val *a, const struct val *b,
 	int c, ovf = 0;
 
 	switch (op) {
-	case OP2('=', '='):
-		*out = mkint(V_BOOL, jinja_equal(a, b));
-		return 0;
-	case OP2('!', '='):
-		*out = mkint(V_BOOL, !jinja_equal(a, b));
-		return 0;
+	case OP2('=', '='): *out = mkint(V_BOOL, jinja_equal(a, b)); return 0;
+	case OP2('!', '='): *out = mkint(V_BOOL, !jinja_equal(a, b)); return 0;
 	case '<':
 	case '>':
 	case OP2('<', '='):
 	case OP2('>', '='):
 		TRY(jinja_cmp_order(r, a, b, &c, pos));
-		*out = mkint(V_BOOL, op == '<' ? c < 0 : op == '>' ? c > 0 :
-		    op == OP2('<', '=') ? c <= 0 : c >= 0);
+		*out = mkint(V_BOOL,
+		    op == '<'                 ? c < 0
+		        : op == '>'           ? c > 0
+		        : op == OP2('<', '=') ? c <= 0
+		                              : c >= 0);
 		return 0;
 	case 'i':
 	case 'n':
@@ -591,19 +585,25 @@ jinja_binop(struct rctx *r, int op, const struct val *a, const struct val *b,
 	if (!isnum(a) || !isnum(b))
 		return jinja_rfail(r, pos, MEDHA_EFORMAT,
 		    "unsupported operand types for '%c%c': %s and %s",
-		    op & 0xff, op >> 8 ? op >> 8 : ' ', jinja_tname(a), jinja_tname(b));
+		    op & 0xff, op >> 8 ? op >> 8 : ' ', jinja_tname(a),
+		    jinja_tname(b));
 	if (a->t == V_FLOAT || b->t == V_FLOAT || op == '/') {
 		double f = numf(a), g = numf(b), h;
 
 		if ((op == '/' || op == '%' || op == OP2('/', '/')) && g == 0)
-			return jinja_rfail(r, pos, MEDHA_EFORMAT, "division by zero");
+			return jinja_rfail(r, pos, MEDHA_EFORMAT,
+			    "division by zero");
 		switch (op) {
 		case '+': h = f + g; break;
 		case '-': h = f - g; break;
 		case '*': h = f * g; break;
 		case '/': h = f / g; break;
 		case OP2('/', '/'): h = floor(f / g); break;
-		case '%': h = fmod(f, g); if (h != 0 && (h < 0) != (g < 0)) h += g; break;
+		case '%':
+			h = fmod(f, g);
+			if (h != 0 && (h < 0) != (g < 0))
+				h += g;
+			break;
 		default: h = pow(f, g); break;
 		}
 		out->t = V_FLOAT;
@@ -613,19 +613,14 @@ jinja_binop(struct rctx *r, int op, const struct val *a, const struct val *b,
 	x = a->u.i;
 	y = b->u.i;
 	switch (op) {
-	case '+':
-		ovf = __builtin_add_overflow(x, y, &z);
-		break;
-	case '-':
-		ovf = __builtin_sub_overflow(x, y, &z);
-		break;
-	case '*':
-		ovf = __builtin_mul_overflow(x, y, &z);
-		break;
+	case '+': ovf = __builtin_add_overflow(x, y, &z); break;
+	case '-': ovf = __builtin_sub_overflow(x, y, &z); break;
+	case '*': ovf = __builtin_mul_overflow(x, y, &z); break;
 	case OP2('/', '/'):
 	case '%':
 		if (y == 0)
-			return jinja_rfail(r, pos, MEDHA_EFORMAT, "division by zero");
+			return jinja_rfail(r, pos, MEDHA_EFORMAT,
+			    "division by zero");
 		if (x == INT64_MIN && y == -1) {
 			ovf = 1;
 			break;
@@ -641,8 +636,7 @@ jinja_binop(struct rctx *r, int op, const struct val *a, const struct val *b,
 			return jinja_rfail(r, pos, MEDHA_EUNSUP,
 			    "negative powers are not supported");
 		if (x >= -1 && x <= 1) /* no loop of y turns for these */
-			z = x == 1 || (x == -1 && y % 2 == 0) || y == 0 ? 1 :
-			    x;
+			z = x == 1 || (x == -1 && y % 2 == 0) || y == 0 ? 1 : x;
 		else
 			for (z = 1; y > 0 && !ovf; y--)
 				ovf = __builtin_mul_overflow(z, x, &z);
@@ -653,4 +647,3 @@ jinja_binop(struct rctx *r, int op, const struct val *a, const struct val *b,
 	*out = mkint(V_INT, z);
 	return 0;
 }
-
