@@ -1,5 +1,5 @@
 /*
- * jinja_test.c: the chat-template renderer (libcore/template/jinja.c).
+ * jinja_test.c: the chat-template renderer (libcore/template/).
  *
  * Unit tests of each piece of syntax on small templates (text, output,
  * if/elif/else, for with loop.*, scoping of set, namespaces, whitespace

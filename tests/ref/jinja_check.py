@@ -7,7 +7,7 @@ trim_blocks and lstrip_blocks, loop controls, raise_exception,
 strftime_now and transformers' tojson), for every conversation below,
 with add_generation_prompt false and true. The result is one JSON
 document on stdout that tests/jinja_test.c (--ref FILE) renders again
-with libcore/template/jinja.c and compares byte for byte: either the same
+with libcore/template/ and compares byte for byte: either the same
 output, or both fail (with the same message where the template called
 raise_exception).
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# jinja-ref.sh: libcore's chat-template renderer (libcore/template/jinja.c)
+# jinja-ref.sh: libcore's chat-template renderer (libcore/template/)
 # against Python's jinja2, set up as transformers' apply_chat_template
 # sets it up, on every template of tests/ref/chat_templates.json and
 # every conversation of tests/ref/jinja_check.py, with and without the
@@ -25,7 +25,7 @@ t=${MEDHA_TESTS:+$MEDHA_TESTS/jinja_test}
 if [ -z "$t" ] || [ ! -x "$t" ]; then
 	t=$tmp/jinja_test
 	${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$t" \
-	    tests/jinja_test.c libcore/template/jinja.c libcore/util.c \
+	    tests/jinja_test.c libcore/template/*.c libcore/util.c \
 	    -lcmocka -ljansson -lm
 fi
 

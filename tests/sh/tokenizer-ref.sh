@@ -31,7 +31,7 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$top"
 ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/tok-dump" \
     contrib/tok-dump.c libcore/tok/tokenizer.c libcore/tok/tok_encode.c \
-    libcore/template/jinja.c \
+    libcore/template/*.c \
     libcore/tok/pretok.c libcore/model/gguf*.c libcore/model/quant.c \
     libcore/util.c -lpcre2-32 -lm
 
