@@ -26,6 +26,8 @@
 #                 KVP groups: a request's KV past MEDHA_KVP_MAX_TOKENS
 #                 (256) positions goes on the other group, and attention
 #                 is merged across them (MEDHA_THREADS 1 each by default)
+#   kvp3          the same with three KVP groups (a request then spans
+#                 some of them, not all)
 #   tp2-spp2-kvp2 the three at once: eight cpu workers (MEDHA_THREADS 1)
 #   sim64         a router in front of one replica of 64 sim workers
 #                 (Llama-3 70B on H100s, tp 8 x spp 8; MEDHA_SIM_SPEED, 10,
@@ -50,7 +52,7 @@
 #   MEDHA_BIN     the programs (bin/)
 #   MEDHA_THREADS threads of each cpu worker (single 2; the others 1)
 #   MEDHA_KVP_MAX_TOKENS  KV positions of a request per KVP group (kvp2,
-#                 tp2-spp2-kvp2: 256; a multiple of 16)
+#                 kvp3, tp2-spp2-kvp2: 256; a multiple of 16)
 #   MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS, MEDHA_ROUTER_OPTS  more flags
 #   MEDHA_LOG     a directory for the processes' logs (a temporary one):
 #                 NAME.log (a restarted process appends to it) and
@@ -64,7 +66,7 @@ bin=${MEDHA_BIN:-$top/bin}
 topo=${1:-}
 tcp=0
 [ "${2:-}" = --tcp ] && tcp=1
-usage="usage: serve.sh single|sim|two-replicas|tp2|spp2|kvp2|tp2-spp2-kvp2|sim64 [--tcp]"
+usage="usage: serve.sh single|sim|two-replicas|tp2|spp2|kvp2|kvp3|tp2-spp2-kvp2|sim64 [--tcp]"
 if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# = 2 ] && [ $tcp = 0 ]; }; then
 	echo "$usage" >&2
 	exit 2
@@ -197,14 +199,14 @@ single | sim)
 		where="$front (router) -> $addr"
 	fi
 	;;
-tp2 | spp2 | kvp2 | tp2-spp2-kvp2)
+tp2 | spp2 | kvp2 | kvp3 | tp2-spp2-kvp2)
 	# one replica of cpu workers, the layout read from the name
 	need_model
 	tp=1 spp=1 kvp=1 kflags=()
 	case $topo in *tp2*) tp=2 ;; esac
 	case $topo in *spp2*) spp=2 ;; esac
-	case $topo in *kvp2*)
-		kvp=2
+	case $topo in *kvp[23]*)
+		kvp=${topo##*kvp}
 		kflags=(--kvp-max-tokens "${MEDHA_KVP_MAX_TOKENS:-256}")
 		;;
 	esac

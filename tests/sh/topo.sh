@@ -1,7 +1,9 @@
 #!/bin/sh
 # topo.sh: the multi-worker topologies of examples/serve.sh against the
 # single process.
-#  1. Each cpu topology (tp2, spp2, kvp2, tp2-spp2-kvp2) on a random
+#  1. Each cpu topology (tp2, spp2, kvp2, tp2-spp2-kvp2; kvp3 on the
+#     random model only, where a request's pieces lie on two of the three
+#     groups and the third merges nothing with them) on a random
 #     model written by the gguf package (4 heads over 2 kv heads) and on
 #     SmolLM2 (9 over 3, which tp2 splits 2 + 1): sixteen greedy
 #     requests arriving at once
@@ -101,7 +103,7 @@ dist() {
 if [ -s "$model" ]; then
 	if "$py" -c 'import gguf, numpy' 2>/dev/null; then
 		"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
-		for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
+		for t in tp2 spp2 kvp2 kvp3 tp2-spp2-kvp2; do
 			compare $t "$tmp/random.gguf"
 		done
 		dist both "$tmp/random.gguf"
