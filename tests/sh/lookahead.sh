@@ -10,23 +10,8 @@
 # worker with --no-lookahead. The live checks (16
 # requests at once give medha-worker -p's tokens, steps run ahead are
 # used) are in live-single.sh. Needs contrib/fetch-refs.sh.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-tests=${MEDHA_TESTS:-$top/build/tests}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-if [ ! -s "$model" ]; then
-	echo "skip: $model missing (run contrib/fetch-refs.sh)"
-	exit 0
-fi
-tmp=$(mktemp -d)
-worker=
-cleanup() {
-	[ -n "$worker" ] && kill "$worker" 2>/dev/null && wait "$worker" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+need_model
 
 # run the script against a worker with flags $1; tokens into $tmp/$2
 script() {
@@ -41,12 +26,7 @@ script() {
 	fi
 	kill -TERM "$worker"
 	wait "$worker" || true
-	worker=
-	if grep -q 'Sanitizer\|runtime error' "$tmp/$2.log"; then
-		echo "a sanitizer report:"
-		cat "$tmp/$2.log"
-		exit 1
-	fi
+	no_sanitizer_report "$tmp/$2.log"
 }
 
 script --lookahead ahead

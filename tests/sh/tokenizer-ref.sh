@@ -10,24 +10,17 @@
 # decode(encode(s)) == s for every valid UTF-8 string (SPM with a space
 # prefix excepted: it adds a space after each special token, by design).
 # Needs the cache that contrib/fetch-refs.sh fills (MEDHA_CACHE, default
-# the repository's cache/) and PCRE2; prints "skip: ..." without them.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${MEDHA_CACHE:-$top/cache}
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-py=$cache/venv/bin/python
+# the repository's cache/) and PCRE2; skips without them.
+. "$(dirname "$0")/lib.sh"
+model=$smollm2
 ref=$top/tests/ref/llamacpp.py
 corpus=$top/tests/ref/tokenizer_corpus.jsonl
 
-[ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
-[ -x "$py" ] || { echo "skip: no $py (run contrib/fetch-refs.sh)"; exit 0; }
-"$py" -c 'import gguf, importlib.util as u; assert u.find_spec("xllamacpp")' \
-    2>/dev/null || { echo "skip: gguf or xllamacpp missing in $py"; exit 0; }
+need_model
+need_py gguf xllamacpp
 pkg-config --exists libpcre2-32 2>/dev/null ||
-	[ -e /usr/include/pcre2.h ] || { echo "skip: PCRE2 not installed"; exit 0; }
+	[ -e /usr/include/pcre2.h ] || skip "PCRE2 not installed"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$top"
 ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/tok-dump" \
     contrib/tok-dump.c libcore/model/tokenizer.c libcore/model/tok_encode.c \

@@ -20,45 +20,19 @@
 #     in the middle of a long prompt, a generated trace replayed fast
 #     ends every request with exactly one record, all ok, and SIGTERM
 #     stops all 66 processes.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-py=${MEDHA_PY:-$cache/venv/bin/python}
-tests=${MEDHA_TESTS:-$top/build/tests}
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
 router=ipc://$tmp/router.sock
-serve=
-cleanup() {
-	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 # start TOPOLOGY [MODEL]: serve.sh in the background, until "ready"
 start() {
-	MEDHA_BIN=$bin MEDHA_ROUTER=$router MEDHA_MODEL=${2:-$model} \
-	    MEDHA_LOG=$tmp/logs-$1 MEDHA_ADDR=ipc://$tmp/single.sock \
-	    bash "$top/examples/serve.sh" "$1" 2>"$tmp/serve.err" &
-	serve=$!
-	i=0
-	until grep -qx ready "$tmp/serve.err"; do
-		i=$((i + 1))
-		if [ $i -gt 900 ] || ! kill -0 "$serve" 2>/dev/null; then
-			echo "serve.sh $1 did not become ready"
-			cat "$tmp/serve.err"
-			tail -n 5 "$tmp"/logs-"$1"/*.log
-			exit 1
-		fi
-		sleep 0.1
-	done
+	serve_start "$1" 90 MEDHA_ROUTER="$router" \
+	    MEDHA_MODEL="${2:-$model}" MEDHA_LOG="$tmp/logs-$1" \
+	    MEDHA_ADDR="ipc://$tmp/single.sock"
 }
 
+# stop: SIGTERM stops serve.sh and every process of its topology
 stop() {
-	kill -TERM "$serve"
-	wait "$serve" || true
-	serve=
+	serve_stop
 	if pgrep -f "$tmp" >/dev/null; then
 		echo "processes left after SIGTERM:"
 		pgrep -fa "$tmp"
@@ -99,7 +73,7 @@ dist() {
 }
 
 if [ -s "$model" ]; then
-	if "$py" -c 'import gguf, numpy' 2>/dev/null; then
+	if has_py gguf numpy; then
 		"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
 		for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
 			compare $t "$tmp/random.gguf"
