@@ -892,8 +892,8 @@ main(void)
 		snprintf(path, sizeof(path), "%s/%s", bin,
 		    i == 0 ? "medha-sched" : "medha-worker");
 		if (access(path, X_OK) != 0) {
-			printf("1..0 # SKIP no %s: %s (make builds it)\n",
-			    path, strerror(errno));
+			printf("1..0 # SKIP no %s: %s (make builds it)\n", path,
+			    strerror(errno));
 			return 0;
 		}
 	}
