@@ -44,11 +44,10 @@ LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
 TEST_SRCS = $(wildcard tests/*_test.c)
 TESTS     = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
-# programs the shell tests run (tests/topo_dist.c: tests/sh/topo.sh;
-# tests/lookahead_sched.c: tests/sh/lookahead.sh; tests/slow_sched.c:
-# tests/sh/replay-burst.sh)
-TEST_TOOLS = $(BUILD)/tests/topo_dist $(BUILD)/tests/lookahead_sched \
-             $(BUILD)/tests/slow_sched
+# programs the shell tests run, tests/tools/*.c (topo_dist: tests/sh/topo.sh;
+# lookahead_sched: tests/sh/lookahead.sh; slow_sched:
+# tests/sh/replay-burst.sh), built into $(BUILD)/tests/tools
+TEST_TOOLS = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/tools/*.c))
 CU_SRCS   = $(wildcard kernels/*.cu)
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
@@ -75,6 +74,7 @@ $(BIN)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/$(1)/*.c)) $(LIB)
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
+# a test, or a tool (tests/tools/X.c: $(BUILD)/tests/tools/X), in one step
 $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(TESTLIBS) $(LDLIBS)

@@ -11,11 +11,12 @@
 #     the second group and one decode crosses over), each exactly the
 #     tokens medha-worker -p gives alone (with the fast int8 paths: TP
 #     is bit-exact by construction, and the KVP merge's last-bit
-#     differences have not flipped a token here); then tests/topo_dist
-#     prints how far tp2's and kvp2's logits are from the single
-#     process's (relative L2; where greedy tokens part, the top-2 gap
-#     there) and fails if tokens part with f32 activations (the random
-#     model in both modes; SmolLM2 with int8 only: f32 is slow there).
+#     differences have not flipped a token here); then
+#     tests/tools/topo_dist prints how far tp2's and kvp2's logits are
+#     from the single process's (relative L2; where greedy tokens part,
+#     the top-2 gap there) and fails if tokens part with f32 activations
+#     (the random model in both modes; SmolLM2 with int8 only: f32 is
+#     slow there).
 #  2. sim64 (64 sim workers behind a router): after a client went away
 #     in the middle of a long prompt, a generated trace replayed fast
 #     ends every request with exactly one record, all ok, and SIGTERM
@@ -58,13 +59,13 @@ compare() {
 }
 
 # dist MODE MODEL: how far tp2's and kvp2's logits are from the single
-# process's on the KVP trace (tests/topo_dist: in one process, with the
-# daemon's arithmetic; it fails if tokens part with f32 activations,
+# process's on the KVP trace (tests/tools/topo_dist: in one process, with
+# the daemon's arithmetic; it fails if tokens part with f32 activations,
 # which are several times slower than the int8 paths on SmolLM2)
 dist() {
 	python3 "$top/tests/ref/solo.py" ids "$tmp/trace-kvp.jsonl" \
 	    "$bin/medha-worker" "$2" "$tmp/kvp.ids"
-	"$tests/topo_dist" -m "$1" "$2" "$tmp/kvp.ids" 256 >"$tmp/dist.txt" || {
+	"$tools/topo_dist" -m "$1" "$2" "$tmp/kvp.ids" 256 >"$tmp/dist.txt" || {
 		cat "$tmp/dist.txt"
 		exit 1
 	}
