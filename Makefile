@@ -1,7 +1,8 @@
 # medha: one plain top-level build.
 #
 #   make                 build every program into bin/
-#   make test            build and run every test; ends with "N passed, N failed"
+#   make test            build and run every test; ends with
+#                        "N passed, N failed, N skipped" (tests/README)
 #   make unit            build and run the unit tests only
 #   make asan            the same tests under AddressSanitizer + UBSan
 #   make ARCH=x86-64-v2  a build that runs on any x86-64-v2 machine
@@ -32,6 +33,10 @@ SAN     ?=
 ARCH    ?= native
 CFLAGS  ?= $(OPT) -g
 override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=$(ARCH) -Wall -Wextra -iquote libcore
+# every compile also writes which headers it read, as a .d file beside
+# its output (included at the end); -MP keeps a header that went away
+# from stopping the build
+DEPFLAGS = -MMD -MP
 override LDFLAGS += $(SAN)
 LDLIBS  += -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm
 TESTLIBS = -lcmocka
@@ -42,6 +47,7 @@ PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
+PROG_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(foreach p,$(PROGS),$(wildcard cmd/$(p)/*.c)))
 TEST_SRCS = $(wildcard tests/*_test.c)
 TESTS     = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 # programs the shell tests run, tests/tools/*.c (topo_dist: tests/sh/topo.sh;
@@ -58,9 +64,18 @@ MAN7      = $(wildcard man/*.7)
     kernels format
 all: $(PROGS:%=$(BIN)/%) kernels
 
-$(BUILD)/%.o: %.c $(wildcard libcore/*.h libcore/*/*.h cmd/*/*.h)
+# A target whose .d is missing (built before there were any, or the .d
+# removed) is built again, so that its headers are known: each .d is a
+# prerequisite, a target that is made up to date by nothing when absent.
+DEPS = $(patsubst %.o,%.d,$(LIB_OBJS) $(PROG_OBJS)) \
+    $(TESTS:=.d) $(TEST_TOOLS:=.d)
+$(DEPS):
+$(BUILD)/%.d: ;
+.PRECIOUS: $(BUILD)/%.d
+
+$(BUILD)/%.o: %.c $(BUILD)/%.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
@@ -75,9 +90,10 @@ endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
 # a test, or a tool (tests/tools/X.c: $(BUILD)/tests/tools/X), in one step
-$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(LIB) $(BUILD)/tests/%.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(TESTLIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -Itests $(LDFLAGS) -o $@ $< $(LIB) \
+	    $(TESTLIBS) $(LDLIBS)
 
 kernels:
 ifeq ($(NVCC),)
@@ -141,3 +157,8 @@ format:
 
 clean:
 	rm -rf build bin
+
+# the header dependencies the compiles wrote (none before the first build)
+-include $(wildcard $(BUILD)/libcore/*.d $(BUILD)/libcore/*/*.d \
+    $(BUILD)/cmd/*.d $(BUILD)/cmd/*/*.d $(BUILD)/tests/*.d \
+    $(BUILD)/tests/tools/*.d)
