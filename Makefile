@@ -4,6 +4,7 @@
 #   make test            build and run every test; ends with
 #                        "N passed, N failed, N skipped" (tests/README)
 #   make unit            build and run the unit tests only
+#   make contrib         contrib's programs into build/contrib/ (part of make)
 #   make asan            the same tests under AddressSanitizer + UBSan
 #   make ARCH=x86-64-v2  a build that runs on any x86-64-v2 machine
 #                        (default: native, the machine it is built on)
@@ -54,6 +55,9 @@ TESTS     = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 # lookahead_sched: tests/sh/lookahead.sh; slow_sched:
 # tests/sh/replay-burst.sh), built into $(BUILD)/tests/tools
 TEST_TOOLS = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/tools/*.c))
+# contrib's programs: contrib/*.c but the libFuzzer targets (fuzz-*.c,
+# which contrib/fuzz-*.sh build with clang)
+CONTRIB   = $(patsubst %.c,$(BUILD)/%,$(filter-out contrib/fuzz-%.c,$(wildcard contrib/*.c)))
 CU_SRCS   = $(wildcard kernels/*.cu)
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
@@ -61,14 +65,14 @@ MAN7      = $(wildcard man/*.7)
 
 .PHONY: all test unit asan bench bench-cpu bench-live bench-sched bench-predictor \
     demo install clean \
-    kernels format
-all: $(PROGS:%=$(BIN)/%) kernels
+    contrib kernels format
+all: $(PROGS:%=$(BIN)/%) contrib kernels
 
 # A target whose .d is missing (built before there were any, or the .d
 # removed) is built again, so that its headers are known: each .d is a
 # prerequisite, a target that is made up to date by nothing when absent.
 DEPS = $(patsubst %.o,%.d,$(LIB_OBJS) $(PROG_OBJS)) \
-    $(TESTS:=.d) $(TEST_TOOLS:=.d)
+    $(TESTS:=.d) $(TEST_TOOLS:=.d) $(CONTRIB:=.d)
 $(DEPS):
 $(BUILD)/%.d: ;
 .PRECIOUS: $(BUILD)/%.d
@@ -94,6 +98,12 @@ $(BUILD)/tests/%: tests/%.c $(LIB) $(BUILD)/tests/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -Itests $(LDFLAGS) -o $@ $< $(LIB) \
 	    $(TESTLIBS) $(LDLIBS)
+
+contrib: $(CONTRIB)
+
+$(BUILD)/contrib/%: contrib/%.c $(LIB) $(BUILD)/contrib/%.d
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 kernels:
 ifeq ($(NVCC),)
@@ -161,4 +171,4 @@ clean:
 # the header dependencies the compiles wrote (none before the first build)
 -include $(wildcard $(BUILD)/libcore/*.d $(BUILD)/libcore/*/*.d \
     $(BUILD)/cmd/*.d $(BUILD)/cmd/*/*.d $(BUILD)/tests/*.d \
-    $(BUILD)/tests/tools/*.d)
+    $(BUILD)/tests/tools/*.d $(BUILD)/contrib/*.d)

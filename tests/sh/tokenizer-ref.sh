@@ -22,11 +22,12 @@ pkg-config --exists libpcre2-32 2>/dev/null ||
 	[ -e /usr/include/pcre2.h ] || skip "PCRE2 not installed"
 
 cd "$top"
-${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/tok-dump" \
-    contrib/tok-dump.c libcore/model/tokenizer.c libcore/model/tok_encode.c \
-    libcore/model/jinja.c \
-    libcore/model/pretok.c libcore/model/gguf*.c libcore/model/quant.c \
-    libcore/util.c -lpcre2-32 -lm
+# contrib/tok-dump.c as make contrib builds it (make test has)
+dump=$contrib/tok-dump
+if [ ! -x "$dump" ]; then
+	make -s build/contrib/tok-dump
+	dump=$top/build/contrib/tok-dump
+fi
 
 # vocabulary-only GGUF files with SmolLM2's tokenizer and other settings
 "$py" - "$model" "$tmp" <<'PY'
@@ -127,7 +128,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
     "$tmp"/bpe-qwen2.gguf "$tmp"/bpe-starcoder.gguf \
     "$tmp"/bpe-default.gguf "$tmp"/spm.gguf "$tmp"/spm-noprefix.gguf; do
 	name=$(basename "$m" .gguf)
-	"$tmp/tok-dump" "$m" < "$corpus" > "$tmp/ours"
+	"$dump" "$m" < "$corpus" > "$tmp/ours"
 	"$py" "$ref" tokenize --jsonl "$m" "$corpus" > "$tmp/theirs"
 	same=$(paste -d '|' "$tmp/ours" "$tmp/theirs" |
 	    awk -F '|' '$1 == $2' | wc -l)
@@ -138,7 +139,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
 		    '$1 != $2 { print "  line " NR ": ours " $1 "; llama.cpp " $2 }' |
 		    head -5
 	fi
-	"$tmp/tok-dump" -p "$m" > "$tmp/ours"
+	"$dump" -p "$m" > "$tmp/ours"
 	"$py" "$ref" pieces "$m" > "$tmp/theirs"
 	if cmp -s "$tmp/ours" "$tmp/theirs"; then
 		msg="$msg, all $(wc -l < "$tmp/ours") token pieces identical"
@@ -149,7 +150,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
 	case $name in
 	spm) ;;
 	*)
-		"$tmp/tok-dump" -d "$m" < "$corpus" > "$tmp/rt" || fail=1
+		"$dump" -d "$m" < "$corpus" > "$tmp/rt" || fail=1
 		msg="$msg, round trip $(count '^ok' "$tmp/rt") ok,"
 		msg="$msg $(count '^invalid' "$tmp/rt") not UTF-8"
 		msg="$msg, $(count '^FAIL' "$tmp/rt") failed"
@@ -157,7 +158,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
 	esac
 	case $name in
 	SmolLM2*|bpe-llama-bpe)
-		"$tmp/tok-dump" -c "$m" < "$corpus" > "$tmp/ours"
+		"$dump" -c "$m" < "$corpus" > "$tmp/ours"
 		"$py" "$ref" chat --jsonl "$m" "$corpus" > "$tmp/theirs"
 		if cmp -s "$tmp/ours" "$tmp/theirs"; then
 			msg="$msg, chat template identical"
