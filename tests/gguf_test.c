@@ -196,8 +196,7 @@ write_file(const struct buf *b, size_t n, char *path, size_t len)
 {
 	FILE *f;
 
-	tmp_name(path, len);
-	assert_non_null(f = fopen(path, "wb"));
+	f = tmp_file(path, len);
 	assert_int_equal(fwrite(b->b, 1, n, f), n);
 	assert_int_equal(fclose(f), 0);
 }

@@ -7,6 +7,7 @@
  *	x = frand();                        the same numbers on every run
  *	kv = kv_new(MEDHA_KV_F16, 10, NL, NKV, HD);
  *	tmp_name(path, sizeof(path));       a fresh empty file; unlink it
+ *	f = tmp_file(path, sizeof(path));   the same, open
  *	if (!available)
  *		skip_why("no %s", what);    tests/run.sh shows the reason
  */
@@ -16,7 +17,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "cpu/kvcache.h"
 
@@ -64,13 +64,15 @@ kv_new(int type, int64_t blocks, int n_layers, int n_kv_heads, int head_dim)
 /* ---- temporary files ---- */
 
 /*
- * A fresh empty file in $TMPDIR (/tmp without it): its name is left in
- * path (len bytes). The caller unlinks it.
+ * A fresh empty file in $TMPDIR (/tmp without it), open for reading and
+ * writing: its name is left in path (len bytes). The caller closes and
+ * unlinks it.
  */
-static inline void
-tmp_name(char *path, size_t len)
+static inline FILE *
+tmp_file(char *path, size_t len)
 {
 	const char *dir = getenv("TMPDIR");
+	FILE *f;
 	int fd, n;
 
 	if (dir == NULL || *dir == '\0')
@@ -78,7 +80,15 @@ tmp_name(char *path, size_t len)
 	n = snprintf(path, len, "%s/medha-test-XXXXXX", dir);
 	assert_true(n > 0 && (size_t)n < len);
 	assert_true((fd = mkstemp(path)) >= 0);
-	close(fd);
+	assert_non_null(f = fdopen(fd, "w+b"));
+	return f;
+}
+
+/* The same, closed: its name is left in path; the caller unlinks it. */
+static inline void
+tmp_name(char *path, size_t len)
+{
+	assert_int_equal(fclose(tmp_file(path, len)), 0);
 }
 
 /* ---- skips ---- */
