@@ -3,7 +3,7 @@
 #   make                 build every program into bin/
 #   make test            build and run every test; ends with
 #                        "N passed, N failed, N skipped" (tests/README)
-#   make unit            build and run the unit tests only
+#   make unit            build and run the unit tests, but the slow ones
 #   make contrib         contrib's programs into build/contrib/ (part of make)
 #   make asan            the same tests under AddressSanitizer + UBSan
 #   make ARCH=x86-64-v2  a build that runs on any x86-64-v2 machine
