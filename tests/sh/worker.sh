@@ -41,7 +41,7 @@ printf 'not a model' > "$tmp/junk.gguf"
 want 1 -m "$tmp/junk.gguf" -p hi
 
 [ -s "$model" ] ||
-    skip "no $model (run contrib/fetch-refs.sh); the usage checks passed"
+    skip "$model missing (run contrib/fetch-refs.sh); the usage checks passed"
 
 # a write error on stdout is an error (exit 1, with the reason), not
 # output silently lost
