@@ -1,8 +1,10 @@
 # medha: one plain top-level build.
 #
 #   make                 build every program into bin/
-#   make test            build and run every test; ends with "N passed, N failed"
-#   make unit            build and run the unit tests only
+#   make test            build and run every test; ends with
+#                        "N passed, N failed, N skipped" (tests/README)
+#   make unit            build and run the unit tests, but the slow ones
+#   make contrib         contrib's programs into build/contrib/ (part of make)
 #   make asan            the same tests under AddressSanitizer + UBSan
 #   make ARCH=x86-64-v2  a build that runs on any x86-64-v2 machine
 #                        (default: native, the machine it is built on)
@@ -32,6 +34,10 @@ SAN     ?=
 ARCH    ?= native
 CFLAGS  ?= $(OPT) -g
 override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=$(ARCH) -Wall -Wextra -iquote libcore
+# every compile also writes which headers it read, as a .d file beside
+# its output (included at the end); -MP keeps a header that went away
+# from stopping the build
+DEPFLAGS = -MMD -MP
 override LDFLAGS += $(SAN)
 LDLIBS  += -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm
 TESTLIBS = -lcmocka
@@ -42,13 +48,16 @@ PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
+PROG_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(foreach p,$(PROGS),$(wildcard cmd/$(p)/*.c)))
 TEST_SRCS = $(wildcard tests/*_test.c)
 TESTS     = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
-# programs the shell tests run (tests/topo_dist.c: tests/sh/topo.sh;
-# tests/lookahead_sched.c: tests/sh/lookahead.sh; tests/slow_sched.c:
-# tests/sh/replay-burst.sh)
-TEST_TOOLS = $(BUILD)/tests/topo_dist $(BUILD)/tests/lookahead_sched \
-             $(BUILD)/tests/slow_sched
+# programs the shell tests run, tests/tools/*.c (topo_dist: tests/sh/topo.sh;
+# lookahead_sched: tests/sh/lookahead.sh; slow_sched:
+# tests/sh/replay-burst.sh), built into $(BUILD)/tests/tools
+TEST_TOOLS = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/tools/*.c))
+# contrib's programs: contrib/*.c but the libFuzzer targets (fuzz-*.c,
+# which contrib/fuzz-*.sh build with clang)
+CONTRIB   = $(patsubst %.c,$(BUILD)/%,$(filter-out contrib/fuzz-%.c,$(wildcard contrib/*.c)))
 CU_SRCS   = $(wildcard kernels/*.cu)
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
@@ -56,12 +65,21 @@ MAN7      = $(wildcard man/*.7)
 
 .PHONY: all test unit asan bench bench-cpu bench-live bench-sched bench-predictor \
     demo install clean \
-    kernels format
-all: $(PROGS:%=$(BIN)/%) kernels
+    contrib kernels format
+all: $(PROGS:%=$(BIN)/%) contrib kernels
 
-$(BUILD)/%.o: %.c $(wildcard libcore/*.h libcore/*/*.h cmd/*.h cmd/*/*.h)
+# A target whose .d is missing (built before there were any, or the .d
+# removed) is built again, so that its headers are known: each .d is a
+# prerequisite, a target that is made up to date by nothing when absent.
+DEPS = $(patsubst %.o,%.d,$(LIB_OBJS) $(PROG_OBJS)) \
+    $(TESTS:=.d) $(TEST_TOOLS:=.d) $(CONTRIB:=.d)
+$(DEPS):
+$(BUILD)/%.d: ;
+.PRECIOUS: $(BUILD)/%.d
+
+$(BUILD)/%.o: %.c $(BUILD)/%.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
@@ -76,9 +94,17 @@ $(BIN)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/$(1)/*.c) cmd/common.c) 
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
-$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
+# a test, or a tool (tests/tools/X.c: $(BUILD)/tests/tools/X), in one step
+$(BUILD)/tests/%: tests/%.c $(LIB) $(BUILD)/tests/%.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< $(LIB) $(TESTLIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -Itests $(LDFLAGS) -o $@ $< $(LIB) \
+	    $(TESTLIBS) $(LDLIBS)
+
+contrib: $(CONTRIB)
+
+$(BUILD)/contrib/%: contrib/%.c $(LIB) $(BUILD)/contrib/%.d
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 kernels:
 ifeq ($(NVCC),)
@@ -142,3 +168,8 @@ format:
 
 clean:
 	rm -rf build bin
+
+# the header dependencies the compiles wrote (none before the first build)
+-include $(wildcard $(BUILD)/libcore/*.d $(BUILD)/libcore/*/*.d \
+    $(BUILD)/cmd/*.d $(BUILD)/cmd/*/*.d $(BUILD)/tests/*.d \
+    $(BUILD)/tests/tools/*.d $(BUILD)/contrib/*.d)

@@ -41,20 +41,13 @@ case $part in types | ctx | all) ;; *)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$top"
-cc=${CC:-cc}
-make -s build/libmedha.a
-libs="build/libmedha.a -ljansson -lzstd -lpcre2-32 -lm -lpthread"
-$cc -std=c11 -D_GNU_SOURCE -O2 -march=native -iquote libcore \
-    -o "$tmp/cpu-run" contrib/cpu-run.c $libs
-$cc -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/gguf-convert" \
-    contrib/gguf-convert.c $libs
+# the programs, as make contrib builds them (-O2 -march=native)
+make -s build/contrib/cpu-run build/contrib/gguf-convert \
+    build/contrib/bench-ctx
 for t in q8_0 f16; do
 	f=$cache/models/SmolLM2-135M-Instruct.$t.gguf
-	[ -s "$f" ] || "$tmp/gguf-convert" "$q41" "$f" "$t"
+	[ -s "$f" ] || build/contrib/gguf-convert "$q41" "$f" "$t"
 done
-
-$cc -std=c11 -D_GNU_SOURCE -O2 -march=native -iquote libcore \
-    -o "$tmp/bench-ctx" contrib/bench-ctx.c $libs
 
 types() {
 mean() { awk '{ s += $1; n++ } END { if (n) printf "%.3f\n", s / n }'; }
@@ -63,11 +56,11 @@ printf '%-6s %10s %10s %7s %10s %10s %7s\n' type "pp512" "llama.cpp" ratio \
 for t in Q4_1 q8_0 f16; do
 	f=$cache/models/SmolLM2-135M-Instruct.$t.gguf
 	pp=$(i=0; while [ $i -lt "$reps" ]; do
-		"$tmp/cpu-run" -p 512 -n 1 -t "$threads" "$f" 2>&1 >/dev/null |
+		build/contrib/cpu-run -p 512 -n 1 -t "$threads" "$f" 2>&1 >/dev/null |
 		    sed -n 's/.*prompt 512 tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p'
 		i=$((i + 1)); done | mean)
 	tg=$(i=0; while [ $i -lt "$reps" ]; do
-		"$tmp/cpu-run" -p 1 -n 129 -t "$threads" "$f" 2>&1 >/dev/null |
+		build/contrib/cpu-run -p 1 -n 129 -t "$threads" "$f" 2>&1 >/dev/null |
 		    sed -n 's/.*generation 129 tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p'
 		i=$((i + 1)); done | mean)
 	ref=$("$py" tests/ref/llamacpp.py bench -t "$threads" -r "$reps" "$f")
@@ -103,7 +96,7 @@ ctx() {
 	long=$cache/models/random-long-131k.gguf
 	[ -s "$long" ] ||
 		"$py" tests/ref/random_model.py "$q41" "$long" 1 132096 2
-	bw=$("$tmp/bench-ctx" -B -t "$threads" "$q41" 0 |
+	bw=$(build/contrib/bench-ctx -B -t "$threads" "$q41" 0 |
 	    sed -n 's/^read \([0-9.]*\) GB.*/\1/p')
 	printf '%-22s %6s %9s %9s %6s %8s %8s %6s %7s\n' model depth \
 	    prefill llama.cpp ratio decode llama.cpp ratio "floor"
@@ -112,7 +105,7 @@ ctx() {
 		set -- $m
 		name=$1 f=$2
 		shift 2
-		"$tmp/bench-ctx" -t "$threads" "$f" "$@" > "$tmp/ours"
+		build/contrib/bench-ctx -t "$threads" "$f" "$@" > "$tmp/ours"
 		"$py" contrib/bench-ctx-llama.py -t "$threads" "$f" "$@" \
 		    > "$tmp/peer"
 		paste "$tmp/ours" "$tmp/peer" | awk -v n="$name" -v bw="$bw" '{

@@ -38,8 +38,8 @@
 # the single request the best round too (noise on a shared machine only
 # ever slows a run down), and the overhead of each round against its own
 # -p run, whose median leaves out the machine's drift from round to
-# round. decode-batch is built against
-# BUILD/libmedha.a (BUILD: build).
+# round. decode-batch is make's BUILD/contrib/decode-batch (BUILD:
+# build).
 #
 # usage: sh contrib/bench-live.sh [BINDIR]    (REPS=3 THREADS=2 to change)
 set -e
@@ -82,10 +82,8 @@ start() {
 		sleep 0.1
 	done
 }
-(cd "$top" && make -s BUILD="$build" "$build/libmedha.a" &&
-    ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -march=native -iquote libcore \
-    -o "$tmp/decode-batch" contrib/decode-batch.c "$build/libmedha.a" \
-    -ljansson -lzstd -lpcre2-32 -lm -lpthread)
+(cd "$top" && make -s BUILD="$build" "$build/contrib/decode-batch" &&
+    cp "$build/contrib/decode-batch" "$tmp/decode-batch")
 py=$cache/venv/bin/python
 peer=0
 "$py" -c 'import llama_cpp' 2>/dev/null && peer=1

@@ -4,18 +4,14 @@
 # (fcfs and medha; goal under 50 us), and the dispatch round trip of a
 # RESULT answered by a BATCH over ipc:// and tcp://127.0.0.1 (goals
 # under 100 us and 200 us), beside bare nng carrying the same bytes.
-# Builds the program against BUILD/libmedha.a (BUILD: build) and prints
-# its tables; extra arguments go to it (-i ITERS -n ACTIVE -r CALLS).
+# Builds the program (make's BUILD/contrib/bench-sched; BUILD: build) and
+# prints its tables; extra arguments go to it (-i ITERS -n ACTIVE -r
+# CALLS).
 #
 # usage: sh contrib/bench-sched.sh [-i ITERS] [-n ACTIVE] [-r CALLS]
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-build}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$top"
-make -s BUILD="$build" "$build/libmedha.a"
-${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -iquote libcore \
-    -o "$tmp/bench-sched" contrib/bench-sched.c "$build/libmedha.a" \
-    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm
-"$tmp/bench-sched" "$@"
+make -s BUILD="$build" "$build/contrib/bench-sched"
+"$build/contrib/bench-sched" "$@"

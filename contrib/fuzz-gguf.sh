@@ -25,11 +25,10 @@ mkdir -p "$dir/corpus" "$dir/seeds"
 $CC -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -iquote libcore \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -o "$dir/fuzz-gguf" contrib/fuzz-gguf.c $src
-# shellcheck disable=SC2086
-cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -iquote libcore \
-    -o "$dir/gguf-dump" contrib/gguf-dump.c $src -lm
+# the seeds' writer: make contrib's gguf-dump
+make -s CC=cc build/contrib/gguf-dump
 
-"$dir/gguf-dump" -w "$dir/seeds/example.gguf"
+build/contrib/gguf-dump -w "$dir/seeds/example.gguf"
 # the example cut short at a few places, and its head alone
 for n in 24 200 400 600; do
 	head -c "$n" "$dir/seeds/example.gguf" >"$dir/seeds/example-$n.gguf"

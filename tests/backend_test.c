@@ -637,18 +637,6 @@ test_malformed(void **state)
 #define PATH_LEN 256
 
 static void
-tmp_name(char *path)
-{
-	const char *dir = getenv("TMPDIR");
-	int fd;
-
-	snprintf(path, PATH_LEN, "%s/medha-backend-XXXXXX",
-	    dir != NULL && *dir != '\0' ? dir : "/tmp");
-	assert_true((fd = mkstemp(path)) >= 0);
-	close(fd);
-}
-
-static void
 tm_write(const struct tmodel *tm, const char *path)
 {
 	struct medha_gguf_writer *w;
@@ -689,7 +677,7 @@ test_open(void **state)
 
 	(void)state;
 	tm_make(&tm, MEDHA_GGML_Q8_0, 21);
-	tmp_name(path);
+	tmp_name(path, sizeof(path));
 	tm_write(&tm, path);
 
 	/* defaults: 64 sequences of the full context (256 tokens) */

@@ -70,22 +70,8 @@ tm_make(struct tmodel *tm, int wt, int tied, uint64_t seed)
 	tm_fill(tm, &c, VOCAB, wt, wt, tied, seed);
 }
 
-/* ---- temporary files ---- */
-
-/* A fresh empty file's name in path (PATH_LEN bytes). */
+/* temporary files' names (testutil.h's tmp_name) */
 #define PATH_LEN 256
-
-static void
-tmp_name(char *path)
-{
-	const char *dir = getenv("TMPDIR");
-	int fd;
-
-	snprintf(path, PATH_LEN, "%s/medha-gguf-XXXXXX",
-	    dir != NULL && *dir != '\0' ? dir : "/tmp");
-	assert_true((fd = mkstemp(path)) >= 0);
-	close(fd);
-}
 
 /* Write tm to path with the GGUF writer, saying it has nl layers. */
 static void
@@ -224,7 +210,7 @@ roundtrip(int wt, int tied, uint64_t seed)
 	int i;
 
 	tm_make(&tm, wt, tied, seed);
-	tmp_name(path);
+	tmp_name(path, sizeof(path));
 	tm_write(&tm, path);
 
 	/* (a) it loads, with the configuration written */
@@ -361,7 +347,7 @@ written(size_t *len, size_t *type_at)
 	size_t at;
 
 	tm_make(&tm, MEDHA_GGML_Q8_0, 0, 21);
-	tmp_name(path);
+	tmp_name(path, sizeof(path));
 	tm_write(&tm, path);
 	buf = slurp(path, len);
 	unlink(path);
@@ -397,7 +383,7 @@ test_truncated(void **state)
 	cut[1] = len - 1;
 	cut[2] = at; /* inside the tensor information */
 	cut[3] = 10; /* inside the header */
-	tmp_name(path);
+	tmp_name(path, sizeof(path));
 	for (i = 0; i < 4; i++) {
 		spill(path, buf, cut[i]);
 		refused(path);
@@ -417,7 +403,7 @@ test_bad_type(void **state)
 	(void)state;
 	buf = written(&len, &at);
 	buf[at] = 99; /* no such ggml type */
-	tmp_name(path);
+	tmp_name(path, sizeof(path));
 	spill(path, buf, len);
 	rc = refused(path);
 	unlink(path);
@@ -453,7 +439,7 @@ test_overlap(void **state)
 	assert_true(t0->nbytes > 0);
 	medha_gguf_close(g);
 	memcpy(buf + off1, buf + off0, 8); /* tensor 1's data is tensor 0's */
-	tmp_name(path);
+	tmp_name(path, sizeof(path));
 	spill(path, buf, len);
 	assert_int_equal(refused(path), MEDHA_EFORMAT);
 	unlink(path);
@@ -469,7 +455,7 @@ test_extra_layers(void **state)
 
 	(void)state;
 	tm_make(&tm, MEDHA_GGML_Q8_0, 0, 22);
-	tmp_name(path);
+	tmp_name(path, sizeof(path));
 	tm_write_nl(&tm, path, NL - 1);
 	assert_int_equal(refused(path), MEDHA_EFORMAT);
 	unlink(path);

@@ -31,45 +31,14 @@
 #include "model/quant.h"
 #include "model/sample.h"
 #include "cpu/threadpool.h"
+#include "testutil.h"
 
-/* ---- a deterministic generator ---- */
-
-static uint64_t rng_state = 1;
-
-static void
-rng_seed(uint64_t s)
-{
-	rng_state = s * 2862933555777941757ull + 3037000493ull;
-}
-
-static float
-frand(void) /* uniform in [-1, 1) */
-{
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
-}
-
-/* ---- a KV cache shaped like the test models of cpu_test.c ---- */
+/* ---- the shape of the test models of cpu_test.c ---- */
 
 #define NL 2
 #define NH 4
 #define NKV 2
 #define HD 16
-
-static struct medha_kvcache *
-kv_new(int type, int64_t blocks)
-{
-	struct medha_kvcache *kv;
-	struct medha_kv_config c = {.n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = HD,
-	    .n_blocks = blocks,
-	    .type = type,
-	    .max_seqs = 8};
-
-	assert_int_equal(medha_kvcache_init(&kv, &c), 0);
-	return kv;
-}
 
 /* ---- attention and LSE against float64 ---- */
 
@@ -129,7 +98,7 @@ test_attention(void **state)
 	(void)state;
 	assert_int_equal(medha_threadpool_init(&tp, 2), 0);
 	for (type = MEDHA_KV_F32; type <= MEDHA_KV_F16; type++) {
-		struct medha_kvcache *kv = kv_new(type, 48);
+		struct medha_kvcache *kv = kv_new(type, 48, NL, NKV, HD);
 		rng_seed(77 + type);
 		for (i = 0; i < LEN * NKV * HD; i++) {
 			k[i] = 2.0f * frand();

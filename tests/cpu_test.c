@@ -98,21 +98,6 @@ tm_make(struct tmodel *tm, int wt, int et, int tied, uint64_t seed)
 	tm_shape(tm, NH, NKV, wt, et, tied, seed);
 }
 
-static struct medha_kvcache *
-kv_new(int type, int64_t blocks)
-{
-	struct medha_kvcache *kv;
-	struct medha_kv_config c = {.n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = HD,
-	    .n_blocks = blocks,
-	    .type = type,
-	    .max_seqs = 8};
-
-	assert_int_equal(medha_kvcache_init(&kv, &c), 0);
-	return kv;
-}
-
 static struct medha_cpu *
 cpu_new(struct tmodel *tm, struct medha_kvcache *kv, int threads, int shards,
     int ref)
@@ -206,7 +191,7 @@ test_chunking(void **state)
 			struct medha_kvcache *kv;
 			struct medha_cpu *cpu;
 			tm_make(&tm, wtypes[w], wtypes[w], w % 2, 100 + w);
-			kv = kv_new(MEDHA_KV_F32, 64);
+			kv = kv_new(MEDHA_KV_F32, 64, NL, NKV, HD);
 			cpu = cpu_new(&tm, kv, threads, 1, 0);
 			medha_kv_seq_free(kv,
 			    prefill(cpu, kv, tok, PLEN, PLEN, ref));
@@ -253,7 +238,7 @@ test_chunking_long(void **state)
 			struct medha_kvcache *kv;
 			struct medha_cpu *cpu;
 			tm_make(&tm, wtypes[w], wtypes[w], 0, 300 + w);
-			kv = kv_new(MEDHA_KV_F32, 2 * LONG / 16);
+			kv = kv_new(MEDHA_KV_F32, 2 * LONG / 16, NL, NKV, HD);
 			cpu = cpu_new(&tm, kv, 2, 1, r);
 			medha_kv_seq_free(kv,
 			    prefill(cpu, kv, tok, LONG, LONG, ref));
@@ -290,7 +275,7 @@ test_all_logits(void **state)
 	assert_non_null(all);
 	prompt(tok, 40, 9);
 	tm_make(&tm, MEDHA_GGML_Q4_1, MEDHA_GGML_Q8_0, 1, 5);
-	kv = kv_new(MEDHA_KV_F16, 16);
+	kv = kv_new(MEDHA_KV_F16, 16, NL, NKV, HD);
 	cpu = cpu_new(&tm, kv, 2, 1, 0);
 	assert_int_equal(medha_kv_seq_alloc(kv, &seq), 0);
 	step(cpu, seq, 0, tok, 40, MEDHA_LOGITS_ALL, all);
@@ -336,7 +321,7 @@ test_shards(void **state)
 			struct medha_cpu *cpu;
 			double err = 0;
 			tm_make(&tm, wtypes[w], MEDHA_GGML_Q8_0, 1, 200 + w);
-			kv = kv_new(MEDHA_KV_F32, 64);
+			kv = kv_new(MEDHA_KV_F32, 64, NL, NKV, HD);
 			for (k = 1; k <= 4; k++) {
 				cpu = cpu_new(&tm, kv, 2, k, mode);
 				/* the prompt in chunks of 30, 8 decode steps */
@@ -399,7 +384,7 @@ test_mixed_batch(void **state)
 	prompt(tb, 30, 22);
 	prompt(tc, 45, 23);
 	tm_make(&tm, MEDHA_GGML_Q4_1, MEDHA_GGML_Q8_0, 1, 31);
-	kv = kv_new(MEDHA_KV_F32, 64);
+	kv = kv_new(MEDHA_KV_F32, 64, NL, NKV, HD);
 	cpu = cpu_new(&tm, kv, 2, 1, 0);
 	/* alone: a's second chunk (20..60), b's and c's last token */
 	a = prefill(cpu, kv, ta, 20, 20, tmp);
@@ -454,7 +439,7 @@ test_bad_batch(void **state)
 
 	(void)state;
 	tm_make(&tm, MEDHA_GGML_F32, MEDHA_GGML_F32, 1, 3);
-	kv = kv_new(MEDHA_KV_F32, 2);
+	kv = kv_new(MEDHA_KV_F32, 2, NL, NKV, HD);
 	cpu = cpu_new(&tm, kv, 1, 1, 0);
 	assert_int_equal(medha_kv_seq_alloc(kv, &a), 0);
 	s[0] = (struct medha_batch_seq){a, 1, 3, MEDHA_LOGITS_LAST};
@@ -585,7 +570,7 @@ test_llama_compat(void **state)
 	/* the forward pass: prefill, then decode steps */
 	prompt(tok, PLEN, 11);
 	tm_make(&tm, MEDHA_GGML_F32, MEDHA_GGML_F32, 1, 21);
-	kv = kv_new(MEDHA_KV_F32, 64);
+	kv = kv_new(MEDHA_KV_F32, 64, NL, NKV, HD);
 	cpu = cpu_new(&tm, kv, 2, 1, 0);
 	if (medha_cpu_init(&c1, tm.m, kv, &o, why, sizeof(why)) != 0)
 		fail_msg("cpu: %s", why);
@@ -788,7 +773,7 @@ test_tp_shapes(void **state)
 
 	(void)state;
 	tm_make(&tm, MEDHA_GGML_F32, MEDHA_GGML_F32, 1, 5);
-	kv = kv_new(MEDHA_KV_F32, 8);
+	kv = kv_new(MEDHA_KV_F32, 8, NL, NKV, HD);
 	/* 2 kv heads do not split 4 ways */
 	assert_int_equal(medha_cpu_init(&cpu, tm.m, kv, &o, why, sizeof(why)),
 	    MEDHA_EINVAL);
@@ -889,7 +874,7 @@ static void *
 kvp_main(void *arg)
 {
 	struct kvprank *r = arg;
-	struct medha_kvcache *kv = kv_new(MEDHA_KV_F32, 64);
+	struct medha_kvcache *kv = kv_new(MEDHA_KV_F32, 64, NL, NKV, HD);
 	struct medha_cpu *cpu = cpu_new(r->tm, kv, 1, 1, r->ref);
 	int mine = r->group == r->first ? 0 : 1; /* the piece held here */
 	int seq, i, c, n;
@@ -945,7 +930,7 @@ test_kvp(void **state)
 				tm_make(&tm, wtypes[w], MEDHA_GGML_Q8_0, 1,
 				    400 + w);
 				/* one backend alone, the same chunks */
-				kv = kv_new(MEDHA_KV_F32, 64);
+				kv = kv_new(MEDHA_KV_F32, 64, NL, NKV, HD);
 				cpu = cpu_new(&tm, kv, 1, 1, mode);
 				seq = prefill(cpu, kv, tok, PIECE, 30, one[0]);
 				step(cpu, seq, PIECE, tok + PIECE, PLEN - PIECE,
@@ -1025,7 +1010,7 @@ test_nonfinite(void **state)
 
 				tm_make(&tm, wt[w], wt[w], 1, 5);
 				tm.m->layer[0].attn_norm[3] = bad[k];
-				kv = kv_new(MEDHA_KV_F32, 4);
+				kv = kv_new(MEDHA_KV_F32, 4, NL, NKV, HD);
 				cpu = cpu_new(&tm, kv, 1, 1, ref);
 				assert_int_equal(medha_kv_seq_alloc(kv, &a), 0);
 				s = (struct medha_batch_seq){a, 0, 3,

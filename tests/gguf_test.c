@@ -26,6 +26,7 @@
 
 #include "model/gguf.h"
 #include "sched/pred.h"
+#include "testutil.h"
 
 /* A file being built, and where some of its fields sit. */
 struct buf {
@@ -194,11 +195,8 @@ static void
 write_file(const struct buf *b, size_t n, char *path, size_t len)
 {
 	FILE *f;
-	int fd;
 
-	snprintf(path, len, "/tmp/gguf_test.XXXXXX");
-	assert_true((fd = mkstemp(path)) >= 0);
-	assert_non_null(f = fdopen(fd, "wb"));
+	f = tmp_file(path, len);
 	assert_int_equal(fwrite(b->b, 1, n, f), n);
 	assert_int_equal(fclose(f), 0);
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
+#include "testutil.h"
 
 static const int types[] = {MEDHA_GGML_F32, MEDHA_GGML_F16, MEDHA_GGML_BF16,
     MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_0, MEDHA_GGML_Q4_1, MEDHA_GGML_Q4_K,
@@ -34,16 +35,6 @@ rnd(void)
 	seed ^= seed >> 7;
 	seed ^= seed << 17;
 	return (uint32_t)(seed >> 20);
-}
-
-static void
-tmp_path(char *path, size_t len)
-{
-	int fd;
-
-	snprintf(path, len, "/tmp/gguf_write_test.XXXXXX");
-	assert_true((fd = mkstemp(path)) >= 0);
-	close(fd);
 }
 
 /* Tensor k: shape (k-dependent, 1 to 4 dims) and its data, in t's type. */
@@ -132,7 +123,7 @@ test_round_trip(void **state)
 	size_t rowb;
 
 	(void)state;
-	tmp_path(path, sizeof(path));
+	tmp_name(path, sizeof(path));
 	assert_int_equal(medha_gguf_writer_open(&w, path), 0);
 	assert_int_equal(medha_gguf_writer_add_str(w, "general.architecture",
 	                     "llama"),
@@ -241,7 +232,7 @@ test_alignment(void **state)
 	int64_t ne[4] = {3, 1, 1, 1};
 
 	(void)state;
-	tmp_path(path, sizeof(path));
+	tmp_name(path, sizeof(path));
 	assert_int_equal(medha_gguf_writer_open(&w, path), 0);
 	medha_gguf_writer_add_u32(w, "general.alignment", 256);
 	medha_gguf_writer_add_tensor(w, "a", MEDHA_GGML_F32, 1, ne, x, 12);
@@ -272,7 +263,7 @@ test_misuse(void **state)
 	(void)state;
 	medha_log_level = -1; /* the reasons are logged: keep quiet */
 	for (k = 0; k < 9; k++) {
-		tmp_path(path, sizeof(path));
+		tmp_name(path, sizeof(path));
 		assert_int_equal(medha_gguf_writer_open(&w, path), 0);
 		medha_gguf_writer_add_u32(w, "a", 1);
 		medha_gguf_writer_add_tensor(w, "t", MEDHA_GGML_F32, 2, ne, x,

@@ -16,30 +16,16 @@
 #include <string.h>
 
 #include "cpu/kvcache.h"
+#include "testutil.h"
 
 #define NL 2
 #define NKV 2
 #define HD 16
 
-static struct medha_kvcache *
-kv_new(int type, int64_t blocks)
-{
-	struct medha_kvcache *kv;
-	struct medha_kv_config c = {.n_layers = NL,
-	    .n_kv_heads = NKV,
-	    .head_dim = HD,
-	    .n_blocks = blocks,
-	    .type = type,
-	    .max_seqs = 8};
-
-	assert_int_equal(medha_kvcache_init(&kv, &c), 0);
-	return kv;
-}
-
 static void
 test_kvcache(void **state)
 {
-	struct medha_kvcache *kv = kv_new(MEDHA_KV_F16, 10);
+	struct medha_kvcache *kv = kv_new(MEDHA_KV_F16, 10, NL, NKV, HD);
 	float k[NKV * HD], v[NKV * HD], r[HD];
 	int a, b, i;
 

@@ -1,9 +1,29 @@
 #!/bin/sh
 # run.sh [--unit] TESTDIR BINDIR: run every unit-test program (cmocka, TAP
-# output) and, without --unit, every shell test in tests/sh, then print
-# "N passed, N failed". A unit-test program that dies without reporting
-# counts as one failure. On a terminal, the test running now is shown
-# (some take minutes).
+# output) in TESTDIR and, without --unit, every shell test in tests/sh,
+# then print "N passed, N failed, N skipped"; the exit status is non-zero
+# only when something failed. tests/README says how tests are organised.
+#
+# Each result is a line with the test's duration in seconds:
+#
+#	ok   NAME (P) S s            P cases passed (cmocka), or the script did
+#	FAIL NAME (P passed, F failed) S s, then the test's output, indented
+#	skip NAME[/CASE]: REASON     skipped, and why
+#
+# Skips: a cmocka case that calls skip() (TAP "ok N # SKIP" or, as
+# cmocka 1.1 writes it, "not ok N # SKIP NAME") is a skip; its reason is
+# the "skip: REASON" line the case printed before (testutil.h's
+# skip_why()). A program that prints the TAP plan "1..0 # SKIP REASON"
+# skipped as a whole (hostile_test without the programs). A shell test
+# skips by exiting 77 after a "skip: REASON" line (tests/sh/lib.sh's
+# skip(), as automake's test driver reads status 77); a shell test that
+# passes but skipped a part prints "skip: REASON" lines, shown under its
+# "ok" line. A unit-test program that dies without reporting counts as
+# one failure. On a terminal, the test running now is shown (some take
+# minutes).
+#
+# --unit leaves out the shell tests and the unit-test programs listed in
+# $slow (make test runs them), so that make unit takes seconds.
 unit=0
 if [ "$1" = --unit ]; then
 	unit=1
@@ -12,54 +32,127 @@ fi
 tdir=$1
 bindir=$2
 here=$(cd "$(dirname "$0")" && pwd)
-MEDHA_BIN=$(cd "$bindir" 2>/dev/null && pwd)
-MEDHA_TESTS=$(cd "$tdir" 2>/dev/null && pwd)
+# absolute paths (as given where they do not exist: the tests say so)
+MEDHA_BIN=$(cd "$bindir" 2>/dev/null && pwd || echo "$bindir")
+MEDHA_TESTS=$(cd "$tdir" 2>/dev/null && pwd || echo "$tdir")
 export MEDHA_BIN MEDHA_TESTS
+# unit-test programs that take several times longer than the others
+# (tests/README has the durations): make unit leaves them to make test
+slow="sched_events_test"
 pass=0
 fail=0
+nskip=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+res=$(mktemp)
+trap 'rm -f "$log" "$res"' EXIT
 tty=0
 [ -t 1 ] && tty=1
 # running NAME: on a terminal, say what runs until its result replaces it
 running() {
 	[ "$tty" = 1 ] && printf '...  %s\r' "$1"
 }
+now() {
+	date +%s.%N
+}
+# took START: seconds since START, one decimal
+took() {
+	awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'
+}
+
+# tap LOG NAME: the counts "PASSED FAILED SKIPPED" of a TAP log on the
+# first line, then a "skip NAME[/CASE]: REASON" line for each skip
+tap() {
+	awk -v name="$2" '
+	function why() { return reason != "" ? reason : "no reason given" }
+	/^skip: / { reason = substr($0, 7); next }
+	/^1\.\.0 *# *SKIP/ {
+		sub(/^1\.\.0 *# *SKIP */, "")
+		if ($0 != "")
+			reason = $0
+		s++
+		out[++n] = "skip " name ": " why()
+		next
+	}
+	/^(not )?ok [0-9]+.*# *SKIP/ {
+		c = $0
+		sub(/.*# *SKIP */, "", c)
+		s++
+		out[++n] = "skip " name (c != "" ? "/" c : "") ": " why()
+		reason = ""
+		next
+	}
+	/^ok / { p++; reason = ""; next }
+	/^not ok / { f++; reason = ""; next }
+	END {
+		print p + 0, f + 0, s + 0
+		for (i = 1; i <= n; i++)
+			print out[i]
+	}' "$1"
+}
 
 for t in "$tdir"/*_test; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
+	if [ "$unit" = 1 ]; then
+		case " $slow " in *" $name "*)
+			echo "--   $name: slow, left to make test"
+			continue
+			;;
+		esac
+	fi
 	running "$name"
+	t0=$(now)
 	CMOCKA_MESSAGE_OUTPUT=TAP "$t" >"$log" 2>&1
 	rc=$?
-	p=$(grep -c '^ok ' "$log")
-	f=$(grep -c '^not ok ' "$log")
+	s=$(took "$t0")
+	tap "$log" "$name" >"$res"
+	read -r p f k <"$res"
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1
 	fi
 	pass=$((pass + p))
 	fail=$((fail + f))
+	nskip=$((nskip + k))
 	if [ "$f" -ne 0 ]; then
-		echo "FAIL $name ($p passed, $f failed)"
+		echo "FAIL $name ($p passed, $f failed) $s s"
 		sed 's/^/    /' "$log"
+	elif [ "$p" -eq 0 ] && [ "$k" -ne 0 ]; then
+		: # skipped as a whole: the skip line says so
 	else
-		echo "ok   $name ($p)"
+		echo "ok   $name ($p) $s s"
 	fi
+	sed 1d "$res"
 done
 
 for s in "$here"/sh/*.sh; do
 	[ "$unit" = 0 ] && [ -f "$s" ] || continue
 	name=$(basename "$s" .sh)
+	[ "$name" != lib ] || continue # what the tests source
 	running "sh/$name"
-	if sh "$s" >"$log" 2>&1; then
+	t0=$(now)
+	sh "$s" >"$log" 2>&1
+	rc=$?
+	secs=$(took "$t0")
+	case $rc in
+	0)
 		pass=$((pass + 1))
-		echo "ok   sh/$name"
-	else
+		echo "ok   sh/$name $secs s"
+		# parts it could not run
+		sed -n 's/^skip: /     part skipped: /p' "$log"
+		;;
+	77)
+		nskip=$((nskip + 1))
+		why=$(sed -n 's/^skip: //p' "$log" | tail -n 1)
+		[ -n "$why" ] || why=$(tail -n 1 "$log")
+		echo "skip sh/$name: ${why:-no reason given}"
+		;;
+	*)
 		fail=$((fail + 1))
-		echo "FAIL sh/$name"
+		echo "FAIL sh/$name (status $rc) $secs s"
 		sed 's/^/    /' "$log"
-	fi
+		;;
+	esac
 done
 
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $nskip skipped"
 [ "$fail" -eq 0 ]

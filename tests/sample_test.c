@@ -20,23 +20,7 @@
 #include <string.h>
 
 #include "model/sample.h"
-
-/* ---- a deterministic generator ---- */
-
-static uint64_t rng_state = 1;
-
-static void
-rng_seed(uint64_t s)
-{
-	rng_state = s * 2862933555777941757ull + 3037000493ull;
-}
-
-static float
-frand(void) /* uniform in [-1, 1) */
-{
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
-}
+#include "testutil.h"
 
 static void
 test_sampling(void **state)

@@ -2,7 +2,8 @@
  * tinymodel.h: tiny random Llama models for the CPU backend's tests, as
  * quantized buffers presented as tensors in memory (the same buffers can
  * be written to a GGUF file). Header-only, for tests: include it after
- * <cmocka.h>. A seeded generator makes every model reproducible.
+ * <cmocka.h>. A seeded generator (testutil.h's) makes every model
+ * reproducible.
  *
  *	struct tmodel tm;
  *	struct medha_model_config c = { .n_layers = 2, .dim = 64, ... };
@@ -19,23 +20,7 @@
 
 #include "model/model.h"
 #include "model/quant.h"
-
-/* ---- a deterministic generator ---- */
-
-static uint64_t rng_state = 1;
-
-static void
-rng_seed(uint64_t s)
-{
-	rng_state = s * 2862933555777941757ull + 3037000493ull;
-}
-
-static float
-frand(void) /* uniform in [-1, 1) */
-{
-	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-	return (float)((rng_state >> 40) * (1.0 / 8388608.0) - 1.0);
-}
+#include "testutil.h"
 
 /* ---- the model ---- */
 

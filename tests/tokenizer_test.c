@@ -544,6 +544,7 @@ test_chat(void **state)
 	assert_int_equal(len, strlen("<|im_start|>user\na") + 1 +
 	    strlen("b<|im_end|>\n<|im_start|>assistant\n"));
 	assert_memory_equal(out, "<|im_start|>user\na\0b<|im_end|>\n", 24);
+	free(out);
 	assert_int_equal(medha_tok_chat_msgs(t, m, 2, 0, &out, NULL), 0);
 	assert_string_equal(out,
 	    "<|im_start|>system\nBe brief.<|im_end|>\n"

@@ -15,10 +15,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
 #include "io/trace.h"
+#include "testutil.h"
 
 /* A read-only stream over a string. */
 static FILE *
@@ -974,7 +976,7 @@ test_writer_error(void **state)
 
 	(void)state;
 	if ((f = fopen("/dev/full", "w")) == NULL)
-		skip();
+		skip_why("/dev/full: %s", strerror(errno));
 	setvbuf(f, NULL, _IONBF, 0);
 	assert_int_equal(medha_writer_open(&w, f, 0), 0);
 	medha_writer_printf(w, "data\n");

@@ -10,7 +10,7 @@
   solo.py ids TRACE WORKER MODEL OUT
       each request of TRACE as a line of OUT: its max_tokens, then its
       prompt's token ids (WORKER -m MODEL -p PROMPT --tokenize), the
-      input of tests/topo_dist
+      input of tests/tools/topo_dist
 """
 import json
 import subprocess

@@ -13,46 +13,20 @@
 #     those it had started (failed; those it held but had not started
 #     go to the other replica); after it restarts and rejoins, the
 #     tokens are those of before.
-# MEDHA_FAULT_TOPOS (default "tp2 spp2 kvp2 two-replicas") picks.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-tmp=$(mktemp -d)
+# MEDHA_FAULT_TOPOS (default "tp2 spp2 kvp2 two-replicas") picks. Needs
+# contrib/fetch-refs.sh (the real model); skips without it.
+. "$(dirname "$0")/lib.sh"
+need_model
 router=ipc://$tmp/router.sock
-serve=
-cleanup() {
-	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-if [ ! -s "$model" ]; then
-	echo "faults: $model missing (contrib/fetch-refs.sh)"
-	exit 1
-fi
 
 # start TOPOLOGY: serve.sh in the background, until "ready"
 start() {
 	logs=$tmp/logs-$1
-	MEDHA_BIN=$bin MEDHA_ROUTER=$router MEDHA_MODEL=$model \
-	    MEDHA_LOG=$logs bash "$top/examples/serve.sh" "$1" \
-	    2>"$tmp/serve.err" &
-	serve=$!
-	i=0
-	until grep -qx ready "$tmp/serve.err"; do
-		i=$((i + 1))
-		if [ $i -gt 900 ] || ! kill -0 "$serve" 2>/dev/null; then
-			echo "serve.sh $1 did not become ready"
-			cat "$tmp/serve.err"
-			tail -n 5 "$logs"/*.log
-			exit 1
-		fi
-		sleep 0.1
-	done
+	serve_start "$1" 90 MEDHA_ROUTER="$router" MEDHA_MODEL="$model" \
+	    MEDHA_LOG="$logs"
 }
 
+# stop: serve.sh stops its topology within 15 s of SIGTERM
 stop() {
 	kill -TERM "$serve"
 	i=0
@@ -115,20 +89,6 @@ assert not diff, "tokens differ after the fault: %s" % diff
 EOF
 }
 
-# wait_log FILE PATTERN: until FILE has PATTERN (60 s)
-wait_log() {
-	i=0
-	until grep -q "$2" "$1" 2>/dev/null; do
-		i=$((i + 1))
-		if [ $i -gt 600 ]; then
-			echo "no '$2' in $1 after 60 s"
-			tail -n 5 "$1"
-			exit 1
-		fi
-		sleep 0.1
-	done
-}
-
 trace "$tmp/main.jsonl" 12 1
 trace "$tmp/late.jsonl" 4 2
 
@@ -166,7 +126,7 @@ for topo in ${MEDHA_FAULT_TOPOS:-tp2 spp2 kvp2 two-replicas}; do
 			exit 1
 		fi
 	done
-	wait_log "$tmp/serve.err" "$victim restarted"
+	wait_for "$tmp/serve.err" "$victim restarted" 60
 	if [ "$topo" = two-replicas ]; then
 		# the new sched1 has its worker back (a second "ready:" in
 		# its log), and the router has asked it since
@@ -188,9 +148,6 @@ for topo in ${MEDHA_FAULT_TOPOS:-tp2 spp2 kvp2 two-replicas}; do
 	    "$((t1 - t0)) s); rejoined, 12 of 12 tokens as before"
 	stop
 	# under make asan: no sanitizer report from any process
-	if grep -l 'Sanitizer\|runtime error' "$logs"/*.log; then
-		grep -h -A12 'Sanitizer\|runtime error' "$logs"/*.log | head -60
-		exit 1
-	fi
+	no_sanitizer_report "$logs"/*.log
 done
 echo "faults: ok"

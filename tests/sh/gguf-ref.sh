@@ -5,27 +5,16 @@
 # float32 bits, and so do F16/BF16/Q4_0/Q4_K/Q6_K (and the rest) made from
 # it with gguf's writer (tests/ref/gguf_check.py says what it compares).
 # The model and the Python come from contrib/fetch-refs.sh under
-# MEDHA_CACHE (default: the repository's cache/); without them it prints
-# "skip: ..." and passes.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${MEDHA_CACHE:-$top/cache}
-py=$cache/venv/bin/python
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ ! -f "$model" ] || [ ! -x "$py" ]; then
-	echo "skip: $model or $py missing (run contrib/fetch-refs.sh)"
-	exit 0
-fi
-if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
-	echo "skip: $py has no gguf or numpy (run contrib/fetch-refs.sh)"
-	exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# MEDHA_CACHE (default: the repository's cache/); without them it skips.
+. "$(dirname "$0")/lib.sh"
+model=$smollm2
+need_model
+need_py gguf numpy
 
-lib=$top/libcore
-${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -iquote "$lib" \
-    -o "$tmp/gguf-dump" "$top/contrib/gguf-dump.c" "$lib/model/gguf.c" \
-    "$lib/model/gguf_meta.c" "$lib/model/gguf_tensor.c" "$lib/model/gguf_write.c" \
-    "$lib/model/quant.c" "$lib/util.c" -lm
-"$py" "$top/tests/ref/gguf_check.py" "$tmp/gguf-dump" "$model" "$tmp"
+# contrib/gguf-dump.c as make contrib builds it (make test has)
+dump=$contrib/gguf-dump
+if [ ! -x "$dump" ]; then
+	make -s -C "$top" build/contrib/gguf-dump
+	dump=$top/build/contrib/gguf-dump
+fi
+"$py" "$top/tests/ref/gguf_check.py" "$dump" "$model" "$tmp"

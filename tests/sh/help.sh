@@ -13,11 +13,7 @@
 # trace_SUB() (cmd/medha-trace/*.c) and of SUB's section of the man page
 # (.Ss SUB), no line of it wider than 80 columns; "medha-trace -h" prints
 # the whole synopsis and a line for every subcommand of main.c's table.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 
 fail() {
 	echo "$prog: $*"

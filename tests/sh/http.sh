@@ -20,44 +20,14 @@
 #  4. SIGTERM stops every process.
 # Skips without the model (contrib/fetch-refs.sh) or curl; part 2 skips
 # without the openai package.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-py=${MEDHA_PY:-$cache/venv/bin/python}
-if [ ! -s "$model" ]; then
-	echo "skip: $model missing (run contrib/fetch-refs.sh)"
-	exit 0
-fi
-if ! command -v curl >/dev/null; then
-	echo "skip: no curl (contrib/install-deps.sh)"
-	exit 0
-fi
-tmp=$(mktemp -d)
-serve=
-cleanup() {
-	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$(dirname "$0")/lib.sh"
+need_model
+command -v curl >/dev/null || skip "no curl (contrib/install-deps.sh)"
+port=$(free_port)
 base=http://127.0.0.1:$port
-MEDHA_BIN=$bin MEDHA_MODEL=$model MEDHA_ADDR=ipc://$tmp/r.sock \
-    MEDHA_ROUTER=ipc://$tmp/router.sock MEDHA_HTTP=127.0.0.1:$port \
-    MEDHA_LOG=$tmp/logs bash "$top/examples/serve.sh" single \
-    2>"$tmp/serve.err" &
-serve=$!
-i=0
-until grep -qx ready "$tmp/serve.err"; do
-	i=$((i + 1))
-	if [ $i -gt 600 ] || ! kill -0 "$serve" 2>/dev/null; then
-		echo "serve.sh did not become ready"
-		cat "$tmp/serve.err" "$tmp"/logs/*.log
-		exit 1
-	fi
-	sleep 0.1
-done
+serve_start single 60 MEDHA_MODEL="$model" MEDHA_ADDR="ipc://$tmp/r.sock" \
+    MEDHA_ROUTER="ipc://$tmp/router.sock" MEDHA_HTTP="127.0.0.1:$port" \
+    MEDHA_LOG="$tmp/logs"
 grep -q "http: listening at http://127.0.0.1:$port" "$tmp/logs/router.log"
 
 # ---- 1. curl ----
@@ -210,9 +180,7 @@ fi
 python3 "$top/tests/ref/http_hostile.py" 127.0.0.1 "$port"
 
 # ---- 4. SIGTERM stops every process ----
-kill -TERM "$serve"
-wait "$serve" || true
-serve=
+serve_stop
 sleep 0.5
 if pgrep -f "medha-router -l ipc://$tmp/router.sock" >/dev/null ||
     pgrep -f "medha-sched -l ipc://$tmp/r.sock" >/dev/null; then
@@ -221,8 +189,5 @@ if pgrep -f "medha-router -l ipc://$tmp/router.sock" >/dev/null ||
 fi
 grep -q "stopped:" "$tmp/logs/router.log"
 # under make asan: no sanitizer report from any process
-if grep -l 'Sanitizer\|runtime error' "$tmp"/logs/*.log; then
-	grep -h -A12 'Sanitizer\|runtime error' "$tmp"/logs/*.log | head -60
-	exit 1
-fi
+no_sanitizer_report "$tmp"/logs/*.log
 echo "http: ok"

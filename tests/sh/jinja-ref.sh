@@ -6,20 +6,12 @@
 # generation prompt: the outputs must be identical byte for byte, and
 # where jinja2 fails (raise_exception, as Mistral's and Gemma's role
 # checks do) ours must fail too, with the same message.
-# Needs jinja2 in the cache's venv (MEDHA_CACHE, default cache/); prints
-# "skip: ..." without it. The C side is tests/jinja_test --ref, taken
-# from MEDHA_TESTS (set by tests/run.sh) or built here.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${MEDHA_CACHE:-$top/cache}
-py=$cache/venv/bin/python
+# Needs jinja2 in the cache's venv (MEDHA_CACHE, default cache/); skips
+# without it. The C side is tests/jinja_test --ref, taken from
+# MEDHA_TESTS (set by tests/run.sh) or built here.
+. "$(dirname "$0")/lib.sh"
+need_py jinja2
 
-[ -x "$py" ] || { echo "skip: no $py (run contrib/fetch-refs.sh)"; exit 0; }
-"$py" -c 'import jinja2' 2>/dev/null ||
-	{ echo "skip: jinja2 missing in $py"; exit 0; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$top"
 t=${MEDHA_TESTS:+$MEDHA_TESTS/jinja_test}
 if [ -z "$t" ] || [ ! -x "$t" ]; then
@@ -38,8 +30,6 @@ export MEDHA_JINJA_NOW
 # the worker's --chat on SmolLM2: the GGUF's own template, rendered by
 # jinja2 (its default system prompt when none is given; --system
 # otherwise) and tokenized, gives the ids medha-worker --chat gives
-bin=${MEDHA_BIN:-$top/bin}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ -s "$model" ] && [ -x "$bin/medha-worker" ]; then
 	n=0
 	for sys in "" "Be brief." "You answer in French."; do

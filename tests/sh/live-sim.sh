@@ -4,26 +4,10 @@
 # too long for its memory) with exactly one record, at 20x speed. The
 # TTFT comparison with medha-sched --sim is contrib/live-vs-sim.sh (a
 # benchmark: it depends on timing).
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
 addr=ipc://$tmp/r.sock
-serve=
-trap '[ -n "$serve" ] && kill $serve 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-MEDHA_BIN=$bin MEDHA_ADDR=$addr MEDHA_LOG=$tmp/logs \
-    MEDHA_WORKER_OPTS="--speed 20" bash "$top/examples/serve.sh" sim \
-    2>"$tmp/serve.err" &
-serve=$!
-i=0
-until grep -qx ready "$tmp/serve.err"; do
-	i=$((i + 1))
-	if [ $i -gt 300 ] || ! kill -0 "$serve" 2>/dev/null; then
-		cat "$tmp/serve.err" "$tmp"/logs/*.log
-		exit 1
-	fi
-	sleep 0.1
-done
+serve_start sim 30 MEDHA_ADDR="$addr" MEDHA_LOG="$tmp/logs" \
+    MEDHA_WORKER_OPTS="--speed 20"
 "$bin/medha-trace" gen -n 300 -q 10 -l 0.02 --long-max 3000000 -s 7 \
     >"$tmp/trace.jsonl"
 "$bin/medha-trace" replay -a "$addr" --speed 20 "$tmp/trace.jsonl" \

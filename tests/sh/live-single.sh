@@ -12,23 +12,9 @@
 # default), whose steps run ahead must have been used, and must have
 # warmed up before its HELLO; the random model's with --no-lookahead.
 # Needs contrib/fetch-refs.sh (the real model).
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-if [ ! -s "$model" ]; then
-	echo "skip: $model missing (run contrib/fetch-refs.sh)"
-	exit 0
-fi
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
+need_model
 addr=ipc://$tmp/r.sock
-serve=
-cleanup() {
-	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 echo "live-single: starting examples/serve.sh single" >&2
 
 # sixteen prompts, all arriving at once
@@ -36,20 +22,8 @@ python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 24 2 4 6 8 10 12 14 25
 # start a replica on model $1, check 16 concurrent requests against -p
 serve_and_compare() {
 	m=$1
-	MEDHA_BIN=$bin MEDHA_ADDR=$addr MEDHA_MODEL=$m MEDHA_LOG=$tmp/logs \
-	    MEDHA_WORKER_OPTS=${2:-} \
-	    bash "$top/examples/serve.sh" single 2>"$tmp/serve.err" &
-	serve=$!
-	i=0
-	until grep -qx ready "$tmp/serve.err"; do
-		i=$((i + 1))
-		if [ $i -gt 600 ] || ! kill -0 "$serve" 2>/dev/null; then
-			echo "serve.sh did not become ready"
-			cat "$tmp/serve.err" "$tmp"/logs/*.log
-			exit 1
-		fi
-		sleep 0.1
-	done
+	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$m" \
+	    MEDHA_LOG="$tmp/logs" MEDHA_WORKER_OPTS="${2:-}"
 	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
 	    >"$tmp/out.jsonl"
 	python3 "$top/tests/ref/solo.py" check "$tmp/trace.jsonl" \
@@ -57,12 +31,10 @@ serve_and_compare() {
 }
 
 # a random model written by the gguf package (not libcore), then SmolLM2
-py=${MEDHA_PY:-$cache/venv/bin/python}
-if "$py" -c 'import gguf, numpy' 2>/dev/null; then
+if has_py gguf numpy; then
 	"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
 	serve_and_compare "$tmp/random.gguf" --no-lookahead
-	kill -TERM "$serve"
-	wait "$serve" || true
+	serve_stop
 else
 	echo "skip: the random model needs $py with gguf (contrib/fetch-refs.sh)"
 fi
@@ -99,9 +71,7 @@ printf '{"id": "x", "arrival": 0, "max_tokens": "many", "prompt": "a"}\n' |
 grep -q "line 1: max_tokens" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 
 # SIGTERM stops the scheduler and the worker
-kill -TERM "$serve"
-wait "$serve" || true
-serve=
+serve_stop
 sleep 0.5
 if pgrep -f "medha-sched -l $addr" >/dev/null ||
     pgrep -f "medha-worker -s $addr" >/dev/null; then

@@ -16,22 +16,12 @@
 #    make asan, whose quarantine holds freed memory, LeakSanitizer at the
 #    exit checks that instead, and no process may report anything).
 # MEDHA_LOAD_HTTP, MEDHA_LOAD_NNG (500, 200) change the counts.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
+. "$(dirname "$0")/lib.sh"
 nh=${MEDHA_LOAD_HTTP:-500}
 nn=${MEDHA_LOAD_NNG:-200}
-tmp=$(mktemp -d)
-pids=
-cleanup() {
-	[ -n "$pids" ] && kill $pids 2>/dev/null
-	wait 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 ulimit -n 4096 2>/dev/null || true
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 "$bin/medha-sched" -l "ipc://$tmp/r.sock" 2>"$tmp/sched.log" &
 sched=$!
 "$bin/medha-worker" -s "ipc://$tmp/r.sock" --backend sim --gpu a100 \
@@ -40,17 +30,7 @@ worker=$!
 "$bin/medha-router" -l "ipc://$tmp/router.sock" -r "ipc://$tmp/r.sock" \
     --http "127.0.0.1:$port" --max-queue 1000 2>"$tmp/router.log" &
 router=$!
-pids="$sched $worker $router"
-i=0
-until grep -q "ready: " "$tmp/router.log"; do
-	i=$((i + 1))
-	if [ $i -gt 300 ] || ! kill -0 $router 2>/dev/null; then
-		echo "the router did not become ready"
-		cat "$tmp"/*.log
-		exit 1
-	fi
-	sleep 0.1
-done
+wait_for "$tmp/router.log" "ready: " 30 $router
 
 rss() { # rss PID: resident KB
 	awk '/^VmRSS/ {print $2}' "/proc/$1/status"
@@ -134,11 +114,7 @@ kill -TERM $router
 wait $router
 kill -TERM $sched $worker
 wait $sched $worker || true
-pids=
 grep -q "stopped:" "$tmp/router.log"
 # under make asan: no sanitizer report from any process
-if grep -l 'Sanitizer\|runtime error' "$tmp"/*.log; then
-	grep -h -A12 'Sanitizer\|runtime error' "$tmp"/*.log | head -60
-	exit 1
-fi
+no_sanitizer_report "$tmp"/*.log
 echo "load: ok"

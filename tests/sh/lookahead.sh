@@ -1,32 +1,17 @@
 #!/bin/sh
 # lookahead.sh: medha-worker --lookahead (running the likely next decode
 # step while its RESULT makes the round trip) where a live scheduler
-# rarely takes it: tests/lookahead_sched, a scripted scheduler, gives a
-# worker of two KV blocks a batch that does not use the step run ahead,
-# which then must give its KV block back (the batch after needs it), and
-# a step ahead that finds no block must take none; then a batch that
-# uses the step run ahead and adds a new prompt, and one that uses it
-# for one of its two sequences. The tokens must be those of the same
-# worker with --no-lookahead. The live checks (16
-# requests at once give medha-worker -p's tokens, steps run ahead are
-# used) are in live-single.sh. Needs contrib/fetch-refs.sh.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-tests=${MEDHA_TESTS:-$top/build/tests}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-if [ ! -s "$model" ]; then
-	echo "skip: $model missing (run contrib/fetch-refs.sh)"
-	exit 0
-fi
-tmp=$(mktemp -d)
-worker=
-cleanup() {
-	[ -n "$worker" ] && kill "$worker" 2>/dev/null && wait "$worker" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+# rarely takes it: tests/tools/lookahead_sched, a scripted scheduler,
+# gives a worker of two KV blocks a batch that does not use the step run
+# ahead, which then must give its KV block back (the batch after needs
+# it), and a step ahead that finds no block must take none; then a batch
+# that uses the step run ahead and adds a new prompt, and one that uses
+# it for one of its two sequences. The tokens must be those of the same
+# worker with --no-lookahead. The live checks (16 requests at once give
+# medha-worker -p's tokens, steps run ahead are used) are in
+# live-single.sh. Needs contrib/fetch-refs.sh.
+. "$(dirname "$0")/lib.sh"
+need_model
 
 # run the script against a worker with flags $1; tokens into $tmp/$2
 script() {
@@ -34,19 +19,14 @@ script() {
 	"$bin/medha-worker" -s "$addr" -m "$model" -t 2 --kv-blocks 2 \
 	    --max-seqs 4 -v $1 2>"$tmp/$2.log" &
 	worker=$!
-	if ! "$tests/lookahead_sched" "$addr" >"$tmp/$2" 2>"$tmp/$2.err"; then
+	if ! "$tools/lookahead_sched" "$addr" >"$tmp/$2" 2>"$tmp/$2.err"; then
 		echo "lookahead_sched against medha-worker $1:"
 		cat "$tmp/$2.err" "$tmp/$2.log"
 		exit 1
 	fi
 	kill -TERM "$worker"
 	wait "$worker" || true
-	worker=
-	if grep -q 'Sanitizer\|runtime error' "$tmp/$2.log"; then
-		echo "a sanitizer report:"
-		cat "$tmp/$2.log"
-		exit 1
-	fi
+	no_sanitizer_report "$tmp/$2.log"
 }
 
 script --lookahead ahead

@@ -5,31 +5,19 @@
 # of the process included) is a medha-profile(5) table that medha-sched loads
 # and that --check predicts batches with; -o writes whole or not at all;
 # --chunks prints the study and draws it. Needs contrib/fetch-refs.sh
-# (MEDHA_CACHE, default cache/); the usage checks run without it.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
+# (MEDHA_CACHE, default cache/); the usage checks run without it (and
+# then it skips the rest).
+. "$(dirname "$0")/lib.sh"
 mp=$bin/medha-prof
-cache=${MEDHA_CACHE:-$top/cache}
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+model=$smollm2
 
+# want CODE ARGS...: medha-prof ARGS exits with CODE, and no sanitizer
+# report (lib.sh)
 want() {
 	code=$1
 	shift
-	st=0
-	"$mp" "$@" </dev/null >"$tmp/out" 2>"$tmp/err" || st=$?
-	if [ "$st" -ne "$code" ]; then
-		echo "medha-prof $*: status $st, want $code"
-		cat "$tmp/err"
-		exit 1
-	fi
-	if grep -q 'Sanitizer\|runtime error' "$tmp/err"; then
-		echo "medha-prof $*: a sanitizer report:"
-		cat "$tmp/err"
-		exit 1
-	fi
+	expect_status "$code" "$mp" "$@"
+	no_sanitizer_report "$tmp/err"
 }
 says() {
 	grep -q -- "$1" "$tmp/err" || {
@@ -62,10 +50,8 @@ want 1 -m "$tmp/none.gguf" -q
 says 'none.gguf'
 echo "usage: ok"
 
-if [ ! -f "$model" ]; then
-	echo "skip: $model missing (sh contrib/fetch-refs.sh)"
-	exit 0
-fi
+[ -f "$model" ] ||
+    skip "$model missing (run contrib/fetch-refs.sh); the usage checks passed"
 head -c 100000 "$model" >"$tmp/trunc.gguf"
 want 1 -m "$tmp/trunc.gguf" -q
 says 'trunc.gguf'

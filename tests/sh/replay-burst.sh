@@ -1,30 +1,19 @@
 #!/bin/sh
 # replay-burst.sh: medha-trace replay sends requests due at the same time
 # together, not each after the answer to the one before: against
-# tests/slow_sched, a scheduler that holds every SUBMIT 100 ms before it
-# accepts it, eight requests of arrival 0 must all reach it within 50 ms
-# (one after another they would take 700 ms), and each gets its one
-# record.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-tests=${MEDHA_TESTS:-$top/build/tests}
-tmp=$(mktemp -d)
-sched=
-cleanup() {
-	[ -n "$sched" ] && kill "$sched" 2>/dev/null && wait "$sched" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+# tests/tools/slow_sched, a scheduler that holds every SUBMIT 100 ms
+# before it accepts it, eight requests of arrival 0 must all reach it
+# within 50 ms (one after another they would take 700 ms), and each gets
+# its one record.
+. "$(dirname "$0")/lib.sh"
 addr=ipc://$tmp/s.sock
-"$tests/slow_sched" "$addr" 8 100 >"$tmp/spread" 2>"$tmp/sched.err" &
+"$tools/slow_sched" "$addr" 8 100 >"$tmp/spread" 2>"$tmp/sched.err" &
 sched=$!
 for i in 0 1 2 3 4 5 6 7; do
 	echo "{\"id\": \"r$i\", \"arrival\": 0, \"prompt_tokens\": 4, \"max_tokens\": 1}"
 done >"$tmp/trace.jsonl"
 "$bin/medha-trace" replay -a "$addr" "$tmp/trace.jsonl" >"$tmp/out.jsonl"
 wait "$sched" || { cat "$tmp/sched.err"; exit 1; }
-sched=
 python3 - "$tmp/spread" "$tmp/out.jsonl" <<'PY'
 import json, sys
 spread = float(open(sys.argv[1]).read().split()[1])

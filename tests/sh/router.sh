@@ -21,48 +21,19 @@
 #  4. Two sim replicas, the first one's worker stopped (SIGSTOP), so
 #     what that replica accepts cannot start; its scheduler is then
 #     killed: the requests it held go to the other replica, all ok.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-tmp=$(mktemp -d)
+# Whatever fails, lib.sh's cleanup ends every process started here (the
+# replays and stopped processes included).
+. "$(dirname "$0")/lib.sh"
 pids=
-cleanup() {
-	[ -n "$pids" ] && kill -CONT $pids 2>/dev/null
-	[ -n "$pids" ] && kill $pids 2>/dev/null
-	wait 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-# wait_line FILE PATTERN: until FILE has a line matching PATTERN (60 s)
-wait_line() {
-	i=0
-	until grep -q "$2" "$1" 2>/dev/null; do
-		i=$((i + 1))
-		if [ $i -gt 600 ]; then
-			echo "no \"$2\" in $1 after 60 s"
-			cat "$1" "$tmp"/logs/*.log 2>/dev/null
-			exit 1
-		fi
-		sleep 0.1
-	done
-}
 
 # ---- 1. two cpu replicas: the single process's tokens ----
 if [ -s "$model" ]; then
 	python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 3 4 5 6 7 8 12
-	MEDHA_BIN=$bin MEDHA_ROUTER=ipc://$tmp/router.sock MEDHA_LOG=$tmp/logs \
-	    MEDHA_MODEL=$model bash "$top/examples/serve.sh" two-replicas \
-	    2>"$tmp/serve.err" &
-	pids=$!
-	wait_line "$tmp/serve.err" '^ready$'
+	serve_start two-replicas 60 MEDHA_ROUTER="ipc://$tmp/router.sock" \
+	    MEDHA_LOG="$tmp/logs" MEDHA_MODEL="$model"
 	"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --token-ids \
 	    "$tmp/trace.jsonl" >"$tmp/out.jsonl"
-	kill -TERM $pids
-	wait $pids || true
-	pids=
+	serve_stop
 	python3 "$top/tests/ref/solo.py" check "$tmp/trace.jsonl" \
 	    "$tmp/out.jsonl" "$bin/medha-worker" "$model" two-replicas
 	python3 - "$tmp/logs" 16 <<'PY'
@@ -94,7 +65,7 @@ done
     -r "ipc://$tmp/r1.sock" -r "ipc://$tmp/r2.sock" 2>"$tmp/logs/router.log" &
 router=$!
 pids="$pids $s0 $s1 $s2 $router"
-wait_line "$tmp/logs/router.log" 'ready: '
+wait_for "$tmp/logs/router.log" 'ready: '
 "$bin/medha-trace" gen -n 240 -q 20 -l 0 -s 5 >"$tmp/t.jsonl"
 "$bin/medha-trace" gen -n 120 -q 10 -l 0 -s 6 >"$tmp/tq.jsonl"
 "$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --speed 2 --stream \
@@ -106,7 +77,7 @@ replayq=$!
 sleep 2
 kill -STOP $s1
 kill -KILL $s2
-wait_line "$tmp/logs/router.log" "r1.sock: silent"
+wait_for "$tmp/logs/router.log" "r1.sock: silent"
 # the router answers while a replica is down
 "$bin/medha-trace" gen -n 5 -q 50 -s 9 |
     "$bin/medha-trace" replay -a "ipc://$tmp/router.sock" >"$tmp/during.jsonl"
@@ -116,7 +87,7 @@ kill -CONT $s1
 sched 2
 s2=$!
 pids="$pids $s2"
-wait_line "$tmp/logs/router.log" "r2.sock: ready"
+wait_for "$tmp/logs/router.log" "r2.sock: ready"
 sleep 0.5
 "$bin/medha-trace" gen -n 60 -q 60 -s 11 |
     "$bin/medha-trace" replay -a "ipc://$tmp/router.sock" >"$tmp/after.jsonl"
@@ -220,8 +191,8 @@ done
     -r "ipc://$tmp/m1.sock" 2>"$tmp/logs/m.log" &
 mr=$!
 pids="$pids $mr"
-until grep -q 'm1.sock: ready' "$tmp/logs/m.log" &&
-    grep -q 'm0.sock: ready' "$tmp/logs/m.log"; do sleep 0.1; done
+wait_for "$tmp/logs/m.log" 'm0.sock: ready'
+wait_for "$tmp/logs/m.log" 'm1.sock: ready'
 kill -STOP $mw0
 "$bin/medha-trace" gen -n 6 -q 100 -l 0 -s 4 >"$tmp/m.jsonl"
 "$bin/medha-trace" replay -a "ipc://$tmp/m.sock" "$tmp/m.jsonl" \
@@ -249,8 +220,5 @@ done
 wait 2>/dev/null || true
 pids=
 # under make asan: no sanitizer report from any process
-if grep -l 'Sanitizer\|runtime error' "$tmp"/logs/*.log; then
-	grep -h -A12 'Sanitizer\|runtime error' "$tmp"/logs/*.log | head -60
-	exit 1
-fi
+no_sanitizer_report "$tmp"/logs/*.log
 echo "router: ok"

@@ -4,12 +4,9 @@
 # format, rejected requests reported, not dropped, output that does
 # not depend on the input's compression, and sarathi: fcfs's records with
 # one stage, a fixed budget only.
-set -e
-bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
+. "$(dirname "$0")/lib.sh"
 ms=$bin/medha-sched
 mt=$bin/medha-trace
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 "$mt" gen -q 2 -n 300 -l 0.05 -s 9 > "$tmp/trace"
 "$mt" gen -q 2 -n 300 -l 0.05 -s 9 -o "$tmp/trace.zst"

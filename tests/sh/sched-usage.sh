@@ -3,33 +3,16 @@
 # of range, missing --sim or -m, unknown policy), 0 for -h with the usage on
 # stdout, and 1 for an unknown GPU or model, an unreadable or malformed
 # trace (naming the line), with nothing half-written.
-set -e
-bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
+. "$(dirname "$0")/lib.sh"
 ms=$bin/medha-sched
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 printf '{"id":1,"arrival":0,"prompt_tokens":100,"max_tokens":4}\n' > "$tmp/ok"
 
+# want CODE ARGS...: medha-sched ARGS, a one-request trace on its stdin,
+# exits with CODE (lib.sh)
 want() {
 	code=$1
 	shift
-	st=0
-	"$ms" "$@" <"$tmp/ok" >"$tmp/out" 2>"$tmp/err" || st=$?
-	if [ "$st" -ne "$code" ]; then
-		echo "medha-sched $*: status $st, want $code"
-		cat "$tmp/err"
-		exit 1
-	fi
-}
-
-# no_sanitizer_report: $tmp/err holds no AddressSanitizer, LeakSanitizer
-# or UBSan report (make asan)
-no_sanitizer_report() {
-	if grep -q 'Sanitizer\|runtime error' "$tmp/err"; then
-		echo "a sanitizer report:"
-		cat "$tmp/err"
-		exit 1
-	fi
+	stdin=$tmp/ok expect_status "$code" "$ms" "$@"
 }
 
 want 0 -h
@@ -94,13 +77,13 @@ want 0 --sim a100 -m llama3-8b "$tmp/empty"
 # model that does not fit, records to /dev/full
 "$bin/medha-trace" gen -n 50 -s 1 >"$tmp/t50"
 want 1 --sim a100 -m llama3-8b --mem-util 0.01 "$tmp/t50"
-no_sanitizer_report
+no_sanitizer_report "$tmp/err"
 st=0
 "$bin/medha-sched" --sim a100 -m llama3-8b "$tmp/t50" >/dev/full \
     2>"$tmp/err" || st=$?
 [ "$st" -eq 1 ] || { echo "records to /dev/full: status $st, want 1"; exit 1; }
 grep -q 'writing records to stdout: No space left on device' "$tmp/err"
-no_sanitizer_report
+no_sanitizer_report "$tmp/err"
 # errors that say what is wrong and where
 want 1 --sim a100 -m llama3-8b --mem-util 0.01 "$tmp/t50"
 grep -q 'llama3-8b does not fit on a100 with tp 1 spp 1: 15.0 GiB of weights' "$tmp/err"

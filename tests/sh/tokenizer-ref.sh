@@ -10,30 +10,24 @@
 # decode(encode(s)) == s for every valid UTF-8 string (SPM with a space
 # prefix excepted: it adds a space after each special token, by design).
 # Needs the cache that contrib/fetch-refs.sh fills (MEDHA_CACHE, default
-# the repository's cache/) and PCRE2; prints "skip: ..." without them.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${MEDHA_CACHE:-$top/cache}
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-py=$cache/venv/bin/python
+# the repository's cache/) and PCRE2; skips without them.
+. "$(dirname "$0")/lib.sh"
+model=$smollm2
 ref=$top/tests/ref/llamacpp.py
 corpus=$top/tests/ref/tokenizer_corpus.jsonl
 
-[ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
-[ -x "$py" ] || { echo "skip: no $py (run contrib/fetch-refs.sh)"; exit 0; }
-"$py" -c 'import gguf, importlib.util as u; assert u.find_spec("xllamacpp")' \
-    2>/dev/null || { echo "skip: gguf or xllamacpp missing in $py"; exit 0; }
+need_model
+need_py gguf xllamacpp
 pkg-config --exists libpcre2-32 2>/dev/null ||
-	[ -e /usr/include/pcre2.h ] || { echo "skip: PCRE2 not installed"; exit 0; }
+	[ -e /usr/include/pcre2.h ] || skip "PCRE2 not installed"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$top"
-${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -iquote libcore -o "$tmp/tok-dump" \
-    contrib/tok-dump.c libcore/tok/tokenizer.c libcore/tok/tok_encode.c \
-    libcore/template/*.c \
-    libcore/tok/pretok.c libcore/model/gguf*.c libcore/model/quant.c \
-    libcore/util.c -lpcre2-32 -lm
+# contrib/tok-dump.c as make contrib builds it (make test has)
+dump=$contrib/tok-dump
+if [ ! -x "$dump" ]; then
+	make -s build/contrib/tok-dump
+	dump=$top/build/contrib/tok-dump
+fi
 
 # vocabulary-only GGUF files with SmolLM2's tokenizer and other settings
 "$py" - "$model" "$tmp" <<'PY'
@@ -134,7 +128,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
     "$tmp"/bpe-qwen2.gguf "$tmp"/bpe-starcoder.gguf \
     "$tmp"/bpe-default.gguf "$tmp"/spm.gguf "$tmp"/spm-noprefix.gguf; do
 	name=$(basename "$m" .gguf)
-	"$tmp/tok-dump" "$m" < "$corpus" > "$tmp/ours"
+	"$dump" "$m" < "$corpus" > "$tmp/ours"
 	"$py" "$ref" tokenize --jsonl "$m" "$corpus" > "$tmp/theirs"
 	same=$(paste -d '|' "$tmp/ours" "$tmp/theirs" |
 	    awk -F '|' '$1 == $2' | wc -l)
@@ -145,7 +139,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
 		    '$1 != $2 { print "  line " NR ": ours " $1 "; llama.cpp " $2 }' |
 		    head -5
 	fi
-	"$tmp/tok-dump" -p "$m" > "$tmp/ours"
+	"$dump" -p "$m" > "$tmp/ours"
 	"$py" "$ref" pieces "$m" > "$tmp/theirs"
 	if cmp -s "$tmp/ours" "$tmp/theirs"; then
 		msg="$msg, all $(wc -l < "$tmp/ours") token pieces identical"
@@ -156,7 +150,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
 	case $name in
 	spm) ;;
 	*)
-		"$tmp/tok-dump" -d "$m" < "$corpus" > "$tmp/rt" || fail=1
+		"$dump" -d "$m" < "$corpus" > "$tmp/rt" || fail=1
 		msg="$msg, round trip $(count '^ok' "$tmp/rt") ok,"
 		msg="$msg $(count '^invalid' "$tmp/rt") not UTF-8"
 		msg="$msg, $(count '^FAIL' "$tmp/rt") failed"
@@ -164,7 +158,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
 	esac
 	case $name in
 	SmolLM2*|bpe-llama-bpe)
-		"$tmp/tok-dump" -c "$m" < "$corpus" > "$tmp/ours"
+		"$dump" -c "$m" < "$corpus" > "$tmp/ours"
 		"$py" "$ref" chat --jsonl "$m" "$corpus" > "$tmp/theirs"
 		if cmp -s "$tmp/ours" "$tmp/theirs"; then
 			msg="$msg, chat template identical"

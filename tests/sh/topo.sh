@@ -13,54 +13,29 @@
 #     the second group and one decode crosses over), each exactly the
 #     tokens medha-worker -p gives alone (with the fast int8 paths: TP
 #     is bit-exact by construction, and the KVP merge's last-bit
-#     differences have not flipped a token here); then tests/topo_dist
-#     prints how far tp2's and kvp2's logits are from the single
-#     process's (relative L2; where greedy tokens part, the top-2 gap
-#     there) and fails if tokens part with f32 activations (the random
-#     model in both modes; SmolLM2 with int8 only: f32 is slow there).
+#     differences have not flipped a token here); then
+#     tests/tools/topo_dist prints how far tp2's and kvp2's logits are
+#     from the single process's (relative L2; where greedy tokens part,
+#     the top-2 gap there) and fails if tokens part with f32 activations
+#     (the random model in both modes; SmolLM2 with int8 only: f32 is
+#     slow there).
 #  2. sim64 (64 sim workers behind a router): after a client went away
 #     in the middle of a long prompt, a generated trace replayed fast
 #     ends every request with exactly one record, all ok, and SIGTERM
 #     stops all 66 processes.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-cache=${MEDHA_CACHE:-$top/cache}
-model=${MEDHA_MODEL:-$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-py=${MEDHA_PY:-$cache/venv/bin/python}
-tests=${MEDHA_TESTS:-$top/build/tests}
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
 router=ipc://$tmp/router.sock
-serve=
-cleanup() {
-	[ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 # start TOPOLOGY [MODEL]: serve.sh in the background, until "ready"
 start() {
-	MEDHA_BIN=$bin MEDHA_ROUTER=$router MEDHA_MODEL=${2:-$model} \
-	    MEDHA_LOG=$tmp/logs-$1 MEDHA_ADDR=ipc://$tmp/single.sock \
-	    bash "$top/examples/serve.sh" "$1" 2>"$tmp/serve.err" &
-	serve=$!
-	i=0
-	until grep -qx ready "$tmp/serve.err"; do
-		i=$((i + 1))
-		if [ $i -gt 900 ] || ! kill -0 "$serve" 2>/dev/null; then
-			echo "serve.sh $1 did not become ready"
-			cat "$tmp/serve.err"
-			tail -n 5 "$tmp"/logs-"$1"/*.log
-			exit 1
-		fi
-		sleep 0.1
-	done
+	serve_start "$1" 90 MEDHA_ROUTER="$router" \
+	    MEDHA_MODEL="${2:-$model}" MEDHA_LOG="$tmp/logs-$1" \
+	    MEDHA_ADDR="ipc://$tmp/single.sock"
 }
 
+# stop: SIGTERM stops serve.sh and every process of its topology
 stop() {
-	kill -TERM "$serve"
-	wait "$serve" || true
-	serve=
+	serve_stop
 	if pgrep -f "$tmp" >/dev/null; then
 		echo "processes left after SIGTERM:"
 		pgrep -fa "$tmp"
@@ -86,13 +61,13 @@ compare() {
 }
 
 # dist MODE MODEL: how far tp2's and kvp2's logits are from the single
-# process's on the KVP trace (tests/topo_dist: in one process, with the
-# daemon's arithmetic; it fails if tokens part with f32 activations,
+# process's on the KVP trace (tests/tools/topo_dist: in one process, with
+# the daemon's arithmetic; it fails if tokens part with f32 activations,
 # which are several times slower than the int8 paths on SmolLM2)
 dist() {
 	python3 "$top/tests/ref/solo.py" ids "$tmp/trace-kvp.jsonl" \
 	    "$bin/medha-worker" "$2" "$tmp/kvp.ids"
-	"$tests/topo_dist" -m "$1" "$2" "$tmp/kvp.ids" 256 >"$tmp/dist.txt" || {
+	"$tools/topo_dist" -m "$1" "$2" "$tmp/kvp.ids" 256 >"$tmp/dist.txt" || {
 		cat "$tmp/dist.txt"
 		exit 1
 	}
@@ -101,7 +76,7 @@ dist() {
 }
 
 if [ -s "$model" ]; then
-	if "$py" -c 'import gguf, numpy' 2>/dev/null; then
+	if has_py gguf numpy; then
 		"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
 		for t in tp2 spp2 kvp2 kvp3 tp2-spp2-kvp2; do
 			compare $t "$tmp/random.gguf"

@@ -2,11 +2,8 @@
 # trace-convert.sh: medha-trace convert reads the Azure CSV (the first 200
 # lines of the shared trace: 199 requests, the first at 0), Vidur's CSV
 # and zstd input, scales time, and names the line of a bad row.
-set -e
-bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
-azure=$(dirname "$0")/../../../shared/traces/azure-llm-2023-conv.csv
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+azure=$top/../shared/traces/azure-llm-2023-conv.csv
 
 if [ -f "$azure" ]; then
 	head -n 200 "$azure" >"$tmp/az.csv"

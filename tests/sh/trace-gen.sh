@@ -2,10 +2,7 @@
 # trace-gen.sh: medha-trace gen is deterministic for a seed and differs
 # across seeds; -n 2000 -l 0.05 gives about 5% long requests with prompts
 # inside their bounds; .zst output is real zstd and report reads it.
-set -e
-bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 
 "$bin/medha-trace" gen -n 500 -s 7 >"$tmp/a"
 "$bin/medha-trace" gen -n 500 -s 7 >"$tmp/b"

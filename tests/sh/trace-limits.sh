@@ -6,10 +6,7 @@
 # message naming the file, the line, the field, the value and the
 # allowed range; nothing hangs (each command runs under timeout 10) and,
 # in a sanitizer build, nothing trips ASan or UBSan.
-set -e
-bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 n=0
 nfail=0
 

@@ -5,10 +5,7 @@
 # means hide shows in p99) and TTFT over prefill_alone; records without
 # those fields give nulls and '-'; zstd records read the same; --plot
 # writes a PNG; a bad line exits 1 naming it.
-set -e
-bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 
 # Gaps (man/medha-trace.5: bucket b holds [1e-6 1.05^(b-1), 1e-6 1.05^b)
 # s): 0 has ten of 0.1 s (bucket 236); 1 nine of 0.1 s and a stall of

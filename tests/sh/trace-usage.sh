@@ -2,22 +2,14 @@
 # trace-usage.sh: medha-trace exits 2 on bad usage (no subcommand, an
 # unknown subcommand or flag, a flag value out of range), 0 for -h with
 # the usage on stdout, and 1 for an unreadable input.
-set -e
-bin=${MEDHA_BIN:-$(dirname "$0")/../../bin}
+. "$(dirname "$0")/lib.sh"
 mt=$bin/medha-trace
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
+# want CODE ARGS...: medha-trace ARGS exits with CODE (lib.sh)
 want() {
 	code=$1
 	shift
-	st=0
-	"$mt" "$@" </dev/null >"$tmp/out" 2>"$tmp/err" || st=$?
-	if [ "$st" -ne "$code" ]; then
-		echo "medha-trace $*: status $st, want $code"
-		cat "$tmp/err"
-		exit 1
-	fi
+	expect_status "$code" "$mt" "$@"
 }
 
 want 2

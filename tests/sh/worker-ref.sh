@@ -6,22 +6,13 @@
 # through tests/ref/llamacpp.py with an f32 KV cache and no flash
 # attention; --llama-compat gives its logits bit for bit (rel L2 0). Needs
 # the cache that contrib/fetch-refs.sh fills
-# (MEDHA_CACHE, default the repository's cache/); "skip: ..." without it.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
-cache=${MEDHA_CACHE:-$top/cache}
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-py=$cache/venv/bin/python
+# (MEDHA_CACHE, default the repository's cache/); skips without it.
+. "$(dirname "$0")/lib.sh"
+model=$smollm2
 ref=$top/tests/ref/llamacpp.py
 
-[ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
-[ -x "$py" ] || { echo "skip: no $py (run contrib/fetch-refs.sh)"; exit 0; }
-"$py" -c 'import numpy, importlib.util as u; assert u.find_spec("xllamacpp")' \
-    2>/dev/null || { echo "skip: numpy or xllamacpp missing in $py"; exit 0; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+need_model
+need_py numpy xllamacpp
 
 cat > "$tmp/prompts" <<'P'
 The capital of France is

@@ -5,36 +5,16 @@
 # logits after the prompt do not depend on the prefill chunk size; greedy
 # generation is deterministic; --tokens and --logits write what they say.
 # Needs contrib/fetch-refs.sh (MEDHA_CACHE, default cache/); the usage
-# checks run without it.
-set -e
-top=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${MEDHA_BIN:-$top/bin}
+# checks run without it (and then it skips the rest).
+. "$(dirname "$0")/lib.sh"
 mw=$bin/medha-worker
-cache=${MEDHA_CACHE:-$top/cache}
-model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+model=$smollm2
 
+# want CODE ARGS...: medha-worker ARGS exits with CODE (lib.sh)
 want() {
 	code=$1
 	shift
-	st=0
-	"$mw" "$@" </dev/null >"$tmp/out" 2>"$tmp/err" || st=$?
-	if [ "$st" -ne "$code" ]; then
-		echo "medha-worker $*: status $st, want $code"
-		cat "$tmp/err"
-		exit 1
-	fi
-}
-
-# no_sanitizer_report: $tmp/err holds no AddressSanitizer, LeakSanitizer
-# or UBSan report (make asan)
-no_sanitizer_report() {
-	if grep -q 'Sanitizer\|runtime error' "$tmp/err"; then
-		echo "a sanitizer report:"
-		cat "$tmp/err"
-		exit 1
-	fi
+	expect_status "$code" "$mw" "$@"
 }
 
 want 0 -h
@@ -60,7 +40,8 @@ grep -q 'none.gguf' "$tmp/err"
 printf 'not a model' > "$tmp/junk.gguf"
 want 1 -m "$tmp/junk.gguf" -p hi
 
-[ -s "$model" ] || { echo "skip: no $model (run contrib/fetch-refs.sh)"; exit 0; }
+[ -s "$model" ] ||
+    skip "$model missing (run contrib/fetch-refs.sh); the usage checks passed"
 
 # a write error on stdout is an error (exit 1, with the reason), not
 # output silently lost
@@ -134,14 +115,14 @@ grep -q "$(cat "$tmp/plain.ids")" "$tmp/nul.ids"
 # empty prompt, a prompt file too long, stdout on /dev/full
 want 1 -m "$model" -p "" -n 3
 grep -q 'the prompt has no tokens' "$tmp/err"
-no_sanitizer_report
+no_sanitizer_report "$tmp/err"
 want 1 -m "$model" -f /dev/zero
-no_sanitizer_report
+no_sanitizer_report "$tmp/err"
 st=0
 "$mw" -m "$model" -p hi -n 5 >/dev/full 2>"$tmp/err" || st=$?
 [ "$st" -eq 1 ] || { echo "stdout on /dev/full: status $st, want 1"; cat "$tmp/err"; exit 1; }
 grep -q 'stdout: No space left on device' "$tmp/err"
-no_sanitizer_report
+no_sanitizer_report "$tmp/err"
 # -v reports the generation's speed as well as the prompt's
 want 0 -m "$model" -p "The capital of France is" -n 8 --ignore-eos -v
 grep -q 'prompt 5 tokens in [0-9.]* s ([0-9.]* tok/s), generated 8 in [0-9.]* s ([0-9.]* tok/s)' "$tmp/err"

@@ -161,7 +161,8 @@ rank_main(void *arg)
 		run_here = r->piece == 0 || k->i <= piece;
 		if (run_here) {
 			kv = (struct medha_batch_kv){(int64_t)k->i * r->piece,
-			    k->i == piece, piece > 0};
+			    k->i == piece, piece > 0,
+			    piece > 0 ? ((uint64_t)1 << (piece + 1)) - 1 : 0};
 			s = (struct medha_batch_seq){seq, pos, c,
 			    last && k->i == 0 ? MEDHA_LOGITS_LAST
 			                      : MEDHA_LOGITS_NONE};

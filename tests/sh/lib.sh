@@ -1,0 +1,212 @@
+# shellcheck shell=sh disable=SC2034 # the paths are for the tests
+# lib.sh: what the shell tests share. A test sources it first:
+#
+#	. "$(dirname "$0")/lib.sh"
+#
+# and then has set -e, a fresh temporary directory $tmp, and a cleanup at
+# exit (pass, failure or signal) that ends every process the test started
+# (its descendants, and whatever runs with $tmp in its command line, for
+# those a killed parent left behind), then removes $tmp. A test therefore
+# need not track what it started to clean up after a failed assertion;
+# it still stops its processes itself where the stopping is under test.
+#
+# Paths (environment variables override them; tests/run.sh sets the
+# first two):
+#	bin      the programs (MEDHA_BIN, default bin/)
+#	tests    the unit-test programs (MEDHA_TESTS, default build/tests/)
+#	tools    the helper programs of tests/tools/ ($tests/tools)
+#	contrib  contrib's built programs (MEDHA_CONTRIB, default
+#	         $tests/../contrib, where make contrib puts them)
+#	top      the repository
+#	cache    what contrib/fetch-refs.sh fills (MEDHA_CACHE, default cache/)
+#	smollm2  the real model, SmolLM2-135M-Instruct Q4_1, in the cache
+#	model    the model of the live tests (MEDHA_MODEL, default $smollm2)
+#	py       the cache's Python with the references (MEDHA_PY)
+#
+# Skips: a test that cannot run (no model, no Python package, no tool)
+# calls skip REASON: it prints "skip: REASON" and exits 77, which
+# tests/run.sh counts as a skip. A part that cannot run, in a test that
+# goes on, prints a "skip: REASON" line and carries on (run.sh shows it
+# under the test's result).
+set -e
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${MEDHA_BIN:-$top/bin}
+tests=${MEDHA_TESTS:-$top/build/tests}
+tools=$tests/tools
+contrib=${MEDHA_CONTRIB:-$tests/../contrib}
+cache=${MEDHA_CACHE:-$top/cache}
+smollm2=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+model=${MEDHA_MODEL:-$smollm2}
+py=${MEDHA_PY:-$cache/venv/bin/python}
+tmp=$(mktemp -d)
+
+# ---- cleanup ----
+
+# lib_procs: the processes this test started, one pid a line: the
+# descendants of this shell, and those with $tmp in their command line
+# (orphans whose parent was killed). It lists the subshell it runs in
+# too, gone by the time anyone signals it.
+lib_procs() {
+	ps -e -o pid=,ppid= | awk -v root=$$ '
+	    { parent[$1] = $2 }
+	    END {
+		for (p in parent) {
+			q = parent[p]
+			while (q != root && q in parent && q > 1)
+				q = parent[q]
+			if (q == root)
+				print p
+		}
+	    }'
+	pgrep -f -- "$tmp" || :
+}
+
+# lib_cleanup: at exit, SIGTERM (and SIGCONT, for the stopped) to every
+# process the test started; SIGKILL to those left after 5 s; then $tmp
+# goes. The exit status is the test's.
+lib_cleanup() {
+	lib_st=$?
+	set +e
+	trap - EXIT HUP INT TERM
+	lib_pids=$(lib_procs | sort -u)
+	# shellcheck disable=SC2086 # $lib_pids: one argument a pid
+	if [ -n "$lib_pids" ]; then
+		kill -CONT $lib_pids 2>/dev/null
+		kill -TERM $lib_pids 2>/dev/null
+		lib_i=0
+		while [ $lib_i -lt 50 ] && kill -0 $lib_pids 2>/dev/null; do
+			sleep 0.1
+			lib_i=$((lib_i + 1))
+		done
+		# what is left, or was started meanwhile (serve.sh restarts)
+		lib_pids=$(lib_procs | sort -u)
+		[ -z "$lib_pids" ] || kill -KILL $lib_pids 2>/dev/null
+	fi
+	wait 2>/dev/null
+	rm -rf "$tmp"
+	exit $lib_st
+}
+trap lib_cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- skips ----
+
+# skip REASON: this test cannot run; say why, and exit 77 (a skip)
+skip() {
+	echo "skip: $*"
+	exit 77
+}
+
+# need_model [FILE]: skip without FILE (default $model)
+need_model() {
+	[ -s "${1:-$model}" ] ||
+	    skip "${1:-$model} missing (run contrib/fetch-refs.sh)"
+}
+
+# has_py MODULE...: the cache's Python is there and imports every MODULE
+has_py() {
+	[ -x "$py" ] || return 1
+	"$py" -c "import $(echo "$*" | sed 's/ /, /g')" 2>/dev/null
+}
+
+# need_py MODULE...: skip unless has_py MODULE...
+need_py() {
+	[ -x "$py" ] || skip "no $py (run contrib/fetch-refs.sh)"
+	has_py "$@" ||
+	    skip "$* missing in $py (run contrib/fetch-refs.sh)"
+}
+
+# ---- processes ----
+
+# free_port: a TCP port free on 127.0.0.1 now
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for FILE PATTERN [SECONDS [PID]]: until FILE has a line matching
+# PATTERN (grep); fail after SECONDS (60), or once PID has ended,
+# showing FILE and the logs under $tmp
+wait_for() {
+	lib_i=0
+	lib_n=$((${3:-60} * 10))
+	until grep -q -- "$2" "$1" 2>/dev/null; do
+		lib_i=$((lib_i + 1))
+		if [ $lib_i -gt $lib_n ]; then
+			echo "no \"$2\" in $1 after ${3:-60} s"
+			lib_show "$1"
+			exit 1
+		fi
+		if [ -n "$4" ] && ! kill -0 "$4" 2>/dev/null; then
+			echo "no \"$2\" in $1: pid $4 ended"
+			lib_show "$1"
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
+# lib_show FILE: FILE, and the last lines of the logs under $tmp
+lib_show() {
+	cat "$1" 2>/dev/null
+	for lib_f in "$tmp"/*.log "$tmp"/logs*/*.log; do
+		if [ ! -f "$lib_f" ] || [ "$lib_f" = "$1" ]; then
+			continue
+		fi
+		echo "--- $lib_f:"
+		tail -n 20 "$lib_f"
+	done
+}
+
+# serve_start TOPOLOGY SECONDS [VAR=VALUE...]: examples/serve.sh
+# TOPOLOGY in the background with MEDHA_BIN=$bin and the VARs, its
+# stderr in $tmp/serve.err and its pid in $serve, until it says "ready"
+# (fail after SECONDS, or if it ends first)
+serve_start() {
+	lib_topo=$1
+	lib_secs=$2
+	shift 2
+	env MEDHA_BIN="$bin" "$@" bash "$top/examples/serve.sh" "$lib_topo" \
+	    2>"$tmp/serve.err" &
+	serve=$!
+	wait_for "$tmp/serve.err" '^ready$' "$lib_secs" "$serve"
+}
+
+# serve_stop: SIGTERM to serve.sh, and wait until it has stopped its
+# topology
+serve_stop() {
+	kill -TERM "$serve"
+	wait "$serve" || true
+	serve=
+}
+
+# ---- checks ----
+
+# no_sanitizer_report FILE...: none of the FILEs (logs, stderr) holds an
+# AddressSanitizer, LeakSanitizer or UBSan report (make asan); else show
+# them and fail
+no_sanitizer_report() {
+	if grep -l 'Sanitizer\|runtime error' "$@"; then
+		grep -h -A12 'Sanitizer\|runtime error' "$@" | head -60
+		exit 1
+	fi
+}
+
+# expect_status CODE CMD...: CMD, its stdin from $stdin (default
+# /dev/null), exits with CODE; its stdout is left in $tmp/out and its
+# stderr in $tmp/err; else say so (naming the program by its base name)
+# and fail
+expect_status() {
+	lib_code=$1
+	shift
+	lib_st=0
+	"$@" <"${stdin:-/dev/null}" >"$tmp/out" 2>"$tmp/err" || lib_st=$?
+	if [ "$lib_st" -ne "$lib_code" ]; then
+		lib_prog=$(basename "$1")
+		shift
+		echo "$lib_prog $*: status $lib_st, want $lib_code"
+		cat "$tmp/err"
+		exit 1
+	fi
+}
