@@ -2,7 +2,7 @@
  * medha-sched: a replica's scheduler. With --sim it runs the scheduler
  * core in virtual time against the runtime predictor: a trace in on
  * stdin (or FILE), one result record per request out on stdout. Flags
- * and wiring only; every decision lives in libcore/sched.c.
+ * and wiring only; every decision lives in libcore/sched/sched*.c.
  */
 #include "../common.h"
 #include "sched/pred.h"

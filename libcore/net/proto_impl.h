@@ -2,10 +2,11 @@
  * proto_impl.h: what the three parts of the wire codec share and nothing
  * else includes. proto.c holds the message names, the clear functions
  * and the checks that a message's struct is one the protocol allows;
- * proto_enc.c writes msgpack, proto_dec.c reads it. Both directions run
- * the same checks (proto_check), so the encoder refuses exactly the
- * structs the decoder would never produce. Internal names carry a plain
- * proto_ prefix; the public API is net/proto.h.
+ * proto_enc.c writes msgpack, proto_dec.c reads it (its typed getters in
+ * proto_dec_get.c, requests and records in proto_dec_req.c). Both
+ * directions run the same checks (proto_check), so the encoder refuses
+ * exactly the structs the decoder would never produce. Internal names
+ * carry a plain proto_ prefix; the public API is net/proto.h.
  */
 #ifndef MEDHA_PROTO_IMPL_H
 #define MEDHA_PROTO_IMPL_H

@@ -1,0 +1,129 @@
+/*
+ * sched_impl.h: what the two halves of the scheduler core share and
+ * nothing else includes: the scheduler's state, its table of request
+ * slots and the candidates of the batch being formed. sched.c holds the
+ * requests' side (arrival and deadlines, records, cancellation, views);
+ * sched_batch.c forms each batch and takes its results. Internal names
+ * carry a plain sched_ prefix; the public API is sched/sched.h.
+ *
+ * Memory: at admission a request reserves the KV blocks for its prompt
+ * and all of its output tokens, so a decode can never run out of memory
+ * and be preempted; a request that cannot get its blocks waits. Its KV is
+ * cut into pieces of at most kvp_max_tokens, one KVP group each, chosen
+ * at admission by least predicted pending prefill time (kvplace.c); the
+ * request enters the next group when its KV passes the previous group's
+ * limit, and only its last entered group appends KV.
+ */
+#ifndef MEDHA_SCHED_IMPL_H
+#define MEDHA_SCHED_IMPL_H
+
+#include "sched/sched.h"
+#include "sched/batchcost.h"
+
+#include <stdint.h>
+
+/* slots start on a cache line, so that a request's hot head takes two */
+#define REQ_ALIGN 64
+
+/*
+ * Internal request: the public view plus bookkeeping. Requests live in a
+ * table of slots; a finished request's slot goes on a free list and is
+ * reused, with its generation bumped, so a handle (generation << 32 |
+ * slot) names one request forever and the table is as large as the most
+ * requests ever in flight at once.
+ */
+struct req {
+	_Alignas(REQ_ALIGN) int slot; /* index in s->active, -1 when free */
+	uint32_t gen;  /* generation of the slot's current (or last) use */
+	int next_free; /* free list link, -1 at the end */
+	struct medha_req pub; /* its hot head on the slot's first lines */
+};
+
+struct cand {
+	int idx;
+	double key;     /* policy order, smaller first */
+	double urgency; /* 1 - relative slack, clamped to [0, 1] */
+	int64_t rem;    /* prompt tokens not yet handed out */
+	int packed;     /* 1: dealt with in this batch (2: about to be) */
+	int rank; /* medha: place in the short index (s->srank), -1 if not in
+	             it (too long for one chunk, or packed) */
+};
+
+/* short_index sorts by counting while one chunk <= this x candidates */
+#define SHORT_COUNT_MAX 4
+/* A candidate short enough for one chunk, in the index by its rem. */
+struct srank {
+	int64_t rem;
+	double urgency;
+	int pos; /* in s->cands */
+};
+
+struct medha_sched {
+	struct medha_sched_config cfg;
+	const struct medha_pred *pred;
+	struct medha_kvplace kv; /* KV blocks per KVP group */
+
+	struct req *reqs; /* (reqs_cap) slots */
+	int reqs_cap;
+	int free_head; /* first free slot, -1 if none */
+	int *active;   /* (reqs_cap) slots of requests not done */
+	int nactive;
+	int nadmitted; /* requests holding KV (prefill or decode) */
+
+	struct medha_record *recs; /* finished, not yet popped (ring) */
+	int rec_head, rec_n, rec_cap;
+
+	struct cand *cands;
+	int cands_cap;
+	/*
+	 * medha's index of one batch's candidates that can finish in one
+	 * chunk (short_index), each (cands_cap) but nxt (cands_cap + 1):
+	 * srank sorted by rem; nxt, a union-find link from each place to the
+	 * next place not packed yet; pick, scratch.
+	 */
+	struct srank *srank;
+	int *nxt, *pick;
+	int *count;      /* (SHORT_COUNT_MAX * cands_cap + 1) short_index's */
+	int nshort;      /* places in srank */
+	int first;       /* short_any */
+	uint64_t visits; /* medha_sched_visits() */
+	struct medha_sched_item *items;
+	int items_cap;
+	struct medha_cost acc;
+	uint64_t seq;
+	int64_t min_chunk; /* adaptive: a batch without decodes holds this */
+	double tpot_floor; /* a tpot_slo bounds batches down to this, s */
+	int ndec;          /* decodes in the batch being formed */
+};
+
+/* KV tokens a request needs in all: prompt and every output token. */
+static inline int64_t
+sched_kv_need(const struct medha_req *r)
+{
+	return r->spec.prompt_tokens + r->spec.max_tokens;
+}
+
+/* The live request of handle h, or NULL. */
+static inline struct req *
+sched_lookup(const struct medha_sched *s, uint64_t h)
+{
+	uint64_t slot = h & 0xffffffffu;
+	struct req *q;
+
+	if (slot >= (uint64_t)s->reqs_cap)
+		return NULL;
+	q = &s->reqs[slot];
+	if (q->slot < 0 || q->gen != (uint32_t)(h >> 32))
+		return NULL;
+	return q;
+}
+
+/*
+ * Finish q: release its KV, leave its record (status, finish reason fin,
+ * reason or NULL) and free its slot. 0 or MEDHA_ENOMEM (the record was
+ * lost; the request is finished all the same).
+ */
+int sched_finish(struct medha_sched *s, struct req *q, int status, int fin,
+    const char *reason, double now);
+
+#endif
