@@ -186,7 +186,8 @@ parse_args(struct args *a, int argc, char *argv[])
 			   built here */
 			if ((bk = medha_backend_find(optarg)) == NULL ||
 			    !(bk->caps & MEDHA_BACKEND_COMPUTES) ||
-			    !(bk->caps & MEDHA_BACKEND_FILL) || bk->open == NULL)
+			    !(bk->caps & MEDHA_BACKEND_FILL) ||
+			    bk->open == NULL)
 				die(2, "--backend: %s: %s", optarg,
 				    bk == NULL ? "expected cpu"
 				    : !(bk->caps & MEDHA_BACKEND_COMPUTES)
@@ -284,8 +285,8 @@ run_chunks(struct args *a)
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
 		return 1;
 	}
-	if (prof_chunks(&a->P, a->prompt, a->png, have_pred ? &pred : NULL,
-	        why, sizeof(why)) != 0)
+	if (prof_chunks(&a->P, a->prompt, a->png, have_pred ? &pred : NULL, why,
+	        sizeof(why)) != 0)
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
 	else
 		status = 0;

@@ -263,7 +263,6 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 
 /* The command line: what each flag set (its default in parse_args). */
 struct args {
-	struct medha_sched_config cfg; /* -c -p and the scheduler's flags */
 	const char *listen;     /* -l: live mode's address */
 	const char *gpu_name;   /* --sim: the simulator's GPU */
 	const char *model_name; /* -m */
@@ -277,6 +276,8 @@ struct args {
 	int verbose;            /* -v, repeated */
 	int chunk_set;          /* -c given */
 	int target_set;         /* --target-batch-time given */
+
+	struct medha_sched_config cfg; /* -c, -p and the scheduler flags */
 };
 
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
@@ -364,7 +365,9 @@ parse_args(struct args *a, int argc, char *argv[])
 			cfg->share_cap =
 			    flag_f64("--share-cap", optarg, 0, 1, 0);
 			break;
-		case OPT_SPP: a->spp = flag_i64("--spp", optarg, 1, 1024); break;
+		case OPT_SPP:
+			a->spp = flag_i64("--spp", optarg, 1, 1024);
+			break;
 		case OPT_TARGET:
 			cfg->target = flag_f64("--target-batch-time", optarg,
 			    1e-6, 1e6, 0);
@@ -448,8 +451,8 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 		    rc == MEDHA_ENOTFOUND ? " (built in: llama3-8b, "
 		                            "llama3-70b, smollm2-135m)"
 		                          : "");
-	if ((rc = medha_pred_init(pred, gpu, &model, a->tp, a->spp,
-	         a->kvp)) != 0)
+	if ((rc = medha_pred_init(pred, gpu, &model, a->tp, a->spp, a->kvp)) !=
+	    0)
 		die(1,
 		    "cannot split %s (%d layers, %d query heads, %d KV heads) "
 		    "over tp %d spp %d kvp %d: tp must divide the query "
@@ -457,8 +460,9 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 		    model.name, model.c.n_layers, model.c.n_heads,
 		    model.c.n_kv_heads, a->tp, a->spp, a->kvp);
 	why[0] = '\0';
-	if (a->profile != NULL && (rc = medha_pred_load_table(pred,
-	                               a->profile, why, sizeof(why))) != 0)
+	if (a->profile != NULL &&
+	    (rc = medha_pred_load_table(pred, a->profile, why, sizeof(why))) !=
+	        0)
 		die(1, "%s: %s", a->profile, why[0] ? why : medha_strerror(rc));
 
 	if (cfg->kv_blocks == 0 &&
@@ -485,8 +489,7 @@ sim_pred(struct medha_pred *pred, const struct args *a)
  * exit status (0, or 1 after logging why).
  */
 static int
-run_sim(const struct args *a, const struct medha_pred *pred,
-    const char *path)
+run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
 {
 	const char *out_path = a->out_path, *blog_path = a->blog_path;
 	struct medha_sim_stats st;

@@ -245,7 +245,7 @@ daemon_main(struct medha_worker_config c, const char *backend,
 /* The command line: what each flag set (its default in parse_args). */
 struct args {
 	const char *model;       /* -m: a GGUF file, or for sim a name */
-	const char *addr;        /* -s: daemon mode's scheduler; NULL: one-shot */
+	const char *addr;        /* -s: the scheduler (NULL: one-shot) */
 	const char *prompt;      /* -p */
 	const char *pfile;       /* -f: the prompt's file ("-": stdin) */
 	const char *logits_path; /* --logits */
@@ -440,8 +440,8 @@ read_prompt(const struct args *a, struct medha_runner *r, size_t *len)
  * the model's chat template; *out is malloc'd. Exits 1 if it cannot.
  */
 static void
-render_chat(const struct args *a, const struct medha_tok *tok,
-    const char *text, size_t len, char **out, size_t *out_len)
+render_chat(const struct args *a, const struct medha_tok *tok, const char *text,
+    size_t len, char **out, size_t *out_len)
 {
 	struct medha_tok_msg msgs[2] = {{"system", a->sys_msg, 0},
 	    {"user", text, len}};
@@ -488,8 +488,8 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 		die(1, "sampler: bad parameters");
 
 	t0 = medha_now();
-	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, a->chunk,
-	         logits, why, sizeof(why))) != 0)
+	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, a->chunk, logits,
+	         why, sizeof(why))) != 0)
 		die(1, "prompt: %s", why);
 	t_prompt = medha_now() - t0;
 	if (a->logits_path != NULL) {
