@@ -138,42 +138,56 @@ load_pred(struct medha_pred *p, const struct prof *P, const char *table,
 	return 0;
 }
 
-int
-main(int argc, char *argv[])
-{
-	struct prof P = {.backend = "cpu", .reps = 3,
-	    .attn_layers = 0,
-	    .max_tokens = 2048,
-	    .max_context = 8192,
-	    .decode_total = 65536};
-	const char *out = NULL, *predictor = NULL, *png = NULL;
-	char name[128], why[1024], tmp[4200], part[4300];
-	int64_t check = 0, prompt = 0;
-	uint64_t seed = 1;
-	int chunks = 0, verbose = 0, ch, rc, status = 1, made_tmp = 0;
-	struct medha_pred pred;
-	int have_pred = 0;
-	const struct medha_backend_kind *bk;
-	FILE *f;
+/* The command line: what each flag set (its default in parse_args). */
+struct args {
+	struct prof P;         /* -m -q -t --backend --kv and the points */
+	const char *out;       /* -o (NULL: stdout) */
+	const char *predictor; /* --predictor: a table measured already */
+	const char *png;       /* --plot */
+	int64_t check;         /* --check: batches to time (0: none) */
+	int64_t prompt;        /* --prompt (0: from --max-context) */
+	uint64_t seed;         /* --seed */
+	int chunks;            /* --chunks */
+	int verbose;           /* -v, repeated */
+};
 
-	medha_progname = "medha-prof";
+/* The getopt_long loop: fills *a; -h and a bad flag exit here. */
+static void
+parse_args(struct args *a, int argc, char *argv[])
+{
+	struct prof *P = &a->P;
+	const struct medha_backend_kind *bk;
+	int ch;
+
+	*a = (struct args){
+	    .P = {.backend = "cpu",
+	        .reps = 3,
+	        .attn_layers = 0,
+	        .max_tokens = 2048,
+	        .max_context = 8192,
+	        .decode_total = 65536},
+	    .check = 0,
+	    .prompt = 0,
+	    .seed = 1,
+	};
 	while ((ch = getopt_long(argc, argv, "hm:o:qt:v", longopts, NULL)) !=
 	    -1) {
 		switch (ch) {
 		case 'h': HELP_EXIT(synopsis, help_lines);
-		case 'm': P.model = optarg; break;
-		case 'o': out = optarg; break;
-		case 'q': P.quick = 1; break;
+		case 'm': P->model = optarg; break;
+		case 'o': a->out = optarg; break;
+		case 'q': P->quick = 1; break;
 		case 't':
-			P.threads = (int)flag_i64("-t", optarg, 1, 256);
+			P->threads = (int)flag_i64("-t", optarg, 1, 256);
 			break;
-		case 'v': verbose++; break;
+		case 'v': a->verbose++; break;
 		case OPT_BACKEND:
 			/* a kind that computes, can fill a context, and is
 			   built here */
 			if ((bk = medha_backend_find(optarg)) == NULL ||
 			    !(bk->caps & MEDHA_BACKEND_COMPUTES) ||
-			    !(bk->caps & MEDHA_BACKEND_FILL) || bk->open == NULL)
+			    !(bk->caps & MEDHA_BACKEND_FILL) ||
+			    bk->open == NULL)
 				die(2, "--backend: %s: %s", optarg,
 				    bk == NULL ? "expected cpu"
 				    : !(bk->caps & MEDHA_BACKEND_COMPUTES)
@@ -181,103 +195,159 @@ main(int argc, char *argv[])
 				          "measure (its times are the "
 				          "predictor's)"
 				        : "not built yet");
-			P.backend = optarg;
+			P->backend = optarg;
 			break;
 		case OPT_KV:
 			if (strcmp(optarg, "f16") != 0 &&
 			    strcmp(optarg, "f32") != 0)
 				die(2, "--kv: %s: expected f16 or f32", optarg);
-			P.kv_f16 = strcmp(optarg, "f16") == 0;
+			P->kv_f16 = strcmp(optarg, "f16") == 0;
 			break;
 		case OPT_REPS:
-			P.reps = (int)flag_i64("--reps", optarg, 1, 64);
+			P->reps = (int)flag_i64("--reps", optarg, 1, 64);
 			break;
 		case OPT_ATTN_LAYERS:
-			P.attn_layers =
+			P->attn_layers =
 			    (int)flag_i64("--attn-layers", optarg, 0, 4096);
 			break;
 		case OPT_MAX_TOKENS:
-			P.max_tokens =
+			P->max_tokens =
 			    flag_i64("--max-tokens", optarg, 32, 8192);
 			break;
 		case OPT_MAX_CONTEXT:
-			P.max_context =
+			P->max_context =
 			    flag_i64("--max-context", optarg, 256, 131072);
 			break;
 		case OPT_DECODE_TOTAL:
-			P.decode_total = flag_i64("--decode-total", optarg, 256,
-			    (int64_t)1 << 24);
+			P->decode_total = flag_i64("--decode-total", optarg,
+			    256, (int64_t)1 << 24);
 			break;
 		case OPT_CHECK:
-			check = flag_i64("--check", optarg, 1, 100000);
+			a->check = flag_i64("--check", optarg, 1, 100000);
 			break;
 		case OPT_SEED:
-			seed =
+			a->seed =
 			    (uint64_t)flag_i64("--seed", optarg, 0, INT64_MAX);
 			break;
-		case OPT_PREDICTOR: predictor = optarg; break;
-		case OPT_CHUNKS: chunks = 1; break;
+		case OPT_PREDICTOR: a->predictor = optarg; break;
+		case OPT_CHUNKS: a->chunks = 1; break;
 		case OPT_PROMPT:
-			prompt = flag_i64("--prompt", optarg, 64, 131072);
-			if (prompt & (prompt - 1))
+			a->prompt = flag_i64("--prompt", optarg, 64, 131072);
+			if (a->prompt & (a->prompt - 1))
 				die(2, "--prompt: %s: not a power of two",
 				    optarg);
 			break;
-		case OPT_PLOT: png = optarg; break;
+		case OPT_PLOT: a->png = optarg; break;
 		default: usage_exit(synopsis);
 		}
 	}
+}
+
+/*
+ * The checks between flags (exit 2), then --prompt's default: the
+ * largest power of two within --max-context, which --chunks stretches
+ * to a longer --prompt.
+ */
+static void
+check_args(struct args *a, int argc, char *argv[])
+{
 	if (optind != argc)
 		usage_fail(synopsis, "%s: unexpected argument", argv[optind]);
-	if (P.model == NULL)
+	if (a->P.model == NULL)
 		usage_fail(synopsis, "-m MODEL is required");
-	if (chunks && (check > 0 || out != NULL))
+	if (a->chunks && (a->check > 0 || a->out != NULL))
 		die(2, "--chunks takes neither --check nor -o");
-	if (!chunks && (png != NULL || prompt > 0))
+	if (!a->chunks && (a->png != NULL || a->prompt > 0))
 		die(2, "--plot and --prompt go with --chunks");
-	if (predictor != NULL && !chunks && check == 0)
+	if (a->predictor != NULL && !a->chunks && a->check == 0)
 		die(2, "--predictor goes with --check or --chunks");
-	if (predictor != NULL && out != NULL)
+	if (a->predictor != NULL && a->out != NULL)
 		die(2, "--predictor FILE is measured already: no -o");
-	if (prompt == 0) {
-		prompt = 64;
-		while (prompt * 2 <= P.max_context)
-			prompt *= 2;
+	if (a->prompt == 0) {
+		a->prompt = 64;
+		while (a->prompt * 2 <= a->P.max_context)
+			a->prompt *= 2;
 	}
-	if (chunks && prompt > P.max_context)
-		P.max_context = prompt;
-	medha_log_level = MEDHA_LOG_WARN + verbose;
-	P.progress = isatty(STDERR_FILENO);
-	if (P.threads == 0)
-		P.threads = online_cpus(256);
-	short_name(P.model, name, sizeof(name));
-	P.name = name;
-	if ((rc = prof_open(&P, why, sizeof(why))) != 0) {
-		medha_log(MEDHA_LOG_ERROR, "%s: %s", P.model, why);
-		prof_close(&P);
+	if (a->chunks && a->prompt > a->P.max_context)
+		a->P.max_context = a->prompt;
+}
+
+/* --chunks: the study, predicted too with --predictor. Returns the status. */
+static int
+run_chunks(struct args *a)
+{
+	struct medha_pred pred;
+	int have_pred = a->predictor != NULL, status = 1;
+	char why[1024];
+
+	if (have_pred &&
+	    load_pred(&pred, &a->P, a->predictor, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s", why);
 		return 1;
 	}
-	medha_log(MEDHA_LOG_INFO, "%s: %d layers, %d threads, KV pool %lld "
-	                          "blocks",
-	    P.model, P.be->info.shape.n_layers, P.threads,
-	    (long long)P.be->info.n_blocks);
-
-	if (chunks) {
-		if (predictor != NULL &&
-		    load_pred(&pred, &P, predictor, why, sizeof(why)) != 0)
-			goto fail;
-		have_pred = predictor != NULL;
-		if (prof_chunks(&P, prompt, png, have_pred ? &pred : NULL, why,
-		        sizeof(why)) != 0)
-			goto fail;
+	if (prof_chunks(&a->P, a->prompt, a->png, have_pred ? &pred : NULL, why,
+	        sizeof(why)) != 0)
+		medha_log(MEDHA_LOG_ERROR, "%s", why);
+	else
 		status = 0;
-		goto done;
+	if (have_pred)
+		medha_pred_free(&pred);
+	return status;
+}
+
+/*
+ * The table measured and written to dst (NULL: standard output) whole
+ * or not at all: to dst.part, renamed when complete. Returns 0, or 1
+ * after logging why.
+ */
+static int
+write_table(struct prof *P, const char *dst)
+{
+	char why[1024], part[4300];
+	FILE *f;
+	int rc;
+
+	if (dst != NULL) {
+		snprintf(part, sizeof(part), "%s.part", dst);
+		if ((f = out_open(part, NULL)) == NULL)
+			return 1;
+	} else
+		f = stdout;
+	rc = prof_table(P, f, why, sizeof(why));
+	if (out_finish(f, NULL) != 0 && rc == 0)
+		rc = medha_why(why, sizeof(why), MEDHA_EIO, "%s",
+		    strerror(errno));
+	if (rc != 0) {
+		if (f != stdout)
+			unlink(part);
+		medha_log(MEDHA_LOG_ERROR, "%s", why);
+		return 1;
 	}
+	if (dst != NULL && rename(part, dst) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", dst, strerror(errno));
+		unlink(part);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * The profile (unless --predictor gives one), then --check's batches
+ * timed against it. Returns the exit status.
+ */
+static int
+run_profile(struct args *a)
+{
+	const char *predictor = a->predictor;
+	char why[1024], tmp[4200];
+	struct medha_pred pred;
+	int status = 1, made_tmp = 0, have_pred = 0;
+
 	if (predictor == NULL) {
-		/* the table: to -o (whole or not at all), to standard output,
-		   or for --check alone to a file of its own */
-		const char *dst = out;
-		if (dst == NULL && check > 0) {
+		/* the table: to -o, to standard output, or for --check
+		   alone to a file of its own */
+		const char *dst = a->out;
+		if (dst == NULL && a->check > 0) {
 			const char *td = getenv("TMPDIR");
 			snprintf(tmp, sizeof(tmp), "%s/medha-prof.%ld.csv",
 			    td != NULL && *td != '\0' ? td : "/tmp",
@@ -285,37 +355,19 @@ main(int argc, char *argv[])
 			dst = tmp;
 			made_tmp = 1;
 		}
-		if (dst != NULL) {
-			snprintf(part, sizeof(part), "%s.part", dst);
-			if ((f = out_open(part, NULL)) == NULL)
-				goto done;
-		} else
-			f = stdout;
-		rc = prof_table(&P, f, why, sizeof(why));
-		if (out_finish(f, NULL) != 0 && rc == 0)
-			rc = medha_why(why, sizeof(why), MEDHA_EIO, "%s",
-			    strerror(errno));
-		if (rc != 0) {
-			if (f != stdout)
-				unlink(part);
-			goto fail;
-		}
-		if (dst != NULL && rename(part, dst) != 0) {
-			medha_log(MEDHA_LOG_ERROR, "%s: %s", dst,
-			    strerror(errno));
-			unlink(part);
+		if (write_table(&a->P, dst) != 0)
 			goto done;
-		}
 		predictor = dst;
-		if (out != NULL)
-			medha_log(MEDHA_LOG_INFO, "profile written to %s", out);
+		if (a->out != NULL)
+			medha_log(MEDHA_LOG_INFO, "profile written to %s",
+			    a->out);
 	}
-	if (check > 0) {
-		if (load_pred(&pred, &P, predictor, why, sizeof(why)) != 0)
+	if (a->check > 0) {
+		if (load_pred(&pred, &a->P, predictor, why, sizeof(why)) != 0)
 			goto fail;
 		have_pred = 1;
-		if (prof_check(&P, &pred, (int)check, seed, why, sizeof(why)) !=
-		    0)
+		if (prof_check(&a->P, &pred, (int)a->check, a->seed, why,
+		        sizeof(why)) != 0)
 			goto fail;
 	}
 	status = 0;
@@ -327,6 +379,36 @@ done:
 		unlink(tmp);
 	if (have_pred)
 		medha_pred_free(&pred);
-	prof_close(&P);
+	return status;
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct args a;
+	struct prof *P = &a.P;
+	char name[128], why[1024];
+	int status;
+
+	medha_progname = "medha-prof";
+	parse_args(&a, argc, argv);
+	check_args(&a, argc, argv);
+	medha_log_level = MEDHA_LOG_WARN + a.verbose;
+	P->progress = isatty(STDERR_FILENO);
+	if (P->threads == 0)
+		P->threads = online_cpus(256);
+	short_name(P->model, name, sizeof(name));
+	P->name = name;
+	if (prof_open(P, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: %s", P->model, why);
+		prof_close(P);
+		return 1;
+	}
+	medha_log(MEDHA_LOG_INFO, "%s: %d layers, %d threads, KV pool %lld "
+	                          "blocks",
+	    P->model, P->be->info.shape.n_layers, P->threads,
+	    (long long)P->be->info.n_blocks);
+	status = a.chunks ? run_chunks(&a) : run_profile(&a);
+	prof_close(P);
 	return stdout_close(status);
 }

@@ -261,188 +261,247 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 	return 0;
 }
 
-int
-main(int argc, char *argv[])
-{
-	struct medha_sched_config cfg;
-	struct medha_pred pred;
-	struct medha_pred_model model;
-	struct medha_sim_stats st;
-	struct medha_sim_hooks hooks;
-	const struct medha_gpu *gpu = NULL;
-	const char *model_name = NULL, *out_path = NULL, *blog_path = NULL;
-	const char *profile = NULL, *gpu_name = NULL, *listen = NULL;
-	int64_t workers = 1, max_queue = 100000;
-	int target_set = 0, chunk_set = 0;
-	double drain = 30;
-	int tp = 1, spp = 1, kvp = 1, verbose = 0, ch, rc, status;
-	struct medha_reqspec *reqs;
-	struct out o;
-	FILE *of = NULL, *bf = NULL;
-	size_t n;
-	double t0, wall;
-	char why[256] = "";
+/* The command line: what each flag set (its default in parse_args). */
+struct args {
+	const char *listen;     /* -l: live mode's address */
+	const char *gpu_name;   /* --sim: the simulator's GPU */
+	const char *model_name; /* -m */
+	const char *out_path;   /* -o (NULL: stdout) */
+	const char *blog_path;  /* -b (NULL: no batch log) */
+	const char *profile;    /* --profile, --predictor */
+	int64_t workers;        /* --workers */
+	int64_t max_queue;      /* --max-queue */
+	double drain;           /* --drain-timeout, seconds */
+	int tp, spp, kvp;       /* --tp, --spp, --kvp */
+	int verbose;            /* -v, repeated */
+	int chunk_set;          /* -c given */
+	int target_set;         /* --target-batch-time given */
 
-	medha_progname = "medha-sched";
-	medha_sched_config_default(&cfg);
+	struct medha_sched_config cfg; /* -c, -p and the scheduler flags */
+};
+
+/* The getopt_long loop: fills *a; -h and a bad flag exit here. */
+static void
+parse_args(struct args *a, int argc, char *argv[])
+{
+	struct medha_sched_config *cfg = &a->cfg;
+	int ch;
+
+	*a = (struct args){
+	    .workers = 1,
+	    .max_queue = 100000,
+	    .drain = 30,
+	    .tp = 1,
+	    .spp = 1,
+	    .kvp = 1,
+	};
+	medha_sched_config_default(cfg);
 	while ((ch = getopt_long(argc, argv, "b:c:hl:m:o:p:v", longopts,
 	            NULL)) != -1) {
 		switch (ch) {
-		case 'b': blog_path = optarg; break;
+		case 'b': a->blog_path = optarg; break;
 		case 'c':
 			if (strcmp(optarg, "adaptive") == 0)
-				cfg.chunk = 0;
+				cfg->chunk = 0;
 			else
-				cfg.chunk =
+				cfg->chunk =
 				    flag_i64("--chunk", optarg, 1, 1 << 24);
-			chunk_set = 1;
+			a->chunk_set = 1;
 			break;
 		case 'h': HELP_EXIT(synopsis, help_lines);
-		case 'l': listen = optarg; break;
-		case 'm': model_name = optarg; break;
-		case 'o': out_path = optarg; break;
+		case 'l': a->listen = optarg; break;
+		case 'm': a->model_name = optarg; break;
+		case 'o': a->out_path = optarg; break;
 		case 'p':
-			if ((cfg.policy = medha_policy_parse(optarg)) < 0)
+			if ((cfg->policy = medha_policy_parse(optarg)) < 0)
 				die(2,
 				    "--policy: %s: expected sarathi, fcfs, "
 				    "edf, lrs or medha",
 				    optarg);
 			break;
-		case 'v': verbose++; break;
-		case OPT_SIM: gpu_name = optarg; break;
+		case 'v': a->verbose++; break;
+		case OPT_SIM: a->gpu_name = optarg; break;
 		case OPT_BLOCK:
-			cfg.block_size =
+			cfg->block_size =
 			    flag_i64("--block-size", optarg, 1, 4096);
 			break;
 		case OPT_DFLOOR:
-			cfg.deadline_floor =
+			cfg->deadline_floor =
 			    flag_f64("--deadline-floor", optarg, 0, 1e9, 0);
 			break;
 		case OPT_DMULT:
-			cfg.deadline_mult =
+			cfg->deadline_mult =
 			    flag_f64("--deadline-mult", optarg, 1e-3, 1e6, 0);
 			break;
 		case OPT_KVBLOCKS:
-			cfg.kv_blocks = flag_i64("--kv-blocks", optarg, 1,
+			cfg->kv_blocks = flag_i64("--kv-blocks", optarg, 1,
 			    INT64_MAX / 65536);
 			break;
 		case OPT_KVP:
-			kvp = flag_i64("--kvp", optarg, 1, MEDHA_KVP_MAX);
+			a->kvp = flag_i64("--kvp", optarg, 1, MEDHA_KVP_MAX);
 			break;
 		case OPT_KVPMAX:
-			cfg.kvp_max_tokens = flag_i64("--kvp-max-tokens",
+			cfg->kvp_max_tokens = flag_i64("--kvp-max-tokens",
 			    optarg, 1, INT64_MAX / 65536);
 			break;
 		case OPT_MAXCHUNK:
-			cfg.max_chunk =
+			cfg->max_chunk =
 			    flag_i64("--max-chunk", optarg, 32, 1 << 24);
 			break;
 		case OPT_MAXPRE:
-			cfg.max_prefills =
+			cfg->max_prefills =
 			    flag_i64("--max-prefills", optarg, 1, 1 << 20);
 			break;
 		case OPT_MEMUTIL:
-			cfg.mem_util =
+			cfg->mem_util =
 			    flag_f64("--mem-util", optarg, 0.01, 1, 0);
 			break;
 		case OPT_MINCHUNK:
-			cfg.min_chunk =
+			cfg->min_chunk =
 			    flag_i64("--min-chunk", optarg, 32, 1 << 24);
 			break;
-		case OPT_PROFILE: profile = optarg; break;
+		case OPT_PROFILE: a->profile = optarg; break;
 		case OPT_SHARE:
-			cfg.share_cap =
+			cfg->share_cap =
 			    flag_f64("--share-cap", optarg, 0, 1, 0);
 			break;
-		case OPT_SPP: spp = flag_i64("--spp", optarg, 1, 1024); break;
-		case OPT_TARGET:
-			cfg.target = flag_f64("--target-batch-time", optarg,
-			    1e-6, 1e6, 0);
-			target_set = 1;
+		case OPT_SPP:
+			a->spp = flag_i64("--spp", optarg, 1, 1024);
 			break;
-		case OPT_TP: tp = flag_i64("--tp", optarg, 1, 1024); break;
+		case OPT_TARGET:
+			cfg->target = flag_f64("--target-batch-time", optarg,
+			    1e-6, 1e6, 0);
+			a->target_set = 1;
+			break;
+		case OPT_TP: a->tp = flag_i64("--tp", optarg, 1, 1024); break;
 		case OPT_DRAIN:
-			drain = flag_f64("--drain-timeout", optarg, 0, 1e6, 0);
+			a->drain =
+			    flag_f64("--drain-timeout", optarg, 0, 1e6, 0);
 			break;
 		case OPT_MAXQ:
-			max_queue = flag_i64("--max-queue", optarg, 1, 1 << 30);
+			a->max_queue =
+			    flag_i64("--max-queue", optarg, 1, 1 << 30);
 			break;
 		case OPT_WORKERS:
-			workers = flag_i64("--workers", optarg, 1, 4096);
+			a->workers = flag_i64("--workers", optarg, 1, 4096);
 			break;
 		default: usage_exit(synopsis);
 		}
 	}
-	argc -= optind;
-	argv += optind;
-	if (argc > 1)
-		usage_fail(synopsis, "one trace file at most (%d given)", argc);
+}
+
+/*
+ * The checks between flags, and of the nfiles trace files left after
+ * them; sarathi's default budget is set here. Exits 2 on a usage error.
+ */
+static void
+check_args(struct args *a, int nfiles)
+{
+	if (nfiles > 1)
+		usage_fail(synopsis, "one trace file at most (%d given)",
+		    nfiles);
 	/* sarathi is a fixed budget: Sarathi-Serve's 512 unless given */
-	if (cfg.policy == MEDHA_POLICY_SARATHI && !chunk_set)
-		cfg.chunk = 512;
-	if (cfg.policy == MEDHA_POLICY_SARATHI && cfg.chunk == 0)
+	if (a->cfg.policy == MEDHA_POLICY_SARATHI && !a->chunk_set)
+		a->cfg.chunk = 512;
+	if (a->cfg.policy == MEDHA_POLICY_SARATHI && a->cfg.chunk == 0)
 		usage_fail(synopsis,
 		    "--policy sarathi takes a fixed token budget (-c N), not "
 		    "adaptive chunks");
-	if ((gpu_name == NULL) == (listen == NULL))
+	if ((a->gpu_name == NULL) == (a->listen == NULL))
 		usage_fail(synopsis,
 		    "give -l ADDR (a live replica) or --sim GPU (the "
 		    "simulator)");
-	if (listen != NULL) {
-		if (argc > 0)
+	if (a->listen != NULL) {
+		if (nfiles > 0)
 			die(2,
 			    "-l takes no trace file: clients submit "
 			    "requests");
-		medha_log_level = MEDHA_LOG_WARN + verbose;
-		return run_live(listen, &cfg, model_name, profile, (int)workers,
-		    drain, max_queue, !target_set);
+		return;
 	}
-	if (model_name == NULL)
+	if (a->model_name == NULL)
 		usage_fail(synopsis, "-m MODEL is required");
-	if (cfg.kvp_max_tokens % cfg.block_size != 0)
+	if (a->cfg.kvp_max_tokens % a->cfg.block_size != 0)
 		die(2,
 		    "--kvp-max-tokens must be a multiple of the block size "
 		    "(%d)",
-		    cfg.block_size);
-	medha_log_level = MEDHA_LOG_WARN + verbose;
-	if ((gpu = medha_gpu_find(gpu_name)) == NULL)
+		    a->cfg.block_size);
+}
+
+/*
+ * --sim: the predictor of the model split over the GPUs (with
+ * --profile's table). Exits 1 on what cannot be simulated; returns 1
+ * (logged, nothing left to free) when no KV fits beside the weights.
+ */
+static int
+sim_pred(struct medha_pred *pred, const struct args *a)
+{
+	const struct medha_sched_config *cfg = &a->cfg;
+	const struct medha_gpu *gpu;
+	struct medha_pred_model model;
+	char why[256] = "";
+	int rc;
+
+	if ((gpu = medha_gpu_find(a->gpu_name)) == NULL)
 		die(1, "--sim: unknown GPU %s (built in: a100, h100)",
-		    gpu_name);
-	if ((rc = medha_model_resolve_why(model_name, &model, why,
+		    a->gpu_name);
+	if ((rc = medha_model_resolve_why(a->model_name, &model, why,
 	         sizeof(why))) != 0)
-		die(1, "-m %s: %s%s", model_name,
+		die(1, "-m %s: %s%s", a->model_name,
 		    why[0] ? why : medha_strerror(rc),
 		    rc == MEDHA_ENOTFOUND ? " (built in: llama3-8b, "
 		                            "llama3-70b, smollm2-135m)"
 		                          : "");
-	if ((rc = medha_pred_init(&pred, gpu, &model, tp, spp, kvp)) != 0)
+	if ((rc = medha_pred_init(pred, gpu, &model, a->tp, a->spp, a->kvp)) !=
+	    0)
 		die(1,
 		    "cannot split %s (%d layers, %d query heads, %d KV heads) "
 		    "over tp %d spp %d kvp %d: tp must divide the query "
 		    "heads, spp at most the layers",
 		    model.name, model.c.n_layers, model.c.n_heads,
-		    model.c.n_kv_heads, tp, spp, kvp);
+		    model.c.n_kv_heads, a->tp, a->spp, a->kvp);
 	why[0] = '\0';
-	if (profile != NULL &&
-	    (rc = medha_pred_load_table(&pred, profile, why, sizeof(why))) != 0)
-		die(1, "%s: %s", profile, why[0] ? why : medha_strerror(rc));
+	if (a->profile != NULL &&
+	    (rc = medha_pred_load_table(pred, a->profile, why, sizeof(why))) !=
+	        0)
+		die(1, "%s: %s", a->profile, why[0] ? why : medha_strerror(rc));
 
-	if (cfg.kv_blocks == 0 &&
-	    medha_pred_kv_capacity(&pred, cfg.mem_util) < cfg.block_size) {
+	if (cfg->kv_blocks == 0 &&
+	    medha_pred_kv_capacity(pred, cfg->mem_util) < cfg->block_size) {
 		double gib = 1024.0 * 1024 * 1024;
 		medha_log(MEDHA_LOG_ERROR,
 		    "%s does not fit on %s with tp %d spp %d: %.1f GiB of "
 		    "weights a worker, and 1 GiB of activations, in the %.1f "
 		    "GiB that --mem-util %.2f leaves of %.0f GiB: no room for "
 		    "KV",
-		    model.name, gpu->name, tp, spp,
-		    medha_pred_weight_bytes(&pred) / gib,
-		    gpu->mem_bytes * cfg.mem_util / gib, cfg.mem_util,
+		    model.name, gpu->name, a->tp, a->spp,
+		    medha_pred_weight_bytes(pred) / gib,
+		    gpu->mem_bytes * cfg->mem_util / gib, cfg->mem_util,
 		    gpu->mem_bytes / gib);
-		medha_pred_free(&pred);
+		medha_pred_free(pred);
 		return 1;
 	}
-	reqs = read_trace(argc == 1 ? argv[0] : NULL, &n);
+	return 0;
+}
+
+/*
+ * --sim: the trace (path; NULL: stdin) through the scheduler in virtual
+ * time, a record per request to -o, a line per batch to -b. Returns the
+ * exit status (0, or 1 after logging why).
+ */
+static int
+run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
+{
+	const char *out_path = a->out_path, *blog_path = a->blog_path;
+	struct medha_sim_stats st;
+	struct medha_sim_hooks hooks;
+	struct medha_reqspec *reqs;
+	struct out o;
+	FILE *of = NULL, *bf = NULL;
+	size_t n;
+	double t0, wall;
+	int rc, status;
+
+	reqs = read_trace(path, &n);
 	memset(&o, 0, sizeof(o));
 	o.progress = isatty(STDERR_FILENO);
 	status = 1; /* until it all went well */
@@ -457,7 +516,7 @@ main(int argc, char *argv[])
 	hooks.progress = on_progress;
 
 	t0 = medha_now();
-	rc = medha_sim_run(&cfg, &pred, reqs, n, &hooks, &st);
+	rc = medha_sim_run(&a->cfg, pred, reqs, n, &hooks, &st);
 	wall = medha_now() - t0;
 	if (o.progress)
 		fputc('\n', stderr);
@@ -506,6 +565,28 @@ out:
 	if (bf != NULL && bf != stdout)
 		fclose(bf);
 	free(reqs);
+	return status;
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct args a;
+	struct medha_pred pred;
+	int status;
+
+	medha_progname = "medha-sched";
+	parse_args(&a, argc, argv);
+	argc -= optind;
+	argv += optind;
+	check_args(&a, argc);
+	medha_log_level = MEDHA_LOG_WARN + a.verbose;
+	if (a.listen != NULL)
+		return run_live(a.listen, &a.cfg, a.model_name, a.profile,
+		    (int)a.workers, a.drain, a.max_queue, !a.target_set);
+	if (sim_pred(&pred, &a) != 0)
+		return 1;
+	status = run_sim(&a, &pred, argc == 1 ? argv[0] : NULL);
 	medha_pred_free(&pred);
 	return stdout_close(status);
 }

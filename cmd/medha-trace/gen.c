@@ -372,6 +372,96 @@ static const struct medha_help gen_help[] = {
         "TTFT SLO: factor x the reference prefill time (1.5)"},
 };
 
+/* gen's flags beyond the generator's own (struct gen). */
+struct gen_opts {
+	const char *out;     /* -o (NULL: stdout) */
+	const char *base;    /* --base: a real trace for the short ones */
+	const char *prompts; /* --prompts: text prompts, one a line */
+	int64_t max_tokens;  /* --max-tokens: output cap (0: none) */
+	int have_t, have_q;  /* -t, -q given */
+};
+
+/* The checks between flags (and no operand); exits 2 on a usage error. */
+static void
+gen_check(const struct gen *g, const struct gen_opts *o, int argc)
+{
+	if (optind != argc)
+		usage();
+	if (o->have_t && g->count != 0) {
+		medha_log(MEDHA_LOG_ERROR, "-n and -t exclude each other");
+		usage();
+	}
+	if (o->base != NULL && (o->have_t || o->have_q || g->count != 0)) {
+		medha_log(MEDHA_LOG_ERROR,
+		    "--base takes its times from the base trace: no -n, -q, "
+		    "-t");
+		usage();
+	}
+	if (o->base != NULL && (o->prompts != NULL || o->max_tokens != 0)) {
+		medha_log(MEDHA_LOG_ERROR,
+		    "--base keeps the base trace's requests: no --prompts, "
+		    "--max-tokens");
+		usage();
+	}
+	if (o->base != NULL && g->long_frac > MAX_MIXED_FRAC)
+		/* the base's requests are all kept: a fraction near 1 asks
+		   for unboundedly many long ones per base request */
+		die(2,
+		    "--base keeps the base trace's requests: -l at most %g (%g "
+		    "long requests per base request); without --base, -l 1 "
+		    "gives only long requests",
+		    MAX_MIXED_FRAC, MAX_MIXED_FRAC / (1 - MAX_MIXED_FRAC));
+	if (g->long_min > g->long_max)
+		die(2, "--long-min %lld exceeds --long-max %lld",
+		    (long long)g->long_min, (long long)g->long_max);
+}
+
+/*
+ * The synthetic trace to w: -n requests, or those arriving within -t;
+ * the nprompts texts of ptext in turn as prompts. Returns 0, or
+ * non-zero after a write error (out_close says why) or an arrival past
+ * the format's limit (logged).
+ */
+static int
+gen_write(struct gen *g, const struct gen_opts *o, char **ptext,
+    size_t nprompts, struct medha_writer *w)
+{
+	struct medha_reqspec rs = {0};
+	double t = 0;
+	int rc = 0;
+
+	for (int64_t i = 0; g->count == 0 || i < g->count; i++) {
+		if (!gen_next(g, &t, &rs))
+			break;
+		if (rs.arrival > MEDHA_TIME_MAX) {
+			/* -n at a tiny -q: not writable (medha-trace(5)) */
+			medha_log(MEDHA_LOG_ERROR,
+			    "request %lld arrives at %.9g s, past the limit "
+			    "of %.15g s: ask for fewer (-n) or a higher rate "
+			    "(-q)",
+			    (long long)i, rs.arrival, MEDHA_TIME_MAX);
+			return 1;
+		}
+		snprintf(rs.id, sizeof(rs.id), "%lld", (long long)i);
+		if (o->max_tokens > 0 && rs.max_tokens > o->max_tokens)
+			rs.max_tokens = o->max_tokens;
+		if (nprompts > 0) {
+			/* a text prompt in turn, its length the model's */
+			rs.prompt = ptext[i % (int64_t)nprompts];
+			rs.prompt_tokens = 0;
+		}
+		rc = medha_reqspec_write(w, &rs);
+		rs.prompt = NULL;
+		if (rc != 0)
+			break; /* out_close says why */
+	}
+	return rc;
+}
+
+/*
+ * The option table and the getopt_long loop stay here, in trace_gen()
+ * itself: tests/sh/help.sh reads them from its body.
+ */
 int
 trace_gen(int argc, char *argv[])
 {
@@ -407,19 +497,18 @@ trace_gen(int argc, char *argv[])
 	    .ttft_mult = 1.5,
 	    .tpot_slo = 0.1,
 	};
-	struct medha_reqspec rs = {0};
+	struct gen_opts o = {
+	    .out = NULL,     /* -o: stdout */
+	    .base = NULL,    /* no --base: all synthetic */
+	    .prompts = NULL, /* no --prompts: token counts only */
+	    .max_tokens = 0, /* no --max-tokens: no cap */
+	};
 	struct medha_writer *w;
-	const char *out = NULL;  /* -o: stdout */
-	const char *base = NULL; /* --base: a real trace for the short ones */
-	const char *prompts = NULL; /* --prompts: text prompts, one a line */
 	char **ptext = NULL;
 	size_t nprompts = 0;
-	int64_t max_tokens = 0; /* --max-tokens: output cap (0: none) */
-	double t = 0;
-	int64_t i;
 	uint64_t x;
 	FILE *f;
-	int ch, have_t = 0, have_q = 0, rc = 0;
+	int ch, rc;
 
 	while ((ch = getopt_long(argc, argv, "hl:n:o:q:s:t:", longopts,
 	            NULL)) != -1) {
@@ -427,21 +516,21 @@ trace_gen(int argc, char *argv[])
 		case 'h': HELP("gen", gen_help);
 		case 'l': g.long_frac = flag_f64("-l", optarg, 0, 1, 0); break;
 		case 'n': g.count = flag_i64("-n", optarg, 1, COUNT_MAX); break;
-		case 'o': out = optarg; break;
+		case 'o': o.out = optarg; break;
 		case 'q':
 			g.qps = flag_f64("-q", optarg, 0, 1e6, 1);
-			have_q = 1;
+			o.have_q = 1;
 			break;
 		case 's': g.seed = flag_i64("-s", optarg, 0, INT64_MAX); break;
 		case 't':
 			g.duration =
 			    flag_f64("-t", optarg, 0, MEDHA_TIME_MAX, 1);
-			have_t = 1;
+			o.have_t = 1;
 			break;
-		case OPT_BASE: base = optarg; break;
-		case OPT_PROMPTS: prompts = optarg; break;
+		case OPT_BASE: o.base = optarg; break;
+		case OPT_PROMPTS: o.prompts = optarg; break;
 		case OPT_MAX_TOKENS:
-			max_tokens = flag_i64("--max-tokens", optarg, 1,
+			o.max_tokens = flag_i64("--max-tokens", optarg, 1,
 			    MEDHA_TOKENS_MAX);
 			break;
 		case OPT_LONG_MAX:
@@ -470,75 +559,21 @@ trace_gen(int argc, char *argv[])
 		default: usage();
 		}
 	}
-	if (optind != argc)
-		usage();
-	if (have_t && g.count != 0) {
-		medha_log(MEDHA_LOG_ERROR, "-n and -t exclude each other");
-		usage();
-	}
-	if (base != NULL && (have_t || have_q || g.count != 0)) {
-		medha_log(MEDHA_LOG_ERROR,
-		    "--base takes its times from the base trace: no -n, -q, "
-		    "-t");
-		usage();
-	}
-	if (base != NULL && (prompts != NULL || max_tokens != 0)) {
-		medha_log(MEDHA_LOG_ERROR,
-		    "--base keeps the base trace's requests: no --prompts, "
-		    "--max-tokens");
-		usage();
-	}
-	if (base != NULL && g.long_frac > MAX_MIXED_FRAC)
-		/* the base's requests are all kept: a fraction near 1 asks
-		   for unboundedly many long ones per base request */
-		die(2,
-		    "--base keeps the base trace's requests: -l at most %g (%g "
-		    "long requests per base request); without --base, -l 1 "
-		    "gives only long requests",
-		    MAX_MIXED_FRAC, MAX_MIXED_FRAC / (1 - MAX_MIXED_FRAC));
-	if (g.long_min > g.long_max)
-		die(2, "--long-min %lld exceeds --long-max %lld",
-		    (long long)g.long_min, (long long)g.long_max);
+	gen_check(&g, &o, argc);
 
-	if (prompts != NULL)
-		nprompts = read_prompts(prompts, &ptext);
+	if (o.prompts != NULL)
+		nprompts = read_prompts(o.prompts, &ptext);
 	x = g.seed;
-	for (i = 0; i < 4; i++)
+	for (int i = 0; i < 4; i++)
 		g.s[i] = splitmix64(&x);
-	if ((f = out_open(out, &w)) == NULL)
+	if ((f = out_open(o.out, &w)) == NULL)
 		return 1;
-	if (base != NULL) {
-		rc = gen_mixed(&g, base, w);
-		return out_close(out, f, w) != 0 || rc != 0;
-	}
-	for (i = 0; g.count == 0 || i < g.count; i++) {
-		if (!gen_next(&g, &t, &rs))
-			break;
-		if (rs.arrival > MEDHA_TIME_MAX) {
-			/* -n at a tiny -q: not writable (medha-trace(5)) */
-			medha_log(MEDHA_LOG_ERROR,
-			    "request %lld arrives at %.9g s, past the limit "
-			    "of %.15g s: ask for fewer (-n) or a higher rate "
-			    "(-q)",
-			    (long long)i, rs.arrival, MEDHA_TIME_MAX);
-			rc = 1;
-			break;
-		}
-		snprintf(rs.id, sizeof(rs.id), "%lld", (long long)i);
-		if (max_tokens > 0 && rs.max_tokens > max_tokens)
-			rs.max_tokens = max_tokens;
-		if (nprompts > 0) {
-			/* a text prompt in turn, its length the model's */
-			rs.prompt = ptext[i % (int64_t)nprompts];
-			rs.prompt_tokens = 0;
-		}
-		rc = medha_reqspec_write(w, &rs);
-		rs.prompt = NULL;
-		if (rc != 0)
-			break; /* out_close says why */
-	}
+	if (o.base != NULL)
+		rc = gen_mixed(&g, o.base, w);
+	else
+		rc = gen_write(&g, &o, ptext, nprompts, w);
 	for (size_t k = 0; k < nprompts; k++)
 		free(ptext[k]);
 	free(ptext);
-	return out_close(out, f, w) != 0 || rc != 0;
+	return out_close(o.out, f, w) != 0 || rc != 0;
 }

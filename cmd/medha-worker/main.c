@@ -242,145 +242,173 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	return rc == 0 ? 0 : c.addr[0] == '\0' ? 2 : 1;
 }
 
-int
-main(int argc, char *argv[])
-{
-	struct medha_runner_opts ro = {.n_threads = 0}; /* -t: all CPUs */
-	struct medha_sampler_params sp = {.temp = 0,
-	    .top_k = 0,
-	    .top_p = 1,
-	    .seed = 1};
-	const char *model = NULL, *prompt = NULL, *pfile = NULL;
-	const char *logits_path = NULL, *addr = NULL, *backend = "cpu";
-	const struct medha_backend_kind *bk;
-	const char *gpu = "a100";
-	int64_t kv_blocks = 0, max_seqs = 0;
-	struct medha_worker_config wo = {
-	    .tp = 1, .spp = 1, .kvp = 1, .lookahead = 1};
-	double speed = 1;
-	int64_t n_gen = 64, chunk = 512;
-	int chat = 0, ignore_eos = 0, tokenize = 0, as_ids = 0, verbose = 0;
-	struct medha_runner *r;
-	struct medha_sampler *smp;
-	const struct medha_tok *tok;
-	int32_t *ids, next;
-	size_t n_ids, plen;
-	char *text = NULL, *chat_text = NULL, why[512];
-	size_t chat_len = 0;
-	int status = 0;
-	const char *sys_msg = NULL;
-	float *logits;
-	double t0, t_prompt, t_gen = 0;
-	int64_t n_out = 0;
-	int ch, rc, vocab;
+/* The command line: what each flag set (its default in parse_args). */
+struct args {
+	const char *model;       /* -m: a GGUF file, or for sim a name */
+	const char *addr;        /* -s: the scheduler (NULL: one-shot) */
+	const char *prompt;      /* -p */
+	const char *pfile;       /* -f: the prompt's file ("-": stdin) */
+	const char *logits_path; /* --logits */
+	const char *sys_msg;     /* --system */
+	const char *backend;     /* --backend */
+	const char *gpu;         /* --gpu */
+	int64_t kv_blocks;       /* --kv-blocks (0: the backend's choice) */
+	int64_t max_seqs;        /* --max-seqs (0: the backend's choice) */
+	double speed;            /* --speed */
+	int64_t n_gen;           /* -n */
+	int64_t chunk;           /* -c */
+	int chat, ignore_eos, tokenize, as_ids, verbose;
+	struct medha_runner_opts ro;    /* -t, --kv, --llama-compat */
+	struct medha_sampler_params sp; /* --seed, --temp, --top-k, --top-p */
+	struct medha_worker_config wo;  /* --tp --spp --kvp --rank --peer ... */
+};
 
-	medha_progname = "medha-worker";
+/* The getopt_long loop: fills *a; -h and a bad flag exit here. */
+static void
+parse_args(struct args *a, int argc, char *argv[])
+{
+	const struct medha_backend_kind *bk;
+	int ch;
+
+	*a = (struct args){
+	    .backend = "cpu",
+	    .gpu = "a100",
+	    .kv_blocks = 0,
+	    .max_seqs = 0,
+	    .speed = 1,
+	    .n_gen = 64,
+	    .chunk = 512,
+	    .ro = {.n_threads = 0}, /* -t: all CPUs */
+	    .sp = {.temp = 0, .top_k = 0, .top_p = 1, .seed = 1},
+	    .wo = {.tp = 1, .spp = 1, .kvp = 1, .lookahead = 1},
+	};
 	while ((ch = getopt_long(argc, argv, "c:f:hm:n:p:s:t:v", longopts,
 	            NULL)) != -1) {
 		switch (ch) {
 		case 'c':
-			chunk = flag_i64("--chunk", optarg, 0, 1 << 24);
+			a->chunk = flag_i64("--chunk", optarg, 0, 1 << 24);
 			break;
-		case 'f': pfile = optarg; break;
+		case 'f': a->pfile = optarg; break;
 		case 'h': HELP_EXIT(synopsis, help_lines);
-		case 'm': model = optarg; break;
-		case 'n': n_gen = flag_i64("-n", optarg, 0, 1 << 24); break;
-		case 'p': prompt = optarg; break;
-		case 's': addr = optarg; break;
+		case 'm': a->model = optarg; break;
+		case 'n': a->n_gen = flag_i64("-n", optarg, 0, 1 << 24); break;
+		case 'p': a->prompt = optarg; break;
+		case 's': a->addr = optarg; break;
 		case OPT_BACKEND:
 			if ((bk = medha_backend_find(optarg)) == NULL ||
 			    bk->open == NULL)
 				die(2, "--backend: %s: %s", optarg,
 				    bk == NULL ? "expected cpu or sim"
 				               : "not built into this program");
-			backend = optarg;
+			a->backend = optarg;
 			break;
-		case OPT_GPU: gpu = optarg; break;
+		case OPT_GPU: a->gpu = optarg; break;
 		case OPT_KVBLOCKS:
-			kv_blocks =
+			a->kv_blocks =
 			    flag_i64("--kv-blocks", optarg, 1, INT32_MAX);
 			break;
 		case OPT_MAXSEQS:
-			max_seqs = flag_i64("--max-seqs", optarg, 1, 65536);
+			a->max_seqs = flag_i64("--max-seqs", optarg, 1, 65536);
 			break;
 		case OPT_SPEED:
-			speed = flag_f64("--speed", optarg, 1e-3, 1e6, 0);
+			a->speed = flag_f64("--speed", optarg, 1e-3, 1e6, 0);
 			break;
-		case OPT_TP: wo.tp = flag_i64("--tp", optarg, 1, 64); break;
-		case OPT_SPP: wo.spp = flag_i64("--spp", optarg, 1, 64); break;
-		case OPT_KVP: wo.kvp = flag_i64("--kvp", optarg, 1, 64); break;
+		case OPT_TP: a->wo.tp = flag_i64("--tp", optarg, 1, 64); break;
+		case OPT_SPP:
+			a->wo.spp = flag_i64("--spp", optarg, 1, 64);
+			break;
+		case OPT_KVP:
+			a->wo.kvp = flag_i64("--kvp", optarg, 1, 64);
+			break;
 		case OPT_RANK:
-			wo.rank = flag_i64("--rank", optarg, 0, 4095);
+			a->wo.rank = flag_i64("--rank", optarg, 0, 4095);
 			break;
-		case OPT_PEER: wo.peer = optarg; break;
-		case OPT_LOOKAHEAD: wo.lookahead = 1; break;
-		case OPT_NO_LOOKAHEAD: wo.lookahead = 0; break;
-		case 't': ro.n_threads = flag_i64("-t", optarg, 1, 256); break;
-		case 'v': verbose++; break;
-		case OPT_CHAT: chat = 1; break;
-		case OPT_SYSTEM: sys_msg = optarg; break;
-		case OPT_IGNORE_EOS: ignore_eos = 1; break;
-		case OPT_LLAMA_COMPAT: ro.llama_compat = 1; break;
+		case OPT_PEER: a->wo.peer = optarg; break;
+		case OPT_LOOKAHEAD: a->wo.lookahead = 1; break;
+		case OPT_NO_LOOKAHEAD: a->wo.lookahead = 0; break;
+		case 't':
+			a->ro.n_threads = flag_i64("-t", optarg, 1, 256);
+			break;
+		case 'v': a->verbose++; break;
+		case OPT_CHAT: a->chat = 1; break;
+		case OPT_SYSTEM: a->sys_msg = optarg; break;
+		case OPT_IGNORE_EOS: a->ignore_eos = 1; break;
+		case OPT_LLAMA_COMPAT: a->ro.llama_compat = 1; break;
 		case OPT_KV:
 			if (strcmp(optarg, "f16") == 0)
-				ro.kv_f16 = 1;
+				a->ro.kv_f16 = 1;
 			else if (strcmp(optarg, "f32") == 0)
-				ro.kv_f16 = 0;
+				a->ro.kv_f16 = 0;
 			else
 				die(2, "--kv: %s: expected f16 or f32", optarg);
 			break;
-		case OPT_LOGITS: logits_path = optarg; break;
+		case OPT_LOGITS: a->logits_path = optarg; break;
 		case OPT_SEED:
-			sp.seed = flag_i64("--seed", optarg, 0, INT64_MAX);
+			a->sp.seed = flag_i64("--seed", optarg, 0, INT64_MAX);
 			break;
 		case OPT_TEMP:
-			sp.temp = flag_f64("--temp", optarg, 0, 100, 0);
+			a->sp.temp = flag_f64("--temp", optarg, 0, 100, 0);
 			break;
-		case OPT_TOKENIZE: tokenize = 1; break;
-		case OPT_TOKENS: as_ids = 1; break;
+		case OPT_TOKENIZE: a->tokenize = 1; break;
+		case OPT_TOKENS: a->as_ids = 1; break;
 		case OPT_TOPK:
-			sp.top_k = flag_i64("--top-k", optarg, 0, 1 << 24);
+			a->sp.top_k = flag_i64("--top-k", optarg, 0, 1 << 24);
 			break;
 		case OPT_TOPP:
-			sp.top_p = flag_f64("--top-p", optarg, 0, 1, 0);
+			a->sp.top_p = flag_f64("--top-p", optarg, 0, 1, 0);
 			break;
 		default: usage_exit(synopsis);
 		}
 	}
-	if (addr != NULL) {
-		if (optind != argc || model == NULL || prompt != NULL ||
-		    pfile != NULL)
-			usage_fail(synopsis,
-			    "-s ADDR takes -m MODEL and no prompt");
-		medha_log_level = MEDHA_LOG_WARN + verbose;
-		if (ro.n_threads == 0)
-			ro.n_threads = online_cpus(256);
-		wo.addr = addr;
-		wo.model = model;
-		wo.gpu = gpu;
-		return daemon_main(wo, backend,
-		    (struct medha_backend_params){.n_threads = ro.n_threads,
-		        .max_seqs = (int)max_seqs,
-		        .kv_blocks = kv_blocks,
-		        .kv_type = ro.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32,
-		        .ref = ro.ref,
-		        .speed = speed});
-	}
-	if (optind != argc || model == NULL ||
-	    (prompt == NULL) == (pfile == NULL)) {
-		if (model == NULL)
+}
+
+/* Daemon mode (-s ADDR): its flags checked, then daemon_main. */
+static int
+daemon_mode(struct args *a, int argc)
+{
+	if (optind != argc || a->model == NULL || a->prompt != NULL ||
+	    a->pfile != NULL)
+		usage_fail(synopsis, "-s ADDR takes -m MODEL and no prompt");
+	medha_log_level = MEDHA_LOG_WARN + a->verbose;
+	if (a->ro.n_threads == 0)
+		a->ro.n_threads = online_cpus(256);
+	a->wo.addr = a->addr;
+	a->wo.model = a->model;
+	a->wo.gpu = a->gpu;
+	return daemon_main(a->wo, a->backend,
+	    (struct medha_backend_params){.n_threads = a->ro.n_threads,
+	        .max_seqs = (int)a->max_seqs,
+	        .kv_blocks = a->kv_blocks,
+	        .kv_type = a->ro.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32,
+	        .ref = a->ro.ref,
+	        .speed = a->speed});
+}
+
+/* One-shot mode's usage errors: -m MODEL and one of -p and -f. */
+static void
+check_oneshot(const struct args *a, int argc)
+{
+	if (optind != argc || a->model == NULL ||
+	    (a->prompt == NULL) == (a->pfile == NULL)) {
+		if (a->model == NULL)
 			usage_fail(synopsis, "-m MODEL is required");
 		if (optind == argc)
 			usage_fail(synopsis, "give the prompt with -p or -f");
 		usage_exit(synopsis);
 	}
-	medha_log_level = MEDHA_LOG_WARN + verbose;
-	if (ro.n_threads == 0)
-		ro.n_threads = online_cpus(256);
-	if ((rc = medha_runner_open(&r, model, &ro, why, sizeof(why))) != 0)
-		die(1, "%s: %s", model, why);
-	tok = medha_runner_tok(r);
-	if (pfile != NULL) {
+}
+
+/*
+ * The prompt's text, -p's or -f's file (malloc'd; its length in *len);
+ * exits 1 on a file that cannot be read or cannot fit the context.
+ */
+static char *
+read_prompt(const struct args *a, struct medha_runner *r, size_t *len)
+{
+	const struct medha_tok *tok = medha_runner_tok(r);
+	char *text;
+
+	if (a->pfile != NULL) {
 		/* no token is longer than the longest piece: a file longer
 		 * than the context's worth of them cannot fit */
 		int64_t ctx = medha_runner_model(r)->c.ctx_len;
@@ -400,93 +428,156 @@ main(int argc, char *argv[])
 		    "the model's context holds %lld tokens of at most %zu "
 		    "bytes",
 		    (long long)ctx, piece);
-		text = slurp(pfile, &plen, limit, msg);
-	} else {
-		text = strdup(prompt);
-		plen = strlen(prompt);
+		return slurp(a->pfile, len, limit, msg);
 	}
-	if (chat) {
-		struct medha_tok_msg msgs[2] = {{"system", sys_msg, 0},
-		    {"user", text, plen}};
-		int first = sys_msg == NULL;
-		if ((rc = medha_tok_chat_msgs(tok, msgs + first, 2 - first, 1,
-		         &chat_text, &chat_len)) != 0)
-			die(1, "--chat: %s",
-			    rc == MEDHA_EUNSUP
-			        ? "the model's chat template is not one medha "
-			          "can render (Jinja it cannot read, and "
-			          "neither ChatML nor Llama-3)"
-			        : rc == MEDHA_EINVAL
-			        ? "the model's chat template refused the "
-			          "conversation (the reason is above)"
-			        : medha_strerror(rc));
-	}
-	if ((rc = medha_tok_encode(tok, chat ? chat_text : text,
-	         chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
-	         &n_ids)) != 0)
-		die(1, "tokenizing the prompt: %s", medha_strerror(rc));
-	if (tokenize) {
-		for (size_t i = 0; i < n_ids; i++)
-			printf("%s%d", i ? " " : "", ids[i]);
-		printf("\n");
-		goto out;
-	}
-	if (n_ids == 0) {
-		medha_log(MEDHA_LOG_ERROR, "the prompt has no tokens");
-		status = 1;
-		goto out;
-	}
-	if ((rc = medha_runner_start(r, (int64_t)n_ids + n_gen, why,
+	text = strdup(a->prompt);
+	*len = strlen(a->prompt);
+	return text;
+}
+
+/*
+ * --chat: text (len bytes) as the user's message, after --system's, in
+ * the model's chat template; *out is malloc'd. Exits 1 if it cannot.
+ */
+static void
+render_chat(const struct args *a, const struct medha_tok *tok, const char *text,
+    size_t len, char **out, size_t *out_len)
+{
+	struct medha_tok_msg msgs[2] = {{"system", a->sys_msg, 0},
+	    {"user", text, len}};
+	int first = a->sys_msg == NULL;
+	int rc;
+
+	if ((rc = medha_tok_chat_msgs(tok, msgs + first, 2 - first, 1, out,
+	         out_len)) != 0)
+		die(1, "--chat: %s",
+		    rc == MEDHA_EUNSUP
+		        ? "the model's chat template is not one medha "
+		          "can render (Jinja it cannot read, and "
+		          "neither ChatML nor Llama-3)"
+		        : rc == MEDHA_EINVAL
+		        ? "the model's chat template refused the "
+		          "conversation (the reason is above)"
+		        : medha_strerror(rc));
+}
+
+/*
+ * Prefills the n_ids tokens of ids, writes --logits, then generates up
+ * to -n tokens to stdout and logs the speeds; exits 1 on a failure.
+ */
+static void
+generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
+    size_t n_ids)
+{
+	const struct medha_tok *tok = medha_runner_tok(r);
+	struct medha_sampler *smp;
+	float *logits;
+	double t0, t_prompt, t_gen = 0;
+	int64_t n_out = 0;
+	int32_t next;
+	char why[512];
+	int rc, vocab;
+
+	if ((rc = medha_runner_start(r, (int64_t)n_ids + a->n_gen, why,
 	         sizeof(why))) != 0)
 		die(1, "prompt: %s", why);
 	vocab = medha_runner_model(r)->c.vocab;
 	if ((logits = calloc((size_t)vocab, sizeof(float))) == NULL)
 		die(1, "logits: out of memory");
-	if (medha_sampler_init(&smp, &sp, vocab) != 0)
+	if (medha_sampler_init(&smp, &a->sp, vocab) != 0)
 		die(1, "sampler: bad parameters");
 
 	t0 = medha_now();
-	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, chunk, logits,
+	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, a->chunk, logits,
 	         why, sizeof(why))) != 0)
 		die(1, "prompt: %s", why);
 	t_prompt = medha_now() - t0;
-	if (logits_path != NULL) {
-		FILE *f = fopen(logits_path, "wb");
+	if (a->logits_path != NULL) {
+		FILE *f = fopen(a->logits_path, "wb");
 		if (f == NULL ||
 		    fwrite(logits, sizeof(float), (size_t)vocab, f) !=
 		        (size_t)vocab ||
 		    fclose(f) != 0)
-			die(1, "%s: %s", logits_path, strerror(errno));
+			die(1, "%s: %s", a->logits_path, strerror(errno));
 	}
 	t0 = medha_now();
-	while (n_out < n_gen) {
+	while (n_out < a->n_gen) {
 		next = medha_sample(smp, logits);
-		if (!ignore_eos && medha_tok_is_eog(tok, next))
+		if (!a->ignore_eos && medha_tok_is_eog(tok, next))
 			break;
-		emit(tok, next, as_ids, n_out == 0);
+		emit(tok, next, a->as_ids, n_out == 0);
 		if (fflush(stdout) != 0) /* the reader is gone, a full disk */
 			die(1, "stdout: %s", strerror(errno));
-		if (++n_out == n_gen)
+		if (++n_out == a->n_gen)
 			break;
 		if ((rc = medha_runner_decode(r, next, logits, why,
 		         sizeof(why))) != 0)
 			die(1, "generation: %s", why);
 	}
 	t_gen = medha_now() - t0;
-	if (as_ids || n_gen > 0)
+	if (a->as_ids || a->n_gen > 0)
 		printf("\n");
 	fflush(stdout);
 	medha_log(MEDHA_LOG_INFO,
 	    "prompt %zu tokens in %.3f s (%.1f tok/s), generated %lld in %.3f "
 	    "s (%.1f tok/s), %d threads",
 	    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
-	    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0, ro.n_threads);
+	    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0,
+	    a->ro.n_threads);
 	medha_sampler_free(smp);
 	free(logits);
-out:
+}
+
+/* One-shot mode: the prompt tokenized, then printed (--tokenize) or run. */
+static int
+oneshot_main(struct args *a)
+{
+	struct medha_runner *r;
+	const struct medha_tok *tok;
+	int32_t *ids;
+	size_t n_ids, plen, chat_len = 0;
+	char *text, *chat_text = NULL, why[512];
+	int rc, status = 0;
+
+	medha_log_level = MEDHA_LOG_WARN + a->verbose;
+	if (a->ro.n_threads == 0)
+		a->ro.n_threads = online_cpus(256);
+	if ((rc = medha_runner_open(&r, a->model, &a->ro, why, sizeof(why))) !=
+	    0)
+		die(1, "%s: %s", a->model, why);
+	tok = medha_runner_tok(r);
+	text = read_prompt(a, r, &plen);
+	if (a->chat)
+		render_chat(a, tok, text, plen, &chat_text, &chat_len);
+	if ((rc = medha_tok_encode(tok, a->chat ? chat_text : text,
+	         a->chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
+	         &n_ids)) != 0)
+		die(1, "tokenizing the prompt: %s", medha_strerror(rc));
+	if (a->tokenize) {
+		for (size_t i = 0; i < n_ids; i++)
+			printf("%s%d", i ? " " : "", ids[i]);
+		printf("\n");
+	} else if (n_ids == 0) {
+		medha_log(MEDHA_LOG_ERROR, "the prompt has no tokens");
+		status = 1;
+	} else
+		generate(a, r, ids, n_ids);
 	free(ids);
 	free(text);
 	free(chat_text);
 	medha_runner_close(r);
 	return stdout_close(status);
+}
+
+int
+main(int argc, char *argv[])
+{
+	struct args a;
+
+	medha_progname = "medha-worker";
+	parse_args(&a, argc, argv);
+	if (a.addr != NULL)
+		return daemon_mode(&a, argc);
+	check_oneshot(&a, argc);
+	return oneshot_main(&a);
 }
