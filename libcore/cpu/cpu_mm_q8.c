@@ -67,6 +67,8 @@ ALWAYS_INLINE void
 q8_kern(const int R, const int T, const int type, const unsigned char *const *w,
     const struct medha_act *a, const int *tk, float (*out)[4])
 {
+	/* sizes.sh: long because a helper taken out of it changes the
+	   vector code (the comment above) */
 	const int nb = a->k / MEDHA_QK;
 	const int bs = type == MEDHA_GGML_Q8_0 ? 34
 	    : type == MEDHA_GGML_Q4_0          ? 18
