@@ -134,19 +134,6 @@ teardown(void **state)
 	return 0;
 }
 
-/* The worker saw nothing amiss. */
-static void
-worker_ok(void)
-{
-	char e[sizeof(R.w.error)];
-
-	pthread_mutex_lock(&R.w.mu);
-	memcpy(e, R.w.error, sizeof(e));
-	pthread_mutex_unlock(&R.w.mu);
-	if (e[0] != '\0')
-		fail_msg("worker: %s", e);
-}
-
 /* A HELLO that must be refused with code; its reason holds what. */
 static void
 hello_refused(const struct medha_msg_hello *h, int code, const char *what)
@@ -345,7 +332,7 @@ test_submit(void **state)
 	assert_int_equal(st.pending, 0);
 	assert_int_equal(st.kv_used, 0);
 	assert_int_equal(st.prefill, 0);
-	worker_ok();
+	sw_assert_ok(&R.w);
 }
 
 static void
@@ -441,7 +428,7 @@ test_stop_drains(void **state)
 	pthread_join(R.thr, NULL);
 	R.running = 0;
 	assert_int_equal(R.run_rc, 0);
-	worker_ok();
+	sw_assert_ok(&R.w);
 }
 
 #ifdef MEDHA_TEST_KNOWN_BUGS

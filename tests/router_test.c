@@ -191,18 +191,6 @@ teardown(void **state)
 	return 0;
 }
 
-static void
-worker_ok(void)
-{
-	char e[sizeof(T.w.error)];
-
-	pthread_mutex_lock(&T.w.mu);
-	memcpy(e, T.w.error, sizeof(e));
-	pthread_mutex_unlock(&T.w.mu);
-	if (e[0] != '\0')
-		fail_msg("worker: %s", e);
-}
-
 /* STATUS through c until it says ready, workers and workers_wanted as
  * given (up to 5 s): 1, or 0; the last one in st. */
 static int
@@ -283,7 +271,7 @@ test_held_until_ready(void **state)
 	medha_msg_clear(&rep);
 	sw_start(&T.w);
 	check_done(&T.c, hd, "early", 12, 4, 0);
-	worker_ok();
+	sw_assert_ok(&T.w);
 }
 
 /* ---- through the router ---- */
@@ -352,7 +340,7 @@ test_through(void **state)
 	assert_true(m.rep[0].up && m.rep[0].ready);
 	assert_int_equal(m.refused, 0);
 	free(m.rep);
-	worker_ok();
+	sw_assert_ok(&T.w);
 }
 
 /* ---- cancel ---- */
@@ -382,7 +370,7 @@ test_cancel(void **state)
 	assert_int_equal(q->rec.output_tokens, q->n_ids);
 	assert_int_equal(cl_cancel(&T.c, h, &code), MEDHA_MSG_ERROR);
 	assert_int_equal(code, MEDHA_ENOTFOUND);
-	worker_ok();
+	sw_assert_ok(&T.w);
 }
 
 /* ---- a replica that is down ---- */
@@ -491,7 +479,7 @@ test_stop_drains(void **state)
 	pthread_join(T.rep_thr, NULL);
 	T.rep_running = 0;
 	assert_int_equal(T.rep_rc, 0);
-	worker_ok();
+	sw_assert_ok(&T.w);
 }
 
 int

@@ -303,6 +303,19 @@ sw_main(void *arg)
 	return NULL;
 }
 
+/* The worker saw nothing amiss (a cmocka failure otherwise). */
+static void
+sw_assert_ok(struct sw *w)
+{
+	char e[sizeof(w->error)];
+
+	pthread_mutex_lock(&w->mu);
+	memcpy(e, w->error, sizeof(e));
+	pthread_mutex_unlock(&w->mu);
+	if (e[0] != '\0')
+		fail_msg("worker: %s", e);
+}
+
 static void
 sw_start(struct sw *w)
 {
