@@ -1,6 +1,6 @@
 /*
- * cpu_kernel_test.c: the CPU backend's kernels (libcore/cpu_mm.c,
- * cpu_attn.c) and its thread pool (libcore/threadpool.c), each against a
+ * cpu_kernel_test.c: the CPU backend's kernels (libcore/cpu/cpu_mm*.c,
+ * cpu_attn*.c) and its thread pool (threadpool.c), each against a
  * float64 reference computed here.
  *  - attention and its log-sum-exp against float64, f32 and f16 caches,
  *    whole and split into 1-4 key ranges merged with medha_attn_merge(),

@@ -1,6 +1,6 @@
 /*
- * cpu_test.c: the CPU backend's forward pass (libcore/cpu.c) and the
- * model it runs (libcore/model.c); its kernels are checked on their own
+ * cpu_test.c: the CPU backend's forward pass (libcore/cpu/cpu.c) and the
+ * model it runs (libcore/model/model.c); its kernels are checked on their own
  * in cpu_kernel_test.c.
  *
  * Tiny random Llama models are made in memory (2 layers, hidden 64, 4

@@ -1,6 +1,6 @@
 /*
- * trace_test.c: unit tests of libcore/trace.c: JSON trace lines and
- * records parsed and rejected with a reason, write-then-parse round
+ * trace_test.c: unit tests of libcore/io/trace.c and trace_read.c: JSON
+ * trace lines and records parsed and rejected with a reason, write-then-parse round
  * trips, the zstd-transparent reader and writer (through tmpfile()), the
  * detection of the Azure and Vidur CSV formats, damaged input that
  * must give an error rather than a crash, and the limits on counts and
