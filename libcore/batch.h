@@ -27,6 +27,23 @@
 
 #include <stdint.h>
 
+/* ---- the paged KV cache every backend keeps ---- */
+
+/*
+ * Token positions per KV block: the block size a backend's cache uses
+ * unless it says otherwise (info.block_size), and the scheduler's
+ * default. A live scheduler takes the block size its workers announce.
+ */
+#define MEDHA_KV_BLOCK 16
+
+/* The element type of a backend's KV cache (info.kv_type). */
+enum medha_kv_type {
+	MEDHA_KV_F32 = 0,
+	MEDHA_KV_F16 = 1,
+};
+
+/* ---- one forward pass's batch ---- */
+
 enum medha_logits_mode {
 	MEDHA_LOGITS_LAST = 0, /* the last token's row */
 	MEDHA_LOGITS_ALL = 1,  /* a row for every token */

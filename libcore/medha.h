@@ -18,13 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/*
- * Token positions per KV block: the paged cache of the cpu engine
- * (cpu/kvcache.h) and the scheduler's default block size. A live
- * scheduler takes the block size its workers announce.
- */
-#define MEDHA_KV_BLOCK 16
-
 enum medha_err {
 	MEDHA_OK = 0,
 	MEDHA_ENOMEM = -1,    /* allocation failed */

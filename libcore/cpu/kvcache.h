@@ -35,16 +35,10 @@
 #define MEDHA_KVCACHE_H
 
 #include "medha.h"
+#include "batch.h" /* MEDHA_KV_BLOCK, enum medha_kv_type */
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* MEDHA_KV_BLOCK (medha.h): token positions per block */
-
-enum medha_kv_type {
-	MEDHA_KV_F32 = 0,
-	MEDHA_KV_F16 = 1,
-};
 
 struct medha_kv_config {
 	int n_layers;     /* layers of the model */

@@ -35,6 +35,7 @@
 #ifndef MEDHA_SCHED_H
 #define MEDHA_SCHED_H
 
+#include "batch.h" /* MEDHA_KV_BLOCK */
 #include "sched/kvplace.h"
 #include "medha.h"
 #include "sched/pred.h"
