@@ -118,7 +118,8 @@ endif
 test: all $(TESTS) $(TEST_TOOLS)
 	@sh tests/run.sh $(BUILD)/tests $(BIN)
 
-unit: $(TESTS)
+# the programs too: hostile_test drives medha-sched and medha-worker
+unit: $(PROGS:%=$(BIN)/%) $(TESTS)
 	@sh tests/run.sh --unit $(BUILD)/tests $(BIN)
 
 asan:
