@@ -42,6 +42,9 @@ enum medha_kv_type {
 	MEDHA_KV_F16 = 1,
 };
 
+/* KVP groups of a replica, at most (batch_kv.groups has a bit each). */
+#define MEDHA_KVP_MAX 64
+
 /* ---- one forward pass's batch ---- */
 
 enum medha_logits_mode {

@@ -117,13 +117,13 @@ medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
 		    "no backend or no call");
 	if ((rc = check_fwd(&be->info, f, why, whylen)) != 0)
 		return rc;
-	if (be->info.tp > 1 && (f->comm == NULL || f->comm->tp_gather == NULL))
+	if (be->info.tp > 1 && (f->comm == NULL || f->comm->all_gather == NULL))
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "TP rank %d of %d called without collectives",
 		    be->info.tp_rank, be->info.tp);
 	for (i = 0; f->kv != NULL && i < f->b->n_seqs; i++)
 		if (f->kv[i].merge &&
-		    (f->comm == NULL || f->comm->kvp_merge == NULL))
+		    (f->comm == NULL || f->comm->exchange == NULL))
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "batch entry %d: a KVP merge without collectives",
 			    i);
@@ -167,6 +167,16 @@ medha_backend_seq_fill(struct medha_backend *be, int seq, int64_t n)
 	if (n < 0)
 		return MEDHA_EINVAL;
 	return be->ops->seq_fill(be->impl, seq, n);
+}
+
+int
+medha_backend_comm_init(struct medha_backend *be, const struct medha_comm *c,
+    char *why, size_t whylen)
+{
+	if (be->ops->comm_init == NULL)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "%s backend: no collectives of its own", be->info.name);
+	return be->ops->comm_init(be->impl, c, why, whylen);
 }
 
 int64_t

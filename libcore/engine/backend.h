@@ -61,21 +61,51 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Where a collective's buffers are. */
+enum medha_mem {
+	MEDHA_MEM_HOST = 0,   /* the process's memory */
+	MEDHA_MEM_DEVICE = 1, /* the backend's device memory (cuda) */
+};
+
 /*
- * The collectives a sharded backend calls during one forward pass,
- * implemented by the caller (the worker daemon over net/coll.h; the cuda
- * backend's own with NCCL). tp_gather: the TP all-gather (cpu/cpu.h says
- * what it must do), called on every TP rank with the same (layer, kind)
- * in the same order.
+ * The collectives of a sharded forward pass, as explicit operations
+ * among the replica's workers (layout.h), each with the memory space of
+ * its buffers. The caller implements them (the live worker over
+ * net/coll.h, in host memory: a space it cannot reach is MEDHA_EUNSUP);
+ * the arithmetic around them is the backend's: which rows go where, the
+ * KVP merge of partial outputs by their log-sum-exps. A backend with
+ * collectives of its own (cuda over NCCL) is handed the caller's once
+ * before its first sharded call (ops->comm_init) to bootstrap them, its
+ * NCCL unique id travelling through all_gather, and keeps them as the
+ * fallback. Tags are the caller's: every member calls an operation with
+ * the same (layer, kind) in the same order within one forward call.
+ * Each returns 0 or a MEDHA_E* code with a reason in why.
  */
 struct medha_comm {
-	int (*tp_gather)(void *arg, int layer, int kind, const void *mine,
-	    size_t len, void *all, char *why, size_t whylen);
-	/* the KVP merge of one layer's attention (cpu/cpu.h
-	   medha_merge_fn), where kv marks a sequence merge */
-	int (*kvp_merge)(void *arg, int layer, float *out, float *lse,
-	    int n_tokens, int n_heads, int head_dim, char *why,
+	/* TP, among this worker's stage's TP ranks: all (tp * len bytes)
+	   gets rank i's mine at all + i * len, this rank's included */
+	int (*all_gather)(void *arg, int layer, int kind, const void *mine,
+	    size_t len, void *all, int mem, char *why, size_t whylen);
+	/* TP: x (n floats) becomes the sum of every rank's x, added in rank
+	   order so that all hold the same bits (optional) */
+	int (*all_reduce)(void *arg, int layer, int kind, float *x, size_t n,
+	    int mem, char *why, size_t whylen);
+	/* KVP: with group `group` (not this one; the same TP rank and
+	   stage there): send len bytes of buf and receive rlen bytes into
+	   rbuf, which that group sends in the same call */
+	int (*exchange)(void *arg, int layer, int group, const void *buf,
+	    size_t len, void *rbuf, size_t rlen, int mem, char *why,
 	    size_t whylen);
+	/* SPP: len bytes of hidden states to the next stage, and from the
+	   stage before (the same TP rank and group). The live worker moves
+	   host hidden states with them around a forward call; a backend
+	   that keeps them on its device may call them itself */
+	int (*send_next)(void *arg, const void *buf, size_t len, int mem,
+	    char *why, size_t whylen);
+	int (*recv_prev)(void *arg, void *buf, size_t len, int mem, char *why,
+	    size_t whylen);
+	int tp, tp_rank;   /* TP ranks of the stage, this one's (1, 0) */
+	int kvp, kvp_rank; /* KVP groups, this one's (1, 0) */
 	void *arg;
 };
 
@@ -179,6 +209,12 @@ struct medha_backend_ops {
 	/* optional: the caller waits a while for its next call (idle
 	   threads may sleep) */
 	void (*idle)(void *impl);
+	/* optional: the collectives the caller implements (engine comm
+	   above), before the first forward call that needs them and again
+	   when the replica's peers change: a backend with collectives of its
+	   own sets them up through them. 0 or MEDHA_E* with why */
+	int (*comm_init)(void *impl, const struct medha_comm *c, char *why,
+	    size_t whylen);
 	/* optional, for profilers: seq gets n cached positions (blocks
 	   reserved, the tail past n forgotten) holding arbitrary finite
 	   K/V, written to memory, without running the model. 0,
@@ -219,6 +255,13 @@ int64_t medha_backend_seq_len(struct medha_backend *be, int seq);
  * any context at once. 0, MEDHA_EINVAL, MEDHA_ENOSPACE or MEDHA_EUNSUP.
  */
 int medha_backend_seq_fill(struct medha_backend *be, int seq, int64_t n);
+/*
+ * The caller's collectives, for a backend that sets up its own from them
+ * (ops->comm_init): 0, MEDHA_EUNSUP (it has none: it uses the caller's
+ * in each call) or the backend's error, with why.
+ */
+int medha_backend_comm_init(struct medha_backend *be,
+    const struct medha_comm *c, char *why, size_t whylen);
 /* KV blocks left in the pool, or MEDHA_EUNSUP. */
 int64_t medha_backend_free_blocks(struct medha_backend *be);
 /* The caller will wait a while before its next call (a live worker

@@ -4,6 +4,11 @@
  * sized from the options, and the CPU forward pass (cpu/cpu.c) over a
  * range of layers; when the caller wants sampled tokens but no logits,
  * the logits go into a buffer of its own, kept at the largest size seen.
+ * With TP its all-gathers, and with KVP the merge of partial attention
+ * (the exchange of each merged sequence's outputs and log-sum-exps with
+ * the groups that hold its other pieces, then medha_attn_merge), go
+ * through the caller's collectives (backend.h struct medha_comm) in host
+ * memory.
  */
 #include "engine/backend_cpu.h"
 
@@ -11,6 +16,7 @@
 #include "model/gguf.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_SEQS_DEFAULT 64
 #define CTX_DEFAULT 4096 /* tokens of a context where the model says none */
@@ -23,7 +29,134 @@ struct cpu_be {
 	struct medha_cpu *cpu;       /* owned */
 	float *lg;                   /* (lg_cap) logits for sampling only */
 	size_t lg_cap;               /* floats */
+	float *mrg;                  /* (mrg_cap) KVP merge buffers */
+	size_t mrg_cap;              /* floats */
+	/* the forward call running: its batch and collectives */
+	const struct medha_fwd *f;
 };
+
+/* ---- the collectives (backend.h), in host memory ---- */
+
+/* medha_gather_fn over the caller's all_gather */
+static int
+gather(void *arg, int layer, int kind, const void *mine, size_t len,
+    void *all, char *why, size_t whylen)
+{
+	const struct medha_comm *cm = ((struct cpu_be *)arg)->f->comm;
+
+	return cm->all_gather(cm->arg, layer, kind, mine, len, all,
+	    MEDHA_MEM_HOST, why, whylen);
+}
+
+/* Floats of the merged sequences of b that every group in mask holds a
+ * piece of (kv[e].groups), rows of row floats a token. */
+static size_t
+pair_floats(const struct medha_batch *b, const struct medha_batch_kv *kv,
+    uint64_t mask, size_t row)
+{
+	size_t n = 0;
+
+	for (int32_t e = 0; e < b->n_seqs; e++)
+		if (kv[e].merge && (kv[e].groups & mask) == mask)
+			n += (size_t)b->seq[e].n_tokens * row;
+	return n;
+}
+
+/* Into p, the rows of out and lse (every token of b) of the merged
+ * sequences group bit g holds a piece of too: per sequence, its out rows
+ * then its lse rows. */
+static void
+pack(const struct medha_batch *b, const struct medha_batch_kv *kv,
+    uint64_t g, const float *out, const float *lse, size_t ro, size_t rl,
+    float *p)
+{
+	size_t t0 = 0, nt;
+
+	for (int32_t e = 0; e < b->n_seqs; e++, t0 += nt) {
+		nt = (size_t)b->seq[e].n_tokens;
+		if (!kv[e].merge || !(kv[e].groups & g))
+			continue;
+		memcpy(p, out + t0 * ro, nt * ro * sizeof(float));
+		memcpy(p + nt * ro, lse + t0 * rl, nt * rl * sizeof(float));
+		p += nt * (ro + rl);
+	}
+}
+
+/*
+ * The KVP merge of one layer (medha_merge_fn). With each group it
+ * merges some sequence with, this group exchanges the partial attention
+ * of those sequences (out rows, then lse rows, in batch order): both run
+ * the same sequences in the same order, so each knows what the other
+ * sends. Then each sequence's parts are merged in group order, so every
+ * group holds the same bits.
+ */
+static int
+kvp_merge(void *arg, int layer, float *out, float *lse, int n_tokens,
+    int nh, int hd, char *why, size_t whylen)
+{
+	struct cpu_be *c = arg;
+	const struct medha_batch *b = c->f->b;
+	const struct medha_batch_kv *kv = c->f->kv;
+	const struct medha_comm *cm = c->f->comm;
+	const int kvp = cm->kvp, me = cm->kvp_rank;
+	const size_t ro = (size_t)nh * hd, rl = (size_t)nh, row = ro + rl;
+	const uint64_t mine = (uint64_t)1 << me;
+	size_t at[MEDHA_KVP_MAX + 1], cur[MEDHA_KVP_MAX], n[MEDHA_KVP_MAX];
+	size_t t0, nt;
+	int g, rc;
+
+	(void)n_tokens;
+	if (kvp < 1 || kvp > MEDHA_KVP_MAX || me < 0 || me >= kvp)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "KVP group %d of %d", me, kvp);
+	/* at[g]: the parts exchanged with group g (ours: every sequence
+	   merged); at[kvp]: a send buffer for the largest pair */
+	at[0] = 0;
+	for (g = 0; g < kvp; g++) {
+		n[g] = pair_floats(b, kv, mine | (uint64_t)1 << g, row);
+		at[g + 1] = at[g] + n[g];
+		cur[g] = at[g];
+	}
+	if (at[kvp] * 2 > c->mrg_cap) {
+		void *p = medha_reallocarray(c->mrg, at[kvp] * 2, sizeof(float));
+		if (p == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "KVP merge: out of memory");
+		c->mrg = p;
+		c->mrg_cap = at[kvp] * 2;
+	}
+	pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
+	for (g = 0; g < kvp; g++) {
+		float *sb = c->mrg + at[kvp];
+		if (g == me || n[g] == 0)
+			continue;
+		pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
+		if ((rc = cm->exchange(cm->arg, layer, g, sb,
+		         n[g] * sizeof(float), c->mrg + at[g],
+		         n[g] * sizeof(float), MEDHA_MEM_HOST, why, whylen)) != 0)
+			return rc;
+	}
+	/* each merged sequence: the parts of its groups, in group order */
+	for (int32_t e = 0, t = 0; e < b->n_seqs; e++, t += (int32_t)nt) {
+		const float *po[MEDHA_KVP_MAX], *pl[MEDHA_KVP_MAX];
+		int np = 0;
+
+		nt = (size_t)b->seq[e].n_tokens;
+		if (!kv[e].merge)
+			continue;
+		for (g = 0; g < kvp; g++) {
+			if (!(kv[e].groups >> g & 1))
+				continue;
+			po[np] = c->mrg + cur[g];
+			pl[np++] = c->mrg + cur[g] + nt * ro;
+			cur[g] += nt * row;
+		}
+		t0 = (size_t)t;
+		medha_attn_merge(np, po, pl, (int)(nt * nh), hd, out + t0 * ro,
+		    lse + t0 * rl);
+	}
+	return 0;
+}
 
 /* ---- the function table ---- */
 
@@ -87,11 +220,10 @@ cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		}
 		lg = c->lg;
 	}
+	c->f = f;
 	if (f->comm != NULL)
-		medha_cpu_set_gather(c->cpu, f->comm->tp_gather, f->comm->arg);
-	medha_cpu_set_kvp(c->cpu, f->kv,
-	    f->comm != NULL ? f->comm->kvp_merge : NULL,
-	    f->comm != NULL ? f->comm->arg : NULL);
+		medha_cpu_set_gather(c->cpu, gather, c);
+	medha_cpu_set_kvp(c->cpu, f->kv, f->comm != NULL ? kvp_merge : NULL, c);
 	medha_cpu_set_timing(c->cpu, f->times != NULL);
 	if ((rc = medha_cpu_forward_layers(c->cpu, f->b, f->layer_lo,
 	         f->layer_hi, f->h_in, f->h_out, lg, why, whylen)) != 0)
@@ -119,6 +251,7 @@ cpu_close(void *impl)
 	medha_cpu_free(c->cpu);
 	medha_kvcache_free(c->kv);
 	free(c->lg);
+	free(c->mrg);
 	medha_model_free(c->own);
 	medha_gguf_close(c->g);
 	free(c);

@@ -2,8 +2,10 @@
  * coll.h: the collectives between the workers of one replica (doc/DESIGN.md
  * sections 5 and 7), over nng for the cpu and sim backends: point-to-
  * point send/recv of hidden states between SPP stages, the TP
- * all-reduce, and the all-gather of KVP partial attention outputs. The
- * cuda backend will implement the same calls with NCCL.
+ * all-reduce, and the all-gather of KVP partial attention outputs: the
+ * live worker's implementation of a backend's collectives (engine/
+ * backend.h struct medha_comm) in host memory. A backend with its own
+ * (cuda over NCCL) bootstraps them through these (backend.h says how).
  *
  * Each worker listens at one address (a pull socket) and dials every
  * peer it sends to (a push socket each), so every message goes straight

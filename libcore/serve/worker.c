@@ -206,6 +206,8 @@ warm_up(struct medha_backend *be)
 static int
 take_peers(struct worker *w, const struct medha_msg_peers *p)
 {
+	struct medha_comm cm;
+	struct call c;
 	const char **urls;
 	char why[512];
 	int rc;
@@ -233,6 +235,14 @@ take_peers(struct worker *w, const struct medha_msg_peers *p)
 	}
 	medha_log(MEDHA_LOG_INFO, "peers: generation %llu, %d workers",
 	    (unsigned long long)p->gen, p->n);
+	/* a backend with collectives of its own sets them up through ours
+	   (cpu and sim have none: they use ours in each call) */
+	wk_comm(w, &c, 0, &cm);
+	if ((rc = medha_backend_comm_init(w->be, &cm, why, sizeof(why))) != 0 &&
+	    rc != MEDHA_EUNSUP) {
+		medha_log(MEDHA_LOG_ERROR, "collectives: %s: starting over", why);
+		return -1;
+	}
 	return 0;
 }
 
@@ -453,7 +463,6 @@ worker_free(struct worker *w, int failed)
 	free(w->idx);
 	free(w->kvx);
 	free(w->h);
-	free(w->mrg);
 	free(w->a_handle);
 	free(w->a_item);
 	free(w->r_items);

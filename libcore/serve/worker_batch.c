@@ -3,18 +3,16 @@
  * whose KV its KVP group holds a piece of, through its SPP stage's
  * layers, as one forward call of its backend. A stage after the first
  * receives the hidden states from the same TP rank of the stage before;
- * TP ranks all-gather inside the backend (tp_gather), KVP groups merge
- * partial attention (kvp_merge); the first TP rank of the last stage in
- * the group of an item's piece 0 samples it. The collectives (net/coll.h)
- * go straight between workers, at the addresses the scheduler hands out
- * with the first batch. The merge reads only the batch the backend was
- * given (each sequence's piece and the groups it merges with:
- * batch.h), never the wire message. The numerics are the backend's
- * (and medha_attn_merge's for the KVP merge).
+ * the first TP rank of the last stage in the group of an item's piece 0
+ * samples it. The backend does its own arithmetic around the collectives
+ * it calls (TP all-gathers, the KVP merge of partial attention), which
+ * this file implements over net/coll.h: straight between workers, at
+ * the addresses the scheduler hands out with the first batch. Each
+ * sequence's KVP piece and the groups it merges with travel in the
+ * batch (batch.h struct medha_batch_kv), never in the wire message.
  */
 #include "serve/worker_impl.h"
 
-#include "cpu/cpu.h" /* medha_attn_merge: the KVP merge */
 #include "layout.h"
 
 #include <stdio.h>
@@ -134,152 +132,118 @@ wk_grow_scratch(struct worker *w, size_t ntok, size_t nseq)
  * TAG_TP + its kind (0-3). */
 enum { TAG_STAGE = 1, TAG_KVP = 2, TAG_TP = 8 };
 
-/* One forward call's collectives: the batch the backend was given (the
- * KVP merge reads which groups merge each sequence from kv), its
- * sequence number for the tags. */
-struct call {
-	struct worker *w;
-	uint64_t bseq;
-	const struct medha_batch *b;
-	const struct medha_batch_kv *kv;
-};
-
+/* Host memory only: net/coll.h reaches no device. */
 static int
-tp_gather(void *arg, int layer, int kind, const void *mine, size_t len,
-    void *all, char *why, size_t whylen)
+host_only(int mem, char *why, size_t whylen)
 {
-	const struct call *t = arg;
-	struct worker *w = t->w;
-	int group[MEDHA_TP_MAX];
+	return mem == MEDHA_MEM_HOST
+	    ? 0
+	    : medha_why(why, whylen, MEDHA_EUNSUP,
+	          "collectives over nng: host memory only");
+}
 
+/* The TP ranks of this worker's stage and group, in rank order. */
+static void
+tp_group(const struct worker *w, int *group)
+{
 	for (int i = 0; i < w->lay.tp; i++)
 		group[i] = medha_layout_rank(&w->lay, i, w->lay.rs, w->lay.rg);
-	return medha_coll_all_gather(w->coll, group, w->lay.tp,
+}
+
+static int
+all_gather(void *arg, int layer, int kind, const void *mine, size_t len,
+    void *all, int mem, char *why, size_t whylen)
+{
+	const struct call *t = arg;
+	int group[MEDHA_TP_MAX], rc;
+
+	if ((rc = host_only(mem, why, whylen)) != 0)
+		return rc;
+	tp_group(t->w, group);
+	return medha_coll_all_gather(t->w->coll, group, t->w->lay.tp,
 	    MEDHA_COLL_TAG(t->bseq, layer, TAG_TP + kind), mine, len, all,
 	    COLL_WAIT, why, whylen);
 }
 
-/* Whether KVP group g holds one of pieces 0..k of item it. */
-
-/* Floats of the items of b that groups bit g and (when set) bit h both
- * merge: kv's merged sequences holding both. */
-static size_t
-pair_floats(const struct medha_batch *b, const struct medha_batch_kv *kv,
-    uint64_t both, size_t row)
-{
-	size_t n = 0;
-
-	for (int32_t e = 0; e < b->n_seqs; e++)
-		if (kv[e].merge && (kv[e].groups & both) == both)
-			n += (size_t)b->seq[e].n_tokens * row;
-	return n;
-}
-
-/* Pack the rows of out and lse (every token of b) of the merged
- * sequences that group bit g merges too into p: per sequence, its out
- * rows then its lse rows. */
-static void
-pack(const struct medha_batch *b, const struct medha_batch_kv *kv,
-    uint64_t g, const float *out, const float *lse, size_t ro, size_t rl,
-    float *p)
-{
-	size_t t0 = 0, nt;
-
-	for (int32_t e = 0; e < b->n_seqs; e++, t0 += nt) {
-		nt = (size_t)b->seq[e].n_tokens;
-		if (!kv[e].merge || !(kv[e].groups & g))
-			continue;
-		memcpy(p, out + t0 * ro, nt * ro * sizeof(float));
-		memcpy(p + nt * ro, lse + t0 * rl, nt * rl * sizeof(float));
-		p += nt * (ro + rl);
-	}
-}
-
-/*
- * The KVP merge of one layer (medha_merge_fn), from the batch given to
- * the backend alone (c->b, c->kv: each merged sequence's groups). To
- * each group it merges some sequence with, this group sends the partial
- * attention of those sequences (out rows, then lse rows, in batch
- * order), and receives theirs alike: both run the same sequences in
- * the same order, so each knows what the other sends. Then each
- * sequence's parts are merged in group order, so every group holds the
- * same bits. One message per pair of groups that share a sequence, per
- * layer.
- */
 static int
-kvp_merge(void *arg, int layer, float *out, float *lse, int n_tokens,
-    int nh, int hd, char *why, size_t whylen)
+all_reduce(void *arg, int layer, int kind, float *x, size_t n, int mem,
+    char *why, size_t whylen)
 {
-	const struct call *c = arg;
-	struct worker *w = c->w;
-	const struct medha_batch *b = c->b;
-	const struct medha_batch_kv *kv = c->kv;
-	const size_t ro = (size_t)nh * hd, rl = (size_t)nh, row = ro + rl;
-	const uint64_t me = (uint64_t)1 << w->lay.rg;
-	const uint64_t tag = MEDHA_COLL_TAG(c->bseq, layer, TAG_KVP);
-	size_t at[MEDHA_PROTO_MAX_GROUPS + 1], cur[MEDHA_PROTO_MAX_GROUPS];
-	size_t n[MEDHA_PROTO_MAX_GROUPS], t0, nt;
-	int g, rc;
+	const struct call *t = arg;
+	int group[MEDHA_TP_MAX], rc;
 
-	(void)n_tokens;
-	/* at[g]: the parts exchanged with group g (ours: every sequence
-	   merged); at[kvp]: a send buffer for the largest pair */
-	at[0] = 0;
-	for (g = 0; g < w->lay.kvp; g++) {
-		n[g] = pair_floats(b, kv, me | (uint64_t)1 << g, row);
-		at[g + 1] = at[g] + n[g];
-		cur[g] = at[g];
-	}
-	if (at[w->lay.kvp] * 2 > w->mrg_cap) {
-		void *p = medha_reallocarray(w->mrg, at[w->lay.kvp] * 2,
-		    sizeof(float));
-		if (p == NULL)
-			return medha_why(why, whylen, MEDHA_ENOMEM,
-			    "KVP merge: out of memory");
-		w->mrg = p;
-		w->mrg_cap = at[w->lay.kvp] * 2;
-	}
-	pack(b, kv, me, out, lse, ro, rl, w->mrg + at[w->lay.rg]);
-	for (g = 0; g < w->lay.kvp; g++) {
-		float *s = w->mrg + at[w->lay.kvp];
-		if (g == w->lay.rg || n[g] == 0)
-			continue;
-		pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, s);
-		if ((rc = medha_coll_send(w->coll,
-		         medha_layout_rank(&w->lay, w->lay.rt, w->lay.rs, g),
-		         tag, s, n[g] * sizeof(float), COLL_WAIT, why,
-		         whylen)) != 0)
-			return rc;
-	}
-	for (g = 0; g < w->lay.kvp; g++) {
-		if (g == w->lay.rg || n[g] == 0)
-			continue;
-		if ((rc = medha_coll_recv(w->coll,
-		         medha_layout_rank(&w->lay, w->lay.rt, w->lay.rs, g),
-		         tag, w->mrg + at[g], n[g] * sizeof(float), COLL_WAIT,
-		         why, whylen)) != 0)
-			return rc;
-	}
-	/* each merged sequence: the parts of its groups, in group order */
-	for (int32_t e = 0, t = 0; e < b->n_seqs; e++, t += (int32_t)nt) {
-		const float *po[MEDHA_PROTO_MAX_GROUPS], *pl[MEDHA_PROTO_MAX_GROUPS];
-		int np = 0;
+	if ((rc = host_only(mem, why, whylen)) != 0)
+		return rc;
+	tp_group(t->w, group);
+	return medha_coll_all_reduce(t->w->coll, group, t->w->lay.tp,
+	    MEDHA_COLL_TAG(t->bseq, layer, TAG_TP + kind), x, n, COLL_WAIT,
+	    why, whylen);
+}
 
-		nt = (size_t)b->seq[e].n_tokens;
-		if (!kv[e].merge)
-			continue;
-		for (g = 0; g < w->lay.kvp; g++) {
-			if (!(kv[e].groups >> g & 1))
-				continue;
-			po[np] = w->mrg + cur[g];
-			pl[np++] = w->mrg + cur[g] + nt * ro;
-			cur[g] += nt * row;
-		}
-		t0 = (size_t)t;
-		medha_attn_merge(np, po, pl, (int)(nt * nh), hd, out + t0 * ro,
-		    lse + t0 * rl);
-	}
-	return 0;
+/* KVP: the same TP rank and stage in group g. */
+static int
+exchange(void *arg, int layer, int g, const void *buf, size_t len,
+    void *rbuf, size_t rlen, int mem, char *why, size_t whylen)
+{
+	const struct call *t = arg;
+	const struct worker *w = t->w;
+	const uint64_t tag = MEDHA_COLL_TAG(t->bseq, layer, TAG_KVP);
+	int peer, rc;
+
+	if ((rc = host_only(mem, why, whylen)) != 0)
+		return rc;
+	if (g < 0 || g >= w->lay.kvp || g == w->lay.rg)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "KVP exchange with group %d of %d", g, w->lay.kvp);
+	peer = medha_layout_rank(&w->lay, w->lay.rt, w->lay.rs, g);
+	if ((rc = medha_coll_send(w->coll, peer, tag, buf, len, COLL_WAIT, why,
+	         whylen)) != 0)
+		return rc;
+	return medha_coll_recv(w->coll, peer, tag, rbuf, rlen, COLL_WAIT, why,
+	    whylen);
+}
+
+/* SPP: the stage after (or before) on the same TP rank and group; the
+ * tag names the receiving stage. */
+static int
+send_next(void *arg, const void *buf, size_t len, int mem, char *why,
+    size_t whylen)
+{
+	const struct call *t = arg;
+	const struct worker *w = t->w;
+	int rc;
+
+	if ((rc = host_only(mem, why, whylen)) != 0)
+		return rc;
+	return medha_coll_send(w->coll,
+	    medha_layout_rank(&w->lay, w->lay.rt, w->lay.rs + 1, w->lay.rg),
+	    MEDHA_COLL_TAG(t->bseq, w->lay.rs + 1, TAG_STAGE), buf, len,
+	    COLL_WAIT, why, whylen);
+}
+
+static int
+recv_prev(void *arg, void *buf, size_t len, int mem, char *why,
+    size_t whylen)
+{
+	const struct call *t = arg;
+	const struct worker *w = t->w;
+	int rc;
+
+	if ((rc = host_only(mem, why, whylen)) != 0)
+		return rc;
+	return medha_coll_recv(w->coll,
+	    medha_layout_rank(&w->lay, w->lay.rt, w->lay.rs - 1, w->lay.rg),
+	    MEDHA_COLL_TAG(t->bseq, w->lay.rs, TAG_STAGE), buf, len, COLL_WAIT,
+	    why, whylen);
+}
+
+void
+wk_comm(struct worker *w, struct call *c, uint64_t bseq,
+    struct medha_comm *cm)
+{
+	*c = (struct call){w, bseq};
+	*cm = (struct medha_comm){all_gather, all_reduce, exchange, send_next,
+	    recv_prev, w->lay.tp, w->lay.rt, w->lay.kvp, w->lay.rg, c};
 }
 
 void
@@ -294,8 +258,8 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 	int sim = !w->computes;
 	struct medha_batch batch;
 	struct medha_fwd f;
-	struct call tc = {w, b->seq, NULL, NULL};
-	struct medha_comm comm = {tp_gather, kvp_merge, &tc};
+	struct call tc;
+	struct medha_comm comm;
 	size_t ntok = 0, nh;
 	int64_t i, n = 0, nsample = 0, nmerge = 0;
 	int rc, piece, k;
@@ -374,8 +338,7 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 	}
 	batch = (struct medha_batch){w->tok, (int32_t)ntok, w->bs, (int32_t)n};
 	w->ncur = (int)n;
-	tc.b = &batch;
-	tc.kv = w->kvx;
+	wk_comm(w, &tc, b->seq, &comm);
 	nh = sim ? 0 : ntok * (size_t)mc->dim;
 	if ((!first || !last) && nh > w->h_cap) {
 		void *p = medha_reallocarray(w->h, nh, sizeof(float));
@@ -397,12 +360,8 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 		f.kv = w->kvx;
 	if (!first) {
 		f.h_in = sim ? w->tok0 : w->h; /* sim reads nothing */
-		if ((rc = medha_coll_recv(w->coll,
-		         medha_layout_rank(&w->lay, w->lay.rt, w->lay.rs - 1,
-		             w->lay.rg),
-		         MEDHA_COLL_TAG(b->seq, w->lay.rs, TAG_STAGE), w->h,
-		         nh * sizeof(float), COLL_WAIT, res->error,
-		         sizeof(res->error))) != 0)
+		if ((rc = recv_prev(&tc, w->h, nh * sizeof(float),
+		         MEDHA_MEM_HOST, res->error, sizeof(res->error))) != 0)
 			return;
 	}
 	if (!last)
@@ -414,11 +373,8 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 	rc = medha_backend_forward(w->be, &f, res->error, sizeof(res->error));
 	if (rc != 0)
 		return;
-	if (!last &&
-	    medha_coll_send(w->coll,
-	        medha_layout_rank(&w->lay, w->lay.rt, w->lay.rs + 1, w->lay.rg),
-	        MEDHA_COLL_TAG(b->seq, w->lay.rs + 1, TAG_STAGE), w->h, nh * sizeof(float),
-	        COLL_WAIT, res->error, sizeof(res->error)) != 0)
+	if (!last && send_next(&tc, w->h, nh * sizeof(float), MEDHA_MEM_HOST,
+	                 res->error, sizeof(res->error)) != 0)
 		return;
 	if (nsample == 0)
 		return;

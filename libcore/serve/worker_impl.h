@@ -55,8 +55,6 @@ struct worker {
 	int32_t *out;
 	int32_t *idx; /* (seq_cap) the batch item of each sequence run */
 	struct medha_batch_kv *kvx; /* (seq_cap) KVP: each one's piece */
-	float *mrg;   /* (mrg_cap) KVP merge buffers */
-	size_t mrg_cap;
 	int ncur;     /* the sequences of the batch just run here */
 	size_t tok_cap, seq_cap;
 	/* lookahead (worker_ahead.c): the step after the batch just run */
@@ -88,6 +86,16 @@ struct wseq *wk_new_seq(struct worker *w, uint64_t h);
 void wk_free_seq(struct worker *w, struct wseq *q);
 
 /* worker_batch.c */
+/* One batch's collectives (backend.h struct medha_comm), between this
+ * worker and its peers over net/coll.h: the batch's sequence number
+ * makes the tags. */
+struct call {
+	struct worker *w;
+	uint64_t bseq;
+};
+/* *cm: the collectives of batch bseq, over c (both the caller's). */
+void wk_comm(struct worker *w, struct call *c, uint64_t bseq,
+    struct medha_comm *cm);
 /* Room for a batch of ntok tokens and nseq sequences: 0 or MEDHA_ENOMEM. */
 int wk_grow_scratch(struct worker *w, size_t ntok, size_t nseq);
 /*
