@@ -55,7 +55,7 @@ struct run {
 	int32_t *tok;    /* (max_tokens + 1) greedy, the next input */
 	/* the collectives */
 	const void *mine[2];
-	float *out[2], *lse[2];
+	size_t len[2];
 	char err[2][256];
 };
 
@@ -65,14 +65,15 @@ struct rank {
 };
 
 static int
-tp_gather(void *arg, int layer, int kind, const void *mine, size_t len,
-    void *all, char *why, size_t whylen)
+all_gather(void *arg, int layer, int kind, const void *mine, size_t len,
+    void *all, int mem, char *why, size_t whylen)
 {
 	struct rank *k = arg;
 	struct run *r = k->r;
 
 	(void)layer;
 	(void)kind;
+	(void)mem;
 	(void)why;
 	(void)whylen;
 	r->mine[k->i] = mine;
@@ -83,39 +84,28 @@ tp_gather(void *arg, int layer, int kind, const void *mine, size_t len,
 	return 0;
 }
 
-/* The daemon's merge for two groups: both parts, in group order. */
+/* The KVP exchange of two groups in one process: each takes the other's
+ * buffer (the backend does the merge, as in the worker). */
 static int
-kvp_merge(void *arg, int layer, float *out, float *lse, int n, int nh, int hd,
-    char *why, size_t whylen)
+exchange(void *arg, int layer, int g, const void *buf, size_t len,
+    void *rbuf, size_t rlen, int mem, char *why, size_t whylen)
 {
 	struct rank *k = arg;
 	struct run *r = k->r;
-	size_t no = (size_t)n * nh * hd, nl = (size_t)n * nh;
-	float *mo = malloc(no * sizeof(float)), *ml = malloc(nl * sizeof(float));
-	const float *po[2], *pl[2];
 
 	(void)layer;
-	r->out[k->i] = out;
-	r->lse[k->i] = lse;
+	(void)mem;
+	r->mine[k->i] = buf;
+	r->len[k->i] = len;
 	pthread_barrier_wait(&r->bar);
-	if (mo != NULL && ml != NULL) {
-		for (int g = 0; g < 2; g++) {
-			po[g] = r->out[g];
-			pl[g] = r->lse[g];
-		}
-		medha_attn_merge(2, po, pl, n * nh, hd, mo, ml);
+	if (r->len[g] != rlen) {
+		pthread_barrier_wait(&r->bar);
+		snprintf(why, whylen, "group %d sent %zu bytes, %zu expected", g,
+		    r->len[g], rlen);
+		return MEDHA_EFORMAT;
 	}
+	memcpy(rbuf, r->mine[g], rlen);
 	pthread_barrier_wait(&r->bar);
-	if (mo != NULL && ml != NULL) {
-		memcpy(out, mo, no * sizeof(float));
-		memcpy(lse, ml, nl * sizeof(float));
-	}
-	free(mo);
-	free(ml);
-	if (mo == NULL || ml == NULL) {
-		snprintf(why, whylen, "out of memory");
-		return MEDHA_ENOMEM;
-	}
 	return 0;
 }
 
@@ -132,7 +122,13 @@ rank_main(void *arg)
 	struct run *r = k->r;
 	const struct req *q = r->q;
 	struct medha_backend *be = r->be[k->i];
-	struct medha_comm comm = {tp_gather, kvp_merge, k};
+	struct medha_comm comm = {.all_gather = all_gather,
+	    .exchange = exchange,
+	    .tp = r->piece > 0 ? 1 : r->nr,
+	    .tp_rank = r->piece > 0 ? 0 : k->i,
+	    .kvp = r->piece > 0 ? r->nr : 1,
+	    .kvp_rank = r->piece > 0 ? k->i : 0,
+	    .arg = k};
 	char *err = r->err[k->i];
 	int seq = -1, pos, c, step = 0;
 	int total = q->n + q->max_tokens;
