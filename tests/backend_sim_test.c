@@ -463,6 +463,16 @@ test_refused(void **state)
 
 /* ---- KVP pieces ---- */
 
+/* collectives that must not be reached: the wrapper refuses first */
+static int
+no_exchange(void *arg, int layer, int group, const void *buf, size_t len,
+    void *rbuf, size_t rlen, int mem, char *why, size_t whylen)
+{
+	(void)arg, (void)layer, (void)group, (void)buf, (void)len;
+	(void)rbuf, (void)rlen, (void)mem;
+	return medha_why(why, whylen, MEDHA_EIO, "exchange reached");
+}
+
 static void
 test_kvp(void **state)
 {
@@ -515,6 +525,23 @@ test_kvp(void **state)
 	c.f.kv = kv;
 	assert_int_equal(run(be, &c, why, sizeof(why)), MEDHA_EINVAL);
 	assert_non_null(strstr(why, "collectives"));
+	/* and groups that are two or more of the comm's, this one's in */
+	{
+		static const uint64_t bad[] = {0, 1, 2, 4, 6};
+		struct medha_comm cm = {.exchange = no_exchange,
+		    .kvp = 2,
+		    .kvp_rank = 0};
+		for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+			call_init(&c, be, 1, (int[]){a}, (int64_t[]){80},
+			    (int[]){1}, (int[]){1}, (int[]){0}, g);
+			kv[0].groups = bad[k];
+			c.f.kv = kv;
+			c.f.comm = &cm;
+			assert_int_equal(run(be, &c, why, sizeof(why)),
+			    MEDHA_EINVAL);
+			assert_non_null(strstr(why, "KVP merge of groups"));
+		}
+	}
 	medha_sampler_free(g);
 	medha_backend_close(be);
 }

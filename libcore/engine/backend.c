@@ -102,6 +102,27 @@ check_fwd(const struct medha_backend_info *in, const struct medha_fwd *f,
 	return 0;
 }
 
+/* Batch entry i marks a KVP merge: the collectives are given, and its
+ * groups are two or more of comm's, this backend's among them. */
+static int
+check_merge(const struct medha_fwd *f, int32_t i, char *why, size_t whylen)
+{
+	const struct medha_comm *cm = f->comm;
+	uint64_t g = f->kv[i].groups;
+
+	if (cm == NULL || cm->exchange == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "batch entry %d: a KVP merge without collectives", i);
+	if (cm->kvp < 2 || cm->kvp > MEDHA_KVP_MAX || cm->kvp_rank < 0 ||
+	    cm->kvp_rank >= cm->kvp || !(g >> cm->kvp_rank & 1) ||
+	    (cm->kvp < 64 && g >> cm->kvp != 0) || (g & (g - 1)) == 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "batch entry %d: a KVP merge of groups %#llx, not two or "
+		    "more of %d with this one's (%d) among them",
+		    i, (unsigned long long)g, cm->kvp, cm->kvp_rank);
+	return 0;
+}
+
 /* ---- the interface ---- */
 
 int
@@ -122,11 +143,8 @@ medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
 		    "TP rank %d of %d called without collectives",
 		    be->info.tp_rank, be->info.tp);
 	for (i = 0; f->kv != NULL && i < f->b->n_seqs; i++)
-		if (f->kv[i].merge &&
-		    (f->comm == NULL || f->comm->exchange == NULL))
-			return medha_why(why, whylen, MEDHA_EINVAL,
-			    "batch entry %d: a KVP merge without collectives",
-			    i);
+		if (f->kv[i].merge && (rc = check_merge(f, i, why, whylen)) != 0)
+			return rc;
 	if (f->samplers != NULL)
 		for (i = 0; i < f->b->n_seqs; i++)
 			f->tokens[i] = -1;

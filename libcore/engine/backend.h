@@ -235,7 +235,8 @@ struct medha_backend {
  * backend's, h_in missing past layer 0 or given at it, h_out missing
  * before the last layer or given at it, logits or samplers before the
  * last layer, samplers without tokens or on a sequence not in
- * MEDHA_LOGITS_LAST) is refused with MEDHA_EINVAL and a reason before
+ * MEDHA_LOGITS_LAST, a KVP merge without collectives or whose groups are
+ * not two or more of comm's with this one's among them) is refused with MEDHA_EINVAL and a reason before
  * the backend sees it. Otherwise returns the backend's answer: 0,
  * MEDHA_EINVAL (a bad sequence or position), MEDHA_ENOSPACE (no KV
  * blocks left), MEDHA_ENOMEM, with a reason in why.
