@@ -43,9 +43,26 @@ LDLIBS  += -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm
 TESTLIBS = -lcmocka
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+# CUDA=0 builds without the cuda backend even where nvcc is found
+CUDA    ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# machine code for Ampere (sm_80) and Hopper (sm_90a, with its wgmma),
+# and PTX for later chips
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo \
+    -gencode=arch=compute_80,code=sm_80 \
+    -gencode=arch=compute_90a,code=sm_90a \
+    -gencode=arch=compute_90,code=compute_90
 
 PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
+# the cuda backend (libcore/engine/*cuda*.c, kernels/*.cu) is built only
+# with CUDA=1: then every program links the kernels and CUDA's static
+# runtime (a program that never opens the cuda backend starts as fast as
+# before and needs no CUDA library at run time; the backend loads
+# cuBLASLt and NCCL with dlopen when it opens)
+ifneq ($(CUDA),1)
+LIB_SRCS := $(filter-out libcore/engine/%cuda%.c,$(LIB_SRCS))
+endif
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
 PROG_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(foreach p,$(PROGS),$(wildcard cmd/$(p)/*.c)))
@@ -59,6 +76,13 @@ TEST_TOOLS = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/tools/*.c))
 # which contrib/fuzz-*.sh build with clang)
 CONTRIB   = $(patsubst %.c,$(BUILD)/%,$(filter-out contrib/fuzz-%.c,$(wildcard contrib/*.c)))
 CU_SRCS   = $(wildcard kernels/*.cu)
+CU_OBJS   = $(CU_SRCS:%.cu=$(BUILD)/%.o)
+CU_LIB    = $(BUILD)/libmedha-kernels.a
+ifeq ($(CUDA),1)
+override CFLAGS += -DMEDHA_CUDA -isystem $(CUDA_HOME)/include
+LIB_DEPS  = $(CU_LIB)
+LDLIBS   += $(CU_LIB) -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+endif
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
 MAN7      = $(wildcard man/*.7)
@@ -88,32 +112,38 @@ $(LIB): $(LIB_OBJS)
 # one directory per program under cmd/, each linked with what they all
 # share (cmd/common.c)
 define prog_rule
-$(BIN)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/$(1)/*.c) cmd/common.c) $(LIB)
+$(BIN)/$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/$(1)/*.c) cmd/common.c) $(LIB) $(LIB_DEPS)
 	@mkdir -p $(BIN)
-	$$(CC) $$(CFLAGS) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+	$$(CC) $$(CFLAGS) $$(LDFLAGS) -o $$@ $$(filter %.o %.a,$$(filter-out $$(LIB_DEPS),$$^)) $$(LDLIBS)
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
 # a test, or a tool (tests/tools/X.c: $(BUILD)/tests/tools/X), in one step
-$(BUILD)/tests/%: tests/%.c $(LIB) $(BUILD)/tests/%.d
+$(BUILD)/tests/%: tests/%.c $(LIB) $(LIB_DEPS) $(BUILD)/tests/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -Itests $(LDFLAGS) -o $@ $< $(LIB) \
 	    $(TESTLIBS) $(LDLIBS)
 
 contrib: $(CONTRIB)
 
-$(BUILD)/contrib/%: contrib/%.c $(LIB) $(BUILD)/contrib/%.d
+$(BUILD)/contrib/%: contrib/%.c $(LIB) $(LIB_DEPS) $(BUILD)/contrib/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-kernels:
-ifeq ($(NVCC),)
-	@echo "kernels: nvcc not found, CUDA backend not built"
-else ifeq ($(CU_SRCS),)
-	@true
+ifeq ($(CUDA),1)
+kernels: $(CU_LIB)
 else
-	@echo "kernels: CUDA sources present but no CUDA backend target yet"
+kernels:
+	@echo "kernels: nvcc not found (or CUDA=0): the cuda backend is not built"
 endif
+
+$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) kernels/kernels.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Ikernels -c -o $@ $<
+
+$(CU_LIB): $(CU_OBJS)
+	@rm -f $@
+	$(AR) rcs $@ $^
 
 test: all $(TESTS) $(TEST_TOOLS)
 	@sh tests/run.sh $(BUILD)/tests $(BIN)

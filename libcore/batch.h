@@ -40,6 +40,7 @@
 enum medha_kv_type {
 	MEDHA_KV_F32 = 0,
 	MEDHA_KV_F16 = 1,
+	MEDHA_KV_BF16 = 2, /* cuda only */
 };
 
 /* KVP groups of a replica, at most (batch_kv.groups has a bit each). */

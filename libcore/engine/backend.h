@@ -297,9 +297,25 @@ struct medha_backend_params {
 	int n_threads;     /* cpu: threads in all (0: 1) */
 	int max_seqs;      /* sequences at once (0: the backend's default) */
 	int64_t kv_blocks; /* KV blocks (0: the backend's default) */
-	int kv_type;       /* MEDHA_KV_F32 (0) or MEDHA_KV_F16 */
+	int kv_type;       /* MEDHA_KV_F32 (0), MEDHA_KV_F16 or
+	                      MEDHA_KV_BF16 (cuda: f16 or bf16, 0: bf16) */
 	int ref;           /* cpu: f32 reference numerics */
 	double speed;      /* sim: waits divided by this (0: 1) */
+	double mem_util;   /* cuda: the share of the GPU's free memory at
+	                      open that weights, scratch and the KV cache
+	                      may take, when kv_blocks is 0 (0: 0.9) */
+	int device;        /* cuda: the CUDA device's index (0) */
+	int coll;          /* cuda: MEDHA_COLL_NCCL (0: its own TP
+	                      collectives over NCCL) or MEDHA_COLL_HOST
+	                      (the caller's struct medha_comm, --coll nng) */
+	uint64_t seed;     /* cuda: random weights' seed for a model given
+	                      by shape name ("llama3-8b") (0: 1) */
+};
+
+/* medha_backend_params.coll */
+enum medha_coll_kind {
+	MEDHA_COLL_NCCL = 0,
+	MEDHA_COLL_HOST = 1,
 };
 
 struct medha_backend_kind {

@@ -1,0 +1,215 @@
+/*
+ * kernels.h: the CUDA operators of the cuda backend (issue 26), one per
+ * kernels/<op>.cu, each reached through a C-callable launcher declared
+ * here. This header is the contract between the kernels and their one
+ * caller, libcore/engine/backend_cuda.c, and their tests (tests/gpu/):
+ * plain C, no CUDA C++ in it.
+ *
+ * Conventions, for every launcher:
+ *  - every pointer is device memory unless its comment says host;
+ *  - bf16 and f16 values are stored as uint16_t (their bits); the
+ *    residual stream, norms' weights, RoPE and every accumulation are
+ *    f32 ("bf16 storage, fp32 accumulation");
+ *  - the launch goes on `stream` and returns at once; the return value
+ *    is 0 or the cudaError_t of the launch (cudaGetLastError() after
+ *    it), so a caller checks every launch; a shape the kernel does not
+ *    handle (a head_dim it has no instance for) is cudaErrorInvalidValue
+ *    before anything is launched;
+ *  - rows are dense (stride = row length) unless a stride is given;
+ *  - no launcher allocates: scratch comes from the caller, sized by the
+ *    *_workspace() function beside it.
+ */
+#ifndef MEDHA_KERNELS_H
+#define MEDHA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types of stored tensors (weights, the KV cache). */
+enum medha_k_type {
+	MEDHA_K_F32 = 0,
+	MEDHA_K_F16 = 1,
+	MEDHA_K_BF16 = 2,
+};
+
+/* ---- elementwise and rows (kernels/embed.cu, norm.cu, rope.cu,
+   swiglu.cu, add.cu) ---- */
+
+/* x[i] (dim f32) = table[ids[i]] (vocab x dim bf16), i < n. ids are
+   checked by the caller (below vocab). */
+int medha_k_embed(float *x, const uint16_t *table, const int32_t *ids, int n,
+    int dim, cudaStream_t stream);
+
+/* y[i] = x[i] / sqrt(mean(x[i]^2) + eps) * w, rows of dim: x f32, w f32,
+   y bf16 (the next matrix product's input). */
+int medha_k_rmsnorm(uint16_t *y, const float *x, const float *w, int n,
+    int dim, float eps, cudaStream_t stream);
+
+/* The same with an f32 output (the final norm before the logits, tests). */
+int medha_k_rmsnorm_f32(float *y, const float *x, const float *w, int n,
+    int dim, float eps, cudaStream_t stream);
+
+/*
+ * RoPE in place, the GGUF llama layout (adjacent pairs (2i, 2i+1)
+ * rotate, as medha_cpu_rope): for row t (n rows of row_stride floats),
+ * heads h < n_heads at column h * head_dim, pair i < n_rot / 2 turns by
+ * pos[t] * theta_base^(-2i / n_rot) / (freqs ? freqs[i] : 1). Angles in
+ * f32 from an f64 exponent is allowed (the cpu twin's own order differs
+ * by rounding only). pos is (n) int64; freqs (n_rot / 2) or NULL.
+ */
+int medha_k_rope(float *x, const int64_t *pos, int n, int row_stride,
+    int n_heads, int head_dim, int n_rot, float theta_base,
+    const float *freqs, cudaStream_t stream);
+
+/* y (n x ffn bf16) = silu(g) * u, g and u (n x ffn) f32 with row
+   strides gs, us (the fused gate|up product's halves). */
+int medha_k_swiglu(uint16_t *y, const float *g, int gs, const float *u,
+    int us, int n, int ffn, cudaStream_t stream);
+
+/* x += y, n floats (the residual add after a row-parallel product). */
+int medha_k_add(float *x, const float *y, int64_t n, cudaStream_t stream);
+
+/* Convert n f32 to bf16 (round to nearest even) and back. */
+int medha_k_f32_to_bf16(uint16_t *y, const float *x, int64_t n,
+    cudaStream_t stream);
+int medha_k_bf16_to_f32(float *y, const uint16_t *x, int64_t n,
+    cudaStream_t stream);
+
+/* n bf16 values from a seeded generator, uniform in [-scale, scale]
+   (random weights by shape name): the same seed and offset give the
+   same values on any GPU; offset lets one tensor be filled in parts. */
+int medha_k_fill_random(uint16_t *y, int64_t n, uint64_t seed,
+    uint64_t offset, float scale, cudaStream_t stream);
+
+/* ---- the paged KV cache (kernels/kv.cu) ----
+ *
+ * One layer's cache is two pools, K and V, each of n_blocks blocks of
+ * shape (n_kv_heads, block_size, head_dim) in the cache's element type
+ * (f16 or bf16): element (b, h, i, c) at ((b * n_kv_heads + h) *
+ * block_size + i) * head_dim + c. A sequence owns a block table
+ * (int32, device): its j-th block holds positions base + j*block_size
+ * ... (base is 0 but for a KVP piece).
+ */
+struct medha_k_kv_layer {
+	void *k, *v;    /* the pools of this layer */
+	int kv_type;    /* MEDHA_K_F16 or MEDHA_K_BF16 */
+	int n_kv_heads; /* heads held (a TP rank's share) */
+	int head_dim;
+	int block_size; /* positions per block: 16 (the handshake's) */
+};
+
+/*
+ * Per sequence of a batch, in batch order (arrays of n_seqs, device,
+ * built on the host and copied once per batch):
+ */
+struct medha_k_seqs {
+	const int32_t *q_start; /* first row of its tokens in the batch */
+	const int32_t *n_q;     /* its tokens in the batch (>= 1) */
+	const int64_t *pos;     /* the position of its first token */
+	const int64_t *kv_base; /* first position its cache holds (KVP
+	                           piece; 0 otherwise) */
+	const int64_t *kv_len;  /* positions its cache holds after this
+	                           batch's append: keys [kv_base, kv_base +
+	                           kv_len) are attended */
+	const int32_t *table;   /* its block table at table + table_off[s] */
+	const int64_t *table_off;
+	const int32_t *append;  /* 1: its new tokens' K/V go into its cache
+	                           at pos - kv_base (KVP: 0 on the groups
+	                           that only attend) */
+	int n_seqs;
+	int n_tokens;    /* rows of the batch: sum of n_q */
+	int max_q;       /* the largest n_q (host copy, for grids) */
+	int64_t max_kv;  /* the largest kv_len (host copy, for grids) */
+};
+
+/* K and V rows (n_tokens, n_kv_heads * head_dim, f32, strides ks, vs)
+   into the cache at each appending sequence's positions. */
+int medha_k_kv_append(const struct medha_k_kv_layer *kv,
+    const struct medha_k_seqs *s, const float *k, int ks, const float *v,
+    int vs, cudaStream_t stream);
+
+/* ---- attention (kernels/attn.cu) ----
+ *
+ * Causal grouped-query attention of a mixed batch: for each sequence,
+ * each of its query rows (position p = pos + i) against the cached keys
+ * at positions [kv_base, min(kv_base + kv_len, p + 1)), softmax scaled
+ * by `scale`. q is (n_tokens, n_heads * head_dim) f32 with row stride
+ * qs; query head h reads kv head h / (n_heads / n_kv_heads). out is
+ * (n_tokens, n_heads * head_dim) bf16 (the output projection's input)
+ * or, when out_f32 is given instead, f32 (tests, the KVP merge). lse,
+ * when given, is (n_tokens, n_heads) f32: the natural log of each row's
+ * sum of exp(score), -INFINITY for a row with no key (a KVP piece
+ * entirely after its position), and out's row is then 0.
+ *
+ * A sequence with few query rows and a long context is split across
+ * its KV length, the parts folded by their log-sum-exps: the split is
+ * a function of that sequence's own (n_q, kv_len) and the GPU, never of
+ * the rest of the batch, so a sequence's result is the same bits in any
+ * batch (the batch-invariance of the default path). The fold needs
+ * scratch: medha_k_attn_workspace() bytes for this batch's shape.
+ */
+struct medha_k_attn {
+	const struct medha_k_kv_layer *kv;
+	const struct medha_k_seqs *s;
+	const float *q;
+	int qs;          /* q's row stride, floats */
+	int n_heads;     /* query heads held */
+	float scale;     /* 1 / sqrt(head_dim) */
+	uint16_t *out;   /* bf16 out, or NULL */
+	float *out_f32;  /* f32 out, or NULL (exactly one of the two) */
+	float *lse;      /* optional */
+	void *work;      /* medha_k_attn_workspace() bytes */
+	size_t work_len;
+};
+
+size_t medha_k_attn_workspace(const struct medha_k_attn *a);
+int medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream);
+
+/*
+ * The KVP merge (kernels/merge.cu): n_parts partial outputs of the same
+ * rows folded into out (n, n_heads * head_dim, bf16) as the softmax over
+ * the union of their keys: parts is (n_parts, n, n_heads * head_dim) f32
+ * and lses (n_parts, n, n_heads) f32, part-major (part j's output row i
+ * at (j * n + i) * n_heads * head_dim); a part whose lse is -INFINITY
+ * counts for nothing, a row with no part at all is 0.
+ */
+int medha_k_attn_merge(uint16_t *out, const float *parts, const float *lses,
+    int n_parts, int n, int n_heads, int head_dim, cudaStream_t stream);
+
+/* ---- the head (kernels/sample.cu) ---- */
+
+/* Gather rows: y[i] = x[rows[i]] (dim f32), i < n (the rows whose
+   logits the batch asks for, before the final norm). */
+int medha_k_gather_rows(float *y, const float *x, const int32_t *rows,
+    int n, int dim, cudaStream_t stream);
+
+/* Greedy: ids[i] = the index of the largest of logits row i (vocab
+   f32), the lowest on ties (medha_sample_greedy). */
+int medha_k_argmax(int32_t *ids, const float *logits, int n, int vocab,
+    cudaStream_t stream);
+
+/*
+ * Sampling, as the cpu sampler (model/sample.c) for the rows with
+ * temp > 0: logits / temp, the top_k largest (0: all), the smallest
+ * set by falling probability whose mass reaches top_p (the most likely
+ * token always), then the token where the cumulative probability
+ * passes u[i] (u drawn on the host from the request's seeded
+ * generator, so the GPU and cpu backends draw the same numbers). Rows
+ * are (n, vocab) f32; temp, top_p, u (n f32), top_k (n int32). Scratch:
+ * medha_k_sample_workspace(n, vocab) bytes.
+ */
+size_t medha_k_sample_workspace(int n, int vocab);
+int medha_k_sample(int32_t *ids, const float *logits, int n, int vocab,
+    const float *temp, const int32_t *top_k, const float *top_p,
+    const float *u, void *work, size_t work_len, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,21 @@
+/*
+ * backend_cuda.h: the cuda backend (issue 26): the model on one NVIDIA
+ * GPU behind the interface of backend.h, with cuBLASLt for the linear
+ * layers (bf16 in, f32 accumulation), the kernels of kernels/ for the
+ * rest, a paged KV cache in device memory, and NCCL for TP within the
+ * backend (or the caller's collectives). Built only where nvcc is found
+ * (the Makefile's CUDA=1); the registry knows the kind either way.
+ *
+ * p->model is a GGUF path (every weight type the cpu backend reads is
+ * dequantized to bf16 at load) or a shape name medha-sched --sim knows
+ * ("llama3-8b": random bf16 weights generated on the GPU from p->seed).
+ */
+#ifndef MEDHA_BACKEND_CUDA_H
+#define MEDHA_BACKEND_CUDA_H
+
+#include "engine/backend.h"
+
+int medha_backend_cuda_open(struct medha_backend **be,
+    const struct medha_backend_params *p, char *why, size_t whylen);
+
+#endif
