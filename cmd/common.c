@@ -206,3 +206,48 @@ splitmix64(uint64_t *x)
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
 	return z ^ (z >> 31);
 }
+
+/*
+ * The whole trace at path (NULL or "-": stdin), prompt texts dropped,
+ * ids and prefixes kept (each medha_reqspec_clear'd by the caller);
+ * exits 1 with the line at fault on bad input.
+ */
+struct medha_reqspec *
+read_trace_all(const char *path, size_t *np)
+{
+	FILE *f = stdin;
+	struct medha_trace_in *t;
+	struct medha_reqspec *v = NULL, rs;
+	size_t n = 0, cap = 0;
+	int rc;
+
+	if (path != NULL && strcmp(path, "-") != 0 &&
+	    (f = fopen(path, "rb")) == NULL)
+		die(1, "%s: %s", path, strerror(errno));
+	errno = 0;
+	if ((rc = medha_trace_open(&t, f)) != 0)
+		die(1, "%s: %s", path != NULL ? path : "stdin",
+		    rc == MEDHA_EIO && errno != 0 ? strerror(errno)
+		                                  : medha_strerror(rc));
+	memset(&rs, 0, sizeof(rs));
+	while ((rc = medha_trace_next(t, &rs)) == 1) {
+		if (n == cap) {
+			cap = cap ? 2 * cap : 1024;
+			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
+			    NULL)
+				die(1, "out of memory");
+		}
+		v[n++] = rs; /* its ids and prefix move: their keys */
+		free(rs.prompt);
+		memset(&rs, 0, sizeof(rs));
+	}
+	if (rc < 0)
+		die(1, "%s: %s", path != NULL ? path : "stdin",
+		    medha_trace_error(t));
+	medha_reqspec_clear(&rs);
+	medha_trace_close(t);
+	if (f != stdin)
+		fclose(f);
+	*np = n;
+	return v;
+}

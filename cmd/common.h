@@ -98,4 +98,9 @@ int online_cpus(int max);
  */
 uint64_t splitmix64(uint64_t *x);
 
+/* medha-sched --sim: the whole trace at path (NULL or "-": stdin), the
+ * prompt texts dropped; exits 1 on bad input. */
+struct medha_reqspec;
+struct medha_reqspec *read_trace_all(const char *path, size_t *np);
+
 #endif

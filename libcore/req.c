@@ -21,8 +21,11 @@ medha_reqspec_clear(struct medha_reqspec *rs)
 {
 	free(rs->prompt);
 	free(rs->prompt_ids);
+	free(rs->prefix);
 	rs->prompt = NULL;
 	rs->prompt_ids = NULL;
+	rs->prefix = NULL;
+	rs->n_prefix = 0;
 	for (int i = 0; i < rs->n_stop && i < MEDHA_STOP_MAX; i++) {
 		free(rs->stop[i]);
 		rs->stop[i] = NULL;
@@ -36,8 +39,19 @@ medha_reqspec_copy(struct medha_reqspec *dst, const struct medha_reqspec *src)
 	*dst = *src;
 	dst->prompt = NULL;
 	dst->prompt_ids = NULL;
+	dst->prefix = NULL;
+	dst->n_prefix = 0;
 	dst->n_stop = 0;
 	memset(dst->stop, 0, sizeof(dst->stop));
+	if (src->n_prefix > 0) {
+		dst->prefix = medha_reallocarray(NULL, (size_t)src->n_prefix,
+		    sizeof(*dst->prefix));
+		if (dst->prefix == NULL)
+			goto nomem;
+		memcpy(dst->prefix, src->prefix,
+		    (size_t)src->n_prefix * sizeof(*dst->prefix));
+		dst->n_prefix = src->n_prefix;
+	}
 	if (src->prompt != NULL && (dst->prompt = strdup(src->prompt)) == NULL)
 		goto nomem;
 	if (src->prompt_ids != NULL) {

@@ -54,6 +54,19 @@ struct medha_sampler_params {
 /* Greedy decoding: temperature 0, seed 1. */
 extern const struct medha_sampler_params medha_sampling_greedy;
 
+/*
+ * A named run of tokens that requests share (a system prompt, a
+ * document, a conversation's earlier turns): the compact form of a
+ * trace's shared prompt tokens (medha-trace(5), "prefix"). Two requests
+ * whose prompts start with the same names hold the same tokens there.
+ */
+#define MEDHA_SEG_NAME 32   /* longest segment name, NUL included */
+#define MEDHA_SEG_MAX 1024  /* segments of one prompt */
+struct medha_seg {
+	char name[MEDHA_SEG_NAME]; /* non-empty, NUL-terminated */
+	int64_t tokens;            /* in [1, MEDHA_TOKENS_MAX] */
+};
+
 /* One request as a trace or a client gives it. */
 struct medha_reqspec {
 	char id[MEDHA_ID_MAX]; /* NUL-terminated; numbers are kept as text */
@@ -68,6 +81,11 @@ struct medha_reqspec {
 	double tpot_slo;       /* s, <= MEDHA_TIME_MAX; 0 if not given */
 	char *prompt;          /* owned text prompt, or NULL */
 	int32_t *prompt_ids;   /* owned (prompt_tokens) token ids, or NULL */
+	struct medha_seg *prefix; /* owned (n_prefix) segments the prompt
+	                             starts with, their tokens summing to at
+	                             most prompt_tokens; the rest is its own;
+	                             or NULL (a trace's, for simulation) */
+	int n_prefix;
 	struct medha_sampler_params sampling;
 	int ignore_eos;             /* generate past end-of-generation */
 	int no_stream;              /* the client wants no token events, the
@@ -80,7 +98,8 @@ struct medha_reqspec {
 	                               before the first one it contains */
 };
 
-/* Frees rs's prompt, prompt_ids and stop strings and clears them. */
+/* Frees rs's prompt, prompt_ids, prefix and stop strings and clears
+ * them. */
 void medha_reqspec_clear(struct medha_reqspec *rs);
 /*
  * A deep copy of src into *dst (whose old contents are not freed).
@@ -218,6 +237,8 @@ struct medha_record {
 	int64_t n_token_ids;  /* the end-of-generation token not counted */
 	char *text;           /* owned generated text, or NULL */
 	uint64_t handle;      /* the scheduler's handle (not in JSON) */
+	int64_t cached_tokens; /* prompt tokens whose KV came from the prefix
+	                          cache (in JSON when > 0) */
 };
 
 /* Frees rec's token_ids, text and tbt and clears them. */

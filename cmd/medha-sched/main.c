@@ -32,9 +32,10 @@ static const char synopsis[] =
     "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
     "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills "
     "N]\n"
-    "           [--mem-util X] [--min-chunk N] [--profile FILE] "
-    "[--share-cap X]\n"
-    "           [--spp N] [--target-batch-time S] [--tp N] [FILE]\n";
+    "           [--mem-util X] [--min-chunk N] [--no-prefix-cache]\n"
+    "           [--profile FILE] [--share-cap X]"
+    " [--spp N] [--target-batch-time S]\n"
+    "           [--tp N] [FILE]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
 static const struct medha_help help_lines[] = {
@@ -77,6 +78,7 @@ static const struct medha_help help_lines[] = {
     {"--max-prefills N", "most prefills in one batch (64)"},
     {"--min-chunk N",
         "fewest tokens in a batch without decodes (predictor)"},
+    {"--no-prefix-cache", "prefill every prompt whole (live: always, now)"},
     {"--predictor, --profile FILE",
         "operator times from a medha-profile(5) table"},
     {"--share-cap X", "medha: most of a batch a long prefill gives up (0.5)"},
@@ -147,6 +149,7 @@ enum {
 	OPT_MAXPRE,
 	OPT_MEMUTIL,
 	OPT_MINCHUNK,
+	OPT_NOPREFIX,
 	OPT_PROFILE,
 	OPT_SHARE,
 	OPT_SPP,
@@ -175,6 +178,7 @@ static const struct option longopts[] = {
     {"mem-util", required_argument, NULL, OPT_MEMUTIL},
     {"min-chunk", required_argument, NULL, OPT_MINCHUNK},
     {"model", required_argument, NULL, 'm'},
+    {"no-prefix-cache", no_argument, NULL, OPT_NOPREFIX},
     {"output", required_argument, NULL, 'o'},
     {"policy", required_argument, NULL, 'p'},
     {"predictor", required_argument, NULL, OPT_PROFILE},
@@ -188,47 +192,6 @@ static const struct option longopts[] = {
     {"workers", required_argument, NULL, OPT_WORKERS},
     {NULL, 0, NULL, 0},
 };
-
-/* Read the whole trace; exits 1 with the line at fault on bad input. */
-static struct medha_reqspec *
-read_trace(const char *path, size_t *np)
-{
-	FILE *f = stdin;
-	struct medha_trace_in *t;
-	struct medha_reqspec *v = NULL, rs;
-	size_t n = 0, cap = 0;
-	int rc;
-
-	if (path != NULL && strcmp(path, "-") != 0 &&
-	    (f = fopen(path, "rb")) == NULL)
-		die(1, "%s: %s", path, strerror(errno));
-	errno = 0;
-	if ((rc = medha_trace_open(&t, f)) != 0)
-		die(1, "%s: %s", path != NULL ? path : "stdin",
-		    rc == MEDHA_EIO && errno != 0 ? strerror(errno)
-		                                  : medha_strerror(rc));
-	memset(&rs, 0, sizeof(rs));
-	while ((rc = medha_trace_next(t, &rs)) == 1) {
-		if (n == cap) {
-			cap = cap ? 2 * cap : 1024;
-			if ((v = medha_reallocarray(v, cap, sizeof(*v))) ==
-			    NULL)
-				die(1, "out of memory");
-		}
-		v[n] = rs;
-		v[n].prompt = NULL;
-		n++;
-	}
-	if (rc < 0)
-		die(1, "%s: %s", path != NULL ? path : "stdin",
-		    medha_trace_error(t));
-	medha_reqspec_clear(&rs);
-	medha_trace_close(t);
-	if (f != stdin)
-		fclose(f);
-	*np = n;
-	return v;
-}
 
 /* medha-sched -l: a live replica until SIGTERM or SIGINT. */
 static int
@@ -245,6 +208,7 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 	c.listen = addr;
 	c.workers = workers;
 	c.sched = *sc;
+	c.sched.prefix_cache = 0; /* the workers cannot fork KV yet */
 	c.model = model;
 	c.predictor = predictor;
 	c.drain_timeout = drain;
@@ -296,6 +260,7 @@ parse_args(struct args *a, int argc, char *argv[])
 	    .kvp = 1,
 	};
 	medha_sched_config_default(cfg);
+	cfg->prefix_cache = 1;
 	while ((ch = getopt_long(argc, argv, "b:c:hl:m:o:p:v", longopts,
 	            NULL)) != -1) {
 		switch (ch) {
@@ -360,6 +325,7 @@ parse_args(struct args *a, int argc, char *argv[])
 			cfg->min_chunk =
 			    flag_i64("--min-chunk", optarg, 32, 1 << 24);
 			break;
+		case OPT_NOPREFIX: cfg->prefix_cache = 0; break;
 		case OPT_PROFILE: a->profile = optarg; break;
 		case OPT_SHARE:
 			cfg->share_cap =
@@ -501,7 +467,7 @@ run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
 	double t0, wall;
 	int rc, status;
 
-	reqs = read_trace(path, &n);
+	reqs = read_trace_all(path, &n);
 	memset(&o, 0, sizeof(o));
 	o.progress = isatty(STDERR_FILENO);
 	status = 1; /* until it all went well */
@@ -553,6 +519,12 @@ run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
 	    "(stage 0 busy %.1f%%), %.2f s wall",
 	    n, (long long)st.iterations, (long long)st.tokens, st.end,
 	    st.end > 0 ? 100 * st.busy / st.end : 0, wall);
+	medha_log(MEDHA_LOG_INFO,
+	    "prefix cache: %lld of %lld admissions hit, %lld tokens; %lld "
+	    "blocks cached, %lld evicted",
+	    (long long)st.prefix.hits, (long long)st.prefix.queries,
+	    (long long)st.prefix.hit_tokens, (long long)st.prefix.inserted,
+	    (long long)st.prefix.evictions);
 	status = 0;
 out:
 	/* on a failure, what is open is let go (its errors are moot) */
@@ -564,6 +536,8 @@ out:
 		fclose(of);
 	if (bf != NULL && bf != stdout)
 		fclose(bf);
+	for (size_t i = 0; i < n; i++)
+		medha_reqspec_clear(&reqs[i]);
 	free(reqs);
 	return status;
 }

@@ -372,6 +372,53 @@ json_prompt_ids(json_t *o, struct medha_reqspec *rs, char *why, size_t whylen)
 	    why, whylen);
 }
 
+/*
+ * "prefix": [["name", tokens], ...], the named segments the prompt
+ * starts with (req.h, struct medha_seg); their tokens sum to at most
+ * prompt_tokens, which must be known.
+ */
+static int
+json_prefix(json_t *o, struct medha_reqspec *rs, char *why, size_t whylen)
+{
+	json_t *v = json_object_get(o, "prefix");
+	size_t n;
+	int64_t sum = 0;
+
+	if (v == NULL)
+		return 0;
+	if (!json_is_array(v) || (n = json_array_size(v)) == 0 ||
+	    n > MEDHA_SEG_MAX)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "prefix: not an array of 1 to %d segments", MEDHA_SEG_MAX);
+	if ((rs->prefix = medha_calloc(n, sizeof(*rs->prefix))) == NULL)
+		return MEDHA_ENOMEM;
+	rs->n_prefix = (int)n;
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(v, i), *nm, *t;
+		if (!json_is_array(e) || json_array_size(e) != 2 ||
+		    !json_is_string(nm = json_array_get(e, 0)) ||
+		    json_string_length(nm) == 0 ||
+		    json_string_length(nm) >= MEDHA_SEG_NAME ||
+		    strlen(json_string_value(nm)) != json_string_length(nm) ||
+		    !json_is_integer(t = json_array_get(e, 1)) ||
+		    json_integer_value(t) < 1 ||
+		    json_integer_value(t) > MEDHA_TOKENS_MAX)
+			return medha_why(why, whylen, MEDHA_EFORMAT,
+			    "prefix[%zu]: not [name of 1 to %d bytes, tokens "
+			    "in [1, %lld]]",
+			    i, MEDHA_SEG_NAME - 1, (long long)MEDHA_TOKENS_MAX);
+		memcpy(rs->prefix[i].name, json_string_value(nm),
+		    json_string_length(nm));
+		rs->prefix[i].tokens = json_integer_value(t);
+		sum += rs->prefix[i].tokens;
+	}
+	if (sum > rs->prompt_tokens)
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "prefix: %lld tokens, more than prompt_tokens (%lld)",
+		    (long long)sum, (long long)rs->prompt_tokens);
+	return 0;
+}
+
 int
 medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
     size_t whylen)
@@ -398,7 +445,8 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 	if ((rc = json_sampling(root, &rs->sampling, &rs->ignore_eos, why,
 	         whylen)) != 0 ||
 	    (rc = json_stop(root, rs, why, whylen)) != 0 ||
-	    (rc = json_prompt_ids(root, rs, why, whylen)) != 0)
+	    (rc = json_prompt_ids(root, rs, why, whylen)) != 0 ||
+	    (rc = json_prefix(root, rs, why, whylen)) != 0)
 		goto out;
 	if ((p = json_object_get(root, "prompt")) != NULL) {
 		if (!json_is_string(p)) {
@@ -455,6 +503,13 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 	if (rs->prompt_ids != NULL) {
 		WLIT(w, ", \"prompt_ids\": ");
 		write_ids(w, rs->prompt_ids, rs->prompt_tokens);
+	}
+	for (int i = 0; i < rs->n_prefix; i++) {
+		medha_writer_printf(w, "%s", i == 0 ? ", \"prefix\": [[" : ", [");
+		write_jstr(w, rs->prefix[i].name);
+		medha_writer_printf(w, ", %lld]%s",
+		    (long long)rs->prefix[i].tokens,
+		    i == rs->n_prefix - 1 ? "]" : "");
 	}
 	if (rs->sampling.temp > 0)
 		medha_writer_printf(w,
@@ -624,7 +679,9 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	    (rc = json_time(root, "tpot_slo", 0, 0, HUGE_VAL, &r.tpot_slo, why,
 	         whylen)) != 0 ||
 	    (rc = json_time(root, "prefill_alone", 0, 1, HUGE_VAL,
-	         &r.prefill_alone, why, whylen)) != 0)
+	         &r.prefill_alone, why, whylen)) != 0 ||
+	    (rc = json_count(root, "cached_tokens", 0, 0, MEDHA_TOKENS_MAX,
+	         &r.cached_tokens, why, whylen)) != 0)
 		goto out;
 	if ((rc = json_record_extra(root, &r, why, whylen)) != 0 ||
 	    (rc = json_tbt(root, &r, why, whylen)) != 0)
@@ -689,6 +746,9 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	if (rec->prefill_alone > 0)
 		medha_writer_printf(w, ", \"prefill_alone\": %.9g",
 		    rec->prefill_alone);
+	if (rec->cached_tokens > 0)
+		medha_writer_printf(w, ", \"cached_tokens\": %lld",
+		    (long long)rec->cached_tokens);
 	if (rec->finish_reason != MEDHA_FINISH_NONE)
 		medha_writer_printf(w, ", \"finish_reason\": \"%s\"",
 		    medha_finish_name(rec->finish_reason));

@@ -106,6 +106,8 @@ work_left(const struct medha_kvplace *pl, const struct medha_kvlease *l, int i,
 {
 	int64_t lo = (int64_t)i * pl->group_tokens;
 
+	if (lo < l->start)
+		lo = l->start;
 	if (l->work[i] == 0 || done >= l->prompt)
 		return 0;
 	if (done <= lo)
@@ -123,7 +125,7 @@ pick_group(const struct medha_kvplace *pl, const int *used, int64_t nb)
 
 	for (int k = 0; k < pl->kvp; k++) {
 		int g = (pl->next + k) % pl->kvp;
-		if (used[g] || pl->cap_blocks - pl->res[g] < nb)
+		if (used[g] || pl->cap_blocks - pl->res[g] - pl->held[g] < nb)
 			continue;
 		if (best < 0 || pl->pend[g] < pl->pend[best] ||
 		    (pl->pend[g] == pl->pend[best] &&
@@ -137,6 +139,23 @@ int
 medha_kvplace_admit_work(struct medha_kvplace *pl, struct medha_kvlease *l,
     int64_t need, int64_t prompt, const int64_t *work)
 {
+	return medha_kvplace_admit_pin(pl, l, need, prompt, 0, work, NULL,
+	    NULL);
+}
+
+int64_t
+medha_kvplace_over(const struct medha_kvplace *pl, int g)
+{
+	int64_t over = pl->res[g] + pl->cached[g] - pl->cap_blocks;
+
+	return over > 0 ? over : 0;
+}
+
+int
+medha_kvplace_admit_pin(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t need, int64_t prompt, int64_t start, const int64_t *work,
+    const int64_t *shared, const int *pin)
+{
 	int64_t np = pieces(pl, need);
 	int used[MEDHA_KVP_MAX] = {0};
 	int n;
@@ -147,7 +166,15 @@ medha_kvplace_admit_work(struct medha_kvplace *pl, struct medha_kvlease *l,
 	n = (int)np;
 	for (int i = 0; i < n; i++) {
 		int64_t nb = blocks(pl, medha_kvplace_in_piece(pl, i, 0, need));
-		int best = pick_group(pl, used, nb);
+		int best;
+		l->shared[i] = shared != NULL ? shared[i] : 0;
+		nb -= l->shared[i];
+		best = pick_group(pl, used, nb);
+		if (pin != NULL && pin[i] >= 0) /* its cached blocks' group */
+			best = used[pin[i]] || pl->cap_blocks - pl->res[pin[i]] -
+			        pl->held[pin[i]] < nb
+			    ? -1
+			    : pin[i];
 		if (best < 0) {
 			for (int j = 0; j < i; j++)
 				pl->res[l->groups[j]] -= l->res_blocks[j];
@@ -161,7 +188,8 @@ medha_kvplace_admit_work(struct medha_kvplace *pl, struct medha_kvlease *l,
 		pl->res[best] += nb;
 	}
 	l->prompt = prompt;
-	l->done = 0;
+	l->start = start;
+	l->done = start;
 	for (int i = 0; i < n; i++) {
 		l->work[i] = work != NULL
 		    ? work[i]
@@ -220,11 +248,13 @@ medha_kvplace_check_lease(const struct medha_kvplace *pl,
 	for (int i = 0; i < l->n_groups; i++) {
 		int64_t used = blocks(pl, medha_kvplace_in_piece(pl, i, 0, kv));
 		sum[l->groups[i]] += l->res_blocks[i];
-		if (used > l->res_blocks[i])
+		if (used > l->res_blocks[i] + l->shared[i])
 			return medha_why(why, whylen, MEDHA_EINVAL,
-			    "uses %lld blocks of group %d, reserved %lld",
+			    "uses %lld blocks of group %d, reserved %lld "
+			    "(and %lld cached)",
 			    (long long)used, l->groups[i],
-			    (long long)l->res_blocks[i]);
+			    (long long)l->res_blocks[i],
+			    (long long)l->shared[i]);
 	}
 	return 0;
 }
@@ -234,8 +264,10 @@ medha_kvplace_check(const struct medha_kvplace *pl, const int64_t *sum,
     char *why, size_t whylen)
 {
 	for (int g = 0; g < pl->kvp; g++)
-		if (sum[g] != pl->res[g] || pl->res[g] > pl->cap_blocks ||
-		    pl->res[g] < 0 || pl->pend[g] < 0)
+		if (sum[g] != pl->res[g] ||
+		    pl->res[g] + pl->cached[g] > pl->cap_blocks ||
+		    pl->res[g] < 0 || pl->pend[g] < 0 || pl->held[g] < 0 ||
+		    pl->held[g] > pl->cached[g])
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "group %d: reserved %lld (leases say %lld) of %lld "
 			    "blocks, %lld tokens pending",

@@ -40,8 +40,12 @@ struct medha_kvlease {
 	int groups[MEDHA_KVP_MAX];         /* group of each piece, in order */
 	int64_t res_blocks[MEDHA_KVP_MAX]; /* blocks reserved for each piece */
 	int64_t prompt;                    /* prompt tokens */
+	int64_t start; /* of them cached when it was admitted (their
+	                  work is not pending: it drains from here) */
 	int64_t done;                      /* of them handed to batches */
 	int64_t work[MEDHA_KVP_MAX];       /* pending work each piece brought */
+	int64_t shared[MEDHA_KVP_MAX];     /* the index's blocks it uses in
+	                                      each piece (prefix.h) */
 };
 
 struct medha_kvplace {
@@ -51,6 +55,9 @@ struct medha_kvplace {
 	int64_t group_tokens;        /* tokens of one request per group */
 	int64_t res[MEDHA_KVP_MAX];  /* blocks reserved per group */
 	int64_t pend[MEDHA_KVP_MAX]; /* pending prefill work per group */
+	int64_t cached[MEDHA_KVP_MAX]; /* blocks the prefix index holds */
+	int64_t held[MEDHA_KVP_MAX];   /* of them, those a request uses:
+	                                  the rest count as free (evictable) */
 	int next;                    /* round-robin: first group to try */
 };
 
@@ -81,6 +88,20 @@ int medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
     int64_t need, int64_t prompt);
 int medha_kvplace_admit_work(struct medha_kvplace *pl, struct medha_kvlease *l,
     int64_t need, int64_t prompt, const int64_t *work);
+/*
+ * The same for a request whose first `start` prompt tokens are cached:
+ * piece i takes shared[i] blocks from the prefix index (it reserves that
+ * many fewer) and, if pin[i] >= 0, must go on group pin[i], where those
+ * blocks are. Room on a group is its blocks less those reserved and
+ * those the index holds for requests (held). shared and pin may be NULL
+ * (none).
+ */
+int medha_kvplace_admit_pin(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t need, int64_t prompt, int64_t start, const int64_t *work,
+    const int64_t *shared, const int *pin);
+/* Blocks of group g beyond its capacity once evictable cached blocks are
+ * counted as used: those to evict (0 if none). */
+int64_t medha_kvplace_over(const struct medha_kvplace *pl, int g);
 /* Give back everything l holds; l is left empty. */
 void medha_kvplace_release(struct medha_kvplace *pl, struct medha_kvlease *l);
 /* Prompt tokens [from, to) were handed to a batch (from: all before

@@ -58,6 +58,7 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->kvp_max_tokens = 0;
 	c->max_prefills = 64;
 	c->max_seqs = 0;
+	c->prefix_cache = 0;
 }
 
 /* ---- prefill time alone, deadlines ---- */
@@ -92,15 +93,17 @@ lone_chunk(const struct medha_sched *s, int64_t kv, int64_t rem)
  * of one prompt follow each other through the stages). Returns the full
  * prefill time including the last chunk's trip through the pipeline.
  */
-static double
-plan_alone(const struct medha_sched *s, int64_t prompt, double *cum)
+double
+sched_plan_alone(const struct medha_sched *s, int64_t start, int64_t prompt,
+    double *cum)
 {
 	struct medha_lat l = {0, 0, 0};
+	int64_t n = prompt - start; /* a cached prefix is not prefilled */
 
 	cum[0] = 0;
 	for (int i = 0; i < MEDHA_SLACK_SEGS; i++) {
-		int64_t x0 = prompt * i / MEDHA_SLACK_SEGS;
-		int64_t x1 = prompt * (i + 1) / MEDHA_SLACK_SEGS;
+		int64_t x0 = start + n * i / MEDHA_SLACK_SEGS;
+		int64_t x1 = start + n * (i + 1) / MEDHA_SLACK_SEGS;
 		int64_t seg = x1 - x0, c, kv = (x0 + x1) / 2;
 		double occ;
 
@@ -128,7 +131,7 @@ medha_sched_prefill_alone(const struct medha_sched *s, int64_t prompt)
 {
 	double cum[MEDHA_SLACK_SEGS + 1];
 
-	return plan_alone(s, prompt, cum);
+	return sched_plan_alone(s, 0, prompt, cum);
 }
 
 /* ---- life cycle ---- */
@@ -193,6 +196,10 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 		free(s);
 		return MEDHA_EINVAL;
 	}
+	if (c->prefix_cache && medha_prefix_init(&s->px, &s->kv) != 0) {
+		free(s);
+		return MEDHA_ENOMEM;
+	}
 	*sp = s;
 	return 0;
 }
@@ -202,8 +209,12 @@ medha_sched_free(struct medha_sched *s)
 {
 	if (s == NULL)
 		return;
-	for (int i = 0; i < s->nactive; i++)
+	for (int i = 0; i < s->nactive; i++) {
 		medha_tbt_free(&s->reqs[s->active[i]].pub.tbt);
+		free(s->reqs[s->active[i]].keys);
+	}
+	if (s->cfg.prefix_cache)
+		medha_prefix_free(&s->px);
 	for (int i = 0; i < s->rec_n; i++)
 		medha_record_clear(&s->recs[(s->rec_head + i) % s->rec_cap]);
 	free(s->reqs);
@@ -261,6 +272,7 @@ push_record(struct medha_sched *s, struct medha_req *r, int status, int finish,
 		rec->tpot_max = r->tpot_max;
 	}
 	rec->prefill_alone = r->prefill_alone;
+	rec->cached_tokens = r->state != MEDHA_REQ_WAITING ? r->cached : 0;
 	medha_tbt_move(&rec->tbt, &r->tbt);
 	return 0;
 }
@@ -297,6 +309,8 @@ sched_finish(struct medha_sched *s, struct req *q, int status, int fin,
 {
 	int rc;
 
+	if (q->keys != NULL)
+		sched_prefix_finish(s, q, status);
 	if (q->pub.state != MEDHA_REQ_WAITING)
 		s->nadmitted--;
 	medha_kvplace_release(&s->kv, &q->pub.kv);
@@ -348,7 +362,7 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 	struct medha_req *r;
 	char why[160], reason[256];
 	uint32_t gen;
-	int i;
+	int i, rc;
 
 	if ((i = take_slot(s)) < 0)
 		return MEDHA_ENOMEM;
@@ -360,6 +374,8 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 	r->spec = *spec;
 	r->spec.prompt = NULL;
 	r->spec.prompt_ids = NULL;
+	r->spec.prefix = NULL;
+	r->spec.n_prefix = 0;
 	r->spec.n_stop = 0;
 	memset(r->spec.stop, 0, sizeof(r->spec.stop));
 	r->handle = (uint64_t)gen << 32 | (uint64_t)i;
@@ -389,7 +405,15 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 		return sched_finish(s, q, MEDHA_STATUS_REJECTED,
 		    MEDHA_FINISH_NONE, reason, now);
 	}
-	r->prefill_alone = plan_alone(s, spec->prompt_tokens, r->cum);
+	if (s->cfg.prefix_cache &&
+	    (rc = sched_prefix_arrive(s, q, spec)) != 0) {
+		sched_finish(s, q, MEDHA_STATUS_REJECTED, MEDHA_FINISH_NONE,
+		    "out of memory", now);
+		return rc;
+	}
+	r->sched_prefill = r->cached;
+	r->prefill_alone =
+	    sched_plan_alone(s, r->cached, spec->prompt_tokens, r->cum);
 	r->deadline_dur = r->prefill_alone * s->cfg.deadline_mult;
 	if (r->deadline_dur < s->cfg.deadline_floor)
 		r->deadline_dur = s->cfg.deadline_floor;
@@ -441,6 +465,9 @@ medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
 			return rc;
 		n++;
 	}
+	/* the workers' KV is gone, the cached blocks with it */
+	if (s->cfg.prefix_cache)
+		medha_prefix_clear(&s->px);
 	return n;
 }
 
@@ -538,5 +565,17 @@ medha_sched_check(const struct medha_sched *s, char *why, size_t whylen)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "request %s: %s", r->spec.id, msg);
 	}
+	if (s->cfg.prefix_cache &&
+	    medha_prefix_check(&s->px, why, whylen) != 0)
+		return MEDHA_EINVAL;
 	return medha_kvplace_check(&s->kv, sum, why, whylen);
+}
+
+void
+medha_sched_prefix_stats(const struct medha_sched *s,
+    struct medha_prefix_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (s->cfg.prefix_cache)
+		*st = s->px.st;
 }

@@ -37,6 +37,7 @@
 
 #include "batch.h" /* MEDHA_KV_BLOCK */
 #include "sched/kvplace.h"
+#include "sched/prefix.h"
 #include "medha.h"
 #include "sched/pred.h"
 #include "req.h"
@@ -81,6 +82,8 @@ struct medha_sched_config {
 	int max_prefills;       /* prefills in one batch (64) */
 	int max_seqs;           /* requests holding KV at once; 0 = no limit but
 	                           memory (0); a live scheduler takes its workers' */
+	int prefix_cache;       /* 1: reuse the KV of cached prompt prefixes
+	                           (prefix.h; medha-sched(1)) (0) */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 
@@ -118,8 +121,12 @@ struct medha_req {
 	double prefill_alone; /* predicted prefill time alone, s */
 	double cum[MEDHA_SLACK_SEGS +
 	    1]; /* predicted time to prefill x_i tokens alone */
-	struct medha_reqspec spec; /* as it arrived (prompt, prompt_ids and
-	                              stop strings dropped: the caller's) */
+	struct medha_reqspec spec; /* as it arrived (prompt, prompt_ids,
+	                              prefix and stop strings dropped: the
+	                              caller's) */
+	int64_t cached; /* prompt tokens found in the prefix cache (at
+	                   arrival; at admission, final): its prefill
+	                   starts there */
 };
 
 /* A batch item: one sequence's tokens in this iteration. */
@@ -212,6 +219,10 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 
 /* Returns 1 and fills *rec if a finished request's record is waiting. */
 int medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec);
+
+/* The prefix cache's counters (all 0 with the cache off). */
+void medha_sched_prefix_stats(const struct medha_sched *s,
+    struct medha_prefix_stats *st);
 
 /* Requests not yet finished (waiting, prefilling or decoding). */
 int64_t medha_sched_pending(const struct medha_sched *s);

@@ -109,8 +109,9 @@ choose_chunk(struct medha_sched *s, const struct medha_req *r, double limit)
 static double
 remaining_time(const struct medha_req *r)
 {
-	int64_t P = r->spec.prompt_tokens;
-	double x = (double)r->sched_prefill * MEDHA_SLACK_SEGS / (double)P;
+	int64_t P = r->spec.prompt_tokens, c = r->cached; /* cum[] from c */
+	double x =
+	    (double)(r->sched_prefill - c) * MEDHA_SLACK_SEGS / (double)(P - c);
 	int i = (int)x;
 	double done;
 
@@ -151,30 +152,36 @@ relative_slack(const struct medha_req *r, double now)
  * load balancer's unit): the linear layers and causal attention of the
  * prompt tokens in the piece, and the attention of the prompt's later
  * tokens (queries that every group holding a piece serves) against it.
+ * The first r->cached prompt tokens are not prefilled: only attended.
  */
-static void
-piece_work(const struct medha_sched *s, const struct medha_req *r,
+void
+sched_piece_work(const struct medha_sched *s, const struct medha_req *r,
     int64_t *work)
 {
 	const struct medha_pred *p = s->pred;
 	int64_t P = r->spec.prompt_tokens, gt = s->kv.group_tokens;
+	int64_t m = r->cached;
 
 	for (int i = 0; i < s->kv.kvp; i++) {
-		int64_t n = medha_kvplace_in_piece(&s->kv, i, 0, P);
-		int64_t after = P - n - (int64_t)i * gt;
-		double w, cross = 0;
+		int64_t n = medha_kvplace_in_piece(&s->kv, i, m, P);
+		int64_t c = medha_kvplace_in_piece(&s->kv, i, 0, m);
+		int64_t end = (int64_t)(i + 1) * gt, after;
+		double w = 0, cross = 0;
 
 		work[i] = 0;
-		if (n <= 0)
+		if (n <= 0 && c <= 0)
 			continue; /* output tokens only */
+		end = end < P ? end : P;
+		after = P - (end > m ? end : m);
 		if (after > 0) {
-			cross = medha_pred_attn_prefill(p, after, n) -
+			cross = medha_pred_attn_prefill(p, after, n + c) -
 			    medha_pred_attn_prefill(p, after, 0);
 			cross = cross > 0 ? cross : 0;
 		}
-		w = (medha_pred_linear(p, n) +
-		        medha_pred_attn_prefill(p, n, 0) + cross) *
-		    1e9;
+		if (n > 0)
+			w = medha_pred_linear(p, n) +
+			    medha_pred_attn_prefill(p, n, c);
+		w = (w + cross) * 1e9;
 		work[i] = w < 4e15 ? (int64_t)w : (int64_t)4e15; /* < 2^53 */
 	}
 }
@@ -189,10 +196,14 @@ admit(struct medha_sched *s, struct req *q)
 
 	if (s->cfg.max_seqs > 0 && s->nadmitted >= s->cfg.max_seqs)
 		return MEDHA_ENOSPACE;
-	if (s->kv.kvp > 1)
-		piece_work(s, r, work);
-	rc = medha_kvplace_admit_work(&s->kv, &r->kv, sched_kv_need(r),
-	    r->spec.prompt_tokens, s->kv.kvp > 1 ? work : NULL);
+	if (q->keys != NULL) { /* with the longest cached prefix */
+		rc = sched_prefix_admit(s, q);
+	} else {
+		if (s->kv.kvp > 1)
+			sched_piece_work(s, r, work);
+		rc = medha_kvplace_admit_work(&s->kv, &r->kv, sched_kv_need(r),
+		    r->spec.prompt_tokens, s->kv.kvp > 1 ? work : NULL);
+	}
 	if (rc == 0) {
 		r->state = MEDHA_REQ_PREFILL;
 		s->nadmitted++;
@@ -396,6 +407,8 @@ cand_cmp(const void *a, const void *b)
 		return -1;
 	if (x->key > y->key)
 		return 1;
+	if (x->hit != y->hit) /* the longer cached prefix first */
+		return x->hit > y->hit ? -1 : 1;
 	return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
@@ -461,6 +474,8 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	    r->sched_prefill + t);
 	r->sched_prefill += t;
 	r->kv_tokens += t;
+	if (q->keys != NULL && (rc = sched_prefix_blocks(s, q)) != 0)
+		return rc;
 	/* sarathi: the next chunk waits until this one left the last stage */
 	if (last || s->cfg.policy == MEDHA_POLICY_SARATHI)
 		r->busy = 1;
@@ -581,6 +596,7 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 		c->rem = r->spec.prompt_tokens - r->sched_prefill;
 		c->packed = 0;
 		c->rank = -1;
+		c->hit = r->cached;
 		c->urgency = 1 - relative_slack(r, now);
 		c->urgency = c->urgency < 0 ? 0
 		    : c->urgency > 1        ? 1

@@ -19,6 +19,7 @@
 
 #include "sched/sched.h"
 #include "sched/batchcost.h"
+#include "sched/prefix.h"
 
 #include <stdint.h>
 
@@ -37,11 +38,20 @@ struct req {
 	uint32_t gen;  /* generation of the slot's current (or last) use */
 	int next_free; /* free list link, -1 at the end */
 	struct medha_req pub; /* its hot head on the slot's first lines */
+	/* prefix caching (prefix.h), with the cache on and a prompt whose
+	   tokens are known (ids, or a trace's shared segments) */
+	uint64_t *keys; /* owned (nkeys) keys of the cacheable tokens */
+	int64_t nkeys;  /* the prompt's first nkeys tokens may be shared */
+	int ins_node;   /* deepest index node of its path (0: none): it
+	                   holds a reference on it and every node above */
+	int64_t ins_tok; /* tokens of that path (full blocks) */
+	int ins_stop;    /* its blocks go no further into the index */
 };
 
 struct cand {
 	int idx;
 	double key;     /* policy order, smaller first */
+	int64_t hit;    /* its cached prompt tokens: ties, more first */
 	double urgency; /* 1 - relative slack, clamped to [0, 1] */
 	int64_t rem;    /* prompt tokens not yet handed out */
 	int packed;     /* 1: dealt with in this batch (2: about to be) */
@@ -62,6 +72,7 @@ struct medha_sched {
 	struct medha_sched_config cfg;
 	const struct medha_pred *pred;
 	struct medha_kvplace kv; /* KV blocks per KVP group */
+	struct medha_prefix px;  /* cached prefixes, if cfg.prefix_cache */
 
 	struct req *reqs; /* (reqs_cap) slots */
 	int reqs_cap;
@@ -95,6 +106,23 @@ struct medha_sched {
 	double tpot_floor; /* a tpot_slo bounds batches down to this, s */
 	int ndec;          /* decodes in the batch being formed */
 };
+
+/* prefix caching (sched_prefix.c): the request's keys at arrival and
+ * the prefix it would find; its admission with the longest match (0 or
+ * MEDHA_ENOSPACE); its prompt's full blocks into the index as they are
+ * handed out; at its end its tail into the index, its references
+ * dropped. */
+int sched_prefix_arrive(struct medha_sched *s, struct req *q,
+    const struct medha_reqspec *spec);
+int sched_prefix_admit(struct medha_sched *s, struct req *q);
+int sched_prefix_blocks(struct medha_sched *s, struct req *q);
+void sched_prefix_finish(struct medha_sched *s, struct req *q, int status);
+/* cum[] and the time to prefill prompt tokens [start, prompt) alone */
+double sched_plan_alone(const struct medha_sched *s, int64_t start,
+    int64_t prompt, double *cum);
+/* the pending work of each piece of r's KV (admission, KVP) */
+void sched_piece_work(const struct medha_sched *s, const struct medha_req *r,
+    int64_t *work);
 
 /* KV tokens a request needs in all: prompt and every output token. */
 static inline int64_t

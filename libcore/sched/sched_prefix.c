@@ -1,0 +1,232 @@
+/*
+ * sched_prefix.c: the scheduler core's prefix caching (prefix.h). A
+ * request whose prompt tokens are known (token ids, or a trace's named
+ * shared segments) gets 64-bit keys for them at arrival, and the prefix
+ * the index holds of them then: its deadline and slack count only the
+ * rest. At admission it takes the longest match again (the index may
+ * have changed), a reference on each block of it, and KV blocks for the
+ * rest, evicting unreferenced cached blocks least recently used first
+ * where their room is needed; if the groups its cached blocks pin it to
+ * have no room, it gives up the match one KVP piece at a time, down to
+ * none, which is exactly the admission it would have had without the
+ * cache. As its prompt is handed out its full blocks join the index
+ * (or, if the index has them already, its own copies are freed); when
+ * it ends, the block its cacheable tokens end in joins too, and its
+ * references go.
+ */
+#include "sched/sched_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t
+mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* FNV-1a of a segment's name */
+static uint64_t
+name_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (; *s != '\0'; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+int
+sched_prefix_arrive(struct medha_sched *s, struct req *q,
+    const struct medha_reqspec *spec)
+{
+	int64_t P = spec->prompt_tokens, n = 0, k = 0, lim;
+	int full, part;
+
+	if (spec->prompt_ids != NULL)
+		n = P;
+	else
+		for (int i = 0; i < spec->n_prefix; i++)
+			n += spec->prefix[i].tokens;
+	n = n < P ? n : P;
+	if (n <= 0)
+		return 0; /* its tokens are its own: nothing to share */
+	if ((q->keys = medha_reallocarray(NULL, n, sizeof(*q->keys))) == NULL)
+		return MEDHA_ENOMEM;
+	q->nkeys = n;
+	if (spec->prompt_ids != NULL) {
+		for (k = 0; k < n; k++)
+			q->keys[k] = (uint32_t)spec->prompt_ids[k];
+	} else {
+		/* a segment's tokens: its name's, with the top bit set */
+		for (int i = 0; i < spec->n_prefix && k < n; i++) {
+			uint64_t h = name_hash(spec->prefix[i].name);
+			for (int64_t j = 0; j < spec->prefix[i].tokens && k < n;
+			     j++)
+				q->keys[k++] = mix(h + (uint64_t)j *
+				                   0x9e3779b97f4a7c15ULL) |
+				    1ULL << 63;
+		}
+	}
+	/* one prompt token at least is computed: its logits give the
+	   first output token */
+	lim = n < P - 1 ? n : P - 1;
+	q->pub.cached = medha_prefix_match(&s->px, q->keys, lim,
+	    s->kv.group_tokens, &full, &part);
+	return 0;
+}
+
+/* The index's blocks of the path ending at node full, per piece, and
+ * the groups they pin the pieces to. */
+static void
+path_pins(const struct medha_sched *s, int full, int64_t *shared, int *pin)
+{
+	const struct medha_prefix *x = &s->px;
+
+	for (int i = 0; i < s->kv.kvp; i++) {
+		shared[i] = 0;
+		pin[i] = -1;
+	}
+	for (int i = full; i != 0; i = x->n[i].parent) {
+		int piece = (int)(x->n[i].depth * s->cfg.block_size /
+		    s->kv.group_tokens);
+		shared[piece]++;
+		pin[piece] = x->n[i].group;
+	}
+}
+
+/* r's prefill starts at m now: its plan from there (its deadline kept). */
+static void
+replan(struct medha_sched *s, struct medha_req *r, int64_t m)
+{
+	r->cached = m;
+	r->sched_prefill = m;
+	r->prefill_alone =
+	    sched_plan_alone(s, m, r->spec.prompt_tokens, r->cum);
+}
+
+int
+sched_prefix_admit(struct medha_sched *s, struct req *q)
+{
+	struct medha_req *r = &q->pub;
+	struct medha_prefix *x = &s->px;
+	int64_t P = r->spec.prompt_tokens, bs = s->cfg.block_size;
+	int64_t lim = q->nkeys < P - 1 ? q->nkeys : P - 1, m;
+	int64_t shared[MEDHA_KVP_MAX], work[MEDHA_KVP_MAX];
+	int pin[MEDHA_KVP_MAX], full, part, rc;
+
+	m = medha_prefix_match(x, q->keys, lim, s->kv.group_tokens, &full,
+	    &part);
+	for (;;) {
+		int64_t cut;
+		path_pins(s, full, shared, pin);
+		/* held while this admission evicts: the blocks it forks */
+		medha_prefix_ref(x, full);
+		if (part >= 0)
+			medha_prefix_ref1(x, part);
+		if (m != r->cached)
+			replan(s, r, m);
+		if (s->kv.kvp > 1)
+			sched_piece_work(s, r, work);
+		rc = medha_kvplace_admit_pin(&s->kv, &r->kv, sched_kv_need(r),
+		    P, m, s->kv.kvp > 1 ? work : NULL, shared, pin);
+		if (rc == 0)
+			break;
+		if (part >= 0)
+			medha_prefix_unref1(x, part);
+		medha_prefix_unref(x, full);
+		if (m == 0)
+			return rc;
+		/* give up the last piece of the match: its group is full */
+		cut = full == 0 ? 0
+		                : x->n[full].depth * bs / s->kv.group_tokens *
+		        s->kv.group_tokens;
+		while (full != 0 && x->n[full].depth * bs >= cut)
+			full = x->n[full].parent;
+		part = -1;
+		m = cut;
+	}
+	for (int g = 0; g < s->kv.kvp; g++) {
+		int64_t over = medha_kvplace_over(&s->kv, g);
+		if (over > 0)
+			MEDHA_ASSERT(medha_prefix_evict(x, g, over) == over);
+	}
+	/* the partial block is copied now (copy on write): not held on */
+	if (part >= 0)
+		medha_prefix_unref1(x, part);
+	x->st.queries++;
+	if (m > 0) {
+		x->st.hits++;
+		x->st.hit_tokens += m;
+	}
+	q->ins_node = full;
+	q->ins_tok = full == 0 ? 0 : (x->n[full].depth + 1) * bs;
+	q->ins_stop = 0;
+	r->kv_tokens = m;
+	r->state = MEDHA_REQ_PREFILL;
+	return 0;
+}
+
+int
+sched_prefix_blocks(struct medha_sched *s, struct req *q)
+{
+	struct medha_req *r = &q->pub;
+	int64_t bs = s->cfg.block_size;
+	int64_t lim = q->nkeys < r->sched_prefill ? q->nkeys : r->sched_prefill;
+
+	while (!q->ins_stop && q->ins_tok + bs <= lim) {
+		int piece = (int)(q->ins_tok / s->kv.group_tokens);
+		int g = r->kv.groups[piece], node, rc;
+
+		rc = medha_prefix_insert(&s->px, q->ins_node,
+		    q->keys + q->ins_tok, (int)bs, g, &node);
+		if (rc < 0)
+			return rc;
+		if (rc == 0 && s->px.n[node].group != g) {
+			q->ins_stop = 1; /* another group's copy: stop here */
+			break;
+		}
+		/* its own block of these tokens is the index's now, or free
+		   (the index had them already) */
+		r->kv.res_blocks[piece]--;
+		s->kv.res[g]--;
+		r->kv.shared[piece]++;
+		medha_prefix_ref1(&s->px, node);
+		q->ins_node = node;
+		q->ins_tok += bs;
+	}
+	return 0;
+}
+
+void
+sched_prefix_finish(struct medha_sched *s, struct req *q, int status)
+{
+	struct medha_req *r = &q->pub;
+	int64_t bs = s->cfg.block_size, c = q->nkeys;
+
+	c = c < r->spec.prompt_tokens ? c : r->spec.prompt_tokens;
+	/* the block its cacheable tokens end in, if they were all handed
+	   out and the blocks before are its path; not if the workers'
+	   KV was lost */
+	if (r->state != MEDHA_REQ_WAITING && status != MEDHA_STATUS_FAILED &&
+	    !q->ins_stop && c % bs != 0 && q->ins_tok == c / bs * bs &&
+	    r->sched_prefill >= c) {
+		int piece = (int)(q->ins_tok / s->kv.group_tokens);
+		int g = r->kv.groups[piece], node;
+		if (r->kv.res_blocks[piece] > 0 &&
+		    medha_prefix_insert(&s->px, q->ins_node,
+		        q->keys + q->ins_tok, (int)(c - q->ins_tok), g,
+		        &node) == 1) {
+			r->kv.res_blocks[piece]--;
+			s->kv.res[g]--;
+		}
+	}
+	if (q->ins_node != 0)
+		medha_prefix_unref(&s->px, q->ins_node);
+	q->ins_node = 0;
+	free(q->keys);
+	q->keys = NULL;
+	q->nkeys = 0;
+}
