@@ -269,9 +269,11 @@ medha_kvplace_check(const struct medha_kvplace *pl, const int64_t *sum,
 		    pl->res[g] < 0 || pl->pend[g] < 0 || pl->held[g] < 0 ||
 		    pl->held[g] > pl->cached[g])
 			return medha_why(why, whylen, MEDHA_EINVAL,
-			    "group %d: reserved %lld (leases say %lld) of %lld "
-			    "blocks, %lld tokens pending",
+			    "group %d: reserved %lld (leases say %lld), cached "
+			    "%lld (%lld held) of %lld blocks, %lld tokens "
+			    "pending",
 			    g, (long long)pl->res[g], (long long)sum[g],
+			    (long long)pl->cached[g], (long long)pl->held[g],
 			    (long long)pl->cap_blocks, (long long)pl->pend[g]);
 	return 0;
 }

@@ -115,6 +115,8 @@ struct medha_sched {
 int sched_prefix_arrive(struct medha_sched *s, struct req *q,
     const struct medha_reqspec *spec);
 int sched_prefix_admit(struct medha_sched *s, struct req *q);
+/* evict what the requests' reservations need of the cached blocks */
+void sched_prefix_evict(struct medha_sched *s);
 int sched_prefix_blocks(struct medha_sched *s, struct req *q);
 void sched_prefix_finish(struct medha_sched *s, struct req *q, int status);
 /* cum[] and the time to prefill prompt tokens [start, prompt) alone */

@@ -148,11 +148,7 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 		part = -1;
 		m = cut;
 	}
-	for (int g = 0; g < s->kv.kvp; g++) {
-		int64_t over = medha_kvplace_over(&s->kv, g);
-		if (over > 0)
-			MEDHA_ASSERT(medha_prefix_evict(x, g, over) == over);
-	}
+	sched_prefix_evict(s);
 	/* the partial block is copied now (copy on write): not held on */
 	if (part >= 0)
 		medha_prefix_unref1(x, part);
@@ -167,6 +163,16 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	r->kv_tokens = m;
 	r->state = MEDHA_REQ_PREFILL;
 	return 0;
+}
+
+void
+sched_prefix_evict(struct medha_sched *s)
+{
+	for (int g = 0; g < s->kv.kvp; g++) {
+		int64_t over = medha_kvplace_over(&s->kv, g);
+		if (over > 0)
+			MEDHA_ASSERT(medha_prefix_evict(&s->px, g, over) == over);
+	}
 }
 
 int

@@ -1,0 +1,546 @@
+/*
+ * prefix_test.c: prefix caching (libcore/sched/prefix.c, sched_prefix.c):
+ *  - the index: full blocks found by hash, the match ending inside a
+ *    block token by token, a match never taking a piece's blocks from
+ *    two groups, references, and eviction of unreferenced leaves least
+ *    recently used first, its counts checked against the tree;
+ *  - the scheduler through the simulator: a shared document prefilled
+ *    once (later requests start at the cached token, their TTFT a
+ *    fraction of the first's); a match at token granularity from token
+ *    ids; records unchanged by the cache on a trace without shared
+ *    tokens; memory pressure (distinct prefixes 10x the KV pool) with
+ *    every request ok, evictions counted and the invariants held every
+ *    batch, with one KVP group and with two; a request whose cached
+ *    prefix was evicted between its arrival and its admission; a
+ *    request cancelled after it forked; a lost worker emptying the
+ *    cache.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/prefix.h"
+#include "sched/sched.h"
+#include "sched/sim.h"
+
+/* ---- the index ---- */
+
+static void
+keys_run(uint64_t *k, int n, uint64_t base)
+{
+	for (int i = 0; i < n; i++)
+		k[i] = base + (uint64_t)i;
+}
+
+static void
+check_ok(const struct medha_prefix *x)
+{
+	char why[200];
+
+	if (medha_prefix_check(x, why, sizeof(why)) != 0)
+		fail_msg("%s", why);
+}
+
+static void
+test_index_match(void **state)
+{
+	struct medha_kvplace kv;
+	struct medha_prefix x;
+	uint64_t k[64];
+	int full, part, a, b, c, d;
+
+	(void)state;
+	/* 2 groups, blocks of 4, 8 tokens of a request per group */
+	assert_int_equal(medha_kvplace_init(&kv, 2, 4, 100, 8), 0);
+	assert_int_equal(medha_prefix_init(&x, &kv), 0);
+	keys_run(k, 64, 1000);
+	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 0);
+	assert_int_equal(full, 0);
+	assert_int_equal(part, -1);
+	/* blocks 0, 1 on group 0; block 2 on group 1; a 2-token tail */
+	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 0, &b), 1);
+	assert_int_equal(medha_prefix_insert(&x, b, k + 8, 4, 1, &c), 1);
+	assert_int_equal(medha_prefix_insert(&x, c, k + 12, 2, 1, &d), 1);
+	/* there already: the same node back */
+	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 1, &full), 0);
+	assert_int_equal(full, b);
+	assert_int_equal(kv.cached[0], 2);
+	assert_int_equal(kv.cached[1], 2);
+	check_ok(&x);
+	/* all of it, and every length below, at token granularity */
+	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 14);
+	assert_int_equal(full, c);
+	assert_int_equal(part, d);
+	assert_int_equal(medha_prefix_match(&x, k, 13, 8, &full, &part), 13);
+	assert_int_equal(part, d);
+	assert_int_equal(medha_prefix_match(&x, k, 6, 8, &full, &part), 6);
+	assert_int_equal(full, a);
+	assert_int_equal(part, b);
+	/* a different token inside block 1 */
+	k[6] = 7;
+	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 6);
+	k[6] = 1006;
+	/* block 1 on group 1 would split piece 0 over two groups */
+	medha_prefix_free(&x);
+	memset(kv.cached, 0, sizeof(kv.cached));
+	assert_int_equal(medha_prefix_init(&x, &kv), 0);
+	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 1, &b), 1);
+	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 4);
+	assert_int_equal(full, a);
+	/* with pieces of 4 tokens, block 1 starts a piece: any group */
+	assert_int_equal(medha_prefix_match(&x, k, 20, 4, &full, &part), 8);
+	check_ok(&x);
+	medha_prefix_free(&x);
+}
+
+static void
+test_index_evict(void **state)
+{
+	struct medha_kvplace kv;
+	struct medha_prefix x;
+	uint64_t k[16], j[16];
+	int a, b, c, e, full, part;
+
+	(void)state;
+	assert_int_equal(medha_kvplace_init(&kv, 1, 4, 100, 0), 0);
+	assert_int_equal(medha_prefix_init(&x, &kv), 0);
+	keys_run(k, 16, 1);
+	keys_run(j, 16, 500);
+	/* a - b - c, and a - e */
+	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 0, &b), 1);
+	assert_int_equal(medha_prefix_insert(&x, b, k + 8, 4, 0, &c), 1);
+	assert_int_equal(medha_prefix_insert(&x, a, j, 4, 0, &e), 1);
+	/* a request on a - b - c: nothing of its path may go */
+	medha_prefix_ref(&x, c);
+	assert_int_equal(kv.held[0], 3);
+	check_ok(&x);
+	assert_int_equal(medha_prefix_evict(&x, 0, 10), 1); /* e only */
+	assert_int_equal(kv.cached[0], 3);
+	assert_int_equal(x.st.evictions, 1);
+	medha_prefix_unref(&x, c);
+	assert_int_equal(kv.held[0], 0);
+	check_ok(&x);
+	/* leaves first: c, then b, then a */
+	assert_int_equal(medha_prefix_evict(&x, 0, 1), 1);
+	assert_int_equal(medha_prefix_match(&x, k, 16, 1 << 20, &full, &part),
+	    8);
+	assert_int_equal(medha_prefix_evict(&x, 0, 5), 2);
+	assert_int_equal(kv.cached[0], 0);
+	assert_int_equal(medha_prefix_match(&x, k, 16, 1 << 20, &full, &part),
+	    0);
+	check_ok(&x);
+	/* least recently used first among leaves */
+	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, j, 4, 0, &e), 1);
+	medha_prefix_ref(&x, a); /* a used last */
+	medha_prefix_unref(&x, a);
+	assert_int_equal(medha_prefix_evict(&x, 0, 1), 1);
+	assert_int_equal(medha_prefix_match(&x, k, 4, 1 << 20, &full, &part),
+	    4); /* a kept */
+	medha_prefix_clear(&x);
+	assert_int_equal(kv.cached[0], 0);
+	check_ok(&x);
+	medha_prefix_free(&x);
+}
+
+/* ---- the scheduler, through the simulator ---- */
+
+struct col {
+	struct medha_record *recs;
+	int n, cap;
+	int64_t batches, errors;
+	char why[256];
+};
+
+static int
+col_record(void *arg, const struct medha_record *rec)
+{
+	struct col *c = arg;
+
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 64;
+		c->recs = realloc(c->recs, c->cap * sizeof(*c->recs));
+	}
+	c->recs[c->n] = *rec;
+	c->recs[c->n].tbt = (struct medha_tbt){0};
+	c->n++;
+	return 0;
+}
+
+static int
+col_batch(void *arg, const struct medha_sched *s,
+    const struct medha_sched_batch *b)
+{
+	struct col *c = arg;
+
+	c->batches++;
+	if (medha_sched_check(s, c->why, sizeof(c->why)) != 0) {
+		print_error("batch %llu: %s\n", (unsigned long long)b->seq,
+		    c->why);
+		c->errors++;
+	}
+	for (int i = 0; i < b->n_items; i++) {
+		const struct medha_sched_item *it = &b->items[i];
+		const struct medha_req *r = medha_sched_req(s, it->req);
+		/* a prefill never starts below the request's cached tokens */
+		if (!it->decode && it->kv < r->cached)
+			c->errors++;
+	}
+	return 0;
+}
+
+static const struct medha_record *
+rec_of(const struct col *c, const char *id)
+{
+	for (int i = 0; i < c->n; i++)
+		if (strcmp(c->recs[i].id, id) == 0)
+			return &c->recs[i];
+	fail_msg("no record of %s", id);
+	return NULL;
+}
+
+/* Simulate r[0..n) with cfg on model's predictor (a100, tp 8). */
+static void
+run(const char *model, int kvp, struct medha_sched_config *cfg,
+    const struct medha_reqspec *r, size_t n, struct col *out,
+    struct medha_sim_stats *st)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_sim_hooks h = {0};
+
+	memset(out, 0, sizeof(*out));
+	assert_int_equal(medha_model_resolve(model, &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1,
+	                     kvp),
+	    0);
+	h.arg = out;
+	h.record = col_record;
+	h.batch = col_batch;
+	assert_int_equal(medha_sim_run(cfg, &p, r, n, &h, st), 0);
+	assert_int_equal(out->n, (int)n);
+	assert_int_equal(out->errors, 0);
+	medha_pred_free(&p);
+}
+
+static struct medha_reqspec
+req(const char *id, double arrival, int64_t prompt, int64_t out)
+{
+	struct medha_reqspec r;
+
+	memset(&r, 0, sizeof(r));
+	snprintf(r.id, sizeof(r.id), "%s", id);
+	r.arrival = arrival;
+	r.prompt_tokens = prompt;
+	r.max_tokens = out;
+	return r;
+}
+
+static struct medha_seg doc_seg = {"doc", 100000};
+
+static void
+test_sim_document(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sim_stats st;
+	struct medha_reqspec r[4];
+	struct col on, off;
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		char id[8];
+		snprintf(id, sizeof(id), "q%d", i);
+		r[i] = req(id, 60.0 * i, 100000 + 20 + i, 50);
+		r[i].prefix = &doc_seg;
+		r[i].n_prefix = 1;
+	}
+	medha_sched_config_default(&c);
+	c.prefix_cache = 1;
+	run("llama3-8b", 1, &c, r, 4, &on, &st);
+	c.prefix_cache = 0;
+	run("llama3-8b", 1, &c, r, 4, &off, &st);
+	assert_int_equal(rec_of(&on, "q0")->cached_tokens, 0);
+	for (int i = 1; i < 4; i++) {
+		char id[8];
+		snprintf(id, sizeof(id), "q%d", i);
+		assert_int_equal(rec_of(&on, id)->status, MEDHA_STATUS_OK);
+		assert_int_equal(rec_of(&on, id)->cached_tokens, 100000);
+		assert_int_equal(rec_of(&off, id)->cached_tokens, 0);
+		/* only the question is prefilled */
+		assert_true(rec_of(&on, id)->ttft <
+		    0.1 * rec_of(&on, "q0")->ttft);
+		assert_true(rec_of(&off, id)->ttft >
+		    0.5 * rec_of(&off, "q0")->ttft);
+	}
+	free(on.recs);
+	free(off.recs);
+}
+
+static void
+test_sim_token_ids(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sim_stats st;
+	struct medha_reqspec r[3];
+	int32_t a[100], b[100];
+	struct col col;
+
+	(void)state;
+	for (int i = 0; i < 100; i++) {
+		a[i] = i;
+		b[i] = i < 50 ? i : 1000 + i;
+	}
+	r[0] = req("a", 0, 100, 4);
+	r[0].prompt_ids = a;
+	r[1] = req("b", 10, 100, 4); /* shares 50 tokens: 3 blocks and 2 */
+	r[1].prompt_ids = b;
+	r[2] = req("c", 20, 100, 4); /* all but the last token it computes */
+	r[2].prompt_ids = a;
+	medha_sched_config_default(&c);
+	c.prefix_cache = 1;
+	run("llama3-8b", 1, &c, r, 3, &col, &st);
+	assert_int_equal(rec_of(&col, "a")->cached_tokens, 0);
+	assert_int_equal(rec_of(&col, "b")->cached_tokens, 50);
+	assert_int_equal(rec_of(&col, "c")->cached_tokens, 99);
+	assert_int_equal(st.prefix.queries, 3);
+	assert_int_equal(st.prefix.hits, 2);
+	assert_int_equal(st.prefix.hit_tokens, 149);
+	free(col.recs);
+}
+
+/* n random requests, some sharing one of nsys system prompts of stoks
+ * tokens and some a document (seeded); with nsys 0, none share */
+static struct medha_reqspec *
+shared_trace(size_t n, double qps, int nsys, int64_t stoks, uint64_t seed)
+{
+	struct medha_reqspec *v = calloc(n, sizeof(*v));
+	uint64_t z = seed;
+	double t = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+		t += (double)(z >> 40) / (double)(1 << 24) * 2 / qps;
+		snprintf(v[i].id, sizeof(v[i].id), "%zu", i);
+		v[i].arrival = t;
+		v[i].prompt_tokens = 1 + (int64_t)(z >> 50) % 3000;
+		v[i].max_tokens = 1 + (int64_t)(z >> 20) % 200;
+		if (nsys > 0) {
+			v[i].prefix = calloc(1, sizeof(*v[i].prefix));
+			snprintf(v[i].prefix->name, sizeof(v[i].prefix->name),
+			    "s%d", (int)((z >> 33) % (uint64_t)nsys));
+			v[i].prefix->tokens = stoks;
+			v[i].n_prefix = 1;
+			v[i].prompt_tokens += stoks;
+		}
+	}
+	return v;
+}
+
+static void
+free_trace(struct medha_reqspec *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		medha_reqspec_clear(&v[i]);
+	free(v);
+}
+
+static void
+test_sim_unchanged(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sim_stats st;
+	struct medha_reqspec *v = shared_trace(300, 4, 0, 0, 3);
+	struct col on, off;
+
+	(void)state;
+	medha_sched_config_default(&c);
+	c.kv_blocks = 3000; /* tight: requests wait for memory */
+	c.prefix_cache = 1;
+	run("llama3-8b", 1, &c, v, 300, &on, &st);
+	assert_int_equal(st.prefix.inserted, 0);
+	c.prefix_cache = 0;
+	run("llama3-8b", 1, &c, v, 300, &off, &st);
+	for (int i = 0; i < 300; i++) {
+		const struct medha_record *a = &on.recs[i], *b = &off.recs[i];
+		assert_string_equal(a->id, b->id);
+		assert_true(a->first_token == b->first_token);
+		assert_true(a->finish == b->finish);
+		assert_int_equal(a->status, b->status);
+		assert_true(a->prefill_alone == b->prefill_alone);
+	}
+	free(on.recs);
+	free(off.recs);
+	free_trace(v, 300);
+}
+
+/* Distinct prefixes 10x the pool: every request ok, evictions counted. */
+static void
+pressure(int kvp, int64_t kvp_max)
+{
+	struct medha_sched_config c;
+	struct medha_sim_stats st;
+	/* 400 system prompts of 2000 tokens, 10x a pool of 5000 blocks */
+	struct medha_reqspec *v = shared_trace(600, 8, 400, 2000, 5);
+	struct col on;
+
+	medha_sched_config_default(&c);
+	c.kv_blocks = 5000;
+	c.kvp_max_tokens = kvp_max;
+	c.prefix_cache = 1;
+	run("llama3-8b", kvp, &c, v, 600, &on, &st);
+	for (int i = 0; i < 600; i++)
+		assert_int_equal(on.recs[i].status, MEDHA_STATUS_OK);
+	assert_true(st.prefix.evictions > 0);
+	assert_true(st.prefix.hits > 0);
+	assert_true(st.prefix.inserted > 10 * 5000 / 2);
+	free(on.recs);
+	free_trace(v, 600);
+}
+
+static void
+test_sim_pressure(void **state)
+{
+	(void)state;
+	pressure(1, 0);
+	pressure(2, 4096);
+}
+
+/*
+ * A request whose prefix was cached at its arrival and evicted before
+ * its admission: it prefills what is left, from the token the index
+ * still holds. One request at a time (max_seqs); "c", admitted first,
+ * needs the room of the document's blocks.
+ */
+static void
+test_sim_evicted_before_fork(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sim_stats st;
+	struct medha_seg doc = {"doc", 1000};
+	struct medha_reqspec r[3];
+	const struct medha_record *b;
+	struct col col;
+
+	(void)state;
+	r[0] = req("a", 0, 1010, 50);
+	r[0].prefix = &doc;
+	r[0].n_prefix = 1;
+	r[1] = req("c", 0.001, 1200, 10);
+	r[2] = req("b", 0.002, 1010, 10);
+	r[2].prefix = &doc;
+	r[2].n_prefix = 1;
+	medha_sched_config_default(&c);
+	c.policy = MEDHA_POLICY_FCFS;
+	c.kv_blocks = 100;
+	c.max_seqs = 1;
+	c.prefix_cache = 1;
+	run("llama3-8b", 1, &c, r, 3, &col, &st);
+	b = rec_of(&col, "b");
+	assert_int_equal(b->status, MEDHA_STATUS_OK);
+	assert_true(b->cached_tokens < 1000);
+	assert_true(st.prefix.evictions > 0);
+	free(col.recs);
+}
+
+/* Through the scheduler's API: drive batches until h leaves the queue. */
+static void
+drive(struct medha_sched *s, double *now)
+{
+	struct medha_sched_batch b;
+	struct medha_record rec;
+	char why[200];
+
+	while (medha_sched_next_batch(s, *now, &b) == 1) {
+		*now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, *now), 0);
+		if (medha_sched_check(s, why, sizeof(why)) != 0)
+			fail_msg("%s", why);
+	}
+	while (medha_sched_pop_record(s, &rec) == 1)
+		medha_record_clear(&rec);
+}
+
+static void
+test_cancel_and_lost(void **state)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_sched_config c;
+	struct medha_sched *s;
+	struct medha_sched_batch b;
+	struct medha_prefix_stats ps;
+	struct medha_reqspec r = req("a", 0, 5000, 4);
+	struct medha_seg doc = {"doc", 4000};
+	const struct medha_req *q;
+	uint64_t h;
+	double now = 0;
+	char why[200];
+
+	(void)state;
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(
+	    medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1, 1), 0);
+	medha_sched_config_default(&c);
+	c.prefix_cache = 1;
+	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
+	r.prefix = &doc;
+	r.n_prefix = 1;
+	assert_int_equal(medha_sched_arrive(s, &r, now, NULL), 0);
+	drive(s, &now);
+	/* b forks from a's document, then its client goes away before its
+	   first chunk is done: its references go, the blocks stay cached */
+	snprintf(r.id, sizeof(r.id), "b");
+	r.arrival = now;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_non_null(q = medha_sched_req(s, h));
+	assert_int_equal(q->cached, 4000);
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+	assert_int_equal(b.items[0].kv, 4000);
+	assert_int_equal(medha_sched_cancel(s, h, "gone", now), 0);
+	assert_int_equal(medha_sched_batch_done(s, &b, NULL, now + 1), 0);
+	if (medha_sched_check(s, why, sizeof(why)) != 0)
+		fail_msg("%s", why);
+	/* the next one still finds the document */
+	snprintf(r.id, sizeof(r.id), "c");
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_int_equal(medha_sched_req(s, h)->cached, 4000);
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+	/* a worker is lost: the workers' KV, the cache with it, is gone */
+	assert_int_equal(medha_sched_worker_lost(s, "lost", now), 1);
+	if (medha_sched_check(s, why, sizeof(why)) != 0)
+		fail_msg("%s", why);
+	snprintf(r.id, sizeof(r.id), "d");
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_int_equal(medha_sched_req(s, h)->cached, 0);
+	drive(s, &now);
+	medha_sched_prefix_stats(s, &ps);
+	assert_int_equal(ps.hits, 2); /* b and c */
+	medha_sched_free(s);
+	medha_pred_free(&p);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_index_match),
+	    cmocka_unit_test(test_index_evict),
+	    cmocka_unit_test(test_sim_document),
+	    cmocka_unit_test(test_sim_token_ids),
+	    cmocka_unit_test(test_sim_unchanged),
+	    cmocka_unit_test(test_sim_pressure),
+	    cmocka_unit_test(test_sim_evicted_before_fork),
+	    cmocka_unit_test(test_cancel_and_lost),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
