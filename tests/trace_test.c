@@ -1232,6 +1232,77 @@ test_parse_limits(void **state)
 	    "prompt_ids[0]: not a token id in [0, 2147483647] (got -1)");
 }
 
+/* "prefix": named shared segments, round trip and refusals; a record's
+ * cached_tokens, written only when > 0 */
+static void
+test_prefix_roundtrip(void **state)
+{
+	struct medha_reqspec in = {0}, out = {0};
+	struct medha_record rin, rout;
+	struct medha_seg seg[2] = {{"sys \"1\"", 512}, {"c7.u1", 40}};
+	struct medha_writer *w;
+	struct medha_reader *r;
+	char why[200], *line;
+	FILE *f;
+
+	(void)state;
+	snprintf(in.id, sizeof(in.id), "q1");
+	in.prompt_tokens = 600;
+	in.max_tokens = 8;
+	in.prefix = seg;
+	in.n_prefix = 2;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_reqspec_write(w, &in), 0);
+	in.prompt_tokens = 551; /* the segments would not fit: not written */
+	assert_int_equal(medha_reqspec_write(w, &in), MEDHA_EINVAL);
+	assert_int_equal(medha_writer_close(w), 0);
+	first_line(f, &r, &line);
+	assert_non_null(strstr(line, "\"prefix\": [[\"sys \\\"1\\\"\", 512], "
+	                             "[\"c7.u1\", 40]]"));
+	assert_int_equal(medha_reqspec_parse(line, &out, why, sizeof(why)), 0);
+	assert_int_equal(out.n_prefix, 2);
+	assert_string_equal(out.prefix[0].name, "sys \"1\"");
+	assert_int_equal(out.prefix[0].tokens, 512);
+	assert_string_equal(out.prefix[1].name, "c7.u1");
+	assert_int_equal(out.prefix[1].tokens, 40);
+	medha_reqspec_clear(&out);
+	assert_null(out.prefix);
+	medha_reader_close(r);
+	fclose(f);
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5, \"prefix\": [[\"a\", 6]]}",
+	    "prefix: 6 tokens, more than prompt_tokens (5)");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5, \"prefix\": [[\"\", 1]]}",
+	    "prefix[0]: not [name of 1 to 31 bytes, tokens in [1, "
+	    "1000000000]]");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5, \"prefix\": [[\"a\", 1], [\"b\"]]}",
+	    "prefix[1]: not [name");
+	reqspec_refuses("{\"arrival\": 0, \"prompt_tokens\": 5, "
+	                "\"max_tokens\": 5, \"prefix\": []}",
+	    "prefix: not an array of 1 to 1024 segments");
+
+	memset(&rin, 0, sizeof(rin));
+	snprintf(rin.id, sizeof(rin.id), "q1");
+	rin.prompt_tokens = 600;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_record_write(w, &rin), 0);
+	rin.cached_tokens = 552;
+	assert_int_equal(medha_record_write(w, &rin), 0);
+	assert_int_equal(medha_writer_close(w), 0);
+	first_line(f, &r, &line);
+	assert_null(strstr(line, "cached_tokens"));
+	assert_int_equal(medha_reader_line(r, &line, &(size_t){0}), 1);
+	assert_int_equal(medha_record_parse(line, &rout, why, sizeof(why)), 0);
+	assert_int_equal(rout.cached_tokens, 552);
+	medha_record_clear(&rout);
+	medha_reader_close(r);
+	fclose(f);
+}
+
 static void
 test_record_limits(void **state)
 {
@@ -1452,6 +1523,7 @@ main(void)
 	    cmocka_unit_test(test_trace_vidur),
 	    cmocka_unit_test(test_trace_zstd),
 	    cmocka_unit_test(test_parse_limits),
+	    cmocka_unit_test(test_prefix_roundtrip),
 	    cmocka_unit_test(test_record_limits),
 	    cmocka_unit_test(test_trace_csv_limits),
 	    cmocka_unit_test(test_write_limits),

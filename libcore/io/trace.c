@@ -468,6 +468,28 @@ out:
 	return rc;
 }
 
+/* 1 if rs's prefix is one json_prefix() takes. */
+static int
+prefix_valid(const struct medha_reqspec *rs)
+{
+	int64_t sum = 0;
+
+	if (rs->n_prefix == 0)
+		return 1;
+	if (rs->n_prefix < 0 || rs->n_prefix > MEDHA_SEG_MAX ||
+	    rs->prefix == NULL)
+		return 0;
+	for (int i = 0; i < rs->n_prefix; i++) {
+		const struct medha_seg *g = &rs->prefix[i];
+		size_t len = strnlen(g->name, sizeof(g->name));
+		if (len == 0 || len == sizeof(g->name) || g->tokens < 1 ||
+		    g->tokens > MEDHA_TOKENS_MAX)
+			return 0;
+		sum += g->tokens;
+	}
+	return sum <= rs->prompt_tokens;
+}
+
 int
 medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 {
@@ -478,7 +500,8 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 	    (rs->prompt_tokens == 0 && rs->prompt == NULL) ||
 	    rs->max_tokens < 0 || rs->max_tokens > MEDHA_TOKENS_MAX ||
 	    !(rs->ttft_slo >= 0) || !(rs->ttft_slo <= MEDHA_TIME_MAX) ||
-	    !(rs->tpot_slo >= 0) || !(rs->tpot_slo <= MEDHA_TIME_MAX))
+	    !(rs->tpot_slo >= 0) || !(rs->tpot_slo <= MEDHA_TIME_MAX) ||
+	    !prefix_valid(rs))
 		return MEDHA_EINVAL;
 	medha_writer_write(w, "{", 1);
 	if (rs->id[0] != '\0') {
