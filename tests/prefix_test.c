@@ -277,10 +277,10 @@ test_sim_document(void **state)
 		assert_int_equal(rec_of(&on, id)->cached_tokens, 100000);
 		assert_int_equal(rec_of(&off, id)->cached_tokens, 0);
 		/* only the question is prefilled */
-		assert_true(rec_of(&on, id)->ttft <
-		    0.1 * rec_of(&on, "q0")->ttft);
-		assert_true(rec_of(&off, id)->ttft >
-		    0.5 * rec_of(&off, "q0")->ttft);
+		assert_true(
+		    rec_of(&on, id)->ttft < 0.1 * rec_of(&on, "q0")->ttft);
+		assert_true(
+		    rec_of(&off, id)->ttft > 0.5 * rec_of(&off, "q0")->ttft);
 	}
 	free(on.recs);
 	free(off.recs);
@@ -488,8 +488,9 @@ test_cancel_and_lost(void **state)
 
 	(void)state;
 	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
-	assert_int_equal(
-	    medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1, 1), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1,
+	                     1),
+	    0);
 	medha_sched_config_default(&c);
 	c.prefix_cache = 1;
 	assert_int_equal(medha_sched_init(&s, &c, &p), 0);

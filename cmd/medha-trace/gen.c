@@ -12,49 +12,13 @@
  * Vidur or medha format), and long requests are mixed in at Poisson times
  * over its span, so that they make up the given fraction of the whole.
  */
-#include "medha-trace.h"
+#include "gen.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
-
-#define Z90 1.2815515655446004 /* standard normal 90th percentile */
-
-/* Log-normal shapes: median, and sigma (from the median and P90). */
-#define SHORT_PROMPT_MEDIAN 1730.0 /* ShareGPT4: P50 1730, P90 5696 */
-#define SHORT_PROMPT_P90 5696.0
-#define SHORT_OUTPUT_MEDIAN 415.0 /* P50 415, P90 834 */
-#define SHORT_OUTPUT_P90 834.0
-#define LONG_PROMPT_MEDIAN 393000.0 /* Medha-SWE: P50 393K, P90 ~840K */
-#define LONG_PROMPT_SIGMA 0.6
-#define LONG_OUTPUT_MEDIAN 518.0 /* P50 518, P90 ~810 */
-#define LONG_OUTPUT_SIGMA 0.35
-
-/*
- * Reference prefill time of p tokens: Llama-3-8B on 16 A100s at 50% of
- * peak. 2 x 8e9 linear FLOPs a token, plus causal attention 2 p^2 d h_q L
- * (d 128, h_q 32, L 32), over 16 x 312e12 x 0.5 FLOP/s.
- */
-#define REF_LINEAR 1.6e10
-#define REF_ATTN 262144.0
-#define REF_FLOPS 2.496e15
-
-struct gen {
-	double qps;        /* -q: mean arrival rate, requests/s */
-	double duration;   /* -t: stop at the first arrival >= this (s) */
-	int64_t count;     /* -n: requests to write; 0: use duration */
-	uint64_t seed;     /* -s */
-	double long_frac;  /* -l: probability that a request is long */
-	int64_t long_min;  /* --long-min: long prompt bounds (tokens) */
-	int64_t long_max;  /* --long-max */
-	int64_t short_max; /* --short-max: short prompt + output cap */
-	double ttft_floor; /* --ttft-floor: least TTFT SLO (s) */
-	double ttft_mult;  /* --ttft-mult: TTFT SLO / reference prefill time */
-	double tpot_slo;   /* --tpot-slo: s per output token */
-	uint64_t s[4];     /* xoshiro256** state */
-};
 
 /* ---- random numbers ---- */
 
@@ -65,7 +29,7 @@ rotl(uint64_t x, int k)
 }
 
 /* xoshiro256** (Blackman and Vigna). */
-static uint64_t
+uint64_t
 rng_next(uint64_t s[4])
 {
 	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
@@ -80,13 +44,13 @@ rng_next(uint64_t s[4])
 }
 
 /* Uniform in the open interval (0, 1). */
-static double
+double
 rng_uniform(uint64_t s[4])
 {
 	return ((double)(rng_next(s) >> 11) + 0.5) * 0x1.0p-53;
 }
 
-static int64_t
+int64_t
 clamp(double v, int64_t lo, int64_t hi)
 {
 	if (!(v >= (double)lo)) /* NaN too */
@@ -103,7 +67,7 @@ ref_prefill(double p)
 }
 
 /* SLOs for a request that has none: see medha-trace(1). */
-static void
+void
 set_slos(const struct gen *g, struct medha_reqspec *rs)
 {
 	double ref = g->ttft_mult * ref_prefill((double)rs->prompt_tokens);
@@ -117,7 +81,7 @@ set_slos(const struct gen *g, struct medha_reqspec *rs)
 }
 
 /* A long request's lengths from two standard normal deviates. */
-static void
+void
 long_shape(const struct gen *g, double z1, double z2, struct medha_reqspec *rs)
 {
 	rs->prompt_tokens =
@@ -127,7 +91,7 @@ long_shape(const struct gen *g, double z1, double z2, struct medha_reqspec *rs)
 	    1, MEDHA_TOKENS_MAX);
 }
 
-static int
+int
 by_arrival(const void *a, const void *b)
 {
 	const struct medha_reqspec *x = a, *y = b;
@@ -141,7 +105,7 @@ by_arrival(const void *a, const void *b)
  * the stream stays aligned whatever the flags. Returns 0 when a duration
  * is set and the arrival passes it.
  */
-static int
+int
 gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
 {
 	double u1, u2, r, z1, z2;
@@ -174,124 +138,6 @@ gen_next(struct gen *g, double *t, struct medha_reqspec *rs)
 	return 1;
 }
 
-/* --base: -l at most this (99 long requests per base request) */
-#define MAX_MIXED_FRAC 0.99
-
-/*
- * --base: the base trace's requests, with long ones mixed in at Poisson
- * times over its span so that they are long_frac of the whole, all in
- * arrival order and numbered anew. Requests without SLOs get them by the
- * same rule as generated ones.
- */
-static int
-gen_mixed(struct gen *g, const char *path, struct medha_writer *w)
-{
-	struct medha_trace_in *t;
-	struct medha_reqspec rs = {0}, *v = NULL;
-	size_t n = 0, cap = 0, nbase;
-	double t0, t1, rate, at;
-	FILE *f;
-	int rc;
-
-	if ((f = fopen(path, "rb")) == NULL) {
-		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, strerror(errno));
-		return 1;
-	}
-	if ((rc = medha_trace_open(&t, f)) != 0) {
-		medha_log(MEDHA_LOG_ERROR, "%s: %s", path, medha_strerror(rc));
-		fclose(f);
-		return 1;
-	}
-	while ((rc = medha_trace_next(t, &rs)) == 1) {
-		if (n == cap) {
-			size_t ncap = cap ? 2 * cap : 1024;
-			void *m = medha_reallocarray(v, ncap, sizeof(*v));
-			if (m == NULL) {
-				rc = MEDHA_ENOMEM;
-				break;
-			}
-			v = m;
-			cap = ncap;
-		}
-		/* the request (its prompt, ids and stop strings) moves
-		   into v: the next read would free them */
-		v[n] = rs;
-		memset(&rs, 0, sizeof(rs));
-		set_slos(g, &v[n]);
-		n++;
-	}
-	if (rc < 0 || n == 0) {
-		medha_log(MEDHA_LOG_ERROR, "%s: %s", path,
-		    rc == MEDHA_ENOMEM ? "out of memory"
-		    : rc < 0           ? medha_trace_error(t)
-		                       : "no requests");
-		medha_reqspec_clear(&rs);
-		medha_trace_close(t);
-		fclose(f);
-		for (size_t i = 0; i < n; i++)
-			medha_reqspec_clear(&v[i]);
-		free(v);
-		return 1;
-	}
-	medha_reqspec_clear(&rs);
-	medha_trace_close(t);
-	fclose(f);
-
-	nbase = n;
-	qsort(v, n, sizeof(*v), by_arrival);
-	t0 = v[0].arrival;
-	t1 = v[n - 1].arrival;
-	/* long requests at rate frac/(1-frac) x the base's rate */
-	rate = g->long_frac >= 1 || t1 <= t0
-	    ? 0
-	    : g->long_frac / (1 - g->long_frac) * (double)nbase / (t1 - t0);
-	for (at = t0; rate > 0;) {
-		double u1, u2, r;
-		at += -log(rng_uniform(g->s)) / rate;
-		u1 = rng_uniform(g->s);
-		u2 = rng_uniform(g->s);
-		if (at >= t1)
-			break;
-		if (n == cap) {
-			void *m = medha_reallocarray(v, cap * 2, sizeof(*v));
-			if (m == NULL) {
-				medha_log(MEDHA_LOG_ERROR,
-				    "out of memory mixing in long requests "
-				    "(%zu so far)",
-				    n - nbase);
-				for (size_t i = 0; i < n; i++)
-					medha_reqspec_clear(&v[i]);
-				free(v);
-				return 1;
-			}
-			v = m;
-			cap *= 2;
-		}
-		memset(&v[n], 0, sizeof(v[n]));
-		r = sqrt(-2 * log(u1));
-		long_shape(g, r * cos(2 * M_PI * u2), r * sin(2 * M_PI * u2),
-		    &v[n]);
-		v[n].arrival = at;
-		set_slos(g, &v[n]);
-		n++;
-	}
-	qsort(v, n, sizeof(*v), by_arrival);
-	rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		snprintf(v[i].id, sizeof(v[i].id), "%zu", i);
-		rc = medha_reqspec_write(w, &v[i]);
-	}
-	if (rc != 0)
-		medha_log(MEDHA_LOG_ERROR, "writing the trace: %s",
-		    medha_strerror(rc));
-	medha_log(MEDHA_LOG_INFO, "%zu base requests, %zu long ones mixed in",
-	    nbase, n - nbase);
-	for (size_t i = 0; i < n; i++)
-		medha_reqspec_clear(&v[i]);
-	free(v);
-	return rc != 0;
-}
-
 /* ---- the subcommand ---- */
 
 enum {
@@ -304,6 +150,14 @@ enum {
 	OPT_TTFT_MULT,
 	OPT_PROMPTS,
 	OPT_MAX_TOKENS,
+	OPT_SYS,
+	OPT_SYS_TOKENS,
+	OPT_SYS_FRAC,
+	OPT_TURNS,
+	OPT_THINK,
+	OPT_CTX_MAX,
+	OPT_DOC,
+	OPT_QUESTIONS,
 };
 
 /*
@@ -360,16 +214,25 @@ static const struct medha_help gen_help[] = {
     {"-t, --duration seconds",
         "stop at the first arrival at seconds or later (3600)"},
     {"--base file", "short requests from this trace, long ones mixed in"},
+    {"--context-max tokens",
+        "a conversation ends before a turn passes this (32768)"},
+    {"--doc-tokens n", "questions about one document of n tokens, over -t"},
     {"--long-max tokens", "longest long prompt (1048576: 1M)"},
     {"--long-min tokens", "shortest long prompt, at most --long-max (131072)"},
     {"--max-tokens n", "cap every request's max_tokens at n (no cap)"},
     {"--prompts file", "text prompts, file's lines in turn; not with --base"},
+    {"--questions n", "with --doc-tokens: how many (32)"},
     {"--short-max tokens",
         "most tokens of a short request, prompt + output (8192)"},
+    {"--system-fraction f", "of requests with a system prompt (1)"},
+    {"--system-prompts n", "n distinct shared system prompts (0: none)"},
+    {"--system-tokens n", "tokens of each system prompt (1000)"},
+    {"--think seconds", "mean time from a turn to the next (60)"},
     {"--tpot-slo seconds", "TPOT SLO of every request, > 0 (0.1 s)"},
     {"--ttft-floor seconds", "least TTFT SLO, >= 0 (0.5 s)"},
     {"--ttft-mult factor",
         "TTFT SLO: factor x the reference prefill time (1.5)"},
+    {"--turns n", "each request starts a conversation of n turns (1)"},
 };
 
 /* gen's flags beyond the generator's own (struct gen). */
@@ -383,10 +246,18 @@ struct gen_opts {
 
 /* The checks between flags (and no operand); exits 2 on a usage error. */
 static void
-gen_check(const struct gen *g, const struct gen_opts *o, int argc)
+gen_check(const struct gen *g, const struct gen_opts *o,
+    const struct gen_share *sh, int argc)
 {
 	if (optind != argc)
 		usage();
+	if (share_active(sh) && (o->base != NULL || o->prompts != NULL))
+		die(2, "shared prefixes are made of token counts: no --base, "
+		       "--prompts");
+	if (sh->doc_tokens > 0 && (g->count != 0 || sh->nsys > 0 ||
+	                              sh->turns > 1))
+		die(2, "--doc-tokens: questions over -t, no -n, "
+		       "--system-prompts, --turns");
 	if (o->have_t && g->count != 0) {
 		medha_log(MEDHA_LOG_ERROR, "-n and -t exclude each other");
 		usage();
@@ -458,6 +329,47 @@ gen_write(struct gen *g, const struct gen_opts *o, char **ptext,
 	return rc;
 }
 
+/* A shared-prefix flag (gen_share.c) into *sh: 1, or 0 if ch is none. */
+static int
+share_flag(struct gen_share *sh, int ch, const char *optarg)
+{
+	switch (ch) {
+	case OPT_SYS:
+		sh->nsys = flag_i64("--system-prompts", optarg, 0,
+		    COUNT_MAX);
+		break;
+	case OPT_SYS_TOKENS:
+		sh->sys_tokens = flag_i64("--system-tokens", optarg, 1,
+		    MEDHA_TOKENS_MAX / 2);
+		break;
+	case OPT_SYS_FRAC:
+		sh->sys_frac =
+		    flag_f64("--system-fraction", optarg, 0, 1, 0);
+		break;
+	case OPT_TURNS:
+		sh->turns = flag_i64("--turns", optarg, 1,
+		    MEDHA_SEG_MAX / 2 - 1);
+		break;
+	case OPT_THINK:
+		sh->think = flag_f64("--think", optarg, 0, 1e6, 0);
+		break;
+	case OPT_CTX_MAX:
+		sh->ctx_max = flag_i64("--context-max", optarg, 2,
+		    MEDHA_TOKENS_MAX / 2);
+		break;
+	case OPT_DOC:
+		sh->doc_tokens = flag_i64("--doc-tokens", optarg, 1,
+		    MEDHA_TOKENS_MAX / 2);
+		break;
+	case OPT_QUESTIONS:
+		sh->questions =
+		    flag_i64("--questions", optarg, 1, COUNT_MAX);
+		break;
+	default: return 0;
+	}
+	return 1;
+}
+
 /*
  * The option table and the getopt_long loop stay here, in trace_gen()
  * itself: tests/sh/help.sh reads them from its body.
@@ -467,6 +379,8 @@ trace_gen(int argc, char *argv[])
 {
 	static const struct option longopts[] = {
 	    {"base", required_argument, NULL, OPT_BASE},
+	    {"context-max", required_argument, NULL, OPT_CTX_MAX},
+	    {"doc-tokens", required_argument, NULL, OPT_DOC},
 	    {"count", required_argument, NULL, 'n'},
 	    {"duration", required_argument, NULL, 't'},
 	    {"help", no_argument, NULL, 'h'},
@@ -476,12 +390,18 @@ trace_gen(int argc, char *argv[])
 	    {"long-min", required_argument, NULL, OPT_LONG_MIN},
 	    {"output", required_argument, NULL, 'o'},
 	    {"prompts", required_argument, NULL, OPT_PROMPTS},
+	    {"questions", required_argument, NULL, OPT_QUESTIONS},
 	    {"qps", required_argument, NULL, 'q'},
 	    {"seed", required_argument, NULL, 's'},
 	    {"short-max", required_argument, NULL, OPT_SHORT_MAX},
+	    {"system-fraction", required_argument, NULL, OPT_SYS_FRAC},
+	    {"system-prompts", required_argument, NULL, OPT_SYS},
+	    {"system-tokens", required_argument, NULL, OPT_SYS_TOKENS},
+	    {"think", required_argument, NULL, OPT_THINK},
 	    {"tpot-slo", required_argument, NULL, OPT_TPOT_SLO},
 	    {"ttft-floor", required_argument, NULL, OPT_TTFT_FLOOR},
 	    {"ttft-mult", required_argument, NULL, OPT_TTFT_MULT},
+	    {"turns", required_argument, NULL, OPT_TURNS},
 	    {NULL, 0, NULL, 0},
 	};
 	struct gen g = {
@@ -502,6 +422,14 @@ trace_gen(int argc, char *argv[])
 	    .base = NULL,    /* no --base: all synthetic */
 	    .prompts = NULL, /* no --prompts: token counts only */
 	    .max_tokens = 0, /* no --max-tokens: no cap */
+	};
+	struct gen_share sh = {
+	    .sys_tokens = 1000,
+	    .sys_frac = 1,
+	    .turns = 1,
+	    .think = 60,
+	    .ctx_max = 32768,
+	    .questions = 32,
 	};
 	struct medha_writer *w;
 	char **ptext = NULL;
@@ -556,19 +484,25 @@ trace_gen(int argc, char *argv[])
 			g.ttft_mult =
 			    flag_f64("--ttft-mult", optarg, 0, 1e6, 1);
 			break;
-		default: usage();
+		default:
+			if (!share_flag(&sh, ch, optarg))
+				usage();
 		}
 	}
-	gen_check(&g, &o, argc);
+	gen_check(&g, &o, &sh, argc);
 
 	if (o.prompts != NULL)
 		nprompts = read_prompts(o.prompts, &ptext);
 	x = g.seed;
 	for (int i = 0; i < 4; i++)
 		g.s[i] = splitmix64(&x);
+	for (int i = 0; i < 4; i++) /* the shared prefixes' own stream */
+		sh.s[i] = splitmix64(&x);
 	if ((f = out_open(o.out, &w)) == NULL)
 		return 1;
-	if (o.base != NULL)
+	if (share_active(&sh))
+		rc = gen_shared(&g, &sh, o.max_tokens, w);
+	else if (o.base != NULL)
 		rc = gen_mixed(&g, o.base, w);
 	else
 		rc = gen_write(&g, &o, ptext, nprompts, w);

@@ -20,13 +20,16 @@ static const struct {
 	const char *synopsis; /* without "usage: " */
 } cmds[] = {
     {"gen", "medha-trace gen", trace_gen,
-        "write a synthetic trace of short and long requests",
+        "write a synthetic trace (short, long, shared prefixes)",
         "medha-trace gen [-h] [-l fraction] [-n count | -t seconds] "
         "[-o file]\n"
-        "           [-q qps] [-s seed] [--base file] [--long-max tokens]\n"
-        "           [--long-min tokens] [--max-tokens n] [--prompts file]\n"
-        "           [--short-max tokens] [--tpot-slo seconds]\n"
-        "           [--ttft-floor seconds] [--ttft-mult factor]\n"},
+        "           [-q qps] [-s seed] [--base file] [--context-max tokens]\n"
+        "           [--doc-tokens n] [--long-max tokens] [--long-min tokens]\n"
+        "           [--max-tokens n] [--prompts file] [--questions n]\n"
+        "           [--short-max tokens] [--system-fraction f]\n"
+        "           [--system-prompts n] [--system-tokens n]\n"
+        "           [--think seconds] [--tpot-slo seconds]\n"
+        "           [--ttft-floor seconds] [--ttft-mult factor] [--turns n]\n"},
     {"convert", "medha-trace convert", trace_convert,
         "rewrite a CSV or JSON Lines trace as medha JSON Lines",
         "medha-trace convert [-h] [-o file] [--time-scale factor] "

@@ -17,6 +17,12 @@ int trace_convert(int argc, char *argv[]);
 int trace_report(int argc, char *argv[]);
 int trace_replay(int argc, char *argv[]);
 
+/* report_cache.c: the prefix cache lines of "report" (class numbers and
+ * names as report.c's: all, short, long); root is its json_t. */
+void report_cache_add(int cls, const struct medha_record *rec);
+void report_cache_print(const char *const *names);
+void report_cache_json(void *root, const char *const *names);
+
 /* A usage error: the whole synopsis on stderr; exits 2. */
 void usage(void) __attribute__((noreturn));
 

@@ -181,6 +181,8 @@ read_records(const char *path, int64_t long_min, struct cls *cls)
 			medha_log(MEDHA_LOG_ERROR, "%s", medha_strerror(rc));
 			goto out;
 		}
+		report_cache_add(CLS_ALL, &rec);
+		report_cache_add(c, &rec);
 		medha_record_clear(&rec);
 	}
 	if (rc < 0)
@@ -321,6 +323,7 @@ print_json(const struct cls *cls)
 	json_object_set_new(root, "completed", json_integer(cls[0].completed));
 	for (i = 0; i < NCLS; i++)
 		json_object_set_new(root, cls_names[i], cls_json(&cls[i]));
+	report_cache_json(root, cls_names);
 	s = json_dumps(root, JSON_REAL_PRECISION(9));
 	json_decref(root);
 	if (s == NULL) {
@@ -572,8 +575,10 @@ trace_report(int argc, char *argv[])
 		}
 		if (json)
 			status = print_json(cls);
-		else
+		else {
 			print_table(cls);
+			report_cache_print(cls_names);
+		}
 		if (status == 0 && png != NULL)
 			status = plot(png, title, cls);
 	}

@@ -528,7 +528,8 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 		write_ids(w, rs->prompt_ids, rs->prompt_tokens);
 	}
 	for (int i = 0; i < rs->n_prefix; i++) {
-		medha_writer_printf(w, "%s", i == 0 ? ", \"prefix\": [[" : ", [");
+		medha_writer_printf(w, "%s",
+		    i == 0 ? ", \"prefix\": [[" : ", [");
 		write_jstr(w, rs->prefix[i].name);
 		medha_writer_printf(w, ", %lld]%s",
 		    (long long)rs->prefix[i].tokens,

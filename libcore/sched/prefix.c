@@ -129,8 +129,13 @@ medha_prefix_init(struct medha_prefix *x, struct medha_kvplace *kv)
 		return MEDHA_ENOMEM;
 	}
 	memset(x->bucket, 0xff, x->nbucket * sizeof(*x->bucket));
-	x->n[0] = (struct medha_pnode){.parent = 0, .child = -1, .prev = -1,
-	    .next = -1, .hnext = -1, .hpos = -1, .group = 0};
+	x->n[0] = (struct medha_pnode){.parent = 0,
+	    .child = -1,
+	    .prev = -1,
+	    .next = -1,
+	    .hnext = -1,
+	    .hpos = -1,
+	    .group = 0};
 	return 0;
 }
 
@@ -201,8 +206,7 @@ find_full(const struct medha_prefix *x, int parent, const uint64_t *keys)
 {
 	uint64_t h = block_hash(parent, keys, x->block_size);
 
-	for (int i = x->bucket[h & (x->nbucket - 1)]; i >= 0;
-	     i = x->n[i].hnext)
+	for (int i = x->bucket[h & (x->nbucket - 1)]; i >= 0; i = x->n[i].hnext)
 		if (x->n[i].hash == h && x->n[i].parent == parent &&
 		    memcmp(node_keys(x, i), keys,
 		        x->block_size * sizeof(*keys)) == 0)
@@ -335,9 +339,15 @@ medha_prefix_insert(struct medha_prefix *x, int parent, const uint64_t *keys,
 	i = x->free_head;
 	x->free_head = x->n[i].next;
 	p = &x->n[i];
-	*p = (struct medha_pnode){.parent = parent, .child = -1, .prev = -1,
-	    .next = x->n[parent].child, .hnext = -1, .hpos = -1, .ntok = ntok,
-	    .group = group, .depth = parent == 0 ? 0 : x->n[parent].depth + 1,
+	*p = (struct medha_pnode){.parent = parent,
+	    .child = -1,
+	    .prev = -1,
+	    .next = x->n[parent].child,
+	    .hnext = -1,
+	    .hpos = -1,
+	    .ntok = ntok,
+	    .group = group,
+	    .depth = parent == 0 ? 0 : x->n[parent].depth + 1,
 	    .stamp = ++x->clock};
 	memcpy(node_keys(x, i), keys, ntok * sizeof(*keys));
 	if (p->next >= 0)
@@ -424,8 +434,8 @@ medha_prefix_check(const struct medha_prefix *x, char *why, size_t whylen)
 		held[p->group] += p->ref > 0;
 		for (int c = p->child; c >= 0; c = x->n[c].next)
 			sum = x->n[c].ref > sum ? x->n[c].ref : sum;
-		if (p->ref < sum || (p->ref == 0 && p->child < 0) !=
-		        (p->hpos >= 0))
+		if (p->ref < sum ||
+		    (p->ref == 0 && p->child < 0) != (p->hpos >= 0))
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "prefix node %d: %lld references, a child has "
 			    "%lld; %s the heap",

@@ -35,17 +35,17 @@
 #define MEDHA_PREFIX_SCAN 64 /* children compared token by token */
 
 struct medha_pnode {
-	uint64_t hash;   /* full blocks: of (parent, tokens); 0 partial */
-	uint64_t stamp;  /* last referenced (the index's clock) */
-	int parent;      /* node index; 0 is the root; -1 on the free list */
-	int child;       /* first child, -1 none */
-	int prev, next;  /* siblings, -1 none */
-	int hnext;       /* next in its hash bucket, -1 none */
-	int hpos;        /* place in its group's heap, -1 not there */
-	int ntok;        /* tokens held, 1..block_size (0: the root) */
-	int group;       /* KVP group of its block */
-	int64_t ref;     /* requests whose path runs through it */
-	int64_t depth;   /* its block's index in the sequence */
+	uint64_t hash;  /* full blocks: of (parent, tokens); 0 partial */
+	uint64_t stamp; /* last referenced (the index's clock) */
+	int parent;     /* node index; 0 is the root; -1 on the free list */
+	int child;      /* first child, -1 none */
+	int prev, next; /* siblings, -1 none */
+	int hnext;      /* next in its hash bucket, -1 none */
+	int hpos;       /* place in its group's heap, -1 not there */
+	int ntok;       /* tokens held, 1..block_size (0: the root) */
+	int group;      /* KVP group of its block */
+	int64_t ref;    /* requests whose path runs through it */
+	int64_t depth;  /* its block's index in the sequence */
 };
 
 struct medha_prefix_heap {
@@ -54,11 +54,11 @@ struct medha_prefix_heap {
 };
 
 struct medha_prefix_stats {
-	int64_t queries;   /* admissions that asked the index */
-	int64_t hits;      /* of them that matched a token or more */
+	int64_t queries;    /* admissions that asked the index */
+	int64_t hits;       /* of them that matched a token or more */
 	int64_t hit_tokens; /* prompt tokens matched */
-	int64_t evictions; /* blocks evicted */
-	int64_t inserted;  /* blocks taken into the index */
+	int64_t evictions;  /* blocks evicted */
+	int64_t inserted;   /* blocks taken into the index */
 };
 
 struct medha_prefix {

@@ -65,8 +65,9 @@ sched_prefix_arrive(struct medha_sched *s, struct req *q,
 			uint64_t h = name_hash(spec->prefix[i].name);
 			for (int64_t j = 0; j < spec->prefix[i].tokens && k < n;
 			     j++)
-				q->keys[k++] = mix(h + (uint64_t)j *
-				                   0x9e3779b97f4a7c15ULL) |
+				q->keys[k++] =
+				    mix(h +
+				        (uint64_t)j * 0x9e3779b97f4a7c15ULL) |
 				    1ULL << 63;
 		}
 	}
@@ -171,7 +172,8 @@ sched_prefix_evict(struct medha_sched *s)
 	for (int g = 0; g < s->kv.kvp; g++) {
 		int64_t over = medha_kvplace_over(&s->kv, g);
 		if (over > 0)
-			MEDHA_ASSERT(medha_prefix_evict(&s->px, g, over) == over);
+			MEDHA_ASSERT(
+			    medha_prefix_evict(&s->px, g, over) == over);
 	}
 }
 
