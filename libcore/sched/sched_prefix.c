@@ -117,7 +117,14 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	int64_t lim = q->nkeys < P - 1 ? q->nkeys : P - 1, m;
 	int64_t shared[MEDHA_KVP_MAX], work[MEDHA_KVP_MAX];
 	int pin[MEDHA_KVP_MAX], full, part, rc;
+	int64_t least = (sched_kv_need(r) + bs - 1) / bs - lim / bs, room = 0;
 
+	/* no match could make it fit: not worth one (a request waiting
+	   for memory asks every batch) */
+	for (int g = 0; g < s->kv.kvp; g++)
+		room += s->kv.cap_blocks - s->kv.res[g] - s->kv.held[g];
+	if (least > room)
+		return MEDHA_ENOSPACE;
 	m = medha_prefix_match(x, q->keys, lim, s->kv.group_tokens, &full,
 	    &part);
 	for (;;) {
