@@ -3,7 +3,11 @@
  * and given back by reserve, set_len and free; a full pool refuses with
  * MEDHA_ENOSPACE; rows written are read back (f16 here) from their
  * place in the dimension-major K and position-major V runs; writes past
- * the reserved room and stale handles are refused.
+ * the reserved room and stale handles are refused. Forks: a sequence
+ * made of another's positions shares its full blocks and copies the
+ * partial one; the shared blocks go back to the pool only when the last
+ * table lets go; a write to a shared block copies it first, so neither
+ * sequence sees the other's writes.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,11 +60,89 @@ test_kvcache(void **state)
 	medha_kvcache_free(kv);
 }
 
+/* K of (layer 0, head 0) at pos as a single float, for comparisons */
+static float
+k0(struct medha_kvcache *kv, int seq, int64_t pos)
+{
+	float r[HD];
+
+	assert_int_equal(medha_kv_read(kv, seq, 0, 0, 0, pos, r), 0);
+	return r[0];
+}
+
+static void
+put(struct medha_kvcache *kv, int seq, int64_t pos, float x)
+{
+	float k[NKV * HD], v[NKV * HD];
+
+	for (int i = 0; i < NKV * HD; i++)
+		k[i] = v[i] = x;
+	for (int l = 0; l < NL; l++)
+		assert_int_equal(medha_kv_write(kv, seq, l, pos, 1, k, v), 0);
+}
+
+static void
+test_kvcache_fork(void **state)
+{
+	struct medha_kvcache *kv = kv_new(MEDHA_KV_F32, 10, NL, NKV, HD);
+	int a, b, c;
+
+	(void)state;
+	assert_int_equal(medha_kv_seq_alloc(kv, &a), 0);
+	assert_int_equal(medha_kv_seq_alloc(kv, &b), 0);
+	assert_int_equal(medha_kv_seq_alloc(kv, &c), 0);
+	assert_int_equal(medha_kv_reserve(kv, a, 40), 0); /* 3 blocks */
+	for (int p = 0; p < 40; p++)
+		put(kv, a, p, (float)p);
+	assert_int_equal(medha_kv_set_len(kv, a, 40), 0);
+	assert_int_equal(medha_kv_free_blocks(kv), 7);
+	/* b: a's first 35 positions, 2 blocks shared and the third copied */
+	assert_int_equal(medha_kv_seq_fork(kv, b, a, 0, 35), 0);
+	assert_int_equal(medha_kv_seq_len(kv, b), 35);
+	assert_int_equal(medha_kv_free_blocks(kv), 6);
+	assert_int_equal(kv->seq[b].block[0], kv->seq[a].block[0]);
+	assert_int_equal(kv->seq[b].block[1], kv->seq[a].block[1]);
+	assert_true(kv->seq[b].block[2] != kv->seq[a].block[2]);
+	for (int p = 0; p < 35; p++)
+		assert_true(k0(kv, b, p) == (float)p);
+	/* b writes on: its own block, a's positions untouched */
+	assert_int_equal(medha_kv_reserve(kv, b, 36), 0);
+	put(kv, b, 35, -1);
+	assert_true(k0(kv, a, 35) == 35 && k0(kv, b, 35) == -1);
+	/* b rewrites a shared position: the block is copied first */
+	put(kv, b, 3, -3);
+	assert_true(k0(kv, a, 3) == 3 && k0(kv, b, 3) == -3);
+	assert_true(k0(kv, b, 4) == 4);
+	assert_true(kv->seq[b].block[0] != kv->seq[a].block[0]);
+	assert_int_equal(medha_kv_free_blocks(kv), 5);
+	/* c forks on from two sources: a's block 0, then b's 16..20 */
+	assert_int_equal(medha_kv_seq_fork(kv, c, a, 0, 16), 0);
+	assert_int_equal(medha_kv_seq_fork(kv, c, b, 16, 20), 0);
+	assert_true(k0(kv, c, 3) == 3 && k0(kv, c, 19) == 19);
+	/* misuse is refused: dst not at from, from not on a block, past
+	   src's length, itself */
+	assert_int_equal(medha_kv_seq_fork(kv, c, a, 16, 30), MEDHA_EINVAL);
+	assert_int_equal(medha_kv_seq_fork(kv, b, a, 8, 20), MEDHA_EINVAL);
+	medha_kv_seq_free(kv, c);
+	assert_int_equal(medha_kv_seq_alloc(kv, &c), 0);
+	assert_int_equal(medha_kv_seq_fork(kv, c, a, 0, 41), MEDHA_EINVAL);
+	assert_int_equal(medha_kv_seq_fork(kv, a, a, 0, 16), MEDHA_EINVAL);
+	/* the last table to let go returns a block: a's block 1 is b's too */
+	medha_kv_seq_free(kv, a);
+	assert_int_equal(medha_kv_free_blocks(kv), 7); /* A0, A2 */
+	assert_true(k0(kv, b, 20) == 20);
+	medha_kv_seq_free(kv, b);
+	medha_kv_seq_free(kv, c);
+	assert_int_equal(medha_kv_free_blocks(kv), 10);
+	medha_kvcache_free(kv);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_kvcache),
+	    cmocka_unit_test(test_kvcache_fork),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

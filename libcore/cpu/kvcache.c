@@ -2,7 +2,10 @@
  * kvcache.c: the paged KV cache (see kvcache.h): a pool of blocks kept
  * on a free stack, a block table per sequence, and the store and load of
  * K/V rows in f32 or f16. Blocks are handed out lowest number first on a
- * fresh cache, so the block tables of a test are easy to read.
+ * fresh cache, so the block tables of a test are easy to read. A block
+ * counts the block tables holding it (forks share them); it goes back to
+ * the pool when the last lets go, and a write to a shared block copies
+ * it first.
  */
 #include "cpu/kvcache.h"
 #include "model/quant.h"
@@ -54,8 +57,10 @@ medha_kvcache_init(struct medha_kvcache **kvp, const struct medha_kv_config *c)
 	kv->block_els = bytes / kv->elsize / (size_t)c->n_blocks;
 	kv->data = malloc(bytes);
 	kv->free = medha_calloc((size_t)c->n_blocks, sizeof(*kv->free));
+	kv->ref = medha_calloc((size_t)c->n_blocks, sizeof(*kv->ref));
 	kv->seq = medha_calloc((size_t)kv->c.max_seqs, sizeof(*kv->seq));
-	if (kv->data == NULL || kv->free == NULL || kv->seq == NULL) {
+	if (kv->data == NULL || kv->free == NULL || kv->seq == NULL ||
+	    kv->ref == NULL) {
 		medha_kvcache_free(kv);
 		return MEDHA_ENOMEM;
 	}
@@ -79,6 +84,7 @@ medha_kvcache_free(struct medha_kvcache *kv)
 			free(kv->seq[i].block);
 	free(kv->seq);
 	free(kv->free);
+	free(kv->ref);
 	free(kv->data);
 	free(kv);
 }
@@ -107,12 +113,101 @@ medha_kv_seq_alloc(struct medha_kvcache *kv, int *seq)
 	return MEDHA_ENOSPACE;
 }
 
-/* Return the blocks of s past the first keep to the pool. */
+/* Let go of the blocks of s past the first keep: to the pool, unless
+ * another table holds them too. */
 static void
 give_back(struct medha_kvcache *kv, struct medha_kv_seq *s, int64_t keep)
 {
-	while (s->nblock > keep)
-		kv->free[kv->nfree++] = s->block[--s->nblock];
+	while (s->nblock > keep) {
+		int32_t b = s->block[--s->nblock];
+		if (--kv->ref[b] == 0)
+			kv->free[kv->nfree++] = b;
+	}
+}
+
+/* Room for n blocks in s's table. 0 or MEDHA_ENOMEM. */
+static int
+table_room(struct medha_kv_seq *s, int64_t need)
+{
+	int32_t *nb;
+	int64_t cap;
+
+	if (need <= s->cap)
+		return 0;
+	cap = s->cap ? s->cap : 4;
+	while (cap < need)
+		cap *= 2;
+	if ((nb = medha_reallocarray(s->block, (size_t)cap, sizeof(*nb))) ==
+	    NULL)
+		return MEDHA_ENOMEM;
+	s->block = nb;
+	s->cap = cap;
+	return 0;
+}
+
+/* Block b's K/V, every plane, into block d. */
+static void
+copy_block(struct medha_kvcache *kv, int32_t d, int32_t b)
+{
+	const size_t run = (size_t)MEDHA_KV_BLOCK * kv->c.head_dim * kv->elsize;
+	const int64_t planes = (int64_t)kv->c.n_layers * 2 * kv->c.n_kv_heads;
+
+	for (int64_t p = 0; p < planes; p++)
+		memcpy((char *)kv->data +
+		        ((size_t)p * kv->c.n_blocks + d) * run,
+		    (char *)kv->data + ((size_t)p * kv->c.n_blocks + b) * run,
+		    run);
+}
+
+/* Table slot i of s on a block of its own (copy on write). 0 or
+ * MEDHA_ENOSPACE. */
+static int
+own_block(struct medha_kvcache *kv, struct medha_kv_seq *s, int64_t i)
+{
+	int32_t b = s->block[i], d;
+
+	if (kv->ref[b] == 1)
+		return 0;
+	if (kv->nfree == 0)
+		return MEDHA_ENOSPACE;
+	d = kv->free[--kv->nfree];
+	kv->ref[d] = 1;
+	copy_block(kv, d, b);
+	kv->ref[b]--;
+	s->block[i] = d;
+	return 0;
+}
+
+int
+medha_kv_seq_fork(struct medha_kvcache *kv, int dst, int src, int64_t from,
+    int64_t to)
+{
+	struct medha_kv_seq *d, *s;
+	int64_t full = to / MEDHA_KV_BLOCK, i;
+	int rc;
+
+	if ((d = seq_get(kv, dst)) == NULL || (s = seq_get(kv, src)) == NULL ||
+	    dst == src || from < 0 || from > to || to > s->len ||
+	    from % MEDHA_KV_BLOCK != 0 || d->len != from ||
+	    d->nblock != from / MEDHA_KV_BLOCK)
+		return MEDHA_EINVAL;
+	if ((rc = table_room(d, (to + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK)) !=
+	    0)
+		return rc;
+	if (to % MEDHA_KV_BLOCK != 0 && kv->nfree == 0)
+		return MEDHA_ENOSPACE;
+	for (i = from / MEDHA_KV_BLOCK; i < full; i++) {
+		d->block[d->nblock++] = s->block[i];
+		kv->ref[s->block[i]]++;
+	}
+	if (to % MEDHA_KV_BLOCK != 0) { /* the partial block: copied */
+		int32_t b = kv->free[--kv->nfree];
+		kv->ref[b] = 1;
+		copy_block(kv, b, s->block[full]);
+		d->block[d->nblock++] = b;
+	}
+	d->len = to;
+	return 0;
 }
 
 void
@@ -148,25 +243,20 @@ medha_kv_reserve(struct medha_kvcache *kv, int seq, int64_t n)
 {
 	struct medha_kv_seq *s;
 	int64_t need;
-	int32_t *nb;
+	int rc;
 
 	if ((s = seq_get(kv, seq)) == NULL || n < 0)
 		return MEDHA_EINVAL;
 	need = (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
-	if (need > s->cap) {
-		int64_t cap = s->cap ? s->cap : 4;
-		while (cap < need)
-			cap *= 2;
-		if ((nb = medha_reallocarray(s->block, (size_t)cap,
-		         sizeof(*nb))) == NULL)
-			return MEDHA_ENOMEM;
-		s->block = nb;
-		s->cap = cap;
-	}
+	if ((rc = table_room(s, need)) != 0)
+		return rc;
 	while (s->nblock < need) {
+		int32_t b;
 		if (kv->nfree == 0)
 			return MEDHA_ENOSPACE;
-		s->block[s->nblock++] = kv->free[--kv->nfree];
+		b = kv->free[--kv->nfree];
+		kv->ref[b] = 1;
+		s->block[s->nblock++] = b;
 	}
 	return 0;
 }
@@ -242,9 +332,9 @@ int
 medha_kv_write(struct medha_kvcache *kv, int seq, int layer, int64_t pos, int n,
     const float *k, const float *v)
 {
-	const struct medha_kv_seq *s;
+	struct medha_kv_seq *s;
 	int64_t p;
-	int h, nkv = kv->c.n_kv_heads, hd = kv->c.head_dim;
+	int h, nkv = kv->c.n_kv_heads, hd = kv->c.head_dim, rc;
 	size_t i;
 	char *run;
 
@@ -252,6 +342,11 @@ medha_kv_write(struct medha_kvcache *kv, int seq, int layer, int64_t pos, int n,
 	    layer >= kv->c.n_layers || pos < 0 || n < 0 ||
 	    pos + n > s->nblock * MEDHA_KV_BLOCK)
 		return MEDHA_EINVAL;
+	/* a block shared with another table is copied before a write */
+	for (p = pos / MEDHA_KV_BLOCK;
+	     n > 0 && p <= (pos + n - 1) / MEDHA_KV_BLOCK; p++)
+		if ((rc = own_block(kv, s, p)) != 0)
+			return rc;
 	for (p = pos; p < pos + n; p++)
 		for (h = 0; h < nkv; h++) {
 			i = (size_t)(p % MEDHA_KV_BLOCK);

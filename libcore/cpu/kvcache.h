@@ -64,6 +64,7 @@ struct medha_kvcache {
 	size_t block_els; /* elements per block, all layers, K and V */
 	void *data; /* (n_layers, 2, n_kv_heads, n_blocks, 16 * head_dim) */
 	int32_t *free; /* (n_blocks) stack of free block numbers */
+	int32_t *ref;  /* (n_blocks) block tables holding each block */
 	int64_t nfree; /* blocks on the stack */
 	struct medha_kv_seq *seq; /* (max_seqs) */
 };
@@ -87,6 +88,19 @@ size_t medha_kvcache_bytes(const struct medha_kv_config *c);
 int medha_kv_seq_alloc(struct medha_kvcache *kv, int *seq);
 /* Give a sequence's blocks back to the pool and free the handle. */
 void medha_kv_seq_free(struct medha_kvcache *kv, int seq);
+/*
+ * Fork: make dst hold src's positions [from, to) as its own [from, to)
+ * (dst must hold exactly from positions, from a multiple of
+ * MEDHA_KV_BLOCK, and to at most src's length): the full blocks are
+ * shared (each counts its tables, and goes back to the pool when the
+ * last lets go), the block to ends in, if partial, is copied, so that
+ * dst's next positions are written to a block of its own. A block that
+ * is still shared when a sequence writes to it (medha_kv_write) is
+ * copied first: one sequence never writes another's KV. Returns 0, MEDHA_EINVAL, MEDHA_ENOSPACE or MEDHA_ENOMEM (dst
+ * unchanged).
+ */
+int medha_kv_seq_fork(struct medha_kvcache *kv, int dst, int src, int64_t from,
+    int64_t to);
 /* Valid positions of a sequence, or MEDHA_EINVAL for a bad handle. */
 int64_t medha_kv_seq_len(const struct medha_kvcache *kv, int seq);
 /*
@@ -115,8 +129,10 @@ int64_t medha_kv_free_blocks(const struct medha_kvcache *kv);
 /*
  * Store n positions' K and V for one layer, starting at position pos
  * (which must be reserved): k and v are (n, n_kv_heads, head_dim) f32,
- * rounded to f16 (nearest even) for an f16 cache. Returns 0 or
- * MEDHA_EINVAL (bad handle or positions outside the reserved room).
+ * rounded to f16 (nearest even) for an f16 cache; a block the sequence
+ * shares is copied first. Returns 0, MEDHA_EINVAL (bad handle or
+ * positions outside the reserved room) or MEDHA_ENOSPACE (no block for
+ * the copy).
  */
 int medha_kv_write(struct medha_kvcache *kv, int seq, int layer, int64_t pos,
     int n, const float *k, const float *v);
