@@ -13,7 +13,15 @@
  *    batch, with one KVP group and with two; a request whose cached
  *    prefix was evicted between its arrival and its admission; a
  *    request cancelled after it forked; a lost worker emptying the
- *    cache.
+ *    cache;
+ *  - the workers' ops (struct medha_kvop) applied to a real paged KV
+ *    cache by a model worker, on random traces of token ids that share
+ *    system prompts and earlier turns, under memory pressure: every
+ *    request's sequence holds, at each position before its first chunk,
+ *    the KV of its own prompt's prefix (forks never give another
+ *    request's KV); sequences stay contiguous; the worker never holds
+ *    more blocks than the scheduler counts as used, and once everything
+ *    ended, exactly the blocks the index holds.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/kvcache.h"
 #include "sched/prefix.h"
 #include "sched/sched.h"
 #include "sched/sim.h"
@@ -530,6 +539,269 @@ test_cancel_and_lost(void **state)
 	medha_pred_free(&p);
 }
 
+/* ---- a model worker: the ops on a real KV cache ---- */
+
+#define MW_SEQS 1024
+
+struct mworker {
+	struct medha_kvcache *kv;
+	uint64_t handle[MW_SEQS]; /* of each cache sequence, 0 none */
+	const struct medha_reqspec *reqs;
+	const uint64_t *hreq; /* (nreq) the handle of each request */
+	int nreq;
+	int64_t forks, trims, checked;
+};
+
+static int
+mw_seq(struct mworker *w, uint64_t h)
+{
+	for (int i = 0; i < MW_SEQS; i++)
+		if (w->handle[i] == h)
+			return i;
+	return -1;
+}
+
+static const struct medha_reqspec *
+mw_req(const struct mworker *w, uint64_t h)
+{
+	for (int i = 0; i < w->nreq; i++)
+		if (w->hreq[i] == h)
+			return &w->reqs[i];
+	fail_msg("no request of handle %llx", (unsigned long long)h);
+	return NULL;
+}
+
+/* The KV stand-in at position p of r: a hash of its tokens 0..p (any
+ * output position: of the handle), exact in a float. */
+static float
+mw_value(const struct medha_reqspec *r, uint64_t h, int64_t p)
+{
+	uint64_t z = 0x9e3779b97f4a7c15ULL;
+
+	if (p >= r->prompt_tokens)
+		return (float)((h * 31 + (uint64_t)p) % 16777216) + 0.5f;
+	for (int64_t i = 0; i <= p; i++)
+		z = (z ^ (uint64_t)r->prompt_ids[i]) * 0x100000001b3ULL;
+	return (float)(z % 16777216);
+}
+
+static int
+mw_new(struct mworker *w, uint64_t h)
+{
+	int seq;
+
+	assert_int_equal(medha_kv_seq_alloc(w->kv, &seq), 0);
+	w->handle[seq] = h;
+	return seq;
+}
+
+static void
+mw_ops(struct mworker *w, const struct medha_sched_batch *b)
+{
+	for (int i = 0; i < b->n_ops; i++) {
+		const struct medha_kvop *op = &b->ops[i];
+		int seq = mw_seq(w, op->req);
+		if (op->op == MEDHA_KVOP_TRIM) {
+			w->trims++;
+			if (seq < 0)
+				continue; /* never ran */
+			if (op->to == 0) {
+				medha_kv_seq_free(w->kv, seq);
+				w->handle[seq] = 0;
+			} else {
+				assert_true(
+				    op->to <= medha_kv_seq_len(w->kv, seq));
+				assert_int_equal(medha_kv_set_len(w->kv, seq,
+				                     op->to),
+				    0);
+			}
+			continue;
+		}
+		assert_int_equal(op->op, MEDHA_KVOP_FORK);
+		w->forks++;
+		if (seq < 0)
+			seq = mw_new(w, op->req);
+		assert_true(mw_seq(w, op->src) >= 0);
+		assert_int_equal(medha_kv_seq_fork(w->kv, seq,
+		                     mw_seq(w, op->src), op->from, op->to),
+		    0);
+	}
+}
+
+static void
+mw_put(struct mworker *w, int seq, int64_t p, float x)
+{
+	float k[1] = {x}, v[1] = {x};
+
+	assert_int_equal(medha_kv_write(w->kv, seq, 0, p, 1, k, v), 0);
+}
+
+static void
+mw_items(struct mworker *w, const struct medha_sched_batch *b)
+{
+	for (int i = 0; i < b->n_items; i++) {
+		const struct medha_sched_item *it = &b->items[i];
+		const struct medha_reqspec *r = mw_req(w, it->req);
+		int seq = mw_seq(w, it->req);
+		float got[1];
+		if (seq < 0) {
+			assert_int_equal(it->kv, 0); /* a fork was owed */
+			seq = mw_new(w, it->req);
+		}
+		assert_int_equal(medha_kv_seq_len(w->kv, seq), it->kv);
+		if (!it->decode) /* what it holds is its own prompt's */
+			for (int64_t p = 0; p < it->kv; p++, w->checked++) {
+				assert_int_equal(medha_kv_read(w->kv, seq, 0, 0,
+				                     0, p, got),
+				    0);
+				assert_true(got[0] == mw_value(r, it->req, p));
+			}
+		assert_int_equal(medha_kv_reserve(w->kv, seq,
+		                     it->kv + it->tokens),
+		    0);
+		for (int64_t p = it->kv; p < it->kv + it->tokens; p++)
+			mw_put(w, seq, p, mw_value(r, it->req, p));
+		assert_int_equal(medha_kv_set_len(w->kv, seq,
+		                     it->kv + it->tokens),
+		    0);
+	}
+}
+
+/* n requests of token ids: system prompts, turns extending an earlier
+ * prompt, and prompts of their own */
+static struct medha_reqspec *
+ids_trace(int n, uint64_t seed)
+{
+	struct medha_reqspec *v = calloc(n, sizeof(*v));
+	uint64_t z = seed;
+
+	for (int i = 0; i < n; i++) {
+		int64_t P, base = 0;
+		const struct medha_reqspec *from = NULL;
+		z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+		snprintf(v[i].id, sizeof(v[i].id), "%d", i);
+		v[i].arrival = i * 0.002;
+		v[i].max_tokens = 1 + (int64_t)(z >> 58);
+		if (i > 0 && (z >> 40) % 3 == 0)
+			from = &v[(z >> 20) % (uint64_t)i]; /* a next turn */
+		if (from != NULL && from->prompt_tokens > 1000)
+			from = NULL;
+		P = (from != NULL ? from->prompt_tokens : 0) + 1 +
+		    (int64_t)((z >> 30) % 200);
+		v[i].prompt_tokens = P;
+		v[i].prompt_ids = calloc(P, sizeof(int32_t));
+		if (from != NULL) {
+			memcpy(v[i].prompt_ids, from->prompt_ids,
+			    from->prompt_tokens * sizeof(int32_t));
+			base = from->prompt_tokens;
+		} else if ((z >> 45) % 2 == 0) { /* one of 3 system prompts */
+			int sp = (int)((z >> 50) % 3);
+			for (; base < 37 + 20 * sp && base < P; base++)
+				v[i].prompt_ids[base] = 1000 * sp + (int)base;
+		}
+		for (int64_t k = base; k < P; k++)
+			v[i].prompt_ids[k] = 100000 + i * 1000 + (int)k;
+	}
+	return v;
+}
+
+static void
+model_worker(int n, int64_t blocks, int policy, uint64_t seed)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_sched_config c;
+	struct medha_sched *s;
+	struct medha_sched_batch b;
+	struct medha_prefix_stats ps;
+	struct medha_record rec;
+	struct mworker *w = calloc(1, sizeof(*w));
+	struct medha_reqspec *v = ids_trace(n, seed);
+	uint64_t *h = calloc(n, sizeof(*h));
+	struct medha_kv_config kc = {.n_layers = 1,
+	    .n_kv_heads = 1,
+	    .head_dim = 1,
+	    .n_blocks = blocks,
+	    .type = MEDHA_KV_F32,
+	    .max_seqs = MW_SEQS};
+	double now = 0;
+	int next = 0, done = 0, rc;
+	char why[200];
+
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1,
+	                     1),
+	    0);
+	medha_sched_config_default(&c);
+	c.policy = policy;
+	c.kv_blocks = blocks;
+	c.max_chunk = 64; /* prompts in several chunks */
+	c.min_chunk = 32;
+	c.prefix_cache = 1;
+	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
+	assert_int_equal(medha_kvcache_init(&w->kv, &kc), 0);
+	w->reqs = v;
+	w->hreq = h;
+	while (done < n) {
+		while (next < n && v[next].arrival <= now) {
+			assert_int_equal(medha_sched_arrive(s, &v[next],
+			                     v[next].arrival, &h[next]),
+			    0);
+			w->nreq = ++next;
+		}
+		rc = medha_sched_next_batch(s, now, &b);
+		assert_true(rc >= 0);
+		mw_ops(w, &b);
+		/* the worker holds no block the scheduler counts free */
+		assert_true(blocks - medha_kv_free_blocks(w->kv) <=
+		    medha_sched_group_reserved(s, 0) +
+		        medha_sched_group_cached(s, 0));
+		if (rc == 1) {
+			mw_items(w, &b);
+			assert_true(blocks - medha_kv_free_blocks(w->kv) <=
+			    medha_sched_group_reserved(s, 0) +
+			        medha_sched_group_cached(s, 0));
+			now += b.latency;
+			assert_int_equal(medha_sched_batch_done(s, &b, NULL,
+			                     now),
+			    0);
+		} else {
+			now = next < n ? v[next].arrival : now + 1;
+		}
+		while (medha_sched_pop_record(s, &rec) == 1) {
+			assert_int_equal(rec.status, MEDHA_STATUS_OK);
+			medha_record_clear(&rec);
+			done++;
+		}
+		if (medha_sched_check(s, why, sizeof(why)) != 0)
+			fail_msg("%s", why);
+	}
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 0);
+	mw_ops(w, &b);
+	assert_int_equal(blocks - medha_kv_free_blocks(w->kv),
+	    medha_sched_group_cached(s, 0));
+	medha_sched_prefix_stats(s, &ps);
+	assert_true(ps.hits > n / 4 && ps.evictions > 0 && w->forks > 0);
+	assert_true(w->checked > 0);
+	medha_sched_free(s);
+	medha_pred_free(&p);
+	medha_kvcache_free(w->kv);
+	for (int i = 0; i < n; i++)
+		free(v[i].prompt_ids);
+	free(v);
+	free(h);
+	free(w);
+}
+
+static void
+test_model_worker(void **state)
+{
+	(void)state;
+	model_worker(300, 200, MEDHA_POLICY_MEDHA, 1);
+	model_worker(300, 120, MEDHA_POLICY_FCFS, 2);
+	model_worker(300, 400, MEDHA_POLICY_LRS, 3);
+}
+
 int
 main(void)
 {
@@ -542,6 +814,7 @@ main(void)
 	    cmocka_unit_test(test_sim_pressure),
 	    cmocka_unit_test(test_sim_evicted_before_fork),
 	    cmocka_unit_test(test_cancel_and_lost),
+	    cmocka_unit_test(test_model_worker),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

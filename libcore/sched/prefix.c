@@ -238,7 +238,8 @@ medha_prefix_match(const struct medha_prefix *x, const uint64_t *keys,
 		/* a piece's cached blocks all come from one group */
 		if (m % group_tokens == 0)
 			pg = -1;
-		if (c < 0 || (pg >= 0 && x->n[c].group != pg))
+		if (c < 0 || (pg >= 0 && x->n[c].group != pg) ||
+		    (x->fresh != 0 && x->n[c].born == x->fresh))
 			break;
 		pg = x->n[c].group;
 		cur = c;
@@ -252,7 +253,8 @@ medha_prefix_match(const struct medha_prefix *x, const uint64_t *keys,
 	     c = x->n[c].next, seen++) {
 		int64_t lim = n - m < x->n[c].ntok ? n - m : x->n[c].ntok;
 		int64_t k;
-		if (pg >= 0 && x->n[c].group != pg)
+		if ((pg >= 0 && x->n[c].group != pg) ||
+		    (x->fresh != 0 && x->n[c].born == x->fresh))
 			continue;
 		k = common(node_keys(x, c), keys + m, lim);
 		if (k > bestk) {
@@ -374,6 +376,8 @@ drop(struct medha_prefix *x, int i)
 	struct medha_pnode *p = &x->n[i];
 	int parent = p->parent;
 
+	if (x->dropped != NULL)
+		x->dropped(x->arg, p);
 	if (p->hpos >= 0)
 		heap_remove(x, i);
 	if (p->prev >= 0)

@@ -35,17 +35,20 @@
 #define MEDHA_PREFIX_SCAN 64 /* children compared token by token */
 
 struct medha_pnode {
-	uint64_t hash;  /* full blocks: of (parent, tokens); 0 partial */
-	uint64_t stamp; /* last referenced (the index's clock) */
-	int parent;     /* node index; 0 is the root; -1 on the free list */
-	int child;      /* first child, -1 none */
-	int prev, next; /* siblings, -1 none */
-	int hnext;      /* next in its hash bucket, -1 none */
-	int hpos;       /* place in its group's heap, -1 not there */
-	int ntok;       /* tokens held, 1..block_size (0: the root) */
-	int group;      /* KVP group of its block */
-	int64_t ref;    /* requests whose path runs through it */
-	int64_t depth;  /* its block's index in the sequence */
+	uint64_t hash;     /* full blocks: of (parent, tokens); 0 partial */
+	uint64_t stamp;    /* last referenced (the index's clock) */
+	int parent;        /* node index; 0 is the root; -1 on the free list */
+	int child;         /* first child, -1 none */
+	int prev, next;    /* siblings, -1 none */
+	int hnext;         /* next in its hash bucket, -1 none */
+	int hpos;          /* place in its group's heap, -1 not there */
+	int ntok;          /* tokens held, 1..block_size (0: the root) */
+	int group;         /* KVP group of its block */
+	int64_t ref;       /* requests whose path runs through it */
+	int64_t depth;     /* its block's index in the sequence */
+	uint64_t born;     /* the caller's: matched only if not x->fresh */
+	uint64_t owner;    /* the caller's: whose sequence holds the block */
+	int64_t own_first; /* the caller's: the depth of owner's first node */
 };
 
 struct medha_prefix_heap {
@@ -70,8 +73,14 @@ struct medha_prefix {
 	int *bucket;               /* (nbucket) hash chains' heads */
 	int nbucket;
 	uint64_t clock;
+	uint64_t fresh; /* nodes born so (not 0) are not matched: their KV
+	                   is not computed yet */
 	struct medha_prefix_heap lru[MEDHA_KVP_MAX];
 	struct medha_prefix_stats st;
+	/* if set, told of each node as it is dropped (evicted or cleared),
+	   before it is unlinked */
+	void (*dropped)(void *arg, const struct medha_pnode *p);
+	void *arg;
 };
 
 /* Returns 0, MEDHA_ENOMEM. kv must outlive x. */

@@ -200,6 +200,8 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 		free(s);
 		return MEDHA_ENOMEM;
 	}
+	if (c->prefix_cache)
+		sched_prefix_init(s);
 	*sp = s;
 	return 0;
 }
@@ -215,6 +217,9 @@ medha_sched_free(struct medha_sched *s)
 	}
 	if (s->cfg.prefix_cache)
 		medha_prefix_free(&s->px);
+	free(s->pend);
+	free(s->ops);
+	free(s->punref);
 	for (int i = 0; i < s->rec_n; i++)
 		medha_record_clear(&s->recs[(s->rec_head + i) % s->rec_cap]);
 	free(s->reqs);
@@ -311,6 +316,9 @@ sched_finish(struct medha_sched *s, struct req *q, int status, int fin,
 
 	if (q->keys != NULL)
 		sched_prefix_finish(s, q, status);
+	/* its sequence: what the index holds of it stays on the workers */
+	if (s->cfg.prefix_cache)
+		sched_op(s, MEDHA_KVOP_TRIM, q->pub.handle, 0, 0, q->own_end);
 	if (q->pub.state != MEDHA_REQ_WAITING)
 		s->nadmitted--;
 	medha_kvplace_release(&s->kv, &q->pub.kv);
@@ -542,6 +550,14 @@ medha_sched_group_reserved(const struct medha_sched *s, int group)
 	if (group < 0 || group >= s->kv.kvp)
 		return -1;
 	return s->kv.res[group];
+}
+
+int64_t
+medha_sched_group_cached(const struct medha_sched *s, int group)
+{
+	if (group < 0 || group >= s->kv.kvp)
+		return -1;
+	return s->kv.cached[group];
 }
 
 int64_t

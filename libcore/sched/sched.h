@@ -138,6 +138,29 @@ struct medha_sched_item {
 	int last;       /* 1 if this is the prompt's last chunk */
 };
 
+/*
+ * Prefix caching on the workers (man/medha-sched.1, "Prefix cache"):
+ * what a worker does to its KV sequences, one per request handle, before
+ * it runs a batch's items, in the order given. TRIM: req's request
+ * ended, or blocks of it the cache held were evicted: keep its positions
+ * [0, to) (what the cache still holds of it; its other blocks go), or
+ * free it when to is 0. FORK: req's sequence, new (or holding exactly
+ * from positions), takes src's positions [from, to): the full blocks
+ * shared, a last partial block copied. With the cache on, every request
+ * that ends gets a TRIM (its sequence is let go only so).
+ */
+enum medha_kvop_kind {
+	MEDHA_KVOP_TRIM = 1,
+	MEDHA_KVOP_FORK = 2,
+};
+struct medha_kvop {
+	int op;           /* MEDHA_KVOP_* */
+	uint64_t req;     /* the request handle of the sequence */
+	uint64_t src;     /* FORK: whose sequence it takes positions from */
+	int64_t from, to; /* FORK: src's positions [from, to); TRIM: keep
+	                     [0, to) */
+};
+
 struct medha_sched_batch {
 	uint64_t seq;      /* iteration number, from 0 */
 	double start;      /* time it was formed (enters stage 0), s */
@@ -148,6 +171,10 @@ struct medha_sched_batch {
 	int64_t n_tokens;
 	struct medha_sched_item *items; /* owned by the scheduler; valid until
 	                             the next medha_sched_next_batch() */
+	struct medha_kvop *ops; /* (n_ops) prefix caching: to do before the
+	                           items, in order; owned likewise; given
+	                           also when there are no items */
+	int n_ops;
 };
 
 struct medha_sched;
@@ -193,7 +220,9 @@ medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now);
 
 /*
  * Form the next batch at `now` (stage 0 must be free). Returns 1 with *b
- * filled, 0 if there is nothing to run now, or MEDHA_ENOMEM.
+ * filled, 0 if there is nothing to run now, or MEDHA_ENOMEM. Either way
+ * b->ops (n_ops) are the workers' prefix caching ops since the last call
+ * (none with the cache off), to apply before the items, if any.
  */
 int medha_sched_next_batch(struct medha_sched *s, double now,
     struct medha_sched_batch *b);
@@ -249,6 +278,9 @@ int medha_sched_block_size(const struct medha_sched *s);         /* tokens */
 /* KV positions of one request per KVP group (a piece; medha_kvplace) */
 int64_t medha_sched_group_tokens(const struct medha_sched *s);
 int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
+/* Blocks of a group the prefix cache holds (0 with it off); -1 if no
+ * such group */
+int64_t medha_sched_group_cached(const struct medha_sched *s, int group);
 /* Pending prefill work the KVP load balancer counts on a group: ns of
  * predicted prefill time (with one group, which needs no balancing,
  * prompt tokens); -1 if there is no such group. */

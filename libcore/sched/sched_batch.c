@@ -571,6 +571,8 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	struct medha_lat l;
 
 	memset(&s->acc, 0, sizeof(s->acc));
+	b->ops = NULL;
+	b->n_ops = 0;
 	if ((rc = grow_cands(s, s->nactive)) != 0)
 		return rc;
 	/* (1) every decode that has its previous token; (2) candidates */
@@ -641,6 +643,11 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 		if ((rc = pack_prefill(s, c, limit, &npre)) < 0)
 			return rc;
 	}
+	b->n_items = s->acc.n_items;
+	if (s->cfg.prefix_cache)
+		sched_prefix_batch(s, b);
+	if (s->oom) /* an op for the workers was lost */
+		return MEDHA_ENOMEM;
 	if (s->acc.n_items == 0)
 		return 0;
 

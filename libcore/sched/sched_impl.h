@@ -46,6 +46,8 @@ struct req {
 	                   holds a reference on it and every node above */
 	int64_t ins_tok; /* tokens of that path (full blocks) */
 	int ins_stop;    /* its blocks go no further into the index */
+	int64_t own_first; /* depth of the first node its block made, -1 */
+	int64_t own_end;   /* positions its nodes' blocks end at */
 };
 
 struct cand {
@@ -73,6 +75,13 @@ struct medha_sched {
 	const struct medha_pred *pred;
 	struct medha_kvplace kv; /* KV blocks per KVP group */
 	struct medha_prefix px;  /* cached prefixes, if cfg.prefix_cache */
+	/* the workers' part (struct medha_kvop): ops since the last batch,
+	   moved to the batch formed (its ops), the buffers swapped */
+	struct medha_kvop *pend, *ops;
+	int npend, pend_cap, ops_cap;
+	int *punref; /* partial blocks forked this batch: let go after it */
+	int npunref, punref_cap;
+	int oom;     /* an op was lost for memory: reported by next_batch */
 
 	struct req *reqs; /* (reqs_cap) slots */
 	int reqs_cap;
@@ -117,6 +126,14 @@ int sched_prefix_arrive(struct medha_sched *s, struct req *q,
 int sched_prefix_admit(struct medha_sched *s, struct req *q);
 /* evict what the requests' reservations need of the cached blocks */
 void sched_prefix_evict(struct medha_sched *s);
+/* the index's drop hook (at init) */
+void sched_prefix_init(struct medha_sched *s);
+/* an op for the workers (struct medha_kvop) */
+void sched_op(struct medha_sched *s, int op, uint64_t req, uint64_t src,
+    int64_t from, int64_t to);
+/* the end of forming a batch: its ops (moved from pend), the partial
+ * blocks forked let go */
+void sched_prefix_batch(struct medha_sched *s, struct medha_sched_batch *b);
 int sched_prefix_blocks(struct medha_sched *s, struct req *q);
 void sched_prefix_finish(struct medha_sched *s, struct req *q, int status);
 /* cum[] and the time to prefill prompt tokens [start, prompt) alone */

@@ -10,9 +10,18 @@
  * have no room, it gives up the match one KVP piece at a time, down to
  * none, which is exactly the admission it would have had without the
  * cache. As its prompt is handed out its full blocks join the index
- * (or, if the index has them already, its own copies are freed); when
- * it ends, the block its cacheable tokens end in joins too, and its
- * references go.
+ * (until it meets blocks the index has already: it stops there, its own
+ * copies kept); when it ends, the block its cacheable tokens end in
+ * joins too, and its references go.
+ *
+ * The workers follow with ops (sched.h, struct medha_kvop): a request
+ * that forks takes its cached positions from the sequences of the
+ * requests whose blocks they are (their owners), a finished request's
+ * sequence is trimmed to the blocks the index holds of it rather than
+ * freed, and each eviction trims its owner's sequence further, freeing
+ * it with the owner's first block. A partial block forked stays held
+ * until the batch is formed, so no eviction of the same batch takes it
+ * before the worker copies it.
  */
 #include "sched/sched_impl.h"
 
@@ -36,6 +45,64 @@ name_hash(const char *s)
 	for (; *s != '\0'; s++)
 		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
 	return h;
+}
+
+void
+sched_op(struct medha_sched *s, int op, uint64_t req, uint64_t src,
+    int64_t from, int64_t to)
+{
+	if (s->npend == s->pend_cap) {
+		int ncap = s->pend_cap ? 2 * s->pend_cap : 64;
+		void *p = medha_reallocarray(s->pend, ncap, sizeof(*s->pend));
+		if (p == NULL) {
+			s->oom = 1;
+			return;
+		}
+		s->pend = p;
+		s->pend_cap = ncap;
+	}
+	s->pend[s->npend++] = (struct medha_kvop){op, req, src, from, to};
+}
+
+void
+sched_prefix_batch(struct medha_sched *s, struct medha_sched_batch *b)
+{
+	b->ops = NULL;
+	b->n_ops = 0;
+	/* (s->seq is the next batch's number once this one has items) */
+	s->px.fresh = s->seq + 1 + (b->n_items > 0);
+	for (int i = 0; i < s->npunref; i++)
+		medha_prefix_unref1(&s->px, s->punref[i]);
+	s->npunref = 0;
+	if (s->npend > 0) {
+		struct medha_kvop *t = s->ops;
+		int cap = s->ops_cap;
+		s->ops = s->pend;
+		s->ops_cap = s->pend_cap;
+		b->ops = s->ops;
+		b->n_ops = s->npend;
+		s->pend = t;
+		s->pend_cap = cap;
+		s->npend = 0;
+	}
+}
+
+/* Index node p dropped: its owner's sequence keeps what is before it. */
+static void
+dropped(void *arg, const struct medha_pnode *p)
+{
+	struct medha_sched *s = arg;
+
+	sched_op(s, MEDHA_KVOP_TRIM, p->owner, 0, 0,
+	    p->depth == p->own_first ? 0 : p->depth * s->cfg.block_size);
+}
+
+void
+sched_prefix_init(struct medha_sched *s)
+{
+	s->px.dropped = dropped;
+	s->px.arg = s;
+	s->px.fresh = s->seq + 1;
 }
 
 int
@@ -98,6 +165,52 @@ path_pins(const struct medha_sched *s, int full, int64_t *shared, int *pin)
 	}
 }
 
+/*
+ * The workers' FORK ops of request h, whose match of m tokens runs
+ * through the full blocks up to node full and then part (-1: none): a
+ * run per owner, in order, the partial block last. part stays held
+ * until the batch is formed (sched_prefix_batch).
+ */
+static void
+fork_ops(struct medha_sched *s, uint64_t h, int full, int part, int64_t m)
+{
+	const struct medha_prefix *x = &s->px;
+	int64_t bs = s->cfg.block_size;
+	int first = s->npend;
+
+	/* runs from the deepest up, then put in order */
+	for (int i = full; i != 0;) {
+		int j = i;
+		while (x->n[j].parent != 0 &&
+		    x->n[x->n[j].parent].owner == x->n[i].owner)
+			j = x->n[j].parent;
+		sched_op(s, MEDHA_KVOP_FORK, h, x->n[i].owner,
+		    x->n[j].depth * bs, (x->n[i].depth + 1) * bs);
+		i = x->n[j].parent;
+	}
+	for (int a = first, b = s->npend - 1; a < b; a++, b--) {
+		struct medha_kvop t = s->pend[a];
+		s->pend[a] = s->pend[b];
+		s->pend[b] = t;
+	}
+	if (part < 0)
+		return;
+	sched_op(s, MEDHA_KVOP_FORK, h, x->n[part].owner, x->n[part].depth * bs,
+	    m);
+	if (s->npunref == s->punref_cap) {
+		int ncap = s->punref_cap ? 2 * s->punref_cap : 16;
+		void *p = medha_reallocarray(s->punref, ncap, sizeof(int));
+		if (p == NULL) { /* let go now: a worker may miss its copy */
+			s->oom = 1;
+			medha_prefix_unref1(&s->px, part);
+			return;
+		}
+		s->punref = p;
+		s->punref_cap = ncap;
+	}
+	s->punref[s->npunref++] = part;
+}
+
 /* r's prefill starts at m now: its plan from there (its deadline kept). */
 static void
 replan(struct medha_sched *s, struct medha_req *r, int64_t m)
@@ -157,9 +270,7 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 		m = cut;
 	}
 	sched_prefix_evict(s);
-	/* the partial block is copied now (copy on write): not held on */
-	if (part >= 0)
-		medha_prefix_unref1(x, part);
+	fork_ops(s, r->handle, full, part, m);
 	x->st.queries++;
 	if (m > 0) {
 		x->st.hits++;
@@ -168,6 +279,8 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	q->ins_node = full;
 	q->ins_tok = full == 0 ? 0 : (x->n[full].depth + 1) * bs;
 	q->ins_stop = 0;
+	q->own_first = -1;
+	q->own_end = 0;
 	r->kv_tokens = m;
 	r->state = MEDHA_REQ_PREFILL;
 	return 0;
@@ -181,6 +294,23 @@ sched_prefix_evict(struct medha_sched *s)
 		if (over > 0)
 			MEDHA_ASSERT(
 			    medha_prefix_evict(&s->px, g, over) == over);
+	}
+}
+
+/* Node made of q's own block of n tokens: q's sequence holds it. */
+static void
+own(struct medha_sched *s, struct req *q, int node, int64_t n)
+{
+	struct medha_pnode *p = &s->px.n[node];
+
+	if (q->own_first < 0)
+		q->own_first = p->depth;
+	p->owner = q->pub.handle;
+	p->own_first = q->own_first;
+	q->own_end = p->depth * s->cfg.block_size + n;
+	if (n == s->cfg.block_size) {
+		q->ins_node = node;
+		q->ins_tok += n;
 	}
 }
 
@@ -199,18 +329,21 @@ sched_prefix_blocks(struct medha_sched *s, struct req *q)
 		    q->keys + q->ins_tok, (int)bs, g, &node);
 		if (rc < 0)
 			return rc;
-		if (rc == 0 && s->px.n[node].group != g) {
-			q->ins_stop = 1; /* another group's copy: stop here */
+		if (rc == 0) {
+			/* another request's copy: its own stays its own (its
+			   worker holds it), and its blocks go no further */
+			q->ins_stop = 1;
 			break;
 		}
-		/* its own block of these tokens is the index's now, or free
-		   (the index had them already) */
+		/* its own block of these tokens is the index's now; its KV
+		   is computed with this batch, not before: no request
+		   forks from it until the next */
+		s->px.n[node].born = s->px.fresh;
 		r->kv.res_blocks[piece]--;
 		s->kv.res[g]--;
 		r->kv.shared[piece]++;
 		medha_prefix_ref1(&s->px, node);
-		q->ins_node = node;
-		q->ins_tok += bs;
+		own(s, q, node, bs);
 	}
 	return 0;
 }
@@ -236,6 +369,7 @@ sched_prefix_finish(struct medha_sched *s, struct req *q, int status)
 		        &node) == 1) {
 			r->kv.res_blocks[piece]--;
 			s->kv.res[g]--;
+			own(s, q, node, c - q->ins_tok);
 		}
 	}
 	if (q->ins_node != 0)
