@@ -164,6 +164,9 @@ static struct medha_msg_event ex_events[] = {
     {.kind = MEDHA_EVENT_RECORD, .handle = 9, .record = &ex_rec_empty},
 };
 static uint64_t ex_frees[] = {3, 0, UINT64_MAX};
+static int64_t ex_keeps[] = {0, 48, 0};
+static struct medha_msg_fork ex_forks[] = {{1, 0, 32}, {UINT64_MAX, 32, 40}};
+static struct medha_msg_fork ex_forks2[] = {{2, 0, 20}};
 static struct medha_msg_item ex_items[] = {
     {.handle = 1,
         .pos = 0,
@@ -178,6 +181,16 @@ static struct medha_msg_item ex_items[] = {
         .n_ids = 1,
         .n_groups = 3,
         .groups = {2, 0, 63}},
+    {.handle = 5, .pos = 40, .ids = ex_ids2, .n_ids = 1, .forks = ex_forks,
+        .n_forks = 2},
+    {.handle = 6,
+        .pos = 20,
+        .ids = ex_ids2,
+        .n_ids = 1,
+        .n_groups = 2,
+        .groups = {1, 4},
+        .forks = ex_forks2,
+        .n_forks = 1},
 };
 static char ex_urls[2][MEDHA_PROTO_URL_MAX] = {"ipc:///tmp/w0.peer",
     "tcp://10.0.0.7:40123"};
@@ -299,9 +312,10 @@ example(int t, int full, struct medha_msg *m)
 			break;
 		m->batch.seq = UINT64_MAX;
 		m->batch.frees = ex_frees;
+		m->batch.keeps = ex_keeps;
 		m->batch.n_frees = 3;
 		m->batch.items = ex_items;
-		m->batch.n_items = 2;
+		m->batch.n_items = 4;
 		m->batch.peers = &ex_peers;
 		break;
 	case MEDHA_MSG_IDLE:
@@ -674,6 +688,16 @@ test_reject_others(void **state)
 	    "batch: items[0].params.top_p: not a number in [0, 1]");
 	reject(mk("AiiAi", 3, 1, MEDHA_MSG_IDLE, 1, -1),
 	    "idle: frees[0]: not a non-negative integer");
+	/* prefix caching: a trim keeps 1 position or more; a fork's runs
+	   are [src, from, to] from 0 to the item's pos */
+	reject(mk("AiiAAUi", 3, 1, MEDHA_MSG_IDLE, 1, 2, (uint64_t)5, 0),
+	    "idle: frees[0]: a kept length below 1");
+	reject(mk("AiiUAAAUiAiTnnAAUi", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0,
+	           1, 7, (uint64_t)1, 16, 1, 5, 1, 2, (uint64_t)3, 0),
+	    "batch: items[0].forks[0]: not an array of 3");
+	reject(mk("AiiUAAAUiAiTnnAAUii", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0,
+	           1, 7, (uint64_t)1, 16, 1, 5, 1, 3, (uint64_t)3, 0, 15),
+	    "batch: items[0].forks: runs ending at 15, not at pos 16");
 	/* result */
 	reject(mk("AiiiUAAUIs", 6, 1, MEDHA_MSG_RESULT, 0, (uint64_t)1, 1, 2,
 	           (uint64_t)1, (int64_t)1 << 31, ""),
@@ -866,6 +890,20 @@ test_encode_refuses(void **state)
 	size_t n = MEDHA_PROTO_MAX_FRAME + 1;
 
 	(void)state;
+	/* prefix caching: a fork's runs go from 0 to the item's pos */
+	example(MEDHA_MSG_BATCH, 1, &m);
+	m.batch.peers = NULL;
+	it = ex_items[2];
+	it.pos = 41;
+	m.batch.items = &it;
+	m.batch.n_items = 1;
+	refuse(&m, "batch: items[0].forks: runs ending at 40, not at pos 41");
+	it.pos = 40;
+	it.forks = (struct medha_msg_fork[]){{1, 0, 32}, {2, 33, 40}};
+	refuse(&m, "batch: items[0].forks: runs not one after another from 0");
+	m.batch.n_items = 0;
+	m.batch.keeps = (int64_t[]){0, -1, 0};
+	refuse(&m, "batch: frees: a kept length below 0");
 	example(MEDHA_MSG_SUBMIT, 0, &m);
 	m.submit.max_tokens = -1;
 	refuse(&m, "submit: request.max_tokens: not an integer in [0, 1000000000]");

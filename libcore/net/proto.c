@@ -114,8 +114,12 @@ medha_msg_clear(struct medha_msg *m)
 	case MEDHA_MSG_BATCH:
 	case MEDHA_MSG_IDLE:
 		free(m->batch.frees);
-		for (i = 0; m->batch.items != NULL && i < m->batch.n_items; i++)
+		free(m->batch.keeps);
+		for (i = 0; m->batch.items != NULL && i < m->batch.n_items;
+		     i++) {
 			free(m->batch.items[i].ids);
+			free(m->batch.items[i].forks);
+		}
 		free(m->batch.items);
 		if (m->batch.peers != NULL)
 			free(m->batch.peers->urls);
@@ -515,6 +519,32 @@ check_result(struct chk *c, const struct medha_msg_result *r)
 	return 0;
 }
 
+/* An item's fork: runs from position 0 to its pos, each non-empty,
+ * one after another. */
+static int
+check_forks(struct chk *c, int64_t i, const struct medha_msg_item *it)
+{
+	char path[48];
+	int64_t at = 0;
+
+	PROTO_PATH(path, "items[%lld].forks", (long long)i);
+	if (it->n_forks < 0 || it->n_forks > MEDHA_PROTO_MAX_ITEMS ||
+	    (it->n_forks > 0 && it->forks == NULL))
+		return FAIL(c, path, "not an array of at most %d runs",
+		    MEDHA_PROTO_MAX_ITEMS);
+	for (int64_t k = 0; k < it->n_forks; k++) {
+		if (it->forks[k].from != at ||
+		    it->forks[k].to <= it->forks[k].from)
+			return FAIL(c, path,
+			    "runs not one after another from 0");
+		at = it->forks[k].to;
+	}
+	if (it->n_forks > 0 && at != it->pos)
+		return FAIL(c, path, "runs ending at %lld, not at pos %lld",
+		    (long long)at, (long long)it->pos);
+	return 0;
+}
+
 static int
 check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 {
@@ -526,6 +556,9 @@ check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 	    (b->n_frees > 0 && b->frees == NULL))
 		return FAIL(c, "frees", "not an array of at most %d handles",
 		    MEDHA_PROTO_MAX_ITEMS);
+	for (int64_t i = 0; b->keeps != NULL && i < b->n_frees; i++)
+		if (b->keeps[i] < 0)
+			return FAIL(c, "frees", "a kept length below 0");
 	if (idle && (b->seq != 0 || b->n_items != 0))
 		return FAIL(c, "", "has a batch_seq or items");
 	if (b->n_items < 0 || b->n_items > MEDHA_PROTO_MAX_ITEMS ||
@@ -562,6 +595,8 @@ check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 			if (it->groups[g] >= MEDHA_PROTO_MAX_GROUPS)
 				return FAIL(c, path, "a group not below %d",
 				    MEDHA_PROTO_MAX_GROUPS);
+		if ((rc = check_forks(c, i, it)) != 0)
+			return rc;
 	}
 	if (b->peers != NULL) {
 		const struct medha_msg_peers *p = b->peers;
@@ -736,7 +771,11 @@ item_eq(const struct medha_msg_item *a, const struct medha_msg_item *b)
 	    !a->sample == !b->sample && !a->has_params == !b->has_params &&
 	    (!a->has_params || sampling_eq(&a->params, &b->params)) &&
 	    a->n_groups == b->n_groups &&
-	    memcmp(a->groups, b->groups, (size_t)a->n_groups) == 0;
+	    memcmp(a->groups, b->groups, (size_t)a->n_groups) == 0 &&
+	    a->n_forks == b->n_forks &&
+	    (a->n_forks == 0 ||
+	        memcmp(a->forks, b->forks,
+	            (size_t)a->n_forks * sizeof(*a->forks)) == 0);
 }
 
 static int
@@ -761,6 +800,10 @@ batch_eq(const struct medha_msg_batch *a, const struct medha_msg_batch *b)
 	        memcmp(a->frees, b->frees,
 	            (size_t)a->n_frees * sizeof(*a->frees)) != 0))
 		return 0;
+	for (int64_t i = 0; i < a->n_frees; i++)
+		if ((a->keeps != NULL ? a->keeps[i] : 0) !=
+		    (b->keeps != NULL ? b->keeps[i] : 0))
+			return 0;
 	for (int64_t i = 0; i < a->n_items; i++)
 		if (!item_eq(&a->items[i], &b->items[i]))
 			return 0;

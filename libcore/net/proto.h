@@ -176,6 +176,12 @@ struct medha_msg_result {
 	char error[MEDHA_PROTO_REASON_MAX]; /* "" if the batch ran */
 };
 
+/* Prefix caching: a run of an item's fork, src's positions [from, to). */
+struct medha_msg_fork {
+	uint64_t src; /* the handle of the sequence holding them */
+	int64_t from, to;
+};
+
 /* One sequence's share of a BATCH. */
 struct medha_msg_item {
 	uint64_t handle;
@@ -191,6 +197,10 @@ struct medha_msg_item {
 	uint8_t groups[MEDHA_PROTO_MAX_GROUPS]; /* piece i's group; piece i
 	                 holds positions [i * kvp_tokens, (i + 1) *
 	                 kvp_tokens), the last piece the rest */
+	struct medha_msg_fork *forks; /* owned (n_forks) or NULL: a new
+	                 sequence made of these runs, in order, from 0 to
+	                 pos (prefix caching) */
+	int64_t n_forks; /* <= MEDHA_PROTO_MAX_ITEMS */
 };
 
 /* The replica's workers, sent with a worker's first batch after any
@@ -207,6 +217,9 @@ struct medha_msg_batch {
 	uint64_t seq;                 /* batch_seq, echoed in RESULT */
 	uint64_t *frees;              /* owned (n_frees) handles to free */
 	int64_t n_frees;              /* <= MEDHA_PROTO_MAX_ITEMS */
+	int64_t *keeps; /* owned (n_frees) or NULL (all 0): frees[i]'s
+	                   sequence keeps positions [0, keeps[i]) (prefix
+	                   caching), 0: freed */
 	struct medha_msg_item *items; /* owned (n_items) items */
 	int64_t n_items;              /* <= MEDHA_PROTO_MAX_ITEMS, with at most
 	                                 MEDHA_PROTO_MAX_IDS ids in all */

@@ -215,9 +215,25 @@ dec_frees(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 		return MEDHA_ENOMEM;
 	b->n_frees = o->via.array.size;
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
+		const msgpack_object *e = &o->via.array.ptr[i];
 		PROTO_PATH(path, "frees[%u]", i);
-		if ((rc = dec_get_u64(d, &o->via.array.ptr[i], path,
-		         &b->frees[i])) != 0)
+		if (e->type == MSGPACK_OBJECT_ARRAY) { /* [handle, keep] */
+			if ((rc = dec_get_arr(d, e, path, 2, 2)) != 0)
+				return rc;
+			if (b->keeps == NULL &&
+			    (b->keeps = medha_calloc(o->via.array.size,
+			         sizeof(*b->keeps))) == NULL)
+				return MEDHA_ENOMEM;
+			if ((rc = dec_get_u64(d, &e->via.array.ptr[0], path,
+			         &b->frees[i])) != 0 ||
+			    (rc = dec_get_i64(d, &e->via.array.ptr[1], path,
+			         &b->keeps[i])) != 0)
+				return rc;
+			if (b->keeps[i] < 1)
+				return BAD(d, path, "a kept length below 1");
+			continue;
+		}
+		if ((rc = dec_get_u64(d, e, path, &b->frees[i])) != 0)
 			return rc;
 	}
 	return 0;
@@ -246,6 +262,36 @@ dec_groups(struct dec *d, const msgpack_object *o, uint32_t i,
 	return 0;
 }
 
+/* An item's fork: [[src, from, to], ...] (prefix caching). */
+static int
+dec_forks(struct dec *d, const msgpack_object *o, uint32_t i,
+    struct medha_msg_item *it)
+{
+	char path[64];
+	int rc;
+
+	PROTO_PATH(path, "items[%u].forks", i);
+	if ((rc = dec_get_arr(d, o, path, 1, MEDHA_PROTO_MAX_ITEMS)) != 0)
+		return rc;
+	if ((it->forks = medha_calloc(o->via.array.size,
+	         sizeof(*it->forks))) == NULL)
+		return MEDHA_ENOMEM;
+	it->n_forks = o->via.array.size;
+	for (uint32_t k = 0; k < o->via.array.size; k++) {
+		const msgpack_object *r = &o->via.array.ptr[k];
+		PROTO_PATH(path, "items[%u].forks[%u]", i, k);
+		if ((rc = dec_get_arr(d, r, path, 3, 3)) != 0 ||
+		    (rc = dec_get_u64(d, &r->via.array.ptr[0], path,
+		         &it->forks[k].src)) != 0 ||
+		    (rc = dec_get_i64(d, &r->via.array.ptr[1], path,
+		         &it->forks[k].from)) != 0 ||
+		    (rc = dec_get_i64(d, &r->via.array.ptr[2], path,
+		         &it->forks[k].to)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
 static int
 dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 {
@@ -265,7 +311,7 @@ dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 	for (i = 0; i < o->via.array.size; i++) {
 		it = &b->items[i];
 		PROTO_PATH(path, "items[%u]", i);
-		if ((rc = dec_get_arr(d, &o->via.array.ptr[i], path, 5, 6)) !=
+		if ((rc = dec_get_arr(d, &o->via.array.ptr[i], path, 5, 7)) !=
 		    0)
 			return rc;
 		a = o->via.array.ptr[i].via.array.ptr;
@@ -292,8 +338,13 @@ dec_items(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 			if ((rc = dec_params(d, &a[4], path, &it->params)) != 0)
 				return rc;
 		}
-		if (o->via.array.ptr[i].via.array.size == 6 &&
+		if (o->via.array.ptr[i].via.array.size >= 6 &&
+		    !(o->via.array.ptr[i].via.array.size == 7 &&
+		        a[5].type == MSGPACK_OBJECT_NIL) &&
 		    (rc = dec_groups(d, &a[5], i, it)) != 0)
+			return rc;
+		if (o->via.array.ptr[i].via.array.size == 7 &&
+		    (rc = dec_forks(d, &a[6], i, it)) != 0)
 			return rc;
 	}
 	return 0;

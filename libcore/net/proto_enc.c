@@ -299,8 +299,16 @@ static void
 enc_frees(struct enc *e, const struct medha_msg_batch *b)
 {
 	put_arr(e, (size_t)b->n_frees);
-	for (int64_t i = 0; i < b->n_frees; i++)
-		put_u64(e, b->frees[i]);
+	for (int64_t i = 0; i < b->n_frees; i++) {
+		int64_t keep = b->keeps != NULL ? b->keeps[i] : 0;
+		if (keep > 0) { /* a sequence trimmed, not freed */
+			put_arr(e, 2);
+			put_u64(e, b->frees[i]);
+			put_i64(e, keep);
+		} else {
+			put_u64(e, b->frees[i]);
+		}
+	}
 }
 
 static void
@@ -312,7 +320,7 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 	for (int64_t i = 0; i < b->n_items; i++) {
 		const struct medha_msg_item *it = &b->items[i];
 
-		put_arr(e, 5 + (it->n_groups > 0));
+		put_arr(e, it->n_forks > 0 ? 7 : 5 + (it->n_groups > 0));
 		put_u64(e, it->handle);
 		put_i64(e, it->pos);
 		put_ids(e, it->ids, it->n_ids);
@@ -330,6 +338,17 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 			put_arr(e, (size_t)it->n_groups);
 			for (int g = 0; g < it->n_groups; g++)
 				put_i64(e, it->groups[g]);
+		} else if (it->n_forks > 0) {
+			e->err |= msgpack_pack_nil(&e->pk) != 0;
+		}
+		if (it->n_forks > 0) {
+			put_arr(e, (size_t)it->n_forks);
+			for (int64_t k = 0; k < it->n_forks; k++) {
+				put_arr(e, 3);
+				put_u64(e, it->forks[k].src);
+				put_i64(e, it->forks[k].from);
+				put_i64(e, it->forks[k].to);
+			}
 		}
 	}
 	if (b->peers != NULL) {
