@@ -208,7 +208,6 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 	c.listen = addr;
 	c.workers = workers;
 	c.sched = *sc;
-	c.sched.prefix_cache = 0; /* the workers cannot fork KV yet */
 	c.model = model;
 	c.predictor = predictor;
 	c.drain_timeout = drain;

@@ -169,6 +169,25 @@ medha_backend_seq_free(struct medha_backend *be, int seq)
 	be->ops->seq_free(be->impl, seq);
 }
 
+int
+medha_backend_seq_fork(struct medha_backend *be, int dst, int src,
+    int64_t from, int64_t to)
+{
+	if (be->ops->seq_fork == NULL)
+		return MEDHA_EUNSUP;
+	return be->ops->seq_fork(be->impl, dst, src, from, to);
+}
+
+int
+medha_backend_seq_trim(struct medha_backend *be, int seq, int64_t n)
+{
+	if (be->ops->seq_trim == NULL)
+		return MEDHA_EUNSUP;
+	if (n < 0)
+		return MEDHA_EINVAL;
+	return be->ops->seq_trim(be->impl, seq, n);
+}
+
 int64_t
 medha_backend_seq_len(struct medha_backend *be, int seq)
 {

@@ -220,6 +220,17 @@ struct medha_backend_ops {
 	   K/V, written to memory, without running the model. 0,
 	   MEDHA_EINVAL (bad handle, n < 0) or MEDHA_ENOSPACE */
 	int (*seq_fill)(void *impl, int seq, int64_t n);
+	/* optional (prefix caching, MEDHA_BACKEND_FORK): dst, holding
+	   exactly from positions (from a multiple of block_size), takes
+	   src's positions [from, to): full blocks shared, a last partial
+	   block copied; a shared block is copied before a write. 0,
+	   MEDHA_EINVAL, MEDHA_ENOSPACE or MEDHA_ENOMEM */
+	int (*seq_fork)(void *impl, int dst, int src, int64_t from,
+	    int64_t to);
+	/* optional (MEDHA_BACKEND_FORK): seq keeps its positions [0, n)
+	   (n at most its length), its later blocks let go. 0 or
+	   MEDHA_EINVAL */
+	int (*seq_trim)(void *impl, int seq, int64_t n);
 };
 
 struct medha_backend {
@@ -250,6 +261,11 @@ int medha_backend_seq_alloc(struct medha_backend *be, int *seq);
 void medha_backend_seq_free(struct medha_backend *be, int seq);
 /* Positions cached, MEDHA_EINVAL (bad handle) or MEDHA_EUNSUP. */
 int64_t medha_backend_seq_len(struct medha_backend *be, int seq);
+/* Prefix caching (ops seq_fork, seq_trim above): 0, their errors, or
+ * MEDHA_EUNSUP. */
+int medha_backend_seq_fork(struct medha_backend *be, int dst, int src,
+    int64_t from, int64_t to);
+int medha_backend_seq_trim(struct medha_backend *be, int seq, int64_t n);
 /*
  * For profilers (medha-prof): give seq n cached positions of arbitrary
  * finite K/V without running the model, so that a batch can be timed at
@@ -284,6 +300,10 @@ enum medha_backend_cap {
 	MEDHA_BACKEND_FILL = 1 << 4,     /* seq_fill: profilers can time a
 	                                    batch at any context */
 	MEDHA_BACKEND_GPU = 1 << 5,      /* runs on a GPU */
+	MEDHA_BACKEND_FORK = 1 << 6,     /* seq_fork, seq_trim: sequences
+	                                    share KV blocks (prefix caching;
+	                                    sequences kept for it do not
+	                                    count in max_seqs) */
 };
 
 /* How to open a backend; each kind reads what it needs (the rest 0). */

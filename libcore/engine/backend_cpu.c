@@ -193,6 +193,25 @@ cpu_free_blocks(void *impl)
 }
 
 static int
+cpu_seq_fork(void *impl, int dst, int src, int64_t from, int64_t to)
+{
+	struct cpu_be *c = impl;
+
+	return medha_kv_seq_fork(c->kv, dst, src, from, to);
+}
+
+static int
+cpu_seq_trim(void *impl, int seq, int64_t n)
+{
+	struct cpu_be *c = impl;
+	int64_t len = medha_kv_seq_len(c->kv, seq);
+
+	if (len < 0 || n > len)
+		return MEDHA_EINVAL;
+	return medha_kv_set_len(c->kv, seq, n);
+}
+
+static int
 cpu_seq_fill(void *impl, int seq, int64_t n)
 {
 	struct cpu_be *c = impl;
@@ -274,6 +293,8 @@ static const struct medha_backend_ops cpu_ops = {
     .free_blocks = cpu_free_blocks,
     .idle = cpu_idle,
     .seq_fill = cpu_seq_fill,
+    .seq_fork = cpu_seq_fork,
+    .seq_trim = cpu_seq_trim,
 };
 
 /* ---- making one ---- */
@@ -324,7 +345,7 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	struct medha_cpu_opts co = {0};
 	struct medha_backend_info in;
 	struct medha_tp_share share;
-	int rc, tp;
+	int rc, tp, adv;
 
 	if (o == NULL)
 		o = &d;
@@ -369,6 +390,11 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 			return rc;
 		kc.n_blocks = k0.n_blocks;
 	}
+	adv = kc.max_seqs;
+	/* prefix caching keeps sequences past their requests, each with a
+	   block at least: room for them beyond the max_seqs it announces */
+	kc.max_seqs += kc.n_blocks < INT32_MAX - adv ? (int)kc.n_blocks
+	                                              : INT32_MAX - adv;
 	if ((rc = medha_kvcache_init(&c->kv, &kc)) != 0)
 		return medha_why(why, whylen, rc,
 		    "KV cache of %lld blocks for %d sequences: %s",
@@ -389,7 +415,7 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	    .layer_hi = o->layer_hi > 0 ? o->layer_hi : mc->n_layers,
 	    .block_size = MEDHA_KV_BLOCK,
 	    .n_blocks = kc.n_blocks,
-	    .max_seqs = kc.max_seqs,
+	    .max_seqs = adv,
 	    .kv_type = kc.type,
 	    .tp = tp,
 	    .tp_rank = o->tp_rank};

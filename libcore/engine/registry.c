@@ -50,7 +50,7 @@ open_sim(struct medha_backend **be, const struct medha_backend_params *p,
 static const struct medha_backend_kind kinds[] = {
 	{"cpu",
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
-	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL,
+	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_FORK,
 	    "the model on this machine's CPUs (the reference)", open_cpu},
 	{"sim", MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP | MEDHA_BACKEND_KVP,
 	    "waits the time the predictor gives a batch; no numerics",

@@ -748,6 +748,7 @@ record_eq(const struct medha_record *a, const struct medha_record *b)
 	    ids_eq(a->token_ids, a->n_token_ids, b->token_ids,
 	        b->n_token_ids) &&
 	    str_eq(a->text, b->text) && a->prefill_alone == b->prefill_alone &&
+	    a->cached_tokens == b->cached_tokens &&
 	    tbt_eq(&a->tbt, &b->tbt);
 }
 

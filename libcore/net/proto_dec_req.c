@@ -169,12 +169,13 @@ enum {
 	RC_TEXT,
 	RC_PREFILL_ALONE,
 	RC_TBT,
+	RC_CACHED,
 	RC_N
 };
 static const char *const rc_keys[RC_N] = {"id", "arrival", "first_token",
     "finish", "ttft", "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo",
     "prompt_tokens", "output_tokens", "status", "finish_reason", "reason",
-    "token_ids", "text", "prefill_alone", "tbt"};
+    "token_ids", "text", "prefill_alone", "tbt", "cached_tokens"};
 
 /*
  * A record's "tbt": [[bucket, count], ...], each bucket in range (it is
@@ -273,7 +274,14 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	         &r->prefill_alone)) != 0 ||
 	    (v[RC_TBT] != NULL &&
 	        (rc = dec_tbt(d, v[RC_TBT],
-	             dec_join(path, sizeof(path), pfx, "tbt"), &r->tbt)) != 0))
+	             dec_join(path, sizeof(path), pfx, "tbt"), &r->tbt)) != 0) ||
+	    (v[RC_CACHED] != NULL &&
+	        (rc = dec_get_i64(d, v[RC_CACHED],
+	             dec_join(path, sizeof(path), pfx, "cached_tokens"),
+	             &r->cached_tokens)) != 0))
 		return rc;
+	if (r->cached_tokens < 0 || r->cached_tokens > MEDHA_TOKENS_MAX)
+		return BAD(d, dec_join(path, sizeof(path), pfx, "cached_tokens"),
+		    "not an integer in [0, %lld]", (long long)MEDHA_TOKENS_MAX);
 	return 0;
 }

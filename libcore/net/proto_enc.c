@@ -175,7 +175,7 @@ enc_record(struct enc *e, const struct medha_record *r)
 
 	n += (r->finish_reason != MEDHA_FINISH_NONE) + (r->reason[0] != '\0');
 	n += (r->token_ids != NULL) + (r->text != NULL);
-	n += (r->prefill_alone > 0) + (r->tbt.n > 0);
+	n += (r->prefill_alone > 0) + (r->tbt.n > 0) + (r->cached_tokens > 0);
 	put_map(e, n);
 	put_name(e, "id");
 	put_name(e, r->id);
@@ -208,6 +208,10 @@ enc_record(struct enc *e, const struct medha_record *r)
 	if (r->prefill_alone > 0) {
 		put_name(e, "prefill_alone");
 		put_f64(e, r->prefill_alone);
+	}
+	if (r->cached_tokens > 0) {
+		put_name(e, "cached_tokens");
+		put_i64(e, r->cached_tokens);
 	}
 	if (r->tbt.n > 0) {
 		put_name(e, "tbt");

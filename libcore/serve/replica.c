@@ -51,13 +51,14 @@ rep_lreq_free(struct lreq *q)
 	free(q->ids);
 	free(q->out);
 	free(q->text);
+	free(q->forks);
 	for (int i = 0; i < q->n_stop; i++)
 		free(q->stop[i]);
 	free(q);
 }
 
-static void
-worker_free_later(struct medha_replica *r, uint64_t h)
+void
+rep_free_later(struct medha_replica *r, uint64_t h, int64_t keep)
 {
 	for (int i = 0; i < r->cfg.workers; i++) {
 		struct wslot *w = &r->w[i];
@@ -70,19 +71,26 @@ worker_free_later(struct medha_replica *r, uint64_t h)
 			void *a = n == NULL ? NULL :
 			    medha_reallocarray(w->frees_after, (size_t)ncap,
 			    sizeof(*w->frees_after));
+			void *k = a == NULL ? NULL :
+			    medha_reallocarray(w->keeps, (size_t)ncap,
+			    sizeof(*w->keeps));
 			if (n != NULL)
 				w->frees = n;
-			if (a == NULL) {
+			if (a != NULL)
+				w->frees_after = a;
+			if (k != NULL)
+				w->keeps = k;
+			if (k == NULL) {
 				medha_log(MEDHA_LOG_ERROR,
 				    "out of memory: worker %d keeps request "
 				    "%llx",
 				    i, (unsigned long long)h);
 				continue;
 			}
-			w->frees_after = a;
 			w->frees_cap = ncap;
 		}
 		w->frees_after[w->nfrees] = r->bseq;
+		w->keeps[w->nfrees] = keep;
 		w->frees[w->nfrees++] = h;
 	}
 }
@@ -162,8 +170,9 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 		medha_record_clear(rec);
 	if ((c = medha_clients_find(&r->f.clients, q->peer, 0)) != NULL)
 		c->live--;
-	if (q->started)
-		worker_free_later(r, q->handle);
+	/* with the prefix cache, the core's TRIM ops let its sequence go */
+	if (q->started && !r->prefix)
+		rep_free_later(r, q->handle, 0);
 	r->by_slot[q->handle & 0xffffffffu] = NULL;
 	r->f.live--;
 	rep_lreq_free(q);
@@ -243,6 +252,19 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
 
 /* ---- client requests ---- */
 
+/* q into the core; its ids lent for the prefix cache unless made up */
+static int
+core_arrive(struct medha_replica *r, struct medha_reqspec *rs, struct lreq *q,
+    int real)
+{
+	int rc;
+
+	rs->prompt_ids = real ? q->ids : NULL;
+	rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle);
+	rs->prompt_ids = NULL; /* q's */
+	return rc;
+}
+
 static void
 on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 {
@@ -251,7 +273,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	struct medha_client *c;
 	struct lreq *q;
 	size_t n = 0;
-	int rc;
+	int rc, real;
 
 	if (r->f.drain.on) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
@@ -274,6 +296,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
 		return;
 	}
+	real = rs->prompt_ids != NULL || rs->prompt != NULL; /* not made up */
 	if (rs->prompt_ids != NULL) {
 		q->ids = rs->prompt_ids;
 		rs->prompt_ids = NULL;
@@ -358,8 +381,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	rs->n_stop = 0;
 	rs->prompt_tokens = q->n_prompt;
 	rs->arrival = now_s(r);
-	if ((rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle)) !=
-	    0) {
+	if ((rc = core_arrive(r, rs, q, real)) != 0) {
 		medha_srv_error(r->f.srv, ev->call, rc, "%s", medha_strerror(rc));
 		goto fail;
 	}
@@ -548,6 +570,7 @@ medha_replica_close(struct medha_replica *r)
 			medha_srv_drop(r->f.srv, r->w[i].call);
 		free(r->w[i].frees);
 		free(r->w[i].frees_after);
+		free(r->w[i].keeps);
 	}
 	if (r->fl != NULL)
 		rep_flights_void(r);

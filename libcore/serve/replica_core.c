@@ -181,6 +181,9 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	sc.block_size = h->block_size;
 	sc.kv_blocks = h->n_blocks;
 	sc.max_seqs = h->max_seqs;
+	/* prefix caching where the workers can share KV blocks */
+	sc.prefix_cache = sc.prefix_cache &&
+	    (medha_backend_find(h->backend)->caps & MEDHA_BACKEND_FORK);
 	if (sc.kvp_max_tokens % sc.block_size != 0)
 		sc.kvp_max_tokens -= sc.kvp_max_tokens % sc.block_size;
 	if ((rc = medha_sched_init(&r->core, &sc, &r->pred)) != 0)
@@ -188,6 +191,7 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 		    medha_strerror(rc));
 	/* a backend that computes nothing makes no text (sim) */
 	r->sim = !(medha_backend_find(h->backend)->caps & MEDHA_BACKEND_COMPUTES);
+	r->prefix = sc.prefix_cache;
 	r->n_layers = m.c.n_layers;
 	r->vocab = h->vocab;
 	r->ctx_len = r->sim ? 0 : m.c.ctx_len;

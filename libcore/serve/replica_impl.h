@@ -41,6 +41,10 @@ struct lreq {
 	char *text; /* (text_len) generated text, NUL-terminated */
 	size_t text_len, text_cap, text_sent;
 	int64_t ids_sent; /* ids already sent in token events */
+	/* prefix caching: the runs its sequence is forked from (the core's
+	   FORK ops), sent with its first item */
+	struct medha_msg_fork *forks;
+	int64_t n_forks, forks_cap;
 };
 
 /*
@@ -53,6 +57,7 @@ struct flight {
 	struct medha_sched_batch b; /* as the core formed it (items copied) */
 	struct medha_msg_item *mi;  /* (b.n_items) as sent */
 	int32_t *ids;               /* the items' ids, copied */
+	struct medha_msg_fork *fk;  /* the items' forks, copied */
 	int32_t *tok;               /* (b.n_items) sampled, -1 none yet */
 	int left;                   /* workers yet to answer */
 	int left0;                  /* of them, stage 0's */
@@ -73,6 +78,7 @@ struct wslot {
 	   batch formed then, which may still hold its items, so that it
 	   goes out only once the worker has been sent that batch */
 	uint64_t *frees, *frees_after;
+	int64_t *keeps; /* prefix caching: positions each keeps, 0: freed */
 	int64_t nfrees, frees_cap;
 };
 
@@ -86,6 +92,7 @@ struct medha_replica {
 	struct medha_sched *core;
 	struct medha_tok *tok; /* NULL: token ids only */
 	int sim;               /* the workers are sim: no EOG check */
+	int prefix;            /* the core caches prefixes (workers fork) */
 	int vocab;
 	int64_t ctx_len; /* 0: no limit */
 	char model[MEDHA_PROTO_NAME_MAX];
@@ -125,6 +132,9 @@ answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
 /* The request of handle h, or NULL. */
 struct lreq *rep_lreq_get(const struct medha_replica *r, uint64_t h);
 void rep_lreq_free(struct lreq *q);
+/* Free (keep 0) or trim sequence h on every worker, once each has been
+ * sent the last batch formed. */
+void rep_free_later(struct medha_replica *r, uint64_t h, int64_t keep);
 /* Its new tokens (and, final, what is held back) to its client. */
 void rep_send_tokens(struct medha_replica *r, struct lreq *q, int final);
 /* The records the core has ready, sent to their clients. */

@@ -36,6 +36,7 @@ flight_clear(struct flight *f)
 	free(f->b.items);
 	free(f->mi);
 	free(f->ids);
+	free(f->fk);
 	free(f->tok);
 	memset(f, 0, sizeof(*f));
 }
@@ -88,6 +89,7 @@ rep_worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 		medha_srv_drop(r->f.srv, w->call);
 	free(w->frees);
 	free(w->frees_after);
+	free(w->keeps);
 	memset(w, 0, sizeof(*w));
 	r->nworkers--;
 	r->ready = 0;
@@ -234,6 +236,71 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	}
 }
 
+/*
+ * Prefix caching: the core's ops of b. A TRIM goes to every worker like
+ * a free (before the items of the batch formed now, which is sent after
+ * every batch formed before); a FORK waits with its request for the
+ * request's first item. 0 or MEDHA_ENOMEM.
+ */
+static int
+take_ops(struct medha_replica *r, const struct medha_sched_batch *b)
+{
+	for (int i = 0; i < b->n_ops; i++) {
+		const struct medha_kvop *op = &b->ops[i];
+		struct lreq *q;
+		if (op->op == MEDHA_KVOP_TRIM) {
+			rep_free_later(r, op->req, op->to);
+			continue;
+		}
+		if ((q = rep_lreq_get(r, op->req)) == NULL)
+			continue;
+		if (q->n_forks == q->forks_cap) {
+			int64_t ncap = q->forks_cap ? 2 * q->forks_cap : 4;
+			void *p = medha_reallocarray(q->forks, (size_t)ncap,
+			    sizeof(*q->forks));
+			if (p == NULL)
+				return MEDHA_ENOMEM;
+			q->forks = p;
+			q->forks_cap = ncap;
+		}
+		q->forks[q->n_forks++] =
+		    (struct medha_msg_fork){op->src, op->from, op->to};
+	}
+	return 0;
+}
+
+/* The forks of items of b that start a forked sequence, copied into f
+ * (their runs owned by f). 0 or MEDHA_ENOMEM. */
+static int
+flight_forks(struct medha_replica *r, struct flight *f)
+{
+	int64_t n = 0;
+
+	for (int i = 0; i < f->b.n_items; i++) {
+		struct lreq *q = rep_lreq_get(r, f->b.items[i].req);
+		if (q != NULL && q->n_forks > 0 && !f->b.items[i].decode)
+			n += q->n_forks;
+	}
+	if (n == 0)
+		return 0;
+	if ((f->fk = medha_reallocarray(NULL, (size_t)n, sizeof(*f->fk))) ==
+	    NULL)
+		return MEDHA_ENOMEM;
+	n = 0;
+	for (int i = 0; i < f->b.n_items; i++) {
+		struct lreq *q = rep_lreq_get(r, f->b.items[i].req);
+		if (q == NULL || q->n_forks == 0 || f->b.items[i].decode)
+			continue;
+		memcpy(f->fk + n, q->forks, (size_t)q->n_forks * sizeof(*f->fk));
+		f->mi[i].forks = f->fk + n;
+		f->mi[i].n_forks = q->n_forks;
+		n += q->n_forks;
+		q->n_forks = 0; /* sent: the sequence exists from now on */
+		q->started = 1;
+	}
+	return 0;
+}
+
 /* A batch from the core into the ring: 1, 0 (nothing to run) or < 0. */
 static int
 flight_form(struct medha_replica *r)
@@ -243,7 +310,10 @@ flight_form(struct medha_replica *r)
 	int64_t nids = 0;
 	int rc;
 
-	if ((rc = medha_sched_next_batch(r->core, now_s(r), &b)) != 1) {
+	rc = medha_sched_next_batch(r->core, now_s(r), &b);
+	if (rc >= 0 && take_ops(r, &b) != 0)
+		rc = MEDHA_ENOMEM;
+	if (rc != 1) {
 		if (rc < 0)
 			medha_log(MEDHA_LOG_ERROR, "forming a batch: %s",
 			    medha_strerror(rc));
@@ -293,12 +363,18 @@ flight_form(struct medha_replica *r)
 			for (int g = 0; g <= k; g++)
 				mi->groups[g] = (uint8_t)cr->kv.groups[g];
 		}
-		if (!it->decode && it->kv == 0) {
+		/* a request's first item: at 0, or where its fork ends */
+		if (!it->decode && (it->kv == 0 || q->n_forks > 0)) {
 			mi->has_params = 1;
 			mi->params = q->sp;
 			q->started = 1;
 		}
 		f->tok[i] = -1;
+	}
+	if (flight_forks(r, f) != 0) {
+		flight_clear(f);
+		replica_fault(r, "out of memory");
+		return MEDHA_ENOMEM;
 	}
 	f->seq = ++r->bseq;
 	f->left = r->cfg.workers;
@@ -362,6 +438,7 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 	else
 		return;
 	m.batch.frees = w->frees;
+	m.batch.keeps = w->keeps;
 	m.batch.n_frees = nf;
 	medha_srv_msg(r->f.srv, w->call, &m);
 	w->call = NULL;
@@ -371,6 +448,8 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 		    (size_t)w->nfrees * sizeof(*w->frees));
 		memmove(w->frees_after, w->frees_after + nf,
 		    (size_t)w->nfrees * sizeof(*w->frees_after));
+		memmove(w->keeps, w->keeps + nf,
+		    (size_t)w->nfrees * sizeof(*w->keeps));
 	}
 	w->last_seen = medha_now();
 }

@@ -118,13 +118,26 @@ heartbeat_main(void *arg)
 	return NULL;
 }
 
+/* The batch's frees; an entry with positions to keep (prefix caching)
+ * trims the sequence instead: this worker's piece of it, which starts
+ * at its base, keeps what falls before them, or goes if none does. */
 static void
 apply_frees(struct worker *w, const struct medha_msg_batch *b)
 {
 	for (int64_t i = 0; i < b->n_frees; i++) {
 		struct wseq *q = wk_find_seq(w, b->frees[i]);
-		if (q != NULL)
-			wk_free_seq(w, q);
+		int64_t keep = b->keeps != NULL ? b->keeps[i] : 0, len;
+		if (q == NULL)
+			continue;
+		keep -= q->base;
+		len = medha_backend_seq_len(w->be, q->seq);
+		if (keep > 0 && len >= 0) {
+			if (keep < len &&
+			    medha_backend_seq_trim(w->be, q->seq, keep) != 0)
+				wk_free_seq(w, q); /* never kept half */
+			continue;
+		}
+		wk_free_seq(w, q);
 	}
 }
 
@@ -500,6 +513,12 @@ worker_init(struct worker *w, struct medha_backend *be,
 		    c->tp, c->spp, c->kvp);
 	w->computes = (be->info.caps & MEDHA_BACKEND_COMPUTES) != 0;
 	w->max_seqs = be->info.max_seqs;
+	/* prefix caching keeps sequences of requests that ended, each
+	   with a block at least: room for them too */
+	if (be->info.caps & MEDHA_BACKEND_FORK)
+		w->max_seqs += be->info.n_blocks < (1 << 24)
+		    ? (int)be->info.n_blocks
+		    : 1 << 24;
 	for (w->index_cap = 16; w->index_cap < 2 * w->max_seqs;)
 		w->index_cap *= 2;
 	w->seqs = medha_calloc(w->max_seqs, sizeof(*w->seqs));

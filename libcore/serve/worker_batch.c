@@ -89,6 +89,51 @@ item_piece(const struct worker *w, const struct medha_msg_item *it,
 	return 0;
 }
 
+/*
+ * Prefix caching: q, new, made of the fork's runs that fall in this
+ * worker's piece of the item's sequence, from base on (every piece up
+ * to the item's is wholly cached but its last): each from the sequence
+ * of its source here, which holds the same piece. 0, or -1 with why.
+ */
+static int
+fork_item(struct worker *w, struct wseq *q, const struct medha_msg_item *it,
+    int64_t base, char *why, size_t whylen)
+{
+	int64_t end = w->lay.kvp > 1 && w->kvp_tokens > 0
+	    ? base + w->kvp_tokens
+	    : INT64_MAX;
+
+	for (int64_t k = 0; k < it->n_forks; k++) {
+		const struct medha_msg_fork *f = &it->forks[k];
+		int64_t lo = f->from > base ? f->from : base;
+		int64_t hi = f->to < end ? f->to : end;
+		struct wseq *src;
+		int rc;
+		if (lo >= hi)
+			continue;
+		src = wk_find_seq(w, f->src);
+		if (src == NULL || src->base != base) {
+			snprintf(why, whylen,
+			    "request %llx: forks from %llx, which this worker "
+			    "does not hold",
+			    (unsigned long long)it->handle,
+			    (unsigned long long)f->src);
+			return -1;
+		}
+		if ((rc = medha_backend_seq_fork(w->be, q->seq, src->seq,
+		         lo - base, hi - base)) != 0) {
+			snprintf(why, whylen,
+			    "request %llx: fork of %llx's positions %lld..%lld: "
+			    "%s",
+			    (unsigned long long)it->handle,
+			    (unsigned long long)f->src, (long long)lo,
+			    (long long)hi, medha_strerror(rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int
 wk_grow_scratch(struct worker *w, size_t ntok, size_t nseq)
 {
@@ -294,7 +339,8 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 		base = (int64_t)piece * w->kvp_tokens;
 		samp = it->sample && last && piece == 0;
 		q = wk_find_seq(w, it->handle);
-		if (q == NULL && piece == k && it->pos == base) {
+		if (q == NULL &&
+		    (it->n_forks > 0 || (piece == k && it->pos == base))) {
 			struct medha_sampler_params sp =
 			    it->has_params ? it->params : medha_sampling_greedy;
 			if ((q = wk_new_seq(w, it->handle)) == NULL ||
@@ -304,6 +350,13 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 				snprintf(res->error, sizeof(res->error),
 				    "no room for another sequence (%d held)",
 				    w->max_seqs);
+				return;
+			}
+			q->base = base;
+			if (it->n_forks > 0 &&
+			    fork_item(w, q, it, base, res->error,
+			        sizeof(res->error)) != 0) {
+				wk_free_seq(w, q);
 				return;
 			}
 			/* only the worker that samples holds a sampler */

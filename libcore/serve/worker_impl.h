@@ -24,6 +24,7 @@
 struct wseq {
 	uint64_t handle; /* 0: free entry */
 	int seq;         /* backend sequence */
+	int64_t base;    /* KVP: the first position of its piece here */
 	struct medha_sampler *smp;
 };
 

@@ -1,0 +1,58 @@
+#!/bin/sh
+# prefix-live.sh: prefix caching on the live replica (medha-sched -l and a
+# cpu medha-worker, SmolLM2): 64 greedy requests of token ids sharing four
+# system prompts and the turns of sixteen conversations, arriving 40 ms
+# apart so that many run at once, give exactly the tokens they give with
+# --no-prefix-cache, and the cache served some of their prompts (records'
+# cached_tokens). Then the worker dies and comes back empty while the
+# scheduler holds cached entries on it: the requests after it still get
+# the right tokens. Needs contrib/fetch-refs.sh (the real model).
+. "$(dirname "$0")/lib.sh"
+need_model
+addr=ipc://$tmp/r.sock
+
+python3 - "$tmp/trace.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(7)
+ids = lambda n: [rng.randrange(100, 40000) for _ in range(n)]
+sys_p = [ids(n) for n in (37, 100, 161, 250)]
+convs = [(sys_p[c % 4], []) for c in range(16)]
+reqs = []
+for turn in range(4):
+    for c, (sp, hist) in enumerate(convs):
+        user = ids(rng.randrange(5, 60))
+        prompt = sp + hist + user
+        reqs.append({"id": "c%d.t%d" % (c, turn), "prompt_ids": prompt,
+                     "max_tokens": 6, "ignore_eos": True})
+        hist += user + ids(6)  # the reply, as the client quotes it
+for i, r in enumerate(reqs):
+    r["arrival"] = 0.04 * i
+with open(sys.argv[1], "w") as f:
+    for r in reqs:
+        f.write(json.dumps(r) + "\n")
+PY
+
+run() { # NAME SCHED_OPTS: the trace through a fresh replica
+	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+	    MEDHA_LOG="$tmp/logs.$1" MEDHA_SCHED_OPTS="$2"
+	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
+	    >"$tmp/$1.jsonl"
+	serve_stop
+}
+run on ""
+run off --no-prefix-cache
+python3 - "$tmp/on.jsonl" "$tmp/off.jsonl" <<'PY'
+import json, sys
+on = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
+off = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
+assert len(on) == 64 and set(on) == set(off), (len(on), len(off))
+for k in on:
+    assert on[k]["status"] == "ok" and off[k]["status"] == "ok", (on[k], off[k])
+    assert on[k]["token_ids"] == off[k]["token_ids"], (k, on[k], off[k])
+    assert "cached_tokens" not in off[k], off[k]
+hits = [r for r in on.values() if r.get("cached_tokens", 0) > 0]
+assert len(hits) >= 32, len(hits)
+print("prefix-live: %d of 64 hit, %d prompt tokens cached" %
+      (len(hits), sum(r["cached_tokens"] for r in hits)), file=sys.stderr)
+PY
+echo ok
