@@ -542,10 +542,18 @@ test_cancel_and_lost(void **state)
 /* ---- a model worker: the ops on a real KV cache ---- */
 
 #define MW_SEQS 1024
+#define MW_GROUPS 2
 
+/* One KV cache per KVP group, as the live workers keep them: the
+ * sequence of a request's piece i on its group holds positions from
+ * base = i x P (its piece size) on. */
 struct mworker {
-	struct medha_kvcache *kv;
-	uint64_t handle[MW_SEQS]; /* of each cache sequence, 0 none */
+	struct medha_kvcache *kv[MW_GROUPS];
+	uint64_t handle[MW_GROUPS][MW_SEQS]; /* of each sequence, 0 none */
+	int64_t base[MW_GROUPS][MW_SEQS];
+	int kvp;
+	int64_t P; /* positions per piece */
+	const struct medha_sched *s;
 	const struct medha_reqspec *reqs;
 	const uint64_t *hreq; /* (nreq) the handle of each request */
 	int nreq;
@@ -553,10 +561,10 @@ struct mworker {
 };
 
 static int
-mw_seq(struct mworker *w, uint64_t h)
+mw_seq(struct mworker *w, int g, uint64_t h)
 {
 	for (int i = 0; i < MW_SEQS; i++)
-		if (w->handle[i] == h)
+		if (w->handle[g][i] == h)
 			return i;
 	return -1;
 }
@@ -586,13 +594,59 @@ mw_value(const struct medha_reqspec *r, uint64_t h, int64_t p)
 }
 
 static int
-mw_new(struct mworker *w, uint64_t h)
+mw_new(struct mworker *w, int g, uint64_t h, int64_t base)
 {
 	int seq;
 
-	assert_int_equal(medha_kv_seq_alloc(w->kv, &seq), 0);
-	w->handle[seq] = h;
+	assert_int_equal(medha_kv_seq_alloc(w->kv[g], &seq), 0);
+	w->handle[g][seq] = h;
+	w->base[g][seq] = base;
 	return seq;
+}
+
+static void
+mw_trim(struct mworker *w, uint64_t h, int64_t to)
+{
+	for (int g = 0; g < w->kvp; g++) {
+		int seq = mw_seq(w, g, h);
+		int64_t keep;
+		if (seq < 0)
+			continue; /* never ran here */
+		keep = to - w->base[g][seq];
+		if (keep <= 0) {
+			medha_kv_seq_free(w->kv[g], seq);
+			w->handle[g][seq] = 0;
+		} else if (keep < medha_kv_seq_len(w->kv[g], seq)) {
+			assert_int_equal(medha_kv_set_len(w->kv[g], seq, keep),
+			    0);
+		}
+	}
+}
+
+/* FORK: each piece's part of src's positions [from, to), on the group
+ * that holds the piece, from src's sequence there. */
+static void
+mw_fork(struct mworker *w, const struct medha_kvop *op)
+{
+	const struct medha_req *r = medha_sched_req(w->s, op->req);
+
+	assert_non_null(r);
+	for (int i = 0; i < r->kv.n_groups; i++) {
+		int64_t base = i * w->P, lo, hi;
+		int g = r->kv.groups[i], dst, src;
+		lo = op->from > base ? op->from : base;
+		hi = op->to < base + w->P ? op->to : base + w->P;
+		if (lo >= hi)
+			continue;
+		if ((dst = mw_seq(w, g, op->req)) < 0)
+			dst = mw_new(w, g, op->req, base);
+		src = mw_seq(w, g, op->src);
+		assert_true(src >= 0); /* the group holds the source */
+		assert_int_equal(w->base[g][src], base);
+		assert_int_equal(medha_kv_seq_fork(w->kv[g], dst, src,
+		                     lo - base, hi - base),
+		    0);
+	}
 }
 
 static void
@@ -600,69 +654,67 @@ mw_ops(struct mworker *w, const struct medha_sched_batch *b)
 {
 	for (int i = 0; i < b->n_ops; i++) {
 		const struct medha_kvop *op = &b->ops[i];
-		int seq = mw_seq(w, op->req);
 		if (op->op == MEDHA_KVOP_TRIM) {
 			w->trims++;
-			if (seq < 0)
-				continue; /* never ran */
-			if (op->to == 0) {
-				medha_kv_seq_free(w->kv, seq);
-				w->handle[seq] = 0;
-			} else {
-				assert_true(
-				    op->to <= medha_kv_seq_len(w->kv, seq));
-				assert_int_equal(medha_kv_set_len(w->kv, seq,
-				                     op->to),
-				    0);
-			}
+			mw_trim(w, op->req, op->to);
 			continue;
 		}
 		assert_int_equal(op->op, MEDHA_KVOP_FORK);
 		w->forks++;
-		if (seq < 0)
-			seq = mw_new(w, op->req);
-		assert_true(mw_seq(w, op->src) >= 0);
-		assert_int_equal(medha_kv_seq_fork(w->kv, seq,
-		                     mw_seq(w, op->src), op->from, op->to),
-		    0);
+		mw_fork(w, op);
 	}
 }
 
 static void
-mw_put(struct mworker *w, int seq, int64_t p, float x)
+mw_put(struct mworker *w, int g, int seq, int64_t p, float x)
 {
 	float k[1] = {x}, v[1] = {x};
 
-	assert_int_equal(medha_kv_write(w->kv, seq, 0, p, 1, k, v), 0);
+	assert_int_equal(medha_kv_write(w->kv[g], seq, 0, p, 1, k, v), 0);
 }
 
+/* An item: appended on its piece's group; the positions before it,
+ * on every group holding a piece of it, must be its own prompt's. */
 static void
 mw_items(struct mworker *w, const struct medha_sched_batch *b)
 {
 	for (int i = 0; i < b->n_items; i++) {
 		const struct medha_sched_item *it = &b->items[i];
 		const struct medha_reqspec *r = mw_req(w, it->req);
-		int seq = mw_seq(w, it->req);
+		const struct medha_req *cr = medha_sched_req(w->s, it->req);
+		int k = (int)(it->kv / w->P), g, seq;
+		int64_t base = k * w->P;
 		float got[1];
-		if (seq < 0) {
-			assert_int_equal(it->kv, 0); /* a fork was owed */
-			seq = mw_new(w, it->req);
+
+		assert_non_null(cr);
+		g = cr->kv.groups[k];
+		if ((seq = mw_seq(w, g, it->req)) < 0) {
+			assert_int_equal(it->kv, base); /* a fork was owed */
+			seq = mw_new(w, g, it->req, base);
 		}
-		assert_int_equal(medha_kv_seq_len(w->kv, seq), it->kv);
-		if (!it->decode) /* what it holds is its own prompt's */
-			for (int64_t p = 0; p < it->kv; p++, w->checked++) {
-				assert_int_equal(medha_kv_read(w->kv, seq, 0, 0,
-				                     0, p, got),
+		assert_int_equal(medha_kv_seq_len(w->kv[g], seq),
+		    it->kv - base);
+		for (int j = 0; !it->decode && j <= k; j++) {
+			int gj = cr->kv.groups[j], sj = mw_seq(w, gj, it->req);
+			int64_t bj = j * w->P, n;
+			assert_true(sj >= 0);
+			n = medha_kv_seq_len(w->kv[gj], sj);
+			for (int64_t p = 0; p < n && bj + p < it->kv;
+			     p++, w->checked++) {
+				assert_int_equal(medha_kv_read(w->kv[gj], sj, 0,
+				                     0, 0, p, got),
 				    0);
-				assert_true(got[0] == mw_value(r, it->req, p));
+				assert_true(
+				    got[0] == mw_value(r, it->req, bj + p));
 			}
-		assert_int_equal(medha_kv_reserve(w->kv, seq,
-		                     it->kv + it->tokens),
+		}
+		assert_int_equal(medha_kv_reserve(w->kv[g], seq,
+		                     it->kv + it->tokens - base),
 		    0);
 		for (int64_t p = it->kv; p < it->kv + it->tokens; p++)
-			mw_put(w, seq, p, mw_value(r, it->req, p));
-		assert_int_equal(medha_kv_set_len(w->kv, seq,
-		                     it->kv + it->tokens),
+			mw_put(w, g, seq, p - base, mw_value(r, it->req, p));
+		assert_int_equal(medha_kv_set_len(w->kv[g], seq,
+		                     it->kv + it->tokens - base),
 		    0);
 	}
 }
@@ -705,8 +757,23 @@ ids_trace(int n, uint64_t seed)
 	return v;
 }
 
+/* used blocks of every group, against the scheduler's count */
 static void
-model_worker(int n, int64_t blocks, int policy, uint64_t seed)
+mw_bound(struct mworker *w, struct medha_sched *s, int64_t blocks, int eq)
+{
+	for (int g = 0; g < w->kvp; g++) {
+		int64_t used = blocks - medha_kv_free_blocks(w->kv[g]);
+		int64_t cached = medha_sched_group_cached(s, g);
+		if (eq)
+			assert_int_equal(used, cached);
+		else
+			assert_true(
+			    used <= medha_sched_group_reserved(s, g) + cached);
+	}
+}
+
+static void
+model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed)
 {
 	struct medha_pred p;
 	struct medha_pred_model m;
@@ -730,16 +797,21 @@ model_worker(int n, int64_t blocks, int policy, uint64_t seed)
 
 	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
 	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1,
-	                     1),
+	                     kvp),
 	    0);
 	medha_sched_config_default(&c);
 	c.policy = policy;
 	c.kv_blocks = blocks;
 	c.max_chunk = 64; /* prompts in several chunks */
 	c.min_chunk = 32;
+	c.kvp_max_tokens = kvp > 1 ? 768 : 0; /* prompts over pieces */
 	c.prefix_cache = 1;
 	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
-	assert_int_equal(medha_kvcache_init(&w->kv, &kc), 0);
+	w->kvp = kvp;
+	w->P = medha_sched_group_tokens(s);
+	for (int g = 0; g < kvp; g++)
+		assert_int_equal(medha_kvcache_init(&w->kv[g], &kc), 0);
+	w->s = s;
 	w->reqs = v;
 	w->hreq = h;
 	while (done < n) {
@@ -753,14 +825,10 @@ model_worker(int n, int64_t blocks, int policy, uint64_t seed)
 		assert_true(rc >= 0);
 		mw_ops(w, &b);
 		/* the worker holds no block the scheduler counts free */
-		assert_true(blocks - medha_kv_free_blocks(w->kv) <=
-		    medha_sched_group_reserved(s, 0) +
-		        medha_sched_group_cached(s, 0));
+		mw_bound(w, s, blocks, 0);
 		if (rc == 1) {
 			mw_items(w, &b);
-			assert_true(blocks - medha_kv_free_blocks(w->kv) <=
-			    medha_sched_group_reserved(s, 0) +
-			        medha_sched_group_cached(s, 0));
+			mw_bound(w, s, blocks, 0);
 			now += b.latency;
 			assert_int_equal(medha_sched_batch_done(s, &b, NULL,
 			                     now),
@@ -778,14 +846,14 @@ model_worker(int n, int64_t blocks, int policy, uint64_t seed)
 	}
 	assert_int_equal(medha_sched_next_batch(s, now, &b), 0);
 	mw_ops(w, &b);
-	assert_int_equal(blocks - medha_kv_free_blocks(w->kv),
-	    medha_sched_group_cached(s, 0));
+	mw_bound(w, s, blocks, 1);
 	medha_sched_prefix_stats(s, &ps);
 	assert_true(ps.hits > n / 4 && ps.evictions > 0 && w->forks > 0);
 	assert_true(w->checked > 0);
 	medha_sched_free(s);
 	medha_pred_free(&p);
-	medha_kvcache_free(w->kv);
+	for (int g = 0; g < kvp; g++)
+		medha_kvcache_free(w->kv[g]);
 	for (int i = 0; i < n; i++)
 		free(v[i].prompt_ids);
 	free(v);
@@ -797,9 +865,12 @@ static void
 test_model_worker(void **state)
 {
 	(void)state;
-	model_worker(300, 200, MEDHA_POLICY_MEDHA, 1);
-	model_worker(300, 120, MEDHA_POLICY_FCFS, 2);
-	model_worker(300, 400, MEDHA_POLICY_LRS, 3);
+	model_worker(300, 200, 1, MEDHA_POLICY_MEDHA, 1);
+	model_worker(300, 120, 1, MEDHA_POLICY_FCFS, 2);
+	model_worker(300, 400, 1, MEDHA_POLICY_LRS, 3);
+	/* two KVP groups, pieces of 768 positions */
+	model_worker(300, 120, 2, MEDHA_POLICY_MEDHA, 4);
+	model_worker(300, 60, 2, MEDHA_POLICY_FCFS, 5);
 }
 
 int

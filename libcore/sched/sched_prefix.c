@@ -147,22 +147,26 @@ sched_prefix_arrive(struct medha_sched *s, struct req *q,
 }
 
 /* The index's blocks of the path ending at node full, per piece, and
- * the groups they pin the pieces to. */
+ * the groups they pin the pieces to; the piece of a partial block part
+ * (-1: none) is pinned to its group too, where the copy comes from. */
 static void
-path_pins(const struct medha_sched *s, int full, int64_t *shared, int *pin)
+path_pins(const struct medha_sched *s, int full, int part, int64_t *shared,
+    int *pin)
 {
 	const struct medha_prefix *x = &s->px;
+	int64_t bs = s->cfg.block_size, gt = s->kv.group_tokens;
 
 	for (int i = 0; i < s->kv.kvp; i++) {
 		shared[i] = 0;
 		pin[i] = -1;
 	}
 	for (int i = full; i != 0; i = x->n[i].parent) {
-		int piece = (int)(x->n[i].depth * s->cfg.block_size /
-		    s->kv.group_tokens);
+		int piece = (int)(x->n[i].depth * bs / gt);
 		shared[piece]++;
 		pin[piece] = x->n[i].group;
 	}
+	if (part >= 0)
+		pin[x->n[part].depth * bs / gt] = x->n[part].group;
 }
 
 /*
@@ -242,7 +246,7 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	    &part);
 	for (;;) {
 		int64_t cut;
-		path_pins(s, full, shared, pin);
+		path_pins(s, full, part, shared, pin);
 		/* held while this admission evicts: the blocks it forks */
 		medha_prefix_ref(x, full);
 		if (part >= 0)
