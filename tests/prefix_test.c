@@ -773,7 +773,8 @@ mw_bound(struct mworker *w, struct medha_sched *s, int64_t blocks, int eq)
 }
 
 static void
-model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed)
+model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed,
+    int cancels)
 {
 	struct medha_pred p;
 	struct medha_pred_model m;
@@ -792,7 +793,7 @@ model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed)
 	    .type = MEDHA_KV_F32,
 	    .max_seqs = MW_SEQS};
 	double now = 0;
-	int next = 0, done = 0, rc;
+	int next = 0, done = 0, rc, ncancel = 0;
 	char why[200];
 
 	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
@@ -836,14 +837,24 @@ model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed)
 		} else {
 			now = next < n ? v[next].arrival : now + 1;
 		}
+		/* now and then a client goes away: maybe while its fork
+		   and first chunk are in the batch just run */
+		if (cancels && next > 0 && (next * 7 + done) % 11 == 0) {
+			uint64_t hc =
+			    h[next - 1 - (done % (next < 4 ? next : 4))];
+			(void)medha_sched_cancel(s, hc, "gone", now);
+		}
 		while (medha_sched_pop_record(s, &rec) == 1) {
-			assert_int_equal(rec.status, MEDHA_STATUS_OK);
+			assert_true(rec.status == MEDHA_STATUS_OK ||
+			    (cancels && rec.status == MEDHA_STATUS_CANCELLED));
+			ncancel += rec.status == MEDHA_STATUS_CANCELLED;
 			medha_record_clear(&rec);
 			done++;
 		}
 		if (medha_sched_check(s, why, sizeof(why)) != 0)
 			fail_msg("%s", why);
 	}
+	assert_true(!cancels || ncancel > 0);
 	assert_int_equal(medha_sched_next_batch(s, now, &b), 0);
 	mw_ops(w, &b);
 	mw_bound(w, s, blocks, 1);
@@ -865,12 +876,15 @@ static void
 test_model_worker(void **state)
 {
 	(void)state;
-	model_worker(300, 200, 1, MEDHA_POLICY_MEDHA, 1);
-	model_worker(300, 120, 1, MEDHA_POLICY_FCFS, 2);
-	model_worker(300, 400, 1, MEDHA_POLICY_LRS, 3);
+	model_worker(300, 200, 1, MEDHA_POLICY_MEDHA, 1, 0);
+	model_worker(300, 120, 1, MEDHA_POLICY_FCFS, 2, 0);
+	model_worker(300, 400, 1, MEDHA_POLICY_LRS, 3, 0);
 	/* two KVP groups, pieces of 768 positions */
-	model_worker(300, 120, 2, MEDHA_POLICY_MEDHA, 4);
-	model_worker(300, 60, 2, MEDHA_POLICY_FCFS, 5);
+	model_worker(300, 120, 2, MEDHA_POLICY_MEDHA, 4, 0);
+	model_worker(300, 60, 2, MEDHA_POLICY_FCFS, 5, 0);
+	/* clients that go away, some while their forks are in flight */
+	model_worker(300, 200, 1, MEDHA_POLICY_MEDHA, 6, 1);
+	model_worker(300, 120, 2, MEDHA_POLICY_LRS, 7, 1);
 }
 
 int
