@@ -4,9 +4,9 @@
 # system prompts and the turns of sixteen conversations, arriving 40 ms
 # apart so that many run at once, give exactly the tokens they give with
 # --no-prefix-cache, and the cache served some of their prompts (records'
-# cached_tokens). Then the worker dies and comes back empty while the
-# scheduler holds cached entries on it: the requests after it still get
-# the right tokens. Needs contrib/fetch-refs.sh (the real model).
+# cached_tokens): on one worker, and on the topologies of
+# MEDHA_PREFIX_TOPOS (default "kvp2"; "tp2 spp2 kvp2" for all of
+# examples/serve.sh's). Needs contrib/fetch-refs.sh (the real model).
 . "$(dirname "$0")/lib.sh"
 need_model
 addr=ipc://$tmp/r.sock
@@ -32,16 +32,24 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps(r) + "\n")
 PY
 
-run() { # NAME SCHED_OPTS: the trace through a fresh replica
-	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
-	    MEDHA_LOG="$tmp/logs.$1" MEDHA_SCHED_OPTS="$2"
-	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
-	    >"$tmp/$1.jsonl"
+run() { # TOPO NAME SCHED_OPTS: the trace through a fresh topology
+	if [ "$1" = single ]; then
+		serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+		    MEDHA_LOG="$tmp/logs.$2" MEDHA_SCHED_OPTS="$3"
+		a=$addr
+	else
+		a=ipc://$tmp/router.sock
+		serve_start "$1" 90 MEDHA_ROUTER="$a" MEDHA_MODEL="$model" \
+		    MEDHA_LOG="$tmp/logs.$1.$2" MEDHA_SCHED_OPTS="$3"
+	fi
+	"$bin/medha-trace" replay -a "$a" --token-ids "$tmp/trace.jsonl" \
+	    >"$tmp/$1.$2.jsonl"
 	serve_stop
 }
-run on ""
-run off --no-prefix-cache
-python3 - "$tmp/on.jsonl" "$tmp/off.jsonl" <<'PY'
+for topo in single ${MEDHA_PREFIX_TOPOS-kvp2}; do
+run "$topo" on ""
+run "$topo" off --no-prefix-cache
+python3 - "$tmp/$topo.on.jsonl" "$tmp/$topo.off.jsonl" "$topo" <<'PY'
 import json, sys
 on = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
 off = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
@@ -52,7 +60,9 @@ for k in on:
     assert "cached_tokens" not in off[k], off[k]
 hits = [r for r in on.values() if r.get("cached_tokens", 0) > 0]
 assert len(hits) >= 32, len(hits)
-print("prefix-live: %d of 64 hit, %d prompt tokens cached" %
-      (len(hits), sum(r["cached_tokens"] for r in hits)), file=sys.stderr)
+print("prefix-live %s: %d of 64 hit, %d prompt tokens cached, tokens "
+      "as without" % (sys.argv[3], len(hits),
+      sum(r["cached_tokens"] for r in hits)), file=sys.stderr)
 PY
+done
 echo ok
