@@ -214,6 +214,13 @@ find_full(const struct medha_prefix *x, int parent, const uint64_t *keys)
 	return -1;
 }
 
+int
+medha_prefix_find(const struct medha_prefix *x, int parent,
+    const uint64_t *keys)
+{
+	return find_full(x, parent, keys);
+}
+
 static int64_t
 common(const uint64_t *a, const uint64_t *b, int64_t n)
 {

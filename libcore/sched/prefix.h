@@ -47,6 +47,7 @@ struct medha_pnode {
 	int64_t ref;       /* requests whose path runs through it */
 	int64_t depth;     /* its block's index in the sequence */
 	uint64_t born;     /* the caller's: matched only if not x->fresh */
+	int64_t ext;       /* the caller's: requests extending it now */
 	uint64_t owner;    /* the caller's: whose sequence holds the block */
 	int64_t own_first; /* the caller's: the depth of owner's first node */
 };
@@ -96,6 +97,11 @@ void medha_prefix_free(struct medha_prefix *x);
  */
 int64_t medha_prefix_match(const struct medha_prefix *x, const uint64_t *keys,
     int64_t n, int64_t group_tokens, int *full, int *part);
+
+/* The full child of parent holding keys[0..block_size) (fresh or not),
+ * or -1. */
+int medha_prefix_find(const struct medha_prefix *x, int parent,
+    const uint64_t *keys);
 
 /* One reference more (less) on node i and every node above it. */
 void medha_prefix_ref(struct medha_prefix *x, int i);

@@ -47,6 +47,7 @@ struct req {
 	int64_t ins_tok; /* tokens of that path (full blocks) */
 	int ins_stop;    /* its blocks go no further into the index */
 	int64_t own_first; /* depth of the first node its block made, -1 */
+	int ext_node;      /* the node it is about to extend, -1 none */
 	int64_t own_end;   /* positions its nodes' blocks end at */
 };
 

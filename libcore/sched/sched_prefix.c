@@ -215,6 +215,49 @@ fork_ops(struct medha_sched *s, uint64_t h, int full, int part, int64_t m)
 	s->punref[s->npunref++] = part;
 }
 
+/* q extends node i from now on (-1 none: it stopped); the node it
+ * extended before is let go. */
+static void
+extend(struct medha_sched *s, struct req *q, int i)
+{
+	if (q->ext_node >= 0)
+		s->px.n[q->ext_node].ext--;
+	q->ext_node = i;
+	if (i >= 0)
+		s->px.n[i].ext++;
+}
+
+/*
+ * Whether q, whose match ends with the full blocks up to node full
+ * (mfull tokens), had better wait than prefill its next block itself:
+ * that block was handed out in this batch (its KV is not computed yet),
+ * or a request prefilling now is about to hand it out (it extends full
+ * with the same tokens). It waits for them as for memory, and takes
+ * them from the cache once they are there.
+ */
+static int
+worth_waiting(const struct medha_sched *s, const struct req *q, int full,
+    int64_t mfull, int64_t lim)
+{
+	const struct medha_prefix *x = &s->px;
+	int64_t bs = s->cfg.block_size;
+	const uint64_t *next = q->keys + mfull;
+
+	if (lim - mfull < bs)
+		return 0;
+	if (medha_prefix_find(x, full, next) >= 0)
+		return 1; /* (not matched: fresh) */
+	if (full == 0 || x->n[full].ext == 0)
+		return 0;
+	for (int i = 0; i < s->nactive; i++) {
+		const struct req *o = &s->reqs[s->active[i]];
+		if (o != q && o->ext_node == full && o->nkeys >= mfull + bs &&
+		    memcmp(o->keys + mfull, next, bs * sizeof(*next)) == 0)
+			return 1;
+	}
+	return 0;
+}
+
 /* r's prefill starts at m now: its plan from there (its deadline kept). */
 static void
 replan(struct medha_sched *s, struct medha_req *r, int64_t m)
@@ -244,6 +287,9 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 		return MEDHA_ENOSPACE;
 	m = medha_prefix_match(x, q->keys, lim, s->kv.group_tokens, &full,
 	    &part);
+	if (worth_waiting(s, q, full,
+	        full == 0 ? 0 : (x->n[full].depth + 1) * bs, lim))
+		return MEDHA_ENOSPACE;
 	for (;;) {
 		int64_t cut;
 		path_pins(s, full, part, shared, pin);
@@ -285,6 +331,9 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	q->ins_stop = 0;
 	q->own_first = -1;
 	q->own_end = 0;
+	q->ext_node = -1;
+	if (q->ins_tok + bs <= q->nkeys)
+		extend(s, q, full);
 	r->kv_tokens = m;
 	r->state = MEDHA_REQ_PREFILL;
 	return 0;
@@ -315,6 +364,7 @@ own(struct medha_sched *s, struct req *q, int node, int64_t n)
 	if (n == s->cfg.block_size) {
 		q->ins_node = node;
 		q->ins_tok += n;
+		extend(s, q, q->ins_tok + n <= q->nkeys ? node : -1);
 	}
 }
 
@@ -337,6 +387,7 @@ sched_prefix_blocks(struct medha_sched *s, struct req *q)
 			/* another request's copy: its own stays its own (its
 			   worker holds it), and its blocks go no further */
 			q->ins_stop = 1;
+			extend(s, q, -1);
 			break;
 		}
 		/* its own block of these tokens is the index's now; its KV
@@ -376,6 +427,8 @@ sched_prefix_finish(struct medha_sched *s, struct req *q, int status)
 			own(s, q, node, c - q->ins_tok);
 		}
 	}
+	if (r->state != MEDHA_REQ_WAITING)
+		extend(s, q, -1);
 	if (q->ins_node != 0)
 		medha_prefix_unref(&s->px, q->ins_node);
 	q->ins_node = 0;
