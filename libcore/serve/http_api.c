@@ -386,6 +386,19 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	    "Tokens generated for the requests that ended.");
 	sb_printf(&b, "medha_generation_tokens_total %lld\n",
 	    (long long)m->generation_tokens);
+	head(&b, "medha_prefix_cache_queries_total", "counter",
+	    "Prompt tokens of the requests that ended, looked up in the "
+	    "prefix cache.");
+	sb_printf(&b, "medha_prefix_cache_queries_total %lld\n",
+	    (long long)m->prompt_tokens);
+	head(&b, "medha_prefix_cache_hits_total", "counter",
+	    "Of them, the tokens whose KV came from the prefix cache.");
+	sb_printf(&b, "medha_prefix_cache_hits_total %lld\n",
+	    (long long)m->cached_tokens);
+	head(&b, "medha_prefix_cache_hit_requests_total", "counter",
+	    "Requests that ended with a cached prompt token or more.");
+	sb_printf(&b, "medha_prefix_cache_hit_requests_total %lld\n",
+	    (long long)m->cache_hits);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",

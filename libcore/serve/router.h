@@ -121,6 +121,9 @@ struct medha_router_metrics {
 	int64_t requests[MEDHA_STATUS_COUNT]; /* ended, by record status */
 	int64_t prompt_tokens;     /* of ended requests, as their records say */
 	int64_t generation_tokens; /* likewise, output tokens */
+	int64_t cached_tokens;     /* likewise, prompt tokens whose KV came
+	                              from a replica's prefix cache */
+	int64_t cache_hits;        /* records with a cached token or more */
 	struct medha_hist ttft;    /* records of "ok" requests with output */
 	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
 	char model[MEDHA_PROTO_NAME_MAX]; /* a replica's model, or "" */

@@ -53,6 +53,8 @@ rt_count_end(struct medha_router *r, const struct medha_record *rec, int status)
 			r->met.requests[rec->status]++;
 		r->met.prompt_tokens += rec->prompt_tokens;
 		r->met.generation_tokens += rec->output_tokens;
+		r->met.cached_tokens += rec->cached_tokens;
+		r->met.cache_hits += rec->cached_tokens > 0;
 		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 0)
 			medha_hist_add(&r->met.ttft, medha_router_ttft_le,
 			    rec->ttft);

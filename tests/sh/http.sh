@@ -125,6 +125,10 @@ assert m1["medha_time_to_first_token_seconds_count"] >= 3
 assert m1["medha_requests_in_flight"] == 0 and m1["medha_http_streams"] == 0, m1
 assert m1['medha_http_responses_total{code="400"}'] >= 3
 assert any(k.startswith("medha_kv_blocks{") and v > 0 for k, v in m1.items())
+# the second "The capital of France is" found the first's KV cached
+assert m1["medha_prefix_cache_hits_total"] > m0["medha_prefix_cache_hits_total"], m1
+assert m1["medha_prefix_cache_hit_requests_total"] >= 1, m1
+assert m1["medha_prefix_cache_queries_total"] == m1["medha_prompt_tokens_total"]
 print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1['medha_requests_total{status="cancelled"}']))
 PY
 
