@@ -242,11 +242,13 @@ worth_waiting(const struct medha_sched *s, const struct req *q, int full,
 	const struct medha_prefix *x = &s->px;
 	int64_t bs = s->cfg.block_size;
 	const uint64_t *next = q->keys + mfull;
+	int c;
 
 	if (lim - mfull < bs)
 		return 0;
-	if (medha_prefix_find(x, full, next) >= 0)
-		return 1; /* (not matched: fresh) */
+	c = medha_prefix_find(x, full, next);
+	if (c >= 0 && x->n[c].born == x->fresh)
+		return 1; /* (not matched while fresh; else: another group's) */
 	if (full == 0 || x->n[full].ext == 0)
 		return 0;
 	for (int i = 0; i < s->nactive; i++) {
