@@ -78,7 +78,7 @@ static const struct medha_help help_lines[] = {
     {"--max-prefills N", "most prefills in one batch (64)"},
     {"--min-chunk N",
         "fewest tokens in a batch without decodes (predictor)"},
-    {"--no-prefix-cache", "prefill every prompt whole (live: always, now)"},
+    {"--no-prefix-cache", "prefill every prompt whole: no prefix cache"},
     {"--predictor, --profile FILE",
         "operator times from a medha-profile(5) table"},
     {"--share-cap X", "medha: most of a batch a long prefill gives up (0.5)"},
