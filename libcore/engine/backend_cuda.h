@@ -18,4 +18,14 @@
 int medha_backend_cuda_open(struct medha_backend **be,
     const struct medha_backend_params *p, char *why, size_t whylen);
 
+/*
+ * The same on model m (borrowed only while it opens: its weights are
+ * copied to the device), p->model unused: for tests on models built in
+ * memory (tests/tinymodel.h). Without a device both return MEDHA_EUNSUP
+ * with "cuda: no CUDA device: ..." in why.
+ */
+int medha_backend_cuda_init(struct medha_backend **be,
+    const struct medha_model *m, const struct medha_backend_params *p,
+    char *why, size_t whylen);
+
 #endif
