@@ -554,6 +554,16 @@ medha_backend_cuda_open(struct medha_backend **be,
 	int rc;
 
 	*be = NULL;
+	/* no device: say so before reading a 16 GB file */
+	{
+		int n = 0;
+		cudaError_t e = cudaGetDeviceCount(&n);
+		if (e != cudaSuccess || n < 1)
+			return medha_why(why, whylen, MEDHA_EUNSUP,
+			    "cuda: no CUDA device: %s",
+			    e != cudaSuccess ? cudaGetErrorString(e)
+			                     : "none found");
+	}
 	if (p->model == NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "cuda: no model (a GGUF path or a shape name)");
