@@ -235,6 +235,8 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	int nrows = 0, rc, done = 0;
 
 	c->f = f;
+	/* the calling thread's current device may be another */
+	CU(cudaSetDevice(c->dev), "cudaSetDevice");
 	if ((rc = cuda_check_batch(c, f, claim, why, whylen)) != 0)
 		return rc;
 	if (c->tp > 1 && c->nccl == NULL) {

@@ -179,6 +179,10 @@ cuda_check_batch(struct cuda_be *c, const struct medha_fwd *f, int claim,
 			    "(%lld cached): run layer %d on this batch first",
 			    s->seq, (long long)(lp + s->n_tokens),
 			    (long long)len, c->lo);
+		else if (s->logits < MEDHA_LOGITS_LAST ||
+		    s->logits > MEDHA_LOGITS_NONE)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: logits mode %d", s->seq, s->logits);
 		else
 			c->seen[s->seq] = 1;
 		sum += s->n_tokens > 0 ? s->n_tokens : 0;
