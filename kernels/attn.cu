@@ -277,20 +277,23 @@ sm_count(int *sms)
 }
 
 /*
- * Part rows a batch of this shape can need at most: a split sequence
- * has ns parts of n_q rows, ns <= ceil(2 sms / t) (t = ceil(n_q / 16),
- * so n_q * ns <= 32 sms + n_q + 16) and ns <= ceil(max_kv / 512).
+ * Part rows a batch of this shape can need at most. A split sequence of
+ * n rows has ns parts, ns <= ceil(2 sms / t) with t = ceil(n / 16) and
+ * ns <= ceil(max_kv / 512): so n * ns <= 2 sms * n, and (n > 16) n * ns
+ * <= 16 t (2 sms / t + 1) <= 32 sms + n + 15; summed over the batch.
  */
 static int64_t
 part_rows_bound(const struct medha_k_attn *a, int sms)
 {
 	const struct medha_k_seqs *s = a->s;
-	int64_t by_gpu = (int64_t)s->n_seqs * (32 * (int64_t)sms + 16) +
+	int64_t by_rows = 2 * (int64_t)sms * s->n_tokens;
+	int64_t by_seqs = (int64_t)s->n_seqs * (32 * (int64_t)sms + 15) +
 	    s->n_tokens;
 	int64_t by_kv = (int64_t)s->n_tokens *
 	    ((s->max_kv + ATTN_MIN_PART - 1) / ATTN_MIN_PART);
+	int64_t b = by_rows < by_seqs ? by_rows : by_seqs;
 
-	return (by_gpu < by_kv ? by_gpu : by_kv) * a->n_heads;
+	return (b < by_kv ? b : by_kv) * a->n_heads;
 }
 
 struct layout {
