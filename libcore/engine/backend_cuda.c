@@ -254,7 +254,7 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		return rc;
 	if ((rc = cuda_grow(c, b->n_tokens, nrows, why, whylen)) != 0)
 		return rc;
-	if (c->graphs && cuda_is_decode(f) && f->h_in == NULL &&
+	if (c->graphs && cuda_is_decode(f) &&
 	    (rc = cuda_graph_step(c, f, nrows, &done, why, whylen)) != 0)
 		return rc;
 	if (!done && (rc = eager(c, f, nrows, why, whylen)) != 0)

@@ -11,8 +11,9 @@
  * is the max_kv the kernels size their grids and workspace for: a step
  * whose longest context passes it captures a new graph.
  *
- * Not captured: TP over the host collectives (they wait on the host),
- * KVP merges, and anything when MEDHA_CUDA_GRAPHS=0.
+ * An SPP stage's hidden states are copied in before the replay and out
+ * after it. Not captured: TP over the host collectives (they wait on
+ * the host), KVP merges, and anything when MEDHA_CUDA_GRAPHS=0.
  */
 #include "engine/backend_cuda_impl.h"
 
@@ -133,6 +134,13 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 			return rc;
 	}
 	g->last = ++c->gclock;
+	/* an SPP stage's hidden states: in place before the replay (the
+	   graph starts at its first layer, with no embedding) */
+	if (f->h_in != NULL)
+		CU(cudaMemcpyAsync(c->x, f->h_in,
+		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
+		       cudaMemcpyHostToDevice, c->st),
+		    "uploading hidden states");
 	CU(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch");
 	*done = 1;
 	return 0;
