@@ -21,6 +21,7 @@
 
 #include "engine/backend.h"
 #include "model/sample.h"
+#include "sched/pred.h"
 
 #define GEMM_PEAK 715e12 /* bf16 GEMM 8192^3 on the H200, PyTorch */
 #define COPY_BW 4.30e12  /* device-to-device copy, bytes/s */
@@ -206,9 +207,10 @@ main(int argc, char **argv)
 	if (steps < 1)
 		steps = 1;
 	{
-		struct medha_backend *be = open_be("0", NULL);
-		c = be->info.shape;
-		medha_backend_close(be);
+		struct medha_pred_model pm;
+		if (medha_model_resolve(model, &pm) != 0)
+			die(model, "not a shape name (llama3-8b, ...)");
+		c = pm.c;
 	}
 	measure(&rows[0], "eager", "0", NULL);
 	measure(&rows[1], "graphs", "1", NULL);
