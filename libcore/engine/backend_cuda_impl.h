@@ -30,7 +30,8 @@
 #define CUDA_TOKENS 8192      /* scratch rows made at open */
 #define CUDA_LT_WORK (32 << 20) /* cuBLASLt's workspace, bytes */
 #define CUDA_GEMM_SHAPES 32   /* GEMM shapes kept (a model has ~5) */
-#define CUDA_GRAPHS 16        /* decode graphs kept */
+#define CUDA_GRAPHS 64        /* decode graphs kept (by sequences,
+                                 logits rows, layers, KV bucket) */
 
 /* cuBLASLt's entry points, from dlopen (the prototypes are the header's) */
 struct cuda_lt {
