@@ -149,8 +149,13 @@ vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
 			ones[i] = 1;
 		v = ones;
 	}
-	rc = cudaMemcpy(*p, v, sizeof(float) * (size_t)n,
-	    cudaMemcpyHostToDevice);
+	/* on the backend's stream (a non-blocking one: cudaMemcpy's
+	   legacy stream would not order it before the kernels), waited
+	   for before ones goes */
+	rc = cudaMemcpyAsync(*p, v, sizeof(float) * (size_t)n,
+	    cudaMemcpyHostToDevice, c->st);
+	if (rc == cudaSuccess)
+		rc = cudaStreamSynchronize(c->st);
 	free(ones);
 	CU(rc, "uploading a norm");
 	c->wbytes += sizeof(float) * (size_t)n;
