@@ -361,7 +361,7 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		if (f->logits != NULL)
 			memcpy(c->lgrow, f->logits + (size_t)row * V,
 			    (size_t)V * sizeof(float));
-		else
+		else {
 			CU(cudaMemcpyAsync(c->lgrow,
 			       c->logits + (size_t)row * V,
 			       (size_t)V * sizeof(float),
@@ -369,6 +369,7 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 			    "downloading a logits row");
 			CU(cudaStreamSynchronize(c->st),
 			    "downloading a logits row");
+		}
 		f->tokens[i] = medha_sample(sp, c->lgrow);
 	}
 	return 0;
