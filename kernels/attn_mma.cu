@@ -103,7 +103,7 @@ mma_kernel(struct attn_args a)
 	uint32_t sbase = (uint32_t)__cvta_generic_to_shared(sm);
 
 	for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
-		int s = attn_item_seq(a.plan, a.s.n_seqs, w);
+		int s = attn_item_seq(a.plan, a.s.n_seqs, w, 1);
 		struct attn_item it = attn_item_of(&a, a.plan, w, s, ATTN_MMA_V);
 		const int32_t *table = a.s.table + a.s.table_off[s];
 		const uint16_t *kp = (const uint16_t *)a.kv.k;
