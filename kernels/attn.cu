@@ -45,7 +45,8 @@ plan_kernel(struct attn_plan *plan, int64_t *totals, struct medha_k_seqs s,
  * key i), keeps their running max and sum in registers, and adds the
  * probabilities times the values into its lanes' columns (lane i:
  * columns i * HD/32 ...). The keys of the next tile are loaded into
- * registers (16 bytes a load) before the block works on this one.
+ * registers (16 bytes a load) before the block works on this one. A
+ * warp with no vectors (a decode has G of them) only loads.
  */
 template <int HD, int T>
 static __global__ void __launch_bounds__(SIMPLE_THREADS)
@@ -102,9 +103,10 @@ simple_kernel(struct attn_args a)
 				int64_t slot = base + row;
 
 				if (slot < k_end) {
-					int64_t b = table[slot / a.kv.block_size];
+					int sl = (int)slot; /* < 2^31 positions */
+					int64_t b = table[sl / a.kv.block_size];
 					int64_t off = kv_elem(&a.kv, b, it.kvh,
-					    (int)(slot % a.kv.block_size), c8 * 8);
+					    sl % a.kv.block_size, c8 * 8);
 
 					kr[i] = *(const uint4 *)(kp + off);
 					vr[i] = *(const uint4 *)(vp + off);
@@ -120,11 +122,17 @@ simple_kernel(struct attn_args a)
 				int row = e / (HD / 8), c8 = e % (HD / 8);
 				const uint16_t *kh = (const uint16_t *)&kr[i];
 				const uint16_t *vh = (const uint16_t *)&vr[i];
+				float4 *kd = (float4 *)&ksh[row][c8 * 8];
+				float4 *vd = (float4 *)&vsh[row][c8 * 8];
 
-				for (int j = 0; j < 8; j++) {
-					ksh[row][c8 * 8 + j] = kv_f32<T>(kh[j]);
-					vsh[row][c8 * 8 + j] = kv_f32<T>(vh[j]);
-				}
+				kd[0] = make_float4(kv_f32<T>(kh[0]), kv_f32<T>(kh[1]),
+				    kv_f32<T>(kh[2]), kv_f32<T>(kh[3]));
+				kd[1] = make_float4(kv_f32<T>(kh[4]), kv_f32<T>(kh[5]),
+				    kv_f32<T>(kh[6]), kv_f32<T>(kh[7]));
+				vd[0] = make_float4(kv_f32<T>(vh[0]), kv_f32<T>(vh[1]),
+				    kv_f32<T>(vh[2]), kv_f32<T>(vh[3]));
+				vd[1] = make_float4(kv_f32<T>(vh[4]), kv_f32<T>(vh[5]),
+				    kv_f32<T>(vh[6]), kv_f32<T>(vh[7]));
 			}
 		};
 
@@ -138,6 +146,9 @@ simple_kernel(struct attn_args a)
 			__syncthreads();
 			if (base + TILE < k_end)
 				load(base + TILE);
+			if (warp * VPW >= it.nv)
+				continue; /* no vectors: loads and barriers only
+				             (a decode of G 4 keeps one warp busy) */
 			/* scores: lane = key */
 			for (int i = 0; i < VPW; i++)
 				sc[i] = 0;
@@ -234,7 +245,7 @@ sm_count(int *sms)
 /*
  * Part rows a batch of this shape can need at most. A split sequence of
  * n rows has ns parts, ns <= ceil(2 sms / t) with t = ceil(n / 16) and
- * ns <= ceil(max_kv / 512): so n * ns <= 2 sms * n, and (n > 16) n * ns
+ * ns <= ceil(max_kv / ATTN_MIN_PART): so n * ns <= 2 sms * n, and (n > 16) n * ns
  * <= 16 t (2 sms / t + 1) <= 32 sms + n + 15; summed over the batch.
  */
 static int64_t
@@ -376,8 +387,13 @@ medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream)
 		    launch_simple<128, MEDHA_K_F16>(&x, g0, stream);
 	if (rc != 0)
 		return rc;
-	if (!simple_only && (rc = attn_mma_launch(&x, g1, stream)) != 0)
+	/* no launch that has nothing to do: no sequence has more than
+	   ATTN_MAX_VS vectors (a batch of decodes), none is split */
+	if (!simple_only && (int64_t)s->max_q * x.G > ATTN_MAX_VS &&
+	    (rc = attn_mma_launch(&x, g1, stream)) != 0)
 		return rc;
+	if (attn_split(1, s->max_kv, sms, &chunk) < 2)
+		return 0;
 	fold_kernel<<<s->n_tokens, 256, 0, stream>>>(x, kv->head_dim);
 	return launch_status();
 }

@@ -24,7 +24,7 @@
 #define ATTN_SIMPLE_TILE 32 /* keys per tile of the simple kernel */
 #define ATTN_MMA_V 64      /* vectors of an mma item (4 warps of 16) */
 #define ATTN_MMA_TILE 64   /* keys per tile of the mma kernel */
-#define ATTN_MIN_PART 512  /* fewest keys of a split part */
+#define ATTN_MIN_PART 256  /* fewest keys of a split part */
 #define ATTN_MAX_VS 16     /* n_q * G up to this: the simple kernel */
 
 /* A sequence's plan, made on the device (plan_kernel) each call. */

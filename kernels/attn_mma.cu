@@ -169,9 +169,10 @@ mma_kernel(struct attn_args a)
 				uint32_t dv = dk + TILE * RS * 2;
 
 				if (slot < k_end) {
-					int64_t b = table[slot / a.kv.block_size];
+					int sl = (int)slot; /* < 2^31 positions */
+					int64_t b = table[sl / a.kv.block_size];
 					int64_t off = kv_elem(&a.kv, b, it.kvh,
-					    (int)(slot % a.kv.block_size), c8 * 8);
+					    sl % a.kv.block_size, c8 * 8);
 
 					cp_async16(dk, kp + off, 16);
 					cp_async16(dv, vp + off, 16);
