@@ -456,6 +456,8 @@ lse_err(const float *got, const double *ref, int64_t n)
 	double e = 0;
 
 	for (int64_t i = 0; i < n; i++) {
+		if (isnan(got[i]))
+			return INFINITY; /* unwritten (poisoned) or wrong */
 		if (isinf(ref[i]) || isinf(got[i])) {
 			if (got[i] != ref[i])
 				return INFINITY;
