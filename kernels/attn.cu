@@ -508,6 +508,11 @@ medha_k_attn_emulate(const struct medha_k_attn *a, int sms, int simple_only)
 	attn_plan_all((struct attn_plan *)((char *)a->work + L.plan),
 	    (int64_t *)((char *)a->work + L.totals), a->s, x.G, a->n_heads, sms,
 	    simple_only);
+	/* the parts fit the bound the workspace was sized by */
+	for (int i = 0; i < a->s->n_seqs; i++)
+		if (x.plan[i].ns > 1 && x.plan[i].part0 + (int64_t)x.plan[i].ns *
+		        a->s->n_q[i] * a->n_heads > part_rows_bound(a, sms))
+			return cudaErrorInvalidValue;
 	for (int p = 0; p < 2; p++)
 		for (int64_t w = 0; w < x.totals[p]; w++)
 			if (a->kv->kv_type == MEDHA_K_BF16)
