@@ -24,7 +24,7 @@
 #define ATTN_SIMPLE_TILE 32 /* keys per tile of the simple kernel */
 #define ATTN_MMA_V 64      /* vectors of an mma item (4 warps of 16) */
 #define ATTN_MMA_TILE 64   /* keys per tile of the mma kernel */
-#define ATTN_MIN_PART 512  /* fewest keys of a split part */
+#define ATTN_MIN_PART 256  /* fewest keys of a split part */
 #define ATTN_MAX_VS 16     /* n_q * G up to this: the simple kernel */
 
 /* A sequence's plan, made on the device (plan_kernel) each call. */
@@ -33,7 +33,8 @@ struct attn_plan {
 	int n_vt;      /* vector tiles per kv head */
 	int ns;        /* split parts (1: no fold) */
 	int chunk;     /* keys per part, a multiple of both tiles */
-	int64_t item0; /* its first item among its path's */
+	int64_t item0[2]; /* items of each path before its own: its first
+	                     item is item0[path] of that path's */
 	int64_t part0; /* its first part row (ns > 1): part j's row r, head h
 	                  is part row part0 + (j * n_q + r) * n_heads + h */
 };
@@ -81,16 +82,20 @@ attn_split(int n_q, int64_t kv_len, int sms, int *chunk)
 	return ns < 1 ? 1 : (int)ns;
 }
 
-/* the last sequence whose first item of path p is at or before w */
-static __device__ __forceinline__ int
-attn_item_seq(const struct attn_plan *plan, int n_seqs, int64_t w)
+/*
+ * The sequence of item w of path p: the last whose item0[p] is at or
+ * before w (a sequence of the other path has no items of p and the
+ * item0[p] of the next, so the last of equals is the one with items).
+ */
+static __host__ __device__ __forceinline__ int
+attn_item_seq(const struct attn_plan *plan, int n_seqs, int64_t w, int p)
 {
 	int lo = 0, hi = n_seqs - 1;
 
 	while (lo < hi) {
 		int mid = (lo + hi + 1) / 2;
 
-		if (plan[mid].item0 <= w)
+		if (plan[mid].item0[p] <= w)
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -107,13 +112,13 @@ struct attn_item {
 	int64_t k_lo, k_hi;
 };
 
-static __device__ __forceinline__ struct attn_item
+static __host__ __device__ __forceinline__ struct attn_item
 attn_item_of(const struct attn_args *a, const struct attn_plan *plan,
     int64_t w, int s, int vtile)
 {
 	struct attn_item it;
 	const struct attn_plan *p = &plan[s];
-	int64_t r = w - p->item0;
+	int64_t r = w - p->item0[p->path];
 	int vt = (int)(r % p->n_vt), nv_all = a->s.n_q[s] * a->G;
 
 	it.seq = s;
@@ -128,7 +133,7 @@ attn_item_of(const struct attn_args *a, const struct attn_plan *plan,
 }
 
 /* the end (exclusive slot) of the keys vector v of item it may see */
-static __device__ __forceinline__ int64_t
+static __host__ __device__ __forceinline__ int64_t
 attn_limit(const struct attn_args *a, const struct attn_item *it, int v)
 {
 	int64_t lim;
@@ -147,7 +152,7 @@ attn_limit(const struct attn_args *a, const struct attn_item *it, int v)
  * log) from m and l in base 2, to out or the part rows. c0 is the first
  * of n consecutive columns in acc.
  */
-static __device__ __forceinline__ void
+static __host__ __device__ __forceinline__ void
 attn_store(const struct attn_args *a, const struct attn_item *it, int v,
     int hd, int c0, const float *acc, int n, float m, float l, int lse_too)
 {
@@ -178,6 +183,97 @@ attn_store(const struct attn_args *a, const struct attn_item *it, int v,
 	if (lse_too && a->lse != NULL)
 		a->lse[t * a->n_heads + h] = lse;
 }
+
+/*
+ * Each sequence's plan (plan_kernel's one thread, and attn_emulate):
+ * path, tiles, parts, and the prefix sums numbering the items of each
+ * path and the part rows; totals gets the items of each path.
+ */
+static __host__ __device__ inline void
+attn_plan_all(struct attn_plan *plan, int64_t *totals,
+    const struct medha_k_seqs *s, int G, int n_heads, int sms,
+    int simple_only)
+{
+	int64_t items[2] = {0, 0}, parts = 0;
+
+	for (int i = 0; i < s->n_seqs; i++) {
+		struct attn_plan p;
+		int nv = s->n_q[i] * G, chunk;
+
+		p.path = simple_only || nv <= ATTN_MAX_VS ? 0 : 1;
+		p.n_vt = (nv + (p.path ? ATTN_MMA_V : ATTN_SIMPLE_V) - 1) /
+		    (p.path ? ATTN_MMA_V : ATTN_SIMPLE_V);
+		p.ns = attn_split(s->n_q[i], s->kv_len[i], sms, &chunk);
+		p.chunk = chunk;
+		p.item0[0] = items[0];
+		p.item0[1] = items[1];
+		p.part0 = parts;
+		items[p.path] += (int64_t)p.n_vt * p.ns * (n_heads / G);
+		if (p.ns > 1)
+			parts += (int64_t)p.ns * s->n_q[i] * n_heads;
+		plan[i] = p;
+	}
+	totals[0] = items[0];
+	totals[1] = items[1];
+}
+
+/*
+ * The fold of batch row t, head h, columns c0, c0 + step, ... (a warp's
+ * lanes; the host's emulation takes them all): a split sequence's parts,
+ * in part order, into out (and lse, by the c0 == 0 caller): m = max
+ * lse_j, w_j = e^(lse_j - m), out = sum w_j o_j / sum w_j, lse = m +
+ * log sum w_j (medha_attn_merge's arithmetic).
+ */
+static __host__ __device__ inline void
+attn_fold_one(const struct attn_args *a, int s, int t, int h, int hd,
+    int c0, int step)
+{
+	const struct attn_plan *p = &a->plan[s];
+	int r = t - a->s.q_start[s], nq = a->s.n_q[s];
+	float m = -INFINITY, sum = 0;
+
+	for (int j = 0; j < p->ns; j++)
+		m = fmaxf(m, a->part_lse[p->part0 +
+		                 ((int64_t)j * nq + r) * a->n_heads + h]);
+	for (int j = 0; m != -INFINITY && j < p->ns; j++)
+		sum += expf(a->part_lse[p->part0 +
+		    ((int64_t)j * nq + r) * a->n_heads + h] - m);
+	for (int c = c0; c < hd; c += step) {
+		float acc = 0;
+
+		for (int j = 0; m != -INFINITY && j < p->ns; j++) {
+			int64_t pr = p->part0 +
+			    ((int64_t)j * nq + r) * a->n_heads + h;
+			float lj = a->part_lse[pr];
+
+			if (lj != -INFINITY)
+				acc += expf(lj - m) * a->part_o[pr * hd + c];
+		}
+		acc = m != -INFINITY ? acc / sum : 0.0f;
+		int64_t o = ((int64_t)t * a->n_heads + h) * hd + c;
+		if (a->out_f32 != NULL)
+			a->out_f32[o] = acc;
+		else
+			a->out[o] = f32_bf16(acc);
+	}
+	if (c0 == 0 && a->lse != NULL)
+		a->lse[(int64_t)t * a->n_heads + h] =
+		    m != -INFINITY ? m + logf(sum) : -INFINITY;
+}
+
+/*
+ * Test hooks (attn.cu; declared again by tests/gpu/kernels_test.c, not
+ * part of kernels.h): the whole of medha_k_attn run on the host, every
+ * pointer of a (the cache, the sequences' arrays, q, out, lse, work)
+ * host memory, for a GPU of sms multiprocessors: the plan, each item
+ * as its kernel cuts it (tiles, parts, limits, stores) in plain f32
+ * arithmetic, and the fold, so that the cutting and folding are checked
+ * where there is no GPU. 0 or cudaErrorInvalidValue.
+ */
+extern "C" size_t medha_k_attn_emulate_workspace(const struct medha_k_attn *a,
+    int sms);
+extern "C" int medha_k_attn_emulate(const struct medha_k_attn *a, int sms,
+    int simple_only);
 
 /* attn_mma.cu: launch the tensor-core kernel (0 or a cudaError_t) */
 int attn_mma_launch(const struct attn_args *a, unsigned grid,

@@ -103,7 +103,7 @@ mma_kernel(struct attn_args a)
 	uint32_t sbase = (uint32_t)__cvta_generic_to_shared(sm);
 
 	for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
-		int s = attn_item_seq(a.plan, a.s.n_seqs, w);
+		int s = attn_item_seq(a.plan, a.s.n_seqs, w, 1);
 		struct attn_item it = attn_item_of(&a, a.plan, w, s, ATTN_MMA_V);
 		const int32_t *table = a.s.table + a.s.table_off[s];
 		const uint16_t *kp = (const uint16_t *)a.kv.k;
@@ -169,9 +169,10 @@ mma_kernel(struct attn_args a)
 				uint32_t dv = dk + TILE * RS * 2;
 
 				if (slot < k_end) {
-					int64_t b = table[slot / a.kv.block_size];
+					int sl = (int)slot; /* < 2^31 positions */
+					int64_t b = table[sl / a.kv.block_size];
 					int64_t off = kv_elem(&a.kv, b, it.kvh,
-					    (int)(slot % a.kv.block_size), c8 * 8);
+					    sl % a.kv.block_size, c8 * 8);
 
 					cp_async16(dk, kp + off, 16);
 					cp_async16(dv, vp + off, 16);
@@ -322,12 +323,21 @@ static int
 launch(const struct attn_args *a, unsigned grid, cudaStream_t stream)
 {
 	size_t smem = (size_t)4 * TILE * (HD + 8) * 2;
+	static int dev_set = -1; /* the device the limit was raised on */
+	int dev;
 	cudaError_t e;
 
-	e = cudaFuncSetAttribute(mma_kernel<HD, T>,
-	    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-	if (e != cudaSuccess)
+	/* over 48 KB of dynamic shared memory: raised once per device (a
+	   race between threads raises it twice, harmlessly) */
+	if ((e = cudaGetDevice(&dev)) != cudaSuccess)
 		return (int)e;
+	if (dev != dev_set) {
+		e = cudaFuncSetAttribute(mma_kernel<HD, T>,
+		    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		if (e != cudaSuccess)
+			return (int)e;
+		dev_set = dev;
+	}
 	mma_kernel<HD, T><<<grid, MMA_THREADS, smem, stream>>>(*a);
 	return launch_status();
 }

@@ -14,21 +14,49 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- conversions (the stored bits are uint16_t) ---- */
 
+/* f32 bits and back, on either side (the host's for attn_emulate) */
+static __host__ __device__ __forceinline__ uint32_t
+f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+	return __float_as_uint(f);
+#else
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return u;
+#endif
+}
+
+static __host__ __device__ __forceinline__ float
+bits_f32(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+	return __uint_as_float(u);
+#else
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+#endif
+}
+
 /* bf16 bits to f32: the bits are the f32's upper half */
-static __device__ __forceinline__ float
+static __host__ __device__ __forceinline__ float
 bf16_f32(uint16_t b)
 {
-	return __uint_as_float((uint32_t)b << 16);
+	return bits_f32((uint32_t)b << 16);
 }
 
 /* f32 to bf16 bits, round to nearest even; a NaN stays a (quiet) NaN */
-static __device__ __forceinline__ uint16_t
+static __host__ __device__ __forceinline__ uint16_t
 f32_bf16(float f)
 {
-	uint32_t u = __float_as_uint(f);
+	uint32_t u = f32_bits(f);
 
 	if ((u & 0x7fffffffu) > 0x7f800000u)
 		return (uint16_t)((u >> 16) | 0x40);
@@ -36,13 +64,13 @@ f32_bf16(float f)
 	return (uint16_t)(u >> 16);
 }
 
-static __device__ __forceinline__ float
+static __host__ __device__ __forceinline__ float
 f16_f32(uint16_t h)
 {
 	return __half2float(__ushort_as_half(h));
 }
 
-static __device__ __forceinline__ uint16_t
+static __host__ __device__ __forceinline__ uint16_t
 f32_f16(float f)
 {
 	return __half_as_ushort(__float2half_rn(f));
@@ -50,14 +78,14 @@ f32_f16(float f)
 
 /* a stored element of type T (MEDHA_K_F16 or MEDHA_K_BF16) as f32 */
 template <int T>
-static __device__ __forceinline__ float
+static __host__ __device__ __forceinline__ float
 kv_f32(uint16_t b)
 {
 	return T == MEDHA_K_BF16 ? bf16_f32(b) : f16_f32(b);
 }
 
 template <int T>
-static __device__ __forceinline__ uint16_t
+static __host__ __device__ __forceinline__ uint16_t
 f32_kv(float f)
 {
 	return T == MEDHA_K_BF16 ? f32_bf16(f) : f32_f16(f);

@@ -8,7 +8,7 @@
 #include "common.cuh"
 
 /* element (block b, head h, row i, column c) of a pool */
-static __device__ __forceinline__ int64_t
+static __host__ __device__ __forceinline__ int64_t
 kv_elem(const struct medha_k_kv_layer *kv, int64_t b, int h, int i, int c)
 {
 	return ((b * kv->n_kv_heads + h) * kv->block_size + i) *
@@ -16,7 +16,7 @@ kv_elem(const struct medha_k_kv_layer *kv, int64_t b, int h, int i, int c)
 }
 
 /* the sequence whose rows hold batch row t, or -1 */
-static __device__ __forceinline__ int
+static __host__ __device__ __forceinline__ int
 seq_of_row(const struct medha_k_seqs *s, int t)
 {
 	int lo = 0, hi = s->n_seqs - 1;

@@ -17,7 +17,8 @@
  * or the bf16 GEMM rate given (-g, TFLOP/s; 715, the issue's H200).
  * contrib/bench-attn-torch.py prints the same table for PyTorch's SDPA.
  *
- *	attn_bench [-g gemm_tflops] [-q]    (-q: the small cases only)
+ *	attn_bench [-d head_dim] [-g gemm_tflops] [-q]
+ *	(-d: 128, or 64; -q: the small cases only)
  * Exits 77 with "skip: no CUDA device (...)" without a GPU.
  */
 #include "../../kernels/kernels.h"
@@ -53,6 +54,7 @@
 #define VARIANTS 3 /* input sets rotated between runs */
 
 static double copy_tbs; /* measured ceiling, TB/s */
+static int head_dim = 128; /* -d */
 static double gemm_tf = 715;
 
 static int
@@ -125,7 +127,7 @@ static void
 bench_case(const char *name, int n_seqs, int n_q, int64_t kv_len,
     int n_heads, int nkv, int flop)
 {
-	const int hd = 128, bs = 16;
+	const int hd = head_dim, bs = 16;
 	int64_t nb = (kv_len + bs - 1) / bs;
 	size_t blk_bytes = (size_t)nkv * bs * hd * 2, free_b, total_b;
 	int64_t copies, want = (int64_t)n_seqs * VARIANTS;
@@ -274,11 +276,13 @@ main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-g") && i + 1 < argc)
 			gemm_tf = atof(argv[++i]);
+		else if (!strcmp(argv[i], "-d") && i + 1 < argc)
+			head_dim = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-q"))
 			small = 1;
 		else {
-			fprintf(stderr, "usage: attn_bench [-g gemm_tflops] "
-			                "[-q]\n");
+			fprintf(stderr, "usage: attn_bench [-d head_dim] "
+			                "[-g gemm_tflops] [-q]\n");
 			return 2;
 		}
 	}
@@ -289,9 +293,9 @@ main(int argc, char **argv)
 		return 77;
 	}
 	CK(cudaGetDeviceProperties(&p, 0));
-	printf("attn_bench: %s, %d SMs, %.0f GB; GEMM ceiling %.0f TFLOP/s "
-	       "(given)\n", p.name, p.multiProcessorCount,
-	    p.totalGlobalMem / 1e9, gemm_tf);
+	printf("attn_bench: %s, %d SMs, %.0f GB; head_dim %d; GEMM ceiling "
+	       "%.0f TFLOP/s (given)\n", p.name, p.multiProcessorCount,
+	    p.totalGlobalMem / 1e9, head_dim, gemm_tf);
 	printf("%-34s %13s %16s %6s\n", "case", "time", "rate", "%ceil");
 	bench_copy();
 	for (c = 0; c < 4 && (!small || c < 1); c++) {

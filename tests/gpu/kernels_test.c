@@ -33,6 +33,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Test hooks of kernels/attn.cu (attn.cuh), not part of kernels.h: the
+ * whole of medha_k_attn run on the host, in host memory, as its kernels
+ * cut the work for a GPU of sms multiprocessors.
+ */
+size_t medha_k_attn_emulate_workspace(const struct medha_k_attn *a, int sms);
+int medha_k_attn_emulate(const struct medha_k_attn *a, int sms,
+    int simple_only);
+
 static int quick; /* --quick: small sizes */
 static int fails;
 
@@ -447,6 +456,8 @@ lse_err(const float *got, const double *ref, int64_t n)
 	double e = 0;
 
 	for (int64_t i = 0; i < n; i++) {
+		if (isnan(got[i]))
+			return INFINITY; /* unwritten (poisoned) or wrong */
 		if (isinf(ref[i]) || isinf(got[i])) {
 			if (got[i] != ref[i])
 				return INFINITY;
@@ -612,6 +623,112 @@ self_merge(void)
 	batch_free(&b);
 }
 
+/* a batch's medha_k_seqs in host memory (for the emulation) */
+struct hseqs {
+	struct medha_k_seqs s;
+	int32_t *nq, *app;
+	int64_t *pos, *base, *len;
+};
+
+static void
+hseqs_make(struct hseqs *h, const struct batch *b)
+{
+	int n = b->n_seqs;
+
+	h->nq = malloc((size_t)n * 4);
+	h->app = malloc((size_t)n * 4);
+	h->pos = malloc((size_t)n * 8);
+	h->base = malloc((size_t)n * 8);
+	h->len = malloc((size_t)n * 8);
+	for (int i = 0; i < n; i++) {
+		h->nq[i] = b->s[i].n_q;
+		h->app[i] = b->s[i].append;
+		h->pos[i] = b->s[i].pos;
+		h->base[i] = b->s[i].kv_base;
+		h->len[i] = b->s[i].kv_len;
+	}
+	h->s = (struct medha_k_seqs){.q_start = b->q_start, .n_q = h->nq,
+	    .pos = h->pos, .kv_base = h->base, .kv_len = h->len,
+	    .table = b->table, .table_off = b->toff, .append = h->app,
+	    .n_seqs = n, .n_tokens = b->n_tokens, .max_q = b->max_q,
+	    .max_kv = b->max_kv};
+}
+
+static void
+hseqs_free(struct hseqs *h)
+{
+	free(h->nq);
+	free(h->app);
+	free(h->pos);
+	free(h->base);
+	free(h->len);
+}
+
+/*
+ * medha_k_attn's cutting of the work (plan, items, parts, limits,
+ * stores, fold), emulated on the host against the float64 reference:
+ * for GPUs of sms multiprocessors, both paths' tile and vector sizes.
+ */
+static void
+self_emulate(const char *name, const struct hseq *hs, int n, int type,
+    int n_heads, int nkv, int hd, int sms)
+{
+	struct batch b;
+	struct hseqs h;
+	char label[200];
+	int qs = n_heads * hd + 8;
+
+	batch_make(&b, hs, n, type, nkv, hd);
+	hseqs_make(&h, &b);
+	int64_t nt = b.n_tokens, ne = nt * n_heads * hd;
+	float *q = rand_q(nt * qs, 2.0f);
+	double *ro = malloc((size_t)ne * 8), *rl = malloc((size_t)nt * n_heads * 8);
+	float *of = malloc((size_t)ne * 4), *ol = malloc((size_t)nt * n_heads * 4);
+	uint16_t *ob = malloc((size_t)ne * 2);
+	struct medha_k_kv_layer kv = {b.k, b.v, type, nkv, hd, b.bs};
+
+	ref_attn(&b, q, qs, n_heads, 1.0 / sqrt(hd), ro, rl);
+	for (int simple = 0; simple < 2; simple++) {
+		struct medha_k_attn a = {.kv = &kv, .s = &h.s, .q = q, .qs = qs,
+		    .n_heads = n_heads, .scale = 1.0f / sqrtf(hd), .out = ob,
+		    .lse = ol};
+
+		a.work_len = medha_k_attn_emulate_workspace(&a, sms);
+		a.work = malloc(a.work_len);
+		memset(ob, 0xff, (size_t)ne * 2);
+		memset(ol, 0xff, (size_t)nt * n_heads * 4);
+		if (medha_k_attn_emulate(&a, sms, simple) != 0) {
+			fprintf(stderr, "medha_k_attn_emulate refused %s\n", name);
+			exit(1);
+		}
+		for (int64_t i = 0; i < ne; i++)
+			of[i] = h_bf16f(ob[i]);
+		snprintf(label, sizeof(label), "self-check emulated attn %s, %d "
+		    "SMs%s: bf16 out", name, sms, simple ? " (simple)" : "");
+		report(label, rel_l2(of, ro, ne), 1e-2);
+		snprintf(label, sizeof(label), "self-check emulated attn %s, %d "
+		    "SMs%s: lse max abs", name, sms, simple ? " (simple)" : "");
+		report(label, lse_err(ol, rl, nt * n_heads), 1e-4);
+		a.out = NULL;
+		a.out_f32 = of;
+		a.lse = NULL;
+		memset(of, 0xff, (size_t)ne * 4);
+		medha_k_attn_emulate(&a, sms, simple);
+		snprintf(label, sizeof(label), "self-check emulated attn %s, %d "
+		    "SMs%s: f32 out", name, sms, simple ? " (simple)" : "");
+		report(label, rel_l2(of, ro, ne), 1e-4);
+		free(a.work);
+	}
+	free(q);
+	free(ro);
+	free(rl);
+	free(of);
+	free(ol);
+	free(ob);
+	hseqs_free(&h);
+	batch_free(&b);
+}
+
 static void
 self_check(void)
 {
@@ -633,6 +750,35 @@ self_check(void)
 	self_attn("mixed hd128 8/2", a, 5, 8, 2, 128);
 	self_attn("long hd128 4/1", big, 1, 4, 1, 128);
 	self_merge();
+	/* the kernels' cutting, emulated: few SMs split short contexts */
+	struct hseq chunks[] = {
+	    {1, 2999, 0, 3000, 1},
+	    {32, 3968, 0, 4000, 1},
+	    {70, 700, 0, 770, 1},
+	    {3, 5000, 1008, 3000, 0},
+	    {2, 5000, 6000, 500, 0},
+	    {40, 1500, 1024, 600, 0},
+	};
+	self_emulate("mixed hd64 9/3 bf16", a, 5, MEDHA_K_BF16, 9, 3, 64, 4);
+	self_emulate("mixed+kvp hd128 8/2 f16", chunks, 6, MEDHA_K_F16, 8, 2,
+	    128, 3);
+	self_emulate("mixed+kvp hd128 4/1 bf16", chunks, 6, MEDHA_K_BF16, 4, 1,
+	    128, 132);
+	/* many shapes at once: row counts about the 16-row tiles and the
+	   paths' edge, short and long contexts (the parts' bound) */
+	struct hseq many[12];
+	static const int nqs[12] = {1, 2, 5, 16, 17, 33, 1, 100, 3, 1, 48, 8};
+	for (int i = 0; i < 12; i++) {
+		int64_t kvl = 40 + (int64_t)(rnext() % 2900);
+
+		if (kvl < nqs[i])
+			kvl = nqs[i];
+		many[i] = (struct hseq){nqs[i], kvl - nqs[i], 0, kvl, 1};
+	}
+	self_emulate("12 shapes hd64 4/2 bf16", many, 12, MEDHA_K_BF16, 4, 2,
+	    64, 2);
+	self_emulate("12 shapes hd64 4/2 bf16", many, 12, MEDHA_K_BF16, 4, 2,
+	    64, 132);
 	/* round to nearest even at the tie, both ways */
 	report("self-check bf16 rounding (ties to even)",
 	    b0 == 0x3f80 && b1 == 0x3f82 && h_bf16f(h_bf16(-2.5f)) == -2.5f ?
