@@ -728,6 +728,20 @@ mixed(const char *name, const struct medha_model *m, const int32_t *tok)
 	    memcmp(batch, alone, sizeof(float) * 3 * V) == 0
 	        ? "the same bits: batch-invariant"
 	        : "NOT batch-invariant");
+	{
+		/* a timed call says where its time went (medha-prof) */
+		struct medha_fwd_times ft;
+		struct medha_batch_seq bs = {s[3], 40, 1, MEDHA_LOGITS_LAST};
+		struct medha_batch b = {t, 1, &bs, 1};
+		struct medha_fwd f = {.b = &b, .layer_lo = 0, .layer_hi = nl,
+		    .logits = alone, .times = &ft};
+		int rc = medha_backend_forward(cu, &f, why, sizeof(why));
+		report(rc == 0 && ft.split && ft.attn > 0 && ft.head > 0 &&
+		        ft.merge == 0,
+		    "%s: a timed decode: split %d, total %.3g s, attention "
+		    "%.3g s, head %.3g s",
+		    name, ft.split, ft.total, ft.attn, ft.head);
+	}
 	report(ids[0] == argmax(batch, V) && ids[1] == -1 &&
 	        ids[2] == medha_sample(twin, batch + 2 * V),
 	    "%s: samplers: greedy %d (argmax %d), none %d, seeded %d (the "

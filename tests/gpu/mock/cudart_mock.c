@@ -35,6 +35,10 @@ cudaError_t cudaGetLastError(void) { return 0; }
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) { (void)s; (void)m; return cudaErrorNotSupported; }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { (void)s; *g = NULL; return cudaErrorNotSupported; }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long f) { (void)e; (void)g; (void)f; return cudaErrorNotSupported; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = (cudaEvent_t)malloc(8); return 0; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return 0; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return 0; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { (void)a; (void)b; *ms = 0.5f; return 0; }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) { (void)g; return 0; }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t g) { (void)g; return 0; }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) { (void)g; (void)s; return cudaErrorNotSupported; }
