@@ -81,7 +81,7 @@ CU_LIB    = $(BUILD)/libmedha-kernels.a
 ifeq ($(CUDA),1)
 override CFLAGS += -DMEDHA_CUDA -isystem $(CUDA_HOME)/include -iquote kernels
 LIB_DEPS  = $(CU_LIB)
-LDLIBS   += $(CU_LIB) -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+LDLIBS   += $(CU_LIB) -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++ -lm
 endif
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
