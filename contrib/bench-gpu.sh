@@ -1,0 +1,48 @@
+#!/bin/sh
+# bench-gpu.sh [BINDIR]: medha's GPU benchmarks (make bench-gpu), each
+# beside its peer on the same shapes in the same run:
+#   attention   $BUILD/tests/gpu/attn_bench, then PyTorch's SDPA
+#               (contrib/bench-attn-torch.py)
+#   end to end  $BUILD/tests/gpu/e2e_bench (a random Llama-3-8B in bf16:
+#               8K prefill, greedy decode of one sequence), then Hugging
+#               Face transformers on the same model (contrib/bench-hf.py)
+# Every program gets --quick when GPU_QUICK=1 (the short versions that
+# contrib/gpu-check.sh runs). Libraries as contrib/gpu-env.sh finds them;
+# PYTHON is the Python with PyTorch (python3). A part whose program is
+# missing is said and left out; the exit status is that of the first
+# part that failed (0 if none did).
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+build=${BUILD:-$top/build}
+py=${PYTHON:-python3}
+q=
+[ "${GPU_QUICK:-0}" = 1 ] && q=--quick
+. "$here/gpu-env.sh"
+status=0
+
+# part NAME COMMAND...: run it (unless its program is missing)
+part() {
+	name=$1
+	shift
+	case $1 in
+	"$py") f=$2 ;;
+	*) f=$1 ;;
+	esac
+	if [ ! -e "$f" ]; then
+		echo "== $name: $f missing (not built, or not written yet)"
+		return
+	fi
+	echo "== $name: $*"
+	"$@"
+	rc=$?
+	if [ "$rc" != 0 ]; then
+		echo "== $name: status $rc"
+		[ "$status" != 0 ] || status=$rc
+	fi
+}
+
+part attn "$build/tests/gpu/attn_bench" $q
+part attn-torch "$py" "$here/bench-attn-torch.py" $q
+part e2e "$build/tests/gpu/e2e_bench" $q
+part e2e-hf "$py" "$here/bench-hf.py" $q
+exit "$status"
