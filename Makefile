@@ -21,8 +21,11 @@
 #   make test-gpu        the GPU tests (tests/gpu/*_test.c) alone; fails
 #                        without a CUDA device (make test skips them)
 #   make bench-gpu       the GPU benchmarks beside PyTorch's and Hugging
-#                        Face's (contrib/gpu-check.sh runs all of it on a
-#                        lent GPU)
+#                        Face's
+#   make gpu-pack        what contrib/gpu-check.sh needs on a lent GPU
+#                        machine: the programs stripped, the libraries it
+#                        lacks, the random test model (build/gpu-pack,
+#                        build/gpu-libs; README, "GPU")
 #   make install PREFIX=/usr/local
 #
 # CUDA parts (kernels/*.cu) build only where nvcc is found.
@@ -101,7 +104,7 @@ MAN7      = $(wildcard man/*.7)
 
 .PHONY: all test unit asan bench bench-cpu bench-live bench-sched bench-predictor \
     demo install clean \
-    contrib kernels format test-gpu bench-gpu
+    contrib kernels format test-gpu bench-gpu gpu-pack
 all: $(PROGS:%=$(BIN)/%) contrib kernels
 
 # A target whose .d is missing (built before there were any, or the .d
@@ -175,6 +178,9 @@ endif
 # Face transformers; with GPU_QUICK=1 the short versions
 bench-gpu: all $(GPU_BENCHES)
 	@BUILD=$(BUILD) sh contrib/bench-gpu.sh $(BIN)
+
+gpu-pack: all $(GPU_TESTS) $(GPU_BENCHES)
+	@sh contrib/gpu-pack.sh $(BIN) $(BUILD)
 
 # the programs too: hostile_test drives medha-sched and medha-worker
 unit: $(PROGS:%=$(BIN)/%) $(TESTS)

@@ -25,7 +25,7 @@ part() {
 	name=$1
 	shift
 	case $1 in
-	"$py") f=$2 ;;
+	env) f=$4 ;;
 	*) f=$1 ;;
 	esac
 	if [ ! -e "$f" ]; then
@@ -42,7 +42,9 @@ part() {
 }
 
 part attn "$build/tests/gpu/attn_bench" $q
-part attn-torch "$py" "$here/bench-attn-torch.py" $q
+# Python with the library path it came with: PyTorch brings its own CUDA
+pyenv="env LD_LIBRARY_PATH=$gpu_env_orig_ld"
+part attn-torch $pyenv "$py" "$here/bench-attn-torch.py" $q
 part e2e "$build/tests/gpu/e2e_bench" $q
-part e2e-hf "$py" "$here/bench-hf.py" $q
+part e2e-hf $pyenv "$py" "$here/bench-hf.py" $q
 exit "$status"
