@@ -69,7 +69,7 @@ LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
 # before and needs no CUDA library at run time; the backend loads
 # cuBLASLt and NCCL with dlopen when it opens)
 ifneq ($(CUDA),1)
-LIB_SRCS := $(filter-out libcore/engine/%cuda%.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out $(wildcard libcore/engine/*cuda*.c),$(LIB_SRCS))
 endif
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
@@ -94,7 +94,7 @@ CU_SRCS   = $(wildcard kernels/*.cu)
 CU_OBJS   = $(CU_SRCS:%.cu=$(BUILD)/%.o)
 CU_LIB    = $(BUILD)/libmedha-kernels.a
 ifeq ($(CUDA),1)
-override CFLAGS += -DMEDHA_CUDA -isystem $(CUDA_HOME)/include
+override CFLAGS += -DMEDHA_CUDA -isystem $(CUDA_HOME)/include -iquote kernels
 LIB_DEPS  = $(CU_LIB)
 LDLIBS   += $(CU_LIB) -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
