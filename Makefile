@@ -55,8 +55,10 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/
 CUDA    ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # machine code for Ampere (sm_80) and Hopper (sm_90a, with its wgmma),
-# and PTX for later chips
-NVCCFLAGS ?= -O3 -std=c++17 -lineinfo \
+# and PTX for later chips; the fat binary compressed (zstd: a seventh of
+# its size, so that the programs travel to a lent GPU, contrib/gpu-pack.sh;
+# CUDA 13's runtime needs a driver that reads it anyway)
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo --compress-mode=size \
     -gencode=arch=compute_80,code=sm_80 \
     -gencode=arch=compute_90a,code=sm_90a \
     -gencode=arch=compute_90,code=compute_90
