@@ -6,19 +6,23 @@
 #	make -j2 && make gpu-pack	(contrib/gpu-pack.sh: build/gpu-pack,
 #					build/gpu-libs)
 #
-# then, with the device tool (15 minutes of device time in all):
+# then, with the device tool (15 minutes of device time in all), the
+# SmolLM2 pieces first if backend_cuda_test is to check on it (two short
+# runs: contrib/gpu-pack.sh), then:
 #
 #	run(command="bash contrib/gpu-check.sh",
 #	    carry=["build/gpu-pack", "build/gpu-libs"], timeout_s=540)
 #
 # Steps, each with its own time limit, in this order (GPU_CHECK_STEPS,
-# a list of their names, runs only those after libs and gpu):
+# a list of their names, runs only those after libs and gpu; a rerun's
+# way to the steps skipped for time):
 #   libs              ldd of every program: what is missing; where
 #                     cuBLASLt and NCCL are (contrib/gpu-env.sh)
 #   gpu               nvidia-smi; without a GPU the script stops here
 #                     (exit 1, within seconds)
 #   kernels_test      every kernel against its cpu twin
 #   backend_cuda_test the backend against the cpu backend and float64
+#   sanitizer         compute-sanitizer (memcheck) on kernels_test --quick
 #   attn_bench        the attention kernels' rates, then PyTorch's SDPA
 #   attn_torch        on the same shapes (contrib/bench-attn-torch.py)
 #   e2e_bench         a random Llama-3-8B in bf16: 8K prefill and greedy
@@ -35,8 +39,14 @@
 #                     look at float64 near-ties)
 #   prof_check        medha-prof --backend cuda -m llama3-8b --check 100:
 #                     median error under 5%, p90 under 15%
-#   sanitizer         compute-sanitizer (memcheck) on kernels_test --quick
-# A step after gpu is given what is left of GPU_CHECK_BUDGET (450 s) up
+#   racecheck         sanitizer's with racecheck
+#   attn_simple       attn_bench -q on the fallback attention kernel
+#                     (MEDHA_K_ATTN=simple)
+# Before gpu: smollm2, SmolLM2 for backend_cuda_test's cases on it
+# (MEDHA_CACHE): the cache's, or the pieces gpu-pack.sh made
+# (build/gpu-smollm2-N, carried by runs of their own before this one),
+# put together and checked by md5.
+# A step after gpu is given what is left of GPU_CHECK_BUDGET (470 s) up
 # to its own limit, and skipped when less than a third of that is left.
 #
 # Logs go to $OUT (the device tool's output folder; ./gpu-out here), as
@@ -196,12 +206,19 @@ sys.exit(0 if med < 5 and p90 < 15 else 1)
 PY
 }
 
-sanitizer() {
+# sanitize TOOL: compute-sanitizer --tool TOOL on kernels_test --quick
+sanitize() {
 	local cs
 	prog "$gtests/kernels_test"
 	cs=$(command -v compute-sanitizer || echo "$cuda/bin/compute-sanitizer")
 	prog "$cs"
-	"$cs" --tool memcheck --error-exitcode 3 "$gtests/kernels_test" --quick
+	"$cs" --tool "$1" --error-exitcode 3 "$gtests/kernels_test" --quick
+}
+sanitizer() { sanitize memcheck; }
+racecheck() { sanitize racecheck; }
+# the attention's fallback kernel alone (kernels/README)
+attn_simple() {
+	prog "$gtests/attn_bench" && MEDHA_K_ATTN=simple "$gtests/attn_bench" -q
 }
 
 # programs a step runs (missing: the step is skipped)
@@ -298,7 +315,7 @@ trap 'rm -rf "$work"' EXIT
 log=$OUT/gpu-check.log
 summary=$OUT/summary.txt
 : >"$log"
-budget=${GPU_CHECK_BUDGET:-450}
+budget=${GPU_CHECK_BUDGET:-470}
 t_start=$SECONDS
 rows=()
 nfail=0
@@ -370,7 +387,39 @@ step() {
 	return $rc
 }
 
+# SmolLM2 for backend_cuda_test: the cache's, or put together from the
+# pieces gpu-pack.sh made, carried by runs before this one
+smollm2() {
+	local f=SmolLM2-135M-Instruct.Q4_1.gguf d n=0 sum want=
+	if [ -s "${MEDHA_CACHE:-$top/cache}/models/$f" ]; then
+		MEDHA_CACHE=${MEDHA_CACHE:-$top/cache}
+		row smollm2 ok "in $MEDHA_CACHE"
+		return
+	fi
+	mkdir -p "$work/cache/models"
+	for d in "$top"/build/gpu-smollm2-[0-9]; do
+		[ -s "$d/part" ] || continue
+		n=$((n + 1))
+		want=$(cut -d' ' -f2 "$d/md5")
+		cat "$d/part" >>"$work/cache/models/$f"
+	done
+	if [ "$n" = 0 ]; then
+		row smollm2 skip "no build/gpu-smollm2-N here: its cases skip"
+		return
+	fi
+	sum=$(md5sum <"$work/cache/models/$f" | cut -d' ' -f1)
+	if [ "$sum" != "$want" ]; then
+		rm -f "$work/cache/models/$f"
+		row smollm2 skip "$n pieces, md5 not the file's: its cases skip"
+		return
+	fi
+	MEDHA_CACHE=$work/cache
+	row smollm2 ok "put together from $n pieces"
+}
+
 step libs 20
+smollm2
+export MEDHA_CACHE
 if ! step gpu 20; then
 	echo "gpu-check: no GPU here: nothing checked (see $summary)" >&2
 	cat "$summary"
@@ -378,14 +427,16 @@ if ! step gpu 20; then
 fi
 step kernels_test 75
 step backend_cuda_test 75
-step attn_bench 60
+step sanitizer 90
+step attn_bench 90
 step attn_torch 60
-step e2e_bench 75
+step e2e_bench 90
 step bench_hf 90
 step live_single 120
 step live_spp2 60
 step live_kvp2 60
 step prof_check 120
-step sanitizer 90
+step racecheck 90
+step attn_simple 45
 cat "$summary"
 [ "$nfail" = 0 ]

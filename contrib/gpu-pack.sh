@@ -17,11 +17,22 @@
 #                          layers, GQA), for the live checks: SmolLM2's
 #                          98 MB do not travel
 #   build/gpu-pack/MANIFEST   the commit, the date, every file's size
+#   build/gpu-smollm2-N/  SmolLM2 (98 MB, too much for one run) in four
+#                         pieces with its md5, for backend_cuda_test's
+#                         SmolLM2 cases: carried two by two in runs of
+#                         their own before the checks' run (each path a
+#                         run carries stays on the warm machine), which
+#                         gpu-check.sh puts together again
 #
-# Both are ignored paths (build/) that the device tool's run carries:
+# All are ignored paths (build/) that the device tool's run carries:
 #
+#   run(command="true", carry=["build/gpu-smollm2-1", "build/gpu-smollm2-2"])
+#   run(command="true", carry=["build/gpu-smollm2-3", "build/gpu-smollm2-4"])
 #   run(command="bash contrib/gpu-check.sh",
 #       carry=["build/gpu-pack", "build/gpu-libs"], timeout_s=540)
+#
+# (the first two only to check on SmolLM2; each call is a few seconds of
+# device time while the machine is warm, 30 s after the last)
 #
 # Build first (make -j2 all and the GPU programs: make gpu-pack does
 # both). Exits 1 if a program is missing a library here, or the whole
@@ -35,7 +46,7 @@ libs=${GPU_PACK_OUT:-$top/build}/gpu-libs
 cache=${MEDHA_CACHE:-$top/cache}
 status=0
 
-rm -rf "$pack" "$libs"
+rm -rf "$pack" "$libs" "${pack%/*}"/gpu-smollm2-*
 mkdir -p "$pack/bin" "$pack/tests/gpu" "$libs"
 
 # the programs, stripped of their debug info (a third of their size)
@@ -87,6 +98,20 @@ if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
 else
 	echo "gpu-pack: no random.gguf: it needs $smollm2 and $py with gguf" \
 	    "(contrib/fetch-refs.sh); the live checks will skip" >&2
+fi
+
+# SmolLM2 in pieces of 25 MB, each folder with the whole file's md5
+if [ -s "$smollm2" ]; then
+	sum=$(md5sum <"$smollm2" | cut -d' ' -f1)
+	split -b 25M -d -a 1 "$smollm2" "$pack/smollm2."
+	n=0
+	for f in "$pack"/smollm2.?; do
+		n=$((n + 1))
+		d=${pack%/*}/gpu-smollm2-$n
+		mkdir -p "$d"
+		mv "$f" "$d/part"
+		echo "$n $sum" >"$d/md5"
+	done
 fi
 
 {
