@@ -34,9 +34,10 @@
 #                     --backend cuda -p; then 8 concurrent decodes
 #                     against one: tokens a second, at least 6x
 #   live_spp2         serve.sh spp2 and kvp2 (two worker processes on the
-#   live_kvp2         GPU, --coll nng): the 16 requests' tokens against
-#                     single's (kvp2: a difference is reported, for a
-#                     look at float64 near-ties)
+#   live_kvp2         GPU, --coll nng; KVP pieces of 512 positions, so the
+#                     longer prompts span both groups): the 16 requests'
+#                     tokens against single's (kvp2: a difference is
+#                     reported, for a look at float64 near-ties)
 #   prof_check        medha-prof --backend cuda -m llama3-8b --check 100:
 #                     median error under 5%, p90 under 15%
 #   racecheck         sanitizer's with racecheck
@@ -72,8 +73,9 @@ serve_up() {
 	local topo=$1 r=()
 	front=ipc://$work/$topo.sock
 	[ "$topo" = single ] || r=(MEDHA_ROUTER="$front")
-	env MEDHA_BIN="$bin" MEDHA_BACKEND=cuda MEDHA_MODEL="$model" \
+	env MEDHA_BIN="$bin" MEDHA_BACKEND="$backend" MEDHA_MODEL="$model" \
 	    MEDHA_ADDR="$front" "${r[@]}" MEDHA_LOG="$work/$topo-logs" \
+	    MEDHA_KVP_MAX_TOKENS="${MEDHA_KVP_MAX_TOKENS:-512}" \
 	    MEDHA_RESTART=0 bash "$top/examples/serve.sh" "$topo" \
 	    2>"$work/$topo.err" &
 	serve=$!
@@ -114,7 +116,7 @@ live_single() {
 		return 1
 	fi
 	cp "$work/single.jsonl" "$OUT/single.jsonl"
-	MEDHA_SOLO_OPTS="--backend cuda" python3 "$top/tests/ref/solo.py" \
+	MEDHA_SOLO_OPTS="--backend $backend" python3 "$top/tests/ref/solo.py" \
 	    check "$work/trace.jsonl" "$work/single.jsonl" \
 	    "$bin/medha-worker" "$model" live-cuda | tee "$work/solo.out" ||
 	    st=1
@@ -177,8 +179,13 @@ import json, sys
 a = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
 b = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
 assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-bad = [i for i in sorted(a) if a[i]["token_ids"] != b[i]["token_ids"]]
+bad = [i for i in sorted(a)
+       if a[i].get("token_ids") != b[i].get("token_ids")]
 for i in bad:
+    if "token_ids" not in b[i]:
+        print("%s: %s %s: %s" % (i, sys.argv[3], b[i]["status"],
+                                 b[i].get("reason", "")))
+        continue
     x, y = a[i]["token_ids"], b[i]["token_ids"]
     k = next((j for j in range(min(len(x), len(y))) if x[j] != y[j]),
              min(len(x), len(y)))
@@ -193,8 +200,10 @@ live_spp2() { live_topo spp2; }
 live_kvp2() { live_topo kvp2; }
 
 prof_check() {
-	"$bin/medha-prof" --backend cuda -m llama3-8b -o "$OUT/prof-cuda.csv" \
-	    --check 100 | tee "$work/prof.out"
+	# shellcheck disable=SC2086 # GPU_PROF_OPTS: more flags (tests)
+	"$bin/medha-prof" --backend "$backend" -m "${GPU_PROF_MODEL:-llama3-8b}" \
+	    -o "$OUT/prof-$backend.csv" --check 100 ${GPU_PROF_OPTS:-} |
+	    tee "$work/prof.out"
 	[ "${PIPESTATUS[0]}" = 0 ] || return 1
 	python3 - "$work/prof.out" <<'PY'
 import re, sys
@@ -294,11 +303,14 @@ setup() {
 	fi
 	model=${GPU_MODEL:-$pack/random.gguf}
 	cuda=${CUDA_HOME:-/usr/local/cuda}
+	# the live parts' backend: cpu tries them out where there is no GPU
+	# (bash gpu-check.sh --part live_single, with $work and $OUT set)
+	backend=${GPU_CHECK_BACKEND:-cuda}
 	GPU_LIBS=${GPU_LIBS:-$(dirname "$pack")/gpu-libs}
 	export GPU_LIBS
 	# shellcheck source=contrib/gpu-env.sh
 	. "$top/contrib/gpu-env.sh"
-	export OUT bin gtests model cuda gpu_env_orig_ld gpu_env_nccl
+	export OUT bin gtests model cuda backend gpu_env_orig_ld gpu_env_nccl
 }
 
 if [ "${1:-}" = --part ]; then
