@@ -118,8 +118,8 @@ live_single() {
 	cp "$work/single.jsonl" "$OUT/single.jsonl"
 	MEDHA_SOLO_OPTS="--backend $backend" python3 "$top/tests/ref/solo.py" \
 	    check "$work/trace.jsonl" "$work/single.jsonl" \
-	    "$bin/medha-worker" "$model" live-cuda | tee "$work/solo.out" ||
-	    st=1
+	    "$bin/medha-worker" "$model" "live-$backend" | tee "$work/solo.out"
+	[ "${PIPESTATUS[0]}" = 0 ] || st=1
 	differ=$(sed -n 's/.* \([0-9]*\) differ from.*/\1/p' "$work/solo.out")
 	python3 - "$work" <<'PY'
 import json, sys
