@@ -171,16 +171,17 @@ for t in "$tdir"/gpu/*_test; do
 		sed 's/^/    /' "$log"
 	fi
 done
+# what became of the GPU tests, said again before the summary
+gline=
 if [ "$unit" = 0 ]; then
 	nsrc=$(ls "$here"/gpu/*_test.c 2>/dev/null | wc -l)
 	if [ "$gskip" -gt 0 ]; then
 		# "no CUDA device (...)" without what the program added
-		echo "$gskip GPU tests skipped: ${gwhy%% (*}"
+		gline="$gskip GPU tests skipped: ${gwhy%% (*}"
 	elif [ "$ngpu" -lt "$nsrc" ] && [ "${MEDHA_CUDA:-1}" = 0 ]; then
-		echo "$nsrc GPU tests not built (CUDA=0: no nvcc, or turned off)"
+		gline="$nsrc GPU tests not built (CUDA=0: no nvcc, or turned off)"
 	elif [ "$ngpu" -lt "$nsrc" ]; then
-		echo "$((nsrc - ngpu)) of $nsrc GPU tests not built" \
-		    "(make build/tests/gpu/NAME)"
+		gline="$((nsrc - ngpu)) of $nsrc GPU tests not built (make build/tests/gpu/NAME)"
 		[ "$gpu" = 0 ] || fail=$((fail + nsrc - ngpu))
 	fi
 fi
@@ -215,5 +216,6 @@ for s in "$here"/sh/*.sh; do
 	esac
 done
 
+[ -z "$gline" ] || echo "$gline"
 echo "$pass passed, $fail failed, $nskip skipped"
 [ "$fail" -eq 0 ]
