@@ -40,13 +40,15 @@ plan_kernel(struct attn_plan *plan, int64_t *totals, struct medha_k_seqs s,
 /* ---- the simple kernel ---- */
 
 /*
- * Block: 4 warps, 16 vectors (4 a warp), tiles of 32 keys in shared
- * memory as f32. Warp w scores its 4 vectors against the tile (lane i:
- * key i), keeps their running max and sum in registers, and adds the
+ * Block: 4 warps, 16 vectors, tiles of 32 keys in shared memory as f32.
+ * Warp w takes vectors w, w + 4, w + 8, w + 12 (so a decode's G vectors
+ * spread over the warps), scores them against the tile (lane i: key
+ * i), keeps their running max and sum in registers, and adds the
  * probabilities times the values into its lanes' columns (lane i:
- * columns i * HD/32 ...). The keys of the next tile are loaded into
- * registers (16 bytes a load) before the block works on this one. A
- * warp with no vectors (a decode has G of them) only loads.
+ * columns i * HD/32 ...); slots past the item's vectors are skipped
+ * (warp-uniform branches), and a warp with none only loads. The keys of
+ * the next tile are loaded into registers (16 bytes a load) before the
+ * block works on this one.
  */
 template <int HD, int T>
 static __global__ void __launch_bounds__(SIMPLE_THREADS)
@@ -69,6 +71,8 @@ simple_kernel(struct attn_args a)
 		const uint16_t *vp = (const uint16_t *)a.kv.v;
 		int64_t lim[VPW], k_end;
 		float m[VPW], l[VPW], acc[VPW][CPL];
+		/* this warp's vectors: warp + 4 i for i < nvw */
+		int nvw = it.nv > warp ? (it.nv - warp + 3) / 4 : 0;
 		uint4 kr[U4], vr[U4];
 
 		/* the vectors, scaled into base 2; 0 past the item's */
@@ -87,7 +91,7 @@ simple_kernel(struct attn_args a)
 			qsh[v][c] = x;
 		}
 		for (int i = 0; i < VPW; i++) {
-			lim[i] = attn_limit(&a, &it, warp * VPW + i);
+			lim[i] = attn_limit(&a, &it, warp + 4 * i);
 			m[i] = -INFINITY;
 			l[i] = 0;
 			for (int c = 0; c < CPL; c++)
@@ -146,9 +150,8 @@ simple_kernel(struct attn_args a)
 			__syncthreads();
 			if (base + TILE < k_end)
 				load(base + TILE);
-			if (warp * VPW >= it.nv)
-				continue; /* no vectors: loads and barriers only
-				             (a decode of G 4 keeps one warp busy) */
+			if (nvw == 0)
+				continue; /* no vectors: loads and barriers only */
 			/* scores: lane = key */
 			for (int i = 0; i < VPW; i++)
 				sc[i] = 0;
@@ -156,8 +159,10 @@ simple_kernel(struct attn_args a)
 				float4 k4 = *(const float4 *)&ksh[lane][c];
 
 				for (int i = 0; i < VPW; i++) {
+					if (i >= nvw)
+						break;
 					float4 q4 = *(const float4 *)
-					    &qsh[warp * VPW + i][c];
+					    &qsh[warp + 4 * i][c];
 
 					sc[i] += q4.x * k4.x + q4.y * k4.y +
 					    q4.z * k4.z + q4.w * k4.w;
@@ -166,6 +171,8 @@ simple_kernel(struct attn_args a)
 			for (int i = 0; i < VPW; i++) {
 				float mx, mu, al, p;
 
+				if (i >= nvw)
+					break;
 				if (base + lane >= lim[i])
 					sc[i] = -INFINITY;
 				mx = fmaxf(m[i], warp_max(sc[i]));
@@ -196,6 +203,8 @@ simple_kernel(struct attn_args a)
 					vv[1] = t.y;
 				}
 				for (int i = 0; i < VPW; i++) {
+					if (i >= nvw)
+						break;
 					float p = __shfl_sync(0xffffffffu, sc[i],
 					    kk);
 
@@ -204,11 +213,11 @@ simple_kernel(struct attn_args a)
 				}
 			}
 		}
-		for (int i = 0; i < VPW; i++)
-			if (warp * VPW + i < it.nv)
-				attn_store(&a, &it, warp * VPW + i, HD,
-				    lane * CPL, acc[i], CPL, m[i], l[i],
-				    lane == 0);
+#pragma unroll
+		for (int i = 0; i < VPW; i++) /* constant indices: registers */
+			if (i < nvw)
+				attn_store(&a, &it, warp + 4 * i, HD, lane * CPL,
+				    acc[i], CPL, m[i], l[i], lane == 0);
 		__syncthreads(); /* qsh is rewritten by the next item */
 	}
 }
@@ -499,6 +508,11 @@ medha_k_attn_emulate(const struct medha_k_attn *a, int sms, int simple_only)
 	attn_plan_all((struct attn_plan *)((char *)a->work + L.plan),
 	    (int64_t *)((char *)a->work + L.totals), a->s, x.G, a->n_heads, sms,
 	    simple_only);
+	/* the parts fit the bound the workspace was sized by */
+	for (int i = 0; i < a->s->n_seqs; i++)
+		if (x.plan[i].ns > 1 && x.plan[i].part0 + (int64_t)x.plan[i].ns *
+		        a->s->n_q[i] * a->n_heads > part_rows_bound(a, sms))
+			return cudaErrorInvalidValue;
 	for (int p = 0; p < 2; p++)
 		for (int64_t w = 0; w < x.totals[p]; w++)
 			if (a->kv->kv_type == MEDHA_K_BF16)

@@ -764,6 +764,21 @@ self_check(void)
 	    128, 3);
 	self_emulate("mixed+kvp hd128 4/1 bf16", chunks, 6, MEDHA_K_BF16, 4, 1,
 	    128, 132);
+	/* many shapes at once: row counts about the 16-row tiles and the
+	   paths' edge, short and long contexts (the parts' bound) */
+	struct hseq many[12];
+	static const int nqs[12] = {1, 2, 5, 16, 17, 33, 1, 100, 3, 1, 48, 8};
+	for (int i = 0; i < 12; i++) {
+		int64_t kvl = 40 + (int64_t)(rnext() % 2900);
+
+		if (kvl < nqs[i])
+			kvl = nqs[i];
+		many[i] = (struct hseq){nqs[i], kvl - nqs[i], 0, kvl, 1};
+	}
+	self_emulate("12 shapes hd64 4/2 bf16", many, 12, MEDHA_K_BF16, 4, 2,
+	    64, 2);
+	self_emulate("12 shapes hd64 4/2 bf16", many, 12, MEDHA_K_BF16, 4, 2,
+	    64, 132);
 	/* round to nearest even at the tie, both ways */
 	report("self-check bf16 rounding (ties to even)",
 	    b0 == 0x3f80 && b1 == 0x3f82 && h_bf16f(h_bf16(-2.5f)) == -2.5f ?
