@@ -122,8 +122,14 @@ layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
 	K(medha_k_kv_append(&c->kvl[l], &c->desc.s, c->qkv + c->qd, c->qkvd,
 	      c->qkv + c->qd + c->kvd, c->qkvd, c->st),
 	    "medha_k_kv_append");
+	if ((rc = cuda_mark(c, 0, why, whylen)) != 0)
+		return rc;
 	K(medha_k_attn(&a, c->st), "medha_k_attn");
-	if (merge && (rc = cuda_kvp_merge(c, l, n, why, whylen)) != 0)
+	if ((rc = cuda_mark(c, 0, why, whylen)) != 0)
+		return rc;
+	if (merge && ((rc = cuda_mark(c, 1, why, whylen)) != 0 ||
+	                 (rc = cuda_kvp_merge(c, l, n, why, whylen)) != 0 ||
+	                 (rc = cuda_mark(c, 1, why, whylen)) != 0))
 		return rc;
 	if ((rc = cuda_gemm(c, L->wo, d, c->qd, c->att, n, one ? c->x : c->y,
 	         d, one ? 1 : 0, why, whylen)) != 0)
@@ -175,6 +181,8 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	}
 	if (nrows == 0)
 		return 0;
+	if ((rc = cuda_mark(c, 2, why, whylen)) != 0)
+		return rc;
 	K(medha_k_gather_rows(c->hrows, c->x,
 	      (const int32_t *)(c->desc.d + c->desc.o_rows), nrows, d, c->st),
 	    "medha_k_gather_rows");
@@ -186,7 +194,7 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		return rc;
 	K(medha_k_argmax(c->ids, c->logits, nrows, mc->vocab, c->st),
 	    "medha_k_argmax");
-	return 0;
+	return cuda_mark(c, 2, why, whylen);
 }
 
 /* Blocks for every claimed appending sequence. */
@@ -235,6 +243,8 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	int nrows = 0, rc, done = 0;
 
 	c->f = f;
+	c->timing = f->times != NULL;
+	c->n_ev = 0;
 	/* the calling thread's current device may be another */
 	CU(cudaSetDevice(c->dev), "cudaSetDevice");
 	if ((rc = cuda_check_batch(c, f, claim, why, whylen)) != 0)
@@ -254,7 +264,7 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		return rc;
 	if ((rc = cuda_grow(c, b->n_tokens, nrows, why, whylen)) != 0)
 		return rc;
-	if (c->graphs && cuda_is_decode(f) &&
+	if (c->graphs && cuda_is_decode(f) && !c->timing &&
 	    (rc = cuda_graph_step(c, f, nrows, &done, why, whylen)) != 0)
 		return rc;
 	if (!done && (rc = eager(c, f, nrows, why, whylen)) != 0)
@@ -265,6 +275,8 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		       cudaMemcpyDeviceToHost, c->st),
 		    "downloading hidden states");
 	CU(cudaStreamSynchronize(c->st), "the forward pass");
+	if (c->timing && (rc = cuda_times(c, f->times, why, whylen)) != 0)
+		return rc;
 	if (claim)
 		for (int i = 0; i < b->n_seqs; i++)
 			if (f->kv == NULL || f->kv[i].append)
@@ -345,6 +357,7 @@ cuda_close(void *impl)
 	if (c->st != NULL)
 		cudaStreamSynchronize(c->st);
 	cuda_graph_free(c);
+	cuda_events_free(c);
 	cuda_free_weights(c);
 	cuda_kv_free(c);
 	cudaFree(c->x), cudaFree(c->qkv), cudaFree(c->y), cudaFree(c->gu);

@@ -321,10 +321,11 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	int r = 0;
 
 	if (f->logits != NULL) {
-		CU(cudaMemcpy(f->logits, c->logits,
+		CU(cudaMemcpyAsync(f->logits, c->logits,
 		       (size_t)nrows * (size_t)V * sizeof(float),
-		       cudaMemcpyDeviceToHost),
+		       cudaMemcpyDeviceToHost, c->st),
 		    "downloading logits");
+		CU(cudaStreamSynchronize(c->st), "downloading logits");
 		/* NaN or infinite logits would sample token 0: an error,
 		   as on the cpu backend */
 		for (size_t k = 0; k < (size_t)nrows * (size_t)V; k++)
@@ -337,9 +338,10 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	}
 	if (f->samplers == NULL)
 		return 0;
-	CU(cudaMemcpy(c->hids, c->ids, (size_t)nrows * sizeof(int32_t),
-	       cudaMemcpyDeviceToHost),
+	CU(cudaMemcpyAsync(c->hids, c->ids, (size_t)nrows * sizeof(int32_t),
+	       cudaMemcpyDeviceToHost, c->st),
 	    "downloading the argmax");
+	CU(cudaStreamSynchronize(c->st), "downloading the argmax");
 	if (c->lgrow == NULL &&
 	    (c->lgrow = malloc((size_t)V * sizeof(float))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
@@ -359,12 +361,15 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		if (f->logits != NULL)
 			memcpy(c->lgrow, f->logits + (size_t)row * V,
 			    (size_t)V * sizeof(float));
-		else
-			CU(cudaMemcpy(c->lgrow,
+		else {
+			CU(cudaMemcpyAsync(c->lgrow,
 			       c->logits + (size_t)row * V,
 			       (size_t)V * sizeof(float),
-			       cudaMemcpyDeviceToHost),
+			       cudaMemcpyDeviceToHost, c->st),
 			    "downloading a logits row");
+			CU(cudaStreamSynchronize(c->st),
+			    "downloading a logits row");
+		}
 		f->tokens[i] = medha_sample(sp, c->lgrow);
 	}
 	return 0;

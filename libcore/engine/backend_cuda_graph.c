@@ -13,10 +13,15 @@
  *
  * An SPP stage's hidden states are copied in before the replay and out
  * after it. Not captured: TP over the host collectives (they wait on
- * the host), KVP merges, and anything when MEDHA_CUDA_GRAPHS=0.
+ * the host), KVP merges, timed calls (profilers: their events are
+ * recorded eagerly), and anything when MEDHA_CUDA_GRAPHS=0.
+ *
+ * Also here: a timed call's events (cudaEvent pairs around attention,
+ * each KVP merge and the head, summed after the call).
  */
 #include "engine/backend_cuda_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void
@@ -144,4 +149,69 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	CU(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch");
 	*done = 1;
 	return 0;
+}
+
+/* ---- where a timed call's time goes ---- */
+
+/*
+ * Record the next event of a timed call (a pair's start or end; kind
+ * says what the pair timed): nothing when the call is not timed.
+ */
+int
+cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen)
+{
+	if (!c->timing)
+		return 0;
+	if (c->n_ev == c->ev_cap) {
+		int cap = c->ev_cap > 0 ? 2 * c->ev_cap : 64;
+		void *e = realloc(c->ev, sizeof(*c->ev) * (size_t)cap);
+		void *k = e != NULL ? realloc(c->ev_kind,
+		                          sizeof(int) * (size_t)cap) : NULL;
+		if (e != NULL)
+			c->ev = e;
+		if (k == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		c->ev_kind = k;
+		for (int i = c->ev_cap; i < cap; i++) {
+			CU(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
+			c->ev_cap = i + 1;
+		}
+	}
+	c->ev_kind[c->n_ev] = kind;
+	CU(cudaEventRecord(c->ev[c->n_ev++], c->st), "cudaEventRecord");
+	return 0;
+}
+
+/* The timed pairs' sums into t (after the stream is synchronized). */
+int
+cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
+    size_t whylen)
+{
+	double s[3] = {0, 0, 0};
+	float ms;
+
+	for (int i = 0; i + 1 < c->n_ev; i += 2) {
+		CU(cudaEventElapsedTime(&ms, c->ev[i], c->ev[i + 1]),
+		    "cudaEventElapsedTime");
+		s[c->ev_kind[i]] += ms * 1e-3;
+	}
+	t->attn = s[0];
+	t->merge = s[1];
+	t->head = s[2];
+	t->split = 1;
+	c->n_ev = 0;
+	return 0;
+}
+
+void
+cuda_events_free(struct cuda_be *c)
+{
+	for (int i = 0; i < c->ev_cap; i++)
+		cudaEventDestroy(c->ev[i]);
+	free(c->ev);
+	free(c->ev_kind);
+	c->ev = NULL;
+	c->ev_kind = NULL;
+	c->ev_cap = c->n_ev = 0;
 }

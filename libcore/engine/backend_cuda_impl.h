@@ -30,7 +30,8 @@
 #define CUDA_TOKENS 8192      /* scratch rows made at open */
 #define CUDA_LT_WORK (32 << 20) /* cuBLASLt's workspace, bytes */
 #define CUDA_GEMM_SHAPES 32   /* GEMM shapes kept (a model has ~5) */
-#define CUDA_GRAPHS 16        /* decode graphs kept */
+#define CUDA_GRAPHS 64        /* decode graphs kept (by sequences,
+                                 logits rows, layers, KV bucket) */
 
 /* cuBLASLt's entry points, from dlopen (the prototypes are the header's) */
 struct cuda_lt {
@@ -182,6 +183,13 @@ struct cuda_be {
 	uint64_t gclock;
 	int capturing;
 
+	/* where a timed call's time goes (f->times): events in pairs, each
+	   pair's kind 0 attention, 1 a KVP merge, 2 the head */
+	cudaEvent_t *ev;
+	int *ev_kind;
+	int n_ev, ev_cap;
+	int timing;
+
 	/* the forward call running */
 	const struct medha_fwd *f;
 	char cwhy[256];             /* a collective's reason */
@@ -244,6 +252,12 @@ int cuda_stage(struct cuda_be *c, size_t floats, char *why, size_t whylen);
 int cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
     int *done, char *why, size_t whylen);
 void cuda_graph_free(struct cuda_be *c);
+
+/* ---- backend_cuda_graph.c: timing ---- */
+int cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen);
+int cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
+    size_t whylen);
+void cuda_events_free(struct cuda_be *c);
 
 /* ---- backend_cuda.c ---- */
 int cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,

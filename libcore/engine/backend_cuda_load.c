@@ -83,11 +83,21 @@ put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
 	    (row = malloc(sizeof(float) * (size_t)s->t->ne[0])) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "cuda: loading %s: out of memory", s->t->name);
-	if (cudaMallocHost((void **)&h, (size_t)per * w * 2) != cudaSuccess) {
-		free(row);
-		return medha_why(why, whylen, MEDHA_ENOMEM,
-		    "cuda: loading %s: no pinned memory", s->t->name);
+	/* the pinned staging buffer, kept over the whole load */
+	if ((size_t)per * w * 2 > c->hb_cap * sizeof(float)) {
+		cudaFreeHost(c->hb);
+		c->hb = NULL;
+		c->hb_cap = 0;
+		size_t fl = ((size_t)per * w * 2 + 3) / sizeof(float);
+		if (cudaMallocHost((void **)&c->hb, fl * sizeof(float)) !=
+		    cudaSuccess) {
+			free(row);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "cuda: loading %s: no pinned memory", s->t->name);
+		}
+		c->hb_cap = fl;
 	}
+	h = (uint16_t *)c->hb;
 	for (r = r0; r < r1; r += per) {
 		rr = r1 - r < per ? r1 - r : per;
 		/* the last upload reads h: wait before writing it again */
@@ -104,7 +114,6 @@ put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
 			break;
 	}
 	cudaStreamSynchronize(c->st);
-	cudaFreeHost(h);
 	free(row);
 	CU(cudaGetLastError(), "uploading weights");
 	return 0;
@@ -140,8 +149,13 @@ vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
 			ones[i] = 1;
 		v = ones;
 	}
-	rc = cudaMemcpy(*p, v, sizeof(float) * (size_t)n,
-	    cudaMemcpyHostToDevice);
+	/* on the backend's stream (a non-blocking one: cudaMemcpy's
+	   legacy stream would not order it before the kernels), waited
+	   for before ones goes */
+	rc = cudaMemcpyAsync(*p, v, sizeof(float) * (size_t)n,
+	    cudaMemcpyHostToDevice, c->st);
+	if (rc == cudaSuccess)
+		rc = cudaStreamSynchronize(c->st);
 	free(ones);
 	CU(rc, "uploading a norm");
 	c->wbytes += sizeof(float) * (size_t)n;

@@ -389,12 +389,16 @@ out:
 	free(lc), free(lp), free(l64), free(tok);
 }
 
+/* MEDHA_CUDA_TEST_QUICK=1 (tests/sh/cuda-mock.sh, on host stand-ins for
+   the GPU): a 1K prompt for the chunks, and no SmolLM2 */
+static int quick;
+
 /* Case 2: a 4K prompt in chunks of 32, 256, 4096. */
 static void
 chunks(const char *name, const struct medha_model *m, const int32_t *tok)
 {
-	static const int ch[3] = {32, 256, 4096};
-	const int V = m->c.vocab, n = 4096;
+	const int n = quick ? 1024 : 4096, ch[3] = {32, 256, n};
+	const int V = m->c.vocab;
 	struct medha_backend *cu = cuda_on(m, 1, 0, 1, 0);
 	float *lg = malloc(sizeof(float) * 3 * V);
 	double e = 0;
@@ -410,8 +414,8 @@ chunks(const char *name, const struct medha_model *m, const int32_t *tok)
 	}
 	e = fmax(rel_l2(lg, lg + 2 * V, V), rel_l2(lg + V, lg + 2 * V, V));
 	report(e < 1e-2,
-	    "%s: 4096 tokens in chunks of 32 / 256 against 4096: rel L2 %.3e",
-	    name, e);
+	    "%s: %d tokens in chunks of 32 / 256 against %d: rel L2 %.3e",
+	    name, n, n, e);
 out:
 	medha_backend_close(cu);
 	free(lg);
@@ -724,6 +728,20 @@ mixed(const char *name, const struct medha_model *m, const int32_t *tok)
 	    memcmp(batch, alone, sizeof(float) * 3 * V) == 0
 	        ? "the same bits: batch-invariant"
 	        : "NOT batch-invariant");
+	{
+		/* a timed call says where its time went (medha-prof) */
+		struct medha_fwd_times ft;
+		struct medha_batch_seq bs = {s[3], 40, 1, MEDHA_LOGITS_LAST};
+		struct medha_batch b = {t, 1, &bs, 1};
+		struct medha_fwd f = {.b = &b, .layer_lo = 0, .layer_hi = nl,
+		    .logits = alone, .times = &ft};
+		int rc = medha_backend_forward(cu, &f, why, sizeof(why));
+		report(rc == 0 && ft.split && ft.attn > 0 && ft.head > 0 &&
+		        ft.merge == 0,
+		    "%s: a timed decode: split %d, total %.3g s, attention "
+		    "%.3g s, head %.3g s",
+		    name, ft.split, ft.total, ft.attn, ft.head);
+	}
 	report(ids[0] == argmax(batch, V) && ids[1] == -1 &&
 	        ids[2] == medha_sample(twin, batch + 2 * V),
 	    "%s: samplers: greedy %d (argmax %d), none %d, seeded %d (the "
@@ -780,6 +798,11 @@ smollm2(void)
 
 	snprintf(path, sizeof(path), "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf",
 	    cache != NULL ? cache : "cache");
+	if (quick) {
+		printf("skip: smollm2: quick mode (MEDHA_CUDA_TEST_QUICK)\n");
+		free(tok);
+		return;
+	}
 	if (access(path, R_OK) != 0) {
 		printf("skip: smollm2: no %s (contrib/fetch-refs.sh)\n", path);
 		free(tok);
@@ -808,12 +831,14 @@ main(void)
 {
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
+	const char *q = getenv("MEDHA_CUDA_TEST_QUICK");
 
 	if (e != cudaSuccess || n < 1) {
 		printf("skip: no CUDA device (%s)\n",
 		    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
 		return 77;
 	}
+	quick = q != NULL && strcmp(q, "1") == 0;
 	gqa();
 	smollm2();
 	printf("%s: %d failed\n", fails ? "FAIL" : "ok", fails);
