@@ -4,8 +4,9 @@
 # kernels/ and cuBLASLt that tests/sh/cuda-mock.sh uses (tests/gpu/mock/,
 # and a device that calls itself an H200), driven as on a lent GPU.
 # --backend cuda one-shot (-p through the runner, on the random test
-# model with a tokenizer); a daemon worker announcing its GPU as h200 to
-# the scheduler; then contrib/gpu-check.sh's live parts on it:
+# model with a tokenizer); medha-prof --backend cuda writing a profile
+# labelled h200 and checking it; a daemon worker announcing its GPU as
+# h200 to the scheduler; then contrib/gpu-check.sh's live parts on it:
 # MEDHA_BACKEND=cuda examples/serve.sh single with 16 concurrent requests
 # against one-shot runs, and spp2 and kvp2 (two workers, --coll nng)
 # against single. What it checks is the wiring (flags, the runner, the
@@ -47,6 +48,10 @@ mkdir "$tmp/bin"
 $cc $fl -o "$tmp/bin/medha-worker" "$objs"/medha-worker/*.o "$objs/common.o" \
     "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
     -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm -ldl
+# shellcheck disable=SC2086
+$cc $fl -o "$tmp/bin/medha-prof" "$objs"/medha-prof/*.o "$objs/common.o" \
+    "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
+    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm -ldl
 for p in medha-sched medha-router medha-trace; do
 	ln -s "$bin/$p" "$tmp/bin/$p"
 done
@@ -60,6 +65,15 @@ mw=$tmp/bin/medha-worker
 [ "$(wc -w <"$tmp/ids")" = 8 ] || { cat "$tmp/ids" "$tmp/err"; exit 1; }
 expect_status 2 "$mw" --backend cuda -m llama3-8b -p hi
 grep -q 'no tokenizer' "$tmp/err"
+
+# medha-prof --backend cuda: a table labelled with the GPU and bf16 KV
+# that --check predicts with (the stand-in's times are not the GPU's)
+"$tmp/bin/medha-prof" --backend cuda -m "$tmp/random.gguf" -q --reps 1 \
+    --max-context 256 --decode-total 256 -o "$tmp/prof.csv" \
+    --check 5 >"$tmp/prof.out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+grep -q '^# medha-profile v1 model=random gpu=h200 tp=1 backend=cuda .*kv=bf16' \
+    "$tmp/prof.csv" || { head -3 "$tmp/prof.csv"; exit 1; }
+grep -q '^predictor error: median' "$tmp/prof.out"
 
 # a daemon worker says it is an h200 (the scheduler's predictor device)
 "$bin/medha-sched" -l "ipc://$tmp/s.sock" -v 2>"$tmp/sched.log" &
