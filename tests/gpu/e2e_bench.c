@@ -8,7 +8,8 @@
  * with cuBLASLt's per-size algorithms (MEDHA_CUDA_GEMM=fast) where
  * --fast is given. Prints one table.
  *
- *	build/tests/gpu/e2e_bench [--model NAME] [--steps N] [--fast]
+ *	build/tests/gpu/e2e_bench [--model NAME] [--steps N] [--prefill N]
+ *	    [--ctx N] [--fast]
  *
  * Exits 77 with "skip: no CUDA device (...)" without a GPU.
  */
@@ -25,10 +26,10 @@
 
 #define GEMM_PEAK 715e12 /* bf16 GEMM 8192^3 on the H200, PyTorch */
 #define COPY_BW 4.30e12  /* device-to-device copy, bytes/s */
-#define CTX 512          /* each decoding sequence's prompt */
-
 static const char *model = "llama3-8b";
-static int steps = 64;
+static int steps = 64;     /* decode steps timed */
+static int ptok = 8192;    /* the timed prefill's tokens */
+static int ctx = 512;      /* each decoding sequence's prompt */
 
 struct row {
 	const char *mode;
@@ -78,7 +79,7 @@ prefill(struct medha_backend *be, int n, int *seq)
 	return t;
 }
 
-/* ns sequences of CTX tokens each decode `steps` greedy steps together;
+/* ns sequences of ctx tokens each decode `steps` greedy steps together;
    tokens per second. */
 static double
 decode(struct medha_backend *be, int ns)
@@ -91,10 +92,10 @@ decode(struct medha_backend *be, int ns)
 	double t = 0;
 
 	for (int i = 0; i < ns; i++) {
-		prefill(be, CTX, &seq[i]);
+		prefill(be, ctx, &seq[i]);
 		medha_sampler_init(&sp[i], &medha_sampling_greedy,
 		    be->info.shape.vocab);
-		s[i] = (struct medha_batch_seq){seq[i], CTX, 1,
+		s[i] = (struct medha_batch_seq){seq[i], ctx, 1,
 		    MEDHA_LOGITS_LAST};
 		tok[i] = (int32_t)(i + 1);
 	}
@@ -168,9 +169,9 @@ measure(struct row *r, const char *mode, const char *graphs, const char *gemm)
 	int seq;
 
 	r->mode = mode;
-	prefill(be, 512, &seq); /* warm-up: algorithms, first launches */
+	prefill(be, ctx, &seq); /* warm-up: algorithms, first launches */
 	medha_backend_seq_free(be, seq);
-	r->prefill_s = prefill(be, 8192, &seq);
+	r->prefill_s = prefill(be, ptok, &seq);
 	medha_backend_seq_free(be, seq);
 	r->dec1 = decode(be, 1);
 	r->dec8 = decode(be, 8);
@@ -191,11 +192,16 @@ main(int argc, char **argv)
 			model = argv[++i];
 		else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
 			steps = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--prefill") == 0 && i + 1 < argc)
+			ptok = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--ctx") == 0 && i + 1 < argc)
+			ctx = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--fast") == 0)
 			fast = 1;
 		else {
 			fprintf(stderr, "usage: e2e_bench [--model NAME] "
-			                "[--steps N] [--fast]\n");
+			                "[--steps N] [--prefill N] [--ctx N] "
+			                "[--fast]\n");
 			return 2;
 		}
 	}
@@ -204,8 +210,11 @@ main(int argc, char **argv)
 		    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
 		return 77;
 	}
-	if (steps < 1)
-		steps = 1;
+	if (steps < 1 || ptok < 1 || ctx < 1 || ptok > 8192) {
+		fprintf(stderr, "e2e_bench: steps, prefill (at most 8192) and "
+		                "ctx must be positive\n");
+		return 2;
+	}
 	{
 		struct medha_pred_model pm;
 		if (medha_model_resolve(model, &pm) != 0)
@@ -217,18 +226,19 @@ main(int argc, char **argv)
 	if (fast)
 		measure(&rows[2], "graphs, fast GEMM", "1", "fast");
 	printf("e2e %s (random bf16, tp 1): weights %.2f GB, decode floor "
-	       "%.0f tok/s at %.2f TB/s; prefill at %.0f TFLOP/s = 100%%\n",
+	       "%.0f tok/s at %.2f TB/s; prefill of %d tokens, %.0f TFLOP/s "
+	       "= 100%%; decodes at context %d, %d steps\n",
 	    model, weight_bytes(&c) / 1e9, COPY_BW / weight_bytes(&c),
-	    COPY_BW / 1e12, GEMM_PEAK / 1e12);
+	    COPY_BW / 1e12, ptok, GEMM_PEAK / 1e12, ctx, steps);
 	printf("%-18s %10s %8s %6s %10s %6s %10s %10s\n", "mode",
-	    "prefill8K", "TFLOP/s", "%715", "decode1", "%floor", "decode8",
+	    "prefill", "TFLOP/s", "%715", "decode1", "%floor", "decode8",
 	    "decode32");
 	for (int i = 0; i < 2 + fast; i++) {
 		const struct row *r = &rows[i];
-		double tf = prefill_flops(&c, 8192) / r->prefill_s;
+		double tf = prefill_flops(&c, ptok) / r->prefill_s;
 		printf("%-18s %7.0f t/s %8.1f %5.1f%% %6.1f t/s %5.1f%% "
 		       "%6.0f t/s %6.0f t/s\n",
-		    r->mode, 8192 / r->prefill_s, tf / 1e12,
+		    r->mode, ptok / r->prefill_s, tf / 1e12,
 		    100 * tf / GEMM_PEAK, r->dec1,
 		    100 * r->dec1 / (COPY_BW / weight_bytes(&c)), r->dec8,
 		    r->dec32);

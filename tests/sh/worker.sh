@@ -3,7 +3,8 @@
 # Instruct, Q4_1): usage errors exit 2; a missing, truncated or foreign
 # file and a prompt past the model's context exit 1 with a reason; the
 # logits after the prompt do not depend on the prefill chunk size; greedy
-# generation is deterministic; --tokens and --logits write what they say.
+# generation is deterministic; --tokens and --logits write what they say;
+# --backend cuda exits non-zero with a reason where it cannot open.
 # Needs contrib/fetch-refs.sh (MEDHA_CACHE, default cache/); the usage
 # checks run without it (and then it skips the rest).
 . "$(dirname "$0")/lib.sh"
@@ -27,6 +28,13 @@ want 1 -s ipc:///x -m "$tmp/none.gguf"
 grep -q 'none.gguf' "$tmp/err"
 want 1 -s ipc:///x --backend sim --gpu z80 -m llama3-8b
 grep -q 'z80' "$tmp/err"
+# the cuda backend fails cleanly: 1 with no device (said before the
+# model is read) or no such model on a GPU; 2 where it is not built in
+st=0
+"$mw" -s ipc:///x --backend cuda -m "$tmp/none.gguf" > /dev/null \
+    2> "$tmp/err" || st=$?
+[ "$st" = 1 ] || [ "$st" = 2 ]
+grep -Eq 'cuda: no CUDA device: |none.gguf|cuda: not built' "$tmp/err"
 want 2
 want 2 -m x.gguf
 grep -q 'give the prompt' "$tmp/err"
