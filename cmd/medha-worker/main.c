@@ -217,7 +217,6 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	return rc == 0 ? 0 : c.addr[0] == '\0' ? 2 : 1;
 }
 
-
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
 static void
 parse_args(struct args *a, int argc, char *argv[])
