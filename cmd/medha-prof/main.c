@@ -193,7 +193,7 @@ parse_args(struct args *a, int argc, char *argv[])
 		case 'v': a->verbose++; break;
 		case OPT_BACKEND:
 			/* a kind that computes and can fill a context
-			   (whether it is built here: check_args) */
+			   (whether it is built here: check_backend) */
 			if ((bk = medha_backend_find(optarg)) == NULL ||
 			    !(bk->caps & MEDHA_BACKEND_COMPUTES) ||
 			    !(bk->caps & MEDHA_BACKEND_FILL))
