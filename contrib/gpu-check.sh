@@ -233,7 +233,7 @@ attn_simple() {
 
 # programs a step runs (missing: the step is skipped)
 prog() {
-	[ -x "$1" ] && return 0
+	[ -f "$1" ] && return 0
 	echo "skip: ${1##*/} missing (not built, or not written yet)"
 	exit 77
 }
