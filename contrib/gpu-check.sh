@@ -348,7 +348,6 @@ row() {
 figure() {
 	local f ok bad
 	f=$(sed -n 's/^figure: //p' "$1" | tail -n 1)
-	f=${f#skip: }
 	if [ -z "$f" ]; then
 		ok=$(grep -c '^ok' "$1")
 		bad=$(grep -c '^FAIL' "$1")
@@ -361,6 +360,7 @@ figure() {
 			[ -n "$f" ] || f=$(grep -v '^[[:space:]]*$' "$1" | tail -n 1)
 		fi
 	fi
+	f=${f#skip: }
 	printf '%s' "${f:0:90}"
 }
 
