@@ -4,36 +4,33 @@
  * llama.cpp does for the GGUF (or through the GGUF's chat template),
  * prefills it in chunks, and generates with greedy or temperature /
  * top-k / top-p sampling, printing the text (or the token ids) as it
- * goes (engine/runner.c). With -s it serves a replica's scheduler
- * (serve/worker.c). Flags and wiring only.
+ * goes (engine/runner.c, oneshot.c). With -s it serves a replica's
+ * scheduler (serve/worker.c). Flags and wiring only.
  */
-#include "../common.h"
-#include "engine/backend.h"
-#include "cpu/kvcache.h"
+#include "medha-worker.h"
 #include "layout.h"
-#include "serve/worker.h"
-#include "engine/runner.h"
-#include "model/sample.h"
-#include "tok/tokenizer.h"
+#include "sched/pred.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char synopsis[] =
-    "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim] "
+    "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim|cuda] "
     "[--gpu NAME]\n"
-    "           [--kv f16|f32] [--kv-blocks N] [--max-seqs N] "
-    "[--speed X] [-t THREADS]\n"
-    "           [--tp N] [--spp N] [--kvp N] [--rank R] "
+    "           [--kv f16|f32|bf16] [--kv-blocks N] [--max-seqs N] "
+    "[--speed X]\n"
+    "           [-t THREADS] [--tp N] [--spp N] [--kvp N] [--rank R] "
     "[--peer ADDR]\n"
-    "           [--lookahead | --no-lookahead]\n"
+    "           [--lookahead | --no-lookahead] [--mem-util F] "
+    "[--device N]\n"
+    "           [--coll nccl|nng] [--seed S]\n"
     "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
-    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
-    "f16|f32]\n"
+    "           [-n N] [-t THREADS] [--backend cpu|cuda] [--chat] "
+    "[--ignore-eos]\n"
+    "           [--kv f16|f32|bf16] [--mem-util F] [--device N]\n"
     "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
     "T]\n"
     "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
@@ -44,9 +41,10 @@ static const struct medha_help help_lines[] = {
     {NULL, "Daemon mode (-s ADDR):"},
     {"-s, --sched ADDR", "serve the scheduler (medha-sched -l) at ADDR"},
     {"-m, --model MODEL",
-        "a GGUF file, or for sim a built-in name (llama3-8b)"},
-    {"--backend cpu|sim", "the backend (cpu)"},
-    {"--gpu NAME", "the device a sim worker models: a100 (default), h100"},
+        "a GGUF, or for sim and cuda a shape name (llama3-8b)"},
+    {"--backend cpu|sim|cuda", "the backend (cpu); cuda: an NVIDIA GPU"},
+    {"--gpu NAME",
+        "predictor's device: a100, h100, h200 (cuda: its own)"},
     {"--kv-blocks N", "16-token KV blocks (cpu: ctx x seqs; sim: GPU memory)"},
     {"--max-seqs N", "sequences held at once (cpu 64, sim 1024)"},
     {"--speed X", "sim backend: divide every batch's time by X (1)"},
@@ -57,6 +55,13 @@ static const struct medha_help help_lines[] = {
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
     {"--lookahead", "run the next decode step during the round trip (on)"},
     {"--no-lookahead", "wait for each batch instead"},
+    {"--seed S", "cuda, -m SHAPE: the random weights' seed (1)"},
+    {NULL, "The cuda backend (--backend cuda), both modes:"},
+    {"--mem-util F",
+        "free GPU memory for weights, scratch and KV (0.9)"},
+    {"--device N", "the CUDA device (0)"},
+    {"--coll nccl|nng",
+        "TP collectives: NCCL, or the workers' (shared GPU)"},
     {NULL, "One-shot mode (-p PROMPT or -f FILE):"},
     {"-m, --model MODEL", "the model, a GGUF file"},
     {"-p, --prompt PROMPT", "the prompt text"},
@@ -79,7 +84,7 @@ static const struct medha_help help_lines[] = {
     {"-t, --threads THREADS",
         "threads in all (default: online CPUs, at most usable)"},
     {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s -vv: each batch)"},
-    {"--kv f16|f32", "KV cache element type (f32)"},
+    {"--kv f16|f32|bf16", "KV cache element type (cpu: f32; cuda: bf16)"},
 };
 
 enum {
@@ -95,6 +100,9 @@ enum {
 	OPT_PEER,
 	OPT_LOOKAHEAD,
 	OPT_NO_LOOKAHEAD,
+	OPT_MEM_UTIL,
+	OPT_DEVICE,
+	OPT_COLL,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -112,6 +120,9 @@ enum {
 static const struct option longopts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"chat", no_argument, NULL, OPT_CHAT},
+    {"coll", required_argument, NULL, OPT_COLL},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"mem-util", required_argument, NULL, OPT_MEM_UTIL},
     {"system", required_argument, NULL, OPT_SYSTEM},
     {"chunk", required_argument, NULL, 'c'},
     {"file", required_argument, NULL, 'f'},
@@ -147,64 +158,24 @@ static const struct option longopts[] = {
 };
 
 /*
- * The whole of path ("-": stdin) as a NUL-terminated string, of at most
- * limit bytes; exits 1 (a longer file is an error, found without reading
- * more than limit + 1 bytes of it).
+ * The predictor's device (pred.h) for CUDA device `device`, by its name
+ * (cuda_gpu_name); a GPU the predictor does not know is modelled as an
+ * h100, with a warning: its scheduler should be given a profile.
  */
-static char *
-slurp(const char *path, size_t *len, size_t limit, const char *why_limit)
+static const char *
+gpu_model(int device)
 {
-	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-	char *buf = NULL;
-	size_t n = 0, cap = 0, got;
+	char name[256];
+	const char *g = cuda_gpu_name(device, name, sizeof(name));
 
-	if (f == NULL)
-		die(1, "%s: %s", path, strerror(errno));
-	do {
-		if (cap - n < 65536) {
-			cap = cap ? 2 * cap : 65536;
-			if ((buf = realloc(buf, cap + 1)) == NULL)
-				die(1, "out of memory");
-		}
-		got = fread(buf + n, 1, cap - n, f);
-		n += got;
-		if (n > limit) {
-			free(buf);
-			die(1, "%s: more than %zu bytes: %s", path, limit,
-			    why_limit);
-		}
-	} while (got > 0);
-	if (ferror(f)) {
-		free(buf);
-		die(1, "%s: read error", path);
-	}
-	if (f != stdin)
-		fclose(f);
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
-
-/* Print token id's text (or, with as_ids, its number). */
-static void
-emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
-{
-	char small[256], *buf = small;
-	size_t len;
-	int rc;
-
-	if (as_ids) {
-		printf("%s%d", first ? "" : " ", id);
-		return;
-	}
-	/* control tokens give no text, as in llama.cpp */
-	rc = medha_tok_decode(t, &id, 1, 0, buf, sizeof(small), &len);
-	if (rc == MEDHA_ENOSPACE && (buf = malloc(len)) != NULL)
-		rc = medha_tok_decode(t, &id, 1, 0, buf, len, &len);
-	if (rc == 0)
-		fwrite(buf, 1, len, stdout);
-	if (buf != small)
-		free(buf);
+	if (g != NULL)
+		return g;
+	medha_log(MEDHA_LOG_WARN,
+	    "CUDA device %d (%s) is none the predictor knows: modelled as "
+	    "h100 (give --gpu, or medha-sched --predictor a medha-prof "
+	    "profile)",
+	    device, name[0] ? name : "unnamed");
+	return "h100";
 }
 
 /* Daemon mode: open the backend (p), then serve the scheduler. */
@@ -221,7 +192,7 @@ daemon_main(struct medha_worker_config c, const char *backend,
 		die(2, "--rank %d: not below tp %d x spp %d x kvp %d", c.rank,
 		    c.tp, c.spp, c.kvp);
 	p.model = c.model;
-	p.gpu = c.gpu;
+	p.gpu = c.gpu != NULL ? c.gpu : "a100";
 	p.tp = c.tp;
 	p.tp_rank = lay.rt;
 	p.spp = c.spp;
@@ -234,6 +205,10 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	if ((be->info.caps & MEDHA_BACKEND_COMPUTES) &&
 	    !(be->info.caps & MEDHA_BACKEND_GPU))
 		c.gpu = "cpu";
+	else if (c.gpu == NULL && (be->info.caps & MEDHA_BACKEND_GPU))
+		c.gpu = gpu_model(p.device);
+	else if (c.gpu == NULL)
+		c.gpu = p.gpu;
 	catch_stop();
 	if ((rc = medha_worker_run(be, &c, &stop_requested, why,
 	         sizeof(why))) != 0)
@@ -242,37 +217,15 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	return rc == 0 ? 0 : c.addr[0] == '\0' ? 2 : 1;
 }
 
-/* The command line: what each flag set (its default in parse_args). */
-struct args {
-	const char *model;       /* -m: a GGUF file, or for sim a name */
-	const char *addr;        /* -s: the scheduler (NULL: one-shot) */
-	const char *prompt;      /* -p */
-	const char *pfile;       /* -f: the prompt's file ("-": stdin) */
-	const char *logits_path; /* --logits */
-	const char *sys_msg;     /* --system */
-	const char *backend;     /* --backend */
-	const char *gpu;         /* --gpu */
-	int64_t kv_blocks;       /* --kv-blocks (0: the backend's choice) */
-	int64_t max_seqs;        /* --max-seqs (0: the backend's choice) */
-	double speed;            /* --speed */
-	int64_t n_gen;           /* -n */
-	int64_t chunk;           /* -c */
-	int chat, ignore_eos, tokenize, as_ids, verbose;
-	struct medha_runner_opts ro;    /* -t, --kv, --llama-compat */
-	struct medha_sampler_params sp; /* --seed, --temp, --top-k, --top-p */
-	struct medha_worker_config wo;  /* --tp --spp --kvp --rank --peer ... */
-};
-
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
 static void
 parse_args(struct args *a, int argc, char *argv[])
 {
-	const struct medha_backend_kind *bk;
 	int ch;
 
 	*a = (struct args){
 	    .backend = "cpu",
-	    .gpu = "a100",
+	    .gpu = NULL,
 	    .kv_blocks = 0,
 	    .max_seqs = 0,
 	    .speed = 1,
@@ -295,11 +248,11 @@ parse_args(struct args *a, int argc, char *argv[])
 		case 'p': a->prompt = optarg; break;
 		case 's': a->addr = optarg; break;
 		case OPT_BACKEND:
-			if ((bk = medha_backend_find(optarg)) == NULL ||
-			    bk->open == NULL)
-				die(2, "--backend: %s: %s", optarg,
-				    bk == NULL ? "expected cpu or sim"
-				               : "not built into this program");
+			/* a kind not built here: after the other flags'
+			   checks (check_backend) */
+			if (medha_backend_find(optarg) == NULL)
+				die(2, "--backend: %s: expected cpu, sim or cuda",
+				    optarg);
 			a->backend = optarg;
 			break;
 		case OPT_GPU: a->gpu = optarg; break;
@@ -335,12 +288,30 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_IGNORE_EOS: a->ignore_eos = 1; break;
 		case OPT_LLAMA_COMPAT: a->ro.llama_compat = 1; break;
 		case OPT_KV:
-			if (strcmp(optarg, "f16") == 0)
-				a->ro.kv_f16 = 1;
-			else if (strcmp(optarg, "f32") == 0)
-				a->ro.kv_f16 = 0;
+			if (strcmp(optarg, "f16") != 0 &&
+			    strcmp(optarg, "f32") != 0 &&
+			    strcmp(optarg, "bf16") != 0)
+				die(2, "--kv: %s: expected f16, f32 or bf16",
+				    optarg);
+			a->kv = optarg;
+			break;
+		case OPT_MEM_UTIL:
+			a->bp.mem_util = flag_f64("--mem-util", optarg, 0, 1, 1);
+			a->cuda_flag = "--mem-util";
+			break;
+		case OPT_DEVICE:
+			a->bp.device = (int)flag_i64("--device", optarg, 0, 255);
+			a->cuda_flag = "--device";
+			break;
+		case OPT_COLL:
+			if (strcmp(optarg, "nccl") == 0)
+				a->bp.coll = MEDHA_COLL_NCCL;
+			else if (strcmp(optarg, "nng") == 0)
+				a->bp.coll = MEDHA_COLL_HOST;
 			else
-				die(2, "--kv: %s: expected f16 or f32", optarg);
+				die(2, "--coll: %s: expected nccl or nng",
+				    optarg);
+			a->cuda_flag = "--coll";
 			break;
 		case OPT_LOGITS: a->logits_path = optarg; break;
 		case OPT_SEED:
@@ -375,13 +346,65 @@ daemon_mode(struct args *a, int argc)
 	a->wo.addr = a->addr;
 	a->wo.model = a->model;
 	a->wo.gpu = a->gpu;
-	return daemon_main(a->wo, a->backend,
-	    (struct medha_backend_params){.n_threads = a->ro.n_threads,
-	        .max_seqs = (int)a->max_seqs,
-	        .kv_blocks = a->kv_blocks,
-	        .kv_type = a->ro.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32,
-	        .ref = a->ro.ref,
-	        .speed = a->speed});
+	a->bp.n_threads = a->ro.n_threads;
+	a->bp.max_seqs = (int)a->max_seqs;
+	a->bp.kv_blocks = a->kv_blocks;
+	a->bp.ref = a->ro.ref;
+	a->bp.speed = a->speed;
+	return daemon_main(a->wo, a->backend, a->bp);
+}
+
+/* Is model a shape name (pred.h's built-in names), not a file? */
+static int
+is_shape_name(const char *model)
+{
+	struct medha_pred_model m;
+
+	return access(model, F_OK) != 0 && medha_model_resolve(model, &m) == 0;
+}
+
+/*
+ * The flags that depend on the backend (exit 2): cuda's own given to
+ * another, --kv's type against the backend's, a shape name in one-shot
+ * mode (random weights have no tokenizer: a cuda worker on one serves
+ * requests that send token ids, -s). Fills a->bp's KV type and seed and
+ * the runner's backend.
+ */
+static void
+check_backend(struct args *a)
+{
+	int cuda = strcmp(a->backend, "cuda") == 0;
+	const char *kv = a->kv;
+
+	if (!cuda && a->cuda_flag != NULL)
+		die(2, "%s goes with --backend cuda", a->cuda_flag);
+	if (kv == NULL)
+		kv = cuda ? "bf16" : "f32";
+	if (cuda && strcmp(kv, "f32") == 0)
+		die(2, "--kv f32: the cuda backend keeps its KV cache in bf16 "
+		       "or f16");
+	if (!cuda && strcmp(kv, "bf16") == 0)
+		die(2, "--kv bf16 goes with --backend cuda (cpu: f32 or f16)");
+	a->bp.kv_type = strcmp(kv, "f16") == 0    ? MEDHA_KV_F16
+	    : strcmp(kv, "bf16") == 0             ? MEDHA_KV_BF16
+	                                          : MEDHA_KV_F32;
+	a->ro.kv_f16 = a->bp.kv_type == MEDHA_KV_F16;
+	a->bp.seed = a->sp.seed;
+	if (a->addr == NULL && a->model != NULL && is_shape_name(a->model))
+		die(2,
+		    "-m %s: a shape name has random weights and no "
+		    "tokenizer: one-shot mode needs a GGUF (serve the shape "
+		    "with -s, requests sending prompt_ids)",
+		    a->model);
+	if (a->addr == NULL && strcmp(a->backend, "sim") == 0)
+		die(2, "--backend sim computes nothing: it serves a scheduler "
+		       "(-s) only");
+	if (medha_backend_find(a->backend)->open == NULL)
+		die(2, "--backend: %s: not built into this program%s",
+		    a->backend,
+		    cuda ? " (built without nvcc, or with CUDA=0)" : "");
+	a->ro.backend = a->backend;
+	a->ro.bp = &a->bp;
 }
 
 /* One-shot mode's usage errors: -m MODEL and one of -p and -f. */
@@ -398,176 +421,6 @@ check_oneshot(const struct args *a, int argc)
 	}
 }
 
-/*
- * The prompt's text, -p's or -f's file (malloc'd; its length in *len);
- * exits 1 on a file that cannot be read or cannot fit the context.
- */
-static char *
-read_prompt(const struct args *a, struct medha_runner *r, size_t *len)
-{
-	const struct medha_tok *tok = medha_runner_tok(r);
-	char *text;
-
-	if (a->pfile != NULL) {
-		/* no token is longer than the longest piece: a file longer
-		 * than the context's worth of them cannot fit */
-		int64_t ctx = medha_runner_model(r)->c.ctx_len;
-		size_t piece = 1, limit;
-		char msg[160];
-		for (size_t i = 0; i < medha_tok_n_vocab(tok); i++) {
-			const char *p;
-			size_t l;
-			if (medha_tok_piece(tok, (int32_t)i, &p, &l) == 0 &&
-			    l > piece)
-				piece = l;
-		}
-		if (ctx <= 0)
-			ctx = (int64_t)1 << 20;
-		limit = (size_t)ctx * piece + 65536;
-		snprintf(msg, sizeof(msg),
-		    "the model's context holds %lld tokens of at most %zu "
-		    "bytes",
-		    (long long)ctx, piece);
-		return slurp(a->pfile, len, limit, msg);
-	}
-	text = strdup(a->prompt);
-	*len = strlen(a->prompt);
-	return text;
-}
-
-/*
- * --chat: text (len bytes) as the user's message, after --system's, in
- * the model's chat template; *out is malloc'd. Exits 1 if it cannot.
- */
-static void
-render_chat(const struct args *a, const struct medha_tok *tok, const char *text,
-    size_t len, char **out, size_t *out_len)
-{
-	struct medha_tok_msg msgs[2] = {{"system", a->sys_msg, 0},
-	    {"user", text, len}};
-	int first = a->sys_msg == NULL;
-	int rc;
-
-	if ((rc = medha_tok_chat_msgs(tok, msgs + first, 2 - first, 1, out,
-	         out_len)) != 0)
-		die(1, "--chat: %s",
-		    rc == MEDHA_EUNSUP
-		        ? "the model's chat template is not one medha "
-		          "can render (Jinja it cannot read, and "
-		          "neither ChatML nor Llama-3)"
-		        : rc == MEDHA_EINVAL
-		        ? "the model's chat template refused the "
-		          "conversation (the reason is above)"
-		        : medha_strerror(rc));
-}
-
-/*
- * Prefills the n_ids tokens of ids, writes --logits, then generates up
- * to -n tokens to stdout and logs the speeds; exits 1 on a failure.
- */
-static void
-generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
-    size_t n_ids)
-{
-	const struct medha_tok *tok = medha_runner_tok(r);
-	struct medha_sampler *smp;
-	float *logits;
-	double t0, t_prompt, t_gen = 0;
-	int64_t n_out = 0;
-	int32_t next;
-	char why[512];
-	int rc, vocab;
-
-	if ((rc = medha_runner_start(r, (int64_t)n_ids + a->n_gen, why,
-	         sizeof(why))) != 0)
-		die(1, "prompt: %s", why);
-	vocab = medha_runner_model(r)->c.vocab;
-	if ((logits = calloc((size_t)vocab, sizeof(float))) == NULL)
-		die(1, "logits: out of memory");
-	if (medha_sampler_init(&smp, &a->sp, vocab) != 0)
-		die(1, "sampler: bad parameters");
-
-	t0 = medha_now();
-	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, a->chunk, logits,
-	         why, sizeof(why))) != 0)
-		die(1, "prompt: %s", why);
-	t_prompt = medha_now() - t0;
-	if (a->logits_path != NULL) {
-		FILE *f = fopen(a->logits_path, "wb");
-		if (f == NULL ||
-		    fwrite(logits, sizeof(float), (size_t)vocab, f) !=
-		        (size_t)vocab ||
-		    fclose(f) != 0)
-			die(1, "%s: %s", a->logits_path, strerror(errno));
-	}
-	t0 = medha_now();
-	while (n_out < a->n_gen) {
-		next = medha_sample(smp, logits);
-		if (!a->ignore_eos && medha_tok_is_eog(tok, next))
-			break;
-		emit(tok, next, a->as_ids, n_out == 0);
-		if (fflush(stdout) != 0) /* the reader is gone, a full disk */
-			die(1, "stdout: %s", strerror(errno));
-		if (++n_out == a->n_gen)
-			break;
-		if ((rc = medha_runner_decode(r, next, logits, why,
-		         sizeof(why))) != 0)
-			die(1, "generation: %s", why);
-	}
-	t_gen = medha_now() - t0;
-	if (a->as_ids || a->n_gen > 0)
-		printf("\n");
-	fflush(stdout);
-	medha_log(MEDHA_LOG_INFO,
-	    "prompt %zu tokens in %.3f s (%.1f tok/s), generated %lld in %.3f "
-	    "s (%.1f tok/s), %d threads",
-	    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
-	    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0,
-	    a->ro.n_threads);
-	medha_sampler_free(smp);
-	free(logits);
-}
-
-/* One-shot mode: the prompt tokenized, then printed (--tokenize) or run. */
-static int
-oneshot_main(struct args *a)
-{
-	struct medha_runner *r;
-	const struct medha_tok *tok;
-	int32_t *ids;
-	size_t n_ids, plen, chat_len = 0;
-	char *text, *chat_text = NULL, why[512];
-	int rc, status = 0;
-
-	medha_log_level = MEDHA_LOG_WARN + a->verbose;
-	if (a->ro.n_threads == 0)
-		a->ro.n_threads = online_cpus(256);
-	if ((rc = medha_runner_open(&r, a->model, &a->ro, why, sizeof(why))) !=
-	    0)
-		die(1, "%s: %s", a->model, why);
-	tok = medha_runner_tok(r);
-	text = read_prompt(a, r, &plen);
-	if (a->chat)
-		render_chat(a, tok, text, plen, &chat_text, &chat_len);
-	if ((rc = medha_tok_encode(tok, a->chat ? chat_text : text,
-	         a->chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
-	         &n_ids)) != 0)
-		die(1, "tokenizing the prompt: %s", medha_strerror(rc));
-	if (a->tokenize) {
-		for (size_t i = 0; i < n_ids; i++)
-			printf("%s%d", i ? " " : "", ids[i]);
-		printf("\n");
-	} else if (n_ids == 0) {
-		medha_log(MEDHA_LOG_ERROR, "the prompt has no tokens");
-		status = 1;
-	} else
-		generate(a, r, ids, n_ids);
-	free(ids);
-	free(text);
-	free(chat_text);
-	medha_runner_close(r);
-	return stdout_close(status);
-}
 
 int
 main(int argc, char *argv[])
@@ -576,6 +429,7 @@ main(int argc, char *argv[])
 
 	medha_progname = "medha-worker";
 	parse_args(&a, argc, argv);
+	check_backend(&a);
 	if (a.addr != NULL)
 		return daemon_mode(&a, argc);
 	check_oneshot(&a, argc);

@@ -282,6 +282,12 @@ medha_sample_candidates(struct medha_sampler *s, const float *logits,
 }
 
 int
+medha_sampler_is_greedy(const struct medha_sampler *s)
+{
+	return s->p.temp <= 0;
+}
+
+int
 medha_sample(struct medha_sampler *s, const float *logits)
 {
 	const int *ids;
