@@ -114,6 +114,7 @@ static const struct {
     {"{\"prompt\": [\"a\", \"b\"]}", 0, 400, "prompt", "unsupported"},
     {"{\"prompt\": \"x\", \"max_tokens\": \"9\"}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": -1}", 0, 400, "max_tokens", NULL},
+    {"{\"prompt\": \"x\", \"max_tokens\": 0}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": 1.5}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": 99999999999}", 0, 400, "max_tokens",
         NULL},
@@ -284,6 +285,10 @@ test_chat(void **state)
 	    "{\"messages\": [{\"content\": \"x\"}]}",
 	    "{\"messages\": [\"x\"]}",
 	    "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
+	    "{\"messages\": [{\"role\": \"user\"}]}",
+	    "{\"messages\": [{\"role\": \"user\", \"content\": null}]}",
+	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+	    "\"max_completion_tokens\": 0}",
 	    "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
 	    "\"image_url\"}]}]}",
 	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
@@ -343,6 +348,19 @@ test_error_mapping(void **state)
 	medha_oai_error_record(&e, &rec);
 	assert_int_equal(e.status, 400);
 	assert_null(e.code);
+	/* the wire's field (prompt_ids) in the API's words (prompt) */
+	snprintf(rec.reason, sizeof(rec.reason),
+	    "prompt_ids[1] = 99999999: outside the vocabulary (49152)");
+	medha_oai_error_record(&e, &rec);
+	assert_int_equal(e.status, 400);
+	assert_string_equal(e.param, "prompt");
+	assert_string_equal(e.message,
+	    "prompt[1] = 99999999: outside the vocabulary (49152)");
+	medha_oai_error_submit(&e, MEDHA_EINVAL,
+	    "prompt_ids[0] = 70000: outside the vocabulary (49152)");
+	assert_int_equal(e.status, 400);
+	assert_string_equal(e.param, "prompt");
+	check_error_json(&e);
 	rec.status = MEDHA_STATUS_FAILED;
 	snprintf(rec.reason, sizeof(rec.reason),
 	    "replica ipc:///r1: silent for too long");

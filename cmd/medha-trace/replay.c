@@ -58,13 +58,19 @@ struct rp {
 static void
 emit(struct rp *p, struct medha_record *rec)
 {
+	static int32_t none[1];
+	static char empty[1];
 	int32_t *ids = rec->token_ids;
 	char *text = rec->text;
 
 	if (!p->ids)
 		rec->token_ids = NULL;
+	else if (rec->token_ids == NULL) /* asked for: [], never absent */
+		rec->token_ids = none, rec->n_token_ids = 0;
 	if (!p->ids && !p->text)
 		rec->text = NULL;
+	else if (rec->text == NULL)
+		rec->text = empty;
 	if (medha_record_write(p->w, rec) != 0)
 		p->wrerr = 1;
 	rec->token_ids = ids;

@@ -29,9 +29,26 @@ medha_oai_error_set(struct medha_oai_error *e, int status, const char *type,
 	return status;
 }
 
+/*
+ * A refusal of the prompt's token ids, in the wire's words ("prompt_ids[3]
+ * = ...: outside the vocabulary"), in the API's: the field a client sent
+ * is "prompt". 1 if it was one (e set), else 0.
+ */
+static int
+prompt_ids_error(struct medha_oai_error *e, const char *why)
+{
+	if (strncmp(why, "prompt_ids[", 11) != 0)
+		return 0;
+	medha_oai_error_set(e, 400, "invalid_request_error", NULL, "prompt",
+	    "prompt%s", why + 10);
+	return 1;
+}
+
 void
 medha_oai_error_submit(struct medha_oai_error *e, int code, const char *reason)
 {
+	if (prompt_ids_error(e, reason))
+		return;
 	if (code == MEDHA_ENOSPACE && strncmp(reason, "overloaded", 10) == 0)
 		medha_oai_error_set(e, 429, "rate_limit_error",
 		    "too_many_requests", NULL, "%s", reason);
@@ -55,6 +72,8 @@ medha_oai_error_record(struct medha_oai_error *e,
 
 	switch (rec->status) {
 	case MEDHA_STATUS_REJECTED:
+		if (prompt_ids_error(e, why))
+			break;
 		if (strncmp(why, "no replica ready", 16) == 0)
 			medha_oai_error_set(e, 503, "server_error",
 			    "service_unavailable", NULL, "%s", why);

@@ -52,6 +52,7 @@ struct hreq {
 	nng_http_req *nreq;  /* likewise */
 	int chat;            /* /v1/chat/completions */
 	int hijacked;        /* a stream that took the connection */
+	int http10;          /* an HTTP/1.0 client: no chunked coding */
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
 	int rx_busy, tx_busy;
@@ -106,6 +107,9 @@ struct medha_http {
 /* http_stream.c: answers, lifetime, streams */
 void http_reply(struct medha_http *h, nng_aio *aio, int status,
     const char *ctype, const char *body, size_t len, int close, int locked);
+void http_reply_allow(struct medha_http *h, nng_aio *aio, int status,
+    const char *ctype, const char *body, size_t len, int close, int locked,
+    const char *allow);
 void http_reply_json(struct medha_http *h, nng_aio *aio, int status,
     const char *js, size_t len, int close, int locked);
 void http_reply_error(struct medha_http *h, nng_aio *aio,

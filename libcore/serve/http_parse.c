@@ -199,10 +199,9 @@ content_text(json_t *c, size_t i, char **out, struct medha_oai_error *e)
 	size_t n, len = 0;
 	char *s;
 
-	if (c == NULL || json_is_null(c)) {
-		*out = strdup("");
-		goto done;
-	}
+	/* OpenAI takes none only beside tool_calls, which medha refuses */
+	if (c == NULL || json_is_null(c))
+		return BAD(e, "messages", "messages[%zu].content: required", i);
 	if (json_is_string(c))
 		return dup_text(c, "messages", out, e);
 	if (!json_is_array(c))
@@ -478,11 +477,13 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 	q->max_tokens_set = !chat;
 	{
 		int set = 0;
-		if ((rc = get_int(o, "max_tokens", 0, MEDHA_OAI_MAX_TOKENS,
+		/* at least 1, as vLLM: 0 would still run a prefill whose
+		 * token is no output (the wire's max_tokens 0) */
+		if ((rc = get_int(o, "max_tokens", 1, MEDHA_OAI_MAX_TOKENS,
 		         &rs->max_tokens, &set, e)) != 0)
 			goto fail;
 		if (chat &&
-		    (rc = get_int(o, "max_completion_tokens", 0,
+		    (rc = get_int(o, "max_completion_tokens", 1,
 		         MEDHA_OAI_MAX_TOKENS, &rs->max_tokens, &set, e)) != 0)
 			goto fail;
 		q->max_tokens_set |= set;

@@ -149,8 +149,11 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 	rep_send_tokens(r, q, 1);
 	if ((ev.record = malloc(sizeof(*ev.record))) != NULL) {
 		*ev.record = *rec;
+		/* no output is an empty array, never an absent one */
+		if (q->out == NULL)
+			q->out = malloc(sizeof(*q->out));
 		ev.record->token_ids = q->out;
-		ev.record->n_token_ids = q->n_out;
+		ev.record->n_token_ids = q->out != NULL ? q->n_out : 0;
 		ev.record->text = q->text;
 		if (ev.record->text == NULL)
 			ev.record->text = strdup("");
@@ -347,6 +350,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	q->peer = ev->peer;
 	q->sp = rs->sampling;
 	q->ignore_eos = rs->ignore_eos;
+	q->prefill_only = rs->max_tokens == 0;
 	q->no_stream = rs->no_stream;
 	for (int i = 0; i < rs->n_stop; i++) {
 		q->stop[i] = rs->stop[i];

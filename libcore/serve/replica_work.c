@@ -396,7 +396,7 @@ flights_land(struct medha_replica *r)
 			if (!(it->decode || it->last) || f->tok[i] < 0)
 				continue;
 			out[i].token = f->tok[i];
-			if (q != NULL) {
+			if (q != NULL && !q->prefill_only) {
 				out[i].stop = rep_on_token(r, q, out[i].token);
 				rep_send_tokens(r, q, 0);
 			}

@@ -49,10 +49,16 @@ req chat "$base/v1/chat/completions" -d '{"messages": [{"role": "user",
     "content": "What is 2+2?"}], "max_tokens": 12, "temperature": 0}'
 req badjson "$base/v1/completions" -d '{"prompt": "x",'
 req badtype "$base/v1/completions" -d '{"prompt": "x", "max_tokens": "many"}'
+req zero "$base/v1/completions" -d '{"prompt": "Hello", "max_tokens": 0}'
+req nocontent "$base/v1/chat/completions" -d '{"messages": [{"role": "user"}]}'
+req oov "$base/v1/completions" -d '{"prompt": [1, 99999999], "max_tokens": 2}'
 req unsup "$base/v1/completions" -d '{"prompt": "x", "n": 2}'
 req badmodel "$base/v1/completions" -d '{"prompt": "x", "model": "gpt-9"}'
 req noroute "$base/v1/nothing"
-req method -X DELETE "$base/v1/completions"
+req method -D "$tmp/method.hdr" -X DELETE "$base/v1/completions"
+req method2 -D "$tmp/method2.hdr" -X POST "$base/metrics"
+grep -qi '^Allow: POST' "$tmp/method.hdr"
+grep -qi '^Allow: GET' "$tmp/method2.hdr"
 head -c 2000000 /dev/zero | tr '\0' a >"$tmp/big"
 req huge "$base/v1/completions" --data-binary "@$tmp/big"
 # a stream the client leaves after a second: cancelled upstream
@@ -79,6 +85,7 @@ s, h = got("health")
 assert s == 200 and json.loads(h)["status"] == "ok", h
 s, m = got("models")
 assert s == 200 and [x["id"] for x in json.loads(m)["data"]] == [mid], m
+assert json.loads(m)["data"][0]["max_model_len"] == 8192, m
 s, c = got("cmpl")
 c = json.loads(c)
 assert s == 200 and c["object"] == "text_completion", c
@@ -103,6 +110,11 @@ assert ch["choices"][0]["message"]["role"] == "assistant", ch
 assert ch["choices"][0]["message"]["content"], ch
 err("badjson", 400)
 err("badtype", 400)
+err("zero", 400)
+err("nocontent", 400)
+err("oov", 400)
+e = json.loads(got("oov")[1])["error"]
+assert e["param"] == "prompt" and "prompt_ids" not in e["message"], e
 err("unsup", 400, "unsupported")
 err("badmodel", 404, "model_not_found")
 err("noroute", 404, "not_found")
@@ -175,6 +187,28 @@ PY
 else
 	echo "skip: the openai package is not in $py (contrib/fetch-refs.sh)"
 fi
+
+# ---- 1b. a stream to an HTTP/1.0 client: no chunked coding ----
+python3 - 127.0.0.1 "$port" <<'PY'
+import json, socket, sys
+b = json.dumps({"prompt": "The capital of France is", "max_tokens": 4,
+                "temperature": 0, "stream": True}).encode()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json"
+          b"\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+got = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+head, _, body = got.partition(b"\r\n\r\n")
+assert head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0], head
+assert b"chunked" not in head.lower(), head
+assert body.startswith(b"data: {"), body[:80]
+assert body.endswith(b"data: [DONE]\n\n"), body[-80:]
+print("http/1.0 stream: ok, %d bytes, not chunked" % len(body))
+PY
 
 # ---- 3. hostile clients ----
 python3 "$top/tests/ref/http_hostile.py" 127.0.0.1 "$port"
