@@ -246,21 +246,32 @@ take_peers(struct worker *w, const struct medha_msg_peers *p)
 	return 0;
 }
 
-/* HELLO until WELCOME (or a stop). 0, or 1 when stopping. */
+/*
+ * HELLO until WELCOME (or a stop). 0, or 1 when stopping. A scheduler
+ * that does not answer is said, with its address, at once and every
+ * 30 s: a worker aimed at none would otherwise wait in silence.
+ */
 static int
-hello(struct worker *w, const struct medha_msg_hello *h)
+hello(struct worker *w, const struct medha_msg_hello *h, const char *addr)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_HELLO}, rep;
 	char why[512];
-	int said = 0;
+	double since = 0, said = 0;
 
 	m.hello = *h;
 	while (!*w->stop) {
 		if (medha_cli_msg(w->cli, 0, &m, &rep,
 		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
-			if (!said++)
-				medha_log(MEDHA_LOG_INFO,
-				    "waiting for the scheduler: %s", why);
+			double now = medha_now();
+			if (since == 0)
+				since = now;
+			if (said == 0 || now - said >= 30) {
+				medha_log(MEDHA_LOG_WARN,
+				    "no scheduler at %s yet (%s): waiting "
+				    "(%.0f s)",
+				    addr, why, now - since);
+				said = now;
+			}
 			continue;
 		}
 		if (rep.type == MEDHA_MSG_WELCOME) {
@@ -549,7 +560,7 @@ medha_worker_run(struct medha_backend *be,
 		warm_up(be);
 	hello_of(&w, c, &h);
 	while (!*stop) {
-		if (hello(&w, &h) != 0)
+		if (hello(&w, &h, c->addr) != 0)
 			break;
 		medha_log(MEDHA_LOG_WARN,
 		    "ready: worker %d of %s, %s backend, %lld KV blocks of %d",

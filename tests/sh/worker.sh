@@ -43,6 +43,14 @@ want 1 -m "$tmp/junk.gguf" -p hi
 [ -s "$model" ] ||
     skip "$model missing (run contrib/fetch-refs.sh); the usage checks passed"
 
+# a worker aimed at no scheduler says so, with the address, without -v
+st=0
+timeout 8 "$mw" -s "ipc://$tmp/none.sock" -m "$model" -t 1 \
+    2>"$tmp/err" || st=$?
+[ "$st" = 124 ] || { echo "worker -s with no scheduler: status $st"; exit 1; }
+grep -q "no scheduler at ipc://$tmp/none.sock yet" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+
 # a write error on stdout is an error (exit 1, with the reason), not
 # output silently lost
 for args in "-n 30" "-n 0 --tokenize"; do
