@@ -391,6 +391,7 @@ main(int argc, char *argv[])
 	int status;
 
 	medha_progname = "medha-prof";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
 	check_args(&a, argc, argv);
 	medha_log_level = MEDHA_LOG_WARN + a.verbose;

@@ -83,6 +83,7 @@ main(int argc, char *argv[])
 	int ch, rc;
 
 	medha_progname = "medha-router";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	medha_router_config_default(&c);
 	medha_http_config_default(&hc);
 	c.replicas = reps;

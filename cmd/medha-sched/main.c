@@ -576,6 +576,7 @@ main(int argc, char *argv[])
 	int status;
 
 	medha_progname = "medha-sched";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
 	argc -= optind;
 	argv += optind;

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char synopsis[] =
     "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim] "
@@ -67,7 +68,7 @@ static const struct medha_help help_lines[] = {
     {"--ignore-eos", "do not stop at end-of-generation tokens"},
     {"--llama-compat", "match llama.cpp's CPU logits bit for bit (f32 KV)"},
     {"--logits FILE", "write the last prompt position's logits (float32 LE)"},
-    {"--seed S", "seed of the sampler's generator (1)"},
+    {"--seed S", "seed of the sampler's generator (a new one each run)"},
     {"--system TEXT", "--chat: a system message first (else the template's)"},
     {"--temp T", "sampling temperature; 0 (the default) is greedy"},
     {"--tokenize", "print the prompt's token ids and exit"},
@@ -257,7 +258,7 @@ struct args {
 	double speed;            /* --speed */
 	int64_t n_gen;           /* -n */
 	int64_t chunk;           /* -c */
-	int chat, ignore_eos, tokenize, as_ids, verbose;
+	int chat, ignore_eos, tokenize, as_ids, verbose, seed_set;
 	struct medha_runner_opts ro;    /* -t, --kv, --llama-compat */
 	struct medha_sampler_params sp; /* --seed, --temp, --top-k, --top-p */
 	struct medha_worker_config wo;  /* --tp --spp --kvp --rank --peer ... */
@@ -345,6 +346,7 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_LOGITS: a->logits_path = optarg; break;
 		case OPT_SEED:
 			a->sp.seed = flag_i64("--seed", optarg, 0, INT64_MAX);
+			a->seed_set = 1;
 			break;
 		case OPT_TEMP:
 			a->sp.temp = flag_f64("--temp", optarg, 0, 100, 0);
@@ -396,6 +398,8 @@ check_oneshot(const struct args *a, int argc)
 			usage_fail(synopsis, "give the prompt with -p or -f");
 		usage_exit(synopsis);
 	}
+	if (a->sys_msg != NULL && !a->chat)
+		usage_fail(synopsis, "--system needs --chat");
 }
 
 /*
@@ -462,6 +466,35 @@ render_chat(const struct args *a, const struct medha_tok *tok, const char *text,
 }
 
 /*
+ * The prompt into the cache, chunk by chunk, the last position's logits
+ * into logits; on a terminal with more than one chunk, the progress on
+ * stderr. Exits 1 on a failure.
+ */
+static void
+prefill(const struct args *a, struct medha_runner *r, const int32_t *ids,
+    size_t n_ids, float *logits)
+{
+	int64_t n = (int64_t)n_ids, step = a->chunk, done = 0;
+	int show = step > 0 && n > step && isatty(STDERR_FILENO);
+	char why[512];
+
+	if (!show)
+		step = n; /* the runner chunks it alike */
+	while (done < n) {
+		int64_t k = n - done < step ? n - done : step;
+		if (medha_runner_prefill(r, ids + done, k, a->chunk, logits,
+		        why, sizeof(why)) != 0)
+			die(1, "prompt: %s", why);
+		done += k;
+		if (show)
+			progress("prefill: %lld of %lld prompt tokens ",
+			    (long long)done, (long long)n);
+	}
+	if (show)
+		fputc('\n', stderr);
+}
+
+/*
  * Prefills the n_ids tokens of ids, writes --logits, then generates up
  * to -n tokens to stdout and logs the speeds; exits 1 on a failure.
  */
@@ -488,9 +521,7 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 		die(1, "sampler: bad parameters");
 
 	t0 = medha_now();
-	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, a->chunk, logits,
-	         why, sizeof(why))) != 0)
-		die(1, "prompt: %s", why);
+	prefill(a, r, ids, n_ids, logits);
 	t_prompt = medha_now() - t0;
 	if (a->logits_path != NULL) {
 		FILE *f = fopen(a->logits_path, "wb");
@@ -540,6 +571,14 @@ oneshot_main(struct args *a)
 	int rc, status = 0;
 
 	medha_log_level = MEDHA_LOG_WARN + a->verbose;
+	if (!a->seed_set) { /* as HTTP does for a request without one */
+		uint64_t x = (uint64_t)(medha_now() * 1e9) ^
+		    ((uint64_t)getpid() << 32);
+		a->sp.seed = splitmix64(&x) >> 1; /* what --seed takes */
+		if (a->sp.temp > 0)
+			medha_log(MEDHA_LOG_INFO, "seed %llu (--seed repeats it)",
+			    (unsigned long long)a->sp.seed);
+	}
 	if (a->ro.n_threads == 0)
 		a->ro.n_threads = online_cpus(256);
 	if ((rc = medha_runner_open(&r, a->model, &a->ro, why, sizeof(why))) !=
@@ -575,6 +614,7 @@ main(int argc, char *argv[])
 	struct args a;
 
 	medha_progname = "medha-worker";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
 	if (a.addr != NULL)
 		return daemon_mode(&a, argc);
