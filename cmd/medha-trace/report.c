@@ -5,9 +5,12 @@
  * completed requests, the share of requests that met their SLOs,
  * throughput, percentiles of the time between tokens (every gap, from the
  * records' TBT histograms merged) and of TTFT over the prompt's prefill
- * time alone, as an aligned table or one JSON object. With --plot it has
- * gnuplot draw their CDFs into a PNG, the samples passing through files
- * in a temporary directory.
+ * time alone, as an aligned table or one JSON object. The default table
+ * fits 100 columns (TTFT, TPOT, SLO attainment, throughput); --wide has
+ * every column. With --plot it has gnuplot draw their CDFs, with the
+ * SLOs, into a PNG, the samples and the picture passing through files in
+ * a temporary directory: the picture is copied to its place with every
+ * write checked, as gnuplot says nothing of a failed one.
  */
 #include "medha-trace.h"
 
@@ -17,6 +20,7 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +46,7 @@ struct cls {
 	struct series ttft_norm;  /* TTFT / prefill_alone, where known */
 	struct medha_tbt tbt;     /* every gap of the records that keep them */
 	double tbt_max;           /* s: the longest of those gaps */
+	struct series slo[2];     /* ttft_slo, tpot_slo where > 0 (the plot) */
 };
 
 static int
@@ -88,6 +93,11 @@ cls_add(struct cls *c, const struct medha_record *r)
 
 	if (c->requests++ == 0 || r->arrival < c->first_arrival)
 		c->first_arrival = r->arrival;
+	if ((r->ttft_slo > 0 &&
+	        (rc = series_push(&c->slo[0], r->ttft_slo)) != 0) ||
+	    (r->tpot_slo > 0 &&
+	        (rc = series_push(&c->slo[1], r->tpot_slo)) != 0))
+		return rc;
 	if (r->status != MEDHA_STATUS_OK)
 		return 0;
 	c->completed++;
@@ -197,56 +207,97 @@ out:
 
 /* ---- output ---- */
 
+/* v in 7 characters where fewer decimals than dec make it fit. */
 static void
-print_table(const struct cls *cls)
+cell7(double v, int dec)
+{
+	char b[64];
+
+	while (snprintf(b, sizeof(b), "%.*f", dec, v) > 7 && dec > 0)
+		dec--;
+	printf(" %7s", b);
+}
+
+/*
+ * The table, one row per class with requests. The default fits 100
+ * columns: TTFT and TPOT percentiles, SLO attainment and throughput;
+ * wide adds end-to-end latency, TBT and normalised TTFT.
+ */
+static void
+print_table(const struct cls *cls, int wide)
 {
 	static const char *units[NMETRIC] = {"(s)", "(ms)", "(s)"};
 	static const double scale[NMETRIC] = {1, 1e3, 1};
 	static const double q[3] = {0.5, 0.9, 0.99};
+	const int nm = wide ? NMETRIC : M_E2E; /* e2e: wide only */
 	const struct cls *c;
 	int i, m, k;
 	double v;
 
+	if (!wide) { /* the percentiles under their metric */
+		printf("%-5s %8s %9s", "", "", "");
+		for (m = 0; m < nm; m++) {
+			char g[32];
+			int w = snprintf(g, sizeof(g), " %s %s ",
+			    metric_names[m], units[m]);
+			printf(" %.*s%s%.*s", (23 - w) / 2,
+			    "-----------------------", g, 23 - w - (23 - w) / 2,
+			    "-----------------------");
+		}
+		printf("\n");
+	}
 	printf("%-5s %8s %9s", "class", "requests", "completed");
-	for (m = 0; m < NMETRIC; m++)
+	for (m = 0; m < nm; m++)
 		for (k = 0; k < 3; k++)
-			printf(" %5s_p%-2d", metric_names[m],
-			    (int)(q[k] * 100 + 0.5));
-	printf(" %7s %9s %9s", "slo", "req/s", "tok/s");
-	for (k = 0; k < 3; k++)
-		printf("   tbt_p%-2d", (int)(q[k] * 100 + 0.5));
-	printf(" %9s", "tbt_max");
-	for (k = 0; k < 3; k++)
-		printf(" ttftn_p%-2d", (int)(q[k] * 100 + 0.5));
-	printf("\n%-5s %8s %9s", "", "", "");
-	for (m = 0; m < NMETRIC; m++)
+			if (wide)
+				printf(" %5s_p%-2d", metric_names[m],
+				    (int)(q[k] * 100 + 0.5));
+			else
+				printf(" %7s", k == 0 ? "p50" : k == 1 ? "p90"
+				                                       : "p99");
+	printf(wide ? " %7s %9s %9s" : " %6s %8s %9s", "slo", "req/s",
+	    "tok/s");
+	if (wide) {
 		for (k = 0; k < 3; k++)
-			printf(" %9s", units[m]);
-	printf(" %7s %9s %9s", "", "", "");
-	for (k = 0; k < 4; k++)
-		printf(" %9s", "(ms)");
-	for (k = 0; k < 3; k++)
-		printf(" %9s", "(x)");
+			printf("   tbt_p%-2d", (int)(q[k] * 100 + 0.5));
+		printf(" %9s", "tbt_max");
+		for (k = 0; k < 3; k++)
+			printf(" ttftn_p%-2d", (int)(q[k] * 100 + 0.5));
+		printf("\n%-5s %8s %9s", "", "", "");
+		for (m = 0; m < NMETRIC; m++)
+			for (k = 0; k < 3; k++)
+				printf(" %9s", units[m]);
+		printf(" %7s %9s %9s", "", "", "");
+		for (k = 0; k < 4; k++)
+			printf(" %9s", "(ms)");
+		for (k = 0; k < 3; k++)
+			printf(" %9s", "(x)");
+	}
 	printf("\n");
 	for (i = 0; i < NCLS; i++) {
 		c = &cls[i];
+		if (c->requests == 0) /* a class with no requests: no row */
+			continue;
 		printf("%-5s %8lld %9lld", cls_names[i], (long long)c->requests,
 		    (long long)c->completed);
-		for (m = 0; m < NMETRIC; m++)
+		for (m = 0; m < nm; m++)
 			for (k = 0; k < 3; k++) {
 				if (c->m[m].n == 0) {
-					printf(" %9s", "-");
+					printf(wide ? " %9s" : " %7s", "-");
 					continue;
 				}
 				v = scale[m] * percentile(&c->m[m], q[k]);
-				printf(m == M_TPOT ? " %9.2f" : " %9.3f", v);
+				if (wide)
+					printf(m == M_TPOT ? " %9.2f" : " %9.3f",
+					    v);
+				else
+					cell7(v, m == M_TPOT ? 2 : 3);
 			}
-		if (c->requests == 0)
-			printf(" %7s", "-");
-		else
-			printf(" %6.1f%%", 100.0 * c->met / c->requests);
-		printf(" %9.3f %9.1f", cls_rate(c, 0), cls_rate(c, 1));
-		for (k = 0; k < 4; k++)
+		printf(wide ? " %6.1f%%" : " %5.1f%%",
+		    100.0 * c->met / c->requests);
+		printf(wide ? " %9.3f %9.1f" : " %8.3f %9.1f", cls_rate(c, 0),
+		    cls_rate(c, 1));
+		for (k = 0; wide && k < 4; k++)
 			if (c->tbt.n == 0)
 				printf(" %9s", "-");
 			else
@@ -255,7 +306,7 @@ print_table(const struct cls *cls)
 				        (k < 3 ? medha_tbt_quantile(&c->tbt,
 				                     q[k])
 				               : c->tbt_max));
-		for (k = 0; k < 3; k++)
+		for (k = 0; wide && k < 3; k++)
 			if (c->ttft_norm.n == 0)
 				printf(" %9s", "-");
 			else
@@ -361,6 +412,53 @@ write_cdf(const char *path, const struct series *s, double scale, int logx,
 	return fclose(f) != 0 ? -1 : 0;
 }
 
+/*
+ * A PNG that gnuplot says it wrote, checked (it ends with the IEND
+ * chunk: gnuplot exits 0 on a failed write) and copied to dst with every
+ * write checked. 0, or 1 after logging why.
+ */
+static int
+png_copy(const char *src, const char *dst)
+{
+	static const unsigned char iend[8] = {'I', 'E', 'N', 'D', 0xae, 0x42,
+	    0x60, 0x82};
+	unsigned char buf[65536];
+	FILE *in, *out;
+	size_t n;
+	long size;
+	int err = 0;
+
+	if ((in = fopen(src, "rb")) == NULL ||
+	    fseek(in, -(long)sizeof(iend), SEEK_END) != 0 ||
+	    (size = ftell(in)) < 0 ||
+	    fread(buf, 1, sizeof(iend), in) != sizeof(iend) ||
+	    memcmp(buf, iend, sizeof(iend)) != 0 || fseek(in, 0, SEEK_SET)) {
+		medha_log(MEDHA_LOG_ERROR,
+		    "gnuplot did not write the whole picture (a full disk?); "
+		    "%s not written",
+		    dst);
+		if (in != NULL)
+			fclose(in);
+		return 1;
+	}
+	if ((out = fopen(dst, "wb")) == NULL)
+		err = errno;
+	while (err == 0 && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+		if (fwrite(buf, 1, n, out) != n)
+			err = errno != 0 ? errno : EIO;
+	if (err == 0 && ferror(in))
+		err = EIO;
+	if (out != NULL && fclose(out) != 0 && err == 0)
+		err = errno != 0 ? errno : EIO;
+	fclose(in);
+	if (err != 0) {
+		medha_log(MEDHA_LOG_ERROR, "%s: write error: %s", dst,
+		    strerror(err));
+		return 1;
+	}
+	return 0;
+}
+
 /* One colour a class in every panel: all, short, long. */
 static const char *cls_colour[NCLS] = {"#555555", "#1f77b4", "#d62728"};
 
@@ -371,21 +469,23 @@ plot(const char *png, const char *title, const struct cls *cls)
 		const char *xlabel;
 		int logx;
 		double scale;
+		int slo; /* the SLO drawn: 0 TTFT, 1 TPOT, -1 none */
 		struct line lines[2];
 	} panels[] = {
-	    {"TTFT of short requests (s)", 1, 1,
+	    {"TTFT of short requests (s)", 1, 1, 0,
 	        {{"ttft-short", CLS_SHORT, M_TTFT, 0}, {NULL, 0, 0, 0}}},
-	    {"TTFT of long requests (s)", 1, 1,
+	    {"TTFT of long requests (s)", 1, 1, 0,
 	        {{"ttft-long", CLS_LONG, M_TTFT, 0}, {NULL, 0, 0, 0}}},
-	    {"TPOT (ms)", 1, 1e3,
+	    {"TPOT (ms)", 1, 1e3, 1,
 	        {{"tpot-short", CLS_SHORT, M_TPOT, 0},
 	            {"tpot-long", CLS_LONG, M_TPOT, 0}}},
-	    {"end-to-end latency (s)", 1, 1,
+	    {"end-to-end latency (s)", 1, 1, -1,
 	        {{"e2e-short", CLS_SHORT, M_E2E, 0},
 	            {"e2e-long", CLS_LONG, M_E2E, 0}}},
 	};
 	const size_t np = sizeof(panels) / sizeof(panels[0]);
-	char dir[4096], path[4200];
+	char dir[4096], path[4200], pic[4200];
+	struct stat sb;
 	const char *tmp;
 	size_t n[4][2] = {{0}};
 	void (*oldpipe)(int);
@@ -398,14 +498,19 @@ plot(const char *png, const char *title, const struct cls *cls)
 		return 1;
 	}
 	fclose(gp);
+	/* removed on failure only if a file of ours (never /dev/full) */
+	if (stat(png, &sb) != 0 || !S_ISREG(sb.st_mode))
+		sb.st_mode = 0;
 	if ((tmp = getenv("TMPDIR")) == NULL || *tmp == '\0')
 		tmp = "/tmp";
 	snprintf(dir, sizeof(dir), "%s/medha-trace.XXXXXX", tmp);
 	if (mkdtemp(dir) == NULL) {
 		medha_log(MEDHA_LOG_ERROR, "%s: %s", dir, strerror(errno));
-		unlink(png);
+		if (S_ISREG(sb.st_mode))
+			unlink(png);
 		return 1;
 	}
+	snprintf(pic, sizeof(pic), "%s/plot.png", dir);
 	for (i = 0; i < np; i++)
 		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
 			const struct line *l = &panels[i].lines[j];
@@ -431,9 +536,8 @@ plot(const char *png, const char *title, const struct cls *cls)
 	    "{ set terminal pngcairo size 1200,900 } "
 	    "else { set terminal png size 1200,900 }\n"
 	    "set output ");
-	medha_gp_quote(gp, png);
-	/* a CDF rises from the bottom left to the top right: the top left
-	 * corner is where the key covers nothing */
+	medha_gp_quote(gp, pic);
+	/* the key below each panel, where it covers no curve */
 	fprintf(gp, "\nset multiplot layout 2,2 title ");
 	{
 		char t[1024];
@@ -445,13 +549,34 @@ plot(const char *png, const char *title, const struct cls *cls)
 	}
 	fprintf(gp,
 	    " font ',14'\n"
-	    "set grid\nset key top left opaque box\nset ylabel 'CDF'\n"
+	    "set grid\nset key below horizontal\nset ylabel 'CDF'\n"
 	    "set yrange [0:1.02]\nset offsets 0, graph 0.05, 0, 0\n");
 	for (i = 0; i < np; i++) {
 		fprintf(gp, "set xlabel '%s'\n%s logscale x\n",
 		    panels[i].xlabel, panels[i].logx ? "set" : "unset");
 		drawn = 0;
+		/* each curve's SLO, its median where requests differ: a
+		 * dashed line of its colour */
+		fprintf(gp, "unset arrow\n");
 		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
+			const struct series *so =
+			    panels[i].slo < 0
+			        ? NULL
+			        : &cls[panels[i].lines[j].cls].slo[panels[i].slo];
+			if (n[i][j] == 0 || so == NULL || so->n == 0)
+				continue;
+			fprintf(gp,
+			    "set arrow from %.9g, graph 0 to %.9g, graph 1 "
+			    "nohead dt 2 lw 2 lc rgb '%s'\n",
+			    panels[i].scale * percentile(so, 0.5),
+			    panels[i].scale * percentile(so, 0.5),
+			    cls_colour[panels[i].lines[j].cls]);
+		}
+		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
+			const struct series *so =
+			    panels[i].slo < 0
+			        ? NULL
+			        : &cls[panels[i].lines[j].cls].slo[panels[i].slo];
 			if (n[i][j] == 0)
 				continue;
 			fprintf(gp, "%s", drawn++ == 0 ? "plot " : ", ");
@@ -460,9 +585,15 @@ plot(const char *png, const char *title, const struct cls *cls)
 			medha_gp_quote(gp, path);
 			fprintf(gp,
 			    " using 1:2 with steps lw 2 lc rgb '%s' "
-			    "title '%s (n=%zu)'",
+			    "title '%s (n=%zu)",
 			    cls_colour[panels[i].lines[j].cls],
 			    cls_names[panels[i].lines[j].cls], n[i][j]);
+			if (so != NULL && so->n > 0)
+				fprintf(gp, ", %sSLO %.3g, dashed",
+				    so->v[0] != so->v[so->n - 1] ? "median "
+				                                 : "",
+				    panels[i].scale * percentile(so, 0.5));
+			fprintf(gp, "'");
 		}
 		if (drawn == 0)
 			fprintf(gp,
@@ -485,8 +616,9 @@ plot(const char *png, const char *title, const struct cls *cls)
 		medha_log(MEDHA_LOG_ERROR, "gnuplot failed; %s not written",
 		    png);
 	else
-		status = 0;
+		status = png_copy(pic, png);
 clean:
+	unlink(pic);
 	for (i = 0; i < np; i++)
 		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
 			snprintf(path, sizeof(path), "%s/%s", dir,
@@ -494,14 +626,14 @@ clean:
 			unlink(path);
 		}
 	rmdir(dir);
-	if (status != 0)
+	if (status != 0 && S_ISREG(sb.st_mode))
 		unlink(png); /* no half-drawn picture */
 	return status;
 }
 
 /* ---- the subcommand ---- */
 
-enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT, OPT_TITLE };
+enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT, OPT_TITLE, OPT_WIDE };
 
 /* -h: every option of longopts below, as medha-trace(1) says */
 static const struct medha_help report_help[] = {
@@ -511,6 +643,7 @@ static const struct medha_help report_help[] = {
         "a request is long from this prompt length (131072)"},
     {"--plot file.png", "also draw latency CDFs into a PNG with gnuplot(1)"},
     {"--title text", "the plot's title: what the records are of"},
+    {"--wide", "every column: e2e, TBT and TTFT / prefill too"},
     {"file ...", "result records, JSON Lines (default: stdin)"},
 };
 
@@ -523,6 +656,7 @@ trace_report(int argc, char *argv[])
 	    {"long-threshold", required_argument, NULL, OPT_LONG_THRESHOLD},
 	    {"plot", required_argument, NULL, OPT_PLOT},
 	    {"title", required_argument, NULL, OPT_TITLE},
+	    {"wide", no_argument, NULL, OPT_WIDE},
 	    {NULL, 0, NULL, 0},
 	};
 	static char *dash[] = {"-", NULL};
@@ -530,7 +664,7 @@ trace_report(int argc, char *argv[])
 	int64_t long_min = 131072; /* --long-threshold: 128K tokens */
 	const char *png = NULL;    /* --plot: none */
 	const char *title = NULL;  /* --title: none */
-	int ch, json = 0, i, m, status = 0;
+	int ch, json = 0, wide = 0, i, m, status = 0;
 
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
@@ -542,6 +676,7 @@ trace_report(int argc, char *argv[])
 			break;
 		case OPT_PLOT: png = optarg; break;
 		case OPT_TITLE: title = optarg; break;
+		case OPT_WIDE: wide = 1; break;
 		default: usage();
 		}
 	}
@@ -569,11 +704,15 @@ trace_report(int argc, char *argv[])
 			if (cls[i].ttft_norm.n > 0)
 				qsort(cls[i].ttft_norm.v, cls[i].ttft_norm.n,
 				    sizeof(double), cmp_double);
+			for (m = 0; m < 2; m++)
+				if (cls[i].slo[m].n > 0)
+					qsort(cls[i].slo[m].v, cls[i].slo[m].n,
+					    sizeof(double), cmp_double);
 		}
 		if (json)
 			status = print_json(cls);
 		else
-			print_table(cls);
+			print_table(cls, wide);
 		if (status == 0 && png != NULL)
 			status = plot(png, title, cls);
 	}
@@ -581,6 +720,8 @@ trace_report(int argc, char *argv[])
 		for (m = 0; m < NMETRIC; m++)
 			free(cls[i].m[m].v);
 		free(cls[i].ttft_norm.v);
+		free(cls[i].slo[0].v);
+		free(cls[i].slo[1].v);
 		medha_tbt_free(&cls[i].tbt);
 	}
 	return status;
