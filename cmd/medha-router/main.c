@@ -80,7 +80,7 @@ main(int argc, char *argv[])
 	struct medha_router *r;
 	struct medha_http *http = NULL;
 	char why[512];
-	int ch, rc;
+	int ch, rc, verbose = 0;
 
 	medha_progname = "medha-router";
 	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
@@ -98,7 +98,7 @@ main(int argc, char *argv[])
 				    MEDHA_ROUTER_MAX_REPLICAS);
 			reps[c.nreplicas++] = optarg;
 			break;
-		case 'v': medha_log_level++; break;
+		case 'v': verbose++; break;
 		case OPT_DRAIN:
 			c.drain_timeout =
 			    flag_f64("--drain-timeout", optarg, 0, 1e6, 0);
@@ -129,6 +129,7 @@ main(int argc, char *argv[])
 	}
 	if (optind < argc)
 		usage_fail(synopsis, "unexpected argument: %s", argv[optind]);
+	log_server(verbose);
 	if (c.listen == NULL || c.nreplicas == 0)
 		usage_fail(synopsis, "%s is required",
 		    c.listen == NULL ? "-l ADDR" : "at least one -r ADDR");

@@ -79,7 +79,7 @@ static const struct medha_help help_lines[] = {
     {"-h, --help", "print this help and exit"},
     {"-t, --threads THREADS",
         "threads in all (default: online CPUs, at most usable)"},
-    {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s -vv: each batch)"},
+    {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s: each batch)"},
     {"--kv f16|f32", "KV cache element type (f32)"},
 };
 
@@ -371,7 +371,7 @@ daemon_mode(struct args *a, int argc)
 	if (optind != argc || a->model == NULL || a->prompt != NULL ||
 	    a->pfile != NULL)
 		usage_fail(synopsis, "-s ADDR takes -m MODEL and no prompt");
-	medha_log_level = MEDHA_LOG_WARN + a->verbose;
+	log_server(a->verbose);
 	if (a->ro.n_threads == 0)
 		a->ro.n_threads = online_cpus(256);
 	a->wo.addr = a->addr;

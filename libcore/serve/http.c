@@ -248,6 +248,7 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 	r->http10 = strcmp(nng_http_req_get_version(req), "HTTP/1.0") == 0;
 	r->body_len = (size_t)len;
 	r->created = (int64_t)time(NULL);
+	r->t0 = medha_now();
 	{
 		uint64_t a = http_mix(++h->seq ^ (uint64_t)getpid() << 32),
 		         b = http_mix(a ^ (uint64_t)(medha_now() * 1e9));
@@ -544,7 +545,7 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 		else if (sa.s_family == NNG_AF_INET6)
 			h->port = ntohs(sa.s_in6.sa_port);
 	}
-	medha_log(MEDHA_LOG_WARN, "http: listening at http://%s (port %d)%s%s",
+	medha_log(MEDHA_LOG_INFO, "http: listening at http://%s (port %d)%s%s",
 	    c->listen, h->port, h->tok ? ", model " : "",
 	    h->tok ? h->model_id : "");
 	*hp = h;

@@ -53,6 +53,7 @@ struct hreq {
 	int chat;            /* /v1/chat/completions */
 	int hijacked;        /* a stream that took the connection */
 	int http10;          /* an HTTP/1.0 client: no chunked coding */
+	double t0;           /* when it came (medha_now), for the access line */
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
 	int rx_busy, tx_busy;

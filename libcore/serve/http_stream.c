@@ -42,6 +42,27 @@ count_code(struct medha_http *h, int code)
 	h->st.responses[i]++;
 }
 
+/*
+ * -v: the access line of a reply, from its request (nng's handler aio's
+ * input); a completion answered 200 has its own, with its tokens
+ * (http_up.c).
+ */
+static void
+access_line(nng_aio *aio, int status)
+{
+	nng_http_req *req;
+	const char *uri;
+
+	if (medha_log_level < MEDHA_LOG_DEBUG ||
+	    (req = nng_aio_get_input(aio, 0)) == NULL)
+		return;
+	uri = nng_http_req_get_uri(req);
+	if (status == 200 && strstr(uri, "completions") != NULL)
+		return;
+	medha_log(MEDHA_LOG_DEBUG, "http: %.16s %.200s %d",
+	    nng_http_req_get_method(req), uri, status);
+}
+
 void
 http_reply(struct medha_http *h, nng_aio *aio, int status, const char *ctype,
     const char *body, size_t len, int close, int locked)
@@ -68,6 +89,7 @@ http_reply_allow(struct medha_http *h, nng_aio *aio, int status,
 	count_code(h, status);
 	if (!locked)
 		pthread_mutex_unlock(&h->mu);
+	access_line(aio, status);
 	if (nng_http_res_alloc(&res) != 0) {
 		nng_aio_finish(aio, NNG_ENOMEM); /* the server closes */
 		return;

@@ -41,6 +41,17 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 	struct medha_record *rec = ev->record;
 	medha_map_del(&h->live, r->handle);
 	r->up = U_DONE;
+	/* the access line of a completion served (a refusal's is the
+	 * reply's own, http_reply_allow); a stream's status was 200 */
+	if (!r->gone && (rec->status == MEDHA_STATUS_OK || r->hijacked))
+		medha_log(MEDHA_LOG_DEBUG,
+		    "http: POST %s 200 %s, %lld tokens in, %lld out, %s, "
+		    "%.3f s%s",
+		    r->q.chat ? "/v1/chat/completions" : "/v1/completions",
+		    r->id, (long long)rec->prompt_tokens,
+		    (long long)rec->output_tokens,
+		    medha_status_name(rec->status), medha_now() - r->t0,
+		    r->q.stream ? ", streamed" : "");
 	if (r->gone) {
 		http_maybe_reap(h, r);
 		return;

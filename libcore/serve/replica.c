@@ -537,7 +537,7 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 	    r->cfg.listen, r->cfg.workers, r->cfg.workers > 1 ? "s" : "");
 	if ((rc = medha_front_run(&r->f, stop)) != 0)
 		return rc;
-	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld batches",
+	medha_log(MEDHA_LOG_INFO, "stopped: %lld requests served, %lld batches",
 	    (long long)r->served, (long long)r->batches);
 	return 0;
 }

@@ -224,7 +224,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		r->peers.gen++; /* the table the workers get next */
 		r->peers.n = r->cfg.workers;
 		r->peers.kvp_tokens = medha_sched_group_tokens(r->core);
-		medha_log(MEDHA_LOG_WARN,
+		medha_log(MEDHA_LOG_INFO,
 		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
 		    "backend, model %s, %lld KV blocks of %d",
 		    r->nworkers, r->nworkers > 1 ? "s" : "", r->tp, r->spp,

@@ -601,7 +601,8 @@ rt_watch(struct medha_router *r)
 		}
 		int rdy = alive && u->now.ready;
 		if (rdy != u->ready || alive != u->alive)
-			medha_log(MEDHA_LOG_WARN, "replica %s: %s (%lld of %lld workers)", u->url,
+			medha_log(rdy ? MEDHA_LOG_INFO : MEDHA_LOG_WARN,
+			    "replica %s: %s (%lld of %lld workers)", u->url,
 			    rdy ? "ready" : alive ? "not ready" : "down",
 			    (long long)u->now.workers,
 			    (long long)u->now.workers_wanted);
@@ -624,7 +625,7 @@ rt_watch(struct medha_router *r)
 		}
 	}
 	if (ready > 0 && !r->ready)
-		medha_log(MEDHA_LOG_WARN, "ready: %d of %d replicas ready",
+		medha_log(MEDHA_LOG_INFO, "ready: %d of %d replicas ready",
 		    ready, r->nup);
 	else if (ready == 0 && r->ready)
 		medha_log(MEDHA_LOG_WARN, "no replica ready");

@@ -562,7 +562,7 @@ medha_worker_run(struct medha_backend *be,
 	while (!*stop) {
 		if (hello(&w, &h, c->addr) != 0)
 			break;
-		medha_log(MEDHA_LOG_WARN,
+		medha_log(MEDHA_LOG_INFO,
 		    "ready: worker %d of %s, %s backend, %lld KV blocks of %d",
 		    w.id, c->addr, be->info.name, (long long)be->info.n_blocks,
 		    be->info.block_size);
@@ -575,10 +575,10 @@ medha_worker_run(struct medha_backend *be,
 	pthread_mutex_unlock(&w.mu);
 	pthread_join(hb, NULL);
 	free_all(&w);
-	medha_log(MEDHA_LOG_WARN, "stopped after %d batches (%lld of %lld "
+	medha_log(MEDHA_LOG_INFO, "stopped after %d batches (%lld of %lld "
 	    "steps run ahead used)", batches, w.hits, w.looked);
 	if (medha_tbt_count(&rtt) > 0)
-		medha_log(MEDHA_LOG_WARN, "from a result sent to the next batch "
+		medha_log(MEDHA_LOG_INFO, "from a result sent to the next batch "
 		    "in: median %.0f us, p90 %.0f us over %lld batches",
 		    medha_tbt_quantile(&rtt, 0.5) * 1e6,
 		    medha_tbt_quantile(&rtt, 0.9) * 1e6,

@@ -27,7 +27,7 @@ port=$(free_port)
 base=http://127.0.0.1:$port
 serve_start single 60 MEDHA_MODEL="$model" MEDHA_ADDR="ipc://$tmp/r.sock" \
     MEDHA_ROUTER="ipc://$tmp/router.sock" MEDHA_HTTP="127.0.0.1:$port" \
-    MEDHA_LOG="$tmp/logs"
+    MEDHA_LOG="$tmp/logs" MEDHA_ROUTER_OPTS="-v"
 grep -q "http: listening at http://127.0.0.1:$port" "$tmp/logs/router.log"
 
 # ---- 1. curl ----
@@ -187,6 +187,27 @@ PY
 else
 	echo "skip: the openai package is not in $py (contrib/fetch-refs.sh)"
 fi
+
+# ---- 1a. the logs: one format (RFC 3339 time, program, level), normal
+# events at info, an access line per HTTP request at -v ----
+ts='^20[0-9][0-9]-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]\.[0-9][0-9][0-9]Z'
+for l in router:medha-router sched:medha-sched sched-worker0:medha-worker; do
+	f=$tmp/logs/${l%%:*}.log
+	grep -v "$ts ${l#*:}: \(error\|warning\|info\|debug\): " "$f" |
+	    grep . && { echo "${l%%:*}.log: lines not in the log format"; exit 1; }
+	grep -q "$ts ${l#*:}: info: .*ready" "$f" ||
+	    { echo "${l%%:*}.log: no info ready"; cat "$f"; exit 1; }
+done
+! grep -q 'warning: \(ready\|http: listening\)' "$tmp"/logs/*.log
+grep -q "$ts medha-router: info: http: listening at" "$tmp/logs/router.log"
+grep -q 'debug: http: POST /v1/completions 200 cmpl-[^,]*, 6 tokens in, [0-9]* out, ok, [0-9.]* s$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: POST /v1/completions 200 .*, streamed$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: POST /v1/chat/completions 200 chatcmpl-' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: DELETE /v1/completions 405$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: GET /health 200$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: POST /v1/completions 400$' "$tmp/logs/router.log" ||
+    { echo "router.log: access lines"; cat "$tmp/logs/router.log"; exit 1; }
+echo "logs: ok"
 
 # ---- 1b. a stream to an HTTP/1.0 client: no chunked coding ----
 python3 - 127.0.0.1 "$port" <<'PY'
