@@ -517,7 +517,11 @@ test_metrics(void **state)
 	memset(rep, 0, sizeof(rep));
 	memset(&st, 0, sizeof(st));
 	m.ready = 1;
+	snprintf(m.model, sizeof(m.model), "smol.gguf");
 	m.requests[MEDHA_STATUS_OK] = 3;
+	m.finished[MEDHA_FINISH_STOP] = 2;
+	m.finished[MEDHA_FINISH_LENGTH] = 1;
+	medha_hist_add(&m.e2e, medha_router_e2e_le, 0.7);
 	m.prompt_tokens = 30;
 	medha_hist_add(&m.ttft, medha_router_ttft_le, 0.02);
 	medha_hist_add(&m.ttft, medha_router_ttft_le, 0.3);
@@ -538,19 +542,35 @@ test_metrics(void **state)
 	assert_non_null(s);
 	assert_int_equal(len, strlen(s));
 	assert_non_null(strstr(s, "# TYPE medha_requests_total counter\n"));
-	assert_non_null(strstr(s, "medha_requests_total{status=\"ok\"} 3\n"));
+	assert_non_null(strstr(s,
+	    "medha_requests_total{model_name=\"smol.gguf\",status=\"ok\"} "
+	    "3\n"));
+	assert_non_null(strstr(s,
+	    "medha_requests_finished_total{model_name=\"smol.gguf\","
+	    "finish_reason=\"stop\"} 2\n"));
+	assert_non_null(strstr(s,
+	    "medha_requests_finished_total{model_name=\"smol.gguf\","
+	    "finish_reason=\"length\"} 1\n"));
+	assert_non_null(
+	    strstr(s, "# TYPE medha_e2e_request_latency_seconds histogram\n"));
+	assert_non_null(strstr(s,
+	    "medha_e2e_request_latency_seconds_bucket{model_name=\"smol.gguf\","
+	    "le=\"0.5\"} 0\n"));
+	assert_non_null(strstr(s,
+	    "medha_e2e_request_latency_seconds_bucket{model_name=\"smol.gguf\","
+	    "le=\"1\"} 1\n"));
 	assert_non_null(
 	    strstr(s, "# TYPE medha_time_to_first_token_seconds histogram\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"0.025\"} 1\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"0.5\"} 2\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"0.5\"} 2\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"60\"} 2\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"60\"} 2\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"+Inf\"} 3\n"));
 	assert_non_null(
-	    strstr(s, "medha_time_to_first_token_seconds_count 3\n"));
+	    strstr(s, "medha_time_to_first_token_seconds_count{model_name=\"smol.gguf\"} 3\n"));
 	assert_non_null(
 	    strstr(s, "medha_kv_blocks_used{replica=\"ipc:///a\\\"b\"} 7\n"));
 	assert_non_null(

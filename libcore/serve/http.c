@@ -329,8 +329,11 @@ on_metrics(struct medha_http *h, nng_aio *aio)
 	char *s;
 
 	if (h->cfg.router != NULL &&
-	    medha_router_metrics(h->cfg.router, &m) == 0)
+	    medha_router_metrics(h->cfg.router, &m) == 0) {
 		mp = &m;
+		/* the model_name label: the id /v1/models gives */
+		served_model(h, m.model, sizeof(m.model));
+	}
 	pthread_mutex_lock(&h->mu);
 	st = h->st;
 	pthread_mutex_unlock(&h->mu);

@@ -329,22 +329,23 @@ label(const char *s, char *buf, size_t len)
 	return buf;
 }
 
+/* ml: the model_name label, 'model_name="..."' (vLLM's). */
 static void
 hist(struct sbuf *b, const char *name, const char *help,
-    const struct medha_hist *h, const double *le)
+    const struct medha_hist *h, const double *le, const char *ml)
 {
 	uint64_t c = 0;
 
 	head(b, name, "histogram", help);
 	for (int i = 0; i < MEDHA_HIST_BUCKETS; i++) {
 		c += h->n[i];
-		sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i],
+		sb_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, ml, le[i],
 		    (unsigned long long)c);
 	}
-	sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+	sb_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, ml,
 	    (unsigned long long)h->count);
-	sb_printf(b, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name,
-	    (unsigned long long)h->count);
+	sb_printf(b, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, ml,
+	    h->sum, name, ml, (unsigned long long)h->count);
 }
 
 char *
@@ -352,7 +353,7 @@ medha_oai_metrics(const struct medha_router_metrics *m,
     const struct medha_http_stats *s, size_t *len)
 {
 	struct sbuf b = {0};
-	char lb[320];
+	char lb[320], ml[360];
 
 	if ((b.p = malloc(b.cap = 4096)) == NULL)
 		return NULL;
@@ -386,33 +387,48 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	head(&b, "medha_uptime_seconds", "gauge",
 	    "Seconds since the router started.");
 	sb_printf(&b, "medha_uptime_seconds %.3f\n", m->uptime);
+	/* the requests' figures carry the model, as vLLM's do */
+	snprintf(ml, sizeof(ml), "model_name=\"%s\"",
+	    label(m->model, lb, sizeof(lb)));
 	head(&b, "medha_requests_total", "counter",
 	    "Requests that ended, by the status of their record (every "
 	    "client of the router).");
 	for (int i = 0; i < MEDHA_STATUS_COUNT; i++)
-		sb_printf(&b, "medha_requests_total{status=\"%s\"} %lld\n",
-		    medha_status_name(i), (long long)m->requests[i]);
+		sb_printf(&b, "medha_requests_total{%s,status=\"%s\"} %lld\n",
+		    ml, medha_status_name(i), (long long)m->requests[i]);
+	head(&b, "medha_requests_finished_total", "counter",
+	    "Completed requests by finish reason: stop (end of generation "
+	    "or a stop string) or length (max_tokens).");
+	for (int i = 1; i < MEDHA_FINISH_COUNT; i++)
+		sb_printf(&b,
+		    "medha_requests_finished_total{%s,finish_reason=\"%s\"} "
+		    "%lld\n",
+		    ml, medha_finish_name(i), (long long)m->finished[i]);
 	head(&b, "medha_requests_refused_total", "counter",
 	    "Requests the router refused at once (overloaded, no replica "
 	    "ready, stopping).");
-	sb_printf(&b, "medha_requests_refused_total %lld\n",
+	sb_printf(&b, "medha_requests_refused_total{%s} %lld\n", ml,
 	    (long long)m->refused);
 	head(&b, "medha_prompt_tokens_total", "counter",
 	    "Prompt tokens of the requests that ended.");
-	sb_printf(&b, "medha_prompt_tokens_total %lld\n",
+	sb_printf(&b, "medha_prompt_tokens_total{%s} %lld\n", ml,
 	    (long long)m->prompt_tokens);
 	head(&b, "medha_generation_tokens_total", "counter",
 	    "Tokens generated for the requests that ended.");
-	sb_printf(&b, "medha_generation_tokens_total %lld\n",
+	sb_printf(&b, "medha_generation_tokens_total{%s} %lld\n", ml,
 	    (long long)m->generation_tokens);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",
-	    &m->ttft, medha_router_ttft_le);
+	    &m->ttft, medha_router_ttft_le, ml);
 	hist(&b, "medha_time_per_output_token_seconds",
 	    "Mean time per output token of each completed request of two "
 	    "tokens or more.",
-	    &m->tpot, medha_router_tpot_le);
+	    &m->tpot, medha_router_tpot_le, ml);
+	hist(&b, "medha_e2e_request_latency_seconds",
+	    "End-to-end latency (arrival to last token) of each completed "
+	    "request, on its replica's clock.",
+	    &m->e2e, medha_router_e2e_le, ml);
 	{
 		int64_t q = 0, run = 0;
 		for (int i = 0; i < m->nreplicas; i++)

@@ -26,6 +26,8 @@ const double medha_router_ttft_le[MEDHA_HIST_BUCKETS] = {0.01, 0.025, 0.05,
     0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 const double medha_router_tpot_le[MEDHA_HIST_BUCKETS] = {0.001, 0.0025,
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
+const double medha_router_e2e_le[MEDHA_HIST_BUCKETS] = {0.1, 0.25, 0.5, 1,
+    2.5, 5, 10, 20, 40, 60, 120, 300};
 
 /* ---- metrics ---- */
 
@@ -59,6 +61,13 @@ rt_count_end(struct medha_router *r, const struct medha_record *rec, int status)
 		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 1)
 			medha_hist_add(&r->met.tpot, medha_router_tpot_le,
 			    rec->tpot_mean);
+		if (rec->status == MEDHA_STATUS_OK) {
+			medha_hist_add(&r->met.e2e, medha_router_e2e_le,
+			    rec->finish - rec->arrival);
+			if (rec->finish_reason >= 0 &&
+			    rec->finish_reason < MEDHA_FINISH_COUNT)
+				r->met.finished[rec->finish_reason]++;
+		}
 	}
 	pthread_mutex_unlock(&r->mmu);
 }

@@ -129,15 +129,22 @@ def metrics(name):
         out[k] = float(v)
     return out
 m0, m1 = metrics("metrics0"), metrics("metrics1")
-ok = 'medha_requests_total{status="ok"}'
+ml = 'model_name="%s"' % mid
+ok = 'medha_requests_total{%s,status="ok"}' % ml
+cn = 'medha_requests_total{%s,status="cancelled"}' % ml
 assert m1[ok] >= m0[ok] + 3, (m0[ok], m1[ok])
-assert m1['medha_requests_total{status="cancelled"}'] >= m0['medha_requests_total{status="cancelled"}'] + 1
-assert m1["medha_generation_tokens_total"] > m0["medha_generation_tokens_total"]
-assert m1["medha_time_to_first_token_seconds_count"] >= 3
+assert m1[cn] >= m0[cn] + 1
+assert m1["medha_generation_tokens_total{%s}" % ml] > m0["medha_generation_tokens_total{%s}" % ml]
+assert m1["medha_time_to_first_token_seconds_count{%s}" % ml] >= 3
+# vLLM's: end-to-end latency, counts by finish reason, the model's name
+assert m1["medha_e2e_request_latency_seconds_count{%s}" % ml] >= 3, m1
+fin = sum(m1['medha_requests_finished_total{%s,finish_reason="%s"}' % (ml, f)]
+          for f in ("stop", "length"))
+assert fin == m1[ok], (fin, m1[ok])
 assert m1["medha_requests_in_flight"] == 0 and m1["medha_http_streams"] == 0, m1
 assert m1['medha_http_responses_total{code="400"}'] >= 3
 assert any(k.startswith("medha_kv_blocks{") and v > 0 for k, v in m1.items())
-print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1['medha_requests_total{status="cancelled"}']))
+print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1[cn]))
 PY
 
 # ---- 2. the openai package against medha-worker -p ----
