@@ -43,6 +43,7 @@ medha_http_config_default(struct medha_http_config *c)
 	c->max_conns = 1024;
 	c->max_body = 1 << 20;
 	c->body_timeout = 10;
+	c->keepalive = 5;
 }
 
 /* The model id answered: -m's basename, else a replica's, else "". */

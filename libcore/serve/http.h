@@ -64,6 +64,7 @@ struct medha_http_config {
 	int64_t max_conns;   /* HTTP requests in progress at most (1024) */
 	int64_t max_body;    /* request body bytes at most (1 MiB) */
 	double body_timeout; /* s to receive a request body (10) */
+	double keepalive;    /* s between a waiting stream's comments (5) */
 };
 
 void medha_http_config_default(struct medha_http_config *c);

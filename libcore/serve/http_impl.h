@@ -54,6 +54,7 @@ struct hreq {
 	int hijacked;        /* a stream that took the connection */
 	int http10;          /* an HTTP/1.0 client: no chunked coding */
 	double t0;           /* when it came (medha_now), for the access line */
+	double last_tx;      /* a stream's latest bytes queued (medha_now) */
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
 	int rx_busy, tx_busy;

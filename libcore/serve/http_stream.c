@@ -246,6 +246,7 @@ http_emit(struct medha_http *h, struct hreq *r, const char *p, size_t n)
 
 	if (r->gone || n == 0)
 		return;
+	r->last_tx = medha_now();
 	if ((!r->http10 && buf_add(&r->out, hd, (size_t)k) != 0) ||
 	    buf_add(&r->out, p, n) != 0 ||
 	    (!r->http10 && buf_add(&r->out, "\r\n", 2) != 0)) {
@@ -319,6 +320,7 @@ http_stream_start(struct medha_http *h, struct hreq *r)
 	r->haio = NULL;
 	count_code(h, 200);
 	h->st.streams++;
+	r->last_tx = medha_now();
 	if ((r->http10 ? buf_add(&r->out, head10, sizeof(head10) - 1)
 	               : buf_add(&r->out, head, sizeof(head) - 1)) != 0) {
 		http_on_gone(h, r);

@@ -156,6 +156,30 @@ early_prune(struct medha_http *h)
 	}
 }
 
+/*
+ * After each POLL (a second at most), mu held: a stream the router has
+ * accepted gets its status line and headers HEAD_AFTER s after it came,
+ * token or not, so that a client's read timeout does not run out during
+ * a long prefill (a refusal quicker than that is still an HTTP error),
+ * and an open stream silent for cfg.keepalive s gets an SSE comment.
+ */
+#define HEAD_AFTER 0.5
+
+static void
+tick(struct medha_http *h, double now)
+{
+	for (struct hreq *r = h->all; r != NULL; r = r->next) {
+		if (r->reaped || r->gone || !r->q.stream)
+			continue;
+		if (!r->hijacked && r->up == U_LIVE && r->haio != NULL &&
+		    now - r->t0 >= HEAD_AFTER)
+			http_stream_start(h, r);
+		else if (r->hijacked && !r->ended && h->cfg.keepalive > 0 &&
+		    now - r->last_tx >= h->cfg.keepalive)
+			http_emit(h, r, ": keep-alive\n\n", 14);
+	}
+}
+
 void *
 http_poller_main(void *arg)
 {
@@ -193,6 +217,7 @@ http_poller_main(void *arg)
 				early_add(h, ev);
 		}
 		early_prune(h);
+		tick(h, medha_now());
 		pthread_mutex_unlock(&h->mu);
 		medha_msg_clear(&rep);
 	}

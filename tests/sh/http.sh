@@ -27,7 +27,7 @@ port=$(free_port)
 base=http://127.0.0.1:$port
 serve_start single 60 MEDHA_MODEL="$model" MEDHA_ADDR="ipc://$tmp/r.sock" \
     MEDHA_ROUTER="ipc://$tmp/router.sock" MEDHA_HTTP="127.0.0.1:$port" \
-    MEDHA_LOG="$tmp/logs" MEDHA_ROUTER_OPTS="-v"
+    MEDHA_LOG="$tmp/logs" MEDHA_ROUTER_OPTS="-v --http-keepalive 1"
 grep -q "http: listening at http://127.0.0.1:$port" "$tmp/logs/router.log"
 
 # ---- 1. curl ----
@@ -236,6 +236,36 @@ assert b"chunked" not in head.lower(), head
 assert body.startswith(b"data: {"), body[:80]
 assert body.endswith(b"data: [DONE]\n\n"), body[-80:]
 print("http/1.0 stream: ok, %d bytes, not chunked" % len(body))
+PY
+
+# ---- 1c. a stream's headers come when it is accepted, not with its first
+# token; comments keep it alive meanwhile ----
+python3 - 127.0.0.1 "$port" <<'PY'
+import json, socket, sys, time
+b = json.dumps({"prompt": "word " * 1500, "max_tokens": 2, "temperature": 0,
+                "stream": True}).encode()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
+t0 = time.time()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+got, head_at, data_at = b"", None, None
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+    if head_at is None and b"\r\n\r\n" in got:
+        head_at = time.time() - t0
+    if data_at is None and b"data: {" in got:
+        data_at = time.time() - t0
+head, _, body = got.partition(b"\r\n\r\n")
+assert b" 200 " in head.split(b"\r\n")[0], head
+assert head_at is not None and data_at is not None, got[:200]
+assert head_at < 2.0, (head_at, data_at)
+if data_at - head_at > 2.5:
+    assert b": keep-alive" in body, body[:300]
+assert body.rstrip().endswith(b"[DONE]") or b"data: [DONE]" in body, body[-200:]
+print("stream: headers after %.2f s, first token after %.2f s, %d keep-alive comments"
+      % (head_at, data_at, body.count(b": keep-alive")))
 PY
 
 # ---- 3. hostile clients ----
