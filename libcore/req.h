@@ -49,6 +49,13 @@ struct medha_sampler_params {
 	int top_k;     /* keep the k largest logits; <= 0 keeps all */
 	float top_p;   /* keep the top-p nucleus; 0 or >= 1 keeps all */
 	uint64_t seed; /* the generator's seed */
+	/* penalties (model/sample.h), each 0 for none (zeroed params are
+	   the defaults): OpenAI's presence and frequency over the output
+	   so far, in [-2, 2]; vLLM's repetition over the prompt and the
+	   output, > 0 (1: none) */
+	float presence_penalty, frequency_penalty, repetition_penalty;
+	float min_p; /* keep tokens at least min_p times as likely as the
+	                likeliest, in [0, 1]; 0 keeps all */
 };
 
 /* Greedy decoding: temperature 0, seed 1. */

@@ -287,6 +287,42 @@ wait_ready(struct rp *p, const char *addr, double wait)
 	}
 }
 
+/* Sleep until at; 1 if the scheduler or the reader is gone (before or
+ * meanwhile). */
+static int
+wait_until(struct rp *p, double at)
+{
+	int gone;
+
+	pthread_mutex_lock(&p->mu);
+	gone = p->lost || p->wrerr;
+	pthread_mutex_unlock(&p->mu);
+	/* in steps, so that a reader gone is seen within 0.1 s */
+	while (at > medha_now() && !gone) {
+		double d = at - medha_now();
+		usleep((useconds_t)((d < 0.1 ? d : 0.1) * 1e6));
+		pthread_mutex_lock(&p->mu);
+		check_reader(p);
+		gone = p->lost || p->wrerr;
+		pthread_mutex_unlock(&p->mu);
+	}
+	return gone;
+}
+
+/* A trace out of order is sent at once: say so, the first time. */
+static void
+in_order(const char *in, const struct medha_reqspec *rs, double *last,
+    int64_t *back)
+{
+	if (rs->arrival < *last && (*back)++ == 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "%s: request %s arrives at %g s, before the one before it "
+		    "(%g s): sent at once",
+		    in != NULL ? in : "stdin", rs->id, rs->arrival, *last);
+	if (rs->arrival > *last)
+		*last = rs->arrival;
+}
+
 /* The output is gone: cancel every request still open (mutex not held). */
 static void
 cancel_open(struct rp *p)
@@ -477,36 +513,16 @@ trace_replay(int argc, char *argv[])
 		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT};
 		double at = t0 + rs.arrival / speed;
 		struct sent *s;
-		int lost;
 
-		pthread_mutex_lock(&p.mu);
-		lost = p.lost || p.wrerr;
-		pthread_mutex_unlock(&p.mu);
-		if (lost)
+		if (wait_until(&p, 0) != 0) /* gone already? */
 			break;
-		/* a trace out of order is sent at once: say so, once */
-		if (rs.arrival < last && !back++)
-			medha_log(MEDHA_LOG_WARN,
-			    "%s: request %s arrives at %g s, before the one "
-			    "before it (%g s): sent at once",
-			    in != NULL ? in : "stdin", rs.id, rs.arrival, last);
-		if (rs.arrival > last)
-			last = rs.arrival;
+		in_order(in, &rs, &last, &back);
 		/* not due yet: the answers first, then wait for its time;
 		   every context busy: the oldest answer first */
 		for (; nfl > 0 && (at > medha_now() || nfl == SUBMITS);
 		     nfl--, head = (head + 1) % SUBMITS)
 			submitted(&p, &fl[head], t0);
-		/* in steps, so that a reader gone is seen within 0.1 s */
-		while (at > medha_now() && !lost) {
-			double d = at - medha_now();
-			usleep((useconds_t)((d < 0.1 ? d : 0.1) * 1e6));
-			pthread_mutex_lock(&p.mu);
-			check_reader(&p);
-			lost = p.lost || p.wrerr;
-			pthread_mutex_unlock(&p.mu);
-		}
-		if (lost)
+		if (wait_until(&p, at) != 0)
 			break;
 		s = &fl[(head + nfl) % SUBMITS];
 		s->ctx = SLOT_CTX((head + nfl) % SUBMITS);

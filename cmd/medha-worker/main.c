@@ -7,7 +7,7 @@
  * goes (engine/runner.c). With -s it serves a replica's scheduler
  * (serve/worker.c). Flags and wiring only.
  */
-#include "../common.h"
+#include "medha-worker.h"
 #include "engine/backend.h"
 #include "cpu/kvcache.h"
 #include "layout.h"
@@ -38,7 +38,9 @@ static const char synopsis[] =
     "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
     "T]\n"
     "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
-    "[--top-p P]\n";
+    "[--top-p P]\n"
+    "           [--min-p P] [--presence-penalty X] [--frequency-penalty X]\n"
+    "           [--repetition-penalty X] [--step-logits FILE]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-worker(1)) */
 static const struct medha_help help_lines[] = {
@@ -75,6 +77,11 @@ static const struct medha_help help_lines[] = {
     {"--tokens", "print the generated token ids instead of text"},
     {"--top-k K", "sample among the K most likely tokens (0: all)"},
     {"--top-p P", "sample within the smallest set reaching P (1: all)"},
+    {"--min-p P", "keep tokens >= P times the likeliest's probability (0)"},
+    {"--presence-penalty X", "OpenAI's, on tokens output so far (0)"},
+    {"--frequency-penalty X", "OpenAI's, times each was output (0)"},
+    {"--repetition-penalty X", "vLLM's, on prompt and output tokens (1)"},
+    {"--step-logits FILE", "write the logits each token was drawn from"},
     {NULL, "Both modes:"},
     {"-h, --help", "print this help and exit"},
     {"-t, --threads THREADS",
@@ -108,6 +115,11 @@ enum {
 	OPT_TOPK,
 	OPT_TOPP,
 	OPT_SYSTEM,
+	OPT_MINP,
+	OPT_PRESENCE,
+	OPT_FREQUENCY,
+	OPT_REPETITION,
+	OPT_STEP_LOGITS,
 };
 
 static const struct option longopts[] = {
@@ -142,71 +154,15 @@ static const struct option longopts[] = {
     {"tokens", no_argument, NULL, OPT_TOKENS},
     {"top-k", required_argument, NULL, OPT_TOPK},
     {"top-p", required_argument, NULL, OPT_TOPP},
+    {"min-p", required_argument, NULL, OPT_MINP},
+    {"presence-penalty", required_argument, NULL, OPT_PRESENCE},
+    {"frequency-penalty", required_argument, NULL, OPT_FREQUENCY},
+    {"repetition-penalty", required_argument, NULL, OPT_REPETITION},
+    {"step-logits", required_argument, NULL, OPT_STEP_LOGITS},
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
     {NULL, 0, NULL, 0},
 };
-
-/*
- * The whole of path ("-": stdin) as a NUL-terminated string, of at most
- * limit bytes; exits 1 (a longer file is an error, found without reading
- * more than limit + 1 bytes of it).
- */
-static char *
-slurp(const char *path, size_t *len, size_t limit, const char *why_limit)
-{
-	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-	char *buf = NULL;
-	size_t n = 0, cap = 0, got;
-
-	if (f == NULL)
-		die(1, "%s: %s", path, strerror(errno));
-	do {
-		if (cap - n < 65536) {
-			cap = cap ? 2 * cap : 65536;
-			if ((buf = realloc(buf, cap + 1)) == NULL)
-				die(1, "out of memory");
-		}
-		got = fread(buf + n, 1, cap - n, f);
-		n += got;
-		if (n > limit) {
-			free(buf);
-			die(1, "%s: more than %zu bytes: %s", path, limit,
-			    why_limit);
-		}
-	} while (got > 0);
-	if (ferror(f)) {
-		free(buf);
-		die(1, "%s: read error", path);
-	}
-	if (f != stdin)
-		fclose(f);
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
-
-/* Print token id's text (or, with as_ids, its number). */
-static void
-emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
-{
-	char small[256], *buf = small;
-	size_t len;
-	int rc;
-
-	if (as_ids) {
-		printf("%s%d", first ? "" : " ", id);
-		return;
-	}
-	/* control tokens give no text, as in llama.cpp */
-	rc = medha_tok_decode(t, &id, 1, 0, buf, sizeof(small), &len);
-	if (rc == MEDHA_ENOSPACE && (buf = malloc(len)) != NULL)
-		rc = medha_tok_decode(t, &id, 1, 0, buf, len, &len);
-	if (rc == 0)
-		fwrite(buf, 1, len, stdout);
-	if (buf != small)
-		free(buf);
-}
 
 /* Daemon mode: open the backend (p), then serve the scheduler. */
 static int
@@ -243,26 +199,6 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	return rc == 0 ? 0 : c.addr[0] == '\0' ? 2 : 1;
 }
 
-/* The command line: what each flag set (its default in parse_args). */
-struct args {
-	const char *model;       /* -m: a GGUF file, or for sim a name */
-	const char *addr;        /* -s: the scheduler (NULL: one-shot) */
-	const char *prompt;      /* -p */
-	const char *pfile;       /* -f: the prompt's file ("-": stdin) */
-	const char *logits_path; /* --logits */
-	const char *sys_msg;     /* --system */
-	const char *backend;     /* --backend */
-	const char *gpu;         /* --gpu */
-	int64_t kv_blocks;       /* --kv-blocks (0: the backend's choice) */
-	int64_t max_seqs;        /* --max-seqs (0: the backend's choice) */
-	double speed;            /* --speed */
-	int64_t n_gen;           /* -n */
-	int64_t chunk;           /* -c */
-	int chat, ignore_eos, tokenize, as_ids, verbose, seed_set;
-	struct medha_runner_opts ro;    /* -t, --kv, --llama-compat */
-	struct medha_sampler_params sp; /* --seed, --temp, --top-k, --top-p */
-	struct medha_worker_config wo;  /* --tp --spp --kvp --rank --peer ... */
-};
 
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
 static void
@@ -359,6 +295,22 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_TOPP:
 			a->sp.top_p = flag_f64("--top-p", optarg, 0, 1, 0);
 			break;
+		case OPT_MINP:
+			a->sp.min_p = flag_f64("--min-p", optarg, 0, 1, 0);
+			break;
+		case OPT_PRESENCE:
+			a->sp.presence_penalty =
+			    flag_f64("--presence-penalty", optarg, -2, 2, 0);
+			break;
+		case OPT_FREQUENCY:
+			a->sp.frequency_penalty =
+			    flag_f64("--frequency-penalty", optarg, -2, 2, 0);
+			break;
+		case OPT_REPETITION:
+			a->sp.repetition_penalty =
+			    flag_f64("--repetition-penalty", optarg, 0, 100, 1);
+			break;
+		case OPT_STEP_LOGITS: a->step_logits = optarg; break;
 		default: usage_exit(synopsis);
 		}
 	}
@@ -400,212 +352,6 @@ check_oneshot(const struct args *a, int argc)
 	}
 	if (a->sys_msg != NULL && !a->chat)
 		usage_fail(synopsis, "--system needs --chat");
-}
-
-/*
- * The prompt's text, -p's or -f's file (malloc'd; its length in *len);
- * exits 1 on a file that cannot be read or cannot fit the context.
- */
-static char *
-read_prompt(const struct args *a, struct medha_runner *r, size_t *len)
-{
-	const struct medha_tok *tok = medha_runner_tok(r);
-	char *text;
-
-	if (a->pfile != NULL) {
-		/* no token is longer than the longest piece: a file longer
-		 * than the context's worth of them cannot fit */
-		int64_t ctx = medha_runner_model(r)->c.ctx_len;
-		size_t piece = 1, limit;
-		char msg[160];
-		for (size_t i = 0; i < medha_tok_n_vocab(tok); i++) {
-			const char *p;
-			size_t l;
-			if (medha_tok_piece(tok, (int32_t)i, &p, &l) == 0 &&
-			    l > piece)
-				piece = l;
-		}
-		if (ctx <= 0)
-			ctx = (int64_t)1 << 20;
-		limit = (size_t)ctx * piece + 65536;
-		snprintf(msg, sizeof(msg),
-		    "the model's context holds %lld tokens of at most %zu "
-		    "bytes",
-		    (long long)ctx, piece);
-		return slurp(a->pfile, len, limit, msg);
-	}
-	text = strdup(a->prompt);
-	*len = strlen(a->prompt);
-	return text;
-}
-
-/*
- * --chat: text (len bytes) as the user's message, after --system's, in
- * the model's chat template; *out is malloc'd. Exits 1 if it cannot.
- */
-static void
-render_chat(const struct args *a, const struct medha_tok *tok, const char *text,
-    size_t len, char **out, size_t *out_len)
-{
-	struct medha_tok_msg msgs[2] = {{"system", a->sys_msg, 0},
-	    {"user", text, len}};
-	int first = a->sys_msg == NULL;
-	int rc;
-
-	if ((rc = medha_tok_chat_msgs(tok, msgs + first, 2 - first, 1, out,
-	         out_len)) != 0)
-		die(1, "--chat: %s",
-		    rc == MEDHA_EUNSUP
-		        ? "the model's chat template is not one medha "
-		          "can render (Jinja it cannot read, and "
-		          "neither ChatML nor Llama-3)"
-		        : rc == MEDHA_EINVAL
-		        ? "the model's chat template refused the "
-		          "conversation (the reason is above)"
-		        : medha_strerror(rc));
-}
-
-/*
- * The prompt into the cache, chunk by chunk, the last position's logits
- * into logits; on a terminal with more than one chunk, the progress on
- * stderr. Exits 1 on a failure.
- */
-static void
-prefill(const struct args *a, struct medha_runner *r, const int32_t *ids,
-    size_t n_ids, float *logits)
-{
-	int64_t n = (int64_t)n_ids, step = a->chunk, done = 0;
-	int show = step > 0 && n > step && isatty(STDERR_FILENO);
-	char why[512];
-
-	if (!show)
-		step = n; /* the runner chunks it alike */
-	while (done < n) {
-		int64_t k = n - done < step ? n - done : step;
-		if (medha_runner_prefill(r, ids + done, k, a->chunk, logits,
-		        why, sizeof(why)) != 0)
-			die(1, "prompt: %s", why);
-		done += k;
-		if (show)
-			progress("prefill: %lld of %lld prompt tokens ",
-			    (long long)done, (long long)n);
-	}
-	if (show)
-		fputc('\n', stderr);
-}
-
-/*
- * Prefills the n_ids tokens of ids, writes --logits, then generates up
- * to -n tokens to stdout and logs the speeds; exits 1 on a failure.
- */
-static void
-generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
-    size_t n_ids)
-{
-	const struct medha_tok *tok = medha_runner_tok(r);
-	struct medha_sampler *smp;
-	float *logits;
-	double t0, t_prompt, t_gen = 0;
-	int64_t n_out = 0;
-	int32_t next;
-	char why[512];
-	int rc, vocab;
-
-	if ((rc = medha_runner_start(r, (int64_t)n_ids + a->n_gen, why,
-	         sizeof(why))) != 0)
-		die(1, "prompt: %s", why);
-	vocab = medha_runner_model(r)->c.vocab;
-	if ((logits = calloc((size_t)vocab, sizeof(float))) == NULL)
-		die(1, "logits: out of memory");
-	if (medha_sampler_init(&smp, &a->sp, vocab) != 0)
-		die(1, "sampler: bad parameters");
-
-	t0 = medha_now();
-	prefill(a, r, ids, n_ids, logits);
-	t_prompt = medha_now() - t0;
-	if (a->logits_path != NULL) {
-		FILE *f = fopen(a->logits_path, "wb");
-		if (f == NULL ||
-		    fwrite(logits, sizeof(float), (size_t)vocab, f) !=
-		        (size_t)vocab ||
-		    fclose(f) != 0)
-			die(1, "%s: %s", a->logits_path, strerror(errno));
-	}
-	t0 = medha_now();
-	while (n_out < a->n_gen) {
-		next = medha_sample(smp, logits);
-		if (!a->ignore_eos && medha_tok_is_eog(tok, next))
-			break;
-		emit(tok, next, a->as_ids, n_out == 0);
-		if (fflush(stdout) != 0) /* the reader is gone, a full disk */
-			die(1, "stdout: %s", strerror(errno));
-		if (++n_out == a->n_gen)
-			break;
-		if ((rc = medha_runner_decode(r, next, logits, why,
-		         sizeof(why))) != 0)
-			die(1, "generation: %s", why);
-	}
-	t_gen = medha_now() - t0;
-	if (a->as_ids || a->n_gen > 0)
-		printf("\n");
-	fflush(stdout);
-	medha_log(MEDHA_LOG_INFO,
-	    "prompt %zu tokens in %.3f s (%.1f tok/s), generated %lld in %.3f "
-	    "s (%.1f tok/s), %d threads",
-	    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
-	    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0,
-	    a->ro.n_threads);
-	medha_sampler_free(smp);
-	free(logits);
-}
-
-/* One-shot mode: the prompt tokenized, then printed (--tokenize) or run. */
-static int
-oneshot_main(struct args *a)
-{
-	struct medha_runner *r;
-	const struct medha_tok *tok;
-	int32_t *ids;
-	size_t n_ids, plen, chat_len = 0;
-	char *text, *chat_text = NULL, why[512];
-	int rc, status = 0;
-
-	medha_log_level = MEDHA_LOG_WARN + a->verbose;
-	if (!a->seed_set) { /* as HTTP does for a request without one */
-		uint64_t x = (uint64_t)(medha_now() * 1e9) ^
-		    ((uint64_t)getpid() << 32);
-		a->sp.seed = splitmix64(&x) >> 1; /* what --seed takes */
-		if (a->sp.temp > 0)
-			medha_log(MEDHA_LOG_INFO, "seed %llu (--seed repeats it)",
-			    (unsigned long long)a->sp.seed);
-	}
-	if (a->ro.n_threads == 0)
-		a->ro.n_threads = online_cpus(256);
-	if ((rc = medha_runner_open(&r, a->model, &a->ro, why, sizeof(why))) !=
-	    0)
-		die(1, "%s: %s", a->model, why);
-	tok = medha_runner_tok(r);
-	text = read_prompt(a, r, &plen);
-	if (a->chat)
-		render_chat(a, tok, text, plen, &chat_text, &chat_len);
-	if ((rc = medha_tok_encode(tok, a->chat ? chat_text : text,
-	         a->chat ? chat_len : plen, MEDHA_TOK_DEFAULT, &ids,
-	         &n_ids)) != 0)
-		die(1, "tokenizing the prompt: %s", medha_strerror(rc));
-	if (a->tokenize) {
-		for (size_t i = 0; i < n_ids; i++)
-			printf("%s%d", i ? " " : "", ids[i]);
-		printf("\n");
-	} else if (n_ids == 0) {
-		medha_log(MEDHA_LOG_ERROR, "the prompt has no tokens");
-		status = 1;
-	} else
-		generate(a, r, ids, n_ids);
-	free(ids);
-	free(text);
-	free(chat_text);
-	medha_runner_close(r);
-	return stdout_close(status);
 }
 
 int

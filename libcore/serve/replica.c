@@ -350,7 +350,6 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	q->peer = ev->peer;
 	q->sp = rs->sampling;
 	q->ignore_eos = rs->ignore_eos;
-	q->prefill_only = rs->max_tokens == 0;
 	q->no_stream = rs->no_stream;
 	for (int i = 0; i < rs->n_stop; i++) {
 		q->stop[i] = rs->stop[i];

@@ -30,7 +30,6 @@ struct lreq {
 	int64_t n_prompt;
 	struct medha_sampler_params sp;
 	int ignore_eos;
-	int prefill_only; /* max_tokens 0: the prefill's token is not output */
 	int no_stream; /* no token events: the record carries the output */
 	int n_stop;
 	char *stop[MEDHA_STOP_MAX];

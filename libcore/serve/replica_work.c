@@ -391,12 +391,15 @@ flights_land(struct medha_replica *r)
 		for (int i = 0; i < f->b.n_items; i++) {
 			const struct medha_sched_item *it = &f->b.items[i];
 			struct lreq *q = rep_lreq_get(r, it->req);
+			const struct medha_req *cr = medha_sched_req(r->core,
+			    it->req);
 
 			out[i].token = -1;
 			if (!(it->decode || it->last) || f->tok[i] < 0)
 				continue;
 			out[i].token = f->tok[i];
-			if (q != NULL && !q->prefill_only) {
+			/* max_tokens 0: a prefill alone, its token no output */
+			if (q != NULL && cr != NULL && cr->max_tokens > 0) {
 				out[i].stop = rep_on_token(r, q, out[i].token);
 				rep_send_tokens(r, q, 0);
 			}
