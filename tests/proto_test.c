@@ -171,7 +171,13 @@ static struct medha_msg_item ex_items[] = {
         .n_ids = 5,
         .sample = 1,
         .has_params = 1,
-        .params = {.temp = 0.7f, .top_k = 40, .top_p = 0.9f, .seed = 99}},
+        .params = {.temp = 0.7f,
+            .top_k = 40,
+            .top_p = 0.9f,
+            .seed = 99,
+            .presence_penalty = 0.5f,
+            .repetition_penalty = 1.1f,
+            .min_p = 0.1f}},
     {.handle = UINT64_MAX,
         .pos = INT64_MAX,
         .ids = ex_ids2,
@@ -211,7 +217,11 @@ example(int t, int full, struct medha_msg *m)
 		rs->sampling = (struct medha_sampler_params){.temp = 0.7f,
 		    .top_k = 1 << 24,
 		    .top_p = 0.95f,
-		    .seed = UINT64_MAX};
+		    .seed = UINT64_MAX,
+		    .presence_penalty = -1.5f,
+		    .frequency_penalty = 0.25f,
+		    .repetition_penalty = 1.25f,
+		    .min_p = 0.05f};
 		rs->ignore_eos = 1;
 		rs->no_stream = 1;
 		rs->n_stop = 2;
@@ -371,6 +381,10 @@ test_roundtrip_values(void **state)
 	assert_true(out.submit.sampling.top_p == 0.95f);
 	assert_int_equal(out.submit.sampling.top_k, 1 << 24);
 	assert_true(out.submit.sampling.seed == UINT64_MAX);
+	assert_true(out.submit.sampling.presence_penalty == -1.5f);
+	assert_true(out.submit.sampling.frequency_penalty == 0.25f);
+	assert_true(out.submit.sampling.repetition_penalty == 1.25f);
+	assert_true(out.submit.sampling.min_p == 0.05f);
 	assert_int_equal(out.submit.ignore_eos, 1);
 	assert_int_equal(out.submit.no_stream, 1);
 	assert_int_equal(out.submit.n_stop, 2);
@@ -668,7 +682,11 @@ test_reject_others(void **state)
 	    "batch: items[0].sample: not a boolean");
 	reject(mk("AiiUAAAUiAiTAddd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 3, 0.5, 1.0, 1.0),
-	    "batch: items[0].params: not an array of 4");
+	    "batch: items[0].params: not an array of 4 to 8");
+	reject(mk("AiiUAAAUiAiTAdidUdd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0,
+	           1, 5, (uint64_t)1, 0, 1, 5, 6, 0.5, 1, 0.5, (uint64_t)1, 0.5,
+	           0.5),
+	    "batch: items[0].params: not an array of 4 or 8");
 	reject(mk("AiiUAAAUiAiTAdidU", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 4, 0.5, 1, 1.5, (uint64_t)1),
 	    "batch: items[0].params.top_p: not a number in [0, 1]");

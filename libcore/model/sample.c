@@ -250,10 +250,12 @@ select_top(struct cand *c, int n, int m)
 int
 medha_sampler_prompt(struct medha_sampler *s, const int32_t *ids, int64_t n)
 {
+	if (s->seen == NULL)
+		return 0;
 	for (int64_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= s->n)
 			return MEDHA_EINVAL;
-	for (int64_t i = 0; s->seen != NULL && i < n; i++)
+	for (int64_t i = 0; i < n; i++)
 		s->seen[ids[i]] = 1;
 	return 0;
 }

@@ -293,6 +293,22 @@ check_sampling(struct chk *c, const char *pfx,
 		PROTO_PATH(path, "%stop_p", pfx);
 		return FAIL(c, path, "not a number in [0, 1]");
 	}
+	if (!(sp->presence_penalty >= -2 && sp->presence_penalty <= 2)) {
+		PROTO_PATH(path, "%spresence_penalty", pfx);
+		return FAIL(c, path, "not a number in [-2, 2]");
+	}
+	if (!(sp->frequency_penalty >= -2 && sp->frequency_penalty <= 2)) {
+		PROTO_PATH(path, "%sfrequency_penalty", pfx);
+		return FAIL(c, path, "not a number in [-2, 2]");
+	}
+	if (!(sp->repetition_penalty >= 0 && sp->repetition_penalty <= 100)) {
+		PROTO_PATH(path, "%srepetition_penalty", pfx);
+		return FAIL(c, path, "not a number in [0, 100]");
+	}
+	if (!(sp->min_p >= 0 && sp->min_p <= 1)) {
+		PROTO_PATH(path, "%smin_p", pfx);
+		return FAIL(c, path, "not a number in [0, 1]");
+	}
 	return 0;
 }
 
@@ -662,7 +678,11 @@ sampling_eq(const struct medha_sampler_params *a,
     const struct medha_sampler_params *b)
 {
 	return a->temp == b->temp && a->top_k == b->top_k &&
-	    a->top_p == b->top_p && a->seed == b->seed;
+	    a->top_p == b->top_p && a->seed == b->seed &&
+	    a->presence_penalty == b->presence_penalty &&
+	    a->frequency_penalty == b->frequency_penalty &&
+	    a->repetition_penalty == b->repetition_penalty &&
+	    a->min_p == b->min_p;
 }
 
 static int

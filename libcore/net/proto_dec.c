@@ -176,17 +176,29 @@ dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
 	return 0;
 }
 
-/* [temperature, top_k, top_p, seed] */
+/* [temperature, top_k, top_p, seed] or with [presence_penalty,
+ * frequency_penalty, repetition_penalty, min_p] after them */
 static int
 dec_params(struct dec *d, const msgpack_object *o, const char *pfx,
     struct medha_sampler_params *sp)
 {
+	static const char *const more[] = {"presence_penalty",
+	    "frequency_penalty", "repetition_penalty", "min_p"};
 	const msgpack_object *a = o->via.array.ptr;
+	float *mv[] = {&sp->presence_penalty, &sp->frequency_penalty,
+	    &sp->repetition_penalty, &sp->min_p};
 	char path[96];
 	int rc;
 
-	if ((rc = dec_get_arr(d, o, pfx, 4, 4)) != 0)
+	if ((rc = dec_get_arr(d, o, pfx, 4, 8)) != 0)
 		return rc;
+	if (o->via.array.size != 4 && o->via.array.size != 8)
+		return BAD(d, pfx, "not an array of 4 or 8");
+	for (uint32_t i = 4; i < o->via.array.size; i++)
+		if ((rc = dec_get_float(d, &a[i],
+		         dec_join(path, sizeof(path), pfx, more[i - 4]),
+		         mv[i - 4])) != 0)
+			return rc;
 	if ((rc = dec_get_float(d, &a[0],
 	         dec_join(path, sizeof(path), pfx, "temperature"),
 	         &sp->temp)) != 0 ||

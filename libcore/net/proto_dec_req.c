@@ -29,11 +29,16 @@ enum {
 	RQ_TTFT_SLO,
 	RQ_TPOT_SLO,
 	RQ_STREAM,
+	RQ_PRESENCE,
+	RQ_FREQUENCY,
+	RQ_REPETITION,
+	RQ_MIN_P,
 	RQ_N
 };
 static const char *const rq_keys[RQ_N] = {"id", "arrival", "prompt",
     "prompt_ids", "prompt_tokens", "max_tokens", "temperature", "top_k",
-    "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream"};
+    "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"};
 
 static int
 dec_stop(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
@@ -130,6 +135,21 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
 	    (v[RQ_SEED] != NULL &&
 	        (rc = dec_get_u64(d, v[RQ_SEED], "request.seed",
 	             &rs->sampling.seed)) != 0) ||
+	    (v[RQ_PRESENCE] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_PRESENCE],
+	             "request.presence_penalty",
+	             &rs->sampling.presence_penalty)) != 0) ||
+	    (v[RQ_FREQUENCY] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_FREQUENCY],
+	             "request.frequency_penalty",
+	             &rs->sampling.frequency_penalty)) != 0) ||
+	    (v[RQ_REPETITION] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_REPETITION],
+	             "request.repetition_penalty",
+	             &rs->sampling.repetition_penalty)) != 0) ||
+	    (v[RQ_MIN_P] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_MIN_P], "request.min_p",
+	             &rs->sampling.min_p)) != 0) ||
 	    (v[RQ_IGNORE_EOS] != NULL &&
 	        (rc = dec_get_bool(d, v[RQ_IGNORE_EOS], "request.ignore_eos",
 	             &rs->ignore_eos)) != 0) ||

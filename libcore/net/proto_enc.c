@@ -103,6 +103,8 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	n += (rs->prompt != NULL) + (rs->prompt_ids != NULL) + with_pt;
 	n += (sp->temp != g->temp) + (sp->top_k != g->top_k) +
 	    (sp->top_p != g->top_p) + (sp->seed != g->seed);
+	n += (sp->presence_penalty != 0) + (sp->frequency_penalty != 0) +
+	    (sp->repetition_penalty != 0) + (sp->min_p != 0);
 	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
@@ -139,6 +141,17 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	if (sp->seed != g->seed) {
 		put_name(e, "seed");
 		put_u64(e, sp->seed);
+	}
+	{
+		static const char *const names[] = {"presence_penalty",
+		    "frequency_penalty", "repetition_penalty", "min_p"};
+		const float v[] = {sp->presence_penalty, sp->frequency_penalty,
+		    sp->repetition_penalty, sp->min_p};
+		for (int i = 0; i < 4; i++)
+			if (v[i] != 0) {
+				put_name(e, names[i]);
+				put_f64(e, v[i]);
+			}
 	}
 	if (rs->ignore_eos) {
 		put_name(e, "ignore_eos");
@@ -320,11 +333,22 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 		if (!it->has_params) {
 			e->err |= msgpack_pack_nil(&e->pk) != 0;
 		} else {
-			put_arr(e, 4);
-			put_f64(e, it->params.temp);
-			put_i64(e, it->params.top_k);
-			put_f64(e, it->params.top_p);
-			put_u64(e, it->params.seed);
+			const struct medha_sampler_params *sp = &it->params;
+			/* the penalties and min-p only where set: 4 otherwise */
+			int more = sp->presence_penalty != 0 ||
+			    sp->frequency_penalty != 0 ||
+			    sp->repetition_penalty != 0 || sp->min_p != 0;
+			put_arr(e, more ? 8 : 4);
+			put_f64(e, sp->temp);
+			put_i64(e, sp->top_k);
+			put_f64(e, sp->top_p);
+			put_u64(e, sp->seed);
+			if (more) {
+				put_f64(e, sp->presence_penalty);
+				put_f64(e, sp->frequency_penalty);
+				put_f64(e, sp->repetition_penalty);
+				put_f64(e, sp->min_p);
+			}
 		}
 		if (it->n_groups > 0) {
 			put_arr(e, (size_t)it->n_groups);

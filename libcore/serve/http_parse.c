@@ -2,7 +2,7 @@
  * http_parse.c: the OpenAI request bodies of the HTTP front door (http.h):
  * /v1/completions and /v1/chat/completions into a struct medha_reqspec
  * with OpenAI's defaults and refusals. A request field that medha does
- * not implement (n > 1, best_of > 1, echo, logprobs, suffix, penalties,
+ * not implement (n > 1, best_of > 1, echo, logprobs, suffix, logit_bias,
  * tools) is refused with 400 rather than ignored, and so is a field
  * OpenAI does not define; the fields that change nothing (user,
  * metadata, store, ...) are accepted. No sockets here; tests/http_test.c
@@ -356,7 +356,6 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 	json_t *v;
 	int64_t n = 1;
 	int b = 0;
-	double d = 0;
 
 	if (get_int(o, "n", 1, INT32_MAX, &n, NULL, e) != 0)
 		return e->status;
@@ -382,16 +381,6 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 	if (v != NULL && !json_is_null(v) &&
 	    !(json_is_string(v) && json_string_length(v) == 0))
 		return UNSUP(e, "suffix", "suffix: not supported");
-	if (get_num(o, "frequency_penalty", -2, 2, &d, e) != 0)
-		return e->status;
-	if (d != 0)
-		return UNSUP(e, "frequency_penalty",
-		    "frequency_penalty: not supported (0 only)");
-	if (get_num(o, "presence_penalty", -2, 2, &d, e) != 0)
-		return e->status;
-	if (d != 0)
-		return UNSUP(e, "presence_penalty",
-		    "presence_penalty: not supported (0 only)");
 	v = json_object_get(o, "logit_bias");
 	if (v != NULL && !json_is_null(v) &&
 	    !(json_is_object(v) && json_object_size(v) == 0))
@@ -411,14 +400,39 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 	return 0;
 }
 
+/* OpenAI's presence and frequency penalties, vLLM's repetition penalty
+ * (> 0; 1 is none) and min_p (model/sample.h). */
+static int
+sampling_extras(json_t *o, struct medha_sampler_params *sp,
+    struct medha_oai_error *e)
+{
+	double pres = 0, freq = 0, rep = 1, min_p = 0;
+
+	if (get_num(o, "presence_penalty", -2, 2, &pres, e) != 0 ||
+	    get_num(o, "frequency_penalty", -2, 2, &freq, e) != 0 ||
+	    get_num(o, "repetition_penalty", 0, 100, &rep, e) != 0 ||
+	    get_num(o, "min_p", 0, 1, &min_p, e) != 0)
+		return e->status;
+	if (rep == 0)
+		return BAD(e, "repetition_penalty",
+		    "repetition_penalty: must be > 0 (1 is none)");
+	sp->presence_penalty = (float)pres;
+	sp->frequency_penalty = (float)freq;
+	sp->repetition_penalty = rep == 1 ? 0 : (float)rep;
+	sp->min_p = (float)min_p;
+	return 0;
+}
+
 static const char *const known_completion[] = {"model", "prompt", "max_tokens",
     "temperature", "top_p", "seed", "stop", "stream", "stream_options", "top_k",
     "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix",
-    "frequency_penalty", "presence_penalty", "logit_bias", "user", NULL};
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
+    "logit_bias", "user", NULL};
 static const char *const known_chat[] = {"model", "messages", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "seed", "stop", "stream",
     "stream_options", "top_k", "ignore_eos", "n", "logprobs", "top_logprobs",
-    "frequency_penalty", "presence_penalty", "logit_bias", "user", "tools",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
+    "logit_bias", "user", "tools",
     "tool_choice", "parallel_tool_calls", "response_format", "metadata",
     "store", "service_tier", NULL};
 
@@ -505,6 +519,8 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 	    0)
 		goto fail;
 	rs->sampling.top_k = n < 0 ? 0 : (int)n; /* -1: all, as vLLM */
+	if ((rc = sampling_extras(o, &rs->sampling, e)) != 0)
+		goto fail;
 	v = json_object_get(o, "seed");
 	if (v != NULL && !json_is_null(v)) {
 		if (!json_is_integer(v)) {

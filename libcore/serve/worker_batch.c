@@ -321,6 +321,10 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 			    (unsigned long long)it->handle, (long long)it->pos);
 			return;
 		}
+		/* the repetition penalty's tokens: the prompt's (a decode's
+		   input was drawn, and counted, already: no matter) */
+		if (q->smp != NULL)
+			medha_sampler_prompt(q->smp, it->ids, it->n_ids);
 		memcpy(w->tok + ntok, it->ids,
 		    (size_t)it->n_ids * sizeof(int32_t));
 		ntok += (size_t)it->n_ids;

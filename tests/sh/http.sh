@@ -195,6 +195,27 @@ else
 	echo "skip: the openai package is not in $py (contrib/fetch-refs.sh)"
 fi
 
+# ---- 1d. the penalties and min-p live: as medha-worker -p gives them ----
+pen='"presence_penalty": 0.8, "frequency_penalty": 0.4, "repetition_penalty": 1.3, "min_p": 0.05'
+req pen "$base/v1/completions" -d "{\"prompt\": \"The capital of France is\",
+    \"max_tokens\": 24, \"temperature\": 0, \"ignore_eos\": true, $pen}"
+"$bin/medha-worker" -m "$model" -p "The capital of France is" -n 24 -t 2 \
+    --ignore-eos --presence-penalty 0.8 --frequency-penalty 0.4 \
+    --repetition-penalty 1.3 --min-p 0.05 >"$tmp/pen.alone"
+"$bin/medha-worker" -m "$model" -p "The capital of France is" -n 24 -t 2 \
+    --ignore-eos >"$tmp/plain.alone"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+assert open(d + "/pen.code").read() == "200", open(d + "/pen").read()
+got = json.loads(open(d + "/pen").read())["choices"][0]["text"]
+want = open(d + "/pen.alone").read()[:-1]
+plain = open(d + "/plain.alone").read()[:-1]
+assert got == want, (got, want)
+assert got != plain, "the penalties changed nothing"
+print("penalties live: as medha-worker -p gives them: %r" % got)
+PY
+
 # ---- 1a. the logs: one format (RFC 3339 time, program, level), normal
 # events at info, an access line per HTTP request at -v ----
 ts='^20[0-9][0-9]-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]\.[0-9][0-9][0-9]Z'
