@@ -56,6 +56,18 @@ struct medha_sampler_params {
 	float presence_penalty, frequency_penalty, repetition_penalty;
 	float min_p; /* keep tokens at least min_p times as likely as the
 	                likeliest, in [0, 1]; 0 keeps all */
+	/* log-probabilities asked for (model/sample.h): logprobs 1, the
+	   drawn token's, and top_logprobs (0 to MEDHA_TOP_LOGPROBS_MAX)
+	   of the likeliest's; 0, 0: none */
+	int logprobs, top_logprobs;
+};
+
+#define MEDHA_TOP_LOGPROBS_MAX 20
+
+/* A token and its log-probability. */
+struct medha_logprob {
+	int32_t id;
+	float logprob;
 };
 
 /* Greedy decoding: temperature 0, seed 1. */

@@ -40,7 +40,8 @@ static const char synopsis[] =
     "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
     "[--top-p P]\n"
     "           [--min-p P] [--presence-penalty X] [--frequency-penalty X]\n"
-    "           [--repetition-penalty X] [--step-logits FILE]\n";
+    "           [--repetition-penalty X] [--step-logits FILE]\n"
+    "           [--logprobs FILE [--top-logprobs N]]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-worker(1)) */
 static const struct medha_help help_lines[] = {
@@ -82,6 +83,8 @@ static const struct medha_help help_lines[] = {
     {"--frequency-penalty X", "OpenAI's, times each was output (0)"},
     {"--repetition-penalty X", "vLLM's, on prompt and output tokens (1)"},
     {"--step-logits FILE", "write the logits each token was drawn from"},
+    {"--logprobs FILE", "write each token's log-probability (JSON Lines)"},
+    {"--top-logprobs N", "--logprobs: and the N likeliest tokens' (0..20)"},
     {NULL, "Both modes:"},
     {"-h, --help", "print this help and exit"},
     {"-t, --threads THREADS",
@@ -120,6 +123,8 @@ enum {
 	OPT_FREQUENCY,
 	OPT_REPETITION,
 	OPT_STEP_LOGITS,
+	OPT_LOGPROBS,
+	OPT_TOP_LOGPROBS,
 };
 
 static const struct option longopts[] = {
@@ -159,6 +164,8 @@ static const struct option longopts[] = {
     {"frequency-penalty", required_argument, NULL, OPT_FREQUENCY},
     {"repetition-penalty", required_argument, NULL, OPT_REPETITION},
     {"step-logits", required_argument, NULL, OPT_STEP_LOGITS},
+    {"logprobs", required_argument, NULL, OPT_LOGPROBS},
+    {"top-logprobs", required_argument, NULL, OPT_TOP_LOGPROBS},
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
     {NULL, 0, NULL, 0},
@@ -311,6 +318,14 @@ parse_args(struct args *a, int argc, char *argv[])
 			    flag_f64("--repetition-penalty", optarg, 0, 100, 1);
 			break;
 		case OPT_STEP_LOGITS: a->step_logits = optarg; break;
+		case OPT_LOGPROBS:
+			a->logprobs = optarg;
+			a->sp.logprobs = 1;
+			break;
+		case OPT_TOP_LOGPROBS:
+			a->sp.top_logprobs = (int)flag_i64("--top-logprobs",
+			    optarg, 0, MEDHA_TOP_LOGPROBS_MAX);
+			break;
 		default: usage_exit(synopsis);
 		}
 	}

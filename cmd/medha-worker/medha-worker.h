@@ -17,6 +17,7 @@ struct args {
 	const char *pfile;       /* -f: the prompt's file ("-": stdin) */
 	const char *logits_path; /* --logits */
 	const char *step_logits; /* --step-logits */
+	const char *logprobs;    /* --logprobs */
 	const char *sys_msg;     /* --system */
 	const char *backend;     /* --backend */
 	const char *gpu;         /* --gpu */

@@ -167,6 +167,22 @@ prefill(const struct args *a, struct medha_runner *r, const int32_t *ids,
 		fputc('\n', stderr);
 }
 
+/* --logprobs: one JSON line a token, {"id", "logprob", "top": [[id,
+ * logprob], ...]} (the draw's, model/sample.h). */
+static void
+write_logprobs(FILE *f, const struct medha_sampler *smp, int32_t tok)
+{
+	const struct medha_logprob *top;
+	float lp;
+	int n = medha_sample_logprobs(smp, &lp, &top);
+
+	fprintf(f, "{\"id\": %d, \"logprob\": %.9g, \"top\": [", tok, lp);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s[%d, %.9g]", i ? ", " : "", top[i].id,
+		    top[i].logprob);
+	fprintf(f, "]}\n");
+}
+
 /*
  * Prefills the n_ids tokens of ids, writes --logits, then generates up
  * to -n tokens to stdout and logs the speeds; exits 1 on a failure.
@@ -179,6 +195,7 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	struct medha_sampler *smp;
 	float *logits;
 	FILE *steps = NULL; /* --step-logits */
+	FILE *lpf = NULL;   /* --logprobs */
 	double t0, t_prompt, t_gen = 0;
 	int64_t n_out = 0;
 	int32_t next;
@@ -197,6 +214,8 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	if (a->step_logits != NULL && (steps = fopen(a->step_logits, "wb")) ==
 	    NULL)
 		die(1, "%s: %s", a->step_logits, strerror(errno));
+	if (a->logprobs != NULL && (lpf = fopen(a->logprobs, "w")) == NULL)
+		die(1, "%s: %s", a->logprobs, strerror(errno));
 
 	t0 = medha_now();
 	prefill(a, r, ids, n_ids, logits);
@@ -216,6 +235,8 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 		                         (size_t)vocab, steps) != (size_t)vocab)
 			die(1, "%s: %s", a->step_logits, strerror(errno));
 		next = medha_sample(smp, logits);
+		if (lpf != NULL)
+			write_logprobs(lpf, smp, next);
 		if (!a->ignore_eos && medha_tok_is_eog(tok, next))
 			break;
 		emit(tok, next, a->as_ids, n_out == 0);
@@ -230,6 +251,8 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	t_gen = medha_now() - t0;
 	if (steps != NULL && fclose(steps) != 0)
 		die(1, "%s: %s", a->step_logits, strerror(errno));
+	if (lpf != NULL && fclose(lpf) != 0)
+		die(1, "%s: %s", a->logprobs, strerror(errno));
 	if (a->as_ids || a->n_gen > 0)
 		printf("\n");
 	fflush(stdout);

@@ -26,6 +26,10 @@ struct medha_sampler {
 	float *probs;   /* (n) their probabilities; greedy: &p1 */
 	int id1;        /* a greedy sampler's one candidate: a sequence */
 	float p1;       /* that decodes greedily holds no vocab-sized scratch */
+	/* the last draw's log-probabilities, where asked for */
+	float lp;
+	int ntop;
+	struct medha_logprob top[MEDHA_TOP_LOGPROBS_MAX];
 	/* penalties (none: all NULL) */
 	float *work;    /* (n) the logits, penalised */
 	int32_t *count; /* (n) times each token was drawn */
@@ -88,7 +92,8 @@ medha_sampler_init(struct medha_sampler **sp,
 	    !(p->presence_penalty >= -2 && p->presence_penalty <= 2) ||
 	    !(p->frequency_penalty >= -2 && p->frequency_penalty <= 2) ||
 	    !(p->repetition_penalty >= 0 && p->repetition_penalty <= 100) ||
-	    !(p->min_p >= 0 && p->min_p <= 1))
+	    !(p->min_p >= 0 && p->min_p <= 1) ||
+	    p->top_logprobs < 0 || p->top_logprobs > MEDHA_TOP_LOGPROBS_MAX)
 		return MEDHA_EINVAL;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return MEDHA_ENOMEM;
@@ -352,6 +357,56 @@ medha_sample_candidates(struct medha_sampler *s, const float *logits,
 	return m;
 }
 
+/* a before b in the top log-probabilities: larger, then lower id */
+static int
+lp_before(const struct medha_logprob *a, const struct medha_logprob *b)
+{
+	return a->logprob > b->logprob ||
+	    (a->logprob == b->logprob && a->id < b->id);
+}
+
+/* The log-softmax of the raw logits at tok, and the top ones. */
+static void
+logprobs(struct medha_sampler *s, const float *logits, int tok)
+{
+	const int k = s->p.top_logprobs;
+	double max = -INFINITY, z = 0, lse;
+	int n = 0;
+
+	for (int i = 0; i < s->n; i++)
+		if (logits[i] > max)
+			max = logits[i];
+	for (int i = 0; i < s->n; i++)
+		z += exp((double)logits[i] - max);
+	lse = max + log(z);
+	s->lp = (float)((double)logits[tok] - lse);
+	/* the k largest by insertion: k is at most 20 */
+	for (int i = 0; i < s->n && k > 0; i++) {
+		struct medha_logprob c = {i, (float)((double)logits[i] - lse)};
+		int j;
+		if (n == k && !lp_before(&c, &s->top[n - 1]))
+			continue;
+		j = n < k ? n++ : n - 1;
+		while (j > 0 && lp_before(&c, &s->top[j - 1])) {
+			s->top[j] = s->top[j - 1];
+			j--;
+		}
+		s->top[j] = c;
+	}
+	s->ntop = n;
+}
+
+int
+medha_sample_logprobs(const struct medha_sampler *s, float *lp,
+    const struct medha_logprob **top)
+{
+	if (!s->p.logprobs)
+		return -1;
+	*lp = s->lp;
+	*top = s->top;
+	return s->ntop;
+}
+
 /* tok is output: the penalties count it. */
 static int
 drawn(struct medha_sampler *s, int tok)
@@ -373,12 +428,16 @@ medha_sample(struct medha_sampler *s, const float *logits)
 
 	n = medha_sample_candidates(s, logits, &ids, &probs);
 	if (n == 1 && s->p.temp <= 0)
-		return drawn(s, ids[0]);
-	r = medha_sampler_uniform(s);
-	for (i = 0; i < n; i++) {
-		cum += probs[i];
-		if (r < cum)
-			return drawn(s, ids[i]);
+		i = 0;
+	else {
+		r = medha_sampler_uniform(s);
+		for (i = 0; i < n - 1; i++) {
+			cum += probs[i];
+			if (r < cum)
+				break;
+		}
 	}
-	return drawn(s, ids[n - 1]);
+	if (s->p.logprobs)
+		logprobs(s, logits, ids[i]);
+	return drawn(s, ids[i]);
 }

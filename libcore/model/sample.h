@@ -24,6 +24,12 @@
  * medha_sampler_prompt() was given (every input token may be: a token
  * seen twice counts once).
  *
+ * Log-probabilities, where the parameters ask for them, are those of the
+ * model: the log-softmax of the logits as given, before penalties,
+ * temperature and truncation (vLLM's raw logprobs), computed in double
+ * and stored as float; the top ones by falling log-probability, the
+ * lower id first on ties.
+ *
  *	struct medha_sampler *s;
  *	struct medha_sampler_params p = { .temp = 0.8f, .top_k = 40,
  *	    .top_p = 0.95f, .seed = 42 };
@@ -58,6 +64,15 @@ void medha_sampler_free(struct medha_sampler *s);
  * counts the token as output for the penalties.
  */
 int medha_sample(struct medha_sampler *s, const float *logits);
+
+/*
+ * After medha_sample(), for the token it drew: its log-probability in
+ * *lp and, in *top (valid until the next draw), the log-probabilities
+ * of the top_logprobs likeliest tokens; returns their count, or -1 when
+ * the parameters ask for none (logprobs 0).
+ */
+int medha_sample_logprobs(const struct medha_sampler *s, float *lp,
+    const struct medha_logprob **top);
 
 /*
  * Input tokens the repetition penalty counts (the prompt's; the output's
