@@ -70,6 +70,13 @@ struct medha_logprob {
 	float logprob;
 };
 
+/* A drawn token's log-probability and the top ones' (model/sample.h). */
+struct medha_token_lp {
+	float logprob;
+	int ntop; /* 0 to MEDHA_TOP_LOGPROBS_MAX */
+	struct medha_logprob top[MEDHA_TOP_LOGPROBS_MAX];
+};
+
 /* Greedy decoding: temperature 0, seed 1. */
 extern const struct medha_sampler_params medha_sampling_greedy;
 
@@ -234,6 +241,7 @@ struct medha_record {
 	int finish_reason;    /* MEDHA_FINISH_* */
 	char reason[128];     /* why it was rejected, failed or cancelled */
 	int32_t *token_ids;   /* owned generated ids (n_token_ids), or NULL */
+	struct medha_token_lp *logprobs; /* owned, one a token_ids, or NULL */
 	int64_t n_token_ids;  /* the end-of-generation token not counted */
 	char *text;           /* owned generated text, or NULL */
 	uint64_t handle;      /* the scheduler's handle (not in JSON) */

@@ -135,7 +135,8 @@ static const struct {
     {"{\"prompt\": \"x\", \"n\": 2}", 0, 400, "n", "unsupported"},
     {"{\"prompt\": \"x\", \"best_of\": 3}", 0, 400, "best_of", "unsupported"},
     {"{\"prompt\": \"x\", \"echo\": true}", 0, 400, "echo", "unsupported"},
-    {"{\"prompt\": \"x\", \"logprobs\": 2}", 0, 400, "logprobs", "unsupported"},
+    {"{\"prompt\": \"x\", \"logprobs\": 21}", 0, 400, "logprobs", NULL},
+    {"{\"prompt\": \"x\", \"logprobs\": true}", 0, 400, "logprobs", NULL},
     {"{\"prompt\": \"x\", \"suffix\": \"y\"}", 0, 400, "suffix", "unsupported"},
     {"{\"prompt\": \"x\", \"presence_penalty\": 2.5}", 0, 400,
         "presence_penalty", NULL},
@@ -382,7 +383,8 @@ test_error_mapping(void **state)
 static void
 test_shapes(void **state)
 {
-	struct medha_oai_head hd = {"cmpl-1", "m.gguf", 1700000000, 0};
+	struct medha_oai_head hd = {"cmpl-1", "m.gguf", 1700000000, 0, 0, NULL,
+	    NULL, 0, NULL, NULL};
 	struct medha_record rec;
 	json_error_t err;
 	json_t *o, *c;

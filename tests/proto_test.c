@@ -188,8 +188,9 @@ static struct medha_msg_item ex_items[] = {
 static char ex_urls[2][MEDHA_PROTO_URL_MAX] = {"ipc:///tmp/w0.peer",
     "tcp://10.0.0.7:40123"};
 static struct medha_msg_peers ex_peers = {7, 2, ex_urls, 256};
-static struct medha_msg_token ex_tokens[] = {{1, 5}, {UINT64_MAX, 0},
-    {3, INT32_MAX}};
+static struct medha_token_lp ex_lp = {-0.5f, 2, {{5, -0.5f}, {9, -1.25f}}};
+static struct medha_msg_token ex_tokens[] = {{1, 5, &ex_lp},
+    {UINT64_MAX, 0, NULL}, {3, INT32_MAX, NULL}};
 
 /* The full or the minimal example of type t into *m. */
 static void
@@ -655,9 +656,11 @@ test_reject_others(void **state)
 	    "status_reply: workers_wanted: missing");
 	/* events: shapes, kinds, records */
 	reject(mk("AiiAAiUA", 3, 1, MEDHA_MSG_EVENTS, 1, 3, 0, (uint64_t)1, 0),
-	    "events: [0]: not [0, handle, ids, text] or [1, handle, record]");
+	    "events: [0]: not [0, handle, ids, text(, logprobs)] or [1, "
+	    "handle, record]");
 	reject(mk("AiiAAiUn", 3, 1, MEDHA_MSG_EVENTS, 1, 3, 2, (uint64_t)1),
-	    "events: [0]: not [0, handle, ids, text] or [1, handle, record]");
+	    "events: [0]: not [0, handle, ids, text(, logprobs)] or [1, "
+	    "handle, record]");
 	reject(mk("AiiAAiUAii", 3, 1, MEDHA_MSG_EVENTS, 1, 4, 0, (uint64_t)1, 1,
 	           -5, 9),
 	    "events: [0].ids[0]: not a token id");
@@ -682,11 +685,11 @@ test_reject_others(void **state)
 	    "batch: items[0].sample: not a boolean");
 	reject(mk("AiiUAAAUiAiTAddd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 3, 0.5, 1.0, 1.0),
-	    "batch: items[0].params: not an array of 4 to 8");
+	    "batch: items[0].params: not an array of 4 to 10");
 	reject(mk("AiiUAAAUiAiTAdidUdd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0,
 	           1, 5, (uint64_t)1, 0, 1, 5, 6, 0.5, 1, 0.5, (uint64_t)1, 0.5,
 	           0.5),
-	    "batch: items[0].params: not an array of 4 or 8");
+	    "batch: items[0].params: not an array of 4, 8 or 10");
 	reject(mk("AiiUAAAUiAiTAdidU", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 4, 0.5, 1, 1.5, (uint64_t)1),
 	    "batch: items[0].params.top_p: not a number in [0, 1]");
@@ -1350,7 +1353,7 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 		m->result.tokens = tok;
 		m->result.n_tokens = (int64_t)(rnd() % 3);
 		for (int i = 0; i < 2; i++)
-			tok[i] = (struct medha_msg_token){rnd(), ids[i]};
+			tok[i] = (struct medha_msg_token){rnd(), ids[i], NULL};
 		rnd_name(m->result.error, sizeof(m->result.error));
 		break;
 	case MEDHA_MSG_STATUS_REPLY:

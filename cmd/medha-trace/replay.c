@@ -139,6 +139,7 @@ keep_early(struct rp *p, struct medha_record *rec)
 	}
 	p->early[p->nearly++] = *rec;
 	rec->token_ids = NULL;
+	rec->logprobs = NULL;
 	rec->text = NULL;
 }
 

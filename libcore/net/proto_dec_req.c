@@ -33,12 +33,15 @@ enum {
 	RQ_FREQUENCY,
 	RQ_REPETITION,
 	RQ_MIN_P,
+	RQ_LOGPROBS,
+	RQ_TOP_LOGPROBS,
 	RQ_N
 };
 static const char *const rq_keys[RQ_N] = {"id", "arrival", "prompt",
     "prompt_ids", "prompt_tokens", "max_tokens", "temperature", "top_k",
     "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream",
-    "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"};
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
+    "logprobs", "top_logprobs"};
 
 static int
 dec_stop(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
@@ -150,6 +153,12 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
 	    (v[RQ_MIN_P] != NULL &&
 	        (rc = dec_get_float(d, v[RQ_MIN_P], "request.min_p",
 	             &rs->sampling.min_p)) != 0) ||
+	    (v[RQ_LOGPROBS] != NULL &&
+	        (rc = dec_get_bool(d, v[RQ_LOGPROBS], "request.logprobs",
+	             &rs->sampling.logprobs)) != 0) ||
+	    (v[RQ_TOP_LOGPROBS] != NULL &&
+	        (rc = dec_get_int(d, v[RQ_TOP_LOGPROBS], "request.top_logprobs",
+	             &rs->sampling.top_logprobs)) != 0) ||
 	    (v[RQ_IGNORE_EOS] != NULL &&
 	        (rc = dec_get_bool(d, v[RQ_IGNORE_EOS], "request.ignore_eos",
 	             &rs->ignore_eos)) != 0) ||
@@ -189,12 +198,13 @@ enum {
 	RC_TEXT,
 	RC_PREFILL_ALONE,
 	RC_TBT,
+	RC_LOGPROBS,
 	RC_N
 };
 static const char *const rc_keys[RC_N] = {"id", "arrival", "first_token",
     "finish", "ttft", "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo",
     "prompt_tokens", "output_tokens", "status", "finish_reason", "reason",
-    "token_ids", "text", "prefill_alone", "tbt"};
+    "token_ids", "text", "prefill_alone", "tbt", "logprobs"};
 
 /*
  * A record's "tbt": [[bucket, count], ...], each bucket in range (it is
@@ -294,6 +304,13 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	    (v[RC_TBT] != NULL &&
 	        (rc = dec_tbt(d, v[RC_TBT],
 	             dec_join(path, sizeof(path), pfx, "tbt"), &r->tbt)) != 0))
+		return rc;
+	dec_join(path, sizeof(path), pfx, "logprobs");
+	if (v[RC_LOGPROBS] != NULL && r->token_ids == NULL)
+		return BAD(d, path, "without token_ids");
+	if (v[RC_LOGPROBS] != NULL &&
+	    (rc = dec_lps(d, v[RC_LOGPROBS], path, r->n_token_ids,
+	         &r->logprobs)) != 0)
 		return rc;
 	return 0;
 }

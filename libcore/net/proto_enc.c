@@ -92,6 +92,28 @@ put_ids(struct enc *e, const int32_t *ids, int64_t n)
 
 /* ---- requests and records ---- */
 
+/* A drawn token's log-probabilities: [logprob, [[id, logprob], ...]]. */
+static void
+put_lp(struct enc *e, const struct medha_token_lp *lp)
+{
+	put_arr(e, 2);
+	put_f64(e, lp->logprob);
+	put_arr(e, (size_t)lp->ntop);
+	for (int i = 0; i < lp->ntop; i++) {
+		put_arr(e, 2);
+		put_i64(e, lp->top[i].id);
+		put_f64(e, lp->top[i].logprob);
+	}
+}
+
+static void
+put_lps(struct enc *e, const struct medha_token_lp *lps, int64_t n)
+{
+	put_arr(e, (size_t)n);
+	for (int64_t i = 0; i < n; i++)
+		put_lp(e, &lps[i]);
+}
+
 static void
 enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 {
@@ -105,6 +127,7 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	    (sp->top_p != g->top_p) + (sp->seed != g->seed);
 	n += (sp->presence_penalty != 0) + (sp->frequency_penalty != 0) +
 	    (sp->repetition_penalty != 0) + (sp->min_p != 0);
+	n += (sp->logprobs != 0) + (sp->top_logprobs != 0);
 	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
@@ -153,6 +176,14 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 				put_f64(e, v[i]);
 			}
 	}
+	if (sp->logprobs) {
+		put_name(e, "logprobs");
+		put_bool(e, 1);
+	}
+	if (sp->top_logprobs != 0) {
+		put_name(e, "top_logprobs");
+		put_i64(e, sp->top_logprobs);
+	}
 	if (rs->ignore_eos) {
 		put_name(e, "ignore_eos");
 		put_bool(e, 1);
@@ -188,6 +219,7 @@ enc_record(struct enc *e, const struct medha_record *r)
 
 	n += (r->finish_reason != MEDHA_FINISH_NONE) + (r->reason[0] != '\0');
 	n += (r->token_ids != NULL) + (r->text != NULL);
+	n += r->token_ids != NULL && r->logprobs != NULL;
 	n += (r->prefill_alone > 0) + (r->tbt.n > 0);
 	put_map(e, n);
 	put_name(e, "id");
@@ -209,6 +241,10 @@ enc_record(struct enc *e, const struct medha_record *r)
 	if (r->reason[0] != '\0') {
 		put_name(e, "reason");
 		put_text(e, r->reason, strlen(r->reason));
+	}
+	if (r->token_ids != NULL && r->logprobs != NULL) {
+		put_name(e, "logprobs");
+		put_lps(e, r->logprobs, r->n_token_ids);
 	}
 	if (r->token_ids != NULL) {
 		put_name(e, "token_ids");
@@ -242,7 +278,8 @@ enc_events(struct enc *e, const struct medha_msg_events *ev)
 	for (int64_t i = 0; i < ev->n; i++) {
 		const struct medha_msg_event *x = &ev->ev[i];
 
-		put_arr(e, x->kind == MEDHA_EVENT_TOKENS ? 4 : 3);
+		put_arr(e, x->kind == MEDHA_EVENT_TOKENS ? 4 + (x->lps != NULL)
+		                                         : 3);
 		put_i64(e, x->kind);
 		put_u64(e, x->handle);
 		if (x->kind == MEDHA_EVENT_RECORD) {
@@ -251,6 +288,8 @@ enc_events(struct enc *e, const struct medha_msg_events *ev)
 		}
 		put_ids(e, x->ids, x->n_ids);
 		put_text(e, x->text != NULL ? x->text : "", x->text_len);
+		if (x->lps != NULL)
+			put_lps(e, x->lps, x->n_ids);
 	}
 }
 
@@ -335,10 +374,11 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 		} else {
 			const struct medha_sampler_params *sp = &it->params;
 			/* the penalties and min-p only where set: 4 otherwise */
-			int more = sp->presence_penalty != 0 ||
+			int lp = sp->logprobs || sp->top_logprobs;
+			int more = lp || sp->presence_penalty != 0 ||
 			    sp->frequency_penalty != 0 ||
 			    sp->repetition_penalty != 0 || sp->min_p != 0;
-			put_arr(e, more ? 8 : 4);
+			put_arr(e, lp ? 10 : more ? 8 : 4);
 			put_f64(e, sp->temp);
 			put_i64(e, sp->top_k);
 			put_f64(e, sp->top_p);
@@ -348,6 +388,10 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 				put_f64(e, sp->frequency_penalty);
 				put_f64(e, sp->repetition_penalty);
 				put_f64(e, sp->min_p);
+			}
+			if (lp) {
+				put_bool(e, sp->logprobs);
+				put_i64(e, sp->top_logprobs);
 			}
 		}
 		if (it->n_groups > 0) {
@@ -373,9 +417,19 @@ enc_result(struct enc *e, const struct medha_msg_result *r)
 	put_u64(e, r->seq);
 	put_arr(e, (size_t)r->n_tokens);
 	for (int64_t i = 0; i < r->n_tokens; i++) {
-		put_arr(e, 2);
+		const struct medha_token_lp *lp = r->tokens[i].lp;
+		put_arr(e, lp != NULL ? 4 : 2);
 		put_u64(e, r->tokens[i].handle);
 		put_i64(e, r->tokens[i].token);
+		if (lp != NULL) { /* [handle, token, logprob, top] */
+			put_f64(e, lp->logprob);
+			put_arr(e, (size_t)lp->ntop);
+			for (int k = 0; k < lp->ntop; k++) {
+				put_arr(e, 2);
+				put_i64(e, lp->top[k].id);
+				put_f64(e, lp->top[k].logprob);
+			}
+		}
 	}
 	put_text(e, r->error, strlen(r->error));
 }

@@ -161,6 +161,15 @@ struct medha_oai_head {
 	const char *model; /* the model id */
 	int64_t created;   /* Unix time, s */
 	int chat;
+	/* logprobs, where the request asked (a chunk's tokens; a whole
+	   response takes the record's): their ids, n_lps of them, and the
+	   tokenizer that names them (NULL: "token_id:N", vLLM's) */
+	int logprobs; /* asked for */
+	const int32_t *ids;
+	const struct medha_token_lp *lps;
+	int64_t n_lps;
+	const struct medha_tok *tok;
+	int64_t *text_off; /* completions' text_offset so far, or NULL */
 };
 
 /*

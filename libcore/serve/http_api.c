@@ -179,6 +179,97 @@ finish_str(int finish)
 	return finish == MEDHA_FINISH_LENGTH ? "length" : "stop";
 }
 
+/* A token's text (its bytes, maybe not whole UTF-8: *raw, *rawlen) as
+ * a valid string; "token_id:N" without a tokenizer. */
+static char *
+token_text(const struct medha_tok *tok, int32_t id, char *raw, size_t rawsz,
+    size_t *rawlen)
+{
+	*rawlen = 0;
+	if (tok == NULL ||
+	    medha_tok_decode(tok, &id, 1, 0, raw, rawsz, rawlen) != 0) {
+		snprintf(raw, rawsz, "token_id:%d", id);
+		*rawlen = strlen(raw);
+	}
+	return medha_utf8_fix(raw, *rawlen, NULL);
+}
+
+static json_t *
+bytes_arr(const char *raw, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a != NULL && i < n; i++)
+		json_array_append_new(a, json_integer((unsigned char)raw[i]));
+	return a;
+}
+
+/*
+ * OpenAI's logprobs object for n tokens: chat's {"content": [{token,
+ * logprob, bytes, top_logprobs}]}, completions' {tokens, token_logprobs,
+ * top_logprobs, text_offset}; null where none were asked for.
+ */
+static json_t *
+logprobs_obj(const struct medha_oai_head *hd, const int32_t *ids,
+    const struct medha_token_lp *lps, int64_t n)
+{
+	json_t *content, *tokens, *tlp, *top, *off;
+	char raw[256];
+	size_t rl;
+	int64_t at = hd->text_off != NULL ? *hd->text_off : 0;
+
+	if (lps == NULL || ids == NULL)
+		return json_null();
+	content = json_array(), tokens = json_array(), tlp = json_array();
+	top = json_array(), off = json_array();
+	for (int64_t i = 0; i < n; i++) {
+		char *t = token_text(hd->tok, ids[i], raw, sizeof(raw), &rl);
+		json_t *tops = hd->chat ? json_array() : json_object();
+		if (t == NULL)
+			continue;
+		for (int k = 0; k < lps[i].ntop; k++) {
+			char raw2[256];
+			size_t rl2;
+			char *u = token_text(hd->tok, lps[i].top[k].id, raw2,
+			    sizeof(raw2), &rl2);
+			if (u == NULL)
+				continue;
+			if (hd->chat)
+				json_array_append_new(tops,
+				    json_pack("{s:s,s:f,s:o}", "token", u,
+				        "logprob", (double)lps[i].top[k].logprob,
+				        "bytes", bytes_arr(raw2, rl2)));
+			else
+				json_object_set_new(tops, u,
+				    json_real(lps[i].top[k].logprob));
+			free(u);
+		}
+		if (hd->chat)
+			json_array_append_new(content,
+			    json_pack("{s:s,s:f,s:o,s:o}", "token", t, "logprob",
+			        (double)lps[i].logprob, "bytes", bytes_arr(raw, rl),
+			        "top_logprobs", tops));
+		else {
+			json_array_append_new(tokens, json_string(t));
+			json_array_append_new(tlp, json_real(lps[i].logprob));
+			json_array_append_new(top, tops);
+			json_array_append_new(off, json_integer(at));
+		}
+		at += (int64_t)rl;
+		free(t);
+	}
+	if (hd->text_off != NULL)
+		*hd->text_off = at;
+	if (hd->chat) {
+		json_decref(tokens), json_decref(tlp), json_decref(top);
+		json_decref(off);
+		return json_pack("{s:o}", "content", content);
+	}
+	json_decref(content);
+	return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens,
+	    "token_logprobs", tlp, "top_logprobs", top, "text_offset", off);
+}
+
 char *
 medha_oai_response(const struct medha_oai_head *hd, const char *text,
     size_t len, const struct medha_record *rec, size_t *outlen)
@@ -190,13 +281,17 @@ medha_oai_response(const struct medha_oai_head *hd, const char *text,
 	if (t == NULL)
 		return NULL;
 	if (hd->chat)
-		choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0,
+		choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0,
 		    "message", "role", "assistant", "content", t, n, "logprobs",
+		    logprobs_obj(hd, rec->token_ids, hd->logprobs ? rec->logprobs : NULL,
+		        rec->n_token_ids),
 		    "finish_reason", finish_str(rec->finish_reason));
 	else
-		choice = json_pack("{s:i,s:s%,s:n,s:s}", "index", 0, "text", t,
-		    n, "logprobs", "finish_reason",
-		    finish_str(rec->finish_reason));
+		choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", t,
+		    n, "logprobs",
+		    logprobs_obj(hd, rec->token_ids, hd->logprobs ? rec->logprobs : NULL,
+		        rec->n_token_ids),
+		    "finish_reason", finish_str(rec->finish_reason));
 	free(t);
 	o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:n}", "id", hd->id, "object",
 	    hd->chat ? "chat.completion" : "text_completion", "created",
@@ -233,11 +328,17 @@ medha_oai_chunk(const struct medha_oai_head *hd, const char *text, size_t len,
 			if (n > 0 || role)
 				json_object_set_new(delta, "content",
 				    json_stringn(t, n));
-			c = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta",
-			    delta, "logprobs", "finish_reason", fin);
+			c = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta",
+			    delta, "logprobs",
+			    logprobs_obj(hd, hd->ids, hd->logprobs ? hd->lps : NULL,
+			        hd->n_lps),
+			    "finish_reason", fin);
 		} else
-			c = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text",
-			    t, n, "logprobs", "finish_reason", fin);
+			c = json_pack("{s:i,s:s%,s:o,s:o}", "index", 0, "text",
+			    t, n, "logprobs",
+			    logprobs_obj(hd, hd->ids, hd->logprobs ? hd->lps : NULL,
+			        hd->n_lps),
+			    "finish_reason", fin);
 		free(t);
 		choices = json_pack("[o]", c);
 	}

@@ -55,6 +55,11 @@ struct hreq {
 	int http10;          /* an HTTP/1.0 client: no chunked coding */
 	double t0;           /* when it came (medha_now), for the access line */
 	double last_tx;      /* a stream's latest bytes queued (medha_now) */
+	/* the logprobs of the chunk being sent (on_event), and where the
+	   completions' text_offset is */
+	const int32_t *cur_ids;
+	const struct medha_token_lp *cur_lps;
+	int64_t cur_n, lp_off;
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
 	int rx_busy, tx_busy;

@@ -2,8 +2,8 @@
  * http_parse.c: the OpenAI request bodies of the HTTP front door (http.h):
  * /v1/completions and /v1/chat/completions into a struct medha_reqspec
  * with OpenAI's defaults and refusals. A request field that medha does
- * not implement (n > 1, best_of > 1, echo, logprobs, suffix, logit_bias,
- * tools) is refused with 400 rather than ignored, and so is a field
+ * not implement (n > 1, best_of > 1, echo, suffix, logit_bias, tools)
+ * is refused with 400 rather than ignored, and so is a field
  * OpenAI does not define; the fields that change nothing (user,
  * metadata, store, ...) are accepted. No sockets here; tests/http_test.c
  * checks it alone.
@@ -369,14 +369,6 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 		return e->status;
 	if (b)
 		return UNSUP(e, "echo", "echo: not supported");
-	v = json_object_get(o, "logprobs");
-	if (v != NULL && !json_is_null(v) && !json_is_false(v) &&
-	    !(json_is_integer(v) && json_integer_value(v) == 0))
-		return UNSUP(e, "logprobs", "logprobs: not supported");
-	v = json_object_get(o, "top_logprobs");
-	if (v != NULL && !json_is_null(v) &&
-	    !(json_is_integer(v) && json_integer_value(v) == 0))
-		return UNSUP(e, "top_logprobs", "top_logprobs: not supported");
 	v = json_object_get(o, "suffix");
 	if (v != NULL && !json_is_null(v) &&
 	    !(json_is_string(v) && json_string_length(v) == 0))
@@ -397,6 +389,38 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 		return UNSUP(e, "response_format",
 		    "response_format: only {\"type\": \"text\"} is supported");
 	(void)chat;
+	return 0;
+}
+
+/*
+ * Log-probabilities: completions' "logprobs", an integer (the top ones
+ * beside the chosen token's, 0 to 20; OpenAI's limit is 5, vLLM's 20);
+ * chat's "logprobs", a boolean, and "top_logprobs", 0 to 20 with it.
+ */
+static int
+parse_logprobs(json_t *o, int chat, struct medha_sampler_params *sp,
+    struct medha_oai_error *e)
+{
+	int64_t top = 0;
+	int on = 0, tset = 0;
+
+	if (!chat) {
+		if (get_int(o, "logprobs", 0, MEDHA_TOP_LOGPROBS_MAX, &top,
+		        &tset, e) != 0)
+			return e->status;
+		sp->logprobs = tset;
+		sp->top_logprobs = (int)top;
+		return 0;
+	}
+	if (get_bool(o, "logprobs", &on, e) != 0 ||
+	    get_int(o, "top_logprobs", 0, MEDHA_TOP_LOGPROBS_MAX, &top, &tset,
+	        e) != 0)
+		return e->status;
+	if (tset && top > 0 && !on)
+		return BAD(e, "top_logprobs",
+		    "top_logprobs: needs \"logprobs\": true");
+	sp->logprobs = on;
+	sp->top_logprobs = on ? (int)top : 0;
 	return 0;
 }
 
@@ -519,7 +543,8 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 	    0)
 		goto fail;
 	rs->sampling.top_k = n < 0 ? 0 : (int)n; /* -1: all, as vLLM */
-	if ((rc = sampling_extras(o, &rs->sampling, e)) != 0)
+	if ((rc = sampling_extras(o, &rs->sampling, e)) != 0 ||
+	    (rc = parse_logprobs(o, chat, &rs->sampling, e)) != 0)
 		goto fail;
 	v = json_object_get(o, "seed");
 	if (v != NULL && !json_is_null(v)) {

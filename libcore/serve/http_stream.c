@@ -261,7 +261,9 @@ void
 http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text, size_t len,
     int role, int finish, const struct medha_record *usage)
 {
-	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat};
+	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat,
+	    r->q.spec.sampling.logprobs, r->cur_ids, r->cur_lps, r->cur_n,
+	    h->tok, &r->lp_off};
 	size_t n = 0;
 	char *s = medha_oai_chunk(&hd, text, len, role, finish, usage,
 	    r->q.include_usage, &n);

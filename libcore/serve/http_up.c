@@ -34,8 +34,14 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 			return; /* answered 503: stopping */
 		if (!r->hijacked)
 			http_stream_start(h, r);
-		if (ev->text_len > 0)
+		r->cur_ids = ev->ids;
+		r->cur_lps = ev->lps;
+		r->cur_n = ev->lps != NULL ? ev->n_ids : 0;
+		if (ev->text_len > 0 || r->cur_n > 0)
 			http_emit_chunk(h, r, ev->text, ev->text_len, 0, 0, NULL);
+		r->cur_ids = NULL;
+		r->cur_lps = NULL;
+		r->cur_n = 0;
 		return;
 	}
 	struct medha_record *rec = ev->record;
@@ -86,7 +92,8 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 		http_emit_end(r);
 	} else if (r->haio != NULL) {
 		struct medha_oai_head hd = {r->id, r->model, r->created,
-		    r->q.chat};
+		    r->q.chat, r->q.spec.sampling.logprobs, NULL, NULL, 0, h->tok,
+		    NULL};
 		size_t n = 0;
 		const char *t = rec->text != NULL ? rec->text : "";
 		char *js = medha_oai_response(&hd, t, strlen(t), rec, &n);

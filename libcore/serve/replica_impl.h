@@ -37,6 +37,7 @@ struct lreq {
 	int started;     /* a worker holds its sequence */
 	int32_t last;    /* the last sampled token: the next decode's input */
 	int32_t *out;    /* (n_out) generated ids */
+	struct medha_token_lp *lps; /* (n_out) their logprobs, or NULL */
 	int64_t n_out, out_cap;
 	char *text; /* (text_len) generated text, NUL-terminated */
 	size_t text_len, text_cap, text_sent;
@@ -54,6 +55,7 @@ struct flight {
 	struct medha_msg_item *mi;  /* (b.n_items) as sent */
 	int32_t *ids;               /* the items' ids, copied */
 	int32_t *tok;               /* (b.n_items) sampled, -1 none yet */
+	struct medha_token_lp **lp; /* (b.n_items) their logprobs, or NULL */
 	int left;                   /* workers yet to answer */
 	int left0;                  /* of them, stage 0's */
 };
@@ -130,7 +132,8 @@ void rep_send_tokens(struct medha_replica *r, struct lreq *q, int final);
 /* The records the core has ready, sent to their clients. */
 void rep_drain_records(struct medha_replica *r);
 /* A token sampled for q: its text, stop strings, the end of output. */
-int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok);
+int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
+    const struct medha_token_lp *lp);
 
 /* replica_core.c */
 /* The core, its predictor and the tokenizer from the first HELLO. */

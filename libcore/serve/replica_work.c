@@ -37,6 +37,9 @@ flight_clear(struct flight *f)
 	free(f->mi);
 	free(f->ids);
 	free(f->tok);
+	for (int i = 0; f->lp != NULL && i < f->b.n_items; i++)
+		free(f->lp[i]);
+	free(f->lp);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -400,7 +403,8 @@ flights_land(struct medha_replica *r)
 			out[i].token = f->tok[i];
 			/* max_tokens 0: a prefill alone, its token no output */
 			if (q != NULL && cr != NULL && cr->max_tokens > 0) {
-				out[i].stop = rep_on_token(r, q, out[i].token);
+				out[i].stop = rep_on_token(r, q, out[i].token,
+				    f->lp != NULL ? f->lp[i] : NULL);
 				rep_send_tokens(r, q, 0);
 			}
 		}
@@ -441,8 +445,16 @@ on_result(struct medha_replica *r, struct wslot *w,
 	}
 	/* tokens come in item order; each item's from one worker */
 	for (int i = 0; i < f->b.n_items && k < res->n_tokens; i++)
-		if (f->mi[i].handle == res->tokens[k].handle)
+		if (f->mi[i].handle == res->tokens[k].handle) {
+			const struct medha_token_lp *lp = res->tokens[k].lp;
+			if (lp != NULL && f->lp == NULL)
+				f->lp = medha_calloc(f->b.n_items,
+				    sizeof(*f->lp));
+			if (lp != NULL && f->lp != NULL &&
+			    (f->lp[i] = malloc(sizeof(*lp))) != NULL)
+				*f->lp[i] = *lp;
 			f->tok[i] = res->tokens[k++].token;
+		}
 	if (k < res->n_tokens)
 		medha_log(MEDHA_LOG_WARN,
 		    "worker %d: %lld tokens of batch %llu for no item",

@@ -391,6 +391,25 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 		if (w->smp[i] != NULL && w->out[i] >= 0)
 			res->tokens[res->n_tokens++] =
 			    (struct medha_msg_token){b->items[w->idx[i]].handle,
-			        w->out[i]};
+			        w->out[i], wk_token_lp(w, b->items[w->idx[i]].handle)};
+}
+
+struct medha_token_lp *
+wk_token_lp(struct worker *w, uint64_t handle)
+{
+	struct wseq *q = wk_find_seq(w, handle);
+	const struct medha_logprob *top;
+	struct medha_token_lp *lp;
+	float v;
+	int n;
+
+	if (q == NULL || q->smp == NULL ||
+	    (n = medha_sample_logprobs(q->smp, &v, &top)) < 0 ||
+	    (lp = malloc(sizeof(*lp))) == NULL)
+		return NULL; /* none asked (or no memory: none given) */
+	lp->logprob = v;
+	lp->ntop = n;
+	memcpy(lp->top, top, (size_t)n * sizeof(*top));
+	return lp;
 }
 

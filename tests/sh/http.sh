@@ -216,6 +216,47 @@ assert got != plain, "the penalties changed nothing"
 print("penalties live: as medha-worker -p gives them: %r" % got)
 PY
 
+# ---- 1e. logprobs: OpenAI's shapes, as medha-worker -p gives them ----
+"$bin/medha-worker" -m "$model" -p "The capital of France is" -n 6 -t 2 \
+    --tokens --logprobs "$tmp/lp.alone" --top-logprobs 3 >/dev/null
+req lpc "$base/v1/completions" -d '{"prompt": "The capital of France is",
+    "max_tokens": 6, "temperature": 0, "logprobs": 3}'
+req lps -N "$base/v1/completions" -d '{"prompt": "The capital of France is",
+    "max_tokens": 6, "temperature": 0, "logprobs": 3, "stream": true}'
+req lpchat "$base/v1/chat/completions" -d '{"messages": [{"role": "user",
+    "content": "Hi"}], "max_tokens": 4, "temperature": 0, "logprobs": true,
+    "top_logprobs": 2}'
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+alone = [json.loads(l) for l in open(d + "/lp.alone")]
+c = json.loads(open(d + "/lpc").read())
+lp = c["choices"][0]["logprobs"]
+assert set(lp) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, lp
+n = len(lp["tokens"])
+assert n == c["usage"]["completion_tokens"] == len(alone), (n, c["usage"])
+assert "".join(lp["tokens"]) == c["choices"][0]["text"], lp["tokens"]
+worst = 0.0
+for i in range(n):
+    worst = max(worst, abs(lp["token_logprobs"][i] - alone[i]["logprob"]))
+    top = lp["top_logprobs"][i]
+    assert len(top) == 3, top
+    for (tid, v), got in zip(alone[i]["top"], sorted(top.values(), reverse=True)):
+        worst = max(worst, abs(v - got))
+assert worst < 1e-4, worst
+assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"])
+# streamed: the same tokens and values, chunk by chunk
+ev = [json.loads(e[6:]) for e in open(d + "/lps").read().split("\n\n")
+      if e.startswith("data: {")]
+st = [x for e in ev for x in (e["choices"][0]["logprobs"] or {}).get("token_logprobs", [])]
+assert len(st) == n and max(abs(a - b) for a, b in zip(st, lp["token_logprobs"])) < 1e-6, st
+ch = json.loads(open(d + "/lpchat").read())["choices"][0]["logprobs"]["content"]
+assert ch and all(set(x) == {"token", "logprob", "bytes", "top_logprobs"} for x in ch), ch
+assert all(len(x["top_logprobs"]) == 2 and x["logprob"] <= 0 for x in ch), ch
+assert all(bytes(x["bytes"]).decode("utf-8", "replace") for x in ch)
+print("logprobs: completions, streamed and chat in OpenAI's shapes; %d tokens as medha-worker -p's within %.1e" % (n, worst))
+PY
+
 # ---- 1a. the logs: one format (RFC 3339 time, program, level), normal
 # events at info, an access line per HTTP request at -v ----
 ts='^20[0-9][0-9]-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]\.[0-9][0-9][0-9]Z'
