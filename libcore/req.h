@@ -235,6 +235,8 @@ struct medha_record {
 	double prefill_alone; /* s: predicted time to prefill the prompt on an
 	                         empty replica (the TTFT it would have had
 	                         alone); 0 if not known */
+	double queue_time;    /* s from arrival to its first batch (a live
+	                         replica's); 0 if not known */
 	double ttft_slo;      /* the TTFT SLO the request was held to (s) */
 	double tpot_slo;      /* the TPOT SLO it was held to (s); 0 if none */
 	int status;           /* MEDHA_STATUS_* */

@@ -527,6 +527,7 @@ test_metrics(void **state)
 	m.finished[MEDHA_FINISH_STOP] = 2;
 	m.finished[MEDHA_FINISH_LENGTH] = 1;
 	medha_hist_add(&m.e2e, medha_router_e2e_le, 0.7);
+	medha_hist_add(&m.queue, medha_router_ttft_le, 0.02);
 	m.prompt_tokens = 30;
 	medha_hist_add(&m.ttft, medha_router_ttft_le, 0.02);
 	medha_hist_add(&m.ttft, medha_router_ttft_le, 0.3);
@@ -558,6 +559,9 @@ test_metrics(void **state)
 	    "finish_reason=\"length\"} 1\n"));
 	assert_non_null(
 	    strstr(s, "# TYPE medha_e2e_request_latency_seconds histogram\n"));
+	assert_non_null(strstr(s,
+	    "medha_request_queue_time_seconds_bucket{model_name=\"smol.gguf\","
+	    "le=\"0.025\"} 1\n"));
 	assert_non_null(strstr(s,
 	    "medha_e2e_request_latency_seconds_bucket{model_name=\"smol.gguf\","
 	    "le=\"0.5\"} 0\n"));

@@ -649,7 +649,9 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	    (rc = json_time(root, "tpot_slo", 0, 0, HUGE_VAL, &r.tpot_slo, why,
 	         whylen)) != 0 ||
 	    (rc = json_time(root, "prefill_alone", 0, 1, HUGE_VAL,
-	         &r.prefill_alone, why, whylen)) != 0)
+	         &r.prefill_alone, why, whylen)) != 0 ||
+	    (rc = json_time(root, "queue_time", 0, 0, HUGE_VAL, &r.queue_time,
+	         why, whylen)) != 0)
 		goto out;
 	if ((rc = json_record_extra(root, &r, why, whylen)) != 0 ||
 	    (rc = json_tbt(root, &r, why, whylen)) != 0)
@@ -714,6 +716,9 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	if (rec->prefill_alone > 0)
 		medha_writer_printf(w, ", \"prefill_alone\": %.9g",
 		    rec->prefill_alone);
+	if (rec->queue_time > 0)
+		medha_writer_printf(w, ", \"queue_time\": %.9g",
+		    rec->queue_time);
 	if (rec->finish_reason != MEDHA_FINISH_NONE)
 		medha_writer_printf(w, ", \"finish_reason\": \"%s\"",
 		    medha_finish_name(rec->finish_reason));

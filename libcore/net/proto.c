@@ -378,9 +378,10 @@ check_record(struct chk *c, const char *pfx, const struct medha_record *r)
 {
 	const double t[] = {r->arrival, r->first_token, r->finish, r->ttft,
 	    r->tpot_mean, r->tpot_max, r->ttft_slo, r->tpot_slo,
-	    r->prefill_alone};
+	    r->prefill_alone, r->queue_time};
 	static const char *tn[] = {"arrival", "first_token", "finish", "ttft",
-	    "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo", "prefill_alone"};
+	    "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo", "prefill_alone",
+	    "queue_time"};
 	const char *what = NULL, *bad = NULL;
 	char path[96], buf[96];
 	size_t i;
@@ -764,6 +765,7 @@ record_eq(const struct medha_record *a, const struct medha_record *b)
 	    ids_eq(a->token_ids, a->n_token_ids, b->token_ids,
 	        b->n_token_ids) &&
 	    str_eq(a->text, b->text) && a->prefill_alone == b->prefill_alone &&
+	    a->queue_time == b->queue_time &&
 	    tbt_eq(&a->tbt, &b->tbt) &&
 	    lps_eq(a->token_ids != NULL ? a->logprobs : NULL,
 	        b->token_ids != NULL ? b->logprobs : NULL, a->n_token_ids);

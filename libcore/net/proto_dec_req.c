@@ -199,12 +199,13 @@ enum {
 	RC_PREFILL_ALONE,
 	RC_TBT,
 	RC_LOGPROBS,
+	RC_QUEUE_TIME,
 	RC_N
 };
 static const char *const rc_keys[RC_N] = {"id", "arrival", "first_token",
     "finish", "ttft", "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo",
     "prompt_tokens", "output_tokens", "status", "finish_reason", "reason",
-    "token_ids", "text", "prefill_alone", "tbt", "logprobs"};
+    "token_ids", "text", "prefill_alone", "tbt", "logprobs", "queue_time"};
 
 /*
  * A record's "tbt": [[bucket, count], ...], each bucket in range (it is
@@ -301,6 +302,9 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	    (rc = get_slo(d, v[RC_PREFILL_ALONE],
 	         dec_join(path, sizeof(path), pfx, "prefill_alone"),
 	         &r->prefill_alone)) != 0 ||
+	    (rc = get_slo(d, v[RC_QUEUE_TIME],
+	         dec_join(path, sizeof(path), pfx, "queue_time"),
+	         &r->queue_time)) != 0 ||
 	    (v[RC_TBT] != NULL &&
 	        (rc = dec_tbt(d, v[RC_TBT],
 	             dec_join(path, sizeof(path), pfx, "tbt"), &r->tbt)) != 0))

@@ -220,7 +220,7 @@ enc_record(struct enc *e, const struct medha_record *r)
 	n += (r->finish_reason != MEDHA_FINISH_NONE) + (r->reason[0] != '\0');
 	n += (r->token_ids != NULL) + (r->text != NULL);
 	n += r->token_ids != NULL && r->logprobs != NULL;
-	n += (r->prefill_alone > 0) + (r->tbt.n > 0);
+	n += (r->prefill_alone > 0) + (r->tbt.n > 0) + (r->queue_time > 0);
 	put_map(e, n);
 	put_name(e, "id");
 	put_name(e, r->id);
@@ -253,6 +253,10 @@ enc_record(struct enc *e, const struct medha_record *r)
 	if (r->text != NULL) {
 		put_name(e, "text");
 		put_text(e, r->text, strlen(r->text));
+	}
+	if (r->queue_time > 0) {
+		put_name(e, "queue_time");
+		put_f64(e, r->queue_time);
 	}
 	if (r->prefill_alone > 0) {
 		put_name(e, "prefill_alone");

@@ -526,6 +526,10 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	    "Mean time per output token of each completed request of two "
 	    "tokens or more.",
 	    &m->tpot, medha_router_tpot_le, ml);
+	hist(&b, "medha_request_queue_time_seconds",
+	    "Time from arrival (at the router) to the request's first batch, "
+	    "of each request that had one.",
+	    &m->queue, medha_router_ttft_le, ml);
 	hist(&b, "medha_e2e_request_latency_seconds",
 	    "End-to-end latency (arrival to last token) of each completed "
 	    "request, on its replica's clock.",

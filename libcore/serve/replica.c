@@ -155,6 +155,8 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 	rep_send_tokens(r, q, 1);
 	if ((ev.record = malloc(sizeof(*ev.record))) != NULL) {
 		*ev.record = *rec;
+		if (q->started && q->first_batch > rec->arrival)
+			ev.record->queue_time = q->first_batch - rec->arrival;
 		/* no output is an empty array, never an absent one */
 		if (q->out == NULL)
 			q->out = malloc(sizeof(*q->out));

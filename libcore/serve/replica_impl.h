@@ -35,6 +35,7 @@ struct lreq {
 	char *stop[MEDHA_STOP_MAX];
 	size_t stop_max; /* longest stop string */
 	int started;     /* a worker holds its sequence */
+	double first_batch; /* when it was first in a batch (now_s) */
 	int32_t last;    /* the last sampled token: the next decode's input */
 	int32_t *out;    /* (n_out) generated ids */
 	struct medha_token_lp *lps; /* (n_out) their logprobs, or NULL */

@@ -300,6 +300,7 @@ flight_form(struct medha_replica *r)
 			mi->has_params = 1;
 			mi->params = q->sp;
 			q->started = 1;
+			q->first_batch = now_s(r);
 		}
 		f->tok[i] = -1;
 	}

@@ -125,6 +125,7 @@ struct medha_router_metrics {
 	struct medha_hist ttft;    /* records of "ok" requests with output */
 	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
 	struct medha_hist e2e;     /* finish - arrival of "ok" requests */
+	struct medha_hist queue;   /* queue_time of the records with one */
 	int64_t finished[MEDHA_FINISH_COUNT]; /* "ok" ones by finish_reason */
 	char model[MEDHA_PROTO_NAME_MAX]; /* a replica's model, or "" */
 	int nreplicas;

@@ -61,6 +61,9 @@ rt_count_end(struct medha_router *r, const struct medha_record *rec, int status)
 		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 1)
 			medha_hist_add(&r->met.tpot, medha_router_tpot_le,
 			    rec->tpot_mean);
+		if (rec->queue_time > 0)
+			medha_hist_add(&r->met.queue, medha_router_ttft_le,
+			    rec->queue_time);
 		if (rec->status == MEDHA_STATUS_OK) {
 			medha_hist_add(&r->met.e2e, medha_router_e2e_le,
 			    rec->finish - rec->arrival);
@@ -330,6 +333,8 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 		struct medha_record *rec = ev->record;
 		double d = q->sent - rec->arrival;
 		rec->arrival = q->arrival;
+		if (rec->queue_time > 0) /* and the time held here */
+			rec->queue_time += q->sent - q->arrival;
 		rec->first_token += d;
 		rec->finish += d;
 		rec->ttft = rec->first_token - rec->arrival;

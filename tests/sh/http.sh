@@ -138,6 +138,7 @@ assert m1["medha_generation_tokens_total{%s}" % ml] > m0["medha_generation_token
 assert m1["medha_time_to_first_token_seconds_count{%s}" % ml] >= 3
 # vLLM's: end-to-end latency, counts by finish reason, the model's name
 assert m1["medha_e2e_request_latency_seconds_count{%s}" % ml] >= 3, m1
+assert m1["medha_request_queue_time_seconds_count{%s}" % ml] >= 3, m1
 fin = sum(m1['medha_requests_finished_total{%s,finish_reason="%s"}' % (ml, f)]
           for f in ("stop", "length"))
 assert fin == m1[ok], (fin, m1[ok])

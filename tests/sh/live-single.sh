@@ -70,6 +70,8 @@ assert "context" in out["toolong"]["reason"], out["toolong"]
 assert "vocabulary" in out["badid"]["reason"], out["badid"]
 s = out["stop"]
 assert s["status"] == "ok" and s["finish_reason"] == "stop", s
+# the time from arrival to its first batch (medha-trace(5) queue_time)
+assert 0 < s["queue_time"] <= s["ttft"], s
 assert " 7" not in s["text"] and "6" in s["text"], s
 PY
 
