@@ -128,6 +128,17 @@ apply_frees(struct worker *w, const struct medha_msg_batch *b)
 	}
 }
 
+/* The tokens of a RESULT sent (their logprobs too). */
+static void
+result_free(struct medha_msg_result *res)
+{
+	for (int64_t i = 0; res->tokens != NULL && i < res->n_tokens; i++)
+		free(res->tokens[i].lp);
+	free(res->tokens);
+	res->tokens = NULL;
+	res->n_tokens = 0;
+}
+
 /* A batch answered (res): its failure logged, every 1000th counted. */
 static void
 batch_ran(int *batches, const struct medha_msg_result *res)
@@ -422,7 +433,7 @@ session(struct worker *w, int *batches, struct medha_tbt *rtt)
 		if (rc == 0 && rep.type == MEDHA_MSG_BATCH &&
 		    out.type == MEDHA_MSG_RESULT)
 			(void)medha_tbt_add(rtt, medha_now() - sent);
-		free(out.result.tokens);
+		result_free(&out.result);
 		memset(&out, 0, sizeof(out));
 		out.type = MEDHA_MSG_READY;
 		out.worker_id = w->id;
@@ -456,7 +467,7 @@ session(struct worker *w, int *batches, struct medha_tbt *rtt)
 		}
 		medha_msg_clear(&rep);
 	}
-	free(out.result.tokens);
+	result_free(&out.result);
 }
 
 /* Everything w holds; failed: the stop follows a failure. */
