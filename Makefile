@@ -18,6 +18,14 @@
 #   make bench-sched     scheduler decision time, dispatch round trips
 #   make bench-predictor medha-prof profiles the cpu backend, then the
 #                        profile predicts 200 random batches: the error
+#   make test-gpu        the GPU tests (tests/gpu/*_test.c) alone; fails
+#                        without a CUDA device (make test skips them)
+#   make bench-gpu       the GPU benchmarks beside PyTorch's and Hugging
+#                        Face's
+#   make gpu-pack        what contrib/gpu-check.sh needs on a lent GPU
+#                        machine: the programs stripped, the libraries it
+#                        lacks, the random test model (build/gpu-pack,
+#                        build/gpu-libs; README, "GPU")
 #   make install PREFIX=/usr/local
 #
 # CUDA parts (kernels/*.cu) build only where nvcc is found.
@@ -47,8 +55,10 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/
 CUDA    ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # machine code for Ampere (sm_80) and Hopper (sm_90a, with its wgmma),
-# and PTX for later chips
-NVCCFLAGS ?= -O3 -std=c++17 -lineinfo \
+# and PTX for later chips; the fat binary compressed (zstd: a seventh of
+# its size, so that the programs travel to a lent GPU, contrib/gpu-pack.sh;
+# CUDA 13's runtime needs a driver that reads it anyway)
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo --compress-mode=size \
     -gencode=arch=compute_80,code=sm_80 \
     -gencode=arch=compute_90a,code=sm_90a \
     -gencode=arch=compute_90,code=compute_90
@@ -61,13 +71,20 @@ LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
 # before and needs no CUDA library at run time; the backend loads
 # cuBLASLt and NCCL with dlopen when it opens)
 ifneq ($(CUDA),1)
-LIB_SRCS := $(filter-out libcore/engine/%cuda%.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out $(wildcard libcore/engine/*cuda*.c),$(LIB_SRCS))
 endif
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
 PROG_OBJS = $(patsubst %.c,$(BUILD)/%.o,$(foreach p,$(PROGS),$(wildcard cmd/$(p)/*.c)))
 TEST_SRCS = $(wildcard tests/*_test.c)
 TESTS     = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+# GPU tests and benchmarks (tests/gpu/*_test.c, *_bench.c), built only
+# with CUDA=1; a test exits 77 ("skip: no CUDA device") where there is
+# no GPU, which tests/run.sh counts as a skip
+ifeq ($(CUDA),1)
+GPU_TESTS   = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/gpu/*_test.c))
+GPU_BENCHES = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/gpu/*_bench.c))
+endif
 # programs the shell tests run, tests/tools/*.c (topo_dist: tests/sh/topo.sh;
 # lookahead_sched: tests/sh/lookahead.sh; slow_sched:
 # tests/sh/replay-burst.sh), built into $(BUILD)/tests/tools
@@ -79,9 +96,9 @@ CU_SRCS   = $(wildcard kernels/*.cu)
 CU_OBJS   = $(CU_SRCS:%.cu=$(BUILD)/%.o)
 CU_LIB    = $(BUILD)/libmedha-kernels.a
 ifeq ($(CUDA),1)
-override CFLAGS += -DMEDHA_CUDA -isystem $(CUDA_HOME)/include
+override CFLAGS += -DMEDHA_CUDA -isystem $(CUDA_HOME)/include -iquote kernels
 LIB_DEPS  = $(CU_LIB)
-LDLIBS   += $(CU_LIB) -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+LDLIBS   += $(CU_LIB) -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++ -lm
 endif
 MAN1      = $(wildcard man/*.1)
 MAN5      = $(wildcard man/*.5)
@@ -89,14 +106,15 @@ MAN7      = $(wildcard man/*.7)
 
 .PHONY: all test unit asan bench bench-cpu bench-live bench-sched bench-predictor \
     demo install clean \
-    contrib kernels format
+    contrib kernels format test-gpu bench-gpu gpu-pack
 all: $(PROGS:%=$(BIN)/%) contrib kernels
 
 # A target whose .d is missing (built before there were any, or the .d
 # removed) is built again, so that its headers are known: each .d is a
 # prerequisite, a target that is made up to date by nothing when absent.
 DEPS = $(patsubst %.o,%.d,$(LIB_OBJS) $(PROG_OBJS)) \
-    $(TESTS:=.d) $(TEST_TOOLS:=.d) $(CONTRIB:=.d)
+    $(TESTS:=.d) $(TEST_TOOLS:=.d) $(CONTRIB:=.d) $(GPU_TESTS:=.d) \
+    $(GPU_BENCHES:=.d)
 $(DEPS):
 $(BUILD)/%.d: ;
 .PRECIOUS: $(BUILD)/%.d
@@ -146,9 +164,27 @@ $(CU_LIB): $(CU_OBJS)
 	$(AR) rcs $@ $^
 
 # the references first (once; the tests that need them skip without)
-test: all $(TESTS) $(TEST_TOOLS)
+test: all $(TESTS) $(TEST_TOOLS) $(GPU_TESTS) $(GPU_BENCHES)
 	-@sh contrib/fetch-refs.sh >/dev/null
-	@sh tests/run.sh $(BUILD)/tests $(BIN)
+	@MEDHA_CUDA=$(CUDA) sh tests/run.sh $(BUILD)/tests $(BIN)
+
+# the GPU tests alone, their measured errors shown; no device is a failure
+ifeq ($(CUDA),1)
+test-gpu: $(GPU_TESTS)
+	@sh tests/run.sh --gpu $(BUILD)/tests $(BIN)
+else
+test-gpu:
+	@echo "test-gpu: nvcc not found (or CUDA=0): no GPU test is built"; false
+endif
+
+# the GPU benchmarks (contrib/bench-gpu.sh): medha's attention kernels
+# beside PyTorch's SDPA, and a random Llama-3-8B end to end beside Hugging
+# Face transformers; with GPU_QUICK=1 the short versions
+bench-gpu: all $(GPU_BENCHES)
+	@BUILD=$(BUILD) sh contrib/bench-gpu.sh $(BIN)
+
+gpu-pack: all $(GPU_TESTS) $(GPU_BENCHES)
+	@sh contrib/gpu-pack.sh $(BIN) $(BUILD)
 
 # the programs too: hostile_test drives medha-sched and medha-worker
 unit: $(PROGS:%=$(BIN)/%) $(TESTS)
@@ -205,4 +241,4 @@ clean:
 # the header dependencies the compiles wrote (none before the first build)
 -include $(wildcard $(BUILD)/libcore/*.d $(BUILD)/libcore/*/*.d \
     $(BUILD)/cmd/*.d $(BUILD)/cmd/*/*.d $(BUILD)/tests/*.d \
-    $(BUILD)/tests/tools/*.d $(BUILD)/contrib/*.d)
+    $(BUILD)/tests/tools/*.d $(BUILD)/tests/gpu/*.d $(BUILD)/contrib/*.d)

@@ -13,6 +13,9 @@
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef MEDHA_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /* ---- exits ---- */
 
@@ -212,4 +215,29 @@ splitmix64(uint64_t *x)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
 	return z ^ (z >> 31);
+}
+
+const char *
+cuda_gpu_name(int device, char *name, size_t len)
+{
+	/* "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB" */
+	static const char *known[] = {"h200", "h100", "a100"};
+
+	if (len > 0)
+		name[0] = '\0';
+#ifdef MEDHA_CUDA
+	struct cudaDeviceProp prop;
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || device >= n ||
+	    cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+		return NULL;
+	snprintf(name, len, "%s", prop.name);
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (strcasestr(prop.name, known[i]) != NULL)
+			return known[i];
+#else
+	(void)device;
+	(void)known;
+#endif
+	return NULL;
 }

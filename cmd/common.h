@@ -105,4 +105,12 @@ int online_cpus(int max);
  */
 uint64_t splitmix64(uint64_t *x);
 
+/*
+ * The runtime predictor's device (sched/pred.h: "a100", "h100", "h200")
+ * that CUDA device `device` is, read from its name, which name (len
+ * bytes) gets ("" when there is no such device); NULL for a GPU the
+ * predictor does not know, no device, or a build without CUDA.
+ */
+const char *cuda_gpu_name(int device, char *name, size_t len);
+
 #endif

@@ -48,7 +48,20 @@
 #                 TOPOLOGY-router.sock (port MEDHA_PORT+9)
 #   MEDHA_PORT    the first port for --tcp (5555)
 #   MEDHA_MODEL   the GGUF for cpu workers (cache/models/SmolLM2-135M-
-#                 Instruct.Q4_1.gguf, fetched by contrib/fetch-refs.sh)
+#                 Instruct.Q4_1.gguf, fetched by contrib/fetch-refs.sh);
+#                 for cuda workers also a shape name (llama3-8b: random
+#                 weights, no tokenizer: requests send prompt_ids)
+#   MEDHA_BACKEND cpu (default) or cuda: the workers of single,
+#                 two-replicas, tp2, spp2, kvp2, kvp3 and tp2-spp2-kvp2
+#                 run on one NVIDIA GPU, every process of the topology
+#                 sharing it (medha-worker --backend cuda); then
+#   MEDHA_DEVICE  the CUDA device (0)
+#   MEDHA_MEM_UTIL  each worker's share of the GPU's free memory (0.9
+#                 divided by the topology's workers)
+#   MEDHA_COLL    the collectives of a topology of several workers:
+#                 nng (default: NCCL cannot put two ranks on one GPU) or
+#                 nccl (one GPU per worker, MEDHA_DEVICE aside)
+#   MEDHA_READY_TIMEOUT  seconds to wait for "ready" (60; cuda 180)
 #   MEDHA_BIN     the programs (bin/)
 #   MEDHA_THREADS threads of each cpu worker (single 2; the others 1)
 #   MEDHA_KVP_MAX_TOKENS  KV positions of a request per KVP group (kvp2,
@@ -72,6 +85,14 @@ if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# = 2 ] && [ $tcp = 0 ]; }; then
 	exit 2
 fi
 model=${MEDHA_MODEL:-$top/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+backend=${MEDHA_BACKEND:-cpu}
+case $backend in
+cpu | cuda) ;;
+*)
+	echo "serve.sh: MEDHA_BACKEND=$backend: expected cpu or cuda" >&2
+	exit 2
+	;;
+esac
 port=${MEDHA_PORT:-5555}
 dir=/tmp/medha-$(id -u)
 [ $tcp = 1 ] || mkdir -p "$dir"
@@ -135,18 +156,35 @@ trap 'stop 1' EXIT
 
 need_model() {
 	[ -s "$model" ] && return
+	# cuda runs a shape name (llama3-8b) with random weights
+	if [ "$backend" = cuda ]; then
+		case $model in */* | *.gguf) ;; *) return ;; esac
+	fi
 	echo "serve.sh: $model: no such model (run contrib/fetch-refs.sh or set MEDHA_MODEL)" >&2
 	exit 1
 }
 
+# gpu_flags N: the flags of a cuda worker, one of N sharing the GPU
+# (MEDHA_BACKEND=cuda), into the array bflags
+gpu_flags() {
+	bflags=()
+	[ "$backend" = cuda ] || return 0
+	bflags=(--backend cuda --device "${MEDHA_DEVICE:-0}" --mem-util
+	    "${MEDHA_MEM_UTIL:-$(awk -v n="$1" 'BEGIN { printf "%.3f", 0.9 / n }')}")
+	[ "$1" -gt 1 ] && bflags+=(--coll "${MEDHA_COLL:-nng}")
+	return 0
+}
+
 # replica NAME ADDR cpu|sim THREADS [TP SPP KVP [SCHED_FLAGS...]]: a
 # scheduler and its tp * spp * kvp workers (logs NAME.log,
-# NAME-workerR.log)
+# NAME-workerR.log); cpu is MEDHA_BACKEND's, of which the topology has
+# $gpu_workers on the GPU
 replica() {
 	local name=$1 addr=$2 kind=$3 threads=$4 tp=${5:-1} spp=${6:-1}
-	local kvp=${7:-1} n r
+	local kvp=${7:-1} n r bflags
 	shift 7 2>/dev/null || shift $#
 	n=$((tp * spp * kvp))
+	gpu_flags "${gpu_workers:-$n}"
 	proc "$name" "$bin/medha-sched" -l "$addr" --workers $n "$@" \
 	    ${MEDHA_SCHED_OPTS:-}
 	ready_logs+=("$logs/$name.log")
@@ -155,7 +193,7 @@ replica() {
 			proc "$name-worker$r" "$bin/medha-worker" -s "$addr" \
 			    -m "$model" -t "$threads" \
 			    --tp $tp --spp $spp --kvp $kvp --rank $r \
-			    ${MEDHA_WORKER_OPTS:-}
+			    "${bflags[@]}" ${MEDHA_WORKER_OPTS:-}
 		else
 			proc "$name-worker$r" "$bin/medha-worker" -s "$addr" \
 			    --backend sim --gpu "${MEDHA_SIM_GPU:-a100}" \
@@ -226,6 +264,7 @@ sim64)
 	;;
 two-replicas)
 	need_model
+	gpu_workers=2
 	front=${MEDHA_ROUTER:-$(url 0)}
 	replica sched0 "$(url 1)" cpu "${MEDHA_THREADS:-1}"
 	replica sched1 "$(url 2)" cpu "${MEDHA_THREADS:-1}"
@@ -240,6 +279,7 @@ two-replicas)
 esac
 
 [ -n "${MEDHA_HTTP:-}" ] && where="$where, HTTP at http://$MEDHA_HTTP"
+[ "$backend" = cuda ] && case $topo in sim*) ;; *) where="$where, on the GPU" ;; esac
 echo "serve.sh: $topo at $where, logs in $logs" >&2
 # ready once every scheduler and the router say so; give up if a
 # process dies first
@@ -248,7 +288,9 @@ all_ready() {
 		grep -q 'ready:' "$l" 2>/dev/null || return 1
 	done
 }
-for _ in $(seq 600); do
+ready_s=${MEDHA_READY_TIMEOUT:-60}
+[ "$backend" = cuda ] && ready_s=${MEDHA_READY_TIMEOUT:-180}
+for _ in $(seq $((ready_s * 10))); do
 	all_ready && break
 	for p in "${pids[@]}"; do
 		if ! kill -0 "$p" 2>/dev/null; then
@@ -260,7 +302,7 @@ for _ in $(seq 600); do
 	sleep 0.1
 done
 if ! all_ready; then
-	echo "serve.sh: not ready after 60 s" >&2
+	echo "serve.sh: not ready after $ready_s s" >&2
 	stop 1
 fi
 echo ready >&2

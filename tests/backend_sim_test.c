@@ -708,10 +708,18 @@ test_registry(void **state)
 	assert_true(sim->caps & MEDHA_BACKEND_SPP);
 	assert_true(sim->caps & MEDHA_BACKEND_KVP);
 	assert_non_null(sim->open);
-	/* cuda: known, on a GPU, not built here */
+	/* cuda: known, on a GPU; built in with MEDHA_CUDA (CUDA=1) */
 	assert_true(cuda->caps & MEDHA_BACKEND_GPU);
 	assert_true(cuda->caps & MEDHA_BACKEND_COMPUTES);
+	assert_true(cuda->caps & MEDHA_BACKEND_TP);
+	assert_true(cuda->caps & MEDHA_BACKEND_SPP);
+	assert_true(cuda->caps & MEDHA_BACKEND_KVP);
+	assert_true(cuda->caps & MEDHA_BACKEND_FILL);
+#ifdef MEDHA_CUDA
+	assert_non_null(cuda->open);
+#else
 	assert_null(cuda->open);
+#endif
 
 	memset(&p, 0, sizeof(p));
 	be = (struct medha_backend *)&p;
@@ -722,10 +730,22 @@ test_registry(void **state)
 	assert_non_null(strstr(why, "backend x"));
 	be = (struct medha_backend *)&p;
 	why[0] = '\0';
+#ifdef MEDHA_CUDA
+	/* without a device it says so; with one, a missing model */
+	{
+		int rc = medha_backend_open(&be, "cuda", &p, why, sizeof(why));
+		assert_null(be);
+		if (strstr(why, "no CUDA device") != NULL)
+			assert_int_equal(rc, MEDHA_EUNSUP);
+		else
+			assert_int_equal(rc, MEDHA_EINVAL);
+	}
+#else
 	assert_int_equal(medha_backend_open(&be, "cuda", &p, why, sizeof(why)),
 	    MEDHA_EUNSUP);
 	assert_null(be);
 	assert_non_null(strstr(why, "not built"));
+#endif
 
 	/* sim through the registry: its parameters reach it */
 	p = (struct medha_backend_params){.model = "llama3-8b",

@@ -103,6 +103,12 @@ test_builtins(void **state)
 	g = medha_gpu_find("h100");
 	assert_non_null(g);
 	assert_true(g->peak_flops == 989e12 && g->net_bw == 50e9);
+	/* the H100's compute, more and faster memory */
+	g = medha_gpu_find("H200");
+	assert_non_null(g);
+	assert_string_equal(g->name, "h200");
+	assert_true(g->peak_flops == 989e12 && g->hbm_bw == 4.8e12 &&
+	    g->mem_bytes == 141e9);
 	assert_null(medha_gpu_find("v100"));
 	assert_null(medha_gpu_find(NULL));
 
@@ -788,6 +794,16 @@ test_capacity(void **state)
 	/* 70B in bf16 does not fit on one GPU */
 	setup(&p, "h100", "llama3-70b", 1, 1, 1);
 	assert_int_equal(medha_pred_kv_capacity(&p, 0.9), 0);
+	/* the h200's 141 GB hold twice the h100's KV beside 8B's weights,
+	   and its 4.8 TB/s read them faster: a decode step is weight-bound */
+	struct medha_pred q;
+	setup(&p, "h100", "llama3-8b", 1, 1, 1);
+	setup(&q, "h200", "llama3-8b", 1, 1, 1);
+	assert_true(medha_pred_kv_capacity(&q, 0.9) >
+	    1.8 * medha_pred_kv_capacity(&p, 0.9));
+	assert_true(medha_pred_linear(&q, 1) < 0.8 * medha_pred_linear(&p, 1));
+	assert_true(medha_pred_linear(&q, 1) > 0.6 * medha_pred_linear(&p, 1));
+	medha_pred_free(&q);
 }
 
 /* ---------------------------------------------------------------- */

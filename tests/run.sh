@@ -22,11 +22,26 @@
 # one failure. On a terminal, the test running now is shown (some take
 # minutes).
 #
-# --unit leaves out the shell tests and the unit-test programs listed in
-# $slow (make test runs them), so that make unit takes seconds.
+# --unit leaves out the shell tests, the GPU tests and the unit-test
+# programs listed in $slow (make test runs them), so that make unit takes
+# seconds.
+#
+# GPU tests (tests/gpu/*_test.c, built into TESTDIR/gpu with CUDA=1) are
+# programs that print "ok"/"FAIL" lines and exit 0 when all passed; one
+# that finds no CUDA device prints "skip: no CUDA device (...)" and exits
+# 77: it is counted as skipped, and a line before the summary says how
+# many GPU tests were skipped and why ("N GPU tests skipped: no CUDA
+# device"), or that they were not built (MEDHA_CUDA=0, which the
+# Makefile sets when it builds without nvcc or with CUDA=0). --gpu runs
+# the GPU tests alone, with their output, and a skip is a failure (make
+# test-gpu: there must be a GPU).
 unit=0
+gpu=0
 if [ "$1" = --unit ]; then
 	unit=1
+	shift
+elif [ "$1" = --gpu ]; then
+	gpu=1
 	shift
 fi
 tdir=$1
@@ -91,7 +106,7 @@ tap() {
 }
 
 for t in "$tdir"/*_test; do
-	[ -x "$t" ] || continue
+	[ "$gpu" = 0 ] && [ -x "$t" ] || continue
 	name=$(basename "$t")
 	if [ "$unit" = 1 ]; then
 		case " $slow " in *" $name "*)
@@ -124,8 +139,55 @@ for t in "$tdir"/*_test; do
 	sed 1d "$res"
 done
 
+# the GPU tests: skipped as a whole without a device (status 77)
+ngpu=0
+gskip=0
+gwhy=
+gpath=
+for t in "$tdir"/gpu/*_test; do
+	[ "$unit" = 0 ] && [ -x "$t" ] || continue
+	name=gpu/$(basename "$t")
+	ngpu=$((ngpu + 1))
+	# where cuBLASLt and NCCL are (contrib/gpu-env.sh), found once
+	[ -n "$gpath" ] ||
+	    gpath=$(. "$here/../contrib/gpu-env.sh" && echo "$LD_LIBRARY_PATH:")
+	running "$name"
+	t0=$(now)
+	LD_LIBRARY_PATH=${gpath%:} "$t" >"$log" 2>&1
+	rc=$?
+	s=$(took "$t0")
+	if [ "$rc" = 77 ] && [ "$gpu" = 0 ]; then
+		nskip=$((nskip + 1))
+		gskip=$((gskip + 1))
+		gwhy=$(sed -n 's/^skip: //p' "$log" | tail -n 1)
+		echo "skip $name: ${gwhy:-no reason given}"
+	elif [ "$rc" = 0 ]; then
+		pass=$((pass + 1))
+		echo "ok   $name $s s"
+		[ "$gpu" = 0 ] || sed 's/^/    /' "$log"
+	else
+		fail=$((fail + 1))
+		echo "FAIL $name (status $rc) $s s"
+		sed 's/^/    /' "$log"
+	fi
+done
+# what became of the GPU tests, said again before the summary
+gline=
+if [ "$unit" = 0 ]; then
+	nsrc=$(ls "$here"/gpu/*_test.c 2>/dev/null | wc -l)
+	if [ "$gskip" -gt 0 ]; then
+		# "no CUDA device (...)" without what the program added
+		gline="$gskip GPU tests skipped: ${gwhy%% (*}"
+	elif [ "$ngpu" -lt "$nsrc" ] && [ "${MEDHA_CUDA:-1}" = 0 ]; then
+		gline="$nsrc GPU tests not built (CUDA=0: no nvcc, or turned off)"
+	elif [ "$ngpu" -lt "$nsrc" ]; then
+		gline="$((nsrc - ngpu)) of $nsrc GPU tests not built (make build/tests/gpu/NAME)"
+		[ "$gpu" = 0 ] || fail=$((fail + nsrc - ngpu))
+	fi
+fi
+
 for s in "$here"/sh/*.sh; do
-	[ "$unit" = 0 ] && [ -f "$s" ] || continue
+	[ "$unit" = 0 ] && [ "$gpu" = 0 ] && [ -f "$s" ] || continue
 	name=$(basename "$s" .sh)
 	[ "$name" != lib ] || continue # what the tests source
 	running "sh/$name"
@@ -154,5 +216,6 @@ for s in "$here"/sh/*.sh; do
 	esac
 done
 
+[ -z "$gline" ] || echo "$gline"
 echo "$pass passed, $fail failed, $nskip skipped"
 [ "$fail" -eq 0 ]

@@ -43,6 +43,7 @@ test_sampling(void **state)
 	assert_int_equal(medha_sample_greedy(lg, V), 500);
 	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
 	assert_int_equal(medha_sample(s, lg), 500);
+	assert_int_equal(medha_sampler_is_greedy(s), 1);
 	medha_sampler_free(s);
 	lg[700] = 0;
 
@@ -51,6 +52,7 @@ test_sampling(void **state)
 	lg[500] = 3.0f;
 	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
 	assert_int_equal(medha_sampler_init(&s2, &p, V), 0);
+	assert_int_equal(medha_sampler_is_greedy(s), 0);
 	for (i = 0; i < 50; i++) {
 		a[i] = medha_sample(s, lg);
 		b[i] = medha_sample(s2, lg);

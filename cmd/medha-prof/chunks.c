@@ -124,7 +124,7 @@ print_study(const struct study *S, const struct prof *P, int predicted)
 
 	printf("chunk-size study: %s on the %s backend, %d threads, KV %s; "
 	       "one prompt of %lld tokens\n\n",
-	    P->name, P->be->info.name, P->threads, P->kv_f16 ? "f16" : "f32",
+	    P->name, P->be->info.name, P->threads, P->kv,
 	    (long long)S->prompt);
 	printf("batch time (ms) of one chunk after a context of\n%6s |",
 	    "chunk");

@@ -15,27 +15,31 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "usage: medha-prof -m MODEL [-hqv] [--backend cpu] [-o FILE] "
+    "usage: medha-prof -m MODEL [-hqv] [--backend cpu|cuda] [-o FILE] "
     "[-t THREADS]\n"
-    "           [--kv f16|f32] [--reps N] [--attn-layers N] "
-    "[--max-tokens N]\n"
-    "           [--max-context N] [--decode-total N]\n"
+    "           [--kv f16|f32|bf16] [--device N] [--reps N] "
+    "[--attn-layers N]\n"
+    "           [--max-tokens N]"
+    " [--max-context N] [--decode-total N]\n"
     "           [--check N [--seed S] [--predictor FILE]]\n"
     "       medha-prof -m MODEL --chunks [--prompt N] [--plot "
     "FILE.png]\n"
-    "           [--predictor FILE] [-t THREADS] [--kv f16|f32] "
+    "           [--predictor FILE] [-t THREADS] [--kv f16|f32|bf16] "
     "[--reps N]\n";
 
 static const struct medha_help help_lines[] = {
     {"-h, --help", "print this help and exit"},
-    {"-m, --model MODEL", "the model, a GGUF file"},
+    {"-m, --model MODEL",
+        "a GGUF file (cuda: or a shape name, llama3-8b)"},
     {"-o, --output FILE", "write the profile there (default: standard output)"},
     {"-q, --quick", "a few points per operator only (tests)"},
     {"-t, --threads THREADS",
         "threads of the backend (default: online CPUs)"},
     {"-v, --verbose", "more on stderr; --check: one line a batch"},
-    {"--backend cpu", "the backend to profile (cpu)"},
-    {"--kv f16|f32", "KV cache element type, as the worker's (f32)"},
+    {"--backend cpu|cuda", "the backend to profile (cpu)"},
+    {"--device N", "cuda: the CUDA device (0)"},
+    {"--kv f16|f32|bf16",
+        "KV cache type, as the worker's (cpu f32, cuda bf16)"},
     {"--reps N", "runs of each point, the median kept (3)"},
     {"--attn-layers N", "layers run to time attention (0: all, the default)"},
     {"--max-tokens N", "largest token count measured (2048)"},
@@ -63,6 +67,7 @@ enum {
 	OPT_CHUNKS,
 	OPT_PROMPT,
 	OPT_PLOT,
+	OPT_DEVICE,
 };
 
 static const struct option longopts[] = {
@@ -73,6 +78,7 @@ static const struct option longopts[] = {
     {"threads", required_argument, NULL, 't'},
     {"verbose", no_argument, NULL, 'v'},
     {"backend", required_argument, NULL, OPT_BACKEND},
+    {"device", required_argument, NULL, OPT_DEVICE},
     {"kv", required_argument, NULL, OPT_KV},
     {"reps", required_argument, NULL, OPT_REPS},
     {"attn-layers", required_argument, NULL, OPT_ATTN_LAYERS},
@@ -110,8 +116,9 @@ short_name(const char *path, char *out, size_t len)
 }
 
 /*
- * The predictor for --check and --chunks: the model's shape, the cpu
- * device measured here (for operators a profile lacks), the table.
+ * The predictor for --check and --chunks: the model's shape, the device
+ * (for operators a profile lacks: the cpu measured here, or cuda's GPU
+ * from the built-in ones), the table.
  */
 static int
 load_pred(struct medha_pred *p, const struct prof *P, const char *table,
@@ -124,10 +131,12 @@ load_pred(struct medha_pred *p, const struct prof *P, const char *table,
 
 	if ((rc = medha_model_resolve_why(P->model, &m, w2, sizeof(w2))) != 0)
 		return medha_why(why, whylen, rc, "%s: %s", P->model, w2);
-	if ((rc = medha_gpu_measure_cpu(&g, P->threads)) != 0)
+	if (strcmp(P->gpu, "cpu") != 0)
+		g = *medha_gpu_find(P->gpu);
+	else if ((rc = medha_gpu_measure_cpu(&g, P->threads)) != 0)
 		return medha_why(why, whylen, rc, "measuring the cpu: %s",
 		    medha_strerror(rc));
-	m.kv_bytes = P->kv_f16 ? 2 : 4;
+	m.kv_bytes = strcmp(P->kv, "f32") == 0 ? 4 : 2;
 	if ((rc = medha_pred_init(p, &g, &m, 1, 1, 1)) != 0)
 		return medha_why(why, whylen, rc, "predictor: %s",
 		    medha_strerror(rc));
@@ -149,6 +158,7 @@ struct args {
 	uint64_t seed;         /* --seed */
 	int chunks;            /* --chunks */
 	int verbose;           /* -v, repeated */
+	int device_set;        /* --device given */
 };
 
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
@@ -182,26 +192,31 @@ parse_args(struct args *a, int argc, char *argv[])
 			break;
 		case 'v': a->verbose++; break;
 		case OPT_BACKEND:
-			/* a kind that computes, can fill a context, and is
-			   built here */
+			/* a kind that computes and can fill a context
+			   (whether it is built here: check_backend) */
 			if ((bk = medha_backend_find(optarg)) == NULL ||
 			    !(bk->caps & MEDHA_BACKEND_COMPUTES) ||
-			    !(bk->caps & MEDHA_BACKEND_FILL) ||
-			    bk->open == NULL)
+			    !(bk->caps & MEDHA_BACKEND_FILL))
 				die(2, "--backend: %s: %s", optarg,
-				    bk == NULL ? "expected cpu"
+				    bk == NULL ? "expected cpu or cuda"
 				    : !(bk->caps & MEDHA_BACKEND_COMPUTES)
 				        ? "the sim backend has nothing to "
 				          "measure (its times are the "
 				          "predictor's)"
-				        : "not built yet");
+				        : "it cannot fill a context");
 			P->backend = optarg;
 			break;
 		case OPT_KV:
 			if (strcmp(optarg, "f16") != 0 &&
-			    strcmp(optarg, "f32") != 0)
-				die(2, "--kv: %s: expected f16 or f32", optarg);
-			P->kv_f16 = strcmp(optarg, "f16") == 0;
+			    strcmp(optarg, "f32") != 0 &&
+			    strcmp(optarg, "bf16") != 0)
+				die(2, "--kv: %s: expected f16, f32 or bf16",
+				    optarg);
+			P->kv = optarg;
+			break;
+		case OPT_DEVICE:
+			P->device = (int)flag_i64("--device", optarg, 0, 255);
+			a->device_set = 1;
 			break;
 		case OPT_REPS:
 			P->reps = (int)flag_i64("--reps", optarg, 1, 64);
@@ -244,6 +259,44 @@ parse_args(struct args *a, int argc, char *argv[])
 }
 
 /*
+ * The backend's flags (exit 2): --kv's type against the backend's (cpu
+ * f32 or f16, cuda bf16 or f16; the default the first), --device with
+ * cuda only, a kind built here. Sets P->kv and P->gpu: "cpu", or the
+ * built-in GPU cuda's device is (h100 for one the predictor does not
+ * know, with a warning).
+ */
+static void
+check_backend(struct prof *P, int device_set)
+{
+	int cuda = strcmp(P->backend, "cuda") == 0;
+	char name[256];
+
+	if (P->kv == NULL)
+		P->kv = cuda ? "bf16" : "f32";
+	if (cuda && strcmp(P->kv, "f32") == 0)
+		die(2, "--kv f32: the cuda backend keeps its KV cache in bf16 "
+		       "or f16");
+	if (!cuda && strcmp(P->kv, "bf16") == 0)
+		die(2, "--kv bf16 goes with --backend cuda (cpu: f32 or f16)");
+	if (!cuda && device_set)
+		die(2, "--device goes with --backend cuda");
+	if (medha_backend_find(P->backend)->open == NULL)
+		die(2, "--backend: %s: not built into this program%s",
+		    P->backend,
+		    cuda ? " (built without nvcc, or with CUDA=0)" : "");
+	P->gpu = "cpu";
+	if (cuda && (P->gpu = cuda_gpu_name(P->device, name,
+	                 sizeof(name))) == NULL) {
+		if (name[0] != '\0')
+			medha_log(MEDHA_LOG_WARN,
+			    "CUDA device %d (%s) is none the predictor knows: "
+			    "the profile is labelled h100",
+			    P->device, name);
+		P->gpu = "h100";
+	}
+}
+
+/*
  * The checks between flags (exit 2), then --prompt's default: the
  * largest power of two within --max-context, which --chunks stretches
  * to a longer --prompt.
@@ -270,6 +323,7 @@ check_args(struct args *a, int argc, char *argv[])
 	}
 	if (a->chunks && a->prompt > a->P.max_context)
 		a->P.max_context = a->prompt;
+	check_backend(&a->P, a->device_set);
 }
 
 /*

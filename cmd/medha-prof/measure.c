@@ -186,7 +186,10 @@ prof_open(struct prof *P, char *why, size_t whylen)
 	pool = P->decode_total + P->max_context + P->max_tokens;
 	o.n_threads = P->threads;
 	o.max_seqs = PROF_SEQS;
-	o.kv_type = P->kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
+	o.kv_type = strcmp(P->kv, "f16") == 0 ? MEDHA_KV_F16
+	    : strcmp(P->kv, "bf16") == 0     ? MEDHA_KV_BF16
+	                                     : MEDHA_KV_F32;
+	o.device = P->device;
 	o.kv_blocks = (pool + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK + PROF_SEQS;
 	o.model = P->model;
 	if ((rc = medha_backend_open(&P->be, P->backend, &o, why, whylen)) != 0)
@@ -326,12 +329,12 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 
 	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
 	fprintf(f,
-	    "# medha-profile v1 model=%s gpu=cpu tp=1 backend=%s threads=%d "
+	    "# medha-profile v1 model=%s gpu=%s tp=1 backend=%s threads=%d "
 	    "kv=%s\n"
 	    "# measured by medha-prof on %s: median of %d runs a point; "
 	    "attention over %d layers, the rest over all %d\n"
 	    "op,tokens,kv,time_us\n",
-	    P->name, P->be->info.name, P->threads, P->kv_f16 ? "f16" : "f32",
+	    P->name, P->gpu, P->be->info.name, P->threads, P->kv,
 	    date, P->reps, al, L);
 	for (i = 0; i < nrows; i++)
 		fprintf(f, "%s,%lld,%lld,%.3f\n", rows[i].op,

@@ -23,7 +23,11 @@ struct prof {
 	const char *model;    /* the GGUF path */
 	const char *name;     /* its short name, for the table's comment */
 	int threads;          /* of the backend */
-	int kv_f16;           /* KV type */
+	const char *kv;       /* KV type: "f32", "f16" or "bf16" (--kv;
+	                         NULL until checked: the backend's) */
+	int device;           /* cuda: the CUDA device (--device) */
+	const char *gpu;      /* the predictor's device of the table:
+	                         "cpu", or cuda's ("h200") */
 	int reps;             /* repetitions of each measurement */
 	int attn_layers;      /* layers run to time attention (0: all) */
 	int64_t max_tokens;   /* largest linear / lm_head point */

@@ -47,7 +47,7 @@ static const struct medha_help help_lines[] = {
     {"--max-queue N", "most requests in flight; more are refused (100000)"},
     {"--workers N", "workers to wait for, tp x spp x kvp (1, at most 4096)"},
     {NULL, "Simulation (--sim GPU):"},
-    {"--sim GPU", "simulate on a100 (80 GB SXM) or h100 (SXM 80 GB)"},
+    {"--sim GPU", "simulate on a100, h100 (80 GB) or h200 (141 GB)"},
     {"-m, --model MODEL",
         "llama3-8b, llama3-70b, smollm2-135m or a GGUF (bf16)"},
     {"-b, --batch-log FILE",
@@ -442,7 +442,7 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 	int rc;
 
 	if ((gpu = medha_gpu_find(a->gpu_name)) == NULL)
-		die(1, "--sim: unknown GPU %s (built in: a100, h100)",
+		die(1, "--sim: unknown GPU %s (built in: a100, h100, h200)",
 		    a->gpu_name);
 	if ((rc = medha_model_resolve_why(a->model_name, &model, why,
 	         sizeof(why))) != 0)

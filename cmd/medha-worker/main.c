@@ -4,20 +4,13 @@
  * llama.cpp does for the GGUF (or through the GGUF's chat template),
  * prefills it in chunks, and generates with greedy or temperature /
  * top-k / top-p sampling, printing the text (or the token ids) as it
- * goes (engine/runner.c). With -s it serves a replica's scheduler
- * (serve/worker.c). Flags and wiring only.
+ * goes (engine/runner.c, oneshot.c). With -s it serves a replica's
+ * scheduler (serve/worker.c). Flags and wiring only.
  */
 #include "medha-worker.h"
-#include "engine/backend.h"
-#include "cpu/kvcache.h"
 #include "layout.h"
-#include "serve/worker.h"
-#include "engine/runner.h"
-#include "model/sample.h"
-#include "tok/tokenizer.h"
+#include "sched/pred.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +18,19 @@
 #include <unistd.h>
 
 static const char synopsis[] =
-    "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim] "
+    "usage: medha-worker -s ADDR -m MODEL [-v] [--backend cpu|sim|cuda] "
     "[--gpu NAME]\n"
-    "           [--kv f16|f32] [--kv-blocks N] [--max-seqs N] "
-    "[--speed X] [-t THREADS]\n"
-    "           [--tp N] [--spp N] [--kvp N] [--rank R] "
+    "           [--kv f16|f32|bf16] [--kv-blocks N] [--max-seqs N] "
+    "[--speed X]\n"
+    "           [-t THREADS] [--tp N] [--spp N] [--kvp N] [--rank R] "
     "[--peer ADDR]\n"
-    "           [--lookahead | --no-lookahead]\n"
+    "           [--lookahead | --no-lookahead] [--mem-util F] "
+    "[--device N]\n"
+    "           [--coll nccl|nng] [--seed S]\n"
     "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
-    "           [-n N] [-t THREADS] [--chat] [--ignore-eos] [--kv "
-    "f16|f32]\n"
+    "           [-n N] [-t THREADS] [--backend cpu|cuda] [--chat] "
+    "[--ignore-eos]\n"
+    "           [--kv f16|f32|bf16] [--mem-util F] [--device N]\n"
     "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
     "T]\n"
     "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
@@ -48,9 +44,10 @@ static const struct medha_help help_lines[] = {
     {NULL, "Daemon mode (-s ADDR):"},
     {"-s, --sched ADDR", "serve the scheduler (medha-sched -l) at ADDR"},
     {"-m, --model MODEL",
-        "a GGUF file, or for sim a built-in name (llama3-8b)"},
-    {"--backend cpu|sim", "the backend (cpu)"},
-    {"--gpu NAME", "the device a sim worker models: a100 (default), h100"},
+        "a GGUF, or for sim and cuda a shape name (llama3-8b)"},
+    {"--backend cpu|sim|cuda", "the backend (cpu); cuda: an NVIDIA GPU"},
+    {"--gpu NAME",
+        "predictor's device: a100, h100, h200 (cuda: its own)"},
     {"--kv-blocks N", "16-token KV blocks (cpu: ctx x seqs; sim: GPU memory)"},
     {"--max-seqs N", "sequences held at once (cpu 64, sim 1024)"},
     {"--speed X", "sim backend: divide every batch's time by X (1)"},
@@ -61,6 +58,13 @@ static const struct medha_help help_lines[] = {
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
     {"--lookahead", "run the next decode step during the round trip (on)"},
     {"--no-lookahead", "wait for each batch instead"},
+    {"--seed S", "cuda, -m SHAPE: the random weights' seed (1)"},
+    {NULL, "The cuda backend (--backend cuda), both modes:"},
+    {"--mem-util F",
+        "free GPU memory for weights, scratch and KV (0.9)"},
+    {"--device N", "the CUDA device (0)"},
+    {"--coll nccl|nng",
+        "TP collectives: NCCL, or the workers' (shared GPU)"},
     {NULL, "One-shot mode (-p PROMPT or -f FILE):"},
     {"-m, --model MODEL", "the model, a GGUF file"},
     {"-p, --prompt PROMPT", "the prompt text"},
@@ -90,7 +94,7 @@ static const struct medha_help help_lines[] = {
     {"-t, --threads THREADS",
         "threads in all (default: online CPUs, at most usable)"},
     {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s: each batch)"},
-    {"--kv f16|f32", "KV cache element type (f32)"},
+    {"--kv f16|f32|bf16", "KV cache element type (cpu: f32; cuda: bf16)"},
 };
 
 enum {
@@ -106,6 +110,9 @@ enum {
 	OPT_PEER,
 	OPT_LOOKAHEAD,
 	OPT_NO_LOOKAHEAD,
+	OPT_MEM_UTIL,
+	OPT_DEVICE,
+	OPT_COLL,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -130,6 +137,9 @@ enum {
 static const struct option longopts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"chat", no_argument, NULL, OPT_CHAT},
+    {"coll", required_argument, NULL, OPT_COLL},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"mem-util", required_argument, NULL, OPT_MEM_UTIL},
     {"system", required_argument, NULL, OPT_SYSTEM},
     {"chunk", required_argument, NULL, 'c'},
     {"file", required_argument, NULL, 'f'},
@@ -171,6 +181,27 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/*
+ * The predictor's device (pred.h) for CUDA device `device`, by its name
+ * (cuda_gpu_name); a GPU the predictor does not know is modelled as an
+ * h100, with a warning: its scheduler should be given a profile.
+ */
+static const char *
+gpu_model(int device)
+{
+	char name[256];
+	const char *g = cuda_gpu_name(device, name, sizeof(name));
+
+	if (g != NULL)
+		return g;
+	medha_log(MEDHA_LOG_WARN,
+	    "CUDA device %d (%s) is none the predictor knows: modelled as "
+	    "h100 (give --gpu, or medha-sched --predictor a medha-prof "
+	    "profile)",
+	    device, name[0] ? name : "unnamed");
+	return "h100";
+}
+
 /* Daemon mode: open the backend (p), then serve the scheduler. */
 static int
 daemon_main(struct medha_worker_config c, const char *backend,
@@ -185,7 +216,7 @@ daemon_main(struct medha_worker_config c, const char *backend,
 		die(2, "--rank %d: not below tp %d x spp %d x kvp %d", c.rank,
 		    c.tp, c.spp, c.kvp);
 	p.model = c.model;
-	p.gpu = c.gpu;
+	p.gpu = c.gpu != NULL ? c.gpu : "a100";
 	p.tp = c.tp;
 	p.tp_rank = lay.rt;
 	p.spp = c.spp;
@@ -198,6 +229,10 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	if ((be->info.caps & MEDHA_BACKEND_COMPUTES) &&
 	    !(be->info.caps & MEDHA_BACKEND_GPU))
 		c.gpu = "cpu";
+	else if (c.gpu == NULL && (be->info.caps & MEDHA_BACKEND_GPU))
+		c.gpu = gpu_model(p.device);
+	else if (c.gpu == NULL)
+		c.gpu = p.gpu;
 	catch_stop();
 	if ((rc = medha_worker_run(be, &c, &stop_requested, why,
 	         sizeof(why))) != 0)
@@ -206,17 +241,15 @@ daemon_main(struct medha_worker_config c, const char *backend,
 	return rc == 0 ? 0 : c.addr[0] == '\0' ? 2 : 1;
 }
 
-
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
 static void
 parse_args(struct args *a, int argc, char *argv[])
 {
-	const struct medha_backend_kind *bk;
 	int ch;
 
 	*a = (struct args){
 	    .backend = "cpu",
-	    .gpu = "a100",
+	    .gpu = NULL,
 	    .kv_blocks = 0,
 	    .max_seqs = 0,
 	    .speed = 1,
@@ -239,11 +272,11 @@ parse_args(struct args *a, int argc, char *argv[])
 		case 'p': a->prompt = optarg; break;
 		case 's': a->addr = optarg; break;
 		case OPT_BACKEND:
-			if ((bk = medha_backend_find(optarg)) == NULL ||
-			    bk->open == NULL)
-				die(2, "--backend: %s: %s", optarg,
-				    bk == NULL ? "expected cpu or sim"
-				               : "not built into this program");
+			/* a kind not built here: after the other flags'
+			   checks (check_backend) */
+			if (medha_backend_find(optarg) == NULL)
+				die(2, "--backend: %s: expected cpu, sim or cuda",
+				    optarg);
 			a->backend = optarg;
 			break;
 		case OPT_GPU: a->gpu = optarg; break;
@@ -279,12 +312,30 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_IGNORE_EOS: a->ignore_eos = 1; break;
 		case OPT_LLAMA_COMPAT: a->ro.llama_compat = 1; break;
 		case OPT_KV:
-			if (strcmp(optarg, "f16") == 0)
-				a->ro.kv_f16 = 1;
-			else if (strcmp(optarg, "f32") == 0)
-				a->ro.kv_f16 = 0;
+			if (strcmp(optarg, "f16") != 0 &&
+			    strcmp(optarg, "f32") != 0 &&
+			    strcmp(optarg, "bf16") != 0)
+				die(2, "--kv: %s: expected f16, f32 or bf16",
+				    optarg);
+			a->kv = optarg;
+			break;
+		case OPT_MEM_UTIL:
+			a->bp.mem_util = flag_f64("--mem-util", optarg, 0, 1, 1);
+			a->cuda_flag = "--mem-util";
+			break;
+		case OPT_DEVICE:
+			a->bp.device = (int)flag_i64("--device", optarg, 0, 255);
+			a->cuda_flag = "--device";
+			break;
+		case OPT_COLL:
+			if (strcmp(optarg, "nccl") == 0)
+				a->bp.coll = MEDHA_COLL_NCCL;
+			else if (strcmp(optarg, "nng") == 0)
+				a->bp.coll = MEDHA_COLL_HOST;
 			else
-				die(2, "--kv: %s: expected f16 or f32", optarg);
+				die(2, "--coll: %s: expected nccl or nng",
+				    optarg);
+			a->cuda_flag = "--coll";
 			break;
 		case OPT_LOGITS: a->logits_path = optarg; break;
 		case OPT_SEED:
@@ -344,13 +395,65 @@ daemon_mode(struct args *a, int argc)
 	a->wo.addr = a->addr;
 	a->wo.model = a->model;
 	a->wo.gpu = a->gpu;
-	return daemon_main(a->wo, a->backend,
-	    (struct medha_backend_params){.n_threads = a->ro.n_threads,
-	        .max_seqs = (int)a->max_seqs,
-	        .kv_blocks = a->kv_blocks,
-	        .kv_type = a->ro.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32,
-	        .ref = a->ro.ref,
-	        .speed = a->speed});
+	a->bp.n_threads = a->ro.n_threads;
+	a->bp.max_seqs = (int)a->max_seqs;
+	a->bp.kv_blocks = a->kv_blocks;
+	a->bp.ref = a->ro.ref;
+	a->bp.speed = a->speed;
+	return daemon_main(a->wo, a->backend, a->bp);
+}
+
+/* Is model a shape name (pred.h's built-in names), not a file? */
+static int
+is_shape_name(const char *model)
+{
+	struct medha_pred_model m;
+
+	return access(model, F_OK) != 0 && medha_model_resolve(model, &m) == 0;
+}
+
+/*
+ * The flags that depend on the backend (exit 2): cuda's own given to
+ * another, --kv's type against the backend's, a shape name in one-shot
+ * mode (random weights have no tokenizer: a cuda worker on one serves
+ * requests that send token ids, -s). Fills a->bp's KV type and seed and
+ * the runner's backend.
+ */
+static void
+check_backend(struct args *a)
+{
+	int cuda = strcmp(a->backend, "cuda") == 0;
+	const char *kv = a->kv;
+
+	if (!cuda && a->cuda_flag != NULL)
+		die(2, "%s goes with --backend cuda", a->cuda_flag);
+	if (kv == NULL)
+		kv = cuda ? "bf16" : "f32";
+	if (cuda && strcmp(kv, "f32") == 0)
+		die(2, "--kv f32: the cuda backend keeps its KV cache in bf16 "
+		       "or f16");
+	if (!cuda && strcmp(kv, "bf16") == 0)
+		die(2, "--kv bf16 goes with --backend cuda (cpu: f32 or f16)");
+	a->bp.kv_type = strcmp(kv, "f16") == 0    ? MEDHA_KV_F16
+	    : strcmp(kv, "bf16") == 0             ? MEDHA_KV_BF16
+	                                          : MEDHA_KV_F32;
+	a->ro.kv_f16 = a->bp.kv_type == MEDHA_KV_F16;
+	a->bp.seed = a->sp.seed;
+	if (a->addr == NULL && a->model != NULL && is_shape_name(a->model))
+		die(2,
+		    "-m %s: a shape name has random weights and no "
+		    "tokenizer: one-shot mode needs a GGUF (serve the shape "
+		    "with -s, requests sending prompt_ids)",
+		    a->model);
+	if (a->addr == NULL && strcmp(a->backend, "sim") == 0)
+		die(2, "--backend sim computes nothing: it serves a scheduler "
+		       "(-s) only");
+	if (medha_backend_find(a->backend)->open == NULL)
+		die(2, "--backend: %s: not built into this program%s",
+		    a->backend,
+		    cuda ? " (built without nvcc, or with CUDA=0)" : "");
+	a->ro.backend = a->backend;
+	a->ro.bp = &a->bp;
 }
 
 /* One-shot mode's usage errors: -m MODEL and one of -p and -f. */
@@ -369,6 +472,7 @@ check_oneshot(const struct args *a, int argc)
 		usage_fail(synopsis, "--system needs --chat");
 }
 
+
 int
 main(int argc, char *argv[])
 {
@@ -377,6 +481,7 @@ main(int argc, char *argv[])
 	medha_progname = "medha-worker";
 	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
+	check_backend(&a);
 	if (a.addr != NULL)
 		return daemon_mode(&a, argc);
 	check_oneshot(&a, argc);

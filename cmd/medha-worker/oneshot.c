@@ -1,11 +1,10 @@
 /*
- * oneshot.c: medha-worker's one-shot mode (-p PROMPT or -f FILE): the
- * prompt read, rendered in the chat template with --chat, tokenized as
- * llama.cpp does, prefilled in chunks and generated from with the
- * sampler (engine/runner.h), the text or ids printed as they come.
+ * oneshot.c: medha-worker's one-shot mode: the prompt (-p, -f, --chat)
+ * tokenized with the GGUF's tokenizer, prefilled in chunks and generated
+ * from with the sampler, on the cpu backend or another of the registry
+ * opened on the same file (--backend cuda), through engine/runner.c.
  */
 #include "medha-worker.h"
-#include "model/sample.h"
 #include "tok/tokenizer.h"
 
 #include <errno.h>
@@ -13,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
 /*
  * The whole of path ("-": stdin) as a NUL-terminated string, of at most
  * limit bytes; exits 1 (a longer file is an error, found without reading
@@ -74,6 +72,7 @@ emit(const struct medha_tok *t, int32_t id, int as_ids, int first)
 	if (buf != small)
 		free(buf);
 }
+
 
 /*
  * The prompt's text, -p's or -f's file (malloc'd; its length in *len);
@@ -314,4 +313,3 @@ oneshot_main(struct args *a)
 	medha_runner_close(r);
 	return stdout_close(status);
 }
-

@@ -2,12 +2,16 @@
  * registry.c: the backends by name (engine/backend.h): what each kind
  * can do and how to open it from one set of parameters, so that the
  * programs and the servers ask the registry instead of comparing names.
- * "cuda" is known (a scheduler drives cuda workers, the predictor models
- * GPUs) and has no opener until the CUDA backend is built in.
+ * "cuda" is known everywhere (a scheduler drives cuda workers, the
+ * predictor models GPUs) and has an opener where the CUDA backend is
+ * built in (MEDHA_CUDA: the Makefile's CUDA=1).
  */
 #include "engine/backend.h"
 #include "engine/backend_cpu.h"
 #include "engine/backend_sim.h"
+#ifdef MEDHA_CUDA
+#include "engine/backend_cuda.h"
+#endif
 
 #include <string.h>
 
@@ -58,7 +62,12 @@ static const struct medha_backend_kind kinds[] = {
 	{"cuda",
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
 	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_GPU,
-	    "the model on an NVIDIA GPU (not built yet)", NULL},
+#ifdef MEDHA_CUDA
+	    "the model on an NVIDIA GPU (cuBLASLt, NCCL)",
+	    medha_backend_cuda_open},
+#else
+	    "the model on an NVIDIA GPU (not built into this program)", NULL},
+#endif
 };
 
 const struct medha_backend_kind *

@@ -1,7 +1,7 @@
 /*
- * runner.c: a model, tokenizer and cpu backend (engine/backend_cpu.h)
- * for one sequence (runner.h): whole-model forward calls through the
- * backend interface, one sequence in a cache sized for it.
+ * runner.c: a model, tokenizer and backend (engine/backend_cpu.h, or
+ * the registry's) for one sequence (runner.h): whole-model forward calls
+ * through the backend interface, one sequence in a cache sized for it.
  */
 #include "engine/runner.h"
 
@@ -10,12 +10,14 @@
 #include "model/gguf.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct medha_runner {
 	struct medha_gguf *g;
 	struct medha_tok *tok;
 	struct medha_model *m;
-	struct medha_backend *be; /* on m, borrowed; NULL before start */
+	struct medha_backend *be; /* cpu: on m, borrowed; NULL before start */
+	const char *path;         /* the GGUF, for another backend */
 	struct medha_runner_opts o;
 	int seq;
 	int64_t len, max; /* tokens held, room (0 before start) */
@@ -34,6 +36,7 @@ medha_runner_open(struct medha_runner **rp, const char *path,
 	if ((r = calloc(1, sizeof(*r))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	r->o = *o;
+	r->path = path;
 	if ((rc = medha_gguf_open(&r->g, path, why, whylen)) != 0 ||
 	    (rc = medha_tok_open(&r->tok, r->g, why, whylen)) != 0 ||
 	    (rc = medha_model_load(&r->m, r->g, why, whylen)) != 0) {
@@ -65,7 +68,27 @@ medha_runner_start(struct medha_runner *r, int64_t max_tokens, char *why,
 	bo.kv_type = r->o.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
 	bo.ref = r->o.ref;
 	bo.llama_compat = r->o.llama_compat;
-	if ((rc = medha_backend_cpu_init(&r->be, r->m, &bo, why, whylen)) != 0)
+	if (r->o.backend != NULL && strcmp(r->o.backend, "cpu") != 0) {
+		/* the same file opened by the kind, its cache as the cpu's */
+		struct medha_backend_params p = {0};
+		if (r->o.bp != NULL)
+			p = *r->o.bp;
+		p.model = r->path;
+		p.max_seqs = 1;
+		p.kv_blocks = bo.kv_blocks;
+		rc = medha_backend_open(&r->be, r->o.backend, &p, why, whylen);
+		if (rc == 0 && (r->be->info.shape.vocab != r->m->c.vocab ||
+		                   r->be->info.layer_lo != 0 ||
+		                   r->be->info.layer_hi != r->m->c.n_layers)) {
+			medha_backend_close(r->be);
+			r->be = NULL;
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "backend %s: not the whole model of the file",
+			    r->o.backend);
+		}
+	} else
+		rc = medha_backend_cpu_init(&r->be, r->m, &bo, why, whylen);
+	if (rc != 0)
 		return rc;
 	if ((rc = medha_backend_seq_alloc(r->be, &r->seq)) != 0)
 		return medha_why(why, whylen, rc, "KV cache: no sequence");

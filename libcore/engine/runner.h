@@ -1,6 +1,7 @@
 /*
- * runner.h: one model, its tokenizer and the cpu backend (backend_cpu.h,
- * with a KV cache for one sequence), opened together from a GGUF file to
+ * runner.h: one model, its tokenizer and a backend (the cpu backend,
+ * backend_cpu.h, or another of the registry opened on the same file),
+ * with a KV cache for one sequence, opened together from a GGUF file to
  * run one sequence at a time: the engine behind medha-worker's one-shot
  * mode. The prompt is prefilled in chunks; each decode step appends one
  * token and yields the logits of the next.
@@ -18,6 +19,7 @@
 #define MEDHA_RUNNER_H
 
 #include "medha.h"
+#include "engine/backend.h"
 #include "model/model.h"
 #include "tok/tokenizer.h"
 
@@ -29,6 +31,12 @@ struct medha_runner_opts {
 	int kv_f16;       /* f16 KV cache instead of f32 (0) */
 	int ref;          /* f32 reference numerics (0) */
 	int llama_compat; /* llama.cpp's attention order (0; cpu.h) */
+	/* the registry's kind to run on (NULL or "cpu": the cpu backend on
+	   the model loaded here, with the fields above); another ("cuda")
+	   is opened on the same file with *bp (borrowed until start), whose
+	   model, max_seqs and kv_blocks the runner sets */
+	const char *backend;
+	const struct medha_backend_params *bp;
 };
 
 struct medha_runner; /* opaque */

@@ -419,6 +419,12 @@ drawn(struct medha_sampler *s, int tok)
 }
 
 int
+medha_sampler_is_greedy(const struct medha_sampler *s)
+{
+	return s->p.temp <= 0;
+}
+
+int
 medha_sample(struct medha_sampler *s, const float *logits)
 {
 	const int *ids;

@@ -99,6 +99,14 @@
  * CUDA graphs (vLLM and Sarathi capture decode-only batches): this only
  * binds when a layer's GPU time is under about 50 us.
  *
+ * H200 (SXM 141 GB): the H100's chip (the same SMs, clocks and 989
+ * TFLOP/s dense bf16) with 141 GB of HBM3e at 4.8 TB/s (NVIDIA's H200
+ * datasheet) and the same NVLink; its efficiencies are taken as the
+ * H100's. Measured on one (issue 26): device-to-device copies at 4.30
+ * TB/s (0.90 of 4.8, beside the 0.85 assumed) and a bf16 GEMM of
+ * 8192^3 at 715 TFLOP/s (0.72 of peak, under the H100's 0.801 plateau:
+ * a measured medha-prof profile of the cuda backend replaces these).
+ *
  * name, peak bf16, HBM, capacity, NVLink (one direction), IB per GPU,
  * GPUs per node, GEMM plateau and fill, attention plateau and half
  * length, eff bw and link, all-reduce bus bandwidth and latency,
@@ -108,6 +116,8 @@ static const struct medha_gpu gpus[] = {
     {"a100", 312e12, 2.039e12, 80e9, 300e9, 25e9, 8, 0.859, 54, 0.70, 220, 0.85,
         0.8, 200e9, 15e-6, 4.5e-6, 1e-6, 10e-6, 0},
     {"h100", 989e12, 3.35e12, 80e9, 450e9, 50e9, 8, 0.801, 66, 0.63, 220, 0.85,
+        0.84, 370e9, 20e-6, 4.5e-6, 1e-6, 10e-6, 0},
+    {"h200", 989e12, 4.8e12, 141e9, 450e9, 50e9, 8, 0.801, 66, 0.63, 220, 0.85,
         0.84, 370e9, 20e-6, 4.5e-6, 1e-6, 10e-6, 0},
 };
 

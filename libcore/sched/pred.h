@@ -67,7 +67,8 @@ struct medha_gpu {
 	                      and divides or is a multiple of the kv heads */
 };
 
-/* Built-in GPUs: "a100" (80 GB SXM), "h100" (SXM 80 GB). NULL if unknown. */
+/* Built-in GPUs: "a100" (80 GB SXM), "h100" (SXM 80 GB), "h200" (SXM 141
+   GB, 4.8 TB/s, the H100's compute); any case. NULL if unknown. */
 const struct medha_gpu *medha_gpu_find(const char *name);
 
 /*

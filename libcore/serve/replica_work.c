@@ -218,9 +218,10 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	m.worker_id = id;
 	medha_srv_msg(r->f.srv, ev->call, &m);
 	medha_log(MEDHA_LOG_INFO,
-	    "worker %d (tp %d, spp %d, kvp %d): %s backend, %s, layers "
-	    "[%d, %d), pid %d, %d KV blocks of %d",
-	    id, h->rank_tp, h->rank_spp, h->rank_kvp, h->backend, h->model,
+	    "worker %d (tp %d, spp %d, kvp %d): %s backend on %s, %s, "
+	    "layers [%d, %d), pid %d, %d KV blocks of %d",
+	    id, h->rank_tp, h->rank_spp, h->rank_kvp, h->backend, h->gpu,
+	    h->model,
 	    h->layer_lo, h->layer_hi, h->pid, h->n_blocks, h->block_size);
 	if (r->nworkers == r->cfg.workers && !r->ready) {
 		r->ready = 1;

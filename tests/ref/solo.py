@@ -6,13 +6,15 @@
   solo.py check TRACE OUT WORKER MODEL LABEL
       one "ok" record for every request of TRACE in OUT (records with
       --token-ids), each with exactly the tokens WORKER -m MODEL -p gives
-      for its prompt alone; prints how many differ and exits 1 if any
+      for its prompt alone (with the flags of $MEDHA_SOLO_OPTS too, such
+      as "--backend cuda"); prints how many differ and exits 1 if any
   solo.py ids TRACE WORKER MODEL OUT
       each request of TRACE as a line of OUT: its max_tokens, then its
       prompt's token ids (WORKER -m MODEL -p PROMPT --tokenize), the
       input of tests/tools/topo_dist
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -45,7 +47,8 @@ def check(trace_path, out_path, worker, model, label):
         assert r["status"] == "ok", r
         solo = subprocess.run([worker, "-m", model, "-p", t["prompt"],
                                "-n", str(t["max_tokens"]), "--tokens",
-                               "-t", "2"],
+                               "-t", "2"] +
+                              os.environ.get("MEDHA_SOLO_OPTS", "").split(),
                               capture_output=True, text=True,
                               check=True).stdout
         want = [int(x) for x in solo.split()]

@@ -11,8 +11,23 @@
 # every process. The SmolLM2 replica's worker runs with lookahead (its
 # default), whose steps run ahead must have been used, and must have
 # warmed up before its HELLO; the random model's with --no-lookahead.
+# First, without the model: serve.sh's MEDHA_BACKEND takes cpu or cuda,
+# and cuda where it cannot run (no GPU here, or a build without nvcc)
+# stops the topology before "ready" with the worker's reason.
 # Needs contrib/fetch-refs.sh (the real model).
 . "$(dirname "$0")/lib.sh"
+st=0
+MEDHA_BACKEND=gpu bash "$top/examples/serve.sh" single 2>"$tmp/err" || st=$?
+[ "$st" = 2 ] && grep -q 'MEDHA_BACKEND=gpu: expected cpu or cuda' "$tmp/err" ||
+    { echo "MEDHA_BACKEND=gpu: status $st"; cat "$tmp/err"; exit 1; }
+if ! nvidia-smi -L >/dev/null 2>&1; then
+	st=0
+	env MEDHA_BIN="$bin" MEDHA_BACKEND=cuda MEDHA_MODEL=llama3-8b \
+	    MEDHA_ADDR="ipc://$tmp/cuda.sock" MEDHA_LOG="$tmp/cuda-logs" \
+	    timeout 60 bash "$top/examples/serve.sh" single 2>"$tmp/err" || st=$?
+	[ "$st" = 1 ] && grep -q 'cuda: no CUDA device\|cuda: not built' "$tmp/err" ||
+	    { echo "MEDHA_BACKEND=cuda without a GPU: status $st"; cat "$tmp/err"; exit 1; }
+fi
 need_model
 addr=ipc://$tmp/r.sock
 echo "live-single: starting examples/serve.sh single" >&2

@@ -34,8 +34,24 @@ says 'MODEL is required'
 want 2 -m x --bogus
 want 2 -m x --backend sim
 says 'nothing to measure'
-want 2 -m x --backend cuda
-says 'not built yet'
+want 2 -m x --backend cuda --kv f32
+says 'bf16 or f16'
+want 2 -m x --kv bf16
+says 'goes with --backend cuda'
+want 2 -m x --device 1
+says 'goes with --backend cuda'
+# cuda where it cannot run (no GPU here, or a build without nvcc): a
+# clear reason and a failure
+if ! nvidia-smi -L >/dev/null 2>&1; then
+	st=0
+	"$mp" -m llama3-8b --backend cuda -q >"$tmp/out" 2>"$tmp/err" || st=$?
+	case $st in
+	1) says 'llama3-8b: cuda: no CUDA device' ;;
+	2) says 'cuda: not built into this program' ;;
+	*) echo "--backend cuda without a GPU: status $st"; cat "$tmp/err"; exit 1 ;;
+	esac
+	[ ! -s "$tmp/out" ] || { echo "--backend cuda without a GPU wrote a table"; exit 1; }
+fi
 want 2 -m x --chunks --prompt 100
 says 'power of two'
 want 2 -m x --plot x.png

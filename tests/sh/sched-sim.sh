@@ -71,3 +71,22 @@ printf '{"id":"a","arrival":0,"prompt_tokens":100,"max_tokens":4}\n{"id":"b","ar
 grep -q '"id": "b".*"status": "rejected"' "$tmp/rej"
 grep -q '"id": "a".*"status": "ok"' "$tmp/rej"
 grep -q 'request b' "$tmp/err"
+
+# h200: 141 GB hold a 600K-token request's KV (79 GB) beside Llama-3 8B
+# on one GPU, where the h100's 80 GB cannot; a profile measured on the
+# GPU (medha-prof --backend cuda) times its batches, as a cpu one does
+printf '{"id":"big","arrival":0,"prompt_tokens":600000,"max_tokens":2}\n' > "$tmp/big"
+"$ms" --sim h100 -m llama3-8b "$tmp/big" > "$tmp/h100" 2> /dev/null
+"$ms" --sim H200 -m llama3-8b "$tmp/big" > "$tmp/h200"
+grep -q '"status": "rejected"' "$tmp/h100"
+grep -q '"status": "ok"' "$tmp/h200"
+printf '# medha-profile v1 model=llama3-8b gpu=h200 tp=1 backend=cuda\nop,tokens,kv,time_us\nlinear,1,0,40\nlinear,8192,0,4000\n' > "$tmp/prof.csv"
+printf '{"id":"a","arrival":0,"prompt_tokens":4096,"max_tokens":2}\n' > "$tmp/one"
+"$ms" --sim h200 -m llama3-8b -c 4096 "$tmp/one" > "$tmp/an"
+"$ms" --sim h200 -m llama3-8b -c 4096 --profile "$tmp/prof.csv" "$tmp/one" > "$tmp/pr"
+ttft() { python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); print(r["first_token"]-r["arrival"])' "$1"; }
+python3 -c 'import sys; a, p = float(sys.argv[1]), float(sys.argv[2]); assert p < a, (a, p)' \
+    "$(ttft "$tmp/an")" "$(ttft "$tmp/pr")"
+st=0
+"$ms" --sim b200 -m llama3-8b "$tmp/one" > /dev/null 2> "$tmp/err" || st=$?
+[ "$st" -eq 1 ] && grep -q 'a100, h100, h200' "$tmp/err"

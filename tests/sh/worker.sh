@@ -3,7 +3,8 @@
 # Instruct, Q4_1): usage errors exit 2; a missing, truncated or foreign
 # file and a prompt past the model's context exit 1 with a reason; the
 # logits after the prompt do not depend on the prefill chunk size; greedy
-# generation is deterministic; --tokens and --logits write what they say.
+# generation is deterministic; --tokens and --logits write what they say;
+# --backend cuda exits non-zero with a reason where it cannot open.
 # Needs contrib/fetch-refs.sh (MEDHA_CACHE, default cache/); the usage
 # checks run without it (and then it skips the rest).
 . "$(dirname "$0")/lib.sh"
@@ -27,6 +28,13 @@ want 1 -s ipc:///x -m "$tmp/none.gguf"
 grep -q 'none.gguf' "$tmp/err"
 want 1 -s ipc:///x --backend sim --gpu z80 -m llama3-8b
 grep -q 'z80' "$tmp/err"
+# the cuda backend fails cleanly: 1 with no device (said before the
+# model is read) or no such model on a GPU; 2 where it is not built in
+st=0
+"$mw" -s ipc:///x --backend cuda -m "$tmp/none.gguf" > /dev/null \
+    2> "$tmp/err" || st=$?
+[ "$st" = 1 ] || [ "$st" = 2 ]
+grep -Eq 'cuda: no CUDA device: |none.gguf|cuda: not built' "$tmp/err"
 want 2
 want 2 -m x.gguf
 grep -q 'give the prompt' "$tmp/err"
@@ -39,6 +47,50 @@ grep -q -- '--system needs --chat' "$tmp/err"
 want 2 -m x.gguf -p hi -n -1
 want 2 -m x.gguf -p hi --temp nan
 want 2 -m x.gguf -p hi --kv f8
+# the cuda backend's flags: its own go with it, --kv's type with the
+# backend; a shape name (random weights, no tokenizer) is no one-shot
+# model, and sim computes nothing to run one on
+for f in "--mem-util 0.5" "--device 1" "--coll nng"; do
+	# shellcheck disable=SC2086
+	want 2 -m x.gguf -p hi $f
+	grep -q -- "${f% *} goes with --backend cuda" "$tmp/err"
+done
+want 2 -m x.gguf -p hi --backend cuda --coll mpi
+grep -q 'expected nccl or nng' "$tmp/err"
+want 2 -m x.gguf -p hi --backend cuda --mem-util 1.5
+want 2 -m x.gguf -p hi --backend cuda --mem-util 0
+want 2 -m x.gguf -p hi --backend cuda --device -1
+want 2 -m x.gguf -p hi --kv bf16
+grep -q 'bf16 goes with --backend cuda' "$tmp/err"
+want 2 -m x.gguf -p hi --backend cuda --kv f32
+grep -q 'bf16 or f16' "$tmp/err"
+want 2 -m llama3-8b -p hi --backend cuda
+grep -q 'shape name has random weights and no tokenizer' "$tmp/err"
+want 2 -m smollm2-135m -p hi --backend sim
+want 2 -m "$tmp/none.gguf" -p hi --backend sim
+grep -q 'sim computes nothing' "$tmp/err"
+# cuda where it cannot run (no GPU here, or a build without nvcc): a
+# clear reason and a failure, in both modes, before any scheduler is
+# reached; on a GPU, one-shot mode runs
+st=0
+"$mw" -s "ipc://$tmp/none.sock" --backend cuda -m llama3-8b --max-seqs 2 \
+    --mem-util 0.5 >"$tmp/out" 2>"$tmp/err" </dev/null &
+pid=$!
+for _ in $(seq 100); do
+	kill -0 $pid 2>/dev/null || break
+	sleep 0.1
+done
+if kill -0 $pid 2>/dev/null; then
+	kill $pid
+	echo "skip: a CUDA device is here: --backend cuda refusals not checked"
+else
+	wait $pid || st=$?
+	case $st in
+	1) grep -q 'llama3-8b: cuda: no CUDA device' "$tmp/err" ;;
+	2) grep -q 'cuda: not built into this program' "$tmp/err" ;;
+	*) echo "--backend cuda without a GPU: status $st"; cat "$tmp/err"; exit 1 ;;
+	esac || { echo "--backend cuda: status $st"; cat "$tmp/err"; exit 1; }
+fi
 want 1 -m "$tmp/none.gguf" -p hi
 grep -q 'none.gguf' "$tmp/err"
 printf 'not a model' > "$tmp/junk.gguf"

@@ -1,0 +1,37 @@
+/*
+ * swiglu.cu: y = silu(g) * u = g / (1 + e^-g) * u, rounded to bf16 (the
+ * down product's input), as medha_cpu_swiglu. g and u are the halves of
+ * the fused gate|up product, rows with their own strides.
+ */
+#include "common.cuh"
+
+static __global__ void
+swiglu_kernel(uint16_t *y, const float *g, int gs, const float *u, int us,
+    int n, int ffn)
+{
+	int64_t total = (int64_t)n * ffn;
+
+	for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+	     t < total; t += (int64_t)gridDim.x * blockDim.x) {
+		int64_t r = t / ffn;
+		int c = (int)(t % ffn);
+		float x = g[r * gs + c];
+
+		y[t] = f32_bf16(x / (1.0f + expf(-x)) * u[r * us + c]);
+	}
+}
+
+extern "C" int
+medha_k_swiglu(uint16_t *y, const float *g, int gs, const float *u, int us,
+    int n, int ffn, cudaStream_t stream)
+{
+	int64_t total = (int64_t)n * ffn;
+
+	if (n < 0 || ffn < 1 || gs < ffn || us < ffn)
+		return cudaErrorInvalidValue;
+	if (total == 0)
+		return 0;
+	swiglu_kernel<<<grid_for(total, 256, 65536), 256, 0, stream>>>(y, g, gs,
+	    u, us, n, ffn);
+	return launch_status();
+}

@@ -1,0 +1,608 @@
+/*
+ * backend_cuda.c: the cuda backend (backend_cuda.h): opening it on a
+ * device, its function table, and the forward pass over a range of
+ * layers, in the order of the cpu backend (cpu/cpu.c): the embeddings
+ * (or the hidden states handed in, uploaded), then per layer RMSNorm,
+ * the fused Q/K/V product, RoPE at each token's position, the K/V
+ * appended to each sequence's blocks, attention of each sequence's
+ * tokens against its cache, the output projection (its residual add
+ * fused into the product: beta 1), RMSNorm, the fused gate/up product,
+ * SwiGLU, down (its add fused too); then the final norm and the logits
+ * of the rows asked for, and the greedy tokens by argmax on the GPU.
+ * With TP each rank's output projection and down give a partial sum over
+ * its heads' and ffn rows' columns, all-reduced (NCCL, or the caller's
+ * collectives in host memory) and added; with KVP the attention of
+ * merged sequences is merged with the other groups' (backend_cuda_coll.c).
+ * A decode step (every sequence one token) is replayed from a CUDA graph
+ * where it can be (backend_cuda_graph.c).
+ */
+#include "engine/backend_cuda_impl.h"
+
+#include "model/gguf.h"
+#include "sched/pred.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define K(call, what) CU(call, what)
+
+/* ---- the forward pass ---- */
+
+/* 1 if some sequence of f merges its attention with other groups. */
+static int
+merging(const struct medha_fwd *f)
+{
+	if (f->kv == NULL)
+		return 0;
+	for (int i = 0; i < f->b->n_seqs; i++)
+		if (f->kv[i].merge)
+			return 1;
+	return 0;
+}
+
+/* A decode step: every sequence one token, nothing merged. */
+int
+cuda_is_decode(const struct medha_fwd *f)
+{
+	return f->b->n_tokens == f->b->n_seqs && !merging(f);
+}
+
+/* The attention workspace for this batch's shape (before a capture). */
+static int
+attn_work(struct cuda_be *c, char *why, size_t whylen)
+{
+	struct medha_k_attn a = {&c->kvl[c->lo], &c->desc.s, c->qkv, c->qkvd,
+	    c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->att, NULL, NULL,
+	    NULL, 0};
+	size_t n = medha_k_attn_workspace(&a), n2;
+
+	a.out = NULL;
+	a.out_f32 = c->attf;
+	a.lse = c->lse;
+	n2 = medha_k_attn_workspace(&a);
+	if (n2 > n)
+		n = n2;
+	if (n <= c->awork_cap)
+		return 0;
+	cuda_graph_free(c);
+	cudaFree(c->awork);
+	c->awork = NULL;
+	c->awork_cap = 0;
+	if (cuda_malloc(&c->awork, n, why, whylen, "attention workspace") != 0)
+		return MEDHA_ENOMEM;
+	c->awork_cap = n;
+	return 0;
+}
+
+/* The row-parallel product's output y (tp > 1) summed over the ranks
+   and added to the residual stream. */
+static int
+reduce_add(struct cuda_be *c, int l, int kind, int n, char *why,
+    size_t whylen)
+{
+	const size_t len = (size_t)n * c->c.dim;
+	int rc;
+
+	if ((rc = cuda_all_reduce(c, l, kind, c->y, len, why, whylen)) != 0)
+		return rc;
+	K(medha_k_add(c->x, c->y, (int64_t)len, c->st), "medha_k_add");
+	return 0;
+}
+
+/* Layer l over the batch in c->desc. */
+static int
+layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
+    char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const struct cuda_layer *L = &c->L[l];
+	const int n = f->b->n_tokens, d = mc->dim, one = c->tp == 1;
+	const int64_t *tpos = (const int64_t *)(c->desc.d + c->desc.o_tpos);
+	struct medha_k_attn a = {&c->kvl[l], &c->desc.s, c->qkv, c->qkvd,
+	    c->nh, 1.0f / sqrtf((float)mc->head_dim), merge ? NULL : c->att,
+	    merge ? c->attf : NULL, merge ? c->lse : NULL, c->awork,
+	    c->awork_cap};
+	int rc;
+
+	K(medha_k_rmsnorm(c->xn, c->x, L->attn_norm, n, d, mc->norm_eps,
+	      c->st),
+	    "medha_k_rmsnorm");
+	if ((rc = cuda_gemm(c, L->wqkv, c->qkvd, d, c->xn, n, c->qkv, c->qkvd,
+	         0, why, whylen)) != 0)
+		return rc;
+	K(medha_k_rope(c->qkv, tpos, n, c->qkvd, c->nh, mc->head_dim,
+	      mc->n_rot, mc->rope_theta, c->freqs, c->st),
+	    "medha_k_rope (Q)");
+	K(medha_k_rope(c->qkv + c->qd, tpos, n, c->qkvd, c->nkv, mc->head_dim,
+	      mc->n_rot, mc->rope_theta, c->freqs, c->st),
+	    "medha_k_rope (K)");
+	K(medha_k_kv_append(&c->kvl[l], &c->desc.s, c->qkv + c->qd, c->qkvd,
+	      c->qkv + c->qd + c->kvd, c->qkvd, c->st),
+	    "medha_k_kv_append");
+	if ((rc = cuda_mark(c, 0, why, whylen)) != 0)
+		return rc;
+	K(medha_k_attn(&a, c->st), "medha_k_attn");
+	if ((rc = cuda_mark(c, 0, why, whylen)) != 0)
+		return rc;
+	if (merge && ((rc = cuda_mark(c, 1, why, whylen)) != 0 ||
+	                 (rc = cuda_kvp_merge(c, l, n, why, whylen)) != 0 ||
+	                 (rc = cuda_mark(c, 1, why, whylen)) != 0))
+		return rc;
+	if ((rc = cuda_gemm(c, L->wo, d, c->qd, c->att, n, one ? c->x : c->y,
+	         d, one ? 1 : 0, why, whylen)) != 0)
+		return rc;
+	if (!one && (rc = reduce_add(c, l, 0, n, why, whylen)) != 0)
+		return rc;
+	K(medha_k_rmsnorm(c->xn, c->x, L->ffn_norm, n, d, mc->norm_eps,
+	      c->st),
+	    "medha_k_rmsnorm");
+	if ((rc = cuda_gemm(c, L->wgu, 2 * c->ff, d, c->xn, n, c->gu,
+	         2 * c->ff, 0, why, whylen)) != 0)
+		return rc;
+	K(medha_k_swiglu(c->act, c->gu, 2 * c->ff, c->gu + c->ff, 2 * c->ff,
+	      n, c->ff, c->st),
+	    "medha_k_swiglu");
+	if ((rc = cuda_gemm(c, L->wdown, d, c->ff, c->act, n,
+	         one ? c->x : c->y, d, one ? 1 : 0, why, whylen)) != 0)
+		return rc;
+	if (!one && (rc = reduce_add(c, l, 1, n, why, whylen)) != 0)
+		return rc;
+	return 0;
+}
+
+/*
+ * The device part of a forward call, the descriptors in place: the
+ * embeddings at layer 0 (h_in is uploaded before), the layers, and with
+ * nrows the final norm, the logits and their argmax. Nothing here
+ * synchronizes or touches host memory unless a collective or a merge
+ * goes through the host, so a decode step can be captured.
+ */
+int
+cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+    char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const int n = f->b->n_tokens, d = mc->dim, merge = merging(f);
+	int rc;
+
+	if (f->layer_lo == 0)
+		K(medha_k_embed(c->x, c->embd,
+		      (const int32_t *)(c->desc.d + c->desc.o_tok), n, d,
+		      c->st),
+		    "medha_k_embed");
+	for (int l = f->layer_lo; l < f->layer_hi; l++) {
+		c->cwhy[0] = '\0';
+		if ((rc = layer(c, f, l, merge, c->cwhy, sizeof(c->cwhy))) != 0)
+			return medha_why(why, whylen, rc, "layer %d: %s", l,
+			    c->cwhy);
+	}
+	if (nrows == 0)
+		return 0;
+	if ((rc = cuda_mark(c, 2, why, whylen)) != 0)
+		return rc;
+	K(medha_k_gather_rows(c->hrows, c->x,
+	      (const int32_t *)(c->desc.d + c->desc.o_rows), nrows, d, c->st),
+	    "medha_k_gather_rows");
+	K(medha_k_rmsnorm(c->hn, c->hrows, c->onorm, nrows, d, mc->norm_eps,
+	      c->st),
+	    "medha_k_rmsnorm (output)");
+	if ((rc = cuda_gemm(c, c->out, mc->vocab, d, c->hn, nrows, c->logits,
+	         mc->vocab, 0, why, whylen)) != 0)
+		return rc;
+	K(medha_k_argmax(c->ids, c->logits, nrows, mc->vocab, c->st),
+	    "medha_k_argmax");
+	return cuda_mark(c, 2, why, whylen);
+}
+
+/* Blocks for every claimed appending sequence. */
+static int
+reserve(struct cuda_be *c, const struct medha_fwd *f, char *why,
+    size_t whylen)
+{
+	for (int i = 0; i < f->b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &f->b->seq[i];
+		int64_t nk = cuda_keys_of(c, f, i);
+		int rc;
+		if (f->kv != NULL && !f->kv[i].append)
+			continue;
+		if ((rc = cuda_kv_reserve(c, s->seq, nk)) != 0)
+			return medha_why(why, whylen, rc,
+			    "sequence %d: KV room for %lld positions: %s",
+			    s->seq, (long long)nk, medha_strerror(rc));
+	}
+	return 0;
+}
+
+/* The call's inputs on the device and its layers run, eagerly. */
+static int
+eager(struct cuda_be *c, const struct medha_fwd *f, int nrows, char *why,
+    size_t whylen)
+{
+	int rc;
+
+	if ((rc = cuda_desc_build(c, f, 0, why, whylen)) != 0 ||
+	    (rc = attn_work(c, why, whylen)) != 0)
+		return rc;
+	if (f->h_in != NULL)
+		CU(cudaMemcpyAsync(c->x, f->h_in,
+		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
+		       cudaMemcpyHostToDevice, c->st),
+		    "uploading hidden states");
+	return cuda_run_layers(c, f, nrows, why, whylen);
+}
+
+static int
+cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
+{
+	struct cuda_be *c = impl;
+	const struct medha_batch *b = f->b;
+	const int claim = f->layer_lo == c->lo;
+	int nrows = 0, rc, done = 0;
+
+	c->f = f;
+	c->timing = f->times != NULL;
+	c->n_ev = 0;
+	/* the calling thread's current device may be another */
+	CU(cudaSetDevice(c->dev), "cudaSetDevice");
+	if ((rc = cuda_check_batch(c, f, claim, why, whylen)) != 0)
+		return rc;
+	if (c->tp > 1 && c->nccl == NULL) {
+		if (f->comm == NULL)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "TP rank %d of %d: no collectives", c->tpr, c->tp);
+		if (c->coll == MEDHA_COLL_NCCL &&
+		    (rc = cuda_comm_init(c, f->comm, why, whylen)) != 0)
+			return rc;
+	}
+	if (f->layer_hi == c->c.n_layers &&
+	    (f->logits != NULL || f->samplers != NULL))
+		nrows = (int)medha_batch_logit_rows(b);
+	if (claim && (rc = reserve(c, f, why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_grow(c, b->n_tokens, nrows, why, whylen)) != 0)
+		return rc;
+	if (c->graphs && cuda_is_decode(f) && !c->timing &&
+	    (rc = cuda_graph_step(c, f, nrows, &done, why, whylen)) != 0)
+		return rc;
+	if (!done && (rc = eager(c, f, nrows, why, whylen)) != 0)
+		return rc;
+	if (f->h_out != NULL)
+		CU(cudaMemcpyAsync(f->h_out, c->x,
+		       sizeof(float) * (size_t)b->n_tokens * c->c.dim,
+		       cudaMemcpyDeviceToHost, c->st),
+		    "downloading hidden states");
+	CU(cudaStreamSynchronize(c->st), "the forward pass");
+	if (c->timing && (rc = cuda_times(c, f->times, why, whylen)) != 0)
+		return rc;
+	if (claim)
+		for (int i = 0; i < b->n_seqs; i++)
+			if (f->kv == NULL || f->kv[i].append)
+				cuda_kv_set_len(c, b->seq[i].seq,
+				    cuda_keys_of(c, f, i));
+	return nrows > 0 ? cuda_head_out(c, f, nrows, why, whylen) : 0;
+}
+
+/* ---- the rest of the function table ---- */
+
+static int
+cuda_seq_alloc(void *impl, int *seq)
+{
+	struct cuda_be *c = impl;
+
+	for (int i = 0; i < c->max_seqs; i++)
+		if (!c->seq[i].used) {
+			c->seq[i].used = 1;
+			c->seq[i].len = 0;
+			*seq = i;
+			return 0;
+		}
+	return MEDHA_ENOSPACE;
+}
+
+static void
+cuda_seq_free(void *impl, int seq)
+{
+	struct cuda_be *c = impl;
+
+	if (cuda_kv_len(c, seq) < 0)
+		return;
+	cuda_kv_set_len(c, seq, 0);
+	c->seq[seq].used = 0;
+}
+
+static int64_t
+cuda_seq_len(void *impl, int seq)
+{
+	return cuda_kv_len(impl, seq);
+}
+
+static int64_t
+cuda_free_blocks(void *impl)
+{
+	return ((struct cuda_be *)impl)->nfree;
+}
+
+/* The cache was cleared at open and only ever holds finite K/V: a
+   profiler's positions need blocks and a length, nothing written. */
+static int
+cuda_seq_fill(void *impl, int seq, int64_t n)
+{
+	struct cuda_be *c = impl;
+	int rc;
+
+	if (cuda_kv_len(c, seq) < 0 || n < 0)
+		return MEDHA_EINVAL;
+	if ((rc = cuda_kv_reserve(c, seq, n)) != 0)
+		return rc;
+	cuda_kv_set_len(c, seq, n);
+	return 0;
+}
+
+static void
+cuda_idle(void *impl)
+{
+	(void)impl; /* no threads to put to sleep: the GPU idles itself */
+}
+
+static void
+cuda_close(void *impl)
+{
+	struct cuda_be *c = impl;
+
+	if (c == NULL)
+		return;
+	if (c->st != NULL)
+		cudaStreamSynchronize(c->st);
+	cuda_graph_free(c);
+	cuda_events_free(c);
+	cuda_free_weights(c);
+	cuda_kv_free(c);
+	cudaFree(c->x), cudaFree(c->qkv), cudaFree(c->y), cudaFree(c->gu);
+	cudaFree(c->attf), cudaFree(c->lse), cudaFree(c->xn);
+	cudaFree(c->att), cudaFree(c->act), cudaFree(c->hrows);
+	cudaFree(c->hn), cudaFree(c->logits), cudaFree(c->ids);
+	cudaFree(c->awork), cudaFree(c->ltwork), cudaFree(c->mrgd);
+	cudaFree(c->desc.d);
+	cudaFreeHost(c->desc.h);
+	cudaFreeHost(c->hids);
+	cudaFreeHost(c->hb);
+	free(c->mrg);
+	free(c->lgrow);
+	cuda_lt_close(c);
+	cuda_nccl_close(c);
+	if (c->st != NULL)
+		cudaStreamDestroy(c->st);
+	free(c);
+}
+
+static const struct medha_backend_ops cuda_ops = {
+    .seq_alloc = cuda_seq_alloc,
+    .seq_free = cuda_seq_free,
+    .forward = cuda_forward,
+    .close = cuda_close,
+    .seq_len = cuda_seq_len,
+    .free_blocks = cuda_free_blocks,
+    .idle = cuda_idle,
+    .comm_init = cuda_comm_init,
+    .seq_fill = cuda_seq_fill,
+};
+
+/* ---- opening one ---- */
+
+/* The device, or why there is none. */
+static int
+device(struct cuda_be *c, const struct medha_backend_params *p, char *why,
+    size_t whylen)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e != cudaSuccess || n < 1)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "cuda: no CUDA device: %s",
+		    e != cudaSuccess ? cudaGetErrorString(e)
+		                     : "none found");
+	if (p->device < 0 || p->device >= n)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "cuda: device %d: there are %d (0 to %d)", p->device, n,
+		    n - 1);
+	c->dev = p->device;
+	CU(cudaSetDevice(c->dev), "cudaSetDevice");
+	CU(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking),
+	    "cudaStreamCreate");
+	return 0;
+}
+
+/* Layers, TP share, widths and switches from p and the shape in c->c. */
+static int
+layout(struct cuda_be *c, const struct medha_backend_params *p, char *why,
+    size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const char *e;
+
+	c->lo = 0;
+	c->hi = mc->n_layers;
+	if (p->spp > 1) {
+		if (p->spp > mc->n_layers || p->stage < 0 ||
+		    p->stage >= p->spp)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "stage %d of %d: the model has %d layers",
+			    p->stage, p->spp, mc->n_layers);
+		medha_stage_layers(mc->n_layers, p->spp, p->stage, &c->lo,
+		    &c->hi);
+	}
+	c->tp = p->tp > 1 ? p->tp : 1;
+	c->tpr = p->tp > 1 ? p->tp_rank : 0;
+	if (medha_tp_share(mc, c->tp, c->tpr, &c->sh) != 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "TP rank %d of %d: the model has %d kv heads (tp may be "
+		    "at most that, or %d)",
+		    c->tpr, c->tp, mc->n_kv_heads, MEDHA_TP_MAX);
+	c->nh = c->sh.h_hi - c->sh.h_lo;
+	c->nkv = c->sh.kv_hi - c->sh.kv_lo;
+	c->qd = c->nh * mc->head_dim;
+	c->kvd = c->nkv * mc->head_dim;
+	c->qkvd = c->qd + 2 * c->kvd;
+	c->ff = c->sh.f_hi - c->sh.f_lo;
+	if (p->kv_type != 0 && p->kv_type != MEDHA_KV_F16 &&
+	    p->kv_type != MEDHA_KV_BF16)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "cuda: KV type %d: f16 (%d) or bf16 (%d, the default) "
+		    "only",
+		    p->kv_type, MEDHA_KV_F16, MEDHA_KV_BF16);
+	c->kv_type = p->kv_type == MEDHA_KV_F16 ? MEDHA_KV_F16 : MEDHA_KV_BF16;
+	c->max_seqs = p->max_seqs > 0 ? p->max_seqs : CUDA_MAX_SEQS;
+	c->coll = p->coll;
+	e = getenv("MEDHA_CUDA_GEMM");
+	c->fast = e != NULL && strcmp(e, "fast") == 0;
+	e = getenv("MEDHA_CUDA_GEMM_M");
+	c->gemm_m = e != NULL && atoi(e) > 0 ? atoi(e) : 128;
+	e = getenv("MEDHA_CUDA_GRAPHS");
+	c->graphs = !(e != NULL && strcmp(e, "0") == 0);
+	if (p->max_seqs < 0 || p->kv_blocks < 0 || p->mem_util < 0 ||
+	    p->mem_util > 1)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "cuda: negative sequences (%d) or KV blocks (%lld), or "
+		    "mem_util %g outside [0, 1]",
+		    p->max_seqs, (long long)p->kv_blocks, p->mem_util);
+	return 0;
+}
+
+/* KV blocks: p's, or what mem_util of the free memory at open leaves. */
+static int
+kv_blocks(struct cuda_be *c, const struct medha_backend_params *p,
+    size_t free0, int64_t *n, char *why, size_t whylen)
+{
+	size_t fr, tot, per = cuda_kv_block_bytes(c);
+	double util = p->mem_util > 0 ? p->mem_util : 0.9, budget;
+
+	if (p->kv_blocks > 0) {
+		*n = p->kv_blocks;
+		return 0;
+	}
+	CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+	/* what weights and scratch took since open comes off the share */
+	budget = (double)free0 * util - (double)(free0 - fr);
+	*n = budget > 0 ? (int64_t)(budget / (double)per) : 0;
+	if (*n > INT32_MAX)
+		*n = INT32_MAX;
+	if (*n < 1)
+		return medha_why(why, whylen, MEDHA_ENOMEM,
+		    "cuda: no room for a KV cache: %.2f GB free at open, "
+		    "mem_util %.2f, weights and scratch took %.2f GB",
+		    (double)free0 / 1e9, util, (double)(free0 - fr) / 1e9);
+	return 0;
+}
+
+/* The backend on c (shape in c->c), weights from m or random. */
+static int
+make(struct medha_backend **be, struct cuda_be *c,
+    const struct medha_model *m, const struct medha_backend_params *p,
+    char *why, size_t whylen)
+{
+	struct medha_backend_info in;
+	size_t free0, tot;
+	int64_t nb = 0;
+	int rc;
+
+	if ((rc = device(c, p, why, whylen)) != 0 ||
+	    (rc = layout(c, p, why, whylen)) != 0)
+		return rc;
+	CU(cudaMemGetInfo(&free0, &tot), "cudaMemGetInfo");
+	if ((rc = cuda_lt_open(c, why, whylen)) != 0 ||
+	    (rc = cuda_malloc(&c->ltwork, CUDA_LT_WORK, why, whylen,
+	         "cuBLASLt's workspace")) != 0)
+		return rc;
+	if (c->tp > 1 && c->coll == MEDHA_COLL_NCCL &&
+	    (rc = cuda_nccl_load(c, why, whylen)) != 0)
+		return rc;
+	rc = m != NULL ? cuda_load_gguf(c, m, why, whylen)
+	               : cuda_load_random(c, p->seed, why, whylen);
+	if (rc != 0 || (rc = cuda_grow(c, CUDA_TOKENS, 1, why, whylen)) != 0 ||
+	    (rc = kv_blocks(c, p, free0, &nb, why, whylen)) != 0 ||
+	    (rc = cuda_kv_init(c, nb, why, whylen)) != 0)
+		return rc;
+	CU(cudaStreamSynchronize(c->st), "opening");
+	in = (struct medha_backend_info){.name = "cuda",
+	    .shape = c->c,
+	    .layer_lo = c->lo,
+	    .layer_hi = c->hi,
+	    .block_size = MEDHA_KV_BLOCK,
+	    .n_blocks = c->n_blocks,
+	    .max_seqs = c->max_seqs,
+	    .kv_type = c->kv_type,
+	    .tp = c->tp,
+	    .tp_rank = c->tpr};
+	if ((rc = medha_backend_new(be, &cuda_ops, c, &in)) != 0)
+		return medha_why(why, whylen, rc, "out of memory");
+	return 0;
+}
+
+int
+medha_backend_cuda_init(struct medha_backend **be, const struct medha_model *m,
+    const struct medha_backend_params *p, char *why, size_t whylen)
+{
+	struct cuda_be *c;
+	int rc;
+
+	*be = NULL;
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	c->c = m->c;
+	if ((rc = make(be, c, m, p, why, whylen)) != 0)
+		cuda_close(c);
+	return rc;
+}
+
+int
+medha_backend_cuda_open(struct medha_backend **be,
+    const struct medha_backend_params *p, char *why, size_t whylen)
+{
+	struct medha_gguf *g = NULL;
+	struct medha_model *m = NULL;
+	struct medha_pred_model pm;
+	struct cuda_be *c;
+	int rc;
+
+	*be = NULL;
+	/* no device: say so before reading a 16 GB file */
+	{
+		int n = 0;
+		cudaError_t e = cudaGetDeviceCount(&n);
+		if (e != cudaSuccess || n < 1)
+			return medha_why(why, whylen, MEDHA_EUNSUP,
+			    "cuda: no CUDA device: %s",
+			    e != cudaSuccess ? cudaGetErrorString(e)
+			                     : "none found");
+	}
+	if (p->model == NULL)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "cuda: no model (a GGUF path or a shape name)");
+	if (access(p->model, R_OK) == 0) {
+		if ((rc = medha_gguf_open(&g, p->model, why, whylen)) != 0 ||
+		    (rc = medha_model_load(&m, g, why, whylen)) != 0) {
+			medha_gguf_close(g);
+			return rc;
+		}
+		/* the weights are copied to the device: the file goes */
+		rc = medha_backend_cuda_init(be, m, p, why, whylen);
+		medha_model_free(m);
+		medha_gguf_close(g);
+		return rc;
+	}
+	if (medha_model_resolve(p->model, &pm) != 0)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "cuda: model %s: no such file, nor a shape name "
+		    "(llama3-8b, llama3-70b, smollm2-135m)",
+		    p->model);
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	c->c = pm.c;
+	if ((rc = make(be, c, NULL, p, why, whylen)) != 0)
+		cuda_close(c);
+	return rc;
+}

@@ -1,0 +1,376 @@
+/*
+ * backend_cuda_coll.c: what the cuda backend exchanges with its peers
+ * and hands back: the TP all-reduce after the row-parallel products
+ * (over NCCL when the backend owns a communicator, set up in comm_init
+ * with rank 0's unique id travelling through the caller's all_gather;
+ * else through the caller's all_reduce, or its all_gather and a sum in
+ * rank order, in host memory), the KVP merge (each merged sequence's
+ * partial outputs and log-sum-exps copied to the host and exchanged as
+ * the cpu backend exchanges them, then folded on the GPU by
+ * medha_k_attn_merge in group order, so every group holds the same
+ * bits), and the logits and sampled tokens.
+ *
+ * Sampling: a greedy sampler's token is the argmax taken on the GPU
+ * (medha_k_argmax: the lowest id on ties, as medha_sample_greedy); any
+ * other sampler gets its row copied to the host and medha_sample(), so
+ * that its draws are the cpu backend's exactly (medha_k_sample is not
+ * used: its order of top-k, top-p and temperature would have to match
+ * sample.c's bit for bit).
+ */
+#include "engine/backend_cuda_impl.h"
+
+#include "model/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Pinned host room for n floats in c->hb. */
+int
+cuda_stage(struct cuda_be *c, size_t n, char *why, size_t whylen)
+{
+	if (n <= c->hb_cap)
+		return 0;
+	cudaFreeHost(c->hb);
+	c->hb = NULL;
+	c->hb_cap = 0;
+	CU(cudaMallocHost((void **)&c->hb, n * sizeof(float)),
+	    "pinned host staging");
+	c->hb_cap = n;
+	return 0;
+}
+
+int
+cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
+    size_t whylen)
+{
+	struct cuda_be *c = impl;
+	ncclUniqueId *all, id;
+	int rc, st;
+
+	if (c->tp == 1 || c->coll != MEDHA_COLL_NCCL)
+		return 0; /* the caller's collectives, in each call */
+	if (cm == NULL || cm->all_gather == NULL || cm->tp != c->tp ||
+	    cm->tp_rank != c->tpr)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "cuda: NCCL for TP rank %d of %d: collectives of rank %d "
+		    "of %d",
+		    c->tpr, c->tp, cm ? cm->tp_rank : -1, cm ? cm->tp : 0);
+	if ((rc = cuda_nccl_load(c, why, whylen)) != 0)
+		return rc;
+	if (c->nccl != NULL) {
+		c->nc.ncclCommDestroy(c->nccl);
+		c->nccl = NULL;
+	}
+	memset(&id, 0, sizeof(id));
+	if (c->tpr == 0 && (st = c->nc.ncclGetUniqueId(&id)) != ncclSuccess)
+		return medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: ncclGetUniqueId: %s", c->nc.ncclGetErrorString(st));
+	if ((all = calloc((size_t)c->tp, sizeof(id))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	/* layer -1: a tag no layer's collective uses */
+	if ((rc = cm->all_gather(cm->arg, -1, 0, &id, sizeof(id), all,
+	         MEDHA_MEM_HOST, why, whylen)) != 0) {
+		free(all);
+		return rc;
+	}
+	id = all[0];
+	free(all);
+	CU(cudaSetDevice(c->dev), "cudaSetDevice");
+	if ((st = c->nc.ncclCommInitRank(&c->nccl, c->tp, id, c->tpr)) !=
+	    ncclSuccess) {
+		c->nccl = NULL;
+		return medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: ncclCommInitRank (rank %d of %d): %s (two ranks "
+		    "on one GPU need the host collectives, --coll nng)",
+		    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
+	}
+	return 0;
+}
+
+/* x (n floats, host) summed over the ranks by the caller's collectives:
+   its all_reduce, or an all_gather and a sum in rank order. */
+static int
+host_reduce(struct cuda_be *c, int layer, int kind, float *x, size_t n,
+    char *why, size_t whylen)
+{
+	const struct medha_comm *cm = c->f->comm;
+	float *all;
+	int rc;
+
+	if (cm->all_reduce != NULL)
+		return cm->all_reduce(cm->arg, layer, kind, x, n,
+		    MEDHA_MEM_HOST, why, whylen);
+	if ((all = malloc((size_t)c->tp * n * sizeof(float))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	if ((rc = cm->all_gather(cm->arg, layer, kind, x, n * sizeof(float),
+	         all, MEDHA_MEM_HOST, why, whylen)) == 0)
+		for (size_t i = 0; i < n; i++) {
+			float s = all[i];
+			for (int r = 1; r < c->tp; r++)
+				s += all[(size_t)r * n + i];
+			x[i] = s;
+		}
+	free(all);
+	return rc;
+}
+
+/* y (n floats, device): the sum of every TP rank's y. */
+int
+cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y, size_t n,
+    char *why, size_t whylen)
+{
+	int rc, st;
+
+	if (c->nccl != NULL) {
+		if ((st = c->nc.ncclAllReduce(y, y, n, ncclFloat, ncclSum,
+		         c->nccl, c->st)) != ncclSuccess)
+			return medha_why(why, whylen, MEDHA_EIO,
+			    "cuda: ncclAllReduce: %s",
+			    c->nc.ncclGetErrorString(st));
+		return 0;
+	}
+	if ((rc = cuda_stage(c, n, why, whylen)) != 0)
+		return rc;
+	CU(cudaMemcpyAsync(c->hb, y, n * sizeof(float), cudaMemcpyDeviceToHost,
+	       c->st),
+	    "TP partial sums to the host");
+	CU(cudaStreamSynchronize(c->st), "TP partial sums to the host");
+	if ((rc = host_reduce(c, layer, kind, c->hb, n, why, whylen)) != 0)
+		return rc;
+	CU(cudaMemcpyAsync(y, c->hb, n * sizeof(float), cudaMemcpyHostToDevice,
+	       c->st),
+	    "TP sums to the device");
+	/* hb is read by that copy: wait before it is written again */
+	CU(cudaStreamSynchronize(c->st), "TP sums to the device");
+	return 0;
+}
+
+/* ---- KVP ---- */
+
+/* Floats of the merged sequences every group in mask holds a piece of. */
+static size_t
+pair_floats(const struct medha_batch *b, const struct medha_batch_kv *kv,
+    uint64_t mask, size_t row)
+{
+	size_t n = 0;
+
+	for (int32_t e = 0; e < b->n_seqs; e++)
+		if (kv[e].merge && (kv[e].groups & mask) == mask)
+			n += (size_t)b->seq[e].n_tokens * row;
+	return n;
+}
+
+/* Into p, out then lse rows of the merged sequences group bit g holds a
+   piece of too (backend_cpu.c's order). */
+static void
+pack(const struct medha_batch *b, const struct medha_batch_kv *kv,
+    uint64_t g, const float *out, const float *lse, size_t ro, size_t rl,
+    float *p)
+{
+	size_t t0 = 0, nt;
+
+	for (int32_t e = 0; e < b->n_seqs; e++, t0 += nt) {
+		nt = (size_t)b->seq[e].n_tokens;
+		if (!kv[e].merge || !(kv[e].groups & g))
+			continue;
+		memcpy(p, out + t0 * ro, nt * ro * sizeof(float));
+		memcpy(p + nt * ro, lse + t0 * rl, nt * rl * sizeof(float));
+		p += nt * (ro + rl);
+	}
+}
+
+/* The exchange with every other group; c->mrg + at[g]: group g's parts. */
+static int
+exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
+    size_t *at, char *why, size_t whylen)
+{
+	const struct medha_batch *b = c->f->b;
+	const struct medha_batch_kv *kv = c->f->kv;
+	const struct medha_comm *cm = c->f->comm;
+	const int kvp = cm->kvp, me = cm->kvp_rank;
+	const size_t ro = (size_t)c->qd, rl = (size_t)c->nh, row = ro + rl;
+	const uint64_t mine = (uint64_t)1 << me;
+	size_t n[MEDHA_KVP_MAX];
+	int g, rc;
+
+	at[0] = 0;
+	for (g = 0; g < kvp; g++) {
+		n[g] = pair_floats(b, kv, mine | (uint64_t)1 << g, row);
+		at[g + 1] = at[g] + n[g];
+	}
+	if (at[kvp] * 2 > c->mrg_cap) {
+		void *p = medha_reallocarray(c->mrg, at[kvp] * 2, sizeof(float));
+		if (p == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "KVP merge: out of memory");
+		c->mrg = p;
+		c->mrg_cap = at[kvp] * 2;
+	}
+	pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
+	for (g = 0; g < kvp; g++) {
+		float *sb = c->mrg + at[kvp];
+		if (g == me || n[g] == 0)
+			continue;
+		pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
+		if ((rc = cm->exchange(cm->arg, layer, g, sb,
+		         n[g] * sizeof(float), c->mrg + at[g],
+		         n[g] * sizeof(float), MEDHA_MEM_HOST, why, whylen)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/*
+ * The KVP merge of layer l: c->attf and c->lse (f32, every row) become
+ * c->att (bf16): merged sequences' rows folded with the other groups'
+ * parts in group order, the others' converted.
+ */
+int
+cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
+    size_t whylen)
+{
+	const struct medha_batch *b = c->f->b;
+	const struct medha_batch_kv *kv = c->f->kv;
+	const int kvp = c->f->comm->kvp, hd = c->c.head_dim;
+	const size_t ro = (size_t)c->qd, rl = (size_t)c->nh, row = ro + rl;
+	const size_t T = (size_t)n_tokens;
+	size_t at[MEDHA_KVP_MAX + 1], cur[MEDHA_KVP_MAX], t0, nt;
+	float *out, *lse, *dp;
+	int rc, g;
+
+	if (kvp < 1 || kvp > MEDHA_KVP_MAX || c->f->comm->kvp_rank < 0 ||
+	    c->f->comm->kvp_rank >= kvp)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "KVP group %d of %d", c->f->comm->kvp_rank, kvp);
+	/* hb: out rows, then lse rows, then one sequence's parts */
+	if ((rc = cuda_stage(c, T * row + (size_t)kvp * T * row, why,
+	         whylen)) != 0)
+		return rc;
+	out = c->hb;
+	lse = c->hb + T * ro;
+	CU(cudaMemcpyAsync(out, c->attf, T * ro * sizeof(float),
+	       cudaMemcpyDeviceToHost, c->st),
+	    "KVP parts to the host");
+	CU(cudaMemcpyAsync(lse, c->lse, T * rl * sizeof(float),
+	       cudaMemcpyDeviceToHost, c->st),
+	    "KVP lse to the host");
+	CU(medha_k_f32_to_bf16(c->att, c->attf, (int64_t)(T * ro), c->st),
+	    "medha_k_f32_to_bf16");
+	CU(cudaStreamSynchronize(c->st), "KVP parts to the host");
+	if ((rc = exchange(c, layer, out, lse, at, why, whylen)) != 0)
+		return rc;
+	for (g = 0; g < kvp; g++)
+		cur[g] = at[g];
+	dp = lse + T * rl; /* the device's parts are staged here */
+	t0 = 0;
+	for (int32_t e = 0; e < b->n_seqs; e++, t0 += nt) {
+		int np = 0;
+		float *po, *pl;
+		nt = (size_t)b->seq[e].n_tokens;
+		if (!kv[e].merge)
+			continue;
+		po = dp;
+		for (g = 0; g < kvp; g++)
+			np += (int)(kv[e].groups >> g & 1);
+		pl = po + (size_t)np * nt * ro;
+		np = 0;
+		for (g = 0; g < kvp; g++) {
+			if (!(kv[e].groups >> g & 1))
+				continue;
+			memcpy(po + (size_t)np * nt * ro, c->mrg + cur[g],
+			    nt * ro * sizeof(float));
+			memcpy(pl + (size_t)np * nt * rl,
+			    c->mrg + cur[g] + nt * ro, nt * rl * sizeof(float));
+			cur[g] += nt * row;
+			np++;
+		}
+		if ((size_t)np * nt * row > c->mrgd_cap) {
+			cudaStreamSynchronize(c->st);
+			cudaFree(c->mrgd);
+			c->mrgd_cap = 0;
+			if ((rc = cuda_malloc((void **)&c->mrgd,
+			         (size_t)np * nt * row * sizeof(float), why,
+			         whylen, "KVP parts")) != 0)
+				return rc;
+			c->mrgd_cap = (size_t)np * nt * row;
+		}
+		/* parts, then their lses, as medha_k_attn_merge reads them */
+		CU(cudaMemcpyAsync(c->mrgd, po,
+		       (size_t)np * nt * row * sizeof(float),
+		       cudaMemcpyHostToDevice, c->st),
+		    "KVP parts to the device");
+		CU(medha_k_attn_merge(c->att + t0 * ro, c->mrgd,
+		       c->mrgd + (size_t)np * nt * ro, np, (int)nt, c->nh, hd,
+		       c->st),
+		    "medha_k_attn_merge");
+		/* po is read by that copy */
+		CU(cudaStreamSynchronize(c->st), "the KVP merge");
+	}
+	return 0;
+}
+
+/* ---- what the call hands back ---- */
+
+int
+cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+    char *why, size_t whylen)
+{
+	const struct medha_batch *b = f->b;
+	const int V = c->c.vocab;
+	int r = 0;
+
+	if (f->logits != NULL) {
+		CU(cudaMemcpyAsync(f->logits, c->logits,
+		       (size_t)nrows * (size_t)V * sizeof(float),
+		       cudaMemcpyDeviceToHost, c->st),
+		    "downloading logits");
+		CU(cudaStreamSynchronize(c->st), "downloading logits");
+		/* NaN or infinite logits would sample token 0: an error,
+		   as on the cpu backend */
+		for (size_t k = 0; k < (size_t)nrows * (size_t)V; k++)
+			if (!isfinite(f->logits[k]))
+				return medha_why(why, whylen, MEDHA_ERANGE,
+				    "logits row %zu: token %zu is %g (the "
+				    "model's numbers overflow or are NaN)",
+				    k / (size_t)V, k % (size_t)V,
+				    (double)f->logits[k]);
+	}
+	if (f->samplers == NULL)
+		return 0;
+	CU(cudaMemcpyAsync(c->hids, c->ids, (size_t)nrows * sizeof(int32_t),
+	       cudaMemcpyDeviceToHost, c->st),
+	    "downloading the argmax");
+	CU(cudaStreamSynchronize(c->st), "downloading the argmax");
+	if (c->lgrow == NULL &&
+	    (c->lgrow = malloc((size_t)V * sizeof(float))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	for (int i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		struct medha_sampler *sp = f->samplers[i];
+		int row = r;
+		r += s->logits == MEDHA_LOGITS_ALL    ? s->n_tokens
+		    : s->logits == MEDHA_LOGITS_LAST ? 1
+		                                     : 0;
+		if (sp == NULL || s->logits != MEDHA_LOGITS_LAST)
+			continue;
+		if (medha_sampler_is_greedy(sp)) {
+			f->tokens[i] = c->hids[row];
+			continue;
+		}
+		if (f->logits != NULL)
+			memcpy(c->lgrow, f->logits + (size_t)row * V,
+			    (size_t)V * sizeof(float));
+		else {
+			CU(cudaMemcpyAsync(c->lgrow,
+			       c->logits + (size_t)row * V,
+			       (size_t)V * sizeof(float),
+			       cudaMemcpyDeviceToHost, c->st),
+			    "downloading a logits row");
+			CU(cudaStreamSynchronize(c->st),
+			    "downloading a logits row");
+		}
+		f->tokens[i] = medha_sample(sp, c->lgrow);
+	}
+	return 0;
+}

@@ -1,0 +1,217 @@
+/*
+ * backend_cuda_graph.c: decode steps replayed from CUDA graphs. A Llama
+ * decode step is some 300 launches; at several microseconds each, eager
+ * launching costs as much as reading the weights. A step whose every
+ * sequence has one token (and merges nothing) is captured once per
+ * (sequences, logits rows, layers, KV bucket) and replayed: the graph
+ * reads the batch's descriptors from the device buffer the step's
+ * descriptors are copied into before each replay (its address fixed
+ * while the graph lives), so the replay sees this step's positions,
+ * block tables and tokens. The KV bucket (a power of two, at least 256)
+ * is the max_kv the kernels size their grids and workspace for: a step
+ * whose longest context passes it captures a new graph.
+ *
+ * An SPP stage's hidden states are copied in before the replay and out
+ * after it. Not captured: TP over the host collectives (they wait on
+ * the host), KVP merges, timed calls (profilers: their events are
+ * recorded eagerly), and anything when MEDHA_CUDA_GRAPHS=0.
+ *
+ * Also here: a timed call's events (cudaEvent pairs around attention,
+ * each KVP merge and the head, summed after the call).
+ */
+#include "engine/backend_cuda_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void
+cuda_graph_free(struct cuda_be *c)
+{
+	for (int i = 0; i < CUDA_GRAPHS; i++)
+		if (c->g[i].used) {
+			cudaGraphExecDestroy(c->g[i].exec);
+			c->g[i].used = 0;
+		}
+}
+
+/* The graph for this step's key, or a free (or the oldest) slot. */
+static struct cuda_graph *
+find(struct cuda_be *c, const struct medha_fwd *f, int nrows, int64_t cap,
+    int *hit)
+{
+	struct cuda_graph *old = &c->g[0];
+
+	*hit = 0;
+	for (int i = 0; i < CUDA_GRAPHS; i++) {
+		struct cuda_graph *g = &c->g[i];
+		if (g->used && g->n_seqs == f->b->n_seqs && g->nrows == nrows &&
+		    g->lo == f->layer_lo && g->hi == f->layer_hi &&
+		    g->kv_cap == cap) {
+			*hit = 1;
+			return g;
+		}
+		if (!g->used || (old->used && g->last < old->last))
+			old = g;
+	}
+	if (old->used) {
+		cudaGraphExecDestroy(old->exec);
+		old->used = 0;
+	}
+	return old;
+}
+
+/* Capture the step into g (c->desc built at its bucket). */
+static int
+capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+    struct cuda_graph *g, char *why, size_t whylen)
+{
+	cudaGraph_t graph = NULL;
+	cudaError_t e;
+	int rc;
+
+	CU(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal),
+	    "cudaStreamBeginCapture");
+	c->capturing = 1;
+	rc = cuda_run_layers(c, f, nrows, why, whylen);
+	c->capturing = 0;
+	e = cudaStreamEndCapture(c->st, &graph);
+	if (rc != 0) {
+		if (graph != NULL)
+			cudaGraphDestroy(graph);
+		return rc;
+	}
+	CU(e, "cudaStreamEndCapture");
+	e = cudaGraphInstantiate(&g->exec, graph, 0);
+	cudaGraphDestroy(graph);
+	CU(e, "cudaGraphInstantiate");
+	g->used = 1;
+	g->n_seqs = f->b->n_seqs;
+	g->nrows = nrows;
+	g->lo = f->layer_lo;
+	g->hi = f->layer_hi;
+	return 0;
+}
+
+/*
+ * Run decode step f from a graph if it can be (*done set), else leave
+ * it to the eager path (*done 0).
+ */
+int
+cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+    int *done, char *why, size_t whylen)
+{
+	struct cuda_graph *g;
+	int64_t max_kv = 0, cap = 256;
+	int hit, rc;
+
+	*done = 0;
+	if (c->tp > 1 && c->nccl == NULL)
+		return 0;
+	for (int i = 0; i < f->b->n_seqs; i++) {
+		int64_t k = cuda_keys_of(c, f, i);
+		if (k > max_kv)
+			max_kv = k;
+	}
+	while (cap < max_kv)
+		cap *= 2;
+	if ((rc = cuda_desc_build(c, f, cap, why, whylen)) != 0)
+		return rc;
+	/* the workspace may move (and free the graphs) before the find */
+	{
+		struct medha_k_attn a = {&c->kvl[f->layer_lo], &c->desc.s,
+		    c->qkv, c->qkvd, c->nh, 1, c->att, NULL, NULL, NULL, 0};
+		size_t n = medha_k_attn_workspace(&a);
+		if (n > c->awork_cap) {
+			cuda_graph_free(c);
+			cudaFree(c->awork);
+			c->awork = NULL;
+			c->awork_cap = 0;
+			if ((rc = cuda_malloc(&c->awork, n, why, whylen,
+			         "attention workspace")) != 0)
+				return rc;
+			c->awork_cap = n;
+		}
+	}
+	g = find(c, f, nrows, cap, &hit);
+	if (!hit) {
+		g->kv_cap = cap;
+		if ((rc = capture(c, f, nrows, g, why, whylen)) != 0)
+			return rc;
+	}
+	g->last = ++c->gclock;
+	/* an SPP stage's hidden states: in place before the replay (the
+	   graph starts at its first layer, with no embedding) */
+	if (f->h_in != NULL)
+		CU(cudaMemcpyAsync(c->x, f->h_in,
+		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
+		       cudaMemcpyHostToDevice, c->st),
+		    "uploading hidden states");
+	CU(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch");
+	*done = 1;
+	return 0;
+}
+
+/* ---- where a timed call's time goes ---- */
+
+/*
+ * Record the next event of a timed call (a pair's start or end; kind
+ * says what the pair timed): nothing when the call is not timed.
+ */
+int
+cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen)
+{
+	if (!c->timing)
+		return 0;
+	if (c->n_ev == c->ev_cap) {
+		int cap = c->ev_cap > 0 ? 2 * c->ev_cap : 64;
+		void *e = realloc(c->ev, sizeof(*c->ev) * (size_t)cap);
+		void *k = e != NULL ? realloc(c->ev_kind,
+		                          sizeof(int) * (size_t)cap) : NULL;
+		if (e != NULL)
+			c->ev = e;
+		if (k == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		c->ev_kind = k;
+		for (int i = c->ev_cap; i < cap; i++) {
+			CU(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
+			c->ev_cap = i + 1;
+		}
+	}
+	c->ev_kind[c->n_ev] = kind;
+	CU(cudaEventRecord(c->ev[c->n_ev++], c->st), "cudaEventRecord");
+	return 0;
+}
+
+/* The timed pairs' sums into t (after the stream is synchronized). */
+int
+cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
+    size_t whylen)
+{
+	double s[3] = {0, 0, 0};
+	float ms;
+
+	for (int i = 0; i + 1 < c->n_ev; i += 2) {
+		CU(cudaEventElapsedTime(&ms, c->ev[i], c->ev[i + 1]),
+		    "cudaEventElapsedTime");
+		s[c->ev_kind[i]] += ms * 1e-3;
+	}
+	t->attn = s[0];
+	t->merge = s[1];
+	t->head = s[2];
+	t->split = 1;
+	c->n_ev = 0;
+	return 0;
+}
+
+void
+cuda_events_free(struct cuda_be *c)
+{
+	for (int i = 0; i < c->ev_cap; i++)
+		cudaEventDestroy(c->ev[i]);
+	free(c->ev);
+	free(c->ev_kind);
+	c->ev = NULL;
+	c->ev_kind = NULL;
+	c->ev_cap = c->n_ev = 0;
+}

@@ -1,0 +1,267 @@
+/*
+ * backend_cuda_impl.h: the cuda backend's private state, shared by its
+ * files: backend_cuda.c (open, the function table, forward), _lib.c
+ * (cuBLASLt and NCCL loaded with dlopen; the linear layers), _load.c
+ * (weights: a GGUF dequantized to bf16, or random by shape name), _kv.c
+ * (the paged cache's blocks on the host, the batch's descriptors) and
+ * _coll.c (TP all-reduces, the KVP merge, sampling).
+ *
+ * Layouts on the device: the residual stream x is (n, dim) f32; matrix
+ * inputs (norm outputs, attention output, SwiGLU output) are bf16; a
+ * weight is (rows, cols) bf16 row-major, rows the outputs, and a product
+ * y = x W^T comes out f32. Q, K and V are one matrix (this rank's Q heads'
+ * rows, then its K rows, then its V rows), gate and up another (this
+ * rank's gate rows, then its up rows), so that each is one GEMM.
+ */
+#ifndef MEDHA_BACKEND_CUDA_IMPL_H
+#define MEDHA_BACKEND_CUDA_IMPL_H
+
+#include "engine/backend_cuda.h"
+#include "kernels.h" /* kernels/kernels.h (-iquote kernels) */
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUDA_MAX_SEQS 256     /* sequences held at once by default */
+#define CUDA_TOKENS 8192      /* scratch rows made at open */
+#define CUDA_LT_WORK (32 << 20) /* cuBLASLt's workspace, bytes */
+#define CUDA_GEMM_SHAPES 32   /* GEMM shapes kept (a model has ~5) */
+#define CUDA_GRAPHS 64        /* decode graphs kept (by sequences,
+                                 logits rows, layers, KV bucket) */
+
+/* cuBLASLt's entry points, from dlopen (the prototypes are the header's) */
+struct cuda_lt {
+	void *dl;
+#define LT_FN(f) __typeof__(f) *f
+	LT_FN(cublasLtCreate);
+	LT_FN(cublasLtDestroy);
+	LT_FN(cublasLtMatmulDescCreate);
+	LT_FN(cublasLtMatmulDescDestroy);
+	LT_FN(cublasLtMatmulDescSetAttribute);
+	LT_FN(cublasLtMatrixLayoutCreate);
+	LT_FN(cublasLtMatrixLayoutDestroy);
+	LT_FN(cublasLtMatrixLayoutSetAttribute);
+	LT_FN(cublasLtMatmulPreferenceCreate);
+	LT_FN(cublasLtMatmulPreferenceDestroy);
+	LT_FN(cublasLtMatmulPreferenceSetAttribute);
+	LT_FN(cublasLtMatmulAlgoGetHeuristic);
+	LT_FN(cublasLtMatmul);
+};
+
+/* NCCL's, from dlopen */
+struct cuda_nccl {
+	void *dl;
+	LT_FN(ncclGetUniqueId);
+	LT_FN(ncclCommInitRank);
+	LT_FN(ncclCommDestroy);
+	LT_FN(ncclAllReduce);
+	LT_FN(ncclGetErrorString);
+#undef LT_FN
+};
+
+/*
+ * One GEMM shape: y (m, n) f32 with row stride ldy = x (m, k) bf16 times
+ * W (n, k) bf16 transposed. The descriptors are made once; m is set per
+ * call. algo is chosen once (batch-invariant: the same kernel and K order
+ * for every m); fast mode keeps one per power-of-two m instead.
+ */
+struct cuda_gemm {
+	int n, k, ldy;
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t a, b, d;
+	int have;                          /* algo chosen */
+	int warned;                        /* an m it refused, said */
+	cublasLtMatmulAlgo_t algo;
+	uint32_t fast_have;                /* fast mode: bit i: fast[i] */
+	cublasLtMatmulAlgo_t fast[32];     /* by ceil(log2 m) */
+};
+
+/* One layer's weights on the device (this rank's share). */
+struct cuda_layer {
+	float *attn_norm, *ffn_norm; /* (dim) f32 */
+	uint16_t *wqkv;              /* (qd + 2 kvd, dim) */
+	uint16_t *wo;                /* (dim, qd): this rank's columns */
+	uint16_t *wgu;               /* (2 ff, dim) */
+	uint16_t *wdown;             /* (dim, ff): this rank's columns */
+};
+
+/* A sequence's blocks, on the host (mirrored per batch). */
+struct cuda_seq {
+	int used;
+	int64_t len;    /* positions held (from its base) */
+	int32_t *block; /* (nblock) */
+	int64_t nblock, cap;
+};
+
+/*
+ * A batch's descriptors: one pinned host buffer and one device buffer of
+ * the same layout, copied in one transfer per batch. Offsets in bytes.
+ */
+struct cuda_desc {
+	char *h;          /* pinned */
+	char *d;          /* device */
+	size_t cap;       /* bytes of each */
+	size_t o_qstart, o_nq, o_pos, o_base, o_kvlen, o_toff, o_app;
+	size_t o_tpos, o_tok, o_rows, o_table, len;
+	struct medha_k_seqs s; /* device pointers into d */
+};
+
+/* A captured decode step (all sequences one token). */
+struct cuda_graph {
+	int used;
+	int n_seqs, nrows, lo, hi;
+	int64_t kv_cap;  /* the max_kv bucket it was captured at */
+	size_t dlen;     /* descriptor bytes it reads */
+	cudaGraphExec_t exec;
+	uint64_t last;   /* for eviction */
+};
+
+struct cuda_be {
+	int dev;
+	cudaStream_t st;
+	struct medha_model_config c;
+	int lo, hi;                 /* layers held */
+	int tp, tpr;
+	struct medha_tp_share sh;
+	int nh, nkv, qd, kvd, qkvd, ff; /* this rank's widths */
+	int coll;                   /* MEDHA_COLL_* */
+	int fast;                   /* MEDHA_CUDA_GEMM=fast */
+	int graphs;                 /* decode graphs on (MEDHA_CUDA_GRAPHS) */
+	int gemm_m;                 /* the m algorithms are chosen at */
+	char name[80];              /* the model: path or shape name */
+
+	/* weights */
+	uint16_t *embd, *out;       /* (vocab, dim) or NULL */
+	float *onorm, *freqs;       /* (dim), (n_rot / 2) or NULL */
+	struct cuda_layer *L;       /* (n_layers), [lo, hi) filled */
+	size_t wbytes;              /* weight bytes on the device */
+
+	/* the KV cache */
+	int kv_type;                /* MEDHA_KV_F16 or MEDHA_KV_BF16 */
+	int64_t n_blocks;
+	int max_seqs;
+	void *kvmem;                /* (hi - lo, 2, n_blocks, nkv, 16, hd) */
+	struct medha_k_kv_layer *kvl; /* (n_layers), [lo, hi) filled */
+	int32_t *freeb;             /* (n_blocks) stack of free blocks */
+	int64_t nfree;
+	struct cuda_seq *seq;       /* (max_seqs) */
+	char *seen;                 /* (max_seqs) batch checks */
+
+	/* scratch (rows for cap_t tokens, cap_r logits rows) */
+	int cap_t, cap_r;
+	float *x, *qkv, *y, *gu, *attf, *lse, *hrows, *logits;
+	uint16_t *xn, *att, *act, *hn;
+	int32_t *ids;
+	void *awork;                /* attention workspace */
+	size_t awork_cap;
+	void *ltwork;               /* cuBLASLt's */
+	struct cuda_desc desc;
+	/* pinned host staging: hidden states, merge parts, logits rows */
+	float *hb;
+	size_t hb_cap;              /* floats */
+	int32_t *hids;              /* (cap_r) pinned argmax results */
+	float *mrg;                 /* KVP exchange buffers (host) */
+	size_t mrg_cap;
+	float *mrgd;                /* one sequence's parts (device) */
+	size_t mrgd_cap;            /* floats */
+	float *lgrow;               /* one logits row for a sampler */
+
+	/* libraries */
+	struct cuda_lt lt;
+	cublasLtHandle_t lth;
+	struct cuda_gemm gemm[CUDA_GEMM_SHAPES];
+	int n_gemm;
+	struct cuda_nccl nc;
+	ncclComm_t nccl;            /* or NULL: not set up */
+
+	/* decode graphs */
+	struct cuda_graph g[CUDA_GRAPHS];
+	uint64_t gclock;
+	int capturing;
+
+	/* where a timed call's time goes (f->times): events in pairs, each
+	   pair's kind 0 attention, 1 a KVP merge, 2 the head */
+	cudaEvent_t *ev;
+	int *ev_kind;
+	int n_ev, ev_cap;
+	int timing;
+
+	/* the forward call running */
+	const struct medha_fwd *f;
+	char cwhy[256];             /* a collective's reason */
+};
+
+/* ---- backend_cuda_lib.c ---- */
+int cuda_err(char *why, size_t whylen, int e, const char *what);
+#define CU(call, what)                                                      \
+	do {                                                                \
+		int cu_e_ = (int)(call);                                    \
+		if (cu_e_ != 0)                                             \
+			return cuda_err(why, whylen, cu_e_, what);          \
+	} while (0)
+int cuda_lt_open(struct cuda_be *c, char *why, size_t whylen);
+void cuda_lt_close(struct cuda_be *c);
+int cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen);
+void cuda_nccl_close(struct cuda_be *c);
+int cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
+    const uint16_t *x, int m, float *y, int ldy, float beta, char *why,
+    size_t whylen);
+
+/* ---- backend_cuda_load.c ---- */
+int cuda_load_gguf(struct cuda_be *c, const struct medha_model *m,
+    char *why, size_t whylen);
+int cuda_load_random(struct cuda_be *c, uint64_t seed, char *why,
+    size_t whylen);
+void cuda_free_weights(struct cuda_be *c);
+int cuda_malloc(void **p, size_t n, char *why, size_t whylen,
+    const char *what);
+
+/* ---- backend_cuda_kv.c ---- */
+int cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why,
+    size_t whylen);
+void cuda_kv_free(struct cuda_be *c);
+int cuda_kv_reserve(struct cuda_be *c, int seq, int64_t n);
+void cuda_kv_set_len(struct cuda_be *c, int seq, int64_t n);
+int64_t cuda_kv_len(const struct cuda_be *c, int seq);
+size_t cuda_kv_block_bytes(const struct cuda_be *c);
+int cuda_check_batch(struct cuda_be *c, const struct medha_fwd *f,
+    int claim, char *why, size_t whylen);
+int64_t cuda_keys_of(const struct cuda_be *c, const struct medha_fwd *f,
+    int i);
+int cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f,
+    int64_t kv_cap, char *why, size_t whylen);
+int cuda_grow(struct cuda_be *c, int n_tokens, int nrows, char *why,
+    size_t whylen);
+
+/* ---- backend_cuda_coll.c ---- */
+int cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
+    size_t whylen);
+int cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y,
+    size_t n, char *why, size_t whylen);
+int cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
+    size_t whylen);
+int cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+    char *why, size_t whylen);
+int cuda_stage(struct cuda_be *c, size_t floats, char *why, size_t whylen);
+
+/* ---- backend_cuda_graph.c ---- */
+int cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+    int *done, char *why, size_t whylen);
+void cuda_graph_free(struct cuda_be *c);
+
+/* ---- backend_cuda_graph.c: timing ---- */
+int cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen);
+int cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
+    size_t whylen);
+void cuda_events_free(struct cuda_be *c);
+
+/* ---- backend_cuda.c ---- */
+int cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+    char *why, size_t whylen);
+int cuda_is_decode(const struct medha_fwd *f);
+
+#endif

@@ -1,0 +1,371 @@
+/*
+ * backend_cuda_kv.c: the cuda backend's paged KV cache and a batch's
+ * descriptors. The blocks live on the device (kernels.h's layout: per
+ * layer a K and a V pool of n_blocks blocks of (kv heads, 16, head_dim));
+ * which blocks a sequence holds is kept here on the host, as the cpu
+ * cache keeps it, and mirrored to the device with each batch, together
+ * with each sequence's and token's positions, in one copy.
+ */
+#include "engine/backend_cuda_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t
+cuda_kv_block_bytes(const struct cuda_be *c)
+{
+	/* K and V of one block, every layer held */
+	return (size_t)(c->hi - c->lo) * 2 * (size_t)c->nkv * MEDHA_KV_BLOCK *
+	    (size_t)c->c.head_dim * 2;
+}
+
+int
+cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why, size_t whylen)
+{
+	const size_t pool = (size_t)n_blocks * (size_t)c->nkv *
+	    MEDHA_KV_BLOCK * (size_t)c->c.head_dim * 2;
+	int rc, l;
+
+	c->n_blocks = n_blocks;
+	if ((c->kvl = calloc((size_t)c->c.n_layers, sizeof(*c->kvl))) == NULL ||
+	    (c->freeb = calloc((size_t)n_blocks, sizeof(int32_t))) == NULL ||
+	    (c->seq = calloc((size_t)c->max_seqs, sizeof(*c->seq))) == NULL ||
+	    (c->seen = calloc((size_t)c->max_seqs, 1)) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	if ((rc = cuda_malloc(&c->kvmem, pool * 2 * (size_t)(c->hi - c->lo),
+	         why, whylen, "the KV cache")) != 0)
+		return rc;
+	/* zeros: a block never written (seq_fill) holds finite K/V */
+	CU(cudaMemsetAsync(c->kvmem, 0, pool * 2 * (size_t)(c->hi - c->lo),
+	       c->st),
+	    "clearing the KV cache");
+	for (l = c->lo; l < c->hi; l++) {
+		char *base = (char *)c->kvmem + pool * 2 * (size_t)(l - c->lo);
+		c->kvl[l] = (struct medha_k_kv_layer){base, base + pool,
+		    c->kv_type == MEDHA_KV_F16 ? MEDHA_K_F16 : MEDHA_K_BF16,
+		    c->nkv, c->c.head_dim, MEDHA_KV_BLOCK};
+	}
+	/* a stack: handed out in order 0, 1, 2, ... */
+	for (int64_t i = 0; i < n_blocks; i++)
+		c->freeb[i] = (int32_t)(n_blocks - 1 - i);
+	c->nfree = n_blocks;
+	return 0;
+}
+
+void
+cuda_kv_free(struct cuda_be *c)
+{
+	if (c->seq != NULL)
+		for (int i = 0; i < c->max_seqs; i++)
+			free(c->seq[i].block);
+	free(c->seq);
+	free(c->seen);
+	free(c->freeb);
+	free(c->kvl);
+	cudaFree(c->kvmem);
+	c->seq = NULL;
+	c->seen = NULL;
+	c->freeb = NULL;
+	c->kvl = NULL;
+	c->kvmem = NULL;
+}
+
+int64_t
+cuda_kv_len(const struct cuda_be *c, int seq)
+{
+	if (seq < 0 || seq >= c->max_seqs || !c->seq[seq].used)
+		return MEDHA_EINVAL;
+	return c->seq[seq].len;
+}
+
+/* Blocks for positions [0, n) of seq (kept if it held more). */
+int
+cuda_kv_reserve(struct cuda_be *c, int seq, int64_t n)
+{
+	struct cuda_seq *s = &c->seq[seq];
+	int64_t need = (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
+
+	if (need > s->cap) {
+		int64_t cap = s->cap > 0 ? s->cap : 16;
+		while (cap < need)
+			cap *= 2;
+		void *p = realloc(s->block, (size_t)cap * sizeof(int32_t));
+		if (p == NULL)
+			return MEDHA_ENOMEM;
+		s->block = p;
+		s->cap = cap;
+	}
+	while (s->nblock < need) {
+		if (c->nfree == 0)
+			return MEDHA_ENOSPACE;
+		s->block[s->nblock++] = c->freeb[--c->nfree];
+	}
+	return 0;
+}
+
+/* seq holds n positions: blocks past them go back. */
+void
+cuda_kv_set_len(struct cuda_be *c, int seq, int64_t n)
+{
+	struct cuda_seq *s = &c->seq[seq];
+	int64_t keep = (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
+
+	while (s->nblock > keep)
+		c->freeb[c->nfree++] = s->block[--s->nblock];
+	s->len = n;
+}
+
+/* KVP: where entry i's cache starts, whether it appends. */
+static int64_t
+base_of(const struct medha_fwd *f, int i)
+{
+	return f->kv != NULL ? f->kv[i].base : 0;
+}
+
+static int
+appends(const struct medha_fwd *f, int i)
+{
+	return f->kv == NULL || f->kv[i].append;
+}
+
+/* Keys entry i attends to in its cache (after its append). */
+int64_t
+cuda_keys_of(const struct cuda_be *c, const struct medha_fwd *f, int i)
+{
+	const struct medha_batch_seq *s = &f->b->seq[i];
+
+	return appends(f, i) ? s->pos - base_of(f, i) + s->n_tokens
+	                     : cuda_kv_len(c, s->seq);
+}
+
+/* The cpu backend's checks of a batch against the cache (cpu.c). */
+int
+cuda_check_batch(struct cuda_be *c, const struct medha_fwd *f, int claim,
+    char *why, size_t whylen)
+{
+	const struct medha_batch *b = f->b;
+	const struct medha_batch_seq *s;
+	int64_t sum = 0, len, lp;
+	int i, rc = 0;
+
+	for (i = 0; i < b->n_seqs && rc == 0; i++) {
+		s = &b->seq[i];
+		len = cuda_kv_len(c, s->seq);
+		lp = s->pos - base_of(f, i);
+		if (len < 0)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d (batch entry %d) is not allocated",
+			    s->seq, i);
+		else if (c->seen[s->seq])
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d appears twice in the batch", s->seq);
+		else if (s->n_tokens < 1)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: %d tokens", s->seq, s->n_tokens);
+		else if (s->pos < 0 || s->pos > INT32_MAX - s->n_tokens)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: position %lld out of range", s->seq,
+			    (long long)s->pos);
+		else if (lp < 0 || (appends(f, i) ? lp > len : lp < len))
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: position %lld but %lld cached from "
+			    "%lld%s",
+			    s->seq, (long long)s->pos, (long long)len,
+			    (long long)base_of(f, i),
+			    appends(f, i) ? "" : " (attending only)");
+		else if (!claim && appends(f, i) && lp + s->n_tokens > len)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: positions up to %lld not claimed "
+			    "(%lld cached): run layer %d on this batch first",
+			    s->seq, (long long)(lp + s->n_tokens),
+			    (long long)len, c->lo);
+		else if (s->logits < MEDHA_LOGITS_LAST ||
+		    s->logits > MEDHA_LOGITS_NONE)
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "sequence %d: logits mode %d", s->seq, s->logits);
+		else
+			c->seen[s->seq] = 1;
+		sum += s->n_tokens > 0 ? s->n_tokens : 0;
+	}
+	for (i--; i >= 0; i--)
+		if (cuda_kv_len(c, b->seq[i].seq) >= 0)
+			c->seen[b->seq[i].seq] = 0;
+	if (rc != 0)
+		return rc;
+	if (sum != b->n_tokens)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "sequences hold %lld tokens, batch has %d", (long long)sum,
+		    b->n_tokens);
+	return 0;
+}
+
+/* Room for a descriptor of n bytes from *at, 16-aligned. */
+static size_t
+take(size_t *at, size_t n)
+{
+	size_t o = (*at + 15) & ~(size_t)15;
+
+	*at = o + n;
+	return o;
+}
+
+/*
+ * The batch's descriptors into c->desc and onto the device (queued on
+ * the stream). kv_cap: the max_kv the kernels are told (0: the batch's
+ * own; a graph's bucket otherwise, at least that).
+ */
+int
+cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
+    char *why, size_t whylen)
+{
+	const struct medha_batch *b = f->b;
+	struct cuda_desc *d = &c->desc;
+	const size_t S = (size_t)b->n_seqs, T = (size_t)b->n_tokens;
+	size_t at = 0, R = 0, B = 0;
+	int64_t max_kv = 0, off = 0;
+	int max_q = 0, i, j, t, r;
+
+	for (i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		R += s->logits == MEDHA_LOGITS_ALL    ? (size_t)s->n_tokens
+		    : s->logits == MEDHA_LOGITS_LAST ? 1
+		                                     : 0;
+		B += (size_t)c->seq[s->seq].nblock;
+	}
+	d->o_qstart = take(&at, 4 * S);
+	d->o_nq = take(&at, 4 * S);
+	d->o_pos = take(&at, 8 * S);
+	d->o_base = take(&at, 8 * S);
+	d->o_kvlen = take(&at, 8 * S);
+	d->o_toff = take(&at, 8 * S);
+	d->o_app = take(&at, 4 * S);
+	d->o_tpos = take(&at, 8 * T);
+	d->o_tok = take(&at, 4 * T);
+	d->o_rows = take(&at, 4 * (R > 0 ? R : 1));
+	d->o_table = take(&at, 4 * (B > 0 ? B : 1));
+	d->len = at;
+	if (at > d->cap) {
+		size_t cap = at + at / 2 + 4096;
+		cudaFreeHost(d->h);
+		cudaFree(d->d);
+		d->h = d->d = NULL;
+		d->cap = 0;
+		cuda_graph_free(c); /* they read the old buffer */
+		CU(cudaMallocHost((void **)&d->h, cap), "pinned descriptors");
+		if (cuda_malloc((void **)&d->d, cap, why, whylen,
+		        "descriptors") != 0) {
+			cudaFreeHost(d->h);
+			d->h = NULL;
+			return MEDHA_ENOMEM;
+		}
+		d->cap = cap;
+	}
+	/* the last batch's copy reads d->h: wait for it */
+	CU(cudaStreamSynchronize(c->st), "a batch's descriptors");
+#define H(o, ty) ((ty *)(d->h + d->o))
+	for (i = 0, t = 0, r = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		const struct cuda_seq *q = &c->seq[s->seq];
+		int64_t kl = cuda_keys_of(c, f, i);
+		H(o_qstart, int32_t)[i] = t;
+		H(o_nq, int32_t)[i] = s->n_tokens;
+		H(o_pos, int64_t)[i] = s->pos;
+		H(o_base, int64_t)[i] = base_of(f, i);
+		H(o_kvlen, int64_t)[i] = kl;
+		H(o_toff, int64_t)[i] = off;
+		H(o_app, int32_t)[i] = appends(f, i);
+		memcpy(H(o_table, int32_t) + off, q->block,
+		    sizeof(int32_t) * (size_t)q->nblock);
+		off += q->nblock;
+		for (j = 0; j < s->n_tokens; j++, t++) {
+			H(o_tpos, int64_t)[t] = s->pos + j;
+			H(o_tok, int32_t)[t] =
+			    b->tokens != NULL ? b->tokens[t] : 0;
+			if (s->logits == MEDHA_LOGITS_ALL ||
+			    (s->logits == MEDHA_LOGITS_LAST &&
+			        j == s->n_tokens - 1))
+				H(o_rows, int32_t)[r++] = t;
+		}
+		if (s->n_tokens > max_q)
+			max_q = s->n_tokens;
+		if (kl > max_kv)
+			max_kv = kl;
+	}
+#undef H
+	CU(cudaMemcpyAsync(d->d, d->h, d->len, cudaMemcpyHostToDevice, c->st),
+	    "copying a batch's descriptors");
+	d->s = (struct medha_k_seqs){(const int32_t *)(d->d + d->o_qstart),
+	    (const int32_t *)(d->d + d->o_nq),
+	    (const int64_t *)(d->d + d->o_pos),
+	    (const int64_t *)(d->d + d->o_base),
+	    (const int64_t *)(d->d + d->o_kvlen),
+	    (const int32_t *)(d->d + d->o_table),
+	    (const int64_t *)(d->d + d->o_toff),
+	    (const int32_t *)(d->d + d->o_app), b->n_seqs, b->n_tokens, max_q,
+	    kv_cap > max_kv ? kv_cap : max_kv};
+	return 0;
+}
+
+/* Scratch for n_tokens rows and nrows logits rows. */
+int
+cuda_grow(struct cuda_be *c, int n_tokens, int nrows, char *why,
+    size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const size_t T = (size_t)n_tokens, d = (size_t)mc->dim;
+	int rc;
+
+	if (n_tokens > c->cap_t) {
+		cuda_graph_free(c);
+		cudaFree(c->x), cudaFree(c->qkv), cudaFree(c->y);
+		cudaFree(c->gu), cudaFree(c->attf), cudaFree(c->lse);
+		cudaFree(c->xn), cudaFree(c->att), cudaFree(c->act);
+		c->x = c->qkv = c->y = c->gu = c->attf = c->lse = NULL;
+		c->xn = c->att = c->act = NULL;
+		c->cap_t = 0;
+		if ((rc = cuda_malloc((void **)&c->x, T * d * 4, why, whylen,
+		         "the residual stream")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->y, T * d * 4, why, whylen,
+		         "products")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->qkv, T * (size_t)c->qkvd * 4,
+		         why, whylen, "Q, K and V")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->gu, T * (size_t)c->ff * 8,
+		         why, whylen, "gate and up")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->attf, T * (size_t)c->qd * 4,
+		         why, whylen, "attention parts")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->lse, T * (size_t)c->nh * 4,
+		         why, whylen, "attention lse")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->xn, T * d * 2, why, whylen,
+		         "norms")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->att, T * (size_t)c->qd * 2,
+		         why, whylen, "attention")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->act, T * (size_t)c->ff * 2,
+		         why, whylen, "SwiGLU")) != 0)
+			return rc;
+		c->cap_t = n_tokens;
+	}
+	if (nrows > c->cap_r) {
+		cuda_graph_free(c);
+		cudaFree(c->hrows), cudaFree(c->hn), cudaFree(c->logits);
+		cudaFree(c->ids);
+		cudaFreeHost(c->hids);
+		c->hrows = c->logits = NULL;
+		c->hn = NULL;
+		c->ids = c->hids = NULL;
+		c->cap_r = 0;
+		if ((rc = cuda_malloc((void **)&c->hrows, (size_t)nrows * d * 4,
+		         why, whylen, "logits rows")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->hn, (size_t)nrows * d * 2,
+		         why, whylen, "logits rows")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->logits,
+		         (size_t)nrows * (size_t)mc->vocab * 4, why, whylen,
+		         "logits")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->ids, (size_t)nrows * 4, why,
+		         whylen, "argmax")) != 0)
+			return rc;
+		CU(cudaMallocHost((void **)&c->hids, (size_t)nrows * 4),
+		    "pinned argmax");
+		c->cap_r = nrows;
+	}
+	return 0;
+}

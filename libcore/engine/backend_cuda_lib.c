@@ -1,0 +1,310 @@
+/*
+ * backend_cuda_lib.c: the libraries the cuda backend loads with dlopen
+ * when it opens (linking libcublasLt.so costs every program 195 ms at
+ * start, used or not): cuBLASLt for the linear layers and NCCL for TP;
+ * and the linear layers themselves.
+ *
+ * Batch invariance (issue 26, acceptance 5): by default each GEMM shape
+ * (n, k, ldy) gets one algorithm, chosen once by cuBLASLt's heuristic at
+ * a fixed m (MEDHA_CUDA_GEMM_M, default 128), and keeps it for every row
+ * count: the same kernel, tile and split-K for a batch of 1 and of 8192,
+ * so a token's products are the same bits in any batch. The fastest path
+ * (MEDHA_CUDA_GEMM=fast) asks the heuristic per power-of-two m instead.
+ */
+#include "engine/backend_cuda_impl.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A CUDA runtime error as a MEDHA_E* code and a reason naming the call. */
+int
+cuda_err(char *why, size_t whylen, int e, const char *what)
+{
+	return medha_why(why, whylen,
+	    e == cudaErrorMemoryAllocation ? MEDHA_ENOMEM : MEDHA_EIO,
+	    "cuda: %s: %s (%d)", what, cudaGetErrorString((cudaError_t)e), e);
+}
+
+/* dlopen the first of names that loads; its dlerror in err if none. */
+static void *
+open_first(const char *const *names, char *err, size_t errlen)
+{
+	void *dl;
+
+	err[0] = '\0';
+	for (; *names != NULL; names++) {
+		if ((dl = dlopen(*names, RTLD_NOW | RTLD_LOCAL)) != NULL)
+			return dl;
+		snprintf(err, errlen, "%s", dlerror());
+	}
+	return NULL;
+}
+
+#define SYM(tab, f)                                                         \
+	do {                                                                \
+		*(void **)&(tab)->f = dlsym((tab)->dl, #f);                 \
+		if ((tab)->f == NULL)                                       \
+			return medha_why(why, whylen, MEDHA_EUNSUP,         \
+			    "cuda: %s has no %s", lib, #f);                 \
+	} while (0)
+
+int
+cuda_lt_open(struct cuda_be *c, char *why, size_t whylen)
+{
+	static const char *const names[] = {"libcublasLt.so.13",
+	    "libcublasLt.so", NULL};
+	struct cuda_lt *t = &c->lt;
+	const char *lib = "libcublasLt.so.13";
+	char err[512];
+	int st;
+
+	if ((t->dl = open_first(names, err, sizeof(err))) == NULL)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "cuda: cannot load cuBLASLt (libcublasLt.so.13 or "
+		    "libcublasLt.so; set LD_LIBRARY_PATH to CUDA's lib64): %s",
+		    err);
+	SYM(t, cublasLtCreate);
+	SYM(t, cublasLtDestroy);
+	SYM(t, cublasLtMatmulDescCreate);
+	SYM(t, cublasLtMatmulDescDestroy);
+	SYM(t, cublasLtMatmulDescSetAttribute);
+	SYM(t, cublasLtMatrixLayoutCreate);
+	SYM(t, cublasLtMatrixLayoutDestroy);
+	SYM(t, cublasLtMatrixLayoutSetAttribute);
+	SYM(t, cublasLtMatmulPreferenceCreate);
+	SYM(t, cublasLtMatmulPreferenceDestroy);
+	SYM(t, cublasLtMatmulPreferenceSetAttribute);
+	SYM(t, cublasLtMatmulAlgoGetHeuristic);
+	SYM(t, cublasLtMatmul);
+	if ((st = t->cublasLtCreate(&c->lth)) != CUBLAS_STATUS_SUCCESS) {
+		c->lth = NULL;
+		return medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: cublasLtCreate: status %d", st);
+	}
+	return 0;
+}
+
+void
+cuda_lt_close(struct cuda_be *c)
+{
+	struct cuda_lt *t = &c->lt;
+
+	for (int i = 0; i < c->n_gemm; i++) {
+		struct cuda_gemm *g = &c->gemm[i];
+		t->cublasLtMatrixLayoutDestroy(g->a);
+		t->cublasLtMatrixLayoutDestroy(g->b);
+		t->cublasLtMatrixLayoutDestroy(g->d);
+		t->cublasLtMatmulDescDestroy(g->desc);
+	}
+	c->n_gemm = 0;
+	if (c->lth != NULL)
+		t->cublasLtDestroy(c->lth);
+	c->lth = NULL;
+	if (t->dl != NULL)
+		dlclose(t->dl);
+	t->dl = NULL;
+}
+
+int
+cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
+{
+	static const char *const names[] = {"libnccl.so.2", "libnccl.so",
+	    NULL};
+	struct cuda_nccl *t = &c->nc;
+	const char *lib = "libnccl.so.2";
+	char err[512];
+
+	if (t->dl != NULL)
+		return 0;
+	if ((t->dl = open_first(names, err, sizeof(err))) == NULL)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "cuda: cannot load NCCL (libnccl.so.2; set "
+		    "LD_LIBRARY_PATH, or use the host collectives, --coll "
+		    "nng): %s",
+		    err);
+	SYM(t, ncclGetUniqueId);
+	SYM(t, ncclCommInitRank);
+	SYM(t, ncclCommDestroy);
+	SYM(t, ncclAllReduce);
+	SYM(t, ncclGetErrorString);
+	return 0;
+}
+
+void
+cuda_nccl_close(struct cuda_be *c)
+{
+	if (c->nccl != NULL)
+		c->nc.ncclCommDestroy(c->nccl);
+	c->nccl = NULL;
+	if (c->nc.dl != NULL)
+		dlclose(c->nc.dl);
+	c->nc.dl = NULL;
+}
+
+/* ---- the linear layers ---- */
+
+#define LT(call, what)                                                      \
+	do {                                                                \
+		int lt_st_ = (int)(call);                                   \
+		if (lt_st_ != CUBLAS_STATUS_SUCCESS)                        \
+			return medha_why(why, whylen, MEDHA_EIO,            \
+			    "cuda: %s: cuBLASLt status %d (%d x %d x %d)",  \
+			    what, lt_st_, m, g->n, g->k);                   \
+	} while (0)
+
+/* The descriptors of shape (n, k, ldy), made at its first use. */
+static struct cuda_gemm *
+shape(struct cuda_be *c, int n, int k, int ldy, char *why, size_t whylen)
+{
+	struct cuda_lt *t = &c->lt;
+	struct cuda_gemm *g;
+	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	int i;
+
+	for (i = 0; i < c->n_gemm; i++)
+		if (c->gemm[i].n == n && c->gemm[i].k == k &&
+		    c->gemm[i].ldy == ldy)
+			return &c->gemm[i];
+	if (c->n_gemm == CUDA_GEMM_SHAPES) {
+		medha_why(why, whylen, MEDHA_ENOMEM,
+		    "cuda: more than %d GEMM shapes", CUDA_GEMM_SHAPES);
+		return NULL;
+	}
+	g = &c->gemm[c->n_gemm];
+	memset(g, 0, sizeof(*g));
+	g->n = n;
+	g->k = k;
+	g->ldy = ldy;
+	/* column-major: y^T (n, m) = W (k, n)^T x^T (k, m) */
+	if (t->cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F,
+	        CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+		medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: cublasLtMatmulDescCreate failed");
+		return NULL;
+	}
+	if (t->cublasLtMatmulDescSetAttribute(g->desc,
+	        CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) ||
+	    t->cublasLtMatmulDescSetAttribute(g->desc,
+	        CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) ||
+	    t->cublasLtMatrixLayoutCreate(&g->a, CUDA_R_16BF, k, n, k) ||
+	    t->cublasLtMatrixLayoutCreate(&g->b, CUDA_R_16BF, k, 1, k) ||
+	    t->cublasLtMatrixLayoutCreate(&g->d, CUDA_R_32F, n, 1, ldy)) {
+		medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: cuBLASLt descriptors for %d x %d failed", n, k);
+		return NULL;
+	}
+	c->n_gemm++;
+	return g;
+}
+
+/* Set the row count m on g's layouts. */
+static int
+set_m(struct cuda_be *c, struct cuda_gemm *g, int m)
+{
+	uint64_t cols = (uint64_t)m;
+
+	if (c->lt.cublasLtMatrixLayoutSetAttribute(g->b,
+	        CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)) ||
+	    c->lt.cublasLtMatrixLayoutSetAttribute(g->d,
+	        CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)))
+		return -1;
+	return 0;
+}
+
+/* The heuristic's first algorithm for g at m rows, into *algo. */
+static int
+pick(struct cuda_be *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
+    char *why, size_t whylen)
+{
+	struct cuda_lt *t = &c->lt;
+	cublasLtMatmulPreference_t pref;
+	cublasLtMatmulHeuristicResult_t res;
+	uint64_t ws = CUDA_LT_WORK;
+	int nres = 0, st;
+
+	LT(set_m(c, g, m), "setting the row count");
+	LT(t->cublasLtMatmulPreferenceCreate(&pref),
+	    "cublasLtMatmulPreferenceCreate");
+	st = t->cublasLtMatmulPreferenceSetAttribute(pref,
+	    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = t->cublasLtMatmulAlgoGetHeuristic(c->lth, g->desc, g->a,
+		    g->b, g->d, g->d, pref, 1, &res, &nres);
+	t->cublasLtMatmulPreferenceDestroy(pref);
+	LT(st, "cublasLtMatmulAlgoGetHeuristic");
+	if (nres < 1)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "cuda: cuBLASLt has no algorithm for a bf16 %d x %d x %d "
+		    "product",
+		    m, g->n, g->k);
+	*algo = res.algo;
+	return 0;
+}
+
+static int
+log2_ceil(int m)
+{
+	int b = 0;
+
+	while ((1 << b) < m && b < 31)
+		b++;
+	return b;
+}
+
+/*
+ * y (m, n) f32, row stride ldy = x (m, k) bf16 times w (n, k) bf16
+ * transposed, plus beta times y (beta 1: the residual add fused).
+ */
+int
+cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
+    const uint16_t *x, int m, float *y, int ldy, float beta, char *why,
+    size_t whylen)
+{
+	struct cuda_gemm *g;
+	cublasLtMatmulAlgo_t *algo;
+	const float alpha = 1;
+	int rc, b, st;
+
+	if (m < 1)
+		return 0;
+	if ((g = shape(c, n, k, ldy, why, whylen)) == NULL)
+		return MEDHA_EIO;
+	if (c->fast) {
+		b = log2_ceil(m);
+		algo = &g->fast[b];
+		if (!(g->fast_have >> b & 1)) {
+			if ((rc = pick(c, g, 1 << b, algo, why, whylen)) != 0)
+				return rc;
+			g->fast_have |= 1u << b;
+		}
+	} else {
+		algo = &g->algo;
+		if (!g->have) {
+			if ((rc = pick(c, g, c->gemm_m, algo, why, whylen)) != 0)
+				return rc;
+			g->have = 1;
+		}
+	}
+	LT(set_m(c, g, m), "setting the row count");
+	st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x, g->b,
+	    &beta, y, g->d, y, g->d, algo, c->ltwork, CUDA_LT_WORK, c->st);
+	if (st == CUBLAS_STATUS_NOT_SUPPORTED && !c->fast) {
+		/* the shape's algorithm cannot take this m: this m gets its
+		   own (this product is then not batch-invariant) */
+		cublasLtMatmulAlgo_t own;
+		if (!g->warned)
+			fprintf(stderr, "medha: cuda: the %d x %d product's "
+			    "algorithm refuses %d rows: chosen again for them "
+			    "(not batch-invariant)\n", g->n, g->k, m);
+		g->warned = 1;
+		if ((rc = pick(c, g, m, &own, why, whylen)) != 0)
+			return rc;
+		st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x,
+		    g->b, &beta, y, g->d, y, g->d, &own, c->ltwork,
+		    CUDA_LT_WORK, c->st);
+	}
+	LT(st, "cublasLtMatmul");
+	return 0;
+}

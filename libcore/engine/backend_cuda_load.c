@@ -1,0 +1,301 @@
+/*
+ * backend_cuda_load.c: the cuda backend's weights on the device, this TP
+ * rank's share (medha_tp_share, the cpu backend's) of the layers it runs:
+ * from a model (model/model.h: every type the cpu backend reads is
+ * dequantized row by row on the host, rounded to bf16 and uploaded), or
+ * random bf16 from a seed for a model given by shape name, generated on
+ * the GPU (medha_k_fill_random: uniform in [-s, s], s = sqrt(3 / fan_in)
+ * so that a product keeps its input's scale; norms 1).
+ *
+ * A random tensor is defined whole, element (row, col) of tensor number
+ * id being the generator's element id << 40 | row * cols + col, so that
+ * every TP rank's share is a piece of the same model and tp 2 computes
+ * what tp 1 does.
+ */
+#include "engine/backend_cuda_impl.h"
+
+#include "model/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE_BYTES ((size_t)32 << 20) /* host staging per upload */
+
+int
+cuda_malloc(void **p, size_t n, char *why, size_t whylen, const char *what)
+{
+	cudaError_t e;
+
+	*p = NULL;
+	if ((e = cudaMalloc(p, n > 0 ? n : 1)) != cudaSuccess) {
+		*p = NULL;
+		return medha_why(why, whylen,
+		    e == cudaErrorMemoryAllocation ? MEDHA_ENOMEM : MEDHA_EIO,
+		    "cuda: cudaMalloc of %zu bytes for %s: %s", n, what,
+		    cudaGetErrorString(e));
+	}
+	return 0;
+}
+
+/* Where a matrix's values come from: a tensor, or the generator. */
+struct src {
+	const struct medha_tensor *t; /* or NULL: random */
+	uint64_t seed, id;            /* random: the tensor's number */
+	int64_t cols;                 /* random: the whole tensor's */
+	float scale;
+};
+
+/*
+ * Rows [r0, r1) and columns [c0, c1) of s into dst (r1 - r0 rows of
+ * c1 - c0 bf16), on the device.
+ */
+static int
+put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
+    int64_t r1, int64_t c0, int64_t c1, char *why, size_t whylen)
+{
+	const int64_t w = c1 - c0;
+	int64_t r, j, per, rr;
+	uint16_t *h;
+	float *row;
+	size_t rb;
+
+	if (s->t == NULL) {
+		uint64_t base = s->id << 40;
+		if (c0 == 0 && w == s->cols) {
+			CU(medha_k_fill_random(dst, (r1 - r0) * w, s->seed,
+			       base + (uint64_t)(r0 * w), s->scale, c->st),
+			    "medha_k_fill_random");
+			return 0;
+		}
+		for (r = r0; r < r1; r++)
+			CU(medha_k_fill_random(dst + (r - r0) * w, w, s->seed,
+			       base + (uint64_t)(r * s->cols + c0), s->scale,
+			       c->st),
+			    "medha_k_fill_random");
+		return 0;
+	}
+	rb = medha_ggml_row_bytes(s->t->type, s->t->ne[0]);
+	per = (int64_t)(STAGE_BYTES / ((size_t)w * 2));
+	if (per < 1)
+		per = 1;
+	if (rb == 0 ||
+	    (row = malloc(sizeof(float) * (size_t)s->t->ne[0])) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM,
+		    "cuda: loading %s: out of memory", s->t->name);
+	/* the pinned staging buffer, kept over the whole load */
+	if ((size_t)per * w * 2 > c->hb_cap * sizeof(float)) {
+		cudaFreeHost(c->hb);
+		c->hb = NULL;
+		c->hb_cap = 0;
+		size_t fl = ((size_t)per * w * 2 + 3) / sizeof(float);
+		if (cudaMallocHost((void **)&c->hb, fl * sizeof(float)) !=
+		    cudaSuccess) {
+			free(row);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "cuda: loading %s: no pinned memory", s->t->name);
+		}
+		c->hb_cap = fl;
+	}
+	h = (uint16_t *)c->hb;
+	for (r = r0; r < r1; r += per) {
+		rr = r1 - r < per ? r1 - r : per;
+		/* the last upload reads h: wait before writing it again */
+		cudaStreamSynchronize(c->st);
+		for (j = 0; j < rr; j++) {
+			medha_dequant_row(s->t->type,
+			    (const char *)s->t->data + rb * (size_t)(r + j), row,
+			    s->t->ne[0]);
+			for (int64_t k = 0; k < w; k++)
+				h[j * w + k] = medha_fp32_to_bf16(row[c0 + k]);
+		}
+		if (cudaMemcpyAsync(dst + (r - r0) * w, h, (size_t)(rr * w) * 2,
+		        cudaMemcpyHostToDevice, c->st) != cudaSuccess)
+			break;
+	}
+	cudaStreamSynchronize(c->st);
+	free(row);
+	CU(cudaGetLastError(), "uploading weights");
+	return 0;
+}
+
+/* A device matrix of rows x cols bf16, counted in c->wbytes. */
+static int
+mat(struct cuda_be *c, uint16_t **p, int64_t rows, int64_t cols, char *why,
+    size_t whylen, const char *what)
+{
+	size_t n = (size_t)rows * (size_t)cols * 2;
+
+	c->wbytes += n;
+	return cuda_malloc((void **)p, n, why, whylen, what);
+}
+
+/* n floats from host v (NULL: ones) into a new device vector. */
+static int
+vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
+    size_t whylen, const char *what)
+{
+	float *ones = NULL;
+	int rc;
+
+	if ((rc = cuda_malloc((void **)p, sizeof(float) * (size_t)n, why,
+	         whylen, what)) != 0)
+		return rc;
+	if (v == NULL) {
+		if ((ones = malloc(sizeof(float) * (size_t)n)) == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		for (int i = 0; i < n; i++)
+			ones[i] = 1;
+		v = ones;
+	}
+	/* on the backend's stream (a non-blocking one: cudaMemcpy's
+	   legacy stream would not order it before the kernels), waited
+	   for before ones goes */
+	rc = cudaMemcpyAsync(*p, v, sizeof(float) * (size_t)n,
+	    cudaMemcpyHostToDevice, c->st);
+	if (rc == cudaSuccess)
+		rc = cudaStreamSynchronize(c->st);
+	free(ones);
+	CU(rc, "uploading a norm");
+	c->wbytes += sizeof(float) * (size_t)n;
+	return 0;
+}
+
+/* The sources of layer l's seven matrices (m NULL: random). */
+static void
+sources(const struct cuda_be *c, const struct medha_model *m, int l,
+    uint64_t seed, struct src s[7])
+{
+	const struct medha_model_config *mc = &c->c;
+	const int64_t qd = (int64_t)mc->n_heads * mc->head_dim;
+	const int64_t kvd = (int64_t)mc->n_kv_heads * mc->head_dim;
+	const int64_t cols[7] = {mc->dim, mc->dim, mc->dim, qd, mc->dim,
+	    mc->dim, mc->ffn_dim};
+	const struct medha_layer *L = m != NULL ? &m->layer[l] : NULL;
+	const struct medha_tensor *t[7] = {0};
+
+	(void)kvd;
+	if (L != NULL) {
+		t[0] = L->wq, t[1] = L->wk, t[2] = L->wv, t[3] = L->wo;
+		t[4] = L->gate, t[5] = L->up, t[6] = L->down;
+	}
+	for (int i = 0; i < 7; i++)
+		s[i] = (struct src){t[i], seed, (uint64_t)l * 8 + (uint64_t)i,
+		    cols[i], sqrtf(3.0f / (float)cols[i])};
+}
+
+/* Layer l's share, from m's tensors or (m NULL) random. */
+static int
+layer(struct cuda_be *c, const struct medha_model *m, int l, uint64_t seed,
+    char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const struct medha_tp_share *sh = &c->sh;
+	const int hd = mc->head_dim, d = mc->dim;
+	struct cuda_layer *L = &c->L[l];
+	struct src s[7];
+	int rc;
+
+	sources(c, m, l, seed, s);
+	if ((rc = vec(c, &L->attn_norm, m ? m->layer[l].attn_norm : NULL, d,
+	         why, whylen, "attn_norm")) != 0 ||
+	    (rc = vec(c, &L->ffn_norm, m ? m->layer[l].ffn_norm : NULL, d, why,
+	         whylen, "ffn_norm")) != 0 ||
+	    (rc = mat(c, &L->wqkv, c->qkvd, d, why, whylen, "attn_qkv")) != 0 ||
+	    (rc = mat(c, &L->wo, d, c->qd, why, whylen, "attn_output")) != 0 ||
+	    (rc = mat(c, &L->wgu, 2 * (int64_t)c->ff, d, why, whylen,
+	         "ffn_gate_up")) != 0 ||
+	    (rc = mat(c, &L->wdown, d, c->ff, why, whylen, "ffn_down")) != 0)
+		return rc;
+	if ((rc = put(c, L->wqkv, &s[0], (int64_t)sh->h_lo * hd,
+	         (int64_t)sh->h_hi * hd, 0, d, why, whylen)) != 0 ||
+	    (rc = put(c, L->wqkv + (size_t)c->qd * d, &s[1],
+	         (int64_t)sh->kv_lo * hd, (int64_t)sh->kv_hi * hd, 0, d, why,
+	         whylen)) != 0 ||
+	    (rc = put(c, L->wqkv + (size_t)(c->qd + c->kvd) * d, &s[2],
+	         (int64_t)sh->kv_lo * hd, (int64_t)sh->kv_hi * hd, 0, d, why,
+	         whylen)) != 0 ||
+	    (rc = put(c, L->wo, &s[3], 0, d, (int64_t)sh->h_lo * hd,
+	         (int64_t)sh->h_hi * hd, why, whylen)) != 0 ||
+	    (rc = put(c, L->wgu, &s[4], sh->f_lo, sh->f_hi, 0, d, why,
+	         whylen)) != 0 ||
+	    (rc = put(c, L->wgu + (size_t)c->ff * d, &s[5], sh->f_lo, sh->f_hi,
+	         0, d, why, whylen)) != 0 ||
+	    (rc = put(c, L->wdown, &s[6], 0, d, sh->f_lo, sh->f_hi, why,
+	         whylen)) != 0)
+		return rc;
+	return 0;
+}
+
+/* Everything the layers [lo, hi) and the ends need, from m or random. */
+static int
+load(struct cuda_be *c, const struct medha_model *m, uint64_t seed,
+    char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const int64_t V = mc->vocab, d = mc->dim;
+	struct src e = {m ? m->tok_embd : NULL, seed, 1u << 20, d, 1.0f};
+	struct src o = {m ? m->output : NULL, seed, (1u << 20) + 1, d,
+	    sqrtf(3.0f / (float)d)};
+	int rc, l;
+
+	if ((c->L = calloc((size_t)mc->n_layers, sizeof(*c->L))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	if (c->lo == 0 &&
+	    ((rc = mat(c, &c->embd, V, d, why, whylen, "token_embd")) != 0 ||
+	        (rc = put(c, c->embd, &e, 0, V, 0, d, why, whylen)) != 0))
+		return rc;
+	if (c->hi == mc->n_layers &&
+	    ((rc = vec(c, &c->onorm, m ? m->out_norm : NULL, (int)d, why,
+	          whylen, "output_norm")) != 0 ||
+	        (rc = mat(c, &c->out, V, d, why, whylen, "output")) != 0 ||
+	        (rc = put(c, c->out, &o, 0, V, 0, d, why, whylen)) != 0))
+		return rc;
+	if (m != NULL && m->rope_freqs != NULL &&
+	    (rc = vec(c, &c->freqs, m->rope_freqs, mc->n_rot / 2, why, whylen,
+	         "rope_freqs")) != 0)
+		return rc;
+	for (l = c->lo; l < c->hi; l++)
+		if ((rc = layer(c, m, l, seed, c->cwhy, sizeof(c->cwhy))) != 0)
+			return medha_why(why, whylen, rc, "layer %d: %s", l,
+			    c->cwhy);
+	CU(cudaStreamSynchronize(c->st), "loading the weights");
+	return 0;
+}
+
+int
+cuda_load_gguf(struct cuda_be *c, const struct medha_model *m, char *why,
+    size_t whylen)
+{
+	return load(c, m, 0, why, whylen);
+}
+
+int
+cuda_load_random(struct cuda_be *c, uint64_t seed, char *why, size_t whylen)
+{
+	return load(c, NULL, seed != 0 ? seed : 1, why, whylen);
+}
+
+void
+cuda_free_weights(struct cuda_be *c)
+{
+	if (c->L != NULL)
+		for (int l = 0; l < c->c.n_layers; l++) {
+			struct cuda_layer *L = &c->L[l];
+			cudaFree(L->attn_norm);
+			cudaFree(L->ffn_norm);
+			cudaFree(L->wqkv);
+			cudaFree(L->wo);
+			cudaFree(L->wgu);
+			cudaFree(L->wdown);
+		}
+	free(c->L);
+	c->L = NULL;
+	cudaFree(c->embd);
+	cudaFree(c->out);
+	cudaFree(c->onorm);
+	cudaFree(c->freqs);
+	c->embd = c->out = NULL;
+	c->onorm = c->freqs = NULL;
+}

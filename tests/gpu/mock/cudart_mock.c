@@ -1,0 +1,355 @@
+/*
+ * cudart_mock.c: host-memory stand-ins for the CUDA runtime calls the
+ * cuda backend makes and for every launcher of kernels/kernels.h, so
+ * that tests/sh/cuda-mock.sh runs the backend's host side without a
+ * GPU: "device" memory is malloc's (poisoned with NaN bytes), copies are
+ * memcpy, streams do nothing, and each kernel is a plain loop with the
+ * contract's numerics (bf16 storage, f32 or f64 accumulation). A stream
+ * capture records every launch with its arguments copied (as CUDA's
+ * does) and a graph launch replays them in order; a copy, an allocation
+ * or a kernel the backend must not capture aborts during a capture.
+ * Not the kernels: their own tests check those.
+ */
+#include "kernels.h"
+#include "model/quant.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+static int nalloc;
+static void no_capture(const char *what);
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return 0; }
+cudaError_t cudaSetDevice(int d) { (void)d; return 0; }
+cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) { (void)a; (void)d; *v = 132; return 0; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s = (cudaStream_t)malloc(8); return 0; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return 0; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return 0; }
+cudaError_t cudaMalloc(void **p, size_t n) { no_capture("cudaMalloc"); *p = malloc(n); if (!*p) return cudaErrorMemoryAllocation; memset(*p, 0xff, n); nalloc++; return 0; }
+cudaError_t cudaFree(void *p) { if (p) nalloc--; free(p); return 0; }
+cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n); memset(*p, 0xff, n); return *p ? 0 : cudaErrorMemoryAllocation; }
+cudaError_t cudaFreeHost(void *p) { free(p); return 0; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { (void)k; memmove(d, s, n); return 0; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)k; (void)st; no_capture("cudaMemcpyAsync"); memmove(d, s, n); return 0; }
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { (void)st; no_capture("cudaMemsetAsync"); memset(d, v, n); return 0; }
+cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { *f = (size_t)8 << 30; *t = (size_t)16 << 30; return 0; }
+const char *cudaGetErrorString(cudaError_t e) { (void)e; return "mock error"; }
+cudaError_t cudaGetLastError(void) { return 0; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = (cudaEvent_t)malloc(8); return 0; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return 0; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e; (void)s; return 0; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { (void)a; (void)b; *ms = 0.5f; return 0; }
+
+/* ---- graphs: a capture records each launch as a closure, a launch of
+   the graph runs them in order; launches outside a capture run at once ---- */
+
+struct closure {
+	void (*fn)(void *);
+	void *arg;
+};
+
+struct mgraph {
+	struct closure *c;
+	int n, cap;
+};
+
+static struct mgraph *capturing;
+static int n_captures, n_replays;
+
+/* at exit: how many graphs were captured and replayed (cuda-mock.sh
+   checks that decode steps took the graph path) */
+static void
+graph_counts(void)
+{
+	printf("mock: %d graphs captured, %d replays\n", n_captures, n_replays);
+}
+
+/* run fn(arg) now, or (capturing) a copy of the n bytes at arg later */
+static int
+launch(void (*fn)(void *), const void *arg, size_t n)
+{
+	struct mgraph *g = capturing;
+	void *cp;
+
+	if (g == NULL) {
+		fn((void *)arg);
+		return 0;
+	}
+	if (g->n == g->cap) {
+		g->cap = g->cap ? 2 * g->cap : 64;
+		g->c = realloc(g->c, sizeof(*g->c) * (size_t)g->cap);
+	}
+	cp = malloc(n);
+	memcpy(cp, arg, n);
+	g->c[g->n++] = (struct closure){fn, cp};
+	return 0;
+}
+
+/* for cublaslt_mock.c (found with dlsym): 1 if fn(arg) was deferred */
+int
+mock_defer(void (*fn)(void *), const void *arg, size_t n)
+{
+	if (capturing == NULL)
+		return 0;
+	launch(fn, arg, n);
+	return 1;
+}
+
+static void
+no_capture(const char *what)
+{
+	if (capturing != NULL) {
+		fprintf(stderr, "MOCK: %s during a graph capture\n", what);
+		abort();
+	}
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
+{ (void)s; (void)m; if (capturing) return cudaErrorInvalidValue; if (n_captures++ == 0) atexit(graph_counts); capturing = calloc(1, sizeof(*capturing)); return 0; }
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{ (void)s; *g = (cudaGraph_t)capturing; capturing = NULL; return *g ? 0 : cudaErrorInvalidValue; }
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long f)
+{ (void)f; *e = (cudaGraphExec_t)g; return 0; }
+cudaError_t cudaGraphDestroy(cudaGraph_t g) { (void)g; return 0; /* the exec owns it */ }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e)
+{ struct mgraph *g = (struct mgraph *)e; for (int i = 0; i < g->n; i++) free(g->c[i].arg); free(g->c); free(g); return 0; }
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
+{ struct mgraph *g = (struct mgraph *)e; (void)s; no_capture("cudaGraphLaunch"); n_replays++; for (int i = 0; i < g->n; i++) g->c[i].fn(g->c[i].arg); return 0; }
+
+static float bf(uint16_t x) { return medha_bf16_to_fp32(x); }
+static uint16_t tobf(float x) { return medha_fp32_to_bf16(x); }
+
+static int do_embed(float *x, const uint16_t *t, const int32_t *ids, int n, int d, cudaStream_t s)
+{ (void)s; for (int i = 0; i < n; i++) for (int j = 0; j < d; j++) x[(size_t)i*d+j] = bf(t[(size_t)ids[i]*d+j]); return 0; }
+static void norm(float *y32, uint16_t *y16, const float *x, const float *w, int n, int d, float eps)
+{
+	for (int i = 0; i < n; i++) {
+		double s = 0; for (int j = 0; j < d; j++) s += (double)x[(size_t)i*d+j]*x[(size_t)i*d+j];
+		float r = 1.0f / sqrtf((float)(s / d) + eps);
+		for (int j = 0; j < d; j++) { float v = x[(size_t)i*d+j]*r*w[j]; if (y32) y32[(size_t)i*d+j] = v; else y16[(size_t)i*d+j] = tobf(v); }
+	}
+}
+static int do_rmsnorm(uint16_t *y, const float *x, const float *w, int n, int d, float e, cudaStream_t s) { (void)s; norm(NULL, y, x, w, n, d, e); return 0; }
+int medha_k_rmsnorm_f32(float *y, const float *x, const float *w, int n, int d, float e, cudaStream_t s) { no_capture("medha_k_rmsnorm_f32"); (void)s; norm(y, NULL, x, w, n, d, e); return 0; }
+static int do_rope(float *x, const int64_t *pos, int n, int rs, int nh, int hd, int nr, float tb, const float *f, cudaStream_t s)
+{
+	(void)s;
+	if (rs < nh * hd) return cudaErrorInvalidValue;
+	for (int t = 0; t < n; t++) for (int h = 0; h < nh; h++) for (int i = 0; i < nr/2; i++) {
+		float *p = x + (size_t)t*rs + h*hd + 2*i;
+		double th = (double)pos[t] * pow(tb, -2.0*i/nr); if (f) th /= f[i];
+		float c = (float)cos(th), sn = (float)sin(th), x0 = p[0], x1 = p[1];
+		p[0] = x0*c - x1*sn; p[1] = x0*sn + x1*c;
+	}
+	return 0;
+}
+static int do_swiglu(uint16_t *y, const float *g, int gs, const float *u, int us, int n, int ff, cudaStream_t s)
+{ (void)s; for (int t = 0; t < n; t++) for (int j = 0; j < ff; j++) { float a = g[(size_t)t*gs+j]; y[(size_t)t*ff+j] = tobf(a/(1+expf(-a))*u[(size_t)t*us+j]); } return 0; }
+static int do_add(float *x, const float *y, int64_t n, cudaStream_t s) { (void)s; for (int64_t i = 0; i < n; i++) x[i] += y[i]; return 0; }
+int medha_k_f32_to_bf16(uint16_t *y, const float *x, int64_t n, cudaStream_t s) { no_capture("medha_k_f32_to_bf16"); (void)s; for (int64_t i = 0; i < n; i++) y[i] = tobf(x[i]); return 0; }
+int medha_k_bf16_to_f32(float *y, const uint16_t *x, int64_t n, cudaStream_t s) { no_capture("medha_k_bf16_to_f32"); (void)s; for (int64_t i = 0; i < n; i++) y[i] = bf(x[i]); return 0; }
+int medha_k_fill_random(uint16_t *y, int64_t n, uint64_t seed, uint64_t off, float sc, cudaStream_t s)
+{ no_capture("medha_k_fill_random");
+	(void)s;
+	for (int64_t i = 0; i < n; i++) {
+		uint64_t z = seed * 0x9e3779b97f4a7c15ull + off + (uint64_t)i;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull; z = (z ^ (z >> 27)) * 0x94d049bb133111ebull; z ^= z >> 31;
+		y[i] = tobf(sc * (float)((double)(z >> 11) / 9007199254740992.0 * 2 - 1));
+	}
+	return 0;
+}
+static size_t kel(const struct medha_k_kv_layer *kv, int64_t b, int h, int i, int c)
+{ return (size_t)(((b * kv->n_kv_heads + h) * kv->block_size + i) * kv->head_dim + c); }
+static float kvget(const struct medha_k_kv_layer *kv, const void *p, size_t o)
+{ uint16_t v = ((const uint16_t *)p)[o]; return kv->kv_type == MEDHA_K_BF16 ? bf(v) : medha_fp16_to_fp32(v); }
+static int do_kv_append(const struct medha_k_kv_layer *kv, const struct medha_k_seqs *s, const float *k, int ks, const float *v, int vs, cudaStream_t st)
+{
+	(void)st;
+	int w = kv->n_kv_heads * kv->head_dim;
+	if (ks < w || vs < w) return cudaErrorInvalidValue;
+	for (int q = 0; q < s->n_seqs; q++) {
+		if (!s->append[q]) continue;
+		for (int r = 0; r < s->n_q[q]; r++) {
+			int t = s->q_start[q] + r;
+			int64_t slot = s->pos[q] + r - s->kv_base[q];
+			if (slot < 0 || slot >= s->kv_len[q]) { fprintf(stderr, "MOCK: append outside claim\n"); abort(); }
+			int64_t b = s->table[s->table_off[q] + slot / kv->block_size];
+			for (int c = 0; c < w; c++) {
+				size_t o = kel(kv, b, c / kv->head_dim, (int)(slot % kv->block_size), c % kv->head_dim);
+				float a = k[(size_t)t*ks+c], bb = v[(size_t)t*vs+c];
+				((uint16_t *)kv->k)[o] = kv->kv_type == MEDHA_K_BF16 ? tobf(a) : medha_fp32_to_fp16(a);
+				((uint16_t *)kv->v)[o] = kv->kv_type == MEDHA_K_BF16 ? tobf(bb) : medha_fp32_to_fp16(bb);
+			}
+		}
+	}
+	return 0;
+}
+/* one query row r of sequence q, head h, against K and V (floats) */
+static void
+attn_row(const struct medha_k_attn *a, const struct medha_k_seqs *s, int q,
+    int r, int h, const float *K, const float *V, double *sc)
+{
+	const int hd = a->kv->head_dim, t = s->q_start[q] + r;
+	const int64_t p = s->pos[q] + r;
+	const float *qq = a->q + (size_t)t * a->qs + h * hd;
+	int64_t hi = s->kv_base[q] + s->kv_len[q], nk;
+	double mx = -INFINITY, z = 0;
+
+	if (hi > p + 1)
+		hi = p + 1;
+	nk = hi - s->kv_base[q];
+	if (nk < 0)
+		nk = 0;
+	for (int64_t j = 0; j < nk; j++) {
+		float d = 0;
+		for (int c = 0; c < hd; c++)
+			d += qq[c] * K[j * hd + c];
+		sc[j] = (double)d * a->scale;
+		if (sc[j] > mx)
+			mx = sc[j];
+	}
+	for (int64_t j = 0; j < nk; j++)
+		z += sc[j] = exp(sc[j] - mx);
+	for (int c = 0; c < hd; c++) {
+		double acc = 0;
+		for (int64_t j = 0; j < nk; j++)
+			acc += sc[j] * V[j * hd + c];
+		float o = nk > 0 ? (float)(acc / z) : 0;
+		size_t oi = (size_t)t * a->n_heads * hd + h * hd + c;
+		if (a->out != NULL)
+			a->out[oi] = tobf(o);
+		else
+			a->out_f32[oi] = o;
+	}
+	if (a->lse != NULL)
+		a->lse[(size_t)t * a->n_heads + h] =
+		    nk > 0 ? (float)(mx + log(z)) : -INFINITY;
+}
+
+size_t
+medha_k_attn_workspace(const struct medha_k_attn *a)
+{
+	(void)a;
+	return 64;
+}
+
+/* keys (or values) [0, n) of sequence q's kv head h, as floats */
+static void
+gather_kv(const struct medha_k_kv_layer *kv, const struct medha_k_seqs *s,
+    int q, int h, const void *pool, int64_t n, float *dst)
+{
+	const int hd = kv->head_dim;
+
+	for (int64_t j = 0; j < n; j++) {
+		int64_t b = s->table[s->table_off[q] + j / kv->block_size];
+		for (int c = 0; c < hd; c++)
+			dst[j * hd + c] = kvget(kv, pool,
+			    kel(kv, b, h, (int)(j % kv->block_size), c));
+	}
+}
+
+static int
+do_attn(const struct medha_k_attn *a, cudaStream_t st)
+{
+	const struct medha_k_kv_layer *kv = a->kv;
+	const struct medha_k_seqs *s = a->s;
+	const int hd = kv->head_dim, G = a->n_heads / kv->n_kv_heads;
+
+	(void)st;
+	if (a->work == NULL || a->work_len < 64 ||
+	    (a->out == NULL) == (a->out_f32 == NULL) ||
+	    a->qs < a->n_heads * hd)
+		return cudaErrorInvalidValue;
+	for (int q = 0; q < s->n_seqs; q++) {
+		int64_t len = s->kv_len[q];
+		float *K = malloc(sizeof(float) * (size_t)(len * hd + 1));
+		float *V = malloc(sizeof(float) * (size_t)(len * hd + 1));
+		double *sc = malloc(sizeof(double) * (size_t)(len + 1));
+		for (int kh = 0; kh < kv->n_kv_heads; kh++) {
+			gather_kv(kv, s, q, kh, kv->k, len, K);
+			gather_kv(kv, s, q, kh, kv->v, len, V);
+			for (int r = 0; r < s->n_q[q]; r++)
+				for (int h = kh * G; h < (kh + 1) * G; h++)
+					attn_row(a, s, q, r, h, K, V, sc);
+		}
+		free(K), free(V), free(sc);
+	}
+	return 0;
+}
+
+int medha_k_attn_merge(uint16_t *out, const float *parts, const float *lses, int np, int n, int nh, int hd, cudaStream_t st)
+{ no_capture("medha_k_attn_merge");
+	(void)st;
+	for (int i = 0; i < n; i++) for (int h = 0; h < nh; h++) {
+		double m = -INFINITY, z = 0;
+		for (int j = 0; j < np; j++) { double l = lses[((size_t)j*n+i)*nh+h]; if (l > m) m = l; }
+		for (int c = 0; c < hd; c++) {
+			double acc = 0; z = 0;
+			for (int j = 0; j < np; j++) { double l = lses[((size_t)j*n+i)*nh+h]; if (l == -INFINITY) continue; double w = exp(l - m); z += w; acc += w * parts[((size_t)j*n+i)*nh*hd + h*hd + c]; }
+			out[(size_t)i*nh*hd + h*hd + c] = tobf(z > 0 ? (float)(acc / z) : 0);
+		}
+	}
+	return 0;
+}
+static int do_gather_rows(float *y, const float *x, const int32_t *r, int n, int d, cudaStream_t s)
+{ (void)s; for (int i = 0; i < n; i++) memcpy(y + (size_t)i*d, x + (size_t)r[i]*d, sizeof(float)*d); return 0; }
+static int do_argmax(int32_t *ids, const float *l, int n, int v, cudaStream_t s)
+{ (void)s; for (int i = 0; i < n; i++) { int b = 0; for (int j = 1; j < v; j++) if (l[(size_t)i*v+j] > l[(size_t)i*v+b]) b = j; ids[i] = b; } return 0; }
+size_t medha_k_sample_workspace(int n, int v) { (void)n; (void)v; return 0; }
+int medha_k_sample(int32_t *ids, const float *l, int n, int v, const float *t, const int32_t *k, const float *p, const float *u, void *w, size_t wl, cudaStream_t s)
+{ (void)ids; (void)l; (void)n; (void)v; (void)t; (void)k; (void)p; (void)u; (void)w; (void)wl; (void)s; return cudaErrorNotSupported; }
+
+/* ---- the launchers: arguments copied by value, as a kernel launch
+   copies them (an attention's kv and seqs structs included) ---- */
+
+struct a_embed { float *x; const uint16_t *t; const int32_t *ids; int n, d; };
+static void r_embed(void *p) { struct a_embed *a = p; do_embed(a->x, a->t, a->ids, a->n, a->d, 0); }
+int medha_k_embed(float *x, const uint16_t *t, const int32_t *ids, int n, int d, cudaStream_t s)
+{ struct a_embed a = {x, t, ids, n, d}; (void)s; return launch(r_embed, &a, sizeof(a)); }
+
+struct a_norm { uint16_t *y; const float *x, *w; int n, d; float e; };
+static void r_norm(void *p) { struct a_norm *a = p; do_rmsnorm(a->y, a->x, a->w, a->n, a->d, a->e, 0); }
+int medha_k_rmsnorm(uint16_t *y, const float *x, const float *w, int n, int d, float e, cudaStream_t s)
+{ struct a_norm a = {y, x, w, n, d, e}; (void)s; return launch(r_norm, &a, sizeof(a)); }
+
+struct a_rope { float *x; const int64_t *pos; int n, rs, nh, hd, nr; float tb; const float *f; };
+static void r_rope(void *p) { struct a_rope *a = p; do_rope(a->x, a->pos, a->n, a->rs, a->nh, a->hd, a->nr, a->tb, a->f, 0); }
+int medha_k_rope(float *x, const int64_t *pos, int n, int rs, int nh, int hd, int nr, float tb, const float *f, cudaStream_t s)
+{ struct a_rope a = {x, pos, n, rs, nh, hd, nr, tb, f}; (void)s; if (rs < nh * hd) return cudaErrorInvalidValue; return launch(r_rope, &a, sizeof(a)); }
+
+struct a_swiglu { uint16_t *y; const float *g; int gs; const float *u; int us, n, ff; };
+static void r_swiglu(void *p) { struct a_swiglu *a = p; do_swiglu(a->y, a->g, a->gs, a->u, a->us, a->n, a->ff, 0); }
+int medha_k_swiglu(uint16_t *y, const float *g, int gs, const float *u, int us, int n, int ff, cudaStream_t s)
+{ struct a_swiglu a = {y, g, gs, u, us, n, ff}; (void)s; return launch(r_swiglu, &a, sizeof(a)); }
+
+struct a_add { float *x; const float *y; int64_t n; };
+static void r_add(void *p) { struct a_add *a = p; do_add(a->x, a->y, a->n, 0); }
+int medha_k_add(float *x, const float *y, int64_t n, cudaStream_t s)
+{ struct a_add a = {x, y, n}; (void)s; return launch(r_add, &a, sizeof(a)); }
+
+struct a_kv { struct medha_k_kv_layer kv; struct medha_k_seqs s; const float *k; int ks; const float *v; int vs; };
+static void r_kv(void *p) { struct a_kv *a = p; do_kv_append(&a->kv, &a->s, a->k, a->ks, a->v, a->vs, 0); }
+int medha_k_kv_append(const struct medha_k_kv_layer *kv, const struct medha_k_seqs *s, const float *k, int ks, const float *v, int vs, cudaStream_t st)
+{ struct a_kv a = {*kv, *s, k, ks, v, vs}; (void)st; if (ks < kv->n_kv_heads * kv->head_dim || vs < kv->n_kv_heads * kv->head_dim) return cudaErrorInvalidValue; return launch(r_kv, &a, sizeof(a)); }
+
+struct a_attn { struct medha_k_attn a; struct medha_k_kv_layer kv; struct medha_k_seqs s; };
+static void r_attn(void *p) { struct a_attn *a = p; a->a.kv = &a->kv; a->a.s = &a->s; do_attn(&a->a, 0); }
+int medha_k_attn(const struct medha_k_attn *at, cudaStream_t st)
+{
+	struct a_attn a = {*at, *at->kv, *at->s};
+	(void)st;
+	if (at->work == NULL || at->work_len < 64 || (at->out == NULL) == (at->out_f32 == NULL) || at->qs < at->n_heads * at->kv->head_dim)
+		return cudaErrorInvalidValue;
+	return launch(r_attn, &a, sizeof(a));
+}
+
+struct a_gather { float *y; const float *x; const int32_t *r; int n, d; };
+static void r_gather(void *p) { struct a_gather *a = p; do_gather_rows(a->y, a->x, a->r, a->n, a->d, 0); }
+int medha_k_gather_rows(float *y, const float *x, const int32_t *r, int n, int d, cudaStream_t s)
+{ struct a_gather a = {y, x, r, n, d}; (void)s; return launch(r_gather, &a, sizeof(a)); }
+
+struct a_argmax { int32_t *ids; const float *l; int n, v; };
+static void r_argmax(void *p) { struct a_argmax *a = p; do_argmax(a->ids, a->l, a->n, a->v, 0); }
+int medha_k_argmax(int32_t *ids, const float *l, int n, int v, cudaStream_t s)
+{ struct a_argmax a = {ids, l, n, v}; (void)s; return launch(r_argmax, &a, sizeof(a)); }
