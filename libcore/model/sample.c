@@ -421,7 +421,8 @@ drawn(struct medha_sampler *s, int tok)
 int
 medha_sampler_is_greedy(const struct medha_sampler *s)
 {
-	return s->p.temp <= 0;
+	/* penalties change the argmax, logprobs want the row: not these */
+	return s->p.temp <= 0 && s->work == NULL && !s->p.logprobs;
 }
 
 int

@@ -94,9 +94,11 @@ int medha_sample_candidates(struct medha_sampler *s, const float *logits,
 /* The index of the largest of n logits, the lowest on ties. */
 int medha_sample_greedy(const float *logits, int n);
 
-/* 1 if s chooses greedily (temperature <= 0): its token is the argmax
-   of the row and it draws nothing from its generator (so a backend may
-   take the argmax where the logits are, on a GPU). */
+/* 1 if s chooses greedily (temperature <= 0) with no penalty and no
+   logprobs asked: its token is the argmax of the row and it draws
+   nothing from its generator and counts nothing (so a backend may take
+   the argmax where the logits are, on a GPU); otherwise the backend
+   hands the row to medha_sample(), which does the rest. */
 int medha_sampler_is_greedy(const struct medha_sampler *s);
 
 /* A uniform float in [0, 1) from the sampler's generator (for tests). */
