@@ -163,7 +163,9 @@ $(CU_LIB): $(CU_OBJS)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
+# the references first (once; the tests that need them skip without)
 test: all $(TESTS) $(TEST_TOOLS) $(GPU_TESTS) $(GPU_BENCHES)
+	-@sh contrib/fetch-refs.sh >/dev/null
 	@MEDHA_CUDA=$(CUDA) sh tests/run.sh $(BUILD)/tests $(BIN)
 
 # the GPU tests alone, their measured errors shown; no device is a failure
@@ -198,7 +200,7 @@ asan:
 # prompts, with the answers' first lines and a report; then one simulated
 # hour of the paper's workload (report and plot)
 demo: all
-	sh contrib/fetch-refs.sh
+	sh contrib/fetch-refs.sh model
 	bash examples/demo-live.sh $(BIN)
 	$(BIN)/medha-trace gen -q 0.75 -l 0.05 -t 3600 -s 1 | \
 	$(BIN)/medha-sched --sim a100 -m llama3-8b --tp 8 --spp 2 \

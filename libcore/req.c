@@ -117,6 +117,8 @@ medha_record_clear(struct medha_record *rec)
 {
 	free(rec->token_ids);
 	free(rec->text);
+	free(rec->logprobs);
+	rec->logprobs = NULL;
 	rec->token_ids = NULL;
 	rec->text = NULL;
 	rec->n_token_ids = 0;

@@ -49,6 +49,32 @@ struct medha_sampler_params {
 	int top_k;     /* keep the k largest logits; <= 0 keeps all */
 	float top_p;   /* keep the top-p nucleus; 0 or >= 1 keeps all */
 	uint64_t seed; /* the generator's seed */
+	/* penalties (model/sample.h), each 0 for none (zeroed params are
+	   the defaults): OpenAI's presence and frequency over the output
+	   so far, in [-2, 2]; vLLM's repetition over the prompt and the
+	   output, > 0 (1: none) */
+	float presence_penalty, frequency_penalty, repetition_penalty;
+	float min_p; /* keep tokens at least min_p times as likely as the
+	                likeliest, in [0, 1]; 0 keeps all */
+	/* log-probabilities asked for (model/sample.h): logprobs 1, the
+	   drawn token's, and top_logprobs (0 to MEDHA_TOP_LOGPROBS_MAX)
+	   of the likeliest's; 0, 0: none */
+	int logprobs, top_logprobs;
+};
+
+#define MEDHA_TOP_LOGPROBS_MAX 20
+
+/* A token and its log-probability. */
+struct medha_logprob {
+	int32_t id;
+	float logprob;
+};
+
+/* A drawn token's log-probability and the top ones' (model/sample.h). */
+struct medha_token_lp {
+	float logprob;
+	int ntop; /* 0 to MEDHA_TOP_LOGPROBS_MAX */
+	struct medha_logprob top[MEDHA_TOP_LOGPROBS_MAX];
 };
 
 /* Greedy decoding: temperature 0, seed 1. */
@@ -228,12 +254,15 @@ struct medha_record {
 	double prefill_alone; /* s: predicted time to prefill the prompt on an
 	                         empty replica (the TTFT it would have had
 	                         alone); 0 if not known */
+	double queue_time;    /* s from arrival to its first batch (a live
+	                         replica's); 0 if not known */
 	double ttft_slo;      /* the TTFT SLO the request was held to (s) */
 	double tpot_slo;      /* the TPOT SLO it was held to (s); 0 if none */
 	int status;           /* MEDHA_STATUS_* */
 	int finish_reason;    /* MEDHA_FINISH_* */
 	char reason[128];     /* why it was rejected, failed or cancelled */
 	int32_t *token_ids;   /* owned generated ids (n_token_ids), or NULL */
+	struct medha_token_lp *logprobs; /* owned, one a token_ids, or NULL */
 	int64_t n_token_ids;  /* the end-of-generation token not counted */
 	char *text;           /* owned generated text, or NULL */
 	uint64_t handle;      /* the scheduler's handle (not in JSON) */

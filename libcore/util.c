@@ -16,6 +16,7 @@
 
 int medha_log_level = MEDHA_LOG_WARN;
 const char *medha_progname = "medha";
+int medha_log_stamp = MEDHA_STAMP_NONE;
 
 const char *
 medha_strerror(int err)
@@ -49,17 +50,33 @@ void
 medha_log_write(int lvl, const char *fmt, ...)
 {
 	/* an error reads as every program's own messages do, "prog:
-	 * reason"; the other levels say what they are */
-	static const char *names[] = {"", "warning: ", "info: ", "debug: "};
+	 * reason"; the other levels say what they are; a server's lines
+	 * all say their time and level */
+	static const char *names[] = {"error: ", "warning: ", "info: ",
+	    "debug: "};
+	char ts[48] = "";
 	va_list ap;
 
 	if (lvl < 0 || lvl > MEDHA_LOG_DEBUG)
 		lvl = MEDHA_LOG_DEBUG;
-	fprintf(stderr, "%s: %s", medha_progname, names[lvl]);
+	if (medha_log_stamp == MEDHA_STAMP_WALL) {
+		struct timespec t;
+		struct tm tm;
+		clock_gettime(CLOCK_REALTIME, &t);
+		gmtime_r(&t.tv_sec, &tm);
+		strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(ts + strlen(ts), sizeof(ts) - strlen(ts), ".%03ldZ ",
+		    t.tv_nsec / 1000000);
+	} else if (medha_log_stamp == MEDHA_STAMP_MONO)
+		snprintf(ts, sizeof(ts), "%.6f ", medha_now());
+	flockfile(stderr); /* one line, whole, among threads */
+	fprintf(stderr, "%s%s: %s", ts, medha_progname,
+	    lvl == MEDHA_LOG_ERROR && ts[0] == '\0' ? "" : names[lvl]);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	funlockfile(stderr);
 }
 
 int

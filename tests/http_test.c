@@ -114,6 +114,7 @@ static const struct {
     {"{\"prompt\": [\"a\", \"b\"]}", 0, 400, "prompt", "unsupported"},
     {"{\"prompt\": \"x\", \"max_tokens\": \"9\"}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": -1}", 0, 400, "max_tokens", NULL},
+    {"{\"prompt\": \"x\", \"max_tokens\": 0}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": 1.5}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": 99999999999}", 0, 400, "max_tokens",
         NULL},
@@ -134,10 +135,14 @@ static const struct {
     {"{\"prompt\": \"x\", \"n\": 2}", 0, 400, "n", "unsupported"},
     {"{\"prompt\": \"x\", \"best_of\": 3}", 0, 400, "best_of", "unsupported"},
     {"{\"prompt\": \"x\", \"echo\": true}", 0, 400, "echo", "unsupported"},
-    {"{\"prompt\": \"x\", \"logprobs\": 2}", 0, 400, "logprobs", "unsupported"},
+    {"{\"prompt\": \"x\", \"logprobs\": 21}", 0, 400, "logprobs", NULL},
+    {"{\"prompt\": \"x\", \"logprobs\": true}", 0, 400, "logprobs", NULL},
     {"{\"prompt\": \"x\", \"suffix\": \"y\"}", 0, 400, "suffix", "unsupported"},
-    {"{\"prompt\": \"x\", \"presence_penalty\": 1}", 0, 400, "presence_penalty",
-        "unsupported"},
+    {"{\"prompt\": \"x\", \"presence_penalty\": 2.5}", 0, 400,
+        "presence_penalty", NULL},
+    {"{\"prompt\": \"x\", \"repetition_penalty\": 0}", 0, 400,
+        "repetition_penalty", NULL},
+    {"{\"prompt\": \"x\", \"min_p\": 1.5}", 0, 400, "min_p", NULL},
     {"{\"prompt\": \"x\", \"colour\": \"red\"}", 0, 400, "", NULL},
     {"{\"prompt\": \"x\", \"messages\": []}", 0, 400, "", NULL},
     {"{\"prompt\": \"x\", \"model\": 3}", 0, 400, "model", NULL},
@@ -284,6 +289,10 @@ test_chat(void **state)
 	    "{\"messages\": [{\"content\": \"x\"}]}",
 	    "{\"messages\": [\"x\"]}",
 	    "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
+	    "{\"messages\": [{\"role\": \"user\"}]}",
+	    "{\"messages\": [{\"role\": \"user\", \"content\": null}]}",
+	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+	    "\"max_completion_tokens\": 0}",
 	    "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
 	    "\"image_url\"}]}]}",
 	    "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
@@ -343,6 +352,19 @@ test_error_mapping(void **state)
 	medha_oai_error_record(&e, &rec);
 	assert_int_equal(e.status, 400);
 	assert_null(e.code);
+	/* the wire's field (prompt_ids) in the API's words (prompt) */
+	snprintf(rec.reason, sizeof(rec.reason),
+	    "prompt_ids[1] = 99999999: outside the vocabulary (49152)");
+	medha_oai_error_record(&e, &rec);
+	assert_int_equal(e.status, 400);
+	assert_string_equal(e.param, "prompt");
+	assert_string_equal(e.message,
+	    "prompt[1] = 99999999: outside the vocabulary (49152)");
+	medha_oai_error_submit(&e, MEDHA_EINVAL,
+	    "prompt_ids[0] = 70000: outside the vocabulary (49152)");
+	assert_int_equal(e.status, 400);
+	assert_string_equal(e.param, "prompt");
+	check_error_json(&e);
 	rec.status = MEDHA_STATUS_FAILED;
 	snprintf(rec.reason, sizeof(rec.reason),
 	    "replica ipc:///r1: silent for too long");
@@ -361,7 +383,8 @@ test_error_mapping(void **state)
 static void
 test_shapes(void **state)
 {
-	struct medha_oai_head hd = {"cmpl-1", "m.gguf", 1700000000, 0};
+	struct medha_oai_head hd = {"cmpl-1", "m.gguf", 1700000000, 0, 0, NULL,
+	    NULL, 0, NULL, NULL};
 	struct medha_record rec;
 	json_error_t err;
 	json_t *o, *c;
@@ -499,7 +522,12 @@ test_metrics(void **state)
 	memset(rep, 0, sizeof(rep));
 	memset(&st, 0, sizeof(st));
 	m.ready = 1;
+	snprintf(m.model, sizeof(m.model), "smol.gguf");
 	m.requests[MEDHA_STATUS_OK] = 3;
+	m.finished[MEDHA_FINISH_STOP] = 2;
+	m.finished[MEDHA_FINISH_LENGTH] = 1;
+	medha_hist_add(&m.e2e, medha_router_e2e_le, 0.7);
+	medha_hist_add(&m.queue, medha_router_ttft_le, 0.02);
 	m.prompt_tokens = 30;
 	medha_hist_add(&m.ttft, medha_router_ttft_le, 0.02);
 	medha_hist_add(&m.ttft, medha_router_ttft_le, 0.3);
@@ -520,19 +548,38 @@ test_metrics(void **state)
 	assert_non_null(s);
 	assert_int_equal(len, strlen(s));
 	assert_non_null(strstr(s, "# TYPE medha_requests_total counter\n"));
-	assert_non_null(strstr(s, "medha_requests_total{status=\"ok\"} 3\n"));
+	assert_non_null(strstr(s,
+	    "medha_requests_total{model_name=\"smol.gguf\",status=\"ok\"} "
+	    "3\n"));
+	assert_non_null(strstr(s,
+	    "medha_requests_finished_total{model_name=\"smol.gguf\","
+	    "finish_reason=\"stop\"} 2\n"));
+	assert_non_null(strstr(s,
+	    "medha_requests_finished_total{model_name=\"smol.gguf\","
+	    "finish_reason=\"length\"} 1\n"));
+	assert_non_null(
+	    strstr(s, "# TYPE medha_e2e_request_latency_seconds histogram\n"));
+	assert_non_null(strstr(s,
+	    "medha_request_queue_time_seconds_bucket{model_name=\"smol.gguf\","
+	    "le=\"0.025\"} 1\n"));
+	assert_non_null(strstr(s,
+	    "medha_e2e_request_latency_seconds_bucket{model_name=\"smol.gguf\","
+	    "le=\"0.5\"} 0\n"));
+	assert_non_null(strstr(s,
+	    "medha_e2e_request_latency_seconds_bucket{model_name=\"smol.gguf\","
+	    "le=\"1\"} 1\n"));
 	assert_non_null(
 	    strstr(s, "# TYPE medha_time_to_first_token_seconds histogram\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"0.025\"} 1\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"0.5\"} 2\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"0.5\"} 2\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"60\"} 2\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"60\"} 2\n"));
 	assert_non_null(strstr(s,
-	    "medha_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
+	    "medha_time_to_first_token_seconds_bucket{model_name=\"smol.gguf\",le=\"+Inf\"} 3\n"));
 	assert_non_null(
-	    strstr(s, "medha_time_to_first_token_seconds_count 3\n"));
+	    strstr(s, "medha_time_to_first_token_seconds_count{model_name=\"smol.gguf\"} 3\n"));
 	assert_non_null(
 	    strstr(s, "medha_kv_blocks_used{replica=\"ipc:///a\\\"b\"} 7\n"));
 	assert_non_null(

@@ -134,6 +134,7 @@ static struct medha_record ex_rec_full = {.id = "req-1",
     .tpot_max = 0.031,
     .ttft_slo = 0.5,
     .tpot_slo = 0.1,
+    .queue_time = 0.125,
     .status = MEDHA_STATUS_OK,
     .finish_reason = MEDHA_FINISH_STOP,
     .reason = "",
@@ -175,7 +176,13 @@ static struct medha_msg_item ex_items[] = {
         .n_ids = 5,
         .sample = 1,
         .has_params = 1,
-        .params = {.temp = 0.7f, .top_k = 40, .top_p = 0.9f, .seed = 99}},
+        .params = {.temp = 0.7f,
+            .top_k = 40,
+            .top_p = 0.9f,
+            .seed = 99,
+            .presence_penalty = 0.5f,
+            .repetition_penalty = 1.1f,
+            .min_p = 0.1f}},
     {.handle = UINT64_MAX,
         .pos = INT64_MAX,
         .ids = ex_ids2,
@@ -196,8 +203,9 @@ static struct medha_msg_item ex_items[] = {
 static char ex_urls[2][MEDHA_PROTO_URL_MAX] = {"ipc:///tmp/w0.peer",
     "tcp://10.0.0.7:40123"};
 static struct medha_msg_peers ex_peers = {7, 2, ex_urls, 256};
-static struct medha_msg_token ex_tokens[] = {{1, 5}, {UINT64_MAX, 0},
-    {3, INT32_MAX}};
+static struct medha_token_lp ex_lp = {-0.5f, 2, {{5, -0.5f}, {9, -1.25f}}};
+static struct medha_msg_token ex_tokens[] = {{1, 5, &ex_lp},
+    {UINT64_MAX, 0, NULL}, {3, INT32_MAX, NULL}};
 
 /* The full or the minimal example of type t into *m. */
 static void
@@ -225,7 +233,11 @@ example(int t, int full, struct medha_msg *m)
 		rs->sampling = (struct medha_sampler_params){.temp = 0.7f,
 		    .top_k = 1 << 24,
 		    .top_p = 0.95f,
-		    .seed = UINT64_MAX};
+		    .seed = UINT64_MAX,
+		    .presence_penalty = -1.5f,
+		    .frequency_penalty = 0.25f,
+		    .repetition_penalty = 1.25f,
+		    .min_p = 0.05f};
 		rs->ignore_eos = 1;
 		rs->no_stream = 1;
 		rs->n_stop = 2;
@@ -386,6 +398,10 @@ test_roundtrip_values(void **state)
 	assert_true(out.submit.sampling.top_p == 0.95f);
 	assert_int_equal(out.submit.sampling.top_k, 1 << 24);
 	assert_true(out.submit.sampling.seed == UINT64_MAX);
+	assert_true(out.submit.sampling.presence_penalty == -1.5f);
+	assert_true(out.submit.sampling.frequency_penalty == 0.25f);
+	assert_true(out.submit.sampling.repetition_penalty == 1.25f);
+	assert_true(out.submit.sampling.min_p == 0.05f);
 	assert_int_equal(out.submit.ignore_eos, 1);
 	assert_int_equal(out.submit.no_stream, 1);
 	assert_int_equal(out.submit.n_stop, 2);
@@ -656,9 +672,11 @@ test_reject_others(void **state)
 	    "status_reply: workers_wanted: missing");
 	/* events: shapes, kinds, records */
 	reject(mk("AiiAAiUA", 3, 1, MEDHA_MSG_EVENTS, 1, 3, 0, (uint64_t)1, 0),
-	    "events: [0]: not [0, handle, ids, text] or [1, handle, record]");
+	    "events: [0]: not [0, handle, ids, text(, logprobs)] or [1, "
+	    "handle, record]");
 	reject(mk("AiiAAiUn", 3, 1, MEDHA_MSG_EVENTS, 1, 3, 2, (uint64_t)1),
-	    "events: [0]: not [0, handle, ids, text] or [1, handle, record]");
+	    "events: [0]: not [0, handle, ids, text(, logprobs)] or [1, "
+	    "handle, record]");
 	reject(mk("AiiAAiUAii", 3, 1, MEDHA_MSG_EVENTS, 1, 4, 0, (uint64_t)1, 1,
 	           -5, 9),
 	    "events: [0].ids[0]: not a token id");
@@ -683,7 +701,11 @@ test_reject_others(void **state)
 	    "batch: items[0].sample: not a boolean");
 	reject(mk("AiiUAAAUiAiTAddd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 3, 0.5, 1.0, 1.0),
-	    "batch: items[0].params: not an array of 4");
+	    "batch: items[0].params: not an array of 4 to 10");
+	reject(mk("AiiUAAAUiAiTAdidUdd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0,
+	           1, 5, (uint64_t)1, 0, 1, 5, 6, 0.5, 1, 0.5, (uint64_t)1, 0.5,
+	           0.5),
+	    "batch: items[0].params: not an array of 4, 8 or 10");
 	reject(mk("AiiUAAAUiAiTAdidU", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 4, 0.5, 1, 1.5, (uint64_t)1),
 	    "batch: items[0].params.top_p: not a number in [0, 1]");
@@ -1371,7 +1393,7 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 		m->result.tokens = tok;
 		m->result.n_tokens = (int64_t)(rnd() % 3);
 		for (int i = 0; i < 2; i++)
-			tok[i] = (struct medha_msg_token){rnd(), ids[i]};
+			tok[i] = (struct medha_msg_token){rnd(), ids[i], NULL};
 		rnd_name(m->result.error, sizeof(m->result.error));
 		break;
 	case MEDHA_MSG_STATUS_REPLY:

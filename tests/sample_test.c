@@ -45,6 +45,31 @@ test_sampling(void **state)
 	assert_int_equal(medha_sample(s, lg), 500);
 	assert_int_equal(medha_sampler_is_greedy(s), 1);
 	medha_sampler_free(s);
+	/* greedy with a penalty or logprobs: not the row's argmax alone */
+	{
+		struct medha_sampler_params q = p;
+		const struct medha_logprob *top;
+		float lp;
+		q.repetition_penalty = 1.5f;
+		assert_int_equal(medha_sampler_init(&s, &q, V), 0);
+		assert_int_equal(medha_sampler_is_greedy(s), 0);
+		assert_int_equal(medha_sample(s, lg), 500);
+		/* 500 drawn: its positive logit divided by 1.5, the tie goes
+		   to 700 */
+		assert_int_equal(medha_sample(s, lg), 700);
+		medha_sampler_free(s);
+		q = p;
+		q.logprobs = 1;
+		q.top_logprobs = 2;
+		assert_int_equal(medha_sampler_init(&s, &q, V), 0);
+		assert_int_equal(medha_sampler_is_greedy(s), 0);
+		assert_int_equal(medha_sample(s, lg), 500);
+		assert_int_equal(medha_sample_logprobs(s, &lp, &top), 2);
+		assert_true(top[0].id == 500 && top[1].id == 700);
+		assert_true(lp == top[0].logprob && lp == top[1].logprob);
+		assert_true(lp < 0 && lp > -1);
+		medha_sampler_free(s);
+	}
 	lg[700] = 0;
 
 	/* a seed repeats itself; another seed does not */

@@ -214,7 +214,9 @@ prof_coll(struct prof *P, struct prof_row *rows, int *nrows, int *done,
 			/* the others wait at a barrier no one can complete */
 			die(1, "no thread for the collectives");
 		}
-	for (i = 0; i < ns && ts[i] <= P->max_tokens; i++, (*done)++) {
+	/* up to --max-tokens, -q too, and at least two points */
+	for (i = 0; i < ns && (i < 2 || ts[i] <= P->max_tokens);
+	     i++, (*done)++) {
 		prof_progress(P, "profiling", *done, total);
 		if ((rc = run_point(&sh, MEDHA_OP_SPP_SEND, ts[i], 2, P->reps,
 		         &tag, &s, why, whylen)) != 0)
@@ -255,6 +257,6 @@ prof_coll_points(const struct prof *P)
 	if (P->quick)
 		return 2 + 2 * 2;
 	for (int i = 0; i < 6; i++)
-		n += send_full[i] <= P->max_tokens;
+		n += i < 2 || send_full[i] <= P->max_tokens;
 	return n + 2 * 5;
 }

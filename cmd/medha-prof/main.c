@@ -326,6 +326,36 @@ check_args(struct args *a, int argc, char *argv[])
 	check_backend(&a->P, a->device_set);
 }
 
+/*
+ * --chunks --predictor: warn when the profile does not cover the chunks
+ * (up to the prompt, at most 8192) and the contexts (up to the prompt
+ * less the smallest chunk, 32) the study predicts: past its grid the
+ * table extrapolates, and a short profile can be far off.
+ */
+static void
+check_cover(const struct medha_pred *p, const char *path, int64_t prompt)
+{
+	int64_t chunk = prompt < 8192 ? prompt : 8192, ctx = prompt - 32;
+	double t, kv, lt, lkv;
+
+	if (!medha_table_extent(p->table, MEDHA_OP_ATTN_PREFILL, &t, &kv) ||
+	    !medha_table_extent(p->table, MEDHA_OP_LINEAR, &lt, &lkv)) {
+		medha_log(MEDHA_LOG_WARN,
+		    "%s: no linear or attn_prefill rows: the predictions are "
+		    "the analytic model's",
+		    path);
+		return;
+	}
+	if (t < (double)chunk || lt < (double)chunk || kv < (double)ctx)
+		medha_log(MEDHA_LOG_WARN,
+		    "%s measured chunks of up to %.0f tokens (linear %.0f) "
+		    "after up to %.0f cached; this study predicts chunks of "
+		    "up to %lld after up to %lld, extrapolated: profile with "
+		    "--max-tokens %lld --max-context %lld to cover it",
+		    path, t, lt, kv, (long long)chunk, (long long)ctx,
+		    (long long)chunk, (long long)(prompt > 256 ? prompt : 256));
+}
+
 /* --chunks: the study, predicted too with --predictor. Returns the status. */
 static int
 run_chunks(struct args *a)
@@ -339,6 +369,8 @@ run_chunks(struct args *a)
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
 		return 1;
 	}
+	if (have_pred)
+		check_cover(&pred, a->predictor, a->prompt);
 	if (prof_chunks(&a->P, a->prompt, a->png, have_pred ? &pred : NULL, why,
 	        sizeof(why)) != 0)
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
@@ -445,6 +477,7 @@ main(int argc, char *argv[])
 	int status;
 
 	medha_progname = "medha-prof";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
 	check_args(&a, argc, argv);
 	medha_log_level = MEDHA_LOG_WARN + a.verbose;

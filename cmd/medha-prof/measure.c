@@ -235,13 +235,13 @@ static const int64_t dctx_quick[] = {16, 256};
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* The points of a grid up to max (at least two, the quick grids' all). */
+/* The points of a grid up to max (at least two), -q's as the full's. */
 static int
-upto(const int64_t *v, int n, int64_t max, int quick)
+upto(const int64_t *v, int n, int64_t max)
 {
 	int k = 0;
 
-	while (k < n && (quick || v[k] <= max))
+	while (k < n && v[k] <= max)
 		k++;
 	return k < 2 && n >= 2 ? 2 : k;
 }
@@ -259,12 +259,12 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 	const int64_t *cx = q ? ctx_quick : ctx_full;
 	const int64_t *dn = q ? dec_quick : dec_full;
 	const int64_t *dx = q ? dctx_quick : dctx_full;
-	int nlin = upto(lin, q ? N(lin_quick) : N(lin_full), P->max_tokens, q);
+	int nlin = upto(lin, q ? N(lin_quick) : N(lin_full), P->max_tokens);
 	int nhd = q ? N(head_quick) : N(head_full);
-	int nch = upto(ch, q ? N(chunk_quick) : N(chunk_full), P->max_tokens, q);
-	int ncx = upto(cx, q ? N(ctx_quick) : N(ctx_full), P->max_context, q);
+	int nch = upto(ch, q ? N(chunk_quick) : N(chunk_full), P->max_tokens);
+	int ncx = upto(cx, q ? N(ctx_quick) : N(ctx_full), P->max_context);
 	int ndn = q ? N(dec_quick) : N(dec_full);
-	int ndx = upto(dx, q ? N(dctx_quick) : N(dctx_full), P->max_context, q);
+	int ndx = upto(dx, q ? N(dctx_quick) : N(dctx_full), P->max_context);
 	struct prof_item items[PROF_SEQS];
 	struct prof_time t;
 	struct prof_row *rows;

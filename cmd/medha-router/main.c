@@ -18,8 +18,8 @@ static const char synopsis[] =
     " [-v] [-m MODEL]\n"
     "           [--drain-timeout S] [--http HOST:PORT] "
     "[--http-max-body BYTES]\n"
-    "           [--hold-timeout S] [--http-max-conns N] [--max-queue N]\n"
-    "           [--status-interval S]\n";
+    "           [--hold-timeout S] [--http-keepalive S] [--http-max-conns N]\n"
+    "           [--max-queue N] [--status-interval S]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-router(1)) */
 static const struct medha_help help_lines[] = {
@@ -37,6 +37,8 @@ static const struct medha_help help_lines[] = {
     {"--http HOST:PORT", "serve the HTTP front door there (port 0: any free)"},
     {"--http-max-body BYTES",
         "largest request body (1048576, at most 33554432)"},
+    {"--http-keepalive S",
+        "a silent stream gets a comment every S s (5)"},
     {"--http-max-conns N",
         "HTTP requests answered at once; more get 429 (1024)"},
     {"--max-queue N", "requests in flight at most; more refused (100000)"},
@@ -48,6 +50,7 @@ enum {
 	OPT_HTTP,
 	OPT_HTTP_BODY,
 	OPT_HTTP_CONNS,
+	OPT_HTTP_KEEPALIVE,
 	OPT_MAXQ,
 	OPT_STATUS,
 	OPT_HOLD
@@ -65,6 +68,7 @@ main(int argc, char *argv[])
 	    {"hold-timeout", required_argument, NULL, OPT_HOLD},
 	    {"http", required_argument, NULL, OPT_HTTP},
 	    {"http-max-body", required_argument, NULL, OPT_HTTP_BODY},
+	    {"http-keepalive", required_argument, NULL, OPT_HTTP_KEEPALIVE},
 	    {"http-max-conns", required_argument, NULL, OPT_HTTP_CONNS},
 	    {"listen", required_argument, NULL, 'l'},
 	    {"max-queue", required_argument, NULL, OPT_MAXQ},
@@ -80,9 +84,10 @@ main(int argc, char *argv[])
 	struct medha_router *r;
 	struct medha_http *http = NULL;
 	char why[512];
-	int ch, rc;
+	int ch, rc, verbose = 0;
 
 	medha_progname = "medha-router";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	medha_router_config_default(&c);
 	medha_http_config_default(&hc);
 	c.replicas = reps;
@@ -97,7 +102,7 @@ main(int argc, char *argv[])
 				    MEDHA_ROUTER_MAX_REPLICAS);
 			reps[c.nreplicas++] = optarg;
 			break;
-		case 'v': medha_log_level++; break;
+		case 'v': verbose++; break;
 		case OPT_DRAIN:
 			c.drain_timeout =
 			    flag_f64("--drain-timeout", optarg, 0, 1e6, 0);
@@ -110,6 +115,10 @@ main(int argc, char *argv[])
 		case OPT_HTTP_BODY:
 			hc.max_body = flag_i64("--http-max-body", optarg, 1,
 			    MEDHA_PROTO_MAX_FRAME / 2);
+			break;
+		case OPT_HTTP_KEEPALIVE:
+			hc.keepalive =
+			    flag_f64("--http-keepalive", optarg, 0, 3600, 1);
 			break;
 		case OPT_HTTP_CONNS:
 			hc.max_conns =
@@ -128,6 +137,7 @@ main(int argc, char *argv[])
 	}
 	if (optind < argc)
 		usage_fail(synopsis, "unexpected argument: %s", argv[optind]);
+	log_server(verbose);
 	if (c.listen == NULL || c.nreplicas == 0)
 		usage_fail(synopsis, "%s is required",
 		    c.listen == NULL ? "-l ADDR" : "at least one -r ADDR");

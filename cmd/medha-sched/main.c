@@ -549,14 +549,17 @@ main(int argc, char *argv[])
 	int status;
 
 	medha_progname = "medha-sched";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
 	argc -= optind;
 	argv += optind;
 	check_args(&a, argc);
 	medha_log_level = MEDHA_LOG_WARN + a.verbose;
-	if (a.listen != NULL)
+	if (a.listen != NULL) {
+		log_server(a.verbose);
 		return run_live(a.listen, &a.cfg, a.model_name, a.profile,
 		    (int)a.workers, a.drain, a.max_queue, !a.target_set);
+	}
 	if (sim_pred(&pred, &a) != 0)
 		return 1;
 	status = run_sim(&a, &pred, argc == 1 ? argv[0] : NULL);

@@ -37,7 +37,7 @@ static const struct {
     {"report", "medha-trace report", trace_report,
         "sum up result records: latencies, SLOs, throughput",
         "medha-trace report [-h] [--json] [--long-threshold tokens]\n"
-        "           [--plot file.png] [--title text] [file ...]\n"},
+        "           [--plot file.png] [--title text] [--wide] [file ...]\n"},
     {"replay", "medha-trace replay", trace_replay,
         "submit a trace to a live replica, write its records",
         "medha-trace replay -a addr [-hv] [-o file] [--speed x] "

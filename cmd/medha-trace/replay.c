@@ -16,6 +16,9 @@
  * prints the records. Every submitted request ends with exactly one
  * record: if the scheduler goes silent for longer than
  * MEDHA_PROTO_DEAD_MS, the requests still open get "failed" records.
+ * Records are flushed one by one, so that a reader that stops reading
+ * (`replay | head -1`) is seen at once: replay then submits nothing
+ * more, cancels what is open and exits 1 with the write's error.
  */
 #include "medha-trace.h"
 
@@ -25,6 +28,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -49,8 +53,9 @@ struct rp {
 	int64_t nopen, cap;
 	struct medha_record *early; /* records that overtook their ACCEPTED */
 	int64_t nearly, early_cap;
-	int lost; /* the scheduler went away */
-	int wrerr;
+	int lost;  /* the scheduler went away */
+	FILE *of;  /* the records' stream */
+	int wrerr; /* the first write's errno, or 0 */
 	int progress;
 };
 
@@ -58,15 +63,24 @@ struct rp {
 static void
 emit(struct rp *p, struct medha_record *rec)
 {
+	static int32_t none[1];
+	static char empty[1];
 	int32_t *ids = rec->token_ids;
 	char *text = rec->text;
 
 	if (!p->ids)
 		rec->token_ids = NULL;
+	else if (rec->token_ids == NULL) /* asked for: [], never absent */
+		rec->token_ids = none, rec->n_token_ids = 0;
 	if (!p->ids && !p->text)
 		rec->text = NULL;
-	if (medha_record_write(p->w, rec) != 0)
-		p->wrerr = 1;
+	else if (rec->text == NULL)
+		rec->text = empty;
+	if (p->wrerr == 0) {
+		errno = 0;
+		if (medha_record_write(p->w, rec) != 0 || fflush(p->of) != 0)
+			p->wrerr = errno != 0 ? errno : EIO;
+	}
 	rec->token_ids = ids;
 	rec->text = text;
 	p->done++;
@@ -125,6 +139,7 @@ keep_early(struct rp *p, struct medha_record *rec)
 	}
 	p->early[p->nearly++] = *rec;
 	rec->token_ids = NULL;
+	rec->logprobs = NULL;
 	rec->text = NULL;
 }
 
@@ -140,6 +155,20 @@ take_early(struct rp *p, uint64_t handle)
 			return 1;
 		}
 	return 0;
+}
+
+/*
+ * Has the reader of the records gone (a pipe whose other end closed)?
+ * Then the error is set (mutex held) without waiting for a record to
+ * fail to write: one may be a long time coming.
+ */
+static void
+check_reader(struct rp *p)
+{
+	struct pollfd fd = {.fd = fileno(p->of), .events = 0};
+
+	if (p->wrerr == 0 && poll(&fd, 1, 0) == 1 && (fd.revents & POLLERR))
+		p->wrerr = EPIPE;
 }
 
 static void *
@@ -190,6 +219,7 @@ poll_main(void *arg)
 			continue;
 		}
 		pthread_mutex_lock(&p->mu);
+		check_reader(p);
 		for (int64_t i = 0; i < rep.events.n; i++) {
 			struct medha_msg_event *e = &rep.events.ev[i];
 			if (e->kind != MEDHA_EVENT_RECORD)
@@ -208,17 +238,28 @@ poll_main(void *arg)
 	}
 }
 
-/* Wait until the scheduler says it is ready (wait 0: until it answers,
- * ready or not, for up to 10 s); 0, or 1 after logging. */
+/*
+ * Wait until the scheduler at addr says it is ready (wait 0: until it
+ * answers, ready or not, for up to 10 s); 0, or 1 after logging. What
+ * it waits for is said every 5 s on a terminal, so that a wrong
+ * address is not a silent minute.
+ */
 static int
-wait_ready(struct rp *p, double wait)
+wait_ready(struct rp *p, const char *addr, double wait)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_STATUS}, rep;
-	double until = medha_now() + (wait > 0 ? wait : 10);
-	char why[256];
+	double t0 = medha_now(), until = t0 + (wait > 0 ? wait : 10);
+	double told = t0;
+	char why[256] = "";
 	int said = 0;
 
 	for (;;) {
+		if (p->progress && medha_now() - told >= 5) {
+			told = medha_now();
+			progress("waiting for %s: %s (%.0f of %.0f s) ", addr,
+			    said ? "not ready" : "no answer", told - t0,
+			    until - t0);
+		}
 		if (medha_cli_msg(p->cli, 0, &m, &rep, 1, why, sizeof(why)) ==
 		    0) {
 			int ok = rep.type == MEDHA_MSG_STATUS_REPLY &&
@@ -226,9 +267,9 @@ wait_ready(struct rp *p, double wait)
 			if (rep.type == MEDHA_MSG_STATUS_REPLY && !ok &&
 			    !said++)
 				medha_log(MEDHA_LOG_WARN,
-				    "waiting for the replica: %lld of %lld "
-				    "workers",
-				    (long long)rep.status.workers,
+				    "waiting for the replica at %s: %lld of "
+				    "%lld workers",
+				    addr, (long long)rep.status.workers,
 				    (long long)rep.status.workers_wanted);
 			medha_msg_clear(&rep);
 			if (ok)
@@ -236,13 +277,77 @@ wait_ready(struct rp *p, double wait)
 			usleep(100000);
 		}
 		if (medha_now() > until) {
-			medha_log(MEDHA_LOG_ERROR, "%s after %.0f s%s%s",
-			    wait > 0 ? "not ready" : "no answer",
+			if (p->progress && told > t0)
+				fputc('\n', stderr);
+			medha_log(MEDHA_LOG_ERROR, "%s: %s after %.0f s%s%s",
+			    addr, said ? "not ready" : "no answer",
 			    wait > 0 ? wait : 10, said ? "" : ": ",
 			    said ? "" : why);
 			return 1;
 		}
 	}
+}
+
+/* Sleep until at; 1 if the scheduler or the reader is gone (before or
+ * meanwhile). */
+static int
+wait_until(struct rp *p, double at)
+{
+	int gone;
+
+	pthread_mutex_lock(&p->mu);
+	gone = p->lost || p->wrerr;
+	pthread_mutex_unlock(&p->mu);
+	/* in steps, so that a reader gone is seen within 0.1 s */
+	while (at > medha_now() && !gone) {
+		double d = at - medha_now();
+		usleep((useconds_t)((d < 0.1 ? d : 0.1) * 1e6));
+		pthread_mutex_lock(&p->mu);
+		check_reader(p);
+		gone = p->lost || p->wrerr;
+		pthread_mutex_unlock(&p->mu);
+	}
+	return gone;
+}
+
+/* A trace out of order is sent at once: say so, the first time. */
+static void
+in_order(const char *in, const struct medha_reqspec *rs, double *last,
+    int64_t *back)
+{
+	if (rs->arrival < *last && (*back)++ == 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "%s: request %s arrives at %g s, before the one before it "
+		    "(%g s): sent at once",
+		    in != NULL ? in : "stdin", rs->id, rs->arrival, *last);
+	if (rs->arrival > *last)
+		*last = rs->arrival;
+}
+
+/* The output is gone: cancel every request still open (mutex not held). */
+static void
+cancel_open(struct rp *p)
+{
+	uint64_t *h = NULL;
+	int64_t n;
+	char why[256];
+
+	pthread_mutex_lock(&p->mu);
+	n = p->nopen;
+	if (n > 0 && (h = medha_reallocarray(NULL, (size_t)n,
+	                  sizeof(*h))) != NULL)
+		for (int64_t i = 0; i < n; i++)
+			h[i] = p->open[i].handle;
+	pthread_mutex_unlock(&p->mu);
+	for (int64_t i = 0; h != NULL && i < n; i++) {
+		struct medha_msg m = {.type = MEDHA_MSG_CANCEL}, rep;
+		m.cancel = h[i];
+		if (medha_cli_msg(p->cli, 0, &m, &rep,
+		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0)
+			break; /* the poller finds it lost */
+		medha_msg_clear(&rep);
+	}
+	free(h);
 }
 
 /*
@@ -342,7 +447,8 @@ trace_replay(int argc, char *argv[])
 	struct medha_trace_in *t;
 	struct medha_reqspec rs;
 	const char *addr = NULL, *out = NULL, *in = NULL;
-	double speed = 1, wait = 60, t0;
+	double speed = 1, wait = 60, t0, last = 0;
+	int64_t back = 0;
 	FILE *f = stdin, *of;
 	pthread_t poller;
 	struct sent fl[SUBMITS]; /* in flight: a ring from head */
@@ -389,6 +495,7 @@ trace_replay(int argc, char *argv[])
 	}
 	if ((of = out_open(out, &p.w)) == NULL)
 		return 1;
+	p.of = of;
 	signal(SIGPIPE, SIG_IGN);
 	if (medha_cli_open(&p.cli, addr, SUBMITS + 1, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
@@ -396,7 +503,7 @@ trace_replay(int argc, char *argv[])
 	}
 	pthread_mutex_init(&p.mu, NULL);
 	p.progress = isatty(STDERR_FILENO);
-	if (wait_ready(&p, wait) != 0) {
+	if (wait_ready(&p, addr, wait) != 0) {
 		medha_cli_close(p.cli);
 		return 1;
 	}
@@ -407,20 +514,17 @@ trace_replay(int argc, char *argv[])
 		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT};
 		double at = t0 + rs.arrival / speed;
 		struct sent *s;
-		int lost;
 
-		pthread_mutex_lock(&p.mu);
-		lost = p.lost;
-		pthread_mutex_unlock(&p.mu);
-		if (lost)
+		if (wait_until(&p, 0) != 0) /* gone already? */
 			break;
+		in_order(in, &rs, &last, &back);
 		/* not due yet: the answers first, then wait for its time;
 		   every context busy: the oldest answer first */
 		for (; nfl > 0 && (at > medha_now() || nfl == SUBMITS);
 		     nfl--, head = (head + 1) % SUBMITS)
 			submitted(&p, &fl[head], t0);
-		if (at > medha_now())
-			usleep((useconds_t)((at - medha_now()) * 1e6));
+		if (wait_until(&p, at) != 0)
+			break;
 		s = &fl[(head + nfl) % SUBMITS];
 		s->ctx = SLOT_CTX((head + nfl) % SUBMITS);
 		nfl++;
@@ -435,7 +539,13 @@ trace_replay(int argc, char *argv[])
 	}
 	for (; nfl > 0; nfl--, head = (head + 1) % SUBMITS)
 		submitted(&p, &fl[head], t0);
-	if (rc < 0) {
+	if (p.wrerr) /* nobody reads the records: nothing left to wait for */
+		cancel_open(&p);
+	if (back > 1)
+		medha_log(MEDHA_LOG_WARN,
+		    "%lld requests arrived before the one before them",
+		    (long long)back);
+	if (rc < 0 && !p.wrerr) {
 		medha_log(MEDHA_LOG_ERROR, "%s: %s", in != NULL ? in : "stdin",
 		    medha_trace_error(t));
 		status = 1;
@@ -458,7 +568,13 @@ trace_replay(int argc, char *argv[])
 		medha_record_clear(&p.early[i]);
 	}
 	free(p.early);
-	if (out_close(out, of, p.w) != 0 || p.wrerr)
+	if (p.wrerr) { /* the first error, not what the close says after */
+		out_finish(of, p.w);
+		medha_log(MEDHA_LOG_ERROR, "%s: write error: %s",
+		    out != NULL && strcmp(out, "-") != 0 ? out : "stdout",
+		    strerror(p.wrerr));
+		status = 1;
+	} else if (out_close(out, of, p.w) != 0)
 		status = 1;
 	if (p.lost)
 		status = 1;

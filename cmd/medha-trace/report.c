@@ -5,44 +5,23 @@
  * completed requests, the share of requests that met their SLOs,
  * throughput, percentiles of the time between tokens (every gap, from the
  * records' TBT histograms merged) and of TTFT over the prompt's prefill
- * time alone, as an aligned table or one JSON object. With --plot it has
- * gnuplot draw their CDFs into a PNG, the samples passing through files
- * in a temporary directory.
+ * time alone, as an aligned table or one JSON object. The default table
+ * fits 100 columns (TTFT, TPOT, SLO attainment, throughput); --wide has
+ * every column. With --plot it has gnuplot draw their CDFs, with the
+ * SLOs, into a PNG, the samples and the picture passing through files in
+ * a temporary directory: the picture is copied to its place with every
+ * write checked, as gnuplot says nothing of a failed one.
  */
-#include "medha-trace.h"
+#include "report.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-enum { CLS_ALL, CLS_SHORT, CLS_LONG, NCLS };
-enum { M_TTFT, M_TPOT, M_E2E, NMETRIC };
-
-static const char *cls_names[NCLS] = {"all", "short", "long"};
-static const char *metric_names[NMETRIC] = {"ttft", "tpot", "e2e"};
-
-struct series {
-	double *v; /* (n), sorted once reading is done */
-	size_t n, cap;
-};
-
-struct cls {
-	int64_t requests;
-	int64_t completed;        /* status "ok" */
-	int64_t met;              /* completed within both SLOs */
-	int64_t out_tokens;       /* of completed requests */
-	double first_arrival;     /* throughput span: first arrival ... */
-	double last_finish;       /* ... to last finish */
-	struct series m[NMETRIC]; /* s; TPOT only with >= 2 output tokens */
-	struct series ttft_norm;  /* TTFT / prefill_alone, where known */
-	struct medha_tbt tbt;     /* every gap of the records that keep them */
-	double tbt_max;           /* s: the longest of those gaps */
-};
+const char *const cls_names[NCLS] = {"all", "short", "long"};
+const char *const metric_names[NMETRIC] = {"ttft", "tpot", "e2e"};
 
 static int
 series_push(struct series *s, double v)
@@ -70,7 +49,7 @@ cmp_double(const void *a, const void *b)
 }
 
 /* q-quantile of sorted v, linear between order statistics (numpy's). */
-static double
+double
 percentile(const struct series *s, double q)
 {
 	double h = (s->n - 1) * q;
@@ -88,6 +67,11 @@ cls_add(struct cls *c, const struct medha_record *r)
 
 	if (c->requests++ == 0 || r->arrival < c->first_arrival)
 		c->first_arrival = r->arrival;
+	if ((r->ttft_slo > 0 &&
+	        (rc = series_push(&c->slo[0], r->ttft_slo)) != 0) ||
+	    (r->tpot_slo > 0 &&
+	        (rc = series_push(&c->slo[1], r->tpot_slo)) != 0))
+		return rc;
 	if (r->status != MEDHA_STATUS_OK)
 		return 0;
 	c->completed++;
@@ -199,56 +183,97 @@ out:
 
 /* ---- output ---- */
 
+/* v in 7 characters where fewer decimals than dec make it fit. */
 static void
-print_table(const struct cls *cls)
+cell7(double v, int dec)
+{
+	char b[64];
+
+	while (snprintf(b, sizeof(b), "%.*f", dec, v) > 7 && dec > 0)
+		dec--;
+	printf(" %7s", b);
+}
+
+/*
+ * The table, one row per class with requests. The default fits 100
+ * columns: TTFT and TPOT percentiles, SLO attainment and throughput;
+ * wide adds end-to-end latency, TBT and normalised TTFT.
+ */
+static void
+print_table(const struct cls *cls, int wide)
 {
 	static const char *units[NMETRIC] = {"(s)", "(ms)", "(s)"};
 	static const double scale[NMETRIC] = {1, 1e3, 1};
 	static const double q[3] = {0.5, 0.9, 0.99};
+	const int nm = wide ? NMETRIC : M_E2E; /* e2e: wide only */
 	const struct cls *c;
 	int i, m, k;
 	double v;
 
+	if (!wide) { /* the percentiles under their metric */
+		printf("%-5s %8s %9s", "", "", "");
+		for (m = 0; m < nm; m++) {
+			char g[32];
+			int w = snprintf(g, sizeof(g), " %s %s ",
+			    metric_names[m], units[m]);
+			printf(" %.*s%s%.*s", (23 - w) / 2,
+			    "-----------------------", g, 23 - w - (23 - w) / 2,
+			    "-----------------------");
+		}
+		printf("\n");
+	}
 	printf("%-5s %8s %9s", "class", "requests", "completed");
-	for (m = 0; m < NMETRIC; m++)
+	for (m = 0; m < nm; m++)
 		for (k = 0; k < 3; k++)
-			printf(" %5s_p%-2d", metric_names[m],
-			    (int)(q[k] * 100 + 0.5));
-	printf(" %7s %9s %9s", "slo", "req/s", "tok/s");
-	for (k = 0; k < 3; k++)
-		printf("   tbt_p%-2d", (int)(q[k] * 100 + 0.5));
-	printf(" %9s", "tbt_max");
-	for (k = 0; k < 3; k++)
-		printf(" ttftn_p%-2d", (int)(q[k] * 100 + 0.5));
-	printf("\n%-5s %8s %9s", "", "", "");
-	for (m = 0; m < NMETRIC; m++)
+			if (wide)
+				printf(" %5s_p%-2d", metric_names[m],
+				    (int)(q[k] * 100 + 0.5));
+			else
+				printf(" %7s", k == 0 ? "p50" : k == 1 ? "p90"
+				                                       : "p99");
+	printf(wide ? " %7s %9s %9s" : " %6s %8s %9s", "slo", "req/s",
+	    "tok/s");
+	if (wide) {
 		for (k = 0; k < 3; k++)
-			printf(" %9s", units[m]);
-	printf(" %7s %9s %9s", "", "", "");
-	for (k = 0; k < 4; k++)
-		printf(" %9s", "(ms)");
-	for (k = 0; k < 3; k++)
-		printf(" %9s", "(x)");
+			printf("   tbt_p%-2d", (int)(q[k] * 100 + 0.5));
+		printf(" %9s", "tbt_max");
+		for (k = 0; k < 3; k++)
+			printf(" ttftn_p%-2d", (int)(q[k] * 100 + 0.5));
+		printf("\n%-5s %8s %9s", "", "", "");
+		for (m = 0; m < NMETRIC; m++)
+			for (k = 0; k < 3; k++)
+				printf(" %9s", units[m]);
+		printf(" %7s %9s %9s", "", "", "");
+		for (k = 0; k < 4; k++)
+			printf(" %9s", "(ms)");
+		for (k = 0; k < 3; k++)
+			printf(" %9s", "(x)");
+	}
 	printf("\n");
 	for (i = 0; i < NCLS; i++) {
 		c = &cls[i];
+		if (c->requests == 0) /* a class with no requests: no row */
+			continue;
 		printf("%-5s %8lld %9lld", cls_names[i], (long long)c->requests,
 		    (long long)c->completed);
-		for (m = 0; m < NMETRIC; m++)
+		for (m = 0; m < nm; m++)
 			for (k = 0; k < 3; k++) {
 				if (c->m[m].n == 0) {
-					printf(" %9s", "-");
+					printf(wide ? " %9s" : " %7s", "-");
 					continue;
 				}
 				v = scale[m] * percentile(&c->m[m], q[k]);
-				printf(m == M_TPOT ? " %9.2f" : " %9.3f", v);
+				if (wide)
+					printf(m == M_TPOT ? " %9.2f" : " %9.3f",
+					    v);
+				else
+					cell7(v, m == M_TPOT ? 2 : 3);
 			}
-		if (c->requests == 0)
-			printf(" %7s", "-");
-		else
-			printf(" %6.1f%%", 100.0 * c->met / c->requests);
-		printf(" %9.3f %9.1f", cls_rate(c, 0), cls_rate(c, 1));
-		for (k = 0; k < 4; k++)
+		printf(wide ? " %6.1f%%" : " %5.1f%%",
+		    100.0 * c->met / c->requests);
+		printf(wide ? " %9.3f %9.1f" : " %8.3f %9.1f", cls_rate(c, 0),
+		    cls_rate(c, 1));
+		for (k = 0; wide && k < 4; k++)
 			if (c->tbt.n == 0)
 				printf(" %9s", "-");
 			else
@@ -257,7 +282,7 @@ print_table(const struct cls *cls)
 				        (k < 3 ? medha_tbt_quantile(&c->tbt,
 				                     q[k])
 				               : c->tbt_max));
-		for (k = 0; k < 3; k++)
+		for (k = 0; wide && k < 3; k++)
 			if (c->ttft_norm.n == 0)
 				printf(" %9s", "-");
 			else
@@ -335,176 +360,9 @@ print_json(const struct cls *cls)
 	return 0;
 }
 
-/* ---- plot ---- */
-
-/* One CDF line of a panel: samples of a class and metric. */
-struct line {
-	const char *file; /* name in the temporary directory */
-	int cls, metric;
-	size_t n; /* samples written */
-};
-
-/* Writes "x cdf" lines; a log axis cannot show x <= 0. */
-static int
-write_cdf(const char *path, const struct series *s, double scale, int logx,
-    size_t *written)
-{
-	FILE *f;
-	size_t i;
-
-	*written = 0;
-	if ((f = fopen(path, "w")) == NULL)
-		return -1;
-	for (i = 0; i < s->n; i++)
-		if (!logx || s->v[i] > 0) {
-			fprintf(f, "%.9g %.9g\n", scale * s->v[i],
-			    (double)(i + 1) / s->n);
-			(*written)++;
-		}
-	return fclose(f) != 0 ? -1 : 0;
-}
-
-/* One colour a class in every panel: all, short, long. */
-static const char *cls_colour[NCLS] = {"#555555", "#1f77b4", "#d62728"};
-
-static int
-plot(const char *png, const char *title, const struct cls *cls)
-{
-	static const struct {
-		const char *xlabel;
-		int logx;
-		double scale;
-		struct line lines[2];
-	} panels[] = {
-	    {"TTFT of short requests (s)", 1, 1,
-	        {{"ttft-short", CLS_SHORT, M_TTFT, 0}, {NULL, 0, 0, 0}}},
-	    {"TTFT of long requests (s)", 1, 1,
-	        {{"ttft-long", CLS_LONG, M_TTFT, 0}, {NULL, 0, 0, 0}}},
-	    {"TPOT (ms)", 1, 1e3,
-	        {{"tpot-short", CLS_SHORT, M_TPOT, 0},
-	            {"tpot-long", CLS_LONG, M_TPOT, 0}}},
-	    {"end-to-end latency (s)", 1, 1,
-	        {{"e2e-short", CLS_SHORT, M_E2E, 0},
-	            {"e2e-long", CLS_LONG, M_E2E, 0}}},
-	};
-	const size_t np = sizeof(panels) / sizeof(panels[0]);
-	char dir[4096], path[4200];
-	const char *tmp;
-	size_t n[4][2] = {{0}};
-	void (*oldpipe)(int);
-	size_t i, j;
-	FILE *gp;
-	int st, drawn, status = 1;
-
-	if ((gp = fopen(png, "w")) == NULL) {
-		medha_log(MEDHA_LOG_ERROR, "%s: %s", png, strerror(errno));
-		return 1;
-	}
-	fclose(gp);
-	if ((tmp = getenv("TMPDIR")) == NULL || *tmp == '\0')
-		tmp = "/tmp";
-	snprintf(dir, sizeof(dir), "%s/medha-trace.XXXXXX", tmp);
-	if (mkdtemp(dir) == NULL) {
-		medha_log(MEDHA_LOG_ERROR, "%s: %s", dir, strerror(errno));
-		unlink(png);
-		return 1;
-	}
-	for (i = 0; i < np; i++)
-		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
-			const struct line *l = &panels[i].lines[j];
-
-			snprintf(path, sizeof(path), "%s/%s", dir, l->file);
-			if (write_cdf(path, &cls[l->cls].m[l->metric],
-			        panels[i].scale, panels[i].logx,
-			        &n[i][j]) != 0) {
-				medha_log(MEDHA_LOG_ERROR, "%s: %s", path,
-				    strerror(errno));
-				goto clean;
-			}
-		}
-
-	oldpipe = signal(SIGPIPE, SIG_IGN);
-	if ((gp = popen("exec gnuplot >/dev/null", "w")) == NULL) {
-		medha_log(MEDHA_LOG_ERROR, "gnuplot: %s", strerror(errno));
-		signal(SIGPIPE, oldpipe);
-		goto clean;
-	}
-	fprintf(gp,
-	    "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
-	    "{ set terminal pngcairo size 1200,900 } "
-	    "else { set terminal png size 1200,900 }\n"
-	    "set output ");
-	medha_gp_quote(gp, png);
-	/* a CDF rises from the bottom left to the top right: the top left
-	 * corner is where the key covers nothing */
-	fprintf(gp, "\nset multiplot layout 2,2 title ");
-	{
-		char t[1024];
-		snprintf(t, sizeof(t), "%s%s%lld requests, %lld completed",
-		    title != NULL ? title : "", title != NULL ? ": " : "",
-		    (long long)cls[CLS_ALL].requests,
-		    (long long)cls[CLS_ALL].completed);
-		medha_gp_quote(gp, t);
-	}
-	fprintf(gp,
-	    " font ',14'\n"
-	    "set grid\nset key top left opaque box\nset ylabel 'CDF'\n"
-	    "set yrange [0:1.02]\nset offsets 0, graph 0.05, 0, 0\n");
-	for (i = 0; i < np; i++) {
-		fprintf(gp, "set xlabel '%s'\n%s logscale x\n",
-		    panels[i].xlabel, panels[i].logx ? "set" : "unset");
-		drawn = 0;
-		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
-			if (n[i][j] == 0)
-				continue;
-			fprintf(gp, "%s", drawn++ == 0 ? "plot " : ", ");
-			snprintf(path, sizeof(path), "%s/%s", dir,
-			    panels[i].lines[j].file);
-			medha_gp_quote(gp, path);
-			fprintf(gp,
-			    " using 1:2 with steps lw 2 lc rgb '%s' "
-			    "title '%s (n=%zu)'",
-			    cls_colour[panels[i].lines[j].cls],
-			    cls_names[panels[i].lines[j].cls], n[i][j]);
-		}
-		if (drawn == 0)
-			fprintf(gp,
-			    "\nset label 1 'no data' at graph 0.5,0.5 "
-			    "center\nunset logscale x\n"
-			    "set xrange [0:1]\nplot -1 notitle\n"
-			    "unset label 1\nset autoscale x");
-		fprintf(gp, "\n");
-	}
-	fprintf(gp, "unset multiplot\nset output\n");
-	st = pclose(gp);
-	signal(SIGPIPE, oldpipe);
-	if (st == -1)
-		medha_log(MEDHA_LOG_ERROR, "gnuplot: %s", strerror(errno));
-	else if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
-		medha_log(MEDHA_LOG_ERROR,
-		    "gnuplot: not found; "
-		    "install gnuplot to use --plot");
-	else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		medha_log(MEDHA_LOG_ERROR, "gnuplot failed; %s not written",
-		    png);
-	else
-		status = 0;
-clean:
-	for (i = 0; i < np; i++)
-		for (j = 0; j < 2 && panels[i].lines[j].file != NULL; j++) {
-			snprintf(path, sizeof(path), "%s/%s", dir,
-			    panels[i].lines[j].file);
-			unlink(path);
-		}
-	rmdir(dir);
-	if (status != 0)
-		unlink(png); /* no half-drawn picture */
-	return status;
-}
-
 /* ---- the subcommand ---- */
 
-enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT, OPT_TITLE };
+enum { OPT_JSON = 256, OPT_LONG_THRESHOLD, OPT_PLOT, OPT_TITLE, OPT_WIDE };
 
 /* -h: every option of longopts below, as medha-trace(1) says */
 static const struct medha_help report_help[] = {
@@ -514,6 +372,7 @@ static const struct medha_help report_help[] = {
         "a request is long from this prompt length (131072)"},
     {"--plot file.png", "also draw latency CDFs into a PNG with gnuplot(1)"},
     {"--title text", "the plot's title: what the records are of"},
+    {"--wide", "every column: e2e, TBT and TTFT / prefill too"},
     {"file ...", "result records, JSON Lines (default: stdin)"},
 };
 
@@ -526,6 +385,7 @@ trace_report(int argc, char *argv[])
 	    {"long-threshold", required_argument, NULL, OPT_LONG_THRESHOLD},
 	    {"plot", required_argument, NULL, OPT_PLOT},
 	    {"title", required_argument, NULL, OPT_TITLE},
+	    {"wide", no_argument, NULL, OPT_WIDE},
 	    {NULL, 0, NULL, 0},
 	};
 	static char *dash[] = {"-", NULL};
@@ -533,7 +393,7 @@ trace_report(int argc, char *argv[])
 	int64_t long_min = 131072; /* --long-threshold: 128K tokens */
 	const char *png = NULL;    /* --plot: none */
 	const char *title = NULL;  /* --title: none */
-	int ch, json = 0, i, m, status = 0;
+	int ch, json = 0, wide = 0, i, m, status = 0;
 
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
@@ -545,6 +405,7 @@ trace_report(int argc, char *argv[])
 			break;
 		case OPT_PLOT: png = optarg; break;
 		case OPT_TITLE: title = optarg; break;
+		case OPT_WIDE: wide = 1; break;
 		default: usage();
 		}
 	}
@@ -572,20 +433,26 @@ trace_report(int argc, char *argv[])
 			if (cls[i].ttft_norm.n > 0)
 				qsort(cls[i].ttft_norm.v, cls[i].ttft_norm.n,
 				    sizeof(double), cmp_double);
+			for (m = 0; m < 2; m++)
+				if (cls[i].slo[m].n > 0)
+					qsort(cls[i].slo[m].v, cls[i].slo[m].n,
+					    sizeof(double), cmp_double);
 		}
 		if (json)
 			status = print_json(cls);
 		else {
-			print_table(cls);
+			print_table(cls, wide);
 			report_cache_print(cls_names);
 		}
 		if (status == 0 && png != NULL)
-			status = plot(png, title, cls);
+			status = report_plot(png, title, cls);
 	}
 	for (i = 0; i < NCLS; i++) {
 		for (m = 0; m < NMETRIC; m++)
 			free(cls[i].m[m].v);
 		free(cls[i].ttft_norm.v);
+		free(cls[i].slo[0].v);
+		free(cls[i].slo[1].v);
 		medha_tbt_free(&cls[i].tbt);
 	}
 	return status;

@@ -34,7 +34,10 @@ static const char synopsis[] =
     "           [--llama-compat] [--logits FILE] [--seed S] [--temp "
     "T]\n"
     "           [--system TEXT] [--tokenize] [--tokens] [--top-k K] "
-    "[--top-p P]\n";
+    "[--top-p P]\n"
+    "           [--min-p P] [--presence-penalty X] [--frequency-penalty X]\n"
+    "           [--repetition-penalty X] [--step-logits FILE]\n"
+    "           [--logprobs FILE [--top-logprobs N]]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-worker(1)) */
 static const struct medha_help help_lines[] = {
@@ -72,18 +75,25 @@ static const struct medha_help help_lines[] = {
     {"--ignore-eos", "do not stop at end-of-generation tokens"},
     {"--llama-compat", "match llama.cpp's CPU logits bit for bit (f32 KV)"},
     {"--logits FILE", "write the last prompt position's logits (float32 LE)"},
-    {"--seed S", "seed of the sampler's generator (1)"},
+    {"--seed S", "seed of the sampler's generator (a new one each run)"},
     {"--system TEXT", "--chat: a system message first (else the template's)"},
     {"--temp T", "sampling temperature; 0 (the default) is greedy"},
     {"--tokenize", "print the prompt's token ids and exit"},
     {"--tokens", "print the generated token ids instead of text"},
     {"--top-k K", "sample among the K most likely tokens (0: all)"},
     {"--top-p P", "sample within the smallest set reaching P (1: all)"},
+    {"--min-p P", "keep tokens >= P times the likeliest's probability (0)"},
+    {"--presence-penalty X", "OpenAI's, on tokens output so far (0)"},
+    {"--frequency-penalty X", "OpenAI's, times each was output (0)"},
+    {"--repetition-penalty X", "vLLM's, on prompt and output tokens (1)"},
+    {"--step-logits FILE", "write the logits each token was drawn from"},
+    {"--logprobs FILE", "write each token's log-probability (JSON Lines)"},
+    {"--top-logprobs N", "--logprobs: and the N likeliest tokens' (0..20)"},
     {NULL, "Both modes:"},
     {"-h, --help", "print this help and exit"},
     {"-t, --threads THREADS",
         "threads in all (default: online CPUs, at most usable)"},
-    {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s -vv: each batch)"},
+    {"-v, --verbose", "more on stderr (-p: tokens, tok/s; -s: each batch)"},
     {"--kv f16|f32|bf16", "KV cache element type (cpu: f32; cuda: bf16)"},
 };
 
@@ -115,6 +125,13 @@ enum {
 	OPT_TOPK,
 	OPT_TOPP,
 	OPT_SYSTEM,
+	OPT_MINP,
+	OPT_PRESENCE,
+	OPT_FREQUENCY,
+	OPT_REPETITION,
+	OPT_STEP_LOGITS,
+	OPT_LOGPROBS,
+	OPT_TOP_LOGPROBS,
 };
 
 static const struct option longopts[] = {
@@ -152,6 +169,13 @@ static const struct option longopts[] = {
     {"tokens", no_argument, NULL, OPT_TOKENS},
     {"top-k", required_argument, NULL, OPT_TOPK},
     {"top-p", required_argument, NULL, OPT_TOPP},
+    {"min-p", required_argument, NULL, OPT_MINP},
+    {"presence-penalty", required_argument, NULL, OPT_PRESENCE},
+    {"frequency-penalty", required_argument, NULL, OPT_FREQUENCY},
+    {"repetition-penalty", required_argument, NULL, OPT_REPETITION},
+    {"step-logits", required_argument, NULL, OPT_STEP_LOGITS},
+    {"logprobs", required_argument, NULL, OPT_LOGPROBS},
+    {"top-logprobs", required_argument, NULL, OPT_TOP_LOGPROBS},
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
     {NULL, 0, NULL, 0},
@@ -316,6 +340,7 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_LOGITS: a->logits_path = optarg; break;
 		case OPT_SEED:
 			a->sp.seed = flag_i64("--seed", optarg, 0, INT64_MAX);
+			a->seed_set = 1;
 			break;
 		case OPT_TEMP:
 			a->sp.temp = flag_f64("--temp", optarg, 0, 100, 0);
@@ -327,6 +352,30 @@ parse_args(struct args *a, int argc, char *argv[])
 			break;
 		case OPT_TOPP:
 			a->sp.top_p = flag_f64("--top-p", optarg, 0, 1, 0);
+			break;
+		case OPT_MINP:
+			a->sp.min_p = flag_f64("--min-p", optarg, 0, 1, 0);
+			break;
+		case OPT_PRESENCE:
+			a->sp.presence_penalty =
+			    flag_f64("--presence-penalty", optarg, -2, 2, 0);
+			break;
+		case OPT_FREQUENCY:
+			a->sp.frequency_penalty =
+			    flag_f64("--frequency-penalty", optarg, -2, 2, 0);
+			break;
+		case OPT_REPETITION:
+			a->sp.repetition_penalty =
+			    flag_f64("--repetition-penalty", optarg, 0, 100, 1);
+			break;
+		case OPT_STEP_LOGITS: a->step_logits = optarg; break;
+		case OPT_LOGPROBS:
+			a->logprobs = optarg;
+			a->sp.logprobs = 1;
+			break;
+		case OPT_TOP_LOGPROBS:
+			a->sp.top_logprobs = (int)flag_i64("--top-logprobs",
+			    optarg, 0, MEDHA_TOP_LOGPROBS_MAX);
 			break;
 		default: usage_exit(synopsis);
 		}
@@ -340,7 +389,7 @@ daemon_mode(struct args *a, int argc)
 	if (optind != argc || a->model == NULL || a->prompt != NULL ||
 	    a->pfile != NULL)
 		usage_fail(synopsis, "-s ADDR takes -m MODEL and no prompt");
-	medha_log_level = MEDHA_LOG_WARN + a->verbose;
+	log_server(a->verbose);
 	if (a->ro.n_threads == 0)
 		a->ro.n_threads = online_cpus(256);
 	a->wo.addr = a->addr;
@@ -419,6 +468,8 @@ check_oneshot(const struct args *a, int argc)
 			usage_fail(synopsis, "give the prompt with -p or -f");
 		usage_exit(synopsis);
 	}
+	if (a->sys_msg != NULL && !a->chat)
+		usage_fail(synopsis, "--system needs --chat");
 }
 
 
@@ -428,6 +479,7 @@ main(int argc, char *argv[])
 	struct args a;
 
 	medha_progname = "medha-worker";
+	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
 	check_backend(&a);
 	if (a.addr != NULL)

@@ -21,6 +21,8 @@ struct args {
 	const char *prompt;      /* -p */
 	const char *pfile;       /* -f: the prompt's file ("-": stdin) */
 	const char *logits_path; /* --logits */
+	const char *step_logits; /* --step-logits */
+	const char *logprobs;    /* --logprobs */
 	const char *sys_msg;     /* --system */
 	const char *backend;     /* --backend */
 	const char *gpu;         /* --gpu (NULL: a100, or cuda's device) */
@@ -30,7 +32,7 @@ struct args {
 	double speed;            /* --speed */
 	int64_t n_gen;           /* -n */
 	int64_t chunk;           /* -c */
-	int chat, ignore_eos, tokenize, as_ids, verbose;
+	int chat, ignore_eos, tokenize, as_ids, verbose, seed_set;
 	const char *cuda_flag;   /* the last flag given of cuda's own */
 	struct medha_runner_opts ro;    /* -t, --kv, --llama-compat */
 	struct medha_sampler_params sp; /* --seed, --temp, --top-k, --top-p */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 /*
  * The whole of path ("-": stdin) as a NUL-terminated string, of at most
  * limit bytes; exits 1 (a longer file is an error, found without reading
@@ -137,6 +138,51 @@ render_chat(const struct args *a, const struct medha_tok *tok, const char *text,
 }
 
 /*
+ * The prompt into the cache, chunk by chunk, the last position's logits
+ * into logits; on a terminal with more than one chunk, the progress on
+ * stderr. Exits 1 on a failure.
+ */
+static void
+prefill(const struct args *a, struct medha_runner *r, const int32_t *ids,
+    size_t n_ids, float *logits)
+{
+	int64_t n = (int64_t)n_ids, step = a->chunk, done = 0;
+	int show = step > 0 && n > step && isatty(STDERR_FILENO);
+	char why[512];
+
+	if (!show)
+		step = n; /* the runner chunks it alike */
+	while (done < n) {
+		int64_t k = n - done < step ? n - done : step;
+		if (medha_runner_prefill(r, ids + done, k, a->chunk, logits,
+		        why, sizeof(why)) != 0)
+			die(1, "prompt: %s", why);
+		done += k;
+		if (show)
+			progress("prefill: %lld of %lld prompt tokens ",
+			    (long long)done, (long long)n);
+	}
+	if (show)
+		fputc('\n', stderr);
+}
+
+/* --logprobs: one JSON line a token, {"id", "logprob", "top": [[id,
+ * logprob], ...]} (the draw's, model/sample.h). */
+static void
+write_logprobs(FILE *f, const struct medha_sampler *smp, int32_t tok)
+{
+	const struct medha_logprob *top;
+	float lp;
+	int n = medha_sample_logprobs(smp, &lp, &top);
+
+	fprintf(f, "{\"id\": %d, \"logprob\": %.9g, \"top\": [", tok, lp);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s[%d, %.9g]", i ? ", " : "", top[i].id,
+		    top[i].logprob);
+	fprintf(f, "]}\n");
+}
+
+/*
  * Prefills the n_ids tokens of ids, writes --logits, then generates up
  * to -n tokens to stdout and logs the speeds; exits 1 on a failure.
  */
@@ -147,6 +193,8 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	const struct medha_tok *tok = medha_runner_tok(r);
 	struct medha_sampler *smp;
 	float *logits;
+	FILE *steps = NULL; /* --step-logits */
+	FILE *lpf = NULL;   /* --logprobs */
 	double t0, t_prompt, t_gen = 0;
 	int64_t n_out = 0;
 	int32_t next;
@@ -159,13 +207,17 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	vocab = medha_runner_model(r)->c.vocab;
 	if ((logits = calloc((size_t)vocab, sizeof(float))) == NULL)
 		die(1, "logits: out of memory");
-	if (medha_sampler_init(&smp, &a->sp, vocab) != 0)
+	if (medha_sampler_init(&smp, &a->sp, vocab) != 0 ||
+	    medha_sampler_prompt(smp, ids, (int64_t)n_ids) != 0)
 		die(1, "sampler: bad parameters");
+	if (a->step_logits != NULL && (steps = fopen(a->step_logits, "wb")) ==
+	    NULL)
+		die(1, "%s: %s", a->step_logits, strerror(errno));
+	if (a->logprobs != NULL && (lpf = fopen(a->logprobs, "w")) == NULL)
+		die(1, "%s: %s", a->logprobs, strerror(errno));
 
 	t0 = medha_now();
-	if ((rc = medha_runner_prefill(r, ids, (int64_t)n_ids, a->chunk, logits,
-	         why, sizeof(why))) != 0)
-		die(1, "prompt: %s", why);
+	prefill(a, r, ids, n_ids, logits);
 	t_prompt = medha_now() - t0;
 	if (a->logits_path != NULL) {
 		FILE *f = fopen(a->logits_path, "wb");
@@ -177,7 +229,13 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	}
 	t0 = medha_now();
 	while (n_out < a->n_gen) {
+		/* the row each token is drawn from: for references */
+		if (steps != NULL && fwrite(logits, sizeof(float),
+		                         (size_t)vocab, steps) != (size_t)vocab)
+			die(1, "%s: %s", a->step_logits, strerror(errno));
 		next = medha_sample(smp, logits);
+		if (lpf != NULL)
+			write_logprobs(lpf, smp, next);
 		if (!a->ignore_eos && medha_tok_is_eog(tok, next))
 			break;
 		emit(tok, next, a->as_ids, n_out == 0);
@@ -190,6 +248,10 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 			die(1, "generation: %s", why);
 	}
 	t_gen = medha_now() - t0;
+	if (steps != NULL && fclose(steps) != 0)
+		die(1, "%s: %s", a->step_logits, strerror(errno));
+	if (lpf != NULL && fclose(lpf) != 0)
+		die(1, "%s: %s", a->logprobs, strerror(errno));
 	if (a->as_ids || a->n_gen > 0)
 		printf("\n");
 	fflush(stdout);
@@ -215,6 +277,14 @@ oneshot_main(struct args *a)
 	int rc, status = 0;
 
 	medha_log_level = MEDHA_LOG_WARN + a->verbose;
+	if (!a->seed_set) { /* as HTTP does for a request without one */
+		uint64_t x = (uint64_t)(medha_now() * 1e9) ^
+		    ((uint64_t)getpid() << 32);
+		a->sp.seed = splitmix64(&x) >> 1; /* what --seed takes */
+		if (a->sp.temp > 0)
+			medha_log(MEDHA_LOG_INFO, "seed %llu (--seed repeats it)",
+			    (unsigned long long)a->sp.seed);
+	}
 	if (a->ro.n_threads == 0)
 		a->ro.n_threads = online_cpus(256);
 	if ((rc = medha_runner_open(&r, a->model, &a->ro, why, sizeof(why))) !=

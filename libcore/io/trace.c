@@ -257,18 +257,28 @@ json_num(json_t *o, const char *key, double lo, double hi, double *out,
 	return 0;
 }
 
-/* temperature, top_k, top_p, seed and ignore_eos, each optional. */
+/* temperature, top_k, top_p, seed, the penalties, min_p and ignore_eos,
+ * each optional. */
 static int
 json_sampling(json_t *o, struct medha_sampler_params *sp, int *ignore_eos,
     char *why, size_t whylen)
 {
 	double temp = sp->temp, top_p = sp->top_p;
+	double pres = sp->presence_penalty, freq = sp->frequency_penalty,
+	       rep = sp->repetition_penalty, min_p = sp->min_p;
 	int64_t top_k = sp->top_k, seed = (int64_t)sp->seed;
 	json_t *v;
 	int rc;
 
 	if ((rc = json_num(o, "temperature", 0, 100, &temp, why, whylen)) !=
 	        0 ||
+	    (rc = json_num(o, "presence_penalty", -2, 2, &pres, why,
+	         whylen)) != 0 ||
+	    (rc = json_num(o, "frequency_penalty", -2, 2, &freq, why,
+	         whylen)) != 0 ||
+	    (rc = json_num(o, "repetition_penalty", 0, 100, &rep, why,
+	         whylen)) != 0 ||
+	    (rc = json_num(o, "min_p", 0, 1, &min_p, why, whylen)) != 0 ||
 	    (rc = json_num(o, "top_p", 0, 1, &top_p, why, whylen)) != 0 ||
 	    (rc = json_count(o, "top_k", 0, 0, 1 << 24, &top_k, why, whylen)) !=
 	        0 ||
@@ -283,6 +293,10 @@ json_sampling(json_t *o, struct medha_sampler_params *sp, int *ignore_eos,
 	}
 	sp->temp = (float)temp;
 	sp->top_p = (float)top_p;
+	sp->presence_penalty = (float)pres;
+	sp->frequency_penalty = (float)freq;
+	sp->repetition_penalty = (float)rep;
+	sp->min_p = (float)min_p;
 	sp->top_k = (int)top_k;
 	sp->seed = (uint64_t)seed;
 	return 0;
@@ -541,6 +555,17 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 		    ", \"seed\": %llu",
 		    rs->sampling.temp, rs->sampling.top_k, rs->sampling.top_p,
 		    (unsigned long long)rs->sampling.seed);
+	{
+		static const char *const names[] = {"presence_penalty",
+		    "frequency_penalty", "repetition_penalty", "min_p"};
+		const float v[] = {rs->sampling.presence_penalty,
+		    rs->sampling.frequency_penalty,
+		    rs->sampling.repetition_penalty, rs->sampling.min_p};
+		for (int i = 0; i < 4; i++)
+			if (v[i] != 0)
+				medha_writer_printf(w, ", \"%s\": %.9g", names[i],
+				    v[i]);
+	}
 	if (rs->ignore_eos)
 		WLIT(w, ", \"ignore_eos\": true");
 	for (int i = 0; i < rs->n_stop; i++) {
@@ -705,7 +730,9 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	    (rc = json_time(root, "prefill_alone", 0, 1, HUGE_VAL,
 	         &r.prefill_alone, why, whylen)) != 0 ||
 	    (rc = json_count(root, "cached_tokens", 0, 0, MEDHA_TOKENS_MAX,
-	         &r.cached_tokens, why, whylen)) != 0)
+	         &r.cached_tokens, why, whylen)) != 0 ||
+	    (rc = json_time(root, "queue_time", 0, 0, HUGE_VAL, &r.queue_time,
+	         why, whylen)) != 0)
 		goto out;
 	if ((rc = json_record_extra(root, &r, why, whylen)) != 0 ||
 	    (rc = json_tbt(root, &r, why, whylen)) != 0)
@@ -773,6 +800,9 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	if (rec->cached_tokens > 0)
 		medha_writer_printf(w, ", \"cached_tokens\": %lld",
 		    (long long)rec->cached_tokens);
+	if (rec->queue_time > 0)
+		medha_writer_printf(w, ", \"queue_time\": %.9g",
+		    rec->queue_time);
 	if (rec->finish_reason != MEDHA_FINISH_NONE)
 		medha_writer_printf(w, ", \"finish_reason\": \"%s\"",
 		    medha_finish_name(rec->finish_reason));

@@ -26,7 +26,22 @@ struct medha_sampler {
 	float *probs;   /* (n) their probabilities; greedy: &p1 */
 	int id1;        /* a greedy sampler's one candidate: a sequence */
 	float p1;       /* that decodes greedily holds no vocab-sized scratch */
+	/* the last draw's log-probabilities, where asked for */
+	float lp;
+	int ntop;
+	struct medha_logprob top[MEDHA_TOP_LOGPROBS_MAX];
+	/* penalties (none: all NULL) */
+	float *work;    /* (n) the logits, penalised */
+	int32_t *count; /* (n) times each token was drawn */
+	uint8_t *seen;  /* (n) in the prompt or drawn */
 };
+
+static int
+penalised(const struct medha_sampler_params *p)
+{
+	return p->presence_penalty != 0 || p->frequency_penalty != 0 ||
+	    (p->repetition_penalty > 0 && p->repetition_penalty != 1);
+}
 
 static uint64_t
 splitmix(uint64_t *x)
@@ -73,7 +88,12 @@ medha_sampler_init(struct medha_sampler **sp,
 	int i;
 
 	*sp = NULL;
-	if (n_vocab < 1 || isnan(p->temp) || isnan(p->top_p))
+	if (n_vocab < 1 || isnan(p->temp) || isnan(p->top_p) ||
+	    !(p->presence_penalty >= -2 && p->presence_penalty <= 2) ||
+	    !(p->frequency_penalty >= -2 && p->frequency_penalty <= 2) ||
+	    !(p->repetition_penalty >= 0 && p->repetition_penalty <= 100) ||
+	    !(p->min_p >= 0 && p->min_p <= 1) ||
+	    p->top_logprobs < 0 || p->top_logprobs > MEDHA_TOP_LOGPROBS_MAX)
 		return MEDHA_EINVAL;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return MEDHA_ENOMEM;
@@ -82,6 +102,18 @@ medha_sampler_init(struct medha_sampler **sp,
 	x = p->seed;
 	for (i = 0; i < 4; i++)
 		s->st[i] = splitmix(&x);
+	if (penalised(p)) {
+		s->work = medha_calloc((size_t)n_vocab, sizeof(*s->work));
+		s->count = medha_calloc((size_t)n_vocab, sizeof(*s->count));
+		s->seen = medha_calloc((size_t)n_vocab, sizeof(*s->seen));
+		if (s->work == NULL || s->count == NULL || s->seen == NULL) {
+			free(s->work);
+			free(s->count);
+			free(s->seen);
+			free(s);
+			return MEDHA_ENOMEM;
+		}
+	}
 	if (p->temp <= 0) {
 		s->ids = &s->id1;
 		s->probs = &s->p1;
@@ -104,6 +136,9 @@ medha_sampler_free(struct medha_sampler *s)
 {
 	if (s == NULL)
 		return;
+	free(s->work);
+	free(s->count);
+	free(s->seen);
 	if (s->ids != &s->id1) {
 		free(s->c);
 		free(s->ids);
@@ -218,6 +253,39 @@ select_top(struct cand *c, int n, int m)
 }
 
 int
+medha_sampler_prompt(struct medha_sampler *s, const int32_t *ids, int64_t n)
+{
+	if (s->seen == NULL)
+		return 0;
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= s->n)
+			return MEDHA_EINVAL;
+	for (int64_t i = 0; i < n; i++)
+		s->seen[ids[i]] = 1;
+	return 0;
+}
+
+/* The penalties (sample.h) on logits, into s->work. */
+static const float *
+penalise(struct medha_sampler *s, const float *logits)
+{
+	const struct medha_sampler_params *p = &s->p;
+	const float r = p->repetition_penalty;
+	const int rep = r > 0 && r != 1;
+
+	for (int i = 0; i < s->n; i++) {
+		float l = logits[i];
+		if (rep && s->seen[i])
+			l = l > 0 ? l / r : l * r;
+		if (s->count[i] > 0)
+			l -= p->frequency_penalty * (float)s->count[i] +
+			    p->presence_penalty;
+		s->work[i] = l;
+	}
+	return s->work;
+}
+
+int
 medha_sample_candidates(struct medha_sampler *s, const float *logits,
     const int **ids, const float **probs)
 {
@@ -228,6 +296,8 @@ medha_sample_candidates(struct medha_sampler *s, const float *logits,
 
 	*ids = s->ids;
 	*probs = s->probs;
+	if (s->work != NULL)
+		logits = penalise(s, logits);
 	if (p->temp <= 0) {
 		s->ids[0] = medha_sample_greedy(logits, n);
 		s->probs[0] = 1;
@@ -267,6 +337,12 @@ medha_sample_candidates(struct medha_sampler *s, const float *logits,
 			select_top(s->c, k, m);
 		}
 	}
+	/* min-p: of the kept (sorted), those at least min_p times as
+	   likely as the likeliest, before temperature */
+	if (p->min_p > 0)
+		while (m > 1 &&
+		    exp((double)s->c[m - 1].logit - s->c[0].logit) < p->min_p)
+			m--;
 	/* temperature and softmax over the kept */
 	max = s->c[0].logit;
 	z = 0;
@@ -281,10 +357,72 @@ medha_sample_candidates(struct medha_sampler *s, const float *logits,
 	return m;
 }
 
+/* a before b in the top log-probabilities: larger, then lower id */
+static int
+lp_before(const struct medha_logprob *a, const struct medha_logprob *b)
+{
+	return a->logprob > b->logprob ||
+	    (a->logprob == b->logprob && a->id < b->id);
+}
+
+/* The log-softmax of the raw logits at tok, and the top ones. */
+static void
+logprobs(struct medha_sampler *s, const float *logits, int tok)
+{
+	const int k = s->p.top_logprobs;
+	double max = -INFINITY, z = 0, lse;
+	int n = 0;
+
+	for (int i = 0; i < s->n; i++)
+		if (logits[i] > max)
+			max = logits[i];
+	for (int i = 0; i < s->n; i++)
+		z += exp((double)logits[i] - max);
+	lse = max + log(z);
+	s->lp = (float)((double)logits[tok] - lse);
+	/* the k largest by insertion: k is at most 20 */
+	for (int i = 0; i < s->n && k > 0; i++) {
+		struct medha_logprob c = {i, (float)((double)logits[i] - lse)};
+		int j;
+		if (n == k && !lp_before(&c, &s->top[n - 1]))
+			continue;
+		j = n < k ? n++ : n - 1;
+		while (j > 0 && lp_before(&c, &s->top[j - 1])) {
+			s->top[j] = s->top[j - 1];
+			j--;
+		}
+		s->top[j] = c;
+	}
+	s->ntop = n;
+}
+
+int
+medha_sample_logprobs(const struct medha_sampler *s, float *lp,
+    const struct medha_logprob **top)
+{
+	if (!s->p.logprobs)
+		return -1;
+	*lp = s->lp;
+	*top = s->top;
+	return s->ntop;
+}
+
+/* tok is output: the penalties count it. */
+static int
+drawn(struct medha_sampler *s, int tok)
+{
+	if (s->count != NULL) {
+		s->count[tok]++;
+		s->seen[tok] = 1;
+	}
+	return tok;
+}
+
 int
 medha_sampler_is_greedy(const struct medha_sampler *s)
 {
-	return s->p.temp <= 0;
+	/* penalties change the argmax, logprobs want the row: not these */
+	return s->p.temp <= 0 && s->work == NULL && !s->p.logprobs;
 }
 
 int
@@ -297,12 +435,16 @@ medha_sample(struct medha_sampler *s, const float *logits)
 
 	n = medha_sample_candidates(s, logits, &ids, &probs);
 	if (n == 1 && s->p.temp <= 0)
-		return ids[0];
-	r = medha_sampler_uniform(s);
-	for (i = 0; i < n; i++) {
-		cum += probs[i];
-		if (r < cum)
-			return ids[i];
+		i = 0;
+	else {
+		r = medha_sampler_uniform(s);
+		for (i = 0; i < n - 1; i++) {
+			cum += probs[i];
+			if (r < cum)
+				break;
+		}
 	}
-	return ids[n - 1];
+	if (s->p.logprobs)
+		logprobs(s, logits, ids[i]);
+	return drawn(s, ids[i]);
 }

@@ -198,6 +198,11 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
 	if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
 		medha_srv_close(s);
+		if (strstr(url, "://") == NULL)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "cannot listen at %s: not an address (ipc://PATH "
+			    "or tcp://HOST:PORT)",
+			    url);
 		return medha_why(why, whylen,
 		    rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? MEDHA_EINVAL
 		                                              : MEDHA_EIO,
@@ -411,6 +416,11 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 	}
 	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
 		medha_cli_close(c);
+		if (strstr(url, "://") == NULL)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "cannot dial %s: not an address (ipc://PATH or "
+			    "tcp://HOST:PORT)",
+			    url);
 		return medha_why(why, whylen,
 		    rv == NNG_EADDRINVAL || rv == NNG_ENOTSUP ? MEDHA_EINVAL
 		                                              : medha_link_nng_err(rv),

@@ -91,6 +91,7 @@ medha_msg_event_clear(struct medha_msg_event *ev)
 {
 	free(ev->ids);
 	free(ev->text);
+	free(ev->lps);
 	if (ev->record != NULL) {
 		medha_record_clear(ev->record);
 		free(ev->record);
@@ -110,7 +111,12 @@ medha_msg_clear(struct medha_msg *m)
 			medha_msg_event_clear(&m->events.ev[i]);
 		free(m->events.ev);
 		break;
-	case MEDHA_MSG_RESULT: free(m->result.tokens); break;
+	case MEDHA_MSG_RESULT:
+		for (int64_t i = 0; m->result.tokens != NULL &&
+		     i < m->result.n_tokens; i++)
+			free(m->result.tokens[i].lp);
+		free(m->result.tokens);
+		break;
 	case MEDHA_MSG_BATCH:
 	case MEDHA_MSG_IDLE:
 		free(m->batch.frees);
@@ -297,6 +303,28 @@ check_sampling(struct chk *c, const char *pfx,
 		PROTO_PATH(path, "%stop_p", pfx);
 		return FAIL(c, path, "not a number in [0, 1]");
 	}
+	if (!(sp->presence_penalty >= -2 && sp->presence_penalty <= 2)) {
+		PROTO_PATH(path, "%spresence_penalty", pfx);
+		return FAIL(c, path, "not a number in [-2, 2]");
+	}
+	if (!(sp->frequency_penalty >= -2 && sp->frequency_penalty <= 2)) {
+		PROTO_PATH(path, "%sfrequency_penalty", pfx);
+		return FAIL(c, path, "not a number in [-2, 2]");
+	}
+	if (!(sp->repetition_penalty >= 0 && sp->repetition_penalty <= 100)) {
+		PROTO_PATH(path, "%srepetition_penalty", pfx);
+		return FAIL(c, path, "not a number in [0, 100]");
+	}
+	if (!(sp->min_p >= 0 && sp->min_p <= 1)) {
+		PROTO_PATH(path, "%smin_p", pfx);
+		return FAIL(c, path, "not a number in [0, 1]");
+	}
+	if (sp->top_logprobs < 0 || sp->top_logprobs > MEDHA_TOP_LOGPROBS_MAX ||
+	    (sp->top_logprobs > 0 && !sp->logprobs)) {
+		PROTO_PATH(path, "%stop_logprobs", pfx);
+		return FAIL(c, path, "not an integer in [0, %d] (with logprobs)",
+		    MEDHA_TOP_LOGPROBS_MAX);
+	}
 	return 0;
 }
 
@@ -354,9 +382,10 @@ check_record(struct chk *c, const char *pfx, const struct medha_record *r)
 {
 	const double t[] = {r->arrival, r->first_token, r->finish, r->ttft,
 	    r->tpot_mean, r->tpot_max, r->ttft_slo, r->tpot_slo,
-	    r->prefill_alone};
+	    r->prefill_alone, r->queue_time};
 	static const char *tn[] = {"arrival", "first_token", "finish", "ttft",
-	    "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo", "prefill_alone"};
+	    "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo", "prefill_alone",
+	    "queue_time"};
 	const char *what = NULL, *bad = NULL;
 	char path[96], buf[96];
 	size_t i;
@@ -697,7 +726,12 @@ sampling_eq(const struct medha_sampler_params *a,
     const struct medha_sampler_params *b)
 {
 	return a->temp == b->temp && a->top_k == b->top_k &&
-	    a->top_p == b->top_p && a->seed == b->seed;
+	    a->top_p == b->top_p && a->seed == b->seed &&
+	    a->presence_penalty == b->presence_penalty &&
+	    a->frequency_penalty == b->frequency_penalty &&
+	    a->repetition_penalty == b->repetition_penalty &&
+	    a->min_p == b->min_p && a->logprobs == b->logprobs &&
+	    a->top_logprobs == b->top_logprobs;
 }
 
 static int
@@ -718,6 +752,24 @@ reqspec_eq(const struct medha_reqspec *a, const struct medha_reqspec *b)
 	for (int i = 0; i < a->n_stop; i++)
 		if (!str_eq(a->stop[i], b->stop[i]))
 			return 0;
+	return 1;
+}
+
+/* n log-probabilities of a and b the same (both NULL too) */
+static int
+lps_eq(const struct medha_token_lp *a, const struct medha_token_lp *b,
+    int64_t n)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	for (int64_t i = 0; i < n; i++) {
+		if (a[i].logprob != b[i].logprob || a[i].ntop != b[i].ntop)
+			return 0;
+		for (int k = 0; k < a[i].ntop; k++)
+			if (a[i].top[k].id != b[i].top[k].id ||
+			    a[i].top[k].logprob != b[i].top[k].logprob)
+				return 0;
+	}
 	return 1;
 }
 
@@ -749,7 +801,10 @@ record_eq(const struct medha_record *a, const struct medha_record *b)
 	        b->n_token_ids) &&
 	    str_eq(a->text, b->text) && a->prefill_alone == b->prefill_alone &&
 	    a->cached_tokens == b->cached_tokens &&
-	    tbt_eq(&a->tbt, &b->tbt);
+	    a->queue_time == b->queue_time &&
+	    tbt_eq(&a->tbt, &b->tbt) &&
+	    lps_eq(a->token_ids != NULL ? a->logprobs : NULL,
+	        b->token_ids != NULL ? b->logprobs : NULL, a->n_token_ids);
 }
 
 static int
@@ -761,7 +816,8 @@ event_eq(const struct medha_msg_event *a, const struct medha_msg_event *b)
 		return record_eq(a->record, b->record);
 	return ids_eq(a->ids, a->n_ids, b->ids, b->n_ids) &&
 	    a->text_len == b->text_len &&
-	    (a->text_len == 0 || memcmp(a->text, b->text, a->text_len) == 0);
+	    (a->text_len == 0 || memcmp(a->text, b->text, a->text_len) == 0) &&
+	    lps_eq(a->lps, b->lps, a->n_ids);
 }
 
 static int
@@ -870,7 +926,9 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 			if (a->result.tokens[i].handle !=
 			        b->result.tokens[i].handle ||
 			    a->result.tokens[i].token !=
-			        b->result.tokens[i].token)
+			        b->result.tokens[i].token ||
+			    !lps_eq(a->result.tokens[i].lp,
+			        b->result.tokens[i].lp, 1))
 				return 0;
 		return 1;
 	case MEDHA_MSG_BATCH:

@@ -110,6 +110,7 @@ struct medha_msg_event {
 	char *text; /* owned bytes the ids decode to, any bytes (NUL
 	               too), NUL-terminated beyond text_len; or NULL */
 	size_t text_len;
+	struct medha_token_lp *lps; /* owned (n_ids), where asked, or NULL */
 	/* MEDHA_EVENT_RECORD: */
 	struct medha_record *record; /* owned record */
 };
@@ -164,7 +165,8 @@ struct medha_msg_hello {
 /* One sampled token of a RESULT. */
 struct medha_msg_token {
 	uint64_t handle;
-	int32_t token; /* >= 0 */
+	int32_t token;             /* >= 0 */
+	struct medha_token_lp *lp; /* owned, where the request asked */
 };
 
 /* RESULT: a batch's sampled tokens, or why it failed. */

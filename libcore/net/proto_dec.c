@@ -37,15 +37,16 @@ dec_events(struct dec *d, const msgpack_object *o, struct medha_msg_events *e)
 		ev = &e->ev[i];
 		x = &o->via.array.ptr[i];
 		PROTO_PATH(path, "[%u]", i);
-		if ((rc = dec_get_arr(d, x, path, 3, 4)) != 0)
+		if ((rc = dec_get_arr(d, x, path, 3, 5)) != 0)
 			return rc;
 		a = x->via.array.ptr;
 		if (a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
 		    a[0].via.u64 > 1 ||
-		    x->via.array.size != 3 + (a[0].via.u64 == 0))
+		    (a[0].via.u64 == 1 && x->via.array.size != 3) ||
+		    (a[0].via.u64 == 0 && x->via.array.size < 4))
 			return BAD(d, path,
-			    "not [0, handle, ids, text] or [1, handle, "
-			    "record]");
+			    "not [0, handle, ids, text(, logprobs)] or [1, "
+			    "handle, record]");
 		kind = a[0].via.u64;
 		ev->kind = (int)kind;
 		PROTO_PATH(path, "[%u].handle", i);
@@ -67,6 +68,10 @@ dec_events(struct dec *d, const msgpack_object *o, struct medha_msg_events *e)
 		PROTO_PATH(path, "[%u].text", i);
 		if ((rc = dec_dup_text(d, &a[3], path, 1, &ev->text,
 		         &ev->text_len)) != 0)
+			return rc;
+		PROTO_PATH(path, "[%u].logprobs", i);
+		if (x->via.array.size == 5 &&
+		    (rc = dec_lps(d, &a[4], path, ev->n_ids, &ev->lps)) != 0)
 			return rc;
 	}
 	return 0;
@@ -176,17 +181,38 @@ dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
 	return 0;
 }
 
-/* [temperature, top_k, top_p, seed] */
+/* [temperature, top_k, top_p, seed] or with [presence_penalty,
+ * frequency_penalty, repetition_penalty, min_p] after them */
 static int
 dec_params(struct dec *d, const msgpack_object *o, const char *pfx,
     struct medha_sampler_params *sp)
 {
+	static const char *const more[] = {"presence_penalty",
+	    "frequency_penalty", "repetition_penalty", "min_p"};
 	const msgpack_object *a = o->via.array.ptr;
+	float *mv[] = {&sp->presence_penalty, &sp->frequency_penalty,
+	    &sp->repetition_penalty, &sp->min_p};
 	char path[96];
 	int rc;
 
-	if ((rc = dec_get_arr(d, o, pfx, 4, 4)) != 0)
+	if ((rc = dec_get_arr(d, o, pfx, 4, 10)) != 0)
 		return rc;
+	if (o->via.array.size != 4 && o->via.array.size != 8 &&
+	    o->via.array.size != 10)
+		return BAD(d, pfx, "not an array of 4, 8 or 10");
+	if (o->via.array.size == 10 &&
+	    ((rc = dec_get_bool(d, &a[8],
+	          dec_join(path, sizeof(path), pfx, "logprobs"),
+	          &sp->logprobs)) != 0 ||
+	        (rc = dec_get_int(d, &a[9],
+	             dec_join(path, sizeof(path), pfx, "top_logprobs"),
+	             &sp->top_logprobs)) != 0))
+		return rc;
+	for (uint32_t i = 4; i < o->via.array.size && i < 8; i++)
+		if ((rc = dec_get_float(d, &a[i],
+		         dec_join(path, sizeof(path), pfx, more[i - 4]),
+		         mv[i - 4])) != 0)
+			return rc;
 	if ((rc = dec_get_float(d, &a[0],
 	         dec_join(path, sizeof(path), pfx, "temperature"),
 	         &sp->temp)) != 0 ||
@@ -402,10 +428,21 @@ dec_result(struct dec *d, const msgpack_object *a, struct medha_msg_result *r)
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
 		t = &o->via.array.ptr[i];
 		PROTO_PATH(path, "tokens[%u]", i);
-		if ((rc = dec_get_arr(d, t, path, 2, 2)) != 0 ||
+		if ((rc = dec_get_arr(d, t, path, 2, 4)) != 0 ||
 		    (rc = dec_get_u64(d, &t->via.array.ptr[0], path,
 		         &r->tokens[i].handle)) != 0)
 			return rc;
+		if (t->via.array.size == 3)
+			return BAD(d, path, "not [handle, token(, logprob, top)]");
+		if (t->via.array.size == 4) {
+			if ((r->tokens[i].lp = calloc(1,
+			         sizeof(*r->tokens[i].lp))) == NULL)
+				return MEDHA_ENOMEM;
+			if ((rc = dec_lp(d, &t->via.array.ptr[2],
+			         &t->via.array.ptr[3], path, r->tokens[i].lp)) !=
+			    0)
+				return rc;
+		}
 		t = &t->via.array.ptr[1];
 		if (t->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
 		    t->via.u64 > INT32_MAX)

@@ -250,3 +250,60 @@ dec_need(struct dec *d, const char *path, const char *const *keys, int nkeys,
 			    "missing");
 	return 0;
 }
+
+int
+dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
+    const char *path, struct medha_token_lp *lp)
+{
+	char buf[192];
+	int rc;
+
+	if ((rc = dec_get_float(d, lpv, path, &lp->logprob)) != 0)
+		return rc;
+	if (!(lp->logprob <= 0))
+		return BAD(d, path, "not a log-probability (<= 0)");
+	if ((rc = dec_get_arr(d, top, path, 0, MEDHA_TOP_LOGPROBS_MAX)) != 0)
+		return rc;
+	lp->ntop = (int)top->via.array.size;
+	for (int i = 0; i < lp->ntop; i++) {
+		const msgpack_object *e = &top->via.array.ptr[i];
+		dec_join_idx(buf, sizeof(buf), path, (uint32_t)i);
+		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2 ||
+		    e->via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+		    e->via.array.ptr[0].via.u64 > INT32_MAX)
+			return BAD(d, buf, "not a [token id, logprob] pair");
+		lp->top[i].id = (int32_t)e->via.array.ptr[0].via.u64;
+		if ((rc = dec_get_float(d, &e->via.array.ptr[1], buf,
+		         &lp->top[i].logprob)) != 0)
+			return rc;
+		if (!(lp->top[i].logprob <= 0))
+			return BAD(d, buf, "not a log-probability (<= 0)");
+	}
+	return 0;
+}
+
+int
+dec_lps(struct dec *d, const msgpack_object *o, const char *path, int64_t n,
+    struct medha_token_lp **lps)
+{
+	char buf[192];
+	int rc;
+
+	if ((rc = dec_get_arr(d, o, path, 0, UINT32_MAX)) != 0)
+		return rc;
+	if ((int64_t)o->via.array.size != n)
+		return BAD(d, path, "%u, not one a token (%lld)",
+		    o->via.array.size, (long long)n);
+	if ((*lps = medha_calloc(n > 0 ? (size_t)n : 1, sizeof(**lps))) == NULL)
+		return MEDHA_ENOMEM;
+	for (uint32_t i = 0; i < o->via.array.size; i++) {
+		const msgpack_object *e = &o->via.array.ptr[i];
+		dec_join_idx(buf, sizeof(buf), path, i);
+		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
+			return BAD(d, buf, "not [logprob, top]");
+		if ((rc = dec_lp(d, &e->via.array.ptr[0], &e->via.array.ptr[1],
+		         buf, &(*lps)[i])) != 0)
+			return rc;
+	}
+	return 0;
+}

@@ -99,6 +99,12 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs);
  * A record (an EVENTS finish) into r; pfx is the path of o, for reasons
  * (proto_dec_req.c).
  */
+/* [logprob, [[id, logprob], ...]] into *lp (the top: at most 20). */
+int dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
+    const char *path, struct medha_token_lp *lp);
+/* An array of n of those, malloc'd into *lps. */
+int dec_lps(struct dec *d, const msgpack_object *o, const char *path,
+    int64_t n, struct medha_token_lp **lps);
 int dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
     struct medha_record *r);
 

@@ -29,11 +29,19 @@ enum {
 	RQ_TTFT_SLO,
 	RQ_TPOT_SLO,
 	RQ_STREAM,
+	RQ_PRESENCE,
+	RQ_FREQUENCY,
+	RQ_REPETITION,
+	RQ_MIN_P,
+	RQ_LOGPROBS,
+	RQ_TOP_LOGPROBS,
 	RQ_N
 };
 static const char *const rq_keys[RQ_N] = {"id", "arrival", "prompt",
     "prompt_ids", "prompt_tokens", "max_tokens", "temperature", "top_k",
-    "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream"};
+    "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
+    "logprobs", "top_logprobs"};
 
 static int
 dec_stop(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
@@ -130,6 +138,27 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
 	    (v[RQ_SEED] != NULL &&
 	        (rc = dec_get_u64(d, v[RQ_SEED], "request.seed",
 	             &rs->sampling.seed)) != 0) ||
+	    (v[RQ_PRESENCE] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_PRESENCE],
+	             "request.presence_penalty",
+	             &rs->sampling.presence_penalty)) != 0) ||
+	    (v[RQ_FREQUENCY] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_FREQUENCY],
+	             "request.frequency_penalty",
+	             &rs->sampling.frequency_penalty)) != 0) ||
+	    (v[RQ_REPETITION] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_REPETITION],
+	             "request.repetition_penalty",
+	             &rs->sampling.repetition_penalty)) != 0) ||
+	    (v[RQ_MIN_P] != NULL &&
+	        (rc = dec_get_float(d, v[RQ_MIN_P], "request.min_p",
+	             &rs->sampling.min_p)) != 0) ||
+	    (v[RQ_LOGPROBS] != NULL &&
+	        (rc = dec_get_bool(d, v[RQ_LOGPROBS], "request.logprobs",
+	             &rs->sampling.logprobs)) != 0) ||
+	    (v[RQ_TOP_LOGPROBS] != NULL &&
+	        (rc = dec_get_int(d, v[RQ_TOP_LOGPROBS], "request.top_logprobs",
+	             &rs->sampling.top_logprobs)) != 0) ||
 	    (v[RQ_IGNORE_EOS] != NULL &&
 	        (rc = dec_get_bool(d, v[RQ_IGNORE_EOS], "request.ignore_eos",
 	             &rs->ignore_eos)) != 0) ||
@@ -170,12 +199,15 @@ enum {
 	RC_PREFILL_ALONE,
 	RC_TBT,
 	RC_CACHED,
+	RC_LOGPROBS,
+	RC_QUEUE_TIME,
 	RC_N
 };
 static const char *const rc_keys[RC_N] = {"id", "arrival", "first_token",
     "finish", "ttft", "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo",
     "prompt_tokens", "output_tokens", "status", "finish_reason", "reason",
-    "token_ids", "text", "prefill_alone", "tbt", "cached_tokens"};
+    "token_ids", "text", "prefill_alone", "tbt", "cached_tokens",
+    "logprobs", "queue_time"};
 
 /*
  * A record's "tbt": [[bucket, count], ...], each bucket in range (it is
@@ -272,6 +304,9 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	    (rc = get_slo(d, v[RC_PREFILL_ALONE],
 	         dec_join(path, sizeof(path), pfx, "prefill_alone"),
 	         &r->prefill_alone)) != 0 ||
+	    (rc = get_slo(d, v[RC_QUEUE_TIME],
+	         dec_join(path, sizeof(path), pfx, "queue_time"),
+	         &r->queue_time)) != 0 ||
 	    (v[RC_TBT] != NULL &&
 	        (rc = dec_tbt(d, v[RC_TBT],
 	             dec_join(path, sizeof(path), pfx, "tbt"), &r->tbt)) != 0) ||
@@ -283,5 +318,12 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	if (r->cached_tokens < 0 || r->cached_tokens > MEDHA_TOKENS_MAX)
 		return BAD(d, dec_join(path, sizeof(path), pfx, "cached_tokens"),
 		    "not an integer in [0, %lld]", (long long)MEDHA_TOKENS_MAX);
+	dec_join(path, sizeof(path), pfx, "logprobs");
+	if (v[RC_LOGPROBS] != NULL && r->token_ids == NULL)
+		return BAD(d, path, "without token_ids");
+	if (v[RC_LOGPROBS] != NULL &&
+	    (rc = dec_lps(d, v[RC_LOGPROBS], path, r->n_token_ids,
+	         &r->logprobs)) != 0)
+		return rc;
 	return 0;
 }

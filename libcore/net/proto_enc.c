@@ -92,6 +92,28 @@ put_ids(struct enc *e, const int32_t *ids, int64_t n)
 
 /* ---- requests and records ---- */
 
+/* A drawn token's log-probabilities: [logprob, [[id, logprob], ...]]. */
+static void
+put_lp(struct enc *e, const struct medha_token_lp *lp)
+{
+	put_arr(e, 2);
+	put_f64(e, lp->logprob);
+	put_arr(e, (size_t)lp->ntop);
+	for (int i = 0; i < lp->ntop; i++) {
+		put_arr(e, 2);
+		put_i64(e, lp->top[i].id);
+		put_f64(e, lp->top[i].logprob);
+	}
+}
+
+static void
+put_lps(struct enc *e, const struct medha_token_lp *lps, int64_t n)
+{
+	put_arr(e, (size_t)n);
+	for (int64_t i = 0; i < n; i++)
+		put_lp(e, &lps[i]);
+}
+
 static void
 enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 {
@@ -103,6 +125,9 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	n += (rs->prompt != NULL) + (rs->prompt_ids != NULL) + with_pt;
 	n += (sp->temp != g->temp) + (sp->top_k != g->top_k) +
 	    (sp->top_p != g->top_p) + (sp->seed != g->seed);
+	n += (sp->presence_penalty != 0) + (sp->frequency_penalty != 0) +
+	    (sp->repetition_penalty != 0) + (sp->min_p != 0);
+	n += (sp->logprobs != 0) + (sp->top_logprobs != 0);
 	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
@@ -140,6 +165,25 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 		put_name(e, "seed");
 		put_u64(e, sp->seed);
 	}
+	{
+		static const char *const names[] = {"presence_penalty",
+		    "frequency_penalty", "repetition_penalty", "min_p"};
+		const float v[] = {sp->presence_penalty, sp->frequency_penalty,
+		    sp->repetition_penalty, sp->min_p};
+		for (int i = 0; i < 4; i++)
+			if (v[i] != 0) {
+				put_name(e, names[i]);
+				put_f64(e, v[i]);
+			}
+	}
+	if (sp->logprobs) {
+		put_name(e, "logprobs");
+		put_bool(e, 1);
+	}
+	if (sp->top_logprobs != 0) {
+		put_name(e, "top_logprobs");
+		put_i64(e, sp->top_logprobs);
+	}
 	if (rs->ignore_eos) {
 		put_name(e, "ignore_eos");
 		put_bool(e, 1);
@@ -175,7 +219,9 @@ enc_record(struct enc *e, const struct medha_record *r)
 
 	n += (r->finish_reason != MEDHA_FINISH_NONE) + (r->reason[0] != '\0');
 	n += (r->token_ids != NULL) + (r->text != NULL);
-	n += (r->prefill_alone > 0) + (r->tbt.n > 0) + (r->cached_tokens > 0);
+	n += r->token_ids != NULL && r->logprobs != NULL;
+	n += (r->prefill_alone > 0) + (r->tbt.n > 0) + (r->cached_tokens > 0) +
+	    (r->queue_time > 0);
 	put_map(e, n);
 	put_name(e, "id");
 	put_name(e, r->id);
@@ -197,6 +243,10 @@ enc_record(struct enc *e, const struct medha_record *r)
 		put_name(e, "reason");
 		put_text(e, r->reason, strlen(r->reason));
 	}
+	if (r->token_ids != NULL && r->logprobs != NULL) {
+		put_name(e, "logprobs");
+		put_lps(e, r->logprobs, r->n_token_ids);
+	}
 	if (r->token_ids != NULL) {
 		put_name(e, "token_ids");
 		put_ids(e, r->token_ids, r->n_token_ids);
@@ -204,6 +254,10 @@ enc_record(struct enc *e, const struct medha_record *r)
 	if (r->text != NULL) {
 		put_name(e, "text");
 		put_text(e, r->text, strlen(r->text));
+	}
+	if (r->queue_time > 0) {
+		put_name(e, "queue_time");
+		put_f64(e, r->queue_time);
 	}
 	if (r->prefill_alone > 0) {
 		put_name(e, "prefill_alone");
@@ -233,7 +287,8 @@ enc_events(struct enc *e, const struct medha_msg_events *ev)
 	for (int64_t i = 0; i < ev->n; i++) {
 		const struct medha_msg_event *x = &ev->ev[i];
 
-		put_arr(e, x->kind == MEDHA_EVENT_TOKENS ? 4 : 3);
+		put_arr(e, x->kind == MEDHA_EVENT_TOKENS ? 4 + (x->lps != NULL)
+		                                         : 3);
 		put_i64(e, x->kind);
 		put_u64(e, x->handle);
 		if (x->kind == MEDHA_EVENT_RECORD) {
@@ -242,6 +297,8 @@ enc_events(struct enc *e, const struct medha_msg_events *ev)
 		}
 		put_ids(e, x->ids, x->n_ids);
 		put_text(e, x->text != NULL ? x->text : "", x->text_len);
+		if (x->lps != NULL)
+			put_lps(e, x->lps, x->n_ids);
 	}
 }
 
@@ -332,11 +389,27 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 		if (!it->has_params) {
 			e->err |= msgpack_pack_nil(&e->pk) != 0;
 		} else {
-			put_arr(e, 4);
-			put_f64(e, it->params.temp);
-			put_i64(e, it->params.top_k);
-			put_f64(e, it->params.top_p);
-			put_u64(e, it->params.seed);
+			const struct medha_sampler_params *sp = &it->params;
+			/* the penalties and min-p only where set: 4 otherwise */
+			int lp = sp->logprobs || sp->top_logprobs;
+			int more = lp || sp->presence_penalty != 0 ||
+			    sp->frequency_penalty != 0 ||
+			    sp->repetition_penalty != 0 || sp->min_p != 0;
+			put_arr(e, lp ? 10 : more ? 8 : 4);
+			put_f64(e, sp->temp);
+			put_i64(e, sp->top_k);
+			put_f64(e, sp->top_p);
+			put_u64(e, sp->seed);
+			if (more) {
+				put_f64(e, sp->presence_penalty);
+				put_f64(e, sp->frequency_penalty);
+				put_f64(e, sp->repetition_penalty);
+				put_f64(e, sp->min_p);
+			}
+			if (lp) {
+				put_bool(e, sp->logprobs);
+				put_i64(e, sp->top_logprobs);
+			}
 		}
 		if (it->n_groups > 0) {
 			put_arr(e, (size_t)it->n_groups);
@@ -372,9 +445,19 @@ enc_result(struct enc *e, const struct medha_msg_result *r)
 	put_u64(e, r->seq);
 	put_arr(e, (size_t)r->n_tokens);
 	for (int64_t i = 0; i < r->n_tokens; i++) {
-		put_arr(e, 2);
+		const struct medha_token_lp *lp = r->tokens[i].lp;
+		put_arr(e, lp != NULL ? 4 : 2);
 		put_u64(e, r->tokens[i].handle);
 		put_i64(e, r->tokens[i].token);
+		if (lp != NULL) { /* [handle, token, logprob, top] */
+			put_f64(e, lp->logprob);
+			put_arr(e, (size_t)lp->ntop);
+			for (int k = 0; k < lp->ntop; k++) {
+				put_arr(e, 2);
+				put_i64(e, lp->top[k].id);
+				put_f64(e, lp->top[k].logprob);
+			}
+		}
 	}
 	put_text(e, r->error, strlen(r->error));
 }

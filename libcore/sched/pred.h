@@ -178,6 +178,13 @@ double medha_pred_analytic(const struct medha_pred *p, int op, int64_t tokens,
  */
 int medha_table_lookup(const struct medha_table *t, int op, double tokens,
     double kv, double *sec);
+/*
+ * The largest tokens and kv that t measured for op (kv as the table
+ * has it: per sequence for attn_decode; 0 for one-argument ops), past
+ * which a lookup extrapolates. Returns 1, or 0 when t has no rows for op.
+ */
+int medha_table_extent(const struct medha_table *t, int op, double *tokens,
+    double *kv);
 
 /*
  * medha_model_resolve() with the reason for a failure in why (GGUF

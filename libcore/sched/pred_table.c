@@ -200,6 +200,22 @@ medha_table_lookup(const struct medha_table *tab, int op, double tokens,
 	return 1;
 }
 
+int
+medha_table_extent(const struct medha_table *tab, int op, double *tokens,
+    double *kv)
+{
+	const struct optab *o;
+
+	if (tab == NULL || op < 0 || op >= MEDHA_OP_COUNT ||
+	    tab->op[op].nt == 0)
+		return 0;
+	o = &tab->op[op];
+	/* attn_decode's grid is kv over sequences (see lookup) */
+	*tokens = op == MEDHA_OP_ATTN_DECODE ? o->kv[o->nk - 1] : o->t[o->nt - 1];
+	*kv = op == MEDHA_OP_ATTN_DECODE ? o->t[o->nt - 1] : o->kv[o->nk - 1];
+	return 1;
+}
+
 /* ---------------------------------------------------------------- */
 /* Building the grids                                                 */
 

@@ -120,6 +120,12 @@ sched_prefix_arrive(struct medha_sched *s, struct req *q,
 	n = n < P ? n : P;
 	if (n <= 0)
 		return 0; /* its tokens are its own: nothing to share */
+	/* a repetition penalty counts every prompt token, and a worker
+	   learns a prompt's tokens only from the items it computes: such a
+	   request takes no part in the cache */
+	float rp = spec->sampling.repetition_penalty;
+	if (rp != 0 && rp != 1)
+		return 0;
 	if ((q->keys = medha_reallocarray(NULL, n, sizeof(*q->keys))) == NULL)
 		return MEDHA_ENOMEM;
 	q->nkeys = n;

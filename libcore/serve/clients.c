@@ -207,7 +207,7 @@ medha_drain_step(struct medha_drain *d, volatile sig_atomic_t *stop,
 	if (*stop && !d->on) {
 		d->on = 1;
 		d->until = now + timeout;
-		medha_log(MEDHA_LOG_WARN,
+		medha_log(MEDHA_LOG_INFO,
 		    "stopping: %lld requests in flight, waiting up to %.0f s",
 		    (long long)live, timeout);
 	}

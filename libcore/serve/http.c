@@ -43,6 +43,7 @@ medha_http_config_default(struct medha_http_config *c)
 	c->max_conns = 1024;
 	c->max_body = 1 << 20;
 	c->body_timeout = 10;
+	c->keepalive = 5;
 }
 
 /* The model id answered: -m's basename, else a replica's, else "". */
@@ -150,6 +151,25 @@ error_now(struct medha_http *h, nng_aio *aio, int status, const char *type,
 	http_reply_error(h, aio, &e, close, 0);
 }
 
+/* 405: the path takes only method allow (its Allow header). */
+static void
+not_allowed(struct medha_http *h, nng_aio *aio, const char *allow, int close)
+{
+	struct medha_oai_error e;
+	size_t len = 0;
+	char *js;
+
+	medha_oai_error_set(&e, 405, "invalid_request_error",
+	    "method_not_allowed", NULL, "only %s is allowed here", allow);
+	if ((js = medha_oai_error_json(&e, &len)) == NULL) {
+		http_reply_json(h, aio, 500, NULL, 0, close, 0);
+		return;
+	}
+	http_reply_allow(h, aio, 405, "application/json", js, len, close, 0,
+	    allow);
+	free(js);
+}
+
 /* POST /v1/completions or /v1/chat/completions: read the body. */
 static void
 on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
@@ -226,8 +246,10 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 	r->haio = aio;
 	r->conn = conn;
 	r->nreq = req;
+	r->http10 = strcmp(nng_http_req_get_version(req), "HTTP/1.0") == 0;
 	r->body_len = (size_t)len;
 	r->created = (int64_t)time(NULL);
+	r->t0 = medha_now();
 	{
 		uint64_t a = http_mix(++h->seq ^ (uint64_t)getpid() << 32),
 		         b = http_mix(a ^ (uint64_t)(medha_now() * 1e9));
@@ -308,8 +330,11 @@ on_metrics(struct medha_http *h, nng_aio *aio)
 	char *s;
 
 	if (h->cfg.router != NULL &&
-	    medha_router_metrics(h->cfg.router, &m) == 0)
+	    medha_router_metrics(h->cfg.router, &m) == 0) {
 		mp = &m;
+		/* the model_name label: the id /v1/models gives */
+		served_model(h, m.model, sizeof(m.model));
+	}
 	pthread_mutex_lock(&h->mu);
 	st = h->st;
 	pthread_mutex_unlock(&h->mu);
@@ -344,6 +369,10 @@ on_models(struct medha_http *h, nng_aio *aio, const char *one)
 		obj = json_pack("{s:s,s:s,s:I,s:s}", "id", fixed, "object",
 		    "model", "created", (json_int_t)h->started, "owned_by",
 		    "medha");
+		/* vLLM's name for the context, where -m tells it */
+		if (obj != NULL && h->ctx_len > 0)
+			json_object_set_new(obj, "max_model_len",
+			    json_integer(h->ctx_len));
 		if (one != NULL)
 			o = obj;
 		else if (model[0] == '\0') {
@@ -394,18 +423,14 @@ on_http(nng_aio *aio)
 			on_completion(h, aio, req, conn,
 			    strcmp(path, "/v1/chat/completions") == 0);
 		else
-			error_now(h, aio, 405, "invalid_request_error",
-			    "method_not_allowed", body,
-			    "only POST is allowed here");
+			not_allowed(h, aio, "POST", body);
 		return;
 	}
 	if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/health") == 0 ||
 	    strcmp(path, "/metrics") == 0 ||
 	    strncmp(path, "/v1/models/", 11) == 0) {
 		if (!get)
-			error_now(h, aio, 405, "invalid_request_error",
-			    "method_not_allowed", body,
-			    "only GET is allowed here");
+			not_allowed(h, aio, "GET", body);
 		else if (body)
 			error_now(h, aio, 400, "invalid_request_error", NULL, 1,
 			    "a GET request has no body");
@@ -524,7 +549,7 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 		else if (sa.s_family == NNG_AF_INET6)
 			h->port = ntohs(sa.s_in6.sa_port);
 	}
-	medha_log(MEDHA_LOG_WARN, "http: listening at http://%s (port %d)%s%s",
+	medha_log(MEDHA_LOG_INFO, "http: listening at http://%s (port %d)%s%s",
 	    c->listen, h->port, h->tok ? ", model " : "",
 	    h->tok ? h->model_id : "");
 	*hp = h;

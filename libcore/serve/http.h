@@ -64,6 +64,7 @@ struct medha_http_config {
 	int64_t max_conns;   /* HTTP requests in progress at most (1024) */
 	int64_t max_body;    /* request body bytes at most (1 MiB) */
 	double body_timeout; /* s to receive a request body (10) */
+	double keepalive;    /* s between a waiting stream's comments (5) */
 };
 
 void medha_http_config_default(struct medha_http_config *c);
@@ -160,6 +161,15 @@ struct medha_oai_head {
 	const char *model; /* the model id */
 	int64_t created;   /* Unix time, s */
 	int chat;
+	/* logprobs, where the request asked (a chunk's tokens; a whole
+	   response takes the record's): their ids, n_lps of them, and the
+	   tokenizer that names them (NULL: "token_id:N", vLLM's) */
+	int logprobs; /* asked for */
+	const int32_t *ids;
+	const struct medha_token_lp *lps;
+	int64_t n_lps;
+	const struct medha_tok *tok;
+	int64_t *text_off; /* completions' text_offset so far, or NULL */
 };
 
 /*

@@ -29,9 +29,26 @@ medha_oai_error_set(struct medha_oai_error *e, int status, const char *type,
 	return status;
 }
 
+/*
+ * A refusal of the prompt's token ids, in the wire's words ("prompt_ids[3]
+ * = ...: outside the vocabulary"), in the API's: the field a client sent
+ * is "prompt". 1 if it was one (e set), else 0.
+ */
+static int
+prompt_ids_error(struct medha_oai_error *e, const char *why)
+{
+	if (strncmp(why, "prompt_ids[", 11) != 0)
+		return 0;
+	medha_oai_error_set(e, 400, "invalid_request_error", NULL, "prompt",
+	    "prompt%s", why + 10);
+	return 1;
+}
+
 void
 medha_oai_error_submit(struct medha_oai_error *e, int code, const char *reason)
 {
+	if (prompt_ids_error(e, reason))
+		return;
 	if (code == MEDHA_ENOSPACE && strncmp(reason, "overloaded", 10) == 0)
 		medha_oai_error_set(e, 429, "rate_limit_error",
 		    "too_many_requests", NULL, "%s", reason);
@@ -55,6 +72,8 @@ medha_oai_error_record(struct medha_oai_error *e,
 
 	switch (rec->status) {
 	case MEDHA_STATUS_REJECTED:
+		if (prompt_ids_error(e, why))
+			break;
 		if (strncmp(why, "no replica ready", 16) == 0)
 			medha_oai_error_set(e, 503, "server_error",
 			    "service_unavailable", NULL, "%s", why);
@@ -160,6 +179,97 @@ finish_str(int finish)
 	return finish == MEDHA_FINISH_LENGTH ? "length" : "stop";
 }
 
+/* A token's text (its bytes, maybe not whole UTF-8: *raw, *rawlen) as
+ * a valid string; "token_id:N" without a tokenizer. */
+static char *
+token_text(const struct medha_tok *tok, int32_t id, char *raw, size_t rawsz,
+    size_t *rawlen)
+{
+	*rawlen = 0;
+	if (tok == NULL ||
+	    medha_tok_decode(tok, &id, 1, 0, raw, rawsz, rawlen) != 0) {
+		snprintf(raw, rawsz, "token_id:%d", id);
+		*rawlen = strlen(raw);
+	}
+	return medha_utf8_fix(raw, *rawlen, NULL);
+}
+
+static json_t *
+bytes_arr(const char *raw, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a != NULL && i < n; i++)
+		json_array_append_new(a, json_integer((unsigned char)raw[i]));
+	return a;
+}
+
+/*
+ * OpenAI's logprobs object for n tokens: chat's {"content": [{token,
+ * logprob, bytes, top_logprobs}]}, completions' {tokens, token_logprobs,
+ * top_logprobs, text_offset}; null where none were asked for.
+ */
+static json_t *
+logprobs_obj(const struct medha_oai_head *hd, const int32_t *ids,
+    const struct medha_token_lp *lps, int64_t n)
+{
+	json_t *content, *tokens, *tlp, *top, *off;
+	char raw[256];
+	size_t rl;
+	int64_t at = hd->text_off != NULL ? *hd->text_off : 0;
+
+	if (lps == NULL || ids == NULL)
+		return json_null();
+	content = json_array(), tokens = json_array(), tlp = json_array();
+	top = json_array(), off = json_array();
+	for (int64_t i = 0; i < n; i++) {
+		char *t = token_text(hd->tok, ids[i], raw, sizeof(raw), &rl);
+		json_t *tops = hd->chat ? json_array() : json_object();
+		if (t == NULL)
+			continue;
+		for (int k = 0; k < lps[i].ntop; k++) {
+			char raw2[256];
+			size_t rl2;
+			char *u = token_text(hd->tok, lps[i].top[k].id, raw2,
+			    sizeof(raw2), &rl2);
+			if (u == NULL)
+				continue;
+			if (hd->chat)
+				json_array_append_new(tops,
+				    json_pack("{s:s,s:f,s:o}", "token", u,
+				        "logprob", (double)lps[i].top[k].logprob,
+				        "bytes", bytes_arr(raw2, rl2)));
+			else
+				json_object_set_new(tops, u,
+				    json_real(lps[i].top[k].logprob));
+			free(u);
+		}
+		if (hd->chat)
+			json_array_append_new(content,
+			    json_pack("{s:s,s:f,s:o,s:o}", "token", t, "logprob",
+			        (double)lps[i].logprob, "bytes", bytes_arr(raw, rl),
+			        "top_logprobs", tops));
+		else {
+			json_array_append_new(tokens, json_string(t));
+			json_array_append_new(tlp, json_real(lps[i].logprob));
+			json_array_append_new(top, tops);
+			json_array_append_new(off, json_integer(at));
+		}
+		at += (int64_t)rl;
+		free(t);
+	}
+	if (hd->text_off != NULL)
+		*hd->text_off = at;
+	if (hd->chat) {
+		json_decref(tokens), json_decref(tlp), json_decref(top);
+		json_decref(off);
+		return json_pack("{s:o}", "content", content);
+	}
+	json_decref(content);
+	return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens,
+	    "token_logprobs", tlp, "top_logprobs", top, "text_offset", off);
+}
+
 char *
 medha_oai_response(const struct medha_oai_head *hd, const char *text,
     size_t len, const struct medha_record *rec, size_t *outlen)
@@ -171,13 +281,17 @@ medha_oai_response(const struct medha_oai_head *hd, const char *text,
 	if (t == NULL)
 		return NULL;
 	if (hd->chat)
-		choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0,
+		choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0,
 		    "message", "role", "assistant", "content", t, n, "logprobs",
+		    logprobs_obj(hd, rec->token_ids, hd->logprobs ? rec->logprobs : NULL,
+		        rec->n_token_ids),
 		    "finish_reason", finish_str(rec->finish_reason));
 	else
-		choice = json_pack("{s:i,s:s%,s:n,s:s}", "index", 0, "text", t,
-		    n, "logprobs", "finish_reason",
-		    finish_str(rec->finish_reason));
+		choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", t,
+		    n, "logprobs",
+		    logprobs_obj(hd, rec->token_ids, hd->logprobs ? rec->logprobs : NULL,
+		        rec->n_token_ids),
+		    "finish_reason", finish_str(rec->finish_reason));
 	free(t);
 	o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:n}", "id", hd->id, "object",
 	    hd->chat ? "chat.completion" : "text_completion", "created",
@@ -214,11 +328,17 @@ medha_oai_chunk(const struct medha_oai_head *hd, const char *text, size_t len,
 			if (n > 0 || role)
 				json_object_set_new(delta, "content",
 				    json_stringn(t, n));
-			c = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta",
-			    delta, "logprobs", "finish_reason", fin);
+			c = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta",
+			    delta, "logprobs",
+			    logprobs_obj(hd, hd->ids, hd->logprobs ? hd->lps : NULL,
+			        hd->n_lps),
+			    "finish_reason", fin);
 		} else
-			c = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text",
-			    t, n, "logprobs", "finish_reason", fin);
+			c = json_pack("{s:i,s:s%,s:o,s:o}", "index", 0, "text",
+			    t, n, "logprobs",
+			    logprobs_obj(hd, hd->ids, hd->logprobs ? hd->lps : NULL,
+			        hd->n_lps),
+			    "finish_reason", fin);
 		free(t);
 		choices = json_pack("[o]", c);
 	}
@@ -310,22 +430,43 @@ label(const char *s, char *buf, size_t len)
 	return buf;
 }
 
+/* ml: the model_name label, 'model_name="..."' (vLLM's). */
 static void
 hist(struct sbuf *b, const char *name, const char *help,
-    const struct medha_hist *h, const double *le)
+    const struct medha_hist *h, const double *le, const char *ml)
 {
 	uint64_t c = 0;
 
 	head(b, name, "histogram", help);
 	for (int i = 0; i < MEDHA_HIST_BUCKETS; i++) {
 		c += h->n[i];
-		sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i],
+		sb_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, ml, le[i],
 		    (unsigned long long)c);
 	}
-	sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+	sb_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, ml,
 	    (unsigned long long)h->count);
-	sb_printf(b, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name,
-	    (unsigned long long)h->count);
+	sb_printf(b, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, ml,
+	    h->sum, name, ml, (unsigned long long)h->count);
+}
+
+/* The prefix cache's counters, from the records (ml as hist's). */
+static void
+prefix_metrics(struct sbuf *b, const struct medha_router_metrics *m,
+    const char *ml)
+{
+	head(b, "medha_prefix_cache_queries_total", "counter",
+	    "Prompt tokens of the requests that ended, looked up in the "
+	    "prefix cache.");
+	sb_printf(b, "medha_prefix_cache_queries_total{%s} %lld\n", ml,
+	    (long long)m->prompt_tokens);
+	head(b, "medha_prefix_cache_hits_total", "counter",
+	    "Of them, the tokens whose KV came from the prefix cache.");
+	sb_printf(b, "medha_prefix_cache_hits_total{%s} %lld\n", ml,
+	    (long long)m->cached_tokens);
+	head(b, "medha_prefix_cache_hit_requests_total", "counter",
+	    "Requests that ended with a cached prompt token or more.");
+	sb_printf(b, "medha_prefix_cache_hit_requests_total{%s} %lld\n", ml,
+	    (long long)m->cache_hits);
 }
 
 char *
@@ -333,7 +474,7 @@ medha_oai_metrics(const struct medha_router_metrics *m,
     const struct medha_http_stats *s, size_t *len)
 {
 	struct sbuf b = {0};
-	char lb[320];
+	char lb[320], ml[360];
 
 	if ((b.p = malloc(b.cap = 4096)) == NULL)
 		return NULL;
@@ -367,46 +508,53 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	head(&b, "medha_uptime_seconds", "gauge",
 	    "Seconds since the router started.");
 	sb_printf(&b, "medha_uptime_seconds %.3f\n", m->uptime);
+	/* the requests' figures carry the model, as vLLM's do */
+	snprintf(ml, sizeof(ml), "model_name=\"%s\"",
+	    label(m->model, lb, sizeof(lb)));
 	head(&b, "medha_requests_total", "counter",
 	    "Requests that ended, by the status of their record (every "
 	    "client of the router).");
 	for (int i = 0; i < MEDHA_STATUS_COUNT; i++)
-		sb_printf(&b, "medha_requests_total{status=\"%s\"} %lld\n",
-		    medha_status_name(i), (long long)m->requests[i]);
+		sb_printf(&b, "medha_requests_total{%s,status=\"%s\"} %lld\n",
+		    ml, medha_status_name(i), (long long)m->requests[i]);
+	head(&b, "medha_requests_finished_total", "counter",
+	    "Completed requests by finish reason: stop (end of generation "
+	    "or a stop string) or length (max_tokens).");
+	for (int i = 1; i < MEDHA_FINISH_COUNT; i++)
+		sb_printf(&b,
+		    "medha_requests_finished_total{%s,finish_reason=\"%s\"} "
+		    "%lld\n",
+		    ml, medha_finish_name(i), (long long)m->finished[i]);
 	head(&b, "medha_requests_refused_total", "counter",
 	    "Requests the router refused at once (overloaded, no replica "
 	    "ready, stopping).");
-	sb_printf(&b, "medha_requests_refused_total %lld\n",
+	sb_printf(&b, "medha_requests_refused_total{%s} %lld\n", ml,
 	    (long long)m->refused);
 	head(&b, "medha_prompt_tokens_total", "counter",
 	    "Prompt tokens of the requests that ended.");
-	sb_printf(&b, "medha_prompt_tokens_total %lld\n",
+	sb_printf(&b, "medha_prompt_tokens_total{%s} %lld\n", ml,
 	    (long long)m->prompt_tokens);
 	head(&b, "medha_generation_tokens_total", "counter",
 	    "Tokens generated for the requests that ended.");
-	sb_printf(&b, "medha_generation_tokens_total %lld\n",
+	sb_printf(&b, "medha_generation_tokens_total{%s} %lld\n", ml,
 	    (long long)m->generation_tokens);
-	head(&b, "medha_prefix_cache_queries_total", "counter",
-	    "Prompt tokens of the requests that ended, looked up in the "
-	    "prefix cache.");
-	sb_printf(&b, "medha_prefix_cache_queries_total %lld\n",
-	    (long long)m->prompt_tokens);
-	head(&b, "medha_prefix_cache_hits_total", "counter",
-	    "Of them, the tokens whose KV came from the prefix cache.");
-	sb_printf(&b, "medha_prefix_cache_hits_total %lld\n",
-	    (long long)m->cached_tokens);
-	head(&b, "medha_prefix_cache_hit_requests_total", "counter",
-	    "Requests that ended with a cached prompt token or more.");
-	sb_printf(&b, "medha_prefix_cache_hit_requests_total %lld\n",
-	    (long long)m->cache_hits);
+	prefix_metrics(&b, m, ml);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",
-	    &m->ttft, medha_router_ttft_le);
+	    &m->ttft, medha_router_ttft_le, ml);
 	hist(&b, "medha_time_per_output_token_seconds",
 	    "Mean time per output token of each completed request of two "
 	    "tokens or more.",
-	    &m->tpot, medha_router_tpot_le);
+	    &m->tpot, medha_router_tpot_le, ml);
+	hist(&b, "medha_request_queue_time_seconds",
+	    "Time from arrival (at the router) to the request's first batch, "
+	    "of each request that had one.",
+	    &m->queue, medha_router_ttft_le, ml);
+	hist(&b, "medha_e2e_request_latency_seconds",
+	    "End-to-end latency (arrival to last token) of each completed "
+	    "request, on its replica's clock.",
+	    &m->e2e, medha_router_e2e_le, ml);
 	{
 		int64_t q = 0, run = 0;
 		for (int i = 0; i < m->nreplicas; i++)

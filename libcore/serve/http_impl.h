@@ -52,6 +52,14 @@ struct hreq {
 	nng_http_req *nreq;  /* likewise */
 	int chat;            /* /v1/chat/completions */
 	int hijacked;        /* a stream that took the connection */
+	int http10;          /* an HTTP/1.0 client: no chunked coding */
+	double t0;           /* when it came (medha_now), for the access line */
+	double last_tx;      /* a stream's latest bytes queued (medha_now) */
+	/* the logprobs of the chunk being sent (on_event), and where the
+	   completions' text_offset is */
+	const int32_t *cur_ids;
+	const struct medha_token_lp *cur_lps;
+	int64_t cur_n, lp_off;
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
 	int rx_busy, tx_busy;
@@ -106,6 +114,9 @@ struct medha_http {
 /* http_stream.c: answers, lifetime, streams */
 void http_reply(struct medha_http *h, nng_aio *aio, int status,
     const char *ctype, const char *body, size_t len, int close, int locked);
+void http_reply_allow(struct medha_http *h, nng_aio *aio, int status,
+    const char *ctype, const char *body, size_t len, int close, int locked,
+    const char *allow);
 void http_reply_json(struct medha_http *h, nng_aio *aio, int status,
     const char *js, size_t len, int close, int locked);
 void http_reply_error(struct medha_http *h, nng_aio *aio,

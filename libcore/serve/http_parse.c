@@ -2,8 +2,8 @@
  * http_parse.c: the OpenAI request bodies of the HTTP front door (http.h):
  * /v1/completions and /v1/chat/completions into a struct medha_reqspec
  * with OpenAI's defaults and refusals. A request field that medha does
- * not implement (n > 1, best_of > 1, echo, logprobs, suffix, penalties,
- * tools) is refused with 400 rather than ignored, and so is a field
+ * not implement (n > 1, best_of > 1, echo, suffix, logit_bias, tools)
+ * is refused with 400 rather than ignored, and so is a field
  * OpenAI does not define; the fields that change nothing (user,
  * metadata, store, ...) are accepted. No sockets here; tests/http_test.c
  * checks it alone.
@@ -199,10 +199,9 @@ content_text(json_t *c, size_t i, char **out, struct medha_oai_error *e)
 	size_t n, len = 0;
 	char *s;
 
-	if (c == NULL || json_is_null(c)) {
-		*out = strdup("");
-		goto done;
-	}
+	/* OpenAI takes none only beside tool_calls, which medha refuses */
+	if (c == NULL || json_is_null(c))
+		return BAD(e, "messages", "messages[%zu].content: required", i);
 	if (json_is_string(c))
 		return dup_text(c, "messages", out, e);
 	if (!json_is_array(c))
@@ -357,7 +356,6 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 	json_t *v;
 	int64_t n = 1;
 	int b = 0;
-	double d = 0;
 
 	if (get_int(o, "n", 1, INT32_MAX, &n, NULL, e) != 0)
 		return e->status;
@@ -371,28 +369,10 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 		return e->status;
 	if (b)
 		return UNSUP(e, "echo", "echo: not supported");
-	v = json_object_get(o, "logprobs");
-	if (v != NULL && !json_is_null(v) && !json_is_false(v) &&
-	    !(json_is_integer(v) && json_integer_value(v) == 0))
-		return UNSUP(e, "logprobs", "logprobs: not supported");
-	v = json_object_get(o, "top_logprobs");
-	if (v != NULL && !json_is_null(v) &&
-	    !(json_is_integer(v) && json_integer_value(v) == 0))
-		return UNSUP(e, "top_logprobs", "top_logprobs: not supported");
 	v = json_object_get(o, "suffix");
 	if (v != NULL && !json_is_null(v) &&
 	    !(json_is_string(v) && json_string_length(v) == 0))
 		return UNSUP(e, "suffix", "suffix: not supported");
-	if (get_num(o, "frequency_penalty", -2, 2, &d, e) != 0)
-		return e->status;
-	if (d != 0)
-		return UNSUP(e, "frequency_penalty",
-		    "frequency_penalty: not supported (0 only)");
-	if (get_num(o, "presence_penalty", -2, 2, &d, e) != 0)
-		return e->status;
-	if (d != 0)
-		return UNSUP(e, "presence_penalty",
-		    "presence_penalty: not supported (0 only)");
 	v = json_object_get(o, "logit_bias");
 	if (v != NULL && !json_is_null(v) &&
 	    !(json_is_object(v) && json_object_size(v) == 0))
@@ -412,14 +392,71 @@ unsupported(json_t *o, int chat, struct medha_oai_error *e)
 	return 0;
 }
 
+/*
+ * Log-probabilities: completions' "logprobs", an integer (the top ones
+ * beside the chosen token's, 0 to 20; OpenAI's limit is 5, vLLM's 20);
+ * chat's "logprobs", a boolean, and "top_logprobs", 0 to 20 with it.
+ */
+static int
+parse_logprobs(json_t *o, int chat, struct medha_sampler_params *sp,
+    struct medha_oai_error *e)
+{
+	int64_t top = 0;
+	int on = 0, tset = 0;
+
+	if (!chat) {
+		if (get_int(o, "logprobs", 0, MEDHA_TOP_LOGPROBS_MAX, &top,
+		        &tset, e) != 0)
+			return e->status;
+		sp->logprobs = tset;
+		sp->top_logprobs = (int)top;
+		return 0;
+	}
+	if (get_bool(o, "logprobs", &on, e) != 0 ||
+	    get_int(o, "top_logprobs", 0, MEDHA_TOP_LOGPROBS_MAX, &top, &tset,
+	        e) != 0)
+		return e->status;
+	if (tset && top > 0 && !on)
+		return BAD(e, "top_logprobs",
+		    "top_logprobs: needs \"logprobs\": true");
+	sp->logprobs = on;
+	sp->top_logprobs = on ? (int)top : 0;
+	return 0;
+}
+
+/* OpenAI's presence and frequency penalties, vLLM's repetition penalty
+ * (> 0; 1 is none) and min_p (model/sample.h). */
+static int
+sampling_extras(json_t *o, struct medha_sampler_params *sp,
+    struct medha_oai_error *e)
+{
+	double pres = 0, freq = 0, rep = 1, min_p = 0;
+
+	if (get_num(o, "presence_penalty", -2, 2, &pres, e) != 0 ||
+	    get_num(o, "frequency_penalty", -2, 2, &freq, e) != 0 ||
+	    get_num(o, "repetition_penalty", 0, 100, &rep, e) != 0 ||
+	    get_num(o, "min_p", 0, 1, &min_p, e) != 0)
+		return e->status;
+	if (rep == 0)
+		return BAD(e, "repetition_penalty",
+		    "repetition_penalty: must be > 0 (1 is none)");
+	sp->presence_penalty = (float)pres;
+	sp->frequency_penalty = (float)freq;
+	sp->repetition_penalty = rep == 1 ? 0 : (float)rep;
+	sp->min_p = (float)min_p;
+	return 0;
+}
+
 static const char *const known_completion[] = {"model", "prompt", "max_tokens",
     "temperature", "top_p", "seed", "stop", "stream", "stream_options", "top_k",
     "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix",
-    "frequency_penalty", "presence_penalty", "logit_bias", "user", NULL};
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
+    "logit_bias", "user", NULL};
 static const char *const known_chat[] = {"model", "messages", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "seed", "stop", "stream",
     "stream_options", "top_k", "ignore_eos", "n", "logprobs", "top_logprobs",
-    "frequency_penalty", "presence_penalty", "logit_bias", "user", "tools",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
+    "logit_bias", "user", "tools",
     "tool_choice", "parallel_tool_calls", "response_format", "metadata",
     "store", "service_tier", NULL};
 
@@ -478,11 +515,13 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 	q->max_tokens_set = !chat;
 	{
 		int set = 0;
-		if ((rc = get_int(o, "max_tokens", 0, MEDHA_OAI_MAX_TOKENS,
+		/* at least 1, as vLLM: 0 would still run a prefill whose
+		 * token is no output (the wire's max_tokens 0) */
+		if ((rc = get_int(o, "max_tokens", 1, MEDHA_OAI_MAX_TOKENS,
 		         &rs->max_tokens, &set, e)) != 0)
 			goto fail;
 		if (chat &&
-		    (rc = get_int(o, "max_completion_tokens", 0,
+		    (rc = get_int(o, "max_completion_tokens", 1,
 		         MEDHA_OAI_MAX_TOKENS, &rs->max_tokens, &set, e)) != 0)
 			goto fail;
 		q->max_tokens_set |= set;
@@ -504,6 +543,9 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 	    0)
 		goto fail;
 	rs->sampling.top_k = n < 0 ? 0 : (int)n; /* -1: all, as vLLM */
+	if ((rc = sampling_extras(o, &rs->sampling, e)) != 0 ||
+	    (rc = parse_logprobs(o, chat, &rs->sampling, e)) != 0)
+		goto fail;
 	v = json_object_get(o, "seed");
 	if (v != NULL && !json_is_null(v)) {
 		if (!json_is_integer(v)) {

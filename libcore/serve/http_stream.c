@@ -43,13 +43,44 @@ count_code(struct medha_http *h, int code)
 }
 
 /*
- * Answer nng's handler aio with status and len bytes of body (mutex
- * held or not: counts under it when locked is 0). close asks the server
- * to close the connection after it (a body was left unread).
+ * -v: the access line of a reply, from its request (nng's handler aio's
+ * input); a completion answered 200 has its own, with its tokens
+ * (http_up.c).
  */
+static void
+access_line(nng_aio *aio, int status)
+{
+	nng_http_req *req;
+	const char *uri;
+
+	if (medha_log_level < MEDHA_LOG_DEBUG ||
+	    (req = nng_aio_get_input(aio, 0)) == NULL)
+		return;
+	uri = nng_http_req_get_uri(req);
+	if (status == 200 && strstr(uri, "completions") != NULL)
+		return;
+	medha_log(MEDHA_LOG_DEBUG, "http: %.16s %.200s %d",
+	    nng_http_req_get_method(req), uri, status);
+}
+
 void
 http_reply(struct medha_http *h, nng_aio *aio, int status, const char *ctype,
     const char *body, size_t len, int close, int locked)
+{
+	http_reply_allow(h, aio, status, ctype, body, len, close, locked,
+	    NULL);
+}
+
+/*
+ * Answer nng's handler aio with status and len bytes of body (mutex
+ * held or not: counts under it when locked is 0). close asks the server
+ * to close the connection after it (a body was left unread); allow is
+ * a 405's Allow header, the methods the path takes.
+ */
+void
+http_reply_allow(struct medha_http *h, nng_aio *aio, int status,
+    const char *ctype, const char *body, size_t len, int close, int locked,
+    const char *allow)
 {
 	nng_http_res *res;
 
@@ -58,6 +89,7 @@ http_reply(struct medha_http *h, nng_aio *aio, int status, const char *ctype,
 	count_code(h, status);
 	if (!locked)
 		pthread_mutex_unlock(&h->mu);
+	access_line(aio, status);
 	if (nng_http_res_alloc(&res) != 0) {
 		nng_aio_finish(aio, NNG_ENOMEM); /* the server closes */
 		return;
@@ -66,8 +98,8 @@ http_reply(struct medha_http *h, nng_aio *aio, int status, const char *ctype,
 	    nng_http_res_set_header(res, "Content-Type", ctype) != 0 ||
 	    (close &&
 	        nng_http_res_set_header(res, "Connection", "close") != 0) ||
-	    (status == 405 &&
-	        nng_http_res_set_header(res, "Allow", "GET, POST") != 0) ||
+	    (allow != NULL &&
+	        nng_http_res_set_header(res, "Allow", allow) != 0) ||
 	    nng_http_res_copy_data(res, body, len) != 0) {
 		nng_http_res_free(res);
 		nng_aio_finish(aio, NNG_ENOMEM);
@@ -201,7 +233,11 @@ kick(struct hreq *r)
 	nng_http_conn_write_all(r->conn, r->tx);
 }
 
-/* Queue n bytes of p as one chunk of the chunked body (mu held). */
+/*
+ * Queue n bytes of p as one chunk of the chunked body (mu held); to an
+ * HTTP/1.0 client, which knows no chunks (RFC 9112 6.1), as they are:
+ * the body ends when the connection closes.
+ */
 void
 http_emit(struct medha_http *h, struct hreq *r, const char *p, size_t n)
 {
@@ -210,8 +246,10 @@ http_emit(struct medha_http *h, struct hreq *r, const char *p, size_t n)
 
 	if (r->gone || n == 0)
 		return;
-	if (buf_add(&r->out, hd, (size_t)k) != 0 ||
-	    buf_add(&r->out, p, n) != 0 || buf_add(&r->out, "\r\n", 2) != 0) {
+	r->last_tx = medha_now();
+	if ((!r->http10 && buf_add(&r->out, hd, (size_t)k) != 0) ||
+	    buf_add(&r->out, p, n) != 0 ||
+	    (!r->http10 && buf_add(&r->out, "\r\n", 2) != 0)) {
 		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
 		http_on_gone(h, r);
 		return;
@@ -223,7 +261,9 @@ void
 http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text, size_t len,
     int role, int finish, const struct medha_record *usage)
 {
-	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat};
+	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat,
+	    r->q.spec.sampling.logprobs, r->cur_ids, r->cur_lps, r->cur_n,
+	    h->tok, &r->lp_off};
 	size_t n = 0;
 	char *s = medha_oai_chunk(&hd, text, len, role, finish, usage,
 	    r->q.include_usage, &n);
@@ -242,7 +282,11 @@ void
 http_emit_end(struct hreq *r)
 {
 	r->ended = 1;
-	if (!r->gone && buf_add(&r->out, "0\r\n\r\n", 5) == 0)
+	if (r->gone)
+		return;
+	if (r->http10)
+		kick(r); /* with nothing left to write, the close ends it */
+	else if (buf_add(&r->out, "0\r\n\r\n", 5) == 0)
 		kick(r);
 }
 
@@ -266,6 +310,10 @@ http_stream_start(struct medha_http *h, struct hreq *r)
 	                           "Cache-Control: no-cache\r\n"
 	                           "Connection: close\r\n"
 	                           "Transfer-Encoding: chunked\r\n\r\n";
+	static const char head10[] = "HTTP/1.1 200 OK\r\n"
+	                             "Content-Type: text/event-stream\r\n"
+	                             "Cache-Control: no-cache\r\n"
+	                             "Connection: close\r\n\r\n";
 
 	nng_http_hijack(r->conn);
 	r->hijacked = 1;
@@ -274,7 +322,9 @@ http_stream_start(struct medha_http *h, struct hreq *r)
 	r->haio = NULL;
 	count_code(h, 200);
 	h->st.streams++;
-	if (buf_add(&r->out, head, sizeof(head) - 1) != 0) {
+	r->last_tx = medha_now();
+	if ((r->http10 ? buf_add(&r->out, head10, sizeof(head10) - 1)
+	               : buf_add(&r->out, head, sizeof(head) - 1)) != 0) {
 		http_on_gone(h, r);
 		return;
 	}

@@ -34,13 +34,30 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 			return; /* answered 503: stopping */
 		if (!r->hijacked)
 			http_stream_start(h, r);
-		if (ev->text_len > 0)
+		r->cur_ids = ev->ids;
+		r->cur_lps = ev->lps;
+		r->cur_n = ev->lps != NULL ? ev->n_ids : 0;
+		if (ev->text_len > 0 || r->cur_n > 0)
 			http_emit_chunk(h, r, ev->text, ev->text_len, 0, 0, NULL);
+		r->cur_ids = NULL;
+		r->cur_lps = NULL;
+		r->cur_n = 0;
 		return;
 	}
 	struct medha_record *rec = ev->record;
 	medha_map_del(&h->live, r->handle);
 	r->up = U_DONE;
+	/* the access line of a completion served (a refusal's is the
+	 * reply's own, http_reply_allow); a stream's status was 200 */
+	if (!r->gone && (rec->status == MEDHA_STATUS_OK || r->hijacked))
+		medha_log(MEDHA_LOG_DEBUG,
+		    "http: POST %s 200 %s, %lld tokens in, %lld out, %s, "
+		    "%.3f s%s",
+		    r->q.chat ? "/v1/chat/completions" : "/v1/completions",
+		    r->id, (long long)rec->prompt_tokens,
+		    (long long)rec->output_tokens,
+		    medha_status_name(rec->status), medha_now() - r->t0,
+		    r->q.stream ? ", streamed" : "");
 	if (r->gone) {
 		http_maybe_reap(h, r);
 		return;
@@ -75,7 +92,8 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 		http_emit_end(r);
 	} else if (r->haio != NULL) {
 		struct medha_oai_head hd = {r->id, r->model, r->created,
-		    r->q.chat};
+		    r->q.chat, r->q.spec.sampling.logprobs, NULL, NULL, 0, h->tok,
+		    NULL};
 		size_t n = 0;
 		const char *t = rec->text != NULL ? rec->text : "";
 		char *js = medha_oai_response(&hd, t, strlen(t), rec, &n);
@@ -145,6 +163,30 @@ early_prune(struct medha_http *h)
 	}
 }
 
+/*
+ * After each POLL (a second at most), mu held: a stream the router has
+ * accepted gets its status line and headers HEAD_AFTER s after it came,
+ * token or not, so that a client's read timeout does not run out during
+ * a long prefill (a refusal quicker than that is still an HTTP error),
+ * and an open stream silent for cfg.keepalive s gets an SSE comment.
+ */
+#define HEAD_AFTER 0.5
+
+static void
+tick(struct medha_http *h, double now)
+{
+	for (struct hreq *r = h->all; r != NULL; r = r->next) {
+		if (r->reaped || r->gone || !r->q.stream)
+			continue;
+		if (!r->hijacked && r->up == U_LIVE && r->haio != NULL &&
+		    now - r->t0 >= HEAD_AFTER)
+			http_stream_start(h, r);
+		else if (r->hijacked && !r->ended && h->cfg.keepalive > 0 &&
+		    now - r->last_tx >= h->cfg.keepalive)
+			http_emit(h, r, ": keep-alive\n\n", 14);
+	}
+}
+
 void *
 http_poller_main(void *arg)
 {
@@ -182,6 +224,7 @@ http_poller_main(void *arg)
 				early_add(h, ev);
 		}
 		early_prune(h);
+		tick(h, medha_now());
 		pthread_mutex_unlock(&h->mu);
 		medha_msg_clear(&rep);
 	}

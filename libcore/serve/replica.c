@@ -50,6 +50,7 @@ rep_lreq_free(struct lreq *q)
 {
 	free(q->ids);
 	free(q->out);
+	free(q->lps);
 	free(q->text);
 	free(q->forks);
 	for (int i = 0; i < q->n_stop; i++)
@@ -121,6 +122,11 @@ rep_send_tokens(struct medha_replica *r, struct lreq *q, int final)
 	if (ev.n_ids > 0)
 		memcpy(ev.ids, q->out + q->ids_sent,
 		    (size_t)ev.n_ids * sizeof(int32_t));
+	if (ev.n_ids > 0 && q->lps != NULL &&
+	    (ev.lps = medha_reallocarray(NULL, (size_t)ev.n_ids,
+	         sizeof(*ev.lps))) != NULL)
+		memcpy(ev.lps, q->lps + q->ids_sent,
+		    (size_t)ev.n_ids * sizeof(*ev.lps));
 	ev.text_len = upto - q->text_sent;
 	if ((ev.text = malloc(ev.text_len + 1)) == NULL) {
 		free(ev.ids);
@@ -157,8 +163,16 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 	rep_send_tokens(r, q, 1);
 	if ((ev.record = malloc(sizeof(*ev.record))) != NULL) {
 		*ev.record = *rec;
+		if (q->started && q->first_batch > rec->arrival)
+			ev.record->queue_time = q->first_batch - rec->arrival;
+		/* no output is an empty array, never an absent one */
+		if (q->out == NULL)
+			q->out = malloc(sizeof(*q->out));
 		ev.record->token_ids = q->out;
-		ev.record->n_token_ids = q->n_out;
+		ev.record->n_token_ids = q->out != NULL ? q->n_out : 0;
+		ev.record->logprobs = q->out != NULL ? q->lps : NULL;
+		if (q->out != NULL)
+			q->lps = NULL;
 		ev.record->text = q->text;
 		if (ev.record->text == NULL)
 			ev.record->text = strdup("");
@@ -210,7 +224,8 @@ append_text(struct lreq *q, const char *s, size_t n)
  * the text is cut), else 0.
  */
 int
-rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
+rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
+    const struct medha_token_lp *lp)
 {
 	const char *piece = "";
 	size_t plen = 0, from;
@@ -227,7 +242,20 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
 		if (n == NULL)
 			return 0;
 		q->out = n;
+		if (q->lps != NULL || lp != NULL) { /* asked for: kept alike */
+			void *l = medha_reallocarray(q->lps, (size_t)ncap,
+			    sizeof(*q->lps));
+			if (l == NULL)
+				return 0;
+			q->lps = l;
+		}
 		q->out_cap = ncap;
+	}
+	if (q->lps != NULL) {
+		if (lp != NULL)
+			q->lps[q->n_out] = *lp;
+		else
+			memset(&q->lps[q->n_out], 0, sizeof(*q->lps));
 	}
 	q->out[q->n_out++] = tok;
 	if (r->tok != NULL &&
@@ -555,7 +583,7 @@ medha_replica_run(struct medha_replica *r, volatile sig_atomic_t *stop)
 	    r->cfg.listen, r->cfg.workers, r->cfg.workers > 1 ? "s" : "");
 	if ((rc = medha_front_run(&r->f, stop)) != 0)
 		return rc;
-	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld batches",
+	medha_log(MEDHA_LOG_INFO, "stopped: %lld requests served, %lld batches",
 	    (long long)r->served, (long long)r->batches);
 	return 0;
 }

@@ -171,7 +171,7 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 		 * never joins a running batch and requests run one by one */
 		double lone = medha_cost_lone(&r->pred, 32, 0).latency;
 		if (2 * lone > sc.target) {
-			medha_log(MEDHA_LOG_WARN,
+			medha_log(MEDHA_LOG_INFO,
 			    "target batch time %.0f ms: a 32-token chunk alone "
 			    "takes %.0f ms on %s",
 			    2e3 * lone, 1e3 * lone, g->name);

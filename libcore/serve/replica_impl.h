@@ -35,8 +35,10 @@ struct lreq {
 	char *stop[MEDHA_STOP_MAX];
 	size_t stop_max; /* longest stop string */
 	int started;     /* a worker holds its sequence */
+	double first_batch; /* when it was first in a batch (now_s) */
 	int32_t last;    /* the last sampled token: the next decode's input */
 	int32_t *out;    /* (n_out) generated ids */
+	struct medha_token_lp *lps; /* (n_out) their logprobs, or NULL */
 	int64_t n_out, out_cap;
 	char *text; /* (text_len) generated text, NUL-terminated */
 	size_t text_len, text_cap, text_sent;
@@ -59,6 +61,7 @@ struct flight {
 	int32_t *ids;               /* the items' ids, copied */
 	struct medha_msg_fork *fk;  /* the items' forks, copied */
 	int32_t *tok;               /* (b.n_items) sampled, -1 none yet */
+	struct medha_token_lp **lp; /* (b.n_items) their logprobs, or NULL */
 	int left;                   /* workers yet to answer */
 	int left0;                  /* of them, stage 0's */
 };
@@ -140,7 +143,8 @@ void rep_send_tokens(struct medha_replica *r, struct lreq *q, int final);
 /* The records the core has ready, sent to their clients. */
 void rep_drain_records(struct medha_replica *r);
 /* A token sampled for q: its text, stop strings, the end of output. */
-int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok);
+int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
+    const struct medha_token_lp *lp);
 
 /* replica_core.c */
 /* The core, its predictor and the tokenizer from the first HELLO. */

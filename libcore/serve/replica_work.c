@@ -38,6 +38,9 @@ flight_clear(struct flight *f)
 	free(f->ids);
 	free(f->fk);
 	free(f->tok);
+	for (int i = 0; f->lp != NULL && i < f->b.n_items; i++)
+		free(f->lp[i]);
+	free(f->lp);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -227,7 +230,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		r->peers.gen++; /* the table the workers get next */
 		r->peers.n = r->cfg.workers;
 		r->peers.kvp_tokens = medha_sched_group_tokens(r->core);
-		medha_log(MEDHA_LOG_WARN,
+		medha_log(MEDHA_LOG_INFO,
 		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
 		    "backend, model %s, %lld KV blocks of %d",
 		    r->nworkers, r->nworkers > 1 ? "s" : "", r->tp, r->spp,
@@ -369,6 +372,7 @@ flight_form(struct medha_replica *r)
 			mi->has_params = 1;
 			mi->params = q->sp;
 			q->started = 1;
+			q->first_batch = now_s(r);
 		}
 		f->tok[i] = -1;
 	}
@@ -471,13 +475,17 @@ flights_land(struct medha_replica *r)
 		for (int i = 0; i < f->b.n_items; i++) {
 			const struct medha_sched_item *it = &f->b.items[i];
 			struct lreq *q = rep_lreq_get(r, it->req);
+			const struct medha_req *cr = medha_sched_req(r->core,
+			    it->req);
 
 			out[i].token = -1;
 			if (!(it->decode || it->last) || f->tok[i] < 0)
 				continue;
 			out[i].token = f->tok[i];
-			if (q != NULL) {
-				out[i].stop = rep_on_token(r, q, out[i].token);
+			/* max_tokens 0: a prefill alone, its token no output */
+			if (q != NULL && cr != NULL && cr->max_tokens > 0) {
+				out[i].stop = rep_on_token(r, q, out[i].token,
+				    f->lp != NULL ? f->lp[i] : NULL);
 				rep_send_tokens(r, q, 0);
 			}
 		}
@@ -518,8 +526,16 @@ on_result(struct medha_replica *r, struct wslot *w,
 	}
 	/* tokens come in item order; each item's from one worker */
 	for (int i = 0; i < f->b.n_items && k < res->n_tokens; i++)
-		if (f->mi[i].handle == res->tokens[k].handle)
+		if (f->mi[i].handle == res->tokens[k].handle) {
+			const struct medha_token_lp *lp = res->tokens[k].lp;
+			if (lp != NULL && f->lp == NULL)
+				f->lp = medha_calloc(f->b.n_items,
+				    sizeof(*f->lp));
+			if (lp != NULL && f->lp != NULL &&
+			    (f->lp[i] = malloc(sizeof(*lp))) != NULL)
+				*f->lp[i] = *lp;
 			f->tok[i] = res->tokens[k++].token;
+		}
 	if (k < res->n_tokens)
 		medha_log(MEDHA_LOG_WARN,
 		    "worker %d: %lld tokens of batch %llu for no item",

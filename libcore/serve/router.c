@@ -533,7 +533,7 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "");
 	if ((rc = medha_front_run(&r->f, stop)) != 0)
 		return rc;
-	medha_log(MEDHA_LOG_WARN, "stopped: %lld requests served, %lld failed",
+	medha_log(MEDHA_LOG_INFO, "stopped: %lld requests served, %lld failed",
 	    (long long)r->served, (long long)r->failed);
 	return 0;
 }

@@ -92,6 +92,7 @@ int medha_router_listen(struct medha_router *r, const char *url, char *why,
 #define MEDHA_HIST_BUCKETS 12
 extern const double medha_router_ttft_le[MEDHA_HIST_BUCKETS];
 extern const double medha_router_tpot_le[MEDHA_HIST_BUCKETS];
+extern const double medha_router_e2e_le[MEDHA_HIST_BUCKETS];
 
 struct medha_hist {
 	uint64_t n[MEDHA_HIST_BUCKETS + 1]; /* observations in (le[i-1],
@@ -126,6 +127,9 @@ struct medha_router_metrics {
 	int64_t cache_hits;        /* records with a cached token or more */
 	struct medha_hist ttft;    /* records of "ok" requests with output */
 	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
+	struct medha_hist e2e;     /* finish - arrival of "ok" requests */
+	struct medha_hist queue;   /* queue_time of the records with one */
+	int64_t finished[MEDHA_FINISH_COUNT]; /* "ok" ones by finish_reason */
 	char model[MEDHA_PROTO_NAME_MAX]; /* a replica's model, or "" */
 	int nreplicas;
 	struct medha_router_replica_stat *rep; /* (nreplicas), malloc'd */

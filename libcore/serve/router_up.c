@@ -26,6 +26,8 @@ const double medha_router_ttft_le[MEDHA_HIST_BUCKETS] = {0.01, 0.025, 0.05,
     0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 const double medha_router_tpot_le[MEDHA_HIST_BUCKETS] = {0.001, 0.0025,
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
+const double medha_router_e2e_le[MEDHA_HIST_BUCKETS] = {0.1, 0.25, 0.5, 1,
+    2.5, 5, 10, 20, 40, 60, 120, 300};
 
 /* ---- metrics ---- */
 
@@ -61,6 +63,16 @@ rt_count_end(struct medha_router *r, const struct medha_record *rec, int status)
 		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 1)
 			medha_hist_add(&r->met.tpot, medha_router_tpot_le,
 			    rec->tpot_mean);
+		if (rec->queue_time > 0)
+			medha_hist_add(&r->met.queue, medha_router_ttft_le,
+			    rec->queue_time);
+		if (rec->status == MEDHA_STATUS_OK) {
+			medha_hist_add(&r->met.e2e, medha_router_e2e_le,
+			    rec->finish - rec->arrival);
+			if (rec->finish_reason >= 0 &&
+			    rec->finish_reason < MEDHA_FINISH_COUNT)
+				r->met.finished[rec->finish_reason]++;
+		}
 	}
 	pthread_mutex_unlock(&r->mmu);
 }
@@ -323,6 +335,8 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 		struct medha_record *rec = ev->record;
 		double d = q->sent - rec->arrival;
 		rec->arrival = q->arrival;
+		if (rec->queue_time > 0) /* and the time held here */
+			rec->queue_time += q->sent - q->arrival;
 		rec->first_token += d;
 		rec->finish += d;
 		rec->ttft = rec->first_token - rec->arrival;
@@ -603,7 +617,8 @@ rt_watch(struct medha_router *r)
 		}
 		int rdy = alive && u->now.ready;
 		if (rdy != u->ready || alive != u->alive)
-			medha_log(MEDHA_LOG_WARN, "replica %s: %s (%lld of %lld workers)", u->url,
+			medha_log(rdy ? MEDHA_LOG_INFO : MEDHA_LOG_WARN,
+			    "replica %s: %s (%lld of %lld workers)", u->url,
 			    rdy ? "ready" : alive ? "not ready" : "down",
 			    (long long)u->now.workers,
 			    (long long)u->now.workers_wanted);
@@ -626,7 +641,7 @@ rt_watch(struct medha_router *r)
 		}
 	}
 	if (ready > 0 && !r->ready)
-		medha_log(MEDHA_LOG_WARN, "ready: %d of %d replicas ready",
+		medha_log(MEDHA_LOG_INFO, "ready: %d of %d replicas ready",
 		    ready, r->nup);
 	else if (ready == 0 && r->ready)
 		medha_log(MEDHA_LOG_WARN, "no replica ready");

@@ -141,6 +141,17 @@ apply_frees(struct worker *w, const struct medha_msg_batch *b)
 	}
 }
 
+/* The tokens of a RESULT sent (their logprobs too). */
+static void
+result_free(struct medha_msg_result *res)
+{
+	for (int64_t i = 0; res->tokens != NULL && i < res->n_tokens; i++)
+		free(res->tokens[i].lp);
+	free(res->tokens);
+	res->tokens = NULL;
+	res->n_tokens = 0;
+}
+
 /* A batch answered (res): its failure logged, every 1000th counted. */
 static void
 batch_ran(int *batches, const struct medha_msg_result *res)
@@ -259,21 +270,32 @@ take_peers(struct worker *w, const struct medha_msg_peers *p)
 	return 0;
 }
 
-/* HELLO until WELCOME (or a stop). 0, or 1 when stopping. */
+/*
+ * HELLO until WELCOME (or a stop). 0, or 1 when stopping. A scheduler
+ * that does not answer is said, with its address, at once and every
+ * 30 s: a worker aimed at none would otherwise wait in silence.
+ */
 static int
-hello(struct worker *w, const struct medha_msg_hello *h)
+hello(struct worker *w, const struct medha_msg_hello *h, const char *addr)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_HELLO}, rep;
 	char why[512];
-	int said = 0;
+	double since = 0, said = 0;
 
 	m.hello = *h;
 	while (!*w->stop) {
 		if (medha_cli_msg(w->cli, 0, &m, &rep,
 		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
-			if (!said++)
-				medha_log(MEDHA_LOG_INFO,
-				    "waiting for the scheduler: %s", why);
+			double now = medha_now();
+			if (since == 0)
+				since = now;
+			if (said == 0 || now - said >= 30) {
+				medha_log(MEDHA_LOG_WARN,
+				    "no scheduler at %s yet (%s): waiting "
+				    "(%.0f s)",
+				    addr, why, now - since);
+				said = now;
+			}
 			continue;
 		}
 		if (rep.type == MEDHA_MSG_WELCOME) {
@@ -424,7 +446,7 @@ session(struct worker *w, int *batches, struct medha_tbt *rtt)
 		if (rc == 0 && rep.type == MEDHA_MSG_BATCH &&
 		    out.type == MEDHA_MSG_RESULT)
 			(void)medha_tbt_add(rtt, medha_now() - sent);
-		free(out.result.tokens);
+		result_free(&out.result);
 		memset(&out, 0, sizeof(out));
 		out.type = MEDHA_MSG_READY;
 		out.worker_id = w->id;
@@ -458,7 +480,7 @@ session(struct worker *w, int *batches, struct medha_tbt *rtt)
 		}
 		medha_msg_clear(&rep);
 	}
-	free(out.result.tokens);
+	result_free(&out.result);
 }
 
 /* Everything w holds; failed: the stop follows a failure. */
@@ -568,9 +590,9 @@ medha_worker_run(struct medha_backend *be,
 		warm_up(be);
 	hello_of(&w, c, &h);
 	while (!*stop) {
-		if (hello(&w, &h) != 0)
+		if (hello(&w, &h, c->addr) != 0)
 			break;
-		medha_log(MEDHA_LOG_WARN,
+		medha_log(MEDHA_LOG_INFO,
 		    "ready: worker %d of %s, %s backend, %lld KV blocks of %d",
 		    w.id, c->addr, be->info.name, (long long)be->info.n_blocks,
 		    be->info.block_size);
@@ -583,10 +605,10 @@ medha_worker_run(struct medha_backend *be,
 	pthread_mutex_unlock(&w.mu);
 	pthread_join(hb, NULL);
 	free_all(&w);
-	medha_log(MEDHA_LOG_WARN, "stopped after %d batches (%lld of %lld "
+	medha_log(MEDHA_LOG_INFO, "stopped after %d batches (%lld of %lld "
 	    "steps run ahead used)", batches, w.hits, w.looked);
 	if (medha_tbt_count(&rtt) > 0)
-		medha_log(MEDHA_LOG_WARN, "from a result sent to the next batch "
+		medha_log(MEDHA_LOG_INFO, "from a result sent to the next batch "
 		    "in: median %.0f us, p90 %.0f us over %lld batches",
 		    medha_tbt_quantile(&rtt, 0.5) * 1e6,
 		    medha_tbt_quantile(&rtt, 0.9) * 1e6,

@@ -258,7 +258,8 @@ wk_ahead_use(struct worker *w, const struct medha_msg_batch *b, int64_t nm,
 	for (i = 0; i < b->n_items; i++)
 		if (tok[i] >= 0)
 			res->tokens[res->n_tokens++] =
-			    (struct medha_msg_token){b->items[i].handle, tok[i]};
+			    (struct medha_msg_token){b->items[i].handle, tok[i],
+			        wk_token_lp(w, b->items[i].handle)};
 	free(tok);
 	w->hits++;
 	wk_ahead_plan(w, b);

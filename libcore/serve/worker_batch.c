@@ -291,6 +291,55 @@ wk_comm(struct worker *w, struct call *c, uint64_t bseq,
 	    recv_prev, w->lay.tp, w->lay.rt, w->lay.kvp, w->lay.rg, c};
 }
 
+/*
+ * The sequence of item it (piece `piece` of k + 1, starting at base):
+ * the one held, or a new one (forked from cached ones, with a sampler
+ * where this worker samples) for a request's first item on this piece.
+ * NULL with res->error set when there is none or no room.
+ */
+static struct wseq *
+item_seq(struct worker *w, const struct medha_msg_item *it, int piece, int k,
+    int64_t base, int report, struct medha_msg_result *res)
+{
+	const struct medha_model_config *mc = &w->be->info.shape;
+	struct wseq *q = wk_find_seq(w, it->handle);
+
+	if (q != NULL)
+		return q;
+	if (it->n_forks == 0 && (piece != k || it->pos != base)) {
+		snprintf(res->error, sizeof(res->error),
+		    "request %llx at position %lld: no such sequence",
+		    (unsigned long long)it->handle, (long long)it->pos);
+		return NULL;
+	}
+	struct medha_sampler_params sp =
+	    it->has_params ? it->params : medha_sampling_greedy;
+	if ((q = wk_new_seq(w, it->handle)) == NULL ||
+	    medha_backend_seq_alloc(w->be, &q->seq) != 0) {
+		if (q != NULL)
+			wk_free_seq(w, q);
+		snprintf(res->error, sizeof(res->error),
+		    "no room for another sequence (%d held)", w->max_seqs);
+		return NULL;
+	}
+	q->base = base;
+	if (it->n_forks > 0 &&
+	    fork_item(w, q, it, base, res->error, sizeof(res->error)) != 0) {
+		wk_free_seq(w, q);
+		return NULL;
+	}
+	/* only the worker that samples holds a sampler */
+	if (report && piece == 0 &&
+	    medha_sampler_init(&q->smp, &sp, mc->vocab) != 0) {
+		wk_free_seq(w, q);
+		snprintf(res->error, sizeof(res->error),
+		    "request %llx: bad sampling parameters",
+		    (unsigned long long)it->handle);
+		return NULL;
+	}
+	return q;
+}
+
 void
 wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
     struct medha_msg_result *res)
@@ -338,42 +387,13 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 		   request: it samples */
 		base = (int64_t)piece * w->kvp_tokens;
 		samp = it->sample && last && piece == 0;
-		q = wk_find_seq(w, it->handle);
-		if (q == NULL &&
-		    (it->n_forks > 0 || (piece == k && it->pos == base))) {
-			struct medha_sampler_params sp =
-			    it->has_params ? it->params : medha_sampling_greedy;
-			if ((q = wk_new_seq(w, it->handle)) == NULL ||
-			    medha_backend_seq_alloc(w->be, &q->seq) != 0) {
-				if (q != NULL)
-					wk_free_seq(w, q);
-				snprintf(res->error, sizeof(res->error),
-				    "no room for another sequence (%d held)",
-				    w->max_seqs);
-				return;
-			}
-			q->base = base;
-			if (it->n_forks > 0 &&
-			    fork_item(w, q, it, base, res->error,
-			        sizeof(res->error)) != 0) {
-				wk_free_seq(w, q);
-				return;
-			}
-			/* only the worker that samples holds a sampler */
-			if (report && piece == 0 &&
-			    medha_sampler_init(&q->smp, &sp, mc->vocab) != 0) {
-				wk_free_seq(w, q);
-				snprintf(res->error, sizeof(res->error),
-				    "request %llx: bad sampling parameters",
-				    (unsigned long long)it->handle);
-				return;
-			}
-		} else if (q == NULL) {
-			snprintf(res->error, sizeof(res->error),
-			    "request %llx at position %lld: no such sequence",
-			    (unsigned long long)it->handle, (long long)it->pos);
+		if ((q = item_seq(w, it, piece, k, base, report,
+		         res)) == NULL)
 			return;
-		}
+		/* the repetition penalty's tokens: the prompt's (a decode's
+		   input was drawn, and counted, already: no matter) */
+		if (q->smp != NULL)
+			medha_sampler_prompt(q->smp, it->ids, it->n_ids);
 		memcpy(w->tok + ntok, it->ids,
 		    (size_t)it->n_ids * sizeof(int32_t));
 		ntok += (size_t)it->n_ids;
@@ -440,6 +460,25 @@ wk_run_batch(struct worker *w, const struct medha_msg_batch *b,
 		if (w->smp[i] != NULL && w->out[i] >= 0)
 			res->tokens[res->n_tokens++] =
 			    (struct medha_msg_token){b->items[w->idx[i]].handle,
-			        w->out[i]};
+			        w->out[i], wk_token_lp(w, b->items[w->idx[i]].handle)};
+}
+
+struct medha_token_lp *
+wk_token_lp(struct worker *w, uint64_t handle)
+{
+	struct wseq *q = wk_find_seq(w, handle);
+	const struct medha_logprob *top;
+	struct medha_token_lp *lp;
+	float v;
+	int n;
+
+	if (q == NULL || q->smp == NULL ||
+	    (n = medha_sample_logprobs(q->smp, &v, &top)) < 0 ||
+	    (lp = malloc(sizeof(*lp))) == NULL)
+		return NULL; /* none asked (or no memory: none given) */
+	lp->logprob = v;
+	lp->ntop = n;
+	memcpy(lp->top, top, (size_t)n * sizeof(*top));
+	return lp;
 }
 

@@ -81,6 +81,9 @@ struct worker {
 
 /* worker.c: the sequences held, by request handle */
 struct wseq *wk_find_seq(struct worker *w, uint64_t h);
+/* The log-probabilities of h's last draw, malloc'd, where its request
+ * asked for them; else NULL. */
+struct medha_token_lp *wk_token_lp(struct worker *w, uint64_t h);
 /* A free entry under handle h (not held yet), or NULL if all are held. */
 struct wseq *wk_new_seq(struct worker *w, uint64_t h);
 /* Free q's backend sequence and sampler, and the entry. */

@@ -27,7 +27,7 @@ port=$(free_port)
 base=http://127.0.0.1:$port
 serve_start single 60 MEDHA_MODEL="$model" MEDHA_ADDR="ipc://$tmp/r.sock" \
     MEDHA_ROUTER="ipc://$tmp/router.sock" MEDHA_HTTP="127.0.0.1:$port" \
-    MEDHA_LOG="$tmp/logs"
+    MEDHA_LOG="$tmp/logs" MEDHA_ROUTER_OPTS="-v --http-keepalive 1"
 grep -q "http: listening at http://127.0.0.1:$port" "$tmp/logs/router.log"
 
 # ---- 1. curl ----
@@ -49,10 +49,16 @@ req chat "$base/v1/chat/completions" -d '{"messages": [{"role": "user",
     "content": "What is 2+2?"}], "max_tokens": 12, "temperature": 0}'
 req badjson "$base/v1/completions" -d '{"prompt": "x",'
 req badtype "$base/v1/completions" -d '{"prompt": "x", "max_tokens": "many"}'
+req zero "$base/v1/completions" -d '{"prompt": "Hello", "max_tokens": 0}'
+req nocontent "$base/v1/chat/completions" -d '{"messages": [{"role": "user"}]}'
+req oov "$base/v1/completions" -d '{"prompt": [1, 99999999], "max_tokens": 2}'
 req unsup "$base/v1/completions" -d '{"prompt": "x", "n": 2}'
 req badmodel "$base/v1/completions" -d '{"prompt": "x", "model": "gpt-9"}'
 req noroute "$base/v1/nothing"
-req method -X DELETE "$base/v1/completions"
+req method -D "$tmp/method.hdr" -X DELETE "$base/v1/completions"
+req method2 -D "$tmp/method2.hdr" -X POST "$base/metrics"
+grep -qi '^Allow: POST' "$tmp/method.hdr"
+grep -qi '^Allow: GET' "$tmp/method2.hdr"
 head -c 2000000 /dev/zero | tr '\0' a >"$tmp/big"
 req huge "$base/v1/completions" --data-binary "@$tmp/big"
 # a stream the client leaves after a second: cancelled upstream
@@ -79,6 +85,7 @@ s, h = got("health")
 assert s == 200 and json.loads(h)["status"] == "ok", h
 s, m = got("models")
 assert s == 200 and [x["id"] for x in json.loads(m)["data"]] == [mid], m
+assert json.loads(m)["data"][0]["max_model_len"] == 8192, m
 s, c = got("cmpl")
 c = json.loads(c)
 assert s == 200 and c["object"] == "text_completion", c
@@ -103,6 +110,11 @@ assert ch["choices"][0]["message"]["role"] == "assistant", ch
 assert ch["choices"][0]["message"]["content"], ch
 err("badjson", 400)
 err("badtype", 400)
+err("zero", 400)
+err("nocontent", 400)
+err("oov", 400)
+e = json.loads(got("oov")[1])["error"]
+assert e["param"] == "prompt" and "prompt_ids" not in e["message"], e
 err("unsup", 400, "unsupported")
 err("badmodel", 404, "model_not_found")
 err("noroute", 404, "not_found")
@@ -117,19 +129,28 @@ def metrics(name):
         out[k] = float(v)
     return out
 m0, m1 = metrics("metrics0"), metrics("metrics1")
-ok = 'medha_requests_total{status="ok"}'
+ml = 'model_name="%s"' % mid
+ok = 'medha_requests_total{%s,status="ok"}' % ml
+cn = 'medha_requests_total{%s,status="cancelled"}' % ml
 assert m1[ok] >= m0[ok] + 3, (m0[ok], m1[ok])
-assert m1['medha_requests_total{status="cancelled"}'] >= m0['medha_requests_total{status="cancelled"}'] + 1
-assert m1["medha_generation_tokens_total"] > m0["medha_generation_tokens_total"]
-assert m1["medha_time_to_first_token_seconds_count"] >= 3
+assert m1[cn] >= m0[cn] + 1
+assert m1["medha_generation_tokens_total{%s}" % ml] > m0["medha_generation_tokens_total{%s}" % ml]
+assert m1["medha_time_to_first_token_seconds_count{%s}" % ml] >= 3
+# vLLM's: end-to-end latency, counts by finish reason, the model's name
+assert m1["medha_e2e_request_latency_seconds_count{%s}" % ml] >= 3, m1
+assert m1["medha_request_queue_time_seconds_count{%s}" % ml] >= 3, m1
+fin = sum(m1['medha_requests_finished_total{%s,finish_reason="%s"}' % (ml, f)]
+          for f in ("stop", "length"))
+assert fin == m1[ok], (fin, m1[ok])
 assert m1["medha_requests_in_flight"] == 0 and m1["medha_http_streams"] == 0, m1
 assert m1['medha_http_responses_total{code="400"}'] >= 3
 assert any(k.startswith("medha_kv_blocks{") and v > 0 for k, v in m1.items())
 # the second "The capital of France is" found the first's KV cached
-assert m1["medha_prefix_cache_hits_total"] > m0["medha_prefix_cache_hits_total"], m1
-assert m1["medha_prefix_cache_hit_requests_total"] >= 1, m1
-assert m1["medha_prefix_cache_queries_total"] == m1["medha_prompt_tokens_total"]
-print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1['medha_requests_total{status="cancelled"}']))
+pc = lambda n: "medha_prefix_cache_%s_total{%s}" % (n, ml)
+assert m1[pc("hits")] > m0[pc("hits")], m1
+assert m1[pc("hit_requests")] >= 1, m1
+assert m1[pc("queries")] == m1["medha_prompt_tokens_total{%s}" % ml]
+print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1[cn]))
 PY
 
 # ---- 2. the openai package against medha-worker -p ----
@@ -179,6 +200,141 @@ PY
 else
 	echo "skip: the openai package is not in $py (contrib/fetch-refs.sh)"
 fi
+
+# ---- 1d. the penalties and min-p live: as medha-worker -p gives them ----
+pen='"presence_penalty": 0.8, "frequency_penalty": 0.4, "repetition_penalty": 1.3, "min_p": 0.05'
+req pen "$base/v1/completions" -d "{\"prompt\": \"The capital of France is\",
+    \"max_tokens\": 24, \"temperature\": 0, \"ignore_eos\": true, $pen}"
+"$bin/medha-worker" -m "$model" -p "The capital of France is" -n 24 -t 2 \
+    --ignore-eos --presence-penalty 0.8 --frequency-penalty 0.4 \
+    --repetition-penalty 1.3 --min-p 0.05 >"$tmp/pen.alone"
+"$bin/medha-worker" -m "$model" -p "The capital of France is" -n 24 -t 2 \
+    --ignore-eos >"$tmp/plain.alone"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+assert open(d + "/pen.code").read() == "200", open(d + "/pen").read()
+got = json.loads(open(d + "/pen").read())["choices"][0]["text"]
+want = open(d + "/pen.alone").read()[:-1]
+plain = open(d + "/plain.alone").read()[:-1]
+assert got == want, (got, want)
+assert got != plain, "the penalties changed nothing"
+print("penalties live: as medha-worker -p gives them: %r" % got)
+PY
+
+# ---- 1e. logprobs: OpenAI's shapes, as medha-worker -p gives them ----
+"$bin/medha-worker" -m "$model" -p "The capital of France is" -n 6 -t 2 \
+    --tokens --logprobs "$tmp/lp.alone" --top-logprobs 3 >/dev/null
+req lpc "$base/v1/completions" -d '{"prompt": "The capital of France is",
+    "max_tokens": 6, "temperature": 0, "logprobs": 3}'
+req lps -N "$base/v1/completions" -d '{"prompt": "The capital of France is",
+    "max_tokens": 6, "temperature": 0, "logprobs": 3, "stream": true}'
+req lpchat "$base/v1/chat/completions" -d '{"messages": [{"role": "user",
+    "content": "Hi"}], "max_tokens": 4, "temperature": 0, "logprobs": true,
+    "top_logprobs": 2}'
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+alone = [json.loads(l) for l in open(d + "/lp.alone")]
+c = json.loads(open(d + "/lpc").read())
+lp = c["choices"][0]["logprobs"]
+assert set(lp) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, lp
+n = len(lp["tokens"])
+assert n == c["usage"]["completion_tokens"] == len(alone), (n, c["usage"])
+assert "".join(lp["tokens"]) == c["choices"][0]["text"], lp["tokens"]
+worst = 0.0
+for i in range(n):
+    worst = max(worst, abs(lp["token_logprobs"][i] - alone[i]["logprob"]))
+    top = lp["top_logprobs"][i]
+    assert len(top) == 3, top
+    for (tid, v), got in zip(alone[i]["top"], sorted(top.values(), reverse=True)):
+        worst = max(worst, abs(v - got))
+assert worst < 1e-4, worst
+assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"])
+# streamed: the same tokens and values, chunk by chunk
+ev = [json.loads(e[6:]) for e in open(d + "/lps").read().split("\n\n")
+      if e.startswith("data: {")]
+st = [x for e in ev for x in (e["choices"][0]["logprobs"] or {}).get("token_logprobs", [])]
+assert len(st) == n and max(abs(a - b) for a, b in zip(st, lp["token_logprobs"])) < 1e-6, st
+ch = json.loads(open(d + "/lpchat").read())["choices"][0]["logprobs"]["content"]
+assert ch and all(set(x) == {"token", "logprob", "bytes", "top_logprobs"} for x in ch), ch
+assert all(len(x["top_logprobs"]) == 2 and x["logprob"] <= 0 for x in ch), ch
+assert all(bytes(x["bytes"]).decode("utf-8", "replace") for x in ch)
+print("logprobs: completions, streamed and chat in OpenAI's shapes; %d tokens as medha-worker -p's within %.1e" % (n, worst))
+PY
+
+# ---- 1a. the logs: one format (RFC 3339 time, program, level), normal
+# events at info, an access line per HTTP request at -v ----
+ts='^20[0-9][0-9]-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]\.[0-9][0-9][0-9]Z'
+for l in router:medha-router sched:medha-sched sched-worker0:medha-worker; do
+	f=$tmp/logs/${l%%:*}.log
+	grep -v "$ts ${l#*:}: \(error\|warning\|info\|debug\): " "$f" |
+	    grep . && { echo "${l%%:*}.log: lines not in the log format"; exit 1; }
+	grep -q "$ts ${l#*:}: info: .*ready" "$f" ||
+	    { echo "${l%%:*}.log: no info ready"; cat "$f"; exit 1; }
+done
+! grep -q 'warning: \(ready\|http: listening\)' "$tmp"/logs/*.log
+grep -q "$ts medha-router: info: http: listening at" "$tmp/logs/router.log"
+grep -q 'debug: http: POST /v1/completions 200 cmpl-[^,]*, 6 tokens in, [0-9]* out, ok, [0-9.]* s$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: POST /v1/completions 200 .*, streamed$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: POST /v1/chat/completions 200 chatcmpl-' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: DELETE /v1/completions 405$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: GET /health 200$' "$tmp/logs/router.log" &&
+    grep -q 'debug: http: POST /v1/completions 400$' "$tmp/logs/router.log" ||
+    { echo "router.log: access lines"; cat "$tmp/logs/router.log"; exit 1; }
+echo "logs: ok"
+
+# ---- 1b. a stream to an HTTP/1.0 client: no chunked coding ----
+python3 - 127.0.0.1 "$port" <<'PY'
+import json, socket, sys
+b = json.dumps({"prompt": "The capital of France is", "max_tokens": 4,
+                "temperature": 0, "stream": True}).encode()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json"
+          b"\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+got = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+head, _, body = got.partition(b"\r\n\r\n")
+assert head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0], head
+assert b"chunked" not in head.lower(), head
+assert body.startswith(b"data: {"), body[:80]
+assert body.endswith(b"data: [DONE]\n\n"), body[-80:]
+print("http/1.0 stream: ok, %d bytes, not chunked" % len(body))
+PY
+
+# ---- 1c. a stream's headers come when it is accepted, not with its first
+# token; comments keep it alive meanwhile ----
+python3 - 127.0.0.1 "$port" <<'PY'
+import json, socket, sys, time
+b = json.dumps({"prompt": "word " * 1500, "max_tokens": 2, "temperature": 0,
+                "stream": True}).encode()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
+t0 = time.time()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+got, head_at, data_at = b"", None, None
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+    if head_at is None and b"\r\n\r\n" in got:
+        head_at = time.time() - t0
+    if data_at is None and b"data: {" in got:
+        data_at = time.time() - t0
+head, _, body = got.partition(b"\r\n\r\n")
+assert b" 200 " in head.split(b"\r\n")[0], head
+assert head_at is not None and data_at is not None, got[:200]
+assert head_at < 2.0, (head_at, data_at)
+if data_at - head_at > 2.5:
+    assert b": keep-alive" in body, body[:300]
+assert body.rstrip().endswith(b"[DONE]") or b"data: [DONE]" in body, body[-200:]
+print("stream: headers after %.2f s, first token after %.2f s, %d keep-alive comments"
+      % (head_at, data_at, body.count(b": keep-alive")))
+PY
 
 # ---- 3. hostile clients ----
 python3 "$top/tests/ref/http_hostile.py" 127.0.0.1 "$port"

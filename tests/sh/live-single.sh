@@ -61,8 +61,9 @@ cat >"$tmp/bad.jsonl" <<'EOF'
 {"id": "toolong", "arrival": 0, "prompt_tokens": 9000, "max_tokens": 4}
 {"id": "badid", "arrival": 0, "prompt_ids": [1, 99999999], "max_tokens": 4}
 {"id": "stop", "arrival": 0, "prompt": "Count: 1, 2, 3,", "max_tokens": 30, "stop": [" 7"]}
+{"id": "zero", "arrival": 0, "prompt": "Hello", "max_tokens": 0}
 EOF
-"$bin/medha-trace" replay -a "$addr" --text "$tmp/bad.jsonl" >"$tmp/bad.out"
+"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/bad.jsonl" >"$tmp/bad.out"
 python3 - "$tmp/bad.out" <<'PY'
 import json, sys
 out = {}
@@ -70,13 +71,22 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     assert r["id"] not in out
     out[r["id"]] = r
-assert set(out) == {"empty", "toolong", "badid", "stop"}, out
+assert set(out) == {"empty", "toolong", "badid", "stop", "zero"}, out
+# every record has token_ids under --token-ids, [] when there are none
+for r in out.values():
+    assert "token_ids" in r and "text" in r, r
+# max_tokens 0: a prefill alone, whose token is no output
+z = out["zero"]
+assert z["status"] == "ok" and z["output_tokens"] == 0, z
+assert z["token_ids"] == [] and z["text"] == "", z
 for k in ("empty", "toolong", "badid"):
     assert out[k]["status"] == "rejected" and out[k]["reason"], out[k]
 assert "context" in out["toolong"]["reason"], out["toolong"]
 assert "vocabulary" in out["badid"]["reason"], out["badid"]
 s = out["stop"]
 assert s["status"] == "ok" and s["finish_reason"] == "stop", s
+# the time from arrival to its first batch (medha-trace(5) queue_time)
+assert 0 < s["queue_time"] <= s["ttft"], s
 assert " 7" not in s["text"] and "6" in s["text"], s
 PY
 

@@ -132,4 +132,14 @@ grep -Eq '^ +256 \| +[0-9.]+ +\+0\.0%' "$tmp/out" || {
 	cat "$tmp/out"
 	exit 1
 }
+# -q keeps to --max-tokens; a --chunks study beyond the profile's grid
+# (a prompt of 512 from chunks of 64 after 256) says it extrapolates
+want 0 -m "$model" -q -t 2 --max-tokens 32 --max-context 256 --reps 1 \
+    -o "$tmp/small.csv"
+awk -F, '$1 == "linear" && $2 > 32 { bad = 1 } END { exit bad }' \
+    "$tmp/small.csv" || { echo "-q measured past --max-tokens 32"; exit 1; }
+want 0 -m "$model" -t 2 --chunks --prompt 512 --reps 1 \
+    --predictor "$tmp/small.csv"
+grep -q "small.csv measured chunks of up to 64 tokens (linear 32) after up to 256 cached; this study predicts chunks of up to 512 after up to 480, extrapolated" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
 echo "chunks: ok"

@@ -84,13 +84,27 @@ check "$tmp/out2"
 "$bin/medha-trace" report --json "$tmp/part1" "$tmp/part2.zst" >"$tmp/out3"
 check "$tmp/out3"
 
-# the table: one row per class; TBT (ms) and TTFT / prefill after tok/s
+# the table: one row per class, within 100 columns: TTFT, TPOT, SLO,
+# throughput
 "$bin/medha-trace" report "$tmp/rec" >"$tmp/table"
+grep -q '^short *5 *4 *2\.500 *3\.700 *3\.970 *200\.00 *360\.00 *396\.00 *40\.0% *0\.364 *3\.1$' "$tmp/table" ||
+    { echo "table: short"; cat "$tmp/table"; exit 1; }
+awk 'length > 100 { print "over 100 columns: " $0; bad = 1 } END { exit bad }' \
+    "$tmp/table"
+# --wide: every column; TBT (ms) and TTFT / prefill after tok/s
+"$bin/medha-trace" report --wide "$tmp/rec" >"$tmp/table"
 grep -q '^short *5 *4 *2\.500 *3\.700 *3\.970 *200\.00' "$tmp/table"
 grep -q 'tok/s   tbt_p50   tbt_p90   tbt_p99   tbt_max ttftn_p50 ttftn_p90 ttftn_p99$' \
     "$tmp/table" || { echo "table: no TBT columns"; cat "$tmp/table"; exit 1; }
 grep -q '^short .* 97\.74  *97\.74  *1120\.84  *1100\.00  *4\.00  *5\.60  *5\.96$' \
     "$tmp/table" || { echo "table: TBT of short"; cat "$tmp/table"; exit 1; }
+# a class without requests has no row (it had one of zeros)
+for w in "" --wide; do
+	# shellcheck disable=SC2086
+	"$bin/medha-trace" report $w "$tmp/part1" >"$tmp/table"
+	grep -q '^short ' "$tmp/table" && ! grep -q '^long ' "$tmp/table" ||
+	    { echo "table $w: an empty class"; cat "$tmp/table"; exit 1; }
+done
 
 # records without gaps or prefill_alone (older ones): null and '-', not 0
 grep -v -e tbt -e prefill_alone "$tmp/rec" >"$tmp/old"
@@ -105,7 +119,7 @@ for c in ("all", "short", "long"):
                                    "p99": None}, (c, doc[c]["ttft_norm"])
 assert doc["all"]["ttft"]["p50"] == 4, doc["all"]["ttft"]
 PY
-"$bin/medha-trace" report "$tmp/old" >"$tmp/oldt"
+"$bin/medha-trace" report --wide "$tmp/old" >"$tmp/oldt"
 grep -q '^all .*  -  *-  *-  *-  *-  *-  *-$' "$tmp/oldt" ||
     { echo "old records: not '-'"; cat "$tmp/oldt"; exit 1; }
 
@@ -152,6 +166,30 @@ if command -v gnuplot >/dev/null 2>&1; then
 	"$bin/medha-trace" report --plot "$tmp/none.png" </dev/null \
 	    >/dev/null 2>&1 && { echo "no records: exit 0"; exit 1; }
 	[ ! -e "$tmp/none.png" ] || { echo "no records: a plot"; exit 1; }
+	# the SLOs drawn (dashed, each curve's colour; the median where
+	# requests differ), the key below the curves: gnuplot's script,
+	# as a gnuplot first on the PATH keeps it
+	mkdir "$tmp/gp"
+	printf '#!/bin/sh\ntee "%s" | PATH="%s" gnuplot\n' "$tmp/gp/script" \
+	    "$PATH" >"$tmp/gp/gnuplot"
+	chmod +x "$tmp/gp/gnuplot"
+	PATH="$tmp/gp:$PATH" "$bin/medha-trace" report --plot "$tmp/slo.png" \
+	    "$tmp/rec" >/dev/null
+	[ -s "$tmp/slo.png" ]
+	grep -q "set arrow from 2.5, graph 0 to 2.5, graph 1 nohead dt 2 lw 2 lc rgb '#1f77b4'" "$tmp/gp/script" &&
+	    grep -q "set arrow from 20, graph 0 to 20, graph 1 .*'#d62728'" "$tmp/gp/script" &&
+	    grep -q "set arrow from 300, graph 0 .*'#1f77b4'" "$tmp/gp/script" &&
+	    grep -q "title 'short (n=4), SLO 2.5, dashed'" "$tmp/gp/script" &&
+	    grep -q "set key below" "$tmp/gp/script" ||
+	    { echo "plot: no SLO lines"; cat "$tmp/gp/script"; exit 1; }
+	# a full disk: gnuplot says nothing, the copy fails: exit 1
+	st=0
+	"$bin/medha-trace" report --plot /dev/full "$tmp/rec" >/dev/null \
+	    2>"$tmp/err" || st=$?
+	[ "$st" -eq 1 ] &&
+	    grep -q '/dev/full: write error: No space left on device' "$tmp/err" &&
+	    [ -c /dev/full ] ||
+	    { echo "plot on a full disk: status $st"; cat "$tmp/err"; exit 1; }
 else
 	echo "skip: no gnuplot"
 fi

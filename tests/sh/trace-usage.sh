@@ -46,6 +46,13 @@ want 2 report --plot
 want 1 report "$tmp/does-not-exist"
 want 1 convert "$tmp/does-not-exist"
 want 0 gen -n 3 -l 0 --long-min 5 --long-max 5
+# an address without its scheme says what form an address takes; one
+# where nobody answers is named when replay gives up
+want 2 replay -a "$tmp/x.sock"
+grep -q "x.sock: not an address (ipc://PATH or tcp://HOST:PORT)" "$tmp/err"
+want 1 replay --wait 1 -a "ipc://$tmp/nope.sock"
+grep -q "ipc://$tmp/nope.sock: no answer after 1 s" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
 if [ -w /dev/full ]; then
 	want 1 gen -n 10 -o /dev/full
 fi

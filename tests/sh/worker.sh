@@ -40,6 +40,10 @@ want 2 -m x.gguf
 grep -q 'give the prompt' "$tmp/err"
 want 2 -m x.gguf -p hi -f y
 want 2 -m x.gguf -p hi --bogus
+# getopt's message names the program, not the path it was run by
+grep -q "^medha-worker: unrecognized option '--bogus'" "$tmp/err"
+want 2 -m x.gguf -p hi --system "Be brief."
+grep -q -- '--system needs --chat' "$tmp/err"
 want 2 -m x.gguf -p hi -n -1
 want 2 -m x.gguf -p hi --temp nan
 want 2 -m x.gguf -p hi --kv f8
@@ -94,6 +98,39 @@ want 1 -m "$tmp/junk.gguf" -p hi
 
 [ -s "$model" ] ||
     skip "$model missing (run contrib/fetch-refs.sh); the usage checks passed"
+
+# a worker aimed at no scheduler says so, with the address, without -v
+st=0
+timeout 8 "$mw" -s "ipc://$tmp/none.sock" -m "$model" -t 1 \
+    2>"$tmp/err" || st=$?
+[ "$st" = 124 ] || { echo "worker -s with no scheduler: status $st"; exit 1; }
+grep -q "no scheduler at ipc://$tmp/none.sock yet" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+
+# -p with a temperature and no --seed draws a seed each run, as HTTP does
+# for a request without one; --seed repeats a run
+run() { "$mw" -m "$model" -p "Once upon a time" -n 24 -t 2 --temp 1.5 "$@"; }
+[ "$(run --seed 7)" = "$(run --seed 7)" ]
+a=$(run) b=$(run) c=$(run)
+if [ "$a" = "$b" ] && [ "$b" = "$c" ]; then
+	echo "three runs without --seed gave the same text: $a"
+	exit 1
+fi
+# a long prompt on a terminal shows the prefill's progress; with -v and
+# both streams on one pipe, the stats line is a line of its own
+python3 -c 'print("word " * 1500)' >"$tmp/long.txt"
+if command -v script >/dev/null; then
+	script -qc "'$mw' -m '$model' -f '$tmp/long.txt' -n 1 -t 2 -c 256" \
+	    /dev/null >"$tmp/tty" </dev/null
+	grep -q "prefill: 1501 of 1501 prompt tokens" "$tmp/tty" ||
+	    { cat "$tmp/tty"; exit 1; }
+else
+	echo "skip: no script(1) for a terminal"
+fi
+"$mw" -m "$model" -p "The capital of France is" -n 8 -t 2 -v 2>&1 |
+    tail -n 1 >"$tmp/last"
+grep -q '^medha-worker: info: prompt 5 tokens in' "$tmp/last" ||
+    { cat "$tmp/last"; exit 1; }
 
 # a write error on stdout is an error (exit 1, with the reason), not
 # output silently lost
