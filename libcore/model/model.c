@@ -340,6 +340,7 @@ medha_model_load(struct medha_model **m, const struct medha_gguf *g, char *why,
     size_t whylen)
 {
 	struct medha_model_config c;
+	uint64_t ntok;
 	int rc;
 
 	*m = NULL;
@@ -363,7 +364,21 @@ medha_model_load(struct medha_model **m, const struct medha_gguf *g, char *why,
 			    "%s: layer %ld, but block_count is %d", t->name,
 			    l, c.n_layers);
 	}
-	return medha_model_build(m, &c, gguf_find, (void *)g, why, whylen);
+	if ((rc = medha_model_build(m, &c, gguf_find, (void *)g, why,
+	         whylen)) != 0)
+		return rc;
+	/* a tokenizer of another size than the embedding: ids past the
+	   shorter have no text, or no row; llama.cpp refuses it too */
+	if (medha_gguf_arr_len(g, "tokenizer.ggml.tokens", &ntok, NULL) == 0 &&
+	    ntok != (uint64_t)(*m)->c.vocab) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tokenizer.ggml.tokens has %llu tokens, but "
+		    "token_embd.weight has %d rows",
+		    (unsigned long long)ntok, (*m)->c.vocab);
+		medha_model_free(*m);
+		*m = NULL;
+	}
+	return rc;
 }
 
 void
