@@ -111,6 +111,12 @@ static const struct {
     {"", 0, 400, "", NULL},
     {"{\"prompt\": \"x\",", 0, 400, "", NULL},
     {"[1, 2]", 0, 400, "", NULL},
+    /* a key twice, at the top and inside a message: refused */
+    {"{\"prompt\": \"x\", \"max_tokens\": 2, \"max_tokens\": 1000000}", 0,
+        400, "", NULL},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\", "
+     "\"content\": \"b\"}]}",
+        1, 400, "", NULL},
     {"\"prompt\"", 0, 400, "", NULL},
     {"{\"prompt\": \"\xff\"}", 0, 400, "", NULL},
     {"{\"prompt\": \"a\\u0000b\"}", 0, 400, "", NULL},

@@ -437,7 +437,10 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 
 	memset(q, 0, sizeof(*q));
 	q->chat = chat;
-	o = json_loadb(body, len, 0, &jerr);
+	/* a key given twice is refused, as the wire protocol and traces
+	   do: with the last taken, "max_tokens": 2, "max_tokens": 1000000
+	   ran as a million where a proxy checked the first */
+	o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (o == NULL)
 		return BAD(e, NULL,
 		    "We could not parse the JSON body of your request: %s "
