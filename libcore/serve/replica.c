@@ -198,7 +198,7 @@ append_text(struct lreq *q, const char *s, size_t n)
 /*
  * A token came out for q: returns MEDHA_FINISH_STOP if the request ends
  * here (end of generation, or its text now holds a stop string, where
- * the text is cut), else 0.
+ * the text is cut and the token left out of the ids), else 0.
  */
 int
 rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
@@ -233,6 +233,11 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
 		char *hit = memmem(q->text + from, q->text_len - from,
 		    q->stop[i], strlen(q->stop[i]));
 		if (hit != NULL) {
+			/* the token that completes the stop string is not
+			   output, as the end-of-generation token is not:
+			   token_ids, output_tokens (sched_batch.c) and the
+			   text all leave it out */
+			q->n_out--;
 			q->text_len = (size_t)(hit - q->text);
 			q->text[q->text_len] = '\0';
 			return MEDHA_FINISH_STOP;
