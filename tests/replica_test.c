@@ -25,7 +25,9 @@
  *    in pieces; a request that asks for no stream gets its record
  *    alone; every request that ran is freed on the worker;
  *  - refusals: a text prompt without a tokenizer, ids outside the
- *    vocabulary, a made-up prompt larger than the KV cache;
+ *    vocabulary, a made-up prompt larger than the KV cache, ids past
+ *    the bytes the replica holds for prompts (a made-up prompt as
+ *    long holds none: taken);
  *  - CANCEL of an unknown handle, of another client's request and of
  *    an ended one is an ERROR; of a running request it is OK, and its
  *    record says "cancelled";
@@ -100,6 +102,7 @@ setup(void **state)
 	c.workers = 1;
 	c.drain_timeout = 10;
 	c.sched.chunk = 64; /* fixed chunks: long prompts come in several */
+	c.max_queue_bytes = 64 << 10; /* 16384 ids (test_refused) */
 	if (medha_replica_open(&R.rep, &c, why, sizeof(why)) != 0) {
 		print_error("replica: %s\n", why);
 		return -1;
@@ -354,6 +357,21 @@ test_refused(void **state)
 	rs = cl_spec("huge", 10000 * 16 + 1, 2);
 	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ERROR);
 	assert_int_equal(code, MEDHA_ERANGE);
+
+	/* the bytes of ids held are bounded (64 KiB here): 20000 ids
+	 * given are refused; a made-up prompt of as many holds none (its
+	 * ids were invented and kept: 20,000 SUBMITs of 60 bytes took
+	 * 670 MiB), is taken and runs */
+	int32_t *many = calloc(20000, sizeof(*many));
+	assert_non_null(many);
+	rs = cl_spec("many", 20000, 2);
+	rs.prompt_ids = many;
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOSPACE);
+	free(many);
+	rs = cl_spec("madeup", 20000, 2);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	check_done(&R.c, h, "madeup", 20000, 2, 0);
 }
 
 static void

@@ -30,6 +30,7 @@ medha_replica_config_default(struct medha_replica_config *c)
 	c->target_auto = 1;
 	c->drain_timeout = 30;
 	c->max_queue = 100000;
+	c->max_queue_bytes = (int64_t)1 << 30;
 }
 
 /* ---- requests ---- */
@@ -43,6 +44,31 @@ rep_lreq_get(const struct medha_replica *r, uint64_t h)
 	    r->by_slot[slot]->handle != h)
 		return NULL;
 	return r->by_slot[slot];
+}
+
+/*
+ * A made-up prompt's ids are computed where they are sent, from its
+ * seed (made of the request id: the same ids for the same id), so that
+ * a SUBMIT of 60 bytes that asks for a long prompt costs no memory
+ * while it waits; a mix of seed and position, so that any piece comes
+ * without the ones before it.
+ */
+void
+rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
+    int64_t at, int64_t n, int32_t *out)
+{
+	if (q->ids != NULL) {
+		memcpy(out, q->ids + at, (size_t)n * sizeof(*out));
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		uint64_t z = q->made_up + (uint64_t)(at + i) *
+		    0x9e3779b97f4a7c15ULL;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+		z ^= z >> 31;
+		out[i] = (int32_t)(z % (uint64_t)r->vocab);
+	}
 }
 
 void
@@ -166,6 +192,7 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 		worker_free_later(r, q->handle);
 	r->by_slot[q->handle & 0xffffffffu] = NULL;
 	r->f.live--;
+	r->held -= q->held;
 	rep_lreq_free(q);
 }
 
@@ -312,27 +339,29 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 			    (long long)q->n_prompt, (long long)kv);
 			goto fail;
 		}
-		if ((q->ids = medha_reallocarray(NULL, (size_t)q->n_prompt,
-		         sizeof(*q->ids))) == NULL) {
-			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
-			    "no memory for a prompt of %lld tokens",
-			    (long long)q->n_prompt);
-			goto fail;
-		}
-		/* a made-up prompt: the same ids for the same request id */
+		/* a made-up prompt keeps no ids (rep_prompt_ids): the
+		   same ids for the same request id */
 		uint64_t z = 1469598103934665603ULL;
 		for (const char *s = rs->id; *s != '\0'; s++)
 			z = (z ^ (unsigned char)*s) * 1099511628211ULL;
-		for (int64_t i = 0; i < q->n_prompt; i++) {
-			z = z * 6364136223846793005ULL + 1442695040888963407ULL;
-			q->ids[i] = (int32_t)((z >> 33) % (uint64_t)r->vocab);
-		}
+		q->made_up = z;
 	}
 	if (q->n_prompt < 1) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "the prompt is empty");
 		goto fail;
 	}
-	for (int64_t i = 0; i < q->n_prompt; i++)
+	/* the ids a client gave (or a text made) are held while the
+	   request lives: bounded in bytes as well as in count */
+	q->held = q->ids != NULL ? q->n_prompt * (int64_t)sizeof(*q->ids) : 0;
+	if (q->held > r->cfg.max_queue_bytes - r->held) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "overloaded: a prompt of %lld bytes of ids, %lld held "
+		    "for requests in flight (at most %lld)",
+		    (long long)q->held, (long long)r->held,
+		    (long long)r->cfg.max_queue_bytes);
+		goto fail;
+	}
+	for (int64_t i = 0; q->ids != NULL && i < q->n_prompt; i++)
 		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
 			medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
 			    "prompt_ids[%lld] = %d: outside the vocabulary "
@@ -392,6 +421,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		r->by_slot[slot] = q;
 	}
 	r->f.live++;
+	r->held += q->held;
 	c->live++;
 	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
 	m.accepted.handle = q->handle;
@@ -504,7 +534,8 @@ medha_replica_open(struct medha_replica **rp,
 
 	*rp = NULL;
 	if (c->listen == NULL || c->workers < 1 || c->workers > 4096 ||
-	    c->cpu_threads < 1 || c->drain_timeout < 0 || c->max_queue < 1)
+	    c->cpu_threads < 1 || c->drain_timeout < 0 || c->max_queue < 1 ||
+	    c->max_queue_bytes < 1)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "bad replica configuration");
 	if ((r = calloc(1, sizeof(*r))) == NULL ||

@@ -26,8 +26,10 @@ struct lreq {
 	uint64_t handle;
 	uint32_t peer; /* the client's connection */
 	char id[MEDHA_ID_MAX];
-	int32_t *ids; /* (n_prompt) the prompt */
+	int32_t *ids; /* (n_prompt) the prompt; NULL: made up (rep_made_up) */
+	uint64_t made_up; /* the made-up prompt's seed */
 	int64_t n_prompt;
+	int64_t held; /* bytes of ids counted in r->held */
 	struct medha_sampler_params sp;
 	int ignore_eos;
 	int no_stream; /* no token events: the record carries the output */
@@ -101,6 +103,7 @@ struct medha_replica {
 	int fl_head, nfl;
 	struct medha_msg_peers peers; /* urls: (cfg.workers) */
 	int ready;
+	int64_t held; /* bytes of prompt ids held by live requests */
 	uint64_t bseq;
 	int64_t served, batches;
 };
@@ -125,6 +128,9 @@ answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
 /* The request of handle h, or NULL. */
 struct lreq *rep_lreq_get(const struct medha_replica *r, uint64_t h);
 void rep_lreq_free(struct lreq *q);
+/* n ids of q's prompt from position at into out, made up or given. */
+void rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
+    int64_t at, int64_t n, int32_t *out);
 /* Its new tokens (and, final, what is held back) to its client. */
 void rep_send_tokens(struct medha_replica *r, struct lreq *q, int final);
 /* The records the core has ready, sent to their clients. */

@@ -277,8 +277,10 @@ flight_form(struct medha_replica *r)
 		mi->pos = it->kv;
 		mi->ids = f->ids + nids;
 		mi->n_ids = it->decode ? 1 : it->tokens;
-		memcpy(mi->ids, it->decode ? &q->last : q->ids + it->kv,
-		    (size_t)mi->n_ids * sizeof(int32_t));
+		if (it->decode)
+			mi->ids[0] = q->last;
+		else
+			rep_prompt_ids(r, q, it->kv, mi->n_ids, mi->ids);
 		nids += mi->n_ids;
 		mi->sample = it->decode || it->last;
 		if (r->kvp > 1) {
