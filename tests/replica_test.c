@@ -406,6 +406,33 @@ test_cancel(void **state)
 		fail_msg("cancelled request never freed on the worker");
 }
 
+/*
+ * A worker's token outside the vocabulary (2147483647 reached a client
+ * with status ok): the request fails with a reason, and the replica
+ * goes on serving.
+ */
+static void
+test_bad_token(void **state)
+{
+	struct medha_reqspec rs = cl_spec("bad", 8, 4);
+	struct cl_req *q;
+	uint64_t h;
+	int code;
+
+	(void)state;
+	atomic_store(&R.w.bad_token, 2147483647);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(&R.c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_FAILED);
+	assert_non_null(strstr(q->rec.reason, "vocabulary"));
+	for (int64_t i = 0; i < q->n_ids; i++)
+		assert_true(q->ids[i] >= 0 && q->ids[i] < VOCAB);
+	rs = cl_spec("after", 8, 4);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	check_done(&R.c, h, "after", 8, 4, 0);
+}
+
 /* ---- stopping ---- */
 
 static void
@@ -532,6 +559,7 @@ main(void)
 	    cmocka_unit_test(test_submit),
 	    cmocka_unit_test(test_refused),
 	    cmocka_unit_test(test_cancel),
+	    cmocka_unit_test(test_bad_token),
 	    cmocka_unit_test(test_stop_drains),
 #ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_refused_hello_keeps_core),

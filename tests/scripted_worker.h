@@ -91,6 +91,8 @@ struct sw {
 	atomic_int quit;
 	atomic_int hold;    /* while set, a BATCH waits for its answer (keep
 	                       it under MEDHA_PROTO_DEAD_MS: no heartbeats) */
+	atomic_int bad_token; /* non-zero: the next sampled token is this
+	                         one instead (a worker gone wrong) */
 	pthread_mutex_t mu; /* guards what follows */
 	struct sw_req req[SW_REQS];
 	int nreq;
@@ -240,6 +242,9 @@ sw_run(struct sw *w, const struct medha_msg_batch *b,
 			tok[n].handle = it->handle;
 			tok[n].token =
 			    medha_backend_sim_token(q->next, w->vocab);
+			int bad = atomic_exchange(&w->bad_token, 0);
+			if (bad != 0)
+				tok[n].token = bad;
 			q->last = tok[n].token;
 			n++;
 		}

@@ -438,6 +438,20 @@ on_result(struct medha_replica *r, struct wslot *w,
 		replica_fault(r, reason);
 		return;
 	}
+	/* a token outside the vocabulary is a worker gone wrong (or one
+	   that is not ours): its batch fails, no client gets the id */
+	for (int64_t j = 0; j < res->n_tokens; j++)
+		if (res->tokens[j].token < 0 ||
+		    res->tokens[j].token >= r->vocab) {
+			char reason[200];
+			snprintf(reason, sizeof(reason),
+			    "worker %d sent token %d, outside the vocabulary "
+			    "(%d)",
+			    (int)(w - r->w), res->tokens[j].token, r->vocab);
+			medha_log(MEDHA_LOG_ERROR, "%s", reason);
+			replica_fault(r, reason);
+			return;
+		}
 	/* tokens come in item order; each item's from one worker */
 	for (int i = 0; i < f->b.n_items && k < res->n_tokens; i++)
 		if (f->mi[i].handle == res->tokens[k].handle)
