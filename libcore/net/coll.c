@@ -37,6 +37,7 @@ struct medha_coll {
 	struct lost *lost; /* this generation's, and older ones */
 	struct waiting *w;
 	int nw, wcap;
+	size_t wbytes; /* the waiting messages' bytes */
 	volatile sig_atomic_t *stop;
 };
 
@@ -219,9 +220,10 @@ forget_before(struct medha_coll *c, uint64_t gen)
 	int j = 0;
 
 	for (int i = 0; i < c->nw; i++)
-		if (c->w[i].gen < gen)
+		if (c->w[i].gen < gen) {
+			c->wbytes -= nng_msg_len(c->w[i].m);
 			nng_msg_free(c->w[i].m);
-		else
+		} else
 			c->w[j++] = c->w[i];
 	c->nw = j;
 }
@@ -345,23 +347,38 @@ find_waiting(const struct medha_coll *c, int src, uint64_t tag)
 	return -1;
 }
 
-/* Take message m: keep it waiting, or drop it. 0 or MEDHA_ENOSPACE. */
+/*
+ * Take message m: keep it waiting, or, past the limits (coll.h), drop
+ * it and every waiting one (their memory goes back) and return
+ * MEDHA_ENOSPACE; 0 when kept.
+ */
 static int
 keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
 {
+	size_t len = nng_msg_len(m);
+
+	if (c->nw > 0 && (c->nw >= MEDHA_COLL_MAX_WAITING ||
+	                     len > MEDHA_COLL_MAX_WAITING_BYTES - c->wbytes ||
+	                     c->wbytes > MEDHA_COLL_MAX_WAITING_BYTES))
+		goto full;
 	if (c->nw == c->wcap) {
 		int cap = c->wcap ? 2 * c->wcap : 16;
 		void *n;
-		if (cap > MEDHA_COLL_MAX_WAITING ||
-		    (n = medha_reallocarray(c->w, cap, sizeof(*c->w))) == NULL) {
-			nng_msg_free(m);
-			return MEDHA_ENOSPACE;
-		}
+		if ((n = medha_reallocarray(c->w, cap, sizeof(*c->w))) == NULL)
+			goto full;
 		c->w = n;
 		c->wcap = cap;
 	}
 	c->w[c->nw++] = (struct waiting){src, gen, tag, m};
+	c->wbytes += len;
 	return 0;
+full:
+	nng_msg_free(m);
+	forget_before(c, UINT64_MAX);
+	free(c->w);
+	c->w = NULL;
+	c->wcap = 0;
+	return MEDHA_ENOSPACE;
 }
 
 int
@@ -378,6 +395,7 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 		    c->n, c->rank);
 	if ((i = find_waiting(c, src, tag)) >= 0) {
 		m = c->w[i].m;
+		c->wbytes -= nng_msg_len(m);
 		c->w[i] = c->w[--c->nw];
 	}
 	while (m == NULL) {
@@ -417,16 +435,24 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 		msrc = (int)get(p + 4, 4);
 		mgen = get(p + 8, 8);
 		mtag = get(p + 16, 8);
-		if (mgen < c->gen) {
-			nng_msg_free(m); /* from before a restart */
+		if (mgen < c->gen || msrc < 0 || msrc >= c->n ||
+		    msrc == c->rank) {
+			/* from before a restart, or from no peer of this
+			   table: nobody will ask for it */
+			nng_msg_free(m);
 			m = NULL;
 			continue;
 		}
 		if (msrc == src && mgen == c->gen && mtag == tag)
 			break;
+		int was = c->nw;
+		size_t bytes = c->wbytes;
 		if (keep(c, m, msrc, mgen, mtag) != 0)
 			return medha_why(why, whylen, MEDHA_ENOSPACE,
-			    "collectives: %d messages waiting", c->nw);
+			    "collectives: %d messages of %zu bytes were "
+			    "waiting (at most %d, %zu bytes): all dropped",
+			    was, bytes, MEDHA_COLL_MAX_WAITING,
+			    MEDHA_COLL_MAX_WAITING_BYTES);
 		m = NULL;
 	}
 	if (nng_msg_len(m) - HDR != len) {
