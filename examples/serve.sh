@@ -35,10 +35,10 @@
 #
 # Environment:
 #   MEDHA_ADDR    where single's or sim's scheduler listens (default
-#                 ipc:///tmp/medha-UID/TOPOLOGY.sock, or
+#                 ipc://RUNDIR/TOPOLOGY.sock, or
 #                 tcp://127.0.0.1:$MEDHA_PORT with --tcp)
 #   MEDHA_ROUTER  where the router listens (two-replicas: default
-#                 ipc:///tmp/medha-UID/TOPOLOGY.sock, or
+#                 ipc://RUNDIR/TOPOLOGY.sock, or
 #                 tcp://127.0.0.1:$MEDHA_PORT with --tcp); its replicas
 #                 listen at TOPOLOGY-rN.sock beside it (ports
 #                 MEDHA_PORT+1+N)
@@ -60,6 +60,12 @@
 #                 two-replicas), sched-workerR (rank R) or router
 #   MEDHA_RESTART 0: stop the whole topology when any process ends,
 #                 instead of restarting it (default 1)
+#
+# RUNDIR, where the ipc sockets are, is ${TMPDIR:-/tmp}/medha-UID: made
+# with mode 0700, and refused
+# (exit 1) when it is there already but is not a directory of this
+# user's that no one else may enter (another local user who made it
+# first could replace the sockets and read the requests).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -73,8 +79,28 @@ if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# = 2 ] && [ $tcp = 0 ]; }; then
 fi
 model=${MEDHA_MODEL:-$top/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 port=${MEDHA_PORT:-5555}
-dir=/tmp/medha-$(id -u)
-[ $tcp = 1 ] || mkdir -p "$dir"
+dir=${TMPDIR:-/tmp}/medha-$(id -u)
+# private_dir DIR: DIR made 0700, or refused unless it is a directory
+# (not a link) of this user's that only this user may enter
+private_dir() {
+	local d=$1 owner mode
+	mkdir -m 0700 "$d" 2>/dev/null
+	if [ -L "$d" ] || [ ! -d "$d" ]; then
+		echo "serve.sh: $d: not a directory (a link, or a file): refused" >&2
+		exit 1
+	fi
+	owner=$(stat -c %u "$d")
+	mode=$(stat -c %a "$d")
+	if [ "$owner" != "$(id -u)" ]; then
+		echo "serve.sh: $d: owned by uid $owner, not $(id -u): refused (another user may have made it)" >&2
+		exit 1
+	fi
+	if [ $((8#$mode & 8#077)) != 0 ]; then
+		echo "serve.sh: $d: mode $mode: others may enter it: refused (chmod 700 it)" >&2
+		exit 1
+	fi
+}
+[ $tcp = 1 ] || private_dir "$dir"
 logs=${MEDHA_LOG:-$(mktemp -d)}
 mkdir -p "$logs"
 
