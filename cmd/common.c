@@ -8,6 +8,7 @@
 #include "common.h"
 
 #include "io/trace.h"
+#include "net/auth.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -205,4 +206,26 @@ splitmix64(uint64_t *x)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
 	return z ^ (z >> 31);
+}
+
+static const char *secret_file;
+
+void
+link_flag(int opt, const char *arg)
+{
+	if (opt == OPT_SECRET)
+		secret_file = arg;
+	else
+		medha_auth_insecure(1);
+}
+
+void
+link_auth(void)
+{
+	const char *f = secret_file != NULL ? secret_file
+	                                    : getenv("MEDHA_SECRET_FILE");
+	char why[512];
+
+	if (f != NULL && *f != '\0' && medha_auth_load(f, why, sizeof(why)) != 0)
+		die(1, "%s", why);
 }

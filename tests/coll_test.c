@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net/auth.h"
 #include "net/coll.h"
 
 #include <nng/nng.h>
@@ -414,6 +415,50 @@ test_stranger(void **st)
 	alarm(0);
 }
 
+/*
+ * With a secret every message carries a MAC: a stranger's message of
+ * the right rank, generation and tag, without it, is dropped, and the
+ * peer's own is taken (issue 28 D).
+ */
+static void
+test_stranger_mac(void **st)
+{
+	static const char k[] = "the replica's shared secret";
+	char why[256], u0[128], u1[128];
+	const char *u[2] = {u0, u1};
+	struct medha_coll *a, *b;
+	nng_socket s;
+	int x = 7, y = 0;
+
+	(void)st;
+	alarm(60);
+	medha_auth_set(k, sizeof(k) - 1);
+	snprintf(u0, sizeof(u0), "ipc:///tmp/medha-coll-test-%d-g.sock",
+	    (int)getpid());
+	snprintf(u1, sizeof(u1), "ipc:///tmp/medha-coll-test-%d-h.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, u0, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&b, u1, why, sizeof(why)), 0);
+	medha_auth_set(NULL, 0);
+	assert_int_equal(medha_coll_peers(a, 4, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(b, 4, 1, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(nng_push0_open(&s), 0);
+	assert_int_equal(nng_dial(s, u0, NULL, 0), 0);
+	push_raw(s, 1, 4, 9, sizeof(int)); /* rank 1, gen 4, tag 9: zeros */
+	push_raw(s, 1, 4, 9, sizeof(int) + 32);
+	usleep(100000);
+	assert_int_equal(medha_coll_send(b, 0, 9, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	if (medha_coll_recv(a, 1, 9, &y, sizeof(y), 5, why, sizeof(why)) != 0)
+		fail_msg("recv: %s", why);
+	assert_int_equal(y, 7);
+	nng_close(s);
+	medha_coll_close(a);
+	medha_coll_close(b);
+	alarm(0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -423,6 +468,7 @@ main(int argc, char **argv)
 	    cmocka_unit_test(test_order_and_errors),
 	    cmocka_unit_test(test_peer_dies),
 	    cmocka_unit_test(test_stranger),
+	    cmocka_unit_test(test_stranger_mac),
 	};
 
 	if (argc == 4 && strcmp(argv[1], "--peer") == 0)

@@ -40,7 +40,7 @@
  *	cc -O2 -std=c11 -D_GNU_SOURCE -iquote libcore -Itests \
  *	    -DMEDHA_TEST_KNOWN_BUGS -o /tmp/replica_bugs tests/replica_test.c \
  *	    build/libmedha.a -lcmocka -lnng -lmsgpackc -ljansson -lzstd \
- *	    -lpcre2-32 -lpthread -lm && /tmp/replica_bugs
+ *	    -lpcre2-32 -lcrypto -lpthread -lm && /tmp/replica_bugs
  */
 #include <stdarg.h>
 #include <stddef.h>

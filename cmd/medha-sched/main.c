@@ -46,6 +46,7 @@ static const struct medha_help help_lines[] = {
         "how long a stop waits for requests in flight (30 s)"},
     {"--max-queue N", "most requests in flight; more are refused (100000)"},
     {"--workers N", "workers to wait for, tp x spp x kvp (1, at most 4096)"},
+    LINK_HELP,
     {NULL, "Simulation (--sim GPU):"},
     {"--sim GPU", "simulate on a100 (80 GB SXM) or h100 (SXM 80 GB)"},
     {"-m, --model MODEL",
@@ -186,6 +187,7 @@ static const struct option longopts[] = {
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
     {"workers", required_argument, NULL, OPT_WORKERS},
+    LINK_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -385,6 +387,8 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_WORKERS:
 			a->workers = flag_i64("--workers", optarg, 1, 4096);
 			break;
+		case OPT_SECRET:
+		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
 		}
 	}
@@ -581,6 +585,7 @@ main(int argc, char *argv[])
 	argv += optind;
 	check_args(&a, argc);
 	medha_log_level = MEDHA_LOG_WARN + a.verbose;
+	link_auth();
 	if (a.listen != NULL)
 		return run_live(a.listen, &a.cfg, a.model_name, a.profile,
 		    (int)a.workers, a.drain, a.max_queue, !a.target_set);

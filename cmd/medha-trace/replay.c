@@ -320,6 +320,7 @@ static const struct medha_help replay_help[] = {
     {"--text", "records carry the generated text"},
     {"--token-ids", "records carry the generated token_ids and text"},
     {"--wait seconds", "wait for a ready replica (60 s); 0: till it answers"},
+    {"--secret-file FILE", "the replica's shared secret ($MEDHA_SECRET_FILE)"},
     {"file", "the trace to submit (default: stdin)"},
 };
 
@@ -336,6 +337,7 @@ trace_replay(int argc, char *argv[])
 	    {"token-ids", no_argument, NULL, OPT_IDS},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"wait", required_argument, NULL, OPT_WAIT},
+	    {"secret-file", required_argument, NULL, OPT_SECRET},
 	    {NULL, 0, NULL, 0},
 	};
 	struct rp p;
@@ -366,6 +368,7 @@ trace_replay(int argc, char *argv[])
 		case OPT_WAIT:
 			wait = flag_f64("--wait", optarg, 0, 1e6, 0);
 			break;
+		case OPT_SECRET: link_flag(ch, optarg); break;
 		default: usage();
 		}
 	}
@@ -390,6 +393,7 @@ trace_replay(int argc, char *argv[])
 	if ((of = out_open(out, &p.w)) == NULL)
 		return 1;
 	signal(SIGPIPE, SIG_IGN);
+	link_auth();
 	if (medha_cli_open(&p.cli, addr, SUBMITS + 1, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
 		return 2;

@@ -57,6 +57,7 @@ static const struct medha_help help_lines[] = {
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
     {"--lookahead", "run the next decode step during the round trip (on)"},
     {"--no-lookahead", "wait for each batch instead"},
+    LINK_HELP,
     {NULL, "One-shot mode (-p PROMPT or -f FILE):"},
     {"-m, --model MODEL", "the model, a GGUF file"},
     {"-p, --prompt PROMPT", "the prompt text"},
@@ -143,6 +144,7 @@ static const struct option longopts[] = {
     {"top-p", required_argument, NULL, OPT_TOPP},
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
+    LINK_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -357,6 +359,8 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_TOPP:
 			a->sp.top_p = flag_f64("--top-p", optarg, 0, 1, 0);
 			break;
+		case OPT_SECRET:
+		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
 		}
 	}
@@ -576,6 +580,7 @@ main(int argc, char *argv[])
 
 	medha_progname = "medha-worker";
 	parse_args(&a, argc, argv);
+	link_auth();
 	if (a.addr != NULL)
 		return daemon_mode(&a, argc);
 	check_oneshot(&a, argc);

@@ -4,8 +4,13 @@
  * payload. Messages that arrive before they are asked for wait in a
  * small list, searched newest last; it stays short because every
  * message is asked for within a batch or two of its arrival.
+ *
+ * With a secret (net/auth.h) every message ends with an HMAC-SHA256 of
+ * its header and payload under it; one whose MAC is wrong (a stranger
+ * that reached the port) is dropped before it is looked at.
  */
 #include "net/coll.h"
+#include "net/auth.h"
 #include "net/link.h"
 
 #include <nng/nng.h>
@@ -39,6 +44,10 @@ struct medha_coll {
 	int nw, wcap;
 	size_t wbytes; /* the waiting messages' bytes */
 	volatile sig_atomic_t *stop;
+	size_t mac;      /* MEDHA_SHA256_LEN with a secret, else 0 */
+	uint8_t *key;    /* (klen) the secret, as it was at open */
+	size_t klen;
+	int forged_seen; /* messages dropped for a wrong MAC */
 };
 
 #define SLICE 0.2 /* s between looks at the stop flag */
@@ -98,17 +107,24 @@ medha_coll_open(struct medha_coll **cp, const char *url, char *why,
 	if (url == NULL || strlen(url) >= sizeof(c->url) - 16)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "collectives: bad address");
+	if ((rv = medha_auth_listen_ok(url, why, whylen)) != 0)
+		return rv;
 	if ((c = medha_calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	c->rank = -1;
+	c->key = medha_auth_copy(&c->klen);
+	c->mac = c->key != NULL ? MEDHA_SHA256_LEN : 0;
 	if ((rv = nng_pull0_open(&c->pull)) != 0) {
+		free(c->key);
 		free(c);
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "collectives: %s", nng_strerror(rv));
 	}
-	nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ, MEDHA_COLL_MAX_MSG + HDR);
+	nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ,
+	    MEDHA_COLL_MAX_MSG + HDR + MEDHA_SHA256_LEN);
 	if ((rv = nng_listen(c->pull, url, &l, 0)) != 0) {
 		nng_close(c->pull);
+		free(c->key);
 		free(c);
 		return medha_why(why, whylen, medha_link_nng_err(rv),
 		    "collectives: cannot listen at %s: %s", url,
@@ -180,6 +196,7 @@ medha_coll_close(struct medha_coll *c)
 	for (int i = 0; i < c->nw; i++)
 		nng_msg_free(c->w[i].m);
 	free(c->w);
+	free(c->key);
 	free(c);
 }
 
@@ -300,7 +317,7 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	if (len > MEDHA_COLL_MAX_MSG)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "collectives: %zu bytes is too large a message", len);
-	if (nng_msg_alloc(&m, HDR + len) != 0)
+	if (nng_msg_alloc(&m, HDR + len + c->mac) != 0)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	p = nng_msg_body(m);
 	put32(p, MAGIC);
@@ -309,6 +326,15 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	put64(p + 16, tag);
 	if (len > 0)
 		memcpy(p + HDR, buf, len);
+	if (c->mac > 0) {
+		struct medha_buf part = {p, HDR + len};
+		if (medha_hmac_sha256(c->key, c->klen, &part, 1,
+		        p + HDR + len) != 0) {
+			nng_msg_free(m);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		}
+	}
 	for (double end = timeout < 0 ? -1 : medha_now() + timeout;;) {
 		double left = end < 0 ? SLICE : end - medha_now();
 		nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO,
@@ -334,6 +360,21 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 		    nng_strerror(rv));
 	}
 	return 0;
+}
+
+/* Whether m (with a secret) ends with the MAC of what comes before. */
+static int
+mac_ok(const struct medha_coll *c, nng_msg *m)
+{
+	uint8_t want[MEDHA_SHA256_LEN];
+	const uint8_t *p = nng_msg_body(m);
+	size_t n = nng_msg_len(m) - c->mac;
+	struct medha_buf part = {p, n};
+
+	if (c->mac == 0)
+		return 1;
+	return medha_hmac_sha256(c->key, c->klen, &part, 1, want) == 0 &&
+	    medha_equal_ct(want, p + n, sizeof(want));
 }
 
 /* The waiting message from src under tag (this generation), or -1. */
@@ -425,13 +466,24 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			    "collectives: %s", nng_strerror(rv));
 		}
 		p = nng_msg_body(m);
-		if (nng_msg_len(m) < HDR || get(p, 4) != MAGIC) {
+		if (nng_msg_len(m) < HDR + c->mac || get(p, 4) != MAGIC) {
 			medha_log(MEDHA_LOG_WARN,
 			    "collectives: a malformed message dropped");
 			nng_msg_free(m);
 			m = NULL;
 			continue;
 		}
+		if (!mac_ok(c, m)) {
+			if (c->forged_seen++ == 0)
+				medha_log(MEDHA_LOG_WARN,
+				    "collectives: a message without the "
+				    "secret's MAC dropped (more are not "
+				    "logged)");
+			nng_msg_free(m);
+			m = NULL;
+			continue;
+		}
+		nng_msg_chop(m, c->mac);
 		msrc = (int)get(p + 4, 4);
 		mgen = get(p + 8, 8);
 		mtag = get(p + 16, 8);

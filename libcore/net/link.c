@@ -6,8 +6,18 @@
  * threads run the aio callbacks, which only move contexts between those
  * states and queue what arrived under one mutex; everything else happens
  * on the caller's thread in medha_srv_next().
+ *
+ * With a secret (net/auth.h) the server keeps, for each connection that
+ * has sent something, where it is in the handshake: the handshake's
+ * frames are answered inside medha_srv_next(), and a message of a
+ * connection that has not finished it is answered NOAUTH and never
+ * handed out. A client authenticates its connection before its first
+ * call on it (one handshake at a time, on a context of its own), and
+ * sends a call again when the server answers NOAUTH (the connection
+ * changed under it: the server took nothing from it).
  */
 #include "net/link.h"
+#include "net/auth.h"
 #include "net/proto.h"
 
 #include <nng/nng.h>
@@ -36,8 +46,23 @@ struct medha_srv_call {
 	struct medha_srv_call *next; /* inbox link */
 };
 
+/* A connection's place in the handshake (auth.h). */
+enum { PA_NONE, PA_CHAL, PA_OK };
+struct pauth {
+	uint32_t pipe;
+	int state; /* PA_* */
+	int warned;
+	uint8_t nc[MEDHA_AUTH_NONCE], ns[MEDHA_AUTH_NONCE];
+};
+#define PA_MAX 65536 /* connections followed at most */
+
 struct medha_srv {
 	nng_socket sock;
+	int auth;         /* a secret is set: connections must prove it */
+	uint8_t *key;     /* (klen) the secret, as it was at open */
+	size_t klen;
+	struct pauth *pa; /* (npa) by pipe, ascending */
+	int npa, pacap;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct medha_srv_call **calls; /* (ncalls) every context */
@@ -182,8 +207,12 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 	int rv;
 
 	*sp = NULL;
+	if ((rv = medha_auth_listen_ok(url, why, whylen)) != 0)
+		return rv;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	s->key = medha_auth_copy(&s->klen);
+	s->auth = s->key != NULL;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -219,8 +248,11 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 int
 medha_srv_listen(struct medha_srv *s, const char *url, char *why, size_t whylen)
 {
-	int rv = nng_listen(s->sock, url, NULL, 0);
+	int rv = medha_auth_listen_ok(url, why, whylen);
 
+	if (rv != 0)
+		return rv;
+	rv = nng_listen(s->sock, url, NULL, 0);
 	if (rv == 0)
 		return 0;
 	return medha_why(why, whylen,
@@ -247,9 +279,118 @@ medha_srv_close(struct medha_srv *s)
 	}
 	free(s->calls);
 	free(s->gone);
+	free(s->pa);
+	free(s->key);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
+}
+
+/* The handshake state of pipe, made (PA_NONE) if make; NULL if none. */
+static struct pauth *
+pa_get(struct medha_srv *s, uint32_t pipe, int make)
+{
+	int lo = 0, hi = s->npa;
+
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (s->pa[mid].pipe < pipe)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < s->npa && s->pa[lo].pipe == pipe)
+		return &s->pa[lo];
+	if (!make || s->npa >= PA_MAX)
+		return NULL;
+	if (s->npa == s->pacap) {
+		int ncap = s->pacap ? 2 * s->pacap : 64;
+		void *n = medha_reallocarray(s->pa, ncap, sizeof(*s->pa));
+		if (n == NULL)
+			return NULL;
+		s->pa = n;
+		s->pacap = ncap;
+	}
+	memmove(s->pa + lo + 1, s->pa + lo, (s->npa - lo) * sizeof(*s->pa));
+	s->npa++;
+	memset(&s->pa[lo], 0, sizeof(s->pa[lo]));
+	s->pa[lo].pipe = pipe;
+	return &s->pa[lo];
+}
+
+static void
+pa_drop(struct medha_srv *s, uint32_t pipe)
+{
+	struct pauth *a = pa_get(s, pipe, 0);
+
+	if (a == NULL)
+		return;
+	memmove(a, a + 1, (size_t)(s->pa + s->npa - (a + 1)) * sizeof(*a));
+	s->npa--;
+}
+
+static void
+auth_reply(struct medha_srv *s, struct medha_srv_call *call, int kind,
+    const void *body, size_t n)
+{
+	uint8_t f[MEDHA_AUTH_FRAME_MAX];
+
+	medha_srv_reply(s, call, f, medha_auth_frame(f, kind, body, n));
+}
+
+/*
+ * A message of a connection that has not proved the secret: the
+ * handshake's next step, or NOAUTH for anything else (not taken).
+ */
+static void
+srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
+{
+	const uint8_t *p = (const uint8_t *)ev->data + MEDHA_AUTH_MAGIC_LEN + 1;
+	const size_t body = ev->len - (MEDHA_AUTH_MAGIC_LEN + 1);
+	struct pauth *a = pa_get(s, ev->peer, 1);
+	int kind = medha_auth_kind(ev->data, ev->len);
+	uint8_t out[MEDHA_AUTH_NONCE + MEDHA_SHA256_LEN], want[MEDHA_SHA256_LEN];
+
+	if (a == NULL) {
+		medha_srv_drop(s, ev->call);
+		return;
+	}
+	if (kind == MEDHA_AUTH_HELLO && body == MEDHA_AUTH_NONCE) {
+		memcpy(a->nc, p, MEDHA_AUTH_NONCE);
+		if (medha_random(a->ns, MEDHA_AUTH_NONCE) != 0 ||
+		    medha_auth_proof(s->key, s->klen, "server", a->nc, a->ns,
+		        out + MEDHA_AUTH_NONCE) != 0) {
+			medha_srv_drop(s, ev->call);
+			return;
+		}
+		memcpy(out, a->ns, MEDHA_AUTH_NONCE);
+		a->state = PA_CHAL;
+		auth_reply(s, ev->call, MEDHA_AUTH_CHAL, out, sizeof(out));
+		return;
+	}
+	if (kind == MEDHA_AUTH_PROOF && body == MEDHA_SHA256_LEN &&
+	    a->state == PA_CHAL &&
+	    medha_auth_proof(s->key, s->klen, "client", a->ns, a->nc,
+	        want) == 0) {
+		if (medha_equal_ct(want, p, sizeof(want))) {
+			a->state = PA_OK;
+			auth_reply(s, ev->call, MEDHA_AUTH_OK, NULL, 0);
+			return;
+		}
+		a->state = PA_NONE;
+		medha_log(MEDHA_LOG_WARN,
+		    "connection %u: a wrong proof (another secret): refused",
+		    ev->peer);
+		auth_reply(s, ev->call, MEDHA_AUTH_NOAUTH, NULL, 0);
+		return;
+	}
+	if (!a->warned)
+		medha_log(MEDHA_LOG_WARN,
+		    "connection %u: a message before it proved the secret: "
+		    "not taken",
+		    ev->peer);
+	a->warned = 1;
+	auth_reply(s, ev->call, MEDHA_AUTH_NOAUTH, NULL, 0);
 }
 
 int
@@ -291,6 +432,16 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 		ev->len = nng_msg_len(c->msg);
 	}
 	pthread_mutex_unlock(&s->mu);
+	if (s->auth && ev->kind == MEDHA_SRV_GONE)
+		pa_drop(s, ev->peer);
+	else if (s->auth && ev->kind == MEDHA_SRV_CALL) {
+		const struct pauth *a = pa_get(s, ev->peer, 0);
+		if (a == NULL || a->state != PA_OK) {
+			/* answered here; the caller sees a timeout */
+			srv_auth(s, ev);
+			memset(ev, 0, sizeof(*ev));
+		}
+	}
 	return rc == MEDHA_ENOMEM && ev->kind == MEDHA_SRV_TIMEOUT ? rc : 0;
 }
 
@@ -349,12 +500,24 @@ medha_srv_held(const struct medha_srv *s)
 
 struct medha_cli {
 	nng_socket sock;
-	int nctx;
-	nng_ctx ctx[CLI_MAX_CTX];
-	nng_aio *aio[CLI_MAX_CTX];
+	int nctx, nopen;
+	/* the callers' contexts, and one more (index nctx) for the
+	   handshake; nopen of them open */
+	nng_ctx ctx[CLI_MAX_CTX + 1];
+	nng_aio *aio[CLI_MAX_CTX + 1];
 	int npipes;     /* live connections */
 	uint64_t epoch; /* connections lost so far */
 	pthread_mutex_t mu;
+	/* with a secret: each call's request, kept to send it again after
+	   NOAUTH; the connection the handshake last proved itself on */
+	int auth, told; /* a secret; NOAUTH logged once */
+	uint8_t *key;   /* (klen) the secret, as it was at open */
+	size_t klen;
+	void *req[CLI_MAX_CTX];
+	size_t reqlen[CLI_MAX_CTX];
+	double tmo[CLI_MAX_CTX];
+	uint32_t pipe, authed; /* (mu) the live connection; the proven */
+	pthread_mutex_t amu;   /* one handshake at a time */
 };
 
 static void
@@ -362,13 +525,15 @@ cli_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	struct medha_cli *c = arg;
 
-	(void)p;
 	pthread_mutex_lock(&c->mu);
-	if (ev == NNG_PIPE_EV_ADD_POST)
+	if (ev == NNG_PIPE_EV_ADD_POST) {
 		c->npipes++;
-	else {
+		c->pipe = (uint32_t)nng_pipe_id(p);
+	} else {
 		c->npipes--;
 		c->epoch++;
+		if (c->pipe == (uint32_t)nng_pipe_id(p))
+			c->pipe = 0;
 	}
 	pthread_mutex_unlock(&c->mu);
 }
@@ -387,6 +552,9 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->amu, NULL);
+	c->key = medha_auth_copy(&c->klen);
+	c->auth = c->key != NULL;
 	if ((rv = nng_req0_open(&c->sock)) != 0) {
 		free(c);
 		return medha_why(why, whylen, medha_link_nng_err(rv), "req socket: %s",
@@ -399,16 +567,17 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
 	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, cli_pipe_cb, c);
 	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, cli_pipe_cb, c);
-	for (i = 0; i < nctx; i++) {
+	for (i = 0; i <= nctx; i++) {
 		if ((rv = nng_ctx_open(&c->ctx[i], c->sock)) != 0 ||
 		    (rv = nng_aio_alloc(&c->aio[i], NULL, NULL)) != 0) {
-			c->nctx = i;
+			c->nopen = i;
 			medha_cli_close(c);
 			return medha_why(why, whylen, medha_link_nng_err(rv),
 			    "context: %s", nng_strerror(rv));
 		}
-		c->nctx = i + 1;
+		c->nopen = i + 1;
 	}
+	c->nctx = nctx;
 	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
 		medha_cli_close(c);
 		return medha_why(why, whylen,
@@ -426,10 +595,14 @@ medha_cli_close(struct medha_cli *c)
 	if (c == NULL)
 		return;
 	nng_close(c->sock);
-	for (int i = 0; i < c->nctx; i++)
+	for (int i = 0; i < c->nopen; i++)
 		if (c->aio[i] != NULL)
 			nng_aio_free(c->aio[i]);
+	for (int i = 0; i < CLI_MAX_CTX; i++)
+		free(c->req[i]);
+	free(c->key);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->amu);
 	free(c);
 }
 
@@ -461,17 +634,15 @@ medha_cli_epoch(const struct medha_cli *c)
 	return e;
 }
 
-int
-medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
+/* Send on context i (the handshake's included) and post the receive. */
+static int
+raw_send(struct medha_cli *c, int i, const void *req, size_t len,
     double timeout)
 {
-	nng_aio *aio;
+	nng_aio *aio = c->aio[i];
 	nng_msg *m = NULL;
 	int rv;
 
-	if (i < 0 || i >= c->nctx)
-		return MEDHA_EINVAL;
-	aio = c->aio[i];
 	nng_aio_set_timeout(aio,
 	    timeout < 0 ? NNG_DURATION_INFINITE
 	                : (nng_duration)(timeout * 1e3));
@@ -492,23 +663,24 @@ medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
 	return 0;
 }
 
-int
-medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
+/* The answer on context i; *pipe (if not NULL) the connection it came on. */
+static int
+raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
+    uint32_t *pipe)
 {
-	nng_aio *aio;
+	nng_aio *aio = c->aio[i];
 	nng_msg *m;
 	int rv;
 
 	*rep = NULL;
 	*replen = 0;
-	if (i < 0 || i >= c->nctx)
-		return MEDHA_EINVAL;
-	aio = c->aio[i];
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0)
 		return medha_link_nng_err(rv);
 	m = nng_aio_get_msg(aio);
 	nng_aio_set_msg(aio, NULL);
+	if (pipe != NULL)
+		*pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(m));
 	*replen = nng_msg_len(m);
 	if ((*rep = malloc(*replen ? *replen : 1)) == NULL) {
 		nng_msg_free(m);
@@ -517,6 +689,152 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 	memcpy(*rep, nng_msg_body(m), *replen);
 	nng_msg_free(m);
 	return 0;
+}
+
+/* Why a handshake failed, logged once for c (callers retry). */
+static void
+cli_tell(struct medha_cli *c, const char *msg)
+{
+	if (!__atomic_exchange_n(&c->told, 1, __ATOMIC_RELAXED))
+		medha_log(MEDHA_LOG_ERROR, "%s", msg);
+}
+
+/* One step of the handshake: frame out, the answer of kind want in. */
+static int
+auth_step(struct medha_cli *c, const uint8_t *f, size_t n, double timeout,
+    int want, uint8_t *body, size_t blen, uint32_t *pipe)
+{
+	void *rep;
+	size_t len;
+	int rc;
+
+	if ((rc = raw_send(c, c->nctx, f, n, timeout)) != 0 ||
+	    (rc = raw_wait(c, c->nctx, &rep, &len, pipe)) != 0)
+		return rc;
+	rc = medha_auth_kind(rep, len) == want &&
+	        len == MEDHA_AUTH_MAGIC_LEN + 1 + blen
+	    ? 0
+	    : MEDHA_EAUTH;
+	if (rc == 0 && blen > 0)
+		memcpy(body, (uint8_t *)rep + MEDHA_AUTH_MAGIC_LEN + 1, blen);
+	free(rep);
+	return rc;
+}
+
+/*
+ * Prove the secret on the live connection unless it has been (force:
+ * again). The server must prove it first: one that cannot (another
+ * secret, or none) is refused with MEDHA_EAUTH.
+ */
+static int
+cli_auth(struct medha_cli *c, double timeout, int force)
+{
+	uint8_t f[MEDHA_AUTH_FRAME_MAX], nc[MEDHA_AUTH_NONCE],
+	    chal[MEDHA_AUTH_NONCE + MEDHA_SHA256_LEN], want[MEDHA_SHA256_LEN];
+	uint32_t p1 = 0, p2 = 0;
+	int rc;
+
+	pthread_mutex_lock(&c->amu);
+	pthread_mutex_lock(&c->mu);
+	rc = !force && c->pipe != 0 && c->pipe == c->authed;
+	pthread_mutex_unlock(&c->mu);
+	if (rc) {
+		pthread_mutex_unlock(&c->amu);
+		return 0;
+	}
+	if ((rc = medha_random(nc, sizeof(nc))) != 0)
+		goto out;
+	rc = auth_step(c, f, medha_auth_frame(f, MEDHA_AUTH_HELLO, nc, sizeof(nc)),
+	    timeout, MEDHA_AUTH_CHAL, chal, sizeof(chal), &p1);
+	if (rc == MEDHA_EAUTH)
+		cli_tell(c, "the server did not answer the secret's "
+		            "challenge (it has none, or is no medha server)");
+	if (rc != 0)
+		goto out;
+	if ((rc = medha_auth_proof(c->key, c->klen, "server", nc, chal,
+	         want)) != 0)
+		goto out;
+	if (!medha_equal_ct(want, chal + MEDHA_AUTH_NONCE, sizeof(want))) {
+		cli_tell(c, "the server's proof is wrong: it has another "
+		            "secret");
+		rc = MEDHA_EAUTH;
+		goto out;
+	}
+	if ((rc = medha_auth_proof(c->key, c->klen, "client", chal, nc,
+	         want)) != 0)
+		goto out;
+	rc = auth_step(c, f, medha_auth_frame(f, MEDHA_AUTH_PROOF, want,
+	                         sizeof(want)),
+	    timeout, MEDHA_AUTH_OK, NULL, 0, &p2);
+	if (rc == MEDHA_EAUTH)
+		cli_tell(c, "the server refused this program's proof: it "
+		            "has another secret");
+	if (rc == 0 && p1 == p2) {
+		pthread_mutex_lock(&c->mu);
+		c->authed = p2;
+		pthread_mutex_unlock(&c->mu);
+	}
+	/* p1 != p2: the connection changed on the way; the next call
+	   tries again */
+out:
+	pthread_mutex_unlock(&c->amu);
+	return rc;
+}
+
+int
+medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
+    double timeout)
+{
+	int rc;
+
+	if (i < 0 || i >= c->nctx)
+		return MEDHA_EINVAL;
+	if (c->auth) {
+		void *copy = malloc(len ? len : 1);
+		if (copy == NULL)
+			return MEDHA_ENOMEM;
+		memcpy(copy, req, len);
+		free(c->req[i]);
+		c->req[i] = copy;
+		c->reqlen[i] = len;
+		c->tmo[i] = timeout;
+		if ((rc = cli_auth(c, timeout, 0)) != 0)
+			return rc;
+	}
+	return raw_send(c, i, req, len, timeout);
+}
+
+int
+medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
+{
+	int rc;
+
+	*rep = NULL;
+	*replen = 0;
+	if (i < 0 || i >= c->nctx)
+		return MEDHA_EINVAL;
+	for (int tries = 0;; tries++) {
+		if ((rc = raw_wait(c, i, rep, replen, NULL)) != 0)
+			return rc;
+		if (medha_auth_kind(*rep, *replen) != MEDHA_AUTH_NOAUTH)
+			return 0;
+		free(*rep);
+		*rep = NULL;
+		*replen = 0;
+		if (!c->auth) {
+			cli_tell(c, "the server wants the shared secret: "
+			            "give --secret-file FILE (or "
+			            "$MEDHA_SECRET_FILE)");
+			return MEDHA_EAUTH;
+		}
+		/* not taken: the connection changed since its handshake */
+		if (tries == 2)
+			return MEDHA_EAUTH;
+		if ((rc = cli_auth(c, c->tmo[i], 1)) != 0 ||
+		    (rc = raw_send(c, i, c->req[i], c->reqlen[i],
+		         c->tmo[i])) != 0)
+			return rc;
+	}
 }
 
 int

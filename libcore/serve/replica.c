@@ -275,6 +275,65 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok)
 
 /* ---- client requests ---- */
 
+/*
+ * q's prompt from rs: the ids given (taken over), the text tokenized,
+ * or a made-up one of prompt_tokens; -1 after answering call with why
+ * not.
+ */
+static int
+prompt_of(struct medha_replica *r, struct medha_srv_call *call,
+    struct medha_reqspec *rs, struct lreq *q)
+{
+	size_t n = 0;
+	int rc;
+
+	if (rs->prompt_ids != NULL) {
+		q->ids = rs->prompt_ids;
+		rs->prompt_ids = NULL;
+		q->n_prompt = rs->prompt_tokens;
+	} else if (rs->prompt != NULL) {
+		if (r->tok == NULL) {
+			medha_srv_error(r->f.srv, call, MEDHA_EUNSUP,
+			    "no tokenizer for %s: send prompt_ids or "
+			    "prompt_tokens",
+			    r->model);
+			return -1;
+		}
+		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
+		    MEDHA_TOK_DEFAULT, &q->ids, &n);
+		if (rc != 0) {
+			medha_srv_error(r->f.srv, call, rc, "tokenizing: %s",
+			    medha_strerror(rc));
+			return -1;
+		}
+		q->n_prompt = (int64_t)n;
+	} else {
+		/* made up below, so never more than the KV cache holds: a
+		 * bigger one could never run, and would cost its size */
+		int64_t kv = medha_sched_group_capacity(r->core) *
+		    medha_sched_block_size(r->core);
+		q->n_prompt = rs->prompt_tokens;
+		if (q->n_prompt / r->pred.kvp > kv) {
+			medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
+			    "a prompt of %lld tokens: more than the replica's "
+			    "KV cache holds (%lld per group)",
+			    (long long)q->n_prompt, (long long)kv);
+			return -1;
+		}
+		/* a made-up prompt keeps no ids (rep_prompt_ids): the
+		   same ids for the same request id */
+		uint64_t z = 1469598103934665603ULL;
+		for (const char *s = rs->id; *s != '\0'; s++)
+			z = (z ^ (unsigned char)*s) * 1099511628211ULL;
+		q->made_up = z;
+	}
+	if (q->n_prompt < 1) {
+		medha_srv_error(r->f.srv, call, MEDHA_EINVAL, "the prompt is empty");
+		return -1;
+	}
+	return 0;
+}
+
 static void
 on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 {
@@ -282,7 +341,6 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
 	struct medha_client *c;
 	struct lreq *q;
-	size_t n = 0;
 	int rc;
 
 	if (r->f.drain.on) {
@@ -306,50 +364,8 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
 		return;
 	}
-	if (rs->prompt_ids != NULL) {
-		q->ids = rs->prompt_ids;
-		rs->prompt_ids = NULL;
-		q->n_prompt = rs->prompt_tokens;
-	} else if (rs->prompt != NULL) {
-		if (r->tok == NULL) {
-			medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
-			    "no tokenizer for %s: send prompt_ids or "
-			    "prompt_tokens",
-			    r->model);
-			goto fail;
-		}
-		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
-		    MEDHA_TOK_DEFAULT, &q->ids, &n);
-		if (rc != 0) {
-			medha_srv_error(r->f.srv, ev->call, rc, "tokenizing: %s",
-			    medha_strerror(rc));
-			goto fail;
-		}
-		q->n_prompt = (int64_t)n;
-	} else {
-		/* made up below, so never more than the KV cache holds: a
-		 * bigger one could never run, and would cost its size */
-		int64_t kv = medha_sched_group_capacity(r->core) *
-		    medha_sched_block_size(r->core);
-		q->n_prompt = rs->prompt_tokens;
-		if (q->n_prompt / r->pred.kvp > kv) {
-			medha_srv_error(r->f.srv, ev->call, MEDHA_ERANGE,
-			    "a prompt of %lld tokens: more than the replica's "
-			    "KV cache holds (%lld per group)",
-			    (long long)q->n_prompt, (long long)kv);
-			goto fail;
-		}
-		/* a made-up prompt keeps no ids (rep_prompt_ids): the
-		   same ids for the same request id */
-		uint64_t z = 1469598103934665603ULL;
-		for (const char *s = rs->id; *s != '\0'; s++)
-			z = (z ^ (unsigned char)*s) * 1099511628211ULL;
-		q->made_up = z;
-	}
-	if (q->n_prompt < 1) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "the prompt is empty");
+	if (prompt_of(r, ev->call, rs, q) != 0)
 		goto fail;
-	}
 	/* the ids a client gave (or a text made) are held while the
 	   request lives: bounded in bytes as well as in count */
 	q->held = q->ids != NULL ? q->n_prompt * (int64_t)sizeof(*q->ids) : 0;
