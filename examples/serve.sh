@@ -173,6 +173,9 @@ replica() {
 	local kvp=${7:-1} n r
 	shift 7 2>/dev/null || shift $#
 	n=$((tp * spp * kvp))
+	# the scheduler reads the model itself (-m): it opens no file a
+	# worker names
+	[ "$kind" = cpu ] && set -- -m "$model" "$@"
 	proc "$name" "$bin/medha-sched" -l "$addr" --workers $n "$@" \
 	    ${MEDHA_SCHED_OPTS:-}
 	ready_logs+=("$logs/$name.log")

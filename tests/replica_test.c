@@ -10,8 +10,9 @@
  *    SUBMIT is refused (MEDHA_ENOSPACE), READY from a peer that never
  *    said HELLO is refused, and HELLOs from which no replica can be made
  *    (an unknown device, another vocabulary, a layout of two workers,
- *    a backend not built) are refused
- *    with their reasons and leave it not ready;
+ *    a backend not built, a model path: the scheduler opens no file a
+ *    worker names) are refused with their reasons and leave it not
+ *    ready;
  *  - a good HELLO is welcomed as worker 0 and the replica is ready:
  *    STATUS gives the worker's KV blocks and block size, the model and
  *    the backend; a second HELLO for rank 0 from another connection is
@@ -191,6 +192,11 @@ test_not_ready(void **state)
 	sw_hello_default(&h);
 	snprintf(h.backend, sizeof(h.backend), "cuda");
 	hello_refused(&h, MEDHA_EUNSUP, "cuda");
+	/* a path: never opened (its error described /etc/shadow), the
+	 * reason says to give -m */
+	sw_hello_default(&h);
+	snprintf(h.model, sizeof(h.model), "/etc/passwd");
+	hello_refused(&h, MEDHA_EINVAL, "medha-sched with -m");
 	assert_int_equal(cl_status(&R.c, &st), 0);
 	assert_false(st.ready);
 	assert_int_equal(st.workers, 0);

@@ -103,9 +103,20 @@ rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *wh
 	struct medha_gguf *gg = NULL; /* the model's file, if it is one */
 	int rc;
 
-	if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
+	/* a path a worker names is never opened here: its error would
+	   describe any file of this host (what it holds, whether it is
+	   there); the operator names the file with -m */
+	if (r->cfg.model == NULL) {
+		if (medha_model_builtin(model, &m) != 0)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "model \"%.64s\": no built-in model, and the "
+			    "scheduler opens no file a worker names: start "
+			    "medha-sched with -m MODEL.gguf",
+			    model);
+	} else if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
 		return rc;
-	if (is_file(model) && medha_gguf_open(&gg, model, NULL, 0) != 0)
+	if (r->cfg.model != NULL && is_file(model) &&
+	    medha_gguf_open(&gg, model, NULL, 0) != 0)
 		gg = NULL;
 	rc = make_core_on(r, h, model, gg, &m, why, whylen);
 	medha_gguf_close(gg);
