@@ -482,6 +482,125 @@ test_stop_drains(void **state)
 	sw_assert_ok(&R.w);
 }
 
+/* A second replica's thread, until poisoned_stop. */
+static volatile sig_atomic_t poisoned_stop;
+
+static void *
+poisoned_main(void *arg)
+{
+	medha_replica_run(arg, &poisoned_stop);
+	return NULL;
+}
+
+/* STATUS of a replica at url until it counts n workers (5 s at most). */
+static void
+wait_workers(struct cl *c, int n)
+{
+	struct medha_msg_status st;
+
+	for (int i = 0; i < 250; i++) {
+		assert_int_equal(cl_status(c, &st), 0);
+		if (st.workers == n)
+			return;
+		sw_sleep(0.02);
+	}
+	fail_msg("the replica never counted %d workers", n);
+}
+
+/*
+ * The model fingerprint (issue 28 B). Without -m: a replica of two
+ * workers takes the first one's model; a worker of another model for
+ * the other rank is refused while the first is there; once none is
+ * connected and nothing is in flight, another model may come (a
+ * stranger's HELLO that came first, or the wrong file, does not fix it
+ * for good). With -m: only that model's workers. A HELLO without a
+ * fingerprint is refused.
+ */
+/* A HELLO of rank_tp rank in a replica of tp 2. */
+static void
+hello2(struct medha_msg_hello *h, int rank)
+{
+	sw_hello_default(h);
+	h->tp = 2;
+	h->rank_tp = rank;
+	snprintf(h->peer, sizeof(h->peer), "ipc:///tmp/medha-fp-%d", rank);
+}
+
+static void
+test_fingerprint(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct sw a, b;
+	struct cl cli;
+	char url[300], path[256], why[256], other[65];
+	pthread_t thr;
+
+	(void)state;
+	memset(other, 'e', 64);
+	other[64] = '\0';
+	for (int fixed = 0; fixed < 2; fixed++) {
+		snprintf(path, sizeof(path), "%s/fp%d.sock", R.dir, fixed);
+		snprintf(url, sizeof(url), "ipc://%s", path);
+		medha_replica_config_default(&c);
+		c.listen = url;
+		c.workers = 2;
+		c.drain_timeout = 0.5;
+		c.model = fixed ? "llama3-8b" : NULL;
+		assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)),
+		    0);
+		poisoned_stop = 0;
+		assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r),
+		    0);
+		assert_int_equal(sw_open(&a, url), 0);
+		assert_int_equal(sw_open(&b, url), 0);
+		assert_int_equal(cl_open(&cli, url), 0);
+		hello2(&h, 0);
+		h.fingerprint[0] = '\0';
+		assert_int_equal(sw_hello(&a, &h, &rep), MEDHA_MSG_ERROR);
+		assert_non_null(strstr(rep.error.reason, "fingerprint"));
+		medha_msg_clear(&rep);
+		hello2(&h, 0);
+		if (fixed) { /* -m llama3-8b: another model is refused */
+			memcpy(h.fingerprint, other, sizeof(other));
+			assert_int_equal(sw_hello(&a, &h, &rep),
+			    MEDHA_MSG_ERROR);
+			assert_non_null(strstr(rep.error.reason, "-m"));
+			medha_msg_clear(&rep);
+			hello2(&h, 0);
+		}
+		assert_int_equal(sw_hello(&a, &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		hello2(&h, 1);
+		memcpy(h.fingerprint, other, sizeof(other));
+		assert_int_equal(sw_hello(&b, &h, &rep), MEDHA_MSG_ERROR);
+		assert_non_null(strstr(rep.error.reason, "fingerprint"));
+		medha_msg_clear(&rep);
+		hello2(&h, 1);
+		assert_int_equal(sw_hello(&b, &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		/* both gone, nothing in flight: another model may come
+		 * without -m, never with it */
+		sw_stop(&a);
+		sw_stop(&b);
+		wait_workers(&cli, 0);
+		assert_int_equal(sw_open(&a, url), 0);
+		hello2(&h, 0);
+		memcpy(h.fingerprint, other, sizeof(other));
+		assert_int_equal(sw_hello(&a, &h, &rep),
+		    fixed ? MEDHA_MSG_ERROR : MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		poisoned_stop = 1;
+		pthread_join(thr, NULL);
+		sw_stop(&a);
+		cl_close(&cli);
+		medha_replica_close(r);
+		unlink(path);
+	}
+}
+
 #ifdef MEDHA_TEST_KNOWN_BUGS
 /*
  * KNOWN BUG (not fixed here; built only with -DMEDHA_TEST_KNOWN_BUGS):
@@ -493,14 +612,6 @@ test_stop_drains(void **state)
  * test_not_ready expect "not ready", and a correct llama3-8b worker is
  * refused for good ("stage 0 of 1 runs layers [0, 30)").
  */
-static volatile sig_atomic_t poisoned_stop;
-
-static void *
-poisoned_main(void *arg)
-{
-	medha_replica_run(arg, &poisoned_stop);
-	return NULL;
-}
 
 static void
 test_refused_hello_keeps_core(void **state)
@@ -567,6 +678,7 @@ main(void)
 	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_bad_token),
 	    cmocka_unit_test(test_stop_drains),
+	    cmocka_unit_test(test_fingerprint),
 #ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_refused_hello_keeps_core),
 #endif

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "engine/backend_sim.h"
+#include "model/model.h"
 #include "net/link.h"
 #include "net/proto.h"
 #include "req.h"
@@ -118,6 +119,8 @@ sw_hello_default(struct medha_msg_hello *h)
 	h->vocab = 128256;
 	h->dim = 4096;
 	h->pid = (int)getpid();
+	/* the fingerprint a sim worker of llama3-8b says */
+	medha_model_fingerprint("llama3-8b", h->fingerprint, NULL, 0);
 }
 
 static int

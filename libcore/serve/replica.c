@@ -565,6 +565,15 @@ medha_replica_open(struct medha_replica **rp,
 	}
 	r->cfg = *c;
 	r->t0 = medha_now();
+	/* -m: the one model the workers may serve, fingerprinted once */
+	if (c->model != NULL &&
+	    (rc = medha_model_fingerprint(c->model, r->fp, why, whylen)) != 0) {
+		free(r->peers.urls);
+		free(r->w);
+		free(r);
+		return rc;
+	}
+	r->fp_fixed = c->model != NULL;
 	if ((rc = medha_srv_open(&srv, c->listen, why, whylen)) != 0) {
 		free(r->peers.urls);
 		free(r->w);

@@ -123,6 +123,47 @@ rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *wh
 	return rc;
 }
 
+int
+rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen)
+{
+	if (h->fingerprint[0] == '\0')
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no model fingerprint in the HELLO (a worker of another "
+		    "version?)");
+	if (r->fp[0] != '\0' && strcmp(h->fingerprint, r->fp) == 0)
+		return 0;
+	if (r->fp[0] == '\0' && r->core == NULL)
+		return 0;
+	if (r->fp_fixed)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "the worker's model %.64s (fingerprint %.12s) is not the "
+		    "replica's -m (fingerprint %.12s)",
+		    h->model, h->fingerprint, r->fp);
+	if (r->nworkers > 0 || r->f.live > 0 || r->nfl > 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "the worker's model %.64s (fingerprint %.12s) is not the "
+		    "one the replica's workers serve (fingerprint %.12s)",
+		    h->model, h->fingerprint, r->fp);
+	/* no worker and nothing in flight: the replica takes the new
+	   model (a first worker started on the wrong file, or a
+	   stranger's HELLO that came first, must not fix it for good) */
+	medha_log(MEDHA_LOG_WARN, "model changes from fingerprint %.12s to "
+	    "%.12s (%.64s): no worker was connected", r->fp, h->fingerprint,
+	    h->model);
+	medha_sched_free(r->core);
+	r->core = NULL;
+	if (r->have_pred)
+		medha_pred_free(&r->pred);
+	r->have_pred = 0;
+	medha_tok_close(r->tok);
+	r->tok = NULL;
+	free(r->fl);
+	r->fl = NULL;
+	r->fp[0] = '\0';
+	return 0;
+}
+
 /* rep_make_core() on the resolved model m and its open file gg (or NULL). */
 static int
 make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,

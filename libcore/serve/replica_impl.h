@@ -92,6 +92,9 @@ struct medha_replica {
 	int64_t ctx_len; /* 0: no limit */
 	char model[MEDHA_PROTO_NAME_MAX];
 	char backend[MEDHA_PROTO_BACKEND_MAX];
+	char fp[MEDHA_PROTO_FP_LEN + 1]; /* the model's fingerprint: -m's
+	                                    (fp_fixed), else the workers' */
+	int fp_fixed;
 	/* requests by the core's slot (handle & 0xffffffff) */
 	struct lreq **by_slot;
 	size_t slots;
@@ -140,6 +143,15 @@ int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok);
 
 /* replica_core.c */
 /* The core, its predictor and the tokenizer from the first HELLO. */
+/*
+ * Whether h's model (its fingerprint) may join: with -m only that
+ * model's; without, the first worker's, and another only while no
+ * worker is connected and nothing is in flight (the core, predictor
+ * and tokenizer are then dropped, to be made from h). 0, or an error
+ * with why.
+ */
+int rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen);
 int rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h,
     char *why, size_t whylen);
 

@@ -168,6 +168,11 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
 		return;
 	}
+	if (rep_model_check(r, h, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
+		return;
+	}
 	if (r->core == NULL && rep_make_core(r, h, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
 		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
@@ -208,6 +213,8 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	r->w[id].present = 1;
 	r->w[id].peer = ev->peer;
 	r->w[id].hello = *h;
+	if (r->fp[0] == '\0')
+		memcpy(r->fp, h->fingerprint, sizeof(r->fp));
 	r->w[id].last_seen = medha_now();
 	r->w[id].sent = r->w[id].done = r->bseq;
 	snprintf(r->peers.urls[id], sizeof(r->peers.urls[id]), "%s", h->peer);
