@@ -26,6 +26,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +57,21 @@ struct pauth {
 };
 #define PA_MAX 65536 /* connections followed at most */
 
+/* An admitted connection and the peer it is from (peer_key). */
+struct padm {
+	uint32_t pipe;
+	uint64_t key;
+};
+
 struct medha_srv {
 	nng_socket sock;
+	/* (mu) connections admitted, and the limits: a cap for the
+	   socket and a share for one peer, past which a new connection
+	   is closed at once */
+	struct padm *adm;
+	int nadm, admcap;
+	int max_pipes, max_per_peer;
+	uint64_t refused;
 	int auth;         /* a secret is set: connections must prove it */
 	uint8_t *key;     /* (klen) the secret, as it was at open */
 	size_t klen;
@@ -144,6 +158,81 @@ call_cb(void *arg)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/*
+ * Whom a connection is from: its IP address over tcp, its process over
+ * ipc; 0 for inproc (the process's own front door: not limited).
+ */
+static uint64_t
+peer_key(nng_pipe p)
+{
+	nng_sockaddr sa;
+	uint64_t pid = 0, k = 1469598103934665603ULL;
+
+	if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) == 0)
+		return 1ULL << 62 | pid;
+	if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+		return 2ULL << 62;
+	if (sa.s_family == NNG_AF_INET)
+		return 3ULL << 62 | sa.s_in.sa_addr;
+	if (sa.s_family == NNG_AF_INET6) {
+		for (int i = 0; i < 16; i++)
+			k = (k ^ sa.s_in6.sa_addr[i]) * 1099511628211ULL;
+		return k | 1;
+	}
+	return sa.s_family == NNG_AF_INPROC ? 0 : 2ULL << 62;
+}
+
+/* A new connection: admitted, or closed past the limits. */
+static void
+pipe_add_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct medha_srv *s = arg;
+	uint64_t key = peer_key(p), refused = 0;
+	int same = 0, full;
+
+	(void)ev;
+	if (key == 0)
+		return;
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->nadm; i++)
+		same += s->adm[i].key == key;
+	full = s->nadm >= s->max_pipes || same >= s->max_per_peer;
+	if (!full && s->nadm == s->admcap) {
+		int ncap = s->admcap ? 2 * s->admcap : 64;
+		void *n = medha_reallocarray(s->adm, ncap, sizeof(*s->adm));
+		if (n == NULL)
+			full = 1;
+		else {
+			s->adm = n;
+			s->admcap = ncap;
+		}
+	}
+	if (full)
+		refused = ++s->refused;
+	else
+		s->adm[s->nadm++] = (struct padm){(uint32_t)nng_pipe_id(p), key};
+	pthread_mutex_unlock(&s->mu);
+	if (!full)
+		return;
+	if (refused == 1 || refused % 1000 == 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "a connection refused: %d connections open, %d of them "
+		    "from its peer (at most %d, %d from one peer; %llu "
+		    "refused so far)",
+		    s->nadm, same, s->max_pipes, s->max_per_peer,
+		    (unsigned long long)refused);
+	nng_pipe_close(p);
+}
+
+void
+medha_srv_limits(struct medha_srv *s, int max_pipes, int per_peer)
+{
+	pthread_mutex_lock(&s->mu);
+	s->max_pipes = max_pipes;
+	s->max_per_peer = per_peer;
+	pthread_mutex_unlock(&s->mu);
+}
+
 static void
 pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -151,6 +240,11 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 	(void)ev;
 	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->nadm; i++)
+		if (s->adm[i].pipe == (uint32_t)nng_pipe_id(p)) {
+			s->adm[i] = s->adm[--s->nadm];
+			break;
+		}
 	if (s->ngone == s->gone_cap) {
 		int ncap = s->gone_cap ? 2 * s->gone_cap : 16;
 		uint32_t *n = medha_reallocarray(s->gone, ncap, sizeof(*n));
@@ -224,6 +318,18 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 		    nng_strerror(rv));
 	}
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, MEDHA_LINK_MAX_FRAME);
+	{
+		/* room under the open-file limit for the rest of the
+		   process (model, threads' pipes, the peers' sockets) */
+		struct rlimit rl;
+		rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur
+		                                              : 1024;
+		n = n > 64 + 16 ? n - 64 : 16;
+		s->max_pipes = n > MEDHA_LINK_MAX_PIPES ? MEDHA_LINK_MAX_PIPES
+		                                        : (int)n;
+		s->max_per_peer = s->max_pipes / 4 > 4 ? s->max_pipes / 4 : 4;
+	}
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, pipe_add_cb, s);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
 	if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
 		medha_srv_close(s);
@@ -280,6 +386,7 @@ medha_srv_close(struct medha_srv *s)
 	free(s->calls);
 	free(s->gone);
 	free(s->pa);
+	free(s->adm);
 	free(s->key);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
