@@ -16,8 +16,7 @@
  * sends a call again when the server answers NOAUTH (the connection
  * changed under it: the server took nothing from it).
  */
-#include "net/link.h"
-#include "net/auth.h"
+#include "net/link_impl.h"
 #include "net/proto.h"
 
 #include <nng/nng.h>
@@ -32,63 +31,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define MIN_RECEIVING 4 /* contexts kept posted for new requests */
-
-enum { C_RECV, C_HELD, C_SEND, C_DEAD };
-
-struct medha_srv_call {
-	struct medha_srv *s;
-	nng_ctx ctx;
-	nng_aio *aio;
-	int state;                   /* C_* */
-	nng_msg *msg;                /* the request while held */
-	uint32_t peer;               /* its pipe */
-	struct medha_srv_call *next; /* inbox link */
-};
-
-/* A connection's place in the handshake (auth.h). */
-enum { PA_NONE, PA_CHAL, PA_OK };
-struct pauth {
-	uint32_t pipe;
-	int state; /* PA_* */
-	int warned;
-	uint8_t nc[MEDHA_AUTH_NONCE], ns[MEDHA_AUTH_NONCE];
-};
-#define PA_MAX 65536 /* connections followed at most */
-
-/* An admitted connection and the peer it is from (peer_key). */
-struct padm {
-	uint32_t pipe;
-	uint64_t key;
-};
-
-struct medha_srv {
-	nng_socket sock;
-	/* (mu) connections admitted, and the limits: a cap for the
-	   socket and a share for one peer, past which a new connection
-	   is closed at once */
-	struct padm *adm;
-	int nadm, admcap;
-	int max_pipes, max_per_peer;
-	uint64_t refused;
-	int auth;         /* a secret is set: connections must prove it */
-	uint8_t *key;     /* (klen) the secret, as it was at open */
-	size_t klen;
-	struct pauth *pa; /* (npa) by pipe, ascending */
-	int npa, pacap;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct medha_srv_call **calls; /* (ncalls) every context */
-	int ncalls, cap;
-	int receiving; /* contexts in C_RECV */
-	int held;      /* contexts in C_HELD (inbox included) */
-	struct medha_srv_call *in_head, *in_tail; /* arrived, not taken */
-	uint32_t *gone;                           /* closed pipes, not taken */
-	int ngone, gone_cap;
-	int woken; /* medha_srv_wake() since the last medha_srv_next() */
-	int closing;
-};
 
 int
 medha_link_nng_err(int rv)
@@ -393,113 +335,6 @@ medha_srv_close(struct medha_srv *s)
 	free(s);
 }
 
-/* The handshake state of pipe, made (PA_NONE) if make; NULL if none. */
-static struct pauth *
-pa_get(struct medha_srv *s, uint32_t pipe, int make)
-{
-	int lo = 0, hi = s->npa;
-
-	while (lo < hi) {
-		int mid = (lo + hi) / 2;
-		if (s->pa[mid].pipe < pipe)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo < s->npa && s->pa[lo].pipe == pipe)
-		return &s->pa[lo];
-	if (!make || s->npa >= PA_MAX)
-		return NULL;
-	if (s->npa == s->pacap) {
-		int ncap = s->pacap ? 2 * s->pacap : 64;
-		void *n = medha_reallocarray(s->pa, ncap, sizeof(*s->pa));
-		if (n == NULL)
-			return NULL;
-		s->pa = n;
-		s->pacap = ncap;
-	}
-	memmove(s->pa + lo + 1, s->pa + lo, (s->npa - lo) * sizeof(*s->pa));
-	s->npa++;
-	memset(&s->pa[lo], 0, sizeof(s->pa[lo]));
-	s->pa[lo].pipe = pipe;
-	return &s->pa[lo];
-}
-
-static void
-pa_drop(struct medha_srv *s, uint32_t pipe)
-{
-	struct pauth *a = pa_get(s, pipe, 0);
-
-	if (a == NULL)
-		return;
-	memmove(a, a + 1, (size_t)(s->pa + s->npa - (a + 1)) * sizeof(*a));
-	s->npa--;
-}
-
-static void
-auth_reply(struct medha_srv *s, struct medha_srv_call *call, int kind,
-    const void *body, size_t n)
-{
-	uint8_t f[MEDHA_AUTH_FRAME_MAX];
-
-	medha_srv_reply(s, call, f, medha_auth_frame(f, kind, body, n));
-}
-
-/*
- * A message of a connection that has not proved the secret: the
- * handshake's next step, or NOAUTH for anything else (not taken).
- */
-static void
-srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
-{
-	const uint8_t *p = (const uint8_t *)ev->data + MEDHA_AUTH_MAGIC_LEN + 1;
-	const size_t body = ev->len - (MEDHA_AUTH_MAGIC_LEN + 1);
-	struct pauth *a = pa_get(s, ev->peer, 1);
-	int kind = medha_auth_kind(ev->data, ev->len);
-	uint8_t out[MEDHA_AUTH_NONCE + MEDHA_SHA256_LEN], want[MEDHA_SHA256_LEN];
-
-	if (a == NULL) {
-		medha_srv_drop(s, ev->call);
-		return;
-	}
-	if (kind == MEDHA_AUTH_HELLO && body == MEDHA_AUTH_NONCE) {
-		memcpy(a->nc, p, MEDHA_AUTH_NONCE);
-		if (medha_random(a->ns, MEDHA_AUTH_NONCE) != 0 ||
-		    medha_auth_proof(s->key, s->klen, "server", a->nc, a->ns,
-		        out + MEDHA_AUTH_NONCE) != 0) {
-			medha_srv_drop(s, ev->call);
-			return;
-		}
-		memcpy(out, a->ns, MEDHA_AUTH_NONCE);
-		a->state = PA_CHAL;
-		auth_reply(s, ev->call, MEDHA_AUTH_CHAL, out, sizeof(out));
-		return;
-	}
-	if (kind == MEDHA_AUTH_PROOF && body == MEDHA_SHA256_LEN &&
-	    a->state == PA_CHAL &&
-	    medha_auth_proof(s->key, s->klen, "client", a->ns, a->nc,
-	        want) == 0) {
-		if (medha_equal_ct(want, p, sizeof(want))) {
-			a->state = PA_OK;
-			auth_reply(s, ev->call, MEDHA_AUTH_OK, NULL, 0);
-			return;
-		}
-		a->state = PA_NONE;
-		medha_log(MEDHA_LOG_WARN,
-		    "connection %u: a wrong proof (another secret): refused",
-		    ev->peer);
-		auth_reply(s, ev->call, MEDHA_AUTH_NOAUTH, NULL, 0);
-		return;
-	}
-	if (!a->warned)
-		medha_log(MEDHA_LOG_WARN,
-		    "connection %u: a message before it proved the secret: "
-		    "not taken",
-		    ev->peer);
-	a->warned = 1;
-	auth_reply(s, ev->call, MEDHA_AUTH_NOAUTH, NULL, 0);
-}
-
 int
 medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 {
@@ -540,12 +375,12 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (s->auth && ev->kind == MEDHA_SRV_GONE)
-		pa_drop(s, ev->peer);
+		link_pa_drop(s, ev->peer);
 	else if (s->auth && ev->kind == MEDHA_SRV_CALL) {
-		const struct pauth *a = pa_get(s, ev->peer, 0);
+		const struct pauth *a = link_pa_get(s, ev->peer, 0);
 		if (a == NULL || a->state != PA_OK) {
 			/* answered here; the caller sees a timeout */
-			srv_auth(s, ev);
+			link_srv_auth(s, ev);
 			memset(ev, 0, sizeof(*ev));
 		}
 	}
@@ -602,30 +437,6 @@ medha_srv_held(const struct medha_srv *s)
 }
 
 /* ---- client ---- */
-
-#define CLI_MAX_CTX 16
-
-struct medha_cli {
-	nng_socket sock;
-	int nctx, nopen;
-	/* the callers' contexts, and one more (index nctx) for the
-	   handshake; nopen of them open */
-	nng_ctx ctx[CLI_MAX_CTX + 1];
-	nng_aio *aio[CLI_MAX_CTX + 1];
-	int npipes;     /* live connections */
-	uint64_t epoch; /* connections lost so far */
-	pthread_mutex_t mu;
-	/* with a secret: each call's request, kept to send it again after
-	   NOAUTH; the connection the handshake last proved itself on */
-	int auth, told; /* a secret; NOAUTH logged once */
-	uint8_t *key;   /* (klen) the secret, as it was at open */
-	size_t klen;
-	void *req[CLI_MAX_CTX];
-	size_t reqlen[CLI_MAX_CTX];
-	double tmo[CLI_MAX_CTX];
-	uint32_t pipe, authed; /* (mu) the live connection; the proven */
-	pthread_mutex_t amu;   /* one handshake at a time */
-};
 
 static void
 cli_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
@@ -742,8 +553,8 @@ medha_cli_epoch(const struct medha_cli *c)
 }
 
 /* Send on context i (the handshake's included) and post the receive. */
-static int
-raw_send(struct medha_cli *c, int i, const void *req, size_t len,
+int
+link_raw_send(struct medha_cli *c, int i, const void *req, size_t len,
     double timeout)
 {
 	nng_aio *aio = c->aio[i];
@@ -771,8 +582,8 @@ raw_send(struct medha_cli *c, int i, const void *req, size_t len,
 }
 
 /* The answer on context i; *pipe (if not NULL) the connection it came on. */
-static int
-raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
+int
+link_raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
     uint32_t *pipe)
 {
 	nng_aio *aio = c->aio[i];
@@ -798,96 +609,6 @@ raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
 	return 0;
 }
 
-/* Why a handshake failed, logged once for c (callers retry). */
-static void
-cli_tell(struct medha_cli *c, const char *msg)
-{
-	if (!__atomic_exchange_n(&c->told, 1, __ATOMIC_RELAXED))
-		medha_log(MEDHA_LOG_ERROR, "%s", msg);
-}
-
-/* One step of the handshake: frame out, the answer of kind want in. */
-static int
-auth_step(struct medha_cli *c, const uint8_t *f, size_t n, double timeout,
-    int want, uint8_t *body, size_t blen, uint32_t *pipe)
-{
-	void *rep;
-	size_t len;
-	int rc;
-
-	if ((rc = raw_send(c, c->nctx, f, n, timeout)) != 0 ||
-	    (rc = raw_wait(c, c->nctx, &rep, &len, pipe)) != 0)
-		return rc;
-	rc = medha_auth_kind(rep, len) == want &&
-	        len == MEDHA_AUTH_MAGIC_LEN + 1 + blen
-	    ? 0
-	    : MEDHA_EAUTH;
-	if (rc == 0 && blen > 0)
-		memcpy(body, (uint8_t *)rep + MEDHA_AUTH_MAGIC_LEN + 1, blen);
-	free(rep);
-	return rc;
-}
-
-/*
- * Prove the secret on the live connection unless it has been (force:
- * again). The server must prove it first: one that cannot (another
- * secret, or none) is refused with MEDHA_EAUTH.
- */
-static int
-cli_auth(struct medha_cli *c, double timeout, int force)
-{
-	uint8_t f[MEDHA_AUTH_FRAME_MAX], nc[MEDHA_AUTH_NONCE],
-	    chal[MEDHA_AUTH_NONCE + MEDHA_SHA256_LEN], want[MEDHA_SHA256_LEN];
-	uint32_t p1 = 0, p2 = 0;
-	int rc;
-
-	pthread_mutex_lock(&c->amu);
-	pthread_mutex_lock(&c->mu);
-	rc = !force && c->pipe != 0 && c->pipe == c->authed;
-	pthread_mutex_unlock(&c->mu);
-	if (rc) {
-		pthread_mutex_unlock(&c->amu);
-		return 0;
-	}
-	if ((rc = medha_random(nc, sizeof(nc))) != 0)
-		goto out;
-	rc = auth_step(c, f, medha_auth_frame(f, MEDHA_AUTH_HELLO, nc, sizeof(nc)),
-	    timeout, MEDHA_AUTH_CHAL, chal, sizeof(chal), &p1);
-	if (rc == MEDHA_EAUTH)
-		cli_tell(c, "the server did not answer the secret's "
-		            "challenge (it has none, or is no medha server)");
-	if (rc != 0)
-		goto out;
-	if ((rc = medha_auth_proof(c->key, c->klen, "server", nc, chal,
-	         want)) != 0)
-		goto out;
-	if (!medha_equal_ct(want, chal + MEDHA_AUTH_NONCE, sizeof(want))) {
-		cli_tell(c, "the server's proof is wrong: it has another "
-		            "secret");
-		rc = MEDHA_EAUTH;
-		goto out;
-	}
-	if ((rc = medha_auth_proof(c->key, c->klen, "client", chal, nc,
-	         want)) != 0)
-		goto out;
-	rc = auth_step(c, f, medha_auth_frame(f, MEDHA_AUTH_PROOF, want,
-	                         sizeof(want)),
-	    timeout, MEDHA_AUTH_OK, NULL, 0, &p2);
-	if (rc == MEDHA_EAUTH)
-		cli_tell(c, "the server refused this program's proof: it "
-		            "has another secret");
-	if (rc == 0 && p1 == p2) {
-		pthread_mutex_lock(&c->mu);
-		c->authed = p2;
-		pthread_mutex_unlock(&c->mu);
-	}
-	/* p1 != p2: the connection changed on the way; the next call
-	   tries again */
-out:
-	pthread_mutex_unlock(&c->amu);
-	return rc;
-}
-
 int
 medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
     double timeout)
@@ -905,10 +626,10 @@ medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
 		c->req[i] = copy;
 		c->reqlen[i] = len;
 		c->tmo[i] = timeout;
-		if ((rc = cli_auth(c, timeout, 0)) != 0)
+		if ((rc = link_cli_auth(c, timeout, 0)) != 0)
 			return rc;
 	}
-	return raw_send(c, i, req, len, timeout);
+	return link_raw_send(c, i, req, len, timeout);
 }
 
 int
@@ -921,7 +642,7 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 	if (i < 0 || i >= c->nctx)
 		return MEDHA_EINVAL;
 	for (int tries = 0;; tries++) {
-		if ((rc = raw_wait(c, i, rep, replen, NULL)) != 0)
+		if ((rc = link_raw_wait(c, i, rep, replen, NULL)) != 0)
 			return rc;
 		if (medha_auth_kind(*rep, *replen) != MEDHA_AUTH_NOAUTH)
 			return 0;
@@ -929,7 +650,7 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 		*rep = NULL;
 		*replen = 0;
 		if (!c->auth) {
-			cli_tell(c, "the server wants the shared secret: "
+			link_cli_tell(c, "the server wants the shared secret: "
 			            "give --secret-file FILE (or "
 			            "$MEDHA_SECRET_FILE)");
 			return MEDHA_EAUTH;
@@ -937,8 +658,8 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 		/* not taken: the connection changed since its handshake */
 		if (tries == 2)
 			return MEDHA_EAUTH;
-		if ((rc = cli_auth(c, c->tmo[i], 1)) != 0 ||
-		    (rc = raw_send(c, i, c->req[i], c->reqlen[i],
+		if ((rc = link_cli_auth(c, c->tmo[i], 1)) != 0 ||
+		    (rc = link_raw_send(c, i, c->req[i], c->reqlen[i],
 		         c->tmo[i])) != 0)
 			return rc;
 	}
