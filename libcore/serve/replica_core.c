@@ -140,7 +140,8 @@ rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
 		    "the worker's model %.64s (fingerprint %.12s) is not the "
 		    "replica's -m (fingerprint %.12s)",
 		    h->model, h->fingerprint, r->fp);
-	if (r->nworkers > 0 || r->f.live > 0 || r->nfl > 0)
+	if (r->nworkers > 0 || r->f.live > 0 || r->nfl > 0 ||
+	    r->tok_pending > 0)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "the worker's model %.64s (fingerprint %.12s) is not the "
 		    "one the replica's workers serve (fingerprint %.12s)",
@@ -254,5 +255,16 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	if (r->tok == NULL)
 		medha_log(MEDHA_LOG_WARN,
 		    "no tokenizer for %s: text prompts are refused", model);
+	/* the longest token's bytes bound what a context's worth of
+	   tokens can cover (replica.c: text_fits) */
+	r->max_piece = 1;
+	for (size_t i = 0; r->tok != NULL && i < medha_tok_n_vocab(r->tok);
+	     i++) {
+		const char *p;
+		size_t l;
+		if (medha_tok_piece(r->tok, (int32_t)i, &p, &l) == 0 &&
+		    l > r->max_piece)
+			r->max_piece = l;
+	}
 	return 0;
 }

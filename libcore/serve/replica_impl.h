@@ -16,6 +16,8 @@
 #include "sched/pred.h"
 #include "tok/tokenizer.h"
 
+#include <pthread.h>
+
 #define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
 #define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
 #define TAKE_AT_ONCE 256 /* messages taken before a decision, at most */
@@ -43,6 +45,21 @@ struct lreq {
 	char *text; /* (text_len) generated text, NUL-terminated */
 	size_t text_len, text_cap, text_sent;
 	int64_t ids_sent; /* ids already sent in token events */
+};
+
+/*
+ * A text prompt on its way through the tokenizer's thread (replica.c):
+ * the SUBMIT's call is held meanwhile, and the main thread, which forms
+ * batches and answers heartbeats, never tokenizes.
+ */
+struct tok_job {
+	struct lreq *q; /* made at SUBMIT; its ids come back here */
+	struct medha_srv_call *call;
+	uint32_t peer;
+	struct medha_reqspec rs; /* taken over from the SUBMIT */
+	int rc;                  /* the tokenizer's */
+	size_t n;
+	struct tok_job *next;
 };
 
 /*
@@ -107,6 +124,15 @@ struct medha_replica {
 	struct medha_msg_peers peers; /* urls: (cfg.workers) */
 	int ready;
 	int64_t held; /* bytes of prompt ids held by live requests */
+	/* the tokenizer's thread (started at the first text prompt): jobs
+	   in, jobs done; tok_pending of them not yet collected */
+	size_t max_piece; /* bytes of the longest token */
+	pthread_t tok_thr;
+	int tok_started, tok_quit;
+	pthread_mutex_t tok_mu;
+	pthread_cond_t tok_cv;
+	struct tok_job *tin, *tin_tail, *tdone;
+	int64_t tok_pending;
 	uint64_t bseq;
 	int64_t served, batches;
 };
@@ -131,6 +157,8 @@ answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
 /* The request of handle h, or NULL. */
 struct lreq *rep_lreq_get(const struct medha_replica *r, uint64_t h);
 void rep_lreq_free(struct lreq *q);
+/* Text prompts tokenized since the last pass, on to their SUBMIT. */
+void rep_tok_collect(struct medha_replica *r);
 /* n ids of q's prompt from position at into out, made up or given. */
 void rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
     int64_t at, int64_t n, int32_t *out);

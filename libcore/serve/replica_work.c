@@ -550,6 +550,7 @@ rep_housekeeping(void *arg)
 	struct medha_replica *r = arg;
 	double t = medha_now();
 
+	rep_tok_collect(r);
 	uint32_t deaf = medha_clients_tick(&r->f.clients, t);
 	if (deaf != 0) {
 		medha_log(MEDHA_LOG_WARN,
