@@ -60,6 +60,8 @@
 #                 two-replicas), sched-workerR (rank R) or router
 #   MEDHA_RESTART 0: stop the whole topology when any process ends,
 #                 instead of restarting it (default 1)
+#   MEDHA_SECRET_FILE  the links' shared secret (medha-proto(7)), read by
+#                 every program it starts; needed only off loopback
 #
 # RUNDIR, where the ipc sockets are, is ${TMPDIR:-/tmp}/medha-UID: made
 # with mode 0700, and refused
