@@ -229,8 +229,14 @@ test_link_auth(void **state)
 	assert_int_equal(pthread_create(&srv, NULL, srv_main, &st), 0);
 	assert_int_equal(medha_cli_open(&c, url, 3, why, sizeof(why)), 0);
 	call_ok(c, 0, "first", "first");
+	calls = st.calls;
 	b = (struct bg_call){c, 0, "Hold me", NULL, 0, -99};
 	assert_int_equal(pthread_create(&bg, NULL, bg_main, &b), 0);
+	/* held before the release (a slow build could send it after) */
+	for (int i = 0; i < 5000 && __atomic_load_n(&st.calls,
+	                                 __ATOMIC_RELAXED) == calls;
+	     i++)
+		usleep(1000);
 	for (int i = 0; i < 20; i++)
 		call_ok(c, 1, "ping", "ping");
 	call_ok(c, 2, "release", "release");
@@ -396,13 +402,16 @@ client_main(const char *u)
 {
 	struct medha_cli *c;
 	char why[256];
-	void *rep;
-	size_t n;
+	void *rep = NULL;
+	size_t n = 0;
+	int rc;
 
-	return medha_cli_open(&c, u, 1, why, sizeof(why)) != 0 ||
-	        medha_cli_call(c, 0, "served", 6, &rep, &n, 5) != 0 || n != 6
-	    ? 1
-	    : 0;
+	if (medha_cli_open(&c, u, 1, why, sizeof(why)) != 0)
+		return 1;
+	rc = medha_cli_call(c, 0, "served", 6, &rep, &n, 5) != 0 || n != 6;
+	free(rep);
+	medha_cli_close(c);
+	return rc;
 }
 
 int
