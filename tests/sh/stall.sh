@@ -8,9 +8,10 @@
 # refused as longer than the context). The victim ends ok, and its
 # longest gap between two tokens (the record's tpot_max) stays under
 # 100 ms: the thread that forms batches and answers heartbeats never
-# tokenizes (a 60 MiB SUBMIT held it 5.3 s). On a loaded machine the
-# bound is the victim's longest gap alone, measured first, plus 50 ms,
-# when that is more. Needs contrib/fetch-refs.sh.
+# tokenizes (a 60 MiB SUBMIT held it 5.3 s; the 15 MiB one here, 2.3
+# s). On a loaded machine (or a sanitizer build) the bound is twice the
+# victim's longest gap alone, measured first, plus 50 ms, when that is
+# more. Needs contrib/fetch-refs.sh.
 . "$(dirname "$0")/lib.sh"
 need_model
 addr=ipc://$tmp/r.sock
@@ -47,7 +48,7 @@ assert len(a) == 5, a
 for r in a:
     assert r["status"] == "rejected", r
     assert "cannot fit" in r["reason"] or "context" in r["reason"], r
-bound = max(0.1, alone["tpot_max"] + 0.05)
+bound = max(0.1, 2 * alone["tpot_max"] + 0.05)
 print("stall: the victim's longest gap %.1f ms while attacked (%.1f ms "
       "alone; bound %.0f ms)" % (1e3 * v["tpot_max"],
       1e3 * alone["tpot_max"], 1e3 * bound))
@@ -57,4 +58,5 @@ if grep -q "lost\|HELLO again" "$tmp/sched.log"; then
 	cat "$tmp/sched.log"
 	exit 1
 fi
+no_sanitizer_report "$tmp"/*.log
 echo "stall: ok"
