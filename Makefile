@@ -47,7 +47,7 @@ override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=$(ARCH) -Wall -Wextra -i
 # from stopping the build
 DEPFLAGS = -MMD -MP
 override LDFLAGS += $(SAN)
-LDLIBS  += -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm
+LDLIBS  += -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm
 TESTLIBS = -lcmocka
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })

@@ -8,6 +8,7 @@
 #include "common.h"
 
 #include "io/trace.h"
+#include "net/auth.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -285,4 +286,26 @@ cuda_gpu_name(int device, char *name, size_t len)
 	(void)known;
 #endif
 	return NULL;
+}
+
+static const char *secret_file;
+
+void
+link_flag(int opt, const char *arg)
+{
+	if (opt == OPT_SECRET)
+		secret_file = arg;
+	else
+		medha_auth_insecure(1);
+}
+
+void
+link_auth(void)
+{
+	const char *f = secret_file != NULL ? secret_file
+	                                    : getenv("MEDHA_SECRET_FILE");
+	char why[512];
+
+	if (f != NULL && *f != '\0' && medha_auth_load(f, why, sizeof(why)) != 0)
+		die(1, "%s", why);
 }

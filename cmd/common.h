@@ -118,4 +118,24 @@ struct medha_reqspec *read_trace_all(const char *path, size_t *np);
  */
 const char *cuda_gpu_name(int device, char *name, size_t len);
 
+/*
+ * The links' credential (net/auth.h), for the programs that listen or
+ * dial: --secret-file FILE and --insecure. LINK_LONGOPTS go in the
+ * struct option table, LINK_HELP among the -h lines; the getopt loop
+ * hands both options to link_flag(); link_auth() then loads the secret
+ * (the flag's file, else $MEDHA_SECRET_FILE; none without either) and
+ * exits 1 when the file will not do.
+ */
+#define OPT_SECRET 0x5ec0
+#define OPT_INSECURE 0x5ec1
+#define LINK_LONGOPTS                                             \
+	{"secret-file", required_argument, NULL, OPT_SECRET},      \
+	    {"insecure", no_argument, NULL, OPT_INSECURE}
+#define LINK_HELP                                                   \
+	{"--secret-file FILE",                                       \
+	    "the shared secret of every link ($MEDHA_SECRET_FILE)"}, \
+	    {"--insecure", "listen on a non-loopback tcp address without one"}
+void link_flag(int opt, const char *arg);
+void link_auth(void);
+
 #endif

@@ -31,7 +31,7 @@ mkdir -p "$dir/corpus"
 $CC -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -iquote libcore \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -o "$dir/fuzz-http" contrib/fuzz-http.c $src \
-    -lnng -lmsgpackc -ljansson -lpcre2-32 -lzstd -lpthread -lm
+    -lnng -lmsgpackc -ljansson -lpcre2-32 -lzstd -lcrypto -lpthread -lm
 
 # seeds: the first byte says completions (0) or chat (1)
 seed() {

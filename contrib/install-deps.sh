@@ -7,5 +7,5 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends \
 	build-essential pkg-config ca-certificates python3 python3-venv python3-pip \
-	libnng-dev libmsgpack-dev libzstd-dev zstd libjansson-dev \
+	libnng-dev libmsgpack-dev libzstd-dev zstd libjansson-dev libssl-dev \
 	libcmocka-dev libpcre2-dev gnuplot-nox mandoc curl

@@ -35,10 +35,10 @@
 #
 # Environment:
 #   MEDHA_ADDR    where single's or sim's scheduler listens (default
-#                 ipc:///tmp/medha-UID/TOPOLOGY.sock, or
+#                 ipc://RUNDIR/TOPOLOGY.sock, or
 #                 tcp://127.0.0.1:$MEDHA_PORT with --tcp)
 #   MEDHA_ROUTER  where the router listens (two-replicas: default
-#                 ipc:///tmp/medha-UID/TOPOLOGY.sock, or
+#                 ipc://RUNDIR/TOPOLOGY.sock, or
 #                 tcp://127.0.0.1:$MEDHA_PORT with --tcp); its replicas
 #                 listen at TOPOLOGY-rN.sock beside it (ports
 #                 MEDHA_PORT+1+N)
@@ -73,6 +73,14 @@
 #                 two-replicas), sched-workerR (rank R) or router
 #   MEDHA_RESTART 0: stop the whole topology when any process ends,
 #                 instead of restarting it (default 1)
+#   MEDHA_SECRET_FILE  the links' shared secret (medha-proto(7)), read by
+#                 every program it starts; needed only off loopback
+#
+# RUNDIR, where the ipc sockets are, is ${TMPDIR:-/tmp}/medha-UID: made
+# with mode 0700, and refused
+# (exit 1) when it is there already but is not a directory of this
+# user's that no one else may enter (another local user who made it
+# first could replace the sockets and read the requests).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MEDHA_BIN:-$top/bin}
@@ -94,8 +102,28 @@ cpu | cuda) ;;
 	;;
 esac
 port=${MEDHA_PORT:-5555}
-dir=/tmp/medha-$(id -u)
-[ $tcp = 1 ] || mkdir -p "$dir"
+dir=${TMPDIR:-/tmp}/medha-$(id -u)
+# private_dir DIR: DIR made 0700, or refused unless it is a directory
+# (not a link) of this user's that only this user may enter
+private_dir() {
+	local d=$1 owner mode
+	mkdir -m 0700 "$d" 2>/dev/null
+	if [ -L "$d" ] || [ ! -d "$d" ]; then
+		echo "serve.sh: $d: not a directory (a link, or a file): refused" >&2
+		exit 1
+	fi
+	owner=$(stat -c %u "$d")
+	mode=$(stat -c %a "$d")
+	if [ "$owner" != "$(id -u)" ]; then
+		echo "serve.sh: $d: owned by uid $owner, not $(id -u): refused (another user may have made it)" >&2
+		exit 1
+	fi
+	if [ $((8#$mode & 8#077)) != 0 ]; then
+		echo "serve.sh: $d: mode $mode: others may enter it: refused (chmod 700 it)" >&2
+		exit 1
+	fi
+}
+[ $tcp = 1 ] || private_dir "$dir"
 logs=${MEDHA_LOG:-$(mktemp -d)}
 mkdir -p "$logs"
 
@@ -185,6 +213,9 @@ replica() {
 	shift 7 2>/dev/null || shift $#
 	n=$((tp * spp * kvp))
 	gpu_flags "${gpu_workers:-$n}"
+	# the scheduler reads the model itself (-m): it opens no file a
+	# worker names
+	[ "$kind" = cpu ] && set -- -m "$model" "$@"
 	proc "$name" "$bin/medha-sched" -l "$addr" --workers $n "$@" \
 	    ${MEDHA_SCHED_OPTS:-}
 	ready_logs+=("$logs/$name.log")

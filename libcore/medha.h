@@ -31,6 +31,7 @@ enum medha_err {
 	MEDHA_EUNSUP = -9,    /* valid but not supported by this build */
 	MEDHA_ETIMEOUT = -10, /* a peer did not answer in time */
 	MEDHA_EPEER = -11,    /* the connection to a peer closed or failed */
+	MEDHA_EAUTH = -12,    /* a peer without the shared secret */
 };
 
 /* Static string for an error code; never NULL. */

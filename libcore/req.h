@@ -47,7 +47,8 @@
 struct medha_sampler_params {
 	float temp;    /* temperature; <= 0 is greedy */
 	int top_k;     /* keep the k largest logits; <= 0 keeps all */
-	float top_p;   /* keep the top-p nucleus; 0 or >= 1 keeps all */
+	float top_p;   /* keep the top-p nucleus; >= 1 keeps all, 0 the
+	                  most likely token only */
 	uint64_t seed; /* the generator's seed */
 	/* penalties (model/sample.h), each 0 for none (zeroed params are
 	   the defaults): OpenAI's presence and frequency over the output

@@ -34,6 +34,7 @@ medha_strerror(int err)
 	case MEDHA_EUNSUP: return "not supported";
 	case MEDHA_ETIMEOUT: return "timed out";
 	case MEDHA_EPEER: return "peer closed or unreachable";
+	case MEDHA_EAUTH: return "not authenticated (no secret, or another)";
 	}
 	return "unknown error";
 }

@@ -5,7 +5,12 @@
  * all-gather, messages taken in another order than they were sent, a
  * message of a wrong length refused, a message of an older generation
  * dropped, a receive that times out, and a peer that dies in the middle
- * (a process of its own, killed): the wait for it ends at once.
+ * (a process of its own, killed): the wait for it ends at once. A
+ * stranger that pushes well-formed messages to a peer's port: those of
+ * no rank of the table are dropped (5,000 of them filled the waiting
+ * table for good), those of a future generation are bounded in bytes
+ * (64 MiB: 1 GiB each was allowed), and past the bound the table is
+ * emptied and one receive fails; the next one works.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +19,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,7 +28,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net/auth.h"
 #include "net/coll.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/push.h>
 
 #define N 3
 #define COUNT 1000
@@ -285,6 +295,170 @@ test_peer_dies(void **st)
 	medha_coll_close(a);
 }
 
+/* A message as coll.c frames it: magic "MCOL", rank, generation, tag. */
+static void
+push_raw(nng_socket s, uint32_t src, uint64_t gen, uint64_t tag, size_t len)
+{
+	nng_msg *m;
+	uint8_t *p;
+
+	assert_int_equal(nng_msg_alloc(&m, 24 + len), 0);
+	p = nng_msg_body(m);
+	memset(p, 0, 24 + len);
+	memcpy(p, "MCOL", 4);
+	for (int i = 0; i < 4; i++)
+		p[4 + i] = (uint8_t)(src >> (8 * i));
+	for (int i = 0; i < 8; i++) {
+		p[8 + i] = (uint8_t)(gen >> (8 * i));
+		p[16 + i] = (uint8_t)(tag >> (8 * i));
+	}
+	assert_int_equal(nng_sendmsg(s, m, 0), 0);
+}
+
+/* A stranger's pushes, from a thread (a push waits for its reader). */
+struct flood {
+	nng_socket s;
+	uint32_t src;
+	uint64_t gen;
+	int n;
+	size_t len;
+	atomic_int done;
+};
+
+static void *
+flood_main(void *arg)
+{
+	struct flood *f = arg;
+
+	for (int i = 0; i < f->n; i++)
+		push_raw(f->s, f->src == 70 ? (i % 2 ? 7 : 0) : f->src, f->gen,
+		    1000 + (uint64_t)i, f->len);
+	atomic_store(&f->done, 1);
+	return NULL;
+}
+
+/* Receives of tag on a (0.05 s each) while f floods; ENOSPACEs seen. */
+static int
+drain_flood(struct medha_coll *a, struct flood *f, uint64_t tag)
+{
+	char why[256];
+	pthread_t t;
+	int y, rc, full = 0;
+
+	atomic_store(&f->done, 0);
+	assert_int_equal(pthread_create(&t, NULL, flood_main, f), 0);
+	while (!atomic_load(&f->done)) {
+		rc = medha_coll_recv(a, 1, tag, &y, sizeof(y), 0.05, why,
+		    sizeof(why));
+		if (rc == MEDHA_ENOSPACE) {
+			print_message("# %s\n", why);
+			assert_non_null(strstr(why, "all dropped"));
+			full++;
+		} else if (rc != MEDHA_ETIMEOUT)
+			fail_msg("recv during a flood: %s", why);
+	}
+	pthread_join(t, NULL);
+	return full;
+}
+
+static void
+test_stranger(void **st)
+{
+	char why[256], u0[128], u1[128];
+	const char *u[2] = {u0, u1};
+	struct medha_coll *a, *b;
+	struct flood f = {0};
+	int x = 42, y = 0;
+
+	(void)st;
+	alarm(60);
+	snprintf(u0, sizeof(u0), "ipc:///tmp/medha-coll-test-%d-e.sock",
+	    (int)getpid());
+	snprintf(u1, sizeof(u1), "ipc:///tmp/medha-coll-test-%d-f.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, u0, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&b, u1, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(a, 3, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(b, 3, 1, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(nng_push0_open(&f.s), 0);
+	assert_int_equal(nng_dial(f.s, u0, NULL, 0), 0);
+	/* 5,000 from ranks the table does not have (7, and a's own):
+	   dropped, never a full table */
+	f.src = 70;
+	f.gen = 3;
+	f.n = 5000;
+	f.len = 8;
+	assert_int_equal(drain_flood(a, &f, 1), 0);
+	assert_int_equal(medha_coll_send(b, 0, 1, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	if (medha_coll_recv(a, 1, 1, &y, sizeof(y), 5, why, sizeof(why)) != 0)
+		fail_msg("recv after strangers: %s", why);
+	assert_int_equal(y, 42);
+	/* 100 MiB "from rank 1" of a future generation: past 64 MiB the
+	   table is emptied and a receive fails; the next one works */
+	f.src = 1;
+	f.gen = 99;
+	f.n = 100;
+	f.len = 1 << 20;
+	assert_true(drain_flood(a, &f, 2) >= 1);
+	nng_close(f.s);
+	x = 43;
+	assert_int_equal(medha_coll_send(b, 0, 3, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	if (medha_coll_recv(a, 1, 3, &y, sizeof(y), 5, why, sizeof(why)) != 0)
+		fail_msg("recv after the flood: %s", why);
+	assert_int_equal(y, 43);
+	medha_coll_close(a);
+	medha_coll_close(b);
+	alarm(0);
+}
+
+/*
+ * With a secret every message carries a MAC: a stranger's message of
+ * the right rank, generation and tag, without it, is dropped, and the
+ * peer's own is taken (issue 28 D).
+ */
+static void
+test_stranger_mac(void **st)
+{
+	static const char k[] = "the replica's shared secret";
+	char why[256], u0[128], u1[128];
+	const char *u[2] = {u0, u1};
+	struct medha_coll *a, *b;
+	nng_socket s;
+	int x = 7, y = 0;
+
+	(void)st;
+	alarm(60);
+	medha_auth_set(k, sizeof(k) - 1);
+	snprintf(u0, sizeof(u0), "ipc:///tmp/medha-coll-test-%d-g.sock",
+	    (int)getpid());
+	snprintf(u1, sizeof(u1), "ipc:///tmp/medha-coll-test-%d-h.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, u0, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&b, u1, why, sizeof(why)), 0);
+	medha_auth_set(NULL, 0);
+	assert_int_equal(medha_coll_peers(a, 4, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(b, 4, 1, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(nng_push0_open(&s), 0);
+	assert_int_equal(nng_dial(s, u0, NULL, 0), 0);
+	push_raw(s, 1, 4, 9, sizeof(int)); /* rank 1, gen 4, tag 9: zeros */
+	push_raw(s, 1, 4, 9, sizeof(int) + 32);
+	usleep(100000);
+	assert_int_equal(medha_coll_send(b, 0, 9, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	if (medha_coll_recv(a, 1, 9, &y, sizeof(y), 5, why, sizeof(why)) != 0)
+		fail_msg("recv: %s", why);
+	assert_int_equal(y, 7);
+	nng_close(s);
+	medha_coll_close(a);
+	medha_coll_close(b);
+	alarm(0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -293,6 +467,8 @@ main(int argc, char **argv)
 	    cmocka_unit_test(test_reduce_tcp),
 	    cmocka_unit_test(test_order_and_errors),
 	    cmocka_unit_test(test_peer_dies),
+	    cmocka_unit_test(test_stranger),
+	    cmocka_unit_test(test_stranger_mac),
 	};
 
 	if (argc == 4 && strcmp(argv[1], "--peer") == 0)

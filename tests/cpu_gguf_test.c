@@ -74,10 +74,13 @@ tm_make(struct tmodel *tm, int wt, int tied, uint64_t seed)
 #define PATH_LEN 256
 
 /* Write tm to path with the GGUF writer, saying it has nl layers. */
+/* ntok > 0: also a tokenizer.ggml.tokens of ntok tokens */
 static void
-tm_write_nl(const struct tmodel *tm, const char *path, int nl)
+tm_write_tok(const struct tmodel *tm, const char *path, int nl, int ntok)
 {
 	struct medha_gguf_writer *w;
+	const char **tok;
+	char (*text)[8];
 	int i;
 
 	assert_int_equal(medha_gguf_writer_open(&w, path), 0);
@@ -93,12 +96,30 @@ tm_write_nl(const struct tmodel *tm, const char *path, int nl)
 	medha_gguf_writer_add_f32(w, "llama.rope.freq_base", THETA);
 	medha_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon",
 	    EPS);
+	if (ntok > 0) {
+		assert_non_null(tok = calloc((size_t)ntok, sizeof(*tok)));
+		assert_non_null(text = calloc((size_t)ntok, sizeof(*text)));
+		for (i = 0; i < ntok; i++) {
+			snprintf(text[i], sizeof(text[i]), "t%d", i);
+			tok[i] = text[i];
+		}
+		medha_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok,
+		    (uint64_t)ntok);
+		free(tok);
+		free(text);
+	}
 	for (i = 0; i < tm->nt; i++)
 		medha_gguf_writer_add_tensor(w, tm->t[i].name, tm->t[i].type,
 		    tm->t[i].n_dims, tm->t[i].ne, tm->t[i].data,
 		    tm->t[i].nbytes);
 	/* errors are sticky: close reports the first */
 	assert_int_equal(medha_gguf_writer_close(w), 0);
+}
+
+static void
+tm_write_nl(const struct tmodel *tm, const char *path, int nl)
+{
+	tm_write_tok(tm, path, nl, 0);
 }
 
 static void
@@ -462,6 +483,44 @@ test_extra_layers(void **state)
 	tm_free(&tm);
 }
 
+/*
+ * A tokenizer of fewer (or more) tokens than the embedding has rows: a
+ * format error that names both counts, not a model that streams ids
+ * without text; one of as many loads.
+ */
+static void
+test_vocab_mismatch(void **state)
+{
+	struct medha_gguf *g;
+	struct medha_model *m;
+	struct tmodel tm;
+	char path[PATH_LEN], why[256], want[64];
+
+	(void)state;
+	tm_make(&tm, MEDHA_GGML_Q8_0, 0, 23);
+	tmp_name(path, sizeof(path));
+	tm_write_tok(&tm, path, NL, 10);
+	assert_int_equal(refused(path), MEDHA_EFORMAT);
+	assert_int_equal(medha_gguf_open(&g, path, why, sizeof(why)), 0);
+	assert_int_equal(medha_model_load(&m, g, why, sizeof(why)),
+	    MEDHA_EFORMAT);
+	assert_null(m);
+	snprintf(want, sizeof(want), "has %d rows", VOCAB);
+	assert_non_null(strstr(why, "has 10 tokens"));
+	assert_non_null(strstr(why, want));
+	medha_gguf_close(g);
+	tm_write_tok(&tm, path, NL, VOCAB + 1);
+	assert_int_equal(refused(path), MEDHA_EFORMAT);
+	tm_write_tok(&tm, path, NL, VOCAB);
+	assert_int_equal(medha_gguf_open(&g, path, why, sizeof(why)), 0);
+	if (medha_model_load(&m, g, why, sizeof(why)) != 0)
+		fail_msg("load: %s", why);
+	medha_model_free(m);
+	medha_gguf_close(g);
+	unlink(path);
+	tm_free(&tm);
+}
+
 int
 main(void)
 {
@@ -475,6 +534,7 @@ main(void)
 	    cmocka_unit_test(test_bad_type),
 	    cmocka_unit_test(test_extra_layers),
 	    cmocka_unit_test(test_overlap),
+	    cmocka_unit_test(test_vocab_mismatch),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -92,6 +92,14 @@ test_fields(void **state)
 	assert_int_equal(q.spec.n_stop, 1);
 	assert_int_equal(q.spec.sampling.top_k, 0);
 	medha_oai_req_clear(&q);
+
+	/* top_p 0 keeps the most likely token, as on the wire and in
+	   traces: taken, not refused */
+	assert_int_equal(parse(&q, "{\"prompt\": \"x\", \"top_p\": 0}", 0,
+	                     NULL, &e),
+	    0);
+	assert_true(q.spec.sampling.top_p == 0);
+	medha_oai_req_clear(&q);
 }
 
 /* Bodies that must be refused: status, param ("" for null), code. */
@@ -103,6 +111,12 @@ static const struct {
     {"", 0, 400, "", NULL},
     {"{\"prompt\": \"x\",", 0, 400, "", NULL},
     {"[1, 2]", 0, 400, "", NULL},
+    /* a key twice, at the top and inside a message: refused */
+    {"{\"prompt\": \"x\", \"max_tokens\": 2, \"max_tokens\": 1000000}", 0,
+        400, "", NULL},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\", "
+     "\"content\": \"b\"}]}",
+        1, 400, "", NULL},
     {"\"prompt\"", 0, 400, "", NULL},
     {"{\"prompt\": \"\xff\"}", 0, 400, "", NULL},
     {"{\"prompt\": \"a\\u0000b\"}", 0, 400, "", NULL},
@@ -121,7 +135,7 @@ static const struct {
     {"{\"prompt\": \"x\", \"temperature\": 2.5}", 0, 400, "temperature", NULL},
     {"{\"prompt\": \"x\", \"temperature\": \"hot\"}", 0, 400, "temperature",
         NULL},
-    {"{\"prompt\": \"x\", \"top_p\": 0}", 0, 400, "top_p", NULL},
+    {"{\"prompt\": \"x\", \"top_p\": -0.1}", 0, 400, "top_p", NULL},
     {"{\"prompt\": \"x\", \"seed\": 1.5}", 0, 400, "seed", NULL},
     {"{\"prompt\": \"x\", \"stream\": 1}", 0, 400, "stream", NULL},
     {"{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", 0,

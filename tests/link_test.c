@@ -6,6 +6,15 @@
  * its sender the connection while the server goes on serving; and a
  * client of a streaming server that stops collecting its events is
  * named as not reading after MEDHA_CLIENT_STALL_S (serve/clients.c).
+ * With a secret (net/auth.h): a client with it is served as before
+ * (held calls, a redial after the oversized frame included); one
+ * without it, one with another secret and a raw socket that sends
+ * frames (a request, a proof never asked for) get nothing through: the
+ * server hands none of their messages out; and without a secret a
+ * server refuses a tcp address that is not loopback unless told
+ * --insecure (issue 28 A). Under an open-file limit of 96, a process
+ * that opens 200 connections gets a share of them, and a client of
+ * another process is served meanwhile (it timed out: issue 28 P).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,14 +23,21 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "serve/clients.h"
+#include "net/auth.h"
 #include "net/link.h"
 #include "net/proto.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
 
 #include <time.h>
 
@@ -170,6 +186,123 @@ test_link(void **state)
 	assert_non_null(strstr(why, "nope://x"));
 }
 
+/* A raw req socket sends len bytes of f; the answer's auth kind. */
+static int
+raw_kind(const char *u, const void *f, size_t len)
+{
+	nng_socket s;
+	nng_msg *m;
+	int kind;
+
+	assert_int_equal(nng_req0_open(&s), 0);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+	assert_int_equal(nng_dial(s, u, NULL, 0), 0);
+	assert_int_equal(nng_send(s, (void *)f, len, 0), 0);
+	assert_int_equal(nng_recvmsg(s, &m, 0), 0);
+	kind = medha_auth_kind(nng_msg_body(m), nng_msg_len(m));
+	nng_msg_free(m);
+	nng_close(s);
+	return kind;
+}
+
+static void
+test_link_auth(void **state)
+{
+	static const char k1[] = "a secret of some length",
+	                  k2[] = "another secret, as long";
+	struct srv_state st = {0};
+	struct medha_cli *c, *c2;
+	struct medha_srv *t;
+	struct bg_call b;
+	pthread_t srv, bg;
+	char why[512], *big;
+	uint8_t f[MEDHA_AUTH_FRAME_MAX], zero[MEDHA_SHA256_LEN] = {0};
+	void *rep;
+	size_t n;
+	int calls;
+
+	(void)state;
+	snprintf(url, sizeof(url), "ipc:///tmp/medha-link-test-%d-a.sock",
+	    (int)getpid());
+	medha_auth_set(k1, sizeof(k1) - 1);
+	assert_int_equal(medha_srv_open(&st.s, url, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&srv, NULL, srv_main, &st), 0);
+	assert_int_equal(medha_cli_open(&c, url, 3, why, sizeof(why)), 0);
+	call_ok(c, 0, "first", "first");
+	calls = st.calls;
+	b = (struct bg_call){c, 0, "Hold me", NULL, 0, -99};
+	assert_int_equal(pthread_create(&bg, NULL, bg_main, &b), 0);
+	/* held before the release (a slow build could send it after) */
+	for (int i = 0; i < 5000 && __atomic_load_n(&st.calls,
+	                                 __ATOMIC_RELAXED) == calls;
+	     i++)
+		usleep(1000);
+	for (int i = 0; i < 20; i++)
+		call_ok(c, 1, "ping", "ping");
+	call_ok(c, 2, "release", "release");
+	pthread_join(bg, NULL);
+	assert_int_equal(b.rc, 0);
+	assert_memory_equal(b.rep, "late", 4);
+	free(b.rep);
+	/* a new connection after the oversized frame proves itself again */
+	big = calloc(1, MEDHA_LINK_MAX_FRAME + 16);
+	assert_non_null(big);
+	n = (size_t)medha_cli_call(c, 1, big, MEDHA_LINK_MAX_FRAME + 16, &rep,
+	    &n, 2);
+	free(big);
+	call_ok(c, 1, "again", "again");
+	calls = st.calls;
+
+	/* no secret, another secret: nothing through */
+	medha_auth_set(NULL, 0);
+	assert_int_equal(medha_cli_open(&c2, url, 1, why, sizeof(why)), 0);
+	assert_int_equal(medha_cli_call(c2, 0, "stranger", 8, &rep, &n, 5),
+	    MEDHA_EAUTH);
+	medha_cli_close(c2);
+	medha_auth_set(k2, sizeof(k2) - 1);
+	assert_int_equal(medha_cli_open(&c2, url, 1, why, sizeof(why)), 0);
+	assert_int_equal(medha_cli_call(c2, 0, "other", 5, &rep, &n, 5),
+	    MEDHA_EAUTH);
+	medha_cli_close(c2);
+	/* raw frames: a request, a proof that answers no challenge */
+	assert_int_equal(raw_kind(url, "\x93\x01\x01\x80", 4),
+	    MEDHA_AUTH_NOAUTH);
+	assert_int_equal(raw_kind(url, f,
+	                     medha_auth_frame(f, MEDHA_AUTH_PROOF, zero,
+	                         sizeof(zero))),
+	    MEDHA_AUTH_NOAUTH);
+	assert_int_equal(st.calls, calls); /* none handed out */
+	medha_auth_set(k1, sizeof(k1) - 1);
+	call_ok(c, 2, "quit", "bye");
+	pthread_join(srv, NULL);
+	medha_cli_close(c);
+	medha_srv_close(st.s);
+
+	/* where a server may listen without a secret */
+	medha_auth_set(NULL, 0);
+	assert_int_equal(medha_srv_open(&t, "tcp://0.0.0.0:0", why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "--secret-file"));
+	assert_int_equal(medha_srv_open(&t, "tcp://:0", why, sizeof(why)),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_srv_open(&t, "tcp://127.0.0.1:0", why,
+	                     sizeof(why)),
+	    0);
+	medha_srv_close(t);
+	medha_auth_insecure(1);
+	assert_int_equal(medha_srv_open(&t, "tcp://0.0.0.0:0", why,
+	                     sizeof(why)),
+	    0);
+	medha_srv_close(t);
+	medha_auth_insecure(0);
+	medha_auth_set(k1, sizeof(k1) - 1);
+	assert_int_equal(medha_srv_open(&t, "tcp://0.0.0.0:0", why,
+	                     sizeof(why)),
+	    0);
+	medha_srv_close(t);
+	medha_auth_set(NULL, 0);
+}
+
 static void
 test_deaf_client(void **state)
 {
@@ -201,13 +334,99 @@ test_deaf_client(void **state)
 	medha_clients_free(&cs);
 }
 
+/* A process that holds n connections to u (dialling again when one
+   is closed) until killed. */
+static void
+hog(const char *u, int n)
+{
+	nng_socket s[256];
+
+	for (int i = 0; i < n && i < 256; i++)
+		if (nng_req0_open(&s[i]) == 0)
+			nng_dial(s[i], u, NULL, NNG_FLAG_NONBLOCK);
+	for (;;)
+		pause();
+}
+
+static void
+test_conn_limits(void **state)
+{
+	struct srv_state st = {0};
+	struct rlimit old, rl;
+	char u[128], why[256];
+	pthread_t srv;
+	pid_t a, b;
+	int status;
+
+	(void)state;
+	snprintf(u, sizeof(u), "ipc:///tmp/medha-link-test-%d-l.sock",
+	    (int)getpid());
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	rl = old;
+	rl.rlim_cur = 96;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	assert_int_equal(medha_srv_open(&st.s, u, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&srv, NULL, srv_main, &st), 0);
+	if ((a = fork()) == 0) { /* nng is not fork-safe: exec */
+		setrlimit(RLIMIT_NOFILE, &old);
+		execl("/proc/self/exe", "link_test", "--hog", u, (char *)NULL);
+		_exit(127);
+	}
+	assert_true(a > 0);
+	sleep(1);
+	if ((b = fork()) == 0) {
+		execl("/proc/self/exe", "link_test", "--client", u,
+		    (char *)NULL);
+		_exit(127);
+	}
+	assert_true(b > 0);
+	assert_int_equal(waitpid(b, &status, 0), b);
+	kill(a, SIGKILL);
+	waitpid(a, NULL, 0);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	{
+		struct medha_cli *c;
+		assert_int_equal(medha_cli_open(&c, u, 1, why, sizeof(why)), 0);
+		call_ok(c, 0, "quit", "bye");
+		medha_cli_close(c);
+	}
+	pthread_join(srv, NULL);
+	medha_srv_close(st.s);
+	setrlimit(RLIMIT_NOFILE, &old);
+}
+
+/* link_test --client U: one call to U, exit 0 when answered in 5 s */
+static int
+client_main(const char *u)
+{
+	struct medha_cli *c;
+	char why[256];
+	void *rep = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (medha_cli_open(&c, u, 1, why, sizeof(why)) != 0)
+		return 1;
+	rc = medha_cli_call(c, 0, "served", 6, &rep, &n, 5) != 0 || n != 6;
+	free(rep);
+	medha_cli_close(c);
+	return rc;
+}
+
 int
-main(void)
+main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_link),
+	    cmocka_unit_test(test_link_auth),
 	    cmocka_unit_test(test_deaf_client),
+	    cmocka_unit_test(test_conn_limits),
 	};
 
+	if (argc == 3 && strcmp(argv[1], "--hog") == 0)
+		hog(argv[2], 200);
+	if (argc == 3 && strcmp(argv[1], "--client") == 0)
+		return client_main(argv[2]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,8 +10,9 @@
  *    SUBMIT is refused (MEDHA_ENOSPACE), READY from a peer that never
  *    said HELLO is refused, and HELLOs from which no replica can be made
  *    (an unknown device, another vocabulary, a layout of two workers,
- *    a backend not built) are refused
- *    with their reasons and leave it not ready;
+ *    a backend not built, a model path: the scheduler opens no file a
+ *    worker names) are refused with their reasons and leave it not
+ *    ready;
  *  - a good HELLO is welcomed as worker 0 and the replica is ready:
  *    STATUS gives the worker's KV blocks and block size, the model and
  *    the backend; a second HELLO for rank 0 from another connection is
@@ -25,7 +26,9 @@
  *    in pieces; a request that asks for no stream gets its record
  *    alone; every request that ran is freed on the worker;
  *  - refusals: a text prompt without a tokenizer, ids outside the
- *    vocabulary, a made-up prompt larger than the KV cache;
+ *    vocabulary, a made-up prompt larger than the KV cache, ids past
+ *    the bytes the replica holds for prompts (a made-up prompt as
+ *    long holds none: taken);
  *  - CANCEL of an unknown handle, of another client's request and of
  *    an ended one is an ERROR; of a running request it is OK, and its
  *    record says "cancelled";
@@ -38,7 +41,7 @@
  *	cc -O2 -std=c11 -D_GNU_SOURCE -iquote libcore -Itests \
  *	    -DMEDHA_TEST_KNOWN_BUGS -o /tmp/replica_bugs tests/replica_test.c \
  *	    build/libmedha.a -lcmocka -lnng -lmsgpackc -ljansson -lzstd \
- *	    -lpcre2-32 -lpthread -lm && /tmp/replica_bugs
+ *	    -lpcre2-32 -lcrypto -lpthread -lm && /tmp/replica_bugs
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -100,6 +103,7 @@ setup(void **state)
 	c.workers = 1;
 	c.drain_timeout = 10;
 	c.sched.chunk = 64; /* fixed chunks: long prompts come in several */
+	c.max_queue_bytes = 64 << 10; /* 16384 ids (test_refused) */
 	if (medha_replica_open(&R.rep, &c, why, sizeof(why)) != 0) {
 		print_error("replica: %s\n", why);
 		return -1;
@@ -191,6 +195,11 @@ test_not_ready(void **state)
 	snprintf(h.backend, sizeof(h.backend), "cuda");
 	hello_refused(&h, MEDHA_EUNSUP, "cuda");
 #endif
+	/* a path: never opened (its error described /etc/shadow), the
+	 * reason says to give -m */
+	sw_hello_default(&h);
+	snprintf(h.model, sizeof(h.model), "/etc/passwd");
+	hello_refused(&h, MEDHA_EINVAL, "medha-sched with -m");
 	assert_int_equal(cl_status(&R.c, &st), 0);
 	assert_false(st.ready);
 	assert_int_equal(st.workers, 0);
@@ -357,6 +366,21 @@ test_refused(void **state)
 	rs = cl_spec("huge", 10000 * 16 + 1, 2);
 	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ERROR);
 	assert_int_equal(code, MEDHA_ERANGE);
+
+	/* the bytes of ids held are bounded (64 KiB here): 20000 ids
+	 * given are refused; a made-up prompt of as many holds none (its
+	 * ids were invented and kept: 20,000 SUBMITs of 60 bytes took
+	 * 670 MiB), is taken and runs */
+	int32_t *many = calloc(20000, sizeof(*many));
+	assert_non_null(many);
+	rs = cl_spec("many", 20000, 2);
+	rs.prompt_ids = many;
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ERROR);
+	assert_int_equal(code, MEDHA_ENOSPACE);
+	free(many);
+	rs = cl_spec("madeup", 20000, 2);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	check_done(&R.c, h, "madeup", 20000, 2, 0);
 }
 
 static void
@@ -389,6 +413,33 @@ test_cancel(void **state)
 	assert_int_equal(code, MEDHA_ENOTFOUND);
 	if (!sw_wait_freed(&R.w, h, 5))
 		fail_msg("cancelled request never freed on the worker");
+}
+
+/*
+ * A worker's token outside the vocabulary (2147483647 reached a client
+ * with status ok): the request fails with a reason, and the replica
+ * goes on serving.
+ */
+static void
+test_bad_token(void **state)
+{
+	struct medha_reqspec rs = cl_spec("bad", 8, 4);
+	struct cl_req *q;
+	uint64_t h;
+	int code;
+
+	(void)state;
+	atomic_store(&R.w.bad_token, 2147483647);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(&R.c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_FAILED);
+	assert_non_null(strstr(q->rec.reason, "vocabulary"));
+	for (int64_t i = 0; i < q->n_ids; i++)
+		assert_true(q->ids[i] >= 0 && q->ids[i] < VOCAB);
+	rs = cl_spec("after", 8, 4);
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	check_done(&R.c, h, "after", 8, 4, 0);
 }
 
 /* ---- stopping ---- */
@@ -434,6 +485,125 @@ test_stop_drains(void **state)
 	sw_assert_ok(&R.w);
 }
 
+/* A second replica's thread, until poisoned_stop. */
+static volatile sig_atomic_t poisoned_stop;
+
+static void *
+poisoned_main(void *arg)
+{
+	medha_replica_run(arg, &poisoned_stop);
+	return NULL;
+}
+
+/* STATUS of a replica at url until it counts n workers (5 s at most). */
+static void
+wait_workers(struct cl *c, int n)
+{
+	struct medha_msg_status st;
+
+	for (int i = 0; i < 250; i++) {
+		assert_int_equal(cl_status(c, &st), 0);
+		if (st.workers == n)
+			return;
+		sw_sleep(0.02);
+	}
+	fail_msg("the replica never counted %d workers", n);
+}
+
+/*
+ * The model fingerprint (issue 28 B). Without -m: a replica of two
+ * workers takes the first one's model; a worker of another model for
+ * the other rank is refused while the first is there; once none is
+ * connected and nothing is in flight, another model may come (a
+ * stranger's HELLO that came first, or the wrong file, does not fix it
+ * for good). With -m: only that model's workers. A HELLO without a
+ * fingerprint is refused.
+ */
+/* A HELLO of rank_tp rank in a replica of tp 2. */
+static void
+hello2(struct medha_msg_hello *h, int rank)
+{
+	sw_hello_default(h);
+	h->tp = 2;
+	h->rank_tp = rank;
+	snprintf(h->peer, sizeof(h->peer), "ipc:///tmp/medha-fp-%d", rank);
+}
+
+static void
+test_fingerprint(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct sw a, b;
+	struct cl cli;
+	char url[300], path[256], why[256], other[65];
+	pthread_t thr;
+
+	(void)state;
+	memset(other, 'e', 64);
+	other[64] = '\0';
+	for (int fixed = 0; fixed < 2; fixed++) {
+		snprintf(path, sizeof(path), "%s/fp%d.sock", R.dir, fixed);
+		snprintf(url, sizeof(url), "ipc://%s", path);
+		medha_replica_config_default(&c);
+		c.listen = url;
+		c.workers = 2;
+		c.drain_timeout = 0.5;
+		c.model = fixed ? "llama3-8b" : NULL;
+		assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)),
+		    0);
+		poisoned_stop = 0;
+		assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r),
+		    0);
+		assert_int_equal(sw_open(&a, url), 0);
+		assert_int_equal(sw_open(&b, url), 0);
+		assert_int_equal(cl_open(&cli, url), 0);
+		hello2(&h, 0);
+		h.fingerprint[0] = '\0';
+		assert_int_equal(sw_hello(&a, &h, &rep), MEDHA_MSG_ERROR);
+		assert_non_null(strstr(rep.error.reason, "fingerprint"));
+		medha_msg_clear(&rep);
+		hello2(&h, 0);
+		if (fixed) { /* -m llama3-8b: another model is refused */
+			memcpy(h.fingerprint, other, sizeof(other));
+			assert_int_equal(sw_hello(&a, &h, &rep),
+			    MEDHA_MSG_ERROR);
+			assert_non_null(strstr(rep.error.reason, "-m"));
+			medha_msg_clear(&rep);
+			hello2(&h, 0);
+		}
+		assert_int_equal(sw_hello(&a, &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		hello2(&h, 1);
+		memcpy(h.fingerprint, other, sizeof(other));
+		assert_int_equal(sw_hello(&b, &h, &rep), MEDHA_MSG_ERROR);
+		assert_non_null(strstr(rep.error.reason, "fingerprint"));
+		medha_msg_clear(&rep);
+		hello2(&h, 1);
+		assert_int_equal(sw_hello(&b, &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		/* both gone, nothing in flight: another model may come
+		 * without -m, never with it */
+		sw_stop(&a);
+		sw_stop(&b);
+		wait_workers(&cli, 0);
+		assert_int_equal(sw_open(&a, url), 0);
+		hello2(&h, 0);
+		memcpy(h.fingerprint, other, sizeof(other));
+		assert_int_equal(sw_hello(&a, &h, &rep),
+		    fixed ? MEDHA_MSG_ERROR : MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		poisoned_stop = 1;
+		pthread_join(thr, NULL);
+		sw_stop(&a);
+		cl_close(&cli);
+		medha_replica_close(r);
+		unlink(path);
+	}
+}
+
 #ifdef MEDHA_TEST_KNOWN_BUGS
 /*
  * KNOWN BUG (not fixed here; built only with -DMEDHA_TEST_KNOWN_BUGS):
@@ -445,14 +615,6 @@ test_stop_drains(void **state)
  * test_not_ready expect "not ready", and a correct llama3-8b worker is
  * refused for good ("stage 0 of 1 runs layers [0, 30)").
  */
-static volatile sig_atomic_t poisoned_stop;
-
-static void *
-poisoned_main(void *arg)
-{
-	medha_replica_run(arg, &poisoned_stop);
-	return NULL;
-}
 
 static void
 test_refused_hello_keeps_core(void **state)
@@ -517,7 +679,9 @@ main(void)
 	    cmocka_unit_test(test_submit),
 	    cmocka_unit_test(test_refused),
 	    cmocka_unit_test(test_cancel),
+	    cmocka_unit_test(test_bad_token),
 	    cmocka_unit_test(test_stop_drains),
+	    cmocka_unit_test(test_fingerprint),
 #ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_refused_hello_keeps_core),
 #endif

@@ -73,7 +73,7 @@ test_sampling(void **state)
 	lg[700] = 0;
 
 	/* a seed repeats itself; another seed does not */
-	p = (struct medha_sampler_params){.temp = 1.5f, .seed = 42};
+	p = (struct medha_sampler_params){.temp = 1.5f, .top_p = 1, .seed = 42};
 	lg[500] = 3.0f;
 	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
 	assert_int_equal(medha_sampler_init(&s2, &p, V), 0);
@@ -149,6 +149,20 @@ test_sampling(void **state)
 		assert_int_equal(n, m + 1);
 		for (j = 1; j < n; j++)
 			assert_true(lg[ids[j]] <= lg[ids[j - 1]]);
+		medha_sampler_free(s);
+	}
+
+	/* the smallest top_p keeps the most likely token: 0, and 1e-50
+	   (0 as a float) as 1e-10 does, never the whole vocabulary */
+	for (i = 0; i < 3; i++) {
+		p = (struct medha_sampler_params){.temp = 1.0f,
+		    .top_p = i == 0 ? 0.0f : i == 1 ? (float)1e-50 : 1e-10f,
+		    .seed = 3};
+		assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+		n = medha_sample_candidates(s, lg, &ids, &pr);
+		assert_int_equal(n, 1);
+		assert_int_equal(ids[0], medha_sample_greedy(lg, V));
+		assert_int_equal(medha_sample(s, lg), ids[0]);
 		medha_sampler_free(s);
 	}
 

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "engine/backend_sim.h"
+#include "model/model.h"
 #include "net/link.h"
 #include "net/proto.h"
 #include "req.h"
@@ -91,6 +92,8 @@ struct sw {
 	atomic_int quit;
 	atomic_int hold;    /* while set, a BATCH waits for its answer (keep
 	                       it under MEDHA_PROTO_DEAD_MS: no heartbeats) */
+	atomic_int bad_token; /* non-zero: the next sampled token is this
+	                         one instead (a worker gone wrong) */
 	pthread_mutex_t mu; /* guards what follows */
 	struct sw_req req[SW_REQS];
 	int nreq;
@@ -116,6 +119,8 @@ sw_hello_default(struct medha_msg_hello *h)
 	h->vocab = 128256;
 	h->dim = 4096;
 	h->pid = (int)getpid();
+	/* the fingerprint a sim worker of llama3-8b says */
+	medha_model_fingerprint("llama3-8b", h->fingerprint, NULL, 0);
 }
 
 static int
@@ -240,6 +245,9 @@ sw_run(struct sw *w, const struct medha_msg_batch *b,
 			tok[n].handle = it->handle;
 			tok[n].token =
 			    medha_backend_sim_token(q->next, w->vocab);
+			int bad = atomic_exchange(&w->bad_token, 0);
+			if (bad != 0)
+				tok[n].token = bad;
 			q->last = tok[n].token;
 			n++;
 		}

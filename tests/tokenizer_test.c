@@ -644,6 +644,47 @@ test_refusals(void **state)
 	vocab_free(&v);
 }
 
+/*
+ * A vocabulary token of 256 KiB: its piece takes its own length, not
+ * its length squared (68.7 GB were asked for); one of code points no
+ * byte maps to, whose "[UNK_BYTE_0x..]" piece (llama.cpp's) would be
+ * quadratic, is a format error that says so.
+ */
+static void
+test_long_token(void **state)
+{
+	const size_t len = 256 << 10;
+	struct vocab v;
+	struct medha_tok *t;
+	const char *piece;
+	size_t plen, i;
+	char *big;
+	int err, id;
+
+	(void)state;
+	bpe_vocab(&v);
+	assert_non_null(big = malloc(len + 1));
+	memset(big, 'a', len);
+	big[len] = '\0';
+	id = add(&v, big, 1, 0);
+	t = open_vocab(&v, "gpt2", "gpt-2", 0, NULL, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(medha_tok_piece(t, id, &piece, &plen), 0);
+	assert_int_equal(plen, len);
+	assert_memory_equal(piece, big, len);
+	medha_tok_close(t);
+	for (i = 0; i + 3 <= len; i += 3)
+		memcpy(big + i, "\xe2\x82\xac", 3); /* U+20AC: no byte's */
+	big[i] = '\0';
+	free(v.tok[id]);
+	v.tok[id] = strdup(big);
+	t = open_vocab(&v, "gpt2", "gpt-2", 0, NULL, &err);
+	assert_null(t);
+	assert_int_equal(err, MEDHA_EFORMAT);
+	free(big);
+	vocab_free(&v);
+}
+
 int
 main(void)
 {
@@ -656,6 +697,7 @@ main(void)
 	    cmocka_unit_test(test_spm),
 	    cmocka_unit_test(test_chat),
 	    cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_long_token),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

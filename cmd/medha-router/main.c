@@ -43,6 +43,7 @@ static const struct medha_help help_lines[] = {
         "HTTP requests answered at once; more get 429 (1024)"},
     {"--max-queue N", "requests in flight at most; more refused (100000)"},
     {"--status-interval S", "seconds between STATUS calls to a replica (0.1)"},
+    LINK_HELP,
 };
 
 enum {
@@ -76,6 +77,7 @@ main(int argc, char *argv[])
 	    {"replica", required_argument, NULL, 'r'},
 	    {"status-interval", required_argument, NULL, OPT_STATUS},
 	    {"verbose", no_argument, NULL, 'v'},
+	    LINK_LONGOPTS,
 	    {NULL, 0, NULL, 0},
 	};
 	static const char *reps[MEDHA_ROUTER_MAX_REPLICAS];
@@ -132,6 +134,8 @@ main(int argc, char *argv[])
 			c.status_interval =
 			    flag_f64("--status-interval", optarg, 0, 60, 1);
 			break;
+		case OPT_SECRET:
+		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
 		}
 	}
@@ -144,6 +148,7 @@ main(int argc, char *argv[])
 	for (int i = 0; i < c.nreplicas; i++)
 		if (strcmp(reps[i], c.listen) == 0)
 			die(2, "%s: the router's own address", reps[i]);
+	link_auth();
 	catch_stop();
 	if (hc.listen == NULL && hc.model != NULL)
 		die(2, "-m MODEL needs --http");

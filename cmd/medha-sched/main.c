@@ -47,6 +47,7 @@ static const struct medha_help help_lines[] = {
         "how long a stop waits for requests in flight (30 s)"},
     {"--max-queue N", "most requests in flight; more are refused (100000)"},
     {"--workers N", "workers to wait for, tp x spp x kvp (1, at most 4096)"},
+    LINK_HELP,
     {NULL, "Simulation (--sim GPU):"},
     {"--sim GPU", "simulate on a100, h100 (80 GB) or h200 (141 GB)"},
     {"-m, --model MODEL",
@@ -190,6 +191,7 @@ static const struct option longopts[] = {
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
     {"workers", required_argument, NULL, OPT_WORKERS},
+    LINK_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -350,6 +352,8 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_WORKERS:
 			a->workers = flag_i64("--workers", optarg, 1, 4096);
 			break;
+		case OPT_SECRET:
+		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
 		}
 	}
@@ -555,6 +559,7 @@ main(int argc, char *argv[])
 	argv += optind;
 	check_args(&a, argc);
 	medha_log_level = MEDHA_LOG_WARN + a.verbose;
+	link_auth();
 	if (a.listen != NULL) {
 		log_server(a.verbose);
 		return run_live(a.listen, &a.cfg, a.model_name, a.profile,

@@ -425,8 +425,22 @@ static const struct medha_help replay_help[] = {
     {"--text", "records carry the generated text"},
     {"--token-ids", "records carry the generated token_ids and text"},
     {"--wait seconds", "wait for a ready replica (60 s); 0: till it answers"},
+    {"--secret-file FILE", "the replica's shared secret ($MEDHA_SECRET_FILE)"},
     {"file", "the trace to submit (default: stdin)"},
 };
+
+/* Records that came before their SUBMIT was seen sent, and never were:
+   not ours after all. */
+static void
+drop_early(struct rp *p)
+{
+	for (int64_t i = 0; i < p->nearly; i++) {
+		medha_log(MEDHA_LOG_WARN, "record for %s, not submitted: ignored",
+		    p->early[i].id);
+		medha_record_clear(&p->early[i]);
+	}
+	free(p->early);
+}
 
 int
 trace_replay(int argc, char *argv[])
@@ -441,6 +455,7 @@ trace_replay(int argc, char *argv[])
 	    {"token-ids", no_argument, NULL, OPT_IDS},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"wait", required_argument, NULL, OPT_WAIT},
+	    {"secret-file", required_argument, NULL, OPT_SECRET},
 	    {NULL, 0, NULL, 0},
 	};
 	struct rp p;
@@ -472,6 +487,7 @@ trace_replay(int argc, char *argv[])
 		case OPT_WAIT:
 			wait = flag_f64("--wait", optarg, 0, 1e6, 0);
 			break;
+		case OPT_SECRET: link_flag(ch, optarg); break;
 		default: usage();
 		}
 	}
@@ -497,6 +513,7 @@ trace_replay(int argc, char *argv[])
 		return 1;
 	p.of = of;
 	signal(SIGPIPE, SIG_IGN);
+	link_auth();
 	if (medha_cli_open(&p.cli, addr, SUBMITS + 1, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
 		return 2;
@@ -562,12 +579,7 @@ trace_replay(int argc, char *argv[])
 		fclose(f);
 	medha_cli_close(p.cli);
 	free(p.open);
-	for (int64_t i = 0; i < p.nearly; i++) { /* not ours after all */
-		medha_log(MEDHA_LOG_WARN, "record for %s, not submitted: ignored",
-		    p.early[i].id);
-		medha_record_clear(&p.early[i]);
-	}
-	free(p.early);
+	drop_early(&p);
 	if (p.wrerr) { /* the first error, not what the close says after */
 		out_finish(of, p.w);
 		medha_log(MEDHA_LOG_ERROR, "%s: write error: %s",

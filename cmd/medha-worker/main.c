@@ -58,6 +58,7 @@ static const struct medha_help help_lines[] = {
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
     {"--lookahead", "run the next decode step during the round trip (on)"},
     {"--no-lookahead", "wait for each batch instead"},
+    LINK_HELP,
     {"--seed S", "cuda, -m SHAPE: the random weights' seed (1)"},
     {NULL, "The cuda backend (--backend cuda), both modes:"},
     {"--mem-util F",
@@ -178,6 +179,7 @@ static const struct option longopts[] = {
     {"top-logprobs", required_argument, NULL, OPT_TOP_LOGPROBS},
     {"tp", required_argument, NULL, OPT_TP},
     {"verbose", no_argument, NULL, 'v'},
+    LINK_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
 
@@ -377,6 +379,8 @@ parse_args(struct args *a, int argc, char *argv[])
 			a->sp.top_logprobs = (int)flag_i64("--top-logprobs",
 			    optarg, 0, MEDHA_TOP_LOGPROBS_MAX);
 			break;
+		case OPT_SECRET:
+		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
 		}
 	}
@@ -482,6 +486,7 @@ main(int argc, char *argv[])
 	argv[0] = (char *)medha_progname; /* getopt says it, not the path */
 	parse_args(&a, argc, argv);
 	check_backend(&a);
+	link_auth();
 	if (a.addr != NULL)
 		return daemon_mode(&a, argc);
 	check_oneshot(&a, argc);

@@ -8,10 +8,16 @@
  */
 #include "model/model.h"
 
+#include "hmac.h"
+
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define LAYERS_MAX 1024
 #define DIM_MAX (1 << 20)
@@ -340,6 +346,7 @@ medha_model_load(struct medha_model **m, const struct medha_gguf *g, char *why,
     size_t whylen)
 {
 	struct medha_model_config c;
+	uint64_t ntok;
 	int rc;
 
 	*m = NULL;
@@ -363,7 +370,21 @@ medha_model_load(struct medha_model **m, const struct medha_gguf *g, char *why,
 			    "%s: layer %ld, but block_count is %d", t->name,
 			    l, c.n_layers);
 	}
-	return medha_model_build(m, &c, gguf_find, (void *)g, why, whylen);
+	if ((rc = medha_model_build(m, &c, gguf_find, (void *)g, why,
+	         whylen)) != 0)
+		return rc;
+	/* a tokenizer of another size than the embedding: ids past the
+	   shorter have no text, or no row; llama.cpp refuses it too */
+	if (medha_gguf_arr_len(g, "tokenizer.ggml.tokens", &ntok, NULL) == 0 &&
+	    ntok != (uint64_t)(*m)->c.vocab) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tokenizer.ggml.tokens has %llu tokens, but "
+		    "token_embd.weight has %d rows",
+		    (unsigned long long)ntok, (*m)->c.vocab);
+		medha_model_free(*m);
+		*m = NULL;
+	}
+	return rc;
 }
 
 void
@@ -431,5 +452,48 @@ medha_tp_share(const struct medha_model_config *c, int tp, int r,
 	s->h_hi = s->kv_hi * g;
 	medha_stage_layers(c->dim, tp, r, &s->d_lo, &s->d_hi);
 	medha_stage_layers(c->ffn_dim, tp, r, &s->f_lo, &s->f_hi);
+	return 0;
+}
+
+int
+medha_model_fingerprint(const char *model, char out[65], char *why,
+    size_t whylen)
+{
+	struct medha_sha256 *h;
+	uint8_t d[MEDHA_SHA256_LEN];
+	struct stat st;
+	char *buf = NULL;
+	ssize_t n = 0;
+	int fd = -1, rc;
+
+	if ((rc = medha_sha256_new(&h)) != 0)
+		return medha_why(why, whylen, rc, "out of memory");
+	if (stat(model, &st) != 0 || !S_ISREG(st.st_mode)) {
+		rc = medha_sha256_add(h, "medha model ", 12);
+		if (rc == 0)
+			rc = medha_sha256_add(h, model, strlen(model));
+	} else if ((fd = open(model, O_RDONLY | O_CLOEXEC)) < 0 ||
+	    (buf = malloc(1 << 20)) == NULL)
+		rc = fd < 0 ? MEDHA_EIO : MEDHA_ENOMEM;
+	else
+		while (rc == 0 && (n = read(fd, buf, 1 << 20)) != 0) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			rc = n < 0 ? MEDHA_EIO
+			           : medha_sha256_add(h, buf, (size_t)n);
+		}
+	if (rc == MEDHA_EIO)
+		medha_why(why, whylen, rc, "%s: %s", model, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	if (rc != 0) {
+		medha_sha256_end(h, NULL);
+		return rc == MEDHA_EIO ? rc
+		                       : medha_why(why, whylen, rc, "out of memory");
+	}
+	if ((rc = medha_sha256_end(h, d)) != 0)
+		return medha_why(why, whylen, rc, "out of memory");
+	medha_hex(d, sizeof(d), out);
 	return 0;
 }

@@ -104,6 +104,18 @@ int medha_model_load(struct medha_model **m, const struct medha_gguf *g,
 /* Free the model (not the tensors it points at); m may be NULL. */
 void medha_model_free(struct medha_model *m);
 
+/*
+ * The model's fingerprint, 64 lowercase hex digits and a NUL into out:
+ * for a file, the SHA-256 of all its bytes (its tensors, its tokenizer
+ * and the rest, read once: a worker computes it when it starts, the
+ * scheduler for its -m); for anything else (a built-in model's name),
+ * the SHA-256 of "medha model " and the name. Two workers of one
+ * replica must have the same one. Returns 0, MEDHA_EIO or MEDHA_ENOMEM,
+ * with why.
+ */
+int medha_model_fingerprint(const char *model, char out[65], char *why,
+    size_t whylen);
+
 /* Bytes of the weight matrices as stored (what a decode step reads). */
 size_t medha_model_weight_bytes(const struct medha_model *m);
 

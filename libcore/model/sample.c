@@ -308,7 +308,9 @@ medha_sample_candidates(struct medha_sampler *s, const float *logits,
 		s->c[i].id = i;
 	}
 	k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-	if (p->top_p >= 1 || p->top_p <= 0) {
+	/* top_p 0 (or a p so small that it is 0 as a float) keeps the
+	   most likely token, as the smallest nucleus does: never all */
+	if (p->top_p >= 1) {
 		select_top(s->c, n, k);
 		m = k;
 	} else {

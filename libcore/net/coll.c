@@ -4,8 +4,13 @@
  * payload. Messages that arrive before they are asked for wait in a
  * small list, searched newest last; it stays short because every
  * message is asked for within a batch or two of its arrival.
+ *
+ * With a secret (net/auth.h) every message ends with an HMAC-SHA256 of
+ * its header and payload under it; one whose MAC is wrong (a stranger
+ * that reached the port) is dropped before it is looked at.
  */
 #include "net/coll.h"
+#include "net/auth.h"
 #include "net/link.h"
 
 #include <nng/nng.h>
@@ -37,7 +42,12 @@ struct medha_coll {
 	struct lost *lost; /* this generation's, and older ones */
 	struct waiting *w;
 	int nw, wcap;
+	size_t wbytes; /* the waiting messages' bytes */
 	volatile sig_atomic_t *stop;
+	size_t mac;      /* MEDHA_SHA256_LEN with a secret, else 0 */
+	uint8_t *key;    /* (klen) the secret, as it was at open */
+	size_t klen;
+	int forged_seen; /* messages dropped for a wrong MAC */
 };
 
 #define SLICE 0.2 /* s between looks at the stop flag */
@@ -97,17 +107,24 @@ medha_coll_open(struct medha_coll **cp, const char *url, char *why,
 	if (url == NULL || strlen(url) >= sizeof(c->url) - 16)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "collectives: bad address");
+	if ((rv = medha_auth_listen_ok(url, why, whylen)) != 0)
+		return rv;
 	if ((c = medha_calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	c->rank = -1;
+	c->key = medha_auth_copy(&c->klen);
+	c->mac = c->key != NULL ? MEDHA_SHA256_LEN : 0;
 	if ((rv = nng_pull0_open(&c->pull)) != 0) {
+		free(c->key);
 		free(c);
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "collectives: %s", nng_strerror(rv));
 	}
-	nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ, MEDHA_COLL_MAX_MSG + HDR);
+	nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ,
+	    MEDHA_COLL_MAX_MSG + HDR + MEDHA_SHA256_LEN);
 	if ((rv = nng_listen(c->pull, url, &l, 0)) != 0) {
 		nng_close(c->pull);
+		free(c->key);
 		free(c);
 		return medha_why(why, whylen, medha_link_nng_err(rv),
 		    "collectives: cannot listen at %s: %s", url,
@@ -179,6 +196,7 @@ medha_coll_close(struct medha_coll *c)
 	for (int i = 0; i < c->nw; i++)
 		nng_msg_free(c->w[i].m);
 	free(c->w);
+	free(c->key);
 	free(c);
 }
 
@@ -219,9 +237,10 @@ forget_before(struct medha_coll *c, uint64_t gen)
 	int j = 0;
 
 	for (int i = 0; i < c->nw; i++)
-		if (c->w[i].gen < gen)
+		if (c->w[i].gen < gen) {
+			c->wbytes -= nng_msg_len(c->w[i].m);
 			nng_msg_free(c->w[i].m);
-		else
+		} else
 			c->w[j++] = c->w[i];
 	c->nw = j;
 }
@@ -298,7 +317,7 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	if (len > MEDHA_COLL_MAX_MSG)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "collectives: %zu bytes is too large a message", len);
-	if (nng_msg_alloc(&m, HDR + len) != 0)
+	if (nng_msg_alloc(&m, HDR + len + c->mac) != 0)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	p = nng_msg_body(m);
 	put32(p, MAGIC);
@@ -307,6 +326,15 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	put64(p + 16, tag);
 	if (len > 0)
 		memcpy(p + HDR, buf, len);
+	if (c->mac > 0) {
+		struct medha_buf part = {p, HDR + len};
+		if (medha_hmac_sha256(c->key, c->klen, &part, 1,
+		        p + HDR + len) != 0) {
+			nng_msg_free(m);
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		}
+	}
 	for (double end = timeout < 0 ? -1 : medha_now() + timeout;;) {
 		double left = end < 0 ? SLICE : end - medha_now();
 		nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO,
@@ -334,6 +362,21 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	return 0;
 }
 
+/* Whether m (with a secret) ends with the MAC of what comes before. */
+static int
+mac_ok(const struct medha_coll *c, nng_msg *m)
+{
+	uint8_t want[MEDHA_SHA256_LEN];
+	const uint8_t *p = nng_msg_body(m);
+	size_t n = nng_msg_len(m) - c->mac;
+	struct medha_buf part = {p, n};
+
+	if (c->mac == 0)
+		return 1;
+	return medha_hmac_sha256(c->key, c->klen, &part, 1, want) == 0 &&
+	    medha_equal_ct(want, p + n, sizeof(want));
+}
+
 /* The waiting message from src under tag (this generation), or -1. */
 static int
 find_waiting(const struct medha_coll *c, int src, uint64_t tag)
@@ -345,23 +388,38 @@ find_waiting(const struct medha_coll *c, int src, uint64_t tag)
 	return -1;
 }
 
-/* Take message m: keep it waiting, or drop it. 0 or MEDHA_ENOSPACE. */
+/*
+ * Take message m: keep it waiting, or, past the limits (coll.h), drop
+ * it and every waiting one (their memory goes back) and return
+ * MEDHA_ENOSPACE; 0 when kept.
+ */
 static int
 keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
 {
+	size_t len = nng_msg_len(m);
+
+	if (c->nw > 0 && (c->nw >= MEDHA_COLL_MAX_WAITING ||
+	                     len > MEDHA_COLL_MAX_WAITING_BYTES - c->wbytes ||
+	                     c->wbytes > MEDHA_COLL_MAX_WAITING_BYTES))
+		goto full;
 	if (c->nw == c->wcap) {
 		int cap = c->wcap ? 2 * c->wcap : 16;
 		void *n;
-		if (cap > MEDHA_COLL_MAX_WAITING ||
-		    (n = medha_reallocarray(c->w, cap, sizeof(*c->w))) == NULL) {
-			nng_msg_free(m);
-			return MEDHA_ENOSPACE;
-		}
+		if ((n = medha_reallocarray(c->w, cap, sizeof(*c->w))) == NULL)
+			goto full;
 		c->w = n;
 		c->wcap = cap;
 	}
 	c->w[c->nw++] = (struct waiting){src, gen, tag, m};
+	c->wbytes += len;
 	return 0;
+full:
+	nng_msg_free(m);
+	forget_before(c, UINT64_MAX);
+	free(c->w);
+	c->w = NULL;
+	c->wcap = 0;
+	return MEDHA_ENOSPACE;
 }
 
 int
@@ -378,6 +436,7 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 		    c->n, c->rank);
 	if ((i = find_waiting(c, src, tag)) >= 0) {
 		m = c->w[i].m;
+		c->wbytes -= nng_msg_len(m);
 		c->w[i] = c->w[--c->nw];
 	}
 	while (m == NULL) {
@@ -407,26 +466,45 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			    "collectives: %s", nng_strerror(rv));
 		}
 		p = nng_msg_body(m);
-		if (nng_msg_len(m) < HDR || get(p, 4) != MAGIC) {
+		if (nng_msg_len(m) < HDR + c->mac || get(p, 4) != MAGIC) {
 			medha_log(MEDHA_LOG_WARN,
 			    "collectives: a malformed message dropped");
 			nng_msg_free(m);
 			m = NULL;
 			continue;
 		}
+		if (!mac_ok(c, m)) {
+			if (c->forged_seen++ == 0)
+				medha_log(MEDHA_LOG_WARN,
+				    "collectives: a message without the "
+				    "secret's MAC dropped (more are not "
+				    "logged)");
+			nng_msg_free(m);
+			m = NULL;
+			continue;
+		}
+		nng_msg_chop(m, c->mac);
 		msrc = (int)get(p + 4, 4);
 		mgen = get(p + 8, 8);
 		mtag = get(p + 16, 8);
-		if (mgen < c->gen) {
-			nng_msg_free(m); /* from before a restart */
+		if (mgen < c->gen || msrc < 0 || msrc >= c->n ||
+		    msrc == c->rank) {
+			/* from before a restart, or from no peer of this
+			   table: nobody will ask for it */
+			nng_msg_free(m);
 			m = NULL;
 			continue;
 		}
 		if (msrc == src && mgen == c->gen && mtag == tag)
 			break;
+		int was = c->nw;
+		size_t bytes = c->wbytes;
 		if (keep(c, m, msrc, mgen, mtag) != 0)
 			return medha_why(why, whylen, MEDHA_ENOSPACE,
-			    "collectives: %d messages waiting", c->nw);
+			    "collectives: %d messages of %zu bytes were "
+			    "waiting (at most %d, %zu bytes): all dropped",
+			    was, bytes, MEDHA_COLL_MAX_WAITING,
+			    MEDHA_COLL_MAX_WAITING_BYTES);
 		m = NULL;
 	}
 	if (nng_msg_len(m) - HDR != len) {

@@ -46,8 +46,12 @@
 #define MEDHA_COLL_MAX_PEERS 4096
 /* bytes in one message at most (a peer that sends more is cut off) */
 #define MEDHA_COLL_MAX_MSG ((size_t)1 << 30)
-/* messages waiting to be asked for, at most */
+/* messages waiting to be asked for, at most, and their bytes (beyond
+   the first: one message of any size may wait); past either the table
+   is emptied and the receive fails, so that a flood costs one batch,
+   not the worker */
 #define MEDHA_COLL_MAX_WAITING 4096
+#define MEDHA_COLL_MAX_WAITING_BYTES ((size_t)64 << 20)
 
 /* A tag from a batch sequence number, a layer and a kind (< 256). */
 #define MEDHA_COLL_TAG(bseq, layer, kind)                      \

@@ -6,8 +6,17 @@
  * threads run the aio callbacks, which only move contexts between those
  * states and queue what arrived under one mutex; everything else happens
  * on the caller's thread in medha_srv_next().
+ *
+ * With a secret (net/auth.h) the server keeps, for each connection that
+ * has sent something, where it is in the handshake: the handshake's
+ * frames are answered inside medha_srv_next(), and a message of a
+ * connection that has not finished it is answered NOAUTH and never
+ * handed out. A client authenticates its connection before its first
+ * call on it (one handshake at a time, on a context of its own), and
+ * sends a call again when the server answers NOAUTH (the connection
+ * changed under it: the server took nothing from it).
  */
-#include "net/link.h"
+#include "net/link_impl.h"
 #include "net/proto.h"
 
 #include <nng/nng.h>
@@ -16,40 +25,12 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define MIN_RECEIVING 4 /* contexts kept posted for new requests */
-
-enum { C_RECV, C_HELD, C_SEND, C_DEAD };
-
-struct medha_srv_call {
-	struct medha_srv *s;
-	nng_ctx ctx;
-	nng_aio *aio;
-	int state;                   /* C_* */
-	nng_msg *msg;                /* the request while held */
-	uint32_t peer;               /* its pipe */
-	struct medha_srv_call *next; /* inbox link */
-};
-
-struct medha_srv {
-	nng_socket sock;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct medha_srv_call **calls; /* (ncalls) every context */
-	int ncalls, cap;
-	int receiving; /* contexts in C_RECV */
-	int held;      /* contexts in C_HELD (inbox included) */
-	struct medha_srv_call *in_head, *in_tail; /* arrived, not taken */
-	uint32_t *gone;                           /* closed pipes, not taken */
-	int ngone, gone_cap;
-	int woken; /* medha_srv_wake() since the last medha_srv_next() */
-	int closing;
-};
 
 int
 medha_link_nng_err(int rv)
@@ -119,6 +100,81 @@ call_cb(void *arg)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/*
+ * Whom a connection is from: its IP address over tcp, its process over
+ * ipc; 0 for inproc (the process's own front door: not limited).
+ */
+static uint64_t
+peer_key(nng_pipe p)
+{
+	nng_sockaddr sa;
+	uint64_t pid = 0, k = 1469598103934665603ULL;
+
+	if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) == 0)
+		return 1ULL << 62 | pid;
+	if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+		return 2ULL << 62;
+	if (sa.s_family == NNG_AF_INET)
+		return 3ULL << 62 | sa.s_in.sa_addr;
+	if (sa.s_family == NNG_AF_INET6) {
+		for (int i = 0; i < 16; i++)
+			k = (k ^ sa.s_in6.sa_addr[i]) * 1099511628211ULL;
+		return k | 1;
+	}
+	return sa.s_family == NNG_AF_INPROC ? 0 : 2ULL << 62;
+}
+
+/* A new connection: admitted, or closed past the limits. */
+static void
+pipe_add_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct medha_srv *s = arg;
+	uint64_t key = peer_key(p), refused = 0;
+	int same = 0, full;
+
+	(void)ev;
+	if (key == 0)
+		return;
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->nadm; i++)
+		same += s->adm[i].key == key;
+	full = s->nadm >= s->max_pipes || same >= s->max_per_peer;
+	if (!full && s->nadm == s->admcap) {
+		int ncap = s->admcap ? 2 * s->admcap : 64;
+		void *n = medha_reallocarray(s->adm, ncap, sizeof(*s->adm));
+		if (n == NULL)
+			full = 1;
+		else {
+			s->adm = n;
+			s->admcap = ncap;
+		}
+	}
+	if (full)
+		refused = ++s->refused;
+	else
+		s->adm[s->nadm++] = (struct padm){(uint32_t)nng_pipe_id(p), key};
+	pthread_mutex_unlock(&s->mu);
+	if (!full)
+		return;
+	if (refused == 1 || refused % 1000 == 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "a connection refused: %d connections open, %d of them "
+		    "from its peer (at most %d, %d from one peer; %llu "
+		    "refused so far)",
+		    s->nadm, same, s->max_pipes, s->max_per_peer,
+		    (unsigned long long)refused);
+	nng_pipe_close(p);
+}
+
+void
+medha_srv_limits(struct medha_srv *s, int max_pipes, int per_peer)
+{
+	pthread_mutex_lock(&s->mu);
+	s->max_pipes = max_pipes;
+	s->max_per_peer = per_peer;
+	pthread_mutex_unlock(&s->mu);
+}
+
 static void
 pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -126,6 +182,11 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 	(void)ev;
 	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->nadm; i++)
+		if (s->adm[i].pipe == (uint32_t)nng_pipe_id(p)) {
+			s->adm[i] = s->adm[--s->nadm];
+			break;
+		}
 	if (s->ngone == s->gone_cap) {
 		int ncap = s->gone_cap ? 2 * s->gone_cap : 16;
 		uint32_t *n = medha_reallocarray(s->gone, ncap, sizeof(*n));
@@ -182,8 +243,12 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 	int rv;
 
 	*sp = NULL;
+	if ((rv = medha_auth_listen_ok(url, why, whylen)) != 0)
+		return rv;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	s->key = medha_auth_copy(&s->klen);
+	s->auth = s->key != NULL;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -195,6 +260,18 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 		    nng_strerror(rv));
 	}
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, MEDHA_LINK_MAX_FRAME);
+	{
+		/* room under the open-file limit for the rest of the
+		   process (model, threads' pipes, the peers' sockets) */
+		struct rlimit rl;
+		rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur
+		                                              : 1024;
+		n = n > 64 + 16 ? n - 64 : 16;
+		s->max_pipes = n > MEDHA_LINK_MAX_PIPES ? MEDHA_LINK_MAX_PIPES
+		                                        : (int)n;
+		s->max_per_peer = s->max_pipes / 4 > 4 ? s->max_pipes / 4 : 4;
+	}
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, pipe_add_cb, s);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
 	if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
 		medha_srv_close(s);
@@ -224,8 +301,11 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 int
 medha_srv_listen(struct medha_srv *s, const char *url, char *why, size_t whylen)
 {
-	int rv = nng_listen(s->sock, url, NULL, 0);
+	int rv = medha_auth_listen_ok(url, why, whylen);
 
+	if (rv != 0)
+		return rv;
+	rv = nng_listen(s->sock, url, NULL, 0);
 	if (rv == 0)
 		return 0;
 	return medha_why(why, whylen,
@@ -252,6 +332,9 @@ medha_srv_close(struct medha_srv *s)
 	}
 	free(s->calls);
 	free(s->gone);
+	free(s->pa);
+	free(s->adm);
+	free(s->key);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
@@ -296,6 +379,16 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 		ev->len = nng_msg_len(c->msg);
 	}
 	pthread_mutex_unlock(&s->mu);
+	if (s->auth && ev->kind == MEDHA_SRV_GONE)
+		link_pa_drop(s, ev->peer);
+	else if (s->auth && ev->kind == MEDHA_SRV_CALL) {
+		const struct pauth *a = link_pa_get(s, ev->peer, 0);
+		if (a == NULL || a->state != PA_OK) {
+			/* answered here; the caller sees a timeout */
+			link_srv_auth(s, ev);
+			memset(ev, 0, sizeof(*ev));
+		}
+	}
 	return rc == MEDHA_ENOMEM && ev->kind == MEDHA_SRV_TIMEOUT ? rc : 0;
 }
 
@@ -350,30 +443,20 @@ medha_srv_held(const struct medha_srv *s)
 
 /* ---- client ---- */
 
-#define CLI_MAX_CTX 16
-
-struct medha_cli {
-	nng_socket sock;
-	int nctx;
-	nng_ctx ctx[CLI_MAX_CTX];
-	nng_aio *aio[CLI_MAX_CTX];
-	int npipes;     /* live connections */
-	uint64_t epoch; /* connections lost so far */
-	pthread_mutex_t mu;
-};
-
 static void
 cli_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	struct medha_cli *c = arg;
 
-	(void)p;
 	pthread_mutex_lock(&c->mu);
-	if (ev == NNG_PIPE_EV_ADD_POST)
+	if (ev == NNG_PIPE_EV_ADD_POST) {
 		c->npipes++;
-	else {
+		c->pipe = (uint32_t)nng_pipe_id(p);
+	} else {
 		c->npipes--;
 		c->epoch++;
+		if (c->pipe == (uint32_t)nng_pipe_id(p))
+			c->pipe = 0;
 	}
 	pthread_mutex_unlock(&c->mu);
 }
@@ -392,6 +475,9 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->amu, NULL);
+	c->key = medha_auth_copy(&c->klen);
+	c->auth = c->key != NULL;
 	if ((rv = nng_req0_open(&c->sock)) != 0) {
 		free(c);
 		return medha_why(why, whylen, medha_link_nng_err(rv), "req socket: %s",
@@ -404,16 +490,17 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 	nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500);
 	nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, cli_pipe_cb, c);
 	nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, cli_pipe_cb, c);
-	for (i = 0; i < nctx; i++) {
+	for (i = 0; i <= nctx; i++) {
 		if ((rv = nng_ctx_open(&c->ctx[i], c->sock)) != 0 ||
 		    (rv = nng_aio_alloc(&c->aio[i], NULL, NULL)) != 0) {
-			c->nctx = i;
+			c->nopen = i;
 			medha_cli_close(c);
 			return medha_why(why, whylen, medha_link_nng_err(rv),
 			    "context: %s", nng_strerror(rv));
 		}
-		c->nctx = i + 1;
+		c->nopen = i + 1;
 	}
+	c->nctx = nctx;
 	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
 		medha_cli_close(c);
 		if (strstr(url, "://") == NULL)
@@ -436,10 +523,14 @@ medha_cli_close(struct medha_cli *c)
 	if (c == NULL)
 		return;
 	nng_close(c->sock);
-	for (int i = 0; i < c->nctx; i++)
+	for (int i = 0; i < c->nopen; i++)
 		if (c->aio[i] != NULL)
 			nng_aio_free(c->aio[i]);
+	for (int i = 0; i < CLI_MAX_CTX; i++)
+		free(c->req[i]);
+	free(c->key);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->amu);
 	free(c);
 }
 
@@ -471,17 +562,15 @@ medha_cli_epoch(const struct medha_cli *c)
 	return e;
 }
 
+/* Send on context i (the handshake's included) and post the receive. */
 int
-medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
+link_raw_send(struct medha_cli *c, int i, const void *req, size_t len,
     double timeout)
 {
-	nng_aio *aio;
+	nng_aio *aio = c->aio[i];
 	nng_msg *m = NULL;
 	int rv;
 
-	if (i < 0 || i >= c->nctx)
-		return MEDHA_EINVAL;
-	aio = c->aio[i];
 	nng_aio_set_timeout(aio,
 	    timeout < 0 ? NNG_DURATION_INFINITE
 	                : (nng_duration)(timeout * 1e3));
@@ -502,23 +591,24 @@ medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
 	return 0;
 }
 
+/* The answer on context i; *pipe (if not NULL) the connection it came on. */
 int
-medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
+link_raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
+    uint32_t *pipe)
 {
-	nng_aio *aio;
+	nng_aio *aio = c->aio[i];
 	nng_msg *m;
 	int rv;
 
 	*rep = NULL;
 	*replen = 0;
-	if (i < 0 || i >= c->nctx)
-		return MEDHA_EINVAL;
-	aio = c->aio[i];
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0)
 		return medha_link_nng_err(rv);
 	m = nng_aio_get_msg(aio);
 	nng_aio_set_msg(aio, NULL);
+	if (pipe != NULL)
+		*pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(m));
 	*replen = nng_msg_len(m);
 	if ((*rep = malloc(*replen ? *replen : 1)) == NULL) {
 		nng_msg_free(m);
@@ -527,6 +617,62 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 	memcpy(*rep, nng_msg_body(m), *replen);
 	nng_msg_free(m);
 	return 0;
+}
+
+int
+medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
+    double timeout)
+{
+	int rc;
+
+	if (i < 0 || i >= c->nctx)
+		return MEDHA_EINVAL;
+	if (c->auth) {
+		void *copy = malloc(len ? len : 1);
+		if (copy == NULL)
+			return MEDHA_ENOMEM;
+		memcpy(copy, req, len);
+		free(c->req[i]);
+		c->req[i] = copy;
+		c->reqlen[i] = len;
+		c->tmo[i] = timeout;
+		if ((rc = link_cli_auth(c, timeout, 0)) != 0)
+			return rc;
+	}
+	return link_raw_send(c, i, req, len, timeout);
+}
+
+int
+medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
+{
+	int rc;
+
+	*rep = NULL;
+	*replen = 0;
+	if (i < 0 || i >= c->nctx)
+		return MEDHA_EINVAL;
+	for (int tries = 0;; tries++) {
+		if ((rc = link_raw_wait(c, i, rep, replen, NULL)) != 0)
+			return rc;
+		if (medha_auth_kind(*rep, *replen) != MEDHA_AUTH_NOAUTH)
+			return 0;
+		free(*rep);
+		*rep = NULL;
+		*replen = 0;
+		if (!c->auth) {
+			link_cli_tell(c, "the server wants the shared secret: "
+			            "give --secret-file FILE (or "
+			            "$MEDHA_SECRET_FILE)");
+			return MEDHA_EAUTH;
+		}
+		/* not taken: the connection changed since its handshake */
+		if (tries == 2)
+			return MEDHA_EAUTH;
+		if ((rc = link_cli_auth(c, c->tmo[i], 1)) != 0 ||
+		    (rc = link_raw_send(c, i, c->req[i], c->reqlen[i],
+		         c->tmo[i])) != 0)
+			return rc;
+	}
 }
 
 int

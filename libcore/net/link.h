@@ -42,6 +42,14 @@
 	(64u << 20)               /* bytes; a peer that sends a \
 	                             larger frame is disconnected */
 #define MEDHA_LINK_MAX_CALLS 8192 /* requests a server holds */
+/*
+ * Connections a server takes at most: the open-file limit less 64, at
+ * most this; one peer (an IP address over tcp, a process over ipc) a
+ * quarter of them. A connection past either is closed as it opens
+ * (the peer's dialer tries again later), so that one peer's idle
+ * connections cannot keep others, or a worker that must reconnect, out.
+ */
+#define MEDHA_LINK_MAX_PIPES 16384
 
 struct medha_srv;
 struct medha_srv_call; /* one request held by the server */
@@ -97,6 +105,9 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev);
 int medha_srv_reply(struct medha_srv *s, struct medha_srv_call *call,
     const void *buf, size_t len);
 void medha_srv_drop(struct medha_srv *s, struct medha_srv_call *call);
+
+/* Other limits than the defaults above (tests). */
+void medha_srv_limits(struct medha_srv *s, int max_pipes, int per_peer);
 
 /* From any thread: make the next or current medha_srv_next() return. */
 void medha_srv_wake(struct medha_srv *s);

@@ -522,6 +522,12 @@ check_hello(struct chk *c, const struct medha_msg_hello *h)
 	if (!fits(h->peer, sizeof(h->peer), 0))
 		return FAIL(c, "peer", "not a string of at most %d bytes",
 		    (int)sizeof(h->peer) - 1);
+	if (h->fingerprint[0] != '\0' &&
+	    (strlen(h->fingerprint) != MEDHA_PROTO_FP_LEN ||
+	        strspn(h->fingerprint, "0123456789abcdef") !=
+	            MEDHA_PROTO_FP_LEN))
+		return FAIL(c, "fingerprint", "not %d lowercase hex digits",
+		    MEDHA_PROTO_FP_LEN);
 	return 0;
 }
 
@@ -912,7 +918,8 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 		    h->block_size == k->block_size &&
 		    h->n_blocks == k->n_blocks && h->max_seqs == k->max_seqs &&
 		    h->vocab == k->vocab && h->dim == k->dim &&
-		    h->pid == k->pid && strcmp(h->peer, k->peer) == 0;
+		    h->pid == k->pid && strcmp(h->peer, k->peer) == 0 &&
+		    strcmp(h->fingerprint, k->fingerprint) == 0;
 	case MEDHA_MSG_WELCOME:
 	case MEDHA_MSG_READY:
 	case MEDHA_MSG_HEARTBEAT: return a->worker_id == b->worker_id;

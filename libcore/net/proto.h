@@ -56,6 +56,7 @@
 #define MEDHA_PROTO_GPU_MAX 64         /* device name, NUL included */
 #define MEDHA_PROTO_BACKEND_MAX 16     /* "cpu", "sim", "cuda" */
 #define MEDHA_PROTO_REASON_MAX 256     /* ERROR and RESULT reasons */
+#define MEDHA_PROTO_FP_LEN 64 /* hex digits of a model fingerprint */
 #define MEDHA_PROTO_URL_MAX 256        /* a worker's peer address, NUL
                                           included */
 #define MEDHA_PROTO_MAX_GROUPS 64      /* KVP groups of one item */
@@ -160,6 +161,8 @@ struct medha_msg_hello {
 	char peer[MEDHA_PROTO_URL_MAX];  /* where the replica's other workers
 	                                    reach it ("" for none: a replica
 	                                    of one worker) */
+	char fingerprint[MEDHA_PROTO_FP_LEN + 1]; /* its model's: 64 hex
+	                                             digits, "" for none */
 };
 
 /* One sampled token of a RESULT. */

@@ -141,11 +141,12 @@ enum {
 	HE_GPU,
 	HE_LAYERS,
 	HE_PEER,
+	HE_FP,
 	HE_N
 };
 static const char *const he_keys[HE_N] = {"tp", "spp", "kvp", "rank_tp",
     "rank_spp", "rank_kvp", "block_size", "n_blocks", "max_seqs", "vocab",
-    "dim", "pid", "backend", "model", "gpu", "layers", "peer"};
+    "dim", "pid", "backend", "model", "gpu", "layers", "peer", "fingerprint"};
 
 static int
 dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
@@ -162,6 +163,10 @@ dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
 	if (v[HE_PEER] != NULL &&
 	    (rc = dec_get_str(d, v[HE_PEER], "peer", 0, h->peer,
 	         sizeof(h->peer), 0)) != 0)
+		return rc;
+	if (v[HE_FP] != NULL &&
+	    (rc = dec_get_str(d, v[HE_FP], "fingerprint", 0, h->fingerprint,
+	         sizeof(h->fingerprint), 0)) != 0)
 		return rc;
 	for (k = 0; k <= HE_PID; k++)
 		if ((rc = dec_get_int(d, v[k], he_keys[k], n[k])) != 0)

@@ -312,6 +312,17 @@ medha_model_resolve_why(const char *name, struct medha_pred_model *m, char *why,
 }
 
 int
+medha_model_builtin(const char *name, struct medha_pred_model *m)
+{
+	for (size_t i = 0; i < NELEM(models); i++)
+		if (strcasecmp(name, models[i].name) == 0) {
+			*m = models[i];
+			return 0;
+		}
+	return MEDHA_ENOTFOUND;
+}
+
+int
 medha_model_resolve(const char *name, struct medha_pred_model *m)
 {
 	char why[256];

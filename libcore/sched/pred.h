@@ -194,6 +194,9 @@ int medha_table_extent(const struct medha_table *t, int op, double *tokens,
  */
 int medha_model_resolve_why(const char *name_or_path,
     struct medha_pred_model *m, char *why, size_t whylen);
+/* A built-in model of that name into *m: 0, or MEDHA_ENOTFOUND (no file
+   is looked at). */
+int medha_model_builtin(const char *name, struct medha_pred_model *m);
 
 /* Model weights held by one worker, bytes. */
 double medha_pred_weight_bytes(const struct medha_pred *p);

@@ -474,7 +474,10 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 
 	memset(q, 0, sizeof(*q));
 	q->chat = chat;
-	o = json_loadb(body, len, 0, &jerr);
+	/* a key given twice is refused, as the wire protocol and traces
+	   do: with the last taken, "max_tokens": 2, "max_tokens": 1000000
+	   ran as a million where a proxy checked the first */
+	o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (o == NULL)
 		return BAD(e, NULL,
 		    "We could not parse the JSON body of your request: %s "
@@ -531,12 +534,9 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 		goto fail;
 	rs->sampling.temp = (float)d;
 	d = rs->sampling.top_p;
+	/* 0 keeps the most likely token, as everywhere (sample.c) */
 	if ((rc = get_num(o, "top_p", 0, 1, &d, e)) != 0)
 		goto fail;
-	if (d == 0) {
-		rc = BAD(e, "top_p", "top_p: must be > 0");
-		goto fail;
-	}
 	rs->sampling.top_p = (float)d;
 	n = 0;
 	if ((rc = get_int(o, "top_k", -1, MEDHA_PROTO_TOPK_MAX, &n, NULL, e)) !=

@@ -30,6 +30,7 @@ medha_replica_config_default(struct medha_replica_config *c)
 	c->target_auto = 1;
 	c->drain_timeout = 30;
 	c->max_queue = 100000;
+	c->max_queue_bytes = (int64_t)1 << 30;
 }
 
 /* ---- requests ---- */
@@ -43,6 +44,31 @@ rep_lreq_get(const struct medha_replica *r, uint64_t h)
 	    r->by_slot[slot]->handle != h)
 		return NULL;
 	return r->by_slot[slot];
+}
+
+/*
+ * A made-up prompt's ids are computed where they are sent, from its
+ * seed (made of the request id: the same ids for the same id), so that
+ * a SUBMIT of 60 bytes that asks for a long prompt costs no memory
+ * while it waits; a mix of seed and position, so that any piece comes
+ * without the ones before it.
+ */
+void
+rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
+    int64_t at, int64_t n, int32_t *out)
+{
+	if (q->ids != NULL) {
+		memcpy(out, q->ids + at, (size_t)n * sizeof(*out));
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		uint64_t z = q->made_up + (uint64_t)(at + i) *
+		    0x9e3779b97f4a7c15ULL;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+		z ^= z >> 31;
+		out[i] = (int32_t)(z % (uint64_t)r->vocab);
+	}
 }
 
 void
@@ -189,6 +215,7 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 		rep_free_later(r, q->handle, 0);
 	r->by_slot[q->handle & 0xffffffffu] = NULL;
 	r->f.live--;
+	r->held -= q->held;
 	rep_lreq_free(q);
 }
 
@@ -221,7 +248,7 @@ append_text(struct lreq *q, const char *s, size_t n)
 /*
  * A token came out for q: returns MEDHA_FINISH_STOP if the request ends
  * here (end of generation, or its text now holds a stop string, where
- * the text is cut), else 0.
+ * the text is cut and the token left out of the ids), else 0.
  */
 int
 rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
@@ -270,6 +297,11 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 		char *hit = memmem(q->text + from, q->text_len - from,
 		    q->stop[i], strlen(q->stop[i]));
 		if (hit != NULL) {
+			/* the token that completes the stop string is not
+			   output, as the end-of-generation token is not:
+			   token_ids, output_tokens (sched_batch.c) and the
+			   text all leave it out */
+			q->n_out--;
 			q->text_len = (size_t)(hit - q->text);
 			q->text[q->text_len] = '\0';
 			return MEDHA_FINISH_STOP;
@@ -280,69 +312,49 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 
 /* ---- client requests ---- */
 
-/* q into the core; its ids lent for the prefix cache unless made up */
+/* q into the core; its ids (none when made up) lent for the prefix
+   cache */
 static int
-core_arrive(struct medha_replica *r, struct medha_reqspec *rs, struct lreq *q,
-    int real)
+core_arrive(struct medha_replica *r, struct medha_reqspec *rs, struct lreq *q)
 {
 	int rc;
 
-	rs->prompt_ids = real ? q->ids : NULL;
+	rs->prompt_ids = q->ids;
 	rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle);
 	rs->prompt_ids = NULL; /* q's */
 	return rc;
 }
 
-static void
-on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
+/*
+ * q's prompt from rs: the ids given (taken over), the text tokenized,
+ * or a made-up one of prompt_tokens; -1 after answering call with why
+ * not.
+ */
+static int
+prompt_of(struct medha_replica *r, struct medha_srv_call *call,
+    struct medha_reqspec *rs, struct lreq *q)
 {
-	struct medha_replica *r = arg;
-	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
-	struct medha_client *c;
-	struct lreq *q;
 	size_t n = 0;
-	int rc, real;
+	int rc;
 
-	if (r->f.drain.on) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
-		    "shutting down: not accepting requests");
-		return;
-	}
-	if (r->core == NULL) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
-		    "not ready: %d of %d workers connected", r->nworkers,
-		    r->cfg.workers);
-		return;
-	}
-	if (r->f.live >= r->cfg.max_queue) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
-		    "overloaded: %lld requests in flight", (long long)r->f.live);
-		return;
-	}
-	if ((c = medha_clients_find(&r->f.clients, ev->peer, 1)) == NULL ||
-	    (q = calloc(1, sizeof(*q))) == NULL) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
-		return;
-	}
-	real = rs->prompt_ids != NULL || rs->prompt != NULL; /* not made up */
 	if (rs->prompt_ids != NULL) {
 		q->ids = rs->prompt_ids;
 		rs->prompt_ids = NULL;
 		q->n_prompt = rs->prompt_tokens;
 	} else if (rs->prompt != NULL) {
 		if (r->tok == NULL) {
-			medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
+			medha_srv_error(r->f.srv, call, MEDHA_EUNSUP,
 			    "no tokenizer for %s: send prompt_ids or "
 			    "prompt_tokens",
 			    r->model);
-			goto fail;
+			return -1;
 		}
 		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
 		    MEDHA_TOK_DEFAULT, &q->ids, &n);
 		if (rc != 0) {
-			medha_srv_error(r->f.srv, ev->call, rc, "tokenizing: %s",
+			medha_srv_error(r->f.srv, call, rc, "tokenizing: %s",
 			    medha_strerror(rc));
-			goto fail;
+			return -1;
 		}
 		q->n_prompt = (int64_t)n;
 	} else {
@@ -352,42 +364,63 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		    medha_sched_block_size(r->core);
 		q->n_prompt = rs->prompt_tokens;
 		if (q->n_prompt / r->pred.kvp > kv) {
-			medha_srv_error(r->f.srv, ev->call, MEDHA_ERANGE,
+			medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
 			    "a prompt of %lld tokens: more than the replica's "
 			    "KV cache holds (%lld per group)",
 			    (long long)q->n_prompt, (long long)kv);
-			goto fail;
+			return -1;
 		}
-		if ((q->ids = medha_reallocarray(NULL, (size_t)q->n_prompt,
-		         sizeof(*q->ids))) == NULL) {
-			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
-			    "no memory for a prompt of %lld tokens",
-			    (long long)q->n_prompt);
-			goto fail;
-		}
-		/* a made-up prompt: the same ids for the same request id */
+		/* a made-up prompt keeps no ids (rep_prompt_ids): the
+		   same ids for the same request id */
 		uint64_t z = 1469598103934665603ULL;
 		for (const char *s = rs->id; *s != '\0'; s++)
 			z = (z ^ (unsigned char)*s) * 1099511628211ULL;
-		for (int64_t i = 0; i < q->n_prompt; i++) {
-			z = z * 6364136223846793005ULL + 1442695040888963407ULL;
-			q->ids[i] = (int32_t)((z >> 33) % (uint64_t)r->vocab);
-		}
+		q->made_up = z;
 	}
 	if (q->n_prompt < 1) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "the prompt is empty");
+		medha_srv_error(r->f.srv, call, MEDHA_EINVAL, "the prompt is empty");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The rest of a SUBMIT once q has its prompt: its checks, the core's
+ * arrival and ACCEPTED on call; q is freed on a refusal.
+ */
+static void
+submit_finish(struct medha_replica *r, struct medha_srv_call *call,
+    uint32_t peer, struct medha_reqspec *rs, struct lreq *q)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
+	struct medha_client *c;
+	int rc;
+
+	if ((c = medha_clients_find(&r->f.clients, peer, 1)) == NULL) {
+		medha_srv_error(r->f.srv, call, MEDHA_ENOMEM, "out of memory");
 		goto fail;
 	}
-	for (int64_t i = 0; i < q->n_prompt; i++)
+	/* the ids a client gave (or a text made) are held while the
+	   request lives: bounded in bytes as well as in count */
+	q->held = q->ids != NULL ? q->n_prompt * (int64_t)sizeof(*q->ids) : 0;
+	if (q->held > r->cfg.max_queue_bytes - r->held) {
+		medha_srv_error(r->f.srv, call, MEDHA_ENOSPACE,
+		    "overloaded: a prompt of %lld bytes of ids, %lld held "
+		    "for requests in flight (at most %lld)",
+		    (long long)q->held, (long long)r->held,
+		    (long long)r->cfg.max_queue_bytes);
+		goto fail;
+	}
+	for (int64_t i = 0; q->ids != NULL && i < q->n_prompt; i++)
 		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
-			medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
+			medha_srv_error(r->f.srv, call, MEDHA_EINVAL,
 			    "prompt_ids[%lld] = %d: outside the vocabulary "
 			    "(%d)",
 			    (long long)i, q->ids[i], r->vocab);
 			goto fail;
 		}
 	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - q->n_prompt) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ERANGE,
+		medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
 		    "%lld prompt + %lld output tokens exceed the model's "
 		    "context of %lld",
 		    (long long)q->n_prompt, (long long)rs->max_tokens,
@@ -395,7 +428,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		goto fail;
 	}
 	memcpy(q->id, rs->id, sizeof(q->id));
-	q->peer = ev->peer;
+	q->peer = peer;
 	q->sp = rs->sampling;
 	q->ignore_eos = rs->ignore_eos;
 	q->no_stream = rs->no_stream;
@@ -409,8 +442,8 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	rs->n_stop = 0;
 	rs->prompt_tokens = q->n_prompt;
 	rs->arrival = now_s(r);
-	if ((rc = core_arrive(r, rs, q, real)) != 0) {
-		medha_srv_error(r->f.srv, ev->call, rc, "%s", medha_strerror(rc));
+	if ((rc = core_arrive(r, rs, q)) != 0) {
+		medha_srv_error(r->f.srv, call, rc, "%s", medha_strerror(rc));
 		goto fail;
 	}
 	{
@@ -424,7 +457,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 			if (p == NULL) {
 				medha_sched_cancel(r->core, q->handle,
 				    "out of memory", now_s(r));
-				medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
+				medha_srv_error(r->f.srv, call, MEDHA_ENOMEM,
 				    "out of memory");
 				rep_drain_records(r);
 				goto fail;
@@ -437,14 +470,218 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		r->by_slot[slot] = q;
 	}
 	r->f.live++;
+	r->held += q->held;
 	c->live++;
 	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
 	m.accepted.handle = q->handle;
-	medha_srv_msg(r->f.srv, ev->call, &m);
+	medha_srv_msg(r->f.srv, call, &m);
 	rep_drain_records(r); /* rejected at once: its record follows */
 	return;
 fail:
 	rep_lreq_free(q);
+}
+
+
+/* ---- the tokenizer's thread ---- */
+
+#define TOK_PENDING_MAX 256 /* text prompts waiting for the tokenizer */
+
+/*
+ * Whether a text prompt's bytes may fit what the context holds: no
+ * token is longer than the longest piece, so a text longer than the
+ * room's worth of them cannot, and is refused before any tokenizing
+ * (a 60 MiB SUBMIT held the replica 5.3 s). 0, or -1 after answering.
+ */
+static int
+text_fits(struct medha_replica *r, struct medha_srv_call *call,
+    const struct medha_reqspec *rs)
+{
+	size_t len = strlen(rs->prompt);
+	int64_t room = r->ctx_len > 0 ? r->ctx_len - rs->max_tokens
+	                              : medha_sched_group_capacity(r->core) *
+	        medha_sched_block_size(r->core) * r->pred.kvp;
+
+	if (room < 1)
+		room = 1;
+	if ((double)len <= (double)room * (double)r->max_piece + 64)
+		return 0;
+	medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
+	    "a text prompt of %zu bytes cannot fit: room for %lld prompt "
+	    "tokens of at most %zu bytes each",
+	    len, (long long)room, r->max_piece);
+	return -1;
+}
+
+static void *
+tok_main(void *arg)
+{
+	struct medha_replica *r = arg;
+	struct tok_job *j;
+
+	pthread_mutex_lock(&r->tok_mu);
+	for (;;) {
+		while (r->tin == NULL && !r->tok_quit)
+			pthread_cond_wait(&r->tok_cv, &r->tok_mu);
+		if (r->tok_quit)
+			break;
+		j = r->tin;
+		if ((r->tin = j->next) == NULL)
+			r->tin_tail = NULL;
+		pthread_mutex_unlock(&r->tok_mu);
+		j->rc = medha_tok_encode(r->tok, j->rs.prompt,
+		    strlen(j->rs.prompt), MEDHA_TOK_DEFAULT, &j->q->ids, &j->n);
+		pthread_mutex_lock(&r->tok_mu);
+		j->next = r->tdone;
+		r->tdone = j;
+		medha_srv_wake(r->f.srv);
+	}
+	pthread_mutex_unlock(&r->tok_mu);
+	return NULL;
+}
+
+/* The SUBMIT's text to the tokenizer's thread: 0, or -1 answered. */
+static int
+tok_queue(struct medha_replica *r, struct medha_srv_ev *ev,
+    struct medha_reqspec *rs, struct lreq *q)
+{
+	struct tok_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL || (!r->tok_started &&
+	                     pthread_create(&r->tok_thr, NULL, tok_main, r) != 0)) {
+		free(j);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
+		return -1;
+	}
+	r->tok_started = 1;
+	j->q = q;
+	j->call = ev->call;
+	j->peer = ev->peer;
+	j->rs = *rs; /* taken over: the caller clears what is left */
+	rs->prompt = NULL;
+	rs->prompt_ids = NULL;
+	for (int i = 0; i < MEDHA_STOP_MAX; i++)
+		rs->stop[i] = NULL;
+	rs->n_stop = 0;
+	r->tok_pending++;
+	pthread_mutex_lock(&r->tok_mu);
+	if (r->tin_tail != NULL)
+		r->tin_tail->next = j;
+	else
+		r->tin = j;
+	r->tin_tail = j;
+	pthread_cond_signal(&r->tok_cv);
+	pthread_mutex_unlock(&r->tok_mu);
+	return 0;
+}
+
+void
+rep_tok_collect(struct medha_replica *r)
+{
+	struct tok_job *j, *done;
+
+	if (!r->tok_started)
+		return;
+	pthread_mutex_lock(&r->tok_mu);
+	done = r->tdone;
+	r->tdone = NULL;
+	pthread_mutex_unlock(&r->tok_mu);
+	for (; done != NULL; done = j) {
+		j = done->next;
+		r->tok_pending--;
+		if (done->rc != 0) {
+			medha_srv_error(r->f.srv, done->call, done->rc,
+			    "tokenizing: %s", medha_strerror(done->rc));
+			rep_lreq_free(done->q);
+		} else if (r->f.drain.on || r->core == NULL) {
+			medha_srv_error(r->f.srv, done->call, MEDHA_EUNSUP,
+			    "shutting down: not accepting requests");
+			rep_lreq_free(done->q);
+		} else {
+			done->q->n_prompt = (int64_t)done->n;
+			if (done->q->n_prompt < 1)
+				medha_srv_error(r->f.srv, done->call,
+				    MEDHA_EINVAL, "the prompt is empty");
+			if (done->q->n_prompt < 1)
+				rep_lreq_free(done->q);
+			else
+				submit_finish(r, done->call, done->peer,
+				    &done->rs, done->q);
+		}
+		medha_reqspec_clear(&done->rs);
+		free(done);
+	}
+}
+
+/* Stop the thread; jobs not done are dropped, their calls unanswered. */
+static void
+tok_stop(struct medha_replica *r)
+{
+	struct tok_job *l[2], *j;
+
+	if (!r->tok_started)
+		return;
+	pthread_mutex_lock(&r->tok_mu);
+	r->tok_quit = 1;
+	pthread_cond_signal(&r->tok_cv);
+	pthread_mutex_unlock(&r->tok_mu);
+	pthread_join(r->tok_thr, NULL);
+	l[0] = r->tin;
+	l[1] = r->tdone;
+	for (int k = 0; k < 2; k++)
+		for (; l[k] != NULL; l[k] = j) {
+			j = l[k]->next;
+			rep_lreq_free(l[k]->q);
+			medha_reqspec_clear(&l[k]->rs);
+			free(l[k]);
+		}
+	r->tin = r->tin_tail = r->tdone = NULL;
+	r->tok_started = 0;
+}
+
+static void
+on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
+{
+	struct medha_replica *r = arg;
+	struct lreq *q;
+
+	if (r->f.drain.on) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
+		    "shutting down: not accepting requests");
+		return;
+	}
+	if (r->core == NULL) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "not ready: %d of %d workers connected", r->nworkers,
+		    r->cfg.workers);
+		return;
+	}
+	if (r->f.live + r->tok_pending >= r->cfg.max_queue) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "overloaded: %lld requests in flight",
+		    (long long)(r->f.live + r->tok_pending));
+		return;
+	}
+	if ((q = calloc(1, sizeof(*q))) == NULL) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
+		return;
+	}
+	if (rs->prompt != NULL && r->tok != NULL) {
+		if (r->tok_pending >= TOK_PENDING_MAX)
+			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+			    "overloaded: %d text prompts wait for the "
+			    "tokenizer", TOK_PENDING_MAX);
+		else if (text_fits(r, ev->call, rs) == 0 &&
+		    tok_queue(r, ev, rs, q) == 0)
+			return;
+		rep_lreq_free(q);
+		return;
+	}
+	if (prompt_of(r, ev->call, rs, q) != 0) {
+		rep_lreq_free(q);
+		return;
+	}
+	submit_finish(r, ev->call, ev->peer, rs, q);
 }
 
 static int
@@ -549,7 +786,8 @@ medha_replica_open(struct medha_replica **rp,
 
 	*rp = NULL;
 	if (c->listen == NULL || c->workers < 1 || c->workers > 4096 ||
-	    c->cpu_threads < 1 || c->drain_timeout < 0 || c->max_queue < 1)
+	    c->cpu_threads < 1 || c->drain_timeout < 0 || c->max_queue < 1 ||
+	    c->max_queue_bytes < 1)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "bad replica configuration");
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
@@ -563,6 +801,17 @@ medha_replica_open(struct medha_replica **rp,
 	}
 	r->cfg = *c;
 	r->t0 = medha_now();
+	/* -m: the one model the workers may serve, fingerprinted once */
+	if (c->model != NULL &&
+	    (rc = medha_model_fingerprint(c->model, r->fp, why, whylen)) != 0) {
+		free(r->peers.urls);
+		free(r->w);
+		free(r);
+		return rc;
+	}
+	r->fp_fixed = c->model != NULL;
+	pthread_mutex_init(&r->tok_mu, NULL);
+	pthread_cond_init(&r->tok_cv, NULL);
 	if ((rc = medha_srv_open(&srv, c->listen, why, whylen)) != 0) {
 		free(r->peers.urls);
 		free(r->w);
@@ -593,6 +842,9 @@ medha_replica_close(struct medha_replica *r)
 {
 	if (r == NULL)
 		return;
+	tok_stop(r);
+	pthread_mutex_destroy(&r->tok_mu);
+	pthread_cond_destroy(&r->tok_cv);
 	for (int i = 0; i < r->cfg.workers; i++) {
 		if (r->w[i].call != NULL)
 			medha_srv_drop(r->f.srv, r->w[i].call);

@@ -52,6 +52,9 @@ struct medha_replica_config {
 	double drain_timeout; /* s a stop waits for requests in flight (30) */
 	int64_t max_queue;    /* requests in flight at most; more are
 	                         refused (100000) */
+	int64_t max_queue_bytes; /* bytes of prompt ids held for requests
+	                            in flight at most; more are refused
+	                            (1 GiB; a made-up prompt holds none) */
 };
 
 void medha_replica_config_default(struct medha_replica_config *c);

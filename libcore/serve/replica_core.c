@@ -103,13 +103,66 @@ rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *wh
 	struct medha_gguf *gg = NULL; /* the model's file, if it is one */
 	int rc;
 
-	if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
+	/* a path a worker names is never opened here: its error would
+	   describe any file of this host (what it holds, whether it is
+	   there); the operator names the file with -m */
+	if (r->cfg.model == NULL) {
+		if (medha_model_builtin(model, &m) != 0)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "model \"%.64s\": no built-in model, and the "
+			    "scheduler opens no file a worker names: start "
+			    "medha-sched with -m MODEL.gguf",
+			    model);
+	} else if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
 		return rc;
-	if (is_file(model) && medha_gguf_open(&gg, model, NULL, 0) != 0)
+	if (r->cfg.model != NULL && is_file(model) &&
+	    medha_gguf_open(&gg, model, NULL, 0) != 0)
 		gg = NULL;
 	rc = make_core_on(r, h, model, gg, &m, why, whylen);
 	medha_gguf_close(gg);
 	return rc;
+}
+
+int
+rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen)
+{
+	if (h->fingerprint[0] == '\0')
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "no model fingerprint in the HELLO (a worker of another "
+		    "version?)");
+	if (r->fp[0] != '\0' && strcmp(h->fingerprint, r->fp) == 0)
+		return 0;
+	if (r->fp[0] == '\0' && r->core == NULL)
+		return 0;
+	if (r->fp_fixed)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "the worker's model %.64s (fingerprint %.12s) is not the "
+		    "replica's -m (fingerprint %.12s)",
+		    h->model, h->fingerprint, r->fp);
+	if (r->nworkers > 0 || r->f.live > 0 || r->nfl > 0 ||
+	    r->tok_pending > 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "the worker's model %.64s (fingerprint %.12s) is not the "
+		    "one the replica's workers serve (fingerprint %.12s)",
+		    h->model, h->fingerprint, r->fp);
+	/* no worker and nothing in flight: the replica takes the new
+	   model (a first worker started on the wrong file, or a
+	   stranger's HELLO that came first, must not fix it for good) */
+	medha_log(MEDHA_LOG_WARN, "model changes from fingerprint %.12s to "
+	    "%.12s (%.64s): no worker was connected", r->fp, h->fingerprint,
+	    h->model);
+	medha_sched_free(r->core);
+	r->core = NULL;
+	if (r->have_pred)
+		medha_pred_free(&r->pred);
+	r->have_pred = 0;
+	medha_tok_close(r->tok);
+	r->tok = NULL;
+	free(r->fl);
+	r->fl = NULL;
+	r->fp[0] = '\0';
+	return 0;
 }
 
 /* rep_make_core() on the resolved model m and its open file gg (or NULL). */
@@ -206,5 +259,16 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	if (r->tok == NULL)
 		medha_log(MEDHA_LOG_WARN,
 		    "no tokenizer for %s: text prompts are refused", model);
+	/* the longest token's bytes bound what a context's worth of
+	   tokens can cover (replica.c: text_fits) */
+	r->max_piece = 1;
+	for (size_t i = 0; r->tok != NULL && i < medha_tok_n_vocab(r->tok);
+	     i++) {
+		const char *p;
+		size_t l;
+		if (medha_tok_piece(r->tok, (int32_t)i, &p, &l) == 0 &&
+		    l > r->max_piece)
+			r->max_piece = l;
+	}
 	return 0;
 }

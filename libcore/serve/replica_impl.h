@@ -16,6 +16,8 @@
 #include "sched/pred.h"
 #include "tok/tokenizer.h"
 
+#include <pthread.h>
+
 #define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
 #define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
 #define TAKE_AT_ONCE 256 /* messages taken before a decision, at most */
@@ -26,8 +28,10 @@ struct lreq {
 	uint64_t handle;
 	uint32_t peer; /* the client's connection */
 	char id[MEDHA_ID_MAX];
-	int32_t *ids; /* (n_prompt) the prompt */
+	int32_t *ids; /* (n_prompt) the prompt; NULL: made up (rep_made_up) */
+	uint64_t made_up; /* the made-up prompt's seed */
 	int64_t n_prompt;
+	int64_t held; /* bytes of ids counted in r->held */
 	struct medha_sampler_params sp;
 	int ignore_eos;
 	int no_stream; /* no token events: the record carries the output */
@@ -47,6 +51,21 @@ struct lreq {
 	   FORK ops), sent with its first item */
 	struct medha_msg_fork *forks;
 	int64_t n_forks, forks_cap;
+};
+
+/*
+ * A text prompt on its way through the tokenizer's thread (replica.c):
+ * the SUBMIT's call is held meanwhile, and the main thread, which forms
+ * batches and answers heartbeats, never tokenizes.
+ */
+struct tok_job {
+	struct lreq *q; /* made at SUBMIT; its ids come back here */
+	struct medha_srv_call *call;
+	uint32_t peer;
+	struct medha_reqspec rs; /* taken over from the SUBMIT */
+	int rc;                  /* the tokenizer's */
+	size_t n;
+	struct tok_job *next;
 };
 
 /*
@@ -100,6 +119,9 @@ struct medha_replica {
 	int64_t ctx_len; /* 0: no limit */
 	char model[MEDHA_PROTO_NAME_MAX];
 	char backend[MEDHA_PROTO_BACKEND_MAX];
+	char fp[MEDHA_PROTO_FP_LEN + 1]; /* the model's fingerprint: -m's
+	                                    (fp_fixed), else the workers' */
+	int fp_fixed;
 	/* requests by the core's slot (handle & 0xffffffff) */
 	struct lreq **by_slot;
 	size_t slots;
@@ -111,6 +133,16 @@ struct medha_replica {
 	int fl_head, nfl;
 	struct medha_msg_peers peers; /* urls: (cfg.workers) */
 	int ready;
+	int64_t held; /* bytes of prompt ids held by live requests */
+	/* the tokenizer's thread (started at the first text prompt): jobs
+	   in, jobs done; tok_pending of them not yet collected */
+	size_t max_piece; /* bytes of the longest token */
+	pthread_t tok_thr;
+	int tok_started, tok_quit;
+	pthread_mutex_t tok_mu;
+	pthread_cond_t tok_cv;
+	struct tok_job *tin, *tin_tail, *tdone;
+	int64_t tok_pending;
 	uint64_t bseq;
 	int64_t served, batches;
 };
@@ -138,6 +170,11 @@ void rep_lreq_free(struct lreq *q);
 /* Free (keep 0) or trim sequence h on every worker, once each has been
  * sent the last batch formed. */
 void rep_free_later(struct medha_replica *r, uint64_t h, int64_t keep);
+/* Text prompts tokenized since the last pass, on to their SUBMIT. */
+void rep_tok_collect(struct medha_replica *r);
+/* n ids of q's prompt from position at into out, made up or given. */
+void rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
+    int64_t at, int64_t n, int32_t *out);
 /* Its new tokens (and, final, what is held back) to its client. */
 void rep_send_tokens(struct medha_replica *r, struct lreq *q, int final);
 /* The records the core has ready, sent to their clients. */
@@ -148,6 +185,15 @@ int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 
 /* replica_core.c */
 /* The core, its predictor and the tokenizer from the first HELLO. */
+/*
+ * Whether h's model (its fingerprint) may join: with -m only that
+ * model's; without, the first worker's, and another only while no
+ * worker is connected and nothing is in flight (the core, predictor
+ * and tokenizer are then dropped, to be made from h). 0, or an error
+ * with why.
+ */
+int rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen);
 int rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h,
     char *why, size_t whylen);
 

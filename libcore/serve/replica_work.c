@@ -173,6 +173,11 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
 		return;
 	}
+	if (rep_model_check(r, h, why, sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
+		return;
+	}
 	if (r->core == NULL && rep_make_core(r, h, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
 		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
@@ -213,6 +218,8 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	r->w[id].present = 1;
 	r->w[id].peer = ev->peer;
 	r->w[id].hello = *h;
+	if (r->fp[0] == '\0')
+		memcpy(r->fp, h->fingerprint, sizeof(r->fp));
 	r->w[id].last_seen = medha_now();
 	r->w[id].sent = r->w[id].done = r->bseq;
 	snprintf(r->peers.urls[id], sizeof(r->peers.urls[id]), "%s", h->peer);
@@ -351,8 +358,10 @@ flight_form(struct medha_replica *r)
 		mi->pos = it->kv;
 		mi->ids = f->ids + nids;
 		mi->n_ids = it->decode ? 1 : it->tokens;
-		memcpy(mi->ids, it->decode ? &q->last : q->ids + it->kv,
-		    (size_t)mi->n_ids * sizeof(int32_t));
+		if (it->decode)
+			mi->ids[0] = q->last;
+		else
+			rep_prompt_ids(r, q, it->kv, mi->n_ids, mi->ids);
 		nids += mi->n_ids;
 		mi->sample = it->decode || it->last;
 		if (r->kvp > 1) {
@@ -524,6 +533,20 @@ on_result(struct medha_replica *r, struct wslot *w,
 		replica_fault(r, reason);
 		return;
 	}
+	/* a token outside the vocabulary is a worker gone wrong (or one
+	   that is not ours): its batch fails, no client gets the id */
+	for (int64_t j = 0; j < res->n_tokens; j++)
+		if (res->tokens[j].token < 0 ||
+		    res->tokens[j].token >= r->vocab) {
+			char reason[200];
+			snprintf(reason, sizeof(reason),
+			    "worker %d sent token %d, outside the vocabulary "
+			    "(%d)",
+			    (int)(w - r->w), res->tokens[j].token, r->vocab);
+			medha_log(MEDHA_LOG_ERROR, "%s", reason);
+			replica_fault(r, reason);
+			return;
+		}
 	/* tokens come in item order; each item's from one worker */
 	for (int i = 0; i < f->b.n_items && k < res->n_tokens; i++)
 		if (f->mi[i].handle == res->tokens[k].handle) {
@@ -623,6 +646,7 @@ rep_housekeeping(void *arg)
 	struct medha_replica *r = arg;
 	double t = medha_now();
 
+	rep_tok_collect(r);
 	uint32_t deaf = medha_clients_tick(&r->f.clients, t);
 	if (deaf != 0) {
 		medha_log(MEDHA_LOG_WARN,

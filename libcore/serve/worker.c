@@ -365,6 +365,7 @@ hello_of(const struct worker *w, const struct medha_worker_config *c,
 	h->vocab = in->shape.vocab;
 	h->dim = in->shape.dim;
 	h->pid = (int)getpid();
+	snprintf(h->fingerprint, sizeof(h->fingerprint), "%s", w->fp);
 }
 
 /* Whether a batch runs now (for the heartbeats). */
@@ -534,6 +535,9 @@ worker_init(struct worker *w, struct medha_backend *be,
 		    "rank %d: not below tp %d x spp %d x kvp %d", c->rank,
 		    c->tp, c->spp, c->kvp);
 	w->computes = (be->info.caps & MEDHA_BACKEND_COMPUTES) != 0;
+	/* once, here: the scheduler takes only workers of its model */
+	if ((rc = medha_model_fingerprint(c->model, w->fp, why, whylen)) != 0)
+		return rc;
 	w->max_seqs = be->info.max_seqs;
 	/* prefix caching keeps sequences of requests that ended, each
 	   with a block at least: room for them too */

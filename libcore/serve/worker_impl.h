@@ -30,6 +30,7 @@ struct wseq {
 
 struct worker {
 	struct medha_backend *be;
+	char fp[65]; /* the model's fingerprint, said in HELLO */
 	struct medha_cli *cli;
 	volatile sig_atomic_t *stop; /* the caller's: set to stop */
 	int computes; /* the backend computes (MEDHA_BACKEND_COMPUTES) */

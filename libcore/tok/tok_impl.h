@@ -12,6 +12,14 @@
 
 #include "tok/tokenizer.h"
 
+/*
+ * Bytes an "[UNK_BYTE_0x..]" piece may hold, and all such pieces
+ * together beyond their text (make_pieces): llama.cpp's pieces of a
+ * malformed token grow with the square of its length.
+ */
+#define MEDHA_TOK_PIECE_MAX (64 << 10)
+#define MEDHA_TOK_EXTRA_MAX (16 << 20)
+
 /* llama_token_attr bits, as llama.cpp numbers them; EOG is ours. */
 enum {
 	A_UNKNOWN = 1 << 0,

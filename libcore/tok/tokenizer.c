@@ -322,7 +322,10 @@ byte_cp(int b)
 
 /*
  * llama_decode_text: token text (byte-level code points) back to bytes;
- * a code point bytes_to_unicode never makes gives "[UNK_BYTE_0x..]".
+ * a code point bytes_to_unicode never makes gives "[UNK_BYTE_0x..]"
+ * followed by the whole token text, as llama.cpp writes it: a piece can
+ * be quadratic in its text's length. With out NULL only the length is
+ * counted, so that the caller can size (and bound) the piece first.
  */
 static size_t
 bpe_piece(const int16_t *inv, const unsigned char *s, size_t len, char *out)
@@ -343,7 +346,13 @@ bpe_piece(const int16_t *inv, const unsigned char *s, size_t len, char *out)
 		    ? (uint32_t)(s[i] & 0x1f) << 6 | (s[i + 1] & 0x3f)
 		    : 0xfffd;
 		if (c < 324 && inv[c] >= 0) {
-			out[k++] = (char)inv[c];
+			if (out != NULL)
+				out[k] = (char)inv[c];
+			k++;
+			continue;
+		}
+		if (out == NULL) {
+			k += 12 + 2 * adv + len + 1;
 			continue;
 		}
 		k += (size_t)sprintf(out + k, "[UNK_BYTE_0x");
@@ -368,11 +377,17 @@ hexbyte(const char *s, size_t len)
 	return (int)(strtol(h, NULL, 16) & 0xff);
 }
 
-/* Every token's bytes, as llama.cpp's token_to_piece(special=true). */
+/*
+ * Every token's bytes, as llama.cpp's token_to_piece(special=true). A
+ * piece is at most its text's length but for "[UNK_BYTE_0x..]" pieces
+ * (see bpe_piece): those may not pass MEDHA_TOK_PIECE_MAX, so that a
+ * long token of unknown code points is a format error, not a
+ * quadratic allocation.
+ */
 static int
-make_pieces(struct medha_tok *t)
+make_pieces(struct medha_tok *t, char *why, size_t whylen)
 {
-	size_t i, n, k, len, cap = 0;
+	size_t i, n, k, len, need, cap = 0, extra = 0;
 	char *buf = NULL, *p;
 	const char *s;
 	int16_t inv[324];
@@ -386,18 +401,32 @@ make_pieces(struct medha_tok *t)
 	t->poff = medha_reallocarray(NULL, t->n_vocab, sizeof(*t->poff));
 	t->plen = medha_reallocarray(NULL, t->n_vocab, sizeof(*t->plen));
 	if (t->poff == NULL || t->plen == NULL)
-		return MEDHA_ENOMEM;
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	for (i = 0; i < t->n_vocab && rc == 0; i++) {
-		len = t->vocab.len[i];
-		if (cap < len * (len + 20) + 64) { /* UNK_BYTE worst case */
-			cap = len * (len + 20) + 64;
+		len = need = t->vocab.len[i];
+		s = t->arena + t->vocab.off[i];
+		if ((t->attr[i] & A_NORMAL) && t->kind == K_BPE &&
+		    (need = bpe_piece(inv, (const unsigned char *)s, len,
+		         NULL)) > len &&
+		    (need > MEDHA_TOK_PIECE_MAX ||
+		        (extra += need - len) > MEDHA_TOK_EXTRA_MAX)) {
+			rc = medha_why(why, whylen, MEDHA_EFORMAT,
+			    "token %zu: %zu bytes of text with code points "
+			    "no byte maps to would decode to %zu bytes "
+			    "(at most %d, and %d for all such tokens)",
+			    i, len, need, MEDHA_TOK_PIECE_MAX,
+			    MEDHA_TOK_EXTRA_MAX);
+			break;
+		}
+		if (cap < need + 64) {
+			cap = need + 64;
 			if ((p = realloc(buf, cap)) == NULL) {
-				rc = MEDHA_ENOMEM;
+				rc = medha_why(why, whylen, MEDHA_ENOMEM,
+				    "out of memory");
 				break;
 			}
 			buf = p;
 		}
-		s = t->arena + t->vocab.off[i];
 		n = 0;
 		if (t->attr[i] & (A_UNKNOWN | A_CONTROL | A_USER)) {
 			memcpy(buf, s, len);
@@ -417,7 +446,8 @@ make_pieces(struct medha_tok *t)
 			n = 1;
 		}
 		t->plen[i] = (uint32_t)n;
-		rc = arena_add(t, buf, n, &t->poff[i]);
+		if ((rc = arena_add(t, buf, n, &t->poff[i])) != 0)
+			medha_why(why, whylen, rc, "out of memory");
 	}
 	free(buf);
 	return rc;
@@ -688,10 +718,8 @@ medha_tok_open(struct medha_tok **tp, const struct medha_gguf *g, char *why,
 	for (i = 0; i < k; i++)
 		t->special[i] = (int32_t)(order[i] & 0xffffffffu);
 	free(order);
-	if ((rc = make_pieces(t)) != 0) {
-		rc = medha_why(why, whylen, rc, "out of memory");
+	if ((rc = make_pieces(t, why, whylen)) != 0)
 		goto fail;
-	}
 	t->chat = chat_detect(g);
 	t->tmpl = chat_parse(g);
 	*tp = t;

@@ -47,11 +47,11 @@ mkdir "$tmp/bin"
 # shellcheck disable=SC2086
 $cc $fl -o "$tmp/bin/medha-worker" "$objs"/medha-worker/*.o "$objs/common.o" \
     "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
-    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm -ldl
+    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
 # shellcheck disable=SC2086
 $cc $fl -o "$tmp/bin/medha-prof" "$objs"/medha-prof/*.o "$objs/common.o" \
     "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
-    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lpthread -lm -ldl
+    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
 for p in medha-sched medha-router medha-trace; do
 	ln -s "$bin/$p" "$tmp/bin/$p"
 done
@@ -76,7 +76,8 @@ grep -q '^# medha-profile v1 model=random gpu=h200 tp=1 backend=cuda .*kv=bf16' 
 grep -q '^predictor error: median' "$tmp/prof.out"
 
 # a daemon worker says it is an h200 (the scheduler's predictor device)
-"$bin/medha-sched" -l "ipc://$tmp/s.sock" -v 2>"$tmp/sched.log" &
+"$bin/medha-sched" -l "ipc://$tmp/s.sock" -m "$tmp/random.gguf" -v \
+    2>"$tmp/sched.log" &
 sp=$!
 "$mw" -s "ipc://$tmp/s.sock" --backend cuda -m "$tmp/random.gguf" \
     --kv-blocks 64 --max-seqs 4 2>"$tmp/worker.log" &

@@ -29,7 +29,7 @@ $cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
 # shellcheck disable=SC2086
 $cc $fl -o "$tmp/backend_cuda_test" "$top/tests/gpu/backend_cuda_test.c" \
     "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka -lnng -lmsgpackc \
-    -ljansson -lzstd -lpcre2-32 -lpthread -lm -ldl
+    -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
 MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$tmp \
     "$tmp/backend_cuda_test" > "$tmp/out" || {
 	cat "$tmp/out"

@@ -160,14 +160,15 @@ lib_show() {
 }
 
 # serve_start TOPOLOGY SECONDS [VAR=VALUE...]: examples/serve.sh
-# TOPOLOGY in the background with MEDHA_BIN=$bin and the VARs, its
+# TOPOLOGY in the background with MEDHA_BIN=$bin, TMPDIR=$tmp (its
+# private run directory, medha-UID, in the test's) and the VARs, its
 # stderr in $tmp/serve.err and its pid in $serve, until it says "ready"
 # (fail after SECONDS, or if it ends first)
 serve_start() {
 	lib_topo=$1
 	lib_secs=$2
 	shift 2
-	env MEDHA_BIN="$bin" "$@" bash "$top/examples/serve.sh" "$lib_topo" \
+	env MEDHA_BIN="$bin" TMPDIR="$tmp" "$@" bash "$top/examples/serve.sh" "$lib_topo" \
 	    2>"$tmp/serve.err" &
 	serve=$!
 	wait_for "$tmp/serve.err" '^ready$' "$lib_secs" "$serve"

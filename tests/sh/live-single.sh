@@ -7,7 +7,8 @@
 # medha-worker -p gives for it alone, and every request ends with one
 # record. Then the bad cases: a malformed trace line is refused
 # by replay with a reason, an empty and a too-long prompt get "rejected"
-# records with a reason, a stop string cuts the text, and SIGTERM stops
+# records with a reason, a stop string cuts the text (its token is
+# neither in token_ids nor in output_tokens), and SIGTERM stops
 # every process. The SmolLM2 replica's worker runs with lookahead (its
 # default), whose steps run ahead must have been used, and must have
 # warmed up before its HELLO; the random model's with --no-lookahead.
@@ -63,7 +64,8 @@ cat >"$tmp/bad.jsonl" <<'EOF'
 {"id": "stop", "arrival": 0, "prompt": "Count: 1, 2, 3,", "max_tokens": 30, "stop": [" 7"]}
 {"id": "zero", "arrival": 0, "prompt": "Hello", "max_tokens": 0}
 EOF
-"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/bad.jsonl" >"$tmp/bad.out"
+"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/bad.jsonl" \
+    >"$tmp/bad.out"
 python3 - "$tmp/bad.out" <<'PY'
 import json, sys
 out = {}
@@ -88,6 +90,9 @@ assert s["status"] == "ok" and s["finish_reason"] == "stop", s
 # the time from arrival to its first batch (medha-trace(5) queue_time)
 assert 0 < s["queue_time"] <= s["ttft"], s
 assert " 7" not in s["text"] and "6" in s["text"], s
+# the token that holds the stop string is not output: not in
+# token_ids, not counted in output_tokens (medha-trace(5))
+assert len(s["token_ids"]) == s["output_tokens"], s
 PY
 
 # a malformed line stops replay with the line number

@@ -1,0 +1,110 @@
+/*
+ * link_impl.h: what net/link.c and net/link_auth.c (the handshake of
+ * net/auth.h) share: the server's and the client's insides.
+ */
+#ifndef MEDHA_NET_LINK_IMPL_H
+#define MEDHA_NET_LINK_IMPL_H
+
+#include "net/auth.h"
+#include "net/link.h"
+
+#include <nng/nng.h>
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define MIN_RECEIVING 4 /* contexts kept posted for new requests */
+
+enum { C_RECV, C_HELD, C_SEND, C_DEAD };
+
+struct medha_srv_call {
+	struct medha_srv *s;
+	nng_ctx ctx;
+	nng_aio *aio;
+	int state;                   /* C_* */
+	nng_msg *msg;                /* the request while held */
+	uint32_t peer;               /* its pipe */
+	struct medha_srv_call *next; /* inbox link */
+};
+
+/* A connection's place in the handshake (auth.h). */
+enum { PA_NONE, PA_CHAL, PA_OK };
+struct pauth {
+	uint32_t pipe;
+	int state; /* PA_* */
+	int warned;
+	uint8_t nc[MEDHA_AUTH_NONCE], ns[MEDHA_AUTH_NONCE];
+};
+#define PA_MAX 65536 /* connections followed at most */
+
+/* An admitted connection and the peer it is from (peer_key). */
+struct padm {
+	uint32_t pipe;
+	uint64_t key;
+};
+
+struct medha_srv {
+	nng_socket sock;
+	/* (mu) connections admitted, and the limits: a cap for the
+	   socket and a share for one peer, past which a new connection
+	   is closed at once */
+	struct padm *adm;
+	int nadm, admcap;
+	int max_pipes, max_per_peer;
+	uint64_t refused;
+	int auth;         /* a secret is set: connections must prove it */
+	uint8_t *key;     /* (klen) the secret, as it was at open */
+	size_t klen;
+	struct pauth *pa; /* (npa) by pipe, ascending */
+	int npa, pacap;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct medha_srv_call **calls; /* (ncalls) every context */
+	int ncalls, cap;
+	int receiving; /* contexts in C_RECV */
+	int held;      /* contexts in C_HELD (inbox included) */
+	struct medha_srv_call *in_head, *in_tail; /* arrived, not taken */
+	uint32_t *gone;                           /* closed pipes, not taken */
+	int ngone, gone_cap;
+	int woken; /* medha_srv_wake() since the last medha_srv_next() */
+	int closing;
+};
+
+#define CLI_MAX_CTX 16
+
+struct medha_cli {
+	nng_socket sock;
+	int nctx, nopen;
+	/* the callers' contexts, and one more (index nctx) for the
+	   handshake; nopen of them open */
+	nng_ctx ctx[CLI_MAX_CTX + 1];
+	nng_aio *aio[CLI_MAX_CTX + 1];
+	int npipes;     /* live connections */
+	uint64_t epoch; /* connections lost so far */
+	pthread_mutex_t mu;
+	/* with a secret: each call's request, kept to send it again after
+	   NOAUTH; the connection the handshake last proved itself on */
+	int auth, told; /* a secret; NOAUTH logged once */
+	uint8_t *key;   /* (klen) the secret, as it was at open */
+	size_t klen;
+	void *req[CLI_MAX_CTX];
+	size_t reqlen[CLI_MAX_CTX];
+	double tmo[CLI_MAX_CTX];
+	uint32_t pipe, authed; /* (mu) the live connection; the proven */
+	pthread_mutex_t amu;   /* one handshake at a time */
+};
+
+/* link_auth.c: the server's side of the handshake (srv_next's mutex not
+   held), and the client's */
+struct pauth *link_pa_get(struct medha_srv *s, uint32_t pipe, int make);
+void link_pa_drop(struct medha_srv *s, uint32_t pipe);
+void link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev);
+void link_cli_tell(struct medha_cli *c, const char *msg);
+int link_cli_auth(struct medha_cli *c, double timeout, int force);
+/* link.c: a call on context i (the handshake's included), in halves */
+int link_raw_send(struct medha_cli *c, int i, const void *req, size_t len,
+    double timeout);
+int link_raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
+    uint32_t *pipe);
+
+#endif
