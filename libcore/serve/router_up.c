@@ -585,6 +585,7 @@ rt_watch(struct medha_router *r)
 			if (u->live > 0)
 				fail_all(r, u, "connection lost");
 			u->epoch = epoch;
+			rt_cache_clear(&u->cache); /* perhaps a new replica */
 		}
 		if (gen != u->st_seen) {
 			u->st_seen = gen;
@@ -598,6 +599,7 @@ rt_watch(struct medha_router *r)
 			    "replica %s: silent for %.1f s: down", u->url,
 			    t - last_ok);
 			u->alive = u->ready = 0;
+			rt_cache_clear(&u->cache);
 			fail_all(r, u, "silent for too long");
 			divert(r, u, "no replica is ready");
 		}
