@@ -39,7 +39,7 @@ seed=${SEED:-1}
 nrep=${REPLICAS:-4}
 tmp=$(mktemp -d)
 pids=
-trap 'kill $pids 2>/dev/null; wait 2>/dev/null; [ -z "${KEEP:-}" ] && rm -rf "$tmp"' EXIT
+trap 'set +e; [ -z "$pids" ] || kill $pids 2>/dev/null; wait 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 
 "$bin/medha-trace" gen -n "$n" -q "$qps" -l 0 -s "$seed" \
     --system-prompts 20 --turns "$turns" --think "$think" \
@@ -83,13 +83,15 @@ run() {
 	router=$!
 	pids="$pids $rpids $wpids $router"
 	i=0
-	until [ "$(grep -c ': ready (' "$tmp/$1/router.log")" -ge "$nrep" ]; do
+	until [ "$(cat "$tmp/$1/router.log" 2>/dev/null |
+	    grep -c ': ready (')" -ge "$nrep" ]; do
 		i=$((i + 1))
 		[ $i -lt 300 ] || { echo "router not ready" >&2; exit 1; }
 		sleep 0.1
 	done
 	"$bin/medha-trace" replay -a "ipc://$tmp/$1.sock" --speed "$speed" \
-	    "$tmp/trace.jsonl" >"$tmp/$1.jsonl"
+	    "$tmp/trace.jsonl" >"$tmp/$1.jsonl" 2>"$tmp/$1/replay.log" ||
+	    { tail -n 5 "$tmp/$1/replay.log" >&2; exit 1; }
 	kill -TERM $router
 	wait $router || :
 	# shellcheck disable=SC2086
