@@ -399,6 +399,10 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	    "Requests that ended with a cached prompt token or more.");
 	sb_printf(&b, "medha_prefix_cache_hit_requests_total %lld\n",
 	    (long long)m->cache_hits);
+	head(&b, "medha_prefix_cache_evictions_total", "counter",
+	    "KV blocks the replicas' prefix caches evicted.");
+	sb_printf(&b, "medha_prefix_cache_evictions_total %lld\n",
+	    (long long)m->cache_evictions);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",

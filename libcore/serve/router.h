@@ -136,6 +136,9 @@ struct medha_router_metrics {
 	int64_t cached_tokens;     /* likewise, prompt tokens whose KV came
 	                              from a replica's prefix cache */
 	int64_t cache_hits;        /* records with a cached token or more */
+	int64_t cache_evictions;   /* KV blocks the replicas' prefix caches
+	                              evicted (their STATUS), since the
+	                              router started */
 	struct medha_hist ttft;    /* records of "ok" requests with output */
 	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
 	char model[MEDHA_PROTO_NAME_MAX]; /* a replica's model, or "" */

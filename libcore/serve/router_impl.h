@@ -109,6 +109,8 @@ struct up {
 	int64_t placed_kv;  /* KV tokens likewise */
 	double s_per_tok;   /* predicted prefill seconds per prompt token */
 	struct rcache cache; /* what was placed there (cache-aware) */
+	int64_t evicted;     /* its latest STATUS's evicted blocks */
+	int64_t evicted_sum; /* counted: blocks evicted over its lives */
 	struct orphan *orph;
 	int norph, orph_cap;
 };
