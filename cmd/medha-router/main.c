@@ -32,7 +32,7 @@ static const struct medha_help help_lines[] = {
     {"-v, --verbose", "log more: retries on another replica, clients gone"},
     {"-h, --help", "print this help and exit"},
     {"--cache-balance S",
-        "to the longest cached prefix unless S s busier (1); 0: least load"},
+        "to the prefix's replica unless S s busier (1); 0: off"},
     {"--drain-timeout S",
         "on SIGTERM/SIGINT, wait for requests in flight (30 s)"},
     {"--hold-timeout S", "wait for a ready replica (30 s); 0: refuse at once"},
