@@ -10,8 +10,13 @@
  *    MEDHA_KV_BLOCK, as many blocks as the predictor gives the layout at
  *    a memory use of 0.9 (or kv_blocks), max_seqs (1024 by default), and
  *    the registry's capabilities for "sim" (no numerics);
- *  - sequences: handles up to max_seqs, MEDHA_ENOSPACE past them, bad
- *    handles refused or ignored as backend.h says;
+ *  - sequences: handles up to max_seqs and, for sequences kept for
+ *    prefix caching, one a KV block beyond (MEDHA_BACKEND_FORK),
+ *    MEDHA_ENOSPACE past them, bad handles refused or ignored as
+ *    backend.h says;
+ *  - forks and trims (prefix caching): full blocks shared, a partial
+ *    one copied, a shared block copied before a batch writes to it, the
+ *    pool's count after each as the cpu backend's paged cache gives it;
  *  - forward: each sequence with a sampler gets the placeholder
  *    medha_backend_sim_token(pos + n_tokens, vocab), the others -1;
  *    cached lengths and the KV block count follow every batch (a
@@ -159,17 +164,22 @@ static void
 test_seqs(void **state)
 {
 	struct medha_backend *be = sim_open("smollm2-135m", 0, 0, 0, 3, 50);
-	int a, b, c, d;
+	int a, b, c, d, k[50];
 
 	(void)state;
 	assert_int_equal(medha_backend_seq_alloc(be, &a), 0);
 	assert_int_equal(medha_backend_seq_alloc(be, &b), 0);
 	assert_int_equal(medha_backend_seq_alloc(be, &c), 0);
 	assert_true(a != b && b != c && a != c);
+	/* kept sequences beyond max_seqs: one a block */
+	for (int i = 0; i < 50; i++)
+		assert_int_equal(medha_backend_seq_alloc(be, &k[i]), 0);
 	assert_int_equal(medha_backend_seq_alloc(be, &d), MEDHA_ENOSPACE);
+	for (int i = 0; i < 50; i++)
+		medha_backend_seq_free(be, k[i]);
 	assert_int_equal(medha_backend_seq_len(be, a), 0);
 	assert_int_equal(medha_backend_seq_len(be, -1), MEDHA_EINVAL);
-	assert_int_equal(medha_backend_seq_len(be, 3), MEDHA_EINVAL);
+	assert_int_equal(medha_backend_seq_len(be, 53), MEDHA_EINVAL);
 	assert_int_equal(medha_backend_seq_len(be, 1 << 20), MEDHA_EINVAL);
 	medha_backend_seq_free(be, b);
 	assert_int_equal(medha_backend_seq_len(be, b), MEDHA_EINVAL);
@@ -375,6 +385,70 @@ test_enospace(void **state)
 		fail_msg("forward: %s", why);
 	assert_int_equal(c.tok[0], medha_backend_sim_token(49, vocab));
 	assert_int_equal(medha_backend_free_blocks(be), 0);
+	medha_sampler_free(g);
+	medha_backend_close(be);
+}
+
+/* ---- forks and trims (prefix caching) ---- */
+
+static void
+test_fork(void **state)
+{
+	struct medha_backend *be = sim_open("smollm2-135m", 0, 0, 0, 4, 10);
+	const int vocab = be->info.shape.vocab;
+	struct medha_sampler *g;
+	struct call c;
+	char why[256];
+	int a, b, d;
+
+	(void)state;
+	assert_int_equal(medha_sampler_init(&g, &medha_sampling_greedy, vocab),
+	    0);
+	assert_int_equal(medha_backend_seq_alloc(be, &a), 0);
+	assert_int_equal(medha_backend_seq_alloc(be, &b), 0);
+	assert_int_equal(medha_backend_seq_alloc(be, &d), 0);
+	call_init(&c, be, 1, (int[]){a}, (int64_t[]){0}, (int[]){40},
+	    (int[]){1}, (int[]){0}, g);
+	if (run(be, &c, why, sizeof(why)) != 0)
+		fail_msg("forward: %s", why);
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 3);
+	/* b takes a's 40: two full blocks shared, the partial one copied */
+	assert_int_equal(medha_backend_seq_fork(be, b, a, 0, 40), 0);
+	assert_int_equal(medha_backend_seq_len(be, b), 40);
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 4);
+	/* b's tokens go to its own copy: no block taken */
+	call_init(&c, be, 1, (int[]){b}, (int64_t[]){40}, (int[]){8},
+	    (int[]){1}, (int[]){0}, g);
+	if (run(be, &c, why, sizeof(why)) != 0)
+		fail_msg("forward: %s", why);
+	assert_int_equal(c.tok[0], medha_backend_sim_token(48, vocab));
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 4);
+	/* a ends, trimmed to its 32 cached positions: its partial block
+	   goes; then d forks the two full blocks from it */
+	assert_int_equal(medha_backend_seq_trim(be, a, 32), 0);
+	assert_int_equal(medha_backend_seq_len(be, a), 32);
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 3);
+	assert_int_equal(medha_backend_seq_trim(be, a, 33), MEDHA_EINVAL);
+	assert_int_equal(medha_backend_seq_fork(be, d, a, 0, 32), 0);
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 3);
+	/* a write into a shared block copies it first (copy on write): d
+	   rewriting position 20 takes one block, and needs it free */
+	call_init(&c, be, 1, (int[]){d}, (int64_t[]){20}, (int[]){1},
+	    (int[]){1}, (int[]){0}, g);
+	if (run(be, &c, why, sizeof(why)) != 0)
+		fail_msg("forward: %s", why);
+	assert_int_equal(medha_backend_seq_len(be, d), 21);
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 4);
+	/* freeing a leaves its blocks to b and d; b's last holder frees */
+	medha_backend_seq_free(be, a);
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 4);
+	medha_backend_seq_free(be, d);
+	assert_int_equal(medha_backend_free_blocks(be), 10 - 3);
+	medha_backend_seq_free(be, b);
+	assert_int_equal(medha_backend_free_blocks(be), 10);
+	/* a fork from nothing, or to a non-empty sequence, is refused */
+	assert_int_equal(medha_backend_seq_alloc(be, &a), 0);
+	assert_int_equal(medha_backend_seq_fork(be, a, b, 0, 16), MEDHA_EINVAL);
 	medha_sampler_free(g);
 	medha_backend_close(be);
 }
@@ -707,6 +781,7 @@ test_registry(void **state)
 	assert_true(sim->caps & MEDHA_BACKEND_TP);
 	assert_true(sim->caps & MEDHA_BACKEND_SPP);
 	assert_true(sim->caps & MEDHA_BACKEND_KVP);
+	assert_true(sim->caps & MEDHA_BACKEND_FORK);
 	assert_non_null(sim->open);
 	/* cuda: known, on a GPU; built in with MEDHA_CUDA (CUDA=1) */
 	assert_true(cuda->caps & MEDHA_BACKEND_GPU);
@@ -789,6 +864,7 @@ main(void)
 	    cmocka_unit_test(test_seqs),
 	    cmocka_unit_test(test_forward),
 	    cmocka_unit_test(test_enospace),
+	    cmocka_unit_test(test_fork),
 	    cmocka_unit_test(test_refused),
 	    cmocka_unit_test(test_kvp),
 	    cmocka_unit_test(test_waits),

@@ -269,6 +269,7 @@ example(int t, int full, struct medha_msg *m)
 		    .block_size = 16,
 		    .prefill = 4096,
 		    .work = 1.25,
+		    .evicted = 777,
 		    .model = "cache/models/SmolLM2-135M-Instruct.Q4_1.gguf",
 		    .backend = "cpu"};
 		break;
@@ -1399,6 +1400,7 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 	case MEDHA_MSG_STATUS_REPLY:
 		m->status.workers = rnd_int(), m->status.kv_used = rnd_int();
 		m->status.prefill = rnd_int();
+		m->status.evicted = rnd_int();
 		m->status.work = (double)(rnd() % 1000) / 8;
 		m->status.ready = (int)(rnd() % 3);
 		rnd_name(m->status.model, sizeof(m->status.model));
@@ -1460,6 +1462,40 @@ test_random_structs(void **state)
 	assert_true(bad > 1000);
 }
 
+/* STATUS_REPLY's "evicted" (prefix cache evictions) is optional: a
+ * scheduler that sends none reads as 0; one that does, as sent; a
+ * string there is refused. */
+static void
+test_status_evicted(void **state)
+{
+	struct medha_msg m;
+	struct blob b;
+	const char *f = "AiiMsisisisisisisisisdsTssss";
+#define ST12 "workers", 1, "workers_wanted", 1, "pending", 0, "queue", 0, \
+	    "kv_blocks", 100, "kv_used", 0, "block_size", 16, "prefill", 0, \
+	    "work", 0.0, "ready", "model", "m", "backend", "sim"
+
+	(void)state;
+	b = mk(f, 3, 1, MEDHA_MSG_STATUS_REPLY, 12, ST12);
+	if (medha_msg_decode(&m, b.p, b.n, why, sizeof(why)) != 0)
+		fail_msg("%s", why);
+	assert_int_equal(m.status.evicted, 0);
+	assert_int_equal(m.status.kv_blocks, 100);
+	medha_msg_clear(&m);
+	free(b.p);
+	b = mk("AiiMsisisisisisisisisdsTsssssi", 3, 1, MEDHA_MSG_STATUS_REPLY,
+	    13, ST12, "evicted", 42);
+	if (medha_msg_decode(&m, b.p, b.n, why, sizeof(why)) != 0)
+		fail_msg("%s", why);
+	assert_int_equal(m.status.evicted, 42);
+	medha_msg_clear(&m);
+	free(b.p);
+	reject(mk("AiiMsisisisisisisisisdsTssssss", 3, 1,
+	           MEDHA_MSG_STATUS_REPLY, 13, ST12, "evicted", "x"),
+	    "status_reply: evicted: not an integer");
+#undef ST12
+}
+
 static void
 test_names(void **state)
 {
@@ -1492,6 +1528,7 @@ main(void)
 	    cmocka_unit_test(test_wrong_types),
 	    cmocka_unit_test(test_random_bytes),
 	    cmocka_unit_test(test_random_structs),
+	    cmocka_unit_test(test_status_evicted),
 	    cmocka_unit_test(test_names),
 	};
 

@@ -16,9 +16,10 @@
 static const char synopsis[] =
     "usage: medha-router -l ADDR -r REPLICA_ADDR [-r REPLICA_ADDR ...]"
     " [-v] [-m MODEL]\n"
-    "           [--drain-timeout S] [--http HOST:PORT] "
-    "[--http-max-body BYTES]\n"
-    "           [--hold-timeout S] [--http-keepalive S] [--http-max-conns N]\n"
+    "           [--cache-balance S] [--drain-timeout S] [--http HOST:PORT]\n"
+    "           [--http-max-body BYTES] [--hold-timeout S] "
+    "[--http-keepalive S]\n"
+    "           [--http-max-conns N]\n"
     "           [--max-queue N] [--status-interval S]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-router(1)) */
@@ -31,6 +32,8 @@ static const struct medha_help help_lines[] = {
         "--http: GGUF for tokenizer, chat template, model id"},
     {"-v, --verbose", "log more: retries on another replica, clients gone"},
     {"-h, --help", "print this help and exit"},
+    {"--cache-balance S",
+        "to the prefix's replica unless S s busier (1); 0: off"},
     {"--drain-timeout S",
         "on SIGTERM/SIGINT, wait for requests in flight (30 s)"},
     {"--hold-timeout S", "wait for a ready replica (30 s); 0: refuse at once"},
@@ -54,7 +57,8 @@ enum {
 	OPT_HTTP_KEEPALIVE,
 	OPT_MAXQ,
 	OPT_STATUS,
-	OPT_HOLD
+	OPT_HOLD,
+	OPT_BALANCE
 };
 
 /* The router's address for its own HTTP front door (one per process). */
@@ -64,6 +68,7 @@ int
 main(int argc, char *argv[])
 {
 	static const struct option opts[] = {
+	    {"cache-balance", required_argument, NULL, OPT_BALANCE},
 	    {"drain-timeout", required_argument, NULL, OPT_DRAIN},
 	    {"help", no_argument, NULL, 'h'},
 	    {"hold-timeout", required_argument, NULL, OPT_HOLD},
@@ -108,6 +113,10 @@ main(int argc, char *argv[])
 		case OPT_DRAIN:
 			c.drain_timeout =
 			    flag_f64("--drain-timeout", optarg, 0, 1e6, 0);
+			break;
+		case OPT_BALANCE:
+			c.cache_balance =
+			    flag_f64("--cache-balance", optarg, 0, 1e6, 0);
 			break;
 		case OPT_HOLD:
 			c.hold_timeout =

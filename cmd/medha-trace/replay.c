@@ -141,6 +141,7 @@ keep_early(struct rp *p, struct medha_record *rec)
 	rec->token_ids = NULL;
 	rec->logprobs = NULL;
 	rec->text = NULL;
+	memset(&rec->tbt, 0, sizeof(rec->tbt)); /* taken over too */
 }
 
 /* Its record if it came already (mutex held): 1 and written, else 0. */

@@ -5,9 +5,16 @@
  * cached prefix counts as a decode), sleeps until the predicted latency
  * (divided by the speed-up) has passed since the call began, and hands
  * back placeholder tokens.
+ *
+ * It holds no K/V, but it keeps the block tables of the cpu backend's
+ * paged cache (cpu/kvcache.h, one f16 element a position: 64 bytes a
+ * block) so that prefix caching's forks and trims (MEDHA_BACKEND_FORK)
+ * share and count blocks exactly as the cpu backend does: a live sim
+ * replica caches prefixes, and its free blocks follow the scheduler's.
  */
 #include "engine/backend_sim.h"
 
+#include "cpu/kvcache.h"
 #include "sched/batchcost.h"
 #include "sched/kvplace.h"
 #include "sched/pred.h"
@@ -23,10 +30,8 @@ struct sim {
 	struct medha_kvlease lease;
 	double speed;
 	int last; /* runs the last stage (spp 1: the only one) */
-	int max_seqs;
 	int vocab;
-	int64_t *len; /* (max_seqs) positions held; -1 free */
-	int64_t free_blocks;
+	struct medha_kvcache *kv; /* block tables only (see above) */
 };
 
 int32_t
@@ -49,42 +54,67 @@ blocks_of(int64_t n)
 static int
 sim_seq_alloc(void *impl, int *seq)
 {
-	struct sim *s = impl;
-
-	for (int i = 0; i < s->max_seqs; i++)
-		if (s->len[i] < 0) {
-			s->len[i] = 0;
-			*seq = i;
-			return 0;
-		}
-	return MEDHA_ENOSPACE;
+	return medha_kv_seq_alloc(((struct sim *)impl)->kv, seq);
 }
 
 static void
 sim_seq_free(void *impl, int seq)
 {
-	struct sim *s = impl;
-
-	if (seq < 0 || seq >= s->max_seqs || s->len[seq] < 0)
-		return;
-	s->free_blocks += blocks_of(s->len[seq]);
-	s->len[seq] = -1;
+	medha_kv_seq_free(((struct sim *)impl)->kv, seq);
 }
 
 static int64_t
 sim_seq_len(void *impl, int seq)
 {
-	struct sim *s = impl;
-
-	if (seq < 0 || seq >= s->max_seqs || s->len[seq] < 0)
-		return MEDHA_EINVAL;
-	return s->len[seq];
+	return medha_kv_seq_len(((struct sim *)impl)->kv, seq);
 }
 
 static int64_t
 sim_free_blocks(void *impl)
 {
-	return ((struct sim *)impl)->free_blocks;
+	return medha_kv_free_blocks(((struct sim *)impl)->kv);
+}
+
+static int
+sim_seq_fork(void *impl, int dst, int src, int64_t from, int64_t to)
+{
+	return medha_kv_seq_fork(((struct sim *)impl)->kv, dst, src, from, to);
+}
+
+static int
+sim_seq_trim(void *impl, int seq, int64_t n)
+{
+	struct sim *s = impl;
+	int64_t len = medha_kv_seq_len(s->kv, seq);
+
+	if (len < 0 || n > len)
+		return MEDHA_EINVAL;
+	return medha_kv_set_len(s->kv, seq, n);
+}
+
+/* Blocks a write of positions [lp, end) of seq takes from the pool: the
+ * new ones, and a copy of each block it writes that another sequence
+ * shares (copy on write, as medha_kv_write does). With cow, makes those
+ * copies. */
+static int64_t
+write_blocks(struct medha_kvcache *kv, int seq, int64_t lp, int64_t end,
+    int cow)
+{
+	const struct medha_kv_seq *q = &kv->seq[seq];
+	static const float zero[1];
+	int64_t need = blocks_of(end) > q->nblock ? blocks_of(end) - q->nblock
+	                                          : 0;
+
+	for (int64_t i = lp / MEDHA_KV_BLOCK; i < q->nblock && i < blocks_of(end);
+	     i++)
+		if (kv->ref[q->block[i]] > 1) {
+			int64_t p = i * MEDHA_KV_BLOCK > lp ? i * MEDHA_KV_BLOCK
+			                                    : lp;
+			need++;
+			if (cow)
+				medha_kv_write(kv, seq, 0, p, 1, zero, zero);
+		}
+	return need;
 }
 
 static int
@@ -103,26 +133,24 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		const struct medha_batch_seq *q = &b->seq[i];
 		/* KVP: the cache holds this group's piece, from its base */
 		int64_t lp = q->pos - (f->kv != NULL ? f->kv[i].base : 0);
-		int64_t end = lp + q->n_tokens;
+		int64_t end = lp + q->n_tokens, len;
 
-		if (q->seq < 0 || q->seq >= s->max_seqs || s->len[q->seq] < 0)
+		if ((len = medha_kv_seq_len(s->kv, q->seq)) < 0)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d (batch entry %d) is not allocated",
 			    q->seq, i);
 		if (f->kv != NULL && !f->kv[i].append)
 			continue;
-		if (lp < 0 || lp > s->len[q->seq])
+		if (lp < 0 || lp > len)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d: position %lld but %lld cached",
-			    q->seq, (long long)q->pos,
-			    (long long)s->len[q->seq]);
-		if (end > s->len[q->seq])
-			need += blocks_of(end) - blocks_of(s->len[q->seq]);
+			    q->seq, (long long)q->pos, (long long)len);
+		need += write_blocks(s->kv, q->seq, lp, end, 0);
 	}
-	if (need > s->free_blocks)
+	if (need > medha_kv_free_blocks(s->kv))
 		return medha_why(why, whylen, MEDHA_ENOSPACE,
 		    "%lld KV blocks needed, %lld free", (long long)need,
-		    (long long)s->free_blocks);
+		    (long long)medha_kv_free_blocks(s->kv));
 	for (int i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *q = &b->seq[i];
 		int decode = q->n_tokens == 1 && q->pos > 0 &&
@@ -133,7 +161,7 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	}
 	for (int i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *q = &b->seq[i];
-		int64_t end = q->pos + q->n_tokens;
+		int64_t end = q->pos + q->n_tokens, lp = q->pos;
 
 		if (f->samplers != NULL && f->samplers[i] != NULL)
 			f->tokens[i] = medha_backend_sim_token(end, s->vocab);
@@ -141,14 +169,12 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 			if (!f->kv[i].append)
 				continue;
 			end -= f->kv[i].base;
+			lp -= f->kv[i].base;
 		}
-		if (end > s->len[q->seq])
-			s->free_blocks -=
-			    blocks_of(end) - blocks_of(s->len[q->seq]);
-		else
-			s->free_blocks +=
-			    blocks_of(s->len[q->seq]) - blocks_of(end);
-		s->len[q->seq] = end;
+		/* counted above: these take no more than the pool has */
+		(void)medha_kv_reserve(s->kv, q->seq, end);
+		(void)write_blocks(s->kv, q->seq, lp, end, 1);
+		(void)medha_kv_set_len(s->kv, q->seq, end);
 	}
 	lat = medha_cost_latency(&a, &s->pred, 1);
 	t = t0 + (s->pred.spp == 1 ? lat.latency
@@ -169,7 +195,7 @@ sim_close(void *impl)
 	struct sim *s = impl;
 
 	medha_pred_free(&s->pred);
-	free(s->len);
+	medha_kvcache_free(s->kv);
 	free(s);
 }
 
@@ -180,6 +206,8 @@ static const struct medha_backend_ops sim_ops = {
     .close = sim_close,
     .seq_len = sim_seq_len,
     .free_blocks = sim_free_blocks,
+    .seq_fork = sim_seq_fork,
+    .seq_trim = sim_seq_trim,
 };
 
 int
@@ -189,9 +217,10 @@ medha_backend_sim_open(struct medha_backend **be,
 	const struct medha_gpu *g;
 	struct medha_pred_model m;
 	struct medha_backend_info info;
+	struct medha_kv_config kc = {0};
 	struct sim *s;
 	int64_t cap;
-	int rc;
+	int rc, adv;
 
 	*be = NULL;
 	if (o->gpu == NULL || (g = medha_gpu_find(o->gpu)) == NULL)
@@ -231,15 +260,21 @@ medha_backend_sim_open(struct medha_backend **be,
 		    "%s on %s leaves no memory for KV", m.name, g->name);
 	}
 	s->speed = o->speed > 0 ? o->speed : 1;
-	s->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1024;
 	s->vocab = m.c.vocab;
-	s->free_blocks = cap;
-	if ((s->len = medha_calloc(s->max_seqs, sizeof(*s->len))) == NULL) {
+	kc.n_layers = kc.n_kv_heads = kc.head_dim = 1;
+	kc.type = MEDHA_KV_F16;
+	kc.n_blocks = cap;
+	/* sequences kept for prefix caching hold a block at least: room for
+	   them beyond the max_seqs announced, as the cpu backend has */
+	adv = o->max_seqs > 0 ? o->max_seqs : 1024;
+	kc.max_seqs = adv + (cap < INT32_MAX - adv ? (int)cap : 0);
+	if (cap > INT32_MAX || kc.max_seqs <= adv ||
+	    (rc = medha_kvcache_init(&s->kv, &kc)) != 0) {
 		sim_close(s);
-		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+		return medha_why(why, whylen, MEDHA_ENOMEM,
+		    "block tables for %lld KV blocks: out of memory",
+		    (long long)cap);
 	}
-	for (int i = 0; i < s->max_seqs; i++)
-		s->len[i] = -1;
 	medha_kvplace_init(&s->pl, 1, MEDHA_KV_BLOCK, (int64_t)1 << 40, 0);
 	s->lease.n_groups = 1;
 	s->lease.groups[0] = 0;
@@ -251,7 +286,7 @@ medha_backend_sim_open(struct medha_backend **be,
 	s->last = o->stage == s->pred.spp - 1;
 	info.block_size = MEDHA_KV_BLOCK;
 	info.n_blocks = cap;
-	info.max_seqs = s->max_seqs;
+	info.max_seqs = adv;
 	if ((rc = medha_backend_new(be, &sim_ops, s, &info)) != 0) {
 		sim_close(s);
 		return medha_why(why, whylen, rc, "out of memory");

@@ -56,7 +56,9 @@ static const struct medha_backend_kind kinds[] = {
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
 	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_FORK,
 	    "the model on this machine's CPUs (the reference)", open_cpu},
-	{"sim", MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP | MEDHA_BACKEND_KVP,
+	{"sim",
+	    MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP | MEDHA_BACKEND_KVP |
+	        MEDHA_BACKEND_FORK,
 	    "waits the time the predictor gives a batch; no numerics",
 	    open_sim},
 	{"cuda",

@@ -134,6 +134,9 @@ struct medha_msg_status {
 	int64_t block_size;     /* tokens per KV block */
 	int64_t prefill;        /* prompt tokens not yet prefilled */
 	double work;            /* predicted seconds of those prefills, >= 0 */
+	int64_t evicted;        /* KV blocks its prefix cache evicted since
+	                           the scheduler started (optional on the
+	                           wire: 0 if absent) */
 	char model[MEDHA_PROTO_NAME_MAX];
 	char backend[MEDHA_PROTO_BACKEND_MAX];
 };

@@ -90,11 +90,12 @@ enum {
 	ST_READY,
 	ST_MODEL,
 	ST_BACKEND,
+	ST_EVICTED,
 	ST_N
 };
 static const char *const st_keys[ST_N] = {"workers", "workers_wanted",
     "pending", "queue", "kv_blocks", "kv_used", "block_size", "prefill", "work", "ready",
-    "model", "backend"};
+    "model", "backend", "evicted"};
 
 static int
 dec_status(struct dec *d, const msgpack_object *o, struct medha_msg_status *s)
@@ -105,11 +106,16 @@ dec_status(struct dec *d, const msgpack_object *o, struct medha_msg_status *s)
 	int rc, k;
 
 	if ((rc = dec_get_map(d, o, "", st_keys, ST_N, v)) != 0 ||
-	    (rc = dec_need(d, "", st_keys, ST_N, v, (1u << ST_N) - 1)) != 0)
+	    (rc = dec_need(d, "", st_keys, ST_N, v, (1u << ST_EVICTED) - 1)) !=
+	        0)
 		return rc;
 	for (k = 0; k <= ST_PREFILL; k++)
 		if ((rc = dec_get_i64(d, v[k], st_keys[k], n[k])) != 0)
 			return rc;
+	s->evicted = 0; /* optional: a scheduler before it sends none */
+	if (v[ST_EVICTED] != NULL &&
+	    (rc = dec_get_i64(d, v[ST_EVICTED], "evicted", &s->evicted)) != 0)
+		return rc;
 	if ((rc = dec_get_num(d, v[ST_WORK], "work", &s->work)) != 0)
 		return rc;
 	if (!(s->work >= 0 && s->work <= 1e18))

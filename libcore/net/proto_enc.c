@@ -306,11 +306,13 @@ static void
 enc_status(struct enc *e, const struct medha_msg_status *s)
 {
 	const int64_t n[] = {s->workers, s->workers_wanted, s->pending,
-	    s->queue, s->kv_blocks, s->kv_used, s->block_size, s->prefill};
+	    s->queue, s->kv_blocks, s->kv_used, s->block_size, s->prefill,
+	    s->evicted};
 	static const char *nn[] = {"workers", "workers_wanted", "pending",
-	    "queue", "kv_blocks", "kv_used", "block_size", "prefill"};
+	    "queue", "kv_blocks", "kv_used", "block_size", "prefill",
+	    "evicted"};
 
-	put_map(e, 12);
+	put_map(e, 13);
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
 		put_name(e, nn[i]);
 		put_i64(e, n[i]);

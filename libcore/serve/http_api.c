@@ -467,6 +467,10 @@ prefix_metrics(struct sbuf *b, const struct medha_router_metrics *m,
 	    "Requests that ended with a cached prompt token or more.");
 	sb_printf(b, "medha_prefix_cache_hit_requests_total{%s} %lld\n", ml,
 	    (long long)m->cache_hits);
+	head(b, "medha_prefix_cache_evictions_total", "counter",
+	    "KV blocks the replicas' prefix caches evicted.");
+	sb_printf(b, "medha_prefix_cache_evictions_total{%s} %lld\n", ml,
+	    (long long)m->cache_evictions);
 }
 
 char *

@@ -715,6 +715,11 @@ on_status(void *arg, struct medha_msg_status *s)
 		s->kv_used = medha_sched_group_reserved(r->core, 0);
 		s->block_size = medha_sched_block_size(r->core);
 		s->work = medha_sched_pending_work(r->core, &s->prefill);
+		if (r->prefix) {
+			struct medha_prefix_stats ps;
+			medha_sched_prefix_stats(r->core, &ps);
+			s->evicted = ps.evictions;
+		}
 	}
 	snprintf(s->model, sizeof(s->model), "%s", r->model);
 	snprintf(s->backend, sizeof(s->backend), "%s", r->backend);

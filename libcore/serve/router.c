@@ -26,6 +26,7 @@ medha_router_config_default(struct medha_router_config *c)
 	c->max_queue = 100000;
 	c->status_interval = 0.1;
 	c->hold_timeout = 30;
+	c->cache_balance = 1;
 }
 
 /* ---- requests ---- */
@@ -35,6 +36,7 @@ rreq_free(struct rreq *q)
 {
 	medha_reqspec_clear(&q->spec);
 	free(q->tried);
+	free(q->keys);
 	free(q);
 }
 
@@ -133,17 +135,30 @@ rt_rreq_fail(struct medha_router *r, struct rreq *q, int status,
 	rt_rreq_end(r, q);
 }
 
+/* Replica u's predicted pending work, s. */
+static double
+work_of(const struct up *u)
+{
+	return u->now.work + (double)u->placed * u->s_per_tok;
+}
+
 /*
  * The replica for q: the least predicted pending work among the ready
  * ones not yet tried that have KV memory for it, else among all ready
- * ones not yet tried; ties go round. -1 if none is left.
+ * ones not yet tried; ties go round. Cache-aware, the one of those with
+ * the longest recorded prefix of q's prompt instead (ties: the least
+ * work), unless its work exceeds the least's by more than
+ * cache_balance; *hit gets the blocks of that prefix. -1 if none is
+ * left.
  */
 static int
-choose(struct medha_router *r, const struct rreq *q)
+choose(struct medha_router *r, const struct rreq *q, int64_t *hit)
 {
-	int best = -1, best_fits = 0;
+	int best = -1, best_fits = 0, pick;
 	double best_w = 0;
+	int64_t m, best_m = 0;
 
+	*hit = 0;
 	for (int k = 0; k < r->nup; k++) {
 		int i = (r->rr + k) % r->nup;
 		struct up *u = &r->up[i];
@@ -152,7 +167,7 @@ choose(struct medha_router *r, const struct rreq *q)
 		int64_t free_kv = (u->now.kv_blocks - u->now.kv_used) *
 		    u->now.block_size - u->placed_kv;
 		int fits = q->need <= free_kv;
-		double w = u->now.work + (double)u->placed * u->s_per_tok;
+		double w = work_of(u);
 		if (best < 0 || fits > best_fits ||
 		    (fits == best_fits &&
 		        (w < best_w ||
@@ -163,14 +178,37 @@ choose(struct medha_router *r, const struct rreq *q)
 		}
 	}
 	r->rr = (r->rr + 1) % r->nup;
-	return best;
+	if (best < 0 || !(r->cfg.cache_balance > 0) || q->nkeys == 0)
+		return best;
+	pick = best;
+	for (int i = 0; i < r->nup; i++) {
+		struct up *u = &r->up[i];
+		if (!u->alive || !u->ready || (q->tried[i / 64] >> (i % 64) & 1))
+			continue;
+		int64_t free_kv = (u->now.kv_blocks - u->now.kv_used) *
+		    u->now.block_size - u->placed_kv;
+		double w = work_of(u);
+		if ((q->need <= free_kv) != best_fits ||
+		    w > best_w + r->cfg.cache_balance ||
+		    (m = rt_cache_match(&u->cache, q->keys, q->nkeys)) == 0)
+			continue;
+		if (m > best_m ||
+		    (m == best_m && w < work_of(&r->up[pick]))) {
+			pick = i;
+			best_m = m;
+		}
+	}
+	*hit = best_m;
+	return pick;
 }
 
 /* Send q to the best replica left: 0, or -1 if none is left. */
 static int
 place(struct medha_router *r, struct rreq *q)
 {
-	int i = choose(r, q);
+	int64_t hit;
+	int i = choose(r, q, &hit);
+	struct up *u;
 	struct op *o;
 
 	if (i < 0)
@@ -180,14 +218,24 @@ place(struct medha_router *r, struct rreq *q)
 		free(o);
 		return -1;
 	}
+	u = &r->up[i];
 	o->kind = OP_SUBMIT;
 	o->rh = q->handle;
 	q->rep = i;
 	q->sent = medha_now() - r->t0;
 	q->tried[i / 64] |= 1ull << (i % 64);
-	r->up[i].placed += q->prompt;
-	r->up[i].placed_kv += q->need;
-	rt_enqueue(r, &r->up[i], o);
+	/* the replica computes only what its cache does not hold */
+	q->cached = hit * q->bl < q->prompt ? hit * q->bl : q->prompt - 1;
+	u->placed += q->prompt - q->cached;
+	u->placed_kv += q->need;
+	if (r->cfg.cache_balance > 0 && q->nkeys > 0)
+		rt_cache_add(&u->cache, q->keys, q->nkeys,
+		    u->now.kv_blocks * (u->now.block_size > 0
+		                               ? u->now.block_size
+		                               : MEDHA_KV_BLOCK) /
+		        MEDHA_KV_BLOCK);
+	r->cache_placed += hit > 0;
+	rt_enqueue(r, u, o);
 	return 0;
 }
 
@@ -247,6 +295,10 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	                                  : 1;
 	q->need = q->prompt + rs->max_tokens;
 	q->rep = -1;
+	if (r->cfg.cache_balance > 0) {
+		q->nkeys = rt_cache_keys(rs, &q->keys);
+		q->bl = rs->prompt_ids != NULL ? MEDHA_KV_BLOCK : 64 / 3;
+	}
 	q->spec = *rs; /* taken over */
 	memset(rs, 0, sizeof(*rs));
 	if (place(r, q) != 0 && hold(r, q) != 0) {
@@ -306,6 +358,7 @@ on_status(void *arg, struct medha_msg_status *s)
 		s->kv_used += u->now.kv_used;
 		s->prefill += u->now.prefill;
 		s->work += u->now.work;
+		s->evicted += u->now.evicted;
 		if (s->block_size == 0 || (u->ready && s->model[0] == '\0')) {
 			s->block_size = u->now.block_size;
 			memcpy(s->model, u->now.model, sizeof(s->model));
@@ -459,7 +512,7 @@ medha_router_open(struct medha_router **rp,
 	if (c->listen == NULL || c->nreplicas < 1 ||
 	    c->nreplicas > MEDHA_ROUTER_MAX_REPLICAS || c->drain_timeout < 0 ||
 	    c->max_queue < 1 || !(c->status_interval > 0) ||
-	    !(c->hold_timeout >= 0))
+	    !(c->hold_timeout >= 0) || !(c->cache_balance >= 0))
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "bad router configuration");
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
@@ -533,8 +586,11 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "");
 	if ((rc = medha_front_run(&r->f, stop)) != 0)
 		return rc;
-	medha_log(MEDHA_LOG_INFO, "stopped: %lld requests served, %lld failed",
-	    (long long)r->served, (long long)r->failed);
+	medha_log(MEDHA_LOG_INFO,
+	    "stopped: %lld requests served, %lld failed, %lld placed on a "
+	    "cached prefix",
+	    (long long)r->served, (long long)r->failed,
+	    (long long)r->cache_placed);
 	return 0;
 }
 
@@ -572,6 +628,7 @@ medha_router_close(struct medha_router *r)
 			medha_msg_event_clear(&u->orph[k].ev);
 		free(u->orph);
 		medha_map_free(&u->by_up);
+		rt_cache_clear(&u->cache);
 		pthread_cond_destroy(&u->cv);
 	}
 	while ((n = r->in_head) != NULL) {

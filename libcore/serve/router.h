@@ -9,7 +9,13 @@
  * work (the prefill seconds its STATUS reports, plus what was placed on
  * it since) among those that are ready and have free KV memory for the
  * prompt and its output; when none has the memory, to the least loaded
- * ready one, which queues it. A replica that refuses a request as not
+ * ready one, which queues it. Cache-aware (cache_balance > 0): the
+ * router records the chained block hashes of the prompts it placed on
+ * each replica (router_cache.c), and a request whose prompt begins with
+ * blocks one of them was sent goes to the one with the longest such
+ * prefix instead, unless its work exceeds the least loaded one's by
+ * more than cache_balance seconds; the work placed counts only the
+ * prompt tokens after that prefix. A replica that refuses a request as not
  * ready or overloaded, or cannot be reached, is passed over for the
  * next. Tokens and records stream back to the client unchanged but for
  * the handle (the router's own) and the times (the router's clock, so
@@ -57,6 +63,12 @@ struct medha_router_config {
 	double hold_timeout;           /* s a request may wait at the router
 	                                  for a ready replica (30); 0: refuse
 	                                  it at once */
+	double cache_balance;          /* s of predicted pending work: a
+	                                  request goes to the replica that
+	                                  holds the longest prefix of it
+	                                  unless that one's work exceeds the
+	                                  least loaded one's by more (1);
+	                                  0: least-load placement alone */
 };
 
 void medha_router_config_default(struct medha_router_config *c);
@@ -125,6 +137,9 @@ struct medha_router_metrics {
 	int64_t cached_tokens;     /* likewise, prompt tokens whose KV came
 	                              from a replica's prefix cache */
 	int64_t cache_hits;        /* records with a cached token or more */
+	int64_t cache_evictions;   /* KV blocks the replicas' prefix caches
+	                              evicted (their STATUS), since the
+	                              router started */
 	struct medha_hist ttft;    /* records of "ok" requests with output */
 	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
 	struct medha_hist e2e;     /* finish - arrival of "ok" requests */

@@ -9,6 +9,7 @@
 
 #include "serve/router.h"
 
+#include "batch.h" /* MEDHA_KV_BLOCK */
 #include "map.h"
 #include "serve/front.h"
 #include "net/link.h"
@@ -39,6 +40,17 @@ struct rreq {
 	int held;                  /* waiting in r->held for a replica */
 	double held_since;         /* router clock when first held, or 0 */
 	double sent;               /* router clock when last placed */
+	uint64_t *keys;            /* (nkeys) its prompt's chained block
+	                              hashes (router_cache.c), or NULL */
+	int64_t nkeys;
+	int64_t bl;                /* prompt tokens a key stands for */
+	int64_t cached;            /* prompt tokens its replica was guessed
+	                              to hold, placed as not to compute */
+};
+
+/* A replica's prompts as the router placed them (router_cache.c). */
+struct rcache {
+	struct medha_map gen[2]; /* chained block hashes: recent, older */
 };
 
 enum { OP_SUBMIT, OP_CANCEL };
@@ -96,6 +108,9 @@ struct up {
 	int64_t placed;     /* prompt tokens sent since its last status */
 	int64_t placed_kv;  /* KV tokens likewise */
 	double s_per_tok;   /* predicted prefill seconds per prompt token */
+	struct rcache cache; /* what was placed there (cache-aware) */
+	int64_t evicted;     /* its latest STATUS's evicted blocks */
+	int64_t evicted_sum; /* counted: blocks evicted over its lives */
 	struct orphan *orph;
 	int norph, orph_cap;
 };
@@ -117,6 +132,7 @@ struct medha_router {
 	int64_t nheld, held_cap;
 	double held_tried;  /* medha_now() when they were last offered out */
 	int64_t served, failed;
+	int64_t cache_placed; /* placements on a recorded prefix */
 	pthread_mutex_t mmu;               /* guards met */
 	struct medha_router_metrics met;   /* met.rep: (nup) */
 };
@@ -132,6 +148,19 @@ void rt_replace(struct medha_router *r, struct rreq *q, int status,
     const char *why);
 /* The requests held for want of a ready replica offered out again. */
 void rt_release_held(struct medha_router *r, double t);
+
+/* router_cache.c: the record of what prompts went where. The chained
+ * block hashes of rs's prompt into *keys (malloc'd), their count
+ * returned (0: none to match, *keys NULL). */
+int64_t rt_cache_keys(const struct medha_reqspec *rs, uint64_t **keys);
+/* Blocks of keys, from the first, that c holds. */
+int64_t rt_cache_match(const struct rcache *c, const uint64_t *keys,
+    int64_t n);
+/* keys placed on c's replica (of kv_blocks KV blocks): recorded. */
+void rt_cache_add(struct rcache *c, const uint64_t *keys, int64_t n,
+    int64_t kv_blocks);
+/* The replica's cache is gone (down, or a new connection). */
+void rt_cache_clear(struct rcache *c);
 
 /* router_up.c: the replicas */
 void rt_cancel_upstream(struct medha_router *r, int rep, uint64_t up);

@@ -92,6 +92,7 @@ rt_count_gauges(struct medha_router *r)
 	const char *model = NULL;
 
 	pthread_mutex_lock(&r->mmu);
+	r->met.cache_evictions = 0;
 	for (int i = 0; i < r->nup; i++) {
 		const struct up *u = &r->up[i];
 		struct medha_router_replica_stat *st = &r->met.rep[i];
@@ -106,6 +107,7 @@ rt_count_gauges(struct medha_router *r)
 		st->kv_used = u->now.kv_used;
 		st->block_size = u->now.block_size;
 		st->live = u->live;
+		r->met.cache_evictions += u->evicted_sum;
 		if (u->alive && u->now.model[0] != '\0' &&
 		    (model == NULL || u->ready))
 			model = u->now.model;
@@ -599,10 +601,16 @@ rt_watch(struct medha_router *r)
 			if (u->live > 0)
 				fail_all(r, u, "connection lost");
 			u->epoch = epoch;
+			rt_cache_clear(&u->cache); /* perhaps a new replica */
 		}
 		if (gen != u->st_seen) {
 			u->st_seen = gen;
 			u->placed = u->placed_kv = 0;
+			/* a count that went down: a new scheduler, from 0 */
+			u->evicted_sum += u->now.evicted >= u->evicted
+			    ? u->now.evicted - u->evicted
+			    : u->now.evicted;
+			u->evicted = u->now.evicted;
 			if (u->now.prefill > 0 && u->now.work > 0)
 				u->s_per_tok = u->now.work / u->now.prefill;
 		}
@@ -612,6 +620,7 @@ rt_watch(struct medha_router *r)
 			    "replica %s: silent for %.1f s: down", u->url,
 			    t - last_ok);
 			u->alive = u->ready = 0;
+			rt_cache_clear(&u->cache);
 			fail_all(r, u, "silent for too long");
 			divert(r, u, "no replica is ready");
 		}

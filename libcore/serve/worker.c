@@ -400,6 +400,7 @@ answer_batch(struct worker *w, const struct medha_msg_batch *b, int64_t nm,
 	else
 		wk_run_batch(w, b, res);
 	set_running(w, 0);
+	w->busy += medha_now() - t_run;
 	if (medha_log_level >= MEDHA_LOG_DEBUG)
 		log_batch(b, t_run, sent);
 	if (nm == 0 && res->error[0] == '\0')
@@ -610,7 +611,8 @@ medha_worker_run(struct medha_backend *be,
 	pthread_join(hb, NULL);
 	free_all(&w);
 	medha_log(MEDHA_LOG_INFO, "stopped after %d batches (%lld of %lld "
-	    "steps run ahead used)", batches, w.hits, w.looked);
+	    "steps run ahead used), %.3f s busy", batches, w.hits, w.looked,
+	    w.busy);
 	if (medha_tbt_count(&rtt) > 0)
 		medha_log(MEDHA_LOG_INFO, "from a result sent to the next batch "
 		    "in: median %.0f us, p90 %.0f us over %lld batches",

@@ -74,6 +74,7 @@ struct worker {
 	int32_t *r_map;                 /* (r_cap) each one's item */
 	size_t r_cap;
 	long long looked, hits;       /* steps run ahead; of them used */
+	double busy;                  /* s spent running batches */
 	/* heartbeats */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
