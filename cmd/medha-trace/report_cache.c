@@ -42,11 +42,12 @@ report_cache_print(const char *const *names)
 	printf("\n%-5s %13s %13s %7s %9s %8s\n", "class", "prompt_tokens",
 	    "cached_tokens", "cached", "hits", "hit_rate");
 	for (int i = 0; i < NCACHE; i++)
-		printf("%-5s %13lld %13lld %6.1f%% %9lld %7.1f%%\n", names[i],
-		    (long long)cc[i].prompt, (long long)cc[i].cached,
-		    100 * share(cc[i].cached, cc[i].prompt),
-		    (long long)cc[i].hits,
-		    100 * share(cc[i].hits, cc[i].requests));
+		if (cc[i].requests > 0) /* as the main table: no empty class */
+			printf("%-5s %13lld %13lld %6.1f%% %9lld %7.1f%%\n", names[i],
+			    (long long)cc[i].prompt, (long long)cc[i].cached,
+			    100 * share(cc[i].cached, cc[i].prompt),
+			    (long long)cc[i].hits,
+			    100 * share(cc[i].hits, cc[i].requests));
 }
 
 void

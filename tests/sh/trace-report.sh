@@ -105,6 +105,13 @@ for w in "" --wide; do
 	grep -q '^short ' "$tmp/table" && ! grep -q '^long ' "$tmp/table" ||
 	    { echo "table $w: an empty class"; cat "$tmp/table"; exit 1; }
 done
+# nor in the prefix cache's table (records with cached_tokens)
+sed 's/"prompt_tokens": *\([0-9]*\)/"prompt_tokens": \1, "cached_tokens": 1/' \
+    "$tmp/part1" >"$tmp/part1c"
+"$bin/medha-trace" report "$tmp/part1c" >"$tmp/table"
+grep -q '^class prompt_tokens cached_tokens' "$tmp/table" &&
+    ! grep -q '^long ' "$tmp/table" ||
+    { echo "cache table: an empty class"; cat "$tmp/table"; exit 1; }
 
 # records without gaps or prefill_alone (older ones): null and '-', not 0
 grep -v -e tbt -e prefill_alone "$tmp/rec" >"$tmp/old"
