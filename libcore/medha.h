@@ -34,6 +34,20 @@ enum medha_err {
 	MEDHA_EAUTH = -12,    /* a peer without the shared secret */
 };
 
+/*
+ * splitmix64's finaliser: every bit of z reaches every bit of the result.
+ * The one hash of ids, positions and seeds (made-up prompts, block
+ * hashes, generators: medha_mix64(x += 0x9e3779b97f4a7c15) is
+ * splitmix64).
+ */
+static inline uint64_t
+medha_mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
 /* Static string for an error code; never NULL. */
 const char *medha_strerror(int err);
 

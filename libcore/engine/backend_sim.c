@@ -37,11 +37,8 @@ struct sim {
 int32_t
 medha_backend_sim_token(int64_t pos, int vocab)
 {
-	uint64_t z = (uint64_t)pos + 0x9e3779b97f4a7c15ULL;
+	uint64_t z = medha_mix64((uint64_t)pos + 0x9e3779b97f4a7c15ULL);
 
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
 	return (int32_t)(z % (uint64_t)(vocab > 0 ? vocab : 1));
 }
 

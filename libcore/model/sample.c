@@ -46,11 +46,7 @@ penalised(const struct medha_sampler_params *p)
 static uint64_t
 splitmix(uint64_t *x)
 {
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return medha_mix64(*x += 0x9e3779b97f4a7c15ull);
 }
 
 static inline uint64_t

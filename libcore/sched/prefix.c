@@ -8,22 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t
-mix(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
 /* never 0: 0 marks a partial block */
 static uint64_t
 block_hash(int parent, const uint64_t *keys, int ntok)
 {
-	uint64_t h = mix((uint64_t)parent + 0x9e3779b97f4a7c15ULL);
+	uint64_t h = medha_mix64((uint64_t)parent + 0x9e3779b97f4a7c15ULL);
 
 	for (int i = 0; i < ntok; i++)
-		h = mix(h ^ keys[i]);
+		h = medha_mix64(h ^ keys[i]);
 	return h ? h : 1;
 }
 

@@ -28,14 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t
-mix(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
 /* FNV-1a of a segment's name */
 static uint64_t
 name_hash(const char *s)
@@ -139,7 +131,7 @@ sched_prefix_arrive(struct medha_sched *s, struct req *q,
 			for (int64_t j = 0; j < spec->prefix[i].tokens && k < n;
 			     j++)
 				q->keys[k++] =
-				    mix(h +
+				    medha_mix64(h +
 				        (uint64_t)j * 0x9e3779b97f4a7c15ULL) |
 				    1ULL << 63;
 		}

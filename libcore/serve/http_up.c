@@ -15,10 +15,7 @@
 uint64_t
 http_mix(uint64_t z)
 {
-	z += 0x9e3779b97f4a7c15ULL;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
+	return medha_mix64(z + 0x9e3779b97f4a7c15ULL);
 }
 
 /* One of the router's events for r (mu held; the event is only read). */

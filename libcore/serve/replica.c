@@ -62,11 +62,8 @@ rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
 		return;
 	}
 	for (int64_t i = 0; i < n; i++) {
-		uint64_t z = q->made_up + (uint64_t)(at + i) *
-		    0x9e3779b97f4a7c15ULL;
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-		z ^= z >> 31;
+		uint64_t z = medha_mix64(q->made_up + (uint64_t)(at + i) *
+		    0x9e3779b97f4a7c15ULL);
 		out[i] = (int32_t)(z % (uint64_t)r->vocab);
 	}
 }

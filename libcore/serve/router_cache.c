@@ -25,14 +25,6 @@
 #define TEXT_BLOCK 64 /* bytes of a text prompt a block */
 #define GEN_MIN 256   /* hashes a generation holds at least */
 
-static uint64_t
-mix(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
 int64_t
 rt_cache_keys(const struct medha_reqspec *rs, uint64_t **keys)
 {
@@ -55,7 +47,7 @@ rt_cache_keys(const struct medha_reqspec *rs, uint64_t **keys)
 			uint64_t t = rs->prompt_ids != NULL
 			    ? (uint64_t)(uint32_t)rs->prompt_ids[j]
 			    : (uint64_t)(unsigned char)rs->prompt[j];
-			h = mix((h ^ t) + 0x9e3779b97f4a7c15ULL);
+			h = medha_mix64((h ^ t) + 0x9e3779b97f4a7c15ULL);
 		}
 		k[i] = h | 1; /* map keys are non-zero */
 	}
