@@ -25,6 +25,7 @@
 #ifndef MEDHA_BATCH_H
 #define MEDHA_BATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- the paged KV cache every backend keeps ---- */
@@ -88,6 +89,21 @@ struct medha_batch_kv {
 	                    merged, this one's among them (bit g: group g;
 	                    at most 64), for the collectives; else 0 */
 };
+
+/*
+ * A batch's sequences against a backend's paged cache: each allocated
+ * (len_of(arg, seq) >= 0, its cached length), once, with tokens, its
+ * position within what it holds (counted from kv's base with KVP: a
+ * sequence that only attends holds only keys before pos), its positions
+ * claimed unless this call claims them (claim: it starts at the
+ * backend's first layer, lo, which the reason names), a known logits
+ * mode, and the sequences' tokens summing to the batch's. seen (a byte
+ * per handle, all 0) is left all 0. 0 or MEDHA_EINVAL with why.
+ */
+int medha_batch_check_cache(const struct medha_batch *b,
+    const struct medha_batch_kv *kv, int64_t (*len_of)(const void *, int),
+    const void *arg, unsigned char *seen, int claim, int lo, char *why,
+    size_t whylen);
 
 /* Rows of logits a batch returns (see above). */
 static inline int64_t

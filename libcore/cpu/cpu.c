@@ -367,6 +367,13 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 	return 0;
 }
 
+/* medha_batch_check_cache()'s view of the cache */
+static int64_t
+kv_len(const void *kv, int seq)
+{
+	return medha_kv_seq_len(kv, seq);
+}
+
 /*
  * A batch's shape against the cache. A call that claims the positions
  * (it starts at the backend's first layer) may start each sequence
@@ -379,61 +386,14 @@ static int
 check_batch(struct medha_cpu *c, const struct medha_batch *b, int claim,
     int embed, char *why, size_t whylen)
 {
-	const struct medha_batch_seq *s;
-	int64_t sum = 0, len, lp;
-	int i, rc = 0;
+	int i, rc;
 
 	if (b->n_seqs < 1 || b->n_tokens < 1 || (embed && b->tokens == NULL) ||
 	    b->seq == NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL, "empty batch");
-	for (i = 0; i < b->n_seqs && rc == 0; i++) {
-		s = &b->seq[i];
-		len = medha_kv_seq_len(c->kv, s->seq);
-		lp = s->pos - base_of(c, i);
-		if (len < 0)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d (batch entry %d) is not allocated",
-			    s->seq, i);
-		else if (c->seen[s->seq])
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d appears twice in the batch", s->seq);
-		else if (s->n_tokens < 1)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: %d tokens", s->seq, s->n_tokens);
-		else if (s->pos < 0 || s->pos > INT32_MAX - s->n_tokens)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: position %lld out of range", s->seq,
-			    (long long)s->pos);
-		else if (lp < 0 || (appends(c, i) ? lp > len : lp < len))
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: position %lld but %lld cached from "
-			    "%lld%s",
-			    s->seq, (long long)s->pos, (long long)len,
-			    (long long)base_of(c, i),
-			    appends(c, i) ? "" : " (attending only)");
-		else if (!claim && appends(c, i) && lp + s->n_tokens > len)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: positions up to %lld not claimed "
-			    "(%lld cached): run layer %d on this batch first",
-			    s->seq, (long long)(lp + s->n_tokens),
-			    (long long)len, c->lo);
-		else if (s->logits < MEDHA_LOGITS_LAST ||
-		    s->logits > MEDHA_LOGITS_NONE)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: logits mode %d", s->seq, s->logits);
-		else
-			c->seen[s->seq] = 1;
-		sum += s->n_tokens > 0 ? s->n_tokens : 0;
-	}
-	for (i--; i >= 0; i--)
-		if (medha_kv_seq_len(c->kv, b->seq[i].seq) >= 0)
-			c->seen[b->seq[i].seq] = 0;
-	if (rc != 0)
+	if ((rc = medha_batch_check_cache(b, c->kvx, kv_len, c->kv, c->seen,
+	         claim, c->lo, why, whylen)) != 0)
 		return rc;
-	if (sum != b->n_tokens)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "sequences hold %lld tokens, batch has %d", (long long)sum,
-		    b->n_tokens);
 	for (i = 0; embed && i < b->n_tokens; i++)
 		if (b->tokens[i] < 0 || b->tokens[i] >= c->m->c.vocab)
 			return medha_why(why, whylen, MEDHA_EINVAL,

@@ -138,65 +138,20 @@ cuda_keys_of(const struct cuda_be *c, const struct medha_fwd *f, int i)
 	                     : cuda_kv_len(c, s->seq);
 }
 
-/* The cpu backend's checks of a batch against the cache (cpu.c). */
+/* medha_batch_check_cache()'s view of the cache */
+static int64_t
+kv_len(const void *c, int seq)
+{
+	return cuda_kv_len(c, seq);
+}
+
+/* The checks of a batch against the cache, as every backend's. */
 int
 cuda_check_batch(struct cuda_be *c, const struct medha_fwd *f, int claim,
     char *why, size_t whylen)
 {
-	const struct medha_batch *b = f->b;
-	const struct medha_batch_seq *s;
-	int64_t sum = 0, len, lp;
-	int i, rc = 0;
-
-	for (i = 0; i < b->n_seqs && rc == 0; i++) {
-		s = &b->seq[i];
-		len = cuda_kv_len(c, s->seq);
-		lp = s->pos - base_of(f, i);
-		if (len < 0)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d (batch entry %d) is not allocated",
-			    s->seq, i);
-		else if (c->seen[s->seq])
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d appears twice in the batch", s->seq);
-		else if (s->n_tokens < 1)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: %d tokens", s->seq, s->n_tokens);
-		else if (s->pos < 0 || s->pos > INT32_MAX - s->n_tokens)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: position %lld out of range", s->seq,
-			    (long long)s->pos);
-		else if (lp < 0 || (appends(f, i) ? lp > len : lp < len))
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: position %lld but %lld cached from "
-			    "%lld%s",
-			    s->seq, (long long)s->pos, (long long)len,
-			    (long long)base_of(f, i),
-			    appends(f, i) ? "" : " (attending only)");
-		else if (!claim && appends(f, i) && lp + s->n_tokens > len)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: positions up to %lld not claimed "
-			    "(%lld cached): run layer %d on this batch first",
-			    s->seq, (long long)(lp + s->n_tokens),
-			    (long long)len, c->lo);
-		else if (s->logits < MEDHA_LOGITS_LAST ||
-		    s->logits > MEDHA_LOGITS_NONE)
-			rc = medha_why(why, whylen, MEDHA_EINVAL,
-			    "sequence %d: logits mode %d", s->seq, s->logits);
-		else
-			c->seen[s->seq] = 1;
-		sum += s->n_tokens > 0 ? s->n_tokens : 0;
-	}
-	for (i--; i >= 0; i--)
-		if (cuda_kv_len(c, b->seq[i].seq) >= 0)
-			c->seen[b->seq[i].seq] = 0;
-	if (rc != 0)
-		return rc;
-	if (sum != b->n_tokens)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "sequences hold %lld tokens, batch has %d", (long long)sum,
-		    b->n_tokens);
-	return 0;
+	return medha_batch_check_cache(f->b, f->kv, kv_len, c,
+	    (unsigned char *)c->seen, claim, c->lo, why, whylen);
 }
 
 /* Room for a descriptor of n bytes from *at, 16-aligned. */
