@@ -283,3 +283,32 @@ medha_backend_sample(const struct medha_batch *b, const float *logits,
 		row += last + 1;
 	}
 }
+
+size_t
+medha_kvp_pair_floats(const struct medha_batch *b,
+    const struct medha_batch_kv *kv, uint64_t mask, size_t row)
+{
+	size_t n = 0;
+
+	for (int32_t e = 0; e < b->n_seqs; e++)
+		if (kv[e].merge && (kv[e].groups & mask) == mask)
+			n += (size_t)b->seq[e].n_tokens * row;
+	return n;
+}
+
+void
+medha_kvp_pack(const struct medha_batch *b, const struct medha_batch_kv *kv,
+    uint64_t g, const float *out, const float *lse, size_t ro, size_t rl,
+    float *p)
+{
+	size_t t0 = 0, nt;
+
+	for (int32_t e = 0; e < b->n_seqs; e++, t0 += nt) {
+		nt = (size_t)b->seq[e].n_tokens;
+		if (!kv[e].merge || !(kv[e].groups & g))
+			continue;
+		memcpy(p, out + t0 * ro, nt * ro * sizeof(float));
+		memcpy(p + nt * ro, lse + t0 * rl, nt * rl * sizeof(float));
+		p += nt * (ro + rl);
+	}
+}

@@ -384,4 +384,18 @@ int medha_backend_new(struct medha_backend **be,
 void medha_backend_sample(const struct medha_batch *b, const float *logits,
     int vocab, struct medha_sampler *const *samplers, int32_t *tokens);
 
+/*
+ * The KVP exchange's layout, the same for every backend (their groups
+ * trade these buffers): floats of the merged sequences of b that every
+ * group in mask holds a piece of (kv[e].groups), rows of row floats a
+ * token; and into p, the rows of out and lse (ro and rl floats a token,
+ * every token of b) of the merged sequences group bit g holds a piece
+ * of too: per sequence in batch order, its out rows then its lse rows.
+ */
+size_t medha_kvp_pair_floats(const struct medha_batch *b,
+    const struct medha_batch_kv *kv, uint64_t mask, size_t row);
+void medha_kvp_pack(const struct medha_batch *b,
+    const struct medha_batch_kv *kv, uint64_t g, const float *out,
+    const float *lse, size_t ro, size_t rl, float *p);
+
 #endif

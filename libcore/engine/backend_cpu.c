@@ -48,40 +48,6 @@ gather(void *arg, int layer, int kind, const void *mine, size_t len,
 	    MEDHA_MEM_HOST, why, whylen);
 }
 
-/* Floats of the merged sequences of b that every group in mask holds a
- * piece of (kv[e].groups), rows of row floats a token. */
-static size_t
-pair_floats(const struct medha_batch *b, const struct medha_batch_kv *kv,
-    uint64_t mask, size_t row)
-{
-	size_t n = 0;
-
-	for (int32_t e = 0; e < b->n_seqs; e++)
-		if (kv[e].merge && (kv[e].groups & mask) == mask)
-			n += (size_t)b->seq[e].n_tokens * row;
-	return n;
-}
-
-/* Into p, the rows of out and lse (every token of b) of the merged
- * sequences group bit g holds a piece of too: per sequence, its out rows
- * then its lse rows. */
-static void
-pack(const struct medha_batch *b, const struct medha_batch_kv *kv,
-    uint64_t g, const float *out, const float *lse, size_t ro, size_t rl,
-    float *p)
-{
-	size_t t0 = 0, nt;
-
-	for (int32_t e = 0; e < b->n_seqs; e++, t0 += nt) {
-		nt = (size_t)b->seq[e].n_tokens;
-		if (!kv[e].merge || !(kv[e].groups & g))
-			continue;
-		memcpy(p, out + t0 * ro, nt * ro * sizeof(float));
-		memcpy(p + nt * ro, lse + t0 * rl, nt * rl * sizeof(float));
-		p += nt * (ro + rl);
-	}
-}
-
 /*
  * The KVP merge of one layer (medha_merge_fn). With each group it
  * merges some sequence with, this group exchanges the partial attention
@@ -113,7 +79,8 @@ kvp_merge(void *arg, int layer, float *out, float *lse, int n_tokens,
 	   merged); at[kvp]: a send buffer for the largest pair */
 	at[0] = 0;
 	for (g = 0; g < kvp; g++) {
-		n[g] = pair_floats(b, kv, mine | (uint64_t)1 << g, row);
+		n[g] = medha_kvp_pair_floats(b, kv, mine | (uint64_t)1 << g,
+		    row);
 		at[g + 1] = at[g] + n[g];
 		cur[g] = at[g];
 	}
@@ -125,12 +92,12 @@ kvp_merge(void *arg, int layer, float *out, float *lse, int n_tokens,
 		c->mrg = p;
 		c->mrg_cap = at[kvp] * 2;
 	}
-	pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
+	medha_kvp_pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
 	for (g = 0; g < kvp; g++) {
 		float *sb = c->mrg + at[kvp];
 		if (g == me || n[g] == 0)
 			continue;
-		pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
+		medha_kvp_pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
 		if ((rc = cm->exchange(cm->arg, layer, g, sb,
 		         n[g] * sizeof(float), c->mrg + at[g],
 		         n[g] * sizeof(float), MEDHA_MEM_HOST, why, whylen)) != 0)

@@ -148,38 +148,6 @@ cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y, size_t n,
 
 /* ---- KVP ---- */
 
-/* Floats of the merged sequences every group in mask holds a piece of. */
-static size_t
-pair_floats(const struct medha_batch *b, const struct medha_batch_kv *kv,
-    uint64_t mask, size_t row)
-{
-	size_t n = 0;
-
-	for (int32_t e = 0; e < b->n_seqs; e++)
-		if (kv[e].merge && (kv[e].groups & mask) == mask)
-			n += (size_t)b->seq[e].n_tokens * row;
-	return n;
-}
-
-/* Into p, out then lse rows of the merged sequences group bit g holds a
-   piece of too (backend_cpu.c's order). */
-static void
-pack(const struct medha_batch *b, const struct medha_batch_kv *kv,
-    uint64_t g, const float *out, const float *lse, size_t ro, size_t rl,
-    float *p)
-{
-	size_t t0 = 0, nt;
-
-	for (int32_t e = 0; e < b->n_seqs; e++, t0 += nt) {
-		nt = (size_t)b->seq[e].n_tokens;
-		if (!kv[e].merge || !(kv[e].groups & g))
-			continue;
-		memcpy(p, out + t0 * ro, nt * ro * sizeof(float));
-		memcpy(p + nt * ro, lse + t0 * rl, nt * rl * sizeof(float));
-		p += nt * (ro + rl);
-	}
-}
-
 /* The exchange with every other group; c->mrg + at[g]: group g's parts. */
 static int
 exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
@@ -196,7 +164,8 @@ exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
 
 	at[0] = 0;
 	for (g = 0; g < kvp; g++) {
-		n[g] = pair_floats(b, kv, mine | (uint64_t)1 << g, row);
+		n[g] = medha_kvp_pair_floats(b, kv, mine | (uint64_t)1 << g,
+		    row);
 		at[g + 1] = at[g] + n[g];
 	}
 	if (at[kvp] * 2 > c->mrg_cap) {
@@ -207,12 +176,12 @@ exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
 		c->mrg = p;
 		c->mrg_cap = at[kvp] * 2;
 	}
-	pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
+	medha_kvp_pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
 	for (g = 0; g < kvp; g++) {
 		float *sb = c->mrg + at[kvp];
 		if (g == me || n[g] == 0)
 			continue;
-		pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
+		medha_kvp_pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
 		if ((rc = cm->exchange(cm->arg, layer, g, sb,
 		         n[g] * sizeof(float), c->mrg + at[g],
 		         n[g] * sizeof(float), MEDHA_MEM_HOST, why, whylen)) != 0)
