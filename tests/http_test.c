@@ -409,6 +409,7 @@ test_shapes(void **state)
 	memset(&rec, 0, sizeof(rec));
 	rec.prompt_tokens = 5;
 	rec.output_tokens = 3;
+	rec.cached_tokens = 4;
 	rec.finish_reason = MEDHA_FINISH_LENGTH;
 	s = medha_oai_response(&hd, " Paris\xc3", 7, &rec, &n);
 	assert_non_null(o = json_loadb(s, n, 0, &err));
@@ -426,6 +427,11 @@ test_shapes(void **state)
 	                     json_object_get(json_object_get(o, "usage"),
 	                         "total_tokens")),
 	    8);
+	assert_int_equal(json_integer_value(json_object_get(
+	                     json_object_get(json_object_get(o, "usage"),
+	                         "prompt_tokens_details"),
+	                     "cached_tokens")),
+	    4);
 	json_decref(o);
 	free(s);
 
@@ -483,6 +489,11 @@ test_shapes(void **state)
 	                     json_object_get(json_object_get(o, "usage"),
 	                         "prompt_tokens")),
 	    5);
+	assert_int_equal(json_integer_value(json_object_get(
+	                     json_object_get(json_object_get(o, "usage"),
+	                         "prompt_tokens_details"),
+	                     "cached_tokens")),
+	    4);
 	json_decref(o);
 	free(s);
 }

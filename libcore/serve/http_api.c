@@ -167,10 +167,14 @@ medha_utf8_fix(const char *s, size_t len, size_t *outlen)
 static json_t *
 usage_obj(const struct medha_record *rec)
 {
-	return json_pack("{s:I,s:I,s:I}", "prompt_tokens",
+	/* OpenAI's prompt_tokens_details.cached_tokens: the prompt tokens
+	 * whose KV the prefix cache held */
+	return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens",
 	    (json_int_t)rec->prompt_tokens, "completion_tokens",
 	    (json_int_t)rec->output_tokens, "total_tokens",
-	    (json_int_t)(rec->prompt_tokens + rec->output_tokens));
+	    (json_int_t)(rec->prompt_tokens + rec->output_tokens),
+	    "prompt_tokens_details", "cached_tokens",
+	    (json_int_t)rec->cached_tokens);
 }
 
 static const char *

@@ -99,7 +99,9 @@ events = [e[6:] for e in sse.split("\n\n") if e]
 assert all(e.startswith("data: ") is False for e in events)
 assert events[-1] == "[DONE]", events[-3:]
 chunks = [json.loads(e) for e in events[:-1]]
-assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == u, chunks[-1]
+assert chunks[-1]["choices"] == [], chunks[-1]
+cu = dict(chunks[-1]["usage"], prompt_tokens_details=None)
+assert cu == dict(u, prompt_tokens_details=None), (chunks[-1], u)
 text = "".join(ch["choices"][0]["text"] for ch in chunks[:-1])
 assert text == c["choices"][0]["text"], (text, c)
 assert chunks[-2]["choices"][0]["finish_reason"] == c["choices"][0]["finish_reason"]
@@ -149,6 +151,12 @@ assert any(k.startswith("medha_kv_blocks{") and v > 0 for k, v in m1.items())
 pc = lambda n: "medha_prefix_cache_%s_total{%s}" % (n, ml)
 assert m1[pc("hits")] > m0[pc("hits")], m1
 assert m1[pc("hit_requests")] >= 1, m1
+# OpenAI's usage.prompt_tokens_details.cached_tokens: the streamed
+# completion repeated the whole one's prompt, whose KV was cached
+cu = chunks[-1]["usage"]
+assert 0 < cu["prompt_tokens_details"]["cached_tokens"] <= cu["prompt_tokens"], cu
+assert c["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0, c
+assert ch["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0, ch
 assert m1[pc("queries")] == m1["medha_prompt_tokens_total{%s}" % ml]
 print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1[cn]))
 PY
