@@ -52,7 +52,8 @@ req badtype "$base/v1/completions" -d '{"prompt": "x", "max_tokens": "many"}'
 req zero "$base/v1/completions" -d '{"prompt": "Hello", "max_tokens": 0}'
 req nocontent "$base/v1/chat/completions" -d '{"messages": [{"role": "user"}]}'
 req oov "$base/v1/completions" -d '{"prompt": [1, 99999999], "max_tokens": 2}'
-req unsup "$base/v1/completions" -d '{"prompt": "x", "n": 2}'
+req unsup "$base/v1/completions" -d '{"prompt": "x", "best_of": 2}'
+req bign "$base/v1/completions" -d '{"prompt": "x", "n": 17}'
 req badmodel "$base/v1/completions" -d '{"prompt": "x", "model": "gpt-9"}'
 req noroute "$base/v1/nothing"
 req method -D "$tmp/method.hdr" -X DELETE "$base/v1/completions"
@@ -67,6 +68,18 @@ curl -sN -m 1 "$base/v1/completions" -d '{"prompt": "Once upon a time",
     >"$tmp/left" 2>/dev/null || true
 sleep 1
 req metrics1 "$base/metrics"
+# n choices: one prompt never seen before, its KV computed once
+# (over two KV blocks of 16: a choice waits for a block another computes)
+np='"prompt": "Choices share this prompt. The seven wonders of the ancient world were the Great Pyramid of Giza, the Hanging Gardens of Babylon, the Statue of Zeus at Olympia, the Temple of Artemis at Ephesus, the Mausoleum at Halicarnassus, the Colossus of Rhodes and the Lighthouse of Alexandria. Of these, the only one standing today is"'
+req n3 "$base/v1/completions" -d "{$np, \"max_tokens\": 8, \"temperature\": 0, \"n\": 3}"
+req metricsn "$base/metrics"
+req n1 "$base/v1/completions" -d "{$np, \"max_tokens\": 8, \"temperature\": 0}"
+req ns1 "$base/v1/completions" -d "{$np, \"max_tokens\": 12, \"temperature\": 0.8, \"seed\": 42, \"n\": 3}"
+req ns2 "$base/v1/completions" -d "{$np, \"max_tokens\": 12, \"temperature\": 0.8, \"seed\": 42, \"n\": 3}"
+req nsse -N "$base/v1/completions" -d "{$np, \"max_tokens\": 8, \"temperature\": 0, \"n\": 3,
+    \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
+req nchat "$base/v1/chat/completions" -d '{"messages": [{"role": "user",
+    "content": "What is 2+2?"}], "max_tokens": 12, "temperature": 0, "n": 2}'
 python3 - "$tmp" "$model" <<'PY'
 import json, os, sys
 d = sys.argv[1]
@@ -158,6 +171,50 @@ assert 0 < cu["prompt_tokens_details"]["cached_tokens"] <= cu["prompt_tokens"], 
 assert c["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0, c
 assert ch["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0, ch
 assert m1[pc("queries")] == m1["medha_prompt_tokens_total{%s}" % ml]
+err("bign", 400)
+# n = 3 at temperature 0: three choices equal to n = 1's text
+s, n3 = got("n3")
+n3 = json.loads(n3)
+s1, n1 = got("n1")
+n1 = json.loads(n1)
+assert s == 200 and s1 == 200, (n3, n1)
+assert [x["index"] for x in n3["choices"]] == [0, 1, 2], n3
+assert all(x["text"] == n1["choices"][0]["text"] for x in n3["choices"]), (n3, n1)
+u3, u1 = n3["usage"], n1["usage"]
+# the prompt counted once, the completions summed
+assert u3["prompt_tokens"] == u1["prompt_tokens"], (u3, u1)
+assert u3["completion_tokens"] == 3 * u1["completion_tokens"], (u3, u1)
+assert u3["total_tokens"] == u3["prompt_tokens"] + u3["completion_tokens"], u3
+assert u1["prompt_tokens_details"]["cached_tokens"] > 0, u1
+# the prompt's KV shared: two of the three choices found it cached
+mn = metrics("metricsn")
+hr = lambda m: m[pc("hit_requests")]
+assert hr(mn) >= hr(m1) + 2, (hr(m1), hr(mn))
+# temperature 0.8 with a seed: choices differ, and repeat across runs
+a, b = json.loads(got("ns1")[1]), json.loads(got("ns2")[1])
+ta, tb = [x["text"] for x in a["choices"]], [x["text"] for x in b["choices"]]
+assert ta == tb, (ta, tb)
+assert len(set(ta)) > 1, ta
+# streamed: each chunk names its choice; each choice's text the whole one's
+s, sse = got("nsse")
+chunks = [json.loads(e[6:]) for e in sse.split("\n\n") if e and e != "data: [DONE]"]
+assert sse.rstrip().endswith("data: [DONE]"), sse[-200:]
+texts, fins = ["", "", ""], [None] * 3
+for c in chunks[:-1]:
+    x = c["choices"][0]
+    texts[x["index"]] += x["text"]
+    if x["finish_reason"]:
+        fins[x["index"]] = x["finish_reason"]
+assert texts == [n1["choices"][0]["text"]] * 3, texts
+assert None not in fins, fins
+su = chunks[-1]["usage"]
+assert chunks[-1]["choices"] == [] and su["completion_tokens"] == u3["completion_tokens"], su
+assert su["prompt_tokens_details"]["cached_tokens"] > 0, su
+s, nc = got("nchat")
+nc = json.loads(nc)
+assert s == 200 and [x["index"] for x in nc["choices"]] == [0, 1], nc
+assert nc["choices"][0]["message"] == nc["choices"][1]["message"] == ch["choices"][0]["message"], (nc, ch)
+print("n: ok; temperature 0.8, seed 42: %r" % ta)
 print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1[cn]))
 PY
 
