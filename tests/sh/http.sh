@@ -7,7 +7,10 @@
 #     type 400, an unsupported field 400, an unknown model 404, an
 #     unknown route 404, a wrong method 405, a huge body 413, each with
 #     OpenAI's error body; a client that leaves mid-stream has its
-#     request cancelled; /metrics counters move.
+#     request cancelled; /metrics counters move; usage's
+#     prompt_tokens_details.cached_tokens; n choices (greedy ones equal
+#     n = 1's, seeded ones differ and repeat, streamed with their index,
+#     the prompt's KV shared, a stream left cancels every choice).
 #  2. The openai Python package (cache/venv): completions and chat,
 #     streamed and not, greedy: the text must be exactly what
 #     medha-worker -p (--chat) gives alone.
@@ -66,6 +69,10 @@ req huge "$base/v1/completions" --data-binary "@$tmp/big"
 curl -sN -m 1 "$base/v1/completions" -d '{"prompt": "Once upon a time",
     "max_tokens": 4000, "ignore_eos": true, "stream": true}' \
     >"$tmp/left" 2>/dev/null || true
+# likewise with two choices: both cancelled
+curl -sN -m 1 "$base/v1/completions" -d '{"prompt": "Once upon a time",
+    "max_tokens": 4000, "ignore_eos": true, "stream": true, "n": 2}' \
+    >"$tmp/left2" 2>/dev/null || true
 sleep 1
 req metrics1 "$base/metrics"
 # n choices: one prompt never seen before, its KV computed once
@@ -148,7 +155,7 @@ ml = 'model_name="%s"' % mid
 ok = 'medha_requests_total{%s,status="ok"}' % ml
 cn = 'medha_requests_total{%s,status="cancelled"}' % ml
 assert m1[ok] >= m0[ok] + 3, (m0[ok], m1[ok])
-assert m1[cn] >= m0[cn] + 1
+assert m1[cn] >= m0[cn] + 3, (m0[cn], m1[cn])
 assert m1["medha_generation_tokens_total{%s}" % ml] > m0["medha_generation_tokens_total{%s}" % ml]
 assert m1["medha_time_to_first_token_seconds_count{%s}" % ml] >= 3
 # vLLM's: end-to-end latency, counts by finish reason, the model's name
@@ -254,6 +261,11 @@ for prompt, n, chat in cases:
     bad += not ok
     print("%s %s%r: %s" % ("ok  " if ok else "FAIL", "chat " if chat else "", prompt,
                             "" if ok else "http %r, stream %r, alone %r" % (whole, streamed, want)))
+r = c.completions.create(model=mid, prompt=cases[0][0], max_tokens=16,
+                         temperature=0, n=2)
+want = alone(cases[0][0], 16, False)
+assert [x.text for x in r.choices] == [want, want], (r.choices, want)
+assert r.usage.prompt_tokens_details.cached_tokens > 0, r.usage
 try:
     c.completions.create(model=mid, prompt="x", max_tokens=100000)
     bad += 1
