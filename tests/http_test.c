@@ -44,6 +44,7 @@ test_defaults(void **state)
 	assert_true(q.spec.sampling.temp == 1 && q.spec.sampling.top_p == 1);
 	assert_int_equal(q.spec.sampling.top_k, 0);
 	assert_false(q.stream || q.include_usage || q.seed_set);
+	assert_int_equal(q.n, 1);
 	assert_int_equal(q.spec.n_stop, 0);
 	assert_string_equal(q.model, "");
 	medha_oai_req_clear(&q);
@@ -62,7 +63,7 @@ test_fields(void **state)
 	                     "\"top_p\": 0.5, \"top_k\": 40, \"seed\": 7, "
 	                     "\"stop\": [\"\\n\", \"end\"], \"stream\": true, "
 	                     "\"stream_options\": {\"include_usage\": true}, "
-	                     "\"ignore_eos\": true, \"n\": 1, \"echo\": false, "
+	                     "\"ignore_eos\": true, \"n\": 3, \"echo\": false, "
 	                     "\"logprobs\": null, \"suffix\": null, "
 	                     "\"user\": \"u\"}",
 	                     0, NULL, &e),
@@ -78,6 +79,7 @@ test_fields(void **state)
 	assert_string_equal(q.spec.stop[0], "\n");
 	assert_string_equal(q.spec.stop[1], "end");
 	assert_true(q.stream && q.include_usage && q.spec.ignore_eos);
+	assert_int_equal(q.n, 3);
 	medha_oai_req_clear(&q);
 
 	/* token ids; one stop string; top_k -1 keeps all */
@@ -146,7 +148,8 @@ static const struct {
     {"{\"prompt\": \"x\", \"stop\": \"0123456789012345678901234567890123"
      "456789012345678901234567890123456789\"}",
         0, 400, "stop", NULL},
-    {"{\"prompt\": \"x\", \"n\": 2}", 0, 400, "n", "unsupported"},
+    {"{\"prompt\": \"x\", \"n\": 17}", 0, 400, "n", NULL},
+    {"{\"prompt\": \"x\", \"n\": 0}", 0, 400, "n", NULL},
     {"{\"prompt\": \"x\", \"best_of\": 3}", 0, 400, "best_of", "unsupported"},
     {"{\"prompt\": \"x\", \"echo\": true}", 0, 400, "echo", "unsupported"},
     {"{\"prompt\": \"x\", \"logprobs\": 21}", 0, 400, "logprobs", NULL},
@@ -398,7 +401,7 @@ static void
 test_shapes(void **state)
 {
 	struct medha_oai_head hd = {"cmpl-1", "m.gguf", 1700000000, 0, 0, NULL,
-	    NULL, 0, NULL, NULL};
+	    NULL, 0, NULL, NULL, 0};
 	struct medha_record rec;
 	json_error_t err;
 	json_t *o, *c;
@@ -409,6 +412,7 @@ test_shapes(void **state)
 	memset(&rec, 0, sizeof(rec));
 	rec.prompt_tokens = 5;
 	rec.output_tokens = 3;
+	rec.cached_tokens = 4;
 	rec.finish_reason = MEDHA_FINISH_LENGTH;
 	s = medha_oai_response(&hd, " Paris\xc3", 7, &rec, &n);
 	assert_non_null(o = json_loadb(s, n, 0, &err));
@@ -426,8 +430,33 @@ test_shapes(void **state)
 	                     json_object_get(json_object_get(o, "usage"),
 	                         "total_tokens")),
 	    8);
+	assert_int_equal(json_integer_value(json_object_get(
+	                     json_object_get(json_object_get(o, "usage"),
+	                         "prompt_tokens_details"),
+	                     "cached_tokens")),
+	    4);
 	json_decref(o);
 	free(s);
+
+	/* n choices: index i, choice i's text, usage as given */
+	{
+		struct medha_record r2 = rec, *recs[2] = {&rec, &r2};
+		rec.text = "a";
+		r2.text = "b";
+		s = medha_oai_response_n(&hd, recs, 2, &rec, &n);
+		rec.text = NULL;
+		assert_non_null(o = json_loadb(s, n, 0, &err));
+		c = json_object_get(o, "choices");
+		assert_int_equal(json_array_size(c), 2);
+		assert_int_equal(json_integer_value(json_object_get(
+		                     json_array_get(c, 1), "index")),
+		    1);
+		assert_string_equal(json_string_value(json_object_get(
+		                        json_array_get(c, 1), "text")),
+		    "b");
+		json_decref(o);
+		free(s);
+	}
 
 	hd.chat = 1;
 	hd.id = "chatcmpl-1";
@@ -483,6 +512,11 @@ test_shapes(void **state)
 	                     json_object_get(json_object_get(o, "usage"),
 	                         "prompt_tokens")),
 	    5);
+	assert_int_equal(json_integer_value(json_object_get(
+	                     json_object_get(json_object_get(o, "usage"),
+	                         "prompt_tokens_details"),
+	                     "cached_tokens")),
+	    4);
 	json_decref(o);
 	free(s);
 }

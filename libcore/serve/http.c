@@ -118,6 +118,7 @@ rx_cb(void *arg)
 	pthread_mutex_lock(&h->mu);
 	if (rc == 0 && r->haio != NULL && !h->quit) {
 		snprintf(r->q.spec.id, sizeof(r->q.spec.id), "%s", r->id);
+		r->nch = r->q.n > 1 ? r->q.n : 1;
 		if (!r->q.seed_set)
 			r->q.spec.sampling.seed =
 			    http_mix(h->seq++ ^ (uint64_t)(medha_now() * 1e9));

@@ -132,12 +132,16 @@ struct medha_oai_req {
 	int include_usage;  /* "stream_options": {"include_usage": true} */
 	int max_tokens_set; /* max_tokens (or max_completion_tokens) given */
 	int seed_set;       /* seed given */
+	int n;              /* "n": choices, 1 to MEDHA_OAI_MAX_N */
 	char model[256];    /* "model" as given, or "" */
 	struct medha_reqspec spec; /* id left empty; prompt (text, for chat
 	                              the template's output) or prompt_ids,
 	                              max_tokens, sampling, stop, ignore_eos;
 	                              owned */
 };
+
+/* Most choices ("n") a request may ask for: each is a request upstream. */
+#define MEDHA_OAI_MAX_N 16
 
 /* Largest max_tokens accepted. */
 #define MEDHA_OAI_MAX_TOKENS (1 << 24)
@@ -170,6 +174,7 @@ struct medha_oai_head {
 	int64_t n_lps;
 	const struct medha_tok *tok;
 	int64_t *text_off; /* completions' text_offset so far, or NULL */
+	int index;         /* a chunk's choice */
 };
 
 /*
@@ -180,6 +185,12 @@ struct medha_oai_head {
  */
 char *medha_oai_response(const struct medha_oai_head *hd, const char *text,
     size_t len, const struct medha_record *rec, size_t *outlen);
+
+/* Likewise with n choices, choice i recs[i]'s text and logprobs (index
+ * i), and usage's counts. */
+char *medha_oai_response_n(const struct medha_oai_head *hd,
+    struct medha_record *const *recs, int n, const struct medha_record *usage,
+    size_t *outlen);
 
 /*
  * One server-sent event, "data: {json}\n\n", malloc'd, *outlen bytes:

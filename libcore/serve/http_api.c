@@ -167,10 +167,14 @@ medha_utf8_fix(const char *s, size_t len, size_t *outlen)
 static json_t *
 usage_obj(const struct medha_record *rec)
 {
-	return json_pack("{s:I,s:I,s:I}", "prompt_tokens",
+	/* OpenAI's prompt_tokens_details.cached_tokens: the prompt tokens
+	 * whose KV the prefix cache held */
+	return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens",
 	    (json_int_t)rec->prompt_tokens, "completion_tokens",
 	    (json_int_t)rec->output_tokens, "total_tokens",
-	    (json_int_t)(rec->prompt_tokens + rec->output_tokens));
+	    (json_int_t)(rec->prompt_tokens + rec->output_tokens),
+	    "prompt_tokens_details", "cached_tokens",
+	    (json_int_t)rec->cached_tokens);
 }
 
 static const char *
@@ -270,34 +274,77 @@ logprobs_obj(const struct medha_oai_head *hd, const int32_t *ids,
 	    "token_logprobs", tlp, "top_logprobs", top, "text_offset", off);
 }
 
-char *
-medha_oai_response(const struct medha_oai_head *hd, const char *text,
-    size_t len, const struct medha_record *rec, size_t *outlen)
+/* Choice i of a whole response: text (len bytes) and rec's logprobs. */
+static json_t *
+choice_obj(const struct medha_oai_head *hd, int i, const char *text,
+    size_t len, const struct medha_record *rec)
 {
 	size_t n;
 	char *t = medha_utf8_fix(text != NULL ? text : "", text ? len : 0, &n);
-	json_t *choice, *o;
+	json_t *choice;
+	int64_t off = 0;
+	struct medha_oai_head h1 = *hd;
 
 	if (t == NULL)
 		return NULL;
+	h1.text_off = &off; /* each choice's text_offset from 0 */
+	hd = &h1;
 	if (hd->chat)
-		choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0,
+		choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", i,
 		    "message", "role", "assistant", "content", t, n, "logprobs",
 		    logprobs_obj(hd, rec->token_ids, hd->logprobs ? rec->logprobs : NULL,
 		        rec->n_token_ids),
 		    "finish_reason", finish_str(rec->finish_reason));
 	else
-		choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", t,
+		choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", i, "text", t,
 		    n, "logprobs",
 		    logprobs_obj(hd, rec->token_ids, hd->logprobs ? rec->logprobs : NULL,
 		        rec->n_token_ids),
 		    "finish_reason", finish_str(rec->finish_reason));
 	free(t);
-	o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:n}", "id", hd->id, "object",
+	return choice;
+}
+
+static char *
+response(const struct medha_oai_head *hd, json_t *choices,
+    const struct medha_record *usage, size_t *outlen)
+{
+	json_t *o;
+
+	if (choices == NULL)
+		return NULL;
+	o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:n}", "id", hd->id, "object",
 	    hd->chat ? "chat.completion" : "text_completion", "created",
-	    (json_int_t)hd->created, "model", hd->model, "choices", choice,
-	    "usage", usage_obj(rec), "system_fingerprint");
+	    (json_int_t)hd->created, "model", hd->model, "choices", choices,
+	    "usage", usage_obj(usage), "system_fingerprint");
 	return dump(o, outlen);
+}
+
+char *
+medha_oai_response(const struct medha_oai_head *hd, const char *text,
+    size_t len, const struct medha_record *rec, size_t *outlen)
+{
+	json_t *c = choice_obj(hd, 0, text, len, rec);
+
+	return c != NULL ? response(hd, json_pack("[o]", c), rec, outlen) : NULL;
+}
+
+char *
+medha_oai_response_n(const struct medha_oai_head *hd,
+    struct medha_record *const *recs, int n, const struct medha_record *usage,
+    size_t *outlen)
+{
+	json_t *a = json_array(), *c;
+
+	for (int i = 0; a != NULL && i < n; i++) {
+		const char *t = recs[i]->text != NULL ? recs[i]->text : "";
+		if ((c = choice_obj(hd, i, t, strlen(t), recs[i])) == NULL ||
+		    json_array_append_new(a, c) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return response(hd, a, usage, outlen);
 }
 
 char *
@@ -328,13 +375,13 @@ medha_oai_chunk(const struct medha_oai_head *hd, const char *text, size_t len,
 			if (n > 0 || role)
 				json_object_set_new(delta, "content",
 				    json_stringn(t, n));
-			c = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta",
+			c = json_pack("{s:i,s:o,s:o,s:o}", "index", hd->index, "delta",
 			    delta, "logprobs",
 			    logprobs_obj(hd, hd->ids, hd->logprobs ? hd->lps : NULL,
 			        hd->n_lps),
 			    "finish_reason", fin);
 		} else
-			c = json_pack("{s:i,s:s%,s:o,s:o}", "index", 0, "text",
+			c = json_pack("{s:i,s:s%,s:o,s:o}", "index", hd->index, "text",
 			    t, n, "logprobs",
 			    logprobs_obj(hd, hd->ids, hd->logprobs ? hd->lps : NULL,
 			        hd->n_lps),

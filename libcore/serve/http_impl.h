@@ -59,7 +59,8 @@ struct hreq {
 	   completions' text_offset is */
 	const int32_t *cur_ids;
 	const struct medha_token_lp *cur_lps;
-	int64_t cur_n, lp_off;
+	int64_t cur_n, lp_off[MEDHA_OAI_MAX_N];
+	int cur_idx; /* the choice of the chunk being sent */
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
 	int rx_busy, tx_busy;
@@ -67,8 +68,18 @@ struct hreq {
 	char *body;
 	size_t body_len;
 	char rxbuf[256];
-	int up;          /* U_* */
-	uint64_t handle; /* the router's, once U_LIVE */
+	int up;          /* U_*: U_LIVE from the first choice accepted to
+	                    the last one's record */
+	/* choices: q.n requests upstream, one prompt (the prefix cache
+	   computes its KV once), seeds seed + i where a seed is given */
+	int nch;                   /* asked for */
+	int nup;                   /* accepted, handles[0..nup) */
+	int nend;                  /* of those, ended (their record came) */
+	int submitting;            /* the sender is submitting the rest */
+	int failed;                /* one failed: the others are cancelled */
+	uint64_t handles[MEDHA_OAI_MAX_N]; /* the router's */
+	struct medha_record *recs[MEDHA_OAI_MAX_N]; /* ended, kept until the
+	                                               last (whole answers) */
 	int gone;        /* its client went away */
 	int ended;       /* a stream's last bytes are queued */
 	int reaped;      /* on h->reap: callbacks leave it alone */

@@ -351,16 +351,19 @@ out:
 
 /* Fields that are accepted when they ask for nothing medha lacks. */
 static int
-unsupported(json_t *o, int chat, struct medha_oai_error *e)
+unsupported(json_t *o, int chat, struct medha_oai_req *q,
+    struct medha_oai_error *e)
 {
 	json_t *v;
 	int64_t n = 1;
 	int b = 0;
 
-	if (get_int(o, "n", 1, INT32_MAX, &n, NULL, e) != 0)
+	/* n choices: n requests upstream with one prompt, whose KV the
+	 * prefix cache computes once */
+	if (get_int(o, "n", 1, MEDHA_OAI_MAX_N, &n, NULL, e) != 0)
 		return e->status;
-	if (n != 1)
-		return UNSUP(e, "n", "n: only one choice per request (n = 1)");
+	q->n = (int)n;
+	n = 1;
 	if (get_int(o, "best_of", 1, INT32_MAX, &n, NULL, e) != 0)
 		return e->status;
 	if (n != 1)
@@ -510,7 +513,7 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 		snprintf(q->model, sizeof(q->model), "%s",
 		    json_string_value(v));
 	}
-	if ((rc = unsupported(o, chat, e)) != 0)
+	if ((rc = unsupported(o, chat, q, e)) != 0)
 		goto fail;
 	rs->sampling.temp = 1; /* OpenAI's defaults */
 	rs->sampling.top_p = 1;

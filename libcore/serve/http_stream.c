@@ -172,6 +172,11 @@ http_req_free(struct medha_http *h, struct hreq *r)
 	if (r->hijacked)
 		h->st.streams--;
 	pthread_mutex_unlock(&h->mu);
+	for (int i = 0; i < MEDHA_OAI_MAX_N; i++)
+		if (r->recs[i] != NULL) {
+			medha_record_clear(r->recs[i]);
+			free(r->recs[i]);
+		}
 	medha_oai_req_clear(&r->q);
 	free(r->body);
 	free(r->out.p);
@@ -206,8 +211,9 @@ http_on_gone(struct medha_http *h, struct hreq *r)
 		return;
 	r->gone = 1;
 	r->out.n = 0;
-	if (r->up == U_LIVE)
-		http_push_cancel(h, r->handle);
+	for (int i = 0; i < r->nup; i++)
+		if (r->recs[i] == NULL)
+			http_push_cancel(h, r->handles[i]);
 	medha_log(MEDHA_LOG_INFO, "http: %s: client went away", r->id);
 	http_maybe_reap(h, r);
 }
@@ -263,7 +269,7 @@ http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text, size_t l
 {
 	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat,
 	    r->q.spec.sampling.logprobs, r->cur_ids, r->cur_lps, r->cur_n,
-	    h->tok, &r->lp_off};
+	    h->tok, &r->lp_off[r->cur_idx], r->cur_idx};
 	size_t n = 0;
 	char *s = medha_oai_chunk(&hd, text, len, role, finish, usage,
 	    r->q.include_usage, &n);
@@ -330,8 +336,12 @@ http_stream_start(struct medha_http *h, struct hreq *r)
 	}
 	kick(r);
 	http_watch(r);
-	if (r->q.chat) /* OpenAI's first chunk: the role */
+	/* OpenAI's first chunk of each choice: the role */
+	for (int i = 0; r->q.chat && i < r->nch; i++) {
+		r->cur_idx = i;
 		http_emit_chunk(h, r, "", 0, 1, 0, NULL);
+	}
+	r->cur_idx = 0;
 }
 
 void

@@ -18,87 +18,160 @@ http_mix(uint64_t z)
 	return medha_mix64(z + 0x9e3779b97f4a7c15ULL);
 }
 
-/* One of the router's events for r (mu held; the event is only read). */
-static void
-on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
+/* Which of r's choices handle is (-1: none). */
+static int
+choice_of(const struct hreq *r, uint64_t handle)
 {
-	struct medha_oai_error e;
+	for (int i = 0; i < r->nup; i++)
+		if (r->handles[i] == handle)
+			return i;
+	return -1;
+}
 
-	if (ev->kind == MEDHA_EVENT_TOKENS) {
-		if (r->gone || !r->q.stream)
-			return; /* the record carries the whole text */
-		if (!r->hijacked && r->haio == NULL)
-			return; /* answered 503: stopping */
+/*
+ * r failed (mu held): e answers it, as an error reply or, after a
+ * stream's headers, OpenAI's error event; its other choices are
+ * cancelled and their records only counted.
+ */
+static void
+fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
+{
+	if (r->failed)
+		return;
+	r->failed = 1;
+	for (int i = 0; i < r->nup; i++)
+		if (r->recs[i] == NULL)
+			http_push_cancel(h, r->handles[i]);
+	if (r->gone)
+		return;
+	if (r->haio != NULL) {
+		http_reply_error(h, r->haio, e, 0, 1);
+		r->haio = NULL;
+	} else if (r->hijacked) { /* OpenAI's error event */
+		size_t n = 0;
+		char *js = medha_oai_error_json(e, &n), *s;
+		if (js != NULL && (s = malloc(n + 9)) != NULL) {
+			memcpy(s, "data: ", 6);
+			memcpy(s + 6, js, n);
+			memcpy(s + 6 + n, "\n\n", 2);
+			http_emit(h, r, s, n + 8);
+			free(s);
+		}
+		free(js);
+		http_emit_end(r);
+	}
+}
+
+/* Every choice of r ended well (mu held): the answer's end. */
+static void
+finish(struct medha_http *h, struct hreq *r)
+{
+	struct medha_record u = *r->recs[0]; /* counts only */
+
+	/* the prompt counted once; its cached tokens those every choice
+	   found (the first computed them, the others forked) */
+	u.output_tokens = 0;
+	for (int i = 0; i < r->nch; i++) {
+		u.output_tokens += r->recs[i]->output_tokens;
+		if (r->recs[i]->cached_tokens < u.cached_tokens)
+			u.cached_tokens = r->recs[i]->cached_tokens;
+	}
+	if (r->q.stream && (r->hijacked || r->haio != NULL)) {
 		if (!r->hijacked)
 			http_stream_start(h, r);
-		r->cur_ids = ev->ids;
-		r->cur_lps = ev->lps;
-		r->cur_n = ev->lps != NULL ? ev->n_ids : 0;
-		if (ev->text_len > 0 || r->cur_n > 0)
-			http_emit_chunk(h, r, ev->text, ev->text_len, 0, 0, NULL);
-		r->cur_ids = NULL;
-		r->cur_lps = NULL;
-		r->cur_n = 0;
-		return;
+		if (r->q.include_usage)
+			http_emit_chunk(h, r, NULL, 0, 0, 0, &u);
+		http_emit(h, r, "data: [DONE]\n\n", 14);
+		http_emit_end(r);
+	} else if (!r->q.stream && r->haio != NULL) {
+		struct medha_oai_head hd = {r->id, r->model, r->created,
+		    r->q.chat, r->q.spec.sampling.logprobs, NULL, NULL, 0, h->tok,
+		    NULL, 0};
+		size_t n = 0;
+		char *js = medha_oai_response_n(&hd, r->recs, r->nch, &u, &n);
+		http_reply_json(h, r->haio, 200, js, n, 0, 1);
+		free(js);
+		r->haio = NULL;
 	}
+}
+
+/* Choice i's record (mu held; taken from ev). */
+static void
+on_record(struct medha_http *h, struct hreq *r, int i,
+    struct medha_msg_event *ev)
+{
 	struct medha_record *rec = ev->record;
-	medha_map_del(&h->live, r->handle);
-	r->up = U_DONE;
+	struct medha_oai_error e;
+
+	ev->record = NULL;
+	r->recs[i] = rec;
+	r->nend++;
+	medha_map_del(&h->live, r->handles[i]);
+	if (!r->submitting && r->nend == r->nup)
+		r->up = U_DONE;
 	/* the access line of a completion served (a refusal's is the
 	 * reply's own, http_reply_allow); a stream's status was 200 */
 	if (!r->gone && (rec->status == MEDHA_STATUS_OK || r->hijacked))
 		medha_log(MEDHA_LOG_DEBUG,
-		    "http: POST %s 200 %s, %lld tokens in, %lld out, %s, "
+		    "http: POST %s 200 %s/%d, %lld tokens in, %lld out, %s, "
 		    "%.3f s%s",
 		    r->q.chat ? "/v1/chat/completions" : "/v1/completions",
-		    r->id, (long long)rec->prompt_tokens,
+		    r->id, i, (long long)rec->prompt_tokens,
 		    (long long)rec->output_tokens,
 		    medha_status_name(rec->status), medha_now() - r->t0,
 		    r->q.stream ? ", streamed" : "");
-	if (r->gone) {
+	if (r->gone || r->failed) {
 		http_maybe_reap(h, r);
 		return;
 	}
 	if (rec->status != MEDHA_STATUS_OK) {
 		medha_oai_error_record(&e, rec);
-		if (r->haio != NULL) {
-			http_reply_error(h, r->haio, &e, 0, 1);
-			r->haio = NULL;
-		} else if (r->hijacked) { /* OpenAI's error event */
-			size_t n = 0;
-			char *js = medha_oai_error_json(&e, &n), *s;
-			if (js != NULL && (s = malloc(n + 9)) != NULL) {
-				memcpy(s, "data: ", 6);
-				memcpy(s + 6, js, n);
-				memcpy(s + 6 + n, "\n\n", 2);
-				http_emit(h, r, s, n + 8);
-				free(s);
-			}
-			free(js);
-			http_emit_end(r);
+		fail(h, r, &e);
+	} else {
+		if (r->q.stream && (r->hijacked || r->haio != NULL)) {
+			if (!r->hijacked)
+				http_stream_start(h, r);
+			r->cur_idx = i;
+			http_emit_chunk(h, r, "", 0, 0,
+			    rec->finish_reason ? rec->finish_reason
+			                       : MEDHA_FINISH_STOP,
+			    NULL);
+			r->cur_idx = 0;
 		}
-	} else if (r->q.stream && (r->hijacked || r->haio != NULL)) {
-		if (!r->hijacked)
-			http_stream_start(h, r);
-		http_emit_chunk(h, r, "", 0, 0,
-		    rec->finish_reason ? rec->finish_reason : MEDHA_FINISH_STOP,
-		    NULL);
-		if (r->q.include_usage)
-			http_emit_chunk(h, r, NULL, 0, 0, 0, rec);
-		http_emit(h, r, "data: [DONE]\n\n", 14);
-		http_emit_end(r);
-	} else if (r->haio != NULL) {
-		struct medha_oai_head hd = {r->id, r->model, r->created,
-		    r->q.chat, r->q.spec.sampling.logprobs, NULL, NULL, 0, h->tok,
-		    NULL};
-		size_t n = 0;
-		const char *t = rec->text != NULL ? rec->text : "";
-		char *js = medha_oai_response(&hd, t, strlen(t), rec, &n);
-		http_reply_json(h, r->haio, 200, js, n, 0, 1);
-		free(js);
-		r->haio = NULL;
+		if (r->up == U_DONE && r->nend == r->nch)
+			finish(h, r);
 	}
 	http_maybe_reap(h, r);
+}
+
+/* One of the router's events for r (mu held; a record is taken). */
+static void
+on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
+{
+	int i = choice_of(r, ev->handle);
+
+	if (i < 0)
+		return;
+	if (ev->kind != MEDHA_EVENT_TOKENS) {
+		on_record(h, r, i, ev);
+		return;
+	}
+	if (r->gone || r->failed || !r->q.stream)
+		return; /* the record carries the whole text */
+	if (!r->hijacked && r->haio == NULL)
+		return; /* answered 503: stopping */
+	if (!r->hijacked)
+		http_stream_start(h, r);
+	r->cur_ids = ev->ids;
+	r->cur_lps = ev->lps;
+	r->cur_n = ev->lps != NULL ? ev->n_ids : 0;
+	r->cur_idx = i;
+	if (ev->text_len > 0 || r->cur_n > 0)
+		http_emit_chunk(h, r, ev->text, ev->text_len, 0, 0, NULL);
+	r->cur_ids = NULL;
+	r->cur_lps = NULL;
+	r->cur_n = 0;
+	r->cur_idx = 0;
 }
 
 static void
@@ -120,12 +193,12 @@ early_add(struct medha_http *h, struct medha_msg_event *ev)
 	memset(ev, 0, sizeof(*ev));
 }
 
-/* Events that waited for r's ACCEPTED, in order (mu held). */
+/* Events that waited for handle's ACCEPTED, in order (mu held). */
 static void
-early_claim(struct medha_http *h, struct hreq *r)
+early_claim(struct medha_http *h, struct hreq *r, uint64_t handle)
 {
 	for (int i = 0; i < h->nearly;) {
-		if (h->early[i].ev.handle != r->handle) {
+		if (h->early[i].ev.handle != handle) {
 			i++;
 			continue;
 		}
@@ -133,7 +206,7 @@ early_claim(struct medha_http *h, struct hreq *r)
 		memmove(&h->early[i], &h->early[i + 1],
 		    (size_t)(h->nearly - i - 1) * sizeof(*h->early));
 		h->nearly--;
-		if (medha_map_get(&h->live, r->handle) == r)
+		if (medha_map_get(&h->live, handle) == r)
 			on_event(h, r, &ev);
 		medha_msg_event_clear(&ev);
 	}
@@ -257,56 +330,81 @@ fill_max_tokens(struct medha_http *h, struct hreq *r, struct medha_oai_error *e)
 	return 0;
 }
 
-/* Submit r to the router; its answer decides what follows. */
-static void
-submit(struct medha_http *h, struct hreq *r)
+/*
+ * Submit r's choice i (called unlocked, returns with mu held): 0 once
+ * the router accepted it, else an HTTP status with *e set. Its seed is
+ * the request's + i; its id the request's, "-i" after it past the first.
+ */
+static int
+submit1(struct medha_http *h, struct hreq *r, int i, struct medha_oai_error *e)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
-	struct medha_oai_error e;
 	char why[256];
+	uint64_t hd;
 	int rc;
 
-	if ((rc = fill_max_tokens(h, r, &e)) != 0) {
-		pthread_mutex_lock(&h->mu);
-		goto refuse;
-	}
 	m.submit = r->q.spec; /* borrowed */
 	/* a response that is not a stream is made from the record alone */
 	m.submit.no_stream = !r->q.stream;
+	m.submit.sampling.seed += (uint64_t)i;
+	if (i > 0)
+		snprintf(m.submit.id, sizeof(m.submit.id), "%.48s-%d", r->id,
+		    i);
 	rc = medha_cli_msg(h->cli, 0, &m, &rep, DEAD, why, sizeof(why));
 	pthread_mutex_lock(&h->mu);
 	if (rc != 0)
-		medha_oai_error_set(&e, 503, "server_error",
+		return medha_oai_error_set(e, 503, "server_error",
 		    "service_unavailable", NULL,
 		    "the router did not answer: %s", why);
-	else if (rep.type == MEDHA_MSG_ERROR)
-		medha_oai_error_submit(&e, rep.error.code, rep.error.reason);
+	if (rep.type == MEDHA_MSG_ERROR)
+		medha_oai_error_submit(e, rep.error.code, rep.error.reason);
 	else if (rep.type != MEDHA_MSG_ACCEPTED)
-		medha_oai_error_set(&e, 500, "server_error", NULL, NULL,
+		medha_oai_error_set(e, 500, "server_error", NULL, NULL,
 		    "the router answered %s", medha_msg_type_name(rep.type));
-	else {
-		r->handle = rep.accepted.handle;
-		if (medha_map_put(&h->live, r->handle, r) != 0) {
-			http_push_cancel(h, r->handle);
-			medha_oai_error_set(&e, 500, "server_error", NULL, NULL,
-			    "out of memory");
-		} else {
-			r->up = U_LIVE;
-			if (r->gone)
-				http_push_cancel(h, r->handle);
-			early_claim(h, r);
-			medha_msg_clear(&rep);
-			http_maybe_reap(h, r);
-			return;
-		}
-	}
-	if (rc == 0)
+	if (rep.type != MEDHA_MSG_ACCEPTED) {
 		medha_msg_clear(&rep);
-refuse:
-	r->up = U_DONE;
-	if (r->haio != NULL) {
-		http_reply_error(h, r->haio, &e, 0, 1);
-		r->haio = NULL;
+		return e->status;
+	}
+	hd = rep.accepted.handle;
+	medha_msg_clear(&rep);
+	if (medha_map_put(&h->live, hd, r) != 0) {
+		http_push_cancel(h, hd);
+		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+	}
+	r->handles[r->nup++] = hd;
+	r->up = U_LIVE;
+	if (r->gone)
+		http_push_cancel(h, hd);
+	early_claim(h, r, hd);
+	return 0;
+}
+
+/*
+ * Submit r's choices to the router, one after another (the first's
+ * prompt is computed once: the others wait for its blocks and fork from
+ * them); their answers decide what follows. Returns with mu held.
+ */
+static void
+submit(struct medha_http *h, struct hreq *r)
+{
+	struct medha_oai_error e;
+	int rc = fill_max_tokens(h, r, &e);
+
+	pthread_mutex_lock(&h->mu);
+	if (rc != 0)
+		fail(h, r, &e);
+	r->submitting = 1;
+	for (int i = 0; i < r->nch && !r->gone && !r->failed; i++) {
+		pthread_mutex_unlock(&h->mu);
+		if (submit1(h, r, i, &e) != 0) /* locks */
+			fail(h, r, &e);
+	}
+	r->submitting = 0;
+	if (r->nend == r->nup) {
+		r->up = U_DONE;
+		if (!r->failed && !r->gone && r->nend == r->nch)
+			finish(h, r);
 	}
 	http_maybe_reap(h, r);
 }

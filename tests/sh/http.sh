@@ -7,7 +7,10 @@
 #     type 400, an unsupported field 400, an unknown model 404, an
 #     unknown route 404, a wrong method 405, a huge body 413, each with
 #     OpenAI's error body; a client that leaves mid-stream has its
-#     request cancelled; /metrics counters move.
+#     request cancelled; /metrics counters move; usage's
+#     prompt_tokens_details.cached_tokens; n choices (greedy ones equal
+#     n = 1's, seeded ones differ and repeat, streamed with their index,
+#     the prompt's KV shared, a stream left cancels every choice).
 #  2. The openai Python package (cache/venv): completions and chat,
 #     streamed and not, greedy: the text must be exactly what
 #     medha-worker -p (--chat) gives alone.
@@ -52,7 +55,8 @@ req badtype "$base/v1/completions" -d '{"prompt": "x", "max_tokens": "many"}'
 req zero "$base/v1/completions" -d '{"prompt": "Hello", "max_tokens": 0}'
 req nocontent "$base/v1/chat/completions" -d '{"messages": [{"role": "user"}]}'
 req oov "$base/v1/completions" -d '{"prompt": [1, 99999999], "max_tokens": 2}'
-req unsup "$base/v1/completions" -d '{"prompt": "x", "n": 2}'
+req unsup "$base/v1/completions" -d '{"prompt": "x", "best_of": 2}'
+req bign "$base/v1/completions" -d '{"prompt": "x", "n": 17}'
 req badmodel "$base/v1/completions" -d '{"prompt": "x", "model": "gpt-9"}'
 req noroute "$base/v1/nothing"
 req method -D "$tmp/method.hdr" -X DELETE "$base/v1/completions"
@@ -65,8 +69,24 @@ req huge "$base/v1/completions" --data-binary "@$tmp/big"
 curl -sN -m 1 "$base/v1/completions" -d '{"prompt": "Once upon a time",
     "max_tokens": 4000, "ignore_eos": true, "stream": true}' \
     >"$tmp/left" 2>/dev/null || true
+# likewise with two choices: both cancelled
+curl -sN -m 1 "$base/v1/completions" -d '{"prompt": "Once upon a time",
+    "max_tokens": 4000, "ignore_eos": true, "stream": true, "n": 2}' \
+    >"$tmp/left2" 2>/dev/null || true
 sleep 1
 req metrics1 "$base/metrics"
+# n choices: one prompt never seen before, its KV computed once
+# (over two KV blocks of 16: a choice waits for a block another computes)
+np='"prompt": "Choices share this prompt. The seven wonders of the ancient world were the Great Pyramid of Giza, the Hanging Gardens of Babylon, the Statue of Zeus at Olympia, the Temple of Artemis at Ephesus, the Mausoleum at Halicarnassus, the Colossus of Rhodes and the Lighthouse of Alexandria. Of these, the only one standing today is"'
+req n3 "$base/v1/completions" -d "{$np, \"max_tokens\": 8, \"temperature\": 0, \"n\": 3}"
+req metricsn "$base/metrics"
+req n1 "$base/v1/completions" -d "{$np, \"max_tokens\": 8, \"temperature\": 0}"
+req ns1 "$base/v1/completions" -d "{$np, \"max_tokens\": 12, \"temperature\": 0.8, \"seed\": 42, \"n\": 3}"
+req ns2 "$base/v1/completions" -d "{$np, \"max_tokens\": 12, \"temperature\": 0.8, \"seed\": 42, \"n\": 3}"
+req nsse -N "$base/v1/completions" -d "{$np, \"max_tokens\": 8, \"temperature\": 0, \"n\": 3,
+    \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
+req nchat "$base/v1/chat/completions" -d '{"messages": [{"role": "user",
+    "content": "What is 2+2?"}], "max_tokens": 12, "temperature": 0, "n": 2}'
 python3 - "$tmp" "$model" <<'PY'
 import json, os, sys
 d = sys.argv[1]
@@ -99,7 +119,9 @@ events = [e[6:] for e in sse.split("\n\n") if e]
 assert all(e.startswith("data: ") is False for e in events)
 assert events[-1] == "[DONE]", events[-3:]
 chunks = [json.loads(e) for e in events[:-1]]
-assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == u, chunks[-1]
+assert chunks[-1]["choices"] == [], chunks[-1]
+cu = dict(chunks[-1]["usage"], prompt_tokens_details=None)
+assert cu == dict(u, prompt_tokens_details=None), (chunks[-1], u)
 text = "".join(ch["choices"][0]["text"] for ch in chunks[:-1])
 assert text == c["choices"][0]["text"], (text, c)
 assert chunks[-2]["choices"][0]["finish_reason"] == c["choices"][0]["finish_reason"]
@@ -133,7 +155,7 @@ ml = 'model_name="%s"' % mid
 ok = 'medha_requests_total{%s,status="ok"}' % ml
 cn = 'medha_requests_total{%s,status="cancelled"}' % ml
 assert m1[ok] >= m0[ok] + 3, (m0[ok], m1[ok])
-assert m1[cn] >= m0[cn] + 1
+assert m1[cn] >= m0[cn] + 3, (m0[cn], m1[cn])
 assert m1["medha_generation_tokens_total{%s}" % ml] > m0["medha_generation_tokens_total{%s}" % ml]
 assert m1["medha_time_to_first_token_seconds_count{%s}" % ml] >= 3
 # vLLM's: end-to-end latency, counts by finish reason, the model's name
@@ -149,7 +171,57 @@ assert any(k.startswith("medha_kv_blocks{") and v > 0 for k, v in m1.items())
 pc = lambda n: "medha_prefix_cache_%s_total{%s}" % (n, ml)
 assert m1[pc("hits")] > m0[pc("hits")], m1
 assert m1[pc("hit_requests")] >= 1, m1
+# OpenAI's usage.prompt_tokens_details.cached_tokens: the streamed
+# completion repeated the whole one's prompt, whose KV was cached
+cu = chunks[-1]["usage"]
+assert 0 < cu["prompt_tokens_details"]["cached_tokens"] <= cu["prompt_tokens"], cu
+assert c["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0, c
+assert ch["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0, ch
 assert m1[pc("queries")] == m1["medha_prompt_tokens_total{%s}" % ml]
+err("bign", 400)
+# n = 3 at temperature 0: three choices equal to n = 1's text
+s, n3 = got("n3")
+n3 = json.loads(n3)
+s1, n1 = got("n1")
+n1 = json.loads(n1)
+assert s == 200 and s1 == 200, (n3, n1)
+assert [x["index"] for x in n3["choices"]] == [0, 1, 2], n3
+assert all(x["text"] == n1["choices"][0]["text"] for x in n3["choices"]), (n3, n1)
+u3, u1 = n3["usage"], n1["usage"]
+# the prompt counted once, the completions summed
+assert u3["prompt_tokens"] == u1["prompt_tokens"], (u3, u1)
+assert u3["completion_tokens"] == 3 * u1["completion_tokens"], (u3, u1)
+assert u3["total_tokens"] == u3["prompt_tokens"] + u3["completion_tokens"], u3
+assert u1["prompt_tokens_details"]["cached_tokens"] > 0, u1
+# the prompt's KV shared: two of the three choices found it cached
+mn = metrics("metricsn")
+hr = lambda m: m[pc("hit_requests")]
+assert hr(mn) >= hr(m1) + 2, (hr(m1), hr(mn))
+# temperature 0.8 with a seed: choices differ, and repeat across runs
+a, b = json.loads(got("ns1")[1]), json.loads(got("ns2")[1])
+ta, tb = [x["text"] for x in a["choices"]], [x["text"] for x in b["choices"]]
+assert ta == tb, (ta, tb)
+assert len(set(ta)) > 1, ta
+# streamed: each chunk names its choice; each choice's text the whole one's
+s, sse = got("nsse")
+chunks = [json.loads(e[6:]) for e in sse.split("\n\n") if e and e != "data: [DONE]"]
+assert sse.rstrip().endswith("data: [DONE]"), sse[-200:]
+texts, fins = ["", "", ""], [None] * 3
+for c in chunks[:-1]:
+    x = c["choices"][0]
+    texts[x["index"]] += x["text"]
+    if x["finish_reason"]:
+        fins[x["index"]] = x["finish_reason"]
+assert texts == [n1["choices"][0]["text"]] * 3, texts
+assert None not in fins, fins
+su = chunks[-1]["usage"]
+assert chunks[-1]["choices"] == [] and su["completion_tokens"] == u3["completion_tokens"], su
+assert su["prompt_tokens_details"]["cached_tokens"] > 0, su
+s, nc = got("nchat")
+nc = json.loads(nc)
+assert s == 200 and [x["index"] for x in nc["choices"]] == [0, 1], nc
+assert nc["choices"][0]["message"] == nc["choices"][1]["message"] == ch["choices"][0]["message"], (nc, ch)
+print("n: ok; temperature 0.8, seed 42: %r" % ta)
 print("curl: ok; %d requests ok, %d cancelled" % (m1[ok], m1[cn]))
 PY
 
@@ -189,6 +261,11 @@ for prompt, n, chat in cases:
     bad += not ok
     print("%s %s%r: %s" % ("ok  " if ok else "FAIL", "chat " if chat else "", prompt,
                             "" if ok else "http %r, stream %r, alone %r" % (whole, streamed, want)))
+r = c.completions.create(model=mid, prompt=cases[0][0], max_tokens=16,
+                         temperature=0, n=2)
+want = alone(cases[0][0], 16, False)
+assert [x.text for x in r.choices] == [want, want], (r.choices, want)
+assert r.usage.prompt_tokens_details.cached_tokens > 0, r.usage
 try:
     c.completions.create(model=mid, prompt="x", max_tokens=100000)
     bad += 1
