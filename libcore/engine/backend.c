@@ -312,3 +312,47 @@ medha_kvp_pack(const struct medha_batch *b, const struct medha_batch_kv *kv,
 		p += nt * (ro + rl);
 	}
 }
+
+int
+medha_kvp_exchange(const struct medha_batch *b,
+    const struct medha_batch_kv *kv, const struct medha_comm *cm, int layer,
+    const float *out, const float *lse, size_t ro, size_t rl, float **buf,
+    size_t *cap, size_t *at, char *why, size_t whylen)
+{
+	const int kvp = cm->kvp, me = cm->kvp_rank;
+	const uint64_t mine = (uint64_t)1 << me;
+	size_t n[MEDHA_KVP_MAX];
+	int g, rc;
+
+	if (kvp < 1 || kvp > MEDHA_KVP_MAX || me < 0 || me >= kvp)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "KVP group %d of %d", me, kvp);
+	/* at[g]: the parts exchanged with group g (ours: every sequence
+	   merged); at[kvp]: a send buffer for the largest pair */
+	at[0] = 0;
+	for (g = 0; g < kvp; g++) {
+		n[g] = medha_kvp_pair_floats(b, kv, mine | (uint64_t)1 << g,
+		    ro + rl);
+		at[g + 1] = at[g] + n[g];
+	}
+	if (at[kvp] * 2 > *cap) {
+		void *p = medha_reallocarray(*buf, at[kvp] * 2, sizeof(float));
+		if (p == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "KVP merge: out of memory");
+		*buf = p;
+		*cap = at[kvp] * 2;
+	}
+	medha_kvp_pack(b, kv, mine, out, lse, ro, rl, *buf + at[me]);
+	for (g = 0; g < kvp; g++) {
+		float *sb = *buf + at[kvp];
+		if (g == me || n[g] == 0)
+			continue;
+		medha_kvp_pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
+		if ((rc = cm->exchange(cm->arg, layer, g, sb,
+		         n[g] * sizeof(float), *buf + at[g],
+		         n[g] * sizeof(float), MEDHA_MEM_HOST, why, whylen)) != 0)
+			return rc;
+	}
+	return 0;
+}

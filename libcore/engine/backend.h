@@ -397,5 +397,17 @@ size_t medha_kvp_pair_floats(const struct medha_batch *b,
 void medha_kvp_pack(const struct medha_batch *b,
     const struct medha_batch_kv *kv, uint64_t g, const float *out,
     const float *lse, size_t ro, size_t rl, float *p);
+/*
+ * The exchange itself, in host memory through cm->exchange: this
+ * group's parts packed at *buf + at[me], and each other group g's
+ * received at *buf + at[g] (at: kvp + 1 offsets, at[kvp] the send
+ * buffer); *buf (of *cap floats) grows as needed. Both groups of a pair
+ * run the same sequences in the same order, so each knows what the
+ * other sends. 0 or a MEDHA_E* code with why.
+ */
+int medha_kvp_exchange(const struct medha_batch *b,
+    const struct medha_batch_kv *kv, const struct medha_comm *cm, int layer,
+    const float *out, const float *lse, size_t ro, size_t rl, float **buf,
+    size_t *cap, size_t *at, char *why, size_t whylen);
 
 #endif

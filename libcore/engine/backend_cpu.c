@@ -64,45 +64,18 @@ kvp_merge(void *arg, int layer, float *out, float *lse, int n_tokens,
 	const struct medha_batch *b = c->f->b;
 	const struct medha_batch_kv *kv = c->f->kv;
 	const struct medha_comm *cm = c->f->comm;
-	const int kvp = cm->kvp, me = cm->kvp_rank;
+	const int kvp = cm->kvp;
 	const size_t ro = (size_t)nh * hd, rl = (size_t)nh, row = ro + rl;
-	const uint64_t mine = (uint64_t)1 << me;
-	size_t at[MEDHA_KVP_MAX + 1], cur[MEDHA_KVP_MAX], n[MEDHA_KVP_MAX];
+	size_t at[MEDHA_KVP_MAX + 1], cur[MEDHA_KVP_MAX];
 	size_t t0, nt;
 	int g, rc;
 
 	(void)n_tokens;
-	if (kvp < 1 || kvp > MEDHA_KVP_MAX || me < 0 || me >= kvp)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "KVP group %d of %d", me, kvp);
-	/* at[g]: the parts exchanged with group g (ours: every sequence
-	   merged); at[kvp]: a send buffer for the largest pair */
-	at[0] = 0;
-	for (g = 0; g < kvp; g++) {
-		n[g] = medha_kvp_pair_floats(b, kv, mine | (uint64_t)1 << g,
-		    row);
-		at[g + 1] = at[g] + n[g];
+	if ((rc = medha_kvp_exchange(b, kv, cm, layer, out, lse, ro, rl,
+	         &c->mrg, &c->mrg_cap, at, why, whylen)) != 0)
+		return rc;
+	for (g = 0; g < kvp; g++)
 		cur[g] = at[g];
-	}
-	if (at[kvp] * 2 > c->mrg_cap) {
-		void *p = medha_reallocarray(c->mrg, at[kvp] * 2, sizeof(float));
-		if (p == NULL)
-			return medha_why(why, whylen, MEDHA_ENOMEM,
-			    "KVP merge: out of memory");
-		c->mrg = p;
-		c->mrg_cap = at[kvp] * 2;
-	}
-	medha_kvp_pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
-	for (g = 0; g < kvp; g++) {
-		float *sb = c->mrg + at[kvp];
-		if (g == me || n[g] == 0)
-			continue;
-		medha_kvp_pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
-		if ((rc = cm->exchange(cm->arg, layer, g, sb,
-		         n[g] * sizeof(float), c->mrg + at[g],
-		         n[g] * sizeof(float), MEDHA_MEM_HOST, why, whylen)) != 0)
-			return rc;
-	}
 	/* each merged sequence: the parts of its groups, in group order */
 	for (int32_t e = 0, t = 0; e < b->n_seqs; e++, t += (int32_t)nt) {
 		const float *po[MEDHA_KVP_MAX], *pl[MEDHA_KVP_MAX];

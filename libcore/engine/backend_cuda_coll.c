@@ -153,41 +153,9 @@ static int
 exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
     size_t *at, char *why, size_t whylen)
 {
-	const struct medha_batch *b = c->f->b;
-	const struct medha_batch_kv *kv = c->f->kv;
-	const struct medha_comm *cm = c->f->comm;
-	const int kvp = cm->kvp, me = cm->kvp_rank;
-	const size_t ro = (size_t)c->qd, rl = (size_t)c->nh, row = ro + rl;
-	const uint64_t mine = (uint64_t)1 << me;
-	size_t n[MEDHA_KVP_MAX];
-	int g, rc;
-
-	at[0] = 0;
-	for (g = 0; g < kvp; g++) {
-		n[g] = medha_kvp_pair_floats(b, kv, mine | (uint64_t)1 << g,
-		    row);
-		at[g + 1] = at[g] + n[g];
-	}
-	if (at[kvp] * 2 > c->mrg_cap) {
-		void *p = medha_reallocarray(c->mrg, at[kvp] * 2, sizeof(float));
-		if (p == NULL)
-			return medha_why(why, whylen, MEDHA_ENOMEM,
-			    "KVP merge: out of memory");
-		c->mrg = p;
-		c->mrg_cap = at[kvp] * 2;
-	}
-	medha_kvp_pack(b, kv, mine, out, lse, ro, rl, c->mrg + at[me]);
-	for (g = 0; g < kvp; g++) {
-		float *sb = c->mrg + at[kvp];
-		if (g == me || n[g] == 0)
-			continue;
-		medha_kvp_pack(b, kv, (uint64_t)1 << g, out, lse, ro, rl, sb);
-		if ((rc = cm->exchange(cm->arg, layer, g, sb,
-		         n[g] * sizeof(float), c->mrg + at[g],
-		         n[g] * sizeof(float), MEDHA_MEM_HOST, why, whylen)) != 0)
-			return rc;
-	}
-	return 0;
+	return medha_kvp_exchange(c->f->b, c->f->kv, c->f->comm, layer, out,
+	    lse, (size_t)c->qd, (size_t)c->nh, &c->mrg, &c->mrg_cap, at, why,
+	    whylen);
 }
 
 /*
