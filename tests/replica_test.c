@@ -34,7 +34,10 @@
  *    record says "cancelled";
  *  - a stop with a request in flight refuses new SUBMITs and says not
  *    ready, lets the request finish (all its tokens, status ok), and
- *    then medha_replica_run() returns 0.
+ *    then medha_replica_run() returns 0;
+ *  - with the prefix cache, STATUS's kv_used counts the cached blocks a
+ *    running request holds (its own full prompt blocks, given to the
+ *    cache), and not those of an ended one (evictable).
  * A bug found here (a refused HELLO still makes the replica's core) is
  * pinned down by a test at the end, built only with
  * -DMEDHA_TEST_KNOWN_BUGS (it fails until fixed):
@@ -604,6 +607,78 @@ test_fingerprint(void **state)
 	}
 }
 
+/*
+ * STATUS's kv_used with the prefix cache (issue 27): a request's full
+ * prompt blocks join the cache as its prefill is handed out, and stay
+ * in use while it runs; kv_used counts them (it counted only the blocks
+ * left reserved, 1 of the 5 here, so that a replica whose requests
+ * share a long document looked nearly empty). Once the request has
+ * ended its cached blocks are free (evictable): kv_used is 0 again.
+ */
+static void
+test_kv_used_prefix(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_status st;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct medha_reqspec rs = cl_spec("p", 64, 16);
+	int32_t ids[64];
+	struct sw w;
+	struct cl cli;
+	char url[300], path[256], why[256];
+	pthread_t thr;
+	uint64_t hd;
+	int code, i;
+
+	(void)state;
+	for (i = 0; i < 64; i++)
+		ids[i] = 1000 + i;
+	rs.prompt_ids = ids;
+	snprintf(path, sizeof(path), "%s/px.sock", R.dir);
+	snprintf(url, sizeof(url), "ipc://%s", path);
+	medha_replica_config_default(&c);
+	c.listen = url;
+	c.workers = 1;
+	c.drain_timeout = 0.5;
+	c.sched.chunk = 64; /* the prompt in one batch */
+	c.sched.prefix_cache = 1;
+	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
+	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
+	assert_int_equal(sw_open(&w, url), 0);
+	assert_int_equal(cl_open(&cli, url), 0);
+	sw_hello_default(&h);
+	assert_int_equal(sw_hello(&w, &h, &rep), MEDHA_MSG_WELCOME);
+	medha_msg_clear(&rep);
+	atomic_store(&w.hold, 1); /* its first batch waits */
+	sw_start(&w);
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code),
+	    MEDHA_MSG_ACCEPTED);
+	for (i = 0; i < 250; i++) { /* until its prompt is handed out */
+		assert_int_equal(cl_status(&cli, &st), 0);
+		if (st.pending == 1 && st.queue == 0 && st.prefill == 0)
+			break;
+		sw_sleep(0.02);
+	}
+	assert_true(i < 250);
+	/* 64 prompt + 16 output tokens: 5 blocks, 4 of them cached */
+	assert_int_equal(st.kv_used, 5);
+	atomic_store(&w.hold, 0);
+	assert_non_null(cl_wait_record(&cli, hd, 10));
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_int_equal(st.pending, 0);
+	assert_int_equal(st.kv_used, 0);
+	sw_assert_ok(&w);
+	poisoned_stop = 1;
+	pthread_join(thr, NULL);
+	sw_stop(&w);
+	cl_close(&cli);
+	medha_replica_close(r);
+	unlink(path);
+}
+
 #ifdef MEDHA_TEST_KNOWN_BUGS
 /*
  * KNOWN BUG (not fixed here; built only with -DMEDHA_TEST_KNOWN_BUGS):
@@ -682,6 +757,7 @@ main(void)
 	    cmocka_unit_test(test_bad_token),
 	    cmocka_unit_test(test_stop_drains),
 	    cmocka_unit_test(test_fingerprint),
+	    cmocka_unit_test(test_kv_used_prefix),
 #ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_refused_hello_keeps_core),
 #endif

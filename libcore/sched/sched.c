@@ -561,6 +561,14 @@ medha_sched_group_cached(const struct medha_sched *s, int group)
 }
 
 int64_t
+medha_sched_group_used(const struct medha_sched *s, int group)
+{
+	if (group < 0 || group >= s->kv.kvp)
+		return -1;
+	return s->kv.res[group] + s->kv.held[group];
+}
+
+int64_t
 medha_sched_group_pending(const struct medha_sched *s, int group)
 {
 	if (group < 0 || group >= s->kv.kvp)

@@ -281,6 +281,11 @@ int64_t medha_sched_group_reserved(const struct medha_sched *s, int group);
 /* Blocks of a group the prefix cache holds (0 with it off); -1 if no
  * such group */
 int64_t medha_sched_group_cached(const struct medha_sched *s, int group);
+/* Blocks of a group in use: those requests reserve, and those of the
+ * prefix cache that a request shares (the cache's others count as free:
+ * they are evicted when needed); what admission leaves out of the room
+ * it counts. -1 if no such group */
+int64_t medha_sched_group_used(const struct medha_sched *s, int group);
 /* Pending prefill work the KVP load balancer counts on a group: ns of
  * predicted prefill time (with one group, which needs no balancing,
  * prompt tokens); -1 if there is no such group. */

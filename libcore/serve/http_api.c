@@ -647,7 +647,8 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	        "Of those, waiting for their first batch."},
 	    {"medha_kv_blocks", "gauge", "KV blocks of the replica."},
 	    {"medha_kv_blocks_used", "gauge",
-	        "KV blocks of the replica held by requests."},
+	        "KV blocks of the replica held by requests (cached blocks "
+	        "they share counted once)."},
 	    {"medha_kv_block_tokens", "gauge", "Tokens per KV block."},
 	};
 	for (size_t k = 0; k < sizeof(per) / sizeof(per[0]); k++) {

@@ -709,7 +709,9 @@ on_status(void *arg, struct medha_msg_status *s)
 			    MEDHA_REQ_WAITING;
 		s->queue = waiting;
 		s->kv_blocks = medha_sched_group_capacity(r->core);
-		s->kv_used = medha_sched_group_reserved(r->core, 0);
+		/* the cached blocks its requests share too: the prefix
+		   they share is in use, once */
+		s->kv_used = medha_sched_group_used(r->core, 0);
 		s->block_size = medha_sched_block_size(r->core);
 		s->work = medha_sched_pending_work(r->core, &s->prefill);
 		if (r->prefix) {
