@@ -13,7 +13,7 @@
 # concurrent requests against one-shot runs, spp2 and kvp2 (two workers,
 # --coll nng) against single, and tp2 over --coll nng and --coll nccl
 # (the same tokens both ways; NCCL's all-reduces counted, graphs'
-# among them).
+# among them); last tp2 over NCCL with a worker killed and restarted.
 # What it checks is the wiring (flags, the runner, the HELLO, serve.sh,
 # gpu-check.sh, the backend's NCCL set-up and calls), not the numerics,
 # which the stand-ins compute on the host. Skips where the build has no
@@ -135,8 +135,11 @@ main(void)
 EOF
 # shellcheck disable=SC2086
 $cc $fl -o "$tmp/nccl2" "$tmp/nccl2.c" -ldl
-MEDHA_NCCL_MOCK_TIMEOUT=1 "$tmp/nccl2" >"$tmp/nccl2.out" 2>&1 &&
-    grep -q '^ok: ' "$tmp/nccl2.out" || { cat "$tmp/nccl2.out"; exit 1; }
+if ! MEDHA_NCCL_MOCK_TIMEOUT=1 "$tmp/nccl2" >"$tmp/nccl2.out" 2>&1 ||
+    ! grep -q '^ok: ' "$tmp/nccl2.out"; then
+	cat "$tmp/nccl2.out"
+	exit 1
+fi
 
 # one-shot on the stand-in GPU, and its refusals
 "$mw" --backend cuda -m "$tmp/random.gguf" -p "Once upon a time" -n 8 \
@@ -225,6 +228,40 @@ print("cuda-mock-live: tp2: 16 requests, %d differ between --coll nccl "
       "and nng" % len(bad))
 sys.exit(1 if bad or sorted(a) != sorted(b) else 0)
 EOF
+# tp2 over NCCL again, and its worker 1 killed (SIGKILL, between
+# requests; serve.sh restarts it): the peer table's new generation gives
+# both ranks a new communicator, and the 16 requests give the same
+# tokens on it, decode steps from graphs captured anew (not the old
+# communicator's)
+rl=$tmp/rlogs
+bin=$tmp/bin serve_start tp2 120 MEDHA_BACKEND=cuda MEDHA_COLL=nccl \
+    MEDHA_MODEL="$tmp/random.gguf" MEDHA_ROUTER="ipc://$tmp/r.sock" \
+    MEDHA_LOG="$rl" MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" \
+    >"$tmp/serve.out"
+rp() {
+	"$tmp/bin/medha-trace" replay -a "ipc://$tmp/r.sock" --token-ids \
+	    "$tmp/work/trace.jsonl" >"$tmp/$1.jsonl" 2>"$tmp/$1.err" ||
+	    { cat "$tmp/$1.err"; exit 1; }
+	"$py" - "$tmp/tp2_nccl.jsonl" "$tmp/$1.jsonl" "$1" <<'EOF' ||
+import json, sys
+a, b = ({r["id"]: r.get("token_ids") for r in map(json.loads, open(f))}
+        for f in sys.argv[1:3])
+bad = [i for i in sorted(a) if a[i] != b.get(i)]
+if bad:
+    sys.exit("%s: %d of 16 differ from the first tp2 nccl run: %s"
+             % (sys.argv[3], len(bad), bad))
+EOF
+	    { tail -n 8 "$rl"/sched-worker*.log; exit 1; }
+}
+rp tp2_before
+kill -KILL "$(cat "$rl/sched-worker1.pid")"
+wait_for "$tmp/serve.err" 'sched-worker1 restarted' 60
+rp tp2_after
+serve_stop
+[ "$(grep -c '^mock nccl: rank 0 of 2 joined' "$rl/sched-worker0.log")" = 2 ] ||
+    { cat "$rl/sched-worker0.log"; exit 1; }
+echo "cuda-mock-live: tp2 nccl: worker 1 killed and restarted; a new" \
+    "communicator, 16 of 16 tokens as before"
 for f in "$tmp"/live_*.log; do
 	t=${f##*/live_}
 	sed -n -e "s/^figure: /cuda-mock-live: ${t%.log}: /p" \
