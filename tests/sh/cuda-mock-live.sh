@@ -13,7 +13,8 @@
 # concurrent requests against one-shot runs, spp2 and kvp2 (two workers,
 # --coll nng) against single, and tp2 over --coll nng and --coll nccl
 # (the same tokens both ways; NCCL's all-reduces counted, graphs'
-# among them); last tp2 over NCCL with a worker killed and restarted.
+# among them); last tp2-spp2-kvp2 over NCCL, and tp2 over NCCL with a
+# worker killed and restarted.
 # What it checks is the wiring (flags, the runner, the HELLO, serve.sh,
 # gpu-check.sh, the backend's NCCL set-up and calls), not the numerics,
 # which the stand-ins compute on the host. Skips where the build has no
@@ -228,16 +229,16 @@ print("cuda-mock-live: tp2: 16 requests, %d differ between --coll nccl "
       "and nng" % len(bad))
 sys.exit(1 if bad or sorted(a) != sorted(b) else 0)
 EOF
-# tp2 over NCCL again, and its worker 1 killed (SIGKILL, between
-# requests; serve.sh restarts it): the peer table's new generation gives
-# both ranks a new communicator, and the 16 requests give the same
-# tokens on it, decode steps from graphs captured anew (not the old
-# communicator's)
-rl=$tmp/rlogs
-bin=$tmp/bin serve_start tp2 120 MEDHA_BACKEND=cuda MEDHA_COLL=nccl \
-    MEDHA_MODEL="$tmp/random.gguf" MEDHA_ROUTER="ipc://$tmp/r.sock" \
-    MEDHA_LOG="$rl" MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" \
-    >"$tmp/serve.out"
+# MEDHA_BACKEND=cuda serve.sh TOPO with --coll nccl behind a router,
+# logs in $rl; rp NAME: the 16 requests into $tmp/NAME.jsonl, the same
+# tokens as the first tp2 run over NCCL
+nccl_up() {
+	rl=$tmp/logs-$1
+	bin=$tmp/bin serve_start "$1" 120 MEDHA_BACKEND=cuda MEDHA_COLL=nccl \
+	    MEDHA_MODEL="$tmp/random.gguf" MEDHA_ROUTER="ipc://$tmp/r.sock" \
+	    MEDHA_LOG="$rl" MEDHA_KVP_MAX_TOKENS=512 \
+	    MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" >"$tmp/serve.out"
+}
 rp() {
 	"$tmp/bin/medha-trace" replay -a "ipc://$tmp/r.sock" --token-ids \
 	    "$tmp/work/trace.jsonl" >"$tmp/$1.jsonl" 2>"$tmp/$1.err" ||
@@ -253,6 +254,21 @@ if bad:
 EOF
 	    { tail -n 8 "$rl"/sched-worker*.log; exit 1; }
 }
+# tp2-spp2-kvp2 over NCCL: four TP pairs (two stages by two KVP
+# groups), a communicator each, the same tokens as tp2
+nccl_up tp2-spp2-kvp2
+rp tp2_spp2_kvp2
+serve_stop
+n=$(grep -c '^mock nccl: rank [01] of 2: [1-9][0-9]* all-reduces' \
+    "$rl"/sched-worker*.log | awk -F: '{ n += $2 } END { print n }')
+[ "$n" = 8 ] || { echo "tp2-spp2-kvp2: $n of 8 workers ran NCCL"; exit 1; }
+echo "cuda-mock-live: tp2-spp2-kvp2 nccl: 16 of 16 tokens as tp2's"
+# tp2 over NCCL again, and its worker 1 killed (SIGKILL, between
+# requests; serve.sh restarts it): the peer table's new generation gives
+# both ranks a new communicator, and the 16 requests give the same
+# tokens on it, decode steps from graphs captured anew (not the old
+# communicator's)
+nccl_up tp2
 rp tp2_before
 kill -KILL "$(cat "$rl/sched-worker1.pid")"
 wait_for "$tmp/serve.err" 'sched-worker1 restarted' 60
