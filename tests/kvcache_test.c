@@ -100,9 +100,9 @@ test_kvcache_fork(void **state)
 	assert_int_equal(medha_kv_seq_fork(kv, b, a, 0, 35), 0);
 	assert_int_equal(medha_kv_seq_len(kv, b), 35);
 	assert_int_equal(medha_kv_free_blocks(kv), 6);
-	assert_int_equal(kv->seq[b].block[0], kv->seq[a].block[0]);
-	assert_int_equal(kv->seq[b].block[1], kv->seq[a].block[1]);
-	assert_true(kv->seq[b].block[2] != kv->seq[a].block[2]);
+	assert_int_equal(kv->bt.seq[b].block[0], kv->bt.seq[a].block[0]);
+	assert_int_equal(kv->bt.seq[b].block[1], kv->bt.seq[a].block[1]);
+	assert_true(kv->bt.seq[b].block[2] != kv->bt.seq[a].block[2]);
 	for (int p = 0; p < 35; p++)
 		assert_true(k0(kv, b, p) == (float)p);
 	/* b writes on: its own block, a's positions untouched */
@@ -113,7 +113,7 @@ test_kvcache_fork(void **state)
 	put(kv, b, 3, -3);
 	assert_true(k0(kv, a, 3) == 3 && k0(kv, b, 3) == -3);
 	assert_true(k0(kv, b, 4) == 4);
-	assert_true(kv->seq[b].block[0] != kv->seq[a].block[0]);
+	assert_true(kv->bt.seq[b].block[0] != kv->bt.seq[a].block[0]);
 	assert_int_equal(medha_kv_free_blocks(kv), 5);
 	/* c forks on from two sources: a's block 0, then b's 16..20 */
 	assert_int_equal(medha_kv_seq_fork(kv, c, a, 0, 16), 0);
@@ -137,12 +137,91 @@ test_kvcache_fork(void **state)
 	medha_kvcache_free(kv);
 }
 
+/* The copy function the tables call: records, and fails when told. */
+struct copies {
+	int n, fail;
+	int32_t dst[8], src[8];
+};
+
+static int
+record_copy(void *arg, int32_t dst, int32_t src)
+{
+	struct copies *c = arg;
+
+	if (c->fail)
+		return MEDHA_EIO;
+	if (c->n < 8) {
+		c->dst[c->n] = dst;
+		c->src[c->n] = src;
+	}
+	c->n++;
+	return 0;
+}
+
+/* The block tables alone (kvblocks.h), as a backend with its own K/V
+ * storage uses them: the copy it is asked for, a copy that fails
+ * leaving the tables as they were, and the blocks a write will need. */
+static void
+test_kvblocks_copy(void **state)
+{
+	struct medha_kvblocks t;
+	struct copies cp = {0};
+	int a, b;
+
+	(void)state;
+	assert_int_equal(medha_kvb_init(&t, 0, 4, record_copy, &cp),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_kvb_init(&t, 6, 4, record_copy, &cp), 0);
+	assert_int_equal(medha_kvb_seq_alloc(&t, &a), 0);
+	assert_int_equal(medha_kvb_seq_alloc(&t, &b), 0);
+	assert_int_equal(medha_kvb_reserve(&t, a, 40), 0);
+	assert_int_equal(medha_kvb_set_len(&t, a, 40), 0);
+	/* a fork whose partial-block copy fails: b untouched, no block lost */
+	cp.fail = 1;
+	assert_int_equal(medha_kvb_fork(&t, b, a, 0, 35), MEDHA_EIO);
+	assert_int_equal(medha_kvb_len(&t, b), 0);
+	assert_int_equal(t.seq[b].nblock, 0);
+	assert_int_equal(t.nfree, 3);
+	assert_int_equal(t.ref[t.seq[a].block[0]], 1);
+	cp.fail = 0;
+	assert_int_equal(medha_kvb_fork(&t, b, a, 0, 35), 0);
+	assert_int_equal(cp.n, 1);
+	assert_int_equal(cp.src[0], t.seq[a].block[2]);
+	assert_int_equal(cp.dst[0], t.seq[b].block[2]);
+	assert_int_equal(t.nfree, 2);
+	/* b writing 30..40: its own block 2, one new, nothing shared */
+	assert_int_equal(medha_kvb_write_need(&t, b, 30, 40), 1);
+	/* b rewriting 10..20: blocks 0 and 1 are a's too */
+	assert_int_equal(medha_kvb_write_need(&t, b, 10, 20), 2);
+	assert_int_equal(medha_kvb_own(&t, b, 10, 10), 0);
+	assert_int_equal(cp.n, 3);
+	assert_int_equal(t.nfree, 0);
+	assert_true(t.seq[b].block[0] != t.seq[a].block[0]);
+	assert_int_equal(medha_kvb_write_need(&t, b, 0, 32), 0);
+	/* no block for a copy: refused, the table as it was */
+	assert_int_equal(medha_kvb_set_len(&t, b, 16), 0); /* frees 2 */
+	assert_int_equal(medha_kvb_set_len(&t, b, 0), 0);  /* frees 1 */
+	assert_int_equal(t.nfree, 3);
+	assert_int_equal(medha_kvb_fork(&t, b, a, 0, 32), 0);
+	assert_int_equal(medha_kvb_reserve(&t, b, 48), 0);
+	assert_int_equal(medha_kvb_reserve(&t, a, 80), 0); /* the last 2 */
+	assert_int_equal(t.nfree, 0);
+	assert_int_equal(medha_kvb_own(&t, b, 0, 1), MEDHA_ENOSPACE);
+	assert_int_equal(t.seq[b].block[0], t.seq[a].block[0]);
+	assert_int_equal(medha_kvb_own(&t, b, 40, 9), MEDHA_EINVAL);
+	medha_kvb_seq_free(&t, a);
+	medha_kvb_seq_free(&t, b);
+	assert_int_equal(t.nfree, 6);
+	medha_kvb_free(&t);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_kvcache),
 	    cmocka_unit_test(test_kvcache_fork),
+	    cmocka_unit_test(test_kvblocks_copy),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

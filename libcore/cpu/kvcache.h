@@ -7,6 +7,9 @@
  * float32 or float16 (selectable; f16 halves the memory and the bytes
  * attention reads, f32 makes chunked prefill bit-exact).
  *
+ * Which blocks a sequence holds (sharing, forks, copy on write) is
+ * kvblocks.h's; this file keeps the K/V themselves.
+ *
  * Block b, layer l, K (0) or V (1), kv head h is the run of 16 *
  * head_dim elements at element offset
  *	(((l * 2 + kv) * n_kv_heads + h) * n_blocks + b) * 16 * head_dim
@@ -36,6 +39,7 @@
 
 #include "medha.h"
 #include "batch.h" /* MEDHA_KV_BLOCK, enum medha_kv_type */
+#include "kvblocks.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -49,24 +53,12 @@ struct medha_kv_config {
 	int max_seqs;     /* sequences at once; 0 = 256 */
 };
 
-/* One sequence's block table. */
-struct medha_kv_seq {
-	int used;       /* allocated to a caller */
-	int64_t len;    /* positions 0 .. len-1 hold valid K/V */
-	int32_t *block; /* (nblock) pool block of each 16 positions */
-	int64_t nblock; /* blocks held */
-	int64_t cap;    /* room in block[] */
-};
-
 struct medha_kvcache {
 	struct medha_kv_config c;
 	size_t elsize;    /* bytes per element: 4 or 2 */
 	size_t block_els; /* elements per block, all layers, K and V */
 	void *data; /* (n_layers, 2, n_kv_heads, n_blocks, 16 * head_dim) */
-	int32_t *free; /* (n_blocks) stack of free block numbers */
-	int32_t *ref;  /* (n_blocks) block tables holding each block */
-	int64_t nfree; /* blocks on the stack */
-	struct medha_kv_seq *seq; /* (max_seqs) */
+	struct medha_kvblocks bt; /* which blocks each sequence holds */
 };
 
 /*
@@ -147,7 +139,7 @@ static inline const void *
 medha_kv_run(const struct medha_kvcache *kv, int seq, int layer, int which,
     int head, int64_t i)
 {
-	size_t b = (size_t)kv->seq[seq].block[i];
+	size_t b = (size_t)kv->bt.seq[seq].block[i];
 	size_t off = (((size_t)layer * 2 + which) * kv->c.n_kv_heads + head) *
 	        (size_t)kv->c.n_blocks +
 	    b;

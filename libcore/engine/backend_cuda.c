@@ -197,7 +197,9 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	return cuda_mark(c, 2, why, whylen);
 }
 
-/* Blocks for every claimed appending sequence. */
+/* Blocks for every claimed appending sequence, and a block of its own
+ * for each it will write that a fork shares (copied on the stream ahead
+ * of the batch). */
 static int
 reserve(struct cuda_be *c, const struct medha_fwd *f, char *why,
     size_t whylen)
@@ -208,10 +210,18 @@ reserve(struct cuda_be *c, const struct medha_fwd *f, char *why,
 		int rc;
 		if (f->kv != NULL && !f->kv[i].append)
 			continue;
-		if ((rc = cuda_kv_reserve(c, s->seq, nk)) != 0)
+		if ((rc = medha_kvb_reserve(&c->bt, s->seq, nk)) != 0)
 			return medha_why(why, whylen, rc,
 			    "sequence %d: KV room for %lld positions: %s",
 			    s->seq, (long long)nk, medha_strerror(rc));
+		if ((rc = medha_kvb_own(&c->bt, s->seq, nk - s->n_tokens,
+		         s->n_tokens)) != 0)
+			return medha_why(why, whylen, rc,
+			    "sequence %d: a block of its own for positions "
+			    "%lld..%lld: %s",
+			    s->seq, (long long)(nk - s->n_tokens),
+			    (long long)nk - 1,
+			    rc == MEDHA_EIO ? c->cwhy : medha_strerror(rc));
 	}
 	return 0;
 }
@@ -280,8 +290,8 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	if (claim)
 		for (int i = 0; i < b->n_seqs; i++)
 			if (f->kv == NULL || f->kv[i].append)
-				cuda_kv_set_len(c, b->seq[i].seq,
-				    cuda_keys_of(c, f, i));
+				(void)medha_kvb_set_len(&c->bt,
+				    b->seq[i].seq, cuda_keys_of(c, f, i));
 	return nrows > 0 ? cuda_head_out(c, f, nrows, why, whylen) : 0;
 }
 
@@ -290,39 +300,25 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 static int
 cuda_seq_alloc(void *impl, int *seq)
 {
-	struct cuda_be *c = impl;
-
-	for (int i = 0; i < c->max_seqs; i++)
-		if (!c->seq[i].used) {
-			c->seq[i].used = 1;
-			c->seq[i].len = 0;
-			*seq = i;
-			return 0;
-		}
-	return MEDHA_ENOSPACE;
+	return medha_kvb_seq_alloc(&((struct cuda_be *)impl)->bt, seq);
 }
 
 static void
 cuda_seq_free(void *impl, int seq)
 {
-	struct cuda_be *c = impl;
-
-	if (cuda_kv_len(c, seq) < 0)
-		return;
-	cuda_kv_set_len(c, seq, 0);
-	c->seq[seq].used = 0;
+	medha_kvb_seq_free(&((struct cuda_be *)impl)->bt, seq);
 }
 
 static int64_t
 cuda_seq_len(void *impl, int seq)
 {
-	return cuda_kv_len(impl, seq);
+	return medha_kvb_len(&((struct cuda_be *)impl)->bt, seq);
 }
 
 static int64_t
 cuda_free_blocks(void *impl)
 {
-	return ((struct cuda_be *)impl)->nfree;
+	return ((struct cuda_be *)impl)->bt.nfree;
 }
 
 /* The cache was cleared at open and only ever holds finite K/V: a
@@ -333,12 +329,35 @@ cuda_seq_fill(void *impl, int seq, int64_t n)
 	struct cuda_be *c = impl;
 	int rc;
 
-	if (cuda_kv_len(c, seq) < 0 || n < 0)
+	if (medha_kvb_len(&c->bt, seq) < 0 || n < 0)
 		return MEDHA_EINVAL;
-	if ((rc = cuda_kv_reserve(c, seq, n)) != 0)
+	if ((rc = medha_kvb_reserve(&c->bt, seq, n)) != 0)
 		return rc;
-	cuda_kv_set_len(c, seq, n);
-	return 0;
+	return medha_kvb_set_len(&c->bt, seq, n);
+}
+
+/* Prefix caching: the tables share dst's full blocks with src and copy
+   the partial one on the device (kv_copy, on the stream: the next
+   batch, queued after it, reads it). */
+static int
+cuda_seq_fork(void *impl, int dst, int src, int64_t from, int64_t to)
+{
+	struct cuda_be *c = impl;
+
+	if (cudaSetDevice(c->dev) != 0)
+		return MEDHA_EIO;
+	return medha_kvb_fork(&c->bt, dst, src, from, to);
+}
+
+static int
+cuda_seq_trim(void *impl, int seq, int64_t n)
+{
+	struct cuda_be *c = impl;
+	int64_t len = medha_kvb_len(&c->bt, seq);
+
+	if (len < 0 || n > len)
+		return MEDHA_EINVAL;
+	return medha_kvb_set_len(&c->bt, seq, n);
 }
 
 static void
@@ -388,6 +407,8 @@ static const struct medha_backend_ops cuda_ops = {
     .idle = cuda_idle,
     .comm_init = cuda_comm_init,
     .seq_fill = cuda_seq_fill,
+    .seq_fork = cuda_seq_fork,
+    .seq_trim = cuda_seq_trim,
 };
 
 /* ---- opening one ---- */
@@ -532,7 +553,7 @@ make(struct medha_backend **be, struct cuda_be *c,
 	    .layer_lo = c->lo,
 	    .layer_hi = c->hi,
 	    .block_size = MEDHA_KV_BLOCK,
-	    .n_blocks = c->n_blocks,
+	    .n_blocks = c->bt.n_blocks,
 	    .max_seqs = c->max_seqs,
 	    .kv_type = c->kv_type,
 	    .tp = c->tp,

@@ -17,6 +17,7 @@
 #define MEDHA_BACKEND_CUDA_IMPL_H
 
 #include "engine/backend_cuda.h"
+#include "kvblocks.h"
 #include "kernels.h" /* kernels/kernels.h (-iquote kernels) */
 
 #include <cublasLt.h>
@@ -89,14 +90,6 @@ struct cuda_layer {
 	uint16_t *wdown;             /* (dim, ff): this rank's columns */
 };
 
-/* A sequence's blocks, on the host (mirrored per batch). */
-struct cuda_seq {
-	int used;
-	int64_t len;    /* positions held (from its base) */
-	int32_t *block; /* (nblock) */
-	int64_t nblock, cap;
-};
-
 /*
  * A batch's descriptors: one pinned host buffer and one device buffer of
  * the same layout, copied in one transfer per batch. Offsets in bytes.
@@ -142,13 +135,10 @@ struct cuda_be {
 
 	/* the KV cache */
 	int kv_type;                /* MEDHA_KV_F16 or MEDHA_KV_BF16 */
-	int64_t n_blocks;
 	int max_seqs;
 	void *kvmem;                /* (hi - lo, 2, n_blocks, nkv, 16, hd) */
 	struct medha_k_kv_layer *kvl; /* (n_layers), [lo, hi) filled */
-	int32_t *freeb;             /* (n_blocks) stack of free blocks */
-	int64_t nfree;
-	struct cuda_seq *seq;       /* (max_seqs) */
+	struct medha_kvblocks bt;   /* which blocks each sequence holds */
 	char *seen;                 /* (max_seqs) batch checks */
 
 	/* scratch (rows for cap_t tokens, cap_r logits rows) */
@@ -224,9 +214,6 @@ int cuda_malloc(void **p, size_t n, char *why, size_t whylen,
 int cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why,
     size_t whylen);
 void cuda_kv_free(struct cuda_be *c);
-int cuda_kv_reserve(struct cuda_be *c, int seq, int64_t n);
-void cuda_kv_set_len(struct cuda_be *c, int seq, int64_t n);
-int64_t cuda_kv_len(const struct cuda_be *c, int seq);
 size_t cuda_kv_block_bytes(const struct cuda_be *c);
 int cuda_check_batch(struct cuda_be *c, const struct medha_fwd *f,
     int claim, char *why, size_t whylen);

@@ -2,12 +2,15 @@
  * backend_cuda_kv.c: the cuda backend's paged KV cache and a batch's
  * descriptors. The blocks live on the device (kernels.h's layout: per
  * layer a K and a V pool of n_blocks blocks of (kv heads, 16, head_dim));
- * which blocks a sequence holds is kept here on the host, as the cpu
- * cache keeps it, and mirrored to the device with each batch, together
- * with each sequence's and token's positions, in one copy.
+ * which blocks a sequence holds is kvblocks.h's tables on the host, as
+ * the cpu cache's (forks share full blocks; a block is copied on the
+ * device before a write to it while shared), mirrored to the device with
+ * each batch, together with each sequence's and token's positions, in
+ * one copy.
  */
 #include "engine/backend_cuda_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,19 +22,57 @@ cuda_kv_block_bytes(const struct cuda_be *c)
 	    (size_t)c->c.head_dim * 2;
 }
 
+/* Bytes of one block in one pool (one layer's K or V). */
+static size_t
+run_bytes(const struct cuda_be *c)
+{
+	return (size_t)c->nkv * MEDHA_KV_BLOCK * (size_t)c->c.head_dim * 2;
+}
+
+/*
+ * The tables' copy (a fork's partial block, a write to a shared one):
+ * block b's K and V of every layer held into block d, queued on the
+ * stream ahead of the batch that writes d. A pool of one layer can pass
+ * cudaMemcpy2D's pitch limit, so one copy per pool (2 per layer, 64 for
+ * Llama-3-8B: once per fork, not per step).
+ */
+static int
+kv_copy(void *arg, int32_t d, int32_t b)
+{
+	struct cuda_be *c = arg;
+	const size_t run = run_bytes(c), pool = run * (size_t)c->bt.n_blocks;
+	char *base = c->kvmem;
+	int e;
+
+	for (int j = 0; j < 2 * (c->hi - c->lo); j++)
+		if ((e = cudaMemcpyAsync(base + (size_t)j * pool + (size_t)d * run,
+		         base + (size_t)j * pool + (size_t)b * run, run,
+		         cudaMemcpyDeviceToDevice, c->st)) != 0) {
+			snprintf(c->cwhy, sizeof(c->cwhy),
+			    "copying KV block %d to %d: %s", (int)b, (int)d,
+			    cudaGetErrorString(e));
+			return MEDHA_EIO;
+		}
+	return 0;
+}
+
 int
 cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why, size_t whylen)
 {
-	const size_t pool = (size_t)n_blocks * (size_t)c->nkv *
-	    MEDHA_KV_BLOCK * (size_t)c->c.head_dim * 2;
+	const size_t pool = (size_t)n_blocks * run_bytes(c);
+	/* prefix caching keeps the sequences of requests that ended, each
+	   with a block at least: tables for them beyond max_seqs, as the
+	   cpu backend has */
+	const int tables = c->max_seqs +
+	    (int)(n_blocks < (1 << 24) ? n_blocks : 1 << 24);
 	int rc, l;
 
-	c->n_blocks = n_blocks;
-	if ((c->kvl = calloc((size_t)c->c.n_layers, sizeof(*c->kvl))) == NULL ||
-	    (c->freeb = calloc((size_t)n_blocks, sizeof(int32_t))) == NULL ||
-	    (c->seq = calloc((size_t)c->max_seqs, sizeof(*c->seq))) == NULL ||
-	    (c->seen = calloc((size_t)c->max_seqs, 1)) == NULL)
-		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	if ((rc = medha_kvb_init(&c->bt, n_blocks, tables, kv_copy, c)) != 0 ||
+	    (c->kvl = calloc((size_t)c->c.n_layers, sizeof(*c->kvl))) == NULL ||
+	    (c->seen = calloc((size_t)tables, 1)) == NULL)
+		return medha_why(why, whylen, rc != 0 ? rc : MEDHA_ENOMEM,
+		    "the KV cache's tables: %s",
+		    medha_strerror(rc != 0 ? rc : MEDHA_ENOMEM));
 	if ((rc = cuda_malloc(&c->kvmem, pool * 2 * (size_t)(c->hi - c->lo),
 	         why, whylen, "the KV cache")) != 0)
 		return rc;
@@ -45,74 +86,19 @@ cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why, size_t whylen)
 		    c->kv_type == MEDHA_KV_F16 ? MEDHA_K_F16 : MEDHA_K_BF16,
 		    c->nkv, c->c.head_dim, MEDHA_KV_BLOCK};
 	}
-	/* a stack: handed out in order 0, 1, 2, ... */
-	for (int64_t i = 0; i < n_blocks; i++)
-		c->freeb[i] = (int32_t)(n_blocks - 1 - i);
-	c->nfree = n_blocks;
 	return 0;
 }
 
 void
 cuda_kv_free(struct cuda_be *c)
 {
-	if (c->seq != NULL)
-		for (int i = 0; i < c->max_seqs; i++)
-			free(c->seq[i].block);
-	free(c->seq);
+	medha_kvb_free(&c->bt);
 	free(c->seen);
-	free(c->freeb);
 	free(c->kvl);
 	cudaFree(c->kvmem);
-	c->seq = NULL;
 	c->seen = NULL;
-	c->freeb = NULL;
 	c->kvl = NULL;
 	c->kvmem = NULL;
-}
-
-int64_t
-cuda_kv_len(const struct cuda_be *c, int seq)
-{
-	if (seq < 0 || seq >= c->max_seqs || !c->seq[seq].used)
-		return MEDHA_EINVAL;
-	return c->seq[seq].len;
-}
-
-/* Blocks for positions [0, n) of seq (kept if it held more). */
-int
-cuda_kv_reserve(struct cuda_be *c, int seq, int64_t n)
-{
-	struct cuda_seq *s = &c->seq[seq];
-	int64_t need = (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
-
-	if (need > s->cap) {
-		int64_t cap = s->cap > 0 ? s->cap : 16;
-		while (cap < need)
-			cap *= 2;
-		void *p = realloc(s->block, (size_t)cap * sizeof(int32_t));
-		if (p == NULL)
-			return MEDHA_ENOMEM;
-		s->block = p;
-		s->cap = cap;
-	}
-	while (s->nblock < need) {
-		if (c->nfree == 0)
-			return MEDHA_ENOSPACE;
-		s->block[s->nblock++] = c->freeb[--c->nfree];
-	}
-	return 0;
-}
-
-/* seq holds n positions: blocks past them go back. */
-void
-cuda_kv_set_len(struct cuda_be *c, int seq, int64_t n)
-{
-	struct cuda_seq *s = &c->seq[seq];
-	int64_t keep = (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
-
-	while (s->nblock > keep)
-		c->freeb[c->nfree++] = s->block[--s->nblock];
-	s->len = n;
 }
 
 /* KVP: where entry i's cache starts, whether it appends. */
@@ -135,14 +121,14 @@ cuda_keys_of(const struct cuda_be *c, const struct medha_fwd *f, int i)
 	const struct medha_batch_seq *s = &f->b->seq[i];
 
 	return appends(f, i) ? s->pos - base_of(f, i) + s->n_tokens
-	                     : cuda_kv_len(c, s->seq);
+	                     : medha_kvb_len(&c->bt, s->seq);
 }
 
 /* medha_batch_check_cache()'s view of the cache */
 static int64_t
 kv_len(const void *c, int seq)
 {
-	return cuda_kv_len(c, seq);
+	return medha_kvb_len(&((const struct cuda_be *)c)->bt, seq);
 }
 
 /* The checks of a batch against the cache, as every backend's. */
@@ -185,7 +171,7 @@ cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
 		R += s->logits == MEDHA_LOGITS_ALL    ? (size_t)s->n_tokens
 		    : s->logits == MEDHA_LOGITS_LAST ? 1
 		                                     : 0;
-		B += (size_t)c->seq[s->seq].nblock;
+		B += (size_t)c->bt.seq[s->seq].nblock;
 	}
 	d->o_qstart = take(&at, 4 * S);
 	d->o_nq = take(&at, 4 * S);
@@ -220,7 +206,7 @@ cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
 #define H(o, ty) ((ty *)(d->h + d->o))
 	for (i = 0, t = 0, r = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
-		const struct cuda_seq *q = &c->seq[s->seq];
+		const struct medha_kv_seq *q = &c->bt.seq[s->seq];
 		int64_t kl = cuda_keys_of(c, f, i);
 		H(o_qstart, int32_t)[i] = t;
 		H(o_nq, int32_t)[i] = s->n_tokens;

@@ -42,12 +42,6 @@ medha_backend_sim_token(int64_t pos, int vocab)
 	return (int32_t)(z % (uint64_t)(vocab > 0 ? vocab : 1));
 }
 
-static int64_t
-blocks_of(int64_t n)
-{
-	return (n + MEDHA_KV_BLOCK - 1) / MEDHA_KV_BLOCK;
-}
-
 static int
 sim_seq_alloc(void *impl, int *seq)
 {
@@ -89,31 +83,6 @@ sim_seq_trim(void *impl, int seq, int64_t n)
 	return medha_kv_set_len(s->kv, seq, n);
 }
 
-/* Blocks a write of positions [lp, end) of seq takes from the pool: the
- * new ones, and a copy of each block it writes that another sequence
- * shares (copy on write, as medha_kv_write does). With cow, makes those
- * copies. */
-static int64_t
-write_blocks(struct medha_kvcache *kv, int seq, int64_t lp, int64_t end,
-    int cow)
-{
-	const struct medha_kv_seq *q = &kv->seq[seq];
-	static const float zero[1];
-	int64_t need = blocks_of(end) > q->nblock ? blocks_of(end) - q->nblock
-	                                          : 0;
-
-	for (int64_t i = lp / MEDHA_KV_BLOCK; i < q->nblock && i < blocks_of(end);
-	     i++)
-		if (kv->ref[q->block[i]] > 1) {
-			int64_t p = i * MEDHA_KV_BLOCK > lp ? i * MEDHA_KV_BLOCK
-			                                    : lp;
-			need++;
-			if (cow)
-				medha_kv_write(kv, seq, 0, p, 1, zero, zero);
-		}
-	return need;
-}
-
 static int
 sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 {
@@ -142,7 +111,8 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "sequence %d: position %lld but %lld cached",
 			    q->seq, (long long)q->pos, (long long)len);
-		need += write_blocks(s->kv, q->seq, lp, end, 0);
+		/* new blocks, and copies of shared ones (copy on write) */
+		need += medha_kvb_write_need(&s->kv->bt, q->seq, lp, end);
 	}
 	if (need > medha_kv_free_blocks(s->kv))
 		return medha_why(why, whylen, MEDHA_ENOSPACE,
@@ -170,7 +140,7 @@ sim_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		}
 		/* counted above: these take no more than the pool has */
 		(void)medha_kv_reserve(s->kv, q->seq, end);
-		(void)write_blocks(s->kv, q->seq, lp, end, 1);
+		(void)medha_kvb_own(&s->kv->bt, q->seq, lp, end - lp);
 		(void)medha_kv_set_len(s->kv, q->seq, end);
 	}
 	lat = medha_cost_latency(&a, &s->pred, 1);

@@ -63,7 +63,8 @@ static const struct medha_backend_kind kinds[] = {
 	    open_sim},
 	{"cuda",
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
-	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_GPU,
+	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_GPU |
+	        MEDHA_BACKEND_FORK,
 #ifdef MEDHA_CUDA
 	    "the model on an NVIDIA GPU (cuBLASLt, NCCL)",
 	    medha_backend_cuda_open},

@@ -755,6 +755,79 @@ out:
 	free(alone), free(batch);
 }
 
+/*
+ * Case 7, prefix caching: a fork shares a sequence's full blocks and
+ * copies its partial one on the device; what the fork computes next
+ * equals a fresh sequence fed the same tokens in the same chunks (the
+ * same K/V bits: the GEMMs are batch-invariant), and a write into a
+ * shared block (after a trim into it) copies the block first, leaving
+ * the source's KV, and so its next logits, as they were.
+ */
+static void
+forks(const char *name, const struct medha_model *m, const int32_t *tok)
+{
+	const int V = m->c.vocab;
+	struct medha_backend *cu = cuda_on(m, 1, 0, 1, 0);
+	float *lg = malloc(sizeof(float) * 2 * V);
+	int32_t t2[16];
+	int a, b, c, ok = 1;
+	int64_t free0 = 0;
+	double e1 = 1, e2 = 1, e3 = 1;
+
+	if (cu == NULL)
+		goto out;
+	free0 = medha_backend_free_blocks(cu);
+	for (int i = 0; i < 16; i++)
+		t2[i] = tok[300 + i];
+	medha_backend_seq_alloc(cu, &a);
+	medha_backend_seq_alloc(cu, &b);
+	medha_backend_seq_alloc(cu, &c);
+	/* a: 100 tokens; b: a's first 70 (4 blocks shared, 1 copied), then
+	   30 more; c: the same 70 + 30, computed */
+	if (prefill(cu, a, 0, tok, 100, 100, NULL) != 0 ||
+	    medha_backend_seq_fork(cu, b, a, 0, 70) != 0 ||
+	    prefill(cu, b, 70, tok + 70, 30, 30, lg) != 0 ||
+	    prefill(cu, c, 0, tok, 70, 70, NULL) != 0 ||
+	    prefill(cu, c, 70, tok + 70, 30, 30, lg + V) != 0)
+		goto fail;
+	e1 = rel_l2(lg, lg + V, V);
+	/* b trimmed into a's block 3, then rewritten there: copied first */
+	if (medha_backend_seq_trim(cu, b, 50) != 0 ||
+	    prefill(cu, b, 50, t2, 10, 10, lg) != 0)
+		goto fail;
+	medha_backend_seq_free(cu, c);
+	medha_backend_seq_alloc(cu, &c);
+	if (prefill(cu, c, 0, tok, 50, 50, NULL) != 0 ||
+	    prefill(cu, c, 50, t2, 10, 10, lg + V) != 0)
+		goto fail;
+	e2 = rel_l2(lg, lg + V, V);
+	/* a's next step (a decode: a graph) against a fresh twin of a */
+	medha_backend_seq_free(cu, c);
+	medha_backend_seq_alloc(cu, &c);
+	if (prefill(cu, a, 100, tok + 100, 1, 1, lg) != 0 ||
+	    prefill(cu, c, 0, tok, 100, 100, NULL) != 0 ||
+	    prefill(cu, c, 100, tok + 100, 1, 1, lg + V) != 0)
+		goto fail;
+	e3 = rel_l2(lg, lg + V, V);
+	goto done;
+fail:
+	ok = 0;
+done:
+	medha_backend_seq_free(cu, a);
+	medha_backend_seq_free(cu, b);
+	medha_backend_seq_free(cu, c);
+	report(ok && e1 <= 1e-6 && e2 <= 1e-6 && e3 <= 1e-6 &&
+	        medha_backend_free_blocks(cu) == free0,
+	    "%s: forks: fork + 30 against computed %.1e, a write into a "
+	    "shared block %.1e, its source after %.1e; %lld of %lld blocks "
+	    "free after",
+	    name, e1, e2, e3, (long long)medha_backend_free_blocks(cu),
+	    (long long)free0);
+out:
+	medha_backend_close(cu);
+	free(lg);
+}
+
 /* ---- the models ---- */
 
 static void
@@ -782,6 +855,7 @@ gqa(void)
 	pair("gqa", tm.m, tok, 100, 0);
 	pair("gqa", tm.m, tok, 100, 1);
 	mixed("gqa", tm.m, tok);
+	forks("gqa", tm.m, tok);
 	tm_free(&tm);
 	free(tok);
 }
@@ -821,6 +895,7 @@ smollm2(void)
 	chunks("smollm2", m, tok);
 	split("smollm2", m, tok, 29);
 	mixed("smollm2", m, tok);
+	forks("smollm2", m, tok);
 	medha_model_free(m);
 	medha_gguf_close(g);
 	free(tok);

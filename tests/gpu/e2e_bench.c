@@ -6,7 +6,12 @@
  * floor: weight bytes / 4.3 TB/s, the measured copy rate), and 8 and 32
  * concurrent decodes; each with decode graphs off (eager) and on, and
  * with cuBLASLt's per-size algorithms (MEDHA_CUDA_GEMM=fast) where
- * --fast is given. Prints one table.
+ * --fast is given. Prints one table. Then what the backend interface's
+ * host memory costs (issue 26: hidden states cross it in host memory):
+ * 32 decodes and one 4K-token chunk run as one call, and as two calls
+ * that meet in host memory at the middle layer (h_out, then h_in: two
+ * SPP stages in one process, less the network), with a pageable and a
+ * pinned host buffer.
  *
  *	build/tests/gpu/e2e_bench [--model NAME] [--steps N] [--prefill N]
  *	    [--ctx N] [--fast]
@@ -116,6 +121,109 @@ decode(struct medha_backend *be, int ns)
 	}
 	free(sp), free(s), free(tok), free(ids), free(seq);
 	return (double)ns * steps / t;
+}
+
+static struct medha_backend *open_be(const char *graphs, const char *gemm);
+
+/* One step of b: the whole model in one call (h NULL), or layers
+   [0, L/2) to host memory h and [L/2, L) from it. */
+static void
+step_via(struct medha_backend *be, const struct medha_batch *b,
+    struct medha_sampler **sp, int32_t *ids, float *h)
+{
+	const int L = be->info.shape.n_layers;
+	struct medha_fwd f = {.b = b, .layer_lo = 0, .layer_hi = L / 2,
+	    .h_out = h};
+	struct medha_fwd g = {.b = b, .layer_lo = L / 2, .layer_hi = L,
+	    .h_in = h, .samplers = sp, .tokens = ids};
+	char why[512];
+
+	if (h == NULL) {
+		run(be, b, sp, ids);
+		return;
+	}
+	if (medha_backend_forward(be, &f, why, sizeof(why)) != 0 ||
+	    medha_backend_forward(be, &g, why, sizeof(why)) != 0)
+		die("forward in two halves", why);
+}
+
+/* Seconds a step of ns decodes (ns > 0) or of one chunk of n tokens
+   takes, by way of h (NULL: one call). */
+static double
+hop_time(struct medha_backend *be, int ns, int n, float *h)
+{
+	const int reps = ns > 0 ? steps : 3;
+	const int nt = ns > 0 ? ns : n, nq = ns > 0 ? ns : 1;
+	struct medha_sampler **sp = calloc((size_t)nq, sizeof(*sp));
+	struct medha_batch_seq *s = calloc((size_t)nq, sizeof(*s));
+	int32_t *tok = calloc((size_t)nt, sizeof(int32_t));
+	int32_t *ids = calloc((size_t)nq, sizeof(int32_t));
+	int *seq = calloc((size_t)nq, sizeof(int));
+	double t = 0;
+
+	for (int i = 0; i < nt; i++)
+		tok[i] = (int32_t)((i * 7919u + 5) % 32000u);
+	for (int i = 0; i < nq; i++) {
+		medha_sampler_init(&sp[i], &medha_sampling_greedy,
+		    be->info.shape.vocab);
+		if (ns > 0)
+			prefill(be, ctx, &seq[i]);
+		s[i] = (struct medha_batch_seq){seq[i], ns > 0 ? ctx : 0,
+		    ns > 0 ? 1 : n, MEDHA_LOGITS_LAST};
+	}
+	for (int k = 0; k < reps + 2; k++) {
+		struct medha_batch b = {tok, nt, s, nq};
+		if (ns == 0 && medha_backend_seq_alloc(be, &s[0].seq) != 0)
+			die("hop", "no sequence");
+		if (k == 2)
+			t = medha_now(); /* after the warm-up (captures) */
+		step_via(be, &b, sp, ids, h);
+		if (ns == 0)
+			medha_backend_seq_free(be, s[0].seq);
+		for (int i = 0; ns > 0 && i < ns; i++) {
+			tok[i] = ids[i];
+			s[i].pos++;
+		}
+	}
+	t = (medha_now() - t) / reps;
+	for (int i = 0; i < nq; i++) {
+		medha_sampler_free(sp[i]);
+		if (ns > 0)
+			medha_backend_seq_free(be, seq[i]);
+	}
+	free(sp), free(s), free(tok), free(ids), free(seq);
+	return t;
+}
+
+/* The interface's hop through host memory, at 32 decodes and a chunk
+   of 4096 tokens: one line each. */
+static void
+hops(void)
+{
+	struct medha_backend *be = open_be("1", NULL);
+	const int d = be->info.shape.dim, chunk = ptok < 4096 ? ptok : 4096;
+	const size_t bytes = sizeof(float) * (size_t)chunk * (size_t)d;
+	float *pageable = malloc(bytes), *pinned = NULL;
+
+	if (pageable == NULL ||
+	    cudaMallocHost((void **)&pinned, bytes) != cudaSuccess)
+		die("hop", "no host buffers");
+	for (int c = 0; c < 2; c++) {
+		int ns = c == 0 ? 32 : 0, n = c == 0 ? 0 : chunk;
+		double one = hop_time(be, ns, n, NULL);
+		double pg = hop_time(be, ns, n, pageable);
+		double pn = hop_time(be, ns, n, pinned);
+		printf("hop, %d %s: one call %.3f ms; two halves through "
+		       "host memory %.3f ms pageable (%+.1f%%), %.3f ms "
+		       "pinned (%+.1f%%); %.2f MB each way\n",
+		    c == 0 ? ns : n, c == 0 ? "decodes" : "tokens of a chunk",
+		    one * 1e3, pg * 1e3, 100 * (pg - one) / one, pn * 1e3,
+		    100 * (pn - one) / one,
+		    (double)(ns > 0 ? ns : n) * d * 4 / 1e6);
+	}
+	cudaFreeHost(pinned);
+	free(pageable);
+	medha_backend_close(be);
 }
 
 static struct medha_backend *
@@ -243,5 +351,10 @@ main(int argc, char **argv)
 		    100 * r->dec1 / (COPY_BW / weight_bytes(&c)), r->dec8,
 		    r->dec32);
 	}
+	hops();
+	printf("figure: graphs: prefill %.0f%% of the GEMM rate, 1 decode "
+	       "%.0f%% of the weight-read floor, 32 decodes %.0f tok/s\n",
+	    100 * prefill_flops(&c, ptok) / rows[1].prefill_s / GEMM_PEAK,
+	    100 * rows[1].dec1 / (COPY_BW / weight_bytes(&c)), rows[1].dec32);
 	return 0;
 }
