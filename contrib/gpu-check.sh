@@ -199,6 +199,9 @@ PY
 
 live_spp2() { live_topo spp2; }
 live_kvp2() { live_topo kvp2; }
+# not a step (one GPU holds no two NCCL ranks): tests/sh/cuda-mock-live.sh
+# runs it on the stand-ins with MEDHA_COLL nng and nccl
+live_tp2() { live_topo tp2; }
 
 prof_check() {
 	# shellcheck disable=SC2086 # GPU_PROF_OPTS: more flags (tests)

@@ -59,6 +59,10 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 	if ((rc = cuda_nccl_load(c, why, whylen)) != 0)
 		return rc;
 	if (c->nccl != NULL) {
+		/* a new peer table (a rank restarted): the decode graphs
+		   captured the old communicator's all-reduces */
+		CU(cudaStreamSynchronize(c->st), "the old communicator's work");
+		cuda_graph_free(c);
 		c->nc.ncclCommDestroy(c->nccl);
 		c->nccl = NULL;
 	}

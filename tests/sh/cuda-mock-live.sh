@@ -2,17 +2,23 @@
 # cuda-mock-live.sh: the cuda backend's operator side without a GPU: a
 # medha-worker linked against the host stand-ins of the CUDA runtime,
 # kernels/ and cuBLASLt that tests/sh/cuda-mock.sh uses (tests/gpu/mock/,
-# and a device that calls itself an H200), driven as on a lent GPU.
-# --backend cuda one-shot (-p through the runner, on the random test
-# model with a tokenizer); medha-prof --backend cuda writing a profile
-# labelled h200 and checking it; a daemon worker announcing its GPU as
-# h200 to the scheduler; then contrib/gpu-check.sh's live parts on it:
-# MEDHA_BACKEND=cuda examples/serve.sh single with 16 concurrent requests
-# against one-shot runs, and spp2 and kvp2 (two workers, --coll nng)
-# against single. What it checks is the wiring (flags, the runner, the
-# HELLO, serve.sh, gpu-check.sh), not the numerics, which the stand-ins
-# compute on the host. Skips where the build has no cuda backend, or
-# without the Python venv that writes the random model.
+# and a device that calls itself an H200), and of NCCL (tests/gpu/mock/
+# nccl_mock.c as libnccl.so.2: TP ranks in separate processes meeting in
+# shared memory), driven as on a lent GPU. The NCCL stand-in alone
+# (three processes); --backend cuda one-shot (-p through the runner, on
+# the random test model with a tokenizer); medha-prof --backend cuda
+# writing a profile labelled h200 and checking it; a daemon worker
+# announcing its GPU as h200 to the scheduler; then contrib/gpu-check.sh's
+# live parts on it: MEDHA_BACKEND=cuda examples/serve.sh single with 16
+# concurrent requests against one-shot runs, spp2 and kvp2 (two workers,
+# --coll nng) against single, and tp2 over --coll nng and --coll nccl
+# (the same tokens both ways; NCCL's all-reduces counted, graphs'
+# among them); last tp2-spp2-kvp2 over NCCL, and tp2 over NCCL with a
+# worker killed and restarted.
+# What it checks is the wiring (flags, the runner, the HELLO, serve.sh,
+# gpu-check.sh, the backend's NCCL set-up and calls), not the numerics,
+# which the stand-ins compute on the host. Skips where the build has no
+# cuda backend, or without the Python venv that writes the random model.
 . "$(dirname "$0")/lib.sh"
 lib=$tests/../libmedha.a
 objs=$tests/../cmd
@@ -43,6 +49,9 @@ EOF
 # shellcheck disable=SC2086 # $fl: several flags
 $cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
     "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
+# shellcheck disable=SC2086
+$cc $fl -fPIC -shared -o "$tmp/libnccl.so.2" \
+    "$top/tests/gpu/mock/nccl_mock.c" -lrt
 mkdir "$tmp/bin"
 # shellcheck disable=SC2086
 $cc $fl -o "$tmp/bin/medha-worker" "$objs"/medha-worker/*.o "$objs/common.o" \
@@ -58,6 +67,80 @@ done
 LD_LIBRARY_PATH=$tmp
 export LD_LIBRARY_PATH
 mw=$tmp/bin/medha-worker
+
+# the NCCL stand-in itself: three processes sum 300000 floats (two
+# rounds of its shared slots) in rank order (((a + b) + c), not a + (b +
+# c)); a type other than f32 is refused; a rank alone gives up after
+# MEDHA_NCCL_MOCK_TIMEOUT
+cat >"$tmp/nccl2.c" <<'EOF'
+#include <nccl.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#define N 300000
+static ncclResult_t (*uid)(ncclUniqueId *);
+static ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int);
+static ncclResult_t (*ar)(const void *, void *, size_t, ncclDataType_t,
+    ncclRedOp_t, ncclComm_t, cudaStream_t);
+static ncclResult_t (*destroy)(ncclComm_t);
+static float x[N];
+static int
+rank(ncclUniqueId id, int r)
+{
+	ncclComm_t c;
+	int bad = 0;
+	if (init(&c, 3, id, r) != ncclSuccess)
+		return 2;
+	for (int i = 0; i < N; i++)
+		x[i] = r == 0 ? 1e8f + (float)(i % 1000)
+		    : r == 1  ? -1e8f : (float)(i % 7) * 0.3f;
+	if (ar(x, x, N, ncclFloat32, ncclSum, c, NULL) != ncclSuccess)
+		return 3;
+	for (int i = 0; i < N; i++)
+		bad += x[i] != ((1e8f + (float)(i % 1000)) + -1e8f) +
+		    (float)(i % 7) * 0.3f;
+	if (ar(x, x, 4, ncclInt32, ncclSum, c, NULL) != ncclInvalidArgument)
+		return 4;
+	destroy(c);
+	return bad ? 5 : 0;
+}
+int
+main(void)
+{
+	void *dl = dlopen("libnccl.so.2", RTLD_NOW);
+	ncclUniqueId id;
+	ncclComm_t c;
+	int st[2], rc;
+	if (dl == NULL)
+		return printf("FAIL: %s\n", dlerror()), 1;
+	*(void **)&uid = dlsym(dl, "ncclGetUniqueId");
+	*(void **)&init = dlsym(dl, "ncclCommInitRank");
+	*(void **)&ar = dlsym(dl, "ncclAllReduce");
+	*(void **)&destroy = dlsym(dl, "ncclCommDestroy");
+	uid(&id);
+	for (int r = 1; r < 3; r++)
+		if (fork() == 0)
+			_exit(rank(id, r));
+	rc = rank(id, 0);
+	wait(&st[0]);
+	wait(&st[1]);
+	if (rc != 0 || st[0] != 0 || st[1] != 0)
+		return printf("FAIL: rank 0 %d, others' status %d %d\n", rc,
+		    st[0], st[1]), 1;
+	uid(&id);
+	if (init(&c, 2, id, 0) == ncclSuccess)
+		return printf("FAIL: a rank alone joined\n"), 1;
+	return printf("ok: two ranks summed in order, f32 only, alone gives up\n"), 0;
+}
+EOF
+# shellcheck disable=SC2086
+$cc $fl -o "$tmp/nccl2" "$tmp/nccl2.c" -ldl
+if ! MEDHA_NCCL_MOCK_TIMEOUT=1 "$tmp/nccl2" >"$tmp/nccl2.out" 2>&1 ||
+    ! grep -q '^ok: ' "$tmp/nccl2.out"; then
+	cat "$tmp/nccl2.out"
+	exit 1
+fi
 
 # one-shot on the stand-in GPU, and its refusals
 "$mw" --backend cuda -m "$tmp/random.gguf" -p "Once upon a time" -n 8 \
@@ -106,4 +189,97 @@ for t in live_spp2 live_kvp2; do
 	part $t || { cat "$tmp/$t.log"; exit 1; }
 	grep -q '^figure: 16 requests, 0 differ from single' "$tmp/$t.log"
 done
-sed -n 's/^figure: /cuda-mock-live: /p' "$tmp"/live_*.log
+# tp2: two TP ranks, each its own medha-worker on the stand-in GPU, over
+# the host collectives and over NCCL (the stand-in libnccl.so.2: shared
+# memory between the two processes, sums in rank order): the same
+# tokens both ways. Against single a few may differ: a row-parallel
+# product's two halves are summed apart and then added, other roundings
+# than one sum over the whole row, and the random model has near-ties.
+# With NCCL each worker's stand-in counts its all-reduces at exit,
+# decode steps' among them replayed from graphs (which --coll nng does
+# not capture)
+wl=$tmp/work/tp2-logs/sched-worker
+for coll in nng nccl; do
+	MEDHA_COLL=$coll part live_tp2 || :
+	mv "$tmp/live_tp2.log" "$tmp/live_tp2_$coll.log"
+	grep -q '^figure: 16 requests, [0-9]* differ from single' \
+	    "$tmp/live_tp2_$coll.log" || { cat "$tmp/live_tp2_$coll.log"; exit 1; }
+	cp "$tmp/work/tp2.jsonl" "$tmp/tp2_$coll.jsonl"
+	for r in 0 1; do
+		if [ $coll = nng ]; then
+			if grep 'mock nccl' "$wl$r.log"; then
+				echo "tp2 --coll nng called NCCL"
+				exit 1
+			fi
+			continue
+		fi
+		grep -Eq "^mock nccl: rank $r of 2: [1-9][0-9]* all-reduces \([1-9][0-9]* replayed" \
+		    "$wl$r.log" || { cat "$wl$r.log"; exit 1; }
+		sed -n 's/^mock nccl: /cuda-mock-live: tp2 nccl: /p' "$wl$r.log" |
+		    grep 'all-reduces'
+	done
+done
+"$py" - "$tmp/tp2_nng.jsonl" "$tmp/tp2_nccl.jsonl" <<'EOF'
+import json, sys
+a, b = ({r["id"]: r.get("token_ids") for r in map(json.loads, open(f))}
+        for f in sys.argv[1:])
+assert len(a) == 16 and all(a.values()), a
+bad = [i for i in sorted(a) if a[i] != b.get(i)]
+print("cuda-mock-live: tp2: 16 requests, %d differ between --coll nccl "
+      "and nng" % len(bad))
+sys.exit(1 if bad or sorted(a) != sorted(b) else 0)
+EOF
+# MEDHA_BACKEND=cuda serve.sh TOPO with --coll nccl behind a router,
+# logs in $rl; rp NAME: the 16 requests into $tmp/NAME.jsonl, the same
+# tokens as the first tp2 run over NCCL
+nccl_up() {
+	rl=$tmp/logs-$1
+	bin=$tmp/bin serve_start "$1" 120 MEDHA_BACKEND=cuda MEDHA_COLL=nccl \
+	    MEDHA_MODEL="$tmp/random.gguf" MEDHA_ROUTER="ipc://$tmp/r.sock" \
+	    MEDHA_LOG="$rl" MEDHA_KVP_MAX_TOKENS=512 \
+	    MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" >"$tmp/serve.out"
+}
+rp() {
+	"$tmp/bin/medha-trace" replay -a "ipc://$tmp/r.sock" --token-ids \
+	    "$tmp/work/trace.jsonl" >"$tmp/$1.jsonl" 2>"$tmp/$1.err" ||
+	    { cat "$tmp/$1.err"; exit 1; }
+	"$py" - "$tmp/tp2_nccl.jsonl" "$tmp/$1.jsonl" "$1" <<'EOF' ||
+import json, sys
+a, b = ({r["id"]: r.get("token_ids") for r in map(json.loads, open(f))}
+        for f in sys.argv[1:3])
+bad = [i for i in sorted(a) if a[i] != b.get(i)]
+if bad:
+    sys.exit("%s: %d of 16 differ from the first tp2 nccl run: %s"
+             % (sys.argv[3], len(bad), bad))
+EOF
+	    { tail -n 8 "$rl"/sched-worker*.log; exit 1; }
+}
+# tp2-spp2-kvp2 over NCCL: four TP pairs (two stages by two KVP
+# groups), a communicator each, the same tokens as tp2
+nccl_up tp2-spp2-kvp2
+rp tp2_spp2_kvp2
+serve_stop
+n=$(grep -c '^mock nccl: rank [01] of 2: [1-9][0-9]* all-reduces' \
+    "$rl"/sched-worker*.log | awk -F: '{ n += $2 } END { print n }')
+[ "$n" = 8 ] || { echo "tp2-spp2-kvp2: $n of 8 workers ran NCCL"; exit 1; }
+echo "cuda-mock-live: tp2-spp2-kvp2 nccl: 16 of 16 tokens as tp2's"
+# tp2 over NCCL again, and its worker 1 killed (SIGKILL, between
+# requests; serve.sh restarts it): the peer table's new generation gives
+# both ranks a new communicator, and the 16 requests give the same
+# tokens on it, decode steps from graphs captured anew (not the old
+# communicator's)
+nccl_up tp2
+rp tp2_before
+kill -KILL "$(cat "$rl/sched-worker1.pid")"
+wait_for "$tmp/serve.err" 'sched-worker1 restarted' 60
+rp tp2_after
+serve_stop
+[ "$(grep -c '^mock nccl: rank 0 of 2 joined' "$rl/sched-worker0.log")" = 2 ] ||
+    { cat "$rl/sched-worker0.log"; exit 1; }
+echo "cuda-mock-live: tp2 nccl: worker 1 killed and restarted; a new" \
+    "communicator, 16 of 16 tokens as before"
+for f in "$tmp"/live_*.log; do
+	t=${f##*/live_}
+	sed -n -e "s/^figure: /cuda-mock-live: ${t%.log}: /p" \
+	    -e "s/^\(p[0-9]*: first differs\)/cuda-mock-live: ${t%.log}: \1/p" "$f"
+done
