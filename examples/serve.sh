@@ -60,7 +60,8 @@
 #                 divided by the topology's workers)
 #   MEDHA_COLL    the collectives of a topology of several workers:
 #                 nng (default: NCCL cannot put two ranks on one GPU) or
-#                 nccl (one GPU per worker, MEDHA_DEVICE aside)
+#                 nccl (one GPU per worker: worker R on device
+#                 MEDHA_DEVICE + R, with 0.9 of its memory)
 #   MEDHA_READY_TIMEOUT  seconds to wait for "ready" (60; cuda 180)
 #   MEDHA_BIN     the programs (bin/)
 #   MEDHA_THREADS threads of each cpu worker (single 2; the others 1)
@@ -192,14 +193,23 @@ need_model() {
 	exit 1
 }
 
-# gpu_flags N: the flags of a cuda worker, one of N sharing the GPU
-# (MEDHA_BACKEND=cuda), into the array bflags
+# gpu_flags S N R: the flags of cuda worker R of a replica's N, one of S
+# sharing the GPU (MEDHA_BACKEND=cuda), into the array bflags: with nng,
+# they share MEDHA_DEVICE, each its part of the memory; with nccl,
+# worker R has device MEDHA_DEVICE + R to itself (NCCL puts one rank on
+# a GPU)
 gpu_flags() {
+	local dev=${MEDHA_DEVICE:-0} share
 	bflags=()
 	[ "$backend" = cuda ] || return 0
-	bflags=(--backend cuda --device "${MEDHA_DEVICE:-0}" --mem-util
-	    "${MEDHA_MEM_UTIL:-$(awk -v n="$1" 'BEGIN { printf "%.3f", 0.9 / n }')}")
-	[ "$1" -gt 1 ] && bflags+=(--coll "${MEDHA_COLL:-nng}")
+	share=$(awk -v n="$1" 'BEGIN { printf "%.3f", 0.9 / n }')
+	if [ "$2" -gt 1 ] && [ "${MEDHA_COLL:-nng}" = nccl ]; then
+		dev=$((dev + $3))
+		share=0.9
+	fi
+	bflags=(--backend cuda --device "$dev" --mem-util
+	    "${MEDHA_MEM_UTIL:-$share}")
+	[ "$2" -gt 1 ] && bflags+=(--coll "${MEDHA_COLL:-nng}")
 	return 0
 }
 
@@ -212,7 +222,6 @@ replica() {
 	local kvp=${7:-1} n r bflags
 	shift 7 2>/dev/null || shift $#
 	n=$((tp * spp * kvp))
-	gpu_flags "${gpu_workers:-$n}"
 	# the scheduler reads the model itself (-m): it opens no file a
 	# worker names
 	[ "$kind" = cpu ] && set -- -m "$model" "$@"
@@ -220,6 +229,7 @@ replica() {
 	    ${MEDHA_SCHED_OPTS:-}
 	ready_logs+=("$logs/$name.log")
 	for ((r = 0; r < n; r++)); do
+		gpu_flags "${gpu_workers:-$n}" "$n" "$r"
 		if [ "$kind" = cpu ]; then
 			proc "$name-worker$r" "$bin/medha-worker" -s "$addr" \
 			    -m "$model" -t "$threads" \

@@ -200,7 +200,7 @@ done
 # not capture)
 wl=$tmp/work/tp2-logs/sched-worker
 for coll in nng nccl; do
-	MEDHA_COLL=$coll part live_tp2 || :
+	MEDHA_COLL=$coll MEDHA_MOCK_DEVICES=2 part live_tp2 || :
 	mv "$tmp/live_tp2.log" "$tmp/live_tp2_$coll.log"
 	grep -q '^figure: 16 requests, [0-9]* differ from single' \
 	    "$tmp/live_tp2_$coll.log" || { cat "$tmp/live_tp2_$coll.log"; exit 1; }
@@ -235,7 +235,7 @@ EOF
 nccl_up() {
 	rl=$tmp/logs-$1
 	bin=$tmp/bin serve_start "$1" 120 MEDHA_BACKEND=cuda MEDHA_COLL=nccl \
-	    MEDHA_MODEL="$tmp/random.gguf" MEDHA_ROUTER="ipc://$tmp/r.sock" \
+	    MEDHA_MOCK_DEVICES=8 MEDHA_MODEL="$tmp/random.gguf" MEDHA_ROUTER="ipc://$tmp/r.sock" \
 	    MEDHA_LOG="$rl" MEDHA_KVP_MAX_TOKENS=512 \
 	    MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" >"$tmp/serve.out"
 }

@@ -19,7 +19,8 @@
 
 static int nalloc;
 static void no_capture(const char *what);
-cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return 0; }
+/* devices: MEDHA_MOCK_DEVICES (1), all this machine's memory */
+cudaError_t cudaGetDeviceCount(int *n) { const char *e = getenv("MEDHA_MOCK_DEVICES"); *n = e != NULL && atoi(e) > 0 ? atoi(e) : 1; return 0; }
 cudaError_t cudaSetDevice(int d) { (void)d; return 0; }
 cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) { (void)a; (void)d; *v = 132; return 0; }
