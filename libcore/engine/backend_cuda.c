@@ -284,7 +284,7 @@ cuda_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		       sizeof(float) * (size_t)b->n_tokens * c->c.dim,
 		       cudaMemcpyDeviceToHost, c->st),
 		    "downloading hidden states");
-	CU(cudaStreamSynchronize(c->st), "the forward pass");
+	SYNC("the forward pass");
 	if (c->timing && (rc = cuda_times(c, f->times, why, whylen)) != 0)
 		return rc;
 	if (claim)
@@ -482,6 +482,8 @@ layout(struct cuda_be *c, const struct medha_backend_params *p, char *why,
 	c->fast = e != NULL && strcmp(e, "fast") == 0;
 	e = getenv("MEDHA_CUDA_GEMM_M");
 	c->gemm_m = e != NULL && atoi(e) > 0 ? atoi(e) : 128;
+	e = getenv("MEDHA_NCCL_TIMEOUT");
+	c->nccl_timeout = e != NULL && atof(e) > 0 ? atof(e) : 120;
 	e = getenv("MEDHA_CUDA_GRAPHS");
 	c->graphs = !(e != NULL && strcmp(e, "0") == 0);
 	if (p->max_seqs < 0 || p->kv_blocks < 0 || p->mem_util < 0 ||

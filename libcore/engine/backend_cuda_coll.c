@@ -24,6 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Pinned host room for n floats in c->hb. */
 int
@@ -37,6 +38,64 @@ cuda_stage(struct cuda_be *c, size_t n, char *why, size_t whylen)
 	CU(cudaMallocHost((void **)&c->hb, n * sizeof(float)),
 	    "pinned host staging");
 	c->hb_cap = n;
+	return 0;
+}
+
+/* The communicator given up: aborted (its kernels return), and the
+   decode graphs that captured its all-reduces dropped; the next call
+   with peers makes a new one (cuda_comm_init). */
+static void
+nccl_abort(struct cuda_be *c)
+{
+	c->nc.ncclCommAbort(c->nccl);
+	c->nccl = NULL;
+	cudaStreamSynchronize(c->st);
+	cuda_graph_free(c);
+}
+
+/*
+ * Wait for the stream. With a NCCL communicator a TP peer that died
+ * mid-step leaves this rank's all-reduce waiting for ever (NCCL notices
+ * no dead process on its own): poll the stream and NCCL's asynchronous
+ * error, and after nccl_timeout seconds without the step done, or on
+ * such an error, abort the communicator and fail the call, so that the
+ * worker reports the batch failed rather than hang.
+ */
+int
+cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
+{
+	const double t0 = medha_now();
+	ncclResult_t ae;
+	cudaError_t e;
+	int spins = 0;
+
+	if (c->nccl == NULL) {
+		CU(cudaStreamSynchronize(c->st), what);
+		return 0;
+	}
+	while ((e = cudaStreamQuery(c->st)) == cudaErrorNotReady) {
+		struct timespec ts = {0, 20000};
+		if (c->nc.ncclCommGetAsyncError(c->nccl, &ae) == ncclSuccess &&
+		    ae != ncclSuccess && ae != ncclInProgress) {
+			nccl_abort(c);
+			return medha_why(why, whylen, MEDHA_EIO,
+			    "cuda: %s: NCCL (TP rank %d of %d): %s; "
+			    "communicator aborted",
+			    what, c->tpr, c->tp, c->nc.ncclGetErrorString(ae));
+		}
+		if (++spins < 1000)
+			continue; /* a step's end is usually close */
+		if (medha_now() - t0 > c->nccl_timeout) {
+			nccl_abort(c);
+			return medha_why(why, whylen, MEDHA_ETIMEOUT,
+			    "cuda: %s: not done after %g s (TP rank %d of %d: "
+			    "a peer gone?); NCCL communicator aborted",
+			    what, c->nccl_timeout, c->tpr, c->tp);
+		}
+		nanosleep(&ts, NULL);
+	}
+	if (e != cudaSuccess)
+		return cuda_err(why, whylen, e, what);
 	return 0;
 }
 
@@ -61,7 +120,7 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 	if (c->nccl != NULL) {
 		/* a new peer table (a rank restarted): the decode graphs
 		   captured the old communicator's all-reduces */
-		CU(cudaStreamSynchronize(c->st), "the old communicator's work");
+		SYNC("the old communicator's work");
 		cuda_graph_free(c);
 		c->nc.ncclCommDestroy(c->nccl);
 		c->nccl = NULL;
@@ -198,7 +257,7 @@ cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
 	    "KVP lse to the host");
 	CU(medha_k_f32_to_bf16(c->att, c->attf, (int64_t)(T * ro), c->st),
 	    "medha_k_f32_to_bf16");
-	CU(cudaStreamSynchronize(c->st), "KVP parts to the host");
+	SYNC("KVP parts to the host");
 	if ((rc = exchange(c, layer, out, lse, at, why, whylen)) != 0)
 		return rc;
 	for (g = 0; g < kvp; g++)
@@ -227,7 +286,7 @@ cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
 			np++;
 		}
 		if ((size_t)np * nt * row > c->mrgd_cap) {
-			cudaStreamSynchronize(c->st);
+			SYNC("the last merge");
 			cudaFree(c->mrgd);
 			c->mrgd_cap = 0;
 			if ((rc = cuda_malloc((void **)&c->mrgd,
@@ -246,7 +305,7 @@ cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
 		       c->st),
 		    "medha_k_attn_merge");
 		/* po is read by that copy */
-		CU(cudaStreamSynchronize(c->st), "the KVP merge");
+		SYNC("the KVP merge");
 	}
 	return 0;
 }
@@ -266,7 +325,7 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		       (size_t)nrows * (size_t)V * sizeof(float),
 		       cudaMemcpyDeviceToHost, c->st),
 		    "downloading logits");
-		CU(cudaStreamSynchronize(c->st), "downloading logits");
+		SYNC("downloading logits");
 		/* NaN or infinite logits would sample token 0: an error,
 		   as on the cpu backend */
 		for (size_t k = 0; k < (size_t)nrows * (size_t)V; k++)
@@ -282,7 +341,7 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	CU(cudaMemcpyAsync(c->hids, c->ids, (size_t)nrows * sizeof(int32_t),
 	       cudaMemcpyDeviceToHost, c->st),
 	    "downloading the argmax");
-	CU(cudaStreamSynchronize(c->st), "downloading the argmax");
+	SYNC("downloading the argmax");
 	if (c->lgrow == NULL &&
 	    (c->lgrow = malloc((size_t)V * sizeof(float))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
@@ -308,8 +367,7 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 			       (size_t)V * sizeof(float),
 			       cudaMemcpyDeviceToHost, c->st),
 			    "downloading a logits row");
-			CU(cudaStreamSynchronize(c->st),
-			    "downloading a logits row");
+			SYNC("downloading a logits row");
 		}
 		f->tokens[i] = medha_sample(sp, c->lgrow);
 	}

@@ -61,6 +61,8 @@ struct cuda_nccl {
 	LT_FN(ncclCommDestroy);
 	LT_FN(ncclAllReduce);
 	LT_FN(ncclGetErrorString);
+	LT_FN(ncclCommAbort);
+	LT_FN(ncclCommGetAsyncError);
 #undef LT_FN
 };
 
@@ -167,6 +169,8 @@ struct cuda_be {
 	int n_gemm;
 	struct cuda_nccl nc;
 	ncclComm_t nccl;            /* or NULL: not set up */
+	double nccl_timeout;        /* s a step may wait on its peers
+	                               (MEDHA_NCCL_TIMEOUT, 120) */
 
 	/* decode graphs */
 	struct cuda_graph g[CUDA_GRAPHS];
@@ -234,6 +238,13 @@ int cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
 int cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
     char *why, size_t whylen);
 int cuda_stage(struct cuda_be *c, size_t floats, char *why, size_t whylen);
+int cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen);
+#define SYNC(what)                                                          \
+	do {                                                                \
+		int sy_rc_ = cuda_sync(c, what, why, whylen);               \
+		if (sy_rc_ != 0)                                            \
+			return sy_rc_;                                      \
+	} while (0)
 
 /* ---- backend_cuda_graph.c ---- */
 int cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,

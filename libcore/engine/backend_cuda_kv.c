@@ -202,7 +202,7 @@ cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
 		d->cap = cap;
 	}
 	/* the last batch's copy reads d->h: wait for it */
-	CU(cudaStreamSynchronize(c->st), "a batch's descriptors");
+	SYNC("a batch's descriptors");
 #define H(o, ty) ((ty *)(d->h + d->o))
 	for (i = 0, t = 0, r = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];

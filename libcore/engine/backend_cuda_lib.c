@@ -129,6 +129,8 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 	SYM(t, ncclCommDestroy);
 	SYM(t, ncclAllReduce);
 	SYM(t, ncclGetErrorString);
+	SYM(t, ncclCommAbort);
+	SYM(t, ncclCommGetAsyncError);
 	return 0;
 }
 

@@ -26,6 +26,8 @@ cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) { (void)a; (void)d; *v = 132; return 0; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s = (cudaStream_t)malloc(8); return 0; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return 0; }
+/* every call has run when it returns: nothing is pending */
+cudaError_t cudaStreamQuery(cudaStream_t s) { (void)s; return 0; }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return 0; }
 cudaError_t cudaMalloc(void **p, size_t n) { no_capture("cudaMalloc"); *p = malloc(n); if (!*p) return cudaErrorMemoryAllocation; memset(*p, 0xff, n); nalloc++; return 0; }
 cudaError_t cudaFree(void *p) { if (p) nalloc--; free(p); return 0; }

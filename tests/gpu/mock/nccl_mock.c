@@ -1,7 +1,7 @@
 /*
  * nccl_mock.c: a host-memory stand-in for NCCL, built as libnccl.so.2 by
  * tests/sh/cuda-mock-live.sh so that the cuda backend's dlopen finds it:
- * the five calls backend_cuda_lib.c loads, for TP ranks that are
+ * the seven calls backend_cuda_lib.c loads, for TP ranks that are
  * separate processes on one machine ("device" memory being host memory,
  * as in cudart_mock.c). The unique id names a POSIX shared-memory
  * segment; ncclCommInitRank maps it and waits until every rank has.
@@ -16,8 +16,11 @@
  * capture (cudart_mock.c's mock_defer, found with dlsym in the process,
  * linked -rdynamic) the all-reduce is recorded and redone at every
  * replay; a replay's failure aborts (a graph has no one to tell).
- * ncclCommInitRank and ncclCommDestroy say on stderr what they did and
- * how many all-reduces ran: what the test looks for.
+ * ncclCommInitRank and ncclCommDestroy (and ncclCommAbort) say on stderr
+ * what they did and how many all-reduces ran: what the test looks for.
+ * ncclCommGetAsyncError says ncclRemoteError once the communicator is
+ * broken (the stand-in's all-reduces are done when their call returns,
+ * so the backend's wait for a stream never sees one pending).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -300,6 +303,24 @@ ncclAllReduce(const void *send, void *recv, size_t count,
 		return ncclSuccess;
 	}
 	return reduce(c, send, recv, count);
+}
+
+ncclResult_t
+ncclCommAbort(ncclComm_t c)
+{
+	if (c != NULL)
+		fprintf(stderr, "mock nccl: rank %d of %d: aborted\n", c->rank,
+		    c->n);
+	return ncclCommDestroy(c);
+}
+
+ncclResult_t
+ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
+{
+	if (c == NULL || err == NULL)
+		return ncclInvalidArgument;
+	*err = atomic_load(&c->s->broken) ? ncclRemoteError : ncclSuccess;
+	return ncclSuccess;
 }
 
 const char *
