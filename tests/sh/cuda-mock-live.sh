@@ -13,8 +13,10 @@
 # concurrent requests against one-shot runs, spp2 and kvp2 (two workers,
 # --coll nng) against single, and tp2 over --coll nng and --coll nccl
 # (the same tokens both ways; NCCL's all-reduces counted, graphs'
-# among them); last tp2-spp2-kvp2 over NCCL, and tp2 over NCCL with a
-# worker killed and restarted.
+# among them); tp2-spp2-kvp2 over NCCL, and tp2 over NCCL with a
+# worker killed and restarted; last prefix caching (forks, the partial
+# block copied on the "device"): a shared-prefix trace with the cache on
+# and off.
 # What it checks is the wiring (flags, the runner, the HELLO, serve.sh,
 # gpu-check.sh, the backend's NCCL set-up and calls), not the numerics,
 # which the stand-ins compute on the host. Skips where the build has no
@@ -278,6 +280,51 @@ serve_stop
     { cat "$rl/sched-worker0.log"; exit 1; }
 echo "cuda-mock-live: tp2 nccl: worker 1 killed and restarted; a new" \
     "communicator, 16 of 16 tokens as before"
+# prefix caching on the cuda backend (forks sharing full blocks, the
+# partial block copied on the "device", trims): 24 greedy requests on 3
+# system prompts and the turns of 6 conversations, 40 ms apart, through
+# serve.sh single with the cache on and off give the same tokens, and
+# the cache served some of their prompts
+"$py" - "$tmp/prefix.jsonl" <<'EOF'
+import json, random, sys
+rng = random.Random(5)
+ids = lambda n: [rng.randrange(100, 40000) for _ in range(n)]
+sys_p = [ids(n) for n in (37, 100, 161)]
+convs = [(sys_p[c % 3], []) for c in range(6)]
+with open(sys.argv[1], "w") as f:
+    for turn in range(4):
+        for c, (sp, hist) in enumerate(convs):
+            user = ids(rng.randrange(5, 40))
+            f.write(json.dumps({"id": "c%d.t%d" % (c, turn),
+                "prompt_ids": sp + hist + user, "max_tokens": 6,
+                "ignore_eos": True, "arrival": 0.04 * (6 * turn + c)}) + "\n")
+            hist += user + ids(6)
+EOF
+for cache in on off; do
+	o=
+	[ $cache = off ] && o=--no-prefix-cache
+	bin=$tmp/bin serve_start single 120 MEDHA_BACKEND=cuda \
+	    MEDHA_MODEL="$tmp/random.gguf" MEDHA_ADDR="ipc://$tmp/p.sock" \
+	    MEDHA_LOG="$tmp/logs-prefix-$cache" MEDHA_SCHED_OPTS="$o" \
+	    MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" >/dev/null
+	"$tmp/bin/medha-trace" replay -a "ipc://$tmp/p.sock" --token-ids \
+	    "$tmp/prefix.jsonl" >"$tmp/prefix-$cache.jsonl"
+	serve_stop
+done
+"$py" - "$tmp/prefix-on.jsonl" "$tmp/prefix-off.jsonl" <<'EOF'
+import json, sys
+on, off = ({r["id"]: r for r in map(json.loads, open(f))}
+           for f in sys.argv[1:3])
+assert len(on) == 24 and set(on) == set(off), (len(on), len(off))
+for k in on:
+    assert on[k]["status"] == "ok" and off[k]["status"] == "ok", (on[k], off[k])
+    assert on[k]["token_ids"] == off[k]["token_ids"], (k, on[k], off[k])
+hits = [r for r in on.values() if r.get("cached_tokens", 0) > 0]
+assert len(hits) >= 12, len(hits)
+print("cuda-mock-live: prefix cache: %d of 24 hit, %d prompt tokens "
+      "cached, tokens as without"
+      % (len(hits), sum(r["cached_tokens"] for r in hits)))
+EOF
 for f in "$tmp"/live_*.log; do
 	t=${f##*/live_}
 	sed -n -e "s/^figure: /cuda-mock-live: ${t%.log}: /p" \
