@@ -11,9 +11,12 @@
 # attention launcher (plan, simple and mma kernels, split, fold) on
 # small paged GQA batches, both KV types, head_dim 64 and 128, and the
 # other kernels, against tests/gpu/kernels_test.c's references. Then
-# the attention again with the block's threads scheduled in reverse
-# order: the same errors, or a barrier is missing. Skips where g++ or
-# CUDA's headers are absent, or off x86-64 (the coroutine switch).
+# the attention again with the block's threads scheduled in other
+# orders: the same errors, or a barrier is missing; and on an H100's
+# 132 SMs (other splits). SIMT_SAN=1 builds it all with AddressSanitizer
+# and UBSan (a kernel's read past an allocation, a misaligned vector
+# load; about twice as long). Skips where g++ or CUDA's headers are
+# absent, or off x86-64 (the coroutine switch).
 . "$(dirname "$0")/lib.sh"
 cuda=${CUDA_HOME:-/usr/local/cuda}
 lib=$(dirname "$tests")/libmedha.a
@@ -22,7 +25,10 @@ command -v g++ >/dev/null || skip "no g++"
 [ "$(uname -m)" = x86_64 ] || skip "the emulator's coroutines are x86-64"
 [ -f "$lib" ] || skip "no $lib (make first)"
 simt=$top/tests/gpu/simt
-cxx="g++ -std=c++17 -O1 -g -w -DMEDHA_SIMT -isystem $cuda/include \
+san=
+[ "${SIMT_SAN:-0}" = 0 ] || san="-fsanitize=address,undefined \
+    -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+cxx="g++ -std=c++17 -O1 -g -w $san -DMEDHA_SIMT -isystem $cuda/include \
     -I$top/kernels -include $simt/simt.h"
 objs=
 for f in attn attn_mma kv norm rope merge add embed swiglu; do
@@ -39,13 +45,15 @@ done
 for f in attn attn_mma kv norm rope merge add embed swiglu; do
 	echo "$f"
 done | xargs -P 2 -I % sh -c "$cxx -c -o $tmp/%.o $tmp/%.cc"
-g++ -std=c++17 -O2 -g -Wall -isystem "$cuda/include" -I"$top/kernels" \
-    -c -o "$tmp/simt.o" "$simt/simt.cc"
-${CC:-cc} -O2 -g -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA \
+# shellcheck disable=SC2086 # $san: several flags
+g++ -std=c++17 -O2 -g -Wall $san -isystem "$cuda/include" \
+    -I"$top/kernels" -c -o "$tmp/simt.o" "$simt/simt.cc"
+# shellcheck disable=SC2086
+${CC:-cc} -O2 -g $san -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA \
     -isystem "$cuda/include" -iquote "$top/libcore" -iquote "$top/kernels" \
     -I"$top/tests" -c -o "$tmp/simt_test.o" "$simt/simt_test.c"
 # shellcheck disable=SC2086 # $objs: one argument a file
-g++ -o "$tmp/simt_test" "$tmp/simt_test.o" $objs "$tmp/simt.o" "$lib" \
+g++ $san -o "$tmp/simt_test" "$tmp/simt_test.o" $objs "$tmp/simt.o" "$lib" \
     -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm
 "$tmp/simt_test" >"$tmp/out" 2>&1 || {
 	cat "$tmp/out"
@@ -54,16 +62,28 @@ g++ -o "$tmp/simt_test" "$tmp/simt_test.o" $objs "$tmp/simt.o" "$lib" \
 cat "$tmp/out"
 grep -q '^ok   simt attn .*\[mma+simple\]' "$tmp/out"
 grep -Eq '^simt: .* [1-9][0-9]* mma, [1-9][0-9]* ldmatrix' "$tmp/out"
-# the reverse schedule: the same measured errors (a race moves them)
-SIMT_ORDER=rev "$tmp/simt_test" attn >"$tmp/rev" 2>&1 || {
-	cat "$tmp/rev"
-	exit 1
-}
+# other schedules (simt.cc, SIMT_ORDER): the threads in reverse, and
+# each warp alone to the next barrier; the same measured errors, or a
+# barrier is missing (a race moves them)
 grep '^.... simt attn' "$tmp/out" >"$tmp/a"
-grep '^.... simt attn' "$tmp/rev" >"$tmp/b"
-cmp -s "$tmp/a" "$tmp/b" || {
-	echo "kernels-simt: the attention's errors move with the schedule:"
-	diff "$tmp/a" "$tmp/b"
+for order in rev warp; do
+	SIMT_ORDER=$order "$tmp/simt_test" attn >"$tmp/o" 2>&1 || {
+		cat "$tmp/o"
+		echo "kernels-simt: failed with SIMT_ORDER=$order"
+		exit 1
+	}
+	grep '^.... simt attn' "$tmp/o" >"$tmp/b"
+	cmp -s "$tmp/a" "$tmp/b" || {
+		echo "kernels-simt: the attention's errors move with the" \
+		    "schedule (SIMT_ORDER=$order):"
+		diff "$tmp/a" "$tmp/b"
+		exit 1
+	}
+	echo "SIMT_ORDER=$order: the same attention errors"
+done
+SIMT_SMS=132 "$tmp/simt_test" attn >"$tmp/o" 2>&1 || {
+	cat "$tmp/o"
+	echo "kernels-simt: failed with SIMT_SMS=132"
 	exit 1
 }
-echo "reverse schedule: the same attention errors"
+echo "SIMT_SMS=132: $(tail -1 "$tmp/o")"

@@ -4,11 +4,11 @@
  *
  * A block's threads are coroutines on one host thread (simt_switch:
  * the callee-saved registers and the stack pointer, x86-64; glibc's
- * swapcontext makes a system call each switch, which was half the run). The
- * scheduler runs each runnable thread, in thread order (SIMT_ORDER=rev:
- * the reverse), until it waits at a warp collective or __syncthreads;
- * when a whole warp waits at the same collective it is released, when
- * the whole block waits at __syncthreads it is released. Anything else
+ * swapcontext makes a system call each switch, which was half the
+ * run). The scheduler runs each runnable thread (in the order
+ * SIMT_ORDER picks, run_block) until it waits at a warp collective or
+ * __syncthreads; when a whole warp waits at the same collective it is
+ * released, when the whole block waits at __syncthreads it is released. Anything else
  * (a warp whose lanes wait at different collectives, a barrier some
  * threads never reach) is a divergence the GPU would hang on or make
  * undefined: the emulator stops with a message naming the block, the
@@ -40,6 +40,10 @@
 
 #include <map>
 #include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 uint3 *simt_tidp;
 uint3 simt_block_idx;
@@ -177,6 +181,11 @@ thread_stack(char *base, size_t len)
 	uint64_t *sp = top - 9;
 	uint32_t csr[2];
 
+#if defined(__SANITIZE_ADDRESS__)
+	/* a frame the last block left (entry's never returns) still
+	   marked on the shadow */
+	ASAN_UNPOISON_MEMORY_REGION(base + len - (32 << 10), 32 << 10);
+#endif
 	asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
 	memset(sp, 0, 9 * 8);
 	memcpy(sp, csr, 8);
@@ -218,11 +227,52 @@ stuck(void)
 	exit(2);
 }
 
+/* lanes of warp w that can run, each until it waits or exits */
+static void
+run_warp(int w, int rev)
+{
+	for (int k = 0; k < 32; k++) {
+		sthread *t = &th[w * 32 + (rev ? 31 - k : k)];
+
+		if (t->st != RUN)
+			continue;
+		cur = t;
+		simt_tidp = &t->tid;
+		simt_switch(&sched_sp, t->sp);
+	}
+	cur = NULL;
+}
+
+/* release warp w if its 32 lanes wait at the same collective */
+static int
+try_warp(int w)
+{
+	sthread *l = &th[w * 32];
+
+	for (int k = 0; k < 32; k++)
+		if (l[k].st != WAIT_WARP || l[k].op != l[0].op ||
+		    l[k].wgen != l[0].wgen)
+			return 0;
+	for (int k = 0; k < 32; k++)
+		l[k].st = RUN;
+	n_op[l[0].op]++;
+	return 1;
+}
+
+/*
+ * SIMT_ORDER: fwd (the default) runs every thread in order to its next
+ * wait, then releases the warps that can go; rev the same in reverse;
+ * warp and warprev run each warp (in order, or the last first) as far
+ * as it goes alone, to a __syncthreads or its end, before the next
+ * starts. Between barriers the threads of a correct kernel touch
+ * nothing another reads, so every order gives the same bits.
+ */
 static void
 run_block(void)
 {
-	int rev = getenv("SIMT_ORDER") != NULL &&
-	    !strcmp(getenv("SIMT_ORDER"), "rev");
+	const char *o = getenv("SIMT_ORDER");
+	int rev = o != NULL && (!strcmp(o, "rev") || !strcmp(o, "warprev"));
+	int eager = o != NULL && !strncmp(o, "warp", 4), nw = nth / 32;
 
 	for (int i = 0; i < nth; i++) {
 		sthread *t = &th[i];
@@ -238,43 +288,28 @@ run_block(void)
 		t->copies.clear();
 		t->sp = thread_stack(stacks + (size_t)i * STACK, STACK);
 	}
-	for (int w = 0; w < (nth + 31) / 32; w++)
+	for (int w = 0; w < nw; w++)
 		warps[w].built = -1;
 	for (;;) {
 		int done = 0, at_bar = 0, released = 0;
 
-		for (int k = 0; k < nth; k++) {
-			sthread *t = &th[rev ? nth - 1 - k : k];
+		for (int k = 0; k < nw; k++) {
+			int w = rev ? nw - 1 - k : k;
 
-			if (t->st != RUN)
-				continue;
-			cur = t;
-			simt_tidp = &t->tid;
-			simt_switch(&sched_sp, t->sp);
+			run_warp(w, rev && !eager);
+			while (eager && try_warp(w)) {
+				released++;
+				run_warp(w, 0);
+			}
 		}
-		cur = NULL;
+		for (int w = 0; !eager && w < nw; w++)
+			released += try_warp(w);
 		for (int i = 0; i < nth; i++) {
 			done += th[i].st == DONE;
 			at_bar += th[i].st == WAIT_BLOCK;
 		}
 		if (done == nth)
 			return;
-		/* a warp whose 32 lanes wait at the same collective */
-		for (int w = 0; w < nth / 32; w++) {
-			sthread *l = &th[w * 32];
-			int k;
-
-			for (k = 0; k < 32; k++)
-				if (l[k].st != WAIT_WARP || l[k].op != l[0].op ||
-				    l[k].wgen != l[0].wgen)
-					break;
-			if (k < 32)
-				continue;
-			for (k = 0; k < 32; k++)
-				l[k].st = RUN;
-			n_op[l[0].op]++;
-			released++;
-		}
 		if (released)
 			continue;
 		if (at_bar == nth) {
@@ -639,12 +674,12 @@ cudaGetErrorString(cudaError_t e)
 	return e == cudaSuccess ? "no error" : "error (simt)";
 }
 
-/* allocations poisoned with 0xff, as the tests poison outputs */
+/* allocations poisoned with 0xff, as the tests poison outputs; exactly
+   n bytes (AddressSanitizer, SIMT_SAN=1, sees a byte past them) */
 cudaError_t
 cudaMalloc(void **p, size_t n)
 {
-	*p = aligned_alloc(256, (n + 255) & ~(size_t)255);
-	if (*p == NULL)
+	if (posix_memalign(p, 256, n ? n : 1) != 0)
 		return cudaErrorMemoryAllocation;
 	memset(*p, 0xff, n);
 	return cudaSuccess;
