@@ -15,6 +15,10 @@
  * A: a0 (row g, k 2t..2t+1), a1 (g+8, 2t), a2 (g, 2t+8), a3 (g+8, 2t+8);
  * B: b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); C: c0, c1 (row g, n 2t,
  * 2t+1), c2, c3 (row g+8, ...). Lower column in the lower half.
+ *
+ * Under MEDHA_SIMT (tests/gpu/simt: this file compiled as host C++ for
+ * the SIMT emulator) the inline-asm helpers call the emulator's
+ * versions of the same PTX instructions; nvcc never defines it.
  */
 #include "attn.cuh"
 
