@@ -34,9 +34,14 @@ objs=
 for f in attn attn_mma kv norm rope merge add embed swiglu; do
 	sed -e 's/\([A-Za-z_][A-Za-z0-9_]*\(<[^<>]*>\)\{0,1\}\)<<<\(.*\)>>>(/simt_launch(\1, \3)(/' \
 	    -e 's/extern __shared__ \(__align__([0-9]*) \)\{0,1\}\([A-Za-z0-9_]*\) \([A-Za-z_][A-Za-z0-9_]*\)\[\];/\2 *\3 = (\2 *)simt_dyn_smem();/' \
+	    -e 's/^\([[:space:]]*__shared__ .* \([A-Za-z_][A-Za-z0-9_]*\)\[.*\];\)$/\1 simt_shared_fresh(\2, sizeof(\2));/' \
 	    "$top/kernels/$f.cu" >"$tmp/$f.cc"
 	! grep -n '<<<\|extern __shared__' "$tmp/$f.cc" || {
 		echo "kernels-simt: a launch or extern shared the sed missed"
+		exit 1
+	}
+	! grep -n '__shared__' "$tmp/$f.cc" | grep -v simt_shared_fresh || {
+		echo "kernels-simt: a __shared__ declaration the sed missed"
 		exit 1
 	}
 	objs="$objs $tmp/$f.o"

@@ -27,8 +27,8 @@
  * barrier after it) sees NaNs, and so does a warp still reading a
  * buffer that another warp refills too early.
  *
- * Dynamic shared memory is poisoned the same way at each block's
- * start; over 48 KB of it needs the kernel's cudaFuncSetAttribute
+ * Shared memory is poisoned the same way at each block's start (the
+ * dynamic, and each static array where the block first declares it); over 48 KB of it needs the kernel's cudaFuncSetAttribute
  * first, as on the GPU, and at most 227 KB (an H100's).
  */
 #include "simt.h"
@@ -129,6 +129,7 @@ static void *g_ctx;
 static std::map<const void *, int> smem_attr; /* cudaFuncSetAttribute */
 static int sms = 4;
 static long n_launch, n_block, n_bar, n_op[N_OPS];
+static long n_block_run; /* blocks begun: which one a static belongs to */
 
 static void __attribute__((noreturn, format(printf, 1, 2)))
 fail(const char *fmt, ...)
@@ -261,7 +262,8 @@ try_warp(int w)
 
 /*
  * SIMT_ORDER: fwd (the default) runs every thread in order to its next
- * wait, then releases the warps that can go; rev the same in reverse;
+ * wait, then releases the warps that can go; rev the same in reverse
+ * (and the blocks of a grid from the last);
  * warp and warprev run each warp (in order, or the last first) as far
  * as it goes alone, to a __syncthreads or its end, before the next
  * starts. Between barriers the threads of a correct kernel touch
@@ -366,13 +368,23 @@ simt_run_grid(const void *fn, dim3 grid, dim3 block, size_t sm,
 	simt_grid_dim = grid;
 	n_launch++;
 	n_block += (long)grid.x * grid.y * grid.z;
-	for (unsigned z = 0; z < grid.z; z++)
-		for (unsigned y = 0; y < grid.y; y++)
-			for (unsigned x = 0; x < grid.x; x++) {
-				simt_block_idx = make_uint3(x, y, z);
-				memset(smem, 0xff, sm);
-				run_block();
-			}
+	/* blocks in order; SIMT_ORDER=rev the last first (a block that
+	   reads what another of the same launch writes then reads it
+	   unwritten) */
+	long nb = (long)grid.x * grid.y * grid.z;
+	const char *o = getenv("SIMT_ORDER");
+	int rev = o != NULL && !strcmp(o, "rev");
+
+	for (long k = 0; k < nb; k++) {
+		long b = rev ? nb - 1 - k : k;
+
+		simt_block_idx = make_uint3((unsigned)(b % grid.x),
+		    (unsigned)(b / grid.x % grid.y),
+		    (unsigned)(b / ((long)grid.x * grid.y)));
+		memset(smem, 0xff, sm);
+		n_block_run++;
+		run_block();
+	}
 }
 
 void
@@ -596,6 +608,21 @@ simt_cp_wait(int n)
 		}
 	}
 	cur->copies.swap(left);
+}
+
+/* a static __shared__ array's first use in a block: NaN bits, as shared
+   memory holds what the last block left (kernels-simt.sh's sed puts
+   the call after each declaration) */
+void
+simt_shared_fresh(void *p, size_t n)
+{
+	static std::map<void *, long> seen;
+	auto it = seen.find(p);
+
+	if (it != seen.end() && it->second == n_block_run)
+		return;
+	seen[p] = n_block_run;
+	memset(p, 0xff, n);
 }
 
 void *

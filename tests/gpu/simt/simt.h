@@ -4,7 +4,8 @@
  * (g++ -include simt.h -DMEDHA_SIMT) into each kernel source after a
  * sed has turned every launch "k<<<g, b, sm, st>>>(args)" into
  * "simt_launch(k, g, b, sm, st)(args)" and "extern __shared__ T x[]"
- * into a pointer to the block's dynamic shared memory.
+ * into a pointer to the block's dynamic shared memory, and put
+ * simt_shared_fresh(x, sizeof(x)) after each static "__shared__ T x[]".
  *
  * A block's threads run as coroutines on one host thread; each runs
  * until it reaches __syncthreads or a warp collective (shuffles, mma,
@@ -101,8 +102,10 @@ void simt_cp_async16(uint32_t dst, const void *src, int src_bytes);
 void simt_cp_commit(void);
 void simt_cp_wait(int n);
 
-/* the block's dynamic shared memory, and its 32-bit shared addresses */
+/* the block's dynamic shared memory, and its 32-bit shared addresses;
+   a static one's poisoning at its first declaration in a block */
 void *simt_dyn_smem(void);
+void simt_shared_fresh(void *p, size_t n);
 uint32_t simt_shared_addr(const void *p);
 
 static inline size_t
