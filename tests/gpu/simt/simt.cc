@@ -114,6 +114,7 @@ struct sthread {
 struct swarp {
 	uint32_t buf[2][32][SLOTW];
 	long built; /* the collective whose matrices are built */
+	long banked; /* the ldmatrix whose banks are counted */
 	float A[16][16], B[16][8];
 };
 
@@ -129,6 +130,7 @@ static void *g_ctx;
 static std::map<const void *, int> smem_attr; /* cudaFuncSetAttribute */
 static int sms = 4;
 static long n_launch, n_block, n_bar, n_op[N_OPS];
+static long n_ldsm_conflict; /* extra shared memory wavefronts */
 static long n_block_run; /* blocks begun: which one a static belongs to */
 
 static void __attribute__((noreturn, format(printf, 1, 2)))
@@ -291,7 +293,7 @@ run_block(void)
 		t->sp = thread_stack(stacks + (size_t)i * STACK, STACK);
 	}
 	for (int w = 0; w < nw; w++)
-		warps[w].built = -1;
+		warps[w].built = warps[w].banked = -1;
 	for (;;) {
 		int done = 0, at_bar = 0, released = 0;
 
@@ -324,14 +326,23 @@ run_block(void)
 	}
 }
 
+/* extra passes of the ldmatrix instructions so far (0: every 8x8
+   matrix read in one pass, as attn_mma.cu's padded rows promise) */
+extern "C" long
+simt_bank_conflicts(void)
+{
+	return n_ldsm_conflict;
+}
+
 extern "C" void
 simt_stats(char *buf, size_t len)
 {
 	snprintf(buf, len, "%ld launches, %ld blocks, %ld __syncthreads, "
-	    "warp collectives: %ld shfl, %ld mma, %ld ldmatrix", n_launch,
-	    n_block, n_bar, n_op[OP_SHFL_IDX] + n_op[OP_SHFL_XOR],
+	    "warp collectives: %ld shfl, %ld mma, %ld ldmatrix (%ld bank "
+	    "conflicts)", n_launch, n_block, n_bar,
+	    n_op[OP_SHFL_IDX] + n_op[OP_SHFL_XOR],
 	    n_op[OP_MMA_BF16] + n_op[OP_MMA_F16],
-	    n_op[OP_LDSM] + n_op[OP_LDSM_T]);
+	    n_op[OP_LDSM] + n_op[OP_LDSM_T], n_ldsm_conflict);
 }
 
 void
@@ -545,8 +556,28 @@ simt_ldsm_x4(uint32_t *r, uint32_t addr, int trans)
 	uint32_t (*all)[SLOTW];
 	int lane = cur->lane;
 
+	long gen = cur->wgen;
+	swarp *w = &warps[cur->warp];
+
 	smem_check(addr, 16, 16, trans ? "ldmatrix.trans row" : "ldmatrix row");
 	all = exchange(trans ? OP_LDSM_T : OP_LDSM, &addr, 1);
+	/* each matrix is one pass over the 32 four-byte banks: its 8 rows
+	   of 16 bytes in distinct banks, or extra passes (bank conflicts) */
+	if (w->banked != gen) {
+		for (int i = 0; i < 4; i++) {
+			int hits[32] = {0}, most = 0;
+
+			for (int r = 0; r < 8; r++)
+				for (int k = 0; k < 4; k++) {
+					int b = (int)((all[8 * i + r][0] / 4 + k) % 32);
+
+					if (++hits[b] > most)
+						most = hits[b];
+				}
+			n_ldsm_conflict += most - 1;
+		}
+		w->banked = gen;
+	}
 	for (int i = 0; i < 4; i++) {
 		uint32_t lo, hi;
 

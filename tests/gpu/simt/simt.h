@@ -169,5 +169,6 @@ simt_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0,
 
 /* what ran so far: launches, blocks, and each kind of collective */
 extern "C" void simt_stats(char *buf, size_t len);
+extern "C" long simt_bank_conflicts(void);
 
 #endif
