@@ -204,7 +204,8 @@ simt_attn_all(void)
 	/* KVP pieces (kv_base > 0): keys wholly before the rows, pieces
 	   after their queries (no key: lse -inf, out 0) on both paths, one
 	   cut by the causal edge with a mma-sized chunk, and one whose first
-	   ten rows see no key and the rest one more each */
+	   ten rows see no key and the rest one more each; with 4 and with 1
+	   query head per kv head */
 	struct hseq kvp[] = {
 	    {3, 1000, 208, 300, 0},
 	    {2, 1000, 1200, 100, 0},
@@ -222,7 +223,7 @@ simt_attn_all(void)
 	    2);
 	simt_attn("gqa chunks hd128 4/1 f16", gqa, 4, MEDHA_K_F16, 4, 1, 128, 2);
 	simt_attn("kvp pieces hd128 8/2 f16", kvp, 5, MEDHA_K_F16, 8, 2, 128, 2);
-	simt_attn("kvp pieces hd64 4/1 bf16", kvp, 5, MEDHA_K_BF16, 4, 1, 64, 2);
+	simt_attn("kvp pieces hd64 4/4 bf16", kvp, 5, MEDHA_K_BF16, 4, 4, 64, 2);
 	/* peaky scores (queries 8 times larger): the running max moves
 	   from tile to tile, the rescaling matters */
 	simt_attn("fresh 150 hd64 4/1 bf16 peaky", fresh, 2, MEDHA_K_BF16, 4, 1,
