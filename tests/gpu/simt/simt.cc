@@ -8,12 +8,13 @@
  * run). The scheduler runs each runnable thread (in the order
  * SIMT_ORDER picks, run_block) until it waits at a warp collective or
  * __syncthreads; when a whole warp waits at the same collective it is
- * released, when the whole block waits at __syncthreads it is released. Anything else
- * (a warp whose lanes wait at different collectives, a barrier some
- * threads never reach) is a divergence the GPU would hang on or make
- * undefined: the emulator stops with a message naming the block, the
- * threads and what they wait at. Between two waits a thread runs alone,
- * so a missing barrier shows as a result that moves with SIMT_ORDER.
+ * released, when the whole block waits at __syncthreads it is
+ * released. Anything else (a warp whose lanes wait at different
+ * collectives, a barrier some threads never reach) is a divergence the
+ * GPU would hang on or make undefined: the emulator stops with a
+ * message naming the block, the threads and what they wait at. Between
+ * two waits a thread runs alone, so a missing barrier shows as a result
+ * that moves with SIMT_ORDER.
  *
  * The collectives follow the PTX ISA (9.7.14.5.8 for the mma fragments,
  * 9.7.14.5.15 for ldmatrix), transcribed from its tables rather than
@@ -28,8 +29,15 @@
  * buffer that another warp refills too early.
  *
  * Shared memory is poisoned the same way at each block's start (the
- * dynamic, and each static array where the block first declares it); over 48 KB of it needs the kernel's cudaFuncSetAttribute
- * first, as on the GPU, and at most 227 KB (an H100's).
+ * dynamic, and each static array where the block first declares it).
+ * Over 48 KB of dynamic shared memory needs the kernel's
+ * cudaFuncSetAttribute first, as on the GPU, and at most 227 KB (an
+ * H100's). ldmatrix's bank conflicts are counted (simt_bank_conflicts).
+ *
+ * What it cannot see: the tensor cores' own accumulation order and
+ * rounding (f64 sums here), races between blocks of one launch beyond
+ * what running them in reverse shows, warp-synchronous code that
+ * relies on lanes running in step without a collective, timing.
  */
 #include "simt.h"
 

@@ -1,8 +1,8 @@
 /*
- * simt.h: what the kernels (kernels/NAME.cu) need to compile as host C++ and run on the
- * SIMT emulator (simt.cc). tests/sh/kernels-simt.sh force-includes it
- * (g++ -include simt.h -DMEDHA_SIMT) into each kernel source after a
- * sed has turned every launch "k<<<g, b, sm, st>>>(args)" into
+ * simt.h: what the kernels (kernels/NAME.cu) need to compile as host
+ * C++ and run on the SIMT emulator (simt.cc). build.sh force-includes
+ * it (g++ -include simt.h -DMEDHA_SIMT) into each kernel source after
+ * a sed has turned every launch "k<<<g, b, sm, st>>>(args)" into
  * "simt_launch(k, g, b, sm, st)(args)" and "extern __shared__ T x[]"
  * into a pointer to the block's dynamic shared memory, and put
  * simt_shared_fresh(x, sizeof(x)) after each static "__shared__ T x[]".
