@@ -15,6 +15,10 @@
  * A: a0 (row g, k 2t..2t+1), a1 (g+8, 2t), a2 (g, 2t+8), a3 (g+8, 2t+8);
  * B: b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); C: c0, c1 (row g, n 2t,
  * 2t+1), c2, c3 (row g+8, ...). Lower column in the lower half.
+ *
+ * Under MEDHA_SIMT (tests/gpu/simt: this file compiled as host C++ for
+ * the SIMT emulator) the inline-asm helpers call the emulator's
+ * versions of the same PTX instructions; nvcc never defines it.
  */
 #include "attn.cuh"
 
@@ -25,6 +29,9 @@ template <int T>
 static __device__ __forceinline__ void
 mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
+#ifdef MEDHA_SIMT
+	simt_mma16816(T == MEDHA_K_BF16, c, a, b0, b1);
+#else
 	if (T == MEDHA_K_BF16)
 		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
 		             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -39,45 +46,66 @@ mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
 		             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]),
 		             "r"(b0), "r"(b1));
+#endif
 }
 
 static __device__ __forceinline__ void
 ldsm_x4(uint32_t *r, uint32_t addr)
 {
+#ifdef MEDHA_SIMT
+	simt_ldsm_x4(r, addr, 0);
+#else
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
 	             "{%0,%1,%2,%3}, [%4];\n"
 	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 	             : "r"(addr));
+#endif
 }
 
 static __device__ __forceinline__ void
 ldsm_x4_t(uint32_t *r, uint32_t addr)
 {
+#ifdef MEDHA_SIMT
+	simt_ldsm_x4(r, addr, 1);
+#else
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
 	             "{%0,%1,%2,%3}, [%4];\n"
 	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 	             : "r"(addr));
+#endif
 }
 
 /* 16 bytes global -> shared; src_bytes 0 fills the 16 with zeros */
 static __device__ __forceinline__ void
 cp_async16(uint32_t dst, const void *src, int src_bytes)
 {
+#ifdef MEDHA_SIMT
+	simt_cp_async16(dst, src, src_bytes);
+#else
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
 	             "l"(src), "r"(src_bytes));
+#endif
 }
 
 static __device__ __forceinline__ void
 cp_commit(void)
 {
+#ifdef MEDHA_SIMT
+	simt_cp_commit();
+#else
 	asm volatile("cp.async.commit_group;\n" ::);
+#endif
 }
 
 template <int N>
 static __device__ __forceinline__ void
 cp_wait(void)
 {
+#ifdef MEDHA_SIMT
+	simt_cp_wait(N);
+#else
 	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 /* two f32 as the cache's 16-bit type, the first in the low half */

@@ -1,0 +1,60 @@
+#!/bin/sh
+# kernels-simt.sh: the CUDA kernels' own device code (kernels/*.cu but
+# sample.cu) run on the host, before any GPU runs it: each source is
+# compiled as host C++ by g++ with tests/gpu/simt/simt.h (its launches
+# rewritten by sed: tests/gpu/simt/build.sh), and a SIMT emulator
+# (tests/gpu/simt/simt.cc) runs every CUDA thread of a block as a
+# coroutine, meeting at __syncthreads and at each warp collective:
+# shuffles, and attn_mma.cu's mma.sync m16n8k16, ldmatrix (.trans) and
+# cp.async, whose host versions (MEDHA_SIMT) follow the PTX ISA's
+# fragment layouts. tests/gpu/simt/simt_test.c runs the attention
+# launcher (plan, simple and mma kernels, split, fold) on small paged
+# GQA batches, both KV types, head_dim 64 and 128, and the other
+# kernels, against tests/gpu/kernels_test.c's references. Then the
+# attention again with the block's threads scheduled in other orders:
+# the same errors, or a barrier is missing; and on an H100's 132 SMs
+# (other splits). tests/gpu/simt/mutants.sh checks that the emulator
+# catches faults planted in the kernels. SIMT_SAN=1 builds it all with
+# AddressSanitizer and UBSan (a kernel's read past an allocation, a
+# misaligned vector load; about twice as long). Skips where g++ or
+# CUDA's headers are absent, or off x86-64 (the coroutine switch).
+. "$(dirname "$0")/lib.sh"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+lib=$(dirname "$tests")/libmedha.a
+[ -f "$cuda/include/cuda_bf16.h" ] || skip "no $cuda/include/cuda_bf16.h"
+command -v g++ >/dev/null || skip "no g++"
+[ "$(uname -m)" = x86_64 ] || skip "the emulator's coroutines are x86-64"
+[ -f "$lib" ] || skip "no $lib (make first)"
+LIB=$lib sh "$top/tests/gpu/simt/build.sh" "$tmp"
+"$tmp/simt_test" >"$tmp/out" 2>&1 || {
+	cat "$tmp/out"
+	exit 1
+}
+cat "$tmp/out"
+grep -q '^ok   simt attn .*\[mma+simple\]' "$tmp/out"
+grep -Eq '^simt: .* [1-9][0-9]* mma, [1-9][0-9]* ldmatrix' "$tmp/out"
+# other schedules (simt.cc, SIMT_ORDER): the threads in reverse, and
+# each warp alone to the next barrier; the same measured errors, or a
+# barrier is missing (a race moves them)
+grep '^.... simt attn' "$tmp/out" >"$tmp/a"
+for order in rev warp; do
+	SIMT_ORDER=$order "$tmp/simt_test" attn >"$tmp/o" 2>&1 || {
+		cat "$tmp/o"
+		echo "kernels-simt: failed with SIMT_ORDER=$order"
+		exit 1
+	}
+	grep '^.... simt attn' "$tmp/o" >"$tmp/b"
+	cmp -s "$tmp/a" "$tmp/b" || {
+		echo "kernels-simt: the attention's errors move with the" \
+		    "schedule (SIMT_ORDER=$order):"
+		diff "$tmp/a" "$tmp/b"
+		exit 1
+	}
+	echo "SIMT_ORDER=$order: the same attention errors"
+done
+SIMT_SMS=132 "$tmp/simt_test" attn >"$tmp/o" 2>&1 || {
+	cat "$tmp/o"
+	echo "kernels-simt: failed with SIMT_SMS=132"
+	exit 1
+}
+echo "SIMT_SMS=132: $(tail -1 "$tmp/o")"
