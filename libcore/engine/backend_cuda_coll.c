@@ -118,12 +118,12 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 	if ((rc = cuda_nccl_load(c, why, whylen)) != 0)
 		return rc;
 	if (c->nccl != NULL) {
-		/* a new peer table (a rank restarted): the decode graphs
-		   captured the old communicator's all-reduces */
+		/* a new peer table (a rank restarted): the old communicator
+		   has a rank that is gone, which a destroy may wait for (an
+		   abort does not), and the decode graphs captured its
+		   all-reduces */
 		SYNC("the old communicator's work");
-		cuda_graph_free(c);
-		c->nc.ncclCommDestroy(c->nccl);
-		c->nccl = NULL;
+		nccl_abort(c);
 	}
 	memset(&id, 0, sizeof(id));
 	if (c->tpr == 0 && (st = c->nc.ncclGetUniqueId(&id)) != ncclSuccess)

@@ -141,7 +141,7 @@ struct cuda_be {
 	void *kvmem;                /* (hi - lo, 2, n_blocks, nkv, 16, hd) */
 	struct medha_k_kv_layer *kvl; /* (n_layers), [lo, hi) filled */
 	struct medha_kvblocks bt;   /* which blocks each sequence holds */
-	char *seen;                 /* (max_seqs) batch checks */
+	char *seen;                 /* (bt.max_seqs) batch checks */
 
 	/* scratch (rows for cap_t tokens, cap_r logits rows) */
 	int cap_t, cap_r;
