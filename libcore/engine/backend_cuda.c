@@ -50,9 +50,10 @@ cuda_is_decode(const struct medha_fwd *f)
 	return f->b->n_tokens == f->b->n_seqs && !merging(f);
 }
 
-/* The attention workspace for this batch's shape (before a capture). */
-static int
-attn_work(struct cuda_be *c, char *why, size_t whylen)
+/* The attention workspace for this batch's shape (before a capture:
+   a graph reads the buffer, so a new one frees the graphs). */
+int
+cuda_attn_work(struct cuda_be *c, char *why, size_t whylen)
 {
 	struct medha_k_attn a = {&c->kvl[c->lo], &c->desc.s, c->qkv, c->qkvd,
 	    c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->att, NULL, NULL,
@@ -234,7 +235,7 @@ eager(struct cuda_be *c, const struct medha_fwd *f, int nrows, char *why,
 	int rc;
 
 	if ((rc = cuda_desc_build(c, f, 0, why, whylen)) != 0 ||
-	    (rc = attn_work(c, why, whylen)) != 0)
+	    (rc = cuda_attn_work(c, why, whylen)) != 0)
 		return rc;
 	if (f->h_in != NULL)
 		CU(cudaMemcpyAsync(c->x, f->h_in,
@@ -373,6 +374,12 @@ cuda_close(void *impl)
 
 	if (c == NULL)
 		return;
+	/* first: an all-reduce left queued by a failed call, its peer gone,
+	   would keep the stream from ever finishing */
+	/* first: an all-reduce left queued by a failed call, its peer gone,
+	   would keep the stream from ever finishing */
+	if (c->nccl != NULL)
+		cuda_nccl_abort(c);
 	if (c->st != NULL)
 		cudaStreamSynchronize(c->st);
 	cuda_graph_free(c);
@@ -389,7 +396,6 @@ cuda_close(void *impl)
 	cudaFreeHost(c->hids);
 	cudaFreeHost(c->hb);
 	free(c->mrg);
-	free(c->lgrow);
 	cuda_lt_close(c);
 	cuda_nccl_close(c);
 	if (c->st != NULL)
@@ -509,7 +515,7 @@ kv_blocks(struct cuda_be *c, const struct medha_backend_params *p,
 	}
 	CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
 	/* what weights and scratch took since open comes off the share */
-	budget = (double)free0 * util - (double)(free0 - fr);
+	budget = (double)free0 * util - ((double)free0 - (double)fr);
 	*n = budget > 0 ? (int64_t)(budget / (double)per) : 0;
 	if (*n > INT32_MAX)
 		*n = INT32_MAX;
@@ -517,7 +523,8 @@ kv_blocks(struct cuda_be *c, const struct medha_backend_params *p,
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "cuda: no room for a KV cache: %.2f GB free at open, "
 		    "mem_util %.2f, weights and scratch took %.2f GB",
-		    (double)free0 / 1e9, util, (double)(free0 - fr) / 1e9);
+		    (double)free0 / 1e9, util,
+		    ((double)free0 - (double)fr) / 1e9);
 	return 0;
 }
 

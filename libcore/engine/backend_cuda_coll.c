@@ -44,8 +44,8 @@ cuda_stage(struct cuda_be *c, size_t n, char *why, size_t whylen)
 /* The communicator given up: aborted (its kernels return), and the
    decode graphs that captured its all-reduces dropped; the next call
    with peers makes a new one (cuda_comm_init). */
-static void
-nccl_abort(struct cuda_be *c)
+void
+cuda_nccl_abort(struct cuda_be *c)
 {
 	c->nc.ncclCommAbort(c->nccl);
 	c->nccl = NULL;
@@ -77,7 +77,7 @@ cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
 		struct timespec ts = {0, 20000};
 		if (c->nc.ncclCommGetAsyncError(c->nccl, &ae) == ncclSuccess &&
 		    ae != ncclSuccess && ae != ncclInProgress) {
-			nccl_abort(c);
+			cuda_nccl_abort(c);
 			return medha_why(why, whylen, MEDHA_EIO,
 			    "cuda: %s: NCCL (TP rank %d of %d): %s; "
 			    "communicator aborted",
@@ -86,7 +86,7 @@ cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
 		if (++spins < 1000)
 			continue; /* a step's end is usually close */
 		if (medha_now() - t0 > c->nccl_timeout) {
-			nccl_abort(c);
+			cuda_nccl_abort(c);
 			return medha_why(why, whylen, MEDHA_ETIMEOUT,
 			    "cuda: %s: not done after %g s (TP rank %d of %d: "
 			    "a peer gone?); NCCL communicator aborted",
@@ -104,8 +104,8 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
     size_t whylen)
 {
 	struct cuda_be *c = impl;
-	ncclUniqueId *all, id;
-	int rc, st;
+	ncclUniqueId *all, id, none;
+	int rc, st = ncclSuccess;
 
 	if (c->tp == 1 || c->coll != MEDHA_COLL_NCCL)
 		return 0; /* the caller's collectives, in each call */
@@ -123,12 +123,14 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 		   abort does not), and the decode graphs captured its
 		   all-reduces */
 		SYNC("the old communicator's work");
-		nccl_abort(c);
+		cuda_nccl_abort(c);
 	}
 	memset(&id, 0, sizeof(id));
+	memset(&none, 0, sizeof(none));
+	/* rank 0 sends its id even when it has none (all zeros), so that
+	   the others are not left waiting in the gather: each fails */
 	if (c->tpr == 0 && (st = c->nc.ncclGetUniqueId(&id)) != ncclSuccess)
-		return medha_why(why, whylen, MEDHA_EIO,
-		    "cuda: ncclGetUniqueId: %s", c->nc.ncclGetErrorString(st));
+		memset(&id, 0, sizeof(id));
 	if ((all = calloc((size_t)c->tp, sizeof(id))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	/* layer -1: a tag no layer's collective uses */
@@ -139,6 +141,13 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 	}
 	id = all[0];
 	free(all);
+	if (st != ncclSuccess)
+		return medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: ncclGetUniqueId: %s", c->nc.ncclGetErrorString(st));
+	if (memcmp(&id, &none, sizeof(id)) == 0)
+		return medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: TP rank 0 has no NCCL id (its ncclGetUniqueId "
+		    "failed: see its log)");
 	CU(cudaSetDevice(c->dev), "cudaSetDevice");
 	if ((st = c->nc.ncclCommInitRank(&c->nccl, c->tp, id, c->tpr)) !=
 	    ncclSuccess) {
@@ -318,6 +327,7 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 {
 	const struct medha_batch *b = f->b;
 	const int V = c->c.vocab;
+	const float *rows = NULL;
 	int r = 0;
 
 	if (f->logits != NULL) {
@@ -338,13 +348,30 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	}
 	if (f->samplers == NULL)
 		return 0;
+	/* a sampler other than greedy draws from its row on the host: the
+	   caller's copy, or every row staged in one copy (not one round
+	   trip a sequence) */
+	if (f->logits != NULL)
+		rows = f->logits;
+	else
+		for (int i = 0; i < b->n_seqs && rows == NULL; i++)
+			if (f->samplers[i] != NULL &&
+			    b->seq[i].logits == MEDHA_LOGITS_LAST &&
+			    !medha_sampler_is_greedy(f->samplers[i])) {
+				size_t n = (size_t)nrows * (size_t)V;
+				int rc;
+				if ((rc = cuda_stage(c, n, why, whylen)) != 0)
+					return rc;
+				CU(cudaMemcpyAsync(c->hb, c->logits,
+				       n * sizeof(float),
+				       cudaMemcpyDeviceToHost, c->st),
+				    "downloading logits rows");
+				rows = c->hb;
+			}
 	CU(cudaMemcpyAsync(c->hids, c->ids, (size_t)nrows * sizeof(int32_t),
 	       cudaMemcpyDeviceToHost, c->st),
 	    "downloading the argmax");
 	SYNC("downloading the argmax");
-	if (c->lgrow == NULL &&
-	    (c->lgrow = malloc((size_t)V * sizeof(float))) == NULL)
-		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	for (int i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
 		struct medha_sampler *sp = f->samplers[i];
@@ -354,22 +381,9 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		                                     : 0;
 		if (sp == NULL || s->logits != MEDHA_LOGITS_LAST)
 			continue;
-		if (medha_sampler_is_greedy(sp)) {
-			f->tokens[i] = c->hids[row];
-			continue;
-		}
-		if (f->logits != NULL)
-			memcpy(c->lgrow, f->logits + (size_t)row * V,
-			    (size_t)V * sizeof(float));
-		else {
-			CU(cudaMemcpyAsync(c->lgrow,
-			       c->logits + (size_t)row * V,
-			       (size_t)V * sizeof(float),
-			       cudaMemcpyDeviceToHost, c->st),
-			    "downloading a logits row");
-			SYNC("downloading a logits row");
-		}
-		f->tokens[i] = medha_sample(sp, c->lgrow);
+		f->tokens[i] = medha_sampler_is_greedy(sp)
+		    ? c->hids[row]
+		    : medha_sample(sp, rows + (size_t)row * V);
 	}
 	return 0;
 }

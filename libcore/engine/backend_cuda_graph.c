@@ -117,21 +117,8 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	if ((rc = cuda_desc_build(c, f, cap, why, whylen)) != 0)
 		return rc;
 	/* the workspace may move (and free the graphs) before the find */
-	{
-		struct medha_k_attn a = {&c->kvl[f->layer_lo], &c->desc.s,
-		    c->qkv, c->qkvd, c->nh, 1, c->att, NULL, NULL, NULL, 0};
-		size_t n = medha_k_attn_workspace(&a);
-		if (n > c->awork_cap) {
-			cuda_graph_free(c);
-			cudaFree(c->awork);
-			c->awork = NULL;
-			c->awork_cap = 0;
-			if ((rc = cuda_malloc(&c->awork, n, why, whylen,
-			         "attention workspace")) != 0)
-				return rc;
-			c->awork_cap = n;
-		}
-	}
+	if ((rc = cuda_attn_work(c, why, whylen)) != 0)
+		return rc;
 	g = find(c, f, nrows, cap, &hit);
 	if (!hit) {
 		g->kv_cap = cap;

@@ -58,7 +58,6 @@ struct cuda_nccl {
 	void *dl;
 	LT_FN(ncclGetUniqueId);
 	LT_FN(ncclCommInitRank);
-	LT_FN(ncclCommDestroy);
 	LT_FN(ncclAllReduce);
 	LT_FN(ncclGetErrorString);
 	LT_FN(ncclCommAbort);
@@ -160,7 +159,6 @@ struct cuda_be {
 	size_t mrg_cap;
 	float *mrgd;                /* one sequence's parts (device) */
 	size_t mrgd_cap;            /* floats */
-	float *lgrow;               /* one logits row for a sampler */
 
 	/* libraries */
 	struct cuda_lt lt;
@@ -239,6 +237,7 @@ int cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
     char *why, size_t whylen);
 int cuda_stage(struct cuda_be *c, size_t floats, char *why, size_t whylen);
 int cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen);
+void cuda_nccl_abort(struct cuda_be *c);
 #define SYNC(what)                                                          \
 	do {                                                                \
 		int sy_rc_ = cuda_sync(c, what, why, whylen);               \
@@ -261,5 +260,6 @@ void cuda_events_free(struct cuda_be *c);
 int cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
     char *why, size_t whylen);
 int cuda_is_decode(const struct medha_fwd *f);
+int cuda_attn_work(struct cuda_be *c, char *why, size_t whylen);
 
 #endif

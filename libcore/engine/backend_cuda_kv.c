@@ -162,17 +162,12 @@ cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
 	const struct medha_batch *b = f->b;
 	struct cuda_desc *d = &c->desc;
 	const size_t S = (size_t)b->n_seqs, T = (size_t)b->n_tokens;
-	size_t at = 0, R = 0, B = 0;
+	size_t at = 0, B = 0;
 	int64_t max_kv = 0, off = 0;
 	int max_q = 0, i, j, t, r;
 
-	for (i = 0; i < b->n_seqs; i++) {
-		const struct medha_batch_seq *s = &b->seq[i];
-		R += s->logits == MEDHA_LOGITS_ALL    ? (size_t)s->n_tokens
-		    : s->logits == MEDHA_LOGITS_LAST ? 1
-		                                     : 0;
-		B += (size_t)c->bt.seq[s->seq].nblock;
-	}
+	for (i = 0; i < b->n_seqs; i++)
+		B += (size_t)c->bt.seq[b->seq[i].seq].nblock;
 	d->o_qstart = take(&at, 4 * S);
 	d->o_nq = take(&at, 4 * S);
 	d->o_pos = take(&at, 8 * S);
@@ -182,7 +177,10 @@ cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
 	d->o_app = take(&at, 4 * S);
 	d->o_tpos = take(&at, 8 * T);
 	d->o_tok = take(&at, 4 * T);
-	d->o_rows = take(&at, 4 * (R > 0 ? R : 1));
+	/* room for a row a token, not the rows this batch marks: a decode
+	   graph (keyed by the rows the call asks for) must find the block
+	   tables at the same offset in every step it replays */
+	d->o_rows = take(&at, 4 * T);
 	d->o_table = take(&at, 4 * (B > 0 ? B : 1));
 	d->len = at;
 	if (at > d->cap) {

@@ -126,7 +126,6 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 		    err);
 	SYM(t, ncclGetUniqueId);
 	SYM(t, ncclCommInitRank);
-	SYM(t, ncclCommDestroy);
 	SYM(t, ncclAllReduce);
 	SYM(t, ncclGetErrorString);
 	SYM(t, ncclCommAbort);
@@ -137,8 +136,10 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 void
 cuda_nccl_close(struct cuda_be *c)
 {
+	/* (cuda_close aborted it first); an abort, not a destroy: it
+	   waits for no peer, and one may be gone */
 	if (c->nccl != NULL)
-		c->nc.ncclCommDestroy(c->nccl);
+		c->nc.ncclCommAbort(c->nccl);
 	c->nccl = NULL;
 	if (c->nc.dl != NULL)
 		dlclose(c->nc.dl);

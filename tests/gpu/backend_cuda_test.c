@@ -747,6 +747,27 @@ mixed(const char *name, const struct medha_model *m, const int32_t *tok)
 	    "%s: samplers: greedy %d (argmax %d), none %d, seeded %d (the "
 	    "cpu sampler's draw)",
 	    name, ids[0], argmax(batch, V), ids[1], ids[2]);
+	{
+		/* a seeded sampler with no logits asked for: its row staged
+		   on the host by the backend; s[0] holds s[3]'s 40 tokens, so
+		   its step equals the timed one's logits (in alone) */
+		struct medha_sampler *hot2 = NULL, *twin2 = NULL;
+		struct medha_batch_seq bs = {s[0], 40, 1, MEDHA_LOGITS_LAST};
+		struct medha_batch b = {t, 1, &bs, 1};
+		struct medha_fwd f = {.b = &b, .layer_lo = 0, .layer_hi = nl,
+		    .samplers = &hot2, .tokens = ids};
+		int rc, want;
+		medha_sampler_init(&hot2, &hot, V);
+		medha_sampler_init(&twin2, &hot, V);
+		rc = medha_backend_forward(cu, &f, why, sizeof(why));
+		want = medha_sample(twin2, alone);
+		report(rc == 0 && ids[0] == want,
+		    "%s: a seeded sampler without logits: %d (the cpu "
+		    "sampler's draw from the same row: %d)%s%s",
+		    name, ids[0], want, rc ? ": " : "", rc ? why : "");
+		medha_sampler_free(hot2);
+		medha_sampler_free(twin2);
+	}
 out:
 	for (int i = 0; i < 3; i++)
 		medha_sampler_free(sp[i]);
