@@ -76,6 +76,7 @@ struct obs {
 	int adaptive;
 	int64_t chunk, max_chunk;
 	int64_t batches, decode_batches, errors;
+	int64_t prog; /* batches the progress guarantee gave a chunk */
 	char why[256];
 };
 
@@ -151,8 +152,23 @@ obs_batch(void *arg, const struct medha_sched *s,
 		o->errors++;
 	}
 	if (b->n_decode > 0) {
+		struct medha_sched_progress pg;
+		medha_sched_progress(s, &pg);
 		o->decode_batches++;
-		if (o->adaptive && b->latency > 1.1 * o->target) {
+		/* over the target only by the progress guarantee: one
+		   smallest chunk (the batch counted) */
+		if (o->adaptive && pg.batches > o->prog) {
+			o->prog = pg.batches;
+			if (b->n_items != b->n_decode + 1 ||
+			    b->n_tokens - b->n_decode > 32) {
+				print_error("batch %llu: guaranteed chunk of "
+				            "%lld tokens, %d items\n",
+				    (unsigned long long)b->seq,
+				    (long long)(b->n_tokens - b->n_decode),
+				    b->n_items);
+				o->errors++;
+			}
+		} else if (o->adaptive && b->latency > 1.1 * o->target) {
 			print_error("batch %llu: latency %g with %d decodes\n",
 			    (unsigned long long)b->seq, b->latency,
 			    b->n_decode);
@@ -971,6 +987,160 @@ test_kvp_balance(void **state)
 	fx_close(&f);
 }
 
+
+/*
+ * The prefill progress guarantee: three long decodes alone fill the
+ * batch time (a 1 ms target, which one decode batch of Llama-3 8B at tp
+ * 8 already passes), and a short request arriving among them still gets
+ * its first chunk (32 tokens) in the first batch formed after it came,
+ * then a chunk every batch, where before it waited for the decodes to
+ * end. The chunk's cost is in the batch's predicted latency and
+ * counted. Then the same in the simulator: the short request's first
+ * chunk within two batches of its arrival.
+ */
+struct prog_obs {
+	double arrival;  /* of the short request */
+	int64_t batches; /* formed from its arrival to its first chunk */
+	int chunked;
+	uint64_t h; /* its handle: the first request admitted after the
+	               decodes' (found by its prompt) */
+};
+
+static int
+prog_batch(void *arg, const struct medha_sched *s,
+    const struct medha_sched_batch *b)
+{
+	struct prog_obs *o = arg;
+
+	if (o->chunked || b->start < o->arrival)
+		return 0;
+	o->batches++;
+	for (int i = 0; i < b->n_items; i++) {
+		const struct medha_req *r = medha_sched_req(s, b->items[i].req);
+		if (!b->items[i].decode && r != NULL &&
+		    strcmp(r->spec.id, "s") == 0)
+			o->chunked = 1;
+	}
+	return 0;
+}
+
+static int
+prog_record(void *arg, const struct medha_record *rec)
+{
+	(void)arg;
+	(void)rec;
+	return 0;
+}
+
+static void
+test_progress_guarantee(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sched_batch b;
+	struct medha_sched_progress pg, pg0;
+	struct fx f;
+	uint64_t d[3], sh;
+	double dec_lat, now = 0;
+	int64_t got = 0;
+
+	(void)state;
+	medha_sched_config_default(&c);
+	c.target = 0.001;
+	for (int pol = 0; pol < 2; pol++) {
+		c.policy = pol == 0 ? MEDHA_POLICY_MEDHA : MEDHA_POLICY_FCFS;
+		fx_open(&f, "a100", "llama3-8b", 8, 1, 1, &c);
+		for (int i = 0; i < 3; i++) {
+			char id[8];
+			snprintf(id, sizeof(id), "d%d", i);
+			d[i] = fx_arrive(&f, id, 20000, 100000, 0, 0);
+		}
+		/* their prefills, alone (no decode waits), then decodes */
+		while (medha_sched_req(f.s, d[2])->state != MEDHA_REQ_DECODE) {
+			assert_int_equal(medha_sched_next_batch(f.s, now, &b),
+			    1);
+			now += b.latency;
+			assert_int_equal(medha_sched_batch_done(f.s, &b, NULL,
+			                     now),
+			    0);
+		}
+		assert_int_equal(medha_sched_next_batch(f.s, now, &b), 1);
+		assert_int_equal(b.n_items, 3);
+		dec_lat = b.latency;
+		assert_true(dec_lat > c.target); /* the decodes fill it */
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(f.s, &b, NULL, now), 0);
+		/* (d1's and d2's prefills had it beside d0's decode) */
+		medha_sched_progress(f.s, &pg0);
+
+		sh = fx_arrive(&f, "s", 100, 4, 0, now);
+		got = 0;
+		for (int k = 0; k < 4; k++) {
+			const struct medha_sched_item *it;
+			assert_int_equal(medha_sched_next_batch(f.s, now, &b),
+			    1);
+			assert_int_equal(b.n_decode, 3);
+			it = prefill_of(&b, sh);
+			assert_non_null(it); /* every batch, from the first */
+			assert_int_equal(it->tokens, k < 3 ? 32 : 4);
+			assert_int_equal(it->last, k == 3);
+			assert_true(b.latency > dec_lat);
+			got += it->tokens;
+			medha_sched_progress(f.s, &pg);
+			assert_int_equal(pg.batches, pg0.batches + k + 1);
+			now += b.latency;
+			assert_int_equal(medha_sched_batch_done(f.s, &b, NULL,
+			                     now),
+			    0);
+		}
+		assert_int_equal(got, 100);
+		/* the extra time is the chunks' (a few ms each, at most) */
+		pg.extra -= pg0.extra;
+		assert_true(pg.extra > 0 && pg.extra < 4 * 0.01);
+		print_message("%s: decodes alone %.2f ms; 4 chunks added "
+		              "%.2f ms in all\n",
+		    medha_policy_name(c.policy), dec_lat * 1e3,
+		    pg.extra * 1e3);
+		assert_int_equal(medha_sched_req(f.s, sh)->state,
+		    MEDHA_REQ_DECODE);
+		fx_close(&f);
+	}
+
+	/* the simulator: the same, batches timed by the predictor */
+	{
+		struct medha_pred p;
+		struct medha_pred_model m;
+		struct medha_sim_hooks h = {0};
+		struct medha_sim_stats st;
+		struct prog_obs o = {0};
+		struct medha_reqspec r[4] = {
+		    req("d0", 0, 20000, 2000, 0),
+		    req("d1", 0, 20000, 2000, 0),
+		    req("d2", 0, 20000, 2000, 0),
+		    req("s", 2, 3000, 4, 0),
+		};
+
+		c.policy = MEDHA_POLICY_MEDHA;
+		assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+		assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m,
+		                     8, 1, 1),
+		    0);
+		o.arrival = 2;
+		h.arg = &o;
+		h.record = prog_record;
+		h.batch = prog_batch;
+		assert_int_equal(medha_sim_run(&c, &p, r, 4, &h, &st), 0);
+		print_message("sim: first chunk in batch %lld after arrival; "
+		              "%lld batches over target, +%.1f ms\n",
+		    (long long)o.batches, (long long)st.progress.batches,
+		    st.progress.extra * 1e3);
+		assert_true(o.chunked);
+		assert_true(o.batches >= 1 && o.batches <= 2);
+		/* 3000 tokens in 32-token chunks: ~94 batches so */
+		assert_true(st.progress.batches >= 90);
+		medha_pred_free(&p);
+	}
+}
+
 int
 main(void)
 {
@@ -991,6 +1161,7 @@ main(void)
 	    cmocka_unit_test(test_chunk_tpot_bound),
 	    cmocka_unit_test(test_chunk_floor),
 	    cmocka_unit_test(test_kvp_balance),
+	    cmocka_unit_test(test_progress_guarantee),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

@@ -523,6 +523,10 @@ run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
 	    n, (long long)st.iterations, (long long)st.tokens, st.end,
 	    st.end > 0 ? 100 * st.busy / st.end : 0, wall);
 	medha_log(MEDHA_LOG_INFO,
+	    "progress guarantee: %lld batches over their target by a "
+	    "32-token chunk, %.3f s added in all",
+	    (long long)st.progress.batches, st.progress.extra);
+	medha_log(MEDHA_LOG_INFO,
 	    "prefix cache: %lld of %lld admissions hit, %lld tokens; %lld "
 	    "blocks cached, %lld evicted",
 	    (long long)st.prefix.hits, (long long)st.prefix.queries,

@@ -253,6 +253,20 @@ int medha_sched_pop_record(struct medha_sched *s, struct medha_record *rec);
 void medha_sched_prefix_stats(const struct medha_sched *s,
     struct medha_prefix_stats *st);
 
+/*
+ * The prefill progress guarantee (man/medha-sched.1): with adaptive
+ * chunks, a batch whose decodes alone fill its limit still takes the
+ * smallest chunk (32 tokens) of the first prefill that can go, and so
+ * runs over its target.
+ */
+struct medha_sched_progress {
+	int64_t batches; /* batches given a chunk so */
+	double extra;    /* predicted time those chunks added to them, s
+	                    (their decodes' TPOT paid it) */
+};
+void medha_sched_progress(const struct medha_sched *s,
+    struct medha_sched_progress *st);
+
 /* Requests not yet finished (waiting, prefilling or decoding). */
 int64_t medha_sched_pending(const struct medha_sched *s);
 

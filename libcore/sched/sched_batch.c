@@ -460,6 +460,21 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	t = choose_chunk(s, r, limit);
 	if (t == 0 && s->acc.n_items == 0) /* alone, it must make progress */
 		t = s->cfg.chunk > 0 ? s->cfg.chunk : 32;
+	/*
+	 * Adaptive, and the decodes alone fill the limit: the first prefill
+	 * that can go still gets the smallest chunk, so that no prefill
+	 * waits for the decodes to end (medha-sched(1), "progress"). The
+	 * batch runs over its target by that chunk's time, in its
+	 * predicted latency and counted (medha_sched_progress).
+	 */
+	if (t == 0 && s->cfg.chunk == 0 && *npre == 0 &&
+	    trial_cost(s, r, chunk_room(s, r) < 32 ? chunk_room(s, r) : 32) >
+	        s->limit) {
+		/* (not where only medha's share of the budget is full) */
+		t = 32;
+		s->prog_base = acc_cost(s, &s->acc);
+		s->prog_now = 1;
+	}
 	/* adaptive, and no decode waits on this batch: fill it to the
 	   efficient chunk, however long that takes */
 	if (s->cfg.chunk == 0 && s->ndec == 0 &&
@@ -571,6 +586,7 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	struct medha_lat l;
 
 	memset(&s->acc, 0, sizeof(s->acc));
+	s->prog_now = 0;
 	b->ops = NULL;
 	b->n_ops = 0;
 	if ((rc = grow_cands(s, s->nactive)) != 0)
@@ -623,6 +639,7 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 		limit = tight > s->tpot_floor ? tight
 		    : s->tpot_floor < limit   ? s->tpot_floor
 		                              : limit;
+	s->limit = limit;
 	if (nc > 1)
 		qsort(s->cands, nc, sizeof(*s->cands), cand_cmp);
 	if (s->cfg.policy == MEDHA_POLICY_MEDHA && nc > 0)
@@ -652,6 +669,10 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 		return 0;
 
 	l = medha_cost_latency(&s->acc, s->pred, s->kv.kvp);
+	if (s->prog_now) {
+		s->prog.batches++;
+		s->prog.extra += l.latency - s->prog_base;
+	}
 	b->seq = s->seq++;
 	b->start = now;
 	b->stage_time = l.stage;
@@ -661,6 +682,13 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	b->n_tokens = s->acc.n_tokens;
 	b->items = s->items;
 	return 1;
+}
+
+void
+medha_sched_progress(const struct medha_sched *s,
+    struct medha_sched_progress *st)
+{
+	*st = s->prog;
 }
 
 int

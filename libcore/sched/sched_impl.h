@@ -115,6 +115,13 @@ struct medha_sched {
 	int64_t min_chunk; /* adaptive: a batch without decodes holds this */
 	double tpot_floor; /* a tpot_slo bounds batches down to this, s */
 	int ndec;          /* decodes in the batch being formed */
+	/* the progress guarantee (pack_prefill): its counters; whether it
+	   gave the batch being formed a chunk, and that batch's cost
+	   before it did */
+	struct medha_sched_progress prog;
+	int prog_now;
+	double prog_base;
+	double limit; /* the batch being formed's latency limit, s */
 };
 
 /* prefix caching (sched_prefix.c): the request's keys at arrival and

@@ -171,6 +171,7 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 	}
 	st->end = t;
 	medha_sched_prefix_stats(s, &st->prefix);
+	medha_sched_progress(s, &st->progress);
 	if (medha_sched_pending(s) != 0 || st->records != n) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "simulation ended with %lld requests unfinished",
