@@ -104,6 +104,13 @@ struct medha_reqspec {
 	                          given (not yet tokenized) */
 	int64_t max_tokens;    /* output tokens to generate at most, in [0,
 	                          MEDHA_TOKENS_MAX] */
+	int64_t output_tokens; /* a trace's: the length the model will
+	                          produce, in [1, MEDHA_TOKENS_MAX]; 0 if not
+	                          given (then max_tokens). The simulator
+	                          stops the request there (as at an
+	                          end-of-generation token) when it is below
+	                          max_tokens; live, requests stop as the
+	                          model does, and this is not sent */
 	double ttft_slo;       /* s, <= MEDHA_TIME_MAX; 0 if not given */
 	double tpot_slo;       /* s, <= MEDHA_TIME_MAX; 0 if not given */
 	char *prompt;          /* owned text prompt, or NULL */

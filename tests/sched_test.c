@@ -481,6 +481,44 @@ test_zero_output(void **state)
 }
 
 /*
+ * A trace's real length (output_tokens) below its cap: the simulator
+ * stops the request there, as at an end-of-generation token ("stop");
+ * at or above the cap, the cap ends it ("length").
+ */
+static void
+test_output_tokens(void **state)
+{
+	struct medha_sched_config c;
+	struct collect col;
+	struct medha_reqspec r[4] = {
+	    req("a", 0, 100, 8000, 0),
+	    req("b", 0, 100, 20, 0),
+	    req("c", 0, 100, 8000, 0),
+	    req("d", 0, 100, 8000, 0),
+	};
+	const struct medha_record *x;
+
+	(void)state;
+	r[0].output_tokens = 44;
+	r[1].output_tokens = 300;
+	r[2].output_tokens = 1;
+	medha_sched_config_default(&c);
+	sim("llama3-8b", 1, &c, r, 4, &col);
+	x = find(&col, "a");
+	assert_int_equal(x->output_tokens, 44);
+	assert_int_equal(x->finish_reason, MEDHA_FINISH_STOP);
+	x = find(&col, "b");
+	assert_int_equal(x->output_tokens, 20);
+	assert_int_equal(x->finish_reason, MEDHA_FINISH_LENGTH);
+	x = find(&col, "c");
+	assert_int_equal(x->output_tokens, 1);
+	assert_int_equal(x->finish_reason, MEDHA_FINISH_STOP);
+	x = find(&col, "d"); /* none given: max_tokens */
+	assert_int_equal(x->output_tokens, 8000);
+	assert_int_equal(x->finish_reason, MEDHA_FINISH_LENGTH);
+}
+
+/*
  * medha's prefill-prefill batching over a long queue: 20,000 requests
  * with prompts of lo..hi tokens arrive at once and KV memory holds a few
  * dozen of them, so nearly all of them wait, as prefill candidates of
@@ -1154,6 +1192,7 @@ main(void)
 	    cmocka_unit_test(test_reject_too_long),
 	    cmocka_unit_test(test_spp_pipelines_chunks),
 	    cmocka_unit_test(test_zero_output),
+	    cmocka_unit_test(test_output_tokens),
 	    cmocka_unit_test(test_medha_long_queue),
 	    cmocka_unit_test(test_sarathi_one_chunk_in_flight),
 	    cmocka_unit_test(test_sarathi_no_spp_speedup),

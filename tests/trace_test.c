@@ -55,6 +55,16 @@ test_parse_valid(void **state)
 	assert_true(rs.ttft_slo == 0.5);
 	assert_true(rs.tpot_slo == 0.05);
 	assert_null(rs.prompt);
+	assert_int_equal(rs.output_tokens, 0); /* not given */
+
+	/* the real length beside the client's cap */
+	assert_int_equal(
+	    medha_reqspec_parse("{\"arrival\": 0, \"prompt_tokens\": 9, "
+	                        "\"max_tokens\": 8000, \"output_tokens\": 44}",
+	        &rs, why, sizeof(why)),
+	    0);
+	assert_int_equal(rs.max_tokens, 8000);
+	assert_int_equal(rs.output_tokens, 44);
 
 	/* integer id, prompt text only, no SLOs, integral real count */
 	assert_int_equal(
@@ -102,6 +112,13 @@ test_parse_malformed(void **state)
 	    {"{\"arrival\": -1, \"prompt_tokens\": 5, \"max_tokens\": 1}",
 	        "arrival: not a number in [0, 1000000000] (got -1)"},
 	    {"{\"arrival\": 1, \"prompt_tokens\": 5}", "max_tokens: missing"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1, "
+	     "\"output_tokens\": 0}",
+	        "output_tokens: not an integer in [1, 1000000000] (got 0)"},
+	    {"{\"arrival\": 1, \"prompt_tokens\": 5, \"max_tokens\": 1, "
+	     "\"output_tokens\": \"44\"}",
+	        "output_tokens: not an integer in [1, 1000000000] (got a "
+	        "string)"},
 	    {"{\"arrival\": 1, \"max_tokens\": 1}", "prompt_tokens: missing"},
 	    {"{\"arrival\": 1, \"prompt\": 7, \"max_tokens\": 1}",
 	        "prompt: not a string"},
@@ -228,6 +245,7 @@ test_reqspec_roundtrip(void **state)
 		in.arrival = 3600.125;
 		in.prompt_tokens = i == 0 ? 0 : 1048576;
 		in.max_tokens = 518;
+		in.output_tokens = i == 2 ? 0 : 17 * (int64_t)i + 1;
 		in.ttft_slo = i == 1 ? 0 : 183.297832;
 		in.tpot_slo = 0.1;
 		in.prompt = i == 0
@@ -248,6 +266,9 @@ test_reqspec_roundtrip(void **state)
 		assert_true(out.arrival == in.arrival);
 		assert_int_equal(out.prompt_tokens, in.prompt_tokens);
 		assert_int_equal(out.max_tokens, in.max_tokens);
+		assert_int_equal(out.output_tokens, in.output_tokens);
+		assert_int_equal(strstr(line, "\"output_tokens\"") != NULL,
+		    in.output_tokens > 0);
 		assert_true(out.ttft_slo == in.ttft_slo);
 		assert_true(out.tpot_slo == in.tpot_slo);
 		if (in.prompt != NULL)
@@ -260,6 +281,13 @@ test_reqspec_roundtrip(void **state)
 	}
 
 	/* what could not be read back is not written */
+	in.output_tokens = -1;
+	assert_non_null(f = tmpfile());
+	assert_int_equal(medha_writer_open(&w, f, 0), 0);
+	assert_int_equal(medha_reqspec_write(w, &in), MEDHA_EINVAL);
+	assert_int_equal(medha_writer_close(w), 0);
+	fclose(f);
+	in.output_tokens = 0;
 	in.prompt_tokens = 0;
 	in.prompt = NULL;
 	assert_non_null(f = tmpfile());

@@ -158,6 +158,8 @@ enum {
 	OPT_CTX_MAX,
 	OPT_DOC,
 	OPT_QUESTIONS,
+	OPT_CAP,
+	OPT_CONTEXT,
 };
 
 /*
@@ -214,12 +216,15 @@ static const struct medha_help gen_help[] = {
     {"-t, --duration seconds",
         "stop at the first arrival at seconds or later (3600)"},
     {"--base file", "short requests from this trace, long ones mixed in"},
+    {"--context tokens|model", "context length (a model: its own)"},
     {"--context-max tokens",
         "a conversation ends before a turn passes this (32768)"},
     {"--doc-tokens n", "questions about one document of n tokens, over -t"},
     {"--long-max tokens", "longest long prompt (1048576: 1M)"},
     {"--long-min tokens", "shortest long prompt, at most --long-max (131072)"},
-    {"--max-tokens n", "cap every request's max_tokens at n (no cap)"},
+    {"--max-tokens n", "truncate every generated length at n (no cap)"},
+    {"--max-tokens-policy actual|context|N",
+        "max_tokens: real, context - prompt, N"},
     {"--prompts file", "text prompts, file's lines in turn; not with --base"},
     {"--questions n", "with --doc-tokens: how many (32)"},
     {"--short-max tokens",
@@ -282,6 +287,9 @@ gen_check(const struct gen *g, const struct gen_opts *o,
 		    "long requests per base request); without --base, -l 1 "
 		    "gives only long requests",
 		    MAX_MIXED_FRAC, MAX_MIXED_FRAC / (1 - MAX_MIXED_FRAC));
+	if (g->cap.kind == CAP_CONTEXT && o->prompts != NULL)
+		die(2, "--max-tokens-policy context needs prompt lengths: not "
+		       "with --prompts");
 	if (g->long_min > g->long_max)
 		die(2, "--long-min %lld exceeds --long-max %lld",
 		    (long long)g->long_min, (long long)g->long_max);
@@ -304,6 +312,7 @@ gen_write(struct gen *g, const struct gen_opts *o, char **ptext,
 	for (int64_t i = 0; g->count == 0 || i < g->count; i++) {
 		if (!gen_next(g, &t, &rs))
 			break;
+		rs.output_tokens = 0; /* the last one's cap_apply's */
 		if (rs.arrival > MEDHA_TIME_MAX) {
 			/* -n at a tiny -q: not writable (medha-trace(5)) */
 			medha_log(MEDHA_LOG_ERROR,
@@ -316,6 +325,8 @@ gen_write(struct gen *g, const struct gen_opts *o, char **ptext,
 		snprintf(rs.id, sizeof(rs.id), "%lld", (long long)i);
 		if (o->max_tokens > 0 && rs.max_tokens > o->max_tokens)
 			rs.max_tokens = o->max_tokens;
+		if ((rc = cap_apply(&g->cap, &rs)) != 0)
+			return 1;
 		if (nprompts > 0) {
 			/* a text prompt in turn, its length the model's */
 			rs.prompt = ptext[i % (int64_t)nprompts];
@@ -379,6 +390,7 @@ trace_gen(int argc, char *argv[])
 {
 	static const struct option longopts[] = {
 	    {"base", required_argument, NULL, OPT_BASE},
+	    {"context", required_argument, NULL, OPT_CONTEXT},
 	    {"context-max", required_argument, NULL, OPT_CTX_MAX},
 	    {"doc-tokens", required_argument, NULL, OPT_DOC},
 	    {"count", required_argument, NULL, 'n'},
@@ -387,6 +399,7 @@ trace_gen(int argc, char *argv[])
 	    {"long-fraction", required_argument, NULL, 'l'},
 	    {"long-max", required_argument, NULL, OPT_LONG_MAX},
 	    {"max-tokens", required_argument, NULL, OPT_MAX_TOKENS},
+	    {"max-tokens-policy", required_argument, NULL, OPT_CAP},
 	    {"long-min", required_argument, NULL, OPT_LONG_MIN},
 	    {"output", required_argument, NULL, 'o'},
 	    {"prompts", required_argument, NULL, OPT_PROMPTS},
@@ -435,6 +448,7 @@ trace_gen(int argc, char *argv[])
 	char **ptext = NULL;
 	size_t nprompts = 0;
 	uint64_t x;
+	int64_t context = 0; /* --context: none */
 	FILE *f;
 	int ch, rc;
 
@@ -457,6 +471,8 @@ trace_gen(int argc, char *argv[])
 			break;
 		case OPT_BASE: o.base = optarg; break;
 		case OPT_PROMPTS: o.prompts = optarg; break;
+		case OPT_CAP: cap_parse(&g.cap, optarg); break;
+		case OPT_CONTEXT: context = cap_context(optarg); break;
 		case OPT_MAX_TOKENS:
 			o.max_tokens = flag_i64("--max-tokens", optarg, 1,
 			    MEDHA_TOKENS_MAX);
@@ -489,6 +505,8 @@ trace_gen(int argc, char *argv[])
 				usage();
 		}
 	}
+	cap_check(&g.cap, context);
+	g.cap.context = context;
 	gen_check(&g, &o, &sh, argc);
 
 	if (o.prompts != NULL)

@@ -41,6 +41,7 @@ struct gen {
 	double ttft_floor; /* --ttft-floor: least TTFT SLO (s) */
 	double ttft_mult;  /* --ttft-mult: TTFT SLO / reference prefill time */
 	double tpot_slo;   /* --tpot-slo: s per output token */
+	struct cap_policy cap; /* --max-tokens-policy, --context */
 	uint64_t s[4];     /* xoshiro256** state */
 };
 

@@ -111,9 +111,11 @@ gen_mixed(struct gen *g, const char *path, struct medha_writer *w)
 	rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		snprintf(v[i].id, sizeof(v[i].id), "%zu", i);
+		if ((rc = cap_apply(&g->cap, &v[i])) != 0)
+			break;
 		rc = medha_reqspec_write(w, &v[i]);
 	}
-	if (rc != 0)
+	if (rc != 0 && rc != MEDHA_ERANGE) /* cap_apply's is said */
 		medha_log(MEDHA_LOG_ERROR, "writing the trace: %s",
 		    medha_strerror(rc));
 	medha_log(MEDHA_LOG_INFO, "%zu base requests, %zu long ones mixed in",

@@ -188,6 +188,8 @@ gen_shared(struct gen *g, struct gen_share *sh, int64_t max_tokens,
 		snprintf(out.v[i].id, sizeof(out.v[i].id), "%zu", i);
 		if (max_tokens > 0 && out.v[i].max_tokens > max_tokens)
 			out.v[i].max_tokens = max_tokens;
+		if ((rc = cap_apply(&g->cap, &out.v[i])) != 0)
+			break;
 		if ((rc = medha_reqspec_write(w, &out.v[i])) != 0)
 			medha_log(MEDHA_LOG_ERROR,
 			    "request %zu: not writable (arrival %.9g s)", i,

@@ -23,17 +23,20 @@ static const struct {
         "write a synthetic trace (short, long, shared prefixes)",
         "medha-trace gen [-h] [-l fraction] [-n count | -t seconds] "
         "[-o file]\n"
-        "           [-q qps] [-s seed] [--base file] [--context-max tokens]\n"
+        "           [-q qps] [-s seed] [--base file]\n"
+        "           [--context tokens|model] [--context-max tokens]\n"
         "           [--doc-tokens n] [--long-max tokens] [--long-min tokens]\n"
-        "           [--max-tokens n] [--prompts file] [--questions n]\n"
+        "           [--max-tokens n] [--max-tokens-policy actual|context|N]\n"
+        "           [--prompts file] [--questions n]\n"
         "           [--short-max tokens] [--system-fraction f]\n"
         "           [--system-prompts n] [--system-tokens n]\n"
         "           [--think seconds] [--tpot-slo seconds]\n"
         "           [--ttft-floor seconds] [--ttft-mult factor] [--turns n]\n"},
     {"convert", "medha-trace convert", trace_convert,
         "rewrite a CSV or JSON Lines trace as medha JSON Lines",
-        "medha-trace convert [-h] [-o file] [--time-scale factor] "
-        "[file]\n"},
+        "medha-trace convert [-h] [-o file] [--context tokens|model]\n"
+        "           [--max-tokens-policy actual|context|N]\n"
+        "           [--time-scale factor] [file]\n"},
     {"report", "medha-trace report", trace_report,
         "sum up result records: latencies, SLOs, throughput",
         "medha-trace report [-h] [--json] [--long-threshold tokens]\n"
@@ -96,12 +99,15 @@ help(const char *sub, const struct medha_help *lines, size_t n)
 
 /* ---- convert ---- */
 
-enum { OPT_TIME_SCALE = 256 };
+enum { OPT_TIME_SCALE = 256, OPT_CONTEXT, OPT_CAP };
 
 /* -h: every option of longopts below, as medha-trace(1) says */
 static const struct medha_help convert_help[] = {
     {"-h, --help", "print this help and exit"},
     {"-o, --output file", "write to file, not stdout (.zst: compressed)"},
+    {"--context tokens|model", "context length (a model: its own)"},
+    {"--max-tokens-policy actual|context|N",
+        "max_tokens: real, context - prompt, N"},
     {"--time-scale factor",
         "multiply arrival times by factor (1); 0.5: 2x load"},
     {"file", "trace: JSON Lines or Azure/Vidur CSV (default: stdin)"},
@@ -112,6 +118,8 @@ trace_convert(int argc, char *argv[])
 {
 	static const struct option longopts[] = {
 	    {"help", no_argument, NULL, 'h'},
+	    {"context", required_argument, NULL, OPT_CONTEXT},
+	    {"max-tokens-policy", required_argument, NULL, OPT_CAP},
 	    {"output", required_argument, NULL, 'o'},
 	    {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
 	    {NULL, 0, NULL, 0},
@@ -119,9 +127,11 @@ trace_convert(int argc, char *argv[])
 	struct medha_reqspec rs = {0};
 	struct medha_trace_in *t = NULL;
 	struct medha_writer *w;
-	const char *out = NULL; /* -o: stdout */
-	const char *in = "-";   /* stdin */
-	double scale = 1;       /* --time-scale: arrivals unchanged */
+	const char *out = NULL;      /* -o: stdout */
+	const char *in = "-";        /* stdin */
+	double scale = 1;            /* --time-scale: arrivals unchanged */
+	struct cap_policy cap = {0}; /* --max-tokens-policy: actual */
+	int64_t context = 0;         /* --context: none */
 	FILE *inf = stdin, *outf;
 	int ch, rc, wrc = 0, status = 1;
 
@@ -129,12 +139,16 @@ trace_convert(int argc, char *argv[])
 		switch (ch) {
 		case 'h': HELP("convert", convert_help);
 		case 'o': out = optarg; break;
+		case OPT_CONTEXT: context = cap_context(optarg); break;
+		case OPT_CAP: cap_parse(&cap, optarg); break;
 		case OPT_TIME_SCALE:
 			scale = flag_f64("--time-scale", optarg, 0, 1e6, 1);
 			break;
 		default: usage();
 		}
 	}
+	cap_check(&cap, context);
+	cap.context = context;
 	argc -= optind;
 	argv += optind;
 	if (argc > 1)
@@ -164,13 +178,15 @@ trace_convert(int argc, char *argv[])
 			wrc = MEDHA_ERANGE;
 			break;
 		}
-		if ((wrc = medha_reqspec_write(w, &rs)) != 0)
+		if ((wrc = cap_apply(&cap, &rs)) != 0 ||
+		    (wrc = medha_reqspec_write(w, &rs)) != 0)
 			break;
 	}
 	if (rc < 0)
 		medha_log(MEDHA_LOG_ERROR, "%s: %s", in, medha_trace_error(t));
 	else if (wrc != 0 && wrc != MEDHA_EIO && wrc != MEDHA_ERANGE)
-		/* out_close reports EIO; ERANGE is said above */
+		/* out_close reports EIO; ERANGE (cap_apply's too) is said
+		   before */
 		medha_log(MEDHA_LOG_ERROR, "%s: request %s: %s", in, rs.id,
 		    medha_strerror(wrc));
 	status = out_close(out, outf, w) != 0 || rc != 0;

@@ -23,6 +23,30 @@ void report_cache_add(int cls, const struct medha_record *rec);
 void report_cache_print(const char *const *names);
 void report_cache_json(void *root, const char *const *names);
 
+/*
+ * cap.c: --max-tokens-policy, the max_tokens a request is written with
+ * against its real length (output_tokens, else max_tokens).
+ */
+enum { CAP_ACTUAL = 0, CAP_CONTEXT, CAP_FIXED };
+struct cap_policy {
+	int kind;        /* CAP_*: the real length (default), context
+	                    minus prompt, a fixed cap */
+	int64_t cap;     /* CAP_FIXED: the cap, tokens */
+	int64_t context; /* CAP_CONTEXT: the model's context, tokens */
+};
+/* --max-tokens-policy arg into *p; exits 2 on a bad one. */
+void cap_parse(struct cap_policy *p, const char *arg);
+/* --context arg: tokens, or a model (sched/pred.h's names, or a GGUF
+ * file) whose context length is taken; exits 2 if neither. */
+int64_t cap_context(const char *arg);
+/* The flags together (context: --context's, 0 if not given); exits 2 if
+ * the context policy lacks a context or a context has no use. */
+void cap_check(const struct cap_policy *p, int64_t context);
+/* rs's max_tokens by p and its output_tokens the real length within it
+ * (0 where equal). Returns 0, or MEDHA_ERANGE (logged,
+ * naming the request) for a request the context policy cannot cap. */
+int cap_apply(const struct cap_policy *p, struct medha_reqspec *rs);
+
 /* A usage error: the whole synopsis on stderr; exits 2. */
 void usage(void) __attribute__((noreturn));
 

@@ -451,6 +451,8 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 	         &rs->prompt_tokens, why, whylen)) != 0 ||
 	    (rc = json_count(root, "max_tokens", 1, 0, MEDHA_TOKENS_MAX,
 	         &rs->max_tokens, why, whylen)) != 0 ||
+	    (rc = json_count(root, "output_tokens", 0, 1, MEDHA_TOKENS_MAX,
+	         &rs->output_tokens, why, whylen)) != 0 ||
 	    (rc = json_time(root, "ttft_slo", 0, 1, MEDHA_TIME_MAX,
 	         &rs->ttft_slo, why, whylen)) != 0 ||
 	    (rc = json_time(root, "tpot_slo", 0, 1, MEDHA_TIME_MAX,
@@ -513,6 +515,7 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 	    rs->prompt_tokens > MEDHA_TOKENS_MAX ||
 	    (rs->prompt_tokens == 0 && rs->prompt == NULL) ||
 	    rs->max_tokens < 0 || rs->max_tokens > MEDHA_TOKENS_MAX ||
+	    rs->output_tokens < 0 || rs->output_tokens > MEDHA_TOKENS_MAX ||
 	    !(rs->ttft_slo >= 0) || !(rs->ttft_slo <= MEDHA_TIME_MAX) ||
 	    !(rs->tpot_slo >= 0) || !(rs->tpot_slo <= MEDHA_TIME_MAX) ||
 	    !prefix_valid(rs))
@@ -533,6 +536,9 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 	}
 	medha_writer_printf(w, ", \"max_tokens\": %lld",
 	    (long long)rs->max_tokens);
+	if (rs->output_tokens > 0)
+		medha_writer_printf(w, ", \"output_tokens\": %lld",
+		    (long long)rs->output_tokens);
 	if (rs->ttft_slo > 0)
 		medha_writer_printf(w, ", \"ttft_slo\": %.9g", rs->ttft_slo);
 	if (rs->tpot_slo > 0)

@@ -766,6 +766,13 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 		    (rc = sched_finish(s, q, MEDHA_STATUS_OK,
 		         MEDHA_FINISH_LENGTH, NULL, now)) != 0)
 			return rc;
+		/* a trace's real length below its cap (req.h; only traces
+		   give one): the model stops there by itself */
+		if (r->state != MEDHA_REQ_DONE && r->spec.output_tokens > 0 &&
+		    r->decoded >= r->spec.output_tokens &&
+		    (rc = sched_finish(s, q, MEDHA_STATUS_OK, MEDHA_FINISH_STOP,
+		         NULL, now)) != 0)
+			return rc;
 	}
 	return 0;
 }

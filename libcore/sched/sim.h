@@ -31,7 +31,7 @@ struct medha_sim_stats {
 	double end;         /* virtual time of the last event, s */
 	double busy;        /* time stage 0 held a batch, s */
 	size_t records;     /* records delivered */
-	struct medha_prefix_stats prefix; /* the prefix cache's counters */
+	struct medha_prefix_stats prefix;     /* the prefix cache's counters */
 	struct medha_sched_progress progress; /* the progress guarantee's */
 };
 
