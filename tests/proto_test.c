@@ -270,6 +270,7 @@ example(int t, int full, struct medha_msg *m)
 		    .prefill = 4096,
 		    .work = 1.25,
 		    .evicted = 777,
+		    .progress = 31,
 		    .model = "cache/models/SmolLM2-135M-Instruct.Q4_1.gguf",
 		    .backend = "cpu"};
 		break;
@@ -1401,6 +1402,7 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 		m->status.workers = rnd_int(), m->status.kv_used = rnd_int();
 		m->status.prefill = rnd_int();
 		m->status.evicted = rnd_int();
+		m->status.progress = rnd_int();
 		m->status.work = (double)(rnd() % 1000) / 8;
 		m->status.ready = (int)(rnd() % 3);
 		rnd_name(m->status.model, sizeof(m->status.model));
@@ -1480,6 +1482,7 @@ test_status_evicted(void **state)
 	if (medha_msg_decode(&m, b.p, b.n, why, sizeof(why)) != 0)
 		fail_msg("%s", why);
 	assert_int_equal(m.status.evicted, 0);
+	assert_int_equal(m.status.progress, 0); /* likewise optional */
 	assert_int_equal(m.status.kv_blocks, 100);
 	medha_msg_clear(&m);
 	free(b.p);
@@ -1488,6 +1491,13 @@ test_status_evicted(void **state)
 	if (medha_msg_decode(&m, b.p, b.n, why, sizeof(why)) != 0)
 		fail_msg("%s", why);
 	assert_int_equal(m.status.evicted, 42);
+	medha_msg_clear(&m);
+	free(b.p);
+	b = mk("AiiMsisisisisisisisisdsTsssssisi", 3, 1,
+	    MEDHA_MSG_STATUS_REPLY, 14, ST12, "evicted", 42, "progress", 9);
+	if (medha_msg_decode(&m, b.p, b.n, why, sizeof(why)) != 0)
+		fail_msg("%s", why);
+	assert_int_equal(m.status.progress, 9);
 	medha_msg_clear(&m);
 	free(b.p);
 	reject(mk("AiiMsisisisisisisisisdsTssssss", 3, 1,

@@ -902,7 +902,7 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 		    s->kv_used == t->kv_used &&
 		    s->block_size == t->block_size &&
 		    s->prefill == t->prefill && s->work == t->work &&
-		    s->evicted == t->evicted &&
+		    s->evicted == t->evicted && s->progress == t->progress &&
 		    strcmp(s->model, t->model) == 0 &&
 		    strcmp(s->backend, t->backend) == 0;
 	case MEDHA_MSG_ERROR:

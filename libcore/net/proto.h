@@ -137,6 +137,9 @@ struct medha_msg_status {
 	int64_t evicted;        /* KV blocks its prefix cache evicted since
 	                           the scheduler started (optional on the
 	                           wire: 0 if absent) */
+	int64_t progress;       /* batches the progress guarantee ran over
+	                           their target, since it started (optional
+	                           likewise) */
 	char model[MEDHA_PROTO_NAME_MAX];
 	char backend[MEDHA_PROTO_BACKEND_MAX];
 };

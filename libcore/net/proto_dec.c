@@ -91,11 +91,12 @@ enum {
 	ST_MODEL,
 	ST_BACKEND,
 	ST_EVICTED,
+	ST_PROGRESS,
 	ST_N
 };
 static const char *const st_keys[ST_N] = {"workers", "workers_wanted",
     "pending", "queue", "kv_blocks", "kv_used", "block_size", "prefill", "work", "ready",
-    "model", "backend", "evicted"};
+    "model", "backend", "evicted", "progress"};
 
 static int
 dec_status(struct dec *d, const msgpack_object *o, struct medha_msg_status *s)
@@ -115,6 +116,11 @@ dec_status(struct dec *d, const msgpack_object *o, struct medha_msg_status *s)
 	s->evicted = 0; /* optional: a scheduler before it sends none */
 	if (v[ST_EVICTED] != NULL &&
 	    (rc = dec_get_i64(d, v[ST_EVICTED], "evicted", &s->evicted)) != 0)
+		return rc;
+	s->progress = 0; /* optional likewise */
+	if (v[ST_PROGRESS] != NULL &&
+	    (rc = dec_get_i64(d, v[ST_PROGRESS], "progress", &s->progress)) !=
+	        0)
 		return rc;
 	if ((rc = dec_get_num(d, v[ST_WORK], "work", &s->work)) != 0)
 		return rc;

@@ -307,12 +307,12 @@ enc_status(struct enc *e, const struct medha_msg_status *s)
 {
 	const int64_t n[] = {s->workers, s->workers_wanted, s->pending,
 	    s->queue, s->kv_blocks, s->kv_used, s->block_size, s->prefill,
-	    s->evicted};
+	    s->evicted, s->progress};
 	static const char *nn[] = {"workers", "workers_wanted", "pending",
 	    "queue", "kv_blocks", "kv_used", "block_size", "prefill",
-	    "evicted"};
+	    "evicted", "progress"};
 
-	put_map(e, 13);
+	put_map(e, 14);
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
 		put_name(e, nn[i]);
 		put_i64(e, n[i]);

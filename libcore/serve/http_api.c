@@ -590,6 +590,11 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	sb_printf(&b, "medha_generation_tokens_total{%s} %lld\n", ml,
 	    (long long)m->generation_tokens);
 	prefix_metrics(&b, m, ml);
+	head(&b, "medha_progress_batches_total", "counter",
+	    "Batches whose decodes alone filled the target time and that "
+	    "ran over it to give a waiting prefill its smallest chunk.");
+	sb_printf(&b, "medha_progress_batches_total{%s} %lld\n", ml,
+	    (long long)m->progress_batches);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",

@@ -714,6 +714,11 @@ on_status(void *arg, struct medha_msg_status *s)
 		s->kv_used = medha_sched_group_used(r->core, 0);
 		s->block_size = medha_sched_block_size(r->core);
 		s->work = medha_sched_pending_work(r->core, &s->prefill);
+		{
+			struct medha_sched_progress pg;
+			medha_sched_progress(r->core, &pg);
+			s->progress = pg.batches;
+		}
 		if (r->prefix) {
 			struct medha_prefix_stats ps;
 			medha_sched_prefix_stats(r->core, &ps);

@@ -359,6 +359,7 @@ on_status(void *arg, struct medha_msg_status *s)
 		s->prefill += u->now.prefill;
 		s->work += u->now.work;
 		s->evicted += u->now.evicted;
+		s->progress += u->now.progress;
 		if (s->block_size == 0 || (u->ready && s->model[0] == '\0')) {
 			s->block_size = u->now.block_size;
 			memcpy(s->model, u->now.model, sizeof(s->model));

@@ -140,6 +140,9 @@ struct medha_router_metrics {
 	int64_t cache_evictions;   /* KV blocks the replicas' prefix caches
 	                              evicted (their STATUS), since the
 	                              router started */
+	int64_t progress_batches;  /* batches the replicas' progress
+	                              guarantee ran over their target
+	                              (their STATUS), likewise */
 	struct medha_hist ttft;    /* records of "ok" requests with output */
 	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
 	struct medha_hist e2e;     /* finish - arrival of "ok" requests */

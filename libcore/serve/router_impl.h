@@ -111,6 +111,8 @@ struct up {
 	struct rcache cache; /* what was placed there (cache-aware) */
 	int64_t evicted;     /* its latest STATUS's evicted blocks */
 	int64_t evicted_sum; /* counted: blocks evicted over its lives */
+	int64_t progress, progress_sum; /* the same of its STATUS's
+	                                   progress batches */
 	struct orphan *orph;
 	int norph, orph_cap;
 };

@@ -93,6 +93,7 @@ rt_count_gauges(struct medha_router *r)
 
 	pthread_mutex_lock(&r->mmu);
 	r->met.cache_evictions = 0;
+	r->met.progress_batches = 0;
 	for (int i = 0; i < r->nup; i++) {
 		const struct up *u = &r->up[i];
 		struct medha_router_replica_stat *st = &r->met.rep[i];
@@ -108,6 +109,7 @@ rt_count_gauges(struct medha_router *r)
 		st->block_size = u->now.block_size;
 		st->live = u->live;
 		r->met.cache_evictions += u->evicted_sum;
+		r->met.progress_batches += u->progress_sum;
 		if (u->alive && u->now.model[0] != '\0' &&
 		    (model == NULL || u->ready))
 			model = u->now.model;
@@ -611,6 +613,10 @@ rt_watch(struct medha_router *r)
 			    ? u->now.evicted - u->evicted
 			    : u->now.evicted;
 			u->evicted = u->now.evicted;
+			u->progress_sum += u->now.progress >= u->progress
+			    ? u->now.progress - u->progress
+			    : u->now.progress;
+			u->progress = u->now.progress;
 			if (u->now.prefill > 0 && u->now.work > 0)
 				u->s_per_tok = u->now.work / u->now.prefill;
 		}

@@ -1,18 +1,20 @@
 #!/bin/sh
 # progress-live.sh: the prefill progress guarantee on the live replica
-# (medha-sched -l and a cpu medha-worker, SmolLM2; medha-sched(1)). Three
-# requests (64-token prompts) decode 400 tokens each (ignore_eos) under a 1 ms batch-time
-# target, which their decodes alone fill on any CPU, so no prefill chunk
-# fits beside them by the target; a short request (a 24-token prompt: its
-# first chunk is its whole prompt and gives its first token) arrives
-# while they decode. It must get its first token within two batches of
-# arriving: its TTFT at most twice the longest gap between the long
-# requests' tokens (the batch in flight when it came, then the batch with
-# its chunk) plus 50 ms for the trip from the replay, and it must finish
-# before any of them. Without the guarantee it waited for them to end
-# (46.7 s on a loaded CPU, doc/RESULTS.md's "waits for a decode to
-# end"). The forced target, not the machine's speed, makes the case, so
-# that a loaded 2-core machine runs it as well as an idle one. Needs
+# (medha-sched -l and a cpu medha-worker, SmolLM2; medha-sched(1)).
+# Three requests (64-token prompts) decode 400 tokens each (ignore_eos)
+# under a 1 ms batch-time target, which their decodes alone fill on any
+# CPU, so no prefill chunk fits beside them by the target; a short
+# request (a 24-token prompt: its first chunk is its whole prompt and
+# gives its first token) arrives while they decode. It must get its
+# first token within two batches of arriving: its TTFT at most twice
+# the longest gap between the long requests' tokens (the batch in flight
+# when it came, then the batch with its chunk) plus 50 ms for the trip
+# from the replay, and it must finish before any of them; the router's
+# /metrics counts the batches that ran over the target so
+# (medha_progress_batches_total). Without the guarantee it waited for
+# them to end (4.6 s here; 46.7 s with longer prompts on a loaded CPU).
+# The forced target, not the machine's speed, makes the case, so that a
+# loaded 2-core machine runs it as well as an idle one. Needs
 # contrib/fetch-refs.sh (the real model).
 . "$(dirname "$0")/lib.sh"
 need_model
@@ -31,11 +33,26 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps(r) + "\n")
 PY
 
+port=$(free_port)
 serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
-    MEDHA_LOG="$tmp/logs" MEDHA_SCHED_OPTS="--target-batch-time 0.001"
+    MEDHA_HTTP="127.0.0.1:$port" MEDHA_LOG="$tmp/logs" \
+    MEDHA_SCHED_OPTS="--target-batch-time 0.001"
 "$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
     >"$tmp/rec.jsonl"
+# the batches that ran over the target so, counted (the router's STATUS
+# of the replica is 0.1 s old at most)
+sleep 0.5
+python3 - "$port" <<'PY' >"$tmp/progress"
+import sys, urllib.request
+m = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1],
+                           timeout=10).read().decode()
+print([int(l.split()[-1]) for l in m.splitlines()
+       if l.startswith("medha_progress_batches_total{")][0])
+PY
 serve_stop
+[ "$(cat "$tmp/progress")" -ge 1 ] ||
+    { echo "medha_progress_batches_total: $(cat "$tmp/progress")"; exit 1; }
+echo "progress-live: $(cat "$tmp/progress") batches over the target"
 
 python3 - "$tmp/rec.jsonl" <<'PY'
 import json, sys
