@@ -22,8 +22,9 @@
 # more than the questions' 1024 alone (the shared prefix is counted).
 # The replica runs fixed 256-token batches (--chunk 256): with adaptive
 # ones its batch-time target on a small CPU is filled by three decodes
-# at 2000 positions, and a question then waits for a decode to end
-# (doc/RESULTS.md), so the 16 never decode at once. With
+# at 2000 positions, and a question then gets only the progress
+# guarantee's 32 tokens a batch (before it, none until a decode ended:
+# doc/RESULTS.md), so the 16 would not decode at once. With
 # MEDHA_PREFIX_BLOCKS_OFF=1 the same with --no-prefix-cache too (about
 # 100 s on 2 cores): 16 x 189 blocks, each question holding the whole
 # prefix. Needs contrib/fetch-refs.sh (the real model).
