@@ -51,6 +51,10 @@ assert got == [(44, "stop"), (192, "length"), (0, "length"), (250, "stop")], got
 PY
 "$mt" report "$tmp/rec" >"$tmp/rep"
 grep -q 'requests' "$tmp/rep" || { cat "$tmp/rep"; exit 1; }
+# and still tells a trace (output_tokens and all) from records
+expect_status 1 "$mt" report "$tmp/ctx"
+grep -q 'line 1: a request of a trace, not a result record' "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
 
 # gen: its drawn lengths as output_tokens under a context of 8192
 "$mt" gen -n 40 -l 0 -s 3 >"$tmp/g"
