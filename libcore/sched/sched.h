@@ -239,7 +239,9 @@ struct medha_sched_result {
  * Batch b (as returned) left the last stage at `now`: tokens come out.
  * res (may be NULL: no early stops, as in simulation) has b->n_items
  * entries, one per item. A request ends with a record when it reaches
- * max_tokens (finish_reason "length") or its result says stop ("stop").
+ * max_tokens (finish_reason "length") or its result says stop ("stop"),
+ * or, below max_tokens, its spec's output_tokens (a trace's real
+ * length, req.h; "stop", as the model would end it).
  * Returns 0 or MEDHA_ENOMEM.
  */
 int

@@ -461,16 +461,18 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	if (t == 0 && s->acc.n_items == 0) /* alone, it must make progress */
 		t = s->cfg.chunk > 0 ? s->cfg.chunk : 32;
 	/*
-	 * Adaptive, and the decodes alone fill the limit: the first prefill
-	 * that can go still gets the smallest chunk, so that no prefill
-	 * waits for the decodes to end (medha-sched(1), "progress"). The
-	 * batch runs over its target by that chunk's time, in its
-	 * predicted latency and counted (medha_sched_progress).
+	 * The progress guarantee (medha-sched(1)): adaptive, no prefill in
+	 * the batch yet, and its decodes alone leave no room for the
+	 * smallest chunk within the batch's limit (not merely within
+	 * medha's share of it, which share_batch passes as limit): the
+	 * first prefill that can go gets that chunk all the same, so that
+	 * no prefill waits for the decodes to end. The batch runs over its
+	 * target by the chunk's time, in its predicted latency and counted
+	 * (medha_sched_progress).
 	 */
 	if (t == 0 && s->cfg.chunk == 0 && *npre == 0 &&
 	    trial_cost(s, r, chunk_room(s, r) < 32 ? chunk_room(s, r) : 32) >
 	        s->limit) {
-		/* (not where only medha's share of the budget is full) */
 		t = 32;
 		s->prog_base = acc_cost(s, &s->acc);
 		s->prog_now = 1;
