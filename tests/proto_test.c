@@ -1493,8 +1493,8 @@ test_status_evicted(void **state)
 	assert_int_equal(m.status.evicted, 42);
 	medha_msg_clear(&m);
 	free(b.p);
-	b = mk("AiiMsisisisisisisisisdsTsssssisi", 3, 1,
-	    MEDHA_MSG_STATUS_REPLY, 14, ST12, "evicted", 42, "progress", 9);
+	b = mk("AiiMsisisisisisisisisdsTsssssisi", 3, 1, MEDHA_MSG_STATUS_REPLY,
+	    14, ST12, "evicted", 42, "progress", 9);
 	if (medha_msg_decode(&m, b.p, b.n, why, sizeof(why)) != 0)
 		fail_msg("%s", why);
 	assert_int_equal(m.status.progress, 9);

@@ -309,8 +309,8 @@ enc_status(struct enc *e, const struct medha_msg_status *s)
 	    s->queue, s->kv_blocks, s->kv_used, s->block_size, s->prefill,
 	    s->evicted, s->progress};
 	static const char *nn[] = {"workers", "workers_wanted", "pending",
-	    "queue", "kv_blocks", "kv_used", "block_size", "prefill",
-	    "evicted", "progress"};
+	    "queue", "kv_blocks", "kv_used", "block_size", "prefill", "evicted",
+	    "progress"};
 
 	put_map(e, 14);
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {

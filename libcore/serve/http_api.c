@@ -520,6 +520,18 @@ prefix_metrics(struct sbuf *b, const struct medha_router_metrics *m,
 	    (long long)m->cache_evictions);
 }
 
+/* The replicas' progress guarantee (medha-sched(1)), from their STATUS. */
+static void
+progress_metrics(struct sbuf *b, const struct medha_router_metrics *m,
+    const char *ml)
+{
+	head(b, "medha_progress_batches_total", "counter",
+	    "Batches whose decodes alone filled the target time and that "
+	    "ran over it to give a waiting prefill its smallest chunk.");
+	sb_printf(b, "medha_progress_batches_total{%s} %lld\n", ml,
+	    (long long)m->progress_batches);
+}
+
 char *
 medha_oai_metrics(const struct medha_router_metrics *m,
     const struct medha_http_stats *s, size_t *len)
@@ -590,11 +602,7 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	sb_printf(&b, "medha_generation_tokens_total{%s} %lld\n", ml,
 	    (long long)m->generation_tokens);
 	prefix_metrics(&b, m, ml);
-	head(&b, "medha_progress_batches_total", "counter",
-	    "Batches whose decodes alone filled the target time and that "
-	    "ran over it to give a waiting prefill its smallest chunk.");
-	sb_printf(&b, "medha_progress_batches_total{%s} %lld\n", ml,
-	    (long long)m->progress_batches);
+	progress_metrics(&b, m, ml);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",
