@@ -32,6 +32,8 @@ struct medha_sim_stats {
 	double busy;        /* time stage 0 held a batch, s */
 	size_t records;     /* records delivered */
 	struct medha_prefix_stats prefix; /* the prefix cache's counters */
+	int64_t preemptions;   /* requests preempted (sched.h) */
+	int64_t preempt_below; /* the scheduler's threshold, tokens */
 };
 
 /*
