@@ -4,7 +4,8 @@
  * replica drives it, with requests that stop (as at an end-of-generation
  * token) long before their max_tokens:
  *  - reserve est admits by estimate: requests with large caps run at
- *    once where reserve max lets one in at a time;
+ *    once where reserve max lets one in at a time; the estimate is the
+ *    ratio's, capped by twice the running mean output (512 cold);
  *  - a burst that needs three times the KV memory loses no request: one
  *    OK record each, its output exactly as long as it would have been
  *    alone, every token streamed once (a preempted request's prefill
@@ -455,6 +456,48 @@ test_cache_resume(void **state)
 	run_free(&r);
 }
 
+/* The estimate: min(ratio x the cap, 2 x the running mean output of the
+ * requests completed, or 512 tokens before any). */
+static void
+test_estimate(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sched_batch b;
+	struct medha_sched_result res = {7, 0};
+	struct medha_record rec;
+	struct run r;
+	uint64_t h;
+
+	(void)state;
+	config(&c, MEDHA_RESERVE_EST, 1000, 0);
+	run_init(&r, 1, 1, 1, &c);
+	r.v[0].prompt_tokens = 100;
+	r.v[0].max_tokens = 2000;
+	/* cold: 100 + 512 tokens, 39 blocks */
+	assert_int_equal(medha_sched_arrive(r.s, &r.v[0], 0, &h), 0);
+	assert_int_equal(medha_sched_next_batch(r.s, 0, &b), 1);
+	assert_int_equal(medha_sched_group_reserved(r.s, 0), (612 + 15) / 16);
+	/* it ends after 20 tokens: the mean is 20 */
+	for (int k = 0; k < 20; k++) {
+		res.stop = k == 19 ? MEDHA_FINISH_STOP : 0;
+		assert_int_equal(medha_sched_batch_done(r.s, &b, &res, k), 0);
+		if (k < 19)
+			assert_int_equal(medha_sched_next_batch(r.s, k, &b), 1);
+	}
+	assert_int_equal(medha_sched_pop_record(r.s, &rec), 1);
+	assert_int_equal(rec.output_tokens, 19);
+	medha_record_clear(&rec);
+	assert_int_equal(medha_sched_group_reserved(r.s, 0), 0);
+	/* now 100 + 2 x 19 tokens */
+	assert_int_equal(medha_sched_arrive(r.s, &r.v[0], 30, &h), 0);
+	assert_int_equal(medha_sched_next_batch(r.s, 30, &b), 1);
+	assert_int_equal(medha_sched_group_reserved(r.s, 0), (138 + 15) / 16);
+	/* the ratio decays with each batch that decodes */
+	assert_true(medha_sched_est_ratio(r.s) < MEDHA_EST_INIT);
+	assert_true(medha_sched_est_ratio(r.s) >= MEDHA_EST_FLOOR);
+	run_free(&r);
+}
+
 static void
 test_names_default(void **state)
 {
@@ -499,6 +542,7 @@ main(void)
 	    cmocka_unit_test(test_long_kept),
 	    cmocka_unit_test(test_victim),
 	    cmocka_unit_test(test_cache_resume),
+	    cmocka_unit_test(test_estimate),
 	    cmocka_unit_test(test_names_default),
 	};
 

@@ -328,6 +328,8 @@ sched_finish(struct medha_sched *s, struct req *q, int status, int fin,
 		sched_op(s, MEDHA_KVOP_TRIM, q->pub.handle, 0, 0, q->own_end);
 	if (q->pub.state != MEDHA_REQ_WAITING)
 		s->nadmitted--;
+	if (status == MEDHA_STATUS_OK)
+		sched_est_done(s, &q->pub);
 	medha_kvplace_release(&s->kv, &q->pub.kv);
 	rc = push_record(s, &q->pub, status, fin, reason, now);
 	medha_tbt_free(&q->pub.tbt); /* moved, or not if that failed */

@@ -79,10 +79,15 @@ const char *medha_reserve_name(int reserve);
 
 /* The output estimate (EST): the ratio starts at INIT, falls by
  * (INIT - FLOOR) / DECAY_STEPS each batch with decodes, and goes back
- * to INIT when a request is preempted (SGLang's defaults). */
+ * to INIT when a request is preempted (SGLang's defaults); the estimate
+ * is at most SPAN x the running mean output of the requests completed
+ * (weight NEW for the newest), COLD tokens before any. */
 #define MEDHA_EST_INIT 0.7
 #define MEDHA_EST_FLOOR 0.1
 #define MEDHA_EST_DECAY_STEPS 600
+#define MEDHA_EST_SPAN 2.0
+#define MEDHA_EST_NEW 0.1
+#define MEDHA_EST_COLD 512
 /* --preempt-below by default: the prompt whose prefill alone takes this
  * long on the replica, s */
 #define MEDHA_PREEMPT_SECS 5.0

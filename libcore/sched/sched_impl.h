@@ -124,6 +124,8 @@ struct medha_sched {
 	int ndec;          /* decodes in the batch being formed */
 	/* growth on demand and preemption (sched_preempt.c) */
 	double ratio;          /* est: the output estimate's ratio */
+	double out_mean;       /* the completed requests' mean output, 0
+	                          before any */
 	int64_t preempt_below; /* prompts this long are never preempted */
 	int64_t preemptions;   /* medha_sched_preemptions() */
 	uint32_t ghost;        /* the last handle given a preempted
@@ -173,6 +175,8 @@ sched_kv_need(const struct medha_req *r)
 int64_t sched_kv_admit(const struct medha_sched *s, const struct medha_req *r);
 int64_t sched_preempt_default(const struct medha_sched *s);
 int sched_grow(struct medha_sched *s, double now);
+/* r completed: its output into the running mean */
+void sched_est_done(struct medha_sched *s, const struct medha_req *r);
 /* whether r may be preempted (and reserves by estimate) */
 int sched_preemptible(const struct medha_sched *s, const struct medha_req *r);
 /* prefix caching of a preempted request: its computed KV into the index

@@ -5,13 +5,21 @@
  * new_token_ratio times the output tokens it may still produce, a ratio
  * that starts at MEDHA_EST_INIT, falls toward MEDHA_EST_FLOOR with each
  * batch that decodes, and goes back up to MEDHA_EST_INIT when a
- * request is preempted. A request whose prompt is preempt_below tokens
+ * request is preempted; but at most MEDHA_EST_SPAN times the running
+ * mean output of the requests completed so far (MEDHA_EST_COLD tokens
+ * before the first), since clients' caps (a chat request without
+ * max_tokens gets the whole context) say little of what the model
+ * writes. A request whose prompt is preempt_below tokens
  * or more reserves its prompt and all its max_tokens and is never
  * preempted (the Medha paper's promise to long requests: recomputing
  * one costs minutes). Under reserve vllm every request reserves its
  * prompt (and its next token) and any may be preempted, the newest
  * first; under reserve max every request reserves everything and
- * nothing here runs.
+ * nothing here runs. A request with a presence or frequency penalty
+ * (over its output so far, which a recomputation would see as prompt)
+ * is never preempted either. A sampled request (temperature > 0) may
+ * be: its worker's generator starts again from its seed when it comes
+ * back, so its later tokens are drawn as likely, not the same.
  *
  * At the start of each batch every decode that will run takes the
  * block its next token needs (kvplace's grow). Where its group has
@@ -57,6 +65,11 @@ sched_preemptible(const struct medha_sched *s, const struct medha_req *r)
 {
 	if (s->cfg.reserve == MEDHA_RESERVE_MAX)
 		return 0;
+	/* penalties over the output so far would count its tokens as
+	   prompt once they are recomputed: such a request is not cut */
+	if (r->spec.sampling.presence_penalty != 0 ||
+	    r->spec.sampling.frequency_penalty != 0)
+		return 0;
 	if (s->cfg.reserve == MEDHA_RESERVE_VLLM)
 		return 1;
 	return r->spec.prompt_tokens - r->resumed < s->preempt_below;
@@ -71,10 +84,24 @@ sched_kv_admit(const struct medha_sched *s, const struct medha_req *r)
 		return sched_kv_need(r);
 	if (s->cfg.reserve == MEDHA_RESERVE_VLLM)
 		est = 1; /* its next token */
-	else
-		est = (int64_t)(s->ratio * (double)rest + 0.999999);
+	else {
+		double cap = s->out_mean > 0 ? MEDHA_EST_SPAN * s->out_mean
+		                             : MEDHA_EST_COLD;
+		double e = s->ratio * (double)rest;
+		est = (int64_t)((e < cap ? e : cap) + 0.999999);
+	}
 	est = est < 1 ? 1 : est > rest ? rest : est;
 	return r->spec.prompt_tokens + est;
+}
+
+void
+sched_est_done(struct medha_sched *s, const struct medha_req *r)
+{
+	double x = (double)r->decoded;
+
+	s->out_mean = s->out_mean > 0
+	    ? (1 - MEDHA_EST_NEW) * s->out_mean + MEDHA_EST_NEW * x
+	    : (x > 1 ? x : 1);
 }
 
 int64_t

@@ -590,6 +590,11 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	sb_printf(&b, "medha_generation_tokens_total{%s} %lld\n", ml,
 	    (long long)m->generation_tokens);
 	prefix_metrics(&b, m, ml);
+	head(&b, "medha_preemptions_total", "counter",
+	    "Times the requests that ended were preempted (their KV given "
+	    "up for another's next token, and recomputed).");
+	sb_printf(&b, "medha_preemptions_total{%s} %lld\n", ml,
+	    (long long)m->preemptions);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",

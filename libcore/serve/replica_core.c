@@ -239,9 +239,6 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	    (medha_backend_find(h->backend)->caps & MEDHA_BACKEND_FORK);
 	if (sc.kvp_max_tokens % sc.block_size != 0)
 		sc.kvp_max_tokens -= sc.kvp_max_tokens % sc.block_size;
-	/* the replica does not resume a preempted request yet: every
-	   request reserves all its max_tokens live */
-	sc.reserve = MEDHA_RESERVE_MAX;
 	if ((rc = medha_sched_init(&r->core, &sc, &r->pred)) != 0)
 		return medha_why(why, whylen, rc, "scheduler: %s",
 		    medha_strerror(rc));
