@@ -410,12 +410,14 @@ flight_form(struct medha_replica *r)
 			for (int g = 0; g <= k; g++)
 				mi->groups[g] = (uint8_t)cr->kv.groups[g];
 		}
-		/* a request's first item: at 0, or where its fork ends */
+		/* a request's first item: at 0, or where its fork ends (a
+		   preempted request's again: its queue time is the first) */
 		if (!it->decode && (it->kv == 0 || q->n_forks > 0)) {
 			mi->has_params = 1;
 			mi->params = q->sp;
+			if (!q->started)
+				q->first_batch = now_s(r);
 			q->started = 1;
-			q->first_batch = now_s(r);
 		}
 		f->tok[i] = -1;
 	}
