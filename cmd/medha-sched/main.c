@@ -547,15 +547,9 @@ run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
 	    (long long)st.prefix.hits, (long long)st.prefix.queries,
 	    (long long)st.prefix.hit_tokens, (long long)st.prefix.inserted,
 	    (long long)st.prefix.evictions);
-	if (a->cfg.reserve == MEDHA_RESERVE_EST)
-		medha_log(MEDHA_LOG_INFO,
-		    "memory: reserve est, %lld preemptions (prompts of %lld "
-		    "tokens or more never preempted)",
-		    (long long)st.preemptions, (long long)st.preempt_below);
-	else
-		medha_log(MEDHA_LOG_INFO, "memory: reserve %s, %lld preemptions",
-		    medha_reserve_name(a->cfg.reserve),
-		    (long long)st.preemptions);
+	medha_log(MEDHA_LOG_INFO, "memory: reserve %s, %lld preemptions "
+	    "(--preempt-below %lld)", medha_reserve_name(a->cfg.reserve),
+	    (long long)st.preemptions, (long long)st.preempt_below);
 	status = 0;
 out:
 	/* on a failure, what is open is let go (its errors are moot) */
