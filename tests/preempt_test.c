@@ -310,8 +310,45 @@ test_burst(void **state)
 	burst_case(MEDHA_RESERVE_VLLM, 1, 1, 1, 1, 5);
 	burst_case(MEDHA_RESERVE_EST, 1, 1, 2, 1, 6); /* KVP groups */
 	burst_case(MEDHA_RESERVE_EST, 0, 0, 4, 1, 7);
+
 	burst_case(MEDHA_RESERVE_EST, 1, 1, 1, 3, 8); /* pipeline stages */
 	burst_case(MEDHA_RESERVE_VLLM, 0, 0, 2, 2, 9);
+}
+
+/* KVP pieces of 128 tokens: requests of ids grow onto a second group,
+ * and a preempted one's cached blocks run on from one group to the
+ * other, so a group's unreferenced blocks may have their leaves on the
+ * other (evicted there first) */
+static void
+test_kvp_chain(void **state)
+{
+	struct medha_sched_config c;
+	struct run r;
+	uint64_t z = 77;
+
+	(void)state;
+	for (int reserve = MEDHA_RESERVE_EST; reserve <= MEDHA_RESERVE_VLLM;
+	     reserve += MEDHA_RESERVE_VLLM - MEDHA_RESERVE_EST) {
+		config(&c, reserve, 40, 1);
+		c.kvp_max_tokens = 128;
+		run_init(&r, 24, 2, 1, &c);
+		for (int i = 0; i < r.n; i++) {
+			z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+			snprintf(r.v[i].id, sizeof(r.v[i].id), "%d", i);
+			r.v[i].arrival = 0.002 * i;
+			r.v[i].prompt_tokens = 60 + (int64_t)((z >> 33) % 60);
+			r.v[i].max_tokens = 120;
+			r.real[i] = 30 + (int64_t)((z >> 45) % 90);
+			r.v[i].prompt_ids =
+			    calloc(r.v[i].prompt_tokens, sizeof(int32_t));
+			for (int64_t k = 0; k < r.v[i].prompt_tokens; k++)
+				r.v[i].prompt_ids[k] = (k < 40 ? 7 : i * 1000) +
+				    (int)k + 1; /* 40 shared */
+		}
+		run_all(&r);
+		assert_true(check_records(&r) > 0);
+		run_free(&r);
+	}
 }
 
 /* reserve max: one record each, never a preemption */
@@ -538,6 +575,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_burst),
+	    cmocka_unit_test(test_kvp_chain),
 	    cmocka_unit_test(test_reserve_max),
 	    cmocka_unit_test(test_long_kept),
 	    cmocka_unit_test(test_victim),

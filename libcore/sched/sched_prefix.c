@@ -340,14 +340,26 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	return 0;
 }
 
+/*
+ * Only leaves are evicted, so a group's unreferenced block whose
+ * unreferenced child lives on another group (the request's next KVP
+ * piece: a preempted request's blocks run on there) goes once that
+ * child has: when a group finds no leaf of its own to evict, the other
+ * groups give up their least recently used leaf each, until it does.
+ * Its unreferenced blocks are at least what it is over, so this ends.
+ */
 void
 sched_prefix_evict(struct medha_sched *s)
 {
 	for (int g = 0; g < s->kv.kvp; g++) {
-		int64_t over = medha_kvplace_over(&s->kv, g);
-		if (over > 0)
-			MEDHA_ASSERT(
-			    medha_prefix_evict(&s->px, g, over) == over);
+		int64_t over;
+		while ((over = medha_kvplace_over(&s->kv, g)) > 0) {
+			int64_t k = medha_prefix_evict(&s->px, g, over);
+			for (int o = 0; k == 0 && o < s->kv.kvp; o++)
+				if (o != g)
+					k += medha_prefix_evict(&s->px, o, 1);
+			MEDHA_ASSERT(k > 0);
+		}
 	}
 }
 

@@ -8,7 +8,11 @@
 #    its tokens exactly those of its run alone (each replayed by itself
 #    on a replica of --reserve max), with the prefix cache (a preempted
 #    request takes its KV back from it) and without (it recomputes all);
-#    the records count preemptions, some of them at least 1;
+#    the records count preemptions, some of them at least 1; the same
+#    (with the cache) on the topologies of MEDHA_PREEMPT_TOPOS (default
+#    "kvp2", pieces of 128 tokens so that requests grow onto a second
+#    group; "tp2 spp2 kvp2" for all of examples/serve.sh's), whose
+#    workers each free or keep a preempted request's part;
 #  - acceptance: 12 greedy chat requests without max_tokens (short
 #    questions, answered in 17 to 99 tokens) through the HTTP front
 #    door, all at once, on a worker of 2048 blocks: the running gauge of
@@ -50,14 +54,22 @@ while [ $i -lt 12 ]; do
 done
 serve_stop
 
-run() { # NAME SCHED_OPTS: the 12 at once on 32 blocks
-	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
-	    MEDHA_LOG="$tmp/logs.$1" MEDHA_SCHED_OPTS="$2" \
-	    MEDHA_WORKER_OPTS="--kv-blocks 32"
-	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
-	    >"$tmp/$1.jsonl"
+run() { # TOPO NAME SCHED_OPTS: the 12 at once on 32 blocks a worker
+	if [ "$1" = single ]; then
+		serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+		    MEDHA_LOG="$tmp/logs.$2" MEDHA_SCHED_OPTS="$3" \
+		    MEDHA_WORKER_OPTS="--kv-blocks 32"
+		a=$addr
+	else # pieces of 128 tokens: a request grows onto a second group
+		a=ipc://$tmp/router.sock
+		serve_start "$1" 90 MEDHA_ROUTER="$a" MEDHA_MODEL="$model" \
+		    MEDHA_LOG="$tmp/logs.$1.$2" MEDHA_SCHED_OPTS="$3" \
+		    MEDHA_KVP_MAX_TOKENS=128 MEDHA_WORKER_OPTS="--kv-blocks 32"
+	fi
+	"$bin/medha-trace" replay -a "$a" --token-ids "$tmp/trace.jsonl" \
+	    >"$tmp/$1.$2.jsonl"
 	serve_stop
-	python3 - "$tmp/$1.jsonl" "$tmp/alone.jsonl" "$1" <<'PY'
+	python3 - "$tmp/$1.$2.jsonl" "$tmp/alone.jsonl" "$1 $2" <<'PY'
 import json, sys
 got = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
 alone = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
@@ -73,8 +85,11 @@ print("preempt-live %s: %d preemptions of %d requests, tokens as alone"
       % (sys.argv[3], sum(pre), sum(p > 0 for p in pre)), file=sys.stderr)
 PY
 }
-run cache ""
-run nocache --no-prefix-cache
+run single cache ""
+run single nocache --no-prefix-cache
+for topo in ${MEDHA_PREEMPT_TOPOS-kvp2}; do
+	run "$topo" cache ""
+done
 
 # acceptance 1: chat requests without max_tokens, 2048 blocks
 cat >"$tmp/chat.py" <<'PY'
