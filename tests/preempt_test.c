@@ -44,7 +44,7 @@ struct run {
 	int64_t *streamed; /* tokens given out per request */
 	struct medha_record *rec;
 	int *nrec;
-	int max_running; /* most requests holding KV at once */
+	int max_running;      /* most requests holding KV at once */
 	int64_t cached_again; /* tokens re-admissions found cached */
 	int spp;
 };
@@ -166,7 +166,8 @@ run_all(struct run *r)
 			fl[nfl] = b;
 			items[nfl] = realloc(items[nfl],
 			    b.n_items * sizeof(*items[nfl]));
-			memcpy(items[nfl], b.items, b.n_items * sizeof(*b.items));
+			memcpy(items[nfl], b.items,
+			    b.n_items * sizeof(*b.items));
 			fl[nfl].items = items[nfl];
 			nfl++;
 			now += b.stage_time > 0 && r->spp > 1 ? b.stage_time
@@ -218,7 +219,8 @@ check_records(const struct run *r)
 		assert_int_equal(r->rec[i].status, MEDHA_STATUS_OK);
 		assert_int_equal(r->rec[i].output_tokens, want);
 		assert_int_equal(r->streamed[i], want);
-		assert_int_equal(r->rec[i].prompt_tokens, r->v[i].prompt_tokens);
+		assert_int_equal(r->rec[i].prompt_tokens,
+		    r->v[i].prompt_tokens);
 		assert_true(r->rec[i].finish >= r->rec[i].first_token);
 		pre += r->rec[i].preemptions;
 	}

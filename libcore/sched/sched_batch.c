@@ -201,8 +201,9 @@ admit(struct medha_sched *s, struct req *q)
 	} else {
 		if (s->kv.kvp > 1)
 			sched_piece_work(s, r, work);
-		rc = medha_kvplace_admit_work(&s->kv, &r->kv, sched_kv_admit(s, r),
-		    r->spec.prompt_tokens, s->kv.kvp > 1 ? work : NULL);
+		rc = medha_kvplace_admit_work(&s->kv, &r->kv,
+		    sched_kv_admit(s, r), r->spec.prompt_tokens,
+		    s->kv.kvp > 1 ? work : NULL);
 		if (rc == 0 && s->cfg.prefix_cache) /* room it counted free */
 			sched_prefix_evict(s);
 	}

@@ -111,7 +111,7 @@ sched_preempt_default(const struct medha_sched *s)
 
 	if (medha_sched_prefill_alone(s, hi) < MEDHA_PREEMPT_SECS)
 		return hi + 1; /* every prompt that fits is short */
-	while (lo < hi) { /* the least prompt whose prefill takes that */
+	while (lo < hi) {      /* the least prompt whose prefill takes that */
 		int64_t mid = lo + (hi - lo) / 2;
 		if (medha_sched_prefill_alone(s, mid) >= MEDHA_PREEMPT_SECS)
 			hi = mid;
@@ -254,8 +254,8 @@ sched_grow(struct medha_sched *s, double now)
 	/* the estimate decays while nothing is preempted */
 	if (s->cfg.reserve == MEDHA_RESERVE_EST && ndec > 0 &&
 	    s->preemptions == before) {
-		s->ratio -= (MEDHA_EST_INIT - MEDHA_EST_FLOOR) /
-		    MEDHA_EST_DECAY_STEPS;
+		s->ratio -=
+		    (MEDHA_EST_INIT - MEDHA_EST_FLOOR) / MEDHA_EST_DECAY_STEPS;
 		if (s->ratio < MEDHA_EST_FLOOR)
 			s->ratio = MEDHA_EST_FLOOR;
 	}

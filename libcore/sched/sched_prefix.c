@@ -278,7 +278,8 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	int64_t lim = q->nkeys < P - 1 ? q->nkeys : P - 1, m;
 	int64_t shared[MEDHA_KVP_MAX], work[MEDHA_KVP_MAX];
 	int pin[MEDHA_KVP_MAX], full, part, rc;
-	int64_t least = (sched_kv_admit(s, r) + bs - 1) / bs - lim / bs, room = 0;
+	int64_t least = (sched_kv_admit(s, r) + bs - 1) / bs - lim / bs,
+	        room = 0;
 
 	/* no match could make it fit: not worth one (a request waiting
 	   for memory asks every batch) */
@@ -302,8 +303,9 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 			replan(s, r, m);
 		if (s->kv.kvp > 1)
 			sched_piece_work(s, r, work);
-		rc = medha_kvplace_admit_pin(&s->kv, &r->kv, sched_kv_admit(s, r),
-		    P, m, s->kv.kvp > 1 ? work : NULL, shared, pin);
+		rc = medha_kvplace_admit_pin(&s->kv, &r->kv,
+		    sched_kv_admit(s, r), P, m, s->kv.kvp > 1 ? work : NULL,
+		    shared, pin);
 		if (rc == 0)
 			break;
 		if (part >= 0)
@@ -504,8 +506,8 @@ sched_prefix_out(struct medha_sched *s, struct req *q, int32_t tok)
 	if (q->keys == NULL || !q->ids || tok < 0)
 		return 0;
 	/* keys of the prompt and of every output before this one */
-	if (q->nkeys != q->pub.spec.prompt_tokens - q->pub.resumed +
-	        q->pub.decoded - 1)
+	if (q->nkeys !=
+	    q->pub.spec.prompt_tokens - q->pub.resumed + q->pub.decoded - 1)
 		return 0;
 	if (keys_room(q, q->nkeys + 1) != 0)
 		return MEDHA_ENOMEM;
@@ -548,8 +550,9 @@ sched_prefix_preempt(struct medha_sched *s, struct req *q, int64_t kv)
 		if ((rc = keys_room(q, P)) != 0)
 			return rc;
 		for (int64_t k = q->nkeys; k < P; k++)
-			q->keys[k] = (medha_mix64(h * 0x9e3779b97f4a7c15ULL + k) &
-			                 ~(1ULL << 63)) |
+			q->keys[k] =
+			    (medha_mix64(h * 0x9e3779b97f4a7c15ULL + k) &
+			        ~(1ULL << 63)) |
 			    1ULL << 62;
 		q->nkeys = P;
 	}
