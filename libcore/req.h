@@ -276,6 +276,7 @@ struct medha_record {
 	uint64_t handle;      /* the scheduler's handle (not in JSON) */
 	int64_t cached_tokens; /* prompt tokens whose KV came from the prefix
 	                          cache (in JSON when > 0) */
+	int64_t preemptions;   /* times it was preempted (in JSON when > 0) */
 };
 
 /* Frees rec's token_ids, text and tbt and clears them. */

@@ -837,6 +837,76 @@ test_check_past_last_piece(void **state)
 }
 #endif
 
+/*
+ * grow: a lease reserved by estimate takes the blocks it lacks in its
+ * piece's group, and a new piece on the group with room (least pending
+ * work, then most free); where a group is full it says which, keeping
+ * what it took; release gives back all of it.
+ */
+static void
+test_grow(void **state)
+{
+	struct medha_kvplace pl;
+	struct medha_kvlease a, b;
+	int64_t sum[MEDHA_KVP_MAX] = {0};
+	char why[200];
+	int g;
+
+	(void)state;
+	/* 3 groups of 10 blocks, 64 tokens (4 blocks) a group per request */
+	assert_int_equal(medha_kvplace_init(&pl, 3, 16, 10, 64), 0);
+	assert_int_equal(medha_kvplace_admit(&pl, &a, 20, 20), 0);
+	assert_int_equal(a.n_groups, 1);
+	assert_int_equal(a.res_blocks[0], 2);
+	/* within the reservation: nothing taken */
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 32, &g), 0);
+	assert_int_equal(pl.res[a.groups[0]], 2);
+	/* a block more in its piece */
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 33, &g), 0);
+	assert_int_equal(a.res_blocks[0], 3);
+	assert_int_equal(pl.res[a.groups[0]], 3);
+	/* past 64 tokens: a second piece on another group */
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 70, &g), 0);
+	assert_int_equal(a.n_groups, 2);
+	assert_int_equal(a.res_blocks[0], 4);
+	assert_int_equal(a.res_blocks[1], 1);
+	assert_true(a.groups[1] != a.groups[0]);
+	assert_int_equal(medha_kvplace_check_lease(&pl, &a, 70, sum, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(medha_kvplace_check(&pl, sum, why, sizeof(why)), 0);
+	/* a grows to fill the group b leaves: then it finds no block and
+	 * is told which group lacks one */
+	assert_int_equal(medha_kvplace_init(&pl, 1, 16, 10, 0), 0);
+	assert_int_equal(medha_kvplace_admit(&pl, &a, 16, 16), 0);
+	assert_int_equal(medha_kvplace_admit(&pl, &b, 16 * 7, 16), 0);
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 40, &g), 0);
+	assert_int_equal(pl.res[0], 10);
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 49, &g), MEDHA_ENOSPACE);
+	assert_int_equal(g, 0);
+	assert_int_equal(a.res_blocks[0], 3);
+	/* cached blocks a request holds count as used */
+	medha_kvplace_release(&pl, &b);
+	pl.cached[0] = pl.held[0] = 8;
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 49, &g), MEDHA_ENOSPACE);
+	pl.held[0] = 0; /* not held: free, evicted by the caller */
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 49, &g), 0);
+	assert_int_equal(medha_kvplace_over(&pl, 0), 4 + 8 - 10);
+	pl.cached[0] = 0;
+	/* no group left for a new piece: -1 */
+	assert_int_equal(medha_kvplace_init(&pl, 2, 16, 4, 64), 0);
+	assert_int_equal(medha_kvplace_admit(&pl, &a, 64, 64), 0);
+	assert_int_equal(medha_kvplace_admit(&pl, &b, 64, 64), 0);
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 65, &g), MEDHA_ENOSPACE);
+	assert_int_equal(g, -1);
+	/* more pieces than groups */
+	assert_int_equal(medha_kvplace_grow(&pl, &a, 64 * 3, &g),
+	    MEDHA_ENOSPACE);
+	medha_kvplace_release(&pl, &a);
+	medha_kvplace_release(&pl, &b);
+	assert_int_equal(pl.res[0] + pl.res[1], 0);
+}
+
 int
 main(void)
 {
@@ -849,6 +919,7 @@ main(void)
 	    cmocka_unit_test(test_pending),
 	    cmocka_unit_test(test_checks),
 	    cmocka_unit_test(test_random),
+	    cmocka_unit_test(test_grow),
 #ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_work_without_prompt),
 	    cmocka_unit_test(test_check_past_last_piece),

@@ -557,7 +557,7 @@ struct mworker {
 	const struct medha_reqspec *reqs;
 	const uint64_t *hreq; /* (nreq) the handle of each request */
 	int nreq;
-	int64_t forks, trims, checked;
+	int64_t forks, trims, moves, checked;
 };
 
 static int
@@ -657,6 +657,18 @@ mw_ops(struct mworker *w, const struct medha_sched_batch *b)
 		if (op->op == MEDHA_KVOP_TRIM) {
 			w->trims++;
 			mw_trim(w, op->req, op->to);
+			continue;
+		}
+		if (op->op == MEDHA_KVOP_MOVE) { /* preempted: renamed */
+			w->moves++;
+			assert_null(medha_sched_req(w->s, op->src));
+			for (int g = 0; g < w->kvp; g++) {
+				int seq = mw_seq(w, g, op->req);
+				assert_true(mw_seq(w, g, op->src) < 0);
+				if (seq >= 0)
+					w->handle[g][seq] = op->src;
+			}
+			mw_trim(w, op->src, op->to);
 			continue;
 		}
 		assert_int_equal(op->op, MEDHA_KVOP_FORK);
@@ -861,6 +873,9 @@ model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed,
 	medha_sched_prefix_stats(s, &ps);
 	assert_true(ps.hits > n / 4 && ps.evictions > 0 && w->forks > 0);
 	assert_true(w->checked > 0);
+	/* memory on demand: requests were preempted, their KV kept in the
+	   cache under a new name (MOVE) and found there again, checked */
+	assert_true(medha_sched_preemptions(s) > 0 && w->moves > 0);
 	medha_sched_free(s);
 	medha_pred_free(&p);
 	for (int g = 0; g < kvp; g++)

@@ -1262,7 +1262,7 @@ test_parse_limits(void **state)
 }
 
 /* "prefix": named shared segments, round trip and refusals; a record's
- * cached_tokens, written only when > 0 */
+ * cached_tokens and preemptions, written only when > 0 */
 static void
 test_prefix_roundtrip(void **state)
 {
@@ -1320,13 +1320,16 @@ test_prefix_roundtrip(void **state)
 	assert_int_equal(medha_writer_open(&w, f, 0), 0);
 	assert_int_equal(medha_record_write(w, &rin), 0);
 	rin.cached_tokens = 552;
+	rin.preemptions = 3;
 	assert_int_equal(medha_record_write(w, &rin), 0);
 	assert_int_equal(medha_writer_close(w), 0);
 	first_line(f, &r, &line);
 	assert_null(strstr(line, "cached_tokens"));
+	assert_null(strstr(line, "preemptions"));
 	assert_int_equal(medha_reader_line(r, &line, &(size_t){0}), 1);
 	assert_int_equal(medha_record_parse(line, &rout, why, sizeof(why)), 0);
 	assert_int_equal(rout.cached_tokens, 552);
+	assert_int_equal(rout.preemptions, 3);
 	medha_record_clear(&rout);
 	medha_reader_close(r);
 	fclose(f);

@@ -33,8 +33,9 @@ static const char synopsis[] =
     "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills "
     "N]\n"
     "           [--mem-util X] [--min-chunk N] [--no-prefix-cache]\n"
-    "           [--profile FILE] [--share-cap X]"
-    " [--spp N] [--target-batch-time S]\n"
+    "           [--preempt-below N] [--profile FILE] "
+    "[--reserve est|max|vllm]\n"
+    "           [--share-cap X] [--spp N] [--target-batch-time S]\n"
     "           [--tp N] [FILE]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
@@ -80,8 +81,12 @@ static const struct medha_help help_lines[] = {
     {"--min-chunk N",
         "fewest tokens in a batch without decodes (predictor)"},
     {"--no-prefix-cache", "prefill every prompt whole: no prefix cache"},
+    {"--preempt-below N",
+        "prompts this long never preempted (5 s of prefill)"},
     {"--predictor, --profile FILE",
         "operator times from a medha-profile(5) table"},
+    {"--reserve est|max|vllm",
+        "reserve an output estimate, all max_tokens, or as vLLM"},
     {"--share-cap X", "medha: most of a batch a long prefill gives up (0.5)"},
     {"--target-batch-time S",
         "adaptive chunks' target batch latency, seconds (0.05)"},
@@ -151,7 +156,9 @@ enum {
 	OPT_MEMUTIL,
 	OPT_MINCHUNK,
 	OPT_NOPREFIX,
+	OPT_PREEMPT,
 	OPT_PROFILE,
+	OPT_RESERVE,
 	OPT_SHARE,
 	OPT_SPP,
 	OPT_TARGET,
@@ -183,7 +190,9 @@ static const struct option longopts[] = {
     {"output", required_argument, NULL, 'o'},
     {"policy", required_argument, NULL, 'p'},
     {"predictor", required_argument, NULL, OPT_PROFILE},
+    {"preempt-below", required_argument, NULL, OPT_PREEMPT},
     {"profile", required_argument, NULL, OPT_PROFILE},
+    {"reserve", required_argument, NULL, OPT_RESERVE},
     {"share-cap", required_argument, NULL, OPT_SHARE},
     {"sim", required_argument, NULL, OPT_SIM},
     {"spp", required_argument, NULL, OPT_SPP},
@@ -327,7 +336,17 @@ parse_args(struct args *a, int argc, char *argv[])
 			    flag_i64("--min-chunk", optarg, 32, 1 << 24);
 			break;
 		case OPT_NOPREFIX: cfg->prefix_cache = 0; break;
+		case OPT_PREEMPT:
+			cfg->preempt_below = flag_i64("--preempt-below",
+			    optarg, 1, INT64_MAX / 65536);
+			break;
 		case OPT_PROFILE: a->profile = optarg; break;
+		case OPT_RESERVE:
+			if ((cfg->reserve = medha_reserve_parse(optarg)) < 0)
+				die(2,
+				    "--reserve: %s: expected est, max or vllm",
+				    optarg);
+			break;
 		case OPT_SHARE:
 			cfg->share_cap =
 			    flag_f64("--share-cap", optarg, 0, 1, 0);
@@ -532,6 +551,9 @@ run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
 	    (long long)st.prefix.hits, (long long)st.prefix.queries,
 	    (long long)st.prefix.hit_tokens, (long long)st.prefix.inserted,
 	    (long long)st.prefix.evictions);
+	medha_log(MEDHA_LOG_INFO, "memory: reserve %s, %lld preemptions "
+	    "(--preempt-below %lld)", medha_reserve_name(a->cfg.reserve),
+	    (long long)st.preemptions, (long long)st.preempt_below);
 	status = 0;
 out:
 	/* on a failure, what is open is let go (its errors are moot) */

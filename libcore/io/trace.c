@@ -737,6 +737,8 @@ medha_record_parse(const char *line, struct medha_record *rec, char *why,
 	         &r.prefill_alone, why, whylen)) != 0 ||
 	    (rc = json_count(root, "cached_tokens", 0, 0, MEDHA_TOKENS_MAX,
 	         &r.cached_tokens, why, whylen)) != 0 ||
+	    (rc = json_count(root, "preemptions", 0, 0, MEDHA_TOKENS_MAX,
+	         &r.preemptions, why, whylen)) != 0 ||
 	    (rc = json_time(root, "queue_time", 0, 0, HUGE_VAL, &r.queue_time,
 	         why, whylen)) != 0)
 		goto out;
@@ -806,6 +808,9 @@ medha_record_write(struct medha_writer *w, const struct medha_record *rec)
 	if (rec->cached_tokens > 0)
 		medha_writer_printf(w, ", \"cached_tokens\": %lld",
 		    (long long)rec->cached_tokens);
+	if (rec->preemptions > 0)
+		medha_writer_printf(w, ", \"preemptions\": %lld",
+		    (long long)rec->preemptions);
 	if (rec->queue_time > 0)
 		medha_writer_printf(w, ", \"queue_time\": %.9g",
 		    rec->queue_time);

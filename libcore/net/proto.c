@@ -807,6 +807,7 @@ record_eq(const struct medha_record *a, const struct medha_record *b)
 	        b->n_token_ids) &&
 	    str_eq(a->text, b->text) && a->prefill_alone == b->prefill_alone &&
 	    a->cached_tokens == b->cached_tokens &&
+	    a->preemptions == b->preemptions &&
 	    a->queue_time == b->queue_time &&
 	    tbt_eq(&a->tbt, &b->tbt) &&
 	    lps_eq(a->token_ids != NULL ? a->logprobs : NULL,

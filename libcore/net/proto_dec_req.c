@@ -201,13 +201,14 @@ enum {
 	RC_CACHED,
 	RC_LOGPROBS,
 	RC_QUEUE_TIME,
+	RC_PREEMPT,
 	RC_N
 };
 static const char *const rc_keys[RC_N] = {"id", "arrival", "first_token",
     "finish", "ttft", "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo",
     "prompt_tokens", "output_tokens", "status", "finish_reason", "reason",
     "token_ids", "text", "prefill_alone", "tbt", "cached_tokens",
-    "logprobs", "queue_time"};
+    "logprobs", "queue_time", "preemptions"};
 
 /*
  * A record's "tbt": [[bucket, count], ...], each bucket in range (it is
@@ -313,10 +314,17 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	    (v[RC_CACHED] != NULL &&
 	        (rc = dec_get_i64(d, v[RC_CACHED],
 	             dec_join(path, sizeof(path), pfx, "cached_tokens"),
-	             &r->cached_tokens)) != 0))
+	             &r->cached_tokens)) != 0) ||
+	    (v[RC_PREEMPT] != NULL &&
+	        (rc = dec_get_i64(d, v[RC_PREEMPT],
+	             dec_join(path, sizeof(path), pfx, "preemptions"),
+	             &r->preemptions)) != 0))
 		return rc;
 	if (r->cached_tokens < 0 || r->cached_tokens > MEDHA_TOKENS_MAX)
 		return BAD(d, dec_join(path, sizeof(path), pfx, "cached_tokens"),
+		    "not an integer in [0, %lld]", (long long)MEDHA_TOKENS_MAX);
+	if (r->preemptions < 0 || r->preemptions > MEDHA_TOKENS_MAX)
+		return BAD(d, dec_join(path, sizeof(path), pfx, "preemptions"),
 		    "not an integer in [0, %lld]", (long long)MEDHA_TOKENS_MAX);
 	dec_join(path, sizeof(path), pfx, "logprobs");
 	if (v[RC_LOGPROBS] != NULL && r->token_ids == NULL)

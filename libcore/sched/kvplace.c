@@ -207,6 +207,46 @@ medha_kvplace_admit(struct medha_kvplace *pl, struct medha_kvlease *l,
 	return medha_kvplace_admit_work(pl, l, need, prompt, NULL);
 }
 
+int
+medha_kvplace_grow(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t kv, int *group)
+{
+	int64_t np = pieces(pl, kv);
+	int used[MEDHA_KVP_MAX] = {0};
+
+	*group = -1;
+	if (np > pl->kvp)
+		return MEDHA_ENOSPACE;
+	for (int i = 0; i < l->n_groups; i++)
+		used[l->groups[i]] = 1;
+	for (int i = 0; i < (int)np; i++) {
+		int64_t nb = blocks(pl, medha_kvplace_in_piece(pl, i, 0, kv));
+		int g;
+		if (i >= l->n_groups) { /* a new piece, output tokens only */
+			if ((g = pick_group(pl, used, nb)) < 0)
+				return MEDHA_ENOSPACE;
+			used[g] = 1;
+			l->groups[i] = g;
+			l->res_blocks[i] = 0;
+			l->shared[i] = 0;
+			l->work[i] = 0;
+			l->n_groups = i + 1;
+			pl->next = (g + 1) % pl->kvp;
+		}
+		g = l->groups[i];
+		nb -= l->res_blocks[i] + l->shared[i];
+		if (nb <= 0)
+			continue;
+		if (pl->cap_blocks - pl->res[g] - pl->held[g] < nb) {
+			*group = g;
+			return MEDHA_ENOSPACE;
+		}
+		l->res_blocks[i] += nb;
+		pl->res[g] += nb;
+	}
+	return 0;
+}
+
 void
 medha_kvplace_release(struct medha_kvplace *pl, struct medha_kvlease *l)
 {

@@ -7,9 +7,11 @@
  * the request reserves the blocks of every piece, each on the group with
  * the least pending prefill work that has room (ties: the most free
  * blocks, then round-robin from the group after the last one chosen), so
- * memory is never over-committed and a running request never has to give
- * memory back. The request enters piece i's group when its KV passes
- * i * group_tokens.
+ * memory is never over-committed. A caller that reserves less than a
+ * request may need (an estimate of its output) grows the lease as the
+ * request decodes (medha_kvplace_grow), and gives it all back when
+ * the request is preempted. The request enters piece i's group when its
+ * KV passes i * group_tokens.
  *
  * Pending work is what the caller says a piece costs its group (the
  * scheduler: predicted prefill time, in ns; linear layers and attention
@@ -102,6 +104,16 @@ int medha_kvplace_admit_pin(struct medha_kvplace *pl, struct medha_kvlease *l,
 /* Blocks of group g beyond its capacity once evictable cached blocks are
  * counted as used: those to evict (0 if none). */
 int64_t medha_kvplace_over(const struct medha_kvplace *pl, int g);
+/*
+ * Growth on demand (a reservation by estimate): make l cover kv tokens,
+ * taking the blocks it lacks in each piece from that piece's group and a
+ * group for each new piece (least pending work, then most free blocks,
+ * as at admission; a new piece brings no pending work). Returns 0, or
+ * MEDHA_ENOSPACE with *group the group that has no room (-1: no group
+ * l does not use yet has room for a new piece); what was taken stays.
+ */
+int medha_kvplace_grow(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int64_t kv, int *group);
 /* Give back everything l holds; l is left empty. */
 void medha_kvplace_release(struct medha_kvplace *pl, struct medha_kvlease *l);
 /* Prompt tokens [from, to) were handed to a batch (from: all before

@@ -59,6 +59,8 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->max_prefills = 64;
 	c->max_seqs = 0;
 	c->prefix_cache = 0;
+	c->reserve = MEDHA_RESERVE_EST;
+	c->preempt_below = 0;
 }
 
 /* ---- prefill time alone, deadlines ---- */
@@ -175,7 +177,8 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	    c->deadline_floor < 0 || c->block_size < 1 || c->kv_blocks < 0 ||
 	    c->mem_util <= 0 || c->mem_util > 1 || c->kvp_max_tokens < 0 ||
 	    c->max_prefills < 1 || c->max_seqs < 0 || p->kvp < 1 ||
-	    p->kvp > MEDHA_KVP_MAX)
+	    p->kvp > MEDHA_KVP_MAX || c->reserve < MEDHA_RESERVE_EST ||
+	    c->reserve > MEDHA_RESERVE_VLLM || c->preempt_below < 0)
 		return MEDHA_EINVAL;
 	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens % c->block_size != 0)
 		return MEDHA_EINVAL;
@@ -202,6 +205,9 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	}
 	if (c->prefix_cache)
 		sched_prefix_init(s);
+	s->ratio = MEDHA_EST_INIT;
+	s->preempt_below = c->preempt_below > 0 ? c->preempt_below
+	                                        : sched_preempt_default(s);
 	*sp = s;
 	return 0;
 }
@@ -259,7 +265,8 @@ push_record(struct medha_sched *s, struct medha_req *r, int status, int finish,
 	memcpy(rec->id, r->spec.id, sizeof(rec->id));
 	rec->handle = r->handle;
 	rec->arrival = r->spec.arrival;
-	rec->prompt_tokens = r->spec.prompt_tokens;
+	rec->prompt_tokens = r->spec.prompt_tokens - r->resumed;
+	rec->preemptions = r->preempted;
 	rec->status = status;
 	rec->finish_reason = finish;
 	if (reason != NULL)
@@ -321,6 +328,8 @@ sched_finish(struct medha_sched *s, struct req *q, int status, int fin,
 		sched_op(s, MEDHA_KVOP_TRIM, q->pub.handle, 0, 0, q->own_end);
 	if (q->pub.state != MEDHA_REQ_WAITING)
 		s->nadmitted--;
+	if (status == MEDHA_STATUS_OK)
+		sched_est_done(s, &q->pub);
 	medha_kvplace_release(&s->kv, &q->pub.kv);
 	rc = push_record(s, &q->pub, status, fin, reason, now);
 	medha_tbt_free(&q->pub.tbt); /* moved, or not if that failed */
@@ -390,6 +399,7 @@ medha_sched_arrive(struct medha_sched *s, const struct medha_reqspec *spec,
 	r->state = MEDHA_REQ_WAITING;
 	r->max_tokens = spec->max_tokens;
 	r->tpot_slo = spec->tpot_slo;
+	q->ids = spec->prompt_ids != NULL;
 	q->slot = s->nactive;
 	s->active[s->nactive++] = i;
 	if (handle != NULL)

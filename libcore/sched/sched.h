@@ -59,6 +59,39 @@ enum medha_policy {
 int medha_policy_parse(const char *name);
 const char *medha_policy_name(int policy);
 
+/*
+ * What a request reserves at admission (man/medha-sched.1, "Memory"):
+ * EST, its prompt and an estimate of its output (SGLang's decaying
+ * ratio of its max_tokens), growing on demand as it decodes, and a
+ * short request is preempted when a group has no block for the next
+ * step; MAX, its prompt and all its max_tokens (nothing is ever
+ * preempted); VLLM, vLLM's rule as a baseline: the prompt alone, every
+ * request preemptible, the newest first.
+ */
+enum medha_reserve {
+	MEDHA_RESERVE_EST = 0,
+	MEDHA_RESERVE_MAX,
+	MEDHA_RESERVE_VLLM,
+};
+/* Returns MEDHA_RESERVE_* or -1 ("est", "max", "vllm"). */
+int medha_reserve_parse(const char *name);
+const char *medha_reserve_name(int reserve);
+
+/* The output estimate (EST): the ratio starts at INIT, falls by
+ * (INIT - FLOOR) / DECAY_STEPS each batch with decodes, and goes back
+ * to INIT when a request is preempted (SGLang's defaults); the estimate
+ * is at most SPAN x the running mean output of the requests completed
+ * (weight NEW for the newest), COLD tokens before any. */
+#define MEDHA_EST_INIT 0.7
+#define MEDHA_EST_FLOOR 0.1
+#define MEDHA_EST_DECAY_STEPS 600
+#define MEDHA_EST_SPAN 2.0
+#define MEDHA_EST_NEW 0.1
+#define MEDHA_EST_COLD 512
+/* --preempt-below by default: the prompt whose prefill alone takes this
+ * long on the replica, s */
+#define MEDHA_PREEMPT_SECS 5.0
+
 struct medha_sched_config {
 	int policy;            /* MEDHA_POLICY_* (medha) */
 	int64_t chunk;         /* fixed token budget; 0 = adaptive (0);
@@ -84,6 +117,11 @@ struct medha_sched_config {
 	                           memory (0); a live scheduler takes its workers' */
 	int prefix_cache;       /* 1: reuse the KV of cached prompt prefixes
 	                           (prefix.h; medha-sched(1)) (0) */
+	int reserve;            /* MEDHA_RESERVE_* (est) */
+	int64_t preempt_below;  /* est: a prompt this long or longer keeps
+	                           the full reservation and is never
+	                           preempted; 0 = the prompt whose prefill
+	                           alone takes MEDHA_PREEMPT_SECS (0) */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 
@@ -127,6 +165,11 @@ struct medha_req {
 	int64_t cached; /* prompt tokens found in the prefix cache (at
 	                   arrival; at admission, final): its prefill
 	                   starts there */
+	int preempted;   /* times it was preempted */
+	int64_t resumed; /* output tokens folded into spec.prompt_tokens
+	                    when it was last preempted: its prefill
+	                    recomputes them, and the last chunk's token is
+	                    its next output (0: never preempted) */
 };
 
 /* A batch item: one sequence's tokens in this iteration. */
@@ -147,11 +190,17 @@ struct medha_sched_item {
  * free it when to is 0. FORK: req's sequence, new (or holding exactly
  * from positions), takes src's positions [from, to): the full blocks
  * shared, a last partial block copied. With the cache on, every request
- * that ends gets a TRIM (its sequence is let go only so).
+ * that ends gets a TRIM (its sequence is let go only so). MOVE: req was
+ * preempted: its sequence, kept to [0, to), is src's from now on (src is
+ * a handle no request has: the cache's blocks of it live there, and
+ * later FORKs and TRIMs name src); req has no sequence after it. A
+ * preempted request whose KV the cache does not keep gets a TRIM to 0,
+ * with the cache on or off.
  */
 enum medha_kvop_kind {
 	MEDHA_KVOP_TRIM = 1,
 	MEDHA_KVOP_FORK = 2,
+	MEDHA_KVOP_MOVE = 3,
 };
 struct medha_kvop {
 	int op;           /* MEDHA_KVOP_* */
@@ -268,6 +317,12 @@ struct medha_sched_progress {
 };
 void medha_sched_progress(const struct medha_sched *s,
     struct medha_sched_progress *st);
+/* Preemptions so far (every request's, counted once each time). */
+int64_t medha_sched_preemptions(const struct medha_sched *s);
+/* The prompt length from which requests are never preempted (est). */
+int64_t medha_sched_preempt_below(const struct medha_sched *s);
+/* The output estimate's ratio now (est). */
+double medha_sched_est_ratio(const struct medha_sched *s);
 
 /* Requests not yet finished (waiting, prefilling or decoding). */
 int64_t medha_sched_pending(const struct medha_sched *s);

@@ -201,8 +201,9 @@ admit(struct medha_sched *s, struct req *q)
 	} else {
 		if (s->kv.kvp > 1)
 			sched_piece_work(s, r, work);
-		rc = medha_kvplace_admit_work(&s->kv, &r->kv, sched_kv_need(r),
-		    r->spec.prompt_tokens, s->kv.kvp > 1 ? work : NULL);
+		rc = medha_kvplace_admit_work(&s->kv, &r->kv,
+		    sched_kv_admit(s, r), r->spec.prompt_tokens,
+		    s->kv.kvp > 1 ? work : NULL);
 		if (rc == 0 && s->cfg.prefix_cache) /* room it counted free */
 			sched_prefix_evict(s);
 	}
@@ -591,7 +592,8 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	s->prog_now = 0;
 	b->ops = NULL;
 	b->n_ops = 0;
-	if ((rc = grow_cands(s, s->nactive)) != 0)
+	if ((rc = grow_cands(s, s->nactive)) != 0 ||
+	    (rc = sched_grow(s, now)) != 0) /* blocks on demand */
 		return rc;
 	/* (1) every decode that has its previous token; (2) candidates */
 	for (int i = 0; i < s->nactive; i++) {
@@ -663,7 +665,7 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 			return rc;
 	}
 	b->n_items = s->acc.n_items;
-	if (s->cfg.prefix_cache)
+	if (s->cfg.prefix_cache || s->npend > 0) /* (preemptions' TRIMs) */
 		sched_prefix_batch(s, b);
 	if (s->oom) /* an op for the workers was lost */
 		return MEDHA_ENOMEM;
@@ -733,7 +735,7 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 		r->busy = 0;
 		if (stop) {
 			/* the stopping token is not output */
-			if (!it->decode) {
+			if (!it->decode && r->resumed == 0) {
 				r->first_token = now;
 				r->last_token = now;
 			}
@@ -742,7 +744,8 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 				return rc;
 			continue;
 		}
-		if (it->decode) {
+		if (it->decode || r->resumed > 0) {
+			/* (a preempted request's last chunk: its next token) */
 			double gap = now - r->last_token;
 			if (gap > r->tpot_max)
 				r->tpot_max = gap;
@@ -757,6 +760,7 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 				return rc;
 			r->decoded++;
 			r->last_token = now;
+			r->state = MEDHA_REQ_DECODE;
 		} else {
 			r->state = MEDHA_REQ_DECODE;
 			r->first_token = now;
@@ -764,6 +768,11 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 			if (r->max_tokens > 0)
 				r->decoded = 1;
 		}
+		/* its output's ids, for a preemption to find it cached */
+		if (q->keys != NULL && res != NULL &&
+		    sched_preemptible(s, r) &&
+		    (rc = sched_prefix_out(s, q, res[i].token)) != 0)
+			return rc;
 		if (r->decoded >= r->max_tokens &&
 		    (rc = sched_finish(s, q, MEDHA_STATUS_OK,
 		         MEDHA_FINISH_LENGTH, NULL, now)) != 0)

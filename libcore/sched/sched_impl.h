@@ -7,8 +7,11 @@
  * carry a plain sched_ prefix; the public API is sched/sched.h.
  *
  * Memory: at admission a request reserves the KV blocks for its prompt
- * and all of its output tokens, so a decode can never run out of memory
- * and be preempted; a request that cannot get its blocks waits. Its KV is
+ * and an estimate of its output (all of its output tokens under
+ * reserve max, and for a prompt of preempt_below tokens or more, which
+ * is then never preempted); a request that cannot get its blocks waits.
+ * A decode past its reservation takes blocks as it goes, and when a
+ * group has none, a short request is preempted (sched_preempt.c). Its KV is
  * cut into pieces of at most kvp_max_tokens, one KVP group each, chosen
  * at admission by least predicted pending prefill time (kvplace.c); the
  * request enters the next group when its KV passes the previous group's
@@ -49,6 +52,10 @@ struct req {
 	int64_t own_first; /* depth of the first node its block made, -1 */
 	int ext_node;      /* the node it is about to extend, -1 none */
 	int64_t own_end;   /* positions its nodes' blocks end at */
+	int64_t keys_cap;  /* keys' room: a request of token ids (ids) gets
+	                      its output ids appended, so that a preempted
+	                      one finds its KV in the cache */
+	int ids;           /* its prompt came as token ids */
 };
 
 struct cand {
@@ -122,6 +129,14 @@ struct medha_sched {
 	int prog_now;
 	double prog_base;
 	double limit; /* the batch being formed's latency limit, s */
+	/* growth on demand and preemption (sched_preempt.c) */
+	double ratio;          /* est: the output estimate's ratio */
+	double out_mean;       /* the completed requests' mean output, 0
+	                          before any */
+	int64_t preempt_below; /* prompts this long are never preempted */
+	int64_t preemptions;   /* medha_sched_preemptions() */
+	uint32_t ghost;        /* the last handle given a preempted
+	                          request's cached KV (MEDHA_KVOP_MOVE) */
 };
 
 /* prefix caching (sched_prefix.c): the request's keys at arrival and
@@ -151,12 +166,33 @@ double sched_plan_alone(const struct medha_sched *s, int64_t start,
 void sched_piece_work(const struct medha_sched *s, const struct medha_req *r,
     int64_t *work);
 
-/* KV tokens a request needs in all: prompt and every output token. */
+/* KV tokens a request needs in all: prompt and every output token (a
+ * preempted one's prompt holds the outputs it had then). */
 static inline int64_t
 sched_kv_need(const struct medha_req *r)
 {
-	return r->spec.prompt_tokens + r->spec.max_tokens;
+	return r->spec.prompt_tokens + r->spec.max_tokens - r->resumed;
 }
+
+/* growth on demand and preemption (sched_preempt.c): the KV tokens r
+ * reserves at admission; the default preempt_below (at init); at the
+ * start of each batch, every decode's block for its next token,
+ * preempting where a group has none, and the estimate's decay (0 or
+ * MEDHA_ENOMEM) */
+int64_t sched_kv_admit(const struct medha_sched *s, const struct medha_req *r);
+int64_t sched_preempt_default(const struct medha_sched *s);
+int sched_grow(struct medha_sched *s, double now);
+/* r completed: its output into the running mean */
+void sched_est_done(struct medha_sched *s, const struct medha_req *r);
+/* whether r may be preempted (and reserves by estimate) */
+int sched_preemptible(const struct medha_sched *s, const struct medha_req *r);
+/* prefix caching of a preempted request: its computed KV into the index
+ * under a new owner (MOVE), or a TRIM to 0; its keys kept, its match
+ * found again (0 or MEDHA_ENOMEM) */
+int sched_prefix_preempt(struct medha_sched *s, struct req *q, int64_t kv);
+/* an output token of q, id tok (-1: not known): its key, for a later
+ * preemption. 0 or MEDHA_ENOMEM */
+int sched_prefix_out(struct medha_sched *s, struct req *q, int32_t tok);
 
 /* The live request of handle h, or NULL. */
 static inline struct req *

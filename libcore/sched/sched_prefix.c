@@ -121,6 +121,7 @@ sched_prefix_arrive(struct medha_sched *s, struct req *q,
 	if ((q->keys = medha_reallocarray(NULL, n, sizeof(*q->keys))) == NULL)
 		return MEDHA_ENOMEM;
 	q->nkeys = n;
+	q->keys_cap = n;
 	if (spec->prompt_ids != NULL) {
 		for (k = 0; k < n; k++)
 			q->keys[k] = (uint32_t)spec->prompt_ids[k];
@@ -277,7 +278,8 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	int64_t lim = q->nkeys < P - 1 ? q->nkeys : P - 1, m;
 	int64_t shared[MEDHA_KVP_MAX], work[MEDHA_KVP_MAX];
 	int pin[MEDHA_KVP_MAX], full, part, rc;
-	int64_t least = (sched_kv_need(r) + bs - 1) / bs - lim / bs, room = 0;
+	int64_t least = (sched_kv_admit(s, r) + bs - 1) / bs - lim / bs,
+	        room = 0;
 
 	/* no match could make it fit: not worth one (a request waiting
 	   for memory asks every batch) */
@@ -301,8 +303,9 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 			replan(s, r, m);
 		if (s->kv.kvp > 1)
 			sched_piece_work(s, r, work);
-		rc = medha_kvplace_admit_pin(&s->kv, &r->kv, sched_kv_need(r),
-		    P, m, s->kv.kvp > 1 ? work : NULL, shared, pin);
+		rc = medha_kvplace_admit_pin(&s->kv, &r->kv,
+		    sched_kv_admit(s, r), P, m, s->kv.kvp > 1 ? work : NULL,
+		    shared, pin);
 		if (rc == 0)
 			break;
 		if (part >= 0)
@@ -339,14 +342,26 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	return 0;
 }
 
+/*
+ * Only leaves are evicted, so a group's unreferenced block whose
+ * unreferenced child lives on another group (the request's next KVP
+ * piece: a preempted request's blocks run on there) goes once that
+ * child has: when a group finds no leaf of its own to evict, the other
+ * groups give up their least recently used leaf each, until it does.
+ * Its unreferenced blocks are at least what it is over, so this ends.
+ */
 void
 sched_prefix_evict(struct medha_sched *s)
 {
 	for (int g = 0; g < s->kv.kvp; g++) {
-		int64_t over = medha_kvplace_over(&s->kv, g);
-		if (over > 0)
-			MEDHA_ASSERT(
-			    medha_prefix_evict(&s->px, g, over) == over);
+		int64_t over;
+		while ((over = medha_kvplace_over(&s->kv, g)) > 0) {
+			int64_t k = medha_prefix_evict(&s->px, g, over);
+			for (int o = 0; k == 0 && o < s->kv.kvp; o++)
+				if (o != g)
+					k += medha_prefix_evict(&s->px, o, 1);
+			MEDHA_ASSERT(k > 0);
+		}
 	}
 }
 
@@ -368,12 +383,14 @@ own(struct medha_sched *s, struct req *q, int node, int64_t n)
 	}
 }
 
-int
-sched_prefix_blocks(struct medha_sched *s, struct req *q)
+/* q's full blocks from ins_tok up to lim into the index, each made
+ * with born (fresh: its KV is computed with this batch). 0 or
+ * MEDHA_ENOMEM. */
+static int
+insert_blocks(struct medha_sched *s, struct req *q, int64_t lim, uint64_t born)
 {
 	struct medha_req *r = &q->pub;
 	int64_t bs = s->cfg.block_size;
-	int64_t lim = q->nkeys < r->sched_prefill ? q->nkeys : r->sched_prefill;
 
 	while (!q->ins_stop && q->ins_tok + bs <= lim) {
 		int piece = (int)(q->ins_tok / s->kv.group_tokens);
@@ -390,10 +407,7 @@ sched_prefix_blocks(struct medha_sched *s, struct req *q)
 			extend(s, q, -1);
 			break;
 		}
-		/* its own block of these tokens is the index's now; its KV
-		   is computed with this batch, not before: no request
-		   forks from it until the next */
-		s->px.n[node].born = s->px.fresh;
+		s->px.n[node].born = born;
 		r->kv.res_blocks[piece]--;
 		s->kv.res[g]--;
 		r->kv.shared[piece]++;
@@ -403,21 +417,36 @@ sched_prefix_blocks(struct medha_sched *s, struct req *q)
 	return 0;
 }
 
-void
-sched_prefix_finish(struct medha_sched *s, struct req *q, int status)
+int
+sched_prefix_blocks(struct medha_sched *s, struct req *q)
 {
 	struct medha_req *r = &q->pub;
-	int64_t bs = s->cfg.block_size, c = q->nkeys;
+	int64_t lim = q->nkeys < r->sched_prefill ? q->nkeys : r->sched_prefill;
 
-	c = c < r->spec.prompt_tokens ? c : r->spec.prompt_tokens;
-	/* the block its cacheable tokens end in, if they were all handed
-	   out and the blocks before are its path; not if the workers'
-	   KV was lost */
+	/* its own block of these tokens is the index's now; its KV is
+	   computed with this batch, not before: no request forks from it
+	   until the next */
+	return insert_blocks(s, q, lim, s->px.fresh);
+}
+
+/*
+ * q ends (or is preempted) with its first c tokens' KV computed: the
+ * block they end in joins the index, if the blocks before are its path
+ * (not if the workers' KV was lost), and its references go. Returns the
+ * node of that block, or -1.
+ */
+static int
+park(struct medha_sched *s, struct req *q, int64_t c, int status)
+{
+	struct medha_req *r = &q->pub;
+	int64_t bs = s->cfg.block_size;
+	int node = -1;
+
 	if (r->state != MEDHA_REQ_WAITING && status != MEDHA_STATUS_FAILED &&
 	    !q->ins_stop && c % bs != 0 && q->ins_tok == c / bs * bs &&
 	    r->sched_prefill >= c) {
 		int piece = (int)(q->ins_tok / s->kv.group_tokens);
-		int g = r->kv.groups[piece], node;
+		int g = r->kv.groups[piece];
 		if (r->kv.res_blocks[piece] > 0 &&
 		    medha_prefix_insert(&s->px, q->ins_node,
 		        q->keys + q->ins_tok, (int)(c - q->ins_tok), g,
@@ -425,14 +454,129 @@ sched_prefix_finish(struct medha_sched *s, struct req *q, int status)
 			r->kv.res_blocks[piece]--;
 			s->kv.res[g]--;
 			own(s, q, node, c - q->ins_tok);
-		}
+		} else
+			node = -1;
 	}
 	if (r->state != MEDHA_REQ_WAITING)
 		extend(s, q, -1);
 	if (q->ins_node != 0)
 		medha_prefix_unref(&s->px, q->ins_node);
+	return node;
+}
+
+void
+sched_prefix_finish(struct medha_sched *s, struct req *q, int status)
+{
+	int64_t c = q->nkeys;
+
+	c = c < q->pub.spec.prompt_tokens ? c : q->pub.spec.prompt_tokens;
+	park(s, q, c, status);
 	q->ins_node = 0;
 	free(q->keys);
 	q->keys = NULL;
 	q->nkeys = 0;
+	q->keys_cap = 0;
+}
+
+/* Room for n keys in q->keys. 0 or MEDHA_ENOMEM. */
+static int
+keys_room(struct req *q, int64_t n)
+{
+	int64_t cap = q->keys_cap > q->nkeys ? q->keys_cap : q->nkeys;
+	void *p;
+
+	if (n <= cap) {
+		q->keys_cap = cap;
+		return 0;
+	}
+	cap = cap > 0 ? 2 * cap : 64;
+	cap = cap > n ? cap : n;
+	if ((p = medha_reallocarray(q->keys, (size_t)cap, sizeof(*q->keys))) ==
+	    NULL)
+		return MEDHA_ENOMEM;
+	q->keys = p;
+	q->keys_cap = cap;
+	return 0;
+}
+
+int
+sched_prefix_out(struct medha_sched *s, struct req *q, int32_t tok)
+{
+	(void)s;
+	if (q->keys == NULL || !q->ids || tok < 0)
+		return 0;
+	/* keys of the prompt and of every output before this one */
+	if (q->nkeys !=
+	    q->pub.spec.prompt_tokens - q->pub.resumed + q->pub.decoded - 1)
+		return 0;
+	if (keys_room(q, q->nkeys + 1) != 0)
+		return MEDHA_ENOMEM;
+	q->keys[q->nkeys++] = (uint32_t)tok;
+	return 0;
+}
+
+/*
+ * q, holding kv computed tokens and a prompt of spec.prompt_tokens now
+ * (its outputs folded in), is preempted: its blocks of those tokens
+ * join the index (the full ones it had not put there yet, then the one
+ * they end in), their owner a new handle that the workers' MOVE gives
+ * its sequence; its references go. A request of no token ids gets keys
+ * of its own (a trace's prompt, in the simulator); one of ids whose
+ * keys are not known (no part in the cache) has its sequence freed.
+ * Its keys stay, for its admission again. 0 or MEDHA_ENOMEM.
+ */
+int
+sched_prefix_preempt(struct medha_sched *s, struct req *q, int64_t kv)
+{
+	struct medha_req *r = &q->pub;
+	int64_t P = r->spec.prompt_tokens, lim;
+	uint64_t h = r->handle, ghost;
+	int tail, rc;
+
+	if (q->keys == NULL && q->ids) {
+		sched_op(s, MEDHA_KVOP_TRIM, h, 0, 0, 0);
+		return 0;
+	}
+	if (q->keys == NULL) { /* not in the index yet */
+		q->nkeys = 0;
+		q->ins_node = 0;
+		q->ins_tok = 0;
+		q->ins_stop = 0;
+		q->own_first = -1;
+		q->own_end = 0;
+		q->ext_node = -1;
+	}
+	if (!q->ids && q->nkeys < P) { /* its own keys for the rest */
+		if ((rc = keys_room(q, P)) != 0)
+			return rc;
+		for (int64_t k = q->nkeys; k < P; k++)
+			q->keys[k] =
+			    (medha_mix64(h * 0x9e3779b97f4a7c15ULL + k) &
+			        ~(1ULL << 63)) |
+			    1ULL << 62;
+		q->nkeys = P;
+	}
+	lim = q->nkeys < kv ? q->nkeys : kv;
+	r->sched_prefill = kv; /* all of it computed */
+	if ((rc = insert_blocks(s, q, lim, 0)) != 0)
+		return rc;
+	tail = park(s, q, lim, MEDHA_STATUS_OK);
+	if (q->own_end == 0) {
+		sched_op(s, MEDHA_KVOP_TRIM, h, 0, 0, 0);
+	} else {
+		if (++s->ghost == 0)
+			s->ghost = 1;
+		ghost = s->ghost; /* generation 0: no request's */
+		for (int i = tail >= 0 ? tail : q->ins_node;
+		     i != 0 && s->px.n[i].owner == h; i = s->px.n[i].parent)
+			s->px.n[i].owner = ghost;
+		sched_op(s, MEDHA_KVOP_MOVE, h, ghost, 0, q->own_end);
+	}
+	q->ins_node = 0;
+	q->ins_tok = 0;
+	q->ins_stop = 0;
+	q->own_first = -1;
+	q->own_end = 0;
+	q->ext_node = -1;
+	return 0;
 }

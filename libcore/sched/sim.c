@@ -172,6 +172,8 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 	st->end = t;
 	medha_sched_prefix_stats(s, &st->prefix);
 	medha_sched_progress(s, &st->progress);
+	st->preemptions = medha_sched_preemptions(s);
+	st->preempt_below = medha_sched_preempt_below(s);
 	if (medha_sched_pending(s) != 0 || st->records != n) {
 		medha_log(MEDHA_LOG_ERROR,
 		    "simulation ended with %lld requests unfinished",

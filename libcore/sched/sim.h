@@ -33,6 +33,8 @@ struct medha_sim_stats {
 	size_t records;     /* records delivered */
 	struct medha_prefix_stats prefix;     /* the prefix cache's counters */
 	struct medha_sched_progress progress; /* the progress guarantee's */
+	int64_t preemptions;   /* requests preempted (sched.h) */
+	int64_t preempt_below; /* the scheduler's threshold, tokens */
 };
 
 /*

@@ -496,11 +496,17 @@ hist(struct sbuf *b, const char *name, const char *help,
 	    h->sum, name, ml, (unsigned long long)h->count);
 }
 
-/* The prefix cache's counters, from the records (ml as hist's). */
+/* The prefix cache's counters and the preemptions, from the records
+ * (ml as hist's). */
 static void
-prefix_metrics(struct sbuf *b, const struct medha_router_metrics *m,
+kv_metrics(struct sbuf *b, const struct medha_router_metrics *m,
     const char *ml)
 {
+	head(b, "medha_preemptions_total", "counter",
+	    "Times the requests that ended were preempted (their KV given "
+	    "up for another's next token, and recomputed).");
+	sb_printf(b, "medha_preemptions_total{%s} %lld\n", ml,
+	    (long long)m->preemptions);
 	head(b, "medha_prefix_cache_queries_total", "counter",
 	    "Prompt tokens of the requests that ended, looked up in the "
 	    "prefix cache.");
@@ -601,7 +607,7 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	    "Tokens generated for the requests that ended.");
 	sb_printf(&b, "medha_generation_tokens_total{%s} %lld\n", ml,
 	    (long long)m->generation_tokens);
-	prefix_metrics(&b, m, ml);
+	kv_metrics(&b, m, ml);
 	progress_metrics(&b, m, ml);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "

@@ -53,10 +53,26 @@ rep_lreq_get(const struct medha_replica *r, uint64_t h)
  * while it waits; a mix of seed and position, so that any piece comes
  * without the ones before it.
  */
+uint64_t
+rep_wname(const struct medha_replica *r, uint64_t h)
+{
+	void *v = medha_map_get(&r->wname, h);
+
+	return v != NULL ? (uint64_t)(uintptr_t)v : h;
+}
+
 void
 rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
     int64_t at, int64_t n, int32_t *out)
 {
+	if (at + n > q->n_prompt) { /* a preempted request's output */
+		int64_t k = at > q->n_prompt ? at : q->n_prompt;
+		MEDHA_ASSERT(at + n - q->n_prompt <= q->n_out);
+		for (int64_t p = k; p < at + n; p++)
+			out[p - at] = q->out[p - q->n_prompt];
+		if ((n = q->n_prompt - at) <= 0)
+			return;
+	}
 	if (q->ids != NULL) {
 		memcpy(out, q->ids + at, (size_t)n * sizeof(*out));
 		return;
@@ -209,7 +225,7 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 		c->live--;
 	/* with the prefix cache, the core's TRIM ops let its sequence go */
 	if (q->started && !r->prefix)
-		rep_free_later(r, q->handle, 0);
+		rep_free_later(r, rep_wname(r, q->handle), 0);
 	r->by_slot[q->handle & 0xffffffffu] = NULL;
 	r->f.live--;
 	r->held -= q->held;
@@ -870,6 +886,7 @@ medha_replica_close(struct medha_replica *r)
 		if (r->by_slot[s] != NULL)
 			rep_lreq_free(r->by_slot[s]);
 	free(r->by_slot);
+	medha_map_free(&r->wname);
 	free(r->w);
 	medha_sched_free(r->core);
 	if (r->have_pred)

@@ -11,6 +11,7 @@
 #include "serve/replica.h"
 
 #include "serve/front.h"
+#include "map.h"
 #include "net/link.h"
 #include "net/proto.h"
 #include "sched/pred.h"
@@ -145,6 +146,12 @@ struct medha_replica {
 	int64_t tok_pending;
 	uint64_t bseq;
 	int64_t served, batches;
+	/* preemption (sched.h, MEDHA_KVOP_MOVE): the workers' name of the
+	   sequence the core calls by a key, where it is not the key itself
+	   (a preempted request's new sequence; the old one, kept for the
+	   cache under the core's new name): values are uintptr_t */
+	struct medha_map wname;
+	uint64_t wname_next; /* the last name made (generation 0) */
 };
 
 /* Seconds on the replica's clock (the core's time). */
@@ -172,7 +179,10 @@ void rep_lreq_free(struct lreq *q);
 void rep_free_later(struct medha_replica *r, uint64_t h, int64_t keep);
 /* Text prompts tokenized since the last pass, on to their SUBMIT. */
 void rep_tok_collect(struct medha_replica *r);
-/* n ids of q's prompt from position at into out, made up or given. */
+/* The workers' name of the core's sequence h (rep_wname). */
+uint64_t rep_wname(const struct medha_replica *r, uint64_t h);
+/* n ids of q's prompt from position at into out, made up or given; past
+ * its prompt, its output (a preempted request's prefill). */
 void rep_prompt_ids(const struct medha_replica *r, const struct lreq *q,
     int64_t at, int64_t n, int32_t *out);
 /* Its new tokens (and, final, what is held back) to its client. */

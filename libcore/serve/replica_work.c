@@ -248,7 +248,31 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 }
 
 /*
- * Prefix caching: the core's ops of b. A TRIM goes to every worker like
+ * A preempted request's sequence, kept to [0, to) for the cache, is the
+ * core's ghost's from now on (MEDHA_KVOP_MOVE): the workers keep it
+ * under its name, the ghost is called so, and the request gets a new
+ * name for the sequence of its prefill again. 0 or MEDHA_ENOMEM.
+ */
+static int
+move_op(struct medha_replica *r, const struct medha_kvop *op)
+{
+	uint64_t old = rep_wname(r, op->req), fresh;
+
+	rep_free_later(r, old, op->to);
+	/* generation 0, as no request's handle; a name made here is never
+	   a key (the core's ghosts are keys, never sent) */
+	if (++r->wname_next > 0xffffffffu)
+		r->wname_next = 1;
+	fresh = r->wname_next;
+	if (medha_map_put(&r->wname, op->src, (void *)(uintptr_t)old) != 0 ||
+	    medha_map_put(&r->wname, op->req, (void *)(uintptr_t)fresh) != 0)
+		return MEDHA_ENOMEM;
+	return 0;
+}
+
+/*
+ * Prefix caching and preemption: the core's ops of b, the core's names
+ * turned into the workers' (rep_wname). A TRIM goes to every worker like
  * a free (before the items of the batch formed now, which is sent after
  * every batch formed before); a FORK waits with its request for the
  * request's first item. 0 or MEDHA_ENOMEM.
@@ -260,7 +284,17 @@ take_ops(struct medha_replica *r, const struct medha_sched_batch *b)
 		const struct medha_kvop *op = &b->ops[i];
 		struct lreq *q;
 		if (op->op == MEDHA_KVOP_TRIM) {
-			rep_free_later(r, op->req, op->to);
+			rep_free_later(r, rep_wname(r, op->req), op->to);
+			/* a name let go for good: a ghost's, or an ended
+			   request's (a live one keeps its own) */
+			if (op->to == 0 && (op->req >> 32 == 0 ||
+			                       rep_lreq_get(r, op->req) == NULL))
+				medha_map_del(&r->wname, op->req);
+			continue;
+		}
+		if (op->op == MEDHA_KVOP_MOVE) {
+			if (move_op(r, op) != 0)
+				return MEDHA_ENOMEM;
 			continue;
 		}
 		if ((q = rep_lreq_get(r, op->req)) == NULL)
@@ -274,8 +308,8 @@ take_ops(struct medha_replica *r, const struct medha_sched_batch *b)
 			q->forks = p;
 			q->forks_cap = ncap;
 		}
-		q->forks[q->n_forks++] =
-		    (struct medha_msg_fork){op->src, op->from, op->to};
+		q->forks[q->n_forks++] = (struct medha_msg_fork){
+		    rep_wname(r, op->src), op->from, op->to};
 	}
 	return 0;
 }
@@ -354,7 +388,7 @@ flight_form(struct medha_replica *r)
 		struct medha_msg_item *mi = &f->mi[i];
 
 		MEDHA_ASSERT(q != NULL);
-		mi->handle = it->req;
+		mi->handle = rep_wname(r, it->req);
 		mi->pos = it->kv;
 		mi->ids = f->ids + nids;
 		mi->n_ids = it->decode ? 1 : it->tokens;
@@ -376,12 +410,14 @@ flight_form(struct medha_replica *r)
 			for (int g = 0; g <= k; g++)
 				mi->groups[g] = (uint8_t)cr->kv.groups[g];
 		}
-		/* a request's first item: at 0, or where its fork ends */
+		/* a request's first item: at 0, or where its fork ends (a
+		   preempted request's again: its queue time is the first) */
 		if (!it->decode && (it->kv == 0 || q->n_forks > 0)) {
 			mi->has_params = 1;
 			mi->params = q->sp;
+			if (!q->started)
+				q->first_batch = now_s(r);
 			q->started = 1;
-			q->first_batch = now_s(r);
 		}
 		f->tok[i] = -1;
 	}

@@ -137,6 +137,8 @@ struct medha_router_metrics {
 	int64_t cached_tokens;     /* likewise, prompt tokens whose KV came
 	                              from a replica's prefix cache */
 	int64_t cache_hits;        /* records with a cached token or more */
+	int64_t preemptions;       /* likewise, the times their requests
+	                              were preempted */
 	int64_t cache_evictions;   /* KV blocks the replicas' prefix caches
 	                              evicted (their STATUS), since the
 	                              router started */

@@ -57,6 +57,7 @@ rt_count_end(struct medha_router *r, const struct medha_record *rec, int status)
 		r->met.generation_tokens += rec->output_tokens;
 		r->met.cached_tokens += rec->cached_tokens;
 		r->met.cache_hits += rec->cached_tokens > 0;
+		r->met.preemptions += rec->preemptions;
 		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 0)
 			medha_hist_add(&r->met.ttft, medha_router_ttft_le,
 			    rec->ttft);

@@ -17,8 +17,9 @@
 # every 0.1 s from 0.3 s after that first token (the router's STATUS is
 # 0.1 s old at most) until the streams are closed 1.5 s later, is at
 # most one prefix (125 blocks of 16) plus each question's 20 tokens and
-# 1000 outputs (64 blocks each: 1149; the scheduler reserves a request's
-# prompt and max_tokens whole at admission, so it is exactly that), and
+# 1000 outputs (64 blocks each: 1149; with --reserve max the scheduler
+# reserves a request's prompt and max_tokens whole at admission, so it
+# is exactly that), and
 # more than the questions' 1024 alone (the shared prefix is counted).
 # The replica runs fixed 256-token batches (--chunk 256): with adaptive
 # ones its batch-time target on a small CPU is filled by three decodes
@@ -185,7 +186,7 @@ blocks() { # NAME SCHED_OPTS: blocks.py on a fresh replica into blocks.NAME
 	port=$(free_port)
 	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
 	    MEDHA_HTTP="127.0.0.1:$port" MEDHA_LOG="$tmp/logs.blocks.$1" \
-	    MEDHA_SCHED_OPTS="--chunk 256 $2" \
+	    MEDHA_SCHED_OPTS="--chunk 256 --reserve max $2" \
 	    MEDHA_WORKER_OPTS="--kv-blocks 4096"
 	python3 "$tmp/blocks.py" "$tmp/doc.jsonl" "$port" 1000 \
 	    >"$tmp/blocks.$1"

@@ -119,6 +119,7 @@ m = re.search(r"prefix cache: (\d+) of (\d+) admissions hit, (\d+) tokens; "
               r"(\d+) blocks cached, (\d+) evicted", err)
 assert m, err
 hits, q, tok, cached, evicted = map(int, m.groups())
-assert q == 3000 and hits > 0 and evicted > 0, m.groups()
+# (a preempted request asks again when it is admitted again)
+assert q >= 3000 and hits > 0 and evicted > 0, m.groups()
 PY
 echo ok

@@ -1,0 +1,160 @@
+#!/bin/sh
+# preempt-live.sh: memory on demand on the live replica (medha-sched -l
+# and a cpu medha-worker, SmolLM2, the f32 KV cache; medha-sched(1),
+# "Memory"):
+#  - forced preemptions: 12 greedy requests of token ids (prompts of 40
+#    to 100 tokens, 96 tokens each) at once on a worker of 32 KV blocks
+#    (512 tokens; the 12 need 2300 by the end): every request completes,
+#    its tokens exactly those of its run alone (each replayed by itself
+#    on a replica of --reserve max), with the prefix cache (a preempted
+#    request takes its KV back from it) and without (it recomputes all);
+#    the records count preemptions, some of them at least 1; the same
+#    (with the cache) on the topologies of MEDHA_PREEMPT_TOPOS (default
+#    "kvp2", pieces of 128 tokens so that requests grow onto a second
+#    group; "tp2 spp2 kvp2" for all of examples/serve.sh's), whose
+#    workers each free or keep a preempted request's part;
+#  - acceptance: 12 greedy chat requests without max_tokens (short
+#    questions, answered in 17 to 99 tokens) through the HTTP front
+#    door, all at once, on a worker of 2048 blocks: the running gauge of
+#    /metrics reaches 12 (by the reservation of before, each would hold
+#    the rest of the 8192-token context and four would run), and each
+#    answer is that of the same request alone; medha_preemptions_total
+#    is there.
+# Needs contrib/fetch-refs.sh (the real model).
+. "$(dirname "$0")/lib.sh"
+need_model
+addr=ipc://$tmp/r.sock
+
+python3 - "$tmp/trace.jsonl" "$tmp/one" <<'PY'
+import json, random, sys
+rng = random.Random(35)
+reqs = []
+for i in range(12):
+    n = rng.randrange(40, 101)
+    reqs.append({"id": "p%d" % i, "arrival": 0.0,
+                 "prompt_ids": [rng.randrange(100, 40000) for _ in range(n)],
+                 "max_tokens": 96, "ignore_eos": True})
+with open(sys.argv[1], "w") as f:
+    for r in reqs:
+        f.write(json.dumps(r) + "\n")
+for i, r in enumerate(reqs):
+    with open("%s.%d" % (sys.argv[2], i), "w") as f:
+        f.write(json.dumps(r) + "\n")
+PY
+
+# alone: each request by itself, all memory reserved
+serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+    MEDHA_LOG="$tmp/logs.alone" MEDHA_SCHED_OPTS="--reserve max"
+: >"$tmp/alone.jsonl"
+i=0
+while [ $i -lt 12 ]; do
+	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/one.$i" \
+	    >>"$tmp/alone.jsonl"
+	i=$((i + 1))
+done
+serve_stop
+
+run() { # TOPO NAME SCHED_OPTS: the 12 at once on 32 blocks a worker
+	if [ "$1" = single ]; then
+		serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+		    MEDHA_LOG="$tmp/logs.$2" MEDHA_SCHED_OPTS="$3" \
+		    MEDHA_WORKER_OPTS="--kv-blocks 32"
+		a=$addr
+	else # pieces of 128 tokens: a request grows onto a second group
+		a=ipc://$tmp/router.sock
+		serve_start "$1" 90 MEDHA_ROUTER="$a" MEDHA_MODEL="$model" \
+		    MEDHA_LOG="$tmp/logs.$1.$2" MEDHA_SCHED_OPTS="$3" \
+		    MEDHA_KVP_MAX_TOKENS=128 MEDHA_WORKER_OPTS="--kv-blocks 32"
+	fi
+	"$bin/medha-trace" replay -a "$a" --token-ids "$tmp/trace.jsonl" \
+	    >"$tmp/$1.$2.jsonl"
+	serve_stop
+	python3 - "$tmp/$1.$2.jsonl" "$tmp/alone.jsonl" "$1 $2" <<'PY'
+import json, sys
+got = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
+alone = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
+assert len(got) == 12 and set(got) == set(alone), (len(got), len(alone))
+for k, r in got.items():
+    assert r["status"] == "ok" and alone[k]["status"] == "ok", (r, alone[k])
+    assert "preemptions" not in alone[k], alone[k]
+    assert len(r["token_ids"]) == 96, r
+    assert r["token_ids"] == alone[k]["token_ids"], (k, r, alone[k])
+pre = [r.get("preemptions", 0) for r in got.values()]
+assert sum(pre) > 0, pre
+print("preempt-live %s: %d preemptions of %d requests, tokens as alone"
+      % (sys.argv[3], sum(pre), sum(p > 0 for p in pre)), file=sys.stderr)
+PY
+}
+run single cache ""
+run single nocache --no-prefix-cache
+for topo in ${MEDHA_PREEMPT_TOPOS-kvp2}; do
+	run "$topo" cache ""
+done
+
+# acceptance 1: chat requests without max_tokens, 2048 blocks
+cat >"$tmp/chat.py" <<'PY'
+import json, sys, threading, time, urllib.request
+port, mode = int(sys.argv[1]), sys.argv[2]
+# questions SmolLM2 answers greedily in 17 to 99 tokens, then stops
+qs = ["Name a color.", "Say hello.", "Name a fruit.", "Name an animal.",
+      "What is 3 plus 5?", "Say goodbye.", "Name a planet.",
+      "Name a day of the week.", "Name a month.", "Name a number.",
+      "Name a flower.", "What is 6 times 7?"]
+url = "http://127.0.0.1:%d" % port
+out = [None] * 12
+
+def ask(i):
+    body = json.dumps({"messages": [{"role": "user", "content":
+        qs[i]}],
+        "temperature": 0}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", body,
+                                 {"Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=600))
+
+def metrics():
+    v = {}
+    for l in urllib.request.urlopen(url + "/metrics",
+            timeout=10).read().decode().splitlines():
+        if l.startswith("medha_") and not l.startswith("#"):
+            v[l.split("{")[0].split()[0]] = float(l.split()[-1])
+    return v
+
+most = 0
+if mode == "alone":
+    for i in range(12):
+        ask(i)
+else:
+    th = [threading.Thread(target=ask, args=(i,)) for i in range(12)]
+    for t in th:
+        t.start()
+    while any(t.is_alive() for t in th):
+        most = max(most, metrics().get("medha_requests_running", 0))
+        time.sleep(0.05)
+    for t in th:
+        t.join()
+    assert "medha_preemptions_total" in metrics()
+for o in out:
+    assert o is not None and o["choices"][0]["finish_reason"] == "stop", o
+print(json.dumps({"most": most, "text": [o["choices"][0]["message"]["content"]
+                  for o in out],
+                  "tokens": [o["usage"]["completion_tokens"] for o in out]}))
+PY
+chat() { # NAME MODE SCHED_OPTS
+	port=$(free_port)
+	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+	    MEDHA_HTTP="127.0.0.1:$port" MEDHA_LOG="$tmp/logs.$1" \
+	    MEDHA_SCHED_OPTS="$3" MEDHA_WORKER_OPTS="--kv-blocks 2048"
+	python3 "$tmp/chat.py" "$port" "$2" >"$tmp/$1.json"
+	serve_stop
+}
+chat chat-alone alone "--reserve max"
+chat chat-all all ""
+python3 - "$tmp/chat-alone.json" "$tmp/chat-all.json" <<'PY'
+import json, sys
+alone, both = (json.load(open(p)) for p in sys.argv[1:3])
+assert both["text"] == alone["text"], (alone, both)
+assert both["most"] == 12, both["most"]
+print("preempt-live chat: 12 running at once, outputs of %s tokens as "
+      "alone" % both["tokens"], file=sys.stderr)
+PY
+echo ok
