@@ -31,8 +31,8 @@ $cc $fl -o "$tmp/backend_cuda_test" "$top/tests/gpu/backend_cuda_test.c" \
     "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka -lnng -lmsgpackc \
     -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
 MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$tmp \
-    "$tmp/backend_cuda_test" > "$tmp/out" || {
-	cat "$tmp/out"
+    "$tmp/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
+	cat "$tmp/out" "$tmp/err"
 	exit 1
 }
 cat "$tmp/out"
@@ -40,3 +40,42 @@ grep -q '^ok: 0 failed' "$tmp/out"
 # decode steps went through captured graphs (the stand-ins replay the
 # launches a capture recorded, arguments as captured)
 grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/out"
+# no fallback: the algorithms chosen at 128 rows took the 1K prompt's
+# 256 and 1024 (the stand-in refuses more rows than an algorithm was
+# chosen at unless its reduction is none or in place, as cuBLASLt may)
+if grep 'fallback' "$tmp/err"; then
+	echo "cuda-mock: a fallback without a refusal asked for"
+	exit 1
+fi
+
+# bq NAME: backend_cuda_test's cases $cases, quick, output in
+# $tmp/NAME.out and .err, the environment as given
+bq() {
+	MEDHA_CUDA_TEST_CASES=$cases MEDHA_CUDA_TEST_QUICK=1 \
+	    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/$1.out" \
+	    2>"$tmp/$1.err" && grep -q '^ok: 0 failed' "$tmp/$1.out" || {
+		cat "$tmp/$1.out" "$tmp/$1.err"
+		echo "cuda-mock: $1 failed"
+		exit 1
+	}
+}
+# cuBLASLt refusing an algorithm at a larger m than it was chosen at,
+# with INVALID_VALUE (as for too little workspace) or NOT_SUPPORTED: the
+# chunks of 256 and 1024 go through the fallback (an algorithm chosen at
+# their m) and give the logits of the chunks of 32 (under the refusal);
+# each shape's fallback is said once
+cases=chunks
+for how in invalid:INVALID_VALUE unsupported:NOT_SUPPORTED; do
+	MEDHA_LT_MOCK_REFUSE=${how%%:*}:128 bq "refuse-${how%%:*}"
+	e=$tmp/refuse-${how%%:*}.err
+	grep -q "^ok   gqa: 1024 tokens in chunks of 32 / 256 .*rel L2 0\.000e+00" \
+	    "$tmp/refuse-${how%%:*}.out"
+	n=$(grep -c "^medha: cuda: fallback: .* refuses [0-9]* with ${how#*:}:" "$e")
+	[ "$n" -ge 1 ] && [ -z "$(sort "$e" | uniq -d)" ] || {
+		cat "$e"
+		echo "cuda-mock: ${how#*:}: $n fallbacks said, or one twice"
+		exit 1
+	}
+	echo "cuda-mock: cuBLASLt refusing with ${how#*:}: $n shapes fell" \
+	    "back, the same logits"
+done
