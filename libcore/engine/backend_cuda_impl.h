@@ -108,9 +108,14 @@ struct cuda_desc {
 	struct medha_k_seqs s; /* device pointers into d */
 };
 
-/* A captured decode step (all sequences one token). */
+/* A decode step's key (all sequences one token) and its graph. */
+enum {
+	CUDA_G_FREE,     /* no key */
+	CUDA_G_CAPTURED, /* exec replays it */
+	CUDA_G_REFUSED,  /* its capture failed: eager, never again */
+};
 struct cuda_graph {
-	int used;
+	int used;        /* CUDA_G_* */
 	int n_seqs, nrows, lo, hi;
 	int64_t kv_cap;  /* the max_kv bucket it was captured at */
 	size_t dlen;     /* descriptor bytes it reads */

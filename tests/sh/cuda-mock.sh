@@ -79,3 +79,20 @@ for how in invalid:INVALID_VALUE unsupported:NOT_SUPPORTED; do
 	echo "cuda-mock: cuBLASLt refusing with ${how#*:}: $n shapes fell" \
 	    "back, the same logits"
 done
+# a decode step's capture failing (every capture, as told): the steps
+# run eagerly with the cpu backend's greedy tokens, the key's failure
+# is said once and no capture is tried again for it (one failure for
+# the one key of numerics' 24 decode steps)
+cases=numerics
+MEDHA_MOCK_FAIL_CAPTURE=all bq capture-fail
+o=$tmp/capture-fail.out
+grep -q '^ok   gqa: greedy 24 steps: 0 differ from the cpu backend' "$o"
+grep -q '^mock: 0 graphs captured, 0 replays, 1 captures failed$' "$o" || {
+	cat "$o" "$tmp/capture-fail.err"
+	echo "cuda-mock: a failed capture was tried again"
+	exit 1
+}
+[ "$(grep -c '^medha: cuda: fallback: the decode step of 1 sequences .* not captured' \
+    "$tmp/capture-fail.err")" = 1 ]
+echo "cuda-mock: a failed capture: 24 decodes eager, the cpu's tokens," \
+    "its key not tried again"

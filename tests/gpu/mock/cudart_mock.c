@@ -7,7 +7,8 @@
  * contract's numerics (bf16 storage, f32 or f64 accumulation). A stream
  * capture records every launch with its arguments copied (as CUDA's
  * does) and a graph launch replays them in order; a copy, an allocation
- * or a kernel the backend must not capture aborts during a capture.
+ * or a kernel the backend must not capture aborts during a capture;
+ * MEDHA_MOCK_FAIL_CAPTURE makes a capture fail (fail_this_capture).
  * Not the kernels: their own tests check those.
  */
 #include "kernels.h"
@@ -58,14 +59,35 @@ struct mgraph {
 };
 
 static struct mgraph *capturing;
-static int n_captures, n_replays;
+static int n_begun, n_captures, n_replays, n_failed;
 
 /* at exit: how many graphs were captured and replayed (cuda-mock.sh
-   checks that decode steps took the graph path) */
+   checks that decode steps took the graph path), and how many captures
+   failed as told */
 static void
 graph_counts(void)
 {
-	printf("mock: %d graphs captured, %d replays\n", n_captures, n_replays);
+	printf("mock: %d graphs captured, %d replays, %d captures failed\n",
+	    n_captures, n_replays, n_failed);
+}
+
+/* MEDHA_MOCK_FAIL_CAPTURE: "all", or N: the N-th capture (from 1) is
+   invalidated, as CUDA does when a capture meets what it cannot take */
+static int
+fail_this_capture(void)
+{
+	const char *e = getenv("MEDHA_MOCK_FAIL_CAPTURE");
+
+	return e != NULL && (strcmp(e, "all") == 0 || atoi(e) == n_begun);
+}
+
+static void
+mgraph_free(struct mgraph *g)
+{
+	for (int i = 0; i < g->n; i++)
+		free(g->c[i].arg);
+	free(g->c);
+	free(g);
 }
 
 /* run fn(arg) now, or (capturing) a copy of the n bytes at arg later */
@@ -109,14 +131,27 @@ no_capture(const char *what)
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
-{ (void)s; (void)m; if (capturing) return cudaErrorInvalidValue; if (n_captures++ == 0) atexit(graph_counts); capturing = calloc(1, sizeof(*capturing)); return 0; }
+{ (void)s; (void)m; if (capturing) return cudaErrorInvalidValue; if (n_begun++ == 0) atexit(graph_counts); capturing = calloc(1, sizeof(*capturing)); return 0; }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
-{ (void)s; *g = (cudaGraph_t)capturing; capturing = NULL; return *g ? 0 : cudaErrorInvalidValue; }
+{
+	(void)s;
+	*g = (cudaGraph_t)capturing;
+	capturing = NULL;
+	if (*g == NULL)
+		return cudaErrorInvalidValue;
+	if (fail_this_capture()) {
+		mgraph_free((struct mgraph *)*g);
+		*g = NULL;
+		n_failed++;
+		return cudaErrorStreamCaptureInvalidated;
+	}
+	n_captures++;
+	return 0;
+}
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long f)
 { (void)f; *e = (cudaGraphExec_t)g; return 0; }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) { (void)g; return 0; /* the exec owns it */ }
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e)
-{ struct mgraph *g = (struct mgraph *)e; for (int i = 0; i < g->n; i++) free(g->c[i].arg); free(g->c); free(g); return 0; }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { mgraph_free((struct mgraph *)e); return 0; }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
 { struct mgraph *g = (struct mgraph *)e; (void)s; no_capture("cudaGraphLaunch"); n_replays++; for (int i = 0; i < g->n; i++) g->c[i].fn(g->c[i].arg); return 0; }
 
