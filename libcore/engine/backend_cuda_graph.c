@@ -11,6 +11,10 @@
  * is the max_kv the kernels size their grids and workspace for: a step
  * whose longest context passes it captures a new graph.
  *
+ * A key's first step runs eagerly, its second is captured: what
+ * connects or chooses lazily on its first use (NCCL's connections for
+ * an all-reduce of a new size, with NCCL_RUNTIME_CONNECT, which a
+ * capture cannot take; cuBLASLt's heuristic) does so outside a capture.
  * A capture that fails (cudaStreamBeginCapture, a launch inside it,
  * cudaStreamEndCapture or cudaGraphInstantiate) costs that step nothing
  * but the attempt: it runs eagerly, its key is kept as refused (never
@@ -32,16 +36,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The graphs dropped (their buffers moved, a communicator aborted);
-   the refused keys stay refused. */
+/* The graphs dropped (their buffers moved, a communicator aborted), and
+   the keys seen (a new communicator connects anew); the refused keys
+   stay refused. */
 void
 cuda_graph_free(struct cuda_be *c)
 {
-	for (int i = 0; i < CUDA_GRAPHS; i++)
-		if (c->g[i].used == CUDA_G_CAPTURED) {
+	for (int i = 0; i < CUDA_GRAPHS; i++) {
+		if (c->g[i].used == CUDA_G_CAPTURED)
 			cudaGraphExecDestroy(c->g[i].exec);
+		if (c->g[i].used != CUDA_G_REFUSED)
 			c->g[i].used = CUDA_G_FREE;
-		}
+	}
 }
 
 /* The slot of this step's key (*hit set), or a free (or the oldest
@@ -103,7 +109,7 @@ capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	return 0;
 }
 
-/* The key of f in g: refused (said once), or captured. */
+/* The key of f in g: seen, refused (said once), or captured. */
 static void
 keep(const struct medha_fwd *f, int nrows, int64_t cap,
     struct cuda_graph *g, int state, const char *err)
@@ -158,7 +164,12 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	}
 	if (hit && g->used == CUDA_G_REFUSED)
 		return 0;
-	if (!hit) {
+	if (!hit) { /* its first step: eager */
+		keep(f, nrows, cap, g, CUDA_G_SEEN, NULL);
+		g->last = ++c->gclock;
+		return 0;
+	}
+	if (g->used == CUDA_G_SEEN) {
 		char err[256];
 		if (capture(c, f, nrows, g, err, sizeof(err)) != 0) {
 			keep(f, nrows, cap, g, CUDA_G_REFUSED, err);

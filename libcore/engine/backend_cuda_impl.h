@@ -111,6 +111,7 @@ struct cuda_desc {
 /* A decode step's key (all sequences one token) and its graph. */
 enum {
 	CUDA_G_FREE,     /* no key */
+	CUDA_G_SEEN,     /* its first step ran eagerly */
 	CUDA_G_CAPTURED, /* exec replays it */
 	CUDA_G_REFUSED,  /* its capture failed: eager, never again */
 };

@@ -217,6 +217,14 @@ for coll in nng nccl; do
 		fi
 		grep -Eq "^mock nccl: rank $r of 2: [1-9][0-9]* all-reduces \([1-9][0-9]* replayed" \
 		    "$wl$r.log" || { cat "$wl$r.log"; exit 1; }
+		# each decode key's first step eager: its all-reduces' sizes
+		# connected before a capture meets them (the stand-in fails
+		# one met first inside a capture, as NCCL's lazy connect can)
+		if grep -E 'first met inside a graph capture|medha: cuda: fallback' \
+		    "$wl$r.log"; then
+			echo "tp2 nccl: a capture met a new all-reduce size"
+			exit 1
+		fi
 		sed -n 's/^mock nccl: /cuda-mock-live: tp2 nccl: /p' "$wl$r.log" |
 		    grep 'all-reduces'
 	done

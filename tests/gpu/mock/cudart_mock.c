@@ -121,6 +121,13 @@ mock_defer(void (*fn)(void *), const void *arg, size_t n)
 	return 1;
 }
 
+/* for nccl_mock.c (found with dlsym): 1 during a capture */
+int
+mock_capturing(void)
+{
+	return capturing != NULL;
+}
+
 static void
 no_capture(const char *what)
 {

@@ -15,7 +15,11 @@
  * the others fail at once instead of waiting too. Inside a graph
  * capture (cudart_mock.c's mock_defer, found with dlsym in the process,
  * linked -rdynamic) the all-reduce is recorded and redone at every
- * replay; a replay's failure aborts (a graph has no one to tell).
+ * replay; a replay's failure aborts (a graph has no one to tell). As
+ * NCCL 2.22+ connects lazily (NCCL_RUNTIME_CONNECT) at the first
+ * all-reduce of a size, which a capture cannot take, an all-reduce of a
+ * count this communicator has not run outside a capture fails inside
+ * one (ncclInvalidUsage, said on stderr).
  * ncclCommInitRank and ncclCommDestroy (and ncclCommAbort) say on stderr
  * what they did and how many all-reduces ran: what the test looks for.
  * ncclCommGetAsyncError says ncclRemoteError once the communicator is
@@ -59,7 +63,21 @@ struct ncclComm {
 	char name[NCCL_UNIQUE_ID_BYTES];
 	long n_ar, n_replay, n_captured;
 	double floats;
+	size_t seen[64]; /* counts run outside a capture ("connected") */
+	int n_seen;
 };
+
+/* 1 if count was run outside a capture (remembered when not: seen) */
+static int
+connected(struct ncclComm *c, size_t count, int seen)
+{
+	for (int i = 0; i < c->n_seen; i++)
+		if (c->seen[i] == count)
+			return 1;
+	if (seen && c->n_seen < 64)
+		c->seen[c->n_seen++] = count;
+	return 0;
+}
 
 static double
 now(void)
@@ -285,6 +303,7 @@ ncclAllReduce(const void *send, void *recv, size_t count,
     ncclDataType_t type, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
 	static int (*defer)(void (*)(void *), const void *, size_t);
+	static int (*capturing)(void);
 	struct ar a = {send, recv, count, c};
 
 	(void)st;
@@ -296,8 +315,18 @@ ncclAllReduce(const void *send, void *recv, size_t count,
 		    (int)ncclFloat32, (int)ncclSum);
 		return ncclInvalidArgument;
 	}
-	if (defer == NULL)
+	if (defer == NULL) {
 		*(void **)&defer = dlsym(RTLD_DEFAULT, "mock_defer");
+		*(void **)&capturing = dlsym(RTLD_DEFAULT, "mock_capturing");
+	}
+	if (capturing != NULL && capturing() && !connected(c, count, 0)) {
+		fprintf(stderr, "mock nccl: rank %d of %d: an all-reduce of %zu "
+		    "floats first met inside a graph capture (NCCL would "
+		    "connect here)\n", c->rank, c->n, count);
+		return ncclInvalidUsage;
+	}
+	if (capturing == NULL || !capturing())
+		(void)connected(c, count, 1);
 	if (defer != NULL && defer(replay, &a, sizeof(a))) {
 		c->n_captured++;
 		return ncclSuccess;
