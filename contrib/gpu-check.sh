@@ -21,6 +21,8 @@
 #   gpu               nvidia-smi; without a GPU the script stops here
 #                     (exit 1, within seconds)
 #   kernels_test      every kernel against its cpu twin
+#   attn_plan         the attention plan's time alone (attn_bench -p; made
+#                     once a forward pass, issue 42 item 5)
 #   backend_cuda_test the backend against the cpu backend and float64
 #   sanitizer         compute-sanitizer (memcheck) on kernels_test --quick
 #   attn_bench        the attention kernels' rates, then PyTorch's SDPA
@@ -245,6 +247,7 @@ backend_cuda_test() {
 	prog "$gtests/backend_cuda_test" && "$gtests/backend_cuda_test"
 }
 attn_bench() { prog "$gtests/attn_bench" && "$gtests/attn_bench"; }
+attn_plan() { prog "$gtests/attn_bench" && "$gtests/attn_bench" -p; }
 e2e_bench() { prog "$gtests/e2e_bench" && "$gtests/e2e_bench"; }
 # Python with the library path it came with (PyTorch brings its CUDA)
 attn_torch() {
@@ -442,6 +445,7 @@ if ! step gpu 20; then
 	exit 1
 fi
 step kernels_test 75
+step attn_plan 20
 step backend_cuda_test 75
 step sanitizer 90
 step attn_bench 90

@@ -152,6 +152,12 @@ int medha_k_kv_append(const struct medha_k_kv_layer *kv,
  * the rest of the batch, so a sequence's result is the same bits in any
  * batch (the batch-invariance of the default path). The fold needs
  * scratch: medha_k_attn_workspace() bytes for this batch's shape.
+ *
+ * The plan (each sequence's path, tiles and parts: a function of the
+ * batch's descriptors, n_heads and the kv heads, not of the layer) is
+ * made in the workspace by each call, or once by medha_k_attn_plan():
+ * then the calls that set planned (the same s, n_heads, head_dim and
+ * work, the plan's launch before them on the stream) use it as it is.
  */
 struct medha_k_attn {
 	const struct medha_k_kv_layer *kv;
@@ -165,9 +171,11 @@ struct medha_k_attn {
 	float *lse;      /* optional */
 	void *work;      /* medha_k_attn_workspace() bytes */
 	size_t work_len;
+	int planned;     /* 1: work holds the plan (medha_k_attn_plan) */
 };
 
 size_t medha_k_attn_workspace(const struct medha_k_attn *a);
+int medha_k_attn_plan(const struct medha_k_attn *a, cudaStream_t stream);
 int medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream);
 
 /*

@@ -40,6 +40,15 @@ grep -q '^ok: 0 failed' "$tmp/out"
 # decode steps went through captured graphs (the stand-ins replay the
 # launches a capture recorded, arguments as captured)
 grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/out"
+# the attention's plan made once a forward pass, not once a layer (the
+# model has two: at most two calls a plan, and fewer plans than calls)
+set -- $(sed -n 's/^mock: \([0-9]*\) attention plans, \([0-9]*\) attention calls (\([0-9]*\) made their own)$/\1 \2 \3/p' "$tmp/out")
+[ $# = 3 ] && [ "$1" -gt 0 ] && [ "$1" -lt "$2" ] && [ "$2" -le $(($1 * 2)) ] &&
+    [ "$3" = 0 ] || {
+	echo "cuda-mock: attention plans, calls, calls unplanned: $*"
+	exit 1
+}
+echo "cuda-mock: $1 attention plans for $2 calls"
 # no fallback: the algorithms chosen at 128 rows took the 1K prompt's
 # 256 and 1024 (the stand-in refuses more rows than an algorithm was
 # chosen at unless its reduction is none or in place, as cuBLASLt may)

@@ -378,13 +378,53 @@ static void r_kv(void *p) { struct a_kv *a = p; do_kv_append(&a->kv, &a->s, a->k
 int medha_k_kv_append(const struct medha_k_kv_layer *kv, const struct medha_k_seqs *s, const float *k, int ks, const float *v, int vs, cudaStream_t st)
 { struct a_kv a = {*kv, *s, k, ks, v, vs}; (void)st; if (ks < kv->n_kv_heads * kv->head_dim || vs < kv->n_kv_heads * kv->head_dim) return cudaErrorInvalidValue; return launch(r_kv, &a, sizeof(a)); }
 
+/* the attention's plan: which batch it was made for (its workspace,
+   descriptors and shape), and counts, said at exit (cuda-mock.sh: one
+   plan per forward pass, not per layer); per thread: backend_cuda_test
+   runs TP and KVP pairs on two */
+struct a_plan { const void *work; const int32_t *q_start; int n_seqs, n_tokens, n_heads; };
+static _Thread_local struct a_plan planned;
+static int n_plans, n_attn, n_own_plan;
+static void
+plan_counts(void)
+{
+	printf("mock: %d attention plans, %d attention calls (%d made their own)\n",
+	    n_plans, n_attn, n_own_plan);
+}
+static void r_plan(void *p) { planned = *(struct a_plan *)p; __atomic_fetch_add(&n_plans, 1, __ATOMIC_RELAXED); }
+static int attn_bad(const struct medha_k_attn *at)
+{ return at->work == NULL || at->work_len < 64 || (at->out == NULL) == (at->out_f32 == NULL) || at->qs < at->n_heads * at->kv->head_dim; }
+int medha_k_attn_plan(const struct medha_k_attn *at, cudaStream_t st)
+{
+	struct a_plan a = {at->work, at->s->q_start, at->s->n_seqs, at->s->n_tokens, at->n_heads};
+	static int once;
+	(void)st;
+	if (attn_bad(at))
+		return cudaErrorInvalidValue;
+	if (!once++)
+		atexit(plan_counts);
+	return launch(r_plan, &a, sizeof(a));
+}
+
 struct a_attn { struct medha_k_attn a; struct medha_k_kv_layer kv; struct medha_k_seqs s; };
-static void r_attn(void *p) { struct a_attn *a = p; a->a.kv = &a->kv; a->a.s = &a->s; do_attn(&a->a, 0); }
+static void r_attn(void *p)
+{
+	struct a_attn *a = p;
+	__atomic_fetch_add(&n_attn, 1, __ATOMIC_RELAXED);
+	if (!a->a.planned)
+		__atomic_fetch_add(&n_own_plan, 1, __ATOMIC_RELAXED);
+	else if (planned.work != a->a.work || planned.q_start != a->s.q_start || planned.n_seqs != a->s.n_seqs ||
+	    planned.n_tokens != a->s.n_tokens || planned.n_heads != a->a.n_heads) {
+		fprintf(stderr, "MOCK: a planned attention without its batch's plan (%p %p %d %d %d; planned %p %p %d %d %d)\n", a->a.work, (const void *)a->s.q_start, a->s.n_seqs, a->s.n_tokens, a->a.n_heads, planned.work, (const void *)planned.q_start, planned.n_seqs, planned.n_tokens, planned.n_heads);
+		abort();
+	}
+	a->a.kv = &a->kv; a->a.s = &a->s; do_attn(&a->a, 0);
+}
 int medha_k_attn(const struct medha_k_attn *at, cudaStream_t st)
 {
 	struct a_attn a = {*at, *at->kv, *at->s};
 	(void)st;
-	if (at->work == NULL || at->work_len < 64 || (at->out == NULL) == (at->out_f32 == NULL) || at->qs < at->n_heads * at->kv->head_dim)
+	if (attn_bad(at))
 		return cudaErrorInvalidValue;
 	return launch(r_attn, &a, sizeof(a));
 }
