@@ -197,7 +197,8 @@ int medha_k_gather_rows(float *y, const float *x, const int32_t *rows,
     int n, int dim, cudaStream_t stream);
 
 /* Greedy: ids[i] = the index of the largest of logits row i (vocab
-   f32), the lowest on ties (medha_sample_greedy). */
+   f32), the lowest on ties (medha_sample_greedy); -1 for a row with a
+   NaN or an infinity in it (the caller's check of the logits). */
 int medha_k_argmax(int32_t *ids, const float *logits, int n, int vocab,
     cudaStream_t stream);
 

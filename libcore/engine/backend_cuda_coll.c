@@ -330,31 +330,19 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	const float *rows = NULL;
 	int r = 0;
 
-	if (f->logits != NULL) {
+	if (f->logits != NULL)
 		CU(cudaMemcpyAsync(f->logits, c->logits,
 		       (size_t)nrows * (size_t)V * sizeof(float),
 		       cudaMemcpyDeviceToHost, c->st),
 		    "downloading logits");
-		SYNC("downloading logits");
-		/* NaN or infinite logits would sample token 0: an error,
-		   as on the cpu backend */
-		for (size_t k = 0; k < (size_t)nrows * (size_t)V; k++)
-			if (!isfinite(f->logits[k]))
-				return medha_why(why, whylen, MEDHA_ERANGE,
-				    "logits row %zu: token %zu is %g (the "
-				    "model's numbers overflow or are NaN)",
-				    k / (size_t)V, k % (size_t)V,
-				    (double)f->logits[k]);
-	}
-	if (f->samplers == NULL)
-		return 0;
 	/* a sampler other than greedy draws from its row on the host: the
 	   caller's copy, or every row staged in one copy (not one round
 	   trip a sequence) */
 	if (f->logits != NULL)
 		rows = f->logits;
 	else
-		for (int i = 0; i < b->n_seqs && rows == NULL; i++)
+		for (int i = 0; f->samplers != NULL && i < b->n_seqs &&
+		     rows == NULL; i++)
 			if (f->samplers[i] != NULL &&
 			    b->seq[i].logits == MEDHA_LOGITS_LAST &&
 			    !medha_sampler_is_greedy(f->samplers[i])) {
@@ -372,6 +360,18 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	       cudaMemcpyDeviceToHost, c->st),
 	    "downloading the argmax");
 	SYNC("downloading the argmax");
+	/* NaN or infinite logits would sample token 0 or nothing: an
+	   error, as on the cpu backend; the argmax kernel marks such a
+	   row -1 (no scan of rows x vocab floats here) */
+	for (int i = 0; i < nrows; i++)
+		if (c->hids[i] < 0)
+			return medha_why(why, whylen, MEDHA_ERANGE,
+			    "logits row %d: a token's logit is NaN or "
+			    "infinite (the model's numbers overflow or are "
+			    "NaN)",
+			    i);
+	if (f->samplers == NULL)
+		return 0;
 	for (int i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
 		struct medha_sampler *sp = f->samplers[i];

@@ -105,3 +105,17 @@ grep -q '^mock: 0 graphs captured, 0 replays, 1 captures failed$' "$o" || {
     "$tmp/capture-fail.err")" = 1 ]
 echo "cuda-mock: a failed capture: 24 decodes eager, the cpu's tokens," \
     "its key not tried again"
+# a NaN among the logits (the stand-in's product of the 512 vocabulary
+# rows plants one): the forward pass fails with the row, as the cpu
+# backend's does; the check is the argmax kernel's (-1 for such a row),
+# no scan of the logits on the host
+cases=chunks
+MEDHA_LT_MOCK_NAN=512 MEDHA_CUDA_TEST_CASES=chunks MEDHA_CUDA_TEST_QUICK=1 \
+    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/nan.out" 2>&1 || :
+grep -q '^FAIL cuda forward at [0-9]*: logits row 0: a token.s logit is NaN or infinite' \
+    "$tmp/nan.out" || {
+	cat "$tmp/nan.out"
+	echo "cuda-mock: NaN logits not refused"
+	exit 1
+}
+echo "cuda-mock: NaN logits: the forward pass refused them"

@@ -340,7 +340,15 @@ int medha_k_attn_merge(uint16_t *out, const float *parts, const float *lses, int
 static int do_gather_rows(float *y, const float *x, const int32_t *r, int n, int d, cudaStream_t s)
 { (void)s; for (int i = 0; i < n; i++) memcpy(y + (size_t)i*d, x + (size_t)r[i]*d, sizeof(float)*d); return 0; }
 static int do_argmax(int32_t *ids, const float *l, int n, int v, cudaStream_t s)
-{ (void)s; for (int i = 0; i < n; i++) { int b = 0; for (int j = 1; j < v; j++) if (l[(size_t)i*v+j] > l[(size_t)i*v+b]) b = j; ids[i] = b; } return 0; }
+{
+	(void)s;
+	for (int i = 0; i < n; i++) {
+		int b = 0, bad = !isfinite(l[(size_t)i*v]);
+		for (int j = 1; j < v; j++) { bad |= !isfinite(l[(size_t)i*v+j]); if (l[(size_t)i*v+j] > l[(size_t)i*v+b]) b = j; }
+		ids[i] = bad ? -1 : b; /* kernels.h: a row not all finite */
+	}
+	return 0;
+}
 size_t medha_k_sample_workspace(int n, int v) { (void)n; (void)v; return 0; }
 int medha_k_sample(int32_t *ids, const float *l, int n, int v, const float *t, const int32_t *k, const float *p, const float *u, void *w, size_t wl, cudaStream_t s)
 { (void)ids; (void)l; (void)n; (void)v; (void)t; (void)k; (void)p; (void)u; (void)w; (void)wl; (void)s; return cudaErrorNotSupported; }
