@@ -119,3 +119,16 @@ grep -q '^FAIL cuda forward at [0-9]*: logits row 0: a token.s logit is NaN or i
 	exit 1
 }
 echo "cuda-mock: NaN logits: the forward pass refused them"
+# contrib/gpu-check.sh's batch_inv step on the stand-ins (its wiring:
+# the mixed batch by default and with MEDHA_CUDA_GEMM=fast, one line of
+# the table; the stand-in's products are the same bits either way)
+mkdir "$tmp/gout" "$tmp/gwork"
+env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK=/nonexistent \
+    GPU_TESTS="$tmp" MEDHA_CUDA_TEST_QUICK=1 CUDA_HOME=/nonexistent \
+    NCCL_LIB="$tmp" LD_LIBRARY_PATH="$tmp" \
+    bash "$top/contrib/gpu-check.sh" --part batch_inv >"$tmp/bi.log" 2>&1 || {
+	cat "$tmp/bi.log"
+	exit 1
+}
+grep '^figure: the same bits in a mixed batch: default 1 of 1 models, MEDHA_CUDA_GEMM=fast 1 of 1$' \
+    "$tmp/bi.log" || { cat "$tmp/bi.log"; exit 1; }
