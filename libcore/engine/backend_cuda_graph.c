@@ -171,7 +171,12 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	}
 	if (g->used == CUDA_G_SEEN) {
 		char err[256];
-		if (capture(c, f, nrows, g, err, sizeof(err)) != 0) {
+		if ((rc = capture(c, f, nrows, g, err, sizeof(err))) != 0) {
+			/* a communicator given up inside it fails the step
+			   (its peers' fail too), and the key stays */
+			if (c->tp > 1 && c->coll == MEDHA_COLL_NCCL &&
+			    c->nccl == NULL)
+				return medha_why(why, whylen, rc, "%s", err);
 			keep(f, nrows, cap, g, CUDA_G_REFUSED, err);
 			return 0;
 		}

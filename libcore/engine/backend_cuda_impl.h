@@ -63,6 +63,7 @@ struct cuda_nccl {
 	LT_FN(ncclGetErrorString);
 	LT_FN(ncclCommAbort);
 	LT_FN(ncclCommGetAsyncError);
+	LT_FN(ncclCommInitRankConfig); /* or NULL (NCCL before 2.14) */
 #undef LT_FN
 };
 

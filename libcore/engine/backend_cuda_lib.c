@@ -135,6 +135,9 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 	SYM(t, ncclGetErrorString);
 	SYM(t, ncclCommAbort);
 	SYM(t, ncclCommGetAsyncError);
+	/* optional: without it, a blocking init (no timeout) */
+	*(void **)&t->ncclCommInitRankConfig = dlsym(t->dl,
+	    "ncclCommInitRankConfig");
 	return 0;
 }
 
