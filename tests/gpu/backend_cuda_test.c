@@ -840,7 +840,8 @@ forks(const char *name, const struct medha_model *m, const int32_t *tok)
 	    prefill(cu, c, 50, t2, 10, 10, lg + V) != 0)
 		goto fail;
 	e2 = rel_l2(lg, lg + V, V);
-	/* a's next step (a decode: a graph) against a fresh twin of a */
+	/* a's next step (a decode: its shape's first, eager) against a
+	   fresh twin of a's (the second: captured, replayed) */
 	medha_backend_seq_free(cu, c);
 	medha_backend_seq_alloc(cu, &c);
 	if (prefill(cu, a, 100, tok + 100, 1, 1, lg) != 0 ||

@@ -42,6 +42,7 @@ grep -q '^ok: 0 failed' "$tmp/out"
 grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/out"
 # the attention's plan made once a forward pass, not once a layer (the
 # model has two: at most two calls a plan, and fewer plans than calls)
+# shellcheck disable=SC2046 # three numbers, split on purpose
 set -- $(sed -n 's/^mock: \([0-9]*\) attention plans, \([0-9]*\) attention calls (\([0-9]*\) made their own)$/\1 \2 \3/p' "$tmp/out")
 [ $# = 3 ] && [ "$1" -gt 0 ] && [ "$1" -lt "$2" ] && [ "$2" -le $(($1 * 2)) ] &&
     [ "$3" = 0 ] || {
