@@ -21,7 +21,13 @@
 #   gpu               nvidia-smi; without a GPU the script stops here
 #                     (exit 1, within seconds)
 #   kernels_test      every kernel against its cpu twin
+#   attn_plan         the attention plan's time alone (attn_bench -p; made
+#                     once a forward pass, issue 42 item 5)
 #   backend_cuda_test the backend against the cpu backend and float64
+#   batch_inv         backend_cuda_test's mixed batch against each
+#                     sequence alone, by default and MEDHA_CUDA_GEMM=fast:
+#                     the same bits or not (cuBLASLt does not promise it;
+#                     issue 42 item 7, medha-worker(1) MEDHA_CUDA_GEMM)
 #   sanitizer         compute-sanitizer (memcheck) on kernels_test --quick
 #   attn_bench        the attention kernels' rates, then PyTorch's SDPA
 #   attn_torch        on the same shapes (contrib/bench-attn-torch.py)
@@ -43,6 +49,12 @@
 #   racecheck         sanitizer's with racecheck
 #   attn_simple       attn_bench -q on the fallback attention kernel
 #                     (MEDHA_K_ATTN=simple)
+#   lt_fallback       the cuBLASLt fallbacks the steps before took (an
+#                     algorithm refusing a row count: "medha: cuda:
+#                     fallback: ..." in their output and the live logs)
+#   graph_fallback    decode captures that failed and ran eagerly (NCCL
+#                     connecting inside a capture needs two GPUs: tp2 on
+#                     NCCL is tests/sh/cuda-mock-live.sh's, on stand-ins)
 # Before gpu: smollm2, SmolLM2 for backend_cuda_test's cases on it
 # (MEDHA_CACHE): the cache's, or the pieces gpu-pack.sh made
 # (build/gpu-smollm2-N, carried by runs of their own before this one),
@@ -234,6 +246,49 @@ attn_simple() {
 	prog "$gtests/attn_bench" && MEDHA_K_ATTN=simple "$gtests/attn_bench" -q
 }
 
+# backend_cuda_test's mixed batch by default and with fast GEMMs
+batch_inv() {
+	local m ds dn fs fn
+	prog "$gtests/backend_cuda_test"
+	for m in default fast; do
+		[ $m = default ] || export MEDHA_CUDA_GEMM=fast
+		MEDHA_CUDA_TEST_CASES=mixed "$gtests/backend_cuda_test" |
+		    tee "$work/bi-$m.out"
+		[ "${PIPESTATUS[0]}" = 0 ] || return 1
+	done
+	ds=$(grep -c '(the same bits: batch-invariant)' "$work/bi-default.out")
+	dn=$(grep -c '(NOT batch-invariant)' "$work/bi-default.out")
+	fs=$(grep -c '(the same bits: batch-invariant)' "$work/bi-fast.out")
+	fn=$(grep -c '(NOT batch-invariant)' "$work/bi-fast.out")
+	echo "figure: the same bits in a mixed batch: default $ds of" \
+	    "$((ds + dn)) models, MEDHA_CUDA_GEMM=fast $fs of $((fs + fn))"
+	# the default's promise as measured: every model's mixed batch
+	[ "$dn" = 0 ]
+}
+
+# fallbacks PATTERN: the "medha: cuda: fallback:" lines matching PATTERN
+# in the steps' output so far and the live workers' logs
+fallbacks() {
+	cat "$OUT/gpu-check.log" "$work"/*-logs/*.log 2>/dev/null |
+	    grep "^medha: cuda: fallback: .*$1" | sort | uniq -c | sort -rn
+}
+lt_fallback() {
+	local n i u
+	fallbacks 'refuses' | tee "$work/lt.out"
+	n=$(awk '{ n += $1 } END { print n + 0 }' "$work/lt.out")
+	i=$(grep -c 'INVALID_VALUE' "$work/lt.out")
+	u=$(grep -c 'NOT_SUPPORTED' "$work/lt.out")
+	echo "figure: cuBLASLt fallbacks: $n said ($i shapes INVALID_VALUE," \
+	    "$u NOT_SUPPORTED)"
+}
+graph_fallback() {
+	local n
+	fallbacks 'captur' | tee "$work/gf.out"
+	n=$(awk '{ n += $1 } END { print n + 0 }' "$work/gf.out")
+	echo "figure: decode captures failed (run eagerly): $n; NCCL in a" \
+	    "capture: cuda-mock-live.sh (one GPU holds no two ranks)"
+}
+
 # programs a step runs (missing: the step is skipped)
 prog() {
 	[ -f "$1" ] && return 0
@@ -245,6 +300,7 @@ backend_cuda_test() {
 	prog "$gtests/backend_cuda_test" && "$gtests/backend_cuda_test"
 }
 attn_bench() { prog "$gtests/attn_bench" && "$gtests/attn_bench"; }
+attn_plan() { prog "$gtests/attn_bench" && "$gtests/attn_bench" -p; }
 e2e_bench() { prog "$gtests/e2e_bench" && "$gtests/e2e_bench"; }
 # Python with the library path it came with (PyTorch brings its CUDA)
 attn_torch() {
@@ -375,8 +431,9 @@ step() {
 	    [ "$name" != gpu ]; then
 		case " $GPU_CHECK_STEPS " in *" $name "*) ;; *) return 0 ;; esac
 	fi
-	# libs and gpu always run: the rest depends on them
-	case $name in libs | gpu) left=$limit ;; esac
+	# libs and gpu always run: the rest depends on them; the fallback
+	# counts take no time and say what the steps before met
+	case $name in libs | gpu | *_fallback) left=$limit ;; esac
 	if [ "$left" -lt $((limit / 3)) ]; then
 		row "$name" skip "out of time ($left s of the budget left)"
 		echo "=== $name: skipped, $left s left" >>"$log"
@@ -442,7 +499,9 @@ if ! step gpu 20; then
 	exit 1
 fi
 step kernels_test 75
+step attn_plan 20
 step backend_cuda_test 75
+step batch_inv 45
 step sanitizer 90
 step attn_bench 90
 step attn_torch 60
@@ -454,5 +513,7 @@ step live_kvp2 60
 step prof_check 120
 step racecheck 90
 step attn_simple 45
+step lt_fallback 10
+step graph_fallback 10
 cat "$summary"
 [ "$nfail" = 0 ]

@@ -6,7 +6,9 @@
  * One call is four launches:
  *  1. plan_kernel (one thread): each sequence's path, vector tiles and
  *     split parts (attn_split), and the prefix sums that number the
- *     items of each path and the part rows of the split sequences;
+ *     items of each path and the part rows of the split sequences (made
+ *     once for all the layers of a forward pass by medha_k_attn_plan,
+ *     the calls then planned: 256 sequences take it some 100 us);
  *  2. simple_kernel: the sequences with n_q * G <= ATTN_MAX_VS vectors
  *     per kv head (decodes, chunks of a few rows): f32 arithmetic on
  *     the CUDA cores, memory-bound, the next tile of keys loaded into
@@ -350,6 +352,39 @@ launch_simple(const struct attn_args *x, unsigned grid, cudaStream_t stream)
 	return launch_status();
 }
 
+/* the plan of a's batch into its workspace (a checked, L its layout) */
+static int
+plan_launch(const struct medha_k_attn *a, const struct layout *L, int sms,
+    cudaStream_t stream)
+{
+	const char *env = getenv("MEDHA_K_ATTN");
+	int simple_only = env != NULL && !strcmp(env, "simple");
+	char *w = (char *)a->work;
+
+	plan_kernel<<<1, 32, 0, stream>>>((struct attn_plan *)(w + L->plan),
+	    (int64_t *)(w + L->totals), *a->s,
+	    a->n_heads / a->kv->n_kv_heads, a->n_heads, sms, simple_only);
+	return launch_status();
+}
+
+extern "C" int
+medha_k_attn_plan(const struct medha_k_attn *a, cudaStream_t stream)
+{
+	struct layout L;
+	int sms, rc;
+
+	if ((rc = check(a)) != 0)
+		return rc;
+	if (a->s->n_seqs == 0 || a->s->n_tokens == 0)
+		return 0;
+	if ((rc = sm_count(&sms)) != 0)
+		return rc;
+	L = work_layout(a, sms);
+	if (a->work == NULL || a->work_len < L.end)
+		return cudaErrorInvalidValue;
+	return plan_launch(a, &L, sms, stream);
+}
+
 extern "C" int
 medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream)
 {
@@ -373,10 +408,7 @@ medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream)
 	if (w == NULL || a->work_len < L.end)
 		return cudaErrorInvalidValue;
 	args_make(&x, a, w, &L);
-
-	plan_kernel<<<1, 32, 0, stream>>>((struct attn_plan *)(w + L.plan),
-	    (int64_t *)(w + L.totals), *s, x.G, a->n_heads, sms, simple_only);
-	if ((rc = launch_status()) != 0)
+	if (!a->planned && (rc = plan_launch(a, &L, sms, stream)) != 0)
 		return rc;
 	/* grids: the items' bounds (a sequence's parts are at most those of
 	   one row against max_kv), capped; the kernels stride */

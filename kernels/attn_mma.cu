@@ -108,11 +108,22 @@ cp_wait(void)
 #endif
 }
 
-/* two f32 as the cache's 16-bit type, the first in the low half */
+/* two f32 as the cache's 16-bit type, the first in the low half: bf16
+   by one cvt.rn.bf16x2.f32 (sm_80+; its first source goes to the upper
+   half), f16 by two cvt.rn.f16.f32 (__float2half_rn) */
 template <int T>
 static __device__ __forceinline__ uint32_t
 pack2(float lo, float hi)
 {
+	if (T == MEDHA_K_BF16) {
+#if defined(MEDHA_SIMT)
+		return simt_cvt_rn_bf16x2_f32(hi, lo);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+		uint32_t d;
+		asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+		return d;
+#endif
+	}
 	return (uint32_t)f32_kv<T>(lo) | ((uint32_t)f32_kv<T>(hi) << 16);
 }
 

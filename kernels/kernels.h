@@ -152,6 +152,12 @@ int medha_k_kv_append(const struct medha_k_kv_layer *kv,
  * the rest of the batch, so a sequence's result is the same bits in any
  * batch (the batch-invariance of the default path). The fold needs
  * scratch: medha_k_attn_workspace() bytes for this batch's shape.
+ *
+ * The plan (each sequence's path, tiles and parts: a function of the
+ * batch's descriptors, n_heads and the kv heads, not of the layer) is
+ * made in the workspace by each call, or once by medha_k_attn_plan():
+ * then the calls that set planned (the same s, n_heads, head_dim and
+ * work, the plan's launch before them on the stream) use it as it is.
  */
 struct medha_k_attn {
 	const struct medha_k_kv_layer *kv;
@@ -165,9 +171,11 @@ struct medha_k_attn {
 	float *lse;      /* optional */
 	void *work;      /* medha_k_attn_workspace() bytes */
 	size_t work_len;
+	int planned;     /* 1: work holds the plan (medha_k_attn_plan) */
 };
 
 size_t medha_k_attn_workspace(const struct medha_k_attn *a);
+int medha_k_attn_plan(const struct medha_k_attn *a, cudaStream_t stream);
 int medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream);
 
 /*
@@ -189,7 +197,8 @@ int medha_k_gather_rows(float *y, const float *x, const int32_t *rows,
     int n, int dim, cudaStream_t stream);
 
 /* Greedy: ids[i] = the index of the largest of logits row i (vocab
-   f32), the lowest on ties (medha_sample_greedy). */
+   f32), the lowest on ties (medha_sample_greedy); -1 for a row with a
+   NaN or an infinity in it (the caller's check of the logits). */
 int medha_k_argmax(int32_t *ids, const float *logits, int n, int vocab,
     cudaStream_t stream);
 

@@ -89,13 +89,20 @@ row_argmax(const float *l, int vocab)
 	return i == INT32_MAX ? 0 : i;
 }
 
+/* a row with a NaN or an infinity gets -1 (the backend's error: the
+   check of every logit, on the GPU) */
 static __global__ void
 argmax_kernel(int32_t *ids, const float *logits, int vocab)
 {
-	int i = row_argmax(logits + (int64_t)blockIdx.x * vocab, vocab);
+	const float *l = logits + (int64_t)blockIdx.x * vocab;
+	int bad = 0, i;
 
+	for (int c = threadIdx.x; c < vocab; c += blockDim.x)
+		bad |= !isfinite(l[c]);
+	bad = __syncthreads_or(bad);
+	i = row_argmax(l, vocab);
 	if (threadIdx.x == 0)
-		ids[blockIdx.x] = i;
+		ids[blockIdx.x] = bad ? -1 : i;
 }
 
 extern "C" int

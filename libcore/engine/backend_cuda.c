@@ -57,7 +57,7 @@ cuda_attn_work(struct cuda_be *c, char *why, size_t whylen)
 {
 	struct medha_k_attn a = {&c->kvl[c->lo], &c->desc.s, c->qkv, c->qkvd,
 	    c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->att, NULL, NULL,
-	    NULL, 0};
+	    NULL, 0, 0};
 	size_t n = medha_k_attn_workspace(&a), n2;
 
 	a.out = NULL;
@@ -105,7 +105,7 @@ layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
 	struct medha_k_attn a = {&c->kvl[l], &c->desc.s, c->qkv, c->qkvd,
 	    c->nh, 1.0f / sqrtf((float)mc->head_dim), merge ? NULL : c->att,
 	    merge ? c->attf : NULL, merge ? c->lse : NULL, c->awork,
-	    c->awork_cap};
+	    c->awork_cap, 1}; /* planned: cuda_run_layers made the plan */
 	int rc;
 
 	K(medha_k_rmsnorm(c->xn, c->x, L->attn_norm, n, d, mc->norm_eps,
@@ -156,8 +156,9 @@ layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
 
 /*
  * The device part of a forward call, the descriptors in place: the
- * embeddings at layer 0 (h_in is uploaded before), the layers, and with
- * nrows the final norm, the logits and their argmax. Nothing here
+ * embeddings at layer 0 (h_in is uploaded before), the attention's plan
+ * (once: every layer's attention uses it), the layers, and with nrows
+ * the final norm, the logits and their argmax. Nothing here
  * synchronizes or touches host memory unless a collective or a merge
  * goes through the host, so a decode step can be captured.
  */
@@ -167,6 +168,9 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 {
 	const struct medha_model_config *mc = &c->c;
 	const int n = f->b->n_tokens, d = mc->dim, merge = merging(f);
+	struct medha_k_attn a = {&c->kvl[f->layer_lo], &c->desc.s, c->qkv,
+	    c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim), c->att, NULL,
+	    NULL, c->awork, c->awork_cap, 0};
 	int rc;
 
 	if (f->layer_lo == 0)
@@ -174,6 +178,8 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		      (const int32_t *)(c->desc.d + c->desc.o_tok), n, d,
 		      c->st),
 		    "medha_k_embed");
+	/* the attention's plan: the batch's, the same for every layer */
+	K(medha_k_attn_plan(&a, c->st), "medha_k_attn_plan");
 	for (int l = f->layer_lo; l < f->layer_hi; l++) {
 		c->cwhy[0] = '\0';
 		if ((rc = layer(c, f, l, merge, c->cwhy, sizeof(c->cwhy))) != 0)

@@ -2,7 +2,10 @@
  * backend_cuda_coll.c: what the cuda backend exchanges with its peers
  * and hands back: the TP all-reduce after the row-parallel products
  * (over NCCL when the backend owns a communicator, set up in comm_init
- * with rank 0's unique id travelling through the caller's all_gather;
+ * with rank 0's unique id travelling through the caller's all_gather,
+ * non-blocking and waited for up to MEDHA_NCCL_TIMEOUT, as is an
+ * all-reduce still connecting; any NCCL failure aborts it, and the
+ * next call makes a new one;
  * else through the caller's all_reduce, or its all_gather and a sum in
  * rank order, in host memory), the KVP merge (each merged sequence's
  * partial outputs and log-sum-exps copied to the host and exchanged as
@@ -99,6 +102,69 @@ cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
 	return 0;
 }
 
+/*
+ * Wait while the communicator's state is ncclInProgress (a non-blocking
+ * init, or an operation connecting): 0 once it is ncclSuccess; else the
+ * communicator aborted and an error naming what: its state's, or
+ * MEDHA_ETIMEOUT after nccl_timeout seconds (a peer that died after the
+ * id exchange, or that never connects, would otherwise hang the worker
+ * for ever: the step watchdog, cuda_sync, does not cover these).
+ */
+static int
+nccl_wait(struct cuda_be *c, const char *what, char *why, size_t whylen)
+{
+	const double t0 = medha_now();
+	struct timespec ts = {0, 200000};
+	ncclResult_t st = ncclInProgress;
+
+	for (;;) {
+		if (c->nc.ncclCommGetAsyncError(c->nccl, &st) != ncclSuccess)
+			st = ncclInternalError;
+		if (st != ncclInProgress)
+			break;
+		if (medha_now() - t0 > c->nccl_timeout) {
+			cuda_nccl_abort(c);
+			return medha_why(why, whylen, MEDHA_ETIMEOUT,
+			    "cuda: %s (TP rank %d of %d): not done after %g s "
+			    "(MEDHA_NCCL_TIMEOUT; a peer gone?); communicator "
+			    "aborted",
+			    what, c->tpr, c->tp, c->nccl_timeout);
+		}
+		nanosleep(&ts, NULL);
+	}
+	if (st == ncclSuccess)
+		return 0;
+	cuda_nccl_abort(c);
+	return medha_why(why, whylen, MEDHA_EIO,
+	    "cuda: %s (TP rank %d of %d): %s; communicator aborted", what,
+	    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
+}
+
+/* This rank's communicator of id: non-blocking where NCCL has the
+   config (2.14+), waited for up to nccl_timeout. */
+static int
+comm_make(struct cuda_be *c, ncclUniqueId id, char *why, size_t whylen)
+{
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	int st;
+
+	cfg.blocking = 0;
+	c->nccl = NULL;
+	st = c->nc.ncclCommInitRankConfig != NULL
+	    ? c->nc.ncclCommInitRankConfig(&c->nccl, c->tp, id, c->tpr, &cfg)
+	    : c->nc.ncclCommInitRank(&c->nccl, c->tp, id, c->tpr);
+	if (st != ncclSuccess && st != ncclInProgress) {
+		if (c->nccl != NULL)
+			c->nc.ncclCommAbort(c->nccl);
+		c->nccl = NULL;
+		return medha_why(why, whylen, MEDHA_EIO,
+		    "cuda: ncclCommInitRank (rank %d of %d): %s (two ranks "
+		    "on one GPU need the host collectives, --coll nng)",
+		    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
+	}
+	return nccl_wait(c, "ncclCommInitRank", why, whylen);
+}
+
 int
 cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
     size_t whylen)
@@ -149,15 +215,7 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 		    "cuda: TP rank 0 has no NCCL id (its ncclGetUniqueId "
 		    "failed: see its log)");
 	CU(cudaSetDevice(c->dev), "cudaSetDevice");
-	if ((st = c->nc.ncclCommInitRank(&c->nccl, c->tp, id, c->tpr)) !=
-	    ncclSuccess) {
-		c->nccl = NULL;
-		return medha_why(why, whylen, MEDHA_EIO,
-		    "cuda: ncclCommInitRank (rank %d of %d): %s (two ranks "
-		    "on one GPU need the host collectives, --coll nng)",
-		    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
-	}
-	return 0;
+	return comm_make(c, id, why, whylen);
 }
 
 /* x (n floats, host) summed over the ranks by the caller's collectives:
@@ -195,11 +253,21 @@ cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y, size_t n,
 	int rc, st;
 
 	if (c->nccl != NULL) {
-		if ((st = c->nc.ncclAllReduce(y, y, n, ncclFloat, ncclSum,
-		         c->nccl, c->st)) != ncclSuccess)
+		st = c->nc.ncclAllReduce(y, y, n, ncclFloat, ncclSum, c->nccl,
+		    c->st);
+		/* a non-blocking communicator may still be connecting */
+		if (st == ncclInProgress)
+			return nccl_wait(c, "ncclAllReduce", why, whylen);
+		if (st != ncclSuccess) {
+			/* given up: the peers, whose all-reduce fails or
+			   times out too, make a new one with this rank at
+			   the next call */
+			cuda_nccl_abort(c);
 			return medha_why(why, whylen, MEDHA_EIO,
-			    "cuda: ncclAllReduce: %s",
-			    c->nc.ncclGetErrorString(st));
+			    "cuda: ncclAllReduce (TP rank %d of %d): %s; "
+			    "communicator aborted",
+			    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
+		}
 		return 0;
 	}
 	if ((rc = cuda_stage(c, n, why, whylen)) != 0)
@@ -330,31 +398,19 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	const float *rows = NULL;
 	int r = 0;
 
-	if (f->logits != NULL) {
+	if (f->logits != NULL)
 		CU(cudaMemcpyAsync(f->logits, c->logits,
 		       (size_t)nrows * (size_t)V * sizeof(float),
 		       cudaMemcpyDeviceToHost, c->st),
 		    "downloading logits");
-		SYNC("downloading logits");
-		/* NaN or infinite logits would sample token 0: an error,
-		   as on the cpu backend */
-		for (size_t k = 0; k < (size_t)nrows * (size_t)V; k++)
-			if (!isfinite(f->logits[k]))
-				return medha_why(why, whylen, MEDHA_ERANGE,
-				    "logits row %zu: token %zu is %g (the "
-				    "model's numbers overflow or are NaN)",
-				    k / (size_t)V, k % (size_t)V,
-				    (double)f->logits[k]);
-	}
-	if (f->samplers == NULL)
-		return 0;
 	/* a sampler other than greedy draws from its row on the host: the
 	   caller's copy, or every row staged in one copy (not one round
 	   trip a sequence) */
 	if (f->logits != NULL)
 		rows = f->logits;
 	else
-		for (int i = 0; i < b->n_seqs && rows == NULL; i++)
+		for (int i = 0; f->samplers != NULL && i < b->n_seqs &&
+		     rows == NULL; i++)
 			if (f->samplers[i] != NULL &&
 			    b->seq[i].logits == MEDHA_LOGITS_LAST &&
 			    !medha_sampler_is_greedy(f->samplers[i])) {
@@ -372,6 +428,18 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	       cudaMemcpyDeviceToHost, c->st),
 	    "downloading the argmax");
 	SYNC("downloading the argmax");
+	/* NaN or infinite logits would sample token 0 or nothing: an
+	   error, as on the cpu backend; the argmax kernel marks such a
+	   row -1 (no scan of rows x vocab floats here) */
+	for (int i = 0; i < nrows; i++)
+		if (c->hids[i] < 0)
+			return medha_why(why, whylen, MEDHA_ERANGE,
+			    "logits row %d: a token's logit is NaN or "
+			    "infinite (the model's numbers overflow or are "
+			    "NaN)",
+			    i);
+	if (f->samplers == NULL)
+		return 0;
 	for (int i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
 		struct medha_sampler *sp = f->samplers[i];

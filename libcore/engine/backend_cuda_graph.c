@@ -11,6 +11,17 @@
  * is the max_kv the kernels size their grids and workspace for: a step
  * whose longest context passes it captures a new graph.
  *
+ * A key's first step runs eagerly, its second is captured: what
+ * connects or chooses lazily on its first use (NCCL's connections for
+ * an all-reduce of a new size, with NCCL_RUNTIME_CONNECT, which a
+ * capture cannot take; cuBLASLt's heuristic) does so outside a capture.
+ * A capture that fails (cudaStreamBeginCapture, a launch inside it,
+ * cudaStreamEndCapture or cudaGraphInstantiate) costs that step nothing
+ * but the attempt: it runs eagerly, its key is kept as refused (never
+ * captured again, never evicted) and the failure is said once, on
+ * stderr ("medha: cuda: fallback: ..."); when every slot holds a refused
+ * key, graphs are turned off.
+ *
  * An SPP stage's hidden states are copied in before the replay and out
  * after it. Not captured: TP over the host collectives (they wait on
  * the host), KVP merges, timed calls (profilers: their events are
@@ -21,46 +32,56 @@
  */
 #include "engine/backend_cuda_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The graphs dropped (their buffers moved, a communicator aborted), and
+   the keys seen (a new communicator connects anew); the refused keys
+   stay refused. */
 void
 cuda_graph_free(struct cuda_be *c)
 {
-	for (int i = 0; i < CUDA_GRAPHS; i++)
-		if (c->g[i].used) {
+	for (int i = 0; i < CUDA_GRAPHS; i++) {
+		if (c->g[i].used == CUDA_G_CAPTURED)
 			cudaGraphExecDestroy(c->g[i].exec);
-			c->g[i].used = 0;
-		}
+		if (c->g[i].used != CUDA_G_REFUSED)
+			c->g[i].used = CUDA_G_FREE;
+	}
 }
 
-/* The graph for this step's key, or a free (or the oldest) slot. */
+/* The slot of this step's key (*hit set), or a free (or the oldest
+   captured) slot, or NULL when every slot holds a refused key. */
 static struct cuda_graph *
 find(struct cuda_be *c, const struct medha_fwd *f, int nrows, int64_t cap,
     int *hit)
 {
-	struct cuda_graph *old = &c->g[0];
+	struct cuda_graph *old = NULL;
 
 	*hit = 0;
 	for (int i = 0; i < CUDA_GRAPHS; i++) {
 		struct cuda_graph *g = &c->g[i];
-		if (g->used && g->n_seqs == f->b->n_seqs && g->nrows == nrows &&
-		    g->lo == f->layer_lo && g->hi == f->layer_hi &&
-		    g->kv_cap == cap) {
+		if (g->used != CUDA_G_FREE && g->n_seqs == f->b->n_seqs &&
+		    g->nrows == nrows && g->lo == f->layer_lo &&
+		    g->hi == f->layer_hi && g->kv_cap == cap) {
 			*hit = 1;
 			return g;
 		}
-		if (!g->used || (old->used && g->last < old->last))
+		if (g->used == CUDA_G_REFUSED)
+			continue;
+		if (old == NULL || g->used == CUDA_G_FREE ||
+		    (old->used != CUDA_G_FREE && g->last < old->last))
 			old = g;
 	}
-	if (old->used) {
+	if (old != NULL && old->used == CUDA_G_CAPTURED)
 		cudaGraphExecDestroy(old->exec);
-		old->used = 0;
-	}
+	if (old != NULL)
+		old->used = CUDA_G_FREE;
 	return old;
 }
 
-/* Capture the step into g (c->desc built at its bucket). */
+/* Capture the step into g (c->desc built at its bucket): 0, or a
+   capture's failure in why (nothing ran; the stream is usable). */
 static int
 capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
     struct cuda_graph *g, char *why, size_t whylen)
@@ -75,26 +96,42 @@ capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	rc = cuda_run_layers(c, f, nrows, why, whylen);
 	c->capturing = 0;
 	e = cudaStreamEndCapture(c->st, &graph);
-	if (rc != 0) {
+	if (rc != 0 || e != cudaSuccess) {
 		if (graph != NULL)
 			cudaGraphDestroy(graph);
-		return rc;
+		(void)cudaGetLastError(); /* the capture's error, not sticky */
+		return rc != 0 ? rc : cuda_err(why, whylen, e,
+		    "cudaStreamEndCapture");
 	}
-	CU(e, "cudaStreamEndCapture");
 	e = cudaGraphInstantiate(&g->exec, graph, 0);
 	cudaGraphDestroy(graph);
 	CU(e, "cudaGraphInstantiate");
-	g->used = 1;
+	return 0;
+}
+
+/* The key of f in g: seen, refused (said once), or captured. */
+static void
+keep(const struct medha_fwd *f, int nrows, int64_t cap,
+    struct cuda_graph *g, int state, const char *err)
+{
+	g->used = state;
 	g->n_seqs = f->b->n_seqs;
 	g->nrows = nrows;
 	g->lo = f->layer_lo;
 	g->hi = f->layer_hi;
-	return 0;
+	g->kv_cap = cap;
+	if (state == CUDA_G_REFUSED)
+		fprintf(stderr, "medha: cuda: fallback: the decode step of %d "
+		    "sequences (%d logits rows, layers %d to %d, KV bucket "
+		    "%lld) was not captured: %s; it runs eagerly, never "
+		    "captured again (said once)\n",
+		    g->n_seqs, nrows, g->lo, g->hi - 1, (long long)cap, err);
 }
 
 /*
  * Run decode step f from a graph if it can be (*done set), else leave
- * it to the eager path (*done 0).
+ * it to the eager path (*done 0): an error only where the eager path
+ * would fail too (the descriptors, the workspace, a replay's launch).
  */
 int
 cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
@@ -119,11 +156,31 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	/* the workspace may move (and free the graphs) before the find */
 	if ((rc = cuda_attn_work(c, why, whylen)) != 0)
 		return rc;
-	g = find(c, f, nrows, cap, &hit);
-	if (!hit) {
-		g->kv_cap = cap;
-		if ((rc = capture(c, f, nrows, g, why, whylen)) != 0)
-			return rc;
+	if ((g = find(c, f, nrows, cap, &hit)) == NULL) {
+		fprintf(stderr, "medha: cuda: fallback: %d decode steps' "
+		    "captures failed: graphs off\n", CUDA_GRAPHS);
+		c->graphs = 0;
+		return 0;
+	}
+	if (hit && g->used == CUDA_G_REFUSED)
+		return 0;
+	if (!hit) { /* its first step: eager */
+		keep(f, nrows, cap, g, CUDA_G_SEEN, NULL);
+		g->last = ++c->gclock;
+		return 0;
+	}
+	if (g->used == CUDA_G_SEEN) {
+		char err[256];
+		if ((rc = capture(c, f, nrows, g, err, sizeof(err))) != 0) {
+			/* a communicator given up inside it fails the step
+			   (its peers' fail too), and the key stays */
+			if (c->tp > 1 && c->coll == MEDHA_COLL_NCCL &&
+			    c->nccl == NULL)
+				return medha_why(why, whylen, rc, "%s", err);
+			keep(f, nrows, cap, g, CUDA_G_REFUSED, err);
+			return 0;
+		}
+		keep(f, nrows, cap, g, CUDA_G_CAPTURED, NULL);
 	}
 	g->last = ++c->gclock;
 	/* an SPP stage's hidden states: in place before the replay (the

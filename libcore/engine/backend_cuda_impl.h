@@ -30,6 +30,7 @@
 #define CUDA_MAX_SEQS 256     /* sequences held at once by default */
 #define CUDA_TOKENS 8192      /* scratch rows made at open */
 #define CUDA_LT_WORK (32 << 20) /* cuBLASLt's workspace, bytes */
+#define CUDA_LT_ALIGN 16      /* the GEMM operands' alignment, bytes */
 #define CUDA_GEMM_SHAPES 32   /* GEMM shapes kept (a model has ~5) */
 #define CUDA_GRAPHS 64        /* decode graphs kept (by sequences,
                                  logits rows, layers, KV bucket) */
@@ -62,6 +63,7 @@ struct cuda_nccl {
 	LT_FN(ncclGetErrorString);
 	LT_FN(ncclCommAbort);
 	LT_FN(ncclCommGetAsyncError);
+	LT_FN(ncclCommInitRankConfig); /* or NULL (NCCL before 2.14) */
 #undef LT_FN
 };
 
@@ -76,8 +78,11 @@ struct cuda_gemm {
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a, b, d;
 	int have;                          /* algo chosen */
-	int warned;                        /* an m it refused, said */
+	int warned;                        /* bit 0: NOT_SUPPORTED, 1:
+	                                      INVALID_VALUE, said */
 	cublasLtMatmulAlgo_t algo;
+	int own_m;                         /* the m own was chosen at (0) */
+	cublasLtMatmulAlgo_t own;          /* for an m algo refused */
 	uint32_t fast_have;                /* fast mode: bit i: fast[i] */
 	cublasLtMatmulAlgo_t fast[32];     /* by ceil(log2 m) */
 };
@@ -104,9 +109,15 @@ struct cuda_desc {
 	struct medha_k_seqs s; /* device pointers into d */
 };
 
-/* A captured decode step (all sequences one token). */
+/* A decode step's key (all sequences one token) and its graph. */
+enum {
+	CUDA_G_FREE,     /* no key */
+	CUDA_G_SEEN,     /* its first step ran eagerly */
+	CUDA_G_CAPTURED, /* exec replays it */
+	CUDA_G_REFUSED,  /* its capture failed: eager, never again */
+};
 struct cuda_graph {
-	int used;
+	int used;        /* CUDA_G_* */
 	int n_seqs, nrows, lo, hi;
 	int64_t kv_cap;  /* the max_kv bucket it was captured at */
 	size_t dlen;     /* descriptor bytes it reads */

@@ -10,6 +10,11 @@
  * count: the same kernel, tile and split-K for a batch of 1 and of 8192,
  * so a token's products are the same bits in any batch. The fastest path
  * (MEDHA_CUDA_GEMM=fast) asks the heuristic per power-of-two m instead.
+ * An algorithm that refuses a row count (NOT_SUPPORTED, or INVALID_VALUE:
+ * cuBLASLt's answer when the configuration needs more than it has) is
+ * replaced for that m by one chosen at it, said once per shape on stderr
+ * ("medha: cuda: fallback: ...", which contrib/gpu-check.sh counts):
+ * those products are then not batch-invariant.
  */
 #include "engine/backend_cuda_impl.h"
 
@@ -130,6 +135,9 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 	SYM(t, ncclGetErrorString);
 	SYM(t, ncclCommAbort);
 	SYM(t, ncclCommGetAsyncError);
+	/* optional: without it, a blocking init (no timeout) */
+	*(void **)&t->ncclCommInitRankConfig = dlsym(t->dl,
+	    "ncclCommInitRankConfig");
 	return 0;
 }
 
@@ -216,7 +224,15 @@ set_m(struct cuda_be *c, struct cuda_gemm *g, int m)
 	return 0;
 }
 
-/* The heuristic's first algorithm for g at m rows, into *algo. */
+/*
+ * The heuristic's first algorithm for g at m rows, into *algo. Its
+ * reduction is none or in place: an out-of-place split-K reduction needs
+ * workspace that grows with m * n (an algorithm chosen at m = 128 could
+ * then refuse an 8K-token prefill, INVALID_VALUE), and in place keeps
+ * the sum's order fixed. Every operand is at least 16-byte aligned (an
+ * allocation's base; cuda_gemm checks), which the heuristic is told
+ * rather than assuming the 256 bytes of a base.
+ */
 static int
 pick(struct cuda_be *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
     char *why, size_t whylen)
@@ -225,6 +241,8 @@ pick(struct cuda_be *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
 	cublasLtMatmulPreference_t pref;
 	cublasLtMatmulHeuristicResult_t res;
 	uint64_t ws = CUDA_LT_WORK;
+	uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE |
+	    CUBLASLT_REDUCTION_SCHEME_INPLACE, al = CUDA_LT_ALIGN;
 	int nres = 0, st;
 
 	LT(set_m(c, g, m), "setting the row count");
@@ -232,6 +250,16 @@ pick(struct cuda_be *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
 	    "cublasLtMatmulPreferenceCreate");
 	st = t->cublasLtMatmulPreferenceSetAttribute(pref,
 	    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = t->cublasLtMatmulPreferenceSetAttribute(pref,
+		    CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+		    sizeof(red));
+	for (int a = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
+	     a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES &&
+	     st == CUBLAS_STATUS_SUCCESS;
+	     a++)
+		st = t->cublasLtMatmulPreferenceSetAttribute(pref,
+		    (cublasLtMatmulPreferenceAttributes_t)a, &al, sizeof(al));
 	if (st == CUBLAS_STATUS_SUCCESS)
 		st = t->cublasLtMatmulAlgoGetHeuristic(c->lth, g->desc, g->a,
 		    g->b, g->d, g->d, pref, 1, &res, &nres);
@@ -272,6 +300,11 @@ cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
 
 	if (m < 1)
 		return 0;
+	if (((uintptr_t)w | (uintptr_t)x | (uintptr_t)y) % CUDA_LT_ALIGN != 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "cuda: a %d x %d product's operand is not %d-byte aligned "
+		    "(the heuristic is told they are)",
+		    n, k, CUDA_LT_ALIGN);
 	if ((g = shape(c, n, k, ldy, why, whylen)) == NULL)
 		return MEDHA_EIO;
 	if (c->fast) {
@@ -293,19 +326,28 @@ cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
 	LT(set_m(c, g, m), "setting the row count");
 	st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x, g->b,
 	    &beta, y, g->d, y, g->d, algo, c->ltwork, CUDA_LT_WORK, c->st);
-	if (st == CUBLAS_STATUS_NOT_SUPPORTED && !c->fast) {
-		/* the shape's algorithm cannot take this m: this m gets its
-		   own (this product is then not batch-invariant) */
-		cublasLtMatmulAlgo_t own;
-		if (!g->warned)
-			fprintf(stderr, "medha: cuda: the %d x %d product's "
-			    "algorithm refuses %d rows: chosen again for them "
-			    "(not batch-invariant)\n", g->n, g->k, m);
-		g->warned = 1;
-		if ((rc = pick(c, g, m, &own, why, whylen)) != 0)
-			return rc;
+	if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+	    st == CUBLAS_STATUS_INVALID_VALUE) {
+		/* the algorithm cannot take this m (NOT_SUPPORTED), or not
+		   within the workspace (INVALID_VALUE): one chosen at this m,
+		   kept for the next call at the same m (a prefill's chunks);
+		   a status the fallback gets too is the call's error */
+		if (g->own_m != m) {
+			if ((rc = pick(c, g, m, &g->own, why, whylen)) != 0)
+				return rc;
+			g->own_m = m;
+		}
+		if (!(g->warned >> (st == CUBLAS_STATUS_INVALID_VALUE) & 1))
+			fprintf(stderr, "medha: cuda: fallback: the %d x %d "
+			    "product's algorithm (chosen at %d rows) refuses "
+			    "%d with %s: chosen again for them (not "
+			    "batch-invariant; said once)\n", g->n, g->k,
+			    c->fast ? 1 << log2_ceil(m) : c->gemm_m, m,
+			    st == CUBLAS_STATUS_INVALID_VALUE
+			        ? "INVALID_VALUE" : "NOT_SUPPORTED");
+		g->warned |= 1 << (st == CUBLAS_STATUS_INVALID_VALUE);
 		st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x,
-		    g->b, &beta, y, g->d, y, g->d, &own, c->ltwork,
+		    g->b, &beta, y, g->d, y, g->d, &g->own, c->ltwork,
 		    CUDA_LT_WORK, c->st);
 	}
 	LT(st, "cublasLtMatmul");

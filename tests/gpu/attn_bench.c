@@ -17,8 +17,12 @@
  * or the bf16 GEMM rate given (-g, TFLOP/s; 715, the issue's H200).
  * contrib/bench-attn-torch.py prints the same table for PyTorch's SDPA.
  *
- *	attn_bench [-d head_dim] [-g gemm_tflops] [-q]
- *	(-d: 128, or 64; -q: the small cases only)
+ *	attn_bench [-d head_dim] [-g gemm_tflops] [-p] [-q]
+ *	(-d: 128, or 64; -q: the small cases only; -p: the plan alone)
+ *
+ * -p times medha_k_attn_plan (plan_kernel's one thread) for 1 to 256
+ * decodes at 4K: made once a forward pass (issue 42), it was once a
+ * layer before; the figure line says what it costs a forward.
  * Exits 77 with "skip: no CUDA device (...)" without a GPU.
  */
 #include "../../kernels/kernels.h"
@@ -264,10 +268,77 @@ bench_case(const char *name, int n_seqs, int n_q, int64_t kv_len,
 	CK(cudaEventDestroy(e1));
 }
 
+/* the plan alone for n decodes at 4K positions: its median time, us */
+static double
+bench_plan(int n)
+{
+	const int64_t kv_len = 4096, nb = kv_len / 16;
+	struct medha_k_kv_layer kv = {NULL, NULL, MEDHA_K_BF16, 8, head_dim,
+	    16};
+	struct medha_k_seqs s = {0};
+	int32_t *i32 = malloc((size_t)n * nb * 4);
+	int64_t *i64 = malloc((size_t)n * 8);
+	void *mem[8];
+	double t[32];
+	cudaEvent_t e0, e1;
+	float ms;
+
+	for (int i = 0; i < n; i++)
+		i32[i] = i;
+	s.q_start = mem[0] = dup_to(i32, (size_t)n * 4);
+	for (int i = 0; i < n; i++)
+		i32[i] = 1;
+	s.n_q = mem[1] = dup_to(i32, (size_t)n * 4);
+	s.append = mem[2] = dup_to(i32, (size_t)n * 4);
+	for (int i = 0; i < n; i++)
+		i64[i] = kv_len - 1;
+	s.pos = mem[3] = dup_to(i64, (size_t)n * 8);
+	for (int i = 0; i < n; i++)
+		i64[i] = kv_len;
+	s.kv_len = mem[4] = dup_to(i64, (size_t)n * 8);
+	for (int i = 0; i < n; i++)
+		i64[i] = (int64_t)i * nb;
+	s.table_off = mem[5] = dup_to(i64, (size_t)n * 8);
+	memset(i64, 0, (size_t)n * 8);
+	s.kv_base = mem[6] = dup_to(i64, (size_t)n * 8);
+	for (int64_t i = 0; i < n * nb; i++)
+		i32[i] = (int32_t)i;
+	s.table = mem[7] = dup_to(i32, (size_t)n * nb * 4);
+	s.n_seqs = n;
+	s.n_tokens = n;
+	s.max_q = 1;
+	s.max_kv = kv_len;
+	struct medha_k_attn a = {.kv = &kv, .s = &s, .q = (const float *)mem[0],
+	    .qs = 32 * head_dim, .n_heads = 32, .scale = 1.0f,
+	    .out = (uint16_t *)mem[0]};
+	a.work_len = medha_k_attn_workspace(&a);
+	CK(cudaMalloc(&a.work, a.work_len));
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int i = 0; i < 35; i++) {
+		CK(cudaEventRecord(e0, 0));
+		CL(medha_k_attn_plan(&a, 0));
+		CK(cudaEventRecord(e1, 0));
+		CK(cudaEventSynchronize(e1));
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (i >= 3)
+			t[i - 3] = ms * 1e3;
+	}
+	qsort(t, 32, sizeof(t[0]), cmpd);
+	CK(cudaFree(a.work));
+	for (int i = 0; i < 8; i++)
+		CK(cudaFree(mem[i]));
+	CK(cudaEventDestroy(e0));
+	CK(cudaEventDestroy(e1));
+	free(i32);
+	free(i64);
+	return t[16];
+}
+
 int
 main(int argc, char **argv)
 {
-	int ndev = 0, small = 0, c;
+	int ndev = 0, small = 0, plan = 0, c;
 	cudaError_t e;
 	struct cudaDeviceProp p;
 	static const int64_t ctx[] = {32768, 131072, 524288, 1048576};
@@ -280,9 +351,11 @@ main(int argc, char **argv)
 			head_dim = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-q"))
 			small = 1;
+		else if (!strcmp(argv[i], "-p"))
+			plan = 1;
 		else {
 			fprintf(stderr, "usage: attn_bench [-d head_dim] "
-			                "[-g gemm_tflops] [-q]\n");
+			                "[-g gemm_tflops] [-p] [-q]\n");
 			return 2;
 		}
 	}
@@ -296,6 +369,17 @@ main(int argc, char **argv)
 	printf("attn_bench: %s, %d SMs, %.0f GB; head_dim %d; GEMM ceiling "
 	       "%.0f TFLOP/s (given)\n", p.name, p.multiProcessorCount,
 	    p.totalGlobalMem / 1e9, head_dim, gemm_tf);
+	if (plan) {
+		double us = 0;
+		for (int n = 1; n <= 256; n *= 4) {
+			us = bench_plan(n);
+			printf("plan of %3d decodes at 4K: %8.1f us\n", n, us);
+		}
+		printf("figure: attention plan of 256 decodes %.1f us, once a "
+		       "forward (per layer it was %.2f ms for 32 layers)\n",
+		    us, us * 32 / 1e3);
+		return 0;
+	}
 	printf("%-34s %13s %16s %6s\n", "case", "time", "rate", "%ceil");
 	bench_copy();
 	for (c = 0; c < 4 && (!small || c < 1); c++) {

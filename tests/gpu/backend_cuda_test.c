@@ -20,8 +20,10 @@
  *    against each sequence alone: the same bits (batch invariance);
  *  - greedy and seeded samplers: the argmax, and the cpu sampler's draw.
  *
- * Exits 77 with "skip: no CUDA device (...)" where there is none, 1 on
- * any FAIL.
+ * MEDHA_CUDA_TEST_CASES (a list of numerics, chunks, split, tp, kvp,
+ * mixed, forks) runs only those (tests/sh/cuda-mock.sh's runs with a
+ * stand-in told to refuse or fail). Exits 77 with "skip: no CUDA device
+ * (...)" where there is none, 1 on any FAIL.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -392,6 +394,22 @@ out:
 /* MEDHA_CUDA_TEST_QUICK=1 (tests/sh/cuda-mock.sh, on host stand-ins for
    the GPU): a 1K prompt for the chunks, and no SmolLM2 */
 static int quick;
+
+/* 1 if case c is to run (MEDHA_CUDA_TEST_CASES names it, or is unset) */
+static int
+want(const char *c)
+{
+	const char *e = getenv("MEDHA_CUDA_TEST_CASES"), *p;
+	size_t n = strlen(c);
+
+	if (e == NULL || *e == '\0')
+		return 1;
+	for (p = e; (p = strstr(p, c)) != NULL; p += n)
+		if ((p == e || p[-1] == ' ' || p[-1] == ',') &&
+		    (p[n] == '\0' || p[n] == ' ' || p[n] == ','))
+			return 1;
+	return 0;
+}
 
 /* Case 2: a 4K prompt in chunks of 32, 256, 4096. */
 static void
@@ -822,7 +840,8 @@ forks(const char *name, const struct medha_model *m, const int32_t *tok)
 	    prefill(cu, c, 50, t2, 10, 10, lg + V) != 0)
 		goto fail;
 	e2 = rel_l2(lg, lg + V, V);
-	/* a's next step (a decode: a graph) against a fresh twin of a */
+	/* a's next step (a decode: its shape's first, eager) against a
+	   fresh twin of a's (the second: captured, replayed) */
 	medha_backend_seq_free(cu, c);
 	medha_backend_seq_alloc(cu, &c);
 	if (prefill(cu, a, 100, tok + 100, 1, 1, lg) != 0 ||
@@ -870,13 +889,20 @@ gqa(void)
 	rng_seed(11);
 	for (int i = 0; i < 4096; i++)
 		tok[i] = (int32_t)((frand() + 1) * 256) % 512;
-	numerics("gqa", tm.m, tok, 48, 24, 1);
-	chunks("gqa", tm.m, tok);
-	split("gqa", tm.m, tok, 37);
-	pair("gqa", tm.m, tok, 100, 0);
-	pair("gqa", tm.m, tok, 100, 1);
-	mixed("gqa", tm.m, tok);
-	forks("gqa", tm.m, tok);
+	if (want("numerics"))
+		numerics("gqa", tm.m, tok, 48, 24, 1);
+	if (want("chunks"))
+		chunks("gqa", tm.m, tok);
+	if (want("split"))
+		split("gqa", tm.m, tok, 37);
+	if (want("tp"))
+		pair("gqa", tm.m, tok, 100, 0);
+	if (want("kvp"))
+		pair("gqa", tm.m, tok, 100, 1);
+	if (want("mixed"))
+		mixed("gqa", tm.m, tok);
+	if (want("forks"))
+		forks("gqa", tm.m, tok);
 	tm_free(&tm);
 	free(tok);
 }

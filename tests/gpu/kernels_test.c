@@ -1276,6 +1276,26 @@ t_sample(int n, int vocab)
 	snprintf(label, sizeof(label), "argmax %d x %d (ties): rows differing",
 	    n, vocab);
 	report(label, gbad, 0);
+	/* a row with a NaN and one with an infinity: -1 (the backend's
+	   check of the logits), the next row its argmax */
+	if (n >= 3) {
+		const float bad2[2] = {NAN, INFINITY};
+		float *dl2 = dup_to(l, (size_t)n * vocab * 4);
+
+		CK(cudaMemcpy(dl2 + 5, &bad2[0], 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dl2 + 2 * (int64_t)vocab - 1, &bad2[1], 4,
+		    cudaMemcpyHostToDevice));
+		poison(dids, n * 4);
+		CL(medha_k_argmax(dids, dl2, n, vocab, 0));
+		from_dev(ids, dids, n * 4);
+		gbad = (ids[0] != -1) + (ids[1] != -1) +
+		    (ids[2] != medha_sample_greedy(l + 2 * (int64_t)vocab,
+		                   vocab));
+		snprintf(label, sizeof(label), "argmax %d x %d: a row with a "
+		    "NaN, one with an inf: -1 (rows wrong)", n, vocab);
+		report(label, gbad, 0);
+		CK(cudaFree(dl2));
+	}
 	/* sampling */
 	poison(dids, n * 4);
 	CL(medha_k_sample(dids, dl, n, vocab, dt, dk, dp, du, work, wl, 0));

@@ -14,8 +14,9 @@
 # --coll nng) against single, and tp2 over --coll nng and --coll nccl
 # (the same tokens both ways; NCCL's all-reduces counted, graphs'
 # among them); tp2-spp2-kvp2 over NCCL, and tp2 over NCCL with a
-# worker killed and restarted; last prefix caching (forks, the partial
-# block copied on the "device"): a shared-prefix trace with the cache on
+# worker killed and restarted, with a peer stuck in NCCL's init and with
+# an all-reduce that never connects; last prefix caching (forks, the
+# partial block copied on the "device"): a shared-prefix trace with the cache on
 # and off.
 # What it checks is the wiring (flags, the runner, the HELLO, serve.sh,
 # gpu-check.sh, the backend's NCCL set-up and calls), not the numerics,
@@ -217,6 +218,14 @@ for coll in nng nccl; do
 		fi
 		grep -Eq "^mock nccl: rank $r of 2: [1-9][0-9]* all-reduces \([1-9][0-9]* replayed" \
 		    "$wl$r.log" || { cat "$wl$r.log"; exit 1; }
+		# each decode key's first step eager: its all-reduces' sizes
+		# connected before a capture meets them (the stand-in fails
+		# one met first inside a capture, as NCCL's lazy connect can)
+		if grep -E 'first met inside a graph capture|medha: cuda: fallback' \
+		    "$wl$r.log"; then
+			echo "tp2 nccl: a capture met a new all-reduce size"
+			exit 1
+		fi
 		sed -n 's/^mock nccl: /cuda-mock-live: tp2 nccl: /p' "$wl$r.log" |
 		    grep 'all-reduces'
 	done
@@ -231,15 +240,18 @@ print("cuda-mock-live: tp2: 16 requests, %d differ between --coll nccl "
       "and nng" % len(bad))
 sys.exit(1 if bad or sorted(a) != sorted(b) else 0)
 EOF
-# MEDHA_BACKEND=cuda serve.sh TOPO with --coll nccl behind a router,
-# logs in $rl; rp NAME: the 16 requests into $tmp/NAME.jsonl, the same
+# nccl_up TOPO [VAR=VALUE...]: MEDHA_BACKEND=cuda serve.sh TOPO with
+# --coll nccl behind a router, the environment given, logs in $rl
+# ($tmp/logs-TOPO$tag); rp NAME: the 16 requests into $tmp/NAME.jsonl, the same
 # tokens as the first tp2 run over NCCL
 nccl_up() {
-	rl=$tmp/logs-$1
-	bin=$tmp/bin serve_start "$1" 120 MEDHA_BACKEND=cuda MEDHA_COLL=nccl \
+	rl=$tmp/logs-$1${tag:-}
+	nu_topo=$1
+	shift
+	bin=$tmp/bin serve_start "$nu_topo" 120 MEDHA_BACKEND=cuda MEDHA_COLL=nccl \
 	    MEDHA_MOCK_DEVICES=8 MEDHA_MODEL="$tmp/random.gguf" MEDHA_ROUTER="ipc://$tmp/r.sock" \
 	    MEDHA_LOG="$rl" MEDHA_KVP_MAX_TOKENS=512 \
-	    MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" >"$tmp/serve.out"
+	    MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" "$@" >"$tmp/serve.out"
 }
 rp() {
 	"$tmp/bin/medha-trace" replay -a "ipc://$tmp/r.sock" --token-ids \
@@ -280,6 +292,79 @@ serve_stop
     { cat "$rl/sched-worker0.log"; exit 1; }
 echo "cuda-mock-live: tp2 nccl: worker 1 killed and restarted; a new" \
     "communicator, 16 of 16 tokens as before"
+# a TP peer stuck in ncclCommInitRank after the id exchange, and an
+# all-reduce of a new size that never connects (the NCCL stand-in told
+# so by a file, which the first rank to remove it obeys): the other
+# rank, or that one, gives up within MEDHA_NCCL_TIMEOUT (3 s here) with
+# a message, its communicator aborted (the communicator is made when
+# the peer table comes: that worker starts over; an all-reduce fails its
+# batch); once the stuck worker is killed and restarted (serve.sh), or
+# at the next batch, the 16 requests get tp2's tokens on a new
+# communicator.
+# hang_log PATTERN: wait until a worker's log of $rl says PATTERN
+hang_log() {
+	i=0
+	until grep -q "$1" "$rl"/sched-worker*.log; do
+		i=$((i + 1))
+		[ $i -lt 600 ] || { tail -n 8 "$rl"/sched-worker*.log;
+		    echo "no \"$1\" in 60 s"; exit 1; }
+		sleep 0.1
+	done
+}
+: >"$tmp/hang-init"
+tag=-hang-init nccl_up tp2 MEDHA_NCCL_TIMEOUT=3 \
+    MEDHA_NCCL_MOCK_HANG_INIT="$tmp/hang-init"
+# one request (the peer table, and so the communicator, comes with the
+# first work), in the background: it waits for the stuck worker
+head -n 1 "$tmp/work/trace.jsonl" >"$tmp/one.jsonl"
+timeout 120 "$tmp/bin/medha-trace" replay -a "ipc://$tmp/r.sock" \
+    "$tmp/one.jsonl" >/dev/null 2>&1 &
+rq=$!
+hang_log 'ncclCommInitRank (TP rank [01] of 2): not done after 3 s'
+# the seconds from the peer table to giving up, by the worker's clock
+secs=$("$py" - "$rl" <<'PY'
+import datetime, glob, re, sys
+for f in glob.glob(sys.argv[1] + "/sched-worker*.log"):
+    t0 = None
+    for l in open(f, errors="replace"):
+        m = re.match(r"(\S+)Z medha-worker: ", l)
+        if not m:
+            continue
+        t = datetime.datetime.fromisoformat(m.group(1))
+        if "peers: generation" in l:
+            t0 = t
+        elif "ncclCommInitRank" in l and "not done after" in l and t0:
+            print(int((t - t0).total_seconds() + 0.999))
+            sys.exit(0)
+sys.exit("no peer table before the message")
+PY
+)
+[ "$secs" -le 8 ] || { echo "init hang: gave up after $secs s"; exit 1; }
+stuck=$(grep -l 'told to hang in ncclCommInitRank' "$rl"/sched-worker*.log |
+    sed 's/.*sched-worker\([0-9]*\)\.log$/\1/')
+kill -KILL "$(cat "$rl/sched-worker$stuck.pid")"
+wait_for "$tmp/serve.err" "sched-worker$stuck restarted" 60
+wait "$rq" || :
+rp tp2_hang_init
+serve_stop
+echo "cuda-mock-live: a peer stuck in NCCL's init: its peer gave up after" \
+    "$secs s (MEDHA_NCCL_TIMEOUT 3); restarted, 16 of 16 tokens as tp2's"
+: >"$tmp/hang-ar"
+tag=-hang-ar nccl_up tp2 MEDHA_NCCL_TIMEOUT=3 \
+    MEDHA_NCCL_MOCK_HANG_AR="$tmp/hang-ar"
+# one request: its first batch's first all-reduce never connects
+t0=$(date +%s)
+timeout 120 "$tmp/bin/medha-trace" replay -a "ipc://$tmp/r.sock" \
+    "$tmp/one.jsonl" >/dev/null 2>&1 || :
+hang_log 'batch [0-9]* failed: .*ncclAllReduce (TP rank [01] of 2): not done after 3 s'
+secs=$(($(date +%s) - t0))
+[ "$secs" -le 15 ] || { echo "all-reduce hang: failed after $secs s"; exit 1; }
+rp tp2_hang_ar
+serve_stop
+[ "$(grep -c '^mock nccl: rank 0 of 2 joined' "$rl/sched-worker0.log")" = 2 ] ||
+    { cat "$rl/sched-worker0.log"; exit 1; }
+echo "cuda-mock-live: an all-reduce that never connects: the batch failed" \
+    "after $secs s; a new communicator, 16 of 16 tokens as tp2's"
 # prefix caching on the cuda backend (forks sharing full blocks, the
 # partial block copied on the "device", trims): 24 greedy requests on 3
 # system prompts and the turns of 6 conversations, 40 ms apart, through

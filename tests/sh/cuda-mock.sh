@@ -31,8 +31,8 @@ $cc $fl -o "$tmp/backend_cuda_test" "$top/tests/gpu/backend_cuda_test.c" \
     "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka -lnng -lmsgpackc \
     -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
 MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$tmp \
-    "$tmp/backend_cuda_test" > "$tmp/out" || {
-	cat "$tmp/out"
+    "$tmp/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
+	cat "$tmp/out" "$tmp/err"
 	exit 1
 }
 cat "$tmp/out"
@@ -40,3 +40,96 @@ grep -q '^ok: 0 failed' "$tmp/out"
 # decode steps went through captured graphs (the stand-ins replay the
 # launches a capture recorded, arguments as captured)
 grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/out"
+# the attention's plan made once a forward pass, not once a layer (the
+# model has two: at most two calls a plan, and fewer plans than calls)
+# shellcheck disable=SC2046 # three numbers, split on purpose
+set -- $(sed -n 's/^mock: \([0-9]*\) attention plans, \([0-9]*\) attention calls (\([0-9]*\) made their own)$/\1 \2 \3/p' "$tmp/out")
+[ $# = 3 ] && [ "$1" -gt 0 ] && [ "$1" -lt "$2" ] && [ "$2" -le $(($1 * 2)) ] &&
+    [ "$3" = 0 ] || {
+	echo "cuda-mock: attention plans, calls, calls unplanned: $*"
+	exit 1
+}
+echo "cuda-mock: $1 attention plans for $2 calls"
+# no fallback: the algorithms chosen at 128 rows took the 1K prompt's
+# 256 and 1024 (the stand-in refuses more rows than an algorithm was
+# chosen at unless its reduction is none or in place, as cuBLASLt may)
+if grep 'fallback' "$tmp/err"; then
+	echo "cuda-mock: a fallback without a refusal asked for"
+	exit 1
+fi
+
+# bq NAME: backend_cuda_test's cases $cases, quick, output in
+# $tmp/NAME.out and .err, the environment as given
+bq() {
+	MEDHA_CUDA_TEST_CASES=$cases MEDHA_CUDA_TEST_QUICK=1 \
+	    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/$1.out" \
+	    2>"$tmp/$1.err" && grep -q '^ok: 0 failed' "$tmp/$1.out" || {
+		cat "$tmp/$1.out" "$tmp/$1.err"
+		echo "cuda-mock: $1 failed"
+		exit 1
+	}
+}
+# cuBLASLt refusing an algorithm at a larger m than it was chosen at,
+# with INVALID_VALUE (as for too little workspace) or NOT_SUPPORTED: the
+# chunks of 256 and 1024 go through the fallback (an algorithm chosen at
+# their m) and give the logits of the chunks of 32 (under the refusal);
+# each shape's fallback is said once
+cases=chunks
+for how in invalid:INVALID_VALUE unsupported:NOT_SUPPORTED; do
+	MEDHA_LT_MOCK_REFUSE=${how%%:*}:128 bq "refuse-${how%%:*}"
+	e=$tmp/refuse-${how%%:*}.err
+	grep -q "^ok   gqa: 1024 tokens in chunks of 32 / 256 .*rel L2 0\.000e+00" \
+	    "$tmp/refuse-${how%%:*}.out"
+	n=$(grep -c "^medha: cuda: fallback: .* refuses [0-9]* with ${how#*:}:" "$e")
+	[ "$n" -ge 1 ] && [ -z "$(sort "$e" | uniq -d)" ] || {
+		cat "$e"
+		echo "cuda-mock: ${how#*:}: $n fallbacks said, or one twice"
+		exit 1
+	}
+	echo "cuda-mock: cuBLASLt refusing with ${how#*:}: $n shapes fell" \
+	    "back, the same logits"
+done
+# a decode step's capture failing (every capture, as told): the steps
+# run eagerly with the cpu backend's greedy tokens, the key's failure
+# is said once and no capture is tried again for it (one failure for
+# the one key of numerics' 24 decode steps)
+cases=numerics
+MEDHA_MOCK_FAIL_CAPTURE=all bq capture-fail
+o=$tmp/capture-fail.out
+grep -q '^ok   gqa: greedy 24 steps: 0 differ from the cpu backend' "$o"
+grep -q '^mock: 0 graphs captured, 0 replays, 1 captures failed$' "$o" || {
+	cat "$o" "$tmp/capture-fail.err"
+	echo "cuda-mock: a failed capture was tried again"
+	exit 1
+}
+[ "$(grep -c '^medha: cuda: fallback: the decode step of 1 sequences .* not captured' \
+    "$tmp/capture-fail.err")" = 1 ]
+echo "cuda-mock: a failed capture: 24 decodes eager, the cpu's tokens," \
+    "its key not tried again"
+# a NaN among the logits (the stand-in's product of the 512 vocabulary
+# rows plants one): the forward pass fails with the row, as the cpu
+# backend's does; the check is the argmax kernel's (-1 for such a row),
+# no scan of the logits on the host
+cases=chunks
+MEDHA_LT_MOCK_NAN=512 MEDHA_CUDA_TEST_CASES=chunks MEDHA_CUDA_TEST_QUICK=1 \
+    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/nan.out" 2>&1 || :
+grep -q '^FAIL cuda forward at [0-9]*: logits row 0: a token.s logit is NaN or infinite' \
+    "$tmp/nan.out" || {
+	cat "$tmp/nan.out"
+	echo "cuda-mock: NaN logits not refused"
+	exit 1
+}
+echo "cuda-mock: NaN logits: the forward pass refused them"
+# contrib/gpu-check.sh's batch_inv step on the stand-ins (its wiring:
+# the mixed batch by default and with MEDHA_CUDA_GEMM=fast, one line of
+# the table; the stand-in's products are the same bits either way)
+mkdir "$tmp/gout" "$tmp/gwork"
+env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK=/nonexistent \
+    GPU_TESTS="$tmp" MEDHA_CUDA_TEST_QUICK=1 CUDA_HOME=/nonexistent \
+    NCCL_LIB="$tmp" LD_LIBRARY_PATH="$tmp" \
+    bash "$top/contrib/gpu-check.sh" --part batch_inv >"$tmp/bi.log" 2>&1 || {
+	cat "$tmp/bi.log"
+	exit 1
+}
+grep '^figure: the same bits in a mixed batch: default 1 of 1 models, MEDHA_CUDA_GEMM=fast 1 of 1$' \
+    "$tmp/bi.log" || { cat "$tmp/bi.log"; exit 1; }

@@ -5,9 +5,9 @@
 # rewritten by sed: tests/gpu/simt/build.sh), and a SIMT emulator
 # (tests/gpu/simt/simt.cc) runs every CUDA thread of a block as a
 # coroutine, meeting at __syncthreads and at each warp collective:
-# shuffles, and attn_mma.cu's mma.sync m16n8k16, ldmatrix (.trans) and
-# cp.async, whose host versions (MEDHA_SIMT) follow the PTX ISA's
-# fragment layouts. tests/gpu/simt/simt_test.c runs the attention
+# shuffles, and attn_mma.cu's mma.sync m16n8k16, ldmatrix (.trans),
+# cp.async and cvt.rn.bf16x2.f32, whose host versions (MEDHA_SIMT)
+# follow the PTX ISA's fragment layouts and rounding. tests/gpu/simt/simt_test.c runs the attention
 # launcher (plan, simple and mma kernels, split, fold) on small paged
 # GQA batches, both KV types, head_dim 64 and 128, and the other
 # kernels, against tests/gpu/kernels_test.c's references. Then the
@@ -33,6 +33,9 @@ LIB=$lib sh "$top/tests/gpu/simt/build.sh" "$tmp"
 cat "$tmp/out"
 grep -q '^ok   simt attn .*\[mma+simple\]' "$tmp/out"
 grep -Eq '^simt: .* [1-9][0-9]* mma, [1-9][0-9]* ldmatrix' "$tmp/out"
+# the bf16 cache's packing by cvt.rn.bf16x2.f32 (the emulator's own
+# rounding of it), the mma path's Q and P
+grep -Eq '^simt: .* [1-9][0-9]* cvt\.rn\.bf16x2' "$tmp/out"
 # other schedules (simt.cc, SIMT_ORDER): the threads in reverse, and
 # each warp alone to the next barrier; the same measured errors, or a
 # barrier is missing (a race moves them)

@@ -3,10 +3,22 @@
  * libcublasLt.so.13 by tests/sh/cuda-mock.sh so that the cuda backend's
  * dlopen finds it: the calls backend_cuda_lib.c makes (descriptors,
  * one heuristic algorithm, the product in f32), nothing more.
+ *
+ * Its algorithm remembers the row count m it was chosen at and the
+ * preference's reduction-scheme mask. As cuBLASLt can (an out-of-place
+ * split-K reduction's workspace grows with m), an algorithm whose mask
+ * allowed an out-of-place reduction refuses a larger m with
+ * INVALID_VALUE. MEDHA_LT_MOCK_REFUSE=invalid:M (or unsupported:M): an
+ * algorithm chosen at M rows or fewer refuses more than M rows with
+ * INVALID_VALUE (NOT_SUPPORTED), whatever its mask (the backend's
+ * fallback then chooses one at the real m). MIN_ALIGNMENT preferences
+ * are kept too: an operand less aligned than said is INVALID_VALUE.
+ * MEDHA_LT_MOCK_NAN plants a NaN (run_mm).
  */
 #define _GNU_SOURCE
 #include <cublasLt.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "model/quant.h"
@@ -38,14 +50,52 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublas
 	else return CUBLAS_STATUS_NOT_SUPPORTED;
 	(void)n; return 0;
 }
-cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = calloc(1, sizeof(**p)); return 0; }
+/* a preference: the reduction schemes allowed (all by default) and the
+   operands' alignment (0: cuBLASLt's default, the 256 of a base) */
+struct pref { uint32_t red, align; };
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{ *p = calloc(1, sizeof(**p)); ((struct pref *)(*p)->data)->red = CUBLASLT_REDUCTION_SCHEME_MASK; return 0; }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return 0; }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void *b, size_t n)
-{ (void)p; (void)a; (void)b; (void)n; return 0; }
+{
+	struct pref *x = (struct pref *)p->data;
+	if (a == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) x->red = *(const uint32_t *)b;
+	else if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+		x->align = x->align == 0 || *(const uint32_t *)b < x->align ? *(const uint32_t *)b : x->align;
+	(void)n; return 0;
+}
+/* the algorithm: data[0] 42, [1] the m it was chosen at, [2] the
+   reduction mask, [3] the operands' alignment */
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
     cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t p,
     int req, cublasLtMatmulHeuristicResult_t r[], int *ret)
-{ (void)h; (void)d; (void)A; (void)B; (void)C; (void)D; (void)p; (void)req; memset(&r[0], 0, sizeof(r[0])); r[0].algo.data[0] = 42; *ret = 1; return 0; }
+{
+	const struct pref *x = (const struct pref *)p->data;
+	(void)h; (void)d; (void)A; (void)C; (void)D; (void)req;
+	memset(&r[0], 0, sizeof(r[0]));
+	r[0].algo.data[0] = 42;
+	r[0].algo.data[1] = ((const struct lay *)B->data)->cols;
+	r[0].algo.data[2] = x->red;
+	r[0].algo.data[3] = x->align ? x->align : 256;
+	*ret = 1;
+	return 0;
+}
+
+/* the status an algorithm chosen at m0 rows gives for m (0: it runs) */
+static cublasStatus_t
+refuses(const cublasLtMatmulAlgo_t *algo, uint64_t m, const void *A, const void *B, const void *D)
+{
+	const char *e = getenv("MEDHA_LT_MOCK_REFUSE"), *c;
+	uint64_t m0 = algo->data[1], al = algo->data[3];
+
+	if (((uintptr_t)A | (uintptr_t)B | (uintptr_t)D) % al != 0)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	if ((algo->data[2] & ~(uint64_t)(CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE)) && m > m0)
+		return CUBLAS_STATUS_INVALID_VALUE; /* the workspace of m0 */
+	if (e != NULL && (c = strchr(e, ':')) != NULL && m0 <= (uint64_t)atoll(c + 1) && m > (uint64_t)atoll(c + 1))
+		return strncmp(e, "invalid", 7) == 0 ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_NOT_SUPPORTED;
+	return CUBLAS_STATUS_SUCCESS;
+}
 
 /* op(X) as a dense (rows x k) float matrix, row i being op(X)'s row i
    (tr: X is stored k x rows, column-major; else rows x k) */
@@ -95,6 +145,10 @@ run_mm(void *p)
 				acc += p[k] * q[k];
 			*dp = m->al * acc + (m->be != 0 ? m->be * *dp : 0);
 		}
+	/* MEDHA_LT_MOCK_NAN=M: a product of M outputs (the logits') gets a
+	   NaN at its last row's element 3 */
+	if (getenv("MEDHA_LT_MOCK_NAN") != NULL && (uint64_t)atoll(getenv("MEDHA_LT_MOCK_NAN")) == M && N > 0)
+		((float *)m->D)[(N - 1) * (uint64_t)m->o.ld + 3] = NAN;
 	free(da);
 	free(db);
 }
@@ -111,6 +165,7 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
 	static int (*defer)(void (*)(void *), const void *, size_t);
 	struct mm m;
 	uint64_t M, K, N, Kb;
+	cublasStatus_t st;
 
 	(void)h, (void)w, (void)wl, (void)s;
 	m.x = *(const struct desc *)d->data;
@@ -125,6 +180,8 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
 	if (algo == NULL || algo->data[0] != 42 || Kb != K || m.o.rows != M ||
 	    m.o.cols != N || Cd != Dd || C != D || m.o.type != CUDA_R_32F)
 		return CUBLAS_STATUS_INVALID_VALUE;
+	if ((st = refuses(algo, N, A, B, D)) != CUBLAS_STATUS_SUCCESS)
+		return st;
 	if (defer == NULL)
 		*(void **)&defer = dlsym(RTLD_DEFAULT, "mock_defer");
 	if (defer == NULL || !defer(run_mm, &m, sizeof(m)))

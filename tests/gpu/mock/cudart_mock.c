@@ -7,7 +7,8 @@
  * contract's numerics (bf16 storage, f32 or f64 accumulation). A stream
  * capture records every launch with its arguments copied (as CUDA's
  * does) and a graph launch replays them in order; a copy, an allocation
- * or a kernel the backend must not capture aborts during a capture.
+ * or a kernel the backend must not capture aborts during a capture;
+ * MEDHA_MOCK_FAIL_CAPTURE makes a capture fail (fail_this_capture).
  * Not the kernels: their own tests check those.
  */
 #include "kernels.h"
@@ -58,14 +59,35 @@ struct mgraph {
 };
 
 static struct mgraph *capturing;
-static int n_captures, n_replays;
+static int n_begun, n_captures, n_replays, n_failed;
 
 /* at exit: how many graphs were captured and replayed (cuda-mock.sh
-   checks that decode steps took the graph path) */
+   checks that decode steps took the graph path), and how many captures
+   failed as told */
 static void
 graph_counts(void)
 {
-	printf("mock: %d graphs captured, %d replays\n", n_captures, n_replays);
+	printf("mock: %d graphs captured, %d replays, %d captures failed\n",
+	    n_captures, n_replays, n_failed);
+}
+
+/* MEDHA_MOCK_FAIL_CAPTURE: "all", or N: the N-th capture (from 1) is
+   invalidated, as CUDA does when a capture meets what it cannot take */
+static int
+fail_this_capture(void)
+{
+	const char *e = getenv("MEDHA_MOCK_FAIL_CAPTURE");
+
+	return e != NULL && (strcmp(e, "all") == 0 || atoi(e) == n_begun);
+}
+
+static void
+mgraph_free(struct mgraph *g)
+{
+	for (int i = 0; i < g->n; i++)
+		free(g->c[i].arg);
+	free(g->c);
+	free(g);
 }
 
 /* run fn(arg) now, or (capturing) a copy of the n bytes at arg later */
@@ -99,6 +121,13 @@ mock_defer(void (*fn)(void *), const void *arg, size_t n)
 	return 1;
 }
 
+/* for nccl_mock.c (found with dlsym): 1 during a capture */
+int
+mock_capturing(void)
+{
+	return capturing != NULL;
+}
+
 static void
 no_capture(const char *what)
 {
@@ -109,14 +138,27 @@ no_capture(const char *what)
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m)
-{ (void)s; (void)m; if (capturing) return cudaErrorInvalidValue; if (n_captures++ == 0) atexit(graph_counts); capturing = calloc(1, sizeof(*capturing)); return 0; }
+{ (void)s; (void)m; if (capturing) return cudaErrorInvalidValue; if (n_begun++ == 0) atexit(graph_counts); capturing = calloc(1, sizeof(*capturing)); return 0; }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
-{ (void)s; *g = (cudaGraph_t)capturing; capturing = NULL; return *g ? 0 : cudaErrorInvalidValue; }
+{
+	(void)s;
+	*g = (cudaGraph_t)capturing;
+	capturing = NULL;
+	if (*g == NULL)
+		return cudaErrorInvalidValue;
+	if (fail_this_capture()) {
+		mgraph_free((struct mgraph *)*g);
+		*g = NULL;
+		n_failed++;
+		return cudaErrorStreamCaptureInvalidated;
+	}
+	n_captures++;
+	return 0;
+}
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long f)
 { (void)f; *e = (cudaGraphExec_t)g; return 0; }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) { (void)g; return 0; /* the exec owns it */ }
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e)
-{ struct mgraph *g = (struct mgraph *)e; for (int i = 0; i < g->n; i++) free(g->c[i].arg); free(g->c); free(g); return 0; }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { mgraph_free((struct mgraph *)e); return 0; }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
 { struct mgraph *g = (struct mgraph *)e; (void)s; no_capture("cudaGraphLaunch"); n_replays++; for (int i = 0; i < g->n; i++) g->c[i].fn(g->c[i].arg); return 0; }
 
@@ -298,7 +340,15 @@ int medha_k_attn_merge(uint16_t *out, const float *parts, const float *lses, int
 static int do_gather_rows(float *y, const float *x, const int32_t *r, int n, int d, cudaStream_t s)
 { (void)s; for (int i = 0; i < n; i++) memcpy(y + (size_t)i*d, x + (size_t)r[i]*d, sizeof(float)*d); return 0; }
 static int do_argmax(int32_t *ids, const float *l, int n, int v, cudaStream_t s)
-{ (void)s; for (int i = 0; i < n; i++) { int b = 0; for (int j = 1; j < v; j++) if (l[(size_t)i*v+j] > l[(size_t)i*v+b]) b = j; ids[i] = b; } return 0; }
+{
+	(void)s;
+	for (int i = 0; i < n; i++) {
+		int b = 0, bad = !isfinite(l[(size_t)i*v]);
+		for (int j = 1; j < v; j++) { bad |= !isfinite(l[(size_t)i*v+j]); if (l[(size_t)i*v+j] > l[(size_t)i*v+b]) b = j; }
+		ids[i] = bad ? -1 : b; /* kernels.h: a row not all finite */
+	}
+	return 0;
+}
 size_t medha_k_sample_workspace(int n, int v) { (void)n; (void)v; return 0; }
 int medha_k_sample(int32_t *ids, const float *l, int n, int v, const float *t, const int32_t *k, const float *p, const float *u, void *w, size_t wl, cudaStream_t s)
 { (void)ids; (void)l; (void)n; (void)v; (void)t; (void)k; (void)p; (void)u; (void)w; (void)wl; (void)s; return cudaErrorNotSupported; }
@@ -336,13 +386,53 @@ static void r_kv(void *p) { struct a_kv *a = p; do_kv_append(&a->kv, &a->s, a->k
 int medha_k_kv_append(const struct medha_k_kv_layer *kv, const struct medha_k_seqs *s, const float *k, int ks, const float *v, int vs, cudaStream_t st)
 { struct a_kv a = {*kv, *s, k, ks, v, vs}; (void)st; if (ks < kv->n_kv_heads * kv->head_dim || vs < kv->n_kv_heads * kv->head_dim) return cudaErrorInvalidValue; return launch(r_kv, &a, sizeof(a)); }
 
+/* the attention's plan: which batch it was made for (its workspace,
+   descriptors and shape), and counts, said at exit (cuda-mock.sh: one
+   plan per forward pass, not per layer); per thread: backend_cuda_test
+   runs TP and KVP pairs on two */
+struct a_plan { const void *work; const int32_t *q_start; int n_seqs, n_tokens, n_heads; };
+static _Thread_local struct a_plan planned;
+static int n_plans, n_attn, n_own_plan;
+static void
+plan_counts(void)
+{
+	printf("mock: %d attention plans, %d attention calls (%d made their own)\n",
+	    n_plans, n_attn, n_own_plan);
+}
+static void r_plan(void *p) { planned = *(struct a_plan *)p; __atomic_fetch_add(&n_plans, 1, __ATOMIC_RELAXED); }
+static int attn_bad(const struct medha_k_attn *at)
+{ return at->work == NULL || at->work_len < 64 || (at->out == NULL) == (at->out_f32 == NULL) || at->qs < at->n_heads * at->kv->head_dim; }
+int medha_k_attn_plan(const struct medha_k_attn *at, cudaStream_t st)
+{
+	struct a_plan a = {at->work, at->s->q_start, at->s->n_seqs, at->s->n_tokens, at->n_heads};
+	static int once;
+	(void)st;
+	if (attn_bad(at))
+		return cudaErrorInvalidValue;
+	if (!once++)
+		atexit(plan_counts);
+	return launch(r_plan, &a, sizeof(a));
+}
+
 struct a_attn { struct medha_k_attn a; struct medha_k_kv_layer kv; struct medha_k_seqs s; };
-static void r_attn(void *p) { struct a_attn *a = p; a->a.kv = &a->kv; a->a.s = &a->s; do_attn(&a->a, 0); }
+static void r_attn(void *p)
+{
+	struct a_attn *a = p;
+	__atomic_fetch_add(&n_attn, 1, __ATOMIC_RELAXED);
+	if (!a->a.planned)
+		__atomic_fetch_add(&n_own_plan, 1, __ATOMIC_RELAXED);
+	else if (planned.work != a->a.work || planned.q_start != a->s.q_start || planned.n_seqs != a->s.n_seqs ||
+	    planned.n_tokens != a->s.n_tokens || planned.n_heads != a->a.n_heads) {
+		fprintf(stderr, "MOCK: a planned attention without its batch's plan (%p %p %d %d %d; planned %p %p %d %d %d)\n", a->a.work, (const void *)a->s.q_start, a->s.n_seqs, a->s.n_tokens, a->a.n_heads, planned.work, (const void *)planned.q_start, planned.n_seqs, planned.n_tokens, planned.n_heads);
+		abort();
+	}
+	a->a.kv = &a->kv; a->a.s = &a->s; do_attn(&a->a, 0);
+}
 int medha_k_attn(const struct medha_k_attn *at, cudaStream_t st)
 {
 	struct a_attn a = {*at, *at->kv, *at->s};
 	(void)st;
-	if (at->work == NULL || at->work_len < 64 || (at->out == NULL) == (at->out_f32 == NULL) || at->qs < at->n_heads * at->kv->head_dim)
+	if (attn_bad(at))
 		return cudaErrorInvalidValue;
 	return launch(r_attn, &a, sizeof(a));
 }

@@ -15,9 +15,20 @@
  * the others fail at once instead of waiting too. Inside a graph
  * capture (cudart_mock.c's mock_defer, found with dlsym in the process,
  * linked -rdynamic) the all-reduce is recorded and redone at every
- * replay; a replay's failure aborts (a graph has no one to tell).
+ * replay; a replay's failure aborts (a graph has no one to tell). As
+ * NCCL 2.22+ connects lazily (NCCL_RUNTIME_CONNECT) at the first
+ * all-reduce of a size, which a capture cannot take, an all-reduce of a
+ * count this communicator has not run outside a capture fails inside
+ * one (ncclInvalidUsage, said on stderr).
+ * ncclCommInitRankConfig with blocking 0 returns ncclInProgress at once
+ * and ncclCommGetAsyncError says when every rank has joined.
  * ncclCommInitRank and ncclCommDestroy (and ncclCommAbort) say on stderr
  * what they did and how many all-reduces ran: what the test looks for.
+ * Told to by a file (MEDHA_NCCL_MOCK_HANG_INIT, _AR: the name of a file
+ * that the first rank to remove it obeys, so that a restarted process
+ * is not told again), a rank hangs in its init for ever (a peer stuck
+ * after the id exchange), or its first all-reduce of a new size stays
+ * ncclInProgress for ever (a connection that never comes).
  * ncclCommGetAsyncError says ncclRemoteError once the communicator is
  * broken (the stand-in's all-reduces are done when their call returns,
  * so the backend's wait for a stream never sees one pending).
@@ -59,7 +70,23 @@ struct ncclComm {
 	char name[NCCL_UNIQUE_ID_BYTES];
 	long n_ar, n_replay, n_captured;
 	double floats;
+	size_t seen[64]; /* counts run outside a capture ("connected") */
+	int n_seen;
+	ncclResult_t state; /* ncclInProgress: joining, or stuck */
+	int unlinked, stuck;
 };
+
+/* 1 if count was run outside a capture (remembered when not: seen) */
+static int
+connected(struct ncclComm *c, size_t count, int seen)
+{
+	for (int i = 0; i < c->n_seen; i++)
+		if (c->seen[i] == count)
+			return 1;
+	if (seen && c->n_seen < 64)
+		c->seen[c->n_seen++] = count;
+	return 0;
+}
 
 static double
 now(void)
@@ -146,26 +173,63 @@ ncclGetUniqueId(ncclUniqueId *id)
 	return ncclSuccess;
 }
 
-ncclResult_t
-ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+/* 1 if the file named by environment variable var existed and this
+   process removed it (one process of several is told so) */
+static int
+told(const char *var)
+{
+	const char *f = getenv(var);
+
+	return f != NULL && *f != '\0' && unlink(f) == 0;
+}
+
+/* 1 once every rank has joined c's segment (rank 0 then unlinks it) */
+static int
+all_joined(struct ncclComm *c)
+{
+	unsigned long long all = c->n == 64 ? ~0ull : (1ull << c->n) - 1;
+
+	if (atomic_load(&c->s->joined) != all)
+		return 0;
+	if (c->rank == 0 && !c->unlinked) {
+		shm_unlink(c->name);
+		c->unlinked = 1;
+	}
+	if (c->state == ncclInProgress)
+		fprintf(stderr, "mock nccl: rank %d of %d joined %s\n", c->rank,
+		    c->n, c->name);
+	c->state = ncclSuccess;
+	return 1;
+}
+
+/* rank's communicator of id, its bit set in the segment; NULL after a
+   message */
+static struct ncclComm *
+join(int nranks, ncclUniqueId id, int rank)
 {
 	struct ncclComm *c;
-	unsigned long long all, had;
-	double deadline;
-	int fd, z = 0, spins = 0;
+	unsigned long long had;
+	int fd, z = 0;
 
-	*comm = NULL;
 	if (nranks < 1 || nranks > MAXR || rank < 0 || rank >= nranks ||
 	    id.internal[0] != '/' ||
 	    memchr(id.internal, '\0', sizeof(id.internal)) == NULL) {
 		fprintf(stderr, "mock nccl: ncclCommInitRank: rank %d of %d, "
 		    "id \"%.20s\"\n", rank, nranks, id.internal);
-		return ncclInvalidArgument;
+		return NULL;
+	}
+	if (told("MEDHA_NCCL_MOCK_HANG_INIT")) {
+		/* a peer stuck after the id exchange: the others wait */
+		fprintf(stderr, "mock nccl: rank %d of %d: told to hang in "
+		    "ncclCommInitRank\n", rank, nranks);
+		for (;;)
+			pause();
 	}
 	if ((c = calloc(1, sizeof(*c))) == NULL)
-		return ncclSystemError;
+		return NULL;
 	c->rank = rank;
 	c->n = nranks;
+	c->state = ncclInProgress;
 	memcpy(c->name, id.internal, sizeof(c->name));
 	c->len = sizeof(struct seg) + (size_t)nranks * SLOT * sizeof(float);
 	if ((fd = shm_open(c->name, O_RDWR | O_CREAT, 0600)) < 0 ||
@@ -177,7 +241,7 @@ ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 		if (fd >= 0)
 			close(fd);
 		free(c);
-		return ncclSystemError;
+		return NULL;
 	}
 	close(fd);
 	c->slot = (float *)(c->s + 1);
@@ -193,29 +257,53 @@ ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 		    rank, nranks, c->name);
 		goto bad;
 	}
-	all = nranks == 64 ? ~0ull : (1ull << nranks) - 1;
-	deadline = now() + timeout_s();
-	while (atomic_load(&c->s->joined) != all)
-		if (atomic_load(&c->s->broken) ||
-		    pause_until(&spins, deadline) != 0) {
-			fprintf(stderr, "mock nccl: rank %d of %d: the other "
-			    "ranks did not join %s within %g s\n", rank,
-			    nranks, c->name, timeout_s());
-			goto bad;
-		}
-	/* every rank has it mapped: the name can go */
-	if (rank == 0)
-		shm_unlink(c->name);
-	fprintf(stderr, "mock nccl: rank %d of %d joined %s\n", rank, nranks,
-	    c->name);
-	*comm = c;
-	return ncclSuccess;
+	return c;
 bad:
 	atomic_store(&c->s->broken, 1);
 	shm_unlink(c->name);
 	munmap(c->s, c->len);
 	free(c);
-	return ncclInvalidUsage;
+	return NULL;
+}
+
+ncclResult_t
+ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+	struct ncclComm *c;
+	double deadline;
+	int spins = 0;
+
+	if ((*comm = c = join(nranks, id, rank)) == NULL)
+		return ncclInvalidUsage;
+	deadline = now() + timeout_s();
+	while (!all_joined(c))
+		if (atomic_load(&c->s->broken) ||
+		    pause_until(&spins, deadline) != 0) {
+			fprintf(stderr, "mock nccl: rank %d of %d: the other "
+			    "ranks did not join %s within %g s\n", rank,
+			    nranks, c->name, timeout_s());
+			atomic_store(&c->s->broken, 1);
+			shm_unlink(c->name);
+			munmap(c->s, c->len);
+			free(c);
+			*comm = NULL;
+			return ncclInvalidUsage;
+		}
+	return ncclSuccess;
+}
+
+/* non-blocking (config->blocking 0): ncclInProgress at once, the
+   communicator's state ncclSuccess (ncclCommGetAsyncError) once every
+   rank has joined, which this stand-in never gives up on by itself */
+ncclResult_t
+ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id,
+    int rank, ncclConfig_t *config)
+{
+	if (config == NULL || config->blocking != 0)
+		return ncclCommInitRank(comm, nranks, id, rank);
+	if ((*comm = join(nranks, id, rank)) == NULL)
+		return ncclInvalidUsage;
+	return all_joined(*comm) ? ncclSuccess : ncclInProgress;
 }
 
 ncclResult_t
@@ -285,6 +373,7 @@ ncclAllReduce(const void *send, void *recv, size_t count,
     ncclDataType_t type, ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 {
 	static int (*defer)(void (*)(void *), const void *, size_t);
+	static int (*capturing)(void);
 	struct ar a = {send, recv, count, c};
 
 	(void)st;
@@ -296,8 +385,28 @@ ncclAllReduce(const void *send, void *recv, size_t count,
 		    (int)ncclFloat32, (int)ncclSum);
 		return ncclInvalidArgument;
 	}
-	if (defer == NULL)
+	if (defer == NULL) {
 		*(void **)&defer = dlsym(RTLD_DEFAULT, "mock_defer");
+		*(void **)&capturing = dlsym(RTLD_DEFAULT, "mock_capturing");
+	}
+	if (capturing != NULL && capturing() && !connected(c, count, 0)) {
+		fprintf(stderr, "mock nccl: rank %d of %d: an all-reduce of %zu "
+		    "floats first met inside a graph capture (NCCL would "
+		    "connect here)\n", c->rank, c->n, count);
+		return ncclInvalidUsage;
+	}
+	if (c->state != ncclSuccess)
+		return ncclInvalidUsage; /* NCCL: not before the state is */
+	if ((capturing == NULL || !capturing()) && !connected(c, count, 1) &&
+	    told("MEDHA_NCCL_MOCK_HANG_AR")) {
+		/* connecting for ever (a non-blocking communicator's state
+		   stays ncclInProgress): the caller's wait gives up */
+		fprintf(stderr, "mock nccl: rank %d of %d: told to hang in the "
+		    "first all-reduce of %zu floats\n", c->rank, c->n, count);
+		c->state = ncclInProgress;
+		c->stuck = 1;
+		return ncclInProgress;
+	}
 	if (defer != NULL && defer(replay, &a, sizeof(a))) {
 		c->n_captured++;
 		return ncclSuccess;
@@ -319,7 +428,12 @@ ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
 {
 	if (c == NULL || err == NULL)
 		return ncclInvalidArgument;
-	*err = atomic_load(&c->s->broken) ? ncclRemoteError : ncclSuccess;
+	if (atomic_load(&c->s->broken))
+		*err = ncclRemoteError;
+	else if (c->state == ncclInProgress && !c->stuck)
+		*err = all_joined(c) ? ncclSuccess : ncclInProgress;
+	else
+		*err = c->state;
 	return ncclSuccess;
 }
 

@@ -41,6 +41,7 @@
  */
 #include "simt.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +335,8 @@ run_block(void)
 	}
 }
 
+static long n_cvt; /* cvt.rn.bf16x2.f32 instructions run */
+
 /* extra passes of the ldmatrix instructions so far (0: every 8x8
    matrix read in one pass, as attn_mma.cu's padded rows promise) */
 extern "C" long
@@ -347,10 +350,10 @@ simt_stats(char *buf, size_t len)
 {
 	snprintf(buf, len, "%ld launches, %ld blocks, %ld __syncthreads, "
 	    "warp collectives: %ld shfl, %ld mma, %ld ldmatrix (%ld bank "
-	    "conflicts)", n_launch, n_block, n_bar,
+	    "conflicts); %ld cvt.rn.bf16x2", n_launch, n_block, n_bar,
 	    n_op[OP_SHFL_IDX] + n_op[OP_SHFL_XOR],
 	    n_op[OP_MMA_BF16] + n_op[OP_MMA_F16],
-	    n_op[OP_LDSM] + n_op[OP_LDSM_T], n_ldsm_conflict);
+	    n_op[OP_LDSM] + n_op[OP_LDSM_T], n_ldsm_conflict, n_cvt);
 }
 
 void
@@ -647,6 +650,44 @@ simt_cp_wait(int n)
 		}
 	}
 	cur->copies.swap(left);
+}
+
+/* cvt.rn.bf16x2.f32's rounding of one f32: the two bf16 around it
+   (its upper half, and the next one away from zero), the nearer taken,
+   on a tie the one whose last bit is 0; a NaN is the canonical 0x7fff
+   (the PTX ISA's cvt), an infinity stays one */
+
+static uint16_t
+cvt_rn_bf16(float f)
+{
+	uint32_t u, dn, up;
+	float fd, fu;
+	double du, e_dn, e_up;
+
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return 0x7fff;
+	dn = u & 0xffff0000u;
+	if (dn == u)
+		return (uint16_t)(u >> 16);
+	up = dn + 0x10000u; /* larger magnitude, same sign; may be inf */
+	memcpy(&fd, &dn, 4);
+	memcpy(&fu, &up, 4);
+	/* past the largest finite: infinity counts as 2^128 */
+	du = (up & 0x7fffffffu) == 0x7f800000u ? copysign(ldexp(1.0, 128), f)
+	                                       : (double)fu;
+	e_dn = fabs((double)f - (double)fd);
+	e_up = fabs(du - (double)f);
+	if (e_dn != e_up)
+		return (uint16_t)((e_dn < e_up ? dn : up) >> 16);
+	return (uint16_t)((dn >> 16 & 1) ? up >> 16 : dn >> 16);
+}
+
+uint32_t
+simt_cvt_rn_bf16x2_f32(float a, float b)
+{
+	n_cvt++;
+	return (uint32_t)cvt_rn_bf16(a) << 16 | cvt_rn_bf16(b);
 }
 
 /* a static __shared__ array's first use in a block: NaN bits, as shared

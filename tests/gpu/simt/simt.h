@@ -92,8 +92,9 @@ __shfl_xor_sync(unsigned mask, F v, int lane_mask, int width = 32)
  * The PTX instructions of attn_mma.cu (its helpers call these under
  * MEDHA_SIMT), as the PTX ISA states them: mma.sync.aligned.m16n8k16
  * .row.col.f32.{bf16,f16}.{bf16,f16}.f32 (c += a b, this lane's
- * fragments), ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16, and
- * cp.async.cg.shared.global 16 bytes with its commit and wait.
+ * fragments), ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16,
+ * cp.async.cg.shared.global 16 bytes with its commit and wait, and
+ * cvt.rn.bf16x2.f32.
  */
 void simt_mma16816(int bf16, float *c, const uint32_t *a, uint32_t b0,
     uint32_t b1);
@@ -101,6 +102,9 @@ void simt_ldsm_x4(uint32_t *r, uint32_t addr, int trans);
 void simt_cp_async16(uint32_t dst, const void *src, int src_bytes);
 void simt_cp_commit(void);
 void simt_cp_wait(int n);
+/* cvt.rn.bf16x2.f32 d, a, b: a rounded to bf16 (nearest, ties to even;
+   a NaN the canonical 0x7fff) in d's upper half, b in its lower */
+uint32_t simt_cvt_rn_bf16x2_f32(float a, float b);
 
 /* the block's dynamic shared memory, and its 32-bit shared addresses;
    a static one's poisoning at its first declaration in a block */

@@ -89,7 +89,9 @@ q_as_mma(const struct batch *b, const float *q, int qs, int n_heads, int hd)
  * with the scores' size (Q's rounding), so 1e-2 times the queries'
  * amplitude. And the mma path against the reference of its rounded Q
  * (q_as_mma): 5e-3 for the output (P's rounding), 1e-4 for the lse, so
- * that a fault smaller than Q's rounding still shows.
+ * that a fault smaller than Q's rounding still shows. The bf16 call
+ * uses the plan the f32 call left in the workspace (planned), which on
+ * the default path medha_k_attn_plan made.
  */
 static void
 simt_attn(const char *name, const struct hseq *hs, int n, int type,
@@ -131,6 +133,13 @@ simt_attn(const char *name, const struct hseq *hs, int n, int type,
 		a.work = dalloc(a.work_len);
 		poison(dout, (size_t)ne * 4);
 		poison(dlse, (size_t)nl * 4);
+		poison(a.work, a.work_len);
+		/* the default path: the plan made apart (as the backend makes
+		   it once for its layers), the call planned; simple: the call
+		   makes its own, which the bf16 call below then uses */
+		if (!simple)
+			CL(medha_k_attn_plan(&a, 0));
+		a.planned = !simple;
 		CL(medha_k_attn(&a, 0));
 		from_dev(got, dout, (size_t)ne * 4);
 		from_dev(gl, dlse, (size_t)nl * 4);
@@ -152,6 +161,7 @@ simt_attn(const char *name, const struct hseq *hs, int n, int type,
 		a.out = dob;
 		a.lse = NULL;
 		poison(dob, (size_t)ne * 2);
+		a.planned = 1;
 		CL(medha_k_attn(&a, 0));
 		from_dev(gb, dob, (size_t)ne * 2);
 		for (int64_t i = 0; i < ne; i++)
