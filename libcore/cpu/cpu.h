@@ -280,6 +280,7 @@ struct medha_act {
 	float *qd;          /* block scales, f16-rounded, tiled */
 	float *qs;          /* scale * sum of quants, f16-rounded, tiled */
 	int32_t *qi;        /* sum of quants, tiled */
+	int32_t *qi16;      /* sum of a block's first 16 quants, tiled */
 	float *r16;         /* (n, k) x rounded to f16 */
 	float *rbf;         /* (n, k) x rounded to bf16 */
 	size_t cap;         /* elements room in the arrays above */

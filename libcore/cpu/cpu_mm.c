@@ -51,6 +51,22 @@
 
 /* ---- the product: tasks of MM_ROWS rows over every job ---- */
 
+/*
+ * The activations' form a job multiplies: medha_act_form's, but the
+ * types only the packed kernel of cpu_mm_packk.c multiplies in integers
+ * take the float path where the weight has no pack.
+ */
+static int
+mm_form(const struct medha_mm *mm, int ref)
+{
+	int form = medha_act_form(mm->w->type, ref);
+
+	if (form == MEDHA_ACT_Q8 && mm->pk == NULL &&
+	    mm_pk_type(mm->w->type))
+		return 0;
+	return form;
+}
+
 struct mm_run {
 	struct medha_act *a;
 	const struct medha_mm *mm;
@@ -75,12 +91,17 @@ mm_task(void *arg, int i, int thread)
 	rows = (int)job->w->ne[1];
 	r0 = (i - m->first[j]) * m->rows[j];
 	r1 = r0 + m->rows[j] < rows ? r0 + m->rows[j] : rows;
-	form = medha_act_form(job->w->type, m->ref);
+	form = mm_form(job, m->ref);
 	for (tb0 = 0; tb0 < a->n; tb0 = tb1) {
 		tb1 = tb0 + MM_TOKENS < a->n ? tb0 + MM_TOKENS : a->n;
 #ifdef PACK8
 		if (job->pk != NULL && form == MEDHA_ACT_Q8) {
-			mm_p8_task(a, job->pk, r0, r1, job->y, rows, tb0, tb1);
+			if (mm_pk_type(job->pk->type))
+				mm_pk_task(a, job->pk, r0, r1, job->y, rows,
+				    tb0, tb1);
+			else
+				mm_p8_task(a, job->pk, r0, r1, job->y, rows,
+				    tb0, tb1);
 			continue;
 		}
 #endif
@@ -98,7 +119,7 @@ medha_mm_forms(const struct medha_mm *mm, int nmm, int ref)
 	int j, need = 0;
 
 	for (j = 0; j < nmm; j++)
-		need |= medha_act_form(mm[j].w->type, ref);
+		need |= mm_form(&mm[j], ref);
 	return need;
 }
 
@@ -115,7 +136,7 @@ medha_mm_run(struct medha_threadpool *tp, struct medha_act *a,
 		if (mm[j].w->ne[0] != a->k ||
 		    medha_ggml_row_bytes(mm[j].w->type, a->k) == 0)
 			return MEDHA_EINVAL;
-		form = medha_act_form(mm[j].w->type, ref);
+		form = mm_form(&mm[j], ref);
 		if (form == 0 && mm[j].w->type != MEDHA_GGML_F32 &&
 		    medha_ggml_block_elems(mm[j].w->type) == 0)
 			return MEDHA_EUNSUP;

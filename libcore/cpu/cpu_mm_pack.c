@@ -51,6 +51,8 @@ medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
 	(void)rb, (void)nb;
 	return MEDHA_EUNSUP;
 #else
+	if (mm_pk_type(type))
+		return mm_pk_make(p, w);
 	if (bb == 0 || w->data == NULL || k % MEDHA_QK != 0 || k > INT32_MAX ||
 	    rows < 1 || rows > INT32_MAX)
 		return MEDHA_EUNSUP;
@@ -90,22 +92,6 @@ medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
 }
 
 #ifdef PACK8_VNNI
-/*
- * acc + w times the four bytes at x broadcast to every lane, the
- * broadcast folded into the vpdpbusd as its memory operand ({1to8}).
- * Compilers emit a vpbroadcastd of its own for _mm256_set1_epi32 of a
- * load, a second vector instruction per product, and the packed kernel
- * is bound by its vector instructions (14% slower at eight tokens).
- */
-ALWAYS_INLINE __m256i
-dpbusd_bcast(__m256i acc, __m256i w, const int8_t *x)
-{
-	__asm__("vpdpbusd %2%{1to8%}, %1, %0"
-	        : "+v"(acc)
-	        : "v"(w), "m"(*(const int32_t *)(const void *)x));
-	return acc;
-}
-
 /*
  * One group of eight packed rows (g) times the T activation rows
  * t0 .. t0+T-1, in one tile of the activations: out[t] holds the eight
@@ -189,7 +175,7 @@ p8_kern(const int T, const int type, const unsigned char *g,
 #pragma GCC unroll 8
 			for (t = 0; t < T; t++)
 				sum[t * C + j % C] =
-				    dpbusd_bcast(sum[t * C + j % C], wv[j],
+				    mm_dpbusd_bcast(sum[t * C + j % C], wv[j],
 				        xq + t * MEDHA_QK + 4 * j);
 #pragma GCC unroll 8
 		for (t = 0; t < T; t++) {
