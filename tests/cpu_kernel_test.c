@@ -211,7 +211,9 @@ q8_packed(int type)
 	case MEDHA_GGML_Q3_K:
 	case MEDHA_GGML_Q4_K:
 	case MEDHA_GGML_Q5_K:
-	case MEDHA_GGML_Q6_K: return 1;
+	case MEDHA_GGML_Q6_K:
+	case MEDHA_GGML_IQ4_NL:
+	case MEDHA_GGML_IQ4_XS: return 1;
 	}
 #endif
 	(void)type;

@@ -386,6 +386,54 @@ test_q6_k(void **state)
 }
 
 /*
+ * The K-quant quantizers (quant_k.c, round to nearest): random rows come
+ * back within a bound of each super-block's max |x|: half a step of
+ * the widest sub-block (Q4_K, Q5_K: 2 max / nmax; Q6_K: max / 31) and
+ * the 6-bit (Q6_K: 8-bit) rounding of the sub-block scales and mins.
+ */
+static void
+test_quant_k(void **state)
+{
+	static const int types[] = {MEDHA_GGML_Q4_K, MEDHA_GGML_Q5_K,
+	    MEDHA_GGML_Q6_K};
+	static const double bound[] = {1.0 / 15 + 2.0 / 63 + 1.0 / 126,
+	    1.0 / 31 + 2.0 / 63 + 1.0 / 126, 1.0 / 62 + 1.0 / 127};
+	static float x[4096], y[4096];
+	static unsigned char q[4096];
+	double worst, e, amax;
+	uint32_t r = 7;
+	int t, i, b;
+
+	(void)state;
+	for (t = 0; t < 3; t++) {
+		worst = 0;
+		for (i = 0; i < 4096; i++) {
+			r = r * 1103515245u + 12345u;
+			x[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) *
+			    (i % 64 < 32 ? 1.0f : 0.05f);
+		}
+		assert_int_equal(medha_quant_k_row(types[t], x, q, 4096), 0);
+		assert_int_equal(medha_dequant_row(types[t], q, y, 4096), 0);
+		for (b = 0; b < 4096; b += 256) {
+			amax = 0;
+			for (i = b; i < b + 256; i++)
+				amax = fmax(amax, fabs(x[i]));
+			for (i = b; i < b + 256; i++) {
+				e = fabs((double)x[i] - y[i]) / amax;
+				worst = fmax(worst, e);
+			}
+		}
+		if (worst > bound[t])
+			fail_msg("%s: worst error %g of the max, bound %g",
+			    medha_ggml_type_name(types[t]), worst, bound[t]);
+	}
+	assert_int_equal(medha_quant_k_row(MEDHA_GGML_Q4_K, x, q, 255),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_quant_k_row(MEDHA_GGML_Q3_K, x, q, 256),
+	    MEDHA_EUNSUP);
+}
+
+/*
  * medha_quant_unpack32 (the integers the packed kernels multiply):
  * for every linear type, random blocks with finite fp16 fields,
  * (d * sc) * (u - c) - dm * mn gives every element's dequantized bits,
@@ -396,8 +444,8 @@ test_unpack32(void **state)
 {
 	static const int types[] = {MEDHA_GGML_Q5_0, MEDHA_GGML_Q5_1,
 	    MEDHA_GGML_Q2_K, MEDHA_GGML_Q3_K, MEDHA_GGML_Q4_K, MEDHA_GGML_Q5_K,
-	    MEDHA_GGML_Q6_K};
-	static const int bits_of[] = {5, 5, 2, 3, 4, 5, 6};
+	    MEDHA_GGML_Q6_K, MEDHA_GGML_IQ4_NL, MEDHA_GGML_IQ4_XS};
+	static const int bits_of[] = {5, 5, 2, 3, 4, 5, 6, 8, 8};
 	unsigned char row[2 * 210];
 	float y[512], x, d, dm;
 	struct medha_q32 q;
@@ -405,7 +453,7 @@ test_unpack32(void **state)
 	int i, n, b, j, k, rep, bs, be;
 
 	(void)state;
-	for (i = 0; i < 7; i++)
+	for (i = 0; i < 9; i++)
 		for (rep = 0; rep < 50; rep++) {
 			be = medha_ggml_block_elems(types[i]);
 			bs = medha_ggml_block_bytes(types[i]);
@@ -418,7 +466,9 @@ test_unpack32(void **state)
 			for (b = 0; b < 2; b++) {
 				unsigned char *p = row + b * bs;
 				int at[2] = {be == 32 ? 0 : 0, 2}, na = 2;
-				if (types[i] == MEDHA_GGML_Q5_0)
+				if (types[i] == MEDHA_GGML_Q5_0 ||
+				    types[i] == MEDHA_GGML_IQ4_NL ||
+				    types[i] == MEDHA_GGML_IQ4_XS)
 					na = 1;
 				if (types[i] == MEDHA_GGML_Q2_K)
 					at[0] = 80, at[1] = 82;
@@ -443,6 +493,8 @@ test_unpack32(void **state)
 				                           : types[i] ==
 				                               MEDHA_GGML_Q3_K
 				                           ? 4
+				                           : bits_of[i] == 8
+				                           ? 128
 				                           : 0));
 				d = medha_fp16_to_fp32(q.d);
 				dm = medha_fp16_to_fp32(q.dm);
@@ -462,7 +514,7 @@ test_unpack32(void **state)
 		}
 	assert_int_equal(medha_quant_unpack32(MEDHA_GGML_Q4_0, row, 0, &q),
 	    MEDHA_EUNSUP);
-	assert_int_equal(medha_quant_unpack32(MEDHA_GGML_IQ4_XS, row, 0, &q),
+	assert_int_equal(medha_quant_unpack32(MEDHA_GGML_BF16, row, 0, &q),
 	    MEDHA_EUNSUP);
 }
 
@@ -478,6 +530,7 @@ main(void)
 	    cmocka_unit_test(test_q4_k),
 	    cmocka_unit_test(test_q6_k),
 	    cmocka_unit_test(test_unpack32),
+	    cmocka_unit_test(test_quant_k),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,13 +1,14 @@
 /*
  * cpu_mm_packk.c: the packed integer kernel for the types whose blocks
  * carry more than four bits a weight or scales inside a super-block:
- * Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (cpu_mm.c describes the
+ * Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and IQ4_NL and IQ4_XS
+ * (whose nibbles index a table of levels) (cpu_mm.c describes the
  * kinds of product; cpu_mm_pack.c the kernel for Q8_0, Q4_0 and Q4_1,
  * whose layout this one extends). Where the build has AVX512-VNNI, or
  * AVX2 with FMA and F16C.
  *
  * medha_quant_unpack32 (model/quant.h) gives every 32 weights of a row
- * as unsigned quants u (0..63), an offset c, one or two integer scales
+ * as unsigned quants u (0..63; IQ4: level + 128), an offset c, one or two integer scales
  * sc and minimums mn (per 16 weights) and the fp16 d and dm of their
  * super-block: w = d*sc*(u - c) - dm*mn. Eight rows are interleaved four
  * bytes at a time as in cpu_mm_pack.c: per super-block the eight rows'
@@ -38,7 +39,17 @@
 static inline int
 pk_g(int type)
 {
-	return type == MEDHA_GGML_Q5_0 || type == MEDHA_GGML_Q5_1 ? 1 : 8;
+	return type == MEDHA_GGML_Q5_0 || type == MEDHA_GGML_Q5_1 ||
+	        type == MEDHA_GGML_IQ4_NL
+	    ? 1
+	    : 8;
+}
+
+/* the IQ4 types: nibbles index a table of levels */
+static inline int
+pk_iq(int type)
+{
+	return type == MEDHA_GGML_IQ4_NL || type == MEDHA_GGML_IQ4_XS;
 }
 
 /* scales per block: 2 where they are per 16 weights */
@@ -87,7 +98,12 @@ pk_nh(int type)
 static inline int
 pk_c(int type)
 {
-	return type == MEDHA_GGML_Q5_0 ? 16
+#ifndef PACK8_VNNI
+	if (pk_iq(type)) /* AVX2 multiplies the signed levels */
+		return 0;
+#endif
+	return pk_iq(type)             ? 128
+	    : type == MEDHA_GGML_Q5_0 ? 16
 	    : type == MEDHA_GGML_Q6_K  ? 32
 	    : type == MEDHA_GGML_Q3_K  ? 4
 	                               : 0;
@@ -117,7 +133,9 @@ mm_pk_type(int type)
 	case MEDHA_GGML_Q3_K:
 	case MEDHA_GGML_Q4_K:
 	case MEDHA_GGML_Q5_K:
-	case MEDHA_GGML_Q6_K: return 1;
+	case MEDHA_GGML_Q6_K:
+	case MEDHA_GGML_IQ4_NL:
+	case MEDHA_GGML_IQ4_XS: return 1;
 	default: return 0;
 	}
 }
@@ -128,6 +146,14 @@ pk_put(int type, const struct medha_q32 *q, int r, unsigned char *blk)
 {
 	const int S = pk_s(type);
 	int h, e, pl, off = 0;
+	uint8_t u[32];
+
+	memcpy(u, q->u, sizeof(u));
+	if (pk_iq(type)) /* the level's index, 0..15 */
+		for (e = 0; e < 32; e++)
+			for (h = 0; h < 16; h++)
+				if (medha_iq4nl_values[h] + 128 == q->u[e])
+					u[e] = (uint8_t)h;
 
 	if (pk_sc(type)) {
 		for (h = 0; h < S; h++)
@@ -141,13 +167,13 @@ pk_put(int type, const struct medha_q32 *q, int r, unsigned char *blk)
 	}
 	for (pl = 0; pl < pk_nh(type); pl++, off += 32)
 		for (e = 0; e < 32; e++)
-			blk[off + 4 * r + e % 4] |= (unsigned char)((q->u[e] >>
+			blk[off + 4 * r + e % 4] |= (unsigned char)((u[e] >>
 			                                                (4 + pl) &
 			                                            1)
 			    << (e / 4));
 	for (e = 0; e < 16; e++)
 		blk[off + 32 * (e / 4) + 4 * r + e % 4] =
-		    (unsigned char)((q->u[e] & 0x0f) | (q->u[e + 16] & 0x0f) << 4);
+		    (unsigned char)((u[e] & 0x0f) | (u[e + 16] & 0x0f) << 4);
 }
 
 int
@@ -200,19 +226,42 @@ mm_pk_make(struct medha_pack *p, const struct medha_tensor *w)
 #ifdef PACK8
 /* ---- the kernel ---- */
 
-/* acc + the four-byte dot products of w's lanes with x's four bytes */
+/* the IQ4 levels as the kernel multiplies them: + 128 for vpdpbusd */
+static const int8_t iq_levels[16] = {
+#ifdef PACK8_VNNI
+    1, 24, 45, 63, 79, 93, 106, 118, (int8_t)129, (int8_t)141,
+    (int8_t)153, (int8_t)166, (int8_t)181, (int8_t)197, (int8_t)217,
+    (int8_t)241
+#else
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
+    113
+#endif
+};
+
+/*
+ * acc + the four-byte dot products of w's lanes with x's four bytes; w
+ * unsigned, or with AVX2 alone and sgn, signed (the IQ4 levels)
+ */
 ALWAYS_INLINE __m256i
-pk_dp4(__m256i acc, __m256i w, const int8_t *x)
+pk_dp4(__m256i acc, __m256i w, const int8_t *x, int sgn)
 {
 #ifdef PACK8_VNNI
+	(void)sgn;
 	return mm_dpbusd_bcast(acc, w, x);
 #else
 	int32_t v;
+	__m256i xv;
 
 	memcpy(&v, x, sizeof(v));
-	/* u <= 63: a pair is at most 2 * 63 * 128 in size, no saturation */
+	xv = _mm256_set1_epi32(v);
+	/* u <= 63: a pair is at most 2 * 63 * 128 in size, no saturation;
+	   signed levels as |w| against x with w's sign, |w| <= 127 */
+	if (sgn) {
+		xv = _mm256_sign_epi8(xv, w);
+		w = _mm256_sign_epi8(w, w);
+	}
 	return _mm256_add_epi32(acc,
-	    _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(v)),
+	    _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv),
 	        _mm256_set1_epi16(1)));
 #endif
 }
@@ -240,6 +289,7 @@ pk_kern(const int T, const int type, const unsigned char *g,
 	const int G = pk_g(type), S = pk_s(type), SC = pk_sc(type);
 	const int MN = pk_mn(type), MIN = pk_min(type), NH = pk_nh(type);
 	const int C = pk_c(type), hb = pk_hb(type), bb = pk_bb(type);
+	const int IQ = pk_iq(type);
 	const int nb = a->k / MEDHA_QK;
 	const size_t o = medha_act_blk(a, t0, 0);
 	const int8_t *xq = a->q + o * MEDHA_QK;
@@ -295,6 +345,13 @@ pk_kern(const int T, const int type, const unsigned char *g,
 				wv[j + 4] = _mm256_and_si256(
 				    _mm256_srli_epi16(v, 4), lo);
 			}
+			if (IQ) {
+				const __m256i tbl = _mm256_broadcastsi128_si256(
+				    _mm_loadu_si128((const __m128i *)iq_levels));
+#pragma GCC unroll 8
+				for (j = 0; j < 8; j++)
+					wv[j] = _mm256_shuffle_epi8(tbl, wv[j]);
+			}
 		}
 #pragma GCC unroll 2
 		for (h = 0; h < NH; h++) {
@@ -318,9 +375,9 @@ pk_kern(const int T, const int type, const unsigned char *g,
 				/* S == 1: two chains side by side; S == 2:
 				   one per half */
 				if (S == 1 ? j % 2 == 0 : j < 4)
-					s0 = pk_dp4(s0, wv[j], x + 4 * j);
+					s0 = pk_dp4(s0, wv[j], x + 4 * j, IQ);
 				else
-					s1 = pk_dp4(s1, wv[j], x + 4 * j);
+					s1 = pk_dp4(s1, wv[j], x + 4 * j, IQ);
 			}
 			if (S == 1) {
 				s0 = _mm256_add_epi32(s0, s1);
@@ -406,6 +463,8 @@ pk_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 		case MEDHA_GGML_Q3_K: PKT(MEDHA_GGML_Q3_K); break;
 		case MEDHA_GGML_Q4_K: PKT(MEDHA_GGML_Q4_K); break;
 		case MEDHA_GGML_Q5_K: PKT(MEDHA_GGML_Q5_K); break;
+		case MEDHA_GGML_IQ4_NL: PKT(MEDHA_GGML_IQ4_NL); break;
+		case MEDHA_GGML_IQ4_XS: PKT(MEDHA_GGML_IQ4_XS); break;
 		default: PKT(MEDHA_GGML_Q6_K); break;
 		}
 #undef PKT

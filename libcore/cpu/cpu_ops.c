@@ -606,7 +606,9 @@ medha_act_form(int type, int ref)
 	case MEDHA_GGML_Q3_K:
 	case MEDHA_GGML_Q4_K:
 	case MEDHA_GGML_Q5_K:
-	case MEDHA_GGML_Q6_K: return MEDHA_ACT_Q8;
+	case MEDHA_GGML_Q6_K:
+	case MEDHA_GGML_IQ4_NL:
+	case MEDHA_GGML_IQ4_XS: return MEDHA_ACT_Q8;
 	case MEDHA_GGML_F16: return MEDHA_ACT_F16;
 	case MEDHA_GGML_BF16: return MEDHA_ACT_BF16;
 	default: return 0;

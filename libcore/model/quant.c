@@ -619,7 +619,7 @@ int
 medha_quant_unpack32(int type, const void *row, int64_t b,
     struct medha_q32 *o)
 {
-	const unsigned char *p = row;
+	const unsigned char *p = row, *q;
 	int e, s, j, half;
 
 	memset(o, 0, sizeof(*o));
@@ -692,6 +692,24 @@ medha_quant_unpack32(int type, const void *row, int64_t b,
 			        : type == MEDHA_GGML_Q3_K
 			        ? q3k_value(p, e) + 4
 			        : k2_bits(p + 16, e));
+		}
+		return 0;
+	case MEDHA_GGML_IQ4_NL:
+	case MEDHA_GGML_IQ4_XS:
+		/* the levels, + 128: u = kvalues[q] + 128, c = 128 */
+		if (type == MEDHA_GGML_IQ4_NL) {
+			p += b * 18;
+			q = p + 2;
+		} else {
+			p += b / 8 * 136;
+			o->sc[0] = o->sc[1] = iq4xs_scale(p, (int)(b % 8));
+			q = p + 8 + b % 8 * 16;
+		}
+		o->d = u16_at(p);
+		o->c = 128;
+		for (j = 0; j < 16; j++) {
+			o->u[j] = (uint8_t)(medha_iq4nl_values[q[j] & 0x0f] + 128);
+			o->u[j + 16] = (uint8_t)(medha_iq4nl_values[q[j] >> 4] + 128);
 		}
 		return 0;
 	default: return MEDHA_EUNSUP;

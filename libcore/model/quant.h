@@ -107,6 +107,14 @@ int medha_dequant_row(int type, const void *src, float *dst, int64_t n);
 int medha_quant_row(int type, const float *src, void *dst, int64_t n);
 
 /*
+ * Quantize one row to Q4_K, Q5_K or Q6_K (quant_k.c): round to nearest
+ * with scales from each sub-block's range, a valid encoding but not
+ * ggml's reference quantizer (other bytes, larger errors). 0,
+ * MEDHA_EUNSUP (another type), MEDHA_EINVAL (bad n).
+ */
+int medha_quant_k_row(int type, const float *src, void *dst, int64_t n);
+
+/*
  * The integers of 32 elements of a linear block type, for kernels that
  * multiply them: element j of the row's 32-element block b (a K-quant
  * super-block holds eight) is, computed in float32 in this order,
@@ -114,14 +122,17 @@ int medha_quant_row(int type, const float *src, void *dst, int64_t n);
  *	x = (d * sc[j / 16]) * (u[j] - c) - dm * mn[j / 16]
  *
  * with d and dm the fp16 fields below (dm 0 where the type has no
- * minimum), giving the same bits as medha_dequant_row. For Q5_0, Q5_1,
- * Q2_K, Q3_K, Q4_K, Q5_K and Q6_K: 0; other types MEDHA_EUNSUP.
+ * minimum), giving the same bits as medha_dequant_row (IQ4_NL and
+ * IQ4_XS: u is the level kvalues[q] + 128, c 128). For Q5_0, Q5_1, Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS: 0; other types
+ * MEDHA_EUNSUP.
  */
 struct medha_q32 {
 	uint16_t d, dm;   /* fp16 bits: scale, scale of the minimum */
-	int c;            /* offset: 16 (Q5_0), 32 (Q6_K), 4 (Q3_K), else 0 */
+	int c;            /* offset: 16 (Q5_0), 32 (Q6_K), 4 (Q3_K),
+	                     128 (IQ4), else 0 */
 	int sc[2], mn[2]; /* the two 16-element halves' scales and minimums */
-	uint8_t u[32];    /* unsigned quants, 0 .. 63 */
+	uint8_t u[32];    /* unsigned quants, 0 .. 63 (IQ4: 1 .. 241) */
 };
 int medha_quant_unpack32(int type, const void *row, int64_t b,
     struct medha_q32 *o);
