@@ -28,7 +28,8 @@
 #   bandwidth a streaming read of 1 GiB gets in the same run with the
 #   same threads (bench-ctx -B), against the time a step took.
 #
-# Needs contrib/fetch-refs.sh first. (THREADS=2 REPS=3 to change)
+# Needs contrib/fetch-refs.sh first. (THREADS=2 REPS=3 to change;
+# TYPES="Q4_1 q4_k_m" measures only those of the types part)
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${MEDHA_CACHE:-$top/cache}
@@ -56,7 +57,7 @@ types() {
 mean() { awk '{ s += $1; n++ } END { if (n) printf "%.3f\n", s / n }'; }
 printf '%-6s %10s %10s %7s %10s %10s %7s\n' type "pp512" "llama.cpp" ratio \
     "tg128" "llama.cpp" ratio
-for t in Q4_1 q8_0 f16 q4_k_m q5_k_m; do
+for t in ${TYPES:-Q4_1 q8_0 f16 q4_k_m q5_k_m}; do
 	f=$cache/models/SmolLM2-135M-Instruct.$t.gguf
 	pp=$(i=0; while [ $i -lt "$reps" ]; do
 		build/contrib/cpu-run -p 512 -n 1 -t "$threads" "$f" 2>&1 >/dev/null |

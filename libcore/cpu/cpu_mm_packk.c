@@ -22,7 +22,9 @@
  *	tot = sum_h sc_h * (sum_h u*x - c * sum_h x),  ms = sum_h mn_h * sum_h x
  *
  * then acc = fma(d * dx, tot, acc) and accm = fma(dm * dx, ms, accm),
- * the result acc - accm: the order of ggml's K-quant kernels, with Q8
+ * the result acc - accm (with one scale a block, d * sc and dm * mn are
+ * made floats once for all tokens instead: acc = fma(d * sc * dx,
+ * sum u*x - c * xi, acc), accm = fma(dm * mn, dx * xi, accm)): the order of ggml's K-quant kernels, with Q8
  * activations per 32 (ggml's K kernels quantize the activations per 256
  * instead, so results differ from llama.cpp's in the last bits).
  */
@@ -297,7 +299,7 @@ pk_kern(const int T, const int type, const unsigned char *g,
 	const int32_t *xi = a->qi + o, *xh = a->qi16 + o;
 	const unsigned char *p = g;
 	__m256 acc[8], accm[8], dv = _mm256_setzero_ps(),
-	                        dmv = _mm256_setzero_ps();
+	                        dmv = _mm256_setzero_ps(), dsc = dv, dmn = dv;
 	int t, b, j, h;
 
 #pragma GCC unroll 8
@@ -363,11 +365,22 @@ pk_kern(const int T, const int type, const unsigned char *g,
 				    pk_plane(hp, j, 4 + h));
 		}
 		p += bb;
+		/* one scale per block: d * sc and dm * mn as floats, once
+		   for every token (exact: an f16 times a small integer) */
+		if (S == 1) {
+			dsc = SC ? _mm256_mul_ps(dv, _mm256_cvtepi32_ps(scv[0]))
+			         : dv;
+			if (MIN)
+				dmn = MN ? _mm256_mul_ps(dmv,
+				               _mm256_cvtepi32_ps(mnv[0]))
+				         : _mm256_sub_ps(_mm256_setzero_ps(), dmv);
+		}
 #pragma GCC unroll 8
 		for (t = 0; t < T; t++) {
 			const int8_t *x = xq + t * MEDHA_QK;
 			const int32_t h0 = xh[t * 1], h1 = xi[t] - h0;
-			__m256i s0 = _mm256_setzero_si256(), s1 = s0, tot, ms;
+			__m256i s0 = _mm256_set1_epi32(S == 1 ? -C * xi[t] : 0),
+				s1 = _mm256_setzero_si256(), tot, ms;
 			__m256 dx = _mm256_set1_ps(xd[t]);
 
 #pragma GCC unroll 8
@@ -381,10 +394,13 @@ pk_kern(const int T, const int type, const unsigned char *g,
 			}
 			if (S == 1) {
 				s0 = _mm256_add_epi32(s0, s1);
-				if (C)
-					s0 = _mm256_sub_epi32(s0,
-					    _mm256_set1_epi32(C * xi[t]));
-				tot = SC ? _mm256_mullo_epi32(s0, scv[0]) : s0;
+				acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dsc, dx),
+				    _mm256_cvtepi32_ps(s0), acc[t]);
+				if (MIN)
+					accm[t] = _mm256_fmadd_ps(dmn,
+					    _mm256_set1_ps(xd[t] * (float)xi[t]),
+					    accm[t]);
+				continue;
 			} else {
 				if (C) {
 					s0 = _mm256_sub_epi32(s0,
@@ -398,18 +414,12 @@ pk_kern(const int T, const int type, const unsigned char *g,
 			}
 			acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dv, dx),
 			    _mm256_cvtepi32_ps(tot), acc[t]);
-			if (MIN) {
-				if (!MN)
-					ms = _mm256_set1_epi32(-xi[t]);
-				else if (S == 1)
-					ms = _mm256_mullo_epi32(mnv[0],
-					    _mm256_set1_epi32(xi[t]));
-				else
-					ms = _mm256_add_epi32(
-					    _mm256_mullo_epi32(mnv[0],
-					        _mm256_set1_epi32(h0)),
-					    _mm256_mullo_epi32(mnv[1],
-					        _mm256_set1_epi32(h1)));
+			if (MIN) { /* Q2_K */
+				ms = _mm256_add_epi32(
+				    _mm256_mullo_epi32(mnv[0],
+				        _mm256_set1_epi32(h0)),
+				    _mm256_mullo_epi32(mnv[1],
+				        _mm256_set1_epi32(h1)));
 				accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmv, dx),
 				    _mm256_cvtepi32_ps(ms), accm[t]);
 			}
