@@ -21,7 +21,9 @@
  *    converted and accumulated as acc = fma(dw * dx, lanes, acc); the
  *    result is the horizontal sum (plus, for Q4_1, the fma-accumulated
  *    sum of m * s): the operations of ggml's x86 vec_dot kernels;
- *  - packed integer (the same weights where the build has AVX512-VNNI,
+ *  - packed integer (the same weights, and the K-quants, Q5_0, Q5_1,
+ *    IQ4_NL and IQ4_XS in cpu_mm_packk.c's layout, where the build has
+ *    AVX512-VNNI,
  *    or AVX2 with FMA and F16C, outside reference and llama.cpp modes:
  *    medha_pack): eight rows interleaved four bytes at a time, so one
  *    vpdpbusd (AVX2: vpmaddubsw) makes four products for each of eight
@@ -30,7 +32,8 @@
  *    of the vector work of the lane-wise kernel, which converts and
  *    scales eight lanes per block and pair. The sums being exact, both
  *    instruction sets give the same bits;
- *  - float (everything else, and all weights in reference mode): F32,
+ *  - float (everything else, all weights in reference mode, and those
+ *    of the packed kernel's types that have no pack): F32,
  *    F16 and BF16 rows are converted as they are loaded, other types are
  *    dequantized a tile at a time with medha_dequant_row(); one 16-wide
  *    (AVX2: 8-wide) fma accumulator per pair, then its horizontal sum.

@@ -3,12 +3,15 @@
  * every part uses, RMSNorm, RoPE, SwiGLU, and the forms activations are
  * rounded to before a matrix product (cpu_mm.c) multiplies them with a
  * weight type:
- *  - Q8 (for Q8_0, Q4_0, Q4_1 weights): quantized per 32 like ggml's
+ *  - Q8 (for Q8_0, Q4_0, Q4_1 weights, and those of cpu_mm_packk.c's
+ *    kernel: K-quants, Q5_*, IQ4_*): quantized per 32 like ggml's
  *    Q8_0/Q8_1 on x86: d = amax/127 (stored rounded to f16), q = the
  *    nearest-even integer of x*127/amax, and s = d*sum(q) (rounded to
- *    f16) for the Q4_1 minimums;
+ *    f16) for the Q4_1 minimums; the sums of q over the block and over
+ *    its first 16 (for the K-quants' scales per 16) as integers;
  *  - x rounded through f16 (F16 weights) or bf16 (BF16 weights);
- *  - x itself (F32, the K-quants, and everything in reference mode).
+ *  - x itself (F32; the packed kernel's types where a weight has no pack
+ *    (cpu_mm.c); everything in reference mode).
  * A row's forms depend on that row alone, so they never depend on what
  * else is in the batch.
  */
