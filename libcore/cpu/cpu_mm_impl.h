@@ -16,6 +16,8 @@
 
 #include "cpu/cpu.h"
 
+#include <string.h>
+
 #if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -85,6 +87,42 @@ mm_store_tile(float (*out)[4], int R, int T, float *y, int ldy, int t0)
 		for (r = 0; r < R; r++)
 			y[(size_t)(t0 + t) * ldy + r] = out[r][t];
 }
+
+#ifdef PACK8
+/*
+ * tokens per packed kernel call: 8, 4, 2 or 1 (AVX2 alone: at most 4;
+ * its sixteen registers hold eight tokens' sums only by spilling them,
+ * 6% slower)
+ */
+static inline int
+mm_tile_tokens8(int left)
+{
+#ifdef PACK8_VNNI
+	if (left >= 8)
+		return 8;
+#endif
+	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
+
+/* out[t] (eight rows, T tokens) into y: token t0 + t's first R floats */
+static inline void
+mm_store8(const __m256 *out, int R, int T, float *y, int ldy, int t0)
+{
+	int t;
+
+	for (t = 0; t < T; t++) {
+		float *yt = y + (size_t)(t0 + t) * ldy;
+		float tail[8];
+
+		if (R == 8) {
+			_mm256_storeu_ps(yt, out[t]);
+			continue;
+		}
+		_mm256_storeu_ps(tail, out[t]);
+		memcpy(yt, tail, (size_t)R * sizeof(float));
+	}
+}
+#endif
 
 /*
  * The rows r0 .. r1-1 of a task against the tokens tb0 .. tb1-1 (one

@@ -331,21 +331,6 @@ p8_kern(const int T, const int type, const unsigned char *g,
 
 #ifdef PACK8
 /*
- * tokens per packed kernel call: 8, 4, 2 or 1 (AVX2 alone: at most 4;
- * its sixteen registers hold eight tokens' sums only by spilling them,
- * 6% slower)
- */
-static inline int
-tile_tokens8(int left)
-{
-#ifdef PACK8_VNNI
-	if (left >= 8)
-		return 8;
-#endif
-	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
-}
-
-/*
  * Rows r0 .. r0+R-1 (r0 a multiple of 8, R <= 8) of a packed weight.
  *
  * The AVX2 kernel asks GCC to schedule its instructions before register
@@ -369,12 +354,12 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 	    (size_t)(r0 / 8) * (size_t)(a->k / MEDHA_QK) *
 	        (size_t)pack_block_bytes(pk->type);
 	__m256 out[8];
-	int t, t0, T;
+	int t0, T;
 
 	for (t0 = tb0; t0 < tb1; t0 += T) {
 		/* whole tiles (tb0 is a multiple of MEDHA_ACT_TILE), then
 		   the last tile's 4, 2, 1 */
-		T = tile_tokens8(tb1 - t0);
+		T = mm_tile_tokens8(tb1 - t0);
 #define P8K(ty)                                                 \
 	do {                                                    \
 		if (T == 8)                                     \
@@ -392,17 +377,7 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 		default: P8K(MEDHA_GGML_Q4_1); break;
 		}
 #undef P8K
-		for (t = 0; t < T; t++) {
-			float *yt = y + (size_t)(t0 + t) * ldy + r0;
-			float tail[8];
-
-			if (R == 8) {
-				_mm256_storeu_ps(yt, out[t]);
-				continue;
-			}
-			_mm256_storeu_ps(tail, out[t]);
-			memcpy(yt, tail, (size_t)R * sizeof(float));
-		}
+		mm_store8(out, R, T, y + r0, ldy, t0);
 	}
 }
 

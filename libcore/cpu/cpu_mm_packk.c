@@ -430,17 +430,6 @@ pk_kern(const int T, const int type, const unsigned char *g,
 		out[t] = MIN ? _mm256_sub_ps(acc[t], accm[t]) : acc[t];
 }
 
-/* tokens per kernel call: 8 (VNNI), 4, 2 or 1 */
-static inline int
-pk_tile_tokens(int left)
-{
-#ifdef PACK8_VNNI
-	if (left >= 8)
-		return 8;
-#endif
-	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
-}
-
 /* Rows r0 .. r0+R-1 (r0 a multiple of 8, R <= 8) of a packed weight. */
 static void
 pk_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
@@ -451,10 +440,10 @@ pk_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 	    ((size_t)pk_hb(type) + (size_t)G * (size_t)pk_bb(type));
 	const unsigned char *g = pk->data + (size_t)(r0 / 8) * gb;
 	__m256 out[8];
-	int t, t0, T;
+	int t0, T;
 
 	for (t0 = tb0; t0 < tb1; t0 += T) {
-		T = pk_tile_tokens(tb1 - t0);
+		T = mm_tile_tokens8(tb1 - t0);
 #define PKT(ty)                                                 \
 	do {                                                    \
 		if (T == 8)                                     \
@@ -478,17 +467,7 @@ pk_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 		default: PKT(MEDHA_GGML_Q6_K); break;
 		}
 #undef PKT
-		for (t = 0; t < T; t++) {
-			float *yt = y + (size_t)(t0 + t) * ldy + r0;
-			float tail[8];
-
-			if (R == 8) {
-				_mm256_storeu_ps(yt, out[t]);
-				continue;
-			}
-			_mm256_storeu_ps(tail, out[t]);
-			memcpy(yt, tail, (size_t)R * sizeof(float));
-		}
+		mm_store8(out, R, T, y + r0, ldy, t0);
 	}
 }
 
