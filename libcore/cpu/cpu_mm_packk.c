@@ -154,7 +154,7 @@ pk_put(int type, const struct medha_q32 *q, int r, unsigned char *blk)
 	if (pk_iq(type)) /* the level's index, 0..15 */
 		for (e = 0; e < 32; e++)
 			for (h = 0; h < 16; h++)
-				if (medha_iq4nl_values[h] + 128 == q->u[e])
+				if (medha_iq4nl_level(h) + 128 == q->u[e])
 					u[e] = (uint8_t)h;
 
 	if (pk_sc(type)) {

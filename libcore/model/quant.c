@@ -518,8 +518,14 @@ deq_q5_k(const unsigned char *p, float *y, int64_t nb)
 	}
 }
 
-const int8_t medha_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22,
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22,
     -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+int
+medha_iq4nl_level(int q)
+{
+	return iq4nl_values[q & 0x0f];
+}
 
 static void
 deq_iq4_nl(const unsigned char *p, float *y, int64_t nb)
@@ -531,8 +537,8 @@ deq_iq4_nl(const unsigned char *p, float *y, int64_t nb)
 	for (b = 0; b < nb; b++, p += 18, y += MEDHA_QK) {
 		d = half_at(p);
 		for (j = 0; j < MEDHA_QK / 2; j++) {
-			y[j] = d * (float)medha_iq4nl_values[p[2 + j] & 0x0f];
-			y[j + 16] = d * (float)medha_iq4nl_values[p[2 + j] >> 4];
+			y[j] = d * (float)iq4nl_values[p[2 + j] & 0x0f];
+			y[j + 16] = d * (float)iq4nl_values[p[2 + j] >> 4];
 		}
 	}
 }
@@ -560,8 +566,8 @@ deq_iq4_xs(const unsigned char *p, float *y, int64_t nb)
 		     s++, q += 16, y += 32) {
 			dl = d * (float)iq4xs_scale(p, s);
 			for (j = 0; j < 16; j++) {
-				y[j] = dl * (float)medha_iq4nl_values[q[j] & 0x0f];
-				y[j + 16] = dl * (float)medha_iq4nl_values[q[j] >> 4];
+				y[j] = dl * (float)iq4nl_values[q[j] & 0x0f];
+				y[j + 16] = dl * (float)iq4nl_values[q[j] >> 4];
 			}
 		}
 }
@@ -708,8 +714,8 @@ medha_quant_unpack32(int type, const void *row, int64_t b,
 		o->d = u16_at(p);
 		o->c = 128;
 		for (j = 0; j < 16; j++) {
-			o->u[j] = (uint8_t)(medha_iq4nl_values[q[j] & 0x0f] + 128);
-			o->u[j + 16] = (uint8_t)(medha_iq4nl_values[q[j] >> 4] + 128);
+			o->u[j] = (uint8_t)(iq4nl_values[q[j] & 0x0f] + 128);
+			o->u[j + 16] = (uint8_t)(iq4nl_values[q[j] >> 4] + 128);
 		}
 		return 0;
 	default: return MEDHA_EUNSUP;

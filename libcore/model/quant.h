@@ -137,8 +137,12 @@ struct medha_q32 {
 int medha_quant_unpack32(int type, const void *row, int64_t b,
     struct medha_q32 *o);
 
-/* IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl). */
-extern const int8_t medha_iq4nl_values[16];
+/*
+ * Level q (0..15) of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). A
+ * function, not the table: libmedha.a is linked into shared objects (the
+ * cuda mocks), where non-PIC code cannot reach a global's data.
+ */
+int medha_iq4nl_level(int q);
 
 /*
  * Scalar conversions, exact: fp16 -> fp32 keeps subnormals, infinities
