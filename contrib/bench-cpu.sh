@@ -3,8 +3,11 @@
 # run, at THREADS threads (2). Two parts (usage: bench-cpu.sh [types|ctx]
 # runs one; no argument, both):
 #
-# types: SmolLM2-135M-Instruct in Q4_1 (the published file), Q8_0 and F16
-#   (made from it with contrib/gguf-convert.c, libcore's own GGUF writer):
+# types: SmolLM2-135M-Instruct in Q4_1 (the published file), Q8_0, F16 and
+#   the Q4_K_M and Q5_K_M mixes (made from it with contrib/gguf-convert.c,
+#   libcore's own GGUF writer; SmolLM2's width of 576 makes most of a mix
+#   Q5_0 or Q5_1, with Q4_K or Q5_K, Q6_K and Q8_0 where llama.cpp's mixes
+#   put them):
 #   prompt processing of 512 tokens in one batch (pp512) and generation
 #   of 128 tokens one at a time (tg128), the mean of REPS (3) runs, and
 #   their ratio (medha / llama.cpp). llama.cpp is the prebuilt xllamacpp
@@ -13,7 +16,7 @@
 #   contrib/cpu-run.c (f32 KV cache).
 #
 # ctx: speed at depth. At each context length (SmolLM2 Q4_1: 0, 1K, 4K,
-#   ~8K; a random model with a long context_length written by
+#   ~8K; its Q4_K_M and Q5_K_M mixes: 1K, ~8K; a random model with a long context_length written by
 #   tests/ref/random_model.py, 2 layers of 2 query heads over 1 KV head
 #   of 64: 16K, 32K, 64K, 128K) a prefill of 512 tokens and 32 decode
 #   steps, f16 KV cache on both sides: medha through contrib/bench-ctx.c,
@@ -25,7 +28,8 @@
 #   bandwidth a streaming read of 1 GiB gets in the same run with the
 #   same threads (bench-ctx -B), against the time a step took.
 #
-# Needs contrib/fetch-refs.sh first. (THREADS=2 REPS=3 to change)
+# Needs contrib/fetch-refs.sh first. (THREADS=2 REPS=3 to change;
+# TYPES="Q4_1 q4_k_m" measures only those of the types part)
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${MEDHA_CACHE:-$top/cache}
@@ -44,7 +48,7 @@ cd "$top"
 # the programs, as make contrib builds them (-O2 -march=native)
 make -s build/contrib/cpu-run build/contrib/gguf-convert \
     build/contrib/bench-ctx
-for t in q8_0 f16; do
+for t in q8_0 f16 q4_k_m q5_k_m; do
 	f=$cache/models/SmolLM2-135M-Instruct.$t.gguf
 	[ -s "$f" ] || build/contrib/gguf-convert "$q41" "$f" "$t"
 done
@@ -53,7 +57,7 @@ types() {
 mean() { awk '{ s += $1; n++ } END { if (n) printf "%.3f\n", s / n }'; }
 printf '%-6s %10s %10s %7s %10s %10s %7s\n' type "pp512" "llama.cpp" ratio \
     "tg128" "llama.cpp" ratio
-for t in Q4_1 q8_0 f16; do
+for t in ${TYPES:-Q4_1 q8_0 f16 q4_k_m q5_k_m}; do
 	f=$cache/models/SmolLM2-135M-Instruct.$t.gguf
 	pp=$(i=0; while [ $i -lt "$reps" ]; do
 		build/contrib/cpu-run -p 512 -n 1 -t "$threads" "$f" 2>&1 >/dev/null |
@@ -100,7 +104,10 @@ ctx() {
 	    sed -n 's/^read \([0-9.]*\) GB.*/\1/p')
 	printf '%-22s %6s %9s %9s %6s %8s %8s %6s %7s\n' model depth \
 	    prefill llama.cpp ratio decode llama.cpp ratio "floor"
+	sm=$cache/models/SmolLM2-135M-Instruct
 	for m in "SmolLM2-Q4_1 $q41 0 1024 4096 7648" \
+	    "SmolLM2-Q4_K_M $sm.q4_k_m.gguf 1024 7648" \
+	    "SmolLM2-Q5_K_M $sm.q5_k_m.gguf 1024 7648" \
 	    "random-long $long 16384 32768 65536 131072"; do
 		set -- $m
 		name=$1 f=$2

@@ -6,7 +6,16 @@
  * the target type; 1-D tensors (norms) stay as they are. Metadata is
  * copied (general.file_type is set to the target's llama.cpp file type).
  *
- *	gguf-convert IN.gguf OUT.gguf f16|bf16|f32|q8_0|q4_0|q4_1
+ *	gguf-convert IN.gguf OUT.gguf f16|bf16|f32|q8_0|q4_0|q4_1|q5_0|q5_1
+ *	gguf-convert IN.gguf OUT.gguf q4_k_m|q5_k_m
+ *
+ * The two mixes follow llama.cpp's Q4_K_M and Q5_K_M in outline: Q4_K
+ * (Q5_K) matrices, Q6_K for attn_v and ffn_down in the layers llama.cpp
+ * gives more bits (the first and last eighth, every third between) and
+ * for the output; a row length that is not a multiple of 256 falls back
+ * as llama.cpp's does (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0); the
+ * token embedding stays as it is. The K-quants come from libcore's
+ * round-to-nearest quantizer (medha_quant_k_row), not ggml's.
  *
  * Build (after make): cc -std=c11 -D_GNU_SOURCE -O2 -iquote libcore
  *	-o gguf-convert contrib/gguf-convert.c build/libmedha.a -ljansson
@@ -31,9 +40,45 @@ ftype_of(int type)
 	case MEDHA_GGML_Q4_0: return 2;
 	case MEDHA_GGML_Q4_1: return 3;
 	case MEDHA_GGML_Q8_0: return 7;
+	case MEDHA_GGML_Q5_0: return 8;
+	case MEDHA_GGML_Q5_1: return 9;
 	case MEDHA_GGML_BF16: return 32;
 	}
 	return -1;
+}
+
+/* LLAMA_FTYPE_MOSTLY_Q4_K_M and _Q5_K_M: the mixes (0: none) */
+#define MIX_Q4_K_M 15
+#define MIX_Q5_K_M 17
+
+/* llama.cpp's use_more_bits: the layers that get Q6_K in a mix */
+static int
+more_bits(int l, int n)
+{
+	return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+/* The type tensor name (k columns) gets in a mix, or -1: kept as it is. */
+static int
+mix_type(int mix, const char *name, int64_t k, int n_layers)
+{
+	int l = -1, six = 0, t;
+
+	if (strcmp(name, "token_embd.weight") == 0)
+		return -1;
+	if (sscanf(name, "blk.%d.", &l) == 1 &&
+	    (strstr(name, ".attn_v.") != NULL ||
+	        strstr(name, ".ffn_down.") != NULL))
+		six = more_bits(l, n_layers);
+	if (strcmp(name, "output.weight") == 0)
+		six = 1;
+	if (six)
+		t = k % MEDHA_QK_K == 0 ? MEDHA_GGML_Q6_K : MEDHA_GGML_Q8_0;
+	else if (mix == MIX_Q4_K_M)
+		t = k % MEDHA_QK_K == 0 ? MEDHA_GGML_Q4_K : MEDHA_GGML_Q5_0;
+	else
+		t = k % MEDHA_QK_K == 0 ? MEDHA_GGML_Q5_K : MEDHA_GGML_Q5_1;
+	return t;
 }
 
 struct strs {
@@ -150,25 +195,29 @@ main(int argc, char *argv[])
 	struct medha_gguf *g;
 	struct medha_gguf_writer *w;
 	char why[512];
-	int to, rc;
+	int to, rc, mix = 0, n_layers = 0;
 	uint64_t nt;
 	void **bufs;
 
 	if (argc != 4) {
 		fprintf(stderr,
 		    "usage: gguf-convert IN.gguf OUT.gguf "
-		    "f16|bf16|f32|q8_0|q4_0|q4_1\n");
+		    "f16|bf16|f32|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k_m|q5_k_m\n");
 		return 2;
 	}
-	to = medha_ggml_type_from_name(argv[3]);
-	if (to < 0 || ftype_of(to) < 0)
+	if (strcmp(argv[3], "q4_k_m") == 0)
+		mix = MIX_Q4_K_M;
+	else if (strcmp(argv[3], "q5_k_m") == 0)
+		mix = MIX_Q5_K_M;
+	to = mix ? MEDHA_GGML_Q4_K : medha_ggml_type_from_name(argv[3]);
+	if (to < 0 || (!mix && ftype_of(to) < 0))
 		errx(2, "%s: not a type to convert to", argv[3]);
 	if ((rc = medha_gguf_open(&g, argv[1], why, sizeof(why))) != 0)
 		errx(1, "%s: %s", argv[1], why);
 	if (medha_gguf_writer_open(&w, argv[2]) != 0)
 		errx(1, "%s: cannot create", argv[2]);
 	for (size_t i = 0; i < medha_gguf_kv_count(g); i++)
-		copy_kv(g, i, w, ftype_of(to));
+		copy_kv(g, i, w, mix ? mix : ftype_of(to));
 	nt = medha_gguf_tensor_count(g);
 	if ((bufs = calloc(nt + 1, sizeof(*bufs))) == NULL)
 		err(1, "calloc");
@@ -182,7 +231,18 @@ main(int argc, char *argv[])
 		if (t->data == NULL)
 			errx(1, "%s: a tensor type this build cannot read",
 			    t->name);
-		if (t->n_dims != 2 || t->type == to) {
+		if (mix && t->n_dims == 2) {
+			if (n_layers == 0)
+				for (uint64_t j = 0; j < nt; j++) {
+					int l;
+					if (sscanf(medha_gguf_tensor_at(g, j)->name,
+					        "blk.%d.", &l) == 1 &&
+					    l + 1 > n_layers)
+						n_layers = l + 1;
+				}
+			to = mix_type(mix, t->name, k, n_layers);
+		}
+		if (t->n_dims != 2 || to < 0 || t->type == to) {
 			medha_gguf_writer_add_tensor(w, t->name, t->type,
 			    t->n_dims, t->ne, t->data, t->nbytes);
 			continue;
@@ -197,7 +257,9 @@ main(int argc, char *argv[])
 			const char *src = (const char *)t->data +
 			    r * medha_ggml_row_bytes(t->type, k);
 			if (medha_dequant_row(t->type, src, row, k) != 0 ||
-			    medha_quant_row(to, row, out + r * rb, k) != 0)
+			    (medha_quant_row(to, row, out + r * rb, k) != 0 &&
+			        medha_quant_k_row(to, row, out + r * rb, k) !=
+			            0))
 				errx(1, "%s: cannot convert row %lld", t->name,
 				    (long long)r);
 		}

@@ -6,7 +6,7 @@
  *    whole and split into 1-4 key ranges merged with medha_attn_merge(),
  *    and ranges a query sees only partly or not at all;
  *  - the matrix product of every weight type (F32, F16, BF16, Q8_0, Q4_0,
- *    Q4_1, Q4_K, Q6_K) with 1 to 13 tokens, tightly (1e-5 of sum |w x|)
+ *    Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS) with 1 to 13 tokens, tightly (1e-5 of sum |w x|)
  *    against the same activation rounding redone in float64, and loosely
  *    (2e-2) against the exact activations; the reference mode within
  *    1e-5 of sum |w x| for every type;
@@ -194,6 +194,58 @@ test_attention(void **state)
 
 /* ---- matrix products against float64 ---- */
 
+/*
+ * The types the packed kernel of cpu_mm_packk.c multiplies with Q8
+ * activations (on builds with AVX2 or AVX512-VNNI; the others take the
+ * float path, f32 activations).
+ */
+static int
+q8_packed(int type)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) ||                   \
+    defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+	switch (type) {
+	case MEDHA_GGML_Q5_0:
+	case MEDHA_GGML_Q5_1:
+	case MEDHA_GGML_Q2_K:
+	case MEDHA_GGML_Q3_K:
+	case MEDHA_GGML_Q4_K:
+	case MEDHA_GGML_Q5_K:
+	case MEDHA_GGML_Q6_K:
+	case MEDHA_GGML_IQ4_NL:
+	case MEDHA_GGML_IQ4_XS: return 1;
+	}
+#endif
+	(void)type;
+	return 0;
+}
+
+/* Random blocks of a type the test cannot quantize, scales 0.01. */
+static void
+random_blocks(int type, unsigned char *p, size_t rb)
+{
+	const uint16_t h = medha_fp32_to_fp16(0.01f);
+	size_t j, bs = (size_t)medha_ggml_block_bytes(type);
+	int at[2] = {0, -1}, i;
+
+	for (j = 0; j < rb; j++)
+		p[j] = (unsigned char)(frand() * 128 + 128);
+	switch (type) {
+	case MEDHA_GGML_Q4_K:
+	case MEDHA_GGML_Q5_K: at[1] = 2; break;
+	case MEDHA_GGML_Q6_K: at[0] = 208; break;
+	case MEDHA_GGML_Q3_K: at[0] = 108; break;
+	case MEDHA_GGML_Q2_K: at[0] = 80, at[1] = 82; break;
+	default: break; /* IQ4_NL, IQ4_XS: d first */
+	}
+	for (j = 0; j < rb; j += bs)
+		for (i = 0; i < 2; i++)
+			if (at[i] >= 0) {
+				p[j + (size_t)at[i]] = (unsigned char)h;
+				p[j + (size_t)at[i] + 1] = h >> 8;
+			}
+}
+
 /* The activation rounding of the fast path, redone here in float64. */
 static void
 act_round(int type, const float *x, int k, double *xr, double *xs)
@@ -209,7 +261,7 @@ act_round(int type, const float *x, int k, double *xr, double *xs)
 		for (j = 0; j < k; j++)
 			xr[j] = medha_bf16_to_fp32(medha_fp32_to_bf16(x[j]));
 	else if (type == MEDHA_GGML_Q8_0 || type == MEDHA_GGML_Q4_0 ||
-	    type == MEDHA_GGML_Q4_1)
+	    type == MEDHA_GGML_Q4_1 || q8_packed(type))
 		for (b = 0; b < k / 32; b++) {
 			float amax = 0, id, d;
 			int sum = 0, q;
@@ -300,8 +352,10 @@ test_matmul(void **state)
 {
 	static const int types[] = {MEDHA_GGML_F32, MEDHA_GGML_F16,
 	    MEDHA_GGML_BF16, MEDHA_GGML_Q8_0, MEDHA_GGML_Q4_0, MEDHA_GGML_Q4_1,
-	    MEDHA_GGML_Q4_K, MEDHA_GGML_Q6_K};
-	enum { ROWS = 67, K = 256, N = 13 };
+	    MEDHA_GGML_Q4_K, MEDHA_GGML_Q6_K, MEDHA_GGML_Q5_0, MEDHA_GGML_Q5_1,
+	    MEDHA_GGML_Q2_K, MEDHA_GGML_Q3_K, MEDHA_GGML_Q5_K,
+	    MEDHA_GGML_IQ4_NL, MEDHA_GGML_IQ4_XS};
+	enum { ROWS = 67, K = 512, N = 13 };
 	struct medha_threadpool *tp;
 	struct medha_tensor w;
 	float *wd = malloc(sizeof(float) * ROWS * K), x[N * K], y[N * ROWS];
@@ -324,24 +378,9 @@ test_matmul(void **state)
 			float row[K];
 			for (j = 0; j < K; j++)
 				row[j] = 0.5f * frand() + 0.05f;
-			if (medha_quant_row(type, row, wq + rb * r, K) != 0) {
+			if (medha_quant_row(type, row, wq + rb * r, K) != 0)
 				/* K-quants: random blocks with sane scales */
-				for (j = 0; j < (int)rb; j++)
-					wq[rb * r + j] =
-					    (unsigned char)(frand() * 128 +
-					        128);
-				for (j = 0; j < (int)rb; j += (int)rb) {
-					uint16_t h = medha_fp32_to_fp16(0.01f);
-					unsigned char *p = wq + rb * r + j;
-					if (type == MEDHA_GGML_Q4_K) {
-						p[0] = p[2] = (unsigned char)h;
-						p[1] = p[3] = h >> 8;
-					} else {
-						p[208] = (unsigned char)h;
-						p[209] = h >> 8;
-					}
-				}
-			}
+				random_blocks(type, wq + rb * r, rb);
 			assert_int_equal(medha_dequant_row(type, wq + rb * r,
 			                     wd + (size_t)r * K, K),
 			    0);

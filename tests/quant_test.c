@@ -4,7 +4,9 @@
  * pattern and on the special values (signed zeros, subnormals, the
  * largest finite value, infinities, NaN, ties to even); quantize and
  * dequantize round trips within each type's error bound; K-quant blocks
- * decoded against an independent reading of their layout. Bit-exactness
+ * decoded against an independent reading of their layout; the integer
+ * form of each linear type (medha_quant_unpack32) against its
+ * dequantizer. Bit-exactness
  * with the gguf Python package is checked by tests/sh/gguf-ref.sh.
  */
 #include <stdarg.h>
@@ -49,7 +51,15 @@ test_sizes(void **state)
 	assert_int_equal(medha_ggml_block_elems(MEDHA_GGML_Q4_K), 256);
 	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_Q4_K), 144);
 	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_Q6_K), 210);
-	assert_int_equal(medha_ggml_block_elems(6), 0); /* Q5_0: unknown */
+	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_Q5_0), 22);
+	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_Q5_1), 24);
+	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_Q2_K), 84);
+	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_Q3_K), 110);
+	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_Q5_K), 176);
+	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_IQ4_NL), 18);
+	assert_int_equal(medha_ggml_block_elems(MEDHA_GGML_IQ4_XS), 256);
+	assert_int_equal(medha_ggml_block_bytes(MEDHA_GGML_IQ4_XS), 136);
+	assert_int_equal(medha_ggml_block_elems(9), 0); /* Q8_1: unknown */
 	assert_int_equal(medha_ggml_block_bytes(-1), 0);
 	assert_int_equal(medha_ggml_row_bytes(MEDHA_GGML_Q4_1, 576), 360);
 	assert_int_equal(medha_ggml_row_bytes(MEDHA_GGML_F16, 7), 14);
@@ -59,10 +69,12 @@ test_sizes(void **state)
 	assert_int_equal(medha_ggml_row_bytes(99, 32), 0);
 	assert_string_equal(medha_ggml_type_name(MEDHA_GGML_Q4_K), "q4_K");
 	assert_string_equal(medha_ggml_type_name(MEDHA_GGML_BF16), "bf16");
-	assert_string_equal(medha_ggml_type_name(7), "unknown");
+	assert_string_equal(medha_ggml_type_name(9), "unknown");
+	assert_string_equal(medha_ggml_type_name(MEDHA_GGML_IQ4_XS), "iq4_xs");
 	assert_int_equal(medha_ggml_type_from_name("Q8_0"), MEDHA_GGML_Q8_0);
 	assert_int_equal(medha_ggml_type_from_name("q6_k"), MEDHA_GGML_Q6_K);
-	assert_int_equal(medha_ggml_type_from_name("q5_0"), -1);
+	assert_int_equal(medha_ggml_type_from_name("q5_k"), MEDHA_GGML_Q5_K);
+	assert_int_equal(medha_ggml_type_from_name("q8_1"), -1);
 }
 
 static void
@@ -373,6 +385,139 @@ test_q6_k(void **state)
 	}
 }
 
+/*
+ * The K-quant quantizers (quant_k.c, round to nearest): random rows come
+ * back within a bound of each super-block's max |x|: half a step of
+ * the widest sub-block (Q4_K, Q5_K: 2 max / nmax; Q6_K: max / 31) and
+ * the 6-bit (Q6_K: 8-bit) rounding of the sub-block scales and mins.
+ */
+static void
+test_quant_k(void **state)
+{
+	static const int types[] = {MEDHA_GGML_Q4_K, MEDHA_GGML_Q5_K,
+	    MEDHA_GGML_Q6_K};
+	static const double bound[] = {1.0 / 15 + 2.0 / 63 + 1.0 / 126,
+	    1.0 / 31 + 2.0 / 63 + 1.0 / 126, 1.0 / 62 + 1.0 / 127};
+	static float x[4096], y[4096];
+	static unsigned char q[4096];
+	double worst, e, amax;
+	uint32_t r = 7;
+	int t, i, b;
+
+	(void)state;
+	for (t = 0; t < 3; t++) {
+		worst = 0;
+		for (i = 0; i < 4096; i++) {
+			r = r * 1103515245u + 12345u;
+			x[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) *
+			    (i % 64 < 32 ? 1.0f : 0.05f);
+		}
+		assert_int_equal(medha_quant_k_row(types[t], x, q, 4096), 0);
+		assert_int_equal(medha_dequant_row(types[t], q, y, 4096), 0);
+		for (b = 0; b < 4096; b += 256) {
+			amax = 0;
+			for (i = b; i < b + 256; i++)
+				amax = fmax(amax, fabs(x[i]));
+			for (i = b; i < b + 256; i++) {
+				e = fabs((double)x[i] - y[i]) / amax;
+				worst = fmax(worst, e);
+			}
+		}
+		if (worst > bound[t])
+			fail_msg("%s: worst error %g of the max, bound %g",
+			    medha_ggml_type_name(types[t]), worst, bound[t]);
+	}
+	assert_int_equal(medha_quant_k_row(MEDHA_GGML_Q4_K, x, q, 255),
+	    MEDHA_EINVAL);
+	assert_int_equal(medha_quant_k_row(MEDHA_GGML_Q3_K, x, q, 256),
+	    MEDHA_EUNSUP);
+}
+
+/*
+ * medha_quant_unpack32 (the integers the packed kernels multiply):
+ * for every linear type, random blocks with finite fp16 fields,
+ * (d * sc) * (u - c) - dm * mn gives every element's dequantized bits,
+ * the quants are in range and the offsets are the layout's.
+ */
+static void
+test_unpack32(void **state)
+{
+	static const int types[] = {MEDHA_GGML_Q5_0, MEDHA_GGML_Q5_1,
+	    MEDHA_GGML_Q2_K, MEDHA_GGML_Q3_K, MEDHA_GGML_Q4_K, MEDHA_GGML_Q5_K,
+	    MEDHA_GGML_Q6_K, MEDHA_GGML_IQ4_NL, MEDHA_GGML_IQ4_XS};
+	static const int bits_of[] = {5, 5, 2, 3, 4, 5, 6, 8, 8};
+	unsigned char row[2 * 210];
+	float y[512], x, d, dm;
+	struct medha_q32 q;
+	uint32_t r = 12345;
+	int i, n, b, j, k, rep, bs, be;
+
+	(void)state;
+	for (i = 0; i < 9; i++)
+		for (rep = 0; rep < 50; rep++) {
+			be = medha_ggml_block_elems(types[i]);
+			bs = medha_ggml_block_bytes(types[i]);
+			n = 2 * be;
+			for (j = 0; j < 2 * bs; j++) {
+				r = r * 1103515245u + 12345u;
+				row[j] = (unsigned char)(r >> 16);
+			}
+			/* finite fp16 fields: clear the top exponent bit */
+			for (b = 0; b < 2; b++) {
+				unsigned char *p = row + b * bs;
+				int at[2] = {be == 32 ? 0 : 0, 2}, na = 2;
+				if (types[i] == MEDHA_GGML_Q5_0 ||
+				    types[i] == MEDHA_GGML_IQ4_NL ||
+				    types[i] == MEDHA_GGML_IQ4_XS)
+					na = 1;
+				if (types[i] == MEDHA_GGML_Q2_K)
+					at[0] = 80, at[1] = 82;
+				if (types[i] == MEDHA_GGML_Q3_K)
+					at[0] = 108, na = 1;
+				if (types[i] == MEDHA_GGML_Q6_K)
+					at[0] = 208, na = 1;
+				for (k = 0; k < na; k++)
+					p[at[k] + 1] &= 0xbf;
+			}
+			assert_int_equal(
+			    medha_dequant_row(types[i], row, y, n), 0);
+			for (b = 0; b < n / 32; b++) {
+				assert_int_equal(medha_quant_unpack32(types[i],
+				                     row, b, &q),
+				    0);
+				assert_true(q.c == (types[i] == MEDHA_GGML_Q5_0
+				                           ? 16
+				                           : types[i] ==
+				                               MEDHA_GGML_Q6_K
+				                           ? 32
+				                           : types[i] ==
+				                               MEDHA_GGML_Q3_K
+				                           ? 4
+				                           : bits_of[i] == 8
+				                           ? 128
+				                           : 0));
+				d = medha_fp16_to_fp32(q.d);
+				dm = medha_fp16_to_fp32(q.dm);
+				for (j = 0; j < 32; j++) {
+					assert_true(q.u[j] < 1 << bits_of[i]);
+					x = d * (float)q.sc[j / 16] *
+					        (float)(q.u[j] - q.c) -
+					    dm * (float)q.mn[j / 16];
+					if (bits(x) != bits(y[b * 32 + j]))
+						fail_msg("%s block %d elem %d: "
+						         "%g, want %g",
+						    medha_ggml_type_name(
+						        types[i]),
+						    b, j, x, y[b * 32 + j]);
+				}
+			}
+		}
+	assert_int_equal(medha_quant_unpack32(MEDHA_GGML_Q4_0, row, 0, &q),
+	    MEDHA_EUNSUP);
+	assert_int_equal(medha_quant_unpack32(MEDHA_GGML_BF16, row, 0, &q),
+	    MEDHA_EUNSUP);
+}
+
 int
 main(void)
 {
@@ -384,6 +529,8 @@ main(void)
 	    cmocka_unit_test(test_round_trip),
 	    cmocka_unit_test(test_q4_k),
 	    cmocka_unit_test(test_q6_k),
+	    cmocka_unit_test(test_unpack32),
+	    cmocka_unit_test(test_quant_k),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,8 +18,13 @@
  * Numerics follow llama.cpp's x86 CPU backend: the activations entering
  * a matrix product are rounded to the weight type's partner (Q8_0-style
  * int8 blocks for Q8_0/Q4_0/Q4_1 weights, multiplied with integer dot
- * products; f16 or bf16 for F16 or BF16 weights; f32 for F32 and the
- * K-quants, which are dequantized row by row), and norms, RoPE and the
+ * products, and for the K-quants, Q5_0, Q5_1, IQ4_NL and IQ4_XS where
+ * the build has the packed kernel (cpu_mm_packk.c; ggml quantizes the
+ * activations for K-quants per 256 instead, so those products are not
+ * llama.cpp's bits); f16 or bf16 for F16 or BF16 weights; f32 for F32
+ * and, in the llama.cpp and reference modes or builds without AVX2, the
+ * K-quants, Q5 and IQ4 types, dequantized a tile at a time), and norms,
+ * RoPE and the
  * products do ggml's operations in ggml's order (one-token logits equal
  * llama.cpp's bit for bit without flash attention). Attention orders its
  * float operations its own way (cpu_attn.c). Every token's arithmetic is
@@ -280,6 +285,7 @@ struct medha_act {
 	float *qd;          /* block scales, f16-rounded, tiled */
 	float *qs;          /* scale * sum of quants, f16-rounded, tiled */
 	int32_t *qi;        /* sum of quants, tiled */
+	int32_t *qi16;      /* sum of a block's first 16 quants, tiled */
 	float *r16;         /* (n, k) x rounded to f16 */
 	float *rbf;         /* (n, k) x rounded to bf16 */
 	size_t cap;         /* elements room in the arrays above */
@@ -299,6 +305,8 @@ medha_act_blk(const struct medha_act *a, int t, int b)
 
 /*
  * A Q8_0, Q4_0 or Q4_1 weight repacked for the integer kernel of builds
+ * (the K-quants, Q5_0, Q5_1, IQ4_NL and IQ4_XS: the layout of
+ * cpu_mm_packk.c, which extends this one)
  * with AVX512-VNNI or AVX2 (with FMA and F16C): rows in groups of eight
  * (the last padded with zero rows), a group's blocks one after another,
  * each block the eight rows' scales (f16; Q4_1: then their mins) and

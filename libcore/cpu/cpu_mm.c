@@ -21,7 +21,9 @@
  *    converted and accumulated as acc = fma(dw * dx, lanes, acc); the
  *    result is the horizontal sum (plus, for Q4_1, the fma-accumulated
  *    sum of m * s): the operations of ggml's x86 vec_dot kernels;
- *  - packed integer (the same weights where the build has AVX512-VNNI,
+ *  - packed integer (the same weights, and the K-quants, Q5_0, Q5_1,
+ *    IQ4_NL and IQ4_XS in cpu_mm_packk.c's layout, where the build has
+ *    AVX512-VNNI,
  *    or AVX2 with FMA and F16C, outside reference and llama.cpp modes:
  *    medha_pack): eight rows interleaved four bytes at a time, so one
  *    vpdpbusd (AVX2: vpmaddubsw) makes four products for each of eight
@@ -30,7 +32,8 @@
  *    of the vector work of the lane-wise kernel, which converts and
  *    scales eight lanes per block and pair. The sums being exact, both
  *    instruction sets give the same bits;
- *  - float (everything else, and all weights in reference mode): F32,
+ *  - float (everything else, all weights in reference mode, and those
+ *    of the packed kernel's types that have no pack): F32,
  *    F16 and BF16 rows are converted as they are loaded, other types are
  *    dequantized a tile at a time with medha_dequant_row(); one 16-wide
  *    (AVX2: 8-wide) fma accumulator per pair, then its horizontal sum.
@@ -50,6 +53,22 @@
 #define MM_TOKENS 64    /* tokens per cache block of a task */
 
 /* ---- the product: tasks of MM_ROWS rows over every job ---- */
+
+/*
+ * The activations' form a job multiplies: medha_act_form's, but the
+ * types only the packed kernel of cpu_mm_packk.c multiplies in integers
+ * take the float path where the weight has no pack.
+ */
+static int
+mm_form(const struct medha_mm *mm, int ref)
+{
+	int form = medha_act_form(mm->w->type, ref);
+
+	if (form == MEDHA_ACT_Q8 && mm->pk == NULL &&
+	    mm_pk_type(mm->w->type))
+		return 0;
+	return form;
+}
 
 struct mm_run {
 	struct medha_act *a;
@@ -75,12 +94,17 @@ mm_task(void *arg, int i, int thread)
 	rows = (int)job->w->ne[1];
 	r0 = (i - m->first[j]) * m->rows[j];
 	r1 = r0 + m->rows[j] < rows ? r0 + m->rows[j] : rows;
-	form = medha_act_form(job->w->type, m->ref);
+	form = mm_form(job, m->ref);
 	for (tb0 = 0; tb0 < a->n; tb0 = tb1) {
 		tb1 = tb0 + MM_TOKENS < a->n ? tb0 + MM_TOKENS : a->n;
 #ifdef PACK8
 		if (job->pk != NULL && form == MEDHA_ACT_Q8) {
-			mm_p8_task(a, job->pk, r0, r1, job->y, rows, tb0, tb1);
+			if (mm_pk_type(job->pk->type))
+				mm_pk_task(a, job->pk, r0, r1, job->y, rows,
+				    tb0, tb1);
+			else
+				mm_p8_task(a, job->pk, r0, r1, job->y, rows,
+				    tb0, tb1);
 			continue;
 		}
 #endif
@@ -98,7 +122,7 @@ medha_mm_forms(const struct medha_mm *mm, int nmm, int ref)
 	int j, need = 0;
 
 	for (j = 0; j < nmm; j++)
-		need |= medha_act_form(mm[j].w->type, ref);
+		need |= mm_form(&mm[j], ref);
 	return need;
 }
 
@@ -115,7 +139,7 @@ medha_mm_run(struct medha_threadpool *tp, struct medha_act *a,
 		if (mm[j].w->ne[0] != a->k ||
 		    medha_ggml_row_bytes(mm[j].w->type, a->k) == 0)
 			return MEDHA_EINVAL;
-		form = medha_act_form(mm[j].w->type, ref);
+		form = mm_form(&mm[j], ref);
 		if (form == 0 && mm[j].w->type != MEDHA_GGML_F32 &&
 		    medha_ggml_block_elems(mm[j].w->type) == 0)
 			return MEDHA_EUNSUP;

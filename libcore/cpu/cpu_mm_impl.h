@@ -16,6 +16,8 @@
 
 #include "cpu/cpu.h"
 
+#include <string.h>
+
 #if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -49,6 +51,25 @@ mm_hsum8(__m256 v)
 }
 #endif
 
+#ifdef PACK8_VNNI
+/*
+ * acc + w times the four bytes at x broadcast to every lane, the
+ * broadcast folded into the vpdpbusd as its memory operand ({1to8}).
+ * Compilers emit a vpbroadcastd of its own for _mm256_set1_epi32 of a
+ * load, a second vector instruction per product, and the packed kernel
+ * is bound by its vector instructions (14% slower at eight tokens).
+ */
+ALWAYS_INLINE __m256i
+mm_dpbusd_bcast(__m256i acc, __m256i w, const int8_t *x)
+{
+	__asm__("vpdpbusd %2%{1to8%}, %1, %0"
+	        : "+v"(acc)
+	        : "v"(w), "m"(*(const int32_t *)(const void *)x));
+	return acc;
+}
+
+#endif
+
 /* tokens per kernel call: 4, 2 or 1 */
 static inline int
 mm_tile_tokens(int left)
@@ -67,6 +88,42 @@ mm_store_tile(float (*out)[4], int R, int T, float *y, int ldy, int t0)
 			y[(size_t)(t0 + t) * ldy + r] = out[r][t];
 }
 
+#ifdef PACK8
+/*
+ * tokens per packed kernel call: 8, 4, 2 or 1 (AVX2 alone: at most 4;
+ * its sixteen registers hold eight tokens' sums only by spilling them,
+ * 6% slower)
+ */
+static inline int
+mm_tile_tokens8(int left)
+{
+#ifdef PACK8_VNNI
+	if (left >= 8)
+		return 8;
+#endif
+	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
+
+/* out[t] (eight rows, T tokens) into y: token t0 + t's first R floats */
+static inline void
+mm_store8(const __m256 *out, int R, int T, float *y, int ldy, int t0)
+{
+	int t;
+
+	for (t = 0; t < T; t++) {
+		float *yt = y + (size_t)(t0 + t) * ldy;
+		float tail[8];
+
+		if (R == 8) {
+			_mm256_storeu_ps(yt, out[t]);
+			continue;
+		}
+		_mm256_storeu_ps(tail, out[t]);
+		memcpy(yt, tail, (size_t)R * sizeof(float));
+	}
+}
+#endif
+
 /*
  * The rows r0 .. r1-1 of a task against the tokens tb0 .. tb1-1 (one
  * block of MM_TOKENS), into y (tokens, ldy): integer-path weights, TILE
@@ -78,6 +135,16 @@ void mm_q8_task(const struct medha_act *a, const struct medha_tensor *wt,
     int r0, int r1, float *y, int ldy, int tb0, int tb1);
 #ifdef PACK8
 void mm_p8_task(const struct medha_act *a, const struct medha_pack *pk,
+    int r0, int r1, float *y, int ldy, int tb0, int tb1);
+#endif
+/*
+ * The types of the packed kernel of cpu_mm_packk.c (1 or 0), its
+ * medha_pack_make, and a task's rows on it, eight at a time.
+ */
+int mm_pk_type(int type);
+int mm_pk_make(struct medha_pack *p, const struct medha_tensor *w);
+#ifdef PACK8
+void mm_pk_task(const struct medha_act *a, const struct medha_pack *pk,
     int r0, int r1, float *y, int ldy, int tb0, int tb1);
 #endif
 void mm_f_task(const struct medha_act *a, const struct medha_tensor *wt,

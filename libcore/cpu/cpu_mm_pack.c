@@ -51,6 +51,8 @@ medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
 	(void)rb, (void)nb;
 	return MEDHA_EUNSUP;
 #else
+	if (mm_pk_type(type))
+		return mm_pk_make(p, w);
 	if (bb == 0 || w->data == NULL || k % MEDHA_QK != 0 || k > INT32_MAX ||
 	    rows < 1 || rows > INT32_MAX)
 		return MEDHA_EUNSUP;
@@ -90,22 +92,6 @@ medha_pack_make(struct medha_pack *p, const struct medha_tensor *w)
 }
 
 #ifdef PACK8_VNNI
-/*
- * acc + w times the four bytes at x broadcast to every lane, the
- * broadcast folded into the vpdpbusd as its memory operand ({1to8}).
- * Compilers emit a vpbroadcastd of its own for _mm256_set1_epi32 of a
- * load, a second vector instruction per product, and the packed kernel
- * is bound by its vector instructions (14% slower at eight tokens).
- */
-ALWAYS_INLINE __m256i
-dpbusd_bcast(__m256i acc, __m256i w, const int8_t *x)
-{
-	__asm__("vpdpbusd %2%{1to8%}, %1, %0"
-	        : "+v"(acc)
-	        : "v"(w), "m"(*(const int32_t *)(const void *)x));
-	return acc;
-}
-
 /*
  * One group of eight packed rows (g) times the T activation rows
  * t0 .. t0+T-1, in one tile of the activations: out[t] holds the eight
@@ -189,7 +175,7 @@ p8_kern(const int T, const int type, const unsigned char *g,
 #pragma GCC unroll 8
 			for (t = 0; t < T; t++)
 				sum[t * C + j % C] =
-				    dpbusd_bcast(sum[t * C + j % C], wv[j],
+				    mm_dpbusd_bcast(sum[t * C + j % C], wv[j],
 				        xq + t * MEDHA_QK + 4 * j);
 #pragma GCC unroll 8
 		for (t = 0; t < T; t++) {
@@ -345,21 +331,6 @@ p8_kern(const int T, const int type, const unsigned char *g,
 
 #ifdef PACK8
 /*
- * tokens per packed kernel call: 8, 4, 2 or 1 (AVX2 alone: at most 4;
- * its sixteen registers hold eight tokens' sums only by spilling them,
- * 6% slower)
- */
-static inline int
-tile_tokens8(int left)
-{
-#ifdef PACK8_VNNI
-	if (left >= 8)
-		return 8;
-#endif
-	return left >= 4 ? 4 : left >= 2 ? 2 : 1;
-}
-
-/*
  * Rows r0 .. r0+R-1 (r0 a multiple of 8, R <= 8) of a packed weight.
  *
  * The AVX2 kernel asks GCC to schedule its instructions before register
@@ -383,12 +354,12 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 	    (size_t)(r0 / 8) * (size_t)(a->k / MEDHA_QK) *
 	        (size_t)pack_block_bytes(pk->type);
 	__m256 out[8];
-	int t, t0, T;
+	int t0, T;
 
 	for (t0 = tb0; t0 < tb1; t0 += T) {
 		/* whole tiles (tb0 is a multiple of MEDHA_ACT_TILE), then
 		   the last tile's 4, 2, 1 */
-		T = tile_tokens8(tb1 - t0);
+		T = mm_tile_tokens8(tb1 - t0);
 #define P8K(ty)                                                 \
 	do {                                                    \
 		if (T == 8)                                     \
@@ -406,17 +377,7 @@ p8_rows(const struct medha_act *a, const struct medha_pack *pk, int r0, int R,
 		default: P8K(MEDHA_GGML_Q4_1); break;
 		}
 #undef P8K
-		for (t = 0; t < T; t++) {
-			float *yt = y + (size_t)(t0 + t) * ldy + r0;
-			float tail[8];
-
-			if (R == 8) {
-				_mm256_storeu_ps(yt, out[t]);
-				continue;
-			}
-			_mm256_storeu_ps(tail, out[t]);
-			memcpy(yt, tail, (size_t)R * sizeof(float));
-		}
+		mm_store8(out, R, T, y + r0, ldy, t0);
 	}
 }
 

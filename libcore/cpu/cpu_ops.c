@@ -3,12 +3,15 @@
  * every part uses, RMSNorm, RoPE, SwiGLU, and the forms activations are
  * rounded to before a matrix product (cpu_mm.c) multiplies them with a
  * weight type:
- *  - Q8 (for Q8_0, Q4_0, Q4_1 weights): quantized per 32 like ggml's
+ *  - Q8 (for Q8_0, Q4_0, Q4_1 weights, and those of cpu_mm_packk.c's
+ *    kernel: K-quants, Q5_*, IQ4_*): quantized per 32 like ggml's
  *    Q8_0/Q8_1 on x86: d = amax/127 (stored rounded to f16), q = the
  *    nearest-even integer of x*127/amax, and s = d*sum(q) (rounded to
- *    f16) for the Q4_1 minimums;
+ *    f16) for the Q4_1 minimums; the sums of q over the block and over
+ *    its first 16 (for the K-quants' scales per 16) as integers;
  *  - x rounded through f16 (F16 weights) or bf16 (BF16 weights);
- *  - x itself (F32, the K-quants, and everything in reference mode).
+ *  - x itself (F32; the packed kernel's types where a weight has no pack
+ *    (cpu_mm.c); everything in reference mode).
  * A row's forms depend on that row alone, so they never depend on what
  * else is in the batch.
  */
@@ -319,6 +322,7 @@ medha_act_free(struct medha_act *a)
 	free(a->qd);
 	free(a->qs);
 	free(a->qi);
+	free(a->qi16);
 	free(a->r16);
 	free(a->rbf);
 	free(a->scratch);
@@ -342,17 +346,19 @@ medha_act_set(struct medha_act *a, const float *x, int n, int k, int n_threads)
 		free(a->qd);
 		free(a->qs);
 		free(a->qi);
+		free(a->qi16);
 		free(a->r16);
 		free(a->rbf);
 		a->q = malloc(need);
 		a->qd = medha_calloc(need / MEDHA_QK + 1, sizeof(float));
 		a->qs = medha_calloc(need / MEDHA_QK + 1, sizeof(float));
 		a->qi = medha_calloc(need / MEDHA_QK + 1, sizeof(int32_t));
+		a->qi16 = medha_calloc(need / MEDHA_QK + 1, sizeof(int32_t));
 		a->r16 = medha_calloc(need, sizeof(float));
 		a->rbf = medha_calloc(need, sizeof(float));
 		a->cap = need;
 		if (a->q == NULL || a->qd == NULL || a->qs == NULL ||
-		    a->qi == NULL || a->r16 == NULL || a->rbf == NULL) {
+		    a->qi == NULL || a->qi16 == NULL || a->r16 == NULL || a->rbf == NULL) {
 			medha_act_free(a);
 			return MEDHA_ENOMEM;
 		}
@@ -385,9 +391,9 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 	const float *x = a->x + b0 * MEDHA_QK;
 	int8_t *const q0 = a->q, *q;
 	float *const qd = a->qd, *const qs = a->qs;
-	int32_t *const qi = a->qi;
+	int32_t *const qi = a->qi, *const qi16 = a->qi16;
 	size_t u, o;
-	int j, sum, t = (int)(b0 / (size_t)nb), b = (int)(b0 % (size_t)nb);
+	int j, sum, sum16, t = (int)(b0 / (size_t)nb), b = (int)(b0 % (size_t)nb);
 	float amax, d, id;
 
 	for (u = b0; u < b1; u++, x += MEDHA_QK) {
@@ -412,7 +418,8 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 		_mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(i0));
 		_mm_storeu_si128((__m128i *)(q + 16),
 		    _mm512_cvtsepi32_epi8(i1));
-		sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+		sum16 = _mm512_reduce_add_epi32(i0);
+		sum = sum16 + _mm512_reduce_add_epi32(i1);
 		(void)j;
 #elif defined(__AVX2__)
 		/* the same operations, 8 lanes at a time */
@@ -449,8 +456,15 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 		_mm256_storeu_si256((__m256i *)q,
 		    _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
 		        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-		s = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]),
-		    _mm256_add_epi32(iv[2], iv[3]));
+		s = _mm256_add_epi32(iv[0], iv[1]);
+		{
+			__m128i h = _mm_add_epi32(_mm256_extracti128_si256(s, 1),
+			    _mm256_castsi256_si128(s));
+			h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+			h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+			sum16 = _mm_cvtsi128_si32(h);
+		}
+		s = _mm256_add_epi32(s, _mm256_add_epi32(iv[2], iv[3]));
 		{
 			__m128i h = _mm_add_epi32(_mm256_extracti128_si256(s, 1),
 			    _mm256_castsi256_si128(s));
@@ -466,18 +480,21 @@ act_q8_blocks(struct medha_act *a, size_t b0, size_t b1)
 		}
 		d = amax / 127.0f;
 		id = amax != 0.0f ? 127.0f / amax : 0.0f;
-		sum = 0;
+		sum = sum16 = 0;
 		for (j = 0; j < MEDHA_QK; j++) {
 			/* NaN or infinite input: the quants are 0 and the
 			   scale (NaN or inf) carries it to the products */
 			float v = x[j] * id;
 			q[j] = isnan(v) ? 0 : (int8_t)rintf(v);
 			sum += q[j];
+			if (j == 15)
+				sum16 = sum;
 		}
 #endif
 		qd[o] = f16_round(d);
 		qs[o] = f16_round(d * (float)sum);
 		qi[o] = sum;
+		qi16[o] = sum16;
 	}
 }
 
@@ -585,7 +602,16 @@ medha_act_form(int type, int ref)
 	switch (type) {
 	case MEDHA_GGML_Q8_0:
 	case MEDHA_GGML_Q4_0:
-	case MEDHA_GGML_Q4_1: return MEDHA_ACT_Q8;
+	case MEDHA_GGML_Q4_1:
+	case MEDHA_GGML_Q5_0:
+	case MEDHA_GGML_Q5_1:
+	case MEDHA_GGML_Q2_K:
+	case MEDHA_GGML_Q3_K:
+	case MEDHA_GGML_Q4_K:
+	case MEDHA_GGML_Q5_K:
+	case MEDHA_GGML_Q6_K:
+	case MEDHA_GGML_IQ4_NL:
+	case MEDHA_GGML_IQ4_XS: return MEDHA_ACT_Q8;
 	case MEDHA_GGML_F16: return MEDHA_ACT_F16;
 	case MEDHA_GGML_BF16: return MEDHA_ACT_BF16;
 	default: return 0;

@@ -145,8 +145,15 @@ type_ok(int type)
 	case MEDHA_GGML_Q8_0:
 	case MEDHA_GGML_Q4_0:
 	case MEDHA_GGML_Q4_1:
+	case MEDHA_GGML_Q5_0:
+	case MEDHA_GGML_Q5_1:
+	case MEDHA_GGML_Q2_K:
+	case MEDHA_GGML_Q3_K:
 	case MEDHA_GGML_Q4_K:
-	case MEDHA_GGML_Q6_K: return 1;
+	case MEDHA_GGML_Q5_K:
+	case MEDHA_GGML_Q6_K:
+	case MEDHA_GGML_IQ4_NL:
+	case MEDHA_GGML_IQ4_XS: return 1;
 	default: return 0;
 	}
 }

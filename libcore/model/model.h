@@ -2,8 +2,8 @@
  * model.h: a Llama-style decoder (RMSNorm, RoPE, grouped-query attention,
  * SwiGLU) as the backends see it: its hyper-parameters and its weights.
  * The weights are the GGUF file's own tensors, used in place: matrices
- * stay in their stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
- * Q6_K), nothing is copied but the small norm vectors, which are kept as
+ * stay in their stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS), nothing is copied but the small norm vectors, which are kept as
  * f32. A model is built either from an open GGUF file or, for tests, from
  * any function that finds tensors by their GGUF names.
  *

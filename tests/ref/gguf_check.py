@@ -12,12 +12,13 @@ reader and dequantizer.
    gguf.quants.dequantize.
 2. The types SmolLM2 lacks: a file written with gguf's GGUFWriter holds
    real tensors of SmolLM2 quantized by the gguf package to F32, F16,
-   BF16, Q8_0, Q4_0 and Q4_1; every 16-bit pattern as F16 and BF16;
-   and blocks of random bytes with random finite fp16 scales in Q8_0,
-   Q4_0, Q4_1, Q4_K and Q6_K (the package cannot quantize K-quants).
+   BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1; every 16-bit pattern as F16
+   and BF16; and blocks of random bytes with random finite fp16 scales
+   in Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL
+   and IQ4_XS (the package cannot quantize K-quants or IQ4).
    Same checks, bit for bit.
 3. medha's quantizers (gguf-dump -q) produce the same bytes as the gguf
-   package's for Q8_0, Q4_0, Q4_1 and BF16 and numpy's float16 cast, on
+   package's for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and BF16 and numpy's float16 cast, on
    real tensors and on random float32 bit patterns (NaN only compared as
    NaN for F16, where numpy keeps a signalling NaN's bits).
 
@@ -33,6 +34,9 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as V
 
 DUMP = None
+# the types written as random blocks (the package cannot quantize them all)
+RANDOM_TYPES = (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q5_1,
+                Q.Q2_K, Q.Q3_K, Q.Q5_K, Q.IQ4_NL, Q.IQ4_XS)
 failures = []
 
 
@@ -161,7 +165,9 @@ def random_blocks(rng, qtype, rows, ne0):
     b = rng.integers(0, 256, (nb, tsize), dtype=np.uint32).astype(np.uint8)
     # where each block's fp16 fields are (byte offsets)
     at = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q4_K: [0, 2],
-          Q.Q6_K: [208]}[qtype]
+          Q.Q6_K: [208], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82],
+          Q.Q3_K: [108], Q.Q5_K: [0, 2], Q.IQ4_NL: [0],
+          Q.IQ4_XS: [0]}[qtype]
     for o in at:
         b[:, o:o + 2] = finite_halves(rng, nb).view(np.uint8).reshape(nb, 2)
     return b.reshape(rows, ne0 // bsize * tsize)
@@ -184,16 +190,16 @@ def make_synthetic(model, out):
         base = name.replace(".weight", "")
         w.add_tensor(base + ".f32", x)
         w.add_tensor(base + ".f16", x.astype(np.float16))
-        for qt in (Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1):
+        for qt in (Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1):
             w.add_tensor(base + "." + qt.name.lower(),
                          gguf.quants.quantize(x, qt), raw_dtype=qt)
-        n += 6
+        n += 8
     every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
     w.add_tensor("special.f16", every.view(np.float16).reshape(256, 256))
     w.add_tensor("special.bf16", every.view(np.uint8).reshape(256, 512),
                  raw_dtype=Q.BF16)
     rng = np.random.default_rng(20250101)
-    for qt in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K):
+    for qt in RANDOM_TYPES:
         w.add_tensor("random." + qt.name.lower(),
                      random_blocks(rng, qt, 256, 1536), raw_dtype=qt)
     w.write_header_to_file()
@@ -222,7 +228,8 @@ def check_quantizers(model):
         is_special = i == len(xs)
         cases = [("bf16", Q.BF16), ("f16", None)]
         if not is_special:  # the block types: finite input only
-            cases += [("q8_0", Q.Q8_0), ("q4_0", Q.Q4_0), ("q4_1", Q.Q4_1)]
+            cases += [("q8_0", Q.Q8_0), ("q4_0", Q.Q4_0), ("q4_1", Q.Q4_1),
+                      ("q5_0", Q.Q5_0), ("q5_1", Q.Q5_1)]
         for tname, qt in cases:
             got = run("-q", tname, stdin=x.astype("<f4").tobytes())
             if qt is None:
