@@ -6,8 +6,17 @@ them written for the test from the families' published definitions
 medha's code.
 
     arch_model.py cases                          the case names, one a line
-    arch_model.py write CASE TOKENIZER.gguf OUT  a random model of CASE with
-                                                 TOKENIZER's vocabulary
+    arch_model.py write CASE TOKENIZER.gguf OUT [FLAW]
+                                                 a random model of CASE with
+                                                 TOKENIZER's vocabulary; FLAW
+                                                 makes it one medha must
+                                                 refuse: scaling (type
+                                                 "dynamic"), arch (named
+                                                 starcoder2), bias (layer 1
+                                                 without attn_k.bias), window
+                                                 (larger than the context),
+                                                 extra (a tensor it does not
+                                                 read, attn_output.bias)
     arch_model.py forward MODEL OUT.f64 IDS...   float64 logits after IDS
                                                  (the last position), as
                                                  little-endian doubles
@@ -56,13 +65,16 @@ def field(r, name):
     return f.parts[f.data[0]][0]
 
 
-def write(case, src, out, seed=7):
+def write(case, src, out, flaw=None, seed=7):
     arch, L, D, H, KV, HD, F, x = CASES[case]
+    x = dict(x)
+    if flaw == "window":
+        x["window"] = 8192
     rng = np.random.default_rng(seed + sum(map(ord, case)))
     r = gguf.GGUFReader(src)
     tokens = field(r, "tokenizer.ggml.tokens")
     V = len(tokens)
-    w = gguf.GGUFWriter(out, arch)
+    w = gguf.GGUFWriter(out, "starcoder2" if flaw == "arch" else arch)
     w.add_block_count(L)
     w.add_context_length(4096)
     w.add_embedding_length(D)
@@ -83,6 +95,9 @@ def write(case, src, out, seed=7):
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(x["yarn"][0])
         w.add_rope_scaling_orig_ctx_len(x["yarn"][1])
+    if flaw == "scaling":
+        w.add_string(arch + ".rope.scaling.type", "dynamic")
+        w.add_rope_scaling_factor(2.0)
     if "linear" in x:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(x["linear"])
@@ -136,11 +151,14 @@ def write(case, src, out, seed=7):
             q8(p + "ffn_gate.weight", gate)
             q8(p + "ffn_up.weight", up)
         q8(p + "ffn_down.weight", mat(D, F, 0.5 / np.sqrt(F)))
+        if flaw == "extra":
+            w.add_tensor(p + "attn_output.bias", vec(D, -0.5, 0.5))
         w.add_tensor(p + "attn_norm.weight", vec(D, 0.5, 1.5))
         w.add_tensor(p + "ffn_norm.weight", vec(D, 0.5, 1.5))
         if arch == "qwen2":
             w.add_tensor(p + "attn_q.bias", vec(H * HD, -0.5, 0.5))
-            w.add_tensor(p + "attn_k.bias", vec(KV * HD, -0.5, 0.5))
+            if not (flaw == "bias" and i == 1):
+                w.add_tensor(p + "attn_k.bias", vec(KV * HD, -0.5, 0.5))
             w.add_tensor(p + "attn_v.bias", vec(KV * HD, -0.5, 0.5))
         if arch in ("qwen3", "gemma3"):
             w.add_tensor(p + "attn_q_norm.weight", vec(HD, 0.5, 1.5))
@@ -323,8 +341,8 @@ def forward(path, ids):
 def main(argv):
     if argv[:1] == ["cases"]:
         print("\n".join(CASES))
-    elif argv[:1] == ["write"] and len(argv) == 4:
-        write(argv[1], argv[2], argv[3])
+    elif argv[:1] == ["write"] and len(argv) in (4, 5):
+        write(argv[1], argv[2], argv[3], argv[4] if len(argv) == 5 else None)
     elif argv[:1] == ["forward"] and len(argv) >= 4:
         forward(argv[1], [int(t) for t in argv[3:]]).astype("<f8") \
             .tofile(argv[2])
