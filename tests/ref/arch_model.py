@@ -6,20 +6,16 @@ them written for the test from the families' published definitions
 medha's code.
 
     arch_model.py cases                          the case names, one a line
-    arch_model.py write CASE TOKENIZER.gguf OUT [FLAW]
-                                                 a random model of CASE with
-                                                 TOKENIZER's vocabulary; FLAW
-                                                 makes it one medha must
-                                                 refuse: scaling (type
-                                                 "dynamic"), arch (named
-                                                 starcoder2), bias (layer 1
-                                                 without attn_k.bias), window
-                                                 (larger than the context),
-                                                 extra (a tensor it does not
-                                                 read, attn_output.bias)
-    arch_model.py forward MODEL OUT.f64 IDS...   float64 logits after IDS
-                                                 (the last position), as
-                                                 little-endian doubles
+    arch_model.py write TOKENIZER.gguf DIR CASE[:FLAW]...
+        random models of each CASE with TOKENIZER's vocabulary, as
+        DIR/CASE.gguf; with FLAW, DIR/FLAW.gguf, a model medha must
+        refuse: scaling (type "dynamic"), arch (named starcoder2), bias
+        (layer 1 without attn_k.bias), window (larger than the context),
+        extra (a tensor it does not read, attn_output.bias)
+    arch_model.py forward TOKENIZER.gguf DIR IDS CASE...
+        the same models (the same bytes), and DIR/CASE.f64, the float64
+        logits after the ids in the file IDS (the last position), as
+        little-endian doubles, computed from the values written
 
 Shapes differ per case: GQA ratios of 1, 2 and 4, head sizes other than
 dim / heads, windows shorter than the test's prompts, YaRN and LongRoPE
@@ -65,14 +61,30 @@ def field(r, name):
     return f.parts[f.data[0]][0]
 
 
+_tok = {}
+
+
+def tokenizer(src):
+    """The tokenizer keys of src (read once: gguf's reader takes seconds
+    over a vocabulary's arrays)."""
+    if src not in _tok:
+        r = gguf.GGUFReader(src)
+        _tok[src] = {k: field(r, "tokenizer.ggml." + k) for k in (
+            "tokens", "model", "pre", "token_type", "merges",
+            "bos_token_id", "eos_token_id")}
+    return _tok[src]
+
+
 def write(case, src, out, flaw=None, seed=7):
+    """Write the model; return its metadata (key: value) and tensors
+    (name: float64 array, the file's values), for forward()."""
     arch, L, D, H, KV, HD, F, x = CASES[case]
     x = dict(x)
     if flaw == "window":
         x["window"] = 8192
     rng = np.random.default_rng(seed + sum(map(ord, case)))
-    r = gguf.GGUFReader(src)
-    tokens = field(r, "tokenizer.ggml.tokens")
+    tk = tokenizer(src)
+    tokens = tk["tokens"]
     V = len(tokens)
     w = gguf.GGUFWriter(out, "starcoder2" if flaw == "arch" else arch)
     w.add_block_count(L)
@@ -104,13 +116,13 @@ def write(case, src, out, flaw=None, seed=7):
     if "longrope" in x:
         w.add_rope_scaling_orig_ctx_len(x["longrope"])
         w.add_rope_scaling_attn_factors(x["attn_factor"])
-    w.add_tokenizer_model(field(r, "tokenizer.ggml.model"))
-    w.add_tokenizer_pre(field(r, "tokenizer.ggml.pre"))
+    w.add_tokenizer_model(tk["model"])
+    w.add_tokenizer_pre(tk["pre"])
     w.add_token_list(tokens)
-    w.add_token_types(field(r, "tokenizer.ggml.token_type"))
-    w.add_token_merges(field(r, "tokenizer.ggml.merges"))
-    w.add_bos_token_id(int(field(r, "tokenizer.ggml.bos_token_id")))
-    w.add_eos_token_id(int(field(r, "tokenizer.ggml.eos_token_id")))
+    w.add_token_types(tk["token_type"])
+    w.add_token_merges(tk["merges"])
+    w.add_bos_token_id(int(tk["bos_token_id"]))
+    w.add_eos_token_id(int(tk["eos_token_id"]))
     w.add_add_bos_token(False)
 
     def mat(rows, cols, scale):
@@ -166,31 +178,28 @@ def write(case, src, out, flaw=None, seed=7):
         if gemma:
             w.add_tensor(p + "post_attention_norm.weight", vec(D, 0.5, 1.5))
             w.add_tensor(p + "post_ffw_norm.weight", vec(D, 0.5, 1.5))
+    meta = {k: v.value for k, v in w.kv_data[0].items()}
+    tens = {n: np.asarray(gguf.quants.dequantize(t.tensor, t.dtype),
+                          dtype=np.float64)
+            for n, t in w.tensors[0].items()}
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return meta, tens
 
 
 # ------------------------------------------------------------ float64 pass
 
-def forward(path, ids):
-    r = gguf.GGUFReader(path)
-    arch = field(r, "general.architecture")
+def forward(meta, T, ids):
+    """float64 logits of the last of ids, for the model write() gave."""
+    arch = meta["general.architecture"]
 
     def key(k, default=None):
-        k = arch + "." + k
-        return field(r, k) if k in r.fields else default
-
-    T = {t.name: t for t in r.tensors}
+        return meta.get(arch + "." + k, default)
 
     def ten(name):
-        t = T.get(name)
-        if t is None:
-            return None
-        a = gguf.quants.dequantize(t.data, t.tensor_type)
-        return np.asarray(a, dtype=np.float64).reshape(
-            [int(n) for n in reversed(t.shape)]).squeeze()
+        return T[name].squeeze() if name in T else None
 
     L = int(key("block_count"))
     D = int(key("embedding_length"))
@@ -341,11 +350,17 @@ def forward(path, ids):
 def main(argv):
     if argv[:1] == ["cases"]:
         print("\n".join(CASES))
-    elif argv[:1] == ["write"] and len(argv) in (4, 5):
-        write(argv[1], argv[2], argv[3], argv[4] if len(argv) == 5 else None)
-    elif argv[:1] == ["forward"] and len(argv) >= 4:
-        forward(argv[1], [int(t) for t in argv[3:]]).astype("<f8") \
-            .tofile(argv[2])
+    elif argv[:1] == ["write"] and len(argv) >= 4:
+        for c in argv[3:]:
+            case, _, flaw = c.partition(":")
+            write(case, argv[1], "%s/%s.gguf" % (argv[2], flaw or case),
+                  flaw or None)
+    elif argv[:1] == ["forward"] and len(argv) >= 5:
+        ids = [int(t) for t in open(argv[3]).read().split()]
+        for c in argv[4:]:
+            meta, tens = write(c, argv[1], "%s/%s.gguf" % (argv[2], c))
+            forward(meta, tens, ids).astype("<f8").tofile(
+                "%s/%s.f64" % (argv[2], c))
     else:
         sys.stderr.write(__doc__)
         sys.exit(2)

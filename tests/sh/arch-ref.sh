@@ -40,9 +40,15 @@ PY
 n=$(wc -w <"$tmp/ids")
 [ "$n" -gt 256 ] || { echo "prompt of $n tokens: want over 256"; exit 1; }
 
-for c in $("$py" "$am" cases); do
+cases=$("$py" "$am" cases)
+# every model, and its float64 logits after the prompt, in one process
+# shellcheck disable=SC2086
+"$py" "$am" forward "$smollm2" "$tmp" "$tmp/ids" $cases
+for c in $cases; do
 	m=$tmp/$c.gguf
-	"$py" "$am" write "$c" "$smollm2" "$m"
+	"$bin/medha-worker" -m "$m" -f "$tmp/prompt" --tokenize >"$tmp/ids.$c"
+	cmp -s "$tmp/ids" "$tmp/ids.$c" ||
+	    { echo "$c: the prompt's ids differ from SmolLM2's"; exit 1; }
 	run() { # NAME [ENV] worker options...
 		out=$tmp/$c.$1.f32
 		shift
@@ -57,11 +63,10 @@ for c in $("$py" "$am" cases); do
 	# shellcheck disable=SC2046
 	"$py" "$lc" logits --kv f32 --fa off -o "$tmp/$c.lc.f32" "$m" \
 	    $(cat "$tmp/ids")
-	# shellcheck disable=SC2046
-	"$py" "$am" forward "$m" "$tmp/$c.f64" $(cat "$tmp/ids")
 done
 
-"$py" - "$tmp" $("$py" "$am" cases) <<'PY'
+# shellcheck disable=SC2086
+"$py" - "$tmp" $cases <<'PY'
 import sys
 import numpy as np
 d, cases = sys.argv[1], sys.argv[2:]

@@ -11,19 +11,19 @@
 need_model "$smollm2"
 need_py numpy gguf
 
-check() { # CASE FLAW TEXT: the worker refuses the file, saying TEXT
-	"$py" "$top/tests/ref/arch_model.py" write "$1" "$smollm2" \
-	    "$tmp/$2.gguf" "$2"
-	expect_status 1 "$bin/medha-worker" -m "$tmp/$2.gguf" -p hi -n 1
-	if ! grep -qF "$3" "$tmp/err"; then
-		echo "$2: want \"$3\" in:"
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" qwen2:scaling \
+    qwen2:arch qwen2:bias llama:window qwen2:extra
+check() { # FLAW TEXT: the worker refuses the file, saying TEXT
+	expect_status 1 "$bin/medha-worker" -m "$tmp/$1.gguf" -p hi -n 1
+	if ! grep -qF "$2" "$tmp/err"; then
+		echo "$1: want \"$2\" in:"
 		cat "$tmp/err"
 		exit 1
 	fi
-	echo "$2: $(cat "$tmp/err")"
+	echo "$1: $(cat "$tmp/err")"
 }
-check qwen2 scaling 'metadata qwen2.rope.scaling.type: rope scaling "dynamic" is not supported'
-check qwen2 arch 'general.architecture: "starcoder2" is not supported'
-check qwen2 bias 'tensor blk.1.attn_k.bias is missing'
-check llama window 'llama.attention.sliding_window: a window of 8192 is larger than the context (4096)'
-check qwen2 extra 'tensor blk.0.attn_output.bias: not part of a qwen2 model'
+check scaling 'metadata qwen2.rope.scaling.type: rope scaling "dynamic" is not supported'
+check arch 'general.architecture: "starcoder2" is not supported'
+check bias 'tensor blk.1.attn_k.bias is missing'
+check window 'llama.attention.sliding_window: a window of 8192 is larger than the context (4096)'
+check extra 'tensor blk.0.attn_output.bias: not part of a qwen2 model'
