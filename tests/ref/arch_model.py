@@ -204,9 +204,9 @@ def forward(meta, T, ids):
     L = int(key("block_count"))
     D = int(key("embedding_length"))
     H = int(key("attention.head_count"))
-    KV = int(key("attention.head_count_kv"))
-    HD = int(key("attention.key_length"))
-    NR = int(key("rope.dimension_count"))
+    KV = int(key("attention.head_count_kv", H))
+    HD = int(key("attention.key_length", D // H))
+    NR = int(key("rope.dimension_count", HD))
     eps = float(key("attention.layer_norm_rms_epsilon"))
     base = float(key("rope.freq_base", 10000.0))
     ctx = int(key("context_length"))
@@ -347,6 +347,18 @@ def forward(meta, T, ids):
     return lg
 
 
+def read(path):
+    """A GGUF file's metadata and tensors as forward() takes them."""
+    r = gguf.GGUFReader(path)
+    meta = {k: field(r, k) for k in r.fields
+            if not k.startswith(("GGUF.", "tokenizer."))}
+    tens = {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type),
+                               dtype=np.float64).reshape(
+                                   [int(n) for n in reversed(t.shape)])
+            for t in r.tensors}
+    return meta, tens
+
+
 def main(argv):
     if argv[:1] == ["cases"]:
         print("\n".join(CASES))
@@ -361,6 +373,10 @@ def main(argv):
             meta, tens = write(c, argv[1], "%s/%s.gguf" % (argv[2], c))
             forward(meta, tens, ids).astype("<f8").tofile(
                 "%s/%s.f64" % (argv[2], c))
+    elif argv[:1] == ["forward-file"] and len(argv) >= 4:
+        meta, tens = read(argv[1])
+        forward(meta, tens, [int(t) for t in argv[3:]]).astype("<f8") \
+            .tofile(argv[2])
     else:
         sys.stderr.write(__doc__)
         sys.exit(2)
