@@ -436,7 +436,7 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer,
 			a->act_t0 = t0;
 			a->act_need = need;
 			a->window = medha_layer_window(mc, layer);
-			a->scale = mc->a.attn_scale;
+			a->scale = mc->a.q_prescale ? 1.0f : mc->a.attn_scale;
 			a->softcap = mc->a.attn_softcap;
 			if (c->shards == 1) {
 				a->out = c->att + (size_t)t0 * qd;
@@ -603,10 +603,16 @@ qk_token(struct medha_cpu *c, int l, int t)
 		           : medha_cpu_rope)(q, c->nh, hd, mc->n_rot, cs);
 		(c->compat ? medha_cpu_rope_llama
 		           : medha_cpu_rope)(k, c->nkv, hd, mc->n_rot, cs);
-		return;
+	} else {
+		medha_cpu_rope_ext(q, c->nh, hd, mc->n_rot, cs, 1, c->compat);
+		medha_cpu_rope_ext(k, c->nkv, hd, mc->n_rot, cs, 1, c->compat);
 	}
-	medha_cpu_rope_ext(q, c->nh, hd, mc->n_rot, cs, 1, c->compat);
-	medha_cpu_rope_ext(k, c->nkv, hd, mc->n_rot, cs, 1, c->compat);
+	if (mc->a.q_prescale) {
+		const float s = mc->a.attn_scale != 0 ? mc->a.attn_scale
+		                                      : 1.0f / sqrtf((float)hd);
+		for (j = 0; j < qd; j++)
+			q[j] *= s;
+	}
 }
 
 static void

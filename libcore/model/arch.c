@@ -218,6 +218,7 @@ medha_arch_read(const struct medha_gguf *g, const char *arch,
 	case A_PHI3:
 		a->rope_type = MEDHA_ROPE_NEOX;
 		a->fused_gate_up = 1;
+		a->q_prescale = 1;
 		rc = read_window(g, arch, c, 0, 0, why, whylen);
 		break;
 	case A_GEMMA2:
@@ -225,6 +226,7 @@ medha_arch_read(const struct medha_gguf *g, const char *arch,
 		a->rope_type = MEDHA_ROPE_NEOX;
 		a->ffn_act = MEDHA_FFN_GELU;
 		a->post_norm = 1;
+		a->q_prescale = 1;
 		a->embd_scale = sqrtf((float)c->dim);
 		/* llama.cpp's rule: the 27B models (46 or 62 layers) scale
 		   by dim / heads, the others by the head size */

@@ -83,6 +83,9 @@ struct medha_arch {
 	int post_norm;       /* post_attention_norm, post_ffw_norm (gemma) */
 	float embd_scale;    /* embeddings times this (0: 1; gemma sqrt(dim)) */
 	float attn_scale;    /* score scale (0: 1 / sqrt(head_dim)) */
+	int q_prescale;      /* the scale is applied to q after RoPE, not to
+	                        the scores (llama.cpp's order for gemma and
+	                        phi3: the same numbers, other roundings) */
 	float attn_softcap;  /* scores capped to (-cap, cap) by tanh (0: no) */
 	float final_softcap; /* logits likewise (0: no) */
 	int swa;             /* sliding window W (0: none): a window layer's
