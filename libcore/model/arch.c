@@ -88,7 +88,9 @@ read_window(const struct medha_gguf *g, const char *arch,
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "missing key %s",
 		    akey(key, sizeof(key), arch, "attention.sliding_window"));
-	if (w > 0 && c->ctx_len > 0 && w > c->ctx_len)
+	/* (gemma2's default of 4096, where the key is absent, is not the
+	   file's to answer for) */
+	if (rc == 0 && w > 0 && c->ctx_len > 0 && w > c->ctx_len)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "metadata %s: a window of %lld is larger than the context "
 		    "(%lld)",
