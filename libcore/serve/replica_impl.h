@@ -47,6 +47,8 @@ struct lreq {
 	char *text; /* (text_len) generated text, NUL-terminated */
 	size_t text_len, text_cap, text_sent;
 	int64_t ids_sent; /* ids already sent in token events */
+	int stop_hit;     /* its last token completed a stop string: one
+	                     more output token than the core counted */
 	/* prefix caching: the runs its sequence is forked from (the core's
 	   FORK ops), sent with its first item */
 	struct medha_msg_fork *forks;
