@@ -159,6 +159,29 @@ int medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len,
     int chat, const struct medha_tok *tok, struct medha_oai_error *e);
 void medha_oai_req_clear(struct medha_oai_req *q);
 
+/*
+ * A text arriving in pieces, as characters: those whole so far (as
+ * medha_utf8_fix makes them: a bad byte is one U+FFFD) and the bytes, at
+ * most 3, of one not yet whole. All zero is empty.
+ */
+struct medha_utf8_acc {
+	int64_t chars;
+	char b[4];
+	int n;
+};
+
+/*
+ * Append n bytes of s to a's held ones: into out (the caller's, n + 3
+ * bytes at least) the bytes that end at a whole character, their
+ * number returned (medha_utf8_fix of the pieces, joined, is that of the
+ * whole text); a keeps the rest.
+ */
+size_t medha_utf8_feed(struct medha_utf8_acc *a, const char *s, size_t n,
+    char *out);
+/* The text's end: the held bytes into out (3 bytes), their number
+ * returned; each counts as one U+FFFD. */
+size_t medha_utf8_flush(struct medha_utf8_acc *a, char *out);
+
 /* What every response of one request shares. */
 struct medha_oai_head {
 	const char *id;    /* "cmpl-..." or "chatcmpl-..." */
@@ -173,7 +196,8 @@ struct medha_oai_head {
 	const struct medha_token_lp *lps;
 	int64_t n_lps;
 	const struct medha_tok *tok;
-	int64_t *text_off; /* completions' text_offset so far, or NULL */
+	struct medha_utf8_acc *text_off; /* completions' text_offset so
+	                                    far, or NULL (from 0) */
 	int index;         /* a chunk's choice */
 };
 

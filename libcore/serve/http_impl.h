@@ -59,7 +59,11 @@ struct hreq {
 	   completions' text_offset is */
 	const int32_t *cur_ids;
 	const struct medha_token_lp *cur_lps;
-	int64_t cur_n, lp_off[MEDHA_OAI_MAX_N];
+	int64_t cur_n;
+	struct medha_utf8_acc lp_off[MEDHA_OAI_MAX_N];
+	/* each choice's streamed text: the bytes of a character not yet
+	   whole wait for the rest (a chunk is whole characters) */
+	struct medha_utf8_acc hold[MEDHA_OAI_MAX_N];
 	int cur_idx; /* the choice of the chunk being sent */
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */

@@ -131,8 +131,10 @@ on_record(struct medha_http *h, struct hreq *r, int i,
 		if (r->q.stream && (r->hijacked || r->haio != NULL)) {
 			if (!r->hijacked)
 				http_stream_start(h, r);
+			char tail[4];
+			size_t nt = medha_utf8_flush(&r->hold[i], tail);
 			r->cur_idx = i;
-			http_emit_chunk(h, r, "", 0, 0,
+			http_emit_chunk(h, r, tail, nt, 0,
 			    rec->finish_reason ? rec->finish_reason
 			                       : MEDHA_FINISH_STOP,
 			    NULL);
@@ -149,6 +151,8 @@ static void
 on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 {
 	int i = choice_of(r, ev->handle);
+	char *whole;
+	size_t n;
 
 	if (i < 0)
 		return;
@@ -166,8 +170,16 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 	r->cur_lps = ev->lps;
 	r->cur_n = ev->lps != NULL ? ev->n_ids : 0;
 	r->cur_idx = i;
-	if (ev->text_len > 0 || r->cur_n > 0)
-		http_emit_chunk(h, r, ev->text, ev->text_len, 0, 0, NULL);
+	if ((whole = malloc(ev->text_len + 4)) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
+		http_on_gone(h, r);
+	} else {
+		n = medha_utf8_feed(&r->hold[i], ev->text, ev->text_len,
+		    whole);
+		if (n > 0 || r->cur_n > 0)
+			http_emit_chunk(h, r, whole, n, 0, 0, NULL);
+		free(whole);
+	}
 	r->cur_ids = NULL;
 	r->cur_lps = NULL;
 	r->cur_n = 0;
