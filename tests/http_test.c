@@ -95,6 +95,46 @@ test_fields(void **state)
 	assert_int_equal(q.spec.sampling.top_k, 0);
 	medha_oai_req_clear(&q);
 
+	/* vLLM's stop_token_ids; min_tokens 0 */
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": \"x\", \"stop_token_ids\": [2, 7], "
+	                     "\"min_tokens\": 0}",
+	                     0, NULL, &e),
+	    0);
+	assert_int_equal(q.spec.n_stop_ids, 2);
+	assert_int_equal(q.spec.stop_ids[1], 7);
+	medha_oai_req_clear(&q);
+
+	/* a list of prompts, texts and token ids: n choices each */
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": [\"a\", [5, 6], \"c\"], \"n\": 2}",
+	                     0, NULL, &e),
+	    0);
+	assert_int_equal(q.n_prompts, 3);
+	assert_null(q.spec.prompt);
+	assert_null(q.spec.prompt_ids);
+	assert_string_equal(q.prompts[0].text, "a");
+	assert_int_equal(q.prompts[1].n_ids, 2);
+	assert_int_equal(q.prompts[1].ids[1], 6);
+	assert_string_equal(q.prompts[2].text, "c");
+	medha_oai_req_clear(&q);
+
+	/* a seed up to 2^64 - 1 (jansson's integers stop at 2^63 - 1);
+	   a "seed" elsewhere is not it */
+	assert_int_equal(parse(&q,
+	                     "{\"stop\": \"\\\"seed\\\": 1\", \"prompt\": \"x\", "
+	                     "\"seed\" :\t18446744073709551615}",
+	                     0, NULL, &e),
+	    0);
+	assert_true(q.seed_set && q.spec.sampling.seed == UINT64_MAX);
+	medha_oai_req_clear(&q);
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": \"x\", \"seed\": 9223372036854775808}",
+	                     0, NULL, &e),
+	    0);
+	assert_true(q.spec.sampling.seed == (uint64_t)1 << 63);
+	medha_oai_req_clear(&q);
+
 	/* top_p 0 keeps the most likely token, as on the wire and in
 	   traces: taken, not refused */
 	assert_int_equal(parse(&q, "{\"prompt\": \"x\", \"top_p\": 0}", 0,
@@ -127,7 +167,20 @@ static const struct {
     {"{\"prompt\": []}", 0, 400, "prompt", NULL},
     {"{\"prompt\": [1, -1]}", 0, 400, "prompt", NULL},
     {"{\"prompt\": [1, 2.5]}", 0, 400, "prompt", NULL},
-    {"{\"prompt\": [\"a\", \"b\"]}", 0, 400, "prompt", "unsupported"},
+    {"{\"prompt\": [{\"a\": 1}, \"b\"]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [[\"a\"]]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [\"a\", []]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [1, \"a\"]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"n\": 16}", 0,
+        400, "prompt", NULL},
+    {"{\"prompt\": \"x\", \"seed\": 18446744073709551616}", 0, 400, "seed",
+        NULL},
+    {"{\"prompt\": \"x\", \"min_tokens\": 2}", 0, 400, "min_tokens",
+        "unsupported"},
+    {"{\"prompt\": \"x\", \"stop_token_ids\": [1, -1]}", 0, 400,
+        "stop_token_ids", NULL},
+    {"{\"prompt\": \"x\", \"stop_token_ids\": 2}", 0, 400,
+        "stop_token_ids", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": \"9\"}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": -1}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": 0}", 0, 400, "max_tokens", NULL},

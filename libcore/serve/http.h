@@ -138,10 +138,25 @@ struct medha_oai_req {
 	                              the template's output) or prompt_ids,
 	                              max_tokens, sampling, stop, ignore_eos;
 	                              owned */
+	/* /v1/completions' list of prompts (an array of strings or of
+	   token id arrays, as OpenAI and vLLM take): n choices each, choice
+	   p * n + j prompt p's; spec then holds no prompt. 0: one prompt,
+	   spec's */
+	int n_prompts;
+	struct medha_oai_prompt *prompts; /* owned (n_prompts) */
+};
+
+/* One prompt of a list: a text or token ids. */
+struct medha_oai_prompt {
+	char *text;   /* owned, or NULL */
+	int32_t *ids; /* owned (n_ids), or NULL */
+	int64_t n_ids;
 };
 
 /* Most choices ("n") a request may ask for: each is a request upstream. */
 #define MEDHA_OAI_MAX_N 16
+/* Most choices of all its prompts together (prompts times n). */
+#define MEDHA_OAI_MAX_CHOICES 64
 
 /* Largest max_tokens accepted. */
 #define MEDHA_OAI_MAX_TOKENS (1 << 24)

@@ -172,7 +172,7 @@ http_req_free(struct medha_http *h, struct hreq *r)
 	if (r->hijacked)
 		h->st.streams--;
 	pthread_mutex_unlock(&h->mu);
-	for (int i = 0; i < MEDHA_OAI_MAX_N; i++)
+	for (int i = 0; i < MEDHA_OAI_MAX_CHOICES; i++)
 		if (r->recs[i] != NULL) {
 			medha_record_clear(r->recs[i]);
 			free(r->recs[i]);

@@ -260,6 +260,9 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 	if (r->tok != NULL && !r->sim && !q->ignore_eos &&
 	    medha_tok_is_eog(r->tok, tok))
 		return MEDHA_FINISH_STOP;
+	for (int i = 0; i < q->n_stop_ids; i++)
+		if (tok == q->stop_ids[i]) /* not output, as the EOS is not */
+			return MEDHA_FINISH_STOP;
 	if (q->n_out == q->out_cap) {
 		int64_t ncap = q->out_cap ? 2 * q->out_cap : 64;
 		void *n =
@@ -439,6 +442,8 @@ submit_finish(struct medha_replica *r, struct medha_srv_call *call,
 	}
 	q->n_stop = rs->n_stop;
 	rs->n_stop = 0;
+	q->n_stop_ids = rs->n_stop_ids;
+	memcpy(q->stop_ids, rs->stop_ids, sizeof(q->stop_ids));
 	rs->prompt_tokens = q->n_prompt;
 	rs->arrival = now_s(r);
 	if ((rc = core_arrive(r, rs, q)) != 0) {

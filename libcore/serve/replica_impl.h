@@ -38,6 +38,9 @@ struct lreq {
 	int n_stop;
 	char *stop[MEDHA_STOP_MAX];
 	size_t stop_max; /* longest stop string */
+	int n_stop_ids;
+	int32_t stop_ids[MEDHA_STOP_IDS_MAX]; /* end it as the end of
+	                                         generation does */
 	int started;     /* a worker holds its sequence */
 	double first_batch; /* when it was first in a batch (now_s) */
 	int32_t last;    /* the last sampled token: the next decode's input */

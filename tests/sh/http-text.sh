@@ -15,6 +15,12 @@
 #     usage.completion_tokens and logprobs count every token generated,
 #     the one that completed the stop string included (vLLM's), whole
 #     and streamed.
+#  3. max_tokens that reaches the context: 400 context_length_exceeded
+#     with the prompt's and max_tokens' counts (text and ids).
+#  4. What vLLM clients send: a list of prompts (texts or token ids,
+#     n choices each), a seed of 2^64 - 1, min_tokens 0 (more refused),
+#     stop_token_ids, HEAD /health, and data: [DONE] after a stream's
+#     error event (its worker killed).
 # Skips without the model or the openai package.
 . "$(dirname "$0")/lib.sh"
 need_model
@@ -163,6 +169,125 @@ for name, stop in pick():
     assert st == want and stoks == toks[:n], (name, st, stoks)
     assert s[-1].usage.completion_tokens == n, (name, s[-1].usage)
     print("stop %s %r: %r, %d tokens" % (name, stop, x.text, n))
+
+# ---- 3. max_tokens that reaches the context: the counts, the code ----
+ctx = 8192
+for mt in (9000, 8192, 8180):
+    try:
+        c.completions.create(model=mid, prompt="word " * 30, max_tokens=mt)
+        assert False, mt
+    except openai.BadRequestError as e:
+        b = e.body
+        assert b["code"] == "context_length_exceeded", b
+        assert b["message"].endswith(" prompt + %d output tokens exceed the model's context of %d" % (mt, ctx)), b
+for mt in (9000, 8190):
+    try:
+        c.completions.create(model=mid, prompt=[1] * 3, max_tokens=mt)
+        assert False, mt
+    except openai.BadRequestError as e:
+        assert e.body["message"] == "3 prompt + %d output tokens exceed the model's context of %d" % (mt, ctx), e.body
+        assert e.body["code"] == "context_length_exceeded", e.body
+        said = e.body["message"]
+print("context: %r" % said)
+
+# ---- 4. what vLLM clients send ----
+# a list of prompts (texts, or token id arrays): n choices each, in
+# order, each as the prompt alone answers it; usage sums the prompts
+ps = ["The capital of France is", "1, 2, 3,", "def add(a, b):"]
+alone = [c.completions.create(model=mid, prompt=q, max_tokens=6, temperature=0)
+         for q in ps]
+r = c.completions.create(model=mid, prompt=ps, max_tokens=6, temperature=0, n=2)
+assert [x.index for x in r.choices] == list(range(6)), r
+assert [x.text for x in r.choices] == [a.choices[0].text for a in alone for _ in (0, 1)], (r, alone)
+assert r.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone), r.usage
+assert r.usage.completion_tokens == 2 * sum(a.usage.completion_tokens for a in alone), r.usage
+s = c.completions.create(model=mid, prompt=ps, max_tokens=6, temperature=0,
+                         stream=True)
+texts = ["", "", ""]
+for ch in s:
+    for x in ch.choices:
+        texts[x.index] += x.text
+assert texts == [a.choices[0].text for a in alone], texts
+r = c.completions.create(model=mid, prompt=[[1, 2, 3], [4, 5]], max_tokens=2)
+assert len(r.choices) == 2 and r.usage.prompt_tokens == 5, r
+# a seed up to 2^64 - 1, repeatable
+big = [c.completions.create(model=mid, prompt=ps[0], max_tokens=8, temperature=0.9,
+                            seed=2**64 - 1).choices[0].text for _ in (0, 1)]
+assert big[0] == big[1], big
+# min_tokens 0 (vLLM's default) is taken; more is refused, clearly
+c.completions.create(model=mid, prompt=ps[0], max_tokens=2, extra_body={"min_tokens": 0})
+try:
+    c.completions.create(model=mid, prompt=ps[0], max_tokens=2, extra_body={"min_tokens": 3})
+    assert False
+except openai.BadRequestError as e:
+    assert e.body["code"] == "unsupported" and e.body["param"] == "min_tokens", e.body
+print("list of prompts, seed 2^64 - 1 (%r), min_tokens: ok" % big[0])
+PY
+
+# stop_token_ids: the output ends at the id, which (as EOS) is not
+# output; the ids from medha-worker -p --tokens
+p="The days of the week are Monday, Tuesday,"
+ids=$("$bin/medha-worker" -m "$model" -p "$p" -n 2 -t 2 --tokens)
+"$py" - "http://127.0.0.1:$port/v1" "$p" $ids <<'PY'
+import sys
+import openai
+c = openai.OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0)
+mid = c.models.list().data[0].id
+p, first, second = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+w = c.completions.create(model=mid, prompt=p, max_tokens=2, temperature=0)
+r = c.completions.create(model=mid, prompt=p, max_tokens=8, temperature=0,
+                         extra_body={"stop_token_ids": [second]})
+x = r.choices[0]
+assert x.finish_reason == "stop" and r.usage.completion_tokens == 1, r
+assert w.choices[0].text.startswith(x.text) and x.text, (w, r)
+r = c.completions.create(model=mid, prompt=p, max_tokens=8, temperature=0,
+                         extra_body={"stop_token_ids": [first]})
+assert r.choices[0].text == "" and r.usage.completion_tokens == 0, r
+print("stop_token_ids [%d]: %r" % (second, x.text))
+PY
+
+# HEAD /health: GET's status and headers, no body (the connection
+# serves a GET after it); after an error event, data: [DONE]
+python3 - 127.0.0.1 "$port" <<'PY'
+import http.client, sys
+c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=30)
+c.request("HEAD", "/health")
+r = c.getresponse()
+assert r.status == 200 and r.read() == b"", r.status
+assert r.getheader("Content-Type") == "application/json", r.getheaders()
+c.request("GET", "/health")
+r = c.getresponse()
+assert r.status == 200 and b'"status"' in r.read()
+c.request("HEAD", "/v1/models")
+r = c.getresponse()
+assert r.status == 200 and r.read() == b""
+print("HEAD /health: ok")
+PY
+
+# a stream whose worker dies after its first token: OpenAI's error event,
+# then data: [DONE], as vLLM ends it (last: the replica is gone)
+wpid=$(pgrep -f "medha-worker.*$tmp" | head -n 1)
+[ -n "$wpid" ]
+python3 - 127.0.0.1 "$port" "$wpid" <<'PY'
+import json, os, signal, socket, sys
+b = json.dumps({"prompt": "Once upon a time", "max_tokens": 4000,
+                "ignore_eos": True, "stream": True}).encode()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
+s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+got, killed = b"", False
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+    if not killed and b"data: {" in got:
+        os.kill(int(sys.argv[3]), signal.SIGKILL)
+        killed = True
+events = [e for e in got.partition(b"\r\n\r\n")[2].split(b"\n\n") if e.startswith(b"data: ")]
+assert events[-1] == b"data: [DONE]", events[-3:]
+err = json.loads(events[-2][6:])
+assert "error" in err and err["error"]["message"], events[-2]
+print("error event, then [DONE]: %r" % err["error"]["message"])
 PY
 
 serve_stop
