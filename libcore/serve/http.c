@@ -476,6 +476,20 @@ open_model(struct medha_http *h, const char *path, char *why, size_t whylen)
 	return rc;
 }
 
+/* open_model, its why naming the file ("No such file or directory"
+ * alone did not say which) */
+static int
+open_model_said(struct medha_http *h, const char *path, char *why,
+    size_t whylen)
+{
+	char w[256];
+	int rc = open_model(h, path, w, sizeof(w));
+
+	if (rc != 0)
+		snprintf(why, whylen, "%s: %s", path, w);
+	return rc;
+}
+
 int
 medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
     char *why, size_t whylen)
@@ -501,7 +515,7 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
 	if (c->model != NULL &&
-	    (rc = open_model(h, c->model, why, whylen)) != 0) {
+	    (rc = open_model_said(h, c->model, why, whylen)) != 0) {
 		medha_http_close(h);
 		return rc;
 	}

@@ -29,6 +29,24 @@ choice_of(const struct hreq *r, uint64_t handle)
 }
 
 /*
+ * The access line of a completion answered 200 (mu held): u's tokens,
+ * how it ended (ok, or the reason of a stream that failed after its
+ * headers), the time since it came. A refusal's is the reply's own
+ * (http_reply_allow).
+ */
+static void
+access_done(const struct hreq *r, const struct medha_record *u,
+    const char *how)
+{
+	medha_log(MEDHA_LOG_INFO,
+	    "http: POST %s 200 %s, %lld tokens in, %lld out, %s, %.3f s%s",
+	    r->q.chat ? "/v1/chat/completions" : "/v1/completions", r->id,
+	    u != NULL ? (long long)u->prompt_tokens : 0LL,
+	    u != NULL ? (long long)u->output_tokens : 0LL, how,
+	    medha_now() - r->t0, r->q.stream ? ", streamed" : "");
+}
+
+/*
  * r failed (mu held): e answers it, as an error reply or, after a
  * stream's headers, OpenAI's error event and "data: [DONE]"; its other choices are
  * cancelled and their records only counted.
@@ -49,6 +67,7 @@ fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
 		r->haio = NULL;
 	} else if (r->hijacked) { /* OpenAI's error event */
 		size_t n = 0;
+		access_done(r, NULL, e->message);
 		char *js = medha_oai_error_json(e, &n), *s;
 		if (js != NULL && (s = malloc(n + 9)) != NULL) {
 			memcpy(s, "data: ", 6);
@@ -84,6 +103,8 @@ finish(struct medha_http *h, struct hreq *r)
 		}
 		u.cached_tokens += cached;
 	}
+	if (r->hijacked || r->haio != NULL)
+		access_done(r, &u, "ok");
 	if (r->q.stream && (r->hijacked || r->haio != NULL)) {
 		if (!r->hijacked)
 			http_stream_start(h, r);
@@ -117,17 +138,6 @@ on_record(struct medha_http *h, struct hreq *r, int i,
 	medha_map_del(&h->live, r->handles[i]);
 	if (!r->submitting && r->nend == r->nup)
 		r->up = U_DONE;
-	/* the access line of a completion served (a refusal's is the
-	 * reply's own, http_reply_allow); a stream's status was 200 */
-	if (!r->gone && (rec->status == MEDHA_STATUS_OK || r->hijacked))
-		medha_log(MEDHA_LOG_DEBUG,
-		    "http: POST %s 200 %s/%d, %lld tokens in, %lld out, %s, "
-		    "%.3f s%s",
-		    r->q.chat ? "/v1/chat/completions" : "/v1/completions",
-		    r->id, i, (long long)rec->prompt_tokens,
-		    (long long)rec->output_tokens,
-		    medha_status_name(rec->status), medha_now() - r->t0,
-		    r->q.stream ? ", streamed" : "");
 	if (r->gone || r->failed) {
 		http_maybe_reap(h, r);
 		return;

@@ -21,16 +21,24 @@
 #     n choices each), a seed of 2^64 - 1, min_tokens 0 (more refused),
 #     stop_token_ids, HEAD /health, and data: [DONE] after a stream's
 #     error event (its worker killed).
+#  5. The router's log at its default level: an access line per HTTP
+#     request, no warning for a routine start, a replica unreachable for
+#     30 s said (a second router, whose replica never comes), flag
+#     errors without a time stamp.
 # Skips without the model or the openai package.
 . "$(dirname "$0")/lib.sh"
 need_model
 need_py openai
 port=$(free_port)
+# a router whose replica is never there: said unreachable after 30 s
+"$bin/medha-router" -l "ipc://$tmp/lone.sock" -r "ipc://$tmp/nobody.sock" \
+    --insecure 2>"$tmp/lone.log" &
+lone=$!
 serve_start single 60 MEDHA_MODEL="$model" MEDHA_ADDR="ipc://$tmp/r.sock" \
     MEDHA_ROUTER="ipc://$tmp/router.sock" MEDHA_HTTP="127.0.0.1:$port" \
-    MEDHA_LOG="$tmp/logs" MEDHA_ROUTER_OPTS="-v"
+    MEDHA_LOG="$tmp/logs"
 
-"$py" - "http://127.0.0.1:$port/v1" <<'PY'
+"$py" - "http://127.0.0.1:$port/v1" "$tmp/listid" <<'PY'
 import json, sys, urllib.request
 import openai
 base = sys.argv[1]
@@ -197,6 +205,7 @@ ps = ["The capital of France is", "1, 2, 3,", "def add(a, b):"]
 alone = [c.completions.create(model=mid, prompt=q, max_tokens=6, temperature=0)
          for q in ps]
 r = c.completions.create(model=mid, prompt=ps, max_tokens=6, temperature=0, n=2)
+open(sys.argv[2], "w").write(r.id)
 assert [x.index for x in r.choices] == list(range(6)), r
 assert [x.text for x in r.choices] == [a.choices[0].text for a in alone for _ in (0, 1)], (r, alone)
 assert r.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone), r.usage
@@ -290,6 +299,32 @@ assert "error" in err and err["error"]["message"], events[-2]
 print("error event, then [DONE]: %r" % err["error"]["message"])
 PY
 
+# ---- 5. the logs an operator reads, at the default level: one access
+# line per HTTP request (a completion's with its tokens and time, a
+# refusal's with its status), a routine start without a warning, a
+# replica unreachable for 30 s said, flag errors without a time ----
+rl=$tmp/logs/router.log
+id=$(cat "$tmp/listid")
+[ "$(grep -c "info: http: POST /v1/completions 200 $id, [0-9]* tokens in, [0-9]* out, ok, [0-9.]* s$" "$rl")" = 1 ] &&
+    grep -q 'info: http: POST /v1/chat/completions 200 chatcmpl-[^,]*, [0-9]* tokens in, [0-9]* out, ok, [0-9.]* s, streamed$' "$rl" &&
+    grep -q 'info: http: POST /v1/completions 400$' "$rl" &&
+    grep -q 'info: http: HEAD /health 200$' "$rl" &&
+    grep -q 'info: http: POST /v1/completions 200 cmpl-.*, request failed: worker 0 lost.*, streamed$' "$rl" &&
+    grep -q 'info: replica .*: ready' "$rl" ||
+    { echo "router.log: access lines"; cat "$rl"; exit 1; }
+if sed -n '1,/ready: /p' "$rl" | grep warning; then
+	echo "router.log: a routine start warned"
+	exit 1
+fi
+wait_for "$tmp/lone.log" "warning: replica ipc://$tmp/nobody.sock: unreachable for 3[0-9] s" 40 "$lone"
+expect_status 2 "$bin/medha-router" -l "ipc://$tmp/x.sock"
+grep -q '^medha-router: at least one -r ADDR is required$' "$tmp/err"
+expect_status 2 "$bin/medha-router" -l "ipc://$tmp/x.sock" -r "ipc://$tmp/y.sock" \
+    --insecure --http nowhere
+grep -q '^medha-router: --http nowhere' "$tmp/err"
+echo "logs: ok"
+
 serve_stop
-no_sanitizer_report "$tmp"/logs/*.log
+kill "$lone"
+no_sanitizer_report "$tmp"/logs/*.log "$tmp/lone.log"
 echo "http-text: ok"
