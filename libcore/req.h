@@ -66,6 +66,11 @@ struct medha_sampler_params {
 
 #define MEDHA_TOP_LOGPROBS_MAX 20
 
+/* The highest temperature a client may ask for, OpenAI's, one rule for
+ * the HTTP API and medha-worker's --temp (the wire and traces take up
+ * to 100, so that older peers' requests still decode). */
+#define MEDHA_TEMP_MAX 2
+
 /* A token and its log-probability. */
 struct medha_logprob {
 	int32_t id;

@@ -694,7 +694,7 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 		q->max_tokens_set |= set;
 	}
 	d = rs->sampling.temp;
-	if ((rc = get_num(o, "temperature", 0, 2, &d, e)) != 0)
+	if ((rc = get_num(o, "temperature", 0, MEDHA_TEMP_MAX, &d, e)) != 0)
 		goto fail;
 	rs->sampling.temp = (float)d;
 	d = rs->sampling.top_p;
