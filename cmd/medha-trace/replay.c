@@ -243,13 +243,8 @@ poll_main(void *arg)
  * Wait until the scheduler at addr says it is ready (wait 0: until it
  * answers, ready or not, for up to 10 s); 0, or 1 after logging. What
  * it waits for is said every 5 s on a terminal, so that a wrong
- * address is not a silent minute; an address where nothing listens is
- * said after REFUSED_IPC refusals in a row for ipc (a second apart: a
- * server started with replay has made its socket by then), REFUSED_TCP
- * for tcp (a server's port may be slower to open, or another host's).
+ * address is not a silent minute, nor one where nothing listens.
  */
-#define REFUSED_IPC 2
-#define REFUSED_TCP 5
 static int
 wait_ready(struct rp *p, const char *addr, double wait)
 {
@@ -281,15 +276,8 @@ wait_ready(struct rp *p, const char *addr, double wait)
 			if (ok)
 				return 0;
 			usleep(100000);
-		} else if (medha_cli_connected(p->cli))
-			refused = 0;
-		else if (medha_link_probe(addr, why, sizeof(why)) == 0)
-			refused = 0;
-		else if (++refused >= (strncmp(addr, "ipc://", 6) == 0
-		                           ? REFUSED_IPC
-		                           : REFUSED_TCP)) {
-			if (p->progress && told > t0)
-				fputc('\n', stderr);
+		} else if (!medha_cli_connected(p->cli) &&
+		    medha_link_refused(addr, &refused, why, sizeof(why))) {
 			medha_log(MEDHA_LOG_ERROR, "%s", why);
 			return 1;
 		}

@@ -869,3 +869,14 @@ medha_link_probe(const char *url, char *why, size_t whylen)
 	return medha_why(why, whylen, MEDHA_EPEER, "%s: nothing listens there "
 	    "(%s)", url, strerror(err));
 }
+
+int
+medha_link_refused(const char *url, int *n, char *why, size_t whylen)
+{
+	if (medha_link_probe(url, why, whylen) == 0) {
+		*n = 0;
+		return 0;
+	}
+	return ++*n >= (strncmp(url, "ipc://", 6) == 0 ? MEDHA_LINK_REFUSALS_IPC
+	                                               : MEDHA_LINK_REFUSALS_TCP);
+}
