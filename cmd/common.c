@@ -245,7 +245,8 @@ read_trace_all(const char *path, size_t *np)
 				die(1, "out of memory");
 		}
 		v[n++] = rs; /* its ids and prefix move: their keys */
-		free(rs.prompt);
+		free(rs.prompt); /* the text is not kept: the counts are */
+		v[n - 1].prompt = NULL; /* (it was freed twice: at exit) */
 		memset(&rs, 0, sizeof(rs));
 	}
 	if (rc < 0)

@@ -28,6 +28,7 @@
 #define MEDHA_ID_MAX 64   /* longest id, NUL included */
 #define MEDHA_STOP_MAX 4  /* stop strings per request */
 #define MEDHA_STOP_LEN 64 /* longest stop string, bytes, NUL excluded */
+#define MEDHA_STOP_IDS_MAX 16 /* stop token ids per request */
 
 /*
  * Limits of what a trace, a result record or a flag may say, checked once
@@ -64,6 +65,11 @@ struct medha_sampler_params {
 };
 
 #define MEDHA_TOP_LOGPROBS_MAX 20
+
+/* The highest temperature a client may ask for, OpenAI's, one rule for
+ * the HTTP API and medha-worker's --temp (the wire and traces take up
+ * to 100, so that older peers' requests still decode). */
+#define MEDHA_TEMP_MAX 2
 
 /* A token and its log-probability. */
 struct medha_logprob {
@@ -130,6 +136,11 @@ struct medha_reqspec {
 	int n_stop;                 /* stop strings in stop[] */
 	char *stop[MEDHA_STOP_MAX]; /* owned stop strings: the output ends
 	                               before the first one it contains */
+	int n_stop_ids;             /* stop token ids in stop_ids[] */
+	int32_t stop_ids[MEDHA_STOP_IDS_MAX]; /* ids that end the output as
+	                               the end-of-generation token does
+	                               (vLLM's stop_token_ids), each in
+	                               [0, INT32_MAX] */
 };
 
 /* Frees rs's prompt, prompt_ids, prefix and stop strings and clears

@@ -95,6 +95,46 @@ test_fields(void **state)
 	assert_int_equal(q.spec.sampling.top_k, 0);
 	medha_oai_req_clear(&q);
 
+	/* vLLM's stop_token_ids; min_tokens 0 */
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": \"x\", \"stop_token_ids\": [2, 7], "
+	                     "\"min_tokens\": 0}",
+	                     0, NULL, &e),
+	    0);
+	assert_int_equal(q.spec.n_stop_ids, 2);
+	assert_int_equal(q.spec.stop_ids[1], 7);
+	medha_oai_req_clear(&q);
+
+	/* a list of prompts, texts and token ids: n choices each */
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": [\"a\", [5, 6], \"c\"], \"n\": 2}",
+	                     0, NULL, &e),
+	    0);
+	assert_int_equal(q.n_prompts, 3);
+	assert_null(q.spec.prompt);
+	assert_null(q.spec.prompt_ids);
+	assert_string_equal(q.prompts[0].text, "a");
+	assert_int_equal(q.prompts[1].n_ids, 2);
+	assert_int_equal(q.prompts[1].ids[1], 6);
+	assert_string_equal(q.prompts[2].text, "c");
+	medha_oai_req_clear(&q);
+
+	/* a seed up to 2^64 - 1 (jansson's integers stop at 2^63 - 1);
+	   a "seed" elsewhere is not it */
+	assert_int_equal(parse(&q,
+	                     "{\"stop\": \"\\\"seed\\\": 1\", \"prompt\": \"x\", "
+	                     "\"seed\" :\t18446744073709551615}",
+	                     0, NULL, &e),
+	    0);
+	assert_true(q.seed_set && q.spec.sampling.seed == UINT64_MAX);
+	medha_oai_req_clear(&q);
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": \"x\", \"seed\": 9223372036854775808}",
+	                     0, NULL, &e),
+	    0);
+	assert_true(q.spec.sampling.seed == (uint64_t)1 << 63);
+	medha_oai_req_clear(&q);
+
 	/* top_p 0 keeps the most likely token, as on the wire and in
 	   traces: taken, not refused */
 	assert_int_equal(parse(&q, "{\"prompt\": \"x\", \"top_p\": 0}", 0,
@@ -127,7 +167,20 @@ static const struct {
     {"{\"prompt\": []}", 0, 400, "prompt", NULL},
     {"{\"prompt\": [1, -1]}", 0, 400, "prompt", NULL},
     {"{\"prompt\": [1, 2.5]}", 0, 400, "prompt", NULL},
-    {"{\"prompt\": [\"a\", \"b\"]}", 0, 400, "prompt", "unsupported"},
+    {"{\"prompt\": [{\"a\": 1}, \"b\"]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [[\"a\"]]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [\"a\", []]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [1, \"a\"]}", 0, 400, "prompt", NULL},
+    {"{\"prompt\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"n\": 16}", 0,
+        400, "prompt", NULL},
+    {"{\"prompt\": \"x\", \"seed\": 18446744073709551616}", 0, 400, "seed",
+        NULL},
+    {"{\"prompt\": \"x\", \"min_tokens\": 2}", 0, 400, "min_tokens",
+        "unsupported"},
+    {"{\"prompt\": \"x\", \"stop_token_ids\": [1, -1]}", 0, 400,
+        "stop_token_ids", NULL},
+    {"{\"prompt\": \"x\", \"stop_token_ids\": 2}", 0, 400,
+        "stop_token_ids", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": \"9\"}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": -1}", 0, 400, "max_tokens", NULL},
     {"{\"prompt\": \"x\", \"max_tokens\": 0}", 0, 400, "max_tokens", NULL},
@@ -556,6 +609,80 @@ test_utf8(void **state)
 	}
 }
 
+/* Characters in valid UTF-8 s. */
+static int64_t
+count_chars(const char *s, size_t n)
+{
+	int64_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return k;
+}
+
+/*
+ * A text fed in pieces (split at every pair of places): each piece's
+ * whole part made valid, joined with the flushed rest, is the whole
+ * text made valid; every part is whole characters (valid as it is),
+ * and the characters counted are those of the whole.
+ */
+static void
+test_utf8_feed(void **state)
+{
+	static const char *const texts[] = {
+	    "\xe6\x9d\xb1\xe4\xba\xac\xe3\x80\x81", /* 東京、 */
+	    "\xd0\x9f\xd1\x80\xd0\xb8 \xf0\x9f\x8d\x95!",
+	    "a\xffz\xe2\x82\xc3\xa9\xf0\x9f\x98", /* bad, cut */
+	    "\xe0\x80\xaf\xed\xa0\x80\xf4\x90\x80\x80\xc2",
+	};
+	char out[64], part[64];
+	size_t n;
+
+	(void)state;
+	for (size_t t = 0; t < sizeof(texts) / sizeof(texts[0]); t++) {
+		size_t len = strlen(texts[t]);
+		char *want = medha_utf8_fix(texts[t], len, &n);
+		assert_non_null(want);
+		for (size_t a = 0; a <= len; a++)
+			for (size_t b = a; b <= len; b++) {
+				struct medha_utf8_acc acc = {0};
+				size_t cut[] = {0, a, b, len}, o = 0, w;
+				for (int k = 0; k < 3; k++) {
+					w = medha_utf8_feed(&acc, texts[t] + cut[k],
+					    cut[k + 1] - cut[k], part);
+					char *f = medha_utf8_fix(part, w, &w);
+					assert_non_null(f);
+					memcpy(out + o, f, w);
+					o += w;
+					free(f);
+					assert_true(acc.n >= 0 && acc.n <= 3);
+				}
+				w = medha_utf8_flush(&acc, part);
+				char *f = medha_utf8_fix(part, w, &w);
+				memcpy(out + o, f, w);
+				o += w;
+				free(f);
+				assert_int_equal(o, n);
+				assert_memory_equal(out, want, n);
+				assert_int_equal(acc.chars, count_chars(want, n));
+			}
+		free(want);
+	}
+	/* a piece is held only while it can still become a character */
+	{
+		struct medha_utf8_acc acc = {0};
+		assert_int_equal(medha_utf8_feed(&acc, "\xe6\x9d", 2, part), 0);
+		assert_int_equal(acc.n, 2);
+		assert_int_equal(medha_utf8_feed(&acc, "\xb1", 1, part), 3);
+		assert_memory_equal(part, "\xe6\x9d\xb1", 3);
+		assert_int_equal(acc.chars, 1);
+		/* E0 80 can never be whole: out at once, 2 characters */
+		assert_int_equal(medha_utf8_feed(&acc, "\xe0\x80", 2, part), 2);
+		assert_int_equal(acc.n, 0);
+		assert_int_equal(acc.chars, 3);
+	}
+}
+
 static void
 test_metrics(void **state)
 {
@@ -665,6 +792,7 @@ main(void)
 	    cmocka_unit_test(test_error_mapping),
 	    cmocka_unit_test(test_shapes),
 	    cmocka_unit_test(test_utf8),
+	    cmocka_unit_test(test_utf8_feed),
 	    cmocka_unit_test(test_metrics),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -243,6 +243,9 @@ example(int t, int full, struct medha_msg *m)
 		rs->n_stop = 2;
 		rs->stop[0] = ex_stop0;
 		rs->stop[1] = ex_stop1;
+		rs->n_stop_ids = 2;
+		rs->stop_ids[0] = 2;
+		rs->stop_ids[1] = INT32_MAX;
 		rs->ttft_slo = 0.5;
 		rs->tpot_slo = 0.05;
 		break;
@@ -408,6 +411,8 @@ test_roundtrip_values(void **state)
 	assert_int_equal(out.submit.no_stream, 1);
 	assert_int_equal(out.submit.n_stop, 2);
 	assert_string_equal(out.submit.stop[1], "END\xff");
+	assert_int_equal(out.submit.n_stop_ids, 2);
+	assert_int_equal(out.submit.stop_ids[1], INT32_MAX);
 	medha_msg_clear(&out);
 
 	/* the minimal request gets greedy sampling and zero times */
@@ -593,6 +598,9 @@ test_reject_submit(void **state)
 	reject(SUB("sssisAii", 3, "id", "q", "max_tokens", 1, "prompt_ids", 2,
 	           1, -1),
 	    "submit: request.prompt_ids[1]: not a token id");
+	reject(SUB("sssisisAii", 4, "id", "q", "max_tokens", 1,
+	           "prompt_tokens", 1, "stop_token_ids", 2, 1, -1),
+	    "submit: request.stop_token_ids[1]: not a token id");
 	reject(SUB("sssisAiisi", 4, "id", "q", "max_tokens", 1, "prompt_ids", 2,
 	           1, 2, "prompt_tokens", 3),
 	    "submit: request.prompt_tokens: 3 but prompt_ids has 2");

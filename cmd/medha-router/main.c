@@ -150,25 +150,32 @@ main(int argc, char *argv[])
 	}
 	if (optind < argc)
 		usage_fail(synopsis, "unexpected argument: %s", argv[optind]);
-	log_server(verbose);
 	if (c.listen == NULL || c.nreplicas == 0)
 		usage_fail(synopsis, "%s is required",
 		    c.listen == NULL ? "-l ADDR" : "at least one -r ADDR");
 	for (int i = 0; i < c.nreplicas; i++)
 		if (strcmp(reps[i], c.listen) == 0)
 			die(2, "%s: the router's own address", reps[i]);
-	link_auth();
-	catch_stop();
 	if (hc.listen == NULL && hc.model != NULL)
 		die(2, "-m MODEL needs --http");
-	if ((rc = medha_router_open(&r, &c, why, sizeof(why))) != 0)
+	link_auth();
+	/* the flags' errors above are said as every program says them
+	   (no time stamp); from here on the server's log */
+	log_server(verbose);
+	catch_stop();
+	if ((rc = medha_router_open(&r, &c, why, sizeof(why))) != 0) {
+		if (rc == MEDHA_EINVAL) /* a flag's: said as one */
+			medha_log_stamp = MEDHA_STAMP_NONE;
 		die(rc == MEDHA_EINVAL ? 2 : 1, "%s", why);
+	}
 	if (hc.listen != NULL) {
 		hc.upstream = HTTP_UPSTREAM;
 		hc.router = r;
 		if ((rc = medha_router_listen(r, HTTP_UPSTREAM, why,
 		         sizeof(why))) != 0 ||
 		    (rc = medha_http_open(&http, &hc, why, sizeof(why))) != 0) {
+			if (rc == MEDHA_EINVAL)
+				medha_log_stamp = MEDHA_STAMP_NONE;
 			medha_log(MEDHA_LOG_ERROR, "%s", why);
 			medha_router_close(r);
 			return rc == MEDHA_EINVAL ? 2 : 1;

@@ -243,7 +243,7 @@ poll_main(void *arg)
  * Wait until the scheduler at addr says it is ready (wait 0: until it
  * answers, ready or not, for up to 10 s); 0, or 1 after logging. What
  * it waits for is said every 5 s on a terminal, so that a wrong
- * address is not a silent minute.
+ * address is not a silent minute, nor one where nothing listens.
  */
 static int
 wait_ready(struct rp *p, const char *addr, double wait)
@@ -252,7 +252,7 @@ wait_ready(struct rp *p, const char *addr, double wait)
 	double t0 = medha_now(), until = t0 + (wait > 0 ? wait : 10);
 	double told = t0;
 	char why[256] = "";
-	int said = 0;
+	int said = 0, refused = 0;
 
 	for (;;) {
 		if (p->progress && medha_now() - told >= 5) {
@@ -276,6 +276,10 @@ wait_ready(struct rp *p, const char *addr, double wait)
 			if (ok)
 				return 0;
 			usleep(100000);
+		} else if (!medha_cli_connected(p->cli) &&
+		    medha_link_refused(addr, &refused, why, sizeof(why))) {
+			medha_log(MEDHA_LOG_ERROR, "%s", why);
+			return 1;
 		}
 		if (medha_now() > until) {
 			if (p->progress && told > t0)

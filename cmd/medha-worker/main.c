@@ -345,7 +345,8 @@ parse_args(struct args *a, int argc, char *argv[])
 			a->seed_set = 1;
 			break;
 		case OPT_TEMP:
-			a->sp.temp = flag_f64("--temp", optarg, 0, 100, 0);
+			a->sp.temp =
+			    flag_f64("--temp", optarg, 0, MEDHA_TEMP_MAX, 0);
 			break;
 		case OPT_TOKENIZE: a->tokenize = 1; break;
 		case OPT_TOKENS: a->as_ids = 1; break;

@@ -157,6 +157,28 @@ int medha_cli_wait(struct medha_cli *c, int ctx, void **rep, size_t *replen);
 int medha_cli_connected(const struct medha_cli *c);
 
 /*
+ * Whether anything listens at url (ipc:// or tcp://) now: one plain
+ * connect, at most a second, closed at once (no message is exchanged,
+ * so a server sees no peer). MEDHA_EPEER when it was refused (nothing
+ * listens, or no such ipc path), with why; 0 when a connection was made
+ * or it cannot tell (another scheme, a name that does not resolve, a
+ * timeout), for the dialer to keep trying.
+ */
+int medha_link_probe(const char *url, char *why, size_t whylen);
+
+/*
+ * For a client that has no connection yet, once a second: probe url and
+ * count its refusals in a row in *n (a connection or "cannot tell"
+ * resets it). 1 (why set) once they are MEDHA_LINK_REFUSALS_IPC for
+ * ipc (a server started beside the client has made its socket by then),
+ * MEDHA_LINK_REFUSALS_TCP for tcp (a port may be slower to open, or on
+ * another host); else 0.
+ */
+#define MEDHA_LINK_REFUSALS_IPC 2
+#define MEDHA_LINK_REFUSALS_TCP 5
+int medha_link_refused(const char *url, int *n, char *why, size_t whylen);
+
+/*
  * Connections to the server lost so far. A server forgets what a
  * connection asked for when it closes (medha-sched cancels a client's
  * requests), so a change between two readings means that what was

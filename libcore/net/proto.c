@@ -363,6 +363,13 @@ check_reqspec(struct chk *c, const struct medha_reqspec *rs)
 	if (rs->n_stop < 0 || rs->n_stop > MEDHA_STOP_MAX)
 		return FAIL(c, "request.stop", "more than %d strings",
 		    MEDHA_STOP_MAX);
+	if (rs->n_stop_ids < 0 || rs->n_stop_ids > MEDHA_STOP_IDS_MAX)
+		return FAIL(c, "request.stop_token_ids", "more than %d ids",
+		    MEDHA_STOP_IDS_MAX);
+	for (int i = 0; i < rs->n_stop_ids; i++)
+		if (rs->stop_ids[i] < 0)
+			return FAIL(c, "request.stop_token_ids",
+			    "each must be an id in [0, 2147483647]");
 	for (int i = 0; i < rs->n_stop; i++)
 		if (rs->stop[i] == NULL || rs->stop[i][0] == '\0' ||
 		    strnlen(rs->stop[i], MEDHA_STOP_LEN + 1) > MEDHA_STOP_LEN)
@@ -753,7 +760,10 @@ reqspec_eq(const struct medha_reqspec *a, const struct medha_reqspec *b)
 	            b->prompt_tokens)) ||
 	    !sampling_eq(&a->sampling, &b->sampling) ||
 	    !a->ignore_eos != !b->ignore_eos || !a->no_stream != !b->no_stream ||
-	    a->n_stop != b->n_stop)
+	    a->n_stop != b->n_stop || a->n_stop_ids != b->n_stop_ids ||
+	    (a->n_stop_ids > 0 &&
+	        memcmp(a->stop_ids, b->stop_ids,
+	            (size_t)a->n_stop_ids * sizeof(*a->stop_ids)) != 0))
 		return 0;
 	for (int i = 0; i < a->n_stop; i++)
 		if (!str_eq(a->stop[i], b->stop[i]))

@@ -35,13 +35,14 @@ enum {
 	RQ_MIN_P,
 	RQ_LOGPROBS,
 	RQ_TOP_LOGPROBS,
+	RQ_STOP_IDS,
 	RQ_N
 };
 static const char *const rq_keys[RQ_N] = {"id", "arrival", "prompt",
     "prompt_ids", "prompt_tokens", "max_tokens", "temperature", "top_k",
     "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
-    "logprobs", "top_logprobs"};
+    "logprobs", "top_logprobs", "stop_token_ids"};
 
 static int
 dec_stop(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
@@ -164,6 +165,20 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
 	             &rs->ignore_eos)) != 0) ||
 	    (v[RQ_STOP] != NULL && (rc = dec_stop(d, v[RQ_STOP], rs)) != 0))
 		return rc;
+	if (v[RQ_STOP_IDS] != NULL) {
+		int32_t *ids = NULL;
+		int64_t k = 0;
+		if ((rc = dec_get_ids(d, v[RQ_STOP_IDS],
+		         "request.stop_token_ids", 0, MEDHA_STOP_IDS_MAX, &ids,
+		         &k)) != 0) {
+			free(ids);
+			return rc;
+		}
+		if (k > 0)
+			memcpy(rs->stop_ids, ids, (size_t)k * sizeof(*ids));
+		rs->n_stop_ids = (int)k;
+		free(ids);
+	}
 	if (v[RQ_STREAM] != NULL) {
 		int stream = 1;
 		if ((rc = dec_get_bool(d, v[RQ_STREAM], "request.stream",

@@ -129,6 +129,7 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	    (sp->repetition_penalty != 0) + (sp->min_p != 0);
 	n += (sp->logprobs != 0) + (sp->top_logprobs != 0);
 	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
+	n += rs->n_stop_ids > 0;
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
 	put_name(e, "id");
@@ -197,6 +198,10 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 		put_arr(e, (size_t)rs->n_stop);
 		for (int i = 0; i < rs->n_stop; i++)
 			put_text(e, rs->stop[i], strlen(rs->stop[i]));
+	}
+	if (rs->n_stop_ids > 0) {
+		put_name(e, "stop_token_ids");
+		put_ids(e, rs->stop_ids, rs->n_stop_ids);
 	}
 	if (rs->ttft_slo != 0) {
 		put_name(e, "ttft_slo");

@@ -118,7 +118,8 @@ rx_cb(void *arg)
 	pthread_mutex_lock(&h->mu);
 	if (rc == 0 && r->haio != NULL && !h->quit) {
 		snprintf(r->q.spec.id, sizeof(r->q.spec.id), "%s", r->id);
-		r->nch = r->q.n > 1 ? r->q.n : 1;
+		r->nch = (r->q.n > 1 ? r->q.n : 1) *
+		    (r->q.n_prompts > 0 ? r->q.n_prompts : 1);
 		if (!r->q.seed_set)
 			r->q.spec.sampling.seed =
 			    http_mix(h->seq++ ^ (uint64_t)(medha_now() * 1e9));
@@ -407,7 +408,9 @@ on_http(nng_aio *aio)
 	    nng_http_req_get_header(req, "Transfer-Encoding") != NULL;
 	char path[128];
 	size_t n = strcspn(uri, "?#");
-	int get = strcmp(meth, "GET") == 0, post = strcmp(meth, "POST") == 0;
+	/* HEAD is GET without the body (nng's server leaves it out) */
+	int get = strcmp(meth, "GET") == 0 || strcmp(meth, "HEAD") == 0;
+	int post = strcmp(meth, "POST") == 0;
 
 	if (n >= sizeof(path)) {
 		error_now(h, aio, 404, "invalid_request_error", "not_found",
@@ -473,6 +476,20 @@ open_model(struct medha_http *h, const char *path, char *why, size_t whylen)
 	return rc;
 }
 
+/* open_model, its why naming the file ("No such file or directory"
+ * alone did not say which) */
+static int
+open_model_said(struct medha_http *h, const char *path, char *why,
+    size_t whylen)
+{
+	char w[256];
+	int rc = open_model(h, path, w, sizeof(w));
+
+	if (rc != 0)
+		snprintf(why, whylen, "%s: %s", path, w);
+	return rc;
+}
+
 int
 medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
     char *why, size_t whylen)
@@ -498,7 +515,7 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
 	if (c->model != NULL &&
-	    (rc = open_model(h, c->model, why, whylen)) != 0) {
+	    (rc = open_model_said(h, c->model, why, whylen)) != 0) {
 		medha_http_close(h);
 		return rc;
 	}

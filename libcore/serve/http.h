@@ -138,10 +138,25 @@ struct medha_oai_req {
 	                              the template's output) or prompt_ids,
 	                              max_tokens, sampling, stop, ignore_eos;
 	                              owned */
+	/* /v1/completions' list of prompts (an array of strings or of
+	   token id arrays, as OpenAI and vLLM take): n choices each, choice
+	   p * n + j prompt p's; spec then holds no prompt. 0: one prompt,
+	   spec's */
+	int n_prompts;
+	struct medha_oai_prompt *prompts; /* owned (n_prompts) */
+};
+
+/* One prompt of a list: a text or token ids. */
+struct medha_oai_prompt {
+	char *text;   /* owned, or NULL */
+	int32_t *ids; /* owned (n_ids), or NULL */
+	int64_t n_ids;
 };
 
 /* Most choices ("n") a request may ask for: each is a request upstream. */
 #define MEDHA_OAI_MAX_N 16
+/* Most choices of all its prompts together (prompts times n). */
+#define MEDHA_OAI_MAX_CHOICES 64
 
 /* Largest max_tokens accepted. */
 #define MEDHA_OAI_MAX_TOKENS (1 << 24)
@@ -159,6 +174,29 @@ int medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len,
     int chat, const struct medha_tok *tok, struct medha_oai_error *e);
 void medha_oai_req_clear(struct medha_oai_req *q);
 
+/*
+ * A text arriving in pieces, as characters: those whole so far (as
+ * medha_utf8_fix makes them: a bad byte is one U+FFFD) and the bytes, at
+ * most 3, of one not yet whole. All zero is empty.
+ */
+struct medha_utf8_acc {
+	int64_t chars;
+	char b[4];
+	int n;
+};
+
+/*
+ * Append n bytes of s to a's held ones: into out (the caller's, n + 3
+ * bytes at least) the bytes that end at a whole character, their
+ * number returned (medha_utf8_fix of the pieces, joined, is that of the
+ * whole text); a keeps the rest.
+ */
+size_t medha_utf8_feed(struct medha_utf8_acc *a, const char *s, size_t n,
+    char *out);
+/* The text's end: the held bytes into out (3 bytes), their number
+ * returned; each counts as one U+FFFD. */
+size_t medha_utf8_flush(struct medha_utf8_acc *a, char *out);
+
 /* What every response of one request shares. */
 struct medha_oai_head {
 	const char *id;    /* "cmpl-..." or "chatcmpl-..." */
@@ -173,7 +211,8 @@ struct medha_oai_head {
 	const struct medha_token_lp *lps;
 	int64_t n_lps;
 	const struct medha_tok *tok;
-	int64_t *text_off; /* completions' text_offset so far, or NULL */
+	struct medha_utf8_acc *text_off; /* completions' text_offset so
+	                                    far, or NULL (from 0) */
 	int index;         /* a chunk's choice */
 };
 

@@ -161,6 +161,73 @@ medha_utf8_fix(const char *s, size_t len, size_t *outlen)
 	return out;
 }
 
+/* Whether the m bytes at u begin a character that more bytes could make
+ * whole (a lead byte alone always can; with more, they decide). */
+static int
+utf8_viable(const char *u, size_t m)
+{
+	unsigned char c = (unsigned char)u[0];
+	size_t k = c >= 0xc2 && c <= 0xdf ? 2
+	         : c >= 0xe0 && c <= 0xef ? 3
+	         : c >= 0xf0 && c <= 0xf4 ? 4
+	                                  : 0;
+	char t[4];
+
+	if (k == 0 || m >= k)
+		return 0;
+	if (m == 1)
+		return 1;
+	memcpy(t, u, m);
+	memset(t + m, 0x80, k - m); /* the rest only sets low bits */
+	return medha_utf8_len(t, k) == k;
+}
+
+/*
+ * The bytes of s that medha_utf8_fix would turn into characters now,
+ * decoding from the start as it does (a bad byte is one U+FFFD); the
+ * rest, at most 3 bytes, begin a character not yet whole. *chars counts
+ * the characters.
+ */
+static size_t
+utf8_whole(const char *s, size_t n, int64_t *chars)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		size_t k = medha_utf8_len(s + i, n - i);
+		if (k == 0 && utf8_viable(s + i, n - i))
+			break;
+		i += k > 0 ? k : 1;
+		(*chars)++;
+	}
+	return i;
+}
+
+size_t
+medha_utf8_feed(struct medha_utf8_acc *a, const char *s, size_t n, char *out)
+{
+	size_t len = (size_t)a->n + n, w;
+
+	memcpy(out, a->b, (size_t)a->n);
+	if (n > 0)
+		memcpy(out + a->n, s, n);
+	w = utf8_whole(out, len, &a->chars);
+	a->n = (int)(len - w); /* < 4: a viable start is shorter than 4 */
+	memcpy(a->b, out + w, (size_t)a->n);
+	return w;
+}
+
+size_t
+medha_utf8_flush(struct medha_utf8_acc *a, char *out)
+{
+	size_t n = (size_t)a->n;
+
+	memcpy(out, a->b, n);
+	a->chars += a->n; /* each byte one U+FFFD */
+	a->n = 0;
+	return n;
+}
+
 
 /* ---- responses ---- */
 
@@ -183,19 +250,36 @@ finish_str(int finish)
 	return finish == MEDHA_FINISH_LENGTH ? "length" : "stop";
 }
 
-/* A token's text (its bytes, maybe not whole UTF-8: *raw, *rawlen) as
- * a valid string; "token_id:N" without a tokenizer. */
+/*
+ * A token's name (its bytes in *raw, *rawlen): its text where the bytes
+ * are whole UTF-8 characters, else OpenAI's "bytes:\xe6\x9d" (each
+ * byte as \x and two hex digits); "token_id:N" without a tokenizer.
+ * malloc'd.
+ */
 static char *
 token_text(const struct medha_tok *tok, int32_t id, char *raw, size_t rawsz,
     size_t *rawlen)
 {
+	size_t i = 0, k;
+	char *t;
+
 	*rawlen = 0;
 	if (tok == NULL ||
 	    medha_tok_decode(tok, &id, 1, 0, raw, rawsz, rawlen) != 0) {
 		snprintf(raw, rawsz, "token_id:%d", id);
 		*rawlen = strlen(raw);
 	}
-	return medha_utf8_fix(raw, *rawlen, NULL);
+	while (i < *rawlen && (k = medha_utf8_len(raw + i, *rawlen - i)) > 0)
+		i += k;
+	if (i == *rawlen)
+		return medha_utf8_fix(raw, *rawlen, NULL);
+	if ((t = malloc(6 + 4 * *rawlen + 1)) == NULL)
+		return NULL;
+	memcpy(t, "bytes:", 6);
+	for (i = 0; i < *rawlen; i++)
+		snprintf(t + 6 + 4 * i, 5, "\\x%02x", (unsigned char)raw[i]);
+	t[6 + 4 * *rawlen] = '\0';
+	return t;
 }
 
 static json_t *
@@ -218,12 +302,14 @@ logprobs_obj(const struct medha_oai_head *hd, const int32_t *ids,
     const struct medha_token_lp *lps, int64_t n)
 {
 	json_t *content, *tokens, *tlp, *top, *off;
-	char raw[256];
+	char raw[256], whole[256 + 4];
 	size_t rl;
-	int64_t at = hd->text_off != NULL ? *hd->text_off : 0;
+	struct medha_utf8_acc at0 = {0}, *at = hd->text_off;
 
 	if (lps == NULL || ids == NULL)
 		return json_null();
+	if (at == NULL)
+		at = &at0;
 	content = json_array(), tokens = json_array(), tlp = json_array();
 	top = json_array(), off = json_array();
 	for (int64_t i = 0; i < n; i++) {
@@ -257,13 +343,14 @@ logprobs_obj(const struct medha_oai_head *hd, const int32_t *ids,
 			json_array_append_new(tokens, json_string(t));
 			json_array_append_new(tlp, json_real(lps[i].logprob));
 			json_array_append_new(top, tops);
-			json_array_append_new(off, json_integer(at));
+			/* the character (of the text made valid) where
+			   its first byte is: a token that ends inside
+			   one gives the next token the same offset */
+			json_array_append_new(off, json_integer(at->chars));
 		}
-		at += (int64_t)rl;
+		medha_utf8_feed(at, raw, rl, whole);
 		free(t);
 	}
-	if (hd->text_off != NULL)
-		*hd->text_off = at;
 	if (hd->chat) {
 		json_decref(tokens), json_decref(tlp), json_decref(top);
 		json_decref(off);
@@ -282,7 +369,7 @@ choice_obj(const struct medha_oai_head *hd, int i, const char *text,
 	size_t n;
 	char *t = medha_utf8_fix(text != NULL ? text : "", text ? len : 0, &n);
 	json_t *choice;
-	int64_t off = 0;
+	struct medha_utf8_acc off = {0};
 	struct medha_oai_head h1 = *hd;
 
 	if (t == NULL)

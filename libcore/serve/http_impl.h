@@ -59,7 +59,11 @@ struct hreq {
 	   completions' text_offset is */
 	const int32_t *cur_ids;
 	const struct medha_token_lp *cur_lps;
-	int64_t cur_n, lp_off[MEDHA_OAI_MAX_N];
+	int64_t cur_n;
+	struct medha_utf8_acc lp_off[MEDHA_OAI_MAX_CHOICES];
+	/* each choice's streamed text: the bytes of a character not yet
+	   whole wait for the rest (a chunk is whole characters) */
+	struct medha_utf8_acc hold[MEDHA_OAI_MAX_CHOICES];
 	int cur_idx; /* the choice of the chunk being sent */
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
@@ -70,15 +74,16 @@ struct hreq {
 	char rxbuf[256];
 	int up;          /* U_*: U_LIVE from the first choice accepted to
 	                    the last one's record */
-	/* choices: q.n requests upstream, one prompt (the prefix cache
-	   computes its KV once), seeds seed + i where a seed is given */
+	/* choices: q.n requests upstream for each prompt (the prefix
+	   cache computes its KV once), choice i prompt i / q.n's with seed
+	   seed + i % q.n where a seed is given */
 	int nch;                   /* asked for */
 	int nup;                   /* accepted, handles[0..nup) */
 	int nend;                  /* of those, ended (their record came) */
 	int submitting;            /* the sender is submitting the rest */
 	int failed;                /* one failed: the others are cancelled */
-	uint64_t handles[MEDHA_OAI_MAX_N]; /* the router's */
-	struct medha_record *recs[MEDHA_OAI_MAX_N]; /* ended, kept until the
+	uint64_t handles[MEDHA_OAI_MAX_CHOICES]; /* the router's */
+	struct medha_record *recs[MEDHA_OAI_MAX_CHOICES]; /* ended, kept until the
 	                                               last (whole answers) */
 	int gone;        /* its client went away */
 	int ended;       /* a stream's last bytes are queued */

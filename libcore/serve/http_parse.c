@@ -10,6 +10,7 @@
  */
 #include "serve/http.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -109,6 +110,37 @@ dup_text(json_t *v, const char *param, char **out, struct medha_oai_error *e)
 	return 0;
 }
 
+/* vLLM's stop_token_ids: ids that end the output as EOS does. */
+static int
+parse_stop_ids(json_t *o, struct medha_reqspec *rs, struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, "stop_token_ids");
+	size_t n;
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_array(v))
+		return BAD(e, "stop_token_ids",
+		    "stop_token_ids: expected an array of token ids, got %s",
+		    jtype(v));
+	if ((n = json_array_size(v)) > MEDHA_STOP_IDS_MAX)
+		return BAD(e, "stop_token_ids",
+		    "stop_token_ids: at most %d ids, got %zu",
+		    MEDHA_STOP_IDS_MAX, n);
+	for (size_t i = 0; i < n; i++) {
+		json_t *t = json_array_get(v, i);
+		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+		    json_integer_value(t) > INT32_MAX)
+			return BAD(e, "stop_token_ids",
+			    "stop_token_ids[%zu]: not a token id (an integer "
+			    "in [0, 2147483647])",
+			    i);
+		rs->stop_ids[i] = (int32_t)json_integer_value(t);
+	}
+	rs->n_stop_ids = (int)n;
+	return 0;
+}
+
 static int
 parse_stop(json_t *o, struct medha_reqspec *rs, struct medha_oai_error *e)
 {
@@ -149,33 +181,17 @@ parse_stop(json_t *o, struct medha_reqspec *rs, struct medha_oai_error *e)
 	return 0;
 }
 
-/* The prompt of /v1/completions: a string, [string], or token ids. */
+/* A prompt's token ids: an array of integers in [0, INT32_MAX]; what
+ * names it in a message ("prompt", "prompt[2]"). */
 static int
-parse_prompt(json_t *o, struct medha_reqspec *rs, struct medha_oai_error *e)
+prompt_ids(json_t *v, const char *what, int32_t **ids, int64_t *nids,
+    struct medha_oai_error *e)
 {
-	json_t *v = json_object_get(o, "prompt");
-	size_t n;
+	size_t n = json_array_size(v);
 
-	if (v == NULL || json_is_null(v))
-		return BAD(e, "prompt", "prompt: required");
-	if (json_is_array(v) && json_array_size(v) == 1 &&
-	    json_is_string(json_array_get(v, 0)))
-		v = json_array_get(v, 0);
-	if (json_is_string(v))
-		return dup_text(v, "prompt", &rs->prompt, e);
-	if (!json_is_array(v))
-		return BAD(e, "prompt",
-		    "prompt: expected a string or an array of token ids, got "
-		    "%s",
-		    jtype(v));
-	if ((n = json_array_size(v)) == 0)
-		return BAD(e, "prompt", "prompt: empty");
-	if (!json_is_integer(json_array_get(v, 0)))
-		return UNSUP(e, "prompt",
-		    "prompt: only one prompt per request (a string or an "
-		    "array of token ids) is supported");
-	if ((rs->prompt_ids = medha_reallocarray(NULL, n,
-	         sizeof(*rs->prompt_ids))) == NULL)
+	if (n == 0)
+		return BAD(e, "prompt", "%s: empty", what);
+	if ((*ids = medha_reallocarray(NULL, n, sizeof(**ids))) == NULL)
 		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
 		    "out of memory");
 	for (size_t i = 0; i < n; i++) {
@@ -183,12 +199,70 @@ parse_prompt(json_t *o, struct medha_reqspec *rs, struct medha_oai_error *e)
 		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
 		    json_integer_value(t) > INT32_MAX)
 			return BAD(e, "prompt",
-			    "prompt[%zu]: not a token id (an integer in [0, "
+			    "%s[%zu]: not a token id (an integer in [0, "
 			    "2147483647])",
-			    i);
-		rs->prompt_ids[i] = (int32_t)json_integer_value(t);
+			    what, i);
+		(*ids)[i] = (int32_t)json_integer_value(t);
 	}
-	rs->prompt_tokens = (int64_t)n;
+	*nids = (int64_t)n;
+	return 0;
+}
+
+/*
+ * The prompt of /v1/completions: a string or token ids, or a list of
+ * them (strings, or arrays of token ids), each prompt n choices.
+ */
+static int
+parse_prompt(json_t *o, struct medha_oai_req *q, struct medha_oai_error *e)
+{
+	struct medha_reqspec *rs = &q->spec;
+	json_t *v = json_object_get(o, "prompt");
+	size_t n;
+	int n1 = q->n > 1 ? q->n : 1, rc;
+
+	if (v == NULL || json_is_null(v))
+		return BAD(e, "prompt", "prompt: required");
+	if (json_is_array(v) && json_array_size(v) == 1 &&
+	    json_is_string(json_array_get(v, 0)))
+		v = json_array_get(v, 0); /* a list of one text */
+	if (json_is_string(v))
+		return dup_text(v, "prompt", &rs->prompt, e);
+	if (!json_is_array(v))
+		return BAD(e, "prompt",
+		    "prompt: expected a string, an array of token ids or a "
+		    "list of either, got %s",
+		    jtype(v));
+	if ((n = json_array_size(v)) == 0)
+		return BAD(e, "prompt", "prompt: empty");
+	if (json_is_integer(json_array_get(v, 0)))
+		return prompt_ids(v, "prompt", &rs->prompt_ids,
+		    &rs->prompt_tokens, e);
+	if (n > (size_t)(MEDHA_OAI_MAX_CHOICES / n1))
+		return BAD(e, "prompt",
+		    "prompt: %zu prompts of %d choices each, at most %d "
+		    "choices in all",
+		    n, n1, MEDHA_OAI_MAX_CHOICES);
+	if ((q->prompts = medha_calloc(n, sizeof(*q->prompts))) == NULL)
+		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+	q->n_prompts = (int)n;
+	for (size_t i = 0; i < n; i++) {
+		json_t *x = json_array_get(v, i);
+		char what[32];
+		snprintf(what, sizeof(what), "prompt[%zu]", i);
+		if (json_is_string(x))
+			rc = dup_text(x, "prompt", &q->prompts[i].text, e);
+		else if (json_is_array(x))
+			rc = prompt_ids(x, what, &q->prompts[i].ids,
+			    &q->prompts[i].n_ids, e);
+		else
+			rc = BAD(e, "prompt",
+			    "%s: expected a string or an array of token ids, "
+			    "got %s",
+			    what, jtype(x));
+		if (rc != 0)
+			return rc;
+	}
 	return 0;
 }
 
@@ -363,6 +437,15 @@ unsupported(json_t *o, int chat, struct medha_oai_req *q,
 	if (get_int(o, "n", 1, MEDHA_OAI_MAX_N, &n, NULL, e) != 0)
 		return e->status;
 	q->n = (int)n;
+	/* vLLM's min_tokens: 0, its default, asks for nothing; more would
+	 * need the sampler to keep the end-of-generation token out */
+	n = 0;
+	if (get_int(o, "min_tokens", 0, MEDHA_OAI_MAX_TOKENS, &n, NULL, e) !=
+	    0)
+		return e->status;
+	if (n != 0)
+		return UNSUP(e, "min_tokens",
+		    "min_tokens: only 0 is supported (use ignore_eos)");
 	n = 1;
 	if (get_int(o, "best_of", 1, INT32_MAX, &n, NULL, e) != 0)
 		return e->status;
@@ -450,16 +533,88 @@ sampling_extras(json_t *o, struct medha_sampler_params *sp,
 	return 0;
 }
 
+/*
+ * A seed past INT64_MAX, up to 2^64 - 1 (OpenAI's seed is any integer;
+ * vLLM's reach 2^63 - 1): jansson holds integers as long long and calls
+ * a larger one bad JSON. The body's top-level "seed" is found here;
+ * when its digits are such a number they are read into *seed (*big set)
+ * and blanked to "0" in *copy (malloc'd, the caller's: the body to give
+ * jansson; NULL when the body needs no change). 0, or 400 for a seed
+ * past 2^64 - 1 (e set).
+ */
+static int
+big_seed(const char *b, size_t len, char **copy, uint64_t *seed, int *big,
+    struct medha_oai_error *e)
+{
+	int depth = 0;
+	size_t i = 0;
+
+	*copy = NULL;
+	*big = 0;
+	while (i < len) {
+		char c = b[i];
+		if (c == '"') {
+			size_t at = ++i, j;
+			while (i < len && b[i] != '"')
+				i += b[i] == '\\' ? 2 : 1;
+			if (i >= len)
+				return 0; /* jansson says why */
+			j = ++i;
+			while (j < len && strchr(" \t\r\n", b[j]) != NULL)
+				j++;
+			if (depth != 1 || j >= len || b[j] != ':' ||
+			    i - at - 1 != 4 || memcmp(b + at, "seed", 4) != 0)
+				continue;
+			j++;
+			while (j < len && strchr(" \t\r\n", b[j]) != NULL)
+				j++;
+			size_t d0 = j;
+			while (j < len && b[j] >= '0' && b[j] <= '9')
+				j++;
+			if (j - d0 < 19 || (j < len && strchr(".eE", b[j])) ||
+			    b[d0] == '0')
+				continue; /* jansson's, or not a number */
+			char digits[32];
+			if (j - d0 < sizeof(digits)) {
+				memcpy(digits, b + d0, j - d0);
+				digits[j - d0] = '\0';
+			}
+			errno = 0;
+			unsigned long long v = j - d0 < sizeof(digits)
+			    ? strtoull(digits, NULL, 10) : 0;
+			if (j - d0 >= sizeof(digits) || errno == ERANGE)
+				return BAD(e, "seed",
+				    "seed: at most 18446744073709551615");
+			if (v <= INT64_MAX)
+				continue;
+			if ((*copy = malloc(len)) == NULL)
+				return medha_oai_error_set(e, 500,
+				    "server_error", NULL, NULL,
+				    "out of memory");
+			memcpy(*copy, b, len);
+			memset(*copy + d0, ' ', j - d0);
+			(*copy)[d0] = '0';
+			*seed = v;
+			*big = 1;
+			return 0;
+		}
+		depth += c == '{' || c == '[';
+		depth -= c == '}' || c == ']';
+		i++;
+	}
+	return 0;
+}
+
 static const char *const known_completion[] = {"model", "prompt", "max_tokens",
     "temperature", "top_p", "seed", "stop", "stream", "stream_options", "top_k",
     "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix",
     "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
-    "logit_bias", "user", NULL};
+    "logit_bias", "user", "stop_token_ids", "min_tokens", NULL};
 static const char *const known_chat[] = {"model", "messages", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "seed", "stop", "stream",
     "stream_options", "top_k", "ignore_eos", "n", "logprobs", "top_logprobs",
     "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
-    "logit_bias", "user", "tools",
+    "logit_bias", "user", "stop_token_ids", "min_tokens", "tools",
     "tool_choice", "parallel_tool_calls", "response_format", "metadata",
     "store", "service_tier", NULL};
 
@@ -471,16 +626,22 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 	json_error_t jerr;
 	json_t *o, *v;
 	const char *key;
+	char *copy;
+	uint64_t seed = 0;
 	double d;
 	int64_t n;
-	int rc;
+	int rc, big;
 
 	memset(q, 0, sizeof(*q));
 	q->chat = chat;
+	if ((rc = big_seed(body, len, &copy, &seed, &big, e)) != 0)
+		return rc;
 	/* a key given twice is refused, as the wire protocol and traces
 	   do: with the last taken, "max_tokens": 2, "max_tokens": 1000000
 	   ran as a million where a proxy checked the first */
-	o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	o = json_loadb(copy != NULL ? copy : body, len,
+	    JSON_REJECT_DUPLICATES, &jerr);
+	free(copy);
 	if (o == NULL)
 		return BAD(e, NULL,
 		    "We could not parse the JSON body of your request: %s "
@@ -533,7 +694,7 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 		q->max_tokens_set |= set;
 	}
 	d = rs->sampling.temp;
-	if ((rc = get_num(o, "temperature", 0, 2, &d, e)) != 0)
+	if ((rc = get_num(o, "temperature", 0, MEDHA_TEMP_MAX, &d, e)) != 0)
 		goto fail;
 	rs->sampling.temp = (float)d;
 	d = rs->sampling.top_p;
@@ -556,7 +717,8 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 			    jtype(v));
 			goto fail;
 		}
-		rs->sampling.seed = (uint64_t)json_integer_value(v);
+		rs->sampling.seed = big ? seed
+		                        : (uint64_t)json_integer_value(v);
 		q->seed_set = 1;
 	}
 	if ((rc = get_bool(o, "ignore_eos", &rs->ignore_eos, e)) != 0 ||
@@ -580,9 +742,10 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 		    0)
 			goto fail;
 	}
-	if ((rc = parse_stop(o, rs, e)) != 0)
+	if ((rc = parse_stop(o, rs, e)) != 0 ||
+	    (rc = parse_stop_ids(o, rs, e)) != 0)
 		goto fail;
-	rc = chat ? parse_messages(o, tok, rs, e) : parse_prompt(o, rs, e);
+	rc = chat ? parse_messages(o, tok, rs, e) : parse_prompt(o, q, e);
 	if (rc != 0)
 		goto fail;
 	json_decref(o);
@@ -596,6 +759,11 @@ fail:
 void
 medha_oai_req_clear(struct medha_oai_req *q)
 {
+	for (int i = 0; i < q->n_prompts; i++) {
+		free(q->prompts[i].text);
+		free(q->prompts[i].ids);
+	}
+	free(q->prompts);
 	medha_reqspec_clear(&q->spec);
 	memset(q, 0, sizeof(*q));
 }

@@ -43,9 +43,9 @@ count_code(struct medha_http *h, int code)
 }
 
 /*
- * -v: the access line of a reply, from its request (nng's handler aio's
- * input); a completion answered 200 has its own, with its tokens
- * (http_up.c).
+ * The access line of a reply (info), from its request (nng's handler
+ * aio's input); a completion answered 200 has its own, with its tokens
+ * (http_up.c). nng's server does not tell the client's address.
  */
 static void
 access_line(nng_aio *aio, int status)
@@ -53,13 +53,13 @@ access_line(nng_aio *aio, int status)
 	nng_http_req *req;
 	const char *uri;
 
-	if (medha_log_level < MEDHA_LOG_DEBUG ||
+	if (medha_log_level < MEDHA_LOG_INFO ||
 	    (req = nng_aio_get_input(aio, 0)) == NULL)
 		return;
 	uri = nng_http_req_get_uri(req);
 	if (status == 200 && strstr(uri, "completions") != NULL)
 		return;
-	medha_log(MEDHA_LOG_DEBUG, "http: %.16s %.200s %d",
+	medha_log(MEDHA_LOG_INFO, "http: %.16s %.200s %d",
 	    nng_http_req_get_method(req), uri, status);
 }
 
@@ -172,7 +172,7 @@ http_req_free(struct medha_http *h, struct hreq *r)
 	if (r->hijacked)
 		h->st.streams--;
 	pthread_mutex_unlock(&h->mu);
-	for (int i = 0; i < MEDHA_OAI_MAX_N; i++)
+	for (int i = 0; i < MEDHA_OAI_MAX_CHOICES; i++)
 		if (r->recs[i] != NULL) {
 			medha_record_clear(r->recs[i]);
 			free(r->recs[i]);

@@ -29,8 +29,26 @@ choice_of(const struct hreq *r, uint64_t handle)
 }
 
 /*
+ * The access line of a completion answered 200 (mu held): u's tokens,
+ * how it ended (ok, or the reason of a stream that failed after its
+ * headers), the time since it came. A refusal's is the reply's own
+ * (http_reply_allow).
+ */
+static void
+access_done(const struct hreq *r, const struct medha_record *u,
+    const char *how)
+{
+	medha_log(MEDHA_LOG_INFO,
+	    "http: POST %s 200 %s, %lld tokens in, %lld out, %s, %.3f s%s",
+	    r->q.chat ? "/v1/chat/completions" : "/v1/completions", r->id,
+	    u != NULL ? (long long)u->prompt_tokens : 0LL,
+	    u != NULL ? (long long)u->output_tokens : 0LL, how,
+	    medha_now() - r->t0, r->q.stream ? ", streamed" : "");
+}
+
+/*
  * r failed (mu held): e answers it, as an error reply or, after a
- * stream's headers, OpenAI's error event; its other choices are
+ * stream's headers, OpenAI's error event and "data: [DONE]"; its other choices are
  * cancelled and their records only counted.
  */
 static void
@@ -49,6 +67,7 @@ fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
 		r->haio = NULL;
 	} else if (r->hijacked) { /* OpenAI's error event */
 		size_t n = 0;
+		access_done(r, NULL, e->message);
 		char *js = medha_oai_error_json(e, &n), *s;
 		if (js != NULL && (s = malloc(n + 9)) != NULL) {
 			memcpy(s, "data: ", 6);
@@ -58,6 +77,8 @@ fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
 			free(s);
 		}
 		free(js);
+		/* and the stream's end, as vLLM sends it after an error */
+		http_emit(h, r, "data: [DONE]\n\n", 14);
 		http_emit_end(r);
 	}
 }
@@ -67,15 +88,23 @@ static void
 finish(struct medha_http *h, struct hreq *r)
 {
 	struct medha_record u = *r->recs[0]; /* counts only */
+	int n1 = r->q.n > 1 ? r->q.n : 1;
 
-	/* the prompt counted once; its cached tokens those every choice
-	   found (the first computed them, the others forked) */
-	u.output_tokens = 0;
-	for (int i = 0; i < r->nch; i++) {
-		u.output_tokens += r->recs[i]->output_tokens;
-		if (r->recs[i]->cached_tokens < u.cached_tokens)
-			u.cached_tokens = r->recs[i]->cached_tokens;
+	/* each prompt counted once; its cached tokens those every choice
+	   of it found (the first computed them, the others forked) */
+	u.output_tokens = u.prompt_tokens = u.cached_tokens = 0;
+	for (int p = 0; p < r->nch; p += n1) {
+		int64_t cached = r->recs[p]->cached_tokens;
+		u.prompt_tokens += r->recs[p]->prompt_tokens;
+		for (int i = p; i < p + n1; i++) {
+			u.output_tokens += r->recs[i]->output_tokens;
+			if (r->recs[i]->cached_tokens < cached)
+				cached = r->recs[i]->cached_tokens;
+		}
+		u.cached_tokens += cached;
 	}
+	if (r->hijacked || r->haio != NULL)
+		access_done(r, &u, "ok");
 	if (r->q.stream && (r->hijacked || r->haio != NULL)) {
 		if (!r->hijacked)
 			http_stream_start(h, r);
@@ -109,17 +138,6 @@ on_record(struct medha_http *h, struct hreq *r, int i,
 	medha_map_del(&h->live, r->handles[i]);
 	if (!r->submitting && r->nend == r->nup)
 		r->up = U_DONE;
-	/* the access line of a completion served (a refusal's is the
-	 * reply's own, http_reply_allow); a stream's status was 200 */
-	if (!r->gone && (rec->status == MEDHA_STATUS_OK || r->hijacked))
-		medha_log(MEDHA_LOG_DEBUG,
-		    "http: POST %s 200 %s/%d, %lld tokens in, %lld out, %s, "
-		    "%.3f s%s",
-		    r->q.chat ? "/v1/chat/completions" : "/v1/completions",
-		    r->id, i, (long long)rec->prompt_tokens,
-		    (long long)rec->output_tokens,
-		    medha_status_name(rec->status), medha_now() - r->t0,
-		    r->q.stream ? ", streamed" : "");
 	if (r->gone || r->failed) {
 		http_maybe_reap(h, r);
 		return;
@@ -131,8 +149,10 @@ on_record(struct medha_http *h, struct hreq *r, int i,
 		if (r->q.stream && (r->hijacked || r->haio != NULL)) {
 			if (!r->hijacked)
 				http_stream_start(h, r);
+			char tail[4];
+			size_t nt = medha_utf8_flush(&r->hold[i], tail);
 			r->cur_idx = i;
-			http_emit_chunk(h, r, "", 0, 0,
+			http_emit_chunk(h, r, tail, nt, 0,
 			    rec->finish_reason ? rec->finish_reason
 			                       : MEDHA_FINISH_STOP,
 			    NULL);
@@ -149,6 +169,8 @@ static void
 on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 {
 	int i = choice_of(r, ev->handle);
+	char *whole;
+	size_t n;
 
 	if (i < 0)
 		return;
@@ -166,8 +188,16 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 	r->cur_lps = ev->lps;
 	r->cur_n = ev->lps != NULL ? ev->n_ids : 0;
 	r->cur_idx = i;
-	if (ev->text_len > 0 || r->cur_n > 0)
-		http_emit_chunk(h, r, ev->text, ev->text_len, 0, 0, NULL);
+	if ((whole = malloc(ev->text_len + 4)) == NULL) {
+		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
+		http_on_gone(h, r);
+	} else {
+		n = medha_utf8_feed(&r->hold[i], ev->text, ev->text_len,
+		    whole);
+		if (n > 0 || r->cur_n > 0)
+			http_emit_chunk(h, r, whole, n, 0, 0, NULL);
+		free(whole);
+	}
 	r->cur_ids = NULL;
 	r->cur_lps = NULL;
 	r->cur_n = 0;
@@ -300,40 +330,68 @@ http_poller_main(void *arg)
 	}
 }
 
-/* Chat without max_tokens: the room the context leaves (0, or 400). */
+/*
+ * The prompt against the model's context (-m), before it goes upstream
+ * (0, or 400): chat without max_tokens gets the room the context leaves;
+ * a prompt that with max_tokens cannot fit is refused here, with the
+ * counts, where the replica, which refuses a text longer than the room
+ * before tokenizing it, could only name bytes. A text is tokenized here
+ * only when its bytes outnumber the room (no token is shorter than a
+ * byte), at most --http-max-body bytes.
+ */
 static int
-fill_max_tokens(struct medha_http *h, struct hreq *r, struct medha_oai_error *e)
+fit_context(struct medha_http *h, struct hreq *r, const char *text,
+    int64_t n_ids, struct medha_oai_error *e)
 {
+	struct medha_reqspec *rs = &r->q.spec;
+	const char *field = r->q.chat ? "messages" : "prompt";
 	int32_t *ids = NULL;
-	size_t n = 0;
+	size_t n = (size_t)n_ids;
 	int rc;
 
-	if (r->q.max_tokens_set)
-		return 0;
-	if (h->tok == NULL || h->ctx_len <= 0) {
-		r->q.spec.max_tokens = 16;
+	if (!r->q.max_tokens_set && (h->tok == NULL || h->ctx_len <= 0)) {
+		rs->max_tokens = 16;
 		return 0;
 	}
-	rc = medha_tok_encode(h->tok, r->q.spec.prompt,
-	    strlen(r->q.spec.prompt), MEDHA_TOK_DEFAULT, &ids, &n);
-	free(ids);
-	if (rc != 0)
+	if (h->tok == NULL || h->ctx_len <= 0)
+		return 0; /* the replica knows */
+	if (text != NULL) {
+		size_t len = strlen(text);
+		if (r->q.max_tokens_set && rs->max_tokens < h->ctx_len &&
+		    (int64_t)len <= h->ctx_len - rs->max_tokens)
+			return 0;
+		rc = medha_tok_encode(h->tok, text, len,
+		    MEDHA_TOK_DEFAULT, &ids, &n);
+		free(ids);
+		if (rc != 0)
+			return medha_oai_error_set(e, 400,
+			    "invalid_request_error", NULL, field,
+			    "tokenizing the %s: %s", field, medha_strerror(rc));
+	}
+	if (!r->q.max_tokens_set) {
+		if ((int64_t)n >= h->ctx_len)
+			return medha_oai_error_set(e, 400,
+			    "invalid_request_error", "context_length_exceeded",
+			    field, "the %s are %zu tokens, the model's context "
+			    "is %lld",
+			    field, n, (long long)h->ctx_len);
+		rs->max_tokens = h->ctx_len - (int64_t)n;
+		return 0;
+	}
+	if (rs->max_tokens > h->ctx_len - (int64_t)n)
 		return medha_oai_error_set(e, 400, "invalid_request_error",
-		    NULL, "messages", "tokenizing the messages: %s",
-		    medha_strerror(rc));
-	if ((int64_t)n >= h->ctx_len)
-		return medha_oai_error_set(e, 400, "invalid_request_error",
-		    "context_length_exceeded", "messages",
-		    "the messages are %zu tokens, the model's context is %lld",
-		    n, (long long)h->ctx_len);
-	r->q.spec.max_tokens = h->ctx_len - (int64_t)n;
+		    "context_length_exceeded", NULL,
+		    "%zu prompt + %lld output tokens exceed the model's "
+		    "context of %lld",
+		    n, (long long)rs->max_tokens, (long long)h->ctx_len);
 	return 0;
 }
 
 /*
  * Submit r's choice i (called unlocked, returns with mu held): 0 once
- * the router accepted it, else an HTTP status with *e set. Its seed is
- * the request's + i; its id the request's, "-i" after it past the first.
+ * the router accepted it, else an HTTP status with *e set. Its prompt
+ * is prompt i / n's, its seed the request's + i % n; its id the
+ * request's, "-i" after it past the first.
  */
 static int
 submit1(struct medha_http *h, struct hreq *r, int i, struct medha_oai_error *e)
@@ -341,12 +399,18 @@ submit1(struct medha_http *h, struct hreq *r, int i, struct medha_oai_error *e)
 	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
 	char why[256];
 	uint64_t hd;
-	int rc;
+	int rc, n1 = r->q.n > 1 ? r->q.n : 1;
 
 	m.submit = r->q.spec; /* borrowed */
+	if (r->q.n_prompts > 0) {
+		const struct medha_oai_prompt *p = &r->q.prompts[i / n1];
+		m.submit.prompt = p->text;
+		m.submit.prompt_ids = p->ids;
+		m.submit.prompt_tokens = p->n_ids;
+	}
 	/* a response that is not a stream is made from the record alone */
 	m.submit.no_stream = !r->q.stream;
-	m.submit.sampling.seed += (uint64_t)i;
+	m.submit.sampling.seed += (uint64_t)(i % n1);
 	if (i > 0)
 		snprintf(m.submit.id, sizeof(m.submit.id), "%.48s-%d", r->id,
 		    i);
@@ -389,7 +453,14 @@ static void
 submit(struct medha_http *h, struct hreq *r)
 {
 	struct medha_oai_error e;
-	int rc = fill_max_tokens(h, r, &e);
+	struct medha_reqspec *rs = &r->q.spec;
+	int rc = 0;
+
+	if (r->q.n_prompts == 0)
+		rc = fit_context(h, r, rs->prompt, rs->prompt_tokens, &e);
+	for (int p = 0; rc == 0 && p < r->q.n_prompts; p++)
+		rc = fit_context(h, r, r->q.prompts[p].text,
+		    r->q.prompts[p].n_ids, &e);
 
 	pthread_mutex_lock(&h->mu);
 	if (rc != 0)

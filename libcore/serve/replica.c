@@ -202,6 +202,7 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 	rep_send_tokens(r, q, 1);
 	if ((ev.record = malloc(sizeof(*ev.record))) != NULL) {
 		*ev.record = *rec;
+		ev.record->output_tokens += q->stop_hit;
 		if (q->started && q->first_batch > rec->arrival)
 			ev.record->queue_time = q->first_batch - rec->arrival;
 		/* no output is an empty array, never an absent one */
@@ -261,7 +262,7 @@ append_text(struct lreq *q, const char *s, size_t n)
 /*
  * A token came out for q: returns MEDHA_FINISH_STOP if the request ends
  * here (end of generation, or its text now holds a stop string, where
- * the text is cut and the token left out of the ids), else 0.
+ * the text is cut and the token kept in the ids), else 0.
  */
 int
 rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
@@ -275,6 +276,9 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 	if (r->tok != NULL && !r->sim && !q->ignore_eos &&
 	    medha_tok_is_eog(r->tok, tok))
 		return MEDHA_FINISH_STOP;
+	for (int i = 0; i < q->n_stop_ids; i++)
+		if (tok == q->stop_ids[i]) /* not output, as the EOS is not */
+			return MEDHA_FINISH_STOP;
 	if (q->n_out == q->out_cap) {
 		int64_t ncap = q->out_cap ? 2 * q->out_cap : 64;
 		void *n =
@@ -310,11 +314,12 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 		char *hit = memmem(q->text + from, q->text_len - from,
 		    q->stop[i], strlen(q->stop[i]));
 		if (hit != NULL) {
-			/* the token that completes the stop string is not
-			   output, as the end-of-generation token is not:
-			   token_ids, output_tokens (sched_batch.c) and the
-			   text all leave it out */
-			q->n_out--;
+			/* the text is cut, but the token that completed the
+			   stop string was generated: token_ids and logprobs
+			   keep it and finalize counts it in output_tokens
+			   (the core counts no stopping token), as vLLM
+			   does; the end-of-generation token stays out */
+			q->stop_hit = 1;
 			q->text_len = (size_t)(hit - q->text);
 			q->text[q->text_len] = '\0';
 			return MEDHA_FINISH_STOP;
@@ -453,6 +458,8 @@ submit_finish(struct medha_replica *r, struct medha_srv_call *call,
 	}
 	q->n_stop = rs->n_stop;
 	rs->n_stop = 0;
+	q->n_stop_ids = rs->n_stop_ids;
+	memcpy(q->stop_ids, rs->stop_ids, sizeof(q->stop_ids));
 	rs->prompt_tokens = q->n_prompt;
 	rs->arrival = now_s(r);
 	if ((rc = core_arrive(r, rs, q)) != 0) {

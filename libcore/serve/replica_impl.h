@@ -39,6 +39,9 @@ struct lreq {
 	int n_stop;
 	char *stop[MEDHA_STOP_MAX];
 	size_t stop_max; /* longest stop string */
+	int n_stop_ids;
+	int32_t stop_ids[MEDHA_STOP_IDS_MAX]; /* end it as the end of
+	                                         generation does */
 	int started;     /* a worker holds its sequence */
 	double first_batch; /* when it was first in a batch (now_s) */
 	int32_t last;    /* the last sampled token: the next decode's input */
@@ -48,6 +51,8 @@ struct lreq {
 	char *text; /* (text_len) generated text, NUL-terminated */
 	size_t text_len, text_cap, text_sent;
 	int64_t ids_sent; /* ids already sent in token events */
+	int stop_hit;     /* its last token completed a stop string: one
+	                     more output token than the core counted */
 	/* prefix caching: the runs its sequence is forked from (the core's
 	   FORK ops), sent with its first item */
 	struct medha_msg_fork *forks;

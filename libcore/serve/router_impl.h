@@ -100,6 +100,7 @@ struct up {
 	/* main thread only */
 	int alive;          /* counted up (answered within DEAD) */
 	int ready;          /* and its workers are all there */
+	int unreach_said;   /* "unreachable" logged, not alive since */
 	uint64_t st_seen;   /* the st_gen acted on */
 	struct medha_msg_status now; /* the latest status */
 	uint64_t epoch;     /* the connection epoch acted on */

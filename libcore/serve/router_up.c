@@ -584,6 +584,8 @@ rt_take_inbox(struct medha_router *r)
 }
 
 /* Replicas up and down, statuses taken in, stale orphans let go. */
+#define UNREACHABLE 30 /* s */
+
 void
 rt_watch(struct medha_router *r)
 {
@@ -631,9 +633,25 @@ rt_watch(struct medha_router *r)
 			fail_all(r, u, "silent for too long");
 			divert(r, u, "no replica is ready");
 		}
+		/* a replica that cannot be reached is said once, when it
+		   has been so for UNREACHABLE s (from the start, or since
+		   its last answer) */
+		double since = last_ok > 0 ? last_ok : r->t0;
+		if (alive)
+			u->unreach_said = 0;
+		else if (!u->unreach_said && t - since >= UNREACHABLE) {
+			medha_log(MEDHA_LOG_WARN,
+			    "replica %s: unreachable for %.0f s", u->url,
+			    t - since);
+			u->unreach_said = 1;
+		}
 		int rdy = alive && u->now.ready;
+		/* coming up not yet ready is routine (info); losing
+		   readiness or going down is not */
+		int coming = alive && !u->alive && !u->ready;
 		if (rdy != u->ready || alive != u->alive)
-			medha_log(rdy ? MEDHA_LOG_INFO : MEDHA_LOG_WARN,
+			medha_log(rdy || coming ? MEDHA_LOG_INFO
+			                        : MEDHA_LOG_WARN,
 			    "replica %s: %s (%lld of %lld workers)", u->url,
 			    rdy ? "ready" : alive ? "not ready" : "down",
 			    (long long)u->now.workers,

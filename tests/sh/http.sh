@@ -341,7 +341,7 @@ print("logprobs: completions, streamed and chat in OpenAI's shapes; %d tokens as
 PY
 
 # ---- 1a. the logs: one format (RFC 3339 time, program, level), normal
-# events at info, an access line per HTTP request at -v ----
+# events at info, an access line per HTTP request at info ----
 ts='^20[0-9][0-9]-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]\.[0-9][0-9][0-9]Z'
 for l in router:medha-router sched:medha-sched sched-worker0:medha-worker; do
 	f=$tmp/logs/${l%%:*}.log
@@ -352,12 +352,12 @@ for l in router:medha-router sched:medha-sched sched-worker0:medha-worker; do
 done
 ! grep -q 'warning: \(ready\|http: listening\)' "$tmp"/logs/*.log
 grep -q "$ts medha-router: info: http: listening at" "$tmp/logs/router.log"
-grep -q 'debug: http: POST /v1/completions 200 cmpl-[^,]*, 6 tokens in, [0-9]* out, ok, [0-9.]* s$' "$tmp/logs/router.log" &&
-    grep -q 'debug: http: POST /v1/completions 200 .*, streamed$' "$tmp/logs/router.log" &&
-    grep -q 'debug: http: POST /v1/chat/completions 200 chatcmpl-' "$tmp/logs/router.log" &&
-    grep -q 'debug: http: DELETE /v1/completions 405$' "$tmp/logs/router.log" &&
-    grep -q 'debug: http: GET /health 200$' "$tmp/logs/router.log" &&
-    grep -q 'debug: http: POST /v1/completions 400$' "$tmp/logs/router.log" ||
+grep -q 'info: http: POST /v1/completions 200 cmpl-[^,]*, 6 tokens in, [0-9]* out, ok, [0-9.]* s$' "$tmp/logs/router.log" &&
+    grep -q 'info: http: POST /v1/completions 200 .*, streamed$' "$tmp/logs/router.log" &&
+    grep -q 'info: http: POST /v1/chat/completions 200 chatcmpl-' "$tmp/logs/router.log" &&
+    grep -q 'info: http: DELETE /v1/completions 405$' "$tmp/logs/router.log" &&
+    grep -q 'info: http: GET /health 200$' "$tmp/logs/router.log" &&
+    grep -q 'info: http: POST /v1/completions 400$' "$tmp/logs/router.log" ||
     { echo "router.log: access lines"; cat "$tmp/logs/router.log"; exit 1; }
 echo "logs: ok"
 

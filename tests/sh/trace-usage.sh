@@ -47,12 +47,29 @@ want 1 report "$tmp/does-not-exist"
 want 1 convert "$tmp/does-not-exist"
 want 0 gen -n 3 -l 0 --long-min 5 --long-max 5
 # an address without its scheme says what form an address takes; one
-# where nobody answers is named when replay gives up
+# where nothing listens is said within seconds, not after --wait's 60
+# (ipc: two refusals a second apart; tcp: five); one that listens but
+# does not answer is named when replay gives up
 want 2 replay -a "$tmp/x.sock"
 grep -q "x.sock: not an address (ipc://PATH or tcp://HOST:PORT)" "$tmp/err"
-want 1 replay --wait 1 -a "ipc://$tmp/nope.sock"
-grep -q "ipc://$tmp/nope.sock: no answer after 1 s" "$tmp/err" ||
+t0=$(date +%s)
+want 1 replay -a "ipc://$tmp/nope.sock"
+grep -q "ipc://$tmp/nope.sock: nothing listens there (No such file or directory)" "$tmp/err" ||
     { cat "$tmp/err"; exit 1; }
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+want 1 replay -a "tcp://127.0.0.1:$port"
+grep -q "tcp://127.0.0.1:$port: nothing listens there (Connection refused)" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+[ $(($(date +%s) - t0)) -lt 20 ]
+python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8); time.sleep(30)' \
+    "$tmp/mute.sock" &
+mute=$!
+sleep 0.5
+want 1 replay --wait 1 -a "ipc://$tmp/mute.sock"
+grep -q "ipc://$tmp/mute.sock: no answer after 1 s" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+kill $mute
 if [ -w /dev/full ]; then
 	want 1 gen -n 10 -o /dev/full
 fi
