@@ -284,7 +284,8 @@ test_misuse(void **state)
 			    bad, x, 34);
 			break;
 		case 5:
-			medha_gguf_writer_add_tensor(w, "u", 6, 1, ne, x, 22);
+			/* 16: IQ2_XXS, a type medha does not read */
+			medha_gguf_writer_add_tensor(w, "u", 16, 1, ne, x, 22);
 			break;
 		case 6:
 			medha_gguf_writer_add_tensor(w, "u", MEDHA_GGML_F32, 5,
