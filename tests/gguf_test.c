@@ -352,7 +352,8 @@ test_resolve(void **state)
 	write_file(&b, b.n, path, sizeof(path));
 	assert_int_equal(medha_model_resolve_why(path, &m, why, sizeof(why)),
 	    MEDHA_EUNSUP);
-	assert_non_null(strstr(why, "architecture \"gpt2!\" not supported"));
+	assert_non_null(strstr(why,
+	    "general.architecture: \"gpt2!\" is not supported"));
 	unlink(path);
 
 	build(&b, 3, NO_BLOCKS);

@@ -61,7 +61,8 @@ struct medha_cpu {
 	float *lse;    /* (cap, n_heads) its log-sum-exp */
 	float *g;      /* (cap, ffn_dim) gate, then silu(gate) * up */
 	float *u;      /* (cap, ffn_dim) up */
-	float *cs;     /* (cap, n_rot) cos/sin pairs per token */
+	float *cs;     /* (2, cap, n_rot) cos/sin pairs per token: RoPE
+	                  kinds 0 and 1 (medha_layer_rope) */
 	float *part_o; /* (shards, cap, n_heads * head_dim) shard mode */
 	float *part_l; /* (shards, cap, n_heads) shard mode */
 	float *yl;     /* (cap, rank 0's dim rows) a TP rank's rows of an
@@ -315,7 +316,7 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 		c->lse = medha_calloc(N * mc->n_heads, sizeof(float));
 		c->g = medha_calloc(N * mc->ffn_dim, sizeof(float));
 		c->u = medha_calloc(N * mc->ffn_dim, sizeof(float));
-		c->cs = medha_calloc(N * mc->n_rot, sizeof(float));
+		c->cs = medha_calloc(2 * N * mc->n_rot, sizeof(float));
 		if (c->tpn > 1) {
 			const struct medha_tp_share *s0 = &c->share[0];
 			size_t dr = (size_t)(s0->d_hi - s0->d_lo), wmax = dr;
@@ -434,6 +435,9 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer,
 			a->act = need != 0 ? &c->act : NULL;
 			a->act_t0 = t0;
 			a->act_need = need;
+			a->window = medha_layer_window(mc, layer);
+			a->scale = mc->a.q_prescale ? 1.0f : mc->a.attn_scale;
+			a->softcap = mc->a.attn_softcap;
 			if (c->shards == 1) {
 				a->out = c->att + (size_t)t0 * qd;
 				a->lse = c->lse + (size_t)t0 * nh;
@@ -480,13 +484,18 @@ par_tokens(const struct medha_cpu *c, int n)
 	return per < 1 ? 1 : per > PAR_TOKENS ? PAR_TOKENS : per;
 }
 
+enum { ROWS_NORM, ROWS_GLU, ROWS_POST };
+
 struct rows {
 	struct medha_cpu *c;
 	int n;          /* tokens */
 	int per;        /* tokens per task */
 	int add;        /* x += xn first */
-	const float *w; /* the norm's weights, or NULL for SwiGLU */
+	const float *w; /* the norm's weights (ROWS_NORM, ROWS_POST) */
 	int need;       /* the forms of c->act to make (MEDHA_ACT_*) */
+	int op;         /* ROWS_NORM: x += xn (add), xn = rmsnorm(x) w;
+	                   ROWS_GLU: g = act(g) u; ROWS_POST: xn =
+	                   rmsnorm(xn) w (a post-norm, gemma) */
 };
 
 static void
@@ -502,10 +511,20 @@ rows_task(void *arg, int i, int thread)
 	(void)thread;
 	for (t = i * r->per; t < t1; t++) {
 		float *x = c->x + (size_t)t * d, *xn = c->xn + (size_t)t * d;
-		if (r->w == NULL) {
+		if (r->op == ROWS_GLU &&
+		    c->m->c.a.ffn_act == MEDHA_FFN_GELU) {
+			medha_cpu_geglu(c->g + (size_t)t * f,
+			    c->u + (size_t)t * f, f, !c->ref);
+			continue;
+		}
+		if (r->op == ROWS_GLU) {
 			(c->compat ? medha_cpu_swiglu_llama
 			           : medha_cpu_swiglu)(c->g + (size_t)t * f,
 			    c->u + (size_t)t * f, f);
+			continue;
+		}
+		if (r->op == ROWS_POST) {
+			medha_cpu_rmsnorm(xn, xn, r->w, d, c->m->c.norm_eps);
 			continue;
 		}
 		if (r->add)
@@ -517,9 +536,9 @@ rows_task(void *arg, int i, int thread)
 }
 
 static void
-rows(struct medha_cpu *c, int n, int add, const float *w, int need)
+rows(struct medha_cpu *c, int n, int add, const float *w, int need, int op)
 {
-	struct rows r = {c, n, par_tokens(c, n), add, w, need};
+	struct rows r = {c, n, par_tokens(c, n), add, w, need, op};
 
 	medha_threadpool_run(c->tp, (n + r.per - 1) / r.per, rows_task, &r);
 	c->act.have |= need;
@@ -540,6 +559,62 @@ struct ropekv {
 	_Atomic int rc;
 };
 
+/*
+ * Token t's q and k at layer l, as the layer's description says: the
+ * biases added (v's too), each head's RMSNorm, then RoPE of the layer's
+ * kind and type.
+ */
+static void
+qk_token(struct medha_cpu *c, int l, int t)
+{
+	const struct medha_model_config *mc = &c->m->c;
+	const struct medha_layer *L = &c->m->layer[l];
+	const struct medha_tp_share *me = &c->share[c->tpr];
+	const int hd = mc->head_dim;
+	const size_t qd = (size_t)c->nh * hd, kvd = (size_t)c->nkv * hd;
+	float *q = c->q + t * qd, *k = c->k + t * kvd, *v = c->v + t * kvd;
+	const float *cs = c->cs +
+	    ((size_t)medha_layer_rope(mc, l) * c->cap + (size_t)t) * mc->n_rot;
+	const int neox = mc->a.rope_type == MEDHA_ROPE_NEOX;
+	size_t j;
+	int h;
+
+	if (L->bq != NULL) {
+		const float *bq = L->bq + (size_t)me->h_lo * hd;
+		const float *bk = L->bk + (size_t)me->kv_lo * hd;
+		const float *bv = L->bv + (size_t)me->kv_lo * hd;
+		for (j = 0; j < qd; j++)
+			q[j] += bq[j];
+		for (j = 0; j < kvd; j++) {
+			k[j] += bk[j];
+			v[j] += bv[j];
+		}
+	}
+	if (L->q_norm != NULL) {
+		for (h = 0; h < c->nh; h++)
+			medha_cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd,
+			    L->q_norm, hd, mc->norm_eps);
+		for (h = 0; h < c->nkv; h++)
+			medha_cpu_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd,
+			    L->k_norm, hd, mc->norm_eps);
+	}
+	if (!neox) { /* llama's: the functions its tests pin down */
+		(c->compat ? medha_cpu_rope_llama
+		           : medha_cpu_rope)(q, c->nh, hd, mc->n_rot, cs);
+		(c->compat ? medha_cpu_rope_llama
+		           : medha_cpu_rope)(k, c->nkv, hd, mc->n_rot, cs);
+	} else {
+		medha_cpu_rope_ext(q, c->nh, hd, mc->n_rot, cs, 1, c->compat);
+		medha_cpu_rope_ext(k, c->nkv, hd, mc->n_rot, cs, 1, c->compat);
+	}
+	if (mc->a.q_prescale) {
+		const float s = mc->a.attn_scale != 0 ? mc->a.attn_scale
+		                                      : 1.0f / sqrtf((float)hd);
+		for (j = 0; j < qd; j++)
+			q[j] *= s;
+	}
+}
+
 static void
 ropekv_task(void *arg, int i, int thread)
 {
@@ -547,22 +622,14 @@ ropekv_task(void *arg, int i, int thread)
 	struct medha_cpu *c = r->c;
 	const struct medha_batch *b = r->b;
 	const struct medha_model_config *mc = &c->m->c;
-	const size_t qd = (size_t)c->nh * mc->head_dim;
 	const size_t kvd = (size_t)c->nkv * mc->head_dim;
 	int t0 = i * r->per, t1 = t0 + r->per, t, j, s0, a, e, rc;
 
 	(void)thread;
 	if (t1 > b->n_tokens)
 		t1 = b->n_tokens;
-	for (t = t0; t < t1; t++) {
-		const float *cs = c->cs + (size_t)t * mc->n_rot;
-		(c->compat ? medha_cpu_rope_llama
-		           : medha_cpu_rope)(c->q + t * qd, c->nh,
-		    mc->head_dim, mc->n_rot, cs);
-		(c->compat ? medha_cpu_rope_llama
-		           : medha_cpu_rope)(c->k + t * kvd, c->nkv,
-		    mc->head_dim, mc->n_rot, cs);
-	}
+	for (t = t0; t < t1; t++)
+		qk_token(c, r->l, t);
 	for (j = 0, s0 = 0; j < b->n_seqs && s0 < t1;
 	     s0 += b->seq[j].n_tokens, j++) {
 		a = s0 > t0 ? s0 : t0;
@@ -646,7 +713,7 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	mm[2] = (struct medha_mm){W[W_V], c->v, pack_of(c, l, W_V)};
 	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
 		return rc;
-	rows(c, n, add, L->attn_norm, medha_mm_forms(mm, 3, c->ref));
+	rows(c, n, add, L->attn_norm, medha_mm_forms(mm, 3, c->ref), ROWS_NORM);
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 3, c->ref)) != 0)
 		return rc;
 	if ((rc = rope_kv(c, b, l)) != 0)
@@ -684,12 +751,14 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 1, y, n, c->xn)) != 0)
 		return rc;
+	if (L->post_attn_norm != NULL)
+		rows(c, n, 0, L->post_attn_norm, 0, ROWS_POST);
 	mm[0] = (struct medha_mm){W[W_GATE], c->g,
 	    pack_of(c, l, W_GATE)};
 	mm[1] = (struct medha_mm){W[W_UP], c->u, pack_of(c, l, W_UP)};
 	if ((rc = medha_act_set(&c->act, c->xn, n, d, c->nt)) != 0)
 		return rc;
-	rows(c, n, 1, L->ffn_norm, medha_mm_forms(mm, 2, c->ref));
+	rows(c, n, 1, L->ffn_norm, medha_mm_forms(mm, 2, c->ref), ROWS_NORM);
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 2, c->ref)) != 0)
 		return rc;
 	/* its output stays in xn for the next layer's (or the end's) add */
@@ -697,13 +766,16 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	if ((rc = medha_act_set(&c->act, c->g, n, mc->ffn_dim, c->nt)) != 0)
 		return rc;
 	/* with TP the SwiGLU gives this rank's part, gathered after */
-	rows(c, n, 0, NULL, tpn > 1 ? 0 : medha_mm_forms(mm, 1, c->ref));
+	rows(c, n, 0, NULL, tpn > 1 ? 0 : medha_mm_forms(mm, 1, c->ref),
+	    ROWS_GLU);
 	if (tpn > 1 && (rc = gather(c, l, 2, c->g, n, c->g)) != 0)
 		return rc;
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
 		return rc;
 	if (tpn > 1 && (rc = gather(c, l, 3, y, n, c->xn)) != 0)
 		return rc;
+	if (L->post_ffn_norm != NULL)
+		rows(c, n, 0, L->post_ffn_norm, 0, ROWS_POST);
 	return 0;
 }
 
@@ -777,11 +849,20 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 			    c->x + (size_t)t * d, d);
 	else
 		memcpy(c->x, h_in, sizeof(float) * (size_t)b->n_tokens * d);
-	for (i = 0, t = 0; i < b->n_seqs; i++)
-		for (j = 0; j < b->seq[i].n_tokens; j++, t++)
-			medha_cpu_rope_table(c->cs + (size_t)t * mc->n_rot,
-			    b->seq[i].pos + j, mc->n_rot, mc->rope_theta,
-			    m->rope_freqs);
+	if (lo == 0 && mc->a.embd_scale != 0 && mc->a.embd_scale != 1)
+		for (k = 0; k < (size_t)b->n_tokens * d; k++)
+			c->x[k] *= mc->a.embd_scale;
+	for (int kind = 0; kind < 2; kind++) {
+		struct medha_rope rp;
+		if (kind == 1 && mc->a.swa_rope_base <= 0)
+			break;
+		medha_model_rope(m, kind, &rp);
+		for (i = 0, t = 0; i < b->n_seqs; i++)
+			for (j = 0; j < b->seq[i].n_tokens; j++, t++)
+				medha_cpu_rope_table_ext(c->cs +
+				        ((size_t)kind * c->cap + t) * mc->n_rot,
+				    b->seq[i].pos + j, mc->n_rot, &rp);
+	}
 	for (l = lo; l < hi; l++) {
 		c->gwhy[0] = '\0';
 		if ((rc = layer(c, b, l, l > lo)) != 0)
@@ -843,6 +924,9 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 				    "model's numbers overflow or are NaN)",
 				    r, v, (double)l[v]);
 	}
+	if (mc->a.final_softcap != 0)
+		medha_cpu_softcap(logits, nrows * (int64_t)mc->vocab,
+		    mc->a.final_softcap);
 	if (c->timing)
 		c->times.head = medha_now() - t_head;
 	return 0;

@@ -371,6 +371,17 @@ medha_cpu_rope(float *v, int n_heads, int head_dim, int n_rot, const float *cs);
 /* The same with the fmas of llama.cpp's build, for llama_compat. */
 void medha_cpu_rope_llama(float *v, int n_heads, int head_dim, int n_rot,
     const float *cs);
+/* The table of RoPE kind r (model.h, medha_model_rope) at pos. */
+void medha_cpu_rope_table_ext(float *cs, int64_t pos, int n_rot,
+    const struct medha_rope *r);
+/* Rotate pairs as medha_cpu_rope (neox: element i with i + n_rot / 2;
+   compat: medha_cpu_rope_llama's fmas). */
+void medha_cpu_rope_ext(float *v, int n_heads, int head_dim, int n_rot,
+    const float *cs, int neox, int compat);
+/* g = gelu_tanh(g) * u over n (table: ggml's f16 table's values). */
+void medha_cpu_geglu(float *g, const float *u, int64_t n, int table);
+/* x = cap * tanh(x / cap) over n. */
+void medha_cpu_softcap(float *x, int64_t n, float cap);
 /* g = silu(g) * u = g / (1 + exp(-g)) * u over n elements. */
 void medha_cpu_swiglu(float *g, const float *u, int64_t n);
 /* The same and e^x with ggml's AVX2 exp (ggml_v_expf), for llama_compat. */
@@ -394,6 +405,12 @@ struct medha_attn_seq {
 	struct medha_act *act;
 	int act_t0;
 	int act_need;
+	/* the layer's attention (model.h): a query at p sees keys p - window
+	   < k <= p (0: all before it); scores q.k * scale (0: 1 /
+	   sqrt(head_dim)), then softcap * tanh(score / softcap) (0: none) */
+	int64_t window;
+	float scale;
+	float softcap;
 };
 
 /* Floats of per-thread scratch attention needs for keys up to nkeys. */

@@ -89,6 +89,8 @@ parts_of(const struct medha_attn_seq *s, int qi, int64_t *p0, int64_t *p1)
 
 	if (hi > s->qpos + qi + 1)
 		hi = s->qpos + qi + 1;
+	if (s->window > 0 && lo < s->qpos + qi + 1 - s->window)
+		lo = s->qpos + qi + 1 - s->window;
 	*p0 = lo / ATTN_PART;
 	*p1 = hi > lo ? (hi - 1) / ATTN_PART + 1 : *p0 + 1;
 }
@@ -148,7 +150,7 @@ attn_queries(const struct attn_run *r, const struct medha_attn_seq *s,
 	for (p = p0; p < p1; p++)
 		for (qi = q0; qi < q1; qi++) {
 			parts_of(s, qi, &pa, &pb);
-			if (p >= pb)
+			if (p < pa || p >= pb) /* (a window starts later) */
 				continue;
 			o = out_of(r, s, kvh, qi, &l);
 			hi = (p + 1) * ATTN_PART < s->k_hi ? (p + 1) * ATTN_PART
@@ -177,10 +179,12 @@ static int
 split_parts(const struct medha_attn_seq *s)
 {
 	int64_t p0, p1;
-
 	if (s->nq < 1 || s->nq > ATTN_SPLIT_Q || (s->compat && s->k_lo <= 0))
 		return 0;
-	parts_of(s, s->nq - 1, &p0, &p1);
+	int64_t pa, pb;
+
+	parts_of(s, 0, &p0, &pb);
+	parts_of(s, s->nq - 1, &pa, &p1);
 	return p1 - p0 > 1 ? (int)(p1 - p0) : 0;
 }
 
@@ -336,7 +340,7 @@ medha_cpu_attn(struct medha_threadpool *tp, const struct medha_kvcache *kv,
     int64_t k_lo, int64_t k_hi, float *out, float *lse)
 {
 	struct medha_attn_seq s = {
-	    seq, q, nq, qpos, k_lo, k_hi, out, lse, 0, NULL, 0, 0};
+	    seq, q, nq, qpos, k_lo, k_hi, out, lse, 0, NULL, 0, 0, 0, 0, 0};
 	int64_t len = medha_kv_seq_len(kv, seq);
 	size_t per;
 	float *scr;

@@ -81,8 +81,8 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 	const struct medha_kvcache *kv = r->kv;
 	const int hd = kv->c.head_dim, G = r->n_heads / kv->c.n_kv_heads;
 	const int nh = r->n_heads, f32 = kv->c.type == MEDHA_KV_F32;
-	const float scale = 1.0f / sqrtf((float)hd);
-	int64_t p = s->qpos + qi, hi = s->k_hi, nk, n8, j;
+	const float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
+	int64_t p = s->qpos + qi, hi = s->k_hi, nk, n8, j, j0;
 	float *w = scr, *lane = scr + r->nk_max + 8, *kj = lane + 32 * hd, *o;
 	const float *q = s->q + ((size_t)qi * nh + (size_t)kvh * G) * hd;
 	const char *run = NULL, *row;
@@ -94,6 +94,8 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 		hi = p + 1;
 	nk = hi;
 	n8 = (nk + 7) & ~(int64_t)7;
+	/* a window's keys before it are masked (weight 0), as llama.cpp's */
+	j0 = s->window > 0 && p + 1 - s->window > 0 ? p + 1 - s->window : 0;
 	o = s->out + ((size_t)qi * nh + (size_t)kvh * G) * hd;
 	for (g = 0; g < G; g++) {
 		const float *qg = q + (size_t)g * hd;
@@ -108,6 +110,10 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 				                  ((const uint16_t *)run)[at]);
 			}
 			w[j] = dot_vec(kj, qg, hd) * scale;
+			if (s->softcap != 0)
+				medha_cpu_softcap(w + j, 1, s->softcap);
+			if (j < j0)
+				w[j] = -INFINITY;
 		}
 		m = -INFINITY;
 		for (j = 0; j < nk; j++)

@@ -491,7 +491,7 @@ attn_span(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 	const struct medha_kvcache *kv = r->kv;
 	const int hd = kv->c.head_dim, G = r->n_heads / kv->c.n_kv_heads;
 	const int nh = r->n_heads;
-	const float scale = 1.0f / sqrtf((float)hd);
+	const float scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)hd);
 	int64_t p = s->qpos + qi, nk, j, blk;
 	float *sc = scr, *acc = scr + (size_t)G * ATTN_PART;
 	float sum[64];
@@ -502,6 +502,8 @@ attn_span(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 		hi = p + 1;
 	if (lo < 0)
 		lo = 0;
+	if (s->window > 0 && lo < p + 1 - s->window)
+		lo = p + 1 - s->window;
 	nk = hi - lo;
 	if (nk <= 0) {
 		memset(o, 0, sizeof(float) * G * hd);
@@ -549,6 +551,8 @@ attn_span(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 				sc[g * nk + (j - lo)] =
 				    bs[g * 16 + (j - b0)] * scale;
 	}
+	if (s->softcap != 0)
+		medha_cpu_softcap(sc, (int64_t)G * nk, s->softcap);
 	for (g = 0; g < G; g++) {
 		float m = vmax(sc + g * nk, nk);
 		sum[g] = exp_sum(sc + g * nk, nk, m);

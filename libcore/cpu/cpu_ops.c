@@ -310,6 +310,106 @@ medha_cpu_swiglu(float *g, const float *u, int64_t n)
 		g[i] = g[i] / (1.0f + exp1(-g[i])) * u[i];
 }
 
+/*
+ * g = gelu_tanh(g) * u (gemma's MLP). table: as ggml's CPU build computes
+ * it (GGML_GELU_FP16): g rounded to f16, its gelu in f32 rounded to f16
+ * (ggml's lookup table), 0 at or below -10 and g itself at or above 10;
+ * else the f32 formula itself (reference mode).
+ */
+#define GELU_A 0.044715f
+#define SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+
+static inline float
+gelu1(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * x * (1.0f + GELU_A * x * x)));
+}
+
+void
+medha_cpu_geglu(float *g, const float *u, int64_t n, int table)
+{
+	int64_t i;
+
+	for (i = 0; i < n; i++) {
+		float x = g[i];
+		if (!table)
+			g[i] = gelu1(x) * u[i];
+		else if (x <= -10.0f)
+			g[i] = 0.0f;
+		else if (x >= 10.0f)
+			g[i] = x * u[i];
+		else
+			g[i] = f16_round(gelu1(f16_round(x))) * u[i];
+	}
+}
+
+/* x = cap tanh(x / cap) over n (ggml: scale, tanh, scale) */
+void
+medha_cpu_softcap(float *x, int64_t n, float cap)
+{
+	int64_t i;
+
+	for (i = 0; i < n; i++)
+		x[i] = tanhf(x[i] * (1.0f / cap)) * cap;
+}
+
+/* ggml's rope_yarn_ramp: 1 below the ramp, 0 above, linear between */
+static float
+yarn_ramp(float lo, float hi, int i)
+{
+	float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+
+	return 1 - fminf(1, fmaxf(0, y));
+}
+
+void
+medha_cpu_rope_table_ext(float *cs, int64_t pos, int n_rot,
+    const struct medha_rope *r)
+{
+	float theta = (float)pos, th, ti, ms;
+	float scale = powf(r->base, -2.0f / (float)n_rot);
+	int i;
+
+	/* ggml_rope_cache_init and rope_yarn, in f32 */
+	for (i = 0; i < n_rot / 2; i++) {
+		th = r->freqs != NULL ? theta / r->freqs[i] : theta;
+		ti = r->freq_scale * th;
+		ms = r->mscale;
+		if (r->ext_factor != 0.0f) {
+			float mix = yarn_ramp(r->corr[0], r->corr[1], i) *
+			    r->ext_factor;
+			ti = ti * (1 - mix) + th * mix;
+			ms *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+		}
+		cs[2 * i] = cosf(ti) * ms;
+		cs[2 * i + 1] = sinf(ti) * ms;
+		theta *= scale;
+	}
+}
+
+void
+medha_cpu_rope_ext(float *v, int n_heads, int head_dim, int n_rot,
+    const float *cs, int neox, int compat)
+{
+	const int h2 = n_rot / 2, st = neox ? 1 : 2, off = neox ? h2 : 1;
+	float x0, x1;
+	int h, i;
+
+	for (h = 0; h < n_heads; h++, v += head_dim)
+		for (i = 0; i < h2; i++) {
+			float *a = v + i * st, *b = a + off;
+			x0 = *a;
+			x1 = *b;
+			if (compat) {
+				*a = fmaf(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
+				*b = fmaf(x0, cs[2 * i + 1], x1 * cs[2 * i]);
+			} else {
+				*a = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+				*b = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+			}
+		}
+}
+
 /* ---- activations ---- */
 
 void

@@ -586,6 +586,14 @@ medha_backend_cuda_init(struct medha_backend **be, const struct medha_model *m,
 	int rc;
 
 	*be = NULL;
+	/* the other families' operators are the cpu backend's only, so far:
+	   refused here rather than run as a Llama */
+	{
+		char what[160];
+		if ((rc = medha_arch_plain(&m->c, what, sizeof(what))) != 0)
+			return medha_why(why, whylen, rc,
+			    "cuda: %s (the cpu backend runs it)", what);
+	}
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	c->c = m->c;

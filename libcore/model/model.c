@@ -73,7 +73,7 @@ int
 medha_model_config_read(const struct medha_gguf *g,
     struct medha_model_config *c, char *why, size_t whylen)
 {
-	char arch[64], st[96];
+	char arch[64];
 	int64_t v, kl, vl;
 	int rc;
 
@@ -82,9 +82,8 @@ medha_model_config_read(const struct medha_gguf *g,
 	         sizeof(arch))) != 0)
 		return medha_why(why, whylen, rc,
 		    "metadata general.architecture: %s", medha_strerror(rc));
-	if (strcmp(arch, "llama") != 0)
-		return medha_why(why, whylen, MEDHA_EUNSUP,
-		    "architecture \"%s\" not supported (llama only)", arch);
+	if ((rc = medha_arch_check(arch, why, whylen)) < 0)
+		return rc;
 #define INT(key, need, lo, hi, dst)                                    \
 	do {                                                           \
 		if ((rc = get_int(g, arch, key, need, lo, hi, &v, why, \
@@ -119,17 +118,7 @@ medha_model_config_read(const struct medha_gguf *g,
 	    (rc = get_float(g, arch, "attention.layer_norm_rms_epsilon",
 	         &c->norm_eps, why, whylen)) != 0)
 		return rc;
-	snprintf(st, sizeof(st), "%s.rope.scaling.type", arch);
-	if (medha_gguf_find(g, st) >= 0) {
-		char t[32] = "?";
-		if (medha_gguf_get_strbuf(g, st, t, sizeof(t)) != 0 ||
-		    strcmp(t, "none") != 0)
-			return medha_why(why, whylen, MEDHA_EUNSUP,
-			    "metadata %s: rope scaling \"%s\" is not "
-			    "supported",
-			    st, t);
-	}
-	return 0;
+	return medha_arch_read(g, arch, c, why, whylen);
 }
 
 /* ---- tensors ---- */
@@ -232,6 +221,59 @@ want_vec(float **v, medha_tensor_find_fn find, void *ctx, const char *name,
 	return 0;
 }
 
+/* v = rows [lo, hi) of the matrix w (a fused tensor's part) */
+static const struct medha_tensor *
+rows_of(struct medha_tensor *v, const struct medha_tensor *w, int64_t lo,
+    int64_t hi)
+{
+	size_t rb = medha_ggml_row_bytes(w->type, w->ne[0]);
+
+	*v = *w;
+	v->ne[1] = hi - lo;
+	v->data = (const char *)w->data + rb * (size_t)lo;
+	v->nbytes = rb * (size_t)(hi - lo);
+	v->offset = w->offset + rb * (size_t)lo;
+	return v;
+}
+
+/*
+ * LongRoPE (phi3): the long factors where the model runs past its
+ * original context (its context_length does: medha serves the whole of
+ * it; llama.cpp compares its context size), else the short, as the
+ * frequency divisors; rope_freqs.weight, where the file has it, wins as
+ * in llama.cpp.
+ */
+static int
+longrope(struct medha_model *m, medha_tensor_find_fn find, void *ctx,
+    char *why, size_t whylen)
+{
+	const struct medha_model_config *c = &m->c;
+	int has = find(ctx, "rope_factors_long.weight") != NULL ||
+	    find(ctx, "rope_factors_short.weight") != NULL;
+	int lr = c->a.rope_scaling == MEDHA_ROPE_SCALING_LONGROPE;
+	const char *nm;
+
+	if (has && !lr && c->a.rope_scaling != MEDHA_ROPE_SCALING_NONE)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "tensor rope_factors_long.weight with %s.rope.scaling.type "
+		    "other than longrope",
+		    c->a.name);
+	if (!has && !lr)
+		return 0;
+	if (!has)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "tensor rope_factors_long.weight is missing (longrope "
+		    "scaling needs it)");
+	m->c.a.rope_scaling = MEDHA_ROPE_SCALING_LONGROPE;
+	if (m->rope_freqs != NULL)
+		return 0;
+	nm = c->a.rope_orig_ctx > 0 && c->ctx_len > c->a.rope_orig_ctx
+	    ? "rope_factors_long.weight"
+	    : "rope_factors_short.weight";
+	return want_vec(&m->rope_freqs, find, ctx, nm, c->n_rot / 2, 0, why,
+	    whylen);
+}
+
 static int
 check_config(const struct medha_model_config *c, char *why, size_t whylen)
 {
@@ -307,24 +349,57 @@ medha_model_build(struct medha_model **mp, const struct medha_model_config *c,
 	}
 	V(m->out_norm, "output_norm.weight", d, 0);
 	V(m->rope_freqs, "rope_freqs.weight", c->n_rot / 2, 1);
+	if ((rc = longrope(m, find, ctx, why, whylen)) != 0)
+		goto fail;
 	if ((m->layer = medha_calloc((size_t)c->n_layers, sizeof(*m->layer))) ==
-	    NULL) {
+	        NULL ||
+	    (m->views = medha_calloc((size_t)c->n_layers * 5,
+	         sizeof(*m->views))) == NULL) {
 		rc = medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 		goto fail;
 	}
 	for (i = 0; i < c->n_layers; i++) {
+		struct medha_tensor *vw = &m->views[i * 5];
 		L = &m->layer[i];
 #define NM(s) (snprintf(name, sizeof(name), "blk.%d.%s.weight", i, s), name)
+#define NB(s) (snprintf(name, sizeof(name), "blk.%d.%s.bias", i, s), name)
 		V(L->attn_norm, NM("attn_norm"), d, 0);
-		W(L->wq, NM("attn_q"), q, d, 0);
-		W(L->wk, NM("attn_k"), kvd, d, 0);
-		W(L->wv, NM("attn_v"), kvd, d, 0);
+		if (find(ctx, NM("attn_qkv")) != NULL) { /* fused: split */
+			W(t, NM("attn_qkv"), q + 2 * kvd, d, 0);
+			L->wq = rows_of(&vw[0], t, 0, q);
+			L->wk = rows_of(&vw[1], t, q, q + kvd);
+			L->wv = rows_of(&vw[2], t, q + kvd, q + 2 * kvd);
+		} else {
+			W(L->wq, NM("attn_q"), q, d, 0);
+			W(L->wk, NM("attn_k"), kvd, d, 0);
+			W(L->wv, NM("attn_v"), kvd, d, 0);
+		}
 		W(L->wo, NM("attn_output"), d, q, 0);
+		if (c->a.qkv_bias) {
+			V(L->bq, NB("attn_q"), q, 0);
+			V(L->bk, NB("attn_k"), kvd, 0);
+			V(L->bv, NB("attn_v"), kvd, 0);
+		}
+		if (c->a.qk_norm) {
+			V(L->q_norm, NM("attn_q_norm"), c->head_dim, 0);
+			V(L->k_norm, NM("attn_k_norm"), c->head_dim, 0);
+		}
+		if (c->a.post_norm) {
+			V(L->post_attn_norm, NM("post_attention_norm"), d, 0);
+			V(L->post_ffn_norm, NM("post_ffw_norm"), d, 0);
+		}
 		V(L->ffn_norm, NM("ffn_norm"), d, 0);
-		W(L->gate, NM("ffn_gate"), f, d, 0);
-		W(L->up, NM("ffn_up"), f, d, 0);
+		if (c->a.fused_gate_up) { /* gate rows first, then up */
+			W(t, NM("ffn_up"), 2 * f, d, 0);
+			L->gate = rows_of(&vw[3], t, 0, f);
+			L->up = rows_of(&vw[4], t, f, 2 * f);
+		} else {
+			W(L->gate, NM("ffn_gate"), f, d, 0);
+			W(L->up, NM("ffn_up"), f, d, 0);
+		}
 		W(L->down, NM("ffn_down"), d, f, 0);
 #undef NM
+#undef NB
 	}
 #undef W
 #undef V
@@ -333,6 +408,46 @@ medha_model_build(struct medha_model **mp, const struct medha_model_config *c,
 fail:
 	medha_model_free(m);
 	return rc;
+}
+
+/*
+ * Whether a tensor of the file is one the model of c reads: a tensor it
+ * would leave aside (a bias medha does not add, an MoE router) is refused
+ * at load rather than ignored.
+ */
+static int
+tensor_used(const struct medha_model_config *c, const char *name)
+{
+	static const char *const top[] = {"token_embd.weight",
+	    "output_norm.weight", "output.weight", "rope_freqs.weight",
+	    "rope_factors_long.weight", "rope_factors_short.weight"};
+	static const char *const blk[] = {"attn_norm.weight",
+	    "attn_q.weight", "attn_k.weight", "attn_v.weight",
+	    "attn_output.weight", "ffn_norm.weight", "ffn_up.weight",
+	    "ffn_down.weight"};
+	const struct medha_arch *a = &c->a;
+	const char *r;
+	size_t i;
+
+	for (i = 0; i < sizeof(top) / sizeof(*top); i++)
+		if (strcmp(name, top[i]) == 0)
+			return 1;
+	if (strncmp(name, "blk.", 4) != 0 ||
+	    (r = strchr(name + 4, '.')) == NULL)
+		return 0;
+	r++;
+	for (i = 0; i < sizeof(blk) / sizeof(*blk); i++)
+		if (strcmp(r, blk[i]) == 0)
+			return 1;
+	return (strcmp(r, "attn_qkv.weight") == 0) ||
+	    (!a->fused_gate_up && strcmp(r, "ffn_gate.weight") == 0) ||
+	    (a->qkv_bias && (strcmp(r, "attn_q.bias") == 0 ||
+	                        strcmp(r, "attn_k.bias") == 0 ||
+	                        strcmp(r, "attn_v.bias") == 0)) ||
+	    (a->qk_norm && (strcmp(r, "attn_q_norm.weight") == 0 ||
+	                       strcmp(r, "attn_k_norm.weight") == 0)) ||
+	    (a->post_norm && (strcmp(r, "post_attention_norm.weight") == 0 ||
+	                         strcmp(r, "post_ffw_norm.weight") == 0));
 }
 
 static const struct medha_tensor *
@@ -361,6 +476,11 @@ medha_model_load(struct medha_model **m, const struct medha_gguf *g, char *why,
 
 		if (t == NULL)
 			break;
+		if (!tensor_used(&c, t->name))
+			return medha_why(why, whylen, MEDHA_EUNSUP,
+			    "tensor %s: not part of a %s model as medha runs "
+			    "it (refused rather than ignored)",
+			    t->name, c.a.name);
 		if (strncmp(t->name, "blk.", 4) != 0)
 			continue;
 		l = strtol(t->name + 4, &end, 10);
@@ -396,10 +516,19 @@ medha_model_free(struct medha_model *m)
 		return;
 	if (m->layer != NULL)
 		for (i = 0; i < m->c.n_layers; i++) {
-			free(m->layer[i].attn_norm);
-			free(m->layer[i].ffn_norm);
+			struct medha_layer *L = &m->layer[i];
+			free(L->attn_norm);
+			free(L->ffn_norm);
+			free(L->bq);
+			free(L->bk);
+			free(L->bv);
+			free(L->q_norm);
+			free(L->k_norm);
+			free(L->post_attn_norm);
+			free(L->post_ffn_norm);
 		}
 	free(m->layer);
+	free(m->views);
 	free(m->out_norm);
 	free(m->rope_freqs);
 	free(m);

@@ -1,6 +1,8 @@
 /*
- * model.h: a Llama-style decoder (RMSNorm, RoPE, grouped-query attention,
- * SwiGLU) as the backends see it: its hyper-parameters and its weights.
+ * model.h: a decoder of the Llama family and its relatives (RMSNorm,
+ * RoPE, grouped-query attention, a gated MLP: llama, qwen2, qwen3,
+ * gemma2, gemma3, phi3) as the backends see it: its hyper-parameters, a
+ * description of what its layers do (struct medha_arch) and its weights.
  * The weights are the GGUF file's own tensors, used in place: matrices
  * stay in their stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
  * Q6_K), nothing is copied but the small norm vectors, which are kept as
@@ -30,6 +32,80 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The architecture as data: what every layer does beyond a plain Llama
+ * layer, read from the GGUF metadata of each family (arch.c) and read by
+ * the backends' one forward pass. Zero in every field is a Llama layer:
+ * pre-norm RMSNorm, no biases, NORM RoPE, q.k / sqrt(head_dim), SwiGLU.
+ * One layer, as the cpu backend runs it:
+ *
+ *	h  = rmsnorm(x) * attn_norm
+ *	q, k, v = h Wq, h Wk, h Wv  (+ bq, bk, bv where qkv_bias)
+ *	q, k = rmsnorm per head * attn_q_norm, attn_k_norm (where qk_norm)
+ *	q, k = RoPE at the token's position (rope_type; the layer's base and
+ *	       scaling: medha_layer_rope)
+ *	s  = q.k * attn_scale; s = cap tanh(s / cap) (attn_softcap);
+ *	     keys the layer's window leaves out are masked (medha_layer_window)
+ *	a  = softmax(s) v Wo; a = rmsnorm(a) * post_attention_norm (post_norm)
+ *	x  = x + a
+ *	h  = rmsnorm(x) * ffn_norm
+ *	f  = act(h Wgate) * (h Wup) Wdown (ffn_act); f = rmsnorm(f) *
+ *	     post_ffw_norm (post_norm)
+ *	x  = x + f
+ *
+ * and around the layers: x = embedding * embd_scale; logits = rmsnorm(x)
+ * Wout, then cap tanh(logits / cap) (final_softcap).
+ */
+struct medha_model;
+
+enum medha_rope_type {
+	MEDHA_ROPE_NORM = 0, /* adjacent pairs (2i, 2i + 1) rotate (llama) */
+	MEDHA_ROPE_NEOX = 1, /* halves: (i, i + n_rot / 2) rotate */
+};
+enum medha_rope_scaling {
+	MEDHA_ROPE_SCALING_NONE = 0,
+	MEDHA_ROPE_SCALING_LINEAR = 1,   /* positions / factor */
+	MEDHA_ROPE_SCALING_YARN = 2,     /* YaRN: ramp, attention factor */
+	MEDHA_ROPE_SCALING_LONGROPE = 3, /* per-frequency factors (phi3) */
+};
+enum medha_ffn_act {
+	MEDHA_FFN_SILU = 0, /* silu(gate) * up */
+	MEDHA_FFN_GELU = 1, /* gelu_tanh(gate) * up */
+};
+
+struct medha_arch {
+	char name[16];       /* general.architecture */
+	int rope_type;       /* MEDHA_ROPE_* */
+	int ffn_act;         /* MEDHA_FFN_* */
+	int qkv_bias;        /* attn_q/k/v.bias are added (qwen2) */
+	int qk_norm;         /* attn_q_norm, attn_k_norm (head_dim) RMSNorm
+	                        each head's q and k before RoPE */
+	int post_norm;       /* post_attention_norm, post_ffw_norm (gemma) */
+	float embd_scale;    /* embeddings times this (0: 1; gemma sqrt(dim)) */
+	float attn_scale;    /* score scale (0: 1 / sqrt(head_dim)) */
+	int q_prescale;      /* the scale is applied to q after RoPE, not to
+	                        the scores (llama.cpp's order for gemma and
+	                        phi3: the same numbers, other roundings) */
+	float attn_softcap;  /* scores capped to (-cap, cap) by tanh (0: no) */
+	float final_softcap; /* logits likewise (0: no) */
+	int swa;             /* sliding window W (0: none): a window layer's
+	                        query at p sees keys (p - W, p] */
+	int swa_pattern;     /* layer l has the window where l % pattern <
+	                        pattern - 1 (gemma2 2, gemma3 6); 0 or 1: every
+	                        layer */
+	float swa_rope_base; /* RoPE base of window layers (0: rope_theta);
+	                        scaling applies only to the others then */
+	int rope_scaling;    /* MEDHA_ROPE_SCALING_* */
+	float rope_factor;   /* rope.scaling.factor (linear, yarn) */
+	int64_t rope_orig_ctx; /* rope.scaling.original_context_length */
+	float yarn_ext_factor;  /* YaRN's ramp mix (1 with yarn) */
+	float yarn_attn_factor; /* the cos/sin magnitude, before YaRN's own
+	                           1 + 0.1 ln(factor) (1) */
+	float yarn_beta_fast, yarn_beta_slow; /* the ramp's ends (32, 1) */
+	int fused_qkv;       /* attn_qkv (q, k, v rows) split at load (phi3) */
+	int fused_gate_up;   /* ffn_up of 2 ffn_dim rows, gate first (phi3) */
+};
+
 /* Hyper-parameters; GGUF keys are under the architecture ("llama."). */
 struct medha_model_config {
 	int n_layers;     /* block_count */
@@ -43,7 +119,53 @@ struct medha_model_config {
 	int64_t ctx_len;  /* context_length, the trained context (0: unknown) */
 	float rope_theta; /* rope.freq_base (10000) */
 	float norm_eps;   /* attention.layer_norm_rms_epsilon (1e-5) */
+	struct medha_arch a; /* what the layers do (all 0: llama) */
 };
+
+/* 0.. where medha knows the architecture's name, else MEDHA_EUNSUP, why. */
+int medha_arch_check(const char *arch, char *why, size_t whylen);
+/* The architecture's keys into c->a (arch.c; medha_model_config_read). */
+int medha_arch_read(const struct medha_gguf *g, const char *arch,
+    struct medha_model_config *c, char *why, size_t whylen);
+
+/*
+ * Layer l's sliding window W (its query at p sees keys p - W < k <= p), or
+ * 0 where it attends to every key before it.
+ */
+int medha_layer_window(const struct medha_model_config *c, int l);
+
+/*
+ * Layer l's RoPE: *table 0 for a layer of the model's RoPE (base, scaling,
+ * factors), 1 for a window layer with its own base (gemma3: 10000,
+ * unscaled). A backend makes one table of each kind per token.
+ */
+int medha_layer_rope(const struct medha_model_config *c, int l);
+
+/*
+ * RoPE of one kind (medha_layer_rope): theta_i = pos * base^(-2i / n_rot)
+ * / freqs[i], then, as ggml's rope_yarn: theta = freq_scale * theta_i,
+ * mixed back toward theta_i by ramp(i) * ext_factor where ext_factor is
+ * not 0 (mscale then times 1 + 0.1 ln(1 / freq_scale)); cos and sin
+ * times mscale.
+ */
+struct medha_rope {
+	float base;
+	float freq_scale;     /* 1 / factor (linear, yarn), else 1 */
+	float ext_factor;     /* YaRN (0: none) */
+	float mscale;         /* attention factor */
+	float corr[2];        /* YaRN's ramp ends, in pair indices */
+	const float *freqs;   /* (n_rot / 2) divisors or NULL */
+};
+void medha_model_rope(const struct medha_model *m, int kind,
+    struct medha_rope *r);
+
+/*
+ * 0 where c is a plain Llama layer (what a backend without the other
+ * families' operators can run); else MEDHA_EUNSUP with the first
+ * feature it has in why ("qwen2: attention biases").
+ */
+int medha_arch_plain(const struct medha_model_config *c, char *why,
+    size_t whylen);
 
 struct medha_layer {
 	float *attn_norm;                /* (dim) f32, owned */
@@ -55,6 +177,11 @@ struct medha_layer {
 	const struct medha_tensor *gate; /* (ffn_dim, dim) */
 	const struct medha_tensor *up;   /* (ffn_dim, dim) */
 	const struct medha_tensor *down; /* (dim, ffn_dim) */
+	/* the other families' (NULL where the architecture has none) */
+	float *bq, *bk, *bv;       /* (q rows), (kv rows) biases, owned */
+	float *q_norm, *k_norm;    /* (head_dim) f32, owned */
+	float *post_attn_norm;     /* (dim) f32, owned */
+	float *post_ffn_norm;      /* (dim) f32, owned */
 };
 
 struct medha_model {
@@ -63,8 +190,13 @@ struct medha_model {
 	const struct medha_tensor *output; /* (vocab, dim); tok_embd if tied */
 	int tied;                          /* no output.weight in the file */
 	float *out_norm;                   /* (dim) f32, owned */
-	float *rope_freqs; /* (n_rot / 2) frequency divisors, owned, or NULL */
+	float *rope_freqs; /* (n_rot / 2) frequency divisors, owned, or NULL
+	                      (rope_freqs, or LongRoPE's long or short
+	                      factors) */
 	struct medha_layer *layer; /* (n_layers) */
+	/* (n_layers, 5) views of fused tensors' rows (q, k, v, gate, up),
+	   owned, or NULL */
+	struct medha_tensor *views;
 };
 
 /* Finds a tensor by its GGUF name, or returns NULL. */
@@ -72,10 +204,11 @@ typedef const struct medha_tensor *(
     *medha_tensor_find_fn)(void *ctx, const char *name);
 
 /*
- * Read a llama model's hyper-parameters from GGUF metadata into *c
- * (vocab is left 0). Returns 0, MEDHA_EUNSUP (an architecture other than
- * llama, rope scaling other than none) or MEDHA_EFORMAT / MEDHA_ENOTFOUND
- * (a key missing or out of range), with a reason in why.
+ * Read a model's hyper-parameters and architecture (llama, qwen2,
+ * qwen3, gemma2, gemma3, phi3) from GGUF metadata into *c (vocab is left
+ * 0). Returns 0, MEDHA_EUNSUP (another architecture, a RoPE scaling type
+ * or a key's value medha does not do, named in why) or MEDHA_EFORMAT /
+ * MEDHA_ENOTFOUND (a key missing or out of range), with a reason in why.
  */
 int medha_model_config_read(const struct medha_gguf *g,
     struct medha_model_config *c, char *why, size_t whylen);

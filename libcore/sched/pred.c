@@ -127,11 +127,11 @@ static const struct medha_pred_model models[] = {
      * vocab, context, rope base, norm epsilon}, w bytes, kv bytes
      */
     {"llama3-8b", /* Meta Llama 3.1 8B */
-        {32, 4096, 32, 8, 128, 128, 14336, 128256, 131072, 5e5f, 1e-5f}, 2, 2},
+        {32, 4096, 32, 8, 128, 128, 14336, 128256, 131072, 5e5f, 1e-5f, {.name = "llama"}}, 2, 2},
     {"llama3-70b", /* Meta Llama 3.1 70B */
-        {80, 8192, 64, 8, 128, 128, 28672, 128256, 131072, 5e5f, 1e-5f}, 2, 2},
+        {80, 8192, 64, 8, 128, 128, 28672, 128256, 131072, 5e5f, 1e-5f, {.name = "llama"}}, 2, 2},
     {"smollm2-135m", /* HuggingFaceTB SmolLM2-135M */
-        {30, 576, 9, 3, 64, 64, 1536, 49152, 8192, 1e5f, 1e-5f}, 2, 2},
+        {30, 576, 9, 3, 64, 64, 1536, 49152, 8192, 1e5f, 1e-5f, {.name = "llama"}}, 2, 2},
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))

@@ -4,7 +4,8 @@
 # kernels/ and cuBLASLt that tests/sh/cuda-mock.sh uses (tests/gpu/mock/,
 # and a device that calls itself an H200), and of NCCL (tests/gpu/mock/
 # nccl_mock.c as libnccl.so.2: TP ranks in separate processes meeting in
-# shared memory), driven as on a lent GPU. The NCCL stand-in alone
+# shared memory), driven as on a lent GPU. A qwen2 model refused, the
+# feature named (the cuda backend runs llama alone). The NCCL stand-in alone
 # (three processes); --backend cuda one-shot (-p through the runner, on
 # the random test model with a tokenizer); medha-prof --backend cuda
 # writing a profile labelled h200 and checking it; a daemon worker
@@ -70,6 +71,14 @@ done
 LD_LIBRARY_PATH=$tmp
 export LD_LIBRARY_PATH
 mw=$tmp/bin/medha-worker
+
+# a model of another family is refused, the feature named, rather than
+# run as a Llama (the cuda backend has llama's operators only, so far)
+"$py" "$top/tests/ref/arch_model.py" write "$model" "$tmp" qwen2
+expect_status 1 "$mw" --backend cuda -m "$tmp/qwen2.gguf" -p hi -n 1
+grep -q "cuda: qwen2: NEOX RoPE is not supported" "$tmp/err" ||
+	{ echo "qwen2 on cuda: want it refused, got:"; cat "$tmp/err"; exit 1; }
+echo "ok: qwen2 on cuda refused: $(cat "$tmp/err")"
 
 # the NCCL stand-in itself: three processes sum 300000 floats (two
 # rounds of its shared slots) in rank order (((a + b) + c), not a + (b +

@@ -1,0 +1,386 @@
+"""arch_model.py: random models of the families medha runs (llama with a
+sliding window, qwen2, qwen3, gemma2, gemma3, phi3), written with the
+`gguf` package (llama.cpp's own writer), and a float64 forward pass of
+them written for the test from the families' published definitions
+(Hugging Face transformers' modeling files, llama.cpp's graphs), not from
+medha's code.
+
+    arch_model.py cases                          the case names, one a line
+    arch_model.py write TOKENIZER.gguf DIR CASE[:FLAW]...
+        random models of each CASE with TOKENIZER's vocabulary, as
+        DIR/CASE.gguf; with FLAW, DIR/FLAW.gguf, a model medha must
+        refuse: scaling (type "dynamic"), arch (named starcoder2), bias
+        (layer 1 without attn_k.bias), window (larger than the context),
+        extra (a tensor it does not read, attn_output.bias)
+    arch_model.py forward TOKENIZER.gguf DIR IDS CASE...
+        the same models (the same bytes), and DIR/CASE.f64, the float64
+        logits after the ids in the file IDS (the last position), as
+        little-endian doubles, computed from the values written
+
+Shapes differ per case: GQA ratios of 1, 2 and 4, head sizes other than
+dim / heads, windows shorter than the test's prompts, YaRN and LongRoPE
+with original contexts shorter than them. Matrices are Q8_0 (the
+embedding F16, norms and biases F32), so that the same file is the
+llama.cpp comparison's too.
+"""
+import sys
+
+import numpy as np
+import gguf
+
+Q8 = gguf.GGMLQuantizationType.Q8_0
+
+# name: (arch, layers, dim, heads, kv heads, head dim, ffn, extra keys)
+CASES = {
+    "llama": ("llama", 3, 128, 4, 2, 32, 256, {}),
+    "llama-swa": ("llama", 3, 128, 4, 2, 32, 256, {"window": 24}),
+    "qwen2": ("qwen2", 3, 128, 4, 1, 32, 256, {}),
+    "qwen2-yarn": ("qwen2", 2, 128, 8, 2, 16, 256,
+                   {"yarn": (4.0, 48), "base": 1e6}),
+    "qwen3": ("qwen3", 3, 128, 8, 2, 48, 256, {}),
+    "qwen3-yarn": ("qwen3", 2, 96, 2, 2, 64, 192,
+                   {"yarn": (2.5, 40)}),
+    "gemma2": ("gemma2", 4, 128, 4, 2, 64, 256,
+               {"window": 20, "attn_cap": 3.0, "final_cap": 4.0}),
+    "gemma3": ("gemma3", 7, 128, 4, 1, 32, 256,
+               {"window": 24, "linear": 8.0, "base": 1e6}),
+    "phi3": ("phi3", 3, 128, 4, 4, 32, 256,
+             {"longrope": 48, "attn_factor": 1.19}),
+}
+
+
+def field(r, name):
+    f = r.fields[name]
+    if f.types[0] == gguf.GGUFValueType.ARRAY:
+        if f.types[1] == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode("utf-8", "surrogateescape")
+                    for i in f.data]
+        return [int(f.parts[i][0]) for i in f.data]
+    if f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode()
+    return f.parts[f.data[0]][0]
+
+
+_tok = {}
+
+
+def tokenizer(src):
+    """The tokenizer keys of src (read once: gguf's reader takes seconds
+    over a vocabulary's arrays)."""
+    if src not in _tok:
+        r = gguf.GGUFReader(src)
+        _tok[src] = {k: field(r, "tokenizer.ggml." + k) for k in (
+            "tokens", "model", "pre", "token_type", "merges",
+            "bos_token_id", "eos_token_id")}
+    return _tok[src]
+
+
+def write(case, src, out, flaw=None, seed=7):
+    """Write the model; return its metadata (key: value) and tensors
+    (name: float64 array, the file's values), for forward()."""
+    arch, L, D, H, KV, HD, F, x = CASES[case]
+    x = dict(x)
+    if flaw == "window":
+        x["window"] = 8192
+    rng = np.random.default_rng(seed + sum(map(ord, case)))
+    tk = tokenizer(src)
+    tokens = tk["tokens"]
+    V = len(tokens)
+    w = gguf.GGUFWriter(out, "starcoder2" if flaw == "arch" else arch)
+    w.add_block_count(L)
+    w.add_context_length(4096)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_key_length(HD)
+    w.add_value_length(HD)
+    w.add_rope_dimension_count(HD)
+    w.add_rope_freq_base(x.get("base", 10000.0))
+    w.add_layer_norm_rms_eps(1e-6)
+    if "window" in x:
+        w.add_sliding_window(x["window"])
+    if "attn_cap" in x:
+        w.add_attn_logit_softcapping(x["attn_cap"])
+        w.add_final_logit_softcapping(x["final_cap"])
+    if "yarn" in x:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(x["yarn"][0])
+        w.add_rope_scaling_orig_ctx_len(x["yarn"][1])
+    if flaw == "scaling":
+        w.add_string(arch + ".rope.scaling.type", "dynamic")
+        w.add_rope_scaling_factor(2.0)
+    if "linear" in x:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(x["linear"])
+    if "longrope" in x:
+        w.add_rope_scaling_orig_ctx_len(x["longrope"])
+        w.add_rope_scaling_attn_factors(x["attn_factor"])
+    w.add_tokenizer_model(tk["model"])
+    w.add_tokenizer_pre(tk["pre"])
+    w.add_token_list(tokens)
+    w.add_token_types(tk["token_type"])
+    w.add_token_merges(tk["merges"])
+    w.add_bos_token_id(int(tk["bos_token_id"]))
+    w.add_eos_token_id(int(tk["eos_token_id"]))
+    w.add_add_bos_token(False)
+
+    def mat(rows, cols, scale):
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    def vec(n, lo, hi):
+        return rng.uniform(lo, hi, n).astype(np.float32)
+
+    def q8(name, a):
+        w.add_tensor(name, gguf.quants.quantize(a, Q8), raw_dtype=Q8)
+
+    gemma = arch.startswith("gemma")
+    # gemma's embedding is scaled by sqrt(D) at the input: keep it small
+    w.add_tensor("token_embd.weight",
+                 mat(V, D, 1 / np.sqrt(D) if gemma else 1.0)
+                 .astype(np.float16))
+    w.add_tensor("output_norm.weight", vec(D, 0.5, 1.5))
+    if not gemma:
+        q8("output.weight", mat(V, D, 0.5 / np.sqrt(D)))
+    if "longrope" in x:
+        w.add_tensor("rope_factors_long.weight", vec(HD // 2, 1.0, 8.0))
+        w.add_tensor("rope_factors_short.weight", vec(HD // 2, 1.0, 1.5))
+    s = 1 / np.sqrt(D)
+    for i in range(L):
+        p = "blk.%d." % i
+        wq, wk, wv = mat(H * HD, D, s), mat(KV * HD, D, s), mat(KV * HD, D, s)
+        if arch == "phi3":
+            q8(p + "attn_qkv.weight", np.concatenate([wq, wk, wv]))
+        else:
+            q8(p + "attn_q.weight", wq)
+            q8(p + "attn_k.weight", wk)
+            q8(p + "attn_v.weight", wv)
+        q8(p + "attn_output.weight", mat(D, H * HD, 0.5 / np.sqrt(H * HD)))
+        gate, up = mat(F, D, s), mat(F, D, s)
+        if arch == "phi3":
+            q8(p + "ffn_up.weight", np.concatenate([gate, up]))
+        else:
+            q8(p + "ffn_gate.weight", gate)
+            q8(p + "ffn_up.weight", up)
+        q8(p + "ffn_down.weight", mat(D, F, 0.5 / np.sqrt(F)))
+        if flaw == "extra":
+            w.add_tensor(p + "attn_output.bias", vec(D, -0.5, 0.5))
+        w.add_tensor(p + "attn_norm.weight", vec(D, 0.5, 1.5))
+        w.add_tensor(p + "ffn_norm.weight", vec(D, 0.5, 1.5))
+        if arch == "qwen2":
+            w.add_tensor(p + "attn_q.bias", vec(H * HD, -0.5, 0.5))
+            if not (flaw == "bias" and i == 1):
+                w.add_tensor(p + "attn_k.bias", vec(KV * HD, -0.5, 0.5))
+            w.add_tensor(p + "attn_v.bias", vec(KV * HD, -0.5, 0.5))
+        if arch in ("qwen3", "gemma3"):
+            w.add_tensor(p + "attn_q_norm.weight", vec(HD, 0.5, 1.5))
+            w.add_tensor(p + "attn_k_norm.weight", vec(HD, 0.5, 1.5))
+        if gemma:
+            w.add_tensor(p + "post_attention_norm.weight", vec(D, 0.5, 1.5))
+            w.add_tensor(p + "post_ffw_norm.weight", vec(D, 0.5, 1.5))
+    meta = {k: v.value for k, v in w.kv_data[0].items()}
+    tens = {n: np.asarray(gguf.quants.dequantize(t.tensor, t.dtype),
+                          dtype=np.float64)
+            for n, t in w.tensors[0].items()}
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return meta, tens
+
+
+# ------------------------------------------------------------ float64 pass
+
+def forward(meta, T, ids):
+    """float64 logits of the last of ids, for the model write() gave."""
+    arch = meta["general.architecture"]
+
+    def key(k, default=None):
+        return meta.get(arch + "." + k, default)
+
+    def ten(name):
+        return T[name].squeeze() if name in T else None
+
+    L = int(key("block_count"))
+    D = int(key("embedding_length"))
+    H = int(key("attention.head_count"))
+    KV = int(key("attention.head_count_kv", H))
+    HD = int(key("attention.key_length", D // H))
+    NR = int(key("rope.dimension_count", HD))
+    eps = float(key("attention.layer_norm_rms_epsilon"))
+    base = float(key("rope.freq_base", 10000.0))
+    ctx = int(key("context_length"))
+    gemma = arch.startswith("gemma")
+    window = int(key("attention.sliding_window", 0))
+    if arch == "gemma2" and window == 0:
+        window = 4096
+    pattern = {"gemma2": 2, "gemma3": 6}.get(arch, 1)
+    attn_cap = float(key("attn_logit_softcapping",
+                         50.0 if arch == "gemma2" else 0.0))
+    final_cap = float(key("final_logit_softcapping",
+                          30.0 if arch == "gemma2" else 0.0))
+    scaling = key("rope.scaling.type", "none")
+    factor = float(key("rope.scaling.factor", 1.0))
+    orig = int(key("rope.scaling.original_context_length", ctx))
+    attn_factor = float(key("rope.scaling.attn_factor", 1.0))
+    neox = arch != "llama"
+    n = len(ids)
+    pos = np.arange(n, dtype=np.float64)
+
+    def rms(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+    def rope_angles(kind):
+        """(n, NR/2) angles and the cos/sin magnitude."""
+        i = np.arange(NR // 2, dtype=np.float64)
+        inv = 1.0 / (base ** (2 * i / NR))
+        if kind == "local":  # gemma3's window layers: base 10000
+            return np.outer(pos, 1.0 / (10000.0 ** (2 * i / NR))), 1.0
+        ms = attn_factor
+        if scaling == "linear":
+            inv = inv / factor
+        elif scaling == "yarn":
+            # YaRN (the paper; HF's _compute_yarn_parameters): dims past
+            # the ramp interpolated, those before it extrapolated
+            def corr(rot):
+                return NR * np.log(orig / (rot * 2 * np.pi)) / (2 * np.log(base))
+            lo = max(0.0, np.floor(corr(32.0)))
+            hi = min(NR - 1.0, np.ceil(corr(1.0)))
+            ramp = 1 - np.clip((i - lo) / max(0.001, hi - lo), 0, 1)
+            inv = inv / factor * (1 - ramp) + inv * ramp
+            ms = ms * (1 + 0.1 * np.log(factor))
+        if "rope_factors_long.weight" in T:  # LongRoPE (phi3)
+            f = ten("rope_factors_long.weight" if ctx > orig
+                    else "rope_factors_short.weight")
+            inv = inv / f
+        return np.outer(pos, inv), ms
+
+    def rope(x, ang, ms):  # x (n, heads, HD)
+        c = (np.cos(ang) * ms)[:, None, :]
+        s = (np.sin(ang) * ms)[:, None, :]
+        x = x.copy()
+        if neox:
+            a, b = x[..., :NR // 2].copy(), x[..., NR // 2:NR].copy()
+            x[..., :NR // 2] = a * c - b * s
+            x[..., NR // 2:NR] = a * s + b * c
+        else:
+            a, b = x[..., 0:NR:2].copy(), x[..., 1:NR:2].copy()
+            x[..., 0:NR:2] = a * c - b * s
+            x[..., 1:NR:2] = a * s + b * c
+        return x
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) *
+                                      (x + 0.044715 * x ** 3)))
+
+    def silu(x):
+        return x / (1 + np.exp(-x))
+
+    emb = ten("token_embd.weight")
+    x = emb[ids].copy()
+    if gemma:
+        x = x * np.sqrt(D)
+    if gemma and L == (46 if arch == "gemma2" else 62):
+        scale = 1 / np.sqrt(D / H)
+    else:
+        scale = 1 / np.sqrt(HD)
+    for li in range(L):
+        p = "blk.%d." % li
+        is_win = window > 0 and (pattern == 1 or li % pattern < pattern - 1)
+        h = rms(x, ten(p + "attn_norm.weight"))
+        if p + "attn_qkv.weight" in T:
+            qkv = h @ ten(p + "attn_qkv.weight").T
+            q, k, v = np.split(qkv, [H * HD, H * HD + KV * HD], axis=1)
+        else:
+            q = h @ ten(p + "attn_q.weight").T
+            k = h @ ten(p + "attn_k.weight").T
+            v = h @ ten(p + "attn_v.weight").T
+        if p + "attn_q.bias" in T:
+            q = q + ten(p + "attn_q.bias")
+            k = k + ten(p + "attn_k.bias")
+            v = v + ten(p + "attn_v.bias")
+        q = q.reshape(n, H, HD)
+        k = k.reshape(n, KV, HD)
+        v = v.reshape(n, KV, HD)
+        if p + "attn_q_norm.weight" in T:
+            q = rms(q, ten(p + "attn_q_norm.weight"))
+            k = rms(k, ten(p + "attn_k_norm.weight"))
+        local = arch == "gemma3" and is_win
+        ang, ms = rope_angles("local" if local else "global")
+        q, k = rope(q, ang, ms), rope(k, ang, ms)
+        g = H // KV
+        qi = np.arange(n)[:, None]
+        kj = np.arange(n)[None, :]
+        mask = kj <= qi
+        if is_win:
+            mask &= qi - kj < window
+        att = np.empty((n, H, HD))
+        for hh in range(H):
+            s = q[:, hh, :] @ k[:, hh // g, :].T * scale
+            if attn_cap > 0:
+                s = attn_cap * np.tanh(s / attn_cap)
+            s = np.where(mask, s, -np.inf)
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            att[:, hh, :] = s @ v[:, hh // g, :]
+        a = att.reshape(n, H * HD) @ ten(p + "attn_output.weight").T
+        if gemma:
+            a = rms(a, ten(p + "post_attention_norm.weight"))
+        x = x + a
+        h = rms(x, ten(p + "ffn_norm.weight"))
+        if p + "ffn_gate.weight" in T:
+            gt = h @ ten(p + "ffn_gate.weight").T
+            up = h @ ten(p + "ffn_up.weight").T
+        else:
+            gt, up = np.split(h @ ten(p + "ffn_up.weight").T, 2, axis=1)
+        f = ((gelu(gt) if gemma else silu(gt)) * up) @ \
+            ten(p + "ffn_down.weight").T
+        if gemma:
+            f = rms(f, ten(p + "post_ffw_norm.weight"))
+        x = x + f
+    out = ten("output.weight")
+    if out is None:
+        out = emb
+    lg = rms(x[-1], ten("output_norm.weight")) @ out.T
+    if final_cap > 0:
+        lg = final_cap * np.tanh(lg / final_cap)
+    return lg
+
+
+def read(path):
+    """A GGUF file's metadata and tensors as forward() takes them."""
+    r = gguf.GGUFReader(path)
+    meta = {k: field(r, k) for k in r.fields
+            if not k.startswith(("GGUF.", "tokenizer."))}
+    tens = {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type),
+                               dtype=np.float64).reshape(
+                                   [int(n) for n in reversed(t.shape)])
+            for t in r.tensors}
+    return meta, tens
+
+
+def main(argv):
+    if argv[:1] == ["cases"]:
+        print("\n".join(CASES))
+    elif argv[:1] == ["write"] and len(argv) >= 4:
+        for c in argv[3:]:
+            case, _, flaw = c.partition(":")
+            write(case, argv[1], "%s/%s.gguf" % (argv[2], flaw or case),
+                  flaw or None)
+    elif argv[:1] == ["forward"] and len(argv) >= 5:
+        ids = [int(t) for t in open(argv[3]).read().split()]
+        for c in argv[4:]:
+            meta, tens = write(c, argv[1], "%s/%s.gguf" % (argv[2], c))
+            forward(meta, tens, ids).astype("<f8").tofile(
+                "%s/%s.f64" % (argv[2], c))
+    elif argv[:1] == ["forward-file"] and len(argv) >= 4:
+        meta, tens = read(argv[1])
+        forward(meta, tens, [int(t) for t in argv[3:]]).astype("<f8") \
+            .tofile(argv[2])
+    else:
+        sys.stderr.write(__doc__)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

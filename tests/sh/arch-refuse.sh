@@ -1,0 +1,29 @@
+#!/bin/sh
+# arch-refuse.sh: a model whose metadata or tensors ask for what medha
+# does not do is refused when it loads, exit 1, with the key or tensor
+# named; nothing is ignored in silence. The files are random models of
+# tests/ref/arch_model.py with one flaw each: a RoPE scaling type medha
+# lacks, an architecture it does not know, a bias tensor missing, a
+# sliding window larger than the context, and a tensor the model would
+# not read. Needs the cache's venv (gguf, numpy) and SmolLM2's tokenizer;
+# skips without them.
+. "$(dirname "$0")/lib.sh"
+need_model "$smollm2"
+need_py numpy gguf
+
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" qwen2:scaling \
+    qwen2:arch qwen2:bias llama:window qwen2:extra
+check() { # FLAW TEXT: the worker refuses the file, saying TEXT
+	expect_status 1 "$bin/medha-worker" -m "$tmp/$1.gguf" -p hi -n 1
+	if ! grep -qF "$2" "$tmp/err"; then
+		echo "$1: want \"$2\" in:"
+		cat "$tmp/err"
+		exit 1
+	fi
+	echo "$1: $(cat "$tmp/err")"
+}
+check scaling 'metadata qwen2.rope.scaling.type: rope scaling "dynamic" is not supported'
+check arch 'general.architecture: "starcoder2" is not supported'
+check bias 'tensor blk.1.attn_k.bias is missing'
+check window 'llama.attention.sliding_window: a window of 8192 is larger than the context (4096)'
+check extra 'tensor blk.0.attn_output.bias: not part of a qwen2 model'
