@@ -621,6 +621,34 @@ test_window(void **state)
 		check_records(&r);
 		assert_true(r.max_running == 2);
 		run_free(&r);
+		/* the prefix cache on: prompts that share 20000 tokens; the
+		   index keeps every layer of what it holds (room the window
+		   reservation lacks is asked for), the books hold at every
+		   step (run_all checks them), and later ones hit; without
+		   windows 24100 tokens would not fit 1500 blocks */
+		config(&c, reserve, 1500, 1);
+		c.window_kv = 1;
+		run_init(&r, 4, 1, 1, &c);
+		for (int i = 0; i < 4; i++) {
+			snprintf(r.v[i].id, sizeof(r.v[i].id), "p%d", i);
+			r.v[i].arrival = 2.0 * i;
+			r.v[i].prompt_tokens = 24000;
+			r.v[i].max_tokens = 100;
+			r.real[i] = 40;
+			r.v[i].prompt_ids = calloc(24000, sizeof(int32_t));
+			for (int k = 0; k < 24000; k++)
+				r.v[i].prompt_ids[k] =
+				    k < 20000 ? k + 1 : i * 100000 + k;
+		}
+		run_all(&r);
+		check_records(&r);
+		{
+			int64_t hit = 0;
+			for (int i = 1; i < 4; i++)
+				hit += r.rec[i].cached_tokens;
+			assert_int_equal(hit, 3 * 20000); /* all shared */
+		}
+		run_free(&r);
 		/* one alone: its reservation against the formula */
 		run_init(&r, 1, 1, 1, &c);
 		r.v[0] = (struct medha_reqspec){.prompt_tokens = 30000,

@@ -244,6 +244,7 @@ medha_kvplace_admit_pin(struct medha_kvplace *pl, struct medha_kvlease *l,
 		pl->res[best] += nb;
 	}
 	l->prompt = prompt;
+	l->need = need;
 	l->start = start;
 	l->done = start;
 	for (int i = 0; i < n; i++) {
@@ -300,6 +301,37 @@ medha_kvplace_grow(struct medha_kvplace *pl, struct medha_kvlease *l,
 		l->res_blocks[i] += nb;
 		pl->res[g] += nb;
 	}
+	if (kv > l->need)
+		l->need = kv;
+	return 0;
+}
+
+int
+medha_kvplace_to_index(struct medha_kvplace *pl, struct medha_kvlease *l, int i,
+    int apply)
+{
+	int g = l->groups[i];
+	int64_t now, extra;
+
+	if (pl->win_layers == 0) {
+		if (l->res_blocks[i] < 1)
+			return MEDHA_ENOSPACE;
+		now = l->res_blocks[i] - 1;
+	} else {
+		now = piece_cost(pl, i, l->need, l->shared[i] + 1);
+		if (now < 0)
+			now = 0;
+	}
+	extra = 1 - (l->res_blocks[i] - now);
+	/* asked before the index counts the block, done after */
+	if (!apply)
+		return extra > 0 &&
+		        pl->cap_blocks - pl->res[g] - pl->cached[g] < extra
+		    ? MEDHA_ENOSPACE
+		    : 0;
+	pl->res[g] -= l->res_blocks[i] - now;
+	l->res_blocks[i] = now;
+	l->shared[i]++;
 	return 0;
 }
 

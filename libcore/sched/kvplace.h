@@ -48,6 +48,8 @@ struct medha_kvlease {
 	int64_t work[MEDHA_KVP_MAX];       /* pending work each piece brought */
 	int64_t shared[MEDHA_KVP_MAX];     /* the index's blocks it uses in
 	                                      each piece (prefix.h) */
+	int64_t need; /* the tokens its reservation is for (window layers:
+	                 what each piece's cost is taken at) */
 };
 
 struct medha_kvplace {
@@ -95,6 +97,19 @@ int medha_kvplace_init(struct medha_kvplace *pl, int kvp, int block_size,
  */
 int medha_kvplace_window(struct medha_kvplace *pl, int layers, int win_layers,
     int64_t win_tokens);
+
+/*
+ * The next block of l's piece i goes to the prefix index (which keeps
+ * every layer of it): l uses it as shared from now on. Without window
+ * layers one reserved block becomes the index's; with them the piece's
+ * cost is taken again with one more shared block, and the index's block
+ * costs a whole one, so up to a block more is held: 0, or
+ * MEDHA_ENOSPACE (no room for it). With apply 0 it only answers,
+ * before the index counts the block in cached[] (prefix.c); with 1 it
+ * moves the blocks, after, and returns 0.
+ */
+int medha_kvplace_to_index(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int i, int apply);
 
 /*
  * 1 if `need` tokens of KV could be placed on an empty replica; else 0

@@ -200,10 +200,7 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 		free(s);
 		return MEDHA_EINVAL;
 	}
-	/* the prefix index keeps whole blocks, every layer, and takes them
-	   one at a time from a request's reservation: with it, window
-	   layers are counted as global ones (DESIGN, issue 36 item 4) */
-	if (c->window_kv && p->window > 0 && !c->prefix_cache) {
+	if (c->window_kv && p->window > 0) {
 		const struct medha_model_config *mc = &p->model.c;
 		int nw = 0;
 		for (int l = 0; l < mc->n_layers; l++)
