@@ -649,6 +649,23 @@ test_window(void **state)
 			assert_int_equal(hit, 3 * 20000); /* all shared */
 		}
 		run_free(&r);
+		/* KVP: pieces of 8192 tokens (512 blocks of positions) on
+		   two groups of 400 blocks, each piece reserving its window
+		   layers' share of the window (151 blocks) */
+		config(&c, reserve, 400, 1);
+		c.window_kv = 1;
+		c.kvp_max_tokens = 8192;
+		run_init(&r, 3, 2, 1, &c);
+		for (int i = 0; i < 3; i++) {
+			snprintf(r.v[i].id, sizeof(r.v[i].id), "k%d", i);
+			r.v[i].arrival = 0.001 * i;
+			r.v[i].prompt_tokens = 12000;
+			r.v[i].max_tokens = 100;
+			r.real[i] = 30 + 10 * i;
+		}
+		run_all(&r);
+		check_records(&r);
+		run_free(&r);
 		/* one alone: its reservation against the formula */
 		run_init(&r, 1, 1, 1, &c);
 		r.v[0] = (struct medha_reqspec){.prompt_tokens = 30000,
