@@ -52,7 +52,7 @@ static const struct medha_help help_lines[] = {
     {NULL, "Simulation (--sim GPU):"},
     {"--sim GPU", "simulate on a100, h100 (80 GB) or h200 (141 GB)"},
     {"-m, --model MODEL",
-        "llama3-8b, llama3-70b, smollm2-135m or a GGUF (bf16)"},
+        "a shape name (gemma3-27b, others: man page) or a GGUF"},
     {"-b, --batch-log FILE",
         "a line per batch: time, latency, decodes, id:chunk:kv"},
     {"-o, --output FILE",
