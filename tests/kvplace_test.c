@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -907,6 +908,77 @@ test_grow(void **state)
 	assert_int_equal(pl.res[0] + pl.res[1], 0);
 }
 
+/*
+ * Sliding-window layers (issue 36 item 4): Gemma 3 27B's 62 layers, 52
+ * of them with a window of 1024 keys, chunks of 512, blocks of 16. A
+ * request of N tokens reserves (10 N + 52 min(N, 1536 + a block of
+ * straddle)) / 62 positions' worth, within 10% of the formula; a
+ * request all-layer accounting refuses is admitted; reservations are
+ * never exceeded as it grows; a piece of KVP holds the window too.
+ */
+static void
+test_window(void **state)
+{
+	struct medha_kvplace pl, full;
+	struct medha_kvlease l;
+	int64_t sum[MEDHA_KVP_MAX] = {0};
+	char why[200];
+	int g;
+
+	(void)state;
+	assert_int_equal(medha_kvplace_init(&full, 1, 16, 1000, 0), 0);
+	assert_int_equal(medha_kvplace_init(&pl, 1, 16, 1000, 0), 0);
+	assert_int_equal(medha_kvplace_window(&pl, 0, 0, 1), MEDHA_EINVAL);
+	assert_int_equal(medha_kvplace_window(&pl, 62, 63, 1), MEDHA_EINVAL);
+	assert_int_equal(medha_kvplace_window(&pl, 62, 52, 0), MEDHA_EINVAL);
+	assert_int_equal(medha_kvplace_window(&pl, 62, 52, 1024 + 512), 0);
+	assert_int_equal(pl.win_blocks, 97);
+	/* a group now spans (1000 x 62 - 52 x 97) / 10 blocks of positions */
+	assert_int_equal(pl.group_tokens, (62000 - 52 * 97) / 10 * 16);
+	/* 40000 tokens: 2500 blocks over all layers, 1000 on the replica */
+	assert_int_equal(medha_kvplace_fits_ever(&full, 40000, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(medha_kvplace_fits_ever(&pl, 40000, why, sizeof(why)),
+	    1);
+	assert_int_equal(medha_kvplace_admit(&pl, &l, 40000, 30000), 0);
+	{
+		double formula = (10.0 * 40000 + 52.0 * 1536) / 62 / 16;
+		assert_int_equal(l.res_blocks[0],
+		    (10 * 2500 + 52 * 97 + 61) / 62);
+		assert_true(fabs(l.res_blocks[0] - formula) < 0.1 * formula);
+	}
+	/* short requests: every layer holds all of it */
+	{
+		struct medha_kvlease s;
+		assert_int_equal(medha_kvplace_admit(&pl, &s, 800, 800), 0);
+		assert_int_equal(s.res_blocks[0], 50);
+		medha_kvplace_release(&pl, &s);
+	}
+	/* it grows by the global layers' share only */
+	for (int64_t kv = 40001; kv <= 48000; kv++) {
+		assert_int_equal(medha_kvplace_grow(&pl, &l, kv, &g), 0);
+		memset(sum, 0, sizeof(sum));
+		assert_int_equal(medha_kvplace_check_lease(&pl, &l, kv, sum,
+		                     why, sizeof(why)),
+		    0);
+	}
+	assert_int_equal(l.res_blocks[0], (10 * 3000 + 52 * 97 + 61) / 62);
+	assert_int_equal(medha_kvplace_check(&pl, sum, why, sizeof(why)), 0);
+	medha_kvplace_release(&pl, &l);
+	assert_int_equal(pl.res[0], 0);
+
+	/* KVP: each piece reserves its window layers' most, the window */
+	assert_int_equal(medha_kvplace_init(&pl, 3, 16, 1000, 8000), 0);
+	assert_int_equal(medha_kvplace_window(&pl, 62, 52, 1536), 0);
+	assert_int_equal(pl.group_tokens, 8000); /* the limit stays */
+	assert_int_equal(medha_kvplace_admit(&pl, &l, 20000, 20000), 0);
+	assert_int_equal(l.n_groups, 3);
+	assert_int_equal(l.res_blocks[0], (10 * 500 + 52 * 97 + 61) / 62);
+	assert_int_equal(l.res_blocks[2], (10 * 250 + 52 * 97 + 61) / 62);
+	medha_kvplace_release(&pl, &l);
+}
+
 int
 main(void)
 {
@@ -920,6 +992,7 @@ main(void)
 	    cmocka_unit_test(test_checks),
 	    cmocka_unit_test(test_random),
 	    cmocka_unit_test(test_grow),
+	    cmocka_unit_test(test_window),
 #ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_work_without_prompt),
 	    cmocka_unit_test(test_check_past_last_piece),

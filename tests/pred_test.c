@@ -684,6 +684,68 @@ test_monotone(void **state)
 	check_monotone(&p);
 }
 
+/*
+ * The other families by name (issue 36 item 7), their shapes as their
+ * config.json publishes them; Gemma 3's window layers are counted at
+ * min(kv, 1024) keys in attention and min(N, W + chunk) positions in KV.
+ */
+static void
+test_families(void **state)
+{
+	struct medha_pred_model m;
+	struct medha_pred p, g;
+	double full, win;
+
+	(void)state;
+	assert_int_equal(medha_model_resolve("Qwen2.5-7B", &m), 0);
+	assert_true(m.c.n_layers == 28 && m.c.dim == 3584 &&
+	    m.c.n_heads == 28 && m.c.n_kv_heads == 4 && m.c.head_dim == 128 &&
+	    m.c.ffn_dim == 18944 && m.c.vocab == 152064 && m.c.a.qkv_bias &&
+	    m.c.a.rope_type == MEDHA_ROPE_NEOX);
+	assert_int_equal(medha_model_resolve("qwen3-32b", &m), 0);
+	assert_true(m.c.n_layers == 64 && m.c.dim == 5120 &&
+	    m.c.n_heads == 64 && m.c.head_dim == 128 && m.c.ffn_dim == 25600 &&
+	    m.c.vocab == 151936 && m.c.ctx_len == 40960 && m.c.a.qk_norm);
+	assert_int_equal(medha_model_resolve("llama3.1-70b", &m), 0);
+	assert_true(m.c.n_layers == 80 && m.c.dim == 8192 && m.c.a.swa == 0);
+	setup(&p, "h100", "qwen3-32b", 8, 1, 1);
+	check_monotone(&p);
+	assert_true(p.stage_window == 0);
+
+	assert_int_equal(medha_model_resolve("gemma3-27b", &m), 0);
+	assert_true(m.c.n_layers == 62 && m.c.dim == 5376 &&
+	    m.c.n_heads == 32 && m.c.n_kv_heads == 16 && m.c.head_dim == 128 &&
+	    m.c.ffn_dim == 21504 && m.c.vocab == 262208 && m.c.a.swa == 1024 &&
+	    m.c.a.swa_pattern == 6 && m.c.a.swa_rope_base == 1e4f);
+	setup(&p, "h200", "gemma3-27b", 8, 1, 1);
+	check_monotone(&p);
+	assert_int_equal(p.window, 1024);
+	near(p.stage_window, 52, 1e-12); /* 10 of 62 layers global */
+	/* KV: the formula, global x N + window x min(N, W + chunk) */
+	full = medha_pred_kv_bytes_per_token(&p);
+	near(full, 2.0 * 62 * 2 * 128 * 2, 1e-12); /* 16 kv heads / tp 8 */
+	win = medha_pred_kv_bytes(&p, 100000, 512);
+	near(win, full / 62 * (10 * 100000.0 + 52 * 1536.0), 1e-12);
+	near(medha_pred_kv_bytes(&p, 1000, 512), full * 1000, 1e-12);
+	assert_true(win < full * 100000 / 5); /* about a sixth */
+	/* attention: the same shape without windows costs more at long
+	 * kv, the same within the window */
+	g = p;
+	g.stage_window = 0;
+	near(medha_pred_attn_prefill(&p, 512, 512),
+	    medha_pred_attn_prefill(&g, 512, 512), 1e-12);
+	assert_true(medha_pred_attn_prefill(&p, 512, 100000) <
+	    medha_pred_attn_prefill(&g, 512, 100000) / 3);
+	assert_true(medha_pred_attn_decode(&p, 8, 8 * 100000) <
+	    medha_pred_attn_decode(&g, 8, 8 * 100000) / 3);
+	near(medha_pred_attn_decode(&p, 8, 8 * 1000),
+	    medha_pred_attn_decode(&g, 8, 8 * 1000), 1e-12);
+	/* spp: each stage's share of the window layers */
+	setup(&p, "h200", "gemma3-27b", 8, 2, 1);
+	near(p.stage_window, 52.0 * 31 / 62, 1e-12);
+	medha_pred_free(&p);
+}
+
 /* The cpu device fills every field the analytic model reads. */
 static void
 test_cpu_device(void **state)
@@ -1155,6 +1217,7 @@ main(void)
 	    cmocka_unit_test(test_chunk_overhead),
 	    cmocka_unit_test(test_gpus_compared),
 	    cmocka_unit_test(test_monotone),
+	    cmocka_unit_test(test_families),
 	    cmocka_unit_test(test_cpu_device),
 	    cmocka_unit_test(test_cpu_products),
 	    cmocka_unit_test(test_tp_divides_heads),

@@ -52,7 +52,7 @@ static const struct medha_help help_lines[] = {
     {NULL, "Simulation (--sim GPU):"},
     {"--sim GPU", "simulate on a100, h100 (80 GB) or h200 (141 GB)"},
     {"-m, --model MODEL",
-        "llama3-8b, llama3-70b, smollm2-135m or a GGUF (bf16)"},
+        "a shape name (gemma3-27b, others: man page) or a GGUF"},
     {"-b, --batch-log FILE",
         "a line per batch: time, latency, decodes, id:chunk:kv"},
     {"-o, --output FILE",
@@ -436,8 +436,7 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 	         sizeof(why))) != 0)
 		die(1, "-m %s: %s%s", a->model_name,
 		    why[0] ? why : medha_strerror(rc),
-		    rc == MEDHA_ENOTFOUND ? " (built in: llama3-8b, "
-		                            "llama3-70b, smollm2-135m)"
+		    rc == MEDHA_ENOTFOUND ? " (built in: " MEDHA_MODEL_NAMES ")"
 		                          : "");
 	if ((rc = medha_pred_init(pred, gpu, &model, a->tp, a->spp, a->kvp)) !=
 	    0)
@@ -591,6 +590,7 @@ main(int argc, char *argv[])
 		return run_live(a.listen, &a.cfg, a.model_name, a.profile,
 		    (int)a.workers, a.drain, a.max_queue, !a.target_set);
 	}
+	a.cfg.window_kv = 1; /* a GPU backend frees what no window sees */
 	if (sim_pred(&pred, &a) != 0)
 		return 1;
 	status = run_sim(&a, &pred, argc == 1 ? argv[0] : NULL);

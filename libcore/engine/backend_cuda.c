@@ -641,8 +641,14 @@ medha_backend_cuda_open(struct medha_backend **be,
 	if (medha_model_resolve(p->model, &pm) != 0)
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "cuda: model %s: no such file, nor a shape name "
-		    "(llama3-8b, llama3-70b, smollm2-135m)",
+		    "(llama3-8b, llama3-70b, llama3.1-70b, smollm2-135m)",
 		    p->model);
+	{ /* a shape of another family (qwen3-32b): as from a file */
+		char what[160];
+		if ((rc = medha_arch_plain(&pm.c, what, sizeof(what))) != 0)
+			return medha_why(why, whylen, rc,
+			    "cuda: %s (the cpu backend runs it)", what);
+	}
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	c->c = pm.c;

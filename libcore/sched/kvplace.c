@@ -28,6 +28,60 @@ blocks(const struct medha_kvplace *pl, int64_t tokens)
 	return tokens > 0 ? div_up(tokens, pl->block_size) : 0;
 }
 
+/* Blocks piece i of a request of kv tokens costs, less the `shared`
+ * blocks of the prefix index it uses there (medha_kvplace_window). */
+static int64_t
+piece_cost(const struct medha_kvplace *pl, int i, int64_t kv, int64_t shared)
+{
+	int64_t b = blocks(pl, medha_kvplace_in_piece(pl, i, 0, kv)) - shared;
+	int64_t w;
+
+	if (pl->win_layers == 0 || b <= 0)
+		return b;
+	w = b < pl->win_blocks ? b : pl->win_blocks;
+	return div_up((int64_t)(pl->layers - pl->win_layers) * b +
+	        (int64_t)pl->win_layers * w,
+	    pl->layers);
+}
+
+int
+medha_kvplace_window(struct medha_kvplace *pl, int layers, int win_layers,
+    int64_t win_tokens)
+{
+	if (layers < 1 || win_layers < 0 || win_layers > layers ||
+	    win_tokens < 1 || win_tokens > INT64_MAX / 2)
+		return MEDHA_EINVAL;
+	pl->layers = layers;
+	pl->win_layers = win_layers;
+	pl->win_blocks = div_up(win_tokens, pl->block_size) + 1;
+	if (pl->group_tokens == pl->cap_blocks * pl->block_size) {
+		/* limited by memory alone: a piece spans the most blocks of
+		   positions whose cost a group holds */
+		int64_t g = layers - win_layers, lim, b;
+		lim = INT64_MAX / pl->block_size / pl->kvp;
+		if (g == 0 || pl->cap_blocks > (INT64_MAX - 1) / layers)
+			b = lim;
+		else {
+			b = ((pl->cap_blocks * layers) -
+			        (int64_t)win_layers * pl->win_blocks) /
+			    g;
+			if (b < pl->cap_blocks)
+				b = pl->cap_blocks;
+			if (b > lim)
+				b = lim;
+		}
+		while (b > pl->cap_blocks &&
+		    div_up(g * b +
+		            (int64_t)win_layers *
+		                (b < pl->win_blocks ? b : pl->win_blocks),
+		        layers) > pl->cap_blocks)
+			b--;
+		pl->group_tokens = b * pl->block_size;
+		pl->mem_pieces = 1;
+	}
+	return 0;
+}
+
 /* Pieces of group_tokens that need tokens make: at least 1, and right
  * for any need up to INT64_MAX (callers compare it with kvp as an
  * int64_t before narrowing it). */
@@ -75,7 +129,8 @@ medha_kvplace_fits_ever(const struct medha_kvplace *pl, int64_t need, char *why,
 	int64_t first = need < pl->group_tokens ? need : pl->group_tokens;
 
 	if (pieces(pl, need) > pl->kvp &&
-	    pl->group_tokens == pl->cap_blocks * pl->block_size) {
+	    (pl->mem_pieces ||
+	        pl->group_tokens == pl->cap_blocks * pl->block_size)) {
 		medha_why(why, whylen, 0,
 		    "needs %lld KV blocks, the replica has %d group(s) of %lld",
 		    (long long)blocks(pl, need), pl->kvp,
@@ -89,10 +144,11 @@ medha_kvplace_fits_ever(const struct medha_kvplace *pl, int64_t need, char *why,
 		    pl->kvp);
 		return 0;
 	}
-	if (blocks(pl, first) > pl->cap_blocks) {
+	if (piece_cost(pl, 0, first, 0) > pl->cap_blocks) {
 		medha_why(why, whylen, 0,
 		    "needs %lld KV blocks on one group, a group has %lld",
-		    (long long)blocks(pl, first), (long long)pl->cap_blocks);
+		    (long long)piece_cost(pl, 0, first, 0),
+		    (long long)pl->cap_blocks);
 		return 0;
 	}
 	return 1;
@@ -165,10 +221,10 @@ medha_kvplace_admit_pin(struct medha_kvplace *pl, struct medha_kvlease *l,
 		return MEDHA_ENOSPACE;
 	n = (int)np;
 	for (int i = 0; i < n; i++) {
-		int64_t nb = blocks(pl, medha_kvplace_in_piece(pl, i, 0, need));
+		int64_t nb;
 		int best;
 		l->shared[i] = shared != NULL ? shared[i] : 0;
-		nb -= l->shared[i];
+		nb = piece_cost(pl, i, need, l->shared[i]);
 		best = pick_group(pl, used, nb);
 		if (pin != NULL && pin[i] >= 0) /* its cached blocks' group */
 			best = used[pin[i]] || pl->cap_blocks - pl->res[pin[i]] -
@@ -188,6 +244,7 @@ medha_kvplace_admit_pin(struct medha_kvplace *pl, struct medha_kvlease *l,
 		pl->res[best] += nb;
 	}
 	l->prompt = prompt;
+	l->need = need;
 	l->start = start;
 	l->done = start;
 	for (int i = 0; i < n; i++) {
@@ -220,7 +277,7 @@ medha_kvplace_grow(struct medha_kvplace *pl, struct medha_kvlease *l,
 	for (int i = 0; i < l->n_groups; i++)
 		used[l->groups[i]] = 1;
 	for (int i = 0; i < (int)np; i++) {
-		int64_t nb = blocks(pl, medha_kvplace_in_piece(pl, i, 0, kv));
+		int64_t nb = piece_cost(pl, i, kv, 0);
 		int g;
 		if (i >= l->n_groups) { /* a new piece, output tokens only */
 			if ((g = pick_group(pl, used, nb)) < 0)
@@ -234,7 +291,7 @@ medha_kvplace_grow(struct medha_kvplace *pl, struct medha_kvlease *l,
 			pl->next = (g + 1) % pl->kvp;
 		}
 		g = l->groups[i];
-		nb -= l->res_blocks[i] + l->shared[i];
+		nb = piece_cost(pl, i, kv, l->shared[i]) - l->res_blocks[i];
 		if (nb <= 0)
 			continue;
 		if (pl->cap_blocks - pl->res[g] - pl->held[g] < nb) {
@@ -244,6 +301,37 @@ medha_kvplace_grow(struct medha_kvplace *pl, struct medha_kvlease *l,
 		l->res_blocks[i] += nb;
 		pl->res[g] += nb;
 	}
+	if (kv > l->need)
+		l->need = kv;
+	return 0;
+}
+
+int
+medha_kvplace_to_index(struct medha_kvplace *pl, struct medha_kvlease *l, int i,
+    int apply)
+{
+	int g = l->groups[i];
+	int64_t now, extra;
+
+	if (pl->win_layers == 0) {
+		if (l->res_blocks[i] < 1)
+			return MEDHA_ENOSPACE;
+		now = l->res_blocks[i] - 1;
+	} else {
+		now = piece_cost(pl, i, l->need, l->shared[i] + 1);
+		if (now < 0)
+			now = 0;
+	}
+	extra = 1 - (l->res_blocks[i] - now);
+	/* asked before the index counts the block, done after */
+	if (!apply)
+		return extra > 0 &&
+		        pl->cap_blocks - pl->res[g] - pl->cached[g] < extra
+		    ? MEDHA_ENOSPACE
+		    : 0;
+	pl->res[g] -= l->res_blocks[i] - now;
+	l->res_blocks[i] = now;
+	l->shared[i]++;
 	return 0;
 }
 
@@ -286,9 +374,9 @@ medha_kvplace_check_lease(const struct medha_kvplace *pl,
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "%lld KV tokens but no group", (long long)kv);
 	for (int i = 0; i < l->n_groups; i++) {
-		int64_t used = blocks(pl, medha_kvplace_in_piece(pl, i, 0, kv));
+		int64_t used = piece_cost(pl, i, kv, l->shared[i]);
 		sum[l->groups[i]] += l->res_blocks[i];
-		if (used > l->res_blocks[i] + l->shared[i])
+		if (used > l->res_blocks[i])
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "uses %lld blocks of group %d, reserved %lld "
 			    "(and %lld cached)",

@@ -48,6 +48,8 @@ struct medha_kvlease {
 	int64_t work[MEDHA_KVP_MAX];       /* pending work each piece brought */
 	int64_t shared[MEDHA_KVP_MAX];     /* the index's blocks it uses in
 	                                      each piece (prefix.h) */
+	int64_t need; /* the tokens its reservation is for (window layers:
+	                 what each piece's cost is taken at) */
 };
 
 struct medha_kvplace {
@@ -61,6 +63,10 @@ struct medha_kvplace {
 	int64_t held[MEDHA_KVP_MAX];   /* of them, those a request uses:
 	                                  the rest count as free (evictable) */
 	int next;                    /* round-robin: first group to try */
+	/* sliding-window layers (medha_kvplace_window; 0: none) */
+	int layers, win_layers;
+	int64_t win_blocks; /* blocks a window layer holds at most */
+	int mem_pieces;     /* group_tokens is what memory allows */
 };
 
 /*
@@ -70,6 +76,40 @@ struct medha_kvplace {
  */
 int medha_kvplace_init(struct medha_kvplace *pl, int kvp, int block_size,
     int64_t cap_blocks, int64_t max_tokens);
+
+/*
+ * Sliding-window layers. A block stays the KV of block_size positions
+ * over all of the model's `layers` (the unit of cap_blocks); where
+ * win_layers of them keep only the last `win_tokens` positions (their
+ * window and a chunk), a piece of a request that spans b blocks of
+ * positions, s of them the prefix index's, costs
+ *
+ *	ceil(((layers - win_layers) (b - s) + win_layers min(b - s, w))
+ *	     / layers)
+ *
+ * blocks, w = ceil(win_tokens / block_size) + 1 (the window straddles
+ * a block boundary): the most its window layers hold at any time of
+ * the piece, so the reservation is never exceeded. The index's blocks
+ * keep every layer (a match needs no more). Where init had no
+ * max_tokens, group_tokens grows to the most positions whose cost a
+ * group holds. Call after init, before any admission. Returns 0 or
+ * MEDHA_EINVAL.
+ */
+int medha_kvplace_window(struct medha_kvplace *pl, int layers, int win_layers,
+    int64_t win_tokens);
+
+/*
+ * The next block of l's piece i goes to the prefix index (which keeps
+ * every layer of it): l uses it as shared from now on. Without window
+ * layers one reserved block becomes the index's; with them the piece's
+ * cost is taken again with one more shared block, and the index's block
+ * costs a whole one, so up to a block more is held: 0, or
+ * MEDHA_ENOSPACE (no room for it). With apply 0 it only answers,
+ * before the index counts the block in cached[] (prefix.c); with 1 it
+ * moves the blocks, after, and returns 0.
+ */
+int medha_kvplace_to_index(struct medha_kvplace *pl, struct medha_kvlease *l,
+    int i, int apply);
 
 /*
  * 1 if `need` tokens of KV could be placed on an empty replica; else 0

@@ -19,6 +19,7 @@
  */
 #include "sched/pred.h"
 #include "model/gguf.h"
+#include "model/model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -127,11 +128,77 @@ static const struct medha_pred_model models[] = {
      * vocab, context, rope base, norm epsilon}, w bytes, kv bytes
      */
     {"llama3-8b", /* Meta Llama 3.1 8B */
-        {32, 4096, 32, 8, 128, 128, 14336, 128256, 131072, 5e5f, 1e-5f, {.name = "llama"}}, 2, 2},
+        {32, 4096, 32, 8, 128, 128, 14336, 128256, 131072, 5e5f, 1e-5f,
+            {.name = "llama"}},
+        2, 2},
     {"llama3-70b", /* Meta Llama 3.1 70B */
-        {80, 8192, 64, 8, 128, 128, 28672, 128256, 131072, 5e5f, 1e-5f, {.name = "llama"}}, 2, 2},
+        {80, 8192, 64, 8, 128, 128, 28672, 128256, 131072, 5e5f, 1e-5f,
+            {.name = "llama"}},
+        2, 2},
     {"smollm2-135m", /* HuggingFaceTB SmolLM2-135M */
-        {30, 576, 9, 3, 64, 64, 1536, 49152, 8192, 1e5f, 1e-5f, {.name = "llama"}}, 2, 2},
+        {30, 576, 9, 3, 64, 64, 1536, 49152, 8192, 1e5f, 1e-5f,
+            {.name = "llama"}},
+        2, 2},
+    /*
+     * The other families, from each model's config.json on the Hugging
+     * Face hub as published. Qwen/Qwen2.5-7B-Instruct: 28 layers, hidden
+     * 3584, 28 heads, 4 kv heads (head dim 128), intermediate 18944,
+     * vocab 152064, rope_theta 1e6, rms_norm_eps 1e-6, 32768 positions
+     * (use_sliding_window false), served to 131072 with the model card's
+     * YaRN factor 4.
+     */
+    {"qwen2.5-7b",
+        {28, 3584, 28, 4, 128, 128, 18944, 152064, 131072, 1e6f, 1e-6f,
+            {.name = "qwen2",
+                .rope_type = MEDHA_ROPE_NEOX,
+                .qkv_bias = 1,
+                .rope_scaling = MEDHA_ROPE_SCALING_YARN,
+                .rope_factor = 4,
+                .rope_orig_ctx = 32768}},
+        2, 2},
+    /*
+     * Qwen/Qwen3-32B: 64 layers, hidden 5120, 64 heads, 8 kv heads,
+     * head_dim 128 (not 5120 / 64), intermediate 25600, vocab 151936,
+     * max_position_embeddings 40960, rope_theta 1e6, rms_norm_eps 1e-6.
+     */
+    {"qwen3-32b",
+        {64, 5120, 64, 8, 128, 128, 25600, 151936, 40960, 1e6f, 1e-6f,
+            {.name = "qwen3", .rope_type = MEDHA_ROPE_NEOX, .qk_norm = 1}},
+        2, 2},
+    /*
+     * google/gemma-3-27b-it, text_config: 62 layers, hidden 5376, 32
+     * heads, 16 kv heads, head_dim 128, intermediate 21504, vocab 262208,
+     * 131072 positions, rope_theta 1e6 with linear scaling factor 8 on
+     * the global layers, rope_local_base_freq 1e4, sliding_window 1024 on
+     * five layers in six (sliding_window_pattern 6: 52 window layers, 10
+     * global), query_pre_attn_scalar 168, rms_norm_eps 1e-6.
+     */
+    {"gemma3-27b",
+        {62, 5376, 32, 16, 128, 128, 21504, 262208, 131072, 1e6f, 1e-6f,
+            {.name = "gemma3",
+                .rope_type = MEDHA_ROPE_NEOX,
+                .ffn_act = MEDHA_FFN_GELU,
+                .qk_norm = 1,
+                .post_norm = 1,
+                .embd_scale = 73.32121f,  /* sqrt(5376) */
+                .attn_scale = 0.0771517f, /* 1 / sqrt(168) */
+                .q_prescale = 1,
+                .swa = 1024,
+                .swa_pattern = 6,
+                .swa_rope_base = 1e4f,
+                .rope_scaling = MEDHA_ROPE_SCALING_LINEAR,
+                .rope_factor = 8}},
+        2, 2},
+    /*
+     * meta-llama/Llama-3.1-70B: the shape of llama3-70b above (80 layers,
+     * hidden 8192, 64 heads, 8 kv heads, intermediate 28672, vocab
+     * 128256, 131072 positions, rope_theta 5e5; its "llama3" RoPE
+     * scaling is a rope_freqs tensor in GGUF, nothing of the shape).
+     */
+    {"llama3.1-70b",
+        {80, 8192, 64, 8, 128, 128, 28672, 128256, 131072, 5e5f, 1e-5f,
+            {.name = "llama"}},
+        2, 2},
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -372,6 +439,15 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 	p->kvp = kvp;
 	p->stage_layers = (m->c.n_layers + spp - 1) / spp;
 	p->table = NULL;
+	for (int l = 0; l < m->c.n_layers; l++) {
+		int w = medha_layer_window(&m->c, l);
+		if (w > 0) {
+			p->window = w;
+			p->stage_window += 1;
+		}
+	}
+	/* the stage's window layers, as the model's share of them */
+	p->stage_window *= (double)p->stage_layers / m->c.n_layers;
 	return 0;
 }
 
@@ -544,20 +620,45 @@ an_lm_head(const struct medha_pred *p, double n)
 	return an_gemm(p, n, (double)m->c.vocab / p->tp, m->c.dim);
 }
 
+/*
+ * Keys a window layer reads where a global one reads kv: a prefill
+ * chunk's queries see at most the window before them (kv <= W), n
+ * decodes at most n W keys in all. Non-decreasing in kv and n.
+ */
+static double
+win_keys(const struct medha_pred *p, double kv, double n)
+{
+	double w = (double)p->window * n;
+
+	return kv < w ? kv : w;
+}
+
+/* L layers of an attention op of time f(kv): the stage's global layers
+ * at kv keys, its window layers at win_keys() */
+#define ATTN_LAYERS(p, f, kv, n)                                    \
+	((p)->stage_window > 0                                      \
+	        ? ((p)->stage_layers - (p)->stage_window) * f(kv) + \
+	            (p)->stage_window * f(win_keys(p, kv, n))       \
+	        : (p)->stage_layers * f(kv))
+
 double
 medha_pred_analytic(const struct medha_pred *p, int op, int64_t tokens,
     int64_t kv)
 {
 	double L = p->stage_layers, t = (double)tokens, k = (double)kv;
 
+#define PF(x) an_attn_prefill(p, t, (x))
+#define DC(x) an_attn_decode(p, t, (x))
 	switch (op) {
 	case MEDHA_OP_LINEAR: return L * an_linear(p, t);
-	case MEDHA_OP_ATTN_PREFILL: return L * an_attn_prefill(p, t, k);
-	case MEDHA_OP_ATTN_DECODE: return L * an_attn_decode(p, t, k);
+	case MEDHA_OP_ATTN_PREFILL: return ATTN_LAYERS(p, PF, k, 1.0);
+	case MEDHA_OP_ATTN_DECODE: return ATTN_LAYERS(p, DC, k, t);
 	case MEDHA_OP_SPP_SEND: return an_spp_send(p, t);
 	case MEDHA_OP_KVP_MERGE: return L * an_kvp_merge(p, t, k);
 	case MEDHA_OP_LM_HEAD: return an_lm_head(p, t);
 	}
+#undef PF
+#undef DC
 	return 0;
 }
 
@@ -577,36 +678,54 @@ medha_pred_linear(const struct medha_pred *p, int64_t tokens)
 	return p->stage_layers * an_linear(p, (double)tokens);
 }
 
+/* One layer's prefill attention: the table's time, else the formula */
+static double
+layer_prefill(const struct medha_pred *p, double chunk, double kv)
+{
+	double s;
+
+	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_PREFILL, chunk, kv, &s))
+		return s;
+	return an_attn_prefill(p, chunk, kv);
+}
+
+static double
+layer_decode(const struct medha_pred *p, double n, double kv)
+{
+	double s;
+
+	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_DECODE, n, kv, &s))
+		return s;
+	return an_attn_decode(p, n, kv);
+}
+
 double
 medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk, int64_t kv)
 {
-	double s;
+	double c = (double)chunk;
 
 	if (chunk <= 0)
 		return 0;
 	if (kv < 0)
 		kv = 0;
-	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_PREFILL, (double)chunk,
-	        (double)kv, &s))
-		return s * p->stage_layers;
-	return p->stage_layers * an_attn_prefill(p, (double)chunk, (double)kv);
+#define PF(x) layer_prefill(p, c, (x))
+	return ATTN_LAYERS(p, PF, (double)kv, 1.0);
+#undef PF
 }
 
 double
 medha_pred_attn_decode(const struct medha_pred *p, int64_t n_seqs,
     int64_t kv_total)
 {
-	double s;
+	double n = (double)n_seqs;
 
 	if (n_seqs <= 0)
 		return 0;
 	if (kv_total < 0)
 		kv_total = 0;
-	if (medha_table_lookup(p->table, MEDHA_OP_ATTN_DECODE, (double)n_seqs,
-	        (double)kv_total, &s))
-		return s * p->stage_layers;
-	return p->stage_layers *
-	    an_attn_decode(p, (double)n_seqs, (double)kv_total);
+#define DC(x) layer_decode(p, n, (x))
+	return ATTN_LAYERS(p, DC, (double)kv_total, n);
+#undef DC
 }
 
 double
@@ -671,6 +790,17 @@ medha_pred_kv_bytes_per_token(const struct medha_pred *p)
 {
 	return 2.0 * p->stage_layers * kv_heads_local(p) * p->model.c.head_dim *
 	    p->model.kv_bytes;
+}
+
+double
+medha_pred_kv_bytes(const struct medha_pred *p, int64_t tokens, int64_t chunk)
+{
+	double n = tokens > 0 ? (double)tokens : 0, w = n;
+
+	if (p->stage_window > 0 && (double)p->window + (double)chunk < n)
+		w = (double)p->window + (double)chunk;
+	return medha_pred_kv_bytes_per_token(p) / p->stage_layers *
+	    ((p->stage_layers - p->stage_window) * n + p->stage_window * w);
 }
 
 int64_t

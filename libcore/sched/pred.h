@@ -84,7 +84,8 @@ struct medha_pred_model {
 };
 
 /*
- * Built-in names ("llama3-8b", "llama3-70b", "smollm2-135m"; any case),
+ * Built-in names ("llama3-8b", "llama3-70b", "smollm2-135m", "qwen2.5-7b",
+ * "qwen3-32b", "gemma3-27b", "llama3.1-70b"; any case),
  * else a path to a GGUF file: its shape is medha_model_config_read()'s,
  * with vocab the rows of token_embd.weight (else llama.vocab_size, else
  * the length of tokenizer.ggml.tokens), and its name general.name (else
@@ -95,6 +96,9 @@ struct medha_pred_model {
  * usable llama shape.
  */
 int medha_model_resolve(const char *name_or_path, struct medha_pred_model *m);
+#define MEDHA_MODEL_NAMES                                              \
+	"llama3-8b, llama3-70b, smollm2-135m, qwen2.5-7b, qwen3-32b, " \
+	"gemma3-27b, llama3.1-70b"
 
 /* Weights of one transformer layer (attention + MLP), in parameters. */
 double medha_model_layer_params(const struct medha_pred_model *m);
@@ -106,6 +110,10 @@ struct medha_pred {
 	struct medha_pred_model model;
 	int tp, spp, kvp;
 	int stage_layers;          /* ceil(n_layers / spp) */
+	/* of them, as a share of the model's (medha_pred_init): layers
+	   with a sliding window of `window` keys (0: none, all global) */
+	double stage_window;
+	int window;
 	struct medha_table *table; /* owned; NULL: analytic only */
 };
 
@@ -200,8 +208,17 @@ int medha_model_builtin(const char *name, struct medha_pred_model *m);
 
 /* Model weights held by one worker, bytes. */
 double medha_pred_weight_bytes(const struct medha_pred *p);
-/* KV bytes one token costs on one worker. */
+/* KV bytes one token position costs on one worker over all of its
+   layers (a KV block's unit: window layers included as global ones). */
 double medha_pred_kv_bytes_per_token(const struct medha_pred *p);
+/*
+ * KV bytes a request of `tokens` tokens holds on one worker when its
+ * window layers keep only the last window + chunk positions (the keys
+ * a chunk of `chunk` tokens still reads): per layer type, global layers
+ * x tokens + window layers x min(tokens, window + chunk).
+ */
+double
+medha_pred_kv_bytes(const struct medha_pred *p, int64_t tokens, int64_t chunk);
 /*
  * Tokens of KV one KVP group can hold: (mem_bytes * mem_util - weights
  * - 1 GiB activation reserve) / kv bytes per token; 0 if nothing is left.

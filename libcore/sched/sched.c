@@ -59,6 +59,7 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->max_prefills = 64;
 	c->max_seqs = 0;
 	c->prefix_cache = 0;
+	c->window_kv = 0;
 	c->reserve = MEDHA_RESERVE_EST;
 	c->preempt_below = 0;
 }
@@ -198,6 +199,18 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	        c->kvp_max_tokens) != 0) {
 		free(s);
 		return MEDHA_EINVAL;
+	}
+	if (c->window_kv && p->window > 0) {
+		const struct medha_model_config *mc = &p->model.c;
+		int nw = 0;
+		for (int l = 0; l < mc->n_layers; l++)
+			nw += medha_layer_window(mc, l) > 0;
+		if (medha_kvplace_window(&s->kv, mc->n_layers, nw,
+		        (int64_t)p->window +
+		            (c->chunk > 0 ? c->chunk : c->max_chunk)) != 0) {
+			free(s);
+			return MEDHA_EINVAL;
+		}
 	}
 	if (c->prefix_cache && medha_prefix_init(&s->px, &s->kv) != 0) {
 		free(s);

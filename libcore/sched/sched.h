@@ -117,6 +117,10 @@ struct medha_sched_config {
 	                           memory (0); a live scheduler takes its workers' */
 	int prefix_cache;       /* 1: reuse the KV of cached prompt prefixes
 	                           (prefix.h; medha-sched(1)) (0) */
+	int window_kv;          /* 1: the backend's window layers hold only
+	                           the KV blocks their window still sees, and
+	                           requests reserve so (medha_kvplace_window);
+	                           0: every layer counts as global (0) */
 	int reserve;            /* MEDHA_RESERVE_* (est) */
 	int64_t preempt_below;  /* est: a prompt this long or longer keeps
 	                           the full reservation and is never

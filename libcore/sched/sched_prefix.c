@@ -396,8 +396,12 @@ insert_blocks(struct medha_sched *s, struct req *q, int64_t lim, uint64_t born)
 		int piece = (int)(q->ins_tok / s->kv.group_tokens);
 		int g = r->kv.groups[piece], node, rc;
 
-		rc = medha_prefix_insert(&s->px, q->ins_node,
-		    q->keys + q->ins_tok, (int)bs, g, &node);
+		/* (window layers: the index keeps the block's every layer,
+		   which its own reservation may not hold) */
+		rc = medha_kvplace_to_index(&s->kv, &r->kv, piece, 0) != 0
+		    ? 0
+		    : medha_prefix_insert(&s->px, q->ins_node,
+		          q->keys + q->ins_tok, (int)bs, g, &node);
 		if (rc < 0)
 			return rc;
 		if (rc == 0) {
@@ -408,9 +412,7 @@ insert_blocks(struct medha_sched *s, struct req *q, int64_t lim, uint64_t born)
 			break;
 		}
 		s->px.n[node].born = born;
-		r->kv.res_blocks[piece]--;
-		s->kv.res[g]--;
-		r->kv.shared[piece]++;
+		(void)medha_kvplace_to_index(&s->kv, &r->kv, piece, 1);
 		medha_prefix_ref1(&s->px, node);
 		own(s, q, node, bs);
 	}
