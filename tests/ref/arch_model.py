@@ -6,6 +6,7 @@ them written for the test from the families' published definitions
 medha's code.
 
     arch_model.py cases                          the case names, one a line
+        (write also takes the names of TOPO_CASES, topo-arch.sh's shapes)
     arch_model.py write TOKENIZER.gguf DIR CASE[:FLAW]...
         random models of each CASE with TOKENIZER's vocabulary, as
         DIR/CASE.gguf; with FLAW, DIR/FLAW.gguf, a model medha must
@@ -47,6 +48,19 @@ CASES = {
     "phi3": ("phi3", 3, 128, 4, 4, 32, 256,
              {"longrope": 48, "attn_factor": 1.19}),
 }
+# shapes for the topology test (topo-arch.sh), not in `cases`: TP needs
+# two kv heads at least; qwen2-tp's three split 2 + 1 over two ranks.
+# "embd": the embedding's scale; the gemma ones are small, so that the
+# layers, not the tied embedding of the input token, choose the next
+# token (at 1 / sqrt(D) greedy decoding repeats one token)
+TOPO_CASES = {
+    "qwen2-tp": ("qwen2", 3, 128, 6, 3, 32, 256, {}),
+    "gemma3-tp": ("gemma3", 7, 128, 4, 2, 32, 256,
+                  {"window": 24, "linear": 8.0, "base": 1e6, "embd": 0.005}),
+    "gemma2-tp": ("gemma2", 4, 128, 4, 2, 64, 256,
+                  {"window": 20, "attn_cap": 3.0, "final_cap": 4.0,
+                   "embd": 0.005}),
+}
 
 
 def field(r, name):
@@ -78,7 +92,7 @@ def tokenizer(src):
 def write(case, src, out, flaw=None, seed=7):
     """Write the model; return its metadata (key: value) and tensors
     (name: float64 array, the file's values), for forward()."""
-    arch, L, D, H, KV, HD, F, x = CASES[case]
+    arch, L, D, H, KV, HD, F, x = {**CASES, **TOPO_CASES}[case]
     x = dict(x)
     if flaw == "window":
         x["window"] = 8192
@@ -137,7 +151,7 @@ def write(case, src, out, flaw=None, seed=7):
     gemma = arch.startswith("gemma")
     # gemma's embedding is scaled by sqrt(D) at the input: keep it small
     w.add_tensor("token_embd.weight",
-                 mat(V, D, 1 / np.sqrt(D) if gemma else 1.0)
+                 mat(V, D, x.get("embd", 1 / np.sqrt(D) if gemma else 1.0))
                  .astype(np.float16))
     w.add_tensor("output_norm.weight", vec(D, 0.5, 1.5))
     if not gemma:

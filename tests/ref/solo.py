@@ -7,7 +7,10 @@
       one "ok" record for every request of TRACE in OUT (records with
       --token-ids), each with exactly the tokens WORKER -m MODEL -p gives
       for its prompt alone (with the flags of $MEDHA_SOLO_OPTS too, such
-      as "--backend cuda"); prints how many differ and exits 1 if any
+      as "--backend cuda"); prints how many differ and exits 1 if any.
+      The tokens alone are kept in TRACE.alone (JSON, by worker,
+      model, their times, flags and prompt), so that checking several topologies of one model
+      runs each prompt alone once
   solo.py ids TRACE WORKER MODEL OUT
       each request of TRACE as a line of OUT: its max_tokens, then its
       prompt's token ids (WORKER -m MODEL -p PROMPT --tokenize), the
@@ -35,8 +38,28 @@ def trace(out, max_tokens, ks):
                                 "temperature": 0}) + "\n")
 
 
+def alone(cache, worker, model, t):
+    """The tokens worker -m model -p gives for request t alone."""
+    opts = os.environ.get("MEDHA_SOLO_OPTS", "").split()
+    # the files' times too: a rebuilt worker or rewritten model misses
+    key = json.dumps([worker, os.stat(worker).st_mtime_ns, model,
+                      os.stat(model).st_mtime_ns, opts, t["prompt"],
+                      t["max_tokens"]])
+    if key not in cache:
+        solo = subprocess.run([worker, "-m", model, "-p", t["prompt"],
+                               "-n", str(t["max_tokens"]), "--tokens",
+                               "-t", "2"] + opts,
+                              capture_output=True, text=True,
+                              check=True).stdout
+        cache[key] = [int(x) for x in solo.split()]
+    return cache[key]
+
+
 def check(trace_path, out_path, worker, model, label):
     trace = [json.loads(l) for l in open(trace_path)]
+    cache_path = trace_path + ".alone"
+    cache = json.load(open(cache_path)) if os.path.exists(cache_path) \
+        else {}
     out = [json.loads(l) for l in open(out_path)]
     ids = [r["id"] for r in out]
     assert sorted(ids) == sorted(t["id"] for t in trace), ids
@@ -45,13 +68,7 @@ def check(trace_path, out_path, worker, model, label):
     for t in trace:
         r = next(o for o in out if o["id"] == t["id"])
         assert r["status"] == "ok", r
-        solo = subprocess.run([worker, "-m", model, "-p", t["prompt"],
-                               "-n", str(t["max_tokens"]), "--tokens",
-                               "-t", "2"] +
-                              os.environ.get("MEDHA_SOLO_OPTS", "").split(),
-                              capture_output=True, text=True,
-                              check=True).stdout
-        want = [int(x) for x in solo.split()]
+        want = alone(cache, worker, model, t)
         if r["token_ids"] != want:
             bad += 1
             print("%s (%d prompt tokens): %s %s, alone %s" %
@@ -60,6 +77,8 @@ def check(trace_path, out_path, worker, model, label):
         assert r["finish_reason"] in ("length", "stop")
         assert r["ttft"] >= 0
         assert r["finish"] >= r["first_token"] >= r["arrival"]
+    with open(cache_path, "w") as f:
+        json.dump(cache, f)
     print("%s on %s: %d requests, %d differ from medha-worker -p; prompts "
           "of %d..%d tokens" %
           (label, model.split("/")[-1], len(trace), bad,

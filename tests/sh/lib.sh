@@ -182,6 +182,46 @@ serve_stop() {
 	serve=
 }
 
+# topo_start TOPOLOGY [MODEL [VAR=VALUE...]]: serve_start TOPOLOGY (a
+# router at $tmp/router.sock in front) on MODEL (default $model), its
+# logs in $tmp/logs-TOPOLOGY
+topo_start() {
+	lib_topo=$1
+	lib_m=${2:-$model}
+	shift
+	[ $# -gt 0 ] && shift
+	serve_start "$lib_topo" 90 MEDHA_ROUTER="ipc://$tmp/router.sock" \
+	    MEDHA_MODEL="$lib_m" MEDHA_LOG="$tmp/logs-$lib_topo" \
+	    MEDHA_ADDR="ipc://$tmp/single.sock" "$@"
+}
+
+# topo_stop: SIGTERM stops serve.sh and every process of its topology;
+# fail if any is left
+topo_stop() {
+	serve_stop
+	if pgrep -f "$tmp" >/dev/null; then
+		echo "processes left after SIGTERM:"
+		pgrep -fa "$tmp"
+		exit 1
+	fi
+}
+
+# topo_compare TOPOLOGY MODEL TRACE [VAR=VALUE...]: TRACE's requests
+# (tests/ref/solo.py trace) through the topology on MODEL, each exactly
+# the tokens medha-worker -p gives alone (solo.py check; fail if not)
+topo_compare() {
+	lib_topo=$1
+	lib_m=$2
+	lib_t=$3
+	shift 3
+	topo_start "$lib_topo" "$lib_m" "$@"
+	"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --token-ids \
+	    "$lib_t" >"$tmp/out.jsonl"
+	topo_stop
+	python3 "$top/tests/ref/solo.py" check "$lib_t" "$tmp/out.jsonl" \
+	    "$bin/medha-worker" "$lib_m" "$lib_topo"
+}
+
 # ---- checks ----
 
 # no_sanitizer_report FILE...: none of the FILEs (logs, stderr) holds an

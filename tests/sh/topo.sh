@@ -26,23 +26,6 @@
 . "$(dirname "$0")/lib.sh"
 router=ipc://$tmp/router.sock
 
-# start TOPOLOGY [MODEL]: serve.sh in the background, until "ready"
-start() {
-	serve_start "$1" 90 MEDHA_ROUTER="$router" \
-	    MEDHA_MODEL="${2:-$model}" MEDHA_LOG="$tmp/logs-$1" \
-	    MEDHA_ADDR="ipc://$tmp/single.sock"
-}
-
-# stop: SIGTERM stops serve.sh and every process of its topology
-stop() {
-	serve_stop
-	if pgrep -f "$tmp" >/dev/null; then
-		echo "processes left after SIGTERM:"
-		pgrep -fa "$tmp"
-		exit 1
-	fi
-}
-
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 4 6 8 10 12 14 25
 # for KVP (two groups of 256 positions): prompts of up to 443 tokens,
 # four of them past 256, and one of 245 whose decode crosses it
@@ -52,12 +35,7 @@ python3 "$top/tests/ref/solo.py" trace "$tmp/trace-kvp.jsonl" 16 2 4 6 8 10 11 1
 compare() {
 	t=$tmp/trace.jsonl
 	case $1 in *kvp*) t=$tmp/trace-kvp.jsonl ;; esac
-	start "$1" "$2"
-	"$bin/medha-trace" replay -a "$router" --token-ids "$t" \
-	    >"$tmp/out.jsonl"
-	stop
-	python3 "$top/tests/ref/solo.py" check "$t" \
-	    "$tmp/out.jsonl" "$bin/medha-worker" "$2" "$1"
+	topo_compare "$1" "$2" "$t"
 }
 
 # dist MODE MODEL: how far tp2's and kvp2's logits are from the single
@@ -94,7 +72,7 @@ else
 fi
 
 # ---- 2. sim64 ----
-start sim64
+topo_start sim64
 # a client that goes away while the chunks of its million-token prompt
 # run through the stages: the frees of its sequence must not reach a
 # stage before the batches that still hold its chunks
@@ -118,7 +96,7 @@ grep -q '"status": "ok"' "$tmp/stays.out" || {
     >"$tmp/t.jsonl"
 "$bin/medha-trace" replay -a "$router" --speed 4 "$tmp/t.jsonl" \
     >"$tmp/sim.jsonl"
-stop
+topo_stop
 python3 - "$tmp/t.jsonl" "$tmp/sim.jsonl" <<'PY'
 import collections, json, sys
 want = [json.loads(l)["id"] for l in open(sys.argv[1])]

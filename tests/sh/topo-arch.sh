@@ -1,0 +1,46 @@
+#!/bin/sh
+# topo-arch.sh: the multi-worker topologies of examples/serve.sh on the
+# other model families (issue 36, acceptance 5), random models written by
+# tests/ref/arch_model.py with the gguf package: sixteen greedy requests
+# arriving at once through the router (prompts of 3 to 443 tokens), each
+# exactly the tokens medha-worker -p gives alone, on
+#  - tp2, spp2, kvp2 and tp2-spp2-kvp2 for qwen2 (Q/K/V biases split with
+#    their rows; 6 heads over 3 kv heads, which tp2 splits 2 + 1), qwen3
+#    (Q/K norms per head, a head size other than dim / heads) and gemma3
+#    (post norms, GELU, window layers with their own RoPE base on five
+#    layers in six: of 7 layers, spp2's second stage holds window, global,
+#    window, so a stage-local layer index would show);
+#  - kvp3 for gemma3 with pieces of 160 positions, so the longest prompts
+#    lie on all three groups: a window of 24 keys lies inside the last
+#    piece for most queries (the other groups see none of it and merge
+#    nothing) and spans two pieces for those just past a boundary;
+#  - kvp2 for gemma2 (attention soft-capping under the KVP merge,
+#    alternate window layers) and tp2 for phi3 (fused QKV and gate-up,
+#    split per rank).
+# KVP groups hold 256 positions of a request (MEDHA_KVP_MAX_TOKENS) except
+# for kvp3. The gemma models' embeddings are small (arch_model.py's
+# "-tp" shapes), so that the residual stream is not the input token's
+# and generation does not repeat one token: a window or layer fault
+# changes tokens. Needs the cache (SmolLM2's tokenizer, the venv with
+# numpy and gguf); skips without it.
+. "$(dirname "$0")/lib.sh"
+need_model "$smollm2"
+need_py numpy gguf
+
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" \
+    qwen2-tp qwen3 gemma3-tp gemma2-tp phi3
+# prompts of up to 443 tokens, four of them past 256, and one of 245
+# whose decode crosses it
+python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 \
+    2 4 6 8 10 11 14 20
+
+for m in qwen2-tp qwen3 gemma3-tp; do
+	for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
+		topo_compare $t "$tmp/$m.gguf" "$tmp/trace.jsonl"
+	done
+done
+topo_compare kvp3 "$tmp/gemma3-tp.gguf" "$tmp/trace.jsonl" \
+    MEDHA_KVP_MAX_TOKENS=160
+topo_compare kvp2 "$tmp/gemma2-tp.gguf" "$tmp/trace.jsonl"
+topo_compare tp2 "$tmp/phi3.gguf" "$tmp/trace.jsonl"
+echo "topo-arch: ok"
