@@ -108,6 +108,15 @@ medha-worker.1.3 run 60
 medha-worker.1.4 serve 10
 medha-worker.1.5 gpu
 '
+# left: a process this test started is still alive (lib_procs lists the
+# subshell and the pipeline it runs in too: they are gone by the time
+# kill -0 asks, so only what a block left running counts)
+left() {
+	for p in $(lib_procs); do
+		[ "$p" != "$$" ] && kill -0 "$p" 2>/dev/null && return 0
+	done
+	return 1
+}
 bad=0
 ran=0
 # man-examples.sh PAGE.N ...: those blocks alone
@@ -163,7 +172,7 @@ for f in "$ex"/*; do
 	# stop what a block left running (its servers), and wait until
 	# they are gone: the next block may take the same sockets
 	i=0
-	while [ -n "$(lib_procs | grep -v "^ *$$\$")" ] && [ $i -lt 100 ]; do
+	while left && [ $i -lt 100 ]; do
 		for p in $(lib_procs); do
 			[ "$p" = "$$" ] || kill "$p" 2>/dev/null || true
 		done
