@@ -28,7 +28,9 @@
 # Then the issue's bar: est on context within 10% of the better oracle,
 # at least vllm, at least 5x max on context. Progress goes to stderr,
 # the table to stdout; PLOT=file.png also draws each row's SLO
-# attainment against the rate from the runs it made (gnuplot).
+# attainment against the rate from the runs it made (gnuplot), and
+# SCHED_OPTS adds flags to every medha-sched run (--kv-blocks 100000: a
+# smaller KV pool).
 #
 # usage: examples/reserve-capacity.sh [BINDIR [AZURE_CSV]]
 #        (REQUESTS=4000 STEPS=7 LO=8 HI=256 PLOT=capacity.png to change
@@ -67,7 +69,8 @@ probe() {
 	"$bin/medha-trace" gen --base "$d.conv" -l 0 -s 1 \
 	    --max-tokens-policy "$3" ${5:+"$5"} ${6:+"$6"} >"$d.trace"
 	"$bin/medha-sched" --sim h100 -m llama3-8b --tp 8 --spp 2 \
-	    --policy medha --chunk adaptive --reserve "$2" "$d.trace" \
+	    --policy medha --chunk adaptive --reserve "$2" $SCHED_OPTS \
+	    "$d.trace" \
 	    >"$d.rec"
 	att=$("$bin/medha-trace" report --json "$d.rec" | python3 -c '
 import json, sys
