@@ -62,6 +62,11 @@ struct medha_sampler_params {
 	   drawn token's, and top_logprobs (0 to MEDHA_TOP_LOGPROBS_MAX)
 	   of the likeliest's; 0, 0: none */
 	int logprobs, top_logprobs;
+	/* values the generator has drawn already: a preempted request
+	   resumed has its sampler go on where it was (one value a token
+	   when temp > 0), so that its tokens are those of a run without
+	   preemption; 0 for a new request. Only on the wire of BATCH. */
+	uint64_t skip;
 };
 
 #define MEDHA_TOP_LOGPROBS_MAX 20

@@ -199,6 +199,14 @@ static struct medha_msg_item ex_items[] = {
         .groups = {1, 4},
         .forks = ex_forks2,
         .n_forks = 1},
+    /* a preempted request resumed: its generator skips what it drew */
+    {.handle = 7,
+        .pos = 10,
+        .ids = ex_ids2,
+        .n_ids = 1,
+        .sample = 1,
+        .has_params = 1,
+        .params = {.temp = 1, .top_p = 1, .seed = 3, .skip = 11}},
 };
 static char ex_urls[2][MEDHA_PROTO_URL_MAX] = {"ipc:///tmp/w0.peer",
     "tcp://10.0.0.7:40123"};
@@ -711,11 +719,16 @@ test_reject_others(void **state)
 	    "batch: items[0].sample: not a boolean");
 	reject(mk("AiiUAAAUiAiTAddd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 3, 0.5, 1.0, 1.0),
-	    "batch: items[0].params: not an array of 4 to 10");
+	    "batch: items[0].params: not an array of 4 to 11");
 	reject(mk("AiiUAAAUiAiTAdidUdd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0,
 	           1, 5, (uint64_t)1, 0, 1, 5, 6, 0.5, 1, 0.5, (uint64_t)1, 0.5,
 	           0.5),
-	    "batch: items[0].params: not an array of 4, 8 or 10");
+	    "batch: items[0].params: not an array of 4, 8, 10 or 11");
+	/* a generator skip past any output: the worker would spin */
+	reject(mk("AiiUAAAUiAiTAdidUddddFiU", 5, 1, MEDHA_MSG_BATCH,
+	           (uint64_t)1, 0, 1, 5, (uint64_t)1, 0, 1, 5, 11, 0.5, 1, 0.5,
+	           (uint64_t)1, 0.0, 0.0, 0.0, 0.0, 0, (uint64_t)1000000001),
+	    "batch: items[0].params.skip: more than 1000000000");
 	reject(mk("AiiUAAAUiAiTAdidU", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 4, 0.5, 1, 1.5, (uint64_t)1),
 	    "batch: items[0].params.top_p: not a number in [0, 1]");

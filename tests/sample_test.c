@@ -231,12 +231,52 @@ test_greedy_lanes(void **state)
 	assert_int_equal(medha_sample_greedy(lg, 40), 0);
 }
 
+/*
+ * A sampler given skip k draws what one that drew k tokens first draws
+ * next (a preempted request resumed goes on where it was), and differs
+ * from a fresh one; greedy ignores it.
+ */
+static void
+test_skip(void **state)
+{
+	enum { V = 50, K = 37, N = 40 };
+	struct medha_sampler_params p = {.temp = 0.9f,
+	    .top_k = 0,
+	    .top_p = 0.95f,
+	    .seed = 1234};
+	struct medha_sampler *a, *b, *c;
+	float lg[V];
+	int i, t, same = 0;
+
+	(void)state;
+	rng_seed(3);
+	for (i = 0; i < V; i++)
+		lg[i] = 3 * frand();
+	assert_int_equal(medha_sampler_init(&a, &p, V), 0);
+	assert_int_equal(medha_sampler_init(&c, &p, V), 0);
+	for (t = 0; t < K; t++)
+		(void)medha_sample(a, lg);
+	p.skip = K;
+	assert_int_equal(medha_sampler_init(&b, &p, V), 0);
+	for (t = 0; t < N; t++) {
+		int x = medha_sample(a, lg), y = medha_sample(b, lg);
+
+		assert_int_equal(x, y);
+		same += medha_sample(c, lg) == y;
+	}
+	assert_true(same < N);
+	medha_sampler_free(a);
+	medha_sampler_free(b);
+	medha_sampler_free(c);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_sampling),
 	    cmocka_unit_test(test_greedy_lanes),
+	    cmocka_unit_test(test_skip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -389,7 +389,7 @@ test_live_fields_roundtrip(void **state)
 	in.prompt_ids = ids;
 	in.max_tokens = 64;
 	in.sampling = (struct medha_sampler_params){0.7f, 40, 0.9f, 42, 0.5f,
-	    -0.25f, 1.2f, 0.05f, 0, 0};
+	    -0.25f, 1.2f, 0.05f, 0, 0, 0};
 	in.ignore_eos = 1;
 	in.n_stop = 2;
 	in.stop[0] = s1;

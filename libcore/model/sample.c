@@ -98,6 +98,10 @@ medha_sampler_init(struct medha_sampler **sp,
 	x = p->seed;
 	for (i = 0; i < 4; i++)
 		s->st[i] = splitmix(&x);
+	/* a sampler that draws drew one value a token: go on after them */
+	if (p->temp > 0)
+		for (uint64_t k = 0; k < p->skip; k++)
+			(void)next(s);
 	if (penalised(p)) {
 		s->work = medha_calloc((size_t)n_vocab, sizeof(*s->work));
 		s->count = medha_calloc((size_t)n_vocab, sizeof(*s->count));

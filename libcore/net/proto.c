@@ -629,6 +629,16 @@ check_batch(struct chk *c, const struct medha_msg_batch *b, int idle)
 		if (it->has_params &&
 		    (rc = check_sampling(c, path, &it->params)) != 0)
 			return rc;
+		/* a resumed request drew a value for each token of its
+		   output, and the worker steps its generator over them (its
+		   first item may be a chunk shorter than that: no bound of
+		   the item's) */
+		if (it->has_params &&
+		    it->params.skip > (uint64_t)MEDHA_TOKENS_MAX) {
+			PROTO_PATH(path, "items[%lld].params.skip", (long long)i);
+			return FAIL(c, path, "more than %lld",
+			    (long long)MEDHA_TOKENS_MAX);
+		}
 		PROTO_PATH(path, "items[%lld].groups", (long long)i);
 		if (it->n_groups < 0 || it->n_groups > MEDHA_PROTO_MAX_GROUPS)
 			return FAIL(c, path, "not an array of at most %d",
@@ -744,7 +754,7 @@ sampling_eq(const struct medha_sampler_params *a,
 	    a->frequency_penalty == b->frequency_penalty &&
 	    a->repetition_penalty == b->repetition_penalty &&
 	    a->min_p == b->min_p && a->logprobs == b->logprobs &&
-	    a->top_logprobs == b->top_logprobs;
+	    a->top_logprobs == b->top_logprobs && a->skip == b->skip;
 }
 
 static int

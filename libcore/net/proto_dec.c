@@ -199,7 +199,8 @@ dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
 }
 
 /* [temperature, top_k, top_p, seed] or with [presence_penalty,
- * frequency_penalty, repetition_penalty, min_p] after them */
+ * frequency_penalty, repetition_penalty, min_p] after them, then
+ * [logprobs, top_logprobs], then [skip] */
 static int
 dec_params(struct dec *d, const msgpack_object *o, const char *pfx,
     struct medha_sampler_params *sp)
@@ -212,12 +213,16 @@ dec_params(struct dec *d, const msgpack_object *o, const char *pfx,
 	char path[96];
 	int rc;
 
-	if ((rc = dec_get_arr(d, o, pfx, 4, 10)) != 0)
+	if ((rc = dec_get_arr(d, o, pfx, 4, 11)) != 0)
 		return rc;
 	if (o->via.array.size != 4 && o->via.array.size != 8 &&
-	    o->via.array.size != 10)
-		return BAD(d, pfx, "not an array of 4, 8 or 10");
-	if (o->via.array.size == 10 &&
+	    o->via.array.size < 10)
+		return BAD(d, pfx, "not an array of 4, 8, 10 or 11");
+	if (o->via.array.size == 11 &&
+	    (rc = dec_get_u64(d, &a[10],
+	         dec_join(path, sizeof(path), pfx, "skip"), &sp->skip)) != 0)
+		return rc;
+	if (o->via.array.size >= 10 &&
 	    ((rc = dec_get_bool(d, &a[8],
 	          dec_join(path, sizeof(path), pfx, "logprobs"),
 	          &sp->logprobs)) != 0 ||

@@ -405,12 +405,14 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 			e->err |= msgpack_pack_nil(&e->pk) != 0;
 		} else {
 			const struct medha_sampler_params *sp = &it->params;
-			/* the penalties and min-p only where set: 4 otherwise */
-			int lp = sp->logprobs || sp->top_logprobs;
+			/* the penalties and min-p only where set (4 otherwise),
+			   the logprobs where asked for or before a skip */
+			int lp =
+			    sp->logprobs || sp->top_logprobs || sp->skip != 0;
 			int more = lp || sp->presence_penalty != 0 ||
 			    sp->frequency_penalty != 0 ||
 			    sp->repetition_penalty != 0 || sp->min_p != 0;
-			put_arr(e, lp ? 10 : more ? 8 : 4);
+			put_arr(e, sp->skip != 0 ? 11 : lp ? 10 : more ? 8 : 4);
 			put_f64(e, sp->temp);
 			put_i64(e, sp->top_k);
 			put_f64(e, sp->top_p);
@@ -425,6 +427,8 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 				put_bool(e, sp->logprobs);
 				put_i64(e, sp->top_logprobs);
 			}
+			if (sp->skip != 0)
+				put_u64(e, sp->skip);
 		}
 		if (it->n_groups > 0) {
 			put_arr(e, (size_t)it->n_groups);

@@ -415,6 +415,10 @@ flight_form(struct medha_replica *r)
 		if (!it->decode && (it->kv == 0 || q->n_forks > 0)) {
 			mi->has_params = 1;
 			mi->params = q->sp;
+			/* resumed: its sampler goes on after the tokens it
+			   drew (a request that forks from the cache alone
+			   has none yet) */
+			mi->params.skip = (uint64_t)q->n_out;
 			if (!q->started)
 				q->first_batch = now_s(r);
 			q->started = 1;
