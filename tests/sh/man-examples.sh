@@ -94,6 +94,7 @@ medha-router.1.4 data MEDHA_HTTP=127.0.0.1:8000 examples/serve.sh single 2>serve
 medha-sched.1.1 run 120
 medha-sched.1.2 run 60
 medha-sched.1.3 run 120
+medha-sched.1.4 run 120
 medha-trace.1.1 run 120
 medha-trace.1.2 run 300
 medha-trace.1.3 run 300
@@ -110,10 +111,17 @@ medha-worker.1.5 gpu
 '
 # left: a process this test started is still alive (lib_procs lists the
 # subshell and the pipeline it runs in too: they are gone by the time
-# kill -0 asks, so only what a block left running counts)
+# kill -0 asks, so only what a block left running counts), or a serve.sh
+# of a block's (orphaned when its block's shell was killed, it names no
+# path of $tmp, but its environment does) still stopping its topology:
+# it removes its sockets' directory last, which the next block may use
 left() {
 	for p in $(lib_procs); do
 		[ "$p" != "$$" ] && kill -0 "$p" 2>/dev/null && return 0
+	done
+	for p in $(pgrep -f examples/serve.sh); do
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+		    grep -qxF "TMPDIR=$tmp" && return 0
 	done
 	return 1
 }
