@@ -130,6 +130,7 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	n += (sp->logprobs != 0) + (sp->top_logprobs != 0);
 	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
 	n += rs->n_stop_ids > 0;
+	n += sp->min_tokens > 0;
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
 	put_name(e, "id");
@@ -202,6 +203,10 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	if (rs->n_stop_ids > 0) {
 		put_name(e, "stop_token_ids");
 		put_ids(e, rs->stop_ids, rs->n_stop_ids);
+	}
+	if (sp->min_tokens > 0) {
+		put_name(e, "min_tokens");
+		put_i64(e, sp->min_tokens);
 	}
 	if (rs->ttft_slo != 0) {
 		put_name(e, "ttft_slo");
@@ -405,12 +410,14 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 			e->err |= msgpack_pack_nil(&e->pk) != 0;
 		} else {
 			const struct medha_sampler_params *sp = &it->params;
-			/* the penalties and min-p only where set: 4 otherwise */
-			int lp = sp->logprobs || sp->top_logprobs;
+			/* the penalties and min-p only where set: 4 otherwise;
+			   logprobs likewise (10), min_tokens's too (12) */
+			int mt = sp->min_tokens > 0;
+			int lp = mt || sp->logprobs || sp->top_logprobs;
 			int more = lp || sp->presence_penalty != 0 ||
 			    sp->frequency_penalty != 0 ||
 			    sp->repetition_penalty != 0 || sp->min_p != 0;
-			put_arr(e, lp ? 10 : more ? 8 : 4);
+			put_arr(e, mt ? 12 : lp ? 10 : more ? 8 : 4);
 			put_f64(e, sp->temp);
 			put_i64(e, sp->top_k);
 			put_f64(e, sp->top_p);
@@ -424,6 +431,10 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 			if (lp) {
 				put_bool(e, sp->logprobs);
 				put_i64(e, sp->top_logprobs);
+			}
+			if (mt) {
+				put_i64(e, sp->min_tokens);
+				put_ids(e, sp->ban, sp->n_ban);
 			}
 		}
 		if (it->n_groups > 0) {

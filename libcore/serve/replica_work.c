@@ -415,6 +415,12 @@ flight_form(struct medha_replica *r)
 		if (!it->decode && (it->kv == 0 || q->n_forks > 0)) {
 			mi->has_params = 1;
 			mi->params = q->sp;
+			/* min_tokens: what is left after the tokens out
+			   already (a preempted request's sampler is new) */
+			if ((mi->params.min_tokens -= q->n_out) <= 0) {
+				mi->params.min_tokens = 0;
+				mi->params.n_ban = 0;
+			}
 			if (!q->started)
 				q->first_batch = now_s(r);
 			q->started = 1;
