@@ -689,14 +689,9 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 	if ((rc = get_int(o, "min_tokens", 0, MEDHA_OAI_MAX_TOKENS,
 	         &rs->sampling.min_tokens, NULL, e)) != 0)
 		goto fail;
-	if (q->max_tokens_set && rs->sampling.min_tokens > rs->max_tokens) {
-		rc = BAD(e, "min_tokens",
-		    "min_tokens must be less than or equal to max_tokens=%lld, "
-		    "got %lld",
-		    (long long)rs->max_tokens,
-		    (long long)rs->sampling.min_tokens);
+	if (q->max_tokens_set &&
+	    (rc = medha_oai_min_tokens_check(rs, e)) != 0)
 		goto fail;
-	}
 	d = rs->sampling.temp;
 	if ((rc = get_num(o, "temperature", 0, MEDHA_TEMP_MAX, &d, e)) != 0)
 		goto fail;
@@ -758,6 +753,18 @@ fail:
 	json_decref(o);
 	medha_oai_req_clear(q);
 	return rc;
+}
+
+int
+medha_oai_min_tokens_check(const struct medha_reqspec *rs,
+    struct medha_oai_error *e)
+{
+	if (rs->sampling.min_tokens <= rs->max_tokens)
+		return 0;
+	return BAD(e, "min_tokens",
+	    "min_tokens must be less than or equal to max_tokens=%lld, got "
+	    "%lld",
+	    (long long)rs->max_tokens, (long long)rs->sampling.min_tokens);
 }
 
 void

@@ -339,19 +339,6 @@ http_poller_main(void *arg)
  * only when its bytes outnumber the room (no token is shorter than a
  * byte), at most --http-max-body bytes.
  */
-/* min_tokens <= max_tokens once a chat's max_tokens is the default */
-static int
-min_le_max(const struct medha_reqspec *rs, struct medha_oai_error *e)
-{
-	if (rs->sampling.min_tokens <= rs->max_tokens)
-		return 0;
-	return medha_oai_error_set(e, 400, "invalid_request_error", NULL,
-	    "min_tokens",
-	    "min_tokens must be less than or equal to max_tokens=%lld, got "
-	    "%lld",
-	    (long long)rs->max_tokens, (long long)rs->sampling.min_tokens);
-}
-
 static int
 fit_context(struct medha_http *h, struct hreq *r, const char *text,
     int64_t n_ids, struct medha_oai_error *e)
@@ -364,7 +351,7 @@ fit_context(struct medha_http *h, struct hreq *r, const char *text,
 
 	if (!r->q.max_tokens_set && (h->tok == NULL || h->ctx_len <= 0)) {
 		rs->max_tokens = 16;
-		return min_le_max(rs, e);
+		return medha_oai_min_tokens_check(rs, e);
 	}
 	if (h->tok == NULL || h->ctx_len <= 0)
 		return 0; /* the replica knows */
@@ -389,7 +376,7 @@ fit_context(struct medha_http *h, struct hreq *r, const char *text,
 			    "is %lld",
 			    field, n, (long long)h->ctx_len);
 		rs->max_tokens = h->ctx_len - (int64_t)n;
-		return min_le_max(rs, e);
+		return medha_oai_min_tokens_check(rs, e);
 	}
 	if (rs->max_tokens > h->ctx_len - (int64_t)n)
 		return medha_oai_error_set(e, 400, "invalid_request_error",
