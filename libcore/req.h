@@ -29,6 +29,9 @@
 #define MEDHA_STOP_MAX 4  /* stop strings per request */
 #define MEDHA_STOP_LEN 64 /* longest stop string, bytes, NUL excluded */
 #define MEDHA_STOP_IDS_MAX 16 /* stop token ids per request */
+/* ids a sampler keeps from being drawn before min_tokens: the stop
+   token ids and up to 16 end-of-generation tokens */
+#define MEDHA_BAN_MAX (MEDHA_STOP_IDS_MAX + 16)
 
 /*
  * Limits of what a trace, a result record or a flag may say, checked once
@@ -67,6 +70,15 @@ struct medha_sampler_params {
 	   when temp > 0), so that its tokens are those of a run without
 	   preemption; 0 for a new request. Only on the wire of BATCH. */
 	uint64_t skip;
+	/* vLLM's min_tokens: until the sampler has drawn min_tokens
+	   tokens, the ban[] ids (the end-of-generation tokens and the
+	   request's stop_token_ids, filled in where the request is served)
+	   cannot be drawn: their logits are -inf. A request's min_tokens
+	   is in [0, max_tokens] (0: none); a batch item's is what is left
+	   of it (model/sample.h) */
+	int64_t min_tokens;
+	int n_ban;
+	int32_t ban[MEDHA_BAN_MAX];
 };
 
 #define MEDHA_TOP_LOGPROBS_MAX 20

@@ -95,7 +95,7 @@ test_fields(void **state)
 	assert_int_equal(q.spec.sampling.top_k, 0);
 	medha_oai_req_clear(&q);
 
-	/* vLLM's stop_token_ids; min_tokens 0 */
+	/* vLLM's stop_token_ids; min_tokens 0, vLLM's default */
 	assert_int_equal(parse(&q,
 	                     "{\"prompt\": \"x\", \"stop_token_ids\": [2, 7], "
 	                     "\"min_tokens\": 0}",
@@ -103,6 +103,17 @@ test_fields(void **state)
 	    0);
 	assert_int_equal(q.spec.n_stop_ids, 2);
 	assert_int_equal(q.spec.stop_ids[1], 7);
+	assert_int_equal(q.spec.sampling.min_tokens, 0);
+	medha_oai_req_clear(&q);
+
+	/* min_tokens up to max_tokens; a chat's unset max_tokens is
+	   checked once known (http_up.c) */
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": \"x\", \"max_tokens\": 5, "
+	                     "\"min_tokens\": 5}",
+	                     0, NULL, &e),
+	    0);
+	assert_int_equal(q.spec.sampling.min_tokens, 5);
 	medha_oai_req_clear(&q);
 
 	/* a list of prompts, texts and token ids: n choices each */
@@ -175,8 +186,10 @@ static const struct {
         400, "prompt", NULL},
     {"{\"prompt\": \"x\", \"seed\": 18446744073709551616}", 0, 400, "seed",
         NULL},
-    {"{\"prompt\": \"x\", \"min_tokens\": 2}", 0, 400, "min_tokens",
-        "unsupported"},
+    {"{\"prompt\": \"x\", \"max_tokens\": 2, \"min_tokens\": 3}", 0, 400,
+        "min_tokens", NULL},
+    {"{\"prompt\": \"x\", \"min_tokens\": 17}", 0, 400, "min_tokens", NULL},
+    {"{\"prompt\": \"x\", \"min_tokens\": -1}", 0, 400, "min_tokens", NULL},
     {"{\"prompt\": \"x\", \"stop_token_ids\": [1, -1]}", 0, 400,
         "stop_token_ids", NULL},
     {"{\"prompt\": \"x\", \"stop_token_ids\": 2}", 0, 400,

@@ -182,7 +182,10 @@ static struct medha_msg_item ex_items[] = {
             .seed = 99,
             .presence_penalty = 0.5f,
             .repetition_penalty = 1.1f,
-            .min_p = 0.1f}},
+            .min_p = 0.1f,
+            .min_tokens = 7,
+            .n_ban = 3,
+            .ban = {2, 0, INT32_MAX}}},
     {.handle = UINT64_MAX,
         .pos = INT64_MAX,
         .ids = ex_ids2,
@@ -245,7 +248,8 @@ example(int t, int full, struct medha_msg *m)
 		    .presence_penalty = -1.5f,
 		    .frequency_penalty = 0.25f,
 		    .repetition_penalty = 1.25f,
-		    .min_p = 0.05f};
+		    .min_p = 0.05f,
+		    .min_tokens = 3};
 		rs->ignore_eos = 1;
 		rs->no_stream = 1;
 		rs->n_stop = 2;
@@ -421,6 +425,8 @@ test_roundtrip_values(void **state)
 	assert_string_equal(out.submit.stop[1], "END\xff");
 	assert_int_equal(out.submit.n_stop_ids, 2);
 	assert_int_equal(out.submit.stop_ids[1], INT32_MAX);
+	assert_int_equal(out.submit.sampling.min_tokens, 3);
+	assert_int_equal(out.submit.sampling.n_ban, 0); /* not a request's */
 	medha_msg_clear(&out);
 
 	/* the minimal request gets greedy sampling and zero times */
@@ -719,11 +725,11 @@ test_reject_others(void **state)
 	    "batch: items[0].sample: not a boolean");
 	reject(mk("AiiUAAAUiAiTAddd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0, 1,
 	           5, (uint64_t)1, 0, 1, 5, 3, 0.5, 1.0, 1.0),
-	    "batch: items[0].params: not an array of 4 to 11");
+	    "batch: items[0].params: not an array of 4 to 13");
 	reject(mk("AiiUAAAUiAiTAdidUdd", 5, 1, MEDHA_MSG_BATCH, (uint64_t)1, 0,
 	           1, 5, (uint64_t)1, 0, 1, 5, 6, 0.5, 1, 0.5, (uint64_t)1, 0.5,
 	           0.5),
-	    "batch: items[0].params: not an array of 4, 8, 10 or 11");
+	    "batch: items[0].params: not an array of 4, 8, 10, 11 or 13");
 	/* a generator skip past any output: the worker would spin */
 	reject(mk("AiiUAAAUiAiTAdidUddddFiU", 5, 1, MEDHA_MSG_BATCH,
 	           (uint64_t)1, 0, 1, 5, (uint64_t)1, 0, 1, 5, 11, 0.5, 1, 0.5,
@@ -969,6 +975,9 @@ test_encode_refuses(void **state)
 	m.submit.prompt_tokens = 2;
 	refuse(&m, "submit: request.prompt_ids[1]: not a token id");
 	example(MEDHA_MSG_SUBMIT, 0, &m);
+	m.submit.sampling.min_tokens = m.submit.max_tokens + 1;
+	refuse(&m, "submit: request.min_tokens: 1, more than max_tokens (0)");
+	example(MEDHA_MSG_SUBMIT, 0, &m);
 	m.submit.tpot_slo = -1;
 	refuse(&m, "submit: request.tpot_slo: not a number in (0, 1e+09]");
 	example(MEDHA_MSG_SUBMIT, 0, &m);
@@ -1050,6 +1059,16 @@ test_encode_refuses(void **state)
 	refuse(&m,
 	    "batch: items[0].params.top_k: not an integer in [0, "
 	    "16777216]");
+	it.params.top_k = 40;
+	it.params.min_tokens = -1;
+	refuse(&m,
+	    "batch: items[0].params.min_tokens: not an integer in [0, "
+	    "1000000000]");
+	it.params.min_tokens = 1;
+	it.params.ban[1] = -1;
+	refuse(&m, "batch: items[0].params.ban[1]: not a token id");
+	it.params.n_ban = MEDHA_BAN_MAX + 1;
+	refuse(&m, "batch: items[0].params.ban: more than 32 ids");
 	it.has_params = 0;
 	it.n_ids = MEDHA_PROTO_MAX_IDS + 1;
 	refuse(&m, "batch: items: more than 16777216 ids in all");

@@ -6,7 +6,8 @@
  * draws stay in the kept set and follow its probabilities. The greedy
  * choice (kept in lanes) equals a plain first-maximum loop for every
  * length, any place of the maximum and ties across lanes and the tail;
- * NaNs are never chosen.
+ * NaNs are never chosen. min_tokens keeps its banned ids from being
+ * drawn until it has drawn that many.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -270,6 +271,98 @@ test_skip(void **state)
 	medha_sampler_free(c);
 }
 
+/*
+ * vLLM's min_tokens: the banned ids (an end-of-generation token and a
+ * stop token id) are never drawn in the first min_tokens draws, greedy
+ * or sampled, with penalties or not; after, the logits are as given
+ * again. The caller's row is not written, a sampler with a ban in force
+ * is not greedy on the GPU's terms, the logprobs stay the model's (the
+ * log-softmax of the row as given, vLLM's raw logprobs), and the
+ * parameters are checked.
+ */
+static void
+test_min_tokens(void **state)
+{
+	enum { V = 8 };
+	const float lg0[V] = {0, 1, 9, 2, 3, 8, 4, 0.5f};
+	float lg[V];
+	struct medha_sampler *s;
+	struct medha_sampler_params p = {.temp = 0.0f, .seed = 3,
+	    .min_tokens = 3, .n_ban = 2, .ban = {2, 5}};
+	int i, t, hit, counts[V];
+	double z = 0;
+	float lp;
+	const struct medha_logprob *top;
+
+	(void)state;
+	memcpy(lg, lg0, sizeof(lg));
+	/* greedy: the best of the rest (6) three times, then 2 */
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	for (i = 0; i < 3; i++) {
+		assert_false(medha_sampler_is_greedy(s));
+		assert_int_equal(medha_sample(s, lg), 6);
+	}
+	assert_memory_equal(lg, lg0, sizeof(lg));
+	assert_true(medha_sampler_is_greedy(s));
+	assert_int_equal(medha_sample(s, lg), 2);
+	medha_sampler_free(s);
+
+	/* with the penalties, and logprobs: the ban still holds, the
+	   frequency penalty moves the choice off 6 after its first draw,
+	   and the logprob is the unmasked row's */
+	p.frequency_penalty = 2;
+	p.logprobs = 1;
+	p.top_logprobs = 2;
+	p.min_tokens = 2;
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	assert_int_equal(medha_sample(s, lg), 6);
+	for (i = 0; i < V; i++)
+		z += exp((double)lg0[i] - 9);
+	assert_int_equal(medha_sample_logprobs(s, &lp, &top), 2);
+	assert_float_equal(lp, (double)lg0[6] - 9 - log(z), 1e-5);
+	assert_int_equal(top[0].id, 2); /* the model's likeliest */
+	assert_int_equal(medha_sample(s, lg), 4); /* 6 is at 4 - 2 = 2 */
+	assert_int_equal(medha_sample(s, lg), 2); /* free again */
+	medha_sampler_free(s);
+
+	/* sampled: 2 and 5 hold nearly all the mass, yet none of the
+	   first 300 draws is either; of the next 300, nearly all are */
+	p = (struct medha_sampler_params){.temp = 1.0f, .top_p = 1,
+	    .seed = 11, .min_tokens = 300, .n_ban = 2, .ban = {5, 2}};
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	memset(counts, 0, sizeof(counts));
+	for (t = 0; t < 300; t++)
+		counts[medha_sample(s, lg)]++;
+	assert_int_equal(counts[2] + counts[5], 0);
+	assert_true(counts[6] > 0 && counts[4] > 0);
+	for (hit = 0, t = 0; t < 300; t++) {
+		i = medha_sample(s, lg);
+		hit += i == 2 || i == 5;
+	}
+	assert_true(hit > 290);
+	medha_sampler_free(s);
+
+	/* min_tokens with nothing to ban is plain greedy */
+	p = (struct medha_sampler_params){.temp = 0, .min_tokens = 5};
+	assert_int_equal(medha_sampler_init(&s, &p, V), 0);
+	assert_true(medha_sampler_is_greedy(s));
+	assert_int_equal(medha_sample(s, lg), 2);
+	medha_sampler_free(s);
+
+	/* bad parameters */
+	p = (struct medha_sampler_params){.min_tokens = 1, .n_ban = 1,
+	    .ban = {V}};
+	assert_int_equal(medha_sampler_init(&s, &p, V), MEDHA_EINVAL);
+	p.ban[0] = -1;
+	assert_int_equal(medha_sampler_init(&s, &p, V), MEDHA_EINVAL);
+	p.ban[0] = 1;
+	p.n_ban = MEDHA_BAN_MAX + 1;
+	assert_int_equal(medha_sampler_init(&s, &p, V), MEDHA_EINVAL);
+	p.n_ban = 1;
+	p.min_tokens = -1;
+	assert_int_equal(medha_sampler_init(&s, &p, V), MEDHA_EINVAL);
+}
+
 int
 main(void)
 {
@@ -277,6 +370,7 @@ main(void)
 	    cmocka_unit_test(test_sampling),
 	    cmocka_unit_test(test_greedy_lanes),
 	    cmocka_unit_test(test_skip),
+	    cmocka_unit_test(test_min_tokens),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -380,6 +380,10 @@ test_live_fields_roundtrip(void **state)
 	    "\"stop\": 3}",
 	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
 	    "\"ignore_eos\": 1}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"min_tokens\": 2}",
+	    "{\"arrival\": 0, \"max_tokens\": 1, \"prompt\": \"x\", "
+	    "\"min_tokens\": -1}",
 	};
 	FILE *f;
 
@@ -389,7 +393,7 @@ test_live_fields_roundtrip(void **state)
 	in.prompt_ids = ids;
 	in.max_tokens = 64;
 	in.sampling = (struct medha_sampler_params){0.7f, 40, 0.9f, 42, 0.5f,
-	    -0.25f, 1.2f, 0.05f, 0, 0, 0};
+	    -0.25f, 1.2f, 0.05f, 0, 0, 0, .min_tokens = 64};
 	in.ignore_eos = 1;
 	in.n_stop = 2;
 	in.stop[0] = s1;
@@ -406,6 +410,7 @@ test_live_fields_roundtrip(void **state)
 	assert_int_equal(out.sampling.top_k, 40);
 	assert_true(out.sampling.top_p == 0.9f);
 	assert_int_equal(out.sampling.seed, 42);
+	assert_int_equal(out.sampling.min_tokens, 64);
 	assert_int_equal(out.ignore_eos, 1);
 	assert_int_equal(out.n_stop, 2);
 	assert_string_equal(out.stop[0], "\n\n");

@@ -257,8 +257,8 @@ json_num(json_t *o, const char *key, double lo, double hi, double *out,
 	return 0;
 }
 
-/* temperature, top_k, top_p, seed, the penalties, min_p and ignore_eos,
- * each optional. */
+/* temperature, top_k, top_p, seed, the penalties, min_p, min_tokens and
+ * ignore_eos, each optional. */
 static int
 json_sampling(json_t *o, struct medha_sampler_params *sp, int *ignore_eos,
     char *why, size_t whylen)
@@ -283,7 +283,9 @@ json_sampling(json_t *o, struct medha_sampler_params *sp, int *ignore_eos,
 	    (rc = json_count(o, "top_k", 0, 0, 1 << 24, &top_k, why, whylen)) !=
 	        0 ||
 	    (rc = json_count(o, "seed", 0, 0, INT64_MAX, &seed, why, whylen)) !=
-	        0)
+	        0 ||
+	    (rc = json_count(o, "min_tokens", 0, 0, MEDHA_TOKENS_MAX,
+	         &sp->min_tokens, why, whylen)) != 0)
 		return rc;
 	if ((v = json_object_get(o, "ignore_eos")) != NULL) {
 		if (!json_is_boolean(v))
@@ -459,7 +461,16 @@ medha_reqspec_parse(const char *line, struct medha_reqspec *rs, char *why,
 	         &rs->tpot_slo, why, whylen)) != 0)
 		goto out;
 	if ((rc = json_sampling(root, &rs->sampling, &rs->ignore_eos, why,
-	         whylen)) != 0 ||
+	         whylen)) != 0)
+		goto out;
+	if (rs->sampling.min_tokens > rs->max_tokens) {
+		rc = medha_why(why, whylen, MEDHA_EFORMAT,
+		    "min_tokens: %lld, more than max_tokens (%lld)",
+		    (long long)rs->sampling.min_tokens,
+		    (long long)rs->max_tokens);
+		goto out;
+	}
+	if (
 	    (rc = json_stop(root, rs, why, whylen)) != 0 ||
 	    (rc = json_prompt_ids(root, rs, why, whylen)) != 0 ||
 	    (rc = json_prefix(root, rs, why, whylen)) != 0)
@@ -518,7 +529,8 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 	    rs->output_tokens < 0 || rs->output_tokens > MEDHA_TOKENS_MAX ||
 	    !(rs->ttft_slo >= 0) || !(rs->ttft_slo <= MEDHA_TIME_MAX) ||
 	    !(rs->tpot_slo >= 0) || !(rs->tpot_slo <= MEDHA_TIME_MAX) ||
-	    !prefix_valid(rs))
+	    rs->sampling.min_tokens < 0 ||
+	    rs->sampling.min_tokens > rs->max_tokens || !prefix_valid(rs))
 		return MEDHA_EINVAL;
 	medha_writer_write(w, "{", 1);
 	if (rs->id[0] != '\0') {
@@ -572,6 +584,9 @@ medha_reqspec_write(struct medha_writer *w, const struct medha_reqspec *rs)
 				medha_writer_printf(w, ", \"%s\": %.9g", names[i],
 				    v[i]);
 	}
+	if (rs->sampling.min_tokens > 0)
+		medha_writer_printf(w, ", \"min_tokens\": %lld",
+		    (long long)rs->sampling.min_tokens);
 	if (rs->ignore_eos)
 		WLIT(w, ", \"ignore_eos\": true");
 	for (int i = 0; i < rs->n_stop; i++) {

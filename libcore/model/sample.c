@@ -34,6 +34,7 @@ struct medha_sampler {
 	float *work;    /* (n) the logits, penalised */
 	int32_t *count; /* (n) times each token was drawn */
 	uint8_t *seen;  /* (n) in the prompt or drawn */
+	int64_t ndrawn; /* tokens drawn (min_tokens counts them) */
 };
 
 static int
@@ -41,6 +42,13 @@ penalised(const struct medha_sampler_params *p)
 {
 	return p->presence_penalty != 0 || p->frequency_penalty != 0 ||
 	    (p->repetition_penalty > 0 && p->repetition_penalty != 1);
+}
+
+/* Before min_tokens draws, with ids to keep out. */
+static int
+banning(const struct medha_sampler *s)
+{
+	return s->ndrawn < s->p.min_tokens && s->p.n_ban > 0;
 }
 
 static uint64_t
@@ -89,8 +97,12 @@ medha_sampler_init(struct medha_sampler **sp,
 	    !(p->frequency_penalty >= -2 && p->frequency_penalty <= 2) ||
 	    !(p->repetition_penalty >= 0 && p->repetition_penalty <= 100) ||
 	    !(p->min_p >= 0 && p->min_p <= 1) ||
-	    p->top_logprobs < 0 || p->top_logprobs > MEDHA_TOP_LOGPROBS_MAX)
+	    p->top_logprobs < 0 || p->top_logprobs > MEDHA_TOP_LOGPROBS_MAX ||
+	    p->min_tokens < 0 || p->n_ban < 0 || p->n_ban > MEDHA_BAN_MAX)
 		return MEDHA_EINVAL;
+	for (i = 0; i < p->n_ban; i++)
+		if (p->ban[i] < 0 || p->ban[i] >= n_vocab)
+			return MEDHA_EINVAL;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		return MEDHA_ENOMEM;
 	s->p = *p;
@@ -103,16 +115,19 @@ medha_sampler_init(struct medha_sampler **sp,
 		for (uint64_t k = 0; k < p->skip; k++)
 			(void)next(s);
 	if (penalised(p)) {
-		s->work = medha_calloc((size_t)n_vocab, sizeof(*s->work));
 		s->count = medha_calloc((size_t)n_vocab, sizeof(*s->count));
 		s->seen = medha_calloc((size_t)n_vocab, sizeof(*s->seen));
-		if (s->work == NULL || s->count == NULL || s->seen == NULL) {
-			free(s->work);
-			free(s->count);
-			free(s->seen);
-			free(s);
-			return MEDHA_ENOMEM;
-		}
+	}
+	/* the penalised or banned logits (the caller's stay as given) */
+	if (penalised(p) || banning(s))
+		s->work = medha_calloc((size_t)n_vocab, sizeof(*s->work));
+	if ((penalised(p) && (s->count == NULL || s->seen == NULL)) ||
+	    ((penalised(p) || banning(s)) && s->work == NULL)) {
+		free(s->work);
+		free(s->count);
+		free(s->seen);
+		free(s);
+		return MEDHA_ENOMEM;
 	}
 	if (p->temp <= 0) {
 		s->ids = &s->id1;
@@ -296,8 +311,16 @@ medha_sample_candidates(struct medha_sampler *s, const float *logits,
 
 	*ids = s->ids;
 	*probs = s->probs;
-	if (s->work != NULL)
+	if (s->count != NULL)
 		logits = penalise(s, logits);
+	if (banning(s)) {
+		/* vLLM's min_tokens: the ids cannot be drawn yet */
+		if (logits != s->work)
+			memcpy(s->work, logits, (size_t)n * sizeof(*s->work));
+		for (i = 0; i < p->n_ban; i++)
+			s->work[p->ban[i]] = -INFINITY;
+		logits = s->work;
+	}
 	if (p->temp <= 0) {
 		s->ids[0] = medha_sample_greedy(logits, n);
 		s->probs[0] = 1;
@@ -413,6 +436,7 @@ medha_sample_logprobs(const struct medha_sampler *s, float *lp,
 static int
 drawn(struct medha_sampler *s, int tok)
 {
+	s->ndrawn++;
 	if (s->count != NULL) {
 		s->count[tok]++;
 		s->seen[tok] = 1;
@@ -423,8 +447,10 @@ drawn(struct medha_sampler *s, int tok)
 int
 medha_sampler_is_greedy(const struct medha_sampler *s)
 {
-	/* penalties change the argmax, logprobs want the row: not these */
-	return s->p.temp <= 0 && s->work == NULL && !s->p.logprobs;
+	/* penalties and min_tokens's ban change the argmax, logprobs want
+	   the row: not these (the ban only until min_tokens draws) */
+	return s->p.temp <= 0 && s->count == NULL && !banning(s) &&
+	    !s->p.logprobs;
 }
 
 int

@@ -24,6 +24,13 @@
  * medha_sampler_prompt() was given (every input token may be: a token
  * seen twice counts once).
  *
+ * vLLM's min_tokens: until the sampler has drawn min_tokens tokens, the
+ * ids in ban[] (the end-of-generation tokens and the stop token ids)
+ * have their logits set to -inf after the penalties, greedy or not, so
+ * they cannot be drawn; from then on the logits are as given. A
+ * sequence that starts again after preemption gets a sampler whose
+ * min_tokens is what is left (serve/replica_work.c).
+ *
  * Log-probabilities, where the parameters ask for them, are those of the
  * model: the log-softmax of the logits as given, before penalties,
  * temperature and truncation (vLLM's raw logprobs), computed in double
@@ -53,7 +60,8 @@ struct medha_sampler; /* opaque: parameters, generator, scratch (none
 /*
  * A sampler for rows of n_vocab logits. On success *s is the caller's,
  * for medha_sampler_free(). Returns 0, MEDHA_EINVAL (n_vocab < 1, a NaN
- * temperature or top_p) or MEDHA_ENOMEM.
+ * temperature or top_p, a ban id outside the vocabulary) or
+ * MEDHA_ENOMEM.
  */
 int medha_sampler_init(struct medha_sampler **s,
     const struct medha_sampler_params *p, int n_vocab);
@@ -94,8 +102,8 @@ int medha_sample_candidates(struct medha_sampler *s, const float *logits,
 /* The index of the largest of n logits, the lowest on ties. */
 int medha_sample_greedy(const float *logits, int n);
 
-/* 1 if s chooses greedily (temperature <= 0) with no penalty and no
-   logprobs asked: its token is the argmax of the row and it draws
+/* 1 if s chooses greedily (temperature <= 0) with no penalty, no ban
+   in force (min_tokens) and no logprobs asked: its token is the argmax of the row and it draws
    nothing from its generator and counts nothing (so a backend may take
    the argmax where the logits are, on a GPU); otherwise the backend
    hands the row to medha_sample(), which does the rest. */

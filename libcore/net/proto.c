@@ -325,6 +325,20 @@ check_sampling(struct chk *c, const char *pfx,
 		return FAIL(c, path, "not an integer in [0, %d] (with logprobs)",
 		    MEDHA_TOP_LOGPROBS_MAX);
 	}
+	if (sp->min_tokens < 0 || sp->min_tokens > MEDHA_TOKENS_MAX) {
+		PROTO_PATH(path, "%smin_tokens", pfx);
+		return FAIL(c, path, "not an integer in [0, %lld]",
+		    (long long)MEDHA_TOKENS_MAX);
+	}
+	if (sp->n_ban < 0 || sp->n_ban > MEDHA_BAN_MAX) {
+		PROTO_PATH(path, "%sban", pfx);
+		return FAIL(c, path, "more than %d ids", MEDHA_BAN_MAX);
+	}
+	for (int i = 0; i < sp->n_ban; i++)
+		if (sp->ban[i] < 0) {
+			PROTO_PATH(path, "%sban[%d]", pfx, i);
+			return FAIL(c, path, "not a token id");
+		}
 	return 0;
 }
 
@@ -360,6 +374,11 @@ check_reqspec(struct chk *c, const struct medha_reqspec *rs)
 		    MEDHA_TIME_MAX);
 	if ((rc = check_sampling(c, "request.", &rs->sampling)) != 0)
 		return rc;
+	if (rs->sampling.min_tokens > rs->max_tokens)
+		return FAIL(c, "request.min_tokens",
+		    "%lld, more than max_tokens (%lld)",
+		    (long long)rs->sampling.min_tokens,
+		    (long long)rs->max_tokens);
 	if (rs->n_stop < 0 || rs->n_stop > MEDHA_STOP_MAX)
 		return FAIL(c, "request.stop", "more than %d strings",
 		    MEDHA_STOP_MAX);
@@ -754,7 +773,11 @@ sampling_eq(const struct medha_sampler_params *a,
 	    a->frequency_penalty == b->frequency_penalty &&
 	    a->repetition_penalty == b->repetition_penalty &&
 	    a->min_p == b->min_p && a->logprobs == b->logprobs &&
-	    a->top_logprobs == b->top_logprobs && a->skip == b->skip;
+	    a->top_logprobs == b->top_logprobs && a->skip == b->skip &&
+	    a->min_tokens == b->min_tokens && a->n_ban == b->n_ban &&
+	    (a->n_ban <= 0 ||
+	        memcmp(a->ban, b->ban, (size_t)a->n_ban * sizeof(*a->ban)) ==
+	            0);
 }
 
 static int

@@ -200,7 +200,7 @@ dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
 
 /* [temperature, top_k, top_p, seed] or with [presence_penalty,
  * frequency_penalty, repetition_penalty, min_p] after them, then
- * [logprobs, top_logprobs], then [skip] */
+ * [logprobs, top_logprobs], then [skip], then [min_tokens, ban ids] */
 static int
 dec_params(struct dec *d, const msgpack_object *o, const char *pfx,
     struct medha_sampler_params *sp)
@@ -213,15 +213,33 @@ dec_params(struct dec *d, const msgpack_object *o, const char *pfx,
 	char path[96];
 	int rc;
 
-	if ((rc = dec_get_arr(d, o, pfx, 4, 11)) != 0)
+	if ((rc = dec_get_arr(d, o, pfx, 4, 13)) != 0)
 		return rc;
 	if (o->via.array.size != 4 && o->via.array.size != 8 &&
-	    o->via.array.size < 10)
-		return BAD(d, pfx, "not an array of 4, 8, 10 or 11");
-	if (o->via.array.size == 11 &&
+	    o->via.array.size != 10 && o->via.array.size != 11 &&
+	    o->via.array.size != 13)
+		return BAD(d, pfx, "not an array of 4, 8, 10, 11 or 13");
+	if (o->via.array.size >= 11 &&
 	    (rc = dec_get_u64(d, &a[10],
 	         dec_join(path, sizeof(path), pfx, "skip"), &sp->skip)) != 0)
 		return rc;
+	if (o->via.array.size == 13) {
+		int32_t *ids = NULL;
+		int64_t k = 0;
+		if ((rc = dec_get_i64(d, &a[11],
+		         dec_join(path, sizeof(path), pfx, "min_tokens"),
+		         &sp->min_tokens)) != 0 ||
+		    (rc = dec_get_ids(d, &a[12],
+		         dec_join(path, sizeof(path), pfx, "ban"), 0,
+		         MEDHA_BAN_MAX, &ids, &k)) != 0) {
+			free(ids);
+			return rc;
+		}
+		if (k > 0)
+			memcpy(sp->ban, ids, (size_t)k * sizeof(*ids));
+		sp->n_ban = (int)k;
+		free(ids);
+	}
 	if (o->via.array.size >= 10 &&
 	    ((rc = dec_get_bool(d, &a[8],
 	          dec_join(path, sizeof(path), pfx, "logprobs"),

@@ -36,13 +36,14 @@ enum {
 	RQ_LOGPROBS,
 	RQ_TOP_LOGPROBS,
 	RQ_STOP_IDS,
+	RQ_MIN_TOKENS,
 	RQ_N
 };
 static const char *const rq_keys[RQ_N] = {"id", "arrival", "prompt",
     "prompt_ids", "prompt_tokens", "max_tokens", "temperature", "top_k",
     "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
-    "logprobs", "top_logprobs", "stop_token_ids"};
+    "logprobs", "top_logprobs", "stop_token_ids", "min_tokens"};
 
 static int
 dec_stop(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
@@ -179,6 +180,10 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
 		rs->n_stop_ids = (int)k;
 		free(ids);
 	}
+	if (v[RQ_MIN_TOKENS] != NULL &&
+	    (rc = dec_get_i64(d, v[RQ_MIN_TOKENS], "request.min_tokens",
+	         &rs->sampling.min_tokens)) != 0)
+		return rc;
 	if (v[RQ_STREAM] != NULL) {
 		int stream = 1;
 		if ((rc = dec_get_bool(d, v[RQ_STREAM], "request.stream",

@@ -130,6 +130,7 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	n += (sp->logprobs != 0) + (sp->top_logprobs != 0);
 	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
 	n += rs->n_stop_ids > 0;
+	n += sp->min_tokens > 0;
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
 	put_name(e, "id");
@@ -202,6 +203,10 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	if (rs->n_stop_ids > 0) {
 		put_name(e, "stop_token_ids");
 		put_ids(e, rs->stop_ids, rs->n_stop_ids);
+	}
+	if (sp->min_tokens > 0) {
+		put_name(e, "min_tokens");
+		put_i64(e, sp->min_tokens);
 	}
 	if (rs->ttft_slo != 0) {
 		put_name(e, "ttft_slo");
@@ -406,13 +411,16 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 		} else {
 			const struct medha_sampler_params *sp = &it->params;
 			/* the penalties and min-p only where set (4 otherwise),
-			   the logprobs where asked for or before a skip */
-			int lp =
-			    sp->logprobs || sp->top_logprobs || sp->skip != 0;
+			   the logprobs where asked for or before what follows
+			   them (10), the generator's skip (11), min_tokens's
+			   (13, after a skip of 0 or more) */
+			int mt = sp->min_tokens > 0;
+			int sk = mt || sp->skip != 0;
+			int lp = sk || sp->logprobs || sp->top_logprobs;
 			int more = lp || sp->presence_penalty != 0 ||
 			    sp->frequency_penalty != 0 ||
 			    sp->repetition_penalty != 0 || sp->min_p != 0;
-			put_arr(e, sp->skip != 0 ? 11 : lp ? 10 : more ? 8 : 4);
+			put_arr(e, mt ? 13 : sk ? 11 : lp ? 10 : more ? 8 : 4);
 			put_f64(e, sp->temp);
 			put_i64(e, sp->top_k);
 			put_f64(e, sp->top_p);
@@ -427,8 +435,12 @@ enc_batch(struct enc *e, const struct medha_msg_batch *b)
 				put_bool(e, sp->logprobs);
 				put_i64(e, sp->top_logprobs);
 			}
-			if (sp->skip != 0)
+			if (sk)
 				put_u64(e, sp->skip);
+			if (mt) {
+				put_i64(e, sp->min_tokens);
+				put_ids(e, sp->ban, sp->n_ban);
+			}
 		}
 		if (it->n_groups > 0) {
 			put_arr(e, (size_t)it->n_groups);

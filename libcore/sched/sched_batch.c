@@ -778,9 +778,11 @@ medha_sched_batch_done(struct medha_sched *s, const struct medha_sched_batch *b,
 		         MEDHA_FINISH_LENGTH, NULL, now)) != 0)
 			return rc;
 		/* a trace's real length below its cap (req.h; only traces
-		   give one): the model stops there by itself */
+		   give one): the model stops there by itself, not before
+		   min_tokens (its end cannot be drawn before) */
 		if (r->state != MEDHA_REQ_DONE && r->spec.output_tokens > 0 &&
 		    r->decoded >= r->spec.output_tokens &&
+		    r->decoded >= r->spec.sampling.min_tokens &&
 		    (rc = sched_finish(s, q, MEDHA_STATUS_OK, MEDHA_FINISH_STOP,
 		         NULL, now)) != 0)
 			return rc;

@@ -174,6 +174,12 @@ int medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len,
     int chat, const struct medha_tok *tok, struct medha_oai_error *e);
 void medha_oai_req_clear(struct medha_oai_req *q);
 
+/* vLLM's rule for min_tokens: at most max_tokens. 0, or 400 with *e set
+ * (the parse checks a max_tokens given; the caller, a chat's once it is
+ * filled in). */
+int medha_oai_min_tokens_check(const struct medha_reqspec *rs,
+    struct medha_oai_error *e);
+
 /*
  * A text arriving in pieces, as characters: those whole so far (as
  * medha_utf8_fix makes them: a bad byte is one U+FFFD) and the bytes, at

@@ -437,15 +437,6 @@ unsupported(json_t *o, int chat, struct medha_oai_req *q,
 	if (get_int(o, "n", 1, MEDHA_OAI_MAX_N, &n, NULL, e) != 0)
 		return e->status;
 	q->n = (int)n;
-	/* vLLM's min_tokens: 0, its default, asks for nothing; more would
-	 * need the sampler to keep the end-of-generation token out */
-	n = 0;
-	if (get_int(o, "min_tokens", 0, MEDHA_OAI_MAX_TOKENS, &n, NULL, e) !=
-	    0)
-		return e->status;
-	if (n != 0)
-		return UNSUP(e, "min_tokens",
-		    "min_tokens: only 0 is supported (use ignore_eos)");
 	n = 1;
 	if (get_int(o, "best_of", 1, INT32_MAX, &n, NULL, e) != 0)
 		return e->status;
@@ -693,6 +684,14 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 			goto fail;
 		q->max_tokens_set |= set;
 	}
+	/* vLLM's min_tokens (model/sample.h), at most max_tokens where it
+	 * is given (else once it is known: http_up.c) */
+	if ((rc = get_int(o, "min_tokens", 0, MEDHA_OAI_MAX_TOKENS,
+	         &rs->sampling.min_tokens, NULL, e)) != 0)
+		goto fail;
+	if (q->max_tokens_set &&
+	    (rc = medha_oai_min_tokens_check(rs, e)) != 0)
+		goto fail;
 	d = rs->sampling.temp;
 	if ((rc = get_num(o, "temperature", 0, MEDHA_TEMP_MAX, &d, e)) != 0)
 		goto fail;
@@ -754,6 +753,18 @@ fail:
 	json_decref(o);
 	medha_oai_req_clear(q);
 	return rc;
+}
+
+int
+medha_oai_min_tokens_check(const struct medha_reqspec *rs,
+    struct medha_oai_error *e)
+{
+	if (rs->sampling.min_tokens <= rs->max_tokens)
+		return 0;
+	return BAD(e, "min_tokens",
+	    "min_tokens must be less than or equal to max_tokens=%lld, got "
+	    "%lld",
+	    (long long)rs->max_tokens, (long long)rs->sampling.min_tokens);
 }
 
 void

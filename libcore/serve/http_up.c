@@ -351,7 +351,7 @@ fit_context(struct medha_http *h, struct hreq *r, const char *text,
 
 	if (!r->q.max_tokens_set && (h->tok == NULL || h->ctx_len <= 0)) {
 		rs->max_tokens = 16;
-		return 0;
+		return medha_oai_min_tokens_check(rs, e);
 	}
 	if (h->tok == NULL || h->ctx_len <= 0)
 		return 0; /* the replica knows */
@@ -376,7 +376,7 @@ fit_context(struct medha_http *h, struct hreq *r, const char *text,
 			    "is %lld",
 			    field, n, (long long)h->ctx_len);
 		rs->max_tokens = h->ctx_len - (int64_t)n;
-		return 0;
+		return medha_oai_min_tokens_check(rs, e);
 	}
 	if (rs->max_tokens > h->ctx_len - (int64_t)n)
 		return medha_oai_error_set(e, 400, "invalid_request_error",

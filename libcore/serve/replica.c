@@ -260,6 +260,30 @@ append_text(struct lreq *q, const char *s, size_t n)
 }
 
 /*
+ * min_tokens's ban (model/sample.h): the request's stop token ids in the
+ * vocabulary and the end-of-generation tokens (up to MEDHA_BAN_MAX in
+ * all), as vLLM's all_stop_token_ids, ignore_eos or not; none when
+ * simulating (no logits to mask).
+ */
+static void
+ban_ids(const struct medha_replica *r, struct lreq *q)
+{
+	struct medha_sampler_params *sp = &q->sp;
+
+	sp->n_ban = 0;
+	if (sp->min_tokens <= 0 || r->sim)
+		return;
+	for (int i = 0; i < q->n_stop_ids; i++)
+		if (q->stop_ids[i] < r->vocab)
+			sp->ban[sp->n_ban++] = q->stop_ids[i];
+	for (int32_t id = 0; r->tok != NULL && id < r->vocab &&
+	     sp->n_ban < MEDHA_BAN_MAX;
+	     id++)
+		if (medha_tok_is_eog(r->tok, id))
+			sp->ban[sp->n_ban++] = id;
+}
+
+/*
  * A token came out for q: returns MEDHA_FINISH_STOP if the request ends
  * here (end of generation, or its text now holds a stop string, where
  * the text is cut and the token kept in the ids), else 0.
@@ -307,12 +331,16 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 		piece = buf;
 	else
 		plen = 0;
-	from = q->text_len > q->stop_max ? q->text_len - q->stop_max : 0;
+	from = q->text_len; /* a stop string must end in the new text */
 	if (append_text(q, piece, plen) != 0)
 		return 0;
-	for (int i = 0; i < q->n_stop; i++) {
-		char *hit = memmem(q->text + from, q->text_len - from,
-		    q->stop[i], strlen(q->stop[i]));
+	/* as vLLM, none is looked for until the output holds more than
+	   min_tokens tokens, nor found in the text before the token */
+	for (int i = 0; q->n_out > q->sp.min_tokens && i < q->n_stop; i++) {
+		size_t len = strlen(q->stop[i]),
+		       at = from > len - 1 ? from - (len - 1) : 0;
+		char *hit = memmem(q->text + at, q->text_len - at, q->stop[i],
+		    len);
 		if (hit != NULL) {
 			/* the text is cut, but the token that completed the
 			   stop string was generated: token_ids and logprobs
@@ -460,6 +488,7 @@ submit_finish(struct medha_replica *r, struct medha_srv_call *call,
 	rs->n_stop = 0;
 	q->n_stop_ids = rs->n_stop_ids;
 	memcpy(q->stop_ids, rs->stop_ids, sizeof(q->stop_ids));
+	ban_ids(r, q);
 	rs->prompt_tokens = q->n_prompt;
 	rs->arrival = now_s(r);
 	if ((rc = core_arrive(r, rs, q)) != 0) {

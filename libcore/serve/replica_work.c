@@ -419,6 +419,12 @@ flight_form(struct medha_replica *r)
 			   drew (a request that forks from the cache alone
 			   has none yet) */
 			mi->params.skip = (uint64_t)q->n_out;
+			/* min_tokens: what is left after the tokens out
+			   already (a preempted request's sampler is new) */
+			if ((mi->params.min_tokens -= q->n_out) <= 0) {
+				mi->params.min_tokens = 0;
+				mi->params.n_ban = 0;
+			}
 			if (!q->started)
 				q->first_batch = now_s(r);
 			q->started = 1;

@@ -18,9 +18,11 @@
 #  3. max_tokens that reaches the context: 400 context_length_exceeded
 #     with the prompt's and max_tokens' counts (text and ids).
 #  4. What vLLM clients send: a list of prompts (texts or token ids,
-#     n choices each), a seed of 2^64 - 1, min_tokens 0 (more refused),
-#     stop_token_ids, HEAD /health, and data: [DONE] after a stream's
-#     error event (its worker killed).
+#     n choices each), a seed of 2^64 - 1, min_tokens (an answer that
+#     ends early goes on to min_tokens, greedy and sampled; no stop
+#     string before; more than max_tokens refused), stop_token_ids,
+#     HEAD /health, and data: [DONE] after a stream's error event (its
+#     worker killed).
 #  5. The router's log at its default level: an access line per HTTP
 #     request, no warning for a routine start, a replica unreachable for
 #     30 s said (a second router, whose replica never comes), flag
@@ -223,13 +225,42 @@ assert len(r.choices) == 2 and r.usage.prompt_tokens == 5, r
 big = [c.completions.create(model=mid, prompt=ps[0], max_tokens=8, temperature=0.9,
                             seed=2**64 - 1).choices[0].text for _ in (0, 1)]
 assert big[0] == big[1], big
-# min_tokens 0 (vLLM's default) is taken; more is refused, clearly
+# min_tokens (vLLM's): a greedy answer that ends early (the end of
+# generation after k tokens) goes on to min_tokens, the same answer
+# first (the end is kept out, the rest of the row is as it was); sampled
+# alike; a stop string before min_tokens tokens is not applied (vLLM);
+# more than max_tokens, or than a chat's default max_tokens, is refused
 c.completions.create(model=mid, prompt=ps[0], max_tokens=2, extra_body={"min_tokens": 0})
-try:
-    c.completions.create(model=mid, prompt=ps[0], max_tokens=2, extra_body={"min_tokens": 3})
-    assert False
-except openai.BadRequestError as e:
-    assert e.body["code"] == "unsupported" and e.body["param"] == "min_tokens", e.body
+msg = [{"role": "user", "content": "Say only the word yes."}]
+a = c.chat.completions.create(model=mid, messages=msg, max_tokens=64, temperature=0)
+k = a.usage.completion_tokens
+assert a.choices[0].finish_reason == "stop" and k < 30, a
+m = c.chat.completions.create(model=mid, messages=msg, max_tokens=64, temperature=0,
+                              extra_body={"min_tokens": k + 10})
+assert m.usage.completion_tokens >= k + 10, (k, m)
+assert m.choices[0].message.content.startswith(a.choices[0].message.content), (a, m)
+n, t = m.usage.completion_tokens, m.choices[0].message.content
+for seed in (1, 2, 3):
+    m = c.chat.completions.create(model=mid, messages=msg, max_tokens=40, temperature=1,
+                                  seed=seed, extra_body={"min_tokens": 30})
+    assert m.usage.completion_tokens >= 30, m
+w = "The days of the week are Monday, Tuesday,"
+a = c.completions.create(model=mid, prompt=w, max_tokens=16, temperature=0, stop=",")
+m = c.completions.create(model=mid, prompt=w, max_tokens=16, temperature=0, stop=",",
+                         extra_body={"min_tokens": 4})
+assert m.choices[0].text.startswith(a.choices[0].text + ","), (a, m)
+assert m.usage.completion_tokens > 4 and m.choices[0].finish_reason == "stop", m
+for body, kind in (({"max_tokens": 2, "min_tokens": 3}, c.completions),
+                   ({"min_tokens": 10 ** 6}, c.chat.completions)):
+    try:
+        if kind is c.completions:
+            c.completions.create(model=mid, prompt=ps[0], extra_body=body)
+        else:
+            c.chat.completions.create(model=mid, messages=msg, extra_body=body)
+        assert False, body
+    except openai.BadRequestError as e:
+        assert e.body["param"] == "min_tokens" and "max_tokens" in e.body["message"], e.body
+print("min_tokens %d: %d tokens, %r" % (k + 10, n, t))
 print("list of prompts, seed 2^64 - 1 (%r), min_tokens: ok" % big[0])
 PY
 

@@ -17,6 +17,11 @@
 #    "kvp2", pieces of 128 tokens so that requests grow onto a second
 #    group; "tp2 spp2 kvp2" for all of examples/serve.sh's), whose
 #    workers each free or keep a preempted request's part;
+#  - min_tokens under forced preemptions: 12 chat prompts (the template
+#    by hand, 40 to 100 tokens) that SmolLM2 answers in a few tokens,
+#    with min_tokens 60 and max_tokens 96, on 16 blocks: each gives at
+#    least 60 tokens, exactly those of its run alone, some preempted
+#    and some ending before 96;
 #  - acceptance: 12 greedy chat requests without max_tokens (short
 #    questions, answered in 17 to 99 tokens) through the HTTP front
 #    door, all at once, on a worker of 2048 blocks: the running gauge of
@@ -47,6 +52,22 @@ with open(sys.argv[1], "w") as f:
 for i, r in enumerate(reqs):
     with open("%s.%d" % (sys.argv[2], i), "w") as f:
         f.write(json.dumps(r) + "\n")
+# min_tokens: chat prompts (the template by hand) that SmolLM2 answers
+# in a few tokens, asked for 60 at least: each goes on past its end of
+# generation to 60, then stops at its next one
+words = "red blue green river stone cloud apple tiger music paper".split()
+qs = ["Name a color.", "Say hello.", "Name a fruit.", "Name an animal.",
+      "Say goodbye.", "Name a planet."]
+with open(sys.argv[1] + ".min", "w") as f:
+    for i in range(12):
+        note = " ".join(rng.choice(words) for _ in range(rng.randrange(30, 80)))
+        r = {"id": "m%d" % i, "arrival": 0.0, "max_tokens": 96,
+             "min_tokens": 60,
+             "prompt": "<|im_start|>user\nNotes: %s.\n%s<|im_end|>\n"
+                       "<|im_start|>assistant\n" % (note, qs[i % 6])}
+        f.write(json.dumps(r) + "\n")
+        with open("%s.%d" % (sys.argv[2].replace("one", "mone"), i), "w") as g:
+            g.write(json.dumps(r) + "\n")
 PY
 
 # alone: each request by itself, all memory reserved
@@ -57,6 +78,8 @@ i=0
 while [ $i -lt 12 ]; do
 	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/one.$i" \
 	    >>"$tmp/alone.jsonl"
+	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/mone.$i" \
+	    >>"$tmp/malone.jsonl"
 	i=$((i + 1))
 done
 serve_stop
@@ -103,6 +126,33 @@ PY
 }
 run single cache ""
 run single nocache --no-prefix-cache
+
+# min_tokens under preemption: a preempted request's new sampler bans
+# the end of generation for what is left of min_tokens only, so its
+# tokens are those of its run alone (counting again from 0, or not at
+# all, would move where it ends: each fails here on 16 blocks, not
+# always on 32)
+serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+    MEDHA_LOG="$tmp/logs.min" MEDHA_WORKER_OPTS="--kv-blocks 16"
+"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl.min" \
+    >"$tmp/min.jsonl"
+serve_stop
+python3 - "$tmp/min.jsonl" "$tmp/malone.jsonl" <<'PY'
+import json, sys
+got = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
+alone = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
+assert len(got) == 12 and set(got) == set(alone), (len(got), len(alone))
+for k, r in got.items():
+    assert r["status"] == "ok" and alone[k]["status"] == "ok", (r, alone[k])
+    assert len(r["token_ids"]) >= 60, r
+    assert r["token_ids"] == alone[k]["token_ids"], (k, r, alone[k])
+n = [len(r["token_ids"]) for r in got.values()]
+pre = [r.get("preemptions", 0) for r in got.values()]
+assert sum(pre) > 0, pre
+assert min(n) < 96, n # some ended by themselves past min_tokens
+print("preempt-live min_tokens: %d preemptions, %s tokens, as alone"
+      % (sum(pre), sorted(n)), file=sys.stderr)
+PY
 for topo in ${MEDHA_PREEMPT_TOPOS-kvp2}; do
 	run "$topo" cache ""
 done

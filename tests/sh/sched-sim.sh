@@ -3,7 +3,9 @@
 # policy and chunking, zstd in and out, a batch log that follows its
 # format, rejected requests reported, not dropped, output that does
 # not depend on the input's compression, and sarathi: fcfs's records with
-# one stage, a fixed budget only.
+# one stage, a fixed budget only. A trace's output_tokens below its
+# min_tokens ends the request at min_tokens (its end of generation
+# cannot be drawn before).
 . "$(dirname "$0")/lib.sh"
 ms=$bin/medha-sched
 mt=$bin/medha-trace
@@ -90,3 +92,12 @@ python3 -c 'import sys; a, p = float(sys.argv[1]), float(sys.argv[2]); assert p 
 st=0
 "$ms" --sim b200 -m llama3-8b "$tmp/one" > /dev/null 2> "$tmp/err" || st=$?
 [ "$st" -eq 1 ] && grep -q 'a100, h100, h200' "$tmp/err"
+# min_tokens: output_tokens 5 ends a request at 10 with min_tokens 10
+printf '{"id":"m","arrival":0,"prompt_tokens":50,"max_tokens":20,"output_tokens":5,"min_tokens":10}\n{"id":"n","arrival":0,"prompt_tokens":50,"max_tokens":20,"output_tokens":5}\n' > "$tmp/min"
+"$ms" --sim h100 -m llama3-8b "$tmp/min" > "$tmp/minrec"
+python3 - "$tmp/minrec" <<'PY'
+import json, sys
+r = {x["id"]: x for x in map(json.loads, open(sys.argv[1]))}
+assert r["m"]["output_tokens"] == 10 and r["m"]["finish_reason"] == "stop", r
+assert r["n"]["output_tokens"] == 5, r
+PY
