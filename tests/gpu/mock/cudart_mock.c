@@ -58,8 +58,12 @@ struct mgraph {
 	int n, cap;
 };
 
-static struct mgraph *capturing;
-static int n_begun, n_captures, n_replays, n_failed;
+/* the capture in progress on this thread: a backend runs on one thread,
+   and backend_cuda_test's TP and KVP pairs run two backends on two at
+   once (a capture of one must not record the other's launches, as a
+   stream's capture does not on a GPU); the counts are shared */
+static _Thread_local struct mgraph *capturing;
+static _Atomic int n_begun, n_captures, n_replays, n_failed;
 
 /* at exit: how many graphs were captured and replayed (cuda-mock.sh
    checks that decode steps took the graph path), and how many captures
