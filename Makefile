@@ -25,7 +25,7 @@
 #   make gpu-pack        what contrib/gpu-check.sh needs on a lent GPU
 #                        machine: the programs stripped, the libraries it
 #                        lacks, the random test model (build/gpu-pack,
-#                        build/gpu-libs; README, "GPU")
+#                        build/gpu-libs; doc/DESIGN.md, section 13)
 #   make install PREFIX=/usr/local
 #
 # CUDA parts (kernels/*.cu) build only where nvcc is found.
