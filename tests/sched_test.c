@@ -9,8 +9,9 @@
  * forming a batch over a long queue (n log n, not n^2). Then the
  * simulator's fidelity: sarathi never has two chunks of a prompt in
  * flight, batch time composed per layer over KVP groups, adaptive chunks
- * bounded by the decodes' TPOT SLO and by the efficient chunk, and the
- * KVP load balancer weighing predicted time and spreading ties.
+ * bounded by the decodes' TPOT SLO and by the efficient chunk, the
+ * KVP load balancer weighing predicted time and spreading ties, and
+ * long requests' decodes kept within their TPOT target.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -1179,6 +1180,144 @@ test_progress_guarantee(void **state)
 	}
 }
 
+/*
+ * Long requests' TPOT (long_tpot): with spp 2, while a long request L
+ * (prompt of preempt_below tokens or more) decodes, every batch, the
+ * ones formed while its token is in flight too, stays within its target,
+ * 1.5 x its decode's latency alone (the tpot_slo floor where that is
+ * higher), bar a progress-guarantee chunk of a short prompt; another
+ * long prompt, Q, whose deadline is far, waits for L's decode to end
+ * (its chunks, deep in its context, cost about what L's decode does),
+ * while short prompts arriving meanwhile still get chunks. L's mean
+ * TPOT stays within its target. With long_tpot 0 (the rule off) Q's
+ * chunks fill L's batches to the 50 ms target.
+ */
+struct lt_obs {
+	double floor;   /* the tpot_slo floor: twice a 32-token chunk alone */
+	double target;  /* L's tpot_long, once admitted */
+	int64_t prog;   /* progress-guarantee batches so far */
+	int64_t during; /* batches formed while L decoded */
+	int64_t over;   /* of them over L's target (no guaranteed chunk) */
+	int64_t q_chunks, s_chunks; /* Q's and short prompts' chunks then */
+	double worst;   /* the longest of those batches, s */
+	double l_tpot;  /* L's mean TPOT from its record */
+};
+
+static int
+lt_batch(void *arg, const struct medha_sched *s,
+    const struct medha_sched_batch *b)
+{
+	struct lt_obs *o = arg;
+	const struct medha_req *l = NULL;
+	struct medha_sched_progress pg;
+	int prog;
+
+	for (int i = 0; i < medha_sched_pending(s); i++) {
+		const struct medha_req *r = medha_sched_active(s, i);
+		if (strcmp(r->spec.id, "L") == 0)
+			l = r;
+	}
+	medha_sched_progress(s, &pg);
+	prog = pg.batches > o->prog;
+	o->prog = pg.batches;
+	if (l == NULL || l->state != MEDHA_REQ_DECODE)
+		return 0;
+	o->target = l->tpot_long;
+	o->during++;
+	if (b->latency > o->worst)
+		o->worst = b->latency;
+	if (!prog && b->latency > 1.000001 * (o->target > o->floor
+	                                             ? o->target
+	                                             : o->floor))
+		o->over++;
+	for (int i = 0; i < b->n_items; i++) {
+		const struct medha_req *r = medha_sched_req(s, b->items[i].req);
+		if (b->items[i].decode || r == NULL)
+			continue;
+		if (strcmp(r->spec.id, "Q") == 0)
+			o->q_chunks++;
+		else if (r->spec.id[0] == 's')
+			o->s_chunks++;
+	}
+	return 0;
+}
+
+static int
+lt_record(void *arg, const struct medha_record *rec)
+{
+	struct lt_obs *o = arg;
+
+	if (strcmp(rec->id, "L") == 0)
+		o->l_tpot = rec->tpot_mean;
+	return 0;
+}
+
+static void
+test_long_tpot(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_reqspec r[12];
+	struct lt_obs o[2];
+	struct fx f;
+	double pre;
+
+	(void)state;
+	medha_sched_config_default(&c);
+	c.preempt_below = 100000;
+	assert_true(c.long_tpot == MEDHA_LONG_TPOT && c.long_tpot == 1.5);
+	/* L's prefill alone, so that Q and the short ones come during its
+	   decode (2000 tokens) */
+	fx_open(&f, "a100", "llama3-8b", 8, 2, 1, &c);
+	pre = medha_sched_prefill_alone(f.s, 600000);
+	fx_close(&f);
+	r[0] = req("L", 0, 600000, 2000, 0);
+	r[1] = req("Q", pre + 0.5, 600000, 10, 10000);
+	for (int i = 0; i < 10; i++) {
+		char id[8];
+		snprintf(id, sizeof(id), "s%d", i);
+		r[2 + i] = req(id, pre + 0.5 + 0.3 * i, 2000, 20, 0);
+	}
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 2,
+	                     1),
+	    0);
+	for (int k = 0; k < 2; k++) {
+		struct medha_sim_hooks h = {0};
+		struct medha_sim_stats st;
+
+		memset(&o[k], 0, sizeof(o[k]));
+		o[k].floor = 2 * medha_cost_lone(&p, 32, 0).latency;
+		c.long_tpot = k == 0 ? MEDHA_LONG_TPOT : 0;
+		h.arg = &o[k];
+		h.record = lt_record;
+		h.batch = lt_batch;
+		assert_int_equal(medha_sim_run(&c, &p, r, 12, &h, &st), 0);
+		print_message("long_tpot %.1f: L's target %.2f ms (floor %.2f), "
+		              "%lld batches while it decoded, %lld over it, "
+		              "longest %.2f ms; Q's chunks %lld, short ones' "
+		              "%lld; L's TPOT %.2f ms\n",
+		    c.long_tpot, o[k].target * 1e3, o[k].floor * 1e3,
+		    (long long)o[k].during, (long long)o[k].over,
+		    o[k].worst * 1e3, (long long)o[k].q_chunks,
+		    (long long)o[k].s_chunks, o[k].l_tpot * 1e3);
+		assert_true(o[k].during > 100);
+		assert_true(o[k].s_chunks >= 10);
+	}
+	/* the rule: within the target, above the floor here; Q waits */
+	assert_true(o[0].target > o[0].floor);
+	assert_int_equal(o[0].over, 0);
+	assert_int_equal(o[0].q_chunks, 0);
+	assert_true(o[0].l_tpot <= 1.05 * o[0].target);
+	/* off: no target, Q's chunks beside L's decode, TPOT far above */
+	assert_true(o[1].target == 0);
+	assert_true(o[1].q_chunks > 0);
+	assert_true(o[1].worst > 0.04);
+	assert_true(o[1].l_tpot > 1.5 * o[0].l_tpot);
+	medha_pred_free(&p);
+}
+
 int
 main(void)
 {
@@ -1201,6 +1340,7 @@ main(void)
 	    cmocka_unit_test(test_chunk_floor),
 	    cmocka_unit_test(test_kvp_balance),
 	    cmocka_unit_test(test_progress_guarantee),
+	    cmocka_unit_test(test_long_tpot),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

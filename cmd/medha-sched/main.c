@@ -25,18 +25,14 @@ static const char synopsis[] =
     "           [--drain-timeout S] [--max-queue N] [--predictor "
     "FILE]\n"
     "           [--target-batch-time S] [--workers N] [...]\n"
-    "       medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c "
-    "N|adaptive]\n"
-    "           [-o FILE] [-p POLICY] [--block-size N] "
-    "[--deadline-floor S]\n"
+    "       medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c N|adaptive]\n"
+    "           [-o FILE] [-p POLICY] [--block-size N] [--deadline-floor S]\n"
     "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
-    "           [--kvp-max-tokens N] [--max-chunk N] [--max-prefills "
-    "N]\n"
-    "           [--mem-util X] [--min-chunk N] [--no-prefix-cache]\n"
-    "           [--preempt-below N] [--profile FILE] "
-    "[--reserve est|max|vllm]\n"
-    "           [--share-cap X] [--spp N] [--target-batch-time S]\n"
-    "           [--tp N] [FILE]\n";
+    "           [--kvp-max-tokens N] [--long-tpot X] [--max-chunk N]\n"
+    "           [--max-prefills N] [--mem-util X] [--min-chunk N]\n"
+    "           [--no-prefix-cache] [--preempt-below N] [--profile FILE]\n"
+    "           [--reserve est|max|vllm] [--share-cap X] [--spp N]\n"
+    "           [--target-batch-time S] [--tp N] [FILE]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
 static const struct medha_help help_lines[] = {
@@ -76,6 +72,7 @@ static const struct medha_help help_lines[] = {
         "default TTFT deadline: X x prefill time alone (1.5)"},
     {"--kvp-max-tokens N",
         "request KV tokens per group, block-aligned (no limit)"},
+    {"--long-tpot X", "long decodes' TPOT: X x their time alone (1.5)"},
     {"--max-chunk N", "largest adaptive chunk in tokens (8192)"},
     {"--max-prefills N", "most prefills in one batch (64)"},
     {"--min-chunk N",
@@ -151,6 +148,7 @@ enum {
 	OPT_KVBLOCKS,
 	OPT_KVP,
 	OPT_KVPMAX,
+	OPT_LONGTPOT,
 	OPT_MAXCHUNK,
 	OPT_MAXPRE,
 	OPT_MEMUTIL,
@@ -180,6 +178,7 @@ static const struct option longopts[] = {
     {"kvp", required_argument, NULL, OPT_KVP},
     {"kvp-max-tokens", required_argument, NULL, OPT_KVPMAX},
     {"listen", required_argument, NULL, 'l'},
+    {"long-tpot", required_argument, NULL, OPT_LONGTPOT},
     {"max-chunk", required_argument, NULL, OPT_MAXCHUNK},
     {"max-prefills", required_argument, NULL, OPT_MAXPRE},
     {"max-queue", required_argument, NULL, OPT_MAXQ},
@@ -319,6 +318,10 @@ parse_args(struct args *a, int argc, char *argv[])
 			cfg->kvp_max_tokens = flag_i64("--kvp-max-tokens",
 			    optarg, 1, INT64_MAX / 65536);
 			break;
+		case OPT_LONGTPOT:
+			cfg->long_tpot =
+			    flag_f64("--long-tpot", optarg, 0, 1e6, 0);
+			break;
 		case OPT_MAXCHUNK:
 			cfg->max_chunk =
 			    flag_i64("--max-chunk", optarg, 32, 1 << 24);
@@ -409,10 +412,8 @@ check_args(struct args *a, int nfiles)
 	if (a->model_name == NULL)
 		usage_fail(synopsis, "-m MODEL is required");
 	if (a->cfg.kvp_max_tokens % a->cfg.block_size != 0)
-		die(2,
-		    "--kvp-max-tokens must be a multiple of the block size "
-		    "(%d)",
-		    a->cfg.block_size);
+		die(2, "--kvp-max-tokens must be a multiple of the block "
+		    "size (%d)", a->cfg.block_size);
 }
 
 /*

@@ -62,6 +62,7 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->window_kv = 0;
 	c->reserve = MEDHA_RESERVE_EST;
 	c->preempt_below = 0;
+	c->long_tpot = MEDHA_LONG_TPOT;
 }
 
 /* ---- prefill time alone, deadlines ---- */
@@ -179,7 +180,8 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	    c->mem_util <= 0 || c->mem_util > 1 || c->kvp_max_tokens < 0 ||
 	    c->max_prefills < 1 || c->max_seqs < 0 || p->kvp < 1 ||
 	    p->kvp > MEDHA_KVP_MAX || c->reserve < MEDHA_RESERVE_EST ||
-	    c->reserve > MEDHA_RESERVE_VLLM || c->preempt_below < 0)
+	    c->reserve > MEDHA_RESERVE_VLLM || c->preempt_below < 0 ||
+	    !(c->long_tpot >= 0 && c->long_tpot < 1e9))
 		return MEDHA_EINVAL;
 	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens % c->block_size != 0)
 		return MEDHA_EINVAL;

@@ -96,6 +96,9 @@ const char *medha_reserve_name(int reserve);
 /* --preempt-below by default: the prompt whose prefill alone takes this
  * long on the replica, s */
 #define MEDHA_PREEMPT_SECS 5.0
+/* long_tpot by default: a long request's decode bounds every batch while
+ * it decodes to this x its decode's latency alone */
+#define MEDHA_LONG_TPOT 1.5
 
 struct medha_sched_config {
 	int policy;            /* MEDHA_POLICY_* (medha) */
@@ -131,6 +134,12 @@ struct medha_sched_config {
 	                           the full reservation and is never
 	                           preempted; 0 = the prompt whose prefill
 	                           alone takes MEDHA_PREEMPT_SECS (0) */
+	double long_tpot;       /* adaptive: while a request whose prompt is
+	                           preempt_below tokens or more decodes, every
+	                           batch's limit is at most this x its decode's
+	                           latency alone (its TPOT target; not below
+	                           the tpot_slo floor); 0 = off
+	                           (MEDHA_LONG_TPOT) */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 
@@ -159,6 +168,8 @@ struct medha_req {
 	double last_token, tpot_max;
 	int64_t max_tokens;      /* spec's, and */
 	double tpot_slo;         /* spec's, beside the fields read with them */
+	double tpot_long; /* a long request's TPOT target (long_tpot x its
+	                     decode alone), s; 0 for any other */
 	struct medha_tbt tbt;    /* owned: the gaps between its tokens */
 	struct medha_kvlease kv; /* KVP placement, fixed at admission */
 	int64_t sched_prefill;   /* prompt tokens handed to batches */

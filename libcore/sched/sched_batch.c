@@ -186,6 +186,42 @@ sched_piece_work(const struct medha_sched *s, const struct medha_req *r,
 	}
 }
 
+/*
+ * r's TPOT target (medha_req.tpot_long), once its lease is known: for
+ * a request whose prompt is preempt_below tokens or more (the scheduler's
+ * long requests), long_tpot x the latency of a batch of its first decode
+ * alone; 0 for any other, and with long_tpot 0 or fixed chunks.
+ */
+static double
+long_target(const struct medha_sched *s, const struct medha_req *r)
+{
+	struct medha_cost a;
+	int64_t P = r->spec.prompt_tokens;
+
+	if (s->cfg.long_tpot == 0 || s->cfg.chunk > 0 || !sched_long(s, r))
+		return 0;
+	memset(&a, 0, sizeof(a));
+	medha_cost_add(&a, s->pred, &s->kv, &r->kv, 1, P, 1, 0, NULL);
+	return s->cfg.long_tpot *
+	    medha_cost_latency(&a, s->pred, s->kv.kvp).latency;
+}
+
+/*
+ * Whether candidate c's prefill waits for the long decodes (tpot_long)
+ * this batch: it is long itself, and its TTFT deadline is still within
+ * reach (relative slack above 0). A chunk deep in a long prompt reads
+ * its whole KV, about what a long decode alone costs, so that even the
+ * smallest one would double such a decode's TPOT; it waits for them
+ * instead (and then prefills at full size), unless its own deadline
+ * cannot wait.
+ */
+static int
+yields(const struct medha_sched *s, const struct cand *c)
+{
+	return s->nlong > 0 && c->urgency < 1 &&
+	    sched_long(s, &s->reqs[c->idx].pub);
+}
+
 /* Reserve r's KV; it then starts its prefill. 0 or MEDHA_ENOSPACE. */
 static int
 admit(struct medha_sched *s, struct req *q)
@@ -209,6 +245,7 @@ admit(struct medha_sched *s, struct req *q)
 	}
 	if (rc == 0) {
 		r->state = MEDHA_REQ_PREFILL;
+		r->tpot_long = long_target(s, r);
 		s->nadmitted++;
 	}
 	return rc;
@@ -456,6 +493,8 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 	set_packed(s, c);
 	if (*npre >= s->cfg.max_prefills)
 		return 0;
+	if (yields(s, c))
+		return 0;
 	if (r->state == MEDHA_REQ_WAITING && admit(s, q) != 0)
 		return 0;
 	t = choose_chunk(s, r, limit);
@@ -478,9 +517,10 @@ pack_prefill(struct medha_sched *s, struct cand *c, double limit, int *npre)
 		s->prog_base = acc_cost(s, &s->acc);
 		s->prog_now = 1;
 	}
-	/* adaptive, and no decode waits on this batch: fill it to the
-	   efficient chunk, however long that takes */
-	if (s->cfg.chunk == 0 && s->ndec == 0 &&
+	/* adaptive, and no decode waits on this batch (one of a long
+	   request in flight waits on it too): fill it to the efficient
+	   chunk, however long that takes */
+	if (s->cfg.chunk == 0 && s->ndec == 0 && s->nlong == 0 &&
 	    s->acc.n_tokens + t < s->min_chunk)
 		t = (s->min_chunk - s->acc.n_tokens + 31) / 32 * 32;
 	if (t > chunk_room(s, r))
@@ -528,6 +568,10 @@ share_batch(struct medha_sched *s, int i, int nc, double limit, int *npre)
 
 	if (!short_any(s, c->rem))
 		return 0;
+	if (yields(s, c)) { /* the short ones take the whole budget */
+		set_packed(s, c);
+		return 1;
+	}
 	if (q->pub.state == MEDHA_REQ_WAITING && admit(s, q) != 0) {
 		set_packed(s, c);
 		return 1;
@@ -590,6 +634,7 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 
 	memset(&s->acc, 0, sizeof(s->acc));
 	s->prog_now = 0;
+	s->nlong = 0;
 	b->ops = NULL;
 	b->n_ops = 0;
 	if ((rc = grow_cands(s, s->nactive)) != 0 ||
@@ -603,6 +648,14 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 
 		if (i + PF_REQS < s->nactive)
 			prefetch_req(s, s->active[i + PF_REQS]);
+		/* a long request's decode, in this batch or in flight: the
+		   batch delays its next token either way (with spp > 1 the
+		   next batch holds stage 0 when its token comes back) */
+		if (r->tpot_long > 0 && r->state == MEDHA_REQ_DECODE) {
+			s->nlong++;
+			if (r->tpot_long < tight)
+				tight = r->tpot_long;
+		}
 		if (r->busy)
 			continue;
 		if (r->state == MEDHA_REQ_DECODE) {
@@ -635,9 +688,11 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	b->n_decode = s->ndec = s->acc.n_items;
 	/*
 	 * Adaptive: the batch is a token of each of its decodes, so their
-	 * tightest TPOT SLO bounds it where that is below the target; but
-	 * not below twice a 32-token chunk's time alone, where prefills
-	 * could not join at all (the SLO cannot be kept then anyway).
+	 * tightest TPOT SLO bounds it where that is below the target, and
+	 * so does the TPOT target of every long request decoding (in the
+	 * batch or in flight; tpot_long); but not below twice a 32-token
+	 * chunk's time alone, where prefills could not join at all (the
+	 * SLO cannot be kept then anyway).
 	 */
 	if (s->cfg.chunk == 0 && tight < limit)
 		limit = tight > s->tpot_floor ? tight

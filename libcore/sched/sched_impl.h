@@ -122,6 +122,8 @@ struct medha_sched {
 	int64_t min_chunk; /* adaptive: a batch without decodes holds this */
 	double tpot_floor; /* a tpot_slo bounds batches down to this, s */
 	int ndec;          /* decodes in the batch being formed */
+	int nlong;         /* long decodes (tpot_long) decoding, in the
+	                      batch being formed or in flight */
 	/* the progress guarantee (pack_prefill): its counters; whether it
 	   gave the batch being formed a chunk, and that batch's cost
 	   before it did */
@@ -186,6 +188,10 @@ int sched_grow(struct medha_sched *s, double now);
 void sched_est_done(struct medha_sched *s, const struct medha_req *r);
 /* whether r may be preempted (and reserves by estimate) */
 int sched_preemptible(const struct medha_sched *s, const struct medha_req *r);
+/* Whether r is long: its prompt, before any preemption folded output
+ * into it, has preempt_below tokens or more (never preempted under est;
+ * its decodes have a TPOT target, medha_req.tpot_long). */
+int sched_long(const struct medha_sched *s, const struct medha_req *r);
 /* prefix caching of a preempted request: its computed KV into the index
  * under a new owner (MOVE), or a TRIM to 0; its keys kept, its match
  * found again (0 or MEDHA_ENOMEM) */

@@ -72,7 +72,13 @@ sched_preemptible(const struct medha_sched *s, const struct medha_req *r)
 		return 0;
 	if (s->cfg.reserve == MEDHA_RESERVE_VLLM)
 		return 1;
-	return r->spec.prompt_tokens - r->resumed < s->preempt_below;
+	return !sched_long(s, r);
+}
+
+int
+sched_long(const struct medha_sched *s, const struct medha_req *r)
+{
+	return r->spec.prompt_tokens - r->resumed >= s->preempt_below;
 }
 
 int64_t
