@@ -42,6 +42,8 @@
  *    no core (STATUS reports no KV blocks, a SUBMIT is not ready, a
  *    right worker is then welcome), and one of another model, with no
  *    worker there, neither drops the replica's core nor makes its own;
+ *  - with KVP, STATUS's kv_blocks and kv_used are those of all the
+ *    groups, a request's pieces on two groups counted on both.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -772,6 +774,83 @@ test_refused_hello_keeps_core(void **state)
 	assert_int_equal(t_again, MEDHA_MSG_WELCOME); /* was: error */
 }
 
+/*
+ * STATUS with KVP (kvp 2, 64 tokens a request a group, reserving all
+ * of max_tokens): kv_blocks is both groups' 2 x 10000, and a request of
+ * 100 + 4 tokens, pieces of 64 and 40 on the two groups, uses 4 + 3
+ * blocks (STATUS once said group 0's alone: 10000 and 4 or 3).
+ */
+static void
+test_status_kvp(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_status st;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct medha_reqspec rs = cl_spec("kvp", 100, 4);
+	struct sw w[2];
+	struct cl cli;
+	char url[300], path[256], why[256];
+	pthread_t thr;
+	uint64_t hd;
+	int code, i;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/kvp.sock", R.dir);
+	snprintf(url, sizeof(url), "ipc://%s", path);
+	medha_replica_config_default(&c);
+	c.listen = url;
+	c.workers = 2;
+	c.drain_timeout = 0.5;
+	c.sched.kvp_max_tokens = 64;
+	c.sched.reserve = MEDHA_RESERVE_MAX;
+	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
+	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
+	assert_int_equal(cl_open(&cli, url), 0);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(sw_open(&w[i], url), 0);
+		sw_hello_default(&h);
+		h.kvp = 2;
+		h.rank_kvp = i;
+		snprintf(h.peer, sizeof(h.peer), "ipc:///tmp/medha-kvp-%d", i);
+		assert_int_equal(sw_hello(&w[i], &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		atomic_store(&w[i].hold, 1); /* the batch waits */
+		sw_start(&w[i]);
+	}
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_true(st.ready);
+	assert_int_equal(st.kv_blocks, 20000);
+	assert_int_equal(st.kv_used, 0);
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code),
+	    MEDHA_MSG_ACCEPTED);
+	for (i = 0; i < 250; i++) { /* until it holds its KV */
+		assert_int_equal(cl_status(&cli, &st), 0);
+		if (st.pending == 1 && st.queue == 0)
+			break;
+		sw_sleep(0.02);
+	}
+	assert_true(i < 250);
+	assert_int_equal(st.kv_blocks, 20000);
+	assert_int_equal(st.kv_used, 7);
+	atomic_store(&w[0].hold, 0);
+	atomic_store(&w[1].hold, 0);
+	assert_non_null(cl_wait_record(&cli, hd, 10));
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_int_equal(st.kv_used, 0);
+	sw_assert_ok(&w[0]);
+	sw_assert_ok(&w[1]);
+	poisoned_stop = 1;
+	pthread_join(thr, NULL);
+	sw_stop(&w[0]);
+	sw_stop(&w[1]);
+	cl_close(&cli);
+	medha_replica_close(r);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -786,6 +865,7 @@ main(void)
 	    cmocka_unit_test(test_fingerprint),
 	    cmocka_unit_test(test_kv_used_prefix),
 	    cmocka_unit_test(test_refused_hello_keeps_core),
+	    cmocka_unit_test(test_status_kvp),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;
