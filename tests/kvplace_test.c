@@ -23,11 +23,10 @@
  *  - entered, in_piece, check_lease and check on hand-made cases, and
  *    all of it against a model of the header's rules on random
  *    admissions, prefills and releases (seeded).
- * Two bugs found here are pinned down by tests at the end of the file,
- * built only with -DMEDHA_TEST_KNOWN_BUGS (they fail until fixed):
- *	cc -O2 -std=c11 -D_GNU_SOURCE -iquote libcore -DMEDHA_TEST_KNOWN_BUGS \
- *	    -o /tmp/kvplace_bugs tests/kvplace_test.c build/libmedha.a \
- *	    -lcmocka -lm && /tmp/kvplace_bugs
+ *  - a request with nothing left to prefill when admitted (a prompt of
+ *    0, or all of it cached) has no work pending, whatever work it
+ *    brings, and its release leaves the groups' pending work as it was;
+ *  - check_lease refuses KV past a lease's last piece.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -661,10 +660,8 @@ random_run(uint64_t seed)
 
 			memcpy(pend0, pl.pend, sizeof(pend0));
 			memcpy(res0, pl.res, sizeof(res0));
-			/* (no work without a prompt: see
-			   test_work_without_prompt) */
 			for (int k = 0; k < MEDHA_KVP_MAX; k++)
-				work[k] = prompt > 0 ? between(0, 100000) : 0;
+				work[k] = between(0, 100000);
 			rc = use_work
 			    ? medha_kvplace_admit_work(&pl, &l[i], n, prompt,
 			          work)
@@ -697,8 +694,9 @@ random_run(uint64_t seed)
 				assert_int_equal(l[i].work[k], wk);
 				assert_int_equal(pl.res[want[k]],
 				    res0[want[k]] + l[i].res_blocks[k]);
+				/* none pending with nothing to prefill */
 				assert_int_equal(pl.pend[want[k]],
-				    pend0[want[k]] + wk);
+				    pend0[want[k]] + (prompt > 0 ? wk : 0));
 			}
 			assert_int_equal(pl.next, (want[nw - 1] + 1) % kvp);
 			live[i] = 1;
@@ -790,35 +788,58 @@ test_random(void **state)
 	assert_true(refused_somewhere);
 }
 
-#ifdef MEDHA_TEST_KNOWN_BUGS
 /*
- * KNOWN BUG (not fixed here; built only with -DMEDHA_TEST_KNOWN_BUGS):
- * admit_work with nothing to prefill (prompt 0) and work > 0 adds the
- * work to the group, but neither prefilled (never called) nor release
- * takes it back: work_left() is 0 once done >= prompt, so release
- * subtracts 0 and the group stays busier for ever. kvplace.h: "what is
- * left goes when the request is released".
+ * Nothing to prefill (prompt 0, or every prompt token cached): the work a
+ * request brings is not pending, so that its release, which takes back
+ * what is left of it, leaves each group as it found it (it once stayed
+ * pending for ever: prefilled is never called for such a request, and
+ * release took back nothing).
  */
 static void
 test_work_without_prompt(void **state)
 {
 	struct medha_kvplace pl;
-	struct medha_kvlease l;
-	const int64_t w[1] = {500};
+	struct medha_kvlease l, o;
+	const int64_t w[2] = {500, 700};
+	const int64_t shared[2] = {0, 0};
+	const int pin[2] = {-1, -1};
 
 	(void)state;
 	assert_int_equal(medha_kvplace_init(&pl, 1, 16, 10, 0), 0);
 	assert_int_equal(medha_kvplace_admit_work(&pl, &l, 16, 0, w), 0);
+	assert_int_equal(l.work[0], 500); /* kept as the caller said */
+	assert_int_equal(pl.pend[0], 0);
 	medha_kvplace_release(&pl, &l);
 	assert_int_equal(pl.res[0], 0);
-	assert_int_equal(pl.pend[0], 0); /* fails: 500 */
+	assert_int_equal(pl.pend[0], 0);
+
+	/* all 40 prompt tokens cached, with work and without, beside a
+	   request whose prompt is pending: only that one's work counts */
+	assert_int_equal(medha_kvplace_init(&pl, 2, 16, 10, 32), 0);
+	assert_int_equal(medha_kvplace_admit(&pl, &o, 20, 20), 0);
+	assert_int_equal(pl.pend[o.groups[0]], 20);
+	assert_int_equal(medha_kvplace_admit_pin(&pl, &l, 41, 40, 40, w,
+	                     shared, pin),
+	    0);
+	assert_int_equal(l.n_groups, 2);
+	assert_int_equal(pl.pend[0] + pl.pend[1], 20);
+	medha_kvplace_release(&pl, &l);
+	assert_int_equal(pl.pend[0] + pl.pend[1], 20);
+	assert_int_equal(medha_kvplace_admit_pin(&pl, &l, 41, 40, 40, NULL,
+	                     NULL, NULL),
+	    0);
+	assert_int_equal(pl.pend[0] + pl.pend[1], 20);
+	medha_kvplace_release(&pl, &l);
+	medha_kvplace_release(&pl, &o);
+	assert_int_equal(pl.res[0] + pl.res[1], 0);
+	assert_int_equal(pl.pend[0], 0);
+	assert_int_equal(pl.pend[1], 0);
 }
 
 /*
- * KNOWN BUG (likewise): check_lease looks only at the pieces the lease
- * holds, so KV that grows past its last piece into a piece with no
- * reservation passes: with 64 tokens a group, a lease of one piece (64
- * tokens) holding 65, or 1000, tokens is "within its reservation".
+ * KV past a lease's last piece has no reservation: check_lease says so
+ * (it once looked only at the pieces the lease holds, so a lease of one
+ * piece of 64 tokens holding 65, or 1000, passed).
  */
 static void
 test_check_past_last_piece(void **state)
@@ -829,14 +850,40 @@ test_check_past_last_piece(void **state)
 	char why[256];
 
 	(void)state;
-	assert_int_equal(medha_kvplace_init(&pl, 2, 16, 10, 64), 0);
+	assert_int_equal(medha_kvplace_init(&pl, 3, 16, 10, 64), 0);
 	assert_int_equal(medha_kvplace_admit(&pl, &l, 64, 64), 0);
+	assert_int_equal(medha_kvplace_check_lease(&pl, &l, 64, sum, why,
+	                     sizeof(why)),
+	    0);
 	assert_int_equal(medha_kvplace_check_lease(&pl, &l, 65, sum, why,
 	                     sizeof(why)),
-	    MEDHA_EINVAL); /* fails: 0 */
+	    MEDHA_EINVAL);
+	assert_non_null(strstr(why, "65 KV tokens span 2 pieces"));
+	assert_int_equal(medha_kvplace_check_lease(&pl, &l, 1000, sum, why,
+	                     sizeof(why)),
+	    MEDHA_EINVAL);
+	medha_kvplace_release(&pl, &l);
+	/* two pieces: the third group's tokens are past them */
+	assert_int_equal(medha_kvplace_admit(&pl, &l, 128, 90), 0);
+	assert_int_equal(l.n_groups, 2);
+	assert_int_equal(medha_kvplace_check_lease(&pl, &l, 128, sum, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(medha_kvplace_check_lease(&pl, &l, 129, sum, why,
+	                     sizeof(why)),
+	    MEDHA_EINVAL);
+	/* grown to a third piece, they are within it */
+	{
+		int g;
+		assert_int_equal(medha_kvplace_grow(&pl, &l, 129, &g), 0);
+	}
+	memset(sum, 0, sizeof(sum));
+	assert_int_equal(medha_kvplace_check_lease(&pl, &l, 129, sum, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(medha_kvplace_check(&pl, sum, why, sizeof(why)), 0);
 	medha_kvplace_release(&pl, &l);
 }
-#endif
 
 /*
  * grow: a lease reserved by estimate takes the blocks it lacks in its
@@ -993,10 +1040,8 @@ main(void)
 	    cmocka_unit_test(test_random),
 	    cmocka_unit_test(test_grow),
 	    cmocka_unit_test(test_window),
-#ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_work_without_prompt),
 	    cmocka_unit_test(test_check_past_last_piece),
-#endif
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,13 +38,12 @@
  *  - with the prefix cache, STATUS's kv_used counts the cached blocks a
  *    running request holds (its own full prompt blocks, given to the
  *    cache), and not those of an ended one (evictable).
- * A bug found here (a refused HELLO still makes the replica's core) is
- * pinned down by a test at the end, built only with
- * -DMEDHA_TEST_KNOWN_BUGS (it fails until fixed):
- *	cc -O2 -std=c11 -D_GNU_SOURCE -iquote libcore -Itests \
- *	    -DMEDHA_TEST_KNOWN_BUGS -o /tmp/replica_bugs tests/replica_test.c \
- *	    build/libmedha.a -lcmocka -lnng -lmsgpackc -ljansson -lzstd \
- *	    -lpcre2-32 -lcrypto -lpthread -lm && /tmp/replica_bugs
+ *  - a refused HELLO leaves the replica as it was: the first one makes
+ *    no core (STATUS reports no KV blocks, a SUBMIT is not ready, a
+ *    right worker is then welcome), and one of another model, with no
+ *    worker there, neither drops the replica's core nor makes its own;
+ *  - with KVP, STATUS's kv_blocks and kv_used are those of all the
+ *    groups, a request's pieces on two groups counted on both.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -679,16 +678,18 @@ test_kv_used_prefix(void **state)
 	unlink(path);
 }
 
-#ifdef MEDHA_TEST_KNOWN_BUGS
 /*
- * KNOWN BUG (not fixed here; built only with -DMEDHA_TEST_KNOWN_BUGS):
- * on_hello() makes the scheduler core from the first HELLO before it
- * checks that HELLO's layers, and keeps the core when it then refuses
- * the worker. One refused HELLO (smollm2-135m, layers [0, 16) of 30)
- * fixes the replica's model and KV blocks: STATUS reports them with no
- * worker there, SUBMITs are ACCEPTED (and wait) where replica.h and
- * test_not_ready expect "not ready", and a correct llama3-8b worker is
- * refused for good ("stage 0 of 1 runs layers [0, 30)").
+ * A refused HELLO leaves the replica as it was. on_hello() once made the
+ * scheduler core from the first HELLO before it checked that HELLO's
+ * layers, and kept the core when it then refused the worker: one refused
+ * HELLO (smollm2-135m, layers [0, 16) of 30) fixed the replica's model
+ * and KV blocks (STATUS reported them with no worker there, SUBMITs were
+ * ACCEPTED, and waited, where they are "not ready"), and a right
+ * llama3-8b worker was refused for good ("stage 0 of 1 runs layers
+ * [0, 30)"). Likewise once a worker has come and gone: a HELLO of
+ * another model whose layers fit the replica's stage but not its own
+ * model's dropped the replica's core, made its own, and was refused,
+ * and the next llama3-8b worker with it.
  */
 
 static void
@@ -705,7 +706,8 @@ test_refused_hello_keeps_core(void **state)
 	struct medha_reqspec rs = cl_spec("x", 10, 2);
 	pthread_t thr;
 	uint64_t hd;
-	int code, t_sub, t_good;
+	int code, t_sub, t_good, t_other, t_again;
+	struct medha_msg_status st2;
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/poisoned.sock", R.dir);
@@ -714,6 +716,7 @@ test_refused_hello_keeps_core(void **state)
 	c.listen = url;
 	c.drain_timeout = 0.5;
 	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
 	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
 	assert_int_equal(sw_open(&bad, url), 0);
 	assert_int_equal(sw_open(&good, url), 0);
@@ -732,6 +735,28 @@ test_refused_hello_keeps_core(void **state)
 	t_good = sw_hello(&good, &h, &rep);
 	if (t_good > 0)
 		medha_msg_clear(&rep);
+	/* it goes; a smollm2-135m worker whose layers are llama3-8b's */
+	sw_stop(&good);
+	wait_workers(&cli, 0);
+	sw_hello_default(&h);
+	snprintf(h.model, sizeof(h.model), "smollm2-135m");
+	medha_model_fingerprint("smollm2-135m", h.fingerprint, NULL, 0);
+	h.vocab = 49152;
+	h.dim = 576;
+	h.n_blocks = 50;
+	t_other = sw_hello(&bad, &h, &rep);
+	if (t_other > 0) {
+		if (t_other == MEDHA_MSG_ERROR &&
+		    strstr(rep.error.reason, "layers [0, 30)") == NULL)
+			t_other = -1000; /* refused, but not for its layers */
+		medha_msg_clear(&rep);
+	}
+	assert_int_equal(cl_status(&cli, &st2), 0);
+	assert_int_equal(sw_open(&good, url), 0);
+	sw_hello_default(&h);
+	t_again = sw_hello(&good, &h, &rep);
+	if (t_again > 0)
+		medha_msg_clear(&rep);
 	poisoned_stop = 1;
 	pthread_join(thr, NULL);
 	sw_stop(&bad);
@@ -739,11 +764,92 @@ test_refused_hello_keeps_core(void **state)
 	cl_close(&cli);
 	medha_replica_close(r);
 	unlink(path);
-	assert_int_equal(st.kv_blocks, 0);           /* fails: 50 */
-	assert_int_equal(t_sub, MEDHA_MSG_ERROR);    /* fails: accepted */
-	assert_int_equal(t_good, MEDHA_MSG_WELCOME); /* fails: error */
+	assert_int_equal(st.kv_blocks, 0);           /* was: 50 */
+	assert_int_equal(t_sub, MEDHA_MSG_ERROR);    /* was: accepted */
+	assert_int_equal(t_good, MEDHA_MSG_WELCOME); /* was: error */
+	assert_int_equal(t_other, MEDHA_MSG_ERROR);
+	/* the replica's core stays, of llama3-8b */
+	assert_int_equal(st2.kv_blocks, 10000); /* was: 50 */
+	assert_string_equal(st2.model, "llama3-8b");
+	assert_int_equal(t_again, MEDHA_MSG_WELCOME); /* was: error */
 }
-#endif
+
+/*
+ * STATUS with KVP (kvp 2, 64 tokens a request a group, reserving all
+ * of max_tokens): kv_blocks is both groups' 2 x 10000, and a request of
+ * 100 + 4 tokens, pieces of 64 and 40 on the two groups, uses 4 + 3
+ * blocks (STATUS once said group 0's alone: 10000 and 4 or 3).
+ */
+static void
+test_status_kvp(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_status st;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct medha_reqspec rs = cl_spec("kvp", 100, 4);
+	struct sw w[2];
+	struct cl cli;
+	char url[300], path[256], why[256];
+	pthread_t thr;
+	uint64_t hd;
+	int code, i;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/kvp.sock", R.dir);
+	snprintf(url, sizeof(url), "ipc://%s", path);
+	medha_replica_config_default(&c);
+	c.listen = url;
+	c.workers = 2;
+	c.drain_timeout = 0.5;
+	c.sched.kvp_max_tokens = 64;
+	c.sched.reserve = MEDHA_RESERVE_MAX;
+	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
+	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
+	assert_int_equal(cl_open(&cli, url), 0);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(sw_open(&w[i], url), 0);
+		sw_hello_default(&h);
+		h.kvp = 2;
+		h.rank_kvp = i;
+		snprintf(h.peer, sizeof(h.peer), "ipc:///tmp/medha-kvp-%d", i);
+		assert_int_equal(sw_hello(&w[i], &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		atomic_store(&w[i].hold, 1); /* the batch waits */
+		sw_start(&w[i]);
+	}
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_true(st.ready);
+	assert_int_equal(st.kv_blocks, 20000);
+	assert_int_equal(st.kv_used, 0);
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code),
+	    MEDHA_MSG_ACCEPTED);
+	for (i = 0; i < 250; i++) { /* until it holds its KV */
+		assert_int_equal(cl_status(&cli, &st), 0);
+		if (st.pending == 1 && st.queue == 0)
+			break;
+		sw_sleep(0.02);
+	}
+	assert_true(i < 250);
+	assert_int_equal(st.kv_blocks, 20000);
+	assert_int_equal(st.kv_used, 7);
+	atomic_store(&w[0].hold, 0);
+	atomic_store(&w[1].hold, 0);
+	assert_non_null(cl_wait_record(&cli, hd, 10));
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_int_equal(st.kv_used, 0);
+	sw_assert_ok(&w[0]);
+	sw_assert_ok(&w[1]);
+	poisoned_stop = 1;
+	pthread_join(thr, NULL);
+	sw_stop(&w[0]);
+	sw_stop(&w[1]);
+	cl_close(&cli);
+	medha_replica_close(r);
+	unlink(path);
+}
 
 int
 main(void)
@@ -758,9 +864,8 @@ main(void)
 	    cmocka_unit_test(test_stop_drains),
 	    cmocka_unit_test(test_fingerprint),
 	    cmocka_unit_test(test_kv_used_prefix),
-#ifdef MEDHA_TEST_KNOWN_BUGS
 	    cmocka_unit_test(test_refused_hello_keeps_core),
-#endif
+	    cmocka_unit_test(test_status_kvp),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

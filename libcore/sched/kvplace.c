@@ -247,11 +247,15 @@ medha_kvplace_admit_pin(struct medha_kvplace *pl, struct medha_kvlease *l,
 	l->need = need;
 	l->start = start;
 	l->done = start;
+	/* pending: what is left of each piece's work with nothing handed
+	   out yet, which is none of it where no prompt token is left to
+	   prefill (prompt 0, or all of it cached): release takes back
+	   work_left(), so the group must not be charged more */
 	for (int i = 0; i < n; i++) {
 		l->work[i] = work != NULL
 		    ? work[i]
 		    : medha_kvplace_in_piece(pl, i, 0, prompt);
-		pl->pend[l->groups[i]] += l->work[i];
+		pl->pend[l->groups[i]] += work_left(pl, l, i, l->done);
 	}
 	pl->next = (l->groups[n - 1] + 1) % pl->kvp;
 	return 0;
@@ -384,6 +388,13 @@ medha_kvplace_check_lease(const struct medha_kvplace *pl,
 			    (long long)l->res_blocks[i],
 			    (long long)l->shared[i]);
 	}
+	/* KV past the last piece lies on no group: no reservation */
+	if (kv > 0 && pieces(pl, kv) > l->n_groups)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "%lld KV tokens span %lld pieces of %lld tokens, "
+		    "reserved %d",
+		    (long long)kv, (long long)pieces(pl, kv),
+		    (long long)pl->group_tokens, l->n_groups);
 	return 0;
 }
 

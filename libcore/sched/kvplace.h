@@ -18,7 +18,9 @@
  * within the piece, and the attention of the prompt's later tokens
  * against it). It drains from the group evenly over the prompt tokens
  * from the piece's start to the prompt's end, as they are handed out,
- * and what is left goes when the request is released.
+ * and what is left goes when the request is released. A request with no
+ * prompt token left to prefill when it is admitted (a prompt of 0, or
+ * all of it cached) has none pending.
  *
  *	struct medha_kvplace pl;
  *	medha_kvplace_init(&pl, kvp, 16, blocks_per_group, 0);
@@ -169,7 +171,9 @@ int64_t medha_kvplace_in_piece(const struct medha_kvplace *pl, int i,
     int64_t from, int64_t to);
 
 /*
- * Check l against holding kv tokens: every piece within its reservation.
+ * Check l against holding kv tokens: every piece within its reservation,
+ * and none of the kv tokens past its last piece (where nothing is
+ * reserved).
  * Adds l's reservations to sum[] (per group). Returns 0 or MEDHA_EINVAL.
  */
 int medha_kvplace_check_lease(const struct medha_kvplace *pl,

@@ -760,10 +760,16 @@ on_status(void *arg, struct medha_msg_status *s)
 			waiting += medha_sched_active(r->core, i)->state ==
 			    MEDHA_REQ_WAITING;
 		s->queue = waiting;
-		s->kv_blocks = medha_sched_group_capacity(r->core);
-		/* the cached blocks its requests share too: the prefix
-		   they share is in use, once */
-		s->kv_used = medha_sched_group_used(r->core, 0);
+		/* all KVP groups' (group_used says -1 past the last): the
+		   cached blocks its requests share too, as the prefix they
+		   share is in use, once */
+		int64_t u;
+		s->kv_blocks = s->kv_used = 0;
+		for (int g = 0; (u = medha_sched_group_used(r->core, g)) >= 0;
+		     g++) {
+			s->kv_blocks += medha_sched_group_capacity(r->core);
+			s->kv_used += u;
+		}
 		s->block_size = medha_sched_block_size(r->core);
 		s->work = medha_sched_pending_work(r->core, &s->prefill);
 		{

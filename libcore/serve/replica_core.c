@@ -91,34 +91,55 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
     char *why, size_t whylen);
 
 /*
- * The scheduler core, its predictor and the tokenizer, from the first
- * worker's HELLO (and -m, which overrides the model it names).
+ * The model the first worker's HELLO serves (-m overrides the one it
+ * names), resolved and checked against the HELLO, building nothing.
  */
 int
-rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h, char *why,
-    size_t whylen)
+rep_core_model(struct medha_replica *r, const struct medha_msg_hello *h,
+    struct medha_pred_model *m, char *why, size_t whylen)
 {
-	struct medha_pred_model m;
 	const char *model = r->cfg.model != NULL ? r->cfg.model : h->model;
-	struct medha_gguf *gg = NULL; /* the model's file, if it is one */
 	int rc;
 
 	/* a path a worker names is never opened here: its error would
 	   describe any file of this host (what it holds, whether it is
 	   there); the operator names the file with -m */
 	if (r->cfg.model == NULL) {
-		if (medha_model_builtin(model, &m) != 0)
+		if (medha_model_builtin(model, m) != 0)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "model \"%.64s\": no built-in model, and the "
 			    "scheduler opens no file a worker names: start "
 			    "medha-sched with -m MODEL.gguf",
 			    model);
-	} else if ((rc = medha_model_resolve_why(model, &m, why, whylen)) != 0)
+	} else if ((rc = medha_model_resolve_why(model, m, why, whylen)) != 0)
 		return rc;
+	if (m->c.vocab != h->vocab || m->c.dim != h->dim)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "model %s (vocab %d, dim %d) is not the worker's "
+		    "(vocab %d, dim %d)",
+		    model, m->c.vocab, m->c.dim, h->vocab, h->dim);
+	if (strcmp(h->gpu, "cpu") != 0 && medha_gpu_find(h->gpu) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "device %s: unknown", h->gpu);
+	return 0;
+}
+
+/*
+ * The scheduler core, its predictor and the tokenizer, from the first
+ * worker's HELLO and its model m (rep_core_model).
+ */
+int
+rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h,
+    struct medha_pred_model *m, char *why, size_t whylen)
+{
+	const char *model = r->cfg.model != NULL ? r->cfg.model : h->model;
+	struct medha_gguf *gg = NULL; /* the model's file, if it is one */
+	int rc;
+
 	if (r->cfg.model != NULL && is_file(model) &&
 	    medha_gguf_open(&gg, model, NULL, 0) != 0)
 		gg = NULL;
-	rc = make_core_on(r, h, model, gg, &m, why, whylen);
+	rc = make_core_on(r, h, model, gg, m, why, whylen);
 	medha_gguf_close(gg);
 	return rc;
 }
@@ -148,7 +169,14 @@ rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
 		    h->model, h->fingerprint, r->fp);
 	/* no worker and nothing in flight: the replica takes the new
 	   model (a first worker started on the wrong file, or a
-	   stranger's HELLO that came first, must not fix it for good) */
+	   stranger's HELLO that came first, must not fix it for good),
+	   once the rest of h is found good (rep_drop_core) */
+	return 1;
+}
+
+void
+rep_drop_core(struct medha_replica *r, const struct medha_msg_hello *h)
+{
 	medha_log(MEDHA_LOG_WARN, "model changes from fingerprint %.12s to "
 	    "%.12s (%.64s): no worker was connected", r->fp, h->fingerprint,
 	    h->model);
@@ -162,7 +190,7 @@ rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
 	free(r->fl);
 	r->fl = NULL;
 	r->fp[0] = '\0';
-	return 0;
+	r->n_layers = 0;
 }
 
 /* rep_make_core() on the resolved model m and its open file gg (or NULL). */
@@ -177,11 +205,6 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	struct medha_sched_config sc = r->cfg.sched;
 	int rc;
 
-	if (m.c.vocab != h->vocab || m.c.dim != h->dim)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "model %s (vocab %d, dim %d) is not the worker's "
-		    "(vocab %d, dim %d)",
-		    model, m.c.vocab, m.c.dim, h->vocab, h->dim);
 	if (strcmp(h->gpu, "cpu") == 0) {
 		/* the cpu backend serves weights as stored, KV in f32 */
 		double wb = gg != NULL ? stored_weight_bytes(gg) : 0;
@@ -209,7 +232,7 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 		    "%s; weights %.2f bytes each",
 		    cpu.hbm_bw / 1e9, cpu.peak_flops / 1e9, r->cfg.cpu_threads,
 		    pr, m.w_bytes);
-	} else if ((g = medha_gpu_find(h->gpu)) == NULL)
+	} else if ((g = medha_gpu_find(h->gpu)) == NULL) /* rep_core_model */
 		return medha_why(why, whylen, MEDHA_ENOTFOUND,
 		    "device %s: unknown", h->gpu);
 	if ((rc = medha_pred_init(&r->pred, g, &m, h->tp, h->spp, h->kvp)) != 0)

@@ -198,19 +198,27 @@ void rep_drain_records(struct medha_replica *r);
 int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
     const struct medha_token_lp *lp);
 
-/* replica_core.c */
-/* The core, its predictor and the tokenizer from the first HELLO. */
+/* replica_core.c: nothing is made from a HELLO, nor dropped for it,
+ * before all of it is checked (rep_model_check, rep_core_model, the
+ * layout and layers): a refused HELLO leaves the replica as it was */
 /*
  * Whether h's model (its fingerprint) may join: with -m only that
  * model's; without, the first worker's, and another only while no
- * worker is connected and nothing is in flight (the core, predictor
- * and tokenizer are then dropped, to be made from h). 0, or an error
- * with why.
+ * worker is connected and nothing is in flight. 0 (the replica's model,
+ * or none made yet), 1 (another: once h is found good, the caller drops
+ * the core, predictor and tokenizer with rep_drop_core and makes them
+ * from h), or an error with why. Changes nothing.
  */
 int rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
     char *why, size_t whylen);
+void rep_drop_core(struct medha_replica *r, const struct medha_msg_hello *h);
+/* The model a core made from h serves, resolved and checked against h
+ * (vocab, width, device): 0, or an error with why. Makes nothing. */
+int rep_core_model(struct medha_replica *r, const struct medha_msg_hello *h,
+    struct medha_pred_model *m, char *why, size_t whylen);
+/* The core, its predictor and the tokenizer from h and m. */
 int rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h,
-    char *why, size_t whylen);
+    struct medha_pred_model *m, char *why, size_t whylen);
 
 /* replica_work.c: the workers (front ops and the life cycle's) */
 void rep_worker_lost(struct medha_replica *r, struct wslot *w,

@@ -102,10 +102,11 @@ rep_worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 	    "workers", id, why, r->nworkers, r->cfg.workers);
 }
 
-/* Whether h fits the replica's layout; why says how it does not. */
+/* Whether h fits the replica's layout and, where n_layers > 0, the
+ * stages of a model of n_layers; why says how it does not. */
 static int
 hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
-    char *why, size_t whylen)
+    int n_layers, char *why, size_t whylen)
 {
 	int lo, hi;
 
@@ -128,8 +129,8 @@ hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "no peer address: a replica of %d workers needs one",
 		    r->cfg.workers);
-	if (r->n_layers > 0) {
-		medha_stage_layers(r->n_layers, h->spp, h->rank_spp, &lo, &hi);
+	if (n_layers > 0) {
+		medha_stage_layers(n_layers, h->spp, h->rank_spp, &lo, &hi);
 		if (h->layer_lo != lo || h->layer_hi != hi)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "stage %d of %d runs layers [%d, %d), not the "
@@ -141,6 +142,19 @@ hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
 }
 
 static void
+hello_refuse(struct medha_replica *r, struct medha_srv_ev *ev, const char *why)
+{
+	medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+	medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
+}
+
+/*
+ * A worker's HELLO: all of it is checked (backend, model, layout, layers,
+ * KV shape) before anything is made from it or dropped for it, so that a
+ * refused one leaves the replica as it was; then the first worker's (or
+ * the first of another model's, with no worker there) makes the core.
+ */
+static void
 on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
     const struct medha_msg_hello *h)
 {
@@ -149,6 +163,8 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	const struct medha_backend_kind *k;
 	struct medha_layout lay = {h->tp, h->spp, h->kvp, 0, 0, 0, 0};
 	int id = medha_layout_rank(&lay, h->rank_tp, h->rank_spp, h->rank_kvp);
+	struct medha_pred_model pm;
+	int change, fresh, n_layers = r->n_layers;
 
 	/* the kinds built here: a kind the registry knows but cannot open
 	   (cuda before its backend) has no workers to drive yet */
@@ -160,11 +176,22 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		              : "not built into this scheduler");
 		return;
 	}
-	/* the layout before its rank indexes r->w; the layers once the
-	 * model is known (below) */
-	if (hello_fits(r, h, why, sizeof(why)) != 0) {
-		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
+	/* its model: the replica's, or one a core is to be made of */
+	if ((change = rep_model_check(r, h, why, sizeof(why))) < 0) {
+		hello_refuse(r, ev, why);
+		return;
+	}
+	fresh = change || r->core == NULL;
+	if (fresh) {
+		if (rep_core_model(r, h, &pm, why, sizeof(why)) != 0) {
+			hello_refuse(r, ev, why);
+			return;
+		}
+		n_layers = pm.c.n_layers;
+	}
+	/* the layout before its rank indexes r->w, and the layers */
+	if (hello_fits(r, h, n_layers, why, sizeof(why)) != 0) {
+		hello_refuse(r, ev, why);
 		return;
 	}
 	if (r->w[id].present && r->w[id].peer != ev->peer) {
@@ -173,26 +200,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
 		return;
 	}
-	if (rep_model_check(r, h, why, sizeof(why)) != 0) {
-		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
-		return;
-	}
-	if (r->core == NULL && rep_make_core(r, h, why, sizeof(why)) != 0) {
-		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
-		if (r->have_pred) {
-			medha_pred_free(&r->pred);
-			r->have_pred = 0;
-		}
-		return;
-	}
-	if (hello_fits(r, h, why, sizeof(why)) != 0) { /* now its layers */
-		medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
-		return;
-	}
-	if (r->core != NULL &&
+	if (!fresh &&
 	    (h->block_size != medha_sched_block_size(r->core) ||
 	        h->n_blocks < medha_sched_group_capacity(r->core) ||
 	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
@@ -203,10 +211,21 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    (long long)medha_sched_group_capacity(r->core), r->vocab);
 		return;
 	}
+	/* h is good: now the core (a failure here leaves none made) */
+	if (change)
+		rep_drop_core(r, h);
 	if (r->fl == NULL &&
 	    (r->fl = medha_calloc(h->spp, sizeof(*r->fl))) == NULL) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 		    "out of memory");
+		return;
+	}
+	if (fresh && rep_make_core(r, h, &pm, why, sizeof(why)) != 0) {
+		hello_refuse(r, ev, why);
+		if (r->have_pred) {
+			medha_pred_free(&r->pred);
+			r->have_pred = 0;
+		}
 		return;
 	}
 	if (r->w[id].present)
