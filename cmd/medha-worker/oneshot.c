@@ -261,6 +261,10 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	    n_ids, t_prompt, n_ids / t_prompt, (long long)n_out, t_gen,
 	    n_out > 1 && t_gen > 0 ? (n_out - 1) / t_gen : 0.0,
 	    a->ro.n_threads);
+	medha_log(MEDHA_LOG_INFO, "KV: at most %lld blocks of %d positions "
+	    "held (%lld positions)",
+	    (long long)medha_runner_kv_peak(r), MEDHA_KV_BLOCK,
+	    (long long)medha_runner_len(r));
 	medha_sampler_free(smp);
 	free(logits);
 }

@@ -28,6 +28,7 @@ struct medha_cpu {
 	int ref;    /* f32 reference numerics */
 	int shards; /* KVP test mode: key ranges per sequence (1: off) */
 	int compat; /* llama.cpp's attention order (opts.llama_compat) */
+	int drop;   /* opts.window_drop */
 	int lo, hi; /* the layers it runs, [lo, hi) (opts.layer_lo/hi) */
 	int tpn, tpr; /* TP: rank tpr of tpn (1, 0) */
 	struct medha_tp_share *share; /* (tpn) what each rank holds */
@@ -146,6 +147,7 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		c->ref = 1;
 	c->shards = o != NULL && o->kv_shards > 1 ? o->kv_shards : 1;
 	c->compat = o != NULL && o->llama_compat && c->shards == 1;
+	c->drop = o != NULL && o->window_drop;
 	c->lo = o != NULL ? o->layer_lo : 0;
 	c->hi = o != NULL && o->layer_hi > 0 ? o->layer_hi : m->c.n_layers;
 	if ((rc = medha_threadpool_init(&c->tp, nt)) != 0) {
@@ -825,6 +827,11 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 	for (i = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
 		int64_t nk = keys_of(c, b, i);
+		/* what no window sees from this batch's queries on: a cut
+		   back (lookahead, a failed call) returns at most to them */
+		if (claim && c->drop)
+			medha_kv_window_drop(c->kv, s->seq,
+			    s->pos - base_of(c, i));
 		if (claim && appends(c, i) &&
 		    (rc = medha_kv_reserve(c->kv, s->seq, nk)) != 0)
 			return medha_why(why, whylen, rc,
