@@ -59,7 +59,7 @@ static const struct medha_help help_lines[] = {
     {"--lookahead", "run the next decode step during the round trip (on)"},
     {"--no-lookahead", "wait for each batch instead"},
     {"--window-kv",
-        "cpu: window layers keep only their window's KV (no prefix cache)"},
+        "cpu: free what windows no longer see (no prefix cache)"},
     LINK_HELP,
     {"--seed S", "cuda, -m SHAPE: the random weights' seed (1)"},
     {NULL, "The cuda backend (--backend cuda), both modes:"},
