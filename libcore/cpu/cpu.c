@@ -781,6 +781,39 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	return 0;
 }
 
+/*
+ * Each sequence's keys after this call: with claim, the window blocks
+ * no query from the batch's first on sees given back (c->drop), then
+ * the room for the positions it appends; *nk_max the most keys of one,
+ * c->nmerge the KVP merges. 0 or an error with why.
+ */
+static int
+claim_keys(struct medha_cpu *c, const struct medha_batch *b, int claim,
+    int64_t *nk_max, char *why, size_t whylen)
+{
+	int rc;
+
+	c->nmerge = 0;
+	for (int i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		int64_t nk = keys_of(c, b, i);
+		/* a cut back (lookahead, a failed call) returns at most to
+		   this batch's first query: what it sees stays */
+		if (claim && c->drop)
+			medha_kv_window_drop(c->kv, s->seq,
+			    s->pos - base_of(c, i));
+		if (claim && appends(c, i) &&
+		    (rc = medha_kv_reserve(c->kv, s->seq, nk)) != 0)
+			return medha_why(why, whylen, rc,
+			    "sequence %d: KV room for %lld positions: %s",
+			    s->seq, (long long)nk, medha_strerror(rc));
+		if (nk > *nk_max)
+			*nk_max = nk;
+		c->nmerge += c->kvx != NULL && c->kvx[i].merge;
+	}
+	return 0;
+}
+
 int
 medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
     int lo, int hi, const float *h_in, float *h_out, float *logits, char *why,
@@ -823,24 +856,8 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 		return rc;
 	nrows = medha_batch_logit_rows(b);
 	memset(&c->times, 0, sizeof(c->times));
-	c->nmerge = 0;
-	for (i = 0; i < b->n_seqs; i++) {
-		const struct medha_batch_seq *s = &b->seq[i];
-		int64_t nk = keys_of(c, b, i);
-		/* what no window sees from this batch's queries on: a cut
-		   back (lookahead, a failed call) returns at most to them */
-		if (claim && c->drop)
-			medha_kv_window_drop(c->kv, s->seq,
-			    s->pos - base_of(c, i));
-		if (claim && appends(c, i) &&
-		    (rc = medha_kv_reserve(c->kv, s->seq, nk)) != 0)
-			return medha_why(why, whylen, rc,
-			    "sequence %d: KV room for %lld positions: %s",
-			    s->seq, (long long)nk, medha_strerror(rc));
-		if (nk > nk_max)
-			nk_max = nk;
-		c->nmerge += c->kvx != NULL && c->kvx[i].merge;
-	}
+	if ((rc = claim_keys(c, b, claim, &nk_max, why, whylen)) != 0)
+		return rc;
 	if (c->nmerge > 0 && c->merge == NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "a KVP merge asked for, and no merge to call");

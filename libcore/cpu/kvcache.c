@@ -2,9 +2,9 @@
  * kvcache.c: the paged KV cache (see kvcache.h): the K/V of a pool of
  * blocks in host memory, f32 or f16, and the store and load of their
  * rows; with sliding-window layers, a table per layer and the blocks a
- * window no longer sees given back. Which blocks a sequence holds, and when one is shared or copied,
- * is kvblocks.c's; it calls copy_block() here for a fork's partial block
- * and before a write to a shared one.
+ * window no longer sees given back. Which blocks a sequence holds, and
+ * when one is shared or copied, is kvblocks.c's; it calls copy_block()
+ * here for a fork's partial block and before a write to a shared one.
  */
 #include "cpu/kvcache.h"
 #include "model/quant.h"
@@ -169,7 +169,8 @@ medha_kv_seq_alloc(struct medha_kvcache *kv, int *seq)
 	for (int s = 0; s < kv->c.max_seqs; s++)
 		if (seq_of(kv, s) == NULL) {
 			for (int i = 0; i < kv->nl; i++)
-				(void)medha_kvb_seq_take(&kv->bt, tab(kv, s, i));
+				(void)medha_kvb_seq_take(&kv->bt,
+				    tab(kv, s, i));
 			*seq = s;
 			return 0;
 		}
