@@ -15,6 +15,11 @@
 #    each is rejected with that count; with it all three are admitted
 #    and complete, each with the tokens of the same request on a worker
 #    of ample memory without --window-kv (the KV of every position);
+#  - preemption with --window-kv (no prefix cache: a preempted request
+#    computes its KV again): eight requests of 40 to 120 prompt ids and
+#    400 greedy tokens at once on 16 blocks (each reserves 11 at its end,
+#    33 by all layers), some preempted, every one the tokens of its run
+#    on ample memory;
 #  - topologies with --window-kv (kvp3 with pieces of 160 positions, so
 #    that a window of 24 lies inside the last piece or spans two, spp2,
 #    tp2): topo-arch.sh's sixteen requests, each the tokens of
@@ -78,11 +83,11 @@ with open(sys.argv[1], "w") as f:
                             "ignore_eos": True, "temperature": 0}) + "\n")
 PY
 addr=ipc://$tmp/r.sock
-live() { # NAME WORKER_OPTS: the trace on a single replica, chunks of 64
+live() { # NAME WORKER_OPTS [TRACE]: on a single replica, chunks of 64
 	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$tmp/gemma3.gguf" \
 	    MEDHA_LOG="$tmp/logs.$1" MEDHA_SCHED_OPTS="-c 64" \
 	    MEDHA_WORKER_OPTS="$2"
-	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace" \
+	"$bin/medha-trace" replay -a "$addr" --token-ids "${3:-$tmp/trace}" \
 	    >"$tmp/$1.jsonl"
 	serve_stop
 }
@@ -107,6 +112,35 @@ print("window-kv live: 3 requests of 126 blocks each (full attention) on "
 PY
 grep -q "prefix caching off" "$tmp"/logs.win/* ||
     { echo "no 'prefix caching off' in the scheduler's log"; exit 1; }
+
+# ---- preemption: the KV computed again ----
+"$py" - "$tmp/trace.pre" <<'PY'
+import json, random, sys
+rng = random.Random(37)
+with open(sys.argv[1], "w") as f:
+    for i in range(8):
+        n = rng.randrange(40, 120)
+        f.write(json.dumps({"id": "q%d" % i, "arrival": 0,
+            "prompt_ids": [rng.randrange(100, 40000) for _ in range(n)],
+            "max_tokens": 400, "ignore_eos": True, "temperature": 0}) + "\n")
+PY
+live pre-ample "" "$tmp/trace.pre"
+live pre-win "--kv-blocks 16 --window-kv" "$tmp/trace.pre"
+python3 - "$tmp/pre-ample.jsonl" "$tmp/pre-win.jsonl" <<'PY'
+import json, sys
+ample, win = ({r["id"]: r for r in map(json.loads, open(p))}
+              for p in sys.argv[1:3])
+assert len(ample) == len(win) == 8, (ample, win)
+for k in ample:
+    assert ample[k]["status"] == "ok" and win[k]["status"] == "ok", \
+        (ample[k], win[k])
+    assert len(win[k]["token_ids"]) == 400, win[k]
+    assert win[k]["token_ids"] == ample[k]["token_ids"], k
+pre = sum(r.get("preemptions", 0) for r in win.values())
+assert pre > 0, "no request preempted"
+print("window-kv preemption: %d preemptions of 8 requests on 16 blocks, "
+      "tokens as on ample memory" % pre, file=sys.stderr)
+PY
 
 # ---- topologies ----
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 \
