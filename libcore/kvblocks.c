@@ -64,6 +64,19 @@ medha_kvb_seq_alloc(struct medha_kvblocks *t, int *seq)
 	return MEDHA_ENOSPACE;
 }
 
+int
+medha_kvb_seq_take(struct medha_kvblocks *t, int seq)
+{
+	if (seq < 0 || seq >= t->max_seqs)
+		return MEDHA_EINVAL;
+	if (t->seq[seq].used)
+		return MEDHA_ENOSPACE;
+	t->seq[seq].used = 1;
+	t->seq[seq].len = 0;
+	t->seq[seq].nblock = 0;
+	return 0;
+}
+
 /* Let go of the blocks of s past the first keep: to the pool, unless
  * another table holds them too. */
 static void
@@ -71,7 +84,7 @@ give_back(struct medha_kvblocks *t, struct medha_kv_seq *s, int64_t keep)
 {
 	while (s->nblock > keep) {
 		int32_t b = s->block[--s->nblock];
-		if (--t->ref[b] == 0)
+		if (b >= 0 && --t->ref[b] == 0)
 			t->free[t->nfree++] = b;
 	}
 }
@@ -187,14 +200,16 @@ medha_kvb_fork(struct medha_kvblocks *t, int dst, int src, int64_t from,
 	if ((rc = table_room(d, blocks_of(to))) != 0)
 		return rc;
 	/* the partial block first: its failure leaves dst as it was */
-	if (to % MEDHA_KV_BLOCK != 0 &&
+	if (to % MEDHA_KV_BLOCK != 0 && s->block[full] >= 0 &&
 	    (rc = dup_block(t, s->block[full], &part)) != 0)
 		return rc;
+	/* (a block src dropped, medha_kvb_drop, is dropped in dst too) */
 	for (int64_t i = from / MEDHA_KV_BLOCK; i < full; i++) {
 		d->block[d->nblock++] = s->block[i];
-		t->ref[s->block[i]]++;
+		if (s->block[i] >= 0)
+			t->ref[s->block[i]]++;
 	}
-	if (part >= 0)
+	if (to % MEDHA_KV_BLOCK != 0)
 		d->block[d->nblock++] = part;
 	d->len = to;
 	return 0;
@@ -212,6 +227,8 @@ medha_kvb_own(struct medha_kvblocks *t, int seq, int64_t pos, int64_t n)
 	for (int64_t i = pos / MEDHA_KV_BLOCK; n > 0 && i < blocks_of(pos + n);
 	     i++) {
 		int32_t b = s->block[i], d;
+		if (b < 0)
+			return MEDHA_EINVAL; /* dropped: nothing to write to */
 		if (t->ref[b] == 1)
 			continue;
 		if ((rc = dup_block(t, b, &d)) != 0)
@@ -233,6 +250,34 @@ medha_kvb_write_need(const struct medha_kvblocks *t, int seq, int64_t pos,
 		return 0;
 	need = blocks_of(end) > s->nblock ? blocks_of(end) - s->nblock : 0;
 	for (i = pos / MEDHA_KV_BLOCK; i < s->nblock && i < blocks_of(end); i++)
-		need += t->ref[s->block[i]] > 1;
+		need += s->block[i] >= 0 && t->ref[s->block[i]] > 1;
 	return need;
+}
+
+void
+medha_kvb_drop(struct medha_kvblocks *t, int seq, int64_t nb)
+{
+	struct medha_kv_seq *s = medha_kvb_seq(t, seq);
+
+	if (s == NULL)
+		return;
+	if (nb > s->nblock)
+		nb = s->nblock;
+	for (int64_t i = 0; i < nb; i++) {
+		int32_t b = s->block[i];
+		if (b >= 0 && --t->ref[b] == 0)
+			t->free[t->nfree++] = b;
+		s->block[i] = -1;
+	}
+}
+
+int64_t
+medha_kvb_held(const struct medha_kvblocks *t, int seq)
+{
+	const struct medha_kv_seq *s = medha_kvb_seq(t, seq);
+	int64_t n = 0;
+
+	for (int64_t i = 0; s != NULL && i < s->nblock; i++)
+		n += s->block[i] >= 0;
+	return n;
 }

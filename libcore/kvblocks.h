@@ -32,7 +32,8 @@
 struct medha_kv_seq {
 	int used;       /* allocated to a caller */
 	int64_t len;    /* positions 0 .. len-1 hold valid K/V */
-	int32_t *block; /* (nblock) pool block of each 16 positions */
+	int32_t *block; /* (nblock) pool block of each 16 positions, or -1
+	                   where medha_kvb_drop let it go */
 	int64_t nblock; /* blocks held */
 	int64_t cap;    /* room in block[] */
 };
@@ -70,6 +71,9 @@ medha_kvb_seq(const struct medha_kvblocks *t, int seq)
 
 /* An empty table: *seq its handle. 0 or MEDHA_ENOSPACE (all in use). */
 int medha_kvb_seq_alloc(struct medha_kvblocks *t, int *seq);
+/* Handle seq (0 <= seq < max_seqs), empty, if no caller has it: 0 or
+ * MEDHA_ENOSPACE (in use) / MEDHA_EINVAL (out of range). */
+int medha_kvb_seq_take(struct medha_kvblocks *t, int seq);
 /* Its blocks let go and the handle freed (a bad handle: nothing). */
 void medha_kvb_seq_free(struct medha_kvblocks *t, int seq);
 /* Valid positions of seq, or MEDHA_EINVAL for a bad handle. */
@@ -102,5 +106,15 @@ int medha_kvb_own(struct medha_kvblocks *t, int seq, int64_t pos, int64_t n);
  * pool: new ones past its table, and copies of shared ones. */
 int64_t medha_kvb_write_need(const struct medha_kvblocks *t, int seq,
     int64_t pos, int64_t end);
+/*
+ * Let go of seq's first nb blocks (a sliding window no longer sees
+ * them): each entry becomes -1, a hole that keeps the table's positions
+ * where they are; its length is unchanged. A fork copies holes as holes;
+ * a write into one is MEDHA_EINVAL (medha_kvb_own). A bad handle:
+ * nothing.
+ */
+void medha_kvb_drop(struct medha_kvblocks *t, int seq, int64_t nb);
+/* Blocks seq's table holds (holes not counted); 0 for a bad handle. */
+int64_t medha_kvb_held(const struct medha_kvblocks *t, int seq);
 
 #endif

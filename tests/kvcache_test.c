@@ -7,7 +7,12 @@
  * made of another's positions shares its full blocks and copies the
  * partial one; the shared blocks go back to the pool only when the last
  * table lets go; a write to a shared block copies it first, so neither
- * sequence sees the other's writes.
+ * sequence sees the other's writes. Sliding windows: a cache told its
+ * layers' windows keeps a table per layer; medha_kv_window_drop gives
+ * back what a window no longer sees, to the pool the global layer then
+ * grows from; a dropped position reads and writes as refused; a fork
+ * is taken where the window layers hold what the fork's next query
+ * sees and refused where they do not.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -215,6 +220,76 @@ test_kvblocks_copy(void **state)
 	medha_kvb_free(&t);
 }
 
+/* A window cache: layers 0 and 2 see 20 keys, layer 1 all. */
+static void
+test_kvcache_window(void **state)
+{
+	static const int win[3] = {20, 0, 20};
+	struct medha_kv_config c = {.n_layers = 3, .n_kv_heads = NKV,
+	    .head_dim = HD, .n_blocks = 10, .type = MEDHA_KV_F32,
+	    .max_seqs = 4, .windows = win};
+	struct medha_kvcache *kv;
+	float k[NKV * HD], v[NKV * HD], r[HD];
+	int a, b, cs, d, i;
+
+	(void)state;
+	assert_int_equal(medha_kvcache_init(&kv, &c), 0);
+	assert_int_equal(kv->nl, 3);
+	for (i = 0; i < NKV * HD; i++) {
+		k[i] = (float)i + 0.5f;
+		v[i] = -(float)i;
+	}
+	assert_int_equal(medha_kv_seq_alloc(kv, &a), 0);
+	assert_int_equal(medha_kv_reserve(kv, a, 160), 0); /* 10 x 3 */
+	assert_int_equal(medha_kv_set_len(kv, a, 160), 0);
+	assert_int_equal(medha_kv_free_blocks(kv), 0);
+	assert_int_equal(medha_kv_held(kv, a), 30);
+	assert_int_equal(medha_kv_write(kv, a, 0, 150, 1, k, v), 0);
+	assert_int_equal(medha_kv_write(kv, a, 1, 3, 1, k, v), 0);
+	assert_int_equal(medha_kv_write(kv, a, 2, 3, 1, k, v), 0);
+	/* a query at 160 sees 141..160: blocks 0..7 of layers 0, 2 go */
+	medha_kv_window_drop(kv, a, 160);
+	assert_int_equal(medha_kv_held(kv, a), 14);
+	assert_int_equal(medha_kv_free_blocks(kv), 5); /* 16 of 3 layers */
+	assert_int_equal(medha_kv_seq_len(kv, a), 160);
+	assert_int_equal(medha_kv_read(kv, a, 2, 0, 0, 3, r), MEDHA_EINVAL);
+	assert_int_equal(medha_kv_read(kv, a, 1, 0, 1, 3, r), 0);
+	assert_true(r[3] == k[HD + 3]);
+	assert_int_equal(medha_kv_read(kv, a, 0, 1, 0, 150, r), 0);
+	assert_true(r[2] == v[2]);
+	assert_int_equal(medha_kv_write(kv, a, 0, 3, 1, k, v), MEDHA_EINVAL);
+	/* the global layer grows from what the windows gave back */
+	assert_int_equal(medha_kv_seq_alloc(kv, &b), 0);
+	assert_int_equal(medha_kv_reserve(kv, b, 80), 0); /* 5 x 3 */
+	assert_int_equal(kv->bt.nfree, 1);
+	medha_kv_seq_free(kv, b);
+	/* forks: to 160, the windows hold 141..159: taken (holes too) */
+	assert_int_equal(medha_kv_seq_alloc(kv, &cs), 0);
+	assert_int_equal(medha_kv_seq_fork(kv, cs, a, 0, 160), 0);
+	assert_int_equal(medha_kv_held(kv, cs), 14);
+	assert_int_equal(medha_kv_read(kv, cs, 1, 0, 1, 3, r), 0);
+	assert_true(r[3] == k[HD + 3]);
+	assert_int_equal(medha_kv_read(kv, cs, 0, 1, 0, 150, r), 0);
+	assert_true(r[2] == v[2]);
+	/* to 100: a query there sees 81..99, which layers 0, 2 let go */
+	assert_int_equal(medha_kv_seq_alloc(kv, &d), 0);
+	assert_int_equal(medha_kv_seq_fork(kv, d, a, 0, 100), MEDHA_EINVAL);
+	assert_int_equal(medha_kv_seq_len(kv, d), 0);
+	assert_int_equal(medha_kv_held(kv, d), 0);
+	medha_kv_seq_free(kv, a);
+	assert_int_equal(medha_kv_free_blocks(kv), 5); /* cs shares them */
+	medha_kv_seq_free(kv, cs);
+	medha_kv_seq_free(kv, d);
+	assert_int_equal(medha_kv_free_blocks(kv), 10);
+	medha_kvcache_free(kv);
+	/* no window among the layers used: one table for all, as before */
+	c.layer_lo = 1;
+	c.layer_hi = 2;
+	assert_int_equal(medha_kvcache_init(&kv, &c), 0);
+	assert_int_equal(kv->nl, 0);
+	medha_kvcache_free(kv);
+}
+
 int
 main(void)
 {
@@ -222,6 +297,7 @@ main(void)
 	    cmocka_unit_test(test_kvcache),
 	    cmocka_unit_test(test_kvcache_fork),
 	    cmocka_unit_test(test_kvblocks_copy),
+	    cmocka_unit_test(test_kvcache_window),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

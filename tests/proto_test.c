@@ -312,7 +312,8 @@ example(int t, int full, struct medha_msg *m)
 		    .vocab = 128256,
 		    .dim = 4096,
 		    .pid = 4242,
-		    .peer = "tcp://10.1.2.3:40000"};
+		    .peer = "tcp://10.1.2.3:40000",
+		    .caps = MEDHA_HELLO_WINDOW_KV};
 		if (!full)
 			m->hello = (struct medha_msg_hello){.backend = "cpu",
 			    .model = "m",
@@ -1010,6 +1011,9 @@ test_encode_refuses(void **state)
 	example(MEDHA_MSG_HELLO, 1, &m);
 	m.hello.layer_hi = m.hello.layer_lo;
 	refuse(&m, "hello: layers: not [lo, hi) with 0 <= lo < hi <= 65536");
+	example(MEDHA_MSG_HELLO, 1, &m);
+	m.hello.caps = 2;
+	refuse(&m, "hello: caps: a capability this build does not know");
 	example(MEDHA_MSG_STATUS_REPLY, 1, &m);
 	m.status.work = -0.5;
 	refuse(&m, "status_reply: work: not a number of seconds >= 0");

@@ -26,7 +26,7 @@ static const char synopsis[] =
     "[--peer ADDR]\n"
     "           [--lookahead | --no-lookahead] [--mem-util F] "
     "[--device N]\n"
-    "           [--coll nccl|nng] [--seed S]\n"
+    "           [--coll nccl|nng] [--seed S] [--window-kv]\n"
     "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
     "           [-n N] [-t THREADS] [--backend cpu|cuda] [--chat] "
     "[--ignore-eos]\n"
@@ -58,6 +58,8 @@ static const struct medha_help help_lines[] = {
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
     {"--lookahead", "run the next decode step during the round trip (on)"},
     {"--no-lookahead", "wait for each batch instead"},
+    {"--window-kv",
+        "cpu: free what windows no longer see (no prefix cache)"},
     LINK_HELP,
     {"--seed S", "cuda, -m SHAPE: the random weights' seed (1)"},
     {NULL, "The cuda backend (--backend cuda), both modes:"},
@@ -114,6 +116,7 @@ enum {
 	OPT_MEM_UTIL,
 	OPT_DEVICE,
 	OPT_COLL,
+	OPT_WINDOW_KV,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -170,6 +173,7 @@ static const struct option longopts[] = {
     {"tokens", no_argument, NULL, OPT_TOKENS},
     {"top-k", required_argument, NULL, OPT_TOPK},
     {"top-p", required_argument, NULL, OPT_TOPP},
+    {"window-kv", no_argument, NULL, OPT_WINDOW_KV},
     {"min-p", required_argument, NULL, OPT_MINP},
     {"presence-penalty", required_argument, NULL, OPT_PRESENCE},
     {"frequency-penalty", required_argument, NULL, OPT_FREQUENCY},
@@ -305,6 +309,7 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_PEER: a->wo.peer = optarg; break;
 		case OPT_LOOKAHEAD: a->wo.lookahead = 1; break;
 		case OPT_NO_LOOKAHEAD: a->wo.lookahead = 0; break;
+		case OPT_WINDOW_KV: a->bp.window_kv = 1; break;
 		case 't':
 			a->ro.n_threads = flag_i64("-t", optarg, 1, 256);
 			break;

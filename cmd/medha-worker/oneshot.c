@@ -255,6 +255,10 @@ generate(const struct args *a, struct medha_runner *r, const int32_t *ids,
 	if (a->as_ids || a->n_gen > 0)
 		printf("\n");
 	fflush(stdout);
+	medha_log(MEDHA_LOG_INFO, "KV: at most %lld blocks of %d positions "
+	    "held (%lld positions)",
+	    (long long)medha_runner_kv_peak(r), MEDHA_KV_BLOCK,
+	    (long long)medha_runner_len(r));
 	medha_log(MEDHA_LOG_INFO,
 	    "prompt %zu tokens in %.3f s (%.1f tok/s), generated %lld in %.3f "
 	    "s (%.1f tok/s), %d threads",

@@ -28,6 +28,7 @@ struct medha_cpu {
 	int ref;    /* f32 reference numerics */
 	int shards; /* KVP test mode: key ranges per sequence (1: off) */
 	int compat; /* llama.cpp's attention order (opts.llama_compat) */
+	int drop;   /* opts.window_drop */
 	int lo, hi; /* the layers it runs, [lo, hi) (opts.layer_lo/hi) */
 	int tpn, tpr; /* TP: rank tpr of tpn (1, 0) */
 	struct medha_tp_share *share; /* (tpn) what each rank holds */
@@ -146,6 +147,7 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		c->ref = 1;
 	c->shards = o != NULL && o->kv_shards > 1 ? o->kv_shards : 1;
 	c->compat = o != NULL && o->llama_compat && c->shards == 1;
+	c->drop = o != NULL && o->window_drop;
 	c->lo = o != NULL ? o->layer_lo : 0;
 	c->hi = o != NULL && o->layer_hi > 0 ? o->layer_hi : m->c.n_layers;
 	if ((rc = medha_threadpool_init(&c->tp, nt)) != 0) {
@@ -779,6 +781,39 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	return 0;
 }
 
+/*
+ * Each sequence's keys after this call: with claim, the window blocks
+ * no query from the batch's first on sees given back (c->drop), then
+ * the room for the positions it appends; *nk_max the most keys of one,
+ * c->nmerge the KVP merges. 0 or an error with why.
+ */
+static int
+claim_keys(struct medha_cpu *c, const struct medha_batch *b, int claim,
+    int64_t *nk_max, char *why, size_t whylen)
+{
+	int rc;
+
+	c->nmerge = 0;
+	for (int i = 0; i < b->n_seqs; i++) {
+		const struct medha_batch_seq *s = &b->seq[i];
+		int64_t nk = keys_of(c, b, i);
+		/* a cut back (lookahead, a failed call) returns at most to
+		   this batch's first query: what it sees stays */
+		if (claim && c->drop)
+			medha_kv_window_drop(c->kv, s->seq,
+			    s->pos - base_of(c, i));
+		if (claim && appends(c, i) &&
+		    (rc = medha_kv_reserve(c->kv, s->seq, nk)) != 0)
+			return medha_why(why, whylen, rc,
+			    "sequence %d: KV room for %lld positions: %s",
+			    s->seq, (long long)nk, medha_strerror(rc));
+		if (nk > *nk_max)
+			*nk_max = nk;
+		c->nmerge += c->kvx != NULL && c->kvx[i].merge;
+	}
+	return 0;
+}
+
 int
 medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
     int lo, int hi, const float *h_in, float *h_out, float *logits, char *why,
@@ -821,19 +856,8 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 		return rc;
 	nrows = medha_batch_logit_rows(b);
 	memset(&c->times, 0, sizeof(c->times));
-	c->nmerge = 0;
-	for (i = 0; i < b->n_seqs; i++) {
-		const struct medha_batch_seq *s = &b->seq[i];
-		int64_t nk = keys_of(c, b, i);
-		if (claim && appends(c, i) &&
-		    (rc = medha_kv_reserve(c->kv, s->seq, nk)) != 0)
-			return medha_why(why, whylen, rc,
-			    "sequence %d: KV room for %lld positions: %s",
-			    s->seq, (long long)nk, medha_strerror(rc));
-		if (nk > nk_max)
-			nk_max = nk;
-		c->nmerge += c->kvx != NULL && c->kvx[i].merge;
-	}
+	if ((rc = claim_keys(c, b, claim, &nk_max, why, whylen)) != 0)
+		return rc;
 	if (c->nmerge > 0 && c->merge == NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "a KVP merge asked for, and no merge to call");

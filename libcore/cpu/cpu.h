@@ -75,6 +75,11 @@ struct medha_cpu_opts {
 	                           (0, 0: all); see the KV claim below */
 	int tp, tp_rank;        /* tensor parallelism: this backend is rank
 	                           tp_rank of tp (1, 0); see TP below */
+	int window_drop;        /* a call that claims positions first gives
+	                           back the KV blocks of window layers that
+	                           none of its queries or later ones sees
+	                           (medha_kv_window_drop; a cache with a
+	                           table per layer) (0) */
 };
 
 /*

@@ -349,7 +349,7 @@ medha_cpu_attn(struct medha_threadpool *tp, const struct medha_kvcache *kv,
 	if (len < 0 || layer < 0 || layer >= kv->c.n_layers || n_heads < 1 ||
 	    n_heads % kv->c.n_kv_heads != 0 ||
 	    n_heads / kv->c.n_kv_heads > 64 || nq < 0 || qpos < 0 ||
-	    k_hi > len || k_hi > kv->bt.seq[seq].nblock * MEDHA_KV_BLOCK)
+	    k_hi > len || k_hi > medha_kv_table(kv, seq, layer)->nblock * MEDHA_KV_BLOCK)
 		return MEDHA_EINVAL;
 	if (k_hi < k_lo)
 		k_hi = k_lo;

@@ -100,7 +100,11 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 	for (g = 0; g < G; g++) {
 		const float *qg = q + (size_t)g * hd;
 		for (j = 0; j < nk; j++) {
-			if (j % MEDHA_KV_BLOCK == 0)
+			if (j < j0) { /* (its block may be given back) */
+				w[j] = -INFINITY;
+				continue;
+			}
+			if (j % MEDHA_KV_BLOCK == 0 || j == j0)
 				run = medha_kv_run(kv, s->seq, r->layer, 0, kvh,
 				    j / MEDHA_KV_BLOCK);
 			for (d = 0; d < hd; d++) {
@@ -112,8 +116,6 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 			w[j] = dot_vec(kj, qg, hd) * scale;
 			if (s->softcap != 0)
 				medha_cpu_softcap(w + j, 1, s->softcap);
-			if (j < j0)
-				w[j] = -INFINITY;
 		}
 		m = -INFINITY;
 		for (j = 0; j < nk; j++)
@@ -131,8 +133,8 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 		for (j = 0; j < nk; j++)
 			w[j] *= inv;
 		memset(lane, 0, sizeof(float) * 32 * hd);
-		for (j = 0; j < nk; j++) {
-			if (j % MEDHA_KV_BLOCK == 0)
+		for (j = j0; j < nk; j++) { /* (weight 0 before j0) */
+			if (j % MEDHA_KV_BLOCK == 0 || j == j0)
 				run = medha_kv_run(kv, s->seq, r->layer, 1, kvh,
 				    j / MEDHA_KV_BLOCK);
 			row = run +

@@ -10,9 +10,24 @@
  * Which blocks a sequence holds (sharing, forks, copy on write) is
  * kvblocks.h's; this file keeps the K/V themselves.
  *
+ * Sliding-window layers. A cache told each layer's window (config
+ * `windows`, where some layer it holds has one) keeps a table per layer
+ * instead of one for all: its pool is then n_blocks x layers blocks of
+ * one layer each (the same memory), and medha_kv_window_drop() lets a
+ * window layer give back the blocks no query from a position on can
+ * see, to the same pool the global layers draw from. A Gemma 3 sequence
+ * of N positions then holds global x N + window x (W + chunk) layer
+ * positions, not layers x N. A dropped block is a hole in its layer's
+ * table (kvblocks.h); a fork takes holes as holes and is refused where
+ * the forked sequence would need one (the positions its next query's
+ * window sees), so what is computed is never other than without drops.
+ * Where no layer has a window the layout below is unchanged.
+ *
  * Block b, layer l, K (0) or V (1), kv head h is the run of 16 *
  * head_dim elements at element offset
  *	(((l * 2 + kv) * n_kv_heads + h) * n_blocks + b) * 16 * head_dim
+ * (with a table per layer, block b of layer l's table is at
+ *	((kv * n_kv_heads + h) * n_blocks * layers + b) * 16 * head_dim)
  * so attention reads one head's keys for 16 positions in one stream,
  * and the runs of consecutive blocks (a fresh cache hands them out in
  * order) one after another: a long sequence's keys of one layer and head
@@ -51,14 +66,26 @@ struct medha_kv_config {
 	int64_t n_blocks; /* blocks in the pool */
 	int type;         /* MEDHA_KV_F32 or MEDHA_KV_F16 */
 	int max_seqs;     /* sequences at once; 0 = 256 */
+	/* sliding windows: a table per layer where one of layers
+	   [layer_lo, layer_hi) has a window (see above) */
+	const int *windows; /* (n_layers) layer l's window W, its query at
+	                       p seeing keys p - W < k <= p (0: none), or
+	                       NULL: none; read at init, not kept */
+	int layer_lo, layer_hi; /* the layers used (0, 0: all) */
 };
 
 struct medha_kvcache {
 	struct medha_kv_config c;
 	size_t elsize;    /* bytes per element: 4 or 2 */
 	size_t block_els; /* elements per block, all layers, K and V */
-	void *data; /* (n_layers, 2, n_kv_heads, n_blocks, 16 * head_dim) */
-	struct medha_kvblocks bt; /* which blocks each sequence holds */
+	void *data; /* (n_layers, 2, n_kv_heads, n_blocks, 16 * head_dim),
+	               or (2, n_kv_heads, n_slots, 16 * head_dim) with nl */
+	struct medha_kvblocks bt; /* which blocks each sequence holds: table
+	                             seq, or seq * nl + layer - lo with nl */
+	int nl;          /* layers with a table each (0: one for all) */
+	int lo;          /* the first of them */
+	int64_t n_slots; /* blocks of the pool (nl: of one layer each) */
+	int *win;        /* (nl) their windows (0: none) */
 };
 
 /*
@@ -115,8 +142,18 @@ int medha_kv_set_len(struct medha_kvcache *kv, int seq, int64_t n);
  * medha_kv_reserve().
  */
 int medha_kv_fill(struct medha_kvcache *kv, int seq, int64_t n);
-/* Blocks left in the pool. */
+/* Blocks left in the pool (with a table per layer: whole blocks' worth
+ * of layer blocks, rounded down). */
 int64_t medha_kv_free_blocks(const struct medha_kvcache *kv);
+/*
+ * Sliding windows: give back the blocks of seq's window layers that no
+ * query at position qpos or later sees (those wholly before qpos - W +
+ * 1). A cache without a table per layer, or a bad handle: nothing.
+ */
+void medha_kv_window_drop(struct medha_kvcache *kv, int seq, int64_t qpos);
+/* Blocks of one layer that seq holds, over the layers the cache keeps
+ * (a table for all: its blocks x n_layers); 0 for a bad handle. */
+int64_t medha_kv_held(const struct medha_kvcache *kv, int seq);
 
 /*
  * Store n positions' K and V for one layer, starting at position pos
@@ -135,13 +172,20 @@ int medha_kv_write(struct medha_kvcache *kv, int seq, int layer, int64_t pos,
  * them, laid out as above). No checks: for the attention loops, which
  * know the bounds.
  */
+static inline const struct medha_kv_seq *
+medha_kv_table(const struct medha_kvcache *kv, int seq, int layer)
+{
+	return &kv->bt.seq[kv->nl ? seq * kv->nl + layer - kv->lo : seq];
+}
+
 static inline const void *
 medha_kv_run(const struct medha_kvcache *kv, int seq, int layer, int which,
     int head, int64_t i)
 {
-	size_t b = (size_t)kv->bt.seq[seq].block[i];
-	size_t off = (((size_t)layer * 2 + which) * kv->c.n_kv_heads + head) *
-	        (size_t)kv->c.n_blocks +
+	size_t b = (size_t)medha_kv_table(kv, seq, layer)->block[i];
+	size_t pl = kv->nl ? 0 : (size_t)layer;
+	size_t off = ((pl * 2 + which) * kv->c.n_kv_heads + head) *
+	        (size_t)kv->n_slots +
 	    b;
 
 	return (const char *)kv->data +

@@ -304,6 +304,11 @@ enum medha_backend_cap {
 	                                    share KV blocks (prefix caching;
 	                                    sequences kept for it do not
 	                                    count in max_seqs) */
+	MEDHA_BACKEND_WINDOW_KV = 1 << 7, /* (info.caps only) its window
+	                                    layers give back the KV blocks
+	                                    their window no longer sees; it
+	                                    forks no sequence from positions
+	                                    a window left (params.window_kv) */
 };
 
 /* How to open a backend; each kind reads what it needs (the rest 0). */
@@ -320,6 +325,9 @@ struct medha_backend_params {
 	int kv_type;       /* MEDHA_KV_F32 (0), MEDHA_KV_F16 or
 	                      MEDHA_KV_BF16 (cuda: f16 or bf16, 0: bf16) */
 	int ref;           /* cpu: f32 reference numerics */
+	int window_kv;     /* cpu: window layers keep only the KV blocks
+	                      their window sees (no prefix caching: see
+	                      MEDHA_BACKEND_WINDOW_KV) */
 	double speed;      /* sim: waits divided by this (0: 1) */
 	double mem_util;   /* cuda: the share of the GPU's free memory at
 	                      open that weights, scratch and the KV cache

@@ -285,7 +285,7 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	struct medha_cpu_opts co = {0};
 	struct medha_backend_info in;
 	struct medha_tp_share share;
-	int rc, tp, adv;
+	int rc, tp, adv, *win = NULL;
 
 	if (o == NULL)
 		o = &d;
@@ -330,12 +330,24 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 			return rc;
 		kc.n_blocks = k0.n_blocks;
 	}
+	if (o->window_kv) { /* each layer's window, for a table per layer */
+		if ((win = calloc((size_t)mc->n_layers, sizeof(int))) == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		for (int l = 0; l < mc->n_layers; l++)
+			win[l] = medha_layer_window(mc, l);
+		kc.windows = win;
+		kc.layer_lo = o->layer_lo;
+		kc.layer_hi = o->layer_hi;
+	}
 	adv = kc.max_seqs;
 	/* prefix caching keeps sequences past their requests, each with a
 	   block at least: room for them beyond the max_seqs it announces */
 	kc.max_seqs += kc.n_blocks < INT32_MAX - adv ? (int)kc.n_blocks
 	                                              : INT32_MAX - adv;
-	if ((rc = medha_kvcache_init(&c->kv, &kc)) != 0)
+	rc = medha_kvcache_init(&c->kv, &kc);
+	free(win);
+	if (rc != 0)
 		return medha_why(why, whylen, rc,
 		    "KV cache of %lld blocks for %d sequences: %s",
 		    (long long)kc.n_blocks, kc.max_seqs, medha_strerror(rc));
@@ -347,6 +359,7 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	co.layer_hi = o->layer_hi;
 	co.tp = tp;
 	co.tp_rank = o->tp_rank;
+	co.window_drop = c->kv->nl > 0;
 	if ((rc = medha_cpu_init(&c->cpu, c->m, c->kv, &co, why, whylen)) != 0)
 		return rc;
 	in = (struct medha_backend_info){.name = "cpu",
@@ -359,6 +372,9 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	    .kv_type = kc.type,
 	    .tp = tp,
 	    .tp_rank = o->tp_rank};
+	if (c->kv->nl > 0)
+		in.caps = medha_backend_find("cpu")->caps |
+		    MEDHA_BACKEND_WINDOW_KV;
 	if ((rc = medha_backend_new(be, &cpu_ops, c, &in)) != 0)
 		return medha_why(why, whylen, rc, "out of memory");
 	return 0;

@@ -45,9 +45,18 @@ struct medha_backend_cpu_opts {
 	int ref;           /* f32 reference numerics (0; cpu/cpu.h) */
 	int llama_compat;  /* llama.cpp's float order (0; cpu/cpu.h) */
 	int layer_lo, layer_hi; /* the layers it runs (0, 0: all); the cache
-	                           still holds every layer's K/V */
+	                           still holds every layer's K/V (with
+	                           window_kv's table per layer, only theirs) */
 	int spp, stage;         /* spp > 1: the layers of SPP stage `stage`
 	                           (medha_stage_layers), not layer_lo/hi */
+	int window_kv;          /* where the model has sliding-window layers:
+	                           a KV table per layer, and the blocks of
+	                           window layers that no query of a later
+	                           batch sees given back (cpu/kvcache.h);
+	                           info.caps then has MEDHA_BACKEND_WINDOW_KV.
+	                           A fork from positions a window left is
+	                           refused: for callers without prefix
+	                           caching (0) */
 	int tp, tp_rank;        /* tp > 1: TP rank tp_rank's share of the
 	                           heads and weights (cpu/cpu.h); its cache
 	                           holds its kv heads (medha_tp_share), as

@@ -26,6 +26,7 @@ open_cpu(struct medha_backend **be, const struct medha_backend_params *p,
 	o.kv_blocks = p->kv_blocks;
 	o.kv_type = p->kv_type;
 	o.ref = p->ref;
+	o.window_kv = p->window_kv;
 	o.spp = p->spp;
 	o.stage = p->stage;
 	o.tp = p->tp;

@@ -21,6 +21,7 @@ struct medha_runner {
 	struct medha_runner_opts o;
 	int seq;
 	int64_t len, max; /* tokens held, room (0 before start) */
+	int64_t peak;     /* most KV blocks held after a forward call */
 };
 
 int
@@ -68,6 +69,7 @@ medha_runner_start(struct medha_runner *r, int64_t max_tokens, char *why,
 	bo.kv_type = r->o.kv_f16 ? MEDHA_KV_F16 : MEDHA_KV_F32;
 	bo.ref = r->o.ref;
 	bo.llama_compat = r->o.llama_compat;
+	bo.window_kv = 1; /* one sequence, never forked */
 	if (r->o.backend != NULL && strcmp(r->o.backend, "cpu") != 0) {
 		/* the same file opened by the kind, its cache as the cpu's */
 		struct medha_backend_params p = {0};
@@ -152,7 +154,15 @@ run(struct medha_runner *r, const int32_t *ids, int32_t n, int logits_mode,
 	if ((rc = medha_backend_forward(r->be, &f, why, whylen)) != 0)
 		return rc;
 	r->len += n;
+	if (r->be->info.n_blocks - medha_backend_free_blocks(r->be) > r->peak)
+		r->peak = r->be->info.n_blocks - medha_backend_free_blocks(r->be);
 	return 0;
+}
+
+int64_t
+medha_runner_kv_peak(const struct medha_runner *r)
+{
+	return r->peak;
 }
 
 int

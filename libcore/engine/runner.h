@@ -63,6 +63,10 @@ const struct medha_model *medha_runner_model(const struct medha_runner *r);
 const struct medha_tok *medha_runner_tok(const struct medha_runner *r);
 /* Tokens held in the cache so far. */
 int64_t medha_runner_len(const struct medha_runner *r);
+/* The most KV blocks the backend held after a forward call (the cpu
+ * backend: its window layers keep only the blocks their window sees,
+ * backend_cpu.h window_kv, so a window model holds fewer). */
+int64_t medha_runner_kv_peak(const struct medha_runner *r);
 
 /*
  * Append n prompt tokens in chunks of at most chunk (0: all at once);

@@ -554,6 +554,8 @@ check_hello(struct chk *c, const struct medha_msg_hello *h)
 	            MEDHA_PROTO_FP_LEN))
 		return FAIL(c, "fingerprint", "not %d lowercase hex digits",
 		    MEDHA_PROTO_FP_LEN);
+	if (h->caps & ~(unsigned)MEDHA_HELLO_CAPS)
+		return FAIL(c, "caps", "a capability this build does not know");
 	return 0;
 }
 
@@ -959,7 +961,7 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 		    h->spp == k->spp && h->kvp == k->kvp &&
 		    h->rank_tp == k->rank_tp && h->rank_spp == k->rank_spp &&
 		    h->rank_kvp == k->rank_kvp && h->layer_lo == k->layer_lo &&
-		    h->layer_hi == k->layer_hi &&
+		    h->layer_hi == k->layer_hi && h->caps == k->caps &&
 		    h->block_size == k->block_size &&
 		    h->n_blocks == k->n_blocks && h->max_seqs == k->max_seqs &&
 		    h->vocab == k->vocab && h->dim == k->dim &&

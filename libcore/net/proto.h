@@ -169,6 +169,18 @@ struct medha_msg_hello {
 	                                    of one worker) */
 	char fingerprint[MEDHA_PROTO_FP_LEN + 1]; /* its model's: 64 hex
 	                                             digits, "" for none */
+	unsigned caps; /* MEDHA_HELLO_* it offers (0: none; key "caps",
+	                  sent where not 0) */
+};
+
+/* medha_msg_hello.caps */
+enum medha_hello_cap {
+	/* its window layers give back the KV blocks their sliding window
+	   no longer sees: the scheduler may account a request's KV per
+	   layer type (sched.h window_kv) and must not fork from positions
+	   a window left (it runs without prefix caching) */
+	MEDHA_HELLO_WINDOW_KV = 1u << 0,
+	MEDHA_HELLO_CAPS = MEDHA_HELLO_WINDOW_KV /* every one known */
 };
 
 /* One sampled token of a RESULT. */

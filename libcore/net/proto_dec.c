@@ -154,11 +154,13 @@ enum {
 	HE_LAYERS,
 	HE_PEER,
 	HE_FP,
+	HE_CAPS,
 	HE_N
 };
 static const char *const he_keys[HE_N] = {"tp", "spp", "kvp", "rank_tp",
     "rank_spp", "rank_kvp", "block_size", "n_blocks", "max_seqs", "vocab",
-    "dim", "pid", "backend", "model", "gpu", "layers", "peer", "fingerprint"};
+    "dim", "pid", "backend", "model", "gpu", "layers", "peer", "fingerprint",
+    "caps"};
 
 static int
 dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
@@ -176,6 +178,14 @@ dec_hello(struct dec *d, const msgpack_object *o, struct medha_msg_hello *h)
 	    (rc = dec_get_str(d, v[HE_PEER], "peer", 0, h->peer,
 	         sizeof(h->peer), 0)) != 0)
 		return rc;
+	if (v[HE_CAPS] != NULL) {
+		int64_t caps;
+		if ((rc = dec_get_i64(d, v[HE_CAPS], "caps", &caps)) != 0)
+			return rc;
+		if (caps < 0 || caps > UINT32_MAX)
+			return BAD(d, "caps", "not a 32-bit mask");
+		h->caps = (unsigned)caps;
+	}
 	if (v[HE_FP] != NULL &&
 	    (rc = dec_get_str(d, v[HE_FP], "fingerprint", 0, h->fingerprint,
 	         sizeof(h->fingerprint), 0)) != 0)

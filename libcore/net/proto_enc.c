@@ -351,7 +351,12 @@ enc_hello(struct enc *e, const struct medha_msg_hello *h)
 	    "rank_kvp", "block_size", "n_blocks", "max_seqs", "vocab", "dim",
 	    "pid"};
 
-	put_map(e, 16 + (h->peer[0] != '\0') + (h->fingerprint[0] != '\0'));
+	put_map(e, 16 + (h->peer[0] != '\0') + (h->fingerprint[0] != '\0') +
+	        (h->caps != 0));
+	if (h->caps != 0) {
+		put_name(e, "caps");
+		put_i64(e, h->caps);
+	}
 	if (h->peer[0] != '\0') {
 		put_name(e, "peer");
 		put_name(e, h->peer);

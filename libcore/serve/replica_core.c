@@ -260,6 +260,16 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	/* prefix caching where the workers can share KV blocks */
 	sc.prefix_cache = sc.prefix_cache &&
 	    (medha_backend_find(h->backend)->caps & MEDHA_BACKEND_FORK);
+	/* workers whose window layers give back what their window no
+	   longer sees: a request reserves per layer type, and no prefix is
+	   shared (a hit would need the window's KV of the match) */
+	sc.window_kv = (h->caps & MEDHA_HELLO_WINDOW_KV) != 0;
+	if (sc.window_kv && sc.prefix_cache) {
+		medha_log(MEDHA_LOG_INFO,
+		    "the workers keep only their windows' KV (--window-kv): "
+		    "prefix caching off");
+		sc.prefix_cache = 0;
+	}
 	if (sc.kvp_max_tokens % sc.block_size != 0)
 		sc.kvp_max_tokens -= sc.kvp_max_tokens % sc.block_size;
 	if ((rc = medha_sched_init(&r->core, &sc, &r->pred)) != 0)
@@ -268,6 +278,7 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	/* a backend that computes nothing makes no text (sim) */
 	r->sim = !(medha_backend_find(h->backend)->caps & MEDHA_BACKEND_COMPUTES);
 	r->prefix = sc.prefix_cache;
+	r->caps = h->caps;
 	r->n_layers = m.c.n_layers;
 	r->vocab = h->vocab;
 	r->ctx_len = r->sim ? 0 : m.c.ctx_len;

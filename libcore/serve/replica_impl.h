@@ -121,6 +121,7 @@ struct medha_replica {
 	struct medha_tok *tok; /* NULL: token ids only */
 	int sim;               /* the workers are sim: no EOG check */
 	int prefix;            /* the core caches prefixes (workers fork) */
+	unsigned caps;         /* the workers' MEDHA_HELLO_* (all alike) */
 	int vocab;
 	int64_t ctx_len; /* 0: no limit */
 	char model[MEDHA_PROTO_NAME_MAX];

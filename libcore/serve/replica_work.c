@@ -203,12 +203,15 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	if (!fresh &&
 	    (h->block_size != medha_sched_block_size(r->core) ||
 	        h->n_blocks < medha_sched_group_capacity(r->core) ||
-	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0)) {
+	        h->vocab != r->vocab || strcmp(h->backend, r->backend) != 0 ||
+	        h->caps != r->caps)) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
 		    "worker does not match the replica (%s backend, blocks "
-		    "of %d, %lld blocks, vocab %d)",
+		    "of %d, %lld blocks, vocab %d, %s)",
 		    r->backend, medha_sched_block_size(r->core),
-		    (long long)medha_sched_group_capacity(r->core), r->vocab);
+		    (long long)medha_sched_group_capacity(r->core), r->vocab,
+		    r->caps & MEDHA_HELLO_WINDOW_KV ? "--window-kv"
+		                                    : "no --window-kv");
 		return;
 	}
 	/* h is good: now the core (a failure here leaves none made) */

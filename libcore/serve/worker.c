@@ -366,6 +366,8 @@ hello_of(const struct worker *w, const struct medha_worker_config *c,
 	h->dim = in->shape.dim;
 	h->pid = (int)getpid();
 	snprintf(h->fingerprint, sizeof(h->fingerprint), "%s", w->fp);
+	if (in->caps & MEDHA_BACKEND_WINDOW_KV)
+		h->caps |= MEDHA_HELLO_WINDOW_KV;
 }
 
 /* Whether a batch runs now (for the heartbeats). */
