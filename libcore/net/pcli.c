@@ -32,7 +32,7 @@
 #define EARLY_MAX (2 * DEAD) /* s an event waits for its ACCEPTED */
 #define TICK 0.1             /* s between the thread's looks */
 
-enum { K_SUBMIT, K_CANCEL, K_STATUS, K_POLL };
+enum { K_SUBMIT, K_CANCEL, K_STATUS, K_POLL, K_CALL };
 enum { S_IDLE, S_QUEUED, S_SEND, S_RECV };
 
 /* One call: a context of its own, its aio, its request. */
@@ -414,6 +414,8 @@ finish_submit(struct medha_pcli *p, struct call *c, int rc, const char *why,
 			o->kind = MEDHA_PCLI_ACCEPTED;
 			o->handle = h;
 			o->epoch = c->epoch0;
+			o->msg = *rep; /* taken over */
+			memset(rep, 0, sizeof(*rep));
 		}
 		medha_msg_clear(rep);
 		out_push(p, o);
@@ -463,14 +465,17 @@ finish(struct call *c, int rc, const char *why, struct medha_msg *rep)
 	case K_SUBMIT:
 		finish_submit(p, c, rc, why, rep);
 		break;
-	case K_STATUS: {
+	case K_STATUS:
+	case K_CALL: {
 		struct medha_pcli_out *o = calloc(1, sizeof(*o));
 		if (o == NULL) {
 			if (rep != NULL)
 				medha_msg_clear(rep);
 			break;
 		}
-		o->kind = MEDHA_PCLI_STATUS;
+		o->kind = c->kind == K_STATUS ? MEDHA_PCLI_STATUS
+		                              : MEDHA_PCLI_ANSWER;
+		o->cookie = c->cookie;
 		o->rc = rc;
 		if (rc != 0)
 			snprintf(o->why, sizeof(o->why), "%s", why);
@@ -743,6 +748,16 @@ medha_pcli_status(struct medha_pcli *p, double timeout)
 
 	if (call_new(p, K_STATUS, &m, 0, timeout, why, sizeof(why)) != 0)
 		medha_log(MEDHA_LOG_ERROR, "STATUS: %s", why);
+}
+
+int
+medha_pcli_call(struct medha_pcli *p, const struct medha_msg *m,
+    uint64_t cookie, double timeout, char *why, size_t whylen)
+{
+	if (m->type == MEDHA_MSG_SUBMIT || m->type == MEDHA_MSG_POLL)
+		return medha_why(why, whylen, MEDHA_EINVAL, "%s: the client's "
+		    "own", medha_msg_type_name(m->type));
+	return call_new(p, K_CALL, m, cookie, timeout, why, whylen);
 }
 
 int

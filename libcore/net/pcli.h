@@ -47,6 +47,8 @@ enum medha_pcli_kind {
 	                            handle, ev (its record ends it) */
 	MEDHA_PCLI_STATUS,       /* a STATUS call's answer: msg (rc 0), or
 	                            rc and why */
+	MEDHA_PCLI_ANSWER,       /* a medha_pcli_call's answer: cookie, and
+	                            msg (rc 0), or rc and why */
 };
 
 struct medha_pcli_out {
@@ -57,7 +59,8 @@ struct medha_pcli_out {
 	                    (medha_pcli_epoch) it was sent and answered in */
 	int rc;          /* the call's error (MEDHA_E*), or 0 */
 	char why[256];   /* rc's reason */
-	struct medha_msg msg;      /* owned: the answer, as above */
+	struct medha_msg msg;      /* owned: the answer, as above (an
+	                              ACCEPTED's too) */
 	struct medha_msg_event ev; /* owned: MEDHA_PCLI_EVENT's event */
 	struct medha_pcli_out *next; /* the client's queue */
 };
@@ -102,6 +105,16 @@ void medha_pcli_cancel(struct medha_pcli *p, uint64_t handle);
 /* Ask for STATUS; the answer is queued (MEDHA_PCLI_STATUS) within
  * timeout seconds. */
 void medha_pcli_status(struct medha_pcli *p, double timeout);
+
+/*
+ * Any other client message m (CANCEL, STATUS, or one a test makes up;
+ * not SUBMIT or POLL, which the client keeps to itself), its answer
+ * queued as MEDHA_PCLI_ANSWER with cookie, within timeout seconds.
+ * Returns 0, or MEDHA_EINVAL (m cannot be encoded, or is a SUBMIT or
+ * POLL) or MEDHA_ENOMEM, with why.
+ */
+int medha_pcli_call(struct medha_pcli *p, const struct medha_msg *m,
+    uint64_t cookie, double timeout, char *why, size_t whylen);
 
 /*
  * The next thing queued into *o (the caller's, for
