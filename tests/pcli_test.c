@@ -6,7 +6,8 @@
  * is handed out right after it, in order; an event for no request is
  * dropped once no SUBMIT could claim it, and its request cancelled; a
  * refusal comes back with the server's ERROR, a SUBMIT never answered
- * as a timeout; STATUS is answered; and with a shared secret (net/auth.h)
+ * as a timeout; STATUS and any other call are answered to their
+ * cookies; and with a shared secret (net/auth.h)
  * the same calls go through the handshake.
  */
 #include <stdarg.h>
@@ -254,6 +255,7 @@ run_script(struct medha_pcli *p)
 	assert_int_equal(o.kind, MEDHA_PCLI_ACCEPTED);
 	assert_int_equal(o.cookie, 12);
 	assert_int_equal(o.handle, 2);
+	assert_string_equal(o.msg.accepted.id, "h2");
 	medha_pcli_out_clear(&o);
 	medha_pcli_cancel(p, 2);
 	for (t = medha_now(); !srv_cancelled(2) && medha_now() - t < 3;)
@@ -325,6 +327,26 @@ run_script(struct medha_pcli *p)
 	assert_int_equal(o.cookie, 14);
 	assert_int_equal(o.rc, MEDHA_ETIMEOUT);
 	medha_pcli_out_clear(&o);
+	/* 5. any other message, answered to its cookie; SUBMIT and POLL
+	   are the client's own */
+	{
+		struct medha_msg m = {.type = MEDHA_MSG_CANCEL, .cancel = 55};
+		char why[128];
+		assert_int_equal(medha_pcli_call(p, &m, 77, 3, why,
+		                     sizeof(why)),
+		    0);
+		take(p, &o);
+		assert_int_equal(o.kind, MEDHA_PCLI_ANSWER);
+		assert_int_equal(o.cookie, 77);
+		assert_int_equal(o.rc, 0);
+		assert_int_equal(o.msg.type, MEDHA_MSG_OK);
+		medha_pcli_out_clear(&o);
+		assert_int_equal(srv_cancelled(55), 1);
+		m.type = MEDHA_MSG_POLL;
+		assert_int_equal(medha_pcli_call(p, &m, 78, 3, why,
+		                     sizeof(why)),
+		    MEDHA_EINVAL);
+	}
 	assert_true(medha_pcli_connected(p));
 	assert_true(medha_now() - medha_pcli_last_ok(p) < 1);
 }
