@@ -351,13 +351,13 @@ run_script(struct medha_pcli *p)
 	assert_true(medha_now() - medha_pcli_last_ok(p) < 1);
 }
 
+/* A server, a client, the script, both closed. */
 static void
-test_script(void **state)
+script_run(void)
 {
 	struct medha_pcli *p;
 	char why[256];
 
-	(void)state;
 	srv_start();
 	assert_int_equal(medha_pcli_open(&p, url, NULL, NULL, why,
 	                     sizeof(why)),
@@ -367,12 +367,18 @@ test_script(void **state)
 	srv_stop();
 }
 
+static void
+test_script(void **state)
+{
+	(void)state;
+	script_run();
+}
+
 /* The same with a secret on both sides: every call after the
  * handshake. */
 static void
 test_secret(void **state)
 {
-	struct medha_pcli *p;
 	char path[128], why[256];
 	FILE *f;
 
@@ -384,13 +390,7 @@ test_secret(void **state)
 	fclose(f);
 	chmod(path, 0600);
 	assert_int_equal(medha_auth_load(path, why, sizeof(why)), 0);
-	srv_start();
-	assert_int_equal(medha_pcli_open(&p, url, NULL, NULL, why,
-	                     sizeof(why)),
-	    0);
-	run_script(p);
-	medha_pcli_close(p);
-	srv_stop();
+	script_run();
 	medha_auth_set(NULL, 0);
 	unlink(path);
 }

@@ -231,6 +231,18 @@ tick(struct medha_http *h, double now)
 	}
 }
 
+/* Every choice answered and ended (mu held): the request's end. */
+static void
+settle(struct medha_http *h, struct hreq *r)
+{
+	if (r->npend == 0 && r->nend == r->nup) {
+		r->up = U_DONE;
+		if (!r->failed && !r->gone && r->nend == r->nch)
+			finish(h, r);
+	}
+	http_maybe_reap(h, r);
+}
+
 /*
  * The answer o to a choice's SUBMIT (mu held): its handle, or the
  * request fails; once every choice is answered and has ended, the
@@ -277,12 +289,7 @@ on_answer(struct medha_http *h, struct medha_pcli_out *o)
 			    medha_msg_type_name(o->msg.type));
 		fail(h, r, &e);
 	}
-	if (r->npend == 0 && r->nend == r->nup) {
-		r->up = U_DONE;
-		if (!r->failed && !r->gone && r->nend == r->nch)
-			finish(h, r);
-	}
-	http_maybe_reap(h, r);
+	settle(h, r);
 }
 
 void *
@@ -443,12 +450,7 @@ submit(struct medha_http *h, struct hreq *r)
 	for (int i = 0; i < r->nch && !r->gone && !r->failed; i++)
 		if (submit1(h, r, i, &e) != 0)
 			fail(h, r, &e);
-	if (r->npend == 0 && r->nend == r->nup) {
-		r->up = U_DONE;
-		if (!r->failed && !r->gone && r->nend == r->nch)
-			finish(h, r);
-	}
-	http_maybe_reap(h, r);
+	settle(h, r);
 }
 
 void *
