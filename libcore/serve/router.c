@@ -215,6 +215,7 @@ place(struct medha_router *r, struct rreq *q)
 	if (i < 0)
 		return -1;
 	u = &r->up[i];
+	q->placed_n++;
 	if (rt_submit(r, u, q) != 0)
 		return -1;
 	q->rep = i;

@@ -31,6 +31,9 @@ struct rreq {
 	int64_t prompt;   /* prompt tokens (estimated for text) */
 	int64_t need;     /* KV tokens it needs: prompt + max_tokens */
 	int rep;          /* the replica it was sent to, or -1 */
+	uint32_t placed_n; /* times placed: its SUBMIT's cookie is
+	                      handle << 16 | placed_n % 65536, so that the
+	                      answer to an earlier one is not taken for it */
 	uint64_t up;      /* the replica's handle once accepted, else 0 */
 	uint64_t *tried;  /* bitmap of replicas tried */
 	struct medha_reqspec spec; /* kept until its first event, for a
@@ -127,7 +130,8 @@ void rt_cache_clear(struct rcache *c);
 
 /* router_up.c: the replicas */
 void rt_cancel_upstream(struct medha_router *r, int rep, uint64_t up);
-/* q to replica u: 0, or -1 (not sent: out of memory). */
+/* q to replica u (its placed_n counted first): 0, or -1 (not sent:
+ * out of memory). */
 int rt_submit(struct medha_router *r, struct up *u, struct rreq *q);
 void rt_take_inbox(struct medha_router *r);
 void rt_watch(struct medha_router *r);

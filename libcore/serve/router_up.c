@@ -147,7 +147,8 @@ rt_submit(struct medha_router *r, struct up *u, struct rreq *q)
 	char why[256];
 
 	(void)r;
-	if (medha_pcli_submit(u->pc, &q->spec, q->handle, DEAD, why,
+	if (medha_pcli_submit(u->pc, &q->spec,
+	        q->handle << 16 | (q->placed_n & 0xffffu), DEAD, why,
 	        sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "request %s: %s", q->id, why);
 		return -1;
@@ -203,12 +204,14 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 static void
 on_answer(struct medha_router *r, struct up *u, struct medha_pcli_out *o)
 {
-	struct rreq *q = medha_map_get(&r->reqs, o->cookie);
+	struct rreq *q = medha_map_get(&r->reqs, o->cookie >> 16);
 	const struct medha_msg *m = &o->msg;
 	char why[512];
 
-	if (q != NULL && q->rep != u->idx)
-		q = NULL; /* an answer from a replica given up on */
+	if (q != NULL && (q->rep != u->idx ||
+	                     (q->placed_n & 0xffffu) != (o->cookie & 0xffffu)))
+		q = NULL; /* an answer from a replica given up on, or to an
+		             earlier placement */
 	if (o->kind == MEDHA_PCLI_ACCEPTED && o->epoch == u->epoch) {
 		if (q == NULL) { /* ended meanwhile: the replica stops it */
 			rt_cancel_upstream(r, u->idx, o->handle);
