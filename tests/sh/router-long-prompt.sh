@@ -12,10 +12,12 @@
 # within twice the slowest alone plus 0.1 s (a loaded machine; on an
 # idle one they take about a millisecond, as alone); the CANCEL ends
 # the long request ("cancelled") within 0.1 s of being sent. Before
-# issue 38 the short ones waited seconds: the router's
-# sender waited on each SUBMIT's answer, and the replica answered the
+# issue 38 the short ones waited seconds: the router's sender waited on
+# each SUBMIT's answer, and the replica answered the
 # long prompt's only once tokenized (now it acknowledges a long text at
-# once and tokenizes a short one without waiting behind it). Needs
+# once and tokenizes a short one without waiting behind it: asked
+# directly, the replica's ACCEPTED of the long prompt comes in less than
+# half the time its "rejected" record takes). Needs
 # contrib/fetch-refs.sh (the tokenizer).
 . "$(dirname "$0")/lib.sh"
 need_model
@@ -27,6 +29,14 @@ mkdir -p "$tmp/logs"
 "$bin/medha-router" -l "ipc://$tmp/router.sock" -r "ipc://$tmp/r.sock" \
     2>"$tmp/logs/router.log" &
 wait_for "$tmp/logs/router.log" 'ready: ' 60
+# the replica itself acknowledges the long prompt before tokenizing it:
+# its ACCEPTED within a small part of the time to its record
+"$tools/long_prompt" "ipc://$tmp/r.sock" $((16 << 20)) --ack >"$tmp/ack"
+read -r _ ack rec status reason <"$tmp/ack"
+echo "router-long-prompt: the replica accepted 16 MB of text after" \
+    "$ack ms, its record ($status: $reason) came after $rec ms"
+[ "$status" = 1 ] && awk -v a="$ack" -v r="$rec" 'BEGIN { exit !(a >= 0 && a < r / 2) }' ||
+    { echo "not acknowledged before it was tokenized"; exit 1; }
 "$tools/long_prompt" "ipc://$tmp/router.sock" $((16 << 20)) >"$tmp/out" ||
     { cat "$tmp/out" "$tmp/logs/router.log"; exit 1; }
 python3 - "$tmp/out" <<'PY'

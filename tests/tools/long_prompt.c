@@ -1,6 +1,10 @@
 /*
  * long_prompt.c: a client of the protocol (net/pcli.h) for
- * tests/sh/router-long-prompt.sh. Usage: long_prompt ADDR BYTES.
+ * tests/sh/router-long-prompt.sh. Usage: long_prompt ADDR BYTES [--ack].
+ *
+ * With --ack: a text prompt of BYTES bytes alone; printed, "ack", the
+ * ms to its ACCEPTED (-1: refused) and to its record or refusal, the
+ * status (1: rejected) and the reason.
  *
  * Alone: five short text requests submitted at once (twice: the
  * second round counts). Then: a long
@@ -28,7 +32,7 @@
 struct req {
 	uint64_t handle;
 	double ttft; /* its record's: the router's clock */
-	double sent, first, end;
+	double sent, acc, first, end;
 	int status; /* its record's, or -1 */
 	char reason[256];
 };
@@ -71,6 +75,7 @@ pump(double s, int (*cond)(void))
 		if (q == NULL) {
 		} else if (o.kind == MEDHA_PCLI_ACCEPTED) {
 			q->handle = o.handle;
+			q->acc = t;
 			if (getenv("LP_DEBUG"))
 				fprintf(stderr, "accepted q%d after %.1f ms\n",
 				    (int)o.cookie, 1e3 * (t - q->sent));
@@ -127,8 +132,9 @@ main(int argc, char *argv[])
 	char *text;
 	int bad = 0;
 
-	if (argc != 3 || (big = strtoul(argv[2], NULL, 10)) < 1) {
-		fprintf(stderr, "usage: long_prompt ADDR BYTES\n");
+	if ((argc != 3 && (argc != 4 || strcmp(argv[3], "--ack") != 0)) ||
+	    (big = strtoul(argv[2], NULL, 10)) < 1) {
+		fprintf(stderr, "usage: long_prompt ADDR BYTES [--ack]\n");
 		return 2;
 	}
 	if ((text = malloc(big + 1)) == NULL)
@@ -153,6 +159,18 @@ main(int argc, char *argv[])
 			fprintf(stderr, "long_prompt: not ready\n");
 			return 1;
 		}
+	}
+	if (argc == 4) { /* the long prompt alone: when it is accepted */
+		submit(1, text, 1, 0);
+		want = 1;
+		pump(60, cond_end);
+		printf("ack %.1f %.1f %d %s\n",
+		    rq[1].acc > 0 ? 1e3 * (rq[1].acc - rq[1].sent) : -1,
+		    1e3 * (rq[1].end - rq[1].sent), rq[1].status, rq[1].reason);
+		medha_pcli_close(pc);
+		medha_pcli_close(pc2);
+		free(text);
+		return rq[1].status < 0;
 	}
 	/* alone: cookies 1..5, at once; the second round counts (the
 	   first warms the processes up) */
