@@ -395,6 +395,67 @@ test_roundtrip_all(void **state)
 		}
 }
 
+/* The msgpack type a SUBMIT of prompt text sends it as (STR: UTF-8,
+ * BIN: other bytes), and that it comes back as it was. */
+static int
+prompt_type(const char *text)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, out;
+	msgpack_unpacked u;
+	int type = -1;
+	void *buf;
+	size_t len;
+
+	snprintf(m.submit.id, sizeof(m.submit.id), "u");
+	m.submit.prompt = (char *)text;
+	m.submit.max_tokens = 1;
+	m.submit.sampling = medha_sampling_greedy;
+	assert_int_equal(medha_msg_encode(&m, &buf, &len, why, sizeof(why)),
+	    0);
+	msgpack_unpacked_init(&u);
+	assert_int_equal(msgpack_unpack_next(&u, buf, len, NULL),
+	    MSGPACK_UNPACK_SUCCESS);
+	msgpack_object_map *mp = &u.data.via.array.ptr[2].via.map;
+	for (uint32_t i = 0; i < mp->size; i++) {
+		msgpack_object_str *k = &mp->ptr[i].key.via.str;
+		if (k->size == 6 && memcmp(k->ptr, "prompt", 6) == 0)
+			type = mp->ptr[i].val.type;
+	}
+	msgpack_unpacked_destroy(&u);
+	take((struct blob){buf, len}, &out);
+	assert_string_equal(out.submit.prompt, text);
+	medha_msg_clear(&out);
+	return type;
+}
+
+/* UTF-8 checked eight ASCII bytes at a time, and the rest a character
+ * at a time: a bad byte anywhere makes the text bytes. */
+static void
+test_utf8_text(void **state)
+{
+	char s[64];
+
+	(void)state;
+	assert_int_equal(prompt_type("plain ascii, longer than eight"),
+	    MSGPACK_OBJECT_STR);
+	assert_int_equal(prompt_type("0123456789abcdef\xc3\xa9\xe2\x82\xac"
+	                             "0123456789\xf0\x9f\x99\x82"),
+	    MSGPACK_OBJECT_STR);
+	assert_int_equal(prompt_type("short\xc3\xa9"), MSGPACK_OBJECT_STR);
+	for (int at = 0; at < 20; at++) { /* a bad byte at every offset */
+		memset(s, 'a', 22);
+		s[22] = '\0';
+		s[at] = (char)0xff;
+		assert_int_equal(prompt_type(s), MSGPACK_OBJECT_BIN);
+		s[at] = (char)0xc3; /* a character cut short, then whole */
+		assert_int_equal(prompt_type(s), MSGPACK_OBJECT_BIN);
+		s[at + 1] = (char)0xa9;
+		assert_int_equal(prompt_type(s), MSGPACK_OBJECT_STR);
+	}
+	assert_int_equal(prompt_type("0123456789abcdef\xe2\x82"),
+	    MSGPACK_OBJECT_BIN); /* cut at the end */
+}
+
 static void
 test_roundtrip_values(void **state)
 {
@@ -1570,6 +1631,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_roundtrip_all),
 	    cmocka_unit_test(test_roundtrip_values),
+	    cmocka_unit_test(test_utf8_text),
 	    cmocka_unit_test(test_reject_frame),
 	    cmocka_unit_test(test_reject_oversize),
 	    cmocka_unit_test(test_reject_submit),

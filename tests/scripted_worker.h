@@ -16,9 +16,12 @@
  * keeps the batch it has, so that a test can act while requests are
  * surely in flight.
  *
- * The client (struct cl) submits, cancels, asks for STATUS and polls,
- * sorting the events it gets by handle: token ids, token events, the
- * record (taken over), and anything that comes after a record.
+ * The client (struct cl) is the protocol's client (net/pcli.h), which
+ * keeps a POLL outstanding: it submits, cancels and asks for STATUS,
+ * each call waiting for its answer, and sorts the events it takes by
+ * handle: token ids, token events, the record (taken over), and
+ * anything that comes after a record; the events the client dropped
+ * (for no request of its) are its strays.
  *
  *	struct sw w;
  *	struct medha_msg_hello h;
@@ -43,6 +46,7 @@
 #include "engine/backend_sim.h"
 #include "model/model.h"
 #include "net/link.h"
+#include "net/pcli.h"
 #include "net/proto.h"
 #include "req.h"
 
@@ -389,10 +393,12 @@ struct cl_req {
 };
 
 struct cl {
-	struct medha_cli *cli;
+	struct medha_pcli *pc;
 	struct cl_req req[SW_REQS];
 	int nreq;
 	int64_t strays; /* events for handles it does not follow */
+	int64_t dropped; /* of those, the client's drops counted */
+	uint64_t cookie; /* the last call's */
 };
 
 static int
@@ -401,7 +407,7 @@ cl_open(struct cl *c, const char *url)
 	char why[256];
 
 	memset(c, 0, sizeof(*c));
-	return medha_cli_open(&c->cli, url, 2, why, sizeof(why));
+	return medha_pcli_open(&c->pc, url, NULL, NULL, why, sizeof(why));
 }
 
 static void
@@ -409,8 +415,8 @@ cl_close(struct cl *c)
 {
 	for (int i = 0; i < c->nreq; i++)
 		medha_record_clear(&c->req[i].rec);
-	medha_cli_close(c->cli);
-	c->cli = NULL;
+	medha_pcli_close(c->pc);
+	c->pc = NULL;
 }
 
 static struct cl_req *
@@ -422,18 +428,79 @@ cl_req_of(struct cl *c, uint64_t h)
 	return NULL;
 }
 
-/* A call on context 0: the answer's type (rep: the caller's), or the
- * call's error. */
+/* An event for the request it names (taken over where kept). */
+static void
+cl_sort(struct cl *c, struct medha_msg_event *ev)
+{
+	struct cl_req *q = cl_req_of(c, ev->handle);
+
+	if (q == NULL) {
+		c->strays++;
+		return;
+	}
+	if (q->records > 0)
+		q->after_record++;
+	if (ev->kind == MEDHA_EVENT_TOKENS) {
+		q->token_events++;
+		for (int64_t k = 0; k < ev->n_ids; k++)
+			if (q->n_ids + k < SW_OUT)
+				q->ids[q->n_ids + k] = ev->ids[k];
+		q->n_ids += ev->n_ids;
+	} else if (ev->kind == MEDHA_EVENT_RECORD) {
+		if (q->records++ == 0) { /* taken over */
+			q->rec = *ev->record;
+			memset(ev->record, 0, sizeof(*ev->record));
+		}
+	}
+}
+
+/*
+ * What the client brings, within timeout s, until the answer of kind to
+ * call cookie (into *o, the caller's); the events meanwhile sorted. 0,
+ * or MEDHA_ETIMEOUT.
+ */
+static int
+cl_until(struct cl *c, int kind, uint64_t cookie, struct medha_pcli_out *o,
+    double timeout)
+{
+	double until = sw_now() + timeout;
+
+	while (sw_now() < until) {
+		if (!medha_pcli_take(c->pc, 0.05, o))
+			continue;
+		if (o->kind == MEDHA_PCLI_EVENT)
+			cl_sort(c, &o->ev);
+		else if ((o->kind == kind ||
+		             (kind == MEDHA_PCLI_ACCEPTED &&
+		                 o->kind == MEDHA_PCLI_REFUSED)) &&
+		    o->cookie == cookie)
+			return 0;
+		medha_pcli_out_clear(o);
+	}
+	return MEDHA_ETIMEOUT;
+}
+
+/* A call of m (not SUBMIT or POLL): the answer's type (rep: the
+ * caller's), or the call's error. */
 static int
 cl_call(struct cl *c, const struct medha_msg *m, struct medha_msg *rep)
 {
+	struct medha_pcli_out o;
 	char why[256];
 	int rc;
 
-	if ((rc = medha_cli_msg(c->cli, 0, m, rep, SW_TIMEOUT, why,
-	         sizeof(why))) != 0)
+	if ((rc = medha_pcli_call(c->pc, m, ++c->cookie, SW_TIMEOUT, why,
+	         sizeof(why))) != 0 ||
+	    (rc = cl_until(c, MEDHA_PCLI_ANSWER, c->cookie, &o,
+	         SW_TIMEOUT + 1)) != 0)
 		return rc;
-	return rep->type;
+	if ((rc = o.rc) == 0) {
+		*rep = o.msg;
+		memset(&o.msg, 0, sizeof(o.msg));
+		rc = rep->type;
+	}
+	medha_pcli_out_clear(&o);
+	return rc;
 }
 
 /*
@@ -443,25 +510,31 @@ cl_call(struct cl *c, const struct medha_msg *m, struct medha_msg *rep)
 static int
 cl_submit(struct cl *c, const struct medha_reqspec *rs, uint64_t *h, int *code)
 {
-	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
+	struct medha_pcli_out o;
+	char why[256];
 	int t;
 
-	m.submit = *rs;
 	*h = 0;
 	*code = 0;
-	if ((t = cl_call(c, &m, &rep)) < 0)
+	if ((t = medha_pcli_submit(c->pc, rs, ++c->cookie, SW_TIMEOUT, why,
+	         sizeof(why))) != 0 ||
+	    (t = cl_until(c, MEDHA_PCLI_ACCEPTED, c->cookie, &o,
+	         SW_TIMEOUT + 1)) != 0)
 		return t;
-	if (t == MEDHA_MSG_ACCEPTED) {
-		assert_string_equal(rep.accepted.id, rs->id);
-		*h = rep.accepted.handle;
+	if (o.kind == MEDHA_PCLI_ACCEPTED) {
+		t = MEDHA_MSG_ACCEPTED;
+		assert_string_equal(o.msg.accepted.id, rs->id);
+		*h = o.handle;
 		assert_null(cl_req_of(c, *h)); /* handles are unique */
 		assert_true(c->nreq < SW_REQS);
 		memset(&c->req[c->nreq], 0, sizeof(c->req[0]));
 		c->req[c->nreq++].handle = *h;
-	} else if (t == MEDHA_MSG_ERROR) {
-		*code = rep.error.code;
+	} else if ((t = o.rc) == 0) {
+		t = o.msg.type;
+		if (t == MEDHA_MSG_ERROR)
+			*code = o.msg.error.code;
 	}
-	medha_msg_clear(&rep);
+	medha_pcli_out_clear(&o);
 	return t;
 }
 
@@ -510,46 +583,25 @@ cl_status(struct cl *c, struct medha_msg_status *st)
 	return t == MEDHA_MSG_STATUS_REPLY ? 0 : -1;
 }
 
-/* One POLL on context 1, its events sorted: 0, or an error. */
+/* The events the client has (waiting up to a second for the first),
+ * sorted: 0, or MEDHA_ETIMEOUT when none came. */
 static int
 cl_poll(struct cl *c)
 {
-	struct medha_msg m = {.type = MEDHA_MSG_POLL}, rep;
-	char why[256];
-	int rc;
+	struct medha_pcli_out o;
+	int64_t dropped;
+	int n = 0;
 
-	if ((rc = medha_cli_msg(c->cli, 1, &m, &rep, SW_TIMEOUT, why,
-	         sizeof(why))) != 0)
-		return rc;
-	if (rep.type != MEDHA_MSG_EVENTS) {
-		medha_msg_clear(&rep);
-		return MEDHA_EPEER;
+	while (medha_pcli_take(c->pc, n == 0 ? 1 : 0, &o)) {
+		n++;
+		if (o.kind == MEDHA_PCLI_EVENT)
+			cl_sort(c, &o.ev);
+		medha_pcli_out_clear(&o);
 	}
-	for (int64_t i = 0; i < rep.events.n; i++) {
-		struct medha_msg_event *ev = &rep.events.ev[i];
-		struct cl_req *q = cl_req_of(c, ev->handle);
-
-		if (q == NULL) {
-			c->strays++;
-			continue;
-		}
-		if (q->records > 0)
-			q->after_record++;
-		if (ev->kind == MEDHA_EVENT_TOKENS) {
-			q->token_events++;
-			for (int64_t k = 0; k < ev->n_ids; k++)
-				if (q->n_ids + k < SW_OUT)
-					q->ids[q->n_ids + k] = ev->ids[k];
-			q->n_ids += ev->n_ids;
-		} else if (ev->kind == MEDHA_EVENT_RECORD) {
-			if (q->records++ == 0) { /* taken over */
-				q->rec = *ev->record;
-				memset(ev->record, 0, sizeof(*ev->record));
-			}
-		}
-	}
-	medha_msg_clear(&rep);
-	return 0;
+	medha_pcli_early(c->pc, &dropped);
+	c->strays += dropped - c->dropped;
+	c->dropped = dropped;
+	return n > 0 ? 0 : MEDHA_ETIMEOUT;
 }
 
 /* Poll until h has its record (or timeout s): it, or NULL. */

@@ -6,23 +6,25 @@
  * "prompt_tokens" asks for a made-up prompt of that length. The trace is
  * read as it is replayed, so `gen | replay | report` streams.
  *
- * Sixteen req contexts: the main thread submits (SUBMIT, answered
- * ACCEPTED or ERROR: a refused request is printed at once as a
- * "rejected" record) on up to fifteen at once, so that requests due
- * together arrive together (see struct sent); a second thread polls
- * (POLL, answered with record events: each request is submitted with
+ * One client of the protocol (net/pcli.h): the main thread submits each
+ * request when it is due without waiting for its answer, so that
+ * requests due together arrive together; a second thread takes what
+ * comes back: an ACCEPTED, or a refusal, printed at once as a "rejected"
+ * record; then the record event (each request is submitted with
  * "stream": false, as the records carry the output and no token is
- * printed before its request ends; token events too with --stream) and
- * prints the records. Every submitted request ends with exactly one
- * record: if the scheduler goes silent for longer than
- * MEDHA_PROTO_DEAD_MS, the requests still open get "failed" records.
+ * printed before its request ends; token events too with --stream).
+ * Every submitted request ends with exactly one record: if the
+ * scheduler goes silent for longer than MEDHA_PROTO_DEAD_MS, the
+ * requests still open get "failed" records.
  * Records are flushed one by one, so that a reader that stops reading
  * (`replay | head -1`) is seen at once: replay then submits nothing
  * more, cancels what is open and exits 1 with the write's error.
  */
 #include "medha-trace.h"
 
+#include "map.h"
 #include "net/link.h"
+#include "net/pcli.h"
 #include "net/proto.h"
 
 #include <errno.h>
@@ -34,25 +36,25 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A request submitted, its record not printed yet. */
 struct open_req {
-	uint64_t handle;
+	uint64_t handle; /* the scheduler's, once accepted; else 0 */
 	char id[MEDHA_ID_MAX];
 	double arrival;
 	int64_t prompt_tokens;
 };
 
 struct rp {
-	struct medha_cli *cli;
+	struct medha_pcli *pc;
 	struct medha_writer *w;
 	pthread_mutex_t mu;
 	int ids;        /* --token-ids: keep token_ids and text */
 	int text;       /* --text: keep text */
 	int input_done; /* every line submitted */
-	int64_t submitted, accepted, done, failed_submit;
-	struct open_req *open; /* accepted, no record yet */
-	int64_t nopen, cap;
-	struct medha_record *early; /* records that overtook their ACCEPTED */
-	int64_t nearly, early_cap;
+	int64_t submitted, done;
+	struct medha_map open; /* cookie (the line's number) -> open_req */
+	uint64_t lines;
+	double t0;      /* medha_now() at the start */
 	int lost;  /* the scheduler went away */
 	FILE *of;  /* the records' stream */
 	int wrerr; /* the first write's errno, or 0 */
@@ -106,58 +108,6 @@ record_for(struct rp *p, const char *id, double arrival, int64_t prompt,
 	emit(p, &rec);
 }
 
-/* 1 if handle was open (and is closed now), 0 if it was not. */
-static int
-close_open(struct rp *p, uint64_t handle)
-{
-	for (int64_t i = 0; i < p->nopen; i++)
-		if (p->open[i].handle == handle) {
-			p->open[i] = p->open[--p->nopen];
-			return 1;
-		}
-	return 0;
-}
-
-/*
- * A record for a handle not open (mutex held): its ACCEPTED may still be
- * on the way to the other thread, which looks here first. Taken over.
- */
-static void
-keep_early(struct rp *p, struct medha_record *rec)
-{
-	if (p->nearly == p->early_cap) {
-		int64_t ncap = p->early_cap ? 2 * p->early_cap : 16;
-		void *n = medha_reallocarray(p->early, (size_t)ncap,
-		    sizeof(*p->early));
-		if (n == NULL) {
-			medha_log(MEDHA_LOG_ERROR,
-			    "out of memory: record of %s lost", rec->id);
-			return;
-		}
-		p->early = n;
-		p->early_cap = ncap;
-	}
-	p->early[p->nearly++] = *rec;
-	rec->token_ids = NULL;
-	rec->logprobs = NULL;
-	rec->text = NULL;
-	memset(&rec->tbt, 0, sizeof(rec->tbt)); /* taken over too */
-}
-
-/* Its record if it came already (mutex held): 1 and written, else 0. */
-static int
-take_early(struct rp *p, uint64_t handle)
-{
-	for (int64_t i = 0; i < p->nearly; i++)
-		if (p->early[i].handle == handle) {
-			emit(p, &p->early[i]);
-			medha_record_clear(&p->early[i]);
-			p->early[i] = p->early[--p->nearly];
-			return 1;
-		}
-	return 0;
-}
-
 /*
  * Has the reader of the records gone (a pipe whose other end closed)?
  * Then the error is set (mutex held) without waiting for a record to
@@ -172,70 +122,86 @@ check_reader(struct rp *p)
 		p->wrerr = EPIPE;
 }
 
+/* Request cookie ends (mutex held): rec printed, or one made of
+ * status and reason. */
+static void
+end_req(struct rp *p, uint64_t cookie, struct medha_record *rec, int status,
+    const char *reason)
+{
+	struct open_req *q = medha_map_del(&p->open, cookie);
+
+	if (q == NULL)
+		return;
+	if (rec != NULL)
+		emit(p, rec);
+	else
+		record_for(p, q->id,
+		    status == MEDHA_STATUS_REJECTED ? medha_now() - p->t0
+		                                    : q->arrival,
+		    q->prompt_tokens, status, reason);
+	free(q);
+}
+
+/* The scheduler is silent (mutex held): every request open fails. */
+static void
+lose_all(struct rp *p)
+{
+	size_t it = 0;
+	uint64_t k;
+	void *v;
+
+	medha_log(MEDHA_LOG_ERROR, "scheduler lost: %lld requests fail",
+	    (long long)p->open.n);
+	while (medha_map_next(&p->open, &it, &k, &v)) {
+		struct open_req *q = v;
+		record_for(p, q->id, q->arrival, q->prompt_tokens,
+		    MEDHA_STATUS_FAILED, "scheduler lost");
+		free(q);
+	}
+	medha_map_free(&p->open);
+	memset(&p->open, 0, sizeof(p->open));
+	p->lost = 1;
+}
+
+/* What the client brings back, until every request has its record. */
 static void *
-poll_main(void *arg)
+take_main(void *arg)
 {
 	struct rp *p = arg;
-	struct medha_msg m = {.type = MEDHA_MSG_POLL}, rep;
-	double silent_since = 0;
-	char why[256];
+	struct medha_pcli_out o;
 
 	for (;;) {
-		pthread_mutex_lock(&p->mu);
-		if (p->input_done &&
-		    p->done >= p->accepted + p->failed_submit) {
-			pthread_mutex_unlock(&p->mu);
-			return NULL;
-		}
-		pthread_mutex_unlock(&p->mu);
-		if (medha_cli_msg(p->cli, 1, &m, &rep,
-		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
-			if (silent_since == 0)
-				silent_since = medha_now();
-			if (medha_now() - silent_since <
-			    MEDHA_PROTO_DEAD_MS / 1e3)
-				continue;
-			pthread_mutex_lock(&p->mu);
-			medha_log(MEDHA_LOG_ERROR,
-			    "scheduler lost (%s): %lld requests fail", why,
-			    (long long)p->nopen);
-			for (int64_t i = 0; i < p->nopen; i++)
-				record_for(p, p->open[i].id, p->open[i].arrival,
-				    p->open[i].prompt_tokens,
-				    MEDHA_STATUS_FAILED, "scheduler lost");
-			p->nopen = 0;
-			p->lost = 1;
-			pthread_mutex_unlock(&p->mu);
-			return NULL;
-		}
-		silent_since = 0;
-		if (rep.type != MEDHA_MSG_EVENTS) {
-			medha_log(MEDHA_LOG_WARN, "POLL answered with %s%s%s",
-			    medha_msg_type_name(rep.type),
-			    rep.type == MEDHA_MSG_ERROR ? ": " : "",
-			    rep.type == MEDHA_MSG_ERROR ? rep.error.reason
-			                                : "");
-			medha_msg_clear(&rep);
-			usleep(100000);
-			continue;
-		}
+		int got = medha_pcli_take(p->pc, 0.1, &o);
+		double ok = medha_pcli_last_ok(p->pc);
+		struct open_req *q;
+
 		pthread_mutex_lock(&p->mu);
 		check_reader(p);
-		for (int64_t i = 0; i < rep.events.n; i++) {
-			struct medha_msg_event *e = &rep.events.ev[i];
-			if (e->kind != MEDHA_EVENT_RECORD)
-				continue;
-			/* one record a request: not for one that already
-			   has one (refused after its SUBMIT timed out) */
-			if (close_open(p, e->handle))
-				emit(p, e->record);
-			else {
-				e->record->handle = e->handle;
-				keep_early(p, e->record);
-			}
-		}
+		if (got && o.kind == MEDHA_PCLI_ACCEPTED &&
+		    (q = medha_map_get(&p->open, o.cookie)) != NULL)
+			q->handle = o.handle;
+		else if (got && o.kind == MEDHA_PCLI_REFUSED) {
+			const char *reason = o.rc != 0 ? o.why
+			    : o.msg.type == MEDHA_MSG_ERROR
+			    ? o.msg.error.reason
+			    : "unexpected answer";
+			if ((q = medha_map_get(&p->open, o.cookie)) != NULL)
+				medha_log(MEDHA_LOG_INFO,
+				    "request %s refused: %s", q->id, reason);
+			end_req(p, o.cookie, NULL, MEDHA_STATUS_REJECTED,
+			    reason);
+		} else if (got && o.kind == MEDHA_PCLI_EVENT &&
+		    o.ev.kind == MEDHA_EVENT_RECORD)
+			end_req(p, o.cookie, o.ev.record, 0, NULL);
+		if (!got && medha_now() - (ok > p->t0 ? ok : p->t0) >
+		        MEDHA_PROTO_DEAD_MS / 1e3 && p->open.n > 0)
+			lose_all(p);
+		int over = p->input_done && p->open.n == 0;
 		pthread_mutex_unlock(&p->mu);
-		medha_msg_clear(&rep);
+		if (got)
+			medha_pcli_out_clear(&o);
+		if (over)
+			return NULL;
 	}
 }
 
@@ -245,10 +211,32 @@ poll_main(void *arg)
  * it waits for is said every 5 s on a terminal, so that a wrong
  * address is not a silent minute, nor one where nothing listens.
  */
+/* STATUS, a second at most, before anything is submitted: 0 and *rep
+ * (the caller's), or an error with why. */
+static int
+status_of(struct rp *p, struct medha_msg *rep, char *why, size_t whylen)
+{
+	struct medha_pcli_out o;
+
+	medha_pcli_status(p->pc, 1);
+	if (!medha_pcli_take(p->pc, 1.5, &o))
+		return medha_why(why, whylen, MEDHA_ETIMEOUT, "no answer");
+	if (o.rc != 0) {
+		medha_why(why, whylen, o.rc, "%s", o.why);
+		medha_pcli_out_clear(&o);
+		usleep(100000); /* not connected: the dialer's next try */
+		return MEDHA_EPEER;
+	}
+	*rep = o.msg;
+	memset(&o.msg, 0, sizeof(o.msg));
+	medha_pcli_out_clear(&o);
+	return 0;
+}
+
 static int
 wait_ready(struct rp *p, const char *addr, double wait)
 {
-	struct medha_msg m = {.type = MEDHA_MSG_STATUS}, rep;
+	struct medha_msg rep;
 	double t0 = medha_now(), until = t0 + (wait > 0 ? wait : 10);
 	double told = t0;
 	char why[256] = "";
@@ -261,8 +249,7 @@ wait_ready(struct rp *p, const char *addr, double wait)
 			    said ? "not ready" : "no answer", told - t0,
 			    until - t0);
 		}
-		if (medha_cli_msg(p->cli, 0, &m, &rep, 1, why, sizeof(why)) ==
-		    0) {
+		if (status_of(p, &rep, why, sizeof(why)) == 0) {
 			int ok = rep.type == MEDHA_MSG_STATUS_REPLY &&
 			    (rep.status.ready || wait == 0);
 			if (rep.type == MEDHA_MSG_STATUS_REPLY && !ok &&
@@ -276,7 +263,7 @@ wait_ready(struct rp *p, const char *addr, double wait)
 			if (ok)
 				return 0;
 			usleep(100000);
-		} else if (!medha_cli_connected(p->cli) &&
+		} else if (!medha_pcli_connected(p->pc) &&
 		    medha_link_refused(addr, &refused, why, sizeof(why))) {
 			medha_log(MEDHA_LOG_ERROR, "%s", why);
 			return 1;
@@ -329,91 +316,49 @@ in_order(const char *in, const struct medha_reqspec *rs, double *last,
 		*last = rs->arrival;
 }
 
-/* The output is gone: cancel every request still open (mutex not held). */
+/* The output is gone: cancel every request still open (mutex held). */
 static void
 cancel_open(struct rp *p)
 {
-	uint64_t *h = NULL;
-	int64_t n;
-	char why[256];
+	size_t it = 0;
+	uint64_t k;
+	void *v;
 
-	pthread_mutex_lock(&p->mu);
-	n = p->nopen;
-	if (n > 0 && (h = medha_reallocarray(NULL, (size_t)n,
-	                  sizeof(*h))) != NULL)
-		for (int64_t i = 0; i < n; i++)
-			h[i] = p->open[i].handle;
-	pthread_mutex_unlock(&p->mu);
-	for (int64_t i = 0; h != NULL && i < n; i++) {
-		struct medha_msg m = {.type = MEDHA_MSG_CANCEL}, rep;
-		m.cancel = h[i];
-		if (medha_cli_msg(p->cli, 0, &m, &rep,
-		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0)
-			break; /* the poller finds it lost */
-		medha_msg_clear(&rep);
-	}
-	free(h);
+	while (medha_map_next(&p->open, &it, &k, &v))
+		if (((struct open_req *)v)->handle != 0)
+			medha_pcli_cancel(p->pc, ((struct open_req *)v)->handle);
 }
 
-/*
- * A SUBMIT on its way. Requests due at once go out without waiting for
- * each other's answers (a replica busy computing may take milliseconds
- * to answer each; one after another, the last of a burst would arrive
- * that much later than its trace says), on up to SUBMITS contexts;
- * their answers are taken in the order they were sent.
- */
-#define SUBMITS 15 /* contexts 0 and 2..15 (1 polls) */
-
-/* The context of ring slot i: its own, for the whole run. */
-#define SLOT_CTX(i) ((i) == 0 ? 0 : (i) + 1)
-
-struct sent {
-	int ctx;
-	int rc; /* the send's error, 0 if it went */
-	char why[256];
-	char id[MEDHA_ID_MAX];
-	double arrival;
-	int64_t prompt_tokens;
-};
-
-/* Take the answer to s and account for it. */
-static void
-submitted(struct rp *p, struct sent *s, double t0)
+/* Submit rs as the next line, now: 0, or 1 after its record (it cannot
+ * be sent). */
+static int
+submit(struct rp *p, const struct medha_reqspec *rs, int stream)
 {
-	struct medha_msg rep;
-	int rc = s->rc;
+	struct medha_reqspec m = *rs; /* borrowed */
+	struct open_req *q = calloc(1, sizeof(*q));
+	uint64_t cookie;
+	char why[256];
 
-	if (rc == 0)
-		rc = medha_cli_msg_wait(p->cli, s->ctx, &rep, s->why,
-		    sizeof(s->why));
+	if (q == NULL)
+		die(1, "out of memory");
+	memcpy(q->id, rs->id, MEDHA_ID_MAX);
+	q->arrival = rs->arrival;
+	q->prompt_tokens = rs->prompt_tokens;
+	m.no_stream = !stream; /* it prints only records */
 	pthread_mutex_lock(&p->mu);
+	cookie = ++p->lines;
+	if (medha_map_put(&p->open, cookie, q) != 0)
+		die(1, "out of memory");
 	p->submitted++;
-	if (rc != 0 || rep.type != MEDHA_MSG_ACCEPTED) {
-		const char *reason = rc != 0      ? s->why
-		    : rep.type == MEDHA_MSG_ERROR ? rep.error.reason
-		                                  : "unexpected answer";
-		medha_log(MEDHA_LOG_INFO, "request %s refused: %s", s->id,
-		    reason);
-		p->failed_submit++;
-		record_for(p, s->id, medha_now() - t0, s->prompt_tokens,
-		    MEDHA_STATUS_REJECTED, reason);
-	} else if (p->accepted++, !take_early(p, rep.accepted.handle)) {
-		if (p->nopen == p->cap) {
-			int64_t ncap = p->cap ? 2 * p->cap : 256;
-			void *n = medha_reallocarray(p->open, (size_t)ncap,
-			    sizeof(*p->open));
-			if (n == NULL)
-				die(1, "out of memory");
-			p->open = n;
-			p->cap = ncap;
-		}
-		p->open[p->nopen++] = (struct open_req){rep.accepted.handle, "",
-		    s->arrival, s->prompt_tokens};
-		memcpy(p->open[p->nopen - 1].id, s->id, MEDHA_ID_MAX);
-	}
 	pthread_mutex_unlock(&p->mu);
-	if (rc == 0)
-		medha_msg_clear(&rep);
+	if (medha_pcli_submit(p->pc, &m, cookie, MEDHA_PROTO_DEAD_MS / 1e3,
+	        why, sizeof(why)) == 0)
+		return 0;
+	medha_log(MEDHA_LOG_INFO, "request %s refused: %s", rs->id, why);
+	pthread_mutex_lock(&p->mu);
+	end_req(p, cookie, NULL, MEDHA_STATUS_REJECTED, why);
+	pthread_mutex_unlock(&p->mu);
+	return 1;
 }
 
 enum { OPT_SPEED = 256, OPT_IDS, OPT_STREAM, OPT_TEXT, OPT_WAIT };
@@ -433,19 +378,6 @@ static const struct medha_help replay_help[] = {
     {"--secret-file FILE", "the replica's shared secret ($MEDHA_SECRET_FILE)"},
     {"file", "the trace to submit (default: stdin)"},
 };
-
-/* Records that came before their SUBMIT was seen sent, and never were:
-   not ours after all. */
-static void
-drop_early(struct rp *p)
-{
-	for (int64_t i = 0; i < p->nearly; i++) {
-		medha_log(MEDHA_LOG_WARN, "record for %s, not submitted: ignored",
-		    p->early[i].id);
-		medha_record_clear(&p->early[i]);
-	}
-	free(p->early);
-}
 
 int
 trace_replay(int argc, char *argv[])
@@ -467,12 +399,10 @@ trace_replay(int argc, char *argv[])
 	struct medha_trace_in *t;
 	struct medha_reqspec rs;
 	const char *addr = NULL, *out = NULL, *in = NULL;
-	double speed = 1, wait = 60, t0, last = 0;
+	double speed = 1, wait = 60, last = 0;
 	int64_t back = 0;
 	FILE *f = stdin, *of;
-	pthread_t poller;
-	struct sent fl[SUBMITS]; /* in flight: a ring from head */
-	int nfl = 0, head = 0;
+	pthread_t taker;
 	char why[512];
 	int ch, rc, status = 0, stream = 0;
 
@@ -519,50 +449,34 @@ trace_replay(int argc, char *argv[])
 	p.of = of;
 	signal(SIGPIPE, SIG_IGN);
 	link_auth();
-	if (medha_cli_open(&p.cli, addr, SUBMITS + 1, why, sizeof(why)) != 0) {
+	if (medha_pcli_open(&p.pc, addr, NULL, NULL, why, sizeof(why)) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "%s", why);
 		return 2;
 	}
 	pthread_mutex_init(&p.mu, NULL);
 	p.progress = isatty(STDERR_FILENO);
 	if (wait_ready(&p, addr, wait) != 0) {
-		medha_cli_close(p.cli);
+		medha_pcli_close(p.pc);
 		return 1;
 	}
-	pthread_create(&poller, NULL, poll_main, &p);
-	t0 = medha_now();
+	p.t0 = medha_now();
+	pthread_create(&taker, NULL, take_main, &p);
 	memset(&rs, 0, sizeof(rs));
 	while ((rc = medha_trace_next(t, &rs)) == 1) {
-		struct medha_msg m = {.type = MEDHA_MSG_SUBMIT};
-		double at = t0 + rs.arrival / speed;
-		struct sent *s;
+		double at = p.t0 + rs.arrival / speed;
 
 		if (wait_until(&p, 0) != 0) /* gone already? */
 			break;
 		in_order(in, &rs, &last, &back);
-		/* not due yet: the answers first, then wait for its time;
-		   every context busy: the oldest answer first */
-		for (; nfl > 0 && (at > medha_now() || nfl == SUBMITS);
-		     nfl--, head = (head + 1) % SUBMITS)
-			submitted(&p, &fl[head], t0);
 		if (wait_until(&p, at) != 0)
 			break;
-		s = &fl[(head + nfl) % SUBMITS];
-		s->ctx = SLOT_CTX((head + nfl) % SUBMITS);
-		nfl++;
-		memcpy(s->id, rs.id, MEDHA_ID_MAX);
-		s->arrival = rs.arrival;
-		s->prompt_tokens = rs.prompt_tokens;
-		m.submit = rs;
-		m.submit.no_stream = !stream; /* it prints only records */
-		s->rc = medha_cli_msg_send(p.cli, s->ctx, &m,
-		    MEDHA_PROTO_DEAD_MS / 1e3, s->why, sizeof(s->why));
+		submit(&p, &rs, stream);
 		medha_reqspec_clear(&rs);
 	}
-	for (; nfl > 0; nfl--, head = (head + 1) % SUBMITS)
-		submitted(&p, &fl[head], t0);
+	pthread_mutex_lock(&p.mu);
 	if (p.wrerr) /* nobody reads the records: nothing left to wait for */
 		cancel_open(&p);
+	pthread_mutex_unlock(&p.mu);
 	if (back > 1)
 		medha_log(MEDHA_LOG_WARN,
 		    "%lld requests arrived before the one before them",
@@ -576,15 +490,14 @@ trace_replay(int argc, char *argv[])
 	pthread_mutex_lock(&p.mu);
 	p.input_done = 1;
 	pthread_mutex_unlock(&p.mu);
-	pthread_join(poller, NULL);
+	pthread_join(taker, NULL);
 	if (p.progress)
 		fputc('\n', stderr);
 	medha_trace_close(t);
 	if (f != stdin)
 		fclose(f);
-	medha_cli_close(p.cli);
-	free(p.open);
-	drop_early(&p);
+	medha_pcli_close(p.pc);
+	medha_map_free(&p.open);
 	if (p.wrerr) { /* the first error, not what the close says after */
 		out_finish(of, p.w);
 		medha_log(MEDHA_LOG_ERROR, "%s: write error: %s",

@@ -6,10 +6,12 @@
  *
  *   - a request body is read with an aio of our own (bounded in size and
  *     time), then parsed (http_api.c) in its callback;
- *   - the sender thread makes the SUBMIT and CANCEL calls to the router
- *     (ctx 0) and frees what has ended;
- *   - the poller thread keeps a POLL outstanding (ctx 1): its events
- *     carry the tokens and records of every HTTP request at once.
+ *   - the sender thread fits a prompt to the model's context, submits
+ *     it through the router's client (net/pcli.h, which keeps a POLL
+ *     outstanding and waits for no answer) and frees what has ended;
+ *   - the taker thread takes what the client brings back: the answers
+ *     to the SUBMITs and the events, whose tokens and records are
+ *     those of every HTTP request at once.
  *
  * A non-streaming request keeps nng's handler aio until its record comes
  * and is then answered through the server (keep-alive is kept). A
@@ -24,7 +26,8 @@
  * then is the request freed (nothing is left behind in the router).
  *
  * One mutex (h->mu) guards every request's state; nng's callbacks, the
- * two threads and medha_http_close() take it. I/O is only started under
+ * two threads and medha_http_close() take it (and call the client under
+ * it, which never calls back). I/O is only started under
  * it (nng completes aios on its own threads, never in the caller).
  */
 #include "serve/http_impl.h"
@@ -519,7 +522,8 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 		medha_http_close(h);
 		return rc;
 	}
-	if ((rc = medha_cli_open(&h->cli, c->upstream, 2, why, whylen)) != 0) {
+	if ((rc = medha_pcli_open(&h->pc, c->upstream, NULL, NULL, why,
+	         whylen)) != 0) {
 		medha_http_close(h);
 		return rc;
 	}
@@ -549,7 +553,7 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 		    "cannot start a thread");
 	}
 	h->threads = 1;
-	if (pthread_create(&h->poller, NULL, http_poller_main, h) != 0) {
+	if (pthread_create(&h->taker, NULL, http_taker_main, h) != 0) {
 		medha_http_close(h);
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "cannot start a thread");
@@ -612,12 +616,10 @@ medha_http_close(struct medha_http *h)
 		}
 	pthread_cond_broadcast(&h->cv);
 	pthread_mutex_unlock(&h->mu);
-	if (h->cli != NULL)
-		medha_cli_abort(h->cli);
 	if (h->threads > 0)
 		pthread_join(h->sender, NULL);
 	if (h->threads > 1)
-		pthread_join(h->poller, NULL);
+		pthread_join(h->taker, NULL);
 	/* what is left is ours alone, but for nng's callbacks */
 	pthread_mutex_lock(&h->mu);
 	for (r = h->all; r != NULL; r = r->next)
@@ -636,13 +638,10 @@ medha_http_close(struct medha_http *h)
 		nng_http_server_release(h->srv);
 	if (h->url != NULL)
 		nng_url_free(h->url);
-	medha_cli_close(h->cli);
+	medha_pcli_close(h->pc);
 	medha_tok_close(h->tok);
-	for (int i = 0; i < h->nearly; i++)
-		medha_msg_event_clear(&h->early[i].ev);
-	free(h->early);
-	free(h->cancels);
 	medha_map_free(&h->live);
+	medha_map_free(&h->subs);
 	pthread_cond_destroy(&h->cv);
 	pthread_mutex_destroy(&h->mu);
 	free(h);

@@ -2,7 +2,8 @@
  * http_impl.h: what the HTTP front door's files share (http.c: the
  * routes, their requests and the life cycle; http_stream.c: answers
  * through the server, a request's lifetime and its SSE stream;
- * http_up.c: the sender and poller threads that talk to the router).
+ * http_up.c: the sender and taker threads that talk to the router
+ * through its client, net/pcli.h).
  * Not for use outside serve/http*.c.
  */
 #ifndef MEDHA_HTTP_IMPL_H
@@ -12,6 +13,7 @@
 
 #include "map.h"
 #include "net/link.h"
+#include "net/pcli.h"
 #include "net/proto.h"
 
 #include <nng/nng.h>
@@ -78,11 +80,14 @@ struct hreq {
 	   cache computes its KV once), choice i prompt i / q.n's with seed
 	   seed + i % q.n where a seed is given */
 	int nch;                   /* asked for */
-	int nup;                   /* accepted, handles[0..nup) */
+	uint64_t cookie0;          /* choice i's name for the client:
+	                              cookie0 + i */
+	int npend;                 /* submitted, not answered yet */
+	int nup;                   /* accepted */
 	int nend;                  /* of those, ended (their record came) */
-	int submitting;            /* the sender is submitting the rest */
 	int failed;                /* one failed: the others are cancelled */
-	uint64_t handles[MEDHA_OAI_MAX_CHOICES]; /* the router's */
+	uint64_t handles[MEDHA_OAI_MAX_CHOICES]; /* the router's, by
+	                                            choice; 0 until accepted */
 	struct medha_record *recs[MEDHA_OAI_MAX_CHOICES]; /* ended, kept until the
 	                                               last (whole answers) */
 	int gone;        /* its client went away */
@@ -92,19 +97,13 @@ struct hreq {
 	struct buf wr;   /* those tx is writing */
 };
 
-/* An event that came before its request's ACCEPTED was read. */
-struct early {
-	double since;
-	struct medha_msg_event ev;
-};
-
 struct medha_http {
 	struct medha_http_config cfg;
 	nng_url *url;
 	nng_http_server *srv;
 	nng_http_handler *hd;
 	int port;
-	struct medha_cli *cli;
+	struct medha_pcli *pc;                /* the router's client */
 	struct medha_tok *tok;               /* from cfg.model, or NULL */
 	int64_t ctx_len;                     /* its context length, or 0 */
 	char model_id[MEDHA_PROTO_NAME_MAX]; /* cfg.model's basename, or "" */
@@ -112,17 +111,16 @@ struct medha_http {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* work for the sender */
 	int quit;
-	pthread_t sender, poller;
+	pthread_t sender, taker;
 	int threads;
 	/* under mu */
 	struct hreq *all;          /* every request not yet reaped */
 	struct hreq *sq, *sq_tail; /* to submit */
 	struct hreq *reap;         /* to free */
-	uint64_t *cancels;         /* handles to cancel */
-	int ncancel, cancel_cap;
 	struct medha_map live; /* handle -> hreq */
-	struct early *early;
-	int nearly, early_cap;
+	struct medha_map subs; /* a choice's cookie -> hreq, until its
+	                          SUBMIT is answered */
+	uint64_t next_cookie;
 	uint64_t seq;
 	struct medha_http_stats st;
 };
@@ -151,7 +149,7 @@ void http_tx_cb(void *arg);
 
 /* http_up.c: the router's side */
 uint64_t http_mix(uint64_t z);
-void *http_poller_main(void *arg);
+void *http_taker_main(void *arg);
 void *http_sender_main(void *arg);
 
 /* http.c */

@@ -187,20 +187,7 @@ http_req_free(struct medha_http *h, struct hreq *r)
 void
 http_push_cancel(struct medha_http *h, uint64_t handle)
 {
-	if (h->ncancel == h->cancel_cap) {
-		int ncap = h->cancel_cap ? 2 * h->cancel_cap : 64;
-		void *n = medha_reallocarray(h->cancels, (size_t)ncap,
-		    sizeof(*h->cancels));
-		if (n == NULL) { /* it runs to its end: bounded */
-			medha_log(MEDHA_LOG_ERROR,
-			    "http: out of memory cancelling a request");
-			return;
-		}
-		h->cancels = n;
-		h->cancel_cap = ncap;
-	}
-	h->cancels[h->ncancel++] = handle;
-	pthread_cond_signal(&h->cv);
+	medha_pcli_cancel(h->pc, handle);
 }
 
 /* r's client is gone (mu held): cancel it upstream; its record ends it. */
@@ -211,8 +198,8 @@ http_on_gone(struct medha_http *h, struct hreq *r)
 		return;
 	r->gone = 1;
 	r->out.n = 0;
-	for (int i = 0; i < r->nup; i++)
-		if (r->recs[i] == NULL)
+	for (int i = 0; i < r->nch; i++)
+		if (r->handles[i] != 0 && r->recs[i] == NULL)
 			http_push_cancel(h, r->handles[i]);
 	medha_log(MEDHA_LOG_INFO, "http: %s: client went away", r->id);
 	http_maybe_reap(h, r);

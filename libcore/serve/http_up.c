@@ -1,9 +1,11 @@
 /*
- * http_up.c: the HTTP front door's side of the router (serve/http.c):
- * the sender thread makes the SUBMIT and CANCEL calls (ctx 0) and frees
- * what has ended; the poller thread keeps a POLL outstanding (ctx 1),
- * whose events carry the tokens and records of every HTTP request at
- * once. Events that overtake their request's ACCEPTED wait for it.
+ * http_up.c: the HTTP front door's side of the router (serve/http.c),
+ * through the router's client (net/pcli.h): the sender thread fits each
+ * request to the model's context and submits its choices, all at once,
+ * and frees what has ended; the taker thread takes the answers (a
+ * choice accepted, or refused) and the events, which carry the tokens
+ * and records of every HTTP request, a request's only after its
+ * ACCEPTED. A CANCEL is the client's to send, from any thread.
  */
 #include "serve/http_impl.h"
 
@@ -22,7 +24,7 @@ http_mix(uint64_t z)
 static int
 choice_of(const struct hreq *r, uint64_t handle)
 {
-	for (int i = 0; i < r->nup; i++)
+	for (int i = 0; i < r->nch; i++)
 		if (r->handles[i] == handle)
 			return i;
 	return -1;
@@ -57,8 +59,8 @@ fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
 	if (r->failed)
 		return;
 	r->failed = 1;
-	for (int i = 0; i < r->nup; i++)
-		if (r->recs[i] == NULL)
+	for (int i = 0; i < r->nch; i++)
+		if (r->handles[i] != 0 && r->recs[i] == NULL)
 			http_push_cancel(h, r->handles[i]);
 	if (r->gone)
 		return;
@@ -136,7 +138,7 @@ on_record(struct medha_http *h, struct hreq *r, int i,
 	r->recs[i] = rec;
 	r->nend++;
 	medha_map_del(&h->live, r->handles[i]);
-	if (!r->submitting && r->nend == r->nup)
+	if (r->npend == 0 && r->nend == r->nup)
 		r->up = U_DONE;
 	if (r->gone || r->failed) {
 		http_maybe_reap(h, r);
@@ -204,73 +206,15 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 	r->cur_idx = 0;
 }
 
-static void
-early_add(struct medha_http *h, struct medha_msg_event *ev)
-{
-	if (h->nearly == h->early_cap) {
-		int ncap = h->early_cap ? 2 * h->early_cap : 16;
-		void *n = medha_reallocarray(h->early, (size_t)ncap,
-		    sizeof(*h->early));
-		if (n == NULL) {
-			medha_msg_event_clear(ev);
-			return;
-		}
-		h->early = n;
-		h->early_cap = ncap;
-	}
-	h->early[h->nearly].since = medha_now();
-	h->early[h->nearly++].ev = *ev;
-	memset(ev, 0, sizeof(*ev));
-}
-
-/* Events that waited for handle's ACCEPTED, in order (mu held). */
-static void
-early_claim(struct medha_http *h, struct hreq *r, uint64_t handle)
-{
-	for (int i = 0; i < h->nearly;) {
-		if (h->early[i].ev.handle != handle) {
-			i++;
-			continue;
-		}
-		struct medha_msg_event ev = h->early[i].ev;
-		memmove(&h->early[i], &h->early[i + 1],
-		    (size_t)(h->nearly - i - 1) * sizeof(*h->early));
-		h->nearly--;
-		if (medha_map_get(&h->live, handle) == r)
-			on_event(h, r, &ev);
-		medha_msg_event_clear(&ev);
-	}
-}
-
-/* Events for no request of ours, waiting too long: let go (mu held). */
-static void
-early_prune(struct medha_http *h)
-{
-	double t = medha_now();
-
-	for (int i = 0; i < h->nearly;) {
-		if (t - h->early[i].since <= 3 * DEAD) {
-			i++;
-			continue;
-		}
-		medha_log(MEDHA_LOG_WARN,
-		    "http: event for unknown request %llx dropped",
-		    (unsigned long long)h->early[i].ev.handle);
-		if (h->early[i].ev.kind != MEDHA_EVENT_RECORD)
-			http_push_cancel(h, h->early[i].ev.handle);
-		medha_msg_event_clear(&h->early[i].ev);
-		h->early[i] = h->early[--h->nearly];
-	}
-}
-
 /*
- * After each POLL (a second at most), mu held: a stream the router has
+ * Every TICK s at least (mu held): a stream the router has
  * accepted gets its status line and headers HEAD_AFTER s after it came,
  * token or not, so that a client's read timeout does not run out during
  * a long prefill (a refusal quicker than that is still an HTTP error),
  * and an open stream silent for cfg.keepalive s gets an SSE comment.
  */
 #define HEAD_AFTER 0.5
+#define TICK 0.1
 
 static void
 tick(struct medha_http *h, double now)
@@ -287,46 +231,98 @@ tick(struct medha_http *h, double now)
 	}
 }
 
+/* Every choice answered and ended (mu held): the request's end. */
+static void
+settle(struct medha_http *h, struct hreq *r)
+{
+	if (r->npend == 0 && r->nend == r->nup) {
+		r->up = U_DONE;
+		if (!r->failed && !r->gone && r->nend == r->nch)
+			finish(h, r);
+	}
+	http_maybe_reap(h, r);
+}
+
+/*
+ * The answer o to a choice's SUBMIT (mu held): its handle, or the
+ * request fails; once every choice is answered and has ended, the
+ * request's end.
+ */
+static void
+on_answer(struct medha_http *h, struct medha_pcli_out *o)
+{
+	struct hreq *r = medha_map_del(&h->subs, o->cookie);
+	struct medha_oai_error e;
+	int i;
+
+	if (r == NULL) { /* cannot be: every cookie is in subs */
+		if (o->kind == MEDHA_PCLI_ACCEPTED)
+			http_push_cancel(h, o->handle);
+		return;
+	}
+	i = (int)(o->cookie - r->cookie0);
+	r->npend--;
+	if (o->kind == MEDHA_PCLI_ACCEPTED) {
+		if (medha_map_put(&h->live, o->handle, r) != 0) {
+			http_push_cancel(h, o->handle);
+			medha_oai_error_set(&e, 500, "server_error", NULL,
+			    NULL, "out of memory");
+			fail(h, r, &e);
+		} else {
+			r->handles[i] = o->handle;
+			r->nup++;
+			r->up = U_LIVE;
+			if (r->gone || r->failed)
+				http_push_cancel(h, o->handle);
+		}
+	} else {
+		if (o->rc != 0)
+			medha_oai_error_set(&e, 503, "server_error",
+			    "service_unavailable", NULL,
+			    "the router did not answer: %s", o->why);
+		else if (o->msg.type == MEDHA_MSG_ERROR)
+			medha_oai_error_submit(&e, o->msg.error.code,
+			    o->msg.error.reason);
+		else
+			medha_oai_error_set(&e, 500, "server_error", NULL,
+			    NULL, "the router answered %s",
+			    medha_msg_type_name(o->msg.type));
+		fail(h, r, &e);
+	}
+	settle(h, r);
+}
+
 void *
-http_poller_main(void *arg)
+http_taker_main(void *arg)
 {
 	struct medha_http *h = arg;
-	struct medha_msg m = {.type = MEDHA_MSG_POLL}, rep;
-	char why[256];
+	struct medha_pcli_out o;
+	double ticked = 0;
 
 	for (;;) {
-		int quit;
+		int got = medha_pcli_take(h->pc, TICK, &o);
+		double t = medha_now();
 		pthread_mutex_lock(&h->mu);
-		quit = h->quit;
-		pthread_mutex_unlock(&h->mu);
-		if (quit)
+		if (h->quit) {
+			pthread_mutex_unlock(&h->mu);
+			if (got)
+				medha_pcli_out_clear(&o);
 			return NULL;
-		if (medha_cli_msg(h->cli, 1, &m, &rep, DEAD, why,
-		        sizeof(why)) != 0) {
-			if (!medha_cli_connected(h->cli))
-				usleep(50000);
-			continue;
 		}
-		if (rep.type != MEDHA_MSG_EVENTS) {
-			medha_log(MEDHA_LOG_WARN, "http: POLL answered with %s",
-			    medha_msg_type_name(rep.type));
-			medha_msg_clear(&rep);
-			usleep(100000);
-			continue;
-		}
-		pthread_mutex_lock(&h->mu);
-		for (int64_t i = 0; i < rep.events.n; i++) {
-			struct medha_msg_event *ev = &rep.events.ev[i];
-			struct hreq *r = medha_map_get(&h->live, ev->handle);
+		if (got && o.kind == MEDHA_PCLI_EVENT) {
+			struct hreq *r = medha_map_get(&h->live, o.handle);
 			if (r != NULL)
-				on_event(h, r, ev);
-			else
-				early_add(h, ev);
+				on_event(h, r, &o.ev);
+		} else if (got && (o.kind == MEDHA_PCLI_ACCEPTED ||
+		               o.kind == MEDHA_PCLI_REFUSED))
+			on_answer(h, &o);
+		if (t - ticked >= TICK) {
+			tick(h, t);
+			ticked = t;
 		}
-		early_prune(h);
-		tick(h, medha_now());
 		pthread_mutex_unlock(&h->mu);
-		medha_msg_clear(&rep);
+		if (got)
+			medha_pcli_out_clear(&o);
 	}
 }
 
@@ -388,66 +384,50 @@ fit_context(struct medha_http *h, struct hreq *r, const char *text,
 }
 
 /*
- * Submit r's choice i (called unlocked, returns with mu held): 0 once
- * the router accepted it, else an HTTP status with *e set. Its prompt
- * is prompt i / n's, its seed the request's + i % n; its id the
+ * Submit r's choice i (mu held, let go while the client encodes it): 0,
+ * its answer to come to the taker, else an HTTP status with *e set. Its
+ * prompt is prompt i / n's, its seed the request's + i % n; its id the
  * request's, "-i" after it past the first.
  */
 static int
 submit1(struct medha_http *h, struct hreq *r, int i, struct medha_oai_error *e)
 {
-	struct medha_msg m = {.type = MEDHA_MSG_SUBMIT}, rep;
+	struct medha_reqspec rs = r->q.spec; /* borrowed */
+	uint64_t cookie = r->cookie0 + (uint64_t)i;
 	char why[256];
-	uint64_t hd;
 	int rc, n1 = r->q.n > 1 ? r->q.n : 1;
 
-	m.submit = r->q.spec; /* borrowed */
 	if (r->q.n_prompts > 0) {
 		const struct medha_oai_prompt *p = &r->q.prompts[i / n1];
-		m.submit.prompt = p->text;
-		m.submit.prompt_ids = p->ids;
-		m.submit.prompt_tokens = p->n_ids;
+		rs.prompt = p->text;
+		rs.prompt_ids = p->ids;
+		rs.prompt_tokens = p->n_ids;
 	}
 	/* a response that is not a stream is made from the record alone */
-	m.submit.no_stream = !r->q.stream;
-	m.submit.sampling.seed += (uint64_t)(i % n1);
+	rs.no_stream = !r->q.stream;
+	rs.sampling.seed += (uint64_t)(i % n1);
 	if (i > 0)
-		snprintf(m.submit.id, sizeof(m.submit.id), "%.48s-%d", r->id,
-		    i);
-	rc = medha_cli_msg(h->cli, 0, &m, &rep, DEAD, why, sizeof(why));
-	pthread_mutex_lock(&h->mu);
-	if (rc != 0)
-		return medha_oai_error_set(e, 503, "server_error",
-		    "service_unavailable", NULL,
-		    "the router did not answer: %s", why);
-	if (rep.type == MEDHA_MSG_ERROR)
-		medha_oai_error_submit(e, rep.error.code, rep.error.reason);
-	else if (rep.type != MEDHA_MSG_ACCEPTED)
-		medha_oai_error_set(e, 500, "server_error", NULL, NULL,
-		    "the router answered %s", medha_msg_type_name(rep.type));
-	if (rep.type != MEDHA_MSG_ACCEPTED) {
-		medha_msg_clear(&rep);
-		return e->status;
-	}
-	hd = rep.accepted.handle;
-	medha_msg_clear(&rep);
-	if (medha_map_put(&h->live, hd, r) != 0) {
-		http_push_cancel(h, hd);
+		snprintf(rs.id, sizeof(rs.id), "%.48s-%d", r->id, i);
+	if (medha_map_put(&h->subs, cookie, r) != 0)
 		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
 		    "out of memory");
-	}
-	r->handles[r->nup++] = hd;
-	r->up = U_LIVE;
-	if (r->gone)
-		http_push_cancel(h, hd);
-	early_claim(h, r, hd);
-	return 0;
+	r->npend++; /* r stays while an answer is due */
+	pthread_mutex_unlock(&h->mu); /* a long prompt takes a while */
+	rc = medha_pcli_submit(h->pc, &rs, cookie, DEAD, why, sizeof(why));
+	pthread_mutex_lock(&h->mu);
+	if (rc == 0)
+		return 0;
+	medha_map_del(&h->subs, cookie);
+	r->npend--;
+	return medha_oai_error_set(e, 503, "server_error",
+	    "service_unavailable", NULL, "the router did not answer: %s", why);
 }
 
 /*
- * Submit r's choices to the router, one after another (the first's
- * prompt is computed once: the others wait for its blocks and fork from
- * them); their answers decide what follows. Returns with mu held.
+ * Submit r's choices to the router, in order and without waiting for
+ * their answers (the first's prompt is computed once: the others wait
+ * for its blocks and fork from them); the answers, taken by the taker
+ * thread, decide what follows. Returns with mu held.
  */
 static void
 submit(struct medha_http *h, struct hreq *r)
@@ -465,26 +445,18 @@ submit(struct medha_http *h, struct hreq *r)
 	pthread_mutex_lock(&h->mu);
 	if (rc != 0)
 		fail(h, r, &e);
-	r->submitting = 1;
-	for (int i = 0; i < r->nch && !r->gone && !r->failed; i++) {
-		pthread_mutex_unlock(&h->mu);
-		if (submit1(h, r, i, &e) != 0) /* locks */
+	r->cookie0 = h->next_cookie + 1;
+	h->next_cookie += (uint64_t)r->nch;
+	for (int i = 0; i < r->nch && !r->gone && !r->failed; i++)
+		if (submit1(h, r, i, &e) != 0)
 			fail(h, r, &e);
-	}
-	r->submitting = 0;
-	if (r->nend == r->nup) {
-		r->up = U_DONE;
-		if (!r->failed && !r->gone && r->nend == r->nch)
-			finish(h, r);
-	}
-	http_maybe_reap(h, r);
+	settle(h, r);
 }
 
 void *
 http_sender_main(void *arg)
 {
 	struct medha_http *h = arg;
-	char why[256];
 
 	pthread_mutex_lock(&h->mu);
 	for (;;) {
@@ -498,16 +470,6 @@ http_sender_main(void *arg)
 		}
 		if (h->quit)
 			break;
-		if (h->ncancel > 0) {
-			struct medha_msg m = {.type = MEDHA_MSG_CANCEL}, rep;
-			m.cancel = h->cancels[--h->ncancel];
-			pthread_mutex_unlock(&h->mu);
-			if (medha_cli_msg(h->cli, 0, &m, &rep, DEAD, why,
-			        sizeof(why)) == 0)
-				medha_msg_clear(&rep);
-			pthread_mutex_lock(&h->mu);
-			continue;
-		}
 		if ((r = h->sq) != NULL) {
 			h->sq = r->qnext;
 			if (h->sq == NULL)

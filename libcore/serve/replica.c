@@ -5,7 +5,8 @@
  * are events, a worker's READY or RESULT until there is a batch), and
  * each pass answers what has been held too long. The scheduler core
  * decides what runs; the replica only moves tokens between the core, the
- * workers (replica_work.c) and the clients.
+ * workers (replica_work.c) and the clients (a request's arrival:
+ * replica_submit.c).
  *
  * Per request (struct lreq) it keeps what the core does not: the prompt's
  * token ids, the client's connection, the sampling parameters and stop
@@ -40,6 +41,8 @@ rep_lreq_get(const struct medha_replica *r, uint64_t h)
 {
 	size_t slot = (size_t)(h & 0xffffffffu);
 
+	if (slot == PRE_SLOT)
+		return medha_map_get(&r->by_ch, h);
 	if (slot >= r->slots || r->by_slot[slot] == NULL ||
 	    r->by_slot[slot]->handle != h)
 		return NULL;
@@ -152,7 +155,7 @@ rep_send_tokens(struct medha_replica *r, struct lreq *q, int final)
 		upto = q->text_sent;
 	if (q->n_out == q->ids_sent && upto == q->text_sent)
 		return;
-	ev.handle = q->handle;
+	ev.handle = q->ch;
 	ev.n_ids = q->n_out - q->ids_sent;
 	if (ev.n_ids > 0 &&
 	    (ev.ids = medha_reallocarray(NULL, (size_t)ev.n_ids,
@@ -218,7 +221,7 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 			ev.record->text = strdup("");
 		q->out = NULL;
 		q->text = NULL;
-		ev.handle = q->handle;
+		ev.handle = ev.record->handle = q->ch;
 		medha_clients_push(&r->f.clients, q->peer, &ev);
 	} else
 		medha_record_clear(rec);
@@ -228,6 +231,8 @@ finalize(struct medha_replica *r, struct medha_record *rec)
 	if (q->started && !r->prefix)
 		rep_free_later(r, rep_wname(r, q->handle), 0);
 	r->by_slot[q->handle & 0xffffffffu] = NULL;
+	if (q->ch != q->handle)
+		medha_map_del(&r->by_ch, q->ch);
 	r->f.live--;
 	r->held -= q->held;
 	rep_lreq_free(q);
@@ -257,30 +262,6 @@ append_text(struct lreq *q, const char *s, size_t n)
 	q->text_len += n;
 	q->text[q->text_len] = '\0';
 	return 0;
-}
-
-/*
- * min_tokens's ban (model/sample.h): the request's stop token ids in the
- * vocabulary and the end-of-generation tokens (up to MEDHA_BAN_MAX in
- * all), as vLLM's all_stop_token_ids, ignore_eos or not; none when
- * simulating (no logits to mask).
- */
-static void
-ban_ids(const struct medha_replica *r, struct lreq *q)
-{
-	struct medha_sampler_params *sp = &q->sp;
-
-	sp->n_ban = 0;
-	if (sp->min_tokens <= 0 || r->sim)
-		return;
-	for (int i = 0; i < q->n_stop_ids; i++)
-		if (q->stop_ids[i] < r->vocab)
-			sp->ban[sp->n_ban++] = q->stop_ids[i];
-	for (int32_t id = 0; r->tok != NULL && id < r->vocab &&
-	     sp->n_ban < MEDHA_BAN_MAX;
-	     id++)
-		if (medha_tok_is_eog(r->tok, id))
-			sp->ban[sp->n_ban++] = id;
 }
 
 /*
@@ -356,383 +337,6 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 	return 0;
 }
 
-/* ---- client requests ---- */
-
-/* q into the core; its ids (none when made up) lent for the prefix
-   cache */
-static int
-core_arrive(struct medha_replica *r, struct medha_reqspec *rs, struct lreq *q)
-{
-	int rc;
-
-	rs->prompt_ids = q->ids;
-	rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle);
-	rs->prompt_ids = NULL; /* q's */
-	return rc;
-}
-
-/*
- * q's prompt from rs: the ids given (taken over), the text tokenized,
- * or a made-up one of prompt_tokens; -1 after answering call with why
- * not.
- */
-static int
-prompt_of(struct medha_replica *r, struct medha_srv_call *call,
-    struct medha_reqspec *rs, struct lreq *q)
-{
-	size_t n = 0;
-	int rc;
-
-	if (rs->prompt_ids != NULL) {
-		q->ids = rs->prompt_ids;
-		rs->prompt_ids = NULL;
-		q->n_prompt = rs->prompt_tokens;
-	} else if (rs->prompt != NULL) {
-		if (r->tok == NULL) {
-			medha_srv_error(r->f.srv, call, MEDHA_EUNSUP,
-			    "no tokenizer for %s: send prompt_ids or "
-			    "prompt_tokens",
-			    r->model);
-			return -1;
-		}
-		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
-		    MEDHA_TOK_DEFAULT, &q->ids, &n);
-		if (rc != 0) {
-			medha_srv_error(r->f.srv, call, rc, "tokenizing: %s",
-			    medha_strerror(rc));
-			return -1;
-		}
-		q->n_prompt = (int64_t)n;
-	} else {
-		/* made up below, so never more than the KV cache holds: a
-		 * bigger one could never run, and would cost its size */
-		int64_t kv = medha_sched_group_capacity(r->core) *
-		    medha_sched_block_size(r->core);
-		q->n_prompt = rs->prompt_tokens;
-		if (q->n_prompt / r->pred.kvp > kv) {
-			medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
-			    "a prompt of %lld tokens: more than the replica's "
-			    "KV cache holds (%lld per group)",
-			    (long long)q->n_prompt, (long long)kv);
-			return -1;
-		}
-		/* a made-up prompt keeps no ids (rep_prompt_ids): the
-		   same ids for the same request id */
-		uint64_t z = 1469598103934665603ULL;
-		for (const char *s = rs->id; *s != '\0'; s++)
-			z = (z ^ (unsigned char)*s) * 1099511628211ULL;
-		q->made_up = z;
-	}
-	if (q->n_prompt < 1) {
-		medha_srv_error(r->f.srv, call, MEDHA_EINVAL, "the prompt is empty");
-		return -1;
-	}
-	return 0;
-}
-
-/*
- * The rest of a SUBMIT once q has its prompt: its checks, the core's
- * arrival and ACCEPTED on call; q is freed on a refusal.
- */
-static void
-submit_finish(struct medha_replica *r, struct medha_srv_call *call,
-    uint32_t peer, struct medha_reqspec *rs, struct lreq *q)
-{
-	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
-	struct medha_client *c;
-	int rc;
-
-	if ((c = medha_clients_find(&r->f.clients, peer, 1)) == NULL) {
-		medha_srv_error(r->f.srv, call, MEDHA_ENOMEM, "out of memory");
-		goto fail;
-	}
-	/* the ids a client gave (or a text made) are held while the
-	   request lives: bounded in bytes as well as in count */
-	q->held = q->ids != NULL ? q->n_prompt * (int64_t)sizeof(*q->ids) : 0;
-	if (q->held > r->cfg.max_queue_bytes - r->held) {
-		medha_srv_error(r->f.srv, call, MEDHA_ENOSPACE,
-		    "overloaded: a prompt of %lld bytes of ids, %lld held "
-		    "for requests in flight (at most %lld)",
-		    (long long)q->held, (long long)r->held,
-		    (long long)r->cfg.max_queue_bytes);
-		goto fail;
-	}
-	for (int64_t i = 0; q->ids != NULL && i < q->n_prompt; i++)
-		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
-			medha_srv_error(r->f.srv, call, MEDHA_EINVAL,
-			    "prompt_ids[%lld] = %d: outside the vocabulary "
-			    "(%d)",
-			    (long long)i, q->ids[i], r->vocab);
-			goto fail;
-		}
-	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - q->n_prompt) {
-		medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
-		    "%lld prompt + %lld output tokens exceed the model's "
-		    "context of %lld",
-		    (long long)q->n_prompt, (long long)rs->max_tokens,
-		    (long long)r->ctx_len);
-		goto fail;
-	}
-	memcpy(q->id, rs->id, sizeof(q->id));
-	q->peer = peer;
-	q->sp = rs->sampling;
-	q->ignore_eos = rs->ignore_eos;
-	q->no_stream = rs->no_stream;
-	for (int i = 0; i < rs->n_stop; i++) {
-		q->stop[i] = rs->stop[i];
-		rs->stop[i] = NULL;
-		if (strlen(q->stop[i]) > q->stop_max)
-			q->stop_max = strlen(q->stop[i]);
-	}
-	q->n_stop = rs->n_stop;
-	rs->n_stop = 0;
-	q->n_stop_ids = rs->n_stop_ids;
-	memcpy(q->stop_ids, rs->stop_ids, sizeof(q->stop_ids));
-	ban_ids(r, q);
-	rs->prompt_tokens = q->n_prompt;
-	rs->arrival = now_s(r);
-	if ((rc = core_arrive(r, rs, q)) != 0) {
-		medha_srv_error(r->f.srv, call, rc, "%s", medha_strerror(rc));
-		goto fail;
-	}
-	{
-		size_t slot = (size_t)(q->handle & 0xffffffffu);
-		if (slot >= r->slots) {
-			size_t ns = r->slots ? r->slots : 256;
-			while (ns <= slot)
-				ns *= 2;
-			void *p = medha_reallocarray(r->by_slot, ns,
-			    sizeof(*r->by_slot));
-			if (p == NULL) {
-				medha_sched_cancel(r->core, q->handle,
-				    "out of memory", now_s(r));
-				medha_srv_error(r->f.srv, call, MEDHA_ENOMEM,
-				    "out of memory");
-				rep_drain_records(r);
-				goto fail;
-			}
-			r->by_slot = p;
-			memset(r->by_slot + r->slots, 0,
-			    (ns - r->slots) * sizeof(*r->by_slot));
-			r->slots = ns;
-		}
-		r->by_slot[slot] = q;
-	}
-	r->f.live++;
-	r->held += q->held;
-	c->live++;
-	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
-	m.accepted.handle = q->handle;
-	medha_srv_msg(r->f.srv, call, &m);
-	rep_drain_records(r); /* rejected at once: its record follows */
-	return;
-fail:
-	rep_lreq_free(q);
-}
-
-
-/* ---- the tokenizer's thread ---- */
-
-#define TOK_PENDING_MAX 256 /* text prompts waiting for the tokenizer */
-
-/*
- * Whether a text prompt's bytes may fit what the context holds: no
- * token is longer than the longest piece, so a text longer than the
- * room's worth of them cannot, and is refused before any tokenizing
- * (a 60 MiB SUBMIT held the replica 5.3 s). 0, or -1 after answering.
- */
-static int
-text_fits(struct medha_replica *r, struct medha_srv_call *call,
-    const struct medha_reqspec *rs)
-{
-	size_t len = strlen(rs->prompt);
-	int64_t room = r->ctx_len > 0 ? r->ctx_len - rs->max_tokens
-	                              : medha_sched_group_capacity(r->core) *
-	        medha_sched_block_size(r->core) * r->pred.kvp;
-
-	if (room < 1)
-		room = 1;
-	if ((double)len <= (double)room * (double)r->max_piece + 64)
-		return 0;
-	medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
-	    "a text prompt of %zu bytes cannot fit: room for %lld prompt "
-	    "tokens of at most %zu bytes each",
-	    len, (long long)room, r->max_piece);
-	return -1;
-}
-
-static void *
-tok_main(void *arg)
-{
-	struct medha_replica *r = arg;
-	struct tok_job *j;
-
-	pthread_mutex_lock(&r->tok_mu);
-	for (;;) {
-		while (r->tin == NULL && !r->tok_quit)
-			pthread_cond_wait(&r->tok_cv, &r->tok_mu);
-		if (r->tok_quit)
-			break;
-		j = r->tin;
-		if ((r->tin = j->next) == NULL)
-			r->tin_tail = NULL;
-		pthread_mutex_unlock(&r->tok_mu);
-		j->rc = medha_tok_encode(r->tok, j->rs.prompt,
-		    strlen(j->rs.prompt), MEDHA_TOK_DEFAULT, &j->q->ids, &j->n);
-		pthread_mutex_lock(&r->tok_mu);
-		j->next = r->tdone;
-		r->tdone = j;
-		medha_srv_wake(r->f.srv);
-	}
-	pthread_mutex_unlock(&r->tok_mu);
-	return NULL;
-}
-
-/* The SUBMIT's text to the tokenizer's thread: 0, or -1 answered. */
-static int
-tok_queue(struct medha_replica *r, struct medha_srv_ev *ev,
-    struct medha_reqspec *rs, struct lreq *q)
-{
-	struct tok_job *j = calloc(1, sizeof(*j));
-
-	if (j == NULL || (!r->tok_started &&
-	                     pthread_create(&r->tok_thr, NULL, tok_main, r) != 0)) {
-		free(j);
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
-		    "out of memory");
-		return -1;
-	}
-	r->tok_started = 1;
-	j->q = q;
-	j->call = ev->call;
-	j->peer = ev->peer;
-	j->rs = *rs; /* taken over: the caller clears what is left */
-	rs->prompt = NULL;
-	rs->prompt_ids = NULL;
-	for (int i = 0; i < MEDHA_STOP_MAX; i++)
-		rs->stop[i] = NULL;
-	rs->n_stop = 0;
-	r->tok_pending++;
-	pthread_mutex_lock(&r->tok_mu);
-	if (r->tin_tail != NULL)
-		r->tin_tail->next = j;
-	else
-		r->tin = j;
-	r->tin_tail = j;
-	pthread_cond_signal(&r->tok_cv);
-	pthread_mutex_unlock(&r->tok_mu);
-	return 0;
-}
-
-void
-rep_tok_collect(struct medha_replica *r)
-{
-	struct tok_job *j, *done;
-
-	if (!r->tok_started)
-		return;
-	pthread_mutex_lock(&r->tok_mu);
-	done = r->tdone;
-	r->tdone = NULL;
-	pthread_mutex_unlock(&r->tok_mu);
-	for (; done != NULL; done = j) {
-		j = done->next;
-		r->tok_pending--;
-		if (done->rc != 0) {
-			medha_srv_error(r->f.srv, done->call, done->rc,
-			    "tokenizing: %s", medha_strerror(done->rc));
-			rep_lreq_free(done->q);
-		} else if (r->f.drain.on || r->core == NULL) {
-			medha_srv_error(r->f.srv, done->call, MEDHA_EUNSUP,
-			    "shutting down: not accepting requests");
-			rep_lreq_free(done->q);
-		} else {
-			done->q->n_prompt = (int64_t)done->n;
-			if (done->q->n_prompt < 1)
-				medha_srv_error(r->f.srv, done->call,
-				    MEDHA_EINVAL, "the prompt is empty");
-			if (done->q->n_prompt < 1)
-				rep_lreq_free(done->q);
-			else
-				submit_finish(r, done->call, done->peer,
-				    &done->rs, done->q);
-		}
-		medha_reqspec_clear(&done->rs);
-		free(done);
-	}
-}
-
-/* Stop the thread; jobs not done are dropped, their calls unanswered. */
-static void
-tok_stop(struct medha_replica *r)
-{
-	struct tok_job *l[2], *j;
-
-	if (!r->tok_started)
-		return;
-	pthread_mutex_lock(&r->tok_mu);
-	r->tok_quit = 1;
-	pthread_cond_signal(&r->tok_cv);
-	pthread_mutex_unlock(&r->tok_mu);
-	pthread_join(r->tok_thr, NULL);
-	l[0] = r->tin;
-	l[1] = r->tdone;
-	for (int k = 0; k < 2; k++)
-		for (; l[k] != NULL; l[k] = j) {
-			j = l[k]->next;
-			rep_lreq_free(l[k]->q);
-			medha_reqspec_clear(&l[k]->rs);
-			free(l[k]);
-		}
-	r->tin = r->tin_tail = r->tdone = NULL;
-	r->tok_started = 0;
-}
-
-static void
-on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
-{
-	struct medha_replica *r = arg;
-	struct lreq *q;
-
-	if (r->f.drain.on) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
-		    "shutting down: not accepting requests");
-		return;
-	}
-	if (r->core == NULL) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
-		    "not ready: %d of %d workers connected", r->nworkers,
-		    r->cfg.workers);
-		return;
-	}
-	if (r->f.live + r->tok_pending >= r->cfg.max_queue) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
-		    "overloaded: %lld requests in flight",
-		    (long long)(r->f.live + r->tok_pending));
-		return;
-	}
-	if ((q = calloc(1, sizeof(*q))) == NULL) {
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
-		return;
-	}
-	if (rs->prompt != NULL && r->tok != NULL) {
-		if (r->tok_pending >= TOK_PENDING_MAX)
-			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
-			    "overloaded: %d text prompts wait for the "
-			    "tokenizer", TOK_PENDING_MAX);
-		else if (text_fits(r, ev->call, rs) == 0 &&
-		    tok_queue(r, ev, rs, q) == 0)
-			return;
-		rep_lreq_free(q);
-		return;
-	}
-	if (prompt_of(r, ev->call, rs, q) != 0) {
-		rep_lreq_free(q);
-		return;
-	}
-	submit_finish(r, ev->call, ev->peer, rs, q);
-}
-
 static int
 on_cancel(void *arg, uint32_t peer, uint64_t h)
 {
@@ -741,7 +345,12 @@ on_cancel(void *arg, uint32_t peer, uint64_t h)
 
 	if (q == NULL || q->peer != peer)
 		return MEDHA_ENOTFOUND;
-	medha_sched_cancel(r->core, h, "cancelled by its client", now_s(r));
+	if (q->handle == 0) { /* tokenizing: it ends when that is over */
+		q->cancelled = 1;
+		return 0;
+	}
+	medha_sched_cancel(r->core, q->handle, "cancelled by its client",
+	    now_s(r));
 	rep_drain_records(r);
 	return 0;
 }
@@ -802,6 +411,7 @@ on_client_gone(void *arg, uint32_t peer)
 		    now_s(r));
 		n++;
 	}
+	n += rep_pre_cancel(r, peer, 0);
 	rep_drain_records(r);
 	return n;
 }
@@ -816,6 +426,7 @@ cancel_all(void *arg)
 		if (r->by_slot[s] != NULL)
 			medha_sched_cancel(r->core, r->by_slot[s]->handle,
 			    "scheduler stopped", now_s(r));
+	rep_pre_cancel(r, 0, 1);
 	rep_drain_records(r);
 }
 
@@ -830,7 +441,7 @@ activity(void *arg)
 static const struct medha_front_ops ops = {
     .name = "scheduler",
     .take_at_once = TAKE_AT_ONCE,
-    .submit = on_submit,
+    .submit = rep_on_submit,
     .cancel = on_cancel,
     .status = on_status,
     .other = rep_on_other,
@@ -909,7 +520,7 @@ medha_replica_close(struct medha_replica *r)
 {
 	if (r == NULL)
 		return;
-	tok_stop(r);
+	rep_tok_stop(r);
 	pthread_mutex_destroy(&r->tok_mu);
 	pthread_cond_destroy(&r->tok_cv);
 	for (int i = 0; i < r->cfg.workers; i++) {
@@ -929,6 +540,7 @@ medha_replica_close(struct medha_replica *r)
 			rep_lreq_free(r->by_slot[s]);
 	free(r->by_slot);
 	medha_map_free(&r->wname);
+	medha_map_free(&r->by_ch);
 	free(r->w);
 	medha_sched_free(r->core);
 	if (r->have_pred)

@@ -26,7 +26,12 @@
 /* ---- state ---- */
 
 struct lreq {
-	uint64_t handle;
+	uint64_t handle; /* the core's; 0 while its text is tokenized */
+	uint64_t ch;     /* the client's: the core's, or one given when its
+	                    SUBMIT was acknowledged before its text was
+	                    tokenized (rep_lreq_get finds it by either) */
+	int cancelled;   /* cancelled while its text was tokenized */
+	double t_sub;    /* when its SUBMIT came (now_s) */
 	uint32_t peer; /* the client's connection */
 	char id[MEDHA_ID_MAX];
 	int32_t *ids; /* (n_prompt) the prompt; NULL: made up (rep_made_up) */
@@ -60,13 +65,13 @@ struct lreq {
 };
 
 /*
- * A text prompt on its way through the tokenizer's thread (replica.c):
- * the SUBMIT's call is held meanwhile, and the main thread, which forms
- * batches and answers heartbeats, never tokenizes.
+ * A long text prompt on its way through the tokenizer's thread
+ * (replica.c): its SUBMIT was acknowledged already, and the main
+ * thread, which forms batches and answers heartbeats, never tokenizes
+ * one.
  */
 struct tok_job {
 	struct lreq *q; /* made at SUBMIT; its ids come back here */
-	struct medha_srv_call *call;
 	uint32_t peer;
 	struct medha_reqspec rs; /* taken over from the SUBMIT */
 	int rc;                  /* the tokenizer's */
@@ -150,6 +155,9 @@ struct medha_replica {
 	pthread_cond_t tok_cv;
 	struct tok_job *tin, *tin_tail, *tdone;
 	int64_t tok_pending;
+	struct medha_map by_ch; /* a client's handle given before its text
+	                           was tokenized -> its lreq */
+	uint32_t tok_seq;       /* the last such handle's */
 	uint64_t bseq;
 	int64_t served, batches;
 	/* preemption (sched.h, MEDHA_KVOP_MOVE): the workers' name of the
@@ -176,6 +184,10 @@ answer_type(struct medha_replica *r, struct medha_srv_call *call, int type)
 	medha_srv_msg(r->f.srv, call, &m);
 }
 
+/* The slot of the handles given to clients before the core had their
+ * requests (their text was being tokenized): no core slot is ever it. */
+#define PRE_SLOT 0xffffffffu
+
 /* replica.c: requests */
 /* The request of handle h, or NULL. */
 struct lreq *rep_lreq_get(const struct medha_replica *r, uint64_t h);
@@ -183,8 +195,16 @@ void rep_lreq_free(struct lreq *q);
 /* Free (keep 0) or trim sequence h on every worker, once each has been
  * sent the last batch formed. */
 void rep_free_later(struct medha_replica *r, uint64_t h, int64_t keep);
-/* Text prompts tokenized since the last pass, on to their SUBMIT. */
+/* replica_submit.c: a SUBMIT (front op) */
+void rep_on_submit(void *arg, struct medha_srv_ev *ev,
+    struct medha_reqspec *rs);
+/* Text prompts tokenized since the last pass, on to the core. */
 void rep_tok_collect(struct medha_replica *r);
+/* Stop the tokenizer's thread; its jobs are dropped. */
+void rep_tok_stop(struct medha_replica *r);
+/* The requests of peer (all: of every peer) whose text is being
+ * tokenized: cancelled as that ends; how many. */
+int rep_pre_cancel(struct medha_replica *r, uint32_t peer, int all);
 /* The workers' name of the core's sequence h (rep_wname). */
 uint64_t rep_wname(const struct medha_replica *r, uint64_t h);
 /* n ids of q's prompt from position at into out, made up or given; past

@@ -1,7 +1,9 @@
 /*
  * router.c: medha-router (router.h). The main thread serves the clients'
  * socket (serve/front.c's loop) and owns every request and every
- * decision; the replicas' threads only carry messages (router_up.c).
+ * decision; each replica's client (net/pcli.h) carries the messages to
+ * it and back, and wakes the main thread when something came
+ * (router_up.c).
  *
  * A client's SUBMIT is answered at once: ERROR if the router is
  * stopping or full, else ACCEPTED with the router's handle (the request
@@ -209,18 +211,13 @@ place(struct medha_router *r, struct rreq *q)
 	int64_t hit;
 	int i = choose(r, q, &hit);
 	struct up *u;
-	struct op *o;
 
 	if (i < 0)
 		return -1;
-	if ((o = calloc(1, sizeof(*o))) == NULL ||
-	    medha_reqspec_copy(&o->spec, &q->spec) != 0) {
-		free(o);
-		return -1;
-	}
 	u = &r->up[i];
-	o->kind = OP_SUBMIT;
-	o->rh = q->handle;
+	q->placed_n++;
+	if (rt_submit(r, u, q) != 0)
+		return -1;
 	q->rep = i;
 	q->sent = medha_now() - r->t0;
 	q->tried[i / 64] |= 1ull << (i % 64);
@@ -235,7 +232,6 @@ place(struct medha_router *r, struct rreq *q)
 		                               : MEDHA_KV_BLOCK) /
 		        MEDHA_KV_BLOCK);
 	r->cache_placed += hit > 0;
-	rt_enqueue(r, u, o);
 	return 0;
 }
 
@@ -501,6 +497,13 @@ static const struct medha_front_ops ops = {
     .activity = activity,
 };
 
+/* A replica's client has news: the main thread's loop takes it. */
+static void
+wake(void *arg)
+{
+	medha_srv_wake(arg);
+}
+
 int
 medha_router_open(struct medha_router **rp,
     const struct medha_router_config *c, char *why, size_t whylen)
@@ -527,7 +530,6 @@ medha_router_open(struct medha_router **rp,
 	}
 	r->cfg = *c;
 	r->t0 = medha_now();
-	pthread_mutex_init(&r->mu, NULL);
 	pthread_mutex_init(&r->mmu, NULL);
 	if ((rc = medha_srv_open(&srv, c->listen, why, whylen)) != 0) {
 		medha_router_close(r);
@@ -541,31 +543,12 @@ medha_router_open(struct medha_router **rp,
 		u->url = c->replicas[i];
 		r->met.rep[i].url = u->url;
 		u->s_per_tok = 1e-3;
-		{
-			pthread_condattr_t ca;
-			pthread_condattr_init(&ca);
-			pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-			pthread_cond_init(&u->cv, &ca);
-			pthread_condattr_destroy(&ca);
-		}
 		r->nup = i + 1;
-		if ((rc = medha_cli_open(&u->cli, u->url, 2, why, whylen)) !=
-		    0) {
+		if ((rc = medha_pcli_open(&u->pc, u->url, wake, srv, why,
+		         whylen)) != 0) {
 			medha_router_close(r);
 			return rc;
 		}
-		if (pthread_create(&u->sender, NULL, rt_sender_main, u) != 0) {
-			medha_router_close(r);
-			return medha_why(why, whylen, MEDHA_ENOMEM,
-			    "cannot start a thread");
-		}
-		u->threads = 1;
-		if (pthread_create(&u->poller, NULL, rt_poller_main, u) != 0) {
-			medha_router_close(r);
-			return medha_why(why, whylen, MEDHA_ENOMEM,
-			    "cannot start a thread");
-		}
-		u->threads = 2;
 	}
 	*rp = r;
 	return 0;
@@ -601,42 +584,14 @@ medha_router_close(struct medha_router *r)
 	size_t it = 0;
 	uint64_t key;
 	void *v;
-	struct note *n;
 
 	if (r == NULL)
 		return;
-	pthread_mutex_lock(&r->mu);
-	r->quit = 1;
-	for (int i = 0; i < r->nup; i++)
-		pthread_cond_signal(&r->up[i].cv);
-	pthread_mutex_unlock(&r->mu);
-	for (int i = 0; i < r->nup; i++)
-		if (r->up[i].cli != NULL)
-			medha_cli_abort(r->up[i].cli);
 	for (int i = 0; i < r->nup; i++) {
 		struct up *u = &r->up[i];
-		if (u->threads > 0)
-			pthread_join(u->sender, NULL);
-		if (u->threads > 1)
-			pthread_join(u->poller, NULL);
-		medha_cli_close(u->cli);
-		while (u->ops != NULL) {
-			struct op *o = u->ops;
-			u->ops = o->next;
-			rt_op_free(o);
-		}
-		for (int k = 0; k < u->norph; k++)
-			medha_msg_event_clear(&u->orph[k].ev);
-		free(u->orph);
+		medha_pcli_close(u->pc);
 		medha_map_free(&u->by_up);
 		rt_cache_clear(&u->cache);
-		pthread_cond_destroy(&u->cv);
-	}
-	while ((n = r->in_head) != NULL) {
-		r->in_head = n->next;
-		if (n->rc == 0)
-			medha_msg_clear(&n->msg);
-		free(n);
 	}
 	while (medha_map_next(&r->reqs, &it, &key, &v)) {
 		rreq_free(v);
@@ -644,7 +599,6 @@ medha_router_close(struct medha_router *r)
 	medha_map_free(&r->reqs);
 	free(r->held);
 	medha_front_free(&r->f);
-	pthread_mutex_destroy(&r->mu);
 	pthread_mutex_destroy(&r->mmu);
 	free(r->met.rep);
 	free(r->up);

@@ -13,6 +13,7 @@
 #include "map.h"
 #include "serve/front.h"
 #include "net/link.h"
+#include "net/pcli.h"
 #include "net/proto.h"
 
 #include <pthread.h>
@@ -30,6 +31,9 @@ struct rreq {
 	int64_t prompt;   /* prompt tokens (estimated for text) */
 	int64_t need;     /* KV tokens it needs: prompt + max_tokens */
 	int rep;          /* the replica it was sent to, or -1 */
+	uint32_t placed_n; /* times placed: its SUBMIT's cookie is
+	                      handle << 16 | placed_n % 65536, so that the
+	                      answer to an earlier one is not taken for it */
 	uint64_t up;      /* the replica's handle once accepted, else 0 */
 	uint64_t *tried;  /* bitmap of replicas tried */
 	struct medha_reqspec spec; /* kept until its first event, for a
@@ -53,56 +57,20 @@ struct rcache {
 	struct medha_map gen[2]; /* chained block hashes: recent, older */
 };
 
-enum { OP_SUBMIT, OP_CANCEL };
-
-/* A call for a replica's sender thread. */
-struct op {
-	int kind;
-	uint64_t rh;               /* OP_SUBMIT: the router's handle */
-	struct medha_reqspec spec; /* OP_SUBMIT: a copy */
-	uint64_t up;               /* OP_CANCEL: the replica's handle */
-	struct op *next;
-};
-
-enum { N_ANSWER, N_EVENTS };
-
-/* What a replica's thread learnt, for the main thread. */
-struct note {
-	int kind;
-	int rep;
-	uint64_t rh;           /* N_ANSWER: the request */
-	int rc;                /* N_ANSWER: the call's error, or 0 */
-	char why[256];         /* its reason */
-	uint64_t epoch0, epoch1; /* connection epochs around the call */
-	struct medha_msg msg;  /* the answer, or the EVENTS */
-	struct note *next;
-};
-
-/* An event that came before its request's ACCEPTED. */
-struct orphan {
-	double since;
-	struct medha_msg_event ev;
-};
-
 struct up {
 	struct medha_router *r;
 	int idx;
 	const char *url;
-	struct medha_cli *cli;
-	pthread_t sender, poller;
-	int threads;
-	pthread_cond_t cv; /* ops queued, or quit */
-	/* under r->mu */
-	struct op *ops, *ops_tail;
-	double last_ok; /* medha_now() of the last answer it gave */
-	struct medha_msg_status st;
-	uint64_t st_gen; /* statuses received */
+	struct medha_pcli *pc; /* its client (net/pcli.h) */
+	double st_at;       /* medha_now() when STATUS was last asked */
 	/* main thread only */
 	int alive;          /* counted up (answered within DEAD) */
 	int ready;          /* and its workers are all there */
 	int unreach_said;   /* "unreachable" logged, not alive since */
+	struct medha_msg_status st; /* the latest STATUS taken in */
+	uint64_t st_gen;    /* statuses taken in */
 	uint64_t st_seen;   /* the st_gen acted on */
-	struct medha_msg_status now; /* the latest status */
+	struct medha_msg_status now; /* the latest status acted on */
 	uint64_t epoch;     /* the connection epoch acted on */
 	struct medha_map by_up; /* the replica's handle -> struct rreq */
 	int64_t live;       /* requests accepted there, not ended */
@@ -114,8 +82,6 @@ struct up {
 	int64_t evicted_sum; /* counted: blocks evicted over its lives */
 	int64_t progress, progress_sum; /* the same of its STATUS's
 	                                   progress batches */
-	struct orphan *orph;
-	int norph, orph_cap;
 };
 
 struct medha_router {
@@ -124,9 +90,6 @@ struct medha_router {
 	double t0;
 	struct up *up; /* (cfg.nreplicas) */
 	int nup;
-	pthread_mutex_t mu;
-	struct note *in_head, *in_tail; /* under mu */
-	int quit;                       /* under mu */
 	struct medha_map reqs;          /* the router's handle -> rreq */
 	uint64_t next_handle;
 	int rr; /* where the tie-break starts */
@@ -167,12 +130,11 @@ void rt_cache_clear(struct rcache *c);
 
 /* router_up.c: the replicas */
 void rt_cancel_upstream(struct medha_router *r, int rep, uint64_t up);
-void rt_enqueue(struct medha_router *r, struct up *u, struct op *o);
-void rt_op_free(struct op *o);
+/* q to replica u (its placed_n counted first): 0, or -1 (not sent:
+ * out of memory). */
+int rt_submit(struct medha_router *r, struct up *u, struct rreq *q);
 void rt_take_inbox(struct medha_router *r);
 void rt_watch(struct medha_router *r);
-void *rt_sender_main(void *arg);
-void *rt_poller_main(void *arg);
 /* metrics */
 void rt_count_end(struct medha_router *r, const struct medha_record *rec,
     int status);

@@ -1,15 +1,12 @@
 /*
  * router_up.c: the router's side of its replicas (router.h). Each
- * replica has two threads that only carry messages: a sender that makes
- * the SUBMIT and CANCEL calls queued for it, and asks for STATUS every
- * status_interval; and a poller that keeps a POLL outstanding and hands
- * back the events it brings. What they learn goes into the main
- * thread's inbox (one mutex for the whole router), and medha_srv_wake()
- * makes the main thread look; the main thread takes it in here
- * (answers, events, statuses, replicas up and down). A replica's events
- * can overtake its ACCEPTED (two threads, two contexts): events for a
- * handle not yet known wait, for up to MEDHA_PROTO_DEAD_MS, for it; then
- * they go, and the request is cancelled there.
+ * replica has a client of the protocol (net/pcli.h): the main thread
+ * submits, cancels and asks for STATUS every status_interval through
+ * it without waiting, and the client, which keeps a POLL outstanding,
+ * wakes the main thread (medha_srv_wake()) when answers or events came;
+ * the main thread takes them in here (answers, events, statuses,
+ * replicas up and down). The client hands a request's events out only
+ * after its ACCEPTED, so nothing here waits for one.
  *
  * The main thread also keeps the figures of medha_router_metrics() (what
  * /metrics of the HTTP front door shows) under a mutex of their own, so
@@ -142,185 +139,27 @@ medha_router_metrics(struct medha_router *r, struct medha_router_metrics *m)
 	return 0;
 }
 
-/* ---- the replicas' threads ---- */
+/* ---- the replicas' clients ---- */
 
-static void
-post(struct medha_router *r, struct note *n)
+int
+rt_submit(struct medha_router *r, struct up *u, struct rreq *q)
 {
-	pthread_mutex_lock(&r->mu);
-	n->next = NULL;
-	if (r->in_tail != NULL)
-		r->in_tail->next = n;
-	else
-		r->in_head = n;
-	r->in_tail = n;
-	pthread_mutex_unlock(&r->mu);
-	medha_srv_wake(r->f.srv);
-}
-
-void
-rt_op_free(struct op *o)
-{
-	medha_reqspec_clear(&o->spec);
-	free(o);
-}
-
-void *
-rt_sender_main(void *arg)
-{
-	struct up *u = arg;
-	struct medha_router *r = u->r;
-	double st_at = 0;
 	char why[256];
 
-	pthread_mutex_lock(&r->mu);
-	while (!r->quit) {
-		struct op *o = u->ops;
-		double t = medha_now();
-		if (o != NULL) {
-			struct medha_msg m = {0};
-			struct note *n = calloc(1, sizeof(*n));
-			u->ops = o->next;
-			if (u->ops == NULL)
-				u->ops_tail = NULL;
-			pthread_mutex_unlock(&r->mu);
-			if (o->kind == OP_SUBMIT) {
-				m.type = MEDHA_MSG_SUBMIT;
-				m.submit = o->spec;
-			} else {
-				m.type = MEDHA_MSG_CANCEL;
-				m.cancel = o->up;
-			}
-			if (n == NULL) { /* the request is failed by a timeout */
-				medha_log(MEDHA_LOG_ERROR, "out of memory");
-				rt_op_free(o);
-				pthread_mutex_lock(&r->mu);
-				continue;
-			}
-			n->kind = N_ANSWER;
-			n->rep = u->idx;
-			n->rh = o->rh;
-			n->epoch0 = medha_cli_epoch(u->cli);
-			n->rc = medha_cli_msg(u->cli, 0, &m, &n->msg, DEAD,
-			    n->why, sizeof(n->why));
-			n->epoch1 = medha_cli_epoch(u->cli);
-			if (n->rc == 0) {
-				pthread_mutex_lock(&r->mu);
-				u->last_ok = medha_now();
-				pthread_mutex_unlock(&r->mu);
-			}
-			if (o->kind == OP_SUBMIT)
-				post(r, n);
-			else {
-				medha_msg_clear(&n->msg);
-				free(n);
-			}
-			rt_op_free(o);
-			pthread_mutex_lock(&r->mu);
-			continue;
-		}
-		if (t - st_at >= r->cfg.status_interval) {
-			struct medha_msg m = {.type = MEDHA_MSG_STATUS}, rep;
-			int rc;
-			st_at = t;
-			pthread_mutex_unlock(&r->mu);
-			rc = medha_cli_msg(u->cli, 0, &m, &rep, HB, why,
-			    sizeof(why));
-			pthread_mutex_lock(&r->mu);
-			if (rc == 0 && rep.type == MEDHA_MSG_STATUS_REPLY) {
-				u->st = rep.status;
-				u->st_gen++;
-				u->last_ok = medha_now();
-			}
-			if (rc == 0)
-				medha_msg_clear(&rep);
-			continue;
-		}
-		{ /* u->cv runs on CLOCK_MONOTONIC, as medha_now() */
-			double until = st_at + r->cfg.status_interval;
-			struct timespec ts = {.tv_sec = (time_t)until,
-			    .tv_nsec = (long)((until - (double)(time_t)until) *
-			        1e9)};
-			pthread_cond_timedwait(&u->cv, &r->mu, &ts);
-		}
+	(void)r;
+	if (medha_pcli_submit(u->pc, &q->spec,
+	        q->handle << 16 | (q->placed_n & 0xffffu), DEAD, why,
+	        sizeof(why)) != 0) {
+		medha_log(MEDHA_LOG_ERROR, "request %s: %s", q->id, why);
+		return -1;
 	}
-	pthread_mutex_unlock(&r->mu);
-	return NULL;
-}
-
-void *
-rt_poller_main(void *arg)
-{
-	struct up *u = arg;
-	struct medha_router *r = u->r;
-	struct medha_msg m = {.type = MEDHA_MSG_POLL};
-
-	for (;;) {
-		struct note *n;
-		int quit;
-
-		pthread_mutex_lock(&r->mu);
-		quit = r->quit;
-		pthread_mutex_unlock(&r->mu);
-		if (quit)
-			return NULL;
-		if ((n = calloc(1, sizeof(*n))) == NULL) {
-			struct timespec ts = {0, 100000000};
-			nanosleep(&ts, NULL);
-			continue;
-		}
-		n->kind = N_EVENTS;
-		n->rep = u->idx;
-		n->epoch0 = medha_cli_epoch(u->cli);
-		n->rc = medha_cli_msg(u->cli, 1, &m, &n->msg, DEAD, n->why,
-		    sizeof(n->why));
-		if (n->rc != 0 || n->msg.type != MEDHA_MSG_EVENTS) {
-			if (n->rc == 0)
-				medha_msg_clear(&n->msg);
-			free(n);
-			if (!medha_cli_connected(u->cli)) {
-				struct timespec ts = {0, 50000000};
-				nanosleep(&ts, NULL);
-			}
-			continue;
-		}
-		pthread_mutex_lock(&r->mu);
-		u->last_ok = medha_now();
-		pthread_mutex_unlock(&r->mu);
-		if (n->msg.events.n == 0) { /* a keep-alive */
-			medha_msg_clear(&n->msg);
-			free(n);
-			continue;
-		}
-		post(r, n);
-	}
-}
-
-/* Queue a call for replica u's sender (taken over). */
-void
-rt_enqueue(struct medha_router *r, struct up *u, struct op *o)
-{
-	pthread_mutex_lock(&r->mu);
-	o->next = NULL;
-	if (u->ops_tail != NULL)
-		u->ops_tail->next = o;
-	else
-		u->ops = o;
-	u->ops_tail = o;
-	pthread_cond_signal(&u->cv);
-	pthread_mutex_unlock(&r->mu);
+	return 0;
 }
 
 void
 rt_cancel_upstream(struct medha_router *r, int rep, uint64_t up)
 {
-	struct op *o = calloc(1, sizeof(*o));
-
-	if (o == NULL) /* the replica cancels it when we go, or it ends */
-		return;
-	o->kind = OP_CANCEL;
-	o->up = up;
-	rt_enqueue(r, &r->up[rep], o);
+	medha_pcli_cancel(r->up[rep].pc, up);
 }
 
 /* ---- what they bring back ---- */
@@ -357,88 +196,54 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 		rt_rreq_end(r, q);
 }
 
+/*
+ * The answer to q's SUBMIT (o: ACCEPTED or REFUSED). The replica's
+ * client hands out a request's events only after its ACCEPTED, so q
+ * is known by its handle before any comes.
+ */
 static void
-orphan_add(struct up *u, struct medha_msg_event *ev)
+on_answer(struct medha_router *r, struct up *u, struct medha_pcli_out *o)
 {
-	if (u->norph == u->orph_cap) {
-		int ncap = u->orph_cap ? 2 * u->orph_cap : 16;
-		void *n = medha_reallocarray(u->orph, ncap, sizeof(*u->orph));
-		if (n == NULL) {
-			medha_msg_event_clear(ev);
-			return;
-		}
-		u->orph = n;
-		u->orph_cap = ncap;
-	}
-	u->orph[u->norph].since = medha_now();
-	u->orph[u->norph++].ev = *ev;
-	memset(ev, 0, sizeof(*ev));
-}
-
-/* Events that waited for handle up (now known as q): pass them on. */
-static void
-orphans_claim(struct medha_router *r, struct up *u, uint64_t up)
-{
-	for (int i = 0; i < u->norph;) {
-		if (u->orph[i].ev.handle != up) {
-			i++;
-			continue;
-		}
-		struct medha_msg_event ev = u->orph[i].ev;
-		memmove(&u->orph[i], &u->orph[i + 1],
-		    (size_t)(u->norph - i - 1) * sizeof(*u->orph));
-		u->norph--;
-		struct rreq *q = medha_map_get(&u->by_up, up);
-		if (q != NULL)
-			relay(r, q, &ev);
-		else
-			medha_msg_event_clear(&ev);
-	}
-}
-
-static void
-on_answer(struct medha_router *r, struct note *n)
-{
-	struct up *u = &r->up[n->rep];
-	struct rreq *q = medha_map_get(&r->reqs, n->rh);
-	const struct medha_msg *m = &n->msg;
+	struct rreq *q = medha_map_get(&r->reqs, o->cookie >> 16);
+	const struct medha_msg *m = &o->msg;
 	char why[512];
 
-	if (q != NULL && q->rep != n->rep)
-		q = NULL; /* an answer from a replica given up on */
-	if (n->rc == 0 && m->type == MEDHA_MSG_ACCEPTED &&
-	    n->epoch0 == n->epoch1 && n->epoch0 == u->epoch) {
+	if (q != NULL && (q->rep != u->idx ||
+	                     (q->placed_n & 0xffffu) != (o->cookie & 0xffffu)))
+		q = NULL; /* an answer from a replica given up on, or to an
+		             earlier placement */
+	if (o->kind == MEDHA_PCLI_ACCEPTED && o->epoch == u->epoch) {
 		if (q == NULL) { /* ended meanwhile: the replica stops it */
-			rt_cancel_upstream(r, n->rep, m->accepted.handle);
+			rt_cancel_upstream(r, u->idx, o->handle);
 			return;
 		}
-		if (medha_map_put(&u->by_up, m->accepted.handle, q) != 0) {
-			rt_cancel_upstream(r, n->rep, m->accepted.handle);
+		if (medha_map_put(&u->by_up, o->handle, q) != 0) {
+			rt_cancel_upstream(r, u->idx, o->handle);
 			rt_rreq_fail(r, q, MEDHA_STATUS_FAILED, "out of memory");
 			return;
 		}
-		q->up = m->accepted.handle;
+		q->up = o->handle;
 		u->live++;
 		if (q->gone || q->cancel) /* its record follows */
-			rt_cancel_upstream(r, n->rep, q->up);
-		orphans_claim(r, u, q->up);
+			rt_cancel_upstream(r, u->idx, q->up);
 		return;
 	}
 	if (q == NULL)
 		return;
 	/* refused (full, not ready, stopping), or lost on the way: another
 	 * replica may take it, or it waits here for one */
-	if (n->rc != 0)
-		snprintf(why, sizeof(why), "replica %s: %s", u->url, n->why);
-	else if (m->type == MEDHA_MSG_ERROR)
-		snprintf(why, sizeof(why), "%s", m->error.reason);
-	else if (m->type == MEDHA_MSG_ACCEPTED)
+	if (o->kind == MEDHA_PCLI_ACCEPTED)
 		snprintf(why, sizeof(why), "replica %s: connection lost",
 		    u->url);
+	else if (o->rc != 0)
+		snprintf(why, sizeof(why), "replica %s: %s", u->url, o->why);
+	else if (m->type == MEDHA_MSG_ERROR)
+		snprintf(why, sizeof(why), "%s", m->error.reason);
 	else
 		snprintf(why, sizeof(why), "replica %s: answered %s", u->url,
 		    medha_msg_type_name(m->type));
-	if (n->rc == 0 && m->type == MEDHA_MSG_ERROR &&
+	if (o->kind == MEDHA_PCLI_REFUSED && o->rc == 0 &&
+	    m->type == MEDHA_MSG_ERROR &&
 	    m->error.code != MEDHA_ENOSPACE &&
 	    strncmp(m->error.reason, "shutting down", 13) != 0) {
 		/* the request itself is at fault: every replica says so */
@@ -448,30 +253,27 @@ on_answer(struct medha_router *r, struct note *n)
 	medha_log(MEDHA_LOG_INFO, "request %s: %s; trying another replica",
 	    q->id, why);
 	rt_replace(r, q,
-	    n->rc == 0 && m->type == MEDHA_MSG_ERROR ? MEDHA_STATUS_REJECTED
-	                                             : MEDHA_STATUS_FAILED,
+	    o->kind == MEDHA_PCLI_REFUSED && o->rc == 0 &&
+	            m->type == MEDHA_MSG_ERROR
+	        ? MEDHA_STATUS_REJECTED
+	        : MEDHA_STATUS_FAILED,
 	    why);
 }
 
+/*
+ * One of replica u's events: by handle, whatever the connection (a
+ * POLL sent on a connection that closed may be answered on the next
+ * one). An event of a request given up on here stops it there.
+ */
 static void
-on_events(struct medha_router *r, struct note *n)
+on_event(struct medha_router *r, struct up *u, struct medha_msg_event *ev)
 {
-	struct up *u = &r->up[n->rep];
+	struct rreq *q = medha_map_get(&u->by_up, ev->handle);
 
-	/*
-	 * By handle, whatever the connection: a POLL sent on a connection
-	 * that closed may be answered on the next one, and its events are
-	 * then the new connection's (those of a connection given up on have
-	 * no request left and wait as orphans, then go).
-	 */
-	for (int64_t i = 0; i < n->msg.events.n; i++) {
-		struct medha_msg_event *ev = &n->msg.events.ev[i];
-		struct rreq *q = medha_map_get(&u->by_up, ev->handle);
-		if (q != NULL)
-			relay(r, q, ev);
-		else
-			orphan_add(u, ev);
-	}
+	if (q != NULL)
+		relay(r, q, ev);
+	else if (ev->kind != MEDHA_EVENT_RECORD)
+		rt_cancel_upstream(r, u->idx, ev->handle);
 }
 
 /*
@@ -481,21 +283,12 @@ on_events(struct medha_router *r, struct note *n)
 static void
 divert(struct medha_router *r, struct up *u, const char *why)
 {
-	struct op *o, *next;
 	struct rreq **qs;
 	size_t it = 0;
 	uint64_t key;
 	void *v;
 	int n = 0;
 
-	pthread_mutex_lock(&r->mu);
-	o = u->ops;
-	u->ops = u->ops_tail = NULL;
-	pthread_mutex_unlock(&r->mu);
-	for (; o != NULL; o = next) {
-		next = o->next;
-		rt_op_free(o);
-	}
 	if ((qs = medha_calloc(r->reqs.n ? r->reqs.n : 1, sizeof(*qs))) ==
 	    NULL)
 		return;
@@ -555,35 +348,33 @@ fail_all(struct medha_router *r, struct up *u, const char *why)
 		medha_log(MEDHA_LOG_WARN,
 		    "%s: %d requests not started there sent elsewhere", reason,
 		    moved);
-	for (int i = 0; i < u->norph; i++)
-		medha_msg_event_clear(&u->orph[i].ev);
-	u->norph = 0;
 }
 
-/* What the replicas' threads learnt: answers, events, statuses. */
+/* What the replicas' clients brought: answers, events, statuses. */
 void
 rt_take_inbox(struct medha_router *r)
 {
-	struct note *n;
+	struct medha_pcli_out o;
 
-	pthread_mutex_lock(&r->mu);
-	n = r->in_head;
-	r->in_head = r->in_tail = NULL;
-	pthread_mutex_unlock(&r->mu);
-	while (n != NULL) {
-		struct note *next = n->next;
-		if (n->kind == N_ANSWER)
-			on_answer(r, n);
-		else
-			on_events(r, n);
-		if (n->rc == 0)
-			medha_msg_clear(&n->msg);
-		free(n);
-		n = next;
+	for (int i = 0; i < r->nup; i++) {
+		struct up *u = &r->up[i];
+		while (medha_pcli_take(u->pc, 0, &o)) {
+			if (o.kind == MEDHA_PCLI_EVENT)
+				on_event(r, u, &o.ev);
+			else if (o.kind == MEDHA_PCLI_STATUS) {
+				if (o.rc == 0 &&
+				    o.msg.type == MEDHA_MSG_STATUS_REPLY) {
+					u->st = o.msg.status;
+					u->st_gen++;
+				}
+			} else
+				on_answer(r, u, &o);
+			medha_pcli_out_clear(&o);
+		}
 	}
 }
 
-/* Replicas up and down, statuses taken in, stale orphans let go. */
+/* Replicas up and down, statuses asked for and taken in. */
 #define UNREACHABLE 30 /* s */
 
 void
@@ -594,14 +385,14 @@ rt_watch(struct medha_router *r)
 
 	for (int i = 0; i < r->nup; i++) {
 		struct up *u = &r->up[i];
-		uint64_t epoch = medha_cli_epoch(u->cli), gen;
-		double last_ok;
-		pthread_mutex_lock(&r->mu);
-		last_ok = u->last_ok;
-		gen = u->st_gen;
+		uint64_t epoch = medha_pcli_epoch(u->pc), gen = u->st_gen;
+		double last_ok = medha_pcli_last_ok(u->pc);
+		if (t - u->st_at >= r->cfg.status_interval) {
+			medha_pcli_status(u->pc, HB);
+			u->st_at = t;
+		}
 		if (gen != u->st_seen)
 			u->now = u->st;
-		pthread_mutex_unlock(&r->mu);
 		if (epoch != u->epoch) {
 			if (u->live > 0)
 				fail_all(r, u, "connection lost");
@@ -659,20 +450,6 @@ rt_watch(struct medha_router *r)
 		u->alive = alive;
 		u->ready = rdy;
 		ready += rdy;
-		for (int k = 0; k < u->norph;) {
-			if (t - u->orph[k].since <= DEAD) {
-				k++;
-				continue;
-			}
-			medha_log(MEDHA_LOG_WARN,
-			    "replica %s: event for unknown request %llx "
-			    "dropped",
-			    u->url, (unsigned long long)u->orph[k].ev.handle);
-			if (u->orph[k].ev.kind != MEDHA_EVENT_RECORD)
-				rt_cancel_upstream(r, i, u->orph[k].ev.handle);
-			medha_msg_event_clear(&u->orph[k].ev);
-			u->orph[k] = u->orph[--u->norph];
-		}
 	}
 	if (ready > 0 && !r->ready)
 		medha_log(MEDHA_LOG_INFO, "ready: %d of %d replicas ready",

@@ -1,0 +1,544 @@
+/*
+ * replica_submit.c: a request's arrival at the live replica
+ * (replica.h): its prompt (the ids given, a text tokenized, a made-up
+ * one), its checks, the core's arrival and the client's ACCEPTED, and
+ * its refusals. A text of up to TOK_INLINE bytes is tokenized at once;
+ * a longer one is acknowledged at once with a handle of the replica's
+ * own (PRE_SLOT's: the core has no handle for it yet) and tokenized on
+ * the tokenizer's thread, so that the loop, which forms batches and
+ * answers heartbeats, never tokenizes a long text and a short prompt
+ * never waits behind one; a refusal after that is the request's
+ * "rejected" record, a CANCEL meanwhile its "cancelled" one.
+ */
+#include "serve/replica_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * min_tokens's ban (model/sample.h): the request's stop token ids in the
+ * vocabulary and the end-of-generation tokens (up to MEDHA_BAN_MAX in
+ * all), as vLLM's all_stop_token_ids, ignore_eos or not; none when
+ * simulating (no logits to mask).
+ */
+static void
+ban_ids(const struct medha_replica *r, struct lreq *q)
+{
+	struct medha_sampler_params *sp = &q->sp;
+
+	sp->n_ban = 0;
+	if (sp->min_tokens <= 0 || r->sim)
+		return;
+	for (int i = 0; i < q->n_stop_ids; i++)
+		if (q->stop_ids[i] < r->vocab)
+			sp->ban[sp->n_ban++] = q->stop_ids[i];
+	for (int32_t id = 0; r->tok != NULL && id < r->vocab &&
+	     sp->n_ban < MEDHA_BAN_MAX;
+	     id++)
+		if (medha_tok_is_eog(r->tok, id))
+			sp->ban[sp->n_ban++] = id;
+}
+
+
+/* q into the core; its ids (none when made up) lent for the prefix
+   cache */
+static int
+core_arrive(struct medha_replica *r, struct medha_reqspec *rs, struct lreq *q)
+{
+	int rc;
+
+	rs->prompt_ids = q->ids;
+	rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle);
+	rs->prompt_ids = NULL; /* q's */
+	return rc;
+}
+
+/*
+ * q's prompt from rs: the ids given (taken over), the text tokenized,
+ * or a made-up one of prompt_tokens; -1 after answering call with why
+ * not.
+ */
+static int
+prompt_of(struct medha_replica *r, struct medha_srv_call *call,
+    struct medha_reqspec *rs, struct lreq *q)
+{
+	size_t n = 0;
+	int rc;
+
+	if (rs->prompt_ids != NULL) {
+		q->ids = rs->prompt_ids;
+		rs->prompt_ids = NULL;
+		q->n_prompt = rs->prompt_tokens;
+	} else if (rs->prompt != NULL) {
+		if (r->tok == NULL) {
+			medha_srv_error(r->f.srv, call, MEDHA_EUNSUP,
+			    "no tokenizer for %s: send prompt_ids or "
+			    "prompt_tokens",
+			    r->model);
+			return -1;
+		}
+		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
+		    MEDHA_TOK_DEFAULT, &q->ids, &n);
+		if (rc != 0) {
+			medha_srv_error(r->f.srv, call, rc, "tokenizing: %s",
+			    medha_strerror(rc));
+			return -1;
+		}
+		q->n_prompt = (int64_t)n;
+	} else {
+		/* made up below, so never more than the KV cache holds: a
+		 * bigger one could never run, and would cost its size */
+		int64_t kv = medha_sched_group_capacity(r->core) *
+		    medha_sched_block_size(r->core);
+		q->n_prompt = rs->prompt_tokens;
+		if (q->n_prompt / r->pred.kvp > kv) {
+			medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
+			    "a prompt of %lld tokens: more than the replica's "
+			    "KV cache holds (%lld per group)",
+			    (long long)q->n_prompt, (long long)kv);
+			return -1;
+		}
+		/* a made-up prompt keeps no ids (rep_prompt_ids): the
+		   same ids for the same request id */
+		uint64_t z = 1469598103934665603ULL;
+		for (const char *s = rs->id; *s != '\0'; s++)
+			z = (z ^ (unsigned char)*s) * 1099511628211ULL;
+		q->made_up = z;
+	}
+	if (q->n_prompt < 1) {
+		medha_srv_error(r->f.srv, call, MEDHA_EINVAL, "the prompt is empty");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * q, acknowledged before its text was tokenized, ends before the core
+ * had it: a record of status and why for its client (if still there),
+ * and q is let go (not freed).
+ */
+static void
+pre_end(struct medha_replica *r, struct lreq *q, int status, const char *why)
+{
+	struct medha_msg_event ev = {.kind = MEDHA_EVENT_RECORD};
+	struct medha_client *c = medha_clients_find(&r->f.clients, q->peer, 0);
+	struct medha_record *rec;
+
+	medha_log(MEDHA_LOG_INFO, "request %s: %s: %s", q->id,
+	    medha_status_name(status), why);
+	if (c != NULL && (rec = calloc(1, sizeof(*rec))) != NULL) {
+		memcpy(rec->id, q->id, sizeof(rec->id));
+		rec->handle = ev.handle = q->ch;
+		rec->arrival = q->t_sub;
+		rec->first_token = rec->finish = now_s(r);
+		rec->prompt_tokens = q->n_prompt;
+		rec->status = status;
+		snprintf(rec->reason, sizeof(rec->reason), "%s", why);
+		rec->token_ids = malloc(sizeof(*rec->token_ids));
+		rec->text = strdup("");
+		ev.record = rec;
+		medha_clients_push(&r->f.clients, q->peer, &ev);
+	}
+	if (c != NULL)
+		c->live--;
+	medha_map_del(&r->by_ch, q->ch);
+	r->f.live--;
+	r->served++;
+}
+
+/*
+ * q's SUBMIT refused with code and why: an ERROR on call or, when it was
+ * acknowledged already (call NULL), a "rejected" record (pre_end).
+ */
+static void refuse(struct medha_replica *r, struct medha_srv_call *call,
+    struct lreq *q, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void
+refuse(struct medha_replica *r, struct medha_srv_call *call, struct lreq *q,
+    int code, const char *fmt, ...)
+{
+	char why[MEDHA_PROTO_REASON_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (call != NULL)
+		medha_srv_error(r->f.srv, call, code, "%s", why);
+	else
+		pre_end(r, q, MEDHA_STATUS_REJECTED, why);
+}
+
+/*
+ * The rest of a SUBMIT once q has its prompt: its checks, the core's
+ * arrival and ACCEPTED on call (call NULL: acknowledged already, and
+ * counted live then); q is freed on a refusal.
+ */
+static void
+submit_finish(struct medha_replica *r, struct medha_srv_call *call,
+    uint32_t peer, struct medha_reqspec *rs, struct lreq *q)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
+	struct medha_client *c;
+	int rc;
+
+	if ((c = medha_clients_find(&r->f.clients, peer, 1)) == NULL) {
+		refuse(r, call, q, MEDHA_ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* the ids a client gave (or a text made) are held while the
+	   request lives: bounded in bytes as well as in count */
+	q->held = q->ids != NULL ? q->n_prompt * (int64_t)sizeof(*q->ids) : 0;
+	if (q->held > r->cfg.max_queue_bytes - r->held) {
+		refuse(r, call, q, MEDHA_ENOSPACE,
+		    "overloaded: a prompt of %lld bytes of ids, %lld held "
+		    "for requests in flight (at most %lld)",
+		    (long long)q->held, (long long)r->held,
+		    (long long)r->cfg.max_queue_bytes);
+		goto fail;
+	}
+	for (int64_t i = 0; q->ids != NULL && i < q->n_prompt; i++)
+		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
+			refuse(r, call, q, MEDHA_EINVAL,
+			    "prompt_ids[%lld] = %d: outside the vocabulary "
+			    "(%d)",
+			    (long long)i, q->ids[i], r->vocab);
+			goto fail;
+		}
+	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - q->n_prompt) {
+		refuse(r, call, q, MEDHA_ERANGE,
+		    "%lld prompt + %lld output tokens exceed the model's "
+		    "context of %lld",
+		    (long long)q->n_prompt, (long long)rs->max_tokens,
+		    (long long)r->ctx_len);
+		goto fail;
+	}
+	memcpy(q->id, rs->id, sizeof(q->id));
+	q->peer = peer;
+	q->sp = rs->sampling;
+	q->ignore_eos = rs->ignore_eos;
+	q->no_stream = rs->no_stream;
+	for (int i = 0; i < rs->n_stop; i++) {
+		q->stop[i] = rs->stop[i];
+		rs->stop[i] = NULL;
+		if (strlen(q->stop[i]) > q->stop_max)
+			q->stop_max = strlen(q->stop[i]);
+	}
+	q->n_stop = rs->n_stop;
+	rs->n_stop = 0;
+	q->n_stop_ids = rs->n_stop_ids;
+	memcpy(q->stop_ids, rs->stop_ids, sizeof(q->stop_ids));
+	ban_ids(r, q);
+	rs->prompt_tokens = q->n_prompt;
+	rs->arrival = now_s(r);
+	if ((rc = core_arrive(r, rs, q)) != 0) {
+		refuse(r, call, q, rc, "%s", medha_strerror(rc));
+		goto fail;
+	}
+	{
+		size_t slot = (size_t)(q->handle & 0xffffffffu);
+		if (slot >= r->slots) {
+			size_t ns = r->slots ? r->slots : 256;
+			while (ns <= slot)
+				ns *= 2;
+			void *p = medha_reallocarray(r->by_slot, ns,
+			    sizeof(*r->by_slot));
+			if (p == NULL) {
+				medha_sched_cancel(r->core, q->handle,
+				    "out of memory", now_s(r));
+				refuse(r, call, q, MEDHA_ENOMEM,
+				    "out of memory");
+				rep_drain_records(r);
+				goto fail;
+			}
+			r->by_slot = p;
+			memset(r->by_slot + r->slots, 0,
+			    (ns - r->slots) * sizeof(*r->by_slot));
+			r->slots = ns;
+		}
+		r->by_slot[slot] = q;
+	}
+	r->held += q->held;
+	if (call != NULL) {
+		q->ch = q->handle;
+		r->f.live++;
+		c->live++;
+		memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
+		m.accepted.handle = q->handle;
+		medha_srv_msg(r->f.srv, call, &m);
+	}
+	rep_drain_records(r); /* rejected at once: its record follows */
+	return;
+fail:
+	rep_lreq_free(q);
+}
+
+
+/* ---- the tokenizer's thread ---- */
+
+#define TOK_PENDING_MAX 256 /* text prompts waiting for the tokenizer */
+/*
+ * Bytes of text tokenized at once on the loop (tens of microseconds):
+ * a longer text goes to the tokenizer's thread, so that a short prompt
+ * never waits behind a long one's tokenizing.
+ */
+#define TOK_INLINE 4096
+
+/*
+ * Whether a text prompt's bytes may fit what the context holds: no
+ * token is longer than the longest piece, so a text longer than the
+ * room's worth of them cannot, and is refused before any tokenizing
+ * (a 60 MiB SUBMIT held the replica 5.3 s). 0, or -1 after answering.
+ */
+static int
+text_fits(struct medha_replica *r, struct medha_srv_call *call,
+    const struct medha_reqspec *rs)
+{
+	size_t len = strlen(rs->prompt);
+	int64_t room = r->ctx_len > 0 ? r->ctx_len - rs->max_tokens
+	                              : medha_sched_group_capacity(r->core) *
+	        medha_sched_block_size(r->core) * r->pred.kvp;
+
+	if (room < 1)
+		room = 1;
+	if ((double)len <= (double)room * (double)r->max_piece + 64)
+		return 0;
+	medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
+	    "a text prompt of %zu bytes cannot fit: room for %lld prompt "
+	    "tokens of at most %zu bytes each",
+	    len, (long long)room, r->max_piece);
+	return -1;
+}
+
+static void *
+tok_main(void *arg)
+{
+	struct medha_replica *r = arg;
+	struct tok_job *j;
+
+	pthread_mutex_lock(&r->tok_mu);
+	for (;;) {
+		while (r->tin == NULL && !r->tok_quit)
+			pthread_cond_wait(&r->tok_cv, &r->tok_mu);
+		if (r->tok_quit)
+			break;
+		j = r->tin;
+		if ((r->tin = j->next) == NULL)
+			r->tin_tail = NULL;
+		pthread_mutex_unlock(&r->tok_mu);
+		j->rc = medha_tok_encode(r->tok, j->rs.prompt,
+		    strlen(j->rs.prompt), MEDHA_TOK_DEFAULT, &j->q->ids, &j->n);
+		pthread_mutex_lock(&r->tok_mu);
+		j->next = r->tdone;
+		r->tdone = j;
+		medha_srv_wake(r->f.srv);
+	}
+	pthread_mutex_unlock(&r->tok_mu);
+	return NULL;
+}
+
+/* q's text (from rs, taken over) to the tokenizer's thread: 0, or
+ * MEDHA_ENOMEM. */
+static int
+tok_queue(struct medha_replica *r, uint32_t peer, struct medha_reqspec *rs,
+    struct lreq *q)
+{
+	struct tok_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL || (!r->tok_started &&
+	                     pthread_create(&r->tok_thr, NULL, tok_main, r) != 0)) {
+		free(j);
+		return MEDHA_ENOMEM;
+	}
+	r->tok_started = 1;
+	j->q = q;
+	j->peer = peer;
+	j->rs = *rs; /* taken over: the caller clears what is left */
+	rs->prompt = NULL;
+	rs->prompt_ids = NULL;
+	for (int i = 0; i < MEDHA_STOP_MAX; i++)
+		rs->stop[i] = NULL;
+	rs->n_stop = 0;
+	r->tok_pending++;
+	pthread_mutex_lock(&r->tok_mu);
+	if (r->tin_tail != NULL)
+		r->tin_tail->next = j;
+	else
+		r->tin = j;
+	r->tin_tail = j;
+	pthread_cond_signal(&r->tok_cv);
+	pthread_mutex_unlock(&r->tok_mu);
+	return 0;
+}
+
+/*
+ * A long text's SUBMIT: acknowledged at once with a handle of the
+ * client's (PRE_SLOT's), its text to the tokenizer's thread; the rest
+ * (the checks, the core) when the ids come back, and a refusal then is
+ * a "rejected" record. 0, or -1 after answering call.
+ */
+static int
+pre_accept(struct medha_replica *r, struct medha_srv_ev *ev,
+    struct medha_reqspec *rs, struct lreq *q)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
+	struct medha_client *c = medha_clients_find(&r->f.clients, ev->peer, 1);
+
+	if (++r->tok_seq == 0)
+		r->tok_seq = 1;
+	q->ch = (uint64_t)r->tok_seq << 32 | PRE_SLOT;
+	memcpy(q->id, rs->id, sizeof(q->id));
+	q->peer = ev->peer;
+	q->t_sub = now_s(r);
+	if (c == NULL || medha_map_get(&r->by_ch, q->ch) != NULL ||
+	    medha_map_put(&r->by_ch, q->ch, q) != 0) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
+		return -1;
+	}
+	if (tok_queue(r, ev->peer, rs, q) != 0) {
+		medha_map_del(&r->by_ch, q->ch);
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
+		return -1;
+	}
+	r->f.live++;
+	c->live++;
+	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
+	m.accepted.handle = q->ch;
+	medha_srv_msg(r->f.srv, ev->call, &m);
+	return 0;
+}
+
+void
+rep_tok_collect(struct medha_replica *r)
+{
+	struct tok_job *j, *done;
+
+	if (!r->tok_started)
+		return;
+	pthread_mutex_lock(&r->tok_mu);
+	done = r->tdone;
+	r->tdone = NULL;
+	pthread_mutex_unlock(&r->tok_mu);
+	for (; done != NULL; done = j) {
+		struct lreq *q = done->q;
+		j = done->next;
+		r->tok_pending--;
+		if (q->cancelled) {
+			pre_end(r, q, MEDHA_STATUS_CANCELLED,
+			    "cancelled by its client");
+			rep_lreq_free(q);
+		} else if (done->rc != 0) {
+			refuse(r, NULL, q, done->rc, "tokenizing: %s",
+			    medha_strerror(done->rc));
+			rep_lreq_free(q);
+		} else if (r->f.drain.on || r->core == NULL) {
+			refuse(r, NULL, q, MEDHA_EUNSUP,
+			    "shutting down: not accepting requests");
+			rep_lreq_free(q);
+		} else if ((q->n_prompt = (int64_t)done->n) < 1) {
+			refuse(r, NULL, q, MEDHA_EINVAL, "the prompt is empty");
+			rep_lreq_free(q);
+		} else {
+			submit_finish(r, NULL, done->peer, &done->rs, q);
+		}
+		medha_reqspec_clear(&done->rs);
+		free(done);
+	}
+}
+
+/* Stop the thread; jobs not done are dropped, their calls unanswered. */
+void
+rep_tok_stop(struct medha_replica *r)
+{
+	struct tok_job *l[2], *j;
+
+	if (!r->tok_started)
+		return;
+	pthread_mutex_lock(&r->tok_mu);
+	r->tok_quit = 1;
+	pthread_cond_signal(&r->tok_cv);
+	pthread_mutex_unlock(&r->tok_mu);
+	pthread_join(r->tok_thr, NULL);
+	l[0] = r->tin;
+	l[1] = r->tdone;
+	for (int k = 0; k < 2; k++)
+		for (; l[k] != NULL; l[k] = j) {
+			j = l[k]->next;
+			medha_map_del(&r->by_ch, l[k]->q->ch);
+			rep_lreq_free(l[k]->q);
+			medha_reqspec_clear(&l[k]->rs);
+			free(l[k]);
+		}
+	r->tin = r->tin_tail = r->tdone = NULL;
+	r->tok_started = 0;
+}
+
+void
+rep_on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
+{
+	struct medha_replica *r = arg;
+	struct lreq *q;
+
+	if (r->f.drain.on) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_EUNSUP,
+		    "shutting down: not accepting requests");
+		return;
+	}
+	if (r->core == NULL) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "not ready: %d of %d workers connected", r->nworkers,
+		    r->cfg.workers);
+		return;
+	}
+	if (r->f.live >= r->cfg.max_queue) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+		    "overloaded: %lld requests in flight", (long long)r->f.live);
+		return;
+	}
+	if ((q = calloc(1, sizeof(*q))) == NULL) {
+		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
+		return;
+	}
+	if (rs->prompt != NULL && r->tok != NULL &&
+	    strlen(rs->prompt) > TOK_INLINE) {
+		if (r->tok_pending >= TOK_PENDING_MAX)
+			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
+			    "overloaded: %d text prompts wait for the "
+			    "tokenizer", TOK_PENDING_MAX);
+		else if (text_fits(r, ev->call, rs) == 0 &&
+		    pre_accept(r, ev, rs, q) == 0)
+			return;
+		rep_lreq_free(q);
+		return;
+	}
+	if (prompt_of(r, ev->call, rs, q) != 0) {
+		rep_lreq_free(q);
+		return;
+	}
+	submit_finish(r, ev->call, ev->peer, rs, q);
+}
+
+/* The requests of peer (all: of every peer) whose text is being
+ * tokenized: cancelled, as that ends; how many. */
+int
+rep_pre_cancel(struct medha_replica *r, uint32_t peer, int all)
+{
+	size_t it = 0;
+	uint64_t k;
+	void *v;
+	int n = 0;
+
+	while (medha_map_next(&r->by_ch, &it, &k, &v)) {
+		struct lreq *q = v;
+		if (q->handle == 0 && (all || q->peer == peer)) {
+			q->cancelled = 1;
+			n++;
+		}
+	}
+	return n;
+}
+

@@ -1,0 +1,432 @@
+/*
+ * pcli_test.c: the protocol's asynchronous client (net/pcli.c) against
+ * a scripted server on a real ipc:// socket. A SUBMIT the server holds
+ * does not hold back one sent after it (its ACCEPTED comes first), nor
+ * a CANCEL; an event that comes before its request's ACCEPTED waits and
+ * is handed out right after it, in order; an event for no request is
+ * dropped once no SUBMIT could claim it, and its request cancelled; a
+ * refusal comes back with the server's ERROR, a SUBMIT never answered
+ * as a timeout; STATUS and any other call are answered to their
+ * cookies; and with a shared secret (net/auth.h)
+ * the same calls go through the handshake.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "net/auth.h"
+#include "net/link.h"
+#include "net/pcli.h"
+#include "net/proto.h"
+
+static char url[128];
+
+/*
+ * The server. A SUBMIT of id "slow" is held until the test says
+ * (release), one of id "never" for ever, one of id "bad" refused with
+ * ERROR; any other is accepted at once with the handle its id names
+ * ("h7": 7). A POLL is held until the test queues events (or 0.5 s: a
+ * keep-alive). CANCEL and STATUS are answered at once; the cancelled
+ * handles are counted.
+ */
+struct srv {
+	struct medha_srv *s;
+	pthread_t thr;
+	pthread_mutex_t mu;
+	int quit;
+	struct medha_srv_call *poll, *slow, *never[4];
+	int nnever;
+	double poll_since;
+	uint64_t slow_handle;
+	int release;
+	struct medha_msg_event ev[16]; /* to send on the held POLL */
+	int nev;
+	uint64_t cancelled[16];
+	int ncancel;
+	int submits;
+};
+
+static struct srv S;
+
+static void
+answer_accepted(struct medha_srv_call *call, const char *id, uint64_t h)
+{
+	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
+
+	snprintf(m.accepted.id, sizeof(m.accepted.id), "%s", id);
+	m.accepted.handle = h;
+	medha_srv_msg(S.s, call, &m);
+}
+
+static void
+on_call(struct medha_srv_ev *ev)
+{
+	struct medha_msg m, rep = {0};
+	char why[256];
+
+	assert_int_equal(medha_msg_decode(&m, ev->data, ev->len, why,
+	                     sizeof(why)),
+	    0);
+	pthread_mutex_lock(&S.mu);
+	switch (m.type) {
+	case MEDHA_MSG_SUBMIT:
+		S.submits++;
+		if (strcmp(m.submit.id, "slow") == 0) {
+			S.slow = ev->call;
+		} else if (strcmp(m.submit.id, "never") == 0) {
+			assert_true(S.nnever < 4);
+			S.never[S.nnever++] = ev->call;
+		} else if (strcmp(m.submit.id, "bad") == 0) {
+			medha_srv_error(S.s, ev->call, MEDHA_EINVAL, "bad id");
+		} else {
+			answer_accepted(ev->call, m.submit.id,
+			    strtoull(m.submit.id + 1, NULL, 10));
+		}
+		break;
+	case MEDHA_MSG_POLL:
+		if (S.poll != NULL) { /* one at a time: the old one empty */
+			rep.type = MEDHA_MSG_EVENTS;
+			medha_srv_msg(S.s, S.poll, &rep);
+		}
+		S.poll = ev->call;
+		S.poll_since = medha_now();
+		break;
+	case MEDHA_MSG_CANCEL:
+		if (S.ncancel < 16)
+			S.cancelled[S.ncancel++] = m.cancel;
+		rep.type = MEDHA_MSG_OK;
+		medha_srv_msg(S.s, ev->call, &rep);
+		break;
+	case MEDHA_MSG_STATUS:
+		rep.type = MEDHA_MSG_STATUS_REPLY;
+		rep.status.workers = 7;
+		rep.status.workers_wanted = 7;
+		rep.status.ready = 1;
+		medha_srv_msg(S.s, ev->call, &rep);
+		break;
+	default:
+		medha_srv_error(S.s, ev->call, MEDHA_EINVAL, "not here");
+	}
+	pthread_mutex_unlock(&S.mu);
+	medha_msg_clear(&m);
+}
+
+static void *
+srv_main(void *arg)
+{
+	struct medha_srv_ev ev;
+
+	(void)arg;
+	for (;;) {
+		assert_int_equal(medha_srv_next(S.s, 0.01, &ev), 0);
+		if (ev.kind == MEDHA_SRV_CALL)
+			on_call(&ev);
+		pthread_mutex_lock(&S.mu);
+		if (S.quit) {
+			pthread_mutex_unlock(&S.mu);
+			return NULL;
+		}
+		if (S.release && S.slow != NULL) {
+			answer_accepted(S.slow, "slow", S.slow_handle);
+			S.slow = NULL;
+			S.release = 0;
+		}
+		if (S.poll != NULL &&
+		    (S.nev > 0 || medha_now() - S.poll_since > 0.5)) {
+			struct medha_msg m = {.type = MEDHA_MSG_EVENTS};
+			m.events.ev = S.ev;
+			m.events.n = S.nev;
+			medha_srv_msg(S.s, S.poll, &m);
+			for (int i = 0; i < S.nev; i++)
+				medha_msg_event_clear(&S.ev[i]);
+			S.nev = 0;
+			S.poll = NULL;
+		}
+		pthread_mutex_unlock(&S.mu);
+	}
+}
+
+static void
+srv_start(void)
+{
+	char why[256];
+
+	memset(&S, 0, sizeof(S));
+	pthread_mutex_init(&S.mu, NULL);
+	snprintf(url, sizeof(url), "ipc:///tmp/medha-pcli-test-%d.sock",
+	    (int)getpid());
+	assert_int_equal(medha_srv_open(&S.s, url, why, sizeof(why)), 0);
+	assert_int_equal(pthread_create(&S.thr, NULL, srv_main, NULL), 0);
+}
+
+static void
+srv_stop(void)
+{
+	pthread_mutex_lock(&S.mu);
+	S.quit = 1;
+	pthread_mutex_unlock(&S.mu);
+	pthread_join(S.thr, NULL);
+	medha_srv_close(S.s);
+	for (int i = 0; i < S.nev; i++)
+		medha_msg_event_clear(&S.ev[i]);
+	pthread_mutex_destroy(&S.mu);
+}
+
+/* Queue an event for the next POLL: tokens ([tok]) or, tok < 0, the
+ * record. */
+static void
+srv_event(uint64_t h, int32_t tok)
+{
+	struct medha_msg_event *e;
+
+	pthread_mutex_lock(&S.mu);
+	assert_true(S.nev < 16);
+	e = &S.ev[S.nev++];
+	memset(e, 0, sizeof(*e));
+	e->handle = h;
+	if (tok >= 0) {
+		e->kind = MEDHA_EVENT_TOKENS;
+		e->ids = malloc(sizeof(*e->ids));
+		e->ids[0] = tok;
+		e->n_ids = 1;
+	} else {
+		e->kind = MEDHA_EVENT_RECORD;
+		e->record = calloc(1, sizeof(*e->record));
+		snprintf(e->record->id, sizeof(e->record->id), "r%llu",
+		    (unsigned long long)h);
+		e->record->status = MEDHA_STATUS_OK;
+	}
+	pthread_mutex_unlock(&S.mu);
+}
+
+static int
+srv_cancelled(uint64_t h)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.ncancel; i++)
+		n += S.cancelled[i] == h;
+	pthread_mutex_unlock(&S.mu);
+	return n;
+}
+
+static void
+submit(struct medha_pcli *p, const char *id, uint64_t cookie, double tmo)
+{
+	struct medha_reqspec rs;
+	char why[256];
+
+	memset(&rs, 0, sizeof(rs));
+	snprintf(rs.id, sizeof(rs.id), "%s", id);
+	rs.prompt_tokens = 4;
+	rs.max_tokens = 2;
+	rs.sampling = medha_sampling_greedy;
+	assert_int_equal(medha_pcli_submit(p, &rs, cookie, tmo, why,
+	                     sizeof(why)),
+	    0);
+}
+
+/* The next thing the client queues, within 3 s. */
+#define take(p, o) assert_int_equal(medha_pcli_take((p), 3, (o)), 1)
+
+static void
+run_script(struct medha_pcli *p)
+{
+	struct medha_pcli_out o;
+	int64_t dropped;
+	double t;
+
+	/* 1. a held SUBMIT, then one answered at once: its ACCEPTED
+	   first, and a CANCEL goes through meanwhile */
+	S.slow_handle = 1;
+	submit(p, "slow", 11, 5);
+	submit(p, "h2", 12, 5);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_ACCEPTED);
+	assert_int_equal(o.cookie, 12);
+	assert_int_equal(o.handle, 2);
+	assert_string_equal(o.msg.accepted.id, "h2");
+	medha_pcli_out_clear(&o);
+	medha_pcli_cancel(p, 2);
+	for (t = medha_now(); !srv_cancelled(2) && medha_now() - t < 3;)
+		usleep(1000);
+	assert_int_equal(srv_cancelled(2), 1);
+
+	/* 2. events of the held one before its ACCEPTED: they wait */
+	srv_event(1, 40);
+	srv_event(2, -1);
+	srv_event(1, 41);
+	take(p, &o); /* 2's record */
+	assert_int_equal(o.kind, MEDHA_PCLI_EVENT);
+	assert_int_equal(o.cookie, 12);
+	assert_int_equal(o.ev.kind, MEDHA_EVENT_RECORD);
+	medha_pcli_out_clear(&o);
+	for (t = medha_now(); medha_pcli_early(p, NULL) < 2 &&
+	     medha_now() - t < 3;)
+		usleep(1000);
+	assert_int_equal(medha_pcli_early(p, NULL), 2);
+	assert_int_equal(medha_pcli_take(p, 0.2, &o), 0);
+	pthread_mutex_lock(&S.mu);
+	S.release = 1;
+	pthread_mutex_unlock(&S.mu);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_ACCEPTED);
+	assert_int_equal(o.cookie, 11);
+	assert_int_equal(o.handle, 1);
+	medha_pcli_out_clear(&o);
+	for (int k = 40; k <= 41; k++) { /* in the order they came */
+		take(p, &o);
+		assert_int_equal(o.kind, MEDHA_PCLI_EVENT);
+		assert_int_equal(o.cookie, 11);
+		assert_int_equal(o.ev.kind, MEDHA_EVENT_TOKENS);
+		assert_int_equal(o.ev.n_ids, 1);
+		assert_int_equal(o.ev.ids[0], k);
+		medha_pcli_out_clear(&o);
+	}
+	assert_int_equal(medha_pcli_early(p, &dropped), 0);
+	assert_int_equal(dropped, 0);
+
+	/* 3. an event for no request, no SUBMIT in flight: dropped, and
+	   its request cancelled */
+	srv_event(99, 5);
+	for (t = medha_now(); !srv_cancelled(99) && medha_now() - t < 3;)
+		usleep(1000);
+	assert_int_equal(srv_cancelled(99), 1);
+	medha_pcli_early(p, &dropped);
+	assert_int_equal(dropped, 1);
+	assert_int_equal(medha_pcli_take(p, 0.1, &o), 0);
+
+	/* 4. refused, timed out, STATUS */
+	submit(p, "bad", 13, 5);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_REFUSED);
+	assert_int_equal(o.cookie, 13);
+	assert_int_equal(o.rc, 0);
+	assert_int_equal(o.msg.type, MEDHA_MSG_ERROR);
+	assert_string_equal(o.msg.error.reason, "bad id");
+	medha_pcli_out_clear(&o);
+	submit(p, "never", 14, 0.3);
+	medha_pcli_status(p, 3);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_STATUS);
+	assert_int_equal(o.rc, 0);
+	assert_int_equal(o.msg.status.workers, 7);
+	medha_pcli_out_clear(&o);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_REFUSED);
+	assert_int_equal(o.cookie, 14);
+	assert_int_equal(o.rc, MEDHA_ETIMEOUT);
+	medha_pcli_out_clear(&o);
+	/* 5. any other message, answered to its cookie; SUBMIT and POLL
+	   are the client's own */
+	{
+		struct medha_msg m = {.type = MEDHA_MSG_CANCEL, .cancel = 55};
+		char why[128];
+		assert_int_equal(medha_pcli_call(p, &m, 77, 3, why,
+		                     sizeof(why)),
+		    0);
+		take(p, &o);
+		assert_int_equal(o.kind, MEDHA_PCLI_ANSWER);
+		assert_int_equal(o.cookie, 77);
+		assert_int_equal(o.rc, 0);
+		assert_int_equal(o.msg.type, MEDHA_MSG_OK);
+		medha_pcli_out_clear(&o);
+		assert_int_equal(srv_cancelled(55), 1);
+		m.type = MEDHA_MSG_POLL;
+		assert_int_equal(medha_pcli_call(p, &m, 78, 3, why,
+		                     sizeof(why)),
+		    MEDHA_EINVAL);
+	}
+	assert_true(medha_pcli_connected(p));
+	assert_true(medha_now() - medha_pcli_last_ok(p) < 1);
+}
+
+/* A server, a client, the script, both closed. */
+static void
+script_run(void)
+{
+	struct medha_pcli *p;
+	char why[256];
+
+	srv_start();
+	assert_int_equal(medha_pcli_open(&p, url, NULL, NULL, why,
+	                     sizeof(why)),
+	    0);
+	run_script(p);
+	medha_pcli_close(p);
+	srv_stop();
+}
+
+static void
+test_script(void **state)
+{
+	(void)state;
+	script_run();
+}
+
+/* The same with a secret on both sides: every call after the
+ * handshake. */
+static void
+test_secret(void **state)
+{
+	char path[128], why[256];
+	FILE *f;
+
+	(void)state;
+	snprintf(path, sizeof(path), "/tmp/medha-pcli-test-%d.key",
+	    (int)getpid());
+	assert_non_null(f = fopen(path, "w"));
+	fputs("a secret of the pcli test, long enough\n", f);
+	fclose(f);
+	chmod(path, 0600);
+	assert_int_equal(medha_auth_load(path, why, sizeof(why)), 0);
+	script_run();
+	medha_auth_set(NULL, 0);
+	unlink(path);
+}
+
+/* Closed with calls in flight and answers not taken: nothing leaks,
+ * nothing waits. */
+static void
+test_close_busy(void **state)
+{
+	struct medha_pcli *p;
+	char why[256];
+	double t;
+
+	(void)state;
+	srv_start();
+	assert_int_equal(medha_pcli_open(&p, url, NULL, NULL, why,
+	                     sizeof(why)),
+	    0);
+	submit(p, "never", 1, -1);
+	submit(p, "h5", 2, 5);
+	srv_event(77, 1);
+	usleep(200000);
+	t = medha_now();
+	medha_pcli_close(p);
+	assert_true(medha_now() - t < 2);
+	srv_stop();
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_script),
+	    cmocka_unit_test(test_secret),
+	    cmocka_unit_test(test_close_busy),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
