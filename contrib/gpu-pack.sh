@@ -14,7 +14,8 @@
 #                          and benchmarks), likewise
 #   build/gpu-pack/random.gguf  the random test model with SmolLM2's
 #                          tokenizer (tests/ref/random_model.py: 4
-#                          layers, GQA), for the live checks: SmolLM2's
+#                          layers, GQA, heads of 64: the attention
+#                          kernels' size), for the live checks: SmolLM2's
 #                          98 MB do not travel
 #   build/gpu-pack/families/  a random model of each other family
 #                          (tests/ref/arch_model.py's CUDA_CASES, about
@@ -96,7 +97,8 @@ done
 py=${MEDHA_PY:-$cache/venv/bin/python}
 smollm2=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
-	"$py" "$top/tests/ref/random_model.py" "$smollm2" "$pack/random.gguf" ||
+	RANDOM_MODEL_HD=64 \
+	    "$py" "$top/tests/ref/random_model.py" "$smollm2" "$pack/random.gguf" ||
 	    status=1
 else
 	echo "gpu-pack: no random.gguf: it needs $smollm2 and $py with gguf" \
