@@ -24,6 +24,10 @@
 #   attn_plan         the attention plan's time alone (attn_bench -p; made
 #                     once a forward pass, issue 42 item 5)
 #   backend_cuda_test the backend against the cpu backend and float64
+#   families          the other model families (qwen2, qwen3, gemma2,
+#                     gemma3, phi3, llama with a window; random models in
+#                     build/gpu-pack/families) against the cpu backend:
+#                     a row each, max |logit diff| and greedy tokens equal
 #   batch_inv         backend_cuda_test's mixed batch against each
 #                     sequence alone, by default and MEDHA_CUDA_GEMM=fast:
 #                     the same bits or not (cuBLASLt does not promise it;
@@ -266,6 +270,32 @@ batch_inv() {
 	[ "$dn" = 0 ]
 }
 
+# the other model families (issue 36 item 8): backend_cuda_test on a
+# random model of each (build/gpu-pack/families: gpu-pack.sh writes them
+# with tests/ref/arch_model.py's CUDA_CASES) against the cpu backend's
+# f32 reference mode: logits, greedy tokens, chunks, layer ranges, TP 2
+# and KVP 2. A "family-row:" line per model, which the driver makes a
+# row of the table: its largest |logit difference| from the cpu and its
+# greedy tokens equal
+families() {
+	local st n ok
+	prog "$gtests/backend_cuda_test"
+	if ! ls "$pack"/families/*.gguf >/dev/null 2>&1; then
+		echo "skip: no $pack/families (contrib/gpu-pack.sh writes them)"
+		exit 77
+	fi
+	MEDHA_CUDA_TEST_FAMILIES="$(echo "$pack"/families/*.gguf)" \
+	    "$gtests/backend_cuda_test" | tee "$work/fam.out"
+	st=${PIPESTATUS[0]}
+	sed -n 's/^\(ok\|FAIL\) *family \([^:]*\): max |logit diff| vs cpu \([^,]*\), worst rel L2 \([^;]*\); greedy [0-9]* steps after [0-9]*: \([0-9]* of [0-9]*\) equal (\([0-9]*\) near-ties)$/family-row: \2 \1 max |logit diff| \3, rel L2 \4, greedy \5 equal (\6 near-ties)/p' \
+	    "$work/fam.out"
+	n=$(grep -c '^\(ok\|FAIL\) *family ' "$work/fam.out")
+	ok=$(grep -c '^ok *family ' "$work/fam.out")
+	echo "figure: $ok of $n families as the cpu backend; $(grep -c '^ok  ' \
+	    "$work/fam.out") ok, $(grep -c '^FAIL ' "$work/fam.out") FAIL in all"
+	return "$st"
+}
+
 # fallbacks PATTERN: the "medha: cuda: fallback:" lines matching PATTERN
 # in the steps' output so far and the live workers' logs
 fallbacks() {
@@ -501,6 +531,13 @@ fi
 step kernels_test 75
 step attn_plan 20
 step backend_cuda_test 75
+step families 60
+# a row per family (families' family-row lines)
+if [ -s "$work/families.log" ]; then
+	while read -r _ f res fig; do
+		row "  $f" "$res" "$fig"
+	done < <(grep '^family-row: ' "$work/families.log")
+fi
 step batch_inv 45
 step sanitizer 90
 step attn_bench 90

@@ -14,8 +14,12 @@
 #                          and benchmarks), likewise
 #   build/gpu-pack/random.gguf  the random test model with SmolLM2's
 #                          tokenizer (tests/ref/random_model.py: 4
-#                          layers, GQA), for the live checks: SmolLM2's
+#                          layers, GQA, heads of 64: the attention
+#                          kernels' size), for the live checks: SmolLM2's
 #                          98 MB do not travel
+#   build/gpu-pack/families/  a random model of each other family
+#                          (tests/ref/arch_model.py's CUDA_CASES, about
+#                          a megabyte each) for gpu-check.sh's families
 #   build/gpu-pack/MANIFEST   the commit, the date, every file's size
 #   build/gpu-smollm2-N/  SmolLM2 (98 MB, too much for one run) in four
 #                         pieces with its md5, for backend_cuda_test's
@@ -93,13 +97,21 @@ done
 py=${MEDHA_PY:-$cache/venv/bin/python}
 smollm2=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
-	"$py" "$top/tests/ref/random_model.py" "$smollm2" "$pack/random.gguf" ||
+	RANDOM_MODEL_HD=64 \
+	    "$py" "$top/tests/ref/random_model.py" "$smollm2" "$pack/random.gguf" ||
 	    status=1
 else
 	echo "gpu-pack: no random.gguf: it needs $smollm2 and $py with gguf" \
 	    "(contrib/fetch-refs.sh); the live checks will skip" >&2
 fi
 
+# the other families' random models (gpu-check.sh's families step)
+if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
+	mkdir -p "$pack/families"
+	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$pack/families" \
+	    qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu ||
+	    status=1
+fi
 # SmolLM2 in pieces of 25 MB, each folder with the whole file's md5
 if [ -s "$smollm2" ]; then
 	sum=$(md5sum <"$smollm2" | cut -d' ' -f1)

@@ -1,5 +1,6 @@
 /*
- * add.cu: the residual add x += y, the f32 <-> bf16 conversions, and
+ * add.cu: the residual add x += y, the other elementwise operators (a
+ * bias on rows, a scale, the soft-cap), the f32 <-> bf16 conversions, and
  * the seeded generator of random weights (counter-based: value i of a
  * seed depends on (seed, offset + i) alone, so a tensor filled in parts
  * or on another GPU has the same bits; medha_k_fill_random_ref() in
@@ -25,6 +26,64 @@ medha_k_add(float *x, const float *y, int64_t n, cudaStream_t stream)
 	if (n == 0)
 		return 0;
 	add_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(x, y, n);
+	return launch_status();
+}
+
+static __global__ void
+bias_kernel(float *x, int stride, int n, const float *b, int width)
+{
+	int64_t total = (int64_t)n * width;
+
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+	     i < total; i += (int64_t)gridDim.x * blockDim.x)
+		x[(i / width) * stride + i % width] += b[i % width];
+}
+
+extern "C" int
+medha_k_bias_add(float *x, int row_stride, int n, const float *b, int width,
+    cudaStream_t stream)
+{
+	int64_t total = (int64_t)n * width;
+
+	if (n < 0 || width < 0 || row_stride < width)
+		return cudaErrorInvalidValue;
+	if (total == 0)
+		return 0;
+	bias_kernel<<<grid_for(total, 256, GRID_CAP), 256, 0, stream>>>(x,
+	    row_stride, n, b, width);
+	return launch_status();
+}
+
+/* cap 0: x *= s; else x = tanh(x * s) * cap (s = 1 / cap) */
+static __global__ void
+scale_kernel(float *x, int64_t n, float s, float cap)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		x[i] = cap != 0.0f ? tanhf(x[i] * s) * cap : x[i] * s;
+}
+
+extern "C" int
+medha_k_scale(float *x, int64_t n, float s, cudaStream_t stream)
+{
+	if (n < 0)
+		return cudaErrorInvalidValue;
+	if (n == 0)
+		return 0;
+	scale_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(x, n, s,
+	    0.0f);
+	return launch_status();
+}
+
+extern "C" int
+medha_k_softcap(float *x, int64_t n, float cap, cudaStream_t stream)
+{
+	if (n < 0 || !(cap > 0))
+		return cudaErrorInvalidValue;
+	if (n == 0)
+		return 0;
+	scale_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(x, n,
+	    1.0f / cap, cap);
 	return launch_status();
 }
 

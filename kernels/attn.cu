@@ -71,7 +71,7 @@ simple_kernel(struct attn_args a)
 		const int32_t *table = a.s.table + a.s.table_off[s];
 		const uint16_t *kp = (const uint16_t *)a.kv.k;
 		const uint16_t *vp = (const uint16_t *)a.kv.v;
-		int64_t lim[VPW], k_end;
+		int64_t lim[VPW], low[VPW], k_beg, k_end;
 		float m[VPW], l[VPW], acc[VPW][CPL];
 		/* this warp's vectors: warp + 4 i for i < nvw */
 		int nvw = it.nv > warp ? (it.nv - warp + 3) / 4 : 0;
@@ -94,12 +94,14 @@ simple_kernel(struct attn_args a)
 		}
 		for (int i = 0; i < VPW; i++) {
 			lim[i] = attn_limit(&a, &it, warp + 4 * i);
+			low[i] = attn_lower(&a, &it, warp + 4 * i);
 			m[i] = -INFINITY;
 			l[i] = 0;
 			for (int c = 0; c < CPL; c++)
 				acc[i][c] = 0;
 		}
 		k_end = attn_limit(&a, &it, it.nv - 1); /* the largest */
+		k_beg = attn_lower(&a, &it, 0);         /* the smallest */
 
 		/* row e / (HD/8) of a tile, 8 elements at (e % (HD/8)) * 8 */
 		auto load = [&](int64_t base) {
@@ -142,9 +144,9 @@ simple_kernel(struct attn_args a)
 			}
 		};
 
-		if (it.k_lo < k_end)
-			load(it.k_lo);
-		for (int64_t base = it.k_lo; base < k_end; base += TILE) {
+		if (k_beg < k_end)
+			load(k_beg);
+		for (int64_t base = k_beg; base < k_end; base += TILE) {
 			float sc[VPW];
 
 			__syncthreads(); /* the last tile (or qsh) is done */
@@ -175,7 +177,8 @@ simple_kernel(struct attn_args a)
 
 				if (i >= nvw)
 					break;
-				if (base + lane >= lim[i])
+				sc[i] = attn_cap(&a, sc[i]);
+				if (base + lane >= lim[i] || base + lane < low[i])
 					sc[i] = -INFINITY;
 				mx = fmaxf(m[i], warp_max(sc[i]));
 				mu = mx == -INFINITY ? 0.0f : mx;
@@ -335,6 +338,11 @@ args_make(struct attn_args *x, const struct medha_k_attn *a, char *w,
 	x->n_heads = a->n_heads;
 	x->G = a->n_heads / a->kv->n_kv_heads;
 	x->scale_log2 = a->scale * 1.4426950408889634f;
+	if (a->softcap > 0) {
+		x->scale_log2 = a->scale / a->softcap;
+		x->cap_log2 = a->softcap * 1.4426950408889634f;
+	}
+	x->window = a->window > 0 ? a->window : 0;
 	x->out = a->out;
 	x->out_f32 = a->out_f32;
 	x->lse = a->lse;
@@ -457,12 +465,13 @@ emu_item(const struct attn_args *a, int64_t w, int path)
 	const int32_t *table = a->s.table + a->s.table_off[s];
 	int hd = a->kv.head_dim;
 	int64_t k_end = attn_limit(a, &it, it.nv - 1);
+	int64_t k_beg = attn_lower(a, &it, 0);
 	float *acc = (float *)malloc((size_t)hd * sizeof(float));
 	float *qv = (float *)malloc((size_t)hd * sizeof(float));
 	float *sc = (float *)malloc((size_t)tile * sizeof(float));
 
 	for (int v = 0; v < it.nv; v++) {
-		int64_t lim = attn_limit(a, &it, v);
+		int64_t lim = attn_limit(a, &it, v), low = attn_lower(a, &it, v);
 		int r = (it.v0 + v) / a->G, h = it.kvh * a->G + (it.v0 + v) % a->G;
 		float m = -INFINITY, l = 0;
 
@@ -471,14 +480,14 @@ emu_item(const struct attn_args *a, int64_t w, int path)
 			            (int64_t)h * hd + c] * a->scale_log2;
 			acc[c] = 0;
 		}
-		for (int64_t base = it.k_lo; base < k_end; base += tile) {
+		for (int64_t base = k_beg; base < k_end; base += tile) {
 			float mx = m, mu, al;
 
 			for (int i = 0; i < tile; i++) {
 				int64_t slot = base + i;
 
 				sc[i] = -INFINITY;
-				if (slot >= lim)
+				if (slot >= lim || slot < low)
 					continue;
 				int64_t off = kv_elem(&a->kv,
 				    table[slot / a->kv.block_size], it.kvh,
@@ -487,7 +496,7 @@ emu_item(const struct attn_args *a, int64_t w, int path)
 				for (int c = 0; c < hd; c++)
 					d += qv[c] * kv_f32<T>(((const uint16_t *)
 					    a->kv.k)[off + c]);
-				sc[i] = d;
+				sc[i] = d = attn_cap(a, d);
 				mx = fmaxf(mx, d);
 			}
 			mu = mx == -INFINITY ? 0.0f : mx;

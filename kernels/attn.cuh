@@ -46,7 +46,10 @@ struct attn_args {
 	const float *q;
 	int qs;
 	int n_heads, G;
-	float scale_log2; /* scale * log2(e): scores in base 2 */
+	float scale_log2; /* scale * log2(e): scores in base 2; with a
+	                     soft-cap, scale / cap (the tanh's argument) */
+	float cap_log2;   /* soft-cap * log2(e), or 0: none */
+	int window;       /* sliding window (0: none) */
 	uint16_t *out;
 	float *out_f32;
 	float *lse;
@@ -145,6 +148,27 @@ attn_limit(const struct attn_args *a, const struct attn_item *it, int v)
 	if (lim > it->k_hi)
 		lim = it->k_hi;
 	return lim < it->k_lo ? it->k_lo : lim;
+}
+
+/* the first slot vector v of item it may see (its window's start) */
+static __host__ __device__ __forceinline__ int64_t
+attn_lower(const struct attn_args *a, const struct attn_item *it, int v)
+{
+	int64_t lo;
+
+	if (a->window <= 0 || v < 0 || v >= it->nv)
+		return it->k_lo;
+	lo = a->s.pos[it->seq] + (it->v0 + v) / a->G + 1 - a->window -
+	    a->s.kv_base[it->seq];
+	return lo > it->k_lo ? lo : it->k_lo;
+}
+
+/* a score (base 2) as the soft-cap leaves it: cap tanh(s / cap), the
+   division already in q's scale */
+static __host__ __device__ __forceinline__ float
+attn_cap(const struct attn_args *a, float s)
+{
+	return a->cap_log2 != 0.0f ? a->cap_log2 * tanhf(s) : s;
 }
 
 /*

@@ -153,6 +153,12 @@ mma_kernel(struct attn_args a)
 		int64_t lim_w = attn_limit(&a, &it,
 		    warp * 16 + 15 < it.nv ? warp * 16 + 15 : it.nv - 1);
 		int64_t k_end = attn_limit(&a, &it, it.nv - 1);
+		/* the window's starts: the rows', the warp's and the item's
+		   smallest (it.k_lo where there is no window) */
+		int64_t low_a = attn_lower(&a, &it, va);
+		int64_t low_b = attn_lower(&a, &it, vb);
+		int64_t low_w = attn_lower(&a, &it, warp * 16);
+		int64_t k_beg = attn_lower(&a, &it, 0);
 		float m_a = -INFINITY, m_b = -INFINITY, l_a = 0, l_b = 0;
 		float o[NO][4];
 		uint32_t qa[KS][4];
@@ -223,12 +229,12 @@ mma_kernel(struct attn_args a)
 			cp_commit();
 		};
 
-		int64_t n_tiles = k_end > it.k_lo ?
-		    (k_end - it.k_lo + TILE - 1) / TILE : 0;
+		int64_t n_tiles = k_end > k_beg ?
+		    (k_end - k_beg + TILE - 1) / TILE : 0;
 		if (n_tiles > 0)
-			load(it.k_lo, 0);
+			load(k_beg, 0);
 		for (int64_t ti = 0; ti < n_tiles; ti++) {
-			int64_t base = it.k_lo + ti * TILE;
+			int64_t base = k_beg + ti * TILE;
 			int buf = (int)(ti & 1);
 
 			if (ti + 1 < n_tiles) {
@@ -238,7 +244,7 @@ mma_kernel(struct attn_args a)
 				cp_wait<0>();
 			}
 			__syncthreads();
-			if (base < lim_w) {
+			if (base < lim_w && base + TILE > low_w) {
 				uint32_t kb = sbase + (uint32_t)(buf * 2 * TILE * RS * 2);
 				uint32_t vb_ = kb + TILE * RS * 2;
 				float sc[TILE / 8][4];
@@ -267,13 +273,15 @@ mma_kernel(struct attn_args a)
 				for (int j = 0; j < TILE / 8; j++) {
 					int64_t key = base + j * 8 + 2 * t4;
 
-					if (key >= lim_a)
+					for (int e = 0; e < 4; e++)
+						sc[j][e] = attn_cap(&a, sc[j][e]);
+					if (key >= lim_a || key < low_a)
 						sc[j][0] = -INFINITY;
-					if (key + 1 >= lim_a)
+					if (key + 1 >= lim_a || key + 1 < low_a)
 						sc[j][1] = -INFINITY;
-					if (key >= lim_b)
+					if (key >= lim_b || key < low_b)
 						sc[j][2] = -INFINITY;
-					if (key + 1 >= lim_b)
+					if (key + 1 >= lim_b || key + 1 < low_b)
 						sc[j][3] = -INFINITY;
 					mx_a = fmaxf(mx_a, fmaxf(sc[j][0], sc[j][1]));
 					mx_b = fmaxf(mx_b, fmaxf(sc[j][2], sc[j][3]));

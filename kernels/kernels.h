@@ -66,13 +66,60 @@ int medha_k_rope(float *x, const int64_t *pos, int n, int row_stride,
     int n_heads, int head_dim, int n_rot, float theta_base,
     const float *freqs, cudaStream_t stream);
 
+/*
+ * RoPE of the other families (model.h's struct medha_rope, which the cpu
+ * backend's table medha_cpu_rope_table_ext computes the same way): the
+ * angle of pair i made up as medha_k_rope's (p multiplied up by
+ * base^(-2 / n_rot) i times in f32), divided by freqs[i] (rope_freqs,
+ * LongRoPE's factors; device, or NULL), then theta = freq_scale * that,
+ * mixed back toward the unscaled angle by YaRN's ramp (1 below corr[0],
+ * 0 above corr[1], linear between) times ext_factor; cos and sin times
+ * mscale (times 1 + 0.1 ln(1 / freq_scale) where ext_factor is not 0).
+ * neox: pairs (i, i + n_rot / 2) rotate instead of (2i, 2i + 1).
+ */
+struct medha_k_rope {
+	float base;
+	float freq_scale;  /* 1: none */
+	float ext_factor;  /* 0: no YaRN ramp */
+	float mscale;      /* 1: none */
+	float corr[2];     /* the ramp's ends, pair indices */
+	const float *freqs; /* (n_rot / 2) divisors, device, or NULL */
+	int neox;          /* 1: NEOX halves, 0: adjacent pairs */
+};
+int medha_k_rope_ext(float *x, const int64_t *pos, int n, int row_stride,
+    int n_heads, int head_dim, int n_rot, const struct medha_k_rope *r,
+    cudaStream_t stream);
+
+/* RMSNorm of each head in place (qwen3's and gemma3's Q/K norm): head h
+   of row t, head_dim f32 at x + t * row_stride + h * head_dim, times w
+   (head_dim f32); the arithmetic of medha_k_rmsnorm. */
+int medha_k_rmsnorm_heads(float *x, int row_stride, int n, int n_heads,
+    int head_dim, const float *w, float eps, cudaStream_t stream);
+
 /* y (n x ffn bf16) = silu(g) * u, g and u (n x ffn) f32 with row
    strides gs, us (the fused gate|up product's halves). */
 int medha_k_swiglu(uint16_t *y, const float *g, int gs, const float *u,
     int us, int n, int ffn, cudaStream_t stream);
 
+/* The same with gelu_tanh(g) = g / 2 (1 + tanh(sqrt(2 / pi) (g + 0.044715
+   g^3))) (gemma's MLP), in f32 (ggml's CUDA build's formula). */
+int medha_k_geglu(uint16_t *y, const float *g, int gs, const float *u,
+    int us, int n, int ffn, cudaStream_t stream);
+
 /* x += y, n floats (the residual add after a row-parallel product). */
 int medha_k_add(float *x, const float *y, int64_t n, cudaStream_t stream);
+
+/* Row t's columns [0, width) of x (n rows of row_stride floats) += b
+   (width f32): qwen2's Q/K/V biases on the fused product. */
+int medha_k_bias_add(float *x, int row_stride, int n, const float *b,
+    int width, cudaStream_t stream);
+
+/* x *= s, n floats (gemma's embeddings times sqrt(dim)). */
+int medha_k_scale(float *x, int64_t n, float s, cudaStream_t stream);
+
+/* x = cap tanh(x / cap), n floats (gemma2's final-logit soft-cap, as
+   medha_cpu_softcap: x * (1 / cap), tanh, times cap). */
+int medha_k_softcap(float *x, int64_t n, float cap, cudaStream_t stream);
 
 /* Convert n f32 to bf16 (round to nearest even) and back. */
 int medha_k_f32_to_bf16(uint16_t *y, const float *x, int64_t n,
@@ -137,8 +184,9 @@ int medha_k_kv_append(const struct medha_k_kv_layer *kv,
  *
  * Causal grouped-query attention of a mixed batch: for each sequence,
  * each of its query rows (position p = pos + i) against the cached keys
- * at positions [kv_base, min(kv_base + kv_len, p + 1)), softmax scaled
- * by `scale`. q is (n_tokens, n_heads * head_dim) f32 with row stride
+ * at positions [kv_base, min(kv_base + kv_len, p + 1)) (and above p -
+ * window, where window is set), softmax scaled by `scale` (and capped
+ * by softcap). q is (n_tokens, n_heads * head_dim) f32 with row stride
  * qs; query head h reads kv head h / (n_heads / n_kv_heads). out is
  * (n_tokens, n_heads * head_dim) bf16 (the output projection's input)
  * or, when out_f32 is given instead, f32 (tests, the KVP merge). lse,
@@ -172,6 +220,13 @@ struct medha_k_attn {
 	void *work;      /* medha_k_attn_workspace() bytes */
 	size_t work_len;
 	int planned;     /* 1: work holds the plan (medha_k_attn_plan) */
+	/* the other families' (0: none; left 0 by an initializer that
+	   stops before them) */
+	float softcap;   /* scores s = q.k * scale become cap tanh(s / cap)
+	                    before the softmax (gemma2) */
+	int window;      /* a sliding window W: the row at position p sees
+	                    keys at positions (p - W, p] only (the plan is
+	                    the same: it does not depend on W) */
 };
 
 size_t medha_k_attn_workspace(const struct medha_k_attn *a);

@@ -9,6 +9,13 @@
  * fused into the product: beta 1), RMSNorm, the fused gate/up product,
  * SwiGLU, down (its add fused too); then the final norm and the logits
  * of the rows asked for, and the greedy tokens by argmax on the GPU.
+ * The other families' operators come from the model's description
+ * (model.h's struct medha_arch, read per layer as the cpu backend reads
+ * it): the embeddings' scale, Q/K/V biases, Q/K norms per head, RoPE of
+ * the layer's kind (NEOX or NORM, scaled: c->rope), the layer's window
+ * and the attention's soft-cap (in the attention kernels), post-norms
+ * (the product then out of place, normed, added), GELU, and the final
+ * soft-cap of the logits.
  * With TP each rank's output projection and down give a partial sum over
  * its heads' and ffn rows' columns, all-reduced (NCCL, or the caller's
  * collectives in host memory) and added; with KVP the attention of
@@ -57,7 +64,7 @@ cuda_attn_work(struct cuda_be *c, char *why, size_t whylen)
 {
 	struct medha_k_attn a = {&c->kvl[c->lo], &c->desc.s, c->qkv, c->qkvd,
 	    c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->att, NULL, NULL,
-	    NULL, 0, 0};
+	    NULL, 0, 0, 0, 0};
 	size_t n = medha_k_attn_workspace(&a), n2;
 
 	a.out = NULL;
@@ -78,18 +85,66 @@ cuda_attn_work(struct cuda_be *c, char *why, size_t whylen)
 	return 0;
 }
 
-/* The row-parallel product's output y (tp > 1) summed over the ranks
-   and added to the residual stream. */
+/* The scale of the attention's scores: the architecture's, or 1 /
+   sqrt(head_dim). (Where llama.cpp scales q after RoPE instead, q_prescale,
+   the kernels scale the scores: the same numbers, other roundings.) */
+static float
+attn_scale(const struct medha_model_config *mc)
+{
+	return mc->a.attn_scale != 0 ? mc->a.attn_scale
+	                             : 1.0f / sqrtf((float)mc->head_dim);
+}
+
+/*
+ * A row-parallel product's output y, summed over the ranks (tp > 1),
+ * normed by post (gemma's post-norms; NULL: none) and added to the
+ * residual stream.
+ */
 static int
-reduce_add(struct cuda_be *c, int l, int kind, int n, char *why,
-    size_t whylen)
+reduce_add(struct cuda_be *c, int l, int kind, int n, const float *post,
+    char *why, size_t whylen)
 {
 	const size_t len = (size_t)n * c->c.dim;
 	int rc;
 
-	if ((rc = cuda_all_reduce(c, l, kind, c->y, len, why, whylen)) != 0)
+	if (c->tp > 1 &&
+	    (rc = cuda_all_reduce(c, l, kind, c->y, len, why, whylen)) != 0)
 		return rc;
+	if (post != NULL)
+		K(medha_k_rmsnorm_f32(c->y, c->y, post, n, c->c.dim,
+		      c->c.norm_eps, c->st),
+		    "medha_k_rmsnorm_f32 (post-norm)");
 	K(medha_k_add(c->x, c->y, (int64_t)len, c->st), "medha_k_add");
+	return 0;
+}
+
+/* Q and K of the batch's rows, in c->qkv, as layer l's description says:
+   biases, each head's norm, RoPE of the layer's kind. */
+static int
+qk(struct cuda_be *c, const struct cuda_layer *L, int l, int n, char *why,
+    size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const int64_t *tpos = (const int64_t *)(c->desc.d + c->desc.o_tpos);
+	const struct medha_k_rope *r = &c->rope[medha_layer_rope(mc, l)];
+
+	if (L->bqkv != NULL)
+		K(medha_k_bias_add(c->qkv, c->qkvd, n, L->bqkv, c->qkvd, c->st),
+		    "medha_k_bias_add");
+	if (L->qn != NULL) {
+		K(medha_k_rmsnorm_heads(c->qkv, c->qkvd, n, c->nh,
+		      mc->head_dim, L->qn, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (Q)");
+		K(medha_k_rmsnorm_heads(c->qkv + c->qd, c->qkvd, n, c->nkv,
+		      mc->head_dim, L->kn, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (K)");
+	}
+	K(medha_k_rope_ext(c->qkv, tpos, n, c->qkvd, c->nh, mc->head_dim,
+	      mc->n_rot, r, c->st),
+	    "medha_k_rope_ext (Q)");
+	K(medha_k_rope_ext(c->qkv + c->qd, tpos, n, c->qkvd, c->nkv,
+	      mc->head_dim, mc->n_rot, r, c->st),
+	    "medha_k_rope_ext (K)");
 	return 0;
 }
 
@@ -100,12 +155,16 @@ layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
 {
 	const struct medha_model_config *mc = &c->c;
 	const struct cuda_layer *L = &c->L[l];
-	const int n = f->b->n_tokens, d = mc->dim, one = c->tp == 1;
-	const int64_t *tpos = (const int64_t *)(c->desc.d + c->desc.o_tpos);
+	const int n = f->b->n_tokens, d = mc->dim;
+	/* the product adds itself into x (beta 1) where nothing comes
+	   between: one rank, no post-norm */
+	const int one_a = c->tp == 1 && L->post_a == NULL;
+	const int one_f = c->tp == 1 && L->post_f == NULL;
 	struct medha_k_attn a = {&c->kvl[l], &c->desc.s, c->qkv, c->qkvd,
-	    c->nh, 1.0f / sqrtf((float)mc->head_dim), merge ? NULL : c->att,
+	    c->nh, attn_scale(mc), merge ? NULL : c->att,
 	    merge ? c->attf : NULL, merge ? c->lse : NULL, c->awork,
-	    c->awork_cap, 1}; /* planned: cuda_run_layers made the plan */
+	    c->awork_cap, 1, /* planned: cuda_run_layers made the plan */
+	    mc->a.attn_softcap, medha_layer_window(mc, l)};
 	int rc;
 
 	K(medha_k_rmsnorm(c->xn, c->x, L->attn_norm, n, d, mc->norm_eps,
@@ -114,12 +173,8 @@ layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
 	if ((rc = cuda_gemm(c, L->wqkv, c->qkvd, d, c->xn, n, c->qkv, c->qkvd,
 	         0, why, whylen)) != 0)
 		return rc;
-	K(medha_k_rope(c->qkv, tpos, n, c->qkvd, c->nh, mc->head_dim,
-	      mc->n_rot, mc->rope_theta, c->freqs, c->st),
-	    "medha_k_rope (Q)");
-	K(medha_k_rope(c->qkv + c->qd, tpos, n, c->qkvd, c->nkv, mc->head_dim,
-	      mc->n_rot, mc->rope_theta, c->freqs, c->st),
-	    "medha_k_rope (K)");
+	if ((rc = qk(c, L, l, n, why, whylen)) != 0)
+		return rc;
 	K(medha_k_kv_append(&c->kvl[l], &c->desc.s, c->qkv + c->qd, c->qkvd,
 	      c->qkv + c->qd + c->kvd, c->qkvd, c->st),
 	    "medha_k_kv_append");
@@ -132,10 +187,11 @@ layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
 	                 (rc = cuda_kvp_merge(c, l, n, why, whylen)) != 0 ||
 	                 (rc = cuda_mark(c, 1, why, whylen)) != 0))
 		return rc;
-	if ((rc = cuda_gemm(c, L->wo, d, c->qd, c->att, n, one ? c->x : c->y,
-	         d, one ? 1 : 0, why, whylen)) != 0)
+	if ((rc = cuda_gemm(c, L->wo, d, c->qd, c->att, n,
+	         one_a ? c->x : c->y, d, one_a ? 1 : 0, why, whylen)) != 0)
 		return rc;
-	if (!one && (rc = reduce_add(c, l, 0, n, why, whylen)) != 0)
+	if (!one_a &&
+	    (rc = reduce_add(c, l, 0, n, L->post_a, why, whylen)) != 0)
 		return rc;
 	K(medha_k_rmsnorm(c->xn, c->x, L->ffn_norm, n, d, mc->norm_eps,
 	      c->st),
@@ -143,13 +199,19 @@ layer(struct cuda_be *c, const struct medha_fwd *f, int l, int merge,
 	if ((rc = cuda_gemm(c, L->wgu, 2 * c->ff, d, c->xn, n, c->gu,
 	         2 * c->ff, 0, why, whylen)) != 0)
 		return rc;
-	K(medha_k_swiglu(c->act, c->gu, 2 * c->ff, c->gu + c->ff, 2 * c->ff,
-	      n, c->ff, c->st),
-	    "medha_k_swiglu");
+	if (mc->a.ffn_act == MEDHA_FFN_GELU)
+		K(medha_k_geglu(c->act, c->gu, 2 * c->ff, c->gu + c->ff,
+		      2 * c->ff, n, c->ff, c->st),
+		    "medha_k_geglu");
+	else
+		K(medha_k_swiglu(c->act, c->gu, 2 * c->ff, c->gu + c->ff,
+		      2 * c->ff, n, c->ff, c->st),
+		    "medha_k_swiglu");
 	if ((rc = cuda_gemm(c, L->wdown, d, c->ff, c->act, n,
-	         one ? c->x : c->y, d, one ? 1 : 0, why, whylen)) != 0)
+	         one_f ? c->x : c->y, d, one_f ? 1 : 0, why, whylen)) != 0)
 		return rc;
-	if (!one && (rc = reduce_add(c, l, 1, n, why, whylen)) != 0)
+	if (!one_f &&
+	    (rc = reduce_add(c, l, 1, n, L->post_f, why, whylen)) != 0)
 		return rc;
 	return 0;
 }
@@ -170,7 +232,7 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	const int n = f->b->n_tokens, d = mc->dim, merge = merging(f);
 	struct medha_k_attn a = {&c->kvl[f->layer_lo], &c->desc.s, c->qkv,
 	    c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim), c->att, NULL,
-	    NULL, c->awork, c->awork_cap, 0};
+	    NULL, c->awork, c->awork_cap, 0, 0, 0};
 	int rc;
 
 	if (f->layer_lo == 0)
@@ -178,6 +240,10 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		      (const int32_t *)(c->desc.d + c->desc.o_tok), n, d,
 		      c->st),
 		    "medha_k_embed");
+	if (f->layer_lo == 0 && mc->a.embd_scale != 0 &&
+	    mc->a.embd_scale != 1)
+		K(medha_k_scale(c->x, (int64_t)n * d, mc->a.embd_scale, c->st),
+		    "medha_k_scale (embeddings)");
 	/* the attention's plan: the batch's, the same for every layer */
 	K(medha_k_attn_plan(&a, c->st), "medha_k_attn_plan");
 	for (int l = f->layer_lo; l < f->layer_hi; l++) {
@@ -199,6 +265,10 @@ cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	if ((rc = cuda_gemm(c, c->out, mc->vocab, d, c->hn, nrows, c->logits,
 	         mc->vocab, 0, why, whylen)) != 0)
 		return rc;
+	if (mc->a.final_softcap != 0)
+		K(medha_k_softcap(c->logits, (int64_t)nrows * mc->vocab,
+		      mc->a.final_softcap, c->st),
+		    "medha_k_softcap (logits)");
 	K(medha_k_argmax(c->ids, c->logits, nrows, mc->vocab, c->st),
 	    "medha_k_argmax");
 	return cuda_mark(c, 2, why, whylen);
@@ -534,6 +604,43 @@ kv_blocks(struct cuda_be *c, const struct medha_backend_params *p,
 	return 0;
 }
 
+/*
+ * What the cuda backend cannot run of a model, refused naming it (the
+ * cpu backend runs every model medha loads): the attention kernels have
+ * instances for head sizes 64 and 128 only.
+ */
+static int
+runnable(const struct medha_model_config *mc, char *why, size_t whylen)
+{
+	if (mc->head_dim != 64 && mc->head_dim != 128)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "cuda: %s: a head size (attention.key_length) of %d is "
+		    "not supported (64 or 128; the cpu backend runs it)",
+		    mc->a.name[0] != '\0' ? mc->a.name : "model",
+		    mc->head_dim);
+	return 0;
+}
+
+/* RoPE of each kind (medha_layer_rope) from the model's description, as
+   the cpu backend makes its tables (medha_model_rope); m NULL (random
+   weights): no frequency factors. */
+static void
+ropes(struct cuda_be *c, const struct medha_model *m)
+{
+	struct medha_model shape = {.c = c->c};
+
+	for (int kind = 0; kind < 2; kind++) {
+		struct medha_rope r;
+		medha_model_rope(m != NULL ? m : &shape, kind, &r);
+		c->rope[kind] = (struct medha_k_rope){r.base, r.freq_scale,
+		    r.ext_factor, r.mscale, {r.corr[0], r.corr[1]},
+		    kind == 0 && r.freqs != NULL ? c->freqs : NULL,
+		    c->c.a.rope_type == MEDHA_ROPE_NEOX};
+		if (kind == 1 && !(r.base > 0)) /* no window layer's own */
+			c->rope[1] = c->rope[0];
+	}
+}
+
 /* The backend on c (shape in c->c), weights from m or random. */
 static int
 make(struct medha_backend **be, struct cuda_be *c,
@@ -558,6 +665,7 @@ make(struct medha_backend **be, struct cuda_be *c,
 		return rc;
 	rc = m != NULL ? cuda_load_gguf(c, m, why, whylen)
 	               : cuda_load_random(c, p->seed, why, whylen);
+	ropes(c, m); /* after the load: c->freqs */
 	if (rc != 0 || (rc = cuda_grow(c, CUDA_TOKENS, 1, why, whylen)) != 0 ||
 	    (rc = kv_blocks(c, p, free0, &nb, why, whylen)) != 0 ||
 	    (rc = cuda_kv_init(c, nb, why, whylen)) != 0)
@@ -586,14 +694,8 @@ medha_backend_cuda_init(struct medha_backend **be, const struct medha_model *m,
 	int rc;
 
 	*be = NULL;
-	/* the other families' operators are the cpu backend's only, so far:
-	   refused here rather than run as a Llama */
-	{
-		char what[160];
-		if ((rc = medha_arch_plain(&m->c, what, sizeof(what))) != 0)
-			return medha_why(why, whylen, rc,
-			    "cuda: %s (the cpu backend runs it)", what);
-	}
+	if ((rc = runnable(&m->c, why, whylen)) != 0)
+		return rc;
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	c->c = m->c;
@@ -643,12 +745,9 @@ medha_backend_cuda_open(struct medha_backend **be,
 		    "cuda: model %s: no such file, nor a shape name "
 		    "(llama3-8b, llama3-70b, llama3.1-70b, smollm2-135m)",
 		    p->model);
-	{ /* a shape of another family (qwen3-32b): as from a file */
-		char what[160];
-		if ((rc = medha_arch_plain(&pm.c, what, sizeof(what))) != 0)
-			return medha_why(why, whylen, rc,
-			    "cuda: %s (the cpu backend runs it)", what);
-	}
+	/* a shape of another family (qwen3-32b): as from a file */
+	if ((rc = runnable(&pm.c, why, whylen)) != 0)
+		return rc;
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	c->c = pm.c;

@@ -94,6 +94,11 @@ struct cuda_layer {
 	uint16_t *wo;                /* (dim, qd): this rank's columns */
 	uint16_t *wgu;               /* (2 ff, dim) */
 	uint16_t *wdown;             /* (dim, ff): this rank's columns */
+	/* the other families' (model.h's struct medha_layer), or NULL */
+	float *bqkv;                 /* (qd + 2 kvd) this rank's Q, K, V
+	                                biases, as wqkv's rows */
+	float *qn, *kn;              /* (head_dim) Q/K norms */
+	float *post_a, *post_f;      /* (dim) post-attention, post-FFN */
 };
 
 /*
@@ -142,6 +147,8 @@ struct cuda_be {
 	/* weights */
 	uint16_t *embd, *out;       /* (vocab, dim) or NULL */
 	float *onorm, *freqs;       /* (dim), (n_rot / 2) or NULL */
+	struct medha_k_rope rope[2]; /* RoPE of each kind (medha_layer_rope:
+	                                the model's, a window layer's own) */
 	struct cuda_layer *L;       /* (n_layers), [lo, hi) filled */
 	size_t wbytes;              /* weight bytes on the device */
 

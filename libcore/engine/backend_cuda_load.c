@@ -5,7 +5,9 @@
  * dequantized row by row on the host, rounded to bf16 and uploaded), or
  * random bf16 from a seed for a model given by shape name, generated on
  * the GPU (medha_k_fill_random: uniform in [-s, s], s = sqrt(3 / fan_in)
- * so that a product keeps its input's scale; norms 1).
+ * so that a product keeps its input's scale; norms 1, biases none). The
+ * other families' vectors (biases, Q/K norms, post-norms) are f32 like
+ * the norms.
  *
  * A random tensor is defined whole, element (row, col) of tensor number
  * id being the generator's element id << 40 | row * cols + col, so that
@@ -162,6 +164,53 @@ vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
 	return 0;
 }
 
+/*
+ * Layer l's vectors of the other families: Q/K/V biases (this rank's
+ * rows, as wqkv's: none for a random model), Q/K norms and post-norms
+ * (a random model's are ones), where c's architecture has them.
+ */
+static int
+extras(struct cuda_be *c, const struct medha_model *m, int l, char *why,
+    size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const struct medha_layer *ml = m != NULL ? &m->layer[l] : NULL;
+	const struct medha_tp_share *sh = &c->sh;
+	const int hd = mc->head_dim;
+	struct cuda_layer *L = &c->L[l];
+	int rc;
+
+	if (ml != NULL && ml->bq != NULL) {
+		float *b = malloc(sizeof(float) * (size_t)c->qkvd);
+		if (b == NULL)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		memcpy(b, ml->bq + (size_t)sh->h_lo * hd,
+		    sizeof(float) * (size_t)c->qd);
+		memcpy(b + c->qd, ml->bk + (size_t)sh->kv_lo * hd,
+		    sizeof(float) * (size_t)c->kvd);
+		memcpy(b + c->qd + c->kvd, ml->bv + (size_t)sh->kv_lo * hd,
+		    sizeof(float) * (size_t)c->kvd);
+		rc = vec(c, &L->bqkv, b, c->qkvd, why, whylen, "attn_qkv bias");
+		free(b);
+		if (rc != 0)
+			return rc;
+	}
+	if (mc->a.qk_norm &&
+	    ((rc = vec(c, &L->qn, ml ? ml->q_norm : NULL, hd, why, whylen,
+	          "attn_q_norm")) != 0 ||
+	        (rc = vec(c, &L->kn, ml ? ml->k_norm : NULL, hd, why, whylen,
+	             "attn_k_norm")) != 0))
+		return rc;
+	if (mc->a.post_norm &&
+	    ((rc = vec(c, &L->post_a, ml ? ml->post_attn_norm : NULL,
+	          mc->dim, why, whylen, "post_attention_norm")) != 0 ||
+	        (rc = vec(c, &L->post_f, ml ? ml->post_ffn_norm : NULL,
+	             mc->dim, why, whylen, "post_ffw_norm")) != 0))
+		return rc;
+	return 0;
+}
+
 /* The sources of layer l's seven matrices (m NULL: random). */
 static void
 sources(const struct cuda_be *c, const struct medha_model *m, int l,
@@ -198,6 +247,8 @@ layer(struct cuda_be *c, const struct medha_model *m, int l, uint64_t seed,
 	int rc;
 
 	sources(c, m, l, seed, s);
+	if ((rc = extras(c, m, l, why, whylen)) != 0)
+		return rc;
 	if ((rc = vec(c, &L->attn_norm, m ? m->layer[l].attn_norm : NULL, d,
 	         why, whylen, "attn_norm")) != 0 ||
 	    (rc = vec(c, &L->ffn_norm, m ? m->layer[l].ffn_norm : NULL, d, why,
@@ -289,6 +340,11 @@ cuda_free_weights(struct cuda_be *c)
 			cudaFree(L->wo);
 			cudaFree(L->wgu);
 			cudaFree(L->wdown);
+			cudaFree(L->bqkv);
+			cudaFree(L->qn);
+			cudaFree(L->kn);
+			cudaFree(L->post_a);
+			cudaFree(L->post_f);
 		}
 	free(c->L);
 	c->L = NULL;

@@ -22,7 +22,9 @@
  *
  * MEDHA_CUDA_TEST_CASES (a list of numerics, chunks, split, tp, kvp,
  * mixed, forks) runs only those (tests/sh/cuda-mock.sh's runs with a
- * stand-in told to refuse or fail). Exits 77 with "skip: no CUDA device
+ * stand-in told to refuse or fail). MEDHA_CUDA_TEST_FAMILIES (GGUF
+ * paths, blank-separated) runs the other families' models instead
+ * (families(): against the cpu backend's reference mode). Exits 77 with "skip: no CUDA device
  * (...)" where there is none, 1 on any FAIL.
  */
 #include <stdarg.h>
@@ -560,18 +562,22 @@ p_exchange(void *arg, int layer, int group, const void *buf, size_t len,
     void *rbuf, size_t rlen, int mem, char *why, size_t whylen)
 {
 	struct peer *r = arg;
+	int bad;
 
 	(void)layer, (void)mem;
 	r->x->buf[r->rank] = buf;
 	r->x->len[r->rank] = len;
 	pthread_barrier_wait(&r->x->bar);
-	if (r->x->len[group] != rlen)
+	/* read before the second barrier: after it the peer may be at its
+	   next exchange, its len already another */
+	bad = r->x->len[group] != rlen;
+	if (bad)
 		snprintf(why, whylen, "exchange: %zu bytes, %zu expected",
 		    r->x->len[group], rlen);
 	else
 		memcpy(rbuf, r->x->buf[group], rlen);
 	pthread_barrier_wait(&r->x->bar);
-	return r->x->len[group] != rlen ? MEDHA_EINVAL : 0;
+	return bad ? MEDHA_EINVAL : 0;
 }
 
 #define PIECE 64
@@ -611,8 +617,12 @@ peer_main(void *arg)
 			continue; /* its piece not entered yet */
 		}
 		if (medha_backend_forward(r->be, &f, r->err,
-		        sizeof(r->err)) != 0)
+		        sizeof(r->err)) != 0) {
+			/* said at once: the other may wait for it for ever */
+			fprintf(stderr, "peer %d at %d: %s\n", r->rank, i,
+			    r->err);
 			break;
+		}
 		k += last;
 	}
 	return NULL;
@@ -948,6 +958,119 @@ smollm2(void)
 	free(tok);
 }
 
+/*
+ * Another family's model (a GGUF file: tests/ref/arch_model.py's random
+ * ones, through tests/sh/cuda-mock.sh): the prompt then greedy steps on
+ * cuda and on the cpu backend's f32 reference mode fed the same tokens.
+ * Its largest |logit difference| and relative L2 to the cpu, and the
+ * greedy tokens equal but where the cpu's logits of the two candidates
+ * are within twice the largest difference measured (a near-tie, printed
+ * as such); then the chunks, layer ranges, TP and KVP cases as for the
+ * llama model. One "family" line per model (contrib/gpu-check.sh's
+ * table reads it).
+ */
+static void
+family_numerics(const char *name, const struct medha_model *m,
+    const int32_t *prompt, int plen, int steps)
+{
+	const int V = m->c.vocab;
+	struct medha_backend *cu = cuda_on(m, 1, 0, 1, 0), *cp = cpu_on(m, 1);
+	float *lc = malloc(sizeof(float) * V), *lp = malloc(sizeof(float) * V);
+	int32_t *tok = malloc(sizeof(int32_t) * (size_t)(plen + steps + 1));
+	int sc, sp, diff = 0, ties = 0, alike = 0;
+	double worst = 0, maxd = 0, band;
+
+	if (cu == NULL || cp == NULL)
+		goto out;
+	memcpy(tok, prompt, sizeof(int32_t) * (size_t)plen);
+	medha_backend_seq_alloc(cu, &sc);
+	medha_backend_seq_alloc(cp, &sp);
+	if (prefill(cu, sc, 0, tok, plen, plen, lc) != 0 ||
+	    prefill(cp, sp, 0, tok, plen, plen, lp) != 0)
+		goto out;
+	for (int i = 0; i <= steps; i++) {
+		int n = plen + i, a = argmax(lc, V), b = argmax(lp, V);
+		worst = fmax(worst, rel_l2(lc, lp, V));
+		for (int v = 0; v < V; v++)
+			maxd = fmax(maxd, fabs((double)lc[v] - lp[v]));
+		alike += a == b;
+		if (a != b) {
+			band = 2 * maxd;
+			int near = fabs((double)lp[a] - lp[b]) <= band;
+			printf("     %s step %d: cuda %d, cpu %d, cpu's logits "
+			       "%.5f vs %.5f: %s\n",
+			    name, i, a, b, lp[a], lp[b],
+			    near ? "near-tie" : "NOT a near-tie");
+			ties += near;
+			diff += !near;
+		}
+		if (i == steps)
+			break;
+		tok[n] = b; /* both go on with the cpu backend's token */
+		if (prefill(cu, sc, n, tok + n, 1, 1, lc) != 0 ||
+		    prefill(cp, sp, n, tok + n, 1, 1, lp) != 0)
+			goto out;
+	}
+	report(worst < 5e-2 && diff == 0,
+	    "family %s: max |logit diff| vs cpu %.3e, worst rel L2 %.3e; "
+	    "greedy %d steps after %d: %d of %d equal (%d near-ties)",
+	    name, maxd, worst, steps, plen, alike, steps + 1, ties);
+out:
+	medha_backend_close(cu);
+	medha_backend_close(cp);
+	free(lc), free(lp), free(tok);
+}
+
+static void
+families(void)
+{
+	const char *e = getenv("MEDHA_CUDA_TEST_FAMILIES");
+	char list[4096], *save = NULL;
+
+	if (e == NULL || *e == '\0')
+		return;
+	snprintf(list, sizeof(list), "%s", e);
+	for (char *path = strtok_r(list, " ", &save); path != NULL;
+	     path = strtok_r(NULL, " ", &save)) {
+		const char *base = strrchr(path, '/');
+		char name[128], why[256];
+		struct medha_gguf *g;
+		struct medha_model *m;
+		int32_t *tok = malloc(sizeof(int32_t) * 4096);
+
+		snprintf(name, sizeof(name), "%s", base ? base + 1 : path);
+		if (strchr(name, '.') != NULL)
+			*strchr(name, '.') = '\0';
+		if (medha_gguf_open(&g, path, why, sizeof(why)) != 0) {
+			report(0, "family %s: %s", name, why);
+			free(tok);
+			continue;
+		}
+		if (medha_model_load(&m, g, why, sizeof(why)) != 0) {
+			report(0, "family %s: %s", name, why);
+			medha_gguf_close(g);
+			free(tok);
+			continue;
+		}
+		rng_seed(13);
+		for (int i = 0; i < 4096; i++)
+			tok[i] = (int32_t)((frand() + 1) * 20000) % m->c.vocab;
+		if (want("numerics"))
+			family_numerics(name, m, tok, 100, 12);
+		if (want("chunks"))
+			chunks(name, m, tok);
+		if (want("split"))
+			split(name, m, tok, 37);
+		if (want("tp") && m->c.n_kv_heads >= 2)
+			pair(name, m, tok, 100, 0);
+		if (want("kvp"))
+			pair(name, m, tok, 100, 1);
+		medha_model_free(m);
+		medha_gguf_close(g);
+		free(tok);
+	}
+}
+
 int
 main(void)
 {
@@ -961,8 +1084,11 @@ main(void)
 		return 77;
 	}
 	quick = q != NULL && strcmp(q, "1") == 0;
-	gqa();
-	smollm2();
+	if (getenv("MEDHA_CUDA_TEST_FAMILIES") == NULL) {
+		gqa();
+		smollm2();
+	}
+	families();
 	printf("%s: %d failed\n", fails ? "FAIL" : "ok", fails);
 	return fails ? 1 : 0;
 }

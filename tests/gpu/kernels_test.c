@@ -24,6 +24,7 @@
 #include "../../kernels/kernels.h"
 #include "cpu/cpu.h"
 #include "cpu/kvcache.h"
+#include "model/model.h"
 #include "model/sample.h"
 
 #include <cuda_runtime_api.h>
@@ -398,6 +399,11 @@ dbatch_free(struct dbatch *d)
  * + 1 - kv_base)), scores q.k * scale, in float64; a row with no key is
  * 0 and -INFINITY.
  */
+/* the other families' attention (kernels.h's window and softcap), for
+   ref_attn and the cases that set them: 0, none */
+static int attn_window;
+static double attn_cap;
+
 static void
 ref_attn(const struct batch *b, const float *q, int qs, int n_heads,
     double scale, double *out, double *lse)
@@ -410,10 +416,14 @@ ref_attn(const struct batch *b, const float *q, int qs, int n_heads,
 
 		for (int r = 0; r < x->n_q; r++) {
 			int64_t t = b->q_start[s] + r;
-			int64_t lim = x->pos + r + 1 - x->kv_base;
+			int64_t lim = x->pos + r + 1 - x->kv_base, i0 = 0;
 
 			if (lim > x->kv_len)
 				lim = x->kv_len;
+			/* a window: keys at positions above p - W only */
+			if (attn_window > 0 &&
+			    x->pos + r + 1 - attn_window - x->kv_base > 0)
+				i0 = x->pos + r + 1 - attn_window - x->kv_base;
 			for (int h = 0; h < n_heads; h++) {
 				const float *qv = q + t * qs + (int64_t)h * hd;
 				double *o = out + (t * n_heads + h) * hd, m = -INFINITY,
@@ -421,17 +431,19 @@ ref_attn(const struct batch *b, const float *q, int qs, int n_heads,
 
 				for (int c = 0; c < hd; c++)
 					o[c] = 0;
-				for (int64_t i = 0; i < lim; i++) {
+				for (int64_t i = i0; i < lim; i++) {
 					double d = 0;
 
 					for (int c = 0; c < hd; c++)
 						d += (double)qv[c] * h_kv(b->type,
 						    b->k[kv_off(b, s, i, h / G, c)]);
 					sc[i] = d * scale;
+					if (attn_cap > 0)
+						sc[i] = attn_cap * tanh(sc[i] / attn_cap);
 					if (sc[i] > m)
 						m = sc[i];
 				}
-				for (int64_t i = 0; i < lim; i++) {
+				for (int64_t i = i0; i < lim; i++) {
 					double e = exp(sc[i] - m);
 					int64_t off = kv_off(b, s, i, h / G, 0);
 
@@ -439,9 +451,9 @@ ref_attn(const struct batch *b, const float *q, int qs, int n_heads,
 					for (int c = 0; c < hd; c++)
 						o[c] += e * h_kv(b->type, b->v[off + c]);
 				}
-				for (int c = 0; lim > 0 && c < hd; c++)
+				for (int c = 0; lim > i0 && c < hd; c++)
 					o[c] /= sum;
-				lse[t * n_heads + h] = lim > 0 ? m + log(sum) :
+				lse[t * n_heads + h] = lim > i0 ? m + log(sum) :
 				    -INFINITY;
 			}
 		}
@@ -819,7 +831,8 @@ t_attn_case(const char *name, const struct hseq *hs, int n, int type,
 	/* both paths: the default (mma for chunks) and the simple one */
 	for (int simple = 0; simple < 2; simple++) {
 		struct medha_k_attn a = {.kv = &d.kv, .s = &d.s, .q = dq,
-		    .qs = qs, .n_heads = n_heads, .scale = 1.0f / sqrtf(hd)};
+		    .qs = qs, .n_heads = n_heads, .scale = 1.0f / sqrtf(hd),
+		    .softcap = (float)attn_cap, .window = attn_window};
 		void *work;
 
 		if (simple)
@@ -912,6 +925,26 @@ t_attn(void)
 	    MEDHA_K_BF16, 4, 1, 128);
 	t_attn_case("kvp pieces hd128 8/2 f16", kvp, 4, MEDHA_K_F16, 8, 2, 128);
 	t_attn_case("kvp pieces hd64 8/8 bf16", kvp, 4, MEDHA_K_BF16, 8, 8, 64);
+	/* the other families': a window shorter than the contexts (decodes
+	   and chunks whose rows' windows start in different tiles and
+	   parts, KVP pieces wholly before a window), then a soft-cap, then
+	   both (gemma2's) */
+	attn_window = 300;
+	t_attn_case("mixed hd64 9/3 bf16 window 300", mixed, 5, MEDHA_K_BF16,
+	    9, 3, 64);
+	t_attn_case("chunks hd128 4/1 window 300", chunk, 2, MEDHA_K_BF16, 4,
+	    1, 128);
+	t_attn_case("kvp pieces hd128 8/2 f16 window 300", kvp, 4,
+	    MEDHA_K_F16, 8, 2, 128);
+	attn_window = 0;
+	attn_cap = 1.5;
+	t_attn_case("mixed hd64 9/3 bf16 softcap 1.5", mixed, 5, MEDHA_K_BF16,
+	    9, 3, 64);
+	attn_window = 40;
+	t_attn_case("chunks hd128 4/1 window 40 softcap 1.5", chunk, 2,
+	    MEDHA_K_BF16, 4, 1, 128);
+	attn_window = 0;
+	attn_cap = 0;
 
 	/* a head_dim with no instance is refused before any launch */
 	struct medha_k_kv_layer kv = {NULL, NULL, MEDHA_K_BF16, 1, 96, 16};
@@ -1088,6 +1121,217 @@ t_rows(int n, int dim)
 	free(ref);
 	free(yb);
 	free(gu);
+}
+
+/*
+ * The other families' operators on n rows (kernels.h): RoPE with NEOX
+ * halves and the scalings against float64 (positions under 64, where
+ * f32's angle is exact to 1e-4) and against the cpu twins
+ * (medha_cpu_rope_table_ext + medha_cpu_rope_ext, positions to 1M); the
+ * per-head norm, GELU-tanh's gated product and the soft-cap against
+ * float64; the bias add and the scale exactly (one f32 operation each).
+ */
+static double
+f64_gelu(double x)
+{
+	return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* ggml's rope_yarn in float64 on (x0, x1), pair i of n_rot at pos */
+static void
+f64_rope_pair(double *x0, double *x1, int64_t pos, int i, int n_rot,
+    const struct medha_k_rope *r, const float *freqs)
+{
+	double th = (double)pos * pow(r->base, -2.0 * i / n_rot), ti, ms;
+
+	if (freqs != NULL)
+		th /= freqs[i];
+	ti = r->freq_scale * th;
+	ms = r->mscale;
+	if (r->ext_factor != 0) {
+		double y = (i - r->corr[0]) / fmax(0.001, r->corr[1] - r->corr[0]);
+		double mix = (1 - fmin(1, fmax(0, y))) * r->ext_factor;
+		ti = ti * (1 - mix) + th * mix;
+		ms *= 1 + 0.1 * log(1.0 / r->freq_scale);
+	}
+	double a = *x0, b = *x1;
+	*x0 = a * cos(ti) * ms - b * sin(ti) * ms;
+	*x1 = a * sin(ti) * ms + b * cos(ti) * ms;
+}
+
+static void
+t_family(int n)
+{
+	char label[160];
+	const int nh = 3, hd = 64, rs = nh * hd + 16, nr = 48;
+	int64_t ne = (int64_t)n * rs;
+	float freqs[32];
+	struct medha_k_rope kinds[3] = {
+	    /* qwen2's YaRN (factor 4, the ramp over pairs 3..17), NEOX */
+	    {1e6f, 0.25f, 1.0f, 1.0f, {3, 17}, NULL, 1},
+	    /* phi3's LongRoPE factors and attention factor, NEOX */
+	    {10000.0f, 1.0f, 0.0f, 1.19f, {0, 0}, NULL, 1},
+	    /* gemma3's linear scaling (8), with rope_freqs, NORM */
+	    {1e6f, 0.125f, 0.0f, 1.0f, {0, 0}, NULL, 0},
+	};
+	const char *kname[3] = {"neox yarn", "neox longrope", "norm linear"};
+
+	for (int i = 0; i < 32; i++)
+		freqs[i] = 1.0f + (float)i / 5;
+	for (int k = 0; k < 3; k++)
+		for (int big = 0; big < 2; big++) {
+			struct medha_k_rope r = kinds[k];
+			const float *hf = k > 0 ? freqs : NULL;
+			float *x = rand_q(ne, 2.0f), *got = malloc((size_t)ne * 4);
+			float *twin = malloc((size_t)ne * 4), cs[64];
+			double *ref = malloc((size_t)ne * 8);
+			int64_t *pos = malloc((size_t)n * 8);
+			float *dfq = dup_to(freqs, sizeof(freqs));
+
+			for (int t = 0; t < n; t++)
+				pos[t] = big ? (int64_t)(rnext() % 1000000) :
+				               (int64_t)(rnext() % 64);
+			for (int64_t i = 0; i < ne; i++)
+				ref[i] = x[i];
+			memcpy(twin, x, (size_t)ne * 4);
+			for (int t = 0; t < n; t++) {
+				struct medha_rope mr = {r.base, r.freq_scale,
+				    r.ext_factor, r.mscale, {r.corr[0], r.corr[1]},
+				    hf};
+				medha_cpu_rope_table_ext(cs, pos[t], nr, &mr);
+				medha_cpu_rope_ext(twin + (size_t)t * rs, nh, hd,
+				    nr, cs, r.neox, 0);
+				for (int h = 0; h < nh; h++)
+					for (int i = 0; i < nr / 2; i++) {
+						double *v = ref + (size_t)t * rs + h * hd;
+						int a = r.neox ? i : 2 * i;
+						int b = r.neox ? i + nr / 2 : 2 * i + 1;
+						f64_rope_pair(&v[a], &v[b], pos[t], i,
+						    nr, &r, hf);
+					}
+			}
+			float *dx = dup_to(x, (size_t)ne * 4);
+			int64_t *dpos = dup_to(pos, (size_t)n * 8);
+			r.freqs = k > 0 ? dfq : NULL;
+			CL(medha_k_rope_ext(dx, dpos, n, rs, nh, hd, nr, &r, 0));
+			from_dev(got, dx, (size_t)ne * 4);
+			if (big) {
+				snprintf(label, sizeof(label), "rope %s %d rows, "
+				    "positions to 1M, against the cpu twin",
+				    kname[k], n);
+				report(label, rel_l2f(got, twin, ne), 1e-4);
+			} else {
+				snprintf(label, sizeof(label), "rope %s %d rows, "
+				    "positions under 64, against float64",
+				    kname[k], n);
+				report(label, rel_l2(got, ref, ne), 1e-4);
+			}
+			CK(cudaFree(dx));
+			CK(cudaFree(dpos));
+			CK(cudaFree(dfq));
+			free(x), free(got), free(twin), free(ref), free(pos);
+		}
+
+	/* Q/K norm per head, in place, rows wider than their heads */
+	{
+		float *x = rand_q(ne, 3.0f), *w = rand_q(hd, 1.0f);
+		float *got = malloc((size_t)ne * 4);
+		double *ref = malloc((size_t)ne * 8);
+		float *dx = dup_to(x, (size_t)ne * 4), *dw = dup_to(w, hd * 4);
+		int bad = 0;
+
+		for (int t = 0; t < n; t++)
+			for (int h = 0; h < nh + 1; h++)
+				for (int c = 0; c < hd && (h < nh || c < 16); c++) {
+					const float *v = x + (size_t)t * rs + h * hd;
+					double ss = 0;
+					for (int j = 0; h < nh && j < hd; j++)
+						ss += (double)v[j] * v[j];
+					ref[(size_t)t * rs + h * hd + c] = h < nh ?
+					    v[c] / sqrt(ss / hd + 1e-6) * w[c] : v[c];
+				}
+		CL(medha_k_rmsnorm_heads(dx, rs, n, nh, hd, dw, 1e-6f, 0));
+		from_dev(got, dx, (size_t)ne * 4);
+		snprintf(label, sizeof(label), "rmsnorm per head %d rows x %d "
+		    "heads (in place) against float64", n, nh);
+		report(label, rel_l2(got, ref, ne), 1e-5);
+		/* the columns past the heads are left alone */
+		for (int t = 0; t < n; t++)
+			for (int c = nh * hd; c < rs; c++)
+				bad += got[(size_t)t * rs + c] != x[(size_t)t * rs + c];
+		snprintf(label, sizeof(label), "rmsnorm per head: columns past "
+		    "the heads changed");
+		report(label, bad, 0);
+		CK(cudaFree(dx));
+		CK(cudaFree(dw));
+		free(x), free(w), free(got), free(ref);
+	}
+
+	/* GELU-tanh gated product, bf16 out; bias add, scale, soft-cap */
+	{
+		const int ff = 200;
+		int64_t m = (int64_t)n * ff;
+		float *gu = rand_q(2 * m, 4.0f), *dgu = dup_to(gu, (size_t)m * 8);
+		uint16_t *yb = malloc((size_t)m * 2), *dyb = dalloc((size_t)m * 2);
+		float *y = malloc((size_t)m * 4);
+		double *ref = malloc((size_t)m * 8);
+
+		for (int t = 0; t < n; t++)
+			for (int j = 0; j < ff; j++)
+				ref[(size_t)t * ff + j] =
+				    f64_gelu(gu[(size_t)t * 2 * ff + j]) *
+				    gu[(size_t)t * 2 * ff + ff + j];
+		poison(dyb, (size_t)m * 2);
+		CL(medha_k_geglu(dyb, dgu, 2 * ff, dgu + ff, 2 * ff, n, ff, 0));
+		from_dev(yb, dyb, (size_t)m * 2);
+		for (int64_t i = 0; i < m; i++)
+			y[i] = h_bf16f(yb[i]);
+		snprintf(label, sizeof(label), "geglu bf16 %dx%d against float64",
+		    n, ff);
+		report(label, rel_l2(y, ref, m), 1e-2);
+
+		int bad = 0;
+		float *b = rand_q(ff, 1.0f), *db = dup_to(b, ff * 4);
+		CK(cudaMemcpy(dgu, gu, (size_t)m * 8, cudaMemcpyHostToDevice));
+		CL(medha_k_bias_add(dgu, 2 * ff, n, db, ff, 0));
+		float *g2 = malloc((size_t)m * 8);
+		from_dev(g2, dgu, (size_t)m * 8);
+		for (int t = 0; t < n; t++)
+			for (int j = 0; j < 2 * ff; j++) {
+				float want = gu[(size_t)t * 2 * ff + j];
+				if (j < ff)
+					want += b[j];
+				bad += g2[(size_t)t * 2 * ff + j] != want;
+			}
+		snprintf(label, sizeof(label), "bias add %dx%d (stride %d): "
+		    "elements differing", n, ff, 2 * ff);
+		report(label, bad, 0);
+
+		bad = 0;
+		CK(cudaMemcpy(dgu, gu, (size_t)m * 8, cudaMemcpyHostToDevice));
+		CL(medha_k_scale(dgu, 2 * m, 11.3137085f, 0));
+		from_dev(g2, dgu, (size_t)m * 8);
+		for (int64_t i = 0; i < 2 * m; i++)
+			bad += g2[i] != gu[i] * 11.3137085f;
+		snprintf(label, sizeof(label), "scale %lld: elements differing",
+		    (long long)(2 * m));
+		report(label, bad, 0);
+
+		double *rc = malloc((size_t)m * 16);
+		CK(cudaMemcpy(dgu, gu, (size_t)m * 8, cudaMemcpyHostToDevice));
+		CL(medha_k_softcap(dgu, 2 * m, 3.0f, 0));
+		from_dev(g2, dgu, (size_t)m * 8);
+		for (int64_t i = 0; i < 2 * m; i++)
+			rc[i] = 3.0 * tanh(gu[i] / 3.0);
+		snprintf(label, sizeof(label), "softcap 3 %lld against float64",
+		    (long long)(2 * m));
+		report(label, rel_l2(g2, rc, 2 * m), 1e-6);
+		CK(cudaFree(dgu));
+		CK(cudaFree(dyb));
+		CK(cudaFree(db));
+		free(gu), free(yb), free(y), free(ref), free(b), free(g2);
+		free(rc);
+	}
 }
 
 static void
@@ -1377,6 +1621,7 @@ main(int argc, char **argv)
 	seed(2);
 	t_rows(1, 576);
 	t_rows(quick ? 7 : 129, quick ? 576 : 4096);
+	t_family(quick ? 5 : 65);
 	t_embed_gather(quick ? 1000 : 49152, 576, quick ? 9 : 300);
 	t_fill(quick ? 10001 : 3000017);
 	t_kv_append(MEDHA_K_BF16, 3, 64);

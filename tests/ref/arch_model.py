@@ -6,7 +6,8 @@ them written for the test from the families' published definitions
 medha's code.
 
     arch_model.py cases                          the case names, one a line
-        (write also takes the names of TOPO_CASES, topo-arch.sh's shapes)
+        (write also takes the names of TOPO_CASES, topo-arch.sh's shapes,
+        and of CUDA_CASES, the cuda backend's: cuda-mock.sh, gpu-check.sh)
     arch_model.py write TOKENIZER.gguf DIR CASE[:FLAW]...
         random models of each CASE with TOKENIZER's vocabulary, as
         DIR/CASE.gguf; with FLAW, DIR/FLAW.gguf, a model medha must
@@ -62,6 +63,38 @@ TOPO_CASES = {
                    "embd": 0.005}),
 }
 
+# shapes for the cuda backend's checks (tests/sh/cuda-mock.sh,
+# contrib/gpu-check.sh), not in `cases`: its attention kernels have head
+# sizes 64 and 128 only, and TP wants two kv heads. Each family's
+# operators: biases with YaRN (qwen2), Q/K norms on a head size twice
+# dim / heads (qwen3), soft-caps and alternate windows (gemma2), five
+# window layers in six with their own base and linear scaling on the
+# others (gemma3), fused products and LongRoPE (phi3), a window on every
+# layer (llama-swa); windows and original contexts shorter than the
+# tests' prompts of 100; small embeddings (as the topology shapes', so
+# that the layers, not the input token, make the logits: a fault in a
+# layer's operator or its TP share shows); a vocabulary of 2048 (files
+# of under two megabytes, which travel to a lent GPU:
+# contrib/gpu-pack.sh).
+CUDA_CASES = {
+    "qwen2-cu": ("qwen2", 2, 128, 4, 2, 64, 256,
+                 {"yarn": (4.0, 48), "base": 1e6, "embd": 0.005,
+                  "vocab": 2048}),
+    "qwen3-cu": ("qwen3", 2, 128, 4, 2, 64, 256,
+                 {"embd": 0.005, "vocab": 2048}),
+    "gemma2-cu": ("gemma2", 4, 128, 2, 2, 64, 256,
+                  {"window": 20, "attn_cap": 3.0, "final_cap": 4.0,
+                   "embd": 0.005, "vocab": 2048}),
+    "gemma3-cu": ("gemma3", 7, 128, 2, 2, 64, 256,
+                  {"window": 24, "linear": 8.0, "base": 1e6,
+                   "embd": 0.005, "vocab": 2048}),
+    "phi3-cu": ("phi3", 2, 128, 2, 2, 64, 256,
+                {"longrope": 48, "attn_factor": 1.19, "embd": 0.005,
+                 "vocab": 2048}),
+    "llama-swa-cu": ("llama", 2, 128, 4, 2, 64, 256,
+                     {"window": 24, "embd": 0.005, "vocab": 2048}),
+}
+
 
 def field(r, name):
     f = r.fields[name]
@@ -92,13 +125,16 @@ def tokenizer(src):
 def write(case, src, out, flaw=None, seed=7):
     """Write the model; return its metadata (key: value) and tensors
     (name: float64 array, the file's values), for forward()."""
-    arch, L, D, H, KV, HD, F, x = {**CASES, **TOPO_CASES}[case]
+    arch, L, D, H, KV, HD, F, x = {**CASES, **TOPO_CASES, **CUDA_CASES}[case]
     x = dict(x)
     if flaw == "window":
         x["window"] = 8192
     rng = np.random.default_rng(seed + sum(map(ord, case)))
     tk = tokenizer(src)
-    tokens = tk["tokens"]
+    # "vocab": the first N tokens only, no merges (a model that travels:
+    # the cuda cases are read by backend_cuda_test, not tokenized)
+    cut = x.get("vocab")
+    tokens = tk["tokens"][:cut] if cut else tk["tokens"]
     V = len(tokens)
     w = gguf.GGUFWriter(out, "starcoder2" if flaw == "arch" else arch)
     w.add_block_count(L)
@@ -133,8 +169,9 @@ def write(case, src, out, flaw=None, seed=7):
     w.add_tokenizer_model(tk["model"])
     w.add_tokenizer_pre(tk["pre"])
     w.add_token_list(tokens)
-    w.add_token_types(tk["token_type"])
-    w.add_token_merges(tk["merges"])
+    w.add_token_types(tk["token_type"][:V])
+    if not cut:
+        w.add_token_merges(tk["merges"])
     w.add_bos_token_id(int(tk["bos_token_id"]))
     w.add_eos_token_id(int(tk["eos_token_id"]))
     w.add_add_bos_token(False)

@@ -9,8 +9,13 @@ With CTX and LAYERS (contrib/bench-cpu.sh's long-context model): that
 context_length, that many layers, and 2 query heads of 64 over one KV
 head, so that filling 128K positions is cheap enough to measure.
 
+With RANDOM_MODEL_HD in the environment: heads of that size (64: the
+cuda backend's attention kernels have 64 and 128, not width / heads'
+32), the Q and output matrices widened to match.
+
 usage: random_model.py TOKENIZER.gguf OUT.gguf [SEED [CTX LAYERS]]
 """
+import os
 import sys
 
 import numpy as np
@@ -25,7 +30,7 @@ L, D, H, KV, F = 4, 128, 4, 2, 320
 CTX = 2048
 if len(sys.argv) > 5:
     CTX, L, H, KV = int(sys.argv[4]), int(sys.argv[5]), 2, 1
-HD = D // H
+HD = int(os.environ.get("RANDOM_MODEL_HD", 0)) or D // H
 
 
 def field(name):
@@ -52,6 +57,9 @@ w.add_head_count_kv(KV)
 w.add_rope_freq_base(10000.0)
 w.add_layer_norm_rms_eps(1e-5)
 w.add_rope_dimension_count(HD)
+if HD != D // H:
+    w.add_key_length(HD)
+    w.add_value_length(HD)
 w.add_tokenizer_model(field("tokenizer.ggml.model"))
 w.add_tokenizer_pre(field("tokenizer.ggml.pre"))
 w.add_token_list(tokens)

@@ -13,6 +13,8 @@
  */
 #include "kernels.h"
 #include "model/quant.h"
+#include "cpu/cpu.h"
+#include "model/model.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,7 +182,6 @@ static void norm(float *y32, uint16_t *y16, const float *x, const float *w, int 
 	}
 }
 static int do_rmsnorm(uint16_t *y, const float *x, const float *w, int n, int d, float e, cudaStream_t s) { (void)s; norm(NULL, y, x, w, n, d, e); return 0; }
-int medha_k_rmsnorm_f32(float *y, const float *x, const float *w, int n, int d, float e, cudaStream_t s) { no_capture("medha_k_rmsnorm_f32"); (void)s; norm(y, NULL, x, w, n, d, e); return 0; }
 static int do_rope(float *x, const int64_t *pos, int n, int rs, int nh, int hd, int nr, float tb, const float *f, cudaStream_t s)
 {
 	(void)s;
@@ -193,6 +194,31 @@ static int do_rope(float *x, const int64_t *pos, int n, int rs, int nh, int hd, 
 	}
 	return 0;
 }
+/* struct medha_k_rope as medha_cpu_rope_table_ext + medha_cpu_rope_ext
+   compute it (f32, the same order); a plain llama's as do_rope (f64
+   angles), as it always was here */
+static int do_rope_ext(float *x, const int64_t *pos, int n, int rs, int nh, int hd, int nr, const struct medha_k_rope *r)
+{
+	if (rs < nh * hd) return cudaErrorInvalidValue;
+	if (!r->neox && r->freq_scale == 1 && r->ext_factor == 0 && r->mscale == 1)
+		return do_rope(x, pos, n, rs, nh, hd, nr, r->base, r->freqs, 0);
+	struct medha_rope mr = {r->base, r->freq_scale, r->ext_factor, r->mscale, {r->corr[0], r->corr[1]}, r->freqs};
+	float *cs = malloc(sizeof(float) * (size_t)(nr > 0 ? nr : 1));
+	for (int t = 0; t < n; t++) {
+		medha_cpu_rope_table_ext(cs, pos[t], nr, &mr);
+		medha_cpu_rope_ext(x + (size_t)t * rs, nh, hd, nr, cs, r->neox, 0);
+	}
+	free(cs);
+	return 0;
+}
+static int do_heads(float *x, int rs, int n, int nh, int hd, const float *w, float eps)
+{ for (int t = 0; t < n; t++) for (int h = 0; h < nh; h++) { float *v = x + (size_t)t*rs + h*hd; norm(v, NULL, v, w, 1, hd, eps); } return 0; }
+static int do_bias(float *x, int rs, int n, const float *b, int w)
+{ for (int t = 0; t < n; t++) for (int j = 0; j < w; j++) x[(size_t)t*rs+j] += b[j]; return 0; }
+static int do_scale(float *x, int64_t n, float s, float cap)
+{ for (int64_t i = 0; i < n; i++) x[i] = cap != 0 ? tanhf(x[i] * s) * cap : x[i] * s; return 0; }
+static int do_geglu(uint16_t *y, const float *g, int gs, const float *u, int us, int n, int ff)
+{ for (int t = 0; t < n; t++) for (int j = 0; j < ff; j++) { float a = g[(size_t)t*gs+j]; a = 0.5f*a*(1.0f+tanhf(0.79788456080286535588f*a*(1.0f+0.044715f*a*a))); y[(size_t)t*ff+j] = tobf(a*u[(size_t)t*us+j]); } return 0; }
 static int do_swiglu(uint16_t *y, const float *g, int gs, const float *u, int us, int n, int ff, cudaStream_t s)
 { (void)s; for (int t = 0; t < n; t++) for (int j = 0; j < ff; j++) { float a = g[(size_t)t*gs+j]; y[(size_t)t*ff+j] = tobf(a/(1+expf(-a))*u[(size_t)t*us+j]); } return 0; }
 static int do_add(float *x, const float *y, int64_t n, cudaStream_t s) { (void)s; for (int64_t i = 0; i < n; i++) x[i] += y[i]; return 0; }
@@ -245,26 +271,34 @@ attn_row(const struct medha_k_attn *a, const struct medha_k_seqs *s, int q,
 	int64_t hi = s->kv_base[q] + s->kv_len[q], nk;
 	double mx = -INFINITY, z = 0;
 
+	int64_t j0 = 0; /* the window's first key (slot) */
+
 	if (hi > p + 1)
 		hi = p + 1;
 	nk = hi - s->kv_base[q];
 	if (nk < 0)
 		nk = 0;
-	for (int64_t j = 0; j < nk; j++) {
+	if (a->window > 0 && p + 1 - a->window - s->kv_base[q] > 0)
+		j0 = p + 1 - a->window - s->kv_base[q];
+	for (int64_t j = j0; j < nk; j++) {
 		float d = 0;
 		for (int c = 0; c < hd; c++)
 			d += qq[c] * K[j * hd + c];
 		sc[j] = (double)d * a->scale;
+		if (a->softcap > 0)
+			sc[j] = a->softcap * tanh(sc[j] / a->softcap);
 		if (sc[j] > mx)
 			mx = sc[j];
 	}
-	for (int64_t j = 0; j < nk; j++)
+	if (j0 > nk)
+		nk = j0; /* no key in the window: the loops below skip */
+	for (int64_t j = j0; j < nk; j++)
 		z += sc[j] = exp(sc[j] - mx);
 	for (int c = 0; c < hd; c++) {
 		double acc = 0;
-		for (int64_t j = 0; j < nk; j++)
+		for (int64_t j = j0; j < nk; j++)
 			acc += sc[j] * V[j * hd + c];
-		float o = nk > 0 ? (float)(acc / z) : 0;
+		float o = nk > j0 ? (float)(acc / z) : 0;
 		size_t oi = (size_t)t * a->n_heads * hd + h * hd + c;
 		if (a->out != NULL)
 			a->out[oi] = tobf(o);
@@ -273,7 +307,7 @@ attn_row(const struct medha_k_attn *a, const struct medha_k_seqs *s, int q,
 	}
 	if (a->lse != NULL)
 		a->lse[(size_t)t * a->n_heads + h] =
-		    nk > 0 ? (float)(mx + log(z)) : -INFINITY;
+		    nk > j0 ? (float)(mx + log(z)) : -INFINITY;
 }
 
 size_t
@@ -379,6 +413,39 @@ struct a_swiglu { uint16_t *y; const float *g; int gs; const float *u; int us, n
 static void r_swiglu(void *p) { struct a_swiglu *a = p; do_swiglu(a->y, a->g, a->gs, a->u, a->us, a->n, a->ff, 0); }
 int medha_k_swiglu(uint16_t *y, const float *g, int gs, const float *u, int us, int n, int ff, cudaStream_t s)
 { struct a_swiglu a = {y, g, gs, u, us, n, ff}; (void)s; return launch(r_swiglu, &a, sizeof(a)); }
+
+struct a_rope_ext { float *x; const int64_t *pos; int n, rs, nh, hd, nr; struct medha_k_rope r; };
+static void r_rope_ext(void *p) { struct a_rope_ext *a = p; do_rope_ext(a->x, a->pos, a->n, a->rs, a->nh, a->hd, a->nr, &a->r); }
+int medha_k_rope_ext(float *x, const int64_t *pos, int n, int rs, int nh, int hd, int nr, const struct medha_k_rope *r, cudaStream_t s)
+{ struct a_rope_ext a = {x, pos, n, rs, nh, hd, nr, *r}; (void)s; if (rs < nh * hd || !(r->base > 0)) return cudaErrorInvalidValue; return launch(r_rope_ext, &a, sizeof(a)); }
+
+/* f32 out (in place: gemma's post-norms, captured with the layer) */
+struct a_norm32 { float *y; const float *x, *w; int n, d; float e; };
+static void r_norm32(void *p) { struct a_norm32 *a = p; norm(a->y, NULL, a->x, a->w, a->n, a->d, a->e); }
+int medha_k_rmsnorm_f32(float *y, const float *x, const float *w, int n, int d, float e, cudaStream_t s)
+{ struct a_norm32 a = {y, x, w, n, d, e}; (void)s; return launch(r_norm32, &a, sizeof(a)); }
+
+struct a_heads { float *x; int rs, n, nh, hd; const float *w; float e; };
+static void r_heads(void *p) { struct a_heads *a = p; do_heads(a->x, a->rs, a->n, a->nh, a->hd, a->w, a->e); }
+int medha_k_rmsnorm_heads(float *x, int rs, int n, int nh, int hd, const float *w, float e, cudaStream_t s)
+{ struct a_heads a = {x, rs, n, nh, hd, w, e}; (void)s; if (rs < nh * hd) return cudaErrorInvalidValue; return launch(r_heads, &a, sizeof(a)); }
+
+struct a_bias { float *x; int rs, n; const float *b; int w; };
+static void r_bias(void *p) { struct a_bias *a = p; do_bias(a->x, a->rs, a->n, a->b, a->w); }
+int medha_k_bias_add(float *x, int rs, int n, const float *b, int w, cudaStream_t s)
+{ struct a_bias a = {x, rs, n, b, w}; (void)s; if (rs < w) return cudaErrorInvalidValue; return launch(r_bias, &a, sizeof(a)); }
+
+struct a_scale { float *x; int64_t n; float s, cap; };
+static void r_scale(void *p) { struct a_scale *a = p; do_scale(a->x, a->n, a->s, a->cap); }
+int medha_k_scale(float *x, int64_t n, float sc, cudaStream_t s)
+{ struct a_scale a = {x, n, sc, 0}; (void)s; return launch(r_scale, &a, sizeof(a)); }
+int medha_k_softcap(float *x, int64_t n, float cap, cudaStream_t s)
+{ struct a_scale a = {x, n, 1.0f / cap, cap}; (void)s; if (!(cap > 0)) return cudaErrorInvalidValue; return launch(r_scale, &a, sizeof(a)); }
+
+struct a_geglu { uint16_t *y; const float *g; int gs; const float *u; int us, n, ff; };
+static void r_geglu(void *p) { struct a_geglu *a = p; do_geglu(a->y, a->g, a->gs, a->u, a->us, a->n, a->ff); }
+int medha_k_geglu(uint16_t *y, const float *g, int gs, const float *u, int us, int n, int ff, cudaStream_t s)
+{ struct a_geglu a = {y, g, gs, u, us, n, ff}; (void)s; return launch(r_geglu, &a, sizeof(a)); }
 
 struct a_add { float *x; const float *y; int64_t n; };
 static void r_add(void *p) { struct a_add *a = p; do_add(a->x, a->y, a->n, 0); }

@@ -4,9 +4,11 @@
 # matrix swapped, .trans dropped, a barrier or a cp.async wait removed,
 # a wrong shuffle, an off-by-one mask, a misaligned row, rows without
 # the padding that keeps ldmatrix free of bank conflicts, a divergent
-# collective), builds simt_test with it (build.sh) and runs the
-# attention cases in the schedule named; the run must fail (a FAIL
-# line, or the emulator stopping on a fault). About 4 minutes; not part
+# collective; a sliding window's mask off by one or gone, its first tile
+# not the window's, the soft-cap dropped), builds simt_test with it
+# (build.sh) and runs the attention cases in the schedule named; the
+# run must fail (a FAIL line, or the emulator stopping on a fault).
+# About 6 minutes; not part
 # of make test (tests/sh/kernels-simt.sh runs the kernels as they are).
 #
 #	sh tests/gpu/simt/mutants.sh [LIB]
@@ -53,11 +55,16 @@ mutant no-sync-after-wait $m warp '0,/^\t\t\t__syncthreads();$/{/^\t\t\t__syncth
 mutant no-sync-before-refill $m fwd '/__syncthreads(); \/\* buffer buf is refilled next \*\//d'
 mutant rows-padded-by-8-bytes $m fwd 's/constexpr int RS = HD + 8; /constexpr int RS = HD + 4; /'
 mutant rows-unpadded $m fwd 's/constexpr int RS = HD + 8; /constexpr int RS = HD; /'
-mutant divergent-ldmatrix $m fwd 's/if (base < lim_w) {/if (base < lim_w \&\& lane < 16) {/'
+mutant divergent-ldmatrix $m fwd 's/if (base < lim_w \&\& base + TILE > low_w) {/if (base < lim_w \&\& base + TILE > low_w \&\& lane < 16) {/'
+mutant window-off-by-one $m fwd 's/if (key >= lim_a || key < low_a)/if (key >= lim_a || key <= low_a)/'
+mutant window-start-tile $m fwd 's/load(k_beg, 0);/load(it.k_lo, 0);/'
+mutant no-softcap $m fwd 's/sc\[j\]\[e\] = attn_cap(\&a, sc\[j\]\[e\]);/;/'
 m=attn
 mutant simple-no-sync-before-store $m fwd '/__syncthreads(); \/\* the last tile (or qsh) is done \*\//d'
 mutant simple-no-sync-after-store $m warp '/^\t\t\tstore();$/{n;d}'
 mutant simple-no-sync-between-items $m warp '/__syncthreads(); \/\* qsh is rewritten by the next item \*\//d'
+mutant simple-no-window $m fwd 's/ || base + lane < low\[i\])/)/'
+mutant simple-no-softcap $m fwd 's/sc\[i\] = attn_cap(\&a, sc\[i\]);//'
 mutant simple-shfl-lane $m fwd 's/float p = __shfl_sync(0xffffffffu, sc\[i\],$/float p = __shfl_sync(0xffffffffu, sc[i] + (lane == 31),/'
 if [ "$missed" -gt 0 ]; then
 	echo "mutants: $missed missed"

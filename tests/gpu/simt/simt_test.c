@@ -66,6 +66,9 @@ q_as_mma(const struct batch *b, const float *q, int qs, int n_heads, int hd)
 {
 	int G = n_heads / b->n_kv_heads;
 	float sl = 1.0f / sqrtf(hd) * 1.4426950408889634f; /* attn.cu's */
+
+	if (attn_cap > 0) /* a soft-cap's: the tanh's argument */
+		sl = 1.0f / sqrtf(hd) / (float)attn_cap;
 	float *r = malloc((size_t)b->n_tokens * qs * 4);
 
 	memcpy(r, q, (size_t)b->n_tokens * qs * 4);
@@ -121,7 +124,8 @@ simt_attn(const char *name, const struct hseq *hs, int n, int type,
 	for (int simple = 0; simple < 2; simple++) {
 		struct medha_k_attn a = {.kv = &d.kv, .s = &d.s, .q = dq,
 		    .qs = qs, .n_heads = n_heads, .scale = 1.0f / sqrtf(hd),
-		    .out_f32 = dout, .lse = dlse};
+		    .out_f32 = dout, .lse = dlse, .softcap = (float)attn_cap,
+		    .window = attn_window};
 		int m = mma && !simple;
 		const char *path = m ? "mma+simple" : "simple";
 
@@ -241,6 +245,26 @@ simt_attn_all(void)
 	    64, 16);
 	simt_attn("gqa chunks hd128 4/1 bf16 peaky", gqa, 4, MEDHA_K_BF16, 4, 1,
 	    128, 16);
+	/* the other families': windows shorter than the contexts, their
+	   starts in other tiles and parts for each row of a chunk (and KVP
+	   pieces wholly before some rows' windows); the soft-cap on peaky
+	   scores; both */
+	attn_window = 90;
+	simt_attn("mixed hd64 9/3 bf16 window 90", mixed, 5, MEDHA_K_BF16, 9,
+	    3, 64, 2);
+	simt_attn("gqa chunks hd128 4/1 f16 window 90", gqa, 4, MEDHA_K_F16,
+	    4, 1, 128, 2);
+	simt_attn("kvp pieces hd64 4/4 bf16 window 90", kvp, 5, MEDHA_K_BF16,
+	    4, 4, 64, 2);
+	attn_window = 0;
+	attn_cap = 2.0;
+	simt_attn("fresh 150 hd64 4/1 bf16 peaky softcap 2", fresh, 2,
+	    MEDHA_K_BF16, 4, 1, 64, 16);
+	attn_window = 37;
+	simt_attn("gqa chunks hd128 8/2 bf16 window 37 softcap 2", gqa, 4,
+	    MEDHA_K_BF16, 8, 2, 128, 4);
+	attn_window = 0;
+	attn_cap = 0;
 }
 
 /* simt.cc */
@@ -262,6 +286,7 @@ main(int argc, char **argv)
 	if (!attn_only) {
 		t_rows(1, 576);
 		t_rows(7, 576);
+		t_family(5);
 		t_fill(10001);
 		t_kv_append(MEDHA_K_BF16, 3, 64);
 		t_kv_append(MEDHA_K_F16, 8, 128);

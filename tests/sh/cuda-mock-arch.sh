@@ -1,0 +1,96 @@
+#!/bin/sh
+# cuda-mock-arch.sh: the cuda backend's forward pass on the other model
+# families (issue 36 item 8), on the host stand-ins of cuda-mock.sh
+# (tests/gpu/mock: CUDA, cuBLASLt and the kernels as plain C twins,
+# which compute the kernels' contract in f32/f64; the kernels themselves
+# are kernels-simt.sh's), against the cpu backend's f32 reference mode.
+# Random models written by tests/ref/arch_model.py with the gguf package
+# (its CUDA_CASES: head size 64, two kv heads), one per family operator
+# set: qwen2 (Q/K/V biases, NEOX, YaRN), qwen3 (Q/K norms, a head size
+# twice dim / heads), gemma2 (sqrt(D) embeddings, GELU, post-norms,
+# attention and final soft-caps, windows on alternate layers), gemma3
+# (Q/K and post-norms, five window layers in six with their own RoPE
+# base, linear scaling on the others), phi3 (fused QKV and gate-up,
+# LongRoPE) and llama with a window (Mistral v0.1). Each, through
+# tests/gpu/backend_cuda_test's families(): a prompt of 100 (past the
+# windows of 20 and 24 and the original contexts of 48) and 12 greedy
+# steps, the largest |logit difference| and relative L2 to the cpu (under
+# 5e-2) and the greedy tokens equal but at the cpu's near-ties; 1024
+# tokens in chunks of 32, 256 and 1024 (1e-2); layer ranges and SPP
+# stages (the same bits); TP 2 and KVP 2 (pieces of 64 positions, so a
+# window spans pieces) against one backend, decode graphs replayed. Then
+# a head size the kernels lack (32) is refused at open, naming it. Skips
+# without the cuda build or the cache (SmolLM2's tokenizer, the venv).
+. "$(dirname "$0")/lib.sh"
+lib=$tests/../libmedha.a
+[ -f "$lib" ] && ar t "$lib" | grep -q '^backend_cuda\.o$' ||
+	skip "no cuda backend in $lib (CUDA=0, or nvcc not found)"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+[ -f "$cuda/include/cublasLt.h" ] || skip "no $cuda/include/cublasLt.h"
+need_model "$smollm2"
+need_py numpy gguf
+cc=${CC:-cc}
+fl="-O2 -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA -isystem $cuda/include \
+    -iquote $top/libcore -iquote $top/kernels -I$top/tests"
+# shellcheck disable=SC2086 # $fl: several flags
+$cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
+    "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
+# shellcheck disable=SC2086
+$cc $fl -o "$tmp/backend_cuda_test" "$top/tests/gpu/backend_cuda_test.c" \
+    "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka -lnng -lmsgpackc \
+    -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
+fams="qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu"
+# shellcheck disable=SC2086 # the case names, one argument each
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $fams llama
+paths=
+for f in $fams; do
+	paths="$paths $tmp/$f.gguf"
+done
+MEDHA_CUDA_TEST_FAMILIES=$paths MEDHA_CUDA_TEST_QUICK=1 \
+    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
+	cat "$tmp/out" "$tmp/err"
+	exit 1
+}
+cat "$tmp/out"
+grep -q '^ok: 0 failed' "$tmp/out"
+for f in $fams; do
+	for what in "family $f: max |logit diff|" "$f: 1024 tokens in chunks" \
+	    "$f: layers \[0, 1)" "$f: TP 2 against" "$f: KVP 2 against"; do
+		grep -q "^ok   $what" "$tmp/out" || {
+			echo "cuda-mock-arch: no \"ok $what\" line"
+			exit 1
+		}
+	done
+done
+# decode steps of these models went through captured graphs too
+grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/out"
+# a head size the attention kernels lack: refused at open, named
+MEDHA_CUDA_TEST_FAMILIES=$tmp/llama.gguf MEDHA_CUDA_TEST_CASES=numerics \
+    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/hd.out" 2>&1 || :
+grep -q '^FAIL cuda backend: cuda: llama: a head size (attention.key_length) of 32 is not supported (64 or 128' \
+    "$tmp/hd.out" || {
+	cat "$tmp/hd.out"
+	echo "cuda-mock-arch: head size 32 not refused by name"
+	exit 1
+}
+echo "cuda-mock-arch: head size 32 refused at open, named"
+# contrib/gpu-check.sh's families step on the stand-ins (its wiring: the
+# models from the pack's families folder, a table row per family)
+mkdir -p "$tmp/pack/families" "$tmp/gout" "$tmp/gwork"
+for f in $fams; do
+	cp "$tmp/$f.gguf" "$tmp/pack/families/"
+done
+env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK="$tmp/pack" \
+    GPU_TESTS="$tmp" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
+    CUDA_HOME=/nonexistent NCCL_LIB="$tmp" LD_LIBRARY_PATH="$tmp" \
+    bash "$top/contrib/gpu-check.sh" --part families >"$tmp/gc.log" 2>&1 || {
+	cat "$tmp/gc.log"
+	exit 1
+}
+grep '^family-row: ' "$tmp/gc.log"
+[ "$(grep -c '^family-row: [^ ]* ok max |logit diff| .* greedy [0-9]* of [0-9]* equal' \
+    "$tmp/gc.log")" = 6 ] &&
+    grep '^figure: 6 of 6 families as the cpu backend' "$tmp/gc.log" || {
+	cat "$tmp/gc.log"
+	exit 1
+}
