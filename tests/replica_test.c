@@ -898,6 +898,27 @@ join_lay(struct sw *w, const char *url, int spp, int kvp)
 	}
 }
 
+/*
+ * Workers w[0], w[1] leave: each thread ends at the replica's next
+ * answer (a held READY is answered within a second), then the
+ * connection closes. sw_stop alone closes the socket under a call the
+ * thread may be starting, which made nng panic now and then here
+ * ("pthread_mutex_lock: Invalid argument"), the replica answering
+ * READY with frees just then.
+ */
+static void
+leave_lay(struct sw *w)
+{
+	for (int i = 0; i < 2; i++)
+		atomic_store(&w[i].quit, 1);
+	for (int i = 0; i < 2; i++) {
+		if (w[i].running)
+			pthread_join(w[i].thr, NULL);
+		w[i].running = 0;
+		sw_stop(&w[i]);
+	}
+}
+
 /* Request hd's record: ok, with max tokens. */
 static void
 record_ok(struct cl *c, uint64_t hd, int64_t max)
@@ -950,8 +971,7 @@ test_relayout(void **state)
 	record_ok(&cli, hd, 4);
 	sw_assert_ok(&w[0]);
 	sw_assert_ok(&w[1]);
-	sw_stop(&w[0]);
-	sw_stop(&w[1]);
+	leave_lay(w);
 	wait_workers(&cli, 0);
 
 	/* a request waits on the kvp 2 core: spp 2 is refused, both
@@ -974,8 +994,7 @@ test_relayout(void **state)
 	record_ok(&cli, hd, 4);
 	sw_assert_ok(&w[0]);
 	sw_assert_ok(&w[1]);
-	sw_stop(&w[0]);
-	sw_stop(&w[1]);
+	leave_lay(w);
 	wait_workers(&cli, 0);
 
 	/* nothing in flight: spp 2 gets its own core, one group (its
@@ -1015,10 +1034,9 @@ test_relayout(void **state)
 	record_ok(&cli, hd2, 4);
 	sw_assert_ok(&w[0]);
 	sw_assert_ok(&w[1]);
+	leave_lay(w);
 	poisoned_stop = 1;
 	pthread_join(thr, NULL);
-	sw_stop(&w[0]);
-	sw_stop(&w[1]);
 	cl_close(&cli);
 	medha_replica_close(r);
 	unlink(path);
