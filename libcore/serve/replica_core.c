@@ -1,7 +1,9 @@
 /*
  * replica_core.c: the replica's scheduler core, its predictor and its
  * tokenizer, made when the first worker says HELLO (its backend, model,
- * device and layout; -m names the model instead). The "cpu" device is
+ * device and layout; -m names the model instead), and made again for a
+ * worker of another model or layout once nothing holds state on the
+ * old one (rep_model_check, rep_layout_check). The "cpu" device is
  * measured on this machine (engine/measure.h), the products on the
  * model's own weights where the GGUF is at hand.
  */
