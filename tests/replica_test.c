@@ -43,7 +43,12 @@
  *    right worker is then welcome), and one of another model, with no
  *    worker there, neither drops the replica's core nor makes its own;
  *  - with KVP, STATUS's kv_blocks and kv_used are those of all the
- *    groups, a request's pieces on two groups counted on both.
+ *    groups, a request's pieces on two groups counted on both;
+ *  - the layout changes with the workers only when nothing is in
+ *    flight: workers of spp 2 after those of kvp 2 are refused (both
+ *    layouts named) while a request waits, which kvp 2 workers then
+ *    serve, and once none is left get a core of their own (one KV
+ *    group, two batches in flight).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -851,6 +856,192 @@ test_status_kvp(void **state)
 	unlink(path);
 }
 
+/*
+ * The layout changes with the workers (tp x spp x kvp of the same
+ * count, the same model). The core is the layout's (its predictor, KVP
+ * groups, ring of spp batches in flight): a replica of two workers made
+ * its core for kvp 2; once both had gone, workers of spp 2 were welcome
+ * on that core (HELLO was checked against the layout only while workers
+ * were connected), STATUS said 2 x 10000 KV blocks (the kvp 2 groups),
+ * and with two batches in flight the ring of one (spp 1) overflowed.
+ * Now: while a request waits on the kvp 2 core, workers of spp 2 are
+ * refused with both layouts named and the request is served once kvp 2
+ * workers return; with nothing in flight the spp 2 workers get a core
+ * of their own (one group of 10000 blocks, two batches in flight), and
+ * every request ends ok.
+ */
+static void
+hello_lay(struct medha_msg_hello *h, int spp, int kvp, int rank)
+{
+	sw_hello_default(h);
+	h->spp = spp;
+	h->kvp = kvp;
+	h->rank_spp = spp > 1 ? rank : 0;
+	h->rank_kvp = kvp > 1 ? rank : 0;
+	medha_stage_layers(32, spp, h->rank_spp, &h->layer_lo, &h->layer_hi);
+	snprintf(h->peer, sizeof(h->peer), "ipc:///tmp/medha-lay-%d", rank);
+}
+
+/* Workers w[0], w[1] of spp x kvp, welcome and asking for work. */
+static void
+join_lay(struct sw *w, const char *url, int spp, int kvp)
+{
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(sw_open(&w[i], url), 0);
+		hello_lay(&h, spp, kvp, i);
+		assert_int_equal(sw_hello(&w[i], &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+		sw_start(&w[i]);
+	}
+}
+
+/*
+ * Workers w[0], w[1] leave: each thread ends at the replica's next
+ * answer (a held READY is answered within a second), then the
+ * connection closes. sw_stop alone closes the socket under a call the
+ * thread may be starting, which made nng panic now and then here
+ * ("pthread_mutex_lock: Invalid argument"), the replica answering
+ * READY with frees just then.
+ */
+static void
+leave_lay(struct sw *w)
+{
+	for (int i = 0; i < 2; i++)
+		atomic_store(&w[i].quit, 1);
+	for (int i = 0; i < 2; i++) {
+		if (w[i].running)
+			pthread_join(w[i].thr, NULL);
+		w[i].running = 0;
+		sw_stop(&w[i]);
+	}
+}
+
+/* Request hd's record: ok, with max tokens. */
+static void
+record_ok(struct cl *c, uint64_t hd, int64_t max)
+{
+	struct cl_req *q = cl_wait_record(c, hd, 10);
+
+	assert_non_null(q);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("%s: %s (%s)", q->rec.id,
+		    medha_status_name(q->rec.status), q->rec.reason);
+	assert_int_equal(q->rec.output_tokens, max);
+}
+
+static void
+test_relayout(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_status st;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct medha_reqspec rs = cl_spec("lay", 100, 4);
+	struct sw w[2], other;
+	struct cl cli;
+	char url[300], path[256], why[256];
+	pthread_t thr;
+	uint64_t hd, hd2;
+	int code, i;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/lay.sock", R.dir);
+	snprintf(url, sizeof(url), "ipc://%s", path);
+	medha_replica_config_default(&c);
+	c.listen = url;
+	c.workers = 2;
+	c.drain_timeout = 0.5;
+	c.sched.chunk = 32; /* a prompt of 100 in several batches */
+	c.sched.kvp_max_tokens = 64;
+	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
+	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
+	assert_int_equal(cl_open(&cli, url), 0);
+
+	/* kvp 2: two groups */
+	join_lay(w, url, 1, 2);
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_true(st.ready);
+	assert_int_equal(st.kv_blocks, 20000);
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code), MEDHA_MSG_ACCEPTED);
+	record_ok(&cli, hd, 4);
+	sw_assert_ok(&w[0]);
+	sw_assert_ok(&w[1]);
+	leave_lay(w);
+	wait_workers(&cli, 0);
+
+	/* a request waits on the kvp 2 core: spp 2 is refused, both
+	   layouts named, and the request is kvp 2's to serve */
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code), MEDHA_MSG_ACCEPTED);
+	assert_int_equal(sw_open(&other, url), 0);
+	hello_lay(&h, 2, 1, 0);
+	assert_int_equal(sw_hello(&other, &h, &rep), MEDHA_MSG_ERROR);
+	assert_int_equal(rep.error.code, MEDHA_EINVAL);
+	if (strstr(rep.error.reason, "tp 1 x spp 2 x kvp 1") == NULL ||
+	    strstr(rep.error.reason, "tp 1 x spp 1 x kvp 2") == NULL)
+		fail_msg("reason \"%s\" names not both layouts",
+		    rep.error.reason);
+	medha_msg_clear(&rep);
+	sw_stop(&other);
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_int_equal(st.kv_blocks, 20000);
+	assert_int_equal(st.pending, 1);
+	join_lay(w, url, 1, 2);
+	record_ok(&cli, hd, 4);
+	sw_assert_ok(&w[0]);
+	sw_assert_ok(&w[1]);
+	leave_lay(w);
+	wait_workers(&cli, 0);
+
+	/* nothing in flight: spp 2 gets its own core, one group (its
+	   handles start over: another client follows them) */
+	cl_close(&cli);
+	assert_int_equal(cl_open(&cli, url), 0);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(sw_open(&w[i], url), 0);
+		hello_lay(&h, 2, 1, i);
+		assert_int_equal(sw_hello(&w[i], &h, &rep), MEDHA_MSG_WELCOME);
+		medha_msg_clear(&rep);
+	}
+	assert_int_equal(cl_status(&cli, &st), 0);
+	assert_true(st.ready);
+	assert_int_equal(st.kv_blocks, 10000); /* was: 20000 */
+	/* stage 1 holds its first batch while stage 0 takes the next:
+	   two batches in flight, the ring's two places */
+	atomic_store(&w[1].hold, 1);
+	sw_start(&w[0]);
+	sw_start(&w[1]);
+	rs = cl_spec("lay1", 60, 4); /* within one group's 64 tokens */
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code), MEDHA_MSG_ACCEPTED);
+	snprintf(rs.id, sizeof(rs.id), "lay2");
+	assert_int_equal(cl_submit(&cli, &rs, &hd2, &code), MEDHA_MSG_ACCEPTED);
+	for (i = 0; i < 100; i++) { /* 1 s at most: no heartbeats held */
+		int64_t n;
+		pthread_mutex_lock(&w[0].mu);
+		n = w[0].batches;
+		pthread_mutex_unlock(&w[0].mu);
+		if (n >= 2)
+			break;
+		sw_sleep(0.01);
+	}
+	atomic_store(&w[1].hold, 0);
+	assert_true(i < 100);
+	record_ok(&cli, hd, 4);
+	record_ok(&cli, hd2, 4);
+	sw_assert_ok(&w[0]);
+	sw_assert_ok(&w[1]);
+	leave_lay(w);
+	poisoned_stop = 1;
+	pthread_join(thr, NULL);
+	cl_close(&cli);
+	medha_replica_close(r);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -866,6 +1057,7 @@ main(void)
 	    cmocka_unit_test(test_kv_used_prefix),
 	    cmocka_unit_test(test_refused_hello_keeps_core),
 	    cmocka_unit_test(test_status_kvp),
+	    cmocka_unit_test(test_relayout),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

@@ -1,7 +1,9 @@
 /*
  * replica_core.c: the replica's scheduler core, its predictor and its
  * tokenizer, made when the first worker says HELLO (its backend, model,
- * device and layout; -m names the model instead). The "cpu" device is
+ * device and layout; -m names the model instead), and made again for a
+ * worker of another model or layout once nothing holds state on the
+ * old one (rep_model_check, rep_layout_check). The "cpu" device is
  * measured on this machine (engine/measure.h), the products on the
  * model's own weights where the GGUF is at hand.
  */
@@ -144,6 +146,15 @@ rep_make_core(struct medha_replica *r, const struct medha_msg_hello *h,
 	return rc;
 }
 
+/* Nothing holds state on the core: no worker connected, no request in
+ * flight (waiting for workers, or for the tokenizer), no batch. */
+static int
+core_idle(const struct medha_replica *r)
+{
+	return r->nworkers == 0 && r->f.live == 0 && r->nfl == 0 &&
+	    r->tok_pending == 0;
+}
+
 int
 rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
     char *why, size_t whylen)
@@ -161,8 +172,7 @@ rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
 		    "the worker's model %.64s (fingerprint %.12s) is not the "
 		    "replica's -m (fingerprint %.12s)",
 		    h->model, h->fingerprint, r->fp);
-	if (r->nworkers > 0 || r->f.live > 0 || r->nfl > 0 ||
-	    r->tok_pending > 0)
+	if (!core_idle(r))
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "the worker's model %.64s (fingerprint %.12s) is not the "
 		    "one the replica's workers serve (fingerprint %.12s)",
@@ -174,12 +184,51 @@ rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
 	return 1;
 }
 
+static int
+same_layout(const struct medha_replica *r, const struct medha_msg_hello *h)
+{
+	return h->tp == r->tp && h->spp == r->spp && h->kvp == r->kvp;
+}
+
+int
+rep_layout_check(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen)
+{
+	if (r->core == NULL || same_layout(r, h))
+		return 0;
+	if (r->nworkers > 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layout tp %d x spp %d x kvp %d is not that of the "
+		    "workers there (tp %d x spp %d x kvp %d)",
+		    h->tp, h->spp, h->kvp, r->tp, r->spp, r->kvp);
+	if (!core_idle(r))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "layout tp %d x spp %d x kvp %d is not the one the "
+		    "replica's core was made for (tp %d x spp %d x kvp %d), "
+		    "and %lld requests wait on it: it changes once none is "
+		    "left",
+		    h->tp, h->spp, h->kvp, r->tp, r->spp, r->kvp,
+		    (long long)(r->f.live + r->tok_pending));
+	/* no worker and nothing in flight: a new core for the new layout
+	   (its predictor, KVP groups and ring of batches in flight), once
+	   the rest of h is found good (rep_drop_core) */
+	return 1;
+}
+
 void
 rep_drop_core(struct medha_replica *r, const struct medha_msg_hello *h)
 {
-	medha_log(MEDHA_LOG_WARN, "model changes from fingerprint %.12s to "
-	    "%.12s (%.64s): no worker was connected", r->fp, h->fingerprint,
-	    h->model);
+	if (strcmp(h->fingerprint, r->fp) != 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "model changes from fingerprint %.12s to %.12s (%.64s): "
+		    "no worker was connected",
+		    r->fp, h->fingerprint, h->model);
+	if (!same_layout(r, h))
+		medha_log(MEDHA_LOG_WARN,
+		    "layout changes from tp %d x spp %d x kvp %d to tp %d x "
+		    "spp %d x kvp %d: no worker was connected, nothing in "
+		    "flight; a new scheduler core",
+		    r->tp, r->spp, r->kvp, h->tp, h->spp, h->kvp);
 	medha_sched_free(r->core);
 	r->core = NULL;
 	if (r->have_pred)
@@ -189,7 +238,11 @@ rep_drop_core(struct medha_replica *r, const struct medha_msg_hello *h)
 	r->tok = NULL;
 	free(r->fl);
 	r->fl = NULL;
-	r->fp[0] = '\0';
+	/* the workers' names of the core's sequences (its ghosts') go
+	   with it: the next core's handles start over */
+	medha_map_free(&r->wname);
+	if (!r->fp_fixed) /* -m's stays the replica's */
+		r->fp[0] = '\0';
 	r->n_layers = 0;
 }
 

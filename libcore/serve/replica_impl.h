@@ -220,8 +220,9 @@ int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
     const struct medha_token_lp *lp);
 
 /* replica_core.c: nothing is made from a HELLO, nor dropped for it,
- * before all of it is checked (rep_model_check, rep_core_model, the
- * layout and layers): a refused HELLO leaves the replica as it was */
+ * before all of it is checked (rep_model_check, rep_layout_check,
+ * rep_core_model, the layers): a refused HELLO leaves the replica as it
+ * was */
 /*
  * Whether h's model (its fingerprint) may join: with -m only that
  * model's; without, the first worker's, and another only while no
@@ -232,6 +233,20 @@ int rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
  */
 int rep_model_check(struct medha_replica *r, const struct medha_msg_hello *h,
     char *why, size_t whylen);
+/*
+ * Whether h's layout (tp x spp x kvp) may join: the core's, or any
+ * before a core is made; another only while no worker is connected and
+ * nothing is in flight (the core, its predictor, KVP groups and ring of
+ * batches in flight are the layout's). 0 (the core's layout, or no
+ * core), 1 (another: once h is found good, the caller drops the core
+ * with rep_drop_core and makes one from h), or an error with why naming
+ * both layouts. Changes nothing.
+ */
+int rep_layout_check(struct medha_replica *r, const struct medha_msg_hello *h,
+    char *why, size_t whylen);
+/* The core, predictor, tokenizer, ring of batches in flight and the
+ * workers' names of its sequences dropped, for h's model or layout
+ * (logged); -m's fingerprint stays. */
 void rep_drop_core(struct medha_replica *r, const struct medha_msg_hello *h);
 /* The model a core made from h serves, resolved and checked against h
  * (vocab, width, device): 0, or an error with why. Makes nothing. */

@@ -102,8 +102,9 @@ rep_worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 	    "workers", id, why, r->nworkers, r->cfg.workers);
 }
 
-/* Whether h fits the replica's layout and, where n_layers > 0, the
- * stages of a model of n_layers; why says how it does not. */
+/* Whether h's layout fits the replica's workers (the core's layout:
+ * rep_layout_check) and, where n_layers > 0, the stages of a model of
+ * n_layers; why says how it does not. */
 static int
 hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
     int n_layers, char *why, size_t whylen)
@@ -115,12 +116,6 @@ hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
 		    "layout tp %d x spp %d x kvp %d is not the replica's %d "
 		    "workers",
 		    h->tp, h->spp, h->kvp, r->cfg.workers);
-	if (r->nworkers > 0 &&
-	    (h->tp != r->tp || h->spp != r->spp || h->kvp != r->kvp))
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "layout tp %d x spp %d x kvp %d is not that of the "
-		    "workers there (tp %d x spp %d x kvp %d)",
-		    h->tp, h->spp, h->kvp, r->tp, r->spp, r->kvp);
 	if (h->spp > MEDHA_PROTO_MAX_GROUPS || h->kvp > MEDHA_PROTO_MAX_GROUPS)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "spp %d, kvp %d: at most %d each", h->spp, h->kvp,
@@ -152,7 +147,8 @@ hello_refuse(struct medha_replica *r, struct medha_srv_ev *ev, const char *why)
  * A worker's HELLO: all of it is checked (backend, model, layout, layers,
  * KV shape) before anything is made from it or dropped for it, so that a
  * refused one leaves the replica as it was; then the first worker's (or
- * the first of another model's, with no worker there) makes the core.
+ * the first of another model's or layout's, with no worker there and
+ * nothing in flight) makes the core.
  */
 static void
 on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
@@ -164,7 +160,7 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	struct medha_layout lay = {h->tp, h->spp, h->kvp, 0, 0, 0, 0};
 	int id = medha_layout_rank(&lay, h->rank_tp, h->rank_spp, h->rank_kvp);
 	struct medha_pred_model pm;
-	int change, fresh, n_layers = r->n_layers;
+	int change, relayout, fresh, n_layers = r->n_layers;
 
 	/* the kinds built here: a kind the registry knows but cannot open
 	   (cuda before its backend) has no workers to drive yet */
@@ -181,7 +177,12 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		hello_refuse(r, ev, why);
 		return;
 	}
-	fresh = change || r->core == NULL;
+	/* its layout: the core's, or one a core is to be made for */
+	if ((relayout = rep_layout_check(r, h, why, sizeof(why))) < 0) {
+		hello_refuse(r, ev, why);
+		return;
+	}
+	fresh = change || relayout || r->core == NULL;
 	if (fresh) {
 		if (rep_core_model(r, h, &pm, why, sizeof(why)) != 0) {
 			hello_refuse(r, ev, why);
@@ -215,8 +216,15 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		return;
 	}
 	/* h is good: now the core (a failure here leaves none made) */
-	if (change)
+	if (change || relayout)
 		rep_drop_core(r, h);
+	/* the ring of batches in flight is h's spp with each core made
+	   (nothing flies without one; a ring left by a core whose making
+	   failed may be of another spp) */
+	if (fresh) {
+		free(r->fl);
+		r->fl = NULL;
+	}
 	if (r->fl == NULL &&
 	    (r->fl = medha_calloc(h->spp, sizeof(*r->fl))) == NULL) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
