@@ -21,7 +21,8 @@
 #   of 64: 16K, 32K, 64K, 128K) a prefill of 512 tokens and 32 decode
 #   steps, f16 KV cache on both sides: medha through contrib/bench-ctx.c,
 #   llama.cpp through contrib/bench-ctx-llama.py on llama-cpp-python
-#   compiled on this machine (-DGGML_NATIVE=ON; built once into
+#   compiled on this machine (-DGGML_NATIVE=ON, or its features but AMX
+#   where AMX faults, as in some virtual machines; built once into
 #   cache/wheels, about 10 minutes on 2 cores). The last column is the
 #   decode's share of the memory-bandwidth floor: the bytes one step
 #   must read (every weight, and K and V of every position) over the
@@ -79,20 +80,55 @@ echo "tokens/s at $threads threads, mean of $reps runs each; ratio = medha / lla
 
 # ---- ctx: speed at depth against a native llama.cpp ----
 
+# A -DGGML_NATIVE=ON build uses every instruction the CPU names; a
+# virtual machine may name AMX and still fault on its tile loads (one
+# here did: SIGILL in tileloadd), so the build is tried on the model
+# and, when it faults, made again for the CPU's features but AMX.
 native_llama() {
-	"$py" -c 'import llama_cpp' 2>/dev/null && return 0
-	whl=$(ls "$cache"/wheels/llama_cpp_python-0.3.36-*.whl 2>/dev/null |
-	    head -1)
+	if ! "$py" -c 'import llama_cpp' 2>/dev/null; then
+		native_wheel "" ""
+	fi
+	llama_runs && return 0
+	echo "bench-cpu: the native llama.cpp faults on this CPU;" \
+	    "building it again without AMX" >&2
+	native_wheel noamx "$(noamx_args)"
+	llama_runs || { echo "bench-cpu: llama.cpp fails here" >&2; exit 1; }
+}
+
+# -march=native turns ggml's AMX code on whatever GGML_AMX_* say, so
+# the build without it names this CPU's other features one by one
+noamx_args() {
+	f=$(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -1)
+	a="-DGGML_NATIVE=OFF"
+	for x in avx:AVX avx2:AVX2 avx512f:AVX512 avx512vbmi:AVX512_VBMI \
+	    avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 \
+	    avx_vnni:AVX_VNNI fma:FMA f16c:F16C bmi2:BMI2; do
+		case " $f " in *" ${x%%:*} "*) a="$a -DGGML_${x#*:}=ON" ;; esac
+	done
+	echo "$a"
+}
+
+llama_runs() {
+	"$py" contrib/bench-ctx-llama.py -t "$threads" "$q41" 0 \
+	    >/dev/null 2>&1
+}
+
+# native_wheel SUBDIR EXTRA_CMAKE_ARGS: install the wheel built once
+# into cache/wheels/SUBDIR
+native_wheel() {
+	dir=$cache/wheels${1:+/$1}
+	whl=$(ls "$dir"/llama_cpp_python-0.3.36-*.whl 2>/dev/null | head -1)
 	if [ -z "$whl" ]; then
 		echo "bench-cpu: building llama-cpp-python 0.3.36 natively" \
 		    "(once, about 10 minutes on 2 cores)" >&2
-		mkdir -p "$cache/wheels"
-		CMAKE_ARGS="-DGGML_NATIVE=ON" "$cache/venv/bin/pip" wheel -q \
-		    --no-deps -w "$cache/wheels" llama-cpp-python==0.3.36
-		whl=$(ls "$cache"/wheels/llama_cpp_python-0.3.36-*.whl | head -1)
+		mkdir -p "$dir"
+		CMAKE_ARGS="-DGGML_NATIVE=ON $2" "$cache/venv/bin/pip" wheel \
+		    -q --no-cache-dir --no-deps -w "$dir" \
+		    llama-cpp-python==0.3.36
+		whl=$(ls "$dir"/llama_cpp_python-0.3.36-*.whl | head -1)
 	fi
-	"$cache/venv/bin/pip" install -q "$whl" diskcache jinja2 \
-	    typing-extensions
+	"$cache/venv/bin/pip" install -q --force-reinstall --no-deps "$whl"
+	"$cache/venv/bin/pip" install -q diskcache jinja2 typing-extensions
 }
 
 ctx() {
