@@ -26,6 +26,7 @@
 #define ATTN_MMA_TILE 64   /* keys per tile of the mma kernel */
 #define ATTN_MIN_PART 256  /* fewest keys of a split part */
 #define ATTN_MAX_VS 16     /* n_q * G up to this: the simple kernel */
+#define ATTN_MMA_MAX_HD 128 /* larger head sizes (256): the simple kernel */
 
 /* A sequence's plan, made on the device (plan_kernel) each call. */
 struct attn_plan {

@@ -396,6 +396,8 @@ attn_mma_launch(const struct attn_args *a, unsigned grid, cudaStream_t stream)
 		return a->kv.kv_type == MEDHA_K_BF16 ?
 		    launch<64, MEDHA_K_BF16>(a, grid, stream) :
 		    launch<64, MEDHA_K_F16>(a, grid, stream);
+	if (a->kv.head_dim != 128) /* > ATTN_MMA_MAX_HD: never planned here */
+		return cudaErrorInvalidValue;
 	return a->kv.kv_type == MEDHA_K_BF16 ?
 	    launch<128, MEDHA_K_BF16>(a, grid, stream) :
 	    launch<128, MEDHA_K_F16>(a, grid, stream);
