@@ -376,23 +376,13 @@ launch_simple(const struct attn_args *x, unsigned grid, cudaStream_t stream)
 {
 	size_t smem = simple_smem(HD);
 	static int dev_set = -1; /* the device the limit was raised on */
-	int dev;
-	cudaError_t e;
+	int rc;
 
-	/* over 48 KB (HD 256: 80.5 KB) the limit is raised once per device,
-	   as attn_mma.cu's launch does */
-	if (smem > 48 * 1024) {
-		if ((e = cudaGetDevice(&dev)) != cudaSuccess)
-			return (int)e;
-		if (dev != dev_set) {
-			e = cudaFuncSetAttribute(simple_kernel<HD, T>,
-			    cudaFuncAttributeMaxDynamicSharedMemorySize,
-			    (int)smem);
-			if (e != cudaSuccess)
-				return (int)e;
-			dev_set = dev;
-		}
-	}
+	/* over 48 KB at HD 256 (80.5 KB) */
+	if (smem > 48 * 1024 &&
+	    (rc = attn_smem_limit((const void *)simple_kernel<HD, T>, smem,
+	         &dev_set)) != 0)
+		return rc;
 	simple_kernel<HD, T><<<grid, SIMPLE_THREADS, smem, stream>>>(*x);
 	return launch_status();
 }

@@ -371,20 +371,12 @@ launch(const struct attn_args *a, unsigned grid, cudaStream_t stream)
 {
 	size_t smem = (size_t)4 * TILE * (HD + 8) * 2;
 	static int dev_set = -1; /* the device the limit was raised on */
-	int dev;
-	cudaError_t e;
+	int rc;
 
-	/* over 48 KB of dynamic shared memory: raised once per device (a
-	   race between threads raises it twice, harmlessly) */
-	if ((e = cudaGetDevice(&dev)) != cudaSuccess)
-		return (int)e;
-	if (dev != dev_set) {
-		e = cudaFuncSetAttribute(mma_kernel<HD, T>,
-		    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		if (e != cudaSuccess)
-			return (int)e;
-		dev_set = dev;
-	}
+	/* over 48 KB of dynamic shared memory */
+	if ((rc = attn_smem_limit((const void *)mma_kernel<HD, T>, smem,
+	         &dev_set)) != 0)
+		return rc;
 	mma_kernel<HD, T><<<grid, MMA_THREADS, smem, stream>>>(*a);
 	return launch_status();
 }
