@@ -25,7 +25,8 @@
 #                     once a forward pass, issue 42 item 5)
 #   backend_cuda_test the backend against the cpu backend and float64
 #   families          the other model families (qwen2, qwen3, gemma2,
-#                     gemma3, phi3, llama with a window; random models in
+#                     gemma3, phi3, llama with a window, gemma3 at head
+#                     size 256; random models in
 #                     build/gpu-pack/families) against the cpu backend:
 #                     a row each, max |logit diff| and greedy tokens equal
 #   batch_inv         backend_cuda_test's mixed batch against each

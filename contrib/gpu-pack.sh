@@ -109,7 +109,8 @@ fi
 if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
 	mkdir -p "$pack/families"
 	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$pack/families" \
-	    qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu ||
+	    qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu \
+	    gemma3-256-cu ||
 	    status=1
 fi
 # SmolLM2 in pieces of 25 MB, each folder with the whole file's md5

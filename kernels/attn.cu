@@ -20,7 +20,9 @@
  * bounds; items past the device's count exit at once), so nothing waits
  * on the host. MEDHA_K_ATTN=simple in the environment sends every
  * sequence to the simple kernel (the check of the fast path, and its
- * fallback).
+ * fallback), as a head size over ATTN_MMA_MAX_HD always does (256:
+ * Gemma 2/3; the mma kernel's registers at 256, its O alone 128 a
+ * thread, are not yet measured on a GPU).
  */
 #include "attn.cuh"
 
@@ -58,9 +60,13 @@ simple_kernel(struct attn_args a)
 {
 	constexpr int TILE = ATTN_SIMPLE_TILE, VPW = 4, CPL = HD / 32;
 	constexpr int U4 = TILE * HD / 8 / SIMPLE_THREADS; /* uint4 each */
-	__shared__ __align__(16) float qsh[ATTN_SIMPLE_V][HD];
-	__shared__ __align__(16) float ksh[TILE][HD + 4];
-	__shared__ __align__(16) float vsh[TILE][HD];
+	/* qsh, ksh, vsh (simple_smem): dynamic, over 48 KB at HD 256 */
+	extern __shared__ __align__(16) float simple_sm[];
+	float (*qsh)[HD] = (float (*)[HD])simple_sm;
+	float (*ksh)[HD + 4] = (float (*)[HD + 4])(simple_sm +
+	    ATTN_SIMPLE_V * HD);
+	float (*vsh)[HD] = (float (*)[HD])(simple_sm + ATTN_SIMPLE_V * HD +
+	    TILE * (HD + 4));
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t total = a.totals[0];
 
@@ -194,13 +200,16 @@ simple_kernel(struct attn_args a)
 			for (int kk = 0; kk < TILE; kk++) {
 				float vv[CPL];
 
-				if (CPL == 4) { /* 16 bytes a lane */
-					float4 t = *(const float4 *)&vsh[kk][lane * 4];
+				if (CPL >= 4) { /* 16 bytes a load */
+					for (int c4 = 0; c4 < CPL; c4 += 4) {
+						float4 t = *(const float4 *)
+						    &vsh[kk][lane * CPL + c4];
 
-					vv[0] = t.x;
-					vv[1] = t.y;
-					vv[2 % CPL] = t.z;
-					vv[3 % CPL] = t.w;
+						vv[c4 % CPL] = t.x;
+						vv[(c4 + 1) % CPL] = t.y;
+						vv[(c4 + 2) % CPL] = t.z;
+						vv[(c4 + 3) % CPL] = t.w;
+					}
 				} else {
 					float2 t = *(const float2 *)&vsh[kk][lane * 2];
 
@@ -303,7 +312,8 @@ check(const struct medha_k_attn *a)
 
 	if (kv == NULL || a->s == NULL || a->q == NULL ||
 	    (a->out == NULL) == (a->out_f32 == NULL) ||
-	    (kv->head_dim != 64 && kv->head_dim != 128) ||
+	    (kv->head_dim != 64 && kv->head_dim != 128 &&
+	        kv->head_dim != 256) ||
 	    (kv->kv_type != MEDHA_K_BF16 && kv->kv_type != MEDHA_K_F16) ||
 	    kv->n_kv_heads < 1 || a->n_heads < kv->n_kv_heads ||
 	    a->n_heads % kv->n_kv_heads != 0 || kv->block_size < 1 ||
@@ -352,11 +362,28 @@ args_make(struct attn_args *x, const struct medha_k_attn *a, char *w,
 	x->part_lse = (float *)(w + L->part_lse);
 }
 
+/* the simple kernel's shared memory: qsh, ksh (rows padded by 4), vsh */
+static size_t
+simple_smem(int hd)
+{
+	return ((size_t)ATTN_SIMPLE_V * hd + (size_t)ATTN_SIMPLE_TILE *
+	    (hd + 4) + (size_t)ATTN_SIMPLE_TILE * hd) * sizeof(float);
+}
+
 template <int HD, int T>
 static int
 launch_simple(const struct attn_args *x, unsigned grid, cudaStream_t stream)
 {
-	simple_kernel<HD, T><<<grid, SIMPLE_THREADS, 0, stream>>>(*x);
+	size_t smem = simple_smem(HD);
+	static int dev_set = -1; /* the device the limit was raised on */
+	int rc;
+
+	/* over 48 KB at HD 256 (80.5 KB) */
+	if (smem > 48 * 1024 &&
+	    (rc = attn_smem_limit((const void *)simple_kernel<HD, T>, smem,
+	         &dev_set)) != 0)
+		return rc;
+	simple_kernel<HD, T><<<grid, SIMPLE_THREADS, smem, stream>>>(*x);
 	return launch_status();
 }
 
@@ -368,6 +395,9 @@ plan_launch(const struct medha_k_attn *a, const struct layout *L, int sms,
 	const char *env = getenv("MEDHA_K_ATTN");
 	int simple_only = env != NULL && !strcmp(env, "simple");
 	char *w = (char *)a->work;
+
+	if (a->kv->head_dim > ATTN_MMA_MAX_HD)
+		simple_only = 1;
 
 	plan_kernel<<<1, 32, 0, stream>>>((struct attn_plan *)(w + L->plan),
 	    (int64_t *)(w + L->totals), *a->s,
@@ -410,6 +440,8 @@ medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream)
 		return rc;
 	if (s->n_seqs == 0 || s->n_tokens == 0)
 		return 0;
+	if (kv->head_dim > ATTN_MMA_MAX_HD)
+		simple_only = 1;
 	if ((rc = sm_count(&sms)) != 0)
 		return rc;
 	L = work_layout(a, sms);
@@ -430,10 +462,14 @@ medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream)
 		rc = kv->kv_type == MEDHA_K_BF16 ?
 		    launch_simple<64, MEDHA_K_BF16>(&x, g0, stream) :
 		    launch_simple<64, MEDHA_K_F16>(&x, g0, stream);
-	else
+	else if (kv->head_dim == 128)
 		rc = kv->kv_type == MEDHA_K_BF16 ?
 		    launch_simple<128, MEDHA_K_BF16>(&x, g0, stream) :
 		    launch_simple<128, MEDHA_K_F16>(&x, g0, stream);
+	else
+		rc = kv->kv_type == MEDHA_K_BF16 ?
+		    launch_simple<256, MEDHA_K_BF16>(&x, g0, stream) :
+		    launch_simple<256, MEDHA_K_F16>(&x, g0, stream);
 	if (rc != 0)
 		return rc;
 	/* no launch that has nothing to do: no sequence has more than
@@ -546,6 +582,8 @@ medha_k_attn_emulate(const struct medha_k_attn *a, int sms, int simple_only)
 	if (a->work == NULL || a->work_len < L.end)
 		return cudaErrorInvalidValue;
 	args_make(&x, a, (char *)a->work, &L);
+	if (a->kv->head_dim > ATTN_MMA_MAX_HD)
+		simple_only = 1;
 	attn_plan_all((struct attn_plan *)((char *)a->work + L.plan),
 	    (int64_t *)((char *)a->work + L.totals), a->s, x.G, a->n_heads, sms,
 	    simple_only);

@@ -26,6 +26,7 @@
 #define ATTN_MMA_TILE 64   /* keys per tile of the mma kernel */
 #define ATTN_MIN_PART 256  /* fewest keys of a split part */
 #define ATTN_MAX_VS 16     /* n_q * G up to this: the simple kernel */
+#define ATTN_MMA_MAX_HD 128 /* larger head sizes (256): the simple kernel */
 
 /* A sequence's plan, made on the device (plan_kernel) each call. */
 struct attn_plan {
@@ -298,6 +299,30 @@ extern "C" size_t medha_k_attn_emulate_workspace(const struct medha_k_attn *a,
     int sms);
 extern "C" int medha_k_attn_emulate(const struct medha_k_attn *a, int sms,
     int simple_only);
+
+/*
+ * A kernel's (fn's) dynamic shared memory over 48 KB: its limit raised
+ * to smem on the current device, once per device (*dev_set: the device
+ * it was last raised on; a race between threads raises it twice,
+ * harmlessly). 0 or a cudaError_t.
+ */
+static inline int
+attn_smem_limit(const void *fn, size_t smem, int *dev_set)
+{
+	int dev;
+	cudaError_t e;
+
+	if ((e = cudaGetDevice(&dev)) != cudaSuccess)
+		return (int)e;
+	if (dev != *dev_set) {
+		e = cudaFuncSetAttribute(fn,
+		    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		if (e != cudaSuccess)
+			return (int)e;
+		*dev_set = dev;
+	}
+	return 0;
+}
 
 /* attn_mma.cu: launch the tensor-core kernel (0 or a cudaError_t) */
 int attn_mma_launch(const struct attn_args *a, unsigned grid,

@@ -371,20 +371,12 @@ launch(const struct attn_args *a, unsigned grid, cudaStream_t stream)
 {
 	size_t smem = (size_t)4 * TILE * (HD + 8) * 2;
 	static int dev_set = -1; /* the device the limit was raised on */
-	int dev;
-	cudaError_t e;
+	int rc;
 
-	/* over 48 KB of dynamic shared memory: raised once per device (a
-	   race between threads raises it twice, harmlessly) */
-	if ((e = cudaGetDevice(&dev)) != cudaSuccess)
-		return (int)e;
-	if (dev != dev_set) {
-		e = cudaFuncSetAttribute(mma_kernel<HD, T>,
-		    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		if (e != cudaSuccess)
-			return (int)e;
-		dev_set = dev;
-	}
+	/* over 48 KB of dynamic shared memory */
+	if ((rc = attn_smem_limit((const void *)mma_kernel<HD, T>, smem,
+	         &dev_set)) != 0)
+		return rc;
 	mma_kernel<HD, T><<<grid, MMA_THREADS, smem, stream>>>(*a);
 	return launch_status();
 }
@@ -396,6 +388,8 @@ attn_mma_launch(const struct attn_args *a, unsigned grid, cudaStream_t stream)
 		return a->kv.kv_type == MEDHA_K_BF16 ?
 		    launch<64, MEDHA_K_BF16>(a, grid, stream) :
 		    launch<64, MEDHA_K_F16>(a, grid, stream);
+	if (a->kv.head_dim != 128) /* > ATTN_MMA_MAX_HD: never planned here */
+		return cudaErrorInvalidValue;
 	return a->kv.kv_type == MEDHA_K_BF16 ?
 	    launch<128, MEDHA_K_BF16>(a, grid, stream) :
 	    launch<128, MEDHA_K_F16>(a, grid, stream);

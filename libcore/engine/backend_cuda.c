@@ -607,15 +607,16 @@ kv_blocks(struct cuda_be *c, const struct medha_backend_params *p,
 /*
  * What the cuda backend cannot run of a model, refused naming it (the
  * cpu backend runs every model medha loads): the attention kernels have
- * instances for head sizes 64 and 128 only.
+ * instances for head sizes 64, 128 and 256 only (256, Gemma 2/3's, on
+ * the simple kernel alone: kernels/attn.cu).
  */
 static int
 runnable(const struct medha_model_config *mc, char *why, size_t whylen)
 {
-	if (mc->head_dim != 64 && mc->head_dim != 128)
+	if (mc->head_dim != 64 && mc->head_dim != 128 && mc->head_dim != 256)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: %s: a head size (attention.key_length) of %d is "
-		    "not supported (64 or 128; the cpu backend runs it)",
+		    "not supported (64, 128 or 256; the cpu backend runs it)",
 		    mc->a.name[0] != '\0' ? mc->a.name : "model",
 		    mc->head_dim);
 	return 0;

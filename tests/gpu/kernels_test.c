@@ -776,6 +776,10 @@ self_check(void)
 	    128, 3);
 	self_emulate("mixed+kvp hd128 4/1 bf16", chunks, 6, MEDHA_K_BF16, 4, 1,
 	    128, 132);
+	/* head size 256 (Gemma 2/3): the simple kernel's cutting on both
+	   paths (the mma path's chunks planned to it) */
+	self_emulate("mixed+kvp hd256 4/1 bf16", chunks, 6, MEDHA_K_BF16, 4, 1,
+	    256, 3);
 	/* many shapes at once: row counts about the 16-row tiles and the
 	   paths' edge, short and long contexts (the parts' bound) */
 	struct hseq many[12];
@@ -925,6 +929,9 @@ t_attn(void)
 	    MEDHA_K_BF16, 4, 1, 128);
 	t_attn_case("kvp pieces hd128 8/2 f16", kvp, 4, MEDHA_K_F16, 8, 2, 128);
 	t_attn_case("kvp pieces hd64 8/8 bf16", kvp, 4, MEDHA_K_BF16, 8, 8, 64);
+	/* head size 256: Gemma 3 270M's 4/1 and Gemma 2's 8/4 (f16) */
+	t_attn_case("mixed hd256 4/1 bf16", mixed, 5, MEDHA_K_BF16, 4, 1, 256);
+	t_attn_case("kvp pieces hd256 8/4 f16", kvp, 4, MEDHA_K_F16, 8, 4, 256);
 	/* the other families': a window shorter than the contexts (decodes
 	   and chunks whose rows' windows start in different tiles and
 	   parts, KVP pieces wholly before a window), then a soft-cap, then
@@ -943,6 +950,8 @@ t_attn(void)
 	attn_window = 40;
 	t_attn_case("chunks hd128 4/1 window 40 softcap 1.5", chunk, 2,
 	    MEDHA_K_BF16, 4, 1, 128);
+	t_attn_case("chunks hd256 8/4 window 40 softcap 1.5", chunk, 2,
+	    MEDHA_K_BF16, 8, 4, 256);
 	attn_window = 0;
 	attn_cap = 0;
 
@@ -1628,6 +1637,8 @@ main(int argc, char **argv)
 	t_kv_append(MEDHA_K_F16, 8, 128);
 	t_merge(1, 5, 9, 64);
 	t_merge(3, quick ? 17 : 257, 8, 128);
+	t_kv_append(MEDHA_K_BF16, 1, 256);
+	t_merge(2, 5, 4, 256);
 	t_sample(16, quick ? 1000 : 49152);
 	if (!quick)
 		t_sample(16, 128256);

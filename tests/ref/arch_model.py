@@ -65,12 +65,14 @@ TOPO_CASES = {
 
 # shapes for the cuda backend's checks (tests/sh/cuda-mock.sh,
 # contrib/gpu-check.sh), not in `cases`: its attention kernels have head
-# sizes 64 and 128 only, and TP wants two kv heads. Each family's
+# sizes 64, 128 and 256 only, and TP wants two kv heads. Each family's
 # operators: biases with YaRN (qwen2), Q/K norms on a head size twice
 # dim / heads (qwen3), soft-caps and alternate windows (gemma2), five
 # window layers in six with their own base and linear scaling on the
 # others (gemma3), fused products and LongRoPE (phi3), a window on every
-# layer (llama-swa); windows and original contexts shorter than the
+# layer (llama-swa), and gemma3's at Gemma's head size of 256 (the
+# attention's simple kernel on every path, the per-head norms and RoPE
+# at 256); windows and original contexts shorter than the
 # tests' prompts of 100; small embeddings (as the topology shapes', so
 # that the layers, not the input token, make the logits: a fault in a
 # layer's operator or its TP share shows); a vocabulary of 2048 (files
@@ -93,6 +95,9 @@ CUDA_CASES = {
                  "vocab": 2048}),
     "llama-swa-cu": ("llama", 2, 128, 4, 2, 64, 256,
                      {"window": 24, "embd": 0.005, "vocab": 2048}),
+    "gemma3-256-cu": ("gemma3", 7, 64, 2, 2, 256, 128,
+                      {"window": 24, "linear": 8.0, "base": 1e6,
+                       "embd": 0.005, "vocab": 2048}),
 }
 
 

@@ -10,7 +10,7 @@ context_length, that many layers, and 2 query heads of 64 over one KV
 head, so that filling 128K positions is cheap enough to measure.
 
 With RANDOM_MODEL_HD in the environment: heads of that size (64: the
-cuda backend's attention kernels have 64 and 128, not width / heads'
+cuda backend's attention kernels have 64, 128 and 256, not width / heads'
 32), the Q and output matrices widened to match.
 
 usage: random_model.py TOKENIZER.gguf OUT.gguf [SEED [CTX LAYERS]]

@@ -5,7 +5,8 @@
 # which compute the kernels' contract in f32/f64; the kernels themselves
 # are kernels-simt.sh's), against the cpu backend's f32 reference mode.
 # Random models written by tests/ref/arch_model.py with the gguf package
-# (its CUDA_CASES: head size 64, two kv heads), one per family operator
+# (its CUDA_CASES: head size 64, two kv heads; gemma3-256-cu's 256,
+# Gemma's), one per family operator
 # set: qwen2 (Q/K/V biases, NEOX, YaRN), qwen3 (Q/K norms, a head size
 # twice dim / heads), gemma2 (sqrt(D) embeddings, GELU, post-norms,
 # attention and final soft-caps, windows on alternate layers), gemma3
@@ -39,7 +40,8 @@ $cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
 $cc $fl -o "$tmp/backend_cuda_test" "$top/tests/gpu/backend_cuda_test.c" \
     "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka -lnng -lmsgpackc \
     -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
-fams="qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu"
+fams="qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu
+    gemma3-256-cu"
 # shellcheck disable=SC2086 # the case names, one argument each
 "$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $fams llama
 paths=
@@ -67,7 +69,7 @@ grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/out"
 # a head size the attention kernels lack: refused at open, named
 MEDHA_CUDA_TEST_FAMILIES=$tmp/llama.gguf MEDHA_CUDA_TEST_CASES=numerics \
     LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/hd.out" 2>&1 || :
-grep -q '^FAIL cuda backend: cuda: llama: a head size (attention.key_length) of 32 is not supported (64 or 128' \
+grep -q '^FAIL cuda backend: cuda: llama: a head size (attention.key_length) of 32 is not supported (64, 128 or 256' \
     "$tmp/hd.out" || {
 	cat "$tmp/hd.out"
 	echo "cuda-mock-arch: head size 32 not refused by name"
@@ -89,8 +91,8 @@ env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK="$tmp/pack" \
 }
 grep '^family-row: ' "$tmp/gc.log"
 [ "$(grep -c '^family-row: [^ ]* ok max |logit diff| .* greedy [0-9]* of [0-9]* equal' \
-    "$tmp/gc.log")" = 6 ] &&
-    grep '^figure: 6 of 6 families as the cpu backend' "$tmp/gc.log" || {
+    "$tmp/gc.log")" = 7 ] &&
+    grep '^figure: 7 of 7 families as the cpu backend' "$tmp/gc.log" || {
 	cat "$tmp/gc.log"
 	exit 1
 }

@@ -15,7 +15,7 @@ grep -q '^gpu-pack: .* MiB' "$tmp/pack.out"
 cat "$tmp/pack.out"
 # the other families' models, for gpu-check.sh's families step
 if has_py numpy gguf && [ -s "$smollm2" ]; then
-	[ "$(ls "$tmp"/gpu-pack/families/*.gguf | wc -l)" = 6 ] ||
+	[ "$(ls "$tmp"/gpu-pack/families/*.gguf | wc -l)" = 7 ] ||
 	    { ls "$tmp/gpu-pack/families"; exit 1; }
 fi
 [ -e "$tmp/gpu-libs/libnng.so.1" ] || { ls "$tmp/gpu-libs"; exit 1; }

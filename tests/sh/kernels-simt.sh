@@ -9,7 +9,7 @@
 # cp.async and cvt.rn.bf16x2.f32, whose host versions (MEDHA_SIMT)
 # follow the PTX ISA's fragment layouts and rounding. tests/gpu/simt/simt_test.c runs the attention
 # launcher (plan, simple and mma kernels, split, fold) on small paged
-# GQA batches, both KV types, head_dim 64 and 128, and the other
+# GQA batches, both KV types, head_dim 64, 128 and 256, and the other
 # kernels, against tests/gpu/kernels_test.c's references. Then the
 # attention again with the block's threads scheduled in other orders:
 # the same errors, or a barrier is missing; and on an H100's 132 SMs
@@ -32,6 +32,8 @@ LIB=$lib sh "$top/tests/gpu/simt/build.sh" "$tmp"
 }
 cat "$tmp/out"
 grep -q '^ok   simt attn .*\[mma+simple\]' "$tmp/out"
+# head size 256 (Gemma 2/3): the simple kernel's, on both paths
+grep -q '^ok   simt attn mixed hd256 .*\[simple\]' "$tmp/out"
 grep -Eq '^simt: .* [1-9][0-9]* mma, [1-9][0-9]* ldmatrix' "$tmp/out"
 # the bf16 cache's packing by cvt.rn.bf16x2.f32 (the emulator's own
 # rounding of it), the mma path's Q and P

@@ -5,7 +5,8 @@
 # a wrong shuffle, an off-by-one mask, a misaligned row, rows without
 # the padding that keeps ldmatrix free of bank conflicts, a divergent
 # collective; a sliding window's mask off by one or gone, its first tile
-# not the window's, the soft-cap dropped), builds simt_test with it
+# not the window's, the soft-cap dropped; head size 256's columns and
+# shared memory layout), builds simt_test with it
 # (build.sh) and runs the attention cases in the schedule named; the
 # run must fail (a FAIL line, or the emulator stopping on a fault).
 # About 6 minutes; not part
@@ -66,6 +67,10 @@ mutant simple-no-sync-between-items $m warp '/__syncthreads(); \/\* qsh is rewri
 mutant simple-no-window $m fwd 's/ || base + lane < low\[i\])/)/'
 mutant simple-no-softcap $m fwd 's/sc\[i\] = attn_cap(\&a, sc\[i\]);//'
 mutant simple-shfl-lane $m fwd 's/float p = __shfl_sync(0xffffffffu, sc\[i\],$/float p = __shfl_sync(0xffffffffu, sc[i] + (lane == 31),/'
+# head size 256's (8 columns a lane, the tiles in dynamic shared
+# memory): a lane's columns read as at 128, V's tile laid over K's padding
+mutant simple-256-columns $m fwd 's/&vsh\[kk\]\[lane \* CPL + c4\];/\&vsh[kk][lane * 4 + c4];/'
+mutant simple-256-vsh-over-ksh $m fwd 's/^\t    TILE \* (HD + 4));$/\t    TILE * HD);/'
 if [ "$missed" -gt 0 ]; then
 	echo "mutants: $missed missed"
 	exit 1

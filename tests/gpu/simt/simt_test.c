@@ -20,6 +20,7 @@
 #undef main
 
 #define ATTN_MAX_VS_TEST 16 /* kernels/attn.cuh's ATTN_MAX_VS */
+#define ATTN_MMA_MAX_HD_TEST 128 /* its ATTN_MMA_MAX_HD */
 
 /* sample.cu (CUB) is not emulated: its launchers are refused here */
 int
@@ -73,7 +74,8 @@ q_as_mma(const struct batch *b, const float *q, int qs, int n_heads, int hd)
 
 	memcpy(r, q, (size_t)b->n_tokens * qs * 4);
 	for (int s = 0; s < b->n_seqs; s++)
-		for (int i = 0; b->s[s].n_q * G > ATTN_MAX_VS_TEST &&
+		for (int i = 0; hd <= ATTN_MMA_MAX_HD_TEST &&
+		     b->s[s].n_q * G > ATTN_MAX_VS_TEST &&
 		     i < b->s[s].n_q; i++) {
 			float *x = r + (int64_t)(b->q_start[s] + i) * qs;
 
@@ -105,8 +107,9 @@ simt_attn(const char *name, const struct hseq *hs, int n, int type,
 	char label[200];
 	int qs = n_heads * hd + 8, G = n_heads / nkv, mma = 0;
 
-	for (int i = 0; i < n; i++)
-		mma |= hs[i].n_q * G > ATTN_MAX_VS_TEST;
+	for (int i = 0; i < n; i++) /* head sizes over 128: simple only */
+		mma |= hs[i].n_q * G > ATTN_MAX_VS_TEST &&
+		    hd <= ATTN_MMA_MAX_HD_TEST;
 	batch_make(&b, hs, n, type, nkv, hd);
 	dbatch_make(&d, &b, 1);
 	int64_t nt = b.n_tokens, ne = nt * n_heads * hd, nl = nt * n_heads;
@@ -264,6 +267,17 @@ simt_attn_all(void)
 	simt_attn("gqa chunks hd128 8/2 bf16 window 37 softcap 2", gqa, 4,
 	    MEDHA_K_BF16, 8, 2, 128, 4);
 	attn_window = 0;
+	/* head size 256 (Gemma 2/3; the simple kernel's dynamic shared
+	   memory, 8 columns a lane): Gemma 3 270M's 4/1 with its chunks of
+	   50 and 5 (the simple kernel on the default path too), Gemma 2's
+	   8/4 with a window and the soft-cap */
+	simt_attn("mixed hd256 4/1 bf16", mixed, 5, MEDHA_K_BF16, 4, 1, 256,
+	    2);
+	attn_window = 90;
+	attn_cap = 2.0;
+	simt_attn("kvp pieces hd256 8/4 f16 window 90 softcap 2", kvp, 5,
+	    MEDHA_K_F16, 8, 4, 256, 16);
+	attn_window = 0;
 	attn_cap = 0;
 }
 
@@ -292,6 +306,8 @@ main(int argc, char **argv)
 		t_kv_append(MEDHA_K_F16, 8, 128);
 		t_merge(1, 5, 9, 64);
 		t_merge(3, 17, 8, 128);
+		t_kv_append(MEDHA_K_BF16, 1, 256);
+		t_merge(2, 5, 4, 256);
 	}
 	char st[300];
 
