@@ -67,18 +67,16 @@ proto_utf8_valid(const char *s, size_t n)
 	size_t i = 0, k;
 
 	while (i < n) {
-		uint64_t w; /* ASCII eight bytes at a time (16 MB: 0.4 s
-		               a character at a time) */
-		while (i + 8 <= n &&
-		    (memcpy(&w, s + i, 8), (w & 0x8080808080808080ull) == 0))
+		uint64_t w; /* ASCII eight bytes at a time (a 16 MB
+		               prompt: 0.4 s a character at a time) */
+		if (i + 8 <= n && (memcpy(&w, s + i, 8),
+		    (w & 0x8080808080808080ull) == 0))
 			i += 8;
-		if (i < n && (unsigned char)s[i] < 0x80) {
+		else if ((unsigned char)s[i] < 0x80)
 			i++;
-			continue;
-		}
-		if (i < n && (k = medha_utf8_len(s + i, n - i)) == 0)
+		else if ((k = medha_utf8_len(s + i, n - i)) == 0)
 			return 0;
-		if (i < n)
+		else
 			i += k;
 	}
 	return 1;
