@@ -305,6 +305,11 @@ struct medha_record {
 	int64_t cached_tokens; /* prompt tokens whose KV came from the prefix
 	                          cache (in JSON when > 0) */
 	int64_t preemptions;   /* times it was preempted (in JSON when > 0) */
+	int code;              /* why a refusal: the libcore error code
+	                          (MEDHA_E*, < 0) a replica refused the
+	                          request with after acknowledging it, as
+	                          an ERROR's code; 0 when none was given
+	                          (on the wire only, not in JSON) */
 };
 
 /* Frees rec's token_ids, text and tbt and clears them. */

@@ -146,7 +146,8 @@ static struct medha_record ex_rec_full = {.id = "req-1",
 static struct medha_record ex_rec_min = {.id = "r",
     .prompt_tokens = 2000000,
     .status = MEDHA_STATUS_REJECTED,
-    .reason = "too long: 2000000 tokens"};
+    .reason = "too long: 2000000 tokens",
+    .code = MEDHA_ERANGE};
 static int32_t ex_empty_ids[1];
 static struct medha_record ex_rec_empty = {.id = "e",
     .status = MEDHA_STATUS_CANCELLED,
@@ -1100,6 +1101,9 @@ test_encode_refuses(void **state)
 	rec = ex_rec_full;
 	rec.output_tokens = 10; /* 9 gaps, the histogram holds 10 */
 	refuse(&m, "events: [0].record.tbt: 10 gaps, more than 9");
+	rec = ex_rec_full;
+	rec.code = 8;
+	refuse(&m, "events: [0].record.code: not a negative integer");
 	rec = ex_rec_full;
 	rec.tbt.bin = NULL;
 	refuse(&m, "events: [0].record.tbt: not an array of at most 474 bins");

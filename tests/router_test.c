@@ -21,6 +21,11 @@
  *    is not ready; with hold_timeout 0 it answers a SUBMIT with ERROR
  *    (MEDHA_ENOSPACE), with a short hold_timeout it ACCEPTs it and
  *    ends it "rejected" once the hold is over;
+ *  - a long text refused by a replica after its ACCEPTED ("rejected"
+ *    record) for a reason of that replica's own is served by another
+ *    (two scripted replicas, tests/scripted_worker.h); for a reason
+ *    every replica would give, or after a token, its client gets the
+ *    record once;
  *  - a stop with a request in flight refuses new SUBMITs, lets the
  *    request finish, and medha_router_run() returns 0 (and so does the
  *    replica's after it).
@@ -43,8 +48,8 @@
 /* A router and the thread that runs it. */
 struct rt {
 	char url[192];
-	const char *reps[1];
-	char rep_url[192];
+	const char *reps[2];
+	char rep_url[2][192];
 	struct medha_router *r;
 	pthread_t thr;
 	int running;
@@ -63,6 +68,12 @@ static struct {
 	struct rt main;  /* in front of the replica */
 	struct sw w;     /* the replica's worker */
 	struct cl c, c2; /* clients of the router */
+	/* test_rejected_after_accepted's router, its two scripted replicas
+	   and its client: left open (see there), here so that they stay
+	   reachable */
+	struct rt two;
+	struct sr ra, rb;
+	struct cl c3;
 } T;
 
 static void *
@@ -91,21 +102,26 @@ on_alarm(int sig)
 	_exit(1);
 }
 
-/* Start a router at dir/name in front of the replica at rep_url. */
+/* Start a router at dir/name in front of the replica at rep_url (and
+ * the one at rep_url2 unless NULL). */
 static int
-rt_start(struct rt *x, const char *name, const char *rep_url, double hold)
+rt_start(struct rt *x, const char *name, const char *rep_url,
+    const char *rep_url2, double hold)
 {
 	struct medha_router_config c;
 	char why[256];
 
 	memset(x, 0, sizeof(*x));
 	snprintf(x->url, sizeof(x->url), "ipc://%s/%s", T.dir, name);
-	snprintf(x->rep_url, sizeof(x->rep_url), "%s", rep_url);
-	x->reps[0] = x->rep_url;
+	snprintf(x->rep_url[0], sizeof(x->rep_url[0]), "%s", rep_url);
+	snprintf(x->rep_url[1], sizeof(x->rep_url[1]), "%s",
+	    rep_url2 != NULL ? rep_url2 : "");
+	x->reps[0] = x->rep_url[0];
+	x->reps[1] = x->rep_url[1];
 	medha_router_config_default(&c);
 	c.listen = x->url;
 	c.replicas = x->reps;
-	c.nreplicas = 1;
+	c.nreplicas = rep_url2 != NULL ? 2 : 1;
 	c.status_interval = 0.05;
 	c.hold_timeout = hold;
 	c.drain_timeout = 10;
@@ -154,7 +170,7 @@ setup(void **state)
 	if (pthread_create(&T.rep_thr, NULL, replica_main, NULL) != 0)
 		return -1;
 	T.rep_running = 1;
-	if (rt_start(&T.main, "router.sock", T.rep_url, 30) != 0)
+	if (rt_start(&T.main, "router.sock", T.rep_url, NULL, 30) != 0)
 		return -1;
 	if (sw_open(&T.w, T.rep_url) != 0 || cl_open(&T.c, T.main.url) != 0 ||
 	    cl_open(&T.c2, T.main.url) != 0)
@@ -186,6 +202,11 @@ teardown(void **state)
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/router.sock", T.dir);
 	unlink(path);
+	for (int i = 0; i < 3; i++) { /* test_rejected_after_accepted's */
+		snprintf(path, sizeof(path), "%s/%s.sock", T.dir,
+		    (const char *[]){"a", "b", "two"}[i]);
+		unlink(path);
+	}
 	rmdir(T.dir);
 	alarm(0);
 	return 0;
@@ -392,7 +413,7 @@ test_replica_down(void **state)
 	(void)state;
 	snprintf(none, sizeof(none), "ipc://%s/nobody.sock", T.dir);
 	/* hold_timeout 0: refused at once */
-	assert_int_equal(rt_start(&x, "down0.sock", none, 0), 0);
+	assert_int_equal(rt_start(&x, "down0.sock", none, NULL, 0), 0);
 	assert_int_equal(cl_open(&c, x.url), 0);
 	assert_int_equal(cl_status(&c, &st), 0);
 	assert_false(st.ready);
@@ -411,7 +432,7 @@ test_replica_down(void **state)
 	unlink(path);
 
 	/* a short hold: accepted, then "rejected" when it is over */
-	assert_int_equal(rt_start(&x, "down1.sock", none, 0.3), 0);
+	assert_int_equal(rt_start(&x, "down1.sock", none, NULL, 0.3), 0);
 	assert_int_equal(cl_open(&c, x.url), 0);
 	t0 = sw_now();
 	assert_int_equal(cl_submit(&c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
@@ -436,6 +457,145 @@ test_replica_down(void **state)
 	rt_stop(&x);
 	snprintf(path, sizeof(path), "%s/down1.sock", T.dir);
 	unlink(path);
+}
+
+/* ---- refused after it was accepted ---- */
+
+/* The figures of x until requests[status] is n (up to 5 s; the record
+ * may overtake them): 1, or 0. */
+static int
+ended_until(struct rt *x, int status, int64_t n)
+{
+	struct medha_router_metrics m;
+	double until = sw_now() + 5;
+
+	do {
+		assert_int_equal(medha_router_metrics(x->r, &m), 0);
+		free(m.rep);
+		if (m.requests[status] == n)
+			return 1;
+		sw_sleep(0.01);
+	} while (sw_now() < until);
+	return 0;
+}
+
+/*
+ * A long text's "rejected" record, after its ACCEPTED (a replica
+ * acknowledges a text of over 4096 bytes before tokenizing it, and
+ * refuses it then with a record rather than an ERROR): for a reason of
+ * the replica's own (full: MEDHA_ENOSPACE; shutting down) the router
+ * sends the request to the other replica, where it completes, its
+ * client none the wiser; for a reason every replica would give (the
+ * prompt longer than the context) the client gets that record, once,
+ * and the other replica never sees the request; nor is a request that
+ * has streamed a token moved.
+ */
+static void
+test_rejected_after_accepted(void **state)
+{
+	static char text[5000];
+	struct medha_reqspec rs = cl_spec("long", 0, 4);
+	struct sr *a = &T.ra, *b = &T.rb;
+	struct rt *x = &T.two;
+	struct cl *c = &T.c3;
+	char ua[300], ub[300];
+	struct medha_msg_status st;
+	struct cl_req *q;
+	uint64_t h;
+	int code;
+
+	(void)state;
+	memset(text, 'a', sizeof(text) - 1);
+	a->act = SR_REFUSE;
+	a->code = MEDHA_ENOSPACE;
+	b->act = SR_SERVE;
+	b->work = 5;
+	rs.prompt = text;
+	snprintf(a->reason, sizeof(a->reason),
+	    "overloaded: a prompt of 5004 bytes of ids, 0 held for requests "
+	    "in flight (at most 1000)");
+	snprintf(ua, sizeof(ua), "ipc://%s/a.sock", T.dir);
+	snprintf(ub, sizeof(ub), "ipc://%s/b.sock", T.dir);
+	/* a has no work, b 5 s: a is asked first */
+	assert_int_equal(sr_start(a, ua), 0);
+	assert_int_equal(sr_start(b, ub), 0);
+	assert_int_equal(rt_start(x, "two.sock", ua, ub, 30), 0);
+	assert_int_equal(cl_open(c, x->url), 0);
+	assert_true(status_until(c, &st, 1, 2, 2));
+
+	/* a full: served by b, one record, b's tokens only */
+	assert_int_equal(cl_submit(c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(c, h, 10);
+	assert_non_null(q);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("%s (%s)", medha_status_name(q->rec.status),
+		    q->rec.reason);
+	assert_int_equal(atomic_load(&a->submits), 1);
+	assert_int_equal(atomic_load(&b->submits), 1);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->n_ids, 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(q->ids[i],
+		    medha_backend_sim_token(1250 + i, VOCAB));
+	assert_true(ended_until(x, MEDHA_STATUS_OK, 1));
+
+	/* a shutting down: likewise */
+	a->code = MEDHA_EUNSUP;
+	snprintf(a->reason, sizeof(a->reason),
+	    "shutting down: not accepting requests");
+	assert_int_equal(cl_submit(c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_OK);
+	assert_int_equal(q->n_ids, 4);
+	assert_int_equal(atomic_load(&a->submits), 2);
+	assert_int_equal(atomic_load(&b->submits), 2);
+
+	/* too long for the context, which every replica would say: the
+	 * client has a's record, once; b never sees it */
+	a->code = MEDHA_ERANGE;
+	snprintf(a->reason, sizeof(a->reason),
+	    "1251 prompt + 4 output tokens exceed the model's context of "
+	    "1024");
+	assert_int_equal(cl_submit(c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_REJECTED);
+	assert_int_equal(q->rec.code, MEDHA_ERANGE);
+	assert_string_equal(q->rec.reason, a->reason);
+	assert_int_equal(q->n_ids, 0);
+	assert_int_equal(atomic_load(&a->submits), 3);
+	assert_true(ended_until(x, MEDHA_STATUS_REJECTED, 1));
+
+	/* full, but a token went to the client already: it stays */
+	a->act = SR_TOKEN_REFUSE;
+	a->code = MEDHA_ENOSPACE;
+	assert_int_equal(cl_submit(c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(q->rec.status, MEDHA_STATUS_REJECTED);
+	assert_int_equal(q->rec.code, MEDHA_ENOSPACE);
+	assert_int_equal(q->n_ids, 1);
+	assert_int_equal(atomic_load(&a->submits), 4);
+	assert_true(ended_until(x, MEDHA_STATUS_REJECTED, 2));
+
+	/* nothing more came for any of them */
+	sw_sleep(0.2);
+	cl_poll(c);
+	for (int i = 0; i < c->nreq; i++) {
+		assert_int_equal(c->req[i].records, 1);
+		assert_int_equal(c->req[i].after_record, 0);
+	}
+	assert_int_equal(c->strays, 0);
+	assert_int_equal(atomic_load(&b->submits), 2);
+	/* the router stops; it, its replicas and the client stay open to
+	   the end: closing them here now and then hung (1 run in 10, 3 at
+	   once on 2 loaded cores) in nng_close(), in nng 1.5.2's reaper,
+	   for this test's closes or the next test's */
+	x->stop = 1;
+	pthread_join(x->thr, NULL);
+	x->running = 0;
+	assert_int_equal(x->rc, 0);
 }
 
 /* ---- stopping ---- */
@@ -490,6 +650,7 @@ main(void)
 	    cmocka_unit_test(test_through),
 	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_replica_down),
+	    cmocka_unit_test(test_rejected_after_accepted),
 	    cmocka_unit_test(test_stop_drains),
 	};
 

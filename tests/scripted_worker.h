@@ -1,5 +1,6 @@
 /*
- * scripted_worker.h: the two peers of a live replica played by a test
+ * scripted_worker.h: the two peers of a live replica (its worker and a
+ * client), and a replica for a router, played by a test
  * (tests/replica_test.c, tests/router_test.c), over net/link.h and the
  * messages of net/proto.h (man/medha-proto.7). Header-only, for tests:
  * include it after <cmocka.h>.
@@ -15,6 +16,10 @@
  * thing that is not so is kept in sw.error. While sw.hold is set it
  * keeps the batch it has, so that a test can act while requests are
  * surely in flight.
+ *
+ * The replica (struct sr, below) plays one for a router
+ * (tests/router_test.c): ready, and each request served or refused as
+ * it is told.
  *
  * The client (struct cl) is the protocol's client (net/pcli.h), which
  * keeps a POLL outstanding: it submits, cancels and asks for STATUS,
@@ -36,6 +41,7 @@
 #define MEDHA_SCRIPTED_WORKER_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +55,7 @@
 #include "net/pcli.h"
 #include "net/proto.h"
 #include "req.h"
+#include "serve/front.h"
 
 #define SW_REQS 64     /* requests a worker or a client follows */
 #define SW_PROMPT 256  /* prompt ids a worker keeps per request */
@@ -630,6 +637,190 @@ cl_wait_ids(struct cl *c, uint64_t h, int64_t n, double timeout)
 		if (cl_poll(c) != 0)
 			sw_sleep(0.01);
 	return q->n_ids >= n;
+}
+
+/* ---- the replica (a router's) ---- */
+
+/*
+ * A replica played for a router (struct sr), on the servers' shared
+ * loop (serve/front.h): STATUS says ready, one worker of one, 10000 KV
+ * blocks of 16 and sr.work s of predicted work (the router sends a
+ * request to the least), and each SUBMIT is ACCEPTED, then at once
+ * followed as sr.act says: SR_SERVE, max_tokens token events (the sim
+ * backend's placeholders, one a token) and an "ok" record; SR_REFUSE, a
+ * "rejected" record of sr.code and sr.reason and no token (as a live
+ * replica refuses a long text it acknowledged before tokenizing it);
+ * SR_TOKEN_REFUSE, one token, then that record. Its requests end as
+ * they come, so a CANCEL finds none. Set work, act, code and reason
+ * while no SUBMIT is on its way. It serves until the test ends (no
+ * stop: see tests/router_test.c's test_rejected_after_accepted).
+ *
+ *	static struct sr a = {.act = SR_REFUSE, .code = MEDHA_ENOSPACE};
+ *	assert_int_equal(sr_start(&a, url), 0);
+ *	... a.submits ...
+ */
+enum { SR_SERVE, SR_REFUSE, SR_TOKEN_REFUSE };
+
+struct sr {
+	struct medha_front f;
+	pthread_t thr;
+	volatile sig_atomic_t stop; /* never set */
+	double work;
+	int act, code;
+	char reason[128];
+	atomic_int submits; /* SUBMITs taken */
+	uint64_t next;      /* handles given */
+};
+
+/* A prompt's tokens as the scripted replica counts them: the ids or
+ * tokens given, else a token for every 4 bytes of text. */
+static int64_t
+sr_prompt_tokens(const struct medha_reqspec *rs)
+{
+	if (rs->prompt_tokens > 0 || rs->prompt == NULL)
+		return rs->prompt_tokens;
+	return (int64_t)strlen(rs->prompt) / 4 + 1;
+}
+
+static void
+sr_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
+{
+	struct sr *s = arg;
+	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
+	struct medha_msg_event e;
+	struct medha_record *rec = calloc(1, sizeof(*rec));
+	int64_t n = s->act == SR_SERVE ? rs->max_tokens
+	                               : s->act == SR_TOKEN_REFUSE,
+	        np = sr_prompt_tokens(rs);
+	uint64_t h = ++s->next;
+
+	atomic_fetch_add(&s->submits, 1);
+	if (rec == NULL ||
+	    medha_clients_find(&s->f.clients, ev->peer, 1) == NULL ||
+	    (rec->token_ids = calloc((size_t)n + 1, sizeof(int32_t))) ==
+	        NULL) {
+		free(rec);
+		medha_srv_error(s->f.srv, ev->call, MEDHA_ENOMEM,
+		    "out of memory");
+		return;
+	}
+	memcpy(m.accepted.id, rs->id, sizeof(m.accepted.id));
+	m.accepted.handle = h;
+	medha_srv_msg(s->f.srv, ev->call, &m);
+	for (int64_t i = 0; i < n; i++) {
+		e = (struct medha_msg_event){.kind = MEDHA_EVENT_TOKENS,
+		    .handle = h, .n_ids = 1};
+		rec->token_ids[i] = medha_backend_sim_token(np + i, 128256);
+		if ((e.ids = malloc(sizeof(*e.ids))) == NULL)
+			break;
+		e.ids[0] = rec->token_ids[i];
+		medha_clients_push(&s->f.clients, ev->peer, &e);
+	}
+	memcpy(rec->id, rs->id, sizeof(rec->id));
+	rec->arrival = rec->first_token = rec->finish = sw_now();
+	rec->prompt_tokens = np;
+	rec->output_tokens = rec->n_token_ids = n;
+	rec->text = strdup("");
+	if (s->act == SR_SERVE) {
+		rec->status = MEDHA_STATUS_OK;
+		rec->finish_reason = MEDHA_FINISH_LENGTH;
+	} else {
+		rec->status = MEDHA_STATUS_REJECTED;
+		rec->code = s->code;
+		snprintf(rec->reason, sizeof(rec->reason), "%s", s->reason);
+	}
+	e = (struct medha_msg_event){.kind = MEDHA_EVENT_RECORD, .handle = h,
+	    .record = rec};
+	medha_clients_push(&s->f.clients, ev->peer, &e);
+}
+
+static int
+sr_cancel(void *arg, uint32_t peer, uint64_t h)
+{
+	(void)arg, (void)peer, (void)h;
+	return MEDHA_ENOTFOUND; /* each ended as it came */
+}
+
+static void
+sr_status(void *arg, struct medha_msg_status *st)
+{
+	const struct sr *s = arg;
+
+	st->ready = 1;
+	st->workers = st->workers_wanted = 1;
+	st->kv_blocks = 10000;
+	st->block_size = 16;
+	st->work = s->work;
+	snprintf(st->model, sizeof(st->model), "llama3-8b");
+	snprintf(st->backend, sizeof(st->backend), "sim");
+}
+
+static int
+sr_client_gone(void *arg, uint32_t peer)
+{
+	(void)arg, (void)peer;
+	return 0;
+}
+
+static void
+sr_cancel_all(void *arg)
+{
+	(void)arg;
+}
+
+static void
+sr_pass(void *arg)
+{
+	struct sr *s = arg;
+
+	medha_clients_tick(&s->f.clients, medha_now()); /* keep-alives */
+}
+
+static int64_t
+sr_activity(void *arg)
+{
+	return (int64_t)((struct sr *)arg)->next;
+}
+
+static const struct medha_front_ops sr_ops = {
+    .name = "scripted replica",
+    .take_at_once = 1,
+    .submit = sr_submit,
+    .cancel = sr_cancel,
+    .status = sr_status,
+    .client_gone = sr_client_gone,
+    .cancel_all = sr_cancel_all,
+    .pass = sr_pass,
+    .activity = sr_activity,
+};
+
+static void *
+sr_main(void *arg)
+{
+	struct sr *s = arg;
+
+	medha_front_run(&s->f, &s->stop);
+	return NULL;
+}
+
+/* Listen at url and serve in a thread of its own: 0, or -1. (unused:
+ * replica_test has no replica to play) */
+__attribute__((unused)) static int
+sr_start(struct sr *s, const char *url)
+{
+	struct medha_srv *srv;
+	char why[256];
+
+	if (medha_srv_open(&srv, url, why, sizeof(why)) != 0) {
+		print_error("scripted replica: %s\n", why);
+		return -1;
+	}
+	medha_front_init(&s->f, &sr_ops, s, srv, 1);
+	if (pthread_create(&s->thr, NULL, sr_main, s) != 0) {
+		medha_front_free(&s->f);
+		return -1;
+	}
+	return 0;
 }
 
 /* A temporary directory for sockets (TMPDIR, else /tmp) into dir. */

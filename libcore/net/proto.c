@@ -441,6 +441,8 @@ check_record(struct chk *c, const char *pfx, const struct medha_record *r)
 		what = "finish_reason", bad = "not \"length\" or \"stop\"";
 	else if (!fits(r->reason, sizeof(r->reason), 0))
 		what = "reason", bad = "not a string of at most 127 bytes";
+	else if (r->code > 0)
+		what = "code", bad = "not a negative integer";
 	else if (r->n_token_ids < 0 ||
 	    (r->token_ids == NULL && r->n_token_ids != 0))
 		what = "token_ids", bad = "not an array";
@@ -860,7 +862,7 @@ record_eq(const struct medha_record *a, const struct medha_record *b)
 	        b->n_token_ids) &&
 	    str_eq(a->text, b->text) && a->prefill_alone == b->prefill_alone &&
 	    a->cached_tokens == b->cached_tokens &&
-	    a->preemptions == b->preemptions &&
+	    a->preemptions == b->preemptions && a->code == b->code &&
 	    a->queue_time == b->queue_time &&
 	    tbt_eq(&a->tbt, &b->tbt) &&
 	    lps_eq(a->token_ids != NULL ? a->logprobs : NULL,

@@ -222,13 +222,14 @@ enum {
 	RC_LOGPROBS,
 	RC_QUEUE_TIME,
 	RC_PREEMPT,
+	RC_CODE,
 	RC_N
 };
 static const char *const rc_keys[RC_N] = {"id", "arrival", "first_token",
     "finish", "ttft", "tpot_mean", "tpot_max", "ttft_slo", "tpot_slo",
     "prompt_tokens", "output_tokens", "status", "finish_reason", "reason",
     "token_ids", "text", "prefill_alone", "tbt", "cached_tokens",
-    "logprobs", "queue_time", "preemptions"};
+    "logprobs", "queue_time", "preemptions", "code"};
 
 /*
  * A record's "tbt": [[bucket, count], ...], each bucket in range (it is
@@ -338,8 +339,15 @@ dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
 	    (v[RC_PREEMPT] != NULL &&
 	        (rc = dec_get_i64(d, v[RC_PREEMPT],
 	             dec_join(path, sizeof(path), pfx, "preemptions"),
-	             &r->preemptions)) != 0))
+	             &r->preemptions)) != 0) ||
+	    (v[RC_CODE] != NULL &&
+	        (rc = dec_get_int(d, v[RC_CODE],
+	             dec_join(path, sizeof(path), pfx, "code"), &r->code)) !=
+	            0))
 		return rc;
+	if (v[RC_CODE] != NULL && r->code >= 0)
+		return BAD(d, dec_join(path, sizeof(path), pfx, "code"),
+		    "not a negative integer");
 	if (r->cached_tokens < 0 || r->cached_tokens > MEDHA_TOKENS_MAX)
 		return BAD(d, dec_join(path, sizeof(path), pfx, "cached_tokens"),
 		    "not an integer in [0, %lld]", (long long)MEDHA_TOKENS_MAX);

@@ -231,7 +231,7 @@ enc_record(struct enc *e, const struct medha_record *r)
 	n += (r->token_ids != NULL) + (r->text != NULL);
 	n += r->token_ids != NULL && r->logprobs != NULL;
 	n += (r->prefill_alone > 0) + (r->tbt.n > 0) + (r->cached_tokens > 0) +
-	    (r->queue_time > 0) + (r->preemptions > 0);
+	    (r->queue_time > 0) + (r->preemptions > 0) + (r->code != 0);
 	put_map(e, n);
 	put_name(e, "id");
 	put_name(e, r->id);
@@ -280,6 +280,10 @@ enc_record(struct enc *e, const struct medha_record *r)
 	if (r->preemptions > 0) {
 		put_name(e, "preemptions");
 		put_i64(e, r->preemptions);
+	}
+	if (r->code != 0) {
+		put_name(e, "code");
+		put_i64(e, r->code);
 	}
 	if (r->tbt.n > 0) {
 		put_name(e, "tbt");

@@ -116,11 +116,12 @@ prompt_of(struct medha_replica *r, struct medha_srv_call *call,
 
 /*
  * q, acknowledged before its text was tokenized, ends before the core
- * had it: a record of status and why for its client (if still there),
- * and q is let go (not freed).
+ * had it: a record of status, code (a refusal's MEDHA_E*, or 0) and why
+ * for its client (if still there), and q is let go (not freed).
  */
 static void
-pre_end(struct medha_replica *r, struct lreq *q, int status, const char *why)
+pre_end(struct medha_replica *r, struct lreq *q, int status, int code,
+    const char *why)
 {
 	struct medha_msg_event ev = {.kind = MEDHA_EVENT_RECORD};
 	struct medha_client *c = medha_clients_find(&r->f.clients, q->peer, 0);
@@ -135,6 +136,7 @@ pre_end(struct medha_replica *r, struct lreq *q, int status, const char *why)
 		rec->first_token = rec->finish = now_s(r);
 		rec->prompt_tokens = q->n_prompt;
 		rec->status = status;
+		rec->code = code;
 		snprintf(rec->reason, sizeof(rec->reason), "%s", why);
 		rec->token_ids = malloc(sizeof(*rec->token_ids));
 		rec->text = strdup("");
@@ -150,7 +152,10 @@ pre_end(struct medha_replica *r, struct lreq *q, int status, const char *why)
 
 /*
  * q's SUBMIT refused with code and why: an ERROR on call or, when it was
- * acknowledged already (call NULL), a "rejected" record (pre_end).
+ * acknowledged already (call NULL), a "rejected" record (pre_end) that
+ * carries the same code, so that a router can tell a refusal of this
+ * replica's own (full, out of memory, shutting down) from one every
+ * replica would give.
  */
 static void refuse(struct medha_replica *r, struct medha_srv_call *call,
     struct lreq *q, int code, const char *fmt, ...)
@@ -168,7 +173,7 @@ refuse(struct medha_replica *r, struct medha_srv_call *call, struct lreq *q,
 	if (call != NULL)
 		medha_srv_error(r->f.srv, call, code, "%s", why);
 	else
-		pre_end(r, q, MEDHA_STATUS_REJECTED, why);
+		pre_end(r, q, MEDHA_STATUS_REJECTED, code, why);
 }
 
 /*
@@ -428,7 +433,7 @@ rep_tok_collect(struct medha_replica *r)
 		j = done->next;
 		r->tok_pending--;
 		if (q->cancelled) {
-			pre_end(r, q, MEDHA_STATUS_CANCELLED,
+			pre_end(r, q, MEDHA_STATUS_CANCELLED, 0,
 			    "cancelled by its client");
 			rep_lreq_free(q);
 		} else if (done->rc != 0) {

@@ -197,6 +197,33 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 }
 
 /*
+ * Whether a replica's refusal of a request (the code and reason of an
+ * ERROR answering its SUBMIT, or of its "rejected" record) is the
+ * replica's own, which another may not share: full (MEDHA_ENOSPACE: its
+ * queue, the ids it holds, not ready), out of memory, or shutting down.
+ * Any other (a prompt longer than the model's context, ids outside the
+ * vocabulary, an empty prompt, a record without a code) every replica
+ * would give.
+ */
+static int
+refusal_is_local(int code, const char *reason)
+{
+	return code == MEDHA_ENOSPACE || code == MEDHA_ENOMEM ||
+	    strncmp(reason, "shutting down", 13) == 0;
+}
+
+/* q refused, or lost, by a replica before it started: logged, and
+ * placed on another (rt_replace; status and why if none is left). */
+static void
+retry_elsewhere(struct medha_router *r, struct rreq *q, int status,
+    const char *why)
+{
+	medha_log(MEDHA_LOG_INFO, "request %s: %s; trying another replica",
+	    q->id, why);
+	rt_replace(r, q, status, why);
+}
+
+/*
  * The answer to q's SUBMIT (o: ACCEPTED or REFUSED). The replica's
  * client hands out a request's events only after its ACCEPTED, so q
  * is known by its handle before any comes.
@@ -244,15 +271,12 @@ on_answer(struct medha_router *r, struct up *u, struct medha_pcli_out *o)
 		    medha_msg_type_name(m->type));
 	if (o->kind == MEDHA_PCLI_REFUSED && o->rc == 0 &&
 	    m->type == MEDHA_MSG_ERROR &&
-	    m->error.code != MEDHA_ENOSPACE &&
-	    strncmp(m->error.reason, "shutting down", 13) != 0) {
+	    !refusal_is_local(m->error.code, m->error.reason)) {
 		/* the request itself is at fault: every replica says so */
 		rt_rreq_fail(r, q, MEDHA_STATUS_REJECTED, why);
 		return;
 	}
-	medha_log(MEDHA_LOG_INFO, "request %s: %s; trying another replica",
-	    q->id, why);
-	rt_replace(r, q,
+	retry_elsewhere(r, q,
 	    o->kind == MEDHA_PCLI_REFUSED && o->rc == 0 &&
 	            m->type == MEDHA_MSG_ERROR
 	        ? MEDHA_STATUS_REJECTED
@@ -263,14 +287,27 @@ on_answer(struct medha_router *r, struct up *u, struct medha_pcli_out *o)
 /*
  * One of replica u's events: by handle, whatever the connection (a
  * POLL sent on a connection that closed may be answered on the next
- * one). An event of a request given up on here stops it there.
+ * one). An event of a request given up on here stops it there. A
+ * "rejected" record before any token went to q's client (a replica
+ * acknowledges a long text before tokenizing it, and refuses it after)
+ * for a reason of the replica's own sends q elsewhere, as a refused
+ * SUBMIT does; its client sees none of it.
  */
 static void
 on_event(struct medha_router *r, struct up *u, struct medha_msg_event *ev)
 {
 	struct rreq *q = medha_map_get(&u->by_up, ev->handle);
+	const struct medha_record *rec = ev->record;
 
-	if (q != NULL)
+	if (q != NULL && !q->started && ev->kind == MEDHA_EVENT_RECORD &&
+	    rec->status == MEDHA_STATUS_REJECTED &&
+	    refusal_is_local(rec->code, rec->reason)) {
+		medha_map_del(&u->by_up, q->up);
+		u->live--;
+		q->up = 0;
+		q->rep = -1;
+		retry_elsewhere(r, q, MEDHA_STATUS_REJECTED, rec->reason);
+	} else if (q != NULL)
 		relay(r, q, ev);
 	else if (ev->kind != MEDHA_EVENT_RECORD)
 		rt_cancel_upstream(r, u->idx, ev->handle);
