@@ -18,7 +18,7 @@ secs=${FUZZ_SECONDS:-600}
 dir=${FUZZ_DIR:-build/fuzz-proto}
 CC=${CC:-clang}
 case $CC in *clang*) ;; *) CC=clang ;; esac
-src="libcore/net/proto.c libcore/net/proto_dec.c libcore/net/proto_dec_get.c
+src="libcore/net/proto.c libcore/net/proto_eq.c libcore/net/proto_dec.c libcore/net/proto_dec_get.c
     libcore/net/proto_dec_req.c libcore/net/proto_enc.c
     libcore/req.c libcore/util.c"
 
