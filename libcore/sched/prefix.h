@@ -50,6 +50,9 @@ struct medha_pnode {
 	int64_t ext;       /* the caller's: requests extending it now */
 	uint64_t owner;    /* the caller's: whose sequence holds the block */
 	int64_t own_first; /* the caller's: the depth of owner's first node */
+	int64_t win_hi;    /* the caller's: the last position owner's
+	                      window layers may have been queried at once it
+	                      ended (sched_prefix.c) */
 };
 
 struct medha_prefix_heap {

@@ -60,6 +60,7 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->max_seqs = 0;
 	c->prefix_cache = 0;
 	c->window_kv = 0;
+	c->window_exact = 0;
 	c->reserve = MEDHA_RESERVE_EST;
 	c->preempt_below = 0;
 	c->long_tpot = MEDHA_LONG_TPOT;

@@ -129,6 +129,13 @@ struct medha_sched_config {
 	                           the KV blocks their window still sees, and
 	                           requests reserve so (medha_kvplace_window);
 	                           0: every layer counts as global (0) */
+	int window_exact;       /* 1 (with window_kv and prefix_cache): the
+	                           window layers' KV of the index's blocks
+	                           goes too as their owner's window moves on
+	                           (medha-worker --window-kv), so a hit is
+	                           taken only where each fork's owner still
+	                           holds what it needs (sched_prefix.c); 0: the
+	                           index's blocks keep every layer (0) */
 	int reserve;            /* MEDHA_RESERVE_* (est) */
 	int64_t preempt_below;  /* est: a prompt this long or longer keeps
 	                           the full reservation and is never

@@ -97,6 +97,117 @@ sched_prefix_init(struct medha_sched *s)
 	s->px.fresh = s->seq + 1;
 }
 
+/*
+ * Windows (cfg.window_exact): a worker's window layers give back the
+ * blocks no query of a sequence sees any more, the index's blocks
+ * among them (medha_kv_window_drop, at each call's first query), and
+ * refuse a fork of [from, to) unless the source still holds, in each
+ * window layer of window W, the blocks of [max(from, to - W + 1), to)
+ * (medha_kv_seq_fork). A match is taken only where every FORK op it
+ * makes passes that check, from the last position each owner's
+ * sequence may have been queried at (a run of an owner and the partial
+ * block after it, its too, are one op, so only the match's end counts
+ * there): a live owner's from what it was
+ * handed (a step in flight and a worker's lookahead one more), an
+ * ended one's (win_hi) as it ended. Otherwise it is no match: the
+ * request computes its prompt, as without the cache.
+ */
+
+/* The last position the workers may have queried q's sequence at. */
+static int64_t
+query_hi(const struct req *q)
+{
+	const struct medha_req *r = &q->pub;
+	int64_t hi = r->sched_prefill;
+
+	if (r->decoded > r->resumed &&
+	    r->spec.prompt_tokens - r->resumed + r->decoded + 1 > hi)
+		hi = r->spec.prompt_tokens - r->resumed + r->decoded + 1;
+	return hi;
+}
+
+/* Whether a sequence queried up to hi still holds, in each window
+ * layer, what a fork of [from, to) from it needs. */
+static int
+window_holds(const struct medha_sched *s, int64_t hi, int64_t from, int64_t to)
+{
+	const struct medha_model_config *mc = &s->pred->model.c;
+	int64_t bs = s->cfg.block_size;
+
+	for (int l = 0; l < mc->n_layers; l++) {
+		int64_t w = medha_layer_window(mc, l), first, gone;
+		if (w <= 0 || (l > 0 && w == medha_layer_window(mc, l - 1)))
+			continue;
+		first = to - w + 1 > from ? to - w + 1 : from;
+		gone = hi - w + 1; /* its blocks below gone / bs are dropped */
+		if (gone >= bs && first / bs < gone / bs)
+			return 0;
+	}
+	return 1;
+}
+
+static int
+owner_holds(const struct medha_sched *s, const struct medha_pnode *p,
+    int64_t from, int64_t to)
+{
+	const struct req *o = sched_lookup(s, p->owner);
+
+	return window_holds(s, o != NULL ? query_hi(o) : p->win_hi, from, to);
+}
+
+/* Whether each FORK op of a match (fork_ops(): a run per owner, the
+ * partial block last) finds its owner's window layers holding it. */
+static int
+window_exact(const struct medha_sched *s, int full, int part, int64_t m)
+{
+	const struct medha_prefix *x = &s->px;
+	int64_t bs = s->cfg.block_size;
+
+	for (int i = full; i != 0;) {
+		int j = i;
+		int64_t to = (x->n[i].depth + 1) * bs;
+		while (x->n[j].parent != 0 &&
+		    x->n[x->n[j].parent].owner == x->n[i].owner)
+			j = x->n[j].parent;
+		if (i == full && part >= 0 &&
+		    x->n[part].owner == x->n[i].owner) {
+			to = m; /* the partial block's op is this run's */
+			part = -1;
+		}
+		if (!owner_holds(s, &x->n[i], x->n[j].depth * bs, to))
+			return 0;
+		i = x->n[j].parent;
+	}
+	return part < 0 ||
+	    owner_holds(s, &x->n[part], x->n[part].depth * bs, m);
+}
+
+/* medha_prefix_match() of q's first lim keys, none where a window
+ * layer of the workers no longer holds what it needs */
+static int64_t
+match(const struct medha_sched *s, const struct req *q, int64_t lim,
+    int *full, int *part)
+{
+	int64_t m = medha_prefix_match(&s->px, q->keys, lim,
+	    s->kv.group_tokens, full, part);
+
+	if (m > 0 && s->cfg.window_exact && !window_exact(s, *full, *part, m)) {
+		*full = 0;
+		*part = -1;
+		return 0;
+	}
+	return m;
+}
+
+/* q's nodes (the run of them ending at node i) keep hi, the last
+ * position its sequence was queried at, for when q is gone */
+static void
+freeze(struct medha_sched *s, uint64_t h, int i, int64_t hi)
+{
+	for (; i > 0 && s->px.n[i].owner == h; i = s->px.n[i].parent)
+		s->px.n[i].win_hi = hi;
+}
+
 int
 sched_prefix_arrive(struct medha_sched *s, struct req *q,
     const struct medha_reqspec *spec)
@@ -140,8 +251,7 @@ sched_prefix_arrive(struct medha_sched *s, struct req *q,
 	/* one prompt token at least is computed: its logits give the
 	   first output token */
 	lim = n < P - 1 ? n : P - 1;
-	q->pub.cached = medha_prefix_match(&s->px, q->keys, lim,
-	    s->kv.group_tokens, &full, &part);
+	q->pub.cached = match(s, q, lim, &full, &part);
 	return 0;
 }
 
@@ -198,8 +308,13 @@ fork_ops(struct medha_sched *s, uint64_t h, int full, int part, int64_t m)
 	}
 	if (part < 0)
 		return;
-	sched_op(s, MEDHA_KVOP_FORK, h, x->n[part].owner, x->n[part].depth * bs,
-	    m);
+	if (s->cfg.window_exact && s->npend > first &&
+	    s->pend[s->npend - 1].src == x->n[part].owner)
+		s->pend[s->npend - 1].to = m; /* one op: its window checked
+		                                 at m alone (window_exact()) */
+	else
+		sched_op(s, MEDHA_KVOP_FORK, h, x->n[part].owner,
+		    x->n[part].depth * bs, m);
 	if (s->npunref == s->punref_cap) {
 		int ncap = s->punref_cap ? 2 * s->punref_cap : 16;
 		void *p = medha_reallocarray(s->punref, ncap, sizeof(int));
@@ -282,13 +397,13 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 	        room = 0;
 
 	/* no match could make it fit: not worth one (a request waiting
-	   for memory asks every batch) */
+	   for memory asks every batch); least counts every layer, so not
+	   with window layers (medha_kvplace_window), whose cost is less */
 	for (int g = 0; g < s->kv.kvp; g++)
 		room += s->kv.cap_blocks - s->kv.res[g] - s->kv.held[g];
-	if (least > room)
+	if (least > room && s->kv.win_layers == 0)
 		return MEDHA_ENOSPACE;
-	m = medha_prefix_match(x, q->keys, lim, s->kv.group_tokens, &full,
-	    &part);
+	m = match(s, q, lim, &full, &part);
 	if (worth_waiting(s, q, full,
 	        full == 0 ? 0 : (x->n[full].depth + 1) * bs, lim))
 		return MEDHA_ENOSPACE;
@@ -375,6 +490,7 @@ own(struct medha_sched *s, struct req *q, int node, int64_t n)
 		q->own_first = p->depth;
 	p->owner = q->pub.handle;
 	p->own_first = q->own_first;
+	p->win_hi = INT64_MAX; /* (looked up while q lives; freeze()) */
 	q->own_end = p->depth * s->cfg.block_size + n;
 	if (n == s->cfg.block_size) {
 		q->ins_node = node;
@@ -470,9 +586,11 @@ void
 sched_prefix_finish(struct medha_sched *s, struct req *q, int status)
 {
 	int64_t c = q->nkeys;
+	int tail;
 
 	c = c < q->pub.spec.prompt_tokens ? c : q->pub.spec.prompt_tokens;
-	park(s, q, c, status);
+	tail = park(s, q, c, status);
+	freeze(s, q->pub.handle, tail >= 0 ? tail : q->ins_node, query_hi(q));
 	q->ins_node = 0;
 	free(q->keys);
 	q->keys = NULL;
@@ -570,8 +688,11 @@ sched_prefix_preempt(struct medha_sched *s, struct req *q, int64_t kv)
 			s->ghost = 1;
 		ghost = s->ghost; /* generation 0: no request's */
 		for (int i = tail >= 0 ? tail : q->ins_node;
-		     i != 0 && s->px.n[i].owner == h; i = s->px.n[i].parent)
+		     i != 0 && s->px.n[i].owner == h; i = s->px.n[i].parent) {
 			s->px.n[i].owner = ghost;
+			/* (its queries went up to kv: lookahead's one) */
+			s->px.n[i].win_hi = kv + 1;
+		}
 		sched_op(s, MEDHA_KVOP_MOVE, h, ghost, 0, q->own_end);
 	}
 	q->ins_node = 0;

@@ -314,14 +314,19 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	sc.prefix_cache = sc.prefix_cache &&
 	    (medha_backend_find(h->backend)->caps & MEDHA_BACKEND_FORK);
 	/* workers whose window layers give back what their window no
-	   longer sees: a request reserves per layer type, and no prefix is
-	   shared (a hit would need the window's KV of the match) */
+	   longer sees, the prefix index's blocks among them: a request
+	   reserves per layer type, and a prefix hit is taken only where
+	   its owners' window layers still hold what it needs
+	   (sched_prefix.c); across KVP groups (positions of a piece) no
+	   prefix is shared */
 	sc.window_kv = (h->caps & MEDHA_HELLO_WINDOW_KV) != 0;
-	if (sc.window_kv && sc.prefix_cache) {
+	sc.window_exact = sc.window_kv && sc.prefix_cache;
+	if (sc.window_exact && h->kvp > 1) {
 		medha_log(MEDHA_LOG_INFO,
-		    "the workers keep only their windows' KV (--window-kv): "
-		    "prefix caching off");
+		    "the workers keep only their windows' KV (--window-kv) "
+		    "over %d KVP groups: prefix caching off", h->kvp);
 		sc.prefix_cache = 0;
+		sc.window_exact = 0;
 	}
 	if (sc.kvp_max_tokens % sc.block_size != 0)
 		sc.kvp_max_tokens -= sc.kvp_max_tokens % sc.block_size;

@@ -15,8 +15,14 @@
 #    each is rejected with that count; with it all three are admitted
 #    and complete, each with the tokens of the same request on a worker
 #    of ample memory without --window-kv (the KV of every position);
-#  - preemption with --window-kv (no prefix cache: a preempted request
-#    computes its KV again): eight requests of 40 to 120 prompt ids and
+#  - prefix cache with --window-kv: requests sharing a prompt, or its
+#    beginning, one after another: each the tokens of a run without the
+#    cache; a hit where the owner's window layers still hold the match's
+#    last window (the same prompt again), none where they gave it back
+#    (a shorter shared beginning, an owner that decoded past its
+#    window), and no fork refused by the worker;
+#  - preemption with --window-kv (prefix cache on: a preempted request
+#    forks what its window layers still hold, or computes again): eight requests of 40 to 120 prompt ids and
 #    400 greedy tokens at once on 16 blocks (each reserves 11 at its end,
 #    33 by all layers), some preempted, every one the tokens of its run
 #    on ample memory;
@@ -110,8 +116,57 @@ print("window-kv live: 3 requests of 126 blocks each (full attention) on "
       "40: rejected without --window-kv, with it admitted, tokens as on "
       "ample memory", file=sys.stderr)
 PY
-grep -q "prefix caching off" "$tmp"/logs.win/* ||
-    { echo "no 'prefix caching off' in the scheduler's log"; exit 1; }
+! grep -q "prefix caching off" "$tmp"/logs.win/* ||
+    { echo "prefix caching off with --window-kv on one group"; exit 1; }
+
+# ---- prefix cache: a hit only where the windows still hold it ----
+"$py" - "$tmp/trace.px" <<'PY'
+import json, random, sys
+rng = random.Random(38)
+A = [rng.randrange(100, 40000) for _ in range(200)]
+B = [rng.randrange(100, 40000) for _ in range(300)]
+new = lambda n: [rng.randrange(100, 40000) for _ in range(n)]
+reqs = [("a0", 0, A, 4), ("a1", 2, A, 4), ("a2", 4, A[:150] + new(50), 4),
+        ("b0", 6, B, 40), ("b1", 9, B, 4), ("a3", 11, A, 4)]
+with open(sys.argv[1], "w") as f:
+    for rid, t, ids, n in reqs:
+        f.write(json.dumps({"id": rid, "arrival": t, "prompt_ids": ids,
+                            "max_tokens": n, "ignore_eos": True,
+                            "temperature": 0}) + "\n")
+PY
+serve_px() { # NAME SCHED_OPTS WORKER_OPTS
+	serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$tmp/gemma3.gguf" \
+	    MEDHA_LOG="$tmp/logs.$1" MEDHA_SCHED_OPTS="-c 64 $2" \
+	    MEDHA_WORKER_OPTS="$3"
+	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.px" \
+	    >"$tmp/$1.jsonl"
+	serve_stop
+}
+serve_px px-ref --no-prefix-cache ""
+serve_px px-win "" --window-kv
+python3 - "$tmp/px-ref.jsonl" "$tmp/px-win.jsonl" <<'PY'
+import json, sys
+ref, win = ({r["id"]: r for r in map(json.loads, open(p))}
+            for p in sys.argv[1:3])
+assert len(ref) == len(win) == 6, (ref, win)
+for k in ref:
+    assert ref[k]["status"] == "ok" and win[k]["status"] == "ok", \
+        (ref[k], win[k])
+    assert win[k]["token_ids"] == ref[k]["token_ids"], (k, win[k], ref[k])
+c = {k: win[k].get("cached_tokens", 0) for k in win}
+# a0's window layers hold 176.. of its 200 prompt positions (its last
+# query at 203 sees 180..203; blocks of 16): a1 and a3, its prompt again,
+# match 199 and fork them; a2's match of 150 needs 127..149, given back,
+# and b1's of 299 from b0 (40 tokens decoded) 276..298, given back too
+assert c["a1"] == 199 and c["a3"] == 199, c
+assert c["a0"] == c["a2"] == c["b0"] == c["b1"] == 0, c
+print("window-kv prefix: hits %s, tokens as without the cache" % c,
+      file=sys.stderr)
+PY
+if grep -q "fork of" "$tmp"/logs.px-win/*; then
+	echo "a worker refused a fork:"; grep "fork of" "$tmp"/logs.px-win/*
+	exit 1
+fi
 
 # ---- preemption: the KV computed again ----
 "$py" - "$tmp/trace.pre" <<'PY'
