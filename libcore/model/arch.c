@@ -359,36 +359,3 @@ medha_model_rope(const struct medha_model *m, int kind, struct medha_rope *r)
 	default: break;
 	}
 }
-
-int
-medha_arch_plain(const struct medha_model_config *c, char *why,
-    size_t whylen)
-{
-	const struct medha_arch *a = &c->a;
-	const char *what = NULL;
-
-	if (a->rope_type != MEDHA_ROPE_NORM)
-		what = "NEOX RoPE";
-	else if (a->rope_scaling != MEDHA_ROPE_SCALING_NONE)
-		what = "RoPE scaling";
-	else if (a->qkv_bias)
-		what = "attention biases";
-	else if (a->qk_norm)
-		what = "Q/K norms";
-	else if (a->post_norm)
-		what = "post-norms";
-	else if (a->ffn_act != MEDHA_FFN_SILU)
-		what = "a GELU MLP";
-	else if (a->embd_scale != 0 && a->embd_scale != 1)
-		what = "scaled embeddings";
-	else if (a->attn_scale != 0)
-		what = "an attention scale";
-	else if (a->attn_softcap != 0 || a->final_softcap != 0)
-		what = "soft-capping";
-	else if (a->swa != 0)
-		what = "a sliding window";
-	if (what == NULL)
-		return 0;
-	return medha_why(why, whylen, MEDHA_EUNSUP, "%s: %s is not supported",
-	    a->name[0] != '\0' ? a->name : "model", what);
-}

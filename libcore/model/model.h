@@ -159,14 +159,6 @@ struct medha_rope {
 void medha_model_rope(const struct medha_model *m, int kind,
     struct medha_rope *r);
 
-/*
- * 0 where c is a plain Llama layer (what a backend without the other
- * families' operators can run); else MEDHA_EUNSUP with the first
- * feature it has in why ("qwen2: attention biases").
- */
-int medha_arch_plain(const struct medha_model_config *c, char *why,
-    size_t whylen);
-
 struct medha_layer {
 	float *attn_norm;                /* (dim) f32, owned */
 	const struct medha_tensor *wq;   /* (n_heads * head_dim, dim) */
