@@ -499,6 +499,10 @@ finish(struct call *c, int rc, const char *why, struct medha_msg *rep)
 				        ? rep->error.reason
 				        : "");
 			medha_msg_clear(rep);
+		} else if (rc != MEDHA_EPEER && rc != MEDHA_ETIMEOUT &&
+		    !p->poll_warned++) {
+			/* a malformed answer is said once, not retried mute */
+			medha_log(MEDHA_LOG_WARN, "POLL: %s", why);
 		}
 		/* not connected: the dialer's next try; refused: a while */
 		p->poll_at = medha_now() + (rc == 0 ? 0.1 : 0.05);
