@@ -23,23 +23,10 @@
 # a head size the kernels lack (32) is refused at open, naming it. Skips
 # without the cuda build or the cache (SmolLM2's tokenizer, the venv).
 . "$(dirname "$0")/lib.sh"
-lib=$tests/../libmedha.a
-[ -f "$lib" ] && ar t "$lib" | grep -q '^backend_cuda\.o$' ||
-	skip "no cuda backend in $lib (CUDA=0, or nvcc not found)"
-cuda=${CUDA_HOME:-/usr/local/cuda}
-[ -f "$cuda/include/cublasLt.h" ] || skip "no $cuda/include/cublasLt.h"
+cuda_mock_need
 need_model "$smollm2"
 need_py numpy gguf
-cc=${CC:-cc}
-fl="-O2 -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA -isystem $cuda/include \
-    -iquote $top/libcore -iquote $top/kernels -I$top/tests"
-# shellcheck disable=SC2086 # $fl: several flags
-$cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
-    "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
-# shellcheck disable=SC2086
-$cc $fl -o "$tmp/backend_cuda_test" "$top/tests/gpu/backend_cuda_test.c" \
-    "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka -lnng -lmsgpackc \
-    -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
+cuda_mock_test_build
 fams="qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu
     gemma3-256-cu"
 # shellcheck disable=SC2086 # the case names, one argument each

@@ -15,21 +15,8 @@
 # stale arguments gives other logits. Quick mode: a 1K prompt for the
 # chunks, no SmolLM2. Skips where the build has no cuda backend.
 . "$(dirname "$0")/lib.sh"
-lib=$tests/../libmedha.a
-[ -f "$lib" ] && ar t "$lib" | grep -q '^backend_cuda\.o$' ||
-	skip "no cuda backend in $lib (CUDA=0, or nvcc not found)"
-cuda=${CUDA_HOME:-/usr/local/cuda}
-[ -f "$cuda/include/cublasLt.h" ] || skip "no $cuda/include/cublasLt.h"
-cc=${CC:-cc}
-fl="-O2 -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA -isystem $cuda/include \
-    -iquote $top/libcore -iquote $top/kernels -I$top/tests"
-# shellcheck disable=SC2086 # $fl: several flags
-$cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
-    "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
-# shellcheck disable=SC2086
-$cc $fl -o "$tmp/backend_cuda_test" "$top/tests/gpu/backend_cuda_test.c" \
-    "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka -lnng -lmsgpackc \
-    -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
+cuda_mock_need
+cuda_mock_test_build
 MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$tmp \
     "$tmp/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
 	cat "$tmp/out" "$tmp/err"

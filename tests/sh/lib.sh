@@ -227,6 +227,34 @@ topo_compare() {
 # no_sanitizer_report FILE...: none of the FILEs (logs, stderr) holds an
 # AddressSanitizer, LeakSanitizer or UBSan report (make asan); else show
 # them and fail
+# cuda_mock_need: skip unless libmedha.a has the cuda backend and the
+# CUDA headers are there (sets lib and cuda)
+cuda_mock_need() {
+	lib=$tests/../libmedha.a
+	[ -f "$lib" ] && ar t "$lib" | grep -q '^backend_cuda\.o$' ||
+		skip "no cuda backend in $lib (CUDA=0, or nvcc not found)"
+	cuda=${CUDA_HOME:-/usr/local/cuda}
+	[ -f "$cuda/include/cublasLt.h" ] ||
+		skip "no $cuda/include/cublasLt.h"
+}
+
+# cuda_mock_test_build: tests/gpu/backend_cuda_test on the stand-ins
+# (cudart_mock.c linked in, libcublasLt.so.13 beside it), into $tmp:
+# run it with LD_LIBRARY_PATH=$tmp (after cuda_mock_need)
+cuda_mock_test_build() {
+	fl="-O2 -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA -isystem $cuda/include
+	    -iquote $top/libcore -iquote $top/kernels -I$top/tests"
+	# shellcheck disable=SC2086 # $fl: several flags
+	${CC:-cc} $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
+	    "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
+	# shellcheck disable=SC2086
+	${CC:-cc} $fl -o "$tmp/backend_cuda_test" \
+	    "$top/tests/gpu/backend_cuda_test.c" \
+	    "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka \
+	    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread \
+	    -lm -ldl
+}
+
 no_sanitizer_report() {
 	if grep -l 'Sanitizer\|runtime error' "$@"; then
 		grep -h -A12 'Sanitizer\|runtime error' "$@" | head -60
