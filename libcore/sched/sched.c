@@ -198,6 +198,12 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	s->free_head = -1;
 	s->min_chunk = c->chunk > 0 ? 0 : efficient_chunk(c, p);
 	s->tpot_floor = 2 * medha_cost_lone(p, 32, 0).latency;
+	/* est and vllm: long prompts' turns, long decodes' own batches
+	   (sched_batch.c); max keeps the order of before */
+	s->long_turns = c->reserve != MEDHA_RESERVE_MAX &&
+	    (c->policy == MEDHA_POLICY_LRS || c->policy == MEDHA_POLICY_MEDHA);
+	s->long_sep = c->reserve != MEDHA_RESERVE_MAX && p->spp > 1 &&
+	    c->chunk == 0 && c->long_tpot > 0;
 	if (medha_kvplace_init(&s->kv, p->kvp, c->block_size, blocks,
 	        c->kvp_max_tokens) != 0) {
 		free(s);

@@ -207,19 +207,84 @@ long_target(const struct medha_sched *s, const struct medha_req *r)
 }
 
 /*
- * Whether candidate c's prefill waits for the long decodes (tpot_long)
- * this batch: it is long itself, and its TTFT deadline is still within
- * reach (relative slack above 0). A chunk deep in a long prompt reads
- * its whole KV, about what a long decode alone costs, so that even the
- * smallest one would double such a decode's TPOT; it waits for them
- * instead (and then prefills at full size), unless its own deadline
- * cannot wait.
+ * Whether candidate c's prefill waits this batch: it is long itself, its
+ * TTFT deadline is still within reach (relative slack above 0), and
+ * - a long request decodes (tpot_long): a chunk deep in a long prompt
+ *   reads its whole KV, about what a long decode alone costs, so that
+ *   even the smallest one would double such a decode's TPOT; it waits
+ *   for them instead (and then prefills at full size);
+ * - or (est and vllm) another long prompt holds the turn (long_turn)
+ *   and c's prefill alone would take more than half of what the holder
+ *   still needs. Least relative slack alone interleaves long prompts'
+ *   chunks (the one waiting loses slack until it passes the one going),
+ *   so that all of them end late, the longest deadline last: a 1M prompt
+ *   waited 105 s where reserving every cap, which admits one long prompt
+ *   at a time, had it wait 50 (doc/RESULTS.md). One at a time, and the
+ *   shortest first where it saves the other at least what it costs the
+ *   holder (c's time, against the holder's rest minus c's time).
  */
 static int
 yields(const struct medha_sched *s, const struct cand *c)
 {
-	return s->nlong > 0 && c->urgency < 1 &&
-	    sched_long(s, &s->reqs[c->idx].pub);
+	const struct medha_req *r = &s->reqs[c->idx].pub, *h;
+
+	if (c->urgency >= 1 || !sched_long(s, r))
+		return 0;
+	if (s->nlong > 0)
+		return 1;
+	if (s->long_pre < 0 || s->long_pre == c->idx)
+		return 0;
+	h = &s->reqs[s->long_pre].pub;
+	return 2 * remaining_time(r) > remaining_time(h);
+}
+
+/*
+ * Slot idx is a request of the batch being formed: under est and vllm,
+ * a long prompt whose prefill has begun (a chunk past its cached prefix)
+ * takes the turn (long_pre) if it has the least prefill time left of
+ * those. With the slack orders only (lrs, medha: s->long_turns): the
+ * others' orders do not interleave (arrival, deadline); and not under
+ * max, where each long request reserves its whole output and memory
+ * admits them about one at a time: its order is as before.
+ */
+static void
+long_turn(struct medha_sched *s, int idx)
+{
+	const struct medha_req *r = &s->reqs[idx].pub;
+
+	if (s->long_turns && r->state == MEDHA_REQ_PREFILL &&
+	    r->sched_prefill > r->cached &&
+	    sched_long(s, r) &&
+	    (s->long_pre < 0 ||
+	        remaining_time(r) <
+	            remaining_time(&s->reqs[s->long_pre].pub)))
+		s->long_pre = idx;
+}
+
+/*
+ * Whether the batch being formed holds long decodes only (s->long_sep:
+ * est and vllm with a pipeline, adaptive chunks, long_tpot on): some
+ * long decode has its previous token, a long request was decoding when
+ * the last batch was formed (s->nlong, not yet reset), and that batch
+ * was not such a one, so that no other decode waits more than a batch.
+ * Under est the other requests are admitted, and each of their decodes
+ * or chunks in a long decode's batch adds to its TPOT (five short decodes
+ * made a 5.3 ms decode 7.0); in a batch of its own it decodes at its
+ * latency alone, and the batches formed while its token is in flight
+ * are bounded by that latency (s->long_lat), so that the next one finds
+ * stage 0 free when its token comes back.
+ */
+static int
+long_only(const struct medha_sched *s)
+{
+	if (!s->long_sep || s->long_only || s->nlong == 0)
+		return 0;
+	for (int i = 0; i < s->nactive; i++) {
+		const struct medha_req *r = &s->reqs[s->active[i]].pub;
+		if (r->tpot_long > 0 && !r->busy && r->state == MEDHA_REQ_DECODE)
+			return 1;
+	}
+	return 0;
 }
 
 /* Reserve r's KV; it then starts its prefill. 0 or MEDHA_ENOSPACE. */
@@ -634,7 +699,9 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 
 	memset(&s->acc, 0, sizeof(s->acc));
 	s->prog_now = 0;
+	s->long_only = long_only(s); /* (from the last batch's nlong) */
 	s->nlong = 0;
+	s->long_pre = -1;
 	b->ops = NULL;
 	b->n_ops = 0;
 	if ((rc = grow_cands(s, s->nactive)) != 0 ||
@@ -656,8 +723,12 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 			if (r->tpot_long < tight)
 				tight = r->tpot_long;
 		}
+		long_turn(s, idx);
 		if (r->busy)
 			continue;
+		if (s->long_only &&
+		    (r->tpot_long == 0 || r->state != MEDHA_REQ_DECODE))
+			continue; /* not in a batch of long decodes */
 		if (r->state == MEDHA_REQ_DECODE) {
 			if ((rc = push_item(s, idx, 1, r->kv_tokens, 1, 0)) !=
 			    0)
@@ -694,6 +765,9 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	 * chunk's time alone, where prefills could not join at all (the
 	 * SLO cannot be kept then anyway).
 	 */
+	if (s->long_sep && s->nlong > 0 && !s->long_only &&
+	    s->long_lat < tight)
+		tight = s->long_lat;
 	if (s->cfg.chunk == 0 && tight < limit)
 		limit = tight > s->tpot_floor ? tight
 		    : s->tpot_floor < limit   ? s->tpot_floor
@@ -728,6 +802,8 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 		return 0;
 
 	l = medha_cost_latency(&s->acc, s->pred, s->kv.kvp);
+	if (s->long_only)
+		s->long_lat = l.latency;
 	if (s->prog_now) {
 		s->prog.batches++;
 		s->prog.extra += l.latency - s->prog_base;

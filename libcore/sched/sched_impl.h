@@ -124,6 +124,12 @@ struct medha_sched {
 	int ndec;          /* decodes in the batch being formed */
 	int nlong;         /* long decodes (tpot_long) decoding, in the
 	                      batch being formed or in flight */
+	int long_pre;      /* the long prefill in progress that others
+	                      yield to (sched_batch.c), -1 */
+	int long_turns;    /* long prompts take turns (long_pre) */
+	int long_sep;      /* long decodes take batches of their own */
+	int long_only;     /* the batch being formed is one */
+	double long_lat;   /* the latency of the last one, s */
 	/* the progress guarantee (pack_prefill): its counters; whether it
 	   gave the batch being formed a chunk, and that batch's cost
 	   before it did */
