@@ -264,9 +264,9 @@ long_turn(struct medha_sched *s, int idx)
 /*
  * Whether the batch being formed holds long decodes only (s->long_sep:
  * est and vllm with a pipeline, adaptive chunks, long_tpot on): some
- * long decode has its previous token, a long request was decoding when
- * the last batch was formed (s->nlong, not yet reset), and that batch
- * was not such a one, so that no other decode waits more than a batch.
+ * long decode has its previous token, and the last batch was not such a
+ * one (s->long_only, not yet set again), so that no other decode waits
+ * more than a batch.
  * Under est the other requests are admitted, and each of their decodes
  * or chunks in a long decode's batch adds to its TPOT (five short decodes
  * made a 5.3 ms decode 7.0); in a batch of its own it decodes at its
@@ -277,7 +277,7 @@ long_turn(struct medha_sched *s, int idx)
 static int
 long_only(const struct medha_sched *s)
 {
-	if (!s->long_sep || s->long_only || s->nlong == 0)
+	if (!s->long_sep || s->long_only)
 		return 0;
 	for (int i = 0; i < s->nactive; i++) {
 		const struct medha_req *r = &s->reqs[s->active[i]].pub;
@@ -699,7 +699,6 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 
 	memset(&s->acc, 0, sizeof(s->acc));
 	s->prog_now = 0;
-	s->long_only = long_only(s); /* (from the last batch's nlong) */
 	s->nlong = 0;
 	s->long_pre = -1;
 	b->ops = NULL;
@@ -707,6 +706,8 @@ medha_sched_next_batch(struct medha_sched *s, double now,
 	if ((rc = grow_cands(s, s->nactive)) != 0 ||
 	    (rc = sched_grow(s, now)) != 0) /* blocks on demand */
 		return rc;
+	s->long_only = long_only(s); /* (after grow: a decode it held back
+	                                or preempted is not ready) */
 	/* (1) every decode that has its previous token; (2) candidates */
 	for (int i = 0; i < s->nactive; i++) {
 		int idx = s->active[i];
