@@ -1,6 +1,7 @@
 #!/bin/sh
 # preempt-live.sh: memory on demand on the live replica (medha-sched -l
-# and a cpu medha-worker, SmolLM2, the f32 KV cache; medha-sched(1),
+# and a cpu medha-worker, SmolLM2, the f32 KV cache but where said;
+# medha-sched(1),
 # "Memory"):
 #  - forced preemptions: 12 requests of token ids (prompts of 40 to 100
 #    tokens, 96 tokens each; 6 greedy, 6 sampled with a seed, whose
@@ -11,7 +12,12 @@
 #    on a replica of --reserve max), with the prefix cache (a preempted
 #    request takes its KV back from it) and without (it recomputes all);
 #    the records count preemptions, some of them at least 1, sampled
-#    ones among them; the same (with the cache; the sampled requests'
+#    ones among them; the same on the f16 KV cache (with the cache),
+#    against alone runs on f16: exactly their tokens too, since a
+#    query attends to the cache's K/V whatever chunk it comes in, its
+#    own rounded to f16 as well, so a recomputed token's K/V is the
+#    bytes its decode wrote (and some of f16's alone runs differ from
+#    f32's: 9 of the 12 here); the same (with the cache; the sampled requests'
 #    tokens unchecked: their logits are not bit-equal to the single
 #    worker's) on the topologies of MEDHA_PREEMPT_TOPOS (default
 #    "kvp2", pieces of 128 tokens so that requests grow onto a second
@@ -83,12 +89,28 @@ while [ $i -lt 12 ]; do
 	i=$((i + 1))
 done
 serve_stop
+# and on the f16 KV cache (the 12 of token ids)
+serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
+    MEDHA_LOG="$tmp/logs.alone16" MEDHA_SCHED_OPTS="--reserve max" \
+    MEDHA_WORKER_OPTS="--kv f16"
+: >"$tmp/alone16.jsonl"
+i=0
+while [ $i -lt 12 ]; do
+	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/one.$i" \
+	    >>"$tmp/alone16.jsonl"
+	i=$((i + 1))
+done
+serve_stop
 
-run() { # TOPO NAME SCHED_OPTS: the 12 at once on 32 blocks a worker
+run() { # TOPO NAME SCHED_OPTS [KV]: the 12 at once on 32 blocks a worker
+	# (KV: the cpu worker's cache, f32 or f16; alone runs of the same)
+	kv=${4:-f32}
+	alone=$tmp/alone.jsonl
+	[ "$kv" = f32 ] || alone=$tmp/alone16.jsonl
 	if [ "$1" = single ]; then
 		serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
 		    MEDHA_LOG="$tmp/logs.$2" MEDHA_SCHED_OPTS="$3" \
-		    MEDHA_WORKER_OPTS="--kv-blocks 32"
+		    MEDHA_WORKER_OPTS="--kv-blocks 32 --kv $kv"
 		a=$addr
 	else # pieces of 128 tokens: a request grows onto a second group
 		a=ipc://$tmp/router.sock
@@ -99,7 +121,7 @@ run() { # TOPO NAME SCHED_OPTS: the 12 at once on 32 blocks a worker
 	"$bin/medha-trace" replay -a "$a" --token-ids "$tmp/trace.jsonl" \
 	    >"$tmp/$1.$2.jsonl"
 	serve_stop
-	python3 - "$tmp/$1.$2.jsonl" "$tmp/alone.jsonl" "$1 $2" <<'PY'
+	python3 - "$tmp/$1.$2.jsonl" "$alone" "$1 $2" <<'PY'
 import json, sys
 got = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
 alone = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
@@ -126,6 +148,16 @@ PY
 }
 run single cache ""
 run single nocache --no-prefix-cache
+run single cache16 "" f16
+python3 - "$tmp/alone.jsonl" "$tmp/alone16.jsonl" <<'PY'
+import json, sys
+a, b = ({r["id"]: r["token_ids"] for r in map(json.loads, open(p))}
+        for p in sys.argv[1:3])
+n = sum(a[k] != b[k] for k in a)
+assert n > 0, "f16 gave f32's tokens: was the worker's cache f16?"
+print("preempt-live f16: %d of 12 requests alone give other tokens than "
+      "on f32" % n, file=sys.stderr)
+PY
 
 # min_tokens under preemption: a preempted request's new sampler bans
 # the end of generation for what is left of min_tokens only, so its
