@@ -312,10 +312,12 @@ serve_stop() {
 	[ ${#pids[@]} -gt 0 ] && kill -TERM ${pids[@]} 2>/dev/null
 	for _ in $(seq 100); do
 		p=0
+		# shellcheck disable=SC2068
 		for x in ${pids[@]}; do kill -0 "$x" 2>/dev/null && p=1; done
 		[ $p = 0 ] && break
 		sleep 0.1
 	done
+	# shellcheck disable=SC2068
 	[ ${#pids[@]} -gt 0 ] && kill -KILL ${pids[@]} 2>/dev/null
 	wait 2>/dev/null
 	down "$name"

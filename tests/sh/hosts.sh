@@ -20,16 +20,20 @@
 #   cut sb        replica b's host partitioned from the router's for 5 s
 #
 # It asserts what holds today: the replay ends (no hang: 180 s at most),
-# every request gets exactly one record, and each "ok" one has exactly
-# the tokens medha-worker -p gives alone; that the delays are there (a
-# tcp round trip between two hosts takes at least the delay); that after
-# each fault is healed every replica is ready again and the trace runs
-# all ok; and that after the cut of sb the router takes replica b back.
-# It prints, for each fault, the time the replay took, the records by
-# status, the reasons of the failed ones, and the processes that ended
-# (netns-hosts.sh restarts them): what medha-sched(1) and
-# medha-worker(1) say each fault does to requests in flight. Skipped
-# where namespaces cannot be made (not root, no iproute2).
+# every request gets exactly one record, each "ok" one has exactly the
+# tokens medha-worker -p gives alone, and each other one a reason naming
+# the worker or replica lost; under delay, loss and the rate limit every
+# request is ok; the delays are there (a tcp round trip between two
+# hosts takes at least the delay); after each partition is healed every
+# replica is ready again within 60 s and the trace runs all ok; after
+# the cut of sb the router takes replica b back. It prints, for each
+# fault, the time the replay took, the records by status, the median
+# TTFT and TPOT of the ok ones, the reasons of the others, and the
+# processes that ended (netns-hosts.sh restarts them): what
+# medha-sched(1) and medha-worker(1) say each fault does to requests in
+# flight. (The trace is the same each time, so after the first run its
+# prompts' prefixes are in the schedulers' caches.) Skipped where
+# namespaces cannot be made (not root, no iproute2).
 . "$(dirname "$0")/lib.sh"
 need_model
 hosts="bash $top/contrib/netns-hosts.sh"
@@ -82,12 +86,15 @@ replay() {
 	secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 }
 
-# check OUT: one record per request; each ok one with the tokens of the
-# request alone; prints the records by status, the failed ones' reasons
+# check OUT [all-ok]: one record per request; each ok one with the
+# tokens of the request alone, each other one with a reason that names
+# the worker or replica lost; with all-ok, every one ok. Prints the
+# records by status, the median TTFT and TPOT of the ok ones, and the
+# failed ones' reasons
 check() {
 	python3 - "$top/tests/ref" "$tmp/trace.jsonl" "$1" "$bin/medha-worker" \
-	    "$model" "$fault" "$secs" <<'PY'
-import collections, json, os, sys
+	    "$model" "$fault" "$secs" "${2:-}" <<'PY'
+import collections, json, os, re, sys
 sys.path.insert(0, sys.argv[1])
 import solo
 trace = [json.loads(l) for l in open(sys.argv[2])]
@@ -109,16 +116,23 @@ for t in trace:
             bad.append("%s: %s, alone %s" % (t["id"], r["token_ids"], want))
 json.dump(cache, open(cache_path, "w"))
 st = collections.Counter(r["status"] for r in out)
-ttft = sorted(r["ttft"] for r in out if r["status"] == "ok")
-print("%-14s %5.1f s  %s  median ttft %s" % (
+def median(k):
+    v = sorted(r[k] for r in out if r["status"] == "ok")
+    return "%.3f s" % v[len(v) // 2] if v else "-"
+print("%-20s %5.1f s  %-18s ttft %s  tpot %s" % (
     fault, secs, " ".join("%s %d" % kv for kv in sorted(st.items())),
-    "%.3f s" % ttft[len(ttft) // 2] if ttft else "-"))
-why = collections.Counter(r.get("reason", "?") for r in out
+    median("ttft"), median("tpot_mean")))
+why = collections.Counter((r["status"], r.get("reason", "?")) for r in out
                           if r["status"] != "ok")
-for w, n in why.items():
-    print("   %d %s: %s" % (n, "failed" if n > 1 else "failed", w))
+for (s, w), n in why.items():
+    print("   %d %s: %s" % (n, s, w))
 assert not bad, "%s: tokens differ from the request alone:\n%s" % (
     fault, "\n".join(bad))
+for s, w in why:
+    assert re.search(r"worker \d+ lost|replica tcp://", w), \
+        "%s: a record that does not name what was lost: %s" % (fault, w)
+assert sys.argv[8] != "all-ok" or set(st) == {"ok"}, \
+    "%s: not all ok: %s" % (fault, dict(st))
 PY
 	# the processes that ended under the fault (restarted)
 	grep 'ended\|restarted' "$tmp/serve.err" | sed 's/^/   /' || :
@@ -167,11 +181,12 @@ for _ in range(5):
 print("%.2f" % sorted(ts)[2])' "$(addr "$2")"
 }
 
-# run FAULT: the trace under FAULT (already applied), then checked
+# run FAULT [all-ok]: the trace under FAULT (already applied), then
+# checked (check's all-ok)
 run() {
 	fault=$1
 	replay "$tmp/out.jsonl"
-	check "$tmp/out.jsonl"
+	check "$tmp/out.jsonl" "${2:-}"
 	# the next fault starts from a fresh account of ended processes
 	: >"$tmp/serve.err"
 }
@@ -195,14 +210,14 @@ heal_all() {
 	rm -f /run/medha-netns/"$name".nf-*.log
 }
 
-echo "fault          replay   records             (16 requests, 16 tokens each)"
+echo "fault                replay  records            medians of the ok ones (16 requests, 16 tokens each)"
 : >"$tmp/serve.err"
-run none
+run none all-ok
 base=$(rtt router sa)
 
 shape_all 0.5 0 0
 r=$(rtt router sa)
-run "delay 1ms"
+run "delay 1ms" all-ok
 heal_all
 echo "   tcp round trip router-sa: $r ms ($base ms without)"
 awk -v r="$r" 'BEGIN { exit !(r >= 1.5) }' || {
@@ -212,7 +227,7 @@ awk -v r="$r" 'BEGIN { exit !(r >= 1.5) }' || {
 
 shape_all 5 2.5 0
 r=$(rtt router sa)
-run "delay 10+-5ms"
+run "delay 10+-5ms" all-ok
 heal_all
 echo "   tcp round trip router-sa: $r ms"
 awk -v r="$r" 'BEGIN { exit !(r >= 10) }' || {
@@ -221,14 +236,14 @@ awk -v r="$r" 'BEGIN { exit !(r >= 10) }' || {
 }
 
 shape_all 0 0 0.5
-run "loss 1%"
+run "loss 1%" all-ok
 heal_all
 shape_all 0 0 2.5
-run "loss 5%"
+run "loss 5%" all-ok
 heal_all
 
 $hosts rate "$name" w0 100mbit
-run "rate 100mbit"
+run "rate 100mbit" all-ok
 $hosts heal "$name" w0
 
 # cut HOST SECONDS [PEER...]: HOST cut off (from the PEERs) SECONDS
@@ -243,10 +258,12 @@ cut() {
 	cutter=$!
 	run "cut $h${1:+ from $*} ${s}s"
 	wait $cutter
+	t0=$(date +%s.%N)
 	ready_again 60
+	echo "   ready again $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after healing"
 	replay "$tmp/healed.jsonl"
 	fault="  healed"
-	check "$tmp/healed.jsonl"
+	check "$tmp/healed.jsonl" all-ok
 	: >"$tmp/serve.err"
 }
 
