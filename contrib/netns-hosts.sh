@@ -12,14 +12,15 @@
 #                                    answers; SIGTERM or SIGINT stops every
 #                                    process and removes the hosts
 #   netns-hosts.sh up NAME HOST...   hosts alone (no programs)
-#   netns-hosts.sh down NAME         remove NAME's hosts, and the fault
-#                                    programs running for them
+#   netns-hosts.sh down NAME         remove NAME's hosts, ending what
+#                                    runs on them and their fault programs
 #   netns-hosts.sh clean             remove the hosts of runs whose owner
 #                                    is gone (a killed earlier run)
 #   netns-hosts.sh exec NAME HOST CMD...   run CMD on HOST
 #   netns-hosts.sh ip NAME HOST      HOST's address
 #   netns-hosts.sh shape NAME HOST DELAY JITTER LOSS
-#                                    HOST's link adds DELAY +- JITTER ms
+#                                    HOST's link (HOST,HOST...: each
+#                                    one's) adds DELAY +- JITTER ms
 #                                    each way and drops LOSS percent of the
 #                                    frames (tests/tools/netfault between
 #                                    the host's port and the bridge; the
@@ -29,7 +30,8 @@
 #                                    to or comes from the PEERs)
 #   netns-hosts.sh rate NAME HOST RATE  HOST's link limited to RATE
 #                                    (tc tbf, each way: 100mbit)
-#   netns-hosts.sh heal NAME HOST    HOST's link as it was
+#   netns-hosts.sh heal NAME HOST    HOST's link as it was (HOST,HOST...:
+#                                    each one's)
 #
 # serve's deployment (ports from MEDHA_PORT, 7000): host router runs
 # medha-router (port +0) in front of two replicas, host sa's scheduler
@@ -106,17 +108,41 @@ check() {
 
 # down NAME: stop NAME's fault programs, remove its namespaces
 down() {
-	local f p
+	local f p n nss
 	for f in "$state/$1".nf-*.pid; do
 		[ -f "$f" ] || continue
 		p=$(cat "$f")
 		kill -TERM "$p" 2>/dev/null
 		rm -f "$f"
 	done
-	for n in $(ip netns list | awk '{print $1}'); do
-		case $n in "$1"-*) ip netns del "$n" 2>/dev/null ;; esac
+	# what still runs on the hosts (a run killed before it stopped its
+	# programs): SIGTERM, SIGKILL after 5 s
+	nss=$(ip netns list | awk -v p="$1-" 'index($1, p) == 1 { print $1 }')
+	for n in $nss; do
+		# shellcheck disable=SC2046 # a pid a word
+		kill -TERM $(ip netns pids "$n") 2>/dev/null
+	done
+	for _ in $(seq 50); do
+		p=
+		for n in $nss; do p=$p$(ip netns pids "$n"); done
+		[ -z "$p" ] && break
+		sleep 0.1
+	done
+	for n in $nss; do
+		# shellcheck disable=SC2046
+		kill -KILL $(ip netns pids "$n") 2>/dev/null
+		ip netns del "$n" 2>/dev/null
 	done
 	rm -f "$state/$1.hosts" "$state/$1.owner" "$state/$1".nf-*.log
+}
+
+# proc_id PID: PID and its start time (so that a later process given
+# the same pid is not taken for it); nothing for a zombie or none
+proc_id() {
+	local st
+	st=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null) || return 0
+	set -- "$1" $st
+	[ "$2" = Z ] || echo "$1 ${21}"
 }
 
 # clean: down every NAME whose owner process is gone
@@ -126,8 +152,8 @@ clean() {
 		[ -f "$f" ] || continue
 		o=$(cat "$f")
 		name=$(basename "$f" .owner)
-		kill -0 "$o" 2>/dev/null && continue
-		echo "netns-hosts.sh: $name: its owner (pid $o) is gone: removed" >&2
+		[ "$(proc_id "${o%% *}")" = "$o" ] && continue
+		echo "netns-hosts.sh: $name: its owner (pid ${o%% *}) is gone: removed" >&2
 		down "$name"
 	done
 }
@@ -141,7 +167,7 @@ up() {
 	[ ${#name} -le 8 ] || die "$name: at most 8 characters"
 	mkdir -p "$state"
 	[ -f "$state/$name.hosts" ] && die "$name: up already (down $name first)"
-	echo "$owner" >"$state/$name.owner"
+	proc_id "$owner" >"$state/$name.owner"
 	: >"$state/$name.hosts"
 	n=$(ns "$name" net)
 	ip netns add "$n" || die "$name: cannot make $n"
@@ -368,7 +394,9 @@ ip)
 	;;
 shape)
 	[ $# = 5 ] || usage
-	netfault_on "$1" "$2" -d "$3" -j "$4" -l "$5" -s $$
+	for h in ${2//,/ }; do
+		netfault_on "$1" "$h" -d "$3" -j "$4" -l "$5" -s $$
+	done
 	;;
 cut)
 	[ $# -ge 2 ] || usage
@@ -393,7 +421,9 @@ rate)
 	;;
 heal)
 	[ $# = 2 ] || usage
-	heal "$1" "$2"
+	for h in ${2//,/ }; do
+		heal "$1" "$h"
+	done
 	;;
 *)
 	usage

@@ -192,16 +192,12 @@ run() {
 }
 
 # every host's link: shape DELAY JITTER LOSS, or healed
-all_hosts="router sa sb w0 w1 w2 w3"
+all_hosts=router,sa,sb,w0,w1,w2,w3
 shape_all() {
-	for h in $all_hosts; do
-		$hosts shape "$name" "$h" "$@"
-	done
+	$hosts shape "$name" $all_hosts "$@"
 }
 heal_all() {
-	for h in $all_hosts; do
-		$hosts heal "$name" "$h"
-	done
+	$hosts heal "$name" $all_hosts
 	# what netfault carried and dropped, all links together
 	cat /run/medha-netns/"$name".nf-*.log | awk '
 	    /carried/ { c += $5; d += $7 }
