@@ -72,18 +72,30 @@ ra=tcp://$(addr sa):7001
 rb=tcp://$(addr sb):7001
 
 # replay OUT: the trace through the router from the router's host, its
-# records in OUT and its seconds in $secs; fail after 180 s (a hang)
+# records in OUT and its seconds in $secs; fail after 180 s (a hang).
+# A replay that crashes (today, at times: an nng panic in the client,
+# "pthread_mutex_lock: Invalid argument" in nng_ctx_recv, after the
+# router refused a message sent before the handshake) is said in a
+# "skip:" line, which run.sh shows, and run once more; a second crash
+# fails
 replay() {
-	t0=$(date +%s.%N)
-	timeout 180 $hosts exec "$name" router "$bin/medha-trace" replay \
-	    -a "$router" --token-ids "$tmp/trace.jsonl" >"$1" \
-	    2>"$tmp/replay.err" || {
-		echo "replay under $fault: status $? (124: a hang)"
+	for try in 1 2; do
+		t0=$(date +%s.%N)
+		st=0
+		timeout 180 $hosts exec "$name" router "$bin/medha-trace" \
+		    replay -a "$router" --token-ids "$tmp/trace.jsonl" >"$1" \
+		    2>"$tmp/replay.err" || st=$?
+		secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+		[ $st = 0 ] && return 0
+		if [ $st != 124 ] && [ $try = 1 ]; then
+			echo "skip: medha-trace replay under $fault crashed (status $st: $(grep -m 1 . "$tmp/replay.err")); once more"
+			continue
+		fi
+		echo "replay under $fault: status $st (124: a hang)"
 		cat "$tmp/replay.err"
 		lib_show "$tmp/serve.err"
 		exit 1
-	}
-	secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+	done
 }
 
 # check OUT [all-ok]: one record per request; each ok one with the
@@ -260,6 +272,12 @@ cut() {
 	replay "$tmp/healed.jsonl"
 	fault="  healed"
 	check "$tmp/healed.jsonl" all-ok
+	# a slow first run after healing: what the workers said meanwhile
+	if awk -v s="$secs" 'BEGIN { exit !(s > 30) }'; then
+		echo "   slow after healing; the workers' warnings:"
+		grep -h 'warning' "$logs"/worker-a*.log | sort | tail -n 20 |
+		    sed 's/^/     /'
+	fi
 	: >"$tmp/serve.err"
 }
 
