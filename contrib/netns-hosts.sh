@@ -53,7 +53,8 @@
 # MEDHA_SCHED_OPTS, MEDHA_WORKER_OPTS, MEDHA_ROUTER_OPTS (more flags),
 # MEDHA_READY_TIMEOUT (seconds, 120), MEDHA_RESTART (0: a process that
 # ends is not restarted; default 1, as serve.sh). MEDHA_NETFAULT: the netfault
-# program (build/tests/tools/netfault, make builds it).
+# program (build/tests/tools/netfault: make test, or make
+# build/tests/tools/netfault, builds it).
 #
 # Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 (ip, tc) and
 # /dev/net/tun. State (the owner's pid, the hosts, the fault programs)
@@ -218,7 +219,7 @@ netfault_on() {
 	local name=$1 h=$2 n p
 	shift 2
 	n=$(ns "$name" net)
-	[ -x "$netfault" ] || die "no $netfault (make builds it)"
+	[ -x "$netfault" ] || die "no $netfault (make build/tests/tools/netfault)"
 	heal "$name" "$h"
 	ip -n "$n" link add "b-$h" type bridge
 	ip -n "$n" tuntap add mode tap name "ta-$h"

@@ -38,7 +38,7 @@
 need_model
 hosts="bash $top/contrib/netns-hosts.sh"
 why=$($hosts check 2>&1) || skip "${why#netns-hosts.sh: }"
-[ -x "$tools/netfault" ] || skip "no $tools/netfault (make)"
+[ -x "$tools/netfault" ] || skip "no $tools/netfault (make test builds it)"
 name=h$$
 logs=$tmp/logs
 
