@@ -87,7 +87,8 @@ GPU_BENCHES = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/gpu/*_bench.c))
 endif
 # programs the shell tests run, tests/tools/*.c (topo_dist: tests/sh/topo.sh;
 # lookahead_sched: tests/sh/lookahead.sh; slow_sched:
-# tests/sh/replay-burst.sh; long_prompt: tests/sh/router-long-prompt.sh),
+# tests/sh/replay-burst.sh; long_prompt: tests/sh/router-long-prompt.sh;
+# netfault: contrib/netns-hosts.sh and tests/sh/hosts.sh),
 # built into $(BUILD)/tests/tools
 TEST_TOOLS = $(patsubst %.c,$(BUILD)/%,$(wildcard tests/tools/*.c))
 # contrib's programs: contrib/*.c but the libFuzzer targets (fuzz-*.c,
