@@ -65,13 +65,13 @@ NVCCFLAGS ?= -O3 -std=c++17 -lineinfo --compress-mode=size \
 
 PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
-# the cuda backend (libcore/engine/*cuda*.c, kernels/*.cu) is built only
-# with CUDA=1: then every program links the kernels and CUDA's static
+# the cuda backend (libcore/cuda/*.c, its adapter libcore/engine/
+# backend_cuda.c, kernels/*.cu) is built only with CUDA=1: then every program links the kernels and CUDA's static
 # runtime (a program that never opens the cuda backend starts as fast as
 # before and needs no CUDA library at run time; the backend loads
 # cuBLASLt and NCCL with dlopen when it opens)
 ifneq ($(CUDA),1)
-LIB_SRCS := $(filter-out $(wildcard libcore/engine/*cuda*.c),$(LIB_SRCS))
+LIB_SRCS := $(filter-out $(wildcard libcore/engine/*cuda*.c libcore/cuda/*.c),$(LIB_SRCS))
 endif
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a

@@ -40,18 +40,6 @@ RANDOM_MODEL_HD=64 "$py" "$top/tests/ref/random_model.py" "$model" \
 cc=${CC:-cc}
 fl="-O2 -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA -isystem $cuda/include \
     -iquote $top/libcore -iquote $top/kernels -I$top/tests"
-cat >"$tmp/props.c" <<'EOF'
-#include <cuda_runtime_api.h>
-#include <string.h>
-cudaError_t
-cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
-{
-	(void)d;
-	memset(p, 0, sizeof(*p));
-	strcpy(p->name, "NVIDIA H200 (host stand-in)");
-	return cudaSuccess;
-}
-EOF
 # shellcheck disable=SC2086 # $fl: several flags
 $cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
     "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
@@ -61,11 +49,11 @@ $cc $fl -fPIC -shared -o "$tmp/libnccl.so.2" \
 mkdir "$tmp/bin"
 # shellcheck disable=SC2086
 $cc $fl -o "$tmp/bin/medha-worker" "$objs"/medha-worker/*.o "$objs/common.o" \
-    "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
+    "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
     -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
 # shellcheck disable=SC2086
 $cc $fl -o "$tmp/bin/medha-prof" "$objs"/medha-prof/*.o "$objs/common.o" \
-    "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
+    "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
     -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
 for p in medha-sched medha-router medha-trace; do
 	ln -s "$bin/$p" "$tmp/bin/$p"

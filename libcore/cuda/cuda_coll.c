@@ -1,5 +1,5 @@
 /*
- * backend_cuda_coll.c: what the cuda backend exchanges with its peers
+ * cuda_coll.c: what the cuda backend exchanges with its peers
  * and hands back: the TP all-reduce after the row-parallel products
  * (over NCCL when the backend owns a communicator, set up in comm_init
  * with rank 0's unique id travelling through the caller's all_gather,
@@ -20,7 +20,7 @@
  * used: its order of top-k, top-p and temperature would have to match
  * sample.c's bit for bit).
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include "model/sample.h"
 
@@ -31,7 +31,7 @@
 
 /* Pinned host room for n floats in c->hb. */
 int
-cuda_stage(struct cuda_be *c, size_t n, char *why, size_t whylen)
+cuda_stage(struct medha_cuda *c, size_t n, char *why, size_t whylen)
 {
 	if (n <= c->hb_cap)
 		return 0;
@@ -48,7 +48,7 @@ cuda_stage(struct cuda_be *c, size_t n, char *why, size_t whylen)
    decode graphs that captured its all-reduces dropped; the next call
    with peers makes a new one (cuda_comm_init). */
 void
-cuda_nccl_abort(struct cuda_be *c)
+cuda_nccl_abort(struct medha_cuda *c)
 {
 	c->nc.ncclCommAbort(c->nccl);
 	c->nccl = NULL;
@@ -65,7 +65,7 @@ cuda_nccl_abort(struct cuda_be *c)
  * worker reports the batch failed rather than hang.
  */
 int
-cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
+cuda_sync(struct medha_cuda *c, const char *what, char *why, size_t whylen)
 {
 	const double t0 = medha_now();
 	ncclResult_t ae;
@@ -111,7 +111,7 @@ cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
  * for ever: the step watchdog, cuda_sync, does not cover these).
  */
 static int
-nccl_wait(struct cuda_be *c, const char *what, char *why, size_t whylen)
+nccl_wait(struct medha_cuda *c, const char *what, char *why, size_t whylen)
 {
 	const double t0 = medha_now();
 	struct timespec ts = {0, 200000};
@@ -143,7 +143,7 @@ nccl_wait(struct cuda_be *c, const char *what, char *why, size_t whylen)
 /* This rank's communicator of id: non-blocking where NCCL has the
    config (2.14+), waited for up to nccl_timeout. */
 static int
-comm_make(struct cuda_be *c, ncclUniqueId id, char *why, size_t whylen)
+comm_make(struct medha_cuda *c, ncclUniqueId id, char *why, size_t whylen)
 {
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	int st;
@@ -166,14 +166,13 @@ comm_make(struct cuda_be *c, ncclUniqueId id, char *why, size_t whylen)
 }
 
 int
-cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
-    size_t whylen)
+medha_cuda_comm_init(struct medha_cuda *c, const struct medha_cuda_coll *cm,
+    char *why, size_t whylen)
 {
-	struct cuda_be *c = impl;
 	ncclUniqueId *all, id, none;
 	int rc, st = ncclSuccess;
 
-	if (c->tp == 1 || c->coll != MEDHA_COLL_NCCL)
+	if (c->tp == 1 || !c->use_nccl)
 		return 0; /* the caller's collectives, in each call */
 	if (cm == NULL || cm->all_gather == NULL || cm->tp != c->tp ||
 	    cm->tp_rank != c->tpr)
@@ -201,7 +200,7 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	/* layer -1: a tag no layer's collective uses */
 	if ((rc = cm->all_gather(cm->arg, -1, 0, &id, sizeof(id), all,
-	         MEDHA_MEM_HOST, why, whylen)) != 0) {
+	         why, whylen)) != 0) {
 		free(all);
 		return rc;
 	}
@@ -221,20 +220,19 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 /* x (n floats, host) summed over the ranks by the caller's collectives:
    its all_reduce, or an all_gather and a sum in rank order. */
 static int
-host_reduce(struct cuda_be *c, int layer, int kind, float *x, size_t n,
+host_reduce(struct medha_cuda *c, int layer, int kind, float *x, size_t n,
     char *why, size_t whylen)
 {
-	const struct medha_comm *cm = c->f->comm;
+	const struct medha_cuda_coll *cm = c->f->coll;
 	float *all;
 	int rc;
 
 	if (cm->all_reduce != NULL)
-		return cm->all_reduce(cm->arg, layer, kind, x, n,
-		    MEDHA_MEM_HOST, why, whylen);
+		return cm->all_reduce(cm->arg, layer, kind, x, n, why, whylen);
 	if ((all = malloc((size_t)c->tp * n * sizeof(float))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	if ((rc = cm->all_gather(cm->arg, layer, kind, x, n * sizeof(float),
-	         all, MEDHA_MEM_HOST, why, whylen)) == 0)
+	         all, why, whylen)) == 0)
 		for (size_t i = 0; i < n; i++) {
 			float s = all[i];
 			for (int r = 1; r < c->tp; r++)
@@ -247,7 +245,7 @@ host_reduce(struct cuda_be *c, int layer, int kind, float *x, size_t n,
 
 /* y (n floats, device): the sum of every TP rank's y. */
 int
-cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y, size_t n,
+cuda_all_reduce(struct medha_cuda *c, int layer, int kind, float *y, size_t n,
     char *why, size_t whylen)
 {
 	int rc, st;
@@ -290,12 +288,13 @@ cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y, size_t n,
 
 /* The exchange with every other group; c->mrg + at[g]: group g's parts. */
 static int
-exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
+exchange(struct medha_cuda *c, int layer, const float *out, const float *lse,
     size_t *at, char *why, size_t whylen)
 {
-	return medha_kvp_exchange(c->f->b, c->f->kv, c->f->comm, layer, out,
-	    lse, (size_t)c->qd, (size_t)c->nh, &c->mrg, &c->mrg_cap, at, why,
-	    whylen);
+	const struct medha_cuda_coll *cm = c->f->coll;
+
+	return cm->kvp_exchange(cm->arg, layer, out, lse, (size_t)c->qd,
+	    (size_t)c->nh, &c->mrg, &c->mrg_cap, at, why, whylen);
 }
 
 /*
@@ -304,22 +303,22 @@ exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
  * parts in group order, the others' converted.
  */
 int
-cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
+cuda_kvp_merge(struct medha_cuda *c, int layer, int n_tokens, char *why,
     size_t whylen)
 {
 	const struct medha_batch *b = c->f->b;
 	const struct medha_batch_kv *kv = c->f->kv;
-	const int kvp = c->f->comm->kvp, hd = c->c.head_dim;
+	const int kvp = c->f->coll->kvp, hd = c->c.head_dim;
 	const size_t ro = (size_t)c->qd, rl = (size_t)c->nh, row = ro + rl;
 	const size_t T = (size_t)n_tokens;
 	size_t at[MEDHA_KVP_MAX + 1], cur[MEDHA_KVP_MAX], t0, nt;
 	float *out, *lse, *dp;
 	int rc, g;
 
-	if (kvp < 1 || kvp > MEDHA_KVP_MAX || c->f->comm->kvp_rank < 0 ||
-	    c->f->comm->kvp_rank >= kvp)
+	if (kvp < 1 || kvp > MEDHA_KVP_MAX || c->f->coll->kvp_rank < 0 ||
+	    c->f->coll->kvp_rank >= kvp)
 		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "KVP group %d of %d", c->f->comm->kvp_rank, kvp);
+		    "KVP group %d of %d", c->f->coll->kvp_rank, kvp);
 	/* hb: out rows, then lse rows, then one sequence's parts */
 	if ((rc = cuda_stage(c, T * row + (size_t)kvp * T * row, why,
 	         whylen)) != 0)
@@ -390,7 +389,7 @@ cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
 /* ---- what the call hands back ---- */
 
 int
-cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+cuda_head_out(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
     char *why, size_t whylen)
 {
 	const struct medha_batch *b = f->b;

@@ -1,5 +1,5 @@
 /*
- * backend_cuda_graph.c: decode steps replayed from CUDA graphs. A Llama
+ * cuda_graph.c: decode steps replayed from CUDA graphs. A Llama
  * decode step is some 300 launches; at several microseconds each, eager
  * launching costs as much as reading the weights. A step whose every
  * sequence has one token (and merges nothing) is captured once per
@@ -30,7 +30,7 @@
  * Also here: a timed call's events (cudaEvent pairs around attention,
  * each KVP merge and the head, summed after the call).
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@
    the keys seen (a new communicator connects anew); the refused keys
    stay refused. */
 void
-cuda_graph_free(struct cuda_be *c)
+cuda_graph_free(struct medha_cuda *c)
 {
 	for (int i = 0; i < CUDA_GRAPHS; i++) {
 		if (c->g[i].used == CUDA_G_CAPTURED)
@@ -53,7 +53,7 @@ cuda_graph_free(struct cuda_be *c)
 /* The slot of this step's key (*hit set), or a free (or the oldest
    captured) slot, or NULL when every slot holds a refused key. */
 static struct cuda_graph *
-find(struct cuda_be *c, const struct medha_fwd *f, int nrows, int64_t cap,
+find(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows, int64_t cap,
     int *hit)
 {
 	struct cuda_graph *old = NULL;
@@ -83,7 +83,7 @@ find(struct cuda_be *c, const struct medha_fwd *f, int nrows, int64_t cap,
 /* Capture the step into g (c->desc built at its bucket): 0, or a
    capture's failure in why (nothing ran; the stream is usable). */
 static int
-capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+capture(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
     struct cuda_graph *g, char *why, size_t whylen)
 {
 	cudaGraph_t graph = NULL;
@@ -111,7 +111,7 @@ capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 
 /* The key of f in g: seen, refused (said once), or captured. */
 static void
-keep(const struct medha_fwd *f, int nrows, int64_t cap,
+keep(const struct medha_cuda_call *f, int nrows, int64_t cap,
     struct cuda_graph *g, int state, const char *err)
 {
 	g->used = state;
@@ -134,7 +134,7 @@ keep(const struct medha_fwd *f, int nrows, int64_t cap,
  * would fail too (the descriptors, the workspace, a replay's launch).
  */
 int
-cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
     int *done, char *why, size_t whylen)
 {
 	struct cuda_graph *g;
@@ -174,7 +174,7 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		if ((rc = capture(c, f, nrows, g, err, sizeof(err))) != 0) {
 			/* a communicator given up inside it fails the step
 			   (its peers' fail too), and the key stays */
-			if (c->tp > 1 && c->coll == MEDHA_COLL_NCCL &&
+			if (c->tp > 1 && c->use_nccl &&
 			    c->nccl == NULL)
 				return medha_why(why, whylen, rc, "%s", err);
 			keep(f, nrows, cap, g, CUDA_G_REFUSED, err);
@@ -202,7 +202,7 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
  * says what the pair timed): nothing when the call is not timed.
  */
 int
-cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen)
+cuda_mark(struct medha_cuda *c, int kind, char *why, size_t whylen)
 {
 	if (!c->timing)
 		return 0;
@@ -229,7 +229,7 @@ cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen)
 
 /* The timed pairs' sums into t (after the stream is synchronized). */
 int
-cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
+cuda_times(struct medha_cuda *c, struct medha_cuda_times *t, char *why,
     size_t whylen)
 {
 	double s[3] = {0, 0, 0};
@@ -249,7 +249,7 @@ cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
 }
 
 void
-cuda_events_free(struct cuda_be *c)
+cuda_events_free(struct medha_cuda *c)
 {
 	for (int i = 0; i < c->ev_cap; i++)
 		cudaEventDestroy(c->ev[i]);

@@ -1,5 +1,5 @@
 /*
- * backend_cuda_lib.c: the libraries the cuda backend loads with dlopen
+ * cuda_lib.c: the libraries the cuda backend loads with dlopen
  * when it opens (linking libcublasLt.so costs every program 195 ms at
  * start, used or not): cuBLASLt for the linear layers and NCCL for TP;
  * and the linear layers themselves.
@@ -16,7 +16,7 @@
  * ("medha: cuda: fallback: ...", which contrib/gpu-check.sh counts):
  * those products are then not batch-invariant.
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -56,7 +56,7 @@ open_first(const char *const *names, char *err, size_t errlen)
 	} while (0)
 
 int
-cuda_lt_open(struct cuda_be *c, char *why, size_t whylen)
+cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen)
 {
 	static const char *const names[] = {"libcublasLt.so.13",
 	    "libcublasLt.so", NULL};
@@ -92,7 +92,7 @@ cuda_lt_open(struct cuda_be *c, char *why, size_t whylen)
 }
 
 void
-cuda_lt_close(struct cuda_be *c)
+cuda_lt_close(struct medha_cuda *c)
 {
 	struct cuda_lt *t = &c->lt;
 
@@ -113,7 +113,7 @@ cuda_lt_close(struct cuda_be *c)
 }
 
 int
-cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
+cuda_nccl_load(struct medha_cuda *c, char *why, size_t whylen)
 {
 	static const char *const names[] = {"libnccl.so.2", "libnccl.so",
 	    NULL};
@@ -142,7 +142,7 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 }
 
 void
-cuda_nccl_close(struct cuda_be *c)
+cuda_nccl_close(struct medha_cuda *c)
 {
 	/* (cuda_close aborted it first); an abort, not a destroy: it
 	   waits for no peer, and one may be gone */
@@ -167,7 +167,7 @@ cuda_nccl_close(struct cuda_be *c)
 
 /* The descriptors of shape (n, k, ldy), made at its first use. */
 static struct cuda_gemm *
-shape(struct cuda_be *c, int n, int k, int ldy, char *why, size_t whylen)
+shape(struct medha_cuda *c, int n, int k, int ldy, char *why, size_t whylen)
 {
 	struct cuda_lt *t = &c->lt;
 	struct cuda_gemm *g;
@@ -212,7 +212,7 @@ shape(struct cuda_be *c, int n, int k, int ldy, char *why, size_t whylen)
 
 /* Set the row count m on g's layouts. */
 static int
-set_m(struct cuda_be *c, struct cuda_gemm *g, int m)
+set_m(struct medha_cuda *c, struct cuda_gemm *g, int m)
 {
 	uint64_t cols = (uint64_t)m;
 
@@ -234,7 +234,7 @@ set_m(struct cuda_be *c, struct cuda_gemm *g, int m)
  * rather than assuming the 256 bytes of a base.
  */
 static int
-pick(struct cuda_be *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
+pick(struct medha_cuda *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
     char *why, size_t whylen)
 {
 	struct cuda_lt *t = &c->lt;
@@ -289,7 +289,7 @@ log2_ceil(int m)
  * transposed, plus beta times y (beta 1: the residual add fused).
  */
 int
-cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
+cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
     const uint16_t *x, int m, float *y, int ldy, float beta, char *why,
     size_t whylen)
 {

@@ -1,5 +1,5 @@
 /*
- * backend_cuda_kv.c: the cuda backend's paged KV cache and a batch's
+ * cuda_kv.c: the cuda backend's paged KV cache and a batch's
  * descriptors. The blocks live on the device (kernels.h's layout: per
  * layer a K and a V pool of n_blocks blocks of (kv heads, 16, head_dim));
  * which blocks a sequence holds is kvblocks.h's tables on the host, as
@@ -8,14 +8,14 @@
  * each batch, together with each sequence's and token's positions, in
  * one copy.
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 size_t
-cuda_kv_block_bytes(const struct cuda_be *c)
+cuda_kv_block_bytes(const struct medha_cuda *c)
 {
 	/* K and V of one block, every layer held */
 	return (size_t)(c->hi - c->lo) * 2 * (size_t)c->nkv * MEDHA_KV_BLOCK *
@@ -24,7 +24,7 @@ cuda_kv_block_bytes(const struct cuda_be *c)
 
 /* Bytes of one block in one pool (one layer's K or V). */
 static size_t
-run_bytes(const struct cuda_be *c)
+run_bytes(const struct medha_cuda *c)
 {
 	return (size_t)c->nkv * MEDHA_KV_BLOCK * (size_t)c->c.head_dim * 2;
 }
@@ -39,7 +39,7 @@ run_bytes(const struct cuda_be *c)
 static int
 kv_copy(void *arg, int32_t d, int32_t b)
 {
-	struct cuda_be *c = arg;
+	struct medha_cuda *c = arg;
 	const size_t run = run_bytes(c), pool = run * (size_t)c->bt.n_blocks;
 	char *base = c->kvmem;
 	int e;
@@ -57,7 +57,7 @@ kv_copy(void *arg, int32_t d, int32_t b)
 }
 
 int
-cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why, size_t whylen)
+cuda_kv_init(struct medha_cuda *c, int64_t n_blocks, char *why, size_t whylen)
 {
 	const size_t pool = (size_t)n_blocks * run_bytes(c);
 	/* prefix caching keeps the sequences of requests that ended, each
@@ -90,7 +90,7 @@ cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why, size_t whylen)
 }
 
 void
-cuda_kv_free(struct cuda_be *c)
+cuda_kv_free(struct medha_cuda *c)
 {
 	medha_kvb_free(&c->bt);
 	free(c->seen);
@@ -103,20 +103,20 @@ cuda_kv_free(struct cuda_be *c)
 
 /* KVP: where entry i's cache starts, whether it appends. */
 static int64_t
-base_of(const struct medha_fwd *f, int i)
+base_of(const struct medha_cuda_call *f, int i)
 {
 	return f->kv != NULL ? f->kv[i].base : 0;
 }
 
 static int
-appends(const struct medha_fwd *f, int i)
+appends(const struct medha_cuda_call *f, int i)
 {
 	return f->kv == NULL || f->kv[i].append;
 }
 
 /* Keys entry i attends to in its cache (after its append). */
 int64_t
-cuda_keys_of(const struct cuda_be *c, const struct medha_fwd *f, int i)
+cuda_keys_of(const struct medha_cuda *c, const struct medha_cuda_call *f, int i)
 {
 	const struct medha_batch_seq *s = &f->b->seq[i];
 
@@ -128,12 +128,12 @@ cuda_keys_of(const struct cuda_be *c, const struct medha_fwd *f, int i)
 static int64_t
 kv_len(const void *c, int seq)
 {
-	return medha_kvb_len(&((const struct cuda_be *)c)->bt, seq);
+	return medha_kvb_len(&((const struct medha_cuda *)c)->bt, seq);
 }
 
 /* The checks of a batch against the cache, as every backend's. */
 int
-cuda_check_batch(struct cuda_be *c, const struct medha_fwd *f, int claim,
+cuda_check_batch(struct medha_cuda *c, const struct medha_cuda_call *f, int claim,
     char *why, size_t whylen)
 {
 	return medha_batch_check_cache(f->b, f->kv, kv_len, c,
@@ -156,7 +156,7 @@ take(size_t *at, size_t n)
  * own; a graph's bucket otherwise, at least that).
  */
 int
-cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
+cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f, int64_t kv_cap,
     char *why, size_t whylen)
 {
 	const struct medha_batch *b = f->b;
@@ -247,7 +247,7 @@ cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f, int64_t kv_cap,
 
 /* Scratch for n_tokens rows and nrows logits rows. */
 int
-cuda_grow(struct cuda_be *c, int n_tokens, int nrows, char *why,
+cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
     size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
@@ -307,4 +307,66 @@ cuda_grow(struct cuda_be *c, int n_tokens, int nrows, char *why,
 		c->cap_r = nrows;
 	}
 	return 0;
+}
+
+/* ---- the sequences (cuda.h) ---- */
+
+int
+medha_cuda_seq_alloc(struct medha_cuda *c, int *seq)
+{
+	return medha_kvb_seq_alloc(&c->bt, seq);
+}
+
+void
+medha_cuda_seq_free(struct medha_cuda *c, int seq)
+{
+	medha_kvb_seq_free(&c->bt, seq);
+}
+
+int64_t
+medha_cuda_seq_len(struct medha_cuda *c, int seq)
+{
+	return medha_kvb_len(&c->bt, seq);
+}
+
+int64_t
+medha_cuda_free_blocks(struct medha_cuda *c)
+{
+	return c->bt.nfree;
+}
+
+/* The cache was cleared at open and only ever holds finite K/V: a
+   profiler's positions need blocks and a length, nothing written. */
+int
+medha_cuda_seq_fill(struct medha_cuda *c, int seq, int64_t n)
+{
+	int rc;
+
+	if (medha_kvb_len(&c->bt, seq) < 0 || n < 0)
+		return MEDHA_EINVAL;
+	if ((rc = medha_kvb_reserve(&c->bt, seq, n)) != 0)
+		return rc;
+	return medha_kvb_set_len(&c->bt, seq, n);
+}
+
+/* Prefix caching: the tables share dst's full blocks with src and copy
+   the partial one on the device (kv_copy, on the stream: the next
+   batch, queued after it, reads it). */
+int
+medha_cuda_seq_fork(struct medha_cuda *c, int dst, int src, int64_t from,
+    int64_t to)
+{
+	if (cudaSetDevice(c->dev) != 0)
+		return MEDHA_EIO;
+	return medha_kvb_fork(&c->bt, dst, src, from, to);
+}
+
+int
+medha_cuda_seq_trim(struct medha_cuda *c, int seq, int64_t n)
+{
+	int64_t len = medha_kvb_len(&c->bt, seq);
+
+	if (len < 0 || n > len)
+		return MEDHA_EINVAL;
+	return medha_kvb_set_len(&c->bt, seq, n);
 }

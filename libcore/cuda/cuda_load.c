@@ -1,5 +1,5 @@
 /*
- * backend_cuda_load.c: the cuda backend's weights on the device, this TP
+ * cuda_load.c: the cuda backend's weights on the device, this TP
  * rank's share (medha_tp_share, the cpu backend's) of the layers it runs:
  * from a model (model/model.h: every type the cpu backend reads is
  * dequantized row by row on the host, rounded to bf16 and uploaded), or
@@ -14,7 +14,7 @@
  * every TP rank's share is a piece of the same model and tp 2 computes
  * what tp 1 does.
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include "model/quant.h"
 
@@ -53,7 +53,7 @@ struct src {
  * c1 - c0 bf16), on the device.
  */
 static int
-put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
+put(struct medha_cuda *c, uint16_t *dst, const struct src *s, int64_t r0,
     int64_t r1, int64_t c0, int64_t c1, char *why, size_t whylen)
 {
 	const int64_t w = c1 - c0;
@@ -123,7 +123,7 @@ put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
 
 /* A device matrix of rows x cols bf16, counted in c->wbytes. */
 static int
-mat(struct cuda_be *c, uint16_t **p, int64_t rows, int64_t cols, char *why,
+mat(struct medha_cuda *c, uint16_t **p, int64_t rows, int64_t cols, char *why,
     size_t whylen, const char *what)
 {
 	size_t n = (size_t)rows * (size_t)cols * 2;
@@ -134,7 +134,7 @@ mat(struct cuda_be *c, uint16_t **p, int64_t rows, int64_t cols, char *why,
 
 /* n floats from host v (NULL: ones) into a new device vector. */
 static int
-vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
+vec(struct medha_cuda *c, float **p, const float *v, int n, char *why,
     size_t whylen, const char *what)
 {
 	float *ones = NULL;
@@ -170,7 +170,7 @@ vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
  * (a random model's are ones), where c's architecture has them.
  */
 static int
-extras(struct cuda_be *c, const struct medha_model *m, int l, char *why,
+extras(struct medha_cuda *c, const struct medha_model *m, int l, char *why,
     size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
@@ -213,7 +213,7 @@ extras(struct cuda_be *c, const struct medha_model *m, int l, char *why,
 
 /* The sources of layer l's seven matrices (m NULL: random). */
 static void
-sources(const struct cuda_be *c, const struct medha_model *m, int l,
+sources(const struct medha_cuda *c, const struct medha_model *m, int l,
     uint64_t seed, struct src s[7])
 {
 	const struct medha_model_config *mc = &c->c;
@@ -236,7 +236,7 @@ sources(const struct cuda_be *c, const struct medha_model *m, int l,
 
 /* Layer l's share, from m's tensors or (m NULL) random. */
 static int
-layer(struct cuda_be *c, const struct medha_model *m, int l, uint64_t seed,
+layer(struct medha_cuda *c, const struct medha_model *m, int l, uint64_t seed,
     char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
@@ -281,7 +281,7 @@ layer(struct cuda_be *c, const struct medha_model *m, int l, uint64_t seed,
 
 /* Everything the layers [lo, hi) and the ends need, from m or random. */
 static int
-load(struct cuda_be *c, const struct medha_model *m, uint64_t seed,
+load(struct medha_cuda *c, const struct medha_model *m, uint64_t seed,
     char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
@@ -316,20 +316,20 @@ load(struct cuda_be *c, const struct medha_model *m, uint64_t seed,
 }
 
 int
-cuda_load_gguf(struct cuda_be *c, const struct medha_model *m, char *why,
+cuda_load_gguf(struct medha_cuda *c, const struct medha_model *m, char *why,
     size_t whylen)
 {
 	return load(c, m, 0, why, whylen);
 }
 
 int
-cuda_load_random(struct cuda_be *c, uint64_t seed, char *why, size_t whylen)
+cuda_load_random(struct medha_cuda *c, uint64_t seed, char *why, size_t whylen)
 {
 	return load(c, NULL, seed != 0 ? seed : 1, why, whylen);
 }
 
 void
-cuda_free_weights(struct cuda_be *c)
+cuda_free_weights(struct medha_cuda *c)
 {
 	if (c->L != NULL)
 		for (int l = 0; l < c->c.n_layers; l++) {
