@@ -11,7 +11,7 @@
  * The other families' operators come from the model's description
  * (model.h's struct medha_arch, read per layer as the cpu backend reads
  * it): the embeddings' scale, Q/K/V biases, Q/K norms per head, RoPE of
- * the layer's kind (NEOX or NORM, scaled: c->rope), the layer's window
+ * the layer's kind (NEOX or NORM, scaled: c->w.rope), the layer's window
  * and the attention's soft-cap (in the attention kernels), post-norms
  * (the product then out of place, normed, added), GELU, and the final
  * soft-cap of the logits.
@@ -57,26 +57,26 @@ cuda_is_decode(const struct medha_cuda_call *f)
 int
 cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen)
 {
-	struct medha_k_attn a = {&c->kvl[c->lo], &c->desc.s, c->qkv, c->qkvd,
-	    c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->att, NULL, NULL,
+	struct medha_k_attn a = {&c->kv.kvl[c->lo], &c->s.desc.s, c->s.qkv, c->qkvd,
+	    c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->s.att, NULL, NULL,
 	    NULL, 0, 0, 0, 0};
 	size_t n = medha_k_attn_workspace(&a), n2;
 
 	a.out = NULL;
-	a.out_f32 = c->attf;
-	a.lse = c->lse;
+	a.out_f32 = c->s.attf;
+	a.lse = c->s.lse;
 	n2 = medha_k_attn_workspace(&a);
 	if (n2 > n)
 		n = n2;
-	if (n <= c->awork_cap)
+	if (n <= c->s.awork_cap)
 		return 0;
 	cuda_graph_free(c);
-	cudaFree(c->awork);
-	c->awork = NULL;
-	c->awork_cap = 0;
-	if (cuda_malloc(&c->awork, n, why, whylen, "attention workspace") != 0)
+	cudaFree(c->s.awork);
+	c->s.awork = NULL;
+	c->s.awork_cap = 0;
+	if (cuda_malloc(&c->s.awork, n, why, whylen, "attention workspace") != 0)
 		return MEDHA_ENOMEM;
-	c->awork_cap = n;
+	c->s.awork_cap = n;
 	return 0;
 }
 
@@ -103,75 +103,75 @@ reduce_add(struct medha_cuda *c, int l, int kind, int n, const float *post,
 	int rc;
 
 	if (c->tp > 1 &&
-	    (rc = cuda_all_reduce(c, l, kind, c->y, len, why, whylen)) != 0)
+	    (rc = cuda_all_reduce(c, l, kind, c->s.y, len, why, whylen)) != 0)
 		return rc;
 	if (post != NULL)
-		K(medha_k_rmsnorm_f32(c->y, c->y, post, n, c->c.dim,
+		K(medha_k_rmsnorm_f32(c->s.y, c->s.y, post, n, c->c.dim,
 		      c->c.norm_eps, c->st),
 		    "medha_k_rmsnorm_f32 (post-norm)");
-	K(medha_k_add(c->x, c->y, (int64_t)len, c->st), "medha_k_add");
+	K(medha_k_add(c->s.x, c->s.y, (int64_t)len, c->st), "medha_k_add");
 	return 0;
 }
 
-/* Q and K of the batch's rows, in c->qkv, as layer l's description says:
+/* Q and K of the batch's rows, in c->s.qkv, as layer l's description says:
    biases, each head's norm, RoPE of the layer's kind. */
 static int
 qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
     size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
-	const int64_t *tpos = (const int64_t *)(c->desc.d + c->desc.o_tpos);
-	const struct medha_k_rope *r = &c->rope[medha_layer_rope(mc, l)];
+	const int64_t *tpos = (const int64_t *)(c->s.desc.d + c->s.desc.o_tpos);
+	const struct medha_k_rope *r = &c->w.rope[medha_layer_rope(mc, l)];
 
 	if (L->bqkv != NULL)
-		K(medha_k_bias_add(c->qkv, c->qkvd, n, L->bqkv, c->qkvd, c->st),
+		K(medha_k_bias_add(c->s.qkv, c->qkvd, n, L->bqkv, c->qkvd, c->st),
 		    "medha_k_bias_add");
 	if (L->qn != NULL) {
-		K(medha_k_rmsnorm_heads(c->qkv, c->qkvd, n, c->nh,
+		K(medha_k_rmsnorm_heads(c->s.qkv, c->qkvd, n, c->nh,
 		      mc->head_dim, L->qn, mc->norm_eps, c->st),
 		    "medha_k_rmsnorm_heads (Q)");
-		K(medha_k_rmsnorm_heads(c->qkv + c->qd, c->qkvd, n, c->nkv,
+		K(medha_k_rmsnorm_heads(c->s.qkv + c->qd, c->qkvd, n, c->nkv,
 		      mc->head_dim, L->kn, mc->norm_eps, c->st),
 		    "medha_k_rmsnorm_heads (K)");
 	}
-	K(medha_k_rope_ext(c->qkv, tpos, n, c->qkvd, c->nh, mc->head_dim,
+	K(medha_k_rope_ext(c->s.qkv, tpos, n, c->qkvd, c->nh, mc->head_dim,
 	      mc->n_rot, r, c->st),
 	    "medha_k_rope_ext (Q)");
-	K(medha_k_rope_ext(c->qkv + c->qd, tpos, n, c->qkvd, c->nkv,
+	K(medha_k_rope_ext(c->s.qkv + c->qd, tpos, n, c->qkvd, c->nkv,
 	      mc->head_dim, mc->n_rot, r, c->st),
 	    "medha_k_rope_ext (K)");
 	return 0;
 }
 
-/* Layer l over the batch in c->desc. */
+/* Layer l over the batch in c->s.desc. */
 static int
 layer(struct medha_cuda *c, const struct medha_cuda_call *f, int l, int merge,
     char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
-	const struct cuda_layer *L = &c->L[l];
+	const struct cuda_layer *L = &c->w.L[l];
 	const int n = f->b->n_tokens, d = mc->dim;
 	/* the product adds itself into x (beta 1) where nothing comes
 	   between: one rank, no post-norm */
 	const int one_a = c->tp == 1 && L->post_a == NULL;
 	const int one_f = c->tp == 1 && L->post_f == NULL;
-	struct medha_k_attn a = {&c->kvl[l], &c->desc.s, c->qkv, c->qkvd,
-	    c->nh, attn_scale(mc), merge ? NULL : c->att,
-	    merge ? c->attf : NULL, merge ? c->lse : NULL, c->awork,
-	    c->awork_cap, 1, /* planned: cuda_run_layers made the plan */
+	struct medha_k_attn a = {&c->kv.kvl[l], &c->s.desc.s, c->s.qkv, c->qkvd,
+	    c->nh, attn_scale(mc), merge ? NULL : c->s.att,
+	    merge ? c->s.attf : NULL, merge ? c->s.lse : NULL, c->s.awork,
+	    c->s.awork_cap, 1, /* planned: cuda_run_layers made the plan */
 	    mc->a.attn_softcap, medha_layer_window(mc, l)};
 	int rc;
 
-	K(medha_k_rmsnorm(c->xn, c->x, L->attn_norm, n, d, mc->norm_eps,
+	K(medha_k_rmsnorm(c->s.xn, c->s.x, L->attn_norm, n, d, mc->norm_eps,
 	      c->st),
 	    "medha_k_rmsnorm");
-	if ((rc = cuda_gemm(c, L->wqkv, c->qkvd, d, c->xn, n, c->qkv, c->qkvd,
+	if ((rc = cuda_gemm(c, L->wqkv, c->qkvd, d, c->s.xn, n, c->s.qkv, c->qkvd,
 	         0, why, whylen)) != 0)
 		return rc;
 	if ((rc = qk(c, L, l, n, why, whylen)) != 0)
 		return rc;
-	K(medha_k_kv_append(&c->kvl[l], &c->desc.s, c->qkv + c->qd, c->qkvd,
-	      c->qkv + c->qd + c->kvd, c->qkvd, c->st),
+	K(medha_k_kv_append(&c->kv.kvl[l], &c->s.desc.s, c->s.qkv + c->qd, c->qkvd,
+	      c->s.qkv + c->qd + c->kvd, c->qkvd, c->st),
 	    "medha_k_kv_append");
 	if ((rc = cuda_mark(c, 0, why, whylen)) != 0)
 		return rc;
@@ -182,28 +182,28 @@ layer(struct medha_cuda *c, const struct medha_cuda_call *f, int l, int merge,
 	                 (rc = cuda_kvp_merge(c, l, n, why, whylen)) != 0 ||
 	                 (rc = cuda_mark(c, 1, why, whylen)) != 0))
 		return rc;
-	if ((rc = cuda_gemm(c, L->wo, d, c->qd, c->att, n,
-	         one_a ? c->x : c->y, d, one_a ? 1 : 0, why, whylen)) != 0)
+	if ((rc = cuda_gemm(c, L->wo, d, c->qd, c->s.att, n,
+	         one_a ? c->s.x : c->s.y, d, one_a ? 1 : 0, why, whylen)) != 0)
 		return rc;
 	if (!one_a &&
 	    (rc = reduce_add(c, l, 0, n, L->post_a, why, whylen)) != 0)
 		return rc;
-	K(medha_k_rmsnorm(c->xn, c->x, L->ffn_norm, n, d, mc->norm_eps,
+	K(medha_k_rmsnorm(c->s.xn, c->s.x, L->ffn_norm, n, d, mc->norm_eps,
 	      c->st),
 	    "medha_k_rmsnorm");
-	if ((rc = cuda_gemm(c, L->wgu, 2 * c->ff, d, c->xn, n, c->gu,
+	if ((rc = cuda_gemm(c, L->wgu, 2 * c->ff, d, c->s.xn, n, c->s.gu,
 	         2 * c->ff, 0, why, whylen)) != 0)
 		return rc;
 	if (mc->a.ffn_act == MEDHA_FFN_GELU)
-		K(medha_k_geglu(c->act, c->gu, 2 * c->ff, c->gu + c->ff,
+		K(medha_k_geglu(c->s.act, c->s.gu, 2 * c->ff, c->s.gu + c->ff,
 		      2 * c->ff, n, c->ff, c->st),
 		    "medha_k_geglu");
 	else
-		K(medha_k_swiglu(c->act, c->gu, 2 * c->ff, c->gu + c->ff,
+		K(medha_k_swiglu(c->s.act, c->s.gu, 2 * c->ff, c->s.gu + c->ff,
 		      2 * c->ff, n, c->ff, c->st),
 		    "medha_k_swiglu");
-	if ((rc = cuda_gemm(c, L->wdown, d, c->ff, c->act, n,
-	         one_f ? c->x : c->y, d, one_f ? 1 : 0, why, whylen)) != 0)
+	if ((rc = cuda_gemm(c, L->wdown, d, c->ff, c->s.act, n,
+	         one_f ? c->s.x : c->s.y, d, one_f ? 1 : 0, why, whylen)) != 0)
 		return rc;
 	if (!one_f &&
 	    (rc = reduce_add(c, l, 1, n, L->post_f, why, whylen)) != 0)
@@ -225,19 +225,19 @@ cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 {
 	const struct medha_model_config *mc = &c->c;
 	const int n = f->b->n_tokens, d = mc->dim, merge = merging(f);
-	struct medha_k_attn a = {&c->kvl[f->layer_lo], &c->desc.s, c->qkv,
-	    c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim), c->att, NULL,
-	    NULL, c->awork, c->awork_cap, 0, 0, 0};
+	struct medha_k_attn a = {&c->kv.kvl[f->layer_lo], &c->s.desc.s, c->s.qkv,
+	    c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim), c->s.att, NULL,
+	    NULL, c->s.awork, c->s.awork_cap, 0, 0, 0};
 	int rc;
 
 	if (f->layer_lo == 0)
-		K(medha_k_embed(c->x, c->embd,
-		      (const int32_t *)(c->desc.d + c->desc.o_tok), n, d,
+		K(medha_k_embed(c->s.x, c->w.embd,
+		      (const int32_t *)(c->s.desc.d + c->s.desc.o_tok), n, d,
 		      c->st),
 		    "medha_k_embed");
 	if (f->layer_lo == 0 && mc->a.embd_scale != 0 &&
 	    mc->a.embd_scale != 1)
-		K(medha_k_scale(c->x, (int64_t)n * d, mc->a.embd_scale, c->st),
+		K(medha_k_scale(c->s.x, (int64_t)n * d, mc->a.embd_scale, c->st),
 		    "medha_k_scale (embeddings)");
 	/* the attention's plan: the batch's, the same for every layer */
 	K(medha_k_attn_plan(&a, c->st), "medha_k_attn_plan");
@@ -251,20 +251,20 @@ cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 		return 0;
 	if ((rc = cuda_mark(c, 2, why, whylen)) != 0)
 		return rc;
-	K(medha_k_gather_rows(c->hrows, c->x,
-	      (const int32_t *)(c->desc.d + c->desc.o_rows), nrows, d, c->st),
+	K(medha_k_gather_rows(c->s.hrows, c->s.x,
+	      (const int32_t *)(c->s.desc.d + c->s.desc.o_rows), nrows, d, c->st),
 	    "medha_k_gather_rows");
-	K(medha_k_rmsnorm(c->hn, c->hrows, c->onorm, nrows, d, mc->norm_eps,
+	K(medha_k_rmsnorm(c->s.hn, c->s.hrows, c->w.onorm, nrows, d, mc->norm_eps,
 	      c->st),
 	    "medha_k_rmsnorm (output)");
-	if ((rc = cuda_gemm(c, c->out, mc->vocab, d, c->hn, nrows, c->logits,
+	if ((rc = cuda_gemm(c, c->w.out, mc->vocab, d, c->s.hn, nrows, c->s.logits,
 	         mc->vocab, 0, why, whylen)) != 0)
 		return rc;
 	if (mc->a.final_softcap != 0)
-		K(medha_k_softcap(c->logits, (int64_t)nrows * mc->vocab,
+		K(medha_k_softcap(c->s.logits, (int64_t)nrows * mc->vocab,
 		      mc->a.final_softcap, c->st),
 		    "medha_k_softcap (logits)");
-	K(medha_k_argmax(c->ids, c->logits, nrows, mc->vocab, c->st),
+	K(medha_k_argmax(c->s.ids, c->s.logits, nrows, mc->vocab, c->st),
 	    "medha_k_argmax");
 	return cuda_mark(c, 2, why, whylen);
 }
@@ -282,11 +282,11 @@ reserve(struct medha_cuda *c, const struct medha_cuda_call *f, char *why,
 		int rc;
 		if (f->kv != NULL && !f->kv[i].append)
 			continue;
-		if ((rc = medha_kvb_reserve(&c->bt, s->seq, nk)) != 0)
+		if ((rc = medha_kvb_reserve(&c->kv.bt, s->seq, nk)) != 0)
 			return medha_why(why, whylen, rc,
 			    "sequence %d: KV room for %lld positions: %s",
 			    s->seq, (long long)nk, medha_strerror(rc));
-		if ((rc = medha_kvb_own(&c->bt, s->seq, nk - s->n_tokens,
+		if ((rc = medha_kvb_own(&c->kv.bt, s->seq, nk - s->n_tokens,
 		         s->n_tokens)) != 0)
 			return medha_why(why, whylen, rc,
 			    "sequence %d: a block of its own for positions "
@@ -309,7 +309,7 @@ eager(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows, char *wh
 	    (rc = cuda_attn_work(c, why, whylen)) != 0)
 		return rc;
 	if (f->h_in != NULL)
-		CU(cudaMemcpyAsync(c->x, f->h_in,
+		CU(cudaMemcpyAsync(c->s.x, f->h_in,
 		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
 		       cudaMemcpyHostToDevice, c->st),
 		    "uploading hidden states");
@@ -324,14 +324,14 @@ medha_cuda_forward(struct medha_cuda *c, const struct medha_cuda_call *f,
 	const int claim = f->layer_lo == c->lo;
 	int nrows = 0, rc, done = 0;
 
-	c->f = f;
-	c->timing = f->times != NULL;
-	c->n_ev = 0;
+	c->rt.f = f;
+	c->rt.timing = f->times != NULL;
+	c->rt.n_ev = 0;
 	/* the calling thread's current device may be another */
 	CU(cudaSetDevice(c->dev), "cudaSetDevice");
 	if ((rc = cuda_check_batch(c, f, claim, why, whylen)) != 0)
 		return rc;
-	if (c->tp > 1 && c->nccl == NULL) {
+	if (c->tp > 1 && c->lib.nccl == NULL) {
 		if (f->coll == NULL)
 			return medha_why(why, whylen, MEDHA_EINVAL,
 			    "TP rank %d of %d: no collectives", c->tpr, c->tp);
@@ -346,23 +346,23 @@ medha_cuda_forward(struct medha_cuda *c, const struct medha_cuda_call *f,
 		return rc;
 	if ((rc = cuda_grow(c, b->n_tokens, nrows, why, whylen)) != 0)
 		return rc;
-	if (c->graphs && cuda_is_decode(f) && !c->timing &&
+	if (c->rt.graphs && cuda_is_decode(f) && !c->rt.timing &&
 	    (rc = cuda_graph_step(c, f, nrows, &done, why, whylen)) != 0)
 		return rc;
 	if (!done && (rc = eager(c, f, nrows, why, whylen)) != 0)
 		return rc;
 	if (f->h_out != NULL)
-		CU(cudaMemcpyAsync(f->h_out, c->x,
+		CU(cudaMemcpyAsync(f->h_out, c->s.x,
 		       sizeof(float) * (size_t)b->n_tokens * c->c.dim,
 		       cudaMemcpyDeviceToHost, c->st),
 		    "downloading hidden states");
 	SYNC("the forward pass");
-	if (c->timing && (rc = cuda_times(c, f->times, why, whylen)) != 0)
+	if (c->rt.timing && (rc = cuda_times(c, f->times, why, whylen)) != 0)
 		return rc;
 	if (claim)
 		for (int i = 0; i < b->n_seqs; i++)
 			if (f->kv == NULL || f->kv[i].append)
-				(void)medha_kvb_set_len(&c->bt,
+				(void)medha_kvb_set_len(&c->kv.bt,
 				    b->seq[i].seq, cuda_keys_of(c, f, i));
 	return nrows > 0 ? cuda_head_out(c, f, nrows, why, whylen) : 0;
 }

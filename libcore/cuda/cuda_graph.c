@@ -43,10 +43,10 @@ void
 cuda_graph_free(struct medha_cuda *c)
 {
 	for (int i = 0; i < CUDA_GRAPHS; i++) {
-		if (c->g[i].used == CUDA_G_CAPTURED)
-			cudaGraphExecDestroy(c->g[i].exec);
-		if (c->g[i].used != CUDA_G_REFUSED)
-			c->g[i].used = CUDA_G_FREE;
+		if (c->rt.g[i].used == CUDA_G_CAPTURED)
+			cudaGraphExecDestroy(c->rt.g[i].exec);
+		if (c->rt.g[i].used != CUDA_G_REFUSED)
+			c->rt.g[i].used = CUDA_G_FREE;
 	}
 }
 
@@ -60,7 +60,7 @@ find(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows, int64_t c
 
 	*hit = 0;
 	for (int i = 0; i < CUDA_GRAPHS; i++) {
-		struct cuda_graph *g = &c->g[i];
+		struct cuda_graph *g = &c->rt.g[i];
 		if (g->used != CUDA_G_FREE && g->n_seqs == f->b->n_seqs &&
 		    g->nrows == nrows && g->lo == f->layer_lo &&
 		    g->hi == f->layer_hi && g->kv_cap == cap) {
@@ -80,7 +80,7 @@ find(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows, int64_t c
 	return old;
 }
 
-/* Capture the step into g (c->desc built at its bucket): 0, or a
+/* Capture the step into g (c->s.desc built at its bucket): 0, or a
    capture's failure in why (nothing ran; the stream is usable). */
 static int
 capture(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
@@ -92,9 +92,9 @@ capture(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
 
 	CU(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal),
 	    "cudaStreamBeginCapture");
-	c->capturing = 1;
+	c->rt.capturing = 1;
 	rc = cuda_run_layers(c, f, nrows, why, whylen);
-	c->capturing = 0;
+	c->rt.capturing = 0;
 	e = cudaStreamEndCapture(c->st, &graph);
 	if (rc != 0 || e != cudaSuccess) {
 		if (graph != NULL)
@@ -142,7 +142,7 @@ cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 	int hit, rc;
 
 	*done = 0;
-	if (c->tp > 1 && c->nccl == NULL)
+	if (c->tp > 1 && c->lib.nccl == NULL)
 		return 0;
 	for (int i = 0; i < f->b->n_seqs; i++) {
 		int64_t k = cuda_keys_of(c, f, i);
@@ -159,14 +159,14 @@ cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 	if ((g = find(c, f, nrows, cap, &hit)) == NULL) {
 		fprintf(stderr, "medha: cuda: fallback: %d decode steps' "
 		    "captures failed: graphs off\n", CUDA_GRAPHS);
-		c->graphs = 0;
+		c->rt.graphs = 0;
 		return 0;
 	}
 	if (hit && g->used == CUDA_G_REFUSED)
 		return 0;
 	if (!hit) { /* its first step: eager */
 		keep(f, nrows, cap, g, CUDA_G_SEEN, NULL);
-		g->last = ++c->gclock;
+		g->last = ++c->rt.gclock;
 		return 0;
 	}
 	if (g->used == CUDA_G_SEEN) {
@@ -175,18 +175,18 @@ cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 			/* a communicator given up inside it fails the step
 			   (its peers' fail too), and the key stays */
 			if (c->tp > 1 && c->use_nccl &&
-			    c->nccl == NULL)
+			    c->lib.nccl == NULL)
 				return medha_why(why, whylen, rc, "%s", err);
 			keep(f, nrows, cap, g, CUDA_G_REFUSED, err);
 			return 0;
 		}
 		keep(f, nrows, cap, g, CUDA_G_CAPTURED, NULL);
 	}
-	g->last = ++c->gclock;
+	g->last = ++c->rt.gclock;
 	/* an SPP stage's hidden states: in place before the replay (the
 	   graph starts at its first layer, with no embedding) */
 	if (f->h_in != NULL)
-		CU(cudaMemcpyAsync(c->x, f->h_in,
+		CU(cudaMemcpyAsync(c->s.x, f->h_in,
 		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
 		       cudaMemcpyHostToDevice, c->st),
 		    "uploading hidden states");
@@ -204,26 +204,26 @@ cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 int
 cuda_mark(struct medha_cuda *c, int kind, char *why, size_t whylen)
 {
-	if (!c->timing)
+	if (!c->rt.timing)
 		return 0;
-	if (c->n_ev == c->ev_cap) {
-		int cap = c->ev_cap > 0 ? 2 * c->ev_cap : 64;
-		void *e = realloc(c->ev, sizeof(*c->ev) * (size_t)cap);
-		void *k = e != NULL ? realloc(c->ev_kind,
+	if (c->rt.n_ev == c->rt.ev_cap) {
+		int cap = c->rt.ev_cap > 0 ? 2 * c->rt.ev_cap : 64;
+		void *e = realloc(c->rt.ev, sizeof(*c->rt.ev) * (size_t)cap);
+		void *k = e != NULL ? realloc(c->rt.ev_kind,
 		                          sizeof(int) * (size_t)cap) : NULL;
 		if (e != NULL)
-			c->ev = e;
+			c->rt.ev = e;
 		if (k == NULL)
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
-		c->ev_kind = k;
-		for (int i = c->ev_cap; i < cap; i++) {
-			CU(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
-			c->ev_cap = i + 1;
+		c->rt.ev_kind = k;
+		for (int i = c->rt.ev_cap; i < cap; i++) {
+			CU(cudaEventCreate(&c->rt.ev[i]), "cudaEventCreate");
+			c->rt.ev_cap = i + 1;
 		}
 	}
-	c->ev_kind[c->n_ev] = kind;
-	CU(cudaEventRecord(c->ev[c->n_ev++], c->st), "cudaEventRecord");
+	c->rt.ev_kind[c->rt.n_ev] = kind;
+	CU(cudaEventRecord(c->rt.ev[c->rt.n_ev++], c->st), "cudaEventRecord");
 	return 0;
 }
 
@@ -235,27 +235,27 @@ cuda_times(struct medha_cuda *c, struct medha_cuda_times *t, char *why,
 	double s[3] = {0, 0, 0};
 	float ms;
 
-	for (int i = 0; i + 1 < c->n_ev; i += 2) {
-		CU(cudaEventElapsedTime(&ms, c->ev[i], c->ev[i + 1]),
+	for (int i = 0; i + 1 < c->rt.n_ev; i += 2) {
+		CU(cudaEventElapsedTime(&ms, c->rt.ev[i], c->rt.ev[i + 1]),
 		    "cudaEventElapsedTime");
-		s[c->ev_kind[i]] += ms * 1e-3;
+		s[c->rt.ev_kind[i]] += ms * 1e-3;
 	}
 	t->attn = s[0];
 	t->merge = s[1];
 	t->head = s[2];
 	t->split = 1;
-	c->n_ev = 0;
+	c->rt.n_ev = 0;
 	return 0;
 }
 
 void
 cuda_events_free(struct medha_cuda *c)
 {
-	for (int i = 0; i < c->ev_cap; i++)
-		cudaEventDestroy(c->ev[i]);
-	free(c->ev);
-	free(c->ev_kind);
-	c->ev = NULL;
-	c->ev_kind = NULL;
-	c->ev_cap = c->n_ev = 0;
+	for (int i = 0; i < c->rt.ev_cap; i++)
+		cudaEventDestroy(c->rt.ev[i]);
+	free(c->rt.ev);
+	free(c->rt.ev_kind);
+	c->rt.ev = NULL;
+	c->rt.ev_kind = NULL;
+	c->rt.ev_cap = c->rt.n_ev = 0;
 }

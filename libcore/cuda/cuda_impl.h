@@ -133,36 +133,31 @@ struct cuda_graph {
 	uint64_t last;   /* for eviction */
 };
 
-struct medha_cuda {
-	int dev;
-	cudaStream_t st;
-	struct medha_model_config c;
-	int lo, hi;                 /* layers held */
-	int tp, tpr;
-	struct medha_tp_share sh;
-	int nh, nkv, qd, kvd, qkvd, ff; /* this rank's widths */
-	int use_nccl;               /* TP over NCCL of its own (opts.nccl) */
-	int fast;                   /* MEDHA_CUDA_GEMM=fast */
-	int graphs;                 /* decode graphs on (MEDHA_CUDA_GRAPHS) */
-	int gemm_m;                 /* the m algorithms are chosen at */
-
-	/* weights */
+/* The weights on the device: written by the load (cuda_load.c), read
+   only after it. */
+struct cuda_weights {
 	uint16_t *embd, *out;       /* (vocab, dim) or NULL */
 	float *onorm, *freqs;       /* (dim), (n_rot / 2) or NULL */
 	struct medha_k_rope rope[2]; /* RoPE of each kind (medha_layer_rope:
 	                                the model's, a window layer's own) */
 	struct cuda_layer *L;       /* (n_layers), [lo, hi) filled */
 	size_t wbytes;              /* weight bytes on the device */
+};
 
-	/* the KV cache */
+/* The paged KV cache (cuda_kv.c): the blocks on the device, the tables
+   on the host. */
+struct cuda_kv {
 	int kv_type;                /* MEDHA_KV_F16 or MEDHA_KV_BF16 */
 	int max_seqs;
 	void *kvmem;                /* (hi - lo, 2, n_blocks, nkv, 16, hd) */
 	struct medha_k_kv_layer *kvl; /* (n_layers), [lo, hi) filled */
 	struct medha_kvblocks bt;   /* which blocks each sequence holds */
 	char *seen;                 /* (bt.max_seqs) batch checks */
+};
 
-	/* scratch (rows for cap_t tokens, cap_r logits rows) */
+/* Scratch, grown to the largest batch (rows for cap_t tokens, cap_r
+   logits rows; cuda_grow), and the host staging. */
+struct cuda_scratch {
 	int cap_t, cap_r;
 	float *x, *qkv, *y, *gu, *attf, *lse, *hrows, *logits;
 	uint16_t *xn, *att, *act, *hn;
@@ -179,31 +174,58 @@ struct medha_cuda {
 	size_t mrg_cap;
 	float *mrgd;                /* one sequence's parts (device) */
 	size_t mrgd_cap;            /* floats */
+};
 
-	/* libraries */
+/* The libraries loaded with dlopen (cuda_lib.c): cuBLASLt with the
+   GEMM shapes and algorithms chosen, NCCL with this rank's communicator
+   (cuda_coll.c). */
+struct cuda_libs {
 	struct cuda_lt lt;
 	cublasLtHandle_t lth;
 	struct cuda_gemm gemm[CUDA_GEMM_SHAPES];
 	int n_gemm;
+	int fast;                   /* MEDHA_CUDA_GEMM=fast */
+	int gemm_m;                 /* the m algorithms are chosen at */
 	struct cuda_nccl nc;
 	ncclComm_t nccl;            /* or NULL: not set up */
 	double nccl_timeout;        /* s a step may wait on its peers
 	                               (MEDHA_NCCL_TIMEOUT, 120) */
+};
 
-	/* decode graphs */
+/* The running call, its timing, the decode graphs (cuda_graph.c). */
+struct cuda_runtime {
+	const struct medha_cuda_call *f; /* the forward call running */
+	int graphs;                 /* decode graphs on (MEDHA_CUDA_GRAPHS) */
 	struct cuda_graph g[CUDA_GRAPHS];
 	uint64_t gclock;
 	int capturing;
-
 	/* where a timed call's time goes (f->times): events in pairs, each
 	   pair's kind 0 attention, 1 a KVP merge, 2 the head */
 	cudaEvent_t *ev;
 	int *ev_kind;
 	int n_ev, ev_cap;
 	int timing;
+};
 
-	/* the forward call running */
-	const struct medha_cuda_call *f;
+/*
+ * The room: what it runs (the device, its stream, the shape, the layers
+ * and TP share held; set at open), and its state by lifetime.
+ */
+struct medha_cuda {
+	int dev;
+	cudaStream_t st;
+	struct medha_model_config c;
+	int lo, hi;                 /* layers held */
+	int tp, tpr;
+	struct medha_tp_share sh;
+	int nh, nkv, qd, kvd, qkvd, ff; /* this rank's widths */
+	int use_nccl;               /* TP over NCCL of its own (opts.nccl) */
+
+	struct cuda_weights w;
+	struct cuda_kv kv;
+	struct cuda_scratch s;
+	struct cuda_libs lib;
+	struct cuda_runtime rt;
 	char cwhy[256];             /* a collective's reason */
 };
 

@@ -40,8 +40,8 @@ static int
 kv_copy(void *arg, int32_t d, int32_t b)
 {
 	struct medha_cuda *c = arg;
-	const size_t run = run_bytes(c), pool = run * (size_t)c->bt.n_blocks;
-	char *base = c->kvmem;
+	const size_t run = run_bytes(c), pool = run * (size_t)c->kv.bt.n_blocks;
+	char *base = c->kv.kvmem;
 	int e;
 
 	for (int j = 0; j < 2 * (c->hi - c->lo); j++)
@@ -63,27 +63,27 @@ cuda_kv_init(struct medha_cuda *c, int64_t n_blocks, char *why, size_t whylen)
 	/* prefix caching keeps the sequences of requests that ended, each
 	   with a block at least: tables for them beyond max_seqs, as the
 	   cpu backend has */
-	const int tables = c->max_seqs +
+	const int tables = c->kv.max_seqs +
 	    (int)(n_blocks < (1 << 24) ? n_blocks : 1 << 24);
 	int rc, l;
 
-	if ((rc = medha_kvb_init(&c->bt, n_blocks, tables, kv_copy, c)) != 0 ||
-	    (c->kvl = calloc((size_t)c->c.n_layers, sizeof(*c->kvl))) == NULL ||
-	    (c->seen = calloc((size_t)tables, 1)) == NULL)
+	if ((rc = medha_kvb_init(&c->kv.bt, n_blocks, tables, kv_copy, c)) != 0 ||
+	    (c->kv.kvl = calloc((size_t)c->c.n_layers, sizeof(*c->kv.kvl))) == NULL ||
+	    (c->kv.seen = calloc((size_t)tables, 1)) == NULL)
 		return medha_why(why, whylen, rc != 0 ? rc : MEDHA_ENOMEM,
 		    "the KV cache's tables: %s",
 		    medha_strerror(rc != 0 ? rc : MEDHA_ENOMEM));
-	if ((rc = cuda_malloc(&c->kvmem, pool * 2 * (size_t)(c->hi - c->lo),
+	if ((rc = cuda_malloc(&c->kv.kvmem, pool * 2 * (size_t)(c->hi - c->lo),
 	         why, whylen, "the KV cache")) != 0)
 		return rc;
 	/* zeros: a block never written (seq_fill) holds finite K/V */
-	CU(cudaMemsetAsync(c->kvmem, 0, pool * 2 * (size_t)(c->hi - c->lo),
+	CU(cudaMemsetAsync(c->kv.kvmem, 0, pool * 2 * (size_t)(c->hi - c->lo),
 	       c->st),
 	    "clearing the KV cache");
 	for (l = c->lo; l < c->hi; l++) {
-		char *base = (char *)c->kvmem + pool * 2 * (size_t)(l - c->lo);
-		c->kvl[l] = (struct medha_k_kv_layer){base, base + pool,
-		    c->kv_type == MEDHA_KV_F16 ? MEDHA_K_F16 : MEDHA_K_BF16,
+		char *base = (char *)c->kv.kvmem + pool * 2 * (size_t)(l - c->lo);
+		c->kv.kvl[l] = (struct medha_k_kv_layer){base, base + pool,
+		    c->kv.kv_type == MEDHA_KV_F16 ? MEDHA_K_F16 : MEDHA_K_BF16,
 		    c->nkv, c->c.head_dim, MEDHA_KV_BLOCK};
 	}
 	return 0;
@@ -92,13 +92,13 @@ cuda_kv_init(struct medha_cuda *c, int64_t n_blocks, char *why, size_t whylen)
 void
 cuda_kv_free(struct medha_cuda *c)
 {
-	medha_kvb_free(&c->bt);
-	free(c->seen);
-	free(c->kvl);
-	cudaFree(c->kvmem);
-	c->seen = NULL;
-	c->kvl = NULL;
-	c->kvmem = NULL;
+	medha_kvb_free(&c->kv.bt);
+	free(c->kv.seen);
+	free(c->kv.kvl);
+	cudaFree(c->kv.kvmem);
+	c->kv.seen = NULL;
+	c->kv.kvl = NULL;
+	c->kv.kvmem = NULL;
 }
 
 /* KVP: where entry i's cache starts, whether it appends. */
@@ -121,14 +121,14 @@ cuda_keys_of(const struct medha_cuda *c, const struct medha_cuda_call *f, int i)
 	const struct medha_batch_seq *s = &f->b->seq[i];
 
 	return appends(f, i) ? s->pos - base_of(f, i) + s->n_tokens
-	                     : medha_kvb_len(&c->bt, s->seq);
+	                     : medha_kvb_len(&c->kv.bt, s->seq);
 }
 
 /* medha_batch_check_cache()'s view of the cache */
 static int64_t
-kv_len(const void *c, int seq)
+kv_len(const void *bt, int seq)
 {
-	return medha_kvb_len(&((const struct medha_cuda *)c)->bt, seq);
+	return medha_kvb_len(bt, seq);
 }
 
 /* The checks of a batch against the cache, as every backend's. */
@@ -136,8 +136,8 @@ int
 cuda_check_batch(struct medha_cuda *c, const struct medha_cuda_call *f, int claim,
     char *why, size_t whylen)
 {
-	return medha_batch_check_cache(f->b, f->kv, kv_len, c,
-	    (unsigned char *)c->seen, claim, c->lo, why, whylen);
+	return medha_batch_check_cache(f->b, f->kv, kv_len, &c->kv.bt,
+	    (unsigned char *)c->kv.seen, claim, c->lo, why, whylen);
 }
 
 /* Room for a descriptor of n bytes from *at, 16-aligned. */
@@ -151,7 +151,7 @@ take(size_t *at, size_t n)
 }
 
 /*
- * The batch's descriptors into c->desc and onto the device (queued on
+ * The batch's descriptors into c->s.desc and onto the device (queued on
  * the stream). kv_cap: the max_kv the kernels are told (0: the batch's
  * own; a graph's bucket otherwise, at least that).
  */
@@ -160,14 +160,14 @@ cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f, int64_t k
     char *why, size_t whylen)
 {
 	const struct medha_batch *b = f->b;
-	struct cuda_desc *d = &c->desc;
+	struct cuda_desc *d = &c->s.desc;
 	const size_t S = (size_t)b->n_seqs, T = (size_t)b->n_tokens;
 	size_t at = 0, B = 0;
 	int64_t max_kv = 0, off = 0;
 	int max_q = 0, i, j, t, r;
 
 	for (i = 0; i < b->n_seqs; i++)
-		B += (size_t)c->bt.seq[b->seq[i].seq].nblock;
+		B += (size_t)c->kv.bt.seq[b->seq[i].seq].nblock;
 	d->o_qstart = take(&at, 4 * S);
 	d->o_nq = take(&at, 4 * S);
 	d->o_pos = take(&at, 8 * S);
@@ -204,7 +204,7 @@ cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f, int64_t k
 #define H(o, ty) ((ty *)(d->h + d->o))
 	for (i = 0, t = 0, r = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
-		const struct medha_kv_seq *q = &c->bt.seq[s->seq];
+		const struct medha_kv_seq *q = &c->kv.bt.seq[s->seq];
 		int64_t kl = cuda_keys_of(c, f, i);
 		H(o_qstart, int32_t)[i] = t;
 		H(o_nq, int32_t)[i] = s->n_tokens;
@@ -254,57 +254,57 @@ cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
 	const size_t T = (size_t)n_tokens, d = (size_t)mc->dim;
 	int rc;
 
-	if (n_tokens > c->cap_t) {
+	if (n_tokens > c->s.cap_t) {
 		cuda_graph_free(c);
-		cudaFree(c->x), cudaFree(c->qkv), cudaFree(c->y);
-		cudaFree(c->gu), cudaFree(c->attf), cudaFree(c->lse);
-		cudaFree(c->xn), cudaFree(c->att), cudaFree(c->act);
-		c->x = c->qkv = c->y = c->gu = c->attf = c->lse = NULL;
-		c->xn = c->att = c->act = NULL;
-		c->cap_t = 0;
-		if ((rc = cuda_malloc((void **)&c->x, T * d * 4, why, whylen,
+		cudaFree(c->s.x), cudaFree(c->s.qkv), cudaFree(c->s.y);
+		cudaFree(c->s.gu), cudaFree(c->s.attf), cudaFree(c->s.lse);
+		cudaFree(c->s.xn), cudaFree(c->s.att), cudaFree(c->s.act);
+		c->s.x = c->s.qkv = c->s.y = c->s.gu = c->s.attf = c->s.lse = NULL;
+		c->s.xn = c->s.att = c->s.act = NULL;
+		c->s.cap_t = 0;
+		if ((rc = cuda_malloc((void **)&c->s.x, T * d * 4, why, whylen,
 		         "the residual stream")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->y, T * d * 4, why, whylen,
+		    (rc = cuda_malloc((void **)&c->s.y, T * d * 4, why, whylen,
 		         "products")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->qkv, T * (size_t)c->qkvd * 4,
+		    (rc = cuda_malloc((void **)&c->s.qkv, T * (size_t)c->qkvd * 4,
 		         why, whylen, "Q, K and V")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->gu, T * (size_t)c->ff * 8,
+		    (rc = cuda_malloc((void **)&c->s.gu, T * (size_t)c->ff * 8,
 		         why, whylen, "gate and up")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->attf, T * (size_t)c->qd * 4,
+		    (rc = cuda_malloc((void **)&c->s.attf, T * (size_t)c->qd * 4,
 		         why, whylen, "attention parts")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->lse, T * (size_t)c->nh * 4,
+		    (rc = cuda_malloc((void **)&c->s.lse, T * (size_t)c->nh * 4,
 		         why, whylen, "attention lse")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->xn, T * d * 2, why, whylen,
+		    (rc = cuda_malloc((void **)&c->s.xn, T * d * 2, why, whylen,
 		         "norms")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->att, T * (size_t)c->qd * 2,
+		    (rc = cuda_malloc((void **)&c->s.att, T * (size_t)c->qd * 2,
 		         why, whylen, "attention")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->act, T * (size_t)c->ff * 2,
+		    (rc = cuda_malloc((void **)&c->s.act, T * (size_t)c->ff * 2,
 		         why, whylen, "SwiGLU")) != 0)
 			return rc;
-		c->cap_t = n_tokens;
+		c->s.cap_t = n_tokens;
 	}
-	if (nrows > c->cap_r) {
+	if (nrows > c->s.cap_r) {
 		cuda_graph_free(c);
-		cudaFree(c->hrows), cudaFree(c->hn), cudaFree(c->logits);
-		cudaFree(c->ids);
-		cudaFreeHost(c->hids);
-		c->hrows = c->logits = NULL;
-		c->hn = NULL;
-		c->ids = c->hids = NULL;
-		c->cap_r = 0;
-		if ((rc = cuda_malloc((void **)&c->hrows, (size_t)nrows * d * 4,
+		cudaFree(c->s.hrows), cudaFree(c->s.hn), cudaFree(c->s.logits);
+		cudaFree(c->s.ids);
+		cudaFreeHost(c->s.hids);
+		c->s.hrows = c->s.logits = NULL;
+		c->s.hn = NULL;
+		c->s.ids = c->s.hids = NULL;
+		c->s.cap_r = 0;
+		if ((rc = cuda_malloc((void **)&c->s.hrows, (size_t)nrows * d * 4,
 		         why, whylen, "logits rows")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->hn, (size_t)nrows * d * 2,
+		    (rc = cuda_malloc((void **)&c->s.hn, (size_t)nrows * d * 2,
 		         why, whylen, "logits rows")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->logits,
+		    (rc = cuda_malloc((void **)&c->s.logits,
 		         (size_t)nrows * (size_t)mc->vocab * 4, why, whylen,
 		         "logits")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->ids, (size_t)nrows * 4, why,
+		    (rc = cuda_malloc((void **)&c->s.ids, (size_t)nrows * 4, why,
 		         whylen, "argmax")) != 0)
 			return rc;
-		CU(cudaMallocHost((void **)&c->hids, (size_t)nrows * 4),
+		CU(cudaMallocHost((void **)&c->s.hids, (size_t)nrows * 4),
 		    "pinned argmax");
-		c->cap_r = nrows;
+		c->s.cap_r = nrows;
 	}
 	return 0;
 }
@@ -314,25 +314,25 @@ cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
 int
 medha_cuda_seq_alloc(struct medha_cuda *c, int *seq)
 {
-	return medha_kvb_seq_alloc(&c->bt, seq);
+	return medha_kvb_seq_alloc(&c->kv.bt, seq);
 }
 
 void
 medha_cuda_seq_free(struct medha_cuda *c, int seq)
 {
-	medha_kvb_seq_free(&c->bt, seq);
+	medha_kvb_seq_free(&c->kv.bt, seq);
 }
 
 int64_t
 medha_cuda_seq_len(struct medha_cuda *c, int seq)
 {
-	return medha_kvb_len(&c->bt, seq);
+	return medha_kvb_len(&c->kv.bt, seq);
 }
 
 int64_t
 medha_cuda_free_blocks(struct medha_cuda *c)
 {
-	return c->bt.nfree;
+	return c->kv.bt.nfree;
 }
 
 /* The cache was cleared at open and only ever holds finite K/V: a
@@ -342,11 +342,11 @@ medha_cuda_seq_fill(struct medha_cuda *c, int seq, int64_t n)
 {
 	int rc;
 
-	if (medha_kvb_len(&c->bt, seq) < 0 || n < 0)
+	if (medha_kvb_len(&c->kv.bt, seq) < 0 || n < 0)
 		return MEDHA_EINVAL;
-	if ((rc = medha_kvb_reserve(&c->bt, seq, n)) != 0)
+	if ((rc = medha_kvb_reserve(&c->kv.bt, seq, n)) != 0)
 		return rc;
-	return medha_kvb_set_len(&c->bt, seq, n);
+	return medha_kvb_set_len(&c->kv.bt, seq, n);
 }
 
 /* Prefix caching: the tables share dst's full blocks with src and copy
@@ -358,15 +358,15 @@ medha_cuda_seq_fork(struct medha_cuda *c, int dst, int src, int64_t from,
 {
 	if (cudaSetDevice(c->dev) != 0)
 		return MEDHA_EIO;
-	return medha_kvb_fork(&c->bt, dst, src, from, to);
+	return medha_kvb_fork(&c->kv.bt, dst, src, from, to);
 }
 
 int
 medha_cuda_seq_trim(struct medha_cuda *c, int seq, int64_t n)
 {
-	int64_t len = medha_kvb_len(&c->bt, seq);
+	int64_t len = medha_kvb_len(&c->kv.bt, seq);
 
 	if (len < 0 || n > len)
 		return MEDHA_EINVAL;
-	return medha_kvb_set_len(&c->bt, seq, n);
+	return medha_kvb_set_len(&c->kv.bt, seq, n);
 }

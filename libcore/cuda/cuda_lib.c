@@ -60,7 +60,7 @@ cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen)
 {
 	static const char *const names[] = {"libcublasLt.so.13",
 	    "libcublasLt.so", NULL};
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 	const char *lib = "libcublasLt.so.13";
 	char err[512];
 	int st;
@@ -83,8 +83,8 @@ cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen)
 	SYM(t, cublasLtMatmulPreferenceSetAttribute);
 	SYM(t, cublasLtMatmulAlgoGetHeuristic);
 	SYM(t, cublasLtMatmul);
-	if ((st = t->cublasLtCreate(&c->lth)) != CUBLAS_STATUS_SUCCESS) {
-		c->lth = NULL;
+	if ((st = t->cublasLtCreate(&c->lib.lth)) != CUBLAS_STATUS_SUCCESS) {
+		c->lib.lth = NULL;
 		return medha_why(why, whylen, MEDHA_EIO,
 		    "cuda: cublasLtCreate: status %d", st);
 	}
@@ -94,19 +94,19 @@ cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen)
 void
 cuda_lt_close(struct medha_cuda *c)
 {
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 
-	for (int i = 0; i < c->n_gemm; i++) {
-		struct cuda_gemm *g = &c->gemm[i];
+	for (int i = 0; i < c->lib.n_gemm; i++) {
+		struct cuda_gemm *g = &c->lib.gemm[i];
 		t->cublasLtMatrixLayoutDestroy(g->a);
 		t->cublasLtMatrixLayoutDestroy(g->b);
 		t->cublasLtMatrixLayoutDestroy(g->d);
 		t->cublasLtMatmulDescDestroy(g->desc);
 	}
-	c->n_gemm = 0;
-	if (c->lth != NULL)
-		t->cublasLtDestroy(c->lth);
-	c->lth = NULL;
+	c->lib.n_gemm = 0;
+	if (c->lib.lth != NULL)
+		t->cublasLtDestroy(c->lib.lth);
+	c->lib.lth = NULL;
 	if (t->dl != NULL)
 		dlclose(t->dl);
 	t->dl = NULL;
@@ -117,7 +117,7 @@ cuda_nccl_load(struct medha_cuda *c, char *why, size_t whylen)
 {
 	static const char *const names[] = {"libnccl.so.2", "libnccl.so",
 	    NULL};
-	struct cuda_nccl *t = &c->nc;
+	struct cuda_nccl *t = &c->lib.nc;
 	const char *lib = "libnccl.so.2";
 	char err[512];
 
@@ -146,12 +146,12 @@ cuda_nccl_close(struct medha_cuda *c)
 {
 	/* (cuda_close aborted it first); an abort, not a destroy: it
 	   waits for no peer, and one may be gone */
-	if (c->nccl != NULL)
-		c->nc.ncclCommAbort(c->nccl);
-	c->nccl = NULL;
-	if (c->nc.dl != NULL)
-		dlclose(c->nc.dl);
-	c->nc.dl = NULL;
+	if (c->lib.nccl != NULL)
+		c->lib.nc.ncclCommAbort(c->lib.nccl);
+	c->lib.nccl = NULL;
+	if (c->lib.nc.dl != NULL)
+		dlclose(c->lib.nc.dl);
+	c->lib.nc.dl = NULL;
 }
 
 /* ---- the linear layers ---- */
@@ -169,21 +169,21 @@ cuda_nccl_close(struct medha_cuda *c)
 static struct cuda_gemm *
 shape(struct medha_cuda *c, int n, int k, int ldy, char *why, size_t whylen)
 {
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 	struct cuda_gemm *g;
 	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
 	int i;
 
-	for (i = 0; i < c->n_gemm; i++)
-		if (c->gemm[i].n == n && c->gemm[i].k == k &&
-		    c->gemm[i].ldy == ldy)
-			return &c->gemm[i];
-	if (c->n_gemm == CUDA_GEMM_SHAPES) {
+	for (i = 0; i < c->lib.n_gemm; i++)
+		if (c->lib.gemm[i].n == n && c->lib.gemm[i].k == k &&
+		    c->lib.gemm[i].ldy == ldy)
+			return &c->lib.gemm[i];
+	if (c->lib.n_gemm == CUDA_GEMM_SHAPES) {
 		medha_why(why, whylen, MEDHA_ENOMEM,
 		    "cuda: more than %d GEMM shapes", CUDA_GEMM_SHAPES);
 		return NULL;
 	}
-	g = &c->gemm[c->n_gemm];
+	g = &c->lib.gemm[c->lib.n_gemm];
 	memset(g, 0, sizeof(*g));
 	g->n = n;
 	g->k = k;
@@ -206,7 +206,7 @@ shape(struct medha_cuda *c, int n, int k, int ldy, char *why, size_t whylen)
 		    "cuda: cuBLASLt descriptors for %d x %d failed", n, k);
 		return NULL;
 	}
-	c->n_gemm++;
+	c->lib.n_gemm++;
 	return g;
 }
 
@@ -216,9 +216,9 @@ set_m(struct medha_cuda *c, struct cuda_gemm *g, int m)
 {
 	uint64_t cols = (uint64_t)m;
 
-	if (c->lt.cublasLtMatrixLayoutSetAttribute(g->b,
+	if (c->lib.lt.cublasLtMatrixLayoutSetAttribute(g->b,
 	        CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)) ||
-	    c->lt.cublasLtMatrixLayoutSetAttribute(g->d,
+	    c->lib.lt.cublasLtMatrixLayoutSetAttribute(g->d,
 	        CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)))
 		return -1;
 	return 0;
@@ -237,7 +237,7 @@ static int
 pick(struct medha_cuda *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
     char *why, size_t whylen)
 {
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 	cublasLtMatmulPreference_t pref;
 	cublasLtMatmulHeuristicResult_t res;
 	uint64_t ws = CUDA_LT_WORK;
@@ -261,7 +261,7 @@ pick(struct medha_cuda *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *alg
 		st = t->cublasLtMatmulPreferenceSetAttribute(pref,
 		    (cublasLtMatmulPreferenceAttributes_t)a, &al, sizeof(al));
 	if (st == CUBLAS_STATUS_SUCCESS)
-		st = t->cublasLtMatmulAlgoGetHeuristic(c->lth, g->desc, g->a,
+		st = t->cublasLtMatmulAlgoGetHeuristic(c->lib.lth, g->desc, g->a,
 		    g->b, g->d, g->d, pref, 1, &res, &nres);
 	t->cublasLtMatmulPreferenceDestroy(pref);
 	LT(st, "cublasLtMatmulAlgoGetHeuristic");
@@ -307,7 +307,7 @@ cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
 		    n, k, CUDA_LT_ALIGN);
 	if ((g = shape(c, n, k, ldy, why, whylen)) == NULL)
 		return MEDHA_EIO;
-	if (c->fast) {
+	if (c->lib.fast) {
 		b = log2_ceil(m);
 		algo = &g->fast[b];
 		if (!(g->fast_have >> b & 1)) {
@@ -318,14 +318,14 @@ cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
 	} else {
 		algo = &g->algo;
 		if (!g->have) {
-			if ((rc = pick(c, g, c->gemm_m, algo, why, whylen)) != 0)
+			if ((rc = pick(c, g, c->lib.gemm_m, algo, why, whylen)) != 0)
 				return rc;
 			g->have = 1;
 		}
 	}
 	LT(set_m(c, g, m), "setting the row count");
-	st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x, g->b,
-	    &beta, y, g->d, y, g->d, algo, c->ltwork, CUDA_LT_WORK, c->st);
+	st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w, g->a, x, g->b,
+	    &beta, y, g->d, y, g->d, algo, c->s.ltwork, CUDA_LT_WORK, c->st);
 	if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
 	    st == CUBLAS_STATUS_INVALID_VALUE) {
 		/* the algorithm cannot take this m (NOT_SUPPORTED), or not
@@ -342,12 +342,12 @@ cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
 			    "product's algorithm (chosen at %d rows) refuses "
 			    "%d with %s: chosen again for them (not "
 			    "batch-invariant; said once)\n", g->n, g->k,
-			    c->fast ? 1 << log2_ceil(m) : c->gemm_m, m,
+			    c->lib.fast ? 1 << log2_ceil(m) : c->lib.gemm_m, m,
 			    st == CUBLAS_STATUS_INVALID_VALUE
 			        ? "INVALID_VALUE" : "NOT_SUPPORTED");
 		g->warned |= 1 << (st == CUBLAS_STATUS_INVALID_VALUE);
-		st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x,
-		    g->b, &beta, y, g->d, y, g->d, &g->own, c->ltwork,
+		st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w, g->a, x,
+		    g->b, &beta, y, g->d, y, g->d, &g->own, c->s.ltwork,
 		    CUDA_LT_WORK, c->st);
 	}
 	LT(st, "cublasLtMatmul");

@@ -86,20 +86,20 @@ put(struct medha_cuda *c, uint16_t *dst, const struct src *s, int64_t r0,
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "cuda: loading %s: out of memory", s->t->name);
 	/* the pinned staging buffer, kept over the whole load */
-	if ((size_t)per * w * 2 > c->hb_cap * sizeof(float)) {
-		cudaFreeHost(c->hb);
-		c->hb = NULL;
-		c->hb_cap = 0;
+	if ((size_t)per * w * 2 > c->s.hb_cap * sizeof(float)) {
+		cudaFreeHost(c->s.hb);
+		c->s.hb = NULL;
+		c->s.hb_cap = 0;
 		size_t fl = ((size_t)per * w * 2 + 3) / sizeof(float);
-		if (cudaMallocHost((void **)&c->hb, fl * sizeof(float)) !=
+		if (cudaMallocHost((void **)&c->s.hb, fl * sizeof(float)) !=
 		    cudaSuccess) {
 			free(row);
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "cuda: loading %s: no pinned memory", s->t->name);
 		}
-		c->hb_cap = fl;
+		c->s.hb_cap = fl;
 	}
-	h = (uint16_t *)c->hb;
+	h = (uint16_t *)c->s.hb;
 	for (r = r0; r < r1; r += per) {
 		rr = r1 - r < per ? r1 - r : per;
 		/* the last upload reads h: wait before writing it again */
@@ -121,14 +121,14 @@ put(struct medha_cuda *c, uint16_t *dst, const struct src *s, int64_t r0,
 	return 0;
 }
 
-/* A device matrix of rows x cols bf16, counted in c->wbytes. */
+/* A device matrix of rows x cols bf16, counted in c->w.wbytes. */
 static int
 mat(struct medha_cuda *c, uint16_t **p, int64_t rows, int64_t cols, char *why,
     size_t whylen, const char *what)
 {
 	size_t n = (size_t)rows * (size_t)cols * 2;
 
-	c->wbytes += n;
+	c->w.wbytes += n;
 	return cuda_malloc((void **)p, n, why, whylen, what);
 }
 
@@ -160,7 +160,7 @@ vec(struct medha_cuda *c, float **p, const float *v, int n, char *why,
 		rc = cudaStreamSynchronize(c->st);
 	free(ones);
 	CU(rc, "uploading a norm");
-	c->wbytes += sizeof(float) * (size_t)n;
+	c->w.wbytes += sizeof(float) * (size_t)n;
 	return 0;
 }
 
@@ -177,7 +177,7 @@ extras(struct medha_cuda *c, const struct medha_model *m, int l, char *why,
 	const struct medha_layer *ml = m != NULL ? &m->layer[l] : NULL;
 	const struct medha_tp_share *sh = &c->sh;
 	const int hd = mc->head_dim;
-	struct cuda_layer *L = &c->L[l];
+	struct cuda_layer *L = &c->w.L[l];
 	int rc;
 
 	if (ml != NULL && ml->bq != NULL) {
@@ -242,7 +242,7 @@ layer(struct medha_cuda *c, const struct medha_model *m, int l, uint64_t seed,
 	const struct medha_model_config *mc = &c->c;
 	const struct medha_tp_share *sh = &c->sh;
 	const int hd = mc->head_dim, d = mc->dim;
-	struct cuda_layer *L = &c->L[l];
+	struct cuda_layer *L = &c->w.L[l];
 	struct src s[7];
 	int rc;
 
@@ -291,20 +291,20 @@ load(struct medha_cuda *c, const struct medha_model *m, uint64_t seed,
 	    sqrtf(3.0f / (float)d)};
 	int rc, l;
 
-	if ((c->L = calloc((size_t)mc->n_layers, sizeof(*c->L))) == NULL)
+	if ((c->w.L = calloc((size_t)mc->n_layers, sizeof(*c->w.L))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	if (c->lo == 0 &&
-	    ((rc = mat(c, &c->embd, V, d, why, whylen, "token_embd")) != 0 ||
-	        (rc = put(c, c->embd, &e, 0, V, 0, d, why, whylen)) != 0))
+	    ((rc = mat(c, &c->w.embd, V, d, why, whylen, "token_embd")) != 0 ||
+	        (rc = put(c, c->w.embd, &e, 0, V, 0, d, why, whylen)) != 0))
 		return rc;
 	if (c->hi == mc->n_layers &&
-	    ((rc = vec(c, &c->onorm, m ? m->out_norm : NULL, (int)d, why,
+	    ((rc = vec(c, &c->w.onorm, m ? m->out_norm : NULL, (int)d, why,
 	          whylen, "output_norm")) != 0 ||
-	        (rc = mat(c, &c->out, V, d, why, whylen, "output")) != 0 ||
-	        (rc = put(c, c->out, &o, 0, V, 0, d, why, whylen)) != 0))
+	        (rc = mat(c, &c->w.out, V, d, why, whylen, "output")) != 0 ||
+	        (rc = put(c, c->w.out, &o, 0, V, 0, d, why, whylen)) != 0))
 		return rc;
 	if (m != NULL && m->rope_freqs != NULL &&
-	    (rc = vec(c, &c->freqs, m->rope_freqs, mc->n_rot / 2, why, whylen,
+	    (rc = vec(c, &c->w.freqs, m->rope_freqs, mc->n_rot / 2, why, whylen,
 	         "rope_freqs")) != 0)
 		return rc;
 	for (l = c->lo; l < c->hi; l++)
@@ -331,9 +331,9 @@ cuda_load_random(struct medha_cuda *c, uint64_t seed, char *why, size_t whylen)
 void
 cuda_free_weights(struct medha_cuda *c)
 {
-	if (c->L != NULL)
+	if (c->w.L != NULL)
 		for (int l = 0; l < c->c.n_layers; l++) {
-			struct cuda_layer *L = &c->L[l];
+			struct cuda_layer *L = &c->w.L[l];
 			cudaFree(L->attn_norm);
 			cudaFree(L->ffn_norm);
 			cudaFree(L->wqkv);
@@ -346,12 +346,12 @@ cuda_free_weights(struct medha_cuda *c)
 			cudaFree(L->post_a);
 			cudaFree(L->post_f);
 		}
-	free(c->L);
-	c->L = NULL;
-	cudaFree(c->embd);
-	cudaFree(c->out);
-	cudaFree(c->onorm);
-	cudaFree(c->freqs);
-	c->embd = c->out = NULL;
-	c->onorm = c->freqs = NULL;
+	free(c->w.L);
+	c->w.L = NULL;
+	cudaFree(c->w.embd);
+	cudaFree(c->w.out);
+	cudaFree(c->w.onorm);
+	cudaFree(c->w.freqs);
+	c->w.embd = c->w.out = NULL;
+	c->w.onorm = c->w.freqs = NULL;
 }

@@ -69,17 +69,17 @@ layout(struct medha_cuda *c, const struct medha_cuda_opts *p, char *why,
 		    "cuda: KV type %d: f16 (%d) or bf16 (%d, the default) "
 		    "only",
 		    p->kv_type, MEDHA_KV_F16, MEDHA_KV_BF16);
-	c->kv_type = p->kv_type == MEDHA_KV_F16 ? MEDHA_KV_F16 : MEDHA_KV_BF16;
-	c->max_seqs = p->max_seqs > 0 ? p->max_seqs : CUDA_MAX_SEQS;
+	c->kv.kv_type = p->kv_type == MEDHA_KV_F16 ? MEDHA_KV_F16 : MEDHA_KV_BF16;
+	c->kv.max_seqs = p->max_seqs > 0 ? p->max_seqs : CUDA_MAX_SEQS;
 	c->use_nccl = p->nccl;
 	e = getenv("MEDHA_CUDA_GEMM");
-	c->fast = e != NULL && strcmp(e, "fast") == 0;
+	c->lib.fast = e != NULL && strcmp(e, "fast") == 0;
 	e = getenv("MEDHA_CUDA_GEMM_M");
-	c->gemm_m = e != NULL && atoi(e) > 0 ? atoi(e) : 128;
+	c->lib.gemm_m = e != NULL && atoi(e) > 0 ? atoi(e) : 128;
 	e = getenv("MEDHA_NCCL_TIMEOUT");
-	c->nccl_timeout = e != NULL && atof(e) > 0 ? atof(e) : 120;
+	c->lib.nccl_timeout = e != NULL && atof(e) > 0 ? atof(e) : 120;
 	e = getenv("MEDHA_CUDA_GRAPHS");
-	c->graphs = !(e != NULL && strcmp(e, "0") == 0);
+	c->rt.graphs = !(e != NULL && strcmp(e, "0") == 0);
 	if (p->max_seqs < 0 || p->kv_blocks < 0 || p->mem_util < 0 ||
 	    p->mem_util > 1)
 		return medha_why(why, whylen, MEDHA_EINVAL,
@@ -145,12 +145,12 @@ ropes(struct medha_cuda *c, const struct medha_model *m)
 	for (int kind = 0; kind < 2; kind++) {
 		struct medha_rope r;
 		medha_model_rope(m != NULL ? m : &shape, kind, &r);
-		c->rope[kind] = (struct medha_k_rope){r.base, r.freq_scale,
+		c->w.rope[kind] = (struct medha_k_rope){r.base, r.freq_scale,
 		    r.ext_factor, r.mscale, {r.corr[0], r.corr[1]},
-		    kind == 0 && r.freqs != NULL ? c->freqs : NULL,
+		    kind == 0 && r.freqs != NULL ? c->w.freqs : NULL,
 		    c->c.a.rope_type == MEDHA_ROPE_NEOX};
 		if (kind == 1 && !(r.base > 0)) /* no window layer's own */
-			c->rope[1] = c->rope[0];
+			c->w.rope[1] = c->w.rope[0];
 	}
 }
 
@@ -168,7 +168,7 @@ make(struct medha_cuda *c, const struct medha_model *m,
 		return rc;
 	CU(cudaMemGetInfo(&free0, &tot), "cudaMemGetInfo");
 	if ((rc = cuda_lt_open(c, why, whylen)) != 0 ||
-	    (rc = cuda_malloc(&c->ltwork, CUDA_LT_WORK, why, whylen,
+	    (rc = cuda_malloc(&c->s.ltwork, CUDA_LT_WORK, why, whylen,
 	         "cuBLASLt's workspace")) != 0)
 		return rc;
 	if (c->tp > 1 && c->use_nccl &&
@@ -176,7 +176,7 @@ make(struct medha_cuda *c, const struct medha_model *m,
 		return rc;
 	rc = m != NULL ? cuda_load_gguf(c, m, why, whylen)
 	               : cuda_load_random(c, p->seed, why, whylen);
-	ropes(c, m); /* after the load: c->freqs */
+	ropes(c, m); /* after the load: c->w.freqs */
 	if (rc != 0 || (rc = cuda_grow(c, CUDA_TOKENS, 1, why, whylen)) != 0 ||
 	    (rc = kv_blocks(c, p, free0, &nb, why, whylen)) != 0 ||
 	    (rc = cuda_kv_init(c, nb, why, whylen)) != 0)
@@ -215,9 +215,9 @@ medha_cuda_info(const struct medha_cuda *c, struct medha_cuda_info *in)
 	*in = (struct medha_cuda_info){.c = c->c,
 	    .layer_lo = c->lo,
 	    .layer_hi = c->hi,
-	    .n_blocks = c->bt.n_blocks,
-	    .max_seqs = c->max_seqs,
-	    .kv_type = c->kv_type,
+	    .n_blocks = c->kv.bt.n_blocks,
+	    .max_seqs = c->kv.max_seqs,
+	    .kv_type = c->kv.kv_type,
 	    .tp = c->tp,
 	    .tp_rank = c->tpr};
 }
@@ -229,7 +229,7 @@ medha_cuda_close(struct medha_cuda *c)
 		return;
 	/* first: an all-reduce left queued by a failed call, its peer gone,
 	   would keep the stream from ever finishing */
-	if (c->nccl != NULL)
+	if (c->lib.nccl != NULL)
 		cuda_nccl_abort(c);
 	if (c->st != NULL)
 		cudaStreamSynchronize(c->st);
@@ -237,16 +237,16 @@ medha_cuda_close(struct medha_cuda *c)
 	cuda_events_free(c);
 	cuda_free_weights(c);
 	cuda_kv_free(c);
-	cudaFree(c->x), cudaFree(c->qkv), cudaFree(c->y), cudaFree(c->gu);
-	cudaFree(c->attf), cudaFree(c->lse), cudaFree(c->xn);
-	cudaFree(c->att), cudaFree(c->act), cudaFree(c->hrows);
-	cudaFree(c->hn), cudaFree(c->logits), cudaFree(c->ids);
-	cudaFree(c->awork), cudaFree(c->ltwork), cudaFree(c->mrgd);
-	cudaFree(c->desc.d);
-	cudaFreeHost(c->desc.h);
-	cudaFreeHost(c->hids);
-	cudaFreeHost(c->hb);
-	free(c->mrg);
+	cudaFree(c->s.x), cudaFree(c->s.qkv), cudaFree(c->s.y), cudaFree(c->s.gu);
+	cudaFree(c->s.attf), cudaFree(c->s.lse), cudaFree(c->s.xn);
+	cudaFree(c->s.att), cudaFree(c->s.act), cudaFree(c->s.hrows);
+	cudaFree(c->s.hn), cudaFree(c->s.logits), cudaFree(c->s.ids);
+	cudaFree(c->s.awork), cudaFree(c->s.ltwork), cudaFree(c->s.mrgd);
+	cudaFree(c->s.desc.d);
+	cudaFreeHost(c->s.desc.h);
+	cudaFreeHost(c->s.hids);
+	cudaFreeHost(c->s.hb);
+	free(c->s.mrg);
 	cuda_lt_close(c);
 	cuda_nccl_close(c);
 	if (c->st != NULL)
