@@ -33,13 +33,16 @@
 int
 cuda_stage(struct medha_cuda *c, size_t n, char *why, size_t whylen)
 {
+	int rc;
+
 	if (n <= c->s.hb_cap)
 		return 0;
 	cudaFreeHost(c->s.hb);
 	c->s.hb = NULL;
 	c->s.hb_cap = 0;
-	CU(cudaMallocHost((void **)&c->s.hb, n * sizeof(float)),
-	    "pinned host staging");
+	if ((rc = cuda_ok(cudaMallocHost((void **)&c->s.hb, n * sizeof(float)),
+	         "pinned host staging", why, whylen)) != 0)
+		return rc;
 	c->s.hb_cap = n;
 	return 0;
 }
@@ -72,19 +75,19 @@ cuda_sync(struct medha_cuda *c, const char *what, char *why, size_t whylen)
 	cudaError_t e;
 	int spins = 0;
 
-	if (c->lib.nccl == NULL) {
-		CU(cudaStreamSynchronize(c->st), what);
-		return 0;
-	}
+	if (c->lib.nccl == NULL)
+		return cuda_ok(cudaStreamSynchronize(c->st), what, why, whylen);
 	while ((e = cudaStreamQuery(c->st)) == cudaErrorNotReady) {
 		struct timespec ts = {0, 20000};
-		if (c->lib.nc.ncclCommGetAsyncError(c->lib.nccl, &ae) == ncclSuccess &&
+		if (c->lib.nc.ncclCommGetAsyncError(c->lib.nccl, &ae) ==
+		        ncclSuccess &&
 		    ae != ncclSuccess && ae != ncclInProgress) {
 			cuda_nccl_abort(c);
 			return medha_why(why, whylen, MEDHA_EIO,
 			    "cuda: %s: NCCL (TP rank %d of %d): %s; "
 			    "communicator aborted",
-			    what, c->tpr, c->tp, c->lib.nc.ncclGetErrorString(ae));
+			    what, c->tpr, c->tp,
+			    c->lib.nc.ncclGetErrorString(ae));
 		}
 		if (++spins < 1000)
 			continue; /* a step's end is usually close */
@@ -118,7 +121,8 @@ nccl_wait(struct medha_cuda *c, const char *what, char *why, size_t whylen)
 	ncclResult_t st = ncclInProgress;
 
 	for (;;) {
-		if (c->lib.nc.ncclCommGetAsyncError(c->lib.nccl, &st) != ncclSuccess)
+		if (c->lib.nc.ncclCommGetAsyncError(c->lib.nccl, &st) !=
+		    ncclSuccess)
 			st = ncclInternalError;
 		if (st != ncclInProgress)
 			break;
@@ -151,7 +155,8 @@ comm_make(struct medha_cuda *c, ncclUniqueId id, char *why, size_t whylen)
 	cfg.blocking = 0;
 	c->lib.nccl = NULL;
 	st = c->lib.nc.ncclCommInitRankConfig != NULL
-	    ? c->lib.nc.ncclCommInitRankConfig(&c->lib.nccl, c->tp, id, c->tpr, &cfg)
+	    ? c->lib.nc.ncclCommInitRankConfig(&c->lib.nccl, c->tp, id, c->tpr,
+	          &cfg)
 	    : c->lib.nc.ncclCommInitRank(&c->lib.nccl, c->tp, id, c->tpr);
 	if (st != ncclSuccess && st != ncclInProgress) {
 		if (c->lib.nccl != NULL)
@@ -187,7 +192,9 @@ medha_cuda_comm_init(struct medha_cuda *c, const struct medha_cuda_coll *cm,
 		   has a rank that is gone, which a destroy may wait for (an
 		   abort does not), and the decode graphs captured its
 		   all-reduces */
-		SYNC("the old communicator's work");
+		if ((rc = cuda_sync(c, "the old communicator's work", why,
+		         whylen)) != 0)
+			return rc;
 		cuda_nccl_abort(c);
 	}
 	memset(&id, 0, sizeof(id));
@@ -208,12 +215,15 @@ medha_cuda_comm_init(struct medha_cuda *c, const struct medha_cuda_coll *cm,
 	free(all);
 	if (st != ncclSuccess)
 		return medha_why(why, whylen, MEDHA_EIO,
-		    "cuda: ncclGetUniqueId: %s", c->lib.nc.ncclGetErrorString(st));
+		    "cuda: ncclGetUniqueId: %s",
+		    c->lib.nc.ncclGetErrorString(st));
 	if (memcmp(&id, &none, sizeof(id)) == 0)
 		return medha_why(why, whylen, MEDHA_EIO,
 		    "cuda: TP rank 0 has no NCCL id (its ncclGetUniqueId "
 		    "failed: see its log)");
-	CU(cudaSetDevice(c->dev), "cudaSetDevice");
+	if ((rc = cuda_ok(cudaSetDevice(c->dev), "cudaSetDevice", why,
+	         whylen)) != 0)
+		return rc;
 	return comm_make(c, id, why, whylen);
 }
 
@@ -251,8 +261,8 @@ cuda_all_reduce(struct medha_cuda *c, int layer, int kind, float *y, size_t n,
 	int rc, st;
 
 	if (c->lib.nccl != NULL) {
-		st = c->lib.nc.ncclAllReduce(y, y, n, ncclFloat, ncclSum, c->lib.nccl,
-		    c->st);
+		st = c->lib.nc.ncclAllReduce(y, y, n, ncclFloat, ncclSum,
+		    c->lib.nccl, c->st);
 		/* a non-blocking communicator may still be connecting */
 		if (st == ncclInProgress)
 			return nccl_wait(c, "ncclAllReduce", why, whylen);
@@ -270,18 +280,22 @@ cuda_all_reduce(struct medha_cuda *c, int layer, int kind, float *y, size_t n,
 	}
 	if ((rc = cuda_stage(c, n, why, whylen)) != 0)
 		return rc;
-	CU(cudaMemcpyAsync(c->s.hb, y, n * sizeof(float), cudaMemcpyDeviceToHost,
-	       c->st),
-	    "TP partial sums to the host");
-	CU(cudaStreamSynchronize(c->st), "TP partial sums to the host");
+	if ((rc = cuda_ok(cudaMemcpyAsync(c->s.hb, y, n * sizeof(float),
+	                      cudaMemcpyDeviceToHost, c->st),
+	         "TP partial sums to the host", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_ok(cudaStreamSynchronize(c->st),
+	         "TP partial sums to the host", why, whylen)) != 0)
+		return rc;
 	if ((rc = host_reduce(c, layer, kind, c->s.hb, n, why, whylen)) != 0)
 		return rc;
-	CU(cudaMemcpyAsync(y, c->s.hb, n * sizeof(float), cudaMemcpyHostToDevice,
-	       c->st),
-	    "TP sums to the device");
+	if ((rc = cuda_ok(cudaMemcpyAsync(y, c->s.hb, n * sizeof(float),
+	                      cudaMemcpyHostToDevice, c->st),
+	         "TP sums to the device", why, whylen)) != 0)
+		return rc;
 	/* hb is read by that copy: wait before it is written again */
-	CU(cudaStreamSynchronize(c->st), "TP sums to the device");
-	return 0;
+	return cuda_ok(cudaStreamSynchronize(c->st), "TP sums to the device",
+	    why, whylen);
 }
 
 /* ---- KVP ---- */
@@ -325,15 +339,21 @@ cuda_kvp_merge(struct medha_cuda *c, int layer, int n_tokens, char *why,
 		return rc;
 	out = c->s.hb;
 	lse = c->s.hb + T * ro;
-	CU(cudaMemcpyAsync(out, c->s.attf, T * ro * sizeof(float),
-	       cudaMemcpyDeviceToHost, c->st),
-	    "KVP parts to the host");
-	CU(cudaMemcpyAsync(lse, c->s.lse, T * rl * sizeof(float),
-	       cudaMemcpyDeviceToHost, c->st),
-	    "KVP lse to the host");
-	CU(medha_k_f32_to_bf16(c->s.att, c->s.attf, (int64_t)(T * ro), c->st),
-	    "medha_k_f32_to_bf16");
-	SYNC("KVP parts to the host");
+	if ((rc = cuda_ok(cudaMemcpyAsync(out, c->s.attf,
+	                      T * ro * sizeof(float), cudaMemcpyDeviceToHost,
+	                      c->st),
+	         "KVP parts to the host", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_ok(cudaMemcpyAsync(lse, c->s.lse, T * rl * sizeof(float),
+	                      cudaMemcpyDeviceToHost, c->st),
+	         "KVP lse to the host", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_ok(medha_k_f32_to_bf16(c->s.att, c->s.attf,
+	                      (int64_t)(T * ro), c->st),
+	         "medha_k_f32_to_bf16", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_sync(c, "KVP parts to the host", why, whylen)) != 0)
+		return rc;
 	if ((rc = exchange(c, layer, out, lse, at, why, whylen)) != 0)
 		return rc;
 	for (g = 0; g < kvp; g++)
@@ -357,12 +377,15 @@ cuda_kvp_merge(struct medha_cuda *c, int layer, int n_tokens, char *why,
 			memcpy(po + (size_t)np * nt * ro, c->s.mrg + cur[g],
 			    nt * ro * sizeof(float));
 			memcpy(pl + (size_t)np * nt * rl,
-			    c->s.mrg + cur[g] + nt * ro, nt * rl * sizeof(float));
+			    c->s.mrg + cur[g] + nt * ro,
+			    nt * rl * sizeof(float));
 			cur[g] += nt * row;
 			np++;
 		}
 		if ((size_t)np * nt * row > c->s.mrgd_cap) {
-			SYNC("the last merge");
+			if ((rc = cuda_sync(c, "the last merge", why,
+			         whylen)) != 0)
+				return rc;
 			cudaFree(c->s.mrgd);
 			c->s.mrgd_cap = 0;
 			if ((rc = cuda_malloc((void **)&c->s.mrgd,
@@ -372,16 +395,20 @@ cuda_kvp_merge(struct medha_cuda *c, int layer, int n_tokens, char *why,
 			c->s.mrgd_cap = (size_t)np * nt * row;
 		}
 		/* parts, then their lses, as medha_k_attn_merge reads them */
-		CU(cudaMemcpyAsync(c->s.mrgd, po,
-		       (size_t)np * nt * row * sizeof(float),
-		       cudaMemcpyHostToDevice, c->st),
-		    "KVP parts to the device");
-		CU(medha_k_attn_merge(c->s.att + t0 * ro, c->s.mrgd,
-		       c->s.mrgd + (size_t)np * nt * ro, np, (int)nt, c->nh, hd,
-		       c->st),
-		    "medha_k_attn_merge");
+		if ((rc = cuda_ok(cudaMemcpyAsync(c->s.mrgd, po,
+		                      (size_t)np * nt * row * sizeof(float),
+		                      cudaMemcpyHostToDevice, c->st),
+		         "KVP parts to the device", why, whylen)) != 0)
+			return rc;
+		if ((rc = cuda_ok(medha_k_attn_merge(c->s.att + t0 * ro,
+		                      c->s.mrgd,
+		                      c->s.mrgd + (size_t)np * nt * ro, np,
+		                      (int)nt, c->nh, hd, c->st),
+		         "medha_k_attn_merge", why, whylen)) != 0)
+			return rc;
 		/* po is read by that copy */
-		SYNC("the KVP merge");
+		if ((rc = cuda_sync(c, "the KVP merge", why, whylen)) != 0)
+			return rc;
 	}
 	return 0;
 }
@@ -395,13 +422,14 @@ cuda_head_out(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
 	const struct medha_batch *b = f->b;
 	const int V = c->c.vocab;
 	const float *rows = NULL;
-	int r = 0;
+	int r = 0, rc;
 
 	if (f->logits != NULL)
-		CU(cudaMemcpyAsync(f->logits, c->s.logits,
-		       (size_t)nrows * (size_t)V * sizeof(float),
-		       cudaMemcpyDeviceToHost, c->st),
-		    "downloading logits");
+		if ((rc = cuda_ok(cudaMemcpyAsync(f->logits, c->s.logits,
+		                      (size_t)nrows * (size_t)V * sizeof(float),
+		                      cudaMemcpyDeviceToHost, c->st),
+		         "downloading logits", why, whylen)) != 0)
+			return rc;
 	/* a sampler other than greedy draws from its row on the host: the
 	   caller's copy, or every row staged in one copy (not one round
 	   trip a sequence) */
@@ -414,19 +442,25 @@ cuda_head_out(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
 			    b->seq[i].logits == MEDHA_LOGITS_LAST &&
 			    !medha_sampler_is_greedy(f->samplers[i])) {
 				size_t n = (size_t)nrows * (size_t)V;
-				int rc;
 				if ((rc = cuda_stage(c, n, why, whylen)) != 0)
 					return rc;
-				CU(cudaMemcpyAsync(c->s.hb, c->s.logits,
-				       n * sizeof(float),
-				       cudaMemcpyDeviceToHost, c->st),
-				    "downloading logits rows");
+				if ((rc = cuda_ok(cudaMemcpyAsync(c->s.hb,
+				                      c->s.logits,
+				                      n * sizeof(float),
+				                      cudaMemcpyDeviceToHost,
+				                      c->st),
+				         "downloading logits rows", why,
+				         whylen)) != 0)
+					return rc;
 				rows = c->s.hb;
 			}
-	CU(cudaMemcpyAsync(c->s.hids, c->s.ids, (size_t)nrows * sizeof(int32_t),
-	       cudaMemcpyDeviceToHost, c->st),
-	    "downloading the argmax");
-	SYNC("downloading the argmax");
+	if ((rc = cuda_ok(cudaMemcpyAsync(c->s.hids, c->s.ids,
+	                      (size_t)nrows * sizeof(int32_t),
+	                      cudaMemcpyDeviceToHost, c->st),
+	         "downloading the argmax", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_sync(c, "downloading the argmax", why, whylen)) != 0)
+		return rc;
 	/* NaN or infinite logits would sample token 0 or nothing: an
 	   error, as on the cpu backend; the argmax kernel marks such a
 	   row -1 (no scan of rows x vocab floats here) */

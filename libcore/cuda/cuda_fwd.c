@@ -29,8 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define K(call, what) CU(call, what)
-
 /* ---- the forward pass ---- */
 
 /* 1 if some sequence of f merges its attention with other groups. */
@@ -57,9 +55,9 @@ cuda_is_decode(const struct medha_cuda_call *f)
 int
 cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen)
 {
-	struct medha_k_attn a = {&c->kv.kvl[c->lo], &c->s.desc.s, c->s.qkv, c->qkvd,
-	    c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->s.att, NULL, NULL,
-	    NULL, 0, 0, 0, 0};
+	struct medha_k_attn a = {&c->kv.kvl[c->lo], &c->s.desc.s, c->s.qkv,
+	    c->qkvd, c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->s.att, NULL,
+	    NULL, NULL, 0, 0, 0, 0};
 	size_t n = medha_k_attn_workspace(&a), n2;
 
 	a.out = NULL;
@@ -74,7 +72,8 @@ cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen)
 	cudaFree(c->s.awork);
 	c->s.awork = NULL;
 	c->s.awork_cap = 0;
-	if (cuda_malloc(&c->s.awork, n, why, whylen, "attention workspace") != 0)
+	if (cuda_malloc(&c->s.awork, n, why, whylen, "attention workspace") !=
+	    0)
 		return MEDHA_ENOMEM;
 	c->s.awork_cap = n;
 	return 0;
@@ -100,21 +99,22 @@ reduce_add(struct medha_cuda *c, int l, int kind, int n, const float *post,
     char *why, size_t whylen)
 {
 	const size_t len = (size_t)n * c->c.dim;
-	int rc;
+	int rc = 0;
 
-	if (c->tp > 1 &&
-	    (rc = cuda_all_reduce(c, l, kind, c->s.y, len, why, whylen)) != 0)
-		return rc;
-	if (post != NULL)
-		K(medha_k_rmsnorm_f32(c->s.y, c->s.y, post, n, c->c.dim,
-		      c->c.norm_eps, c->st),
-		    "medha_k_rmsnorm_f32 (post-norm)");
-	K(medha_k_add(c->s.x, c->s.y, (int64_t)len, c->st), "medha_k_add");
-	return 0;
+	if (c->tp > 1)
+		rc = cuda_all_reduce(c, l, kind, c->s.y, len, why, whylen);
+	if (rc == 0 && post != NULL)
+		rc = cuda_ok(medha_k_rmsnorm_f32(c->s.y, c->s.y, post, n,
+		                 c->c.dim, c->c.norm_eps, c->st),
+		    "medha_k_rmsnorm_f32 (post-norm)", why, whylen);
+	if (rc == 0)
+		rc = cuda_ok(medha_k_add(c->s.x, c->s.y, (int64_t)len, c->st),
+		    "medha_k_add", why, whylen);
+	return rc;
 }
 
-/* Q and K of the batch's rows, in c->s.qkv, as layer l's description says:
-   biases, each head's norm, RoPE of the layer's kind. */
+/* Q and K of the batch's rows, in c->s.qkv, as layer l's description
+   says: biases, each head's norm, RoPE of the layer's kind. */
 static int
 qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
     size_t whylen)
@@ -122,150 +122,212 @@ qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
 	const struct medha_model_config *mc = &c->c;
 	const int64_t *tpos = (const int64_t *)(c->s.desc.d + c->s.desc.o_tpos);
 	const struct medha_k_rope *r = &c->w.rope[medha_layer_rope(mc, l)];
+	float *q = c->s.qkv, *k = c->s.qkv + c->qd;
+	int rc = 0;
 
 	if (L->bqkv != NULL)
-		K(medha_k_bias_add(c->s.qkv, c->qkvd, n, L->bqkv, c->qkvd, c->st),
-		    "medha_k_bias_add");
-	if (L->qn != NULL) {
-		K(medha_k_rmsnorm_heads(c->s.qkv, c->qkvd, n, c->nh,
-		      mc->head_dim, L->qn, mc->norm_eps, c->st),
-		    "medha_k_rmsnorm_heads (Q)");
-		K(medha_k_rmsnorm_heads(c->s.qkv + c->qd, c->qkvd, n, c->nkv,
-		      mc->head_dim, L->kn, mc->norm_eps, c->st),
-		    "medha_k_rmsnorm_heads (K)");
-	}
-	K(medha_k_rope_ext(c->s.qkv, tpos, n, c->qkvd, c->nh, mc->head_dim,
-	      mc->n_rot, r, c->st),
-	    "medha_k_rope_ext (Q)");
-	K(medha_k_rope_ext(c->s.qkv + c->qd, tpos, n, c->qkvd, c->nkv,
-	      mc->head_dim, mc->n_rot, r, c->st),
-	    "medha_k_rope_ext (K)");
-	return 0;
+		rc = cuda_ok(medha_k_bias_add(q, c->qkvd, n, L->bqkv, c->qkvd,
+		                 c->st),
+		    "medha_k_bias_add", why, whylen);
+	if (rc == 0 && L->qn != NULL)
+		rc = cuda_ok(medha_k_rmsnorm_heads(q, c->qkvd, n, c->nh,
+		                 mc->head_dim, L->qn, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (Q)", why, whylen);
+	if (rc == 0 && L->qn != NULL)
+		rc = cuda_ok(medha_k_rmsnorm_heads(k, c->qkvd, n, c->nkv,
+		                 mc->head_dim, L->kn, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (K)", why, whylen);
+	if (rc == 0)
+		rc = cuda_ok(medha_k_rope_ext(q, tpos, n, c->qkvd, c->nh,
+		                 mc->head_dim, mc->n_rot, r, c->st),
+		    "medha_k_rope_ext (Q)", why, whylen);
+	if (rc == 0)
+		rc = cuda_ok(medha_k_rope_ext(k, tpos, n, c->qkvd, c->nkv,
+		                 mc->head_dim, mc->n_rot, r, c->st),
+		    "medha_k_rope_ext (K)", why, whylen);
+	return rc;
 }
 
-/* Layer l over the batch in c->s.desc. */
+/*
+ * The attention half of layer l over the batch in c->s.desc: RMSNorm,
+ * the fused Q/K/V product, Q and K made (qk), K/V appended, attention
+ * (merged with the other KVP groups' where a sequence merges), the
+ * output projection into the residual stream (its add fused into the
+ * product where nothing comes between: one rank, no post-norm).
+ */
 static int
-layer(struct medha_cuda *c, const struct medha_cuda_call *f, int l, int merge,
-    char *why, size_t whylen)
+attn_half(struct medha_cuda *c, int l, int n, int merge, char *why,
+    size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
 	const struct cuda_layer *L = &c->w.L[l];
-	const int n = f->b->n_tokens, d = mc->dim;
-	/* the product adds itself into x (beta 1) where nothing comes
-	   between: one rank, no post-norm */
-	const int one_a = c->tp == 1 && L->post_a == NULL;
-	const int one_f = c->tp == 1 && L->post_f == NULL;
-	struct medha_k_attn a = {&c->kv.kvl[l], &c->s.desc.s, c->s.qkv, c->qkvd,
-	    c->nh, attn_scale(mc), merge ? NULL : c->s.att,
+	const int d = mc->dim, one = c->tp == 1 && L->post_a == NULL;
+	struct medha_k_attn a = {&c->kv.kvl[l], &c->s.desc.s, c->s.qkv,
+	    c->qkvd, c->nh, attn_scale(mc), merge ? NULL : c->s.att,
 	    merge ? c->s.attf : NULL, merge ? c->s.lse : NULL, c->s.awork,
 	    c->s.awork_cap, 1, /* planned: cuda_run_layers made the plan */
 	    mc->a.attn_softcap, medha_layer_window(mc, l)};
 	int rc;
 
-	K(medha_k_rmsnorm(c->s.xn, c->s.x, L->attn_norm, n, d, mc->norm_eps,
-	      c->st),
-	    "medha_k_rmsnorm");
-	if ((rc = cuda_gemm(c, L->wqkv, c->qkvd, d, c->s.xn, n, c->s.qkv, c->qkvd,
-	         0, why, whylen)) != 0)
-		return rc;
-	if ((rc = qk(c, L, l, n, why, whylen)) != 0)
-		return rc;
-	K(medha_k_kv_append(&c->kv.kvl[l], &c->s.desc.s, c->s.qkv + c->qd, c->qkvd,
-	      c->s.qkv + c->qd + c->kvd, c->qkvd, c->st),
-	    "medha_k_kv_append");
-	if ((rc = cuda_mark(c, 0, why, whylen)) != 0)
-		return rc;
-	K(medha_k_attn(&a, c->st), "medha_k_attn");
-	if ((rc = cuda_mark(c, 0, why, whylen)) != 0)
-		return rc;
-	if (merge && ((rc = cuda_mark(c, 1, why, whylen)) != 0 ||
-	                 (rc = cuda_kvp_merge(c, l, n, why, whylen)) != 0 ||
-	                 (rc = cuda_mark(c, 1, why, whylen)) != 0))
-		return rc;
-	if ((rc = cuda_gemm(c, L->wo, d, c->qd, c->s.att, n,
-	         one_a ? c->s.x : c->s.y, d, one_a ? 1 : 0, why, whylen)) != 0)
-		return rc;
-	if (!one_a &&
-	    (rc = reduce_add(c, l, 0, n, L->post_a, why, whylen)) != 0)
-		return rc;
-	K(medha_k_rmsnorm(c->s.xn, c->s.x, L->ffn_norm, n, d, mc->norm_eps,
-	      c->st),
-	    "medha_k_rmsnorm");
-	if ((rc = cuda_gemm(c, L->wgu, 2 * c->ff, d, c->s.xn, n, c->s.gu,
-	         2 * c->ff, 0, why, whylen)) != 0)
-		return rc;
-	if (mc->a.ffn_act == MEDHA_FFN_GELU)
-		K(medha_k_geglu(c->s.act, c->s.gu, 2 * c->ff, c->s.gu + c->ff,
-		      2 * c->ff, n, c->ff, c->st),
-		    "medha_k_geglu");
-	else
-		K(medha_k_swiglu(c->s.act, c->s.gu, 2 * c->ff, c->s.gu + c->ff,
-		      2 * c->ff, n, c->ff, c->st),
-		    "medha_k_swiglu");
-	if ((rc = cuda_gemm(c, L->wdown, d, c->ff, c->s.act, n,
-	         one_f ? c->s.x : c->s.y, d, one_f ? 1 : 0, why, whylen)) != 0)
-		return rc;
-	if (!one_f &&
-	    (rc = reduce_add(c, l, 1, n, L->post_f, why, whylen)) != 0)
-		return rc;
-	return 0;
+	rc = cuda_ok(medha_k_rmsnorm(c->s.xn, c->s.x, L->attn_norm, n, d,
+	                 mc->norm_eps, c->st),
+	    "medha_k_rmsnorm", why, whylen);
+	if (rc == 0)
+		rc = cuda_gemm(c, L->wqkv, c->qkvd, d, c->s.xn, n, c->s.qkv,
+		    c->qkvd, 0, why, whylen);
+	if (rc == 0)
+		rc = qk(c, L, l, n, why, whylen);
+	if (rc == 0)
+		rc = cuda_ok(medha_k_kv_append(&c->kv.kvl[l], &c->s.desc.s,
+		                 c->s.qkv + c->qd, c->qkvd,
+		                 c->s.qkv + c->qd + c->kvd, c->qkvd, c->st),
+		    "medha_k_kv_append", why, whylen);
+	if (rc == 0)
+		rc = cuda_mark(c, 0, why, whylen);
+	if (rc == 0)
+		rc = cuda_ok(medha_k_attn(&a, c->st), "medha_k_attn", why,
+		    whylen);
+	if (rc == 0)
+		rc = cuda_mark(c, 0, why, whylen);
+	if (rc == 0 && merge)
+		rc = cuda_mark(c, 1, why, whylen);
+	if (rc == 0 && merge)
+		rc = cuda_kvp_merge(c, l, n, why, whylen);
+	if (rc == 0 && merge)
+		rc = cuda_mark(c, 1, why, whylen);
+	if (rc == 0)
+		rc = cuda_gemm(c, L->wo, d, c->qd, c->s.att, n,
+		    one ? c->s.x : c->s.y, d, one ? 1 : 0, why, whylen);
+	if (rc == 0 && !one)
+		rc = reduce_add(c, l, 0, n, L->post_a, why, whylen);
+	return rc;
+}
+
+/*
+ * The FFN half of layer l: RMSNorm, gate and up in one product, SwiGLU
+ * (or GeGLU), down into the residual stream (fused as attn_half's
+ * output projection). A routed FFN (experts) would be another half of
+ * this shape, its weights beside these in struct cuda_layer.
+ */
+static int
+ffn_half(struct medha_cuda *c, int l, int n, char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const struct cuda_layer *L = &c->w.L[l];
+	const int d = mc->dim, ff = c->ff;
+	const int one = c->tp == 1 && L->post_f == NULL;
+	float *g = c->s.gu, *u = c->s.gu + ff;
+	int rc;
+
+	rc = cuda_ok(medha_k_rmsnorm(c->s.xn, c->s.x, L->ffn_norm, n, d,
+	                 mc->norm_eps, c->st),
+	    "medha_k_rmsnorm", why, whylen);
+	if (rc == 0)
+		rc = cuda_gemm(c, L->wgu, 2 * ff, d, c->s.xn, n, c->s.gu,
+		    2 * ff, 0, why, whylen);
+	if (rc == 0 && mc->a.ffn_act == MEDHA_FFN_GELU)
+		rc = cuda_ok(medha_k_geglu(c->s.act, g, 2 * ff, u, 2 * ff, n,
+		                 ff, c->st),
+		    "medha_k_geglu", why, whylen);
+	else if (rc == 0)
+		rc = cuda_ok(medha_k_swiglu(c->s.act, g, 2 * ff, u, 2 * ff, n,
+		                 ff, c->st),
+		    "medha_k_swiglu", why, whylen);
+	if (rc == 0)
+		rc = cuda_gemm(c, L->wdown, d, ff, c->s.act, n,
+		    one ? c->s.x : c->s.y, d, one ? 1 : 0, why, whylen);
+	if (rc == 0 && !one)
+		rc = reduce_add(c, l, 1, n, L->post_f, why, whylen);
+	return rc;
+}
+
+/* The embeddings of the batch's tokens (scaled where the family says)
+   into the residual stream. */
+static int
+embed(struct medha_cuda *c, int n, char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const int32_t *tok = (const int32_t *)(c->s.desc.d + c->s.desc.o_tok);
+	int rc;
+
+	rc = cuda_ok(medha_k_embed(c->s.x, c->w.embd, tok, n, mc->dim, c->st),
+	    "medha_k_embed", why, whylen);
+	if (rc == 0 && mc->a.embd_scale != 0 && mc->a.embd_scale != 1)
+		rc = cuda_ok(medha_k_scale(c->s.x, (int64_t)n * mc->dim,
+		                 mc->a.embd_scale, c->st),
+		    "medha_k_scale (embeddings)", why, whylen);
+	return rc;
+}
+
+/* The head: the final norm of the rows asked for, their logits (soft-
+   capped where the family says) and the argmax of each. */
+static int
+head(struct medha_cuda *c, int nrows, char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const int32_t *rows = (const int32_t *)(c->s.desc.d + c->s.desc.o_rows);
+	const int d = mc->dim, V = mc->vocab;
+	int rc;
+
+	rc = cuda_ok(medha_k_gather_rows(c->s.hrows, c->s.x, rows, nrows, d,
+	                 c->st),
+	    "medha_k_gather_rows", why, whylen);
+	if (rc == 0)
+		rc = cuda_ok(medha_k_rmsnorm(c->s.hn, c->s.hrows, c->w.onorm,
+		                 nrows, d, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm (output)", why, whylen);
+	if (rc == 0)
+		rc = cuda_gemm(c, c->w.out, V, d, c->s.hn, nrows, c->s.logits,
+		    V, 0, why, whylen);
+	if (rc == 0 && mc->a.final_softcap != 0)
+		rc = cuda_ok(medha_k_softcap(c->s.logits, (int64_t)nrows * V,
+		                 mc->a.final_softcap, c->st),
+		    "medha_k_softcap (logits)", why, whylen);
+	if (rc == 0)
+		rc = cuda_ok(medha_k_argmax(c->s.ids, c->s.logits, nrows, V,
+		                 c->st),
+		    "medha_k_argmax", why, whylen);
+	return rc;
 }
 
 /*
  * The device part of a forward call, the descriptors in place: the
  * embeddings at layer 0 (h_in is uploaded before), the attention's plan
  * (once: every layer's attention uses it), the layers, and with nrows
- * the final norm, the logits and their argmax. Nothing here
- * synchronizes or touches host memory unless a collective or a merge
- * goes through the host, so a decode step can be captured.
+ * the head. Nothing here synchronizes or touches host memory unless a
+ * collective or a merge goes through the host, so a decode step can be
+ * captured.
  */
 int
-cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
-    char *why, size_t whylen)
+cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
-	const int n = f->b->n_tokens, d = mc->dim, merge = merging(f);
-	struct medha_k_attn a = {&c->kv.kvl[f->layer_lo], &c->s.desc.s, c->s.qkv,
-	    c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim), c->s.att, NULL,
-	    NULL, c->s.awork, c->s.awork_cap, 0, 0, 0};
-	int rc;
+	const int n = f->b->n_tokens, merge = merging(f);
+	struct medha_k_attn a = {&c->kv.kvl[f->layer_lo], &c->s.desc.s,
+	    c->s.qkv, c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim),
+	    c->s.att, NULL, NULL, c->s.awork, c->s.awork_cap, 0, 0, 0};
+	char lw[256];
+	int rc = 0;
 
 	if (f->layer_lo == 0)
-		K(medha_k_embed(c->s.x, c->w.embd,
-		      (const int32_t *)(c->s.desc.d + c->s.desc.o_tok), n, d,
-		      c->st),
-		    "medha_k_embed");
-	if (f->layer_lo == 0 && mc->a.embd_scale != 0 &&
-	    mc->a.embd_scale != 1)
-		K(medha_k_scale(c->s.x, (int64_t)n * d, mc->a.embd_scale, c->st),
-		    "medha_k_scale (embeddings)");
+		rc = embed(c, n, why, whylen);
 	/* the attention's plan: the batch's, the same for every layer */
-	K(medha_k_attn_plan(&a, c->st), "medha_k_attn_plan");
-	for (int l = f->layer_lo; l < f->layer_hi; l++) {
-		c->cwhy[0] = '\0';
-		if ((rc = layer(c, f, l, merge, c->cwhy, sizeof(c->cwhy))) != 0)
+	if (rc == 0)
+		rc = cuda_ok(medha_k_attn_plan(&a, c->st), "medha_k_attn_plan",
+		    why, whylen);
+	for (int l = f->layer_lo; rc == 0 && l < f->layer_hi; l++) {
+		lw[0] = '\0';
+		if ((rc = attn_half(c, l, n, merge, lw, sizeof(lw))) != 0 ||
+		    (rc = ffn_half(c, l, n, lw, sizeof(lw))) != 0)
 			return medha_why(why, whylen, rc, "layer %d: %s", l,
-			    c->cwhy);
+			    lw);
 	}
-	if (nrows == 0)
-		return 0;
-	if ((rc = cuda_mark(c, 2, why, whylen)) != 0)
+	if (rc != 0 || nrows == 0)
 		return rc;
-	K(medha_k_gather_rows(c->s.hrows, c->s.x,
-	      (const int32_t *)(c->s.desc.d + c->s.desc.o_rows), nrows, d, c->st),
-	    "medha_k_gather_rows");
-	K(medha_k_rmsnorm(c->s.hn, c->s.hrows, c->w.onorm, nrows, d, mc->norm_eps,
-	      c->st),
-	    "medha_k_rmsnorm (output)");
-	if ((rc = cuda_gemm(c, c->w.out, mc->vocab, d, c->s.hn, nrows, c->s.logits,
-	         mc->vocab, 0, why, whylen)) != 0)
+	if ((rc = cuda_mark(c, 2, why, whylen)) != 0 ||
+	    (rc = head(c, nrows, why, whylen)) != 0)
 		return rc;
-	if (mc->a.final_softcap != 0)
-		K(medha_k_softcap(c->s.logits, (int64_t)nrows * mc->vocab,
-		      mc->a.final_softcap, c->st),
-		    "medha_k_softcap (logits)");
-	K(medha_k_argmax(c->s.ids, c->s.logits, nrows, mc->vocab, c->st),
-	    "medha_k_argmax");
 	return cuda_mark(c, 2, why, whylen);
 }
 
@@ -293,15 +355,17 @@ reserve(struct medha_cuda *c, const struct medha_cuda_call *f, char *why,
 			    "%lld..%lld: %s",
 			    s->seq, (long long)(nk - s->n_tokens),
 			    (long long)nk - 1,
-			    rc == MEDHA_EIO ? c->cwhy : medha_strerror(rc));
+			    rc == MEDHA_EIO
+			        ? cudaGetErrorString(cudaGetLastError())
+			        : medha_strerror(rc));
 	}
 	return 0;
 }
 
 /* The call's inputs on the device and its layers run, eagerly. */
 static int
-eager(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows, char *why,
-    size_t whylen)
+eager(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
+    char *why, size_t whylen)
 {
 	int rc;
 
@@ -309,10 +373,12 @@ eager(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows, char *wh
 	    (rc = cuda_attn_work(c, why, whylen)) != 0)
 		return rc;
 	if (f->h_in != NULL)
-		CU(cudaMemcpyAsync(c->s.x, f->h_in,
-		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
-		       cudaMemcpyHostToDevice, c->st),
-		    "uploading hidden states");
+		if ((rc = cuda_ok(cudaMemcpyAsync(c->s.x, f->h_in,
+		                      sizeof(float) * (size_t)f->b->n_tokens *
+		                          c->c.dim,
+		                      cudaMemcpyHostToDevice, c->st),
+		         "uploading hidden states", why, whylen)) != 0)
+			return rc;
 	return cuda_run_layers(c, f, nrows, why, whylen);
 }
 
@@ -328,7 +394,9 @@ medha_cuda_forward(struct medha_cuda *c, const struct medha_cuda_call *f,
 	c->rt.timing = f->times != NULL;
 	c->rt.n_ev = 0;
 	/* the calling thread's current device may be another */
-	CU(cudaSetDevice(c->dev), "cudaSetDevice");
+	if ((rc = cuda_ok(cudaSetDevice(c->dev), "cudaSetDevice", why,
+	         whylen)) != 0)
+		return rc;
 	if ((rc = cuda_check_batch(c, f, claim, why, whylen)) != 0)
 		return rc;
 	if (c->tp > 1 && c->lib.nccl == NULL) {
@@ -352,11 +420,14 @@ medha_cuda_forward(struct medha_cuda *c, const struct medha_cuda_call *f,
 	if (!done && (rc = eager(c, f, nrows, why, whylen)) != 0)
 		return rc;
 	if (f->h_out != NULL)
-		CU(cudaMemcpyAsync(f->h_out, c->s.x,
-		       sizeof(float) * (size_t)b->n_tokens * c->c.dim,
-		       cudaMemcpyDeviceToHost, c->st),
-		    "downloading hidden states");
-	SYNC("the forward pass");
+		if ((rc = cuda_ok(cudaMemcpyAsync(f->h_out, c->s.x,
+		                      sizeof(float) * (size_t)b->n_tokens *
+		                          c->c.dim,
+		                      cudaMemcpyDeviceToHost, c->st),
+		         "downloading hidden states", why, whylen)) != 0)
+			return rc;
+	if ((rc = cuda_sync(c, "the forward pass", why, whylen)) != 0)
+		return rc;
 	if (c->rt.timing && (rc = cuda_times(c, f->times, why, whylen)) != 0)
 		return rc;
 	if (claim)

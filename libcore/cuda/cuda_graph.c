@@ -53,8 +53,8 @@ cuda_graph_free(struct medha_cuda *c)
 /* The slot of this step's key (*hit set), or a free (or the oldest
    captured) slot, or NULL when every slot holds a refused key. */
 static struct cuda_graph *
-find(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows, int64_t cap,
-    int *hit)
+find(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
+    int64_t cap, int *hit)
 {
 	struct cuda_graph *old = NULL;
 
@@ -90,8 +90,10 @@ capture(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
 	cudaError_t e;
 	int rc;
 
-	CU(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal),
-	    "cudaStreamBeginCapture");
+	if ((rc = cuda_ok(cudaStreamBeginCapture(c->st,
+	                      cudaStreamCaptureModeThreadLocal),
+	         "cudaStreamBeginCapture", why, whylen)) != 0)
+		return rc;
 	c->rt.capturing = 1;
 	rc = cuda_run_layers(c, f, nrows, why, whylen);
 	c->rt.capturing = 0;
@@ -105,8 +107,7 @@ capture(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
 	}
 	e = cudaGraphInstantiate(&g->exec, graph, 0);
 	cudaGraphDestroy(graph);
-	CU(e, "cudaGraphInstantiate");
-	return 0;
+	return cuda_ok(e, "cudaGraphInstantiate", why, whylen);
 }
 
 /* The key of f in g: seen, refused (said once), or captured. */
@@ -134,8 +135,8 @@ keep(const struct medha_cuda_call *f, int nrows, int64_t cap,
  * would fail too (the descriptors, the workspace, a replay's launch).
  */
 int
-cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
-    int *done, char *why, size_t whylen)
+cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, int *done, char *why, size_t whylen)
 {
 	struct cuda_graph *g;
 	int64_t max_kv = 0, cap = 256;
@@ -186,11 +187,15 @@ cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 	/* an SPP stage's hidden states: in place before the replay (the
 	   graph starts at its first layer, with no embedding) */
 	if (f->h_in != NULL)
-		CU(cudaMemcpyAsync(c->s.x, f->h_in,
-		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
-		       cudaMemcpyHostToDevice, c->st),
-		    "uploading hidden states");
-	CU(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch");
+		if ((rc = cuda_ok(cudaMemcpyAsync(c->s.x, f->h_in,
+		                      sizeof(float) * (size_t)f->b->n_tokens *
+		                          c->c.dim,
+		                      cudaMemcpyHostToDevice, c->st),
+		         "uploading hidden states", why, whylen)) != 0)
+			return rc;
+	if ((rc = cuda_ok(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch",
+	         why, whylen)) != 0)
+		return rc;
 	*done = 1;
 	return 0;
 }
@@ -204,6 +209,8 @@ cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows
 int
 cuda_mark(struct medha_cuda *c, int kind, char *why, size_t whylen)
 {
+	int rc;
+
 	if (!c->rt.timing)
 		return 0;
 	if (c->rt.n_ev == c->rt.ev_cap) {
@@ -218,13 +225,15 @@ cuda_mark(struct medha_cuda *c, int kind, char *why, size_t whylen)
 			    "out of memory");
 		c->rt.ev_kind = k;
 		for (int i = c->rt.ev_cap; i < cap; i++) {
-			CU(cudaEventCreate(&c->rt.ev[i]), "cudaEventCreate");
+			if ((rc = cuda_ok(cudaEventCreate(&c->rt.ev[i]),
+			         "cudaEventCreate", why, whylen)) != 0)
+				return rc;
 			c->rt.ev_cap = i + 1;
 		}
 	}
 	c->rt.ev_kind[c->rt.n_ev] = kind;
-	CU(cudaEventRecord(c->rt.ev[c->rt.n_ev++], c->st), "cudaEventRecord");
-	return 0;
+	return cuda_ok(cudaEventRecord(c->rt.ev[c->rt.n_ev++], c->st),
+	    "cudaEventRecord", why, whylen);
 }
 
 /* The timed pairs' sums into t (after the stream is synchronized). */
@@ -234,10 +243,13 @@ cuda_times(struct medha_cuda *c, struct medha_cuda_times *t, char *why,
 {
 	double s[3] = {0, 0, 0};
 	float ms;
+	int rc;
 
 	for (int i = 0; i + 1 < c->rt.n_ev; i += 2) {
-		CU(cudaEventElapsedTime(&ms, c->rt.ev[i], c->rt.ev[i + 1]),
-		    "cudaEventElapsedTime");
+		if ((rc = cuda_ok(cudaEventElapsedTime(&ms, c->rt.ev[i],
+		                      c->rt.ev[i + 1]),
+		         "cudaEventElapsedTime", why, whylen)) != 0)
+			return rc;
 		s[c->rt.ev_kind[i]] += ms * 1e-3;
 	}
 	t->attn = s[0];

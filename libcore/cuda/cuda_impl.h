@@ -226,17 +226,13 @@ struct medha_cuda {
 	struct cuda_scratch s;
 	struct cuda_libs lib;
 	struct cuda_runtime rt;
-	char cwhy[256];             /* a collective's reason */
 };
 
 /* ---- cuda_lib.c ---- */
 int cuda_err(char *why, size_t whylen, int e, const char *what);
-#define CU(call, what)                                                      \
-	do {                                                                \
-		int cu_e_ = (int)(call);                                    \
-		if (cu_e_ != 0)                                             \
-			return cuda_err(why, whylen, cu_e_, what);          \
-	} while (0)
+/* 0 where e (a CUDA runtime call's or a kernel launcher's result) is 0,
+   else cuda_err's code with its reason naming what */
+int cuda_ok(int e, const char *what, char *why, size_t whylen);
 int cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen);
 void cuda_lt_close(struct medha_cuda *c);
 int cuda_nccl_load(struct medha_cuda *c, char *why, size_t whylen);
@@ -261,8 +257,8 @@ void cuda_kv_free(struct medha_cuda *c);
 size_t cuda_kv_block_bytes(const struct medha_cuda *c);
 int cuda_check_batch(struct medha_cuda *c, const struct medha_cuda_call *f,
     int claim, char *why, size_t whylen);
-int64_t cuda_keys_of(const struct medha_cuda *c, const struct medha_cuda_call *f,
-    int i);
+int64_t cuda_keys_of(const struct medha_cuda *c,
+    const struct medha_cuda_call *f, int i);
 int cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f,
     int64_t kv_cap, char *why, size_t whylen);
 int cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
@@ -273,21 +269,15 @@ int cuda_all_reduce(struct medha_cuda *c, int layer, int kind, float *y,
     size_t n, char *why, size_t whylen);
 int cuda_kvp_merge(struct medha_cuda *c, int layer, int n_tokens, char *why,
     size_t whylen);
-int cuda_head_out(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
-    char *why, size_t whylen);
+int cuda_head_out(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, char *why, size_t whylen);
 int cuda_stage(struct medha_cuda *c, size_t floats, char *why, size_t whylen);
 int cuda_sync(struct medha_cuda *c, const char *what, char *why, size_t whylen);
 void cuda_nccl_abort(struct medha_cuda *c);
-#define SYNC(what)                                                          \
-	do {                                                                \
-		int sy_rc_ = cuda_sync(c, what, why, whylen);               \
-		if (sy_rc_ != 0)                                            \
-			return sy_rc_;                                      \
-	} while (0)
 
 /* ---- cuda_graph.c ---- */
-int cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
-    int *done, char *why, size_t whylen);
+int cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, int *done, char *why, size_t whylen);
 void cuda_graph_free(struct medha_cuda *c);
 
 /* ---- cuda_graph.c: timing ---- */
@@ -297,8 +287,8 @@ int cuda_times(struct medha_cuda *c, struct medha_cuda_times *t, char *why,
 void cuda_events_free(struct medha_cuda *c);
 
 /* ---- cuda_fwd.c ---- */
-int cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
-    char *why, size_t whylen);
+int cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, char *why, size_t whylen);
 int cuda_is_decode(const struct medha_cuda_call *f);
 int cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen);
 

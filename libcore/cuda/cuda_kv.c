@@ -45,14 +45,12 @@ kv_copy(void *arg, int32_t d, int32_t b)
 	int e;
 
 	for (int j = 0; j < 2 * (c->hi - c->lo); j++)
-		if ((e = cudaMemcpyAsync(base + (size_t)j * pool + (size_t)d * run,
+		if ((e = cudaMemcpyAsync(base + (size_t)j * pool +
+		             (size_t)d * run,
 		         base + (size_t)j * pool + (size_t)b * run, run,
-		         cudaMemcpyDeviceToDevice, c->st)) != 0) {
-			snprintf(c->cwhy, sizeof(c->cwhy),
-			    "copying KV block %d to %d: %s", (int)b, (int)d,
-			    cudaGetErrorString(e));
-			return MEDHA_EIO;
-		}
+		         cudaMemcpyDeviceToDevice, c->st)) != 0)
+			return MEDHA_EIO; /* the runtime's last error says why
+			                     (cuda_fwd.c's reserve asks it) */
 	return 0;
 }
 
@@ -67,8 +65,10 @@ cuda_kv_init(struct medha_cuda *c, int64_t n_blocks, char *why, size_t whylen)
 	    (int)(n_blocks < (1 << 24) ? n_blocks : 1 << 24);
 	int rc, l;
 
-	if ((rc = medha_kvb_init(&c->kv.bt, n_blocks, tables, kv_copy, c)) != 0 ||
-	    (c->kv.kvl = calloc((size_t)c->c.n_layers, sizeof(*c->kv.kvl))) == NULL ||
+	if ((rc = medha_kvb_init(&c->kv.bt, n_blocks, tables, kv_copy, c)) !=
+	        0 ||
+	    (c->kv.kvl = calloc((size_t)c->c.n_layers, sizeof(*c->kv.kvl))) ==
+	        NULL ||
 	    (c->kv.seen = calloc((size_t)tables, 1)) == NULL)
 		return medha_why(why, whylen, rc != 0 ? rc : MEDHA_ENOMEM,
 		    "the KV cache's tables: %s",
@@ -77,11 +77,13 @@ cuda_kv_init(struct medha_cuda *c, int64_t n_blocks, char *why, size_t whylen)
 	         why, whylen, "the KV cache")) != 0)
 		return rc;
 	/* zeros: a block never written (seq_fill) holds finite K/V */
-	CU(cudaMemsetAsync(c->kv.kvmem, 0, pool * 2 * (size_t)(c->hi - c->lo),
-	       c->st),
-	    "clearing the KV cache");
+	if ((rc = cuda_ok(cudaMemsetAsync(c->kv.kvmem, 0,
+	                      pool * 2 * (size_t)(c->hi - c->lo), c->st),
+	         "clearing the KV cache", why, whylen)) != 0)
+		return rc;
 	for (l = c->lo; l < c->hi; l++) {
-		char *base = (char *)c->kv.kvmem + pool * 2 * (size_t)(l - c->lo);
+		char *base =
+		    (char *)c->kv.kvmem + pool * 2 * (size_t)(l - c->lo);
 		c->kv.kvl[l] = (struct medha_k_kv_layer){base, base + pool,
 		    c->kv.kv_type == MEDHA_KV_F16 ? MEDHA_K_F16 : MEDHA_K_BF16,
 		    c->nkv, c->c.head_dim, MEDHA_KV_BLOCK};
@@ -133,8 +135,8 @@ kv_len(const void *bt, int seq)
 
 /* The checks of a batch against the cache, as every backend's. */
 int
-cuda_check_batch(struct medha_cuda *c, const struct medha_cuda_call *f, int claim,
-    char *why, size_t whylen)
+cuda_check_batch(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int claim, char *why, size_t whylen)
 {
 	return medha_batch_check_cache(f->b, f->kv, kv_len, &c->kv.bt,
 	    (unsigned char *)c->kv.seen, claim, c->lo, why, whylen);
@@ -156,15 +158,15 @@ take(size_t *at, size_t n)
  * own; a graph's bucket otherwise, at least that).
  */
 int
-cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f, int64_t kv_cap,
-    char *why, size_t whylen)
+cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int64_t kv_cap, char *why, size_t whylen)
 {
 	const struct medha_batch *b = f->b;
 	struct cuda_desc *d = &c->s.desc;
 	const size_t S = (size_t)b->n_seqs, T = (size_t)b->n_tokens;
 	size_t at = 0, B = 0;
 	int64_t max_kv = 0, off = 0;
-	int max_q = 0, i, j, t, r;
+	int max_q = 0, i, j, t, r, rc;
 
 	for (i = 0; i < b->n_seqs; i++)
 		B += (size_t)c->kv.bt.seq[b->seq[i].seq].nblock;
@@ -190,7 +192,9 @@ cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f, int64_t k
 		d->h = d->d = NULL;
 		d->cap = 0;
 		cuda_graph_free(c); /* they read the old buffer */
-		CU(cudaMallocHost((void **)&d->h, cap), "pinned descriptors");
+		if ((rc = cuda_ok(cudaMallocHost((void **)&d->h, cap),
+		         "pinned descriptors", why, whylen)) != 0)
+			return rc;
 		if (cuda_malloc((void **)&d->d, cap, why, whylen,
 		        "descriptors") != 0) {
 			cudaFreeHost(d->h);
@@ -200,7 +204,8 @@ cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f, int64_t k
 		d->cap = cap;
 	}
 	/* the last batch's copy reads d->h: wait for it */
-	SYNC("a batch's descriptors");
+	if ((rc = cuda_sync(c, "a batch's descriptors", why, whylen)) != 0)
+		return rc;
 #define H(o, ty) ((ty *)(d->h + d->o))
 	for (i = 0, t = 0, r = 0; i < b->n_seqs; i++) {
 		const struct medha_batch_seq *s = &b->seq[i];
@@ -231,8 +236,10 @@ cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f, int64_t k
 			max_kv = kl;
 	}
 #undef H
-	CU(cudaMemcpyAsync(d->d, d->h, d->len, cudaMemcpyHostToDevice, c->st),
-	    "copying a batch's descriptors");
+	if ((rc = cuda_ok(cudaMemcpyAsync(d->d, d->h, d->len,
+	                      cudaMemcpyHostToDevice, c->st),
+	         "copying a batch's descriptors", why, whylen)) != 0)
+		return rc;
 	d->s = (struct medha_k_seqs){(const int32_t *)(d->d + d->o_qstart),
 	    (const int32_t *)(d->d + d->o_nq),
 	    (const int64_t *)(d->d + d->o_pos),
@@ -259,19 +266,22 @@ cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
 		cudaFree(c->s.x), cudaFree(c->s.qkv), cudaFree(c->s.y);
 		cudaFree(c->s.gu), cudaFree(c->s.attf), cudaFree(c->s.lse);
 		cudaFree(c->s.xn), cudaFree(c->s.att), cudaFree(c->s.act);
-		c->s.x = c->s.qkv = c->s.y = c->s.gu = c->s.attf = c->s.lse = NULL;
+		c->s.x = c->s.qkv = c->s.y = c->s.gu = c->s.attf = c->s.lse =
+		    NULL;
 		c->s.xn = c->s.att = c->s.act = NULL;
 		c->s.cap_t = 0;
 		if ((rc = cuda_malloc((void **)&c->s.x, T * d * 4, why, whylen,
 		         "the residual stream")) != 0 ||
 		    (rc = cuda_malloc((void **)&c->s.y, T * d * 4, why, whylen,
 		         "products")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->s.qkv, T * (size_t)c->qkvd * 4,
-		         why, whylen, "Q, K and V")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->s.qkv,
+		         T * (size_t)c->qkvd * 4, why, whylen, "Q, K and V")) !=
+		        0 ||
 		    (rc = cuda_malloc((void **)&c->s.gu, T * (size_t)c->ff * 8,
 		         why, whylen, "gate and up")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->s.attf, T * (size_t)c->qd * 4,
-		         why, whylen, "attention parts")) != 0 ||
+		    (rc = cuda_malloc((void **)&c->s.attf,
+		         T * (size_t)c->qd * 4, why, whylen,
+		         "attention parts")) != 0 ||
 		    (rc = cuda_malloc((void **)&c->s.lse, T * (size_t)c->nh * 4,
 		         why, whylen, "attention lse")) != 0 ||
 		    (rc = cuda_malloc((void **)&c->s.xn, T * d * 2, why, whylen,
@@ -292,18 +302,21 @@ cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
 		c->s.hn = NULL;
 		c->s.ids = c->s.hids = NULL;
 		c->s.cap_r = 0;
-		if ((rc = cuda_malloc((void **)&c->s.hrows, (size_t)nrows * d * 4,
-		         why, whylen, "logits rows")) != 0 ||
+		if ((rc = cuda_malloc((void **)&c->s.hrows,
+		         (size_t)nrows * d * 4, why, whylen, "logits rows")) !=
+		        0 ||
 		    (rc = cuda_malloc((void **)&c->s.hn, (size_t)nrows * d * 2,
 		         why, whylen, "logits rows")) != 0 ||
 		    (rc = cuda_malloc((void **)&c->s.logits,
 		         (size_t)nrows * (size_t)mc->vocab * 4, why, whylen,
 		         "logits")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->s.ids, (size_t)nrows * 4, why,
-		         whylen, "argmax")) != 0)
+		    (rc = cuda_malloc((void **)&c->s.ids, (size_t)nrows * 4,
+		         why, whylen, "argmax")) != 0)
 			return rc;
-		CU(cudaMallocHost((void **)&c->s.hids, (size_t)nrows * 4),
-		    "pinned argmax");
+		if ((rc = cuda_ok(cudaMallocHost((void **)&c->s.hids,
+		                      (size_t)nrows * 4),
+		         "pinned argmax", why, whylen)) != 0)
+			return rc;
 		c->s.cap_r = nrows;
 	}
 	return 0;

@@ -32,6 +32,12 @@ cuda_err(char *why, size_t whylen, int e, const char *what)
 	    "cuda: %s: %s (%d)", what, cudaGetErrorString((cudaError_t)e), e);
 }
 
+int
+cuda_ok(int e, const char *what, char *why, size_t whylen)
+{
+	return e == 0 ? 0 : cuda_err(why, whylen, e, what);
+}
+
 /* dlopen the first of names that loads; its dlerror in err if none. */
 static void *
 open_first(const char *const *names, char *err, size_t errlen)
@@ -47,13 +53,25 @@ open_first(const char *const *names, char *err, size_t errlen)
 	return NULL;
 }
 
-#define SYM(tab, f)                                                         \
-	do {                                                                \
-		*(void **)&(tab)->f = dlsym((tab)->dl, #f);                 \
-		if ((tab)->f == NULL)                                       \
-			return medha_why(why, whylen, MEDHA_EUNSUP,         \
-			    "cuda: %s has no %s", lib, #f);                 \
-	} while (0)
+/* An entry point to look up: its name, and where its address goes. */
+struct sym {
+	const char *name;
+	void **fn;
+};
+#define SYM(tab, f) {#f, (void **)&(tab)->f}
+
+/* The n entry points of s from dl, or MEDHA_EUNSUP naming the first
+   that lib lacks. */
+static int
+syms(void *dl, const struct sym *s, int n, const char *lib, char *why,
+    size_t whylen)
+{
+	for (int i = 0; i < n; i++)
+		if ((*s[i].fn = dlsym(dl, s[i].name)) == NULL)
+			return medha_why(why, whylen, MEDHA_EUNSUP,
+			    "cuda: %s has no %s", lib, s[i].name);
+	return 0;
+}
 
 int
 cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen)
@@ -62,27 +80,29 @@ cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen)
 	    "libcublasLt.so", NULL};
 	struct cuda_lt *t = &c->lib.lt;
 	const char *lib = "libcublasLt.so.13";
+	const struct sym lt_syms[] = {SYM(t, cublasLtCreate),
+	    SYM(t, cublasLtDestroy), SYM(t, cublasLtMatmulDescCreate),
+	    SYM(t, cublasLtMatmulDescDestroy),
+	    SYM(t, cublasLtMatmulDescSetAttribute),
+	    SYM(t, cublasLtMatrixLayoutCreate),
+	    SYM(t, cublasLtMatrixLayoutDestroy),
+	    SYM(t, cublasLtMatrixLayoutSetAttribute),
+	    SYM(t, cublasLtMatmulPreferenceCreate),
+	    SYM(t, cublasLtMatmulPreferenceDestroy),
+	    SYM(t, cublasLtMatmulPreferenceSetAttribute),
+	    SYM(t, cublasLtMatmulAlgoGetHeuristic), SYM(t, cublasLtMatmul)};
 	char err[512];
-	int st;
+	int st, rc;
 
 	if ((t->dl = open_first(names, err, sizeof(err))) == NULL)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: cannot load cuBLASLt (libcublasLt.so.13 or "
 		    "libcublasLt.so; set LD_LIBRARY_PATH to CUDA's lib64): %s",
 		    err);
-	SYM(t, cublasLtCreate);
-	SYM(t, cublasLtDestroy);
-	SYM(t, cublasLtMatmulDescCreate);
-	SYM(t, cublasLtMatmulDescDestroy);
-	SYM(t, cublasLtMatmulDescSetAttribute);
-	SYM(t, cublasLtMatrixLayoutCreate);
-	SYM(t, cublasLtMatrixLayoutDestroy);
-	SYM(t, cublasLtMatrixLayoutSetAttribute);
-	SYM(t, cublasLtMatmulPreferenceCreate);
-	SYM(t, cublasLtMatmulPreferenceDestroy);
-	SYM(t, cublasLtMatmulPreferenceSetAttribute);
-	SYM(t, cublasLtMatmulAlgoGetHeuristic);
-	SYM(t, cublasLtMatmul);
+	if ((rc = syms(t->dl, lt_syms,
+	         (int)(sizeof(lt_syms) / sizeof(lt_syms[0])), lib, why,
+	         whylen)) != 0)
+		return rc;
 	if ((st = t->cublasLtCreate(&c->lib.lth)) != CUBLAS_STATUS_SUCCESS) {
 		c->lib.lth = NULL;
 		return medha_why(why, whylen, MEDHA_EIO,
@@ -119,7 +139,12 @@ cuda_nccl_load(struct medha_cuda *c, char *why, size_t whylen)
 	    NULL};
 	struct cuda_nccl *t = &c->lib.nc;
 	const char *lib = "libnccl.so.2";
+	const struct sym nc_syms[] = {SYM(t, ncclGetUniqueId),
+	    SYM(t, ncclCommInitRank), SYM(t, ncclAllReduce),
+	    SYM(t, ncclGetErrorString), SYM(t, ncclCommAbort),
+	    SYM(t, ncclCommGetAsyncError)};
 	char err[512];
+	int rc;
 
 	if (t->dl != NULL)
 		return 0;
@@ -129,12 +154,10 @@ cuda_nccl_load(struct medha_cuda *c, char *why, size_t whylen)
 		    "LD_LIBRARY_PATH, or use the host collectives, --coll "
 		    "nng): %s",
 		    err);
-	SYM(t, ncclGetUniqueId);
-	SYM(t, ncclCommInitRank);
-	SYM(t, ncclAllReduce);
-	SYM(t, ncclGetErrorString);
-	SYM(t, ncclCommAbort);
-	SYM(t, ncclCommGetAsyncError);
+	if ((rc = syms(t->dl, nc_syms,
+	         (int)(sizeof(nc_syms) / sizeof(nc_syms[0])), lib, why,
+	         whylen)) != 0)
+		return rc;
 	/* optional: without it, a blocking init (no timeout) */
 	*(void **)&t->ncclCommInitRankConfig = dlsym(t->dl,
 	    "ncclCommInitRankConfig");
@@ -156,14 +179,18 @@ cuda_nccl_close(struct medha_cuda *c)
 
 /* ---- the linear layers ---- */
 
-#define LT(call, what)                                                      \
-	do {                                                                \
-		int lt_st_ = (int)(call);                                   \
-		if (lt_st_ != CUBLAS_STATUS_SUCCESS)                        \
-			return medha_why(why, whylen, MEDHA_EIO,            \
-			    "cuda: %s: cuBLASLt status %d (%d x %d x %d)",  \
-			    what, lt_st_, m, g->n, g->k);                   \
-	} while (0)
+/* 0 for a cuBLASLt status of success, else MEDHA_EIO naming the call
+   and the product's m x n x k */
+static int
+lt_ok(int st, const char *what, int m, const struct cuda_gemm *g, char *why,
+    size_t whylen)
+{
+	if (st == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	return medha_why(why, whylen, MEDHA_EIO,
+	    "cuda: %s: cuBLASLt status %d (%d x %d x %d)", what, st, m, g->n,
+	    g->k);
+}
 
 /* The descriptors of shape (n, k, ldy), made at its first use. */
 static struct cuda_gemm *
@@ -234,8 +261,8 @@ set_m(struct medha_cuda *c, struct cuda_gemm *g, int m)
  * rather than assuming the 256 bytes of a base.
  */
 static int
-pick(struct medha_cuda *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
-    char *why, size_t whylen)
+pick(struct medha_cuda *c, struct cuda_gemm *g, int m,
+    cublasLtMatmulAlgo_t *algo, char *why, size_t whylen)
 {
 	struct cuda_lt *t = &c->lib.lt;
 	cublasLtMatmulPreference_t pref;
@@ -243,11 +270,13 @@ pick(struct medha_cuda *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *alg
 	uint64_t ws = CUDA_LT_WORK;
 	uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE |
 	    CUBLASLT_REDUCTION_SCHEME_INPLACE, al = CUDA_LT_ALIGN;
-	int nres = 0, st;
+	int nres = 0, st, rc;
 
-	LT(set_m(c, g, m), "setting the row count");
-	LT(t->cublasLtMatmulPreferenceCreate(&pref),
-	    "cublasLtMatmulPreferenceCreate");
+	if ((rc = lt_ok(set_m(c, g, m), "setting the row count", m, g, why,
+	         whylen)) != 0 ||
+	    (rc = lt_ok(t->cublasLtMatmulPreferenceCreate(&pref),
+	         "cublasLtMatmulPreferenceCreate", m, g, why, whylen)) != 0)
+		return rc;
 	st = t->cublasLtMatmulPreferenceSetAttribute(pref,
 	    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
 	if (st == CUBLAS_STATUS_SUCCESS)
@@ -261,10 +290,12 @@ pick(struct medha_cuda *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *alg
 		st = t->cublasLtMatmulPreferenceSetAttribute(pref,
 		    (cublasLtMatmulPreferenceAttributes_t)a, &al, sizeof(al));
 	if (st == CUBLAS_STATUS_SUCCESS)
-		st = t->cublasLtMatmulAlgoGetHeuristic(c->lib.lth, g->desc, g->a,
-		    g->b, g->d, g->d, pref, 1, &res, &nres);
+		st = t->cublasLtMatmulAlgoGetHeuristic(c->lib.lth, g->desc,
+		    g->a, g->b, g->d, g->d, pref, 1, &res, &nres);
 	t->cublasLtMatmulPreferenceDestroy(pref);
-	LT(st, "cublasLtMatmulAlgoGetHeuristic");
+	if ((rc = lt_ok(st, "cublasLtMatmulAlgoGetHeuristic", m, g, why,
+	         whylen)) != 0)
+		return rc;
 	if (nres < 1)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: cuBLASLt has no algorithm for a bf16 %d x %d x %d "
@@ -318,14 +349,18 @@ cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
 	} else {
 		algo = &g->algo;
 		if (!g->have) {
-			if ((rc = pick(c, g, c->lib.gemm_m, algo, why, whylen)) != 0)
+			if ((rc = pick(c, g, c->lib.gemm_m, algo, why,
+			         whylen)) != 0)
 				return rc;
 			g->have = 1;
 		}
 	}
-	LT(set_m(c, g, m), "setting the row count");
-	st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w, g->a, x, g->b,
-	    &beta, y, g->d, y, g->d, algo, c->s.ltwork, CUDA_LT_WORK, c->st);
+	if ((rc = lt_ok(set_m(c, g, m), "setting the row count", m, g, why,
+	         whylen)) != 0)
+		return rc;
+	st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w, g->a, x,
+	    g->b, &beta, y, g->d, y, g->d, algo, c->s.ltwork, CUDA_LT_WORK,
+	    c->st);
 	if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
 	    st == CUBLAS_STATUS_INVALID_VALUE) {
 		/* the algorithm cannot take this m (NOT_SUPPORTED), or not
@@ -346,10 +381,9 @@ cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
 			    st == CUBLAS_STATUS_INVALID_VALUE
 			        ? "INVALID_VALUE" : "NOT_SUPPORTED");
 		g->warned |= 1 << (st == CUBLAS_STATUS_INVALID_VALUE);
-		st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w, g->a, x,
-		    g->b, &beta, y, g->d, y, g->d, &g->own, c->s.ltwork,
-		    CUDA_LT_WORK, c->st);
+		st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w,
+		    g->a, x, g->b, &beta, y, g->d, y, g->d, &g->own,
+		    c->s.ltwork, CUDA_LT_WORK, c->st);
 	}
-	LT(st, "cublasLtMatmul");
-	return 0;
+	return lt_ok(st, "cublasLtMatmul", m, g, why, whylen);
 }

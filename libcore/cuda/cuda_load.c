@@ -60,21 +60,29 @@ put(struct medha_cuda *c, uint16_t *dst, const struct src *s, int64_t r0,
 	int64_t r, j, per, rr;
 	uint16_t *h;
 	float *row;
+	int rc;
 	size_t rb;
 
 	if (s->t == NULL) {
 		uint64_t base = s->id << 40;
 		if (c0 == 0 && w == s->cols) {
-			CU(medha_k_fill_random(dst, (r1 - r0) * w, s->seed,
-			       base + (uint64_t)(r0 * w), s->scale, c->st),
-			    "medha_k_fill_random");
+			if ((rc = cuda_ok(medha_k_fill_random(dst,
+			                      (r1 - r0) * w, s->seed,
+			                      base + (uint64_t)(r0 * w),
+			                      s->scale, c->st),
+			         "medha_k_fill_random", why, whylen)) != 0)
+				return rc;
 			return 0;
 		}
 		for (r = r0; r < r1; r++)
-			CU(medha_k_fill_random(dst + (r - r0) * w, w, s->seed,
-			       base + (uint64_t)(r * s->cols + c0), s->scale,
-			       c->st),
-			    "medha_k_fill_random");
+			if ((rc = cuda_ok(medha_k_fill_random(dst +
+			                          (r - r0) * w,
+			                      w, s->seed,
+			                      base +
+			                          (uint64_t)(r * s->cols + c0),
+			                      s->scale, c->st),
+			         "medha_k_fill_random", why, whylen)) != 0)
+				return rc;
 		return 0;
 	}
 	rb = medha_ggml_row_bytes(s->t->type, s->t->ne[0]);
@@ -106,8 +114,8 @@ put(struct medha_cuda *c, uint16_t *dst, const struct src *s, int64_t r0,
 		cudaStreamSynchronize(c->st);
 		for (j = 0; j < rr; j++) {
 			medha_dequant_row(s->t->type,
-			    (const char *)s->t->data + rb * (size_t)(r + j), row,
-			    s->t->ne[0]);
+			    (const char *)s->t->data + rb * (size_t)(r + j),
+			    row, s->t->ne[0]);
 			for (int64_t k = 0; k < w; k++)
 				h[j * w + k] = medha_fp32_to_bf16(row[c0 + k]);
 		}
@@ -117,8 +125,7 @@ put(struct medha_cuda *c, uint16_t *dst, const struct src *s, int64_t r0,
 	}
 	cudaStreamSynchronize(c->st);
 	free(row);
-	CU(cudaGetLastError(), "uploading weights");
-	return 0;
+	return cuda_ok(cudaGetLastError(), "uploading weights", why, whylen);
 }
 
 /* A device matrix of rows x cols bf16, counted in c->w.wbytes. */
@@ -159,7 +166,8 @@ vec(struct medha_cuda *c, float **p, const float *v, int n, char *why,
 	if (rc == cudaSuccess)
 		rc = cudaStreamSynchronize(c->st);
 	free(ones);
-	CU(rc, "uploading a norm");
+	if ((rc = cuda_ok(rc, "uploading a norm", why, whylen)) != 0)
+		return rc;
 	c->w.wbytes += sizeof(float) * (size_t)n;
 	return 0;
 }
@@ -289,6 +297,7 @@ load(struct medha_cuda *c, const struct medha_model *m, uint64_t seed,
 	struct src e = {m ? m->tok_embd : NULL, seed, 1u << 20, d, 1.0f};
 	struct src o = {m ? m->output : NULL, seed, (1u << 20) + 1, d,
 	    sqrtf(3.0f / (float)d)};
+	char lw[256];
 	int rc, l;
 
 	if ((c->w.L = calloc((size_t)mc->n_layers, sizeof(*c->w.L))) == NULL)
@@ -308,11 +317,11 @@ load(struct medha_cuda *c, const struct medha_model *m, uint64_t seed,
 	         "rope_freqs")) != 0)
 		return rc;
 	for (l = c->lo; l < c->hi; l++)
-		if ((rc = layer(c, m, l, seed, c->cwhy, sizeof(c->cwhy))) != 0)
+		if ((rc = layer(c, m, l, seed, lw, sizeof(lw))) != 0)
 			return medha_why(why, whylen, rc, "layer %d: %s", l,
-			    c->cwhy);
-	CU(cudaStreamSynchronize(c->st), "loading the weights");
-	return 0;
+			    lw);
+	return cuda_ok(cudaStreamSynchronize(c->st), "loading the weights",
+	    why, whylen);
 }
 
 int

@@ -25,10 +25,11 @@ device(struct medha_cuda *c, const struct medha_cuda_opts *p, char *why,
 		    "cuda: device %d: there are %d (0 to %d)", p->device, n,
 		    n - 1);
 	c->dev = p->device;
-	CU(cudaSetDevice(c->dev), "cudaSetDevice");
-	CU(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking),
-	    "cudaStreamCreate");
-	return 0;
+	if ((rc = cuda_ok(cudaSetDevice(c->dev), "cudaSetDevice", why,
+	         whylen)) != 0)
+		return rc;
+	return cuda_ok(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking),
+	    "cudaStreamCreate", why, whylen);
 }
 
 /* Layers, TP share, widths and switches from p and the shape in c->c. */
@@ -69,7 +70,8 @@ layout(struct medha_cuda *c, const struct medha_cuda_opts *p, char *why,
 		    "cuda: KV type %d: f16 (%d) or bf16 (%d, the default) "
 		    "only",
 		    p->kv_type, MEDHA_KV_F16, MEDHA_KV_BF16);
-	c->kv.kv_type = p->kv_type == MEDHA_KV_F16 ? MEDHA_KV_F16 : MEDHA_KV_BF16;
+	c->kv.kv_type =
+	    p->kv_type == MEDHA_KV_F16 ? MEDHA_KV_F16 : MEDHA_KV_BF16;
 	c->kv.max_seqs = p->max_seqs > 0 ? p->max_seqs : CUDA_MAX_SEQS;
 	c->use_nccl = p->nccl;
 	e = getenv("MEDHA_CUDA_GEMM");
@@ -96,12 +98,15 @@ kv_blocks(struct medha_cuda *c, const struct medha_cuda_opts *p,
 {
 	size_t fr, tot, per = cuda_kv_block_bytes(c);
 	double util = p->mem_util > 0 ? p->mem_util : 0.9, budget;
+	int rc;
 
 	if (p->kv_blocks > 0) {
 		*n = p->kv_blocks;
 		return 0;
 	}
-	CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+	if ((rc = cuda_ok(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo", why,
+	         whylen)) != 0)
+		return rc;
 	/* what weights and scratch took since open comes off the share */
 	budget = (double)free0 * util - ((double)free0 - (double)fr);
 	*n = budget > 0 ? (int64_t)(budget / (double)per) : 0;
@@ -166,7 +171,9 @@ make(struct medha_cuda *c, const struct medha_model *m,
 	if ((rc = device(c, p, why, whylen)) != 0 ||
 	    (rc = layout(c, p, why, whylen)) != 0)
 		return rc;
-	CU(cudaMemGetInfo(&free0, &tot), "cudaMemGetInfo");
+	if ((rc = cuda_ok(cudaMemGetInfo(&free0, &tot), "cudaMemGetInfo", why,
+	         whylen)) != 0)
+		return rc;
 	if ((rc = cuda_lt_open(c, why, whylen)) != 0 ||
 	    (rc = cuda_malloc(&c->s.ltwork, CUDA_LT_WORK, why, whylen,
 	         "cuBLASLt's workspace")) != 0)
@@ -181,8 +188,7 @@ make(struct medha_cuda *c, const struct medha_model *m,
 	    (rc = kv_blocks(c, p, free0, &nb, why, whylen)) != 0 ||
 	    (rc = cuda_kv_init(c, nb, why, whylen)) != 0)
 		return rc;
-	CU(cudaStreamSynchronize(c->st), "opening");
-	return 0;
+	return cuda_ok(cudaStreamSynchronize(c->st), "opening", why, whylen);
 }
 
 int
@@ -237,7 +243,8 @@ medha_cuda_close(struct medha_cuda *c)
 	cuda_events_free(c);
 	cuda_free_weights(c);
 	cuda_kv_free(c);
-	cudaFree(c->s.x), cudaFree(c->s.qkv), cudaFree(c->s.y), cudaFree(c->s.gu);
+	cudaFree(c->s.x), cudaFree(c->s.qkv), cudaFree(c->s.y),
+	    cudaFree(c->s.gu);
 	cudaFree(c->s.attf), cudaFree(c->s.lse), cudaFree(c->s.xn);
 	cudaFree(c->s.att), cudaFree(c->s.act), cudaFree(c->s.hrows);
 	cudaFree(c->s.hn), cudaFree(c->s.logits), cudaFree(c->s.ids);
