@@ -1,6 +1,7 @@
 /*
  * backend_cuda.h: the cuda backend (issue 26): the model on one NVIDIA
- * GPU behind the interface of backend.h, with cuBLASLt for the linear
+ * GPU (the forward pass of libcore/cuda/) behind the interface of
+ * backend.h, with cuBLASLt for the linear
  * layers (bf16 in, f32 accumulation), the kernels of kernels/ for the
  * rest, a paged KV cache in device memory, and NCCL for TP within the
  * backend (or the caller's collectives). Built only where nvcc is found
@@ -40,6 +41,11 @@ int medha_backend_cuda_open(struct medha_backend **be,
  */
 int medha_backend_cuda_init(struct medha_backend **be,
     const struct medha_model *m, const struct medha_backend_params *p,
+    char *why, size_t whylen);
+
+/* CUDA device `index` described (the registry's device question):
+   cuda/cuda.h's medha_cuda_device. */
+int medha_backend_cuda_device(int index, struct medha_backend_device *d,
     char *why, size_t whylen);
 
 #endif
