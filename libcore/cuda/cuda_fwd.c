@@ -362,6 +362,20 @@ reserve(struct medha_cuda *c, const struct medha_cuda_call *f, char *why,
 	return 0;
 }
 
+/* An SPP stage's hidden states (f->h_in, where given) into the residual
+   stream, queued on the stream. */
+int
+cuda_upload_h(struct medha_cuda *c, const struct medha_cuda_call *f,
+    char *why, size_t whylen)
+{
+	if (f->h_in == NULL)
+		return 0;
+	return cuda_ok(cudaMemcpyAsync(c->s.x, f->h_in,
+	                   sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
+	                   cudaMemcpyHostToDevice, c->st),
+	    "uploading hidden states", why, whylen);
+}
+
 /* The call's inputs on the device and its layers run, eagerly. */
 static int
 eager(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
@@ -372,13 +386,8 @@ eager(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
 	if ((rc = cuda_desc_build(c, f, 0, why, whylen)) != 0 ||
 	    (rc = cuda_attn_work(c, why, whylen)) != 0)
 		return rc;
-	if (f->h_in != NULL)
-		if ((rc = cuda_ok(cudaMemcpyAsync(c->s.x, f->h_in,
-		                      sizeof(float) * (size_t)f->b->n_tokens *
-		                          c->c.dim,
-		                      cudaMemcpyHostToDevice, c->st),
-		         "uploading hidden states", why, whylen)) != 0)
-			return rc;
+	if ((rc = cuda_upload_h(c, f, why, whylen)) != 0)
+		return rc;
 	return cuda_run_layers(c, f, nrows, why, whylen);
 }
 

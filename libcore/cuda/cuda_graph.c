@@ -186,13 +186,8 @@ cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f,
 	g->last = ++c->rt.gclock;
 	/* an SPP stage's hidden states: in place before the replay (the
 	   graph starts at its first layer, with no embedding) */
-	if (f->h_in != NULL)
-		if ((rc = cuda_ok(cudaMemcpyAsync(c->s.x, f->h_in,
-		                      sizeof(float) * (size_t)f->b->n_tokens *
-		                          c->c.dim,
-		                      cudaMemcpyHostToDevice, c->st),
-		         "uploading hidden states", why, whylen)) != 0)
-			return rc;
+	if ((rc = cuda_upload_h(c, f, why, whylen)) != 0)
+		return rc;
 	if ((rc = cuda_ok(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch",
 	         why, whylen)) != 0)
 		return rc;

@@ -290,6 +290,8 @@ void cuda_events_free(struct medha_cuda *c);
 int cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
     int nrows, char *why, size_t whylen);
 int cuda_is_decode(const struct medha_cuda_call *f);
+int cuda_upload_h(struct medha_cuda *c, const struct medha_cuda_call *f,
+    char *why, size_t whylen);
 int cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen);
 
 #endif
