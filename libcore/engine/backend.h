@@ -367,10 +367,6 @@ struct medha_backend_kind {
 	   but cannot run (not built here) */
 	int (*open)(struct medha_backend **be,
 	    const struct medha_backend_params *p, char *why, size_t whylen);
-	/* device `index` described (MEDHA_EUNSUP: none; MEDHA_EINVAL: no
-	   such index); NULL: a kind without devices, or not built here */
-	int (*device)(int index, struct medha_backend_device *d, char *why,
-	    size_t whylen);
 };
 
 /* Every kind this build knows, in a fixed order; *n gets their count. */
@@ -389,10 +385,12 @@ int medha_backend_open(struct medha_backend **be, const char *name,
     const struct medha_backend_params *p, char *why, size_t whylen);
 
 /*
- * Device `index` of kind name described into *d. Returns 0, MEDHA_EUNSUP
- * (an unknown kind, one without devices or not built into this
- * program, or no device), MEDHA_EINVAL (no such index) or the kind's
- * own errors, with a reason in why.
+ * Device `index` of kind name described into *d (the registry's device
+ * questions, devices.c: apart from the table of openers, so that a
+ * program that only asks links no backend). Returns 0, MEDHA_EUNSUP (an
+ * unknown kind, one without devices or not built into this program, or
+ * no device), MEDHA_EINVAL (no such index) or the kind's own errors,
+ * with a reason in why.
  */
 int medha_backend_device(const char *name, int index,
     struct medha_backend_device *d, char *why, size_t whylen);

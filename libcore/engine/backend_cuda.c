@@ -6,7 +6,7 @@
  * call's struct medha_fwd as the room's struct medha_cuda_call, the
  * caller's struct medha_comm as host-memory collectives (the KVP
  * exchange through medha_kvp_exchange, as every backend trades), the
- * function table, and the device questions of the registry.
+ * function table.
  */
 #include "engine/backend_cuda.h"
 
@@ -293,24 +293,4 @@ medha_backend_cuda_open(struct medha_backend **be,
 		    p->model);
 	/* a shape of another family (qwen3-32b): as from a file */
 	return make(be, NULL, &pm.c, p, why, whylen);
-}
-
-/* ---- the registry's device questions ---- */
-
-int
-medha_backend_cuda_device(int index, struct medha_backend_device *d,
-    char *why, size_t whylen)
-{
-	struct medha_cuda_device cd;
-	int rc;
-
-	memset(d, 0, sizeof(*d));
-	if ((rc = medha_cuda_device(index, &cd, why, whylen)) != 0)
-		return rc;
-	snprintf(d->name, sizeof(d->name), "%s", cd.name);
-	d->mem_bytes = cd.mem_bytes;
-	d->cc_major = cd.cc_major;
-	d->cc_minor = cd.cc_minor;
-	d->units = cd.sms;
-	return 0;
 }

@@ -43,9 +43,4 @@ int medha_backend_cuda_init(struct medha_backend **be,
     const struct medha_model *m, const struct medha_backend_params *p,
     char *why, size_t whylen);
 
-/* CUDA device `index` described (the registry's device question):
-   cuda/cuda.h's medha_cuda_device. */
-int medha_backend_cuda_device(int index, struct medha_backend_device *d,
-    char *why, size_t whylen);
-
 #endif

@@ -4,9 +4,8 @@
  * programs and the servers ask the registry instead of comparing names.
  * "cuda" is known everywhere (a scheduler drives cuda workers, the
  * predictor models GPUs) and has an opener where the CUDA backend is
- * built in (MEDHA_CUDA: the Makefile's CUDA=1). The registry also
- * answers device questions (medha_backend_device: name, memory, compute
- * capability), so that no program includes a vendor's headers.
+ * built in (MEDHA_CUDA: the Makefile's CUDA=1). The registry's device
+ * questions are devices.c's.
  */
 #include "engine/backend.h"
 #include "engine/backend_cpu.h"
@@ -58,23 +57,21 @@ static const struct medha_backend_kind kinds[] = {
 	{"cpu",
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
 	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_FORK,
-	    "the model on this machine's CPUs (the reference)", open_cpu,
-	    NULL},
+	    "the model on this machine's CPUs (the reference)", open_cpu},
 	{"sim",
 	    MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP | MEDHA_BACKEND_KVP |
 	        MEDHA_BACKEND_FORK,
 	    "waits the time the predictor gives a batch; no numerics",
-	    open_sim, NULL},
+	    open_sim},
 	{"cuda",
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
 	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_GPU |
 	        MEDHA_BACKEND_FORK,
 #ifdef MEDHA_CUDA
 	    "the model on an NVIDIA GPU (cuBLASLt, NCCL)",
-	    medha_backend_cuda_open, medha_backend_cuda_device},
+	    medha_backend_cuda_open},
 #else
-	    "the model on an NVIDIA GPU (not built into this program)", NULL,
-	    NULL},
+	    "the model on an NVIDIA GPU (not built into this program)", NULL},
 #endif
 };
 
@@ -109,22 +106,4 @@ medha_backend_open(struct medha_backend **be, const char *name,
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "backend %s: not built into this program", name);
 	return k->open(be, p, why, whylen);
-}
-
-int
-medha_backend_device(const char *name, int index,
-    struct medha_backend_device *d, char *why, size_t whylen)
-{
-	const struct medha_backend_kind *k = medha_backend_find(name);
-
-	memset(d, 0, sizeof(*d));
-	if (k == NULL)
-		return medha_why(why, whylen, MEDHA_EUNSUP,
-		    "backend %s: unknown (cpu, sim or cuda)", name);
-	if (k->device == NULL)
-		return medha_why(why, whylen, MEDHA_EUNSUP,
-		    "backend %s: no devices to describe (%s)", name,
-		    k->open == NULL ? "not built into this program"
-		                    : "it runs on this machine");
-	return k->device(index, d, why, whylen);
 }
