@@ -26,6 +26,18 @@
 #                        machine: the programs stripped, the libraries it
 #                        lacks, the random test model (build/gpu-pack,
 #                        build/gpu-libs; doc/DESIGN.md, section 13)
+#   make simt            the SIMT emulator (tests/gpu/simt) and its test
+#                        program, the kernels of kernels/ compiled as host
+#                        C++ by g++ (needs CUDA's headers, not nvcc):
+#                        build/tests/gpu/simt/simt_test (SIMT_SAN=1: with
+#                        ASan and UBSan, in .../simt-san; SIMT_KERNELS=DIR
+#                        and SIMT_OUT=DIR build another copy of kernels/,
+#                        as tests/gpu/simt/mutants.sh does)
+#   make cuda-mock       the cuda backend on host stand-ins (tests/gpu/mock,
+#                        CUDA=1): build/tests/gpu/mock/ gets
+#                        backend_cuda_test, libcublasLt.so.13, libnccl.so.2
+#                        and bin/medha-worker, bin/medha-prof (run them
+#                        with LD_LIBRARY_PATH=build/tests/gpu/mock)
 #   make install PREFIX=/usr/local
 #
 # CUDA parts (kernels/*.cu) build only where nvcc is found.
@@ -47,7 +59,10 @@ override CFLAGS += $(SAN) -std=c11 -D_GNU_SOURCE -march=$(ARCH) -Wall -Wextra -i
 # from stopping the build
 DEPFLAGS = -MMD -MP
 override LDFLAGS += $(SAN)
-LDLIBS  += -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm
+# the libraries every program links (the GPU test harness too); the
+# cuda build adds the kernels and CUDA's runtime below
+BASE_LDLIBS = -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm
+LDLIBS  += $(BASE_LDLIBS)
 TESTLIBS = -lcmocka
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -65,13 +80,13 @@ NVCCFLAGS ?= -O3 -std=c++17 -lineinfo --compress-mode=size \
 
 PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
-# the cuda backend (libcore/engine/*cuda*.c, kernels/*.cu) is built only
-# with CUDA=1: then every program links the kernels and CUDA's static
+# the cuda backend (libcore/cuda/*.c, its adapter libcore/engine/
+# backend_cuda.c, kernels/*.cu) is built only with CUDA=1: then every program links the kernels and CUDA's static
 # runtime (a program that never opens the cuda backend starts as fast as
 # before and needs no CUDA library at run time; the backend loads
 # cuBLASLt and NCCL with dlopen when it opens)
 ifneq ($(CUDA),1)
-LIB_SRCS := $(filter-out $(wildcard libcore/engine/*cuda*.c),$(LIB_SRCS))
+LIB_SRCS := $(filter-out $(wildcard libcore/engine/*cuda*.c libcore/cuda/*.c),$(LIB_SRCS))
 endif
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       = $(BUILD)/libmedha.a
@@ -108,7 +123,7 @@ MAN7      = $(wildcard man/*.7)
 
 .PHONY: all test unit asan bench bench-cpu bench-live bench-sched bench-predictor \
     demo install clean \
-    contrib kernels format test-gpu bench-gpu gpu-pack
+    contrib kernels format test-gpu bench-gpu gpu-pack simt cuda-mock
 all: $(PROGS:%=$(BIN)/%) contrib kernels
 
 # A target whose .d is missing (built before there were any, or the .d
@@ -164,6 +179,93 @@ $(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) kernels/kernels.h
 $(CU_LIB): $(CU_OBJS)
 	@rm -f $@
 	$(AR) rcs $@ $^
+
+# ---- the GPU test harness, built and run without a GPU ----
+
+# The SIMT emulator: the kernels' own sources compiled as host C++ with
+# tests/gpu/simt/simt.h force-included (it defines kernels/common.cuh's
+# launch and shared-memory macros the emulator's way), simt.cc, and
+# simt_test.c (kernels_test.c's cases) linked with libmedha.a. sample.cu
+# is not emulated. CUDA's headers only: nvcc is not needed.
+SIMT_CUDA    = $(or $(CUDA_HOME),/usr/local/cuda)
+SIMT_KERNELS ?= kernels
+SIMT_SAN     ?= 0
+SIMT_ASAN    = -fsanitize=address,undefined -fno-omit-frame-pointer \
+    -fno-sanitize-recover=undefined
+SIMT_SANFL   = $(if $(filter 1,$(SIMT_SAN)),$(SIMT_ASAN))
+SIMT_OUT     ?= $(BUILD)/tests/gpu/simt$(if $(filter 1,$(SIMT_SAN)),-san)
+SIMT_NAMES   = attn attn_mma kv norm rope merge add embed swiglu
+SIMT_OBJS    = $(SIMT_NAMES:%=$(SIMT_OUT)/%.o)
+SIMT_CXX     = g++ -std=c++17 -O1 -g -w $(SIMT_SANFL) -DMEDHA_SIMT \
+    -isystem $(SIMT_CUDA)/include -I$(SIMT_KERNELS) \
+    -include tests/gpu/simt/simt.h
+simt: $(SIMT_OUT)/simt_test
+
+$(SIMT_OUT)/%.o: $(SIMT_KERNELS)/%.cu $(wildcard $(SIMT_KERNELS)/*.cuh) \
+    $(SIMT_KERNELS)/kernels.h tests/gpu/simt/simt.h
+	@mkdir -p $(dir $@)
+	$(SIMT_CXX) $(DEPFLAGS) -x c++ -c -o $@ $<
+
+$(SIMT_OUT)/simt.o: tests/gpu/simt/simt.cc tests/gpu/simt/simt.h
+	@mkdir -p $(dir $@)
+	g++ -std=c++17 -O2 -g -Wall $(SIMT_SANFL) -isystem $(SIMT_CUDA)/include \
+	    -I$(SIMT_KERNELS) $(DEPFLAGS) -c -o $@ $<
+
+$(SIMT_OUT)/simt_test.o: tests/gpu/simt/simt_test.c tests/gpu/kernels_test.c \
+    $(SIMT_KERNELS)/kernels.h
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g $(SIMT_SANFL) -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA \
+	    -isystem $(SIMT_CUDA)/include -iquote libcore -iquote $(SIMT_KERNELS) \
+	    -Itests $(DEPFLAGS) -c -o $@ $<
+
+$(SIMT_OUT)/simt_test: $(SIMT_OUT)/simt_test.o $(SIMT_OBJS) $(SIMT_OUT)/simt.o $(LIB)
+	g++ $(SIMT_SANFL) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(BASE_LDLIBS)
+
+# The stand-ins (tests/gpu/mock): the CUDA runtime and kernels/ as plain
+# C (cudart_mock.c, linked into each program), cuBLASLt and NCCL as the
+# shared libraries the backend dlopens; backend_cuda_test and the two
+# programs the live test drives, each linked by MOCK_LINK from the
+# objects the Makefile built (libmedha.a with the cuda room; nothing of
+# CUDA's runtime or the kernels' library).
+MOCK_OUT   = $(BUILD)/tests/gpu/mock
+MOCK_FLAGS = -O2 -g -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA \
+    -isystem $(CUDA_HOME)/include -iquote libcore -iquote kernels -Itests
+MOCK_LINK  = $(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -rdynamic $(LIB) \
+    $(TESTLIBS) $(BASE_LDLIBS) -ldl
+MOCK_PROGS = $(MOCK_OUT)/backend_cuda_test $(MOCK_OUT)/libcublasLt.so.13 \
+    $(MOCK_OUT)/libnccl.so.2 $(MOCK_OUT)/bin/medha-worker \
+    $(MOCK_OUT)/bin/medha-prof
+ifeq ($(CUDA),1)
+cuda-mock: $(MOCK_PROGS)
+else
+cuda-mock:
+	@echo "cuda-mock: nvcc not found (or CUDA=0): no cuda backend to stand in for"; false
+endif
+
+$(MOCK_OUT)/%.o: tests/gpu/mock/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(MOCK_FLAGS) $(DEPFLAGS) -fPIC -c -o $@ $<
+
+$(MOCK_OUT)/backend_cuda_test.o: tests/gpu/backend_cuda_test.c
+	@mkdir -p $(dir $@)
+	$(CC) $(MOCK_FLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(MOCK_OUT)/backend_cuda_test: $(MOCK_OUT)/backend_cuda_test.o \
+    $(MOCK_OUT)/cudart_mock.o $(LIB)
+	$(MOCK_LINK)
+
+$(foreach p,medha-worker medha-prof,$(eval $(MOCK_OUT)/bin/$(p): \
+    $(patsubst %.c,$(BUILD)/%.o,$(wildcard cmd/$(p)/*.c) cmd/common.c) \
+    $(MOCK_OUT)/cudart_mock.o $(LIB)))
+$(MOCK_OUT)/bin/%:
+	@mkdir -p $(dir $@)
+	$(MOCK_LINK)
+
+$(MOCK_OUT)/libcublasLt.so.13: $(MOCK_OUT)/cublaslt_mock.o $(LIB)
+	$(CC) $(LDFLAGS) -shared -o $@ $< $(LIB)
+
+$(MOCK_OUT)/libnccl.so.2: $(MOCK_OUT)/nccl_mock.o
+	$(CC) $(LDFLAGS) -shared -o $@ $< -lrt
 
 # the references first (once; the tests that need them skip without)
 test: all $(TESTS) $(TEST_TOOLS) $(GPU_TESTS) $(GPU_BENCHES)
@@ -243,4 +345,5 @@ clean:
 # the header dependencies the compiles wrote (none before the first build)
 -include $(wildcard $(BUILD)/libcore/*.d $(BUILD)/libcore/*/*.d \
     $(BUILD)/cmd/*.d $(BUILD)/cmd/*/*.d $(BUILD)/tests/*.d \
-    $(BUILD)/tests/tools/*.d $(BUILD)/tests/gpu/*.d $(BUILD)/contrib/*.d)
+    $(BUILD)/tests/tools/*.d $(BUILD)/tests/gpu/*.d $(BUILD)/contrib/*.d \
+    $(MOCK_OUT)/*.d $(SIMT_OUT)/*.d)

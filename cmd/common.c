@@ -7,6 +7,7 @@
  */
 #include "common.h"
 
+#include "engine/backend.h"
 #include "io/trace.h"
 #include "net/auth.h"
 
@@ -14,9 +15,6 @@
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
-#ifdef MEDHA_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 /* ---- exits ---- */
 
@@ -265,23 +263,18 @@ cuda_gpu_name(int device, char *name, size_t len)
 {
 	/* "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB" */
 	static const char *known[] = {"h200", "h100", "a100"};
+	struct medha_backend_device d;
+	char why[256];
 
 	if (len > 0)
 		name[0] = '\0';
-#ifdef MEDHA_CUDA
-	struct cudaDeviceProp prop;
-	int n = 0;
-	if (cudaGetDeviceCount(&n) != cudaSuccess || device >= n ||
-	    cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+	/* the registry's device question: no CUDA header here */
+	if (medha_backend_device("cuda", device, &d, why, sizeof(why)) != 0)
 		return NULL;
-	snprintf(name, len, "%s", prop.name);
+	snprintf(name, len, "%s", d.name);
 	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-		if (strcasestr(prop.name, known[i]) != NULL)
+		if (strcasestr(d.name, known[i]) != NULL)
 			return known[i];
-#else
-	(void)device;
-	(void)known;
-#endif
 	return NULL;
 }
 

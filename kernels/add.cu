@@ -25,7 +25,8 @@ medha_k_add(float *x, const float *y, int64_t n, cudaStream_t stream)
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	add_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(x, y, n);
+	MEDHA_LAUNCH(add_kernel, grid_for(n, 256, GRID_CAP), 256, 0, stream)(x,
+	    y, n);
 	return launch_status();
 }
 
@@ -49,8 +50,8 @@ medha_k_bias_add(float *x, int row_stride, int n, const float *b, int width,
 		return cudaErrorInvalidValue;
 	if (total == 0)
 		return 0;
-	bias_kernel<<<grid_for(total, 256, GRID_CAP), 256, 0, stream>>>(x,
-	    row_stride, n, b, width);
+	MEDHA_LAUNCH(bias_kernel, grid_for(total, 256, GRID_CAP), 256, 0,
+	    stream)(x, row_stride, n, b, width);
 	return launch_status();
 }
 
@@ -70,8 +71,8 @@ medha_k_scale(float *x, int64_t n, float s, cudaStream_t stream)
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	scale_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(x, n, s,
-	    0.0f);
+	MEDHA_LAUNCH(scale_kernel, grid_for(n, 256, GRID_CAP), 256, 0,
+	    stream)(x, n, s, 0.0f);
 	return launch_status();
 }
 
@@ -82,8 +83,8 @@ medha_k_softcap(float *x, int64_t n, float cap, cudaStream_t stream)
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	scale_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(x, n,
-	    1.0f / cap, cap);
+	MEDHA_LAUNCH(scale_kernel, grid_for(n, 256, GRID_CAP), 256, 0,
+	    stream)(x, n, 1.0f / cap, cap);
 	return launch_status();
 }
 
@@ -110,7 +111,8 @@ medha_k_f32_to_bf16(uint16_t *y, const float *x, int64_t n, cudaStream_t stream)
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	to_bf16_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(y, x, n);
+	MEDHA_LAUNCH(to_bf16_kernel, grid_for(n, 256, GRID_CAP), 256, 0,
+	    stream)(y, x, n);
 	return launch_status();
 }
 
@@ -121,8 +123,8 @@ medha_k_bf16_to_f32(float *y, const uint16_t *x, int64_t n, cudaStream_t stream)
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	from_bf16_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(y, x,
-	    n);
+	MEDHA_LAUNCH(from_bf16_kernel, grid_for(n, 256, GRID_CAP), 256, 0,
+	    stream)(y, x, n);
 	return launch_status();
 }
 
@@ -160,7 +162,7 @@ medha_k_fill_random(uint16_t *y, int64_t n, uint64_t seed, uint64_t offset,
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	fill_kernel<<<grid_for(n, 256, GRID_CAP), 256, 0, stream>>>(y, n, seed,
-	    offset, scale);
+	MEDHA_LAUNCH(fill_kernel, grid_for(n, 256, GRID_CAP), 256, 0, stream)(y,
+	    n, seed, offset, scale);
 	return launch_status();
 }

@@ -61,7 +61,7 @@ simple_kernel(struct attn_args a)
 	constexpr int TILE = ATTN_SIMPLE_TILE, VPW = 4, CPL = HD / 32;
 	constexpr int U4 = TILE * HD / 8 / SIMPLE_THREADS; /* uint4 each */
 	/* qsh, ksh, vsh (simple_smem): dynamic, over 48 KB at HD 256 */
-	extern __shared__ __align__(16) float simple_sm[];
+	MEDHA_DYN_SMEM(float, simple_sm, 16);
 	float (*qsh)[HD] = (float (*)[HD])simple_sm;
 	float (*ksh)[HD + 4] = (float (*)[HD + 4])(simple_sm +
 	    ATTN_SIMPLE_V * HD);
@@ -383,7 +383,8 @@ launch_simple(const struct attn_args *x, unsigned grid, cudaStream_t stream)
 	    (rc = attn_smem_limit((const void *)simple_kernel<HD, T>, smem,
 	         &dev_set)) != 0)
 		return rc;
-	simple_kernel<HD, T><<<grid, SIMPLE_THREADS, smem, stream>>>(*x);
+	MEDHA_LAUNCH(MEDHA_KERNEL2(simple_kernel, HD, T), grid, SIMPLE_THREADS,
+	    smem, stream)(*x);
 	return launch_status();
 }
 
@@ -399,9 +400,10 @@ plan_launch(const struct medha_k_attn *a, const struct layout *L, int sms,
 	if (a->kv->head_dim > ATTN_MMA_MAX_HD)
 		simple_only = 1;
 
-	plan_kernel<<<1, 32, 0, stream>>>((struct attn_plan *)(w + L->plan),
-	    (int64_t *)(w + L->totals), *a->s,
-	    a->n_heads / a->kv->n_kv_heads, a->n_heads, sms, simple_only);
+	MEDHA_LAUNCH(plan_kernel, 1, 32, 0,
+	    stream)((struct attn_plan *)(w + L->plan),
+	    (int64_t *)(w + L->totals), *a->s, a->n_heads / a->kv->n_kv_heads,
+	    a->n_heads, sms, simple_only);
 	return launch_status();
 }
 
@@ -479,7 +481,7 @@ medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream)
 		return rc;
 	if (attn_split(1, s->max_kv, sms, &chunk) < 2)
 		return 0;
-	fold_kernel<<<s->n_tokens, 256, 0, stream>>>(x, kv->head_dim);
+	MEDHA_LAUNCH(fold_kernel, s->n_tokens, 256, 0, stream)(x, kv->head_dim);
 	return launch_status();
 }
 

@@ -135,7 +135,7 @@ mma_kernel(struct attn_args a)
 	constexpr int KS = HD / 16;      /* k steps of Q K^T */
 	constexpr int NO = HD / 8;       /* n tiles of O */
 	constexpr int CH = TILE * HD / 8 / MMA_THREADS; /* 16 B copies each */
-	extern __shared__ __align__(16) uint16_t sm[]; /* K0 V0 K1 V1 */
+	MEDHA_DYN_SMEM(uint16_t, sm, 16); /* K0 V0 K1 V1 */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int g = lane >> 2, t4 = lane & 3;
 	int64_t total = a.totals[1];
@@ -377,7 +377,8 @@ launch(const struct attn_args *a, unsigned grid, cudaStream_t stream)
 	if ((rc = attn_smem_limit((const void *)mma_kernel<HD, T>, smem,
 	         &dev_set)) != 0)
 		return rc;
-	mma_kernel<HD, T><<<grid, MMA_THREADS, smem, stream>>>(*a);
+	MEDHA_LAUNCH(MEDHA_KERNEL2(mma_kernel, HD, T), grid, MMA_THREADS, smem,
+	    stream)(*a);
 	return launch_status();
 }
 

@@ -16,6 +16,25 @@
 #include <stdint.h>
 #include <string.h>
 
+/*
+ * Launches and shared memory are written with these, never as "k<<<...>>>"
+ * or a bare "__shared__ T x[n]", so that the SIMT emulator compiles the
+ * same sources as host C++: tests/gpu/simt/simt.h (force-included, with
+ * MEDHA_SIMT) defines them its way, as simt_launch(), a pointer to the
+ * block's dynamic shared memory and a static array made fresh each
+ * block.
+ *	MEDHA_LAUNCH(kernel, grid, block, smem, stream)(args);
+ *	MEDHA_KERNEL2(k, a, b)		k<a, b> as one macro argument
+ *	MEDHA_DYN_SMEM(T, name, align);	the block's dynamic shared memory
+ *	MEDHA_SHARED(T, name, n);	__shared__ T name[n]
+ */
+#define MEDHA_KERNEL2(k, a, b) k<a, b>
+#ifndef MEDHA_SIMT
+#define MEDHA_LAUNCH(k, g, b, sm, st) k<<<g, b, sm, st>>>
+#define MEDHA_DYN_SMEM(T, name, al) extern __shared__ __align__(al) T name[]
+#define MEDHA_SHARED(T, name, n) __shared__ T name[n]
+#endif
+
 /* ---- conversions (the stored bits are uint16_t) ---- */
 
 /* f32 bits and back, on either side (the host's for attn_emulate) */

@@ -23,6 +23,6 @@ medha_k_embed(float *x, const uint16_t *table, const int32_t *ids, int n,
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	embed_kernel<<<n, 256, 0, stream>>>(x, table, ids, dim);
+	MEDHA_LAUNCH(embed_kernel, n, 256, 0, stream)(x, table, ids, dim);
 	return launch_status();
 }

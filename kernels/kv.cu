@@ -44,11 +44,11 @@ medha_k_kv_append(const struct medha_k_kv_layer *kv,
 	if (s->n_tokens == 0)
 		return 0;
 	if (kv->kv_type == MEDHA_K_BF16)
-		kv_append_kernel<MEDHA_K_BF16><<<s->n_tokens, 256, 0, stream>>>(
-		    *kv, *s, k, ks, v, vs);
+		MEDHA_LAUNCH(kv_append_kernel<MEDHA_K_BF16>, s->n_tokens, 256,
+		    0, stream)(*kv, *s, k, ks, v, vs);
 	else if (kv->kv_type == MEDHA_K_F16)
-		kv_append_kernel<MEDHA_K_F16><<<s->n_tokens, 256, 0, stream>>>(
-		    *kv, *s, k, ks, v, vs);
+		MEDHA_LAUNCH(kv_append_kernel<MEDHA_K_F16>, s->n_tokens, 256, 0,
+		    stream)(*kv, *s, k, ks, v, vs);
 	else
 		return cudaErrorInvalidValue;
 	return launch_status();

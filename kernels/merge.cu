@@ -52,7 +52,7 @@ medha_k_attn_merge(uint16_t *out, const float *parts, const float *lses,
 		return cudaErrorInvalidValue;
 	if (rows == 0)
 		return 0;
-	merge_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(out, parts,
-	    lses, n_parts, n, n_heads, head_dim);
+	MEDHA_LAUNCH(merge_kernel, (unsigned)((rows + 7) / 8), 256, 0,
+	    stream)(out, parts, lses, n_parts, n, n_heads, head_dim);
 	return launch_status();
 }

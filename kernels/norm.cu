@@ -32,7 +32,7 @@ static __global__ void
 rmsnorm_kernel(O *y, const float *x, const float *w, int dim, float eps,
     int per, int stride)
 {
-	__shared__ double sh[32];
+	MEDHA_SHARED(double, sh, 32);
 	const int64_t o = (int64_t)(blockIdx.x / per) * stride +
 	    (int64_t)(blockIdx.x % per) * dim;
 	const float *r = x + o;
@@ -57,7 +57,8 @@ rmsnorm(O *y, const float *x, const float *w, int n, int dim, float eps,
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	rmsnorm_kernel<O><<<n, 256, 0, stream>>>(y, x, w, dim, eps, 1, dim);
+	MEDHA_LAUNCH(rmsnorm_kernel<O>, n, 256, 0, stream)(y, x, w, dim, eps, 1,
+	    dim);
 	return launch_status();
 }
 
@@ -84,7 +85,7 @@ medha_k_rmsnorm_heads(float *x, int row_stride, int n, int n_heads,
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	rmsnorm_kernel<float><<<n * n_heads, 128, 0, stream>>>(x, x, w,
-	    head_dim, eps, n_heads, row_stride);
+	MEDHA_LAUNCH(rmsnorm_kernel<float>, n * n_heads, 128, 0, stream)(x, x,
+	    w, head_dim, eps, n_heads, row_stride);
 	return launch_status();
 }

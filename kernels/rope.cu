@@ -88,8 +88,8 @@ medha_k_rope_ext(float *x, const int64_t *pos, int n, int row_stride,
 	a.corr1 = r->corr[1];
 	a.freqs = r->freqs;
 	a.neox = r->neox != 0;
-	rope_kernel<<<grid_for(total, 256, 65536), 256, 0, stream>>>(x, pos, n,
-	    row_stride, n_heads, head_dim, n_rot, a);
+	MEDHA_LAUNCH(rope_kernel, grid_for(total, 256, 65536), 256, 0,
+	    stream)(x, pos, n, row_stride, n_heads, head_dim, n_rot, a);
 	return launch_status();
 }
 

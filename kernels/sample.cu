@@ -52,7 +52,7 @@ medha_k_gather_rows(float *y, const float *x, const int32_t *rows, int n,
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	gather_kernel<<<n, 256, 0, stream>>>(y, x, rows, dim);
+	MEDHA_LAUNCH(gather_kernel, n, 256, 0, stream)(y, x, rows, dim);
 	return launch_status();
 }
 
@@ -60,8 +60,8 @@ medha_k_gather_rows(float *y, const float *x, const int32_t *rows, int n,
 static __device__ int
 row_argmax(const float *l, int vocab)
 {
-	__shared__ float shv[32];
-	__shared__ int shi[32];
+	MEDHA_SHARED(float, shv, 32);
+	MEDHA_SHARED(int, shi, 32);
 	float v = -INFINITY;
 	int i = INT32_MAX;
 
@@ -113,7 +113,7 @@ medha_k_argmax(int32_t *ids, const float *logits, int n, int vocab,
 		return cudaErrorInvalidValue;
 	if (n == 0)
 		return 0;
-	argmax_kernel<<<n, THREADS, 0, stream>>>(ids, logits, vocab);
+	MEDHA_LAUNCH(argmax_kernel, n, THREADS, 0, stream)(ids, logits, vocab);
 	return launch_status();
 }
 
@@ -152,7 +152,7 @@ template <typename Term>
 static __device__ int
 first_crossing(int n, Term term, double target, int ge)
 {
-	__shared__ double wsum[32];
+	MEDHA_SHARED(double, wsum, 32);
 	__shared__ double carry_sh;
 	__shared__ int found;
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -226,7 +226,7 @@ pick_kernel(int32_t *ids, const float *logits, const int32_t *sorted, int r0,
     int vocab, const float *temp, const int32_t *top_k, const float *top_p,
     const float *u)
 {
-	__shared__ double shd[32];
+	MEDHA_SHARED(double, shd, 32);
 	int r = r0 + blockIdx.x, k, m;
 	const float *l = logits + (int64_t)r * vocab;
 	const int32_t *id = sorted + (int64_t)blockIdx.x * vocab;
@@ -334,16 +334,17 @@ medha_k_sample(int32_t *ids, const float *logits, int n, int vocab,
 
 		while ((1 << (bits - 32)) < rows)
 			bits++;
-		keys_kernel<<<grid_for((int64_t)rows * vocab, 256, 65536), 256, 0,
-		    stream>>>(k0, v0, logits + (int64_t)r0 * vocab, rows, vocab);
+		MEDHA_LAUNCH(keys_kernel, grid_for((int64_t)rows * vocab, 256,
+		    65536), 256, 0, stream)(k0, v0,
+		    logits + (int64_t)r0 * vocab, rows, vocab);
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			return (int)e;
 		e = cub::DeviceRadixSort::SortPairs(w, tb, k0, k1, v0, v1,
 		    (int64_t)rows * vocab, 0, bits, stream);
 		if (e != cudaSuccess)
 			return (int)e;
-		pick_kernel<<<rows, THREADS, 0, stream>>>(ids, logits, v1, r0,
-		    vocab, temp, top_k, top_p, u);
+		MEDHA_LAUNCH(pick_kernel, rows, THREADS, 0, stream)(ids, logits,
+		    v1, r0, vocab, temp, top_k, top_p, u);
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			return (int)e;
 	}

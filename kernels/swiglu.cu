@@ -39,8 +39,8 @@ glu(uint16_t *y, const float *g, int gs, const float *u, int us, int n,
 		return cudaErrorInvalidValue;
 	if (total == 0)
 		return 0;
-	swiglu_kernel<GELU><<<grid_for(total, 256, 65536), 256, 0, stream>>>(y,
-	    g, gs, u, us, n, ffn);
+	MEDHA_LAUNCH(swiglu_kernel<GELU>, grid_for(total, 256, 65536), 256, 0,
+	    stream)(y, g, gs, u, us, n, ffn);
 	return launch_status();
 }
 

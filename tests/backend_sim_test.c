@@ -739,6 +739,42 @@ test_bad_options(void **state)
 
 /* ---- the registry ---- */
 
+/* The registry's device questions: cpu and sim have none to describe;
+   cuda's come from its runtime where it is built (a GPU described, or
+   "no CUDA device" said), and a build without it says so. */
+static void
+registry_devices(void)
+{
+	struct medha_backend_device d;
+	char why[256];
+	int rc;
+
+	assert_int_equal(medha_backend_device("cpu", 0, &d, why, sizeof(why)),
+	    MEDHA_EUNSUP);
+	assert_non_null(strstr(why, "no devices to describe"));
+	assert_int_equal(medha_backend_device("sim", 0, &d, why, sizeof(why)),
+	    MEDHA_EUNSUP);
+	assert_int_equal(medha_backend_device("x", 0, &d, why, sizeof(why)),
+	    MEDHA_EUNSUP);
+	assert_non_null(strstr(why, "unknown"));
+	rc = medha_backend_device("cuda", 0, &d, why, sizeof(why));
+#ifdef MEDHA_CUDA
+	if (rc == 0) {
+		assert_true(d.name[0] != '\0');
+		assert_true(d.cc_major > 0);
+		assert_int_equal(medha_backend_device("cuda", -1, &d, why,
+		                     sizeof(why)),
+		    MEDHA_EINVAL);
+	} else {
+		assert_int_equal(rc, MEDHA_EUNSUP);
+		assert_non_null(strstr(why, "cuda: no CUDA device"));
+	}
+#else
+	assert_int_equal(rc, MEDHA_EUNSUP);
+	assert_non_null(strstr(why, "not built into this program"));
+#endif
+}
+
 static void
 test_registry(void **state)
 {
@@ -795,6 +831,7 @@ test_registry(void **state)
 #else
 	assert_null(cuda->open);
 #endif
+	registry_devices();
 
 	memset(&p, 0, sizeof(p));
 	be = (struct medha_backend *)&p;

@@ -346,6 +346,19 @@ enum medha_coll_kind {
 	MEDHA_COLL_HOST = 1,
 };
 
+/*
+ * A device a kind runs on, as the registry describes it (after
+ * ggml-backend's device registry): what a program may ask without
+ * including a vendor's headers (the cuda kind's: the CUDA runtime's
+ * properties; no context is made).
+ */
+struct medha_backend_device {
+	char name[256];         /* "NVIDIA H200" */
+	uint64_t mem_bytes;     /* its memory */
+	int cc_major, cc_minor; /* cuda: compute capability (9, 0) */
+	int units;              /* cuda: multiprocessors */
+};
+
 struct medha_backend_kind {
 	const char *name;  /* "cpu", "sim", "cuda" */
 	unsigned caps;     /* MEDHA_BACKEND_* */
@@ -370,6 +383,17 @@ const struct medha_backend_kind *medha_backend_find(const char *name);
  */
 int medha_backend_open(struct medha_backend **be, const char *name,
     const struct medha_backend_params *p, char *why, size_t whylen);
+
+/*
+ * Device `index` of kind name described into *d (the registry's device
+ * questions, devices.c: apart from the table of openers, so that a
+ * program that only asks links no backend). Returns 0, MEDHA_EUNSUP (an
+ * unknown kind, one without devices or not built into this program, or
+ * no device), MEDHA_EINVAL (no such index) or the kind's own errors,
+ * with a reason in why.
+ */
+int medha_backend_device(const char *name, int index,
+    struct medha_backend_device *d, char *why, size_t whylen);
 
 /* ---- for implementations ---- */
 

@@ -1,6 +1,7 @@
 /*
  * backend_cuda.h: the cuda backend (issue 26): the model on one NVIDIA
- * GPU behind the interface of backend.h, with cuBLASLt for the linear
+ * GPU (the forward pass of libcore/cuda/) behind the interface of
+ * backend.h, with cuBLASLt for the linear
  * layers (bf16 in, f32 accumulation), the kernels of kernels/ for the
  * rest, a paged KV cache in device memory, and NCCL for TP within the
  * backend (or the caller's collectives). Built only where nvcc is found

@@ -4,7 +4,8 @@
  * programs and the servers ask the registry instead of comparing names.
  * "cuda" is known everywhere (a scheduler drives cuda workers, the
  * predictor models GPUs) and has an opener where the CUDA backend is
- * built in (MEDHA_CUDA: the Makefile's CUDA=1).
+ * built in (MEDHA_CUDA: the Makefile's CUDA=1). The registry's device
+ * questions are devices.c's.
  */
 #include "engine/backend.h"
 #include "engine/backend_cpu.h"

@@ -26,7 +26,7 @@
 cuda_mock_need
 need_model "$smollm2"
 need_py numpy gguf
-cuda_mock_test_build
+cuda_mock_build
 fams="qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu
     gemma3-256-cu"
 # shellcheck disable=SC2086 # the case names, one argument each
@@ -36,7 +36,7 @@ for f in $fams; do
 	paths="$paths $tmp/$f.gguf"
 done
 MEDHA_CUDA_TEST_FAMILIES=$paths MEDHA_CUDA_TEST_QUICK=1 \
-    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
+    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
 	cat "$tmp/out" "$tmp/err"
 	exit 1
 }
@@ -55,7 +55,7 @@ done
 grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/out"
 # a head size the attention kernels lack: refused at open, named
 MEDHA_CUDA_TEST_FAMILIES=$tmp/llama.gguf MEDHA_CUDA_TEST_CASES=numerics \
-    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/hd.out" 2>&1 || :
+    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/hd.out" 2>&1 || :
 grep -q '^FAIL cuda backend: cuda: llama: a head size (attention.key_length) of 32 is not supported (64, 128 or 256' \
     "$tmp/hd.out" || {
 	cat "$tmp/hd.out"
@@ -70,8 +70,8 @@ for f in $fams; do
 	cp "$tmp/$f.gguf" "$tmp/pack/families/"
 done
 env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK="$tmp/pack" \
-    GPU_TESTS="$tmp" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
-    CUDA_HOME=/nonexistent NCCL_LIB="$tmp" LD_LIBRARY_PATH="$tmp" \
+    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
+    CUDA_HOME=/nonexistent NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
     bash "$top/contrib/gpu-check.sh" --part families >"$tmp/gc.log" 2>&1 || {
 	cat "$tmp/gc.log"
 	exit 1

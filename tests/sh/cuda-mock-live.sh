@@ -1,6 +1,6 @@
 #!/bin/sh
 # cuda-mock-live.sh: the cuda backend's operator side without a GPU: a
-# medha-worker linked against the host stand-ins of the CUDA runtime,
+# medha-worker linked (make cuda-mock) against the host stand-ins of the CUDA runtime,
 # kernels/ and cuBLASLt that tests/sh/cuda-mock.sh uses (tests/gpu/mock/,
 # and a device that calls itself an H200), and of NCCL (tests/gpu/mock/
 # nccl_mock.c as libnccl.so.2: TP ranks in separate processes meeting in
@@ -24,53 +24,24 @@
 # which the stand-ins compute on the host. Skips where the build has no
 # cuda backend, or without the Python venv that writes the random model.
 . "$(dirname "$0")/lib.sh"
-lib=$tests/../libmedha.a
-objs=$tests/../cmd
-[ -f "$lib" ] && ar t "$lib" | grep -q '^backend_cuda\.o$' ||
-	skip "no cuda backend in $lib (CUDA=0, or nvcc not found)"
-[ -f "$objs/medha-worker/main.o" ] || skip "no $objs/medha-worker/main.o (make first)"
-cuda=${CUDA_HOME:-/usr/local/cuda}
-[ -f "$cuda/include/cublasLt.h" ] || skip "no $cuda/include/cublasLt.h"
+cuda_mock_need
 need_model
 has_py gguf numpy || skip "$py lacks gguf (contrib/fetch-refs.sh)"
 # heads of 64, as gpu-pack.sh's (the attention kernels' size)
 RANDOM_MODEL_HD=64 "$py" "$top/tests/ref/random_model.py" "$model" \
     "$tmp/random.gguf"
 
-cc=${CC:-cc}
-fl="-O2 -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA -isystem $cuda/include \
-    -iquote $top/libcore -iquote $top/kernels -I$top/tests"
-cat >"$tmp/props.c" <<'EOF'
-#include <cuda_runtime_api.h>
-#include <string.h>
-cudaError_t
-cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
-{
-	(void)d;
-	memset(p, 0, sizeof(*p));
-	strcpy(p->name, "NVIDIA H200 (host stand-in)");
-	return cudaSuccess;
-}
-EOF
-# shellcheck disable=SC2086 # $fl: several flags
-$cc $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
-    "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
-# shellcheck disable=SC2086
-$cc $fl -fPIC -shared -o "$tmp/libnccl.so.2" \
-    "$top/tests/gpu/mock/nccl_mock.c" -lrt
+cuda_mock_build
+# the programs serve.sh and gpu-check.sh run, in one folder: the two on
+# the stand-ins (make cuda-mock) and the others as built
 mkdir "$tmp/bin"
-# shellcheck disable=SC2086
-$cc $fl -o "$tmp/bin/medha-worker" "$objs"/medha-worker/*.o "$objs/common.o" \
-    "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
-    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
-# shellcheck disable=SC2086
-$cc $fl -o "$tmp/bin/medha-prof" "$objs"/medha-prof/*.o "$objs/common.o" \
-    "$tmp/props.c" "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" \
-    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread -lm -ldl
+for p in medha-worker medha-prof; do
+	ln -s "$mock/bin/$p" "$tmp/bin/$p"
+done
 for p in medha-sched medha-router medha-trace; do
 	ln -s "$bin/$p" "$tmp/bin/$p"
 done
-LD_LIBRARY_PATH=$tmp
+LD_LIBRARY_PATH=$mock
 export LD_LIBRARY_PATH
 mw=$tmp/bin/medha-worker
 
@@ -149,8 +120,8 @@ main(void)
 	return printf("ok: two ranks summed in order, f32 only, alone gives up\n"), 0;
 }
 EOF
-# shellcheck disable=SC2086
-$cc $fl -o "$tmp/nccl2" "$tmp/nccl2.c" -ldl
+${CC:-cc} -O2 -std=c11 -D_GNU_SOURCE -w -isystem "$cuda/include" \
+    -o "$tmp/nccl2" "$tmp/nccl2.c" -ldl
 if ! MEDHA_NCCL_MOCK_TIMEOUT=1 "$tmp/nccl2" >"$tmp/nccl2.out" 2>&1 ||
     ! grep -q '^ok: ' "$tmp/nccl2.out"; then
 	cat "$tmp/nccl2.out"
@@ -194,7 +165,7 @@ part() {
 	env work="$tmp/work" OUT="$tmp/gout" GPU_CHECK_BACKEND=cuda \
 	    GPU_MODEL="$tmp/random.gguf" MEDHA_BIN="$tmp/bin" GPU_PACK=/nonexistent \
 	    MEDHA_WORKER_OPTS="--kv-blocks 512 --max-seqs 16" \
-	    CUDA_HOME=/nonexistent NCCL_LIB="$tmp" timeout 300 \
+	    CUDA_HOME=/nonexistent NCCL_LIB="$mock" timeout 300 \
 	    bash "$top/contrib/gpu-check.sh" --part "$1" >"$tmp/$1.log" 2>&1
 }
 part live_single || :

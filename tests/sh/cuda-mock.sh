@@ -1,7 +1,8 @@
 #!/bin/sh
-# cuda-mock.sh: the cuda backend's host side (libcore/engine/
-# backend_cuda*.c, as built into libmedha.a with CUDA=1) run without a
-# GPU: tests/gpu/backend_cuda_test linked against host-memory stand-ins
+# cuda-mock.sh: the cuda backend's host side (libcore/cuda/ and its
+# adapter libcore/engine/backend_cuda.c, as built into libmedha.a with
+# CUDA=1) run without a GPU: tests/gpu/backend_cuda_test linked (make
+# cuda-mock) against host-memory stand-ins
 # for the CUDA runtime and kernels/ (tests/gpu/mock/cudart_mock.c, plain
 # C twins of kernels.h) and for cuBLASLt (tests/gpu/mock/
 # cublaslt_mock.c, built as the libcublasLt.so.13 the backend loads).
@@ -16,9 +17,9 @@
 # chunks, no SmolLM2. Skips where the build has no cuda backend.
 . "$(dirname "$0")/lib.sh"
 cuda_mock_need
-cuda_mock_test_build
-MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$tmp \
-    "$tmp/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
+cuda_mock_build
+MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$mock \
+    "$mock/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
 	cat "$tmp/out" "$tmp/err"
 	exit 1
 }
@@ -49,7 +50,7 @@ fi
 # $tmp/NAME.out and .err, the environment as given
 bq() {
 	MEDHA_CUDA_TEST_CASES=$cases MEDHA_CUDA_TEST_QUICK=1 \
-	    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/$1.out" \
+	    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/$1.out" \
 	    2>"$tmp/$1.err" && grep -q '^ok: 0 failed' "$tmp/$1.out" || {
 		cat "$tmp/$1.out" "$tmp/$1.err"
 		echo "cuda-mock: $1 failed"
@@ -99,7 +100,7 @@ echo "cuda-mock: a failed capture: 24 decodes eager, the cpu's tokens," \
 # no scan of the logits on the host
 cases=chunks
 MEDHA_LT_MOCK_NAN=512 MEDHA_CUDA_TEST_CASES=chunks MEDHA_CUDA_TEST_QUICK=1 \
-    LD_LIBRARY_PATH=$tmp "$tmp/backend_cuda_test" >"$tmp/nan.out" 2>&1 || :
+    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/nan.out" 2>&1 || :
 grep -q '^FAIL cuda forward at [0-9]*: logits row 0: a token.s logit is NaN or infinite' \
     "$tmp/nan.out" || {
 	cat "$tmp/nan.out"
@@ -112,8 +113,8 @@ echo "cuda-mock: NaN logits: the forward pass refused them"
 # the table; the stand-in's products are the same bits either way)
 mkdir "$tmp/gout" "$tmp/gwork"
 env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK=/nonexistent \
-    GPU_TESTS="$tmp" MEDHA_CUDA_TEST_QUICK=1 CUDA_HOME=/nonexistent \
-    NCCL_LIB="$tmp" LD_LIBRARY_PATH="$tmp" \
+    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 CUDA_HOME=/nonexistent \
+    NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
     bash "$top/contrib/gpu-check.sh" --part batch_inv >"$tmp/bi.log" 2>&1 || {
 	cat "$tmp/bi.log"
 	exit 1

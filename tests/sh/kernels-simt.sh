@@ -1,8 +1,9 @@
 #!/bin/sh
 # kernels-simt.sh: the CUDA kernels' own device code (kernels/*.cu but
 # sample.cu) run on the host, before any GPU runs it: each source is
-# compiled as host C++ by g++ with tests/gpu/simt/simt.h (its launches
-# rewritten by sed: tests/gpu/simt/build.sh), and a SIMT emulator
+# compiled as host C++ by g++ with tests/gpu/simt/simt.h force-included
+# (the Makefile's simt target: simt.h defines the kernels' launch and
+# shared-memory macros the emulator's way), and a SIMT emulator
 # (tests/gpu/simt/simt.cc) runs every CUDA thread of a block as a
 # coroutine, meeting at __syncthreads and at each warp collective:
 # shuffles, and attn_mma.cu's mma.sync m16n8k16, ldmatrix (.trans),
@@ -25,8 +26,11 @@ lib=$(dirname "$tests")/libmedha.a
 command -v g++ >/dev/null || skip "no g++"
 [ "$(uname -m)" = x86_64 ] || skip "the emulator's coroutines are x86-64"
 [ -f "$lib" ] || skip "no $lib (make first)"
-LIB=$lib sh "$top/tests/gpu/simt/build.sh" "$tmp"
-"$tmp/simt_test" >"$tmp/out" 2>&1 || {
+harness_make simt
+st=$(dirname "$lib")/tests/gpu/simt
+[ "${SIMT_SAN:-0}" = 0 ] || st=$st-san
+st=$st/simt_test
+"$st" >"$tmp/out" 2>&1 || {
 	cat "$tmp/out"
 	exit 1
 }
@@ -43,7 +47,7 @@ grep -Eq '^simt: .* [1-9][0-9]* cvt\.rn\.bf16x2' "$tmp/out"
 # barrier is missing (a race moves them)
 grep '^.... simt attn' "$tmp/out" >"$tmp/a"
 for order in rev warp; do
-	SIMT_ORDER=$order "$tmp/simt_test" attn >"$tmp/o" 2>&1 || {
+	SIMT_ORDER=$order "$st" attn >"$tmp/o" 2>&1 || {
 		cat "$tmp/o"
 		echo "kernels-simt: failed with SIMT_ORDER=$order"
 		exit 1
@@ -57,7 +61,7 @@ for order in rev warp; do
 	}
 	echo "SIMT_ORDER=$order: the same attention errors"
 done
-SIMT_SMS=132 "$tmp/simt_test" attn >"$tmp/o" 2>&1 || {
+SIMT_SMS=132 "$st" attn >"$tmp/o" 2>&1 || {
 	cat "$tmp/o"
 	echo "kernels-simt: failed with SIMT_SMS=132"
 	exit 1

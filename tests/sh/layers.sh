@@ -1,8 +1,8 @@
 #!/bin/sh
 # layers.sh: libcore's rooms include only rooms below them. The layers,
 # lowest first (doc/DESIGN.md, "Rooms"):
-#   base (libcore/*.h) -> model, io -> template -> tok -> sched, cpu
-#   -> engine -> net -> serve
+#   base (libcore/*.h) -> model, io -> template -> tok -> sched, cpu,
+#   cuda -> engine -> net -> serve
 # cmd/ sits above all of them. A room may include its own headers and
 # any lower layer's; an include of a room in the same or a higher layer
 # is a cycle waiting to happen and fails this test.
@@ -15,7 +15,7 @@ rank() {
 	model | io) echo 1 ;;
 	template) echo 2 ;;
 	tok) echo 3 ;;
-	sched | cpu) echo 4 ;;
+	sched | cpu | cuda) echo 4 ;;
 	engine) echo 5 ;;
 	net) echo 6 ;;
 	serve) echo 7 ;;

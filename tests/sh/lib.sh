@@ -227,6 +227,18 @@ topo_compare() {
 # no_sanitizer_report FILE...: none of the FILEs (logs, stderr) holds an
 # AddressSanitizer, LeakSanitizer or UBSan report (make asan); else show
 # them and fail
+# harness_make TARGET...: make TARGET (the GPU test harness: simt,
+# cuda-mock) into this build ($tests/..), quietly; its output shown if
+# it fails, and the test with it
+harness_make() {
+	make -s --no-print-directory -C "$top" BUILD="$(dirname "$tests")" \
+	    "$@" >"$tmp/make.log" 2>&1 || {
+		cat "$tmp/make.log"
+		echo "make $*: failed"
+		exit 1
+	}
+}
+
 # cuda_mock_need: skip unless libmedha.a has the cuda backend and the
 # CUDA headers are there (sets lib and cuda)
 cuda_mock_need() {
@@ -238,21 +250,13 @@ cuda_mock_need() {
 		skip "no $cuda/include/cublasLt.h"
 }
 
-# cuda_mock_test_build: tests/gpu/backend_cuda_test on the stand-ins
-# (cudart_mock.c linked in, libcublasLt.so.13 beside it), into $tmp:
-# run it with LD_LIBRARY_PATH=$tmp (after cuda_mock_need)
-cuda_mock_test_build() {
-	fl="-O2 -std=c11 -D_GNU_SOURCE -w -DMEDHA_CUDA -isystem $cuda/include
-	    -iquote $top/libcore -iquote $top/kernels -I$top/tests"
-	# shellcheck disable=SC2086 # $fl: several flags
-	${CC:-cc} $fl -fPIC -shared -o "$tmp/libcublasLt.so.13" \
-	    "$top/tests/gpu/mock/cublaslt_mock.c" "$lib"
-	# shellcheck disable=SC2086
-	${CC:-cc} $fl -o "$tmp/backend_cuda_test" \
-	    "$top/tests/gpu/backend_cuda_test.c" \
-	    "$top/tests/gpu/mock/cudart_mock.c" -rdynamic "$lib" -lcmocka \
-	    -lnng -lmsgpackc -ljansson -lzstd -lpcre2-32 -lcrypto -lpthread \
-	    -lm -ldl
+# cuda_mock_build: make cuda-mock (after cuda_mock_need); mock is the
+# folder of its programs and libraries (backend_cuda_test,
+# libcublasLt.so.13, libnccl.so.2, bin/medha-worker, bin/medha-prof):
+# run them with LD_LIBRARY_PATH=$mock
+cuda_mock_build() {
+	harness_make cuda-mock
+	mock=$(cd "$tests/.." && pwd)/tests/gpu/mock
 }
 
 no_sanitizer_report() {

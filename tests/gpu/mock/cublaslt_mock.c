@@ -1,7 +1,7 @@
 /*
  * cublaslt_mock.c: a host-memory stand-in for cuBLASLt, built as
  * libcublasLt.so.13 by tests/sh/cuda-mock.sh so that the cuda backend's
- * dlopen finds it: the calls backend_cuda_lib.c makes (descriptors,
+ * dlopen finds it: the calls libcore/cuda/cuda_lib.c makes (descriptors,
  * one heuristic algorithm, the product in f32), nothing more.
  *
  * Its algorithm remembers the row count m it was chosen at and the

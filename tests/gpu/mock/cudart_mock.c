@@ -26,6 +26,18 @@ static void no_capture(const char *what);
 cudaError_t cudaGetDeviceCount(int *n) { const char *e = getenv("MEDHA_MOCK_DEVICES"); *n = e != NULL && atoi(e) > 0 ? atoi(e) : 1; return 0; }
 cudaError_t cudaSetDevice(int d) { (void)d; return 0; }
 cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
+/* an H200 by name (the registry's device questions: medha-worker and
+   medha-prof label their GPU h200), compute capability 9.0, 132 SMs */
+cudaError_t
+cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+	(void)d;
+	memset(p, 0, sizeof(*p));
+	strcpy(p->name, "NVIDIA H200 (host stand-in)");
+	p->major = 9;
+	p->multiProcessorCount = 132;
+	return cudaSuccess;
+}
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) { (void)a; (void)d; *v = 132; return 0; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { (void)f; *s = (cudaStream_t)malloc(8); return 0; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return 0; }

@@ -1,7 +1,7 @@
 /*
  * nccl_mock.c: a host-memory stand-in for NCCL, built as libnccl.so.2 by
  * tests/sh/cuda-mock-live.sh so that the cuda backend's dlopen finds it:
- * the calls backend_cuda_lib.c loads (and ncclCommDestroy), for TP ranks that are
+ * the calls libcore/cuda/cuda_lib.c loads (and ncclCommDestroy), for TP ranks that are
  * separate processes on one machine ("device" memory being host memory,
  * as in cudart_mock.c). The unique id names a POSIX shared-memory
  * segment; ncclCommInitRank maps it and waits until every rank has.

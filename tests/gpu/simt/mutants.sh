@@ -7,15 +7,16 @@
 # collective; a sliding window's mask off by one or gone, its first tile
 # not the window's, the soft-cap dropped; head size 256's columns and
 # shared memory layout), builds simt_test with it
-# (build.sh) and runs the attention cases in the schedule named; the
+# (make simt SIMT_KERNELS=copy SIMT_OUT=folder: only the changed
+# kernel is compiled again) and runs the attention cases in the schedule named; the
 # run must fail (a FAIL line, or the emulator stopping on a fault).
 # About 6 minutes; not part
 # of make test (tests/sh/kernels-simt.sh runs the kernels as they are).
 #
-#	sh tests/gpu/simt/mutants.sh [LIB]
+#	sh tests/gpu/simt/mutants.sh [BUILD]	(build: libmedha.a's)
 set -e
 top=$(cd "$(dirname "$0")/../../.." && pwd)
-export LIB="${1:-$top/build/libmedha.a}"
+build=${1:-build}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' HUP INT TERM
@@ -31,7 +32,8 @@ mutant() {
 		missed=$((missed + 1))
 		return
 	fi
-	sh "$top/tests/gpu/simt/build.sh" "$tmp/b" "$tmp/k" >/dev/null
+	make -s --no-print-directory -C "$top" BUILD="$build" \
+	    SIMT_KERNELS="$tmp/k" SIMT_OUT="$tmp/b" simt >/dev/null
 	if SIMT_ORDER=$3 "$tmp/b/simt_test" attn >"$tmp/out" 2>&1; then
 		echo "MISSED $1 ($3)"
 		missed=$((missed + 1))

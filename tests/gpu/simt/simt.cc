@@ -691,7 +691,7 @@ simt_cvt_rn_bf16x2_f32(float a, float b)
 }
 
 /* a static __shared__ array's first use in a block: NaN bits, as shared
-   memory holds what the last block left (kernels-simt.sh's sed puts
+   memory holds what the last block left (simt.h's MEDHA_SHARED puts
    the call after each declaration) */
 void
 simt_shared_fresh(void *p, size_t n)

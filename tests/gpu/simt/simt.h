@@ -1,11 +1,13 @@
 /*
  * simt.h: what the kernels (kernels/NAME.cu) need to compile as host
- * C++ and run on the SIMT emulator (simt.cc). build.sh force-includes
- * it (g++ -include simt.h -DMEDHA_SIMT) into each kernel source after
- * a sed has turned every launch "k<<<g, b, sm, st>>>(args)" into
- * "simt_launch(k, g, b, sm, st)(args)" and "extern __shared__ T x[]"
- * into a pointer to the block's dynamic shared memory, and put
- * simt_shared_fresh(x, sizeof(x)) after each static "__shared__ T x[]".
+ * C++ and run on the SIMT emulator (simt.cc). The Makefile's simt
+ * target force-includes it (g++ -x c++ -include simt.h -DMEDHA_SIMT)
+ * into each kernel source, unchanged: the kernels write launches and
+ * shared memory with kernels/common.cuh's macros, which this header
+ * defines first: MEDHA_LAUNCH(k, g, b, sm, st)(args) is
+ * simt_launch(k, g, b, sm, st)(args), MEDHA_DYN_SMEM(T, x, al) a
+ * pointer to the block's dynamic shared memory, and MEDHA_SHARED(T, x,
+ * n) a static array followed by simt_shared_fresh(x, sizeof(x)).
  *
  * A block's threads run as coroutines on one host thread; each runs
  * until it reaches __syncthreads or a warp collective (shuffles, mma,
@@ -32,6 +34,13 @@
 
 #undef __shared__
 #define __shared__ static
+/* kernels/common.cuh's launch and shared-memory macros, the emulator's
+   way (simt_launch, simt_dyn_smem and simt_shared_fresh below) */
+#define MEDHA_LAUNCH(k, g, b, sm, st) simt_launch(k, g, b, sm, st)
+#define MEDHA_DYN_SMEM(T, name, al) T *name = (T *)simt_dyn_smem()
+#define MEDHA_SHARED(T, name, n)                                          \
+	__shared__ T name[n];                                               \
+	simt_shared_fresh(name, sizeof(name))
 #undef __global__
 #define __global__
 #undef __launch_bounds__

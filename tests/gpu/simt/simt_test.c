@@ -1,6 +1,6 @@
 /*
  * simt_test.c: the kernels' own device code (kernels/NAME.cu), run on
- * the host by the SIMT emulator (simt.h, simt.cc; build.sh builds it,
+ * the host by the SIMT emulator (simt.h, simt.cc; make simt builds it,
  * tests/sh/kernels-simt.sh runs it),
  * against tests/gpu/kernels_test.c's references: that file is included
  * whole (its main renamed), so its float64 attention, its paged batches

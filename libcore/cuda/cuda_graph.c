@@ -1,5 +1,5 @@
 /*
- * backend_cuda_graph.c: decode steps replayed from CUDA graphs. A Llama
+ * cuda_graph.c: decode steps replayed from CUDA graphs. A Llama
  * decode step is some 300 launches; at several microseconds each, eager
  * launching costs as much as reading the weights. A step whose every
  * sequence has one token (and merges nothing) is captured once per
@@ -30,7 +30,7 @@
  * Also here: a timed call's events (cudaEvent pairs around attention,
  * each KVP merge and the head, summed after the call).
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,27 +40,27 @@
    the keys seen (a new communicator connects anew); the refused keys
    stay refused. */
 void
-cuda_graph_free(struct cuda_be *c)
+cuda_graph_free(struct medha_cuda *c)
 {
 	for (int i = 0; i < CUDA_GRAPHS; i++) {
-		if (c->g[i].used == CUDA_G_CAPTURED)
-			cudaGraphExecDestroy(c->g[i].exec);
-		if (c->g[i].used != CUDA_G_REFUSED)
-			c->g[i].used = CUDA_G_FREE;
+		if (c->rt.g[i].used == CUDA_G_CAPTURED)
+			cudaGraphExecDestroy(c->rt.g[i].exec);
+		if (c->rt.g[i].used != CUDA_G_REFUSED)
+			c->rt.g[i].used = CUDA_G_FREE;
 	}
 }
 
 /* The slot of this step's key (*hit set), or a free (or the oldest
    captured) slot, or NULL when every slot holds a refused key. */
 static struct cuda_graph *
-find(struct cuda_be *c, const struct medha_fwd *f, int nrows, int64_t cap,
-    int *hit)
+find(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
+    int64_t cap, int *hit)
 {
 	struct cuda_graph *old = NULL;
 
 	*hit = 0;
 	for (int i = 0; i < CUDA_GRAPHS; i++) {
-		struct cuda_graph *g = &c->g[i];
+		struct cuda_graph *g = &c->rt.g[i];
 		if (g->used != CUDA_G_FREE && g->n_seqs == f->b->n_seqs &&
 		    g->nrows == nrows && g->lo == f->layer_lo &&
 		    g->hi == f->layer_hi && g->kv_cap == cap) {
@@ -80,21 +80,23 @@ find(struct cuda_be *c, const struct medha_fwd *f, int nrows, int64_t cap,
 	return old;
 }
 
-/* Capture the step into g (c->desc built at its bucket): 0, or a
+/* Capture the step into g (c->s.desc built at its bucket): 0, or a
    capture's failure in why (nothing ran; the stream is usable). */
 static int
-capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+capture(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
     struct cuda_graph *g, char *why, size_t whylen)
 {
 	cudaGraph_t graph = NULL;
 	cudaError_t e;
 	int rc;
 
-	CU(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal),
-	    "cudaStreamBeginCapture");
-	c->capturing = 1;
+	if ((rc = cuda_ok(cudaStreamBeginCapture(c->st,
+	                      cudaStreamCaptureModeThreadLocal),
+	         "cudaStreamBeginCapture", why, whylen)) != 0)
+		return rc;
+	c->rt.capturing = 1;
 	rc = cuda_run_layers(c, f, nrows, why, whylen);
-	c->capturing = 0;
+	c->rt.capturing = 0;
 	e = cudaStreamEndCapture(c->st, &graph);
 	if (rc != 0 || e != cudaSuccess) {
 		if (graph != NULL)
@@ -105,13 +107,12 @@ capture(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	}
 	e = cudaGraphInstantiate(&g->exec, graph, 0);
 	cudaGraphDestroy(graph);
-	CU(e, "cudaGraphInstantiate");
-	return 0;
+	return cuda_ok(e, "cudaGraphInstantiate", why, whylen);
 }
 
 /* The key of f in g: seen, refused (said once), or captured. */
 static void
-keep(const struct medha_fwd *f, int nrows, int64_t cap,
+keep(const struct medha_cuda_call *f, int nrows, int64_t cap,
     struct cuda_graph *g, int state, const char *err)
 {
 	g->used = state;
@@ -134,15 +135,15 @@ keep(const struct medha_fwd *f, int nrows, int64_t cap,
  * would fail too (the descriptors, the workspace, a replay's launch).
  */
 int
-cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
-    int *done, char *why, size_t whylen)
+cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, int *done, char *why, size_t whylen)
 {
 	struct cuda_graph *g;
 	int64_t max_kv = 0, cap = 256;
 	int hit, rc;
 
 	*done = 0;
-	if (c->tp > 1 && c->nccl == NULL)
+	if (c->tp > 1 && c->lib.nccl == NULL)
 		return 0;
 	for (int i = 0; i < f->b->n_seqs; i++) {
 		int64_t k = cuda_keys_of(c, f, i);
@@ -159,14 +160,14 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 	if ((g = find(c, f, nrows, cap, &hit)) == NULL) {
 		fprintf(stderr, "medha: cuda: fallback: %d decode steps' "
 		    "captures failed: graphs off\n", CUDA_GRAPHS);
-		c->graphs = 0;
+		c->rt.graphs = 0;
 		return 0;
 	}
 	if (hit && g->used == CUDA_G_REFUSED)
 		return 0;
 	if (!hit) { /* its first step: eager */
 		keep(f, nrows, cap, g, CUDA_G_SEEN, NULL);
-		g->last = ++c->gclock;
+		g->last = ++c->rt.gclock;
 		return 0;
 	}
 	if (g->used == CUDA_G_SEEN) {
@@ -174,23 +175,22 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		if ((rc = capture(c, f, nrows, g, err, sizeof(err))) != 0) {
 			/* a communicator given up inside it fails the step
 			   (its peers' fail too), and the key stays */
-			if (c->tp > 1 && c->coll == MEDHA_COLL_NCCL &&
-			    c->nccl == NULL)
+			if (c->tp > 1 && c->use_nccl &&
+			    c->lib.nccl == NULL)
 				return medha_why(why, whylen, rc, "%s", err);
 			keep(f, nrows, cap, g, CUDA_G_REFUSED, err);
 			return 0;
 		}
 		keep(f, nrows, cap, g, CUDA_G_CAPTURED, NULL);
 	}
-	g->last = ++c->gclock;
+	g->last = ++c->rt.gclock;
 	/* an SPP stage's hidden states: in place before the replay (the
 	   graph starts at its first layer, with no embedding) */
-	if (f->h_in != NULL)
-		CU(cudaMemcpyAsync(c->x, f->h_in,
-		       sizeof(float) * (size_t)f->b->n_tokens * c->c.dim,
-		       cudaMemcpyHostToDevice, c->st),
-		    "uploading hidden states");
-	CU(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch");
+	if ((rc = cuda_upload_h(c, f, why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_ok(cudaGraphLaunch(g->exec, c->st), "cudaGraphLaunch",
+	         why, whylen)) != 0)
+		return rc;
 	*done = 1;
 	return 0;
 }
@@ -202,60 +202,67 @@ cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
  * says what the pair timed): nothing when the call is not timed.
  */
 int
-cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen)
+cuda_mark(struct medha_cuda *c, int kind, char *why, size_t whylen)
 {
-	if (!c->timing)
+	int rc;
+
+	if (!c->rt.timing)
 		return 0;
-	if (c->n_ev == c->ev_cap) {
-		int cap = c->ev_cap > 0 ? 2 * c->ev_cap : 64;
-		void *e = realloc(c->ev, sizeof(*c->ev) * (size_t)cap);
-		void *k = e != NULL ? realloc(c->ev_kind,
+	if (c->rt.n_ev == c->rt.ev_cap) {
+		int cap = c->rt.ev_cap > 0 ? 2 * c->rt.ev_cap : 64;
+		void *e = realloc(c->rt.ev, sizeof(*c->rt.ev) * (size_t)cap);
+		void *k = e != NULL ? realloc(c->rt.ev_kind,
 		                          sizeof(int) * (size_t)cap) : NULL;
 		if (e != NULL)
-			c->ev = e;
+			c->rt.ev = e;
 		if (k == NULL)
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
-		c->ev_kind = k;
-		for (int i = c->ev_cap; i < cap; i++) {
-			CU(cudaEventCreate(&c->ev[i]), "cudaEventCreate");
-			c->ev_cap = i + 1;
+		c->rt.ev_kind = k;
+		for (int i = c->rt.ev_cap; i < cap; i++) {
+			if ((rc = cuda_ok(cudaEventCreate(&c->rt.ev[i]),
+			         "cudaEventCreate", why, whylen)) != 0)
+				return rc;
+			c->rt.ev_cap = i + 1;
 		}
 	}
-	c->ev_kind[c->n_ev] = kind;
-	CU(cudaEventRecord(c->ev[c->n_ev++], c->st), "cudaEventRecord");
-	return 0;
+	c->rt.ev_kind[c->rt.n_ev] = kind;
+	return cuda_ok(cudaEventRecord(c->rt.ev[c->rt.n_ev++], c->st),
+	    "cudaEventRecord", why, whylen);
 }
 
 /* The timed pairs' sums into t (after the stream is synchronized). */
 int
-cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
+cuda_times(struct medha_cuda *c, struct medha_cuda_times *t, char *why,
     size_t whylen)
 {
 	double s[3] = {0, 0, 0};
 	float ms;
+	int rc;
 
-	for (int i = 0; i + 1 < c->n_ev; i += 2) {
-		CU(cudaEventElapsedTime(&ms, c->ev[i], c->ev[i + 1]),
-		    "cudaEventElapsedTime");
-		s[c->ev_kind[i]] += ms * 1e-3;
+	for (int i = 0; i + 1 < c->rt.n_ev; i += 2) {
+		if ((rc = cuda_ok(cudaEventElapsedTime(&ms, c->rt.ev[i],
+		                      c->rt.ev[i + 1]),
+		         "cudaEventElapsedTime", why, whylen)) != 0)
+			return rc;
+		s[c->rt.ev_kind[i]] += ms * 1e-3;
 	}
 	t->attn = s[0];
 	t->merge = s[1];
 	t->head = s[2];
 	t->split = 1;
-	c->n_ev = 0;
+	c->rt.n_ev = 0;
 	return 0;
 }
 
 void
-cuda_events_free(struct cuda_be *c)
+cuda_events_free(struct medha_cuda *c)
 {
-	for (int i = 0; i < c->ev_cap; i++)
-		cudaEventDestroy(c->ev[i]);
-	free(c->ev);
-	free(c->ev_kind);
-	c->ev = NULL;
-	c->ev_kind = NULL;
-	c->ev_cap = c->n_ev = 0;
+	for (int i = 0; i < c->rt.ev_cap; i++)
+		cudaEventDestroy(c->rt.ev[i]);
+	free(c->rt.ev);
+	free(c->rt.ev_kind);
+	c->rt.ev = NULL;
+	c->rt.ev_kind = NULL;
+	c->rt.ev_cap = c->rt.n_ev = 0;
 }

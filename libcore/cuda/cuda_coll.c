@@ -1,5 +1,5 @@
 /*
- * backend_cuda_coll.c: what the cuda backend exchanges with its peers
+ * cuda_coll.c: what the cuda backend exchanges with its peers
  * and hands back: the TP all-reduce after the row-parallel products
  * (over NCCL when the backend owns a communicator, set up in comm_init
  * with rank 0's unique id travelling through the caller's all_gather,
@@ -20,7 +20,7 @@
  * used: its order of top-k, top-p and temperature would have to match
  * sample.c's bit for bit).
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include "model/sample.h"
 
@@ -29,18 +29,21 @@
 #include <string.h>
 #include <time.h>
 
-/* Pinned host room for n floats in c->hb. */
+/* Pinned host room for n floats in c->s.hb. */
 int
-cuda_stage(struct cuda_be *c, size_t n, char *why, size_t whylen)
+cuda_stage(struct medha_cuda *c, size_t n, char *why, size_t whylen)
 {
-	if (n <= c->hb_cap)
+	int rc;
+
+	if (n <= c->s.hb_cap)
 		return 0;
-	cudaFreeHost(c->hb);
-	c->hb = NULL;
-	c->hb_cap = 0;
-	CU(cudaMallocHost((void **)&c->hb, n * sizeof(float)),
-	    "pinned host staging");
-	c->hb_cap = n;
+	cudaFreeHost(c->s.hb);
+	c->s.hb = NULL;
+	c->s.hb_cap = 0;
+	if ((rc = cuda_ok(cudaMallocHost((void **)&c->s.hb, n * sizeof(float)),
+	         "pinned host staging", why, whylen)) != 0)
+		return rc;
+	c->s.hb_cap = n;
 	return 0;
 }
 
@@ -48,10 +51,10 @@ cuda_stage(struct cuda_be *c, size_t n, char *why, size_t whylen)
    decode graphs that captured its all-reduces dropped; the next call
    with peers makes a new one (cuda_comm_init). */
 void
-cuda_nccl_abort(struct cuda_be *c)
+cuda_nccl_abort(struct medha_cuda *c)
 {
-	c->nc.ncclCommAbort(c->nccl);
-	c->nccl = NULL;
+	c->lib.nc.ncclCommAbort(c->lib.nccl);
+	c->lib.nccl = NULL;
 	cudaStreamSynchronize(c->st);
 	cuda_graph_free(c);
 }
@@ -65,35 +68,35 @@ cuda_nccl_abort(struct cuda_be *c)
  * worker reports the batch failed rather than hang.
  */
 int
-cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
+cuda_sync(struct medha_cuda *c, const char *what, char *why, size_t whylen)
 {
 	const double t0 = medha_now();
 	ncclResult_t ae;
 	cudaError_t e;
 	int spins = 0;
 
-	if (c->nccl == NULL) {
-		CU(cudaStreamSynchronize(c->st), what);
-		return 0;
-	}
+	if (c->lib.nccl == NULL)
+		return cuda_ok(cudaStreamSynchronize(c->st), what, why, whylen);
 	while ((e = cudaStreamQuery(c->st)) == cudaErrorNotReady) {
 		struct timespec ts = {0, 20000};
-		if (c->nc.ncclCommGetAsyncError(c->nccl, &ae) == ncclSuccess &&
+		if (c->lib.nc.ncclCommGetAsyncError(c->lib.nccl, &ae) ==
+		        ncclSuccess &&
 		    ae != ncclSuccess && ae != ncclInProgress) {
 			cuda_nccl_abort(c);
 			return medha_why(why, whylen, MEDHA_EIO,
 			    "cuda: %s: NCCL (TP rank %d of %d): %s; "
 			    "communicator aborted",
-			    what, c->tpr, c->tp, c->nc.ncclGetErrorString(ae));
+			    what, c->tpr, c->tp,
+			    c->lib.nc.ncclGetErrorString(ae));
 		}
 		if (++spins < 1000)
 			continue; /* a step's end is usually close */
-		if (medha_now() - t0 > c->nccl_timeout) {
+		if (medha_now() - t0 > c->lib.nccl_timeout) {
 			cuda_nccl_abort(c);
 			return medha_why(why, whylen, MEDHA_ETIMEOUT,
 			    "cuda: %s: not done after %g s (TP rank %d of %d: "
 			    "a peer gone?); NCCL communicator aborted",
-			    what, c->nccl_timeout, c->tpr, c->tp);
+			    what, c->lib.nccl_timeout, c->tpr, c->tp);
 		}
 		nanosleep(&ts, NULL);
 	}
@@ -111,24 +114,25 @@ cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen)
  * for ever: the step watchdog, cuda_sync, does not cover these).
  */
 static int
-nccl_wait(struct cuda_be *c, const char *what, char *why, size_t whylen)
+nccl_wait(struct medha_cuda *c, const char *what, char *why, size_t whylen)
 {
 	const double t0 = medha_now();
 	struct timespec ts = {0, 200000};
 	ncclResult_t st = ncclInProgress;
 
 	for (;;) {
-		if (c->nc.ncclCommGetAsyncError(c->nccl, &st) != ncclSuccess)
+		if (c->lib.nc.ncclCommGetAsyncError(c->lib.nccl, &st) !=
+		    ncclSuccess)
 			st = ncclInternalError;
 		if (st != ncclInProgress)
 			break;
-		if (medha_now() - t0 > c->nccl_timeout) {
+		if (medha_now() - t0 > c->lib.nccl_timeout) {
 			cuda_nccl_abort(c);
 			return medha_why(why, whylen, MEDHA_ETIMEOUT,
 			    "cuda: %s (TP rank %d of %d): not done after %g s "
 			    "(MEDHA_NCCL_TIMEOUT; a peer gone?); communicator "
 			    "aborted",
-			    what, c->tpr, c->tp, c->nccl_timeout);
+			    what, c->tpr, c->tp, c->lib.nccl_timeout);
 		}
 		nanosleep(&ts, NULL);
 	}
@@ -137,43 +141,43 @@ nccl_wait(struct cuda_be *c, const char *what, char *why, size_t whylen)
 	cuda_nccl_abort(c);
 	return medha_why(why, whylen, MEDHA_EIO,
 	    "cuda: %s (TP rank %d of %d): %s; communicator aborted", what,
-	    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
+	    c->tpr, c->tp, c->lib.nc.ncclGetErrorString(st));
 }
 
 /* This rank's communicator of id: non-blocking where NCCL has the
    config (2.14+), waited for up to nccl_timeout. */
 static int
-comm_make(struct cuda_be *c, ncclUniqueId id, char *why, size_t whylen)
+comm_make(struct medha_cuda *c, ncclUniqueId id, char *why, size_t whylen)
 {
 	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 	int st;
 
 	cfg.blocking = 0;
-	c->nccl = NULL;
-	st = c->nc.ncclCommInitRankConfig != NULL
-	    ? c->nc.ncclCommInitRankConfig(&c->nccl, c->tp, id, c->tpr, &cfg)
-	    : c->nc.ncclCommInitRank(&c->nccl, c->tp, id, c->tpr);
+	c->lib.nccl = NULL;
+	st = c->lib.nc.ncclCommInitRankConfig != NULL
+	    ? c->lib.nc.ncclCommInitRankConfig(&c->lib.nccl, c->tp, id, c->tpr,
+	          &cfg)
+	    : c->lib.nc.ncclCommInitRank(&c->lib.nccl, c->tp, id, c->tpr);
 	if (st != ncclSuccess && st != ncclInProgress) {
-		if (c->nccl != NULL)
-			c->nc.ncclCommAbort(c->nccl);
-		c->nccl = NULL;
+		if (c->lib.nccl != NULL)
+			c->lib.nc.ncclCommAbort(c->lib.nccl);
+		c->lib.nccl = NULL;
 		return medha_why(why, whylen, MEDHA_EIO,
 		    "cuda: ncclCommInitRank (rank %d of %d): %s (two ranks "
 		    "on one GPU need the host collectives, --coll nng)",
-		    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
+		    c->tpr, c->tp, c->lib.nc.ncclGetErrorString(st));
 	}
 	return nccl_wait(c, "ncclCommInitRank", why, whylen);
 }
 
 int
-cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
-    size_t whylen)
+medha_cuda_comm_init(struct medha_cuda *c, const struct medha_cuda_coll *cm,
+    char *why, size_t whylen)
 {
-	struct cuda_be *c = impl;
 	ncclUniqueId *all, id, none;
 	int rc, st = ncclSuccess;
 
-	if (c->tp == 1 || c->coll != MEDHA_COLL_NCCL)
+	if (c->tp == 1 || !c->use_nccl)
 		return 0; /* the caller's collectives, in each call */
 	if (cm == NULL || cm->all_gather == NULL || cm->tp != c->tp ||
 	    cm->tp_rank != c->tpr)
@@ -183,25 +187,27 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 		    c->tpr, c->tp, cm ? cm->tp_rank : -1, cm ? cm->tp : 0);
 	if ((rc = cuda_nccl_load(c, why, whylen)) != 0)
 		return rc;
-	if (c->nccl != NULL) {
+	if (c->lib.nccl != NULL) {
 		/* a new peer table (a rank restarted): the old communicator
 		   has a rank that is gone, which a destroy may wait for (an
 		   abort does not), and the decode graphs captured its
 		   all-reduces */
-		SYNC("the old communicator's work");
+		if ((rc = cuda_sync(c, "the old communicator's work", why,
+		         whylen)) != 0)
+			return rc;
 		cuda_nccl_abort(c);
 	}
 	memset(&id, 0, sizeof(id));
 	memset(&none, 0, sizeof(none));
 	/* rank 0 sends its id even when it has none (all zeros), so that
 	   the others are not left waiting in the gather: each fails */
-	if (c->tpr == 0 && (st = c->nc.ncclGetUniqueId(&id)) != ncclSuccess)
+	if (c->tpr == 0 && (st = c->lib.nc.ncclGetUniqueId(&id)) != ncclSuccess)
 		memset(&id, 0, sizeof(id));
 	if ((all = calloc((size_t)c->tp, sizeof(id))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	/* layer -1: a tag no layer's collective uses */
 	if ((rc = cm->all_gather(cm->arg, -1, 0, &id, sizeof(id), all,
-	         MEDHA_MEM_HOST, why, whylen)) != 0) {
+	         why, whylen)) != 0) {
 		free(all);
 		return rc;
 	}
@@ -209,32 +215,34 @@ cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
 	free(all);
 	if (st != ncclSuccess)
 		return medha_why(why, whylen, MEDHA_EIO,
-		    "cuda: ncclGetUniqueId: %s", c->nc.ncclGetErrorString(st));
+		    "cuda: ncclGetUniqueId: %s",
+		    c->lib.nc.ncclGetErrorString(st));
 	if (memcmp(&id, &none, sizeof(id)) == 0)
 		return medha_why(why, whylen, MEDHA_EIO,
 		    "cuda: TP rank 0 has no NCCL id (its ncclGetUniqueId "
 		    "failed: see its log)");
-	CU(cudaSetDevice(c->dev), "cudaSetDevice");
+	if ((rc = cuda_ok(cudaSetDevice(c->dev), "cudaSetDevice", why,
+	         whylen)) != 0)
+		return rc;
 	return comm_make(c, id, why, whylen);
 }
 
 /* x (n floats, host) summed over the ranks by the caller's collectives:
    its all_reduce, or an all_gather and a sum in rank order. */
 static int
-host_reduce(struct cuda_be *c, int layer, int kind, float *x, size_t n,
+host_reduce(struct medha_cuda *c, int layer, int kind, float *x, size_t n,
     char *why, size_t whylen)
 {
-	const struct medha_comm *cm = c->f->comm;
+	const struct medha_cuda_coll *cm = c->rt.f->coll;
 	float *all;
 	int rc;
 
 	if (cm->all_reduce != NULL)
-		return cm->all_reduce(cm->arg, layer, kind, x, n,
-		    MEDHA_MEM_HOST, why, whylen);
+		return cm->all_reduce(cm->arg, layer, kind, x, n, why, whylen);
 	if ((all = malloc((size_t)c->tp * n * sizeof(float))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	if ((rc = cm->all_gather(cm->arg, layer, kind, x, n * sizeof(float),
-	         all, MEDHA_MEM_HOST, why, whylen)) == 0)
+	         all, why, whylen)) == 0)
 		for (size_t i = 0; i < n; i++) {
 			float s = all[i];
 			for (int r = 1; r < c->tp; r++)
@@ -247,14 +255,14 @@ host_reduce(struct cuda_be *c, int layer, int kind, float *x, size_t n,
 
 /* y (n floats, device): the sum of every TP rank's y. */
 int
-cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y, size_t n,
+cuda_all_reduce(struct medha_cuda *c, int layer, int kind, float *y, size_t n,
     char *why, size_t whylen)
 {
 	int rc, st;
 
-	if (c->nccl != NULL) {
-		st = c->nc.ncclAllReduce(y, y, n, ncclFloat, ncclSum, c->nccl,
-		    c->st);
+	if (c->lib.nccl != NULL) {
+		st = c->lib.nc.ncclAllReduce(y, y, n, ncclFloat, ncclSum,
+		    c->lib.nccl, c->st);
 		/* a non-blocking communicator may still be connecting */
 		if (st == ncclInProgress)
 			return nccl_wait(c, "ncclAllReduce", why, whylen);
@@ -266,75 +274,86 @@ cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y, size_t n,
 			return medha_why(why, whylen, MEDHA_EIO,
 			    "cuda: ncclAllReduce (TP rank %d of %d): %s; "
 			    "communicator aborted",
-			    c->tpr, c->tp, c->nc.ncclGetErrorString(st));
+			    c->tpr, c->tp, c->lib.nc.ncclGetErrorString(st));
 		}
 		return 0;
 	}
 	if ((rc = cuda_stage(c, n, why, whylen)) != 0)
 		return rc;
-	CU(cudaMemcpyAsync(c->hb, y, n * sizeof(float), cudaMemcpyDeviceToHost,
-	       c->st),
-	    "TP partial sums to the host");
-	CU(cudaStreamSynchronize(c->st), "TP partial sums to the host");
-	if ((rc = host_reduce(c, layer, kind, c->hb, n, why, whylen)) != 0)
+	if ((rc = cuda_ok(cudaMemcpyAsync(c->s.hb, y, n * sizeof(float),
+	                      cudaMemcpyDeviceToHost, c->st),
+	         "TP partial sums to the host", why, whylen)) != 0)
 		return rc;
-	CU(cudaMemcpyAsync(y, c->hb, n * sizeof(float), cudaMemcpyHostToDevice,
-	       c->st),
-	    "TP sums to the device");
+	if ((rc = cuda_ok(cudaStreamSynchronize(c->st),
+	         "TP partial sums to the host", why, whylen)) != 0)
+		return rc;
+	if ((rc = host_reduce(c, layer, kind, c->s.hb, n, why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_ok(cudaMemcpyAsync(y, c->s.hb, n * sizeof(float),
+	                      cudaMemcpyHostToDevice, c->st),
+	         "TP sums to the device", why, whylen)) != 0)
+		return rc;
 	/* hb is read by that copy: wait before it is written again */
-	CU(cudaStreamSynchronize(c->st), "TP sums to the device");
-	return 0;
+	return cuda_ok(cudaStreamSynchronize(c->st), "TP sums to the device",
+	    why, whylen);
 }
 
 /* ---- KVP ---- */
 
-/* The exchange with every other group; c->mrg + at[g]: group g's parts. */
+/* The exchange with every other group; c->s.mrg + at[g]: group g's parts. */
 static int
-exchange(struct cuda_be *c, int layer, const float *out, const float *lse,
+exchange(struct medha_cuda *c, int layer, const float *out, const float *lse,
     size_t *at, char *why, size_t whylen)
 {
-	return medha_kvp_exchange(c->f->b, c->f->kv, c->f->comm, layer, out,
-	    lse, (size_t)c->qd, (size_t)c->nh, &c->mrg, &c->mrg_cap, at, why,
-	    whylen);
+	const struct medha_cuda_coll *cm = c->rt.f->coll;
+
+	return cm->kvp_exchange(cm->arg, layer, out, lse, (size_t)c->qd,
+	    (size_t)c->nh, &c->s.mrg, &c->s.mrg_cap, at, why, whylen);
 }
 
 /*
- * The KVP merge of layer l: c->attf and c->lse (f32, every row) become
- * c->att (bf16): merged sequences' rows folded with the other groups'
+ * The KVP merge of layer l: c->s.attf and c->s.lse (f32, every row) become
+ * c->s.att (bf16): merged sequences' rows folded with the other groups'
  * parts in group order, the others' converted.
  */
 int
-cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
+cuda_kvp_merge(struct medha_cuda *c, int layer, int n_tokens, char *why,
     size_t whylen)
 {
-	const struct medha_batch *b = c->f->b;
-	const struct medha_batch_kv *kv = c->f->kv;
-	const int kvp = c->f->comm->kvp, hd = c->c.head_dim;
+	const struct medha_batch *b = c->rt.f->b;
+	const struct medha_batch_kv *kv = c->rt.f->kv;
+	const int kvp = c->rt.f->coll->kvp, hd = c->c.head_dim;
 	const size_t ro = (size_t)c->qd, rl = (size_t)c->nh, row = ro + rl;
 	const size_t T = (size_t)n_tokens;
 	size_t at[MEDHA_KVP_MAX + 1], cur[MEDHA_KVP_MAX], t0, nt;
 	float *out, *lse, *dp;
 	int rc, g;
 
-	if (kvp < 1 || kvp > MEDHA_KVP_MAX || c->f->comm->kvp_rank < 0 ||
-	    c->f->comm->kvp_rank >= kvp)
+	if (kvp < 1 || kvp > MEDHA_KVP_MAX || c->rt.f->coll->kvp_rank < 0 ||
+	    c->rt.f->coll->kvp_rank >= kvp)
 		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "KVP group %d of %d", c->f->comm->kvp_rank, kvp);
+		    "KVP group %d of %d", c->rt.f->coll->kvp_rank, kvp);
 	/* hb: out rows, then lse rows, then one sequence's parts */
 	if ((rc = cuda_stage(c, T * row + (size_t)kvp * T * row, why,
 	         whylen)) != 0)
 		return rc;
-	out = c->hb;
-	lse = c->hb + T * ro;
-	CU(cudaMemcpyAsync(out, c->attf, T * ro * sizeof(float),
-	       cudaMemcpyDeviceToHost, c->st),
-	    "KVP parts to the host");
-	CU(cudaMemcpyAsync(lse, c->lse, T * rl * sizeof(float),
-	       cudaMemcpyDeviceToHost, c->st),
-	    "KVP lse to the host");
-	CU(medha_k_f32_to_bf16(c->att, c->attf, (int64_t)(T * ro), c->st),
-	    "medha_k_f32_to_bf16");
-	SYNC("KVP parts to the host");
+	out = c->s.hb;
+	lse = c->s.hb + T * ro;
+	if ((rc = cuda_ok(cudaMemcpyAsync(out, c->s.attf,
+	                      T * ro * sizeof(float), cudaMemcpyDeviceToHost,
+	                      c->st),
+	         "KVP parts to the host", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_ok(cudaMemcpyAsync(lse, c->s.lse, T * rl * sizeof(float),
+	                      cudaMemcpyDeviceToHost, c->st),
+	         "KVP lse to the host", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_ok(medha_k_f32_to_bf16(c->s.att, c->s.attf,
+	                      (int64_t)(T * ro), c->st),
+	         "medha_k_f32_to_bf16", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_sync(c, "KVP parts to the host", why, whylen)) != 0)
+		return rc;
 	if ((rc = exchange(c, layer, out, lse, at, why, whylen)) != 0)
 		return rc;
 	for (g = 0; g < kvp; g++)
@@ -355,34 +374,41 @@ cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
 		for (g = 0; g < kvp; g++) {
 			if (!(kv[e].groups >> g & 1))
 				continue;
-			memcpy(po + (size_t)np * nt * ro, c->mrg + cur[g],
+			memcpy(po + (size_t)np * nt * ro, c->s.mrg + cur[g],
 			    nt * ro * sizeof(float));
 			memcpy(pl + (size_t)np * nt * rl,
-			    c->mrg + cur[g] + nt * ro, nt * rl * sizeof(float));
+			    c->s.mrg + cur[g] + nt * ro,
+			    nt * rl * sizeof(float));
 			cur[g] += nt * row;
 			np++;
 		}
-		if ((size_t)np * nt * row > c->mrgd_cap) {
-			SYNC("the last merge");
-			cudaFree(c->mrgd);
-			c->mrgd_cap = 0;
-			if ((rc = cuda_malloc((void **)&c->mrgd,
+		if ((size_t)np * nt * row > c->s.mrgd_cap) {
+			if ((rc = cuda_sync(c, "the last merge", why,
+			         whylen)) != 0)
+				return rc;
+			cudaFree(c->s.mrgd);
+			c->s.mrgd_cap = 0;
+			if ((rc = cuda_malloc((void **)&c->s.mrgd,
 			         (size_t)np * nt * row * sizeof(float), why,
 			         whylen, "KVP parts")) != 0)
 				return rc;
-			c->mrgd_cap = (size_t)np * nt * row;
+			c->s.mrgd_cap = (size_t)np * nt * row;
 		}
 		/* parts, then their lses, as medha_k_attn_merge reads them */
-		CU(cudaMemcpyAsync(c->mrgd, po,
-		       (size_t)np * nt * row * sizeof(float),
-		       cudaMemcpyHostToDevice, c->st),
-		    "KVP parts to the device");
-		CU(medha_k_attn_merge(c->att + t0 * ro, c->mrgd,
-		       c->mrgd + (size_t)np * nt * ro, np, (int)nt, c->nh, hd,
-		       c->st),
-		    "medha_k_attn_merge");
+		if ((rc = cuda_ok(cudaMemcpyAsync(c->s.mrgd, po,
+		                      (size_t)np * nt * row * sizeof(float),
+		                      cudaMemcpyHostToDevice, c->st),
+		         "KVP parts to the device", why, whylen)) != 0)
+			return rc;
+		if ((rc = cuda_ok(medha_k_attn_merge(c->s.att + t0 * ro,
+		                      c->s.mrgd,
+		                      c->s.mrgd + (size_t)np * nt * ro, np,
+		                      (int)nt, c->nh, hd, c->st),
+		         "medha_k_attn_merge", why, whylen)) != 0)
+			return rc;
 		/* po is read by that copy */
-		SYNC("the KVP merge");
+		if ((rc = cuda_sync(c, "the KVP merge", why, whylen)) != 0)
+			return rc;
 	}
 	return 0;
 }
@@ -390,19 +416,20 @@ cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
 /* ---- what the call hands back ---- */
 
 int
-cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+cuda_head_out(struct medha_cuda *c, const struct medha_cuda_call *f, int nrows,
     char *why, size_t whylen)
 {
 	const struct medha_batch *b = f->b;
 	const int V = c->c.vocab;
 	const float *rows = NULL;
-	int r = 0;
+	int r = 0, rc;
 
 	if (f->logits != NULL)
-		CU(cudaMemcpyAsync(f->logits, c->logits,
-		       (size_t)nrows * (size_t)V * sizeof(float),
-		       cudaMemcpyDeviceToHost, c->st),
-		    "downloading logits");
+		if ((rc = cuda_ok(cudaMemcpyAsync(f->logits, c->s.logits,
+		                      (size_t)nrows * (size_t)V * sizeof(float),
+		                      cudaMemcpyDeviceToHost, c->st),
+		         "downloading logits", why, whylen)) != 0)
+			return rc;
 	/* a sampler other than greedy draws from its row on the host: the
 	   caller's copy, or every row staged in one copy (not one round
 	   trip a sequence) */
@@ -415,24 +442,30 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 			    b->seq[i].logits == MEDHA_LOGITS_LAST &&
 			    !medha_sampler_is_greedy(f->samplers[i])) {
 				size_t n = (size_t)nrows * (size_t)V;
-				int rc;
 				if ((rc = cuda_stage(c, n, why, whylen)) != 0)
 					return rc;
-				CU(cudaMemcpyAsync(c->hb, c->logits,
-				       n * sizeof(float),
-				       cudaMemcpyDeviceToHost, c->st),
-				    "downloading logits rows");
-				rows = c->hb;
+				if ((rc = cuda_ok(cudaMemcpyAsync(c->s.hb,
+				                      c->s.logits,
+				                      n * sizeof(float),
+				                      cudaMemcpyDeviceToHost,
+				                      c->st),
+				         "downloading logits rows", why,
+				         whylen)) != 0)
+					return rc;
+				rows = c->s.hb;
 			}
-	CU(cudaMemcpyAsync(c->hids, c->ids, (size_t)nrows * sizeof(int32_t),
-	       cudaMemcpyDeviceToHost, c->st),
-	    "downloading the argmax");
-	SYNC("downloading the argmax");
+	if ((rc = cuda_ok(cudaMemcpyAsync(c->s.hids, c->s.ids,
+	                      (size_t)nrows * sizeof(int32_t),
+	                      cudaMemcpyDeviceToHost, c->st),
+	         "downloading the argmax", why, whylen)) != 0)
+		return rc;
+	if ((rc = cuda_sync(c, "downloading the argmax", why, whylen)) != 0)
+		return rc;
 	/* NaN or infinite logits would sample token 0 or nothing: an
 	   error, as on the cpu backend; the argmax kernel marks such a
 	   row -1 (no scan of rows x vocab floats here) */
 	for (int i = 0; i < nrows; i++)
-		if (c->hids[i] < 0)
+		if (c->s.hids[i] < 0)
 			return medha_why(why, whylen, MEDHA_ERANGE,
 			    "logits row %d: a token's logit is NaN or "
 			    "infinite (the model's numbers overflow or are "
@@ -450,7 +483,7 @@ cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
 		if (sp == NULL || s->logits != MEDHA_LOGITS_LAST)
 			continue;
 		f->tokens[i] = medha_sampler_is_greedy(sp)
-		    ? c->hids[row]
+		    ? c->s.hids[row]
 		    : medha_sample(sp, rows + (size_t)row * V);
 	}
 	return 0;

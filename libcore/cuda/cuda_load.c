@@ -1,5 +1,5 @@
 /*
- * backend_cuda_load.c: the cuda backend's weights on the device, this TP
+ * cuda_load.c: the cuda backend's weights on the device, this TP
  * rank's share (medha_tp_share, the cpu backend's) of the layers it runs:
  * from a model (model/model.h: every type the cpu backend reads is
  * dequantized row by row on the host, rounded to bf16 and uploaded), or
@@ -14,7 +14,7 @@
  * every TP rank's share is a piece of the same model and tp 2 computes
  * what tp 1 does.
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include "model/quant.h"
 
@@ -53,28 +53,36 @@ struct src {
  * c1 - c0 bf16), on the device.
  */
 static int
-put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
+put(struct medha_cuda *c, uint16_t *dst, const struct src *s, int64_t r0,
     int64_t r1, int64_t c0, int64_t c1, char *why, size_t whylen)
 {
 	const int64_t w = c1 - c0;
 	int64_t r, j, per, rr;
 	uint16_t *h;
 	float *row;
+	int rc;
 	size_t rb;
 
 	if (s->t == NULL) {
 		uint64_t base = s->id << 40;
 		if (c0 == 0 && w == s->cols) {
-			CU(medha_k_fill_random(dst, (r1 - r0) * w, s->seed,
-			       base + (uint64_t)(r0 * w), s->scale, c->st),
-			    "medha_k_fill_random");
+			if ((rc = cuda_ok(medha_k_fill_random(dst,
+			                      (r1 - r0) * w, s->seed,
+			                      base + (uint64_t)(r0 * w),
+			                      s->scale, c->st),
+			         "medha_k_fill_random", why, whylen)) != 0)
+				return rc;
 			return 0;
 		}
 		for (r = r0; r < r1; r++)
-			CU(medha_k_fill_random(dst + (r - r0) * w, w, s->seed,
-			       base + (uint64_t)(r * s->cols + c0), s->scale,
-			       c->st),
-			    "medha_k_fill_random");
+			if ((rc = cuda_ok(medha_k_fill_random(dst +
+			                          (r - r0) * w,
+			                      w, s->seed,
+			                      base +
+			                          (uint64_t)(r * s->cols + c0),
+			                      s->scale, c->st),
+			         "medha_k_fill_random", why, whylen)) != 0)
+				return rc;
 		return 0;
 	}
 	rb = medha_ggml_row_bytes(s->t->type, s->t->ne[0]);
@@ -86,28 +94,28 @@ put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "cuda: loading %s: out of memory", s->t->name);
 	/* the pinned staging buffer, kept over the whole load */
-	if ((size_t)per * w * 2 > c->hb_cap * sizeof(float)) {
-		cudaFreeHost(c->hb);
-		c->hb = NULL;
-		c->hb_cap = 0;
+	if ((size_t)per * w * 2 > c->s.hb_cap * sizeof(float)) {
+		cudaFreeHost(c->s.hb);
+		c->s.hb = NULL;
+		c->s.hb_cap = 0;
 		size_t fl = ((size_t)per * w * 2 + 3) / sizeof(float);
-		if (cudaMallocHost((void **)&c->hb, fl * sizeof(float)) !=
+		if (cudaMallocHost((void **)&c->s.hb, fl * sizeof(float)) !=
 		    cudaSuccess) {
 			free(row);
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "cuda: loading %s: no pinned memory", s->t->name);
 		}
-		c->hb_cap = fl;
+		c->s.hb_cap = fl;
 	}
-	h = (uint16_t *)c->hb;
+	h = (uint16_t *)c->s.hb;
 	for (r = r0; r < r1; r += per) {
 		rr = r1 - r < per ? r1 - r : per;
 		/* the last upload reads h: wait before writing it again */
 		cudaStreamSynchronize(c->st);
 		for (j = 0; j < rr; j++) {
 			medha_dequant_row(s->t->type,
-			    (const char *)s->t->data + rb * (size_t)(r + j), row,
-			    s->t->ne[0]);
+			    (const char *)s->t->data + rb * (size_t)(r + j),
+			    row, s->t->ne[0]);
 			for (int64_t k = 0; k < w; k++)
 				h[j * w + k] = medha_fp32_to_bf16(row[c0 + k]);
 		}
@@ -117,24 +125,23 @@ put(struct cuda_be *c, uint16_t *dst, const struct src *s, int64_t r0,
 	}
 	cudaStreamSynchronize(c->st);
 	free(row);
-	CU(cudaGetLastError(), "uploading weights");
-	return 0;
+	return cuda_ok(cudaGetLastError(), "uploading weights", why, whylen);
 }
 
-/* A device matrix of rows x cols bf16, counted in c->wbytes. */
+/* A device matrix of rows x cols bf16, counted in c->w.wbytes. */
 static int
-mat(struct cuda_be *c, uint16_t **p, int64_t rows, int64_t cols, char *why,
+mat(struct medha_cuda *c, uint16_t **p, int64_t rows, int64_t cols, char *why,
     size_t whylen, const char *what)
 {
 	size_t n = (size_t)rows * (size_t)cols * 2;
 
-	c->wbytes += n;
+	c->w.wbytes += n;
 	return cuda_malloc((void **)p, n, why, whylen, what);
 }
 
 /* n floats from host v (NULL: ones) into a new device vector. */
 static int
-vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
+vec(struct medha_cuda *c, float **p, const float *v, int n, char *why,
     size_t whylen, const char *what)
 {
 	float *ones = NULL;
@@ -159,8 +166,9 @@ vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
 	if (rc == cudaSuccess)
 		rc = cudaStreamSynchronize(c->st);
 	free(ones);
-	CU(rc, "uploading a norm");
-	c->wbytes += sizeof(float) * (size_t)n;
+	if ((rc = cuda_ok(rc, "uploading a norm", why, whylen)) != 0)
+		return rc;
+	c->w.wbytes += sizeof(float) * (size_t)n;
 	return 0;
 }
 
@@ -170,14 +178,14 @@ vec(struct cuda_be *c, float **p, const float *v, int n, char *why,
  * (a random model's are ones), where c's architecture has them.
  */
 static int
-extras(struct cuda_be *c, const struct medha_model *m, int l, char *why,
+extras(struct medha_cuda *c, const struct medha_model *m, int l, char *why,
     size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
 	const struct medha_layer *ml = m != NULL ? &m->layer[l] : NULL;
 	const struct medha_tp_share *sh = &c->sh;
 	const int hd = mc->head_dim;
-	struct cuda_layer *L = &c->L[l];
+	struct cuda_layer *L = &c->w.L[l];
 	int rc;
 
 	if (ml != NULL && ml->bq != NULL) {
@@ -213,7 +221,7 @@ extras(struct cuda_be *c, const struct medha_model *m, int l, char *why,
 
 /* The sources of layer l's seven matrices (m NULL: random). */
 static void
-sources(const struct cuda_be *c, const struct medha_model *m, int l,
+sources(const struct medha_cuda *c, const struct medha_model *m, int l,
     uint64_t seed, struct src s[7])
 {
 	const struct medha_model_config *mc = &c->c;
@@ -236,13 +244,13 @@ sources(const struct cuda_be *c, const struct medha_model *m, int l,
 
 /* Layer l's share, from m's tensors or (m NULL) random. */
 static int
-layer(struct cuda_be *c, const struct medha_model *m, int l, uint64_t seed,
+layer(struct medha_cuda *c, const struct medha_model *m, int l, uint64_t seed,
     char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
 	const struct medha_tp_share *sh = &c->sh;
 	const int hd = mc->head_dim, d = mc->dim;
-	struct cuda_layer *L = &c->L[l];
+	struct cuda_layer *L = &c->w.L[l];
 	struct src s[7];
 	int rc;
 
@@ -281,7 +289,7 @@ layer(struct cuda_be *c, const struct medha_model *m, int l, uint64_t seed,
 
 /* Everything the layers [lo, hi) and the ends need, from m or random. */
 static int
-load(struct cuda_be *c, const struct medha_model *m, uint64_t seed,
+load(struct medha_cuda *c, const struct medha_model *m, uint64_t seed,
     char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
@@ -289,51 +297,52 @@ load(struct cuda_be *c, const struct medha_model *m, uint64_t seed,
 	struct src e = {m ? m->tok_embd : NULL, seed, 1u << 20, d, 1.0f};
 	struct src o = {m ? m->output : NULL, seed, (1u << 20) + 1, d,
 	    sqrtf(3.0f / (float)d)};
+	char lw[256];
 	int rc, l;
 
-	if ((c->L = calloc((size_t)mc->n_layers, sizeof(*c->L))) == NULL)
+	if ((c->w.L = calloc((size_t)mc->n_layers, sizeof(*c->w.L))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	if (c->lo == 0 &&
-	    ((rc = mat(c, &c->embd, V, d, why, whylen, "token_embd")) != 0 ||
-	        (rc = put(c, c->embd, &e, 0, V, 0, d, why, whylen)) != 0))
+	    ((rc = mat(c, &c->w.embd, V, d, why, whylen, "token_embd")) != 0 ||
+	        (rc = put(c, c->w.embd, &e, 0, V, 0, d, why, whylen)) != 0))
 		return rc;
 	if (c->hi == mc->n_layers &&
-	    ((rc = vec(c, &c->onorm, m ? m->out_norm : NULL, (int)d, why,
+	    ((rc = vec(c, &c->w.onorm, m ? m->out_norm : NULL, (int)d, why,
 	          whylen, "output_norm")) != 0 ||
-	        (rc = mat(c, &c->out, V, d, why, whylen, "output")) != 0 ||
-	        (rc = put(c, c->out, &o, 0, V, 0, d, why, whylen)) != 0))
+	        (rc = mat(c, &c->w.out, V, d, why, whylen, "output")) != 0 ||
+	        (rc = put(c, c->w.out, &o, 0, V, 0, d, why, whylen)) != 0))
 		return rc;
 	if (m != NULL && m->rope_freqs != NULL &&
-	    (rc = vec(c, &c->freqs, m->rope_freqs, mc->n_rot / 2, why, whylen,
+	    (rc = vec(c, &c->w.freqs, m->rope_freqs, mc->n_rot / 2, why, whylen,
 	         "rope_freqs")) != 0)
 		return rc;
 	for (l = c->lo; l < c->hi; l++)
-		if ((rc = layer(c, m, l, seed, c->cwhy, sizeof(c->cwhy))) != 0)
+		if ((rc = layer(c, m, l, seed, lw, sizeof(lw))) != 0)
 			return medha_why(why, whylen, rc, "layer %d: %s", l,
-			    c->cwhy);
-	CU(cudaStreamSynchronize(c->st), "loading the weights");
-	return 0;
+			    lw);
+	return cuda_ok(cudaStreamSynchronize(c->st), "loading the weights",
+	    why, whylen);
 }
 
 int
-cuda_load_gguf(struct cuda_be *c, const struct medha_model *m, char *why,
+cuda_load_gguf(struct medha_cuda *c, const struct medha_model *m, char *why,
     size_t whylen)
 {
 	return load(c, m, 0, why, whylen);
 }
 
 int
-cuda_load_random(struct cuda_be *c, uint64_t seed, char *why, size_t whylen)
+cuda_load_random(struct medha_cuda *c, uint64_t seed, char *why, size_t whylen)
 {
 	return load(c, NULL, seed != 0 ? seed : 1, why, whylen);
 }
 
 void
-cuda_free_weights(struct cuda_be *c)
+cuda_free_weights(struct medha_cuda *c)
 {
-	if (c->L != NULL)
+	if (c->w.L != NULL)
 		for (int l = 0; l < c->c.n_layers; l++) {
-			struct cuda_layer *L = &c->L[l];
+			struct cuda_layer *L = &c->w.L[l];
 			cudaFree(L->attn_norm);
 			cudaFree(L->ffn_norm);
 			cudaFree(L->wqkv);
@@ -346,12 +355,12 @@ cuda_free_weights(struct cuda_be *c)
 			cudaFree(L->post_a);
 			cudaFree(L->post_f);
 		}
-	free(c->L);
-	c->L = NULL;
-	cudaFree(c->embd);
-	cudaFree(c->out);
-	cudaFree(c->onorm);
-	cudaFree(c->freqs);
-	c->embd = c->out = NULL;
-	c->onorm = c->freqs = NULL;
+	free(c->w.L);
+	c->w.L = NULL;
+	cudaFree(c->w.embd);
+	cudaFree(c->w.out);
+	cudaFree(c->w.onorm);
+	cudaFree(c->w.freqs);
+	c->w.embd = c->w.out = NULL;
+	c->w.onorm = c->w.freqs = NULL;
 }

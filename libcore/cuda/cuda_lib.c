@@ -1,5 +1,5 @@
 /*
- * backend_cuda_lib.c: the libraries the cuda backend loads with dlopen
+ * cuda_lib.c: the libraries the cuda backend loads with dlopen
  * when it opens (linking libcublasLt.so costs every program 195 ms at
  * start, used or not): cuBLASLt for the linear layers and NCCL for TP;
  * and the linear layers themselves.
@@ -16,7 +16,7 @@
  * ("medha: cuda: fallback: ...", which contrib/gpu-check.sh counts):
  * those products are then not batch-invariant.
  */
-#include "engine/backend_cuda_impl.h"
+#include "cuda/cuda_impl.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -30,6 +30,12 @@ cuda_err(char *why, size_t whylen, int e, const char *what)
 	return medha_why(why, whylen,
 	    e == cudaErrorMemoryAllocation ? MEDHA_ENOMEM : MEDHA_EIO,
 	    "cuda: %s: %s (%d)", what, cudaGetErrorString((cudaError_t)e), e);
+}
+
+int
+cuda_ok(int e, const char *what, char *why, size_t whylen)
+{
+	return e == 0 ? 0 : cuda_err(why, whylen, e, what);
 }
 
 /* dlopen the first of names that loads; its dlerror in err if none. */
@@ -47,44 +53,58 @@ open_first(const char *const *names, char *err, size_t errlen)
 	return NULL;
 }
 
-#define SYM(tab, f)                                                         \
-	do {                                                                \
-		*(void **)&(tab)->f = dlsym((tab)->dl, #f);                 \
-		if ((tab)->f == NULL)                                       \
-			return medha_why(why, whylen, MEDHA_EUNSUP,         \
-			    "cuda: %s has no %s", lib, #f);                 \
-	} while (0)
+/* An entry point to look up: its name, and where its address goes. */
+struct sym {
+	const char *name;
+	void **fn;
+};
+#define SYM(tab, f) {#f, (void **)&(tab)->f}
+
+/* The n entry points of s from dl, or MEDHA_EUNSUP naming the first
+   that lib lacks. */
+static int
+syms(void *dl, const struct sym *s, int n, const char *lib, char *why,
+    size_t whylen)
+{
+	for (int i = 0; i < n; i++)
+		if ((*s[i].fn = dlsym(dl, s[i].name)) == NULL)
+			return medha_why(why, whylen, MEDHA_EUNSUP,
+			    "cuda: %s has no %s", lib, s[i].name);
+	return 0;
+}
 
 int
-cuda_lt_open(struct cuda_be *c, char *why, size_t whylen)
+cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen)
 {
 	static const char *const names[] = {"libcublasLt.so.13",
 	    "libcublasLt.so", NULL};
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 	const char *lib = "libcublasLt.so.13";
+	const struct sym lt_syms[] = {SYM(t, cublasLtCreate),
+	    SYM(t, cublasLtDestroy), SYM(t, cublasLtMatmulDescCreate),
+	    SYM(t, cublasLtMatmulDescDestroy),
+	    SYM(t, cublasLtMatmulDescSetAttribute),
+	    SYM(t, cublasLtMatrixLayoutCreate),
+	    SYM(t, cublasLtMatrixLayoutDestroy),
+	    SYM(t, cublasLtMatrixLayoutSetAttribute),
+	    SYM(t, cublasLtMatmulPreferenceCreate),
+	    SYM(t, cublasLtMatmulPreferenceDestroy),
+	    SYM(t, cublasLtMatmulPreferenceSetAttribute),
+	    SYM(t, cublasLtMatmulAlgoGetHeuristic), SYM(t, cublasLtMatmul)};
 	char err[512];
-	int st;
+	int st, rc;
 
 	if ((t->dl = open_first(names, err, sizeof(err))) == NULL)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: cannot load cuBLASLt (libcublasLt.so.13 or "
 		    "libcublasLt.so; set LD_LIBRARY_PATH to CUDA's lib64): %s",
 		    err);
-	SYM(t, cublasLtCreate);
-	SYM(t, cublasLtDestroy);
-	SYM(t, cublasLtMatmulDescCreate);
-	SYM(t, cublasLtMatmulDescDestroy);
-	SYM(t, cublasLtMatmulDescSetAttribute);
-	SYM(t, cublasLtMatrixLayoutCreate);
-	SYM(t, cublasLtMatrixLayoutDestroy);
-	SYM(t, cublasLtMatrixLayoutSetAttribute);
-	SYM(t, cublasLtMatmulPreferenceCreate);
-	SYM(t, cublasLtMatmulPreferenceDestroy);
-	SYM(t, cublasLtMatmulPreferenceSetAttribute);
-	SYM(t, cublasLtMatmulAlgoGetHeuristic);
-	SYM(t, cublasLtMatmul);
-	if ((st = t->cublasLtCreate(&c->lth)) != CUBLAS_STATUS_SUCCESS) {
-		c->lth = NULL;
+	if ((rc = syms(t->dl, lt_syms,
+	         (int)(sizeof(lt_syms) / sizeof(lt_syms[0])), lib, why,
+	         whylen)) != 0)
+		return rc;
+	if ((st = t->cublasLtCreate(&c->lib.lth)) != CUBLAS_STATUS_SUCCESS) {
+		c->lib.lth = NULL;
 		return medha_why(why, whylen, MEDHA_EIO,
 		    "cuda: cublasLtCreate: status %d", st);
 	}
@@ -92,34 +112,39 @@ cuda_lt_open(struct cuda_be *c, char *why, size_t whylen)
 }
 
 void
-cuda_lt_close(struct cuda_be *c)
+cuda_lt_close(struct medha_cuda *c)
 {
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 
-	for (int i = 0; i < c->n_gemm; i++) {
-		struct cuda_gemm *g = &c->gemm[i];
+	for (int i = 0; i < c->lib.n_gemm; i++) {
+		struct cuda_gemm *g = &c->lib.gemm[i];
 		t->cublasLtMatrixLayoutDestroy(g->a);
 		t->cublasLtMatrixLayoutDestroy(g->b);
 		t->cublasLtMatrixLayoutDestroy(g->d);
 		t->cublasLtMatmulDescDestroy(g->desc);
 	}
-	c->n_gemm = 0;
-	if (c->lth != NULL)
-		t->cublasLtDestroy(c->lth);
-	c->lth = NULL;
+	c->lib.n_gemm = 0;
+	if (c->lib.lth != NULL)
+		t->cublasLtDestroy(c->lib.lth);
+	c->lib.lth = NULL;
 	if (t->dl != NULL)
 		dlclose(t->dl);
 	t->dl = NULL;
 }
 
 int
-cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
+cuda_nccl_load(struct medha_cuda *c, char *why, size_t whylen)
 {
 	static const char *const names[] = {"libnccl.so.2", "libnccl.so",
 	    NULL};
-	struct cuda_nccl *t = &c->nc;
+	struct cuda_nccl *t = &c->lib.nc;
 	const char *lib = "libnccl.so.2";
+	const struct sym nc_syms[] = {SYM(t, ncclGetUniqueId),
+	    SYM(t, ncclCommInitRank), SYM(t, ncclAllReduce),
+	    SYM(t, ncclGetErrorString), SYM(t, ncclCommAbort),
+	    SYM(t, ncclCommGetAsyncError)};
 	char err[512];
+	int rc;
 
 	if (t->dl != NULL)
 		return 0;
@@ -129,12 +154,10 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 		    "LD_LIBRARY_PATH, or use the host collectives, --coll "
 		    "nng): %s",
 		    err);
-	SYM(t, ncclGetUniqueId);
-	SYM(t, ncclCommInitRank);
-	SYM(t, ncclAllReduce);
-	SYM(t, ncclGetErrorString);
-	SYM(t, ncclCommAbort);
-	SYM(t, ncclCommGetAsyncError);
+	if ((rc = syms(t->dl, nc_syms,
+	         (int)(sizeof(nc_syms) / sizeof(nc_syms[0])), lib, why,
+	         whylen)) != 0)
+		return rc;
 	/* optional: without it, a blocking init (no timeout) */
 	*(void **)&t->ncclCommInitRankConfig = dlsym(t->dl,
 	    "ncclCommInitRankConfig");
@@ -142,48 +165,52 @@ cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen)
 }
 
 void
-cuda_nccl_close(struct cuda_be *c)
+cuda_nccl_close(struct medha_cuda *c)
 {
 	/* (cuda_close aborted it first); an abort, not a destroy: it
 	   waits for no peer, and one may be gone */
-	if (c->nccl != NULL)
-		c->nc.ncclCommAbort(c->nccl);
-	c->nccl = NULL;
-	if (c->nc.dl != NULL)
-		dlclose(c->nc.dl);
-	c->nc.dl = NULL;
+	if (c->lib.nccl != NULL)
+		c->lib.nc.ncclCommAbort(c->lib.nccl);
+	c->lib.nccl = NULL;
+	if (c->lib.nc.dl != NULL)
+		dlclose(c->lib.nc.dl);
+	c->lib.nc.dl = NULL;
 }
 
 /* ---- the linear layers ---- */
 
-#define LT(call, what)                                                      \
-	do {                                                                \
-		int lt_st_ = (int)(call);                                   \
-		if (lt_st_ != CUBLAS_STATUS_SUCCESS)                        \
-			return medha_why(why, whylen, MEDHA_EIO,            \
-			    "cuda: %s: cuBLASLt status %d (%d x %d x %d)",  \
-			    what, lt_st_, m, g->n, g->k);                   \
-	} while (0)
+/* 0 for a cuBLASLt status of success, else MEDHA_EIO naming the call
+   and the product's m x n x k */
+static int
+lt_ok(int st, const char *what, int m, const struct cuda_gemm *g, char *why,
+    size_t whylen)
+{
+	if (st == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	return medha_why(why, whylen, MEDHA_EIO,
+	    "cuda: %s: cuBLASLt status %d (%d x %d x %d)", what, st, m, g->n,
+	    g->k);
+}
 
 /* The descriptors of shape (n, k, ldy), made at its first use. */
 static struct cuda_gemm *
-shape(struct cuda_be *c, int n, int k, int ldy, char *why, size_t whylen)
+shape(struct medha_cuda *c, int n, int k, int ldy, char *why, size_t whylen)
 {
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 	struct cuda_gemm *g;
 	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
 	int i;
 
-	for (i = 0; i < c->n_gemm; i++)
-		if (c->gemm[i].n == n && c->gemm[i].k == k &&
-		    c->gemm[i].ldy == ldy)
-			return &c->gemm[i];
-	if (c->n_gemm == CUDA_GEMM_SHAPES) {
+	for (i = 0; i < c->lib.n_gemm; i++)
+		if (c->lib.gemm[i].n == n && c->lib.gemm[i].k == k &&
+		    c->lib.gemm[i].ldy == ldy)
+			return &c->lib.gemm[i];
+	if (c->lib.n_gemm == CUDA_GEMM_SHAPES) {
 		medha_why(why, whylen, MEDHA_ENOMEM,
 		    "cuda: more than %d GEMM shapes", CUDA_GEMM_SHAPES);
 		return NULL;
 	}
-	g = &c->gemm[c->n_gemm];
+	g = &c->lib.gemm[c->lib.n_gemm];
 	memset(g, 0, sizeof(*g));
 	g->n = n;
 	g->k = k;
@@ -206,19 +233,19 @@ shape(struct cuda_be *c, int n, int k, int ldy, char *why, size_t whylen)
 		    "cuda: cuBLASLt descriptors for %d x %d failed", n, k);
 		return NULL;
 	}
-	c->n_gemm++;
+	c->lib.n_gemm++;
 	return g;
 }
 
 /* Set the row count m on g's layouts. */
 static int
-set_m(struct cuda_be *c, struct cuda_gemm *g, int m)
+set_m(struct medha_cuda *c, struct cuda_gemm *g, int m)
 {
 	uint64_t cols = (uint64_t)m;
 
-	if (c->lt.cublasLtMatrixLayoutSetAttribute(g->b,
+	if (c->lib.lt.cublasLtMatrixLayoutSetAttribute(g->b,
 	        CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)) ||
-	    c->lt.cublasLtMatrixLayoutSetAttribute(g->d,
+	    c->lib.lt.cublasLtMatrixLayoutSetAttribute(g->d,
 	        CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)))
 		return -1;
 	return 0;
@@ -234,20 +261,22 @@ set_m(struct cuda_be *c, struct cuda_gemm *g, int m)
  * rather than assuming the 256 bytes of a base.
  */
 static int
-pick(struct cuda_be *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
-    char *why, size_t whylen)
+pick(struct medha_cuda *c, struct cuda_gemm *g, int m,
+    cublasLtMatmulAlgo_t *algo, char *why, size_t whylen)
 {
-	struct cuda_lt *t = &c->lt;
+	struct cuda_lt *t = &c->lib.lt;
 	cublasLtMatmulPreference_t pref;
 	cublasLtMatmulHeuristicResult_t res;
 	uint64_t ws = CUDA_LT_WORK;
 	uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE |
 	    CUBLASLT_REDUCTION_SCHEME_INPLACE, al = CUDA_LT_ALIGN;
-	int nres = 0, st;
+	int nres = 0, st, rc;
 
-	LT(set_m(c, g, m), "setting the row count");
-	LT(t->cublasLtMatmulPreferenceCreate(&pref),
-	    "cublasLtMatmulPreferenceCreate");
+	if ((rc = lt_ok(set_m(c, g, m), "setting the row count", m, g, why,
+	         whylen)) != 0 ||
+	    (rc = lt_ok(t->cublasLtMatmulPreferenceCreate(&pref),
+	         "cublasLtMatmulPreferenceCreate", m, g, why, whylen)) != 0)
+		return rc;
 	st = t->cublasLtMatmulPreferenceSetAttribute(pref,
 	    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
 	if (st == CUBLAS_STATUS_SUCCESS)
@@ -261,10 +290,12 @@ pick(struct cuda_be *c, struct cuda_gemm *g, int m, cublasLtMatmulAlgo_t *algo,
 		st = t->cublasLtMatmulPreferenceSetAttribute(pref,
 		    (cublasLtMatmulPreferenceAttributes_t)a, &al, sizeof(al));
 	if (st == CUBLAS_STATUS_SUCCESS)
-		st = t->cublasLtMatmulAlgoGetHeuristic(c->lth, g->desc, g->a,
-		    g->b, g->d, g->d, pref, 1, &res, &nres);
+		st = t->cublasLtMatmulAlgoGetHeuristic(c->lib.lth, g->desc,
+		    g->a, g->b, g->d, g->d, pref, 1, &res, &nres);
 	t->cublasLtMatmulPreferenceDestroy(pref);
-	LT(st, "cublasLtMatmulAlgoGetHeuristic");
+	if ((rc = lt_ok(st, "cublasLtMatmulAlgoGetHeuristic", m, g, why,
+	         whylen)) != 0)
+		return rc;
 	if (nres < 1)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: cuBLASLt has no algorithm for a bf16 %d x %d x %d "
@@ -289,7 +320,7 @@ log2_ceil(int m)
  * transposed, plus beta times y (beta 1: the residual add fused).
  */
 int
-cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
+cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
     const uint16_t *x, int m, float *y, int ldy, float beta, char *why,
     size_t whylen)
 {
@@ -307,7 +338,7 @@ cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
 		    n, k, CUDA_LT_ALIGN);
 	if ((g = shape(c, n, k, ldy, why, whylen)) == NULL)
 		return MEDHA_EIO;
-	if (c->fast) {
+	if (c->lib.fast) {
 		b = log2_ceil(m);
 		algo = &g->fast[b];
 		if (!(g->fast_have >> b & 1)) {
@@ -318,14 +349,18 @@ cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
 	} else {
 		algo = &g->algo;
 		if (!g->have) {
-			if ((rc = pick(c, g, c->gemm_m, algo, why, whylen)) != 0)
+			if ((rc = pick(c, g, c->lib.gemm_m, algo, why,
+			         whylen)) != 0)
 				return rc;
 			g->have = 1;
 		}
 	}
-	LT(set_m(c, g, m), "setting the row count");
-	st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x, g->b,
-	    &beta, y, g->d, y, g->d, algo, c->ltwork, CUDA_LT_WORK, c->st);
+	if ((rc = lt_ok(set_m(c, g, m), "setting the row count", m, g, why,
+	         whylen)) != 0)
+		return rc;
+	st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w, g->a, x,
+	    g->b, &beta, y, g->d, y, g->d, algo, c->s.ltwork, CUDA_LT_WORK,
+	    c->st);
 	if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
 	    st == CUBLAS_STATUS_INVALID_VALUE) {
 		/* the algorithm cannot take this m (NOT_SUPPORTED), or not
@@ -342,14 +377,13 @@ cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
 			    "product's algorithm (chosen at %d rows) refuses "
 			    "%d with %s: chosen again for them (not "
 			    "batch-invariant; said once)\n", g->n, g->k,
-			    c->fast ? 1 << log2_ceil(m) : c->gemm_m, m,
+			    c->lib.fast ? 1 << log2_ceil(m) : c->lib.gemm_m, m,
 			    st == CUBLAS_STATUS_INVALID_VALUE
 			        ? "INVALID_VALUE" : "NOT_SUPPORTED");
 		g->warned |= 1 << (st == CUBLAS_STATUS_INVALID_VALUE);
-		st = c->lt.cublasLtMatmul(c->lth, g->desc, &alpha, w, g->a, x,
-		    g->b, &beta, y, g->d, y, g->d, &g->own, c->ltwork,
-		    CUDA_LT_WORK, c->st);
+		st = c->lib.lt.cublasLtMatmul(c->lib.lth, g->desc, &alpha, w,
+		    g->a, x, g->b, &beta, y, g->d, y, g->d, &g->own,
+		    c->s.ltwork, CUDA_LT_WORK, c->st);
 	}
-	LT(st, "cublasLtMatmul");
-	return 0;
+	return lt_ok(st, "cublasLtMatmul", m, g, why, whylen);
 }

@@ -1,10 +1,13 @@
 /*
- * backend_cuda_impl.h: the cuda backend's private state, shared by its
- * files: backend_cuda.c (open, the function table, forward), _lib.c
- * (cuBLASLt and NCCL loaded with dlopen; the linear layers), _load.c
- * (weights: a GGUF dequantized to bf16, or random by shape name), _kv.c
- * (the paged cache's blocks on the host, the batch's descriptors) and
- * _coll.c (TP all-reduces, the KVP merge, sampling).
+ * cuda_impl.h: the cuda room's private state, shared by its files:
+ * cuda_open.c (the device, the layout, open and close), cuda_dev.c (the
+ * devices' descriptions), cuda_fwd.c (the forward pass), cuda_lib.c
+ * (cuBLASLt and NCCL loaded with dlopen; the linear layers),
+ * cuda_load.c (weights: a GGUF dequantized to bf16, or random by shape
+ * name), cuda_kv.c (the paged cache's blocks on the host, the batch's
+ * descriptors, the scratch, the sequences), cuda_coll.c (TP
+ * all-reduces, the KVP merge, sampling) and cuda_graph.c (decode graphs,
+ * timing).
  *
  * Layouts on the device: the residual stream x is (n, dim) f32; matrix
  * inputs (norm outputs, attention output, SwiGLU output) are bf16; a
@@ -13,10 +16,10 @@
  * rows, then its K rows, then its V rows), gate and up another (this
  * rank's gate rows, then its up rows), so that each is one GEMM.
  */
-#ifndef MEDHA_BACKEND_CUDA_IMPL_H
-#define MEDHA_BACKEND_CUDA_IMPL_H
+#ifndef MEDHA_CUDA_IMPL_H
+#define MEDHA_CUDA_IMPL_H
 
-#include "engine/backend_cuda.h"
+#include "cuda/cuda.h"
 #include "kvblocks.h"
 #include "kernels.h" /* kernels/kernels.h (-iquote kernels) */
 
@@ -130,37 +133,31 @@ struct cuda_graph {
 	uint64_t last;   /* for eviction */
 };
 
-struct cuda_be {
-	int dev;
-	cudaStream_t st;
-	struct medha_model_config c;
-	int lo, hi;                 /* layers held */
-	int tp, tpr;
-	struct medha_tp_share sh;
-	int nh, nkv, qd, kvd, qkvd, ff; /* this rank's widths */
-	int coll;                   /* MEDHA_COLL_* */
-	int fast;                   /* MEDHA_CUDA_GEMM=fast */
-	int graphs;                 /* decode graphs on (MEDHA_CUDA_GRAPHS) */
-	int gemm_m;                 /* the m algorithms are chosen at */
-	char name[80];              /* the model: path or shape name */
-
-	/* weights */
+/* The weights on the device: written by the load (cuda_load.c), read
+   only after it. */
+struct cuda_weights {
 	uint16_t *embd, *out;       /* (vocab, dim) or NULL */
 	float *onorm, *freqs;       /* (dim), (n_rot / 2) or NULL */
 	struct medha_k_rope rope[2]; /* RoPE of each kind (medha_layer_rope:
 	                                the model's, a window layer's own) */
 	struct cuda_layer *L;       /* (n_layers), [lo, hi) filled */
 	size_t wbytes;              /* weight bytes on the device */
+};
 
-	/* the KV cache */
+/* The paged KV cache (cuda_kv.c): the blocks on the device, the tables
+   on the host. */
+struct cuda_kv {
 	int kv_type;                /* MEDHA_KV_F16 or MEDHA_KV_BF16 */
 	int max_seqs;
 	void *kvmem;                /* (hi - lo, 2, n_blocks, nkv, 16, hd) */
 	struct medha_k_kv_layer *kvl; /* (n_layers), [lo, hi) filled */
 	struct medha_kvblocks bt;   /* which blocks each sequence holds */
 	char *seen;                 /* (bt.max_seqs) batch checks */
+};
 
-	/* scratch (rows for cap_t tokens, cap_r logits rows) */
+/* Scratch, grown to the largest batch (rows for cap_t tokens, cap_r
+   logits rows; cuda_grow), and the host staging. */
+struct cuda_scratch {
 	int cap_t, cap_r;
 	float *x, *qkv, *y, *gu, *attf, *lse, *hrows, *logits;
 	uint16_t *xn, *att, *act, *hn;
@@ -177,107 +174,124 @@ struct cuda_be {
 	size_t mrg_cap;
 	float *mrgd;                /* one sequence's parts (device) */
 	size_t mrgd_cap;            /* floats */
+};
 
-	/* libraries */
+/* The libraries loaded with dlopen (cuda_lib.c): cuBLASLt with the
+   GEMM shapes and algorithms chosen, NCCL with this rank's communicator
+   (cuda_coll.c). */
+struct cuda_libs {
 	struct cuda_lt lt;
 	cublasLtHandle_t lth;
 	struct cuda_gemm gemm[CUDA_GEMM_SHAPES];
 	int n_gemm;
+	int fast;                   /* MEDHA_CUDA_GEMM=fast */
+	int gemm_m;                 /* the m algorithms are chosen at */
 	struct cuda_nccl nc;
 	ncclComm_t nccl;            /* or NULL: not set up */
 	double nccl_timeout;        /* s a step may wait on its peers
 	                               (MEDHA_NCCL_TIMEOUT, 120) */
+};
 
-	/* decode graphs */
+/* The running call, its timing, the decode graphs (cuda_graph.c). */
+struct cuda_runtime {
+	const struct medha_cuda_call *f; /* the forward call running */
+	int graphs;                 /* decode graphs on (MEDHA_CUDA_GRAPHS) */
 	struct cuda_graph g[CUDA_GRAPHS];
 	uint64_t gclock;
 	int capturing;
-
 	/* where a timed call's time goes (f->times): events in pairs, each
 	   pair's kind 0 attention, 1 a KVP merge, 2 the head */
 	cudaEvent_t *ev;
 	int *ev_kind;
 	int n_ev, ev_cap;
 	int timing;
-
-	/* the forward call running */
-	const struct medha_fwd *f;
-	char cwhy[256];             /* a collective's reason */
 };
 
-/* ---- backend_cuda_lib.c ---- */
+/*
+ * The room: what it runs (the device, its stream, the shape, the layers
+ * and TP share held; set at open), and its state by lifetime.
+ */
+struct medha_cuda {
+	int dev;
+	cudaStream_t st;
+	struct medha_model_config c;
+	int lo, hi;                 /* layers held */
+	int tp, tpr;
+	struct medha_tp_share sh;
+	int nh, nkv, qd, kvd, qkvd, ff; /* this rank's widths */
+	int use_nccl;               /* TP over NCCL of its own (opts.nccl) */
+
+	struct cuda_weights w;
+	struct cuda_kv kv;
+	struct cuda_scratch s;
+	struct cuda_libs lib;
+	struct cuda_runtime rt;
+};
+
+/* ---- cuda_lib.c ---- */
 int cuda_err(char *why, size_t whylen, int e, const char *what);
-#define CU(call, what)                                                      \
-	do {                                                                \
-		int cu_e_ = (int)(call);                                    \
-		if (cu_e_ != 0)                                             \
-			return cuda_err(why, whylen, cu_e_, what);          \
-	} while (0)
-int cuda_lt_open(struct cuda_be *c, char *why, size_t whylen);
-void cuda_lt_close(struct cuda_be *c);
-int cuda_nccl_load(struct cuda_be *c, char *why, size_t whylen);
-void cuda_nccl_close(struct cuda_be *c);
-int cuda_gemm(struct cuda_be *c, const uint16_t *w, int n, int k,
+/* 0 where e (a CUDA runtime call's or a kernel launcher's result) is 0,
+   else cuda_err's code with its reason naming what */
+int cuda_ok(int e, const char *what, char *why, size_t whylen);
+int cuda_lt_open(struct medha_cuda *c, char *why, size_t whylen);
+void cuda_lt_close(struct medha_cuda *c);
+int cuda_nccl_load(struct medha_cuda *c, char *why, size_t whylen);
+void cuda_nccl_close(struct medha_cuda *c);
+int cuda_gemm(struct medha_cuda *c, const uint16_t *w, int n, int k,
     const uint16_t *x, int m, float *y, int ldy, float beta, char *why,
     size_t whylen);
 
-/* ---- backend_cuda_load.c ---- */
-int cuda_load_gguf(struct cuda_be *c, const struct medha_model *m,
+/* ---- cuda_load.c ---- */
+int cuda_load_gguf(struct medha_cuda *c, const struct medha_model *m,
     char *why, size_t whylen);
-int cuda_load_random(struct cuda_be *c, uint64_t seed, char *why,
+int cuda_load_random(struct medha_cuda *c, uint64_t seed, char *why,
     size_t whylen);
-void cuda_free_weights(struct cuda_be *c);
+void cuda_free_weights(struct medha_cuda *c);
 int cuda_malloc(void **p, size_t n, char *why, size_t whylen,
     const char *what);
 
-/* ---- backend_cuda_kv.c ---- */
-int cuda_kv_init(struct cuda_be *c, int64_t n_blocks, char *why,
+/* ---- cuda_kv.c ---- */
+int cuda_kv_init(struct medha_cuda *c, int64_t n_blocks, char *why,
     size_t whylen);
-void cuda_kv_free(struct cuda_be *c);
-size_t cuda_kv_block_bytes(const struct cuda_be *c);
-int cuda_check_batch(struct cuda_be *c, const struct medha_fwd *f,
+void cuda_kv_free(struct medha_cuda *c);
+size_t cuda_kv_block_bytes(const struct medha_cuda *c);
+int cuda_check_batch(struct medha_cuda *c, const struct medha_cuda_call *f,
     int claim, char *why, size_t whylen);
-int64_t cuda_keys_of(const struct cuda_be *c, const struct medha_fwd *f,
-    int i);
-int cuda_desc_build(struct cuda_be *c, const struct medha_fwd *f,
+int64_t cuda_keys_of(const struct medha_cuda *c,
+    const struct medha_cuda_call *f, int i);
+int cuda_desc_build(struct medha_cuda *c, const struct medha_cuda_call *f,
     int64_t kv_cap, char *why, size_t whylen);
-int cuda_grow(struct cuda_be *c, int n_tokens, int nrows, char *why,
+int cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
     size_t whylen);
 
-/* ---- backend_cuda_coll.c ---- */
-int cuda_comm_init(void *impl, const struct medha_comm *cm, char *why,
-    size_t whylen);
-int cuda_all_reduce(struct cuda_be *c, int layer, int kind, float *y,
+/* ---- cuda_coll.c ---- */
+int cuda_all_reduce(struct medha_cuda *c, int layer, int kind, float *y,
     size_t n, char *why, size_t whylen);
-int cuda_kvp_merge(struct cuda_be *c, int layer, int n_tokens, char *why,
+int cuda_kvp_merge(struct medha_cuda *c, int layer, int n_tokens, char *why,
     size_t whylen);
-int cuda_head_out(struct cuda_be *c, const struct medha_fwd *f, int nrows,
-    char *why, size_t whylen);
-int cuda_stage(struct cuda_be *c, size_t floats, char *why, size_t whylen);
-int cuda_sync(struct cuda_be *c, const char *what, char *why, size_t whylen);
-void cuda_nccl_abort(struct cuda_be *c);
-#define SYNC(what)                                                          \
-	do {                                                                \
-		int sy_rc_ = cuda_sync(c, what, why, whylen);               \
-		if (sy_rc_ != 0)                                            \
-			return sy_rc_;                                      \
-	} while (0)
+int cuda_head_out(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, char *why, size_t whylen);
+int cuda_stage(struct medha_cuda *c, size_t floats, char *why, size_t whylen);
+int cuda_sync(struct medha_cuda *c, const char *what, char *why, size_t whylen);
+void cuda_nccl_abort(struct medha_cuda *c);
 
-/* ---- backend_cuda_graph.c ---- */
-int cuda_graph_step(struct cuda_be *c, const struct medha_fwd *f, int nrows,
-    int *done, char *why, size_t whylen);
-void cuda_graph_free(struct cuda_be *c);
+/* ---- cuda_graph.c ---- */
+int cuda_graph_step(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, int *done, char *why, size_t whylen);
+void cuda_graph_free(struct medha_cuda *c);
 
-/* ---- backend_cuda_graph.c: timing ---- */
-int cuda_mark(struct cuda_be *c, int kind, char *why, size_t whylen);
-int cuda_times(struct cuda_be *c, struct medha_fwd_times *t, char *why,
+/* ---- cuda_graph.c: timing ---- */
+int cuda_mark(struct medha_cuda *c, int kind, char *why, size_t whylen);
+int cuda_times(struct medha_cuda *c, struct medha_cuda_times *t, char *why,
     size_t whylen);
-void cuda_events_free(struct cuda_be *c);
+void cuda_events_free(struct medha_cuda *c);
 
-/* ---- backend_cuda.c ---- */
-int cuda_run_layers(struct cuda_be *c, const struct medha_fwd *f, int nrows,
+/* ---- cuda_fwd.c ---- */
+int cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
+    int nrows, char *why, size_t whylen);
+int cuda_is_decode(const struct medha_cuda_call *f);
+int cuda_upload_h(struct medha_cuda *c, const struct medha_cuda_call *f,
     char *why, size_t whylen);
-int cuda_is_decode(const struct medha_fwd *f);
-int cuda_attn_work(struct cuda_be *c, char *why, size_t whylen);
+int cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen);
 
 #endif
