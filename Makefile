@@ -79,10 +79,10 @@ NVCCFLAGS ?= -O3 -std=c++17 -lineinfo --compress-mode=size \
     -gencode=arch=compute_90,code=compute_90
 
 PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
-LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c)
+LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c libcore/*/*/*.c)
 # the cuda backend (libcore/cuda/*.c, its adapter libcore/engine/
-# backend_cuda.c, kernels/*.cu) is built only with CUDA=1: then every program links the kernels and CUDA's static
-# runtime (a program that never opens the cuda backend starts as fast as
+# backend_cuda.c, kernels/*.cu) is built only with CUDA=1: then every
+# program links the kernels and CUDA's static runtime (a program that never opens the cuda backend starts as fast as
 # before and needs no CUDA library at run time; the backend loads
 # cuBLASLt and NCCL with dlopen when it opens)
 ifneq ($(CUDA),1)
@@ -337,13 +337,14 @@ install: all
 	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7)
 
 format:
-	clang-format -i libcore/*.[ch] libcore/*/*.[ch] cmd/*.[ch] cmd/*/*.[ch] tests/*.c
+	clang-format -i libcore/*.[ch] libcore/*/*.[ch] libcore/*/*/*.[ch] cmd/*.[ch] cmd/*/*.[ch] tests/*.c
 
 clean:
 	rm -rf build bin
 
 # the header dependencies the compiles wrote (none before the first build)
 -include $(wildcard $(BUILD)/libcore/*.d $(BUILD)/libcore/*/*.d \
+    $(BUILD)/libcore/*/*/*.d \
     $(BUILD)/cmd/*.d $(BUILD)/cmd/*/*.d $(BUILD)/tests/*.d \
     $(BUILD)/tests/tools/*.d $(BUILD)/tests/gpu/*.d $(BUILD)/contrib/*.d \
     $(MOCK_OUT)/*.d $(SIMT_OUT)/*.d)

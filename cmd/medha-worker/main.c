@@ -5,7 +5,7 @@
  * prefills it in chunks, and generates with greedy or temperature /
  * top-k / top-p sampling, printing the text (or the token ids) as it
  * goes (engine/runner.c, oneshot.c). With -s it serves a replica's
- * scheduler (serve/worker.c). Flags and wiring only.
+ * scheduler (serve/worker/). Flags and wiring only.
  */
 #include "medha-worker.h"
 #include "layout.h"

@@ -9,7 +9,7 @@
 #include "engine/backend.h"
 #include "engine/runner.h"
 #include "model/sample.h"
-#include "serve/worker.h"
+#include "serve/worker/worker.h"
 
 #include <stdint.h>
 

@@ -5,7 +5,10 @@
 #   cuda -> engine -> net -> serve
 # cmd/ sits above all of them. A room may include its own headers and
 # any lower layer's; an include of a room in the same or a higher layer
-# is a cycle waiting to happen and fails this test.
+# is a cycle waiting to happen and fails this test. A sub-room (a
+# directory in a room: serve/worker) is in its room's layer and may
+# include its room's own headers (what its siblings share) too, but not
+# a sibling's, and its room may not include it.
 set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top/libcore"
@@ -23,9 +26,10 @@ rank() {
 	esac
 }
 bad=0
-for f in *.[ch] */*.[ch]; do
+for f in *.[ch] */*.[ch] */*/*.[ch]; do
+	[ -f "$f" ] || continue
 	from=$(dirname "$f")
-	rf=$(rank "$from")
+	rf=$(rank "${from%%/*}")
 	if [ "$rf" = unknown ]; then
 		echo "libcore/$f: room $from has no layer in tests/sh/layers.sh"
 		bad=1
@@ -33,11 +37,12 @@ for f in *.[ch] */*.[ch]; do
 	fi
 	for inc in $(sed -n 's/^#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f"); do
 		case $inc in
-		*/*) to=${inc%%/*} ;;
+		*/*) to=$(dirname "$inc") ;;
 		*) [ -f "$from/$inc" ] && continue; to=. ;;
 		esac
 		[ "$to" = "$from" ] && continue
-		rt=$(rank "$to")
+		case $from/ in "$to"/*) continue ;; esac # its room's own
+		rt=$(rank "${to%%/*}")
 		if [ "$rt" = unknown ] || [ "$rt" -ge "$rf" ]; then
 			echo "libcore/$f includes $inc: $from (layer $rf) may not include $to (layer $rt)"
 			bad=1

@@ -8,7 +8,7 @@ set -e
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 bad=0
-for f in libcore/*.[ch] libcore/*/*.[ch] cmd/*.[ch] cmd/*/*.[ch]; do
+for f in libcore/*.[ch] libcore/*/*.[ch] libcore/*/*/*.[ch] cmd/*.[ch] cmd/*/*.[ch]; do
 	[ -f "$f" ] || continue
 	n=$(wc -l <"$f")
 	max=1000

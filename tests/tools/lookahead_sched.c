@@ -1,6 +1,6 @@
 /*
  * lookahead_sched.c: a scripted scheduler for one medha-worker, to pin
- * down its lookahead (libcore/serve/worker_ahead.c) where a live scheduler
+ * down its lookahead (libcore/serve/worker/ahead.c) where a live scheduler
  * rarely goes: a step run ahead that the next batch does not use must
  * give back the KV block it took, and one the next batch uses in part
  * must answer that part and run the rest.

@@ -1,0 +1,69 @@
+/*
+ * beat.c: a live worker's heartbeats (beat.h). The thread wakes every
+ * MEDHA_PROTO_HEARTBEAT_MS and, while a batch runs, says HEARTBEAT,
+ * waiting at most MEDHA_PROTO_DEAD_MS for the scheduler's answer.
+ */
+#include "serve/worker/beat.h"
+
+#include "net/proto.h"
+
+#include <time.h>
+
+static void *
+beat_main(void *arg)
+{
+	struct wk_beat *b = arg;
+	struct medha_msg m = {.type = MEDHA_MSG_HEARTBEAT}, rep;
+	char why[256];
+
+	pthread_mutex_lock(&b->mu);
+	while (!b->quit) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += MEDHA_PROTO_HEARTBEAT_MS / 1000;
+		pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+		if (b->quit || !b->running)
+			continue;
+		m.worker_id = b->id;
+		pthread_mutex_unlock(&b->mu);
+		if (medha_cli_msg(b->cli, 1, &m, &rep,
+		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) == 0)
+			medha_msg_clear(&rep);
+		else
+			medha_log(MEDHA_LOG_WARN, "heartbeat: %s", why);
+		pthread_mutex_lock(&b->mu);
+	}
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+void
+wk_beat_start(struct wk_beat *b, struct medha_cli *cli)
+{
+	b->cli = cli;
+	b->running = b->quit = b->id = 0;
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->cv, NULL);
+	pthread_create(&b->thread, NULL, beat_main, b);
+}
+
+void
+wk_beat_batch(struct wk_beat *b, int id, int on)
+{
+	pthread_mutex_lock(&b->mu);
+	b->id = id;
+	b->running = on;
+	pthread_mutex_unlock(&b->mu);
+}
+
+void
+wk_beat_stop(struct wk_beat *b)
+{
+	pthread_mutex_lock(&b->mu);
+	b->quit = 1;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+	pthread_join(b->thread, NULL);
+	pthread_mutex_destroy(&b->mu);
+	pthread_cond_destroy(&b->cv);
+}
