@@ -82,9 +82,10 @@ PROGS     = medha-prof medha-router medha-sched medha-trace medha-worker
 LIB_SRCS  = $(wildcard libcore/*.c libcore/*/*.c libcore/*/*/*.c)
 # the cuda backend (libcore/cuda/*.c, its adapter libcore/engine/
 # backend_cuda.c, kernels/*.cu) is built only with CUDA=1: then every
-# program links the kernels and CUDA's static runtime (a program that never opens the cuda backend starts as fast as
-# before and needs no CUDA library at run time; the backend loads
-# cuBLASLt and NCCL with dlopen when it opens)
+# program links the kernels and CUDA's static runtime (a program that
+# never opens the cuda backend starts as fast as before and needs no
+# CUDA library at run time; the backend loads cuBLASLt and NCCL with
+# dlopen when it opens)
 ifneq ($(CUDA),1)
 LIB_SRCS := $(filter-out $(wildcard libcore/engine/*cuda*.c libcore/cuda/*.c),$(LIB_SRCS))
 endif
