@@ -37,16 +37,37 @@ medha_auth_insecure(int yes)
 	insecure = yes;
 }
 
+/* How many of the n bytes of p are not white space. */
+static size_t
+nonblank(const uint8_t *p, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += !(p[i] == ' ' || p[i] == '\t' || p[i] == '\n' ||
+		    p[i] == '\r' || p[i] == '\v' || p[i] == '\f');
+	return k;
+}
+
 int
 medha_auth_load(const char *path, char *why, size_t whylen)
 {
 	uint8_t buf[MEDHA_AUTH_MAX + 2];
 	struct stat st;
 	ssize_t n;
-	size_t len = 0;
+	size_t len = 0, solid;
 	int fd;
 
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	/* a FIFO or a device is refused before it is opened (opening a
+	   FIFO waits for a writer for ever), and opened without waiting in
+	   case one took the file's place since */
+	if (stat(path, &st) != 0)
+		return medha_why(why, whylen, MEDHA_EIO, "secret file %s: %s",
+		    path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "secret file %s: not a regular file", path);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
 		return medha_why(why, whylen, MEDHA_EIO, "secret file %s: %s",
 		    path, strerror(errno));
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -76,11 +97,19 @@ medha_auth_load(const char *path, char *why, size_t whylen)
 	close(fd);
 	if (len > 0 && buf[len - 1] == '\n')
 		len--;
-	if (len < MEDHA_AUTH_MIN || len > MEDHA_AUTH_MAX)
+	if (len < MEDHA_AUTH_MIN || len > MEDHA_AUTH_MAX) {
+		memset(buf, 0, sizeof(buf));
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "secret file %s: %zu%s bytes, not %d to %d", path, len,
 		    len > MEDHA_AUTH_MAX ? " or more" : "", MEDHA_AUTH_MIN,
 		    MEDHA_AUTH_MAX);
+	}
+	if ((solid = nonblank(buf, len)) < MEDHA_AUTH_MIN) {
+		memset(buf, 0, sizeof(buf));
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "secret file %s: %zu bytes but blanks, not at least %d",
+		    path, solid, MEDHA_AUTH_MIN);
+	}
 	medha_auth_set(buf, len);
 	memset(buf, 0, sizeof(buf));
 	return 0;

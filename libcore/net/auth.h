@@ -36,9 +36,10 @@
 
 /*
  * Read the secret from path: its bytes but one trailing newline, 16 to
- * 4096 of them. The file must be a regular file that neither its group
- * nor others may read or write. Returns 0, MEDHA_EIO or MEDHA_EINVAL,
- * with why.
+ * 4096 of them, at least 16 not white space. The file must be a regular
+ * file (checked before it is opened: a FIFO would wait for ever) that
+ * neither its group nor others may read or write. Returns 0, MEDHA_EIO
+ * or MEDHA_EINVAL, with why.
  */
 int medha_auth_load(const char *path, char *why, size_t whylen);
 /* Set the secret to n bytes of k (n 0: none). */
