@@ -48,6 +48,20 @@ void medha_auth_set(const void *k, size_t n);
 const uint8_t *medha_auth_secret(size_t *n);
 /* Allow listening on a non-loopback tcp address without a secret. */
 void medha_auth_insecure(int yes);
+/* Whether it was allowed (medha-router's --http asks it too). */
+int medha_auth_is_insecure(void);
+/* Whether HOST of "HOST:PORT" is loopback: 127.0.0.0/8, localhost,
+   [::1]. */
+int medha_auth_loopback(const char *hostport);
+/*
+ * Read a private file (what names it in why: "secret file", "API key
+ * file"): refused before it is opened unless it is a regular file (a
+ * FIFO would wait for ever), and unless neither its group nor others
+ * may read or write it; then at most cap bytes of it into out, *len of
+ * them. Returns 0, MEDHA_EIO or MEDHA_EINVAL, with why.
+ */
+int medha_auth_read(const char *what, const char *path, void *out, size_t cap,
+    size_t *len, char *why, size_t whylen);
 
 /*
  * Whether a server may listen at url: 0, or MEDHA_EINVAL with why when

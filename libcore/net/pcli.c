@@ -83,6 +83,7 @@ struct medha_pcli {
 	int nearly, early_cap;
 	int64_t dropped;
 	int nsubmit; /* SUBMITs not answered yet */
+	int posting; /* callbacks sending a POLL again: close waits */
 	double last_ok;
 };
 
@@ -522,11 +523,20 @@ finish(struct call *c, int rc, const char *why, struct medha_msg *rep)
 		again = 0;
 	}
 	queued = !queued && p->oq != NULL;
+	if (again)
+		p->posting++;
 	pthread_mutex_unlock(&p->mu);
 	if (queued && p->notify != NULL)
 		p->notify(p->arg);
-	if (again)
-		call_post(c);
+	if (!again)
+		return;
+	/* nothing is sent on a socket being closed: close waits for this
+	   send to be posted before it closes the socket (issue 39, 10) */
+	call_post(c);
+	pthread_mutex_lock(&p->mu);
+	if (--p->posting == 0)
+		pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- the client's thread ---- */
@@ -683,6 +693,12 @@ medha_pcli_close(struct medha_pcli *p)
 	pthread_mutex_unlock(&p->mu);
 	if (p->started)
 		pthread_join(p->thr, NULL);
+	/* no callback is between deciding to send and sending: none sends
+	   once the socket closes (closing stops new ones) */
+	pthread_mutex_lock(&p->mu);
+	while (p->posting > 0)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
 	medha_cli_abort(p->cli); /* every call in flight ends */
 	for (int i = 0; i < p->nall; i++)
 		nng_aio_stop(p->all[i]->aio); /* and its callback is over */
