@@ -18,6 +18,7 @@
 #include "serve/worker_impl.h"
 
 #include "layout.h"
+#include "net/greet.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -271,48 +272,24 @@ take_peers(struct worker *w, const struct medha_msg_peers *p)
 }
 
 /*
- * HELLO until WELCOME (or a stop). 0, or 1 when stopping. A scheduler
- * that does not answer is said, with its address, at once and every
- * 30 s: a worker aimed at none would otherwise wait in silence.
+ * HELLO until WELCOME (net/greet.h: a refusal is retried with a
+ * backoff, and one retrying cannot change ends it unless
+ * --retry-forever). 0, 1 when stopping, or an error with why.
  */
 static int
-hello(struct worker *w, const struct medha_msg_hello *h, const char *addr)
+hello(struct worker *w, const struct medha_msg_hello *h,
+    const struct medha_worker_config *c, char *why, size_t whylen)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_HELLO}, rep;
-	char why[512];
-	double since = 0, said = 0;
+	int rc;
 
 	m.hello = *h;
-	while (!*w->stop) {
-		if (medha_cli_msg(w->cli, 0, &m, &rep,
-		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
-			double now = medha_now();
-			if (since == 0)
-				since = now;
-			if (said == 0 || now - said >= 30) {
-				medha_log(MEDHA_LOG_WARN,
-				    "no scheduler at %s yet (%s): waiting "
-				    "(%.0f s)",
-				    addr, why, now - since);
-				said = now;
-			}
-			continue;
-		}
-		if (rep.type == MEDHA_MSG_WELCOME) {
-			w->id = rep.worker_id;
-			medha_msg_clear(&rep);
-			return 0;
-		}
-		if (rep.type == MEDHA_MSG_ERROR)
-			medha_log(MEDHA_LOG_ERROR, "scheduler refused us: %s",
-			    rep.error.reason);
-		else
-			medha_log(MEDHA_LOG_ERROR, "HELLO answered with %s",
-			    medha_msg_type_name(rep.type));
-		medha_msg_clear(&rep);
-		sleep(1);
-	}
-	return 1;
+	if ((rc = medha_cli_greet(w->cli, &m, &rep, c->addr, c->retry_forever,
+	         w->stop, why, whylen)) != 0)
+		return rc;
+	w->id = rep.worker_id;
+	medha_msg_clear(&rep);
+	return 0;
 }
 
 /*
@@ -597,7 +574,7 @@ medha_worker_run(struct medha_backend *be,
 		warm_up(be);
 	hello_of(&w, c, &h);
 	while (!*stop) {
-		if (hello(&w, &h, c->addr) != 0)
+		if ((rc = hello(&w, &h, c, why, whylen)) != 0)
 			break;
 		medha_log(MEDHA_LOG_INFO,
 		    "ready: worker %d of %s, %s backend, %lld KV blocks of %d",
@@ -623,5 +600,5 @@ medha_worker_run(struct medha_backend *be,
 		    (long long)medha_tbt_count(&rtt));
 	medha_tbt_free(&rtt);
 	worker_free(&w, 0);
-	return 0;
+	return rc < 0 ? rc : 0; /* a greeting given up, or a stop */
 }
