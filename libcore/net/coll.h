@@ -10,7 +10,9 @@
  * Each worker listens at one address (a pull socket) and dials every
  * peer it sends to (a push socket each), so every message goes straight
  * from its sender to its receiver. A message carries the sender's rank,
- * the generation of the peer table it was sent under and a 64-bit tag
+ * the receiver's, a sequence number of its link (one taken already is
+ * dropped: a copy sent again never waits; issue 39), the generation of
+ * the peer table it was sent under and a 64-bit tag
  * that the caller makes unique per use (batch, layer, kind: see
  * MEDHA_COLL_TAG), so messages of pipelined batches that arrive out of
  * order wait in a mailbox until they are asked for, and a message left
