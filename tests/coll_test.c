@@ -12,7 +12,8 @@
  * (64 MiB: 1 GiB each was allowed), and past the bound the table is
  * emptied and one receive fails; the next one works. A real message
  * copied off the wire and sent again, 4,100 times, is dropped each time
- * (it filled the waiting table), and is not taken by another replica
+ * (it filled the waiting table), and is not taken by another replica;
+ * a message of 3.5 MiB goes in 1 MiB pieces and comes back whole
  * (issue 39).
  */
 #include <stdarg.h>
@@ -588,6 +589,91 @@ test_replay(void **st)
 	alarm(0);
 }
 
+/* A large send from a thread (its pieces wait for the reader). */
+static struct {
+	struct medha_coll *b;
+	const uint8_t *x;
+	size_t n;
+	int rc;
+} bigsend;
+
+static void *
+bigsend_main(void *arg)
+{
+	char why[256];
+
+	(void)arg;
+	bigsend.rc = medha_coll_send(bigsend.b, 0, 2, bigsend.x, bigsend.n, 10,
+	    why, sizeof(why));
+	return NULL;
+}
+
+/*
+ * A message of 3.5 MiB goes in pieces of 1 MiB (MEDHA_COLL_PIECE) and
+ * comes back whole, byte for byte, with a secret, between other
+ * messages; a stranger's frame larger than a piece (8 MiB of it, sent
+ * raw) closes its connection without being taken, and the peers go on.
+ */
+static void
+test_pieces(void **st)
+{
+	static const char k[] = "the replica's shared secret";
+	char why[256], u0[128], u1[128];
+	const char *u[2] = {u0, u1};
+	struct medha_coll *a, *b;
+	size_t n = 3 * (1 << 20) + (1 << 19);
+	uint8_t *x = malloc(n), *y = malloc(n);
+	nng_socket s;
+	nng_msg *m;
+	int v = 5, w = 0;
+
+	(void)st;
+	alarm(60);
+	assert_non_null(x);
+	assert_non_null(y);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (uint8_t)(i * 7 + (i >> 11));
+	medha_auth_set(k, sizeof(k) - 1);
+	snprintf(u0, sizeof(u0), "ipc:///tmp/medha-coll-test-%d-pa.sock",
+	    (int)getpid());
+	snprintf(u1, sizeof(u1), "ipc:///tmp/medha-coll-test-%d-pb.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, u0, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&b, u1, why, sizeof(why)), 0);
+	medha_auth_set(NULL, 0);
+	assert_int_equal(medha_coll_peers(a, 6, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(b, 6, 1, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(nng_push0_open(&s), 0);
+	assert_int_equal(nng_dial(s, u0, NULL, 0), 0);
+	assert_int_equal(nng_msg_alloc(&m, 8 << 20), 0);
+	memset(nng_msg_body(m), 0, 8 << 20);
+	assert_int_equal(nng_sendmsg(s, m, 0), 0);
+	assert_int_equal(medha_coll_send(b, 0, 1, &v, sizeof(v), 5, why,
+	                     sizeof(why)),
+	    0);
+	if (medha_coll_recv(a, 1, 1, &w, sizeof(w), 5, why, sizeof(why)) != 0)
+		fail_msg("recv: %s", why);
+	assert_int_equal(w, 5);
+	bigsend.b = b;
+	bigsend.x = x;
+	bigsend.n = n;
+	{
+		pthread_t t;
+		assert_int_equal(pthread_create(&t, NULL, bigsend_main, NULL), 0);
+		if (medha_coll_recv(a, 1, 2, y, n, 10, why, sizeof(why)) != 0)
+			fail_msg("recv of 3.5 MiB: %s", why);
+		pthread_join(t, NULL);
+	}
+	assert_int_equal(bigsend.rc, 0);
+	assert_memory_equal(x, y, n);
+	nng_close(s);
+	medha_coll_close(a);
+	medha_coll_close(b);
+	free(x);
+	free(y);
+	alarm(0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -599,6 +685,7 @@ main(int argc, char **argv)
 	    cmocka_unit_test(test_stranger),
 	    cmocka_unit_test(test_stranger_mac),
 	    cmocka_unit_test(test_replay),
+	    cmocka_unit_test(test_pieces),
 	};
 
 	if (argc == 4 && strcmp(argv[1], "--peer") == 0)

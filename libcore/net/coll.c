@@ -39,6 +39,8 @@
 #define MAGIC_OLD 0x4c4f434du /* "MCOL": before issue 39 */
 #define HDR 40
 #define TABLE_ID 32 /* bytes of the table's identity, in the MAC */
+#define F_MORE 1    /* flags: more pieces of the message follow */
+#define F_CONT 2    /* flags: not the message's first piece */
 
 struct waiting {
 	int src;
@@ -67,6 +69,7 @@ struct medha_coll {
 	                     another rank */
 	uint64_t *sseq;  /* (n) the last number sent to each rank */
 	uint64_t *rseq;  /* (n) the last taken from each rank */
+	nng_msg **part;  /* (n) a message whose pieces are coming, or NULL */
 	uint8_t table[TABLE_ID]; /* the table's identity */
 };
 
@@ -140,8 +143,11 @@ medha_coll_open(struct medha_coll **cp, const char *url, char *why,
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "collectives: %s", nng_strerror(rv));
 	}
+	/* one piece at most: a larger frame, which would be buffered whole
+	   before its MAC could be checked, closes its connection at its
+	   length (issue 39) */
 	nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ,
-	    MEDHA_COLL_MAX_MSG + HDR + MEDHA_SHA256_LEN);
+	    MEDHA_COLL_PIECE + HDR + MEDHA_SHA256_LEN);
 	if ((rv = nng_listen(c->pull, url, &l, 0)) != 0) {
 		nng_close(c->pull);
 		free(c->key);
@@ -197,6 +203,12 @@ drop_peers(struct medha_coll *c)
 	free(c->open);
 	free(c->sseq);
 	free(c->rseq);
+	if (c->part != NULL)
+		for (int i = 0; i < c->n; i++)
+			if (c->part[i] != NULL)
+				nng_msg_free(c->part[i]);
+	free(c->part);
+	c->part = NULL;
 	c->push = NULL;
 	c->open = NULL;
 	c->sseq = NULL;
@@ -360,6 +372,7 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 	    (c->open = medha_calloc(n, sizeof(*c->open))) == NULL ||
 	    (c->sseq = medha_calloc(n, sizeof(*c->sseq))) == NULL ||
 	    (c->rseq = medha_calloc(n, sizeof(*c->rseq))) == NULL ||
+	    (c->part = medha_calloc(n, sizeof(*c->part))) == NULL ||
 	    table_id(c, gen, n, urls) != 0) {
 		drop_peers(c);
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
@@ -405,28 +418,22 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 	return 0;
 }
 
-int
-medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
-    const void *buf, size_t len, double timeout, char *why, size_t whylen)
+/* One piece (more: others follow) of a message to dst, by end. */
+static int
+send_piece(struct medha_coll *c, int dst, uint64_t tag, const void *buf,
+    size_t len, int flags, double end, char *why, size_t whylen)
 {
 	nng_msg *m;
 	uint8_t *p;
 	int rv;
 
-	if (dst < 0 || dst >= c->n || dst == c->rank)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "collectives: send to rank %d of %d (I am %d)", dst, c->n,
-		    c->rank);
-	if (len > MEDHA_COLL_MAX_MSG)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "collectives: %zu bytes is too large a message", len);
 	if (nng_msg_alloc(&m, HDR + len + c->mac) != 0)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	p = nng_msg_body(m);
 	put32(p, MAGIC);
 	put32(p + 4, (uint32_t)c->rank);
 	put32(p + 8, (uint32_t)dst);
-	put32(p + 12, 0);
+	put32(p + 12, (uint32_t)flags);
 	put64(p + 16, c->gen);
 	put64(p + 24, tag);
 	put64(p + 32, ++c->sseq[dst]);
@@ -442,7 +449,7 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 			    "out of memory");
 		}
 	}
-	for (double end = timeout < 0 ? -1 : medha_now() + timeout;;) {
+	for (;;) {
 		double left = end < 0 ? SLICE : end - medha_now();
 		nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO,
 		    ms_of(left < SLICE ? left : SLICE));
@@ -469,6 +476,35 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	return 0;
 }
 
+int
+medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
+    const void *buf, size_t len, double timeout, char *why, size_t whylen)
+{
+	double end = timeout < 0 ? -1 : medha_now() + timeout;
+	size_t off = 0;
+	int rc;
+
+	if (dst < 0 || dst >= c->n || dst == c->rank)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: send to rank %d of %d (I am %d)", dst, c->n,
+		    c->rank);
+	if (len > MEDHA_COLL_MAX_MSG)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: %zu bytes is too large a message", len);
+	/* in pieces: the receiver takes no larger frame from anyone */
+	for (;;) {
+		size_t n = len - off < MEDHA_COLL_PIECE ? len - off
+		                                        : MEDHA_COLL_PIECE;
+		int more = off + n < len;
+		if ((rc = send_piece(c, dst, tag, (const uint8_t *)buf + off, n,
+		         (more ? F_MORE : 0) | (off > 0 ? F_CONT : 0), end, why,
+		         whylen)) != 0 ||
+		    !more)
+			return rc;
+		off += n;
+	}
+}
+
 /* Whether m (with a secret) ends with the MAC of what comes before. */
 static int
 mac_ok(const struct medha_coll *c, nng_msg *m)
@@ -482,6 +518,52 @@ mac_ok(const struct medha_coll *c, nng_msg *m)
 		return 1;
 	return medha_hmac_sha256(c->key, c->klen, part, 2, want) == 0 &&
 	    medha_equal_ct(want, p + n, sizeof(want));
+}
+
+/*
+ * A message m of src (MAC and number checked, MAC cut off): a whole
+ * one, returned; a piece with more to come, kept (NULL); the last
+ * piece, the message of all of them, returned. Pieces of one message
+ * come one after another on their link: one of another generation or
+ * tag drops what was kept.
+ */
+static nng_msg *
+assemble(struct medha_coll *c, nng_msg *m, int src, uint64_t gen,
+    uint64_t tag)
+{
+	const uint8_t *p = nng_msg_body(m);
+	uint32_t flags = (uint32_t)get(p + 12, 4);
+	nng_msg *pm = c->part[src];
+
+	if (pm != NULL && (flags & F_CONT)) {
+		const uint8_t *q = nng_msg_body(pm);
+		if (get(q + 16, 8) == gen && get(q + 24, 8) == tag &&
+		    nng_msg_len(pm) - HDR <=
+		        MEDHA_COLL_MAX_MSG - (nng_msg_len(m) - HDR) &&
+		    nng_msg_append(pm, p + HDR, nng_msg_len(m) - HDR) == 0) {
+			nng_msg_free(m);
+			c->part[src] = NULL;
+			if (!(flags & F_MORE))
+				return pm;
+			c->part[src] = pm;
+			return NULL;
+		}
+	}
+	if (pm != NULL || (flags & F_CONT)) { /* a message broken off */
+		medha_log(MEDHA_LOG_WARN, "collectives: a message in pieces "
+		    "from rank %d broken off: dropped", src);
+		if (pm != NULL)
+			nng_msg_free(pm);
+		c->part[src] = NULL;
+		if (flags & F_CONT) {
+			nng_msg_free(m);
+			return NULL;
+		}
+	}
+	if (!(flags & F_MORE))
+		return m;
+	c->part[src] = m;
+	return NULL;
 }
 
 /* Whether a message of src numbered seq waits for generation gen. */
@@ -638,6 +720,8 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			m = NULL;
 			continue;
 		}
+		if ((m = assemble(c, m, msrc, mgen, mtag)) == NULL)
+			continue; /* a piece, kept (or dropped) */
 		if (msrc == src && mgen == c->gen && mtag == tag)
 			break;
 		int was = c->nw;

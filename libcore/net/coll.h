@@ -46,8 +46,14 @@
 #include <stdint.h>
 
 #define MEDHA_COLL_MAX_PEERS 4096
-/* bytes in one message at most (a peer that sends more is cut off) */
+/* bytes in one message at most */
 #define MEDHA_COLL_MAX_MSG ((size_t)1 << 30)
+/* a message goes in pieces of this many bytes at most (the last
+   shorter), each with its own header, number and MAC: a connection that
+   sends a larger frame is closed at its length, before any of it is
+   buffered, so a stranger without the secret costs a piece at most
+   (issue 39) */
+#define MEDHA_COLL_PIECE ((size_t)1 << 20)
 /* messages waiting to be asked for, at most, and their bytes (beyond
    the first: one message of any size may wait); past either the table
    is emptied and the receive fails, so that a flood costs one batch,

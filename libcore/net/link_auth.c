@@ -95,6 +95,12 @@ link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
 	    medha_auth_proof(s->key, s->klen, "client", a->ns, a->nc,
 	        want) == 0) {
 		if (medha_equal_ct(want, p, sizeof(want))) {
+			if (link_adm_proven(s, ev->peer) != 0) {
+				/* the shared cap is full: closed */
+				medha_srv_drop(s, ev->call);
+				nng_pipe_close((nng_pipe){.id = ev->peer});
+				return;
+			}
 			a->state = PA_OK;
 			auth_reply(s, ev->call, MEDHA_AUTH_OK, NULL, 0);
 			return;

@@ -37,11 +37,21 @@ struct pauth {
 };
 #define PA_MAX 65536 /* connections followed at most */
 
-/* An admitted connection and the peer it is from (peer_key). */
+/* An admitted connection and the peer it is from (peer_key); with a
+   secret, whether it has proved it yet, and since when it is open. */
 struct padm {
 	uint32_t pipe;
 	uint64_t key;
+	int proven;
+	double t0;
 };
+
+/* With a secret, a connection that has not proved it within this many
+   seconds is closed, and such connections have a cap of their own (at
+   most UNPROVEN_MAX, and a quarter of that from one peer), outside the
+   shared one, which counts only the proven (issue 39). */
+#define HANDSHAKE_DEADLINE 5.0
+#define UNPROVEN_MAX 64
 
 struct medha_srv {
 	nng_socket sock;
@@ -51,7 +61,10 @@ struct medha_srv {
 	struct padm *adm;
 	int nadm, admcap;
 	int max_pipes, max_per_peer;
-	uint64_t refused;
+	int max_unproven, unproven_per_peer; /* with a secret */
+	int nunproven;
+	double swept; /* medha_now() of the last deadline sweep */
+	uint64_t refused, late;
 	int auth;         /* a secret is set: connections must prove it */
 	uint8_t *key;     /* (klen) the secret, as it was at open */
 	size_t klen;
@@ -100,6 +113,9 @@ struct pauth *link_pa_get(struct medha_srv *s, uint32_t pipe, int make);
 void link_pa_drop(struct medha_srv *s, uint32_t pipe);
 void link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev);
 void link_cli_tell(struct medha_cli *c, const char *msg);
+/* link.c: pipe has proved the secret: 0, or -1 when the shared cap is
+   full (then it is to be closed) */
+int link_adm_proven(struct medha_srv *s, uint32_t pipe);
 int link_cli_auth(struct medha_cli *c, double timeout, int force);
 /* link.c: a call on context i (the handshake's included), in halves */
 int link_raw_send(struct medha_cli *c, int i, const void *req, size_t len,
