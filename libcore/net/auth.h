@@ -82,7 +82,13 @@ enum {
 	MEDHA_AUTH_PROOF,     /* client: proof */
 	MEDHA_AUTH_OK,        /* server: taken */
 	MEDHA_AUTH_NOAUTH,    /* server: not taken: authenticate first */
+	MEDHA_AUTH_PIECE,     /* client, proven: id (4), last (1), bytes:
+	                         a piece of a request larger than
+	                         MEDHA_LINK_PIECE (net/link.h); the server
+	                         answers OK to each but the last, and hands
+	                         out the request whole with the last */
 };
+#define MEDHA_AUTH_PIECE_HDR (MEDHA_AUTH_MAGIC_LEN + 1 + 4 + 1)
 /* The most bytes a frame takes. */
 #define MEDHA_AUTH_FRAME_MAX \
 	(MEDHA_AUTH_MAGIC_LEN + 1 + MEDHA_AUTH_NONCE + MEDHA_SHA256_LEN)

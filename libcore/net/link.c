@@ -346,7 +346,13 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 		return medha_why(why, whylen, medha_link_nng_err(rv), "rep socket: %s",
 		    nng_strerror(rv));
 	}
-	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, MEDHA_LINK_MAX_FRAME);
+	/* with a secret, no frame of more than a piece: a larger request
+	   comes in pieces, taken only once its connection has proved the
+	   secret (link_srv_piece) */
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
+	    s->auth ? MEDHA_AUTH_PIECE_HDR + MEDHA_LINK_PIECE + 64 /* the
+	                                                   SP headers */
+	            : MEDHA_LINK_MAX_FRAME);
 	{
 		/* room under the open-file limit for the rest of the
 		   process (model, threads' pipes, the peers' sockets) */
@@ -490,7 +496,9 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 			/* answered here; the caller sees a timeout */
 			link_srv_auth(s, ev);
 			memset(ev, 0, sizeof(*ev));
-		}
+		} else if (medha_auth_kind(ev->data, ev->len) ==
+		    MEDHA_AUTH_PIECE)
+			link_srv_piece(s, ev); /* answered, or now whole */
 	}
 	return rc == MEDHA_ENOMEM && ev->kind == MEDHA_SRV_TIMEOUT ? rc : 0;
 }
@@ -742,7 +750,7 @@ medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
 		if ((rc = link_cli_auth(c, timeout, 0)) != 0)
 			return rc;
 	}
-	return link_raw_send(c, i, req, len, timeout);
+	return link_send_whole(c, i, req, len, timeout);
 }
 
 int
@@ -772,7 +780,7 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 		if (tries == 2)
 			return MEDHA_EAUTH;
 		if ((rc = link_cli_auth(c, c->tmo[i], 1)) != 0 ||
-		    (rc = link_raw_send(c, i, c->req[i], c->reqlen[i],
+		    (rc = link_send_whole(c, i, c->req[i], c->reqlen[i],
 		         c->tmo[i])) != 0)
 			return rc;
 	}

@@ -29,11 +29,18 @@ struct medha_srv_call {
 
 /* A connection's place in the handshake (auth.h). */
 enum { PA_NONE, PA_CHAL, PA_OK };
+#define PA_PIECES 8 /* requests in pieces at once, per connection */
 struct pauth {
 	uint32_t pipe;
 	int state; /* PA_* */
 	int warned;
 	uint8_t nc[MEDHA_AUTH_NONCE], ns[MEDHA_AUTH_NONCE];
+	struct {
+		uint32_t id;
+		uint8_t *buf;
+		size_t len, cap;
+	} pc[PA_PIECES]; /* a proven connection's requests in pieces */
+	int npc;
 };
 #define PA_MAX 65536 /* connections followed at most */
 
@@ -104,6 +111,7 @@ struct medha_cli {
 	size_t reqlen[CLI_MAX_CTX];
 	double tmo[CLI_MAX_CTX];
 	uint32_t pipe, authed; /* (mu) the live connection; the proven */
+	uint32_t piece_id;     /* the last request sent in pieces */
 	pthread_mutex_t amu;   /* one handshake at a time */
 };
 
@@ -122,5 +130,18 @@ int link_raw_send(struct medha_cli *c, int i, const void *req, size_t len,
     double timeout);
 int link_raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
     uint32_t *pipe);
+/* link_auth.c: a request larger than MEDHA_LINK_PIECE, with a secret:
+   all pieces but the last sent on context k, each answered OK (k is the
+   handshake's: taken under amu), and the last into *last (malloc'd,
+   *lastlen bytes) for the caller to send where the answer is awaited;
+   *last NULL: send req whole. 0, or an error. */
+int link_cli_pieces(struct medha_cli *c, int k, const void *req, size_t len,
+    double timeout, void **last, size_t *lastlen);
+/* a request whole on context i: in pieces if need be */
+int link_send_whole(struct medha_cli *c, int i, const void *req, size_t len,
+    double timeout);
+/* the server's side: ev a piece of a proven connection; 1 when it was
+   answered here (ev cleared), 0 when ev is now the request whole */
+int link_srv_piece(struct medha_srv *s, struct medha_srv_ev *ev);
 
 #endif

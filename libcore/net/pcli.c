@@ -46,6 +46,9 @@ struct call {
 	uint64_t cookie;
 	void *req; /* (len) the encoded request, kept for a resend */
 	size_t len;
+	void *last; /* (lastlen) its last piece, when it goes in pieces
+	               (net/link.h, MEDHA_LINK_PIECE): sent in its place */
+	size_t lastlen;
 	double timeout;
 	uint64_t epoch0; /* the connection epoch it was sent in */
 	struct call *next; /* the queue to send, or the pool */
@@ -137,7 +140,9 @@ static void
 call_put(struct medha_pcli *p, struct call *c)
 {
 	free(c->req);
+	free(c->last);
 	c->req = NULL;
+	c->last = NULL;
 	c->len = 0;
 	c->state = S_IDLE;
 	c->next = p->pool;
@@ -167,8 +172,13 @@ call_post(struct call *c)
 {
 	struct medha_pcli *p = c->p;
 	nng_msg *m = NULL;
+	int bad = nng_msg_alloc(&m, 0) != 0 ||
+	    nng_msg_append(m, c->last != NULL ? c->last : c->req,
+	        c->last != NULL ? c->lastlen : c->len) != 0;
 
-	if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, c->req, c->len) != 0) {
+	free(c->last);
+	c->last = NULL;
+	if (bad) {
 		if (m != NULL)
 			nng_msg_free(m);
 		finish(c, MEDHA_ENOMEM, "out of memory", NULL);
@@ -556,6 +566,16 @@ start(struct medha_pcli *p, struct call *c)
 		    NULL);
 		return;
 	}
+	/* larger than a piece: all but the last on the handshake's
+	   context, the last as the call */
+	free(c->last);
+	c->last = NULL;
+	if ((rc = link_cli_pieces(p->cli, p->cli->nctx, c->req, c->len,
+	         c->timeout < 0 ? DEAD : c->timeout, &c->last,
+	         &c->lastlen)) != 0) {
+		finish(c, rc, medha_strerror(rc), NULL);
+		return;
+	}
 	call_post(c);
 }
 
@@ -705,6 +725,7 @@ medha_pcli_close(struct medha_pcli *p)
 	for (int i = 0; i < p->nall; i++) {
 		nng_aio_free(p->all[i]->aio);
 		free(p->all[i]->req);
+		free(p->all[i]->last);
 		free(p->all[i]);
 	}
 	free(p->all);

@@ -33,14 +33,17 @@ chmod 644 "$tmp/open"
 expect_status 1 $r --http "127.0.0.1:$hp" --api-key-file "$tmp/open"
 grep -q "chmod 600" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 
-# the taken port: exit 1 each time (it once crashed in cleanup)
+# the taken port (taken here, so no other program can take it between):
+# exit 1 each time (it once crashed in cleanup)
 python3 -c 'import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1)
-time.sleep(120)' "$hp" &
-sleep 0.3
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+time.sleep(120)' >"$tmp/taken" &
+wait_for "$tmp/taken" "[0-9]" 10
+hp=$(cat "$tmp/taken")
 i=0
 while [ $i -lt 30 ]; do
-	expect_status 1 $r --http "127.0.0.1:$hp"
+	expect_status 1 timeout 10 $r --http "127.0.0.1:$hp"
 	grep -q "cannot listen at 127.0.0.1:$hp: Address in use" "$tmp/err" ||
 	    { cat "$tmp/err"; exit 1; }
 	i=$((i + 1))
