@@ -10,7 +10,11 @@
  * no rank of the table are dropped (5,000 of them filled the waiting
  * table for good), those of a future generation are bounded in bytes
  * (64 MiB: 1 GiB each was allowed), and past the bound the table is
- * emptied and one receive fails; the next one works.
+ * emptied and one receive fails; the next one works. A real message
+ * copied off the wire and sent again, 4,100 times, is dropped each time
+ * (it filled the waiting table), and is not taken by another replica;
+ * a message of 3.5 MiB goes in 1 MiB pieces and comes back whole
+ * (issue 39).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +36,7 @@
 #include "net/coll.h"
 
 #include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
 
 #define N 3
@@ -299,18 +304,21 @@ test_peer_dies(void **st)
 static void
 push_raw(nng_socket s, uint32_t src, uint64_t gen, uint64_t tag, size_t len)
 {
+	static uint64_t seq; /* each a number of its own: not a replay */
 	nng_msg *m;
 	uint8_t *p;
 
-	assert_int_equal(nng_msg_alloc(&m, 24 + len), 0);
+	assert_int_equal(nng_msg_alloc(&m, 40 + len), 0);
 	p = nng_msg_body(m);
-	memset(p, 0, 24 + len);
-	memcpy(p, "MCOL", 4);
+	memset(p, 0, 40 + len);
+	memcpy(p, "MCO2", 4); /* to rank 0 (p + 8) */
+	seq++;
 	for (int i = 0; i < 4; i++)
 		p[4 + i] = (uint8_t)(src >> (8 * i));
 	for (int i = 0; i < 8; i++) {
-		p[8 + i] = (uint8_t)(gen >> (8 * i));
-		p[16 + i] = (uint8_t)(tag >> (8 * i));
+		p[16 + i] = (uint8_t)(gen >> (8 * i));
+		p[24 + i] = (uint8_t)(tag >> (8 * i));
+		p[32 + i] = (uint8_t)(seq >> (8 * i));
 	}
 	assert_int_equal(nng_sendmsg(s, m, 0), 0);
 }
@@ -459,6 +467,213 @@ test_stranger_mac(void **st)
 	alarm(0);
 }
 
+/* Copies of one message pushed n times, from a thread. */
+struct replay {
+	nng_socket s;
+	nng_msg *m;
+	int n;
+	atomic_int done;
+};
+
+static void *
+replay_main(void *arg)
+{
+	struct replay *r = arg;
+	nng_msg *m;
+
+	for (int i = 0; i < r->n; i++)
+		if (nng_msg_dup(&m, r->m) != 0 || nng_sendmsg(r->s, m, 0) != 0)
+			break;
+	atomic_store(&r->done, 1);
+	return NULL;
+}
+
+/*
+ * Replay (issue 39, finding 5): a spy between rank 1 and rank 0 (the
+ * table names the spy's address as rank 0's) copies a real message,
+ * MAC and all, and sends it again 4,100 times: each copy is dropped
+ * before it can wait (they filled the waiting table before, and the
+ * next batch failed), and the next message goes through. The same copy
+ * sent to another replica (another table, same secret and generation)
+ * is dropped too, as one to another rank of the same replica.
+ */
+static void
+test_replay(void **st)
+{
+	static const char k[] = "the replica's shared secret";
+	char why[256], ua[128], ub[128], us[128], uc[128], ud[128];
+	const char *u[2] = {us, ub}, *u2[2] = {uc, ud};
+	struct medha_coll *a, *b, *c;
+	nng_socket spy_in, spy_out, s2;
+	nng_msg *m, *copy;
+	int x = 7, y = 0;
+
+	(void)st;
+	alarm(120);
+	medha_auth_set(k, sizeof(k) - 1);
+	snprintf(ua, sizeof(ua), "ipc:///tmp/medha-coll-test-%d-ra.sock",
+	    (int)getpid());
+	snprintf(ub, sizeof(ub), "ipc:///tmp/medha-coll-test-%d-rb.sock",
+	    (int)getpid());
+	snprintf(us, sizeof(us), "ipc:///tmp/medha-coll-test-%d-rs.sock",
+	    (int)getpid());
+	snprintf(uc, sizeof(uc), "ipc:///tmp/medha-coll-test-%d-rc.sock",
+	    (int)getpid());
+	snprintf(ud, sizeof(ud), "ipc:///tmp/medha-coll-test-%d-rd.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, ua, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&b, ub, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&c, uc, why, sizeof(why)), 0);
+	medha_auth_set(NULL, 0);
+	assert_int_equal(medha_coll_peers(a, 5, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(b, 5, 1, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(c, 5, 0, 2, u2, why, sizeof(why)), 0);
+	assert_int_equal(nng_pull0_open(&spy_in), 0);
+	assert_int_equal(nng_listen(spy_in, us, NULL, 0), 0);
+	assert_int_equal(nng_push0_open(&spy_out), 0);
+	assert_int_equal(nng_dial(spy_out, ua, NULL, 0), 0);
+	assert_int_equal(nng_push0_open(&s2), 0);
+	assert_int_equal(nng_dial(s2, uc, NULL, 0), 0);
+
+	assert_int_equal(medha_coll_send(b, 0, 9, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(nng_recvmsg(spy_in, &m, 0), 0);
+	assert_int_equal(nng_msg_dup(&copy, m), 0);
+	assert_int_equal(nng_sendmsg(spy_out, m, 0), 0);
+	if (medha_coll_recv(a, 1, 9, &y, sizeof(y), 5, why, sizeof(why)) != 0)
+		fail_msg("recv: %s", why);
+	assert_int_equal(y, 7);
+	/* the copy, 10 times to another replica's rank 0, and 4,100 times
+	   to this one's, from a thread (a push waits for its reader) while
+	   rank 0 waits for another tag: no receive fails meanwhile */
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(nng_msg_dup(&m, copy), 0);
+		assert_int_equal(nng_sendmsg(s2, m, 0), 0);
+	}
+	{
+		struct replay r = {spy_out, copy, 4100, 0};
+		pthread_t t;
+		int rc;
+		assert_int_equal(pthread_create(&t, NULL, replay_main, &r), 0);
+		while (!atomic_load(&r.done))
+			if ((rc = medha_coll_recv(a, 1, 10, &y, sizeof(y), 0.05,
+			         why, sizeof(why))) != MEDHA_ETIMEOUT)
+				fail_msg("recv during the replays: %s", why);
+		pthread_join(t, NULL);
+	}
+	x = 8;
+	assert_int_equal(medha_coll_send(b, 0, 10, &x, sizeof(x), 5, why,
+	                     sizeof(why)),
+	    0);
+	assert_int_equal(nng_recvmsg(spy_in, &m, 0), 0);
+	assert_int_equal(nng_sendmsg(spy_out, m, 0), 0);
+	if (medha_coll_recv(a, 1, 10, &y, sizeof(y), 10, why, sizeof(why)) != 0)
+		fail_msg("recv after 4,100 replays: %s", why);
+	assert_int_equal(y, 8);
+	/* nothing of them waits: tag 9 is not there again */
+	assert_int_equal(medha_coll_recv(a, 1, 9, &y, sizeof(y), 0.3, why,
+	                     sizeof(why)),
+	    MEDHA_ETIMEOUT);
+	/* the other replica's rank 0 took none of the copies */
+	assert_int_equal(medha_coll_recv(c, 1, 9, &y, sizeof(y), 0.5, why,
+	                     sizeof(why)),
+	    MEDHA_ETIMEOUT);
+	nng_msg_free(copy);
+	nng_close(spy_in);
+	nng_close(spy_out);
+	nng_close(s2);
+	medha_coll_close(a);
+	medha_coll_close(b);
+	medha_coll_close(c);
+	alarm(0);
+}
+
+/* A large send from a thread (its pieces wait for the reader). */
+static struct {
+	struct medha_coll *b;
+	const uint8_t *x;
+	size_t n;
+	int rc;
+} bigsend;
+
+static void *
+bigsend_main(void *arg)
+{
+	char why[256];
+
+	(void)arg;
+	bigsend.rc = medha_coll_send(bigsend.b, 0, 2, bigsend.x, bigsend.n, 10,
+	    why, sizeof(why));
+	return NULL;
+}
+
+/*
+ * A message of 3.5 MiB goes in pieces of 1 MiB (MEDHA_COLL_PIECE) and
+ * comes back whole, byte for byte, with a secret, between other
+ * messages; a stranger's frame larger than a piece (8 MiB of it, sent
+ * raw) closes its connection without being taken, and the peers go on.
+ */
+static void
+test_pieces(void **st)
+{
+	static const char k[] = "the replica's shared secret";
+	char why[256], u0[128], u1[128];
+	const char *u[2] = {u0, u1};
+	struct medha_coll *a, *b;
+	size_t n = 3 * (1 << 20) + (1 << 19);
+	uint8_t *x = malloc(n), *y = malloc(n);
+	nng_socket s;
+	nng_msg *m;
+	int v = 5, w = 0;
+
+	(void)st;
+	alarm(60);
+	assert_non_null(x);
+	assert_non_null(y);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (uint8_t)(i * 7 + (i >> 11));
+	medha_auth_set(k, sizeof(k) - 1);
+	snprintf(u0, sizeof(u0), "ipc:///tmp/medha-coll-test-%d-pa.sock",
+	    (int)getpid());
+	snprintf(u1, sizeof(u1), "ipc:///tmp/medha-coll-test-%d-pb.sock",
+	    (int)getpid());
+	assert_int_equal(medha_coll_open(&a, u0, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_open(&b, u1, why, sizeof(why)), 0);
+	medha_auth_set(NULL, 0);
+	assert_int_equal(medha_coll_peers(a, 6, 0, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(medha_coll_peers(b, 6, 1, 2, u, why, sizeof(why)), 0);
+	assert_int_equal(nng_push0_open(&s), 0);
+	assert_int_equal(nng_dial(s, u0, NULL, 0), 0);
+	assert_int_equal(nng_msg_alloc(&m, 8 << 20), 0);
+	memset(nng_msg_body(m), 0, 8 << 20);
+	assert_int_equal(nng_sendmsg(s, m, 0), 0);
+	assert_int_equal(medha_coll_send(b, 0, 1, &v, sizeof(v), 5, why,
+	                     sizeof(why)),
+	    0);
+	if (medha_coll_recv(a, 1, 1, &w, sizeof(w), 5, why, sizeof(why)) != 0)
+		fail_msg("recv: %s", why);
+	assert_int_equal(w, 5);
+	bigsend.b = b;
+	bigsend.x = x;
+	bigsend.n = n;
+	{
+		pthread_t t;
+		assert_int_equal(pthread_create(&t, NULL, bigsend_main, NULL), 0);
+		if (medha_coll_recv(a, 1, 2, y, n, 10, why, sizeof(why)) != 0)
+			fail_msg("recv of 3.5 MiB: %s", why);
+		pthread_join(t, NULL);
+	}
+	assert_int_equal(bigsend.rc, 0);
+	assert_memory_equal(x, y, n);
+	nng_close(s);
+	medha_coll_close(a);
+	medha_coll_close(b);
+	free(x);
+	free(y);
+	alarm(0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -469,6 +684,8 @@ main(int argc, char **argv)
 	    cmocka_unit_test(test_peer_dies),
 	    cmocka_unit_test(test_stranger),
 	    cmocka_unit_test(test_stranger_mac),
+	    cmocka_unit_test(test_replay),
+	    cmocka_unit_test(test_pieces),
 	};
 
 	if (argc == 4 && strcmp(argv[1], "--peer") == 0)

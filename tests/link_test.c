@@ -251,6 +251,19 @@ test_link_auth(void **state)
 	    &n, 2);
 	free(big);
 	call_ok(c, 1, "again", "again");
+	/* a request of more than a piece (MEDHA_LINK_PIECE, the largest
+	   frame a server with a secret takes) goes in pieces and comes to
+	   the server whole (issue 39) */
+	big = malloc(300000);
+	assert_non_null(big);
+	for (int i = 0; i < 300000; i++)
+		big[i] = (char)(i * 13 + (i >> 9));
+	big[0] = 'x';
+	assert_int_equal(medha_cli_call(c, 1, big, 300000, &rep, &n, 5), 0);
+	assert_int_equal(n, 300000);
+	assert_memory_equal(rep, big, n);
+	free(rep);
+	free(big);
 	calls = st.calls;
 
 	/* no secret, another secret: nothing through */

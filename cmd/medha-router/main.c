@@ -5,6 +5,7 @@
  */
 #include "../common.h"
 #include "serve/http.h"
+#include "net/auth.h"
 #include "net/link.h"
 #include "serve/router.h"
 
@@ -19,7 +20,7 @@ static const char synopsis[] =
     "           [--cache-balance S] [--drain-timeout S] [--http HOST:PORT]\n"
     "           [--http-max-body BYTES] [--hold-timeout S] "
     "[--http-keepalive S]\n"
-    "           [--http-max-conns N]\n"
+    "           [--http-max-conns N] [--api-key KEY] [--api-key-file FILE]\n"
     "           [--max-queue N] [--status-interval S]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-router(1)) */
@@ -44,6 +45,8 @@ static const struct medha_help help_lines[] = {
         "a silent stream gets a comment every S s (5)"},
     {"--http-max-conns N",
         "HTTP requests answered at once; more get 429 (1024)"},
+    {"--api-key KEY", "--http: /v1/ asks for Bearer KEY (more: any of them)"},
+    {"--api-key-file FILE", "--http: the API keys, one a line (mode 0600)"},
     {"--max-queue N", "requests in flight at most; more refused (100000)"},
     {"--status-interval S", "seconds between STATUS calls to a replica (0.1)"},
     LINK_HELP,
@@ -58,8 +61,57 @@ enum {
 	OPT_MAXQ,
 	OPT_STATUS,
 	OPT_HOLD,
-	OPT_BALANCE
+	OPT_BALANCE,
+	OPT_KEY,
+	OPT_KEY_FILE
 };
+
+#define MAX_KEYS 256
+static const char *keys[MAX_KEYS];
+static int nkeys;
+
+/* One more API key (the flag's, or a file's line). */
+static void
+key_add(const char *k)
+{
+	if (nkeys == MAX_KEYS)
+		die(2, "more than %d API keys", MAX_KEYS);
+	keys[nkeys++] = k;
+}
+
+/* --api-key-file: a key on each line, blank lines and the blanks
+   around a key left out; a private regular file (as a secret file). */
+static void
+key_file(const char *path)
+{
+	static char buf[1 << 16];
+	size_t len;
+	char why[512], *save = NULL, *line;
+	char *text;
+	int before = nkeys;
+
+	if (medha_auth_read("API key file", path, buf, sizeof(buf) - 1, &len,
+	        why, sizeof(why)) != 0)
+		die(1, "%s", why);
+	if ((text = malloc(len + 1)) == NULL)
+		die(1, "out of memory");
+	memcpy(text, buf, len);
+	text[len] = '\0';
+	memset(buf, 0, sizeof(buf));
+	for (line = strtok_r(text, "\n", &save); line != NULL;
+	    line = strtok_r(NULL, "\n", &save)) {
+		char *end = line + strlen(line);
+		while (*line == ' ' || *line == '\t' || *line == '\r')
+			line++;
+		while (end > line && (end[-1] == ' ' || end[-1] == '\t' ||
+		                         end[-1] == '\r'))
+			*--end = '\0';
+		if (*line != '\0')
+			key_add(line);
+	}
+	if (nkeys == before)
+		die(1, "API key file %s: no key in it", path);
+}
 
 /* The router's address for its own HTTP front door (one per process). */
 #define HTTP_UPSTREAM "inproc://medha-router-http"
@@ -76,6 +128,8 @@ main(int argc, char *argv[])
 	    {"http-max-body", required_argument, NULL, OPT_HTTP_BODY},
 	    {"http-keepalive", required_argument, NULL, OPT_HTTP_KEEPALIVE},
 	    {"http-max-conns", required_argument, NULL, OPT_HTTP_CONNS},
+	    {"api-key", required_argument, NULL, OPT_KEY},
+	    {"api-key-file", required_argument, NULL, OPT_KEY_FILE},
 	    {"listen", required_argument, NULL, 'l'},
 	    {"max-queue", required_argument, NULL, OPT_MAXQ},
 	    {"model", required_argument, NULL, 'm'},
@@ -143,6 +197,8 @@ main(int argc, char *argv[])
 			c.status_interval =
 			    flag_f64("--status-interval", optarg, 0, 60, 1);
 			break;
+		case OPT_KEY: key_add(optarg); break;
+		case OPT_KEY_FILE: key_file(optarg); break;
 		case OPT_SECRET:
 		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
@@ -158,6 +214,16 @@ main(int argc, char *argv[])
 			die(2, "%s: the router's own address", reps[i]);
 	if (hc.listen == NULL && hc.model != NULL)
 		die(2, "-m MODEL needs --http");
+	if (hc.listen == NULL && nkeys > 0)
+		die(2, "--api-key needs --http");
+	if (hc.listen != NULL && nkeys == 0 && !medha_auth_is_insecure() &&
+	    !medha_auth_loopback(hc.listen))
+		die(2, "will not serve HTTP at %s without an API key: anyone "
+		       "who reaches it could submit; give --api-key KEY or "
+		       "--api-key-file FILE, or --insecure",
+		    hc.listen);
+	hc.api_keys = keys;
+	hc.n_api_keys = nkeys;
 	link_auth();
 	/* the flags' errors above are said as every program says them
 	   (no time stamp); from here on the server's log */

@@ -205,12 +205,6 @@ take_main(void *arg)
 	}
 }
 
-/*
- * Wait until the scheduler at addr says it is ready (wait 0: until it
- * answers, ready or not, for up to 10 s); 0, or 1 after logging. What
- * it waits for is said every 5 s on a terminal, so that a wrong
- * address is not a silent minute, nor one where nothing listens.
- */
 /* STATUS, a second at most, before anything is submitted: 0 and *rep
  * (the caller's), or an error with why. */
 static int
@@ -222,10 +216,12 @@ status_of(struct rp *p, struct medha_msg *rep, char *why, size_t whylen)
 	if (!medha_pcli_take(p->pc, 1.5, &o))
 		return medha_why(why, whylen, MEDHA_ETIMEOUT, "no answer");
 	if (o.rc != 0) {
+		int rc = o.rc == MEDHA_EAUTH ? MEDHA_EAUTH : MEDHA_EPEER;
 		medha_why(why, whylen, o.rc, "%s", o.why);
 		medha_pcli_out_clear(&o);
-		usleep(100000); /* not connected: the dialer's next try */
-		return MEDHA_EPEER;
+		if (rc != MEDHA_EAUTH)
+			usleep(100000); /* not connected: the dialer's next try */
+		return rc;
 	}
 	*rep = o.msg;
 	memset(&o.msg, 0, sizeof(o.msg));
@@ -233,14 +229,23 @@ status_of(struct rp *p, struct medha_msg *rep, char *why, size_t whylen)
 	return 0;
 }
 
+/*
+ * Wait until the scheduler at addr says it is ready (wait 0: until it
+ * answers, ready or not, for up to 10 s; any, nothing to send: the same
+ * for up to 5 s, or wait if less); 0, or 1 after logging, at once when the server
+ * refuses this program's secret (or its lack of one). What
+ * it waits for is said every 5 s on a terminal, so that a wrong
+ * address is not a silent minute, nor one where nothing listens.
+ */
 static int
-wait_ready(struct rp *p, const char *addr, double wait)
+wait_ready(struct rp *p, const char *addr, double wait, int any)
 {
 	struct medha_msg rep;
-	double t0 = medha_now(), until = t0 + (wait > 0 ? wait : 10);
+	double lim = wait > 0 && !(any && wait > 5) ? wait : any ? 5 : 10;
+	double t0 = medha_now(), until = t0 + lim;
 	double told = t0;
 	char why[256] = "";
-	int said = 0, refused = 0;
+	int said = 0, refused = 0, rc;
 
 	for (;;) {
 		if (p->progress && medha_now() - told >= 5) {
@@ -249,9 +254,9 @@ wait_ready(struct rp *p, const char *addr, double wait)
 			    said ? "not ready" : "no answer", told - t0,
 			    until - t0);
 		}
-		if (status_of(p, &rep, why, sizeof(why)) == 0) {
+		if ((rc = status_of(p, &rep, why, sizeof(why))) == 0) {
 			int ok = rep.type == MEDHA_MSG_STATUS_REPLY &&
-			    (rep.status.ready || wait == 0);
+			    (rep.status.ready || wait == 0 || any);
 			if (rep.type == MEDHA_MSG_STATUS_REPLY && !ok &&
 			    !said++)
 				medha_log(MEDHA_LOG_WARN,
@@ -263,6 +268,12 @@ wait_ready(struct rp *p, const char *addr, double wait)
 			if (ok)
 				return 0;
 			usleep(100000);
+		} else if (rc == MEDHA_EAUTH) {
+			/* the secret will not change by asking again (the
+			   client said why, once) */
+			medha_log(MEDHA_LOG_ERROR, "%s: %s: nothing submitted",
+			    addr, why);
+			return 1;
 		} else if (!medha_pcli_connected(p->pc) &&
 		    medha_link_refused(addr, &refused, why, sizeof(why))) {
 			medha_log(MEDHA_LOG_ERROR, "%s", why);
@@ -273,7 +284,7 @@ wait_ready(struct rp *p, const char *addr, double wait)
 				fputc('\n', stderr);
 			medha_log(MEDHA_LOG_ERROR, "%s: %s after %.0f s%s%s",
 			    addr, said ? "not ready" : "no answer",
-			    wait > 0 ? wait : 10, said ? "" : ": ",
+			    lim, said ? "" : ": ",
 			    said ? "" : why);
 			return 1;
 		}
@@ -455,14 +466,19 @@ trace_replay(int argc, char *argv[])
 	}
 	pthread_mutex_init(&p.mu, NULL);
 	p.progress = isatty(STDERR_FILENO);
-	if (wait_ready(&p, addr, wait) != 0) {
+	memset(&rs, 0, sizeof(rs));
+	/* the first request read before waiting: with nothing to send,
+	   replay only checks that the server answers (a few seconds, not
+	   --wait for a ready replica) */
+	rc = medha_trace_next(t, &rs);
+	if (wait_ready(&p, addr, wait, rc != 1) != 0) {
+		medha_reqspec_clear(&rs);
 		medha_pcli_close(p.pc);
 		return 1;
 	}
 	p.t0 = medha_now();
 	pthread_create(&taker, NULL, take_main, &p);
-	memset(&rs, 0, sizeof(rs));
-	while ((rc = medha_trace_next(t, &rs)) == 1) {
+	for (; rc == 1; rc = medha_trace_next(t, &rs)) {
 		double at = p.t0 + rs.arrival / speed;
 
 		if (wait_until(&p, 0) != 0) /* gone already? */

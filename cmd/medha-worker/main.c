@@ -26,7 +26,8 @@ static const char synopsis[] =
     "[--peer ADDR]\n"
     "           [--lookahead | --no-lookahead] [--mem-util F] "
     "[--device N]\n"
-    "           [--coll nccl|nng] [--seed S] [--window-kv]\n"
+    "           [--coll nccl|nng] [--seed S] [--window-kv] "
+    "[--retry-forever]\n"
     "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
     "           [-n N] [-t THREADS] [--backend cpu|cuda] [--chat] "
     "[--ignore-eos]\n"
@@ -60,6 +61,8 @@ static const struct medha_help help_lines[] = {
     {"--no-lookahead", "wait for each batch instead"},
     {"--window-kv",
         "cpu: free what windows no longer see (no prefix cache)"},
+    {"--retry-forever",
+        "retry a HELLO refused for good (else: exit 1, 10 s)"},
     LINK_HELP,
     {"--seed S", "cuda, -m SHAPE: the random weights' seed (1)"},
     {NULL, "The cuda backend (--backend cuda), both modes:"},
@@ -117,6 +120,7 @@ enum {
 	OPT_DEVICE,
 	OPT_COLL,
 	OPT_WINDOW_KV,
+	OPT_RETRY_FOREVER,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
 	OPT_KV,
@@ -174,6 +178,7 @@ static const struct option longopts[] = {
     {"top-k", required_argument, NULL, OPT_TOPK},
     {"top-p", required_argument, NULL, OPT_TOPP},
     {"window-kv", no_argument, NULL, OPT_WINDOW_KV},
+    {"retry-forever", no_argument, NULL, OPT_RETRY_FOREVER},
     {"min-p", required_argument, NULL, OPT_MINP},
     {"presence-penalty", required_argument, NULL, OPT_PRESENCE},
     {"frequency-penalty", required_argument, NULL, OPT_FREQUENCY},
@@ -309,6 +314,7 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_PEER: a->wo.peer = optarg; break;
 		case OPT_LOOKAHEAD: a->wo.lookahead = 1; break;
 		case OPT_NO_LOOKAHEAD: a->wo.lookahead = 0; break;
+		case OPT_RETRY_FOREVER: a->wo.retry_forever = 1; break;
 		case OPT_WINDOW_KV: a->bp.window_kv = 1; break;
 		case 't':
 			a->ro.n_threads = flag_i64("-t", optarg, 1, 256);

@@ -38,57 +38,105 @@ medha_auth_insecure(int yes)
 }
 
 int
-medha_auth_load(const char *path, char *why, size_t whylen)
+medha_auth_is_insecure(void)
 {
-	uint8_t buf[MEDHA_AUTH_MAX + 2];
+	return insecure;
+}
+
+/* How many of the n bytes of p are not white space. */
+static size_t
+nonblank(const uint8_t *p, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += !(p[i] == ' ' || p[i] == '\t' || p[i] == '\n' ||
+		    p[i] == '\r' || p[i] == '\v' || p[i] == '\f');
+	return k;
+}
+
+int
+medha_auth_read(const char *what, const char *path, void *out, size_t cap,
+    size_t *len, char *why, size_t whylen)
+{
+	uint8_t *buf = out;
 	struct stat st;
 	ssize_t n;
-	size_t len = 0;
 	int fd;
 
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return medha_why(why, whylen, MEDHA_EIO, "secret file %s: %s",
+	*len = 0;
+	/* a FIFO or a device is refused before it is opened (opening a
+	   FIFO waits for a writer for ever), and opened without waiting in
+	   case one took the file's place since */
+	if (stat(path, &st) != 0)
+		return medha_why(why, whylen, MEDHA_EIO, "%s %s: %s", what,
+		    path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "%s %s: not a regular file", what, path);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
+		return medha_why(why, whylen, MEDHA_EIO, "%s %s: %s", what,
 		    path, strerror(errno));
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "secret file %s: not a regular file", path);
+		    "%s %s: not a regular file", what, path);
 	}
 	if (st.st_mode & 077) {
 		close(fd);
 		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "secret file %s: mode %03o: its group or others may use "
-		    "it (chmod 600 it)",
-		    path, (unsigned)(st.st_mode & 0777));
+		    "%s %s: mode %03o: its group or others may use it "
+		    "(chmod 600 it)",
+		    what, path, (unsigned)(st.st_mode & 0777));
 	}
-	while (len < sizeof(buf) &&
-	    (n = read(fd, buf + len, sizeof(buf) - len)) != 0) {
+	while (*len < cap && (n = read(fd, buf + *len, cap - *len)) != 0) {
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
 			int e = errno;
 			close(fd);
-			return medha_why(why, whylen, MEDHA_EIO,
-			    "secret file %s: %s", path, strerror(e));
+			memset(buf, 0, *len);
+			return medha_why(why, whylen, MEDHA_EIO, "%s %s: %s",
+			    what, path, strerror(e));
 		}
-		len += (size_t)n;
+		*len += (size_t)n;
 	}
 	close(fd);
+	return 0;
+}
+
+int
+medha_auth_load(const char *path, char *why, size_t whylen)
+{
+	uint8_t buf[MEDHA_AUTH_MAX + 2];
+	size_t len, solid;
+	int rc;
+
+	if ((rc = medha_auth_read("secret file", path, buf, sizeof(buf), &len,
+	         why, whylen)) != 0)
+		return rc;
 	if (len > 0 && buf[len - 1] == '\n')
 		len--;
-	if (len < MEDHA_AUTH_MIN || len > MEDHA_AUTH_MAX)
+	if (len < MEDHA_AUTH_MIN || len > MEDHA_AUTH_MAX) {
+		memset(buf, 0, sizeof(buf));
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "secret file %s: %zu%s bytes, not %d to %d", path, len,
 		    len > MEDHA_AUTH_MAX ? " or more" : "", MEDHA_AUTH_MIN,
 		    MEDHA_AUTH_MAX);
+	}
+	if ((solid = nonblank(buf, len)) < MEDHA_AUTH_MIN) {
+		memset(buf, 0, sizeof(buf));
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "secret file %s: %zu bytes but blanks, not at least %d",
+		    path, solid, MEDHA_AUTH_MIN);
+	}
 	medha_auth_set(buf, len);
 	memset(buf, 0, sizeof(buf));
 	return 0;
 }
 
-/* Whether the host of "tcp://HOST:PORT" (or tcp4, tcp6) is loopback. */
-static int
-loopback(const char *hostport)
+int
+medha_auth_loopback(const char *hostport)
 {
 	const char *colon = strrchr(hostport, ':');
 	size_t n = colon != NULL ? (size_t)(colon - hostport)
@@ -110,7 +158,7 @@ medha_auth_listen_ok(const char *url, char *why, size_t whylen)
 	    strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0)
 		return 0;
 	if ((sep = strstr(url, "://")) != NULL &&
-	    (strncmp(url, "tcp", 3) == 0) && loopback(sep + 3))
+	    (strncmp(url, "tcp", 3) == 0) && medha_auth_loopback(sep + 3))
 		return 0;
 	return medha_why(why, whylen, MEDHA_EINVAL,
 	    "will not listen at %s without a secret: anyone who reaches it "

@@ -36,9 +36,10 @@
 
 /*
  * Read the secret from path: its bytes but one trailing newline, 16 to
- * 4096 of them. The file must be a regular file that neither its group
- * nor others may read or write. Returns 0, MEDHA_EIO or MEDHA_EINVAL,
- * with why.
+ * 4096 of them, at least 16 not white space. The file must be a regular
+ * file (checked before it is opened: a FIFO would wait for ever) that
+ * neither its group nor others may read or write. Returns 0, MEDHA_EIO
+ * or MEDHA_EINVAL, with why.
  */
 int medha_auth_load(const char *path, char *why, size_t whylen);
 /* Set the secret to n bytes of k (n 0: none). */
@@ -47,6 +48,20 @@ void medha_auth_set(const void *k, size_t n);
 const uint8_t *medha_auth_secret(size_t *n);
 /* Allow listening on a non-loopback tcp address without a secret. */
 void medha_auth_insecure(int yes);
+/* Whether it was allowed (medha-router's --http asks it too). */
+int medha_auth_is_insecure(void);
+/* Whether HOST of "HOST:PORT" is loopback: 127.0.0.0/8, localhost,
+   [::1]. */
+int medha_auth_loopback(const char *hostport);
+/*
+ * Read a private file (what names it in why: "secret file", "API key
+ * file"): refused before it is opened unless it is a regular file (a
+ * FIFO would wait for ever), and unless neither its group nor others
+ * may read or write it; then at most cap bytes of it into out, *len of
+ * them. Returns 0, MEDHA_EIO or MEDHA_EINVAL, with why.
+ */
+int medha_auth_read(const char *what, const char *path, void *out, size_t cap,
+    size_t *len, char *why, size_t whylen);
 
 /*
  * Whether a server may listen at url: 0, or MEDHA_EINVAL with why when
@@ -67,7 +82,13 @@ enum {
 	MEDHA_AUTH_PROOF,     /* client: proof */
 	MEDHA_AUTH_OK,        /* server: taken */
 	MEDHA_AUTH_NOAUTH,    /* server: not taken: authenticate first */
+	MEDHA_AUTH_PIECE,     /* client, proven: id (4), last (1), bytes:
+	                         a piece of a request larger than
+	                         MEDHA_LINK_PIECE (net/link.h); the server
+	                         answers OK to each but the last, and hands
+	                         out the request whole with the last */
 };
+#define MEDHA_AUTH_PIECE_HDR (MEDHA_AUTH_MAGIC_LEN + 1 + 4 + 1)
 /* The most bytes a frame takes. */
 #define MEDHA_AUTH_FRAME_MAX \
 	(MEDHA_AUTH_MAGIC_LEN + 1 + MEDHA_AUTH_NONCE + MEDHA_SHA256_LEN)

@@ -1,13 +1,25 @@
 /*
- * coll.c: collectives over nng push/pull (coll.h). A message is a 24-byte
- * header (magic, the sender's rank, the generation, the tag) and the
- * payload. Messages that arrive before they are asked for wait in a
- * small list, searched newest last; it stays short because every
- * message is asked for within a batch or two of its arrival.
+ * coll.c: collectives over nng push/pull (coll.h). A message is a 40-byte
+ * header (magic, the sender's rank, the receiver's, the generation, the
+ * tag, the link's sequence number) and the payload. Messages that
+ * arrive before they are asked for wait in a small list, searched
+ * newest last; it stays short because every message is asked for
+ * within a batch or two of its arrival.
  *
- * With a secret (net/auth.h) every message ends with an HMAC-SHA256 of
- * its header and payload under it; one whose MAC is wrong (a stranger
- * that reached the port) is dropped before it is looked at.
+ * Each link (sender, receiver) numbers its messages 1, 2, ... under a
+ * peer table; a receiver takes from a sender only numbers above the
+ * last it took (a link is one connection at a time, in order), so a
+ * message sent again, by a peer or by whoever copied it off the wire,
+ * is dropped before it can wait, and one for another rank too.
+ *
+ * With a secret (net/auth.h) every message ends with an HMAC-SHA256,
+ * under it, of the table's identity (a digest of its generation and
+ * every rank's address: the replica's, which no other replica shares),
+ * the header and the payload; one whose MAC is wrong (a stranger that
+ * reached the port, or a message of another replica) is dropped before
+ * it is looked at. Older medha's messages (a 24-byte header of magic
+ * "MCOL", no sequence) are dropped and said once: every worker of a
+ * replica must run the same version (issue 39).
  */
 #include "net/coll.h"
 #include "net/auth.h"
@@ -23,12 +35,16 @@
 #include <string.h>
 #include <time.h>
 
-#define MAGIC 0x4c4f434du /* "MCOL" little-endian */
-#define HDR 24
+#define MAGIC 0x324f434du     /* "MCO2" little-endian */
+#define MAGIC_OLD 0x4c4f434du /* "MCOL": before issue 39 */
+#define HDR 40
+#define TABLE_ID 32 /* bytes of the table's identity, in the MAC */
+#define F_MORE 1    /* flags: more pieces of the message follow */
+#define F_CONT 2    /* flags: not the message's first piece */
 
 struct waiting {
 	int src;
-	uint64_t gen, tag;
+	uint64_t gen, tag, seq;
 	nng_msg *m;
 };
 
@@ -48,6 +64,13 @@ struct medha_coll {
 	uint8_t *key;    /* (klen) the secret, as it was at open */
 	size_t klen;
 	int forged_seen; /* messages dropped for a wrong MAC */
+	int old_seen;    /* of an older format */
+	int64_t replayed; /* dropped: a number taken already, or for
+	                     another rank */
+	uint64_t *sseq;  /* (n) the last number sent to each rank */
+	uint64_t *rseq;  /* (n) the last taken from each rank */
+	nng_msg **part;  /* (n) a message whose pieces are coming, or NULL */
+	uint8_t table[TABLE_ID]; /* the table's identity */
 };
 
 #define SLICE 0.2 /* s between looks at the stop flag */
@@ -120,8 +143,11 @@ medha_coll_open(struct medha_coll **cp, const char *url, char *why,
 		return medha_why(why, whylen, MEDHA_ENOMEM,
 		    "collectives: %s", nng_strerror(rv));
 	}
+	/* one piece at most: a larger frame, which would be buffered whole
+	   before its MAC could be checked, closes its connection at its
+	   length (issue 39) */
 	nng_socket_set_size(c->pull, NNG_OPT_RECVMAXSZ,
-	    MEDHA_COLL_MAX_MSG + HDR + MEDHA_SHA256_LEN);
+	    MEDHA_COLL_PIECE + HDR + MEDHA_SHA256_LEN);
 	if ((rv = nng_listen(c->pull, url, &l, 0)) != 0) {
 		nng_close(c->pull);
 		free(c->key);
@@ -175,8 +201,18 @@ drop_peers(struct medha_coll *c)
 			nng_close(c->push[i]);
 	free(c->push);
 	free(c->open);
+	free(c->sseq);
+	free(c->rseq);
+	if (c->part != NULL)
+		for (int i = 0; i < c->n; i++)
+			if (c->part[i] != NULL)
+				nng_msg_free(c->part[i]);
+	free(c->part);
+	c->part = NULL;
 	c->push = NULL;
 	c->open = NULL;
+	c->sseq = NULL;
+	c->rseq = NULL;
 	c->n = 0;
 	c->rank = -1;
 }
@@ -245,6 +281,81 @@ forget_before(struct medha_coll *c, uint64_t gen)
 	c->nw = j;
 }
 
+/*
+ * The identity of the table of generation gen (every member computes the
+ * same): SHA-256 of the generation and every rank's address. 0 or
+ * MEDHA_ENOMEM.
+ */
+static int
+table_id(struct medha_coll *c, uint64_t gen, int n, const char *const *urls)
+{
+	struct medha_sha256 *h;
+	uint8_t g[8];
+
+	put64(g, gen);
+	if (medha_sha256_new(&h) != 0)
+		return MEDHA_ENOMEM;
+	medha_sha256_add(h, "medha coll table", 16);
+	medha_sha256_add(h, g, sizeof(g));
+	for (int i = 0; i < n; i++)
+		medha_sha256_add(h, urls[i] != NULL ? urls[i] : "",
+		    urls[i] != NULL ? strlen(urls[i]) + 1 : 1);
+	return medha_sha256_end(h, c->table);
+}
+
+/* Whether a message of src numbered seq (this generation) may be
+ * taken: a number above the last taken from src. */
+static int
+fresh(struct medha_coll *c, int src, uint64_t seq)
+{
+	if (seq <= c->rseq[src]) {
+		if (c->replayed++ == 0)
+			medha_log(MEDHA_LOG_WARN,
+			    "collectives: a message from rank %d numbered %llu, "
+			    "taken already (%llu), dropped: sent again (more "
+			    "are not logged)",
+			    src, (unsigned long long)seq,
+			    (unsigned long long)c->rseq[src]);
+		return 0;
+	}
+	c->rseq[src] = seq;
+	return 1;
+}
+
+/*
+ * A new table: the messages that waited for its generation (they came
+ * ahead of it) are numbered now; one whose number came twice, or that
+ * is for another rank, is dropped.
+ */
+static void
+settle_waiting(struct medha_coll *c)
+{
+	int j = 0;
+
+	for (int i = 0; i < c->nw; i++) {
+		struct waiting *w = &c->w[i];
+		const uint8_t *p = nng_msg_body(w->m);
+		int dup = 0;
+		if (w->gen == c->gen) {
+			for (int k = 0; k < j && !dup; k++)
+				dup = c->w[k].gen == c->gen &&
+				    c->w[k].src == w->src && c->w[k].seq == w->seq;
+			dup = dup || w->src >= c->n || w->src == c->rank ||
+			    (int)get(p + 8, 4) != c->rank;
+		}
+		if (dup) {
+			c->replayed++;
+			c->wbytes -= nng_msg_len(w->m);
+			nng_msg_free(w->m);
+			continue;
+		}
+		if (w->gen == c->gen && w->seq > c->rseq[w->src])
+			c->rseq[w->src] = w->seq;
+		c->w[j++] = *w;
+	}
+	c->nw = j;
+}
+
 int
 medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
     const char *const *urls, char *why, size_t whylen)
@@ -258,7 +369,11 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 	forget_before(c, gen);
 	c->gen = gen;
 	if ((c->push = medha_calloc(n, sizeof(*c->push))) == NULL ||
-	    (c->open = medha_calloc(n, sizeof(*c->open))) == NULL) {
+	    (c->open = medha_calloc(n, sizeof(*c->open))) == NULL ||
+	    (c->sseq = medha_calloc(n, sizeof(*c->sseq))) == NULL ||
+	    (c->rseq = medha_calloc(n, sizeof(*c->rseq))) == NULL ||
+	    (c->part = medha_calloc(n, sizeof(*c->part))) == NULL ||
+	    table_id(c, gen, n, urls) != 0) {
 		drop_peers(c);
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
@@ -276,6 +391,7 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 	}
 	c->n = n;
 	c->rank = rank;
+	settle_waiting(c);
 	for (int i = 0; i < n; i++) {
 		if (i == rank)
 			continue;
@@ -302,40 +418,38 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 	return 0;
 }
 
-int
-medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
-    const void *buf, size_t len, double timeout, char *why, size_t whylen)
+/* One piece (more: others follow) of a message to dst, by end. */
+static int
+send_piece(struct medha_coll *c, int dst, uint64_t tag, const void *buf,
+    size_t len, int flags, double end, char *why, size_t whylen)
 {
 	nng_msg *m;
 	uint8_t *p;
 	int rv;
 
-	if (dst < 0 || dst >= c->n || dst == c->rank)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "collectives: send to rank %d of %d (I am %d)", dst, c->n,
-		    c->rank);
-	if (len > MEDHA_COLL_MAX_MSG)
-		return medha_why(why, whylen, MEDHA_EINVAL,
-		    "collectives: %zu bytes is too large a message", len);
 	if (nng_msg_alloc(&m, HDR + len + c->mac) != 0)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	p = nng_msg_body(m);
 	put32(p, MAGIC);
 	put32(p + 4, (uint32_t)c->rank);
-	put64(p + 8, c->gen);
-	put64(p + 16, tag);
+	put32(p + 8, (uint32_t)dst);
+	put32(p + 12, (uint32_t)flags);
+	put64(p + 16, c->gen);
+	put64(p + 24, tag);
+	put64(p + 32, ++c->sseq[dst]);
 	if (len > 0)
 		memcpy(p + HDR, buf, len);
 	if (c->mac > 0) {
-		struct medha_buf part = {p, HDR + len};
-		if (medha_hmac_sha256(c->key, c->klen, &part, 1,
+		struct medha_buf part[2] = {{c->table, TABLE_ID},
+		    {p, HDR + len}};
+		if (medha_hmac_sha256(c->key, c->klen, part, 2,
 		        p + HDR + len) != 0) {
 			nng_msg_free(m);
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
 		}
 	}
-	for (double end = timeout < 0 ? -1 : medha_now() + timeout;;) {
+	for (;;) {
 		double left = end < 0 ? SLICE : end - medha_now();
 		nng_socket_set_ms(c->push[dst], NNG_OPT_SENDTIMEO,
 		    ms_of(left < SLICE ? left : SLICE));
@@ -362,6 +476,35 @@ medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
 	return 0;
 }
 
+int
+medha_coll_send(struct medha_coll *c, int dst, uint64_t tag,
+    const void *buf, size_t len, double timeout, char *why, size_t whylen)
+{
+	double end = timeout < 0 ? -1 : medha_now() + timeout;
+	size_t off = 0;
+	int rc;
+
+	if (dst < 0 || dst >= c->n || dst == c->rank)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: send to rank %d of %d (I am %d)", dst, c->n,
+		    c->rank);
+	if (len > MEDHA_COLL_MAX_MSG)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "collectives: %zu bytes is too large a message", len);
+	/* in pieces: the receiver takes no larger frame from anyone */
+	for (;;) {
+		size_t n = len - off < MEDHA_COLL_PIECE ? len - off
+		                                        : MEDHA_COLL_PIECE;
+		int more = off + n < len;
+		if ((rc = send_piece(c, dst, tag, (const uint8_t *)buf + off, n,
+		         (more ? F_MORE : 0) | (off > 0 ? F_CONT : 0), end, why,
+		         whylen)) != 0 ||
+		    !more)
+			return rc;
+		off += n;
+	}
+}
+
 /* Whether m (with a secret) ends with the MAC of what comes before. */
 static int
 mac_ok(const struct medha_coll *c, nng_msg *m)
@@ -369,12 +512,69 @@ mac_ok(const struct medha_coll *c, nng_msg *m)
 	uint8_t want[MEDHA_SHA256_LEN];
 	const uint8_t *p = nng_msg_body(m);
 	size_t n = nng_msg_len(m) - c->mac;
-	struct medha_buf part = {p, n};
+	struct medha_buf part[2] = {{c->table, TABLE_ID}, {p, n}};
 
 	if (c->mac == 0)
 		return 1;
-	return medha_hmac_sha256(c->key, c->klen, &part, 1, want) == 0 &&
+	return medha_hmac_sha256(c->key, c->klen, part, 2, want) == 0 &&
 	    medha_equal_ct(want, p + n, sizeof(want));
+}
+
+/*
+ * A message m of src (MAC and number checked, MAC cut off): a whole
+ * one, returned; a piece with more to come, kept (NULL); the last
+ * piece, the message of all of them, returned. Pieces of one message
+ * come one after another on their link: one of another generation or
+ * tag drops what was kept.
+ */
+static nng_msg *
+assemble(struct medha_coll *c, nng_msg *m, int src, uint64_t gen,
+    uint64_t tag)
+{
+	const uint8_t *p = nng_msg_body(m);
+	uint32_t flags = (uint32_t)get(p + 12, 4);
+	nng_msg *pm = c->part[src];
+
+	if (pm != NULL && (flags & F_CONT)) {
+		const uint8_t *q = nng_msg_body(pm);
+		if (get(q + 16, 8) == gen && get(q + 24, 8) == tag &&
+		    nng_msg_len(pm) - HDR <=
+		        MEDHA_COLL_MAX_MSG - (nng_msg_len(m) - HDR) &&
+		    nng_msg_append(pm, p + HDR, nng_msg_len(m) - HDR) == 0) {
+			nng_msg_free(m);
+			c->part[src] = NULL;
+			if (!(flags & F_MORE))
+				return pm;
+			c->part[src] = pm;
+			return NULL;
+		}
+	}
+	if (pm != NULL || (flags & F_CONT)) { /* a message broken off */
+		medha_log(MEDHA_LOG_WARN, "collectives: a message in pieces "
+		    "from rank %d broken off: dropped", src);
+		if (pm != NULL)
+			nng_msg_free(pm);
+		c->part[src] = NULL;
+		if (flags & F_CONT) {
+			nng_msg_free(m);
+			return NULL;
+		}
+	}
+	if (!(flags & F_MORE))
+		return m;
+	c->part[src] = m;
+	return NULL;
+}
+
+/* Whether a message of src numbered seq waits for generation gen. */
+static int
+waits(const struct medha_coll *c, int src, uint64_t gen, uint64_t seq)
+{
+	for (int i = 0; i < c->nw; i++)
+		if (c->w[i].src == src && c->w[i].gen == gen &&
+		    c->w[i].seq == seq)
+			return 1;
+	return 0;
 }
 
 /* The waiting message from src under tag (this generation), or -1. */
@@ -394,7 +594,8 @@ find_waiting(const struct medha_coll *c, int src, uint64_t tag)
  * MEDHA_ENOSPACE; 0 when kept.
  */
 static int
-keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
+keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag,
+    uint64_t seq)
 {
 	size_t len = nng_msg_len(m);
 
@@ -410,7 +611,7 @@ keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
 		c->w = n;
 		c->wcap = cap;
 	}
-	c->w[c->nw++] = (struct waiting){src, gen, tag, m};
+	c->w[c->nw++] = (struct waiting){src, gen, tag, seq, m};
 	c->wbytes += len;
 	return 0;
 full:
@@ -442,8 +643,8 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 	while (m == NULL) {
 		double left = end < 0 ? -1 : end - medha_now();
 		const uint8_t *p;
-		uint64_t mgen, mtag;
-		int msrc;
+		uint64_t mgen, mtag, mseq;
+		int msrc, mdst;
 
 		if (end >= 0 && left <= 0)
 			return medha_why(why, whylen, MEDHA_ETIMEOUT,
@@ -466,6 +667,17 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			    "collectives: %s", nng_strerror(rv));
 		}
 		p = nng_msg_body(m);
+		if (nng_msg_len(m) >= 4 && get(p, 4) == MAGIC_OLD) {
+			if (c->old_seen++ == 0)
+				medha_log(MEDHA_LOG_ERROR,
+				    "collectives: a message of an older "
+				    "medha (no sequence numbers) dropped: "
+				    "every worker of a replica must run the "
+				    "same version (more are not logged)");
+			nng_msg_free(m);
+			m = NULL;
+			continue;
+		}
 		if (nng_msg_len(m) < HDR + c->mac || get(p, 4) != MAGIC) {
 			medha_log(MEDHA_LOG_WARN,
 			    "collectives: a malformed message dropped");
@@ -485,8 +697,10 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 		}
 		nng_msg_chop(m, c->mac);
 		msrc = (int)get(p + 4, 4);
-		mgen = get(p + 8, 8);
-		mtag = get(p + 16, 8);
+		mdst = (int)get(p + 8, 4);
+		mgen = get(p + 16, 8);
+		mtag = get(p + 24, 8);
+		mseq = get(p + 32, 8);
 		if (mgen < c->gen || msrc < 0 || msrc >= c->n ||
 		    msrc == c->rank) {
 			/* from before a restart, or from no peer of this
@@ -495,11 +709,24 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			m = NULL;
 			continue;
 		}
+		/* sent again, or to another rank: dropped before it can
+		   wait (a later table's are numbered when it comes) */
+		if (mgen == c->gen
+		        ? mdst != c->rank || !fresh(c, msrc, mseq)
+		        : waits(c, msrc, mgen, mseq)) {
+			if (mgen != c->gen || mdst != c->rank)
+				c->replayed++;
+			nng_msg_free(m);
+			m = NULL;
+			continue;
+		}
+		if ((m = assemble(c, m, msrc, mgen, mtag)) == NULL)
+			continue; /* a piece, kept (or dropped) */
 		if (msrc == src && mgen == c->gen && mtag == tag)
 			break;
 		int was = c->nw;
 		size_t bytes = c->wbytes;
-		if (keep(c, m, msrc, mgen, mtag) != 0)
+		if (keep(c, m, msrc, mgen, mtag, mseq) != 0)
 			return medha_why(why, whylen, MEDHA_ENOSPACE,
 			    "collectives: %d messages of %zu bytes were "
 			    "waiting (at most %d, %zu bytes): all dropped",

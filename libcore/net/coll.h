@@ -10,7 +10,9 @@
  * Each worker listens at one address (a pull socket) and dials every
  * peer it sends to (a push socket each), so every message goes straight
  * from its sender to its receiver. A message carries the sender's rank,
- * the generation of the peer table it was sent under and a 64-bit tag
+ * the receiver's, a sequence number of its link (one taken already is
+ * dropped: a copy sent again never waits; issue 39), the generation of
+ * the peer table it was sent under and a 64-bit tag
  * that the caller makes unique per use (batch, layer, kind: see
  * MEDHA_COLL_TAG), so messages of pipelined batches that arrive out of
  * order wait in a mailbox until they are asked for, and a message left
@@ -44,8 +46,14 @@
 #include <stdint.h>
 
 #define MEDHA_COLL_MAX_PEERS 4096
-/* bytes in one message at most (a peer that sends more is cut off) */
+/* bytes in one message at most */
 #define MEDHA_COLL_MAX_MSG ((size_t)1 << 30)
+/* a message goes in pieces of this many bytes at most (the last
+   shorter), each with its own header, number and MAC: a connection that
+   sends a larger frame is closed at its length, before any of it is
+   buffered, so a stranger without the secret costs a piece at most
+   (issue 39) */
+#define MEDHA_COLL_PIECE ((size_t)1 << 20)
 /* messages waiting to be asked for, at most, and their bytes (beyond
    the first: one message of any size may wait); past either the table
    is emptied and the receive fails, so that a flood costs one batch,

@@ -123,28 +123,41 @@ peer_key(nng_pipe p)
 	if (sa.s_family == NNG_AF_INET)
 		return 3ULL << 62 | sa.s_in.sa_addr;
 	if (sa.s_family == NNG_AF_INET6) {
-		for (int i = 0; i < 16; i++)
+		/* by /64: one host has a whole one to pick addresses from */
+		for (int i = 0; i < 8; i++)
 			k = (k ^ sa.s_in6.sa_addr[i]) * 1099511628211ULL;
 		return k | 1;
 	}
 	return sa.s_family == NNG_AF_INPROC ? 0 : 2ULL << 62;
 }
 
-/* A new connection: admitted, or closed past the limits. */
+/*
+ * A new connection: admitted, or closed past the limits. With a secret
+ * it is admitted as unproven, under the unproven connections' own cap
+ * (a stranger's idle connections cannot keep a worker out), and counts
+ * in the shared cap once it has proved the secret (link_adm_proven).
+ */
 static void
 pipe_add_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	struct medha_srv *s = arg;
 	uint64_t key = peer_key(p), refused = 0;
-	int same = 0, full;
+	int same = 0, full, nproven = 0;
 
 	(void)ev;
 	if (key == 0)
 		return;
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < s->nadm; i++)
-		same += s->adm[i].key == key;
-	full = s->nadm >= s->max_pipes || same >= s->max_per_peer;
+		if (s->adm[i].key == key && s->adm[i].proven == !s->auth)
+			same++;
+	if (s->auth)
+		full = s->nunproven >= s->max_unproven ||
+		    same >= s->unproven_per_peer;
+	else {
+		nproven = s->nadm;
+		full = nproven >= s->max_pipes || same >= s->max_per_peer;
+	}
 	if (!full && s->nadm == s->admcap) {
 		int ncap = s->admcap ? 2 * s->admcap : 64;
 		void *n = medha_reallocarray(s->adm, ncap, sizeof(*s->adm));
@@ -157,19 +170,86 @@ pipe_add_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	}
 	if (full)
 		refused = ++s->refused;
-	else
-		s->adm[s->nadm++] = (struct padm){(uint32_t)nng_pipe_id(p), key};
+	else {
+		s->adm[s->nadm++] = (struct padm){(uint32_t)nng_pipe_id(p), key,
+		    !s->auth, medha_now()};
+		s->nunproven += s->auth;
+	}
 	pthread_mutex_unlock(&s->mu);
 	if (!full)
 		return;
 	if (refused == 1 || refused % 1000 == 0)
 		medha_log(MEDHA_LOG_WARN,
-		    "a connection refused: %d connections open, %d of them "
+		    "a connection refused: %d %sconnections open, %d of them "
 		    "from its peer (at most %d, %d from one peer; %llu "
 		    "refused so far)",
-		    s->nadm, same, s->max_pipes, s->max_per_peer,
+		    s->auth ? s->nunproven : nproven,
+		    s->auth ? "unproven " : "", same,
+		    s->auth ? s->max_unproven : s->max_pipes,
+		    s->auth ? s->unproven_per_peer : s->max_per_peer,
 		    (unsigned long long)refused);
 	nng_pipe_close(p);
+}
+
+int
+link_adm_proven(struct medha_srv *s, uint32_t pipe)
+{
+	struct padm *a = NULL;
+	int same = 0, nproven = 0, full;
+
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->nadm; i++)
+		if (s->adm[i].pipe == pipe)
+			a = &s->adm[i];
+	if (a == NULL || a->proven) { /* inproc, or said twice */
+		pthread_mutex_unlock(&s->mu);
+		return 0;
+	}
+	for (int i = 0; i < s->nadm; i++) {
+		nproven += s->adm[i].proven;
+		same += s->adm[i].proven && s->adm[i].key == a->key;
+	}
+	full = nproven >= s->max_pipes || same >= s->max_per_peer;
+	if (!full) {
+		a->proven = 1;
+		s->nunproven--;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (full)
+		medha_log(MEDHA_LOG_WARN,
+		    "connection %u: proved the secret, but %d connections "
+		    "are open, %d of them from its peer (at most %d, %d "
+		    "from one peer): closed",
+		    pipe, nproven, same, s->max_pipes, s->max_per_peer);
+	return full ? -1 : 0;
+}
+
+/* With a secret: close the connections that have not proved it within
+   HANDSHAKE_DEADLINE (s->mu not held; twice a second at most). */
+static void
+sweep_unproven(struct medha_srv *s)
+{
+	uint32_t late[64];
+	int n = 0;
+	double now = medha_now();
+
+	pthread_mutex_lock(&s->mu);
+	if (now - s->swept < 0.5 || s->nunproven == 0) {
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	s->swept = now;
+	for (int i = 0; i < s->nadm && n < 64; i++)
+		if (!s->adm[i].proven && now - s->adm[i].t0 > HANDSHAKE_DEADLINE)
+			late[n++] = s->adm[i].pipe;
+	s->late += (uint64_t)n;
+	pthread_mutex_unlock(&s->mu);
+	if (n > 0 && s->late == (uint64_t)n)
+		medha_log(MEDHA_LOG_WARN, "a connection that did not prove "
+		    "the secret within %.0f s closed (more are not logged)",
+		    HANDSHAKE_DEADLINE);
+	for (int i = 0; i < n; i++)
+		nng_pipe_close((nng_pipe){.id = late[i]});
 }
 
 void
@@ -190,6 +270,7 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < s->nadm; i++)
 		if (s->adm[i].pipe == (uint32_t)nng_pipe_id(p)) {
+			s->nunproven -= !s->adm[i].proven;
 			s->adm[i] = s->adm[--s->nadm];
 			break;
 		}
@@ -265,7 +346,13 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 		return medha_why(why, whylen, medha_link_nng_err(rv), "rep socket: %s",
 		    nng_strerror(rv));
 	}
-	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, MEDHA_LINK_MAX_FRAME);
+	/* with a secret, no frame of more than a piece: a larger request
+	   comes in pieces, taken only once its connection has proved the
+	   secret (link_srv_piece) */
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
+	    s->auth ? MEDHA_AUTH_PIECE_HDR + MEDHA_LINK_PIECE + 64 /* the
+	                                                   SP headers */
+	            : MEDHA_LINK_MAX_FRAME);
 	{
 		/* room under the open-file limit for the rest of the
 		   process (model, threads' pipes, the peers' sockets) */
@@ -275,6 +362,17 @@ medha_srv_open(struct medha_srv **sp, const char *url, char *why, size_t whylen)
 		n = n > 64 + 16 ? n - 64 : 16;
 		s->max_pipes = n > MEDHA_LINK_MAX_PIPES ? MEDHA_LINK_MAX_PIPES
 		                                        : (int)n;
+		if (s->auth) { /* the unproven's share of the budget */
+			int u = s->max_pipes / 2;
+			s->max_unproven = u > UNPROVEN_MAX ? UNPROVEN_MAX
+			    : u > 4 ? u
+			            : 4;
+			s->unproven_per_peer = s->max_unproven / 4 > 2
+			    ? s->max_unproven / 4
+			    : 2;
+			if (s->max_pipes - s->max_unproven >= 8)
+				s->max_pipes -= s->max_unproven;
+		}
 		s->max_per_peer = s->max_pipes / 4 > 4 ? s->max_pipes / 4 : 4;
 	}
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, pipe_add_cb, s);
@@ -370,6 +468,11 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 		if (pthread_cond_timedwait(&s->cv, &s->mu, &until) != 0)
 			break;
 	s->woken = 0;
+	if (s->auth) {
+		pthread_mutex_unlock(&s->mu);
+		sweep_unproven(s);
+		pthread_mutex_lock(&s->mu);
+	}
 	if (s->ngone > 0) {
 		ev->kind = MEDHA_SRV_GONE;
 		ev->peer = s->gone[0];
@@ -393,7 +496,9 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 			/* answered here; the caller sees a timeout */
 			link_srv_auth(s, ev);
 			memset(ev, 0, sizeof(*ev));
-		}
+		} else if (medha_auth_kind(ev->data, ev->len) ==
+		    MEDHA_AUTH_PIECE)
+			link_srv_piece(s, ev); /* answered, or now whole */
 	}
 	return rc == MEDHA_ENOMEM && ev->kind == MEDHA_SRV_TIMEOUT ? rc : 0;
 }
@@ -645,7 +750,7 @@ medha_cli_send(struct medha_cli *c, int i, const void *req, size_t len,
 		if ((rc = link_cli_auth(c, timeout, 0)) != 0)
 			return rc;
 	}
-	return link_raw_send(c, i, req, len, timeout);
+	return link_send_whole(c, i, req, len, timeout);
 }
 
 int
@@ -675,7 +780,7 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 		if (tries == 2)
 			return MEDHA_EAUTH;
 		if ((rc = link_cli_auth(c, c->tmo[i], 1)) != 0 ||
-		    (rc = link_raw_send(c, i, c->req[i], c->reqlen[i],
+		    (rc = link_send_whole(c, i, c->req[i], c->reqlen[i],
 		         c->tmo[i])) != 0)
 			return rc;
 	}

@@ -43,6 +43,14 @@
 	                             larger frame is disconnected */
 #define MEDHA_LINK_MAX_CALLS 8192 /* requests a server holds */
 /*
+ * With a secret a server takes no frame larger than this (and its
+ * framing): a client sends a larger request in pieces, each answered,
+ * which the server takes only from a connection that has proved the
+ * secret, so a stranger's frame closes its connection at its length,
+ * before it is buffered (issue 39).
+ */
+#define MEDHA_LINK_PIECE (64u << 10)
+/*
  * Connections a server takes at most: the open-file limit less 64, at
  * most this; one peer (an IP address over tcp, a process over ipc) a
  * quarter of them. A connection past either is closed as it opens

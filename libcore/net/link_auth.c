@@ -47,6 +47,8 @@ link_pa_drop(struct medha_srv *s, uint32_t pipe)
 
 	if (a == NULL)
 		return;
+	for (int i = 0; i < a->npc; i++)
+		free(a->pc[i].buf);
 	memmove(a, a + 1, (size_t)(s->pa + s->npa - (a + 1)) * sizeof(*a));
 	s->npa--;
 }
@@ -95,6 +97,12 @@ link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
 	    medha_auth_proof(s->key, s->klen, "client", a->ns, a->nc,
 	        want) == 0) {
 		if (medha_equal_ct(want, p, sizeof(want))) {
+			if (link_adm_proven(s, ev->peer) != 0) {
+				/* the shared cap is full: closed */
+				medha_srv_drop(s, ev->call);
+				nng_pipe_close((nng_pipe){.id = ev->peer});
+				return;
+			}
 			a->state = PA_OK;
 			auth_reply(s, ev->call, MEDHA_AUTH_OK, NULL, 0);
 			return;
@@ -205,3 +213,160 @@ out:
 	return rc;
 }
 
+
+/* ---- requests in pieces (MEDHA_LINK_PIECE) ---- */
+
+int
+link_srv_piece(struct medha_srv *s, struct medha_srv_ev *ev)
+{
+	const uint8_t *p = ev->data;
+	struct pauth *a = link_pa_get(s, ev->peer, 0);
+	size_t n = ev->len - MEDHA_AUTH_PIECE_HDR;
+	uint32_t id;
+	int last, k;
+	nng_msg *m;
+
+	if (ev->len < MEDHA_AUTH_PIECE_HDR || a == NULL) {
+		medha_srv_drop(s, ev->call);
+		memset(ev, 0, sizeof(*ev));
+		return 1;
+	}
+	id = (uint32_t)p[9] | (uint32_t)p[10] << 8 | (uint32_t)p[11] << 16 |
+	    (uint32_t)p[12] << 24;
+	last = p[13] != 0;
+	for (k = 0; k < a->npc && a->pc[k].id != id; k++)
+		;
+	if (k == a->npc) {
+		if (last) { /* its first pieces went on another connection */
+			auth_reply(s, ev->call, MEDHA_AUTH_NOAUTH, NULL, 0);
+			memset(ev, 0, sizeof(*ev));
+			return 1;
+		}
+		if (a->npc == PA_PIECES) { /* the oldest let go */
+			free(a->pc[0].buf);
+			memmove(a->pc, a->pc + 1, (PA_PIECES - 1) * sizeof(a->pc[0]));
+			a->npc--;
+			k = a->npc;
+		}
+		memset(&a->pc[k], 0, sizeof(a->pc[k]));
+		a->pc[k].id = id;
+		a->npc++;
+	}
+	if (a->pc[k].len + n > MEDHA_LINK_MAX_FRAME) {
+		medha_log(MEDHA_LOG_WARN, "connection %u: a request in pieces "
+		    "of more than %u bytes: refused", ev->peer,
+		    MEDHA_LINK_MAX_FRAME);
+		goto drop;
+	}
+	if (a->pc[k].len + n > a->pc[k].cap) {
+		size_t cap = a->pc[k].cap ? 2 * a->pc[k].cap : 4 * n + 1;
+		void *nb;
+		while (cap < a->pc[k].len + n)
+			cap *= 2;
+		if ((nb = realloc(a->pc[k].buf, cap)) == NULL)
+			goto drop;
+		a->pc[k].buf = nb;
+		a->pc[k].cap = cap;
+	}
+	memcpy(a->pc[k].buf + a->pc[k].len, p + MEDHA_AUTH_PIECE_HDR, n);
+	a->pc[k].len += n;
+	if (!last) {
+		auth_reply(s, ev->call, MEDHA_AUTH_OK, NULL, 0);
+		memset(ev, 0, sizeof(*ev));
+		return 1;
+	}
+	/* the request whole, in place of its last piece */
+	if (nng_msg_alloc(&m, 0) != 0 ||
+	    nng_msg_append(m, a->pc[k].buf, a->pc[k].len) != 0) {
+		if (m != NULL)
+			nng_msg_free(m);
+		goto drop;
+	}
+	nng_msg_free(ev->call->msg);
+	ev->call->msg = m;
+	ev->data = nng_msg_body(m);
+	ev->len = nng_msg_len(m);
+	free(a->pc[k].buf);
+	memmove(&a->pc[k], &a->pc[k + 1], (size_t)(a->npc - k - 1) *
+	    sizeof(a->pc[0]));
+	a->npc--;
+	return 0;
+drop:
+	free(a->pc[k].buf);
+	memmove(&a->pc[k], &a->pc[k + 1], (size_t)(a->npc - k - 1) *
+	    sizeof(a->pc[0]));
+	a->npc--;
+	medha_srv_drop(s, ev->call);
+	memset(ev, 0, sizeof(*ev));
+	return 1;
+}
+
+int
+link_cli_pieces(struct medha_cli *c, int k, const void *req, size_t len,
+    double timeout, void **last, size_t *lastlen)
+{
+	const uint8_t *q = req;
+	uint8_t *f;
+	uint32_t id;
+	size_t off = 0;
+	int rc = 0;
+
+	*last = NULL;
+	*lastlen = 0;
+	if (!c->auth || len <= MEDHA_LINK_PIECE)
+		return 0;
+	if ((f = malloc(MEDHA_AUTH_PIECE_HDR + MEDHA_LINK_PIECE)) == NULL)
+		return MEDHA_ENOMEM;
+	id = __atomic_add_fetch(&c->piece_id, 1, __ATOMIC_RELAXED);
+	memcpy(f, MEDHA_AUTH_MAGIC, MEDHA_AUTH_MAGIC_LEN);
+	f[MEDHA_AUTH_MAGIC_LEN] = MEDHA_AUTH_PIECE;
+	for (int i = 0; i < 4; i++)
+		f[9 + i] = (uint8_t)(id >> (8 * i));
+	if (k == c->nctx)
+		pthread_mutex_lock(&c->amu);
+	for (;;) {
+		size_t n = len - off > MEDHA_LINK_PIECE ? MEDHA_LINK_PIECE
+		                                        : len - off;
+		void *rep;
+		size_t rlen;
+		f[13] = off + n == len;
+		memcpy(f + MEDHA_AUTH_PIECE_HDR, q + off, n);
+		off += n;
+		if (off == len) {
+			*last = f;
+			*lastlen = MEDHA_AUTH_PIECE_HDR + n;
+			f = NULL;
+			break;
+		}
+		if ((rc = link_raw_send(c, k, f, MEDHA_AUTH_PIECE_HDR + n,
+		         timeout)) != 0 ||
+		    (rc = link_raw_wait(c, k, &rep, &rlen, NULL)) != 0)
+			break;
+		rc = medha_auth_kind(rep, rlen) == MEDHA_AUTH_OK ? 0
+		                                                 : MEDHA_EAUTH;
+		free(rep);
+		if (rc != 0)
+			break;
+	}
+	if (k == c->nctx)
+		pthread_mutex_unlock(&c->amu);
+	free(f);
+	return rc;
+}
+
+int
+link_send_whole(struct medha_cli *c, int i, const void *req, size_t len,
+    double timeout)
+{
+	void *last;
+	size_t n;
+	int rc;
+
+	if ((rc = link_cli_pieces(c, i, req, len, timeout, &last, &n)) != 0)
+		return rc;
+	if (last == NULL)
+		return link_raw_send(c, i, req, len, timeout);
+	rc = link_raw_send(c, i, last, n, timeout);
+	free(last);
+	return rc;
+}

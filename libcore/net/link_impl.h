@@ -29,19 +29,36 @@ struct medha_srv_call {
 
 /* A connection's place in the handshake (auth.h). */
 enum { PA_NONE, PA_CHAL, PA_OK };
+#define PA_PIECES 8 /* requests in pieces at once, per connection */
 struct pauth {
 	uint32_t pipe;
 	int state; /* PA_* */
 	int warned;
 	uint8_t nc[MEDHA_AUTH_NONCE], ns[MEDHA_AUTH_NONCE];
+	struct {
+		uint32_t id;
+		uint8_t *buf;
+		size_t len, cap;
+	} pc[PA_PIECES]; /* a proven connection's requests in pieces */
+	int npc;
 };
 #define PA_MAX 65536 /* connections followed at most */
 
-/* An admitted connection and the peer it is from (peer_key). */
+/* An admitted connection and the peer it is from (peer_key); with a
+   secret, whether it has proved it yet, and since when it is open. */
 struct padm {
 	uint32_t pipe;
 	uint64_t key;
+	int proven;
+	double t0;
 };
+
+/* With a secret, a connection that has not proved it within this many
+   seconds is closed, and such connections have a cap of their own (at
+   most UNPROVEN_MAX, and a quarter of that from one peer), outside the
+   shared one, which counts only the proven (issue 39). */
+#define HANDSHAKE_DEADLINE 5.0
+#define UNPROVEN_MAX 64
 
 struct medha_srv {
 	nng_socket sock;
@@ -51,7 +68,10 @@ struct medha_srv {
 	struct padm *adm;
 	int nadm, admcap;
 	int max_pipes, max_per_peer;
-	uint64_t refused;
+	int max_unproven, unproven_per_peer; /* with a secret */
+	int nunproven;
+	double swept; /* medha_now() of the last deadline sweep */
+	uint64_t refused, late;
 	int auth;         /* a secret is set: connections must prove it */
 	uint8_t *key;     /* (klen) the secret, as it was at open */
 	size_t klen;
@@ -91,6 +111,7 @@ struct medha_cli {
 	size_t reqlen[CLI_MAX_CTX];
 	double tmo[CLI_MAX_CTX];
 	uint32_t pipe, authed; /* (mu) the live connection; the proven */
+	uint32_t piece_id;     /* the last request sent in pieces */
 	pthread_mutex_t amu;   /* one handshake at a time */
 };
 
@@ -100,11 +121,27 @@ struct pauth *link_pa_get(struct medha_srv *s, uint32_t pipe, int make);
 void link_pa_drop(struct medha_srv *s, uint32_t pipe);
 void link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev);
 void link_cli_tell(struct medha_cli *c, const char *msg);
+/* link.c: pipe has proved the secret: 0, or -1 when the shared cap is
+   full (then it is to be closed) */
+int link_adm_proven(struct medha_srv *s, uint32_t pipe);
 int link_cli_auth(struct medha_cli *c, double timeout, int force);
 /* link.c: a call on context i (the handshake's included), in halves */
 int link_raw_send(struct medha_cli *c, int i, const void *req, size_t len,
     double timeout);
 int link_raw_wait(struct medha_cli *c, int i, void **rep, size_t *replen,
     uint32_t *pipe);
+/* link_auth.c: a request larger than MEDHA_LINK_PIECE, with a secret:
+   all pieces but the last sent on context k, each answered OK (k is the
+   handshake's: taken under amu), and the last into *last (malloc'd,
+   *lastlen bytes) for the caller to send where the answer is awaited;
+   *last NULL: send req whole. 0, or an error. */
+int link_cli_pieces(struct medha_cli *c, int k, const void *req, size_t len,
+    double timeout, void **last, size_t *lastlen);
+/* a request whole on context i: in pieces if need be */
+int link_send_whole(struct medha_cli *c, int i, const void *req, size_t len,
+    double timeout);
+/* the server's side: ev a piece of a proven connection; 1 when it was
+   answered here (ev cleared), 0 when ev is now the request whole */
+int link_srv_piece(struct medha_srv *s, struct medha_srv_ev *ev);
 
 #endif

@@ -46,6 +46,9 @@ struct call {
 	uint64_t cookie;
 	void *req; /* (len) the encoded request, kept for a resend */
 	size_t len;
+	void *last; /* (lastlen) its last piece, when it goes in pieces
+	               (net/link.h, MEDHA_LINK_PIECE): sent in its place */
+	size_t lastlen;
 	double timeout;
 	uint64_t epoch0; /* the connection epoch it was sent in */
 	struct call *next; /* the queue to send, or the pool */
@@ -83,6 +86,7 @@ struct medha_pcli {
 	int nearly, early_cap;
 	int64_t dropped;
 	int nsubmit; /* SUBMITs not answered yet */
+	int posting; /* callbacks sending a POLL again: close waits */
 	double last_ok;
 };
 
@@ -136,7 +140,9 @@ static void
 call_put(struct medha_pcli *p, struct call *c)
 {
 	free(c->req);
+	free(c->last);
 	c->req = NULL;
+	c->last = NULL;
 	c->len = 0;
 	c->state = S_IDLE;
 	c->next = p->pool;
@@ -166,8 +172,13 @@ call_post(struct call *c)
 {
 	struct medha_pcli *p = c->p;
 	nng_msg *m = NULL;
+	int bad = nng_msg_alloc(&m, 0) != 0 ||
+	    nng_msg_append(m, c->last != NULL ? c->last : c->req,
+	        c->last != NULL ? c->lastlen : c->len) != 0;
 
-	if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, c->req, c->len) != 0) {
+	free(c->last);
+	c->last = NULL;
+	if (bad) {
 		if (m != NULL)
 			nng_msg_free(m);
 		finish(c, MEDHA_ENOMEM, "out of memory", NULL);
@@ -522,11 +533,20 @@ finish(struct call *c, int rc, const char *why, struct medha_msg *rep)
 		again = 0;
 	}
 	queued = !queued && p->oq != NULL;
+	if (again)
+		p->posting++;
 	pthread_mutex_unlock(&p->mu);
 	if (queued && p->notify != NULL)
 		p->notify(p->arg);
-	if (again)
-		call_post(c);
+	if (!again)
+		return;
+	/* nothing is sent on a socket being closed: close waits for this
+	   send to be posted before it closes the socket (issue 39, 10) */
+	call_post(c);
+	pthread_mutex_lock(&p->mu);
+	if (--p->posting == 0)
+		pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- the client's thread ---- */
@@ -544,6 +564,16 @@ start(struct medha_pcli *p, struct call *c)
 		finish(c, rc, rc == MEDHA_EAUTH ? "the handshake failed"
 		                                : medha_strerror(rc),
 		    NULL);
+		return;
+	}
+	/* larger than a piece: all but the last on the handshake's
+	   context, the last as the call */
+	free(c->last);
+	c->last = NULL;
+	if ((rc = link_cli_pieces(p->cli, p->cli->nctx, c->req, c->len,
+	         c->timeout < 0 ? DEAD : c->timeout, &c->last,
+	         &c->lastlen)) != 0) {
+		finish(c, rc, medha_strerror(rc), NULL);
 		return;
 	}
 	call_post(c);
@@ -683,12 +713,19 @@ medha_pcli_close(struct medha_pcli *p)
 	pthread_mutex_unlock(&p->mu);
 	if (p->started)
 		pthread_join(p->thr, NULL);
+	/* no callback is between deciding to send and sending: none sends
+	   once the socket closes (closing stops new ones) */
+	pthread_mutex_lock(&p->mu);
+	while (p->posting > 0)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
 	medha_cli_abort(p->cli); /* every call in flight ends */
 	for (int i = 0; i < p->nall; i++)
 		nng_aio_stop(p->all[i]->aio); /* and its callback is over */
 	for (int i = 0; i < p->nall; i++) {
 		nng_aio_free(p->all[i]->aio);
 		free(p->all[i]->req);
+		free(p->all[i]->last);
 		free(p->all[i]);
 	}
 	free(p->all);

@@ -156,6 +156,18 @@ error_now(struct medha_http *h, nng_aio *aio, int status, const char *type,
 	http_reply_error(h, aio, &e, close, 0);
 }
 
+/* 401: no API key, or not one of --api-key's (OpenAI's answer). */
+static void
+unauthorized(struct medha_http *h, nng_aio *aio, nng_http_req *req, int close)
+{
+	int none = nng_http_req_get_header(req, "Authorization") == NULL;
+
+	error_now(h, aio, 401, "invalid_request_error", "invalid_api_key",
+	    close, none ? "You didn't provide an API key: give it in the "
+	                  "Authorization header (Authorization: Bearer KEY)"
+	                : "Incorrect API key provided");
+}
+
 /* 405: the path takes only method allow (its Allow header). */
 static void
 not_allowed(struct medha_http *h, nng_aio *aio, const char *allow, int close)
@@ -424,6 +436,12 @@ on_http(nng_aio *aio)
 	path[n] = '\0';
 	while (n > 1 && path[n - 1] == '/')
 		path[--n] = '\0';
+	if (strncmp(path, "/v1/", 4) == 0 &&
+	    !http_keys_ok(h->keys,
+	        nng_http_req_get_header(req, "Authorization"))) {
+		unauthorized(h, aio, req, body);
+		return;
+	}
 	if (strcmp(path, "/v1/completions") == 0 ||
 	    strcmp(path, "/v1/chat/completions") == 0) {
 		if (post)
@@ -522,7 +540,9 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 		medha_http_close(h);
 		return rc;
 	}
-	if ((rc = medha_pcli_open(&h->pc, c->upstream, NULL, NULL, why,
+	if ((rc = http_keys_open(&h->keys, c->api_keys, c->n_api_keys, why,
+	         whylen)) != 0 ||
+	    (rc = medha_pcli_open(&h->pc, c->upstream, NULL, NULL, why,
 	         whylen)) != 0) {
 		medha_http_close(h);
 		return rc;
@@ -639,6 +659,7 @@ medha_http_close(struct medha_http *h)
 	if (h->url != NULL)
 		nng_url_free(h->url);
 	medha_pcli_close(h->pc);
+	http_keys_free(h->keys);
 	medha_tok_close(h->tok);
 	medha_map_free(&h->live);
 	medha_map_free(&h->subs);

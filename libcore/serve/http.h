@@ -65,6 +65,11 @@ struct medha_http_config {
 	int64_t max_body;    /* request body bytes at most (1 MiB) */
 	double body_timeout; /* s to receive a request body (10) */
 	double keepalive;    /* s between a waiting stream's comments (5) */
+	const char *const *api_keys; /* (n_api_keys) a /v1/ request must
+	                                carry one as a Bearer token, else
+	                                401; none: every request taken.
+	                                Read at open only. */
+	int n_api_keys;
 };
 
 void medha_http_config_default(struct medha_http_config *c);

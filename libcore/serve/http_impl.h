@@ -3,7 +3,7 @@
  * routes, their requests and the life cycle; http_stream.c: answers
  * through the server, a request's lifetime and its SSE stream;
  * http_up.c: the sender and taker threads that talk to the router
- * through its client, net/pcli.h).
+ * through its client, net/pcli.h; http_key.c: the API keys).
  * Not for use outside serve/http*.c.
  */
 #ifndef MEDHA_HTTP_IMPL_H
@@ -123,7 +123,16 @@ struct medha_http {
 	uint64_t next_cookie;
 	uint64_t seq;
 	struct medha_http_stats st;
+	struct http_keys *keys; /* cfg's API keys, or NULL: none asked */
 };
+
+/* http_key.c: the API keys (NULL: none, every request taken) */
+struct http_keys;
+int http_keys_open(struct http_keys **k, const char *const *keys, int n,
+    char *why, size_t whylen);
+void http_keys_free(struct http_keys *k);
+/* 1 when the Authorization header's value names a key (or k is NULL) */
+int http_keys_ok(const struct http_keys *k, const char *authorization);
 
 /* http_stream.c: answers, lifetime, streams */
 void http_reply(struct medha_http *h, nng_aio *aio, int status,

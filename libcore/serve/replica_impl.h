@@ -12,6 +12,7 @@
 
 #include "serve/front.h"
 #include "map.h"
+#include "net/greet.h"
 #include "net/link.h"
 #include "net/proto.h"
 #include "sched/pred.h"
@@ -127,6 +128,7 @@ struct medha_replica {
 	int sim;               /* the workers are sim: no EOG check */
 	int prefix;            /* the core caches prefixes (workers fork) */
 	unsigned caps;         /* the workers' MEDHA_HELLO_* (all alike) */
+	struct medha_backoff refused; /* HELLOs refused: said rate-limited */
 	int vocab;
 	int64_t ctx_len; /* 0: no limit */
 	char model[MEDHA_PROTO_NAME_MAX];

@@ -139,7 +139,12 @@ hello_fits(struct medha_replica *r, const struct medha_msg_hello *h,
 static void
 hello_refuse(struct medha_replica *r, struct medha_srv_ev *ev, const char *why)
 {
-	medha_log(MEDHA_LOG_ERROR, "worker refused: %s", why);
+	char line[320];
+
+	/* the same refusal again is counted, and said every 30 s (a
+	   worker that retries would fill the log otherwise) */
+	snprintf(line, sizeof(line), "worker refused: %s", why);
+	medha_backoff_refused(&r->refused, line);
 	medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL, "%s", why);
 }
 

@@ -12,7 +12,8 @@
 #    reason and gets nothing in; a worker without the secret cannot take
 #    rank 0 when the real one is gone: the real one comes back and
 #    serves;
-#  - a secret file others may read, or one too short, is refused.
+#  - a secret file others may read, one too short or blank, or a FIFO
+#    (at once, issue 39) is refused.
 . "$(dirname "$0")/lib.sh"
 umask 077
 head -c 48 /dev/urandom | base64 >"$tmp/k"
@@ -39,6 +40,19 @@ grep -q "chmod 600" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 expect_status 1 "$bin/medha-sched" -l "tcp://127.0.0.1:$p" \
     --secret-file "$tmp/short"
 grep -q "not 16 to 4096" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+# sixteen newlines and a blank line: long enough, but blank (issue 39, 11)
+{ printf '\n%.0s' $(seq 16); printf '   \t  \n'; } >"$tmp/blank"
+expect_status 1 "$bin/medha-sched" -l "tcp://127.0.0.1:$p" \
+    --secret-file "$tmp/blank"
+grep -q "but blanks" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+# a FIFO is refused at once, not opened (that would wait for a writer)
+mkfifo "$tmp/fifo"
+expect_status 1 timeout 5 "$bin/medha-sched" -l "tcp://127.0.0.1:$p" \
+    --secret-file "$tmp/fifo"
+grep -q "not a regular file" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+expect_status 1 timeout 5 "$bin/medha-trace" replay \
+    -a "tcp://127.0.0.1:$p" --secret-file "$tmp/fifo" /dev/null
+grep -q "not a regular file" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 
 # a replica of two sim workers and a router, all on tcp with the secret
 "$bin/medha-sched" -l "tcp://0.0.0.0:$p" --workers 2 \
@@ -60,14 +74,18 @@ MEDHA_SECRET_FILE=$tmp/k "$bin/medha-trace" replay -a "tcp://127.0.0.1:$p" \
 [ "$(grep -c '"status": "ok"' "$tmp/out.jsonl")" = 40 ] ||
     { cat "$tmp/out.jsonl"; exit 1; }
 
-# without the secret, or with another: refused, nothing submitted
+# without the secret, or with another: refused, nothing submitted, and
+# replay exits at once (issue 39, 9: not after --wait's 60 s)
 for a in $p $q; do
-	expect_status 1 "$bin/medha-trace" replay -a "tcp://127.0.0.1:$a" \
-	    --wait 2 "$tmp/trace.jsonl"
+	t0=$(date +%s)
+	expect_status 1 timeout 20 "$bin/medha-trace" replay \
+	    -a "tcp://127.0.0.1:$a" "$tmp/trace.jsonl"
 	grep -q "wants the shared secret" "$tmp/err" || { cat "$tmp/err"; exit 1; }
-	expect_status 1 "$bin/medha-trace" replay -a "tcp://127.0.0.1:$a" \
-	    --wait 2 --secret-file "$tmp/other" "$tmp/trace.jsonl"
+	grep -q "nothing submitted" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+	expect_status 1 timeout 20 "$bin/medha-trace" replay \
+	    -a "tcp://127.0.0.1:$a" --secret-file "$tmp/other" "$tmp/trace.jsonl"
 	grep -q "another secret" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+	[ $(($(date +%s) - t0)) -lt 5 ] || { echo "replay refused: slow"; exit 1; }
 done
 grep -q "40 requests served\|served" "$tmp/sched.log" || :
 

@@ -69,6 +69,13 @@ sleep 0.5
 want 1 replay --wait 1 -a "ipc://$tmp/mute.sock"
 grep -q "ipc://$tmp/mute.sock: no answer after 1 s" "$tmp/err" ||
     { cat "$tmp/err"; exit 1; }
+# nothing to send (empty input) to an address that does not answer:
+# 5 s, not --wait's 60 (issue 39, 9)
+t0=$(date +%s)
+want 1 replay -a "ipc://$tmp/mute.sock"
+grep -q "ipc://$tmp/mute.sock: no answer after 5 s" "$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+[ $(($(date +%s) - t0)) -lt 10 ]
 kill $mute
 if [ -w /dev/full ]; then
 	want 1 gen -n 10 -o /dev/full

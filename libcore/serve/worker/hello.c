@@ -6,6 +6,8 @@
  */
 #include "serve/worker/hello.h"
 
+#include "net/greet.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,44 +87,25 @@ wk_hello_of(struct medha_msg_hello *h, const struct medha_worker_config *c,
 		h->caps |= MEDHA_HELLO_WINDOW_KV;
 }
 
-/* The HELLO retry loop: the one place a worker waits to be taken. */
+/*
+ * The HELLO retry loop: the one place a worker waits to be taken. HELLO
+ * until WELCOME (net/greet.h: a refusal is retried with a backoff, and
+ * one retrying cannot change ends it unless --retry-forever). 0, 1 when
+ * stopping, or an error with why.
+ */
 int
 wk_hello_say(struct medha_cli *cli, const struct medha_msg_hello *h,
-    const char *addr, volatile sig_atomic_t *stop, int *id)
+    const char *addr, int forever, volatile sig_atomic_t *stop, int *id,
+    char *why, size_t whylen)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_HELLO}, rep;
-	char why[512];
-	double since = 0, said = 0;
+	int rc;
 
 	m.hello = *h;
-	while (!*stop) {
-		if (medha_cli_msg(cli, 0, &m, &rep, MEDHA_PROTO_DEAD_MS / 1e3,
-		        why, sizeof(why)) != 0) {
-			double now = medha_now();
-			if (since == 0)
-				since = now;
-			if (said == 0 || now - said >= 30) {
-				medha_log(MEDHA_LOG_WARN,
-				    "no scheduler at %s yet (%s): waiting "
-				    "(%.0f s)",
-				    addr, why, now - since);
-				said = now;
-			}
-			continue;
-		}
-		if (rep.type == MEDHA_MSG_WELCOME) {
-			*id = rep.worker_id;
-			medha_msg_clear(&rep);
-			return 0;
-		}
-		if (rep.type == MEDHA_MSG_ERROR)
-			medha_log(MEDHA_LOG_ERROR, "scheduler refused us: %s",
-			    rep.error.reason);
-		else
-			medha_log(MEDHA_LOG_ERROR, "HELLO answered with %s",
-			    medha_msg_type_name(rep.type));
-		medha_msg_clear(&rep);
-		sleep(1);
-	}
-	return 1;
+	if ((rc = medha_cli_greet(cli, &m, &rep, addr, forever, stop, why,
+	         whylen)) != 0)
+		return rc;
+	*id = rep.worker_id;
+	medha_msg_clear(&rep);
+	return 0;
 }

@@ -9,7 +9,8 @@
  *
  *	wk_hello_warm_up(be);
  *	wk_hello_of(&h, &config, be, &peers, fingerprint);
- *	if (wk_hello_say(cli, &h, addr, &stop, &id) != 0) (stopping)
+ *	if (wk_hello_say(cli, &h, addr, forever, &stop, &id, why,
+ *	    whylen) != 0) (stopping, or refused for good)
  */
 #ifndef MEDHA_WK_HELLO_H
 #define MEDHA_WK_HELLO_H
@@ -29,10 +30,12 @@ void wk_hello_of(struct medha_msg_hello *h,
     const struct wk_peers *p, const char *fp);
 /*
  * Say HELLO h on link cli (context 0) until the scheduler at addr
- * answers WELCOME (*id gets the worker id it gives) or *stop is set.
- * 0, or 1 when stopping.
+ * answers WELCOME (*id gets the worker id it gives) or *stop is set;
+ * refusals back off (net/greet.h). 0, 1 when stopping, or MEDHA_EAUTH /
+ * MEDHA_EINVAL with why when refused for good (never when forever).
  */
 int wk_hello_say(struct medha_cli *cli, const struct medha_msg_hello *h,
-    const char *addr, volatile sig_atomic_t *stop, int *id);
+    const char *addr, int forever, volatile sig_atomic_t *stop, int *id,
+    char *why, size_t whylen);
 
 #endif

@@ -261,7 +261,8 @@ medha_worker_run(struct medha_backend *be,
 	if (w.peers.coll == NULL && w.batch.computes)
 		wk_hello_warm_up(be);
 	while (!*stop) {
-		if (wk_hello_say(w.cli, &h, c->addr, stop, &w.id) != 0)
+		if ((rc = wk_hello_say(w.cli, &h, c->addr, c->retry_forever,
+		         stop, &w.id, why, whylen)) != 0)
 			break;
 		medha_log(MEDHA_LOG_INFO,
 		    "ready: worker %d of %s, %s backend, %lld KV blocks of %d",
@@ -283,5 +284,5 @@ medha_worker_run(struct medha_backend *be,
 		    (long long)medha_tbt_count(&rtt));
 	medha_tbt_free(&rtt);
 	worker_free(&w, 0);
-	return 0;
+	return rc < 0 ? rc : 0; /* a greeting given up, or a stop */
 }

@@ -32,6 +32,8 @@ struct medha_worker_config {
 	const char *peer;  /* where the other workers reach this one; NULL:
 	                      beside the scheduler's address */
 	int lookahead;     /* run the next step ahead (1; --no-lookahead: 0) */
+	int retry_forever; /* a HELLO refused for good is retried for ever
+	                      (net/greet.h), not given up */
 };
 
 /*
@@ -40,7 +42,8 @@ struct medha_worker_config {
  * handler's flag); a scheduler that goes away is waited for and greeted
  * again. Returns 0 after the stop, or MEDHA_EINVAL (a bad address or
  * layout), MEDHA_EIO (cannot listen for peers) or MEDHA_ENOMEM, with a
- * reason in why, before it served anything.
+ * reason in why, before it served anything; MEDHA_EAUTH or MEDHA_EINVAL
+ * when its HELLO was refused for good (net/greet.h).
  */
 int medha_worker_run(struct medha_backend *be,
     const struct medha_worker_config *c, volatile sig_atomic_t *stop,
