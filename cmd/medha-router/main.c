@@ -29,7 +29,8 @@ static const struct medha_help help_lines[] = {
     {"-r, --replica REPLICA_ADDR",
         "a replica's scheduler, once each (at most 1024)"},
     {"-m, --model MODEL",
-        "--http: GGUF for tokenizer, chat template, model id"},
+        "GGUF whose tokenizer turns text into ids here (and --http's"
+        " template, model id)"},
     {"-v, --verbose", "log more: retries on another replica, clients gone"},
     {"-h, --help", "print this help and exit"},
     {"--cache-balance S",
@@ -102,7 +103,7 @@ main(int argc, char *argv[])
 		switch (ch) {
 		case 'h': HELP_EXIT(synopsis, help_lines);
 		case 'l': c.listen = optarg; break;
-		case 'm': hc.model = optarg; break;
+		case 'm': c.model = hc.model = optarg; break;
 		case 'r':
 			if (c.nreplicas == MEDHA_ROUTER_MAX_REPLICAS)
 				die(2, "more than %d replicas",
@@ -156,8 +157,6 @@ main(int argc, char *argv[])
 	for (int i = 0; i < c.nreplicas; i++)
 		if (strcmp(reps[i], c.listen) == 0)
 			die(2, "%s: the router's own address", reps[i]);
-	if (hc.listen == NULL && hc.model != NULL)
-		die(2, "-m MODEL needs --http");
 	link_auth();
 	/* the flags' errors above are said as every program says them
 	   (no time stamp); from here on the server's log */

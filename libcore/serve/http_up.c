@@ -327,43 +327,43 @@ http_taker_main(void *arg)
 }
 
 /*
- * The prompt against the model's context (-m), before it goes upstream
- * (0, or 400): chat without max_tokens gets the room the context leaves;
- * a prompt that with max_tokens cannot fit is refused here, with the
- * counts, where the replica, which refuses a text longer than the room
- * before tokenizing it, could only name bytes. A text is tokenized here
- * only when its bytes outnumber the room (no token is shorter than a
- * byte), at most --http-max-body bytes.
+ * A prompt (*text, or *ids of *n_ids) made ready to go upstream (0, or
+ * 400): with the model (-m), a text becomes its ids here, once (the
+ * router and the replica take them as they are; tok/tokq.h), and is
+ * let go; then chat without max_tokens gets the room the context
+ * leaves, and a prompt that with max_tokens cannot fit is refused here,
+ * with the counts. Without the model a text goes up as it is (the
+ * replica tokenizes it) and max_tokens is OpenAI's 16 by default.
  */
 static int
-fit_context(struct medha_http *h, struct hreq *r, const char *text,
-    int64_t n_ids, struct medha_oai_error *e)
+fit_context(struct medha_http *h, struct hreq *r, char **text, int32_t **ids,
+    int64_t *n_ids, struct medha_oai_error *e)
 {
 	struct medha_reqspec *rs = &r->q.spec;
 	const char *field = r->q.chat ? "messages" : "prompt";
-	int32_t *ids = NULL;
-	size_t n = (size_t)n_ids;
+	size_t n = (size_t)*n_ids;
 	int rc;
 
 	if (!r->q.max_tokens_set && (h->tok == NULL || h->ctx_len <= 0)) {
 		rs->max_tokens = 16;
-		return medha_oai_min_tokens_check(rs, e);
+		if ((rc = medha_oai_min_tokens_check(rs, e)) != 0)
+			return rc;
 	}
-	if (h->tok == NULL || h->ctx_len <= 0)
-		return 0; /* the replica knows */
-	if (text != NULL) {
-		size_t len = strlen(text);
-		if (r->q.max_tokens_set && rs->max_tokens < h->ctx_len &&
-		    (int64_t)len <= h->ctx_len - rs->max_tokens)
-			return 0;
-		rc = medha_tok_encode(h->tok, text, len,
-		    MEDHA_TOK_DEFAULT, &ids, &n);
-		free(ids);
+	if (h->tok == NULL)
+		return 0; /* the replica tokenizes, and knows the context */
+	if (*text != NULL) {
+		rc = medha_tok_encode(h->tok, *text, strlen(*text),
+		    MEDHA_TOK_DEFAULT, ids, &n);
 		if (rc != 0)
 			return medha_oai_error_set(e, 400,
 			    "invalid_request_error", NULL, field,
 			    "tokenizing the %s: %s", field, medha_strerror(rc));
+		free(*text);
+		*text = NULL;
+		*n_ids = (int64_t)n;
 	}
+	if (h->ctx_len <= 0)
+		return 0; /* the replica knows */
 	if (!r->q.max_tokens_set) {
 		if ((int64_t)n >= h->ctx_len)
 			return medha_oai_error_set(e, 400,
@@ -437,10 +437,11 @@ submit(struct medha_http *h, struct hreq *r)
 	int rc = 0;
 
 	if (r->q.n_prompts == 0)
-		rc = fit_context(h, r, rs->prompt, rs->prompt_tokens, &e);
+		rc = fit_context(h, r, &rs->prompt, &rs->prompt_ids,
+		    &rs->prompt_tokens, &e);
 	for (int p = 0; rc == 0 && p < r->q.n_prompts; p++)
-		rc = fit_context(h, r, r->q.prompts[p].text,
-		    r->q.prompts[p].n_ids, &e);
+		rc = fit_context(h, r, &r->q.prompts[p].text,
+		    &r->q.prompts[p].ids, &r->q.prompts[p].n_ids, &e);
 
 	pthread_mutex_lock(&h->mu);
 	if (rc != 0)

@@ -63,6 +63,10 @@ struct medha_router_config {
 	double hold_timeout;           /* s a request may wait at the router
 	                                  for a ready replica (30); 0: refuse
 	                                  it at once */
+	const char *model;             /* a GGUF whose tokenizer turns
+	                                  text prompts into ids here, and
+	                                  whose context bounds them; NULL:
+	                                  text goes on to the replicas */
 	double cache_balance;          /* s of predicted pending work: a
 	                                  request goes to the replica that
 	                                  holds the longest prefix of it
