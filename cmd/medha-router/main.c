@@ -29,8 +29,7 @@ static const struct medha_help help_lines[] = {
     {"-r, --replica REPLICA_ADDR",
         "a replica's scheduler, once each (at most 1024)"},
     {"-m, --model MODEL",
-        "GGUF whose tokenizer turns text into ids here (and --http's"
-        " template, model id)"},
+        "GGUF: tokenizer for text prompts, --http's template"},
     {"-v, --verbose", "log more: retries on another replica, clients gone"},
     {"-h, --help", "print this help and exit"},
     {"--cache-balance S",

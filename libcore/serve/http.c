@@ -595,6 +595,7 @@ medha_http_close(struct medha_http *h)
 		pthread_join(h->sender, NULL);
 	if (h->threads > 1)
 		pthread_join(h->taker, NULL);
+	http_tok_stop(h);
 	/* what is left is ours alone, but for nng's callbacks */
 	pthread_mutex_lock(&h->mu);
 	for (r = h->all; r != NULL; r = r->next)

@@ -46,7 +46,9 @@ struct medha_tokq;
 
 /*
  * A queue, its thread started at the first push; wake(arg) is called
- * from the thread after each job (may be NULL). Returns 0 or
+ * from the thread after each job (may be NULL), holding no lock of the
+ * queue's, so that it may take one of the caller's that the caller
+ * holds while it calls the queue. Returns 0 or
  * MEDHA_ENOMEM.
  */
 int medha_tokq_open(struct medha_tokq **q, void (*wake)(void *), void *arg);
