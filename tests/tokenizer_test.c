@@ -724,11 +724,9 @@ test_tokq(void **state)
 	assert_int_equal(medha_tokq_open(&q, tokq_wake, NULL), 0);
 	memset(jobs, 0, sizeof(jobs));
 	for (int i = 0; i < N; i++) {
-		jobs[i].tok = t;
-		jobs[i].text = texts[i];
-		jobs[i].len = strlen(texts[i]);
-		jobs[i].flags = 0;
-		assert_int_equal(medha_tokq_push(q, &jobs[i]), 0);
+		assert_int_equal(medha_tokq_push(q, &jobs[i], t, texts[i],
+		                     strlen(texts[i]), 0),
+		    0);
 	}
 	/* the last may be cancelled while it waits */
 	cancelled = medha_tokq_cancel(q, &jobs[N - 1]);
@@ -756,10 +754,9 @@ test_tokq(void **state)
 	assert_true(__atomic_load_n(&tokq_woken, __ATOMIC_SEQ_CST) >= got);
 	/* closing with jobs in: each handed to drop once */
 	for (int i = N; i < N + 64; i++) {
-		jobs[i].tok = t;
-		jobs[i].text = texts[0];
-		jobs[i].len = strlen(texts[0]);
-		assert_int_equal(medha_tokq_push(q, &jobs[i]), 0);
+		assert_int_equal(medha_tokq_push(q, &jobs[i], t, texts[0],
+		                     strlen(texts[0]), 0),
+		    0);
 	}
 	while ((j = medha_tokq_take(q)) != NULL) { /* some may be done */
 		free(j->ids);

@@ -519,11 +519,8 @@ tok_push(struct medha_http *h, struct hreq *r)
 			break;
 		j->r = r;
 		j->p = p;
-		j->tj.tok = h->tok;
-		j->tj.text = text;
-		j->tj.len = strlen(text);
-		j->tj.flags = MEDHA_TOK_DEFAULT;
-		if (medha_tokq_push(h->tokq, &j->tj) != 0) {
+		if (medha_tokq_push(h->tokq, &j->tj, h->tok, text,
+		        strlen(text), MEDHA_TOK_DEFAULT) != 0) {
 			free(j);
 			break;
 		}

@@ -337,11 +337,8 @@ tok_queue(struct medha_replica *r, uint32_t peer, struct medha_reqspec *rs,
 		goto fail;
 	j->q = q;
 	j->peer = peer;
-	j->tj.tok = r->tok;
-	j->tj.text = rs->prompt;
-	j->tj.len = strlen(rs->prompt);
-	j->tj.flags = MEDHA_TOK_DEFAULT;
-	if (medha_tokq_push(r->tokq, &j->tj) != 0)
+	if (medha_tokq_push(r->tokq, &j->tj, r->tok, rs->prompt,
+	        strlen(rs->prompt), MEDHA_TOK_DEFAULT) != 0)
 		goto fail;
 	j->rs = *rs; /* taken over: the caller clears what is left */
 	rs->prompt = NULL;

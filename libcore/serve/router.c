@@ -316,11 +316,8 @@ tok_push(struct medha_router *r, struct rreq *q)
 		goto fail;
 	j->handle = q->handle;
 	j->text = q->spec.prompt;
-	j->tj.tok = r->tok;
-	j->tj.text = j->text;
-	j->tj.len = strlen(j->text);
-	j->tj.flags = MEDHA_TOK_DEFAULT;
-	if (medha_tokq_push(r->tokq, &j->tj) != 0)
+	if (medha_tokq_push(r->tokq, &j->tj, r->tok, j->text, strlen(j->text),
+	        MEDHA_TOK_DEFAULT) != 0)
 		goto fail;
 	q->spec.prompt = NULL;
 	q->job = j;

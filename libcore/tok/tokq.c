@@ -72,7 +72,8 @@ tokq_main(void *arg)
 }
 
 int
-medha_tokq_push(struct medha_tokq *q, struct medha_tokq_job *j)
+medha_tokq_push(struct medha_tokq *q, struct medha_tokq_job *j,
+    const struct medha_tok *tok, const char *text, size_t len, int flags)
 {
 	pthread_mutex_lock(&q->mu);
 	if (!q->started) {
@@ -82,6 +83,10 @@ medha_tokq_push(struct medha_tokq *q, struct medha_tokq_job *j)
 		}
 		q->started = 1;
 	}
+	j->tok = tok;
+	j->text = text;
+	j->len = len;
+	j->flags = flags;
 	j->ids = NULL;
 	j->n = 0;
 	j->rc = 0;

@@ -11,9 +11,8 @@
  *
  *	struct job { struct medha_tokq_job tj; uint64_t handle; };
  *	medha_tokq_open(&q, wake, srv);
- *	j->tj.tok = tok; j->tj.text = text; j->tj.len = len;
- *	j->tj.flags = MEDHA_TOK_DEFAULT;	(all kept until taken back)
- *	medha_tokq_push(q, &j->tj);
+ *	medha_tokq_push(q, &j->tj, tok, text, len, MEDHA_TOK_DEFAULT);
+ *		(tok and text kept until j is taken back)
  *	...	(woken)
  *	while ((tj = medha_tokq_take(q)) != NULL) {
  *		struct job *j = (struct job *)tj;	(tj first in it)
@@ -30,10 +29,11 @@
 #include <stdint.h>
 
 struct medha_tokq_job {
-	const struct medha_tok *tok; /* the caller's: kept until taken */
-	const char *text; /* len bytes, the caller's: kept until taken */
+	/* as pushed */
+	const struct medha_tok *tok;
+	const char *text; /* len bytes */
 	size_t len;
-	int flags;        /* medha_tok_encode's (MEDHA_TOK_DEFAULT) */
+	int flags;        /* medha_tok_encode's */
 	/* set by the thread: as medha_tok_encode sets them (ids the
 	   caller's once taken) */
 	int32_t *ids;
@@ -53,9 +53,14 @@ struct medha_tokq;
  */
 int medha_tokq_open(struct medha_tokq **q, void (*wake)(void *), void *arg);
 
-/* j to be tokenized, after those pushed before it: 0, or MEDHA_ENOMEM
- * (the thread could not start; j is the caller's still). */
-int medha_tokq_push(struct medha_tokq *q, struct medha_tokq_job *j);
+/*
+ * j, len bytes of text to be tokenized with tok and flags (as
+ * medha_tok_encode), after those pushed before it; tok and text are the
+ * caller's, kept until j is taken back. 0, or MEDHA_ENOMEM (the thread
+ * could not start; j is the caller's still).
+ */
+int medha_tokq_push(struct medha_tokq *q, struct medha_tokq_job *j,
+    const struct medha_tok *tok, const char *text, size_t len, int flags);
 
 /*
  * Take j back before the thread starts on it: 1 (j is the caller's
