@@ -112,7 +112,8 @@ rt_rreq_end(struct medha_router *r, struct rreq *q)
 	if (q->held)
 		unhold(r, q);
 	if (q->job != NULL && medha_tokq_cancel(r->tokq, &q->job->tj)) {
-		free(q->job->text); /* not started: never comes back */
+		r->tok_bytes -= q->job->tj.len; /* not started: never comes */
+		free(q->job->text);             /* back */
 		free(q->job);
 	} /* else it comes back to find its request gone */
 	q->job = NULL;
@@ -276,6 +277,7 @@ rt_replace(struct medha_router *r, struct rreq *q, int status, const char *why)
  */
 #define TOK_INLINE 4096
 #define TOK_PENDING_MAX 256 /* texts waiting for the tokenizer */
+#define TOK_BYTES_MAX ((size_t)256 << 20) /* and their bytes */
 
 /*
  * q's prompt is n ids (taken over) in place of its text: 0, or a code
@@ -292,7 +294,7 @@ prompt_ids(struct medha_router *r, struct rreq *q, int32_t *ids, size_t n,
 	rs->prompt = NULL;
 	free(rs->prompt_ids);
 	rs->prompt_ids = ids;
-	rs->prompt_tokens = (int64_t)n;
+	rs->prompt_tokens = q->prompt = (int64_t)n;
 	if (n == 0)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "the prompt is empty");
@@ -319,6 +321,7 @@ tok_push(struct medha_router *r, struct rreq *q)
 	if (medha_tokq_push(r->tokq, &j->tj, r->tok, j->text, strlen(j->text),
 	        MEDHA_TOK_DEFAULT) != 0)
 		goto fail;
+	r->tok_bytes += j->tj.len;
 	q->spec.prompt = NULL;
 	q->job = j;
 	return 0;
@@ -361,6 +364,7 @@ tok_collect(struct medha_router *r)
 	while (r->tokq != NULL && (tj = medha_tokq_take(r->tokq)) != NULL) {
 		struct rjob *j = (struct rjob *)tj;
 		struct rreq *q = medha_map_get(&r->reqs, j->handle);
+		r->tok_bytes -= tj->len;
 		free(j->text);
 		if (q == NULL || q->job != j) { /* ended meanwhile */
 			free(tj->ids);
@@ -405,11 +409,13 @@ tokenize(struct medha_router *r, struct rreq *q, char *why, size_t whylen)
 
 	if (len > TOK_INLINE) {
 		if (r->tokq != NULL &&
-		    medha_tokq_pending(r->tokq) >= TOK_PENDING_MAX)
+		    (medha_tokq_pending(r->tokq) >= TOK_PENDING_MAX ||
+		        r->tok_bytes + len > TOK_BYTES_MAX))
 			return medha_why(why, whylen, MEDHA_ENOSPACE,
-			    "overloaded: %d text prompts wait for the "
-			    "tokenizer",
-			    TOK_PENDING_MAX);
+			    "overloaded: %zu text prompts of %zu bytes wait "
+			    "for the tokenizer (at most %d, %zu bytes)",
+			    medha_tokq_pending(r->tokq), r->tok_bytes,
+			    TOK_PENDING_MAX, TOK_BYTES_MAX);
 		if (tok_push(r, q) != 0)
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
@@ -479,11 +485,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		rt_count_refused(r);
 		medha_srv_error(r->f.srv, ev->call, rc, "%s", why);
 		medha_map_del(&r->reqs, q->handle);
-		if (q->job != NULL && medha_tokq_cancel(r->tokq, &q->job->tj)) {
-			free(q->job->text);
-			free(q->job);
-		}
-		rreq_free(q);
+		rreq_free(q); /* no job: tokenize() pushed none */
 		return;
 	}
 	r->f.live++;

@@ -117,6 +117,7 @@ struct medha_router {
 	struct medha_tok *tok;   /* cfg.model's, or NULL: text goes on */
 	int64_t ctx_len;         /* its context (0: unknown) */
 	struct medha_tokq *tokq; /* its thread, for long texts */
+	size_t tok_bytes;        /* of the texts pushed, not taken back */
 	pthread_mutex_t mmu;               /* guards met */
 	struct medha_router_metrics met;   /* met.rep: (nup) */
 };

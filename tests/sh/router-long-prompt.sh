@@ -21,7 +21,9 @@
 # tokenized. A replica asked directly (no router) acknowledges a long
 # text at once and tokenizes it on a thread of its own: its ACCEPTED of
 # the long prompt comes in less than half the time its "rejected"
-# record takes. Needs contrib/fetch-refs.sh (the tokenizer).
+# record takes; so does the router's, whose "rejected" record then gives
+# the prompt's token count against the model's context. Needs
+# contrib/fetch-refs.sh (the tokenizer).
 . "$(dirname "$0")/lib.sh"
 need_model
 mkdir -p "$tmp/logs"
@@ -40,6 +42,17 @@ echo "router-long-prompt: the replica accepted 16 MB of text after" \
     "$ack ms, its record ($status: $reason) came after $rec ms"
 [ "$status" = 1 ] && awk -v a="$ack" -v r="$rec" 'BEGIN { exit !(a >= 0 && a < r / 2) }' ||
     { echo "not acknowledged before it was tokenized"; exit 1; }
+# the router too, and once tokenized it refuses it with the counts
+"$tools/long_prompt" "ipc://$tmp/router.sock" $((16 << 20)) --ack >"$tmp/rack"
+read -r _ ack rec status reason <"$tmp/rack"
+echo "router-long-prompt: the router accepted 16 MB of text after" \
+    "$ack ms, its record ($status: $reason) came after $rec ms"
+[ "$status" = 1 ] && awk -v a="$ack" -v r="$rec" 'BEGIN { exit !(a >= 0 && a < r / 2) }' ||
+    { echo "not acknowledged before it was tokenized"; exit 1; }
+case $reason in
+*" prompt + 1 output tokens exceed the model's context of "*) ;;
+*) echo "not refused by its token count"; exit 1 ;;
+esac
 "$tools/long_prompt" "ipc://$tmp/router.sock" $((16 << 20)) >"$tmp/out" ||
     { cat "$tmp/out" "$tmp/logs/router.log"; exit 1; }
 python3 - "$tmp/out" <<'PY'

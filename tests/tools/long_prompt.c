@@ -17,8 +17,9 @@
  * rounds as their records say (TTFT on the router's clock, from when
  * the router took the SUBMIT), and as this client saw them (from its
  * SUBMIT to the first token event); the time from the CANCEL to the
- * long request's record (its status "cancelled"); and how the long
- * prompt ended. Exit 0 when every request ended as said, else 1 (the
+ * long request's record (its status "cancelled"); then, if the long
+ * prompt has not ended (said "during"), a CANCEL of it and the time to
+ * its record ("cancel_long"); and how the long prompt ended. Exit 0 when every request ended as said, else 1 (the
  * test judges the times).
  */
 #include "net/pcli.h"
