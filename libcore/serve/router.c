@@ -249,8 +249,9 @@ place(struct medha_router *r, struct rreq *q)
 	u->placed_kv += q->need;
 	if (r->cfg.cache_balance > 0 && q->nkeys > 0 &&
 	    (q->kbs == 0 || q->kbs == block_of(u)))
-		rt_cache_add(&u->cache, q->keys, q->nkeys,
-		    u->now.kv_blocks * block_of(u) / MEDHA_KV_BLOCK);
+		rt_cache_add(&u->cache, q->keys, q->nkeys, q->kbs != 0
+		        ? u->now.kv_blocks /* keys of its own blocks */
+		        : u->now.kv_blocks * block_of(u) / MEDHA_KV_BLOCK);
 	r->cache_placed += hit > 0;
 	return 0;
 }
