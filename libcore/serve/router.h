@@ -21,10 +21,9 @@
  * each replica (router_cache.c: their ids in the replicas' KV blocks,
  * hashed as the replicas' prefix caches hash them), and a request whose
  * prompt begins with blocks one of them was sent goes to the one with
- * the longest such
- * prefix instead, unless its work exceeds the least loaded one's by
- * more than cache_balance seconds; the work placed counts only the
- * prompt tokens after that prefix. A replica that refuses a request as not
+ * the longest such prefix instead, unless its work exceeds the least
+ * loaded one's by more than cache_balance seconds; the work placed
+ * counts only the prompt tokens after that prefix. A replica that refuses a request as not
  * ready or overloaded, or cannot be reached, is passed over for the
  * next. Tokens and records stream back to the client unchanged but for
  * the handle (the router's own) and the times (the router's clock, so
