@@ -60,8 +60,9 @@ tokq_main(void *arg)
 		else
 			q->done = j;
 		q->done_tail = j;
-		if (q->wake != NULL) { /* without the lock: wake may take the
-		                          caller's, which it holds calling in */
+		if (q->wake != NULL) {
+			/* without the lock: wake may take the caller's, which
+			   the caller holds while it calls in */
 			pthread_mutex_unlock(&q->mu);
 			q->wake(q->arg);
 			pthread_mutex_lock(&q->mu);

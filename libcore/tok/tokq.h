@@ -33,7 +33,7 @@ struct medha_tokq_job {
 	const struct medha_tok *tok;
 	const char *text; /* len bytes */
 	size_t len;
-	int flags;        /* medha_tok_encode's */
+	int flags; /* medha_tok_encode's */
 	/* set by the thread: as medha_tok_encode sets them (ids the
 	   caller's once taken) */
 	int32_t *ids;
