@@ -461,13 +461,10 @@ submit(struct medha_http *h, struct hreq *r)
 
 /* ---- long texts: the tokenizer's thread (tok/tokq.h) ---- */
 
-/*
- * Bytes of a text tokenized on the sender's thread (tens of
- * microseconds); a longer one goes to the tokenizer's thread, so that
- * the requests after it are submitted meanwhile (9 MB/s: a body of 32
- * MB would hold them 3.5 s).
- */
-#define TOK_INLINE 4096
+/* A text of up to MEDHA_TOKQ_INLINE bytes is tokenized on the sender's
+ * thread; a longer one on the tokenizer's, so that the requests after
+ * it are submitted meanwhile (9 MB/s: a body of 32 MB would hold them
+ * 3.5 s). */
 
 /* A long text of r's: prompt p's (-1: the request's one prompt). */
 struct hjob {
@@ -511,7 +508,7 @@ tok_push(struct medha_http *h, struct hreq *r)
 		int p = r->q.n_prompts > 0 ? i : -1;
 		char *text = *text_of(r, p);
 		struct hjob *j;
-		if (text == NULL || strlen(text) <= TOK_INLINE)
+		if (text == NULL || strlen(text) <= MEDHA_TOKQ_INLINE)
 			continue;
 		if ((h->tokq == NULL &&
 		        medha_tokq_open(&h->tokq, tok_wake, h) != 0) ||

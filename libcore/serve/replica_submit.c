@@ -2,8 +2,8 @@
  * replica_submit.c: a request's arrival at the live replica
  * (replica.h): its prompt (the ids given, a text tokenized, a made-up
  * one), its checks, the core's arrival and the client's ACCEPTED, and
- * its refusals. A text of up to TOK_INLINE bytes is tokenized at once;
- * a longer one is acknowledged at once with a handle of the replica's
+ * its refusals. A text of up to MEDHA_TOKQ_INLINE bytes is tokenized at
+ * once; a longer one is acknowledged at once with a handle of the replica's
  * own (PRE_SLOT's: the core has no handle for it yet) and tokenized on
  * the tokenizer's thread, so that the loop, which forms batches and
  * answers heartbeats, never tokenizes a long text and a short prompt
@@ -284,12 +284,6 @@ fail:
 /* ---- the tokenizer's thread ---- */
 
 #define TOK_PENDING_MAX 256 /* text prompts waiting for the tokenizer */
-/*
- * Bytes of text tokenized at once on the loop (tens of microseconds):
- * a longer text goes to the tokenizer's thread, so that a short prompt
- * never waits behind a long one's tokenizing.
- */
-#define TOK_INLINE 4096
 
 /*
  * Whether a text prompt's bytes may fit what the context holds: no
@@ -473,7 +467,7 @@ rep_on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		return;
 	}
 	if (rs->prompt != NULL && r->tok != NULL &&
-	    strlen(rs->prompt) > TOK_INLINE) {
+	    strlen(rs->prompt) > MEDHA_TOKQ_INLINE) {
 		if (r->tok_pending >= TOK_PENDING_MAX)
 			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
 			    "overloaded: %d text prompts wait for the "

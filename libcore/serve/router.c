@@ -271,12 +271,8 @@ rt_replace(struct medha_router *r, struct rreq *q, int status, const char *why)
 
 /* ---- text to tokens (cfg.model) ---- */
 
-/*
- * Bytes of text tokenized at once on the loop (tens of microseconds);
- * a longer text goes to the tokenizer's thread (tok/tokq.h), so that a
- * short prompt never waits behind a long one's tokenizing.
- */
-#define TOK_INLINE 4096
+/* A text of up to MEDHA_TOKQ_INLINE bytes is tokenized on the loop; a
+ * longer one on the tokenizer's thread (tok/tokq.h). */
 #define TOK_PENDING_MAX 256 /* texts waiting for the tokenizer */
 #define TOK_BYTES_MAX ((size_t)256 << 20) /* and their bytes */
 
@@ -408,7 +404,7 @@ tokenize(struct medha_router *r, struct rreq *q, char *why, size_t whylen)
 	int32_t *ids;
 	int rc;
 
-	if (len > TOK_INLINE) {
+	if (len > MEDHA_TOKQ_INLINE) {
 		if (r->tokq != NULL &&
 		    (medha_tokq_pending(r->tokq) >= TOK_PENDING_MAX ||
 		        r->tok_bytes + len > TOK_BYTES_MAX))

@@ -28,6 +28,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Bytes of text a server tokenizes on its own thread (tens of
+ * microseconds); a longer text goes to a tokq, so that a short prompt
+ * never waits behind a long one's tokenizing.
+ */
+#define MEDHA_TOKQ_INLINE 4096
+
 struct medha_tokq_job {
 	/* as pushed */
 	const struct medha_tok *tok;
