@@ -361,6 +361,10 @@ fit_context(struct medha_http *h, struct hreq *r, char **text, int32_t **ids,
 		free(*text);
 		*text = NULL;
 		*n_ids = (int64_t)n;
+		if (n == 0) /* as a replica refuses it */
+			return medha_oai_error_set(e, 400,
+			    "invalid_request_error", NULL, field,
+			    "the prompt is empty");
 	}
 	if (h->ctx_len <= 0)
 		return 0; /* the replica knows */
