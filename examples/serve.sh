@@ -43,7 +43,9 @@
 #                 listen at TOPOLOGY-rN.sock beside it (ports
 #                 MEDHA_PORT+1+N)
 #   MEDHA_HTTP    HOST:PORT where the router serves the OpenAI-compatible
-#                 HTTP API (medha-router --http, with -m MEDHA_MODEL);
+#                 HTTP API (medha-router --http); a router is given
+#                 -m MEDHA_MODEL (but with sim), so that text becomes
+#                 token ids there;
 #                 with single and no MEDHA_ROUTER, the router listens at
 #                 TOPOLOGY-router.sock (port MEDHA_PORT+9)
 #   MEDHA_PORT    the first port for --tcp (5555)
@@ -250,10 +252,9 @@ router() {
 	local a=$1 r=()
 	shift
 	for x in "$@"; do r+=(-r "$x"); done
-	if [ -n "${MEDHA_HTTP:-}" ]; then
-		r+=(--http "$MEDHA_HTTP")
-		[ "$topo" != sim ] && [ -s "$model" ] && r+=(-m "$model")
-	fi
+	# the model's tokenizer: text becomes token ids at the router, once
+	[ "$topo" != sim ] && [ -s "$model" ] && r+=(-m "$model")
+	[ -z "${MEDHA_HTTP:-}" ] || r+=(--http "$MEDHA_HTTP")
 	proc router "$bin/medha-router" -l "$a" "${r[@]}" \
 	    ${MEDHA_ROUTER_OPTS:-}
 	router_idx=$last

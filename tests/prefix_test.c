@@ -78,6 +78,15 @@ test_index_match(void **state)
 	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 0, &b), 1);
 	assert_int_equal(medha_prefix_insert(&x, b, k + 8, 4, 1, &c), 1);
 	assert_int_equal(medha_prefix_insert(&x, c, k + 12, 2, 1, &d), 1);
+	/* a full block's hash is chained from its parent's, as a process
+	   without the index (the router) computes it: medha_prefix_chain */
+	assert_true(x.n[a].hash == medha_prefix_chain(MEDHA_PREFIX_ROOT, k, 4));
+	assert_true(x.n[b].hash == medha_prefix_chain(x.n[a].hash, k + 4, 4));
+	assert_true(x.n[c].hash ==
+	    medha_prefix_chain(medha_prefix_chain(medha_prefix_chain(
+	                           MEDHA_PREFIX_ROOT, k, 4), k + 4, 4),
+	        k + 8, 4));
+	assert_true(x.n[d].hash == 0); /* a partial block has none */
 	/* there already: the same node back */
 	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 1, &full), 0);
 	assert_int_equal(full, b);

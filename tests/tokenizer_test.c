@@ -25,6 +25,7 @@
 
 #include "model/gguf.h"
 #include "tok/tokenizer.h"
+#include "tok/tokq.h"
 
 #define MAXTOK 400
 
@@ -685,6 +686,87 @@ test_long_token(void **state)
 	vocab_free(&v);
 }
 
+/*
+ * The tokenizer's thread (tok/tokq.h): jobs come back in the order
+ * pushed with the ids medha_tok_encode gives; wake is called for each;
+ * a job cancelled before the thread started on it never comes back, one
+ * it had started does; closing hands back what was never taken.
+ */
+static int tokq_woken;
+static void
+tokq_wake(void *arg)
+{
+	(void)arg;
+	__atomic_add_fetch(&tokq_woken, 1, __ATOMIC_SEQ_CST);
+}
+
+static void
+tokq_drop(void *arg, struct medha_tokq_job *j)
+{
+	(void)j;
+	(*(int *)arg)++;
+}
+
+static void
+test_tokq(void **state)
+{
+	static const char *texts[] = {"hello world", "xyz", "qqq",
+	    "hellohello", "a  b"};
+	enum { N = 5 };
+	struct medha_tok *t = bpe("gpt-2", 0);
+	struct medha_tokq *q;
+	struct medha_tokq_job jobs[N + 64], *j;
+	int32_t *ids;
+	size_t n;
+	int got = 0, cancelled = 0, dropped = 0;
+
+	(void)state;
+	assert_int_equal(medha_tokq_open(&q, tokq_wake, NULL), 0);
+	memset(jobs, 0, sizeof(jobs));
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(medha_tokq_push(q, &jobs[i], t, texts[i],
+		                     strlen(texts[i]), 0),
+		    0);
+	}
+	/* the last may be cancelled while it waits */
+	cancelled = medha_tokq_cancel(q, &jobs[N - 1]);
+	assert_int_equal(medha_tokq_pending(q), (size_t)(N - cancelled));
+	for (double until = medha_now() + 10;
+	     got < N - cancelled && medha_now() < until;) {
+		if ((j = medha_tokq_take(q)) == NULL) {
+			usleep(1000);
+			continue;
+		}
+		assert_ptr_equal(j, &jobs[got]); /* in order */
+		assert_int_equal(j->rc, 0);
+		assert_int_equal(medha_tok_encode(t, j->text, j->len, 0, &ids,
+		                     &n),
+		    0);
+		assert_int_equal(j->n, n);
+		assert_memory_equal(j->ids, ids, n * sizeof(*ids));
+		free(ids);
+		free(j->ids);
+		got++;
+	}
+	assert_int_equal(got, N - cancelled);
+	assert_null(medha_tokq_take(q));
+	assert_int_equal(medha_tokq_pending(q), 0);
+	assert_true(__atomic_load_n(&tokq_woken, __ATOMIC_SEQ_CST) >= got);
+	/* closing with jobs in: each handed to drop once */
+	for (int i = N; i < N + 64; i++) {
+		assert_int_equal(medha_tokq_push(q, &jobs[i], t, texts[0],
+		                     strlen(texts[0]), 0),
+		    0);
+	}
+	while ((j = medha_tokq_take(q)) != NULL) { /* some may be done */
+		free(j->ids);
+		dropped++;
+	}
+	medha_tokq_close(q, tokq_drop, &dropped);
+	assert_int_equal(dropped, 64);
+	medha_tok_close(t);
+}
+
 int
 main(void)
 {
@@ -698,6 +780,7 @@ main(void)
 	    cmocka_unit_test(test_chat),
 	    cmocka_unit_test(test_refusals),
 	    cmocka_unit_test(test_long_token),
+	    cmocka_unit_test(test_tokq),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

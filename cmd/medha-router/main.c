@@ -30,7 +30,7 @@ static const struct medha_help help_lines[] = {
     {"-r, --replica REPLICA_ADDR",
         "a replica's scheduler, once each (at most 1024)"},
     {"-m, --model MODEL",
-        "--http: GGUF for tokenizer, chat template, model id"},
+        "GGUF: tokenizer for text prompts, --http's template"},
     {"-v, --verbose", "log more: retries on another replica, clients gone"},
     {"-h, --help", "print this help and exit"},
     {"--cache-balance S",
@@ -156,7 +156,7 @@ main(int argc, char *argv[])
 		switch (ch) {
 		case 'h': HELP_EXIT(synopsis, help_lines);
 		case 'l': c.listen = optarg; break;
-		case 'm': hc.model = optarg; break;
+		case 'm': c.model = hc.model = optarg; break;
 		case 'r':
 			if (c.nreplicas == MEDHA_ROUTER_MAX_REPLICAS)
 				die(2, "more than %d replicas",
@@ -212,8 +212,6 @@ main(int argc, char *argv[])
 	for (int i = 0; i < c.nreplicas; i++)
 		if (strcmp(reps[i], c.listen) == 0)
 			die(2, "%s: the router's own address", reps[i]);
-	if (hc.listen == NULL && hc.model != NULL)
-		die(2, "-m MODEL needs --http");
 	if (hc.listen == NULL && nkeys > 0)
 		die(2, "--api-key needs --http");
 	if (hc.listen != NULL && nkeys == 0 && !medha_auth_is_insecure() &&

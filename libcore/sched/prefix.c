@@ -8,15 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* never 0: 0 marks a partial block */
-static uint64_t
-block_hash(int parent, const uint64_t *keys, int ntok)
+uint64_t
+medha_prefix_chain(uint64_t parent, const uint64_t *keys, int ntok)
 {
-	uint64_t h = medha_mix64((uint64_t)parent + 0x9e3779b97f4a7c15ULL);
+	uint64_t h = medha_mix64(parent + 0x9e3779b97f4a7c15ULL);
 
 	for (int i = 0; i < ntok; i++)
 		h = medha_mix64(h ^ keys[i]);
-	return h ? h : 1;
+	return h ? h : 1; /* never 0: 0 marks a partial block */
+}
+
+/* A full child's hash under node parent: chained from the parent's. */
+static uint64_t
+block_hash(const struct medha_prefix *x, int parent, const uint64_t *keys,
+    int ntok)
+{
+	return medha_prefix_chain(parent == 0 ? MEDHA_PREFIX_ROOT
+	                                      : x->n[parent].hash,
+	    keys, ntok);
 }
 
 static uint64_t *
@@ -196,7 +205,7 @@ grow(struct medha_prefix *x)
 static int
 find_full(const struct medha_prefix *x, int parent, const uint64_t *keys)
 {
-	uint64_t h = block_hash(parent, keys, x->block_size);
+	uint64_t h = block_hash(x, parent, keys, x->block_size);
 
 	for (int i = x->bucket[h & (x->nbucket - 1)]; i >= 0; i = x->n[i].hnext)
 		if (x->n[i].hash == h && x->n[i].parent == parent &&
@@ -355,7 +364,7 @@ medha_prefix_insert(struct medha_prefix *x, int parent, const uint64_t *keys,
 		x->n[p->next].prev = i;
 	x->n[parent].child = i;
 	if (ntok == bs) {
-		p->hash = block_hash(parent, keys, ntok);
+		p->hash = block_hash(x, parent, keys, ntok);
 		p->hnext = x->bucket[p->hash & (x->nbucket - 1)];
 		x->bucket[p->hash & (x->nbucket - 1)] = i;
 	}

@@ -6,8 +6,9 @@
  * The index is a tree of KV blocks: a node is one block of up to
  * block_size tokens, its parent the block before it, so a path from the
  * root spells a token sequence and its blocks hold that sequence's KV.
- * Full blocks are found by a hash of (parent, their tokens), as vLLM's
- * chained block hashes; below the last full block that matches, the
+ * Full blocks are found by a hash of (the parent's hash, their tokens),
+ * as vLLM's chained block hashes (medha_prefix_chain, which the router's
+ * cache-aware placement computes too, serve/router_cache.c); below the last full block that matches, the
  * children of that block are compared token by token (at most
  * MEDHA_PREFIX_SCAN of them), so a match ends at any token: the block
  * it ends in is copied by the request that forks there (copy on write),
@@ -35,7 +36,8 @@
 #define MEDHA_PREFIX_SCAN 64 /* children compared token by token */
 
 struct medha_pnode {
-	uint64_t hash;     /* full blocks: of (parent, tokens); 0 partial */
+	uint64_t hash;     /* full blocks: medha_prefix_chain of the
+	                      parent's and its tokens; 0 partial */
 	uint64_t stamp;    /* last referenced (the index's clock) */
 	int parent;        /* node index; 0 is the root; -1 on the free list */
 	int child;         /* first child, -1 none */
@@ -86,6 +88,15 @@ struct medha_prefix {
 	void (*dropped)(void *arg, const struct medha_pnode *p);
 	void *arg;
 };
+
+/*
+ * The chained hash of a full block of ntok keys after a block whose hash
+ * is parent (MEDHA_PREFIX_ROOT for a sequence's first block): never 0.
+ * Two sequences of blocks get the same hashes for their first k blocks
+ * when their first k blocks hold the same keys (bar collisions).
+ */
+#define MEDHA_PREFIX_ROOT 0x6d656468612d7278ULL
+uint64_t medha_prefix_chain(uint64_t parent, const uint64_t *keys, int ntok);
 
 /* Returns 0, MEDHA_ENOMEM. kv must outlive x. */
 int medha_prefix_init(struct medha_prefix *x, struct medha_kvplace *kv);

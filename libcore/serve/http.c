@@ -474,41 +474,16 @@ on_http(nng_aio *aio)
 
 /* ---- open and close ---- */
 
-static int
-open_model(struct medha_http *h, const char *path, char *why, size_t whylen)
-{
-	struct medha_gguf *g;
-	char key[128], arch[64];
-	const char *b = strrchr(path, '/');
-	int rc;
-
-	if ((rc = medha_gguf_open(&g, path, why, whylen)) != 0)
-		return rc;
-	rc = medha_tok_open(&h->tok, g, why, whylen);
-	if (rc == 0 &&
-	    medha_gguf_get_strbuf(g, "general.architecture", arch,
-	        sizeof(arch)) == 0) {
-		snprintf(key, sizeof(key), "%s.context_length", arch);
-		if (medha_gguf_get_i64(g, key, &h->ctx_len) != 0)
-			h->ctx_len = 0;
-	}
-	medha_gguf_close(g);
-	snprintf(h->model_id, sizeof(h->model_id), "%s", b ? b + 1 : path);
-	return rc;
-}
-
-/* open_model, its why naming the file ("No such file or directory"
- * alone did not say which) */
+/* The tokenizer, context and model id of the GGUF at path; why names
+ * the file ("No such file or directory" alone did not say which). */
 static int
 open_model_said(struct medha_http *h, const char *path, char *why,
     size_t whylen)
 {
-	char w[256];
-	int rc = open_model(h, path, w, sizeof(w));
+	const char *b = strrchr(path, '/');
 
-	if (rc != 0)
-		snprintf(why, whylen, "%s: %s", path, w);
-	return rc;
+	snprintf(h->model_id, sizeof(h->model_id), "%s", b ? b + 1 : path);
+	return medha_tok_open_file(&h->tok, path, &h->ctx_len, why, whylen);
 }
 
 int
@@ -640,6 +615,7 @@ medha_http_close(struct medha_http *h)
 		pthread_join(h->sender, NULL);
 	if (h->threads > 1)
 		pthread_join(h->taker, NULL);
+	http_tok_stop(h);
 	/* what is left is ours alone, but for nng's callbacks */
 	pthread_mutex_lock(&h->mu);
 	for (r = h->all; r != NULL; r = r->next)

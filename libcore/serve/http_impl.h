@@ -15,6 +15,7 @@
 #include "net/link.h"
 #include "net/pcli.h"
 #include "net/proto.h"
+#include "tok/tokq.h"
 
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
@@ -90,6 +91,8 @@ struct hreq {
 	                                            choice; 0 until accepted */
 	struct medha_record *recs[MEDHA_OAI_MAX_CHOICES]; /* ended, kept until the
 	                                               last (whole answers) */
+	int ntok;        /* its texts on the tokenizer's thread */
+	int tok_rc;      /* the first of them that failed, or 0 */
 	int gone;        /* its client went away */
 	int ended;       /* a stream's last bytes are queued */
 	int reaped;      /* on h->reap: callbacks leave it alone */
@@ -117,6 +120,9 @@ struct medha_http {
 	struct hreq *all;          /* every request not yet reaped */
 	struct hreq *sq, *sq_tail; /* to submit */
 	struct hreq *reap;         /* to free */
+	struct medha_tokq *tokq;   /* the long texts' tokenizer thread */
+	int tok_news;              /* it has finished a job since the
+	                              sender last looked */
 	struct medha_map live; /* handle -> hreq */
 	struct medha_map subs; /* a choice's cookie -> hreq, until its
 	                          SUBMIT is answered */
@@ -160,6 +166,9 @@ void http_tx_cb(void *arg);
 uint64_t http_mix(uint64_t z);
 void *http_taker_main(void *arg);
 void *http_sender_main(void *arg);
+/* The tokenizer's thread stopped, its jobs dropped (at close, after the
+ * sender's thread). */
+void http_tok_stop(struct medha_http *h);
 
 /* http.c */
 void http_read_body(struct medha_http *h, struct hreq *r);

@@ -327,43 +327,47 @@ http_taker_main(void *arg)
 }
 
 /*
- * The prompt against the model's context (-m), before it goes upstream
- * (0, or 400): chat without max_tokens gets the room the context leaves;
- * a prompt that with max_tokens cannot fit is refused here, with the
- * counts, where the replica, which refuses a text longer than the room
- * before tokenizing it, could only name bytes. A text is tokenized here
- * only when its bytes outnumber the room (no token is shorter than a
- * byte), at most --http-max-body bytes.
+ * A prompt (*text, or *ids of *n_ids) made ready to go upstream (0, or
+ * 400): with the model (-m), a text becomes its ids here, once (the
+ * router and the replica take them as they are; tok/tokq.h), and is
+ * let go; then chat without max_tokens gets the room the context
+ * leaves, and a prompt that with max_tokens cannot fit is refused here,
+ * with the counts. Without the model a text goes up as it is (the
+ * replica tokenizes it) and max_tokens is OpenAI's 16 by default.
  */
 static int
-fit_context(struct medha_http *h, struct hreq *r, const char *text,
-    int64_t n_ids, struct medha_oai_error *e)
+fit_context(struct medha_http *h, struct hreq *r, char **text, int32_t **ids,
+    int64_t *n_ids, struct medha_oai_error *e)
 {
 	struct medha_reqspec *rs = &r->q.spec;
 	const char *field = r->q.chat ? "messages" : "prompt";
-	int32_t *ids = NULL;
-	size_t n = (size_t)n_ids;
+	size_t n = (size_t)*n_ids;
 	int rc;
 
 	if (!r->q.max_tokens_set && (h->tok == NULL || h->ctx_len <= 0)) {
 		rs->max_tokens = 16;
-		return medha_oai_min_tokens_check(rs, e);
+		if ((rc = medha_oai_min_tokens_check(rs, e)) != 0)
+			return rc;
 	}
-	if (h->tok == NULL || h->ctx_len <= 0)
-		return 0; /* the replica knows */
-	if (text != NULL) {
-		size_t len = strlen(text);
-		if (r->q.max_tokens_set && rs->max_tokens < h->ctx_len &&
-		    (int64_t)len <= h->ctx_len - rs->max_tokens)
-			return 0;
-		rc = medha_tok_encode(h->tok, text, len,
-		    MEDHA_TOK_DEFAULT, &ids, &n);
-		free(ids);
+	if (h->tok == NULL)
+		return 0; /* the replica tokenizes, and knows the context */
+	if (*text != NULL) {
+		rc = medha_tok_encode(h->tok, *text, strlen(*text),
+		    MEDHA_TOK_DEFAULT, ids, &n);
 		if (rc != 0)
 			return medha_oai_error_set(e, 400,
 			    "invalid_request_error", NULL, field,
 			    "tokenizing the %s: %s", field, medha_strerror(rc));
+		free(*text);
+		*text = NULL;
+		*n_ids = (int64_t)n;
+		if (n == 0) /* as a replica refuses it */
+			return medha_oai_error_set(e, 400,
+			    "invalid_request_error", NULL, field,
+			    "the prompt is empty");
 	}
+	if (h->ctx_len <= 0)
+		return 0; /* the replica knows */
 	if (!r->q.max_tokens_set) {
 		if ((int64_t)n >= h->ctx_len)
 			return medha_oai_error_set(e, 400,
@@ -436,11 +440,17 @@ submit(struct medha_http *h, struct hreq *r)
 	struct medha_reqspec *rs = &r->q.spec;
 	int rc = 0;
 
-	if (r->q.n_prompts == 0)
-		rc = fit_context(h, r, rs->prompt, rs->prompt_tokens, &e);
+	if (r->tok_rc != 0)
+		rc = medha_oai_error_set(&e, 400, "invalid_request_error", NULL,
+		    r->q.chat ? "messages" : "prompt", "tokenizing the %s: %s",
+		    r->q.chat ? "messages" : "prompt",
+		    medha_strerror(r->tok_rc));
+	else if (r->q.n_prompts == 0)
+		rc = fit_context(h, r, &rs->prompt, &rs->prompt_ids,
+		    &rs->prompt_tokens, &e);
 	for (int p = 0; rc == 0 && p < r->q.n_prompts; p++)
-		rc = fit_context(h, r, r->q.prompts[p].text,
-		    r->q.prompts[p].n_ids, &e);
+		rc = fit_context(h, r, &r->q.prompts[p].text,
+		    &r->q.prompts[p].ids, &r->q.prompts[p].n_ids, &e);
 
 	pthread_mutex_lock(&h->mu);
 	if (rc != 0)
@@ -451,6 +461,124 @@ submit(struct medha_http *h, struct hreq *r)
 		if (submit1(h, r, i, &e) != 0)
 			fail(h, r, &e);
 	settle(h, r);
+}
+
+/* ---- long texts: the tokenizer's thread (tok/tokq.h) ---- */
+
+/* A text of up to MEDHA_TOKQ_INLINE bytes is tokenized on the sender's
+ * thread; a longer one on the tokenizer's, so that the requests after
+ * it are submitted meanwhile (9 MB/s: a body of 32 MB would hold them
+ * 3.5 s). */
+
+/* A long text of r's: prompt p's (-1: the request's one prompt). */
+struct hjob {
+	struct medha_tokq_job tj; /* first */
+	struct hreq *r;           /* stays while r->ntok > 0 */
+	int p;
+};
+
+/* The tokenizer's thread finished a job: the sender takes it. */
+static void
+tok_wake(void *arg)
+{
+	struct medha_http *h = arg;
+
+	pthread_mutex_lock(&h->mu);
+	h->tok_news = 1;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Text p of r (-1: its one prompt): where it is, and its ids go. */
+static char **
+text_of(struct hreq *r, int p)
+{
+	return p < 0 ? &r->q.spec.prompt : &r->q.prompts[p].text;
+}
+
+/*
+ * r's long texts to the tokenizer's thread (mu held): how many went; r
+ * is submitted when their ids are back (tok_take). One that cannot go
+ * is tokenized on the sender's thread, as a short one is.
+ */
+static int
+tok_push(struct medha_http *h, struct hreq *r)
+{
+	int np = r->q.n_prompts > 0 ? r->q.n_prompts : 1;
+
+	if (h->tok == NULL)
+		return 0;
+	for (int i = 0; i < np; i++) {
+		int p = r->q.n_prompts > 0 ? i : -1;
+		char *text = *text_of(r, p);
+		struct hjob *j;
+		if (text == NULL || strlen(text) <= MEDHA_TOKQ_INLINE)
+			continue;
+		if ((h->tokq == NULL &&
+		        medha_tokq_open(&h->tokq, tok_wake, h) != 0) ||
+		    (j = calloc(1, sizeof(*j))) == NULL)
+			break;
+		j->r = r;
+		j->p = p;
+		if (medha_tokq_push(h->tokq, &j->tj, h->tok, text,
+		        strlen(text), MEDHA_TOK_DEFAULT) != 0) {
+			free(j);
+			break;
+		}
+		r->ntok++;
+	}
+	return r->ntok;
+}
+
+/*
+ * The jobs the tokenizer's thread finished (mu held): each text's ids
+ * in its place; a request whose texts are all back is submitted
+ * (returns with mu held).
+ */
+static void
+tok_take(struct medha_http *h)
+{
+	struct medha_tokq_job *tj;
+
+	h->tok_news = 0;
+	while (h->tokq != NULL && (tj = medha_tokq_take(h->tokq)) != NULL) {
+		struct hjob *j = (struct hjob *)tj;
+		struct hreq *r = j->r;
+		char **text = text_of(r, j->p);
+		if (tj->rc != 0 && r->tok_rc == 0)
+			r->tok_rc = tj->rc;
+		if (tj->rc == 0) {
+			free(*text);
+			*text = NULL;
+			if (j->p < 0) {
+				r->q.spec.prompt_ids = tj->ids;
+				r->q.spec.prompt_tokens = (int64_t)tj->n;
+			} else {
+				r->q.prompts[j->p].ids = tj->ids;
+				r->q.prompts[j->p].n_ids = (int64_t)tj->n;
+			}
+		}
+		free(j);
+		if (--r->ntok == 0) {
+			pthread_mutex_unlock(&h->mu);
+			submit(h, r); /* returns locked */
+		}
+	}
+}
+
+/* A job never taken back (closing): its request is freed after. */
+static void
+tok_drop(void *arg, struct medha_tokq_job *tj)
+{
+	(void)arg;
+	free(tj);
+}
+
+void
+http_tok_stop(struct medha_http *h)
+{
+	medha_tokq_close(h->tokq, tok_drop, NULL);
+	h->tokq = NULL;
 }
 
 void *
@@ -470,6 +598,10 @@ http_sender_main(void *arg)
 		}
 		if (h->quit)
 			break;
+		if (h->tok_news) {
+			tok_take(h);
+			continue;
+		}
 		if ((r = h->sq) != NULL) {
 			h->sq = r->qnext;
 			if (h->sq == NULL)
@@ -480,6 +612,8 @@ http_sender_main(void *arg)
 				continue;
 			}
 			r->up = U_SUBMITTED;
+			if (tok_push(h, r) > 0)
+				continue; /* submitted when its ids are back */
 			pthread_mutex_unlock(&h->mu);
 			submit(h, r); /* returns locked */
 			continue;

@@ -488,8 +488,6 @@ medha_replica_open(struct medha_replica **rp,
 		return rc;
 	}
 	r->fp_fixed = c->model != NULL;
-	pthread_mutex_init(&r->tok_mu, NULL);
-	pthread_cond_init(&r->tok_cv, NULL);
 	if ((rc = medha_srv_open(&srv, c->listen, why, whylen)) != 0) {
 		free(r->peers.urls);
 		free(r->w);
@@ -521,8 +519,6 @@ medha_replica_close(struct medha_replica *r)
 	if (r == NULL)
 		return;
 	rep_tok_stop(r);
-	pthread_mutex_destroy(&r->tok_mu);
-	pthread_cond_destroy(&r->tok_cv);
 	for (int i = 0; i < r->cfg.workers; i++) {
 		if (r->w[i].call != NULL)
 			medha_srv_drop(r->f.srv, r->w[i].call);

@@ -17,6 +17,7 @@
 #include "net/proto.h"
 #include "sched/pred.h"
 #include "tok/tokenizer.h"
+#include "tok/tokq.h"
 
 #include <pthread.h>
 
@@ -72,12 +73,11 @@ struct lreq {
  * one.
  */
 struct tok_job {
-	struct lreq *q; /* made at SUBMIT; its ids come back here */
+	struct medha_tokq_job tj; /* first: its text rs.prompt; its ids
+	                             become q's */
+	struct lreq *q; /* made at SUBMIT */
 	uint32_t peer;
 	struct medha_reqspec rs; /* taken over from the SUBMIT */
-	int rc;                  /* the tokenizer's */
-	size_t n;
-	struct tok_job *next;
 };
 
 /*
@@ -148,14 +148,10 @@ struct medha_replica {
 	struct medha_msg_peers peers; /* urls: (cfg.workers) */
 	int ready;
 	int64_t held; /* bytes of prompt ids held by live requests */
-	/* the tokenizer's thread (started at the first text prompt): jobs
-	   in, jobs done; tok_pending of them not yet collected */
+	/* the tokenizer's thread (tok/tokq.h; made at the first long text
+	   prompt): tok_pending jobs not yet collected */
 	size_t max_piece; /* bytes of the longest token */
-	pthread_t tok_thr;
-	int tok_started, tok_quit;
-	pthread_mutex_t tok_mu;
-	pthread_cond_t tok_cv;
-	struct tok_job *tin, *tin_tail, *tdone;
+	struct medha_tokq *tokq;
 	int64_t tok_pending;
 	struct medha_map by_ch; /* a client's handle given before its text
 	                           was tokenized -> its lreq */

@@ -2,8 +2,8 @@
  * replica_submit.c: a request's arrival at the live replica
  * (replica.h): its prompt (the ids given, a text tokenized, a made-up
  * one), its checks, the core's arrival and the client's ACCEPTED, and
- * its refusals. A text of up to TOK_INLINE bytes is tokenized at once;
- * a longer one is acknowledged at once with a handle of the replica's
+ * its refusals. A text of up to MEDHA_TOKQ_INLINE bytes is tokenized at
+ * once; a longer one is acknowledged at once with a handle of the replica's
  * own (PRE_SLOT's: the core has no handle for it yet) and tokenized on
  * the tokenizer's thread, so that the loop, which forms batches and
  * answers heartbeats, never tokenizes a long text and a short prompt
@@ -284,12 +284,6 @@ fail:
 /* ---- the tokenizer's thread ---- */
 
 #define TOK_PENDING_MAX 256 /* text prompts waiting for the tokenizer */
-/*
- * Bytes of text tokenized at once on the loop (tens of microseconds):
- * a longer text goes to the tokenizer's thread, so that a short prompt
- * never waits behind a long one's tokenizing.
- */
-#define TOK_INLINE 4096
 
 /*
  * Whether a text prompt's bytes may fit what the context holds: no
@@ -317,31 +311,11 @@ text_fits(struct medha_replica *r, struct medha_srv_call *call,
 	return -1;
 }
 
-static void *
-tok_main(void *arg)
+/* The tokenizer's thread has news: the loop collects it. */
+static void
+tok_wake(void *arg)
 {
-	struct medha_replica *r = arg;
-	struct tok_job *j;
-
-	pthread_mutex_lock(&r->tok_mu);
-	for (;;) {
-		while (r->tin == NULL && !r->tok_quit)
-			pthread_cond_wait(&r->tok_cv, &r->tok_mu);
-		if (r->tok_quit)
-			break;
-		j = r->tin;
-		if ((r->tin = j->next) == NULL)
-			r->tin_tail = NULL;
-		pthread_mutex_unlock(&r->tok_mu);
-		j->rc = medha_tok_encode(r->tok, j->rs.prompt,
-		    strlen(j->rs.prompt), MEDHA_TOK_DEFAULT, &j->q->ids, &j->n);
-		pthread_mutex_lock(&r->tok_mu);
-		j->next = r->tdone;
-		r->tdone = j;
-		medha_srv_wake(r->f.srv);
-	}
-	pthread_mutex_unlock(&r->tok_mu);
-	return NULL;
+	medha_srv_wake(arg);
 }
 
 /* q's text (from rs, taken over) to the tokenizer's thread: 0, or
@@ -352,14 +326,14 @@ tok_queue(struct medha_replica *r, uint32_t peer, struct medha_reqspec *rs,
 {
 	struct tok_job *j = calloc(1, sizeof(*j));
 
-	if (j == NULL || (!r->tok_started &&
-	                     pthread_create(&r->tok_thr, NULL, tok_main, r) != 0)) {
-		free(j);
-		return MEDHA_ENOMEM;
-	}
-	r->tok_started = 1;
+	if (j == NULL || (r->tokq == NULL &&
+	                     medha_tokq_open(&r->tokq, tok_wake, r->f.srv) != 0))
+		goto fail;
 	j->q = q;
 	j->peer = peer;
+	if (medha_tokq_push(r->tokq, &j->tj, r->tok, rs->prompt,
+	        strlen(rs->prompt), MEDHA_TOK_DEFAULT) != 0)
+		goto fail;
 	j->rs = *rs; /* taken over: the caller clears what is left */
 	rs->prompt = NULL;
 	rs->prompt_ids = NULL;
@@ -367,15 +341,10 @@ tok_queue(struct medha_replica *r, uint32_t peer, struct medha_reqspec *rs,
 		rs->stop[i] = NULL;
 	rs->n_stop = 0;
 	r->tok_pending++;
-	pthread_mutex_lock(&r->tok_mu);
-	if (r->tin_tail != NULL)
-		r->tin_tail->next = j;
-	else
-		r->tin = j;
-	r->tin_tail = j;
-	pthread_cond_signal(&r->tok_cv);
-	pthread_mutex_unlock(&r->tok_mu);
 	return 0;
+fail:
+	free(j);
+	return MEDHA_ENOMEM;
 }
 
 /*
@@ -420,31 +389,26 @@ pre_accept(struct medha_replica *r, struct medha_srv_ev *ev,
 void
 rep_tok_collect(struct medha_replica *r)
 {
-	struct tok_job *j, *done;
+	struct medha_tokq_job *tj;
 
-	if (!r->tok_started)
-		return;
-	pthread_mutex_lock(&r->tok_mu);
-	done = r->tdone;
-	r->tdone = NULL;
-	pthread_mutex_unlock(&r->tok_mu);
-	for (; done != NULL; done = j) {
+	while (r->tokq != NULL && (tj = medha_tokq_take(r->tokq)) != NULL) {
+		struct tok_job *done = (struct tok_job *)tj;
 		struct lreq *q = done->q;
-		j = done->next;
 		r->tok_pending--;
+		q->ids = tj->ids;
 		if (q->cancelled) {
 			pre_end(r, q, MEDHA_STATUS_CANCELLED, 0,
 			    "cancelled by its client");
 			rep_lreq_free(q);
-		} else if (done->rc != 0) {
-			refuse(r, NULL, q, done->rc, "tokenizing: %s",
-			    medha_strerror(done->rc));
+		} else if (tj->rc != 0) {
+			refuse(r, NULL, q, tj->rc, "tokenizing: %s",
+			    medha_strerror(tj->rc));
 			rep_lreq_free(q);
 		} else if (r->f.drain.on || r->core == NULL) {
 			refuse(r, NULL, q, MEDHA_EUNSUP,
 			    "shutting down: not accepting requests");
 			rep_lreq_free(q);
-		} else if ((q->n_prompt = (int64_t)done->n) < 1) {
+		} else if ((q->n_prompt = (int64_t)tj->n) < 1) {
 			refuse(r, NULL, q, MEDHA_EINVAL, "the prompt is empty");
 			rep_lreq_free(q);
 		} else {
@@ -455,31 +419,25 @@ rep_tok_collect(struct medha_replica *r)
 	}
 }
 
+/* A job the thread never gave back (closing): its request let go. */
+static void
+tok_drop(void *arg, struct medha_tokq_job *tj)
+{
+	struct medha_replica *r = arg;
+	struct tok_job *j = (struct tok_job *)tj;
+
+	medha_map_del(&r->by_ch, j->q->ch);
+	rep_lreq_free(j->q);
+	medha_reqspec_clear(&j->rs);
+	free(j);
+}
+
 /* Stop the thread; jobs not done are dropped, their calls unanswered. */
 void
 rep_tok_stop(struct medha_replica *r)
 {
-	struct tok_job *l[2], *j;
-
-	if (!r->tok_started)
-		return;
-	pthread_mutex_lock(&r->tok_mu);
-	r->tok_quit = 1;
-	pthread_cond_signal(&r->tok_cv);
-	pthread_mutex_unlock(&r->tok_mu);
-	pthread_join(r->tok_thr, NULL);
-	l[0] = r->tin;
-	l[1] = r->tdone;
-	for (int k = 0; k < 2; k++)
-		for (; l[k] != NULL; l[k] = j) {
-			j = l[k]->next;
-			medha_map_del(&r->by_ch, l[k]->q->ch);
-			rep_lreq_free(l[k]->q);
-			medha_reqspec_clear(&l[k]->rs);
-			free(l[k]);
-		}
-	r->tin = r->tin_tail = r->tdone = NULL;
-	r->tok_started = 0;
+	medha_tokq_close(r->tokq, tok_drop, r);
+	r->tokq = NULL;
 }
 
 void
@@ -509,7 +467,7 @@ rep_on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		return;
 	}
 	if (rs->prompt != NULL && r->tok != NULL &&
-	    strlen(rs->prompt) > TOK_INLINE) {
+	    strlen(rs->prompt) > MEDHA_TOKQ_INLINE) {
 		if (r->tok_pending >= TOK_PENDING_MAX)
 			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
 			    "overloaded: %d text prompts wait for the "

@@ -33,6 +33,14 @@ medha_router_config_default(struct medha_router_config *c)
 
 /* ---- requests ---- */
 
+/* A replica's client, or the tokenizer's thread, has news: the main
+ * thread's loop takes it. */
+static void
+wake_loop(void *arg)
+{
+	medha_srv_wake(arg);
+}
+
 static void
 rreq_free(struct rreq *q)
 {
@@ -103,6 +111,12 @@ rt_rreq_end(struct medha_router *r, struct rreq *q)
 	}
 	if (q->held)
 		unhold(r, q);
+	if (q->job != NULL && medha_tokq_cancel(r->tokq, &q->job->tj)) {
+		r->tok_bytes -= q->job->tj.len; /* not started: never comes */
+		free(q->job->text);             /* back */
+		free(q->job);
+	} /* else it comes back to find its request gone */
+	q->job = NULL;
 	medha_map_del(&r->reqs, q->handle);
 	if ((c = medha_clients_find(&r->f.clients, q->peer, 0)) != NULL)
 		c->live--;
@@ -135,6 +149,13 @@ rt_rreq_fail(struct medha_router *r, struct rreq *q, int status,
 		r->failed++;
 	rt_count_end(r, NULL, status);
 	rt_rreq_end(r, q);
+}
+
+/* Replica u's KV block size, tokens (as its last STATUS said). */
+static int64_t
+block_of(const struct up *u)
+{
+	return u->now.block_size > 0 ? u->now.block_size : MEDHA_KV_BLOCK;
 }
 
 /* Replica u's predicted pending work, s. */
@@ -192,6 +213,7 @@ choose(struct medha_router *r, const struct rreq *q, int64_t *hit)
 		double w = work_of(u);
 		if ((q->need <= free_kv) != best_fits ||
 		    w > best_w + r->cfg.cache_balance ||
+		    (q->kbs != 0 && q->kbs != block_of(u)) ||
 		    (m = rt_cache_match(&u->cache, q->keys, q->nkeys)) == 0)
 			continue;
 		if (m > best_m ||
@@ -225,12 +247,11 @@ place(struct medha_router *r, struct rreq *q)
 	q->cached = hit * q->bl < q->prompt ? hit * q->bl : q->prompt - 1;
 	u->placed += q->prompt - q->cached;
 	u->placed_kv += q->need;
-	if (r->cfg.cache_balance > 0 && q->nkeys > 0)
-		rt_cache_add(&u->cache, q->keys, q->nkeys,
-		    u->now.kv_blocks * (u->now.block_size > 0
-		                               ? u->now.block_size
-		                               : MEDHA_KV_BLOCK) /
-		        MEDHA_KV_BLOCK);
+	if (r->cfg.cache_balance > 0 && q->nkeys > 0 &&
+	    (q->kbs == 0 || q->kbs == block_of(u)))
+		rt_cache_add(&u->cache, q->keys, q->nkeys, q->kbs != 0
+		        ? u->now.kv_blocks /* keys of its own blocks */
+		        : u->now.kv_blocks * block_of(u) / MEDHA_KV_BLOCK);
 	r->cache_placed += hit > 0;
 	return 0;
 }
@@ -248,12 +269,170 @@ rt_replace(struct medha_router *r, struct rreq *q, int status, const char *why)
 		rt_rreq_fail(r, q, status, why);
 }
 
+/* ---- text to tokens (cfg.model) ---- */
+
+/* A text of up to MEDHA_TOKQ_INLINE bytes is tokenized on the loop; a
+ * longer one on the tokenizer's thread (tok/tokq.h). */
+#define TOK_PENDING_MAX 256 /* texts waiting for the tokenizer */
+#define TOK_BYTES_MAX ((size_t)256 << 20) /* and their bytes */
+
+/*
+ * q's prompt is n ids (taken over) in place of its text: 0, or a code
+ * with why (an empty prompt, or one that with max_tokens exceeds the
+ * model's context: what every replica would refuse).
+ */
+static int
+prompt_ids(struct medha_router *r, struct rreq *q, int32_t *ids, size_t n,
+    char *why, size_t whylen)
+{
+	struct medha_reqspec *rs = &q->spec;
+
+	free(rs->prompt);
+	rs->prompt = NULL;
+	free(rs->prompt_ids);
+	rs->prompt_ids = ids;
+	rs->prompt_tokens = q->prompt = (int64_t)n;
+	if (n == 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "the prompt is empty");
+	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - (int64_t)n)
+		return medha_why(why, whylen, MEDHA_ERANGE,
+		    "%lld prompt + %lld output tokens exceed the model's "
+		    "context of %lld",
+		    (long long)n, (long long)rs->max_tokens,
+		    (long long)r->ctx_len);
+	return 0;
+}
+
+/* q's text to the tokenizer's thread: 0, or MEDHA_ENOMEM. */
+static int
+tok_push(struct medha_router *r, struct rreq *q)
+{
+	struct rjob *j = calloc(1, sizeof(*j));
+
+	if (j == NULL || (r->tokq == NULL &&
+	                     medha_tokq_open(&r->tokq, wake_loop, r->f.srv) != 0))
+		goto fail;
+	j->handle = q->handle;
+	j->text = q->spec.prompt;
+	if (medha_tokq_push(r->tokq, &j->tj, r->tok, j->text, strlen(j->text),
+	        MEDHA_TOK_DEFAULT) != 0)
+		goto fail;
+	r->tok_bytes += j->tj.len;
+	q->spec.prompt = NULL;
+	q->job = j;
+	return 0;
+fail:
+	free(j);
+	return MEDHA_ENOMEM;
+}
+
+/* q's prompt known (ids, or a text left to the replica): its size, its
+ * hashes for cache-aware placement. */
+static void
+sized(struct medha_router *r, struct rreq *q)
+{
+	const struct medha_reqspec *rs = &q->spec;
+
+	q->prompt = rs->prompt_tokens > 0 ? rs->prompt_tokens
+	    : rs->prompt != NULL ? (int64_t)strlen(rs->prompt) / 3 + 1
+	                         : 1;
+	q->need = q->prompt + rs->max_tokens;
+	if (r->cfg.cache_balance > 0) {
+		int64_t bs = MEDHA_KV_BLOCK;
+		for (int i = 0; i < r->nup; i++)
+			if (r->up[i].alive && r->up[i].now.block_size > 0) {
+				bs = r->up[i].now.block_size;
+				break;
+			}
+		q->nkeys = rt_cache_keys(rs, bs, &q->keys);
+		q->kbs = rs->prompt_ids != NULL ? bs : 0;
+		q->bl = rs->prompt_ids != NULL ? bs : 64 / 3;
+	}
+}
+
+/* The texts tokenized since the last pass: their requests placed. */
+static void
+tok_collect(struct medha_router *r)
+{
+	struct medha_tokq_job *tj;
+	char why[MEDHA_PROTO_REASON_MAX];
+
+	while (r->tokq != NULL && (tj = medha_tokq_take(r->tokq)) != NULL) {
+		struct rjob *j = (struct rjob *)tj;
+		struct rreq *q = medha_map_get(&r->reqs, j->handle);
+		r->tok_bytes -= tj->len;
+		free(j->text);
+		if (q == NULL || q->job != j) { /* ended meanwhile */
+			free(tj->ids);
+			free(j);
+			continue;
+		}
+		q->job = NULL;
+		if (tj->rc != 0) {
+			free(tj->ids);
+			snprintf(why, sizeof(why), "tokenizing: %s",
+			    medha_strerror(tj->rc));
+			rt_rreq_fail(r, q, MEDHA_STATUS_REJECTED, why);
+		} else if (q->gone) {
+			free(tj->ids);
+			rt_rreq_fail(r, q, MEDHA_STATUS_CANCELLED,
+			    "client went away");
+		} else if (prompt_ids(r, q, tj->ids, tj->n, why,
+		               sizeof(why)) != 0) {
+			rt_rreq_fail(r, q, MEDHA_STATUS_REJECTED, why);
+		} else {
+			sized(r, q);
+			if (place(r, q) != 0 && hold(r, q) != 0)
+				rt_rreq_fail(r, q, MEDHA_STATUS_REJECTED,
+				    "no replica is ready");
+		}
+		free(j);
+	}
+}
+
+/*
+ * q's text, with a tokenizer: a short one tokenized now, a long one
+ * pushed to the thread (its request accepted meanwhile, placed when its
+ * ids come). 0, or a code with why to refuse the SUBMIT.
+ */
+static int
+tokenize(struct medha_router *r, struct rreq *q, char *why, size_t whylen)
+{
+	struct medha_reqspec *rs = &q->spec;
+	size_t len = strlen(rs->prompt), n = 0;
+	int32_t *ids;
+	int rc;
+
+	if (len > MEDHA_TOKQ_INLINE) {
+		if (r->tokq != NULL &&
+		    (medha_tokq_pending(r->tokq) >= TOK_PENDING_MAX ||
+		        r->tok_bytes + len > TOK_BYTES_MAX))
+			return medha_why(why, whylen, MEDHA_ENOSPACE,
+			    "overloaded: %zu text prompts of %zu bytes wait "
+			    "for the tokenizer (at most %d, %zu bytes)",
+			    medha_tokq_pending(r->tokq), r->tok_bytes,
+			    TOK_PENDING_MAX, TOK_BYTES_MAX);
+		if (tok_push(r, q) != 0)
+			return medha_why(why, whylen, MEDHA_ENOMEM,
+			    "out of memory");
+		return 0;
+	}
+	if ((rc = medha_tok_encode(r->tok, rs->prompt, len, MEDHA_TOK_DEFAULT,
+	         &ids, &n)) != 0)
+		return medha_why(why, whylen, rc, "tokenizing: %s",
+		    medha_strerror(rc));
+	return prompt_ids(r, q, ids, n, why, whylen);
+}
+
 static void
 on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 {
 	struct medha_router *r = arg;
 	struct medha_client *c;
 	struct rreq *q = NULL;
+	char why[MEDHA_PROTO_REASON_MAX];
+	int rc;
 
 	if (r->f.drain.on) {
 		rt_count_refused(r);
@@ -286,23 +465,24 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	q->peer = ev->peer;
 	memcpy(q->id, rs->id, sizeof(q->id));
 	q->arrival = medha_now() - r->t0;
-	q->prompt = rs->prompt_tokens > 0 ? rs->prompt_tokens
-	    : rs->prompt != NULL          ? (int64_t)strlen(rs->prompt) / 3 + 1
-	                                  : 1;
-	q->need = q->prompt + rs->max_tokens;
 	q->rep = -1;
-	if (r->cfg.cache_balance > 0) {
-		q->nkeys = rt_cache_keys(rs, &q->keys);
-		q->bl = rs->prompt_ids != NULL ? MEDHA_KV_BLOCK : 64 / 3;
-	}
 	q->spec = *rs; /* taken over */
 	memset(rs, 0, sizeof(*rs));
-	if (place(r, q) != 0 && hold(r, q) != 0) {
+	rc = 0;
+	if (r->tok != NULL && q->spec.prompt != NULL &&
+	    q->spec.prompt_ids == NULL)
+		rc = tokenize(r, q, why, sizeof(why));
+	if (rc == 0 && q->job == NULL) {
+		sized(r, q);
+		if (place(r, q) != 0 && hold(r, q) != 0)
+			rc = medha_why(why, sizeof(why), MEDHA_ENOSPACE,
+			    "no replica is ready");
+	}
+	if (rc != 0) {
 		rt_count_refused(r);
-		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
-		    "no replica is ready");
+		medha_srv_error(r->f.srv, ev->call, rc, "%s", why);
 		medha_map_del(&r->reqs, q->handle);
-		rreq_free(q);
+		rreq_free(q); /* no job: tokenize() pushed none */
 		return;
 	}
 	r->f.live++;
@@ -315,13 +495,6 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 	}
 }
 
-
-
-
-
-
-
-
 /* ---- clients ---- */
 
 static int
@@ -332,6 +505,11 @@ on_cancel(void *arg, uint32_t peer, uint64_t h)
 
 	if (q == NULL || q->peer != peer || q->gone)
 		return MEDHA_ENOTFOUND;
+	if (q->job != NULL) { /* its text is being tokenized: ends now */
+		rt_rreq_fail(r, q, MEDHA_STATUS_CANCELLED,
+		    "cancelled by its client");
+		return 0;
+	}
 	if (q->up != 0 && !q->cancel)
 		rt_cancel_upstream(r, q->rep, q->up);
 	q->cancel = 1; /* not accepted yet: cancelled when it is */
@@ -474,6 +652,7 @@ router_pass(void *arg)
 
 	rt_watch(r);
 	rt_take_inbox(r);
+	tok_collect(r);
 	rt_count_gauges(r);
 }
 
@@ -496,13 +675,6 @@ static const struct medha_front_ops ops = {
     .pass = router_pass,
     .activity = activity,
 };
-
-/* A replica's client has news: the main thread's loop takes it. */
-static void
-wake(void *arg)
-{
-	medha_srv_wake(arg);
-}
 
 int
 medha_router_open(struct medha_router **rp,
@@ -531,6 +703,12 @@ medha_router_open(struct medha_router **rp,
 	r->cfg = *c;
 	r->t0 = medha_now();
 	pthread_mutex_init(&r->mmu, NULL);
+	if (c->model != NULL &&
+	    (rc = medha_tok_open_file(&r->tok, c->model, &r->ctx_len, why,
+	         whylen)) != 0) {
+		medha_router_close(r);
+		return rc;
+	}
 	if ((rc = medha_srv_open(&srv, c->listen, why, whylen)) != 0) {
 		medha_router_close(r);
 		return rc;
@@ -544,7 +722,7 @@ medha_router_open(struct medha_router **rp,
 		r->met.rep[i].url = u->url;
 		u->s_per_tok = 1e-3;
 		r->nup = i + 1;
-		if ((rc = medha_pcli_open(&u->pc, u->url, wake, srv, why,
+		if ((rc = medha_pcli_open(&u->pc, u->url, wake_loop, srv, why,
 		         whylen)) != 0) {
 			medha_router_close(r);
 			return rc;
@@ -566,8 +744,10 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 {
 	int rc;
 
-	medha_log(MEDHA_LOG_INFO, "listening at %s for %d replica%s",
-	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "");
+	medha_log(MEDHA_LOG_INFO, "listening at %s for %d replica%s%s%s",
+	    r->cfg.listen, r->nup, r->nup > 1 ? "s" : "",
+	    r->tok != NULL ? "; text tokenized here, with " : "",
+	    r->tok != NULL ? r->cfg.model : "");
 	if ((rc = medha_front_run(&r->f, stop)) != 0)
 		return rc;
 	medha_log(MEDHA_LOG_INFO,
@@ -576,6 +756,17 @@ medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 	    (long long)r->served, (long long)r->failed,
 	    (long long)r->cache_placed);
 	return 0;
+}
+
+/* A job the thread never gave back (closing): its text let go. */
+static void
+tok_drop(void *arg, struct medha_tokq_job *tj)
+{
+	struct rjob *j = (struct rjob *)tj;
+
+	(void)arg;
+	free(j->text);
+	free(j);
 }
 
 void
@@ -587,6 +778,7 @@ medha_router_close(struct medha_router *r)
 
 	if (r == NULL)
 		return;
+	medha_tokq_close(r->tokq, tok_drop, NULL);
 	for (int i = 0; i < r->nup; i++) {
 		struct up *u = &r->up[i];
 		medha_pcli_close(u->pc);
@@ -598,6 +790,7 @@ medha_router_close(struct medha_router *r)
 	}
 	medha_map_free(&r->reqs);
 	free(r->held);
+	medha_tok_close(r->tok);
 	medha_front_free(&r->f);
 	pthread_mutex_destroy(&r->mmu);
 	free(r->met.rep);

@@ -5,17 +5,25 @@
  * (medha-trace replay, the HTTP front door) cannot tell the two apart,
  * and is itself a client of every replica.
  *
+ * With a model (cfg.model), text becomes token ids here, once: a text
+ * prompt is tokenized (a short one on the main thread, a long one on a
+ * tokenizer thread, tok/tokq.h, its request accepted meanwhile and
+ * placed when its ids come) and checked against the model's context,
+ * and only its ids go on. Without one a text goes on to the replica,
+ * which tokenizes it.
+ *
  * Each request goes to the replica with the least predicted pending
  * work (the prefill seconds its STATUS reports, plus what was placed on
  * it since) among those that are ready and have free KV memory for the
  * prompt and its output; when none has the memory, to the least loaded
  * ready one, which queues it. Cache-aware (cache_balance > 0): the
  * router records the chained block hashes of the prompts it placed on
- * each replica (router_cache.c), and a request whose prompt begins with
- * blocks one of them was sent goes to the one with the longest such
- * prefix instead, unless its work exceeds the least loaded one's by
- * more than cache_balance seconds; the work placed counts only the
- * prompt tokens after that prefix. A replica that refuses a request as not
+ * each replica (router_cache.c: their ids in the replicas' KV blocks,
+ * hashed as the replicas' prefix caches hash them), and a request whose
+ * prompt begins with blocks one of them was sent goes to the one with
+ * the longest such prefix instead, unless its work exceeds the least
+ * loaded one's by more than cache_balance seconds; the work placed
+ * counts only the prompt tokens after that prefix. A replica that refuses a request as not
  * ready or overloaded, or cannot be reached, is passed over for the
  * next. Tokens and records stream back to the client unchanged but for
  * the handle (the router's own) and the times (the router's clock, so
@@ -63,6 +71,10 @@ struct medha_router_config {
 	double hold_timeout;           /* s a request may wait at the router
 	                                  for a ready replica (30); 0: refuse
 	                                  it at once */
+	const char *model;             /* a GGUF whose tokenizer turns
+	                                  text prompts into ids here, and
+	                                  whose context bounds them; NULL:
+	                                  text goes on to the replicas */
 	double cache_balance;          /* s of predicted pending work: a
 	                                  request goes to the replica that
 	                                  holds the longest prefix of it

@@ -15,6 +15,8 @@
 #include "net/link.h"
 #include "net/pcli.h"
 #include "net/proto.h"
+#include "sched/prefix.h" /* medha_prefix_chain */
+#include "tok/tokq.h"
 
 #include <pthread.h>
 
@@ -22,13 +24,22 @@
 #define HB (MEDHA_PROTO_HEARTBEAT_MS / 1e3)
 
 
+/* A long text prompt on its way through the router's tokenizer
+ * thread (router.c). */
+struct rjob {
+	struct medha_tokq_job tj; /* first */
+	uint64_t handle;          /* its request's: gone if not in reqs */
+	char *text;               /* taken from the request's spec */
+};
+
 /* A request in flight through the router. */
 struct rreq {
 	uint64_t handle; /* the router's, as the client knows it */
 	uint32_t peer;   /* the client's connection */
 	char id[MEDHA_ID_MAX];
 	double arrival;   /* router clock, s */
-	int64_t prompt;   /* prompt tokens (estimated for text) */
+	int64_t prompt;   /* prompt tokens (estimated for a text the
+	                     router does not tokenize) */
 	int64_t need;     /* KV tokens it needs: prompt + max_tokens */
 	int rep;          /* the replica it was sent to, or -1 */
 	uint32_t placed_n; /* times placed: its SUBMIT's cookie is
@@ -44,9 +55,13 @@ struct rreq {
 	int held;                  /* waiting in r->held for a replica */
 	double held_since;         /* router clock when first held, or 0 */
 	double sent;               /* router clock when last placed */
+	struct rjob *job;          /* its text being tokenized, or NULL */
 	uint64_t *keys;            /* (nkeys) its prompt's chained block
 	                              hashes (router_cache.c), or NULL */
 	int64_t nkeys;
+	int64_t kbs;               /* the KV block size (tokens) the keys
+	                              were cut at: a replica of another
+	                              does not match them; 0: text bytes */
 	int64_t bl;                /* prompt tokens a key stands for */
 	int64_t cached;            /* prompt tokens its replica was guessed
 	                              to hold, placed as not to compute */
@@ -99,6 +114,10 @@ struct medha_router {
 	double held_tried;  /* medha_now() when they were last offered out */
 	int64_t served, failed;
 	int64_t cache_placed; /* placements on a recorded prefix */
+	struct medha_tok *tok;   /* cfg.model's, or NULL: text goes on */
+	int64_t ctx_len;         /* its context (0: unknown) */
+	struct medha_tokq *tokq; /* its thread, for long texts */
+	size_t tok_bytes;        /* of the texts pushed, not taken back */
 	pthread_mutex_t mmu;               /* guards met */
 	struct medha_router_metrics met;   /* met.rep: (nup) */
 };
@@ -116,9 +135,11 @@ void rt_replace(struct medha_router *r, struct rreq *q, int status,
 void rt_release_held(struct medha_router *r, double t);
 
 /* router_cache.c: the record of what prompts went where. The chained
- * block hashes of rs's prompt into *keys (malloc'd), their count
+ * block hashes of rs's prompt (its ids in blocks of bs tokens, else its
+ * text in blocks of 64 bytes) into *keys (malloc'd), their count
  * returned (0: none to match, *keys NULL). */
-int64_t rt_cache_keys(const struct medha_reqspec *rs, uint64_t **keys);
+int64_t rt_cache_keys(const struct medha_reqspec *rs, int64_t bs,
+    uint64_t **keys);
 /* Blocks of keys, from the first, that c holds. */
 int64_t rt_cache_match(const struct rcache *c, const uint64_t *keys,
     int64_t n);

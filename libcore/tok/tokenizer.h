@@ -62,6 +62,14 @@ int medha_tok_open(struct medha_tok **t, const struct medha_gguf *g, char *why,
     size_t whylen);
 /* Free everything; t may be NULL. */
 void medha_tok_close(struct medha_tok *t);
+/*
+ * medha_tok_open on the GGUF file at path (closed again), and in
+ * *ctx_len the model's context length (its <arch>.context_length; 0
+ * when it has none). Returns as medha_tok_open, or medha_gguf_open's
+ * error; why names the file.
+ */
+int medha_tok_open_file(struct medha_tok **t, const char *path,
+    int64_t *ctx_len, char *why, size_t whylen);
 
 /*
  * Tokenize len bytes of text (any bytes; NUL is an ordinary byte). On

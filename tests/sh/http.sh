@@ -12,7 +12,8 @@
 #     n = 1's, seeded ones differ and repeat, streamed with their index,
 #     the prompt's KV shared, a stream left cancels every choice).
 #  2. The openai Python package (cache/venv): completions and chat,
-#     streamed and not, greedy: the text must be exactly what
+#     streamed and not, greedy, one prompt of 4.5 KB (tokenized on the
+#     front door's tokenizer thread): the text must be exactly what
 #     medha-worker -p (--chat) gives alone.
 #  3. Hostile clients on raw sockets (tests/ref/http_hostile.py): invalid
 #     UTF-8, bodies that are not JSON or nested 100,000 deep, bad
@@ -240,7 +241,9 @@ def alone(prompt, n, chat):
     assert out.endswith("\n")
     return out[:-1]
 cases = [("The capital of France is", 16, False), ("def fibonacci(n):", 16, False),
-         ("What is 2+2?", 16, True), ("Write a haiku about the sea.", 16, True)]
+         ("What is 2+2?", 16, True), ("Write a haiku about the sea.", 16, True),
+         # over 4 KiB: the front door tokenizes it on its tokenizer's thread
+         ("Medha serves long prompts in chunks. " * 120 + "In short,", 8, False)]
 bad = 0
 for prompt, n, chat in cases:
     want = alone(prompt, n, chat)
@@ -259,7 +262,7 @@ for prompt, n, chat in cases:
         streamed = "".join(ch.choices[0].text for ch in s if ch.choices)
     ok = whole == want and streamed == want
     bad += not ok
-    print("%s %s%r: %s" % ("ok  " if ok else "FAIL", "chat " if chat else "", prompt,
+    print("%s %s%r: %s" % ("ok  " if ok else "FAIL", "chat " if chat else "", prompt[:60],
                             "" if ok else "http %r, stream %r, alone %r" % (whole, streamed, want)))
 r = c.completions.create(model=mid, prompt=cases[0][0], max_tokens=16,
                          temperature=0, n=2)

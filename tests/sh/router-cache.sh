@@ -15,7 +15,8 @@
 # replicas of 1500 KV blocks, 60 requests on 30 prefixes of 2000 tokens
 # (125 blocks each: more than a pool holds), and the router's
 # medha_prefix_cache_evictions_total is above 0 (from the replicas'
-# STATUS "evicted").
+# STATUS "evicted"). Then text prompts through a router that tokenizes
+# them (-m), in front of replicas that cannot (below).
 . "$(dirname "$0")/lib.sh"
 N=48 QPS=8 TURNS=3 THINK=4 MAXTOK=16 SPEED=20 SEED=3 \
     sh "$top/contrib/bench-router-cache.sh" "$bin" >"$tmp/out" 2>"$tmp/err" ||
@@ -66,3 +67,63 @@ ev=$(curl -s "http://127.0.0.1:$port/metrics" |
     sed -n 's/^medha_prefix_cache_evictions_total{[^}]*} //p')
 echo "evictions in /metrics: $ev"
 [ "${ev:-0}" -gt 0 ]
+
+# ---- text prompts: the router tokenizes (-m), the replicas see ids ----
+# Two sim replicas of llama3-8b without a tokenizer (they refuse text)
+# behind a router with SmolLM2's tokenizer: 24 text requests, each one of
+# four system texts of 3.3 to 5.5 KB (the longer ones tokenized on the
+# router's tokenizer thread) and a question of its own, all end ok (the
+# replicas got ids), their replicas' caches served some of their
+# prompts, and the router placed some on a prefix it had sent (token
+# blocks hashed as the replicas hash theirs). The same trace through a
+# router without -m is refused by the replicas (no tokenizer), as
+# medha-router(1) says.
+if [ -s "$model" ]; then
+	for i in 0 1; do
+		"$bin/medha-sched" -l "ipc://$tmp/t$i.sock" 2>"$tmp/ts$i.log" &
+		"$bin/medha-worker" -s "ipc://$tmp/t$i.sock" --backend sim \
+		    --gpu a100 -m llama3-8b --speed 20 2>"$tmp/tw$i.log" &
+	done
+	"$bin/medha-router" -l "ipc://$tmp/t.sock" -r "ipc://$tmp/t0.sock" \
+	    -r "ipc://$tmp/t1.sock" -m "$model" 2>"$tmp/trouter.log" &
+	trouter=$!
+	"$bin/medha-router" -l "ipc://$tmp/tn.sock" -r "ipc://$tmp/t0.sock" \
+	    -r "ipc://$tmp/t1.sock" 2>"$tmp/tnrouter.log" &
+	tnrouter=$!
+	wait_for "$tmp/trouter.log" "ready: "
+	wait_for "$tmp/tnrouter.log" "ready: "
+	python3 - "$tmp/t.jsonl" <<'PY'
+import json, sys
+sysp = ["System %d. " % k + ("You answer questions about topic %d " % k) * (90 + 20 * k)
+        for k in range(4)]
+with open(sys.argv[1], "w") as f:
+    for i in range(24):
+        f.write(json.dumps({"id": i, "arrival": 0.1 * i, "max_tokens": 4,
+                            "prompt": sysp[i % 4] + "Question %d?" % i}) + "\n")
+PY
+	"$bin/medha-trace" replay -a "ipc://$tmp/t.sock" "$tmp/t.jsonl" \
+	    >"$tmp/tout.jsonl"
+	"$bin/medha-trace" replay -a "ipc://$tmp/tn.sock" "$tmp/t.jsonl" \
+	    >"$tmp/tnout.jsonl" || :
+	kill -TERM $trouter $tnrouter
+	wait $trouter $tnrouter || :
+	python3 - "$tmp/tout.jsonl" "$tmp/tnout.jsonl" "$tmp/trouter.log" <<'PY'
+import json, re, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(recs) == 24 and all(r["status"] == "ok" for r in recs), \
+    [r for r in recs if r["status"] != "ok"][:2]
+cached = sum(r.get("cached_tokens", 0) for r in recs)
+prompt = sum(r["prompt_tokens"] for r in recs)
+placed = int(re.search(r"(\d+) placed on a cached prefix",
+                       open(sys.argv[3]).read())[1])
+no = [json.loads(l) for l in open(sys.argv[2])]
+assert no and all(r["status"] == "rejected" and "tokenizer" in r["reason"]
+                  for r in no), no[:2]
+assert cached > 0 and placed > 0, (cached, placed)
+print("text through a tokenizing router: 24 ok, %d of %d prompt tokens "
+      "cached, %d placed on a cached prefix; without -m: %d rejected (%s)"
+      % (cached, prompt, placed, len(no), no[0]["reason"]))
+PY
+else
+	echo "skip: text prompts ($model missing: contrib/fetch-refs.sh)"
+fi

@@ -1,9 +1,10 @@
 #!/bin/sh
 # router.sh: medha-router in front of replicas.
 #  1. examples/serve.sh two-replicas (two cpu replicas of SmolLM2 behind a
-#     router): sixteen greedy requests at once, each exactly the tokens
-#     medha-worker -p gives alone; both replicas serve some; one record
-#     each.
+#     router that tokenizes text, -m): sixteen greedy text requests at
+#     once (one of 4.6 KB, which the router tokenizes on its tokenizer's
+#     thread), each exactly the tokens medha-worker -p gives alone; both
+#     replicas serve some; one record each.
 #  2. Three sim replicas behind a router, two replays running, one whose
 #     client streams (--stream) and one that does not: one scheduler is
 #     stopped (SIGSTOP: its heartbeats stop, its connection stays) and
@@ -28,9 +29,10 @@ pids=
 
 # ---- 1. two cpu replicas: the single process's tokens ----
 if [ -s "$model" ]; then
-	python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 3 4 5 6 7 8 12
+	python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 3 4 5 6 7 8 40
 	serve_start two-replicas 60 MEDHA_ROUTER="ipc://$tmp/router.sock" \
-	    MEDHA_LOG="$tmp/logs" MEDHA_MODEL="$model"
+	    MEDHA_LOG="$tmp/logs" MEDHA_MODEL="$model" \
+	    MEDHA_ROUTER_OPTS="-m $model"
 	"$bin/medha-trace" replay -a "ipc://$tmp/router.sock" --token-ids \
 	    "$tmp/trace.jsonl" >"$tmp/out.jsonl"
 	serve_stop

@@ -17,8 +17,9 @@
  * rounds as their records say (TTFT on the router's clock, from when
  * the router took the SUBMIT), and as this client saw them (from its
  * SUBMIT to the first token event); the time from the CANCEL to the
- * long request's record (its status "cancelled"); and how the long
- * prompt ended. Exit 0 when every request ended as said, else 1 (the
+ * long request's record (its status "cancelled"); then, if the long
+ * prompt has not ended (said "during"), a CANCEL of it and the time to
+ * its record ("cancel_long"); and how the long prompt ended. Exit 0 when every request ended as said, else 1 (the
  * test judges the times).
  */
 #include "net/pcli.h"
@@ -102,6 +103,34 @@ pump(double s, int (*cond)(void))
 	}
 }
 
+/* What came for the long prompt (cookie 7, on pc2) within s seconds,
+ * until it ended. */
+static void
+take7(double s)
+{
+	double until = medha_now() + s;
+	struct medha_pcli_out o;
+
+	do {
+		if (!medha_pcli_take(pc2, s > 0 ? 0.01 : 0, &o))
+			continue;
+		if (o.kind == MEDHA_PCLI_ACCEPTED)
+			rq[7].handle = o.handle;
+		if (o.kind == MEDHA_PCLI_REFUSED ||
+		    (o.kind == MEDHA_PCLI_EVENT &&
+		        o.ev.kind == MEDHA_EVENT_RECORD)) {
+			rq[7].status = o.kind == MEDHA_PCLI_REFUSED
+			    ? MEDHA_STATUS_REJECTED
+			    : o.ev.record->status;
+			rq[7].end = medha_now();
+			snprintf(rq[7].reason, sizeof(rq[7].reason), "%s",
+			    o.kind == MEDHA_PCLI_REFUSED ? o.why
+			                                 : o.ev.record->reason);
+		}
+		medha_pcli_out_clear(&o);
+	} while (rq[7].status < 0 && medha_now() < until);
+}
+
 static uint64_t want; /* the cookie cond_* look at */
 static int cond_first(void) { return rq[want].first > 0; }
 static int cond_end(void) { return rq[want].status >= 0; }
@@ -117,7 +146,7 @@ static int
 cond_all(void)
 {
 	for (uint64_t i = 1; i <= want; i++)
-		if (rq[i].status < 0)
+		if (i != 7 && rq[i].status < 0) /* 7's come on pc2 */
 			return 0;
 	return 1;
 }
@@ -192,18 +221,10 @@ main(int argc, char *argv[])
 	pc = pc2;
 	submit(7, text, 1, 0);
 	pc = mine;
-	/* the router has it (placed, on its way to the replica) */
-	while (medha_pcli_take(pc2, 10, &o)) {
-		int k = o.kind;
-		if (k == MEDHA_PCLI_REFUSED) {
-			rq[7].status = MEDHA_STATUS_REJECTED;
-			snprintf(rq[7].reason, sizeof(rq[7].reason), "%s",
-			    o.why);
-		}
-		medha_pcli_out_clear(&o);
-		if (k == MEDHA_PCLI_ACCEPTED || k == MEDHA_PCLI_REFUSED)
-			break;
-	}
+	/* the router has it */
+	while (rq[7].handle == 0 && rq[7].status < 0 &&
+	    medha_now() < t7 + 10)
+		take7(0.01);
 	if (getenv("LP_DEBUG"))
 		fprintf(stderr, "the long prompt accepted after %.1f ms\n",
 		    1e3 * (medha_now() - t7));
@@ -211,31 +232,22 @@ main(int argc, char *argv[])
 		submit(c, shorts, 2, 0);
 	want = 7 + NSHORT; /* their first tokens, then the CANCEL */
 	pump(10, cond_firsts);
-	int during = medha_pcli_take(pc2, 0, &o) == 0; /* 7 not over */
-	if (!during)
-		medha_pcli_out_clear(&o);
+	take7(0);
+	int during = rq[7].status < 0; /* 7 not over */
 	medha_pcli_cancel(pc, rq[6].handle);
 	double cancel_at = medha_now();
 	want = 6;
 	pump(10, cond_end);
 	want = 12;
 	pump(30, cond_all);
-	for (double until = medha_now() + 30; rq[7].status < 0 &&
-	     medha_now() < until;) { /* the long prompt's end */
-		if (!medha_pcli_take(pc2, 0.1, &o))
-			continue;
-		if (o.kind == MEDHA_PCLI_REFUSED ||
-		    (o.kind == MEDHA_PCLI_EVENT &&
-		        o.ev.kind == MEDHA_EVENT_RECORD)) {
-			rq[7].status = o.kind == MEDHA_PCLI_REFUSED
-			    ? MEDHA_STATUS_REJECTED
-			    : o.ev.record->status;
-			snprintf(rq[7].reason, sizeof(rq[7].reason), "%s",
-			    o.kind == MEDHA_PCLI_REFUSED ? o.why
-			                                 : o.ev.record->reason);
-		}
-		medha_pcli_out_clear(&o);
-	}
+	/* then the long prompt's own CANCEL, if it is not over */
+	take7(0);
+	int during7 = rq[7].status < 0 && rq[7].handle != 0;
+	double cancel7_at = medha_now();
+	if (during7)
+		medha_pcli_cancel(pc2, rq[7].handle);
+	take7(30); /* the long prompt's end */
+	int status7 = rq[7].status;
 	printf("alone");
 	for (int c = 1; c <= NSHORT; c++)
 		printf(" %.2f", 1e3 * rq[c].ttft);
@@ -260,6 +272,8 @@ main(int argc, char *argv[])
 	    rq[6].status, during ? "during" : "after");
 	if (rq[6].status != MEDHA_STATUS_CANCELLED)
 		bad = 1;
+	printf("cancel_long %.2f %d %s\n", 1e3 * (rq[7].end - cancel7_at),
+	    status7, during7 ? "during" : "after");
 	printf("long %d %s\n", rq[7].status, rq[7].reason);
 	medha_pcli_close(pc);
 	medha_pcli_close(pc2);
