@@ -424,7 +424,27 @@ struct medha_attn_seq {
 	int64_t window;
 	float scale;
 	float softcap;
+	/* llama4's chunked attention: a query at p sees keys in its chunk,
+	   floor((p + base) / chunk) * chunk - base <= k (0: none); base the
+	   position key 0 of the cache stands for (KVP's piece) */
+	int64_t chunk;
+	int64_t base;
 };
+
+/* The first key a query of s at position p may see (its window or
+   chunk; 0 where neither leaves keys out). */
+static inline int64_t
+medha_attn_first_key(const struct medha_attn_seq *s, int64_t p)
+{
+	int64_t lo = 0, c;
+
+	if (s->window > 0 && lo < p + 1 - s->window)
+		lo = p + 1 - s->window;
+	if (s->chunk > 0 &&
+	    lo < (c = (p + s->base) / s->chunk * s->chunk - s->base))
+		lo = c;
+	return lo;
+}
 
 /* Floats of per-thread scratch attention needs for keys up to nkeys. */
 size_t

@@ -9,6 +9,7 @@
 #include "engine/backend.h"
 #include "engine/backend_cpu.h"
 #include "engine/backend_sim.h"
+#include "sched/pred.h"
 #ifdef MEDHA_CUDA
 #include "engine/backend_cuda.h"
 #endif
@@ -52,6 +53,33 @@ open_sim(struct medha_backend **be, const struct medha_backend_params *p,
 	return medha_backend_sim_open(be, &o, why, whylen);
 }
 
+#ifdef MEDHA_CUDA
+/*
+ * The cuda backend has no routed FFN yet (issue 41, item 3): a model
+ * with experts, a file or a shape name, is refused here by name before
+ * the backend reads its weights (it would find no dense FFN in a routed
+ * layer). Anything else, or a model that does not resolve, goes on to
+ * the backend and its own reasons.
+ */
+static int
+open_cuda(struct medha_backend **be, const struct medha_backend_params *p,
+    char *why, size_t whylen)
+{
+	struct medha_pred_model pm;
+	char w[256];
+
+	if (p->model != NULL &&
+	    medha_model_resolve_why(p->model, &pm, w, sizeof(w)) == 0 &&
+	    pm.c.a.n_expert > 0)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "cuda: %s: a mixture of experts (%s, %d experts) is not "
+		    "supported by the cuda backend yet (the cpu backend runs "
+		    "it)",
+		    p->model, pm.c.a.name, pm.c.a.n_expert);
+	return medha_backend_cuda_open(be, p, why, whylen);
+}
+#endif
+
 static const struct medha_backend_kind kinds[] = {
 	{"cpu",
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
@@ -67,8 +95,7 @@ static const struct medha_backend_kind kinds[] = {
 	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_GPU |
 	        MEDHA_BACKEND_FORK,
 #ifdef MEDHA_CUDA
-	    "the model on an NVIDIA GPU (cuBLASLt, NCCL)",
-	    medha_backend_cuda_open},
+	    "the model on an NVIDIA GPU (cuBLASLt, NCCL)", open_cuda},
 #else
 	    "the model on an NVIDIA GPU (not built into this program)", NULL},
 #endif

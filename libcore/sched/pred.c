@@ -440,7 +440,7 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 	p->stage_layers = (m->c.n_layers + spp - 1) / spp;
 	p->table = NULL;
 	for (int l = 0; l < m->c.n_layers; l++) {
-		int w = medha_layer_window(&m->c, l);
+		int w = medha_layer_span(&m->c, l);
 		if (w > 0) {
 			p->window = w;
 			p->stage_window += 1;
