@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* v = rows [lo, hi) of w. */
-static const struct medha_tensor *
-rows_view(struct medha_tensor *v, const struct medha_tensor *w, int lo, int hi)
+const struct medha_tensor *
+medha_cpu_rows_view(struct medha_tensor *v, const struct medha_tensor *w,
+    int lo, int hi)
 {
 	size_t rb = medha_ggml_row_bytes(w->type, w->ne[0]);
 
@@ -64,11 +64,6 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 	if (m->c.n_heads / m->c.n_kv_heads > 64)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "more than 64 query heads per kv head");
-	if (tpn > 1 && m->c.a.n_expert > 0)
-		return medha_why(why, whylen, MEDHA_EUNSUP,
-		    "TP of %d: the %s model's experts are not split over TP "
-		    "ranks yet (SPP and KVP split it)",
-		    tpn, m->c.a.name);
 	if (o != NULL && (o->kv_shards < 0 || o->kv_shards > 64))
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "kv_shards %d out of range [0, 64]", o->kv_shards);
@@ -124,16 +119,23 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		const struct medha_tensor *all[7] = {L->wq, L->wk, L->wv,
 		    L->wo, L->gate, L->up, L->down};
 		/* the rows of each matrix this rank holds */
-		const int hd = m->c.head_dim, lo[7] = {me.h_lo * hd,
+		const int hd = m->c.head_dim;
+		int lo[7] = {me.h_lo * hd,
 		    me.kv_lo * hd, me.kv_lo * hd, me.d_lo, me.f_lo, me.f_lo,
 		    me.d_lo};
-		const int hi[7] = {me.h_hi * hd, me.kv_hi * hd, me.kv_hi * hd,
+		int hi[7] = {me.h_hi * hd, me.kv_hi * hd, me.kv_hi * hd,
 		    me.d_hi, me.f_hi, me.f_hi, me.d_hi};
+		if (medha_layer_moe(&m->c, l)) /* the shared expert's rows */
+			medha_stage_layers(m->c.a.shexp_ffn_dim, tpn, tpr,
+			    &lo[W_GATE], &hi[W_GATE]);
+		lo[W_UP] = lo[W_GATE];
+		hi[W_UP] = hi[W_GATE];
 		for (int i = 0; i < 7; i++) {
 			if (all[i] == NULL) /* a routed layer's FFN */
 				continue;
 			c->w[l][i] = tpn == 1 ? all[i]
-			                      : rows_view(&c->view[l * 7 + i],
+			                      : medha_cpu_rows_view(
+			                            &c->view[l * 7 + i],
 			                            all[i], lo[i], hi[i]);
 			if (l >= c->lo && l < c->hi && !c->ref && !c->compat &&
 			    (rc = medha_pack_make(&c->pk[l * 7 + i],
@@ -286,6 +288,9 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 			size_t dr = (size_t)(s0->d_hi - s0->d_lo), wmax = dr;
 			size_t qr = (size_t)(s0->h_hi - s0->h_lo) * mc->head_dim;
 			size_t fr = (size_t)(s0->f_hi - s0->f_lo);
+			size_t sr = (size_t)(mc->a.shexp_ffn_dim + c->tpn - 1) /
+			    (size_t)c->tpn; /* a shared expert's rows */
+			wmax = sr > wmax ? sr : wmax;
 			wmax = qr > wmax ? qr : wmax;
 			wmax = fr > wmax ? fr : wmax;
 			c->yl = medha_calloc(N * dr, sizeof(float));
@@ -642,13 +647,32 @@ rope_kv(struct medha_cpu *c, const struct medha_batch *b, int l)
  * its own n * w_r first, so mine must have room for that many. dst may
  * be mine.
  */
+int
+medha_cpu_gather(struct medha_cpu *c, int layer, int kind, const float *mine,
+    int n, float *dst, const int *lo, const int *w, float *gb)
+{
+	const size_t w0 = (size_t)w[0];
+	const int W = lo[c->tpn - 1] + w[c->tpn - 1];
+	int rc, t, r;
+
+	if ((rc = c->gather(c->garg, layer, kind, mine,
+	         (size_t)n * w0 * sizeof(float), gb, c->gwhy,
+	         sizeof(c->gwhy))) != 0)
+		return rc;
+	for (t = 0; t < n; t++)
+		for (r = 0; r < c->tpn; r++)
+			memcpy(dst + (size_t)t * W + lo[r],
+			    gb + (size_t)r * n * w0 + (size_t)t * w[r],
+			    sizeof(float) * w[r]);
+	return 0;
+}
+
 static int
 gather(struct medha_cpu *c, int layer, int kind, const float *mine, int n,
     float *dst)
 {
 	const int hd = c->m->c.head_dim;
-	int lo[MEDHA_TP_MAX], w[MEDHA_TP_MAX], W, rc, t, r;
-	size_t w0;
+	int lo[MEDHA_TP_MAX], w[MEDHA_TP_MAX], r;
 
 	for (r = 0; r < c->tpn; r++) {
 		const struct medha_tp_share *s = &c->share[r];
@@ -656,18 +680,7 @@ gather(struct medha_cpu *c, int layer, int kind, const float *mine, int n,
 		w[r] = (kind == 0 ? s->h_hi * hd : kind == 2 ? s->f_hi : s->d_hi) -
 		    lo[r];
 	}
-	w0 = (size_t)w[0];
-	W = lo[c->tpn - 1] + w[c->tpn - 1];
-	if ((rc = c->gather(c->garg, layer, kind, mine,
-	         (size_t)n * w0 * sizeof(float), c->gb, c->gwhy,
-	         sizeof(c->gwhy))) != 0)
-		return rc;
-	for (t = 0; t < n; t++)
-		for (r = 0; r < c->tpn; r++)
-			memcpy(dst + (size_t)t * W + lo[r],
-			    c->gb + (size_t)r * n * w0 + (size_t)t * w[r],
-			    sizeof(float) * w[r]);
-	return 0;
+	return medha_cpu_gather(c, layer, kind, mine, n, dst, lo, w, c->gb);
 }
 
 /*

@@ -78,6 +78,21 @@ struct medha_cpu {
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN };
 
 
+/* v = rows [lo, hi) of the matrix w (a TP rank's share). */
+const struct medha_tensor *medha_cpu_rows_view(struct medha_tensor *v,
+    const struct medha_tensor *w, int lo, int hi);
+
+/*
+ * TP: this rank's (n, w[tpr]) part of an output, mine, gathered from
+ * every rank (c->gather, as layer and kind) into dst (n, W), rank r's
+ * part at columns [lo[r], lo[r] + w[r]); gb receives the ranks' parts,
+ * tpn * n * w[0] floats (rank 0's is the largest). dst may be mine. 0
+ * or the gather's error (its reason in c->gwhy).
+ */
+int medha_cpu_gather(struct medha_cpu *c, int layer, int kind,
+    const float *mine, int n, float *dst, const int *lo, const int *w,
+    float *gb);
+
 /* gate, up and down of one token's SwiGLU (act: the model's ffn_act) as
    the dense FFN does them: g = act(g) * u over n */
 void medha_cpu_glu(const struct medha_cpu *c, float *g, const float *u,
@@ -86,9 +101,12 @@ void medha_cpu_glu(const struct medha_cpu *c, float *g, const float *u,
 /*
  * The routed FFN (cpu_moe.c). init: the experts' views and packs of the
  * layers [c->lo, c->hi) that are routed (c->moe stays NULL where none
- * is); 0, MEDHA_EUNSUP (TP with experts) or MEDHA_ENOMEM with why.
- * ffn: layer l's FFN of the n rows of c->xn (normed), its output into
- * c->xn; 0 or MEDHA_ENOMEM. free: c->moe.
+ * is), a TP rank's rows of each expert (medha_stage_layers of its rows,
+ * and of dim for down); 0 or MEDHA_ENOMEM with why. ffn: layer l's FFN
+ * of the n rows of c->xn (normed), its output into c->xn; with TP four
+ * all-gathers (kinds 2 and 3: the shared expert's SwiGLU and down; 4
+ * and 5: the experts'); 0, MEDHA_ENOMEM or the gather's error. free:
+ * c->moe.
  */
 int medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen);
 int medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n);

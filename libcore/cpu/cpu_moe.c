@@ -17,6 +17,12 @@
  * gate and up, one for its SwiGLU, one for its down; then two regions
  * per expert a token chose (gate and up; down), one for every expert's
  * SwiGLU, one for the weighted sum.
+ *
+ * TP as a dense layer's (cpu.h): a rank holds its share of every
+ * expert's gate and up rows and of down's dim rows (and of the shared
+ * expert's), computes the router whole, and all-gathers the SwiGLU
+ * outputs and down's outputs, of the shared expert and of all experts
+ * at once, so each (row, token) product is the one process's.
  */
 #include "cpu/cpu_impl.h"
 
@@ -26,6 +32,14 @@
 
 struct medha_cpu_moe {
 	int ne, k, ef;             /* experts, top-k, rows of an expert */
+	/* TP: each rank's first row and rows of an expert's gate and up,
+	   of the shared expert's, and of down (dim) */
+	int elo[MEDHA_TP_MAX], ew[MEDHA_TP_MAX];
+	int slo[MEDHA_TP_MAX], sw[MEDHA_TP_MAX];
+	int dlo[MEDHA_TP_MAX], dw[MEDHA_TP_MAX];
+	int efw, sfw, dimw;        /* this rank's of each */
+	float *gb;                 /* (tp, cap * k, the widest of rank 0's)
+	                              what a gather receives (tp > 1) */
 	struct medha_tensor *view; /* (n_layers, ne, 3) each expert's gate,
 	                              up and down */
 	struct medha_pack *pk;     /* (n_layers, ne, 3) their packs (data
@@ -56,7 +70,8 @@ bufs_free(struct medha_cpu_moe *m)
 	free(m->u);
 	free(m->y);
 	free(m->sh);
-	m->logit = m->wt = m->xg = m->g = m->u = m->y = m->sh = NULL;
+	free(m->gb);
+	m->logit = m->wt = m->xg = m->g = m->u = m->y = m->sh = m->gb = NULL;
 	m->sel = m->row = NULL;
 	m->cap = 0;
 }
@@ -119,6 +134,20 @@ medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen)
 	m->ne = mc->a.n_expert;
 	m->k = mc->a.n_expert_used;
 	m->ef = mc->a.expert_ffn_dim;
+	for (i = 0; i < c->tpn; i++) {
+		int a, b;
+		medha_stage_layers(m->ef, c->tpn, i, &a, &b);
+		m->elo[i] = a;
+		m->ew[i] = b - a;
+		medha_stage_layers(mc->a.shexp_ffn_dim, c->tpn, i, &a, &b);
+		m->slo[i] = a;
+		m->sw[i] = b - a;
+		m->dlo[i] = c->share[i].d_lo;
+		m->dw[i] = c->share[i].d_hi - c->share[i].d_lo;
+	}
+	m->efw = m->ew[c->tpr];
+	m->sfw = m->sw[c->tpr];
+	m->dimw = m->dw[c->tpr];
 	for (l = c->lo; l < c->hi; l++) {
 		const struct medha_layer *L = &c->m->layer[l];
 		if (!medha_layer_moe(mc, l))
@@ -135,7 +164,12 @@ medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen)
 				    ? L->gate_exps
 				    : i == 1 ? L->up_exps
 				             : L->down_exps;
-				medha_expert_view(&m->view[at], x, e);
+				struct medha_tensor whole;
+				const int lo = i < 2 ? m->elo[c->tpr]
+				                     : m->dlo[c->tpr];
+				medha_expert_view(&whole, x, e);
+				medha_cpu_rows_view(&m->view[at], &whole, lo,
+				    lo + (i < 2 ? m->efw : m->dimw));
 				if (c->ref || c->compat)
 					continue;
 				rc = medha_pack_make(&m->pk[at], &m->view[at]);
@@ -167,9 +201,14 @@ grow(struct medha_cpu *c, int n)
 	m->u = medha_calloc(nk * (size_t)m->ef, sizeof(float));
 	m->y = medha_calloc(nk * d, sizeof(float));
 	m->sh = medha_calloc(N * d, sizeof(float));
+	if (c->tpn > 1) {
+		size_t w = (size_t)m->ew[0];
+		w = (size_t)m->dw[0] > w ? (size_t)m->dw[0] : w;
+		m->gb = medha_calloc(nk * w * (size_t)c->tpn, sizeof(float));
+	}
 	if (m->logit == NULL || m->sel == NULL || m->wt == NULL ||
 	    m->row == NULL || m->xg == NULL || m->g == NULL || m->u == NULL ||
-	    m->y == NULL || m->sh == NULL) {
+	    m->y == NULL || m->sh == NULL || (c->tpn > 1 && m->gb == NULL)) {
 		bufs_free(m);
 		return MEDHA_ENOMEM;
 	}
@@ -253,7 +292,7 @@ moe_rows_task(void *arg, int i, int thread)
 	struct medha_cpu_moe *m = c->moe;
 	const struct medha_layer *L = &c->m->layer[r->l];
 	const struct medha_arch *a = &c->m->c.a;
-	const int d = c->m->c.dim, sf = a->shexp_ffn_dim;
+	const int d = c->m->c.dim, sf = m->sfw;
 	int t0 = i * r->per, t1 = t0 + r->per < r->n ? t0 + r->per : r->n;
 
 	(void)thread;
@@ -264,8 +303,8 @@ moe_rows_task(void *arg, int i, int thread)
 			continue;
 		}
 		if (r->op == OP_GLU_EXP) {
-			medha_cpu_glu(c, m->g + (size_t)t * m->ef,
-			    m->u + (size_t)t * m->ef, m->ef);
+			medha_cpu_glu(c, m->g + (size_t)t * m->efw,
+			    m->u + (size_t)t * m->efw, m->efw);
 			continue;
 		}
 		/* OP_SUM: the experts' outputs weighted, in order of weight
@@ -301,11 +340,13 @@ moe_rows(struct medha_cpu *c, int l, int n, int op)
 	    &r);
 }
 
-/* The router's logits and the shared expert's output (in m->sh). */
+/* The router's logits and the shared expert's output (in m->sh); with
+   TP the rank's rows, gathered after its SwiGLU and its down. */
 static int
 router_shared(struct medha_cpu *c, int l, int n)
 {
 	const struct medha_layer *L = &c->m->layer[l];
+	const struct medha_tensor *const *W = c->w[l];
 	struct medha_cpu_moe *m = c->moe;
 	const int d = c->m->c.dim, sf = c->m->c.a.shexp_ffn_dim;
 	struct medha_mm mm[3];
@@ -315,9 +356,9 @@ router_shared(struct medha_cpu *c, int l, int n)
 		return rc;
 	mm[0] = (struct medha_mm){L->gate_inp, m->logit, packed(&m->rpk[l])};
 	if (L->gate != NULL) {
-		mm[1] = (struct medha_mm){L->gate, c->g,
+		mm[1] = (struct medha_mm){W[W_GATE], c->g,
 		    packed(&c->pk[l * 7 + W_GATE])};
-		mm[2] = (struct medha_mm){L->up, c->u,
+		mm[2] = (struct medha_mm){W[W_UP], c->u,
 		    packed(&c->pk[l * 7 + W_UP])};
 		nmm = 3;
 	}
@@ -325,11 +366,17 @@ router_shared(struct medha_cpu *c, int l, int n)
 	    L->gate == NULL)
 		return rc;
 	moe_rows(c, l, n, OP_GLU_SH);
+	if (c->tpn > 1 && (rc = medha_cpu_gather(c, l, 2, c->g, n, c->g,
+	                       m->slo, m->sw, c->gb)) != 0)
+		return rc;
 	if ((rc = medha_act_set(&c->act, c->g, n, sf, c->nt)) != 0)
 		return rc;
-	mm[0] = (struct medha_mm){L->down, m->sh,
+	mm[0] = (struct medha_mm){W[W_DOWN], c->tpn > 1 ? c->yl : m->sh,
 	    packed(&c->pk[l * 7 + W_DOWN])};
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, 1, c->ref)) != 0)
+		return rc;
+	if (c->tpn > 1 && (rc = medha_cpu_gather(c, l, 3, c->yl, n, m->sh,
+	                       m->dlo, m->dw, c->gb)) != 0)
 		return rc;
 	if (L->gate_inp_sh != NULL) /* qwen2moe: silu(s) / s, as llama.cpp */
 		for (int t = 0; t < n; t++) {
@@ -391,13 +438,16 @@ medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n)
 		         c->nt)) != 0)
 			return rc;
 		mm[0] = (struct medha_mm){&m->view[at], m->g +
-		        (size_t)r0 * m->ef, packed(&m->pk[at])};
+		        (size_t)r0 * m->efw, packed(&m->pk[at])};
 		mm[1] = (struct medha_mm){&m->view[at + 1], m->u +
-		        (size_t)r0 * m->ef, packed(&m->pk[at + 1])};
+		        (size_t)r0 * m->efw, packed(&m->pk[at + 1])};
 		if ((rc = medha_mm_run(c->tp, &m->act, mm, 2, c->ref)) != 0)
 			return rc;
 	}
 	moe_rows(c, l, n * m->k, OP_GLU_EXP);
+	if (c->tpn > 1 && (rc = medha_cpu_gather(c, l, 4, m->g, n * m->k, m->g,
+	                       m->elo, m->ew, m->gb)) != 0)
+		return rc;
 	for (e = 0; e < m->ne; e++) {
 		const size_t at = ((size_t)l * m->ne + e) * 3 + 2;
 		const int r0 = m->off[e], nr = m->off[e + 1] - r0;
@@ -406,11 +456,14 @@ medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n)
 		if ((rc = medha_act_set(&m->act, m->g + (size_t)r0 * m->ef, nr,
 		         m->ef, c->nt)) != 0)
 			return rc;
-		mm[0] = (struct medha_mm){&m->view[at], m->y + (size_t)r0 * d,
-		    packed(&m->pk[at])};
+		mm[0] = (struct medha_mm){&m->view[at],
+		    m->y + (size_t)r0 * m->dimw, packed(&m->pk[at])};
 		if ((rc = medha_mm_run(c->tp, &m->act, mm, 1, c->ref)) != 0)
 			return rc;
 	}
+	if (c->tpn > 1 && (rc = medha_cpu_gather(c, l, 5, m->y, n * m->k, m->y,
+	                       m->dlo, m->dw, m->gb)) != 0)
+		return rc;
 	moe_rows(c, l, n, OP_SUM);
 	return 0;
 }
