@@ -71,6 +71,13 @@ MOE_CASES = {
                {"experts": (4, 1, 128), "moe_step": 2}),
 }
 CASES.update(MOE_CASES)
+# a mixture of a few hundred MB for speed (contrib/bench-moe.sh, made Q4_K
+# by contrib/gguf-convert), not in `cases`: 8 layers of 32 experts of
+# 512 rows, top-4, over a width of 1024
+BENCH_CASES = {
+    "qwen3moe-bench": ("qwen3moe", 8, 1024, 16, 4, 64, 3072,
+                       {"experts": (32, 4, 512), "ctx": 16384}),
+}
 # shapes for the topology test (topo-arch.sh), not in `cases`: TP needs
 # two kv heads at least; qwen2-tp's three split 2 + 1 over two ranks.
 # "embd": the embedding's scale; the gemma ones are small, so that the
@@ -152,7 +159,8 @@ def tokenizer(src):
 def write(case, src, out, flaw=None, seed=7):
     """Write the model; return its metadata (key: value) and tensors
     (name: float64 array, the file's values), for forward()."""
-    arch, L, D, H, KV, HD, F, x = {**CASES, **TOPO_CASES, **CUDA_CASES}[case]
+    arch, L, D, H, KV, HD, F, x = {**CASES, **TOPO_CASES, **CUDA_CASES,
+                                **BENCH_CASES}[case]
     x = dict(x)
     if flaw == "window":
         x["window"] = 8192
@@ -165,7 +173,7 @@ def write(case, src, out, flaw=None, seed=7):
     V = len(tokens)
     w = gguf.GGUFWriter(out, "starcoder2" if flaw == "arch" else arch)
     w.add_block_count(L)
-    w.add_context_length(4096)
+    w.add_context_length(x.get("ctx", 4096))
     w.add_embedding_length(D)
     w.add_feed_forward_length(F)
     w.add_head_count(H)
