@@ -533,6 +533,22 @@ struct ropekv {
 	_Atomic int rc;
 };
 
+/* Each head of a token's q and k RMS-normed, times wq and wk. */
+static void
+head_norms(const struct medha_cpu *c, float *q, float *k, const float *wq,
+    const float *wk)
+{
+	const int hd = c->m->c.head_dim;
+	const float eps = c->m->c.norm_eps;
+
+	for (int h = 0; h < c->nh; h++)
+		medha_cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, wq,
+		    hd, eps);
+	for (int h = 0; h < c->nkv; h++)
+		medha_cpu_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, wk,
+		    hd, eps);
+}
+
 /*
  * Token t's q and k at layer l, as the layer's description says: the
  * biases added (v's too), each head's RMSNorm, then RoPE of the layer's
@@ -551,7 +567,6 @@ qk_token(struct medha_cpu *c, int l, int t)
 	    ((size_t)medha_layer_rope(mc, l) * c->cap + (size_t)t) * mc->n_rot;
 	const int neox = mc->a.rope_type == MEDHA_ROPE_NEOX;
 	size_t j;
-	int h;
 
 	if (L->bq != NULL) {
 		const float *bq = L->bq + (size_t)me->h_lo * hd;
@@ -564,14 +579,8 @@ qk_token(struct medha_cpu *c, int l, int t)
 			v[j] += bv[j];
 		}
 	}
-	if (L->q_norm != NULL) {
-		for (h = 0; h < c->nh; h++)
-			medha_cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd,
-			    L->q_norm, hd, mc->norm_eps);
-		for (h = 0; h < c->nkv; h++)
-			medha_cpu_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd,
-			    L->k_norm, hd, mc->norm_eps);
-	}
+	if (L->q_norm != NULL)
+		head_norms(c, q, k, L->q_norm, L->k_norm);
 	if (!medha_layer_has_rope(mc, l)) { /* llama4's NoPE layer */
 		if (mc->a.attn_temp_scale != 0)
 			for (j = 0; j < qd; j++)
@@ -585,14 +594,8 @@ qk_token(struct medha_cpu *c, int l, int t)
 		medha_cpu_rope_ext(q, c->nh, hd, mc->n_rot, cs, 1, c->compat);
 		medha_cpu_rope_ext(k, c->nkv, hd, mc->n_rot, cs, 1, c->compat);
 	}
-	if (mc->a.qk_l2norm && medha_layer_has_rope(mc, l)) {
-		for (h = 0; h < c->nh; h++)
-			medha_cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd,
-			    c->ones, hd, mc->norm_eps);
-		for (h = 0; h < c->nkv; h++)
-			medha_cpu_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd,
-			    c->ones, hd, mc->norm_eps);
-	}
+	if (mc->a.qk_l2norm && medha_layer_has_rope(mc, l))
+		head_norms(c, q, k, c->ones, c->ones);
 	if (mc->a.q_prescale) {
 		const float s = mc->a.attn_scale != 0 ? mc->a.attn_scale
 		                                      : 1.0f / sqrtf((float)hd);

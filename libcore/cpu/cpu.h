@@ -9,7 +9,10 @@
  * adjacent pairs rotate), K/V appended to each sequence's blocks,
  * grouped-query attention of each sequence's new tokens against its
  * cached keys and itself (causal), the output projection, RMSNorm and
- * the SwiGLU MLP, with residual adds; then the final norm and logits for
+ * the SwiGLU MLP (or, on a mixture of experts' routed layers, the
+ * router, each token's experts and a shared expert: cpu_moe.c, the
+ * batch's rows grouped by expert), with residual adds; then the final
+ * norm and logits for
  * the rows the batch asks for. A call may also run a range of layers
  * only (a pipeline stage, medha_cpu_forward_layers()): from the hidden
  * states that left the layer before, to the hidden states leaving its

@@ -435,24 +435,26 @@ medha_arch_read(const struct medha_gguf *g, const char *arch,
 	return 0;
 }
 
-int
-medha_layer_window(const struct medha_model_config *c, int l)
+/* Whether layer l is one of swa_pattern's: every layer but each
+   pattern-th (all where the pattern is 0 or 1). */
+static int
+in_pattern(const struct medha_model_config *c, int l)
 {
 	const int p = c->a.swa_pattern;
 
-	if (c->a.swa <= 0)
-		return 0;
-	return p <= 1 || l % p < p - 1 ? c->a.swa : 0;
+	return p <= 1 || l % p < p - 1;
+}
+
+int
+medha_layer_window(const struct medha_model_config *c, int l)
+{
+	return c->a.swa > 0 && in_pattern(c, l) ? c->a.swa : 0;
 }
 
 int
 medha_layer_chunk(const struct medha_model_config *c, int l)
 {
-	const int p = c->a.swa_pattern;
-
-	if (c->a.chunk <= 0)
-		return 0;
-	return p <= 1 || l % p < p - 1 ? c->a.chunk : 0;
+	return c->a.chunk > 0 && in_pattern(c, l) ? c->a.chunk : 0;
 }
 
 int
