@@ -3,7 +3,9 @@
  * type, using libcore's reader, dequantizer, quantizer and writer: how
  * the benchmark makes F16, BF16, F32 and Q8_0 versions of SmolLM2 from
  * its Q4_1 file. Every 2-D tensor is dequantized to f32 and quantized to
- * the target type; 1-D tensors (norms) stay as they are. Metadata is
+ * the target type, and so is every 3-D one (a mixture's experts, matrix
+ * after matrix); 1-D tensors (norms) stay as they are, and so does a
+ * router (ffn_gate_inp, as llama.cpp's quantizer keeps it). Metadata is
  * copied (general.file_type is set to the target's llama.cpp file type).
  *
  *	gguf-convert IN.gguf OUT.gguf f16|bf16|f32|q8_0|q4_0|q4_1|q5_0|q5_1
@@ -68,7 +70,7 @@ mix_type(int mix, const char *name, int64_t k, int n_layers)
 		return -1;
 	if (sscanf(name, "blk.%d.", &l) == 1 &&
 	    (strstr(name, ".attn_v.") != NULL ||
-	        strstr(name, ".ffn_down.") != NULL))
+	        strstr(name, ".ffn_down") != NULL))
 		six = more_bits(l, n_layers);
 	if (strcmp(name, "output.weight") == 0)
 		six = 1;
@@ -227,11 +229,14 @@ main(int argc, char *argv[])
 		float *row;
 		size_t rb;
 		char *out;
+		/* a matrix, or a mixture's experts; not a router */
+		const int mat = (t->n_dims == 2 || t->n_dims == 3) &&
+		    strstr(t->name, "ffn_gate_inp") == NULL;
 
 		if (t->data == NULL)
 			errx(1, "%s: a tensor type this build cannot read",
 			    t->name);
-		if (mix && t->n_dims == 2) {
+		if (mix && mat) {
 			if (n_layers == 0)
 				for (uint64_t j = 0; j < nt; j++) {
 					int l;
@@ -242,7 +247,7 @@ main(int argc, char *argv[])
 				}
 			to = mix_type(mix, t->name, k, n_layers);
 		}
-		if (t->n_dims != 2 || to < 0 || t->type == to) {
+		if (!mat || to < 0 || t->type == to) {
 			medha_gguf_writer_add_tensor(w, t->name, t->type,
 			    t->n_dims, t->ne, t->data, t->nbytes);
 			continue;

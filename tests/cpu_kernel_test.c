@@ -4,7 +4,9 @@
  * float64 reference computed here.
  *  - attention and its log-sum-exp against float64, f32 and f16 caches,
  *    whole and split into 1-4 key ranges merged with medha_attn_merge(),
- *    and ranges a query sees only partly or not at all;
+ *    and ranges a query sees only partly or not at all; llama4's chunked
+ *    attention (each query its chunk's keys only, with a KVP base, on the
+ *    fast and the llama.cpp-order paths);
  *  - the matrix product of every weight type (F32, F16, BF16, Q8_0, Q4_0,
  *    Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS) with 1 to 13 tokens, tightly (1e-5 of sum |w x|)
  *    against the same activation rounding redone in float64, and loosely
@@ -34,6 +36,7 @@
 #include "testutil.h"
 
 /* ---- the shape of the test models of cpu_test.c ---- */
+#define CHUNK 64
 
 #define NL 2
 #define NH 4
@@ -82,6 +85,78 @@ attn_ref(struct medha_kvcache *kv, int seq, const float *q, int nq,
 			lse[(size_t)i * NH + h] =
 			    e > lo ? m + log(z) : -INFINITY;
 		}
+}
+
+/*
+ * Chunked attention: queries at positions 100..139 of a cache whose key
+ * 0 stands for position base (a KVP piece), chunks of CHUNK positions;
+ * each query's output and log-sum-exp are float64's over the keys of
+ * its own chunk up to it (the chunk boundary at 128 - base crossed), on
+ * the fast path and, with base 0, llama.cpp's order.
+ */
+static void
+test_attention_chunk(void **state)
+{
+	enum { LEN = 140, NQ = 40, Q0 = 100 };
+	struct medha_threadpool *tp;
+	float k[LEN * NKV * HD], v[LEN * NKV * HD], q[NQ * NH * HD];
+	float out[NQ * NH * HD], lse[NQ * NH], *scr;
+	double ro[NH * HD], rl[NH], eo = 0, el = 0;
+	struct medha_kvcache *kv = kv_new(MEDHA_KV_F32, 48, NL, NKV, HD);
+	int i, seq, t, compat;
+	size_t per;
+
+	(void)state;
+	assert_int_equal(medha_threadpool_init(&tp, 2), 0);
+	rng_seed(91);
+	for (i = 0; i < LEN * NKV * HD; i++) {
+		k[i] = 2.0f * frand();
+		v[i] = frand();
+	}
+	for (i = 0; i < NQ * NH * HD; i++)
+		q[i] = 2.0f * frand();
+	assert_int_equal(medha_kv_seq_alloc(kv, &seq), 0);
+	assert_int_equal(medha_kv_reserve(kv, seq, LEN), 0);
+	assert_int_equal(medha_kv_write(kv, seq, 0, 0, LEN, k, v), 0);
+	assert_int_equal(medha_kv_set_len(kv, seq, LEN), 0);
+	per = medha_attn_scratch(kv, NH, LEN);
+	assert_non_null(scr = calloc(per * 2, sizeof(float)));
+	for (compat = 0; compat <= 1; compat++)
+		for (int64_t base = 0; base <= (compat ? 0 : 40); base += 20) {
+			struct medha_attn_seq s = {0};
+			s.seq = seq;
+			s.q = q;
+			s.nq = NQ;
+			s.qpos = Q0;
+			s.k_hi = LEN;
+			s.out = out;
+			s.lse = lse;
+			s.compat = compat;
+			s.chunk = CHUNK;
+			s.base = base;
+			assert_int_equal(medha_attn_run(tp, kv, 0, NH, &s, 1,
+			                     scr, per),
+			    0);
+			for (t = 0; t < NQ; t++) {
+				int64_t p = Q0 + t;
+				int64_t lo = (p + base) / CHUNK * CHUNK - base;
+				attn_ref(kv, seq, q + (size_t)t * NH * HD, 1, p,
+				    lo < 0 ? 0 : lo, LEN, ro, rl);
+				for (i = 0; i < NH * HD; i++)
+					eo = fmax(eo,
+					    fabs(out[(size_t)t * NH * HD + i] -
+					        ro[i]));
+				for (i = 0; i < NH; i++)
+					el = fmax(el,
+					    fabs(lse[t * NH + i] - rl[i]) /
+					        fmax(1, fabs(rl[i])));
+			}
+		}
+	fprintf(stderr, "chunked attention: out %.2e, lse %.2e\n", eo, el);
+	assert_true(eo < 1e-5 && el < 1e-5);
+	free(scr);
+	medha_kvcache_free(kv);
+	medha_threadpool_free(tp);
 }
 
 static void
@@ -703,6 +778,7 @@ main(void)
 	    cmocka_unit_test(test_mm_rate),
 	    cmocka_unit_test(test_vexp_lanes),
 	    cmocka_unit_test(test_attention),
+	    cmocka_unit_test(test_attention_chunk),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

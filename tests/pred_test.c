@@ -746,6 +746,91 @@ test_families(void **state)
 	medha_pred_free(&p);
 }
 
+/* All parameters of a shape (every layer, the embedding and the head). */
+static double
+all_params(const struct medha_pred_model *m)
+{
+	return m->c.n_layers * medha_model_layer_params(m) +
+	    2.0 * m->c.vocab * m->c.dim;
+}
+
+/*
+ * The mixtures of experts by name (issue 41): their published sizes in
+ * parameters; a batch touches E (1 - (1 - k / E)^B) experts, so a step's
+ * linear time grows with the batch until every expert is read, and a
+ * decode of one token reads a small share of the weights; llama4-scout's
+ * chunked layers are window layers of the chunk for attention and KV.
+ */
+static void
+test_moe_shapes(void **state)
+{
+	static const struct {
+		const char *name;
+		double params; /* total, published */
+	} sz[] = {{"mixtral-8x7b", 46.7e9}, {"qwen3-30b-a3b", 30.5e9},
+	    {"qwen3-235b-a22b", 235e9}, {"llama4-scout", 109e9}};
+	struct medha_pred_model m, d;
+	struct medha_pred p, q;
+	double t1, t8, t256, t4k, e;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(sz) / sizeof(*sz); i++) {
+		assert_int_equal(medha_model_resolve(sz[i].name, &m), 0);
+		assert_true(m.c.a.n_expert > 0);
+		near(all_params(&m), sz[i].params, 0.02);
+	}
+	assert_int_equal(medha_model_resolve("qwen3-30b-a3b", &m), 0);
+	near(medha_moe_experts_touched(&m.c, 1), 8, 1e-12);
+	e = medha_moe_experts_touched(&m.c, 16);
+	near(e, 128 * (1 - pow(120.0 / 128, 16)), 1e-12);
+	assert_true(e > 8 && e < 128);
+	near(medha_moe_experts_touched(&m.c, 4096), 128, 1e-9);
+	d = m; /* the same shape without experts */
+	d.c.a.n_expert = 0;
+	assert_true(medha_moe_experts_touched(&d.c, 16) == 0);
+	setup(&p, "h100", "qwen3-30b-a3b", 1, 1, 1);
+	check_monotone(&p);
+	near(p.moe_share, 1, 1e-12);
+	t1 = medha_pred_analytic(&p, MEDHA_OP_LINEAR, 1, 0);
+	t8 = medha_pred_analytic(&p, MEDHA_OP_LINEAR, 8, 0);
+	t256 = medha_pred_analytic(&p, MEDHA_OP_LINEAR, 256, 0);
+	t4k = medha_pred_analytic(&p, MEDHA_OP_LINEAR, 4096, 0);
+	/* one token reads 8 of 128 experts: far less than all the weights
+	   at the HBM's rate; 256 read nearly all */
+	assert_true(t1 < medha_pred_weight_bytes(&p) / p.gpu.hbm_bw / 4);
+	assert_true(t8 > 3 * t1 && t256 > 2 * t8); /* 8, 51.6, 128 experts */
+	assert_true(t256 > 0.7 * medha_pred_weight_bytes(&p) /
+	                        (p.gpu.hbm_bw * p.gpu.eff_bw));
+	assert_true(t4k > t256);
+	/* its dense twin (an FFN of 6144: the active rows of 8 experts)
+	   costs about what one token does, and less than 8 tokens */
+	assert_int_equal(medha_pred_init(&q, medha_gpu_find("h100"), &d, 1, 1,
+	                     1),
+	    0);
+	near(medha_pred_analytic(&q, MEDHA_OP_LINEAR, 1, 0), t1, 0.25);
+	assert_true(medha_pred_analytic(&q, MEDHA_OP_LINEAR, 8, 0) < t8 / 3);
+	medha_pred_free(&q);
+	medha_pred_free(&p);
+
+	/* llama4-scout: 36 of 48 layers chunked at 8192, 10M positions */
+	assert_int_equal(medha_model_resolve("llama4-scout", &m), 0);
+	assert_true(m.c.ctx_len == 10485760 && m.c.a.chunk == 8192 &&
+	    m.c.a.n_expert_used == 1 && m.c.a.shexp_ffn_dim == 8192);
+	assert_int_equal(medha_layer_span(&m.c, 0), 8192);
+	assert_int_equal(medha_layer_span(&m.c, 3), 0);
+	assert_true(!medha_layer_has_rope(&m.c, 3) &&
+	    medha_layer_has_rope(&m.c, 2));
+	setup(&p, "h200", "llama4-scout", 8, 4, 4);
+	check_monotone(&p);
+	assert_int_equal(p.window, 8192);
+	near(p.stage_window, 9, 1e-12); /* 12 layers a stage, 3 global */
+	near(medha_pred_kv_bytes(&p, 10000000, 2048),
+	    medha_pred_kv_bytes_per_token(&p) / 12 *
+	        (3 * 1e7 + 9 * (8192.0 + 2048)),
+	    1e-12);
+	medha_pred_free(&p);
+}
+
 /* The cpu device fills every field the analytic model reads. */
 static void
 test_cpu_device(void **state)
@@ -1222,6 +1307,7 @@ main(void)
 	    cmocka_unit_test(test_cpu_products),
 	    cmocka_unit_test(test_tp_divides_heads),
 	    cmocka_unit_test(test_capacity),
+	    cmocka_unit_test(test_moe_shapes),
 	    cmocka_unit_test(test_table_exact),
 	    cmocka_unit_test(test_table_quadratic),
 	    cmocka_unit_test(test_table_noisy),

@@ -15,77 +15,15 @@
  * and down).
  */
 #include "cpu/cpu.h"
+#include "cpu/cpu_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct medha_cpu {
-	const struct medha_model *m;
-	struct medha_kvcache *kv;
-	struct medha_threadpool *tp;
-	int nt;     /* threads */
-	int ref;    /* f32 reference numerics */
-	int shards; /* KVP test mode: key ranges per sequence (1: off) */
-	int compat; /* llama.cpp's attention order (opts.llama_compat) */
-	int drop;   /* opts.window_drop */
-	int lo, hi; /* the layers it runs, [lo, hi) (opts.layer_lo/hi) */
-	int tpn, tpr; /* TP: rank tpr of tpn (1, 0) */
-	struct medha_tp_share *share; /* (tpn) what each rank holds */
-	int nh, nkv;  /* query and kv heads of this rank */
-	/* (n_layers, W_N) the matrices it multiplies by: the model's, or
-	   views of its rows (TP) */
-	const struct medha_tensor *(*w)[7];
-	struct medha_tensor *view; /* (n_layers, 7) the TP views, or NULL */
-	/* (n_layers * 7 + 1) the matrices repacked for the integer kernel
-	   (medha_pack; data NULL: multiply the tensor itself), the last
-	   the output's, made at its first use */
-	struct medha_pack *pk;
-	int out_packed; /* the output's pack was tried */
-	medha_gather_fn gather;    /* TP all-gather, and its argument */
-	void *garg;
-	const struct medha_batch_kv *kvx; /* KVP pieces of the batch, or NULL */
-	int nmerge;                       /* its sequences marked merge */
-	medha_merge_fn merge;             /* KVP merge, and its argument */
-	void *marg;
-	char gwhy[256]; /* why the last gather failed */
-	int timing;     /* measure the operators (medha_cpu_set_timing) */
-	struct medha_cpu_times times; /* of the last call, when timing */
-
-	int cap;       /* tokens the buffers below hold */
-	float *x;      /* (cap, dim) the residual stream */
-	float *xn;     /* (cap, max(dim, q_dim)) normed rows, product outputs */
-	float *q;      /* (cap, n_heads * head_dim) */
-	float *k;      /* (cap, n_kv_heads * head_dim) */
-	float *v;      /* (cap, n_kv_heads * head_dim) */
-	float *att;    /* (cap, n_heads * head_dim) attention output */
-	float *lse;    /* (cap, n_heads) its log-sum-exp */
-	float *g;      /* (cap, ffn_dim) gate, then silu(gate) * up */
-	float *u;      /* (cap, ffn_dim) up */
-	float *cs;     /* (2, cap, n_rot) cos/sin pairs per token: RoPE
-	                  kinds 0 and 1 (medha_layer_rope) */
-	float *part_o; /* (shards, cap, n_heads * head_dim) shard mode */
-	float *part_l; /* (shards, cap, n_heads) shard mode */
-	float *yl;     /* (cap, rank 0's dim rows) a TP rank's rows of an
-	                  output projection */
-	float *gb;     /* (tp, cap, rank 0's share of the widest of q_dim,
-	                  dim and ffn_dim) what a TP gather receives */
-
-	struct medha_attn_seq *as; /* (as_cap) */
-	int as_cap;
-	float *ascr;         /* (nt, ascr_per) attention scratch */
-	size_t ascr_per;     /* floats per thread */
-	size_t ascr_cap;     /* floats allocated */
-	unsigned char *seen; /* (kv max_seqs) duplicate check */
-	struct medha_act act;
-};
-
-/* The matrices of a layer, in c->w order. */
-enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN };
-
-/* v = rows [lo, hi) of w. */
-static const struct medha_tensor *
-rows_view(struct medha_tensor *v, const struct medha_tensor *w, int lo, int hi)
+const struct medha_tensor *
+medha_cpu_rows_view(struct medha_tensor *v, const struct medha_tensor *w,
+    int lo, int hi)
 {
 	size_t rb = medha_ggml_row_bytes(w->type, w->ne[0]);
 
@@ -160,6 +98,8 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 	c->nh = me.h_hi - me.h_lo;
 	c->nkv = me.kv_hi - me.kv_lo;
 	if ((c->seen = calloc((size_t)kv->c.max_seqs, 1)) == NULL ||
+	    (c->ones = medha_calloc((size_t)m->c.head_dim, sizeof(float))) ==
+	        NULL ||
 	    (c->share = calloc((size_t)tpn, sizeof(*c->share))) == NULL ||
 	    (c->w = calloc((size_t)m->c.n_layers, sizeof(*c->w))) == NULL ||
 	    (c->pk = calloc((size_t)m->c.n_layers * 7 + 1,
@@ -170,6 +110,8 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		medha_cpu_free(c);
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	}
+	for (int i = 0; i < m->c.head_dim; i++)
+		c->ones[i] = 1;
 	for (int r = 0; r < tpn; r++)
 		medha_tp_share(&m->c, tpn, r, &c->share[r]);
 	for (int l = 0; l < m->c.n_layers; l++) {
@@ -177,14 +119,23 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 		const struct medha_tensor *all[7] = {L->wq, L->wk, L->wv,
 		    L->wo, L->gate, L->up, L->down};
 		/* the rows of each matrix this rank holds */
-		const int hd = m->c.head_dim, lo[7] = {me.h_lo * hd,
+		const int hd = m->c.head_dim;
+		int lo[7] = {me.h_lo * hd,
 		    me.kv_lo * hd, me.kv_lo * hd, me.d_lo, me.f_lo, me.f_lo,
 		    me.d_lo};
-		const int hi[7] = {me.h_hi * hd, me.kv_hi * hd, me.kv_hi * hd,
+		int hi[7] = {me.h_hi * hd, me.kv_hi * hd, me.kv_hi * hd,
 		    me.d_hi, me.f_hi, me.f_hi, me.d_hi};
+		if (medha_layer_moe(&m->c, l)) /* the shared expert's rows */
+			medha_stage_layers(m->c.a.shexp_ffn_dim, tpn, tpr,
+			    &lo[W_GATE], &hi[W_GATE]);
+		lo[W_UP] = lo[W_GATE];
+		hi[W_UP] = hi[W_GATE];
 		for (int i = 0; i < 7; i++) {
+			if (all[i] == NULL) /* a routed layer's FFN */
+				continue;
 			c->w[l][i] = tpn == 1 ? all[i]
-			                      : rows_view(&c->view[l * 7 + i],
+			                      : medha_cpu_rows_view(
+			                            &c->view[l * 7 + i],
 			                            all[i], lo[i], hi[i]);
 			if (l >= c->lo && l < c->hi && !c->ref && !c->compat &&
 			    (rc = medha_pack_make(&c->pk[l * 7 + i],
@@ -196,6 +147,10 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 				    medha_strerror(rc));
 			}
 		}
+	}
+	if ((rc = medha_cpu_moe_init(c, why, whylen)) != 0) {
+		medha_cpu_free(c);
+		return rc;
 	}
 	*cp = c;
 	return 0;
@@ -266,6 +221,8 @@ free_bufs(struct medha_cpu *c)
 	free(c->part_l);
 	free(c->yl);
 	free(c->gb);
+	free(c->tscale);
+	c->tscale = NULL;
 	c->x = c->xn = c->q = c->k = c->v = c->att = c->lse = NULL;
 	c->g = c->u = c->cs = c->part_o = c->part_l = c->yl = c->gb = NULL;
 	c->cap = 0;
@@ -287,6 +244,8 @@ medha_cpu_free(struct medha_cpu *c)
 		for (int i = 0; i <= c->m->c.n_layers * 7; i++)
 			medha_pack_free(&c->pk[i]);
 	free(c->pk);
+	free(c->ones);
+	medha_cpu_moe_free(c);
 	medha_act_free(&c->act);
 	medha_threadpool_free(c->tp);
 	free(c);
@@ -305,6 +264,10 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 	size_t qd = (size_t)mc->n_heads * mc->head_dim;
 	size_t kvd = (size_t)mc->n_kv_heads * mc->head_dim;
 	size_t d = (size_t)mc->dim, wide = qd > d ? qd : d, per;
+	/* a shared expert's rows use g and u too */
+	size_t fw = (size_t)(mc->a.shexp_ffn_dim > mc->ffn_dim
+	        ? mc->a.shexp_ffn_dim
+	        : mc->ffn_dim);
 
 	if (n > c->cap) {
 		size_t N = (size_t)n;
@@ -316,14 +279,18 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 		c->v = medha_calloc(N * kvd, sizeof(float));
 		c->att = medha_calloc(N * qd, sizeof(float));
 		c->lse = medha_calloc(N * mc->n_heads, sizeof(float));
-		c->g = medha_calloc(N * mc->ffn_dim, sizeof(float));
-		c->u = medha_calloc(N * mc->ffn_dim, sizeof(float));
+		c->g = medha_calloc(N * fw, sizeof(float));
+		c->u = medha_calloc(N * fw, sizeof(float));
+		c->tscale = medha_calloc(N, sizeof(float));
 		c->cs = medha_calloc(2 * N * mc->n_rot, sizeof(float));
 		if (c->tpn > 1) {
 			const struct medha_tp_share *s0 = &c->share[0];
 			size_t dr = (size_t)(s0->d_hi - s0->d_lo), wmax = dr;
 			size_t qr = (size_t)(s0->h_hi - s0->h_lo) * mc->head_dim;
 			size_t fr = (size_t)(s0->f_hi - s0->f_lo);
+			size_t sr = (size_t)(mc->a.shexp_ffn_dim + c->tpn - 1) /
+			    (size_t)c->tpn; /* a shared expert's rows */
+			wmax = sr > wmax ? sr : wmax;
 			wmax = qr > wmax ? qr : wmax;
 			wmax = fr > wmax ? fr : wmax;
 			c->yl = medha_calloc(N * dr, sizeof(float));
@@ -338,7 +305,7 @@ grow(struct medha_cpu *c, int n, int ns, int64_t nk_max)
 		if (c->x == NULL || c->xn == NULL || c->q == NULL ||
 		    c->k == NULL || c->v == NULL || c->att == NULL ||
 		    c->lse == NULL || c->g == NULL || c->u == NULL ||
-		    c->cs == NULL ||
+		    c->cs == NULL || c->tscale == NULL ||
 		    (c->tpn > 1 && (c->yl == NULL || c->gb == NULL)) ||
 		    (c->shards > 1 &&
 		        (c->part_o == NULL || c->part_l == NULL))) {
@@ -440,6 +407,8 @@ attention(struct medha_cpu *c, const struct medha_batch *b, int layer,
 			a->window = medha_layer_window(mc, layer);
 			a->scale = mc->a.q_prescale ? 1.0f : mc->a.attn_scale;
 			a->softcap = mc->a.attn_softcap;
+			a->chunk = medha_layer_chunk(mc, layer);
+			a->base = base_of(c, i);
 			if (c->shards == 1) {
 				a->out = c->att + (size_t)t0 * qd;
 				a->lse = c->lse + (size_t)t0 * nh;
@@ -513,15 +482,8 @@ rows_task(void *arg, int i, int thread)
 	(void)thread;
 	for (t = i * r->per; t < t1; t++) {
 		float *x = c->x + (size_t)t * d, *xn = c->xn + (size_t)t * d;
-		if (r->op == ROWS_GLU &&
-		    c->m->c.a.ffn_act == MEDHA_FFN_GELU) {
-			medha_cpu_geglu(c->g + (size_t)t * f,
-			    c->u + (size_t)t * f, f, !c->ref);
-			continue;
-		}
 		if (r->op == ROWS_GLU) {
-			(c->compat ? medha_cpu_swiglu_llama
-			           : medha_cpu_swiglu)(c->g + (size_t)t * f,
+			medha_cpu_glu(c, c->g + (size_t)t * f,
 			    c->u + (size_t)t * f, f);
 			continue;
 		}
@@ -535,6 +497,16 @@ rows_task(void *arg, int i, int thread)
 		medha_cpu_rmsnorm(xn, x, r->w, d, c->m->c.norm_eps);
 	}
 	medha_act_make_rows(&c->act, r->need, i * r->per, t1);
+}
+
+void
+medha_cpu_glu(const struct medha_cpu *c, float *g, const float *u, int64_t n)
+{
+	if (c->m->c.a.ffn_act == MEDHA_FFN_GELU)
+		medha_cpu_geglu(g, u, n, !c->ref);
+	else
+		(c->compat ? medha_cpu_swiglu_llama : medha_cpu_swiglu)(g, u,
+		    n);
 }
 
 static void
@@ -561,6 +533,22 @@ struct ropekv {
 	_Atomic int rc;
 };
 
+/* Each head of a token's q and k RMS-normed, times wq and wk. */
+static void
+head_norms(const struct medha_cpu *c, float *q, float *k, const float *wq,
+    const float *wk)
+{
+	const int hd = c->m->c.head_dim;
+	const float eps = c->m->c.norm_eps;
+
+	for (int h = 0; h < c->nh; h++)
+		medha_cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, wq,
+		    hd, eps);
+	for (int h = 0; h < c->nkv; h++)
+		medha_cpu_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, wk,
+		    hd, eps);
+}
+
 /*
  * Token t's q and k at layer l, as the layer's description says: the
  * biases added (v's too), each head's RMSNorm, then RoPE of the layer's
@@ -579,7 +567,6 @@ qk_token(struct medha_cpu *c, int l, int t)
 	    ((size_t)medha_layer_rope(mc, l) * c->cap + (size_t)t) * mc->n_rot;
 	const int neox = mc->a.rope_type == MEDHA_ROPE_NEOX;
 	size_t j;
-	int h;
 
 	if (L->bq != NULL) {
 		const float *bq = L->bq + (size_t)me->h_lo * hd;
@@ -592,15 +579,13 @@ qk_token(struct medha_cpu *c, int l, int t)
 			v[j] += bv[j];
 		}
 	}
-	if (L->q_norm != NULL) {
-		for (h = 0; h < c->nh; h++)
-			medha_cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd,
-			    L->q_norm, hd, mc->norm_eps);
-		for (h = 0; h < c->nkv; h++)
-			medha_cpu_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd,
-			    L->k_norm, hd, mc->norm_eps);
-	}
-	if (!neox) { /* llama's: the functions its tests pin down */
+	if (L->q_norm != NULL)
+		head_norms(c, q, k, L->q_norm, L->k_norm);
+	if (!medha_layer_has_rope(mc, l)) { /* llama4's NoPE layer */
+		if (mc->a.attn_temp_scale != 0)
+			for (j = 0; j < qd; j++)
+				q[j] *= c->tscale[t];
+	} else if (!neox) { /* llama's: the functions its tests pin down */
 		(c->compat ? medha_cpu_rope_llama
 		           : medha_cpu_rope)(q, c->nh, hd, mc->n_rot, cs);
 		(c->compat ? medha_cpu_rope_llama
@@ -609,6 +594,8 @@ qk_token(struct medha_cpu *c, int l, int t)
 		medha_cpu_rope_ext(q, c->nh, hd, mc->n_rot, cs, 1, c->compat);
 		medha_cpu_rope_ext(k, c->nkv, hd, mc->n_rot, cs, 1, c->compat);
 	}
+	if (mc->a.qk_l2norm && medha_layer_has_rope(mc, l))
+		head_norms(c, q, k, c->ones, c->ones);
 	if (mc->a.q_prescale) {
 		const float s = mc->a.attn_scale != 0 ? mc->a.attn_scale
 		                                      : 1.0f / sqrtf((float)hd);
@@ -663,13 +650,32 @@ rope_kv(struct medha_cpu *c, const struct medha_batch *b, int l)
  * its own n * w_r first, so mine must have room for that many. dst may
  * be mine.
  */
+int
+medha_cpu_gather(struct medha_cpu *c, int layer, int kind, const float *mine,
+    int n, float *dst, const int *lo, const int *w, float *gb)
+{
+	const size_t w0 = (size_t)w[0];
+	const int W = lo[c->tpn - 1] + w[c->tpn - 1];
+	int rc, t, r;
+
+	if ((rc = c->gather(c->garg, layer, kind, mine,
+	         (size_t)n * w0 * sizeof(float), gb, c->gwhy,
+	         sizeof(c->gwhy))) != 0)
+		return rc;
+	for (t = 0; t < n; t++)
+		for (r = 0; r < c->tpn; r++)
+			memcpy(dst + (size_t)t * W + lo[r],
+			    gb + (size_t)r * n * w0 + (size_t)t * w[r],
+			    sizeof(float) * w[r]);
+	return 0;
+}
+
 static int
 gather(struct medha_cpu *c, int layer, int kind, const float *mine, int n,
     float *dst)
 {
 	const int hd = c->m->c.head_dim;
-	int lo[MEDHA_TP_MAX], w[MEDHA_TP_MAX], W, rc, t, r;
-	size_t w0;
+	int lo[MEDHA_TP_MAX], w[MEDHA_TP_MAX], r;
 
 	for (r = 0; r < c->tpn; r++) {
 		const struct medha_tp_share *s = &c->share[r];
@@ -677,18 +683,7 @@ gather(struct medha_cpu *c, int layer, int kind, const float *mine, int n,
 		w[r] = (kind == 0 ? s->h_hi * hd : kind == 2 ? s->f_hi : s->d_hi) -
 		    lo[r];
 	}
-	w0 = (size_t)w[0];
-	W = lo[c->tpn - 1] + w[c->tpn - 1];
-	if ((rc = c->gather(c->garg, layer, kind, mine,
-	         (size_t)n * w0 * sizeof(float), c->gb, c->gwhy,
-	         sizeof(c->gwhy))) != 0)
-		return rc;
-	for (t = 0; t < n; t++)
-		for (r = 0; r < c->tpn; r++)
-			memcpy(dst + (size_t)t * W + lo[r],
-			    c->gb + (size_t)r * n * w0 + (size_t)t * w[r],
-			    sizeof(float) * w[r]);
-	return 0;
+	return medha_cpu_gather(c, layer, kind, mine, n, dst, lo, w, c->gb);
 }
 
 /*
@@ -755,6 +750,14 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		return rc;
 	if (L->post_attn_norm != NULL)
 		rows(c, n, 0, L->post_attn_norm, 0, ROWS_POST);
+	if (medha_layer_moe(mc, l)) { /* routed: cpu_moe.c */
+		rows(c, n, 1, L->ffn_norm, 0, ROWS_NORM);
+		if ((rc = medha_cpu_moe_ffn(c, l, n)) != 0)
+			return rc;
+		if (L->post_ffn_norm != NULL)
+			rows(c, n, 0, L->post_ffn_norm, 0, ROWS_POST);
+		return 0;
+	}
 	mm[0] = (struct medha_mm){W[W_GATE], c->g,
 	    pack_of(c, l, W_GATE)};
 	mm[1] = (struct medha_mm){W[W_UP], c->u, pack_of(c, l, W_UP)};
@@ -887,6 +890,15 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 				        ((size_t)kind * c->cap + t) * mc->n_rot,
 				    b->seq[i].pos + j, mc->n_rot, &rp);
 	}
+	/* llama4's attention temperature on NoPE layers, as llama.cpp's
+	   llm_graph_input_attn_temp (position offset 1) */
+	if (mc->a.attn_temp_scale != 0)
+		for (i = 0, t = 0; i < b->n_seqs; i++)
+			for (j = 0; j < b->seq[i].n_tokens; j++, t++)
+				c->tscale[t] = (float)(log((double)floorf(
+				    ((float)(b->seq[i].pos + j) + 1.0f) /
+				    (float)mc->a.attn_temp_floor) + 1.0) *
+				        (double)mc->a.attn_temp_scale + 1.0);
 	for (l = lo; l < hi; l++) {
 		c->gwhy[0] = '\0';
 		if ((rc = layer(c, b, l, l > lo)) != 0)

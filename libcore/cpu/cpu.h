@@ -9,7 +9,10 @@
  * adjacent pairs rotate), K/V appended to each sequence's blocks,
  * grouped-query attention of each sequence's new tokens against its
  * cached keys and itself (causal), the output projection, RMSNorm and
- * the SwiGLU MLP, with residual adds; then the final norm and logits for
+ * the SwiGLU MLP (or, on a mixture of experts' routed layers, the
+ * router, each token's experts and a shared expert: cpu_moe.c, the
+ * batch's rows grouped by expert), with residual adds; then the final
+ * norm and logits for
  * the rows the batch asks for. A call may also run a range of layers
  * only (a pipeline stage, medha_cpu_forward_layers()): from the hidden
  * states that left the layer before, to the hidden states leaving its
@@ -424,7 +427,27 @@ struct medha_attn_seq {
 	int64_t window;
 	float scale;
 	float softcap;
+	/* llama4's chunked attention: a query at p sees keys in its chunk,
+	   floor((p + base) / chunk) * chunk - base <= k (0: none); base the
+	   position key 0 of the cache stands for (KVP's piece) */
+	int64_t chunk;
+	int64_t base;
 };
+
+/* The first key a query of s at position p may see (its window or
+   chunk; 0 where neither leaves keys out). */
+static inline int64_t
+medha_attn_first_key(const struct medha_attn_seq *s, int64_t p)
+{
+	int64_t lo = 0, c;
+
+	if (s->window > 0 && lo < p + 1 - s->window)
+		lo = p + 1 - s->window;
+	if (s->chunk > 0 &&
+	    lo < (c = (p + s->base) / s->chunk * s->chunk - s->base))
+		lo = c;
+	return lo;
+}
 
 /* Floats of per-thread scratch attention needs for keys up to nkeys. */
 size_t

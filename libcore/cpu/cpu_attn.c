@@ -89,8 +89,8 @@ parts_of(const struct medha_attn_seq *s, int qi, int64_t *p0, int64_t *p1)
 
 	if (hi > s->qpos + qi + 1)
 		hi = s->qpos + qi + 1;
-	if (s->window > 0 && lo < s->qpos + qi + 1 - s->window)
-		lo = s->qpos + qi + 1 - s->window;
+	if (lo < medha_attn_first_key(s, s->qpos + qi))
+		lo = medha_attn_first_key(s, s->qpos + qi);
 	*p0 = lo / ATTN_PART;
 	*p1 = hi > lo ? (hi - 1) / ATTN_PART + 1 : *p0 + 1;
 }
@@ -340,7 +340,7 @@ medha_cpu_attn(struct medha_threadpool *tp, const struct medha_kvcache *kv,
     int64_t k_lo, int64_t k_hi, float *out, float *lse)
 {
 	struct medha_attn_seq s = {
-	    seq, q, nq, qpos, k_lo, k_hi, out, lse, 0, NULL, 0, 0, 0, 0, 0};
+	    seq, q, nq, qpos, k_lo, k_hi, out, lse, 0, NULL, 0, 0, 0, 0, 0, 0, 0};
 	int64_t len = medha_kv_seq_len(kv, seq);
 	size_t per;
 	float *scr;

@@ -95,7 +95,7 @@ attn_query_compat(const struct attn_run *r, const struct medha_attn_seq *s,
 	nk = hi;
 	n8 = (nk + 7) & ~(int64_t)7;
 	/* a window's keys before it are masked (weight 0), as llama.cpp's */
-	j0 = s->window > 0 && p + 1 - s->window > 0 ? p + 1 - s->window : 0;
+	j0 = medha_attn_first_key(s, p);
 	o = s->out + ((size_t)qi * nh + (size_t)kvh * G) * hd;
 	for (g = 0; g < G; g++) {
 		const float *qg = q + (size_t)g * hd;

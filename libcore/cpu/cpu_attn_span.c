@@ -502,8 +502,8 @@ attn_span(const struct attn_run *r, const struct medha_attn_seq *s, int kvh,
 		hi = p + 1;
 	if (lo < 0)
 		lo = 0;
-	if (s->window > 0 && lo < p + 1 - s->window)
-		lo = p + 1 - s->window;
+	if (lo < medha_attn_first_key(s, p))
+		lo = medha_attn_first_key(s, p);
 	nk = hi - lo;
 	if (nk <= 0) {
 		memset(o, 0, sizeof(float) * G * hd);

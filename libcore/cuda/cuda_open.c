@@ -125,11 +125,19 @@ kv_blocks(struct medha_cuda *c, const struct medha_cuda_opts *p,
  * What the cuda backend cannot run of a model, refused naming it (the
  * cpu backend runs every model medha loads): the attention kernels have
  * instances for head sizes 64, 128 and 256 only (256, Gemma 2/3's, on
- * the simple kernel alone: kernels/attn.cu).
+ * the simple kernel alone: kernels/attn.cu); there is no routed FFN
+ * yet (issue 41, item 3): a mixture of experts would find no dense FFN
+ * in a routed layer.
  */
 static int
 runnable(const struct medha_model_config *mc, char *why, size_t whylen)
 {
+	if (mc->a.n_expert > 0)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "cuda: a mixture of experts (%s, %d experts) is not "
+		    "supported by the cuda backend yet (the cpu backend runs "
+		    "it)",
+		    mc->a.name, mc->a.n_expert);
 	if (mc->head_dim != 64 && mc->head_dim != 128 && mc->head_dim != 256)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: %s: a head size (attention.key_length) of %d is "

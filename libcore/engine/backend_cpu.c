@@ -335,7 +335,7 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 			return medha_why(why, whylen, MEDHA_ENOMEM,
 			    "out of memory");
 		for (int l = 0; l < mc->n_layers; l++)
-			win[l] = medha_layer_window(mc, l);
+			win[l] = medha_layer_span(mc, l);
 		kc.windows = win;
 		kc.layer_lo = o->layer_lo;
 		kc.layer_hi = o->layer_hi;

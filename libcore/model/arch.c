@@ -12,10 +12,20 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { A_LLAMA, A_QWEN2, A_QWEN3, A_GEMMA2, A_GEMMA3, A_PHI3 };
+enum {
+	A_LLAMA,
+	A_QWEN2,
+	A_QWEN3,
+	A_GEMMA2,
+	A_GEMMA3,
+	A_PHI3,
+	A_QWEN2MOE,
+	A_QWEN3MOE,
+	A_LLAMA4
+};
 
-static const char *const arch_names[] = {
-    "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+static const char *const arch_names[] = {"llama", "qwen2", "qwen3", "gemma2",
+    "gemma3", "phi3", "qwen2moe", "qwen3moe", "llama4"};
 
 /* key "<arch>.<k>" into buf */
 static const char *
@@ -183,6 +193,103 @@ read_scaling(const struct medha_gguf *g, const char *arch,
 	return 0;
 }
 
+/*
+ * The experts' keys (llama.cpp's hparams): a routed FFN where the file
+ * has expert_count (need: it must, and a top-k). Keys that change the
+ * routing in ways medha does not do are refused by name.
+ */
+static int
+read_experts(const struct medha_gguf *g, const char *arch,
+    struct medha_model_config *c, int need, char *why, size_t whylen)
+{
+	struct medha_arch *a = &c->a;
+	char key[128];
+	int64_t ne = 0, nu = 0, ef = 0, sf = 0, step = 1;
+	float ws = 1;
+	int rc;
+
+	if ((rc = opt_i(g, arch, "expert_count", 0, 4096, &ne, why,
+	         whylen)) < 0)
+		return rc;
+	if (ne == 0 && !need)
+		return 0;
+	if (ne < 1)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "missing key %s (%s has experts)",
+		    akey(key, sizeof(key), arch, "expert_count"), arch);
+	if ((rc = opt_i(g, arch, "expert_used_count", 1, ne, &nu, why,
+	         whylen)) < 0)
+		return rc;
+	if (rc == 1)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "missing key %s",
+		    akey(key, sizeof(key), arch, "expert_used_count"));
+	if ((rc = opt_i(g, arch, "expert_feed_forward_length", 1, 1 << 20,
+	         &ef, why, whylen)) < 0 ||
+	    (rc = opt_i(g, arch, "expert_shared_feed_forward_length", 0,
+	         1 << 20, &sf, why, whylen)) < 0 ||
+	    (rc = opt_i(g, arch, "interleave_moe_layer_step", 1, 1024, &step,
+	         why, whylen)) < 0 ||
+	    (rc = opt_f(g, arch, "expert_weights_scale", &ws, why,
+	         whylen)) < 0)
+		return rc;
+	if (ws != 0 && ws != 1)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "metadata %s: a scale of %g is not supported (1)",
+		    akey(key, sizeof(key), arch, "expert_weights_scale"),
+		    (double)ws);
+	if (medha_gguf_find(g, akey(key, sizeof(key), arch,
+	                           "expert_gating_func")) >= 0 ||
+	    medha_gguf_find(g, akey(key, sizeof(key), arch,
+	                           "expert_group_count")) >= 0)
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "metadata %s is not supported (%s routes by its own rule)",
+		    key, arch);
+	a->n_expert = (int)ne;
+	a->n_expert_used = (int)nu;
+	/* llama.cpp's default: the FFN's rows over the top-k */
+	a->expert_ffn_dim = ef > 0 ? (int)ef : c->ffn_dim / (int)nu;
+	a->shexp_ffn_dim = (int)sf;
+	a->moe_step = (int)step;
+	return 0;
+}
+
+/* Llama 4 (src/models/llama4.cpp): a routed FFN every
+   interleave_moe_layer_step layers, with a shared expert of the
+   experts' size, sigmoid top-k applied to the input; chunked attention
+   of 8192 on three layers in four (sliding_window_pattern), the fourth
+   without RoPE and with temperature tuning, L2 Q/K norm on the others;
+   a file with attention.sliding_window 0 has none of that but the
+   experts. */
+static int
+read_llama4(const struct medha_gguf *g, struct medha_model_config *c,
+    char *why, size_t whylen)
+{
+	struct medha_arch *a = &c->a;
+	int64_t w = -1, pat = 4;
+	int rc;
+
+	if ((rc = read_experts(g, "llama4", c, 1, why, whylen)) != 0)
+		return rc;
+	a->shexp_ffn_dim = a->expert_ffn_dim;
+	a->moe_gating = MEDHA_MOE_SIGMOID;
+	a->moe_weight_in = 1;
+	if ((rc = opt_i(g, "llama4", "attention.sliding_window", 0, INT32_MAX,
+	         &w, why, whylen)) < 0 ||
+	    (rc = opt_i(g, "llama4", "attention.sliding_window_pattern", 1,
+	         1024, &pat, why, whylen)) < 0)
+		return rc;
+	if (w == 0)
+		return 0;
+	a->chunk = 8192; /* llama.cpp's, whatever the file says */
+	a->swa_pattern = (int)pat;
+	a->nope_step = 4;
+	a->qk_l2norm = c->a.n_expert != 128; /* Maverick: none */
+	a->attn_temp_scale = 0.1f;
+	a->attn_temp_floor = 8192;
+	return 0;
+}
+
 int
 medha_arch_check(const char *arch, char *why, size_t whylen)
 {
@@ -194,7 +301,8 @@ medha_arch_check(const char *arch, char *why, size_t whylen)
 			return id;
 	return medha_why(why, whylen, MEDHA_EUNSUP,
 	    "metadata general.architecture: \"%s\" is not supported "
-	    "(llama, qwen2, qwen3, gemma2, gemma3, phi3)",
+	    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen2moe, "
+	    "qwen3moe, llama4)",
 	    arch);
 }
 
@@ -215,8 +323,39 @@ medha_arch_read(const struct medha_gguf *g, const char *arch,
 	if ((rc = read_scaling(g, arch, c, why, whylen)) != 0)
 		return rc;
 	switch (id) {
-	case A_LLAMA: /* Mistral v0.1: a window on every layer */
+	case A_LLAMA: /* Mistral v0.1: a window on every layer; Mixtral:
+		                 experts, normalised softmax weights */
 		rc = read_window(g, arch, c, 0, 0, why, whylen);
+		if (rc == 0)
+			rc = read_experts(g, arch, c, 0, why, whylen);
+		/* llama.cpp's llama graph: experts of feed_forward_length
+		   rows, no shared expert */
+		a->expert_ffn_dim = c->ffn_dim;
+		a->shexp_ffn_dim = 0;
+		a->moe_norm_w = 1;
+		break;
+	case A_QWEN2MOE: /* a shared expert with a sigmoid gate */
+		a->rope_type = MEDHA_ROPE_NEOX;
+		a->qkv_bias = 1;
+		if ((rc = read_experts(g, arch, c, 1, why, whylen)) != 0)
+			return rc;
+		if (a->shexp_ffn_dim == 0)
+			a->shexp_ffn_dim = c->ffn_dim;
+		a->shexp_gate = 1;
+		rc = read_window(g, arch, c, 0, 0, why, whylen);
+		break;
+	case A_QWEN3MOE:
+		a->rope_type = MEDHA_ROPE_NEOX;
+		a->qk_norm = 1;
+		a->moe_norm_w = 1;
+		if ((rc = read_experts(g, arch, c, 1, why, whylen)) != 0)
+			return rc;
+		/* llama.cpp has no shared expert for qwen3moe */
+		a->shexp_ffn_dim = 0;
+		rc = read_window(g, arch, c, 0, 0, why, whylen);
+		break;
+	case A_LLAMA4:
+		rc = read_llama4(g, c, why, whylen);
 		break;
 	case A_QWEN2:
 		a->rope_type = MEDHA_ROPE_NEOX;
@@ -280,7 +419,7 @@ medha_arch_read(const struct medha_gguf *g, const char *arch,
 	/* a pattern in the file: an integer period (an array of flags is
 	   not read) */
 	akey(key, sizeof(key), arch, "attention.sliding_window_pattern");
-	if (medha_gguf_find(g, key) >= 0) {
+	if (id != A_LLAMA4 && medha_gguf_find(g, key) >= 0) {
 		if (medha_gguf_get_i64(g, key, &pat) != 0 || pat < 0 ||
 		    pat > 1024)
 			return medha_why(why, whylen, MEDHA_EUNSUP,
@@ -296,14 +435,48 @@ medha_arch_read(const struct medha_gguf *g, const char *arch,
 	return 0;
 }
 
-int
-medha_layer_window(const struct medha_model_config *c, int l)
+/* Whether layer l is one of swa_pattern's: every layer but each
+   pattern-th (all where the pattern is 0 or 1). */
+static int
+in_pattern(const struct medha_model_config *c, int l)
 {
 	const int p = c->a.swa_pattern;
 
-	if (c->a.swa <= 0)
-		return 0;
-	return p <= 1 || l % p < p - 1 ? c->a.swa : 0;
+	return p <= 1 || l % p < p - 1;
+}
+
+int
+medha_layer_window(const struct medha_model_config *c, int l)
+{
+	return c->a.swa > 0 && in_pattern(c, l) ? c->a.swa : 0;
+}
+
+int
+medha_layer_chunk(const struct medha_model_config *c, int l)
+{
+	return c->a.chunk > 0 && in_pattern(c, l) ? c->a.chunk : 0;
+}
+
+int
+medha_layer_span(const struct medha_model_config *c, int l)
+{
+	int w = medha_layer_window(c, l);
+
+	return w > 0 ? w : medha_layer_chunk(c, l);
+}
+
+int
+medha_layer_has_rope(const struct medha_model_config *c, int l)
+{
+	return c->a.nope_step <= 0 || (l + 1) % c->a.nope_step != 0;
+}
+
+int
+medha_layer_moe(const struct medha_model_config *c, int l)
+{
+	const int s = c->a.moe_step;
+
+	return c->a.n_expert > 0 && (s <= 1 || (l + 1) % s == 0);
 }
 
 int

@@ -207,6 +207,58 @@ want(const struct medha_tensor **t, medha_tensor_find_fn find, void *ctx,
 	return 0;
 }
 
+/*
+ * The experts' tensor name: n (rows, cols) matrices, one after another
+ * (ggml's ne = cols, rows, n), with the data they need.
+ */
+static int
+want_exps(const struct medha_tensor **t, medha_tensor_find_fn find, void *ctx,
+    const char *name, int64_t rows, int64_t cols, int64_t n, char *why,
+    size_t whylen)
+{
+	const struct medha_tensor *x;
+	size_t rb;
+
+	*t = NULL;
+	if ((x = find(ctx, name)) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOTFOUND,
+		    "tensor %s is missing", name);
+	if (!type_ok(x->type))
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "tensor %s: type %s (%d) is not supported", name,
+		    medha_ggml_type_name(x->type), x->type);
+	if (x->n_dims < 3 || x->ne[0] != cols || x->ne[1] != rows ||
+	    x->ne[2] != n || (x->n_dims == 4 && x->ne[3] != 1))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tensor %s: shape %lld x %lld x %lld (%d dims), expected "
+		    "%lld x %lld x %lld (row length x rows x experts)",
+		    name, (long long)x->ne[0], (long long)x->ne[1],
+		    (long long)(x->n_dims >= 3 ? x->ne[2] : 1), x->n_dims,
+		    (long long)cols, (long long)rows, (long long)n);
+	if ((rb = medha_ggml_row_bytes(x->type, cols)) == 0 ||
+	    x->data == NULL || x->nbytes / rb < (size_t)(rows * n))
+		return medha_why(why, whylen, MEDHA_EFORMAT,
+		    "tensor %s: %zu bytes of data for %lld rows of %lld",
+		    name, x->nbytes, (long long)(rows * n), (long long)cols);
+	*t = x;
+	return 0;
+}
+
+void
+medha_expert_view(struct medha_tensor *v, const struct medha_tensor *exps,
+    int e)
+{
+	size_t rb = medha_ggml_row_bytes(exps->type, exps->ne[0]);
+	size_t mb = rb * (size_t)exps->ne[1];
+
+	*v = *exps;
+	v->n_dims = 2;
+	v->ne[2] = v->ne[3] = 1;
+	v->data = (const char *)exps->data + mb * (size_t)e;
+	v->nbytes = mb;
+	v->offset = exps->offset + mb * (size_t)e;
+}
+
 /* A vector of n as an owned f32 array. */
 static int
 want_vec(float **v, medha_tensor_find_fn find, void *ctx, const char *name,
@@ -302,6 +354,14 @@ check_config(const struct medha_model_config *c, char *why, size_t whylen)
 	if (!(c->rope_theta > 0) || !(c->norm_eps > 0))
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "rope base and norm epsilon must be positive");
+	if (c->a.n_expert < 0 || c->a.n_expert > 4096 ||
+	    (c->a.n_expert > 0 &&
+	        (c->a.n_expert_used < 1 || c->a.n_expert_used > c->a.n_expert ||
+	            c->a.expert_ffn_dim < 1 || c->a.expert_ffn_dim > DIM_MAX ||
+	            c->a.shexp_ffn_dim < 0 || c->a.shexp_ffn_dim > DIM_MAX)))
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "experts out of range (%d, %d used, of %d rows)",
+		    c->a.n_expert, c->a.n_expert_used, c->a.expert_ffn_dim);
 	return 0;
 }
 
@@ -396,7 +456,29 @@ medha_model_build(struct medha_model **mp, const struct medha_model_config *c,
 			V(L->post_ffn_norm, NM("post_ffw_norm"), d, 0);
 		}
 		V(L->ffn_norm, NM("ffn_norm"), d, 0);
-		if (c->a.fused_gate_up) { /* gate rows first, then up */
+		if (medha_layer_moe(c, i)) {
+			const int64_t ne = c->a.n_expert, ef = c->a.expert_ffn_dim;
+			const int64_t sf = c->a.shexp_ffn_dim;
+#define X(dst, nm, rows, cols)                                             \
+	do {                                                               \
+		if ((rc = want_exps(&(dst), find, ctx, NM(nm), rows, cols, \
+		         ne, why, whylen)) != 0)                           \
+			goto fail;                                         \
+	} while (0)
+			W(L->gate_inp, NM("ffn_gate_inp"), ne, d, 0);
+			X(L->gate_exps, "ffn_gate_exps", ef, d);
+			X(L->up_exps, "ffn_up_exps", ef, d);
+			X(L->down_exps, "ffn_down_exps", d, ef);
+#undef X
+			if (sf > 0) {
+				W(L->gate, NM("ffn_gate_shexp"), sf, d, 0);
+				W(L->up, NM("ffn_up_shexp"), sf, d, 0);
+				W(L->down, NM("ffn_down_shexp"), d, sf, 0);
+			}
+			if (c->a.shexp_gate)
+				V(L->gate_inp_sh, NM("ffn_gate_inp_shexp"), d,
+				    0);
+		} else if (c->a.fused_gate_up) { /* gate rows first, then up */
 			W(t, NM("ffn_up"), 2 * f, d, 0);
 			L->gate = rows_of(&vw[3], t, 0, f);
 			L->up = rows_of(&vw[4], t, f, 2 * f);
@@ -404,7 +486,8 @@ medha_model_build(struct medha_model **mp, const struct medha_model_config *c,
 			W(L->gate, NM("ffn_gate"), f, d, 0);
 			W(L->up, NM("ffn_up"), f, d, 0);
 		}
-		W(L->down, NM("ffn_down"), d, f, 0);
+		if (!medha_layer_moe(c, i))
+			W(L->down, NM("ffn_down"), d, f, 0);
 #undef NM
 #undef NB
 	}
@@ -432,6 +515,11 @@ tensor_used(const struct medha_model_config *c, const char *name)
 	    "attn_q.weight", "attn_k.weight", "attn_v.weight",
 	    "attn_output.weight", "ffn_norm.weight", "ffn_up.weight",
 	    "ffn_down.weight"};
+	static const char *const moe[] = {"ffn_gate_inp.weight",
+	    "ffn_gate_exps.weight", "ffn_up_exps.weight",
+	    "ffn_down_exps.weight", "ffn_gate_shexp.weight",
+	    "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+	    "ffn_gate_inp_shexp.weight"};
 	const struct medha_arch *a = &c->a;
 	const char *r;
 	size_t i;
@@ -446,6 +534,11 @@ tensor_used(const struct medha_model_config *c, const char *name)
 	for (i = 0; i < sizeof(blk) / sizeof(*blk); i++)
 		if (strcmp(r, blk[i]) == 0)
 			return 1;
+	if (a->n_expert > 0)
+		for (i = 0; i < sizeof(moe) / sizeof(*moe); i++)
+			if (strcmp(r, moe[i]) == 0)
+				return i < 4 || (i < 7 && a->shexp_ffn_dim > 0) ||
+				    (a->shexp_gate && i == 7);
 	return (strcmp(r, "attn_qkv.weight") == 0) ||
 	    (!a->fused_gate_up && strcmp(r, "ffn_gate.weight") == 0) ||
 	    (a->qkv_bias && (strcmp(r, "attn_q.bias") == 0 ||
@@ -533,6 +626,7 @@ medha_model_free(struct medha_model *m)
 			free(L->k_norm);
 			free(L->post_attn_norm);
 			free(L->post_ffn_norm);
+			free(L->gate_inp_sh);
 		}
 	free(m->layer);
 	free(m->views);
@@ -544,8 +638,11 @@ medha_model_free(struct medha_model *m)
 static size_t
 tbytes(const struct medha_tensor *t)
 {
+	if (t == NULL)
+		return 0;
 	return medha_ggml_row_bytes(t->type, t->ne[0]) *
-	    (size_t)(t->n_dims >= 2 ? t->ne[1] : 1);
+	    (size_t)(t->n_dims >= 2 ? t->ne[1] : 1) *
+	    (size_t)(t->n_dims >= 3 ? t->ne[2] : 1);
 }
 
 size_t
@@ -558,7 +655,9 @@ medha_model_weight_bytes(const struct medha_model *m)
 		const struct medha_layer *L = &m->layer[i];
 		n += tbytes(L->wq) + tbytes(L->wk) + tbytes(L->wv) +
 		    tbytes(L->wo) + tbytes(L->gate) + tbytes(L->up) +
-		    tbytes(L->down);
+		    tbytes(L->down) + tbytes(L->gate_inp) +
+		    tbytes(L->gate_exps) + tbytes(L->up_exps) +
+		    tbytes(L->down_exps);
 	}
 	return n;
 }

@@ -1,7 +1,8 @@
 /*
  * model.h: a decoder of the Llama family and its relatives (RMSNorm,
- * RoPE, grouped-query attention, a gated MLP: llama, qwen2, qwen3,
- * gemma2, gemma3, phi3) as the backends see it: its hyper-parameters, a
+ * RoPE, grouped-query attention, a gated MLP or a mixture of experts:
+ * llama (Mixtral's experts too), qwen2, qwen3, gemma2, gemma3, phi3,
+ * qwen2moe, qwen3moe, llama4) as the backends see it: its hyper-parameters, a
  * description of what its layers do (struct medha_arch) and its weights.
  * The weights are the GGUF file's own tensors, used in place: matrices
  * stay in their stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
@@ -104,6 +105,47 @@ struct medha_arch {
 	float yarn_beta_fast, yarn_beta_slow; /* the ramp's ends (32, 1) */
 	int fused_qkv;       /* attn_qkv (q, k, v rows) split at load (phi3) */
 	int fused_gate_up;   /* ffn_up of 2 ffn_dim rows, gate first (phi3) */
+	/*
+	 * A routed FFN (llama.cpp's llm_build_moe_ffn), on the layers
+	 * medha_layer_moe() names: router logits r = h Wgate_inp (n_expert);
+	 * p = softmax(r) or sigmoid(r) (moe_gating); the n_expert_used
+	 * largest (of r where moe_weight_in, else of p; ties to the lower
+	 * index) with weights w_j = p_j, divided by their sum (clamped to at
+	 * least 2^-14) where moe_norm_w; f = sum over the chosen, in order
+	 * of weight, of w_j FFN_j(h) (moe_weight_in: FFN_j(w_j h)), each
+	 * expert's FFN a SwiGLU of expert_ffn_dim; then plus the shared
+	 * expert's SwiGLU of shexp_ffn_dim rows, times sigmoid(h . gate_inp_shexp)
+	 * where shexp_gate.
+	 */
+	int n_expert;        /* expert_count (0: a dense FFN everywhere) */
+	int n_expert_used;   /* expert_used_count, the top-k */
+	int expert_ffn_dim;  /* expert_feed_forward_length */
+	int shexp_ffn_dim;   /* the shared expert's rows (0: none) */
+	int moe_gating;      /* MEDHA_MOE_* */
+	int moe_norm_w;      /* the chosen weights renormalised */
+	int moe_weight_in;   /* weights on the expert's input (llama4) */
+	int shexp_gate;      /* the shared expert's sigmoid gate (qwen2moe) */
+	int moe_step;        /* layer l is routed where (l + 1) % step == 0
+	                        (1: every layer; 0 with n_expert: every) */
+	/*
+	 * Llama 4's attention: chunked layers (those of swa_pattern, as
+	 * windows are placed) see only their chunk, keys k with
+	 * floor(k / chunk) == floor(p / chunk), k <= p; NoPE layers ((l + 1)
+	 * % nope_step == 0) have no RoPE, and their q is scaled by 1 +
+	 * attn_temp_scale ln(1 + floor((p + 1) / attn_temp_floor)); the
+	 * others' q and k are RMS-normed per head without weights after
+	 * RoPE (qk_l2norm).
+	 */
+	int chunk;             /* chunk size (0: none) */
+	int nope_step;         /* 0: RoPE on every layer */
+	int qk_l2norm;
+	float attn_temp_scale; /* 0: none */
+	int attn_temp_floor;
+};
+
+enum medha_moe_gating {
+	MEDHA_MOE_SOFTMAX = 0,
+	MEDHA_MOE_SIGMOID = 1,
 };
 
 /* Hyper-parameters; GGUF keys are under the architecture ("llama."). */
@@ -141,6 +183,22 @@ int medha_layer_window(const struct medha_model_config *c, int l);
  */
 int medha_layer_rope(const struct medha_model_config *c, int l);
 
+/* Layer l's chunk (llama4's chunked attention: model.h), or 0. */
+int medha_layer_chunk(const struct medha_model_config *c, int l);
+
+/*
+ * The keys before its own a query of layer l can see at most, W (its
+ * window or its chunk: keys p - W < k <= p), or 0 (all): what the KV
+ * cache must keep of the layer (kvcache.h's windows).
+ */
+int medha_layer_span(const struct medha_model_config *c, int l);
+
+/* Whether layer l has RoPE (not a llama4 NoPE layer). */
+int medha_layer_has_rope(const struct medha_model_config *c, int l);
+
+/* Whether layer l's FFN is routed to experts (medha_arch). */
+int medha_layer_moe(const struct medha_model_config *c, int l);
+
 /*
  * RoPE of one kind (medha_layer_rope): theta_i = pos * base^(-2i / n_rot)
  * / freqs[i], then, as ggml's rope_yarn: theta = freq_scale * theta_i,
@@ -174,6 +232,16 @@ struct medha_layer {
 	float *q_norm, *k_norm;    /* (head_dim) f32, owned */
 	float *post_attn_norm;     /* (dim) f32, owned */
 	float *post_ffn_norm;      /* (dim) f32, owned */
+	/* a routed layer's (medha_layer_moe; gate, up, down NULL then, or
+	   the shared expert's where it has one) */
+	const struct medha_tensor *gate_inp;  /* (n_expert, dim) router */
+	const struct medha_tensor *gate_exps; /* (n_expert, expert_ffn_dim,
+	                                         dim) 3-D, expert-major */
+	const struct medha_tensor *up_exps;   /* likewise */
+	const struct medha_tensor *down_exps; /* (n_expert, dim,
+	                                         expert_ffn_dim) */
+	float *gate_inp_sh;                   /* (dim) f32, owned, or NULL
+	                                         (shexp_gate) */
 };
 
 struct medha_model {
@@ -241,7 +309,12 @@ void medha_model_free(struct medha_model *m);
 int medha_model_fingerprint(const char *model, char out[65], char *why,
     size_t whylen);
 
-/* Bytes of the weight matrices as stored (what a decode step reads). */
+/* v = expert e's matrix of exps, a (n_expert, rows, cols) tensor. */
+void medha_expert_view(struct medha_tensor *v, const struct medha_tensor *exps,
+    int e);
+
+/* Bytes of the weight matrices as stored (what a decode step of a dense
+   model reads; every expert's counted). */
 size_t medha_model_weight_bytes(const struct medha_model *m);
 
 /*

@@ -199,6 +199,83 @@ static const struct medha_pred_model models[] = {
         {80, 8192, 64, 8, 128, 128, 28672, 128256, 131072, 5e5f, 1e-5f,
             {.name = "llama"}},
         2, 2},
+    /*
+     * The mixtures of experts (issue 41), from their config.json.
+     * mistralai/Mixtral-8x7B-v0.1: 32 layers, hidden 4096, 32 heads, 8
+     * kv heads, intermediate 14336 (each expert's), 8 local experts, 2
+     * per token, vocab 32000, 32768 positions, rope_theta 1e6,
+     * rms_norm_eps 1e-5.
+     */
+    {"mixtral-8x7b",
+        {32, 4096, 32, 8, 128, 128, 14336, 32000, 32768, 1e6f, 1e-5f,
+            {.name = "llama",
+                .n_expert = 8,
+                .n_expert_used = 2,
+                .expert_ffn_dim = 14336,
+                .moe_norm_w = 1,
+                .moe_step = 1}},
+        2, 2},
+    /*
+     * Qwen/Qwen3-30B-A3B: 48 layers, hidden 2048, 32 heads, 4 kv heads,
+     * head_dim 128, 128 experts of moe_intermediate_size 768, 8 per
+     * token (norm_topk_prob), vocab 151936, 40960 positions, rope_theta
+     * 1e6, rms_norm_eps 1e-6.
+     */
+    {"qwen3-30b-a3b",
+        {48, 2048, 32, 4, 128, 128, 6144, 151936, 40960, 1e6f, 1e-6f,
+            {.name = "qwen3moe",
+                .rope_type = MEDHA_ROPE_NEOX,
+                .qk_norm = 1,
+                .n_expert = 128,
+                .n_expert_used = 8,
+                .expert_ffn_dim = 768,
+                .moe_norm_w = 1,
+                .moe_step = 1}},
+        2, 2},
+    /*
+     * Qwen/Qwen3-235B-A22B: 94 layers, hidden 4096, 64 heads, 4 kv
+     * heads, head_dim 128, 128 experts of 1536, 8 per token, vocab
+     * 151936, 40960 positions, rope_theta 1e6, rms_norm_eps 1e-6.
+     */
+    {"qwen3-235b-a22b",
+        {94, 4096, 64, 4, 128, 128, 12288, 151936, 40960, 1e6f, 1e-6f,
+            {.name = "qwen3moe",
+                .rope_type = MEDHA_ROPE_NEOX,
+                .qk_norm = 1,
+                .n_expert = 128,
+                .n_expert_used = 8,
+                .expert_ffn_dim = 1536,
+                .moe_norm_w = 1,
+                .moe_step = 1}},
+        2, 2},
+    /*
+     * meta-llama/Llama-4-Scout-17B-16E, text_config: 48 layers, hidden
+     * 5120, 40 heads, 8 kv heads, head_dim 128, 16 experts of
+     * intermediate_size 8192 and a shared one, 1 per token, every layer
+     * routed (interleave_moe_layer_step 1), vocab 202048,
+     * max_position_embeddings 10485760, rope_theta 5e5 (its "llama3"
+     * scaling a rope_freqs tensor in GGUF), rms_norm_eps 1e-5,
+     * attention_chunk_size 8192 on three layers in four, the fourth
+     * without RoPE (no_rope_layers) with temperature tuning (floor
+     * 8192, scale 0.1), use_qk_norm.
+     */
+    {"llama4-scout",
+        {48, 5120, 40, 8, 128, 128, 16384, 202048, 10485760, 5e5f, 1e-5f,
+            {.name = "llama4",
+                .n_expert = 16,
+                .n_expert_used = 1,
+                .expert_ffn_dim = 8192,
+                .shexp_ffn_dim = 8192,
+                .moe_gating = MEDHA_MOE_SIGMOID,
+                .moe_weight_in = 1,
+                .moe_step = 1,
+                .swa_pattern = 4,
+                .chunk = 8192,
+                .nope_step = 4,
+                .qk_l2norm = 1,
+                .attn_temp_scale = 0.1f,
+                .attn_temp_floor = 8192}},
+        2, 2},
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -402,13 +479,43 @@ medha_model_resolve(const char *name, struct medha_pred_model *m)
 	return rc;
 }
 
+/* The share of the layers whose FFN is routed (medha_layer_moe). */
+static double
+moe_share(const struct medha_model_config *c)
+{
+	int n = 0;
+
+	for (int l = 0; l < c->n_layers; l++)
+		n += medha_layer_moe(c, l);
+	return c->n_layers > 0 ? (double)n / c->n_layers : 0;
+}
+
 double
 medha_model_layer_params(const struct medha_pred_model *m)
 {
-	double h = m->c.dim, d = m->c.head_dim;
+	const struct medha_arch *a = &m->c.a;
+	double h = m->c.dim, d = m->c.head_dim, f = 3 * h * m->c.ffn_dim;
+	double r = moe_share(&m->c);
 
+	/* a routed layer holds its router, every expert and the shared
+	   one; the mean over the layers */
+	if (r > 0)
+		f = (1 - r) * f +
+		    r * (h * a->n_expert +
+		            3 * h * (double)a->expert_ffn_dim * a->n_expert +
+		            3 * h * (double)a->shexp_ffn_dim);
 	return h * m->c.n_heads * d + 2 * h * m->c.n_kv_heads * d +
-	    m->c.n_heads * d * h + 3 * h * m->c.ffn_dim;
+	    m->c.n_heads * d * h + f;
+}
+
+double
+medha_moe_experts_touched(const struct medha_model_config *c, double B)
+{
+	const double E = c->a.n_expert, k = c->a.n_expert_used;
+
+	if (!(E > 0) || !(B > 0))
+		return 0;
+	return E * (1 - pow(1 - k / E, B));
 }
 
 int
@@ -440,7 +547,7 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 	p->stage_layers = (m->c.n_layers + spp - 1) / spp;
 	p->table = NULL;
 	for (int l = 0; l < m->c.n_layers; l++) {
-		int w = medha_layer_window(&m->c, l);
+		int w = medha_layer_span(&m->c, l);
 		if (w > 0) {
 			p->window = w;
 			p->stage_window += 1;
@@ -448,6 +555,7 @@ medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
 	}
 	/* the stage's window layers, as the model's share of them */
 	p->stage_window *= (double)p->stage_layers / m->c.n_layers;
+	p->moe_share = moe_share(&m->c);
 	return 0;
 }
 
@@ -508,8 +616,62 @@ an_allreduce(const struct medha_pred *p, double bytes)
 #define EW_KERNELS 5  /* of which elementwise (norms, RoPE, KV write, SiLU) */
 
 /*
+ * A grouped GEMM (one kernel over the experts' segments, vLLM's fused
+ * MoE): M rows in all through G of the experts' N x K weights, each
+ * read once; compute as one GEMM of M rows.
+ */
+static double
+an_gemm_grouped(const struct medha_pred *p, double M, double N, double K,
+    double G)
+{
+	const struct medha_gpu *g = &p->gpu;
+	double T = M * N / TILE, tc, tm;
+
+	if (T < 2 * g->gemm_fill)
+		tc = 2 * M * N * K * 1.5;
+	else
+		tc = 2 * M * N * K + 2 * TILE * K * g->gemm_fill;
+	tc /= g->peak_flops * g->eff_flops;
+	tm = (G * N * K * p->model.w_bytes + 2 * M * (K + N)) /
+	    (g->hbm_bw * g->eff_bw);
+	return (tc > tm ? tc : tm) + g->kernel_s;
+}
+
+/*
+ * The FFN's GEMMs of T tokens at their TP shard: a dense layer's gate+up
+ * and down; a routed layer's router, its T k rows through the experts
+ * they touch (E (1 - (1 - k / E)^T) of E: each touched expert's weights
+ * read once, FLOPs of the active rows only) and the shared expert; the
+ * mean over the layers by their share, added to t0 (a dense model's
+ * sum in the order it always had). *fa: the FFN rows a token activates
+ * (for the elementwise traffic).
+ */
+static double
+an_ffn(const struct medha_pred *p, double T, double t0, double *fa)
+{
+	const struct medha_arch *a = &p->model.c.a;
+	const double h = p->model.c.dim, tp = p->tp;
+	double f = p->model.c.ffn_dim / tp, t, r = p->moe_share;
+	double ef = a->expert_ffn_dim / tp, sf = a->shexp_ffn_dim / tp;
+	double M = T * a->n_expert_used, G, tm = 0;
+
+	*fa = f;
+	if (!(r > 0))
+		return t0 + an_gemm(p, T, 2 * f, h) + an_gemm(p, T, h, f);
+	t = an_gemm(p, T, 2 * f, h) + an_gemm(p, T, h, f);
+	G = medha_moe_experts_touched(&p->model.c, T);
+	tm = an_gemm(p, T, a->n_expert, h) +
+	    an_gemm_grouped(p, M, 2 * ef, h, G) +
+	    an_gemm_grouped(p, M, h, ef, G);
+	if (sf > 0)
+		tm += an_gemm(p, T, 2 * sf, h) + an_gemm(p, T, h, sf);
+	*fa = (1 - r) * f + r * (a->n_expert_used * ef + sf);
+	return t0 + (1 - r) * t + r * tm;
+}
+
+/*
  * Everything of a layer but attention for T tokens: the QKV, O, gate+up
- * and down GEMMs at their TP shard; two fused add+RMSNorms, RoPE, the KV
+ * and down GEMMs at their TP shard (an_ffn: a routed layer's experts); two fused add+RMSNorms, RoPE, the KV
  * write and SiLU-and-mul, bound by their bf16 traffic; with tp > 1 two
  * all-reduces of the T x hidden output. At least the host time of
  * launching those kernels.
@@ -521,13 +683,14 @@ an_linear(const struct medha_pred *p, double T)
 	const struct medha_gpu *g = &p->gpu;
 	double h = m->c.dim, d = m->c.head_dim,
 	       hq = m->c.n_heads / (double)p->tp;
-	double hkv = kv_heads_local(p), f = m->c.ffn_dim / (double)p->tp;
+	double hkv = kv_heads_local(p), f;
 	double t, ew, host;
 
 	if (!(T > 0))
 		return 0;
-	t = an_gemm(p, T, (hq + 2 * hkv) * d, h) + an_gemm(p, T, h, hq * d) +
-	    an_gemm(p, T, 2 * f, h) + an_gemm(p, T, h, f);
+	t = an_ffn(p, T,
+	    an_gemm(p, T, (hq + 2 * hkv) * d, h) + an_gemm(p, T, h, hq * d),
+	    &f);
 	ew = T * (16 * h + 4 * (hq + hkv) * d + 8 * hkv * d + 6 * f);
 	t += ew / (g->hbm_bw * g->eff_bw) + EW_KERNELS * g->kernel_s;
 	t += 2 * an_allreduce(p, T * h * 2);

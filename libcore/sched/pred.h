@@ -85,7 +85,9 @@ struct medha_pred_model {
 
 /*
  * Built-in names ("llama3-8b", "llama3-70b", "smollm2-135m", "qwen2.5-7b",
- * "qwen3-32b", "gemma3-27b", "llama3.1-70b"; any case),
+ * "qwen3-32b", "gemma3-27b", "llama3.1-70b", and the mixtures of
+ * experts "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b",
+ * "llama4-scout"; any case),
  * else a path to a GGUF file: its shape is medha_model_config_read()'s,
  * with vocab the rows of token_embd.weight (else llama.vocab_size, else
  * the length of tokenizer.ggml.tokens), and its name general.name (else
@@ -98,10 +100,20 @@ struct medha_pred_model {
 int medha_model_resolve(const char *name_or_path, struct medha_pred_model *m);
 #define MEDHA_MODEL_NAMES                                              \
 	"llama3-8b, llama3-70b, smollm2-135m, qwen2.5-7b, qwen3-32b, " \
-	"gemma3-27b, llama3.1-70b"
+	"gemma3-27b, llama3.1-70b, mixtral-8x7b, qwen3-30b-a3b, "          \
+	"qwen3-235b-a22b, llama4-scout"
 
-/* Weights of one transformer layer (attention + MLP), in parameters. */
+/* Weights of one transformer layer (attention + MLP; a routed layer's
+   router, every expert and the shared one), in parameters: the mean
+   over the layers. */
 double medha_model_layer_params(const struct medha_pred_model *m);
+
+/*
+ * The experts a batch of B tokens touches, expected, each choosing k of
+ * E at random: E (1 - (1 - k / E)^B) (0 for a dense model). A step reads
+ * those experts' weights once each.
+ */
+double medha_moe_experts_touched(const struct medha_model_config *c, double B);
 
 struct medha_table; /* measured operator times (pred_table.c) */
 
@@ -114,6 +126,8 @@ struct medha_pred {
 	   with a sliding window of `window` keys (0: none, all global) */
 	double stage_window;
 	int window;
+	double moe_share;          /* the layers whose FFN is routed, as a
+	                              share (0: a dense model) */
 	struct medha_table *table; /* owned; NULL: analytic only */
 };
 

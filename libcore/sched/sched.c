@@ -213,7 +213,7 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 		const struct medha_model_config *mc = &p->model.c;
 		int nw = 0;
 		for (int l = 0; l < mc->n_layers; l++)
-			nw += medha_layer_window(mc, l) > 0;
+			nw += medha_layer_span(mc, l) > 0;
 		if (medha_kvplace_window(&s->kv, mc->n_layers, nw,
 		        (int64_t)p->window +
 		            (c->chunk > 0 ? c->chunk : c->max_chunk)) != 0) {

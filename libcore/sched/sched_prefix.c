@@ -135,8 +135,8 @@ window_holds(const struct medha_sched *s, int64_t hi, int64_t from, int64_t to)
 	int64_t bs = s->cfg.block_size;
 
 	for (int l = 0; l < mc->n_layers; l++) {
-		int64_t w = medha_layer_window(mc, l), first, gone;
-		if (w <= 0 || (l > 0 && w == medha_layer_window(mc, l - 1)))
+		int64_t w = medha_layer_span(mc, l), first, gone;
+		if (w <= 0 || (l > 0 && w == medha_layer_span(mc, l - 1)))
 			continue;
 		first = to - w + 1 > from ? to - w + 1 : from;
 		gone = hi - w + 1; /* its blocks below gone / bs are dropped */

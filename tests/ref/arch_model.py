@@ -1,11 +1,14 @@
 """arch_model.py: random models of the families medha runs (llama with a
-sliding window, qwen2, qwen3, gemma2, gemma3, phi3), written with the
+sliding window, qwen2, qwen3, gemma2, gemma3, phi3, and the mixtures of
+experts: llama with experts as Mixtral, qwen2moe, qwen3moe, llama4),
+written with the
 `gguf` package (llama.cpp's own writer), and a float64 forward pass of
 them written for the test from the families' published definitions
 (Hugging Face transformers' modeling files, llama.cpp's graphs), not from
 medha's code.
 
     arch_model.py cases                          the case names, one a line
+    arch_model.py moe-cases                      those with experts
         (write also takes the names of TOPO_CASES, topo-arch.sh's shapes,
         and of CUDA_CASES, the cuda backend's: cuda-mock.sh, gpu-check.sh)
     arch_model.py write TOKENIZER.gguf DIR CASE[:FLAW]...
@@ -13,7 +16,8 @@ medha's code.
         DIR/CASE.gguf; with FLAW, DIR/FLAW.gguf, a model medha must
         refuse: scaling (type "dynamic"), arch (named starcoder2), bias
         (layer 1 without attn_k.bias), window (larger than the context),
-        extra (a tensor it does not read, attn_output.bias)
+        extra (a tensor it does not read, attn_output.bias), topk (no
+        expert_used_count), gating (an expert_gating_func key)
     arch_model.py forward TOKENIZER.gguf DIR IDS CASE...
         the same models (the same bytes), and DIR/CASE.f64, the float64
         logits after the ids in the file IDS (the last position), as
@@ -48,6 +52,31 @@ CASES = {
                {"window": 24, "linear": 8.0, "base": 1e6}),
     "phi3": ("phi3", 3, 128, 4, 4, 32, 256,
              {"longrope": 48, "attn_factor": 1.19}),
+}
+# the mixtures of experts ("experts": count, top-k, rows of each;
+# "shexp": a shared expert's rows; "moe_step": llama4's interleave),
+# in `cases` too: Mixtral's normalised softmax top-2 of 8, qwen2moe's
+# unnormalised top-2 of 6 with a gated shared expert, qwen3moe's
+# normalised top-4 of 16 with Q/K norms, llama4's sigmoid top-1 of 4
+# on the input, a shared expert, routed and dense layers in turn, NoPE
+# on its fourth layer and L2 Q/K norms on the others
+MOE_CASES = {
+    "mixtral": ("llama", 3, 128, 4, 2, 32, 96,
+                {"experts": (8, 2, 96)}),
+    "qwen2moe": ("qwen2moe", 3, 128, 4, 2, 32, 256,
+                 {"experts": (6, 2, 64), "shexp": 160}),
+    "qwen3moe": ("qwen3moe", 3, 128, 8, 2, 48, 256,
+                 {"experts": (16, 4, 64)}),
+    "llama4": ("llama4", 4, 128, 4, 2, 32, 256,
+               {"experts": (4, 1, 128), "moe_step": 2}),
+}
+CASES.update(MOE_CASES)
+# a mixture of a few hundred MB for speed (contrib/bench-moe.sh, made Q4_K
+# by contrib/gguf-convert), not in `cases`: 8 layers of 32 experts of
+# 512 rows, top-4, over a width of 1024
+BENCH_CASES = {
+    "qwen3moe-bench": ("qwen3moe", 8, 1024, 16, 4, 64, 3072,
+                       {"experts": (32, 4, 512), "ctx": 16384}),
 }
 # shapes for the topology test (topo-arch.sh), not in `cases`: TP needs
 # two kv heads at least; qwen2-tp's three split 2 + 1 over two ranks.
@@ -130,7 +159,8 @@ def tokenizer(src):
 def write(case, src, out, flaw=None, seed=7):
     """Write the model; return its metadata (key: value) and tensors
     (name: float64 array, the file's values), for forward()."""
-    arch, L, D, H, KV, HD, F, x = {**CASES, **TOPO_CASES, **CUDA_CASES}[case]
+    arch, L, D, H, KV, HD, F, x = {**CASES, **TOPO_CASES, **CUDA_CASES,
+                                **BENCH_CASES}[case]
     x = dict(x)
     if flaw == "window":
         x["window"] = 8192
@@ -143,7 +173,7 @@ def write(case, src, out, flaw=None, seed=7):
     V = len(tokens)
     w = gguf.GGUFWriter(out, "starcoder2" if flaw == "arch" else arch)
     w.add_block_count(L)
-    w.add_context_length(4096)
+    w.add_context_length(x.get("ctx", 4096))
     w.add_embedding_length(D)
     w.add_feed_forward_length(F)
     w.add_head_count(H)
@@ -155,6 +185,17 @@ def write(case, src, out, flaw=None, seed=7):
     w.add_layer_norm_rms_eps(1e-6)
     if "window" in x:
         w.add_sliding_window(x["window"])
+    if "experts" in x:
+        w.add_expert_count(x["experts"][0])
+        if flaw != "topk":
+            w.add_expert_used_count(x["experts"][1])
+        if flaw == "gating":
+            w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_expert_feed_forward_length(x["experts"][2])
+    if "shexp" in x:
+        w.add_expert_shared_feed_forward_length(x["shexp"])
+    if "moe_step" in x:
+        w.add_interleave_moe_layer_step(x["moe_step"])
     if "attn_cap" in x:
         w.add_attn_logit_softcapping(x["attn_cap"])
         w.add_final_logit_softcapping(x["final_cap"])
@@ -213,22 +254,40 @@ def write(case, src, out, flaw=None, seed=7):
             q8(p + "attn_v.weight", wv)
         q8(p + "attn_output.weight", mat(D, H * HD, 0.5 / np.sqrt(H * HD)))
         gate, up = mat(F, D, s), mat(F, D, s)
-        if arch == "phi3":
+        step = x.get("moe_step", 1)
+        if "experts" in x and (i + 1) % step == 0:
+            E, _, EF = x["experts"]
+            w.add_tensor(p + "ffn_gate_inp.weight", mat(E, D, 2 * s))
+            q8(p + "ffn_gate_exps.weight",
+               np.stack([mat(EF, D, s) for _ in range(E)]))
+            q8(p + "ffn_up_exps.weight",
+               np.stack([mat(EF, D, s) for _ in range(E)]))
+            q8(p + "ffn_down_exps.weight",
+               np.stack([mat(D, EF, 0.5 / np.sqrt(EF)) for _ in range(E)]))
+            SF = x.get("shexp", EF if arch == "llama4" else 0)
+            if SF:
+                q8(p + "ffn_gate_shexp.weight", mat(SF, D, s))
+                q8(p + "ffn_up_shexp.weight", mat(SF, D, s))
+                q8(p + "ffn_down_shexp.weight", mat(D, SF, 0.5 / np.sqrt(SF)))
+            if arch == "qwen2moe":
+                w.add_tensor(p + "ffn_gate_inp_shexp.weight", vec(D, -0.2, 0.2))
+        elif arch == "phi3":
             q8(p + "ffn_up.weight", np.concatenate([gate, up]))
         else:
             q8(p + "ffn_gate.weight", gate)
             q8(p + "ffn_up.weight", up)
-        q8(p + "ffn_down.weight", mat(D, F, 0.5 / np.sqrt(F)))
+        if p + "ffn_gate_inp.weight" not in w.tensors[0]:
+            q8(p + "ffn_down.weight", mat(D, F, 0.5 / np.sqrt(F)))
         if flaw == "extra":
             w.add_tensor(p + "attn_output.bias", vec(D, -0.5, 0.5))
         w.add_tensor(p + "attn_norm.weight", vec(D, 0.5, 1.5))
         w.add_tensor(p + "ffn_norm.weight", vec(D, 0.5, 1.5))
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen2moe"):
             w.add_tensor(p + "attn_q.bias", vec(H * HD, -0.5, 0.5))
             if not (flaw == "bias" and i == 1):
                 w.add_tensor(p + "attn_k.bias", vec(KV * HD, -0.5, 0.5))
             w.add_tensor(p + "attn_v.bias", vec(KV * HD, -0.5, 0.5))
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma3", "qwen3moe"):
             w.add_tensor(p + "attn_q_norm.weight", vec(HD, 0.5, 1.5))
             w.add_tensor(p + "attn_k_norm.weight", vec(HD, 0.5, 1.5))
         if gemma:
@@ -279,7 +338,12 @@ def forward(meta, T, ids):
     factor = float(key("rope.scaling.factor", 1.0))
     orig = int(key("rope.scaling.original_context_length", ctx))
     attn_factor = float(key("rope.scaling.attn_factor", 1.0))
-    neox = arch != "llama"
+    neox = arch not in ("llama", "llama4")
+    # the experts (llama.cpp's llm_build_moe_ffn)
+    n_exp = int(key("expert_count", 0))
+    k_used = int(key("expert_used_count", 0))
+    l4 = arch == "llama4"
+    chunk = 8192 if l4 else 0
     n = len(ids)
     pos = np.arange(n, dtype=np.float64)
 
@@ -332,6 +396,43 @@ def forward(meta, T, ids):
     def silu(x):
         return x / (1 + np.exp(-x))
 
+    def sigm(x):
+        return 1 / (1 + np.exp(-x))
+
+    def glu(h, gate, up, down):
+        return (silu(h @ gate.T) * (h @ up.T)) @ down.T
+
+    def moe(h, p):
+        """the routed FFN of h (n, D) at the layer of prefix p"""
+        lg = h @ ten(p + "ffn_gate_inp.weight").T  # (n, E)
+        if l4:  # sigmoid, chosen by logit, applied to the input
+            pr, score = sigm(lg), lg
+        else:
+            pr = np.exp(lg - lg.max(axis=1, keepdims=True))
+            pr /= pr.sum(axis=1, keepdims=True)
+            score = pr
+        ge, ue = T[p + "ffn_gate_exps.weight"], T[p + "ffn_up_exps.weight"]
+        de = T[p + "ffn_down_exps.weight"]
+        out = np.zeros_like(h)
+        for t in range(len(h)):
+            sel = np.argsort(-score[t], kind="stable")[:k_used]
+            wt = pr[t, sel]
+            if arch in ("llama", "qwen3moe"):  # normalised
+                wt = wt / wt.sum()
+            for e, we in zip(sel, wt):
+                if l4:
+                    out[t] += glu(h[t] * we, ge[e], ue[e], de[e])
+                else:
+                    out[t] += we * glu(h[t], ge[e], ue[e], de[e])
+        if p + "ffn_gate_shexp.weight" in T:
+            sh = glu(h, ten(p + "ffn_gate_shexp.weight"),
+                     ten(p + "ffn_up_shexp.weight"),
+                     ten(p + "ffn_down_shexp.weight"))
+            if p + "ffn_gate_inp_shexp.weight" in T:
+                sh = sh * sigm(h @ ten(p + "ffn_gate_inp_shexp.weight"))[:, None]
+            out += sh
+        return out
+
     emb = ten("token_embd.weight")
     x = emb[ids].copy()
     if gemma:
@@ -363,13 +464,22 @@ def forward(meta, T, ids):
             k = rms(k, ten(p + "attn_k_norm.weight"))
         local = arch == "gemma3" and is_win
         ang, ms = rope_angles("local" if local else "global")
-        q, k = rope(q, ang, ms), rope(k, ang, ms)
+        nope = l4 and (li + 1) % 4 == 0
+        if nope:  # llama4: no RoPE; the attention temperature
+            q = q * (np.log(np.floor((pos + 1) / 8192) + 1) * 0.1
+                     + 1)[:, None, None]
+        else:
+            q, k = rope(q, ang, ms), rope(k, ang, ms)
+        if l4 and not nope and n_exp != 128:  # L2 norm, no weights
+            q, k = rms(q, 1.0), rms(k, 1.0)
         g = H // KV
         qi = np.arange(n)[:, None]
         kj = np.arange(n)[None, :]
         mask = kj <= qi
         if is_win:
             mask &= qi - kj < window
+        if chunk and li % 4 < 3:  # llama4's chunked layers
+            mask &= kj // chunk == qi // chunk
         att = np.empty((n, H, HD))
         for hh in range(H):
             s = q[:, hh, :] @ k[:, hh // g, :].T * scale
@@ -384,6 +494,9 @@ def forward(meta, T, ids):
             a = rms(a, ten(p + "post_attention_norm.weight"))
         x = x + a
         h = rms(x, ten(p + "ffn_norm.weight"))
+        if p + "ffn_gate_inp.weight" in T:
+            x = x + moe(h, p)
+            continue
         if p + "ffn_gate.weight" in T:
             gt = h @ ten(p + "ffn_gate.weight").T
             up = h @ ten(p + "ffn_up.weight").T
@@ -471,6 +584,8 @@ def read(path):
 def main(argv):
     if argv[:1] == ["cases"]:
         print("\n".join(CASES))
+    elif argv[:1] == ["moe-cases"]:
+        print("\n".join(MOE_CASES))
     elif argv[:1] == ["write"] and len(argv) >= 4:
         for c in argv[3:]:
             case, _, flaw = c.partition(":")

@@ -1,7 +1,10 @@
 #!/bin/sh
 # arch-ref.sh: the model families medha runs (llama, llama with a sliding
 # window as Mistral v0.1, qwen2, qwen3, gemma2, gemma3, phi3; YaRN on
-# qwen2 and qwen3, linear scaling on gemma3, LongRoPE on phi3) on random
+# qwen2 and qwen3, linear scaling on gemma3, LongRoPE on phi3; the
+# mixtures of experts: llama with experts as Mixtral, qwen2moe with a
+# gated shared expert, qwen3moe, llama4 with routed and dense layers,
+# sigmoid top-1, a shared expert, NoPE and L2 Q/K norms) on random
 # models written by tests/ref/arch_model.py with the gguf package, of
 # several shapes (GQA 1, 2 and 4, head sizes other than dim / heads,
 # windows and original contexts shorter than the prompt), after a prompt
@@ -19,7 +22,12 @@
 #    logits are to float64, twice at most);
 #  - prefill in chunks of 7 and one token at a time (decodes) gives the
 #    same logits bit for bit as one piece (the window's edge moving
-#    through chunks and partitions).
+#    through chunks and partitions; the experts' rows grouped in batches
+#    of every size);
+#  - for the mixtures of experts, greedy generation of 16 tokens equals
+#    llama.cpp's with --llama-compat, and in the default mode except at
+#    a float64 near-tie (where the two part first, the float64 logits of
+#    the two candidates within 0.5: gemma-ref.sh's rule).
 # Prints every distance. Needs the cache (the tokenizer of SmolLM2, the
 # venv with numpy, gguf and xllamacpp); skips without it.
 . "$(dirname "$0")/lib.sh"
@@ -40,6 +48,7 @@ n=$(wc -w <"$tmp/ids")
 [ "$n" -gt 256 ] || { echo "prompt of $n tokens: want over 256"; exit 1; }
 
 cases=$("$py" "$am" cases)
+moe=$("$py" "$am" moe-cases)
 # every model, and its float64 logits after the prompt, in one process
 # shellcheck disable=SC2086
 "$py" "$am" forward "$smollm2" "$tmp" "$tmp/ids" $cases
@@ -62,6 +71,16 @@ for c in $cases; do
 	# shellcheck disable=SC2046
 	"$py" "$lc" logits --kv f32 --fa off -o "$tmp/$c.lc.f32" "$m" \
 	    $(cat "$tmp/ids")
+	case " $(echo $moe) " in *" $c "*) ;; *) continue ;; esac
+	for mode in fast compat; do
+		flag=; [ $mode = compat ] && flag=--llama-compat
+		# shellcheck disable=SC2086
+		"$bin/medha-worker" -m "$m" -f "$tmp/prompt" -n 16 --ignore-eos \
+		    --tokens --kv f32 -t 2 $flag >"$tmp/$c.$mode.ids"
+	done
+	# shellcheck disable=SC2046
+	"$py" "$lc" greedy --kv f32 --fa off "$m" 16 $(cat "$tmp/ids") \
+	    >"$tmp/$c.lc.ids"
 done
 
 # shellcheck disable=SC2086
@@ -101,5 +120,46 @@ for c in cases:
     print(line + ("" if ok else "  FAIL"))
     bad += not ok
 print("bars: llama's fast-llama.cpp %.2e, llama.cpp-f64 %.2e" % (bar_lc, bar_64))
+sys.exit(1 if bad else 0)
+PY
+
+# greedy decodes of the mixtures of experts against llama.cpp's
+# shellcheck disable=SC2086
+"$py" - "$tmp" "$am" $moe <<'PY'
+import importlib.util
+import sys
+d, am, cases = sys.argv[1], sys.argv[2], sys.argv[3:]
+spec = importlib.util.spec_from_file_location("arch_model", am)
+arch_model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(arch_model)
+
+
+def ids(name):
+    return [int(t) for t in open(d + "/" + name).read().split()]
+
+
+prompt, bad = ids("ids"), 0
+for c in cases:
+    lc = ids(c + ".lc.ids")
+    for mode in ("fast", "compat"):
+        ours = ids("%s.%s.ids" % (c, mode))
+        k = next((k for k in range(len(lc)) if ours[k:k + 1] != lc[k:k + 1]),
+                 None)
+        if k is None and len(ours) == len(lc) == 16:
+            print("%-9s %-6s greedy 16 identical" % (c, mode))
+            continue
+        if k is None or mode == "compat":
+            print("%-9s %-6s greedy differs at %s (%d tokens, llama.cpp %d)"
+                  "  FAIL" % (c, mode, k, len(ours), len(lc)))
+            bad += 1
+            continue
+        meta, T = arch_model.read("%s/%s.gguf" % (d, c))
+        g = arch_model.forward(meta, T, prompt + lc[:k])
+        a, b = ours[k], lc[k]
+        near = abs(g[a] - g[b]) < 0.5
+        print("%-9s %-6s greedy parts at %d: medha %d, llama.cpp %d, float64 "
+              "%.4f vs %.4f: %s" % (c, mode, k, a, b, g[a], g[b],
+                                    "near-tie" if near else "NOT a near-tie  FAIL"))
+        bad += not near
 sys.exit(1 if bad else 0)
 PY

@@ -16,7 +16,12 @@
 #    nothing) and spans two pieces for those just past a boundary;
 #  - kvp2 for gemma2 (attention soft-capping under the KVP merge,
 #    alternate window layers) and tp2 for phi3 (fused QKV and gate-up,
-#    split per rank).
+#    split per rank);
+#  - tp2, spp2, kvp2 and tp2-spp2-kvp2 for the mixtures of experts
+#    qwen3moe (16 experts, top-4: each rank's rows of every expert, the
+#    experts' SwiGLU and down gathered) and llama4 (routed and dense
+#    layers in turn, a shared expert, NoPE on the fourth layer: spp2's
+#    second stage holds a dense and a routed layer).
 # KVP groups hold 256 positions of a request (MEDHA_KVP_MAX_TOKENS) except
 # for kvp3. The gemma models' embeddings are small (arch_model.py's
 # "-tp" shapes), so that the residual stream is not the input token's
@@ -28,13 +33,13 @@ need_model "$smollm2"
 need_py numpy gguf
 
 "$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" \
-    qwen2-tp qwen3 gemma3-tp gemma2-tp phi3
+    qwen2-tp qwen3 gemma3-tp gemma2-tp phi3 qwen3moe llama4
 # prompts of up to 443 tokens, four of them past 256, and one of 245
 # whose decode crosses it
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 \
     2 4 6 8 10 11 14 20
 
-for m in qwen2-tp qwen3 gemma3-tp; do
+for m in qwen2-tp qwen3 gemma3-tp qwen3moe llama4; do
 	for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
 		topo_compare $t "$tmp/$m.gguf" "$tmp/trace.jsonl"
 	done
