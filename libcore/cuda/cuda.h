@@ -80,13 +80,19 @@ struct medha_cuda_opts {
  * Open on model m (borrowed while it opens: its weights are copied to
  * the device) or, m NULL, on random bf16 weights of shape `shape`
  * generated on the GPU from o->seed. Refuses what its kernels cannot run
- * (a head size other than 64, 128 or 256) with MEDHA_EUNSUP, naming
- * it. *cu is NULL on failure.
+ * (medha_cuda_runnable) with MEDHA_EUNSUP, naming it. *cu is NULL on
+ * failure.
  */
 int medha_cuda_open(struct medha_cuda **cu, const struct medha_model *m,
     const struct medha_model_config *shape, const struct medha_cuda_opts *o,
     char *why, size_t whylen);
 void medha_cuda_close(struct medha_cuda *cu);
+
+/* 0, or MEDHA_EUNSUP with why naming what the kernels cannot run of a
+ * model of this shape (a head size other than 64, 128 or 256; experts):
+ * asked before a device is looked for or a weight read. */
+int medha_cuda_runnable(const struct medha_model_config *mc, char *why,
+    size_t whylen);
 
 /* What it holds, once open. */
 struct medha_cuda_info {

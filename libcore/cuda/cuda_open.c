@@ -129,8 +129,9 @@ kv_blocks(struct medha_cuda *c, const struct medha_cuda_opts *p,
  * yet (issue 41, item 3): a mixture of experts would find no dense FFN
  * in a routed layer.
  */
-static int
-runnable(const struct medha_model_config *mc, char *why, size_t whylen)
+int
+medha_cuda_runnable(const struct medha_model_config *mc, char *why,
+    size_t whylen)
 {
 	if (mc->a.n_expert > 0)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
@@ -210,7 +211,7 @@ medha_cuda_open(struct medha_cuda **cu, const struct medha_model *m,
 	*cu = NULL;
 	if (m != NULL)
 		shape = &m->c;
-	if ((rc = runnable(shape, why, whylen)) != 0)
+	if ((rc = medha_cuda_runnable(shape, why, whylen)) != 0)
 		return rc;
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");

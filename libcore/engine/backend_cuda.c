@@ -265,15 +265,21 @@ medha_backend_cuda_open(struct medha_backend **be,
 	struct medha_gguf *g = NULL;
 	struct medha_model *m = NULL;
 	struct medha_pred_model pm;
+	char w[256]; /* (a file that does not resolve: the load says why) */
 	int rc, n;
 
 	*be = NULL;
-	/* no device: say so before reading a 16 GB file */
-	if ((rc = medha_cuda_devices(&n, why, whylen)) != 0)
-		return rc;
 	if (p->model == NULL)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "cuda: no model (a GGUF path or a shape name)");
+	/* what the kernels cannot run, from the file's metadata (or the
+	   shape's name) alone; then no device: said before reading a 16 GB
+	   file */
+	if (medha_model_resolve_why(p->model, &pm, w, sizeof(w)) == 0 &&
+	    (rc = medha_cuda_runnable(&pm.c, why, whylen)) != 0)
+		return rc;
+	if ((rc = medha_cuda_devices(&n, why, whylen)) != 0)
+		return rc;
 	if (access(p->model, R_OK) == 0) {
 		if ((rc = medha_gguf_open(&g, p->model, why, whylen)) != 0 ||
 		    (rc = medha_model_load(&m, g, why, whylen)) != 0) {
