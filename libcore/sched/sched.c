@@ -505,9 +505,19 @@ medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
 			return rc;
 		n++;
 	}
-	/* the workers' KV is gone, the cached blocks with it */
-	if (s->cfg.prefix_cache)
-		medha_prefix_clear(&s->px);
+	/* the workers' KV is gone, the cached blocks with it; a waiting
+	   request's match (at arrival, or at its preemption) was of them:
+	   its prefill starts at 0 now */
+	if (s->cfg.prefix_cache) {
+		sched_prefix_lost(s);
+		for (int i = 0; i < s->nactive; i++) {
+			struct medha_req *r = &s->reqs[s->active[i]].pub;
+			r->cached = 0;
+			r->sched_prefill = 0;
+			r->prefill_alone = sched_plan_alone(s, 0,
+			    r->spec.prompt_tokens, r->cum);
+		}
+	}
 	return n;
 }
 

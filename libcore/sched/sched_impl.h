@@ -166,6 +166,8 @@ void sched_op(struct medha_sched *s, int op, uint64_t req, uint64_t src,
  * blocks forked let go */
 void sched_prefix_batch(struct medha_sched *s, struct medha_sched_batch *b);
 int sched_prefix_blocks(struct medha_sched *s, struct req *q);
+/* a worker lost: the index emptied (its references all gone) */
+void sched_prefix_lost(struct medha_sched *s);
 void sched_prefix_finish(struct medha_sched *s, struct req *q, int status);
 /* cum[] and the time to prefill prompt tokens [start, prompt) alone */
 double sched_plan_alone(const struct medha_sched *s, int64_t start,
