@@ -16,7 +16,9 @@
  *    cache, also where a block's child lives on another KVP group, and
  *    at a random point of random traces (shared prefixes, two batches
  *    in flight, preemptions, cancellations), the requests that waited
- *    then run on the emptied cache;
+ *    then run on the emptied cache; with recover_timeout, the requests
+ *    that held KV recomputed instead (every output once, none failed),
+ *    or failed once the timeout passed;
  *  - the workers' ops (struct medha_kvop) applied to a real paged KV
  *    cache by a model worker, on random traces of token ids that share
  *    system prompts and earlier turns, under memory pressure: every
@@ -575,6 +577,113 @@ test_cancel_and_lost(void **state)
 	medha_pred_free(&p);
 }
 
+/*
+ * recover_timeout: a request decoding when its worker is lost waits to
+ * be recomputed (its outputs so far folded into its prompt, the rest of
+ * its outputs to come, none twice); one not admitted again within the
+ * timeout fails with the loss's reason, not before.
+ */
+static void
+test_recover(void **state)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_sched_config c;
+	struct medha_sched *s;
+	struct medha_sched_batch b;
+	struct medha_record rec;
+	struct medha_reqspec r = req("a", 0, 5000, 8);
+	struct medha_seg doc = {"doc", 4000};
+	const struct medha_req *q;
+	uint64_t h;
+	double now = 0;
+	int64_t out;
+
+	(void)state;
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1,
+	                     1),
+	    0);
+	medha_sched_config_default(&c);
+	c.prefix_cache = 1;
+	c.recover_timeout = 10;
+	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
+	r.prefix = &doc;
+	r.n_prefix = 1;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_non_null(q = medha_sched_req(s, h));
+	while (q->decoded < 3) { /* its prefill, then a few tokens */
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	out = q->decoded;
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1); /* void */
+	assert_int_equal(medha_sched_worker_lost(s, "worker 1 lost", now), 0);
+	assert_int_equal(medha_sched_pop_record(s, &rec), 0);
+	assert_int_equal(q->state, MEDHA_REQ_WAITING);
+	assert_int_equal(q->spec.prompt_tokens, 5000 + out);
+	assert_int_equal(q->resumed, out);
+	assert_int_equal(q->kv_tokens, 0);
+	assert_int_equal(medha_sched_recovering(s), 1);
+	assert_int_equal(medha_sched_group_used(s, 0), 0);
+	assert_int_equal(medha_sched_group_cached(s, 0), 0);
+	/* the worker is back: it is admitted again and ends ok, its
+	   prompt its own, every output once */
+	assert_int_equal(medha_sched_recover_expire(s, now + 5), 0);
+	drive(s, &now);
+	assert_int_equal(medha_sched_recovering(s), 0);
+	assert_int_equal(medha_sched_pending(s), 0);
+	/* (drive() popped its record: again, to look at it) */
+	snprintf(r.id, sizeof(r.id), "b");
+	r.arrival = now;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	q = medha_sched_req(s, h);
+	while (q->decoded < 2) {
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	assert_int_equal(medha_sched_worker_lost(s, "worker 1 lost", now), 0);
+	while (medha_sched_next_batch(s, now, &b) == 1) {
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	assert_int_equal(medha_sched_pop_record(s, &rec), 1);
+	assert_string_equal(rec.id, "b");
+	assert_int_equal(rec.status, MEDHA_STATUS_OK);
+	assert_int_equal(rec.prompt_tokens, 5000);
+	assert_int_equal(rec.output_tokens, 8);
+	medha_record_clear(&rec);
+	/* not back within 10 s: it fails then, naming the loss */
+	snprintf(r.id, sizeof(r.id), "c");
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	q = medha_sched_req(s, h);
+	while (q->decoded < 2) {
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	assert_int_equal(medha_sched_worker_lost(s, "worker 6 lost", now), 0);
+	assert_int_equal(medha_sched_recover_expire(s, now + 9.9), 0);
+	assert_int_equal(medha_sched_pop_record(s, &rec), 0);
+	assert_int_equal(medha_sched_recover_expire(s, now + 10), 1);
+	assert_int_equal(medha_sched_pop_record(s, &rec), 1);
+	assert_int_equal(rec.status, MEDHA_STATUS_FAILED);
+	assert_string_equal(rec.reason, "worker 6 lost");
+	assert_int_equal(rec.output_tokens, 2);
+	medha_record_clear(&rec);
+	assert_int_equal(medha_sched_pending(s), 0);
+	/* a presence penalty counts the output: such a request fails */
+	snprintf(r.id, sizeof(r.id), "d");
+	r.sampling.presence_penalty = 0.5f;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+	assert_int_equal(medha_sched_worker_lost(s, "worker 6 lost", now), 1);
+	medha_sched_free(s);
+	medha_pred_free(&p);
+}
+
 /* ---- a model worker: the ops on a real KV cache ---- */
 
 #define MW_SEQS 1024
@@ -926,13 +1035,16 @@ model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed,
 /*
  * A worker lost at a random point of a random trace of token ids that
  * share prefixes, with two batches in flight (spp 2) and memory tight
- * enough to preempt: every request admitted fails, the index is empty
+ * enough to preempt: every request admitted fails (recover 0) or waits
+ * to be recomputed (recover: recover_timeout 30 s), the index is empty
  * and consistent, and the requests that waited then run to the end on
  * a cache rebuilt from nothing (no reference of the old index is let
- * go on the new one: medha_sched_check after every batch).
+ * go on the new one: medha_sched_check after every batch). Recomputed,
+ * every request ends ok or cancelled, with its own prompt's length and
+ * its max_tokens outputs unless it stopped: none given twice.
  */
 static void
-lost_at_random(int kvp, int policy, uint64_t seed)
+lost_at_random(int kvp, int policy, uint64_t seed, int recover)
 {
 	struct medha_pred p;
 	struct medha_pred_model m;
@@ -961,6 +1073,7 @@ lost_at_random(int kvp, int policy, uint64_t seed)
 	c.min_chunk = 32;
 	c.kvp_max_tokens = kvp > 1 ? 256 : 0; /* prompts over pieces */
 	c.prefix_cache = 1;
+	c.recover_timeout = recover ? 30 : 0;
 	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
 	z = z * 6364136223846793005ULL + 1442695040888963407ULL;
 	lost_at = 20 + (int)((z >> 33) % 200);
@@ -1020,7 +1133,13 @@ lost_at_random(int kvp, int policy, uint64_t seed)
 		if (!lost && nb >= lost_at) {
 			/* the batches in flight are void */
 			rc = medha_sched_worker_lost(s, "lost", now);
-			assert_true(rc > 0);
+			if (recover) {
+				assert_int_equal(rc, 0);
+				assert_true(medha_sched_recovering(s) > 0);
+				assert_int_equal(
+				    medha_sched_recover_expire(s, now + 29), 0);
+			} else
+				assert_true(rc > 0);
 			failed = rc;
 			nfl = 0;
 			lost = 1;
@@ -1034,9 +1153,15 @@ lost_at_random(int kvp, int policy, uint64_t seed)
 		if (medha_sched_check(s, why, sizeof(why)) != 0)
 			fail_msg("batch %d: %s", nb, why);
 		while (medha_sched_pop_record(s, &rec) == 1) {
+			const struct medha_reqspec *sp = &v[atoi(rec.id)];
 			assert_true(rec.status == MEDHA_STATUS_OK ||
 			    rec.status == MEDHA_STATUS_CANCELLED ||
-			    rec.status == MEDHA_STATUS_FAILED);
+			    (!recover && rec.status == MEDHA_STATUS_FAILED));
+			assert_int_equal(rec.prompt_tokens, sp->prompt_tokens);
+			if (rec.status == MEDHA_STATUS_OK &&
+			    rec.finish_reason == MEDHA_FINISH_LENGTH)
+				assert_int_equal(rec.output_tokens,
+				    sp->max_tokens);
 			failed -= rec.status == MEDHA_STATUS_FAILED;
 			medha_record_clear(&rec);
 			done++;
@@ -1061,7 +1186,8 @@ test_lost_at_random(void **state)
 	(void)state;
 	for (uint64_t seed = 1; seed <= 40; seed++)
 		lost_at_random(seed % 3 != 0 ? 2 : 1,
-		    seed % 2 ? MEDHA_POLICY_MEDHA : MEDHA_POLICY_FCFS, seed);
+		    seed % 2 ? MEDHA_POLICY_MEDHA : MEDHA_POLICY_FCFS, seed,
+		    seed > 20);
 }
 
 static void
@@ -1092,6 +1218,7 @@ main(void)
 	    cmocka_unit_test(test_sim_pressure),
 	    cmocka_unit_test(test_sim_evicted_before_fork),
 	    cmocka_unit_test(test_cancel_and_lost),
+	    cmocka_unit_test(test_recover),
 	    cmocka_unit_test(test_model_worker),
 	    cmocka_unit_test(test_lost_at_random),
 	};

@@ -650,6 +650,20 @@ sched_prefix_out(struct medha_sched *s, struct req *q, int32_t tok)
 	return 0;
 }
 
+/* q's worker was lost: its references go (its blocks are not the
+ * index's to keep), its keys stay for its admission again. */
+void
+sched_prefix_forget(struct medha_sched *s, struct req *q)
+{
+	(void)park(s, q, 0, MEDHA_STATUS_FAILED);
+	q->ins_node = 0;
+	q->ins_tok = 0;
+	q->ins_stop = 0;
+	q->own_first = -1;
+	q->own_end = 0;
+	q->ext_node = -1;
+}
+
 /*
  * q, holding kv computed tokens and a prompt of spec.prompt_tokens now
  * (its outputs folded in), is preempted: its blocks of those tokens
