@@ -540,6 +540,7 @@ test_cancel_and_lost(void **state)
 	    0);
 	medha_sched_config_default(&c);
 	c.prefix_cache = 1;
+	c.recover_timeout = 0; /* a lost worker's requests fail */
 	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
 	r.prefix = &doc;
 	r.n_prefix = 1;

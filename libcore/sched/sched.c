@@ -64,6 +64,7 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->reserve = MEDHA_RESERVE_EST;
 	c->preempt_below = 0;
 	c->long_tpot = MEDHA_LONG_TPOT;
+	c->recover_timeout = MEDHA_RECOVER_TIMEOUT;
 }
 
 /* ---- prefill time alone, deadlines ---- */

@@ -96,6 +96,10 @@ const char *medha_reserve_name(int reserve);
 /* --preempt-below by default: the prompt whose prefill alone takes this
  * long on the replica, s */
 #define MEDHA_PREEMPT_SECS 5.0
+/* recover_timeout by default, s: a worker's host partitioned for a
+ * minute, and its links' TCP backoff after healing (medha-sched(1)) */
+#define MEDHA_RECOVER_TIMEOUT 120.0
+
 /* long_tpot by default: a long request's decode bounds every batch while
  * it decodes to this x its decode's latency alone */
 #define MEDHA_LONG_TPOT 1.5
@@ -151,7 +155,8 @@ struct medha_sched_config {
 	                           is recomputed (medha_sched_worker_lost)
 	                           if it is admitted again within this many
 	                           seconds of the loss, and fails past it;
-	                           0: it fails at once (0) */
+	                           0: it fails at once
+	                           (MEDHA_RECOVER_TIMEOUT) */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 

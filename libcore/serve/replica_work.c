@@ -80,6 +80,10 @@ replica_fault(struct medha_replica *r, const char *reason)
 	rep_flights_void(r);
 	if (n > 0)
 		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
+	if (r->core != NULL && medha_sched_recovering(r->core) > 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "%s: %lld requests to be recomputed once it is back",
+		    reason, (long long)medha_sched_recovering(r->core));
 }
 
 void
@@ -740,5 +744,9 @@ rep_housekeeping(void *arg)
 		}
 		dispatch(r, w, w->call != NULL && t - w->call_since >= HB);
 	}
+	/* a lost worker's requests not recomputed in time fail */
+	if (r->core != NULL &&
+	    medha_sched_recover_expire(r->core, now_s(r)) > 0)
+		rep_drain_records(r);
 	flights_fill(r);
 }
