@@ -18,7 +18,8 @@
  *    in flight, preemptions, cancellations), the requests that waited
  *    then run on the emptied cache; with recover_timeout, the requests
  *    that held KV recomputed instead (every output once, none failed),
- *    or failed once the timeout passed;
+ *    or failed once the timeout passed, and failed at once after a
+ *    batch that failed on the workers;
  *  - the workers' ops (struct medha_kvop) applied to a real paged KV
  *    cache by a model worker, on random traces of token ids that share
  *    system prompts and earlier turns, under memory pressure: every
@@ -681,6 +682,15 @@ test_recover(void **state)
 	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
 	assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
 	assert_int_equal(medha_sched_worker_lost(s, "worker 6 lost", now), 1);
+	/* a batch that failed on the workers could fail again: its
+	   requests fail, none recomputed */
+	snprintf(r.id, sizeof(r.id), "e");
+	r.sampling.presence_penalty = 0;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+	assert_int_equal(medha_sched_fault(s, "batch failed", now), 1);
+	assert_int_equal(medha_sched_recovering(s), 0);
+	assert_int_equal(medha_sched_pending(s), 0);
 	medha_sched_free(s);
 	medha_pred_free(&p);
 }

@@ -498,8 +498,10 @@ recoverable(const struct medha_sched *s, const struct medha_req *r)
 	    r->spec.sampling.frequency_penalty == 0;
 }
 
-int
-medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
+/* A worker lost (recover: its requests may be recomputed) or a batch
+ * failed (they fail): medha_sched_worker_lost, medha_sched_fault. */
+static int
+lost(struct medha_sched *s, const char *reason, double now, int recover)
 {
 	int n = 0, rc;
 
@@ -514,7 +516,7 @@ medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
 			i++;
 			continue;
 		}
-		if (recoverable(s, r)) {
+		if (recover && recoverable(s, r)) {
 			if (q->keys != NULL)
 				sched_prefix_forget(s, q);
 			r->recover_by = now + s->cfg.recover_timeout;
@@ -552,6 +554,18 @@ medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
 		}
 	}
 	return s->oom ? MEDHA_ENOMEM : n;
+}
+
+int
+medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
+{
+	return lost(s, reason, now, 1);
+}
+
+int
+medha_sched_fault(struct medha_sched *s, const char *reason, double now)
+{
+	return lost(s, reason, now, 0);
 }
 
 int

@@ -315,6 +315,14 @@ int
 medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now);
 
 /*
+ * A batch failed on the workers (an error, a token outside the
+ * vocabulary, no memory to send one): as medha_sched_worker_lost, but
+ * every request that held KV fails, none is recomputed (the same batch
+ * could fail again).
+ */
+int medha_sched_fault(struct medha_sched *s, const char *reason, double now);
+
+/*
  * Fail, with the reason of the loss, each request recomputed after a
  * lost worker that was not admitted again by its recover_by (call it
  * while the replica is not ready, at least). Returns the number failed,

@@ -66,14 +66,16 @@ flight_of(struct medha_replica *r, uint64_t seq)
 	return NULL;
 }
 
-/* The core fails what depended on the workers; batches in flight void. */
+/* The core fails (or, a worker lost, recomputes) what depended on the
+ * workers; batches in flight void. */
 static void
-replica_fault(struct medha_replica *r, const char *reason)
+replica_fault_how(struct medha_replica *r, const char *reason, int lost)
 {
 	int n = 0;
 
 	if (r->core != NULL) {
-		n = medha_sched_worker_lost(r->core, reason, now_s(r));
+		n = lost ? medha_sched_worker_lost(r->core, reason, now_s(r))
+		         : medha_sched_fault(r->core, reason, now_s(r));
 		if (n > 0)
 			rep_drain_records(r);
 	}
@@ -84,6 +86,12 @@ replica_fault(struct medha_replica *r, const char *reason)
 		medha_log(MEDHA_LOG_WARN,
 		    "%s: %lld requests to be recomputed once it is back",
 		    reason, (long long)medha_sched_recovering(r->core));
+}
+
+static void
+replica_fault(struct medha_replica *r, const char *reason)
+{
+	replica_fault_how(r, reason, 0);
 }
 
 void
@@ -101,7 +109,7 @@ rep_worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 	r->nworkers--;
 	r->ready = 0;
 	snprintf(reason, sizeof(reason), "worker %d lost: %s", id, why);
-	replica_fault(r, reason);
+	replica_fault_how(r, reason, 1);
 	medha_log(MEDHA_LOG_WARN, "worker %d lost (%s); degraded, %d of %d "
 	    "workers", id, why, r->nworkers, r->cfg.workers);
 }
