@@ -13,7 +13,13 @@
  *    batch, with one KVP group and with two; a request whose cached
  *    prefix was evicted between its arrival and its admission; a
  *    request cancelled after it forked; a lost worker emptying the
- *    cache;
+ *    cache, also where a block's child lives on another KVP group, and
+ *    at a random point of random traces (shared prefixes, two batches
+ *    in flight, preemptions, cancellations), the requests that waited
+ *    then run on the emptied cache; with recover_timeout, the requests
+ *    that held KV recomputed instead (every output once, none failed),
+ *    or failed once the timeout passed, and failed at once after a
+ *    batch that failed on the workers;
  *  - the workers' ops (struct medha_kvop) applied to a real paged KV
  *    cache by a model worker, on random traces of token ids that share
  *    system prompts and earlier turns, under memory pressure: every
@@ -167,6 +173,39 @@ test_index_evict(void **state)
 	    4); /* a kept */
 	medha_prefix_clear(&x);
 	assert_int_equal(kv.cached[0], 0);
+	check_ok(&x);
+	medha_prefix_free(&x);
+}
+
+/* A lost worker empties the index (medha_prefix_clear), also where a
+ * block's child lives on another group: a prompt's next KVP piece
+ * (group 0 then 1), or a piece placed on the lower group after the
+ * one before it (1 then 0) */
+static void
+test_index_clear(void **state)
+{
+	struct medha_kvplace kv;
+	struct medha_prefix x;
+	uint64_t k[32], j[32];
+	int a, b, c, d, e, f;
+
+	(void)state;
+	assert_int_equal(medha_kvplace_init(&kv, 2, 4, 100, 8), 0);
+	assert_int_equal(medha_prefix_init(&x, &kv), 0);
+	keys_run(k, 32, 1000);
+	keys_run(j, 32, 5000);
+	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 0, &b), 1);
+	assert_int_equal(medha_prefix_insert(&x, b, k + 8, 4, 1, &c), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, j, 4, 1, &d), 1);
+	assert_int_equal(medha_prefix_insert(&x, d, j + 4, 4, 1, &e), 1);
+	assert_int_equal(medha_prefix_insert(&x, e, j + 8, 2, 0, &f), 1);
+	check_ok(&x);
+	medha_prefix_clear(&x);
+	assert_int_equal(x.nodes, 1);
+	assert_int_equal(kv.cached[0], 0);
+	assert_int_equal(kv.cached[1], 0);
+	assert_int_equal(medha_prefix_match(&x, k, 12, 8, &a, &b), 0);
 	check_ok(&x);
 	medha_prefix_free(&x);
 }
@@ -511,6 +550,7 @@ test_cancel_and_lost(void **state)
 	    0);
 	medha_sched_config_default(&c);
 	c.prefix_cache = 1;
+	c.recover_timeout = 0; /* a lost worker's requests fail */
 	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
 	r.prefix = &doc;
 	r.n_prefix = 1;
@@ -544,6 +584,122 @@ test_cancel_and_lost(void **state)
 	drive(s, &now);
 	medha_sched_prefix_stats(s, &ps);
 	assert_int_equal(ps.hits, 2); /* b and c */
+	medha_sched_free(s);
+	medha_pred_free(&p);
+}
+
+/*
+ * recover_timeout: a request decoding when its worker is lost waits to
+ * be recomputed (its outputs so far folded into its prompt, the rest of
+ * its outputs to come, none twice); one not admitted again within the
+ * timeout fails with the loss's reason, not before.
+ */
+static void
+test_recover(void **state)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_sched_config c;
+	struct medha_sched *s;
+	struct medha_sched_batch b;
+	struct medha_record rec;
+	struct medha_reqspec r = req("a", 0, 5000, 8);
+	struct medha_seg doc = {"doc", 4000};
+	const struct medha_req *q;
+	uint64_t h;
+	double now = 0;
+	int64_t out;
+
+	(void)state;
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 8, 1,
+	                     1),
+	    0);
+	medha_sched_config_default(&c);
+	c.prefix_cache = 1;
+	c.recover_timeout = 10;
+	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
+	r.prefix = &doc;
+	r.n_prefix = 1;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_non_null(q = medha_sched_req(s, h));
+	while (q->decoded < 3) { /* its prefill, then a few tokens */
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	out = q->decoded;
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1); /* void */
+	assert_int_equal(medha_sched_worker_lost(s, "worker 1 lost", now), 0);
+	assert_int_equal(medha_sched_pop_record(s, &rec), 0);
+	assert_int_equal(q->state, MEDHA_REQ_WAITING);
+	assert_int_equal(q->spec.prompt_tokens, 5000 + out);
+	assert_int_equal(q->resumed, out);
+	assert_int_equal(q->kv_tokens, 0);
+	assert_int_equal(medha_sched_recovering(s), 1);
+	assert_int_equal(medha_sched_group_used(s, 0), 0);
+	assert_int_equal(medha_sched_group_cached(s, 0), 0);
+	/* the worker is back: it is admitted again and ends ok, its
+	   prompt its own, every output once */
+	assert_int_equal(medha_sched_recover_expire(s, now + 5), 0);
+	drive(s, &now);
+	assert_int_equal(medha_sched_recovering(s), 0);
+	assert_int_equal(medha_sched_pending(s), 0);
+	/* (drive() popped its record: again, to look at it) */
+	snprintf(r.id, sizeof(r.id), "b");
+	r.arrival = now;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	q = medha_sched_req(s, h);
+	while (q->decoded < 2) {
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	assert_int_equal(medha_sched_worker_lost(s, "worker 1 lost", now), 0);
+	while (medha_sched_next_batch(s, now, &b) == 1) {
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	assert_int_equal(medha_sched_pop_record(s, &rec), 1);
+	assert_string_equal(rec.id, "b");
+	assert_int_equal(rec.status, MEDHA_STATUS_OK);
+	assert_int_equal(rec.prompt_tokens, 5000);
+	assert_int_equal(rec.output_tokens, 8);
+	medha_record_clear(&rec);
+	/* not back within 10 s: it fails then, naming the loss */
+	snprintf(r.id, sizeof(r.id), "c");
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	q = medha_sched_req(s, h);
+	while (q->decoded < 2) {
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	assert_int_equal(medha_sched_worker_lost(s, "worker 6 lost", now), 0);
+	assert_int_equal(medha_sched_recover_expire(s, now + 9.9), 0);
+	assert_int_equal(medha_sched_pop_record(s, &rec), 0);
+	assert_int_equal(medha_sched_recover_expire(s, now + 10), 1);
+	assert_int_equal(medha_sched_pop_record(s, &rec), 1);
+	assert_int_equal(rec.status, MEDHA_STATUS_FAILED);
+	assert_string_equal(rec.reason, "worker 6 lost");
+	assert_int_equal(rec.output_tokens, 2);
+	medha_record_clear(&rec);
+	assert_int_equal(medha_sched_pending(s), 0);
+	/* a presence penalty counts the output: such a request fails */
+	snprintf(r.id, sizeof(r.id), "d");
+	r.sampling.presence_penalty = 0.5f;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+	assert_int_equal(medha_sched_worker_lost(s, "worker 6 lost", now), 1);
+	/* a batch that failed on the workers could fail again: its
+	   requests fail, none recomputed */
+	snprintf(r.id, sizeof(r.id), "e");
+	r.sampling.presence_penalty = 0;
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+	assert_int_equal(medha_sched_fault(s, "batch failed", now), 1);
+	assert_int_equal(medha_sched_recovering(s), 0);
+	assert_int_equal(medha_sched_pending(s), 0);
 	medha_sched_free(s);
 	medha_pred_free(&p);
 }
@@ -741,9 +897,9 @@ mw_items(struct mworker *w, const struct medha_sched_batch *b)
 }
 
 /* n requests of token ids: system prompts, turns extending an earlier
- * prompt, and prompts of their own */
+ * prompt (of up to `from_max` tokens), and prompts of their own */
 static struct medha_reqspec *
-ids_trace(int n, uint64_t seed)
+ids_trace(int n, uint64_t seed, int64_t from_max)
 {
 	struct medha_reqspec *v = calloc(n, sizeof(*v));
 	uint64_t z = seed;
@@ -757,7 +913,7 @@ ids_trace(int n, uint64_t seed)
 		v[i].max_tokens = 1 + (int64_t)(z >> 58);
 		if (i > 0 && (z >> 40) % 3 == 0)
 			from = &v[(z >> 20) % (uint64_t)i]; /* a next turn */
-		if (from != NULL && from->prompt_tokens > 1000)
+		if (from != NULL && from->prompt_tokens > from_max)
 			from = NULL;
 		P = (from != NULL ? from->prompt_tokens : 0) + 1 +
 		    (int64_t)((z >> 30) % 200);
@@ -805,7 +961,7 @@ model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed,
 	struct medha_prefix_stats ps;
 	struct medha_record rec;
 	struct mworker *w = calloc(1, sizeof(*w));
-	struct medha_reqspec *v = ids_trace(n, seed);
+	struct medha_reqspec *v = ids_trace(n, seed, 1000);
 	uint64_t *h = calloc(n, sizeof(*h));
 	struct medha_kv_config kc = {.n_layers = 1,
 	    .n_kv_heads = 1,
@@ -896,6 +1052,164 @@ model_worker(int n, int64_t blocks, int kvp, int policy, uint64_t seed,
 	free(w);
 }
 
+/*
+ * A worker lost at a random point of a random trace of token ids that
+ * share prefixes, with two batches in flight (spp 2) and memory tight
+ * enough to preempt: every request admitted fails (recover 0) or waits
+ * to be recomputed (recover: recover_timeout 30 s), the index is empty
+ * and consistent, and the requests that waited then run to the end on
+ * a cache rebuilt from nothing (no reference of the old index is let
+ * go on the new one: medha_sched_check after every batch). Recomputed,
+ * every request ends ok or cancelled, with its own prompt's length and
+ * its max_tokens outputs unless it stopped: none given twice.
+ */
+static void
+lost_at_random(int kvp, int policy, uint64_t seed, int recover)
+{
+	struct medha_pred p;
+	struct medha_pred_model m;
+	struct medha_sched_config c;
+	struct medha_sched *s;
+	struct medha_sched_batch b, fl[2];
+	struct medha_sched_item *items[2] = {NULL, NULL};
+	struct medha_record rec;
+	const int n = 200;
+	struct medha_reqspec *v = ids_trace(n, seed, kvp > 1 ? 240 : 1000);
+	uint64_t z = seed * 0x9e3779b97f4a7c15ULL + 7;
+	double now = 0;
+	int next = 0, done = 0, nfl = 0, nb = 0, lost_at, failed = 0, rc;
+	int lost = 0, nres = 0;
+	struct medha_sched_result *res = NULL;
+	char why[200];
+
+	assert_int_equal(medha_model_resolve("llama3-8b", &m), 0);
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("a100"), &m, 4, 2,
+	                     kvp),
+	    0);
+	medha_sched_config_default(&c);
+	c.policy = policy;
+	c.kv_blocks = kvp > 1 ? 60 : 120;
+	c.max_chunk = 64;
+	c.min_chunk = 32;
+	c.kvp_max_tokens = kvp > 1 ? 256 : 0; /* prompts over pieces */
+	c.prefix_cache = 1;
+	c.recover_timeout = recover ? 30 : 0;
+	assert_int_equal(medha_sched_init(&s, &c, &p), 0);
+	z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+	lost_at = 20 + (int)((z >> 33) % 200);
+	while (done < n) {
+		while (next < n && v[next].arrival <= now) {
+			assert_int_equal(medha_sched_arrive(s, &v[next],
+			                     v[next].arrival, NULL),
+			    0);
+			next++;
+		}
+		rc = 0;
+		if (nfl < 2) {
+			rc = medha_sched_next_batch(s, now, &b);
+			assert_true(rc >= 0);
+		}
+		if (rc == 1) { /* into the pipeline */
+			fl[nfl] = b;
+			items[nfl] = realloc(items[nfl],
+			    b.n_items * sizeof(*b.items));
+			memcpy(items[nfl], b.items,
+			    b.n_items * sizeof(*b.items));
+			fl[nfl].items = items[nfl];
+			nfl++;
+			nb++;
+			res = realloc(res, (size_t)(b.n_items > nres ? b.n_items : nres) * sizeof(*res));
+			nres = b.n_items > nres ? b.n_items : nres;
+			/* now and then a client goes away */
+			z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+			if ((z >> 30) % 7 == 0 && medha_sched_pending(s) > 0)
+				(void)medha_sched_cancel(s,
+				    medha_sched_active(s, (int)((z >> 40) %
+				        (uint64_t)medha_sched_pending(s)))->handle,
+				    "gone", now);
+		} else if (nfl > 0) { /* the oldest comes out */
+			struct medha_sched_item *t = items[0];
+			now += fl[0].latency / 2;
+			/* sampled tokens (the preempted keep them as keys),
+			   now and then a stop */
+			for (int i = 0; i < fl[0].n_items; i++) {
+				z = z * 6364136223846793005ULL +
+				    1442695040888963407ULL;
+				res[i].token = (int32_t)(z >> 44);
+				res[i].stop = (z >> 20) % 23 == 0
+				    ? MEDHA_FINISH_STOP
+				    : 0;
+			}
+			assert_int_equal(medha_sched_batch_done(s, &fl[0], res,
+			                     now),
+			    0);
+			fl[0] = fl[1];
+			items[0] = items[1];
+			items[1] = t;
+			nfl--;
+		} else {
+			now = next < n ? v[next].arrival : now + 1;
+		}
+		if (!lost && nb >= lost_at) {
+			/* the batches in flight are void */
+			rc = medha_sched_worker_lost(s, "lost", now);
+			if (recover) {
+				assert_int_equal(rc, 0);
+				assert_true(medha_sched_recovering(s) > 0);
+				assert_int_equal(
+				    medha_sched_recover_expire(s, now + 29), 0);
+			} else
+				assert_true(rc > 0);
+			failed = rc;
+			nfl = 0;
+			lost = 1;
+			for (int g = 0; g < kvp; g++) {
+				assert_int_equal(medha_sched_group_cached(s, g),
+				    0);
+				assert_int_equal(medha_sched_group_used(s, g),
+				    0);
+			}
+		}
+		if (medha_sched_check(s, why, sizeof(why)) != 0)
+			fail_msg("batch %d: %s", nb, why);
+		while (medha_sched_pop_record(s, &rec) == 1) {
+			const struct medha_reqspec *sp = &v[atoi(rec.id)];
+			assert_true(rec.status == MEDHA_STATUS_OK ||
+			    rec.status == MEDHA_STATUS_CANCELLED ||
+			    (!recover && rec.status == MEDHA_STATUS_FAILED));
+			assert_int_equal(rec.prompt_tokens, sp->prompt_tokens);
+			if (rec.status == MEDHA_STATUS_OK &&
+			    rec.finish_reason == MEDHA_FINISH_LENGTH)
+				assert_int_equal(rec.output_tokens,
+				    sp->max_tokens);
+			failed -= rec.status == MEDHA_STATUS_FAILED;
+			medha_record_clear(&rec);
+			done++;
+		}
+	}
+	assert_true(lost);
+	assert_int_equal(failed, 0);
+	assert_true(medha_sched_preemptions(s) > 0);
+	medha_sched_free(s);
+	medha_pred_free(&p);
+	for (int i = 0; i < n; i++)
+		free(v[i].prompt_ids);
+	free(v);
+	free(items[0]);
+	free(items[1]);
+	free(res);
+}
+
+static void
+test_lost_at_random(void **state)
+{
+	(void)state;
+	for (uint64_t seed = 1; seed <= 40; seed++)
+		lost_at_random(seed % 3 != 0 ? 2 : 1,
+		    seed % 2 ? MEDHA_POLICY_MEDHA : MEDHA_POLICY_FCFS, seed,
+		    seed > 20);
+}
+
 static void
 test_model_worker(void **state)
 {
@@ -917,13 +1231,16 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_index_match),
 	    cmocka_unit_test(test_index_evict),
+	    cmocka_unit_test(test_index_clear),
 	    cmocka_unit_test(test_sim_document),
 	    cmocka_unit_test(test_sim_token_ids),
 	    cmocka_unit_test(test_sim_unchanged),
 	    cmocka_unit_test(test_sim_pressure),
 	    cmocka_unit_test(test_sim_evicted_before_fork),
 	    cmocka_unit_test(test_cancel_and_lost),
+	    cmocka_unit_test(test_recover),
 	    cmocka_unit_test(test_model_worker),
+	    cmocka_unit_test(test_lost_at_random),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,6 +43,7 @@ static const struct medha_help help_lines[] = {
     {"--drain-timeout S",
         "how long a stop waits for requests in flight (30 s)"},
     {"--max-queue N", "most requests in flight; more are refused (100000)"},
+    {"--recover-timeout S", "a lost worker's requests: recomputed S s (120)"},
     {"--workers N", "workers to wait for, tp x spp x kvp (1, at most 4096)"},
     LINK_HELP,
     {NULL, "Simulation (--sim GPU):"},
@@ -75,11 +76,9 @@ static const struct medha_help help_lines[] = {
     {"--long-tpot X", "long decodes' TPOT: X x their time alone (1.5)"},
     {"--max-chunk N", "largest adaptive chunk in tokens (8192)"},
     {"--max-prefills N", "most prefills in one batch (64)"},
-    {"--min-chunk N",
-        "fewest tokens in a batch without decodes (predictor)"},
+    {"--min-chunk N", "fewest tokens in a batch without decodes (predictor)"},
     {"--no-prefix-cache", "prefill every prompt whole: no prefix cache"},
-    {"--preempt-below N",
-        "prompts this long never preempted (5 s of prefill)"},
+    {"--preempt-below N", "prompts this long never preempted (5 s of prefill)"},
     {"--predictor, --profile FILE",
         "operator times from a medha-profile(5) table"},
     {"--reserve est|max|vllm",
@@ -164,6 +163,7 @@ enum {
 	OPT_DRAIN,
 	OPT_MAXQ,
 	OPT_WORKERS,
+	OPT_RECOVER,
 };
 
 static const struct option longopts[] = {
@@ -191,6 +191,7 @@ static const struct option longopts[] = {
     {"predictor", required_argument, NULL, OPT_PROFILE},
     {"preempt-below", required_argument, NULL, OPT_PREEMPT},
     {"profile", required_argument, NULL, OPT_PROFILE},
+    {"recover-timeout", required_argument, NULL, OPT_RECOVER},
     {"reserve", required_argument, NULL, OPT_RESERVE},
     {"share-cap", required_argument, NULL, OPT_SHARE},
     {"sim", required_argument, NULL, OPT_SIM},
@@ -203,11 +204,26 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* The command line: what each flag set (its default in parse_args). */
+struct args {
+	const char *listen;            /* -l: live mode's address */
+	const char *gpu_name;          /* --sim: the simulator's GPU */
+	const char *model_name;        /* -m */
+	const char *out_path;          /* -o (NULL: stdout) */
+	const char *blog_path;         /* -b (NULL: no batch log) */
+	const char *profile;           /* --profile, --predictor */
+	int64_t workers;               /* --workers */
+	int64_t max_queue;             /* --max-queue */
+	double drain;                  /* --drain-timeout, seconds */
+	int tp, spp, kvp;              /* --tp, --spp, --kvp */
+	int verbose;                   /* -v, repeated */
+	int chunk_set, target_set;     /* -c, --target-batch-time given */
+	struct medha_sched_config cfg; /* -c, -p and the scheduler flags */
+};
+
 /* medha-sched -l: a live replica until SIGTERM or SIGINT. */
 static int
-run_live(const char *addr, const struct medha_sched_config *sc,
-    const char *model, const char *predictor, int workers, double drain,
-    int64_t max_queue, int target_auto)
+run_live(const struct args *a)
 {
 	struct medha_replica_config c;
 	struct medha_replica *r;
@@ -215,14 +231,14 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 	int rc;
 
 	medha_replica_config_default(&c);
-	c.listen = addr;
-	c.workers = workers;
-	c.sched = *sc;
-	c.model = model;
-	c.predictor = predictor;
-	c.drain_timeout = drain;
-	c.max_queue = max_queue;
-	c.target_auto = target_auto;
+	c.listen = a->listen;
+	c.workers = (int)a->workers;
+	c.sched = a->cfg;
+	c.model = a->model_name;
+	c.predictor = a->profile;
+	c.drain_timeout = a->drain;
+	c.max_queue = a->max_queue;
+	c.target_auto = !a->target_set;
 	catch_stop();
 	if ((rc = medha_replica_open(&r, &c, why, sizeof(why))) != 0)
 		die(rc == MEDHA_EINVAL ? 2 : 1, "%s", why);
@@ -233,25 +249,6 @@ run_live(const char *addr, const struct medha_sched_config *sc,
 		die(1, "%s", medha_strerror(rc));
 	return 0;
 }
-
-/* The command line: what each flag set (its default in parse_args). */
-struct args {
-	const char *listen;     /* -l: live mode's address */
-	const char *gpu_name;   /* --sim: the simulator's GPU */
-	const char *model_name; /* -m */
-	const char *out_path;   /* -o (NULL: stdout) */
-	const char *blog_path;  /* -b (NULL: no batch log) */
-	const char *profile;    /* --profile, --predictor */
-	int64_t workers;        /* --workers */
-	int64_t max_queue;      /* --max-queue */
-	double drain;           /* --drain-timeout, seconds */
-	int tp, spp, kvp;       /* --tp, --spp, --kvp */
-	int verbose;            /* -v, repeated */
-	int chunk_set;          /* -c given */
-	int target_set;         /* --target-batch-time given */
-
-	struct medha_sched_config cfg; /* -c, -p and the scheduler flags */
-};
 
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
 static void
@@ -363,6 +360,10 @@ parse_args(struct args *a, int argc, char *argv[])
 			a->target_set = 1;
 			break;
 		case OPT_TP: a->tp = flag_i64("--tp", optarg, 1, 1024); break;
+		case OPT_RECOVER:
+			cfg->recover_timeout =
+			    flag_f64("--recover-timeout", optarg, 0, 1e6, 0);
+			break;
 		case OPT_DRAIN:
 			a->drain =
 			    flag_f64("--drain-timeout", optarg, 0, 1e6, 0);
@@ -588,8 +589,7 @@ main(int argc, char *argv[])
 	link_auth();
 	if (a.listen != NULL) {
 		log_server(a.verbose);
-		return run_live(a.listen, &a.cfg, a.model_name, a.profile,
-		    (int)a.workers, a.drain, a.max_queue, !a.target_set);
+		return run_live(&a);
 	}
 	a.cfg.window_kv = 1; /* a GPU backend frees what no window sees */
 	if (sim_pred(&pred, &a) != 0)

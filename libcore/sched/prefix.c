@@ -425,10 +425,18 @@ medha_prefix_evict(struct medha_prefix *x, int g, int64_t nb)
 void
 medha_prefix_clear(struct medha_prefix *x)
 {
-	/* leaves first, from the heaps, until none is left */
-	for (int g = 0; g < x->kv->kvp; g++)
-		while (x->lru[g].n > 0)
-			drop(x, x->lru[g].h[0]);
+	/* leaves first, from the heaps, until none is left; a leaf's parent
+	   may live on another group (a prompt's previous KVP piece) and
+	   joins its heap only once the leaf is gone, so the groups are
+	   gone through again until every heap is empty */
+	for (int any = 1; any;) {
+		any = 0;
+		for (int g = 0; g < x->kv->kvp; g++)
+			while (x->lru[g].n > 0) {
+				drop(x, x->lru[g].h[0]);
+				any = 1;
+			}
+	}
 	MEDHA_ASSERT(x->nodes == 1);
 }
 

@@ -64,6 +64,7 @@ medha_sched_config_default(struct medha_sched_config *c)
 	c->reserve = MEDHA_RESERVE_EST;
 	c->preempt_below = 0;
 	c->long_tpot = MEDHA_LONG_TPOT;
+	c->recover_timeout = MEDHA_RECOVER_TIMEOUT;
 }
 
 /* ---- prefill time alone, deadlines ---- */
@@ -182,7 +183,8 @@ medha_sched_init(struct medha_sched **sp, const struct medha_sched_config *c,
 	    c->max_prefills < 1 || c->max_seqs < 0 || p->kvp < 1 ||
 	    p->kvp > MEDHA_KVP_MAX || c->reserve < MEDHA_RESERVE_EST ||
 	    c->reserve > MEDHA_RESERVE_VLLM || c->preempt_below < 0 ||
-	    !(c->long_tpot >= 0 && c->long_tpot < 1e9))
+	    !(c->long_tpot >= 0 && c->long_tpot < 1e9) ||
+	    !(c->recover_timeout >= 0 && c->recover_timeout < 1e9))
 		return MEDHA_EINVAL;
 	if (c->kvp_max_tokens > 0 && c->kvp_max_tokens % c->block_size != 0)
 		return MEDHA_EINVAL;
@@ -486,16 +488,38 @@ medha_sched_cancel(struct medha_sched *s, uint64_t handle, const char *reason,
 	    reason != NULL ? reason : "cancelled", now);
 }
 
-int
-medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
+/* Whether r, which held KV on a lost worker, is recomputed: a penalty
+ * over its output would count its tokens as prompt once recomputed. */
+static int
+recoverable(const struct medha_sched *s, const struct medha_req *r)
+{
+	return s->cfg.recover_timeout > 0 &&
+	    r->spec.sampling.presence_penalty == 0 &&
+	    r->spec.sampling.frequency_penalty == 0;
+}
+
+/* A worker lost (recover: its requests may be recomputed) or a batch
+ * failed (they fail): medha_sched_worker_lost, medha_sched_fault. */
+static int
+lost(struct medha_sched *s, const char *reason, double now, int recover)
 {
 	int n = 0, rc;
 
+	snprintf(s->lost_reason, sizeof(s->lost_reason), "%s", reason);
+	/* those that held KV fail, or let go of the index to be
+	   recomputed (still admitted: recover_by marks them) */
 	for (int i = 0; i < s->nactive;) {
 		struct req *q = &s->reqs[s->active[i]];
 		struct medha_req *r = &q->pub;
 
 		if (r->state == MEDHA_REQ_WAITING) {
+			i++;
+			continue;
+		}
+		if (recover && recoverable(s, r)) {
+			if (q->keys != NULL)
+				sched_prefix_forget(s, q);
+			r->recover_by = now + s->cfg.recover_timeout;
 			i++;
 			continue;
 		}
@@ -507,7 +531,72 @@ medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
 	}
 	/* the workers' KV is gone, the cached blocks with it */
 	if (s->cfg.prefix_cache)
-		medha_prefix_clear(&s->px);
+		sched_prefix_lost(s);
+	/* the recomputed wait again, their sequences freed on the workers
+	   that are left (after the index's TRIMs of them); a waiting
+	   request's match (at arrival, or at its preemption) was of the
+	   index: its prefill starts at 0 now */
+	for (int i = 0; i < s->nactive; i++) {
+		struct req *q = &s->reqs[s->active[i]];
+		struct medha_req *r = &q->pub;
+		if (r->state != MEDHA_REQ_WAITING) {
+			sched_op(s, MEDHA_KVOP_TRIM, r->handle, 0, 0, 0);
+			sched_fold_outputs(r);
+			sched_requeue(s, q);
+			medha_log(MEDHA_LOG_DEBUG,
+			    "request %s: to be recomputed (%lld tokens)",
+			    r->spec.id, (long long)r->spec.prompt_tokens);
+		} else if (s->cfg.prefix_cache && r->cached > 0) {
+			r->cached = 0;
+			r->sched_prefill = 0;
+			r->prefill_alone = sched_plan_alone(s, 0,
+			    r->spec.prompt_tokens, r->cum);
+		}
+	}
+	return s->oom ? MEDHA_ENOMEM : n;
+}
+
+int
+medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now)
+{
+	return lost(s, reason, now, 1);
+}
+
+int
+medha_sched_fault(struct medha_sched *s, const char *reason, double now)
+{
+	return lost(s, reason, now, 0);
+}
+
+int
+medha_sched_recover_expire(struct medha_sched *s, double now)
+{
+	int n = 0, rc;
+
+	for (int i = 0; i < s->nactive;) {
+		struct req *q = &s->reqs[s->active[i]];
+		struct medha_req *r = &q->pub;
+
+		if (r->state != MEDHA_REQ_WAITING || r->recover_by <= 0 ||
+		    now < r->recover_by) {
+			i++;
+			continue;
+		}
+		if ((rc = sched_finish(s, q, MEDHA_STATUS_FAILED,
+		         MEDHA_FINISH_NONE, s->lost_reason, now)) != 0)
+			return rc;
+		n++;
+	}
+	return n;
+}
+
+int64_t
+medha_sched_recovering(const struct medha_sched *s)
+{
+	int64_t n = 0;
+
+	for (int i = 0; i < s->nactive; i++)
+		n += s->reqs[s->active[i]].pub.recover_by > 0;
 	return n;
 }
 

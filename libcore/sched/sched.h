@@ -96,6 +96,10 @@ const char *medha_reserve_name(int reserve);
 /* --preempt-below by default: the prompt whose prefill alone takes this
  * long on the replica, s */
 #define MEDHA_PREEMPT_SECS 5.0
+/* recover_timeout by default, s: a worker's host partitioned for a
+ * minute, and its links' TCP backoff after healing (medha-sched(1)) */
+#define MEDHA_RECOVER_TIMEOUT 120.0
+
 /* long_tpot by default: a long request's decode bounds every batch while
  * it decodes to this x its decode's latency alone */
 #define MEDHA_LONG_TPOT 1.5
@@ -147,6 +151,12 @@ struct medha_sched_config {
 	                           latency alone (its TPOT target; not below
 	                           the tpot_slo floor); 0 = off
 	                           (MEDHA_LONG_TPOT) */
+	double recover_timeout; /* a request that held KV on a lost worker
+	                           is recomputed (medha_sched_worker_lost)
+	                           if it is admitted again within this many
+	                           seconds of the loss, and fails past it;
+	                           0: it fails at once
+	                           (MEDHA_RECOVER_TIMEOUT) */
 };
 void medha_sched_config_default(struct medha_sched_config *c);
 
@@ -197,6 +207,9 @@ struct medha_req {
 	                    when it was last preempted: its prefill
 	                    recomputes them, and the last chunk's token is
 	                    its next output (0: never preempted) */
+	double recover_by; /* its worker was lost: it fails unless it is
+	                      admitted again by then (0: not recovering;
+	                      medha_sched_recover_expire) */
 };
 
 /* A batch item: one sequence's tokens in this iteration. */
@@ -285,14 +298,40 @@ int medha_sched_cancel(struct medha_sched *s, uint64_t handle,
     const char *reason, double now);
 
 /*
- * A worker of the replica was lost: every batch in flight is void and
- * every request that was admitted (holds KV) ends with a "failed" record
- * giving `reason`; requests still waiting for memory stay queued. The
- * caller must not report the void batches as done. Returns the number of
- * requests failed, or MEDHA_ENOMEM.
+ * A worker of the replica was lost: every batch in flight is void, the
+ * workers' KV (the prefix cache's with it) is gone, and every request
+ * that was admitted (holds KV) either ends with a "failed" record giving
+ * `reason` (with cfg.recover_timeout 0, or a presence or frequency
+ * penalty, which counts its output) or is recomputed: it waits again
+ * for a prefill of its prompt and its outputs so far, as a preempted
+ * request does (sched_preempt.c; its tokens out are not given again, the
+ * last chunk's token is its next), and fails with `reason` if it is not
+ * admitted again within cfg.recover_timeout seconds
+ * (medha_sched_recover_expire). Requests still waiting for memory stay
+ * queued. The caller must not report the void batches as done. Returns
+ * the number of requests failed, or MEDHA_ENOMEM.
  */
 int
 medha_sched_worker_lost(struct medha_sched *s, const char *reason, double now);
+
+/*
+ * A batch failed on the workers (an error, a token outside the
+ * vocabulary, no memory to send one): as medha_sched_worker_lost, but
+ * every request that held KV fails, none is recomputed (the same batch
+ * could fail again).
+ */
+int medha_sched_fault(struct medha_sched *s, const char *reason, double now);
+
+/*
+ * Fail, with the reason of the loss, each request recomputed after a
+ * lost worker that was not admitted again by its recover_by (call it
+ * while the replica is not ready, at least). Returns the number failed,
+ * or MEDHA_ENOMEM.
+ */
+int medha_sched_recover_expire(struct medha_sched *s, double now);
+
+/* Requests waiting to be recomputed after a lost worker (recover_by). */
+int64_t medha_sched_recovering(const struct medha_sched *s);
 
 /*
  * Form the next batch at `now` (stage 0 must be free). Returns 1 with *b

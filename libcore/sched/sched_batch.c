@@ -311,6 +311,7 @@ admit(struct medha_sched *s, struct req *q)
 	if (rc == 0) {
 		r->state = MEDHA_REQ_PREFILL;
 		r->tpot_long = long_target(s, r);
+		r->recover_by = 0; /* recovered */
 		s->nadmitted++;
 	}
 	return rc;

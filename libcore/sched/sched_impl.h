@@ -143,6 +143,8 @@ struct medha_sched {
 	                          before any */
 	int64_t preempt_below; /* prompts this long are never preempted */
 	int64_t preemptions;   /* medha_sched_preemptions() */
+	char lost_reason[200]; /* the last lost worker's: the failure of
+	                          those not recovered in time */
 	uint32_t ghost;        /* the last handle given a preempted
 	                          request's cached KV (MEDHA_KVOP_MOVE) */
 };
@@ -166,6 +168,10 @@ void sched_op(struct medha_sched *s, int op, uint64_t req, uint64_t src,
  * blocks forked let go */
 void sched_prefix_batch(struct medha_sched *s, struct medha_sched_batch *b);
 int sched_prefix_blocks(struct medha_sched *s, struct req *q);
+/* a worker lost: the index emptied (its references all gone) */
+void sched_prefix_lost(struct medha_sched *s);
+/* q's references let go, its keys kept: it is to be recomputed */
+void sched_prefix_forget(struct medha_sched *s, struct req *q);
 void sched_prefix_finish(struct medha_sched *s, struct req *q, int status);
 /* cum[] and the time to prefill prompt tokens [start, prompt) alone */
 double sched_plan_alone(const struct medha_sched *s, int64_t start,
@@ -190,6 +196,10 @@ sched_kv_need(const struct medha_req *r)
 int64_t sched_kv_admit(const struct medha_sched *s, const struct medha_req *r);
 int64_t sched_preempt_default(const struct medha_sched *s);
 int sched_grow(struct medha_sched *s, double now);
+/* q (admitted) waits again for a prefill of its prompt and its outputs
+ * so far (a preemption's, or a lost worker's recomputation) */
+void sched_fold_outputs(struct medha_req *r);
+void sched_requeue(struct medha_sched *s, struct req *q);
 /* r completed: its output into the running mean */
 void sched_est_done(struct medha_sched *s, const struct medha_req *r);
 /* whether r may be preempted (and reserves by estimate) */

@@ -182,24 +182,24 @@ victim(struct medha_sched *s, const struct medha_req *needy, int g)
 	return best;
 }
 
-/* Preempt q (decoding, not in flight): back to waiting, as above. */
-static int
-preempt(struct medha_sched *s, struct req *q)
+/* r's outputs so far join its prompt: its next prefill recomputes them */
+void
+sched_fold_outputs(struct medha_req *r)
 {
-	struct medha_req *r = &q->pub;
-	int64_t kv = r->kv_tokens, P;
-	int rc = 0, full, part;
-
-	s->preemptions++;
-	r->preempted++;
-	/* its outputs so far join its prompt */
 	r->spec.prompt_tokens += r->decoded - r->resumed;
 	r->resumed = r->decoded;
-	P = r->spec.prompt_tokens;
-	if (s->cfg.prefix_cache)
-		rc = sched_prefix_preempt(s, q, kv);
-	else
-		sched_op(s, MEDHA_KVOP_TRIM, r->handle, 0, 0, 0);
+}
+
+/* q (admitted, its outputs folded, its KV let go on the workers' side)
+ * waits again, its prefill planned from what the index holds of it;
+ * its handle, deadline and arrival stay. */
+void
+sched_requeue(struct medha_sched *s, struct req *q)
+{
+	struct medha_req *r = &q->pub;
+	int64_t P = r->spec.prompt_tokens;
+	int full, part;
+
 	medha_kvplace_release(&s->kv, &r->kv);
 	s->nadmitted--;
 	r->state = MEDHA_REQ_WAITING;
@@ -212,6 +212,24 @@ preempt(struct medha_sched *s, struct req *q)
 		    &full, &part);
 	r->sched_prefill = r->cached;
 	r->prefill_alone = sched_plan_alone(s, r->cached, P, r->cum);
+}
+
+/* Preempt q (decoding, not in flight): back to waiting, as above. */
+static int
+preempt(struct medha_sched *s, struct req *q)
+{
+	struct medha_req *r = &q->pub;
+	int64_t kv = r->kv_tokens;
+	int rc = 0;
+
+	s->preemptions++;
+	r->preempted++;
+	sched_fold_outputs(r);
+	if (s->cfg.prefix_cache)
+		rc = sched_prefix_preempt(s, q, kv);
+	else
+		sched_op(s, MEDHA_KVOP_TRIM, r->handle, 0, 0, 0);
+	sched_requeue(s, q);
 	if (s->ratio < MEDHA_EST_INIT)
 		s->ratio = MEDHA_EST_INIT;
 	medha_log(MEDHA_LOG_DEBUG,

@@ -79,6 +79,21 @@ sched_prefix_batch(struct medha_sched *s, struct medha_sched_batch *b)
 	}
 }
 
+/*
+ * A worker was lost, every request holding KV failed (their references
+ * gone): the index is emptied. The partial blocks held until the batch
+ * is formed are let go first (there are none between batches), so that
+ * nothing later lets go of a node of the old index.
+ */
+void
+sched_prefix_lost(struct medha_sched *s)
+{
+	for (int i = 0; i < s->npunref; i++)
+		medha_prefix_unref1(&s->px, s->punref[i]);
+	s->npunref = 0;
+	medha_prefix_clear(&s->px);
+}
+
 /* Index node p dropped: its owner's sequence keeps what is before it. */
 static void
 dropped(void *arg, const struct medha_pnode *p)
@@ -94,7 +109,7 @@ sched_prefix_init(struct medha_sched *s)
 {
 	s->px.dropped = dropped;
 	s->px.arg = s;
-	s->px.fresh = s->seq + 1;
+
 }
 
 /*
@@ -633,6 +648,20 @@ sched_prefix_out(struct medha_sched *s, struct req *q, int32_t tok)
 		return MEDHA_ENOMEM;
 	q->keys[q->nkeys++] = (uint32_t)tok;
 	return 0;
+}
+
+/* q's worker was lost: its references go (its blocks are not the
+ * index's to keep), its keys stay for its admission again. */
+void
+sched_prefix_forget(struct medha_sched *s, struct req *q)
+{
+	(void)park(s, q, 0, MEDHA_STATUS_FAILED);
+	q->ins_node = 0;
+	q->ins_tok = 0;
+	q->ins_stop = 0;
+	q->own_first = -1;
+	q->own_end = 0;
+	q->ext_node = -1;
 }
 
 /*

@@ -66,20 +66,32 @@ flight_of(struct medha_replica *r, uint64_t seq)
 	return NULL;
 }
 
-/* The core fails what depended on the workers; batches in flight void. */
+/* The core fails (or, a worker lost, recomputes) what depended on the
+ * workers; batches in flight void. */
 static void
-replica_fault(struct medha_replica *r, const char *reason)
+replica_fault_how(struct medha_replica *r, const char *reason, int lost)
 {
 	int n = 0;
 
 	if (r->core != NULL) {
-		n = medha_sched_worker_lost(r->core, reason, now_s(r));
+		n = lost ? medha_sched_worker_lost(r->core, reason, now_s(r))
+		         : medha_sched_fault(r->core, reason, now_s(r));
 		if (n > 0)
 			rep_drain_records(r);
 	}
 	rep_flights_void(r);
 	if (n > 0)
 		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
+	if (r->core != NULL && medha_sched_recovering(r->core) > 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "%s: %lld requests to be recomputed once it is back",
+		    reason, (long long)medha_sched_recovering(r->core));
+}
+
+static void
+replica_fault(struct medha_replica *r, const char *reason)
+{
+	replica_fault_how(r, reason, 0);
 }
 
 void
@@ -97,7 +109,7 @@ rep_worker_lost(struct medha_replica *r, struct wslot *w, const char *why)
 	r->nworkers--;
 	r->ready = 0;
 	snprintf(reason, sizeof(reason), "worker %d lost: %s", id, why);
-	replica_fault(r, reason);
+	replica_fault_how(r, reason, 1);
 	medha_log(MEDHA_LOG_WARN, "worker %d lost (%s); degraded, %d of %d "
 	    "workers", id, why, r->nworkers, r->cfg.workers);
 }
@@ -745,5 +757,9 @@ rep_housekeeping(void *arg)
 		}
 		dispatch(r, w, w->call != NULL && t - w->call_since >= HB);
 	}
+	/* a lost worker's requests not recomputed in time fail */
+	if (r->core != NULL &&
+	    medha_sched_recover_expire(r->core, now_s(r)) > 0)
+		rep_drain_records(r);
 	flights_fill(r);
 }

@@ -36,9 +36,11 @@ port=$(free_port)
 "$bin/medha-router" -l "ipc://$tmp/lone.sock" -r "ipc://$tmp/nobody.sock" \
     --insecure 2>"$tmp/lone.log" &
 lone=$!
+# (--recover-timeout 0: the stream whose worker is killed below fails,
+# not recomputed)
 serve_start single 60 MEDHA_MODEL="$model" MEDHA_ADDR="ipc://$tmp/r.sock" \
     MEDHA_ROUTER="ipc://$tmp/router.sock" MEDHA_HTTP="127.0.0.1:$port" \
-    MEDHA_LOG="$tmp/logs"
+    MEDHA_LOG="$tmp/logs" MEDHA_SCHED_OPTS="--recover-timeout 0"
 
 "$py" - "http://127.0.0.1:$port/v1" "$tmp/listid" <<'PY'
 import json, sys, urllib.request
