@@ -60,6 +60,7 @@ struct medha_coll {
 	int nw, wcap;
 	size_t wbytes; /* the waiting messages' bytes */
 	volatile sig_atomic_t *stop;
+	volatile sig_atomic_t *drop; /* the batch waited for is void */
 	size_t mac;      /* MEDHA_SHA256_LEN with a secret, else 0 */
 	uint8_t *key;    /* (klen) the secret, as it was at open */
 	size_t klen;
@@ -73,7 +74,18 @@ struct medha_coll {
 	uint8_t table[TABLE_ID]; /* the table's identity */
 };
 
-#define SLICE 0.2 /* s between looks at the stop flag */
+#define SLICE 0.2 /* s between looks at the stop and drop flags */
+
+/* Why a wait ends before its time (the stop or drop flag set), or NULL. */
+static const char *
+halted(const struct medha_coll *c)
+{
+	if (c->stop != NULL && *c->stop)
+		return "stopping";
+	if (c->drop != NULL && *c->drop)
+		return "the batch was made void";
+	return NULL;
+}
 
 /*
  * Whether rank i's connection closed in a generation: set from nng's
@@ -240,6 +252,12 @@ void
 medha_coll_stop_on(struct medha_coll *c, volatile sig_atomic_t *stop)
 {
 	c->stop = stop;
+}
+
+void
+medha_coll_drop_on(struct medha_coll *c, volatile sig_atomic_t *drop)
+{
+	c->drop = drop;
 }
 
 const char *
@@ -425,6 +443,7 @@ send_piece(struct medha_coll *c, int dst, uint64_t tag, const void *buf,
 {
 	nng_msg *m;
 	uint8_t *p;
+	const char *h;
 	int rv;
 
 	if (nng_msg_alloc(&m, HDR + len + c->mac) != 0)
@@ -456,10 +475,10 @@ send_piece(struct medha_coll *c, int dst, uint64_t tag, const void *buf,
 		rv = nng_sendmsg(c->push[dst], m, 0);
 		if (rv != NNG_ETIMEDOUT || (end >= 0 && medha_now() >= end))
 			break;
-		if (c->stop != NULL && *c->stop) {
+		if ((h = halted(c)) != NULL) {
 			nng_msg_free(m);
 			return medha_why(why, whylen, MEDHA_EPEER,
-			    "collectives: stopping");
+			    "collectives: %s", h);
 		}
 		if (gone(c, dst)) {
 			nng_msg_free(m);
@@ -629,6 +648,7 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 {
 	double end = timeout < 0 ? -1 : medha_now() + timeout;
 	nng_msg *m = NULL;
+	const char *h;
 	int i, rv;
 
 	if (src < 0 || src >= c->n || src == c->rank)
@@ -650,9 +670,9 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			return medha_why(why, whylen, MEDHA_ETIMEOUT,
 			    "collectives: nothing from rank %d in %.0f s", src,
 			    timeout);
-		if (c->stop != NULL && *c->stop)
+		if ((h = halted(c)) != NULL)
 			return medha_why(why, whylen, MEDHA_EPEER,
-			    "collectives: stopping");
+			    "collectives: %s", h);
 		nng_socket_set_ms(c->pull, NNG_OPT_RECVTIMEO,
 		    ms_of(left < 0 || left > SLICE ? SLICE : left));
 		if ((rv = nng_recvmsg(c->pull, &m, 0)) != 0) {

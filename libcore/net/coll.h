@@ -96,6 +96,14 @@ int medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
  */
 void medha_coll_stop_on(struct medha_coll *c, volatile sig_atomic_t *stop);
 
+/*
+ * A second flag, set while the batch being run was made void (a worker
+ * of the replica lost), cleared by its owner before the next: it ends
+ * every wait of c as the stop flag does, the call then returning
+ * MEDHA_EPEER ("the batch was made void"). NULL: none.
+ */
+void medha_coll_drop_on(struct medha_coll *c, volatile sig_atomic_t *drop);
+
 /* The generation, rank and size set by medha_coll_peers (0, -1, 0 before). */
 uint64_t medha_coll_gen(const struct medha_coll *c);
 int medha_coll_rank(const struct medha_coll *c);

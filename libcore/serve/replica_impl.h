@@ -157,6 +157,8 @@ struct medha_replica {
 	                           was tokenized -> its lreq */
 	uint32_t tok_seq;       /* the last such handle's */
 	uint64_t bseq;
+	uint64_t bseq_void; /* a batch up to it not sent to a worker yet
+	                       was made void: it never will be */
 	int64_t served, batches;
 	/* preemption (sched.h, MEDHA_KVOP_MOVE): the workers' name of the
 	   sequence the core calls by a key, where it is not the key itself

@@ -52,6 +52,7 @@ rep_flights_void(struct medha_replica *r)
 		flight_clear(&r->fl[(r->fl_head + i) % r->spp]);
 	r->nfl = 0;
 	r->fl_head = 0;
+	r->bseq_void = r->bseq;
 }
 
 /* The batch in flight of batch_seq seq, or NULL. */
@@ -511,7 +512,8 @@ flights_fill(struct medha_replica *r)
  * sent every batch that was formed before its request ended: the
  * worker frees before it runs the batch of the same message, and a
  * request cancelled while its prompt chunks fly still has items in the
- * batches it was not sent yet. */
+ * batches it was not sent yet; not for batches made void (bseq_void),
+ * which it never will be. */
 static void
 dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 {
@@ -522,7 +524,8 @@ dispatch(struct medha_replica *r, struct wslot *w, int idle_ok)
 	if (w->call == NULL || w->done < w->sent)
 		return;
 	while (nf < w->nfrees && nf < MEDHA_PROTO_MAX_ITEMS &&
-	    w->frees_after[nf] <= w->sent)
+	    (w->frees_after[nf] <= w->sent ||
+	        w->frees_after[nf] <= r->bseq_void))
 		nf++; /* the rest go with the next message */
 	for (int i = 0; i < r->nfl && f == NULL; i++) {
 		struct flight *g = &r->fl[(r->fl_head + i) % r->spp];
@@ -696,7 +699,11 @@ on_worker(struct medha_replica *r, struct medha_srv_ev *ev,
 	}
 	w->last_seen = medha_now();
 	if (m->type == MEDHA_MSG_HEARTBEAT) {
-		answer_type(r, ev->call, MEDHA_MSG_OK);
+		/* the batch it runs made void by a loss: IDLE, and the
+		   worker drops it rather than wait for the lost peer */
+		answer_type(r, ev->call, w->done < w->sent &&
+		        flight_of(r, w->sent) == NULL ? MEDHA_MSG_IDLE
+		                                      : MEDHA_MSG_OK);
 		return;
 	}
 	if (w->call != NULL) /* a second request: the first ends */

@@ -1,7 +1,10 @@
 /*
  * beat.c: a live worker's heartbeats (beat.h). The thread wakes every
  * MEDHA_PROTO_HEARTBEAT_MS and, while a batch runs, says HEARTBEAT,
- * waiting at most MEDHA_PROTO_DEAD_MS for the scheduler's answer.
+ * waiting at most MEDHA_PROTO_DEAD_MS for the scheduler's answer: OK,
+ * or IDLE when the scheduler made the batch void (a worker of the
+ * replica lost), or ERROR when it no longer counts this worker as its
+ * own (this one was lost); after either the batch is dropped.
  */
 #include "serve/worker/beat.h"
 
@@ -15,6 +18,7 @@ beat_main(void *arg)
 	struct wk_beat *b = arg;
 	struct medha_msg m = {.type = MEDHA_MSG_HEARTBEAT}, rep;
 	char why[256];
+	uint64_t seq;
 
 	pthread_mutex_lock(&b->mu);
 	while (!b->quit) {
@@ -25,13 +29,28 @@ beat_main(void *arg)
 		if (b->quit || !b->running)
 			continue;
 		m.worker_id = b->id;
+		seq = b->seq;
 		pthread_mutex_unlock(&b->mu);
 		if (medha_cli_msg(b->cli, 1, &m, &rep,
-		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) == 0)
-			medha_msg_clear(&rep);
-		else
+		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
 			medha_log(MEDHA_LOG_WARN, "heartbeat: %s", why);
+			pthread_mutex_lock(&b->mu);
+			continue;
+		}
 		pthread_mutex_lock(&b->mu);
+		/* the answer is about the batch the beat was for: drop it
+		   only if it still runs */
+		if ((rep.type == MEDHA_MSG_IDLE ||
+		        rep.type == MEDHA_MSG_ERROR) &&
+		    b->running && b->seq == seq && !b->dropped) {
+			b->dropped = 1;
+			medha_log(MEDHA_LOG_WARN, "batch %llu dropped: %s",
+			    (unsigned long long)seq,
+			    rep.type == MEDHA_MSG_IDLE
+			        ? "the scheduler made it void"
+			        : rep.error.reason);
+		}
+		medha_msg_clear(&rep);
 	}
 	pthread_mutex_unlock(&b->mu);
 	return NULL;
@@ -42,17 +61,22 @@ wk_beat_start(struct wk_beat *b, struct medha_cli *cli)
 {
 	b->cli = cli;
 	b->running = b->quit = b->id = 0;
+	b->seq = 0;
+	b->dropped = 0;
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->cv, NULL);
 	pthread_create(&b->thread, NULL, beat_main, b);
 }
 
 void
-wk_beat_batch(struct wk_beat *b, int id, int on)
+wk_beat_batch(struct wk_beat *b, int id, uint64_t seq, int on)
 {
 	pthread_mutex_lock(&b->mu);
 	b->id = id;
+	b->seq = seq;
 	b->running = on;
+	if (on)
+		b->dropped = 0;
 	pthread_mutex_unlock(&b->mu);
 }
 

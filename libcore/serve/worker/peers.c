@@ -54,7 +54,8 @@ peer_url(const struct medha_worker_config *o, char *url, size_t n)
 
 int
 wk_peers_open(struct wk_peers *p, const struct medha_worker_config *c,
-    volatile sig_atomic_t *stop, char *why, size_t whylen)
+    volatile sig_atomic_t *stop, volatile sig_atomic_t *drop, char *why,
+    size_t whylen)
 {
 	char url[MEDHA_PROTO_URL_MAX], w2[384];
 	int rc;
@@ -65,6 +66,7 @@ wk_peers_open(struct wk_peers *p, const struct medha_worker_config *c,
 	if ((rc = medha_coll_open(&p->coll, url, w2, sizeof(w2))) != 0)
 		return medha_why(why, whylen, rc, "--peer: %s", w2);
 	medha_coll_stop_on(p->coll, stop);
+	medha_coll_drop_on(p->coll, drop);
 	return 0;
 }
 

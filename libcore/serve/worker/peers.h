@@ -8,7 +8,7 @@
  *
  *	struct wk_peers p;
  *	wk_peers_init(&p, &config, why, sizeof(why));	(the layout)
- *	wk_peers_open(&p, &config, &stop, why, sizeof(why));
+ *	wk_peers_open(&p, &config, &stop, &drop, why, sizeof(why));
  *	(a BATCH with a peer table: wk_peers_take(&p, be, batch.peers))
  *	wk_peers_comm(&p, &call, batch.seq, &comm);	(a forward's collectives)
  *	wk_peers_close(&p, 0);
@@ -43,9 +43,11 @@ int wk_peers_init(struct wk_peers *p, const struct medha_worker_config *c,
     char *why, size_t whylen);
 /* In a replica of several workers, listen where the others reach this
  * one (c->peer, or beside the scheduler's address); a collective gives
- * up when *stop is set. 0, or an error with why. */
+ * up when *stop is set, or *drop (the batch made void: beat.h). 0, or
+ * an error with why. */
 int wk_peers_open(struct wk_peers *p, const struct medha_worker_config *c,
-    volatile sig_atomic_t *stop, char *why, size_t whylen);
+    volatile sig_atomic_t *stop, volatile sig_atomic_t *drop, char *why,
+    size_t whylen);
 /* The peers' links closed; failed: the stop follows a failure. */
 void wk_peers_close(struct wk_peers *p, int failed);
 /* Where the peers reach this worker, for its HELLO ("" alone). */

@@ -94,13 +94,13 @@ answer_batch(struct worker *w, const struct medha_msg_batch *b, int64_t nm,
 	    wk_peers_take(&w->peers, w->be, b->peers) != 0)
 		return -1;
 	res->worker_id = w->id;
-	wk_beat_batch(&w->beat, w->id, 1);
+	wk_beat_batch(&w->beat, w->id, b->seq, 1);
 	t_run = medha_now();
 	if (nm > 0)
 		wk_ahead_use(&w->ahead, b, nm, res);
 	else
 		wk_batch_run(&w->batch, b, res);
-	wk_beat_batch(&w->beat, w->id, 0);
+	wk_beat_batch(&w->beat, w->id, b->seq, 0);
 	w->busy += medha_now() - t_run;
 	if (medha_log_level >= MEDHA_LOG_DEBUG)
 		log_batch(b, t_run, sent);
@@ -230,7 +230,8 @@ worker_init(struct worker *w, struct medha_backend *be,
 		return rc;
 	if ((rc = medha_cli_open(&w->cli, c->addr, 2, why, whylen)) != 0)
 		return rc;
-	if ((rc = wk_peers_open(&w->peers, c, stop, why, whylen)) != 0)
+	if ((rc = wk_peers_open(&w->peers, c, stop, &w->beat.dropped, why,
+	         whylen)) != 0)
 		return rc;
 	/* lookahead needs a backend that computes (sim only waits), can
 	   cut a sequence back (seq_fill: a bad handle tells EINVAL from
