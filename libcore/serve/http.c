@@ -24,6 +24,10 @@
  * connection: when it fails, or a write fails, the client has gone and
  * the request is cancelled upstream; its record still comes, and only
  * then is the request freed (nothing is left behind in the router).
+ * nng's server reads nothing while a non-streaming request waits, so one
+ * that has waited WATCH_AFTER s (http_up.c) gets the same watch read and
+ * is answered with Connection: close (the read would take the bytes of
+ * a next request on the connection); quicker ones keep keep-alive.
  *
  * One mutex (h->mu) guards every request's state; nng's callbacks, the
  * two threads and medha_http_close() take it (and call the client under
@@ -81,6 +85,18 @@ rx_cb(void *arg)
 	pthread_mutex_lock(&h->mu);
 	r->rx_busy = 0;
 	if (r->reaped) {
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
+	if (r->watching && !r->hijacked) { /* a whole answer's watch */
+		if (rv != 0 && r->haio != NULL) { /* the client hung up */
+			nng_aio_finish(r->haio, rv); /* the server lets it go */
+			r->haio = NULL;
+			http_on_gone(h, r);
+		} else if (r->haio != NULL && !r->gone)
+			http_watch(r); /* bytes from the client: ignored */
+		else
+			http_maybe_reap(h, r);
 		pthread_mutex_unlock(&h->mu);
 		return;
 	}

@@ -55,6 +55,8 @@ struct hreq {
 	nng_http_req *nreq;  /* likewise */
 	int chat;            /* /v1/chat/completions */
 	int hijacked;        /* a stream that took the connection */
+	int watching;        /* a whole answer's watch read is posted: it
+	                        is answered with Connection: close */
 	int http10;          /* an HTTP/1.0 client: no chunked coding */
 	double t0;           /* when it came (medha_now), for the access line */
 	double last_tx;      /* a stream's latest bytes queued (medha_now) */

@@ -141,7 +141,9 @@ http_maybe_reap(struct medha_http *h, struct hreq *r)
 {
 	if (r->reaped || r->haio != NULL ||
 	    (r->up != U_NONE && r->up != U_DONE) ||
-	    (r->hijacked && !r->gone && (r->tx_busy || r->out.n > 0)))
+	    (r->hijacked && !r->gone && (r->tx_busy || r->out.n > 0)) ||
+	    (r->watching && r->rx_busy)) /* freeing rx would close the
+	                                    connection under the answer */
 		return;
 	r->reaped = 1;
 	if (r->prev != NULL)

@@ -65,7 +65,7 @@ fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
 	if (r->gone)
 		return;
 	if (r->haio != NULL) {
-		http_reply_error(h, r->haio, e, 0, 1);
+		http_reply_error(h, r->haio, e, r->watching, 1);
 		r->haio = NULL;
 	} else if (r->hijacked) { /* OpenAI's error event */
 		size_t n = 0;
@@ -120,7 +120,7 @@ finish(struct medha_http *h, struct hreq *r)
 		    NULL, 0};
 		size_t n = 0;
 		char *js = medha_oai_response_n(&hd, r->recs, r->nch, &u, &n);
-		http_reply_json(h, r->haio, 200, js, n, 0, 1);
+		http_reply_json(h, r->haio, 200, js, n, r->watching, 1);
 		free(js);
 		r->haio = NULL;
 	}
@@ -212,16 +212,27 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
  * token or not, so that a client's read timeout does not run out during
  * a long prefill (a refusal quicker than that is still an HTTP error),
  * and an open stream silent for cfg.keepalive s gets an SSE comment.
+ * A whole answer waited for WATCH_AFTER s gets a watch read on its
+ * connection, so that a client that hangs up cancels it (http.c).
  */
 #define HEAD_AFTER 0.5
+#define WATCH_AFTER 0.25
 #define TICK 0.1
 
 static void
 tick(struct medha_http *h, double now)
 {
 	for (struct hreq *r = h->all; r != NULL; r = r->next) {
-		if (r->reaped || r->gone || !r->q.stream)
+		if (r->reaped || r->gone)
 			continue;
+		if (!r->q.stream) {
+			if (!r->watching && !r->rx_busy && r->haio != NULL &&
+			    r->up != U_NONE && now - r->t0 >= WATCH_AFTER) {
+				r->watching = 1;
+				http_watch(r);
+			}
+			continue;
+		}
 		if (!r->hijacked && r->up == U_LIVE && r->haio != NULL &&
 		    now - r->t0 >= HEAD_AFTER)
 			http_stream_start(h, r);

@@ -10,7 +10,9 @@
 #     request cancelled; /metrics counters move; usage's
 #     prompt_tokens_details.cached_tokens; n choices (greedy ones equal
 #     n = 1's, seeded ones differ and repeat, streamed with their index,
-#     the prompt's KV shared, a stream left cancels every choice).
+#     the prompt's KV shared, a stream left cancels every choice);
+#     whole answers (n = 16) whose client hangs up at once cancelled
+#     within a second.
 #  2. The openai Python package (cache/venv): completions and chat,
 #     streamed and not, greedy, one prompt of 4.5 KB (tokenized on the
 #     front door's tokenizer thread): the text must be exactly what
@@ -414,6 +416,57 @@ if data_at - head_at > 2.5:
 assert body.rstrip().endswith(b"[DONE]") or b"data: [DONE]" in body, body[-200:]
 print("stream: headers after %.2f s, first token after %.2f s, %d keep-alive comments"
       % (head_at, data_at, body.count(b": keep-alive")))
+PY
+
+# ---- 1d. whole answers whose client hangs up: cancelled within a second
+# (a watch read on the connection); a long one still answered whole, with
+# Connection: close ----
+python3 - 127.0.0.1 "$port" <<'PY'
+import json, socket, sys, time, urllib.request
+host, port = sys.argv[1], int(sys.argv[2])
+def metrics():
+    t = urllib.request.urlopen("http://%s:%d/metrics" % (host, port), timeout=10).read().decode()
+    out = {}
+    for l in t.splitlines():
+        if l and not l.startswith("#"):
+            k, v = l.rsplit(" ", 1)
+            out[k.split("{")[0] + ("{cancelled}" if 'status="cancelled"' in k else "")] = float(v)
+    return out
+def post(d):
+    b = json.dumps(d).encode()
+    s = socket.create_connection((host, port), timeout=60)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+    return s
+c0 = metrics()["medha_requests_total{cancelled}"]
+for i in range(4):
+    post({"prompt": "Once upon a time %d" % i, "n": 16, "max_tokens": 8000,
+          "ignore_eos": True}).close()
+t0 = time.time()
+seen, dt = 0, None
+while time.time() - t0 < 10:
+    m = metrics()
+    seen = max(seen, m["medha_requests_in_flight"])
+    if m["medha_requests_total{cancelled}"] >= c0 + 64 and m["medha_requests_in_flight"] == 0:
+        dt = time.time() - t0
+        break
+    time.sleep(0.05)
+assert dt is not None, ("still in flight after 10 s", m["medha_requests_in_flight"], m["medha_requests_total{cancelled}"] - c0)
+assert dt < 1.0, ("cancelled after %.2f s" % dt)
+s = post({"prompt": "Once upon a time", "n": 2, "max_tokens": 48, "ignore_eos": True, "temperature": 0})
+got = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+head, _, body = got.partition(b"\r\n\r\n")
+assert b" 200 " in head.split(b"\r\n")[0], head
+assert b"connection: close" in head.lower(), head
+r = json.loads(body)
+assert [c["index"] for c in r["choices"]] == [0, 1], r
+assert r["usage"]["completion_tokens"] == 96, r["usage"]
+print("hangup: 64 choices cancelled, in flight 0 after %.2f s (peak seen %d); "
+      "a long answer whole with Connection: close" % (dt, seen))
 PY
 
 # ---- 3. hostile clients ----
