@@ -650,18 +650,25 @@ sched_prefix_out(struct medha_sched *s, struct req *q, int32_t tok)
 	return 0;
 }
 
-/* q's worker was lost: its references go (its blocks are not the
- * index's to keep), its keys stay for its admission again. */
-void
-sched_prefix_forget(struct medha_sched *s, struct req *q)
+/* q holds no place in the index (no path, no blocks of its own). */
+static void
+unplaced(struct req *q)
 {
-	(void)park(s, q, 0, MEDHA_STATUS_FAILED);
 	q->ins_node = 0;
 	q->ins_tok = 0;
 	q->ins_stop = 0;
 	q->own_first = -1;
 	q->own_end = 0;
 	q->ext_node = -1;
+}
+
+/* q's worker was lost: its references go (its blocks are not the
+ * index's to keep), its keys stay for its admission again. */
+void
+sched_prefix_forget(struct medha_sched *s, struct req *q)
+{
+	(void)park(s, q, 0, MEDHA_STATUS_FAILED);
+	unplaced(q);
 }
 
 /*
@@ -688,12 +695,7 @@ sched_prefix_preempt(struct medha_sched *s, struct req *q, int64_t kv)
 	}
 	if (q->keys == NULL) { /* not in the index yet */
 		q->nkeys = 0;
-		q->ins_node = 0;
-		q->ins_tok = 0;
-		q->ins_stop = 0;
-		q->own_first = -1;
-		q->own_end = 0;
-		q->ext_node = -1;
+		unplaced(q);
 	}
 	if (!q->ids && q->nkeys < P) { /* its own keys for the rest */
 		if ((rc = keys_room(q, P)) != 0)
@@ -724,11 +726,6 @@ sched_prefix_preempt(struct medha_sched *s, struct req *q, int64_t kv)
 		}
 		sched_op(s, MEDHA_KVOP_MOVE, h, ghost, 0, q->own_end);
 	}
-	q->ins_node = 0;
-	q->ins_tok = 0;
-	q->ins_stop = 0;
-	q->own_first = -1;
-	q->own_end = 0;
-	q->ext_node = -1;
+	unplaced(q);
 	return 0;
 }
