@@ -150,6 +150,14 @@ struct medha_reqspec {
 	                               output); a client's choice on the wire
 	                               ("stream": false); a trace line's
 	                               is ignored */
+	uint64_t cache_salt;        /* its tenant in the prefix cache
+	                               (sched/prefix.h): only requests of
+	                               the same salt share cached prompt
+	                               blocks, as vLLM's cache_salt; 0: none
+	                               (one pool). On the wire alone
+	                               (medha-proto(7)); medha-router's
+	                               HTTP door derives it from the API
+	                               key and the body's "cache_salt" */
 	int n_stop;                 /* stop strings in stop[] */
 	char *stop[MEDHA_STOP_MAX]; /* owned stop strings: the output ends
 	                               before the first one it contains */

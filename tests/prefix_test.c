@@ -76,14 +76,14 @@ test_index_match(void **state)
 	assert_int_equal(medha_kvplace_init(&kv, 2, 4, 100, 8), 0);
 	assert_int_equal(medha_prefix_init(&x, &kv), 0);
 	keys_run(k, 64, 1000);
-	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 0);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 20, 8, &full, &part), 0);
 	assert_int_equal(full, 0);
 	assert_int_equal(part, -1);
 	/* blocks 0, 1 on group 0; block 2 on group 1; a 2-token tail */
-	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
-	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 0, &b), 1);
-	assert_int_equal(medha_prefix_insert(&x, b, k + 8, 4, 1, &c), 1);
-	assert_int_equal(medha_prefix_insert(&x, c, k + 12, 2, 1, &d), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, a, k + 4, 4, 0, &b), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, b, k + 8, 4, 1, &c), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, c, k + 12, 2, 1, &d), 1);
 	/* a full block's hash is chained from its parent's, as a process
 	   without the index (the router) computes it: medha_prefix_chain */
 	assert_true(x.n[a].hash == medha_prefix_chain(MEDHA_PREFIX_ROOT, k, 4));
@@ -94,34 +94,34 @@ test_index_match(void **state)
 	        k + 8, 4));
 	assert_true(x.n[d].hash == 0); /* a partial block has none */
 	/* there already: the same node back */
-	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 1, &full), 0);
+	assert_int_equal(medha_prefix_insert(&x, 0, a, k + 4, 4, 1, &full), 0);
 	assert_int_equal(full, b);
 	assert_int_equal(kv.cached[0], 2);
 	assert_int_equal(kv.cached[1], 2);
 	check_ok(&x);
 	/* all of it, and every length below, at token granularity */
-	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 14);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 20, 8, &full, &part), 14);
 	assert_int_equal(full, c);
 	assert_int_equal(part, d);
-	assert_int_equal(medha_prefix_match(&x, k, 13, 8, &full, &part), 13);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 13, 8, &full, &part), 13);
 	assert_int_equal(part, d);
-	assert_int_equal(medha_prefix_match(&x, k, 6, 8, &full, &part), 6);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 6, 8, &full, &part), 6);
 	assert_int_equal(full, a);
 	assert_int_equal(part, b);
 	/* a different token inside block 1 */
 	k[6] = 7;
-	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 6);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 20, 8, &full, &part), 6);
 	k[6] = 1006;
 	/* block 1 on group 1 would split piece 0 over two groups */
 	medha_prefix_free(&x);
 	memset(kv.cached, 0, sizeof(kv.cached));
 	assert_int_equal(medha_prefix_init(&x, &kv), 0);
-	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
-	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 1, &b), 1);
-	assert_int_equal(medha_prefix_match(&x, k, 20, 8, &full, &part), 4);
+	assert_int_equal(medha_prefix_insert(&x, 0, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, a, k + 4, 4, 1, &b), 1);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 20, 8, &full, &part), 4);
 	assert_int_equal(full, a);
 	/* with pieces of 4 tokens, block 1 starts a piece: any group */
-	assert_int_equal(medha_prefix_match(&x, k, 20, 4, &full, &part), 8);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 20, 4, &full, &part), 8);
 	check_ok(&x);
 	medha_prefix_free(&x);
 }
@@ -140,10 +140,10 @@ test_index_evict(void **state)
 	keys_run(k, 16, 1);
 	keys_run(j, 16, 500);
 	/* a - b - c, and a - e */
-	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
-	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 0, &b), 1);
-	assert_int_equal(medha_prefix_insert(&x, b, k + 8, 4, 0, &c), 1);
-	assert_int_equal(medha_prefix_insert(&x, a, j, 4, 0, &e), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, a, k + 4, 4, 0, &b), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, b, k + 8, 4, 0, &c), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, a, j, 4, 0, &e), 1);
 	/* a request on a - b - c: nothing of its path may go */
 	medha_prefix_ref(&x, c);
 	assert_int_equal(kv.held[0], 3);
@@ -156,23 +156,125 @@ test_index_evict(void **state)
 	check_ok(&x);
 	/* leaves first: c, then b, then a */
 	assert_int_equal(medha_prefix_evict(&x, 0, 1), 1);
-	assert_int_equal(medha_prefix_match(&x, k, 16, 1 << 20, &full, &part),
+	assert_int_equal(medha_prefix_match(&x, 0, k, 16, 1 << 20, &full, &part),
 	    8);
 	assert_int_equal(medha_prefix_evict(&x, 0, 5), 2);
 	assert_int_equal(kv.cached[0], 0);
-	assert_int_equal(medha_prefix_match(&x, k, 16, 1 << 20, &full, &part),
+	assert_int_equal(medha_prefix_match(&x, 0, k, 16, 1 << 20, &full, &part),
 	    0);
 	check_ok(&x);
 	/* least recently used first among leaves */
-	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
-	assert_int_equal(medha_prefix_insert(&x, 0, j, 4, 0, &e), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, 0, j, 4, 0, &e), 1);
 	medha_prefix_ref(&x, a); /* a used last */
 	medha_prefix_unref(&x, a);
 	assert_int_equal(medha_prefix_evict(&x, 0, 1), 1);
-	assert_int_equal(medha_prefix_match(&x, k, 4, 1 << 20, &full, &part),
+	assert_int_equal(medha_prefix_match(&x, 0, k, 4, 1 << 20, &full, &part),
 	    4); /* a kept */
 	medha_prefix_clear(&x);
 	assert_int_equal(kv.cached[0], 0);
+	check_ok(&x);
+	medha_prefix_free(&x);
+}
+
+/* Tenants (salts): the salt enters the hash chain at the root; only
+ * sequences of one salt share blocks, full or partial, and a salt's
+ * blocks are found as before within it */
+static void
+test_index_salt(void **state)
+{
+	struct medha_kvplace kv;
+	struct medha_prefix x;
+	uint64_t k[16], r[64];
+	const uint64_t sa = 0x1111, sb = 0x2222;
+	int a, b, t, a2, full, part;
+
+	(void)state;
+	/* salt 0 keeps the unsalted root, so the hashes of an index
+	   without tenants (and the router's) are what they were */
+	assert_true(medha_prefix_root(0) == MEDHA_PREFIX_ROOT);
+	/* the root is a bijection of the salt: 64 salts, 64 roots, and
+	   their first blocks of the same keys 64 hashes */
+	keys_run(k, 16, 1000);
+	for (int i = 0; i < 64; i++) {
+		r[i] = medha_prefix_chain(medha_prefix_root((uint64_t)i), k, 4);
+		assert_true(medha_prefix_root((uint64_t)i) !=
+		        medha_prefix_root((uint64_t)i + 1));
+		for (int j = 0; j < i; j++)
+			assert_true(r[i] != r[j]);
+	}
+	/* a salt's chain changes every block's hash after it */
+	assert_true(medha_prefix_chain(r[1], k + 4, 4) !=
+	    medha_prefix_chain(r[2], k + 4, 4));
+
+	assert_int_equal(medha_kvplace_init(&kv, 1, 4, 100, 0), 0);
+	assert_int_equal(medha_prefix_init(&x, &kv), 0);
+	/* tenant a: two full blocks and a 2-token tail */
+	assert_int_equal(medha_prefix_insert(&x, sa, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, sa, a, k + 4, 4, 0, &b), 1);
+	assert_int_equal(medha_prefix_insert(&x, sa, b, k + 8, 2, 0, &t), 1);
+	assert_true(x.n[a].hash ==
+	    medha_prefix_chain(medha_prefix_root(sa), k, 4));
+	assert_true(x.n[b].hash == medha_prefix_chain(x.n[a].hash, k + 4, 4));
+	/* within tenant a: every token, as without salts */
+	assert_int_equal(medha_prefix_match(&x, sa, k, 16, 1 << 20, &full,
+	                     &part),
+	    10);
+	assert_int_equal(full, b);
+	assert_int_equal(part, t);
+	assert_int_equal(medha_prefix_match(&x, sa, k, 3, 1 << 20, &full,
+	                     &part),
+	    3); /* inside the first block: token by token */
+	/* tenant b and the unsalted pool: nothing, not a token (a full
+	   block, a partial one under the root, a tail) */
+	assert_int_equal(medha_prefix_match(&x, sb, k, 16, 1 << 20, &full,
+	                     &part),
+	    0);
+	assert_int_equal(full, 0);
+	assert_int_equal(part, -1);
+	assert_int_equal(medha_prefix_match(&x, sb, k, 3, 1 << 20, &full,
+	                     &part),
+	    0);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 16, 1 << 20, &full,
+	                     &part),
+	    0);
+	assert_int_equal(medha_prefix_find(&x, sb, 0, k), -1);
+	assert_int_equal(medha_prefix_find(&x, sa, 0, k), a);
+	/* tenant b's copy of the same tokens is a block of its own, and a
+	   tail of b's is not taken for a's (nor a's for b's) */
+	assert_int_equal(medha_prefix_insert(&x, sb, 0, k, 4, 0, &a2), 1);
+	assert_true(a2 != a);
+	assert_true(x.n[a2].hash != x.n[a].hash);
+	assert_int_equal(medha_prefix_insert(&x, sb, 0, k, 3, 0, &t), 0);
+	assert_int_equal(t, a2); /* b's own block holds its 3 tokens */
+	assert_int_equal(medha_prefix_insert(&x, sa, 0, k, 3, 0, &t), 0);
+	assert_int_equal(t, a);
+	assert_int_equal(medha_prefix_insert(&x, 9, 0, k, 3, 0, &t), 1);
+	assert_true(t != a && t != a2); /* a third tenant's tail */
+	assert_int_equal(medha_prefix_match(&x, sb, k, 16, 1 << 20, &full,
+	                     &part),
+	    4);
+	assert_int_equal(full, a2);
+	assert_int_equal(medha_prefix_match(&x, sa, k, 16, 1 << 20, &full,
+	                     &part),
+	    10);
+	assert_int_equal(medha_prefix_match(&x, 9, k, 16, 1 << 20, &full,
+	                     &part),
+	    3);
+	assert_int_equal(part, t);
+	assert_int_equal(kv.cached[0], 5);
+	check_ok(&x);
+	/* a node of another salt than its parent's is an error check
+	   finds */
+	x.n[b].salt = sb;
+	{
+		char why[200];
+		assert_int_equal(medha_prefix_check(&x, why, sizeof(why)),
+		    MEDHA_EINVAL);
+		assert_non_null(strstr(why, "salt"));
+	}
+	x.n[b].salt = sa;
+	medha_prefix_clear(&x);
 	check_ok(&x);
 	medha_prefix_free(&x);
 }
@@ -194,18 +296,18 @@ test_index_clear(void **state)
 	assert_int_equal(medha_prefix_init(&x, &kv), 0);
 	keys_run(k, 32, 1000);
 	keys_run(j, 32, 5000);
-	assert_int_equal(medha_prefix_insert(&x, 0, k, 4, 0, &a), 1);
-	assert_int_equal(medha_prefix_insert(&x, a, k + 4, 4, 0, &b), 1);
-	assert_int_equal(medha_prefix_insert(&x, b, k + 8, 4, 1, &c), 1);
-	assert_int_equal(medha_prefix_insert(&x, 0, j, 4, 1, &d), 1);
-	assert_int_equal(medha_prefix_insert(&x, d, j + 4, 4, 1, &e), 1);
-	assert_int_equal(medha_prefix_insert(&x, e, j + 8, 2, 0, &f), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, 0, k, 4, 0, &a), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, a, k + 4, 4, 0, &b), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, b, k + 8, 4, 1, &c), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, 0, j, 4, 1, &d), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, d, j + 4, 4, 1, &e), 1);
+	assert_int_equal(medha_prefix_insert(&x, 0, e, j + 8, 2, 0, &f), 1);
 	check_ok(&x);
 	medha_prefix_clear(&x);
 	assert_int_equal(x.nodes, 1);
 	assert_int_equal(kv.cached[0], 0);
 	assert_int_equal(kv.cached[1], 0);
-	assert_int_equal(medha_prefix_match(&x, k, 12, 8, &a, &b), 0);
+	assert_int_equal(medha_prefix_match(&x, 0, k, 12, 8, &a, &b), 0);
 	check_ok(&x);
 	medha_prefix_free(&x);
 }
@@ -372,6 +474,43 @@ test_sim_token_ids(void **state)
 	assert_int_equal(st.prefix.queries, 3);
 	assert_int_equal(st.prefix.hits, 2);
 	assert_int_equal(st.prefix.hit_tokens, 149);
+	free(col.recs);
+}
+
+/* The scheduler: requests of the same prompt share its blocks only
+ * under the same salt (cache_salt); a salt's first request is a miss */
+static void
+test_sim_salt(void **state)
+{
+	struct medha_sched_config c;
+	struct medha_sim_stats st;
+	struct medha_reqspec r[5];
+	int32_t a[100];
+	struct col col;
+
+	(void)state;
+	for (int i = 0; i < 100; i++)
+		a[i] = i;
+	r[0] = req("a", 0, 100, 4);
+	r[0].cache_salt = 7;
+	r[1] = req("b", 10, 100, 4); /* another tenant: a miss */
+	r[1].cache_salt = 8;
+	r[2] = req("none", 20, 100, 4); /* the unsalted pool: a miss */
+	r[3] = req("a2", 30, 100, 4);   /* a's tenant: all but one */
+	r[3].cache_salt = 7;
+	r[4] = req("b2", 40, 100, 4); /* b's tenant: its own copy */
+	r[4].cache_salt = 8;
+	for (int i = 0; i < 5; i++)
+		r[i].prompt_ids = a;
+	medha_sched_config_default(&c);
+	c.prefix_cache = 1;
+	run("llama3-8b", 1, &c, r, 5, &col, &st);
+	assert_int_equal(rec_of(&col, "a")->cached_tokens, 0);
+	assert_int_equal(rec_of(&col, "b")->cached_tokens, 0);
+	assert_int_equal(rec_of(&col, "none")->cached_tokens, 0);
+	assert_int_equal(rec_of(&col, "a2")->cached_tokens, 99);
+	assert_int_equal(rec_of(&col, "b2")->cached_tokens, 99);
+	assert_int_equal(st.prefix.hits, 2);
 	free(col.recs);
 }
 
@@ -1231,9 +1370,11 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_index_match),
 	    cmocka_unit_test(test_index_evict),
+	    cmocka_unit_test(test_index_salt),
 	    cmocka_unit_test(test_index_clear),
 	    cmocka_unit_test(test_sim_document),
 	    cmocka_unit_test(test_sim_token_ids),
+	    cmocka_unit_test(test_sim_salt),
 	    cmocka_unit_test(test_sim_unchanged),
 	    cmocka_unit_test(test_sim_pressure),
 	    cmocka_unit_test(test_sim_evicted_before_fork),

@@ -18,12 +18,22 @@ medha_prefix_chain(uint64_t parent, const uint64_t *keys, int ntok)
 	return h ? h : 1; /* never 0: 0 marks a partial block */
 }
 
-/* A full child's hash under node parent: chained from the parent's. */
-static uint64_t
-block_hash(const struct medha_prefix *x, int parent, const uint64_t *keys,
-    int ntok)
+uint64_t
+medha_prefix_root(uint64_t salt)
 {
-	return medha_prefix_chain(parent == 0 ? MEDHA_PREFIX_ROOT
+	/* medha_mix64 is a bijection, and this constant its preimage of
+	   MEDHA_PREFIX_ROOT: salt 0 keeps the hashes of an index without
+	   tenants, and two salts never share a root */
+	return medha_mix64(salt ^ 0xa32475a8c4d377f5ULL);
+}
+
+/* A full child's hash under node parent (0: the root of salt): chained
+ * from the parent's. */
+static uint64_t
+block_hash(const struct medha_prefix *x, uint64_t salt, int parent,
+    const uint64_t *keys, int ntok)
+{
+	return medha_prefix_chain(parent == 0 ? medha_prefix_root(salt)
 	                                      : x->n[parent].hash,
 	    keys, ntok);
 }
@@ -201,14 +211,17 @@ grow(struct medha_prefix *x)
 	return 0;
 }
 
-/* The full child of parent holding keys (block_size of them), or -1. */
+/* The full child of parent (0: salt's root) holding keys (block_size of
+ * them), or -1. */
 static int
-find_full(const struct medha_prefix *x, int parent, const uint64_t *keys)
+find_full(const struct medha_prefix *x, uint64_t salt, int parent,
+    const uint64_t *keys)
 {
-	uint64_t h = block_hash(x, parent, keys, x->block_size);
+	uint64_t h = block_hash(x, salt, parent, keys, x->block_size);
 
 	for (int i = x->bucket[h & (x->nbucket - 1)]; i >= 0; i = x->n[i].hnext)
 		if (x->n[i].hash == h && x->n[i].parent == parent &&
+		    x->n[i].salt == salt &&
 		    memcmp(node_keys(x, i), keys,
 		        x->block_size * sizeof(*keys)) == 0)
 			return i;
@@ -216,10 +229,10 @@ find_full(const struct medha_prefix *x, int parent, const uint64_t *keys)
 }
 
 int
-medha_prefix_find(const struct medha_prefix *x, int parent,
+medha_prefix_find(const struct medha_prefix *x, uint64_t salt, int parent,
     const uint64_t *keys)
 {
-	return find_full(x, parent, keys);
+	return find_full(x, salt, parent, keys);
 }
 
 static int64_t
@@ -233,8 +246,9 @@ common(const uint64_t *a, const uint64_t *b, int64_t n)
 }
 
 int64_t
-medha_prefix_match(const struct medha_prefix *x, const uint64_t *keys,
-    int64_t n, int64_t group_tokens, int *full, int *part)
+medha_prefix_match(const struct medha_prefix *x, uint64_t salt,
+    const uint64_t *keys, int64_t n, int64_t group_tokens, int *full,
+    int *part)
 {
 	int bs = x->block_size, cur = 0, pg = -1, best = -1;
 	int64_t m = 0, bestk = 0, seen = 0;
@@ -242,7 +256,7 @@ medha_prefix_match(const struct medha_prefix *x, const uint64_t *keys,
 	*full = 0;
 	*part = -1;
 	while (m + bs <= n) {
-		int c = find_full(x, cur, keys + m);
+		int c = find_full(x, salt, cur, keys + m);
 		/* a piece's cached blocks all come from one group */
 		if (m % group_tokens == 0)
 			pg = -1;
@@ -261,7 +275,7 @@ medha_prefix_match(const struct medha_prefix *x, const uint64_t *keys,
 	     c = x->n[c].next, seen++) {
 		int64_t lim = n - m < x->n[c].ntok ? n - m : x->n[c].ntok;
 		int64_t k;
-		if ((pg >= 0 && x->n[c].group != pg) ||
+		if ((pg >= 0 && x->n[c].group != pg) || x->n[c].salt != salt ||
 		    (x->fresh != 0 && x->n[c].born == x->fresh))
 			continue;
 		k = common(node_keys(x, c), keys + m, lim);
@@ -323,14 +337,15 @@ medha_prefix_unref(struct medha_prefix *x, int i)
 }
 
 int
-medha_prefix_insert(struct medha_prefix *x, int parent, const uint64_t *keys,
-    int ntok, int group, int *node)
+medha_prefix_insert(struct medha_prefix *x, uint64_t salt, int parent,
+    const uint64_t *keys, int ntok, int group, int *node)
 {
 	int bs = x->block_size, i;
 	struct medha_pnode *p;
 
+	MEDHA_ASSERT(parent == 0 || x->n[parent].salt == salt);
 	if (ntok == bs) {
-		if ((i = find_full(x, parent, keys)) >= 0) {
+		if ((i = find_full(x, salt, parent, keys)) >= 0) {
 			*node = i;
 			return 0;
 		}
@@ -338,7 +353,7 @@ medha_prefix_insert(struct medha_prefix *x, int parent, const uint64_t *keys,
 		for (int c = x->n[parent].child, seen = 0;
 		     c >= 0 && seen < MEDHA_PREFIX_SCAN;
 		     c = x->n[c].next, seen++)
-			if (x->n[c].ntok >= ntok &&
+			if (x->n[c].ntok >= ntok && x->n[c].salt == salt &&
 			    common(node_keys(x, c), keys, ntok) == ntok) {
 				*node = c;
 				return 0;
@@ -350,6 +365,7 @@ medha_prefix_insert(struct medha_prefix *x, int parent, const uint64_t *keys,
 	x->free_head = x->n[i].next;
 	p = &x->n[i];
 	*p = (struct medha_pnode){.parent = parent,
+	    .salt = salt,
 	    .child = -1,
 	    .prev = -1,
 	    .next = x->n[parent].child,
@@ -364,7 +380,7 @@ medha_prefix_insert(struct medha_prefix *x, int parent, const uint64_t *keys,
 		x->n[p->next].prev = i;
 	x->n[parent].child = i;
 	if (ntok == bs) {
-		p->hash = block_hash(x, parent, keys, ntok);
+		p->hash = block_hash(x, salt, parent, keys, ntok);
 		p->hnext = x->bucket[p->hash & (x->nbucket - 1)];
 		x->bucket[p->hash & (x->nbucket - 1)] = i;
 	}
@@ -454,6 +470,10 @@ medha_prefix_check(const struct medha_prefix *x, char *why, size_t whylen)
 		held[p->group] += p->ref > 0;
 		for (int c = p->child; c >= 0; c = x->n[c].next)
 			sum = x->n[c].ref > sum ? x->n[c].ref : sum;
+		if (p->parent != 0 && p->salt != x->n[p->parent].salt)
+			return medha_why(why, whylen, MEDHA_EINVAL,
+			    "prefix node %d: another salt than its parent's",
+			    i);
 		if (p->ref < sum ||
 		    (p->ref == 0 && p->child < 0) != (p->hpos >= 0))
 			return medha_why(why, whylen, MEDHA_EINVAL,

@@ -19,6 +19,15 @@
  * Tokens are 64-bit keys: a token id, or a token of a named shared
  * segment of a trace (medha-trace(5): "prefix").
  *
+ * Tenants: a sequence carries a salt (a request's cache_salt, req.h; 0
+ * none), and only sequences of the same salt share blocks, as vLLM's
+ * cache_salt: the salt enters the hash chain at the root
+ * (medha_prefix_root), so that a tenant's blocks hash apart from every
+ * other's, and every node keeps the salt of its sequence, compared on
+ * each lookup, so that not even a collision of 64-bit hashes, nor the
+ * token-by-token compare of the blocks under the root, joins two
+ * tenants' sequences.
+ *
  * A node's reference count is the requests whose path runs through it;
  * a node held by none and without children may be evicted, least
  * recently used first, one heap per group. The index counts its blocks
@@ -38,6 +47,8 @@
 struct medha_pnode {
 	uint64_t hash;     /* full blocks: medha_prefix_chain of the
 	                      parent's and its tokens; 0 partial */
+	uint64_t salt;     /* its sequence's salt (0: none), its
+	                      parent's below the root */
 	uint64_t stamp;    /* last referenced (the index's clock) */
 	int parent;        /* node index; 0 is the root; -1 on the free list */
 	int child;         /* first child, -1 none */
@@ -91,31 +102,38 @@ struct medha_prefix {
 
 /*
  * The chained hash of a full block of ntok keys after a block whose hash
- * is parent (MEDHA_PREFIX_ROOT for a sequence's first block): never 0.
- * Two sequences of blocks get the same hashes for their first k blocks
- * when their first k blocks hold the same keys (bar collisions).
+ * is parent (medha_prefix_root(salt) for a sequence's first block):
+ * never 0. Two sequences of blocks get the same hashes for their first
+ * k blocks when they have the same salt and their first k blocks hold
+ * the same keys (bar collisions).
  */
-#define MEDHA_PREFIX_ROOT 0x6d656468612d7278ULL
 uint64_t medha_prefix_chain(uint64_t parent, const uint64_t *keys, int ntok);
+/* The parent hash of a sequence's first block under salt: for salt 0
+ * (none) MEDHA_PREFIX_ROOT, the hashes of an index without tenants; a
+ * bijection, so that two salts never share a root. */
+#define MEDHA_PREFIX_ROOT 0x6d656468612d7278ULL
+uint64_t medha_prefix_root(uint64_t salt);
 
 /* Returns 0, MEDHA_ENOMEM. kv must outlive x. */
 int medha_prefix_init(struct medha_prefix *x, struct medha_kvplace *kv);
 void medha_prefix_free(struct medha_prefix *x);
 
 /*
- * The longest cached prefix of keys[0..n): returns its tokens, with
- * *full the deepest node of the blocks wholly matched (0: none) and
- * *part the node the match ends inside (-1: it ends on a block
- * boundary), whose first (match mod block_size) tokens are the match's
- * last ones. group_tokens: a request's tokens per KVP group (kvplace).
+ * The longest cached prefix of keys[0..n) under salt (a sequence of
+ * another salt never matches): returns its tokens, with *full the
+ * deepest node of the blocks wholly matched (0: none) and *part the
+ * node the match ends inside (-1: it ends on a block boundary), whose
+ * first (match mod block_size) tokens are the match's last ones.
+ * group_tokens: a request's tokens per KVP group (kvplace).
  */
-int64_t medha_prefix_match(const struct medha_prefix *x, const uint64_t *keys,
-    int64_t n, int64_t group_tokens, int *full, int *part);
+int64_t medha_prefix_match(const struct medha_prefix *x, uint64_t salt,
+    const uint64_t *keys, int64_t n, int64_t group_tokens, int *full,
+    int *part);
 
-/* The full child of parent holding keys[0..block_size) (fresh or not),
- * or -1. */
-int medha_prefix_find(const struct medha_prefix *x, int parent,
-    const uint64_t *keys);
+/* The full child of parent (0: the root of salt) holding
+ * keys[0..block_size) (fresh or not), or -1. */
+int medha_prefix_find(const struct medha_prefix *x, uint64_t salt,
+    int parent, const uint64_t *keys);
 
 /* One reference more (less) on node i and every node above it. */
 void medha_prefix_ref(struct medha_prefix *x, int i);
@@ -125,13 +143,14 @@ void medha_prefix_ref1(struct medha_prefix *x, int i);
 void medha_prefix_unref1(struct medha_prefix *x, int i);
 
 /*
- * The child of parent holding keys[0..ntok) (ntok = block_size: a full
- * block; less: a tail) on group, or the one that already holds them (on
- * any group). Returns 1 (made: the caller's block is the index's now), 0
+ * The child of parent (0: the root of salt; below it salt must be
+ * parent's) holding keys[0..ntok) (ntok = block_size: a full block;
+ * less: a tail) on group, or the one that already holds them (on any
+ * group). Returns 1 (made: the caller's block is the index's now), 0
  * (there already, *node set), or MEDHA_ENOMEM. A node made has no
  * reference.
  */
-int medha_prefix_insert(struct medha_prefix *x, int parent,
+int medha_prefix_insert(struct medha_prefix *x, uint64_t salt, int parent,
     const uint64_t *keys, int ntok, int group, int *node);
 
 /* Evict up to nb unreferenced blocks of group g, least recently used

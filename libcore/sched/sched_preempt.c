@@ -207,9 +207,9 @@ sched_requeue(struct medha_sched *s, struct req *q)
 	r->kv_tokens = 0;
 	r->cached = 0;
 	if (q->keys != NULL)
-		r->cached = medha_prefix_match(&s->px, q->keys,
-		    q->nkeys < P - 1 ? q->nkeys : P - 1, s->kv.group_tokens,
-		    &full, &part);
+		r->cached = medha_prefix_match(&s->px, r->spec.cache_salt,
+		    q->keys, q->nkeys < P - 1 ? q->nkeys : P - 1,
+		    s->kv.group_tokens, &full, &part);
 	r->sched_prefill = r->cached;
 	r->prefill_alone = sched_plan_alone(s, r->cached, P, r->cum);
 }

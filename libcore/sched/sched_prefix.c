@@ -203,8 +203,8 @@ static int64_t
 match(const struct medha_sched *s, const struct req *q, int64_t lim,
     int *full, int *part)
 {
-	int64_t m = medha_prefix_match(&s->px, q->keys, lim,
-	    s->kv.group_tokens, full, part);
+	int64_t m = medha_prefix_match(&s->px, q->pub.spec.cache_salt,
+	    q->keys, lim, s->kv.group_tokens, full, part);
 
 	if (m > 0 && s->cfg.window_exact && !window_exact(s, *full, *part, m)) {
 		*full = 0;
@@ -375,7 +375,7 @@ worth_waiting(const struct medha_sched *s, const struct req *q, int full,
 
 	if (lim - mfull < bs)
 		return 0;
-	c = medha_prefix_find(x, full, next);
+	c = medha_prefix_find(x, q->pub.spec.cache_salt, full, next);
 	if (c >= 0 && x->n[c].born == x->fresh)
 		return 1; /* (not matched while fresh; else: another group's) */
 	if (full == 0 || x->n[full].ext == 0)
@@ -531,8 +531,9 @@ insert_blocks(struct medha_sched *s, struct req *q, int64_t lim, uint64_t born)
 		   which its own reservation may not hold) */
 		rc = medha_kvplace_to_index(&s->kv, &r->kv, piece, 0) != 0
 		    ? 0
-		    : medha_prefix_insert(&s->px, q->ins_node,
-		          q->keys + q->ins_tok, (int)bs, g, &node);
+		    : medha_prefix_insert(&s->px, r->spec.cache_salt,
+		          q->ins_node, q->keys + q->ins_tok, (int)bs, g,
+		          &node);
 		if (rc < 0)
 			return rc;
 		if (rc == 0) {
@@ -581,9 +582,9 @@ park(struct medha_sched *s, struct req *q, int64_t c, int status)
 		int piece = (int)(q->ins_tok / s->kv.group_tokens);
 		int g = r->kv.groups[piece];
 		if (r->kv.res_blocks[piece] > 0 &&
-		    medha_prefix_insert(&s->px, q->ins_node,
-		        q->keys + q->ins_tok, (int)(c - q->ins_tok), g,
-		        &node) == 1) {
+		    medha_prefix_insert(&s->px, r->spec.cache_salt,
+		        q->ins_node, q->keys + q->ins_tok,
+		        (int)(c - q->ins_tok), g, &node) == 1) {
 			r->kv.res_blocks[piece]--;
 			s->kv.res[g]--;
 			own(s, q, node, c - q->ins_tok);
