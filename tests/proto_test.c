@@ -253,6 +253,7 @@ example(int t, int full, struct medha_msg *m)
 		    .min_tokens = 3};
 		rs->ignore_eos = 1;
 		rs->no_stream = 1;
+		rs->cache_salt = UINT64_MAX - 1;
 		rs->n_stop = 2;
 		rs->stop[0] = ex_stop0;
 		rs->stop[1] = ex_stop1;
@@ -489,6 +490,7 @@ test_roundtrip_values(void **state)
 	assert_int_equal(out.submit.n_stop_ids, 2);
 	assert_int_equal(out.submit.stop_ids[1], INT32_MAX);
 	assert_int_equal(out.submit.sampling.min_tokens, 3);
+	assert_true(out.submit.cache_salt == UINT64_MAX - 1);
 	assert_int_equal(out.submit.sampling.n_ban, 0); /* not a request's */
 	medha_msg_clear(&out);
 
@@ -503,6 +505,7 @@ test_roundtrip_values(void **state)
 	assert_true(out.submit.sampling.seed == 1);
 	assert_true(out.submit.ttft_slo == 0 && out.submit.arrival == 0);
 	assert_int_equal(out.submit.no_stream, 0); /* streams by default */
+	assert_true(out.submit.cache_salt == 0); /* no tenant */
 	medha_msg_clear(&out);
 
 	/* the minimal frames are small */

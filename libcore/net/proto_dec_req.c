@@ -37,13 +37,15 @@ enum {
 	RQ_TOP_LOGPROBS,
 	RQ_STOP_IDS,
 	RQ_MIN_TOKENS,
+	RQ_CACHE_SALT,
 	RQ_N
 };
 static const char *const rq_keys[RQ_N] = {"id", "arrival", "prompt",
     "prompt_ids", "prompt_tokens", "max_tokens", "temperature", "top_k",
     "top_p", "seed", "ignore_eos", "stop", "ttft_slo", "tpot_slo", "stream",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
-    "logprobs", "top_logprobs", "stop_token_ids", "min_tokens"};
+    "logprobs", "top_logprobs", "stop_token_ids", "min_tokens",
+    "cache_salt"};
 
 static int
 dec_stop(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
@@ -183,6 +185,10 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs)
 	if (v[RQ_MIN_TOKENS] != NULL &&
 	    (rc = dec_get_i64(d, v[RQ_MIN_TOKENS], "request.min_tokens",
 	         &rs->sampling.min_tokens)) != 0)
+		return rc;
+	if (v[RQ_CACHE_SALT] != NULL &&
+	    (rc = dec_get_u64(d, v[RQ_CACHE_SALT], "request.cache_salt",
+	         &rs->cache_salt)) != 0)
 		return rc;
 	if (v[RQ_STREAM] != NULL) {
 		int stream = 1;

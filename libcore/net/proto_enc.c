@@ -131,6 +131,7 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	n += (rs->ignore_eos != 0) + (rs->n_stop > 0) + (rs->no_stream != 0);
 	n += rs->n_stop_ids > 0;
 	n += sp->min_tokens > 0;
+	n += rs->cache_salt != 0;
 	n += (rs->ttft_slo != 0) + (rs->tpot_slo != 0);
 	put_map(e, n);
 	put_name(e, "id");
@@ -207,6 +208,10 @@ enc_reqspec(struct enc *e, const struct medha_reqspec *rs)
 	if (sp->min_tokens > 0) {
 		put_name(e, "min_tokens");
 		put_i64(e, sp->min_tokens);
+	}
+	if (rs->cache_salt != 0) {
+		put_name(e, "cache_salt");
+		put_u64(e, rs->cache_salt);
 	}
 	if (rs->ttft_slo != 0) {
 		put_name(e, "ttft_slo");

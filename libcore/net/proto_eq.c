@@ -51,6 +51,7 @@ reqspec_eq(const struct medha_reqspec *a, const struct medha_reqspec *b)
 	            b->prompt_tokens)) ||
 	    !sampling_eq(&a->sampling, &b->sampling) ||
 	    !a->ignore_eos != !b->ignore_eos || !a->no_stream != !b->no_stream ||
+	    a->cache_salt != b->cache_salt ||
 	    a->n_stop != b->n_stop || a->n_stop_ids != b->n_stop_ids ||
 	    (a->n_stop_ids > 0 &&
 	        memcmp(a->stop_ids, b->stop_ids,
