@@ -5,7 +5,9 @@
  * the replicas' prefix caches key their full blocks by
  * (medha_prefix_chain, sched/prefix.h: chained over the blocks before
  * it), so that two prompts share their first k hashes exactly when they
- * share their first k blocks, as in a replica's cache. A text prompt
+ * share their first k blocks, as in a replica's cache (and have the
+ * same cache_salt: the chain starts at their tenant's root, so a
+ * placement follows the replicas' rule of tenants). A text prompt
  * the router did not tokenize (no -m) is cut into 64-byte blocks of its
  * bytes instead, about as many tokens, chained the same way: an
  * approximation of its token blocks. Each replica keeps the hashes of
@@ -35,7 +37,10 @@ int64_t
 rt_cache_keys(const struct medha_reqspec *rs, int64_t bs, uint64_t **keys)
 {
 	int64_t n, bl;
-	uint64_t h = MEDHA_PREFIX_ROOT, *k, *blk;
+	/* chained from the request's tenant's root, as in the replicas:
+	   a prefix placed for one salt is no reason to place another
+	   salt's request there */
+	uint64_t h = medha_prefix_root(rs->cache_salt), *k, *blk;
 
 	*keys = NULL;
 	if (rs->prompt_ids != NULL && bs > 0) {
