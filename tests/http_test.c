@@ -47,7 +47,70 @@ test_defaults(void **state)
 	assert_int_equal(q.n, 1);
 	assert_int_equal(q.spec.n_stop, 0);
 	assert_string_equal(q.model, "");
+	assert_true(q.spec.cache_salt == 0); /* no tenant */
 	medha_oai_req_clear(&q);
+}
+
+/* Tenants of the prefix cache: the body's cache_salt (vLLM's field and
+ * rule), an API key's tenant and the two together, each the first 8
+ * bytes (big-endian) of a SHA-256 under its label, as Python's hashlib
+ * computes them:
+ *   h = lambda l, d: int.from_bytes(sha256(l + b"\0" + d).digest()[:8])
+ *   h(b"medha cache_salt", b"tenant-x")             0xaa33c01b8d05d6c4
+ *   t = h(b"medha api key tenant", b"key-a")        0x003fbfd5955d09f7
+ *   h(b"medha tenant salt", pack(">QQ", t, salt))   (below) */
+static void
+test_cache_salt(void **state)
+{
+	struct medha_oai_req q;
+	struct medha_oai_error e;
+	uint64_t s, t, u, v;
+
+	(void)state;
+	assert_int_equal(parse(&q,
+	                     "{\"prompt\": \"x\", \"cache_salt\": "
+	                     "\"tenant-x\"}",
+	                     0, NULL, &e),
+	    0);
+	assert_true(q.spec.cache_salt == 0xaa33c01b8d05d6c4ULL);
+	medha_oai_req_clear(&q);
+	assert_int_equal(parse(&q,
+	                     "{\"messages\": [], \"cache_salt\": null}", 1,
+	                     NULL, &e),
+	    400); /* chat takes the field (no template here: 400 later) */
+	assert_null(strstr(e.message, "cache_salt"));
+	/* vLLM's rule: a non-empty string */
+	assert_int_equal(parse(&q, "{\"prompt\": \"x\", \"cache_salt\": \"\"}",
+	                     0, NULL, &e),
+	    400);
+	assert_string_equal(e.param, "cache_salt");
+	assert_string_equal(e.message,
+	    "Parameter 'cache_salt' must be a non-empty string if provided.");
+	assert_int_equal(parse(&q, "{\"prompt\": \"x\", \"cache_salt\": 7}",
+	                     0, NULL, &e),
+	    400);
+	assert_string_equal(e.param, "cache_salt");
+
+	assert_int_equal(medha_oai_salt("tenant-x", 8, &s), 0);
+	assert_true(s == 0xaa33c01b8d05d6c4ULL);
+	assert_int_equal(medha_oai_key_tenant("key-a", 5, &t), 0);
+	assert_true(t == 0x003fbfd5955d09f7ULL);
+	/* a key's requests: salted by the key, with or without a salt of
+	   their own */
+	assert_int_equal(medha_oai_salt_tenant(t, s, &u), 0);
+	assert_true(u == 0x65f1a02985662d23ULL);
+	assert_int_equal(medha_oai_salt_tenant(t, 0, &v), 0);
+	assert_true(v == 0x548d2459b2b78a45ULL);
+	/* no tenant: the salt as it is */
+	assert_int_equal(medha_oai_salt_tenant(0, s, &u), 0);
+	assert_true(u == s);
+	assert_int_equal(medha_oai_salt_tenant(0, 0, &u), 0);
+	assert_true(u == 0);
+	/* another key, the same body salt: another salt */
+	assert_int_equal(medha_oai_key_tenant("key-b", 5, &u), 0);
+	assert_true(u != t);
+	assert_int_equal(medha_oai_salt_tenant(u, s, &v), 0);
+	assert_true(v != 0x65f1a02985662d23ULL && v != s);
 }
 
 static void
@@ -800,6 +863,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_defaults),
 	    cmocka_unit_test(test_fields),
+	    cmocka_unit_test(test_cache_salt),
 	    cmocka_unit_test(test_refused),
 	    cmocka_unit_test(test_chat),
 	    cmocka_unit_test(test_error_mapping),

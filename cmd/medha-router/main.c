@@ -21,7 +21,8 @@ static const char synopsis[] =
     "           [--http-max-body BYTES] [--hold-timeout S] "
     "[--http-keepalive S]\n"
     "           [--http-max-conns N] [--api-key KEY] [--api-key-file FILE]\n"
-    "           [--max-queue N] [--status-interval S]\n";
+    "           [--max-queue N] [--shared-prefix-cache] "
+    "[--status-interval S]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-router(1)) */
 static const struct medha_help help_lines[] = {
@@ -48,6 +49,8 @@ static const struct medha_help help_lines[] = {
     {"--api-key KEY", "--http: /v1/ asks for Bearer KEY (more: any of them)"},
     {"--api-key-file FILE", "--http: the API keys, one a line (mode 0600)"},
     {"--max-queue N", "requests in flight at most; more refused (100000)"},
+    {"--shared-prefix-cache",
+        "--api-key: one prefix cache, not a tenant per key"},
     {"--status-interval S", "seconds between STATUS calls to a replica (0.1)"},
     LINK_HELP,
 };
@@ -63,7 +66,8 @@ enum {
 	OPT_HOLD,
 	OPT_BALANCE,
 	OPT_KEY,
-	OPT_KEY_FILE
+	OPT_KEY_FILE,
+	OPT_SHARED
 };
 
 #define MAX_KEYS 256
@@ -134,6 +138,7 @@ main(int argc, char *argv[])
 	    {"max-queue", required_argument, NULL, OPT_MAXQ},
 	    {"model", required_argument, NULL, 'm'},
 	    {"replica", required_argument, NULL, 'r'},
+	    {"shared-prefix-cache", no_argument, NULL, OPT_SHARED},
 	    {"status-interval", required_argument, NULL, OPT_STATUS},
 	    {"verbose", no_argument, NULL, 'v'},
 	    LINK_LONGOPTS,
@@ -199,6 +204,7 @@ main(int argc, char *argv[])
 			break;
 		case OPT_KEY: key_add(optarg); break;
 		case OPT_KEY_FILE: key_file(optarg); break;
+		case OPT_SHARED: hc.shared_prefix_cache = 1; break;
 		case OPT_SECRET:
 		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
@@ -214,6 +220,9 @@ main(int argc, char *argv[])
 			die(2, "%s: the router's own address", reps[i]);
 	if (hc.listen == NULL && nkeys > 0)
 		die(2, "--api-key needs --http");
+	if (hc.shared_prefix_cache && nkeys == 0)
+		die(2, "--shared-prefix-cache needs --api-key (without keys "
+		       "there are no tenants to share)");
 	if (hc.listen != NULL && nkeys == 0 && !medha_auth_is_insecure() &&
 	    !medha_auth_loopback(hc.listen))
 		die(2, "will not serve HTTP at %s without an API key: anyone "

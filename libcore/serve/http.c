@@ -127,6 +127,15 @@ rx_cb(void *arg)
 	rc = medha_oai_parse(&r->q, r->body, r->body_len, r->chat, h->tok, &e);
 	free(r->body);
 	r->body = NULL;
+	/* the key's tenant: its requests share cached prefixes with none
+	   of another key's, whatever cache_salt they give */
+	if (rc == 0 &&
+	    medha_oai_salt_tenant(r->tenant, r->q.spec.cache_salt,
+	        &r->q.spec.cache_salt) != 0) {
+		medha_oai_req_clear(&r->q);
+		rc = medha_oai_error_set(&e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+	}
 	if (rc == 0 && r->q.model[0] != '\0' && r->model[0] != '\0' &&
 	    strcmp(r->q.model, r->model) != 0)
 		rc = medha_oai_error_set(&e, 404, "invalid_request_error",
@@ -206,7 +215,7 @@ not_allowed(struct medha_http *h, nng_aio *aio, const char *allow, int close)
 /* POST /v1/completions or /v1/chat/completions: read the body. */
 static void
 on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
-    nng_http_conn *conn, int chat)
+    nng_http_conn *conn, int chat, uint64_t tenant)
 {
 	const char *cl = nng_http_req_get_header(req, "Content-Length");
 	const char *te = nng_http_req_get_header(req, "Transfer-Encoding");
@@ -275,6 +284,7 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 	h->st.in_progress++;
 	r->h = h;
 	r->chat = chat;
+	r->tenant = tenant;
 	memcpy(r->model, model, sizeof(r->model));
 	r->haio = aio;
 	r->conn = conn;
@@ -442,6 +452,7 @@ on_http(nng_aio *aio)
 	/* HEAD is GET without the body (nng's server leaves it out) */
 	int get = strcmp(meth, "GET") == 0 || strcmp(meth, "HEAD") == 0;
 	int post = strcmp(meth, "POST") == 0;
+	uint64_t tenant = 0;
 
 	if (n >= sizeof(path)) {
 		error_now(h, aio, 404, "invalid_request_error", "not_found",
@@ -454,7 +465,7 @@ on_http(nng_aio *aio)
 		path[--n] = '\0';
 	if (strncmp(path, "/v1/", 4) == 0 &&
 	    !http_keys_ok(h->keys,
-	        nng_http_req_get_header(req, "Authorization"))) {
+	        nng_http_req_get_header(req, "Authorization"), &tenant)) {
 		unauthorized(h, aio, req, body);
 		return;
 	}
@@ -462,7 +473,8 @@ on_http(nng_aio *aio)
 	    strcmp(path, "/v1/chat/completions") == 0) {
 		if (post)
 			on_completion(h, aio, req, conn,
-			    strcmp(path, "/v1/chat/completions") == 0);
+			    strcmp(path, "/v1/chat/completions") == 0,
+			    h->cfg.shared_prefix_cache ? 0 : tenant);
 		else
 			not_allowed(h, aio, "POST", body);
 		return;

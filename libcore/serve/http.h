@@ -70,6 +70,9 @@ struct medha_http_config {
 	                                401; none: every request taken.
 	                                Read at open only. */
 	int n_api_keys;
+	int shared_prefix_cache; /* the API keys share one prefix cache
+	                            (each request's cache_salt alone);
+	                            0: each key is a tenant of its own */
 };
 
 void medha_http_config_default(struct medha_http_config *c);
@@ -141,8 +144,9 @@ struct medha_oai_req {
 	char model[256];    /* "model" as given, or "" */
 	struct medha_reqspec spec; /* id left empty; prompt (text, for chat
 	                              the template's output) or prompt_ids,
-	                              max_tokens, sampling, stop, ignore_eos;
-	                              owned */
+	                              max_tokens, sampling, stop, ignore_eos,
+	                              cache_salt (medha_oai_salt, no tenant
+	                              yet); owned */
 	/* /v1/completions' list of prompts (an array of strings or of
 	   token id arrays, as OpenAI and vLLM take): n choices each, choice
 	   p * n + j prompt p's; spec then holds no prompt. 0: one prompt,
@@ -178,6 +182,21 @@ struct medha_oai_prompt {
 int medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len,
     int chat, const struct medha_tok *tok, struct medha_oai_error *e);
 void medha_oai_req_clear(struct medha_oai_req *q);
+
+/*
+ * Tenants of the prefix cache (medha_reqspec.cache_salt, medha-router(1)
+ * "Tenants"), each the first 8 bytes of a SHA-256 under a label of its
+ * own: medha_oai_salt, a body's "cache_salt" (n bytes at s) as the
+ * wire's 64-bit salt; medha_oai_key_tenant, an API key's tenant (n bytes
+ * at key: nothing of the key can be read from it); and
+ * medha_oai_salt_tenant, a salt (0: none) under a tenant (0: none, then
+ * the salt as it is), of both, so that no salt a client picks under one
+ * tenant is another tenant's. *out is never 0 but from
+ * medha_oai_salt_tenant(0, 0). Each returns 0 or MEDHA_ENOMEM (*out 0).
+ */
+int medha_oai_salt(const char *s, size_t n, uint64_t *out);
+int medha_oai_key_tenant(const char *key, size_t n, uint64_t *out);
+int medha_oai_salt_tenant(uint64_t tenant, uint64_t salt, uint64_t *out);
 
 /* vLLM's rule for min_tokens: at most max_tokens. 0, or 400 with *e set
  * (the parse checks a max_tokens given; the caller, a chat's once it is

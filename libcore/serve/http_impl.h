@@ -54,6 +54,8 @@ struct hreq {
 	nng_http_conn *conn; /* the server's until hijacked, then ours */
 	nng_http_req *nreq;  /* likewise */
 	int chat;            /* /v1/chat/completions */
+	uint64_t tenant;     /* its API key's tenant in the prefix cache
+	                        (medha_oai_salt_tenant); 0: none */
 	int hijacked;        /* a stream that took the connection */
 	int watching;        /* a whole answer's watch read is posted: it
 	                        is answered with Connection: close */
@@ -139,8 +141,10 @@ struct http_keys;
 int http_keys_open(struct http_keys **k, const char *const *keys, int n,
     char *why, size_t whylen);
 void http_keys_free(struct http_keys *k);
-/* 1 when the Authorization header's value names a key (or k is NULL) */
-int http_keys_ok(const struct http_keys *k, const char *authorization);
+/* 1 when the Authorization header's value names a key (or k is NULL),
+ * with *tenant the key's tenant (0: no key, or k NULL) */
+int http_keys_ok(const struct http_keys *k, const char *authorization,
+    uint64_t *tenant);
 
 /* http_stream.c: answers, lifetime, streams */
 void http_reply(struct medha_http *h, nng_aio *aio, int status,

@@ -9,6 +9,7 @@
  * checks it alone.
  */
 #include "serve/http.h"
+#include "hmac.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -596,18 +597,39 @@ big_seed(const char *b, size_t len, char **copy, uint64_t *seed, int *big,
 	return 0;
 }
 
+/* vLLM's cache_salt: a non-empty string, as medha_oai_salt() */
+static int
+parse_cache_salt(json_t *o, struct medha_reqspec *rs,
+    struct medha_oai_error *e)
+{
+	json_t *v = json_object_get(o, "cache_salt");
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_string(v) || json_string_length(v) == 0)
+		return BAD(e, "cache_salt", /* vLLM's words */
+		    "Parameter 'cache_salt' must be a non-empty string if "
+		    "provided.");
+	if (medha_oai_salt(json_string_value(v), json_string_length(v),
+	        &rs->cache_salt) != 0)
+		return medha_oai_error_set(e, 500, "server_error", NULL, NULL,
+		    "out of memory");
+	return 0;
+}
+
 static const char *const known_completion[] = {"model", "prompt", "max_tokens",
     "temperature", "top_p", "seed", "stop", "stream", "stream_options", "top_k",
     "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix",
     "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
-    "logit_bias", "user", "stop_token_ids", "min_tokens", NULL};
+    "logit_bias", "user", "stop_token_ids", "min_tokens", "cache_salt",
+    NULL};
 static const char *const known_chat[] = {"model", "messages", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "seed", "stop", "stream",
     "stream_options", "top_k", "ignore_eos", "n", "logprobs", "top_logprobs",
     "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
     "logit_bias", "user", "stop_token_ids", "min_tokens", "tools",
     "tool_choice", "parallel_tool_calls", "response_format", "metadata",
-    "store", "service_tier", NULL};
+    "store", "service_tier", "cache_salt", NULL};
 
 int
 medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
@@ -742,7 +764,8 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 			goto fail;
 	}
 	if ((rc = parse_stop(o, rs, e)) != 0 ||
-	    (rc = parse_stop_ids(o, rs, e)) != 0)
+	    (rc = parse_stop_ids(o, rs, e)) != 0 ||
+	    (rc = parse_cache_salt(o, rs, e)) != 0)
 		goto fail;
 	rc = chat ? parse_messages(o, tok, rs, e) : parse_prompt(o, q, e);
 	if (rc != 0)
@@ -753,6 +776,58 @@ fail:
 	json_decref(o);
 	medha_oai_req_clear(q);
 	return rc;
+}
+
+/* *out: the first 8 bytes of SHA-256(label, NUL, the n bytes at p),
+ * never 0. 0 or MEDHA_ENOMEM. */
+static int
+salt_hash(const char *label, const void *p, size_t n, uint64_t *out)
+{
+	struct medha_sha256 *h = NULL;
+	uint8_t d[MEDHA_SHA256_LEN];
+	int rc;
+
+	*out = 0;
+	if ((rc = medha_sha256_new(&h)) != 0)
+		return rc;
+	if ((rc = medha_sha256_add(h, label, strlen(label) + 1)) != 0 ||
+	    (rc = medha_sha256_add(h, p, n)) != 0) {
+		(void)medha_sha256_end(h, NULL);
+		return rc;
+	}
+	if ((rc = medha_sha256_end(h, d)) != 0)
+		return rc;
+	for (int i = 0; i < 8; i++)
+		*out = *out << 8 | d[i];
+	*out += *out == 0;
+	return 0;
+}
+
+int
+medha_oai_salt(const char *s, size_t n, uint64_t *out)
+{
+	return salt_hash("medha cache_salt", s, n, out);
+}
+
+int
+medha_oai_key_tenant(const char *key, size_t n, uint64_t *out)
+{
+	return salt_hash("medha api key tenant", key, n, out);
+}
+
+int
+medha_oai_salt_tenant(uint64_t tenant, uint64_t salt, uint64_t *out)
+{
+	uint8_t b[16];
+
+	*out = salt;
+	if (tenant == 0)
+		return 0;
+	for (int i = 0; i < 8; i++) {
+		b[i] = (uint8_t)(tenant >> (56 - 8 * i));
+		b[8 + i] = (uint8_t)(salt >> (56 - 8 * i));
+	}
+	return salt_hash("medha tenant salt", b, sizeof(b), out);
 }
 
 int
