@@ -5,9 +5,10 @@
  * and wiring only; every decision lives in libcore/sched/sched*.c.
  */
 #include "../common.h"
+#include "sim.h"
+#include "engine/measure.h"
 #include "sched/pred.h"
 #include "sched/sched.h"
-#include "sched/sim.h"
 #include "io/trace.h"
 #include "net/link.h"
 #include "serve/replica.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static const char synopsis[] =
@@ -31,8 +33,9 @@ static const char synopsis[] =
     "           [--kvp-max-tokens N] [--long-tpot X] [--max-chunk N]\n"
     "           [--max-prefills N] [--mem-util X] [--min-chunk N]\n"
     "           [--no-prefix-cache] [--preempt-below N] [--profile FILE]\n"
-    "           [--reserve est|max|vllm] [--share-cap X] [--spp N]\n"
-    "           [--target-batch-time S] [--tp N] [FILE]\n";
+    "           [--reserve est|max|vllm] [--sched-link L[,B]] [--share-cap X]\n"
+    "           [--spp N] [--spp-link L[,B]] [--kvp-link L[,B]]\n"
+    "           [--target-batch-time S] [--tp N] [--tp-link L[,B]] [FILE]\n";
 
 /* -h: the synopsis, then every option with a line on it (medha-sched(1)) */
 static const struct medha_help help_lines[] = {
@@ -47,7 +50,7 @@ static const struct medha_help help_lines[] = {
     {"--workers N", "workers to wait for, tp x spp x kvp (1, at most 4096)"},
     LINK_HELP,
     {NULL, "Simulation (--sim GPU):"},
-    {"--sim GPU", "simulate on a100, h100 (80 GB) or h200 (141 GB)"},
+    {"--sim GPU", "simulate on a100, h100 (80 GB), h200 (141 GB) or cpu"},
     {"-m, --model MODEL",
         "a shape name (gemma3-27b, others: man page) or a GGUF"},
     {"-b, --batch-log FILE",
@@ -57,9 +60,13 @@ static const struct medha_help help_lines[] = {
     {"--block-size N", "KV block size in tokens (16)"},
     {"--kv-blocks N", "KV blocks per KVP group (default: from GPU memory)"},
     {"--kvp N", "KVP groups (1, at most 64)"},
+    {"--kvp-link L[,B]", "KVP link: L s one way, B bits/s (100mbit; none: 0)"},
     {"--mem-util X", "fraction of GPU memory usable (0.9)"},
+    {"--sched-link L[,B]", "scheduler to workers link, as --kvp-link"},
     {"--spp N", "pipeline stages (1)"},
+    {"--spp-link L[,B]", "link between stages, as --kvp-link"},
     {"--tp N", "tensor-parallel GPUs per stage (1); must fit heads"},
+    {"--tp-link L[,B]", "link between TP ranks, as --kvp-link"},
     {"FILE", "trace: JSON Lines or Azure/Vidur CSV (default: stdin)"},
     {NULL, "Both modes:"},
     {"-c, --chunk N|adaptive",
@@ -88,57 +95,6 @@ static const struct medha_help help_lines[] = {
         "adaptive chunks' target batch latency, seconds (0.05)"},
 };
 
-struct out {
-	struct medha_writer *rec;
-	struct medha_writer *blog;
-	int progress; /* stderr is a terminal */
-	int werr;     /* errno of a failed write of records, or 0 */
-	int berr;     /* of the batch log */
-};
-
-static int
-on_record(void *arg, const struct medha_record *rec)
-{
-	struct out *o = arg;
-	int rc;
-
-	errno = 0;
-	if ((rc = medha_record_write(o->rec, rec)) != 0 && o->werr == 0)
-		o->werr = errno ? errno : EIO;
-	return rc;
-}
-
-static int
-on_batch(void *arg, const struct medha_sched *s,
-    const struct medha_sched_batch *b)
-{
-	struct out *o = arg;
-	int rc;
-
-	rc = medha_writer_printf(o->blog, "%.6f %.6f %d", b->start, b->latency,
-	    b->n_decode);
-	for (int i = 0; i < b->n_items && rc == 0; i++) {
-		const struct medha_sched_item *it = &b->items[i];
-		if (it->decode)
-			continue;
-		rc = medha_writer_printf(o->blog, " %s:%lld:%lld",
-		    medha_sched_req(s, it->req)->spec.id, (long long)it->tokens,
-		    (long long)it->kv);
-	}
-	if (rc == 0)
-		rc = medha_writer_write(o->blog, "\n", 1);
-	return rc;
-}
-
-static void
-on_progress(void *arg, double now, size_t done, size_t total)
-{
-	struct out *o = arg;
-
-	if (o->progress)
-		progress("t=%.0fs  %zu/%zu requests done ", now, done, total);
-}
-
 enum {
 	OPT_SIM = 256,
 	OPT_BLOCK,
@@ -164,6 +120,10 @@ enum {
 	OPT_MAXQ,
 	OPT_WORKERS,
 	OPT_RECOVER,
+	OPT_TPLINK,
+	OPT_SPPLINK,
+	OPT_KVPLINK,
+	OPT_SCHEDLINK,
 };
 
 static const struct option longopts[] = {
@@ -176,6 +136,7 @@ static const struct option longopts[] = {
     {"help", no_argument, NULL, 'h'},
     {"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
     {"kvp", required_argument, NULL, OPT_KVP},
+    {"kvp-link", required_argument, NULL, OPT_KVPLINK},
     {"kvp-max-tokens", required_argument, NULL, OPT_KVPMAX},
     {"listen", required_argument, NULL, 'l'},
     {"long-tpot", required_argument, NULL, OPT_LONGTPOT},
@@ -193,11 +154,14 @@ static const struct option longopts[] = {
     {"profile", required_argument, NULL, OPT_PROFILE},
     {"recover-timeout", required_argument, NULL, OPT_RECOVER},
     {"reserve", required_argument, NULL, OPT_RESERVE},
+    {"sched-link", required_argument, NULL, OPT_SCHEDLINK},
     {"share-cap", required_argument, NULL, OPT_SHARE},
     {"sim", required_argument, NULL, OPT_SIM},
     {"spp", required_argument, NULL, OPT_SPP},
+    {"spp-link", required_argument, NULL, OPT_SPPLINK},
     {"target-batch-time", required_argument, NULL, OPT_TARGET},
     {"tp", required_argument, NULL, OPT_TP},
+    {"tp-link", required_argument, NULL, OPT_TPLINK},
     {"verbose", no_argument, NULL, 'v'},
     {"workers", required_argument, NULL, OPT_WORKERS},
     LINK_LONGOPTS,
@@ -218,6 +182,7 @@ struct args {
 	int tp, spp, kvp;              /* --tp, --spp, --kvp */
 	int verbose;                   /* -v, repeated */
 	int chunk_set, target_set;     /* -c, --target-batch-time given */
+	struct medha_net net;          /* --tp-link ... --sched-link */
 	struct medha_sched_config cfg; /* -c, -p and the scheduler flags */
 };
 
@@ -248,6 +213,16 @@ run_live(const struct args *a)
 	if (rc != 0)
 		die(1, "%s", medha_strerror(rc));
 	return 0;
+}
+
+/* --KIND-link's argument into n's link k (netcost.h); exits 2 if bad */
+static void
+net_flag(struct medha_net *n, int k, const char *arg)
+{
+	char why[256];
+
+	if (medha_wire_parse(arg, &n->w[k], why, sizeof(why)) != 0)
+		die(2, "--%s-link: %s", medha_net_name(k), why);
 }
 
 /* The getopt_long loop: fills *a; -h and a bad flag exit here. */
@@ -375,6 +350,12 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_WORKERS:
 			a->workers = flag_i64("--workers", optarg, 1, 4096);
 			break;
+		case OPT_TPLINK:
+		case OPT_SPPLINK:
+		case OPT_KVPLINK:
+		case OPT_SCHEDLINK:
+			net_flag(&a->net, ch - OPT_TPLINK, optarg);
+			break;
 		case OPT_SECRET:
 		case OPT_INSECURE: link_flag(ch, optarg); break;
 		default: usage_exit(synopsis);
@@ -408,6 +389,10 @@ check_args(struct args *a, int nfiles)
 			die(2,
 			    "-l takes no trace file: clients submit "
 			    "requests");
+		if (medha_net_any(&a->net))
+			die(2,
+			    "the --*-link flags are the simulator's "
+			    "(--sim): live, the links are real");
 		return;
 	}
 	if (a->model_name == NULL)
@@ -427,12 +412,21 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 {
 	const struct medha_sched_config *cfg = &a->cfg;
 	const struct medha_gpu *gpu;
+	struct medha_gpu cpu;
 	struct medha_pred_model model;
 	char why[256] = "";
 	int rc;
 
-	if ((gpu = medha_gpu_find(a->gpu_name)) == NULL)
-		die(1, "--sim: unknown GPU %s (built in: a100, h100, h200)",
+	/* cpu: this machine, one thread, as a cpu worker's replica
+	   measures it (its profile, --profile, gives the times) */
+	if (strcasecmp(a->gpu_name, "cpu") == 0) {
+		if (medha_gpu_measure_cpu(&cpu, 1) != 0)
+			die(1, "--sim cpu: out of memory");
+		gpu = &cpu;
+	} else if ((gpu = medha_gpu_find(a->gpu_name)) == NULL)
+		die(1,
+		    "--sim: unknown GPU %s (built in: a100, h100, h200; "
+		    "or cpu)",
 		    a->gpu_name);
 	if ((rc = medha_model_resolve_why(a->model_name, &model, why,
 	         sizeof(why))) != 0)
@@ -453,6 +447,7 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 	    (rc = medha_pred_load_table(pred, a->profile, why, sizeof(why))) !=
 	        0)
 		die(1, "%s: %s", a->profile, why[0] ? why : medha_strerror(rc));
+	pred->net = a->net;
 
 	if (cfg->kv_blocks == 0 &&
 	    medha_pred_kv_capacity(pred, cfg->mem_util) < cfg->block_size) {
@@ -470,106 +465,6 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 		return 1;
 	}
 	return 0;
-}
-
-/*
- * --sim: the trace (path; NULL: stdin) through the scheduler in virtual
- * time, a record per request to -o, a line per batch to -b. Returns the
- * exit status (0, or 1 after logging why).
- */
-static int
-run_sim(const struct args *a, const struct medha_pred *pred, const char *path)
-{
-	const char *out_path = a->out_path, *blog_path = a->blog_path;
-	struct medha_sim_stats st;
-	struct medha_sim_hooks hooks;
-	struct medha_reqspec *reqs;
-	struct out o;
-	FILE *of = NULL, *bf = NULL;
-	size_t n;
-	double t0, wall;
-	int rc, status;
-
-	reqs = read_trace_all(path, &n);
-	memset(&o, 0, sizeof(o));
-	o.progress = isatty(STDERR_FILENO);
-	status = 1; /* until it all went well */
-	if ((of = out_open(out_path, &o.rec)) == NULL)
-		goto out;
-	if (blog_path != NULL && (bf = out_open(blog_path, &o.blog)) == NULL)
-		goto out;
-	memset(&hooks, 0, sizeof(hooks));
-	hooks.arg = &o;
-	hooks.record = on_record;
-	hooks.batch = blog_path != NULL ? on_batch : NULL;
-	hooks.progress = on_progress;
-
-	t0 = medha_now();
-	rc = medha_sim_run(&a->cfg, pred, reqs, n, &hooks, &st);
-	wall = medha_now() - t0;
-	if (o.progress)
-		fputc('\n', stderr);
-	if (rc != 0 && o.werr != 0) {
-		medha_log(MEDHA_LOG_ERROR, "writing records to %s: %s",
-		    out_path != NULL ? out_path : "stdout", strerror(o.werr));
-		goto out;
-	}
-	if (rc != 0) {
-		medha_log(MEDHA_LOG_ERROR, "simulation failed: %s",
-		    rc < 0 ? medha_strerror(rc) : "write error");
-		goto out;
-	}
-	rc = out_finish(of, o.rec);
-	o.rec = NULL;
-	of = NULL;
-	if (rc != 0) {
-		medha_log(MEDHA_LOG_ERROR, "writing records to %s: %s",
-		    out_path != NULL ? out_path : "stdout", strerror(errno));
-		goto out;
-	}
-	if (o.blog != NULL) {
-		rc = out_finish(bf, o.blog);
-		o.blog = NULL;
-		bf = NULL;
-		if (rc != 0) {
-			medha_log(MEDHA_LOG_ERROR,
-			    "writing the batch log failed");
-			goto out;
-		}
-	}
-	medha_log(MEDHA_LOG_INFO,
-	    "%zu requests, %lld iterations, %lld tokens, %.1f s virtual "
-	    "(stage 0 busy %.1f%%), %.2f s wall",
-	    n, (long long)st.iterations, (long long)st.tokens, st.end,
-	    st.end > 0 ? 100 * st.busy / st.end : 0, wall);
-	medha_log(MEDHA_LOG_INFO,
-	    "progress guarantee: %lld batches over their target by a "
-	    "32-token chunk, %.3f s added in all",
-	    (long long)st.progress.batches, st.progress.extra);
-	medha_log(MEDHA_LOG_INFO,
-	    "prefix cache: %lld of %lld admissions hit, %lld tokens; %lld "
-	    "blocks cached, %lld evicted",
-	    (long long)st.prefix.hits, (long long)st.prefix.queries,
-	    (long long)st.prefix.hit_tokens, (long long)st.prefix.inserted,
-	    (long long)st.prefix.evictions);
-	medha_log(MEDHA_LOG_INFO, "memory: reserve %s, %lld preemptions "
-	    "(--preempt-below %lld)", medha_reserve_name(a->cfg.reserve),
-	    (long long)st.preemptions, (long long)st.preempt_below);
-	status = 0;
-out:
-	/* on a failure, what is open is let go (its errors are moot) */
-	if (o.rec != NULL)
-		medha_writer_close(o.rec);
-	if (o.blog != NULL)
-		medha_writer_close(o.blog);
-	if (of != NULL && of != stdout)
-		fclose(of);
-	if (bf != NULL && bf != stdout)
-		fclose(bf);
-	for (size_t i = 0; i < n; i++)
-		medha_reqspec_clear(&reqs[i]);
-	free(reqs);
-	return status;
 }
 
 int
@@ -594,7 +489,8 @@ main(int argc, char *argv[])
 	a.cfg.window_kv = 1; /* a GPU backend frees what no window sees */
 	if (sim_pred(&pred, &a) != 0)
 		return 1;
-	status = run_sim(&a, &pred, argc == 1 ? argv[0] : NULL);
+	status = sched_sim(&a.cfg, &pred, argc == 1 ? argv[0] : NULL,
+	    a.out_path, a.blog_path);
 	medha_pred_free(&pred);
 	return stdout_close(status);
 }

@@ -28,6 +28,7 @@
 
 #include "medha.h"
 #include "model/model.h"
+#include "sched/netcost.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -129,6 +130,9 @@ struct medha_pred {
 	double moe_share;          /* the layers whose FFN is routed, as a
 	                              share (0: a dense model) */
 	struct medha_table *table; /* owned; NULL: analytic only */
+	struct medha_net net;      /* the links between its machines, for
+	                              the simulator (netcost.h; all zero
+	                              after medha_pred_init: none) */
 };
 
 /*

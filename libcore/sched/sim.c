@@ -3,8 +3,12 @@
  * stage 0 becoming free, and batches leaving the last stage. A batch
  * formed at time t enters stage 0 at t; stage k starts when the batch
  * has left stage k-1 and stage k has finished the previous batch. At most
- * spp batches are in flight. Nothing here decides what runs: that is the
- * scheduler core's job, called exactly as the live scheduler calls it.
+ * spp batches are in flight. With the predictor's links (netcost.h) the
+ * batch reaches stage 0 a message later, each stage the previous one's
+ * hand-off later, and the scheduler hears of stage 0 (to form the next
+ * batch) and of the last stage (the batch done) an answer later.
+ * Nothing here decides what runs: that is the scheduler core's job,
+ * called exactly as the live scheduler calls it.
  */
 #include "sched/sim.h"
 
@@ -46,6 +50,32 @@ drain(struct medha_sched *s, const struct medha_sim_hooks *h,
 		st->records++;
 	}
 	return 0;
+}
+
+/*
+ * Batch b, formed at t, through the stages (stage_free: when each can
+ * take it, updated); returns when the scheduler hears it is done. The
+ * links (netcost.h; all zero without): the batch reaches the workers,
+ * each stage hands on to the next, stage 0's answer frees it for the
+ * scheduler, the last stage's ends the batch.
+ */
+static double
+fly(const struct medha_pred *p, const struct medha_sched *s,
+    const struct medha_sched_batch *b, double t, double *stage_free)
+{
+	struct medha_netcost nc;
+	double end;
+
+	medha_net_batch(p, s, b, &nc);
+	end = t + nc.dispatch;
+	for (int k = 0; k < p->spp; k++) {
+		double in = k > 0 ? end + nc.hop : end;
+		double start = in > stage_free[k] ? in : stage_free[k];
+		end = start + nc.stage +
+		    (k < p->spp - 1 ? b->stage_time : b->last_time);
+		stage_free[k] = k == 0 ? end + nc.answer : end;
+	}
+	return end + nc.answer;
 }
 
 int
@@ -95,7 +125,6 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 				goto out;
 			if (rc == 1) {
 				struct flight *f = &fl[nfl++];
-				double end = t;
 				if (f->cap < b.n_items) {
 					void *m = medha_reallocarray(f->items,
 					    b.n_items, sizeof(*f->items));
@@ -110,16 +139,7 @@ medha_sim_run(const struct medha_sched_config *c, const struct medha_pred *p,
 				    b.n_items * sizeof(*f->items));
 				f->b = b;
 				f->b.items = f->items;
-				for (int k = 0; k < spp; k++) {
-					double start = end > stage_free[k]
-					    ? end
-					    : stage_free[k];
-					end = start +
-					    (k < spp - 1 ? b.stage_time
-					                 : b.last_time);
-					stage_free[k] = end;
-				}
-				f->done = end;
+				f->done = fly(p, s, &b, t, stage_free);
 				st->iterations++;
 				st->tokens += b.n_tokens;
 				st->busy += stage_free[0] - t;

@@ -56,6 +56,24 @@ want 1 --sim a100 -m llama3-8b --tp 64
 want 1 --sim a100 -m llama3-8b "$tmp/missing"
 grep -q 'missing' "$tmp/err"
 want 1 --sim a100 -m llama3-8b --profile "$tmp/missing"
+# the links (--sim only): a bad one named, a good one costs time
+want 2 --sim a100 -m llama3-8b --kvp-link 0.01,fast
+grep -q -- '--kvp-link: fast: expected a bandwidth' "$tmp/err"
+want 2 --sim a100 -m llama3-8b --tp-link -1
+grep -q -- '--tp-link: -1: expected LATENCY' "$tmp/err"
+want 2 -l ipc:///x --spp-link 0.01
+grep -q -- "the --\*-link flags are the simulator's" "$tmp/err"
+want 0 --sim a100 -m llama3-8b
+t0=$(sed 's/.*"ttft": *\([0-9.e-]*\).*/\1/' "$tmp/out")
+want 0 --sim a100 -m llama3-8b --sched-link 0.25 --spp-link 0.5,100mbit \
+    --kvp-link 1 --tp-link 1
+t1=$(sed 's/.*"ttft": *\([0-9.e-]*\).*/\1/' "$tmp/out")
+# tp 1, spp 1, kvp 1: only the scheduler's link, out and back
+awk -v a="$t0" -v b="$t1" 'BEGIN { d = b - a; exit !(d > 0.4999 && d < 0.5001) }' ||
+    { echo "--sched-link 0.25: ttft $t0 -> $t1, want 0.5 s more"; exit 1; }
+# this machine as the device: the heads split unevenly (9 over tp 2)
+want 0 --sim cpu -m smollm2-135m --tp 2 --kv-blocks 1000
+grep -q '"status": "ok"' "$tmp/out"
 
 # a malformed trace line is named, and nothing is written
 printf '{"id":1,"arrival":0,"prompt_tokens":100,"max_tokens":4}\n{"id":2,"arrival":"soon","prompt_tokens":5,"max_tokens":1}\n' > "$tmp/bad"
