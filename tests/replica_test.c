@@ -58,7 +58,7 @@
 
 #include <signal.h>
 
-#include "serve/replica.h"
+#include "serve/replica/replica.h"
 #include "scripted_worker.h"
 
 #define WATCHDOG 60 /* s: the whole test, whatever hangs */

@@ -38,7 +38,7 @@
 
 #include <signal.h>
 
-#include "serve/replica.h"
+#include "serve/replica/replica.h"
 #include "serve/router.h"
 #include "scripted_worker.h"
 

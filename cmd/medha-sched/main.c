@@ -10,7 +10,7 @@
 #include "sched/sim.h"
 #include "io/trace.h"
 #include "net/link.h"
-#include "serve/replica.h"
+#include "serve/replica/replica.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -8,7 +8,7 @@
 #ifndef MEDHA_REPLICA_IMPL_H
 #define MEDHA_REPLICA_IMPL_H
 
-#include "serve/replica.h"
+#include "serve/replica/replica.h"
 
 #include "serve/front.h"
 #include "map.h"

@@ -10,7 +10,7 @@
  * never waits behind one; a refusal after that is the request's
  * "rejected" record, a CANCEL meanwhile its "cancelled" one.
  */
-#include "serve/replica_impl.h"
+#include "serve/replica/impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>

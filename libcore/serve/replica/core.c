@@ -7,7 +7,7 @@
  * measured on this machine (engine/measure.h), the products on the
  * model's own weights where the GGUF is at hand.
  */
-#include "serve/replica_impl.h"
+#include "serve/replica/impl.h"
 
 #include "model/gguf.h"
 #include "sched/batchcost.h"

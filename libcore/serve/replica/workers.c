@@ -8,7 +8,7 @@
  * fails the requests holding KV, and the replica serves again when one
  * of the same shape returns.
  */
-#include "serve/replica_impl.h"
+#include "serve/replica/impl.h"
 
 #include "engine/backend.h"
 #include "layout.h"

@@ -14,7 +14,7 @@
  * record). A request's output text is streamed to its client as tokens
  * come, holding back the bytes that could still turn into a stop string.
  */
-#include "serve/replica_impl.h"
+#include "serve/replica/impl.h"
 
 #include <math.h>
 #include <stdio.h>
