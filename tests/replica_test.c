@@ -1,5 +1,5 @@
 /*
- * replica_test.c: the live replica (libcore/serve/replica.c) in this
+ * replica_test.c: the live replica (libcore/serve/replica/) in this
  * process, on an ipc:// socket in a temporary directory, run by
  * medha_replica_run() in a thread until a stop flag is set. The test
  * plays its one worker (a sim worker of llama3-8b on an a100, answering
@@ -58,7 +58,7 @@
 
 #include <signal.h>
 
-#include "serve/replica.h"
+#include "serve/replica/replica.h"
 #include "scripted_worker.h"
 
 #define WATCHDOG 60 /* s: the whole test, whatever hangs */

@@ -1,6 +1,6 @@
 /*
  * router_test.c: medha-router's core (libcore/serve/router.c) in this
- * process, in front of one live replica (serve/replica.c) whose worker
+ * process, in front of one live replica (serve/replica/) whose worker
  * the test plays (tests/scripted_worker.h: a sim worker of llama3-8b
  * that answers each batch at once with the sim backend's placeholder
  * tokens). Router and replica each run in a thread on ipc:// sockets in
@@ -38,7 +38,7 @@
 
 #include <signal.h>
 
-#include "serve/replica.h"
+#include "serve/replica/replica.h"
 #include "serve/router.h"
 #include "scripted_worker.h"
 

@@ -11,7 +11,7 @@
 #include "sched/sched.h"
 #include "io/trace.h"
 #include "net/link.h"
-#include "serve/replica.h"
+#include "serve/replica/replica.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -29,7 +29,7 @@
  * have their logits set to -inf after the penalties, greedy or not, so
  * they cannot be drawn; from then on the logits are as given. A
  * sequence that starts again after preemption gets a sampler whose
- * min_tokens is what is left (serve/replica_work.c).
+ * min_tokens is what is left (serve/replica/flights.c).
  *
  * Log-probabilities, where the parameters ask for them, are those of the
  * model: the log-softmax of the logits as given, before penalties,

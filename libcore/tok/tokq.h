@@ -6,7 +6,7 @@
  * texts in the order pushed, calls wake (from the thread) after each,
  * and the loop takes the finished jobs back. A job is the caller's
  * struct, with a struct medha_tokq_job inside it; the queue only links
- * it. The replica (serve/replica_submit.c) and the router (serve/
+ * it. The replica (serve/replica/intake.c) and the router (serve/
  * router.c) tokenize their clients' long texts so.
  *
  *	struct job { struct medha_tokq_job tj; uint64_t handle; };

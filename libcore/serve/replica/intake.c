@@ -1,21 +1,37 @@
 /*
- * replica_submit.c: a request's arrival at the live replica
- * (replica.h): its prompt (the ids given, a text tokenized, a made-up
- * one), its checks, the core's arrival and the client's ACCEPTED, and
- * its refusals. A text of up to MEDHA_TOKQ_INLINE bytes is tokenized at
- * once; a longer one is acknowledged at once with a handle of the replica's
- * own (PRE_SLOT's: the core has no handle for it yet) and tokenized on
+ * intake.c: a request's arrival at the live replica (intake.h), and
+ * its client's CANCEL or going away: its prompt (the ids given, a text
+ * tokenized, a made-up one), its checks, the core's arrival and the
+ * client's ACCEPTED, and its refusals. A text of up to
+ * MEDHA_TOKQ_INLINE bytes is tokenized at once; a longer one is
+ * acknowledged at once with a handle of the replica's own (PRE_SLOT's:
+ * the core has no handle for it yet; TOKENIZING) and tokenized on
  * the tokenizer's thread, so that the loop, which forms batches and
  * answers heartbeats, never tokenizes a long text and a short prompt
  * never waits behind one; a refusal after that is the request's
- * "rejected" record, a CANCEL meanwhile its "cancelled" one.
+ * "rejected" record, a CANCEL meanwhile its "cancelled" one. Calls
+ * out.c, reqs.c and the core below them (and reads how many workers
+ * are there); replica.c calls it.
  */
-#include "serve/replica_impl.h"
+#include "serve/replica/impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * A long text prompt on its way through the tokenizer's thread: its
+ * SUBMIT was acknowledged already, and the main thread, which forms
+ * batches and answers heartbeats, never tokenizes one.
+ */
+struct tok_job {
+	struct medha_tokq_job tj; /* first: its text rs.prompt; its ids
+	                             become q's */
+	struct lreq *q; /* made at SUBMIT, TOKENIZING */
+	uint32_t peer;
+	struct medha_reqspec rs; /* taken over from the SUBMIT */
+};
 
 /*
  * min_tokens's ban (model/sample.h): the request's stop token ids in the
@@ -29,15 +45,15 @@ ban_ids(const struct medha_replica *r, struct lreq *q)
 	struct medha_sampler_params *sp = &q->sp;
 
 	sp->n_ban = 0;
-	if (sp->min_tokens <= 0 || r->sim)
+	if (sp->min_tokens <= 0 || r->core.sim)
 		return;
 	for (int i = 0; i < q->n_stop_ids; i++)
-		if (q->stop_ids[i] < r->vocab)
+		if (q->stop_ids[i] < r->core.vocab)
 			sp->ban[sp->n_ban++] = q->stop_ids[i];
-	for (int32_t id = 0; r->tok != NULL && id < r->vocab &&
+	for (int32_t id = 0; r->core.tok != NULL && id < r->core.vocab &&
 	     sp->n_ban < MEDHA_BAN_MAX;
 	     id++)
-		if (medha_tok_is_eog(r->tok, id))
+		if (medha_tok_is_eog(r->core.tok, id))
 			sp->ban[sp->n_ban++] = id;
 }
 
@@ -50,7 +66,7 @@ core_arrive(struct medha_replica *r, struct medha_reqspec *rs, struct lreq *q)
 	int rc;
 
 	rs->prompt_ids = q->ids;
-	rc = medha_sched_arrive(r->core, rs, rs->arrival, &q->handle);
+	rc = medha_sched_arrive(r->core.sched, rs, rs->arrival, &q->handle);
 	rs->prompt_ids = NULL; /* q's */
 	return rc;
 }
@@ -72,14 +88,14 @@ prompt_of(struct medha_replica *r, struct medha_srv_call *call,
 		rs->prompt_ids = NULL;
 		q->n_prompt = rs->prompt_tokens;
 	} else if (rs->prompt != NULL) {
-		if (r->tok == NULL) {
+		if (r->core.tok == NULL) {
 			medha_srv_error(r->f.srv, call, MEDHA_EUNSUP,
 			    "no tokenizer for %s: send prompt_ids or "
 			    "prompt_tokens",
-			    r->model);
+			    r->core.model);
 			return -1;
 		}
-		rc = medha_tok_encode(r->tok, rs->prompt, strlen(rs->prompt),
+		rc = medha_tok_encode(r->core.tok, rs->prompt, strlen(rs->prompt),
 		    MEDHA_TOK_DEFAULT, &q->ids, &n);
 		if (rc != 0) {
 			medha_srv_error(r->f.srv, call, rc, "tokenizing: %s",
@@ -90,10 +106,10 @@ prompt_of(struct medha_replica *r, struct medha_srv_call *call,
 	} else {
 		/* made up below, so never more than the KV cache holds: a
 		 * bigger one could never run, and would cost its size */
-		int64_t kv = medha_sched_group_capacity(r->core) *
-		    medha_sched_block_size(r->core);
+		int64_t kv = medha_sched_group_capacity(r->core.sched) *
+		    medha_sched_block_size(r->core.sched);
 		q->n_prompt = rs->prompt_tokens;
-		if (q->n_prompt / r->pred.kvp > kv) {
+		if (q->n_prompt / r->core.pred.kvp > kv) {
 			medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
 			    "a prompt of %lld tokens: more than the replica's "
 			    "KV cache holds (%lld per group)",
@@ -115,47 +131,11 @@ prompt_of(struct medha_replica *r, struct medha_srv_call *call,
 }
 
 /*
- * q, acknowledged before its text was tokenized, ends before the core
- * had it: a record of status, code (a refusal's MEDHA_E*, or 0) and why
- * for its client (if still there), and q is let go (not freed).
- */
-static void
-pre_end(struct medha_replica *r, struct lreq *q, int status, int code,
-    const char *why)
-{
-	struct medha_msg_event ev = {.kind = MEDHA_EVENT_RECORD};
-	struct medha_client *c = medha_clients_find(&r->f.clients, q->peer, 0);
-	struct medha_record *rec;
-
-	medha_log(MEDHA_LOG_INFO, "request %s: %s: %s", q->id,
-	    medha_status_name(status), why);
-	if (c != NULL && (rec = calloc(1, sizeof(*rec))) != NULL) {
-		memcpy(rec->id, q->id, sizeof(rec->id));
-		rec->handle = ev.handle = q->ch;
-		rec->arrival = q->t_sub;
-		rec->first_token = rec->finish = now_s(r);
-		rec->prompt_tokens = q->n_prompt;
-		rec->status = status;
-		rec->code = code;
-		snprintf(rec->reason, sizeof(rec->reason), "%s", why);
-		rec->token_ids = malloc(sizeof(*rec->token_ids));
-		rec->text = strdup("");
-		ev.record = rec;
-		medha_clients_push(&r->f.clients, q->peer, &ev);
-	}
-	if (c != NULL)
-		c->live--;
-	medha_map_del(&r->by_ch, q->ch);
-	r->f.live--;
-	r->served++;
-}
-
-/*
  * q's SUBMIT refused with code and why: an ERROR on call or, when it was
- * acknowledged already (call NULL), a "rejected" record (pre_end) that
- * carries the same code, so that a router can tell a refusal of this
- * replica's own (full, out of memory, shutting down) from one every
- * replica would give.
+ * acknowledged already (call NULL), a "rejected" record (rep_pre_end)
+ * that carries the same code, so that a router can tell a refusal of
+ * this replica's own (full, out of memory, shutting down) from one every
+ * replica would give. q is let go.
  */
 static void refuse(struct medha_replica *r, struct medha_srv_call *call,
     struct lreq *q, int code, const char *fmt, ...)
@@ -170,55 +150,56 @@ refuse(struct medha_replica *r, struct medha_srv_call *call, struct lreq *q,
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	if (call != NULL)
+	if (call != NULL) {
 		medha_srv_error(r->f.srv, call, code, "%s", why);
-	else
-		pre_end(r, q, MEDHA_STATUS_REJECTED, code, why);
+		rep_req_move(r, q, REP_REQ_DROP);
+	} else
+		rep_pre_end(r, q, MEDHA_STATUS_REJECTED, code, why);
 }
 
 /*
  * The rest of a SUBMIT once q has its prompt: its checks, the core's
  * arrival and ACCEPTED on call (call NULL: acknowledged already, and
- * counted live then); q is freed on a refusal.
+ * counted live then); q is let go on a refusal.
  */
 static void
 submit_finish(struct medha_replica *r, struct medha_srv_call *call,
     uint32_t peer, struct medha_reqspec *rs, struct lreq *q)
 {
 	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
-	struct medha_client *c;
 	int rc;
 
-	if ((c = medha_clients_find(&r->f.clients, peer, 1)) == NULL) {
+	if (medha_clients_find(&r->f.clients, peer, 1) == NULL) {
 		refuse(r, call, q, MEDHA_ENOMEM, "out of memory");
-		goto fail;
+		return;
 	}
 	/* the ids a client gave (or a text made) are held while the
 	   request lives: bounded in bytes as well as in count */
 	q->held = q->ids != NULL ? q->n_prompt * (int64_t)sizeof(*q->ids) : 0;
-	if (q->held > r->cfg.max_queue_bytes - r->held) {
+	if (q->held > r->cfg.max_queue_bytes - r->reqs.held) {
 		refuse(r, call, q, MEDHA_ENOSPACE,
 		    "overloaded: a prompt of %lld bytes of ids, %lld held "
 		    "for requests in flight (at most %lld)",
-		    (long long)q->held, (long long)r->held,
+		    (long long)q->held, (long long)r->reqs.held,
 		    (long long)r->cfg.max_queue_bytes);
-		goto fail;
+		return;
 	}
 	for (int64_t i = 0; q->ids != NULL && i < q->n_prompt; i++)
-		if (q->ids[i] < 0 || q->ids[i] >= r->vocab) {
+		if (q->ids[i] < 0 || q->ids[i] >= r->core.vocab) {
 			refuse(r, call, q, MEDHA_EINVAL,
 			    "prompt_ids[%lld] = %d: outside the vocabulary "
 			    "(%d)",
-			    (long long)i, q->ids[i], r->vocab);
-			goto fail;
+			    (long long)i, q->ids[i], r->core.vocab);
+			return;
 		}
-	if (r->ctx_len > 0 && rs->max_tokens > r->ctx_len - q->n_prompt) {
+	if (r->core.ctx_len > 0 &&
+	    rs->max_tokens > r->core.ctx_len - q->n_prompt) {
 		refuse(r, call, q, MEDHA_ERANGE,
 		    "%lld prompt + %lld output tokens exceed the model's "
 		    "context of %lld",
 		    (long long)q->n_prompt, (long long)rs->max_tokens,
-		    (long long)r->ctx_len);
-		goto fail;
+		    (long long)r->core.ctx_len);
+		return;
 	}
 	memcpy(q->id, rs->id, sizeof(q->id));
 	q->peer = peer;
@@ -240,44 +221,21 @@ submit_finish(struct medha_replica *r, struct medha_srv_call *call,
 	rs->arrival = now_s(r);
 	if ((rc = core_arrive(r, rs, q)) != 0) {
 		refuse(r, call, q, rc, "%s", medha_strerror(rc));
-		goto fail;
+		return;
 	}
-	{
-		size_t slot = (size_t)(q->handle & 0xffffffffu);
-		if (slot >= r->slots) {
-			size_t ns = r->slots ? r->slots : 256;
-			while (ns <= slot)
-				ns *= 2;
-			void *p = medha_reallocarray(r->by_slot, ns,
-			    sizeof(*r->by_slot));
-			if (p == NULL) {
-				medha_sched_cancel(r->core, q->handle,
-				    "out of memory", now_s(r));
-				refuse(r, call, q, MEDHA_ENOMEM,
-				    "out of memory");
-				rep_drain_records(r);
-				goto fail;
-			}
-			r->by_slot = p;
-			memset(r->by_slot + r->slots, 0,
-			    (ns - r->slots) * sizeof(*r->by_slot));
-			r->slots = ns;
-		}
-		r->by_slot[slot] = q;
+	if (rep_req_move(r, q, REP_REQ_ARRIVE) != 0) {
+		medha_sched_cancel(r->core.sched, q->handle, "out of memory",
+		    now_s(r));
+		refuse(r, call, q, MEDHA_ENOMEM, "out of memory");
+		rep_drain_records(r);
+		return;
 	}
-	r->held += q->held;
 	if (call != NULL) {
-		q->ch = q->handle;
-		r->f.live++;
-		c->live++;
 		memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
 		m.accepted.handle = q->handle;
 		medha_srv_msg(r->f.srv, call, &m);
 	}
 	rep_drain_records(r); /* rejected at once: its record follows */
-	return;
-fail:
-	rep_lreq_free(q);
 }
 
 
@@ -296,18 +254,19 @@ text_fits(struct medha_replica *r, struct medha_srv_call *call,
     const struct medha_reqspec *rs)
 {
 	size_t len = strlen(rs->prompt);
-	int64_t room = r->ctx_len > 0 ? r->ctx_len - rs->max_tokens
-	                              : medha_sched_group_capacity(r->core) *
-	        medha_sched_block_size(r->core) * r->pred.kvp;
+	int64_t room = r->core.ctx_len > 0
+	    ? r->core.ctx_len - rs->max_tokens
+	    : medha_sched_group_capacity(r->core.sched) *
+	        medha_sched_block_size(r->core.sched) * r->core.pred.kvp;
 
 	if (room < 1)
 		room = 1;
-	if ((double)len <= (double)room * (double)r->max_piece + 64)
+	if ((double)len <= (double)room * (double)r->core.max_piece + 64)
 		return 0;
 	medha_srv_error(r->f.srv, call, MEDHA_ERANGE,
 	    "a text prompt of %zu bytes cannot fit: room for %lld prompt "
 	    "tokens of at most %zu bytes each",
-	    len, (long long)room, r->max_piece);
+	    len, (long long)room, r->core.max_piece);
 	return -1;
 }
 
@@ -326,12 +285,13 @@ tok_queue(struct medha_replica *r, uint32_t peer, struct medha_reqspec *rs,
 {
 	struct tok_job *j = calloc(1, sizeof(*j));
 
-	if (j == NULL || (r->tokq == NULL &&
-	                     medha_tokq_open(&r->tokq, tok_wake, r->f.srv) != 0))
+	if (j == NULL ||
+	    (r->in.tokq == NULL &&
+	        medha_tokq_open(&r->in.tokq, tok_wake, r->f.srv) != 0))
 		goto fail;
 	j->q = q;
 	j->peer = peer;
-	if (medha_tokq_push(r->tokq, &j->tj, r->tok, rs->prompt,
+	if (medha_tokq_push(r->in.tokq, &j->tj, r->core.tok, rs->prompt,
 	        strlen(rs->prompt), MEDHA_TOK_DEFAULT) != 0)
 		goto fail;
 	j->rs = *rs; /* taken over: the caller clears what is left */
@@ -340,7 +300,6 @@ tok_queue(struct medha_replica *r, uint32_t peer, struct medha_reqspec *rs,
 	for (int i = 0; i < MEDHA_STOP_MAX; i++)
 		rs->stop[i] = NULL;
 	rs->n_stop = 0;
-	r->tok_pending++;
 	return 0;
 fail:
 	free(j);
@@ -351,7 +310,7 @@ fail:
  * A long text's SUBMIT: acknowledged at once with a handle of the
  * client's (PRE_SLOT's), its text to the tokenizer's thread; the rest
  * (the checks, the core) when the ids come back, and a refusal then is
- * a "rejected" record. 0, or -1 after answering call.
+ * a "rejected" record. 0, or -1 after answering call (q let go).
  */
 static int
 pre_accept(struct medha_replica *r, struct medha_srv_ev *ev,
@@ -360,26 +319,22 @@ pre_accept(struct medha_replica *r, struct medha_srv_ev *ev,
 	struct medha_msg m = {.type = MEDHA_MSG_ACCEPTED};
 	struct medha_client *c = medha_clients_find(&r->f.clients, ev->peer, 1);
 
-	if (++r->tok_seq == 0)
-		r->tok_seq = 1;
-	q->ch = (uint64_t)r->tok_seq << 32 | PRE_SLOT;
+	q->ch = rep_reqs_pre_handle(r);
 	memcpy(q->id, rs->id, sizeof(q->id));
 	q->peer = ev->peer;
 	q->t_sub = now_s(r);
-	if (c == NULL || medha_map_get(&r->by_ch, q->ch) != NULL ||
-	    medha_map_put(&r->by_ch, q->ch, q) != 0) {
+	if (c == NULL || rep_req_move(r, q, REP_REQ_ACK) != 0) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 		    "out of memory");
+		rep_req_move(r, q, REP_REQ_DROP);
 		return -1;
 	}
 	if (tok_queue(r, ev->peer, rs, q) != 0) {
-		medha_map_del(&r->by_ch, q->ch);
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM,
 		    "out of memory");
+		rep_req_move(r, q, REP_REQ_DROP);
 		return -1;
 	}
-	r->f.live++;
-	c->live++;
 	memcpy(m.accepted.id, q->id, sizeof(m.accepted.id));
 	m.accepted.handle = q->ch;
 	medha_srv_msg(r->f.srv, ev->call, &m);
@@ -391,26 +346,22 @@ rep_tok_collect(struct medha_replica *r)
 {
 	struct medha_tokq_job *tj;
 
-	while (r->tokq != NULL && (tj = medha_tokq_take(r->tokq)) != NULL) {
+	while (r->in.tokq != NULL &&
+	    (tj = medha_tokq_take(r->in.tokq)) != NULL) {
 		struct tok_job *done = (struct tok_job *)tj;
 		struct lreq *q = done->q;
-		r->tok_pending--;
 		q->ids = tj->ids;
-		if (q->cancelled) {
-			pre_end(r, q, MEDHA_STATUS_CANCELLED, 0,
+		if (q->state == REP_REQ_CANCELLING) {
+			rep_pre_end(r, q, MEDHA_STATUS_CANCELLED, 0,
 			    "cancelled by its client");
-			rep_lreq_free(q);
 		} else if (tj->rc != 0) {
 			refuse(r, NULL, q, tj->rc, "tokenizing: %s",
 			    medha_strerror(tj->rc));
-			rep_lreq_free(q);
-		} else if (r->f.drain.on || r->core == NULL) {
+		} else if (r->f.drain.on || r->core.sched == NULL) {
 			refuse(r, NULL, q, MEDHA_EUNSUP,
 			    "shutting down: not accepting requests");
-			rep_lreq_free(q);
 		} else if ((q->n_prompt = (int64_t)tj->n) < 1) {
 			refuse(r, NULL, q, MEDHA_EINVAL, "the prompt is empty");
-			rep_lreq_free(q);
 		} else {
 			submit_finish(r, NULL, done->peer, &done->rs, q);
 		}
@@ -426,8 +377,7 @@ tok_drop(void *arg, struct medha_tokq_job *tj)
 	struct medha_replica *r = arg;
 	struct tok_job *j = (struct tok_job *)tj;
 
-	medha_map_del(&r->by_ch, j->q->ch);
-	rep_lreq_free(j->q);
+	rep_req_move(r, j->q, REP_REQ_DROP);
 	medha_reqspec_clear(&j->rs);
 	free(j);
 }
@@ -436,8 +386,8 @@ tok_drop(void *arg, struct medha_tokq_job *tj)
 void
 rep_tok_stop(struct medha_replica *r)
 {
-	medha_tokq_close(r->tokq, tok_drop, r);
-	r->tokq = NULL;
+	medha_tokq_close(r->in.tokq, tok_drop, r);
+	r->in.tokq = NULL;
 }
 
 void
@@ -451,9 +401,9 @@ rep_on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		    "shutting down: not accepting requests");
 		return;
 	}
-	if (r->core == NULL) {
+	if (r->core.sched == NULL) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
-		    "not ready: %d of %d workers connected", r->nworkers,
+		    "not ready: %d of %d workers connected", r->ws.n,
 		    r->cfg.workers);
 		return;
 	}
@@ -462,46 +412,102 @@ rep_on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		    "overloaded: %lld requests in flight", (long long)r->f.live);
 		return;
 	}
-	if ((q = calloc(1, sizeof(*q))) == NULL) {
+	if ((q = rep_req_new()) == NULL) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOMEM, "out of memory");
 		return;
 	}
-	if (rs->prompt != NULL && r->tok != NULL &&
+	if (rs->prompt != NULL && r->core.tok != NULL &&
 	    strlen(rs->prompt) > MEDHA_TOKQ_INLINE) {
-		if (r->tok_pending >= TOK_PENDING_MAX)
+		if (rep_reqs_tokenizing(r) >= TOK_PENDING_MAX)
 			medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
 			    "overloaded: %d text prompts wait for the "
 			    "tokenizer", TOK_PENDING_MAX);
-		else if (text_fits(r, ev->call, rs) == 0 &&
-		    pre_accept(r, ev, rs, q) == 0)
+		else if (text_fits(r, ev->call, rs) == 0) {
+			pre_accept(r, ev, rs, q); /* q its, or let go */
 			return;
-		rep_lreq_free(q);
+		}
+		rep_req_move(r, q, REP_REQ_DROP);
 		return;
 	}
 	if (prompt_of(r, ev->call, rs, q) != 0) {
-		rep_lreq_free(q);
+		rep_req_move(r, q, REP_REQ_DROP);
 		return;
 	}
 	submit_finish(r, ev->call, ev->peer, rs, q);
 }
 
+/* ---- cancelling ---- */
+
 /* The requests of peer (all: of every peer) whose text is being
  * tokenized: cancelled, as that ends; how many. */
-int
-rep_pre_cancel(struct medha_replica *r, uint32_t peer, int all)
+static int
+pre_cancel(struct medha_replica *r, uint32_t peer, int all)
 {
 	size_t it = 0;
 	uint64_t k;
 	void *v;
 	int n = 0;
 
-	while (medha_map_next(&r->by_ch, &it, &k, &v)) {
+	while (medha_map_next(&r->reqs.by_ch, &it, &k, &v)) {
 		struct lreq *q = v;
-		if (q->handle == 0 && (all || q->peer == peer)) {
-			q->cancelled = 1;
+		if ((q->state == REP_REQ_TOKENIZING ||
+		        q->state == REP_REQ_CANCELLING) &&
+		    (all || q->peer == peer)) {
+			rep_req_move(r, q, REP_REQ_CANCEL);
 			n++;
 		}
 	}
 	return n;
 }
 
+int
+rep_on_cancel(void *arg, uint32_t peer, uint64_t h)
+{
+	struct medha_replica *r = arg;
+	struct lreq *q = rep_lreq_get(r, h);
+
+	if (q == NULL || q->peer != peer)
+		return MEDHA_ENOTFOUND;
+	if (q->state == REP_REQ_TOKENIZING || q->state == REP_REQ_CANCELLING) {
+		/* tokenizing: it ends when that is over */
+		rep_req_move(r, q, REP_REQ_CANCEL);
+		return 0;
+	}
+	medha_sched_cancel(r->core.sched, q->handle, "cancelled by its client",
+	    now_s(r));
+	rep_drain_records(r);
+	return 0;
+}
+
+int
+rep_on_client_gone(void *arg, uint32_t peer)
+{
+	struct medha_replica *r = arg;
+	int n = 0;
+
+	for (size_t s = 0; s < r->reqs.slots; s++) {
+		struct lreq *q = r->reqs.by_slot[s];
+		if (q == NULL || q->peer != peer)
+			continue;
+		medha_sched_cancel(r->core.sched, q->handle,
+		    "client went away", now_s(r));
+		n++;
+	}
+	n += pre_cancel(r, peer, 0);
+	rep_drain_records(r);
+	return n;
+}
+
+void
+rep_cancel_all(void *arg)
+{
+	struct medha_replica *r = arg;
+
+	for (size_t s = 0; s < r->reqs.slots; s++)
+		if (r->reqs.by_slot[s] != NULL)
+			medha_sched_cancel(r->core.sched,
+			    r->reqs.by_slot[s]->handle, "scheduler stopped",
+			    now_s(r));
+	pre_cancel(r, 0, 1);
+	rep_drain_records(r);
+}
