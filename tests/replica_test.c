@@ -32,6 +32,9 @@
  *  - CANCEL of an unknown handle, of another client's request and of
  *    an ended one is an ERROR; of a running request it is OK, and its
  *    record says "cancelled";
+ *  - a worker that says READY with a batch out (it dropped it) has
+ *    the request recomputed from 0 with the token it had sent: it ends
+ *    ok with the tokens it would have had, not failed;
  *  - a stop with a request in flight refuses new SUBMITs and says not
  *    ready, lets the request finish (all its tokens, status ok), and
  *    then medha_replica_run() returns 0;
@@ -447,6 +450,49 @@ test_bad_token(void **state)
 	rs = cl_spec("after", 8, 4);
 	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
 	check_done(&R.c, h, "after", 8, 4, 0);
+}
+
+/*
+ * A worker that says READY with a batch out (it started over, its
+ * batch dropped) once a request has sent a token: the request is
+ * recomputed, not failed (it "worker dropped its batch" before): its
+ * prompt and the token sent run again as a prefill from 0, and it ends
+ * ok with one record and the tokens it would have had.
+ */
+static void
+test_dropped_batch(void **state)
+{
+	struct medha_reqspec rs = cl_spec("dropped", 8, 6);
+	struct cl_req *q;
+	struct sw_req seen;
+	uint64_t h;
+	int code;
+
+	(void)state;
+	atomic_store(&R.w.drop, 2); /* its first decode: one token out */
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(&R.c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(atomic_load(&R.w.drop), 0);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("dropped: %s (%s)", medha_status_name(q->rec.status),
+		    q->rec.reason);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->rec.output_tokens, 6);
+	assert_int_equal(q->n_ids, 6);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(q->rec.token_ids[i],
+		    medha_backend_sim_token(8 + i, VOCAB));
+	/* on the worker: begun again once, its prefill the prompt and
+	   the token sent before the drop */
+	assert_true(sw_seen(&R.w, h, &seen));
+	assert_int_equal(seen.restarts, 1);
+	assert_int_equal(seen.n_prompt, 9);
+	assert_int_equal(seen.prompt[8], medha_backend_sim_token(8, VOCAB));
+	assert_int_equal(seen.decodes, 4);
+	if (!sw_wait_freed(&R.w, h, 5))
+		fail_msg("dropped: never freed on the worker");
+	sw_assert_ok(&R.w);
 }
 
 /* ---- stopping ---- */
@@ -1052,6 +1098,7 @@ main(void)
 	    cmocka_unit_test(test_refused),
 	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_bad_token),
+	    cmocka_unit_test(test_dropped_batch),
 	    cmocka_unit_test(test_stop_drains),
 	    cmocka_unit_test(test_fingerprint),
 	    cmocka_unit_test(test_kv_used_prefix),

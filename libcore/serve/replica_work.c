@@ -4,9 +4,10 @@
  * for work with READY and brings the tokens it sampled with RESULT; each
  * batch the core forms goes to every worker as a flight, done when all
  * have answered (stage 0 is free for the next one when the first stage's
- * workers have: SPP pipelining). A worker that goes away or falls silent
- * fails the requests holding KV, and the replica serves again when one
- * of the same shape returns.
+ * workers have: SPP pipelining). A worker that goes away, falls silent
+ * or drops its batch has the requests holding KV recomputed (or failed:
+ * medha_sched_worker_lost), and the replica serves again when one of
+ * the same shape returns.
  */
 #include "serve/replica_impl.h"
 
@@ -715,9 +716,15 @@ on_worker(struct medha_replica *r, struct medha_srv_ev *ev,
 	if (m->type == MEDHA_MSG_RESULT)
 		on_result(r, w, &m->result);
 	else if (w->done < w->sent) {
-		/* READY with a batch out: the worker started over */
+		/* READY with a batch out: the worker started over. What
+		   the replica held is recomputed, as a lost worker's (a
+		   batch made void already is nothing more to recover) */
+		char reason[80];
 		w->done = w->sent;
-		replica_fault(r, "worker dropped its batch");
+		snprintf(reason, sizeof(reason), "worker %d dropped its batch",
+		    (int)(w - r->w));
+		if (flight_of(r, w->sent) != NULL)
+			replica_fault_how(r, reason, 1);
 	}
 	flights_fill(r);
 	dispatch(r, w, 0);
