@@ -35,6 +35,9 @@
  *  - a worker that says READY with a batch out (it dropped it) has
  *    the request recomputed from 0 with the token it had sent: it ends
  *    ok with the tokens it would have had, not failed;
+ *  - a HELLO again before the worker's first READY (sent again while
+ *    its WELCOME was on the way) welcomes the same worker, nothing
+ *    lost: a request that came meanwhile runs once;
  *  - a stop with a request in flight refuses new SUBMITs and says not
  *    ready, lets the request finish (all its tokens, status ok), and
  *    then medha_replica_run() returns 0;
@@ -540,6 +543,7 @@ test_stop_drains(void **state)
 
 /* A second replica's thread, until poisoned_stop. */
 static volatile sig_atomic_t poisoned_stop;
+static void leave_lay(struct sw *w);
 
 static void *
 poisoned_main(void *arg)
@@ -826,6 +830,74 @@ test_refused_hello_keeps_core(void **state)
 }
 
 /*
+ * A worker's HELLO again before its first READY (one it sent again
+ * while the WELCOME was on its way: a link cut off for a minute
+ * delivered dozens at once, each taken for a worker that started over:
+ * lost, its replica's requests recomputed, the batches void, again and
+ * again) is welcomed again as the same worker, nothing lost: a request
+ * that came meanwhile runs once, and the worker is never sent a free of
+ * a sequence it never had (the loss's).
+ */
+static void
+test_hello_twice(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct medha_reqspec rs = cl_spec("twice", 8, 4);
+	struct sw w;
+	struct cl cli;
+	struct cl_req *q;
+	struct sw_req seen;
+	char url[300], path[256], why[256];
+	pthread_t thr;
+	uint64_t hd;
+	int code;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/twice.sock", R.dir);
+	snprintf(url, sizeof(url), "ipc://%s", path);
+	medha_replica_config_default(&c);
+	c.listen = url;
+	c.workers = 1;
+	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
+	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
+	assert_int_equal(cl_open(&cli, url), 0);
+	assert_int_equal(sw_open(&w, url), 0);
+	sw_hello_default(&h);
+	assert_int_equal(sw_hello(&w, &h, &rep), MEDHA_MSG_WELCOME);
+	medha_msg_clear(&rep);
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code), MEDHA_MSG_ACCEPTED);
+	sw_sleep(0.2); /* the replica's turns: a batch could be formed */
+	assert_int_equal(sw_hello(&w, &h, &rep), MEDHA_MSG_WELCOME);
+	assert_int_equal(rep.worker_id, 0);
+	medha_msg_clear(&rep);
+	sw_start(&w);
+	q = cl_wait_record(&cli, hd, 10);
+	assert_non_null(q);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("twice: %s (%s)", medha_status_name(q->rec.status),
+		    q->rec.reason);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->rec.output_tokens, 4);
+	assert_true(sw_seen(&w, hd, &seen));
+	assert_int_equal(seen.restarts, 0);
+	assert_int_equal(seen.chunks, 1);
+	sw_assert_ok(&w);
+	atomic_store(&w.quit, 1);
+	pthread_join(w.thr, NULL);
+	w.running = 0;
+	sw_stop(&w);
+	poisoned_stop = 1;
+	pthread_join(thr, NULL);
+	cl_close(&cli);
+	medha_replica_close(r);
+	unlink(path);
+}
+
+/*
  * STATUS with KVP (kvp 2, 64 tokens a request a group, reserving all
  * of max_tokens): kv_blocks is both groups' 2 x 10000, and a request of
  * 100 + 4 tokens, pieces of 64 and 40 on the two groups, uses 4 + 3
@@ -893,10 +965,9 @@ test_status_kvp(void **state)
 	assert_int_equal(st.kv_used, 0);
 	sw_assert_ok(&w[0]);
 	sw_assert_ok(&w[1]);
+	leave_lay(w); /* before the replica stops: sw_stop alone panicked */
 	poisoned_stop = 1;
 	pthread_join(thr, NULL);
-	sw_stop(&w[0]);
-	sw_stop(&w[1]);
 	cl_close(&cli);
 	medha_replica_close(r);
 	unlink(path);
@@ -1099,6 +1170,7 @@ main(void)
 	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_bad_token),
 	    cmocka_unit_test(test_dropped_batch),
+	    cmocka_unit_test(test_hello_twice),
 	    cmocka_unit_test(test_stop_drains),
 	    cmocka_unit_test(test_fingerprint),
 	    cmocka_unit_test(test_kv_used_prefix),

@@ -108,6 +108,9 @@ struct wslot {
 	uint64_t sent;     /* the last batch_seq sent to it */
 	uint64_t done;     /* the last batch_seq it answered */
 	uint64_t gen_sent; /* the peer table generation it has */
+	int talked;        /* a READY or RESULT since its WELCOME: no
+	                      batch is formed before every worker's, and
+	                      its HELLO again before it is no loss */
 	/* handles to free, in the order they ended: each with the last
 	   batch formed then, which may still hold its items, so that it
 	   goes out only once the worker has been sent that batch */

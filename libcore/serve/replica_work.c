@@ -82,6 +82,12 @@ replica_fault_how(struct medha_replica *r, const char *reason, int lost)
 			rep_drain_records(r);
 	}
 	rep_flights_void(r);
+	/* a fork not sent yet (its request admitted, its first item in no
+	   batch yet) is of KV gone now: re-admitted, it is forked anew,
+	   and the two would make one item's runs overlap */
+	for (size_t i = 0; i < r->slots; i++)
+		if (r->by_slot[i] != NULL)
+			r->by_slot[i]->n_forks = 0;
 	if (n > 0)
 		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
 	if (r->core != NULL && medha_sched_recovering(r->core) > 0)
@@ -218,6 +224,17 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		medha_srv_error(r->f.srv, ev->call, MEDHA_ENOSPACE,
 		    "rank %d (tp %d, spp %d, kvp %d) is connected already",
 		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
+		return;
+	}
+	if (r->w[id].present && !r->w[id].talked &&
+	    r->w[id].hello.pid == h->pid) {
+		/* its HELLO again before a word in session: one it sent
+		   again while the WELCOME was on its way (a link cut off
+		   for a while delivers them all at once). It was sent
+		   nothing since, so nothing is lost: welcomed again */
+		m.worker_id = id;
+		medha_srv_msg(r->f.srv, ev->call, &m);
+		r->w[id].last_seen = medha_now();
 		return;
 	}
 	if (!fresh &&
@@ -502,6 +519,9 @@ flights_fill(struct medha_replica *r)
 	if (r->nfl > 0 &&
 	    r->fl[(r->fl_head + r->nfl - 1) % r->spp].left0 > 0)
 		return; /* stage 0 still runs the last one */
+	for (int i = 0; i < r->cfg.workers; i++)
+		if (!r->w[i].talked)
+			return; /* welcomed, its READY not come yet */
 	if (flight_form(r) == 1)
 		for (int i = 0; i < r->cfg.workers; i++)
 			if (r->w[i].present && r->w[i].call != NULL)
@@ -699,6 +719,8 @@ on_worker(struct medha_replica *r, struct medha_srv_ev *ev,
 		return;
 	}
 	w->last_seen = medha_now();
+	if (m->type != MEDHA_MSG_HEARTBEAT)
+		w->talked = 1;
 	if (m->type == MEDHA_MSG_HEARTBEAT) {
 		/* the batch it runs made void by a loss: IDLE, and the
 		   worker drops it rather than wait for the lost peer */
