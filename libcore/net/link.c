@@ -587,6 +587,7 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->amu, NULL);
+	pthread_mutex_init(&c->dmu, NULL);
 	c->key = medha_auth_copy(&c->klen);
 	c->auth = c->key != NULL;
 	if ((rv = nng_req0_open(&c->sock)) != 0) {
@@ -612,7 +613,12 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 		c->nopen = i + 1;
 	}
 	c->nctx = nctx;
-	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((c->url = strdup(url)) == NULL) {
+		medha_cli_close(c);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	if ((rv = nng_dial(c->sock, url, &c->dialer, NNG_FLAG_NONBLOCK)) !=
+	    0) {
 		medha_cli_close(c);
 		if (strstr(url, "://") == NULL)
 			return medha_why(why, whylen, MEDHA_EINVAL,
@@ -640,8 +646,10 @@ medha_cli_close(struct medha_cli *c)
 	for (int i = 0; i < CLI_MAX_CTX; i++)
 		free(c->req[i]);
 	free(c->key);
+	free(c->url);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->amu);
+	pthread_mutex_destroy(&c->dmu);
 	free(c);
 }
 
@@ -649,6 +657,18 @@ void
 medha_cli_abort(struct medha_cli *c)
 {
 	nng_close(c->sock); /* again in medha_cli_close: harmless */
+}
+
+int
+medha_cli_redial(struct medha_cli *c)
+{
+	int rv;
+
+	pthread_mutex_lock(&c->dmu);
+	nng_dialer_close(c->dialer); /* its connection with it */
+	rv = nng_dial(c->sock, c->url, &c->dialer, NNG_FLAG_NONBLOCK);
+	pthread_mutex_unlock(&c->dmu);
+	return rv != 0 ? medha_link_nng_err(rv) : 0;
 }
 
 int
