@@ -830,6 +830,26 @@ test_refused_hello_keeps_core(void **state)
 }
 
 /*
+ * A replica of its own at R.dir/NAME.sock (url and path filled in) with
+ * config c, which gets its listen here, run by poisoned_main in *thr.
+ */
+static struct medha_replica *
+side_open(const char *name, struct medha_replica_config *c, char *url,
+    size_t urllen, char *path, size_t pathlen, pthread_t *thr)
+{
+	struct medha_replica *r;
+	char why[256];
+
+	snprintf(path, pathlen, "%s/%s.sock", R.dir, name);
+	snprintf(url, urllen, "ipc://%s", path);
+	c->listen = url;
+	assert_int_equal(medha_replica_open(&r, c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
+	assert_int_equal(pthread_create(thr, NULL, poisoned_main, r), 0);
+	return r;
+}
+
+/*
  * A worker's HELLO again before its first READY (one it sent again
  * while the WELCOME was on its way: a link cut off for a minute
  * delivered dozens at once, each taken for a worker that started over:
@@ -850,20 +870,15 @@ test_hello_twice(void **state)
 	struct cl cli;
 	struct cl_req *q;
 	struct sw_req seen;
-	char url[300], path[256], why[256];
+	char url[300], path[256];
 	pthread_t thr;
 	uint64_t hd;
 	int code;
 
 	(void)state;
-	snprintf(path, sizeof(path), "%s/twice.sock", R.dir);
-	snprintf(url, sizeof(url), "ipc://%s", path);
 	medha_replica_config_default(&c);
-	c.listen = url;
 	c.workers = 1;
-	assert_int_equal(medha_replica_open(&r, &c, why, sizeof(why)), 0);
-	poisoned_stop = 0;
-	assert_int_equal(pthread_create(&thr, NULL, poisoned_main, r), 0);
+	r = side_open("twice", &c, url, sizeof(url), path, sizeof(path), &thr);
 	assert_int_equal(cl_open(&cli, url), 0);
 	assert_int_equal(sw_open(&w, url), 0);
 	sw_hello_default(&h);
