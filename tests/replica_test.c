@@ -32,6 +32,12 @@
  *  - CANCEL of an unknown handle, of another client's request and of
  *    an ended one is an ERROR; of a running request it is OK, and its
  *    record says "cancelled";
+ *  - a worker that says READY with a batch out (it dropped it) has
+ *    the request recomputed from 0 with the token it had sent: it ends
+ *    ok with the tokens it would have had, not failed;
+ *  - a HELLO again before the worker's first READY (sent again while
+ *    its WELCOME was on the way) welcomes the same worker, nothing
+ *    lost: a request that came meanwhile runs once;
  *  - a stop with a request in flight refuses new SUBMITs and says not
  *    ready, lets the request finish (all its tokens, status ok), and
  *    then medha_replica_run() returns 0;
@@ -449,6 +455,49 @@ test_bad_token(void **state)
 	check_done(&R.c, h, "after", 8, 4, 0);
 }
 
+/*
+ * A worker that says READY with a batch out (it started over, its
+ * batch dropped) once a request has sent a token: the request is
+ * recomputed, not failed (it "worker dropped its batch" before): its
+ * prompt and the token sent run again as a prefill from 0, and it ends
+ * ok with one record and the tokens it would have had.
+ */
+static void
+test_dropped_batch(void **state)
+{
+	struct medha_reqspec rs = cl_spec("dropped", 8, 6);
+	struct cl_req *q;
+	struct sw_req seen;
+	uint64_t h;
+	int code;
+
+	(void)state;
+	atomic_store(&R.w.drop, 2); /* its first decode: one token out */
+	assert_int_equal(cl_submit(&R.c, &rs, &h, &code), MEDHA_MSG_ACCEPTED);
+	q = cl_wait_record(&R.c, h, 10);
+	assert_non_null(q);
+	assert_int_equal(atomic_load(&R.w.drop), 0);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("dropped: %s (%s)", medha_status_name(q->rec.status),
+		    q->rec.reason);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->rec.output_tokens, 6);
+	assert_int_equal(q->n_ids, 6);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(q->rec.token_ids[i],
+		    medha_backend_sim_token(8 + i, VOCAB));
+	/* on the worker: begun again once, its prefill the prompt and
+	   the token sent before the drop */
+	assert_true(sw_seen(&R.w, h, &seen));
+	assert_int_equal(seen.restarts, 1);
+	assert_int_equal(seen.n_prompt, 9);
+	assert_int_equal(seen.prompt[8], medha_backend_sim_token(8, VOCAB));
+	assert_int_equal(seen.decodes, 4);
+	if (!sw_wait_freed(&R.w, h, 5))
+		fail_msg("dropped: never freed on the worker");
+	sw_assert_ok(&R.w);
+}
+
 /* ---- stopping ---- */
 
 static void
@@ -494,6 +543,7 @@ test_stop_drains(void **state)
 
 /* A second replica's thread, until poisoned_stop. */
 static volatile sig_atomic_t poisoned_stop;
+static void leave_lay(struct sw *w);
 
 static void *
 poisoned_main(void *arg)
@@ -780,6 +830,89 @@ test_refused_hello_keeps_core(void **state)
 }
 
 /*
+ * A replica of its own at R.dir/NAME.sock (url and path filled in) with
+ * config c, which gets its listen here, run by poisoned_main in *thr.
+ */
+static struct medha_replica *
+side_open(const char *name, struct medha_replica_config *c, char *url,
+    size_t urllen, char *path, size_t pathlen, pthread_t *thr)
+{
+	struct medha_replica *r;
+	char why[256];
+
+	snprintf(path, pathlen, "%s/%s.sock", R.dir, name);
+	snprintf(url, urllen, "ipc://%s", path);
+	c->listen = url;
+	assert_int_equal(medha_replica_open(&r, c, why, sizeof(why)), 0);
+	poisoned_stop = 0;
+	assert_int_equal(pthread_create(thr, NULL, poisoned_main, r), 0);
+	return r;
+}
+
+/*
+ * A worker's HELLO again before its first READY (one it sent again
+ * while the WELCOME was on its way: a link cut off for a minute
+ * delivered dozens at once, each taken for a worker that started over:
+ * lost, its replica's requests recomputed, the batches void, again and
+ * again) is welcomed again as the same worker, nothing lost: a request
+ * that came meanwhile runs once, and the worker is never sent a free of
+ * a sequence it never had (the loss's).
+ */
+static void
+test_hello_twice(void **state)
+{
+	struct medha_replica_config c;
+	struct medha_replica *r;
+	struct medha_msg_hello h;
+	struct medha_msg rep;
+	struct medha_reqspec rs = cl_spec("twice", 8, 4);
+	struct sw w;
+	struct cl cli;
+	struct cl_req *q;
+	struct sw_req seen;
+	char url[300], path[256];
+	pthread_t thr;
+	uint64_t hd;
+	int code;
+
+	(void)state;
+	medha_replica_config_default(&c);
+	c.workers = 1;
+	r = side_open("twice", &c, url, sizeof(url), path, sizeof(path), &thr);
+	assert_int_equal(cl_open(&cli, url), 0);
+	assert_int_equal(sw_open(&w, url), 0);
+	sw_hello_default(&h);
+	assert_int_equal(sw_hello(&w, &h, &rep), MEDHA_MSG_WELCOME);
+	medha_msg_clear(&rep);
+	assert_int_equal(cl_submit(&cli, &rs, &hd, &code), MEDHA_MSG_ACCEPTED);
+	sw_sleep(0.2); /* the replica's turns: a batch could be formed */
+	assert_int_equal(sw_hello(&w, &h, &rep), MEDHA_MSG_WELCOME);
+	assert_int_equal(rep.worker_id, 0);
+	medha_msg_clear(&rep);
+	sw_start(&w);
+	q = cl_wait_record(&cli, hd, 10);
+	assert_non_null(q);
+	if (q->rec.status != MEDHA_STATUS_OK)
+		fail_msg("twice: %s (%s)", medha_status_name(q->rec.status),
+		    q->rec.reason);
+	assert_int_equal(q->records, 1);
+	assert_int_equal(q->rec.output_tokens, 4);
+	assert_true(sw_seen(&w, hd, &seen));
+	assert_int_equal(seen.restarts, 0);
+	assert_int_equal(seen.chunks, 1);
+	sw_assert_ok(&w);
+	atomic_store(&w.quit, 1);
+	pthread_join(w.thr, NULL);
+	w.running = 0;
+	sw_stop(&w);
+	poisoned_stop = 1;
+	pthread_join(thr, NULL);
+	cl_close(&cli);
+	medha_replica_close(r);
+	unlink(path);
+}
+
+/*
  * STATUS with KVP (kvp 2, 64 tokens a request a group, reserving all
  * of max_tokens): kv_blocks is both groups' 2 x 10000, and a request of
  * 100 + 4 tokens, pieces of 64 and 40 on the two groups, uses 4 + 3
@@ -847,10 +980,9 @@ test_status_kvp(void **state)
 	assert_int_equal(st.kv_used, 0);
 	sw_assert_ok(&w[0]);
 	sw_assert_ok(&w[1]);
+	leave_lay(w); /* before the replica stops: sw_stop alone panicked */
 	poisoned_stop = 1;
 	pthread_join(thr, NULL);
-	sw_stop(&w[0]);
-	sw_stop(&w[1]);
 	cl_close(&cli);
 	medha_replica_close(r);
 	unlink(path);
@@ -1052,6 +1184,8 @@ main(void)
 	    cmocka_unit_test(test_refused),
 	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_bad_token),
+	    cmocka_unit_test(test_dropped_batch),
+	    cmocka_unit_test(test_hello_twice),
 	    cmocka_unit_test(test_stop_drains),
 	    cmocka_unit_test(test_fingerprint),
 	    cmocka_unit_test(test_kv_used_prefix),

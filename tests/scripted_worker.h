@@ -92,6 +92,8 @@ struct sw_req {
 	int32_t last;              /* the token answered then */
 	int64_t decodes;           /* decode items */
 	int freed;                 /* in a free list */
+	int restarts;              /* begun again at 0 after its free (a
+	                              request recomputed) */
 };
 
 struct sw {
@@ -105,6 +107,9 @@ struct sw {
 	                       it under MEDHA_PROTO_DEAD_MS: no heartbeats) */
 	atomic_int bad_token; /* non-zero: the next sampled token is this
 	                         one instead (a worker gone wrong) */
+	atomic_int drop;      /* n > 0: the n-th BATCH from now is run and
+	                         its RESULT dropped: READY instead (a
+	                         worker that started over) */
 	pthread_mutex_t mu; /* guards what follows */
 	struct sw_req req[SW_REQS];
 	int nreq;
@@ -224,6 +229,13 @@ sw_run(struct sw *w, const struct medha_msg_batch *b,
 			sw_fail(w, "more than %d requests", SW_REQS);
 			continue;
 		}
+		if (q->freed && it->pos == 0 && it->has_params) {
+			/* its sequence begun again under the same name */
+			int restarts = q->restarts + 1;
+			memset(q, 0, sizeof(*q));
+			q->handle = it->handle;
+			q->restarts = restarts;
+		}
 		if (q->freed)
 			sw_fail(w, "item of %llx after its free",
 			    (unsigned long long)it->handle);
@@ -306,6 +318,10 @@ sw_main(void *arg)
 			m.result.n_tokens = sw_run(w, &rep.batch, tok);
 			w->batches++;
 			w->tokens += m.result.n_tokens;
+			int d = atomic_load(&w->drop);
+			if (d > 0 && atomic_fetch_sub(&w->drop, 1) == 1)
+				m = (struct medha_msg){.type = MEDHA_MSG_READY,
+				    .worker_id = w->worker_id};
 		} else {
 			sw_fail(w, "answered %s (%s)",
 			    medha_msg_type_name(rep.type),

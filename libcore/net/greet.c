@@ -61,6 +61,11 @@ medha_cli_greet(struct medha_cli *c, const struct medha_msg *m,
 		    sizeof(msg));
 		if (rc != 0 && rc != MEDHA_EAUTH) { /* no answer: wait on */
 			double now = medha_now();
+			/* on a fresh connection: one kept through a
+			   partition would hold the next HELLO, or its
+			   WELCOME, for as long as TCP backs off */
+			if (rc == MEDHA_ETIMEOUT)
+				(void)medha_cli_redial(c);
 			if (since == 0)
 				since = now;
 			if (said == 0 || now - said >= MEDHA_GREET_SAY) {

@@ -583,10 +583,12 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 	if (nctx < 1 || nctx > CLI_MAX_CTX)
 		return medha_why(why, whylen, MEDHA_EINVAL,
 		    "%d contexts, not in [1, %d]", nctx, CLI_MAX_CTX);
-	if ((c = calloc(1, sizeof(*c))) == NULL)
+	if ((c = calloc(1, sizeof(*c) + strlen(url) + 1)) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	c->url = strcpy((char *)(c + 1), url); /* to dial it again */
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->amu, NULL);
+	pthread_mutex_init(&c->dmu, NULL);
 	c->key = medha_auth_copy(&c->klen);
 	c->auth = c->key != NULL;
 	if ((rv = nng_req0_open(&c->sock)) != 0) {
@@ -612,7 +614,7 @@ medha_cli_open(struct medha_cli **cp, const char *url, int nctx, char *why,
 		c->nopen = i + 1;
 	}
 	c->nctx = nctx;
-	if ((rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((rv = nng_dial(c->sock, url, &c->dialer, NNG_FLAG_NONBLOCK)) != 0) {
 		medha_cli_close(c);
 		if (strstr(url, "://") == NULL)
 			return medha_why(why, whylen, MEDHA_EINVAL,
@@ -642,6 +644,7 @@ medha_cli_close(struct medha_cli *c)
 	free(c->key);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->amu);
+	pthread_mutex_destroy(&c->dmu);
 	free(c);
 }
 
@@ -649,6 +652,16 @@ void
 medha_cli_abort(struct medha_cli *c)
 {
 	nng_close(c->sock); /* again in medha_cli_close: harmless */
+}
+
+int
+medha_cli_redial(struct medha_cli *c)
+{
+	pthread_mutex_lock(&c->dmu);
+	nng_dialer_close(c->dialer); /* its connection with it */
+	int rv = nng_dial(c->sock, c->url, &c->dialer, NNG_FLAG_NONBLOCK);
+	pthread_mutex_unlock(&c->dmu);
+	return rv != 0 ? medha_link_nng_err(rv) : 0;
 }
 
 int

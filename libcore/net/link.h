@@ -142,6 +142,15 @@ void medha_cli_close(struct medha_cli *c);
 void medha_cli_abort(struct medha_cli *c);
 
 /*
+ * From any thread: c's connection (or its attempt to connect) dropped
+ * and a fresh one dialled; a call in progress goes out again on it. After a partition heals, a connection TCP kept backs off its
+ * retransmissions (a minute after a minute's cut), and an attempt begun
+ * during it its SYNs, where a fresh one connects at once. 0, or an
+ * error (then c dials no more).
+ */
+int medha_cli_redial(struct medha_cli *c);
+
+/*
  * Send len bytes of req on context ctx and wait for the answer, at most
  * timeout seconds for each of the two (< 0: forever). On success *rep
  * (malloc'd, the caller's) holds *replen bytes. Returns 0,

@@ -94,6 +94,9 @@ struct medha_srv {
 
 struct medha_cli {
 	nng_socket sock;
+	nng_dialer dialer; /* (dmu) of url: medha_cli_redial */
+	char *url;         /* (after the struct) */
+	pthread_mutex_t dmu;
 	int nctx, nopen;
 	/* the callers' contexts, and one more (index nctx) for the
 	   handshake; nopen of them open */

@@ -14,26 +14,39 @@
 #   loss 1%, 5%   of the frames between any two hosts
 #   rate 100mbit  on host w0's link (the SPP link w0-w1 and the KVP link
 #                 w0-w2; tc tbf)
+#   delay 10+-5ms, loss 1%   both at once, on a trace of 64 requests
+#                 (the sixteen four times over)
 #   cut w3 5 s    worker host w3 (ranks 6 and 7) partitioned from every
 #                 host for 5 s while the trace runs
 #   cut w3 60 s   the same for 60 s: only with MEDHA_HOSTS_LONG=1
+#   kill a6       worker rank 6 killed (SIGKILL) while the trace runs,
+#                 restarted by netns-hosts.sh (as serve.sh does)
 #   cut sb        replica b's host partitioned from the router's for 5 s
+#   cut w3 5 s with --recover-timeout 2   a second deployment whose
+#                 schedulers give a lost worker's requests 2 s: only
+#                 with MEDHA_HOSTS_LONG=1
 #
-# It asserts what holds today: the replay ends (no hang: 180 s at most),
-# every request gets exactly one record, each "ok" one has exactly the
-# tokens medha-worker -p gives alone, and each other one a reason naming
-# the worker or replica lost; under delay, loss and the rate limit every
+# It asserts: the replay ends (no hang: 180 s at most), every request
+# gets exactly one record, each "ok" one has exactly the tokens
+# medha-worker -p gives alone, and each other one a reason naming the
+# worker or replica lost; under delay, loss and the rate limit every
 # request is ok; the delays are there (a tcp round trip between two
-# hosts takes at least the delay); after each partition is healed every
-# replica is ready again within 60 s and the trace runs all ok; after
-# the cut of sb the router takes replica b back. It prints, for each
-# fault, the time the replay took, the records by status, the median
-# TTFT and TPOT of the ok ones, the reasons of the others, and the
-# processes that ended (netns-hosts.sh restarts them): what
-# medha-sched(1) and medha-worker(1) say each fault does to requests in
-# flight. (The trace is the same each time, so after the first run its
-# prompts' prefixes are in the schedulers' caches.) Skipped where
-# namespaces cannot be made (not root, no iproute2).
+# hosts takes at least the delay); a worker cut off (5 s, 60 s) or
+# killed loses no request: all ok, its requests recomputed (medha-sched
+# --recover-timeout), and no process ended but the one killed; with
+# --recover-timeout shorter than the cut, some fail, each naming worker
+# 6 or 7 lost; after each partition is healed every replica is ready
+# again within 60 s and the trace runs all ok; after the cut of sb the
+# router takes replica b back and places requests on it again. It
+# prints, for each fault, the time the replay took, the records by
+# status, the median TTFT and TPOT of the ok ones, the longest TTFT and
+# the longest wait between two tokens (the pause a fault makes), the
+# reasons of the others, and the processes that ended (netns-hosts.sh
+# restarts them): what medha-sched(1) and medha-worker(1) say each
+# fault does to requests in flight. (The trace is the same each time,
+# so after the first run its prompts' prefixes are in the schedulers'
+# caches.) Skipped where namespaces cannot be made (not root, no
+# iproute2).
 . "$(dirname "$0")/lib.sh"
 need_model
 hosts="bash $top/contrib/netns-hosts.sh"
@@ -61,10 +74,33 @@ hosts_cleanup() {
 trap hosts_cleanup EXIT
 
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 4 6 8 10 11 14 20
-MEDHA_LOG=$logs MEDHA_BIN=$bin MEDHA_MODEL=$model \
-    $hosts serve "$name" 2>>"$tmp/serve.err" &
-serve=$!
-wait_for "$tmp/serve.err" '^ready$' 180 "$serve"
+trace=$tmp/trace.jsonl
+# the same sixteen four times over, for the run of 64
+python3 - "$trace" >"$tmp/trace64.jsonl" <<'PY'
+import json, sys
+t = [json.loads(l) for l in open(sys.argv[1])]
+for k in range(4):
+    for r in t:
+        print(json.dumps(dict(r, id="%s-%d" % (r["id"], k))))
+PY
+
+# serve_up [OPTS]: the deployment, ready, its schedulers given OPTS and
+# -v (a line for each request they end: which replica served what);
+# serve_down stops it
+serve_up() {
+	: >"$tmp/serve.err"
+	MEDHA_LOG=$logs MEDHA_BIN=$bin MEDHA_MODEL=$model \
+	    MEDHA_SCHED_OPTS="-v ${1:-} ${MEDHA_SCHED_OPTS:-}" \
+	    $hosts serve "$name" 2>>"$tmp/serve.err" &
+	serve=$!
+	wait_for "$tmp/serve.err" '^ready$' 180 "$serve"
+}
+serve_down() {
+	kill -TERM "$serve"
+	wait "$serve" || :
+	serve=
+}
+serve_up
 export MEDHA_SECRET_FILE="$logs/secret"
 addr() { $hosts ip "$name" "$1"; }
 router=tcp://$(addr router):7000
@@ -83,7 +119,7 @@ replay() {
 		t0=$(date +%s.%N)
 		st=0
 		timeout 180 $hosts exec "$name" router "$bin/medha-trace" \
-		    replay -a "$router" --token-ids "$tmp/trace.jsonl" >"$1" \
+		    replay -a "$router" --token-ids "$trace" >"$1" \
 		    2>"$tmp/replay.err" || st=$?
 		secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
 		[ $st = 0 ] && return 0
@@ -98,13 +134,15 @@ replay() {
 	done
 }
 
-# check OUT [all-ok]: one record per request; each ok one with the
-# tokens of the request alone, each other one with a reason that names
-# the worker or replica lost; with all-ok, every one ok. Prints the
-# records by status, the median TTFT and TPOT of the ok ones, and the
-# failed ones' reasons
+# check OUT [all-ok | fail-w3]: one record per request of $trace; each
+# ok one with the tokens of the request alone, each other one with a
+# reason that names the worker or replica lost; with all-ok, every one
+# ok; with fail-w3, some failed, each naming worker 6 or 7 (host w3)
+# lost. Prints the records by status, the median TTFT and TPOT of the
+# ok ones, the longest TTFT and wait between two tokens (the pause),
+# and the failed ones' reasons
 check() {
-	python3 - "$top/tests/ref" "$tmp/trace.jsonl" "$1" "$bin/medha-worker" \
+	python3 - "$top/tests/ref" "$trace" "$1" "$bin/medha-worker" \
 	    "$model" "$fault" "$secs" "${2:-}" <<'PY'
 import collections, json, os, re, sys
 sys.path.insert(0, sys.argv[1])
@@ -116,7 +154,8 @@ ids = collections.Counter(r["id"] for r in out)
 assert sorted(ids) == sorted(t["id"] for t in trace), \
     "%s: records %s" % (fault, dict(ids))
 assert max(ids.values()) == 1, "%s: a request with two records" % fault
-cache_path = sys.argv[2] + ".alone"
+# one cache of the tokens alone for every trace (the same prompts)
+cache_path = os.path.join(os.path.dirname(sys.argv[2]), "alone.json")
 cache = json.load(open(cache_path)) if os.path.exists(cache_path) else {}
 by = {r["id"]: r for r in out}
 bad = []
@@ -131,9 +170,14 @@ st = collections.Counter(r["status"] for r in out)
 def median(k):
     v = sorted(r[k] for r in out if r["status"] == "ok")
     return "%.3f s" % v[len(v) // 2] if v else "-"
-print("%-20s %5.1f s  %-18s ttft %s  tpot %s" % (
+def longest(k):
+    v = [r[k] for r in out if r["status"] == "ok"]
+    return "%.1f s" % max(v) if v else "-"
+print("%-20s %5.1f s  %-18s ttft %s  tpot %s  longest ttft %s, "
+      "between tokens %s" % (
     fault, secs, " ".join("%s %d" % kv for kv in sorted(st.items())),
-    median("ttft"), median("tpot_mean")))
+    median("ttft"), median("tpot_mean"), longest("ttft"),
+    longest("tpot_max")))
 why = collections.Counter((r["status"], r.get("reason", "?")) for r in out
                           if r["status"] != "ok")
 for (s, w), n in why.items():
@@ -145,9 +189,30 @@ for s, w in why:
         "%s: a record that does not name what was lost: %s" % (fault, w)
 assert sys.argv[8] != "all-ok" or set(st) == {"ok"}, \
     "%s: not all ok: %s" % (fault, dict(st))
+if sys.argv[8] == "fail-w3":
+    assert st.get("failed", 0) > 0, "%s: none failed: %s" % (fault, dict(st))
+    for s, w in why:
+        assert s == "failed" and re.search(r"worker [67] lost", w), \
+            "%s: %s, not worker 6 or 7 lost: %s" % (fault, s, w)
 PY
 	# the processes that ended under the fault (restarted)
 	grep 'ended\|restarted' "$tmp/serve.err" | sed 's/^/   /' || :
+}
+
+# none_ended [NAME]: no process ended under the fault (but NAME, which
+# must have been restarted)
+none_ended() {
+	ended=$(grep 'ended' "$tmp/serve.err" || :)
+	[ -z "${1:-}" ] || ended=$(echo "$ended" | grep -v " $1 (pid " || :)
+	if [ -n "$ended" ]; then
+		echo "$fault: a process ended: $ended"
+		exit 1
+	fi
+	[ -z "${1:-}" ] || grep -q "$1 restarted" "$tmp/serve.err" || {
+		echo "$fault: $1 not restarted"
+		cat "$tmp/serve.err"
+		exit 1
+	}
 }
 
 # ready_again SECONDS: both replicas ready at the router (its last word
@@ -193,12 +258,18 @@ for _ in range(5):
 print("%.2f" % sorted(ts)[2])' "$(addr "$2")"
 }
 
-# run FAULT [all-ok]: the trace under FAULT (already applied), then
-# checked (check's all-ok)
+# run FAULT [all-ok | fail-w3] [ENDED]: the trace under FAULT (already
+# applied), then checked (check's all-ok, fail-w3); with ENDED, no
+# process ended but the one named ENDED ("-": none at all)
 run() {
 	fault=$1
 	replay "$tmp/out.jsonl"
 	check "$tmp/out.jsonl" "${2:-}"
+	case ${3:-} in
+	"") ;;
+	-) none_ended ;;
+	*) none_ended "$3" ;;
+	esac
 	# the next fault starts from a fresh account of ended processes
 	: >"$tmp/serve.err"
 }
@@ -250,22 +321,20 @@ shape_all 0 0 2.5
 run "loss 5%" all-ok
 heal_all
 
+# the acceptance's: 10 ms of delay with jitter and 1% loss at once, 64
+# requests through the router, each once, all ok, the tokens alone
+shape_all 5 2.5 0.5
+trace=$tmp/trace64.jsonl
+run "delay 10+-5ms, loss 1%, 64 requests" all-ok
+trace=$tmp/trace.jsonl
+heal_all
+
 $hosts rate "$name" w0 100mbit
 run "rate 100mbit" all-ok
 $hosts heal "$name" w0
 
-# cut HOST SECONDS [PEER...]: HOST cut off (from the PEERs) SECONDS
-# after the trace started, during the replay; healed, then every
-# replica ready again and the trace all ok
-cut() {
-	h=$1
-	s=$2
-	shift 2
-	(sleep 0.5 && $hosts cut "$name" "$h" "$@" && sleep "$s" &&
-	    $hosts heal "$name" "$h") &
-	cutter=$!
-	run "cut $h${1:+ from $*} ${s}s"
-	wait $cutter
+# healed: every replica ready again (within 60 s), and the trace all ok
+healed() {
 	t0=$(date +%s.%N)
 	ready_again 60
 	echo "   ready again $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after healing"
@@ -281,18 +350,87 @@ cut() {
 	: >"$tmp/serve.err"
 }
 
-cut w3 5
+# cut HOW HOST SECONDS [PEER...]: HOST cut off (from the PEERs)
+# $cut_at s after the trace started, for SECONDS, during the replay,
+# which is checked with HOW (run's all-ok, fail-w3 or nothing); healed.
+# A worker cut off (HOW not empty) ends no process: its requests wait
+# for it
+cut_at=0.5
+cut() {
+	how=$1
+	h=$2
+	s=$3
+	shift 3
+	(sleep "$cut_at" && $hosts cut "$name" "$h" "$@" && sleep "$s" &&
+	    $hosts heal "$name" "$h") &
+	cutter=$!
+	run "cut $h${1:+ from $*} ${s}s" "$how" ${how:+-}
+	wait $cutter
+	healed
+}
+
+# kill RANK: worker RANK of replica a killed (SIGKILL) 0.5 s after the
+# trace started; netns-hosts.sh restarts it: every request ok, nothing
+# else ended
+kill_worker() {
+	(sleep 0.5
+	for p in $(ip netns pids "$name-w$(($1 / 2))"); do
+		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null |
+		    grep -q -- "medha-worker .*--rank $1 " && kill -KILL "$p"
+	done
+	:) &
+	killer=$!
+	run "kill a$1 (SIGKILL)" all-ok "worker-a$1"
+	wait $killer
+	healed
+}
+
+cut all-ok w3 5
 if [ "${MEDHA_HOSTS_LONG:-0}" = 1 ]; then
-	cut w3 60
+	cut all-ok w3 60
 else
 	echo "skip: the 60 s partition of w3 (MEDHA_HOSTS_LONG=1 runs it)"
 fi
+kill_worker 6
 n0=$(grep -c "replica $rb: ready" "$logs/router.log")
-cut sb 5 router
+lr=$(wc -l <"$logs/router.log")
+# soon after the start, while replica b holds requests (the run takes
+# about 2 s): those it held are failed or placed again, none lost
+cut_at=0.2
+cut "" sb 5 router
+cut_at=0.5
 n1=$(grep -c "replica $rb: ready" "$logs/router.log")
+tail -n +$((lr + 1)) "$logs/router.log" |
+    grep "replica $rb: .* requests \(failed\|not started\)" |
+    sed 's/^/   router: /' | grep . || {
+	echo "cut sb: replica b held no request when it was cut off"
+	exit 1
+}
 grep "replica $rb" "$logs/router.log" | tail -n 4 | sed 's/^/   router: /'
 [ "$n1" -gt "$n0" ] || {
 	echo "cut sb: the router did not take replica b back"
 	exit 1
 }
+# and places requests on it again: the healed run's (healed() ran one)
+# among the last replica b ended (-v: a line each)
+nb=$(grep -c "request p[0-9]*: ok" "$logs/sched-b.log" || :)
+echo "   replica b ended $nb requests ok in all"
+lb=$(wc -l <"$logs/sched-b.log")
+replay "$tmp/healed.jsonl"
+nb=$(tail -n +$((lb + 1)) "$logs/sched-b.log" | grep -c "request p[0-9]*: ok" || :)
+echo "   after healing, replica b served $nb of 16 requests"
+[ "$nb" -gt 0 ] || {
+	echo "cut sb: the router placed no request on replica b after healing"
+	exit 1
+}
+
+if [ "${MEDHA_HOSTS_LONG:-0}" = 1 ]; then
+	# --recover-timeout shorter than the cut: what the lost workers
+	# held fails, naming them
+	serve_down
+	serve_up "--recover-timeout 2"
+	cut fail-w3 w3 8
+else
+	echo "skip: the cut of w3 with --recover-timeout 2 (MEDHA_HOSTS_LONG=1 runs it)"
+fi
 echo "hosts: ok"

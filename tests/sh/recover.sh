@@ -9,6 +9,9 @@
 #     the void batch at their next heartbeat).
 #  2. the same with --recover-timeout 1: the requests that held KV fail
 #     with a record naming the lost worker, the others end ok.
+#  3. worker 6 killed (SIGKILL) instead, and restarted by serve.sh:
+#     every request ends ok with the tokens of the run without the
+#     fault, and no other process ended.
 # Needs contrib/fetch-refs.sh (the real model); skips without it.
 . "$(dirname "$0")/lib.sh"
 need_model
@@ -23,12 +26,13 @@ for i, l in enumerate(sys.stdin):
     d["id"] = "r-%d" % i
     print(json.dumps(d))' >"$tmp/t.jsonl"
 
-# cut OPTS OUT: a replay with worker 6 stopped for 5 s in the middle
+# cut OPTS OUT [kill]: a replay with worker 6 stopped for 5 s in the
+# middle (with kill: killed, and restarted by serve.sh)
 cut() {
 	logs=$tmp/logs$2
 	serve_start tp2-spp2-kvp2 120 MEDHA_SCHED_OPTS="$1" \
 	    MEDHA_ROUTER="$router" MEDHA_MODEL="$model" MEDHA_LOG="$logs" \
-	    MEDHA_RESTART=0
+	    MEDHA_RESTART=$([ "${3:-}" = kill ] && echo 1 || echo 0)
 	"$bin/medha-trace" replay -a "$router" --token-ids "$tmp/t.jsonl" \
 	    >"$tmp/before$2.jsonl"
 	"$bin/medha-trace" replay -a "$router" --token-ids "$tmp/t.jsonl" \
@@ -36,9 +40,13 @@ cut() {
 	rp=$!
 	sleep 0.8
 	w=$(cat "$logs/sched-worker6.pid")
-	kill -STOP "$w"
-	sleep 5
-	kill -CONT "$w"
+	if [ "${3:-}" = kill ]; then
+		kill -KILL "$w"
+	else
+		kill -STOP "$w"
+		sleep 5
+		kill -CONT "$w"
+	fi
 	wait $rp
 	wait_for "$logs/sched.log" "lost" 1
 	serve_stop
@@ -70,7 +78,8 @@ if kind == "ok":
     # heartbeat said the batch was void)
     pause = max(r["tpot_max"] for r in got)
     assert pause < 30, "a pause of %.1f s" % pause
-    print("longest pause %.1f s, " % pause, end="")
+    print("longest pause %.1f s, longest TTFT %.1f s, " % (
+        pause, max(r["ttft"] for r in got)), end="")
 else:
     bad = [r for r in got if r["status"] != "ok"]
     assert bad and all(r["status"] == "failed" and
@@ -90,4 +99,13 @@ echo "worker 6 stopped 5 s: $r, tokens as before"
 cut "--recover-timeout 1" 2
 r=$(check fail 2) || exit 1
 echo "with --recover-timeout 1: $r"
+cut "" 3 kill
+grep -q "worker6 restarted" "$tmp/serve.err" ||
+	{ echo "worker 6 was not restarted"; cat "$tmp/serve.err"; exit 1; }
+[ "$(grep -c "ended" "$tmp/serve.err")" = 1 ] ||
+	{ echo "another process ended"; cat "$tmp/serve.err"; exit 1; }
+grep -q "requests to be recomputed once it is back" "$tmp/logs3/sched.log" ||
+	{ echo "no request was to be recomputed"; cat "$tmp/logs3/sched.log"; exit 1; }
+r=$(check ok 3) || exit 1
+echo "worker 6 killed, restarted by serve.sh: $r, tokens as before"
 echo "recover: ok"

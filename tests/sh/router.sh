@@ -86,10 +86,22 @@ wait_for "$tmp/logs/router.log" "r1.sock: silent"
 wait $replay
 wait $replayq
 kill -CONT $s1
+n2=$(grep -c "r2.sock: ready" "$tmp/logs/router.log")
+t2=$(date +%s.%N)
 sched 2
 s2=$!
 pids="$pids $s2"
-wait_for "$tmp/logs/router.log" "r2.sock: ready"
+# the new scheduler ready at the router: a "ready" line after those of
+# the first one (waiting for any such line passed at once, on the first
+# one's, and the 60 requests below, a second's worth, could all be
+# placed before the new one's worker was back: once, none went to it)
+i=0
+until [ "$(grep -c "r2.sock: ready" "$tmp/logs/router.log")" -gt "$n2" ]; do
+	i=$((i + 1))
+	[ $i -le 600 ] || { echo "r2 not ready again in 60 s"; cat "$tmp/logs/router.log"; exit 1; }
+	sleep 0.1
+done
+echo "r2 restarted: ready at the router $(awk -v a="$t2" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s later"
 sleep 0.5
 "$bin/medha-trace" gen -n 60 -q 60 -s 11 |
     "$bin/medha-trace" replay -a "ipc://$tmp/router.sock" >"$tmp/after.jsonl"

@@ -153,6 +153,7 @@ rep_flights_hold(struct medha_replica *r, int i, struct medha_srv_call *call)
 		medha_srv_drop(r->f.srv, w->call);
 	w->call = call;
 	w->call_since = medha_now();
+	w->talked = 1;
 }
 
 void
@@ -170,6 +171,12 @@ rep_flights_void_batch(const struct medha_replica *r, int i)
 }
 
 int
+rep_flights_talked(const struct medha_replica *r, int i)
+{
+	return r->fl.w[i].talked;
+}
+
+int
 rep_flights_dropped(struct medha_replica *r, int i)
 {
 	struct rep_link *w = &r->fl.w[i];
@@ -177,7 +184,8 @@ rep_flights_dropped(struct medha_replica *r, int i)
 	if (w->done >= w->sent)
 		return 0;
 	w->done = w->sent;
-	return 1;
+	/* a batch made void already is nothing more to recover */
+	return flight_of(&r->fl, w->sent) != NULL;
 }
 
 /* ---- forming a batch ---- */
@@ -373,6 +381,9 @@ rep_flights_fill(struct medha_replica *r)
 		return 0;
 	if (fl->n > 0 && flight_at(fl, fl->n - 1)->left0 > 0)
 		return 0; /* stage 0 still runs the last one */
+	for (int i = 0; i < r->cfg.workers; i++)
+		if (!fl->w[i].talked)
+			return 0; /* welcomed, its READY not come yet */
 	if ((rc = flight_form(r)) == 1)
 		for (int i = 0; i < r->cfg.workers; i++)
 			if (fl->w[i].call != NULL)

@@ -41,6 +41,9 @@ struct rep_link {
 	uint64_t sent;     /* the last batch_seq sent to it */
 	uint64_t done;     /* the last batch_seq it answered */
 	uint64_t gen_sent; /* the peer table generation it has */
+	int talked;        /* a READY or RESULT since its WELCOME: no
+	                      batch is formed before every worker's, and
+	                      its HELLO again before it is no loss */
 };
 
 struct rep_flights {
@@ -73,8 +76,11 @@ void rep_flights_hold(struct medha_replica *r, int i,
 void rep_flights_heard(struct medha_replica *r, int i);
 /* Whether the batch worker i runs was made void (a HEARTBEAT's IDLE). */
 int rep_flights_void_batch(const struct medha_replica *r, int i);
-/* Worker i asked for work with its batch out (it started over): 1, and
- * the batch counts as answered (the caller faults), else 0. */
+/* Whether worker i said READY or RESULT since its WELCOME. */
+int rep_flights_talked(const struct medha_replica *r, int i);
+/* Worker i asked for work with its batch out (it started over): 1 where
+ * that batch is still in flight (the caller recovers its requests), 0
+ * else; the batch counts as answered either way. */
 int rep_flights_dropped(struct medha_replica *r, int i);
 /*
  * Worker i's RESULT (stage0: i is one of the first stage's): its tokens

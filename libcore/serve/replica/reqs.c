@@ -13,6 +13,17 @@
 static void lreq_free(struct lreq *q);
 
 void
+rep_reqs_drop_forks(struct medha_replica *r)
+{
+	/* a fork not sent yet (its request admitted, its first item in no
+	   batch yet) is of KV gone now: re-admitted, it is forked anew,
+	   and the two would make one item's runs overlap */
+	for (size_t i = 0; i < r->reqs.slots; i++)
+		if (r->reqs.by_slot[i] != NULL)
+			r->reqs.by_slot[i]->n_forks = 0;
+}
+
+void
 rep_reqs_free(struct medha_replica *r)
 {
 	struct rep_reqs *t = &r->reqs;

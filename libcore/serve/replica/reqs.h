@@ -116,6 +116,9 @@ struct rep_reqs {
 
 /* Every request freed (closing). */
 void rep_reqs_free(struct medha_replica *r);
+/* The forks not sent yet dropped (a fault: the KV they name is gone; a
+ * request admitted again is forked anew). */
+void rep_reqs_drop_forks(struct medha_replica *r);
 /* A request, NEW, or NULL. */
 struct lreq *rep_req_new(void);
 /*

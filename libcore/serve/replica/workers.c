@@ -51,6 +51,7 @@ fault(struct medha_replica *r, const char *reason, int lost)
 			rep_drain_records(r);
 	}
 	rep_flights_void(r);
+	rep_reqs_drop_forks(r);
 	if (n > 0)
 		medha_log(MEDHA_LOG_WARN, "%s: %d requests failed", reason, n);
 	if (core != NULL && medha_sched_recovering(core) > 0)
@@ -234,6 +235,19 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		    id, h->rank_tp, h->rank_spp, h->rank_kvp);
 		return;
 	}
+	if (ws->w[id].present && !rep_flights_talked(r, id) &&
+	    ws->w[id].hello.pid == h->pid) {
+		/* its HELLO again before a word in session: one it sent
+		   again while the WELCOME was on its way (a link cut off
+		   for a while delivers them all at once). It was sent
+		   nothing since, so nothing is lost: welcomed again */
+		struct medha_msg m = {.type = MEDHA_MSG_WELCOME};
+
+		m.worker_id = id;
+		medha_srv_msg(r->f.srv, ev->call, &m);
+		rep_flights_heard(r, id);
+		return;
+	}
 	if (!fresh &&
 	    (h->block_size != medha_sched_block_size(c->sched) ||
 	        h->n_blocks < medha_sched_group_capacity(c->sched) ||
@@ -316,8 +330,10 @@ on_worker(struct medha_replica *r, struct medha_srv_ev *ev,
 		        &m->result, why, sizeof(why)) != 0)
 			fault(r, why, 0);
 	} else if (rep_flights_dropped(r, i)) {
-		/* READY with a batch out: the worker started over */
-		fault(r, "worker dropped its batch", 0);
+		/* READY with a batch out: the worker started over. What
+		   the replica held is recomputed, as a lost worker's */
+		snprintf(why, sizeof(why), "worker %d dropped its batch", i);
+		fault(r, why, 1);
 	}
 	fill(r);
 	rep_flights_dispatch(r, i, 0);

@@ -4,7 +4,9 @@
  * waiting at most MEDHA_PROTO_DEAD_MS for the scheduler's answer: OK,
  * or IDLE when the scheduler made the batch void (a worker of the
  * replica lost), or ERROR when it no longer counts this worker as its
- * own (this one was lost); after either the batch is dropped.
+ * own (this one was lost); after either the batch is dropped. A beat
+ * unanswered in time redials the link, so that the next one, after a
+ * partition, does not wait behind TCP's backoff.
  */
 #include "serve/worker/beat.h"
 
@@ -19,6 +21,7 @@ beat_main(void *arg)
 	struct medha_msg m = {.type = MEDHA_MSG_HEARTBEAT}, rep;
 	char why[256];
 	uint64_t seq;
+	int rc;
 
 	pthread_mutex_lock(&b->mu);
 	while (!b->quit) {
@@ -31,9 +34,15 @@ beat_main(void *arg)
 		m.worker_id = b->id;
 		seq = b->seq;
 		pthread_mutex_unlock(&b->mu);
-		if (medha_cli_msg(b->cli, 1, &m, &rep,
-		        MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why)) != 0) {
+		if ((rc = medha_cli_msg(b->cli, 1, &m, &rep,
+		         MEDHA_PROTO_DEAD_MS / 1e3, why, sizeof(why))) != 0) {
 			medha_log(MEDHA_LOG_WARN, "heartbeat: %s", why);
+			/* the next one on a fresh connection: one kept
+			   through a partition holds it for as long as TCP
+			   backs off (medha_cli_redial), a minute after a
+			   minute's cut, the batch waiting meanwhile */
+			if (rc == MEDHA_ETIMEOUT)
+				(void)medha_cli_redial(b->cli);
 			pthread_mutex_lock(&b->mu);
 			continue;
 		}

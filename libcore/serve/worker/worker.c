@@ -171,6 +171,9 @@ session(struct worker *w, int *batches, struct medha_tbt *rtt)
 		if (rc != 0) {
 			medha_log(MEDHA_LOG_WARN,
 			    "scheduler lost (%s): freeing every sequence", why);
+			/* its HELLO on a fresh connection (medha_cli_redial) */
+			if (rc == MEDHA_ETIMEOUT)
+				(void)medha_cli_redial(w->cli);
 			break;
 		}
 		if (rep.type == MEDHA_MSG_IDLE) {
