@@ -12,7 +12,7 @@
  * /metrics of the HTTP front door shows) under a mutex of their own, so
  * that a snapshot never waits for the inbox.
  */
-#include "serve/router_impl.h"
+#include "serve/router/impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

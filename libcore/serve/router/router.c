@@ -13,7 +13,7 @@
  * answer. A request goes to the ready replica with the least predicted
  * work that has the KV memory for it.
  */
-#include "serve/router_impl.h"
+#include "serve/router/impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

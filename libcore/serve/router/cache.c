@@ -20,7 +20,7 @@
  * or a request failed before its prefill): a wrong guess costs a
  * prefill, never a wrong token.
  */
-#include "serve/router_impl.h"
+#include "serve/router/impl.h"
 
 #include <stdlib.h>
 #include <string.h>
