@@ -1,5 +1,5 @@
 /*
- * router_test.c: medha-router's core (libcore/serve/router.c) in this
+ * router_test.c: medha-router's core (libcore/serve/router/) in this
  * process, in front of one live replica (serve/replica.c) whose worker
  * the test plays (tests/scripted_worker.h: a sim worker of llama3-8b
  * that answers each batch at once with the sim backend's placeholder

@@ -18,7 +18,7 @@
  * prompt and its output; when none has the memory, to the least loaded
  * ready one, which queues it. Cache-aware (cache_balance > 0): the
  * router records the chained block hashes of the prompts it placed on
- * each replica (router_cache.c: their ids in the replicas' KV blocks,
+ * each replica (router/cache.c: their ids in the replicas' KV blocks,
  * hashed as the replicas' prefix caches hash them), and a request whose
  * prompt begins with blocks one of them was sent goes to the one with
  * the longest such prefix instead, unless its work exceeds the least

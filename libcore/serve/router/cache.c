@@ -1,5 +1,5 @@
 /*
- * router_cache.c: the router's record of what prompts it sent where, for
+ * cache.c: the router's record of what prompts it sent where, for
  * cache-aware placement (router.h). A request's prompt ids are cut into
  * blocks of the replicas' KV block size and each block gets the hash
  * the replicas' prefix caches key their full blocks by
