@@ -296,6 +296,17 @@ medha_router_listen(struct medha_router *r, const char *url, char *why,
 	return medha_srv_listen(r->f.srv, url, why, whylen);
 }
 
+const struct medha_tok *
+medha_router_tok(const struct medha_router *r, const char *model,
+    int64_t *ctx_len)
+{
+	*ctx_len = 0;
+	if (r->tok == NULL || model == NULL || strcmp(model, r->cfg.model) != 0)
+		return NULL;
+	*ctx_len = r->ctx_len;
+	return r->tok;
+}
+
 int
 medha_router_run(struct medha_router *r, volatile sig_atomic_t *stop)
 {
