@@ -89,7 +89,7 @@ rt_rreq_free(struct rreq *q)
 	free(q);
 }
 
-/* q's replica forgets it (ACCEPTED, STARTED: it held it as q->up). */
+/* q's replica forgets it (ACCEPTED, STARTED: it holds it as q->up). */
 static void
 detach(struct medha_router *r, struct rreq *q)
 {
@@ -108,7 +108,7 @@ forget(struct medha_router *r, struct rreq *q)
 {
 	struct medha_client *c;
 
-	if (q->state == RQ_ACCEPTED || q->state == RQ_STARTED)
+	if (q->up != 0) /* ACCEPTED, STARTED */
 		detach(r, q);
 	if (q->state == RQ_HELD)
 		unhold(r, q);
@@ -122,7 +122,6 @@ forget(struct medha_router *r, struct rreq *q)
 	if ((c = medha_clients_find(&r->f.clients, q->peer, 0)) != NULL)
 		c->live--;
 	r->f.live--;
-	q->state = RQ_ENDED;
 	rt_rreq_free(q);
 	return RQ_ENDED;
 }
@@ -195,26 +194,26 @@ relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
 
 /* ---- the moves ---- */
 
-/* q to the best replica left, else held: SENT or HELD, or what it was
- * (NEW, HELD) when neither. */
-static enum rq_state
-place_or_hold(struct medha_router *r, struct rreq *q)
+/* Where q goes next, into *to: SENT (placed on the best replica left)
+ * or HELD (waits here, or still does); -1 when neither. */
+static int
+next_stop(struct medha_router *r, struct rreq *q, enum rq_state *to)
 {
 	if (rt_place(r, q) == 0) {
 		if (q->state == RQ_HELD)
 			unhold(r, q);
-		return q->state = RQ_SENT;
+		*to = RQ_SENT;
+		return 0;
 	}
-	if (q->state != RQ_HELD && hold(r, q) == 0)
-		return q->state = RQ_HELD;
-	return q->state;
+	*to = RQ_HELD;
+	return q->state == RQ_HELD || hold(r, q) == 0 ? 0 : -1;
 }
 
 enum rq_state
 rt_move(struct medha_router *r, struct rreq *q, enum rq_ev ev,
     const struct rq_news *n)
 {
-	enum rq_state from = q->state;
+	enum rq_state from = q->state, to;
 
 	switch (ev) {
 	case RQ_EV_TEXT:
@@ -228,8 +227,10 @@ rt_move(struct medha_router *r, struct rreq *q, enum rq_ev ev,
 			    sizeof(*q->tried));
 		else
 			rt_sized(r, q);
-		if (place_or_hold(r, q) != RQ_TOKENIZING)
-			return q->state;
+		if (next_stop(r, q, &to) == 0)
+			return q->state = to;
+		if (from == RQ_NEW) /* its SUBMIT is refused */
+			return from;
 		return end(r, q, MEDHA_STATUS_REJECTED, "no replica is ready");
 	case RQ_EV_ACCEPTED: {
 		MEDHA_ASSERT(from == RQ_SENT);
@@ -257,13 +258,10 @@ rt_move(struct medha_router *r, struct rreq *q, enum rq_ev ev,
 		if (from == RQ_ACCEPTED)
 			detach(r, q);
 		q->rep = -1;
-		q->state = RQ_SENT; /* on its way nowhere, for now */
 		if (q->stop != RQ_STOP_NONE)
 			return end(r, q, MEDHA_STATUS_CANCELLED, stop_why(q));
-		if (rt_place(r, q) == 0)
-			return q->state;
-		if (hold(r, q) == 0)
-			return q->state = RQ_HELD;
+		if (next_stop(r, q, &to) == 0)
+			return q->state = to;
 		return end(r, q, n->status, n->why);
 	case RQ_EV_CANCEL:
 	case RQ_EV_GONE:

@@ -74,7 +74,7 @@ on_submit(void *arg, struct medha_srv_ev *ev, struct medha_reqspec *rs)
 		    "out of memory");
 		return;
 	}
-	q->state = RQ_NEW; /* counted live until it ends (life.c) */
+	q->state = RQ_NEW; /* born; counted live until it ends (life.c) */
 	r->f.live++;
 	c->live++;
 	q->peer = ev->peer;
