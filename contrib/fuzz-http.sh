@@ -20,13 +20,12 @@ case $CC in *clang*) ;; *) CC=clang ;; esac
 model=${MEDHA_MODEL:-$here/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -s "$model" ] || model=
 src="libcore/serve/http_api.c libcore/serve/http_parse.c
-    libcore/serve/router.c libcore/serve/router_up.c
-    libcore/serve/router_cache.c libcore/serve/front.c libcore/serve/clients.c
+    $(ls libcore/serve/router/*.c) libcore/serve/front.c libcore/serve/clients.c
     libcore/net/link.c libcore/net/link_auth.c libcore/net/auth.c
     libcore/net/pcli.c libcore/net/proto.c libcore/net/proto_eq.c
     libcore/net/proto_dec.c libcore/net/proto_dec_get.c libcore/net/proto_dec_req.c
     libcore/net/proto_enc.c libcore/req.c libcore/util.c libcore/map.c
-    libcore/hmac.c
+    libcore/hmac.c libcore/sched/prefix.c
     $(ls libcore/model/*.c libcore/tok/*.c libcore/template/*.c)"
 
 mkdir -p "$dir/corpus"

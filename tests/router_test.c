@@ -1,5 +1,5 @@
 /*
- * router_test.c: medha-router's core (libcore/serve/router.c) in this
+ * router_test.c: medha-router's core (libcore/serve/router/) in this
  * process, in front of one live replica (serve/replica/) whose worker
  * the test plays (tests/scripted_worker.h: a sim worker of llama3-8b
  * that answers each batch at once with the sim backend's placeholder
@@ -38,8 +38,11 @@
 
 #include <signal.h>
 
+#include "model/gguf.h"
+#include "serve/http.h"
 #include "serve/replica/replica.h"
 #include "serve/router.h"
+#include "tok/tokenizer.h"
 #include "scripted_worker.h"
 
 #define WATCHDOG 60 /* s: the whole test, whatever hangs */
@@ -642,6 +645,76 @@ test_stop_drains(void **state)
 	sw_assert_ok(&T.w);
 }
 
+/* ---- the tokenizer, opened once ---- */
+
+/*
+ * With --http and -m the router and its HTTP front door use one
+ * tokenizer, the router's (issue 38): medha_router_tok hands it out for
+ * the file the router opened and no other, and a front door that uses
+ * it leaves it to the router to close (closing it twice aborts; the
+ * router tokenizes with it after the front door closed).
+ */
+static void
+test_tok_shared(void **state)
+{
+	static const char *const toks[] = {"<|endoftext|>", "a", "b", "ab"};
+	static const int32_t types[] = {3, 1, 1, 1};
+	static const char *const merges[] = {"a b"};
+	struct medha_router_config c;
+	struct medha_http_config hc;
+	struct medha_router *r;
+	struct medha_http *h = NULL;
+	struct medha_gguf_writer *w;
+	const struct medha_tok *t;
+	const char *reps[1] = {T.rep_url};
+	char path[192], url[192], inproc[64], why[256];
+	int64_t ctx = -1;
+	int32_t *ids = NULL;
+	size_t n = 0;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/tok.gguf", T.dir);
+	assert_int_equal(medha_gguf_writer_open(&w, path), 0);
+	medha_gguf_writer_add_str(w, "general.architecture", "llama");
+	medha_gguf_writer_add_u32(w, "llama.context_length", 64);
+	medha_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+	medha_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+	medha_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", types, 4);
+	medha_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+	medha_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 0);
+	assert_int_equal(medha_gguf_writer_close(w), 0);
+	snprintf(url, sizeof(url), "ipc://%s/tok.sock", T.dir);
+	medha_router_config_default(&c);
+	c.listen = url;
+	c.replicas = reps;
+	c.nreplicas = 1;
+	c.model = path;
+	if (medha_router_open(&r, &c, why, sizeof(why)) != 0)
+		fail_msg("router: %s", why);
+	t = medha_router_tok(r, path, &ctx);
+	assert_non_null(t);
+	assert_int_equal(ctx, 64);
+	assert_null(medha_router_tok(r, "/elsewhere/tok.gguf", &ctx));
+	assert_int_equal(ctx, 0);
+	snprintf(inproc, sizeof(inproc), "inproc://router_test_tok");
+	assert_int_equal(medha_router_listen(r, inproc, why, sizeof(why)), 0);
+	medha_http_config_default(&hc);
+	hc.listen = "127.0.0.1:0";
+	hc.upstream = inproc;
+	hc.router = r;
+	hc.model = path;
+	if (medha_http_open(&h, &hc, why, sizeof(why)) != 0)
+		fail_msg("http: %s", why);
+	medha_http_close(h);
+	assert_int_equal(medha_tok_encode(t, "ab", 2, MEDHA_TOK_DEFAULT, &ids,
+	                     &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(ids[0], 3);
+	free(ids);
+	medha_router_close(r);
+	unlink(path);
+}
+
 int
 main(void)
 {
@@ -652,6 +725,7 @@ main(void)
 	    cmocka_unit_test(test_replica_down),
 	    cmocka_unit_test(test_rejected_after_accepted),
 	    cmocka_unit_test(test_stop_drains),
+	    cmocka_unit_test(test_tok_shared),
 	};
 
 	medha_log_level = MEDHA_LOG_ERROR;

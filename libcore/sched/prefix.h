@@ -8,7 +8,7 @@
  * root spells a token sequence and its blocks hold that sequence's KV.
  * Full blocks are found by a hash of (the parent's hash, their tokens),
  * as vLLM's chained block hashes (medha_prefix_chain, which the router's
- * cache-aware placement computes too, serve/router_cache.c); below the last full block that matches, the
+ * cache-aware placement computes too, serve/router/cache.c); below the last full block that matches, the
  * children of that block are compared token by token (at most
  * MEDHA_PREFIX_SCAN of them), so a match ends at any token: the block
  * it ends in is copied by the request that forks there (copy on write),

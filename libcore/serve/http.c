@@ -502,16 +502,25 @@ on_http(nng_aio *aio)
 
 /* ---- open and close ---- */
 
-/* The tokenizer, context and model id of the GGUF at path; why names
- * the file ("No such file or directory" alone did not say which). */
+/* The tokenizer, context and model id of the GGUF at path: the
+ * router's when it opened the same file (medha_router_tok), else opened
+ * here; why names the file ("No such file or directory" alone did not
+ * say which). */
 static int
 open_model_said(struct medha_http *h, const char *path, char *why,
     size_t whylen)
 {
 	const char *b = strrchr(path, '/');
+	int rc;
 
 	snprintf(h->model_id, sizeof(h->model_id), "%s", b ? b + 1 : path);
-	return medha_tok_open_file(&h->tok, path, &h->ctx_len, why, whylen);
+	if (h->cfg.router != NULL &&
+	    (h->tok = medha_router_tok(h->cfg.router, path, &h->ctx_len)) !=
+	        NULL)
+		return 0;
+	rc = medha_tok_open_file(&h->tok_own, path, &h->ctx_len, why, whylen);
+	h->tok = h->tok_own;
+	return rc;
 }
 
 int
@@ -664,7 +673,7 @@ medha_http_close(struct medha_http *h)
 		nng_url_free(h->url);
 	medha_pcli_close(h->pc);
 	http_keys_free(h->keys);
-	medha_tok_close(h->tok);
+	medha_tok_close(h->tok_own);
 	medha_map_free(&h->live);
 	medha_map_free(&h->subs);
 	pthread_cond_destroy(&h->cv);

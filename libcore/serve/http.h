@@ -60,7 +60,9 @@ struct medha_http_config {
 	                                NULL: STATUS is not consulted and
 	                                both say only what HTTP saw */
 	const char *model;           /* a GGUF whose tokenizer and chat template
-	                                are used, or NULL (no chat completions) */
+	                                are used (router's, if it opened the
+	                                same file: medha_router_tok), or NULL
+	                                (no chat completions) */
 	int64_t max_conns;   /* HTTP requests in progress at most (1024) */
 	int64_t max_body;    /* request body bytes at most (1 MiB) */
 	double body_timeout; /* s to receive a request body (10) */

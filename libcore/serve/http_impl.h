@@ -111,7 +111,9 @@ struct medha_http {
 	nng_http_handler *hd;
 	int port;
 	struct medha_pcli *pc;                /* the router's client */
-	struct medha_tok *tok;               /* from cfg.model, or NULL */
+	const struct medha_tok *tok;         /* from cfg.model, or NULL */
+	struct medha_tok *tok_own;           /* tok if opened here, not
+	                                        the router's; or NULL */
 	int64_t ctx_len;                     /* its context length, or 0 */
 	char model_id[MEDHA_PROTO_NAME_MAX]; /* cfg.model's basename, or "" */
 	int64_t started;                     /* Unix time */

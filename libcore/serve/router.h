@@ -18,7 +18,7 @@
  * prompt and its output; when none has the memory, to the least loaded
  * ready one, which queues it. Cache-aware (cache_balance > 0): the
  * router records the chained block hashes of the prompts it placed on
- * each replica (router_cache.c: their ids in the replicas' KV blocks,
+ * each replica (router/cache.c: their ids in the replicas' KV blocks,
  * hashed as the replicas' prefix caches hash them), and a request whose
  * prompt begins with blocks one of them was sent goes to the one with
  * the longest such prefix instead, unless its work exceeds the least
@@ -58,6 +58,8 @@
 #include <stdint.h>
 
 #define MEDHA_ROUTER_MAX_REPLICAS 1024
+
+struct medha_tok;
 
 struct medha_router_config {
 	const char *listen;            /* url to listen at */
@@ -109,6 +111,17 @@ void medha_router_close(struct medha_router *r);
  */
 int medha_router_listen(struct medha_router *r, const char *url, char *why,
     size_t whylen);
+
+/*
+ * The tokenizer r opened from the GGUF at model (cfg.model, the same
+ * path), and its context in *ctx_len (0: unknown); NULL if r opened
+ * none or another. The router's, closed by medha_router_close; any
+ * thread may tokenize with it while r is open (tok/tokenizer.h), so the
+ * HTTP front door in the same process (medha_http_config.router) uses
+ * it rather than opening the GGUF a second time.
+ */
+const struct medha_tok *medha_router_tok(const struct medha_router *r,
+    const char *model, int64_t *ctx_len);
 
 /* ---- metrics: a snapshot any thread may take while the router runs ---- */
 

@@ -1,200 +1,22 @@
 /*
- * router_up.c: the router's side of its replicas (router.h). Each
- * replica has a client of the protocol (net/pcli.h): the main thread
- * submits, cancels and asks for STATUS every status_interval through
- * it without waiting, and the client, which keeps a POLL outstanding,
- * wakes the main thread (medha_srv_wake()) when answers or events came;
- * the main thread takes them in here (answers, events, statuses,
- * replicas up and down). The client hands a request's events out only
- * after its ACCEPTED, so nothing here waits for one.
- *
- * The main thread also keeps the figures of medha_router_metrics() (what
- * /metrics of the HTTP front door shows) under a mutex of their own, so
- * that a snapshot never waits for the inbox.
+ * up.c: the router's side of its replicas (impl.h: below router.c,
+ * above life.c). Each replica has a client of the protocol
+ * (net/pcli.h): the main thread submits (place.c), cancels and asks for
+ * STATUS every status_interval through it without waiting, and the
+ * client, which keeps a POLL outstanding, wakes the main thread
+ * (medha_srv_wake()) when answers or events came; the main thread takes
+ * them in here (answers, events, statuses, replicas up and down) and
+ * moves the requests they concern (life.c rt_move). The client hands a
+ * request's events out only after its ACCEPTED, so nothing here waits
+ * for one.
  */
-#include "serve/router_impl.h"
+#include "serve/router/impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-const double medha_router_ttft_le[MEDHA_HIST_BUCKETS] = {0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-const double medha_router_tpot_le[MEDHA_HIST_BUCKETS] = {0.001, 0.0025,
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
-const double medha_router_e2e_le[MEDHA_HIST_BUCKETS] = {0.1, 0.25, 0.5, 1,
-    2.5, 5, 10, 20, 40, 60, 120, 300};
-
-/* ---- metrics ---- */
-
-void
-medha_hist_add(struct medha_hist *h, const double *le, double v)
-{
-	int i = 0;
-
-	while (i < MEDHA_HIST_BUCKETS && v > le[i])
-		i++;
-	h->n[i]++;
-	h->count++;
-	h->sum += v;
-}
-
-/* A request ended with rec (from a replica) or with status (made here). */
-void
-rt_count_end(struct medha_router *r, const struct medha_record *rec, int status)
-{
-	pthread_mutex_lock(&r->mmu);
-	if (rec == NULL) {
-		r->met.requests[status]++;
-	} else {
-		if (rec->status >= 0 && rec->status < MEDHA_STATUS_COUNT)
-			r->met.requests[rec->status]++;
-		r->met.prompt_tokens += rec->prompt_tokens;
-		r->met.generation_tokens += rec->output_tokens;
-		r->met.cached_tokens += rec->cached_tokens;
-		r->met.cache_hits += rec->cached_tokens > 0;
-		r->met.preemptions += rec->preemptions;
-		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 0)
-			medha_hist_add(&r->met.ttft, medha_router_ttft_le,
-			    rec->ttft);
-		if (rec->status == MEDHA_STATUS_OK && rec->output_tokens > 1)
-			medha_hist_add(&r->met.tpot, medha_router_tpot_le,
-			    rec->tpot_mean);
-		if (rec->queue_time > 0)
-			medha_hist_add(&r->met.queue, medha_router_ttft_le,
-			    rec->queue_time);
-		if (rec->status == MEDHA_STATUS_OK) {
-			medha_hist_add(&r->met.e2e, medha_router_e2e_le,
-			    rec->finish - rec->arrival);
-			if (rec->finish_reason >= 0 &&
-			    rec->finish_reason < MEDHA_FINISH_COUNT)
-				r->met.finished[rec->finish_reason]++;
-		}
-	}
-	pthread_mutex_unlock(&r->mmu);
-}
-
-void
-rt_count_refused(struct medha_router *r)
-{
-	pthread_mutex_lock(&r->mmu);
-	r->met.refused++;
-	pthread_mutex_unlock(&r->mmu);
-}
-
-/* The replicas' states and the gauges, after rt_watch(). */
-void
-rt_count_gauges(struct medha_router *r)
-{
-	const char *model = NULL;
-
-	pthread_mutex_lock(&r->mmu);
-	r->met.cache_evictions = 0;
-	r->met.progress_batches = 0;
-	for (int i = 0; i < r->nup; i++) {
-		const struct up *u = &r->up[i];
-		struct medha_router_replica_stat *st = &r->met.rep[i];
-		st->url = u->url;
-		st->up = u->alive;
-		st->ready = u->ready;
-		st->workers = u->now.workers;
-		st->workers_wanted = u->now.workers_wanted;
-		st->pending = u->now.pending;
-		st->queue = u->now.queue;
-		st->kv_blocks = u->now.kv_blocks;
-		st->kv_used = u->now.kv_used;
-		st->block_size = u->now.block_size;
-		st->live = u->live;
-		r->met.cache_evictions += u->evicted_sum;
-		r->met.progress_batches += u->progress_sum;
-		if (u->alive && u->now.model[0] != '\0' &&
-		    (model == NULL || u->ready))
-			model = u->now.model;
-	}
-	if (model != NULL)
-		memcpy(r->met.model, model, sizeof(r->met.model));
-	r->met.ready = r->ready && !r->f.drain.on;
-	r->met.draining = r->f.drain.on;
-	r->met.in_flight = r->f.live;
-	r->met.held = r->nheld;
-	pthread_mutex_unlock(&r->mmu);
-}
-
-int
-medha_router_metrics(struct medha_router *r, struct medha_router_metrics *m)
-{
-	struct medha_router_replica_stat *rep =
-	    medha_calloc((size_t)r->nup, sizeof(*rep));
-
-	if (rep == NULL)
-		return MEDHA_ENOMEM;
-	pthread_mutex_lock(&r->mmu);
-	*m = r->met;
-	memcpy(rep, r->met.rep, (size_t)r->nup * sizeof(*rep));
-	pthread_mutex_unlock(&r->mmu);
-	m->rep = rep;
-	m->nreplicas = r->nup;
-	m->uptime = medha_now() - r->t0;
-	return 0;
-}
-
-/* ---- the replicas' clients ---- */
-
-int
-rt_submit(struct medha_router *r, struct up *u, struct rreq *q)
-{
-	char why[256];
-
-	(void)r;
-	if (medha_pcli_submit(u->pc, &q->spec,
-	        q->handle << 16 | (q->placed_n & 0xffffu), DEAD, why,
-	        sizeof(why)) != 0) {
-		medha_log(MEDHA_LOG_ERROR, "request %s: %s", q->id, why);
-		return -1;
-	}
-	return 0;
-}
-
-void
-rt_cancel_upstream(struct medha_router *r, int rep, uint64_t up)
-{
-	medha_pcli_cancel(r->up[rep].pc, up);
-}
 
 /* ---- what they bring back ---- */
-
-/* One of a replica's events for q: on to q's client (its record ends q). */
-static void
-relay(struct medha_router *r, struct rreq *q, struct medha_msg_event *ev)
-{
-	int record = ev->kind == MEDHA_EVENT_RECORD;
-
-	if (!q->started) { /* the client sees it now: it stays there */
-		q->started = 1;
-		medha_reqspec_clear(&q->spec);
-	}
-	if (record) { /* the replica's clock to the router's: it got q
-		         when the router sent it (after any hold) */
-		struct medha_record *rec = ev->record;
-		double d = q->sent - rec->arrival;
-		rec->arrival = q->arrival;
-		if (rec->queue_time > 0) /* and the time held here */
-			rec->queue_time += q->sent - q->arrival;
-		rec->first_token += d;
-		rec->finish += d;
-		rec->ttft = rec->first_token - rec->arrival;
-		r->served++;
-		rt_count_end(r, rec, 0);
-	}
-	ev->handle = q->handle;
-	if (!q->gone)
-		medha_clients_push(&r->f.clients, q->peer, ev);
-	else
-		medha_msg_event_clear(ev);
-	if (record)
-		rt_rreq_end(r, q);
-}
 
 /*
  * Whether a replica's refusal of a request (the code and reason of an
@@ -213,14 +35,16 @@ refusal_is_local(int code, const char *reason)
 }
 
 /* q refused, or lost, by a replica before it started: logged, and
- * placed on another (rt_replace; status and why if none is left). */
+ * placed on another (status and why if none is left and it cannot
+ * wait). */
 static void
 retry_elsewhere(struct medha_router *r, struct rreq *q, int status,
     const char *why)
 {
 	medha_log(MEDHA_LOG_INFO, "request %s: %s; trying another replica",
 	    q->id, why);
-	rt_replace(r, q, status, why);
+	rt_move(r, q, RQ_EV_BACK, &(struct rq_news){.status = status,
+	    .why = why});
 }
 
 /*
@@ -235,24 +59,16 @@ on_answer(struct medha_router *r, struct up *u, struct medha_pcli_out *o)
 	const struct medha_msg *m = &o->msg;
 	char why[512];
 
-	if (q != NULL && (q->rep != u->idx ||
+	if (q != NULL && (q->state != RQ_SENT || q->rep != u->idx ||
 	                     (q->placed_n & 0xffffu) != (o->cookie & 0xffffu)))
 		q = NULL; /* an answer from a replica given up on, or to an
 		             earlier placement */
 	if (o->kind == MEDHA_PCLI_ACCEPTED && o->epoch == u->epoch) {
-		if (q == NULL) { /* ended meanwhile: the replica stops it */
-			rt_cancel_upstream(r, u->idx, o->handle);
-			return;
-		}
-		if (medha_map_put(&u->by_up, o->handle, q) != 0) {
-			rt_cancel_upstream(r, u->idx, o->handle);
-			rt_rreq_fail(r, q, MEDHA_STATUS_FAILED, "out of memory");
-			return;
-		}
-		q->up = o->handle;
-		u->live++;
-		if (q->gone || q->cancel) /* its record follows */
-			rt_cancel_upstream(r, u->idx, q->up);
+		if (q == NULL) /* ended meanwhile: the replica stops it */
+			medha_pcli_cancel(u->pc, o->handle);
+		else
+			rt_move(r, q, RQ_EV_ACCEPTED,
+			    &(struct rq_news){.up = o->handle});
 		return;
 	}
 	if (q == NULL)
@@ -273,7 +89,8 @@ on_answer(struct medha_router *r, struct up *u, struct medha_pcli_out *o)
 	    m->type == MEDHA_MSG_ERROR &&
 	    !refusal_is_local(m->error.code, m->error.reason)) {
 		/* the request itself is at fault: every replica says so */
-		rt_rreq_fail(r, q, MEDHA_STATUS_REJECTED, why);
+		rt_move(r, q, RQ_EV_END, &(struct rq_news){
+		    .status = MEDHA_STATUS_REJECTED, .why = why});
 		return;
 	}
 	retry_elsewhere(r, q,
@@ -299,18 +116,15 @@ on_event(struct medha_router *r, struct up *u, struct medha_msg_event *ev)
 	struct rreq *q = medha_map_get(&u->by_up, ev->handle);
 	const struct medha_record *rec = ev->record;
 
-	if (q != NULL && !q->started && ev->kind == MEDHA_EVENT_RECORD &&
+	if (q != NULL && q->state == RQ_ACCEPTED &&
+	    ev->kind == MEDHA_EVENT_RECORD &&
 	    rec->status == MEDHA_STATUS_REJECTED &&
-	    refusal_is_local(rec->code, rec->reason)) {
-		medha_map_del(&u->by_up, q->up);
-		u->live--;
-		q->up = 0;
-		q->rep = -1;
+	    refusal_is_local(rec->code, rec->reason))
 		retry_elsewhere(r, q, MEDHA_STATUS_REJECTED, rec->reason);
-	} else if (q != NULL)
-		relay(r, q, ev);
+	else if (q != NULL)
+		rt_move(r, q, RQ_EV_EVENT, &(struct rq_news){.ev = ev});
 	else if (ev->kind != MEDHA_EVENT_RECORD)
-		rt_cancel_upstream(r, u->idx, ev->handle);
+		medha_pcli_cancel(u->pc, ev->handle);
 }
 
 /*
@@ -331,11 +145,12 @@ divert(struct medha_router *r, struct up *u, const char *why)
 		return;
 	while (medha_map_next(&r->reqs, &it, &key, &v)) {
 		struct rreq *q = v;
-		if (q->rep == u->idx && q->up == 0)
+		if (q->state == RQ_SENT && q->rep == u->idx)
 			qs[n++] = q;
 	}
 	for (int i = 0; i < n; i++)
-		rt_replace(r, qs[i], MEDHA_STATUS_FAILED, why);
+		rt_move(r, qs[i], RQ_EV_BACK, &(struct rq_news){
+		    .status = MEDHA_STATUS_FAILED, .why = why});
 	free(qs);
 }
 
@@ -354,7 +169,7 @@ fail_all(struct medha_router *r, struct up *u, const char *why)
 	int n = 0;
 
 	snprintf(reason, sizeof(reason), "replica %s: %s", u->url, why);
-	/* rt_rreq_end edits by_up: collect first */
+	/* a request's end or move edits by_up: collect first */
 	struct rreq **qs = medha_calloc(u->by_up.n ? u->by_up.n : 1,
 	    sizeof(*qs));
 	if (qs == NULL) {
@@ -366,16 +181,14 @@ fail_all(struct medha_router *r, struct up *u, const char *why)
 	int moved = 0;
 	for (int i = 0; i < n; i++) {
 		struct rreq *q = qs[i];
-		if (q->started) {
-			rt_rreq_fail(r, q, MEDHA_STATUS_FAILED, reason);
+		if (q->state == RQ_STARTED) {
+			rt_move(r, q, RQ_EV_END, &(struct rq_news){
+			    .status = MEDHA_STATUS_FAILED, .why = reason});
 			continue;
 		}
-		medha_map_del(&u->by_up, q->up);
-		u->live--;
-		q->up = 0;
-		q->rep = -1;
 		moved++;
-		rt_replace(r, q, MEDHA_STATUS_FAILED, reason);
+		rt_move(r, q, RQ_EV_BACK, &(struct rq_news){
+		    .status = MEDHA_STATUS_FAILED, .why = reason});
 	}
 	free(qs);
 	if (n - moved > 0)
@@ -387,7 +200,6 @@ fail_all(struct medha_router *r, struct up *u, const char *why)
 		    moved);
 }
 
-/* What the replicas' clients brought: answers, events, statuses. */
 void
 rt_take_inbox(struct medha_router *r)
 {
@@ -415,9 +227,8 @@ rt_take_inbox(struct medha_router *r)
 #define UNREACHABLE 30 /* s */
 
 void
-rt_watch(struct medha_router *r)
+rt_watch(struct medha_router *r, double t)
 {
-	double t = medha_now();
 	int ready = 0;
 
 	for (int i = 0; i < r->nup; i++) {
@@ -494,12 +305,4 @@ rt_watch(struct medha_router *r)
 	else if (ready == 0 && r->ready)
 		medha_log(MEDHA_LOG_WARN, "no replica ready");
 	r->ready = ready > 0;
-	rt_release_held(r, t);
-	uint32_t deaf = medha_clients_tick(&r->f.clients, t);
-	if (deaf != 0) {
-		medha_log(MEDHA_LOG_WARN,
-		    "client %u has not collected its events for %d s: "
-		    "cancelling its requests", deaf, MEDHA_CLIENT_STALL_S);
-		medha_front_gone(&r->f, deaf);
-	}
 }

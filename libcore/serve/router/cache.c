@@ -1,5 +1,5 @@
 /*
- * router_cache.c: the router's record of what prompts it sent where, for
+ * cache.c: the router's record of what prompts it sent where, for
  * cache-aware placement (router.h). A request's prompt ids are cut into
  * blocks of the replicas' KV block size and each block gets the hash
  * the replicas' prefix caches key their full blocks by
@@ -22,7 +22,7 @@
  * or a request failed before its prefill): a wrong guess costs a
  * prefill, never a wrong token.
  */
-#include "serve/router_impl.h"
+#include "serve/router/impl.h"
 
 #include <stdlib.h>
 #include <string.h>
