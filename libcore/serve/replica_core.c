@@ -291,6 +291,10 @@ make_core_on(struct medha_replica *r, const struct medha_msg_hello *h,
 	if ((rc = medha_pred_init(&r->pred, g, &m, h->tp, h->spp, h->kvp)) != 0)
 		return medha_why(why, whylen, rc, "predictor: bad layout");
 	r->have_pred = 1;
+	/* the workers split the experts whole (--ep): its costs */
+	if ((h->caps & MEDHA_HELLO_EP) &&
+	    (rc = medha_pred_set_ep(&r->pred, why, whylen)) != 0)
+		return rc;
 	if (r->cfg.predictor != NULL &&
 	    (rc = medha_pred_load_table(&r->pred, r->cfg.predictor, why,
 	         whylen)) != 0)

@@ -226,11 +226,12 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	        h->caps != r->caps)) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
 		    "worker does not match the replica (%s backend, blocks "
-		    "of %d, %lld blocks, vocab %d, %s)",
+		    "of %d, %lld blocks, vocab %d, %s, %s)",
 		    r->backend, medha_sched_block_size(r->core),
 		    (long long)medha_sched_group_capacity(r->core), r->vocab,
 		    r->caps & MEDHA_HELLO_WINDOW_KV ? "--window-kv"
-		                                    : "no --window-kv");
+		                                    : "no --window-kv",
+		    r->caps & MEDHA_HELLO_EP ? "--ep" : "no --ep");
 		return;
 	}
 	/* h is good: now the core (a failure here leaves none made) */
@@ -286,10 +287,12 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 		r->peers.n = r->cfg.workers;
 		r->peers.kvp_tokens = medha_sched_group_tokens(r->core);
 		medha_log(MEDHA_LOG_INFO,
-		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
+		    "ready: %d worker%s (tp %d x spp %d x kvp %d%s), %s "
 		    "backend, model %s, %lld KV blocks of %d",
 		    r->nworkers, r->nworkers > 1 ? "s" : "", r->tp, r->spp,
-		    r->kvp, r->backend, r->model,
+		    r->kvp, r->caps & MEDHA_HELLO_EP ? ", experts split whole"
+		                                     : "",
+		    r->backend, r->model,
 		    (long long)medha_sched_group_capacity(r->core),
 		    medha_sched_block_size(r->core));
 	}
