@@ -788,6 +788,14 @@ test_tp_shapes(void **state)
 	assert_int_equal(medha_cpu_init(&cpu, tm.m, kv, &o, why, sizeof(why)),
 	    MEDHA_EINVAL);
 	assert_non_null(strstr(why, "KV cache shape"));
+	/* expert parallelism on a model without experts */
+	{
+		struct medha_cpu_opts e = {.n_threads = 1, .ep = 1};
+		assert_int_equal(medha_cpu_init(&cpu, tm.m, kv, &e, why,
+		                     sizeof(why)),
+		    MEDHA_EINVAL);
+	}
+	assert_non_null(strstr(why, "has no experts"));
 	medha_kvcache_free(kv);
 	/* the right cache, but no all-gather */
 	{

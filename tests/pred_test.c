@@ -1288,6 +1288,65 @@ test_table_malformed(void **state)
 	medha_pred_free(&p);
 }
 
+/*
+ * Expert parallelism (medha_pred_set_ep): refused without experts or
+ * where tp does not divide them; a worker exchanges k dim / tp values
+ * of 2 bytes a token and reads its share of the touched experts; its
+ * linear times grow with the batch, cost at most TP's plus the exchange
+ * once every expert is touched, and a predictor without it keeps its
+ * times.
+ */
+static void
+test_ep(void **state)
+{
+	struct medha_pred p, q;
+	struct medha_pred_model m;
+	char why[256];
+	double tp, ep, x;
+
+	(void)state;
+	setup(&p, "h100", "llama3-8b", 8, 1, 1);
+	assert_int_equal(medha_pred_set_ep(&p, why, sizeof(why)), MEDHA_EINVAL);
+	assert_non_null(strstr(why, "no experts"));
+	assert_int_equal(p.ep, 0);
+	assert_true(medha_pred_ep_bytes(&p) == 0);
+	medha_pred_free(&p);
+	assert_int_equal(medha_model_resolve("qwen3-30b-a3b", &m), 0);
+	m.c.a.n_expert = 6;
+	assert_int_equal(medha_pred_init(&p, medha_gpu_find("h100"), &m, 4, 1,
+	                     1),
+	    0);
+	assert_int_equal(medha_pred_set_ep(&p, why, sizeof(why)), MEDHA_EINVAL);
+	assert_non_null(strstr(why, "6 experts"));
+	medha_pred_free(&p);
+
+	setup(&p, "h100", "qwen3-30b-a3b", 8, 1, 1);
+	setup(&q, "h100", "qwen3-30b-a3b", 8, 1, 1);
+	tp = medha_pred_analytic(&p, MEDHA_OP_LINEAR, 4096, 0);
+	assert_int_equal(medha_pred_set_ep(&p, why, sizeof(why)), 0);
+	assert_int_equal(p.ep, 1);
+	near(medha_pred_ep_bytes(&p), 8 * 2048 * 2 / 8.0, 1e-12);
+	near(medha_pred_experts_read(&p, 16),
+	    medha_moe_experts_touched(&p.model.c, 16) / 8, 1e-12);
+	near(medha_pred_experts_read(&q, 16),
+	    medha_moe_experts_touched(&q.model.c, 16), 1e-12);
+	check_monotone(&p);
+	ep = medha_pred_analytic(&p, MEDHA_OP_LINEAR, 4096, 0);
+	/* every expert touched: the products cost no more than TP's (the
+	   same FLOPs and weights, less of the activations: a worker's rows
+	   only), and each of the 48 layers adds a ring all-gather of 4096
+	   tokens' share (k dim / tp values of 2 bytes) from each of the 7
+	   others, which at top-8 costs more than the products save */
+	x = 48 * (7 * 4096 * medha_pred_ep_bytes(&p) / p.gpu.ar_busbw +
+	             p.gpu.ar_lat_s);
+	assert_true(ep > tp && ep - tp <= x * (1 + 1e-12));
+	assert_true(ep - tp > x / 2);
+	assert_true(medha_pred_analytic(&q, MEDHA_OP_LINEAR, 4096, 0) == tp);
+	assert_true(medha_pred_weight_bytes(&p) == medha_pred_weight_bytes(&q));
+	medha_pred_free(&q);
+	medha_pred_free(&p);
+}
+
 int
 main(void)
 {
@@ -1308,6 +1367,7 @@ main(void)
 	    cmocka_unit_test(test_tp_divides_heads),
 	    cmocka_unit_test(test_capacity),
 	    cmocka_unit_test(test_moe_shapes),
+	    cmocka_unit_test(test_ep),
 	    cmocka_unit_test(test_table_exact),
 	    cmocka_unit_test(test_table_quadratic),
 	    cmocka_unit_test(test_table_noisy),

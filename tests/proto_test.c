@@ -315,7 +315,7 @@ example(int t, int full, struct medha_msg *m)
 		    .dim = 4096,
 		    .pid = 4242,
 		    .peer = "tcp://10.1.2.3:40000",
-		    .caps = MEDHA_HELLO_WINDOW_KV};
+		    .caps = MEDHA_HELLO_WINDOW_KV | MEDHA_HELLO_EP};
 		if (!full)
 			m->hello = (struct medha_msg_hello){.backend = "cpu",
 			    .model = "m",
@@ -1077,7 +1077,7 @@ test_encode_refuses(void **state)
 	m.hello.layer_hi = m.hello.layer_lo;
 	refuse(&m, "hello: layers: not [lo, hi) with 0 <= lo < hi <= 65536");
 	example(MEDHA_MSG_HELLO, 1, &m);
-	m.hello.caps = 2;
+	m.hello.caps = MEDHA_HELLO_CAPS + 1; /* the bit after the known ones */
 	refuse(&m, "hello: caps: a capability this build does not know");
 	example(MEDHA_MSG_STATUS_REPLY, 1, &m);
 	m.status.work = -0.5;

@@ -29,7 +29,7 @@ static const char synopsis[] =
     "           [--target-batch-time S] [--workers N] [...]\n"
     "       medha-sched --sim GPU -m MODEL [-v] [-b FILE] [-c N|adaptive]\n"
     "           [-o FILE] [-p POLICY] [--block-size N] [--deadline-floor S]\n"
-    "           [--deadline-mult X] [--kv-blocks N] [--kvp N]\n"
+    "           [--deadline-mult X] [--ep] [--kv-blocks N] [--kvp N]\n"
     "           [--kvp-max-tokens N] [--long-tpot X] [--max-chunk N]\n"
     "           [--max-prefills N] [--mem-util X] [--min-chunk N]\n"
     "           [--no-prefix-cache] [--preempt-below N] [--profile FILE]\n"
@@ -58,6 +58,7 @@ static const struct medha_help help_lines[] = {
     {"-o, --output FILE",
         "write records to FILE, not stdout (.zst: compressed)"},
     {"--block-size N", "KV block size in tokens (16)"},
+    {"--ep", "TP GPUs hold E / tp experts whole, not slices of all"},
     {"--kv-blocks N", "KV blocks per KVP group (default: from GPU memory)"},
     {"--kvp N", "KVP groups (1, at most 64)"},
     {"--kvp-link L[,B]", "KVP link: L s one way, B bits/s (100mbit; none: 0)"},
@@ -100,6 +101,7 @@ enum {
 	OPT_BLOCK,
 	OPT_DFLOOR,
 	OPT_DMULT,
+	OPT_EP,
 	OPT_KVBLOCKS,
 	OPT_KVP,
 	OPT_KVPMAX,
@@ -133,6 +135,7 @@ static const struct option longopts[] = {
     {"deadline-floor", required_argument, NULL, OPT_DFLOOR},
     {"deadline-mult", required_argument, NULL, OPT_DMULT},
     {"drain-timeout", required_argument, NULL, OPT_DRAIN},
+    {"ep", no_argument, NULL, OPT_EP},
     {"help", no_argument, NULL, 'h'},
     {"kv-blocks", required_argument, NULL, OPT_KVBLOCKS},
     {"kvp", required_argument, NULL, OPT_KVP},
@@ -179,7 +182,7 @@ struct args {
 	int64_t workers;               /* --workers */
 	int64_t max_queue;             /* --max-queue */
 	double drain;                  /* --drain-timeout, seconds */
-	int tp, spp, kvp;              /* --tp, --spp, --kvp */
+	int tp, spp, kvp, ep;          /* --tp, --spp, --kvp, --ep */
 	int verbose;                   /* -v, repeated */
 	int chunk_set, target_set;     /* -c, --target-batch-time given */
 	struct medha_net net;          /* --tp-link ... --sched-link */
@@ -279,6 +282,7 @@ parse_args(struct args *a, int argc, char *argv[])
 			cfg->deadline_mult =
 			    flag_f64("--deadline-mult", optarg, 1e-3, 1e6, 0);
 			break;
+		case OPT_EP: a->ep = 1; break;
 		case OPT_KVBLOCKS:
 			cfg->kv_blocks = flag_i64("--kv-blocks", optarg, 1,
 			    INT64_MAX / 65536);
@@ -326,9 +330,7 @@ parse_args(struct args *a, int argc, char *argv[])
 			cfg->share_cap =
 			    flag_f64("--share-cap", optarg, 0, 1, 0);
 			break;
-		case OPT_SPP:
-			a->spp = flag_i64("--spp", optarg, 1, 1024);
-			break;
+		case OPT_SPP: a->spp = flag_i64("--spp", optarg, 1, 1024); break;
 		case OPT_TARGET:
 			cfg->target = flag_f64("--target-batch-time", optarg,
 			    1e-6, 1e6, 0);
@@ -381,13 +383,11 @@ check_args(struct args *a, int nfiles)
 		    "--policy sarathi takes a fixed token budget (-c N), not "
 		    "adaptive chunks");
 	if ((a->gpu_name == NULL) == (a->listen == NULL))
-		usage_fail(synopsis,
-		    "give -l ADDR (a live replica) or --sim GPU (the "
-		    "simulator)");
+		usage_fail(synopsis, "give -l ADDR (a live replica) or "
+		    "--sim GPU (the simulator)");
 	if (a->listen != NULL) {
 		if (nfiles > 0)
-			die(2,
-			    "-l takes no trace file: clients submit "
+			die(2, "-l takes no trace file: clients submit "
 			    "requests");
 		if (medha_net_any(&a->net))
 			die(2,
@@ -442,6 +442,8 @@ sim_pred(struct medha_pred *pred, const struct args *a)
 		    "heads, spp at most the layers",
 		    model.name, model.c.n_layers, model.c.n_heads,
 		    model.c.n_kv_heads, a->tp, a->spp, a->kvp);
+	if (a->ep && medha_pred_set_ep(pred, why, sizeof(why)) != 0)
+		die(1, "--ep: %s", why);
 	why[0] = '\0';
 	if (a->profile != NULL &&
 	    (rc = medha_pred_load_table(pred, a->profile, why, sizeof(why))) !=

@@ -26,7 +26,7 @@ static const char synopsis[] =
     "[--peer ADDR]\n"
     "           [--lookahead | --no-lookahead] [--mem-util F] "
     "[--device N]\n"
-    "           [--coll nccl|nng] [--seed S] [--window-kv] "
+    "           [--coll nccl|nng] [--seed S] [--window-kv] [--ep] "
     "[--retry-forever]\n"
     "       medha-worker -m MODEL (-p PROMPT | -f FILE) [-hv] [-c N]\n"
     "           [-n N] [-t THREADS] [--backend cpu|cuda] [--chat] "
@@ -56,6 +56,7 @@ static const struct medha_help help_lines[] = {
     {"--spp N", "sequence-pipeline degree (1, at most 64)"},
     {"--kvp N", "KV-cache-parallel degree (1, at most 64)"},
     {"--rank R", "this worker's place in the tp x spp x kvp layout (0)"},
+    {"--ep", "cpu, sim: TP ranks hold E / tp experts whole"},
     {"--peer ADDR", "where the other workers reach it (default: beside -s)"},
     {"--lookahead", "run the next decode step during the round trip (on)"},
     {"--no-lookahead", "wait for each batch instead"},
@@ -120,6 +121,7 @@ enum {
 	OPT_DEVICE,
 	OPT_COLL,
 	OPT_WINDOW_KV,
+	OPT_EP,
 	OPT_RETRY_FOREVER,
 	OPT_CHAT = 256,
 	OPT_IGNORE_EOS,
@@ -147,6 +149,7 @@ static const struct option longopts[] = {
     {"chat", no_argument, NULL, OPT_CHAT},
     {"coll", required_argument, NULL, OPT_COLL},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"ep", no_argument, NULL, OPT_EP},
     {"mem-util", required_argument, NULL, OPT_MEM_UTIL},
     {"system", required_argument, NULL, OPT_SYSTEM},
     {"chunk", required_argument, NULL, 'c'},
@@ -316,6 +319,7 @@ parse_args(struct args *a, int argc, char *argv[])
 		case OPT_NO_LOOKAHEAD: a->wo.lookahead = 0; break;
 		case OPT_RETRY_FOREVER: a->wo.retry_forever = 1; break;
 		case OPT_WINDOW_KV: a->bp.window_kv = 1; break;
+		case OPT_EP: a->bp.ep = 1; break;
 		case 't':
 			a->ro.n_threads = flag_i64("-t", optarg, 1, 256);
 			break;
@@ -430,7 +434,7 @@ is_shape_name(const char *model)
 
 /*
  * The flags that depend on the backend (exit 2): cuda's own given to
- * another, --kv's type against the backend's, a shape name in one-shot
+ * another, --ep to a backend without it or without -s, --kv's type against the backend's, a shape name in one-shot
  * mode (random weights have no tokenizer: a cuda worker on one serves
  * requests that send token ids, -s). Fills a->bp's KV type and seed and
  * the runner's backend.
@@ -461,6 +465,14 @@ check_backend(struct args *a)
 		    "tokenizer: one-shot mode needs a GGUF (serve the shape "
 		    "with -s, requests sending prompt_ids)",
 		    a->model);
+	if (a->bp.ep && a->addr == NULL)
+		die(2, "--ep: expert parallelism is a TP replica's (-s, "
+		       "--tp N)");
+	if (a->bp.ep &&
+	    !(medha_backend_find(a->backend)->caps & MEDHA_BACKEND_EP))
+		die(2, "--ep: the %s backend splits every expert's rows over "
+		       "its TP ranks, not experts whole (--ep: cpu and sim)",
+		    a->backend);
 	if (a->addr == NULL && strcmp(a->backend, "sim") == 0)
 		die(2, "--backend sim computes nothing: it serves a scheduler "
 		       "(-s) only");

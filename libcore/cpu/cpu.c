@@ -95,6 +95,7 @@ medha_cpu_init(struct medha_cpu **cp, const struct medha_model *m,
 	}
 	c->tpn = tpn;
 	c->tpr = tpr;
+	c->ep = o != NULL && o->ep;
 	c->nh = me.h_hi - me.h_lo;
 	c->nkv = me.kv_hi - me.kv_lo;
 	if ((c->seen = calloc((size_t)kv->c.max_seqs, 1)) == NULL ||

@@ -78,6 +78,9 @@ struct medha_cpu_opts {
 	                           (0, 0: all); see the KV claim below */
 	int tp, tp_rank;        /* tensor parallelism: this backend is rank
 	                           tp_rank of tp (1, 0); see TP below */
+	int ep;                 /* expert parallelism over the TP ranks: a
+	                           rank holds n_expert / tp experts whole
+	                           (EP below) (0) */
 	int window_drop;        /* a call that claims positions first gives
 	                           back the KV blocks of window layers that
 	                           none of its queries or later ones sees
@@ -106,11 +109,29 @@ struct medha_cpu_opts {
  * tables and the residual stream are computed whole on every rank; the
  * logits only where asked for.
  *
+ * EP (opts.ep, a mixture of experts whose n_expert tp divides): rank r
+ * holds experts [r E / tp, (r + 1) E / tp) whole (their gate, up and
+ * down, all rows: views into the mapped file, so the other experts'
+ * pages are never read, and packs of those only) instead of its rows
+ * of every expert; the router, the shared expert and the dense layers
+ * stay as TP has them. Every rank routes every token (the normed rows
+ * are whole on every rank), runs its experts over the rows routed to
+ * them, and one all-gather (kind 6) of the experts' unweighted outputs
+ * (the batch's rows grouped by expert, so a rank's are one run of
+ * rows; every rank sends as many rows as the busiest rank has, the
+ * rest padding) gives every rank every (token, expert) output; the
+ * weighted sum is then the one process's, in its order (by weight). A
+ * (row, expert) product is what one process computes, so logits are
+ * bit for bit those of tp 1. Per token and routed layer that moves
+ * about k dim floats in all (each rank sends its k dim / tp), against
+ * k (expert_ffn_dim + dim) for TP's gathers 4 and 5.
+ *
  * The all-gather is the caller's (medha_cpu_set_gather): it is called on
  * every rank with the same (layer, kind) in the same order, kind 0 the
  * attention output, 1 the output projection's, 2 SwiGLU's, 3 down's; all
  * (tp * len bytes) receives rank i's mine at all + i * len, this rank's
- * included. It returns 0 or a MEDHA_E* code with a reason in why.
+ * included; kinds 2 to 6 on a routed layer (cpu_impl.h). It returns
+ * 0 or a MEDHA_E* code with a reason in why.
  */
 typedef int (*medha_gather_fn)(void *arg, int layer, int kind,
     const void *mine, size_t len, void *all, char *why, size_t whylen);
@@ -122,7 +143,8 @@ struct medha_cpu; /* opaque: model, cache, pool, scratch */
  * (the TP rank's share: medha_tp_share) and head size must match m). Both must outlive it; it owns neither.
  * opts may be NULL (defaults). On success *cpu is the caller's, for
  * medha_cpu_free(). Returns 0, MEDHA_EINVAL (mismatched cache, bad
- * options) or MEDHA_ENOMEM, with a reason in why.
+ * options; opts.ep on a model without experts, or whose n_expert tp
+ * does not divide) or MEDHA_ENOMEM, with a reason in why.
  */
 int medha_cpu_init(struct medha_cpu **cpu, const struct medha_model *m,
     struct medha_kvcache *kv, const struct medha_cpu_opts *opts, char *why,

@@ -21,6 +21,7 @@ struct medha_cpu {
 	int drop;   /* opts.window_drop */
 	int lo, hi; /* the layers it runs, [lo, hi) (opts.layer_lo/hi) */
 	int tpn, tpr; /* TP: rank tpr of tpn (1, 0) */
+	int ep;       /* EP: the experts split whole over the TP ranks */
 	struct medha_tp_share *share; /* (tpn) what each rank holds */
 	int nh, nkv;  /* query and kv heads of this rank */
 	/* (n_layers, W_N) the matrices it multiplies by: the model's, or
@@ -102,11 +103,12 @@ void medha_cpu_glu(const struct medha_cpu *c, float *g, const float *u,
  * The routed FFN (cpu_moe.c). init: the experts' views and packs of the
  * layers [c->lo, c->hi) that are routed (c->moe stays NULL where none
  * is), a TP rank's rows of each expert (medha_stage_layers of its rows,
- * and of dim for down); 0 or MEDHA_ENOMEM with why. ffn: layer l's FFN
- * of the n rows of c->xn (normed), its output into c->xn; with TP four
- * all-gathers (kinds 2 and 3: the shared expert's SwiGLU and down; 4
- * and 5: the experts'); 0, MEDHA_ENOMEM or the gather's error. free:
- * c->moe.
+ * and of dim for down), or with EP its experts whole; 0 or MEDHA_ENOMEM
+ * with why. ffn: layer l's FFN of the n rows of c->xn (normed), its
+ * output into c->xn; with TP four all-gathers (kinds 2 and 3: the
+ * shared expert's SwiGLU and down; 4 and 5: the experts'), with EP
+ * three (2, 3, and 6: the experts' outputs, cpu.h); 0, MEDHA_ENOMEM or
+ * the gather's error. free: c->moe.
  */
 int medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen);
 int medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n);

@@ -23,6 +23,13 @@
  * expert's), computes the router whole, and all-gathers the SwiGLU
  * outputs and down's outputs, of the shared expert and of all experts
  * at once, so each (row, token) product is the one process's.
+ *
+ * EP (cpu.h): a rank holds its experts [e0, e1) whole and runs them
+ * over their rows (one run of the grouped rows, [off[e0], off[e1])),
+ * writing down's outputs straight into its send buffer; one
+ * all-gather (kind 6) of every rank's run, each padded to the busiest
+ * rank's rows, then puts every rank's rows in place in y, and the
+ * weighted sum is the one process's. The shared expert stays TP's.
  */
 #include "cpu/cpu_impl.h"
 
@@ -38,8 +45,11 @@ struct medha_cpu_moe {
 	int slo[MEDHA_TP_MAX], sw[MEDHA_TP_MAX];
 	int dlo[MEDHA_TP_MAX], dw[MEDHA_TP_MAX];
 	int efw, sfw, dimw;        /* this rank's of each */
-	float *gb;                 /* (tp, cap * k, the widest of rank 0's)
-	                              what a gather receives (tp > 1) */
+	int e0, e1;                /* the experts it runs (EP: its own;
+	                              else all) */
+	float *gb;                 /* (tp, cap * k, the widest of rank 0's;
+	                              EP: dim) what a gather receives
+	                              (tp > 1) */
 	struct medha_tensor *view; /* (n_layers, ne, 3) each expert's gate,
 	                              up and down */
 	struct medha_pack *pk;     /* (n_layers, ne, 3) their packs (data
@@ -116,6 +126,14 @@ medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen)
 	size_t nv;
 	int l, e, i, rc, any = 0;
 
+	if (c->ep && mc->a.n_expert < 1)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "expert parallelism: the model has no experts");
+	if (c->ep && mc->a.n_expert % c->tpn != 0)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "expert parallelism: %d experts do not split evenly "
+		    "over tp %d",
+		    mc->a.n_expert, c->tpn);
 	for (l = c->lo; l < c->hi; l++)
 		any |= medha_layer_moe(mc, l);
 	if (!any)
@@ -148,6 +166,14 @@ medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen)
 	m->efw = m->ew[c->tpr];
 	m->sfw = m->sw[c->tpr];
 	m->dimw = m->dw[c->tpr];
+	m->e0 = 0;
+	m->e1 = m->ne;
+	if (c->ep) { /* its experts whole (tpn divides ne: above) */
+		m->e0 = m->ne / c->tpn * c->tpr;
+		m->e1 = m->e0 + m->ne / c->tpn;
+		m->efw = m->ef;
+		m->dimw = mc->dim;
+	}
 	for (l = c->lo; l < c->hi; l++) {
 		const struct medha_layer *L = &c->m->layer[l];
 		if (!medha_layer_moe(mc, l))
@@ -157,7 +183,7 @@ medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen)
 		    rc != MEDHA_EUNSUP)
 			return medha_why(why, whylen, rc, "repacking %s: %s",
 			    L->gate_inp->name, medha_strerror(rc));
-		for (e = 0; e < m->ne; e++)
+		for (e = m->e0; e < m->e1; e++)
 			for (i = 0; i < 3; i++) {
 				size_t at = ((size_t)l * m->ne + e) * 3 + i;
 				const struct medha_tensor *x = i == 0
@@ -165,8 +191,9 @@ medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen)
 				    : i == 1 ? L->up_exps
 				             : L->down_exps;
 				struct medha_tensor whole;
-				const int lo = i < 2 ? m->elo[c->tpr]
-				                     : m->dlo[c->tpr];
+				const int lo = c->ep ? 0
+				    : i < 2        ? m->elo[c->tpr]
+				                   : m->dlo[c->tpr];
 				medha_expert_view(&whole, x, e);
 				medha_cpu_rows_view(&m->view[at], &whole, lo,
 				    lo + (i < 2 ? m->efw : m->dimw));
@@ -201,8 +228,8 @@ grow(struct medha_cpu *c, int n)
 	m->u = medha_calloc(nk * (size_t)m->ef, sizeof(float));
 	m->y = medha_calloc(nk * d, sizeof(float));
 	m->sh = medha_calloc(N * d, sizeof(float));
-	if (c->tpn > 1) {
-		size_t w = (size_t)m->ew[0];
+	if (c->tpn > 1) { /* EP: whole rows of dim */
+		size_t w = c->ep ? d : (size_t)m->ew[0];
 		w = (size_t)m->dw[0] > w ? (size_t)m->dw[0] : w;
 		m->gb = medha_calloc(nk * w * (size_t)c->tpn, sizeof(float));
 	}
@@ -281,6 +308,7 @@ struct moe_rows {
 	struct medha_cpu *c;
 	int l, n, per;
 	int op; /* OP_GLU_SH, OP_GLU_EXP, OP_SUM */
+	int r0; /* the first row (OP_GLU_EXP: EP's run of rows) */
 };
 enum { OP_GLU_SH, OP_GLU_EXP, OP_SUM };
 
@@ -296,6 +324,8 @@ moe_rows_task(void *arg, int i, int thread)
 	int t0 = i * r->per, t1 = t0 + r->per < r->n ? t0 + r->per : r->n;
 
 	(void)thread;
+	t0 += r->r0;
+	t1 += r->r0;
 	for (int t = t0; t < t1; t++) {
 		if (r->op == OP_GLU_SH) {
 			medha_cpu_glu(c, c->g + (size_t)t * sf,
@@ -331,10 +361,13 @@ moe_rows_task(void *arg, int i, int thread)
 }
 
 static void
-moe_rows(struct medha_cpu *c, int l, int n, int op)
+moe_rows(struct medha_cpu *c, int l, int r0, int n, int op)
 {
 	int per = (n + 4 * c->nt - 1) / (4 * c->nt);
-	struct moe_rows r = {c, l, n, per < 1 ? 1 : per, op};
+	struct moe_rows r = {c, l, n, per < 1 ? 1 : per, op, r0};
+
+	if (n < 1)
+		return;
 
 	medha_threadpool_run(c->tp, (n + r.per - 1) / r.per, moe_rows_task,
 	    &r);
@@ -365,7 +398,7 @@ router_shared(struct medha_cpu *c, int l, int n)
 	if ((rc = medha_mm_run(c->tp, &c->act, mm, nmm, c->ref)) != 0 ||
 	    L->gate == NULL)
 		return rc;
-	moe_rows(c, l, n, OP_GLU_SH);
+	moe_rows(c, l, 0, n, OP_GLU_SH);
 	if (c->tpn > 1 && (rc = medha_cpu_gather(c, l, 2, c->g, n, c->g,
 	                       m->slo, m->sw, c->gb)) != 0)
 		return rc;
@@ -390,6 +423,37 @@ router_shared(struct medha_cpu *c, int l, int n)
 			for (int j = 0; j < d; j++)
 				o[j] *= gs;
 		}
+	return 0;
+}
+
+/*
+ * EP: every rank's run of down's outputs (in m->xg, from its start)
+ * gathered into place in m->y. The grouped rows of rank r's experts
+ * are [off[r E / tp], off[(r + 1) E / tp]); every rank sends the
+ * busiest rank's count of rows (the routing, hence off, is the same
+ * on every rank), so one all-gather of equal parts carries them.
+ */
+static int
+ep_gather(struct medha_cpu *c, int l)
+{
+	struct medha_cpu_moe *m = c->moe;
+	const size_t d = (size_t)c->m->c.dim;
+	const int per = m->ne / c->tpn;
+	size_t most = 0;
+	int r, rc;
+
+	for (r = 0; r < c->tpn; r++) {
+		size_t nr = (size_t)(m->off[(r + 1) * per] - m->off[r * per]);
+		most = nr > most ? nr : most;
+	}
+	if ((rc = c->gather(c->garg, l, 6, m->xg, most * d * sizeof(float),
+	         m->gb, c->gwhy, sizeof(c->gwhy))) != 0)
+		return rc;
+	for (r = 0; r < c->tpn; r++) {
+		const int r0 = m->off[r * per], r1 = m->off[(r + 1) * per];
+		memcpy(m->y + (size_t)r0 * d, m->gb + (size_t)r * most * d,
+		    sizeof(float) * (size_t)(r1 - r0) * d);
+	}
 	return 0;
 }
 
@@ -428,8 +492,9 @@ medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n)
 			else
 				memcpy(xg, x, sizeof(float) * (size_t)d);
 		}
-	/* each expert a token chose: its gate and up over its rows */
-	for (e = 0; e < m->ne; e++) {
+	/* each expert a token chose (EP: of its own): its gate and up over
+	   its rows */
+	for (e = m->e0; e < m->e1; e++) {
 		const size_t at = ((size_t)l * m->ne + e) * 3;
 		const int r0 = m->off[e], nr = m->off[e + 1] - r0;
 		if (nr == 0)
@@ -444,26 +509,34 @@ medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n)
 		if ((rc = medha_mm_run(c->tp, &m->act, mm, 2, c->ref)) != 0)
 			return rc;
 	}
-	moe_rows(c, l, n * m->k, OP_GLU_EXP);
-	if (c->tpn > 1 && (rc = medha_cpu_gather(c, l, 4, m->g, n * m->k, m->g,
-	                       m->elo, m->ew, m->gb)) != 0)
+	moe_rows(c, l, m->off[m->e0], m->off[m->e1] - m->off[m->e0],
+	    OP_GLU_EXP);
+	if (c->tpn > 1 && !c->ep &&
+	    (rc = medha_cpu_gather(c, l, 4, m->g, n * m->k, m->g, m->elo,
+	         m->ew, m->gb)) != 0)
 		return rc;
-	for (e = 0; e < m->ne; e++) {
+	for (e = m->e0; e < m->e1; e++) {
 		const size_t at = ((size_t)l * m->ne + e) * 3 + 2;
 		const int r0 = m->off[e], nr = m->off[e + 1] - r0;
+		/* EP: down's rows straight into the send buffer (xg, read
+		   already), from its start */
+		float *y = c->ep && c->tpn > 1
+		    ? m->xg + (size_t)(r0 - m->off[m->e0]) * d
+		    : m->y + (size_t)r0 * m->dimw;
 		if (nr == 0)
 			continue;
 		if ((rc = medha_act_set(&m->act, m->g + (size_t)r0 * m->ef, nr,
 		         m->ef, c->nt)) != 0)
 			return rc;
-		mm[0] = (struct medha_mm){&m->view[at],
-		    m->y + (size_t)r0 * m->dimw, packed(&m->pk[at])};
+		mm[0] = (struct medha_mm){&m->view[at], y, packed(&m->pk[at])};
 		if ((rc = medha_mm_run(c->tp, &m->act, mm, 1, c->ref)) != 0)
 			return rc;
 	}
-	if (c->tpn > 1 && (rc = medha_cpu_gather(c, l, 5, m->y, n * m->k, m->y,
-	                       m->dlo, m->dw, m->gb)) != 0)
+	if (c->tpn > 1 && (rc = c->ep ? ep_gather(c, l)
+	                              : medha_cpu_gather(c, l, 5, m->y,
+	                                    n * m->k, m->y, m->dlo, m->dw,
+	                                    m->gb)) != 0)
 		return rc;
-	moe_rows(c, l, n, OP_SUM);
+	moe_rows(c, l, 0, n, OP_SUM);
 	return 0;
 }

@@ -176,6 +176,8 @@ struct medha_backend_info {
 	int tp, tp_rank;                 /* TP rank tp_rank of tp: it holds
 	                                    that share of the heads and
 	                                    weights (1, 0: all) */
+	int ep;                          /* its TP ranks split the experts
+	                                    whole (params.ep) (0) */
 	unsigned caps;                   /* MEDHA_BACKEND_* (the registry's) */
 };
 
@@ -304,6 +306,8 @@ enum medha_backend_cap {
 	                                    share KV blocks (prefix caching;
 	                                    sequences kept for it do not
 	                                    count in max_seqs) */
+	MEDHA_BACKEND_EP = 1 << 8,       /* expert parallelism over the TP
+	                                    ranks (params.ep) */
 	MEDHA_BACKEND_WINDOW_KV = 1 << 7, /* (info.caps only) its window
 	                                    layers give back the KV blocks
 	                                    their window no longer sees; it
@@ -317,6 +321,10 @@ struct medha_backend_params {
 	                      name or a GGUF path */
 	const char *gpu;   /* sim: the predictor's device ("a100") */
 	int tp, tp_rank;   /* TP: rank tp_rank of tp (1, 0) */
+	int ep;            /* cpu, sim: the TP ranks hold n_expert / tp
+	                      experts whole, not their rows of every
+	                      expert (cpu/cpu.h EP); refused by a kind
+	                      without MEDHA_BACKEND_EP (0) */
 	int spp, stage;    /* SPP: the layers of stage `stage` of spp (1, 0) */
 	int kvp;           /* sim: KVP groups of the replica (1) */
 	int n_threads;     /* cpu: threads in all (0: 1) */

@@ -359,6 +359,7 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	co.layer_hi = o->layer_hi;
 	co.tp = tp;
 	co.tp_rank = o->tp_rank;
+	co.ep = o->ep;
 	co.window_drop = c->kv->nl > 0;
 	if ((rc = medha_cpu_init(&c->cpu, c->m, c->kv, &co, why, whylen)) != 0)
 		return rc;
@@ -371,7 +372,8 @@ cpu_make(struct medha_backend **be, struct cpu_be *c,
 	    .max_seqs = adv,
 	    .kv_type = kc.type,
 	    .tp = tp,
-	    .tp_rank = o->tp_rank};
+	    .tp_rank = o->tp_rank,
+	    .ep = o->ep};
 	if (c->kv->nl > 0)
 		in.caps = medha_backend_find("cpu")->caps |
 		    MEDHA_BACKEND_WINDOW_KV;

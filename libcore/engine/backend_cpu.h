@@ -62,6 +62,8 @@ struct medha_backend_cpu_opts {
 	                           holds its kv heads (medha_tp_share), as
 	                           many blocks as rank 0's (the largest
 	                           share) would from kv_bytes */
+	int ep;                 /* the TP ranks split the experts whole
+	                           (cpu/cpu.h EP) (0) */
 };
 
 /*

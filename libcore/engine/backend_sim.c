@@ -212,6 +212,10 @@ medha_backend_sim_open(struct medha_backend **be,
 		    "layout tp %d spp %d kvp %d does not fit %s", o->tp, o->spp,
 		    o->kvp, m.name);
 	}
+	if (o->ep && (rc = medha_pred_set_ep(&s->pred, why, whylen)) != 0) {
+		free(s);
+		return rc;
+	}
 	if (o->table != NULL &&
 	    (rc = medha_pred_load_table(&s->pred, o->table, why, whylen)) !=
 	        0) {
@@ -254,6 +258,7 @@ medha_backend_sim_open(struct medha_backend **be,
 	info.block_size = MEDHA_KV_BLOCK;
 	info.n_blocks = cap;
 	info.max_seqs = adv;
+	info.ep = s->pred.ep;
 	if ((rc = medha_backend_new(be, &sim_ops, s, &info)) != 0) {
 		sim_close(s);
 		return medha_why(why, whylen, rc, "out of memory");

@@ -25,6 +25,8 @@ struct medha_backend_sim_opts {
 	const char *model; /* a built-in model name or a GGUF path */
 	const char *table; /* a measured profile (medha-profile(5)) or NULL */
 	int tp, spp, kvp;  /* the replica's layout (1 each) */
+	int ep;            /* experts split whole over the TP ranks
+	                      (medha_pred_set_ep) (0) */
 	int stage;         /* the SPP stage it runs (0): its layers, and the
 	                      stage's predicted time (not the whole batch's) */
 	int max_seqs;      /* sequences at once (0: 1024) */

@@ -32,6 +32,7 @@ open_cpu(struct medha_backend **be, const struct medha_backend_params *p,
 	o.stage = p->stage;
 	o.tp = p->tp;
 	o.tp_rank = p->tp_rank;
+	o.ep = p->ep;
 	return medha_backend_cpu_open(be, p->model, &o, why, whylen);
 }
 
@@ -44,6 +45,7 @@ open_sim(struct medha_backend **be, const struct medha_backend_params *p,
 	o.gpu = p->gpu;
 	o.model = p->model;
 	o.tp = p->tp;
+	o.ep = p->ep;
 	o.spp = p->spp;
 	o.kvp = p->kvp;
 	o.stage = p->stage;
@@ -56,11 +58,12 @@ open_sim(struct medha_backend **be, const struct medha_backend_params *p,
 static const struct medha_backend_kind kinds[] = {
 	{"cpu",
 	    MEDHA_BACKEND_COMPUTES | MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP |
-	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_FORK,
+	        MEDHA_BACKEND_KVP | MEDHA_BACKEND_FILL | MEDHA_BACKEND_FORK |
+	        MEDHA_BACKEND_EP,
 	    "the model on this machine's CPUs (the reference)", open_cpu},
 	{"sim",
 	    MEDHA_BACKEND_TP | MEDHA_BACKEND_SPP | MEDHA_BACKEND_KVP |
-	        MEDHA_BACKEND_FORK,
+	        MEDHA_BACKEND_FORK | MEDHA_BACKEND_EP,
 	    "waits the time the predictor gives a batch; no numerics",
 	    open_sim},
 	{"cuda",
@@ -105,5 +108,11 @@ medha_backend_open(struct medha_backend **be, const char *name,
 	if (k->open == NULL)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "backend %s: not built into this program", name);
+	if (p->ep && !(k->caps & MEDHA_BACKEND_EP))
+		return medha_why(why, whylen, MEDHA_EUNSUP,
+		    "backend %s: no expert parallelism (--ep): its TP ranks "
+		    "split every expert's rows; the cpu and sim backends "
+		    "split experts whole",
+		    name);
 	return k->open(be, p, why, whylen);
 }

@@ -180,7 +180,12 @@ enum medha_hello_cap {
 	   layer type (sched.h window_kv) and must not fork from positions
 	   a window left (it runs without prefix caching) */
 	MEDHA_HELLO_WINDOW_KV = 1u << 0,
-	MEDHA_HELLO_CAPS = MEDHA_HELLO_WINDOW_KV /* every one known */
+	/* its TP group splits the experts whole (medha-worker --ep): the
+	   scheduler's predictor counts expert parallelism's costs
+	   (medha_pred_set_ep); every worker of a replica has it or none */
+	MEDHA_HELLO_EP = 1u << 1,
+	MEDHA_HELLO_CAPS = MEDHA_HELLO_WINDOW_KV | MEDHA_HELLO_EP /* every
+	                                                         one known */
 };
 
 /* One sampled token of a RESULT. */

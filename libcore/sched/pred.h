@@ -129,6 +129,8 @@ struct medha_pred {
 	int window;
 	double moe_share;          /* the layers whose FFN is routed, as a
 	                              share (0: a dense model) */
+	int ep;                    /* experts split whole over the TP ranks
+	                              (medha_pred_set_ep) */
 	struct medha_table *table; /* owned; NULL: analytic only */
 	struct medha_net net;      /* the links between its machines, for
 	                              the simulator (netcost.h; all zero
@@ -141,6 +143,25 @@ struct medha_pred {
  */
 int medha_pred_init(struct medha_pred *p, const struct medha_gpu *g,
     const struct medha_pred_model *m, int tp, int spp, int kvp);
+/*
+ * Expert parallelism over the TP group (cpu/cpu.h EP): each worker holds
+ * n_expert / tp experts whole and runs the rows routed to them (of T
+ * tokens, T k / tp rows through the experts of its share that they
+ * touch, medha_moe_experts_touched / tp, at their whole width), and the
+ * routed layers' experts' outputs are all-gathered
+ * (medha_pred_ep_bytes) in place of TP's gathers of the experts' rows.
+ * Returns 0, or MEDHA_EINVAL (the model has no experts, or tp does not
+ * divide them) with why.
+ */
+int medha_pred_set_ep(struct medha_pred *p, char *why, size_t whylen);
+/* The bytes one worker sends per token in a routed layer's exchange of
+   the experts' outputs with EP (k dim / tp values at the model's
+   activation width, 2 bytes); 0 without EP. */
+double medha_pred_ep_bytes(const struct medha_pred *p);
+/* The experts one worker reads (whole, EP; else its rows of each) for
+   a batch of T tokens in a routed layer, expected. */
+double medha_pred_experts_read(const struct medha_pred *p, double T);
+
 /*
  * Load measured times from a profile CSV (man/medha-profile.5); p keeps
  * them. Returns 0, MEDHA_EIO, or MEDHA_EFORMAT with why filled in.

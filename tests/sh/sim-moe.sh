@@ -8,7 +8,12 @@
 #    of 8192 and a prefill chunk (medha_kvplace_window's formula), not the
 #    whole context;
 #  - mixtral-8x7b, qwen3-30b-a3b and qwen3-235b-a22b serve a trace of
-#    60 short requests on h100 with tp 8, every request ok.
+#    60 short requests on h100 with tp 8, every request ok;
+#  - with --ep (issue 41 item 4) qwen3-30b-a3b serves it too, its info
+#    line saying 16 of 128 experts a GPU and 4096 bytes a token from
+#    each of 8, its decode steps dearer than TP's (the same expert
+#    bytes read, and an all-gather a routed layer); --ep on a
+#    model without experts is refused (exit 1).
 # (The predictor's MoE arithmetic itself: pred_test's test_moe_shapes.)
 . "$(dirname "$0")/lib.sh"
 ms=$bin/medha-sched
@@ -40,3 +45,20 @@ print("%s: 60 requests ok, mean TTFT %.3f s, mean TPOT %.2f ms" % (
     1e3 * sum(x["tpot_mean"] for x in r) / 60))
 PY
 done
+
+m=qwen3-30b-a3b
+"$ms" -v --sim h100 -m $m --tp 8 --ep "$tmp/trace" >"$tmp/ep.rec" \
+    2>"$tmp/ep.err"
+grep -q "expert parallelism: 16 of $m's 128 experts whole a worker; a routed layer all-gathers 32768 bytes a token (4096 from each of 8 workers)" \
+    "$tmp/ep.err" || { cat "$tmp/ep.err"; exit 1; }
+python3 - "$tmp/$m.rec" "$tmp/ep.rec" <<'PY'
+import json, sys
+tp, ep = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+assert len(ep) == 60 and all(x["status"] == "ok" for x in ep)
+t = [sum(x["tpot_mean"] for x in r) / 60 for r in (tp, ep)]
+assert t[1] > t[0], t
+print("qwen3-30b-a3b --ep: 60 requests ok, mean TPOT %.2f ms (TP %.2f)" % (
+    1e3 * t[1], 1e3 * t[0]))
+PY
+expect_status 1 "$ms" --sim h100 -m llama3-8b --tp 8 --ep "$tmp/trace"
+grep -q 'expert parallelism: llama3-8b has no experts' "$tmp/err"

@@ -21,7 +21,14 @@
 #    qwen3moe (16 experts, top-4: each rank's rows of every expert, the
 #    experts' SwiGLU and down gathered) and llama4 (routed and dense
 #    layers in turn, a shared expert, NoPE on the fourth layer: spp2's
-#    second stage holds a dense and a routed layer).
+#    second stage holds a dense and a routed layer), and tp2 with --ep
+#    on both (each rank 8 of qwen3moe's experts whole, or 2 of llama4's:
+#    the routed rows' outputs all-gathered; llama4's shared expert and
+#    dense layers split as TP splits them);
+#  - --ep refused with a reason: by a worker on a model without
+#    experts (exit 1), by the cuda backend and one-shot mode (exit 2),
+#    and by medha-sched --sim where tp does not divide the experts
+#    (qwen2moe's 6 over tp 4: exit 1).
 # KVP groups hold 256 positions of a request (MEDHA_KVP_MAX_TOKENS) except
 # for kvp3. The gemma models' embeddings are small (arch_model.py's
 # "-tp" shapes), so that the residual stream is not the input token's
@@ -33,7 +40,7 @@ need_model "$smollm2"
 need_py numpy gguf
 
 "$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" \
-    qwen2-tp qwen3 gemma3-tp gemma2-tp phi3 qwen3moe llama4
+    qwen2-tp qwen3 gemma3-tp gemma2-tp phi3 qwen3moe llama4 qwen2moe
 # prompts of up to 443 tokens, four of them past 256, and one of 245
 # whose decode crosses it
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 \
@@ -46,6 +53,27 @@ for m in qwen2-tp qwen3 gemma3-tp qwen3moe llama4; do
 done
 topo_compare kvp3 "$tmp/gemma3-tp.gguf" "$tmp/trace.jsonl" \
     MEDHA_KVP_MAX_TOKENS=160
+# --ep refused, saying why
+w=$bin/medha-worker
+expect_status 1 "$w" -s "ipc://$tmp/none.sock" -m "$smollm2" -t 1 --tp 2 --ep
+grep -q 'expert parallelism: the model has no experts' "$tmp/err"
+expect_status 2 "$w" -s "ipc://$tmp/none.sock" -m llama3-8b \
+    --backend cuda --tp 2 --ep
+grep -q "cuda backend splits every expert's rows" "$tmp/err"
+expect_status 2 "$w" -m "$tmp/qwen3moe.gguf" -p hi --ep
+grep -q 'TP replica' "$tmp/err"
+expect_status 1 "$bin/medha-sched" --sim h200 -m "$tmp/qwen2moe.gguf" \
+    --tp 4 --ep "$tmp/trace.jsonl"
+grep -q '6 experts of .* do not split evenly over tp 4' "$tmp/err"
+
+for m in qwen3moe llama4; do
+	topo_compare tp2 "$tmp/$m.gguf" "$tmp/trace.jsonl" \
+	    MEDHA_WORKER_OPTS=--ep
+	grep -q 'kvp 1, experts split whole)' "$tmp/logs-tp2/sched.log" || {
+		echo "$m: the replica does not say --ep"
+		exit 1
+	}
+done
 topo_compare kvp2 "$tmp/gemma2-tp.gguf" "$tmp/trace.jsonl"
 topo_compare tp2 "$tmp/phi3.gguf" "$tmp/trace.jsonl"
 echo "topo-arch: ok"

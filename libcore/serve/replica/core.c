@@ -313,6 +313,10 @@ make_core_on(struct rep_core *c, const struct medha_replica_config *cfg,
 	if ((rc = medha_pred_init(&c->pred, g, &m, h->tp, h->spp, h->kvp)) != 0)
 		return medha_why(why, whylen, rc, "predictor: bad layout");
 	c->have_pred = 1;
+	/* the workers split the experts whole (--ep): its costs */
+	if ((h->caps & MEDHA_HELLO_EP) &&
+	    (rc = medha_pred_set_ep(&c->pred, why, whylen)) != 0)
+		return rc;
 	if (cfg->predictor != NULL &&
 	    (rc = medha_pred_load_table(&c->pred, cfg->predictor, why,
 	         whylen)) != 0)

@@ -160,9 +160,10 @@ hello_join(struct medha_replica *r, struct medha_srv_ev *ev,
 		ws->ready = 1;
 		rep_flights_ready(r);
 		medha_log(MEDHA_LOG_INFO,
-		    "ready: %d worker%s (tp %d x spp %d x kvp %d), %s "
+		    "ready: %d worker%s (tp %d x spp %d x kvp %d%s), %s "
 		    "backend, model %s, %lld KV blocks of %d",
 		    ws->n, ws->n > 1 ? "s" : "", c->tp, c->spp, c->kvp,
+		    c->caps & MEDHA_HELLO_EP ? ", experts split whole" : "",
 		    c->backend, c->model,
 		    (long long)medha_sched_group_capacity(c->sched),
 		    medha_sched_block_size(c->sched));
@@ -255,11 +256,12 @@ on_hello(struct medha_replica *r, struct medha_srv_ev *ev,
 	        h->caps != c->caps)) {
 		medha_srv_error(r->f.srv, ev->call, MEDHA_EINVAL,
 		    "worker does not match the replica (%s backend, blocks "
-		    "of %d, %lld blocks, vocab %d, %s)",
+		    "of %d, %lld blocks, vocab %d, %s, %s)",
 		    c->backend, medha_sched_block_size(c->sched),
 		    (long long)medha_sched_group_capacity(c->sched), c->vocab,
 		    c->caps & MEDHA_HELLO_WINDOW_KV ? "--window-kv"
-		                                    : "no --window-kv");
+		                                    : "no --window-kv",
+		    c->caps & MEDHA_HELLO_EP ? "--ep" : "no --ep");
 		return;
 	}
 	/* h is good: now the core (a failure here leaves none made); the

@@ -85,6 +85,8 @@ wk_hello_of(struct medha_msg_hello *h, const struct medha_worker_config *c,
 	snprintf(h->fingerprint, sizeof(h->fingerprint), "%s", fp);
 	if (in->caps & MEDHA_BACKEND_WINDOW_KV)
 		h->caps |= MEDHA_HELLO_WINDOW_KV;
+	if (in->ep && p->lay.tp > 1)
+		h->caps |= MEDHA_HELLO_EP;
 }
 
 /*

@@ -140,7 +140,7 @@ wk_peers_take(struct wk_peers *p, struct medha_backend *be,
 
 /* Collective kinds in tags (MEDHA_COLL_TAG): hidden states between
  * stages, KVP partial attention; the backend's TP all-gathers are
- * TAG_TP + its kind (0-3). */
+ * TAG_TP + its kind (0-3; 4-6 on a routed layer: cpu/cpu_impl.h). */
 enum { TAG_STAGE = 1, TAG_KVP = 2, TAG_TP = 8 };
 
 /* Host memory only: net/coll.h reaches no device. */
