@@ -308,6 +308,7 @@ main(int argc, char **argv)
 		t_merge(3, 17, 8, 128);
 		t_kv_append(MEDHA_K_BF16, 1, 256);
 		t_merge(2, 5, 4, 256);
+		t_moe_all(0);
 	}
 	char st[300];
 
