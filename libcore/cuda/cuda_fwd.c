@@ -6,7 +6,8 @@
  * appended to each sequence's blocks, attention of each sequence's
  * tokens against its cache, the output projection (its residual add
  * fused into the product: beta 1), RMSNorm, the fused gate/up product,
- * SwiGLU, down (its add fused too); then the final norm and the logits
+ * SwiGLU, down (its add fused too), or in a routed layer the experts
+ * (cuda_moe.c); then the final norm and the logits
  * of the rows asked for, and the greedy tokens by argmax on the GPU.
  * The other families' operators come from the model's description
  * (model.h's struct medha_arch, read per layer as the cpu backend reads
@@ -94,9 +95,9 @@ attn_scale(const struct medha_model_config *mc)
  * normed by post (gemma's post-norms; NULL: none) and added to the
  * residual stream.
  */
-static int
-reduce_add(struct medha_cuda *c, int l, int kind, int n, const float *post,
-    char *why, size_t whylen)
+int
+cuda_reduce_add(struct medha_cuda *c, int l, int kind, int n,
+    const float *post, char *why, size_t whylen)
 {
 	const size_t len = (size_t)n * c->c.dim;
 	int rc = 0;
@@ -199,22 +200,21 @@ attn_half(struct medha_cuda *c, int l, int n, int merge, char *why,
 		rc = cuda_gemm(c, L->wo, d, c->qd, c->s.att, n,
 		    one ? c->s.x : c->s.y, d, one ? 1 : 0, why, whylen);
 	if (rc == 0 && !one)
-		rc = reduce_add(c, l, 0, n, L->post_a, why, whylen);
+		rc = cuda_reduce_add(c, l, 0, n, L->post_a, why, whylen);
 	return rc;
 }
 
 /*
  * The FFN half of layer l: RMSNorm, gate and up in one product, SwiGLU
  * (or GeGLU), down into the residual stream (fused as attn_half's
- * output projection). A routed FFN (experts) would be another half of
- * this shape, its weights beside these in struct cuda_layer.
+ * output projection). A routed layer's is cuda_moe.c's instead.
  */
 static int
 ffn_half(struct medha_cuda *c, int l, int n, char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
 	const struct cuda_layer *L = &c->w.L[l];
-	const int d = mc->dim, ff = c->ff;
+	const int d = mc->dim, ff = L->ff;
 	const int one = c->tp == 1 && L->post_f == NULL;
 	float *g = c->s.gu, *u = c->s.gu + ff;
 	int rc;
@@ -237,7 +237,7 @@ ffn_half(struct medha_cuda *c, int l, int n, char *why, size_t whylen)
 		rc = cuda_gemm(c, L->wdown, d, ff, c->s.act, n,
 		    one ? c->s.x : c->s.y, d, one ? 1 : 0, why, whylen);
 	if (rc == 0 && !one)
-		rc = reduce_add(c, l, 1, n, L->post_f, why, whylen);
+		rc = cuda_reduce_add(c, l, 1, n, L->post_f, why, whylen);
 	return rc;
 }
 
@@ -319,7 +319,9 @@ cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
 	for (int l = f->layer_lo; rc == 0 && l < f->layer_hi; l++) {
 		lw[0] = '\0';
 		if ((rc = attn_half(c, l, n, merge, lw, sizeof(lw))) != 0 ||
-		    (rc = ffn_half(c, l, n, lw, sizeof(lw))) != 0)
+		    (rc = medha_layer_moe(mc, l)
+		             ? cuda_moe_half(c, l, n, lw, sizeof(lw))
+		             : ffn_half(c, l, n, lw, sizeof(lw))) != 0)
 			return medha_why(why, whylen, rc, "layer %d: %s", l,
 			    lw);
 	}
