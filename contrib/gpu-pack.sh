@@ -20,6 +20,9 @@
 #   build/gpu-pack/families/  a random model of each other family
 #                          (tests/ref/arch_model.py's CUDA_CASES, about
 #                          a megabyte each) for gpu-check.sh's families
+#   build/gpu-pack/moe/   a random model of each mixture of experts
+#                          (CUDA_MOE_CASES, under two megabytes each) for
+#                          gpu-check.sh's moe step
 #   build/gpu-pack/MANIFEST   the commit, the date, every file's size
 #   build/gpu-smollm2-N/  SmolLM2 (98 MB, too much for one run) in four
 #                         pieces with its md5, for backend_cuda_test's
@@ -111,6 +114,12 @@ if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
 	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$pack/families" \
 	    qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu \
 	    gemma3-256-cu ||
+	    status=1
+	# the mixtures of experts (gpu-check.sh's moe step)
+	mkdir -p "$pack/moe"
+	# shellcheck disable=SC2046 # the case names, one argument each
+	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$pack/moe" \
+	    $("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases) ||
 	    status=1
 fi
 # SmolLM2 in pieces of 25 MB, each folder with the whole file's md5

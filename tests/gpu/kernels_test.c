@@ -13,6 +13,9 @@
  *	                          medha_cpu_attn and medha_attn_merge, on the
  *	                          same random paged inputs (make test runs
  *	                          this through tests/sh/kernels-ref.sh)
+ *	kernels_test --moe-bench  the routed FFN's kernels timed at a
+ *	                          large MoE's shape (contrib/gpu-check.sh's
+ *	                          moe step): numbers, no checks
  *
  * One line per case: "ok" or "FAIL", the name, the measured error and
  * the tolerance (relative L2 under 1e-2 for bf16 paths, 1e-4 for f32
@@ -1646,7 +1649,8 @@ t_moe(const char *what, int n, int ne, int k, int dim, int N, int sigm,
 	report(label, rel_l2(lg, ref, (int64_t)n * rows), 1e-5);
 
 	/* the routing against float64 on the same logits */
-	struct medha_k_moe m = {ne, k, sigm, by_logit, norm_w};
+	struct medha_k_moe m = {.ne = ne, .k = k, .sigmoid = sigm,
+	    .by_logit = by_logit, .norm_w = norm_w};
 	m.sel = dalloc(4 * (size_t)nk);
 	m.wt = dalloc(4 * (size_t)nk);
 	m.gsh = shg ? dalloc(4 * (size_t)n) : NULL;
@@ -1829,10 +1833,98 @@ t_moe_all(int big)
 	t_moe("qwen3moe decode", 3, 16, 4, 64, 64, 0, 0, 1, 0);
 }
 
+/*
+ * --moe-bench: the routed FFN's kernels timed on a GPU (contrib/gpu-
+ * check.sh's moe step), at Qwen3-30B-A3B's shape (128 experts, top-8,
+ * dim 2048, 768 rows each), batches of 1 to 256 tokens: routing, sort,
+ * gather, the grouped gate/up and down products; the experts a batch
+ * touched (from the offsets), the bytes of their weights over the time
+ * (a decode step's bound) and the products' rate. Prints numbers, checks
+ * nothing (the correctness is t_moe's).
+ */
+static void
+moe_bench(void)
+{
+	const int ne = 128, k = 8, d = 2048, ef = 768, bs[] = {1, 16, 64, 256};
+	const int nmax = 256, nk = nmax * k, it = 20;
+	const int nt = medha_k_moe_tiles(nmax, ne, k);
+	struct medha_k_moe m = {.ne = ne, .k = k, .norm_w = 1};
+	float *lg = rand_q((int64_t)nmax * ne, 3.0f);
+	float *dlg = dup_to(lg, 4 * (size_t)nmax * ne);
+	uint16_t *wgu = dalloc(2 * (size_t)ne * 2 * ef * d);
+	uint16_t *wdn = dalloc(2 * (size_t)ne * d * ef);
+	uint16_t *x = dalloc(2 * (size_t)nmax * d), *xg = dalloc(2 * (size_t)nk * d);
+	uint16_t *act = dalloc(2 * (size_t)nk * ef);
+	float *gu = dalloc(4 * (size_t)nk * 2 * ef), *ys = dalloc(4 * (size_t)nk * d);
+	int32_t off[129];
+	cudaEvent_t a, b;
+
+	CL(medha_k_fill_random(wgu, (int64_t)ne * 2 * ef * d, 1, 0, 0.03f, 0));
+	CL(medha_k_fill_random(wdn, (int64_t)ne * d * ef, 1, 1ull << 40, 0.03f, 0));
+	CL(medha_k_fill_random(x, (int64_t)nmax * d, 1, 2ull << 40, 1.0f, 0));
+	m.sel = dalloc(4 * (size_t)nk);
+	m.wt = dalloc(4 * (size_t)nk);
+	m.row = dalloc(4 * (size_t)nk);
+	m.src = dalloc(4 * (size_t)nk);
+	m.off = dalloc(4 * (size_t)(ne + 1));
+	m.tiles = dalloc(12 * (size_t)nt);
+	CK(cudaEventCreate(&a));
+	CK(cudaEventCreate(&b));
+	for (size_t i = 0; i < sizeof(bs) / sizeof(bs[0]); i++) {
+		const int n = bs[i], t = medha_k_moe_tiles(n, ne, k);
+		float ms = 0;
+		int touched = 0;
+		for (int r = 0; r <= it; r++) {
+			if (r == 1)
+				CK(cudaEventRecord(a, 0));
+			CL(medha_k_moe_route(&m, dlg, ne, n, 0));
+			CL(medha_k_moe_sort(&m, n, 0));
+			CL(medha_k_moe_gather(xg, x, d, d, &m, n, 0, 0));
+			CL(medha_k_moe_gemm(gu, 2 * ef, xg, d, wgu,
+			    (int64_t)2 * ef * d, 2 * ef, d, m.tiles, t, 0));
+			CL(medha_k_swiglu(act, gu, 2 * ef, gu + ef, 2 * ef,
+			    n * k, ef, 0));
+			CL(medha_k_moe_gemm(ys, d, act, ef, wdn, (int64_t)d * ef,
+			    d, ef, m.tiles, t, 0));
+		}
+		CK(cudaEventRecord(b, 0));
+		CK(cudaEventSynchronize(b));
+		CK(cudaEventElapsedTime(&ms, a, b));
+		ms /= it;
+		from_dev(off, m.off, sizeof(off));
+		for (int e = 0; e < ne; e++)
+			touched += off[e + 1] > off[e];
+		double bytes = (double)touched * 3 * ef * d * 2;
+		double flop = 2.0 * n * k * 3 * ef * d;
+		printf("moe-bench: %d tokens, top-%d of %d (dim %d, %d rows): "
+		       "%d experts touched, %.1f us, %.0f GB/s of weights, "
+		       "%.2f TFLOP/s\n",
+		    n, k, ne, d, ef, touched, ms * 1e3, bytes / ms / 1e6,
+		    flop / ms / 1e9);
+	}
+	CK(cudaEventDestroy(a));
+	CK(cudaEventDestroy(b));
+	CK(cudaFree(dlg));
+	CK(cudaFree(wgu));
+	CK(cudaFree(wdn));
+	CK(cudaFree(x));
+	CK(cudaFree(xg));
+	CK(cudaFree(act));
+	CK(cudaFree(gu));
+	CK(cudaFree(ys));
+	CK(cudaFree(m.sel));
+	CK(cudaFree(m.wt));
+	CK(cudaFree(m.row));
+	CK(cudaFree(m.src));
+	CK(cudaFree(m.off));
+	CK(cudaFree(m.tiles));
+	free(lg);
+}
+
 int
 main(int argc, char **argv)
 {
-	int self_only = 0, ndev = 0;
+	int self_only = 0, ndev = 0, bench = 0;
 	cudaError_t e;
 
 	for (int i = 1; i < argc; i++) {
@@ -1840,9 +1932,11 @@ main(int argc, char **argv)
 			quick = 1;
 		else if (!strcmp(argv[i], "--self-check"))
 			self_only = 1;
+		else if (!strcmp(argv[i], "--moe-bench"))
+			bench = 1;
 		else {
 			fprintf(stderr, "usage: kernels_test [--quick] "
-			                "[--self-check]\n");
+			                "[--self-check] [--moe-bench]\n");
 			return 2;
 		}
 	}
@@ -1862,6 +1956,11 @@ main(int argc, char **argv)
 		printf("skip: no CUDA device (%s)\n", e != cudaSuccess ?
 		    cudaGetErrorString(e) : "none found");
 		return 77;
+	}
+	if (bench) {
+		seed(2);
+		moe_bench();
+		return 0;
 	}
 	self_check();
 	seed(2);

@@ -109,6 +109,27 @@ grep -q '^FAIL cuda backend: cuda: llama4: chunked attention, NoPE layers' \
 	exit 1
 }
 echo "cuda-mock-arch: llama4's attention refused at open, named"
+# contrib/gpu-check.sh's moe step on the stand-ins (its wiring: the models
+# from the pack's moe folder, a row per mixture, the acceptance line;
+# the stand-ins have no kernels_test, so no rates)
+mkdir -p "$tmp/mpack/moe" "$tmp/mout" "$tmp/mwork"
+for f in $moes; do
+	cp "$tmp/$f.gguf" "$tmp/mpack/moe/"
+done
+env OUT="$tmp/mout" work="$tmp/mwork" GPU_PACK="$tmp/mpack" \
+    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
+    CUDA_HOME=/nonexistent NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
+    bash "$top/contrib/gpu-check.sh" --part moe >"$tmp/mc.log" 2>&1 || {
+	cat "$tmp/mc.log"
+	exit 1
+}
+grep '^moe-row: ' "$tmp/mc.log"
+[ "$(grep -c '^moe-row: [^ ]* ok max |logit diff| .* (median .*), greedy [0-9]* of [0-9]* equal' \
+    "$tmp/mc.log")" = 3 ] &&
+    grep '^figure: 3 of 3 mixtures as the cpu backend' "$tmp/mc.log" || {
+	cat "$tmp/mc.log"
+	exit 1
+}
 # contrib/gpu-check.sh's families step on the stand-ins (its wiring: the
 # models from the pack's families folder, a table row per family)
 mkdir -p "$tmp/pack/families" "$tmp/gout" "$tmp/gwork"
