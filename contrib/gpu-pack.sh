@@ -20,9 +20,6 @@
 #   build/gpu-pack/families/  a random model of each other family
 #                          (tests/ref/arch_model.py's CUDA_CASES, about
 #                          a megabyte each) for gpu-check.sh's families
-#   build/gpu-pack/moe/   a random model of each mixture of experts
-#                          (CUDA_MOE_CASES, under two megabytes each) for
-#                          gpu-check.sh's moe step
 #   build/gpu-pack/MANIFEST   the commit, the date, every file's size
 #   build/gpu-smollm2-N/  SmolLM2 (98 MB, too much for one run) in four
 #                         pieces with its md5, for backend_cuda_test's
@@ -30,16 +27,24 @@
 #                         their own before the checks' run (each path a
 #                         run carries stays on the warm machine), which
 #                         gpu-check.sh puts together again
+#   build/gpu-moe/        a random model of each mixture of experts
+#                         (CUDA_MOE_CASES, under two megabytes each) for
+#                         gpu-check.sh's moe step: 5 MB the pack has no
+#                         room for, carried with the SmolLM2 pieces (or
+#                         in a run of its own) before the checks' run
 #
 # All are ignored paths (build/) that the device tool's run carries:
 #
 #   run(command="true", carry=["build/gpu-smollm2-1", "build/gpu-smollm2-2"])
-#   run(command="true", carry=["build/gpu-smollm2-3", "build/gpu-smollm2-4"])
+#   run(command="true", carry=["build/gpu-smollm2-3", "build/gpu-smollm2-4",
+#       "build/gpu-moe"])
 #   run(command="bash contrib/gpu-check.sh",
 #       carry=["build/gpu-pack", "build/gpu-libs"], timeout_s=540)
 #
-# (the first two only to check on SmolLM2; each call is a few seconds of
-# device time while the machine is warm, 30 s after the last)
+# (the first two only to check on SmolLM2, the second for the mixtures
+# too: without SmolLM2, carry=["build/gpu-moe"] alone; each call is a
+# few seconds of device time while the machine is warm, 30 s after the
+# last)
 #
 # Build first (make -j2 all and the GPU programs: make gpu-pack does
 # both). Exits 1 if a program is missing a library here, or the whole
@@ -53,7 +58,8 @@ libs=${GPU_PACK_OUT:-$top/build}/gpu-libs
 cache=${MEDHA_CACHE:-$top/cache}
 status=0
 
-rm -rf "$pack" "$libs" "${pack%/*}"/gpu-smollm2-*
+moe=${GPU_PACK_OUT:-$top/build}/gpu-moe
+rm -rf "$pack" "$libs" "$moe" "${pack%/*}"/gpu-smollm2-*
 mkdir -p "$pack/bin" "$pack/tests/gpu" "$libs"
 
 # the programs, stripped of their debug info (a third of their size)
@@ -115,10 +121,10 @@ if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
 	    qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu \
 	    gemma3-256-cu ||
 	    status=1
-	# the mixtures of experts (gpu-check.sh's moe step)
-	mkdir -p "$pack/moe"
+	# the mixtures of experts (gpu-check.sh's moe step), beside the pack
+	mkdir -p "$moe"
 	# shellcheck disable=SC2046 # the case names, one argument each
-	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$pack/moe" \
+	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$moe" \
 	    $("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases) ||
 	    status=1
 fi

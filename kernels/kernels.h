@@ -114,6 +114,13 @@ int medha_k_add(float *x, const float *y, int64_t n, cudaStream_t stream);
 int medha_k_bias_add(float *x, int row_stride, int n, const float *b,
     int width, cudaStream_t stream);
 
+/* Llama 4's attention temperature on a NoPE layer's q: row t's columns
+   [0, width) of x (n rows of row_stride floats) times 1 + scale
+   ln(1 + floor((pos[t] + 1) / floor)), the factor in f64 then rounded
+   (cpu.c's, as llama.cpp's llm_graph_input_attn_temp). */
+int medha_k_attn_temp(float *x, int row_stride, int n, int width,
+    const int64_t *pos, float scale, int floor, cudaStream_t stream);
+
 /* x *= s, n floats (gemma's embeddings times sqrt(dim)). */
 int medha_k_scale(float *x, int64_t n, float s, cudaStream_t stream);
 
@@ -185,7 +192,8 @@ int medha_k_kv_append(const struct medha_k_kv_layer *kv,
  * Causal grouped-query attention of a mixed batch: for each sequence,
  * each of its query rows (position p = pos + i) against the cached keys
  * at positions [kv_base, min(kv_base + kv_len, p + 1)) (and above p -
- * window, where window is set), softmax scaled by `scale` (and capped
+ * window, where window is set; from p - p % chunk, where chunk is),
+ * softmax scaled by `scale` (and capped
  * by softcap). q is (n_tokens, n_heads * head_dim) f32 with row stride
  * qs; query head h reads kv head h / (n_heads / n_kv_heads). out is
  * (n_tokens, n_heads * head_dim) bf16 (the output projection's input)
@@ -227,6 +235,9 @@ struct medha_k_attn {
 	int window;      /* a sliding window W: the row at position p sees
 	                    keys at positions (p - W, p] only (the plan is
 	                    the same: it does not depend on W) */
+	int chunk;       /* llama4's chunked attention C: the row at p sees
+	                    keys at positions [p - p % C, p] only (with a
+	                    window too, the later start of the two) */
 };
 
 size_t medha_k_attn_workspace(const struct medha_k_attn *a);

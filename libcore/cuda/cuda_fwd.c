@@ -13,7 +13,9 @@
  * (model.h's struct medha_arch, read per layer as the cpu backend reads
  * it): the embeddings' scale, Q/K/V biases, Q/K norms per head, RoPE of
  * the layer's kind (NEOX or NORM, scaled: c->w.rope), the layer's window
- * and the attention's soft-cap (in the attention kernels), post-norms
+ * and the attention's soft-cap (in the attention kernels), llama4's
+ * chunks (there too), NoPE layers with their temperature and weightless
+ * Q/K norms on the others, post-norms
  * (the product then out of place, normed, added), GELU, and the final
  * soft-cap of the logits.
  * With TP each rank's output projection and down give a partial sum over
@@ -58,7 +60,7 @@ cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen)
 {
 	struct medha_k_attn a = {&c->kv.kvl[c->lo], &c->s.desc.s, c->s.qkv,
 	    c->qkvd, c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->s.att, NULL,
-	    NULL, NULL, 0, 0, 0, 0};
+	    NULL, NULL, 0, 0, 0, 0, 0};
 	size_t n = medha_k_attn_workspace(&a), n2;
 
 	a.out = NULL;
@@ -115,7 +117,9 @@ cuda_reduce_add(struct medha_cuda *c, int l, int kind, int n,
 }
 
 /* Q and K of the batch's rows, in c->s.qkv, as layer l's description
-   says: biases, each head's norm, RoPE of the layer's kind. */
+   says: biases, each head's norm, RoPE of the layer's kind; llama4's
+   NoPE layer's temperature on q instead, its other layers' norms without
+   weights after RoPE (cpu.c's qk_token). */
 static int
 qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
     size_t whylen)
@@ -124,6 +128,7 @@ qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
 	const int64_t *tpos = (const int64_t *)(c->s.desc.d + c->s.desc.o_tpos);
 	const struct medha_k_rope *r = &c->w.rope[medha_layer_rope(mc, l)];
 	float *q = c->s.qkv, *k = c->s.qkv + c->qd;
+	const int rope = medha_layer_has_rope(mc, l);
 	int rc = 0;
 
 	if (L->bqkv != NULL)
@@ -138,14 +143,27 @@ qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
 		rc = cuda_ok(medha_k_rmsnorm_heads(k, c->qkvd, n, c->nkv,
 		                 mc->head_dim, L->kn, mc->norm_eps, c->st),
 		    "medha_k_rmsnorm_heads (K)", why, whylen);
-	if (rc == 0)
+	if (rc == 0 && rope)
 		rc = cuda_ok(medha_k_rope_ext(q, tpos, n, c->qkvd, c->nh,
 		                 mc->head_dim, mc->n_rot, r, c->st),
 		    "medha_k_rope_ext (Q)", why, whylen);
-	if (rc == 0)
+	if (rc == 0 && rope)
 		rc = cuda_ok(medha_k_rope_ext(k, tpos, n, c->qkvd, c->nkv,
 		                 mc->head_dim, mc->n_rot, r, c->st),
 		    "medha_k_rope_ext (K)", why, whylen);
+	if (rc == 0 && !rope && mc->a.attn_temp_scale != 0)
+		rc = cuda_ok(medha_k_attn_temp(q, c->qkvd, n, c->qd, tpos,
+		                 mc->a.attn_temp_scale, mc->a.attn_temp_floor,
+		                 c->st),
+		    "medha_k_attn_temp", why, whylen);
+	if (rc == 0 && rope && mc->a.qk_l2norm)
+		rc = cuda_ok(medha_k_rmsnorm_heads(q, c->qkvd, n, c->nh,
+		                 mc->head_dim, c->w.ones, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (Q, no weights)", why, whylen);
+	if (rc == 0 && rope && mc->a.qk_l2norm)
+		rc = cuda_ok(medha_k_rmsnorm_heads(k, c->qkvd, n, c->nkv,
+		                 mc->head_dim, c->w.ones, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (K, no weights)", why, whylen);
 	return rc;
 }
 
@@ -167,7 +185,8 @@ attn_half(struct medha_cuda *c, int l, int n, int merge, char *why,
 	    c->qkvd, c->nh, attn_scale(mc), merge ? NULL : c->s.att,
 	    merge ? c->s.attf : NULL, merge ? c->s.lse : NULL, c->s.awork,
 	    c->s.awork_cap, 1, /* planned: cuda_run_layers made the plan */
-	    mc->a.attn_softcap, medha_layer_window(mc, l)};
+	    mc->a.attn_softcap, medha_layer_window(mc, l),
+	    medha_layer_chunk(mc, l)};
 	int rc;
 
 	rc = cuda_ok(medha_k_rmsnorm(c->s.xn, c->s.x, L->attn_norm, n, d,
@@ -306,7 +325,7 @@ cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
 	const int n = f->b->n_tokens, merge = merging(f);
 	struct medha_k_attn a = {&c->kv.kvl[f->layer_lo], &c->s.desc.s,
 	    c->s.qkv, c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim),
-	    c->s.att, NULL, NULL, c->s.awork, c->s.awork_cap, 0, 0, 0};
+	    c->s.att, NULL, NULL, c->s.awork, c->s.awork_cap, 0, 0, 0, 0};
 	char lw[256];
 	int rc = 0;
 

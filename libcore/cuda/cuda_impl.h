@@ -150,6 +150,8 @@ struct cuda_graph {
 struct cuda_weights {
 	uint16_t *embd, *out;       /* (vocab, dim) or NULL */
 	float *onorm, *freqs;       /* (dim), (n_rot / 2) or NULL */
+	float *ones;                /* (head_dim) ones: llama4's Q/K norms
+	                               without weights, or NULL */
 	struct medha_k_rope rope[2]; /* RoPE of each kind (medha_layer_rope:
 	                                the model's, a window layer's own) */
 	struct cuda_layer *L;       /* (n_layers), [lo, hi) filled */

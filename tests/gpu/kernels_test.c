@@ -405,6 +405,7 @@ dbatch_free(struct dbatch *d)
 /* the other families' attention (kernels.h's window and softcap), for
    ref_attn and the cases that set them: 0, none */
 static int attn_window;
+static int attn_chunk; /* llama4's chunks (kernels.h's chunk): 0, none */
 static double attn_cap;
 
 static void
@@ -427,6 +428,11 @@ ref_attn(const struct batch *b, const float *q, int qs, int n_heads,
 			if (attn_window > 0 &&
 			    x->pos + r + 1 - attn_window - x->kv_base > 0)
 				i0 = x->pos + r + 1 - attn_window - x->kv_base;
+			/* a chunk: keys of the row's chunk of attn_chunk only */
+			if (attn_chunk > 0 && (x->pos + r) / attn_chunk *
+			        attn_chunk - x->kv_base > i0)
+				i0 = (x->pos + r) / attn_chunk * attn_chunk -
+				    x->kv_base;
 			for (int h = 0; h < n_heads; h++) {
 				const float *qv = q + t * qs + (int64_t)h * hd;
 				double *o = out + (t * n_heads + h) * hd, m = -INFINITY,
@@ -839,7 +845,8 @@ t_attn_case(const char *name, const struct hseq *hs, int n, int type,
 	for (int simple = 0; simple < 2; simple++) {
 		struct medha_k_attn a = {.kv = &d.kv, .s = &d.s, .q = dq,
 		    .qs = qs, .n_heads = n_heads, .scale = 1.0f / sqrtf(hd),
-		    .softcap = (float)attn_cap, .window = attn_window};
+		    .softcap = (float)attn_cap, .window = attn_window,
+		    .chunk = attn_chunk};
 		void *work;
 
 		if (simple)
@@ -957,6 +964,17 @@ t_attn(void)
 	    MEDHA_K_BF16, 8, 4, 256);
 	attn_window = 0;
 	attn_cap = 0;
+	/* llama4's chunked attention: chunks of 256 and 8192 (rows on both
+	   sides of a chunk's edge, KVP pieces wholly before a row's chunk) */
+	attn_chunk = 256;
+	t_attn_case("mixed hd64 9/3 bf16 chunk 256", mixed, 5, MEDHA_K_BF16,
+	    9, 3, 64);
+	t_attn_case("kvp pieces hd128 8/2 f16 chunk 256", kvp, 4, MEDHA_K_F16,
+	    8, 2, 128);
+	attn_chunk = 8192;
+	t_attn_case("chunks 32 vs 20K, 300 hd128 4/1 chunk 8192", chunk, 2,
+	    MEDHA_K_BF16, 4, 1, 128);
+	attn_chunk = 0;
 
 	/* a head_dim with no instance is refused before any launch */
 	struct medha_k_kv_layer kv = {NULL, NULL, MEDHA_K_BF16, 1, 96, 16};
@@ -1338,6 +1356,33 @@ t_family(int n)
 		snprintf(label, sizeof(label), "softcap 3 %lld against float64",
 		    (long long)(2 * m));
 		report(label, rel_l2(g2, rc, 2 * m), 1e-6);
+
+		/* llama4's temperature on rows of stride 2 w (the columns
+		   past w untouched), positions to 100K, against float64 */
+		{
+			const int w = m / n;
+			int64_t *pos = malloc((size_t)n * 8);
+			for (int t = 0; t < n; t++)
+				pos[t] = t == 0 ? 8190 : (int64_t)(rnext() % 100000);
+			int64_t *dpos = dup_to(pos, (size_t)n * 8);
+			CK(cudaMemcpy(dgu, gu, (size_t)m * 8,
+			    cudaMemcpyHostToDevice));
+			CL(medha_k_attn_temp(dgu, 2 * w, n, w, dpos, 0.1f, 8192,
+			    0));
+			from_dev(g2, dgu, (size_t)m * 8);
+			for (int t = 0; t < n; t++)
+				for (int c = 0; c < 2 * w; c++) {
+					const size_t i = (size_t)t * 2 * w + c;
+					rc[i] = c >= w ? gu[i]
+					    : gu[i] * (1 + 0.1 * log(1 +
+					        floor((pos[t] + 1) / 8192.0)));
+				}
+			snprintf(label, sizeof(label), "attn_temp %dx%d (stride "
+			    "%d) against float64", n, w, 2 * w);
+			report(label, rel_l2(g2, rc, 2 * m), 1e-6);
+			CK(cudaFree(dpos));
+			free(pos);
+		}
 		CK(cudaFree(dgu));
 		CK(cudaFree(dyb));
 		CK(cudaFree(db));

@@ -134,7 +134,10 @@ CUDA_CASES = {
 # MOE_CASES: Mixtral's normalised softmax top-2 of 8, qwen2moe's
 # unnormalised top-2 of 6 with a gated shared expert and its routed
 # layers in turn with dense ones (moe_step), qwen3moe's normalised top-4
-# of 16 with Q/K norms
+# of 16 with Q/K norms, llama4's sigmoid top-1 of 4 on the input with a
+# shared expert, routed and dense layers in turn, NoPE and its
+# temperature on the fourth layer, L2 Q/K norms on the others (its
+# chunks of 8192 longer than the tests' prompts: kernels_test's)
 CUDA_MOE_CASES = {
     "mixtral-cu": ("llama", 2, 128, 4, 2, 64, 96,
                    {"experts": (8, 2, 96), "embd": 0.005, "vocab": 2048}),
@@ -144,13 +147,11 @@ CUDA_MOE_CASES = {
     "qwen3moe-cu": ("qwen3moe", 2, 128, 4, 2, 64, 256,
                     {"experts": (16, 4, 64), "embd": 0.005,
                      "vocab": 2048}),
+    "llama4-cu": ("llama4", 4, 128, 4, 2, 64, 256,
+                  {"experts": (4, 1, 128), "moe_step": 2, "embd": 0.005,
+                   "vocab": 2048}),
 }
 CUDA_CASES.update(CUDA_MOE_CASES)
-# llama4 at the cuda backend's head size: its attention (chunks, NoPE
-# with temperature tuning, L2 Q/K norms) the cuda backend refuses, named
-CUDA_CASES["llama4-cu"] = ("llama4", 4, 128, 4, 2, 64, 256,
-                           {"experts": (4, 1, 128), "moe_step": 2,
-                            "embd": 0.005, "vocab": 2048})
 
 
 def field(r, name):

@@ -22,7 +22,7 @@
 # window spans pieces) against one backend, decode graphs replayed. Then
 # a head size the kernels lack (32) is refused at open, naming it. Then
 # the mixtures of experts (CUDA_MOE_CASES: the routed FFN, kernels/moe.cu)
-# through the same cases, and llama4's attention refused, named. Skips
+# through the same cases. Skips
 # without the cuda build or the cache (SmolLM2's tokenizer, the venv).
 . "$(dirname "$0")/lib.sh"
 cuda_mock_need
@@ -69,14 +69,15 @@ echo "cuda-mock-arch: head size 32 refused at open, named"
 # libcore/cuda/cuda_moe.c, kernels/moe.cu's launchers as the stand-ins'
 # twins): Mixtral's normalised softmax top-2 of 8, qwen2moe's gated
 # shared expert with routed and dense layers in turn, qwen3moe's top-4 of
-# 16 with Q/K norms, each through the same cases as the families (the
+# 16 with Q/K norms, llama4's sigmoid top-1 on the input with a shared
+# expert, NoPE with its temperature and L2 Q/K norms (routed and dense
+# layers in turn), each through the same cases as the families (the
 # cpu backend's tokens but at near-ties; a routing near-tie may move a
 # step: backend_cuda_test's rule for experts), TP 2 splitting every
-# expert's rows; then their decode steps replayed from graphs; then
-# llama4 (its attention has no cuda kernels) refused at open, named
+# expert's rows; then their decode steps replayed from graphs
 moes=$("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases)
 # shellcheck disable=SC2086 # the case names, one argument each
-"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $moes llama4-cu
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $moes
 mpaths=
 for f in $moes; do
 	mpaths="$mpaths $tmp/$f.gguf"
@@ -100,23 +101,14 @@ for f in $moes; do
 	done
 done
 grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/moe"
-MEDHA_CUDA_TEST_FAMILIES=$tmp/llama4-cu.gguf MEDHA_CUDA_TEST_CASES=numerics \
-    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/l4.out" 2>&1 || :
-grep -q '^FAIL cuda backend: cuda: llama4: chunked attention, NoPE layers' \
-    "$tmp/l4.out" || {
-	cat "$tmp/l4.out"
-	echo "cuda-mock-arch: llama4's attention not refused by name"
-	exit 1
-}
-echo "cuda-mock-arch: llama4's attention refused at open, named"
 # contrib/gpu-check.sh's moe step on the stand-ins (its wiring: the models
-# from the pack's moe folder, a row per mixture, the acceptance line;
+# from gpu-pack.sh's gpu-moe folder, a row per mixture, the acceptance line;
 # the stand-ins have no kernels_test, so no rates)
-mkdir -p "$tmp/mpack/moe" "$tmp/mout" "$tmp/mwork"
+mkdir -p "$tmp/gpu-moe" "$tmp/mout" "$tmp/mwork"
 for f in $moes; do
-	cp "$tmp/$f.gguf" "$tmp/mpack/moe/"
+	cp "$tmp/$f.gguf" "$tmp/gpu-moe/"
 done
-env OUT="$tmp/mout" work="$tmp/mwork" GPU_PACK="$tmp/mpack" \
+env OUT="$tmp/mout" work="$tmp/mwork" GPU_MOE="$tmp/gpu-moe" \
     GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
     CUDA_HOME=/nonexistent NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
     bash "$top/contrib/gpu-check.sh" --part moe >"$tmp/mc.log" 2>&1 || {
@@ -125,8 +117,8 @@ env OUT="$tmp/mout" work="$tmp/mwork" GPU_PACK="$tmp/mpack" \
 }
 grep '^moe-row: ' "$tmp/mc.log"
 [ "$(grep -c '^moe-row: [^ ]* ok max |logit diff| .* (median .*), greedy [0-9]* of [0-9]* equal' \
-    "$tmp/mc.log")" = 3 ] &&
-    grep '^figure: 3 of 3 mixtures as the cpu backend' "$tmp/mc.log" || {
+    "$tmp/mc.log")" = 4 ] &&
+    grep '^figure: 4 of 4 mixtures as the cpu backend' "$tmp/mc.log" || {
 	cat "$tmp/mc.log"
 	exit 1
 }

@@ -292,6 +292,9 @@ attn_row(const struct medha_k_attn *a, const struct medha_k_seqs *s, int q,
 		nk = 0;
 	if (a->window > 0 && p + 1 - a->window - s->kv_base[q] > 0)
 		j0 = p + 1 - a->window - s->kv_base[q];
+	/* llama4's chunk: keys from the start of p's chunk */
+	if (a->chunk > 0 && p / a->chunk * a->chunk - s->kv_base[q] > j0)
+		j0 = p / a->chunk * a->chunk - s->kv_base[q];
 	for (int64_t j = j0; j < nk; j++) {
 		float d = 0;
 		for (int c = 0; c < hd; c++)
@@ -446,6 +449,18 @@ struct a_bias { float *x; int rs, n; const float *b; int w; };
 static void r_bias(void *p) { struct a_bias *a = p; do_bias(a->x, a->rs, a->n, a->b, a->w); }
 int medha_k_bias_add(float *x, int rs, int n, const float *b, int w, cudaStream_t s)
 { struct a_bias a = {x, rs, n, b, w}; (void)s; if (rs < w) return cudaErrorInvalidValue; return launch(r_bias, &a, sizeof(a)); }
+
+struct a_temp { float *x; int rs, n, w; const int64_t *pos; float sc; int fl; };
+static void r_temp(void *p)
+{
+	struct a_temp *a = p;
+	for (int t = 0; t < a->n; t++) {
+		const double f = log(floor((a->pos[t] + 1.0) / a->fl) + 1.0) * a->sc + 1.0;
+		for (int c = 0; c < a->w; c++) a->x[(size_t)t*a->rs+c] = (float)(a->x[(size_t)t*a->rs+c] * f);
+	}
+}
+int medha_k_attn_temp(float *x, int rs, int n, int w, const int64_t *pos, float sc, int fl, cudaStream_t s)
+{ struct a_temp a = {x, rs, n, w, pos, sc, fl}; (void)s; if (rs < w || fl < 1) return cudaErrorInvalidValue; return launch(r_temp, &a, sizeof(a)); }
 
 struct a_scale { float *x; int64_t n; float s, cap; };
 static void r_scale(void *p) { struct a_scale *a = p; do_scale(a->x, a->n, a->s, a->cap); }
