@@ -22,8 +22,8 @@
  * and up rows and the same columns of its down (and of the shared
  * expert's), computes the router whole (its x is every rank's), and its
  * weighted sum is a partial sum over its columns, all-reduced and added
- * as the dense down's is. Expert parallelism (--ep) is not here: the
- * backend refuses it (engine/backend_cuda.c).
+ * as the dense down's is. Expert parallelism (--ep, experts whole on
+ * each rank) is not here: it is the cpu backend's.
  */
 #include "cuda/cuda_impl.h"
 
