@@ -48,7 +48,8 @@
 #
 # Build first (make -j2 all and the GPU programs: make gpu-pack does
 # both). Exits 1 if a program is missing a library here, or the whole
-# is over 56 MiB (the run carries 64 MiB with the working tree).
+# with the working tree is over 63 MiB (the run carries 64 MiB: about
+# 4 MiB of tree, so about 59 of pack).
 top=$(cd "$(dirname "$0")/.." && pwd)
 bindir=${1:-$top/bin}
 build=${2:-$top/build}
@@ -149,12 +150,18 @@ fi
 	    sort | xargs ls -l | awk '{ printf "%10d %s\n", $5, $9 }')
 } >"$pack/MANIFEST"
 size=$(du -skL "$pack" "$libs" | awk '{ s += $1 } END { print s }')
+# the working tree travels with them (the files git tracks, and those it
+# does not ignore), KiB
+tree=$( (cd "$top" && git ls-files -coz --exclude-standard 2>/dev/null |
+    xargs -0 cat 2>/dev/null) | wc -c)
+tree=$((tree / 1024))
 echo "gpu-pack: build/gpu-pack and build/gpu-libs, $((size / 1024)) MiB" \
     "($(ls "$pack/bin" | wc -l) programs, $(ls "$pack/tests/gpu" | wc -l)" \
-    "GPU tests and benchmarks, $(ls "$libs" | wc -l) libraries)"
-if [ "$size" -gt $((56 * 1024)) ]; then
-	echo "gpu-pack: over 56 MiB: the device tool carries 64 MiB with the" \
-	    "working tree" >&2
+    "GPU tests and benchmarks, $(ls "$libs" | wc -l) libraries), with the" \
+    "working tree's $((tree / 1024)) MiB"
+if [ $((size + tree)) -gt $((63 * 1024)) ]; then
+	echo "gpu-pack: over 63 MiB with the working tree: the device tool" \
+	    "carries 64 MiB" >&2
 	status=1
 fi
 exit "$status"
