@@ -195,7 +195,7 @@ SIMT_ASAN    = -fsanitize=address,undefined -fno-omit-frame-pointer \
     -fno-sanitize-recover=undefined
 SIMT_SANFL   = $(if $(filter 1,$(SIMT_SAN)),$(SIMT_ASAN))
 SIMT_OUT     ?= $(BUILD)/tests/gpu/simt$(if $(filter 1,$(SIMT_SAN)),-san)
-SIMT_NAMES   = attn attn_mma kv norm rope merge add embed swiglu
+SIMT_NAMES   = attn attn_mma kv norm rope merge add embed swiglu moe
 SIMT_OBJS    = $(SIMT_NAMES:%=$(SIMT_OUT)/%.o)
 SIMT_CXX     = g++ -std=c++17 -O1 -g -w $(SIMT_SANFL) -DMEDHA_SIMT \
     -isystem $(SIMT_CUDA)/include -I$(SIMT_KERNELS) \

@@ -7,7 +7,8 @@
 #					build/gpu-libs)
 #
 # then, with the device tool (15 minutes of device time in all), the
-# SmolLM2 pieces first if backend_cuda_test is to check on it (two short
+# SmolLM2 pieces first if backend_cuda_test is to check on it, and the
+# mixtures of experts' models for the moe step (build/gpu-moe; short
 # runs: contrib/gpu-pack.sh), then:
 #
 #	run(command="bash contrib/gpu-check.sh",
@@ -29,6 +30,17 @@
 #                     size 256; random models in
 #                     build/gpu-pack/families) against the cpu backend:
 #                     a row each, max |logit diff| and greedy tokens equal
+#   moe               the mixtures of experts (issue 41: Mixtral's top-2
+#                     of 8, qwen2moe's gated shared expert with dense
+#                     layers between, qwen3moe's top-4 of 16, llama4's
+#                     top-1 with NoPE and L2 Q/K norms; random
+#                     models in build/gpu-moe, GPU_MOE, carried by a run
+#                     before this one: gpu-pack.sh) as families is, a
+#                     row each; then kernels_test --moe-bench: the routed
+#                     FFN's kernels at Qwen3-30B-A3B's shape, batches of
+#                     1 to 256, the experts touched, weight GB/s and
+#                     TFLOP/s. Acceptance: "figure: 4 of 4 mixtures as
+#                     the cpu backend" (the rates are to read)
 #   batch_inv         backend_cuda_test's mixed batch against each
 #                     sequence alone, by default and MEDHA_CUDA_GEMM=fast:
 #                     the same bits or not (cuBLASLt does not promise it;
@@ -297,6 +309,39 @@ families() {
 	return "$st"
 }
 
+# the mixtures of experts (issue 41 item 3): families' check on
+# build/gpu-moe (CUDA_MOE_CASES), a "moe-row:" line each (the
+# backend_cuda_test rule for experts: the median step within 5e-2, at
+# most a quarter of the steps past it, greedy tokens equal but at
+# near-ties), then the
+# kernels' rates (kernels_test --moe-bench; left out where that program
+# is not there, as on the stand-ins)
+moe() {
+	local st n ok
+	local dir=${GPU_MOE:-$top/build/gpu-moe}
+	prog "$gtests/backend_cuda_test"
+	if ! ls "$dir"/*.gguf >/dev/null 2>&1; then
+		echo "skip: no $dir (contrib/gpu-pack.sh writes it, a run" \
+		    "carries it before this one)"
+		exit 77
+	fi
+	MEDHA_CUDA_TEST_FAMILIES="$(echo "$dir"/*.gguf)" \
+	    "$gtests/backend_cuda_test" | tee "$work/moe.out"
+	st=${PIPESTATUS[0]}
+	sed -n 's/^\(ok\|FAIL\) *family \([^:]*\): max |logit diff| vs cpu \([^,]*\), worst rel L2 \([^,]*\), median \([^ ]*\) .*; greedy [0-9]* steps after [0-9]*: \([0-9]* of [0-9]*\) equal (\([0-9]*\) near-ties)$/moe-row: \2 \1 max |logit diff| \3, rel L2 \4 (median \5), greedy \6 equal (\7 near-ties)/p' \
+	    "$work/moe.out"
+	n=$(grep -c '^\(ok\|FAIL\) *family ' "$work/moe.out")
+	ok=$(grep -c '^ok *family ' "$work/moe.out")
+	if [ -f "$gtests/kernels_test" ]; then
+		"$gtests/kernels_test" --moe-bench || st=1
+	else
+		echo "skip: kernels_test missing: no rates"
+	fi
+	echo "figure: $ok of $n mixtures as the cpu backend; $(grep -c '^ok  ' \
+	    "$work/moe.out") ok, $(grep -c '^FAIL ' "$work/moe.out") FAIL in all"
+	return "$st"
+}
+
 # fallbacks PATTERN: the "medha: cuda: fallback:" lines matching PATTERN
 # in the steps' output so far and the live workers' logs
 fallbacks() {
@@ -538,6 +583,16 @@ if [ -s "$work/families.log" ]; then
 	while read -r _ f res fig; do
 		row "  $f" "$res" "$fig"
 	done < <(grep '^family-row: ' "$work/families.log")
+fi
+step moe 60
+# a row per mixture (moe's moe-row lines), and its rates
+if [ -s "$work/moe.log" ]; then
+	while read -r _ f res rest; do
+		row "  $f" "$res" "$rest"
+	done < <(grep '^moe-row: ' "$work/moe.log")
+	while read -r _ n _ rest; do
+		row "  moe B=$n" rate "${rest#*: }"
+	done < <(grep '^moe-bench: ' "$work/moe.log")
 fi
 step batch_inv 45
 step sanitizer 90

@@ -1,6 +1,7 @@
 /*
  * add.cu: the residual add x += y, the other elementwise operators (a
- * bias on rows, a scale, the soft-cap), the f32 <-> bf16 conversions, and
+ * bias on rows, a scale, the soft-cap, llama4's attention temperature),
+ * the f32 <-> bf16 conversions, and
  * the seeded generator of random weights (counter-based: value i of a
  * seed depends on (seed, offset + i) alone, so a tensor filled in parts
  * or on another GPU has the same bits; medha_k_fill_random_ref() in
@@ -52,6 +53,38 @@ medha_k_bias_add(float *x, int row_stride, int n, const float *b, int width,
 		return 0;
 	MEDHA_LAUNCH(bias_kernel, grid_for(total, 256, GRID_CAP), 256, 0,
 	    stream)(x, row_stride, n, b, width);
+	return launch_status();
+}
+
+/* llama4's temperature: row t times its position's factor */
+static __global__ void
+temp_kernel(float *x, int stride, int n, int width, const int64_t *pos,
+    float scale, int fl)
+{
+	int64_t total = (int64_t)n * width;
+
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+	     i < total; i += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t t = i / width;
+		const float f = (float)(log((double)floorf(
+		    ((float)pos[t] + 1.0f) / (float)fl) + 1.0) *
+		    (double)scale + 1.0);
+		x[t * stride + i % width] *= f;
+	}
+}
+
+extern "C" int
+medha_k_attn_temp(float *x, int row_stride, int n, int width,
+    const int64_t *pos, float scale, int floor, cudaStream_t stream)
+{
+	int64_t total = (int64_t)n * width;
+
+	if (n < 0 || width < 0 || row_stride < width || floor < 1)
+		return cudaErrorInvalidValue;
+	if (total == 0)
+		return 0;
+	MEDHA_LAUNCH(temp_kernel, grid_for(total, 256, GRID_CAP), 256, 0,
+	    stream)(x, row_stride, n, width, pos, scale, floor);
 	return launch_status();
 }
 

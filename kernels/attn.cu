@@ -353,6 +353,7 @@ args_make(struct attn_args *x, const struct medha_k_attn *a, char *w,
 		x->cap_log2 = a->softcap * 1.4426950408889634f;
 	}
 	x->window = a->window > 0 ? a->window : 0;
+	x->chunk = a->chunk > 0 ? a->chunk : 0;
 	x->out = a->out;
 	x->out_f32 = a->out_f32;
 	x->lse = a->lse;

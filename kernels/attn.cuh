@@ -51,6 +51,7 @@ struct attn_args {
 	                     soft-cap, scale / cap (the tanh's argument) */
 	float cap_log2;   /* soft-cap * log2(e), or 0: none */
 	int window;       /* sliding window (0: none) */
+	int chunk;        /* llama4's chunk (0: none) */
 	uint16_t *out;
 	float *out_f32;
 	float *lse;
@@ -151,16 +152,21 @@ attn_limit(const struct attn_args *a, const struct attn_item *it, int v)
 	return lim < it->k_lo ? it->k_lo : lim;
 }
 
-/* the first slot vector v of item it may see (its window's start) */
+/* the first slot vector v of item it may see (its window's start, or
+   its chunk's: the later of the two; both rise with v's position) */
 static __host__ __device__ __forceinline__ int64_t
 attn_lower(const struct attn_args *a, const struct attn_item *it, int v)
 {
-	int64_t lo;
+	int64_t p, lo = 0;
 
-	if (a->window <= 0 || v < 0 || v >= it->nv)
+	if ((a->window <= 0 && a->chunk <= 0) || v < 0 || v >= it->nv)
 		return it->k_lo;
-	lo = a->s.pos[it->seq] + (it->v0 + v) / a->G + 1 - a->window -
-	    a->s.kv_base[it->seq];
+	p = a->s.pos[it->seq] + (it->v0 + v) / a->G;
+	if (a->window > 0)
+		lo = p + 1 - a->window;
+	if (a->chunk > 0 && p - p % a->chunk > lo)
+		lo = p - p % a->chunk;
+	lo -= a->s.kv_base[it->seq];
 	return lo > it->k_lo ? lo : it->k_lo;
 }
 

@@ -114,6 +114,13 @@ int medha_k_add(float *x, const float *y, int64_t n, cudaStream_t stream);
 int medha_k_bias_add(float *x, int row_stride, int n, const float *b,
     int width, cudaStream_t stream);
 
+/* Llama 4's attention temperature on a NoPE layer's q: row t's columns
+   [0, width) of x (n rows of row_stride floats) times 1 + scale
+   ln(1 + floor((pos[t] + 1) / floor)), the factor in f64 then rounded
+   (cpu.c's, as llama.cpp's llm_graph_input_attn_temp). */
+int medha_k_attn_temp(float *x, int row_stride, int n, int width,
+    const int64_t *pos, float scale, int floor, cudaStream_t stream);
+
 /* x *= s, n floats (gemma's embeddings times sqrt(dim)). */
 int medha_k_scale(float *x, int64_t n, float s, cudaStream_t stream);
 
@@ -185,7 +192,8 @@ int medha_k_kv_append(const struct medha_k_kv_layer *kv,
  * Causal grouped-query attention of a mixed batch: for each sequence,
  * each of its query rows (position p = pos + i) against the cached keys
  * at positions [kv_base, min(kv_base + kv_len, p + 1)) (and above p -
- * window, where window is set), softmax scaled by `scale` (and capped
+ * window, where window is set; from p - p % chunk, where chunk is),
+ * softmax scaled by `scale` (and capped
  * by softcap). q is (n_tokens, n_heads * head_dim) f32 with row stride
  * qs; query head h reads kv head h / (n_heads / n_kv_heads). out is
  * (n_tokens, n_heads * head_dim) bf16 (the output projection's input)
@@ -227,6 +235,9 @@ struct medha_k_attn {
 	int window;      /* a sliding window W: the row at position p sees
 	                    keys at positions (p - W, p] only (the plan is
 	                    the same: it does not depend on W) */
+	int chunk;       /* llama4's chunked attention C: the row at p sees
+	                    keys at positions [p - p % C, p] only (with a
+	                    window too, the later start of the two) */
 };
 
 size_t medha_k_attn_workspace(const struct medha_k_attn *a);
@@ -243,6 +254,86 @@ int medha_k_attn(const struct medha_k_attn *a, cudaStream_t stream);
  */
 int medha_k_attn_merge(uint16_t *out, const float *parts, const float *lses,
     int n_parts, int n, int n_heads, int head_dim, cudaStream_t stream);
+
+/* ---- a mixture of experts' routed FFN (kernels/moe.cu) ----
+ *
+ * As the cpu backend's cpu/cpu_moe.c (model.h's struct medha_arch says
+ * what it computes): the router's logits in f32, each token's top-k
+ * experts and weights, the (token, slot) rows sorted by expert on the
+ * device (counts, offsets, the permutation and its inverse, and the
+ * row tiles each expert's segment makes), the rows gathered in that
+ * order, one grouped product over the expert segments (each tile's
+ * expert's weights, bf16, read once per tile: once per batch in a
+ * decode step), and per token the weighted sum in order of weight.
+ * Every launch's shape is a function of the token count and the
+ * model's shape alone, the counts staying on the device: a decode
+ * step's graph captures them (no host synchronisation).
+ */
+#define MEDHA_K_MOE_KMAX 32 /* the largest top-k the routing holds */
+#define MEDHA_K_MOE_BM 16   /* rows of a tile of the grouped product */
+
+struct medha_k_moe {
+	int ne, k;       /* experts, top-k (1..MEDHA_K_MOE_KMAX, <= ne) */
+	int sigmoid;     /* gating: 1 sigmoid, 0 softmax */
+	int by_logit;    /* the top-k by logit (llama4), else by weight */
+	int norm_w;      /* the chosen weights divided by their sum (at
+	                    least 2^-14) */
+	/* device scratch, the caller's, for n tokens: */
+	int32_t *sel;    /* (n, k) each token's experts, by weight */
+	float *wt;       /* (n, k) their weights */
+	float *gsh;      /* (n) sigmoid of the logits' column ne (qwen2moe's
+	                    shared-expert gate), or NULL: none */
+	int32_t *row;    /* (n, k) where (t, j) went in the sorted rows */
+	int32_t *src;    /* (n * k) the t * k + j of sorted row r */
+	int32_t *off;    /* (ne + 1) each expert's first sorted row */
+	int32_t *tiles;  /* (medha_k_moe_tiles(), 3) each tile's expert
+	                    (-1: unused), first row and end row */
+};
+
+/* Tiles of MEDHA_K_MOE_BM rows the sort can make for n tokens: one
+   more per expert than the rows need at most. */
+int medha_k_moe_tiles(int n, int ne, int k);
+
+/* logits (n, rows) f32 = x (n, dim f32) times w (rows, dim f32)
+   transposed, each a dot product in f32 (the router, and qwen2moe's
+   shared-expert gate as a last row). */
+int medha_k_moe_logits(float *logits, const float *x, const float *w, int n,
+    int rows, int dim, cudaStream_t stream);
+
+/* Each token's top-k (m->sel, m->wt, and m->gsh where set) from its
+   logits (n rows of stride ls >= ne, + 1 with gsh): softmax (exp(x -
+   max), summed in f64, times the f32 reciprocal) or sigmoid; the k
+   largest, ties to the lower expert; renormalised where norm_w. */
+int medha_k_moe_route(const struct medha_k_moe *m, const float *logits,
+    int ls, int n, cudaStream_t stream);
+
+/* The rows sorted by expert: m->off, m->row, m->src and m->tiles from
+   m->sel (one block; the order within an expert's segment is any). */
+int medha_k_moe_sort(const struct medha_k_moe *m, int n, cudaStream_t stream);
+
+/* xg's sorted row r (dim bf16) = x's row t (stride ldx, bf16) of its
+   (t, j), times its weight (rounded to bf16) where scale (llama4's
+   weight on the input). */
+int medha_k_moe_gather(uint16_t *xg, const uint16_t *x, int ldx, int dim,
+    const struct medha_k_moe *m, int n, int scale, cudaStream_t stream);
+
+/*
+ * The grouped product: for each tile (its expert e, rows [r0, r1)),
+ * y[r] (N f32, stride ldy) = x[r] (K bf16, stride ldx) times W_e
+ * transposed, W_e = w + e * we (N, K bf16), f32 sums in K order (a
+ * row's result the same bits whatever else the batch holds). ntiles:
+ * medha_k_moe_tiles() of the batch.
+ */
+int medha_k_moe_gemm(float *y, int ldy, const uint16_t *x, int ldx,
+    const uint16_t *w, int64_t we, int N, int K, const int32_t *tiles,
+    int ntiles, cudaStream_t stream);
+
+/* out[t] (dim f32) = the sum over j < k, in order, of ys[row[t, j]]
+   (times wt[t, j] where weighted), plus sh[t] (times gsh[t] where
+   set) where sh is given; added to out's values where add. */
+int medha_k_moe_sum(float *out, int add, const float *ys, int dim,
+    const struct medha_k_moe *m, int n, int weighted, const float *sh,
+    cudaStream_t stream);
 
 /* ---- the head (kernels/sample.cu) ---- */
 

@@ -6,13 +6,16 @@
  * appended to each sequence's blocks, attention of each sequence's
  * tokens against its cache, the output projection (its residual add
  * fused into the product: beta 1), RMSNorm, the fused gate/up product,
- * SwiGLU, down (its add fused too); then the final norm and the logits
+ * SwiGLU, down (its add fused too), or in a routed layer the experts
+ * (cuda_moe.c); then the final norm and the logits
  * of the rows asked for, and the greedy tokens by argmax on the GPU.
  * The other families' operators come from the model's description
  * (model.h's struct medha_arch, read per layer as the cpu backend reads
  * it): the embeddings' scale, Q/K/V biases, Q/K norms per head, RoPE of
  * the layer's kind (NEOX or NORM, scaled: c->w.rope), the layer's window
- * and the attention's soft-cap (in the attention kernels), post-norms
+ * and the attention's soft-cap (in the attention kernels), llama4's
+ * chunks (there too), NoPE layers with their temperature and weightless
+ * Q/K norms on the others, post-norms
  * (the product then out of place, normed, added), GELU, and the final
  * soft-cap of the logits.
  * With TP each rank's output projection and down give a partial sum over
@@ -57,7 +60,7 @@ cuda_attn_work(struct medha_cuda *c, char *why, size_t whylen)
 {
 	struct medha_k_attn a = {&c->kv.kvl[c->lo], &c->s.desc.s, c->s.qkv,
 	    c->qkvd, c->nh, 1.0f / sqrtf((float)c->c.head_dim), c->s.att, NULL,
-	    NULL, NULL, 0, 0, 0, 0};
+	    NULL, NULL, 0, 0, 0, 0, 0};
 	size_t n = medha_k_attn_workspace(&a), n2;
 
 	a.out = NULL;
@@ -94,9 +97,9 @@ attn_scale(const struct medha_model_config *mc)
  * normed by post (gemma's post-norms; NULL: none) and added to the
  * residual stream.
  */
-static int
-reduce_add(struct medha_cuda *c, int l, int kind, int n, const float *post,
-    char *why, size_t whylen)
+int
+cuda_reduce_add(struct medha_cuda *c, int l, int kind, int n,
+    const float *post, char *why, size_t whylen)
 {
 	const size_t len = (size_t)n * c->c.dim;
 	int rc = 0;
@@ -114,7 +117,9 @@ reduce_add(struct medha_cuda *c, int l, int kind, int n, const float *post,
 }
 
 /* Q and K of the batch's rows, in c->s.qkv, as layer l's description
-   says: biases, each head's norm, RoPE of the layer's kind. */
+   says: biases, each head's norm, RoPE of the layer's kind; llama4's
+   NoPE layer's temperature on q instead, its other layers' norms without
+   weights after RoPE (cpu.c's qk_token). */
 static int
 qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
     size_t whylen)
@@ -123,6 +128,7 @@ qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
 	const int64_t *tpos = (const int64_t *)(c->s.desc.d + c->s.desc.o_tpos);
 	const struct medha_k_rope *r = &c->w.rope[medha_layer_rope(mc, l)];
 	float *q = c->s.qkv, *k = c->s.qkv + c->qd;
+	const int rope = medha_layer_has_rope(mc, l);
 	int rc = 0;
 
 	if (L->bqkv != NULL)
@@ -137,14 +143,27 @@ qk(struct medha_cuda *c, const struct cuda_layer *L, int l, int n, char *why,
 		rc = cuda_ok(medha_k_rmsnorm_heads(k, c->qkvd, n, c->nkv,
 		                 mc->head_dim, L->kn, mc->norm_eps, c->st),
 		    "medha_k_rmsnorm_heads (K)", why, whylen);
-	if (rc == 0)
+	if (rc == 0 && rope)
 		rc = cuda_ok(medha_k_rope_ext(q, tpos, n, c->qkvd, c->nh,
 		                 mc->head_dim, mc->n_rot, r, c->st),
 		    "medha_k_rope_ext (Q)", why, whylen);
-	if (rc == 0)
+	if (rc == 0 && rope)
 		rc = cuda_ok(medha_k_rope_ext(k, tpos, n, c->qkvd, c->nkv,
 		                 mc->head_dim, mc->n_rot, r, c->st),
 		    "medha_k_rope_ext (K)", why, whylen);
+	if (rc == 0 && !rope && mc->a.attn_temp_scale != 0)
+		rc = cuda_ok(medha_k_attn_temp(q, c->qkvd, n, c->qd, tpos,
+		                 mc->a.attn_temp_scale, mc->a.attn_temp_floor,
+		                 c->st),
+		    "medha_k_attn_temp", why, whylen);
+	if (rc == 0 && rope && mc->a.qk_l2norm)
+		rc = cuda_ok(medha_k_rmsnorm_heads(q, c->qkvd, n, c->nh,
+		                 mc->head_dim, c->w.ones, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (Q, no weights)", why, whylen);
+	if (rc == 0 && rope && mc->a.qk_l2norm)
+		rc = cuda_ok(medha_k_rmsnorm_heads(k, c->qkvd, n, c->nkv,
+		                 mc->head_dim, c->w.ones, mc->norm_eps, c->st),
+		    "medha_k_rmsnorm_heads (K, no weights)", why, whylen);
 	return rc;
 }
 
@@ -166,7 +185,8 @@ attn_half(struct medha_cuda *c, int l, int n, int merge, char *why,
 	    c->qkvd, c->nh, attn_scale(mc), merge ? NULL : c->s.att,
 	    merge ? c->s.attf : NULL, merge ? c->s.lse : NULL, c->s.awork,
 	    c->s.awork_cap, 1, /* planned: cuda_run_layers made the plan */
-	    mc->a.attn_softcap, medha_layer_window(mc, l)};
+	    mc->a.attn_softcap, medha_layer_window(mc, l),
+	    medha_layer_chunk(mc, l)};
 	int rc;
 
 	rc = cuda_ok(medha_k_rmsnorm(c->s.xn, c->s.x, L->attn_norm, n, d,
@@ -199,22 +219,21 @@ attn_half(struct medha_cuda *c, int l, int n, int merge, char *why,
 		rc = cuda_gemm(c, L->wo, d, c->qd, c->s.att, n,
 		    one ? c->s.x : c->s.y, d, one ? 1 : 0, why, whylen);
 	if (rc == 0 && !one)
-		rc = reduce_add(c, l, 0, n, L->post_a, why, whylen);
+		rc = cuda_reduce_add(c, l, 0, n, L->post_a, why, whylen);
 	return rc;
 }
 
 /*
  * The FFN half of layer l: RMSNorm, gate and up in one product, SwiGLU
  * (or GeGLU), down into the residual stream (fused as attn_half's
- * output projection). A routed FFN (experts) would be another half of
- * this shape, its weights beside these in struct cuda_layer.
+ * output projection). A routed layer's is cuda_moe.c's instead.
  */
 static int
 ffn_half(struct medha_cuda *c, int l, int n, char *why, size_t whylen)
 {
 	const struct medha_model_config *mc = &c->c;
 	const struct cuda_layer *L = &c->w.L[l];
-	const int d = mc->dim, ff = c->ff;
+	const int d = mc->dim, ff = L->ff;
 	const int one = c->tp == 1 && L->post_f == NULL;
 	float *g = c->s.gu, *u = c->s.gu + ff;
 	int rc;
@@ -237,7 +256,7 @@ ffn_half(struct medha_cuda *c, int l, int n, char *why, size_t whylen)
 		rc = cuda_gemm(c, L->wdown, d, ff, c->s.act, n,
 		    one ? c->s.x : c->s.y, d, one ? 1 : 0, why, whylen);
 	if (rc == 0 && !one)
-		rc = reduce_add(c, l, 1, n, L->post_f, why, whylen);
+		rc = cuda_reduce_add(c, l, 1, n, L->post_f, why, whylen);
 	return rc;
 }
 
@@ -306,7 +325,7 @@ cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
 	const int n = f->b->n_tokens, merge = merging(f);
 	struct medha_k_attn a = {&c->kv.kvl[f->layer_lo], &c->s.desc.s,
 	    c->s.qkv, c->qkvd, c->nh, 1.0f / sqrtf((float)mc->head_dim),
-	    c->s.att, NULL, NULL, c->s.awork, c->s.awork_cap, 0, 0, 0};
+	    c->s.att, NULL, NULL, c->s.awork, c->s.awork_cap, 0, 0, 0, 0};
 	char lw[256];
 	int rc = 0;
 
@@ -319,7 +338,9 @@ cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
 	for (int l = f->layer_lo; rc == 0 && l < f->layer_hi; l++) {
 		lw[0] = '\0';
 		if ((rc = attn_half(c, l, n, merge, lw, sizeof(lw))) != 0 ||
-		    (rc = ffn_half(c, l, n, lw, sizeof(lw))) != 0)
+		    (rc = medha_layer_moe(mc, l)
+		             ? cuda_moe_half(c, l, n, lw, sizeof(lw))
+		             : ffn_half(c, l, n, lw, sizeof(lw))) != 0)
 			return medha_why(why, whylen, rc, "layer %d: %s", l,
 			    lw);
 	}

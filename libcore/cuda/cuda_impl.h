@@ -3,8 +3,8 @@
  * cuda_open.c (the device, the layout, open and close), cuda_dev.c (the
  * devices' descriptions), cuda_fwd.c (the forward pass), cuda_lib.c
  * (cuBLASLt and NCCL loaded with dlopen; the linear layers),
- * cuda_load.c (weights: a GGUF dequantized to bf16, or random by shape
- * name), cuda_kv.c (the paged cache's blocks on the host, the batch's
+ * cuda_moe.c (a mixture of experts' routed FFN), cuda_load.c (weights:
+ * a GGUF dequantized to bf16, or random by shape name), cuda_kv.c (the paged cache's blocks on the host, the batch's
  * descriptors, the scratch, the sequences), cuda_coll.c (TP
  * all-reduces, the KVP merge, sampling) and cuda_graph.c (decode graphs,
  * timing).
@@ -97,6 +97,18 @@ struct cuda_layer {
 	uint16_t *wo;                /* (dim, qd): this rank's columns */
 	uint16_t *wgu;               /* (2 ff, dim) */
 	uint16_t *wdown;             /* (dim, ff): this rank's columns */
+	int ff;                      /* this rank's rows of wgu's halves:
+	                                the FFN's (c->ff) or, in a routed
+	                                layer, the shared expert's (c->sfw;
+	                                0: none, wgu and wdown NULL) */
+	/* a routed layer's (medha_layer_moe), or NULL */
+	float *router;               /* (rrows, dim) f32: the router's rows,
+	                                then qwen2moe's shared-expert gate */
+	int rrows;                   /* n_expert (+ 1 with the gate) */
+	uint16_t *egu;               /* (n_expert, 2 efw, dim) each expert's
+	                                gate rows then up rows, this rank's */
+	uint16_t *edown;             /* (n_expert, dim, efw): this rank's
+	                                columns of each expert's down */
 	/* the other families' (model.h's struct medha_layer), or NULL */
 	float *bqkv;                 /* (qd + 2 kvd) this rank's Q, K, V
 	                                biases, as wqkv's rows */
@@ -138,6 +150,8 @@ struct cuda_graph {
 struct cuda_weights {
 	uint16_t *embd, *out;       /* (vocab, dim) or NULL */
 	float *onorm, *freqs;       /* (dim), (n_rot / 2) or NULL */
+	float *ones;                /* (head_dim) ones: llama4's Q/K norms
+	                               without weights, or NULL */
 	struct medha_k_rope rope[2]; /* RoPE of each kind (medha_layer_rope:
 	                                the model's, a window layer's own) */
 	struct cuda_layer *L;       /* (n_layers), [lo, hi) filled */
@@ -155,6 +169,24 @@ struct cuda_kv {
 	char *seen;                 /* (bt.max_seqs) batch checks */
 };
 
+/* A routed FFN's scratch (cuda_moe.c), for cap tokens of k experts
+   each: nk = cap * k sorted rows. */
+struct cuda_moe_scratch {
+	int cap;
+	float *xf;                  /* (cap, dim) the norm in f32 (router) */
+	float *lg;                  /* (cap, rrows) router logits */
+	int32_t *sel, *row, *src;   /* (nk) kernels.h's struct medha_k_moe */
+	float *wt;                  /* (nk) */
+	float *gsh;                 /* (cap) */
+	int32_t *off;               /* (n_expert + 1) */
+	int32_t *tiles;             /* (medha_k_moe_tiles(cap), 3) */
+	uint16_t *xg;               /* (nk, dim) the rows, sorted */
+	float *egu;                 /* (nk, 2 efw) the experts' gate, up */
+	uint16_t *eact;             /* (nk, efw) their SwiGLU */
+	float *ys;                  /* (nk, dim) their down */
+	float *sh;                  /* (cap, dim) the shared expert's */
+};
+
 /* Scratch, grown to the largest batch (rows for cap_t tokens, cap_r
    logits rows; cuda_grow), and the host staging. */
 struct cuda_scratch {
@@ -165,6 +197,7 @@ struct cuda_scratch {
 	void *awork;                /* attention workspace */
 	size_t awork_cap;
 	void *ltwork;               /* cuBLASLt's */
+	struct cuda_moe_scratch moe; /* a mixture of experts' */
 	struct cuda_desc desc;
 	/* pinned host staging: hidden states, merge parts, logits rows */
 	float *hb;
@@ -219,6 +252,10 @@ struct medha_cuda {
 	int tp, tpr;
 	struct medha_tp_share sh;
 	int nh, nkv, qd, kvd, qkvd, ff; /* this rank's widths */
+	int elo, efw, slo, sfw;     /* its first row and rows of each
+	                               expert's FFN and of the shared
+	                               expert's (medha_stage_layers) */
+	int gw;                     /* the widest of ff and sfw (scratch) */
 	int use_nccl;               /* TP over NCCL of its own (opts.nccl) */
 
 	struct cuda_weights w;
@@ -286,7 +323,16 @@ int cuda_times(struct medha_cuda *c, struct medha_cuda_times *t, char *why,
     size_t whylen);
 void cuda_events_free(struct medha_cuda *c);
 
+/* ---- cuda_moe.c ---- */
+int cuda_moe_half(struct medha_cuda *c, int l, int n, char *why,
+    size_t whylen);
+int cuda_moe_grow(struct medha_cuda *c, int n_tokens, char *why,
+    size_t whylen);
+void cuda_moe_free(struct medha_cuda *c);
+
 /* ---- cuda_fwd.c ---- */
+int cuda_reduce_add(struct medha_cuda *c, int l, int kind, int n,
+    const float *post, char *why, size_t whylen);
 int cuda_run_layers(struct medha_cuda *c, const struct medha_cuda_call *f,
     int nrows, char *why, size_t whylen);
 int cuda_is_decode(const struct medha_cuda_call *f);

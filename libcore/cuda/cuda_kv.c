@@ -277,7 +277,7 @@ cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
 		    (rc = cuda_malloc((void **)&c->s.qkv,
 		         T * (size_t)c->qkvd * 4, why, whylen, "Q, K and V")) !=
 		        0 ||
-		    (rc = cuda_malloc((void **)&c->s.gu, T * (size_t)c->ff * 8,
+		    (rc = cuda_malloc((void **)&c->s.gu, T * (size_t)c->gw * 8,
 		         why, whylen, "gate and up")) != 0 ||
 		    (rc = cuda_malloc((void **)&c->s.attf,
 		         T * (size_t)c->qd * 4, why, whylen,
@@ -288,8 +288,9 @@ cuda_grow(struct medha_cuda *c, int n_tokens, int nrows, char *why,
 		         "norms")) != 0 ||
 		    (rc = cuda_malloc((void **)&c->s.att, T * (size_t)c->qd * 2,
 		         why, whylen, "attention")) != 0 ||
-		    (rc = cuda_malloc((void **)&c->s.act, T * (size_t)c->ff * 2,
-		         why, whylen, "SwiGLU")) != 0)
+		    (rc = cuda_malloc((void **)&c->s.act, T * (size_t)c->gw * 2,
+		         why, whylen, "SwiGLU")) != 0 ||
+		    (rc = cuda_moe_grow(c, n_tokens, why, whylen)) != 0)
 			return rc;
 		c->s.cap_t = n_tokens;
 	}

@@ -7,7 +7,8 @@
  * the GPU (medha_k_fill_random: uniform in [-s, s], s = sqrt(3 / fan_in)
  * so that a product keeps its input's scale; norms 1, biases none). The
  * other families' vectors (biases, Q/K norms, post-norms) are f32 like
- * the norms.
+ * the norms. A routed layer's experts are each one's share as a dense
+ * FFN's, side by side (cuda_impl.h's struct cuda_layer), its router f32.
  *
  * A random tensor is defined whole, element (row, col) of tensor number
  * id being the generator's element id << 40 | row * cols + col, so that
@@ -219,7 +220,8 @@ extras(struct medha_cuda *c, const struct medha_model *m, int l, char *why,
 	return 0;
 }
 
-/* The sources of layer l's seven matrices (m NULL: random). */
+/* The sources of layer l's seven matrices (m NULL: random); in a routed
+   layer gate, up and down are the shared expert's. */
 static void
 sources(const struct medha_cuda *c, const struct medha_model *m, int l,
     uint64_t seed, struct src s[7])
@@ -228,7 +230,8 @@ sources(const struct medha_cuda *c, const struct medha_model *m, int l,
 	const int64_t qd = (int64_t)mc->n_heads * mc->head_dim;
 	const int64_t kvd = (int64_t)mc->n_kv_heads * mc->head_dim;
 	const int64_t cols[7] = {mc->dim, mc->dim, mc->dim, qd, mc->dim,
-	    mc->dim, mc->ffn_dim};
+	    mc->dim,
+	    medha_layer_moe(mc, l) ? mc->a.shexp_ffn_dim : mc->ffn_dim};
 	const struct medha_layer *L = m != NULL ? &m->layer[l] : NULL;
 	const struct medha_tensor *t[7] = {0};
 
@@ -242,6 +245,92 @@ sources(const struct medha_cuda *c, const struct medha_model *m, int l,
 		    cols[i], sqrtf(3.0f / (float)cols[i])};
 }
 
+/*
+ * A routed layer's experts (this rank's rows of each one's gate and up,
+ * the same columns of its down) and its router (whole, f32; qwen2moe's
+ * shared-expert gate as a last row), from m or random: a random expert
+ * matrix is tensor number 2^21 + (l n_expert + e) 3 + i, the router
+ * 2^22 + l (rounded to bf16 as every random weight).
+ */
+static int
+experts(struct medha_cuda *c, const struct medha_model *m, int l,
+    uint64_t seed, char *why, size_t whylen)
+{
+	const struct medha_model_config *mc = &c->c;
+	const struct medha_layer *ml = m != NULL ? &m->layer[l] : NULL;
+	const int ne = mc->a.n_expert, ef = c->efw, d = mc->dim;
+	const int64_t E = mc->a.expert_ffn_dim;
+	struct cuda_layer *L = &c->w.L[l];
+	float *h;
+	int rc, e, i;
+
+	L->rrows = ne + (mc->a.shexp_gate && mc->a.shexp_ffn_dim > 0);
+	if ((rc = mat(c, &L->egu, (int64_t)ne * 2 * ef, d, why, whylen,
+	         "ffn_gate_up_exps")) != 0 ||
+	    (rc = mat(c, &L->edown, (int64_t)ne * d, ef, why, whylen,
+	         "ffn_down_exps")) != 0)
+		return rc;
+	for (e = 0; e < ne; e++)
+		for (i = 0; i < 3; i++) {
+			const struct medha_tensor *x = ml == NULL ? NULL
+			    : i == 0 ? ml->gate_exps
+			    : i == 1 ? ml->up_exps : ml->down_exps;
+			struct medha_tensor v;
+			const int64_t cols = i < 2 ? d : E;
+			struct src sr = {x != NULL ? &v : NULL, seed,
+			    (1u << 21) + ((uint64_t)l * ne + e) * 3 + i, cols,
+			    sqrtf(3.0f / (float)cols)};
+			if (x != NULL)
+				medha_expert_view(&v, x, e);
+			rc = i < 2 ? put(c, L->egu + ((size_t)e * 2 + i) * ef * d,
+			                 &sr, c->elo, c->elo + ef, 0, d, why,
+			                 whylen)
+			           : put(c, L->edown + (size_t)e * d * ef, &sr, 0,
+			                 d, c->elo, c->elo + ef, why, whylen);
+			if (rc != 0)
+				return rc;
+		}
+	/* the router: f32 rows on the host, or random bf16 made f32 */
+	if ((rc = cuda_malloc((void **)&L->router,
+	         sizeof(float) * (size_t)L->rrows * d, why, whylen,
+	         "ffn_gate_inp")) != 0)
+		return rc;
+	c->w.wbytes += sizeof(float) * (size_t)L->rrows * d;
+	if (ml == NULL) {
+		struct src sr = {NULL, seed, (1u << 22) + (uint64_t)l, d,
+		    sqrtf(3.0f / (float)d)};
+		uint16_t *b;
+		if ((rc = cuda_malloc((void **)&b, (size_t)L->rrows * d * 2,
+		         why, whylen, "ffn_gate_inp")) != 0)
+			return rc;
+		rc = put(c, b, &sr, 0, L->rrows, 0, d, why, whylen);
+		if (rc == 0)
+			rc = cuda_ok(medha_k_bf16_to_f32(L->router, b,
+			                 (int64_t)L->rrows * d, c->st),
+			    "medha_k_bf16_to_f32 (router)", why, whylen);
+		if (rc == 0)
+			rc = cuda_ok(cudaStreamSynchronize(c->st), "the router",
+			    why, whylen);
+		cudaFree(b);
+		return rc;
+	}
+	if ((h = malloc(sizeof(float) * (size_t)L->rrows * d)) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	for (e = 0; e < ne; e++)
+		medha_dequant_row(ml->gate_inp->type,
+		    (const char *)ml->gate_inp->data +
+		        medha_ggml_row_bytes(ml->gate_inp->type, d) * (size_t)e,
+		    h + (size_t)e * d, d);
+	if (L->rrows > ne)
+		memcpy(h + (size_t)ne * d, ml->gate_inp_sh, sizeof(float) * d);
+	rc = cudaMemcpyAsync(L->router, h, sizeof(float) * (size_t)L->rrows * d,
+	    cudaMemcpyHostToDevice, c->st);
+	if (rc == cudaSuccess)
+		rc = cudaStreamSynchronize(c->st);
+	free(h);
+	return cuda_ok(rc, "uploading the router", why, whylen);
+}
+
 /* Layer l's share, from m's tensors or (m NULL) random. */
 static int
 layer(struct medha_cuda *c, const struct medha_model *m, int l, uint64_t seed,
@@ -251,21 +340,24 @@ layer(struct medha_cuda *c, const struct medha_model *m, int l, uint64_t seed,
 	const struct medha_tp_share *sh = &c->sh;
 	const int hd = mc->head_dim, d = mc->dim;
 	struct cuda_layer *L = &c->w.L[l];
+	const int moe = medha_layer_moe(mc, l);
+	/* the FFN's rows, or a routed layer's shared expert's */
+	const int f_lo = moe ? c->slo : sh->f_lo;
 	struct src s[7];
 	int rc;
 
+	L->ff = moe ? c->sfw : c->ff;
 	sources(c, m, l, seed, s);
 	if ((rc = extras(c, m, l, why, whylen)) != 0)
+		return rc;
+	if (moe && (rc = experts(c, m, l, seed, why, whylen)) != 0)
 		return rc;
 	if ((rc = vec(c, &L->attn_norm, m ? m->layer[l].attn_norm : NULL, d,
 	         why, whylen, "attn_norm")) != 0 ||
 	    (rc = vec(c, &L->ffn_norm, m ? m->layer[l].ffn_norm : NULL, d, why,
 	         whylen, "ffn_norm")) != 0 ||
 	    (rc = mat(c, &L->wqkv, c->qkvd, d, why, whylen, "attn_qkv")) != 0 ||
-	    (rc = mat(c, &L->wo, d, c->qd, why, whylen, "attn_output")) != 0 ||
-	    (rc = mat(c, &L->wgu, 2 * (int64_t)c->ff, d, why, whylen,
-	         "ffn_gate_up")) != 0 ||
-	    (rc = mat(c, &L->wdown, d, c->ff, why, whylen, "ffn_down")) != 0)
+	    (rc = mat(c, &L->wo, d, c->qd, why, whylen, "attn_output")) != 0)
 		return rc;
 	if ((rc = put(c, L->wqkv, &s[0], (int64_t)sh->h_lo * hd,
 	         (int64_t)sh->h_hi * hd, 0, d, why, whylen)) != 0 ||
@@ -276,12 +368,18 @@ layer(struct medha_cuda *c, const struct medha_model *m, int l, uint64_t seed,
 	         (int64_t)sh->kv_lo * hd, (int64_t)sh->kv_hi * hd, 0, d, why,
 	         whylen)) != 0 ||
 	    (rc = put(c, L->wo, &s[3], 0, d, (int64_t)sh->h_lo * hd,
-	         (int64_t)sh->h_hi * hd, why, whylen)) != 0 ||
-	    (rc = put(c, L->wgu, &s[4], sh->f_lo, sh->f_hi, 0, d, why,
+	         (int64_t)sh->h_hi * hd, why, whylen)) != 0)
+		return rc;
+	if (L->ff == 0) /* a routed layer without a shared expert */
+		return 0;
+	if ((rc = mat(c, &L->wgu, 2 * (int64_t)L->ff, d, why, whylen,
+	         "ffn_gate_up")) != 0 ||
+	    (rc = mat(c, &L->wdown, d, L->ff, why, whylen, "ffn_down")) != 0 ||
+	    (rc = put(c, L->wgu, &s[4], f_lo, f_lo + L->ff, 0, d, why,
 	         whylen)) != 0 ||
-	    (rc = put(c, L->wgu + (size_t)c->ff * d, &s[5], sh->f_lo, sh->f_hi,
-	         0, d, why, whylen)) != 0 ||
-	    (rc = put(c, L->wdown, &s[6], 0, d, sh->f_lo, sh->f_hi, why,
+	    (rc = put(c, L->wgu + (size_t)L->ff * d, &s[5], f_lo,
+	         f_lo + L->ff, 0, d, why, whylen)) != 0 ||
+	    (rc = put(c, L->wdown, &s[6], 0, d, f_lo, f_lo + L->ff, why,
 	         whylen)) != 0)
 		return rc;
 	return 0;
@@ -311,6 +409,10 @@ load(struct medha_cuda *c, const struct medha_model *m, uint64_t seed,
 	          whylen, "output_norm")) != 0 ||
 	        (rc = mat(c, &c->w.out, V, d, why, whylen, "output")) != 0 ||
 	        (rc = put(c, c->w.out, &o, 0, V, 0, d, why, whylen)) != 0))
+		return rc;
+	if (mc->a.qk_l2norm &&
+	    (rc = vec(c, &c->w.ones, NULL, mc->head_dim, why, whylen,
+	         "Q/K norms without weights")) != 0)
 		return rc;
 	if (m != NULL && m->rope_freqs != NULL &&
 	    (rc = vec(c, &c->w.freqs, m->rope_freqs, mc->n_rot / 2, why, whylen,
@@ -354,6 +456,9 @@ cuda_free_weights(struct medha_cuda *c)
 			cudaFree(L->kn);
 			cudaFree(L->post_a);
 			cudaFree(L->post_f);
+			cudaFree(L->router);
+			cudaFree(L->egu);
+			cudaFree(L->edown);
 		}
 	free(c->w.L);
 	c->w.L = NULL;
@@ -361,6 +466,7 @@ cuda_free_weights(struct medha_cuda *c)
 	cudaFree(c->w.out);
 	cudaFree(c->w.onorm);
 	cudaFree(c->w.freqs);
+	cudaFree(c->w.ones);
 	c->w.embd = c->w.out = NULL;
-	c->w.onorm = c->w.freqs = NULL;
+	c->w.onorm = c->w.freqs = c->w.ones = NULL;
 }

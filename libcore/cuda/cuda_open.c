@@ -64,6 +64,20 @@ layout(struct medha_cuda *c, const struct medha_cuda_opts *p, char *why,
 	c->kvd = c->nkv * mc->head_dim;
 	c->qkvd = c->qd + 2 * c->kvd;
 	c->ff = c->sh.f_hi - c->sh.f_lo;
+	/* a mixture of experts: each expert's rows, and the shared one's,
+	   split as the cpu backend splits them (cpu_moe.c) */
+	medha_stage_layers(mc->a.expert_ffn_dim, c->tp, c->tpr, &c->elo,
+	    &c->efw);
+	c->efw -= c->elo;
+	medha_stage_layers(mc->a.shexp_ffn_dim, c->tp, c->tpr, &c->slo,
+	    &c->sfw);
+	c->sfw -= c->slo;
+	c->gw = c->ff > c->sfw ? c->ff : c->sfw;
+	if (mc->a.n_expert > 0 && c->efw < 1)
+		return medha_why(why, whylen, MEDHA_EINVAL,
+		    "TP rank %d of %d: an expert has %d rows (tp may be at "
+		    "most that)",
+		    c->tpr, c->tp, mc->a.expert_ffn_dim);
 	if (p->kv_type != 0 && p->kv_type != MEDHA_KV_F16 &&
 	    p->kv_type != MEDHA_KV_BF16)
 		return medha_why(why, whylen, MEDHA_EINVAL,
@@ -125,20 +139,23 @@ kv_blocks(struct medha_cuda *c, const struct medha_cuda_opts *p,
  * What the cuda backend cannot run of a model, refused naming it (the
  * cpu backend runs every model medha loads): the attention kernels have
  * instances for head sizes 64, 128 and 256 only (256, Gemma 2/3's, on
- * the simple kernel alone: kernels/attn.cu); there is no routed FFN
- * yet (issue 41, item 3): a mixture of experts would find no dense FFN
- * in a routed layer.
+ * the simple kernel alone: kernels/attn.cu); the routing kernels hold a
+ * top-k of MEDHA_K_MOE_KMAX at most and the sort's counts in shared
+ * memory (kernels/moe.cu).
  */
 int
 medha_cuda_runnable(const struct medha_model_config *mc, char *why,
     size_t whylen)
 {
-	if (mc->a.n_expert > 0)
+	const struct medha_arch *a = &mc->a;
+
+	if (a->n_expert > 0 && (a->n_expert_used > MEDHA_K_MOE_KMAX ||
+	                           a->n_expert > 4096))
 		return medha_why(why, whylen, MEDHA_EUNSUP,
-		    "cuda: a mixture of experts (%s, %d experts) is not "
-		    "supported by the cuda backend yet (the cpu backend runs "
-		    "it)",
-		    mc->a.name, mc->a.n_expert);
+		    "cuda: %s: top-%d of %d experts is not supported (a "
+		    "top-k of %d and 4096 experts at most; the cpu backend "
+		    "runs it)",
+		    a->name, a->n_expert_used, a->n_expert, MEDHA_K_MOE_KMAX);
 	if (mc->head_dim != 64 && mc->head_dim != 128 && mc->head_dim != 256)
 		return medha_why(why, whylen, MEDHA_EUNSUP,
 		    "cuda: %s: a head size (attention.key_length) of %d is "
@@ -259,6 +276,7 @@ medha_cuda_close(struct medha_cuda *c)
 	cudaFree(c->s.hn), cudaFree(c->s.logits), cudaFree(c->s.ids);
 	cudaFree(c->s.awork), cudaFree(c->s.ltwork), cudaFree(c->s.mrgd);
 	cudaFree(c->s.desc.d);
+	cuda_moe_free(c);
 	cudaFreeHost(c->s.desc.h);
 	cudaFreeHost(c->s.hids);
 	cudaFreeHost(c->s.hb);

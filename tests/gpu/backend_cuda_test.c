@@ -968,6 +968,18 @@ smollm2(void)
  * as such); then the chunks, layer ranges, TP and KVP cases as for the
  * llama model. One "family" line per model (contrib/gpu-check.sh's
  * table reads it).
+ *
+ * A mixture of experts (kernels/moe.cu's routed FFN) routes each token
+ * to its top-k by the router's logits, and a token whose k-th and
+ * (k+1)-th experts are closer than the bf16 products move the router's
+ * logits (a few tokens in a hundred: a top-4 of 16's probabilities,
+ * llama4's top-1 logits within some 0.03) may take the other expert on
+ * either backend: that step's logits then differ by more than rounding
+ * (0.5 for a top-1), the steps after it not. For a model with experts
+ * the median step's relative L2 is held to the dense families' 5e-2 and
+ * at most a quarter of the steps may pass it (with the greedy tokens
+ * equal but at near-ties, as for every family); the steps over 5e-2 are
+ * counted on the line.
  */
 static void
 family_numerics(const char *name, const struct medha_model *m,
@@ -977,8 +989,9 @@ family_numerics(const char *name, const struct medha_model *m,
 	struct medha_backend *cu = cuda_on(m, 1, 0, 1, 0), *cp = cpu_on(m, 1);
 	float *lc = malloc(sizeof(float) * V), *lp = malloc(sizeof(float) * V);
 	int32_t *tok = malloc(sizeof(int32_t) * (size_t)(plen + steps + 1));
-	int sc, sp, diff = 0, ties = 0, alike = 0;
-	double worst = 0, maxd = 0, band;
+	int sc, sp, diff = 0, ties = 0, alike = 0, over = 0;
+	double worst = 0, maxd = 0, band, rl[64];
+	const int moe = m->c.a.n_expert > 0;
 
 	if (cu == NULL || cp == NULL)
 		goto out;
@@ -990,7 +1003,9 @@ family_numerics(const char *name, const struct medha_model *m,
 		goto out;
 	for (int i = 0; i <= steps; i++) {
 		int n = plen + i, a = argmax(lc, V), b = argmax(lp, V);
-		worst = fmax(worst, rel_l2(lc, lp, V));
+		rl[i] = rel_l2(lc, lp, V);
+		worst = fmax(worst, rl[i]);
+		over += rl[i] > 5e-2;
 		for (int v = 0; v < V; v++)
 			maxd = fmax(maxd, fabs((double)lc[v] - lp[v]));
 		alike += a == b;
@@ -1011,10 +1026,20 @@ family_numerics(const char *name, const struct medha_model *m,
 		    prefill(cp, sp, n, tok + n, 1, 1, lp) != 0)
 			goto out;
 	}
-	report(worst < 5e-2 && diff == 0,
-	    "family %s: max |logit diff| vs cpu %.3e, worst rel L2 %.3e; "
-	    "greedy %d steps after %d: %d of %d equal (%d near-ties)",
-	    name, maxd, worst, steps, plen, alike, steps + 1, ties);
+	if (moe)
+		report(median(rl, steps + 1) < 5e-2 &&
+		        4 * over <= steps + 1 && diff == 0,
+		    "family %s: max |logit diff| vs cpu %.3e, worst rel L2 "
+		    "%.3e, median %.3e (%d steps over 5e-2: experts); greedy "
+		    "%d steps after %d: %d of %d equal (%d near-ties)",
+		    name, maxd, worst, median(rl, steps + 1), over, steps, plen,
+		    alike, steps + 1, ties);
+	else
+		report(worst < 5e-2 && diff == 0,
+		    "family %s: max |logit diff| vs cpu %.3e, worst rel L2 "
+		    "%.3e; greedy %d steps after %d: %d of %d equal (%d "
+		    "near-ties)",
+		    name, maxd, worst, steps, plen, alike, steps + 1, ties);
 out:
 	medha_backend_close(cu);
 	medha_backend_close(cp);

@@ -13,6 +13,9 @@
  *	                          medha_cpu_attn and medha_attn_merge, on the
  *	                          same random paged inputs (make test runs
  *	                          this through tests/sh/kernels-ref.sh)
+ *	kernels_test --moe-bench  the routed FFN's kernels timed at a
+ *	                          large MoE's shape (contrib/gpu-check.sh's
+ *	                          moe step): numbers, no checks
  *
  * One line per case: "ok" or "FAIL", the name, the measured error and
  * the tolerance (relative L2 under 1e-2 for bf16 paths, 1e-4 for f32
@@ -402,6 +405,7 @@ dbatch_free(struct dbatch *d)
 /* the other families' attention (kernels.h's window and softcap), for
    ref_attn and the cases that set them: 0, none */
 static int attn_window;
+static int attn_chunk; /* llama4's chunks (kernels.h's chunk): 0, none */
 static double attn_cap;
 
 static void
@@ -424,6 +428,11 @@ ref_attn(const struct batch *b, const float *q, int qs, int n_heads,
 			if (attn_window > 0 &&
 			    x->pos + r + 1 - attn_window - x->kv_base > 0)
 				i0 = x->pos + r + 1 - attn_window - x->kv_base;
+			/* a chunk: keys of the row's chunk of attn_chunk only */
+			if (attn_chunk > 0 && (x->pos + r) / attn_chunk *
+			        attn_chunk - x->kv_base > i0)
+				i0 = (x->pos + r) / attn_chunk * attn_chunk -
+				    x->kv_base;
 			for (int h = 0; h < n_heads; h++) {
 				const float *qv = q + t * qs + (int64_t)h * hd;
 				double *o = out + (t * n_heads + h) * hd, m = -INFINITY,
@@ -836,7 +845,8 @@ t_attn_case(const char *name, const struct hseq *hs, int n, int type,
 	for (int simple = 0; simple < 2; simple++) {
 		struct medha_k_attn a = {.kv = &d.kv, .s = &d.s, .q = dq,
 		    .qs = qs, .n_heads = n_heads, .scale = 1.0f / sqrtf(hd),
-		    .softcap = (float)attn_cap, .window = attn_window};
+		    .softcap = (float)attn_cap, .window = attn_window,
+		    .chunk = attn_chunk};
 		void *work;
 
 		if (simple)
@@ -954,6 +964,17 @@ t_attn(void)
 	    MEDHA_K_BF16, 8, 4, 256);
 	attn_window = 0;
 	attn_cap = 0;
+	/* llama4's chunked attention: chunks of 256 and 8192 (rows on both
+	   sides of a chunk's edge, KVP pieces wholly before a row's chunk) */
+	attn_chunk = 256;
+	t_attn_case("mixed hd64 9/3 bf16 chunk 256", mixed, 5, MEDHA_K_BF16,
+	    9, 3, 64);
+	t_attn_case("kvp pieces hd128 8/2 f16 chunk 256", kvp, 4, MEDHA_K_F16,
+	    8, 2, 128);
+	attn_chunk = 8192;
+	t_attn_case("chunks 32 vs 20K, 300 hd128 4/1 chunk 8192", chunk, 2,
+	    MEDHA_K_BF16, 4, 1, 128);
+	attn_chunk = 0;
 
 	/* a head_dim with no instance is refused before any launch */
 	struct medha_k_kv_layer kv = {NULL, NULL, MEDHA_K_BF16, 1, 96, 16};
@@ -1335,6 +1356,33 @@ t_family(int n)
 		snprintf(label, sizeof(label), "softcap 3 %lld against float64",
 		    (long long)(2 * m));
 		report(label, rel_l2(g2, rc, 2 * m), 1e-6);
+
+		/* llama4's temperature on rows of stride 2 w (the columns
+		   past w untouched), positions to 100K, against float64 */
+		{
+			const int w = m / n;
+			int64_t *pos = malloc((size_t)n * 8);
+			for (int t = 0; t < n; t++)
+				pos[t] = t == 0 ? 8190 : (int64_t)(rnext() % 100000);
+			int64_t *dpos = dup_to(pos, (size_t)n * 8);
+			CK(cudaMemcpy(dgu, gu, (size_t)m * 8,
+			    cudaMemcpyHostToDevice));
+			CL(medha_k_attn_temp(dgu, 2 * w, n, w, dpos, 0.1f, 8192,
+			    0));
+			from_dev(g2, dgu, (size_t)m * 8);
+			for (int t = 0; t < n; t++)
+				for (int c = 0; c < 2 * w; c++) {
+					const size_t i = (size_t)t * 2 * w + c;
+					rc[i] = c >= w ? gu[i]
+					    : gu[i] * (1 + 0.1 * log(1 +
+					        floor((pos[t] + 1) / 8192.0)));
+				}
+			snprintf(label, sizeof(label), "attn_temp %dx%d (stride "
+			    "%d) against float64", n, w, 2 * w);
+			report(label, rel_l2(g2, rc, 2 * m), 1e-6);
+			CK(cudaFree(dpos));
+			free(pos);
+		}
 		CK(cudaFree(dgu));
 		CK(cudaFree(dyb));
 		CK(cudaFree(db));
@@ -1592,10 +1640,336 @@ t_sample(int n, int vocab)
 	free(l);
 }
 
+/*
+ * A mixture of experts' kernels (kernels/moe.cu) on n tokens of ne
+ * experts, top k, dim wide, each expert's product N x dim: the router's
+ * logits, the routing (softmax or sigmoid, by weight or by logit,
+ * renormalised or not, qwen2moe's shared gate) and the weighted sum
+ * against float64; the sort checked as a sort (the offsets the counts'
+ * prefix, each segment its expert's rows, row and src inverse, the
+ * tiles covering each segment in order, the others -1); the gather
+ * exactly; the grouped product against float64 of its bf16 operands.
+ */
+static void
+t_moe(const char *what, int n, int ne, int k, int dim, int N, int sigm,
+    int by_logit, int norm_w, int shg)
+{
+	char label[160];
+	const int nk = n * k, rows = ne + shg;
+	const int nt = medha_k_moe_tiles(n, ne, k);
+	float *x = rand_q((int64_t)n * dim, 2.0f);
+	float *rw = rand_q((int64_t)rows * dim, 0.3f);
+	float *lg = malloc(sizeof(float) * (size_t)n * rows);
+	double *ref = malloc(sizeof(double) * (size_t)nk * (N > dim ? N : dim));
+	int32_t *sel = malloc(sizeof(int32_t) * nk), *row = malloc(sizeof(int32_t) * nk);
+	int32_t *src = malloc(sizeof(int32_t) * nk), *off = malloc(sizeof(int32_t) * (ne + 1));
+	int32_t *tiles = malloc(sizeof(int32_t) * 3 * nt);
+	float *wt = malloc(sizeof(float) * nk), *gsh = malloc(sizeof(float) * n);
+	float *rwt = malloc(sizeof(float) * nk);
+	int32_t *rsel = malloc(sizeof(int32_t) * nk);
+	uint16_t *xb = malloc(2 * (size_t)n * dim), *xg = malloc(2 * (size_t)nk * dim);
+	uint16_t *wb = malloc(2 * (size_t)ne * N * dim);
+	float *y = malloc(sizeof(float) * (size_t)nk * N);
+	float *o = malloc(sizeof(float) * (size_t)n * dim);
+	float *sh = rand_q((int64_t)n * dim, 1.0f);
+	float *ys = rand_q((int64_t)nk * dim, 1.0f);
+	int bad = 0;
+
+	/* the logits against float64 */
+	float *dx = dup_to(x, sizeof(float) * (size_t)n * dim);
+	float *drw = dup_to(rw, sizeof(float) * (size_t)rows * dim);
+	float *dlg = dalloc(sizeof(float) * (size_t)n * rows);
+	poison(dlg, sizeof(float) * (size_t)n * rows);
+	CL(medha_k_moe_logits(dlg, dx, drw, n, rows, dim, 0));
+	from_dev(lg, dlg, sizeof(float) * (size_t)n * rows);
+	for (int t = 0; t < n; t++)
+		for (int r = 0; r < rows; r++) {
+			double s = 0;
+			for (int c = 0; c < dim; c++)
+				s += (double)x[(size_t)t * dim + c] *
+				    rw[(size_t)r * dim + c];
+			ref[(size_t)t * rows + r] = s;
+		}
+	snprintf(label, sizeof(label), "moe %s: logits %dx%d", what, n, rows);
+	report(label, rel_l2(lg, ref, (int64_t)n * rows), 1e-5);
+
+	/* the routing against float64 on the same logits */
+	struct medha_k_moe m = {.ne = ne, .k = k, .sigmoid = sigm,
+	    .by_logit = by_logit, .norm_w = norm_w};
+	m.sel = dalloc(4 * (size_t)nk);
+	m.wt = dalloc(4 * (size_t)nk);
+	m.gsh = shg ? dalloc(4 * (size_t)n) : NULL;
+	m.row = dalloc(4 * (size_t)nk);
+	m.src = dalloc(4 * (size_t)nk);
+	m.off = dalloc(4 * (size_t)(ne + 1));
+	m.tiles = dalloc(12 * (size_t)nt);
+	poison(m.sel, 4 * (size_t)nk);
+	poison(m.tiles, 12 * (size_t)nt);
+	CL(medha_k_moe_route(&m, dlg, rows, n, 0));
+	from_dev(sel, m.sel, 4 * (size_t)nk);
+	from_dev(wt, m.wt, 4 * (size_t)nk);
+	if (shg)
+		from_dev(gsh, m.gsh, 4 * (size_t)n);
+	double gerr = 0, gden = 0;
+	for (int t = 0; t < n; t++) {
+		const float *l = lg + (size_t)t * rows;
+		double p[256], mx = -INFINITY, z = 0, s = 0;
+		int j = 0;
+		for (int e = 0; e < ne; e++)
+			mx = fmax(mx, l[e]);
+		for (int e = 0; e < ne; e++)
+			z += exp(l[e] - mx);
+		for (int e = 0; e < ne; e++)
+			p[e] = sigm ? 1 / (1 + exp(-(double)l[e])) : exp(l[e] - mx) / z;
+		/* the k best, by logit or weight, ties to the lower index */
+		for (j = 0; j < k; j++) {
+			int b = -1;
+			for (int e = 0; e < ne; e++) {
+				int taken = 0;
+				for (int i = 0; i < j; i++)
+					taken |= rsel[t * k + i] == e;
+				if (!taken && (b < 0 || (by_logit ? l[e] > l[b] : p[e] > p[b])))
+					b = e;
+			}
+			rsel[t * k + j] = b;
+			s += p[b];
+		}
+		for (j = 0; j < k; j++) {
+			double w = p[rsel[t * k + j]] / (norm_w ? fmax(s, 6.103515625e-5) : 1);
+			bad += sel[t * k + j] != rsel[t * k + j];
+			gerr += (wt[t * k + j] - w) * (wt[t * k + j] - w);
+			gden += w * w;
+		}
+		if (shg) {
+			double g = 1 / (1 + exp(-(double)l[ne]));
+			gerr += (gsh[t] - g) * (gsh[t] - g);
+			gden += g * g;
+		}
+	}
+	snprintf(label, sizeof(label), "moe %s: route %d tokens top-%d of %d: "
+	    "experts differing", what, n, k, ne);
+	report(label, bad, 0);
+	snprintf(label, sizeof(label), "moe %s: route weights%s", what,
+	    shg ? " and shared gate" : "");
+	report(label, sqrt(gerr / gden), 1e-6);
+
+	/* the sort, as a sort */
+	CL(medha_k_moe_sort(&m, n, 0));
+	from_dev(row, m.row, 4 * (size_t)nk);
+	from_dev(src, m.src, 4 * (size_t)nk);
+	from_dev(off, m.off, 4 * (size_t)(ne + 1));
+	from_dev(tiles, m.tiles, 12 * (size_t)nt);
+	bad = off[0] != 0 || off[ne] != nk;
+	for (int e = 0, at = 0; e < ne; e++) {
+		int c = 0;
+		for (int i = 0; i < nk; i++)
+			c += sel[i] == e;
+		bad += off[e + 1] - off[e] != c;
+		for (int r = off[e]; r < off[e + 1] && r < nk; r++)
+			bad += r < 0 || src[r] < 0 || src[r] >= nk ||
+			    sel[src[r]] != e || row[src[r]] != r;
+		for (int r = off[e]; r < off[e + 1]; r += MEDHA_K_MOE_BM, at++)
+			bad += at >= nt || tiles[3 * at] != e ||
+			    tiles[3 * at + 1] != r ||
+			    tiles[3 * at + 2] != (r + MEDHA_K_MOE_BM < off[e + 1]
+			        ? r + MEDHA_K_MOE_BM : off[e + 1]);
+		if (e == ne - 1)
+			for (; at < nt; at++)
+				bad += tiles[3 * at] != -1;
+	}
+	snprintf(label, sizeof(label), "moe %s: sort %d rows into %d experts, "
+	    "%d tiles: faults", what, nk, ne, nt);
+	report(label, bad, 0);
+
+	/* the gather, exact (llama4's: times the weight, rounded) */
+	for (int i = 0; i < n * dim; i++)
+		xb[i] = h_bf16(x[i]);
+	uint16_t *dxb = dup_to(xb, 2 * (size_t)n * dim), *dxg = dalloc(2 * (size_t)nk * dim);
+	poison(dxg, 2 * (size_t)nk * dim);
+	CL(medha_k_moe_gather(dxg, dxb, dim, dim, &m, n, by_logit, 0));
+	from_dev(xg, dxg, 2 * (size_t)nk * dim);
+	bad = 0;
+	for (int r = 0; r < nk; r++)
+		for (int c = 0; c < dim; c++) {
+			uint16_t v = xb[(size_t)(src[r] / k) * dim + c];
+			if (by_logit)
+				v = h_bf16(h_bf16f(v) * wt[src[r]]);
+			bad += xg[(size_t)r * dim + c] != v;
+		}
+	snprintf(label, sizeof(label), "moe %s: gather %dx%d: elements differing",
+	    what, nk, dim);
+	report(label, bad, 0);
+
+	/* the grouped product against float64 */
+	for (int64_t i = 0; i < (int64_t)ne * N * dim; i++)
+		wb[i] = h_bf16(frnd() * 0.2f);
+	uint16_t *dwb = dup_to(wb, 2 * (size_t)ne * N * dim);
+	float *dy = dalloc(sizeof(float) * (size_t)nk * N);
+	poison(dy, sizeof(float) * (size_t)nk * N);
+	CL(medha_k_moe_gemm(dy, N, dxg, dim, dwb, (int64_t)N * dim, N, dim,
+	    m.tiles, nt, 0));
+	from_dev(y, dy, sizeof(float) * (size_t)nk * N);
+	for (int r = 0; r < nk; r++) {
+		const uint16_t *W = wb + (size_t)sel[src[r]] * N * dim;
+		for (int j = 0; j < N; j++) {
+			double s = 0;
+			for (int c = 0; c < dim; c++)
+				s += (double)h_bf16f(xg[(size_t)r * dim + c]) *
+				    h_bf16f(W[(size_t)j * dim + c]);
+			ref[(size_t)r * N + j] = s;
+		}
+	}
+	snprintf(label, sizeof(label), "moe %s: grouped product %dx%dx%d over "
+	    "%d experts", what, nk, N, dim, ne);
+	report(label, rel_l2(y, ref, (int64_t)nk * N), 1e-5);
+
+	/* the weighted sum, added to out, with the shared expert's */
+	float *dys = dup_to(ys, sizeof(float) * (size_t)nk * dim);
+	float *dsh = dup_to(sh, sizeof(float) * (size_t)n * dim);
+	float *dout = dup_to(x, sizeof(float) * (size_t)n * dim);
+	CL(medha_k_moe_sum(dout, 1, dys, dim, &m, n, !by_logit, dsh, 0));
+	from_dev(o, dout, sizeof(float) * (size_t)n * dim);
+	for (int t = 0; t < n; t++)
+		for (int c = 0; c < dim; c++) {
+			double s = x[(size_t)t * dim + c];
+			for (int j = 0; j < k; j++)
+				s += (double)ys[(size_t)row[t * k + j] * dim + c] *
+				    (by_logit ? 1 : wt[t * k + j]);
+			s += (double)sh[(size_t)t * dim + c] * (shg ? gsh[t] : 1);
+			ref[(size_t)t * dim + c] = s;
+		}
+	snprintf(label, sizeof(label), "moe %s: weighted sum %dx%d", what, n, dim);
+	report(label, rel_l2(o, ref, (int64_t)n * dim), 1e-6);
+
+	CK(cudaFree(dx));
+	CK(cudaFree(drw));
+	CK(cudaFree(dlg));
+	CK(cudaFree(m.sel));
+	CK(cudaFree(m.wt));
+	CK(cudaFree(m.row));
+	CK(cudaFree(m.src));
+	CK(cudaFree(m.off));
+	CK(cudaFree(m.tiles));
+	if (m.gsh != NULL)
+		CK(cudaFree(m.gsh));
+	CK(cudaFree(dxb));
+	CK(cudaFree(dxg));
+	CK(cudaFree(dwb));
+	CK(cudaFree(dy));
+	CK(cudaFree(dys));
+	CK(cudaFree(dsh));
+	CK(cudaFree(dout));
+	free(x), free(rw), free(lg), free(ref), free(sel), free(row);
+	free(src), free(off), free(tiles), free(wt), free(gsh), free(rwt);
+	free(rsel), free(xb), free(xg), free(wb), free(y), free(o), free(sh);
+	free(ys);
+}
+
+/* the cases: Mixtral's normalised softmax, qwen2moe's unnormalised
+   softmax with the shared gate, llama4's sigmoid top-1 by logit on the
+   input; n past a tile (BM) per expert on the larger */
+static void
+t_moe_all(int big)
+{
+	t_moe("mixtral", big ? 300 : 70, 8, 2, big ? 512 : 96,
+	    big ? 256 : 80, 0, 0, 1, 0);
+	t_moe("qwen2moe", big ? 129 : 21, 6, 2, 64, 40, 0, 0, 0, 1);
+	t_moe("llama4", big ? 65 : 19, 4, 1, 128, 70, 1, 1, 0, 0);
+	t_moe("qwen3moe decode", 3, 16, 4, 64, 64, 0, 0, 1, 0);
+}
+
+/*
+ * --moe-bench: the routed FFN's kernels timed on a GPU (contrib/gpu-
+ * check.sh's moe step), at Qwen3-30B-A3B's shape (128 experts, top-8,
+ * dim 2048, 768 rows each), batches of 1 to 256 tokens: routing, sort,
+ * gather, the grouped gate/up and down products; the experts a batch
+ * touched (from the offsets), the bytes of their weights over the time
+ * (a decode step's bound) and the products' rate. Prints numbers, checks
+ * nothing (the correctness is t_moe's).
+ */
+static void
+moe_bench(void)
+{
+	const int ne = 128, k = 8, d = 2048, ef = 768, bs[] = {1, 16, 64, 256};
+	const int nmax = 256, nk = nmax * k, it = 20;
+	const int nt = medha_k_moe_tiles(nmax, ne, k);
+	struct medha_k_moe m = {.ne = ne, .k = k, .norm_w = 1};
+	float *lg = rand_q((int64_t)nmax * ne, 3.0f);
+	float *dlg = dup_to(lg, 4 * (size_t)nmax * ne);
+	uint16_t *wgu = dalloc(2 * (size_t)ne * 2 * ef * d);
+	uint16_t *wdn = dalloc(2 * (size_t)ne * d * ef);
+	uint16_t *x = dalloc(2 * (size_t)nmax * d), *xg = dalloc(2 * (size_t)nk * d);
+	uint16_t *act = dalloc(2 * (size_t)nk * ef);
+	float *gu = dalloc(4 * (size_t)nk * 2 * ef), *ys = dalloc(4 * (size_t)nk * d);
+	int32_t off[129];
+	cudaEvent_t a, b;
+
+	CL(medha_k_fill_random(wgu, (int64_t)ne * 2 * ef * d, 1, 0, 0.03f, 0));
+	CL(medha_k_fill_random(wdn, (int64_t)ne * d * ef, 1, 1ull << 40, 0.03f, 0));
+	CL(medha_k_fill_random(x, (int64_t)nmax * d, 1, 2ull << 40, 1.0f, 0));
+	m.sel = dalloc(4 * (size_t)nk);
+	m.wt = dalloc(4 * (size_t)nk);
+	m.row = dalloc(4 * (size_t)nk);
+	m.src = dalloc(4 * (size_t)nk);
+	m.off = dalloc(4 * (size_t)(ne + 1));
+	m.tiles = dalloc(12 * (size_t)nt);
+	CK(cudaEventCreate(&a));
+	CK(cudaEventCreate(&b));
+	for (size_t i = 0; i < sizeof(bs) / sizeof(bs[0]); i++) {
+		const int n = bs[i], t = medha_k_moe_tiles(n, ne, k);
+		float ms = 0;
+		int touched = 0;
+		for (int r = 0; r <= it; r++) {
+			if (r == 1)
+				CK(cudaEventRecord(a, 0));
+			CL(medha_k_moe_route(&m, dlg, ne, n, 0));
+			CL(medha_k_moe_sort(&m, n, 0));
+			CL(medha_k_moe_gather(xg, x, d, d, &m, n, 0, 0));
+			CL(medha_k_moe_gemm(gu, 2 * ef, xg, d, wgu,
+			    (int64_t)2 * ef * d, 2 * ef, d, m.tiles, t, 0));
+			CL(medha_k_swiglu(act, gu, 2 * ef, gu + ef, 2 * ef,
+			    n * k, ef, 0));
+			CL(medha_k_moe_gemm(ys, d, act, ef, wdn, (int64_t)d * ef,
+			    d, ef, m.tiles, t, 0));
+		}
+		CK(cudaEventRecord(b, 0));
+		CK(cudaEventSynchronize(b));
+		CK(cudaEventElapsedTime(&ms, a, b));
+		ms /= it;
+		from_dev(off, m.off, sizeof(off));
+		for (int e = 0; e < ne; e++)
+			touched += off[e + 1] > off[e];
+		double bytes = (double)touched * 3 * ef * d * 2;
+		double flop = 2.0 * n * k * 3 * ef * d;
+		printf("moe-bench: %d tokens, top-%d of %d (dim %d, %d rows): "
+		       "%d experts touched, %.1f us, %.0f GB/s of weights, "
+		       "%.2f TFLOP/s\n",
+		    n, k, ne, d, ef, touched, ms * 1e3, bytes / ms / 1e6,
+		    flop / ms / 1e9);
+	}
+	CK(cudaEventDestroy(a));
+	CK(cudaEventDestroy(b));
+	CK(cudaFree(dlg));
+	CK(cudaFree(wgu));
+	CK(cudaFree(wdn));
+	CK(cudaFree(x));
+	CK(cudaFree(xg));
+	CK(cudaFree(act));
+	CK(cudaFree(gu));
+	CK(cudaFree(ys));
+	CK(cudaFree(m.sel));
+	CK(cudaFree(m.wt));
+	CK(cudaFree(m.row));
+	CK(cudaFree(m.src));
+	CK(cudaFree(m.off));
+	CK(cudaFree(m.tiles));
+	free(lg);
+}
+
 int
 main(int argc, char **argv)
 {
-	int self_only = 0, ndev = 0;
+	int self_only = 0, ndev = 0, bench = 0;
 	cudaError_t e;
 
 	for (int i = 1; i < argc; i++) {
@@ -1603,9 +1977,11 @@ main(int argc, char **argv)
 			quick = 1;
 		else if (!strcmp(argv[i], "--self-check"))
 			self_only = 1;
+		else if (!strcmp(argv[i], "--moe-bench"))
+			bench = 1;
 		else {
 			fprintf(stderr, "usage: kernels_test [--quick] "
-			                "[--self-check]\n");
+			                "[--self-check] [--moe-bench]\n");
 			return 2;
 		}
 	}
@@ -1626,6 +2002,11 @@ main(int argc, char **argv)
 		    cudaGetErrorString(e) : "none found");
 		return 77;
 	}
+	if (bench) {
+		seed(2);
+		moe_bench();
+		return 0;
+	}
 	self_check();
 	seed(2);
 	t_rows(1, 576);
@@ -1639,6 +2020,7 @@ main(int argc, char **argv)
 	t_merge(3, quick ? 17 : 257, 8, 128);
 	t_kv_append(MEDHA_K_BF16, 1, 256);
 	t_merge(2, 5, 4, 256);
+	t_moe_all(!quick);
 	t_sample(16, quick ? 1000 : 49152);
 	if (!quick)
 		t_sample(16, 128256);

@@ -9,6 +9,7 @@ medha's code.
 
     arch_model.py cases                          the case names, one a line
     arch_model.py moe-cases                      those with experts
+    arch_model.py cuda-moe-cases                 those of the cuda backend's
         (write also takes the names of TOPO_CASES, topo-arch.sh's shapes,
         and of CUDA_CASES, the cuda backend's: cuda-mock.sh, gpu-check.sh)
     arch_model.py write TOKENIZER.gguf DIR CASE[:FLAW]...
@@ -128,6 +129,29 @@ CUDA_CASES = {
                       {"window": 24, "linear": 8.0, "base": 1e6,
                        "embd": 0.005, "vocab": 2048}),
 }
+# the mixtures of experts at the cuda backend's head size (its routed FFN,
+# kernels/moe.cu: cuda-mock-arch.sh, gpu-check.sh's moe step), as
+# MOE_CASES: Mixtral's normalised softmax top-2 of 8, qwen2moe's
+# unnormalised top-2 of 6 with a gated shared expert and its routed
+# layers in turn with dense ones (moe_step), qwen3moe's normalised top-4
+# of 16 with Q/K norms, llama4's sigmoid top-1 of 4 on the input with a
+# shared expert, routed and dense layers in turn, NoPE and its
+# temperature on the fourth layer, L2 Q/K norms on the others (its
+# chunks of 8192 longer than the tests' prompts: kernels_test's)
+CUDA_MOE_CASES = {
+    "mixtral-cu": ("llama", 2, 128, 4, 2, 64, 96,
+                   {"experts": (8, 2, 96), "embd": 0.005, "vocab": 2048}),
+    "qwen2moe-cu": ("qwen2moe", 3, 128, 4, 2, 64, 256,
+                    {"experts": (6, 2, 64), "shexp": 160, "moe_step": 2,
+                     "embd": 0.005, "vocab": 2048}),
+    "qwen3moe-cu": ("qwen3moe", 2, 128, 4, 2, 64, 256,
+                    {"experts": (16, 4, 64), "embd": 0.005,
+                     "vocab": 2048}),
+    "llama4-cu": ("llama4", 4, 128, 4, 2, 64, 256,
+                  {"experts": (4, 1, 128), "moe_step": 2, "embd": 0.005,
+                   "vocab": 2048}),
+}
+CUDA_CASES.update(CUDA_MOE_CASES)
 
 
 def field(r, name):
@@ -586,6 +610,8 @@ def main(argv):
         print("\n".join(CASES))
     elif argv[:1] == ["moe-cases"]:
         print("\n".join(MOE_CASES))
+    elif argv[:1] == ["cuda-moe-cases"]:
+        print("\n".join(CUDA_MOE_CASES))
     elif argv[:1] == ["write"] and len(argv) >= 4:
         for c in argv[3:]:
             case, _, flaw = c.partition(":")

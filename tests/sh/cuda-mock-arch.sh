@@ -20,7 +20,9 @@
 # tokens in chunks of 32, 256 and 1024 (1e-2); layer ranges and SPP
 # stages (the same bits); TP 2 and KVP 2 (pieces of 64 positions, so a
 # window spans pieces) against one backend, decode graphs replayed. Then
-# a head size the kernels lack (32) is refused at open, naming it. Skips
+# a head size the kernels lack (32) is refused at open, naming it. Then
+# the mixtures of experts (CUDA_MOE_CASES: the routed FFN, kernels/moe.cu)
+# through the same cases. Skips
 # without the cuda build or the cache (SmolLM2's tokenizer, the venv).
 . "$(dirname "$0")/lib.sh"
 cuda_mock_need
@@ -63,6 +65,63 @@ grep -q '^FAIL cuda backend: cuda: llama: a head size (attention.key_length) of 
 	exit 1
 }
 echo "cuda-mock-arch: head size 32 refused at open, named"
+# the mixtures of experts (issue 41 item 3: the routed FFN of
+# libcore/cuda/cuda_moe.c, kernels/moe.cu's launchers as the stand-ins'
+# twins): Mixtral's normalised softmax top-2 of 8, qwen2moe's gated
+# shared expert with routed and dense layers in turn, qwen3moe's top-4 of
+# 16 with Q/K norms, llama4's sigmoid top-1 on the input with a shared
+# expert, NoPE with its temperature and L2 Q/K norms (routed and dense
+# layers in turn), each through the same cases as the families (the
+# cpu backend's tokens but at near-ties; a routing near-tie may move a
+# step: backend_cuda_test's rule for experts), TP 2 splitting every
+# expert's rows; then their decode steps replayed from graphs
+moes=$("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases)
+# shellcheck disable=SC2086 # the case names, one argument each
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $moes
+mpaths=
+for f in $moes; do
+	mpaths="$mpaths $tmp/$f.gguf"
+done
+MEDHA_CUDA_TEST_FAMILIES=$mpaths MEDHA_CUDA_TEST_QUICK=1 \
+    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/moe" 2>"$tmp/moe.err" || {
+	cat "$tmp/moe" "$tmp/moe.err"
+	exit 1
+}
+cat "$tmp/moe"
+grep -q '^ok: 0 failed' "$tmp/moe"
+for f in $moes; do
+	for what in "family $f: max |logit diff|.* of 13 equal" \
+	    "$f: 1024 tokens in chunks.*rel L2 0.000e+00" \
+	    "$f: layers \[0, 1).*rel L2 0.000e+00, 0.000e+00" \
+	    "$f: TP 2 against" "$f: KVP 2 against"; do
+		grep -q "^ok   $what" "$tmp/moe" || {
+			echo "cuda-mock-arch: no \"ok $what\" line"
+			exit 1
+		}
+	done
+done
+grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/moe"
+# contrib/gpu-check.sh's moe step on the stand-ins (its wiring: the models
+# from gpu-pack.sh's gpu-moe folder, a row per mixture, the acceptance line;
+# the stand-ins have no kernels_test, so no rates)
+mkdir -p "$tmp/gpu-moe" "$tmp/mout" "$tmp/mwork"
+for f in $moes; do
+	cp "$tmp/$f.gguf" "$tmp/gpu-moe/"
+done
+env OUT="$tmp/mout" work="$tmp/mwork" GPU_MOE="$tmp/gpu-moe" \
+    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
+    CUDA_HOME=/nonexistent NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
+    bash "$top/contrib/gpu-check.sh" --part moe >"$tmp/mc.log" 2>&1 || {
+	cat "$tmp/mc.log"
+	exit 1
+}
+grep '^moe-row: ' "$tmp/mc.log"
+[ "$(grep -c '^moe-row: [^ ]* ok max |logit diff| .* (median .*), greedy [0-9]* of [0-9]* equal' \
+    "$tmp/mc.log")" = 4 ] &&
+    grep '^figure: 4 of 4 mixtures as the cpu backend' "$tmp/mc.log" || {
+	cat "$tmp/mc.log"
+	exit 1
+}
 # contrib/gpu-check.sh's families step on the stand-ins (its wiring: the
 # models from the pack's families folder, a table row per family)
 mkdir -p "$tmp/pack/families" "$tmp/gout" "$tmp/gwork"

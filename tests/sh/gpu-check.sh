@@ -17,6 +17,9 @@ cat "$tmp/pack.out"
 if has_py numpy gguf && [ -s "$smollm2" ]; then
 	[ "$(ls "$tmp"/gpu-pack/families/*.gguf | wc -l)" = 7 ] ||
 	    { ls "$tmp/gpu-pack/families"; exit 1; }
+	# and the mixtures of experts', for its moe step (beside the pack)
+	[ "$(ls "$tmp"/gpu-moe/*.gguf | wc -l)" = 4 ] ||
+	    { ls "$tmp/gpu-moe"; exit 1; }
 fi
 [ -e "$tmp/gpu-libs/libnng.so.1" ] || { ls "$tmp/gpu-libs"; exit 1; }
 for l in "$tmp"/gpu-libs/*; do
@@ -58,7 +61,7 @@ printf '#!/bin/sh\ncase "$1" in -L) echo "GPU 0: Stand-in";; --query-gpu*) echo 
 chmod +x "$tmp/fake/nvidia-smi"
 PATH=$tmp/fake:$PATH OUT=$tmp/out2 GPU_PACK=$tmp/gpu-pack \
     GPU_CHECK_BUDGET=1 bash "$top/contrib/gpu-check.sh" >/dev/null 2>&1
-for s in kernels_test backend_cuda_test families attn_bench attn_torch e2e_bench \
+for s in kernels_test backend_cuda_test families moe attn_bench attn_torch e2e_bench \
     bench_hf live_single live_spp2 live_kvp2 prof_check sanitizer; do
 	grep -q "^$s  *skip  *out of time" "$tmp/out2/summary.txt" ||
 	    { cat "$tmp/out2/summary.txt"; exit 1; }

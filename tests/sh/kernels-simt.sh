@@ -38,6 +38,16 @@ cat "$tmp/out"
 grep -q '^ok   simt attn .*\[mma+simple\]' "$tmp/out"
 # head size 256 (Gemma 2/3): the simple kernel's, on both paths
 grep -q '^ok   simt attn mixed hd256 .*\[simple\]' "$tmp/out"
+# llama4's chunked attention (rows' chunks starting in other tiles and
+# parts, with a window too) and its temperature
+grep -q '^ok   simt attn kvp pieces hd64 4/4 bf16 chunk 64 \[mma+simple\]' "$tmp/out"
+grep -q '^ok   simt attn gqa chunks hd128 8/2 bf16 chunk 64 window 40 \[simple\]' "$tmp/out"
+grep -q '^ok   attn_temp ' "$tmp/out"
+# a mixture of experts' kernels (moe.cu): routing, sort, grouped product
+for c in mixtral qwen2moe llama4 "qwen3moe decode"; do
+	grep -q "^ok   moe $c: grouped product" "$tmp/out"
+	grep -q "^ok   moe $c: sort .*faults: 0 " "$tmp/out"
+done
 grep -Eq '^simt: .* [1-9][0-9]* mma, [1-9][0-9]* ldmatrix' "$tmp/out"
 # the bf16 cache's packing by cvt.rn.bf16x2.f32 (the emulator's own
 # rounding of it), the mma path's Q and P

@@ -292,6 +292,9 @@ attn_row(const struct medha_k_attn *a, const struct medha_k_seqs *s, int q,
 		nk = 0;
 	if (a->window > 0 && p + 1 - a->window - s->kv_base[q] > 0)
 		j0 = p + 1 - a->window - s->kv_base[q];
+	/* llama4's chunk: keys from the start of p's chunk */
+	if (a->chunk > 0 && p / a->chunk * a->chunk - s->kv_base[q] > j0)
+		j0 = p / a->chunk * a->chunk - s->kv_base[q];
 	for (int64_t j = j0; j < nk; j++) {
 		float d = 0;
 		for (int c = 0; c < hd; c++)
@@ -447,6 +450,18 @@ static void r_bias(void *p) { struct a_bias *a = p; do_bias(a->x, a->rs, a->n, a
 int medha_k_bias_add(float *x, int rs, int n, const float *b, int w, cudaStream_t s)
 { struct a_bias a = {x, rs, n, b, w}; (void)s; if (rs < w) return cudaErrorInvalidValue; return launch(r_bias, &a, sizeof(a)); }
 
+struct a_temp { float *x; int rs, n, w; const int64_t *pos; float sc; int fl; };
+static void r_temp(void *p)
+{
+	struct a_temp *a = p;
+	for (int t = 0; t < a->n; t++) {
+		const double f = log(floor((a->pos[t] + 1.0) / a->fl) + 1.0) * a->sc + 1.0;
+		for (int c = 0; c < a->w; c++) a->x[(size_t)t*a->rs+c] = (float)(a->x[(size_t)t*a->rs+c] * f);
+	}
+}
+int medha_k_attn_temp(float *x, int rs, int n, int w, const int64_t *pos, float sc, int fl, cudaStream_t s)
+{ struct a_temp a = {x, rs, n, w, pos, sc, fl}; (void)s; if (rs < w || fl < 1) return cudaErrorInvalidValue; return launch(r_temp, &a, sizeof(a)); }
+
 struct a_scale { float *x; int64_t n; float s, cap; };
 static void r_scale(void *p) { struct a_scale *a = p; do_scale(a->x, a->n, a->s, a->cap); }
 int medha_k_scale(float *x, int64_t n, float sc, cudaStream_t s)
@@ -529,3 +544,131 @@ struct a_argmax { int32_t *ids; const float *l; int n, v; };
 static void r_argmax(void *p) { struct a_argmax *a = p; do_argmax(a->ids, a->l, a->n, a->v, 0); }
 int medha_k_argmax(int32_t *ids, const float *l, int n, int v, cudaStream_t s)
 { struct a_argmax a = {ids, l, n, v}; (void)s; return launch(r_argmax, &a, sizeof(a)); }
+
+/* ---- a mixture of experts (kernels/moe.cu's contract): sums in f64,
+   the sort stable (token order within an expert) ---- */
+
+int
+medha_k_moe_tiles(int n, int ne, int k)
+{
+	int64_t nk = (int64_t)n * k;
+
+	return (int)((nk + MEDHA_K_MOE_BM - 1) / MEDHA_K_MOE_BM + (nk < ne ? nk : ne));
+}
+
+static int moe_bad(const struct medha_k_moe *m)
+{ return m->ne < 1 || m->k < 1 || m->k > MEDHA_K_MOE_KMAX || m->k > m->ne; }
+
+struct a_mlogits { float *o; const float *x, *w; int n, rows, dim; };
+static void r_mlogits(void *p)
+{
+	struct a_mlogits *a = p;
+	for (int t = 0; t < a->n; t++) for (int r = 0; r < a->rows; r++) {
+		double s = 0;
+		for (int c = 0; c < a->dim; c++) s += (double)a->x[(size_t)t*a->dim+c] * a->w[(size_t)r*a->dim+c];
+		a->o[(size_t)t*a->rows+r] = (float)s;
+	}
+}
+int medha_k_moe_logits(float *o, const float *x, const float *w, int n, int rows, int dim, cudaStream_t s)
+{ struct a_mlogits a = {o, x, w, n, rows, dim}; (void)s; if (n < 0 || rows < 1 || dim < 1) return cudaErrorInvalidValue; return launch(r_mlogits, &a, sizeof(a)); }
+
+struct a_route { struct medha_k_moe m; const float *l; int ls, n; };
+static void r_route(void *p)
+{
+	struct a_route *a = p;
+	const struct medha_k_moe *m = &a->m;
+	for (int t = 0; t < a->n; t++) {
+		const float *x = a->l + (size_t)t * a->ls;
+		double pr[4096], mx = -INFINITY, z = 0, s = 0;
+		int *sel = m->sel + (size_t)t * m->k, j;
+		for (int e = 0; e < m->ne; e++) mx = x[e] > mx ? x[e] : mx;
+		for (int e = 0; e < m->ne; e++) z += exp(x[e] - mx);
+		for (int e = 0; e < m->ne; e++) pr[e] = m->sigmoid ? 1 / (1 + exp(-(double)x[e])) : exp(x[e] - mx) / z;
+		for (j = 0; j < m->k; j++) { /* the best not taken, ties to the lower */
+			int b = -1;
+			for (int e = 0; e < m->ne; e++) {
+				int taken = 0;
+				for (int i = 0; i < j; i++) taken |= sel[i] == e;
+				if (!taken && (b < 0 || (m->by_logit ? x[e] > x[b] : pr[e] > pr[b]))) b = e;
+			}
+			sel[j] = b;
+			s += pr[b];
+		}
+		for (j = 0; j < m->k; j++) m->wt[(size_t)t*m->k+j] = (float)(pr[sel[j]] / (m->norm_w ? (s > 6.103515625e-5 ? s : 6.103515625e-5) : 1));
+		if (m->gsh) m->gsh[t] = (float)(1 / (1 + exp(-(double)x[m->ne])));
+	}
+}
+int medha_k_moe_route(const struct medha_k_moe *m, const float *l, int ls, int n, cudaStream_t s)
+{ struct a_route a = {*m, l, ls, n}; (void)s; if (n < 0 || moe_bad(m) || m->ne > 4096 || ls < m->ne + (m->gsh != NULL)) return cudaErrorInvalidValue; return launch(r_route, &a, sizeof(a)); }
+
+struct a_msort { struct medha_k_moe m; int n; };
+static void r_msort(void *p)
+{
+	struct a_msort *a = p;
+	const struct medha_k_moe *m = &a->m;
+	const int nk = a->n * m->k, nt = medha_k_moe_tiles(a->n, m->ne, m->k);
+	int r = 0, tl = 0;
+	for (int e = 0; e < m->ne; e++) {
+		m->off[e] = r;
+		for (int i = 0; i < nk; i++) if (m->sel[i] == e) { m->row[i] = r; m->src[r++] = i; }
+		for (int q = m->off[e]; q < r; q += MEDHA_K_MOE_BM, tl++) {
+			m->tiles[3*tl] = e; m->tiles[3*tl+1] = q; m->tiles[3*tl+2] = q + MEDHA_K_MOE_BM < r ? q + MEDHA_K_MOE_BM : r;
+		}
+	}
+	m->off[m->ne] = r;
+	for (; tl < nt; tl++) m->tiles[3*tl] = -1;
+}
+int medha_k_moe_sort(const struct medha_k_moe *m, int n, cudaStream_t s)
+{ struct a_msort a = {*m, n}; (void)s; if (n < 0 || moe_bad(m)) return cudaErrorInvalidValue; return launch(r_msort, &a, sizeof(a)); }
+
+struct a_mgather { uint16_t *xg; const uint16_t *x; int ldx, dim; struct medha_k_moe m; int n, scale; };
+static void r_mgather(void *p)
+{
+	struct a_mgather *a = p;
+	for (int r = 0; r < a->n * a->m.k; r++) {
+		const int tj = a->m.src[r];
+		for (int c = 0; c < a->dim; c++) {
+			uint16_t v = a->x[(size_t)(tj / a->m.k) * a->ldx + c];
+			a->xg[(size_t)r*a->dim+c] = a->scale ? tobf(bf(v) * a->m.wt[tj]) : v;
+		}
+	}
+}
+int medha_k_moe_gather(uint16_t *xg, const uint16_t *x, int ldx, int dim, const struct medha_k_moe *m, int n, int scale, cudaStream_t s)
+{ struct a_mgather a = {xg, x, ldx, dim, *m, n, scale}; (void)s; if (n < 0 || dim < 1 || ldx < dim || moe_bad(m)) return cudaErrorInvalidValue; return launch(r_mgather, &a, sizeof(a)); }
+
+struct a_mgemm { float *y; int ldy; const uint16_t *x; int ldx; const uint16_t *w; int64_t we; int N, K; const int32_t *tiles; int nt; };
+static void r_mgemm(void *p)
+{
+	struct a_mgemm *a = p;
+	for (int t = 0; t < a->nt; t++) {
+		const int32_t *tl = a->tiles + 3 * t;
+		if (tl[0] < 0) continue;
+		const uint16_t *W = a->w + (int64_t)tl[0] * a->we;
+		for (int r = tl[1]; r < tl[2]; r++) for (int j = 0; j < a->N; j++) {
+			double s = 0;
+			for (int c = 0; c < a->K; c++) s += (double)bf(a->x[(size_t)r*a->ldx+c]) * bf(W[(size_t)j*a->K+c]);
+			a->y[(size_t)r*a->ldy+j] = (float)s;
+		}
+	}
+}
+int medha_k_moe_gemm(float *y, int ldy, const uint16_t *x, int ldx, const uint16_t *w, int64_t we, int N, int K, const int32_t *tiles, int nt, cudaStream_t s)
+{ struct a_mgemm a = {y, ldy, x, ldx, w, we, N, K, tiles, nt}; (void)s; if (N < 1 || K < 1 || ldy < N || ldx < K || we < (int64_t)N * K || nt < 0) return cudaErrorInvalidValue; return launch(r_mgemm, &a, sizeof(a)); }
+
+struct a_msum { float *o; int add; const float *ys; int dim; struct medha_k_moe m; int n, weighted; const float *sh; };
+static void r_msum(void *p)
+{
+	struct a_msum *a = p;
+	const struct medha_k_moe *m = &a->m;
+	for (int t = 0; t < a->n; t++) for (int c = 0; c < a->dim; c++) {
+		double s = 0;
+		for (int j = 0; j < m->k; j++) {
+			const size_t tj = (size_t)t * m->k + j;
+			s += (double)a->ys[(size_t)m->row[tj]*a->dim+c] * (a->weighted ? m->wt[tj] : 1);
+		}
+		if (a->sh) s += (double)a->sh[(size_t)t*a->dim+c] * (m->gsh ? m->gsh[t] : 1);
+		float *o = a->o + (size_t)t * a->dim + c;
+		*o = a->add ? (float)(*o + s) : (float)s;
+	}
+}
+int medha_k_moe_sum(float *o, int add, const float *ys, int dim, const struct medha_k_moe *m, int n, int weighted, const float *sh, cudaStream_t s)
+{ struct a_msum a = {o, add, ys, dim, *m, n, weighted, sh}; (void)s; if (n < 0 || dim < 1 || moe_bad(m)) return cudaErrorInvalidValue; return launch(r_msum, &a, sizeof(a)); }

@@ -61,6 +61,18 @@ static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 
+/* atomicAdd on an int (moe.cu's sort): a block's threads run one at a
+   time between the points where they wait, and blocks one after
+   another, so a read and a write in a row are atomic here */
+static inline int
+atomicAdd(int *p, int v)
+{
+	int o = *p;
+
+	*p = o + v;
+	return o;
+}
+
 /* ---- synchronisation and warp collectives (simt.cc) ---- */
 
 void simt_syncthreads(void);

@@ -22,6 +22,13 @@
 #define ATTN_MAX_VS_TEST 16 /* kernels/attn.cuh's ATTN_MAX_VS */
 #define ATTN_MMA_MAX_HD_TEST 128 /* its ATTN_MMA_MAX_HD */
 
+/* events (kernels_test's --moe-bench, never run here): refused */
+cudaError_t cudaEventCreate(cudaEvent_t *e) { (void)e; return cudaErrorNotSupported; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { (void)e, (void)s; return cudaErrorNotSupported; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { (void)e; return cudaErrorNotSupported; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { (void)ms, (void)a, (void)b; return cudaErrorNotSupported; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaErrorNotSupported; }
+
 /* sample.cu (CUB) is not emulated: its launchers are refused here */
 int
 medha_k_gather_rows(float *y, const float *x, const int32_t *rows, int n,
@@ -128,7 +135,7 @@ simt_attn(const char *name, const struct hseq *hs, int n, int type,
 		struct medha_k_attn a = {.kv = &d.kv, .s = &d.s, .q = dq,
 		    .qs = qs, .n_heads = n_heads, .scale = 1.0f / sqrtf(hd),
 		    .out_f32 = dout, .lse = dlse, .softcap = (float)attn_cap,
-		    .window = attn_window};
+		    .window = attn_window, .chunk = attn_chunk};
 		int m = mma && !simple;
 		const char *path = m ? "mma+simple" : "simple";
 
@@ -279,6 +286,21 @@ simt_attn_all(void)
 	    MEDHA_K_F16, 8, 4, 256, 16);
 	attn_window = 0;
 	attn_cap = 0;
+	/* llama4's chunks, shorter than the contexts: each row's chunk
+	   starting in another tile or part (and KVP pieces wholly before
+	   some rows' chunks); with a window too, the later start */
+	attn_chunk = 64;
+	simt_attn("mixed hd64 9/3 bf16 chunk 64", mixed, 5, MEDHA_K_BF16, 9,
+	    3, 64, 2);
+	simt_attn("gqa chunks hd128 4/1 f16 chunk 64", gqa, 4, MEDHA_K_F16, 4,
+	    1, 128, 2);
+	simt_attn("kvp pieces hd64 4/4 bf16 chunk 64", kvp, 5, MEDHA_K_BF16,
+	    4, 4, 64, 2);
+	attn_window = 40;
+	simt_attn("gqa chunks hd128 8/2 bf16 chunk 64 window 40", gqa, 4,
+	    MEDHA_K_BF16, 8, 2, 128, 4);
+	attn_window = 0;
+	attn_chunk = 0;
 }
 
 /* simt.cc */
@@ -308,6 +330,7 @@ main(int argc, char **argv)
 		t_merge(3, 17, 8, 128);
 		t_kv_append(MEDHA_K_BF16, 1, 256);
 		t_merge(2, 5, 4, 256);
+		t_moe_all(0);
 	}
 	char st[300];
 
