@@ -19,7 +19,7 @@
 
 #include "model/gguf.h"
 #include "tok/tokenizer.h"
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 static struct medha_tok *tok;
 static struct medha_gguf *gguf;

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 static int
 parse(struct medha_oai_req *q, const char *body, int chat,

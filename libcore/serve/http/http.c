@@ -34,7 +34,7 @@
  * it, which never calls back). I/O is only started under
  * it (nng completes aios on its own threads, never in the caller).
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * metadata, store, ...) are accepted. No sockets here; tests/http_test.c
  * checks it alone.
  */
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 #include <errno.h>
 #include <jansson.h>

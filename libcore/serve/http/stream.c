@@ -7,7 +7,7 @@
  * itself (chunked transfer coding) and closes it after "data: [DONE]",
  * with a read kept posted to notice a client that goes away.
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * drawn at open, so that the compare is of 32 bytes whatever the key's
  * length, and in constant time against every key (none ends it early).
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include "hmac.h"
 

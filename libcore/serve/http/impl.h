@@ -9,7 +9,7 @@
 #ifndef MEDHA_HTTP_IMPL_H
 #define MEDHA_HTTP_IMPL_H
 
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 #include "map.h"
 #include "net/link.h"

@@ -4,7 +4,7 @@
  * stream chunks in OpenAI's shapes, and the router's figures as
  * Prometheus text. No sockets here; tests/http_test.c checks it alone.
  */
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 #include <jansson.h>
 #include <stdarg.h>

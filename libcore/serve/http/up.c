@@ -7,7 +7,7 @@
  * and records of every HTTP request, a request's only after its
  * ACCEPTED. A CANCEL is the client's to send, from any thread.
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include <errno.h>
 #include <stdio.h>
