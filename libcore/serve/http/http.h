@@ -36,7 +36,7 @@
  *	medha_http_close(h);
  *	medha_router_close(r);
  *
- * The second half of this header is the OpenAI JSON itself (http_api.c):
+ * The second half of this header is the OpenAI JSON itself (oai.c, parse.c):
  * request bodies into a struct medha_reqspec, records and token events
  * into response bodies and chunks, errors into OpenAI's error bodies,
  * and the router's figures into Prometheus text. Those functions touch
@@ -95,7 +95,7 @@ int medha_http_port(const struct medha_http *h);
  */
 void medha_http_close(struct medha_http *h);
 
-/* ---- the OpenAI JSON (http_api.c) ---- */
+/* ---- the OpenAI JSON (oai.c; request bodies: parse.c) ---- */
 
 /* An error as OpenAI answers it: {"error": {message, type, param, code}}. */
 struct medha_oai_error {
