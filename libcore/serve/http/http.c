@@ -399,6 +399,16 @@ open_model_said(struct medha_http *h, const char *path, char *why,
 	return medha_tok_open_file(&h->tok, path, &h->ctx_len, why, whylen);
 }
 
+/* An event of the router's for one of our requests, on its thread
+ * (medha_router_local): to our client as if a POLL had brought it. */
+static void
+deliver(void *arg, struct medha_msg_event *ev)
+{
+	struct medha_http *h = arg;
+
+	medha_pcli_deliver(h->pc, ev);
+}
+
 int
 medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
     char *why, size_t whylen)
@@ -479,6 +489,10 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 		else if (sa.s_family == NNG_AF_INET6)
 			h->port = ntohs(sa.s_in6.sa_port);
 	}
+	/* the router's events for us straight to our client, not encoded
+	   for its POLL and decoded again in this process */
+	if (c->router != NULL && strncmp(c->upstream, "inproc://", 9) == 0)
+		medha_router_local(c->router, deliver, h);
 	medha_log(MEDHA_LOG_INFO, "http: listening at http://%s (port %d)%s%s",
 	    c->listen, h->port, h->tok ? ", model " : "",
 	    h->tok ? h->model_id : "");
