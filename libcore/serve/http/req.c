@@ -102,15 +102,17 @@ to_reap(struct medha_http *h, struct hreq *r)
 /*
  * r to state to (mu held), with what the change brings; a change the
  * life above does not have is refused (an error logged), a move to the
- * state r is in does nothing. Returns r's state after it.
+ * state r is in, or from GONE to ANSWERED, does nothing. Returns r's
+ * state after it.
  */
 int
 hreq_move(struct medha_http *h, struct hreq *r, int to)
 {
 	int from = r->state;
 
-	if (to == from)
-		return from;
+	if (to == from || (to == HS_ANSWERED && from == HS_GONE))
+		return from; /* nothing to do: a gone client's answer is
+		                over too (a write failed while it was made) */
 	if (!allowed(from, to)) {
 		medha_log(MEDHA_LOG_ERROR, "http: %s: no way from %s to %s",
 		    r->id, state_names[from], state_names[to]);
