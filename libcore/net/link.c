@@ -418,18 +418,6 @@ medha_srv_listen(struct medha_srv *s, const char *url, char *why, size_t whylen)
 	    "cannot listen at %s: %s", url, nng_strerror(rv));
 }
 
-int
-medha_srv_peer_local(const struct medha_srv *s, uint32_t peer)
-{
-	nng_pipe p = NNG_PIPE_INITIALIZER;
-	nng_sockaddr sa;
-
-	(void)s; /* a pipe id names one connection in the process */
-	p.id = peer;
-	return nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0 &&
-	    sa.s_family == NNG_AF_INPROC;
-}
-
 void
 medha_srv_close(struct medha_srv *s)
 {
