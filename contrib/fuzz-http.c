@@ -1,6 +1,6 @@
 /*
  * fuzz-http.c: a libFuzzer target for the HTTP front door's request
- * parser (libcore/serve/http_api.c): the body of POST /v1/completions or,
+ * parser (libcore/serve/http/parse.c): the body of POST /v1/completions or,
  * when the first byte is odd, /v1/chat/completions (the rest of the
  * input is the body). With MEDHA_MODEL set to a GGUF, chat bodies are
  * formatted with its chat template; without, chat is refused (400).
@@ -19,7 +19,7 @@
 
 #include "model/gguf.h"
 #include "tok/tokenizer.h"
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 static struct medha_tok *tok;
 static struct medha_gguf *gguf;

@@ -19,7 +19,7 @@ CC=${CC:-clang}
 case $CC in *clang*) ;; *) CC=clang ;; esac
 model=${MEDHA_MODEL:-$here/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -s "$model" ] || model=
-src="libcore/serve/http_api.c libcore/serve/http_parse.c
+src="libcore/serve/http/oai.c libcore/serve/http/parse.c
     $(ls libcore/serve/router/*.c) libcore/serve/front.c libcore/serve/clients.c
     libcore/net/link.c libcore/net/link_auth.c libcore/net/auth.c
     libcore/net/pcli.c libcore/net/proto.c libcore/net/proto_eq.c

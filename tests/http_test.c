@@ -1,5 +1,5 @@
 /*
- * http_test.c: the OpenAI JSON of the HTTP front door (http_api.c), with
+ * http_test.c: the OpenAI JSON of the HTTP front door (serve/http/oai.c), with
  * no socket: request bodies into reqspecs (OpenAI's defaults, every
  * field, and a table of bodies that must be refused with their status,
  * param and code), chat messages through a ChatML template, the mapping
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 static int
 parse(struct medha_oai_req *q, const char *body, int chat,
@@ -170,7 +170,7 @@ test_fields(void **state)
 	medha_oai_req_clear(&q);
 
 	/* min_tokens up to max_tokens; a chat's unset max_tokens is
-	   checked once known (http_up.c) */
+	   checked once known (serve/http/prompt.c) */
 	assert_int_equal(parse(&q,
 	                     "{\"prompt\": \"x\", \"max_tokens\": 5, "
 	                     "\"min_tokens\": 5}",

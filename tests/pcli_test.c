@@ -8,7 +8,8 @@
  * refusal comes back with the server's ERROR, a SUBMIT never answered
  * as a timeout; STATUS and any other call are answered to their
  * cookies; and with a shared secret (net/auth.h)
- * the same calls go through the handshake.
+ * the same calls go through the handshake. Events a server in the
+ * process hands over (medha_pcli_deliver) go the same way as a POLL's.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,6 +48,7 @@ struct srv {
 	int nnever;
 	double poll_since;
 	uint64_t slow_handle;
+	uint32_t slow_peer; /* the held SUBMIT's connection */
 	int release;
 	struct medha_msg_event ev[16]; /* to send on the held POLL */
 	int nev;
@@ -82,6 +84,7 @@ on_call(struct medha_srv_ev *ev)
 		S.submits++;
 		if (strcmp(m.submit.id, "slow") == 0) {
 			S.slow = ev->call;
+			S.slow_peer = ev->peer;
 		} else if (strcmp(m.submit.id, "never") == 0) {
 			assert_true(S.nnever < 4);
 			S.never[S.nnever++] = ev->call;
@@ -181,16 +184,10 @@ srv_stop(void)
 	pthread_mutex_destroy(&S.mu);
 }
 
-/* Queue an event for the next POLL: tokens ([tok]) or, tok < 0, the
- * record. */
+/* *e: tokens ([tok]) of handle h or, tok < 0, its record. */
 static void
-srv_event(uint64_t h, int32_t tok)
+event_make(struct medha_msg_event *e, uint64_t h, int32_t tok)
 {
-	struct medha_msg_event *e;
-
-	pthread_mutex_lock(&S.mu);
-	assert_true(S.nev < 16);
-	e = &S.ev[S.nev++];
 	memset(e, 0, sizeof(*e));
 	e->handle = h;
 	if (tok >= 0) {
@@ -205,6 +202,15 @@ srv_event(uint64_t h, int32_t tok)
 		    (unsigned long long)h);
 		e->record->status = MEDHA_STATUS_OK;
 	}
+}
+
+/* Queue an event for the next POLL (event_make's). */
+static void
+srv_event(uint64_t h, int32_t tok)
+{
+	pthread_mutex_lock(&S.mu);
+	assert_true(S.nev < 16);
+	event_make(&S.ev[S.nev++], h, tok);
 	pthread_mutex_unlock(&S.mu);
 }
 
@@ -419,6 +425,92 @@ test_close_busy(void **state)
 	srv_stop();
 }
 
+/*
+ * Events handed over in the process (medha_pcli_deliver, as the router
+ * gives its HTTP front door's) go the way a POLL's do: one before its
+ * request's ACCEPTED waits for it, then each comes at once, in order;
+ * the server's peers over ipc:// are not in this process.
+ */
+static void
+test_deliver(void **state)
+{
+	struct medha_pcli *p;
+	struct medha_pcli_out o;
+	struct medha_msg_event e;
+	char why[256];
+	double t;
+
+	(void)state;
+	srv_start();
+	assert_int_equal(medha_pcli_open(&p, url, NULL, NULL, why,
+	                     sizeof(why)),
+	    0);
+	S.slow_handle = 1;
+	submit(p, "slow", 11, 5);
+	for (t = medha_now(); medha_now() - t < 3;) {
+		pthread_mutex_lock(&S.mu);
+		int held = S.slow != NULL;
+		uint32_t peer = held ? S.slow_peer : 0;
+		pthread_mutex_unlock(&S.mu);
+		if (held) {
+			assert_int_equal(medha_srv_peer_local(S.s, peer), 0);
+			break;
+		}
+		usleep(1000);
+	}
+	event_make(&e, 1, 40);
+	medha_pcli_deliver(p, &e);
+	assert_null(e.ids); /* taken over */
+	assert_int_equal(medha_pcli_early(p, NULL), 1);
+	assert_int_equal(medha_pcli_take(p, 0.2, &o), 0);
+	pthread_mutex_lock(&S.mu);
+	S.release = 1;
+	pthread_mutex_unlock(&S.mu);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_ACCEPTED);
+	assert_int_equal(o.cookie, 11);
+	medha_pcli_out_clear(&o);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_EVENT);
+	assert_int_equal(o.cookie, 11);
+	assert_int_equal(o.ev.ids[0], 40);
+	medha_pcli_out_clear(&o);
+	event_make(&e, 1, 41);
+	medha_pcli_deliver(p, &e);
+	event_make(&e, 1, -1);
+	medha_pcli_deliver(p, &e);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_EVENT);
+	assert_int_equal(o.ev.kind, MEDHA_EVENT_TOKENS);
+	assert_int_equal(o.ev.ids[0], 41);
+	medha_pcli_out_clear(&o);
+	take(p, &o);
+	assert_int_equal(o.kind, MEDHA_PCLI_EVENT);
+	assert_int_equal(o.cookie, 11);
+	assert_int_equal(o.ev.kind, MEDHA_EVENT_RECORD);
+	medha_pcli_out_clear(&o);
+	assert_int_equal(medha_pcli_early(p, NULL), 0);
+	medha_pcli_close(p);
+	srv_stop();
+
+	/* a client over inproc:// is in this process */
+	{
+		struct medha_srv *s;
+		struct medha_srv_ev ev;
+		char u[64];
+		snprintf(u, sizeof(u), "inproc://pcli-test-%d", (int)getpid());
+		assert_int_equal(medha_srv_open(&s, u, why, sizeof(why)), 0);
+		assert_int_equal(medha_pcli_open(&p, u, NULL, NULL, why,
+		                     sizeof(why)),
+		    0);
+		assert_int_equal(medha_srv_next(s, 3, &ev), 0);
+		assert_int_equal(ev.kind, MEDHA_SRV_CALL); /* its POLL */
+		assert_int_equal(medha_srv_peer_local(s, ev.peer), 1);
+		medha_pcli_close(p);
+		medha_srv_close(s);
+	}
+}
+
 int
 main(void)
 {
@@ -426,6 +518,7 @@ main(void)
 	    cmocka_unit_test(test_script),
 	    cmocka_unit_test(test_secret),
 	    cmocka_unit_test(test_close_busy),
+	    cmocka_unit_test(test_deliver),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

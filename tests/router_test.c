@@ -39,7 +39,7 @@
 #include <signal.h>
 
 #include "model/gguf.h"
-#include "serve/http.h"
+#include "serve/http/http.h"
 #include "serve/replica/replica.h"
 #include "serve/router.h"
 #include "tok/tokenizer.h"

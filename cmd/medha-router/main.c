@@ -4,7 +4,7 @@
  * client of the router at an inproc:// address. Flags and wiring only.
  */
 #include "../common.h"
-#include "serve/http.h"
+#include "serve/http/http.h"
 #include "net/auth.h"
 #include "net/link.h"
 #include "serve/router.h"

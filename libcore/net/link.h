@@ -120,6 +120,10 @@ void medha_srv_limits(struct medha_srv *s, int max_pipes, int per_peer);
 /* From any thread: make the next or current medha_srv_next() return. */
 void medha_srv_wake(struct medha_srv *s);
 
+/* 1 when peer's connection is an inproc:// one (a client in this
+ * process), else 0 (another process, or gone). */
+int medha_srv_peer_local(const struct medha_srv *s, uint32_t peer);
+
 /* Requests now held (answered neither yet), for logs and tests. */
 int medha_srv_held(const struct medha_srv *s);
 

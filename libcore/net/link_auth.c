@@ -1,7 +1,9 @@
 /*
  * link_auth.c: the handshake of the links' shared secret (net/auth.h)
  * on link.c's server and client: the server answers it inside
- * medha_srv_next(), the client runs it on a context of its own.
+ * medha_srv_next(), the client runs it on a context of its own. And
+ * whether a server's peer is in its own process (an inproc://
+ * connection, medha_srv_peer_local).
  */
 #include "net/link_impl.h"
 
@@ -369,4 +371,18 @@ link_send_whole(struct medha_cli *c, int i, const void *req, size_t len,
 	rc = link_raw_send(c, i, last, n, timeout);
 	free(last);
 	return rc;
+}
+
+/* ---- a peer in this process ---- */
+
+int
+medha_srv_peer_local(const struct medha_srv *s, uint32_t peer)
+{
+	nng_pipe p = NNG_PIPE_INITIALIZER;
+	nng_sockaddr sa;
+
+	(void)s; /* a pipe id names one connection in the process */
+	p.id = peer;
+	return nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0 &&
+	    sa.s_family == NNG_AF_INPROC;
 }

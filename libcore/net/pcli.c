@@ -440,19 +440,26 @@ finish_submit(struct medha_pcli *p, struct call *c, int rc, const char *why,
 	out_push(p, o);
 }
 
+/* Event ev (taken over) to its request, or to wait for its ACCEPTED
+ * (mu held). */
+static void
+take_event(struct medha_pcli *p, struct medha_msg_event *ev)
+{
+	void *v = medha_map_get(&p->known, ev->handle);
+
+	if (v != NULL)
+		event_out(p, (uint64_t)(uintptr_t)v, ev);
+	else
+		early_add(p, ev);
+}
+
 /* A POLL's answer (mu held): events to their requests, or to wait. */
 static void
 finish_poll(struct medha_pcli *p, struct medha_msg *rep)
 {
 	known_sync(p);
-	for (int64_t i = 0; i < rep->events.n; i++) {
-		struct medha_msg_event *ev = &rep->events.ev[i];
-		void *v = medha_map_get(&p->known, ev->handle);
-		if (v != NULL)
-			event_out(p, (uint64_t)(uintptr_t)v, ev);
-		else
-			early_add(p, ev);
-	}
+	for (int64_t i = 0; i < rep->events.n; i++)
+		take_event(p, &rep->events.ev[i]);
 	medha_msg_clear(rep);
 }
 
@@ -697,6 +704,26 @@ medha_pcli_open(struct medha_pcli **pp, const char *url,
 	p->started = 1;
 	*pp = p;
 	return 0;
+}
+
+void
+medha_pcli_deliver(struct medha_pcli *p, struct medha_msg_event *ev)
+{
+	int queued;
+
+	pthread_mutex_lock(&p->mu);
+	if (p->closing) {
+		pthread_mutex_unlock(&p->mu);
+		medha_msg_event_clear(ev);
+		return;
+	}
+	queued = p->oq != NULL;
+	known_sync(p);
+	take_event(p, ev);
+	queued = !queued && p->oq != NULL;
+	pthread_mutex_unlock(&p->mu);
+	if (queued && p->notify != NULL)
+		p->notify(p->arg);
 }
 
 void

@@ -78,6 +78,16 @@ int medha_pcli_open(struct medha_pcli **p, const char *url,
     void (*notify)(void *), void *arg, char *why, size_t whylen);
 
 /*
+ * Event ev of the server's request ev->handle (taken over: *ev is
+ * zeroed), handed over by a server in this process rather than in a
+ * POLL's answer, so that it is not encoded and decoded again inside one
+ * process (serve/router.h, medha_router_local): it goes to its request
+ * as a POLL's would, or waits for its ACCEPTED. Any thread but the
+ * notify callback's; dropped once the client is closing.
+ */
+void medha_pcli_deliver(struct medha_pcli *p, struct medha_msg_event *ev);
+
+/*
  * Stop every call (no answer is queued for them any more) and free the
  * client, and what is queued and not taken. Events still waiting for
  * an ACCEPTED are logged and dropped.

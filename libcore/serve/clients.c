@@ -69,8 +69,13 @@ void
 medha_clients_push(struct medha_clients *cs, uint32_t peer,
     struct medha_msg_event *ev)
 {
-	struct medha_client *c = medha_clients_find(cs, peer, 0);
+	struct medha_client *c;
 
+	if (cs->local != NULL && medha_srv_peer_local(cs->srv, peer)) {
+		cs->local(cs->local_arg, ev);
+		return;
+	}
+	c = medha_clients_find(cs, peer, 0);
 	if (c == NULL || c->nq >= MEDHA_CLIENT_MAX_EVENTS) {
 		if (c != NULL)
 			medha_log(MEDHA_LOG_WARN,

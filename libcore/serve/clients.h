@@ -45,6 +45,11 @@ struct medha_clients {
 	struct medha_map by_peer;
 	int64_t queued; /* clients with events not collected */
 	int hold;       /* pushes only queue (medha_clients_hold) */
+	/* optional, the caller's: the events of a client connected over
+	   inproc:// (in the server's own process) go to local(local_arg,
+	   ev), ev taken over, rather than encoded for its POLL */
+	void (*local)(void *arg, struct medha_msg_event *ev);
+	void *local_arg;
 	uint32_t *held; /* (nheld) clients pushed to while holding */
 	int64_t nheld, held_cap;
 };

@@ -109,6 +109,17 @@ void medha_router_close(struct medha_router *r);
  * Call before medha_router_run. Returns 0, MEDHA_EINVAL or MEDHA_EIO,
  * with why.
  */
+/*
+ * Hand the events of the clients connected over inproc:// (in this
+ * process: the HTTP front door) to deliver(arg, ev), ev taken over, on
+ * the router's thread, rather than encoding them for their POLLs: a
+ * token is then not encoded and decoded again inside one process
+ * (net/pcli.h's medha_pcli_deliver takes them). Call before
+ * medha_router_run; deliver and arg stay valid until it returns.
+ */
+void medha_router_local(struct medha_router *r,
+    void (*deliver)(void *arg, struct medha_msg_event *ev), void *arg);
+
 int medha_router_listen(struct medha_router *r, const char *url, char *why,
     size_t whylen);
 

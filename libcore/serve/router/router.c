@@ -289,6 +289,14 @@ medha_router_open(struct medha_router **rp,
 	return 0;
 }
 
+void
+medha_router_local(struct medha_router *r,
+    void (*deliver)(void *arg, struct medha_msg_event *ev), void *arg)
+{
+	r->f.clients.local = deliver;
+	r->f.clients.local_arg = arg;
+}
+
 int
 medha_router_listen(struct medha_router *r, const char *url, char *why,
     size_t whylen)

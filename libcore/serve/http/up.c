@@ -1,24 +1,20 @@
 /*
- * http_up.c: the HTTP front door's side of the router (serve/http.c),
- * through the router's client (net/pcli.h): the sender thread fits each
- * request to the model's context and submits its choices, all at once,
- * and frees what has ended; the taker thread takes the answers (a
+ * up.c: the HTTP front door's side of the router (serve/http/), through
+ * the router's client (net/pcli.h): the sender thread makes each
+ * request's prompts ready (prompt.c) and submits its choices, all at
+ * once, and frees what has ended; the taker thread takes the answers (a
  * choice accepted, or refused) and the events, which carry the tokens
  * and records of every HTTP request, a request's only after its
- * ACCEPTED. A CANCEL is the client's to send, from any thread.
+ * ACCEPTED, and turns them into its answer. A CANCEL is the client's to
+ * send, from any thread. Calls prompt.c, req.c (the request's state)
+ * and stream.c (the bytes out), never conn.c or http.c.
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t
-http_mix(uint64_t z)
-{
-	return medha_mix64(z + 0x9e3779b97f4a7c15ULL);
-}
 
 /* Which of r's choices handle is (-1: none). */
 static int
@@ -56,18 +52,12 @@ access_done(const struct hreq *r, const struct medha_record *u,
 static void
 fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
 {
-	if (r->failed)
-		return;
-	r->failed = 1;
-	for (int i = 0; i < r->nch; i++)
-		if (r->handles[i] != 0 && r->recs[i] == NULL)
-			http_push_cancel(h, r->handles[i]);
-	if (r->gone)
+	if (r->state >= HS_ANSWERED)
 		return;
 	if (r->haio != NULL) {
 		http_reply_error(h, r->haio, e, r->watching, 1);
 		r->haio = NULL;
-	} else if (r->hijacked) { /* OpenAI's error event */
+	} else if (r->state == HS_STREAM) { /* OpenAI's error event */
 		size_t n = 0;
 		access_done(r, NULL, e->message);
 		char *js = medha_oai_error_json(e, &n), *s;
@@ -75,17 +65,19 @@ fail(struct medha_http *h, struct hreq *r, const struct medha_oai_error *e)
 			memcpy(s, "data: ", 6);
 			memcpy(s + 6, js, n);
 			memcpy(s + 6 + n, "\n\n", 2);
-			http_emit(h, r, s, n + 8);
+			hreq_send(h, r, s, n + 8);
 			free(s);
 		}
 		free(js);
 		/* and the stream's end, as vLLM sends it after an error */
-		http_emit(h, r, "data: [DONE]\n\n", 14);
-		http_emit_end(r);
+		hreq_send(h, r, "data: [DONE]\n\n", 14);
+		http_put_end(r);
 	}
+	hreq_move(h, r, HS_ANSWERED); /* its other choices cancelled */
 }
 
-/* Every choice of r ended well (mu held): the answer's end. */
+/* Every choice of r ended well (mu held, r LIVE or STREAM): the
+ * answer. */
 static void
 finish(struct medha_http *h, struct hreq *r)
 {
@@ -105,16 +97,15 @@ finish(struct medha_http *h, struct hreq *r)
 		}
 		u.cached_tokens += cached;
 	}
-	if (r->hijacked || r->haio != NULL)
-		access_done(r, &u, "ok");
-	if (r->q.stream && (r->hijacked || r->haio != NULL)) {
-		if (!r->hijacked)
-			http_stream_start(h, r);
+	access_done(r, &u, "ok");
+	if (r->q.stream) {
+		if (hreq_move(h, r, HS_STREAM) != HS_STREAM)
+			return; /* gone */
 		if (r->q.include_usage)
-			http_emit_chunk(h, r, NULL, 0, 0, 0, &u);
-		http_emit(h, r, "data: [DONE]\n\n", 14);
-		http_emit_end(r);
-	} else if (!r->q.stream && r->haio != NULL) {
+			hreq_send_chunk(h, r, NULL, 0, 0, 0, &u);
+		hreq_send(h, r, "data: [DONE]\n\n", 14);
+		http_put_end(r);
+	} else {
 		struct medha_oai_head hd = {r->id, r->model, r->created,
 		    r->q.chat, r->q.spec.sampling.logprobs, NULL, NULL, 0, h->tok,
 		    NULL, 0};
@@ -124,6 +115,28 @@ finish(struct medha_http *h, struct hreq *r)
 		free(js);
 		r->haio = NULL;
 	}
+	hreq_move(h, r, HS_ANSWERED);
+}
+
+/*
+ * Whether r's state has its answer to come (mu held): LIVE or STREAM.
+ * Else it was answered or refused already, its client went away (then
+ * what comes is only counted), or it is not accepted yet.
+ */
+static int
+answering(const struct hreq *r)
+{
+	return r->state == HS_LIVE || r->state == HS_STREAM;
+}
+
+/* Every choice answered and ended (mu held): the request's end. */
+static void
+settle(struct medha_http *h, struct hreq *r)
+{
+	if (!r->sending && r->npend == 0 && r->nend == r->nup &&
+	    r->nend == r->nch && answering(r))
+		finish(h, r);
+	hreq_reap(h, r);
 }
 
 /* Choice i's record (mu held; taken from ev). */
@@ -138,32 +151,23 @@ on_record(struct medha_http *h, struct hreq *r, int i,
 	r->recs[i] = rec;
 	r->nend++;
 	medha_map_del(&h->live, r->handles[i]);
-	if (r->npend == 0 && r->nend == r->nup)
-		r->up = U_DONE;
-	if (r->gone || r->failed) {
-		http_maybe_reap(h, r);
+	if (!answering(r)) {
+		hreq_reap(h, r);
 		return;
 	}
 	if (rec->status != MEDHA_STATUS_OK) {
 		medha_oai_error_record(&e, rec);
 		fail(h, r, &e);
-	} else {
-		if (r->q.stream && (r->hijacked || r->haio != NULL)) {
-			if (!r->hijacked)
-				http_stream_start(h, r);
-			char tail[4];
-			size_t nt = medha_utf8_flush(&r->hold[i], tail);
-			r->cur_idx = i;
-			http_emit_chunk(h, r, tail, nt, 0,
-			    rec->finish_reason ? rec->finish_reason
-			                       : MEDHA_FINISH_STOP,
-			    NULL);
-			r->cur_idx = 0;
-		}
-		if (r->up == U_DONE && r->nend == r->nch)
-			finish(h, r);
+	} else if (r->q.stream && hreq_move(h, r, HS_STREAM) == HS_STREAM) {
+		char tail[4];
+		size_t nt = medha_utf8_flush(&r->hold[i], tail);
+		r->cur_idx = i;
+		hreq_send_chunk(h, r, tail, nt, 0,
+		    rec->finish_reason ? rec->finish_reason : MEDHA_FINISH_STOP,
+		    NULL);
+		r->cur_idx = 0;
 	}
-	http_maybe_reap(h, r);
+	settle(h, r);
 }
 
 /* One of the router's events for r (mu held; a record is taken). */
@@ -180,24 +184,23 @@ on_event(struct medha_http *h, struct hreq *r, struct medha_msg_event *ev)
 		on_record(h, r, i, ev);
 		return;
 	}
-	if (r->gone || r->failed || !r->q.stream)
-		return; /* the record carries the whole text */
-	if (!r->hijacked && r->haio == NULL)
-		return; /* answered 503: stopping */
-	if (!r->hijacked)
-		http_stream_start(h, r);
+	if (!r->q.stream || !answering(r))
+		return; /* the record carries the whole text, or it was
+		           answered (an error, 503: stopping) or is gone */
+	if (hreq_move(h, r, HS_STREAM) != HS_STREAM)
+		return; /* gone */
 	r->cur_ids = ev->ids;
 	r->cur_lps = ev->lps;
 	r->cur_n = ev->lps != NULL ? ev->n_ids : 0;
 	r->cur_idx = i;
 	if ((whole = malloc(ev->text_len + 4)) == NULL) {
 		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
-		http_on_gone(h, r);
+		hreq_move(h, r, HS_GONE);
 	} else {
 		n = medha_utf8_feed(&r->hold[i], ev->text, ev->text_len,
 		    whole);
 		if (n > 0 || r->cur_n > 0)
-			http_emit_chunk(h, r, whole, n, 0, 0, NULL);
+			hreq_send_chunk(h, r, whole, n, 0, 0, NULL);
 		free(whole);
 	}
 	r->cur_ids = NULL;
@@ -223,35 +226,21 @@ static void
 tick(struct medha_http *h, double now)
 {
 	for (struct hreq *r = h->all; r != NULL; r = r->next) {
-		if (r->reaped || r->gone)
-			continue;
+		int waiting = r->state >= HS_QUEUED && r->state <= HS_LIVE;
 		if (!r->q.stream) {
-			if (!r->watching && !r->rx_busy && r->haio != NULL &&
-			    r->up != U_NONE && now - r->t0 >= WATCH_AFTER) {
+			if (waiting && !r->watching && !r->rx_busy &&
+			    now - r->t0 >= WATCH_AFTER) {
 				r->watching = 1;
 				http_watch(r);
 			}
 			continue;
 		}
-		if (!r->hijacked && r->up == U_LIVE && r->haio != NULL &&
-		    now - r->t0 >= HEAD_AFTER)
-			http_stream_start(h, r);
-		else if (r->hijacked && !r->ended && h->cfg.keepalive > 0 &&
+		if (r->state == HS_LIVE && now - r->t0 >= HEAD_AFTER)
+			hreq_move(h, r, HS_STREAM);
+		else if (r->state == HS_STREAM && h->cfg.keepalive > 0 &&
 		    now - r->last_tx >= h->cfg.keepalive)
-			http_emit(h, r, ": keep-alive\n\n", 14);
+			hreq_send(h, r, ": keep-alive\n\n", 14);
 	}
-}
-
-/* Every choice answered and ended (mu held): the request's end. */
-static void
-settle(struct medha_http *h, struct hreq *r)
-{
-	if (r->npend == 0 && r->nend == r->nup) {
-		r->up = U_DONE;
-		if (!r->failed && !r->gone && r->nend == r->nch)
-			finish(h, r);
-	}
-	http_maybe_reap(h, r);
 }
 
 /*
@@ -268,23 +257,24 @@ on_answer(struct medha_http *h, struct medha_pcli_out *o)
 
 	if (r == NULL) { /* cannot be: every cookie is in subs */
 		if (o->kind == MEDHA_PCLI_ACCEPTED)
-			http_push_cancel(h, o->handle);
+			medha_pcli_cancel(h->pc, o->handle);
 		return;
 	}
 	i = (int)(o->cookie - r->cookie0);
 	r->npend--;
 	if (o->kind == MEDHA_PCLI_ACCEPTED) {
 		if (medha_map_put(&h->live, o->handle, r) != 0) {
-			http_push_cancel(h, o->handle);
+			medha_pcli_cancel(h->pc, o->handle);
 			medha_oai_error_set(&e, 500, "server_error", NULL,
 			    NULL, "out of memory");
 			fail(h, r, &e);
 		} else {
 			r->handles[i] = o->handle;
 			r->nup++;
-			r->up = U_LIVE;
-			if (r->gone || r->failed)
-				http_push_cancel(h, o->handle);
+			if (r->state == HS_SUBMITTED)
+				hreq_move(h, r, HS_LIVE);
+			else if (r->state >= HS_ANSWERED)
+				medha_pcli_cancel(h->pc, o->handle);
 		}
 	} else {
 		if (o->rc != 0)
@@ -338,67 +328,6 @@ http_taker_main(void *arg)
 }
 
 /*
- * A prompt (*text, or *ids of *n_ids) made ready to go upstream (0, or
- * 400): with the model (-m), a text becomes its ids here, once (the
- * router and the replica take them as they are; tok/tokq.h), and is
- * let go; then chat without max_tokens gets the room the context
- * leaves, and a prompt that with max_tokens cannot fit is refused here,
- * with the counts. Without the model a text goes up as it is (the
- * replica tokenizes it) and max_tokens is OpenAI's 16 by default.
- */
-static int
-fit_context(struct medha_http *h, struct hreq *r, char **text, int32_t **ids,
-    int64_t *n_ids, struct medha_oai_error *e)
-{
-	struct medha_reqspec *rs = &r->q.spec;
-	const char *field = r->q.chat ? "messages" : "prompt";
-	size_t n = (size_t)*n_ids;
-	int rc;
-
-	if (!r->q.max_tokens_set && (h->tok == NULL || h->ctx_len <= 0)) {
-		rs->max_tokens = 16;
-		if ((rc = medha_oai_min_tokens_check(rs, e)) != 0)
-			return rc;
-	}
-	if (h->tok == NULL)
-		return 0; /* the replica tokenizes, and knows the context */
-	if (*text != NULL) {
-		rc = medha_tok_encode(h->tok, *text, strlen(*text),
-		    MEDHA_TOK_DEFAULT, ids, &n);
-		if (rc != 0)
-			return medha_oai_error_set(e, 400,
-			    "invalid_request_error", NULL, field,
-			    "tokenizing the %s: %s", field, medha_strerror(rc));
-		free(*text);
-		*text = NULL;
-		*n_ids = (int64_t)n;
-		if (n == 0) /* as a replica refuses it */
-			return medha_oai_error_set(e, 400,
-			    "invalid_request_error", NULL, field,
-			    "the prompt is empty");
-	}
-	if (h->ctx_len <= 0)
-		return 0; /* the replica knows */
-	if (!r->q.max_tokens_set) {
-		if ((int64_t)n >= h->ctx_len)
-			return medha_oai_error_set(e, 400,
-			    "invalid_request_error", "context_length_exceeded",
-			    field, "the %s are %zu tokens, the model's context "
-			    "is %lld",
-			    field, n, (long long)h->ctx_len);
-		rs->max_tokens = h->ctx_len - (int64_t)n;
-		return medha_oai_min_tokens_check(rs, e);
-	}
-	if (rs->max_tokens > h->ctx_len - (int64_t)n)
-		return medha_oai_error_set(e, 400, "invalid_request_error",
-		    "context_length_exceeded", NULL,
-		    "%zu prompt + %lld output tokens exceed the model's "
-		    "context of %lld",
-		    n, (long long)rs->max_tokens, (long long)h->ctx_len);
-	return 0;
-}
-
-/*
  * Submit r's choice i (mu held, let go while the client encodes it): 0,
  * its answer to come to the taker, else an HTTP status with *e set. Its
  * prompt is prompt i / n's, its seed the request's + i % n; its id the
@@ -442,154 +371,25 @@ submit1(struct medha_http *h, struct hreq *r, int i, struct medha_oai_error *e)
  * Submit r's choices to the router, in order and without waiting for
  * their answers (the first's prompt is computed once: the others wait
  * for its blocks and fork from them); the answers, taken by the taker
- * thread, decide what follows. Returns with mu held.
+ * thread, decide what follows. Called without mu, returns with it
+ * held, the sender done with r.
  */
 static void
 submit(struct medha_http *h, struct hreq *r)
 {
 	struct medha_oai_error e;
-	struct medha_reqspec *rs = &r->q.spec;
-	int rc = 0;
-
-	if (r->tok_rc != 0)
-		rc = medha_oai_error_set(&e, 400, "invalid_request_error", NULL,
-		    r->q.chat ? "messages" : "prompt", "tokenizing the %s: %s",
-		    r->q.chat ? "messages" : "prompt",
-		    medha_strerror(r->tok_rc));
-	else if (r->q.n_prompts == 0)
-		rc = fit_context(h, r, &rs->prompt, &rs->prompt_ids,
-		    &rs->prompt_tokens, &e);
-	for (int p = 0; rc == 0 && p < r->q.n_prompts; p++)
-		rc = fit_context(h, r, &r->q.prompts[p].text,
-		    &r->q.prompts[p].ids, &r->q.prompts[p].n_ids, &e);
+	int rc = http_fit(h, r, &e);
 
 	pthread_mutex_lock(&h->mu);
 	if (rc != 0)
 		fail(h, r, &e);
 	r->cookie0 = h->next_cookie + 1;
 	h->next_cookie += (uint64_t)r->nch;
-	for (int i = 0; i < r->nch && !r->gone && !r->failed; i++)
+	for (int i = 0; i < r->nch && r->state < HS_ANSWERED; i++)
 		if (submit1(h, r, i, &e) != 0)
 			fail(h, r, &e);
+	r->sending = 0;
 	settle(h, r);
-}
-
-/* ---- long texts: the tokenizer's thread (tok/tokq.h) ---- */
-
-/* A text of up to MEDHA_TOKQ_INLINE bytes is tokenized on the sender's
- * thread; a longer one on the tokenizer's, so that the requests after
- * it are submitted meanwhile (9 MB/s: a body of 32 MB would hold them
- * 3.5 s). */
-
-/* A long text of r's: prompt p's (-1: the request's one prompt). */
-struct hjob {
-	struct medha_tokq_job tj; /* first */
-	struct hreq *r;           /* stays while r->ntok > 0 */
-	int p;
-};
-
-/* The tokenizer's thread finished a job: the sender takes it. */
-static void
-tok_wake(void *arg)
-{
-	struct medha_http *h = arg;
-
-	pthread_mutex_lock(&h->mu);
-	h->tok_news = 1;
-	pthread_cond_signal(&h->cv);
-	pthread_mutex_unlock(&h->mu);
-}
-
-/* Text p of r (-1: its one prompt): where it is, and its ids go. */
-static char **
-text_of(struct hreq *r, int p)
-{
-	return p < 0 ? &r->q.spec.prompt : &r->q.prompts[p].text;
-}
-
-/*
- * r's long texts to the tokenizer's thread (mu held): how many went; r
- * is submitted when their ids are back (tok_take). One that cannot go
- * is tokenized on the sender's thread, as a short one is.
- */
-static int
-tok_push(struct medha_http *h, struct hreq *r)
-{
-	int np = r->q.n_prompts > 0 ? r->q.n_prompts : 1;
-
-	if (h->tok == NULL)
-		return 0;
-	for (int i = 0; i < np; i++) {
-		int p = r->q.n_prompts > 0 ? i : -1;
-		char *text = *text_of(r, p);
-		struct hjob *j;
-		if (text == NULL || strlen(text) <= MEDHA_TOKQ_INLINE)
-			continue;
-		if ((h->tokq == NULL &&
-		        medha_tokq_open(&h->tokq, tok_wake, h) != 0) ||
-		    (j = calloc(1, sizeof(*j))) == NULL)
-			break;
-		j->r = r;
-		j->p = p;
-		if (medha_tokq_push(h->tokq, &j->tj, h->tok, text,
-		        strlen(text), MEDHA_TOK_DEFAULT) != 0) {
-			free(j);
-			break;
-		}
-		r->ntok++;
-	}
-	return r->ntok;
-}
-
-/*
- * The jobs the tokenizer's thread finished (mu held): each text's ids
- * in its place; a request whose texts are all back is submitted
- * (returns with mu held).
- */
-static void
-tok_take(struct medha_http *h)
-{
-	struct medha_tokq_job *tj;
-
-	h->tok_news = 0;
-	while (h->tokq != NULL && (tj = medha_tokq_take(h->tokq)) != NULL) {
-		struct hjob *j = (struct hjob *)tj;
-		struct hreq *r = j->r;
-		char **text = text_of(r, j->p);
-		if (tj->rc != 0 && r->tok_rc == 0)
-			r->tok_rc = tj->rc;
-		if (tj->rc == 0) {
-			free(*text);
-			*text = NULL;
-			if (j->p < 0) {
-				r->q.spec.prompt_ids = tj->ids;
-				r->q.spec.prompt_tokens = (int64_t)tj->n;
-			} else {
-				r->q.prompts[j->p].ids = tj->ids;
-				r->q.prompts[j->p].n_ids = (int64_t)tj->n;
-			}
-		}
-		free(j);
-		if (--r->ntok == 0) {
-			pthread_mutex_unlock(&h->mu);
-			submit(h, r); /* returns locked */
-		}
-	}
-}
-
-/* A job never taken back (closing): its request is freed after. */
-static void
-tok_drop(void *arg, struct medha_tokq_job *tj)
-{
-	(void)arg;
-	free(tj);
-}
-
-void
-http_tok_stop(struct medha_http *h)
-{
-	medha_tokq_close(h->tokq, tok_drop, NULL);
-	h->tokq = NULL;
 }
 
 void *
@@ -603,27 +403,30 @@ http_sender_main(void *arg)
 		if ((r = h->reap) != NULL) {
 			h->reap = r->qnext;
 			pthread_mutex_unlock(&h->mu);
-			http_req_free(h, r);
+			hreq_free(h, r);
 			pthread_mutex_lock(&h->mu);
 			continue;
 		}
 		if (h->quit)
 			break;
 		if (h->tok_news) {
-			tok_take(h);
+			if ((r = http_tok_take(h)) != NULL) {
+				pthread_mutex_unlock(&h->mu);
+				submit(h, r); /* returns locked */
+			}
 			continue;
 		}
 		if ((r = h->sq) != NULL) {
 			h->sq = r->qnext;
 			if (h->sq == NULL)
 				h->sq_tail = NULL;
-			if (r->gone || r->haio == NULL) {
-				r->up = U_DONE;
-				http_maybe_reap(h, r);
+			if (r->state != HS_QUEUED) { /* answered, or gone */
+				r->sending = 0;
+				hreq_reap(h, r);
 				continue;
 			}
-			r->up = U_SUBMITTED;
-			if (tok_push(h, r) > 0)
+			hreq_move(h, r, HS_SUBMITTED);
+			if (http_tok_push(h, r) > 0)
 				continue; /* submitted when its ids are back */
 			pthread_mutex_unlock(&h->mu);
 			submit(h, r); /* returns locked */

@@ -1,12 +1,15 @@
 /*
- * http.c: the router's HTTP front door (http.h). nng's HTTP server calls
- * on_http() on its own threads for every request, at one handler that
- * owns the whole tree, so that every route, method and error is ours to
- * answer in OpenAI's JSON. What must not block there goes elsewhere:
+ * http.c: the router's HTTP front door (http.h), the top of serve/http/
+ * (impl.h draws the files and which calls which): open and close, and
+ * the routes. nng's HTTP server calls on_http() on its own threads for
+ * every request, at one handler that owns the whole tree, so that every
+ * route, method and error is ours to answer in OpenAI's JSON. What must
+ * not block there goes elsewhere:
  *
  *   - a request body is read with an aio of our own (bounded in size and
- *     time), then parsed (http_api.c) in its callback;
- *   - the sender thread fits a prompt to the model's context, submits
+ *     time), then parsed (parse.c) in its callback (conn.c);
+ *   - the sender thread (up.c) fits a prompt to the model's context
+ *     (prompt.c), submits
  *     it through the router's client (net/pcli.h, which keeps a POLL
  *     outstanding and waits for no answer) and frees what has ended;
  *   - the taker thread takes what the client brings back: the answers
@@ -25,16 +28,19 @@
  * the request is cancelled upstream; its record still comes, and only
  * then is the request freed (nothing is left behind in the router).
  * nng's server reads nothing while a non-streaming request waits, so one
- * that has waited WATCH_AFTER s (http_up.c) gets the same watch read and
+ * that has waited WATCH_AFTER s (up.c) gets the same watch read and
  * is answered with Connection: close (the read would take the bytes of
  * a next request on the connection); quicker ones keep keep-alive.
+ *
+ * A request's life is one state (enum hstate, impl.h), changed only by
+ * hreq_move (req.c).
  *
  * One mutex (h->mu) guards every request's state; nng's callbacks, the
  * two threads and medha_http_close() take it (and call the client under
  * it, which never calls back). I/O is only started under
  * it (nng completes aios on its own threads, never in the caller).
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -72,103 +78,6 @@ served_model(struct medha_http *h, char *buf, size_t len)
 		return;
 	}
 	snprintf(buf, len, "%s", s);
-}
-
-static void
-rx_cb(void *arg)
-{
-	struct hreq *r = arg;
-	struct medha_http *h = r->h;
-	struct medha_oai_error e;
-	int rv = nng_aio_result(r->rx), rc;
-
-	pthread_mutex_lock(&h->mu);
-	r->rx_busy = 0;
-	if (r->reaped) {
-		pthread_mutex_unlock(&h->mu);
-		return;
-	}
-	if (r->watching && !r->hijacked) { /* a whole answer's watch */
-		if (rv != 0 && r->haio != NULL) { /* the client hung up */
-			nng_aio_finish(r->haio, rv); /* the server lets it go */
-			r->haio = NULL;
-			http_on_gone(h, r);
-		} else if (r->haio != NULL && !r->gone)
-			http_watch(r); /* bytes from the client: ignored */
-		else
-			http_maybe_reap(h, r);
-		pthread_mutex_unlock(&h->mu);
-		return;
-	}
-	if (r->hijacked) { /* the http_watch read of a stream */
-		if (rv != 0)
-			http_on_gone(h, r);
-		else if (!r->ended && !r->gone)
-			http_watch(r); /* bytes from the client: ignored */
-		pthread_mutex_unlock(&h->mu);
-		return;
-	}
-	if (r->haio == NULL) { /* answered meanwhile (closing) */
-		r->up = U_DONE;
-		http_maybe_reap(h, r);
-		pthread_mutex_unlock(&h->mu);
-		return;
-	}
-	if (rv != 0) { /* late (nng has closed the connection), or gone */
-		medha_log(MEDHA_LOG_INFO, "http: %s: body not read: %s", r->id,
-		    nng_strerror(rv));
-		nng_aio_finish(r->haio, rv); /* the server lets it go */
-		r->haio = NULL;
-		http_maybe_reap(h, r);
-		pthread_mutex_unlock(&h->mu);
-		return;
-	}
-	pthread_mutex_unlock(&h->mu);
-	rc = medha_oai_parse(&r->q, r->body, r->body_len, r->chat, h->tok, &e);
-	free(r->body);
-	r->body = NULL;
-	/* the key's tenant: its requests share cached prefixes with none
-	   of another key's, whatever cache_salt they give */
-	if (rc == 0 &&
-	    medha_oai_salt_tenant(r->tenant, r->q.spec.cache_salt,
-	        &r->q.spec.cache_salt) != 0) {
-		medha_oai_req_clear(&r->q);
-		rc = medha_oai_error_set(&e, 500, "server_error", NULL, NULL,
-		    "out of memory");
-	}
-	if (rc == 0 && r->q.model[0] != '\0' && r->model[0] != '\0' &&
-	    strcmp(r->q.model, r->model) != 0)
-		rc = medha_oai_error_set(&e, 404, "invalid_request_error",
-		    "model_not_found", "model",
-		    "The model `%.200s` does not exist: this server has "
-		    "`%.200s`",
-		    r->q.model, r->model);
-	pthread_mutex_lock(&h->mu);
-	if (rc == 0 && r->haio != NULL && !h->quit) {
-		snprintf(r->q.spec.id, sizeof(r->q.spec.id), "%s", r->id);
-		r->nch = (r->q.n > 1 ? r->q.n : 1) *
-		    (r->q.n_prompts > 0 ? r->q.n_prompts : 1);
-		if (!r->q.seed_set)
-			r->q.spec.sampling.seed =
-			    http_mix(h->seq++ ^ (uint64_t)(medha_now() * 1e9));
-		r->up = U_QUEUED;
-		r->qnext = NULL;
-		if (h->sq_tail != NULL)
-			h->sq_tail->qnext = r;
-		else
-			h->sq = r;
-		h->sq_tail = r;
-		pthread_cond_signal(&h->cv);
-	} else if (r->haio != NULL) {
-		if (rc == 0)
-			medha_oai_error_set(&e, 503, "server_error",
-			    "service_unavailable", NULL, "shutting down");
-		http_reply_error(h, r->haio, &e, 0, 1);
-		r->haio = NULL;
-		http_maybe_reap(h, r);
-	} else
-		http_maybe_reap(h, r);
-	pthread_mutex_unlock(&h->mu);
 }
 
 static void
@@ -268,7 +177,7 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 	}
 	if ((r = calloc(1, sizeof(*r))) == NULL ||
 	    (r->body = malloc((size_t)len)) == NULL ||
-	    nng_aio_alloc(&r->rx, rx_cb, r) != 0 ||
+	    nng_aio_alloc(&r->rx, http_rx_cb, r) != 0 ||
 	    nng_aio_alloc(&r->tx, http_tx_cb, r) != 0) {
 		pthread_mutex_unlock(&h->mu);
 		if (r != NULL) {
@@ -304,30 +213,9 @@ on_completion(struct medha_http *h, nng_aio *aio, nng_http_req *req,
 	if (h->all != NULL)
 		h->all->prev = r;
 	h->all = r;
-	if (expect != NULL && strcasecmp(expect, "100-continue") == 0) {
-		/* curl waits a second for this before a body over 1 KiB */
-		static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-		nng_iov iov = {.iov_buf = cont, .iov_len = sizeof(cont) - 1};
-		nng_aio_set_iov(r->tx, 1, &iov);
-		nng_aio_set_timeout(r->tx,
-		    (nng_duration)(h->cfg.body_timeout * 1e3));
-		r->cont = r->tx_busy = 1;
-		nng_http_conn_write_all(conn, r->tx);
-	} else
-		http_read_body(h, r);
+	http_conn_start(h, r,
+	    expect != NULL && strcasecmp(expect, "100-continue") == 0);
 	pthread_mutex_unlock(&h->mu);
-}
-
-/* Read r's body, within body_timeout (mu held). */
-void
-http_read_body(struct medha_http *h, struct hreq *r)
-{
-	nng_iov iov = {.iov_buf = r->body, .iov_len = r->body_len};
-
-	nng_aio_set_iov(r->rx, 1, &iov);
-	nng_aio_set_timeout(r->rx, (nng_duration)(h->cfg.body_timeout * 1e3));
-	r->rx_busy = 1;
-	nng_http_conn_read_all(r->conn, r->rx);
 }
 
 static void
@@ -523,6 +411,16 @@ open_model_said(struct medha_http *h, const char *path, char *why,
 	return rc;
 }
 
+/* An event of the router's for one of our requests, on its thread
+ * (medha_router_local): to our client as if a POLL had brought it. */
+static void
+deliver(void *arg, struct medha_msg_event *ev)
+{
+	struct medha_http *h = arg;
+
+	medha_pcli_deliver(h->pc, ev);
+}
+
 int
 medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
     char *why, size_t whylen)
@@ -603,6 +501,10 @@ medha_http_open(struct medha_http **hp, const struct medha_http_config *c,
 		else if (sa.s_family == NNG_AF_INET6)
 			h->port = ntohs(sa.s_in6.sa_port);
 	}
+	/* the router's events for us straight to our client, not encoded
+	   for its POLL and decoded again in this process */
+	if (c->router != NULL && strncmp(c->upstream, "inproc://", 9) == 0)
+		medha_router_local(c->router, deliver, h);
 	medha_log(MEDHA_LOG_INFO, "http: listening at http://%s (port %d)%s%s",
 	    c->listen, h->port, h->tok ? ", model " : "",
 	    h->tok ? h->model_id : "");
@@ -620,7 +522,7 @@ void
 medha_http_close(struct medha_http *h)
 {
 	struct medha_oai_error e;
-	struct hreq *r;
+	struct hreq *r, *next;
 
 	if (h == NULL)
 		return;
@@ -631,7 +533,7 @@ medha_http_close(struct medha_http *h)
 		int busy = 0;
 		pthread_mutex_lock(&h->mu);
 		for (r = h->all; r != NULL; r = r->next)
-			busy += r->hijacked && !r->gone && r->ended;
+			busy += r->hijacked && r->state == HS_ANSWERED;
 		pthread_mutex_unlock(&h->mu);
 		if (busy == 0)
 			break;
@@ -641,11 +543,14 @@ medha_http_close(struct medha_http *h)
 	    NULL, "the router is stopping");
 	pthread_mutex_lock(&h->mu);
 	h->quit = 1;
-	for (r = h->all; r != NULL; r = r->next)
+	for (r = h->all; r != NULL; r = next) {
+		next = r->next; /* r may leave h->all */
 		if (r->haio != NULL) {
 			http_reply_error(h, r->haio, &e, 1, 1);
 			r->haio = NULL;
+			hreq_move(h, r, HS_ANSWERED);
 		}
+	}
 	pthread_cond_broadcast(&h->cv);
 	pthread_mutex_unlock(&h->mu);
 	if (h->threads > 0)
@@ -655,17 +560,11 @@ medha_http_close(struct medha_http *h)
 	http_tok_stop(h);
 	/* what is left is ours alone, but for nng's callbacks */
 	pthread_mutex_lock(&h->mu);
-	for (r = h->all; r != NULL; r = r->next)
-		r->reaped = 1;
-	while ((r = h->all) != NULL) {
-		h->all = r->next;
-		r->qnext = h->reap;
-		h->reap = r;
-	}
+	hreq_reap_all(h);
 	pthread_mutex_unlock(&h->mu);
 	while ((r = h->reap) != NULL) {
 		h->reap = r->qnext;
-		http_req_free(h, r);
+		hreq_free(h, r);
 	}
 	if (h->srv != NULL)
 		nng_http_server_release(h->srv);

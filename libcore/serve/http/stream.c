@@ -1,13 +1,14 @@
 /*
- * http_stream.c: the HTTP front door's answers (serve/http.c): a whole
- * answer through nng's server (keep-alive kept), a request's lifetime
- * (freed once its record came and nothing of nng's still points at it),
- * and a stream: after its first token a streaming request takes its
- * connection over (nng_http_hijack), writes the SSE head and chunks
- * itself (chunked transfer coding) and closes it after "data: [DONE]",
- * with a read kept posted to notice a client that goes away.
+ * stream.c: the bytes the HTTP front door sends (the bottom of
+ * serve/http/, under req.c): a whole answer through nng's server
+ * (keep-alive kept), and a stream's: after its first token a streaming
+ * request takes its connection over (nng_http_hijack), writes the SSE
+ * head and chunks itself (chunked transfer coding) and closes it after
+ * "data: [DONE]", with a read kept posted to notice a client that goes
+ * away. Nothing here changes a request's state (req.c does): a write
+ * that cannot be queued says so to its caller.
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ count_code(struct medha_http *h, int code)
 /*
  * The access line of a reply (info), from its request (nng's handler
  * aio's input); a completion answered 200 has its own, with its tokens
- * (http_up.c). nng's server does not tell the client's address.
+ * (up.c). nng's server does not tell the client's address.
  */
 static void
 access_line(nng_aio *aio, int status)
@@ -135,86 +136,14 @@ http_reply_error(struct medha_http *h, nng_aio *aio, const struct medha_oai_erro
 	free(js);
 }
 
-/* Hand r to the sender to be freed once nothing refers to it (mu held). */
-void
-http_maybe_reap(struct medha_http *h, struct hreq *r)
-{
-	if (r->reaped || r->haio != NULL ||
-	    (r->up != U_NONE && r->up != U_DONE) ||
-	    (r->hijacked && !r->gone && (r->tx_busy || r->out.n > 0)) ||
-	    (r->watching && r->rx_busy)) /* freeing rx would close the
-	                                    connection under the answer */
-		return;
-	r->reaped = 1;
-	if (r->prev != NULL)
-		r->prev->next = r->next;
-	else
-		h->all = r->next;
-	if (r->next != NULL)
-		r->next->prev = r->prev;
-	r->qnext = h->reap;
-	h->reap = r;
-	pthread_cond_signal(&h->cv);
-}
-
-/* Free r: on the sender's thread (or at close), never in a callback. */
-void
-http_req_free(struct medha_http *h, struct hreq *r)
-{
-	if (r->hijacked && r->conn != NULL)
-		nng_http_conn_close(r->conn); /* ends the reads and writes */
-	if (r->rx != NULL)
-		nng_aio_free(r->rx); /* waits for its callback */
-	if (r->tx != NULL)
-		nng_aio_free(r->tx);
-	if (r->hijacked && r->nreq != NULL)
-		nng_http_req_free(r->nreq);
-	pthread_mutex_lock(&h->mu);
-	h->st.in_progress--;
-	if (r->hijacked)
-		h->st.streams--;
-	pthread_mutex_unlock(&h->mu);
-	for (int i = 0; i < MEDHA_OAI_MAX_CHOICES; i++)
-		if (r->recs[i] != NULL) {
-			medha_record_clear(r->recs[i]);
-			free(r->recs[i]);
-		}
-	medha_oai_req_clear(&r->q);
-	free(r->body);
-	free(r->out.p);
-	free(r->wr.p);
-	free(r);
-}
-
-void
-http_push_cancel(struct medha_http *h, uint64_t handle)
-{
-	medha_pcli_cancel(h->pc, handle);
-}
-
-/* r's client is gone (mu held): cancel it upstream; its record ends it. */
-void
-http_on_gone(struct medha_http *h, struct hreq *r)
-{
-	if (r->gone)
-		return;
-	r->gone = 1;
-	r->out.n = 0;
-	for (int i = 0; i < r->nch; i++)
-		if (r->handles[i] != 0 && r->recs[i] == NULL)
-			http_push_cancel(h, r->handles[i]);
-	medha_log(MEDHA_LOG_INFO, "http: %s: client went away", r->id);
-	http_maybe_reap(h, r);
-}
-
 /* Write what is queued, if no write is under way (mu held). */
-static void
-kick(struct hreq *r)
+void
+http_kick(struct hreq *r)
 {
 	nng_iov iov;
 	struct buf t;
 
-	if (r->tx_busy || r->out.n == 0 || r->gone)
+	if (r->tx_busy || r->out.n == 0 || r->state == HS_GONE)
 		return;
 	t = r->wr;
 	r->wr = r->out;
@@ -231,30 +160,28 @@ kick(struct hreq *r)
 /*
  * Queue n bytes of p as one chunk of the chunked body (mu held); to an
  * HTTP/1.0 client, which knows no chunks (RFC 9112 6.1), as they are:
- * the body ends when the connection closes.
+ * the body ends when the connection closes. 0, or MEDHA_ENOMEM.
  */
-void
-http_emit(struct medha_http *h, struct hreq *r, const char *p, size_t n)
+int
+http_put(struct hreq *r, const char *p, size_t n)
 {
 	char hd[24];
 	int k = snprintf(hd, sizeof(hd), "%zx\r\n", n);
 
-	if (r->gone || n == 0)
-		return;
+	if (r->state == HS_GONE || n == 0)
+		return 0;
 	r->last_tx = medha_now();
 	if ((!r->http10 && buf_add(&r->out, hd, (size_t)k) != 0) ||
 	    buf_add(&r->out, p, n) != 0 ||
-	    (!r->http10 && buf_add(&r->out, "\r\n", 2) != 0)) {
-		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
-		http_on_gone(h, r);
-		return;
-	}
-	kick(r);
+	    (!r->http10 && buf_add(&r->out, "\r\n", 2) != 0))
+		return MEDHA_ENOMEM;
+	http_kick(r);
+	return 0;
 }
 
-void
-http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text, size_t len,
-    int role, int finish, const struct medha_record *usage)
+int
+http_put_chunk(struct medha_http *h, struct hreq *r, const char *text,
+    size_t len, int role, int finish, const struct medha_record *usage)
 {
 	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat,
 	    r->q.spec.sampling.logprobs, r->cur_ids, r->cur_lps, r->cur_n,
@@ -263,26 +190,25 @@ http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text, size_t l
 	char *s = medha_oai_chunk(&hd, text, len, role, finish, usage,
 	    r->q.include_usage, &n);
 
-	if (s == NULL) {
-		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
-		http_on_gone(h, r);
-		return;
-	}
-	http_emit(h, r, s, n);
+	int rc;
+
+	if (s == NULL)
+		return MEDHA_ENOMEM;
+	rc = http_put(r, s, n);
 	free(s);
+	return rc;
 }
 
 /* The end of the chunked body: the connection closes once it is out. */
 void
-http_emit_end(struct hreq *r)
+http_put_end(struct hreq *r)
 {
-	r->ended = 1;
-	if (r->gone)
+	if (r->state == HS_GONE)
 		return;
 	if (r->http10)
-		kick(r); /* with nothing left to write, the close ends it */
+		http_kick(r); /* with nothing left to write, the close ends it */
 	else if (buf_add(&r->out, "0\r\n\r\n", 5) == 0)
-		kick(r);
+		http_kick(r);
 }
 
 void
@@ -296,9 +222,13 @@ http_watch(struct hreq *r)
 	nng_http_conn_read(r->conn, r->rx);
 }
 
-/* Take r's connection over and start its event stream (mu held). */
-void
-http_stream_start(struct medha_http *h, struct hreq *r)
+/*
+ * Take r's connection over and write its event stream's head (mu held):
+ * nng's handler aio is let go (r->haio NULL), and a read is kept posted
+ * (http_watch). 0, or MEDHA_ENOMEM.
+ */
+int
+http_put_head(struct medha_http *h, struct hreq *r)
 {
 	static const char head[] = "HTTP/1.1 200 OK\r\n"
 	                           "Content-Type: text/event-stream\r\n"
@@ -319,48 +249,9 @@ http_stream_start(struct medha_http *h, struct hreq *r)
 	h->st.streams++;
 	r->last_tx = medha_now();
 	if ((r->http10 ? buf_add(&r->out, head10, sizeof(head10) - 1)
-	               : buf_add(&r->out, head, sizeof(head) - 1)) != 0) {
-		http_on_gone(h, r);
-		return;
-	}
-	kick(r);
+	               : buf_add(&r->out, head, sizeof(head) - 1)) != 0)
+		return MEDHA_ENOMEM;
+	http_kick(r);
 	http_watch(r);
-	/* OpenAI's first chunk of each choice: the role */
-	for (int i = 0; r->q.chat && i < r->nch; i++) {
-		r->cur_idx = i;
-		http_emit_chunk(h, r, "", 0, 1, 0, NULL);
-	}
-	r->cur_idx = 0;
-}
-
-void
-http_tx_cb(void *arg)
-{
-	struct hreq *r = arg;
-	struct medha_http *h = r->h;
-	int rv = nng_aio_result(r->tx);
-
-	pthread_mutex_lock(&h->mu);
-	r->tx_busy = 0;
-	if (r->cont) { /* "100 Continue" is out: now the body */
-		r->cont = 0;
-		if (r->haio == NULL) {
-			r->up = U_DONE;
-			http_maybe_reap(h, r);
-		} else if (rv != 0) {
-			nng_aio_finish(r->haio, rv); /* the server closes */
-			r->haio = NULL;
-			http_maybe_reap(h, r);
-		} else
-			http_read_body(h, r);
-	} else if (!r->reaped) {
-		r->wr.n = 0;
-		if (rv != 0)
-			http_on_gone(h, r);
-		else {
-			kick(r);
-			http_maybe_reap(h, r);
-		}
-	}
-	pthread_mutex_unlock(&h->mu);
+	return 0;
 }

@@ -1,10 +1,10 @@
 /*
- * http_api.c: the OpenAI JSON of the HTTP front door (http.h) other than
- * the request bodies (http_parse.c): error bodies, response bodies and
+ * oai.c: the OpenAI JSON of the HTTP front door (http.h) other than
+ * the request bodies (parse.c): error bodies, response bodies and
  * stream chunks in OpenAI's shapes, and the router's figures as
  * Prometheus text. No sockets here; tests/http_test.c checks it alone.
  */
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 #include <jansson.h>
 #include <stdarg.h>

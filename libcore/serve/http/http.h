@@ -16,10 +16,12 @@
  * The front door is one more protocol client of the router
  * (net/proto.h): it dials the router at an inproc:// address the router
  * also listens on (medha_router_listen) and speaks SUBMIT, POLL and
- * CANCEL exactly as medha-trace replay does. One thread submits and
- * cancels, one thread keeps a POLL outstanding whose events carry every
- * HTTP request's tokens; nng's threads only read and write sockets. A
- * client that goes away during a stream has its request cancelled.
+ * CANCEL exactly as medha-trace replay does, through net/pcli.h. One
+ * thread submits, one takes the answers and the events, which carry
+ * every HTTP request's tokens: with c.router set the router hands them
+ * to the front door's client on its own thread (medha_router_local),
+ * not encoded for the POLL and decoded again. A client that goes away
+ * during a stream has its request cancelled.
  *
  * Every resource is bounded: the request body (max_body bytes, read
  * within body_timeout seconds, else the connection closes), the requests in progress (max_conns,
@@ -36,7 +38,7 @@
  *	medha_http_close(h);
  *	medha_router_close(r);
  *
- * The second half of this header is the OpenAI JSON itself (http_api.c):
+ * The second half of this header is the OpenAI JSON itself (oai.c, parse.c):
  * request bodies into a struct medha_reqspec, records and token events
  * into response bodies and chunks, errors into OpenAI's error bodies,
  * and the router's figures into Prometheus text. Those functions touch
@@ -100,7 +102,7 @@ int medha_http_port(const struct medha_http *h);
  */
 void medha_http_close(struct medha_http *h);
 
-/* ---- the OpenAI JSON (http_api.c) ---- */
+/* ---- the OpenAI JSON (oai.c; request bodies: parse.c) ---- */
 
 /* An error as OpenAI answers it: {"error": {message, type, param, code}}. */
 struct medha_oai_error {

@@ -1,5 +1,5 @@
 /*
- * http_key.c: the HTTP front door's API keys (medha-router --api-key,
+ * key.c: the HTTP front door's API keys (medha-router --api-key,
  * --api-key-file; issue 39). A request to a /v1/ route must carry one
  * of them as "Authorization: Bearer KEY", else it is answered 401 with
  * OpenAI's error object. /health and /metrics ask for none (a load
@@ -15,7 +15,7 @@
  * of the key and leaves the router only in the salts of its requests
  * (medha_oai_salt_tenant: a hash of it again).
  */
-#include "serve/http_impl.h"
+#include "serve/http/impl.h"
 
 #include "hmac.h"
 

@@ -1,15 +1,25 @@
 /*
- * http_impl.h: what the HTTP front door's files share (http.c: the
- * routes, their requests and the life cycle; http_stream.c: answers
- * through the server, a request's lifetime and its SSE stream;
- * http_up.c: the sender and taker threads that talk to the router
- * through its client, net/pcli.h; http_key.c: the API keys).
- * Not for use outside serve/http*.c.
+ * impl.h: what the HTTP front door's files share (serve/http/), each
+ * calling only those below it:
+ *
+ *   http.c     open and close, the routes, a completion request made
+ *     -> key.c     the API keys
+ *     -> conn.c    nng's callbacks on a request's connection: its body
+ *                  read and parsed, the watch read, a stream's writes
+ *     -> up.c      the sender and taker threads, the router's side
+ *                  (net/pcli.h): choices submitted, answers, events
+ *        -> prompt.c  prompts made ready: text to ids, the context
+ *     -> req.c     a request's life: its state and hreq_move
+ *     -> stream.c  the bytes out: replies through nng's server, a
+ *                  stream's head and chunks
+ *   and under all of them the OpenAI JSON of http.h (oai.c, parse.c).
+ *
+ * Not for use outside serve/http/.
  */
 #ifndef MEDHA_HTTP_IMPL_H
 #define MEDHA_HTTP_IMPL_H
 
-#include "serve/http.h"
+#include "serve/http/http.h"
 
 #include "map.h"
 #include "net/link.h"
@@ -38,8 +48,22 @@ struct buf {
 	size_t n, cap;
 };
 
-/* Where a request stands with the router. */
-enum { U_NONE, U_QUEUED, U_SUBMITTED, U_LIVE, U_DONE };
+/*
+ * A request's life (req.c says what each change brings; hreq_move
+ * alone makes one). nng's handler aio (haio) is held up to HS_LIVE.
+ */
+enum hstate {
+	HS_CONTINUE,  /* writing "100 Continue" (then its body) */
+	HS_BODY,      /* its body being read */
+	HS_QUEUED,    /* parsed, on h->sq for the sender */
+	HS_SUBMITTED, /* the sender's: texts tokenized, choices submitted */
+	HS_LIVE,      /* a choice accepted: tokens and records come */
+	HS_STREAM,    /* a stream that took its connection over */
+	HS_ANSWERED,  /* its answer complete (or refused): what comes
+	                 from upstream is only counted */
+	HS_GONE,      /* its client went away: cancelled upstream */
+	HS_REAPED,    /* on h->reap, to be freed: callbacks leave it */
+};
 
 struct hreq {
 	struct medha_http *h;
@@ -50,13 +74,14 @@ struct hreq {
 	char model[MEDHA_PROTO_NAME_MAX]; /* the model id answered */
 	int64_t created;
 	struct medha_oai_req q;
+	int state;           /* enum hstate */
 	nng_aio *haio;       /* nng's handler aio, until answered */
 	nng_http_conn *conn; /* the server's until hijacked, then ours */
 	nng_http_req *nreq;  /* likewise */
 	int chat;            /* /v1/chat/completions */
 	uint64_t tenant;     /* its API key's tenant in the prefix cache
 	                        (medha_oai_salt_tenant); 0: none */
-	int hijacked;        /* a stream that took the connection */
+	int hijacked;        /* the connection is ours (from HS_STREAM) */
 	int watching;        /* a whole answer's watch read is posted: it
 	                        is answered with Connection: close */
 	int http10;          /* an HTTP/1.0 client: no chunked coding */
@@ -74,13 +99,12 @@ struct hreq {
 	int cur_idx; /* the choice of the chunk being sent */
 	nng_aio *rx;         /* the body read, then a stream's watch read */
 	nng_aio *tx;         /* a stream's writes */
-	int rx_busy, tx_busy;
-	int cont; /* tx is writing "100 Continue": the body follows */
+	int rx_busy, tx_busy; /* in flight: r stays until they end */
 	char *body;
 	size_t body_len;
 	char rxbuf[256];
-	int up;          /* U_*: U_LIVE from the first choice accepted to
-	                    the last one's record */
+	int sending;     /* the sender's (from HS_QUEUED until its choices
+	                    are submitted, or it is dropped) */
 	/* choices: q.n requests upstream for each prompt (the prefix
 	   cache computes its KV once), choice i prompt i / q.n's with seed
 	   seed + i % q.n where a seed is given */
@@ -90,16 +114,12 @@ struct hreq {
 	int npend;                 /* submitted, not answered yet */
 	int nup;                   /* accepted */
 	int nend;                  /* of those, ended (their record came) */
-	int failed;                /* one failed: the others are cancelled */
 	uint64_t handles[MEDHA_OAI_MAX_CHOICES]; /* the router's, by
 	                                            choice; 0 until accepted */
 	struct medha_record *recs[MEDHA_OAI_MAX_CHOICES]; /* ended, kept until the
 	                                               last (whole answers) */
 	int ntok;        /* its texts on the tokenizer's thread */
 	int tok_rc;      /* the first of them that failed, or 0 */
-	int gone;        /* its client went away */
-	int ended;       /* a stream's last bytes are queued */
-	int reaped;      /* on h->reap: callbacks leave it alone */
 	struct buf out;  /* a stream's bytes not yet handed to tx */
 	struct buf wr;   /* those tx is writing */
 };
@@ -138,7 +158,7 @@ struct medha_http {
 	struct http_keys *keys; /* cfg's API keys, or NULL: none asked */
 };
 
-/* http_key.c: the API keys (NULL: none, every request taken) */
+/* ---- key.c: the API keys (NULL: none, every request taken) ---- */
 struct http_keys;
 int http_keys_open(struct http_keys **k, const char *const *keys, int n,
     char *why, size_t whylen);
@@ -148,7 +168,36 @@ void http_keys_free(struct http_keys *k);
 int http_keys_ok(const struct http_keys *k, const char *authorization,
     uint64_t *tenant);
 
-/* http_stream.c: answers, lifetime, streams */
+/* ---- conn.c: nng's callbacks on a request's connection ---- */
+/* A new request's first I/O (mu held): "100 Continue" first (cont),
+ * then its body. */
+void http_conn_start(struct medha_http *h, struct hreq *r, int cont);
+void http_rx_cb(void *arg); /* r->rx's */
+void http_tx_cb(void *arg); /* r->tx's */
+
+/* ---- up.c: the router's side ---- */
+void *http_taker_main(void *arg);
+void *http_sender_main(void *arg);
+
+/* ---- prompt.c: prompts made ready to go upstream ---- */
+int http_fit(struct medha_http *h, struct hreq *r, struct medha_oai_error *e);
+int http_tok_push(struct medha_http *h, struct hreq *r);
+struct hreq *http_tok_take(struct medha_http *h);
+/* The tokenizer's thread stopped, its jobs dropped (at close, after the
+ * sender's thread). */
+void http_tok_stop(struct medha_http *h);
+
+/* ---- req.c: a request's life ---- */
+uint64_t http_mix(uint64_t z);
+int hreq_move(struct medha_http *h, struct hreq *r, int to);
+void hreq_reap(struct medha_http *h, struct hreq *r);
+void hreq_reap_all(struct medha_http *h);
+void hreq_send(struct medha_http *h, struct hreq *r, const char *p, size_t n);
+void hreq_send_chunk(struct medha_http *h, struct hreq *r, const char *text,
+    size_t len, int role, int finish, const struct medha_record *usage);
+void hreq_free(struct medha_http *h, struct hreq *r);
+
+/* ---- stream.c: the bytes out (mu held where it says locked 1) ---- */
 void http_reply(struct medha_http *h, nng_aio *aio, int status,
     const char *ctype, const char *body, size_t len, int close, int locked);
 void http_reply_allow(struct medha_http *h, nng_aio *aio, int status,
@@ -158,27 +207,12 @@ void http_reply_json(struct medha_http *h, nng_aio *aio, int status,
     const char *js, size_t len, int close, int locked);
 void http_reply_error(struct medha_http *h, nng_aio *aio,
     const struct medha_oai_error *e, int close, int locked);
-void http_maybe_reap(struct medha_http *h, struct hreq *r);
-void http_req_free(struct medha_http *h, struct hreq *r);
-void http_push_cancel(struct medha_http *h, uint64_t handle);
-void http_on_gone(struct medha_http *h, struct hreq *r);
-void http_emit(struct medha_http *h, struct hreq *r, const char *p, size_t n);
-void http_emit_chunk(struct medha_http *h, struct hreq *r, const char *text,
+int http_put_head(struct medha_http *h, struct hreq *r);
+int http_put(struct hreq *r, const char *p, size_t n);
+int http_put_chunk(struct medha_http *h, struct hreq *r, const char *text,
     size_t len, int role, int finish, const struct medha_record *usage);
-void http_emit_end(struct hreq *r);
+void http_put_end(struct hreq *r);
+void http_kick(struct hreq *r);
 void http_watch(struct hreq *r);
-void http_stream_start(struct medha_http *h, struct hreq *r);
-void http_tx_cb(void *arg);
-
-/* http_up.c: the router's side */
-uint64_t http_mix(uint64_t z);
-void *http_taker_main(void *arg);
-void *http_sender_main(void *arg);
-/* The tokenizer's thread stopped, its jobs dropped (at close, after the
- * sender's thread). */
-void http_tok_stop(struct medha_http *h);
-
-/* http.c */
-void http_read_body(struct medha_http *h, struct hreq *r);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * http_parse.c: the OpenAI request bodies of the HTTP front door (http.h):
+ * parse.c: the OpenAI request bodies of the HTTP front door (http.h):
  * /v1/completions and /v1/chat/completions into a struct medha_reqspec
  * with OpenAI's defaults and refusals. A request field that medha does
  * not implement (n > 1, best_of > 1, echo, suffix, logit_bias, tools)
@@ -8,7 +8,7 @@
  * metadata, store, ...) are accepted. No sockets here; tests/http_test.c
  * checks it alone.
  */
-#include "serve/http.h"
+#include "serve/http/http.h"
 #include "hmac.h"
 
 #include <errno.h>
@@ -707,7 +707,7 @@ medha_oai_parse(struct medha_oai_req *q, const char *body, size_t len, int chat,
 		q->max_tokens_set |= set;
 	}
 	/* vLLM's min_tokens (model/sample.h), at most max_tokens where it
-	 * is given (else once it is known: http_up.c) */
+	 * is given (else once it is known: prompt.c) */
 	if ((rc = get_int(o, "min_tokens", 0, MEDHA_OAI_MAX_TOKENS,
 	         &rs->sampling.min_tokens, NULL, e)) != 0)
 		goto fail;
