@@ -79,12 +79,15 @@ medha_cli_greet(struct medha_cli *c, const struct medha_msg *m,
 		}
 		since = 0;
 		if (rc == MEDHA_EAUTH) {
+			char saw[sizeof(msg)];
 			final = 1;
 			code = MEDHA_EAUTH;
+			/* what the handshake saw (net/link_auth.c): another
+			   secret, none, or an answer that is no handshake's */
+			snprintf(saw, sizeof(saw), "%s", msg);
 			snprintf(msg, sizeof(msg), "refused by %s: the "
-			    "handshake of the shared secret failed (another "
-			    "secret, or none)",
-			    addr);
+			    "handshake of the shared secret failed: %.400s",
+			    addr, saw);
 		} else if (rep->type == MEDHA_MSG_WELCOME) {
 			return 0;
 		} else {

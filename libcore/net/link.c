@@ -492,12 +492,18 @@ medha_srv_next(struct medha_srv *s, double timeout, struct medha_srv_ev *ev)
 		link_pa_drop(s, ev->peer);
 	else if (s->auth && ev->kind == MEDHA_SRV_CALL) {
 		const struct pauth *a = link_pa_get(s, ev->peer, 0);
-		if (a == NULL || a->state != PA_OK) {
+		int kind = medha_auth_kind(ev->data, ev->len);
+		/* a handshake's frame is never the caller's, from a proven
+		   connection either: its client missed the OK (a timeout)
+		   and says HELLO again (issue 39: the scheduler took such
+		   a HELLO for a message, "type 0xc1", and the worker gave
+		   up) */
+		if (a == NULL || a->state != PA_OK ||
+		    (kind != 0 && kind != MEDHA_AUTH_PIECE)) {
 			/* answered here; the caller sees a timeout */
 			link_srv_auth(s, ev);
 			memset(ev, 0, sizeof(*ev));
-		} else if (medha_auth_kind(ev->data, ev->len) ==
-		    MEDHA_AUTH_PIECE)
+		} else if (kind == MEDHA_AUTH_PIECE)
 			link_srv_piece(s, ev); /* answered, or now whole */
 	}
 	return rc == MEDHA_ENOMEM && ev->kind == MEDHA_SRV_TIMEOUT ? rc : 0;
@@ -790,8 +796,12 @@ medha_cli_wait(struct medha_cli *c, int i, void **rep, size_t *replen)
 			return MEDHA_EAUTH;
 		}
 		/* not taken: the connection changed since its handshake */
-		if (tries == 2)
+		if (tries == 2) {
+			link_cli_tell(c, "the server answered NOAUTH to a "
+			            "message three times, each after a new "
+			            "handshake");
 			return MEDHA_EAUTH;
+		}
 		if ((rc = link_cli_auth(c, c->tmo[i], 1)) != 0 ||
 		    (rc = link_send_whole(c, i, c->req[i], c->reqlen[i],
 		         c->tmo[i])) != 0)
@@ -825,7 +835,7 @@ medha_cli_msg_send(struct medha_cli *c, int ctx, const struct medha_msg *m,
 	rc = medha_cli_send(c, ctx, buf, len, timeout);
 	free(buf);
 	if (rc != 0)
-		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
+		return link_cli_why(c, rc, why, whylen);
 	return 0;
 }
 
@@ -838,7 +848,7 @@ medha_cli_msg_wait(struct medha_cli *c, int ctx, struct medha_msg *rep,
 	int rc;
 
 	if ((rc = medha_cli_wait(c, ctx, &in, &inlen)) != 0)
-		return medha_why(why, whylen, rc, "%s", medha_strerror(rc));
+		return link_cli_why(c, rc, why, whylen);
 	rc = medha_msg_decode(rep, in, inlen, why, whylen);
 	free(in);
 	return rc;

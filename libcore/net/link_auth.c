@@ -6,7 +6,9 @@
  * connection, medha_srv_peer_local).
  */
 #include "net/link_impl.h"
+#include "net/proto.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +68,10 @@ auth_reply(struct medha_srv *s, struct medha_srv_call *call, int kind,
 
 /*
  * A message of a connection that has not proved the secret: the
- * handshake's next step, or NOAUTH for anything else (not taken).
+ * handshake's next step, or NOAUTH for anything else (not taken). Or
+ * a handshake's frame of a proven connection: a HELLO again (its client
+ * missed the OK) is answered as the first was, the connection staying
+ * proven (calls on its other contexts go on); anything else NOAUTH.
  */
 void
 link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
@@ -86,21 +91,26 @@ link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
 		if (medha_random(a->ns, MEDHA_AUTH_NONCE) != 0 ||
 		    medha_auth_proof(s->key, s->klen, "server", a->nc, a->ns,
 		        out + MEDHA_AUTH_NONCE) != 0) {
+			a->chal = 0;
 			medha_srv_drop(s, ev->call);
 			return;
 		}
 		memcpy(out, a->ns, MEDHA_AUTH_NONCE);
-		a->state = PA_CHAL;
+		a->chal = 1;
+		if (a->state != PA_OK)
+			a->state = PA_CHAL;
 		auth_reply(s, ev->call, MEDHA_AUTH_CHAL, out, sizeof(out));
 		return;
 	}
-	if (kind == MEDHA_AUTH_PROOF && body == MEDHA_SHA256_LEN &&
-	    a->state == PA_CHAL &&
+	if (kind == MEDHA_AUTH_PROOF && body == MEDHA_SHA256_LEN && a->chal &&
 	    medha_auth_proof(s->key, s->klen, "client", a->ns, a->nc,
 	        want) == 0) {
+		a->chal = 0; /* a proof answers one challenge */
 		if (medha_equal_ct(want, p, sizeof(want))) {
-			if (link_adm_proven(s, ev->peer) != 0) {
+			if (a->state != PA_OK &&
+			    link_adm_proven(s, ev->peer) != 0) {
 				/* the shared cap is full: closed */
+				a->state = PA_NONE;
 				medha_srv_drop(s, ev->call);
 				nng_pipe_close((nng_pipe){.id = ev->peer});
 				return;
@@ -109,7 +119,8 @@ link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
 			auth_reply(s, ev->call, MEDHA_AUTH_OK, NULL, 0);
 			return;
 		}
-		a->state = PA_NONE;
+		if (a->state != PA_OK)
+			a->state = PA_NONE;
 		medha_log(MEDHA_LOG_WARN,
 		    "connection %u: a wrong proof (another secret): refused",
 		    ev->peer);
@@ -118,25 +129,73 @@ link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev)
 	}
 	if (!a->warned)
 		medha_log(MEDHA_LOG_WARN,
-		    "connection %u: a message before it proved the secret: "
-		    "not taken",
+		    a->state == PA_OK
+		        ? "connection %u: a handshake frame out of turn: not "
+		          "taken"
+		        : "connection %u: a message before it proved the "
+		          "secret: not taken",
 		    ev->peer);
 	a->warned = 1;
 	auth_reply(s, ev->call, MEDHA_AUTH_NOAUTH, NULL, 0);
 }
 
-/* Why a handshake failed, logged once for c (callers retry). */
+/* Why a handshake failed: logged once for c (callers retry), and kept
+   for link_cli_why. */
 void
 link_cli_tell(struct medha_cli *c, const char *msg)
 {
+	pthread_mutex_lock(&c->mu);
+	snprintf(c->authwhy, sizeof(c->authwhy), "%s", msg);
+	pthread_mutex_unlock(&c->mu);
 	if (!__atomic_exchange_n(&c->told, 1, __ATOMIC_RELAXED))
 		medha_log(MEDHA_LOG_ERROR, "%s", msg);
 }
 
-/* One step of the handshake: frame out, the answer of kind want in. */
+int
+link_cli_why(struct medha_cli *c, int rc, char *why, size_t whylen)
+{
+	pthread_mutex_lock(&c->mu);
+	if (rc == MEDHA_EAUTH && c->authwhy[0] != '\0')
+		medha_why(why, whylen, rc, "%s", c->authwhy);
+	else
+		medha_why(why, whylen, rc, "%s", medha_strerror(rc));
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+/* What the server answered, when it was not the handshake's next
+   frame: a frame of another kind, a message (an ERROR's reason), or
+   bytes that are neither. */
+static void
+auth_saw(const void *rep, size_t len, char *out, size_t n)
+{
+	static const char *const kinds[] = {"?", "HELLO", "CHAL", "PROOF",
+	    "OK", "NOAUTH", "PIECE"};
+	int kind = medha_auth_kind(rep, len);
+	struct medha_msg m;
+	char why[160];
+
+	if (kind > 0 && kind <= MEDHA_AUTH_PIECE)
+		snprintf(out, n, "a %s frame of %zu bytes", kinds[kind], len);
+	else if (medha_msg_decode(&m, rep, len, why, sizeof(why)) == 0) {
+		if (m.type == MEDHA_MSG_ERROR)
+			snprintf(out, n, "an ERROR message (%s: %.120s)",
+			    medha_strerror(m.error.code), m.error.reason);
+		else
+			snprintf(out, n, "a %s message",
+			    medha_msg_type_name(m.type));
+		medha_msg_clear(&m);
+	} else
+		snprintf(out, n, "%zu bytes that are no frame or message of "
+		    "medha's (%.100s)", len, why);
+}
+
+/* One step of the handshake: frame out, the answer of kind want in
+   (else MEDHA_EAUTH, and what came instead in saw). */
 static int
 auth_step(struct medha_cli *c, const uint8_t *f, size_t n, double timeout,
-    int want, uint8_t *body, size_t blen, uint32_t *pipe)
+    int want, uint8_t *body, size_t blen, uint32_t *pipe, char *saw,
+    size_t sawlen)
 {
 	void *rep;
 	size_t len;
@@ -151,6 +210,8 @@ auth_step(struct medha_cli *c, const uint8_t *f, size_t n, double timeout,
 	    : MEDHA_EAUTH;
 	if (rc == 0 && blen > 0)
 		memcpy(body, (uint8_t *)rep + MEDHA_AUTH_MAGIC_LEN + 1, blen);
+	if (rc != 0)
+		auth_saw(rep, len, saw, sawlen);
 	free(rep);
 	return rc;
 }
@@ -165,6 +226,7 @@ link_cli_auth(struct medha_cli *c, double timeout, int force)
 {
 	uint8_t f[MEDHA_AUTH_FRAME_MAX], nc[MEDHA_AUTH_NONCE],
 	    chal[MEDHA_AUTH_NONCE + MEDHA_SHA256_LEN], want[MEDHA_SHA256_LEN];
+	char saw[200], msg[320];
 	uint32_t p1 = 0, p2 = 0;
 	int rc;
 
@@ -179,10 +241,14 @@ link_cli_auth(struct medha_cli *c, double timeout, int force)
 	if ((rc = medha_random(nc, sizeof(nc))) != 0)
 		goto out;
 	rc = auth_step(c, f, medha_auth_frame(f, MEDHA_AUTH_HELLO, nc, sizeof(nc)),
-	    timeout, MEDHA_AUTH_CHAL, chal, sizeof(chal), &p1);
-	if (rc == MEDHA_EAUTH)
-		link_cli_tell(c, "the server did not answer the secret's "
-		            "challenge (it has none, or is no medha server)");
+	    timeout, MEDHA_AUTH_CHAL, chal, sizeof(chal), &p1, saw,
+	    sizeof(saw));
+	if (rc == MEDHA_EAUTH) {
+		snprintf(msg, sizeof(msg), "the server did not answer the "
+		    "secret's challenge (it has none, or is no medha server): "
+		    "HELLO answered with %s", saw);
+		link_cli_tell(c, msg);
+	}
 	if (rc != 0)
 		goto out;
 	if ((rc = medha_auth_proof(c->key, c->klen, "server", nc, chal,
@@ -199,13 +265,23 @@ link_cli_auth(struct medha_cli *c, double timeout, int force)
 		goto out;
 	rc = auth_step(c, f, medha_auth_frame(f, MEDHA_AUTH_PROOF, want,
 	                         sizeof(want)),
-	    timeout, MEDHA_AUTH_OK, NULL, 0, &p2);
-	if (rc == MEDHA_EAUTH)
-		link_cli_tell(c, "the server refused this program's proof: it "
-		            "has another secret");
+	    timeout, MEDHA_AUTH_OK, NULL, 0, &p2, saw, sizeof(saw));
+	if (rc == MEDHA_EAUTH && p2 != p1) {
+		/* the proof went on a new connection, which had not seen
+		   the challenge: no refusal, the next call tries again */
+		rc = MEDHA_EPEER;
+		goto out;
+	}
+	if (rc == MEDHA_EAUTH) {
+		snprintf(msg, sizeof(msg), "the server refused this program's "
+		    "proof (it has another secret): PROOF answered with %s",
+		    saw);
+		link_cli_tell(c, msg);
+	}
 	if (rc == 0 && p1 == p2) {
 		pthread_mutex_lock(&c->mu);
 		c->authed = p2;
+		c->authwhy[0] = '\0';
 		pthread_mutex_unlock(&c->mu);
 	}
 	/* p1 != p2: the connection changed on the way; the next call

@@ -27,12 +27,15 @@ struct medha_srv_call {
 	struct medha_srv_call *next; /* inbox link */
 };
 
-/* A connection's place in the handshake (auth.h). */
+/* A connection's place in the handshake (auth.h). A proven one may
+   say HELLO again (its client missed the OK: issue 39): it stays
+   proven meanwhile, the new challenge in chal. */
 enum { PA_NONE, PA_CHAL, PA_OK };
 #define PA_PIECES 8 /* requests in pieces at once, per connection */
 struct pauth {
 	uint32_t pipe;
 	int state; /* PA_* */
+	int chal;  /* a challenge sent (nc, ns), its proof not yet come */
 	int warned;
 	uint8_t nc[MEDHA_AUTH_NONCE], ns[MEDHA_AUTH_NONCE];
 	struct {
@@ -116,6 +119,8 @@ struct medha_cli {
 	uint32_t pipe, authed; /* (mu) the live connection; the proven */
 	uint32_t piece_id;     /* the last request sent in pieces */
 	pthread_mutex_t amu;   /* one handshake at a time */
+	char authwhy[320];     /* (mu) why the last handshake failed, with
+	                          what the server answered */
 };
 
 /* link_auth.c: the server's side of the handshake (srv_next's mutex not
@@ -124,6 +129,9 @@ struct pauth *link_pa_get(struct medha_srv *s, uint32_t pipe, int make);
 void link_pa_drop(struct medha_srv *s, uint32_t pipe);
 void link_srv_auth(struct medha_srv *s, const struct medha_srv_ev *ev);
 void link_cli_tell(struct medha_cli *c, const char *msg);
+/* why with the reason of the last failed handshake when rc is
+   MEDHA_EAUTH (else medha_strerror(rc)); rc */
+int link_cli_why(struct medha_cli *c, int rc, char *why, size_t whylen);
 /* link.c: pipe has proved the secret: 0, or -1 when the shared cap is
    full (then it is to be closed) */
 int link_adm_proven(struct medha_srv *s, uint32_t pipe);

@@ -568,9 +568,9 @@ start(struct medha_pcli *p, struct call *c)
 	if (p->cli->auth &&
 	    (rc = link_cli_auth(p->cli, c->timeout < 0 ? DEAD : c->timeout,
 	         c->tries > 0)) != 0) {
-		finish(c, rc, rc == MEDHA_EAUTH ? "the handshake failed"
-		                                : medha_strerror(rc),
-		    NULL);
+		char why[320];
+		link_cli_why(p->cli, rc, why, sizeof(why));
+		finish(c, rc, why, NULL);
 		return;
 	}
 	/* larger than a piece: all but the last on the handshake's
