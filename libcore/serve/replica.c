@@ -392,6 +392,8 @@ on_status(void *arg, struct medha_msg_status *s)
 			s->evicted = ps.evictions;
 		}
 	}
+	s->n_experts = r->n_experts;
+	memcpy(s->experts, r->experts, sizeof(int64_t) * (size_t)r->n_experts);
 	snprintf(s->model, sizeof(s->model), "%s", r->model);
 	snprintf(s->backend, sizeof(s->backend), "%s", r->backend);
 }

@@ -131,6 +131,9 @@ struct medha_replica {
 	struct medha_backoff refused; /* HELLOs refused: said rate-limited */
 	int vocab;
 	int64_t ctx_len; /* 0: no limit */
+	int n_experts;   /* a mixture of experts: tokens its workers routed
+	                    to each expert (their RESULTs), for STATUS */
+	int64_t experts[MEDHA_PROTO_MAX_EXPERTS];
 	char model[MEDHA_PROTO_NAME_MAX];
 	char backend[MEDHA_PROTO_BACKEND_MAX];
 	char fp[MEDHA_PROTO_FP_LEN + 1]; /* the model's fingerprint: -m's

@@ -83,6 +83,25 @@ rt_count_refused(struct medha_router *r)
 	pthread_mutex_unlock(&r->mmu);
 }
 
+/* A replica's STATUS's expert counts taken into its sums: a count that
+   went down is a new scheduler, counting from 0. */
+static void
+count_experts(struct up *u)
+{
+	const struct medha_msg_status *s = &u->now;
+	int e, reset = 0;
+
+	for (e = 0; e < s->n_experts && e < u->nx; e++)
+		reset |= s->experts[e] < u->xlast[e];
+	for (e = 0; e < s->n_experts; e++) {
+		const int64_t was = e < u->nx && !reset ? u->xlast[e] : 0;
+		u->xsum[e] += s->experts[e] - was;
+		u->xlast[e] = s->experts[e];
+	}
+	if (s->n_experts > u->nx)
+		u->nx = s->n_experts;
+}
+
 /* The replicas' states and the gauges, after rt_watch(). */
 void
 rt_count_gauges(struct medha_router *r)
@@ -92,6 +111,8 @@ rt_count_gauges(struct medha_router *r)
 	pthread_mutex_lock(&r->mmu);
 	r->met.cache_evictions = 0;
 	r->met.progress_batches = 0;
+	r->met.n_experts = 0;
+	memset(r->met.experts, 0, sizeof(r->met.experts));
 	for (int i = 0; i < r->nup; i++) {
 		const struct up *u = &r->up[i];
 		struct medha_router_replica_stat *st = &r->met.rep[i];
@@ -108,6 +129,10 @@ rt_count_gauges(struct medha_router *r)
 		st->live = u->live;
 		r->met.cache_evictions += u->evicted_sum;
 		r->met.progress_batches += u->progress_sum;
+		for (int e = 0; e < u->nx; e++)
+			r->met.experts[e] += u->xsum[e];
+		if (u->nx > r->met.n_experts)
+			r->met.n_experts = u->nx;
 		if (u->alive && u->now.model[0] != '\0' &&
 		    (model == NULL || u->ready))
 			model = u->now.model;
@@ -448,6 +473,7 @@ rt_watch(struct medha_router *r)
 			    ? u->now.progress - u->progress
 			    : u->now.progress;
 			u->progress = u->now.progress;
+			count_experts(u);
 			if (u->now.prefill > 0 && u->now.work > 0)
 				u->s_per_tok = u->now.work / u->now.prefill;
 		}
