@@ -265,6 +265,59 @@ prof_moe_layers(const struct prof *P)
 	return n;
 }
 
+/*
+ * A mixture of experts: the first n token ids drawn at random (their
+ * own seed each n), as the batches that --check --moe draws, so that
+ * the experts they touch are those of random tokens; the grid's ids
+ * (grow) can route more evenly or less than a batch does.
+ */
+static int
+moe_ids(struct prof *P, int64_t n, uint64_t draw, char *why, size_t whylen)
+{
+	const uint64_t vocab = (uint64_t)P->be->info.shape.vocab;
+	uint64_t s = 0x6d6f655f66666e ^ (uint64_t)n ^ draw << 32;
+	int rc;
+
+	if ((rc = grow(P, n, 0)) != 0)
+		return medha_why(why, whylen, rc, "out of memory");
+	for (int64_t k = 0; k < n; k++)
+		P->ids[k] = (int32_t)(splitmix64(&s) % vocab);
+	return 0;
+}
+
+#define MOE_DRAWS 3 /* draws of random tokens a moe_ffn point averages */
+
+/*
+ * A linear point, items[0]: a dense model's as it comes; a mixture of
+ * experts' (nmoe routed layers) the mean over MOE_DRAWS draws of its
+ * tokens, each the median of the repetitions, as the experts T tokens
+ * touch vary from draw to draw.
+ */
+static int
+moe_time(struct prof *P, const struct prof_item *items, int nmoe,
+    struct prof_time *t, char *why, size_t whylen)
+{
+	const int L = P->be->info.shape.n_layers;
+	struct prof_time d;
+	int rc;
+
+	if (nmoe == 0)
+		return prof_time(P, items, 1, 0, L, 0, t, why, whylen);
+	memset(t, 0, sizeof(*t));
+	for (uint64_t k = 0; k < MOE_DRAWS; k++) {
+		if ((rc = moe_ids(P, items[0].tokens, k, why, whylen)) != 0 ||
+		    (rc = prof_time(P, items, 1, 0, L, 0, &d, why, whylen)) !=
+		        0)
+			return rc;
+		t->total += d.total / MOE_DRAWS;
+		t->attn += d.attn / MOE_DRAWS;
+		t->head += d.head / MOE_DRAWS;
+		t->moe += d.moe / MOE_DRAWS;
+		t->rest += d.rest / MOE_DRAWS;
+	}
+	return 0;
+}
+
 int
 prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 {
@@ -306,7 +359,7 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 	for (i = 0; i < nlin; i++, done++) {
 		prof_progress(P, "profiling", done, total);
 		items[0] = (struct prof_item){lin[i], 0, 0};
-		if ((rc = prof_time(P, items, 1, 0, L, 0, &t, why, whylen)) != 0)
+		if ((rc = moe_time(P, items, nmoe, &t, why, whylen)) != 0)
 			goto fail;
 		rows[nrows++] = (struct prof_row){"linear", lin[i], 0,
 		    1e6 * (t.rest - t.moe) / L};
