@@ -11,7 +11,12 @@
 # contrib/bench-ctx-llama.py on llama-cpp-python compiled on this machine
 # (bench-cpu.sh ctx builds it). REPS (2) runs of each, interleaved; every
 # line printed. Needs contrib/fetch-refs.sh first; the model is kept in
-# cache/models.
+# cache/models. llama-cpp-python's llama.cpp is built with OpenMP, whose
+# threads spin at barriers: on a loaded machine a spinning thread whose
+# partner lost its core stalls the step (decode 2 to 7 tok/s here at load
+# 7, 46 tok/s with OMP_WAIT_POLICY=passive in the same minute), so the
+# peer runs with OMP_WAIT_POLICY=passive unless the environment sets it
+# (active suits an idle machine).
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cache=${MEDHA_CACHE:-$top/cache}
@@ -35,6 +40,7 @@ while [ $i -lt "$reps" ]; do
 	echo "medha:"
 	build/contrib/bench-ctx -k f16 -t "$threads" "$m" 1024 8192
 	echo "llama.cpp:"
-	"$py" contrib/bench-ctx-llama.py -t "$threads" "$m" 1024 8192
+	OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} \
+	    "$py" contrib/bench-ctx-llama.py -t "$threads" "$m" 1024 8192
 	i=$((i + 1))
 done

@@ -288,6 +288,8 @@ example(int t, int full, struct medha_msg *m)
 		    .work = 1.25,
 		    .evicted = 777,
 		    .progress = 31,
+		    .n_experts = 3,
+		    .experts = {5, 0, 1LL << 40},
 		    .model = "cache/models/SmolLM2-135M-Instruct.Q4_1.gguf",
 		    .backend = "cpu"};
 		break;
@@ -339,6 +341,8 @@ example(int t, int full, struct medha_msg *m)
 		m->result.tokens = full ? ex_tokens : NULL;
 		m->result.n_tokens = full ? 3 : 0;
 		strcpy(m->result.error, full ? "" : "cuda: out of memory");
+		m->result.n_experts = full ? 4 : 0; /* the optional element */
+		m->result.experts[3] = full ? 96 : 0;
 		break;
 	case MEDHA_MSG_BATCH:
 		if (!full)
@@ -1509,12 +1513,18 @@ rnd_msg(int t, struct medha_msg *m, int32_t *ids, struct medha_record *rec,
 		for (int i = 0; i < 2; i++)
 			tok[i] = (struct medha_msg_token){rnd(), ids[i], NULL};
 		rnd_name(m->result.error, sizeof(m->result.error));
+		m->result.n_experts = (int)(rnd() % 3);
+		for (int i = 0; i < m->result.n_experts; i++)
+			m->result.experts[i] = rnd_int();
 		break;
 	case MEDHA_MSG_STATUS_REPLY:
 		m->status.workers = rnd_int(), m->status.kv_used = rnd_int();
 		m->status.prefill = rnd_int();
 		m->status.evicted = rnd_int();
 		m->status.progress = rnd_int();
+		m->status.n_experts = (int)(rnd() % 3);
+		for (int i = 0; i < m->status.n_experts; i++)
+			m->status.experts[i] = rnd_int();
 		m->status.work = (double)(rnd() % 1000) / 8;
 		m->status.ready = (int)(rnd() % 3);
 		rnd_name(m->status.model, sizeof(m->status.model));

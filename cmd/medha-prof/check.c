@@ -5,7 +5,9 @@
  * up to the same) are timed whole, every layer and the logits, and
  * predicted the way the scheduler predicts them (batchcost.h on the
  * profile); the summary is the median and p90 of |predicted / measured
- * - 1|.
+ * - 1|. A mixture of experts' routed FFN is then checked alone, at
+ * batch sizes of 1 to 256 tokens (prof_check_moe): random token ids,
+ * so the tokens route unlike the profile's.
  */
 #include "medha-prof.h"
 
@@ -88,6 +90,85 @@ predict(const struct medha_pred *p, const struct prof_item *it, int n,
 	return medha_cost_latency(&a, p, 1).latency;
 }
 
+/* The median and p90 of the n errors e (signed) and a (|e|, sorted). */
+static void
+summary(const char *what, double *e, double *a, int n, double meas,
+    double pred)
+{
+	double med = prof_median(a, n), bias = prof_median(e, n);
+	double p90 = a[(int)ceil(0.9 * n) - 1]; /* a is sorted */
+
+	printf("%d %s: measured %.1f s in all, predicted %.1f s; "
+	       "signed median error %+.1f%%\n",
+	    n, what, meas, pred, 100 * bias);
+	printf("predictor error: median %.1f%%, p90 %.1f%%\n", 100 * med,
+	    100 * p90);
+}
+
+int
+prof_check_moe(struct prof *P, const struct medha_pred *p, int n,
+    uint64_t seed, char *why, size_t whylen)
+{
+	const int L = P->be->info.shape.n_layers;
+	const int vocab = P->be->info.shape.vocab;
+	struct prof_item it;
+	struct prof_time t;
+	double *err, *aerr, meas = 0, pred = 0;
+	uint64_t s = seed ^ 0x6d6f65; /* not the mixed batches' draws */
+	int i, rc = 0;
+
+	err = medha_calloc((size_t)n, sizeof(double));
+	aerr = medha_calloc((size_t)n, sizeof(double));
+	if (err == NULL || aerr == NULL) {
+		free(err);
+		free(aerr);
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	}
+	if (medha_log_level >= MEDHA_LOG_INFO)
+		printf("%5s %6s %10s %10s %7s\n", "batch", "tokens",
+		    "moe_ms", "pred_ms", "err");
+	for (i = 0; i < n; i++) {
+		double e, pr;
+		it = (struct prof_item){logu(&s, 1, 256), 0, 0};
+		prof_progress(P, "checking experts", i, n);
+		/* room for the batch first, then its random ids */
+		if (it.tokens > P->cap_tokens &&
+		    (rc = prof_time(P, &it, 1, 0, L, 1, &t, why, whylen)) != 0)
+			goto out;
+		for (int64_t k = 0; k < it.tokens; k++)
+			P->ids[k] = (int32_t)(splitmix64(&s) % (uint64_t)vocab);
+		if ((rc = prof_time(P, &it, 1, 0, L, 0, &t, why, whylen)) != 0)
+			goto out;
+		pr = medha_pred_moe_ffn(p, it.tokens);
+		if (!(t.moe > 0) || !(pr > 0)) {
+			rc = medha_why(why, whylen, MEDHA_EINVAL,
+			    "the profile has no moe_ffn rows");
+			goto out;
+		}
+		e = pr / t.moe - 1;
+		err[i] = e;
+		aerr[i] = fabs(e);
+		meas += t.moe;
+		pred += pr;
+		if (medha_log_level >= MEDHA_LOG_INFO)
+			printf("%5d %6lld %10.3f %10.3f %+6.1f%%\n", i,
+			    (long long)it.tokens, 1e3 * t.moe, 1e3 * pr,
+			    100 * e);
+	}
+	prof_progress(P, "checking experts", n, n);
+	summary("routed FFN batches (1 to 256 tokens)", err, aerr, n, meas,
+	    pred);
+	/* the grid's ids back for a later measurement */
+	for (int64_t k = 0; k < P->cap_tokens; k++)
+		P->ids[k] = (int32_t)((k * 7919 + 13) % vocab);
+out:
+	if (rc != 0 && P->progress)
+		fputc('\n', stderr);
+	free(err);
+	free(aerr);
+	return rc;
+}
+
 int
 prof_check(struct prof *P, const struct medha_pred *p, int n, uint64_t seed,
     char *why, size_t whylen)
@@ -138,15 +219,7 @@ prof_check(struct prof *P, const struct medha_pred *p, int n, uint64_t seed,
 			    1e3 * t.total, 1e3 * pr, 100 * e);
 	}
 	prof_progress(P, "checking", n, n);
-	{
-		double med = prof_median(aerr, n), bias = prof_median(err, n);
-		double p90 = aerr[(int)ceil(0.9 * n) - 1]; /* aerr is sorted */
-		printf("%d batches: measured %.1f s in all, predicted %.1f s; "
-		       "signed median error %+.1f%%\n",
-		    n, meas, pred, 100 * bias);
-		printf("predictor error: median %.1f%%, p90 %.1f%%\n",
-		    100 * med, 100 * p90);
-	}
+	summary("batches", err, aerr, n, meas, pred);
 out:
 	if (rc != 0 && P->progress)
 		fputc('\n', stderr);

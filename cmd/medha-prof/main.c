@@ -21,7 +21,7 @@ static const char synopsis[] =
     "[--attn-layers N]\n"
     "           [--max-tokens N]"
     " [--max-context N] [--decode-total N]\n"
-    "           [--check N [--seed S] [--predictor FILE]]\n"
+    "           [--check N [--moe] [--seed S] [--predictor FILE]]\n"
     "       medha-prof -m MODEL --chunks [--prompt N] [--plot "
     "FILE.png]\n"
     "           [--predictor FILE] [-t THREADS] [--kv f16|f32|bf16] "
@@ -46,6 +46,7 @@ static const struct medha_help help_lines[] = {
     {"--max-context N", "largest context measured (8192)"},
     {"--decode-total N", "most KV tokens a decode point reads (65536)"},
     {"--check N", "then time N random mixed batches against the profile"},
+    {"--moe", "--check: a mixture of experts' routed FFN batches only"},
     {"--seed S", "--check: the batches' seed (1)"},
     {"--predictor FILE", "--check, --chunks: this profile, not a new one"},
     {"--chunks", "the chunk-size study instead of a profile"},
@@ -62,6 +63,7 @@ enum {
 	OPT_MAX_CONTEXT,
 	OPT_DECODE_TOTAL,
 	OPT_CHECK,
+	OPT_MOE,
 	OPT_SEED,
 	OPT_PREDICTOR,
 	OPT_CHUNKS,
@@ -86,6 +88,7 @@ static const struct option longopts[] = {
     {"max-context", required_argument, NULL, OPT_MAX_CONTEXT},
     {"decode-total", required_argument, NULL, OPT_DECODE_TOTAL},
     {"check", required_argument, NULL, OPT_CHECK},
+    {"moe", no_argument, NULL, OPT_MOE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"predictor", required_argument, NULL, OPT_PREDICTOR},
     {"chunks", no_argument, NULL, OPT_CHUNKS},
@@ -154,6 +157,7 @@ struct args {
 	const char *predictor; /* --predictor: a table measured already */
 	const char *png;       /* --plot */
 	int64_t check;         /* --check: batches to time (0: none) */
+	int moe_only;          /* --moe: the routed FFN batches only */
 	int64_t prompt;        /* --prompt (0: from --max-context) */
 	uint64_t seed;         /* --seed */
 	int chunks;            /* --chunks */
@@ -246,6 +250,7 @@ parse_args(struct args *a, int argc, char *argv[])
 			break;
 		case OPT_PREDICTOR: a->predictor = optarg; break;
 		case OPT_CHUNKS: a->chunks = 1; break;
+		case OPT_MOE: a->moe_only = 1; break;
 		case OPT_PROMPT:
 			a->prompt = flag_i64("--prompt", optarg, 64, 131072);
 			if (a->prompt & (a->prompt - 1))
@@ -312,6 +317,8 @@ check_args(struct args *a, int argc, char *argv[])
 		die(2, "--chunks takes neither --check nor -o");
 	if (!a->chunks && (a->png != NULL || a->prompt > 0))
 		die(2, "--plot and --prompt go with --chunks");
+	if (a->moe_only && a->check == 0)
+		die(2, "--moe goes with --check");
 	if (a->predictor != NULL && !a->chunks && a->check == 0)
 		die(2, "--predictor goes with --check or --chunks");
 	if (a->predictor != NULL && a->out != NULL)
@@ -452,7 +459,16 @@ run_profile(struct args *a)
 		if (load_pred(&pred, &a->P, predictor, why, sizeof(why)) != 0)
 			goto fail;
 		have_pred = 1;
-		if (prof_check(&a->P, &pred, (int)a->check, a->seed, why,
+		if (a->moe_only && prof_moe_layers(&a->P) == 0) {
+			medha_why(why, sizeof(why), MEDHA_EINVAL,
+			    "--moe: %s has no routed layers", a->P.model);
+			goto fail;
+		}
+		if (!a->moe_only && prof_check(&a->P, &pred, (int)a->check,
+		                        a->seed, why, sizeof(why)) != 0)
+			goto fail;
+		if (prof_moe_layers(&a->P) > 0 &&
+		    prof_check_moe(&a->P, &pred, (int)a->check, a->seed, why,
 		        sizeof(why)) != 0)
 			goto fail;
 	}

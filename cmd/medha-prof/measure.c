@@ -118,6 +118,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 	const struct medha_model_config *c = &P->be->info.shape;
 	struct medha_batch_seq bs[PROF_SEQS];
 	double tot[REPS_MAX], att[REPS_MAX], head[REPS_MAX], rest[REPS_MAX];
+	double moe[REPS_MAX];
 	int64_t tokens = 0, rows = 0;
 	int i, r, rc;
 
@@ -158,6 +159,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 		tot[r] = ft.total;
 		att[r] = ft.attn;
 		head[r] = ft.head;
+		moe[r] = ft.moe;
 		rest[r] = ft.total - ft.attn - ft.merge - ft.head;
 		if (!ft.split)
 			return medha_why(why, whylen, MEDHA_EUNSUP,
@@ -168,6 +170,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 	t->total = prof_median(tot, reps);
 	t->attn = prof_median(att, reps);
 	t->head = prof_median(head, reps);
+	t->moe = prof_median(moe, reps);
 	t->rest = prof_median(rest, reps);
 	return 0;
 }
@@ -217,6 +220,11 @@ prof_close(struct prof *P)
 
 static const int64_t lin_full[] = {1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192,
     256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192};
+/* a mixture of experts' linear points: batch sizes up to 256 closer
+   (the experts a batch touches grow fast there) */
+static const int64_t lin_moe[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
+    96, 128, 160, 192, 224, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+    4096, 6144, 8192};
 static const int64_t head_full[] = {1, 2, 4, 8, 16, 32, 64};
 static const int64_t chunk_full[] = {16, 32, 64, 128, 256, 512, 1024, 2048,
     4096, 8192};
@@ -247,19 +255,86 @@ upto(const int64_t *v, int n, int64_t max)
 }
 
 int
+prof_moe_layers(const struct prof *P)
+{
+	const struct medha_model_config *c = &P->be->info.shape;
+	int n = 0;
+
+	for (int l = 0; l < c->n_layers; l++)
+		n += medha_layer_moe(c, l);
+	return n;
+}
+
+/*
+ * A mixture of experts: the first n token ids drawn at random (their
+ * own seed each n), as the batches that --check --moe draws, so that
+ * the experts they touch are those of random tokens; the grid's ids
+ * (grow) can route more evenly or less than a batch does.
+ */
+static int
+moe_ids(struct prof *P, int64_t n, uint64_t draw, char *why, size_t whylen)
+{
+	const uint64_t vocab = (uint64_t)P->be->info.shape.vocab;
+	uint64_t s = 0x6d6f655f66666e ^ (uint64_t)n ^ draw << 32;
+	int rc;
+
+	if ((rc = grow(P, n, 0)) != 0)
+		return medha_why(why, whylen, rc, "out of memory");
+	for (int64_t k = 0; k < n; k++)
+		P->ids[k] = (int32_t)(splitmix64(&s) % vocab);
+	return 0;
+}
+
+#define MOE_DRAWS 3 /* draws of random tokens a moe_ffn point averages */
+
+/*
+ * A linear point, items[0]: a dense model's as it comes; a mixture of
+ * experts' (nmoe routed layers) the mean over MOE_DRAWS draws of its
+ * tokens, each the median of the repetitions, as the experts T tokens
+ * touch vary from draw to draw.
+ */
+static int
+moe_time(struct prof *P, const struct prof_item *items, int nmoe,
+    struct prof_time *t, char *why, size_t whylen)
+{
+	const int L = P->be->info.shape.n_layers;
+	struct prof_time d;
+	int rc;
+
+	if (nmoe == 0)
+		return prof_time(P, items, 1, 0, L, 0, t, why, whylen);
+	memset(t, 0, sizeof(*t));
+	for (uint64_t k = 0; k < MOE_DRAWS; k++) {
+		if ((rc = moe_ids(P, items[0].tokens, k, why, whylen)) != 0 ||
+		    (rc = prof_time(P, items, 1, 0, L, 0, &d, why, whylen)) !=
+		        0)
+			return rc;
+		t->total += d.total / MOE_DRAWS;
+		t->attn += d.attn / MOE_DRAWS;
+		t->head += d.head / MOE_DRAWS;
+		t->moe += d.moe / MOE_DRAWS;
+		t->rest += d.rest / MOE_DRAWS;
+	}
+	return 0;
+}
+
+int
 prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 {
 	const struct medha_model_config *c = &P->be->info.shape;
 	const int L = c->n_layers, q = P->quick;
 	const int al =
 	    P->attn_layers > 0 && P->attn_layers < L ? P->attn_layers : L;
-	const int64_t *lin = q ? lin_quick : lin_full;
+	const int nmoe = prof_moe_layers(P);
+	const int64_t *lin = q ? lin_quick : nmoe > 0 ? lin_moe : lin_full;
 	const int64_t *hd = q ? head_quick : head_full;
 	const int64_t *ch = q ? chunk_quick : chunk_full;
 	const int64_t *cx = q ? ctx_quick : ctx_full;
 	const int64_t *dn = q ? dec_quick : dec_full;
 	const int64_t *dx = q ? dctx_quick : dctx_full;
-	int nlin = upto(lin, q ? N(lin_quick) : N(lin_full), P->max_tokens);
+	int nlin = upto(lin, q ? N(lin_quick) : nmoe > 0 ? N(lin_moe)
+	                                                  : N(lin_full),
+	    P->max_tokens);
 	int nhd = q ? N(head_quick) : N(head_full);
 	int nch = upto(ch, q ? N(chunk_quick) : N(chunk_full), P->max_tokens);
 	int ncx = upto(cx, q ? N(ctx_quick) : N(ctx_full), P->max_context);
@@ -273,18 +348,26 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 	time_t now = time(NULL);
 
 	total = nlin + nhd + nch * ncx + ndn * ndx + prof_coll_points(P);
+	if (nmoe > 0) /* moe_ffn rows beside the linear ones */
+		total += nlin;
 	if ((rows = medha_calloc((size_t)total, sizeof(*rows))) == NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 
 	/* linear: one sequence of T tokens from position 0, every layer,
-	   no logits; attention is timed and taken out */
+	   no logits; attention is timed and taken out (and a mixture of
+	   experts' routed FFN, its own row per routed layer) */
 	for (i = 0; i < nlin; i++, done++) {
 		prof_progress(P, "profiling", done, total);
 		items[0] = (struct prof_item){lin[i], 0, 0};
-		if ((rc = prof_time(P, items, 1, 0, L, 0, &t, why, whylen)) != 0)
+		if ((rc = moe_time(P, items, nmoe, &t, why, whylen)) != 0)
 			goto fail;
 		rows[nrows++] = (struct prof_row){"linear", lin[i], 0,
-		    1e6 * t.rest / L};
+		    1e6 * (t.rest - t.moe) / L};
+		if (nmoe > 0) {
+			rows[nrows++] = (struct prof_row){"moe_ffn", lin[i], 0,
+			    1e6 * t.moe / nmoe};
+			done++;
+		}
 	}
 	/* lm_head: n one-token sequences, logits (every layer: a later
 	   layer alone finds the positions unclaimed) */

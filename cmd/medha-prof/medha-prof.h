@@ -54,8 +54,9 @@ struct prof_time {
 	double total; /* the forward call */
 	double attn;  /* attention, over the layers run */
 	double head;  /* final norm and logits */
+	double moe;   /* the routed FFN, every routed layer run (0: dense) */
 	double rest;  /* total - attn - merge - head: the linear layers and
-	                 what every batch costs */
+	                 what every batch costs (a routed FFN included) */
 };
 
 /* One row of the profile (medha-profile(5)). */
@@ -108,5 +109,17 @@ int prof_chunks(struct prof *P, int64_t prompt, const char *png,
     const struct medha_pred *p, char *why, size_t whylen);
 
 double prof_median(double *v, int n);
+
+/* The model's routed layers (a mixture of experts; 0: dense). */
+int prof_moe_layers(const struct prof *P);
+
+/*
+ * A mixture of experts: n batch sizes drawn log-uniformly from 1 to 256,
+ * each a batch of that many tokens of random ids (seed), its routed FFN
+ * timed and predicted by p (medha_pred_moe_ffn); prints the error
+ * summary on stdout. (check.c)
+ */
+int prof_check_moe(struct prof *P, const struct medha_pred *p, int n,
+    uint64_t seed, char *why, size_t whylen);
 
 #endif

@@ -753,8 +753,11 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		rows(c, n, 0, L->post_attn_norm, 0, ROWS_POST);
 	if (medha_layer_moe(mc, l)) { /* routed: cpu_moe.c */
 		rows(c, n, 1, L->ffn_norm, 0, ROWS_NORM);
+		t_op = c->timing ? medha_now() : 0;
 		if ((rc = medha_cpu_moe_ffn(c, l, n)) != 0)
 			return rc;
+		if (c->timing)
+			c->times.moe += medha_now() - t_op;
 		if (L->post_ffn_norm != NULL)
 			rows(c, n, 0, L->post_ffn_norm, 0, ROWS_POST);
 		return 0;

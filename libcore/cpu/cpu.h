@@ -187,9 +187,22 @@ struct medha_cpu_times {
 	double attn;  /* attention, all layers run, s */
 	double merge; /* KVP merge calls, s */
 	double head;  /* final norm and logits, s */
+	double moe;   /* the routed FFN of every routed layer run (router,
+	                 experts, shared expert, weighted sum), s */
 };
 void medha_cpu_set_timing(struct medha_cpu *cpu, int on);
 struct medha_cpu_times medha_cpu_times(const struct medha_cpu *cpu);
+
+/*
+ * A mixture of experts' load (issue 41): out[e] (the caller's, n
+ * entries) gets the tokens routed to expert e since the backend opened,
+ * summed over the routed layers it ran (a token choosing k experts
+ * counts k times a layer; a TP rank counts the whole batch, as every
+ * rank routes it). Returns the experts the model has (0 for a dense
+ * model or one whose routed layers are not this stage's), filling at
+ * most n of them.
+ */
+int medha_cpu_expert_tokens(const struct medha_cpu *cpu, uint64_t *out, int n);
 
 /*
  * Run batch b. Every sequence must be allocated in the cache, have

@@ -13,6 +13,9 @@
  * in order of weight, plus the shared expert's (dense, on c->g and
  * c->u).
  *
+ * Each call counts the rows it routes to each expert (m->tok, what
+ * medha_cpu_expert_tokens() gives the operator's metrics).
+ *
  * Per routed layer: one region for the router with the shared expert's
  * gate and up, one for its SwiGLU, one for its down; then two regions
  * per expert a token chose (gate and up; down), one for every expert's
@@ -62,6 +65,8 @@ struct medha_cpu_moe {
 	float *wt;                 /* (cap, k) their weights */
 	int *row;                  /* (cap, k) where (token, slot) is in xg */
 	int *cnt, *off;            /* (ne), (ne + 1) rows per expert */
+	uint64_t *tok;             /* (ne) tokens routed to each, all layers
+	                              and calls (medha_cpu_expert_tokens) */
 	float *xg;                 /* (cap * k, dim) the rows, by expert */
 	float *g, *u;              /* (cap * k, ef) */
 	float *y;                  /* (cap * k, dim) the experts' outputs */
@@ -105,6 +110,7 @@ medha_cpu_moe_free(struct medha_cpu *c)
 	free(m->view);
 	free(m->cnt);
 	free(m->off);
+	free(m->tok);
 	bufs_free(m);
 	medha_act_free(&m->act);
 	free(m);
@@ -147,6 +153,8 @@ medha_cpu_moe_init(struct medha_cpu *c, char *why, size_t whylen)
 	    (m->cnt = medha_calloc((size_t)mc->a.n_expert, sizeof(int))) ==
 	        NULL ||
 	    (m->off = medha_calloc((size_t)mc->a.n_expert + 1, sizeof(int))) ==
+	        NULL ||
+	    (m->tok = medha_calloc((size_t)mc->a.n_expert, sizeof(uint64_t))) ==
 	        NULL)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	m->ne = mc->a.n_expert;
@@ -458,6 +466,18 @@ ep_gather(struct medha_cpu *c, int l)
 }
 
 int
+medha_cpu_expert_tokens(const struct medha_cpu *c, uint64_t *out, int n)
+{
+	const struct medha_cpu_moe *m = c->moe;
+
+	if (m == NULL)
+		return 0;
+	for (int e = 0; e < m->ne && e < n; e++)
+		out[e] = m->tok[e];
+	return m->ne;
+}
+
+int
 medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n)
 {
 	struct medha_cpu_moe *m = c->moe;
@@ -477,6 +497,7 @@ medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n)
 	}
 	for (e = 0, m->off[0] = 0; e < m->ne; e++) {
 		m->off[e + 1] = m->off[e] + m->cnt[e];
+		m->tok[e] += (uint64_t)m->cnt[e];
 		m->cnt[e] = 0;
 	}
 	for (t = 0; t < n; t++)

@@ -216,6 +216,14 @@ medha_backend_comm_init(struct medha_backend *be, const struct medha_comm *c,
 	return be->ops->comm_init(be->impl, c, why, whylen);
 }
 
+int
+medha_backend_expert_tokens(struct medha_backend *be, uint64_t *out, int n)
+{
+	if (be->ops->expert_tokens == NULL)
+		return 0;
+	return be->ops->expert_tokens(be->impl, out, n);
+}
+
 int64_t
 medha_backend_free_blocks(struct medha_backend *be)
 {

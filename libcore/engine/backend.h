@@ -121,6 +121,9 @@ struct medha_fwd_times {
 	double attn;  /* attention over the KV cache, every layer run, s */
 	double merge; /* KVP merges of partial attention outputs, s */
 	double head;  /* the final norm and the logits, s */
+	double moe;   /* the routed FFN of a mixture of experts' layers
+	                 (router, experts, shared expert), every layer run,
+	                 s; 0 for a dense model (cpu backend) */
 	int split;    /* 1 if attn, merge and head were measured */
 };
 
@@ -233,6 +236,12 @@ struct medha_backend_ops {
 	   (n at most its length), its later blocks let go. 0 or
 	   MEDHA_EINVAL */
 	int (*seq_trim)(void *impl, int seq, int64_t n);
+	/* optional (a mixture of experts): out[e], e < n, gets the tokens
+	   routed to expert e since the backend opened, summed over the
+	   routed layers it runs (a token counts once per expert it chose,
+	   per layer); returns the model's experts (0: no routed layer
+	   here) */
+	int (*expert_tokens)(void *impl, uint64_t *out, int n);
 };
 
 struct medha_backend {
@@ -286,6 +295,11 @@ int64_t medha_backend_free_blocks(struct medha_backend *be);
 /* The caller will wait a while before its next call (a live worker
    between batches): the backend's idle threads may sleep. */
 void medha_backend_idle(struct medha_backend *be);
+/* Tokens routed to each expert (ops.expert_tokens): the model's experts,
+   out[e] filled for e < n; 0 where the backend has no such count or
+   no routed layer. */
+int medha_backend_expert_tokens(struct medha_backend *be, uint64_t *out,
+    int n);
 /* Free the backend and all it owns; be may be NULL. */
 void medha_backend_close(struct medha_backend *be);
 

@@ -192,12 +192,21 @@ cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		f->times->attn = t.attn;
 		f->times->merge = t.merge;
 		f->times->head = t.head;
+		f->times->moe = t.moe;
 		f->times->split = 1;
 	}
 	if (f->samplers != NULL)
 		medha_backend_sample(f->b, lg, c->m->c.vocab, f->samplers,
 		    f->tokens);
 	return 0;
+}
+
+static int
+cpu_expert_tokens(void *impl, uint64_t *out, int n)
+{
+	struct cpu_be *c = impl;
+
+	return medha_cpu_expert_tokens(c->cpu, out, n);
 }
 
 static void
@@ -231,6 +240,7 @@ static const struct medha_backend_ops cpu_ops = {
     .close = cpu_close,
     .seq_len = cpu_seq_len,
     .free_blocks = cpu_free_blocks,
+    .expert_tokens = cpu_expert_tokens,
     .idle = cpu_idle,
     .seq_fill = cpu_seq_fill,
     .seq_fork = cpu_seq_fork,

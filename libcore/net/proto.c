@@ -495,6 +495,19 @@ check_events(struct chk *c, const struct medha_msg_events *e)
 	return 0;
 }
 
+/* A mixture of experts' counts (RESULT, STATUS_REPLY). */
+static int
+check_experts(struct chk *c, const int64_t *v, int n)
+{
+	if (n < 0 || n > MEDHA_PROTO_MAX_EXPERTS)
+		return FAIL(c, "experts", "not an array of at most %d",
+		    MEDHA_PROTO_MAX_EXPERTS);
+	for (int i = 0; i < n; i++)
+		if (v[i] < 0)
+			return FAIL(c, "experts", "a count below 0");
+	return 0;
+}
+
 static int
 check_status(struct chk *c, const struct medha_msg_status *s)
 {
@@ -514,7 +527,7 @@ check_status(struct chk *c, const struct medha_msg_status *s)
 	if (!fits(s->backend, sizeof(s->backend), 0))
 		return FAIL(c, "backend", "not a string of at most %d bytes",
 		    (int)sizeof(s->backend) - 1);
-	return 0;
+	return check_experts(c, s->experts, s->n_experts);
 }
 
 static int
@@ -589,7 +602,7 @@ check_result(struct chk *c, const struct medha_msg_result *r)
 	if (!fits(r->error, sizeof(r->error), 0))
 		return FAIL(c, "error", "not a string of at most %d bytes",
 		    (int)sizeof(r->error) - 1);
-	return 0;
+	return check_experts(c, r->experts, r->n_experts);
 }
 
 /* An item's fork: runs from position 0 to its pos, each non-empty,

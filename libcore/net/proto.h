@@ -60,6 +60,8 @@
 #define MEDHA_PROTO_URL_MAX 256        /* a worker's peer address, NUL
                                           included */
 #define MEDHA_PROTO_MAX_GROUPS 64      /* KVP groups of one item */
+#define MEDHA_PROTO_MAX_EXPERTS 256    /* experts counted in a RESULT or
+                                          STATUS_REPLY */
 #define MEDHA_PROTO_MAX_PEERS 4096     /* workers of one replica */
 /*
  * Liveness: a worker sends HEARTBEAT this often while a batch runs, and
@@ -140,6 +142,11 @@ struct medha_msg_status {
 	int64_t progress;       /* batches the progress guarantee ran over
 	                           their target, since it started (optional
 	                           likewise) */
+	int n_experts;          /* a mixture of experts: the experts counted
+	                           (key "experts", sent where not 0) */
+	int64_t experts[MEDHA_PROTO_MAX_EXPERTS]; /* tokens routed to each
+	                           since the scheduler started, summed over
+	                           the routed layers */
 	char model[MEDHA_PROTO_NAME_MAX];
 	char backend[MEDHA_PROTO_BACKEND_MAX];
 };
@@ -202,6 +209,11 @@ struct medha_msg_result {
 	struct medha_msg_token *tokens;     /* owned (n_tokens), or NULL */
 	int64_t n_tokens;                   /* <= MEDHA_PROTO_MAX_ITEMS */
 	char error[MEDHA_PROTO_REASON_MAX]; /* "" if the batch ran */
+	int n_experts; /* a mixture of experts: experts counted (0: none;
+	                  the optional last element, sent where not 0) */
+	int64_t experts[MEDHA_PROTO_MAX_EXPERTS]; /* tokens this batch
+	                  routed to each, summed over the worker's routed
+	                  layers */
 };
 
 /* Prefix caching: a run of an item's fork, src's positions [from, to). */

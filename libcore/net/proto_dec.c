@@ -92,11 +92,32 @@ enum {
 	ST_BACKEND,
 	ST_EVICTED,
 	ST_PROGRESS,
+	ST_EXPERTS,
 	ST_N
 };
 static const char *const st_keys[ST_N] = {"workers", "workers_wanted",
     "pending", "queue", "kv_blocks", "kv_used", "block_size", "prefill", "work", "ready",
-    "model", "backend", "evicted", "progress"};
+    "model", "backend", "evicted", "progress", "experts"};
+
+/* A mixture of experts' counts: an array of at most
+   MEDHA_PROTO_MAX_EXPERTS integers >= 0. */
+static int
+dec_experts(struct dec *d, const msgpack_object *o, int64_t *v, int *n)
+{
+	int rc;
+
+	if ((rc = dec_get_arr(d, o, "experts", 0, MEDHA_PROTO_MAX_EXPERTS)) !=
+	    0)
+		return rc;
+	for (uint32_t i = 0; i < o->via.array.size; i++)
+		if ((rc = dec_get_i64(d, &o->via.array.ptr[i], "experts",
+		         &v[i])) != 0)
+			return rc;
+		else if (v[i] < 0)
+			return BAD(d, "experts", "a count below 0");
+	*n = (int)o->via.array.size;
+	return 0;
+}
 
 static int
 dec_status(struct dec *d, const msgpack_object *o, struct medha_msg_status *s)
@@ -116,6 +137,11 @@ dec_status(struct dec *d, const msgpack_object *o, struct medha_msg_status *s)
 	s->evicted = 0; /* optional: a scheduler before it sends none */
 	if (v[ST_EVICTED] != NULL &&
 	    (rc = dec_get_i64(d, v[ST_EVICTED], "evicted", &s->evicted)) != 0)
+		return rc;
+	s->n_experts = 0; /* optional likewise */
+	if (v[ST_EXPERTS] != NULL &&
+	    (rc = dec_experts(d, v[ST_EXPERTS], s->experts, &s->n_experts)) !=
+	        0)
 		return rc;
 	s->progress = 0; /* optional likewise */
 	if (v[ST_PROGRESS] != NULL &&
@@ -459,7 +485,8 @@ dec_peers(struct dec *d, const msgpack_object *o, struct medha_msg_batch *b)
 }
 
 static int
-dec_result(struct dec *d, const msgpack_object *a, struct medha_msg_result *r)
+dec_result(struct dec *d, const msgpack_object *a, uint32_t nbody,
+    struct medha_msg_result *r)
 {
 	const msgpack_object *o = &a[2], *t;
 	char path[48];
@@ -469,7 +496,9 @@ dec_result(struct dec *d, const msgpack_object *a, struct medha_msg_result *r)
 	    (rc = dec_get_u64(d, &a[1], "batch_seq", &r->seq)) != 0 ||
 	    (rc = dec_get_str(d, &a[3], "error", 1, r->error, sizeof(r->error),
 	         0)) != 0 ||
-	    (rc = dec_get_arr(d, o, "tokens", 0, MEDHA_PROTO_MAX_ITEMS)) != 0)
+	    (rc = dec_get_arr(d, o, "tokens", 0, MEDHA_PROTO_MAX_ITEMS)) != 0 ||
+	    (nbody > 4 &&
+	        (rc = dec_experts(d, &a[4], r->experts, &r->n_experts)) != 0))
 		return rc;
 	if ((r->tokens = medha_calloc(o->via.array.size, sizeof(*r->tokens))) ==
 	    NULL)
@@ -548,7 +577,7 @@ dec_body(struct dec *d, struct medha_msg *m, const msgpack_object *a,
 	case MEDHA_MSG_READY:
 	case MEDHA_MSG_HEARTBEAT:
 		return dec_get_int(d, a, "worker_id", &m->worker_id);
-	case MEDHA_MSG_RESULT: return dec_result(d, a, &m->result);
+	case MEDHA_MSG_RESULT: return dec_result(d, a, nbody, &m->result);
 	case MEDHA_MSG_BATCH:
 		if ((rc = dec_get_u64(d, &a[0], "batch_seq", &m->batch.seq)) !=
 		        0 ||
@@ -589,8 +618,9 @@ dec_frame(struct medha_msg *m, const msgpack_object *o, char *why,
 	m->type = (int)type;
 	d.msg = medha_msg_type_name(m->type);
 	if (o->via.array.size != frame_len[type] &&
-	    !(type == MEDHA_MSG_BATCH &&
-	        o->via.array.size == frame_len[type] + 1)) /* peers */
+	    !((type == MEDHA_MSG_BATCH || type == MEDHA_MSG_RESULT) &&
+	        o->via.array.size == frame_len[type] + 1)) /* peers,
+	                                                      experts */
 		return BAD(&d, "", "a frame of %u elements, not %u",
 		    o->via.array.size, frame_len[type]);
 	if ((rc = dec_body(&d, m, a + 2, o->via.array.size - 2)) ==

@@ -335,7 +335,13 @@ enc_status(struct enc *e, const struct medha_msg_status *s)
 	    "queue", "kv_blocks", "kv_used", "block_size", "prefill", "evicted",
 	    "progress"};
 
-	put_map(e, 14);
+	put_map(e, 14 + (s->n_experts > 0));
+	if (s->n_experts > 0) {
+		put_name(e, "experts");
+		put_arr(e, (size_t)s->n_experts);
+		for (int i = 0; i < s->n_experts; i++)
+			put_i64(e, s->experts[i]);
+	}
 	for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
 		put_name(e, nn[i]);
 		put_i64(e, n[i]);
@@ -505,6 +511,11 @@ enc_result(struct enc *e, const struct medha_msg_result *r)
 		}
 	}
 	put_text(e, r->error, strlen(r->error));
+	if (r->n_experts > 0) {
+		put_arr(e, (size_t)r->n_experts);
+		for (int i = 0; i < r->n_experts; i++)
+			put_i64(e, r->experts[i]);
+	}
 }
 
 /* Elements after [version, type] of each type's frame. */
@@ -565,7 +576,8 @@ medha_msg_encode(const struct medha_msg *m, void **buf, size_t *len, char *why,
 	msgpack_sbuffer_init(&e.sb);
 	msgpack_packer_init(&e.pk, &e.sb, msgpack_sbuffer_write);
 	put_arr(&e, 2 + (size_t)body_len[m->type] +
-	    (m->type == MEDHA_MSG_BATCH && m->batch.peers != NULL));
+	    (m->type == MEDHA_MSG_BATCH && m->batch.peers != NULL) +
+	    (m->type == MEDHA_MSG_RESULT && m->result.n_experts > 0));
 	put_i64(&e, MEDHA_PROTO_VERSION);
 	put_i64(&e, m->type);
 	enc_body(&e, m);

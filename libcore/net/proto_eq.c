@@ -206,6 +206,9 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 		    s->block_size == t->block_size &&
 		    s->prefill == t->prefill && s->work == t->work &&
 		    s->evicted == t->evicted && s->progress == t->progress &&
+		    s->n_experts == t->n_experts &&
+		    memcmp(s->experts, t->experts,
+		        sizeof(int64_t) * (size_t)s->n_experts) == 0 &&
 		    strcmp(s->model, t->model) == 0 &&
 		    strcmp(s->backend, t->backend) == 0;
 	case MEDHA_MSG_ERROR:
@@ -231,6 +234,9 @@ medha_msg_equal(const struct medha_msg *a, const struct medha_msg *b)
 		if (a->result.worker_id != b->result.worker_id ||
 		    a->result.seq != b->result.seq ||
 		    a->result.n_tokens != b->result.n_tokens ||
+		    a->result.n_experts != b->result.n_experts ||
+		    memcmp(a->result.experts, b->result.experts,
+		        sizeof(int64_t) * (size_t)a->result.n_experts) != 0 ||
 		    strcmp(a->result.error, b->result.error) != 0)
 			return 0;
 		for (int64_t i = 0; i < a->result.n_tokens; i++)

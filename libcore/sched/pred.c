@@ -126,6 +126,7 @@ static const char *op_names[MEDHA_OP_COUNT] = {
     "spp_send",
     "kvp_merge",
     "lm_head",
+    "moe_ffn",
 };
 
 const char *
@@ -569,6 +570,7 @@ medha_pred_analytic(const struct medha_pred *p, int op, int64_t tokens,
 	case MEDHA_OP_SPP_SEND: return an_spp_send(p, t);
 	case MEDHA_OP_KVP_MERGE: return L * an_kvp_merge(p, t, k);
 	case MEDHA_OP_LM_HEAD: return an_lm_head(p, t);
+	case MEDHA_OP_MOE_FFN: return 0; /* within an_linear */
 	}
 #undef PF
 #undef DC
@@ -587,7 +589,7 @@ medha_pred_linear(const struct medha_pred *p, int64_t tokens)
 		return 0;
 	if (medha_table_lookup(p->table, MEDHA_OP_LINEAR, (double)tokens, 0,
 	        &s))
-		return s * p->stage_layers;
+		return s * p->stage_layers + medha_pred_moe_ffn(p, tokens);
 	return p->stage_layers * an_linear(p, (double)tokens);
 }
 

@@ -170,8 +170,19 @@ int medha_pred_load_table(struct medha_pred *p, const char *path, char *why,
     size_t whylen);
 void medha_pred_free(struct medha_pred *p);
 
-/* Non-attention work of `tokens` tokens: QKV, O, MLP, norms, TP all-reduce. */
+/* Non-attention work of `tokens` tokens: QKV, O, MLP, norms, TP all-reduce
+   (and the routed FFN: medha_pred_moe_ffn where the table has it). */
 double medha_pred_linear(const struct medha_pred *p, int64_t tokens);
+/*
+ * A mixture of experts (pred_moe.c): the routed FFN of `tokens` tokens
+ * over the stage's routed layers, from a profile's moe_ffn rows (which
+ * medha-prof writes with that time taken out of its linear rows); 0
+ * where the table has none (the linear rows, or the analytic model,
+ * hold it then). Between measured batch sizes the time is interpolated
+ * along the experts the batch touches (medha_moe_experts_touched), not
+ * along its tokens: the weights read grow with those.
+ */
+double medha_pred_moe_ffn(const struct medha_pred *p, int64_t tokens);
 /* Attention of a prefill chunk of `chunk` tokens after `kv` cached tokens. */
 double
 medha_pred_attn_prefill(const struct medha_pred *p, int64_t chunk, int64_t kv);
@@ -199,6 +210,7 @@ enum medha_op {
 	MEDHA_OP_SPP_SEND,     /* tokens */
 	MEDHA_OP_KVP_MERGE,    /* tokens, groups */
 	MEDHA_OP_LM_HEAD,      /* sequences */
+	MEDHA_OP_MOE_FFN,      /* tokens: one routed layer's FFN (pred_moe.c) */
 	MEDHA_OP_COUNT
 };
 
@@ -232,6 +244,14 @@ int medha_table_lookup(const struct medha_table *t, int op, double tokens,
  */
 int medha_table_extent(const struct medha_table *t, int op, double *tokens,
     double *kv);
+/*
+ * A one-argument op's grid as the lookup interpolates it: *x its token
+ * points (ascending), *y their seconds (non-decreasing), *n of them.
+ * Returns 1, or 0 when t is NULL, op takes two arguments or t has no
+ * rows for it. The arrays are t's.
+ */
+int medha_table_row(const struct medha_table *t, int op, const double **x,
+    const double **y, int *n);
 
 /*
  * medha_model_resolve() with the reason for a failure in why (GGUF

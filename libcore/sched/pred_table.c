@@ -216,6 +216,19 @@ medha_table_extent(const struct medha_table *tab, int op, double *tokens,
 	return 1;
 }
 
+int
+medha_table_row(const struct medha_table *tab, int op, const double **x,
+    const double **y, int *n)
+{
+	if (tab == NULL || op < 0 || op >= MEDHA_OP_COUNT || is_2d(op) ||
+	    tab->op[op].nt == 0)
+		return 0;
+	*x = tab->op[op].t;
+	*y = tab->op[op].v;
+	*n = tab->op[op].nt;
+	return 1;
+}
+
 /* ---------------------------------------------------------------- */
 /* Building the grids                                                 */
 

@@ -181,6 +181,10 @@ struct medha_router_metrics {
 	int64_t progress_batches;  /* batches the replicas' progress
 	                              guarantee ran over their target
 	                              (their STATUS), likewise */
+	int n_experts;             /* a mixture of experts: the replicas'
+	                              tokens routed to each expert (their
+	                              STATUS), since the router started */
+	int64_t experts[MEDHA_PROTO_MAX_EXPERTS];
 	struct medha_hist ttft;    /* records of "ok" requests with output */
 	struct medha_hist tpot;    /* their tpot_mean, with >= 2 tokens */
 	struct medha_hist e2e;     /* finish - arrival of "ok" requests */

@@ -59,6 +59,8 @@ says 'go with --chunks'
 want 2 -m x --predictor p.csv
 says 'goes with --check'
 want 2 -m x --chunks --check 3
+want 2 -m x --moe
+says '\-\-moe goes with --check'
 want 2 -m x --reps 0
 want 2 -m x extra
 says 'unexpected argument'
@@ -116,6 +118,29 @@ grep -Eq '^predictor error: median [0-9.]+%, p90 [0-9.]+%$' "$tmp/out" || {
 want 0 -m "$model" -q -t 2 --max-context 512 --check 3 --reps 1 -v
 [ "$(grep -c '%$' "$tmp/out")" -eq 5 ]
 echo "check: ok"
+
+# a mixture of experts (a random qwen3moe, tests/ref/arch_model.py: 3
+# routed layers): moe_ffn rows beside the linear ones, at the same batch
+# sizes; --check --moe times routed FFN batches against them; --moe on a
+# dense model exits 1
+want 1 -m "$model" -q --check 2 --moe --predictor "$tmp/prof.csv"
+says 'no routed layers'
+if [ -x "$py" ] && has_py numpy gguf; then
+	"$py" "$top/tests/ref/arch_model.py" write "$model" "$tmp" qwen3moe
+	want 0 -m "$tmp/qwen3moe.gguf" -q -t 2 --max-context 256 --reps 1 \
+	    -o "$tmp/moe.csv"
+	[ "$(grep -c '^moe_ffn,' "$tmp/moe.csv")" -ge 2 ] &&
+	    [ "$(grep '^moe_ffn,' "$tmp/moe.csv" | cut -d, -f2)" = \
+	      "$(grep '^linear,' "$tmp/moe.csv" | cut -d, -f2)" ] ||
+	    { echo "moe_ffn rows:"; cat "$tmp/moe.csv"; exit 1; }
+	want 0 -m "$tmp/qwen3moe.gguf" -q -t 2 --max-context 256 --check 3 \
+	    --moe --predictor "$tmp/moe.csv" -v
+	grep -q '^3 routed FFN batches (1 to 256 tokens): ' "$tmp/out" &&
+	    grep -Eq '^predictor error: median [0-9.]+%, p90 [0-9.]+%$' \
+	    "$tmp/out" && [ "$(grep -c '%$' "$tmp/out")" -eq 5 ] ||
+	    { echo "--check --moe printed:"; cat "$tmp/out"; exit 1; }
+	echo "moe: ok"
+fi
 
 # --chunks: the batch times and overheads, and the plot
 if command -v gnuplot >/dev/null 2>&1; then

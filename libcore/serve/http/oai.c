@@ -625,6 +625,36 @@ progress_metrics(struct sbuf *b, const struct medha_router_metrics *m,
 	    (long long)m->progress_batches);
 }
 
+/*
+ * A mixture of experts' load, from the replicas' STATUS: tokens routed
+ * to each expert (summed over the routed layers) and the most loaded
+ * expert's count over the mean, 1 when balanced; none for a dense model.
+ */
+static void
+expert_metrics(struct sbuf *b, const struct medha_router_metrics *m,
+    const char *ml)
+{
+	int64_t sum = 0, max = 0;
+
+	if (m->n_experts <= 0)
+		return;
+	head(b, "medha_expert_tokens_total", "counter",
+	    "Tokens routed to each expert of a mixture of experts, summed "
+	    "over its routed layers (a token counts once for every expert "
+	    "it chose).");
+	for (int e = 0; e < m->n_experts; e++) {
+		sb_printf(b, "medha_expert_tokens_total{%s,expert=\"%d\"} %lld\n",
+		    ml, e, (long long)m->experts[e]);
+		sum += m->experts[e];
+		max = m->experts[e] > max ? m->experts[e] : max;
+	}
+	head(b, "medha_expert_load_imbalance", "gauge",
+	    "The most loaded expert's tokens over the mean of all experts' "
+	    "(1: balanced; 0 before any token).");
+	sb_printf(b, "medha_expert_load_imbalance{%s} %.6g\n", ml,
+	    sum > 0 ? (double)max * m->n_experts / (double)sum : 0.0);
+}
+
 char *
 medha_oai_metrics(const struct medha_router_metrics *m,
     const struct medha_http_stats *s, size_t *len)
@@ -696,6 +726,7 @@ medha_oai_metrics(const struct medha_router_metrics *m,
 	    (long long)m->generation_tokens);
 	kv_metrics(&b, m, ml);
 	progress_metrics(&b, m, ml);
+	expert_metrics(&b, m, ml);
 	hist(&b, "medha_time_to_first_token_seconds",
 	    "Time to first token of each completed request, on the "
 	    "router's clock.",

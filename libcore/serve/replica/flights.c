@@ -483,6 +483,11 @@ rep_flights_result(struct medha_replica *r, int i, int stage0,
 	struct flight *f;
 	int64_t k = 0;
 
+	/* the work its experts did, whatever becomes of the batch */
+	for (int e = 0; e < res->n_experts; e++)
+		r->fl.experts[e] += res->experts[e];
+	if (res->n_experts > r->fl.n_experts)
+		r->fl.n_experts = res->n_experts;
 	if (res->seq <= w->done || res->seq > w->sent) {
 		medha_log(MEDHA_LOG_WARN,
 		    "worker %d: result of batch %llu, expected %llu", i,

@@ -53,6 +53,10 @@ struct rep_flights {
 	struct medha_msg_peers peers; /* urls: (cfg.workers); the table
 	                                 the workers get next */
 	int64_t batches;     /* formed */
+	int n_experts;       /* a mixture of experts: tokens its workers
+	                        routed to each expert (their RESULTs), for
+	                        STATUS */
+	int64_t experts[MEDHA_PROTO_MAX_EXPERTS];
 };
 
 /* 0 or MEDHA_ENOMEM. */

@@ -76,6 +76,9 @@ on_status(void *arg, struct medha_msg_status *s)
 			s->evicted = ps.evictions;
 		}
 	}
+	s->n_experts = r->fl.n_experts;
+	memcpy(s->experts, r->fl.experts,
+	    sizeof(int64_t) * (size_t)r->fl.n_experts);
 	snprintf(s->model, sizeof(s->model), "%s", r->core.model);
 	snprintf(s->backend, sizeof(s->backend), "%s", r->core.backend);
 }

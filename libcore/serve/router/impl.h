@@ -181,6 +181,9 @@ struct up {
 	int64_t evicted_sum; /* counted: blocks evicted over its lives */
 	int64_t progress, progress_sum; /* the same of its STATUS's
 	                                   progress batches */
+	int64_t xlast[MEDHA_PROTO_MAX_EXPERTS]; /* the same of its STATUS's */
+	int64_t xsum[MEDHA_PROTO_MAX_EXPERTS];  /* experts (n_experts of */
+	int nx;                                 /* each) */
 };
 
 struct medha_router {

@@ -80,6 +80,8 @@ rt_count_gauges(struct medha_router *r)
 	pthread_mutex_lock(&r->mmu);
 	r->met.cache_evictions = 0;
 	r->met.progress_batches = 0;
+	r->met.n_experts = 0;
+	memset(r->met.experts, 0, sizeof(r->met.experts));
 	for (int i = 0; i < r->nup; i++) {
 		const struct up *u = &r->up[i];
 		struct medha_router_replica_stat *st = &r->met.rep[i];
@@ -96,6 +98,10 @@ rt_count_gauges(struct medha_router *r)
 		st->live = u->live;
 		r->met.cache_evictions += u->evicted_sum;
 		r->met.progress_batches += u->progress_sum;
+		for (int e = 0; e < u->nx; e++)
+			r->met.experts[e] += u->xsum[e];
+		if (u->nx > r->met.n_experts)
+			r->met.n_experts = u->nx;
 		if (u->alive && u->now.model[0] != '\0' &&
 		    (model == NULL || u->ready))
 			model = u->now.model;

@@ -137,6 +137,10 @@ on_status(void *arg, struct medha_msg_status *s)
 		s->work += u->now.work;
 		s->evicted += u->now.evicted;
 		s->progress += u->now.progress;
+		for (int e = 0; e < u->now.n_experts; e++)
+			s->experts[e] += u->now.experts[e];
+		if (u->now.n_experts > s->n_experts)
+			s->n_experts = u->now.n_experts;
 		if (s->block_size == 0 || (u->ready && s->model[0] == '\0')) {
 			s->block_size = u->now.block_size;
 			memcpy(s->model, u->now.model, sizeof(s->model));

@@ -16,6 +16,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A replica's STATUS's expert counts taken into its sums: a count that
+   went down is a new scheduler, counting from 0. */
+static void
+count_experts(struct up *u)
+{
+	const struct medha_msg_status *s = &u->now;
+	int e, reset = 0;
+
+	for (e = 0; e < s->n_experts && e < u->nx; e++)
+		reset |= s->experts[e] < u->xlast[e];
+	for (e = 0; e < s->n_experts; e++) {
+		const int64_t was = e < u->nx && !reset ? u->xlast[e] : 0;
+		u->xsum[e] += s->experts[e] - was;
+		u->xlast[e] = s->experts[e];
+	}
+	if (s->n_experts > u->nx)
+		u->nx = s->n_experts;
+}
+
 /* ---- what they bring back ---- */
 
 /*
@@ -259,6 +278,8 @@ rt_watch(struct medha_router *r, double t)
 			    ? u->now.progress - u->progress
 			    : u->now.progress;
 			u->progress = u->now.progress;
+			count_experts(u);
+			count_experts(u);
 			if (u->now.prefill > 0 && u->now.work > 0)
 				u->s_per_tok = u->now.work / u->now.prefill;
 		}

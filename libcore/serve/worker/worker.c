@@ -38,7 +38,33 @@ struct worker {
 	struct wk_ahead ahead;
 	struct wk_beat beat;
 	double busy; /* s spent running batches */
+	/* a mixture of experts: the backend's counts of tokens routed to
+	   each expert, as last reported in a RESULT */
+	uint64_t xseen[MEDHA_PROTO_MAX_EXPERTS];
 };
+
+/*
+ * A mixture of experts: into res the tokens routed to each expert since
+ * the last RESULT (every forward call's, steps run ahead included), from
+ * the first TP rank of a stage only (every rank routes the same tokens).
+ */
+static void
+experts_count(struct worker *w, struct medha_msg_result *res)
+{
+	uint64_t now[MEDHA_PROTO_MAX_EXPERTS];
+	int n;
+
+	if (w->peers.lay.rt != 0 ||
+	    (n = medha_backend_expert_tokens(w->be, now,
+	         MEDHA_PROTO_MAX_EXPERTS)) <= 0)
+		return;
+	n = n < MEDHA_PROTO_MAX_EXPERTS ? n : MEDHA_PROTO_MAX_EXPERTS;
+	for (int e = 0; e < n; e++) {
+		res->experts[e] = (int64_t)(now[e] - w->xseen[e]);
+		w->xseen[e] = now[e];
+	}
+	res->n_experts = n;
+}
 
 /* The tokens of a RESULT sent (their logprobs too). */
 static void
@@ -106,6 +132,7 @@ answer_batch(struct worker *w, const struct medha_msg_batch *b, int64_t nm,
 		log_batch(b, t_run, sent);
 	if (nm == 0 && res->error[0] == '\0')
 		wk_ahead_plan(&w->ahead, b);
+	experts_count(w, res);
 	batch_ran(batches, res);
 	return 0;
 }
@@ -264,6 +291,8 @@ medha_worker_run(struct medha_backend *be,
 	/* alone (a worker with peers would wait for them) and computing */
 	if (w.peers.coll == NULL && w.batch.computes)
 		wk_hello_warm_up(be);
+	/* the warm-up's routing is no request's */
+	(void)medha_backend_expert_tokens(be, w.xseen, MEDHA_PROTO_MAX_EXPERTS);
 	while (!*stop) {
 		if ((rc = wk_hello_say(w.cli, &h, c->addr, c->retry_forever,
 		         stop, &w.id, why, whylen)) != 0)
