@@ -21,7 +21,7 @@ model=${MEDHA_MODEL:-$here/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -s "$model" ] || model=
 src="libcore/serve/http/oai.c libcore/serve/http/parse.c
     $(ls libcore/serve/router/*.c) libcore/serve/front.c libcore/serve/clients.c
-    libcore/net/link.c libcore/net/link_auth.c libcore/net/auth.c
+    libcore/net/link.c libcore/net/link_auth.c libcore/net/link_probe.c libcore/net/auth.c
     libcore/net/pcli.c libcore/net/proto.c libcore/net/proto_eq.c
     libcore/net/proto_dec.c libcore/net/proto_dec_get.c libcore/net/proto_dec_req.c
     libcore/net/proto_enc.c libcore/req.c libcore/util.c libcore/map.c
