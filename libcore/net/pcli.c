@@ -97,6 +97,14 @@ struct medha_pcli {
 	double last_ok;
 };
 
+/* medha_now()'s time t for a wait on a CLOCK_MONOTONIC condition. */
+static struct timespec
+ts_at(double t)
+{
+	return (struct timespec){.tv_sec = (time_t)t,
+	    .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+}
+
 /* ---- the calls ---- */
 
 static void call_cb(void *arg);
@@ -648,8 +656,7 @@ thread_main(void *arg)
 		until = t + TICK;
 		if (p->poll_idle && p->poll_at < until)
 			until = p->poll_at;
-		struct timespec ts = {.tv_sec = (time_t)until,
-		    .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+		struct timespec ts = ts_at(until);
 		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -773,8 +780,7 @@ medha_pcli_close(struct medha_pcli *p)
 	double until = medha_now() + QUIET_MAX;
 	while (p->owed > 0 && medha_now() < until &&
 	    medha_cli_connected(p->cli)) {
-		struct timespec ts = {.tv_sec = (time_t)until,
-		    .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+		struct timespec ts = ts_at(until);
 		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -874,8 +880,7 @@ medha_pcli_take(struct medha_pcli *p, double timeout,
 		double t = medha_now();
 		if (t >= until)
 			break;
-		struct timespec ts = {.tv_sec = (time_t)until,
-		    .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+		struct timespec ts = ts_at(until);
 		pthread_cond_timedwait(&p->tcv, &p->mu, &ts);
 	}
 	if ((x = p->oq) != NULL && (p->oq = x->next) == NULL)
