@@ -31,6 +31,9 @@
 #define DEAD (MEDHA_PROTO_DEAD_MS / 1e3)
 #define EARLY_MAX (2 * DEAD) /* s an event waits for its ACCEPTED */
 #define TICK 0.1             /* s between the thread's looks */
+/* s close waits for the answers owed: the POLL's comes within a
+   heartbeat (net/proto.h) */
+#define QUIET_MAX (MEDHA_PROTO_HEARTBEAT_MS / 1e3 + 0.2)
 
 enum { K_SUBMIT, K_CANCEL, K_STATUS, K_POLL, K_CALL };
 enum { S_IDLE, S_QUEUED, S_SEND, S_RECV };
@@ -43,6 +46,7 @@ struct call {
 	int kind;  /* K_* */
 	int state; /* S_* */
 	int tries; /* sent again after NOAUTH */
+	int posted; /* sent, its answer not come: counted in p->owed */
 	uint64_t cookie;
 	void *req; /* (len) the encoded request, kept for a resend */
 	size_t len;
@@ -87,8 +91,19 @@ struct medha_pcli {
 	int64_t dropped;
 	int nsubmit; /* SUBMITs not answered yet */
 	int posting; /* callbacks sending a POLL again: close waits */
+	int owed;    /* calls sent and not answered: close waits */
+	int redial;  /* the POLL went unanswered: a fresh connection */
+	uint64_t redials;
 	double last_ok;
 };
+
+/* medha_now()'s time t for a wait on a CLOCK_MONOTONIC condition. */
+static struct timespec
+ts_at(double t)
+{
+	return (struct timespec){.tv_sec = (time_t)t,
+	    .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+}
 
 /* ---- the calls ---- */
 
@@ -185,6 +200,10 @@ call_post(struct call *c)
 		return;
 	}
 	c->epoch0 = medha_cli_epoch(p->cli);
+	pthread_mutex_lock(&p->mu);
+	c->posted = 1;
+	p->owed++;
+	pthread_mutex_unlock(&p->mu);
 	nng_aio_set_timeout(c->aio, c->timeout < 0
 	        ? NNG_DURATION_INFINITE
 	        : (nng_duration)(c->timeout * 1e3));
@@ -206,6 +225,17 @@ proven(struct medha_pcli *p)
 	ok = cli->pipe != 0 && cli->pipe == cli->authed;
 	pthread_mutex_unlock(&cli->mu);
 	return ok;
+}
+
+/* c's answer came, or it ended (mu held): close waits for no more. */
+static void
+owed_done(struct medha_pcli *p, struct call *c)
+{
+	if (!c->posted)
+		return;
+	c->posted = 0;
+	if (--p->owed == 0 && p->closing)
+		pthread_cond_broadcast(&p->cv);
 }
 
 static void
@@ -252,6 +282,7 @@ call_cb(void *arg)
 		            handshake; the thread proves it again */
 			c->tries++;
 			pthread_mutex_lock(&p->mu);
+			owed_done(p, c);
 			call_queue(p, c);
 			pthread_mutex_unlock(&p->mu);
 		}
@@ -477,6 +508,7 @@ finish(struct call *c, int rc, const char *why, struct medha_msg *rep)
 
 	pthread_mutex_lock(&p->mu);
 	queued = p->oq != NULL;
+	owed_done(p, c);
 	if (rc == 0)
 		p->last_ok = medha_now();
 	switch (c->kind) {
@@ -517,6 +549,14 @@ finish(struct call *c, int rc, const char *why, struct medha_msg *rep)
 				        ? rep->error.reason
 				        : "");
 			medha_msg_clear(rep);
+		} else if (rc == MEDHA_ETIMEOUT && !p->closing &&
+		    medha_cli_connected(p->cli)) {
+			/* the server silent past DEAD on a connection
+			   that looks up: it may be one a partition left
+			   for TCP to give up on (minutes); the thread
+			   dials a fresh one (not connected: the dialer
+			   tries already, every 0.5 s at most) */
+			p->redial = 1;
 		} else if (rc != MEDHA_EPEER && rc != MEDHA_ETIMEOUT &&
 		    !p->poll_warned++) {
 			/* a malformed answer is said once, not retried mute */
@@ -603,6 +643,16 @@ thread_main(void *arg)
 			pthread_mutex_lock(&p->mu);
 			continue;
 		}
+		if (p->redial) {
+			p->redial = 0;
+			p->redials++;
+			pthread_mutex_unlock(&p->mu);
+			medha_log(MEDHA_LOG_WARN, "%s silent for %.0f s: "
+			    "dialling it again", p->cli->url, DEAD);
+			(void)medha_cli_redial(p->cli);
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
 		if (p->poll_idle && t >= p->poll_at) {
 			p->poll_idle = 0;
 			call_queue(p, p->poll);
@@ -613,8 +663,7 @@ thread_main(void *arg)
 		until = t + TICK;
 		if (p->poll_idle && p->poll_at < until)
 			until = p->poll_at;
-		struct timespec ts = {.tv_sec = (time_t)until,
-		    .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+		struct timespec ts = ts_at(until);
 		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
 	}
 	pthread_mutex_unlock(&p->mu);
@@ -740,15 +789,32 @@ medha_pcli_close(struct medha_pcli *p)
 	pthread_mutex_unlock(&p->mu);
 	if (p->started)
 		pthread_join(p->thr, NULL);
-	/* no callback is between deciding to send and sending: none sends
-	   once the socket closes (closing stops new ones) */
+	/*
+	 * No callback is between deciding to send and sending (closing
+	 * stops new ones). Then the answers owed, within QUIET_MAX: nng
+	 * 1.5.2 closing a connection while a message comes in can leave
+	 * its ipc/tcp pipe's receive posted on a reader already closed
+	 * (ipc_pipe_recv_cb reads the body after ipc_pipe_close; the
+	 * begin is refused without a word), and nng_close, then every
+	 * close in the process (the reaper waits on it), hangs for ever.
+	 * A server sends nothing unasked: once every call is answered,
+	 * nothing comes in while the socket closes (nor with no
+	 * connection: a server down costs close nothing).
+	 */
 	pthread_mutex_lock(&p->mu);
 	while (p->posting > 0)
 		pthread_cond_wait(&p->cv, &p->mu);
+	double until = medha_now() + QUIET_MAX;
+	while (p->owed > 0 && medha_now() < until &&
+	    medha_cli_connected(p->cli)) {
+		struct timespec ts = ts_at(until);
+		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+	}
 	pthread_mutex_unlock(&p->mu);
-	medha_cli_abort(p->cli); /* every call in flight ends */
 	for (int i = 0; i < p->nall; i++)
-		nng_aio_stop(p->all[i]->aio); /* and its callback is over */
+		nng_aio_stop(p->all[i]->aio); /* its callback is over, and
+		                                 none starts again */
+	medha_cli_abort(p->cli);
 	for (int i = 0; i < p->nall; i++) {
 		nng_aio_free(p->all[i]->aio);
 		free(p->all[i]->req);
@@ -841,8 +907,7 @@ medha_pcli_take(struct medha_pcli *p, double timeout,
 		double t = medha_now();
 		if (t >= until)
 			break;
-		struct timespec ts = {.tv_sec = (time_t)until,
-		    .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+		struct timespec ts = ts_at(until);
 		pthread_cond_timedwait(&p->tcv, &p->mu, &ts);
 	}
 	if ((x = p->oq) != NULL && (p->oq = x->next) == NULL)
@@ -885,6 +950,17 @@ int
 medha_pcli_connected(struct medha_pcli *p)
 {
 	return medha_cli_connected(p->cli);
+}
+
+uint64_t
+medha_pcli_redials(struct medha_pcli *p)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&p->mu);
+	n = p->redials;
+	pthread_mutex_unlock(&p->mu);
+	return n;
 }
 
 int64_t

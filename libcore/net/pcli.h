@@ -69,6 +69,8 @@ struct medha_pcli_out {
  * Dial url (ipc://, tcp:// or inproc://; with the shared secret of
  * net/auth.h when one is set) and keep a POLL outstanding from now on;
  * the dialer retries in the background, so the server may start later.
+ * A POLL unanswered for MEDHA_PROTO_DEAD_MS drops the connection and
+ * dials a fresh one (medha_pcli_redials).
  * notify(arg), if not NULL, is called from the client's threads each
  * time something is queued for medha_pcli_take (it must not call into
  * the client). Returns 0, MEDHA_EINVAL (a bad url) or MEDHA_ENOMEM,
@@ -140,6 +142,10 @@ void medha_pcli_out_clear(struct medha_pcli_out *o);
 double medha_pcli_last_ok(struct medha_pcli *p);
 /* Connections to the server lost so far (medha_cli_epoch). */
 uint64_t medha_pcli_epoch(struct medha_pcli *p);
+/* Times the POLL went unanswered for MEDHA_PROTO_DEAD_MS and the
+ * client dropped the connection and dialled a fresh one (a partition
+ * leaves TCP retrying a dead one for minutes; medha_cli_redial). */
+uint64_t medha_pcli_redials(struct medha_pcli *p);
 /* 1 if connected now. */
 int medha_pcli_connected(struct medha_pcli *p);
 /* Events waiting for an ACCEPTED now, and those dropped so far, for
