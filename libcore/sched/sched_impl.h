@@ -52,6 +52,9 @@ struct req {
 	int64_t own_first; /* depth of the first node its block made, -1 */
 	int ext_node;      /* the node it is about to extend, -1 none */
 	int64_t own_end;   /* positions its nodes' blocks end at */
+	int fork_part;     /* the partial block its FORKs copy (0: none),
+	                      held until its first item is formed: the
+	                      workers fork with that item (sched_prefix.c) */
 	int64_t keys_cap;  /* keys' room: a request of token ids (ids) gets
 	                      its output ids appended, so that a preempted
 	                      one finds its KV in the cache */

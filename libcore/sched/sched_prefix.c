@@ -19,9 +19,13 @@
  * requests whose blocks they are (their owners), a finished request's
  * sequence is trimmed to the blocks the index holds of it rather than
  * freed, and each eviction trims its owner's sequence further, freeing
- * it with the owner's first block. A partial block forked stays held
- * until the batch is formed, so no eviction of the same batch takes it
- * before the worker copies it.
+ * it with the owner's first block. A worker forks with the request's
+ * first item (the live replica sends the FORKs in it), which may come
+ * batches after its admission (no room for a chunk in the batch that
+ * admitted it): a partial block forked stays held by the request until
+ * the batch of that item is formed, so that no eviction (whose TRIM
+ * goes before that batch's items) takes it before the worker copies
+ * it. Its full blocks are the request's path, held while it lives.
  */
 #include "sched/sched_impl.h"
 
@@ -293,15 +297,35 @@ path_pins(const struct medha_sched *s, int full, int part, int64_t *shared,
 		pin[x->n[part].depth * bs / gt] = x->n[part].group;
 }
 
+/* Partial block node, held for a fork, let go once the batch being
+ * formed is (sched_prefix_batch). */
+static void
+unref_after_batch(struct medha_sched *s, int node)
+{
+	if (s->npunref == s->punref_cap) {
+		int ncap = s->punref_cap ? 2 * s->punref_cap : 16;
+		void *p = medha_reallocarray(s->punref, ncap, sizeof(int));
+		if (p == NULL) { /* let go now: a worker may miss its copy */
+			s->oom = 1;
+			medha_prefix_unref1(&s->px, node);
+			return;
+		}
+		s->punref = p;
+		s->punref_cap = ncap;
+	}
+	s->punref[s->npunref++] = node;
+}
+
 /*
- * The workers' FORK ops of request h, whose match of m tokens runs
+ * The workers' FORK ops of request q, whose match of m tokens runs
  * through the full blocks up to node full and then part (-1: none): a
- * run per owner, in order, the partial block last. part stays held
- * until the batch is formed (sched_prefix_batch).
+ * run per owner, in order, the partial block last. q holds part (the
+ * admission's reference) until its first item (sched_prefix_blocks).
  */
 static void
-fork_ops(struct medha_sched *s, uint64_t h, int full, int part, int64_t m)
+fork_ops(struct medha_sched *s, struct req *q, int full, int part, int64_t m)
 {
+	uint64_t h = q->pub.handle;
 	const struct medha_prefix *x = &s->px;
 	int64_t bs = s->cfg.block_size;
 	int first = s->npend;
@@ -330,18 +354,7 @@ fork_ops(struct medha_sched *s, uint64_t h, int full, int part, int64_t m)
 	else
 		sched_op(s, MEDHA_KVOP_FORK, h, x->n[part].owner,
 		    x->n[part].depth * bs, m);
-	if (s->npunref == s->punref_cap) {
-		int ncap = s->punref_cap ? 2 * s->punref_cap : 16;
-		void *p = medha_reallocarray(s->punref, ncap, sizeof(int));
-		if (p == NULL) { /* let go now: a worker may miss its copy */
-			s->oom = 1;
-			medha_prefix_unref1(&s->px, part);
-			return;
-		}
-		s->punref = p;
-		s->punref_cap = ncap;
-	}
-	s->punref[s->npunref++] = part;
+	q->fork_part = part;
 }
 
 /* q extends node i from now on (-1 none: it stopped); the node it
@@ -453,7 +466,7 @@ sched_prefix_admit(struct medha_sched *s, struct req *q)
 		m = cut;
 	}
 	sched_prefix_evict(s);
-	fork_ops(s, r->handle, full, part, m);
+	fork_ops(s, q, full, part, m);
 	x->st.queries++;
 	if (m > 0) {
 		x->st.hits++;
@@ -557,6 +570,11 @@ sched_prefix_blocks(struct medha_sched *s, struct req *q)
 	struct medha_req *r = &q->pub;
 	int64_t lim = q->nkeys < r->sched_prefill ? q->nkeys : r->sched_prefill;
 
+	/* its first item: the workers copy its partial block with it */
+	if (q->fork_part != 0) {
+		unref_after_batch(s, q->fork_part);
+		q->fork_part = 0;
+	}
 	/* its own block of these tokens is the index's now; its KV is
 	   computed with this batch, not before: no request forks from it
 	   until the next */
@@ -595,6 +613,10 @@ park(struct medha_sched *s, struct req *q, int64_t c, int status)
 		extend(s, q, -1);
 	if (q->ins_node != 0)
 		medha_prefix_unref(&s->px, q->ins_node);
+	if (q->fork_part != 0) { /* gone before its first item */
+		medha_prefix_unref1(&s->px, q->fork_part);
+		q->fork_part = 0;
+	}
 	return node;
 }
 
