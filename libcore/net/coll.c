@@ -20,6 +20,13 @@
  * it is looked at. Older medha's messages (a 24-byte header of magic
  * "MCOL", no sequence) are dropped and said once: every worker of a
  * replica must run the same version (issue 39).
+ *
+ * A message of a later table than this endpoint's (its sender heard of
+ * the table first: a worker restarted, and the scheduler's word reaches
+ * the workers one after another) cannot be checked yet: it waits as it
+ * came, MAC and all, in a list of its own (bounded as the waiting list;
+ * past the bound it is dropped, said once) and goes through the checks
+ * when its table comes, in the order it came.
  */
 #include "net/coll.h"
 #include "net/auth.h"
@@ -44,7 +51,7 @@
 
 struct waiting {
 	int src;
-	uint64_t gen, tag, seq;
+	uint64_t gen, tag;
 	nng_msg *m;
 };
 
@@ -72,6 +79,10 @@ struct medha_coll {
 	uint64_t *rseq;  /* (n) the last taken from each rank */
 	nng_msg **part;  /* (n) a message whose pieces are coming, or NULL */
 	uint8_t table[TABLE_ID]; /* the table's identity */
+	nng_msg **early; /* (ne) of a later table, unchecked, as they came */
+	int ne, ecap;
+	size_t ebytes;   /* their bytes */
+	int early_full_seen; /* dropped past the bound */
 };
 
 #define SLICE 0.2 /* s between looks at the stop and drop flags */
@@ -244,6 +255,9 @@ medha_coll_close(struct medha_coll *c)
 	for (int i = 0; i < c->nw; i++)
 		nng_msg_free(c->w[i].m);
 	free(c->w);
+	for (int i = 0; i < c->ne; i++)
+		nng_msg_free(c->early[i]);
+	free(c->early);
 	free(c->key);
 	free(c);
 }
@@ -340,39 +354,7 @@ fresh(struct medha_coll *c, int src, uint64_t seq)
 	return 1;
 }
 
-/*
- * A new table: the messages that waited for its generation (they came
- * ahead of it) are numbered now; one whose number came twice, or that
- * is for another rank, is dropped.
- */
-static void
-settle_waiting(struct medha_coll *c)
-{
-	int j = 0;
-
-	for (int i = 0; i < c->nw; i++) {
-		struct waiting *w = &c->w[i];
-		const uint8_t *p = nng_msg_body(w->m);
-		int dup = 0;
-		if (w->gen == c->gen) {
-			for (int k = 0; k < j && !dup; k++)
-				dup = c->w[k].gen == c->gen &&
-				    c->w[k].src == w->src && c->w[k].seq == w->seq;
-			dup = dup || w->src >= c->n || w->src == c->rank ||
-			    (int)get(p + 8, 4) != c->rank;
-		}
-		if (dup) {
-			c->replayed++;
-			c->wbytes -= nng_msg_len(w->m);
-			nng_msg_free(w->m);
-			continue;
-		}
-		if (w->gen == c->gen && w->seq > c->rseq[w->src])
-			c->rseq[w->src] = w->seq;
-		c->w[j++] = *w;
-	}
-	c->nw = j;
-}
+static void take_early(struct medha_coll *c);
 
 int
 medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
@@ -409,7 +391,6 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 	}
 	c->n = n;
 	c->rank = rank;
-	settle_waiting(c);
 	for (int i = 0; i < n; i++) {
 		if (i == rank)
 			continue;
@@ -433,6 +414,7 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 			    urls[i] ? urls[i] : "(none)", nng_strerror(e));
 		}
 	}
+	take_early(c);
 	return 0;
 }
 
@@ -585,17 +567,6 @@ assemble(struct medha_coll *c, nng_msg *m, int src, uint64_t gen,
 	return NULL;
 }
 
-/* Whether a message of src numbered seq waits for generation gen. */
-static int
-waits(const struct medha_coll *c, int src, uint64_t gen, uint64_t seq)
-{
-	for (int i = 0; i < c->nw; i++)
-		if (c->w[i].src == src && c->w[i].gen == gen &&
-		    c->w[i].seq == seq)
-			return 1;
-	return 0;
-}
-
 /* The waiting message from src under tag (this generation), or -1. */
 static int
 find_waiting(const struct medha_coll *c, int src, uint64_t tag)
@@ -613,8 +584,7 @@ find_waiting(const struct medha_coll *c, int src, uint64_t tag)
  * MEDHA_ENOSPACE; 0 when kept.
  */
 static int
-keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag,
-    uint64_t seq)
+keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
 {
 	size_t len = nng_msg_len(m);
 
@@ -630,7 +600,7 @@ keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag,
 		c->w = n;
 		c->wcap = cap;
 	}
-	c->w[c->nw++] = (struct waiting){src, gen, tag, seq, m};
+	c->w[c->nw++] = (struct waiting){src, gen, tag, m};
 	c->wbytes += len;
 	return 0;
 full:
@@ -640,6 +610,145 @@ full:
 	c->w = NULL;
 	c->wcap = 0;
 	return MEDHA_ENOSPACE;
+}
+
+/*
+ * Keep frame m, of a later table than this one, as it came; past the
+ * bounds of the waiting list it is dropped (said once).
+ */
+static void
+early_keep(struct medha_coll *c, nng_msg *m)
+{
+	size_t len = nng_msg_len(m);
+
+	if (c->ne >= MEDHA_COLL_MAX_WAITING ||
+	    len > MEDHA_COLL_MAX_WAITING_BYTES - c->ebytes)
+		goto drop;
+	if (c->ne == c->ecap) {
+		int cap = c->ecap ? 2 * c->ecap : 16;
+		void *n;
+		if ((n = medha_reallocarray(c->early, cap, sizeof(*c->early))) ==
+		    NULL)
+			goto drop;
+		c->early = n;
+		c->ecap = cap;
+	}
+	c->early[c->ne++] = m;
+	c->ebytes += len;
+	return;
+drop:
+	if (c->early_full_seen++ == 0)
+		medha_log(MEDHA_LOG_WARN,
+		    "collectives: %d messages of %zu bytes of a later peer "
+		    "table wait already (at most %d, %zu bytes): one dropped "
+		    "(more are not logged)",
+		    c->ne, c->ebytes, MEDHA_COLL_MAX_WAITING,
+		    MEDHA_COLL_MAX_WAITING_BYTES);
+	nng_msg_free(m);
+}
+
+/*
+ * A frame m off the wire, checked in this order: its format, its table
+ * (a later one's waits as it is: early_keep), its MAC, its sender and
+ * receiver, its number (fresh), its pieces (assemble). 1 with *out a
+ * whole message of this table from *src under *tag, its MAC cut off; 0
+ * when m was dropped or kept (a piece, or of a later table).
+ */
+static int
+take(struct medha_coll *c, nng_msg *m, nng_msg **out, int *src,
+    uint64_t *tag)
+{
+	const uint8_t *p = nng_msg_body(m);
+	uint64_t mgen, mseq;
+	int msrc, mdst;
+
+	*out = NULL;
+	if (nng_msg_len(m) >= 4 && get(p, 4) == MAGIC_OLD) {
+		if (c->old_seen++ == 0)
+			medha_log(MEDHA_LOG_ERROR,
+			    "collectives: a message of an older medha (no "
+			    "sequence numbers) dropped: every worker of a "
+			    "replica must run the same version (more are not "
+			    "logged)");
+		nng_msg_free(m);
+		return 0;
+	}
+	if (nng_msg_len(m) < HDR + c->mac || get(p, 4) != MAGIC) {
+		medha_log(MEDHA_LOG_WARN,
+		    "collectives: a malformed message dropped");
+		nng_msg_free(m);
+		return 0;
+	}
+	mgen = get(p + 16, 8);
+	if (mgen > c->gen) {
+		/* its MAC is under a table not known here yet */
+		early_keep(c, m);
+		return 0;
+	}
+	if (!mac_ok(c, m)) {
+		if (c->forged_seen++ == 0)
+			medha_log(MEDHA_LOG_WARN,
+			    "collectives: a message without the secret's MAC "
+			    "dropped (more are not logged)");
+		nng_msg_free(m);
+		return 0;
+	}
+	nng_msg_chop(m, c->mac);
+	msrc = (int)get(p + 4, 4);
+	mdst = (int)get(p + 8, 4);
+	mseq = get(p + 32, 8);
+	if (mgen < c->gen || msrc < 0 || msrc >= c->n || msrc == c->rank) {
+		/* from before a restart, or from no peer of this table:
+		   nobody will ask for it */
+		nng_msg_free(m);
+		return 0;
+	}
+	/* sent again, or to another rank: dropped before it can wait */
+	if (mdst != c->rank || !fresh(c, msrc, mseq)) {
+		if (mdst != c->rank)
+			c->replayed++;
+		nng_msg_free(m);
+		return 0;
+	}
+	*tag = get(p + 24, 8);
+	if ((m = assemble(c, m, msrc, mgen, *tag)) == NULL)
+		return 0; /* a piece, kept (or dropped) */
+	*src = msrc;
+	*out = m;
+	return 1;
+}
+
+/*
+ * A new table: the frames that came ahead of it, in the order they
+ * came, through take(); its messages wait to be asked for, a later
+ * table's wait on, an older one's go.
+ */
+static void
+take_early(struct medha_coll *c)
+{
+	nng_msg **e = c->early;
+	int ne = c->ne;
+	uint64_t tag;
+	nng_msg *m;
+	int src;
+
+	c->early = NULL;
+	c->ne = c->ecap = 0;
+	c->ebytes = 0;
+	for (int i = 0; i < ne; i++) {
+		if (get(nng_msg_body(e[i]) + 16, 8) < c->gen) {
+			nng_msg_free(e[i]);
+			continue;
+		}
+		if (take(c, e[i], &m, &src, &tag) == 1 &&
+		    keep(c, m, src, c->gen, tag) != 0)
+			medha_log(MEDHA_LOG_WARN,
+			    "collectives: the messages that came ahead of "
+			    "peer table %llu are past the waiting list's "
+			    "bounds: all dropped",
+			    (unsigned long long)c->gen);
+	}
+	free(e);
 }
 
 int
@@ -662,9 +771,8 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 	}
 	while (m == NULL) {
 		double left = end < 0 ? -1 : end - medha_now();
-		const uint8_t *p;
-		uint64_t mgen, mtag, mseq;
-		int msrc, mdst;
+		uint64_t mtag;
+		int msrc;
 
 		if (end >= 0 && left <= 0)
 			return medha_why(why, whylen, MEDHA_ETIMEOUT,
@@ -686,67 +794,13 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			return medha_why(why, whylen, medha_link_nng_err(rv),
 			    "collectives: %s", nng_strerror(rv));
 		}
-		p = nng_msg_body(m);
-		if (nng_msg_len(m) >= 4 && get(p, 4) == MAGIC_OLD) {
-			if (c->old_seen++ == 0)
-				medha_log(MEDHA_LOG_ERROR,
-				    "collectives: a message of an older "
-				    "medha (no sequence numbers) dropped: "
-				    "every worker of a replica must run the "
-				    "same version (more are not logged)");
-			nng_msg_free(m);
-			m = NULL;
-			continue;
-		}
-		if (nng_msg_len(m) < HDR + c->mac || get(p, 4) != MAGIC) {
-			medha_log(MEDHA_LOG_WARN,
-			    "collectives: a malformed message dropped");
-			nng_msg_free(m);
-			m = NULL;
-			continue;
-		}
-		if (!mac_ok(c, m)) {
-			if (c->forged_seen++ == 0)
-				medha_log(MEDHA_LOG_WARN,
-				    "collectives: a message without the "
-				    "secret's MAC dropped (more are not "
-				    "logged)");
-			nng_msg_free(m);
-			m = NULL;
-			continue;
-		}
-		nng_msg_chop(m, c->mac);
-		msrc = (int)get(p + 4, 4);
-		mdst = (int)get(p + 8, 4);
-		mgen = get(p + 16, 8);
-		mtag = get(p + 24, 8);
-		mseq = get(p + 32, 8);
-		if (mgen < c->gen || msrc < 0 || msrc >= c->n ||
-		    msrc == c->rank) {
-			/* from before a restart, or from no peer of this
-			   table: nobody will ask for it */
-			nng_msg_free(m);
-			m = NULL;
-			continue;
-		}
-		/* sent again, or to another rank: dropped before it can
-		   wait (a later table's are numbered when it comes) */
-		if (mgen == c->gen
-		        ? mdst != c->rank || !fresh(c, msrc, mseq)
-		        : waits(c, msrc, mgen, mseq)) {
-			if (mgen != c->gen || mdst != c->rank)
-				c->replayed++;
-			nng_msg_free(m);
-			m = NULL;
-			continue;
-		}
-		if ((m = assemble(c, m, msrc, mgen, mtag)) == NULL)
-			continue; /* a piece, kept (or dropped) */
-		if (msrc == src && mgen == c->gen && mtag == tag)
+		if (take(c, m, &m, &msrc, &mtag) == 0)
+			continue; /* dropped, a piece, or of a later table */
+		if (msrc == src && mtag == tag)
 			break;
 		int was = c->nw;
 		size_t bytes = c->wbytes;
-		if (keep(c, m, msrc, mgen, mtag, mseq) != 0)
+		if (keep(c, m, msrc, c->gen, mtag) != 0)
 			return medha_why(why, whylen, MEDHA_ENOSPACE,
 			    "collectives: %d messages of %zu bytes were "
 			    "waiting (at most %d, %zu bytes): all dropped",

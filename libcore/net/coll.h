@@ -57,7 +57,9 @@
 /* messages waiting to be asked for, at most, and their bytes (beyond
    the first: one message of any size may wait); past either the table
    is emptied and the receive fails, so that a flood costs one batch,
-   not the worker */
+   not the worker. Frames of a later peer table than the endpoint's,
+   which cannot be checked until it comes, wait in a list of their own
+   under the same two bounds; past them the frame is dropped */
 #define MEDHA_COLL_MAX_WAITING 4096
 #define MEDHA_COLL_MAX_WAITING_BYTES ((size_t)64 << 20)
 
