@@ -731,7 +731,8 @@ test_cancel_and_lost(void **state)
  * recover_timeout: a request decoding when its worker is lost waits to
  * be recomputed (its outputs so far folded into its prompt, the rest of
  * its outputs to come, none twice); one not admitted again within the
- * timeout fails with the loss's reason, not before.
+ * timeout fails with the loss's reason, not before; one lost again
+ * before a token keeps its first loss's deadline.
  */
 static void
 test_recover(void **state)
@@ -822,6 +823,29 @@ test_recover(void **state)
 	assert_int_equal(rec.status, MEDHA_STATUS_FAILED);
 	assert_string_equal(rec.reason, "worker 6 lost");
 	assert_int_equal(rec.output_tokens, 2);
+	medha_record_clear(&rec);
+	assert_int_equal(medha_sched_pending(s), 0);
+	/* lost again before a token (its recomputed prefill dropped):
+	   the first loss's deadline stands, not a new one */
+	snprintf(r.id, sizeof(r.id), "f");
+	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
+	q = medha_sched_req(s, h);
+	while (q->decoded < 2) {
+		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
+		now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
+	}
+	assert_int_equal(medha_sched_worker_lost(s, "worker 2 lost", now), 0);
+	assert_int_equal(medha_sched_next_batch(s, now + 6, &b), 1);
+	assert_int_equal(q->state, MEDHA_REQ_PREFILL); /* admitted again */
+	assert_int_equal(medha_sched_worker_lost(s, "worker 2 lost", now + 6),
+	    0);
+	assert_int_equal(q->decoded, 2);
+	assert_int_equal(medha_sched_recover_expire(s, now + 9.9), 0);
+	assert_int_equal(medha_sched_recover_expire(s, now + 10), 1);
+	assert_int_equal(medha_sched_pop_record(s, &rec), 1);
+	assert_string_equal(rec.id, "f");
+	assert_int_equal(rec.status, MEDHA_STATUS_FAILED);
 	medha_record_clear(&rec);
 	assert_int_equal(medha_sched_pending(s), 0);
 	/* a presence penalty counts the output: such a request fails */

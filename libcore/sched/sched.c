@@ -519,7 +519,14 @@ lost(struct medha_sched *s, const char *reason, double now, int recover)
 		if (recover && recoverable(s, r)) {
 			if (q->keys != NULL)
 				sched_prefix_forget(s, q);
-			r->recover_by = now + s->cfg.recover_timeout;
+			/* lost again before a token since its last loss: that
+			   loss's deadline stands (a worker that keeps dropping
+			   the batch buys it no time) */
+			if (r->lost_at <= 0 || r->decoded != r->lost_decoded) {
+				r->lost_at = now;
+				r->lost_decoded = r->decoded;
+			}
+			r->recover_by = r->lost_at + s->cfg.recover_timeout;
 			i++;
 			continue;
 		}

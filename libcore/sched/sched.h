@@ -210,6 +210,8 @@ struct medha_req {
 	double recover_by; /* its worker was lost: it fails unless it is
 	                      admitted again by then (0: not recovering;
 	                      medha_sched_recover_expire) */
+	double lost_at;       /* its first loss since its last token */
+	int64_t lost_decoded; /* its decoded then */
 };
 
 /* A batch item: one sequence's tokens in this iteration. */
