@@ -8,8 +8,9 @@
 #    resumed samplers go on where they were: medha-proto(7) "skip") at
 #    once on a worker of 32 KV blocks
 #    (512 tokens; the 12 need 2300 by the end): every request completes,
-#    its tokens exactly those of its run alone (each replayed by itself
-#    on a replica of --reserve max), with the prefix cache (a preempted
+#    its tokens exactly those of its run alone (without preemption: the
+#    twelve at once on a replica of --reserve max, since a request's
+#    tokens do not depend on its batch), with the prefix cache (a preempted
 #    request takes its KV back from it) and without (it recomputes all);
 #    the records count preemptions, some of them at least 1, sampled
 #    ones among them; the same on the f16 KV cache (with the cache),
@@ -40,7 +41,7 @@
 need_model
 addr=ipc://$tmp/r.sock
 
-python3 - "$tmp/trace.jsonl" "$tmp/one" <<'PY'
+python3 - "$tmp/trace.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(35)
 reqs = []
@@ -54,9 +55,6 @@ for i in range(12):
     reqs.append(r)
 with open(sys.argv[1], "w") as f:
     for r in reqs:
-        f.write(json.dumps(r) + "\n")
-for i, r in enumerate(reqs):
-    with open("%s.%d" % (sys.argv[2], i), "w") as f:
         f.write(json.dumps(r) + "\n")
 # min_tokens: chat prompts (the template by hand) that SmolLM2 answers
 # in a few tokens, asked for 60 at least: each goes on past its end of
@@ -72,34 +70,25 @@ with open(sys.argv[1] + ".min", "w") as f:
              "prompt": "<|im_start|>user\nNotes: %s.\n%s<|im_end|>\n"
                        "<|im_start|>assistant\n" % (note, qs[i % 6])}
         f.write(json.dumps(r) + "\n")
-        with open("%s.%d" % (sys.argv[2].replace("one", "mone"), i), "w") as g:
-            g.write(json.dumps(r) + "\n")
 PY
 
-# alone: each request by itself, all memory reserved
+# alone: the requests without preemption, all memory reserved (the
+# twelve at once: a request's tokens do not depend on its batch, as
+# topo.sh checks against medha-worker -p, so this is each one's run
+# alone, in one replay rather than twelve)
 serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
     MEDHA_LOG="$tmp/logs.alone" MEDHA_SCHED_OPTS="--reserve max"
-: >"$tmp/alone.jsonl"
-i=0
-while [ $i -lt 12 ]; do
-	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/one.$i" \
-	    >>"$tmp/alone.jsonl"
-	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/mone.$i" \
-	    >>"$tmp/malone.jsonl"
-	i=$((i + 1))
-done
+"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
+    >"$tmp/alone.jsonl"
+"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl.min" \
+    >"$tmp/malone.jsonl"
 serve_stop
 # and on the f16 KV cache (the 12 of token ids)
 serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
     MEDHA_LOG="$tmp/logs.alone16" MEDHA_SCHED_OPTS="--reserve max" \
     MEDHA_WORKER_OPTS="--kv f16"
-: >"$tmp/alone16.jsonl"
-i=0
-while [ $i -lt 12 ]; do
-	"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/one.$i" \
-	    >>"$tmp/alone16.jsonl"
-	i=$((i + 1))
-done
+"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
+    >"$tmp/alone16.jsonl"
 serve_stop
 
 run() { # TOPO NAME SCHED_OPTS [KV]: the 12 at once on 32 blocks a worker
