@@ -299,8 +299,8 @@ dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
 			continue;
 		/* named in order: the drawn token and those before it */
 		if (lp->nnamed != 1 + i)
-			return BAD(d, buf, "bytes where the tokens before have "
-			                   "none");
+			return BAD(d, buf,
+			    "bytes where the tokens before have none");
 		if ((rc = dec_lp_name(d, &e->via.array.ptr[2], buf, lp)) != 0)
 			return rc;
 	}

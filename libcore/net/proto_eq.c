@@ -82,7 +82,7 @@ lps_eq(const struct medha_token_lp *a, const struct medha_token_lp *b,
 		for (int k = 0; k < a[i].nnamed; k++) {
 			size_t na, nb;
 			const char *pa = medha_token_lp_bytes(&a[i], k, &na),
-				   *pb = medha_token_lp_bytes(&b[i], k, &nb);
+			           *pb = medha_token_lp_bytes(&b[i], k, &nb);
 			if (na != nb || memcmp(pa, pb, na) != 0)
 				return 0;
 		}
