@@ -112,6 +112,42 @@ medha_finish_parse(const char *name)
 	return -1;
 }
 
+/* ---- the names of logprobs' tokens ---- */
+
+static size_t
+lp_used(const struct medha_token_lp *lp, int upto)
+{
+	size_t n = 0;
+
+	for (int k = 0; k < upto; k++)
+		n += lp->nbytes[k];
+	return n;
+}
+
+int
+medha_token_lp_name(struct medha_token_lp *lp, const char *s, size_t n)
+{
+	size_t at = lp_used(lp, lp->nnamed);
+
+	if (lp->nnamed > lp->ntop || n > MEDHA_LP_BYTES_MAX - at)
+		return MEDHA_ENOSPACE;
+	if (n > 0)
+		memcpy(lp->bytes + at, s, n);
+	lp->nbytes[lp->nnamed++] = (uint16_t)n;
+	return 0;
+}
+
+const char *
+medha_token_lp_bytes(const struct medha_token_lp *lp, int k, size_t *n)
+{
+	if (k < 0 || k >= lp->nnamed) {
+		*n = 0;
+		return NULL;
+	}
+	*n = lp->nbytes[k];
+	return lp->bytes + lp_used(lp, k);
+}
+
 void
 medha_record_clear(struct medha_record *rec)
 {

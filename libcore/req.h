@@ -94,12 +94,41 @@ struct medha_logprob {
 	float logprob;
 };
 
-/* A drawn token's log-probability and the top ones' (model/sample.h). */
+/* The bytes that name a drawn token and its top ones, together. */
+#define MEDHA_LP_BYTES_MAX 512
+
+/*
+ * A drawn token's log-probability and the top ones' (model/sample.h),
+ * and the bytes each token decodes to where the replica named them
+ * (medha-proto(7), "logprobs"): the client's names come from these
+ * bytes, so that nothing but the replica detokenizes.
+ */
 struct medha_token_lp {
 	float logprob;
 	int ntop; /* 0 to MEDHA_TOP_LOGPROBS_MAX */
 	struct medha_logprob top[MEDHA_TOP_LOGPROBS_MAX];
+	/* the names: the drawn token's bytes, then top[0]'s, top[1]'s...,
+	   nbytes[k] each, joined in bytes; only the first nnamed tokens
+	   have theirs (0: none, as a worker's RESULT or an older peer's;
+	   1: the drawn token's; 1 + k: top[0..k) too) */
+	int nnamed;
+	uint16_t nbytes[1 + MEDHA_TOP_LOGPROBS_MAX];
+	char bytes[MEDHA_LP_BYTES_MAX];
 };
+
+/*
+ * The next token's name in lp (the drawn token's first, then top[0]'s
+ * ...): n bytes at s, copied. 0, or MEDHA_ENOSPACE where they do not fit
+ * (with those named before, MEDHA_LP_BYTES_MAX) or every token of lp is
+ * named already, lp unchanged.
+ */
+int medha_token_lp_name(struct medha_token_lp *lp, const char *s, size_t n);
+/*
+ * Token k's bytes (0 the drawn token, 1 + i top[i]), *n of them, inside
+ * lp; NULL where it has none.
+ */
+const char *medha_token_lp_bytes(const struct medha_token_lp *lp, int k,
+    size_t *n);
 
 /* Greedy decoding: temperature 0, seed 1. */
 extern const struct medha_sampler_params medha_sampling_greedy;

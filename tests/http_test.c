@@ -530,7 +530,7 @@ static void
 test_shapes(void **state)
 {
 	struct medha_oai_head hd = {"cmpl-1", "m.gguf", 1700000000, 0, 0, NULL,
-	    NULL, 0, NULL, NULL, 0};
+	    NULL, 0, NULL, 0};
 	struct medha_record rec;
 	json_error_t err;
 	json_t *o, *c;
@@ -646,6 +646,91 @@ test_shapes(void **state)
 	                         "prompt_tokens_details"),
 	                     "cached_tokens")),
 	    4);
+	json_decref(o);
+	free(s);
+}
+
+/*
+ * Logprobs' names from the bytes the replica sent with them, no
+ * tokenizer here: whole characters as text, a character split across
+ * tokens in OpenAI's "bytes:\\x.." form, text_offset the character its
+ * first byte is in, "token_id:N" where no bytes came.
+ */
+static void
+test_logprob_names(void **state)
+{
+	struct medha_oai_head hd = {"cmpl-1", "m.gguf", 1700000000, 0, 1, NULL,
+	    NULL, 0, NULL, 0};
+	static const char *const piece[] = {"A", "\xe6\x9d", "\xb1"};
+	static const char *const want[] = {"A", "bytes:\\xe6\\x9d",
+	    "bytes:\\xb1", "token_id:13"};
+	static const int off[] = {0, 1, 1, 2};
+	int32_t ids[] = {10, 11, 12, 13};
+	struct medha_token_lp lps[4];
+	struct medha_record rec;
+	json_error_t err;
+	json_t *o, *lp, *x;
+	size_t n = 0;
+	char *s;
+
+	(void)state;
+	memset(lps, 0, sizeof(lps));
+	for (int i = 0; i < 4; i++) {
+		lps[i].logprob = -0.5f;
+		lps[i].ntop = 1;
+		lps[i].top[0] = (struct medha_logprob){20 + i, -1.0f};
+		if (i < 3)
+			assert_int_equal(medha_token_lp_name(&lps[i], piece[i],
+			                     strlen(piece[i])),
+			    0);
+	}
+	assert_int_equal(medha_token_lp_name(&lps[0], "\xe6", 1), 0);
+	memset(&rec, 0, sizeof(rec));
+	rec.token_ids = ids;
+	rec.logprobs = lps;
+	rec.n_token_ids = 4;
+	rec.output_tokens = 4;
+	s = medha_oai_response(&hd, "A\xe6\x9d\xb1", 4, &rec, &n);
+	assert_non_null(o = json_loadb(s, n, 0, &err));
+	lp = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+	    "logprobs");
+	for (int i = 0; i < 4; i++) {
+		assert_string_equal(json_string_value(json_array_get(
+		                        json_object_get(lp, "tokens"), i)),
+		    want[i]);
+		assert_int_equal(json_integer_value(json_array_get(
+		                     json_object_get(lp, "text_offset"), i)),
+		    off[i]);
+	}
+	x = json_array_get(json_object_get(lp, "top_logprobs"), 0);
+	assert_non_null(json_object_get(x, "bytes:\\xe6"));
+	x = json_array_get(json_object_get(lp, "top_logprobs"), 1);
+	assert_non_null(json_object_get(x, "token_id:21"));
+	json_decref(o);
+	free(s);
+
+	/* chat: the bytes arrays are the replica's bytes */
+	hd.chat = 1;
+	s = medha_oai_response(&hd, "A\xe6\x9d\xb1", 4, &rec, &n);
+	assert_non_null(o = json_loadb(s, n, 0, &err));
+	lp = json_object_get(json_object_get(json_array_get(json_object_get(o,
+	                                                        "choices"),
+	                                         0),
+	                         "logprobs"),
+	    "content");
+	x = json_array_get(lp, 1);
+	assert_string_equal(json_string_value(json_object_get(x, "token")),
+	    want[1]);
+	assert_int_equal(json_array_size(json_object_get(x, "bytes")), 2);
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(x,
+	                                                       "bytes"),
+	                     0)),
+	    0xe6);
+	x = json_array_get(json_object_get(json_array_get(lp, 0),
+	                       "top_logprobs"),
+	    0);
+	assert_string_equal(json_string_value(json_object_get(x, "token")),
+	    "bytes:\\xe6");
 	json_decref(o);
 	free(s);
 }
@@ -868,6 +953,7 @@ main(void)
 	    cmocka_unit_test(test_chat),
 	    cmocka_unit_test(test_error_mapping),
 	    cmocka_unit_test(test_shapes),
+	    cmocka_unit_test(test_logprob_names),
 	    cmocka_unit_test(test_utf8),
 	    cmocka_unit_test(test_utf8_feed),
 	    cmocka_unit_test(test_metrics),

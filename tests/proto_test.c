@@ -215,7 +215,9 @@ static struct medha_msg_item ex_items[] = {
 static char ex_urls[2][MEDHA_PROTO_URL_MAX] = {"ipc:///tmp/w0.peer",
     "tcp://10.0.0.7:40123"};
 static struct medha_msg_peers ex_peers = {7, 2, ex_urls, 256};
-static struct medha_token_lp ex_lp = {-0.5f, 2, {{5, -0.5f}, {9, -1.25f}}};
+static struct medha_token_lp ex_lp = {.logprob = -0.5f,
+    .ntop = 2,
+    .top = {{5, -0.5f}, {9, -1.25f}}};
 static struct medha_msg_token ex_tokens[] = {{1, 5, &ex_lp},
     {UINT64_MAX, 0, NULL}, {3, INT32_MAX, NULL}};
 
@@ -1628,6 +1630,102 @@ test_status_evicted(void **state)
 #undef ST12
 }
 
+/*
+ * Logprobs' names (medha-proto(7), "logprobs"): each token's bytes,
+ * where the replica gave them, after its logprob; the drawn token's
+ * last. Round trips in token events and records, the form without them
+ * still taken, and the shapes refused.
+ */
+static void
+test_lp_names(void **state)
+{
+	struct medha_token_lp lps[3];
+	struct medha_record rec = ex_rec_full;
+	struct medha_msg_event ev[2] = {{.kind = MEDHA_EVENT_TOKENS,
+	                                    .handle = 7,
+	                                    .ids = ex_ids,
+	                                    .n_ids = 3,
+	                                    .text = ex_text,
+	                                    .text_len = 2,
+	                                    .lps = lps},
+	    {.kind = MEDHA_EVENT_RECORD, .handle = 7, .record = &rec}};
+	struct medha_msg m = {.type = MEDHA_MSG_EVENTS}, out;
+	char big[MEDHA_LP_BYTES_MAX + 1];
+	const char *b;
+	size_t n;
+
+	(void)state;
+	memset(lps, 0, sizeof(lps));
+	memset(big, 'x', sizeof(big));
+	for (int i = 0; i < 3; i++)
+		lps[i] = ex_lp;
+	/* every token named, one of them not whole UTF-8, one empty */
+	assert_int_equal(medha_token_lp_name(&lps[0], "ab", 2), 0);
+	assert_int_equal(medha_token_lp_name(&lps[0], "\xe6\x9d", 2), 0);
+	assert_int_equal(medha_token_lp_name(&lps[0], "", 0), 0);
+	assert_int_equal(medha_token_lp_name(&lps[0], "c", 1), MEDHA_ENOSPACE);
+	/* the drawn token only; none */
+	assert_int_equal(medha_token_lp_name(&lps[1], big,
+	                     MEDHA_LP_BYTES_MAX),
+	    0);
+	assert_int_equal(medha_token_lp_name(&lps[1], "c", 1), MEDHA_ENOSPACE);
+	assert_int_equal(lps[1].nnamed, 1);
+	rec.logprobs = lps;
+	rec.n_token_ids = 3;
+	m.events.ev = ev;
+	m.events.n = 2;
+	take(enc(&m), &out);
+	assert_true(medha_msg_equal(&m, &out));
+	b = medha_token_lp_bytes(&out.events.ev[0].lps[0], 1, &n);
+	assert_int_equal(n, 2);
+	assert_memory_equal(b, "\xe6\x9d", 2);
+	assert_non_null(medha_token_lp_bytes(&out.events.ev[0].lps[0], 2, &n));
+	assert_int_equal(n, 0);
+	assert_null(medha_token_lp_bytes(&out.events.ev[0].lps[1], 1, &n));
+	assert_int_equal(out.events.ev[0].lps[2].nnamed, 0);
+	assert_int_equal(out.events.ev[1].record->logprobs[1].nnamed, 1);
+	medha_msg_clear(&out);
+
+	/* an older replica's: no names */
+	take(mk("AiiAAiUAisAAdAAid", 3, 1, MEDHA_MSG_EVENTS, 1, 5, 0,
+	         (uint64_t)1, 1, 5, "x", 1, 2, -0.5, 1, 2, 5, -0.5),
+	    &out);
+	assert_int_equal(out.events.ev[0].lps[0].ntop, 1);
+	assert_int_equal(out.events.ev[0].lps[0].nnamed, 0);
+	medha_msg_clear(&out);
+	/* bytes, or a string, as names */
+	take(mk("AiiAAiUAisAAdAAidbs", 3, 1, MEDHA_MSG_EVENTS, 1, 5, 0,
+	         (uint64_t)1, 1, 5, "x", 1, 3, -0.5, 1, 3, 5, -0.5, "\xe6\x9d",
+	         2, "ab"),
+	    &out);
+	assert_int_equal(out.events.ev[0].lps[0].nnamed, 2);
+	b = medha_token_lp_bytes(&out.events.ev[0].lps[0], 0, &n);
+	assert_int_equal(n, 2);
+	assert_memory_equal(b, "ab", 2);
+	medha_msg_clear(&out);
+
+	/* refused: a top one named where the drawn one is not; not bytes;
+	   names over MEDHA_LP_BYTES_MAX together; a worker's RESULT names
+	   none */
+	reject(mk("AiiAAiUAisAAdAAids", 3, 1, MEDHA_MSG_EVENTS, 1, 5, 0,
+	           (uint64_t)1, 1, 5, "x", 1, 2, -0.5, 1, 3, 5, -0.5, "a"),
+	    "events: [0].logprobs[0][0]: bytes where the tokens before have "
+	    "none");
+	reject(mk("AiiAAiUAisAAdAi", 3, 1, MEDHA_MSG_EVENTS, 1, 5, 0,
+	           (uint64_t)1, 1, 5, "x", 1, 3, -0.5, 0, 7),
+	    "events: [0].logprobs[0]: not a token's bytes");
+	reject(mk("AiiAAiUAisAAdAAidbb", 3, 1, MEDHA_MSG_EVENTS, 1, 5, 0,
+	           (uint64_t)1, 1, 5, "x", 1, 3, -0.5, 1, 3, 5, -0.5, big, 1,
+	           big, MEDHA_LP_BYTES_MAX),
+	    "events: [0].logprobs[0][0]: names over 512 bytes together");
+	reject(mk("AiiAAiUAisAAdAAidsA", 3, 1, MEDHA_MSG_EVENTS, 1, 5, 0,
+	           (uint64_t)1, 1, 5, "x", 1, 4, -0.5, 1, 2, 5, -0.5, "a", 0),
+	    "events: [0].logprobs[0]: not [logprob, top(, bytes)]");
+	reject(mk("AiiiUAAUidAAidss", 6, 1, MEDHA_MSG_RESULT, 0, (uint64_t)1, 1,
+	           4, (uint64_t)1, 5, -0.5, 1, 3, 5, -0.5, "a", ""),
+	    "result: tokens[0][0]: bytes where the tokens before have none");
+}
+
 static void
 test_names(void **state)
 {
@@ -1662,6 +1760,7 @@ main(void)
 	    cmocka_unit_test(test_random_bytes),
 	    cmocka_unit_test(test_random_structs),
 	    cmocka_unit_test(test_status_evicted),
+	    cmocka_unit_test(test_lp_names),
 	    cmocka_unit_test(test_names),
 	};
 

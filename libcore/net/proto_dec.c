@@ -518,7 +518,8 @@ dec_result(struct dec *d, const msgpack_object *a, uint32_t nbody,
 			         sizeof(*r->tokens[i].lp))) == NULL)
 				return MEDHA_ENOMEM;
 			if ((rc = dec_lp(d, &t->via.array.ptr[2],
-			         &t->via.array.ptr[3], path, r->tokens[i].lp)) !=
+			         &t->via.array.ptr[3], NULL, path,
+			         r->tokens[i].lp)) !=
 			    0)
 				return rc;
 		}

@@ -251,9 +251,22 @@ dec_need(struct dec *d, const char *path, const char *const *keys, int nkeys,
 	return 0;
 }
 
+/* A token's name: bytes (or a string) into lp, after those before. */
+static int
+dec_lp_name(struct dec *d, const msgpack_object *o, const char *path,
+    struct medha_token_lp *lp)
+{
+	if (o->type != MSGPACK_OBJECT_BIN && o->type != MSGPACK_OBJECT_STR)
+		return BAD(d, path, "not a token's bytes");
+	if (medha_token_lp_name(lp, o->via.bin.ptr, o->via.bin.size) != 0)
+		return BAD(d, path, "names over %d bytes together",
+		    MEDHA_LP_BYTES_MAX);
+	return 0;
+}
+
 int
 dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
-    const char *path, struct medha_token_lp *lp)
+    const msgpack_object *bytes, const char *path, struct medha_token_lp *lp)
 {
 	char buf[192];
 	int rc;
@@ -265,19 +278,31 @@ dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
 	if ((rc = dec_get_arr(d, top, path, 0, MEDHA_TOP_LOGPROBS_MAX)) != 0)
 		return rc;
 	lp->ntop = (int)top->via.array.size;
+	if (bytes != NULL && (rc = dec_lp_name(d, bytes, path, lp)) != 0)
+		return rc;
 	for (int i = 0; i < lp->ntop; i++) {
 		const msgpack_object *e = &top->via.array.ptr[i];
 		dec_join_idx(buf, sizeof(buf), path, (uint32_t)i);
-		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2 ||
+		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 2 ||
+		    e->via.array.size > 3 ||
 		    e->via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
 		    e->via.array.ptr[0].via.u64 > INT32_MAX)
-			return BAD(d, buf, "not a [token id, logprob] pair");
+			return BAD(d, buf,
+			    "not a [token id, logprob(, bytes)] array");
 		lp->top[i].id = (int32_t)e->via.array.ptr[0].via.u64;
 		if ((rc = dec_get_float(d, &e->via.array.ptr[1], buf,
 		         &lp->top[i].logprob)) != 0)
 			return rc;
 		if (!(lp->top[i].logprob <= 0))
 			return BAD(d, buf, "not a log-probability (<= 0)");
+		if (e->via.array.size < 3)
+			continue;
+		/* named in order: the drawn token and those before it */
+		if (lp->nnamed != 1 + i)
+			return BAD(d, buf,
+			    "bytes where the tokens before have none");
+		if ((rc = dec_lp_name(d, &e->via.array.ptr[2], buf, lp)) != 0)
+			return rc;
 	}
 	return 0;
 }
@@ -299,9 +324,11 @@ dec_lps(struct dec *d, const msgpack_object *o, const char *path, int64_t n,
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
 		const msgpack_object *e = &o->via.array.ptr[i];
 		dec_join_idx(buf, sizeof(buf), path, i);
-		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
-			return BAD(d, buf, "not [logprob, top]");
+		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 2 ||
+		    e->via.array.size > 3)
+			return BAD(d, buf, "not [logprob, top(, bytes)]");
 		if ((rc = dec_lp(d, &e->via.array.ptr[0], &e->via.array.ptr[1],
+		         e->via.array.size > 2 ? &e->via.array.ptr[2] : NULL,
 		         buf, &(*lps)[i])) != 0)
 			return rc;
 	}

@@ -99,9 +99,10 @@ dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs);
  * A record (an EVENTS finish) into r; pfx is the path of o, for reasons
  * (proto_dec_req.c).
  */
-/* [logprob, [[id, logprob], ...]] into *lp (the top: at most 20). */
+/* [logprob, [[id, logprob(, bytes)], ...](, bytes)] into *lp (the top:
+   at most 20; bytes, the drawn token's name, or NULL: none). */
 int dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
-    const char *path, struct medha_token_lp *lp);
+    const msgpack_object *bytes, const char *path, struct medha_token_lp *lp);
 /* An array of n of those, malloc'd into *lps. */
 int dec_lps(struct dec *d, const msgpack_object *o, const char *path,
     int64_t n, struct medha_token_lp **lps);

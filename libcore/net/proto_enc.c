@@ -70,6 +70,14 @@ put_name(struct enc *e, const char *s)
 	put_str(e, s, strlen(s));
 }
 
+/* Bytes, as msgpack's bin. */
+static void
+put_bin(struct enc *e, const char *p, size_t n)
+{
+	e->err |= msgpack_pack_bin(&e->pk, n) != 0;
+	e->err |= msgpack_pack_bin_body(&e->pk, p, n) != 0;
+}
+
 /* Text: a string if it is UTF-8, else bytes. */
 static void
 put_text(struct enc *e, const char *p, size_t n)
@@ -78,8 +86,7 @@ put_text(struct enc *e, const char *p, size_t n)
 		put_str(e, p, n);
 		return;
 	}
-	e->err |= msgpack_pack_bin(&e->pk, n) != 0;
-	e->err |= msgpack_pack_bin_body(&e->pk, p, n) != 0;
+	put_bin(e, p, n);
 }
 
 static void
@@ -92,18 +99,30 @@ put_ids(struct enc *e, const int32_t *ids, int64_t n)
 
 /* ---- requests and records ---- */
 
-/* A drawn token's log-probabilities: [logprob, [[id, logprob], ...]]. */
+/*
+ * A drawn token's log-probabilities: [logprob, [[id, logprob], ...]],
+ * with the tokens' names where lp has them: [logprob, [[id, logprob,
+ * bytes], ...], bytes].
+ */
 static void
 put_lp(struct enc *e, const struct medha_token_lp *lp)
 {
-	put_arr(e, 2);
+	const char *b;
+	size_t n;
+
+	put_arr(e, 2 + (lp->nnamed > 0));
 	put_f64(e, lp->logprob);
 	put_arr(e, (size_t)lp->ntop);
 	for (int i = 0; i < lp->ntop; i++) {
-		put_arr(e, 2);
+		b = medha_token_lp_bytes(lp, 1 + i, &n);
+		put_arr(e, 2 + (b != NULL));
 		put_i64(e, lp->top[i].id);
 		put_f64(e, lp->top[i].logprob);
+		if (b != NULL)
+			put_bin(e, b, n);
 	}
+	if ((b = medha_token_lp_bytes(lp, 0, &n)) != NULL)
+		put_bin(e, b, n);
 }
 
 static void

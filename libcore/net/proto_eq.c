@@ -77,6 +77,15 @@ lps_eq(const struct medha_token_lp *a, const struct medha_token_lp *b,
 			if (a[i].top[k].id != b[i].top[k].id ||
 			    a[i].top[k].logprob != b[i].top[k].logprob)
 				return 0;
+		if (a[i].nnamed != b[i].nnamed)
+			return 0;
+		for (int k = 0; k < a[i].nnamed; k++) {
+			size_t na, nb;
+			const char *pa = medha_token_lp_bytes(&a[i], k, &na),
+			           *pb = medha_token_lp_bytes(&b[i], k, &nb);
+			if (na != nb || memcmp(pa, pb, na) != 0)
+				return 0;
+		}
 	}
 	return 1;
 }

@@ -10,6 +10,10 @@
 #     "bytes:\xe6..." where a token is not whole characters), their
 #     bytes joined are the text's and text_offset is the character
 #     where each token's first byte is; streamed logprobs the same.
+#     A second router on the same replica without -m (no tokenizer: the
+#     names come from the bytes the replica sends with each logprob)
+#     answers the same logprobs, tokens, top_logprobs' names and
+#     text_offset, whole and streamed, "bytes:" names among them.
 #  2. Stop strings that end inside a token, span tokens, or sit in the
 #     first token: the text ends before the stop string, and
 #     usage.completion_tokens and logprobs count every token generated,
@@ -32,6 +36,7 @@
 need_model
 need_py openai
 port=$(free_port)
+bport=$(free_port)
 # a router whose replica is never there: said unreachable after 30 s
 "$bin/medha-router" -l "ipc://$tmp/lone.sock" -r "ipc://$tmp/nobody.sock" \
     --insecure 2>"$tmp/lone.log" &
@@ -137,6 +142,7 @@ for p in cases:
 # the case the issue gave: characters split across tokens were streamed
 assert split > 0, "no token was part of a character: the test tests nothing"
 print("utf-8: %d tokens in bytes form" % split)
+open(sys.argv[2] + ".cases", "w").write(json.dumps(cases))
 
 # ---- 2. stop strings ----
 p = "The days of the week are Monday, Tuesday,"
@@ -266,6 +272,60 @@ print("min_tokens %d: %d tokens, %r" % (k + 10, n, t))
 print("list of prompts, seed 2^64 - 1 (%r), min_tokens: ok" % big[0])
 PY
 
+# ---- 1b. a front door without a tokenizer names tokens alike ----
+# a router on the same replica without -m: the logprobs' names are made
+# from the bytes the replica sends with them, never from a tokenizer
+"$bin/medha-router" -l "ipc://$tmp/bare.sock" -r "ipc://$tmp/r.sock" \
+    --http "127.0.0.1:$bport" 2>"$tmp/bare.log" &
+bare=$!
+wait_for "$tmp/bare.log" "replica .*: ready" 60 "$bare"
+"$py" - "http://127.0.0.1:$port/v1" "http://127.0.0.1:$bport/v1" \
+    "$tmp/listid.cases" <<'PY'
+import json, sys, urllib.request
+import openai
+base, bare = sys.argv[1], sys.argv[2]
+cases = json.loads(open(sys.argv[3]).read())
+cm = openai.OpenAI(base_url=base, api_key="none", max_retries=0)
+cb = openai.OpenAI(base_url=bare, api_key="none", max_retries=0)
+mids = [x.models.list().data[0].id for x in (cm, cb)]
+assert mids[0] == mids[1], mids
+
+def lp_of(c, mid, p):
+    w = c.completions.create(model=mid, prompt=p, max_tokens=24,
+                             temperature=0, logprobs=5)
+    lp = w.choices[0].logprobs
+    return w.choices[0].text, lp.tokens, [sorted(t) for t in lp.top_logprobs], \
+        lp.text_offset, lp.token_logprobs
+
+def streamed(b, p):
+    body = {"prompt": p, "max_tokens": 24, "temperature": 0,
+            "stream": True, "logprobs": 5}
+    req = urllib.request.Request(b + "/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    toks, tops, offs = [], [], []
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for line in r.read().split(b"\n"):
+            if line.startswith(b"data: {"):
+                x = json.loads(line[6:])["choices"][0]["logprobs"] or {}
+                toks += x.get("tokens", [])
+                tops += [sorted(t) for t in x.get("top_logprobs", [])]
+                offs += x.get("text_offset", [])
+    return toks, tops, offs
+
+named = 0
+for p in cases:
+    a, b = lp_of(cm, mids[0], p), lp_of(cb, mids[1], p)
+    assert a[:4] == b[:4], (p, a, b)
+    assert max(abs(x - y) for x, y in zip(a[4], b[4])) < 1e-4, (p, a[4], b[4])
+    names = a[1] + [t for top in a[2] for t in top]
+    assert not any(t.startswith("token_id:") for t in names), (p, names)
+    named += sum(t.startswith("bytes:") for t in names)
+    sa, sb = streamed(base, p), streamed(bare, p)
+    assert sa == sb and sa == tuple(a[1:4]), (p, sa, sb)
+assert named > 0, "no name in bytes form: the test tests nothing"
+print("no tokenizer at the front door: the same logprobs, %d names in bytes form" % named)
+PY
+
 # stop_token_ids: the output ends at the id, which (as EOS) is not
 # output; the ids from medha-worker -p --tokens
 p="The days of the week are Monday, Tuesday,"
@@ -357,7 +417,8 @@ expect_status 2 "$bin/medha-router" -l "ipc://$tmp/x.sock" -r "ipc://$tmp/y.sock
 grep -q '^medha-router: --http nowhere' "$tmp/err"
 echo "logs: ok"
 
+kill "$bare"
 serve_stop
 kill "$lone"
-no_sanitizer_report "$tmp"/logs/*.log "$tmp/lone.log"
+no_sanitizer_report "$tmp"/logs/*.log "$tmp/lone.log" "$tmp/bare.log"
 echo "http-text: ok"

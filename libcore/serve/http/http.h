@@ -238,13 +238,13 @@ struct medha_oai_head {
 	int64_t created;   /* Unix time, s */
 	int chat;
 	/* logprobs, where the request asked (a chunk's tokens; a whole
-	   response takes the record's): their ids, n_lps of them, and the
-	   tokenizer that names them (NULL: "token_id:N", vLLM's) */
+	   response takes the record's): their ids and n_lps of them, each
+	   token named by the bytes the replica sent with it (no tokenizer
+	   here: "token_id:N", vLLM's, where it sent none) */
 	int logprobs; /* asked for */
 	const int32_t *ids;
 	const struct medha_token_lp *lps;
 	int64_t n_lps;
-	const struct medha_tok *tok;
 	struct medha_utf8_acc *text_off; /* completions' text_offset so
 	                                    far, or NULL (from 0) */
 	int index;         /* a chunk's choice */

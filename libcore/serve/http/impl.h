@@ -209,8 +209,8 @@ void http_reply_error(struct medha_http *h, nng_aio *aio,
     const struct medha_oai_error *e, int close, int locked);
 int http_put_head(struct medha_http *h, struct hreq *r);
 int http_put(struct hreq *r, const char *p, size_t n);
-int http_put_chunk(struct medha_http *h, struct hreq *r, const char *text,
-    size_t len, int role, int finish, const struct medha_record *usage);
+int http_put_chunk(struct hreq *r, const char *text, size_t len, int role,
+    int finish, const struct medha_record *usage);
 void http_put_end(struct hreq *r);
 void http_kick(struct hreq *r);
 void http_watch(struct hreq *r);

@@ -251,33 +251,37 @@ finish_str(int finish)
 }
 
 /*
- * A token's name (its bytes in *raw, *rawlen): its text where the bytes
- * are whole UTF-8 characters, else OpenAI's "bytes:\xe6\x9d" (each
- * byte as \x and two hex digits); "token_id:N" without a tokenizer.
- * malloc'd.
+ * Token k's name of lp (0 the drawn token id, 1 + i its top[i]; its
+ * bytes in *raw, *rawlen, inside lp or in fallback): the bytes the
+ * replica named it with (medha_token_lp_bytes; the front door keeps no
+ * tokenizer for this), as text where they are whole UTF-8 characters,
+ * else OpenAI's "bytes:\xe6\x9d" (each byte as \x and two hex digits);
+ * "token_id:N", vLLM's, where it has none (a replica without a
+ * tokenizer, or names over MEDHA_LP_BYTES_MAX bytes). malloc'd.
  */
 static char *
-token_text(const struct medha_tok *tok, int32_t id, char *raw, size_t rawsz,
-    size_t *rawlen)
+token_text(const struct medha_token_lp *lp, int k, int32_t id,
+    char fallback[32], const char **raw, size_t *rawlen)
 {
-	size_t i = 0, k;
+	size_t i = 0, m;
+	const char *b = medha_token_lp_bytes(lp, k, rawlen);
 	char *t;
 
-	*rawlen = 0;
-	if (tok == NULL ||
-	    medha_tok_decode(tok, &id, 1, 0, raw, rawsz, rawlen) != 0) {
-		snprintf(raw, rawsz, "token_id:%d", id);
-		*rawlen = strlen(raw);
+	if (b == NULL) {
+		snprintf(fallback, 32, "token_id:%d", id);
+		b = fallback;
+		*rawlen = strlen(fallback);
 	}
-	while (i < *rawlen && (k = medha_utf8_len(raw + i, *rawlen - i)) > 0)
-		i += k;
+	*raw = b;
+	while (i < *rawlen && (m = medha_utf8_len(b + i, *rawlen - i)) > 0)
+		i += m;
 	if (i == *rawlen)
-		return medha_utf8_fix(raw, *rawlen, NULL);
+		return medha_utf8_fix(b, *rawlen, NULL);
 	if ((t = malloc(6 + 4 * *rawlen + 1)) == NULL)
 		return NULL;
 	memcpy(t, "bytes:", 6);
 	for (i = 0; i < *rawlen; i++)
-		snprintf(t + 6 + 4 * i, 5, "\\x%02x", (unsigned char)raw[i]);
+		snprintf(t + 6 + 4 * i, 5, "\\x%02x", (unsigned char)b[i]);
 	t[6 + 4 * *rawlen] = '\0';
 	return t;
 }
@@ -302,7 +306,8 @@ logprobs_obj(const struct medha_oai_head *hd, const int32_t *ids,
     const struct medha_token_lp *lps, int64_t n)
 {
 	json_t *content, *tokens, *tlp, *top, *off;
-	char raw[256], whole[256 + 4];
+	char fb[32], whole[MEDHA_LP_BYTES_MAX + 4];
+	const char *raw;
 	size_t rl;
 	struct medha_utf8_acc at0 = {0}, *at = hd->text_off;
 
@@ -313,15 +318,16 @@ logprobs_obj(const struct medha_oai_head *hd, const int32_t *ids,
 	content = json_array(), tokens = json_array(), tlp = json_array();
 	top = json_array(), off = json_array();
 	for (int64_t i = 0; i < n; i++) {
-		char *t = token_text(hd->tok, ids[i], raw, sizeof(raw), &rl);
+		char *t = token_text(&lps[i], 0, ids[i], fb, &raw, &rl);
 		json_t *tops = hd->chat ? json_array() : json_object();
 		if (t == NULL)
 			continue;
 		for (int k = 0; k < lps[i].ntop; k++) {
-			char raw2[256];
+			char fb2[32];
+			const char *raw2;
 			size_t rl2;
-			char *u = token_text(hd->tok, lps[i].top[k].id, raw2,
-			    sizeof(raw2), &rl2);
+			char *u = token_text(&lps[i], 1 + k, lps[i].top[k].id,
+			    fb2, &raw2, &rl2);
 			if (u == NULL)
 				continue;
 			if (hd->chat)

@@ -78,7 +78,7 @@ stream_open(struct medha_http *h, struct hreq *r)
 
 	for (int i = 0; rc == 0 && r->q.chat && i < r->nch; i++) {
 		r->cur_idx = i;
-		rc = http_put_chunk(h, r, "", 0, 1, 0, NULL);
+		rc = http_put_chunk(r, "", 0, 1, 0, NULL);
 	}
 	r->cur_idx = 0;
 	return rc;
@@ -187,7 +187,7 @@ void
 hreq_send_chunk(struct medha_http *h, struct hreq *r, const char *text,
     size_t len, int role, int finish, const struct medha_record *usage)
 {
-	if (http_put_chunk(h, r, text, len, role, finish, usage) != 0) {
+	if (http_put_chunk(r, text, len, role, finish, usage) != 0) {
 		medha_log(MEDHA_LOG_ERROR, "http: %s: out of memory", r->id);
 		hreq_move(h, r, HS_GONE);
 	}

@@ -180,12 +180,12 @@ http_put(struct hreq *r, const char *p, size_t n)
 }
 
 int
-http_put_chunk(struct medha_http *h, struct hreq *r, const char *text,
-    size_t len, int role, int finish, const struct medha_record *usage)
+http_put_chunk(struct hreq *r, const char *text, size_t len, int role,
+    int finish, const struct medha_record *usage)
 {
 	struct medha_oai_head hd = {r->id, r->model, r->created, r->q.chat,
 	    r->q.spec.sampling.logprobs, r->cur_ids, r->cur_lps, r->cur_n,
-	    h->tok, &r->lp_off[r->cur_idx], r->cur_idx};
+	    &r->lp_off[r->cur_idx], r->cur_idx};
 	size_t n = 0;
 	char *s = medha_oai_chunk(&hd, text, len, role, finish, usage,
 	    r->q.include_usage, &n);

@@ -107,8 +107,8 @@ finish(struct medha_http *h, struct hreq *r)
 		http_put_end(r);
 	} else {
 		struct medha_oai_head hd = {r->id, r->model, r->created,
-		    r->q.chat, r->q.spec.sampling.logprobs, NULL, NULL, 0, h->tok,
-		    NULL, 0};
+		    r->q.chat, r->q.spec.sampling.logprobs, NULL, NULL, 0, NULL,
+		    0};
 		size_t n = 0;
 		char *js = medha_oai_response_n(&hd, r->recs, r->nch, &u, &n);
 		http_reply_json(h, r->haio, 200, js, n, r->watching, 1);

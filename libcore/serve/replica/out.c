@@ -32,6 +32,27 @@ append_text(struct lreq *q, const char *s, size_t n)
 }
 
 /*
+ * lp's tokens named, the drawn token tok first, then its top ones, as
+ * many as fit (medha_token_lp_name): their bytes are the only names a
+ * client gets, so nothing past the replica detokenizes (medha-proto(7),
+ * "logprobs").
+ */
+static void
+name_lp(const struct medha_tok *t, int32_t tok, struct medha_token_lp *lp)
+{
+	char buf[MEDHA_LP_BYTES_MAX];
+	size_t n;
+
+	lp->nnamed = 0;
+	for (int k = 0; t != NULL && k <= lp->ntop; k++) {
+		int32_t id = k == 0 ? tok : lp->top[k - 1].id;
+		if (medha_tok_decode(t, &id, 1, 0, buf, sizeof(buf), &n) != 0 ||
+		    medha_token_lp_name(lp, buf, n) != 0)
+			break;
+	}
+}
+
+/*
  * A token came out for q: returns MEDHA_FINISH_STOP if the request ends
  * here (end of generation, or its text now holds a stop string, where
  * the text is cut and the token kept in the ids), else 0.
@@ -42,7 +63,7 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 {
 	const char *piece = "";
 	size_t plen = 0, from;
-	char buf[256];
+	char buf[MEDHA_LP_BYTES_MAX]; /* a token's text, as long as its name */
 
 	q->last = tok;
 	if (r->core.tok != NULL && !r->core.sim && !q->ignore_eos &&
@@ -68,9 +89,10 @@ rep_on_token(struct medha_replica *r, struct lreq *q, int32_t tok,
 		q->out_cap = ncap;
 	}
 	if (q->lps != NULL) {
-		if (lp != NULL)
+		if (lp != NULL) {
 			q->lps[q->n_out] = *lp;
-		else
+			name_lp(r->core.tok, tok, &q->lps[q->n_out]);
+		} else
 			memset(&q->lps[q->n_out], 0, sizeof(*q->lps));
 	}
 	q->out[q->n_out++] = tok;
