@@ -21,7 +21,8 @@
 #   cut w3 60 s   the same for 60 s: only with MEDHA_HOSTS_LONG=1
 #   kill a6       worker rank 6 killed (SIGKILL) while the trace runs,
 #                 restarted by netns-hosts.sh (as serve.sh does)
-#   cut sb        replica b's host partitioned from the router's for 5 s
+#   cut sb        replica b's host partitioned from the router's for 5 s, while the
+#                 trace of 64 runs
 #   cut w3 5 s with --recover-timeout 2   a second deployment whose
 #                 schedulers give a lost worker's requests 2 s: only
 #                 with MEDHA_HOSTS_LONG=1
@@ -393,10 +394,12 @@ else
 fi
 kill_worker 6
 n0=$(grep -c "replica $rb: ready" "$logs/router.log")
-# soon after the start, while replica b holds requests (the run takes
-# about 2 s): those it held are failed or placed again, none lost. On
-# a loaded machine the replay may not have reached the router by the
-# cut (nothing held, nothing checked): once more, a little later
+# soon after the start, while replica b holds requests: those it held
+# are failed or placed again, none lost. The 64 requests, as the 16
+# with their prompts cached take about 2 s, less than setting up the
+# cut may take on a loaded machine. Where the cut still found nothing
+# held on b (nothing checked): once more, a little later
+trace=$tmp/trace64.jsonl
 for cut_at in 0.2 0.5 1; do
 	lr=$(wc -l <"$logs/router.log")
 	cut "" sb 5 router
@@ -409,6 +412,7 @@ for cut_at in 0.2 0.5 1; do
 	}
 	echo "   replica b held no request $cut_at s after the start: once more"
 done
+trace=$tmp/trace.jsonl
 cut_at=0.5
 n1=$(grep -c "replica $rb: ready" "$logs/router.log")
 grep "replica $rb" "$logs/router.log" | tail -n 4 | sed 's/^/   router: /'
