@@ -1,8 +1,9 @@
 /*
  * coll_test.c: the collectives over nng (net/coll.c), with one thread per
  * rank on real ipc:// and tcp:// sockets: an all-reduce whose result is
- * the same bits on every rank and equal to the sum in rank order, an
- * all-gather, messages taken in another order than they were sent, a
+ * the same bits on every rank and equal to the sum in rank order (one
+ * of 3 MiB, in pieces, that each rank sends whole before it receives),
+ * an all-gather, messages taken in another order than they were sent, a
  * message of a wrong length refused, a message of an older generation
  * dropped, a receive that times out, and a peer that dies in the middle
  * (a process of its own, killed): the wait for it ends at once. A
@@ -44,11 +45,14 @@
 
 #define N 3
 #define COUNT 1000
+/* floats of an all-reduce whose messages go in several pieces each */
+#define BIG ((3 << 20) / 4 + 1000)
 
 static struct medha_coll *ep[N];
 static const char *urls[N];
 static float result[N][COUNT];
 static unsigned char gathered[N][N * 8];
+static float big[N][BIG];
 
 static float
 val(int rank, int j)
@@ -70,6 +74,14 @@ rank_main(void *arg)
 	if (medha_coll_all_reduce(ep[r], group, N, MEDHA_COLL_TAG(7, 3, 1),
 	        result[r], COUNT, 10, why, sizeof(why)) != 0)
 		fail_msg("rank %d: %s", r, why);
+	/* 3 MiB from each to each: every rank sends its pieces before it
+	   receives any (this waited for ever, until the timeout, while a
+	   piece's send waited for its receiver) */
+	for (int j = 0; j < BIG; j++)
+		big[r][j] = (float)((r + 1) * (j % 13));
+	if (medha_coll_all_reduce(ep[r], group, N, MEDHA_COLL_TAG(7, 3, 3),
+	        big[r], BIG, 10, why, sizeof(why)) != 0)
+		fail_msg("rank %d: 3 MiB: %s", r, why);
 	memset(mine, 'a' + r, sizeof(mine));
 	if (medha_coll_all_gather(ep[r], group, N, MEDHA_COLL_TAG(7, 3, 2),
 	        mine, sizeof(mine), gathered[r], 10, why, sizeof(why)) != 0)
@@ -123,6 +135,11 @@ check_reduce(void)
 		for (int i = 0; i < N; i++)
 			for (int k = 0; k < 8; k++)
 				assert_int_equal(gathered[r][i * 8 + k], 'a' + i);
+	for (int r = 0; r < N; r++)
+		for (int j = 0; j < BIG; j++)
+			if (big[r][j] != (float)(6 * (j % 13)))
+				fail_msg("rank %d: big[%d] %g, want %d", r, j,
+				    (double)big[r][j], 6 * (j % 13));
 }
 
 static void

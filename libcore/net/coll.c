@@ -86,6 +86,9 @@ struct medha_coll {
 };
 
 #define SLICE 0.2 /* s between looks at the stop and drop flags */
+/* pieces queued to one peer: a whole message of the largest size, and
+   some (nng's bound is 8192) */
+#define SENDQ ((int)(MEDHA_COLL_MAX_MSG / MEDHA_COLL_PIECE) + 64)
 
 /* Why a wait ends before its time (the stop or drop flag set), or NULL. */
 static const char *
@@ -402,6 +405,12 @@ medha_coll_peers(struct medha_coll *c, uint64_t gen, int rank, int n,
 		c->open[i] = 1;
 		nng_pipe_notify(c->push[i], NNG_PIPE_EV_REM_POST, on_pipe_gone,
 		    &c->lost->v[i]);
+		/* a message's pieces queue here rather than wait for the
+		   receiver: every member of an all-gather sends all its
+		   pieces before it receives any, and with nothing queued
+		   the second piece each way waits on a receiver that is
+		   itself sending (a deadlock past one piece: 1 MiB) */
+		nng_socket_set_int(c->push[i], NNG_OPT_SENDBUF, SENDQ);
 		nng_socket_set_ms(c->push[i], NNG_OPT_RECONNMINT, 10);
 		nng_socket_set_ms(c->push[i], NNG_OPT_RECONNMAXT, 500);
 		if (urls[i] == NULL ||
@@ -428,6 +437,10 @@ send_piece(struct medha_coll *c, int dst, uint64_t tag, const void *buf,
 	const char *h;
 	int rv;
 
+	/* (queued, a send to a peer gone would not wait to fail) */
+	if (gone(c, dst))
+		return medha_why(why, whylen, MEDHA_EPEER,
+		    "collectives: rank %d went away", dst);
 	if (nng_msg_alloc(&m, HDR + len + c->mac) != 0)
 		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	p = nng_msg_body(m);
