@@ -16,7 +16,7 @@
  *
  * Workers spin on the generation for a while after each region (regions
  * follow each other within microseconds during a forward pass) and then
- * sleep on a condition variable (see SPIN_NS); the sleeper count and the
+ * sleep on a condition variable (see SPIN_S); the sleeper count and the
  * state word are sequentially consistent atomics, so a worker either sees
  * the new generation or is seen asleep and woken. The caller, its own
  * tasks done, waits for the workers' the same way: it spins a while, then
@@ -30,7 +30,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -55,7 +54,7 @@
  * attention 15-17 against 25-40 ms. A live worker's nap (below) sleeps
  * at once.
  */
-#define SPIN_NS 50000
+#define SPIN_S 50e-6
 #define SPIN_CHECK 32 /* pauses between reads of the clock */
 
 struct worker {
@@ -89,27 +88,18 @@ struct medha_threadpool {
 
 #define GEN(s) ((uint32_t)((s) >> 32))
 
-static int64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* spun up to SPIN_NS since *t0 (0: not started; set by the first call) */
+/* spun SPIN_S since *t0 (0: not started; set by the first call) */
 static int
-spun_out(int64_t *t0, long spin)
+spun_out(double *t0, long spin)
 {
-	int64_t t;
+	double t;
 
 	if (spin % SPIN_CHECK != 0)
 		return 0;
-	t = now_ns();
+	t = medha_now();
 	if (*t0 == 0)
 		*t0 = t;
-	return t - *t0 >= SPIN_NS;
+	return t - *t0 >= SPIN_S;
 }
 
 /* Take and run tasks of generation g until none is left. */
@@ -149,7 +139,7 @@ worker_main(void *p)
 	struct worker *w = p;
 	struct medha_threadpool *tp = w->tp;
 	uint32_t seen = 0; /* the generation at creation */
-	int64_t t0;
+	double t0;
 	long spin;
 	int doze;
 
@@ -279,7 +269,7 @@ medha_threadpool_run(struct medha_threadpool *tp, int n, medha_task_fn fn,
     void *arg)
 {
 	struct region *r;
-	int64_t t0 = 0;
+	double t0 = 0;
 	long spin = 0;
 	int i;
 
