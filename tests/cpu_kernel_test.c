@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu/cpu.h"
 #include "cpu/kvcache.h"
@@ -728,6 +729,19 @@ count_task(void *arg, int i, int thread)
 	__atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
 }
 
+/* a worker's task outlasts the caller's spin: the caller sleeps until
+   the last task's finisher wakes it (a lost wake-up hangs here); the
+   caller's own tasks take a while, so that a sleeping worker is up and
+   claims some before the caller has taken them all */
+static void
+slow_task(void *arg, int i, int thread)
+{
+	struct count *c = arg;
+
+	usleep(thread != 0 ? 2000 : 300);
+	__atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
+}
+
 static void
 test_threadpool(void **state)
 {
@@ -745,6 +759,12 @@ test_threadpool(void **state)
 			medha_threadpool_run(tp, n, count_task, &c);
 			for (i = 0; i < 1000; i++)
 				assert_int_equal(c.hits[i], i < n ? 1 : 0);
+		}
+		for (n = 2; n <= 12 && nt > 1; n++) {
+			memset(&c, 0, sizeof(c));
+			medha_threadpool_run(tp, n, slow_task, &c);
+			for (i = 0; i < n; i++) /* all done on return */
+				assert_int_equal(c.hits[i], 1);
 		}
 		medha_threadpool_free(tp);
 	}

@@ -16,9 +16,13 @@
  *
  * Workers spin on the generation for a while after each region (regions
  * follow each other within microseconds during a forward pass) and then
- * sleep on a condition variable (see SPIN_ROUNDS); the sleeper count and the state word
- * are sequentially consistent atomics, so a worker either sees the new
- * generation or is seen asleep and woken.
+ * sleep on a condition variable (see SPIN_S); the sleeper count and the
+ * state word are sequentially consistent atomics, so a worker either sees
+ * the new generation or is seen asleep and woken. The caller, its own
+ * tasks done, waits for the workers' the same way: it spins a while, then
+ * sleeps on a second condition variable that whoever finishes the
+ * region's last task signals if it saw the caller waiting (the done
+ * count and that flag are sequentially consistent too).
  */
 #include "cpu/threadpool.h"
 
@@ -35,14 +39,23 @@
 #endif
 
 /*
- * pause loops before a worker sleeps: about 0.2 ms (a pause is 25 to 40
- * ns), longer than the gaps between the regions of a forward pass but
- * short beside the wait for the next batch of a live worker, so that
- * spinning threads do not take the cores that its sockets' threads
- * (and, on a small machine, the scheduler beside it) need then
+ * How long a thread spins before it sleeps, a worker waiting for the
+ * next region or the caller for the workers' last tasks: 50 us, longer
+ * than the gaps between the regions of a forward pass on a free machine
+ * but short beside a scheduler's time slice. Timed, not counted in
+ * pauses: a pause takes 25 to 140 ns by the CPU (8000 of them, meant as
+ * 0.2 ms, spun 0.7-0.9 ms here). On a loaded machine a partner that lost
+ * its core comes back only after others' slices; a thread spinning the
+ * while uses up its own share, and one asleep is woken ahead of the
+ * processes that ran. A decode step of contrib/bench-moe.sh's qwen3moe
+ * at 8K tokens of context, 2 threads, load 5-7 on 2 cores, runs of 50
+ * steps alternated with the pool as it was (8000 pauses for a worker, a
+ * yield every 2000 for the caller): median 27-35 against 55-64 ms, its
+ * attention 15-17 against 25-40 ms. A live worker's nap (below) sleeps
+ * at once.
  */
-#define SPIN_ROUNDS 8000
-#define WAIT_ROUNDS 2000 /* pause loops before the caller yields */
+#define SPIN_S 50e-6
+#define SPIN_CHECK 32 /* pauses between reads of the clock */
 
 struct worker {
 	struct medha_threadpool *tp;
@@ -62,6 +75,8 @@ struct medha_threadpool {
 	int started;        /* workers created so far */
 	pthread_mutex_t mu; /* guards sleeping only */
 	pthread_cond_t wake;
+	pthread_cond_t fin; /* the caller's: the region's last task is done */
+	atomic_int cwait;   /* the caller is (going) asleep on fin */
 	struct region r[2];         /* region of generation g in r[g & 1] */
 	atomic_uint_fast64_t state; /* generation << 32 | next task */
 	atomic_int done;            /* tasks of the current region finished */
@@ -73,25 +88,47 @@ struct medha_threadpool {
 
 #define GEN(s) ((uint32_t)((s) >> 32))
 
+/* spun SPIN_S since *t0 (0: not started; set by the first call) */
+static int
+spun_out(double *t0, long spin)
+{
+	double t;
+
+	if (spin % SPIN_CHECK != 0)
+		return 0;
+	t = medha_now();
+	if (*t0 == 0)
+		*t0 = t;
+	return t - *t0 >= SPIN_S;
+}
+
 /* Take and run tasks of generation g until none is left. */
 static void
 take_tasks(struct medha_threadpool *tp, uint32_t g, int thread)
 {
 	struct region *r = &tp->r[g & 1];
 	uint_fast64_t s = atomic_load(&tp->state);
-	uint32_t i;
+	uint32_t i, n;
 
 	for (;;) {
 		if (GEN(s) != g)
 			return;
 		i = (uint32_t)s;
-		if (i >= (uint32_t)atomic_load_explicit(&r->ntasks,
-		             memory_order_relaxed))
+		n = (uint32_t)atomic_load_explicit(&r->ntasks,
+		    memory_order_relaxed);
+		if (i >= n)
 			return;
 		if (!atomic_compare_exchange_weak(&tp->state, &s, s + 1))
 			continue; /* s now holds the current word */
 		r->fn(r->arg, (int)i, thread);
-		atomic_fetch_add(&tp->done, 1);
+		/* the last task: wake the caller if it sleeps (a later
+		   region's caller woken by mistake looks again) */
+		if ((uint32_t)atomic_fetch_add(&tp->done, 1) + 1 == n &&
+		    thread != 0 && atomic_load(&tp->cwait)) {
+			pthread_mutex_lock(&tp->mu);
+			pthread_cond_signal(&tp->fin);
+			pthread_mutex_unlock(&tp->mu);
+		}
 		s = atomic_load(&tp->state);
 	}
 }
@@ -102,21 +139,24 @@ worker_main(void *p)
 	struct worker *w = p;
 	struct medha_threadpool *tp = w->tp;
 	uint32_t seen = 0; /* the generation at creation */
+	double t0;
 	long spin;
+	int doze;
 
 	for (;;) {
-		for (spin = 0; spin < SPIN_ROUNDS; spin++) {
+		for (spin = 0, t0 = 0, doze = 0;; spin++) {
 			if (GEN(atomic_load(&tp->state)) != seen ||
 			    atomic_load(&tp->stop))
 				break;
 			if (atomic_load_explicit(&tp->nap,
-			        memory_order_relaxed)) {
-				spin = SPIN_ROUNDS;
+			        memory_order_relaxed) ||
+			    spun_out(&t0, spin)) {
+				doze = 1;
 				break;
 			}
 			cpu_relax();
 		}
-		if (spin == SPIN_ROUNDS) {
+		if (doze) {
 			pthread_mutex_lock(&tp->mu);
 			atomic_fetch_add(&tp->sleepers, 1);
 			while (GEN(atomic_load(&tp->state)) == seen &&
@@ -166,6 +206,8 @@ medha_threadpool_init(struct medha_threadpool **tpp, int n_threads)
 	tp->n = n_threads;
 	pthread_mutex_init(&tp->mu, NULL);
 	pthread_cond_init(&tp->wake, NULL);
+	pthread_cond_init(&tp->fin, NULL);
+	atomic_init(&tp->cwait, 0);
 	atomic_init(&tp->state, 0);
 	atomic_init(&tp->done, 0);
 	atomic_init(&tp->r[0].ntasks, 0);
@@ -209,6 +251,7 @@ medha_threadpool_free(struct medha_threadpool *tp)
 	for (i = 0; i < tp->started; i++)
 		pthread_join(tp->th[i], NULL);
 	pthread_cond_destroy(&tp->wake);
+	pthread_cond_destroy(&tp->fin);
 	pthread_mutex_destroy(&tp->mu);
 	free(tp->th);
 	free(tp->w);
@@ -226,6 +269,7 @@ medha_threadpool_run(struct medha_threadpool *tp, int n, medha_task_fn fn,
     void *arg)
 {
 	struct region *r;
+	double t0 = 0;
 	long spin = 0;
 	int i;
 
@@ -247,11 +291,18 @@ medha_threadpool_run(struct medha_threadpool *tp, int n, medha_task_fn fn,
 	wake_all(tp);
 	take_tasks(tp, tp->gen, 0);
 	/* a task may still run on a worker; it may have been descheduled */
-	while (atomic_load(&tp->done) != n)
-		if (++spin % WAIT_ROUNDS == 0)
-			sched_yield();
-		else
-			cpu_relax();
+	while (atomic_load(&tp->done) != n) {
+		if (spun_out(&t0, spin++)) {
+			pthread_mutex_lock(&tp->mu);
+			atomic_store(&tp->cwait, 1);
+			while (atomic_load(&tp->done) != n)
+				pthread_cond_wait(&tp->fin, &tp->mu);
+			atomic_store(&tp->cwait, 0);
+			pthread_mutex_unlock(&tp->mu);
+			return;
+		}
+		cpu_relax();
+	}
 }
 
 void

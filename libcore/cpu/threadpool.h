@@ -6,7 +6,8 @@
  *
  * A forward pass runs a few hundred such regions per token, so waking
  * the workers must be cheap: they spin on a generation counter for a
- * while after each region and only then sleep on a condition variable.
+ * while after each region and only then sleep on a condition variable;
+ * the caller waits for their last tasks the same way.
  * The pool is meant for one caller at a time (one forward pass).
  *
  *	struct medha_threadpool *tp;
