@@ -44,7 +44,7 @@ static const struct medha_help help_lines[] = {
     {"--reps N", "runs of each point, the median kept (3)"},
     {"--attn-layers N", "layers run to time attention (0: all, the default)"},
     {"--clock wall|thread",
-        "time by the wall clock (default) or, cpu -t 1, the thread's CPU"},
+        "wall (default) or, cpu -t 1, the thread's CPU time"},
     {"--max-tokens N", "largest token count measured (2048)"},
     {"--max-context N", "largest context measured (8192)"},
     {"--decode-total N", "most KV tokens a decode point reads (65536)"},
