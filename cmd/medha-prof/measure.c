@@ -287,10 +287,12 @@ moe_ids(struct prof *P, int64_t n, uint64_t *s, char *why, size_t whylen)
  * The experts T random tokens touch vary from draw to draw (and the
  * grid's fixed ids route unlike random ones), so a routed FFN's time is
  * the mean over draws, as the predictor's is the expectation over them.
- * A sweep measures every batch once: a busy machine's load, which comes
- * and goes over minutes, then weighs on every batch alike, where one
- * batch's draws measured together would carry the load of their minute
- * into that batch size alone.
+ * A sweep measures every batch once, in an order of its own (shuffled):
+ * a busy machine's load comes and goes over seconds and minutes, and
+ * batches measured one after the other (one batch's draws, or the
+ * profile's small batch sizes in a row) would all carry the load of
+ * their moment, an offset over a stretch of the curve rather than noise
+ * around it.
  */
 int
 prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
@@ -298,19 +300,30 @@ prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
 {
 	const int L = P->be->info.shape.n_layers;
 	const double D = PROF_MOE_DRAWS;
+	uint64_t o = 0x73776565 ^ (uint64_t)n; /* the sweeps' orders */
 	struct prof_time d;
-	int i, k, rc;
+	int *ord, i, j, k, rc = 0;
 
+	if ((ord = medha_calloc((size_t)n, sizeof(*ord))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
 	memset(t, 0, sizeof(*t) * (size_t)n);
-	for (k = 0; k < PROF_MOE_DRAWS; k++)
-		for (i = 0; i < n; i++) {
-			struct prof_item it = {tokens[i], 0, 0};
-			prof_progress(P, what, k * n + i, PROF_MOE_DRAWS * n);
+	for (i = 0; i < n; i++)
+		ord[i] = i;
+	for (k = 0; k < PROF_MOE_DRAWS; k++) {
+		for (i = n - 1; i > 0; i--) { /* Fisher-Yates */
+			int r = (int)(splitmix64(&o) % (uint64_t)(i + 1));
+			int x = ord[i];
+			ord[i] = ord[r];
+			ord[r] = x;
+		}
+		for (j = 0; j < n; j++) {
+			struct prof_item it = {tokens[i = ord[j]], 0, 0};
+			prof_progress(P, what, k * n + j, PROF_MOE_DRAWS * n);
 			if ((rc = moe_ids(P, tokens[i], &s[i], why, whylen)) !=
 			        0 ||
 			    (rc = prof_time(P, &it, 1, 0, L, 0, &d, why,
 			         whylen)) != 0)
-				return rc;
+				goto out;
 			t[i].total += d.total / D;
 			t[i].attn += d.attn / D;
 			t[i].head += d.head / D;
@@ -318,8 +331,11 @@ prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
 			t[i].rest += d.rest / D;
 			t[i].experts += d.experts / D;
 		}
+	}
 	prof_progress(P, what, PROF_MOE_DRAWS * n, PROF_MOE_DRAWS * n);
-	return 0;
+out:
+	free(ord);
+	return rc;
 }
 
 /*
