@@ -119,6 +119,10 @@ void medha_gp_quote(FILE *gp, const char *s);
 
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC). */
 double medha_now(void);
+/* Seconds of CPU time the calling thread has used
+   (CLOCK_THREAD_CPUTIME_ID): what a profiler on a loaded machine times,
+   where one thread does all the work. */
+double medha_thread_cpu(void);
 
 /*
  * A server gone idle gives its freed heap back to the system (glibc's

@@ -228,6 +228,15 @@ medha_now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double
+medha_thread_cpu(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 void
 medha_trim_idle(struct medha_trim *t, int64_t live, int64_t activity,
     double now)

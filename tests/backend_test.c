@@ -822,6 +822,24 @@ test_profiling(void **state)
 	if (medha_backend_forward(be, &f, why, sizeof(why)) != 0)
 		fail_msg("forward: %s", why);
 	assert_true(t.split == 1 && t.head == 0 && t.attn > 0);
+	assert_true(t.moe == 0 && t.experts == 0); /* a dense model */
+	/* by the calling thread's CPU time: its share of the work, within
+	   the wall clock's time of the call; that clock does not count a
+	   sleep */
+	f.thread_clock = 1;
+	bs.pos = 202;
+	{
+		double w0 = medha_now(), c0 = medha_thread_cpu(), w1;
+		usleep(30000);
+		assert_true(medha_now() - w0 >= 0.03);
+		assert_true(medha_thread_cpu() - c0 < 0.01);
+		w0 = medha_now();
+		if (medha_backend_forward(be, &f, why, sizeof(why)) != 0)
+			fail_msg("forward: %s", why);
+		w1 = medha_now() - w0;
+		assert_true(t.total > 0 && t.attn > 0 && t.attn <= t.total);
+		assert_true(t.total <= w1 + 1e-4);
+	}
 	medha_backend_close(be);
 	tm_free(&tm);
 }

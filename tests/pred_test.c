@@ -1351,19 +1351,24 @@ test_ep(void **state)
  * A mixture of experts' routed FFN from a profile's moe_ffn rows
  * (pred_moe.c): times of the form a + b G(T) + c T (G the experts T
  * tokens touch) measured at powers of two up to 256 are predicted at
- * every batch size from 1 to 256 within 2.5% (interpolated linearly in T
- * alone they would be off by 3.7% at worst, at qwen3-30b-a3b's 8 of
- * 128), times the stage's routed layers, and medha_pred_linear adds
- * them to the linear rows; a profile without them adds nothing.
+ * every batch size from 1 to 256 within 2.5%, whether the experts'
+ * weights dominate (b 40, c 2: interpolated linearly in T alone they
+ * would be off by 3.7% at worst, at qwen3-30b-a3b's 8 of 128) or the
+ * rows do (b 10, c 20: G's and T's shares of a segment weighted alike
+ * were 18% off, where G no longer grows), times the stage's routed
+ * layers, and medha_pred_linear adds them to the linear rows; a profile
+ * without them adds nothing.
  */
+static double moe_b, moe_c; /* the cost of an expert read and of a row */
+
 static double
 moe_us(const struct medha_model_config *c, double t)
 {
-	return 50 + 40 * medha_moe_experts_touched(c, t) + 2 * t;
+	return 50 + moe_b * medha_moe_experts_touched(c, t) + moe_c * t;
 }
 
 static void
-test_moe_ffn(void **state)
+moe_ffn_case(double b, double c)
 {
 	static const int grid[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 	struct medha_pred_model m;
@@ -1373,7 +1378,8 @@ test_moe_ffn(void **state)
 	FILE *f;
 	int fd, t;
 
-	(void)state;
+	moe_b = b;
+	moe_c = c;
 	assert_int_equal(medha_model_resolve("qwen3-30b-a3b", &m), 0);
 	assert_int_equal(medha_pred_init(&p, medha_gpu_find("h200"), &m, 1, 2,
 	                     1),
@@ -1403,6 +1409,14 @@ test_moe_ffn(void **state)
 	assert_true(worst < 0.025);
 	assert_true(worst > 0); /* interpolated, not the formula */
 	medha_pred_free(&p);
+}
+
+static void
+test_moe_ffn(void **state)
+{
+	(void)state;
+	moe_ffn_case(40, 2);  /* the experts' weights dominate */
+	moe_ffn_case(10, 20); /* the rows do */
 }
 
 int

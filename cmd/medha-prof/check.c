@@ -6,8 +6,9 @@
  * predicted the way the scheduler predicts them (batchcost.h on the
  * profile); the summary is the median and p90 of |predicted / measured
  * - 1|. A mixture of experts' routed FFN is then checked alone, at
- * batch sizes of 1 to 256 tokens (prof_check_moe): random token ids,
- * so the tokens route unlike the profile's.
+ * batch sizes of 1 to 256 tokens (prof_check_moe): each the mean over
+ * draws of random token ids (prof_moe_sweeps), drawn from --seed, so
+ * that they route unlike the profile's own draws.
  */
 #include "medha-prof.h"
 
@@ -106,56 +107,81 @@ summary(const char *what, double *e, double *a, int n, double meas,
 }
 
 int
-prof_check_moe(struct prof *P, const struct medha_pred *p, int n,
-    uint64_t seed, char *why, size_t whylen)
+prof_moe_batches(struct prof_moe_check *mc, int n, uint64_t seed)
 {
-	const int L = P->be->info.shape.n_layers;
-	const int vocab = P->be->info.shape.vocab;
-	struct prof_item it;
-	struct prof_time t;
-	double *err, *aerr, meas = 0, pred = 0;
 	uint64_t s = seed ^ 0x6d6f65; /* not the mixed batches' draws */
+
+	memset(mc, 0, sizeof(*mc));
+	mc->tok = medha_calloc((size_t)n, sizeof(*mc->tok));
+	mc->seed = medha_calloc((size_t)n, sizeof(*mc->seed));
+	mc->t = medha_calloc((size_t)n, sizeof(*mc->t));
+	if (mc->tok == NULL || mc->seed == NULL || mc->t == NULL) {
+		prof_moe_check_free(mc);
+		return MEDHA_ENOMEM;
+	}
+	mc->n = n;
+	for (int i = 0; i < n; i++) {
+		mc->tok[i] = logu(&s, 1, 256);
+		mc->seed[i] = splitmix64(&s); /* of its draws of ids */
+	}
+	return 0;
+}
+
+void
+prof_moe_check_free(struct prof_moe_check *mc)
+{
+	free(mc->tok);
+	free(mc->seed);
+	free(mc->t);
+	memset(mc, 0, sizeof(*mc));
+}
+
+int
+prof_check_moe(struct prof *P, const struct medha_pred *p,
+    struct prof_moe_check *mc, char *why, size_t whylen)
+{
+	const int vocab = P->be->info.shape.vocab;
+	const int nmoe = prof_moe_layers(P), n = mc->n;
+	const struct prof_time *t = mc->t;
+	const int64_t *tok = mc->tok;
+	double *err, *aerr, meas = 0, pred = 0;
 	int i, rc = 0;
 
 	err = medha_calloc((size_t)n, sizeof(double));
 	aerr = medha_calloc((size_t)n, sizeof(double));
 	if (err == NULL || aerr == NULL) {
-		free(err);
-		free(aerr);
-		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+		rc = medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+		goto out;
 	}
+	/* measured already in the profile's sweeps, or now */
+	if (!mc->measured &&
+	    (rc = prof_moe_sweeps(P, tok, n, mc->seed, mc->t,
+	         "checking experts", why, whylen)) != 0)
+		goto out;
+	mc->measured = 1;
 	if (medha_log_level >= MEDHA_LOG_INFO)
-		printf("%5s %6s %10s %10s %7s\n", "batch", "tokens",
-		    "moe_ms", "pred_ms", "err");
+		printf("%5s %6s %8s %8s %10s %10s %7s\n", "batch", "tokens",
+		    "experts", "expect", "moe_ms", "pred_ms", "err");
 	for (i = 0; i < n; i++) {
-		double e, pr;
-		it = (struct prof_item){logu(&s, 1, 256), 0, 0};
-		prof_progress(P, "checking experts", i, n);
-		/* room for the batch first, then its random ids */
-		if (it.tokens > P->cap_tokens &&
-		    (rc = prof_time(P, &it, 1, 0, L, 1, &t, why, whylen)) != 0)
-			goto out;
-		for (int64_t k = 0; k < it.tokens; k++)
-			P->ids[k] = (int32_t)(splitmix64(&s) % (uint64_t)vocab);
-		if ((rc = prof_time(P, &it, 1, 0, L, 0, &t, why, whylen)) != 0)
-			goto out;
-		pr = medha_pred_moe_ffn(p, it.tokens);
-		if (!(t.moe > 0) || !(pr > 0)) {
+		double e, pr = medha_pred_moe_ffn(p, tok[i]);
+		if (!(t[i].moe > 0) || !(pr > 0)) {
 			rc = medha_why(why, whylen, MEDHA_EINVAL,
 			    "the profile has no moe_ffn rows");
 			goto out;
 		}
-		e = pr / t.moe - 1;
+		e = pr / t[i].moe - 1;
 		err[i] = e;
 		aerr[i] = fabs(e);
-		meas += t.moe;
+		meas += t[i].moe;
 		pred += pr;
+		/* the experts a layer ran, and E (1 - (1 - k/E)^T) */
 		if (medha_log_level >= MEDHA_LOG_INFO)
-			printf("%5d %6lld %10.3f %10.3f %+6.1f%%\n", i,
-			    (long long)it.tokens, 1e3 * t.moe, 1e3 * pr,
-			    100 * e);
+			printf("%5d %6lld %8.2f %8.2f %10.3f %10.3f %+6.1f%%\n",
+			    i, (long long)tok[i], t[i].experts / nmoe,
+			    medha_moe_experts_touched(&p->model.c,
+			        (double)tok[i]),
+			    1e3 * t[i].moe, 1e3 * pr, 100 * e);
 	}
-	prof_progress(P, "checking experts", n, n);
 	summary("routed FFN batches (1 to 256 tokens)", err, aerr, n, meas,
 	    pred);
 	/* the grid's ids back for a later measurement */

@@ -19,7 +19,8 @@ static const char synopsis[] =
     "[-t THREADS]\n"
     "           [--kv f16|f32|bf16] [--device N] [--reps N] "
     "[--attn-layers N]\n"
-    "           [--max-tokens N]"
+    "           [--clock wall|thread]"
+    " [--max-tokens N]"
     " [--max-context N] [--decode-total N]\n"
     "           [--check N [--moe] [--seed S] [--predictor FILE]]\n"
     "       medha-prof -m MODEL --chunks [--prompt N] [--plot "
@@ -42,6 +43,8 @@ static const struct medha_help help_lines[] = {
         "KV cache type, as the worker's (cpu f32, cuda bf16)"},
     {"--reps N", "runs of each point, the median kept (3)"},
     {"--attn-layers N", "layers run to time attention (0: all, the default)"},
+    {"--clock wall|thread",
+        "wall (default) or, cpu -t 1, the thread's CPU time"},
     {"--max-tokens N", "largest token count measured (2048)"},
     {"--max-context N", "largest context measured (8192)"},
     {"--decode-total N", "most KV tokens a decode point reads (65536)"},
@@ -70,6 +73,7 @@ enum {
 	OPT_PROMPT,
 	OPT_PLOT,
 	OPT_DEVICE,
+	OPT_CLOCK,
 };
 
 static const struct option longopts[] = {
@@ -94,6 +98,7 @@ static const struct option longopts[] = {
     {"chunks", no_argument, NULL, OPT_CHUNKS},
     {"prompt", required_argument, NULL, OPT_PROMPT},
     {"plot", required_argument, NULL, OPT_PLOT},
+    {"clock", required_argument, NULL, OPT_CLOCK},
     {NULL, 0, NULL, 0},
 };
 
@@ -258,6 +263,13 @@ parse_args(struct args *a, int argc, char *argv[])
 				    optarg);
 			break;
 		case OPT_PLOT: a->png = optarg; break;
+		case OPT_CLOCK:
+			if (strcmp(optarg, "wall") != 0 &&
+			    strcmp(optarg, "thread") != 0)
+				die(2, "--clock: %s: expected wall or thread",
+				    optarg);
+			P->thread_clock = strcmp(optarg, "thread") == 0;
+			break;
 		default: usage_exit(synopsis);
 		}
 	}
@@ -331,6 +343,11 @@ check_args(struct args *a, int argc, char *argv[])
 	if (a->chunks && a->prompt > a->P.max_context)
 		a->P.max_context = a->prompt;
 	check_backend(&a->P, a->device_set);
+	if (a->P.thread_clock &&
+	    (strcmp(a->P.backend, "cpu") != 0 || a->P.threads != 1))
+		die(2,
+		    "--clock thread goes with --backend cpu and -t 1 (the "
+		    "one thread that runs every task)");
 }
 
 /*
@@ -434,8 +451,19 @@ run_profile(struct args *a)
 	const char *predictor = a->predictor;
 	char why[1024], tmp[4200];
 	struct medha_pred pred;
+	struct prof_moe_check mc = {0};
 	int status = 1, made_tmp = 0, have_pred = 0;
 
+	/* a mixture of experts' check batches, measured in the profile's
+	   sweeps when it is made here */
+	if (a->check > 0 && prof_moe_layers(&a->P) > 0) {
+		if (prof_moe_batches(&mc, (int)a->check, a->seed) != 0) {
+			medha_why(why, sizeof(why), MEDHA_ENOMEM,
+			    "out of memory");
+			goto fail;
+		}
+		a->P.mc = &mc;
+	}
 	if (predictor == NULL) {
 		/* the table: to -o, to standard output, or for --check
 		   alone to a file of its own */
@@ -468,8 +496,7 @@ run_profile(struct args *a)
 		                        a->seed, why, sizeof(why)) != 0)
 			goto fail;
 		if (prof_moe_layers(&a->P) > 0 &&
-		    prof_check_moe(&a->P, &pred, (int)a->check, a->seed, why,
-		        sizeof(why)) != 0)
+		    prof_check_moe(&a->P, &pred, &mc, why, sizeof(why)) != 0)
 			goto fail;
 	}
 	status = 0;
@@ -481,6 +508,8 @@ done:
 		unlink(tmp);
 	if (have_pred)
 		medha_pred_free(&pred);
+	a->P.mc = NULL;
+	prof_moe_check_free(&mc);
 	return status;
 }
 

@@ -120,6 +120,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 	double tot[REPS_MAX], att[REPS_MAX], head[REPS_MAX], rest[REPS_MAX];
 	double moe[REPS_MAX];
 	int64_t tokens = 0, rows = 0;
+	double experts = 0;
 	int i, r, rc;
 
 	MEDHA_ASSERT(n >= 1 && n <= PROF_SEQS && lo < hi);
@@ -151,7 +152,8 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 		    .h_in = lo > 0 ? P->h : NULL,
 		    .h_out = hi < c->n_layers ? P->h + tokens * c->dim : NULL,
 		    .logits = rows > 0 ? P->logits : NULL,
-		    .times = &ft};
+		    .times = &ft,
+		    .thread_clock = P->thread_clock};
 		if ((rc = set_contexts(P, items, n, why, whylen)) != 0)
 			return rc;
 		if ((rc = medha_backend_forward(P->be, &f, why, whylen)) != 0)
@@ -160,6 +162,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 		att[r] = ft.attn;
 		head[r] = ft.head;
 		moe[r] = ft.moe;
+		experts = ft.experts; /* the same each repetition */
 		rest[r] = ft.total - ft.attn - ft.merge - ft.head;
 		if (!ft.split)
 			return medha_why(why, whylen, MEDHA_EUNSUP,
@@ -172,6 +175,7 @@ prof_time(struct prof *P, const struct prof_item *items, int n, int lo,
 	t->head = prof_median(head, reps);
 	t->moe = prof_median(moe, reps);
 	t->rest = prof_median(rest, reps);
+	t->experts = experts;
 	return 0;
 }
 
@@ -265,57 +269,125 @@ prof_moe_layers(const struct prof *P)
 	return n;
 }
 
-/*
- * A mixture of experts: the first n token ids drawn at random (their
- * own seed each n), as the batches that --check --moe draws, so that
- * the experts they touch are those of random tokens; the grid's ids
- * (grow) can route more evenly or less than a batch does.
- */
+/* The first n token ids drawn at random from s. */
 static int
-moe_ids(struct prof *P, int64_t n, uint64_t draw, char *why, size_t whylen)
+moe_ids(struct prof *P, int64_t n, uint64_t *s, char *why, size_t whylen)
 {
 	const uint64_t vocab = (uint64_t)P->be->info.shape.vocab;
-	uint64_t s = 0x6d6f655f66666e ^ (uint64_t)n ^ draw << 32;
 	int rc;
 
 	if ((rc = grow(P, n, 0)) != 0)
 		return medha_why(why, whylen, rc, "out of memory");
 	for (int64_t k = 0; k < n; k++)
-		P->ids[k] = (int32_t)(splitmix64(&s) % vocab);
+		P->ids[k] = (int32_t)(splitmix64(s) % vocab);
 	return 0;
 }
 
-#define MOE_DRAWS 3 /* draws of random tokens a moe_ffn point averages */
-
 /*
- * A linear point, items[0]: a dense model's as it comes; a mixture of
- * experts' (nmoe routed layers) the mean over MOE_DRAWS draws of its
- * tokens, each the median of the repetitions, as the experts T tokens
- * touch vary from draw to draw.
+ * The experts T random tokens touch vary from draw to draw (and the
+ * grid's fixed ids route unlike random ones), so a routed FFN's time is
+ * the mean over draws, as the predictor's is the expectation over them.
+ * A sweep measures every batch once, in an order of its own (shuffled):
+ * a busy machine's load comes and goes over seconds and minutes, and
+ * batches measured one after the other (one batch's draws, or the
+ * profile's small batch sizes in a row) would all carry the load of
+ * their moment, an offset over a stretch of the curve rather than noise
+ * around it.
  */
-static int
-moe_time(struct prof *P, const struct prof_item *items, int nmoe,
-    struct prof_time *t, char *why, size_t whylen)
+int
+prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
+    struct prof_time *t, const char *what, char *why, size_t whylen)
 {
 	const int L = P->be->info.shape.n_layers;
+	const double D = PROF_MOE_DRAWS;
+	uint64_t o = 0x73776565 ^ (uint64_t)n; /* the sweeps' orders */
 	struct prof_time d;
-	int rc;
+	int *ord, i, j, k, rc = 0;
 
-	if (nmoe == 0)
-		return prof_time(P, items, 1, 0, L, 0, t, why, whylen);
-	memset(t, 0, sizeof(*t));
-	for (uint64_t k = 0; k < MOE_DRAWS; k++) {
-		if ((rc = moe_ids(P, items[0].tokens, k, why, whylen)) != 0 ||
-		    (rc = prof_time(P, items, 1, 0, L, 0, &d, why, whylen)) !=
-		        0)
-			return rc;
-		t->total += d.total / MOE_DRAWS;
-		t->attn += d.attn / MOE_DRAWS;
-		t->head += d.head / MOE_DRAWS;
-		t->moe += d.moe / MOE_DRAWS;
-		t->rest += d.rest / MOE_DRAWS;
+	if ((ord = medha_calloc((size_t)n, sizeof(*ord))) == NULL)
+		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+	memset(t, 0, sizeof(*t) * (size_t)n);
+	for (i = 0; i < n; i++)
+		ord[i] = i;
+	for (k = 0; k < PROF_MOE_DRAWS; k++) {
+		for (i = n - 1; i > 0; i--) { /* Fisher-Yates */
+			int r = (int)(splitmix64(&o) % (uint64_t)(i + 1));
+			int x = ord[i];
+			ord[i] = ord[r];
+			ord[r] = x;
+		}
+		for (j = 0; j < n; j++) {
+			struct prof_item it = {tokens[i = ord[j]], 0, 0};
+			prof_progress(P, what, k * n + j, PROF_MOE_DRAWS * n);
+			if ((rc = moe_ids(P, tokens[i], &s[i], why, whylen)) !=
+			        0 ||
+			    (rc = prof_time(P, &it, 1, 0, L, 0, &d, why,
+			         whylen)) != 0)
+				goto out;
+			t[i].total += d.total / D;
+			t[i].attn += d.attn / D;
+			t[i].head += d.head / D;
+			t[i].moe += d.moe / D;
+			t[i].rest += d.rest / D;
+			t[i].experts += d.experts / D;
+		}
 	}
-	return 0;
+	prof_progress(P, what, PROF_MOE_DRAWS * n, PROF_MOE_DRAWS * n);
+out:
+	free(ord);
+	return rc;
+}
+
+/*
+ * A mixture of experts' linear points (nmoe routed layers): the sweeps,
+ * each point its own seed (not --check's), the experts a layer ran
+ * logged. --check --moe's batches (P->mc) are measured in the same
+ * sweeps, their own draws beside the points', so that the load the
+ * machine had then weighs on the profile and on the check alike.
+ */
+static int
+moe_points(struct prof *P, const int64_t *lin, int n, int nmoe,
+    struct prof_time *t, char *why, size_t whylen)
+{
+	struct prof_moe_check *mc =
+	    P->mc != NULL && !P->mc->measured ? P->mc : NULL;
+	const int m = n + (mc != NULL ? mc->n : 0);
+	int64_t *tok = medha_calloc((size_t)m, sizeof(*tok));
+	uint64_t *s = medha_calloc((size_t)m, sizeof(*s));
+	struct prof_time *tm = medha_calloc((size_t)m, sizeof(*tm));
+	int i, rc;
+
+	if (tok == NULL || s == NULL || tm == NULL) {
+		rc = medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		tok[i] = lin[i];
+		s[i] = 0x6d6f655f66666e ^ (uint64_t)lin[i];
+	}
+	for (i = n; i < m; i++) {
+		tok[i] = mc->tok[i - n];
+		s[i] = mc->seed[i - n];
+	}
+	if ((rc = prof_moe_sweeps(P, tok, m, s, tm, "profiling experts", why,
+	         whylen)) != 0)
+		goto out;
+	memcpy(t, tm, sizeof(*t) * (size_t)n);
+	if (mc != NULL) {
+		memcpy(mc->t, tm + n, sizeof(*tm) * (size_t)mc->n);
+		mc->measured = 1;
+	}
+	for (i = 0; i < n; i++)
+		medha_log(MEDHA_LOG_INFO,
+		    "moe_ffn %lld tokens: %.2f experts a layer, %.3f ms a "
+		    "layer",
+		    (long long)lin[i], t[i].experts / nmoe,
+		    1e3 * t[i].moe / nmoe);
+out:
+	free(tok);
+	free(s);
+	free(tm);
+	return rc;
 }
 
 int
@@ -341,7 +413,7 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 	int ndn = q ? N(dec_quick) : N(dec_full);
 	int ndx = upto(dx, q ? N(dctx_quick) : N(dctx_full), P->max_context);
 	struct prof_item items[PROF_SEQS];
-	struct prof_time t;
+	struct prof_time t, tm[N(lin_moe)];
 	struct prof_row *rows;
 	int nrows = 0, i, j, k, rc, total, done = 0;
 	char date[64];
@@ -355,11 +427,18 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 
 	/* linear: one sequence of T tokens from position 0, every layer,
 	   no logits; attention is timed and taken out (and a mixture of
-	   experts' routed FFN, its own row per routed layer) */
+	   experts' routed FFN, its own row per routed layer, measured in
+	   sweeps first) */
+	if (nmoe > 0 &&
+	    (rc = moe_points(P, lin, nlin, nmoe, tm, why, whylen)) != 0)
+		goto fail;
 	for (i = 0; i < nlin; i++, done++) {
 		prof_progress(P, "profiling", done, total);
 		items[0] = (struct prof_item){lin[i], 0, 0};
-		if ((rc = moe_time(P, items, nmoe, &t, why, whylen)) != 0)
+		if (nmoe > 0)
+			t = tm[i];
+		else if ((rc = prof_time(P, items, 1, 0, L, 0, &t, why,
+		              whylen)) != 0)
 			goto fail;
 		rows[nrows++] = (struct prof_row){"linear", lin[i], 0,
 		    1e6 * (t.rest - t.moe) / L};
@@ -413,12 +492,12 @@ prof_table(struct prof *P, FILE *f, char *why, size_t whylen)
 	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
 	fprintf(f,
 	    "# medha-profile v1 model=%s gpu=%s tp=1 backend=%s threads=%d "
-	    "kv=%s\n"
+	    "kv=%s%s\n"
 	    "# measured by medha-prof on %s: median of %d runs a point; "
 	    "attention over %d layers, the rest over all %d\n"
 	    "op,tokens,kv,time_us\n",
 	    P->name, P->gpu, P->be->info.name, P->threads, P->kv,
-	    date, P->reps, al, L);
+	    P->thread_clock ? " clock=thread" : "", date, P->reps, al, L);
 	for (i = 0; i < nrows; i++)
 		fprintf(f, "%s,%lld,%lld,%.3f\n", rows[i].op,
 		    (long long)rows[i].tokens, (long long)rows[i].kv,

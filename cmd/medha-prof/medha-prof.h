@@ -34,12 +34,15 @@ struct prof {
 	int64_t max_context;  /* largest context measured */
 	int64_t decode_total; /* most KV tokens a decode point reads */
 	int quick;            /* a few points only (tests) */
+	int thread_clock;     /* --clock thread: the thread's CPU time */
 	int progress;         /* progress on stderr */
 	int seq[PROF_SEQS];   /* the backend's sequence handles */
 	int32_t *ids;         /* token ids of a batch (cap_tokens) */
 	float *h;             /* hidden states in and out (cap_tokens x dim) */
 	float *logits;        /* (cap_rows x vocab) */
 	int64_t cap_tokens, cap_rows;
+	struct prof_moe_check *mc; /* --check --moe's batches measured in
+	                              the profile's sweeps, or NULL */
 };
 
 /* One sequence of a timed batch. */
@@ -47,6 +50,19 @@ struct prof_item {
 	int64_t tokens; /* new tokens */
 	int64_t kv;     /* cached before them */
 	int logits;     /* 1: its last token's logits */
+};
+
+/*
+ * A mixture of experts' --check batches (prof_moe_batches): n batch
+ * sizes and the seeds of their draws of ids; once measured (t), in the
+ * profile's own sweeps when the profile is made in the same run.
+ */
+struct prof_moe_check {
+	int n;
+	int64_t *tok;
+	uint64_t *seed;
+	struct prof_time *t;
+	int measured;
 };
 
 /* Where a batch's time went, seconds (medians over the repetitions). */
@@ -57,6 +73,8 @@ struct prof_time {
 	double moe;   /* the routed FFN, every routed layer run (0: dense) */
 	double rest;  /* total - attn - merge - head: the linear layers and
 	                 what every batch costs (a routed FFN included) */
+	double experts; /* the experts the tokens chose, summed over the
+	                   routed layers run */
 };
 
 /* One row of the profile (medha-profile(5)). */
@@ -113,13 +131,35 @@ double prof_median(double *v, int n);
 /* The model's routed layers (a mixture of experts; 0: dense). */
 int prof_moe_layers(const struct prof *P);
 
+/* draws of random tokens a routed FFN's time averages (the profile's
+   points, --check's batches) */
+#define PROF_MOE_DRAWS 3
+
+/*
+ * A mixture of experts: n batches, batch i one sequence of tokens[i]
+ * random token ids (drawn from s[i]) run over every layer, timed in
+ * PROF_MOE_DRAWS sweeps over all n, each draw the median of the
+ * repetitions; t[i] the mean over the draws (measure.c). what labels
+ * the progress line.
+ */
+int prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
+    struct prof_time *t, const char *what, char *why, size_t whylen);
+
 /*
  * A mixture of experts: n batch sizes drawn log-uniformly from 1 to 256,
  * each a batch of that many tokens of random ids (seed), its routed FFN
- * timed and predicted by p (medha_pred_moe_ffn); prints the error
- * summary on stdout. (check.c)
+ * timed (prof_moe_sweeps: the mean over draws of the ids) and predicted by
+ * p (medha_pred_moe_ffn); prints the error summary on stdout. (check.c)
  */
-int prof_check_moe(struct prof *P, const struct medha_pred *p, int n,
-    uint64_t seed, char *why, size_t whylen);
+int prof_check_moe(struct prof *P, const struct medha_pred *p,
+    struct prof_moe_check *mc, char *why, size_t whylen);
+
+/*
+ * mc's n batch sizes drawn log-uniformly from 1 to 256 (seed), and the
+ * seeds of their draws of ids; 0 or MEDHA_ENOMEM. prof_moe_check_free
+ * frees what it holds.
+ */
+int prof_moe_batches(struct prof_moe_check *mc, int n, uint64_t seed);
+void prof_moe_check_free(struct prof_moe_check *mc);
 
 #endif

@@ -727,12 +727,12 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 	        mc->n_heads / mc->n_kv_heads * mc->head_dim % MEDHA_QK == 0
 	    ? medha_mm_forms(mm, 1, c->ref)
 	    : 0;
-	t_op = c->timing ? medha_now() : 0;
+	t_op = c->timing ? medha_cpu_clock(c) : 0;
 	if ((rc = attention(c, b, l, need)) != 0)
 		return rc;
 	c->act.have |= need;
 	if (c->timing) {
-		double t1 = medha_now();
+		double t1 = medha_cpu_clock(c);
 		c->times.attn += t1 - t_op;
 		t_op = t1;
 	}
@@ -741,7 +741,7 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		         mc->head_dim, c->gwhy, sizeof(c->gwhy))) != 0)
 			return rc;
 		if (c->timing)
-			c->times.merge += medha_now() - t_op;
+			c->times.merge += medha_cpu_clock(c) - t_op;
 	}
 	if (tpn > 1 && (rc = gather(c, l, 0, c->att, n, c->att)) != 0)
 		return rc;
@@ -753,11 +753,11 @@ layer(struct medha_cpu *c, const struct medha_batch *b, int l, int add)
 		rows(c, n, 0, L->post_attn_norm, 0, ROWS_POST);
 	if (medha_layer_moe(mc, l)) { /* routed: cpu_moe.c */
 		rows(c, n, 1, L->ffn_norm, 0, ROWS_NORM);
-		t_op = c->timing ? medha_now() : 0;
+		t_op = c->timing ? medha_cpu_clock(c) : 0;
 		if ((rc = medha_cpu_moe_ffn(c, l, n)) != 0)
 			return rc;
 		if (c->timing)
-			c->times.moe += medha_now() - t_op;
+			c->times.moe += medha_cpu_clock(c) - t_op;
 		if (L->post_ffn_norm != NULL)
 			rows(c, n, 0, L->post_ffn_norm, 0, ROWS_POST);
 		return 0;
@@ -924,7 +924,7 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 		return 0;
 
 	/* the final norm of the rows asked for, then the logits */
-	t_head = c->timing ? medha_now() : 0;
+	t_head = c->timing ? medha_cpu_clock(c) : 0;
 	for (i = 0, t0 = 0, j = 0; i < b->n_seqs; t0 += b->seq[i].n_tokens, i++)
 		for (t = t0; t < t0 + b->seq[i].n_tokens; t++) {
 			if (b->seq[i].logits == MEDHA_LOGITS_NONE ||
@@ -968,14 +968,14 @@ medha_cpu_forward_layers(struct medha_cpu *c, const struct medha_batch *b,
 		medha_cpu_softcap(logits, nrows * (int64_t)mc->vocab,
 		    mc->a.final_softcap);
 	if (c->timing)
-		c->times.head = medha_now() - t_head;
+		c->times.head = medha_cpu_clock(c) - t_head;
 	return 0;
 }
 
 void
-medha_cpu_set_timing(struct medha_cpu *c, int on)
+medha_cpu_set_timing(struct medha_cpu *c, int how)
 {
-	c->timing = on != 0;
+	c->timing = how;
 }
 
 struct medha_cpu_times

@@ -178,19 +178,24 @@ void medha_cpu_set_kvp(struct medha_cpu *cpu, const struct medha_batch_kv *kv,
 
 /*
  * Operator times of the last forward call, for profilers: with timing
- * on, the call reads the monotonic clock around attention and the KVP
- * merge of every layer and around the final norm and logits (a few
- * dozen clock reads a call); off (the default), it reads none and the
- * times stay 0.
+ * on, the call reads a clock around attention and the KVP merge of
+ * every layer and around the final norm and logits (a few dozen clock
+ * reads a call): the monotonic clock (WALL) or the calling thread's CPU
+ * time (THREAD: a pool of one thread, where the caller does every task,
+ * so that a loaded machine's other work is not counted); off (the
+ * default), it reads none and the times stay 0.
  */
 struct medha_cpu_times {
-	double attn;  /* attention, all layers run, s */
-	double merge; /* KVP merge calls, s */
-	double head;  /* final norm and logits, s */
-	double moe;   /* the routed FFN of every routed layer run (router,
-	                 experts, shared expert, weighted sum), s */
+	double attn;    /* attention, all layers run, s */
+	double merge;   /* KVP merge calls, s */
+	double head;    /* final norm and logits, s */
+	double moe;     /* the routed FFN of every routed layer run (router,
+	                   experts, shared expert, weighted sum), s */
+	double experts; /* the experts a token chose, summed over the routed
+	                   layers run (counted timing or not) */
 };
-void medha_cpu_set_timing(struct medha_cpu *cpu, int on);
+enum { MEDHA_CPU_TIME_OFF, MEDHA_CPU_TIME_WALL, MEDHA_CPU_TIME_THREAD };
+void medha_cpu_set_timing(struct medha_cpu *cpu, int how);
 struct medha_cpu_times medha_cpu_times(const struct medha_cpu *cpu);
 
 /*

@@ -40,7 +40,7 @@ struct medha_cpu {
 	medha_merge_fn merge;             /* KVP merge, and its argument */
 	void *marg;
 	char gwhy[256]; /* why the last gather failed */
-	int timing;     /* measure the operators (medha_cpu_set_timing) */
+	int timing;     /* measure the operators: MEDHA_CPU_TIME_* */
 	struct medha_cpu_times times; /* of the last call, when timing */
 
 	int cap;       /* tokens the buffers below hold */
@@ -74,6 +74,14 @@ struct medha_cpu {
 	float *ones;   /* (head_dim) 1s: llama4's Q/K norm without weights */
 	struct medha_cpu_moe *moe; /* the routed layers' state, or NULL */
 };
+
+/* The clock the operators are timed by (c->timing on). */
+static inline double
+medha_cpu_clock(const struct medha_cpu *c)
+{
+	return c->timing == MEDHA_CPU_TIME_THREAD ? medha_thread_cpu()
+	                                          : medha_now();
+}
 
 /* The matrices of a layer, in c->w order. */
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN };

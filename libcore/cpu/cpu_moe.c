@@ -520,6 +520,7 @@ medha_cpu_moe_ffn(struct medha_cpu *c, int l, int n)
 		const int r0 = m->off[e], nr = m->off[e + 1] - r0;
 		if (nr == 0)
 			continue;
+		c->times.experts++;
 		if ((rc = medha_act_set(&m->act, m->xg + (size_t)r0 * d, nr, d,
 		         c->nt)) != 0)
 			return rc;

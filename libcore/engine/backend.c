@@ -151,9 +151,10 @@ medha_backend_forward(struct medha_backend *be, const struct medha_fwd *f,
 	if (f->times == NULL)
 		return be->ops->forward(be->impl, f, why, whylen);
 	memset(f->times, 0, sizeof(*f->times));
-	t0 = medha_now();
+	t0 = f->thread_clock ? medha_thread_cpu() : medha_now();
 	rc = be->ops->forward(be->impl, f, why, whylen);
-	f->times->total = medha_now() - t0;
+	f->times->total =
+	    (f->thread_clock ? medha_thread_cpu() : medha_now()) - t0;
 	return rc;
 }
 

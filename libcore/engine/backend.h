@@ -124,6 +124,8 @@ struct medha_fwd_times {
 	double moe;   /* the routed FFN of a mixture of experts' layers
 	                 (router, experts, shared expert), every layer run,
 	                 s; 0 for a dense model (cpu backend) */
+	double experts; /* the experts the tokens chose, summed over the
+	                   routed layers run (cpu backend; 0 for others) */
 	int split;    /* 1 if attn, merge and head were measured */
 };
 
@@ -162,6 +164,10 @@ struct medha_fwd {
 	const struct medha_batch_kv *kv;
 	/* optional out: where the call's time went (cleared first) */
 	struct medha_fwd_times *times;
+	/* with times: timed by the calling thread's CPU time
+	   (medha_thread_cpu), not the wall clock; only for a cpu backend
+	   of one thread, which runs every task on the caller */
+	int thread_clock;
 };
 
 /* What a backend holds and runs; filled by its constructor. */

@@ -183,7 +183,10 @@ cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 	if (f->comm != NULL)
 		medha_cpu_set_gather(c->cpu, gather, c);
 	medha_cpu_set_kvp(c->cpu, f->kv, f->comm != NULL ? kvp_merge : NULL, c);
-	medha_cpu_set_timing(c->cpu, f->times != NULL);
+	medha_cpu_set_timing(c->cpu,
+	    f->times == NULL      ? MEDHA_CPU_TIME_OFF
+	        : f->thread_clock ? MEDHA_CPU_TIME_THREAD
+	                          : MEDHA_CPU_TIME_WALL);
 	if ((rc = medha_cpu_forward_layers(c->cpu, f->b, f->layer_lo,
 	         f->layer_hi, f->h_in, f->h_out, lg, why, whylen)) != 0)
 		return rc;
@@ -193,6 +196,7 @@ cpu_forward(void *impl, const struct medha_fwd *f, char *why, size_t whylen)
 		f->times->merge = t.merge;
 		f->times->head = t.head;
 		f->times->moe = t.moe;
+		f->times->experts = t.experts;
 		f->times->split = 1;
 	}
 	if (f->samplers != NULL)

@@ -80,9 +80,10 @@ done
 # PAGE.N how
 table='
 medha-prof.1.1 slow make bench-predictor
-medha-prof.1.2 slow make bench-predictor (it serves with the profile the first makes)
-medha-prof.1.3 gpu
-medha-prof.1.4 slow no test (a profile of each chunk size, on two threads)
+medha-prof.1.2 slow no test (a profile and check of a mixture of experts, the model of contrib/bench-moe.sh, on one thread)
+medha-prof.1.3 slow make bench-predictor (it serves with the profile the first makes)
+medha-prof.1.4 gpu
+medha-prof.1.5 slow no test (a profile of each chunk size, on two threads)
 medha-profile.5.1 data medha-trace gen -q 2 -n 20 -s 1 | medha-sched --sim a100 -m llama3-8b --tp 8 --profile $f >/dev/null
 medha-proto.7.1 data python3 "$top/tests/ref/proto_transcript.py" $f
 medha-proto.7.2 data python3 "$top/tests/ref/proto_transcript.py" $f

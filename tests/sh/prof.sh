@@ -62,6 +62,12 @@ want 2 -m x --chunks --check 3
 want 2 -m x --moe
 says '\-\-moe goes with --check'
 want 2 -m x --reps 0
+want 2 -m x --clock cpu
+says 'expected wall or thread'
+want 2 -m x --clock thread
+says 'goes with --backend cpu and -t 1'
+want 2 -m x --clock thread -t 2
+says 'goes with --backend cpu and -t 1'
 want 2 -m x extra
 says 'unexpected argument'
 want 1 -m "$tmp/none.gguf" -q
@@ -90,9 +96,13 @@ for op in linear:4 lm_head:2 attn_prefill:4 attn_decode:4 spp_send:2 \
 done
 awk -F, 'NR > 3 && !($4 > 0) { print "not positive: " $0; bad = 1 }
     END { exit bad }' "$tmp/prof.csv"
-# to standard output without -o: the same rows
+# to standard output without -o: the same rows; --clock thread says so
 want 0 -m "$model" -q -t 1 --reps 1
 [ "$(grep -c '^[a-z]' "$tmp/out")" -eq 21 ]
+! head -1 "$tmp/out" | grep -q clock=
+want 0 -m "$model" -q -t 1 --reps 1 --clock thread
+[ "$(grep -c '^[a-z]' "$tmp/out")" -eq 21 ]
+head -1 "$tmp/out" | grep -q ' kv=f32 clock=thread$'
 # -o into a directory that does not exist: nothing written
 want 1 -m "$model" -q -o "$tmp/no/such/prof.csv"
 says 'no/such/prof.csv.part'
@@ -139,6 +149,24 @@ if [ -x "$py" ] && has_py numpy gguf; then
 	    grep -Eq '^predictor error: median [0-9.]+%, p90 [0-9.]+%$' \
 	    "$tmp/out" && [ "$(grep -c '%$' "$tmp/out")" -eq 5 ] ||
 	    { echo "--check --moe printed:"; cat "$tmp/out"; exit 1; }
+	# each batch's experts a layer ran (the mean over its draws: 4 to
+	# 16, at most 4 a token) and E (1 - (1 - k/E)^T) of top-4 of 16
+	awk '/%$/ && NF == 7 && $1 ~ /^[0-9]+$/ {
+		n++; t = $2; lo = 4; hi = 4 * t < 16 ? 4 * t : 16
+		g = 16 * (1 - (12 / 16) ^ t)
+		if ($3 < lo - 1e-9 || $3 > hi + 1e-9 || ($4 - g) ^ 2 > 1e-4) {
+			print "batch line: " $0; bad = 1 }
+	} END { exit bad || n != 3 }' "$tmp/out" ||
+	    { echo "--check --moe -v:"; cat "$tmp/out"; exit 1; }
+	# in the profile's run its batches are measured in its sweeps; one
+	# token runs its 4 experts in each of the 3 routed layers
+	want 0 -m "$tmp/qwen3moe.gguf" -q -t 1 --clock thread \
+	    --max-context 256 --reps 1 --check 3 --moe -v -o "$tmp/moe2.csv"
+	grep -q '^3 routed FFN batches (1 to 256 tokens): ' "$tmp/out" &&
+	    grep -q 'moe_ffn 1 tokens: 4.00 experts a layer' "$tmp/err" &&
+	    head -1 "$tmp/moe2.csv" | grep -q 'clock=thread$' ||
+	    { echo "--check --moe in the profile's run:"; cat "$tmp/out" \
+	      "$tmp/err"; exit 1; }
 	echo "moe: ok"
 fi
 
