@@ -40,21 +40,26 @@
 
 /*
  * How long a thread spins before it sleeps, a worker waiting for the
- * next region or the caller for the workers' last tasks: 50 us, longer
+ * next region or the caller for the workers' last tasks: 200 us, longer
  * than the gaps between the regions of a forward pass on a free machine
- * but short beside a scheduler's time slice. Timed, not counted in
+ * but short beside a scheduler's time slice (50 us let the workers
+ * sleep between regions there: on an idle machine SmolLM2's prefill and
+ * decode in contrib/bench-cpu.sh types were 5-17% slower than with the
+ * old pool in runs alternated with it, and at 200 us they are as fast,
+ * while bench-moe.sh's 8K decode is 82-84 tok/s against llama.cpp's
+ * 30-32). Timed, not counted in
  * pauses: a pause takes 25 to 140 ns by the CPU (8000 of them, meant as
  * 0.2 ms, spun 0.7-0.9 ms here). On a loaded machine a partner that lost
  * its core comes back only after others' slices; a thread spinning the
  * while uses up its own share, and one asleep is woken ahead of the
- * processes that ran. A decode step of contrib/bench-moe.sh's qwen3moe
+ * processes that ran. With 50 us, a decode step of contrib/bench-moe.sh's qwen3moe
  * at 8K tokens of context, 2 threads, load 5-7 on 2 cores, runs of 50
  * steps alternated with the pool as it was (8000 pauses for a worker, a
  * yield every 2000 for the caller): median 27-35 against 55-64 ms, its
  * attention 15-17 against 25-40 ms. A live worker's nap (below) sleeps
  * at once.
  */
-#define SPIN_S 50e-6
+#define SPIN_S 200e-6
 #define SPIN_CHECK 32 /* pauses between reads of the clock */
 
 struct worker {
