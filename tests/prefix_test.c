@@ -727,6 +727,20 @@ test_cancel_and_lost(void **state)
 	medha_pred_free(&p);
 }
 
+/* Batches of s, each done at once, until q has decoded n tokens. */
+static void
+run_until(struct medha_sched *s, const struct medha_req *q, int64_t n,
+    double *now)
+{
+	struct medha_sched_batch b;
+
+	while (q->decoded < n) {
+		assert_int_equal(medha_sched_next_batch(s, *now, &b), 1);
+		*now += b.latency;
+		assert_int_equal(medha_sched_batch_done(s, &b, NULL, *now), 0);
+	}
+}
+
 /*
  * recover_timeout: a request decoding when its worker is lost waits to
  * be recomputed (its outputs so far folded into its prompt, the rest of
@@ -763,11 +777,7 @@ test_recover(void **state)
 	r.n_prefix = 1;
 	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
 	assert_non_null(q = medha_sched_req(s, h));
-	while (q->decoded < 3) { /* its prefill, then a few tokens */
-		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
-		now += b.latency;
-		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
-	}
+	run_until(s, q, 3, &now); /* its prefill, then a few tokens */
 	out = q->decoded;
 	assert_int_equal(medha_sched_next_batch(s, now, &b), 1); /* void */
 	assert_int_equal(medha_sched_worker_lost(s, "worker 1 lost", now), 0);
@@ -790,11 +800,7 @@ test_recover(void **state)
 	r.arrival = now;
 	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
 	q = medha_sched_req(s, h);
-	while (q->decoded < 2) {
-		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
-		now += b.latency;
-		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
-	}
+	run_until(s, q, 2, &now);
 	assert_int_equal(medha_sched_worker_lost(s, "worker 1 lost", now), 0);
 	while (medha_sched_next_batch(s, now, &b) == 1) {
 		now += b.latency;
@@ -810,11 +816,7 @@ test_recover(void **state)
 	snprintf(r.id, sizeof(r.id), "c");
 	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
 	q = medha_sched_req(s, h);
-	while (q->decoded < 2) {
-		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
-		now += b.latency;
-		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
-	}
+	run_until(s, q, 2, &now);
 	assert_int_equal(medha_sched_worker_lost(s, "worker 6 lost", now), 0);
 	assert_int_equal(medha_sched_recover_expire(s, now + 9.9), 0);
 	assert_int_equal(medha_sched_pop_record(s, &rec), 0);
@@ -830,11 +832,7 @@ test_recover(void **state)
 	snprintf(r.id, sizeof(r.id), "f");
 	assert_int_equal(medha_sched_arrive(s, &r, now, &h), 0);
 	q = medha_sched_req(s, h);
-	while (q->decoded < 2) {
-		assert_int_equal(medha_sched_next_batch(s, now, &b), 1);
-		now += b.latency;
-		assert_int_equal(medha_sched_batch_done(s, &b, NULL, now), 0);
-	}
+	run_until(s, q, 2, &now);
 	assert_int_equal(medha_sched_worker_lost(s, "worker 2 lost", now), 0);
 	assert_int_equal(medha_sched_next_batch(s, now + 6, &b), 1);
 	assert_int_equal(q->state, MEDHA_REQ_PREFILL); /* admitted again */

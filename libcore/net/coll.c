@@ -592,12 +592,12 @@ find_waiting(const struct medha_coll *c, int src, uint64_t tag)
 }
 
 /*
- * Take message m: keep it waiting, or, past the limits (coll.h), drop
+ * Take message m (of this table): keep it waiting, or, past the limits (coll.h), drop
  * it and every waiting one (their memory goes back) and return
  * MEDHA_ENOSPACE; 0 when kept.
  */
 static int
-keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
+keep(struct medha_coll *c, nng_msg *m, int src, uint64_t tag)
 {
 	size_t len = nng_msg_len(m);
 
@@ -613,7 +613,7 @@ keep(struct medha_coll *c, nng_msg *m, int src, uint64_t gen, uint64_t tag)
 		c->w = n;
 		c->wcap = cap;
 	}
-	c->w[c->nw++] = (struct waiting){src, gen, tag, m};
+	c->w[c->nw++] = (struct waiting){src, c->gen, tag, m};
 	c->wbytes += len;
 	return 0;
 full:
@@ -754,7 +754,7 @@ take_early(struct medha_coll *c)
 			continue;
 		}
 		if (take(c, e[i], &m, &src, &tag) == 1 &&
-		    keep(c, m, src, c->gen, tag) != 0)
+		    keep(c, m, src, tag) != 0)
 			medha_log(MEDHA_LOG_WARN,
 			    "collectives: the messages that came ahead of "
 			    "peer table %llu are past the waiting list's "
@@ -813,7 +813,7 @@ medha_coll_recv(struct medha_coll *c, int src, uint64_t tag, void *buf,
 			break;
 		int was = c->nw;
 		size_t bytes = c->wbytes;
-		if (keep(c, m, msrc, c->gen, mtag) != 0)
+		if (keep(c, m, msrc, mtag) != 0)
 			return medha_why(why, whylen, MEDHA_ENOSPACE,
 			    "collectives: %d messages of %zu bytes were "
 			    "waiting (at most %d, %zu bytes): all dropped",
