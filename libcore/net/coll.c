@@ -592,9 +592,9 @@ find_waiting(const struct medha_coll *c, int src, uint64_t tag)
 }
 
 /*
- * Take message m (of this table): keep it waiting, or, past the limits (coll.h), drop
- * it and every waiting one (their memory goes back) and return
- * MEDHA_ENOSPACE; 0 when kept.
+ * Take message m (of this table): keep it waiting, or, past the limits
+ * (coll.h), drop it and every waiting one (their memory goes back) and
+ * return MEDHA_ENOSPACE; 0 when kept.
  */
 static int
 keep(struct medha_coll *c, nng_msg *m, int src, uint64_t tag)
