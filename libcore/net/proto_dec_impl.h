@@ -95,10 +95,6 @@ dec_get_bool(struct dec *d, const msgpack_object *o, const char *path, int *out)
 int
 dec_reqspec(struct dec *d, const msgpack_object *o, struct medha_reqspec *rs);
 
-/*
- * A record (an EVENTS finish) into r; pfx is the path of o, for reasons
- * (proto_dec_req.c).
- */
 /* [logprob, [[id, logprob(, bytes)], ...](, bytes)] into *lp (the top:
    at most 20; bytes, the drawn token's name, or NULL: none). */
 int dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
@@ -106,6 +102,10 @@ int dec_lp(struct dec *d, const msgpack_object *lpv, const msgpack_object *top,
 /* An array of n of those, malloc'd into *lps. */
 int dec_lps(struct dec *d, const msgpack_object *o, const char *path,
     int64_t n, struct medha_token_lp **lps);
+/*
+ * A record (an EVENTS finish) into r; pfx is the path of o, for reasons
+ * (proto_dec_req.c).
+ */
 int dec_record(struct dec *d, const msgpack_object *o, const char *pfx,
     struct medha_record *r);
 
