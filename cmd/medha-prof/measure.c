@@ -287,29 +287,45 @@ moe_ids(struct prof *P, int64_t n, uint64_t *s, char *why, size_t whylen)
  * The experts T random tokens touch vary from draw to draw (and the
  * grid's fixed ids route unlike random ones), so a routed FFN's time is
  * the mean over draws, as the predictor's is the expectation over them.
- * A sweep measures every batch once, in an order of its own (shuffled):
- * a busy machine's load comes and goes over seconds and minutes, and
- * batches measured one after the other (one batch's draws, or the
- * profile's small batch sizes in a row) would all carry the load of
- * their moment, an offset over a stretch of the curve rather than noise
- * around it.
+ * Each of a point's PROF_MOE_DRAWS * reps runs is a draw of its own
+ * (the same runs as a median of reps over fewer draws would take, but
+ * as many routings as runs), and the mean leaves out the fastest and
+ * slowest sixth by routed-FFN time (a trimmed mean: a run the machine
+ * stalled weighs nothing, and the routings' mean is kept). A sweep
+ * measures every batch once, in an order of its own (shuffled): a busy
+ * machine's load comes and goes over seconds and minutes, and batches
+ * measured one after the other (one batch's draws, or the profile's
+ * small batch sizes in a row) would all carry the load of their moment,
+ * an offset over a stretch of the curve rather than noise around it.
  */
+static int
+cmp_moe(const void *a, const void *b)
+{
+	double x = ((const struct prof_time *)a)->moe;
+	double y = ((const struct prof_time *)b)->moe;
+
+	return x < y ? -1 : x > y;
+}
+
 int
 prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
     struct prof_time *t, const char *what, char *why, size_t whylen)
 {
 	const int L = P->be->info.shape.n_layers;
-	const double D = PROF_MOE_DRAWS;
+	const int D = PROF_MOE_DRAWS * P->reps, cut = D / 6;
 	uint64_t o = 0x73776565 ^ (uint64_t)n; /* the sweeps' orders */
-	struct prof_time d;
+	struct prof_time *d; /* (n, D) each batch's draws */
 	int *ord, i, j, k, rc = 0;
 
-	if ((ord = medha_calloc((size_t)n, sizeof(*ord))) == NULL)
-		return medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
-	memset(t, 0, sizeof(*t) * (size_t)n);
+	ord = medha_calloc((size_t)n, sizeof(*ord));
+	d = medha_calloc((size_t)n * (size_t)D, sizeof(*d));
+	if (ord == NULL || d == NULL) {
+		rc = medha_why(why, whylen, MEDHA_ENOMEM, "out of memory");
+		goto out;
+	}
 	for (i = 0; i < n; i++)
 		ord[i] = i;
-	for (k = 0; k < PROF_MOE_DRAWS; k++) {
+	for (k = 0; k < D; k++) {
 		for (i = n - 1; i > 0; i--) { /* Fisher-Yates */
 			int r = (int)(splitmix64(&o) % (uint64_t)(i + 1));
 			int x = ord[i];
@@ -318,23 +334,37 @@ prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
 		}
 		for (j = 0; j < n; j++) {
 			struct prof_item it = {tokens[i = ord[j]], 0, 0};
-			prof_progress(P, what, k * n + j, PROF_MOE_DRAWS * n);
+			struct prof_time *x = &d[(size_t)i * (size_t)D + k];
+			prof_progress(P, what, k * n + j, D * n);
 			if ((rc = moe_ids(P, tokens[i], &s[i], why, whylen)) !=
 			        0 ||
-			    (rc = prof_time(P, &it, 1, 0, L, 0, &d, why,
+			    (rc = prof_time(P, &it, 1, 0, L, 1, x, why,
 			         whylen)) != 0)
 				goto out;
-			t[i].total += d.total / D;
-			t[i].attn += d.attn / D;
-			t[i].head += d.head / D;
-			t[i].moe += d.moe / D;
-			t[i].rest += d.rest / D;
-			t[i].experts += d.experts / D;
+			medha_log(MEDHA_LOG_DEBUG,
+			    "%s: %lld tokens, draw %d: %.0f experts, %.3f ms",
+			    what, (long long)tokens[i], k, x->experts,
+			    1e3 * x->moe);
 		}
 	}
-	prof_progress(P, what, PROF_MOE_DRAWS * n, PROF_MOE_DRAWS * n);
+	prof_progress(P, what, D * n, D * n);
+	for (i = 0; i < n; i++) {
+		struct prof_time *x = &d[(size_t)i * (size_t)D];
+		const double m = D - 2 * cut;
+		qsort(x, (size_t)D, sizeof(*x), cmp_moe);
+		memset(&t[i], 0, sizeof(t[i]));
+		for (k = cut; k < D - cut; k++) {
+			t[i].total += x[k].total / m;
+			t[i].attn += x[k].attn / m;
+			t[i].head += x[k].head / m;
+			t[i].moe += x[k].moe / m;
+			t[i].rest += x[k].rest / m;
+			t[i].experts += x[k].experts / m;
+		}
+	}
 out:
 	free(ord);
+	free(d);
 	return rc;
 }
 

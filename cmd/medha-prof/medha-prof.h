@@ -131,16 +131,16 @@ double prof_median(double *v, int n);
 /* The model's routed layers (a mixture of experts; 0: dense). */
 int prof_moe_layers(const struct prof *P);
 
-/* draws of random tokens a routed FFN's time averages (the profile's
-   points, --check's batches) */
+/* draws of random tokens a routed FFN's time averages, per repetition
+   (the profile's points, --check's batches) */
 #define PROF_MOE_DRAWS 3
 
 /*
  * A mixture of experts: n batches, batch i one sequence of tokens[i]
  * random token ids (drawn from s[i]) run over every layer, timed in
- * PROF_MOE_DRAWS sweeps over all n, each draw the median of the
- * repetitions; t[i] the mean over the draws (measure.c). what labels
- * the progress line.
+ * PROF_MOE_DRAWS * reps sweeps over all n, each run a draw of its own;
+ * t[i] the mean over the draws, the fastest and slowest sixth left out
+ * (measure.c). what labels the progress line.
  */
 int prof_moe_sweeps(struct prof *P, const int64_t *tokens, int n, uint64_t *s,
     struct prof_time *t, const char *what, char *why, size_t whylen);
