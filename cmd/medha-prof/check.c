@@ -6,8 +6,8 @@
  * predicted the way the scheduler predicts them (batchcost.h on the
  * profile); the summary is the median and p90 of |predicted / measured
  * - 1|. A mixture of experts' routed FFN is then checked alone, at
- * batch sizes of 1 to 256 tokens (prof_check_moe): each the mean over
- * draws of random token ids (prof_moe_sweeps), drawn from --seed, so
+ * batch sizes of 1 to 256 tokens (prof_check_moe): each the trimmed
+ * mean over draws of random token ids (prof_moe_sweeps), from --seed, so
  * that they route unlike the profile's own draws.
  */
 #include "medha-prof.h"
