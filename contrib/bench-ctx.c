@@ -9,8 +9,9 @@
  *	depth D  prefill X tok/s  decode Y tok/s  bytes/token B
  *
  * B is what one decode step at depth D must read at least: every weight
- * of the model (medha_model_weight_bytes) and the KV cache's K and V of
- * D + P positions. With -B it first prints the memory bandwidth a
+ * of the model, of a mixture of experts only the top-k experts a token
+ * runs in each routed layer (medha_model_step_bytes), and the KV cache's
+ * K and V of D + P positions. With -B it first prints the memory bandwidth a
  * streaming read of 1 GiB gets with the same threads (best of 5):
  *
  *	read G GB/s
@@ -248,7 +249,8 @@ main(int argc, char **argv)
 		printf("depth %lld  prefill %.1f tok/s  decode %.1f tok/s  "
 		       "bytes/token %.0f\n",
 		    (long long)depth[i], pp, tg,
-		    (double)medha_model_weight_bytes(m) + kvb * (double)pos);
+		    medha_model_step_bytes(m, m->c.a.n_expert_used) +
+		        kvb * (double)pos);
 		fflush(stdout);
 	}
 	medha_cpu_free(cpu);

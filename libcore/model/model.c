@@ -645,21 +645,29 @@ tbytes(const struct medha_tensor *t)
 	    (size_t)(t->n_dims >= 3 ? t->ne[2] : 1);
 }
 
-size_t
-medha_model_weight_bytes(const struct medha_model *m)
+double
+medha_model_step_bytes(const struct medha_model *m, double experts)
 {
-	size_t n = tbytes(m->output);
+	const int E = m->c.a.n_expert;
+	const double f = E > 0 && experts < E ? experts / E : 1;
+	double n = (double)tbytes(m->output);
 	int i;
 
 	for (i = 0; i < m->c.n_layers; i++) {
 		const struct medha_layer *L = &m->layer[i];
-		n += tbytes(L->wq) + tbytes(L->wk) + tbytes(L->wv) +
-		    tbytes(L->wo) + tbytes(L->gate) + tbytes(L->up) +
-		    tbytes(L->down) + tbytes(L->gate_inp) +
-		    tbytes(L->gate_exps) + tbytes(L->up_exps) +
-		    tbytes(L->down_exps);
+		n += (double)(tbytes(L->wq) + tbytes(L->wk) + tbytes(L->wv) +
+		         tbytes(L->wo) + tbytes(L->gate) + tbytes(L->up) +
+		         tbytes(L->down) + tbytes(L->gate_inp));
+		n += f * (double)(tbytes(L->gate_exps) + tbytes(L->up_exps) +
+		             tbytes(L->down_exps));
 	}
 	return n;
+}
+
+size_t
+medha_model_weight_bytes(const struct medha_model *m)
+{
+	return (size_t)medha_model_step_bytes(m, m->c.a.n_expert);
 }
 
 void

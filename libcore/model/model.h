@@ -317,6 +317,11 @@ void medha_expert_view(struct medha_tensor *v, const struct medha_tensor *exps,
    model reads; every expert's counted). */
 size_t medha_model_weight_bytes(const struct medha_model *m);
 
+/* The weight bytes a step reads that runs experts of each routed
+   layer's (a decode step of one token: n_expert_used; n_expert or more:
+   every expert, medha_model_weight_bytes). */
+double medha_model_step_bytes(const struct medha_model *m, double experts);
+
 /*
  * Layers [*lo, *hi) of SPP stage s (0 <= s < spp <= n) over n layers:
  * as even as can be, the earlier stages taking one more where spp does
