@@ -214,6 +214,12 @@ prof_coll(struct prof *P, struct prof_row *rows, int *nrows, int *done,
 			/* the others wait at a barrier no one can complete */
 			die(1, "no thread for the collectives");
 		}
+	/* a first exchange between every two members, not timed: the
+	   first message over a new connection waits for it (a 1-token
+	   spp_send once read 4 ms, 40 times the next points') */
+	if ((rc = run_point(&sh, MEDHA_OP_KVP_MERGE, 1, COLL_PEERS, 1, &tag,
+	         &s, why, whylen)) != 0)
+		goto out;
 	/* up to --max-tokens, -q too, and at least two points */
 	for (i = 0; i < ns && (i < 2 || ts[i] <= P->max_tokens);
 	     i++, (*done)++) {
