@@ -66,7 +66,11 @@ done
 "$bin/medha-router" -l "tcp://0.0.0.0:$q" -r "tcp://127.0.0.1:$p" \
     --secret-file "$tmp/k" 2>"$tmp/router.log" &
 wait_for "$tmp/sched.log" "ready:" 30
-"$bin/medha-trace" gen -n 20 -q 5 -s 3 >"$tmp/trace.jsonl"
+# short requests, so that a replay takes seconds, not twenty (a 534K
+# prompt came with -l 0.05); messages in pieces under a secret are
+# coll_test's
+"$bin/medha-trace" gen -n 20 -q 20 -s 3 -l 0 --max-tokens 32 \
+    >"$tmp/trace.jsonl"
 "$bin/medha-trace" replay -a "tcp://127.0.0.1:$q" --secret-file "$tmp/k" \
     "$tmp/trace.jsonl" >"$tmp/out.jsonl"
 MEDHA_SECRET_FILE=$tmp/k "$bin/medha-trace" replay -a "tcp://127.0.0.1:$p" \
