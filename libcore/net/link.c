@@ -900,7 +900,10 @@ medha_srv_error(struct medha_srv *s, struct medha_srv_call *call, int code,
 struct exit_by {
 	double s;
 	int rc;
+	int gen; /* exit_gen when armed */
 };
+
+static int exit_gen; /* medha_link_exit_by_off() disarms what is armed */
 
 static void *
 exit_by_main(void *arg)
@@ -909,10 +912,18 @@ exit_by_main(void *arg)
 
 	free(arg);
 	usleep((useconds_t)(e.s * 1e6));
-	medha_log(MEDHA_LOG_INFO, "closing the sockets takes too long: "
+	if (__atomic_load_n(&exit_gen, __ATOMIC_ACQUIRE) != e.gen)
+		return NULL;
+	medha_log(MEDHA_LOG_WARN, "closing the sockets takes too long: "
 	    "exiting");
 	_exit(e.rc);
 	return NULL;
+}
+
+void
+medha_link_exit_by_off(void)
+{
+	__atomic_add_fetch(&exit_gen, 1, __ATOMIC_ACQ_REL);
 }
 
 void
@@ -926,6 +937,7 @@ medha_link_exit_by(double s, int rc)
 		return;
 	e->s = s;
 	e->rc = rc;
+	e->gen = __atomic_load_n(&exit_gen, __ATOMIC_ACQUIRE);
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &a, exit_by_main, e) != 0)

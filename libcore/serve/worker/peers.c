@@ -71,12 +71,9 @@ wk_peers_open(struct wk_peers *p, const struct medha_worker_config *c,
 }
 
 void
-wk_peers_close(struct wk_peers *p, int failed)
+wk_peers_close(struct wk_peers *p)
 {
-	/* nng 1.5 may block for ever closing a push socket whose peer went
-	 * away first (as all do at a stop): the exit comes within 3 s */
 	if (p->coll != NULL) {
-		medha_link_exit_by(3, failed);
 		medha_coll_close(p->coll);
 		p->coll = NULL;
 	}

@@ -11,7 +11,7 @@
  *	wk_peers_open(&p, &config, &stop, &drop, why, sizeof(why));
  *	(a BATCH with a peer table: wk_peers_take(&p, be, batch.peers))
  *	wk_peers_comm(&p, &call, batch.seq, &comm);	(a forward's collectives)
- *	wk_peers_close(&p, 0);
+ *	wk_peers_close(&p);
  */
 #ifndef MEDHA_WK_PEERS_H
 #define MEDHA_WK_PEERS_H
@@ -48,8 +48,9 @@ int wk_peers_init(struct wk_peers *p, const struct medha_worker_config *c,
 int wk_peers_open(struct wk_peers *p, const struct medha_worker_config *c,
     volatile sig_atomic_t *stop, volatile sig_atomic_t *drop, char *why,
     size_t whylen);
-/* The peers' links closed; failed: the stop follows a failure. */
-void wk_peers_close(struct wk_peers *p, int failed);
+/* The peers' links closed (nng 1.5 may never return from it: the
+   caller arms medha_link_exit_by first). */
+void wk_peers_close(struct wk_peers *p);
 /* Where the peers reach this worker, for its HELLO ("" alone). */
 const char *wk_peers_url(const struct wk_peers *p);
 /* Take the scheduler's peer table t (dial the workers this one sends

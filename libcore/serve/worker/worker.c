@@ -226,15 +226,23 @@ session(struct worker *w, int *batches, struct medha_tbt *rtt)
 	result_free(&out.result);
 }
 
-/* Everything w holds; failed: the stop follows a failure. */
+/*
+ * Everything w holds; failed: the stop follows a failure. nng 1.5 may
+ * block for ever closing a socket whose peer went away (the scheduler's
+ * link, as a worker stopped with its scheduler killed once did, or the
+ * peers' push sockets, as all go at a stop): if they have not returned
+ * in 3 s, the process exits (status failed), as it was about to.
+ */
 static void
 worker_free(struct worker *w, int failed)
 {
+	medha_link_exit_by(3, failed);
 	medha_cli_close(w->cli);
 	wk_seqs_free(&w->seqs);
 	wk_batch_free(&w->batch);
 	wk_ahead_free(&w->ahead);
-	wk_peers_close(&w->peers, failed);
+	wk_peers_close(&w->peers);
+	medha_link_exit_by_off();
 }
 
 /* w for backend be and config c, its scheduler's link open; *h the
