@@ -169,20 +169,31 @@ def tokenizer(src):
 
 
 class Writer(gguf.GGUFWriter):
-    """gguf's writer, but the tokenizer's arrays (the same lists in every
-    model of a run) packed once: packing them item by item takes a second
-    a model. The bytes are the writer's own."""
-    _packed = {}
+    """gguf's writer, but arrays of strings or of integers packed in one
+    step, not item by item (a tokenizer's arrays took a second a model);
+    the bytes are those gguf's own packing gives."""
 
     def _pack_val(self, val, vtype, add_vtype, sub_type=None):
-        if not (isinstance(val, list) and
-                any(val is v for t in _tok.values() for v in t.values())):
+        import struct
+        V = gguf.GGUFValueType
+        if (vtype != V.ARRAY or sub_type is not None or
+                self.endianess != gguf.GGUFEndian.LITTLE or
+                not isinstance(val, list) or not val or
+                type(val[0]) not in (str, int)):
             return super()._pack_val(val, vtype, add_vtype, sub_type)
-        k = (id(val), vtype, add_vtype, sub_type)
-        if k not in self._packed:
-            self._packed[k] = super()._pack_val(val, vtype, add_vtype,
-                                                sub_type)
-        return self._packed[k]
+        et = V.get_type(val[0])
+        if not all(type(v) is type(val[0]) for v in val):
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        head = struct.pack("<IQ", et, len(val))
+        if add_vtype:
+            head = struct.pack("<I", vtype) + head
+        if et == V.STRING:
+            enc = [v.encode("utf-8") for v in val]
+            return head + b"".join(struct.pack("<Q", len(e)) + e
+                                   for e in enc)
+        return head + struct.pack("<%d%s" % (len(val),
+                                             self._simple_value_packing[et]),
+                                  *val)
 
 
 def write(case, src, out, flaw=None, seed=7):
@@ -545,12 +556,13 @@ def forward(meta, T, ids):
     return lg
 
 
-def header(path, tokenizer=False):
+def header(path, tokenizer=False, types=None):
     """A GGUF file's bytes (mapped), metadata (key: value; the tokenizer's
     keys only if asked), tensor infos (name, dims, type, offset) and the
-    offset of the tensor data. Parsed here, by the format's specification,
-    rather than by gguf's reader, which takes some 15 s over a
-    vocabulary's arrays."""
+    offset of the tensor data; with a dict types, each key's value type
+    (gguf.GGUFValueType) put there. Parsed here, by the format's
+    specification, rather than by gguf's reader, which takes some 15 s
+    over a vocabulary's arrays."""
     import struct
     buf = memoryview(np.memmap(path, dtype=np.uint8, mode="r"))
     at = [0]
@@ -590,6 +602,8 @@ def header(path, tokenizer=False):
         v = value(t)
         if tokenizer or not k.startswith("tokenizer."):
             meta[k] = v
+            if types is not None:
+                types[k] = gguf.GGUFValueType(t)
     infos = []
     for _ in range(nt):
         name = string()
