@@ -28,6 +28,11 @@ part of the product: it gives the numbers medha is checked against.
                                                  (as greedy); one process, each
                                                  model loaded once
     python llamacpp.py bench [-t T] [-r R] MODEL pp512 and tg128 tokens/s
+    python llamacpp.py batch FILE                each line of FILE: a file name,
+                                                 then a command above (words as
+                                                 the shell splits them), whose
+                                                 output goes to the file; one
+                                                 process, each model loaded once
 
 Tokenization is llama.cpp's command-line default: add_special (BOS only if
 the vocabulary asks for it) and parse_special (text such as <|im_start|>
@@ -51,6 +56,7 @@ import ctypes as C
 import importlib.util
 import json
 import os
+import shlex
 import struct
 import sys
 import time
@@ -453,7 +459,17 @@ def f32_bytes(lg):
     return struct.pack("<%df" % len(lg), *lg)
 
 
-def main(argv):
+_models = {}
+
+
+def load(path, vocab_only=False):
+    """The Model of path, loaded once per process (runs, batch)."""
+    if (path, vocab_only) not in _models:
+        _models[path, vocab_only] = Model(path, vocab_only)
+    return _models[path, vocab_only]
+
+
+def main(argv, out=None):
     if not argv:
         usage()
     cmd, args = argv[0], argv[1:]
@@ -475,10 +491,10 @@ def main(argv):
         i += 1
     if not rest:
         usage()
-    out = sys.stdout.buffer
+    out = out or sys.stdout.buffer
     threads = int(opts["-t"])
     if cmd == "tokenize" and len(rest) == 2:
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         if opts["--jsonl"]:
             with open(rest[1], "rb") as f:
                 for line in f:
@@ -490,15 +506,15 @@ def main(argv):
                 ids = m.tokenize(f.read())
             out.write((" ".join(map(str, ids)) + "\n").encode())
     elif cmd == "detokenize":
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         out.write(m.detokenize([int(x) for x in rest[1:]]))
     elif cmd == "pieces" and len(rest) == 1:
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         for t in range(m.n_vocab):
             p = m.piece(t)
             out.write((p.hex() if p else "-").encode() + b"\n")
     elif cmd == "chat" and len(rest) == 2:
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         if opts["--jsonl"]:
             with open(rest[1], "rb") as f:
                 for line in f:
@@ -509,7 +525,7 @@ def main(argv):
             out.write(m.chat([("user", rest[1])]))
     elif cmd == "logits" and len(rest) >= 2:
         ids = [int(x) for x in rest[1:]]
-        m = Model(rest[0])
+        m = load(rest[0])
         m.context(n_ctx=max(512, len(ids) + 16), threads=threads,
                   kv=opts["--kv"], fa=opts["--fa"])
         data = f32_bytes(m.logits(ids))
@@ -521,21 +537,17 @@ def main(argv):
     elif cmd == "greedy" and len(rest) >= 3:
         n = int(rest[1])
         ids = [int(x) for x in rest[2:]]
-        m = Model(rest[0])
+        m = load(rest[0])
         m.context(n_ctx=max(512, len(ids) + n + 16), threads=threads,
                   kv=opts["--kv"], fa=opts["--fa"])
         out.write((" ".join(map(str, m.greedy(ids, n))) + "\n").encode())
     elif cmd == "runs" and rest and len(rest) % 4 == 0:
-        m, path = None, None
         for j in range(0, len(rest), 4):
             mpath, idsfile, n, dst = rest[j:j + 4]
             n = int(n)
             with open(idsfile) as f:
                 ids = [int(x) for x in f.read().split()]
-            if mpath != path:
-                if m:
-                    m.close()
-                m, path = Model(mpath), mpath
+            m = load(mpath)
             # the context greedy makes (logits makes the same for n = 0)
             m.context(n_ctx=max(512, len(ids) + n + 16), threads=threads,
                       kv=opts["--kv"], fa=opts["--fa"])
@@ -545,8 +557,16 @@ def main(argv):
             if n > 0:
                 with open(dst + ".ids", "w") as f:
                     f.write(" ".join(map(str, out_ids)) + "\n")
+    elif cmd == "batch" and len(rest) == 1:
+        with open(rest[0]) as f:
+            for line in f:
+                words = shlex.split(line)
+                if len(words) < 2:
+                    usage()
+                with open(words[0], "wb") as dst:
+                    main(words[1:], dst)
     elif cmd == "bench" and len(rest) == 1:
-        m = Model(rest[0])
+        m = load(rest[0])
         m.context(n_ctx=1024, n_batch=512, threads=threads, kv=opts["--kv"],
                   fa=opts["--fa"])
         pp, tg = m.bench(reps=int(opts["-r"]))
