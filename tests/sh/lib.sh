@@ -38,9 +38,9 @@ cache=${MEDHA_CACHE:-$top/cache}
 smollm2=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 model=${MEDHA_MODEL:-$smollm2}
 py=${MEDHA_PY:-$cache/venv/bin/python}
-# the references' numpy products are of a few hundred rows at most: one
-# BLAS thread (OpenBLAS's spin, and on a busy 2-core machine two of them
-# take four times as long as one)
+# the references' numpy products are of a few hundred tokens at most: one
+# BLAS thread (OpenBLAS's threads spin, and on a busy 2-core machine two
+# of them take four times as long as one)
 OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 export OPENBLAS_NUM_THREADS
 tmp=$(mktemp -d)
