@@ -154,30 +154,46 @@ CUDA_MOE_CASES = {
 CUDA_CASES.update(CUDA_MOE_CASES)
 
 
-def field(r, name):
-    f = r.fields[name]
-    if f.types[0] == gguf.GGUFValueType.ARRAY:
-        if f.types[1] == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode("utf-8", "surrogateescape")
-                    for i in f.data]
-        return [int(f.parts[i][0]) for i in f.data]
-    if f.types[0] == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode()
-    return f.parts[f.data[0]][0]
-
-
 _tok = {}
 
 
 def tokenizer(src):
-    """The tokenizer keys of src (read once: gguf's reader takes seconds
-    over a vocabulary's arrays)."""
+    """The tokenizer keys of src (read once, by header(): gguf's reader
+    takes some 15 s over a vocabulary's arrays)."""
     if src not in _tok:
-        r = gguf.GGUFReader(src)
-        _tok[src] = {k: field(r, "tokenizer.ggml." + k) for k in (
+        meta = header(src, tokenizer=True)[1]
+        _tok[src] = {k: meta["tokenizer.ggml." + k] for k in (
             "tokens", "model", "pre", "token_type", "merges",
             "bos_token_id", "eos_token_id")}
     return _tok[src]
+
+
+class Writer(gguf.GGUFWriter):
+    """gguf's writer, but arrays of strings or of integers packed in one
+    step, not item by item (a tokenizer's arrays took a second a model);
+    the bytes are those gguf's own packing gives."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+        import struct
+        V = gguf.GGUFValueType
+        if (vtype != V.ARRAY or sub_type is not None or
+                self.endianess != gguf.GGUFEndian.LITTLE or
+                not isinstance(val, list) or not val or
+                type(val[0]) not in (str, int)):
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        et = V.get_type(val[0])
+        if not all(type(v) is type(val[0]) for v in val):
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        head = struct.pack("<IQ", et, len(val))
+        if add_vtype:
+            head = struct.pack("<I", vtype) + head
+        if et == V.STRING:
+            enc = [v.encode("utf-8") for v in val]
+            return head + b"".join(struct.pack("<Q", len(e)) + e
+                                   for e in enc)
+        return head + struct.pack("<%d%s" % (len(val),
+                                             self._simple_value_packing[et]),
+                                  *val)
 
 
 def write(case, src, out, flaw=None, seed=7):
@@ -195,7 +211,7 @@ def write(case, src, out, flaw=None, seed=7):
     cut = x.get("vocab")
     tokens = tk["tokens"][:cut] if cut else tk["tokens"]
     V = len(tokens)
-    w = gguf.GGUFWriter(out, "starcoder2" if flaw == "arch" else arch)
+    w = Writer(out, "starcoder2" if flaw == "arch" else arch)
     w.add_block_count(L)
     w.add_context_length(x.get("ctx", 4096))
     w.add_embedding_length(D)
@@ -239,7 +255,7 @@ def write(case, src, out, flaw=None, seed=7):
     w.add_tokenizer_model(tk["model"])
     w.add_tokenizer_pre(tk["pre"])
     w.add_token_list(tokens)
-    w.add_token_types(tk["token_type"][:V])
+    w.add_token_types(tk["token_type"][:cut] if cut else tk["token_type"])
     if not cut:
         w.add_token_merges(tk["merges"])
     w.add_bos_token_id(int(tk["bos_token_id"]))
@@ -540,12 +556,13 @@ def forward(meta, T, ids):
     return lg
 
 
-def read(path):
-    """A GGUF file's metadata (tokenizer keys left out) and tensors as
-    forward() takes them. The header is parsed here, by the format's
-    specification, rather than by gguf's reader, which takes some 40 s
-    over a 262K vocabulary's arrays; the tensors are still dequantized by
-    gguf.quants."""
+def header(path, tokenizer=False, types=None):
+    """A GGUF file's bytes (mapped), metadata (key: value; the tokenizer's
+    keys only if asked), tensor infos (name, dims, type, offset) and the
+    offset of the tensor data; with a dict types, each key's value type
+    (gguf.GGUFValueType) put there. Parsed here, by the format's
+    specification, rather than by gguf's reader, which takes some 15 s
+    over a vocabulary's arrays."""
     import struct
     buf = memoryview(np.memmap(path, dtype=np.uint8, mode="r"))
     at = [0]
@@ -583,15 +600,24 @@ def read(path):
     for _ in range(nkv):
         k, t = string(), get("I")
         v = value(t)
-        if not k.startswith("tokenizer."):
+        if tokenizer or not k.startswith("tokenizer."):
             meta[k] = v
+            if types is not None:
+                types[k] = gguf.GGUFValueType(t)
     infos = []
     for _ in range(nt):
         name = string()
         dims = [get("Q") for _ in range(get("I"))]
         infos.append((name, dims, get("I"), get("Q")))
     align = int(meta.get("general.alignment", 32))
-    base = (at[0] + align - 1) // align * align
+    return buf, meta, infos, (at[0] + align - 1) // align * align
+
+
+def read(path):
+    """A GGUF file's metadata (tokenizer keys left out) and tensors as
+    forward() takes them: the header by header(), the tensors dequantized
+    by gguf.quants."""
+    buf, meta, infos, base = header(path)
     tens = {}
     for name, dims, t, off in infos:
         qt = gguf.GGMLQuantizationType(t)

@@ -21,13 +21,27 @@ part of the product: it gives the numbers medha is checked against.
                                                  position (vocab-sized), stdout
                                                  unless -o
     python llamacpp.py greedy MODEL N IDS...     N greedy (argmax) ids after IDS
+    python llamacpp.py runs MODEL IDSFILE N OUT [MODEL IDSFILE N OUT]...
+                                                 for each four: OUT.f32, the
+                                                 logits (as logits), and with
+                                                 N > 0 OUT.ids, N greedy ids
+                                                 (as greedy); one process, each
+                                                 model loaded once
     python llamacpp.py bench [-t T] [-r R] MODEL pp512 and tg128 tokens/s
+    python llamacpp.py batch FILE                each line of FILE: a file name,
+                                                 then a command above (words as
+                                                 the shell splits them), whose
+                                                 output goes to the file; one
+                                                 process, each model loaded once
 
 Tokenization is llama.cpp's command-line default: add_special (BOS only if
 the vocabulary asks for it) and parse_special (text such as <|im_start|>
-becomes the special token). Options shared by logits/greedy/bench:
+becomes the special token). Options shared by logits/greedy/runs/bench:
 -t THREADS (default 2), --kv f16|f32 (KV cache type, default f16 as in
-llama.cpp), --fa auto|on|off (flash attention, default auto). Set
+llama.cpp), --fa auto|on|off (flash attention, default auto). The thread
+count does not change the numbers (each dot product is one thread's); the
+tests ask for one, since ggml's threads spin at every operation and on a
+busy 2-core machine two of them run four times slower than one. Set
 LLAMACPP_LOG=1 to see llama.cpp's own log on stderr.
 
 The C API passes llama_model_params and llama_context_params by value, so
@@ -42,6 +56,7 @@ import ctypes as C
 import importlib.util
 import json
 import os
+import shlex
 import struct
 import sys
 import time
@@ -373,8 +388,13 @@ class Model:
 
     def greedy(self, ids, n):
         """n new ids, each the argmax (first on ties) of the logits."""
+        return self.generate(ids, n)[1]
+
+    def generate(self, ids, n):
+        """The logits after ids (as logits) and n greedy ids after them (as
+        greedy), from one pass."""
         self.clear()
-        lg = self.decode(ids)
+        first = lg = self.decode(ids)
         out = []
         for _ in range(n):
             if np is not None:
@@ -384,7 +404,7 @@ class Model:
             out.append(t)
             if len(out) < n:
                 lg = self.decode([t])
-        return out
+        return first, out
 
     def bench(self, pp=512, tg=128, reps=5):
         """llama-bench's two numbers: pp tokens in one batch, then tg tokens
@@ -432,7 +452,24 @@ def usage():
     sys.exit(2)
 
 
-def main(argv):
+def f32_bytes(lg):
+    """Logits as float32 little-endian bytes."""
+    if np is not None:
+        return np.asarray(lg, dtype="<f4").tobytes()
+    return struct.pack("<%df" % len(lg), *lg)
+
+
+_models = {}
+
+
+def load(path, vocab_only=False):
+    """The Model of path, loaded once per process (runs, batch)."""
+    if (path, vocab_only) not in _models:
+        _models[path, vocab_only] = Model(path, vocab_only)
+    return _models[path, vocab_only]
+
+
+def main(argv, out=None):
     if not argv:
         usage()
     cmd, args = argv[0], argv[1:]
@@ -454,10 +491,10 @@ def main(argv):
         i += 1
     if not rest:
         usage()
-    out = sys.stdout.buffer
+    out = out or sys.stdout.buffer
     threads = int(opts["-t"])
     if cmd == "tokenize" and len(rest) == 2:
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         if opts["--jsonl"]:
             with open(rest[1], "rb") as f:
                 for line in f:
@@ -469,15 +506,15 @@ def main(argv):
                 ids = m.tokenize(f.read())
             out.write((" ".join(map(str, ids)) + "\n").encode())
     elif cmd == "detokenize":
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         out.write(m.detokenize([int(x) for x in rest[1:]]))
     elif cmd == "pieces" and len(rest) == 1:
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         for t in range(m.n_vocab):
             p = m.piece(t)
             out.write((p.hex() if p else "-").encode() + b"\n")
     elif cmd == "chat" and len(rest) == 2:
-        m = Model(rest[0], vocab_only=True)
+        m = load(rest[0], vocab_only=True)
         if opts["--jsonl"]:
             with open(rest[1], "rb") as f:
                 for line in f:
@@ -488,14 +525,10 @@ def main(argv):
             out.write(m.chat([("user", rest[1])]))
     elif cmd == "logits" and len(rest) >= 2:
         ids = [int(x) for x in rest[1:]]
-        m = Model(rest[0])
+        m = load(rest[0])
         m.context(n_ctx=max(512, len(ids) + 16), threads=threads,
                   kv=opts["--kv"], fa=opts["--fa"])
-        lg = m.logits(ids)
-        if np is not None:
-            data = np.asarray(lg, dtype="<f4").tobytes()
-        else:
-            data = struct.pack("<%df" % m.n_vocab, *lg)
+        data = f32_bytes(m.logits(ids))
         if opts["-o"]:
             with open(opts["-o"], "wb") as f:
                 f.write(data)
@@ -504,12 +537,36 @@ def main(argv):
     elif cmd == "greedy" and len(rest) >= 3:
         n = int(rest[1])
         ids = [int(x) for x in rest[2:]]
-        m = Model(rest[0])
+        m = load(rest[0])
         m.context(n_ctx=max(512, len(ids) + n + 16), threads=threads,
                   kv=opts["--kv"], fa=opts["--fa"])
         out.write((" ".join(map(str, m.greedy(ids, n))) + "\n").encode())
+    elif cmd == "runs" and rest and len(rest) % 4 == 0:
+        for j in range(0, len(rest), 4):
+            mpath, idsfile, n, dst = rest[j:j + 4]
+            n = int(n)
+            with open(idsfile) as f:
+                ids = [int(x) for x in f.read().split()]
+            m = load(mpath)
+            # the context greedy makes (logits makes the same for n = 0)
+            m.context(n_ctx=max(512, len(ids) + n + 16), threads=threads,
+                      kv=opts["--kv"], fa=opts["--fa"])
+            lg, out_ids = m.generate(ids, n)
+            with open(dst + ".f32", "wb") as f:
+                f.write(f32_bytes(lg))
+            if n > 0:
+                with open(dst + ".ids", "w") as f:
+                    f.write(" ".join(map(str, out_ids)) + "\n")
+    elif cmd == "batch" and len(rest) == 1:
+        with open(rest[0]) as f:
+            for line in f:
+                words = shlex.split(line)
+                if len(words) < 2:
+                    usage()
+                with open(words[0], "wb") as dst:
+                    main(words[1:], dst)
     elif cmd == "bench" and len(rest) == 1:
-        m = Model(rest[0])
+        m = load(rest[0])
         m.context(n_ctx=1024, n_batch=512, threads=threads, kv=opts["--kv"],
                   fa=opts["--fa"])
         pp, tg = m.bench(reps=int(opts["-r"]))

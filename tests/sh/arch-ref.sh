@@ -47,6 +47,7 @@ PY
 n=$(wc -w <"$tmp/ids")
 [ "$n" -gt 256 ] || { echo "prompt of $n tokens: want over 256"; exit 1; }
 
+jobs=
 cases=$("$py" "$am" cases)
 moe=$("$py" "$am" moe-cases)
 # every model, and its float64 logits after the prompt, in one process
@@ -68,20 +69,23 @@ for c in $cases; do
 	run c1 "$bin/medha-worker" -c 1
 	run ref env MEDHA_CPU_REF=1 "$bin/medha-worker"
 	run compat "$bin/medha-worker" --llama-compat
-	# shellcheck disable=SC2046
-	"$py" "$lc" logits --kv f32 --fa off -o "$tmp/$c.lc.f32" "$m" \
-	    $(cat "$tmp/ids")
-	case " $(echo $moe) " in *" $c "*) ;; *) continue ;; esac
+	case " $(echo $moe) " in
+	*" $c "*) ;;
+	*) jobs="$jobs $m $tmp/ids 0 $tmp/$c.lc"; continue ;;
+	esac
+	jobs="$jobs $m $tmp/ids 16 $tmp/$c.lc"
 	for mode in fast compat; do
 		flag=; [ $mode = compat ] && flag=--llama-compat
 		# shellcheck disable=SC2086
 		"$bin/medha-worker" -m "$m" -f "$tmp/prompt" -n 16 --ignore-eos \
 		    --tokens --kv f32 -t 2 $flag >"$tmp/$c.$mode.ids"
 	done
-	# shellcheck disable=SC2046
-	"$py" "$lc" greedy --kv f32 --fa off "$m" 16 $(cat "$tmp/ids") \
-	    >"$tmp/$c.lc.ids"
 done
+# llama.cpp's logits after the prompt for every model, and 16 greedy ids
+# for the mixtures, in one process (one thread: the numbers are those of
+# any count, tests/ref/llamacpp.py's header)
+# shellcheck disable=SC2086 # $jobs: four words a model
+"$py" "$lc" runs -t 1 --kv f32 --fa off $jobs
 
 # shellcheck disable=SC2086
 "$py" - "$tmp" $cases <<'PY'

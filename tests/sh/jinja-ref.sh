@@ -35,36 +35,49 @@ if [ -s "$model" ] && [ -x "$bin/medha-worker" ]; then
 	for sys in "" "Be brief." "You answer in French."; do
 		for prompt in "hello" "What is 2+2?" "  spaces and
 newlines  "; do
-			"$py" - "$model" "$prompt" "$sys" >"$tmp/rendered" <<'PY'
-import sys
-sys.path.insert(0, "tests/ref")
-import gguf
-from jinja_check import environment
-r = gguf.GGUFReader(sys.argv[1])
-f = r.fields["tokenizer.chat_template"]
-tmpl = bytes(f.parts[f.data[0]]).decode()
-msgs = ([{"role": "system", "content": sys.argv[3]}] if sys.argv[3] else [])
-msgs.append({"role": "user", "content": sys.argv[2]})
-out = environment().from_string(tmpl).render(
-    messages=msgs, add_generation_prompt=True, bos_token="", eos_token="")
-sys.stdout.write(out)
-PY
+			c=$tmp/c$n
+			printf %s "$sys" >"$c.sys"
+			printf %s "$prompt" >"$c.prompt"
 			if [ -n "$sys" ]; then
 				"$bin/medha-worker" -m "$model" --chat --system "$sys" \
-				    -p "$prompt" --tokenize >"$tmp/chat.ids"
+				    -p "$prompt" --tokenize >"$c.ids"
 			else
 				"$bin/medha-worker" -m "$model" --chat -p "$prompt" \
-				    --tokenize >"$tmp/chat.ids"
-			fi
-			"$bin/medha-worker" -m "$model" -f "$tmp/rendered" \
-			    --tokenize >"$tmp/ref.ids"
-			if ! cmp -s "$tmp/chat.ids" "$tmp/ref.ids"; then
-				echo "medha-worker --chat ${sys:+--system '$sys' }-p '$prompt': not jinja2's rendering"
-				cat "$tmp/rendered"
-				exit 1
+				    --tokenize >"$c.ids"
 			fi
 			n=$((n + 1))
 		done
+	done
+	# every conversation rendered by jinja2 in one process (the template
+	# read from the file once)
+	"$py" - "$model" "$tmp" $n <<'PY'
+import sys
+sys.path.insert(0, "tests/ref")
+from arch_model import header
+from jinja_check import environment
+tmpl = environment().from_string(
+    header(sys.argv[1], tokenizer=True)[1]["tokenizer.chat_template"])
+for i in range(int(sys.argv[3])):
+    c = "%s/c%d." % (sys.argv[2], i)
+    system, prompt = open(c + "sys").read(), open(c + "prompt").read()
+    msgs = [{"role": "system", "content": system}] if system else []
+    msgs.append({"role": "user", "content": prompt})
+    open(c + "rendered", "w").write(tmpl.render(
+        messages=msgs, add_generation_prompt=True, bos_token="",
+        eos_token=""))
+PY
+	i=0
+	while [ $i -lt $n ]; do
+		c=$tmp/c$i
+		"$bin/medha-worker" -m "$model" -f "$c.rendered" \
+		    --tokenize >"$c.ref.ids"
+		if ! cmp -s "$c.ids" "$c.ref.ids"; then
+			sys=$(cat "$c.sys")
+			echo "medha-worker --chat ${sys:+--system '$sys' }-p '$(cat "$c.prompt")': not jinja2's rendering"
+			cat "$c.rendered"
+			exit 1
+		fi
+		i=$((i + 1))
 	done
 	echo "medha-worker --chat on $(basename "$model"): $n conversations, the ids of jinja2's rendering of its template"
 else

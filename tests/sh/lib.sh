@@ -38,6 +38,11 @@ cache=${MEDHA_CACHE:-$top/cache}
 smollm2=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
 model=${MEDHA_MODEL:-$smollm2}
 py=${MEDHA_PY:-$cache/venv/bin/python}
+# the references' numpy products are of a few hundred tokens at most: one
+# BLAS thread (OpenBLAS's threads spin, and on a busy 2-core machine two
+# of them take four times as long as one)
+OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+export OPENBLAS_NUM_THREADS
 tmp=$(mktemp -d)
 
 # ---- cleanup ----
@@ -168,8 +173,11 @@ serve_start() {
 	lib_topo=$1
 	lib_secs=$2
 	shift 2
+	# emptied here, not by the redirection below: that one happens in
+	# the child, maybe after wait_for has read a previous run's "ready"
+	: >"$tmp/serve.err"
 	env MEDHA_BIN="$bin" TMPDIR="$tmp" "$@" bash "$top/examples/serve.sh" "$lib_topo" \
-	    2>"$tmp/serve.err" &
+	    2>>"$tmp/serve.err" &
 	serve=$!
 	wait_for "$tmp/serve.err" '^ready$' "$lib_secs" "$serve"
 }

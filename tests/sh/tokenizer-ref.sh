@@ -36,24 +36,28 @@ fi
 
 # vocabulary-only GGUF files with SmolLM2's tokenizer and other settings
 qwen=$cache/models/qwen.tiktoken
-"$py" - "$model" "$tmp" "$qwen" <<'PY'
+# (read and written by tests/ref/arch_model.py's header() and Writer:
+# gguf's reader and writer, item by item, take some 20 s over these)
+"$py" - "$model" "$tmp" "$qwen" "$top/tests/ref" <<'PY'
 import base64, os, sys
-import gguf
+sys.path.insert(0, sys.argv[4])
+from arch_model import header, Writer
 
 src, outdir, qwen = sys.argv[1], sys.argv[2], sys.argv[3]
-F = gguf.GGUFReader(src).fields
-tokens = F["tokenizer.ggml.tokens"].contents()
-types = F["tokenizer.ggml.token_type"].contents()
-merges = F["tokenizer.ggml.merges"].contents()
+VT = {}
+F = header(src, tokenizer=True, types=VT)[1]
+tokens = F["tokenizer.ggml.tokens"]
+types = F["tokenizer.ggml.token_type"]
+merges = F["tokenizer.ggml.merges"]
 HP = ["llama.block_count", "llama.context_length", "llama.embedding_length",
       "llama.feed_forward_length", "llama.attention.head_count",
       "llama.attention.head_count_kv", "llama.rope.freq_base",
       "llama.attention.layer_norm_rms_epsilon", "llama.rope.dimension_count"]
 
 def writer(name, model, toks, ttypes):
-    w = gguf.GGUFWriter(os.path.join(outdir, name + ".gguf"), "llama")
+    w = Writer(os.path.join(outdir, name + ".gguf"), "llama")
     for k in HP:
-        w.add_key_value(k, F[k].contents(), F[k].types[0])
+        w.add_key_value(k, F[k], VT[k])
     w.add_uint32("llama.vocab_size", len(toks))
     w.add_tokenizer_model(model)
     w.add_token_list(toks)
@@ -165,24 +169,35 @@ count() { grep -c "$1" "$2" || true; }
 
 n=$(wc -l < "$corpus")
 fail=0
-for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
-    "$tmp"/bpe-qwen2.gguf "$tmp"/bpe-starcoder.gguf \
-    "$tmp"/bpe-default.gguf "$tmp"/spm.gguf "$tmp"/spm-noprefix.gguf $qfile; do
+files="$model $tmp/bpe-gpt-2.gguf $tmp/bpe-llama-bpe.gguf $tmp/bpe-qwen2.gguf
+    $tmp/bpe-starcoder.gguf $tmp/bpe-default.gguf $tmp/spm.gguf
+    $tmp/spm-noprefix.gguf $qfile"
+# llama.cpp's side of every file, in one process (tests/ref/llamacpp.py
+# batch): the ids, the pieces and, for the chat templates, the prompts
+for m in $files; do
+	name=$(basename "$m" .gguf)
+	echo "$tmp/$name.ids tokenize --jsonl $m $corpus"
+	echo "$tmp/$name.pieces pieces $m"
+	case $name in
+	SmolLM2*|bpe-llama-bpe) echo "$tmp/$name.chat chat --jsonl $m $corpus" ;;
+	esac
+done >"$tmp/batch"
+"$py" "$ref" batch "$tmp/batch"
+for m in $files; do
 	name=$(basename "$m" .gguf)
 	"$dump" "$m" < "$corpus" > "$tmp/ours"
-	"$py" "$ref" tokenize --jsonl "$m" "$corpus" > "$tmp/theirs"
-	same=$(paste -d '|' "$tmp/ours" "$tmp/theirs" |
+	theirs=$tmp/$name.ids
+	same=$(paste -d '|' "$tmp/ours" "$theirs" |
 	    awk -F '|' '$1 == $2' | wc -l)
 	msg="$name: ids $same/$n identical to llama.cpp"
 	if [ "$same" -ne "$n" ]; then
 		fail=1
-		paste -d '|' "$tmp/ours" "$tmp/theirs" | awk -F '|' \
+		paste -d '|' "$tmp/ours" "$theirs" | awk -F '|' \
 		    '$1 != $2 { print "  line " NR ": ours " $1 "; llama.cpp " $2 }' |
 		    head -5
 	fi
 	"$dump" -p "$m" > "$tmp/ours"
-	"$py" "$ref" pieces "$m" > "$tmp/theirs"
-	if cmp -s "$tmp/ours" "$tmp/theirs"; then
+	if cmp -s "$tmp/ours" "$tmp/$name.pieces"; then
 		msg="$msg, all $(wc -l < "$tmp/ours") token pieces identical"
 	else
 		msg="$msg, token pieces DIFFER"
@@ -200,8 +215,7 @@ for m in "$model" "$tmp"/bpe-gpt-2.gguf "$tmp"/bpe-llama-bpe.gguf \
 	case $name in
 	SmolLM2*|bpe-llama-bpe)
 		"$dump" -c "$m" < "$corpus" > "$tmp/ours"
-		"$py" "$ref" chat --jsonl "$m" "$corpus" > "$tmp/theirs"
-		if cmp -s "$tmp/ours" "$tmp/theirs"; then
+		if cmp -s "$tmp/ours" "$tmp/$name.chat"; then
 			msg="$msg, chat template identical"
 		else
 			msg="$msg, chat template DIFFERS"
