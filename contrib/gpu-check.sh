@@ -56,6 +56,9 @@
 #                     each with the tokens of a one-shot medha-worker
 #                     --backend cuda -p; then 8 concurrent decodes
 #                     against one: tokens a second, at least 6x
+#                     (GPU_CHECK_DECODE, 256 output tokens each: the
+#                     tests on stand-ins, which check its wiring, ask
+#                     fewer)
 #   live_spp2         serve.sh spp2 and kvp2 (two worker processes on the
 #   live_kvp2         GPU, --coll nng; KVP pieces of 512 positions, so the
 #                     longer prompts span both groups): the 16 requests'
@@ -151,9 +154,9 @@ live_single() {
 	    "$bin/medha-worker" "$model" "live-$backend" | tee "$work/solo.out"
 	[ "${PIPESTATUS[0]}" = 0 ] || st=1
 	differ=$(sed -n 's/.* \([0-9]*\) differ from.*/\1/p' "$work/solo.out")
-	python3 - "$work" <<'PY'
+	python3 - "$work" "${GPU_CHECK_DECODE:-256}" <<'PY'
 import json, sys
-w = sys.argv[1]
+w, nd = sys.argv[1], int(sys.argv[2])
 base = ["The capital of France is", "Once upon a time",
         "Write a haiku about the sea.", "def fibonacci(n):",
         "List three prime numbers:", "The quick brown fox",
@@ -162,7 +165,7 @@ for n in (1, 8):
     with open("%s/dec%d.jsonl" % (w, n), "w") as f:
         for i in range(n):
             f.write(json.dumps({"id": "d%d" % i, "arrival": 0,
-                                "prompt": base[i], "max_tokens": 256,
+                                "prompt": base[i], "max_tokens": nd,
                                 "temperature": 0, "ignore_eos": True}) + "\n")
 PY
 	for n in 1 8; do

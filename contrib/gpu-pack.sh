@@ -106,10 +106,13 @@ done
 # the random model for the live checks (the venv's gguf package)
 py=${MEDHA_PY:-$cache/venv/bin/python}
 smollm2=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+# (in the background, beside the next step: each spends most of its
+# time reading SmolLM2's tokenizer, one core each)
+rand=
 if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
 	RANDOM_MODEL_HD=64 \
-	    "$py" "$top/tests/ref/random_model.py" "$smollm2" "$pack/random.gguf" ||
-	    status=1
+	    "$py" "$top/tests/ref/random_model.py" "$smollm2" "$pack/random.gguf" &
+	rand=$!
 else
 	echo "gpu-pack: no random.gguf: it needs $smollm2 and $py with gguf" \
 	    "(contrib/fetch-refs.sh); the live checks will skip" >&2
@@ -117,17 +120,21 @@ fi
 
 # the other families' random models (gpu-check.sh's families step)
 if [ -s "$smollm2" ] && "$py" -c 'import gguf, numpy' 2>/dev/null; then
-	mkdir -p "$pack/families"
+	# and the mixtures of experts (gpu-check.sh's moe step), beside the
+	# pack: written by the same run (one reading of the tokenizer),
+	# then moved
+	mkdir -p "$pack/families" "$moe"
+	moes=$("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases)
+	# shellcheck disable=SC2086 # the case names, one argument each
 	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$pack/families" \
 	    qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu \
-	    gemma3-256-cu ||
-	    status=1
-	# the mixtures of experts (gpu-check.sh's moe step), beside the pack
-	mkdir -p "$moe"
-	# shellcheck disable=SC2046 # the case names, one argument each
-	"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$moe" \
-	    $("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases) ||
-	    status=1
+	    gemma3-256-cu $moes || status=1
+	for m in $moes; do
+		mv "$pack/families/$m.gguf" "$moe/" || status=1
+	done
+fi
+if [ -n "$rand" ]; then
+	wait "$rand" || status=1
 fi
 # SmolLM2 in pieces of 25 MB, each folder with the whole file's md5
 if [ -s "$smollm2" ]; then

@@ -136,17 +136,36 @@ deq(const struct medha_tensor *t)
 	return d;
 }
 
-/* y (n, R) = x (n, C) W^T */
+/* y (n, R) = x (n, C) W^T: each output a sum over c in order, four rows
+   of W at once (their sums independent, so they overlap) */
 static void
 mm64(const double *W, int R, int C, const double *x, int n, double *y)
 {
-	for (int t = 0; t < n; t++)
-		for (int r = 0; r < R; r++) {
+	for (int t = 0; t < n; t++) {
+		const double *xt = x + (size_t)t * C;
+		int r = 0;
+		for (; r + 4 <= R; r += 4) {
+			const double *w0 = W + (size_t)r * C, *w1 = w0 + C;
+			const double *w2 = w1 + C, *w3 = w2 + C;
+			double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+			for (int c = 0; c < C; c++) {
+				s0 += xt[c] * w0[c];
+				s1 += xt[c] * w1[c];
+				s2 += xt[c] * w2[c];
+				s3 += xt[c] * w3[c];
+			}
+			y[(size_t)t * R + r] = s0;
+			y[(size_t)t * R + r + 1] = s1;
+			y[(size_t)t * R + r + 2] = s2;
+			y[(size_t)t * R + r + 3] = s3;
+		}
+		for (; r < R; r++) {
 			double s = 0;
 			for (int c = 0; c < C; c++)
-				s += x[(size_t)t * C + c] * W[(size_t)r * C + c];
+				s += xt[c] * W[(size_t)r * C + c];
 			y[(size_t)t * R + r] = s;
 		}
+	}
 }
 
 static void

@@ -31,15 +31,48 @@ need_py numpy gguf
 cuda_mock_build
 fams="qwen2-cu qwen3-cu gemma2-cu gemma3-cu phi3-cu llama-swa-cu
     gemma3-256-cu"
+moes=$("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases)
+# every model in one run (its reading of SmolLM2's tokenizer is most of
+# its time), then the work in two halves side by side (CI has two
+# cores): the families (backend_cuda_test, gpu-check.sh's families step)
+# and the mixtures of experts (the same, its moe step); each half's
+# output is checked below, in the order it was
 # shellcheck disable=SC2086 # the case names, one argument each
-"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $fams llama
-paths=
-for f in $fams; do
-	paths="$paths $tmp/$f.gguf"
-done
-MEDHA_CUDA_TEST_FAMILIES=$paths MEDHA_CUDA_TEST_QUICK=1 \
-    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
-	cat "$tmp/out" "$tmp/err"
+"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $fams llama \
+    $moes
+# half NAME MODELS PART DIR VAR=VALUE: backend_cuda_test on MODELS
+# (families(), quick) into $tmp/NAME and NAME.err, then gpu-check.sh
+# --part PART on the models copied into DIR (GPU_PACK's families folder,
+# or GPU_MOE: VAR=VALUE says which) into $tmp/NAME.gc; NAME.st and
+# NAME.gst their statuses
+half() {
+	h_paths=
+	for f in $2; do
+		h_paths="$h_paths $tmp/$f.gguf"
+	done
+	st=0
+	MEDHA_CUDA_TEST_FAMILIES=$h_paths MEDHA_CUDA_TEST_QUICK=1 \
+	    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/$1" \
+	    2>"$tmp/$1.err" || st=$?
+	echo $st >"$tmp/$1.st"
+	mkdir -p "$4" "$tmp/$1-out" "$tmp/$1-work"
+	for f in $2; do
+		cp "$tmp/$f.gguf" "$4/"
+	done
+	st=0
+	env OUT="$tmp/$1-out" work="$tmp/$1-work" "$5" \
+	    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 \
+	    MEDHA_CUDA_TEST_CASES=numerics CUDA_HOME=/nonexistent \
+	    NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
+	    bash "$top/contrib/gpu-check.sh" --part "$3" >"$tmp/$1.gc" 2>&1 ||
+	    st=$?
+	echo $st >"$tmp/$1.gst"
+}
+half out "$fams" families "$tmp/pack/families" GPU_PACK="$tmp/pack" &
+half moe "$moes" moe "$tmp/gpu-moe" GPU_MOE="$tmp/gpu-moe" &
+wait
+[ "$(cat "$tmp/out.st")" = 0 ] || {
+	cat "$tmp/out" "$tmp/out.err"
 	exit 1
 }
 cat "$tmp/out"
@@ -75,15 +108,7 @@ echo "cuda-mock-arch: head size 32 refused at open, named"
 # cpu backend's tokens but at near-ties; a routing near-tie may move a
 # step: backend_cuda_test's rule for experts), TP 2 splitting every
 # expert's rows; then their decode steps replayed from graphs
-moes=$("$py" "$top/tests/ref/arch_model.py" cuda-moe-cases)
-# shellcheck disable=SC2086 # the case names, one argument each
-"$py" "$top/tests/ref/arch_model.py" write "$smollm2" "$tmp" $moes
-mpaths=
-for f in $moes; do
-	mpaths="$mpaths $tmp/$f.gguf"
-done
-MEDHA_CUDA_TEST_FAMILIES=$mpaths MEDHA_CUDA_TEST_QUICK=1 \
-    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/moe" 2>"$tmp/moe.err" || {
+[ "$(cat "$tmp/moe.st")" = 0 ] || {
 	cat "$tmp/moe" "$tmp/moe.err"
 	exit 1
 }
@@ -104,41 +129,27 @@ grep -Eq '^mock: [1-9][0-9]* graphs captured, [1-9][0-9]* replays' "$tmp/moe"
 # contrib/gpu-check.sh's moe step on the stand-ins (its wiring: the models
 # from gpu-pack.sh's gpu-moe folder, a row per mixture, the acceptance line;
 # the stand-ins have no kernels_test, so no rates)
-mkdir -p "$tmp/gpu-moe" "$tmp/mout" "$tmp/mwork"
-for f in $moes; do
-	cp "$tmp/$f.gguf" "$tmp/gpu-moe/"
-done
-env OUT="$tmp/mout" work="$tmp/mwork" GPU_MOE="$tmp/gpu-moe" \
-    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
-    CUDA_HOME=/nonexistent NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
-    bash "$top/contrib/gpu-check.sh" --part moe >"$tmp/mc.log" 2>&1 || {
-	cat "$tmp/mc.log"
+[ "$(cat "$tmp/moe.gst")" = 0 ] || {
+	cat "$tmp/moe.gc"
 	exit 1
 }
-grep '^moe-row: ' "$tmp/mc.log"
+grep '^moe-row: ' "$tmp/moe.gc"
 [ "$(grep -c '^moe-row: [^ ]* ok max |logit diff| .* (median .*), greedy [0-9]* of [0-9]* equal' \
-    "$tmp/mc.log")" = 4 ] &&
-    grep '^figure: 4 of 4 mixtures as the cpu backend' "$tmp/mc.log" || {
-	cat "$tmp/mc.log"
+    "$tmp/moe.gc")" = 4 ] &&
+    grep '^figure: 4 of 4 mixtures as the cpu backend' "$tmp/moe.gc" || {
+	cat "$tmp/moe.gc"
 	exit 1
 }
 # contrib/gpu-check.sh's families step on the stand-ins (its wiring: the
 # models from the pack's families folder, a table row per family)
-mkdir -p "$tmp/pack/families" "$tmp/gout" "$tmp/gwork"
-for f in $fams; do
-	cp "$tmp/$f.gguf" "$tmp/pack/families/"
-done
-env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK="$tmp/pack" \
-    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 MEDHA_CUDA_TEST_CASES=numerics \
-    CUDA_HOME=/nonexistent NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
-    bash "$top/contrib/gpu-check.sh" --part families >"$tmp/gc.log" 2>&1 || {
-	cat "$tmp/gc.log"
+[ "$(cat "$tmp/out.gst")" = 0 ] || {
+	cat "$tmp/out.gc"
 	exit 1
 }
-grep '^family-row: ' "$tmp/gc.log"
+grep '^family-row: ' "$tmp/out.gc"
 [ "$(grep -c '^family-row: [^ ]* ok max |logit diff| .* greedy [0-9]* of [0-9]* equal' \
-    "$tmp/gc.log")" = 7 ] &&
-    grep '^figure: 7 of 7 families as the cpu backend' "$tmp/gc.log" || {
-	cat "$tmp/gc.log"
+    "$tmp/out.gc")" = 7 ] &&
+    grep '^figure: 7 of 7 families as the cpu backend' "$tmp/out.gc" || {
+	cat "$tmp/out.gc"
 	exit 1
 }

@@ -18,11 +18,43 @@
 . "$(dirname "$0")/lib.sh"
 cuda_mock_need
 cuda_mock_build
-MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$mock \
-    "$mock/backend_cuda_test" >"$tmp/out" 2>"$tmp/err" || {
-	cat "$tmp/out" "$tmp/err"
+# bg NAME [VAR=VALUE...]: backend_cuda_test, quick, in the background
+# with the environment given, its output in $tmp/NAME.out and .err and
+# its status in $tmp/NAME.st. The runs are independent: side by side
+# they take about half the time on CI's two cores
+bg() {
+	bg_n=$1
+	shift
+	(st=0
+	env "$@" MEDHA_CUDA_TEST_QUICK=1 LD_LIBRARY_PATH=$mock \
+	    "$mock/backend_cuda_test" >"$tmp/$bg_n.out" 2>"$tmp/$bg_n.err" ||
+	    st=$?
+	echo $st >"$tmp/$bg_n.st") &
+}
+bg all
+# cuBLASLt refusing an algorithm at a larger m than it was chosen at, a
+# decode step's capture failing, a NaN among the logits (each below)
+bg refuse-invalid MEDHA_CUDA_TEST_CASES=chunks MEDHA_LT_MOCK_REFUSE=invalid:128
+bg refuse-unsupported MEDHA_CUDA_TEST_CASES=chunks \
+    MEDHA_LT_MOCK_REFUSE=unsupported:128
+bg capture-fail MEDHA_CUDA_TEST_CASES=numerics MEDHA_MOCK_FAIL_CAPTURE=all
+bg nan MEDHA_CUDA_TEST_CASES=chunks MEDHA_LT_MOCK_NAN=512
+# and contrib/gpu-check.sh's batch_inv step (last below)
+mkdir "$tmp/gout" "$tmp/gwork"
+(st=0
+env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK=/nonexistent \
+    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 CUDA_HOME=/nonexistent \
+    NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
+    bash "$top/contrib/gpu-check.sh" --part batch_inv >"$tmp/bi.log" 2>&1 ||
+    st=$?
+echo $st >"$tmp/bi.st") &
+wait
+[ "$(cat "$tmp/all.st")" = 0 ] || {
+	cat "$tmp/all.out" "$tmp/all.err"
 	exit 1
 }
+mv "$tmp/all.out" "$tmp/out"
+mv "$tmp/all.err" "$tmp/err"
 cat "$tmp/out"
 grep -q '^ok: 0 failed' "$tmp/out"
 # decode steps went through captured graphs (the stand-ins replay the
@@ -46,12 +78,9 @@ if grep 'fallback' "$tmp/err"; then
 	exit 1
 fi
 
-# bq NAME: backend_cuda_test's cases $cases, quick, output in
-# $tmp/NAME.out and .err, the environment as given
+# bq NAME: the run NAME (bg, above) passed, else its output and fail
 bq() {
-	MEDHA_CUDA_TEST_CASES=$cases MEDHA_CUDA_TEST_QUICK=1 \
-	    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/$1.out" \
-	    2>"$tmp/$1.err" && grep -q '^ok: 0 failed' "$tmp/$1.out" || {
+	[ "$(cat "$tmp/$1.st")" = 0 ] && grep -q '^ok: 0 failed' "$tmp/$1.out" || {
 		cat "$tmp/$1.out" "$tmp/$1.err"
 		echo "cuda-mock: $1 failed"
 		exit 1
@@ -62,9 +91,8 @@ bq() {
 # chunks of 256 and 1024 go through the fallback (an algorithm chosen at
 # their m) and give the logits of the chunks of 32 (under the refusal);
 # each shape's fallback is said once
-cases=chunks
 for how in invalid:INVALID_VALUE unsupported:NOT_SUPPORTED; do
-	MEDHA_LT_MOCK_REFUSE=${how%%:*}:128 bq "refuse-${how%%:*}"
+	bq "refuse-${how%%:*}"
 	e=$tmp/refuse-${how%%:*}.err
 	grep -q "^ok   gqa: 1024 tokens in chunks of 32 / 256 .*rel L2 0\.000e+00" \
 	    "$tmp/refuse-${how%%:*}.out"
@@ -81,8 +109,7 @@ done
 # run eagerly with the cpu backend's greedy tokens, the key's failure
 # is said once and no capture is tried again for it (one failure for
 # the one key of numerics' 24 decode steps)
-cases=numerics
-MEDHA_MOCK_FAIL_CAPTURE=all bq capture-fail
+bq capture-fail
 o=$tmp/capture-fail.out
 grep -q '^ok   gqa: greedy 24 steps: 0 differ from the cpu backend' "$o"
 grep -q '^mock: 0 graphs captured, 0 replays, 1 captures failed$' "$o" || {
@@ -98,9 +125,7 @@ echo "cuda-mock: a failed capture: 24 decodes eager, the cpu's tokens," \
 # rows plants one): the forward pass fails with the row, as the cpu
 # backend's does; the check is the argmax kernel's (-1 for such a row),
 # no scan of the logits on the host
-cases=chunks
-MEDHA_LT_MOCK_NAN=512 MEDHA_CUDA_TEST_CASES=chunks MEDHA_CUDA_TEST_QUICK=1 \
-    LD_LIBRARY_PATH=$mock "$mock/backend_cuda_test" >"$tmp/nan.out" 2>&1 || :
+cat "$tmp/nan.err" >>"$tmp/nan.out"
 grep -q '^FAIL cuda forward at [0-9]*: logits row 0: a token.s logit is NaN or infinite' \
     "$tmp/nan.out" || {
 	cat "$tmp/nan.out"
@@ -111,11 +136,7 @@ echo "cuda-mock: NaN logits: the forward pass refused them"
 # contrib/gpu-check.sh's batch_inv step on the stand-ins (its wiring:
 # the mixed batch by default and with MEDHA_CUDA_GEMM=fast, one line of
 # the table; the stand-in's products are the same bits either way)
-mkdir "$tmp/gout" "$tmp/gwork"
-env OUT="$tmp/gout" work="$tmp/gwork" GPU_PACK=/nonexistent \
-    GPU_TESTS="$mock" MEDHA_CUDA_TEST_QUICK=1 CUDA_HOME=/nonexistent \
-    NCCL_LIB="$mock" LD_LIBRARY_PATH="$mock" \
-    bash "$top/contrib/gpu-check.sh" --part batch_inv >"$tmp/bi.log" 2>&1 || {
+[ "$(cat "$tmp/bi.st")" = 0 ] || {
 	cat "$tmp/bi.log"
 	exit 1
 }

@@ -69,13 +69,14 @@ done
 grep -q '^gpu  *ok  *Stand-in' "$tmp/out2/summary.txt"
 
 # the live parts, tried on the cpu backend (GPU_CHECK_BACKEND=cpu): the
-# 16 requests as one-shot runs give them, 8 decodes timed against one
-# (the 6x is the GPU's: not asked of these cores), spp2 and kvp2 with
-# single's tokens
+# 16 requests as one-shot runs give them, 8 decodes of 32 tokens
+# (GPU_CHECK_DECODE; the GPU's are 256) timed against one (the 6x is the
+# GPU's: not asked of these cores), spp2 and kvp2 with single's tokens
 if [ -s "$tmp/gpu-pack/random.gguf" ]; then
 	mkdir -p "$tmp/work" "$tmp/out3"
 	part() {
 		env work="$tmp/work" OUT="$tmp/out3" GPU_CHECK_BACKEND=cpu \
+		    GPU_CHECK_DECODE=32 \
 		    GPU_PACK="$tmp/gpu-pack" MEDHA_BIN="$bin" timeout 120 \
 		    bash "$top/contrib/gpu-check.sh" --part "$1" >"$tmp/$1.log" 2>&1
 	}

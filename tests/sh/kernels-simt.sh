@@ -14,7 +14,8 @@
 # kernels, against tests/gpu/kernels_test.c's references. Then the
 # attention again with the block's threads scheduled in other orders:
 # the same errors, or a barrier is missing; and on an H100's 132 SMs
-# (other splits). tests/gpu/simt/mutants.sh checks that the emulator
+# (other splits). The four runs go side by side (one core each).
+# tests/gpu/simt/mutants.sh checks that the emulator
 # catches faults planted in the kernels. SIMT_SAN=1 builds it all with
 # AddressSanitizer and UBSan (a kernel's read past an allocation, a
 # misaligned vector load; about twice as long). Skips where g++ or
@@ -30,7 +31,23 @@ harness_make simt
 st=$(dirname "$lib")/tests/gpu/simt
 [ "${SIMT_SAN:-0}" = 0 ] || st=$st-san
 st=$st/simt_test
-"$st" >"$tmp/out" 2>&1 || {
+# the four runs side by side (each one thread; on CI's two cores about
+# half the time one after another): every case, then the attention's
+# with other schedules (SIMT_ORDER rev and warp) and on 132 SMs
+"$st" >"$tmp/out" 2>&1 &
+p0=$!
+SIMT_ORDER=rev "$st" attn >"$tmp/o-rev" 2>&1 &
+p1=$!
+SIMT_ORDER=warp "$st" attn >"$tmp/o-warp" 2>&1 &
+p2=$!
+SIMT_SMS=132 "$st" attn >"$tmp/o-132" 2>&1 &
+p3=$!
+st0=0 st1=0 st2=0 st3=0
+wait $p0 || st0=$?
+wait $p1 || st1=$?
+wait $p2 || st2=$?
+wait $p3 || st3=$?
+[ $st0 = 0 ] || {
 	cat "$tmp/out"
 	exit 1
 }
@@ -56,13 +73,14 @@ grep -Eq '^simt: .* [1-9][0-9]* cvt\.rn\.bf16x2' "$tmp/out"
 # each warp alone to the next barrier; the same measured errors, or a
 # barrier is missing (a race moves them)
 grep '^.... simt attn' "$tmp/out" >"$tmp/a"
-for order in rev warp; do
-	SIMT_ORDER=$order "$st" attn >"$tmp/o" 2>&1 || {
-		cat "$tmp/o"
+for x in rev:$st1 warp:$st2; do
+	order=${x%%:*}
+	[ "${x#*:}" = 0 ] || {
+		cat "$tmp/o-$order"
 		echo "kernels-simt: failed with SIMT_ORDER=$order"
 		exit 1
 	}
-	grep '^.... simt attn' "$tmp/o" >"$tmp/b"
+	grep '^.... simt attn' "$tmp/o-$order" >"$tmp/b"
 	cmp -s "$tmp/a" "$tmp/b" || {
 		echo "kernels-simt: the attention's errors move with the" \
 		    "schedule (SIMT_ORDER=$order):"
@@ -71,9 +89,9 @@ for order in rev warp; do
 	}
 	echo "SIMT_ORDER=$order: the same attention errors"
 done
-SIMT_SMS=132 "$st" attn >"$tmp/o" 2>&1 || {
-	cat "$tmp/o"
+[ $st3 = 0 ] || {
+	cat "$tmp/o-132"
 	echo "kernels-simt: failed with SIMT_SMS=132"
 	exit 1
 }
-echo "SIMT_SMS=132: $(tail -1 "$tmp/o")"
+echo "SIMT_SMS=132: $(tail -1 "$tmp/o-132")"

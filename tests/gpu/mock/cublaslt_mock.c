@@ -97,6 +97,16 @@ refuses(const cublasLtMatmulAlgo_t *algo, uint64_t m, const void *A, const void 
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* a bf16's float (medha_bf16_to_fp32's, inline: the loops below call it
+   for every weight of every product) */
+static inline float
+bf16f(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
 /* op(X) as a dense (rows x k) float matrix, row i being op(X)'s row i
    (tr: X is stored k x rows, column-major; else rows x k) */
 static float *
@@ -110,7 +120,7 @@ dense(const struct lay *l, const void *p, int tr, uint64_t rows, uint64_t k)
 			uint64_t r = tr ? j : i, c = tr ? i : j;
 			size_t at = (size_t)(c * (uint64_t)l->ld + r);
 			d[i * k + j] = l->type == CUDA_R_16BF
-			    ? medha_bf16_to_fp32(((const uint16_t *)p)[at])
+			    ? bf16f(((const uint16_t *)p)[at])
 			    : ((const float *)p)[at];
 		}
 	return d;
@@ -125,6 +135,26 @@ struct mm {
 	void *D;
 };
 
+/* op(A) k-major (at[k * M + i]): a column of k's across the rows, which
+   run_mm's inner loop reads as vectors */
+static float *
+dense_t(const struct lay *l, const void *p, int tr, uint64_t rows, uint64_t k)
+{
+	float *d = malloc(sizeof(float) * (size_t)(rows * k + 1));
+	for (uint64_t i = 0; i < rows; i++)
+		for (uint64_t j = 0; j < k; j++) {
+			uint64_t r = tr ? j : i, c = tr ? i : j;
+			size_t at = (size_t)(c * (uint64_t)l->ld + r);
+			d[j * rows + i] = l->type == CUDA_R_16BF
+			    ? bf16f(((const uint16_t *)p)[at])
+			    : ((const float *)p)[at];
+		}
+	return d;
+}
+/* 32 outputs of a column at once, as 8 vectors of 4: each output its own
+   f32 sum over k in order, as one output alone would be (the same bits
+   whatever M and N; the block only lets the sums share instructions) */
+typedef float v4f __attribute__((vector_size(16)));
 static void
 run_mm(void *p)
 {
@@ -132,24 +162,45 @@ run_mm(void *p)
 	uint64_t M = m->x.ta ? m->a.cols : m->a.rows;
 	uint64_t K = m->x.ta ? m->a.rows : m->a.cols;
 	uint64_t N = m->x.tb ? m->b.rows : m->b.cols;
-	float *da = dense(&m->a, m->A, m->x.ta, M, K);
+	float *at = dense_t(&m->a, m->A, m->x.ta, M, K);
 	/* op(B)'s columns as rows: (op(B))^T is B read the other way */
 	float *db = dense(&m->b, m->B, !m->x.tb, N, K);
-
-	for (uint64_t j = 0; j < N; j++)
-		for (uint64_t i = 0; i < M; i++) {
-			const float *p = da + i * K, *q = db + j * K;
-			float acc = 0;
-			float *dp = (float *)m->D + j * (uint64_t)m->o.ld + i;
-			for (uint64_t k = 0; k < K; k++)
-				acc += p[k] * q[k];
-			*dp = m->al * acc + (m->be != 0 ? m->be * *dp : 0);
+	for (uint64_t j = 0; j < N; j++) {
+		const float *q = db + j * K;
+		float *dp = (float *)m->D + j * (uint64_t)m->o.ld;
+		uint64_t i0 = 0;
+		for (; i0 + 32 <= M; i0 += 32) {
+			v4f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+			v4f a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+			float o[32];
+			for (uint64_t k = 0; k < K; k++) {
+				const float *r = at + k * M + i0;
+				v4f x[8], b = {q[k], q[k], q[k], q[k]};
+				memcpy(x, r, sizeof(x));
+				a0 += x[0] * b, a1 += x[1] * b, a2 += x[2] * b;
+				a3 += x[3] * b, a4 += x[4] * b, a5 += x[5] * b;
+				a6 += x[6] * b, a7 += x[7] * b;
+			}
+			memcpy(o, &a0, 16), memcpy(o + 4, &a1, 16);
+			memcpy(o + 8, &a2, 16), memcpy(o + 12, &a3, 16);
+			memcpy(o + 16, &a4, 16), memcpy(o + 20, &a5, 16);
+			memcpy(o + 24, &a6, 16), memcpy(o + 28, &a7, 16);
+			for (int b = 0; b < 32; b++)
+				dp[i0 + b] = m->al * o[b] +
+				    (m->be != 0 ? m->be * dp[i0 + b] : 0);
 		}
+		for (; i0 < M; i0++) {
+			float acc = 0;
+			for (uint64_t k = 0; k < K; k++)
+				acc += at[k * M + i0] * q[k];
+			dp[i0] = m->al * acc + (m->be != 0 ? m->be * dp[i0] : 0);
+		}
+	}
 	/* MEDHA_LT_MOCK_NAN=M: a product of M outputs (the logits') gets a
 	   NaN at its last row's element 3 */
 	if (getenv("MEDHA_LT_MOCK_NAN") != NULL && (uint64_t)atoll(getenv("MEDHA_LT_MOCK_NAN")) == M && N > 0)
 		((float *)m->D)[(N - 1) * (uint64_t)m->o.ld + 3] = NAN;
-	free(da);
+	free(at);
 	free(db);
 }
 
