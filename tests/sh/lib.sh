@@ -226,11 +226,11 @@ topo_compare() {
 # checks, gathered: TOPOLOGY (examples/serve.sh) on MODEL started in the
 # background, with the VARs, until it says "ready" (90 s; one at a time:
 # a dozen workers loading at once on two loaded cores have had their
-# HELLOs time out, and the replica then lost them), and left running
-# (its run directory under $tmp/NAME, its
-# router at $tmp/NAME/router.sock, but for single with MEDHA_ROUTER=
-# among the VARs: its scheduler at $tmp/NAME/single.sock; its logs in
-# $tmp/logs-NAME, serve.sh's stderr in $tmp/serve-NAME.err);
+# HELLOs time out, and the replica then lost them), and left running:
+# its run directory under $tmp/NAME, its router at
+# $tmp/NAME/router.sock (for single with MEDHA_ROUTER= among the VARs,
+# none: its scheduler at $tmp/NAME/single.sock), its logs in
+# $tmp/logs-NAME, serve.sh's stderr in $tmp/serve-NAME.err.
 # topo_replay_all or topo_compare_all then takes every one added since
 # the last. NAME: a file name, unique among them
 topo_add() {
@@ -249,10 +249,11 @@ topo_add() {
 
 # topo_replay_all: each topology of topo_add given its TRACE (replayed
 # with --token-ids), all at once, its records in $tmp/out-NAME.jsonl;
-# then all stopped by SIGTERM
-# (fail if any process is left). They share the cores, which moves when
-# a batch runs, not what it computes: a request's tokens do not depend
-# on its batch (topo_compare_all checks it)
+# then all stopped by SIGTERM (fail if any process is left). They share
+# the cores, which moves when a batch runs, not what it computes: a
+# request's tokens do not depend on its batch (topo_compare_all checks
+# it). Where a check depends on speed (how many requests find a prefix
+# cached, or are preempted), give its topology the machine alone
 topo_replay_all() {
 	lib_pids= lib_r=
 	while read -r lib_n lib_p lib_topo lib_m lib_t; do
