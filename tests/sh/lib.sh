@@ -168,8 +168,11 @@ serve_start() {
 	lib_topo=$1
 	lib_secs=$2
 	shift 2
+	# emptied here, not by the redirection below: that one happens in
+	# the child, maybe after wait_for has read a previous run's "ready"
+	: >"$tmp/serve.err"
 	env MEDHA_BIN="$bin" TMPDIR="$tmp" "$@" bash "$top/examples/serve.sh" "$lib_topo" \
-	    2>"$tmp/serve.err" &
+	    2>>"$tmp/serve.err" &
 	serve=$!
 	wait_for "$tmp/serve.err" '^ready$' "$lib_secs" "$serve"
 }
