@@ -258,7 +258,8 @@ topo_add() {
 # it). Where a check depends on speed (how many requests find a prefix
 # cached, or are preempted), give its topology the machine alone
 topo_replay_all() {
-	lib_pids= lib_r=
+	lib_pids=
+	lib_r=
 	while read -r lib_n lib_p lib_topo lib_m lib_t; do
 		lib_pids="$lib_pids $lib_p"
 		lib_a=$tmp/$lib_n/router.sock
