@@ -201,7 +201,13 @@ heal() {
 	if [ -f "$pidf" ]; then
 		p=$(cat "$pidf")
 		kill -TERM "$p" 2>/dev/null
-		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		# until it has ended: a zombie has (its parent, the shape
+		# that started it, is gone; whoever inherits it may reap it
+		# only seconds later: kill -0 would wait for that)
+		for _ in $(seq 50); do
+			[ -n "$(proc_id "$p")" ] || break
+			sleep 0.1
+		done
 		rm -f "$pidf"
 	fi
 	ip -n "$n" link del "ta-$2" 2>/dev/null

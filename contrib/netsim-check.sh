@@ -155,7 +155,8 @@ done
 # the simulations and the table (python: the records are JSON)
 python3 - "$bin/medha-sched" "$model" "$profile" "$work" "$blocks" \
     "$chunk" "$kvpmax" "$delay" "$limit" "$runs" <<'PY'
-import json, math, subprocess, sys
+import json, math, os, subprocess, sys, tempfile
+from concurrent.futures import ThreadPoolExecutor
 sched, model, profile, work, blocks, chunk, kvpmax = sys.argv[1:8]
 delay, limit = float(sys.argv[8]) / 1e3, float(sys.argv[9])
 runs = sys.argv[10]
@@ -182,8 +183,8 @@ def as_arrived(recs, path):
             f.write(json.dumps(t) + "\n")
 
 def scaled(k):
-    path = "%s/profile-k.csv" % work
-    with open(path, "w") as f:
+    fd, path = tempfile.mkstemp(".csv", "profile-k", work)
+    with os.fdopen(fd, "w") as f:
         for l in open(profile):
             if l.startswith("#") or l.startswith("op,"):
                 f.write(l)
@@ -193,19 +194,26 @@ def scaled(k):
     return path
 
 def sim1(trace, k, tp, links):
+    prof = scaled(k)
     cmd = [sched, "--sim", "cpu", "-m", model, "--tp", "2", "--spp", "2",
            "--kvp", "2", "--kvp-max-tokens", kvpmax, "--kv-blocks", blocks,
            "--no-prefix-cache", "-p", "fcfs", "-c", chunk,
-           "--profile", scaled(k), "--tp-link", "%.6f" % tp, trace]
+           "--profile", prof, "--tp-link", "%.6f" % tp, trace]
     if links:
         cmd += ["--spp-link", str(delay), "--kvp-link", str(delay),
                 "--sched-link", str(delay)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    os.remove(prof)
     return means([json.loads(l) for l in out.stdout.splitlines()])
+
+def pmap(f, xs):
+    """[f(x) for x in xs], at once (each a medha-sched --sim process)"""
+    with ThreadPoolExecutor(len(xs)) as ex:
+        return list(ex.map(f, xs))
 
 def sim(traces, k, tp, links):
     """The means over the runs of a case, each simulated as it came"""
-    ps = [sim1(t, k, tp, links) for t in traces]
+    ps = pmap(lambda t: sim1(t, k, tp, links), traces)
     return [sum(p[m] for p in ps) / len(ps) for m in (0, 1)]
 
 # each case: the means over its runs, and each run simulated with the
@@ -239,12 +247,9 @@ for _ in range(4):
     if bad(p) < 0.01:
         break
     h = [0.25, 0.5]
-    J = []
-    for j in (0, 1):
-        y = list(x)
-        y[j] += h[j]
-        q = at(y)
-        J.append([(q[i] - p[i]) / h[j] for i in (0, 1)])
+    ys = [[x[0] + h[0], x[1]], [x[0], x[1] + h[1]]]
+    J = [[(q[i] - p[i]) / h[j] for i in (0, 1)]
+         for j, q in enumerate(pmap(at, ys))]
     det = J[0][0] * J[1][1] - J[1][0] * J[0][1]
     if abs(det) < 1e-12:
         break
@@ -274,11 +279,11 @@ def err(p, m):
 
 print("%-20s %-20s %-20s %s" % ("case", "measured ttft tpot",
       "predicted ttft tpot", "error ttft tpot"))
-rows = [("0 ms, raw", meas[0], sim(trace[0], 1, 0, False)),
-        ("0 ms, fit", meas[0], sim(trace[0], k, tp, False)),
-        ("%g ms, raw" % (delay * 1e3), meas[1], sim(trace[1], 1, 0, True)),
-        ("%g ms, predicted" % (delay * 1e3), meas[1],
-         sim(trace[1], k, tp, True))]
+cases = [("0 ms, raw", 0, 1, 0, False), ("0 ms, fit", 0, k, tp, False),
+         ("%g ms, raw" % (delay * 1e3), 1, 1, 0, True),
+         ("%g ms, predicted" % (delay * 1e3), 1, k, tp, True)]
+rows = [(c[0], meas[c[1]], p) for c, p in
+        zip(cases, pmap(lambda c: sim(trace[c[1]], *c[2:]), cases))]
 for name, m, p in rows:
     print("%-20s %6.3f s %7.3f s   %6.3f s %7.3f s   %+6.1f%% %+6.1f%%" % (
         name, m[0], m[1], p[0], p[1], err(p[0], m[0]), err(p[1], m[1])))

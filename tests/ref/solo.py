@@ -8,9 +8,10 @@
       --token-ids), each with exactly the tokens WORKER -m MODEL -p gives
       for its prompt alone (with the flags of $MEDHA_SOLO_OPTS too, such
       as "--backend cuda"); prints how many differ and exits 1 if any.
-      The tokens alone are kept in TRACE.alone (JSON, by worker,
-      model, their times, flags and prompt), so that checking several topologies of one model
-      runs each prompt alone once
+      The tokens alone are kept in alone.json beside TRACE (JSON, by
+      worker, model, their times, flags, prompt and max_tokens), so
+      that checking several topologies of one model, or several traces
+      sharing prompts, runs each prompt alone once
   solo.py ids TRACE WORKER MODEL OUT
       each request of TRACE as a line of OUT: its max_tokens, then its
       prompt's token ids (WORKER -m MODEL -p PROMPT --tokenize), the
@@ -57,7 +58,7 @@ def alone(cache, worker, model, t):
 
 def check(trace_path, out_path, worker, model, label):
     trace = [json.loads(l) for l in open(trace_path)]
-    cache_path = trace_path + ".alone"
+    cache_path = os.path.join(os.path.dirname(trace_path), "alone.json")
     cache = json.load(open(cache_path)) if os.path.exists(cache_path) \
         else {}
     out = [json.loads(l) for l in open(out_path)]

@@ -230,6 +230,79 @@ topo_compare() {
 	    "$bin/medha-worker" "$lib_m" "$lib_topo"
 }
 
+# topo_add NAME TOPOLOGY MODEL TRACE [VAR=VALUE...]: what topo_compare
+# checks, gathered: TOPOLOGY (examples/serve.sh) on MODEL started in the
+# background, with the VARs, until it says "ready" (90 s; one at a time:
+# a dozen workers loading at once on two loaded cores have had their
+# HELLOs time out, and the replica then lost them), and left running:
+# its run directory under $tmp/NAME, its router at
+# $tmp/NAME/router.sock (for single with MEDHA_ROUTER= among the VARs,
+# none: its scheduler at $tmp/NAME/single.sock), its logs in
+# $tmp/logs-NAME, serve.sh's stderr in $tmp/serve-NAME.err.
+# topo_replay_all or topo_compare_all then takes every one added since
+# the last. NAME: a file name, unique among them
+topo_add() {
+	lib_n=$1 lib_topo=$2 lib_m=$3 lib_t=$4
+	shift 4
+	mkdir "$tmp/$lib_n"
+	env MEDHA_BIN="$bin" TMPDIR="$tmp/$lib_n" \
+	    MEDHA_ROUTER="ipc://$tmp/$lib_n/router.sock" MEDHA_MODEL="$lib_m" \
+	    MEDHA_LOG="$tmp/logs-$lib_n" \
+	    MEDHA_ADDR="ipc://$tmp/$lib_n/single.sock" \
+	    "$@" bash "$top/examples/serve.sh" "$lib_topo" \
+	    2>"$tmp/serve-$lib_n.err" &
+	echo "$lib_n $! $lib_topo $lib_m $lib_t" >>"$tmp/added"
+	wait_for "$tmp/serve-$lib_n.err" '^ready$' 90 $!
+}
+
+# topo_replay_all: each topology of topo_add given its TRACE (replayed
+# with --token-ids), all at once, its records in $tmp/out-NAME.jsonl;
+# then all stopped by SIGTERM (fail if any process is left). They share
+# the cores, which moves when a batch runs, not what it computes: a
+# request's tokens do not depend on its batch (topo_compare_all checks
+# it). Where a check depends on speed (how many requests find a prefix
+# cached, or are preempted), give its topology the machine alone
+topo_replay_all() {
+	lib_pids=
+	lib_r=
+	while read -r lib_n lib_p lib_topo lib_m lib_t; do
+		lib_pids="$lib_pids $lib_p"
+		lib_a=$tmp/$lib_n/router.sock
+		[ -S "$lib_a" ] || lib_a=$tmp/$lib_n/single.sock
+		"$bin/medha-trace" replay -a "ipc://$lib_a" --token-ids \
+		    "$lib_t" </dev/null >"$tmp/out-$lib_n.jsonl" &
+		lib_r="$lib_r $!"
+	done <"$tmp/added"
+	for lib_p in $lib_r; do
+		wait "$lib_p"
+	done
+	# shellcheck disable=SC2086 # a pid a word
+	kill -TERM $lib_pids
+	for lib_p in $lib_pids; do
+		wait "$lib_p" || :
+	done
+	if pgrep -f "$tmp" >/dev/null; then
+		echo "processes left after SIGTERM:"
+		pgrep -fa "$tmp"
+		exit 1
+	fi
+	mv "$tmp/added" "$tmp/replayed"
+}
+
+# topo_compare_all: topo_replay_all, then each request of each topology
+# exactly the tokens medha-worker -p gives alone (solo.py check; fail
+# if not)
+topo_compare_all() {
+	topo_replay_all
+	lib_bad=0
+	while read -r lib_n lib_p lib_topo lib_m lib_t; do
+		python3 "$top/tests/ref/solo.py" check "$lib_t" \
+		    "$tmp/out-$lib_n.jsonl" "$bin/medha-worker" "$lib_m" \
+		    "$lib_topo" || lib_bad=1
+	done <"$tmp/replayed"
+	[ $lib_bad = 0 ]
+}
+
 # ---- checks ----
 
 # no_sanitizer_report FILE...: none of the FILEs (logs, stderr) holds an

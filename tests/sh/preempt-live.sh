@@ -34,8 +34,9 @@
 #    door, all at once, on a worker of 2048 blocks: the running gauge of
 #    /metrics reaches 12 (by the reservation of before, each would hold
 #    the rest of the 8192-token context and four would run), and each
-#    answer is that of the same request alone; medha_preemptions_total
-#    is there.
+#    answer is that of the same request alone (the twelve at once on a
+#    replica of --reserve max: four at a time, none preempted);
+#    medha_preemptions_total is there.
 # Needs contrib/fetch-refs.sh (the real model).
 . "$(dirname "$0")/lib.sh"
 need_model
@@ -75,21 +76,19 @@ PY
 # alone: the requests without preemption, all memory reserved (the
 # twelve at once: a request's tokens do not depend on its batch, as
 # topo.sh checks against medha-worker -p, so this is each one's run
-# alone, in one replay rather than twelve)
-serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
-    MEDHA_LOG="$tmp/logs.alone" MEDHA_SCHED_OPTS="--reserve max"
-"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
-    >"$tmp/alone.jsonl"
-"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl.min" \
-    >"$tmp/malone.jsonl"
-serve_stop
-# and on the f16 KV cache (the 12 of token ids)
-serve_start single 60 MEDHA_ADDR="$addr" MEDHA_MODEL="$model" \
-    MEDHA_LOG="$tmp/logs.alone16" MEDHA_SCHED_OPTS="--reserve max" \
-    MEDHA_WORKER_OPTS="--kv f16"
-"$bin/medha-trace" replay -a "$addr" --token-ids "$tmp/trace.jsonl" \
-    >"$tmp/alone16.jsonl"
-serve_stop
+# alone, in one replay rather than twelve); the twelve of token ids, the
+# twelve of min_tokens, and the first on the f16 KV cache, on three
+# replicas at once (lib.sh's topo_replay_all)
+topo_add alone single "$model" "$tmp/trace.jsonl" MEDHA_ROUTER= \
+    "MEDHA_SCHED_OPTS=--reserve max"
+topo_add malone single "$model" "$tmp/trace.jsonl.min" MEDHA_ROUTER= \
+    "MEDHA_SCHED_OPTS=--reserve max"
+topo_add alone16 single "$model" "$tmp/trace.jsonl" MEDHA_ROUTER= \
+    "MEDHA_SCHED_OPTS=--reserve max" "MEDHA_WORKER_OPTS=--kv f16"
+topo_replay_all
+for n in alone malone alone16; do
+	mv "$tmp/out-$n.jsonl" "$tmp/$n.jsonl"
+done
 
 run() { # TOPO NAME SCHED_OPTS [KV]: the 12 at once on 32 blocks a worker
 	# (KV: the cpu worker's cache, f32 or f16; alone runs of the same)
@@ -206,19 +205,18 @@ def metrics():
             v[l.split("{")[0].split()[0]] = float(l.split()[-1])
     return v
 
+# all twelve at once (alone too: on a replica of --reserve max, which
+# runs four at a time and preempts none)
 most = 0
-if mode == "alone":
-    for i in range(12):
-        ask(i)
-else:
-    th = [threading.Thread(target=ask, args=(i,)) for i in range(12)]
-    for t in th:
-        t.start()
-    while any(t.is_alive() for t in th):
-        most = max(most, metrics().get("medha_requests_running", 0))
-        time.sleep(0.05)
-    for t in th:
-        t.join()
+th = [threading.Thread(target=ask, args=(i,)) for i in range(12)]
+for t in th:
+    t.start()
+while any(t.is_alive() for t in th):
+    most = max(most, metrics().get("medha_requests_running", 0))
+    time.sleep(0.05)
+for t in th:
+    t.join()
+if mode == "all":
     assert "medha_preemptions_total" in metrics()
 for o in out:
     assert o is not None and o["choices"][0]["finish_reason"] == "stop", o

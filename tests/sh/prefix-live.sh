@@ -7,7 +7,7 @@
 # cached_tokens): on one worker, and on the topologies of
 # MEDHA_PREFIX_TOPOS (default "kvp2"; "tp2 spp2 kvp2" for all of
 # examples/serve.sh's). Then 16 questions after a shared 2000-token
-# prefix, one a second: each after the first takes the whole prefix from
+# prefix, two a second: each after the first takes the whole prefix from
 # the cache (the second waits for the first's prefill rather than
 # computing it twice); then the 15 again, once the cache holds the
 # prefix, two a second: their median TTFT is at most 15% of the first's
@@ -83,7 +83,7 @@ for k in on:
     assert on[k]["token_ids"] == off[k]["token_ids"], (k, on[k], off[k])
     assert "cached_tokens" not in off[k], off[k]
 hits = [r for r in on.values() if r.get("cached_tokens", 0) > 0]
-assert len(hits) >= 32, len(hits)
+assert len(hits) >= 32, (sys.argv[3], len(hits))
 print("prefix-live %s: %d of 64 hit, %d prompt tokens cached, tokens "
       "as without" % (sys.argv[3], len(hits),
       sum(r["cached_tokens"] for r in hits)), file=sys.stderr)
@@ -97,7 +97,7 @@ doc = [rng.randrange(100, 40000) for _ in range(2000)]
 with open(sys.argv[1], "w") as f:
     for i in range(16):
         q = [rng.randrange(100, 40000) for _ in range(20)]
-        f.write(json.dumps({"id": "q%d" % i, "arrival": float(i),
+        f.write(json.dumps({"id": "q%d" % i, "arrival": 0.5 * i,
             "prompt_ids": doc + q, "max_tokens": 8,
             "ignore_eos": True}) + "\n")
 PY

@@ -3,7 +3,8 @@
 # other model families (issue 36, acceptance 5), random models written by
 # tests/ref/arch_model.py with the gguf package: sixteen greedy requests
 # arriving at once through the router (prompts of 3 to 443 tokens), each
-# exactly the tokens medha-worker -p gives alone, on
+# exactly the tokens medha-worker -p gives alone, on (a model's
+# topologies serving at once, lib.sh's topo_compare_all)
 #  - tp2, spp2, kvp2 and tp2-spp2-kvp2 for qwen2 (Q/K/V biases split with
 #    their rows; 6 heads over 3 kv heads, which tp2 splits 2 + 1), qwen3
 #    (Q/K norms per head, a head size other than dim / heads) and gemma3
@@ -46,13 +47,13 @@ need_py numpy gguf
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 \
     2 4 6 8 10 11 14 20
 
+# each model's four topologies at once (lib.sh's topo_compare_all)
 for m in qwen2-tp qwen3 gemma3-tp qwen3moe llama4; do
 	for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
-		topo_compare $t "$tmp/$m.gguf" "$tmp/trace.jsonl"
+		topo_add "$t-$m" $t "$tmp/$m.gguf" "$tmp/trace.jsonl"
 	done
+	topo_compare_all
 done
-topo_compare kvp3 "$tmp/gemma3-tp.gguf" "$tmp/trace.jsonl" \
-    MEDHA_KVP_MAX_TOKENS=160
 # --ep refused, saying why
 w=$bin/medha-worker
 expect_status 1 "$w" -s "ipc://$tmp/none.sock" -m "$smollm2" -t 1 --tp 2 --ep
@@ -66,14 +67,20 @@ expect_status 1 "$bin/medha-sched" --sim h200 -m "$tmp/qwen2moe.gguf" \
     --tp 4 --ep "$tmp/trace.jsonl"
 grep -q '6 experts of .* do not split evenly over tp 4' "$tmp/err"
 
+# and the rest at once
+topo_add kvp3 kvp3 "$tmp/gemma3-tp.gguf" "$tmp/trace.jsonl" \
+    MEDHA_KVP_MAX_TOKENS=160
 for m in qwen3moe llama4; do
-	topo_compare tp2 "$tmp/$m.gguf" "$tmp/trace.jsonl" \
+	topo_add "ep-$m" tp2 "$tmp/$m.gguf" "$tmp/trace.jsonl" \
 	    MEDHA_WORKER_OPTS=--ep
-	grep -q 'kvp 1, experts split whole)' "$tmp/logs-tp2/sched.log" || {
+done
+topo_add kvp2-gemma2 kvp2 "$tmp/gemma2-tp.gguf" "$tmp/trace.jsonl"
+topo_add tp2-phi3 tp2 "$tmp/phi3.gguf" "$tmp/trace.jsonl"
+topo_compare_all
+for m in qwen3moe llama4; do
+	grep -q 'kvp 1, experts split whole)' "$tmp/logs-ep-$m/sched.log" || {
 		echo "$m: the replica does not say --ep"
 		exit 1
 	}
 done
-topo_compare kvp2 "$tmp/gemma2-tp.gguf" "$tmp/trace.jsonl"
-topo_compare tp2 "$tmp/phi3.gguf" "$tmp/trace.jsonl"
 echo "topo-arch: ok"

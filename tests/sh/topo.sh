@@ -5,9 +5,9 @@
 #     random model only, where a request's pieces lie on two of the three
 #     groups and the third merges nothing with them) on a random
 #     model written by the gguf package (4 heads over 2 kv heads) and on
-#     SmolLM2 (9 over 3, which tp2 splits 2 + 1): sixteen greedy
-#     requests arriving at once
-#     through the router (prompts of 3 to about 550 tokens, so chunks of
+#     SmolLM2 (9 over 3, which tp2 splits 2 + 1), each model's
+#     topologies serving at once: sixteen greedy requests arriving at
+#     once through the router (prompts of 3 to about 550 tokens, so chunks of
 #     one prompt follow each other through the stages; for KVP, with 256
 #     positions per group, up to 443 tokens, so that prompts spill onto
 #     the second group and one decode crosses over), each exactly the
@@ -31,11 +31,17 @@ python3 "$top/tests/ref/solo.py" trace "$tmp/trace.jsonl" 16 2 4 6 8 10 12 14 25
 # four of them past 256, and one of 245 whose decode crosses it
 python3 "$top/tests/ref/solo.py" trace "$tmp/trace-kvp.jsonl" 16 2 4 6 8 10 11 14 20
 
-# compare TOPOLOGY MODEL: 16 requests through the topology against -p
+# compare LABEL MODEL TOPOLOGY...: 16 requests through each topology
+# against -p, the topologies running at once (lib.sh's topo_compare_all)
 compare() {
-	t=$tmp/trace.jsonl
-	case $1 in *kvp*) t=$tmp/trace-kvp.jsonl ;; esac
-	topo_compare "$1" "$2" "$t"
+	l=$1 m=$2
+	shift 2
+	for t in "$@"; do
+		tr=$tmp/trace.jsonl
+		case $t in *kvp*) tr=$tmp/trace-kvp.jsonl ;; esac
+		topo_add "$t-$l" "$t" "$m" "$tr"
+	done
+	topo_compare_all
 }
 
 # dist MODE MODEL: how far tp2's and kvp2's logits are from the single
@@ -56,16 +62,12 @@ dist() {
 if [ -s "$model" ]; then
 	if has_py gguf numpy; then
 		"$py" "$top/tests/ref/random_model.py" "$model" "$tmp/random.gguf"
-		for t in tp2 spp2 kvp2 kvp3 tp2-spp2-kvp2; do
-			compare $t "$tmp/random.gguf"
-		done
+		compare random "$tmp/random.gguf" tp2 spp2 kvp2 kvp3 tp2-spp2-kvp2
 		dist both "$tmp/random.gguf"
 	else
 		echo "skip: the random model needs $py with gguf"
 	fi
-	for t in tp2 spp2 kvp2 tp2-spp2-kvp2; do
-		compare $t "$model"
-	done
+	compare model "$model" tp2 spp2 kvp2 tp2-spp2-kvp2
 	dist int8 "$model"
 else
 	echo "skip: $model missing (run contrib/fetch-refs.sh)"
