@@ -149,7 +149,7 @@ if [ -x "$py" ] && has_py numpy gguf; then
 	    grep -Eq '^predictor error: median [0-9.]+%, p90 [0-9.]+%$' \
 	    "$tmp/out" && [ "$(grep -c '%$' "$tmp/out")" -eq 5 ] ||
 	    { echo "--check --moe printed:"; cat "$tmp/out"; exit 1; }
-	# each batch's experts a layer ran (the mean over its draws: 4 to
+	# each batch's experts a layer ran (the mean over its draws kept: 4 to
 	# 16, at most 4 a token) and E (1 - (1 - k/E)^T) of top-4 of 16
 	awk '/%$/ && NF == 7 && $1 ~ /^[0-9]+$/ {
 		n++; t = $2; lo = 4; hi = 4 * t < 16 ? 4 * t : 16
