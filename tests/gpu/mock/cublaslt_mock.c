@@ -107,10 +107,13 @@ bf16f(uint16_t h)
 	memcpy(&f, &u, sizeof(f));
 	return f;
 }
-/* op(X) as a dense (rows x k) float matrix, row i being op(X)'s row i
-   (tr: X is stored k x rows, column-major; else rows x k) */
+/* op(X) as a dense float matrix, row i being op(X)'s row i (tr: X is
+   stored k x rows, column-major; else rows x k): row-major (rows x k),
+   or with kmajor k-major (d[j * rows + i]: a column of k's across the
+   rows, which run_mm's inner loop reads as vectors) */
 static float *
-dense(const struct lay *l, const void *p, int tr, uint64_t rows, uint64_t k)
+dense(const struct lay *l, const void *p, int tr, uint64_t rows, uint64_t k,
+    int kmajor)
 {
 	float *d = malloc(sizeof(float) * (size_t)(rows * k + 1));
 
@@ -119,7 +122,8 @@ dense(const struct lay *l, const void *p, int tr, uint64_t rows, uint64_t k)
 			/* element (i, j) of op(X): X[j, i] when transposed */
 			uint64_t r = tr ? j : i, c = tr ? i : j;
 			size_t at = (size_t)(c * (uint64_t)l->ld + r);
-			d[i * k + j] = l->type == CUDA_R_16BF
+			d[kmajor ? j * rows + i : i * k + j] =
+			    l->type == CUDA_R_16BF
 			    ? bf16f(((const uint16_t *)p)[at])
 			    : ((const float *)p)[at];
 		}
@@ -135,22 +139,6 @@ struct mm {
 	void *D;
 };
 
-/* op(A) k-major (at[k * M + i]): a column of k's across the rows, which
-   run_mm's inner loop reads as vectors */
-static float *
-dense_t(const struct lay *l, const void *p, int tr, uint64_t rows, uint64_t k)
-{
-	float *d = malloc(sizeof(float) * (size_t)(rows * k + 1));
-	for (uint64_t i = 0; i < rows; i++)
-		for (uint64_t j = 0; j < k; j++) {
-			uint64_t r = tr ? j : i, c = tr ? i : j;
-			size_t at = (size_t)(c * (uint64_t)l->ld + r);
-			d[j * rows + i] = l->type == CUDA_R_16BF
-			    ? bf16f(((const uint16_t *)p)[at])
-			    : ((const float *)p)[at];
-		}
-	return d;
-}
 /* 32 outputs of a column at once, as 8 vectors of 4: each output its own
    f32 sum over k in order, as one output alone would be (the same bits
    whatever M and N; the block only lets the sums share instructions) */
@@ -162,9 +150,9 @@ run_mm(void *p)
 	uint64_t M = m->x.ta ? m->a.cols : m->a.rows;
 	uint64_t K = m->x.ta ? m->a.rows : m->a.cols;
 	uint64_t N = m->x.tb ? m->b.rows : m->b.cols;
-	float *at = dense_t(&m->a, m->A, m->x.ta, M, K);
+	float *at = dense(&m->a, m->A, m->x.ta, M, K, 1);
 	/* op(B)'s columns as rows: (op(B))^T is B read the other way */
-	float *db = dense(&m->b, m->B, !m->x.tb, N, K);
+	float *db = dense(&m->b, m->B, !m->x.tb, N, K, 0);
 	for (uint64_t j = 0; j < N; j++) {
 		const float *q = db + j * K;
 		float *dp = (float *)m->D + j * (uint64_t)m->o.ld;
